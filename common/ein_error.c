@@ -1,0 +1,90 @@
+/* common/ein_error.c — see ein_error.h. */
+#include "common/ein_error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int ein_failv(ein_error *err, int code, const char *fmt, va_list ap)
+{
+    if (err) {
+        err->code = code;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    }
+    return code;
+}
+
+int ein_fail(ein_error *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ein_failv(err, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int ein_fail_at(ein_error *err, int code, const char *file, int line, int col,
+                const char *fmt, ...)
+{
+    if (!err)
+        return code;
+    int n = snprintf(err->msg, sizeof err->msg, "%s:%d:%d: ", file ? file : "<input>", line, col);
+    if (n < 0 || (size_t)n >= sizeof err->msg)
+        n = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg + n, sizeof err->msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    err->code = code;
+    return code;
+}
+
+int ein_error_prefix(ein_error *err, const char *fmt, ...)
+{
+    if (!err)
+        return EIN_EINVAL;
+    char old[EIN_ERROR_MSG_MAX];
+    memcpy(old, err->msg, sizeof old);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n + 2 < sizeof err->msg) {
+        memcpy(err->msg + n, ": ", 2);
+        size_t room = sizeof err->msg - (size_t)n - 2;
+        size_t len = strnlen(old, sizeof old - 1);
+        if (len >= room)
+            len = room - 1;
+        memcpy(err->msg + n + 2, old, len);
+        err->msg[n + 2 + len] = '\0';
+    }
+    return err->code;
+}
+
+void ein_error_clear(ein_error *err)
+{
+    if (err) {
+        err->code = 0;
+        err->msg[0] = '\0';
+    }
+}
+
+const char *ein_strerror(int code)
+{
+    switch (code) {
+    case EIN_OK: return "success";
+    case EIN_EINVAL: return "invalid argument";
+    case EIN_ENOMEM: return "out of memory";
+    case EIN_EIO: return "I/O error";
+    case EIN_EPARSE: return "parse error";
+    case EIN_ESHAPE: return "shape error";
+    case EIN_EPROTO: return "protocol error";
+    case EIN_ENOPLAN: return "no valid plan";
+    case EIN_ETIMEOUT: return "timed out";
+    case EIN_EWORKER: return "worker failed";
+    case EIN_EUNSUPPORTED: return "not supported";
+    case EIN_EDEVICE: return "device error";
+    default: return "unknown error";
+    }
+}

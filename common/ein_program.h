@@ -1,0 +1,146 @@
+/* common/ein_program.h — the device Program IR: what one worker executes.
+ *
+ * A Program is typed buffers plus an instruction DAG for one device. The
+ * coordinator builds it (lowering), encodes it with ein_program_encode(),
+ * and the worker decodes and validates it before running anything. Every
+ * dependency is explicit: no instruction implies an order the DAG does not
+ * state. Instruction ids equal their index and every dependency points to an
+ * earlier instruction, so the array order is a valid topological order.
+ *
+ * Buffers live in one segment per device (POSIX shared memory on CPU, one
+ * cudaMalloc region exported over IPC on GPU) at byte `offset`; their data
+ * is dense row-major over `box` (global bounds), in `dtype`.
+ *
+ * Ownership: a Program and everything it points to is one heap object
+ * graph freed by ein_program_free(). Builders fill the arrays with
+ * ein_program_add_buffer()/ein_program_add_instr(), which copy their
+ * arguments' arrays. */
+#ifndef EIN_PROGRAM_H
+#define EIN_PROGRAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/ein_box.h"
+#include "common/ein_dtype.h"
+#include "common/ein_error.h"
+
+#define EIN_PROTOCOL_VERSION 1
+#define EIN_NAME_MAX 64         /* operator names, einsum subscripts */
+#define EIN_PATH_MAX 4096
+
+typedef enum ein_agg {
+    EIN_AGG_NONE = 0,
+    EIN_AGG_SUM = 1,
+    EIN_AGG_MAX = 2,
+} ein_agg;
+
+typedef enum ein_unary {
+    EIN_UN_RELU = 0,
+    EIN_UN_SILU,
+    EIN_UN_GELU,   /* tanh approximation */
+    EIN_UN_EXP,
+    EIN_UN_NEG,
+    EIN_UN_SCALE,  /* x * scalar */
+    EIN_UN_COUNT
+} ein_unary;
+
+typedef enum ein_binary {
+    EIN_BIN_ADD = 0,
+    EIN_BIN_SUB,
+    EIN_BIN_MUL,
+    EIN_BIN_COUNT
+} ein_binary;
+
+typedef enum ein_kernel_kind {
+    EIN_KERNEL_EINSUM = 0,  /* 1 or 2 operands, `subscripts` like "ij,jk->ik" */
+    EIN_KERNEL_UNARY,
+    EIN_KERNEL_BINARY,
+    EIN_KERNEL_COUNT
+} ein_kernel_kind;
+
+typedef struct ein_kernel {
+    ein_kernel_kind kind;
+    char subscripts[EIN_NAME_MAX]; /* EINSUM */
+    ein_unary unary;               /* UNARY */
+    double scalar;                 /* UNARY scale */
+    ein_binary binary;             /* BINARY */
+} ein_kernel;
+
+typedef struct ein_pbuffer {
+    ein_dtype dtype;
+    ein_box box;
+    uint64_t offset;     /* bytes into the device segment */
+    uint64_t bytes;      /* == volume(box) * dtype size */
+} ein_pbuffer;
+
+typedef enum ein_instr_kind {
+    EIN_I_LOAD = 0, /* dst <- box of an input: .npy `path`, or generated from (seed, key) */
+    EIN_I_STORE,    /* srcs[0] -> its box of the output .npy `path` */
+    EIN_I_KERNEL,   /* dst <- kernel(srcs...) */
+    EIN_I_SLICE,    /* dst <- the part of srcs[0] inside dst's box (decompose) */
+    EIN_I_CONCAT,   /* dst <- srcs stitched; each src box lies in dst's box (recompose) */
+    EIN_I_AGG,      /* dst <- agg(srcs), all of dst's box */
+    EIN_I_COPY,     /* dst <- buffer `peer_buf` of device `peer`, once the peer said ready */
+    EIN_I_NOTIFY,   /* tell device `peer` that buffer srcs[0] is ready to be copied */
+    EIN_I_COUNT
+} ein_instr_kind;
+
+typedef struct ein_instr {
+    ein_instr_kind kind;
+    int32_t *deps;          /* earlier instruction ids */
+    int32_t ndeps;
+    int32_t *srcs;          /* local buffer ids read */
+    int32_t nsrcs;
+    int32_t dst;            /* local buffer id written, -1 if none */
+    char op[EIN_NAME_MAX];  /* the graph operator this belongs to, for reports */
+    ein_kernel kernel;      /* KERNEL */
+    ein_agg agg;            /* AGG */
+    char *path;             /* LOAD (NULL: generate) and STORE */
+    uint64_t seed, key;     /* LOAD generated: value = ein_rand_value(seed, key, flat index) */
+    int rank;               /* LOAD/STORE: shape of the whole tensor in the file */
+    int64_t shape[EIN_MAX_RANK];
+    int32_t peer;           /* COPY: source device; NOTIFY: device told */
+    int32_t peer_buf;       /* COPY / NOTIFY: buffer id on the source device */
+    uint64_t peer_offset;   /* COPY: byte offset of that buffer in the peer's segment */
+} ein_instr;
+
+typedef struct ein_program {
+    int32_t device;         /* this worker's device index, 0..ndevices-1 */
+    int32_t ndevices;
+    uint64_t segment_bytes; /* size of this device's buffer segment */
+    ein_pbuffer *buffers;
+    int32_t nbuffers;
+    ein_instr *instrs;
+    int32_t ninstrs;
+    int32_t cap_buffers, cap_instrs; /* builder bookkeeping */
+} ein_program;
+
+const char *ein_instr_kind_name(ein_instr_kind k);
+const char *ein_unary_name(ein_unary u);
+const char *ein_binary_name(ein_binary b);
+
+/* Builders. ein_program_new returns NULL on allocation failure. */
+ein_program *ein_program_new(int32_t device, int32_t ndevices);
+void ein_program_free(ein_program *p);
+/* Append a buffer at the end of the segment (256-byte aligned); returns its
+ * id (>= 0) or a negative code. */
+int ein_program_add_buffer(ein_program *p, ein_dtype dtype, const ein_box *box,
+                           ein_error *err);
+/* Append a copy of *ins (deps, srcs and path are copied); returns its id. */
+int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
+
+/* Structural validation: ids and dependencies in range and earlier, buffer
+ * extents inside the segment, byte sizes matching boxes, source counts and
+ * box containment per kind, strings terminated, peers in range. Everything
+ * the worker relies on is checked here, so a decoded Program that passes
+ * cannot make the worker read or write out of bounds. */
+int ein_program_validate(const ein_program *p, ein_error *err);
+
+/* msgpack encoding (a map; see ein_wire.h for the envelope). The encoded
+ * bytes are malloc'd and owned by the caller (free()). */
+int ein_program_encode(const ein_program *p, void **buf, size_t *len, ein_error *err);
+/* Decode and validate; on success *out is a new Program owned by the caller. */
+int ein_program_decode(const void *buf, size_t len, ein_program **out, ein_error *err);
+
+#endif

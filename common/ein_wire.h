@@ -1,0 +1,63 @@
+/* common/ein_wire.h — the messages between coordinator and workers, and
+ * between workers, in MessagePack.
+ *
+ * Every message is a msgpack map with at least "type" (string) and "v"
+ * (protocol version, EIN_PROTOCOL_VERSION). Decoders validate types,
+ * lengths and ids, and answer a malformed message with EIN_EPROTO and a
+ * message naming what was wrong, never a crash: before unpacking, the bytes
+ * are pre-scanned (ein_msgpack_prescan) so that no array/map/str/bin count
+ * may exceed the bytes that remain (msgpack-c would otherwise allocate
+ * whatever a 5-byte header asks for).
+ *
+ * Ownership: ein_msg_encode returns a malloc'd buffer the caller free()s.
+ * ein_msg_decode fills *out; a decoded PROGRAM message owns its Program,
+ * released by ein_msg_clear() (or taken by setting m->program = NULL). */
+#ifndef EIN_WIRE_H
+#define EIN_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/ein_error.h"
+#include "common/ein_program.h"
+
+/* Largest message any socket accepts (ZMQ_MAXMSGSIZE). */
+#define EIN_MSG_MAX_BYTES (256LL << 20)
+#define EIN_MSG_TEXT_MAX 512
+
+typedef enum ein_msg_type {
+    EIN_MSG_HELLO = 0,  /* worker -> coordinator: device, pid */
+    EIN_MSG_PROGRAM,    /* coordinator -> worker: program */
+    EIN_MSG_START,      /* coordinator -> worker: every worker is connected, go */
+    EIN_MSG_READY,      /* worker -> worker: device's buffer `buffer` is ready */
+    EIN_MSG_HEARTBEAT,  /* worker -> coordinator: device, instr being executed */
+    EIN_MSG_DONE,       /* worker -> coordinator: device, timings */
+    EIN_MSG_ERROR,      /* worker -> coordinator: device, instr, op, code, text */
+    EIN_MSG_SHUTDOWN,   /* coordinator -> worker: release everything and exit */
+    EIN_MSG_COUNT
+} ein_msg_type;
+
+typedef struct ein_msg {
+    ein_msg_type type;
+    int32_t device;                 /* sender's device (HELLO, READY, HEARTBEAT, DONE, ERROR) */
+    int64_t pid;                    /* HELLO */
+    int32_t buffer;                 /* READY */
+    int32_t instr;                  /* HEARTBEAT, ERROR: instruction id or -1 */
+    int32_t code;                   /* ERROR: EIN_E* code */
+    char op[EIN_NAME_MAX];          /* ERROR: operator name, may be empty */
+    char text[EIN_MSG_TEXT_MAX];    /* ERROR: message */
+    double t_total, t_kernel, t_copy, t_wait; /* DONE: seconds */
+    ein_program *program;           /* PROGRAM (owned) */
+} ein_msg;
+
+const char *ein_msg_type_name(ein_msg_type t);
+
+/* Reject any msgpack whose declared counts exceed the bytes that remain,
+ * that nests deeper than 32, or that has trailing bytes. */
+int ein_msgpack_prescan(const void *buf, size_t len, ein_error *err);
+
+int ein_msg_encode(const ein_msg *m, void **buf, size_t *len, ein_error *err);
+int ein_msg_decode(const void *buf, size_t len, ein_msg *out, ein_error *err);
+void ein_msg_clear(ein_msg *m);
+
+#endif

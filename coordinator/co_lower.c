@@ -1,0 +1,2 @@
+/* coordinator/co_lower.c — placeholder until implemented. */
+typedef int placeholder_co_lower;

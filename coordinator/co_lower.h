@@ -1,0 +1,1 @@
+/* coordinator/co_lower.h — placeholder */

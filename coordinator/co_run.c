@@ -1,0 +1,2 @@
+/* coordinator/co_run.c — placeholder until implemented. */
+typedef int placeholder_co_run;

@@ -1,0 +1,1 @@
+/* exchange/xp_atoms.h — placeholder */

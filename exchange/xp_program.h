@@ -1,0 +1,1 @@
+/* exchange/xp_program.h — placeholder */

@@ -1,0 +1,1 @@
+/* kernels/cuda/kn_cuda.h — placeholder */

@@ -1,0 +1,2 @@
+/* planner/pl_graph.c — placeholder until implemented. */
+typedef int placeholder_pl_graph;

@@ -1,0 +1,73 @@
+/* planner/pl_graph.h — the graph IR: abstract operators over named tensors.
+ *
+ * Every node produces exactly one tensor, so a node id is also a tensor id.
+ * Nodes are appended in a topological order (an operator's inputs always
+ * have smaller ids). The builder functions check shapes and dtypes and fail
+ * with EIN_ESHAPE / EIN_EINVAL and a message naming the operator; they are
+ * what the .ein parser and (later) the public C API are built on.
+ *
+ * Ownership: a pl_graph owns its nodes; pl_graph_free releases everything.
+ * Pointers returned by pl_graph_node stay valid until the next add. */
+#ifndef PL_GRAPH_H
+#define PL_GRAPH_H
+
+#include <stdint.h>
+
+#include "common/ein_box.h"
+#include "common/ein_dtype.h"
+#include "common/ein_error.h"
+#include "common/ein_program.h"
+
+typedef enum pl_node_kind {
+    PL_INPUT = 0,
+    PL_EINSUM,   /* kernel.subscripts; 1 or 2 inputs */
+    PL_UNARY,    /* kernel.unary, kernel.scalar */
+    PL_BINARY,   /* kernel.binary; equal shapes */
+} pl_node_kind;
+
+typedef struct pl_node {
+    char name[EIN_NAME_MAX];
+    pl_node_kind kind;
+    ein_dtype dtype;
+    int rank;
+    int64_t shape[EIN_MAX_RANK];
+    int ninputs;
+    int inputs[2];          /* node ids */
+    ein_kernel kernel;      /* what the operator computes (kind matches) */
+    int saved;              /* `save NAME` seen */
+    int line, col;          /* source position, 0 when built through the API */
+} pl_node;
+
+typedef struct pl_graph {
+    pl_node *nodes;
+    int nnodes, cap;
+} pl_graph;
+
+pl_graph *pl_graph_new(void);               /* NULL on allocation failure */
+void pl_graph_free(pl_graph *g);
+
+const pl_node *pl_graph_node(const pl_graph *g, int id);
+int pl_graph_find(const pl_graph *g, const char *name);   /* id or -1 */
+
+/* Each add returns the new node id (>= 0) or a negative EIN_E* code.
+ * Names must be unique and non-empty (EIN_EINVAL otherwise). */
+int pl_graph_add_input(pl_graph *g, const char *name, ein_dtype dtype, int rank,
+                       const int64_t *shape, ein_error *err);
+/* Two-operand (b >= 0) or one-operand (b == -1) contraction. */
+int pl_graph_add_einsum(pl_graph *g, const char *name, const char *subscripts,
+                        int a, int b, ein_error *err);
+/* Sugar for einsum "ij,jk->ik" on matrices. */
+int pl_graph_add_matmul(pl_graph *g, const char *name, int a, int b, ein_error *err);
+int pl_graph_add_unary(pl_graph *g, const char *name, ein_unary op, double scalar,
+                       int x, ein_error *err);
+int pl_graph_add_binary(pl_graph *g, const char *name, ein_binary op, int a, int b,
+                        ein_error *err);
+int pl_graph_save(pl_graph *g, int id, ein_error *err);
+
+/* Set the source position of node `id` (used by the parser for messages). */
+void pl_graph_set_pos(pl_graph *g, int id, int line, int col);
+
+/* Number of operators that read node `id` (a save does not count). */
+int pl_graph_nconsumers(const pl_graph *g, int id);
+
+#endif

@@ -1,0 +1,2 @@
+/* planner/pl_optimize.c — placeholder until implemented. */
+typedef int placeholder_pl_optimize;

@@ -1,0 +1,1 @@
+/* planner/pl_optimize.h — placeholder */

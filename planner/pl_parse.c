@@ -1,0 +1,2 @@
+/* planner/pl_parse.c — placeholder until implemented. */
+typedef int placeholder_pl_parse;

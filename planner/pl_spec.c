@@ -1,0 +1,2 @@
+/* planner/pl_spec.c — placeholder until implemented. */
+typedef int placeholder_pl_spec;

@@ -1,0 +1,1 @@
+/* planner/pl_spec.h — placeholder */

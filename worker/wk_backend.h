@@ -1,0 +1,1 @@
+/* worker/wk_backend.h — placeholder */
