@@ -119,6 +119,8 @@ typedef struct ein_program {
 const char *ein_instr_kind_name(ein_instr_kind k);
 const char *ein_unary_name(ein_unary u);
 const char *ein_binary_name(ein_binary b);
+const char *ein_kernel_kind_name(ein_kernel_kind k);
+const char *ein_agg_name(ein_agg a);
 
 /* Builders. ein_program_new returns NULL on allocation failure. */
 ein_program *ein_program_new(int32_t device, int32_t ndevices);
@@ -134,7 +136,21 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  * extents inside the segment, byte sizes matching boxes, source counts and
  * box containment per kind, strings terminated, peers in range. Everything
  * the worker relies on is checked here, so a decoded Program that passes
- * cannot make the worker read or write out of bounds. */
+ * cannot make the worker read or write out of bounds. Returns 0 or
+ * EIN_EPROTO with a message naming the instruction or buffer.
+ *
+ * Per kind (beyond ids in range): buffer boxes have rank 0..8 and
+ * 0 <= lo < hi; offsets are multiples of the element size;
+ * LOAD: no srcs, a dst inside [0, shape); STORE: one src inside [0, shape),
+ * dst -1, a non-empty path; KERNEL: a dst; EINSUM 1-2 srcs and subscripts
+ * "ab,bc->ac" (explicit "->", letters only) whose letters match the
+ * operands' ranks and agree on extents; UNARY 1 src, BINARY 2 srcs, each
+ * src's box equal to dst's; SLICE: one src whose box contains dst's, same
+ * dtype; CONCAT: >= 1 srcs inside dst's box, same dtype; AGG: agg SUM or
+ * MAX, >= 1 srcs with dst's box and dtype; COPY: no srcs, a dst, peer in
+ * range and not this device, peer_buf >= 0 (peer_offset is checked by the
+ * worker against the peer's exported segment); NOTIFY: one src, dst -1,
+ * peer in range and not this device. */
 int ein_program_validate(const ein_program *p, ein_error *err);
 
 /* msgpack encoding (a map; see ein_wire.h for the envelope). The encoded
@@ -142,5 +158,15 @@ int ein_program_validate(const ein_program *p, ein_error *err);
 int ein_program_encode(const ein_program *p, void **buf, size_t *len, ein_error *err);
 /* Decode and validate; on success *out is a new Program owned by the caller. */
 int ein_program_decode(const void *buf, size_t len, ein_program **out, ein_error *err);
+
+/* The same, one level down, for a Program nested in a message (ein_wire.c):
+ * ein_program_pack appends the Program's map to `pk` (EIN_ENOMEM if the
+ * packer's buffer cannot grow); ein_program_unpack builds a Program from an
+ * unpacked object (of pre-scanned bytes), checks every field's type and
+ * range, validates it, and returns 0 or EIN_EPROTO / EIN_ENOMEM. */
+struct msgpack_packer;
+struct msgpack_object;
+int ein_program_pack(struct msgpack_packer *pk, const ein_program *p, ein_error *err);
+int ein_program_unpack(const struct msgpack_object *o, ein_program **out, ein_error *err);
 
 #endif

@@ -1,2 +1,486 @@
-/* common/ein_wire.c — placeholder until implemented. */
-typedef int placeholder_ein_wire;
+/* common/ein_wire.c — see ein_wire.h.
+ *
+ * Decoding is three steps, each of which may reject the message: a
+ * pre-scan of the raw bytes (so that msgpack-c never allocates more than a
+ * small multiple of the message size), msgpack-c's unpacker, and a typed
+ * walk of the object that checks every field. Everything a peer sends is
+ * treated as hostile: any failure is EIN_EPROTO (or EIN_ENOMEM), never a
+ * crash. */
+#include "common/ein_wire.h"
+
+#include <math.h>
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EIN_MSGPACK_MAX_DEPTH 32
+
+/* ---- pre-scan --------------------------------------------------------- */
+
+static uint64_t be_uint(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+int ein_msgpack_prescan(const void *buf, size_t len, ein_error *err)
+{
+    const unsigned char *b = buf;
+    size_t pos = 0;
+    /* left[d]: values still to read at nesting level d; level 0 is the
+     * single top-level value. */
+    uint64_t left[EIN_MSGPACK_MAX_DEPTH + 1];
+    int depth = 0;
+    if (len == 0)
+        return ein_fail(err, EIN_EPROTO, "msgpack: empty message");
+    left[0] = 1;
+    while (depth > 0 || left[0] > 0) {
+        if (pos >= len)
+            return ein_fail(err, EIN_EPROTO, "msgpack: truncated at byte %zu", pos);
+        size_t at = pos;
+        unsigned c = b[pos++];
+        int hdr = 0;          /* bytes of length field after the type byte */
+        uint64_t skip = 0;    /* payload bytes after the header */
+        uint64_t items = 0;   /* contained values, for arrays and maps */
+        int container = 0, blob = 0, map = 0;
+        if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
+            /* fixint, nil, bool: the type byte is the value */
+        } else if (c >= 0x80 && c <= 0x8f) {
+            container = map = 1;
+            items = c & 0x0f;
+        } else if (c >= 0x90 && c <= 0x9f) {
+            container = 1;
+            items = c & 0x0f;
+        } else if (c >= 0xa0 && c <= 0xbf) {
+            blob = 1;
+            skip = c & 0x1f;
+        } else {
+            switch (c) {
+            case 0xc1:
+                return ein_fail(err, EIN_EPROTO, "msgpack: invalid type byte 0xc1 at byte %zu", at);
+            case 0xc4: case 0xd9: hdr = 1; blob = 1; break;            /* bin8, str8 */
+            case 0xc5: case 0xda: hdr = 2; blob = 1; break;            /* bin16, str16 */
+            case 0xc6: case 0xdb: hdr = 4; blob = 1; break;            /* bin32, str32 */
+            case 0xc7: hdr = 1; blob = 1; skip = 1; break;             /* ext8 (+ type) */
+            case 0xc8: hdr = 2; blob = 1; skip = 1; break;             /* ext16 */
+            case 0xc9: hdr = 4; blob = 1; skip = 1; break;             /* ext32 */
+            case 0xca: skip = 4; break;                                /* float32 */
+            case 0xcb: skip = 8; break;                                /* float64 */
+            case 0xcc: case 0xd0: skip = 1; break;
+            case 0xcd: case 0xd1: skip = 2; break;
+            case 0xce: case 0xd2: skip = 4; break;
+            case 0xcf: case 0xd3: skip = 8; break;
+            case 0xd4: skip = 2; break;                                /* fixext1 */
+            case 0xd5: skip = 3; break;
+            case 0xd6: skip = 5; break;
+            case 0xd7: skip = 9; break;
+            case 0xd8: skip = 17; break;                               /* fixext16 */
+            case 0xdc: hdr = 2; container = 1; break;                  /* array16 */
+            case 0xdd: hdr = 4; container = 1; break;                  /* array32 */
+            case 0xde: hdr = 2; container = map = 1; break;            /* map16 */
+            case 0xdf: hdr = 4; container = map = 1; break;            /* map32 */
+            default:
+                return ein_fail(err, EIN_EPROTO, "msgpack: invalid type byte 0x%02x at byte %zu", c, at);
+            }
+        }
+        if (hdr) {
+            if (len - pos < (size_t)hdr)
+                return ein_fail(err, EIN_EPROTO, "msgpack: truncated at byte %zu", at);
+            uint64_t n = be_uint(b + pos, hdr);
+            pos += (size_t)hdr;
+            if (container)
+                items = n;
+            else
+                skip += n;
+        }
+        if (container && map)
+            items *= 2;
+        if (container) {
+            /* Every value takes at least one byte. */
+            if (items > len - pos)
+                return ein_fail(err, EIN_EPROTO,
+                                "msgpack: %s of %llu entries at byte %zu exceeds the %zu bytes that remain",
+                                map ? "map" : "array", (unsigned long long)(map ? items / 2 : items), at,
+                                len - pos);
+        } else if (skip > len - pos) {
+            return ein_fail(err, EIN_EPROTO,
+                            blob ? "msgpack: length %llu at byte %zu exceeds the %zu bytes that remain"
+                                 : "msgpack: value needs %llu bytes at byte %zu, %zu remain",
+                            (unsigned long long)skip, at, len - pos);
+        } else {
+            pos += (size_t)skip;
+        }
+        left[depth]--;
+        if (container) {
+            if (depth + 1 > EIN_MSGPACK_MAX_DEPTH)
+                return ein_fail(err, EIN_EPROTO, "msgpack: nesting deeper than %d at byte %zu",
+                                EIN_MSGPACK_MAX_DEPTH, at);
+            if (items > 0)
+                left[++depth] = items;
+        }
+        while (depth > 0 && left[depth] == 0)
+            depth--;
+    }
+    if (pos != len)
+        return ein_fail(err, EIN_EPROTO, "msgpack: %zu trailing bytes after the message", len - pos);
+    return 0;
+}
+
+/* ---- object helpers --------------------------------------------------- */
+
+int ein_mp_get_int(const msgpack_object *o, int64_t min, int64_t max,
+                   int64_t *out, const char *what, ein_error *err)
+{
+    int64_t v;
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+        if (o->via.u64 > (uint64_t)INT64_MAX)
+            goto range;
+        v = (int64_t)o->via.u64;
+    } else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+        v = o->via.i64;
+    } else {
+        return ein_fail(err, EIN_EPROTO, "%s: expected an integer", what);
+    }
+    if (v < min || v > max)
+        goto range;
+    *out = v;
+    return 0;
+range:
+    return ein_fail(err, EIN_EPROTO, "%s: integer out of range [%lld, %lld]", what,
+                    (long long)min, (long long)max);
+}
+
+int ein_mp_get_uint(const msgpack_object *o, uint64_t *out, const char *what, ein_error *err)
+{
+    if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        return ein_fail(err, EIN_EPROTO, "%s: expected a non-negative integer", what);
+    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return ein_fail(err, EIN_EPROTO, "%s: expected an integer", what);
+    *out = o->via.u64;
+    return 0;
+}
+
+int ein_mp_get_double(const msgpack_object *o, double *out, const char *what, ein_error *err)
+{
+    double v;
+    switch (o->type) {
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64: v = o->via.f64; break;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER: v = (double)o->via.u64; break;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: v = (double)o->via.i64; break;
+    default: return ein_fail(err, EIN_EPROTO, "%s: expected a number", what);
+    }
+    if (!isfinite(v))
+        return ein_fail(err, EIN_EPROTO, "%s: number is not finite", what);
+    *out = v;
+    return 0;
+}
+
+int ein_mp_get_str(const msgpack_object *o, char *dst, size_t cap, const char *what, ein_error *err)
+{
+    if (o->type != MSGPACK_OBJECT_STR)
+        return ein_fail(err, EIN_EPROTO, "%s: expected a string", what);
+    size_t n = o->via.str.size;
+    if (n >= cap)
+        return ein_fail(err, EIN_EPROTO, "%s: string of %zu bytes is too long (max %zu)", what, n, cap - 1);
+    if (n && memchr(o->via.str.ptr, '\0', n))
+        return ein_fail(err, EIN_EPROTO, "%s: string contains a NUL byte", what);
+    if (n)
+        memcpy(dst, o->via.str.ptr, n);
+    dst[n] = '\0';
+    return 0;
+}
+
+int ein_mp_fields(const msgpack_object *map, const char *const *names,
+                  const msgpack_object **vals, int n, const char *what, ein_error *err)
+{
+    for (int i = 0; i < n; i++)
+        vals[i] = NULL;
+    if (map->type != MSGPACK_OBJECT_MAP)
+        return ein_fail(err, EIN_EPROTO, "%s: expected a map", what);
+    for (uint32_t k = 0; k < map->via.map.size; k++) {
+        const msgpack_object_kv *kv = &map->via.map.ptr[k];
+        if (kv->key.type != MSGPACK_OBJECT_STR)
+            return ein_fail(err, EIN_EPROTO, "%s: map key is not a string", what);
+        const char *key = kv->key.via.str.ptr;
+        uint32_t klen = kv->key.via.str.size;
+        int found = -1;
+        for (int i = 0; i < n; i++)
+            if (strlen(names[i]) == klen && memcmp(names[i], key, klen) == 0) {
+                found = i;
+                break;
+            }
+        if (found < 0)
+            return ein_fail(err, EIN_EPROTO, "%s: unknown field '%.*s'", what,
+                            (int)(klen > 32 ? 32 : klen), key);
+        if (vals[found])
+            return ein_fail(err, EIN_EPROTO, "%s: duplicate field '%s'", what, names[found]);
+        vals[found] = &kv->val;
+    }
+    return 0;
+}
+
+int ein_mp_pack_cstr(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    if (msgpack_pack_str(pk, n) < 0)
+        return -1;
+    return msgpack_pack_str_body(pk, s, n);
+}
+
+/* ---- messages --------------------------------------------------------- */
+
+static const char *const msg_names[EIN_MSG_COUNT] = {
+    "hello", "program", "start", "ready", "heartbeat", "done", "error", "shutdown",
+};
+
+const char *ein_msg_type_name(ein_msg_type t)
+{
+    return (int)t >= 0 && t < EIN_MSG_COUNT ? msg_names[t] : "?";
+}
+
+enum {
+    F_TYPE, F_V, F_DEVICE, F_PID, F_BUFFER, F_INSTR, F_CODE, F_OP, F_TEXT,
+    F_T_TOTAL, F_T_KERNEL, F_T_COPY, F_T_WAIT, F_PROGRAM, F_COUNT
+};
+
+static const char *const field_names[F_COUNT] = {
+    "type", "v", "device", "pid", "buffer", "instr", "code", "op", "text",
+    "t_total", "t_kernel", "t_copy", "t_wait", "program",
+};
+
+#define B(f) (1u << (f))
+/* The fields each message type carries (besides type and v); all are
+ * required and no others are allowed. */
+static const unsigned msg_fields[EIN_MSG_COUNT] = {
+    [EIN_MSG_HELLO] = B(F_DEVICE) | B(F_PID),
+    [EIN_MSG_PROGRAM] = B(F_PROGRAM),
+    [EIN_MSG_START] = 0,
+    [EIN_MSG_READY] = B(F_DEVICE) | B(F_BUFFER),
+    [EIN_MSG_HEARTBEAT] = B(F_DEVICE) | B(F_INSTR),
+    [EIN_MSG_DONE] = B(F_DEVICE) | B(F_T_TOTAL) | B(F_T_KERNEL) | B(F_T_COPY) | B(F_T_WAIT),
+    [EIN_MSG_ERROR] = B(F_DEVICE) | B(F_INSTR) | B(F_OP) | B(F_CODE) | B(F_TEXT),
+    [EIN_MSG_SHUTDOWN] = 0,
+};
+
+/* Pack a NUL-terminated field of a fixed array, truncated to cap-1 bytes
+ * if the sender left it unterminated. */
+static int pack_fixed_str(msgpack_packer *pk, const char *s, size_t cap)
+{
+    size_t n = strnlen(s, cap - 1);
+    if (msgpack_pack_str(pk, n) < 0)
+        return -1;
+    return msgpack_pack_str_body(pk, s, n);
+}
+
+static int pack_msg(msgpack_packer *pk, const ein_msg *m, ein_error *err)
+{
+    unsigned f = msg_fields[m->type];
+    int e = 0;
+    e |= msgpack_pack_map(pk, 2 + (size_t)__builtin_popcount(f));
+    e |= ein_mp_pack_cstr(pk, "type");
+    e |= ein_mp_pack_cstr(pk, msg_names[m->type]);
+    e |= ein_mp_pack_cstr(pk, "v");
+    e |= msgpack_pack_int(pk, EIN_PROTOCOL_VERSION);
+    for (int i = F_DEVICE; i < F_COUNT && !e; i++) {
+        if (!(f & B(i)))
+            continue;
+        e |= ein_mp_pack_cstr(pk, field_names[i]);
+        switch (i) {
+        case F_DEVICE: e |= msgpack_pack_int32(pk, m->device); break;
+        case F_PID: e |= msgpack_pack_int64(pk, m->pid); break;
+        case F_BUFFER: e |= msgpack_pack_int32(pk, m->buffer); break;
+        case F_INSTR: e |= msgpack_pack_int32(pk, m->instr); break;
+        case F_CODE: e |= msgpack_pack_int32(pk, m->code); break;
+        case F_OP: e |= pack_fixed_str(pk, m->op, sizeof m->op); break;
+        case F_TEXT: e |= pack_fixed_str(pk, m->text, sizeof m->text); break;
+        case F_T_TOTAL: e |= msgpack_pack_double(pk, m->t_total); break;
+        case F_T_KERNEL: e |= msgpack_pack_double(pk, m->t_kernel); break;
+        case F_T_COPY: e |= msgpack_pack_double(pk, m->t_copy); break;
+        case F_T_WAIT: e |= msgpack_pack_double(pk, m->t_wait); break;
+        case F_PROGRAM: {
+            int rc = ein_program_pack(pk, m->program, err);
+            if (rc < 0)
+                return rc;
+            break;
+        }
+        }
+    }
+    if (e)
+        return ein_fail(err, EIN_ENOMEM, "%s message: out of memory while encoding", msg_names[m->type]);
+    return 0;
+}
+
+int ein_msg_encode(const ein_msg *m, void **buf, size_t *len, ein_error *err)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    int rc;
+    if ((int)m->type < 0 || m->type >= EIN_MSG_COUNT)
+        return ein_fail(err, EIN_EINVAL, "message: invalid type %d", (int)m->type);
+    if (m->type == EIN_MSG_PROGRAM && !m->program)
+        return ein_fail(err, EIN_EINVAL, "program message without a program");
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    if ((rc = pack_msg(&pk, m, err)) < 0)
+        goto fail;
+    if (sb.size > (size_t)EIN_MSG_MAX_BYTES) {
+        rc = ein_fail(err, EIN_EINVAL, "%s message: %zu bytes exceeds the limit of %lld",
+                      msg_names[m->type], sb.size, (long long)EIN_MSG_MAX_BYTES);
+        goto fail;
+    }
+    *buf = sb.data;  /* malloc'd by the sbuffer; the caller free()s it */
+    *len = sb.size;
+    return 0;
+fail:
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
+
+static int check_double_field(const msgpack_object *o, double *out, const char *name, ein_error *err)
+{
+    char what[48];
+    snprintf(what, sizeof what, "message: field '%s'", name);
+    int rc = ein_mp_get_double(o, out, what, err);
+    if (rc < 0)
+        return rc;
+    if (*out < 0)
+        return ein_fail(err, EIN_EPROTO, "%s: negative time", what);
+    return 0;
+}
+
+static int check_int_field(const msgpack_object *o, int64_t min, int64_t max, int64_t *out,
+                           const char *name, ein_error *err)
+{
+    char what[48];
+    snprintf(what, sizeof what, "message: field '%s'", name);
+    return ein_mp_get_int(o, min, max, out, what, err);
+}
+
+static int unpack_msg(const msgpack_object *root, ein_msg *m, ein_error *err)
+{
+    const msgpack_object *v[F_COUNT];
+    int64_t iv;
+    int rc;
+    if ((rc = ein_mp_fields(root, field_names, v, F_COUNT, "message", err)) < 0)
+        return rc;
+    if (!v[F_TYPE])
+        return ein_fail(err, EIN_EPROTO, "message: missing field 'type'");
+    if (v[F_TYPE]->type != MSGPACK_OBJECT_STR)
+        return ein_fail(err, EIN_EPROTO, "message: field 'type': expected a string");
+    const char *tname = v[F_TYPE]->via.str.ptr;
+    uint32_t tlen = v[F_TYPE]->via.str.size;
+    int type = -1;
+    for (int t = 0; t < EIN_MSG_COUNT; t++)
+        if (strlen(msg_names[t]) == tlen && memcmp(msg_names[t], tname, tlen) == 0)
+            type = t;
+    if (type < 0)
+        return ein_fail(err, EIN_EPROTO, "message: unknown type '%.*s'", (int)(tlen > 32 ? 32 : tlen), tname);
+    m->type = (ein_msg_type)type;
+    if (!v[F_V])
+        return ein_fail(err, EIN_EPROTO, "%s message: missing field 'v'", msg_names[type]);
+    if ((rc = check_int_field(v[F_V], INT64_MIN, INT64_MAX, &iv, "v", err)) < 0)
+        return rc;
+    if (iv != EIN_PROTOCOL_VERSION)
+        return ein_fail(err, EIN_EPROTO, "%s message: protocol version %lld, expected %d",
+                        msg_names[type], (long long)iv, EIN_PROTOCOL_VERSION);
+    unsigned want = msg_fields[type];
+    for (int i = F_DEVICE; i < F_COUNT; i++) {
+        if ((want & B(i)) && !v[i])
+            return ein_fail(err, EIN_EPROTO, "%s message: missing field '%s'", msg_names[type], field_names[i]);
+        if (!(want & B(i)) && v[i])
+            return ein_fail(err, EIN_EPROTO, "%s message: unexpected field '%s'", msg_names[type],
+                            field_names[i]);
+    }
+    if (v[F_DEVICE]) {
+        if ((rc = check_int_field(v[F_DEVICE], 0, INT32_MAX, &iv, "device", err)) < 0)
+            return rc;
+        m->device = (int32_t)iv;
+    }
+    if (v[F_PID]) {
+        if ((rc = check_int_field(v[F_PID], 1, INT64_MAX, &iv, "pid", err)) < 0)
+            return rc;
+        m->pid = iv;
+    }
+    if (v[F_BUFFER]) {
+        if ((rc = check_int_field(v[F_BUFFER], 0, INT32_MAX, &iv, "buffer", err)) < 0)
+            return rc;
+        m->buffer = (int32_t)iv;
+    }
+    if (v[F_INSTR]) {
+        if ((rc = check_int_field(v[F_INSTR], -1, INT32_MAX, &iv, "instr", err)) < 0)
+            return rc;
+        m->instr = (int32_t)iv;
+    }
+    if (v[F_CODE]) {
+        if ((rc = check_int_field(v[F_CODE], INT32_MIN, -1, &iv, "code", err)) < 0)
+            return rc;
+        m->code = (int32_t)iv;
+    }
+    if (v[F_OP] && (rc = ein_mp_get_str(v[F_OP], m->op, sizeof m->op, "message: field 'op'", err)) < 0)
+        return rc;
+    if (v[F_TEXT] &&
+        (rc = ein_mp_get_str(v[F_TEXT], m->text, sizeof m->text, "message: field 'text'", err)) < 0)
+        return rc;
+    if (v[F_T_TOTAL] && (rc = check_double_field(v[F_T_TOTAL], &m->t_total, "t_total", err)) < 0)
+        return rc;
+    if (v[F_T_KERNEL] && (rc = check_double_field(v[F_T_KERNEL], &m->t_kernel, "t_kernel", err)) < 0)
+        return rc;
+    if (v[F_T_COPY] && (rc = check_double_field(v[F_T_COPY], &m->t_copy, "t_copy", err)) < 0)
+        return rc;
+    if (v[F_T_WAIT] && (rc = check_double_field(v[F_T_WAIT], &m->t_wait, "t_wait", err)) < 0)
+        return rc;
+    if (v[F_PROGRAM] && (rc = ein_program_unpack(v[F_PROGRAM], &m->program, err)) < 0)
+        return rc;
+    return 0;
+}
+
+int ein_msg_decode(const void *buf, size_t len, ein_msg *out, ein_error *err)
+{
+    msgpack_unpacked up;
+    ein_msg m;
+    size_t off = 0;
+    int rc;
+    memset(&m, 0, sizeof m);
+    memset(out, 0, sizeof *out);
+    if (len > (size_t)EIN_MSG_MAX_BYTES)
+        return ein_fail(err, EIN_EPROTO, "message: %zu bytes exceeds the limit of %lld", len,
+                        (long long)EIN_MSG_MAX_BYTES);
+    if ((rc = ein_msgpack_prescan(buf, len, err)) < 0)
+        return rc;
+    msgpack_unpacked_init(&up);
+    msgpack_unpack_return ur = msgpack_unpack_next(&up, buf, len, &off);
+    if (ur == MSGPACK_UNPACK_NOMEM_ERROR) {
+        rc = ein_fail(err, EIN_ENOMEM, "message: out of memory while unpacking");
+        goto out;
+    }
+    if (ur != MSGPACK_UNPACK_SUCCESS || off != len) {
+        rc = ein_fail(err, EIN_EPROTO, "message: malformed msgpack");
+        goto out;
+    }
+    if ((rc = unpack_msg(&up.data, &m, err)) < 0) {
+        ein_program_free(m.program);
+        /* Anything but memory exhaustion is the sender's fault. */
+        if (rc != EIN_ENOMEM && rc != EIN_EPROTO) {
+            rc = EIN_EPROTO;
+            if (err)
+                err->code = rc;
+        }
+        goto out;
+    }
+    *out = m;
+    rc = 0;
+out:
+    msgpack_unpacked_destroy(&up);
+    return rc;
+}
+
+void ein_msg_clear(ein_msg *m)
+{
+    if (!m)
+        return;
+    ein_program_free(m->program);
+    memset(m, 0, sizeof *m);
+}

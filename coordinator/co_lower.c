@@ -1,2 +1,538 @@
-/* coordinator/co_lower.c — placeholder until implemented. */
-typedef int placeholder_co_lower;
+/* coordinator/co_lower.c — from a logical plan to per-device Programs. */
+#include "coordinator/co_lower.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ein_rand.h"
+#include "exchange/xp_atoms.h"
+#include "exchange/xp_naive.h"
+
+typedef struct load_key {
+    int node, dev, buf;
+    ein_box box;
+} load_key;
+
+typedef struct lw {
+    const pl_graph *g;
+    const pl_plan *plan;
+    const co_lower_opts *o;
+    ein_program **progs;
+    int ndev;
+    int **producer;     /* [dev][buf] -> instruction writing it */
+    int *cap_producer;
+    int *partial;       /* [node * ndev + dev] -> kernel output buffer, -1 */
+    load_key *loads;
+    int nloads, cap_loads;
+    co_lower_stats *st;
+    ein_error *err;
+} lw;
+
+static int new_buf(lw *L, int dev, ein_dtype dt, const ein_box *box)
+{
+    int id = ein_program_add_buffer(L->progs[dev], dt, box, L->err);
+    if (id < 0)
+        return id;
+    if (id >= L->cap_producer[dev]) {
+        int cap = L->cap_producer[dev] ? 2 * L->cap_producer[dev] : 64;
+        while (cap <= id)
+            cap *= 2;
+        int *np = realloc(L->producer[dev], sizeof(int) * (size_t)cap);
+        if (!np)
+            return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+        L->producer[dev] = np;
+        L->cap_producer[dev] = cap;
+    }
+    L->producer[dev][id] = -1;
+    return id;
+}
+
+/* Append an instruction whose dependencies are the writers of its sources. */
+static int emit(lw *L, int dev, ein_instr *ins)
+{
+    int32_t deps[256];
+    int32_t *dv = deps;
+    if (ins->nsrcs > 256 && !(dv = malloc(sizeof(int32_t) * (size_t)ins->nsrcs)))
+        return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+    int nd = 0;
+    for (int i = 0; i < ins->nsrcs; i++) {
+        int w = L->producer[dev][ins->srcs[i]];
+        int dup = w < 0;
+        for (int j = 0; j < nd && !dup; j++)
+            dup = dv[j] == w;
+        if (!dup)
+            dv[nd++] = w;
+    }
+    ins->deps = dv;
+    ins->ndeps = nd;
+    int id = ein_program_add_instr(L->progs[dev], ins, L->err);
+    if (dv != deps)
+        free(dv);
+    if (id < 0)
+        return id;
+    if (ins->dst >= 0)
+        L->producer[dev][ins->dst] = id;
+    L->st->ninstrs++;
+    return id;
+}
+
+static void set_op(ein_instr *ins, const char *a, const char *b)
+{
+    if (b)
+        snprintf(ins->op, sizeof ins->op, "%.30s<-%.30s", a, b);
+    else
+        snprintf(ins->op, sizeof ins->op, "%s", a);
+}
+
+static int load_block(lw *L, int node, const ein_box *box, int dev)
+{
+    for (int i = 0; i < L->nloads; i++)
+        if (L->loads[i].node == node && L->loads[i].dev == dev &&
+            ein_box_equal(&L->loads[i].box, box))
+            return L->loads[i].buf;
+    const pl_node *nd = pl_graph_node(L->g, node);
+    int buf = new_buf(L, dev, nd->dtype, box);
+    if (buf < 0)
+        return buf;
+    ein_instr ins = {.kind = EIN_I_LOAD, .dst = buf};
+    set_op(&ins, nd->name, NULL);
+    ins.path = (char *)(L->o->input_path ? L->o->input_path[node] : NULL);
+    ins.seed = L->o->seed;
+    ins.key = ein_rand_key(nd->name);
+    ins.rank = nd->rank;
+    memcpy(ins.shape, nd->shape, sizeof ins.shape);
+    int rc = emit(L, dev, &ins);
+    if (rc < 0)
+        return rc;
+    if (L->nloads == L->cap_loads) {
+        int cap = L->cap_loads ? 2 * L->cap_loads : 32;
+        load_key *nl = realloc(L->loads, sizeof *nl * (size_t)cap);
+        if (!nl)
+            return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+        L->loads = nl;
+        L->cap_loads = cap;
+    }
+    L->loads[L->nloads++] = (load_key){.node = node, .dev = dev, .buf = buf, .box = *box};
+    return buf;
+}
+
+/* What the lowering holds: aggregate `set` materialised in `buf` at `site`
+ * (buf -1: an IN copy not yet sliced out of its producer block). */
+typedef struct held {
+    xp_word *set;
+    int site, buf, in;
+} held;
+
+typedef struct xstate {
+    xp_program *p;
+    ein_box *atoms;
+    held *h;
+    int nh, cap;
+} xstate;
+
+static int held_add(lw *L, xstate *X, const xp_word *set, int site, int buf, int in)
+{
+    if (X->nh == X->cap) {
+        int cap = X->cap ? 2 * X->cap : 64;
+        held *nh = realloc(X->h, sizeof *nh * (size_t)cap);
+        if (!nh)
+            return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+        X->h = nh;
+        X->cap = cap;
+    }
+    xp_word *s = xp_set_new(X->p);
+    if (!s)
+        return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+    memcpy(s, set, sizeof(xp_word) * (size_t)X->p->nwords);
+    X->h[X->nh++] = (held){.set = s, .site = site, .buf = buf, .in = in};
+    return 0;
+}
+
+static int atom_of(const xstate *X, const xp_word *set)
+{
+    for (int i = 0; i < X->p->nin; i++)
+        if (xp_set_has(set, i))
+            return X->p->in[i].atom;
+    return -1;
+}
+
+/* Make sure held entry k has a buffer: slice its atom out of the block. */
+static int materialise(lw *L, xstate *X, int k, int u, const char *opname)
+{
+    held *h = &X->h[k];
+    if (h->buf >= 0)
+        return h->buf;
+    const pl_node *nd = pl_graph_node(L->g, u);
+    int block = L->partial[u * L->ndev + h->site];
+    const ein_box *atom = &X->atoms[X->p->in[h->in].atom];
+    const ein_box *bbox = &L->progs[h->site]->buffers[block].box;
+    if (ein_box_equal(atom, bbox))
+        return h->buf = block;
+    int buf = new_buf(L, h->site, nd->dtype, atom);
+    if (buf < 0)
+        return buf;
+    int32_t src = block;
+    ein_instr ins = {.kind = EIN_I_SLICE, .srcs = &src, .nsrcs = 1, .dst = buf};
+    set_op(&ins, opname, nd->name);
+    int rc = emit(L, h->site, &ins);
+    if (rc < 0)
+        return rc;
+    /* Re-read: emit may not move X->h, but keep the pattern obvious. */
+    X->h[k].buf = buf;
+    return buf;
+}
+
+static int fire(lw *L, xstate *X, const xp_action *a, const int *pick, int npick, int u,
+                const char *opname)
+{
+    const pl_node *nd = pl_graph_node(L->g, u);
+    int32_t srcs[256];
+    if (npick > 256)
+        return ein_fail(L->err, EIN_EUNSUPPORTED, "%s: aggregation of more than 256 copies", opname);
+    for (int i = 0; i < npick; i++) {
+        int b = materialise(L, X, pick[i], u, opname);
+        if (b < 0)
+            return b;
+        srcs[i] = b;
+    }
+    int xbuf = srcs[0];
+    const ein_box *box = &X->atoms[atom_of(X, a->set)];
+    if (npick > 1) {
+        if ((xbuf = new_buf(L, a->src, nd->dtype, box)) < 0)
+            return xbuf;
+        ein_instr ins = {.kind = EIN_I_AGG, .srcs = srcs, .nsrcs = npick, .dst = xbuf,
+                         .agg = L->plan->nodes[u].spec.agg ? L->plan->nodes[u].spec.agg : EIN_AGG_SUM};
+        set_op(&ins, opname, nd->name);
+        int rc = emit(L, a->src, &ins);
+        if (rc < 0)
+            return rc;
+        if ((rc = held_add(L, X, a->set, a->src, xbuf, -1)) < 0)
+            return rc;
+    }
+    for (int d = 0; d < a->ndst; d++) {
+        int dst = a->dst[d];
+        int32_t s = xbuf;
+        ein_instr note = {.kind = EIN_I_NOTIFY, .srcs = &s, .nsrcs = 1, .dst = -1,
+                          .peer = dst, .peer_buf = xbuf};
+        set_op(&note, opname, nd->name);
+        int rc = emit(L, a->src, &note);
+        if (rc < 0)
+            return rc;
+        int nb = new_buf(L, dst, nd->dtype, box);
+        if (nb < 0)
+            return nb;
+        ein_instr cp = {.kind = EIN_I_COPY, .dst = nb, .peer = a->src, .peer_buf = xbuf,
+                        .peer_offset = L->progs[a->src]->buffers[xbuf].offset};
+        set_op(&cp, opname, nd->name);
+        if ((rc = emit(L, dst, &cp)) < 0)
+            return rc;
+        if ((rc = held_add(L, X, a->set, dst, nb, -1)) < 0)
+            return rc;
+        L->st->ncopies++;
+        L->st->copy_bytes += (double)L->progs[dst]->buffers[nb].bytes;
+    }
+    return 0;
+}
+
+/* Move node u's partial blocks to the blocks `need` at `need_site`,
+ * aggregating on the way; need_buf[b] receives the buffer of block b. */
+static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
+                          const int *need_site, int nneed, int *need_buf)
+{
+    const pl_choice *cu = &L->plan->nodes[u];
+    const pl_node *nd = pl_graph_node(L->g, u);
+    int p = cu->spec.nparts, rc = 0, natoms = 0;
+    xstate X = {0};
+    ein_box *have = malloc(sizeof *have * (size_t)p);
+    int *have_site = malloc(sizeof(int) * (size_t)p);
+    char *fired = NULL;
+    xp_word **cand = NULL;
+    int *cidx = NULL, *pick = NULL;
+    if (!have || !have_site) {
+        rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+        goto done;
+    }
+    for (int j = 0; j < p; j++) {
+        have[j] = cu->spec.f[j].out;
+        have_site[j] = j;
+    }
+    if ((rc = xp_preamble_make(have, have_site, p, need, need_site, nneed,
+                               ein_dtype_size(nd->dtype), L->ndev, &X.atoms, &natoms, &X.p,
+                               L->err)) < 0)
+        goto done;
+    if ((rc = xp_naive_synthesize(X.p, L->err)) < 0 || (rc = xp_program_check(X.p, L->err)) < 0) {
+        ein_error_prefix(L->err, "exchange of '%s' for '%s'", nd->name, opname);
+        goto done;
+    }
+    L->st->nexchanges++;
+    xp_word *one = xp_set_new(X.p);
+    if (!one) {
+        rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+        goto done;
+    }
+    for (int i = 0; i < X.p->nin && rc == 0; i++) {
+        memset(one, 0, sizeof(xp_word) * (size_t)X.p->nwords);
+        xp_set_add(one, i);
+        rc = held_add(L, &X, one, X.p->in[i].site, -1, i);
+    }
+    free(one);
+    if (rc < 0)
+        goto done;
+
+    /* Fire actions in an order where each is enabled (the program is a set). */
+    int cap = X.p->nin + X.p->nact * (L->ndev + 1) + 1;
+    fired = calloc((size_t)X.p->nact + 1, 1);
+    cand = malloc(sizeof *cand * (size_t)cap);
+    cidx = malloc(sizeof(int) * (size_t)cap);
+    pick = malloc(sizeof(int) * (size_t)cap);
+    if (!fired || !cand || !cidx || !pick) {
+        rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+        goto done;
+    }
+    for (int left = X.p->nact, progress = 1; left > 0;) {
+        if (!progress) {
+            rc = ein_fail(L->err, EIN_EINVAL, "exchange of '%s': %d actions never enabled",
+                          nd->name, left);
+            goto done;
+        }
+        progress = 0;
+        for (int a = 0; a < X.p->nact; a++) {
+            const xp_action *ac = &X.p->act[a];
+            if (fired[a])
+                continue;
+            int nc = 0;
+            for (int k = 0; k < X.nh; k++) {
+                int sub = X.h[k].site == ac->src;
+                for (int w = 0; sub && w < X.p->nwords; w++)
+                    sub = !(X.h[k].set[w] & ~ac->set[w]);
+                if (sub) {
+                    cand[nc] = X.h[k].set;
+                    cidx[nc++] = k;
+                }
+            }
+            int np = xp_partition_find(X.p, ac->set, cand, nc, pick);
+            if (np < 0)
+                continue;
+            for (int i = 0; i < np; i++)
+                pick[i] = cidx[pick[i]];
+            if ((rc = fire(L, &X, ac, pick, np, u, opname)) < 0)
+                goto done;
+            fired[a] = 1;
+            left--;
+            progress = 1;
+        }
+    }
+
+    /* Recompose: each required block from the aggregates at its site. */
+    for (int b = 0; b < nneed; b++) {
+        int32_t srcs[1024];
+        int ns = 0, site = need_site[b];
+        for (int o = 0; o < X.p->nout; o++) {
+            const xp_out *out = &X.p->out[o];
+            if (out->site != site || !ein_box_contains(&need[b], &X.atoms[atom_of(&X, out->set)]))
+                continue;
+            int k = -1;
+            for (int i = 0; i < X.nh && k < 0; i++)
+                if (X.h[i].site == site && xp_set_equal(X.p, X.h[i].set, out->set))
+                    k = i;
+            if (k < 0 || ns >= 1024) {
+                rc = ein_fail(L->err, EIN_EINVAL, "exchange of '%s': OUT %d not held at %d",
+                              nd->name, o, site);
+                goto done;
+            }
+            int buf = materialise(L, &X, k, u, opname);
+            if (buf < 0) {
+                rc = buf;
+                goto done;
+            }
+            srcs[ns++] = buf;
+        }
+        if (ns == 1 && ein_box_equal(&L->progs[site]->buffers[srcs[0]].box, &need[b])) {
+            need_buf[b] = srcs[0];
+            continue;
+        }
+        int nb = new_buf(L, site, nd->dtype, &need[b]);
+        if (nb < 0) {
+            rc = nb;
+            goto done;
+        }
+        ein_instr ins = {.kind = EIN_I_CONCAT, .srcs = srcs, .nsrcs = ns, .dst = nb};
+        set_op(&ins, opname, nd->name);
+        if ((rc = emit(L, site, &ins)) < 0)
+            goto done;
+        need_buf[b] = nb;
+    }
+done:
+    for (int i = 0; i < X.nh; i++)
+        free(X.h[i].set);
+    free(X.h);
+    free(X.atoms);
+    xp_program_free(X.p);
+    free(have);
+    free(have_site);
+    free(fired);
+    free(cand);
+    free(cidx);
+    free(pick);
+    return rc < 0 ? rc : 0;
+}
+
+/* Distinct output blocks of a plan node and the device storing each. */
+static int output_blocks(const pl_choice *c, ein_box *boxes, int *sites)
+{
+    int n = 0;
+    for (int f = 0; f < c->spec.nparts; f++) {
+        int dup = 0;
+        for (int i = 0; i < n && !dup; i++)
+            dup = ein_box_equal(&boxes[i], &c->spec.f[f].out);
+        if (!dup) {
+            boxes[n] = c->spec.f[f].out;
+            sites[n++] = f;
+        }
+    }
+    return n;
+}
+
+uint64_t co_output_devices(const pl_plan *plan, int node)
+{
+    const pl_choice *c = &plan->nodes[node];
+    uint64_t mask = 0;
+    for (int f = 0; f < c->spec.nparts; f++) {
+        int first = 1;
+        for (int e = 0; e < f && first; e++)
+            first = !ein_box_equal(&c->spec.f[e].out, &c->spec.f[f].out);
+        if (first && f < 64)
+            mask |= 1ULL << f;
+    }
+    return mask;
+}
+
+static int lower_node(lw *L, int v)
+{
+    const pl_node *nd = pl_graph_node(L->g, v);
+    const pl_choice *c = &L->plan->nodes[v];
+    int p = c->spec.nparts, rc = 0;
+    int *inbuf = malloc(sizeof(int) * (size_t)p * PL_MAX_INPUTS);
+    ein_box *need = malloc(sizeof *need * (size_t)p);
+    int *site = malloc(sizeof(int) * (size_t)p), *nbuf = malloc(sizeof(int) * (size_t)p);
+    if (!inbuf || !need || !site || !nbuf) {
+        rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+        goto done;
+    }
+    for (int k = 0; k < nd->ninputs; k++) {
+        int u = nd->inputs[k];
+        if (pl_graph_node(L->g, u)->kind == PL_INPUT) {
+            for (int f = 0; f < p; f++) {
+                int b = load_block(L, u, &c->spec.f[f].in[k], f);
+                if (b < 0) {
+                    rc = b;
+                    goto done;
+                }
+                inbuf[f * PL_MAX_INPUTS + k] = b;
+            }
+            continue;
+        }
+        for (int f = 0; f < p; f++) {
+            need[f] = c->spec.f[f].in[k];
+            site[f] = f;
+        }
+        if ((rc = lower_exchange(L, u, nd->name, need, site, p, nbuf)) < 0)
+            goto done;
+        for (int f = 0; f < p; f++)
+            inbuf[f * PL_MAX_INPUTS + k] = nbuf[f];
+    }
+    for (int f = 0; f < p; f++) {
+        int out = new_buf(L, f, nd->dtype, &c->spec.f[f].out);
+        if (out < 0) {
+            rc = out;
+            goto done;
+        }
+        int32_t srcs[PL_MAX_INPUTS];
+        for (int k = 0; k < nd->ninputs; k++)
+            srcs[k] = inbuf[f * PL_MAX_INPUTS + k];
+        ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = nd->ninputs, .dst = out,
+                         .kernel = nd->kernel};
+        set_op(&ins, nd->name, NULL);
+        if ((rc = emit(L, f, &ins)) < 0)
+            goto done;
+        L->partial[v * L->ndev + f] = out;
+    }
+    if (nd->saved) {
+        int n = output_blocks(c, need, site);
+        if ((rc = lower_exchange(L, v, "save", need, site, n, nbuf)) < 0)
+            goto done;
+        for (int b = 0; b < n; b++) {
+            int32_t src = nbuf[b];
+            ein_instr ins = {.kind = EIN_I_STORE, .srcs = &src, .nsrcs = 1, .dst = -1,
+                             .rank = nd->rank};
+            memcpy(ins.shape, nd->shape, sizeof ins.shape);
+            ins.path = (char *)L->o->output_path[v];
+            set_op(&ins, nd->name, NULL);
+            if ((rc = emit(L, site[b], &ins)) < 0)
+                goto done;
+        }
+    }
+done:
+    free(inbuf);
+    free(need);
+    free(site);
+    free(nbuf);
+    return rc < 0 ? rc : 0;
+}
+
+int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
+             ein_program ***progs_out, co_lower_stats *stats, ein_error *err)
+{
+    co_lower_stats st_local = {0};
+    lw L = {.g = g, .plan = plan, .o = opts, .ndev = opts->ndev, .err = err,
+            .st = stats ? stats : &st_local};
+    memset(L.st, 0, sizeof *L.st);
+    int rc = 0;
+    if (plan->p != opts->ndev)
+        return ein_fail(err, EIN_EINVAL, "plan for %d devices lowered onto %d", plan->p, opts->ndev);
+    L.progs = calloc((size_t)L.ndev, sizeof *L.progs);
+    L.producer = calloc((size_t)L.ndev, sizeof *L.producer);
+    L.cap_producer = calloc((size_t)L.ndev, sizeof(int));
+    L.partial = malloc(sizeof(int) * (size_t)g->nnodes * (size_t)L.ndev + 1);
+    if (!L.progs || !L.producer || !L.cap_producer || !L.partial) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory while lowering");
+        goto done;
+    }
+    for (int i = 0; i < g->nnodes * L.ndev; i++)
+        L.partial[i] = -1;
+    for (int d = 0; d < L.ndev; d++)
+        if (!(L.progs[d] = ein_program_new(d, L.ndev))) {
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory while lowering");
+            goto done;
+        }
+    for (int v = 0; v < g->nnodes && rc == 0; v++)
+        if (plan->nodes[v].planned)
+            rc = lower_node(&L, v);
+    for (int d = 0; d < L.ndev && rc == 0; d++)
+        if ((rc = ein_program_validate(L.progs[d], err)) < 0)
+            ein_error_prefix(err, "internal error: program of device %d", d);
+done:
+    if (L.producer)
+        for (int d = 0; d < L.ndev; d++)
+            free(L.producer[d]);
+    free(L.producer);
+    free(L.cap_producer);
+    free(L.partial);
+    free(L.loads);
+    if (rc < 0) {
+        co_programs_free(L.progs, L.ndev);
+        return rc;
+    }
+    *progs_out = L.progs;
+    return 0;
+}
+
+void co_programs_free(ein_program **progs, int ndev)
+{
+    if (!progs)
+        return;
+    for (int d = 0; d < ndev; d++)
+        ein_program_free(progs[d]);
+    free(progs);
+}

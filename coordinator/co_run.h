@@ -1,1 +1,36 @@
-/* coordinator/co_run.h — placeholder */
+/* coordinator/co_run.h — spawn one worker per device, dispatch, supervise.
+ *
+ * co_run() creates a private run directory (mode 0700) holding every ipc://
+ * socket, binds a ROUTER there, starts `ndev` einworker processes, sends
+ * each its Program when it first speaks, starts them together once all have
+ * loaded, and waits for DONE from all. It watches the workers the whole
+ * time: a worker that exits early or dies from a signal (seen through
+ * SIGCHLD on a signalfd in the poll loop), that reports an ERROR, that sends
+ * a malformed message, or that stays silent past `worker_timeout` ends the
+ * run with one message naming the device, pid, instruction and operator.
+ * Whatever happens, on return no worker is running and the run directory
+ * and every shared-memory segment of the run are gone.
+ *
+ * `stats` (may be NULL) receives ndev entries, owned by the caller. */
+#ifndef CO_RUN_H
+#define CO_RUN_H
+
+#include "common/ein_error.h"
+#include "common/ein_program.h"
+
+typedef struct co_run_opts {
+    const char *worker_path;    /* einworker binary */
+    double worker_timeout;      /* seconds of silence before a worker counts as hung */
+    double timeout;             /* whole run, seconds; 0 = none */
+    int verbose;
+} co_run_opts;
+
+typedef struct co_worker_stats {
+    long pid;
+    double total, kernel, copy, wait;   /* seconds, as the worker measured them */
+} co_worker_stats;
+
+int co_run(ein_program *const *progs, int ndev, const co_run_opts *opts,
+           co_worker_stats *stats, ein_error *err);
+
+#endif

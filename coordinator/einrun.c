@@ -1,1 +1,480 @@
-int main(void) { return 0; }
+/* coordinator/einrun.c — the main command: plan a .ein program over N
+ * devices, run it with one worker per device, save the results. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "common/ein_npy.h"
+#include "coordinator/co_lower.h"
+#include "coordinator/co_run.h"
+#include "planner/pl_optimize.h"
+#include "planner/pl_parse.h"
+
+#define MAX_DEVICES 64
+#define MAX_BINDINGS 256
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: einrun [options] PLAN.ein\n"
+"\n"
+"Plan the computation in PLAN.ein over N devices (join-agg specs chosen by a\n"
+"dynamic program, exchanges synthesised per tensor), run it with one worker\n"
+"process per device, and write every saved tensor to a .npy file.\n"
+"\n"
+"Devices:\n"
+"  --gpus LIST          devices to use, e.g. 0-3, 0,2,5 or 0-1,4 (default: 0).\n"
+"                       Without a usable GPU (the CUDA backend is not built yet)\n"
+"                       the same number of CPU devices runs instead, and einrun\n"
+"                       says so on stderr.\n"
+"  --cpu N              run on N CPU devices (worker processes, shared memory).\n"
+"Data:\n"
+"  --input NAME=FILE    read input NAME from FILE.npy (shape and dtype must\n"
+"                       match the program). Inputs not given are generated from\n"
+"                       --seed, the same values whatever the device count.\n"
+"  --output NAME=FILE   write saved tensor NAME to FILE (default: NAME.npy in\n"
+"                       the current directory). Files appear only if the run\n"
+"                       succeeds.\n"
+"  --seed S             seed for generated inputs (default: 1).\n"
+"Planning:\n"
+"  --selector dp|greedy|random   how specs are chosen (default: dp).\n"
+"  --plan-seed S        seed of the random selector (default: 1).\n"
+"  --explain            print the chosen spec and costs of every operator.\n"
+"Supervision:\n"
+"  --worker-timeout S   a worker silent this long counts as hung (default: 60).\n"
+"  --timeout S          stop the whole run after S seconds (default: none).\n"
+"  --worker PATH        the einworker binary (default: next to einrun).\n"
+"Other:\n"
+"  -v, --verbose        per-device timings and lowering statistics.\n"
+"  -h, --help           this text.   --version   the version.\n"
+"\n"
+"Exit status: 0 success, 1 the run failed (the message names the device,\n"
+"worker pid, instruction and operator), 2 bad usage or bad input.\n");
+}
+
+typedef struct binding {
+    char *name;
+    char *path;
+} binding;
+
+/* "0-3", "0,2,5", "0-1,4": returns the device count or -1. */
+static int parse_devices(const char *s, int *ids, int max)
+{
+    int n = 0;
+    const char *p = s;
+    if (!*p)
+        return -1;
+    for (;;) {
+        char *end;
+        if (*p < '0' || *p > '9')
+            return -1;
+        errno = 0;
+        long a = strtol(p, &end, 10), b = a;
+        if (errno || a > 1023)
+            return -1;
+        p = end;
+        if (*p == '-') {
+            p++;
+            if (*p < '0' || *p > '9')
+                return -1;
+            b = strtol(p, &end, 10);
+            if (errno || b > 1023 || b < a)
+                return -1;
+            p = end;
+        }
+        for (long i = a; i <= b; i++) {
+            if (n >= max)
+                return -2;
+            ids[n++] = (int)i;
+        }
+        if (*p == '\0')
+            return n;
+        if (*p != ',')
+            return -1;
+        p++;
+    }
+}
+
+static int parse_binding(const char *arg, binding *b)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg || !eq[1])
+        return -1;
+    b->name = strndup(arg, (size_t)(eq - arg));
+    b->path = strdup(eq + 1);
+    return b->name && b->path ? 0 : -1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int gpu_visible(void)
+{
+    struct stat st;
+    return stat("/dev/nvidia0", &st) == 0 || stat("/dev/nvidiactl", &st) == 0;
+}
+
+static int find_worker(char *out, size_t len)
+{
+    const char *env = getenv("EINWORKER");
+    if (env && *env) {
+        snprintf(out, len, "%s", env);
+        return access(out, X_OK);
+    }
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash && (size_t)(slash - self) + sizeof "/einworker" <= len) {
+            memcpy(slash, "/einworker", sizeof "/einworker");
+            snprintf(out, len, "%.*s", (int)len - 1, self);
+            if (access(out, X_OK) == 0)
+                return 0;
+        }
+    }
+    return -1;
+}
+
+static void explain(const pl_graph *g, const pl_plan *plan)
+{
+    fprintf(stderr, "plan for %d devices (selector %s), cost %.0f elements:\n", plan->p,
+            pl_selector_name(plan->selector), plan->total);
+    for (int v = 0; v < g->nnodes; v++) {
+        const pl_choice *c = &plan->nodes[v];
+        if (!c->planned)
+            continue;
+        pl_index idx[PL_MAX_INDICES];
+        char spec[256];
+        pl_op_indices(g, v, idx, NULL);
+        fprintf(stderr, "  %-12s %-24s repartition %.0f  join %.0f  aggregation %.0f\n",
+                pl_graph_node(g, v)->name, pl_spec_format(&c->spec, idx, spec, sizeof spec),
+                c->repart, c->join, c->agg);
+    }
+}
+
+static void devices_text(uint64_t mask, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int d = 0; d < 64 && n < len; d++)
+        if (mask & (1ULL << d))
+            n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? ", " : "", d);
+}
+
+int main(int argc, char **argv)
+{
+    int ids[MAX_DEVICES], ndev = 1, use_cpu = 0, verbose = 0, do_explain = 0;
+    const char *gpus_arg = "0";
+    uint64_t seed = 1, plan_seed = 1;
+    pl_selector sel = PL_SELECT_DP;
+    double worker_timeout = 60, timeout = 0;
+    const char *worker_opt = NULL;
+    binding inputs[MAX_BINDINGS], outputs[MAX_BINDINGS];
+    int ninputs = 0, noutputs = 0;
+    ids[0] = 0;
+
+    static const struct option opts[] = {
+        {"gpus", required_argument, 0, 'g'},
+        {"cpu", required_argument, 0, 'c'},
+        {"input", required_argument, 0, 'i'},
+        {"output", required_argument, 0, 'o'},
+        {"seed", required_argument, 0, 's'},
+        {"selector", required_argument, 0, 'S'},
+        {"plan-seed", required_argument, 0, 'P'},
+        {"explain", no_argument, 0, 'e'},
+        {"worker-timeout", required_argument, 0, 'W'},
+        {"timeout", required_argument, 0, 'T'},
+        {"worker", required_argument, 0, 'w'},
+        {"verbose", no_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},
+        {0, 0, 0, 0},
+    };
+    int c;
+    char *end;
+    while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'g':
+            gpus_arg = optarg;
+            use_cpu = 0;
+            ndev = parse_devices(optarg, ids, MAX_DEVICES);
+            if (ndev == -2) {
+                fprintf(stderr, "einrun: --gpus '%s': at most %d devices\n", optarg, MAX_DEVICES);
+                return 2;
+            }
+            if (ndev < 0) {
+                fprintf(stderr, "einrun: --gpus '%s': expected a device list like 0-3, 0,2,5 or 0-1,4\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'c':
+            errno = 0;
+            ndev = (int)strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || ndev < 1 || ndev > MAX_DEVICES) {
+                fprintf(stderr, "einrun: --cpu '%s': expected a device count from 1 to %d\n", optarg,
+                        MAX_DEVICES);
+                return 2;
+            }
+            use_cpu = 1;
+            break;
+        case 'i':
+        case 'o': {
+            binding *b = c == 'i' ? &inputs[ninputs] : &outputs[noutputs];
+            if ((c == 'i' ? ninputs : noutputs) >= MAX_BINDINGS || parse_binding(optarg, b) < 0) {
+                fprintf(stderr, "einrun: --%s '%s': expected NAME=FILE.npy\n",
+                        c == 'i' ? "input" : "output", optarg);
+                return 2;
+            }
+            if (c == 'i')
+                ninputs++;
+            else
+                noutputs++;
+            break;
+        }
+        case 's':
+        case 'P':
+            errno = 0;
+            *(c == 's' ? &seed : &plan_seed) = strtoull(optarg, &end, 10);
+            if (errno || *end || end == optarg || optarg[0] == '-') {
+                fprintf(stderr, "einrun: --%s '%s': expected a non-negative integer\n",
+                        c == 's' ? "seed" : "plan-seed", optarg);
+                return 2;
+            }
+            break;
+        case 'S':
+            if (pl_selector_parse(optarg, &sel) < 0) {
+                fprintf(stderr, "einrun: --selector '%s': expected dp, greedy or random\n", optarg);
+                return 2;
+            }
+            break;
+        case 'e': do_explain = 1; break;
+        case 'W':
+        case 'T': {
+            double v = strtod(optarg, &end);
+            if (*end || end == optarg || !(v >= 0) || v > 1e7) {
+                fprintf(stderr, "einrun: --%s '%s': expected seconds\n",
+                        c == 'W' ? "worker-timeout" : "timeout", optarg);
+                return 2;
+            }
+            if (c == 'W')
+                worker_timeout = v;
+            else
+                timeout = v;
+            break;
+        }
+        case 'w': worker_opt = optarg; break;
+        case 'v': verbose = 1; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("einrun %s\n", PACKAGE_VERSION); return 0;
+        default:
+            fprintf(stderr, "Try 'einrun --help'.\n");
+            return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "einrun: %s\nTry 'einrun --help'.\n",
+                optind >= argc ? "no program given (expected PLAN.ein)" : "more than one program given");
+        return 2;
+    }
+    const char *path = argv[optind];
+    int status = 2;
+    ein_error err = {0};
+    pl_graph *g = NULL;
+    pl_plan *plan = NULL;
+    ein_program **progs = NULL;
+    const char **in_path = NULL, **out_path = NULL;
+    char **tmp_path = NULL, **owned = NULL;
+    co_worker_stats *wstats = NULL;
+
+    if (pl_ein_parse_file(path, &g, &err) < 0) {
+        fprintf(stderr, "einrun: %s\n", err.msg);
+        goto done;
+    }
+    in_path = calloc((size_t)g->nnodes, sizeof *in_path);
+    out_path = calloc((size_t)g->nnodes, sizeof *out_path);
+    tmp_path = calloc((size_t)g->nnodes, sizeof *tmp_path);
+    owned = calloc((size_t)g->nnodes, sizeof *owned);
+    wstats = calloc((size_t)ndev, sizeof *wstats);
+    if (!in_path || !out_path || !tmp_path || !owned || !wstats) {
+        fprintf(stderr, "einrun: out of memory\n");
+        goto done;
+    }
+    for (int i = 0; i < ninputs; i++) {
+        int v = pl_graph_find(g, inputs[i].name);
+        const pl_node *nd = v >= 0 ? pl_graph_node(g, v) : NULL;
+        if (!nd || nd->kind != PL_INPUT) {
+            fprintf(stderr, "einrun: --input %s: %s has no input named '%s'\n", inputs[i].name, path,
+                    inputs[i].name);
+            goto done;
+        }
+        ein_npy_info info;
+        if (ein_npy_read_info(inputs[i].path, &info, &err) < 0) {
+            fprintf(stderr, "einrun: --input %s: %s\n", inputs[i].name, err.msg);
+            goto done;
+        }
+        int same = info.rank == nd->rank;
+        for (int a = 0; same && a < nd->rank; a++)
+            same = info.shape[a] == nd->shape[a];
+        if (!same || info.dtype != nd->dtype) {
+            char want[256] = "", got[256] = "";
+            size_t n = 0;
+            for (int a = 0; a < nd->rank; a++)
+                n += (size_t)snprintf(want + n, sizeof want - n, "%s%lld", a ? ", " : "",
+                                      (long long)nd->shape[a]);
+            n = 0;
+            for (int a = 0; a < info.rank; a++)
+                n += (size_t)snprintf(got + n, sizeof got - n, "%s%lld", a ? ", " : "",
+                                      (long long)info.shape[a]);
+            fprintf(stderr, "einrun: --input %s: %s is %s [%s] but input %s is %s [%s]\n",
+                    inputs[i].name, inputs[i].path, ein_dtype_name(info.dtype), got, nd->name,
+                    ein_dtype_name(nd->dtype), want);
+            goto done;
+        }
+        in_path[v] = inputs[i].path;
+    }
+    for (int i = 0; i < noutputs; i++) {
+        int v = pl_graph_find(g, outputs[i].name);
+        if (v < 0 || !pl_graph_node(g, v)->saved) {
+            fprintf(stderr, "einrun: --output %s: %s saves no tensor named '%s'\n", outputs[i].name,
+                    path, outputs[i].name);
+            goto done;
+        }
+        out_path[v] = outputs[i].path;
+    }
+
+    if (!use_cpu)
+        fprintf(stderr, "einrun: %s; running %d CPU device%s for --gpus %s\n",
+                gpu_visible() ? "the CUDA backend is not built yet" : "no GPU visible", ndev,
+                ndev == 1 ? "" : "s", gpus_arg);
+
+    char worker[PATH_MAX];
+    if (worker_opt)
+        snprintf(worker, sizeof worker, "%s", worker_opt);
+    else if (find_worker(worker, sizeof worker) < 0) {
+        fprintf(stderr, "einrun: cannot find the einworker binary next to einrun; use --worker PATH\n");
+        goto done;
+    }
+    if (access(worker, X_OK) < 0) {
+        fprintf(stderr, "einrun: --worker %s: %s\n", worker, strerror(errno));
+        goto done;
+    }
+
+    double t0 = now_s();
+    if (pl_plan_make(g, ndev, sel, plan_seed, &plan, &err) < 0) {
+        fprintf(stderr, "einrun: cannot plan %s for %d devices: %s\n", path, ndev, err.msg);
+        goto done;
+    }
+    if (do_explain)
+        explain(g, plan);
+
+    /* Saved tensors go to temporary files renamed only on success. */
+    status = 1;
+    for (int v = 0; v < g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(g, v);
+        if (!nd->saved)
+            continue;
+        if (!out_path[v]) {
+            if (!(owned[v] = malloc(strlen(nd->name) + 5)))
+                goto done;
+            sprintf(owned[v], "%s.npy", nd->name);
+            out_path[v] = owned[v];
+        }
+        size_t len = strlen(out_path[v]) + 48;
+        if (!(tmp_path[v] = malloc(len)))
+            goto done;
+        snprintf(tmp_path[v], len, "%s.einrun-tmp-%ld", out_path[v], (long)getpid());
+        if (ein_npy_create(tmp_path[v], nd->dtype, nd->rank, nd->shape, &err) < 0) {
+            fprintf(stderr, "einrun: cannot write %s: %s\n", out_path[v], err.msg);
+            free(tmp_path[v]);
+            tmp_path[v] = NULL;
+            status = 2;
+            goto done;
+        }
+    }
+    co_lower_opts lo = {.ndev = ndev, .seed = seed, .input_path = in_path, .output_path = (const char *const *)tmp_path};
+    co_lower_stats ls;
+    if (co_lower(g, plan, &lo, &progs, &ls, &err) < 0) {
+        fprintf(stderr, "einrun: cannot lower the plan: %s\n", err.msg);
+        goto done;
+    }
+    double t_plan = now_s() - t0;
+    co_run_opts ro = {.worker_path = worker, .worker_timeout = worker_timeout, .timeout = timeout,
+                      .verbose = verbose};
+    double t1 = now_s();
+    if (co_run(progs, ndev, &ro, wstats, &err) < 0) {
+        fprintf(stderr, "einrun: run failed: %s\n", err.msg);
+        goto done;
+    }
+    double t_run = now_s() - t1;
+    for (int v = 0; v < g->nnodes; v++) {
+        if (!tmp_path[v])
+            continue;
+        if (rename(tmp_path[v], out_path[v]) < 0) {
+            fprintf(stderr, "einrun: cannot rename %s to %s: %s\n", tmp_path[v], out_path[v],
+                    strerror(errno));
+            goto done;
+        }
+        free(tmp_path[v]);
+        tmp_path[v] = NULL;
+    }
+    status = 0;
+    for (int v = 0; v < g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(g, v);
+        if (!nd->saved)
+            continue;
+        char shape[256] = "", devs[256];
+        size_t n = 0;
+        for (int a = 0; a < nd->rank; a++)
+            n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", a ? ", " : "",
+                                  (long long)nd->shape[a]);
+        devices_text(co_output_devices(plan, v), devs, sizeof devs);
+        fprintf(stdout, "saved %s [%s] %s to %s (blocks written by device%s %s)\n", nd->name, shape,
+                ein_dtype_name(nd->dtype), out_path[v], strchr(devs, ',') ? "s" : "", devs);
+    }
+    if (verbose) {
+        fprintf(stderr, "planned and lowered in %.3f s: %d instructions, %d exchanges, %d copies (%.0f bytes)\n",
+                t_plan, ls.ninstrs, ls.nexchanges, ls.ncopies, ls.copy_bytes);
+        fprintf(stderr, "ran in %.3f s\n", t_run);
+        for (int d = 0; d < ndev; d++)
+            fprintf(stderr, "  device %d (pid %ld): %.3f s total, %.3f kernels, %.3f copies, %.3f waiting\n",
+                    d, wstats[d].pid, wstats[d].total, wstats[d].kernel, wstats[d].copy, wstats[d].wait);
+    }
+done:
+    for (int v = 0; g && tmp_path && v < g->nnodes; v++)
+        if (tmp_path[v]) {
+            unlink(tmp_path[v]);
+            free(tmp_path[v]);
+        }
+    for (int v = 0; g && owned && v < g->nnodes; v++)
+        free(owned[v]);
+    free(tmp_path);
+    free(owned);
+    co_programs_free(progs, ndev);
+    pl_plan_free(plan);
+    pl_graph_free(g);
+    free(in_path);
+    free(out_path);
+    free(wstats);
+    for (int i = 0; i < ninputs; i++) {
+        free(inputs[i].name);
+        free(inputs[i].path);
+    }
+    for (int i = 0; i < noutputs; i++) {
+        free(outputs[i].name);
+        free(outputs[i].path);
+    }
+    return status;
+}

@@ -1,1 +1,33 @@
-/* exchange/xp_atoms.h — placeholder */
+/* exchange/xp_atoms.h — atoms by overlay and the exchange preamble (§5.3).
+ *
+ * The producer of a tensor left (possibly unaggregated) blocks on known
+ * sites; the consumer needs blocks on its own sites. Overlaying both
+ * families (every lower and upper bound of each, per dimension) gives a grid
+ * whose cells are the atoms: every existing and every required block is a
+ * disjoint union of atoms. Only cells inside some required block are kept.
+ *
+ * xp_preamble_make then writes the program's IN (one entry per copy of
+ * each atom, at the copy's site, sized from the dtype) and OUT (for each
+ * required block, the aggregate of all copies of each of its atoms at the
+ * block's site).
+ *
+ * Ownership: *atoms is malloc'd and owned by the caller; *prog is a new
+ * program (xp_program_free). */
+#ifndef XP_ATOMS_H
+#define XP_ATOMS_H
+
+#include <stddef.h>
+
+#include "common/ein_box.h"
+#include "common/ein_error.h"
+#include "exchange/xp_program.h"
+
+int xp_atoms_overlay(const ein_box *have, int nhave, const ein_box *need, int nneed,
+                     ein_box **atoms, int *natoms, ein_error *err);
+
+int xp_preamble_make(const ein_box *have, const int *have_site, int nhave,
+                     const ein_box *need, const int *need_site, int nneed,
+                     size_t elem_bytes, int ngpus, ein_box **atoms, int *natoms,
+                     xp_program **prog, ein_error *err);
+
+#endif

@@ -18,6 +18,10 @@
 #include "common/ein_error.h"
 #include "common/ein_program.h"
 
+/* The largest size of one dimension (2^40): far above any real tensor, and
+ * low enough that sums and products of a few sizes stay well inside int64. */
+#define PL_DIM_MAX ((int64_t)1 << 40)
+
 typedef enum pl_node_kind {
     PL_INPUT = 0,
     PL_EINSUM,   /* kernel.subscripts; 1 or 2 inputs */
@@ -41,7 +45,29 @@ typedef struct pl_node {
 typedef struct pl_graph {
     pl_node *nodes;
     int nnodes, cap;
+    /* Name index (private to pl_graph.c): open addressing, slot = id + 1,
+     * 0 = empty; covers nodes[0..index_n). Rebuilt when stale, so a graph
+     * zero-initialised or extended by hand still works; node names must not
+     * change once added. */
+    int *index;
+    int index_cap, index_n;
 } pl_graph;
+
+/* Einsum subscripts split into letters, e.g. "bij,bjk->bik". */
+typedef struct pl_einsum_sub {
+    int nops;                       /* 1 or 2 operands */
+    int rank[2];                    /* letters per operand */
+    char ops[2][EIN_MAX_RANK];      /* 'a'..'z', not NUL-terminated */
+    int out_rank;
+    char out[EIN_MAX_RANK];
+} pl_einsum_sub;
+
+/* Check and split subscripts: explicit "->", letters a-z only (no spaces),
+ * 1 or 2 operands of 1..EIN_MAX_RANK letters, no letter repeated within an
+ * operand or within the output, every output letter in some operand, and
+ * 1..EIN_MAX_RANK output letters (rank-0 results are not supported). Fails
+ * with EIN_EINVAL and a message quoting the subscripts; *out untouched. */
+int pl_einsum_parse(const char *subscripts, pl_einsum_sub *out, ein_error *err);
 
 pl_graph *pl_graph_new(void);               /* NULL on allocation failure */
 void pl_graph_free(pl_graph *g);

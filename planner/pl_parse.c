@@ -1,2 +1,868 @@
-/* planner/pl_parse.c — placeholder until implemented. */
-typedef int placeholder_pl_parse;
+/* planner/pl_parse.c — the .ein language, version 1; the reference is
+ * docs/ein-language.md.
+ *
+ * The program is read one line at a time: the line's bytes are checked (NUL,
+ * UTF-8, length), cut into tokens, and parsed as exactly one statement.
+ * A statement never spans lines, so every error has a precise line and the
+ * column of the token at fault. Operators are built through the pl_graph
+ * builders, which own shape inference; their messages are given the
+ * position of the operator call. The first error ends the parse. */
+#include "planner/pl_parse.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PL_LINE_MAX 4096                    /* bytes per line, newline excluded */
+#define PL_PROGRAM_NODES_MAX 100000         /* tensors per program */
+#define PL_TEXT_MAX ((size_t)16 << 20)      /* bytes per program */
+#define PL_ARGS_MAX 8                       /* more than any operator takes */
+
+typedef enum tok_kind { T_EOL, T_IDENT, T_NUM, T_STR, T_PUNCT } tok_kind;
+
+typedef struct tok {
+    tok_kind kind;
+    const char *s;      /* the text; for T_STR the contents, quotes excluded */
+    int len;
+    int col;            /* 1-based column of the first byte (the quote of a string) */
+} tok;
+
+typedef struct dim_def {
+    char name[EIN_NAME_MAX];
+    int64_t size;
+    int line;
+} dim_def;
+
+typedef struct parser {
+    const char *file;
+    ein_error *err;
+    pl_graph *g;
+    int line;
+    tok *toks;          /* the current line: at most one token per byte, then T_EOL */
+    int ntok, pos;
+    dim_def *dims;      /* dims table with an open-addressing index (slot = i + 1) */
+    int ndims, capdims;
+    int *dim_index;
+    int dim_index_cap;
+    ein_dtype dtype;    /* for later inputs, set by `dtype` */
+    int nstatements, nsaves;
+    char scratch[PL_LINE_MAX + 1];
+} parser;
+
+typedef enum op_kind { OP_MATMUL, OP_EINSUM, OP_UNARY, OP_SCALE, OP_BINARY } op_kind;
+
+typedef struct op_def {
+    const char *name;
+    op_kind kind;
+    int code;           /* ein_unary or ein_binary */
+    int min_args, max_args;
+    const char *usage;
+} op_def;
+
+static const op_def ops[] = {
+    {"matmul", OP_MATMUL, 0, 2, 2, "matmul(a, b)"},
+    {"einsum", OP_EINSUM, 0, 2, 3, "einsum(\"ij,jk->ik\", a, b) or einsum(\"ij->j\", a)"},
+    {"relu", OP_UNARY, EIN_UN_RELU, 1, 1, "relu(x)"},
+    {"silu", OP_UNARY, EIN_UN_SILU, 1, 1, "silu(x)"},
+    {"gelu", OP_UNARY, EIN_UN_GELU, 1, 1, "gelu(x)"},
+    {"exp", OP_UNARY, EIN_UN_EXP, 1, 1, "exp(x)"},
+    {"neg", OP_UNARY, EIN_UN_NEG, 1, 1, "neg(x)"},
+    {"scale", OP_SCALE, EIN_UN_SCALE, 2, 2, "scale(x, 0.5)"},
+    {"add", OP_BINARY, EIN_BIN_ADD, 2, 2, "add(a, b)"},
+    {"sub", OP_BINARY, EIN_BIN_SUB, 2, 2, "sub(a, b)"},
+    {"mul", OP_BINARY, EIN_BIN_MUL, 2, 2, "mul(a, b)"},
+};
+#define NOPS ((int)(sizeof ops / sizeof ops[0]))
+#define OP_LIST "matmul, einsum, relu, silu, gelu, exp, neg, scale, add, sub, mul"
+
+static const char *const keywords[] = {"dims", "dtype", "input", "save"};
+
+/* ---- errors and tokens --------------------------------------------------- */
+
+static int perr(parser *p, int code, int col, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int perr(parser *p, int code, int col, const char *fmt, ...)
+{
+    char msg[EIN_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return ein_fail_at(p->err, code, p->file, p->line, col, "%s", msg);
+}
+
+/* How a token reads in a message; long tokens are cut. */
+static const char *tok_desc(const tok *t, char *buf, size_t n)
+{
+    int len = t->len > 40 ? 40 : t->len;
+    const char *more = t->len > 40 ? "..." : "";
+    switch (t->kind) {
+    case T_EOL: snprintf(buf, n, "end of line"); break;
+    case T_IDENT: snprintf(buf, n, "'%.*s%s'", len, t->s, more); break;
+    case T_NUM: snprintf(buf, n, "number '%.*s%s'", len, t->s, more); break;
+    case T_STR: snprintf(buf, n, "string \"%.*s%s\"", len, t->s, more); break;
+    case T_PUNCT: snprintf(buf, n, "'%c'", t->s[0]); break;
+    }
+    return buf;
+}
+#define DESC(t) tok_desc((t), (char[64]){0}, 64)
+
+static int tok_is(const tok *t, const char *word)
+{
+    return t->kind == T_IDENT && (size_t)t->len == strlen(word) && memcmp(t->s, word, (size_t)t->len) == 0;
+}
+
+static int tok_punct(const tok *t, char c)
+{
+    return t->kind == T_PUNCT && t->s[0] == c;
+}
+
+static const tok *peek(const parser *p)
+{
+    return &p->toks[p->pos];
+}
+
+/* The current token; never moves past the end of the line. */
+static const tok *next(parser *p)
+{
+    const tok *t = &p->toks[p->pos];
+    if (t->kind != T_EOL)
+        p->pos++;
+    return t;
+}
+
+static int is_reserved(const tok *t)
+{
+    for (size_t i = 0; i < sizeof keywords / sizeof keywords[0]; i++)
+        if (tok_is(t, keywords[i]))
+            return 1;
+    for (int i = 0; i < NOPS; i++)
+        if (tok_is(t, ops[i].name))
+            return 1;
+    return 0;
+}
+
+/* ---- bytes and tokens of one line ---------------------------------------- */
+
+static int is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+static int is_alnum(char c) { return is_alpha(c) || is_digit(c); }
+
+/* Reject NUL bytes, invalid UTF-8 (overlong forms, surrogates, > U+10FFFF,
+ * truncated sequences) and over-long lines. Valid non-ASCII text passes
+ * here; the lexer then allows it only in comments. */
+static int check_line_bytes(parser *p, const unsigned char *b, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned c = b[i];
+        if (c == 0)
+            return perr(p, EIN_EPARSE, (int)i + 1, "NUL byte; a .ein program is text");
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t need = 0;
+        uint32_t cp = 0, min = 0;
+        if (c >= 0xc2 && c <= 0xdf)
+            need = 1, cp = c & 0x1f, min = 0x80;
+        else if (c >= 0xe0 && c <= 0xef)
+            need = 2, cp = c & 0x0f, min = 0x800;
+        else if (c >= 0xf0 && c <= 0xf4)
+            need = 3, cp = c & 0x07, min = 0x10000;
+        int ok = need > 0;
+        for (size_t k = 1; ok && k <= need; k++) {
+            if (i + k >= n || (b[i + k] & 0xc0) != 0x80)
+                ok = 0;
+            else
+                cp = (cp << 6) | (b[i + k] & 0x3f);
+        }
+        if (ok && (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)))
+            ok = 0;
+        if (!ok)
+            return perr(p, EIN_EPARSE, (int)i + 1,
+                        "invalid UTF-8 byte 0x%02x; a .ein program must be valid UTF-8", c);
+        i += need + 1;
+    }
+    if (n > PL_LINE_MAX)
+        return perr(p, EIN_EPARSE, PL_LINE_MAX + 1,
+                    "line is %zu bytes long; expected at most %d bytes per line", n, PL_LINE_MAX);
+    return 0;
+}
+
+static int lex_line(parser *p, const char *b, int n)
+{
+    int i = 0, last_end = 0;
+    p->ntok = p->pos = 0;
+    while (i < n) {
+        char c = b[i];
+        if (c == ' ' || c == '\t') {
+            i++;
+            continue;
+        }
+        if (c == '#')
+            break;
+        tok *t = &p->toks[p->ntok];
+        int j = i + 1;
+        t->col = i + 1;
+        t->s = b + i;
+        if ((unsigned char)c >= 0x80)
+            return perr(p, EIN_EPARSE, i + 1, "non-ASCII character outside a comment; "
+                        "expected ASCII (only comments may contain other text)");
+        if (is_alpha(c)) {
+            while (j < n && is_alnum(b[j]))
+                j++;
+            t->kind = T_IDENT;
+        } else if (is_digit(c) || c == '.' ||
+                   ((c == '+' || c == '-') && i + 1 < n && (is_digit(b[i + 1]) || b[i + 1] == '.'))) {
+            /* Take the whole run, letters included, so "12x" or "1e999" is one
+             * token that the integer / number checks reject with its text. */
+            while (j < n && (is_alnum(b[j]) || b[j] == '.' ||
+                             ((b[j] == '+' || b[j] == '-') && (b[j - 1] == 'e' || b[j - 1] == 'E'))))
+                j++;
+            t->kind = T_NUM;
+        } else if (c == '"') {
+            while (j < n && b[j] != '"') {
+                unsigned char d = (unsigned char)b[j];
+                if (d >= 0x80)
+                    return perr(p, EIN_EPARSE, j + 1, "non-ASCII character in a string; "
+                                "expected einsum subscripts like \"ij,jk->ik\"");
+                if (d < 0x20 || d == 0x7f)
+                    return perr(p, EIN_EPARSE, j + 1, "unexpected byte 0x%02x in a string; "
+                                "expected einsum subscripts like \"ij,jk->ik\"", d);
+                j++;
+            }
+            if (j >= n)
+                return perr(p, EIN_EPARSE, i + 1, "unterminated string; expected a closing '\"' "
+                            "on the same line");
+            t->kind = T_STR;
+            t->s = b + i + 1;
+            t->len = j - i - 1;
+            j++;
+        } else if (strchr("=[](),", c)) {
+            t->kind = T_PUNCT;
+        } else if (c > ' ' && c < 0x7f) {
+            return perr(p, EIN_EPARSE, i + 1, "unexpected character '%c'; expected a name, a "
+                        "number, a string or one of = [ ] ( ) ,", c);
+        } else {
+            return perr(p, EIN_EPARSE, i + 1, "unexpected byte 0x%02x; expected a name, a "
+                        "number, a string or one of = [ ] ( ) ,", (unsigned char)c);
+        }
+        if (t->kind != T_STR)
+            t->len = j - i;
+        p->ntok++;
+        i = last_end = j;
+    }
+    tok *eol = &p->toks[p->ntok];
+    eol->kind = T_EOL;
+    eol->s = b + last_end;
+    eol->len = 0;
+    eol->col = last_end + 1;    /* just after the last token: where more was expected */
+    return 0;
+}
+
+/* ---- names, dims, numbers ------------------------------------------------ */
+
+/* An identifier usable as a tensor or dim name, copied into buf. */
+static int tok_name(parser *p, const tok *t, const char *what, char *buf)
+{
+    if (t->kind != T_IDENT)
+        return perr(p, EIN_EPARSE, t->col, "expected %s, got %s", what, DESC(t));
+    if (is_reserved(t))
+        return perr(p, EIN_EPARSE, t->col, "'%.*s' is a reserved word; expected %s (dims, "
+                    "dtype, input, save and operator names cannot be names)", t->len, t->s, what);
+    if (t->len >= EIN_NAME_MAX)
+        return perr(p, EIN_EPARSE, t->col, "name '%.32s...' is %d characters long; expected "
+                    "at most %d", t->s, t->len, EIN_NAME_MAX - 1);
+    memcpy(buf, t->s, (size_t)t->len);
+    buf[t->len] = '\0';
+    return 0;
+}
+
+static uint32_t str_hash(const char *s)
+{
+    uint32_t h = 2166136261u;           /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static int dim_find(const parser *p, const char *name)
+{
+    if (!p->dim_index)
+        return -1;
+    uint32_t mask = (uint32_t)p->dim_index_cap - 1;
+    for (uint32_t i = str_hash(name) & mask;; i = (i + 1) & mask) {
+        int slot = p->dim_index[i];
+        if (slot == 0)
+            return -1;
+        if (strcmp(p->dims[slot - 1].name, name) == 0)
+            return slot - 1;
+    }
+}
+
+static void dim_index_put(parser *p, int k)
+{
+    uint32_t mask = (uint32_t)p->dim_index_cap - 1;
+    uint32_t i = str_hash(p->dims[k].name) & mask;
+    while (p->dim_index[i])
+        i = (i + 1) & mask;
+    p->dim_index[i] = k + 1;
+}
+
+static int dim_add(parser *p, const char *name, int64_t size)
+{
+    if (p->ndims == p->capdims) {
+        int cap = p->capdims ? p->capdims * 2 : 16;
+        dim_def *d = realloc(p->dims, (size_t)cap * sizeof *d);
+        if (!d)
+            return ein_fail(p->err, EIN_ENOMEM, "%s: out of memory for dims", p->file);
+        p->dims = d;
+        p->capdims = cap;
+    }
+    if ((p->ndims + 1) * 2 > p->dim_index_cap) {   /* load stays <= 1/2 */
+        int cap = p->dim_index_cap ? p->dim_index_cap * 2 : 64;
+        int *idx = calloc((size_t)cap, sizeof *idx);
+        if (!idx)
+            return ein_fail(p->err, EIN_ENOMEM, "%s: out of memory for dims", p->file);
+        free(p->dim_index);
+        p->dim_index = idx;
+        p->dim_index_cap = cap;
+        for (int k = 0; k < p->ndims; k++)
+            dim_index_put(p, k);
+    }
+    dim_def *d = &p->dims[p->ndims];
+    snprintf(d->name, sizeof d->name, "%s", name);
+    d->size = size;
+    d->line = p->line;
+    dim_index_put(p, p->ndims++);
+    return 0;
+}
+
+/* A dim size: decimal digits only, 1..2^40. */
+static int tok_int(parser *p, const tok *t, const char *what, int64_t *out)
+{
+    if (t->kind != T_NUM)
+        return perr(p, EIN_EPARSE, t->col, "expected %s (a positive integer), got %s", what, DESC(t));
+    int neg = t->s[0] == '-', digits = 1, big = 0;
+    int64_t v = 0;
+    for (int i = neg; i < t->len; i++) {
+        if (!is_digit(t->s[i])) {
+            digits = 0;
+            break;
+        }
+        v = v * 10 + (t->s[i] - '0');
+        if (v > PL_DIM_MAX)
+            big = 1, v = PL_DIM_MAX + 1;    /* stop growing: no overflow */
+    }
+    int shown = t->len > 40 ? 40 : t->len;
+    if (!digits || neg == t->len)
+        return perr(p, EIN_EPARSE, t->col, "bad %s '%.*s'; expected a positive decimal integer",
+                    what, shown, t->s);
+    if (neg)
+        return perr(p, EIN_EPARSE, t->col, "%s '%.*s' is negative; expected an integer from 1 "
+                    "to 2^40", what, shown, t->s);
+    if (big)
+        return perr(p, EIN_EPARSE, t->col, "%s '%.*s%s' is too large; expected at most 2^40 (%lld)",
+                    what, shown, t->s, t->len > shown ? "..." : "", (long long)PL_DIM_MAX);
+    if (v == 0)
+        return perr(p, EIN_EPARSE, t->col, "%s is 0; expected an integer from 1 to 2^40", what);
+    *out = v;
+    return 0;
+}
+
+static int nonfinite_word(const tok *t)
+{
+    static const char *const words[] = {"inf", "infinity", "nan"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if ((size_t)t->len == strlen(words[i]) && strncasecmp(t->s, words[i], (size_t)t->len) == 0)
+            return 1;
+    return 0;
+}
+
+/* A finite decimal number: [+-] digits [. digits] [e [+-] digits]. */
+static int tok_float(parser *p, const tok *t, double *out)
+{
+    if (t->kind == T_IDENT && nonfinite_word(t))
+        return perr(p, EIN_EPARSE, t->col, "scale factor '%.*s' is not finite; expected a "
+                    "finite number", t->len, t->s);
+    if (t->kind != T_NUM)
+        return perr(p, EIN_EPARSE, t->col, "expected a number as the scale factor, got %s",
+                    DESC(t));
+    const char *s = t->s;
+    int i = 0, n = t->len, mant = 0;
+    if (i < n && (s[i] == '+' || s[i] == '-'))
+        i++;
+    while (i < n && is_digit(s[i]))
+        i++, mant++;
+    if (i < n && s[i] == '.') {
+        i++;
+        while (i < n && is_digit(s[i]))
+            i++, mant++;
+    }
+    int ok = mant > 0;
+    if (ok && i < n && (s[i] == 'e' || s[i] == 'E')) {
+        int exp = 0;
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-'))
+            i++;
+        while (i < n && is_digit(s[i]))
+            i++, exp++;
+        ok = exp > 0;
+    }
+    if (!ok || i != n)
+        return perr(p, EIN_EPARSE, t->col, "bad number '%.*s'; expected a decimal number such "
+                    "as 0.125 or -1e-3", t->len > 40 ? 40 : t->len, t->s);
+    /* The grammar above is a subset of strtod's in the C locale, which the
+     * tools never change; strtod only supplies correct rounding. */
+    memcpy(p->scratch, s, (size_t)n);
+    p->scratch[n] = '\0';
+    double v = strtod(p->scratch, NULL);
+    if (!isfinite(v))
+        return perr(p, EIN_EPARSE, t->col, "scale factor '%.*s' is not finite; expected a "
+                    "finite number", t->len > 40 ? 40 : t->len, t->s);
+    *out = v;
+    return 0;
+}
+
+/* A reference to an existing tensor. */
+static int tok_tensor(parser *p, const tok *t, int *id)
+{
+    char name[EIN_NAME_MAX];
+    int rc = tok_name(p, t, "a tensor name", name);
+    if (rc < 0)
+        return rc;
+    *id = pl_graph_find(p->g, name);
+    if (*id >= 0)
+        return 0;
+    if (dim_find(p, name) >= 0)
+        return perr(p, EIN_EPARSE, t->col, "'%s' is a dim, not a tensor; expected a tensor name",
+                    name);
+    return perr(p, EIN_EPARSE, t->col, "'%s' is not defined (use before definition?)", name);
+}
+
+/* A name for a new tensor: not taken, and room for one more node. */
+static int tok_new_tensor(parser *p, const tok *t, char *name)
+{
+    int rc = tok_name(p, t, "a tensor name", name);
+    if (rc < 0)
+        return rc;
+    int id = pl_graph_find(p->g, name);
+    if (id >= 0)
+        return perr(p, EIN_EPARSE, t->col, "duplicate name '%s' (defined at line %d); expected "
+                    "a new name", name, pl_graph_node(p->g, id)->line);
+    if (p->g->nnodes >= PL_PROGRAM_NODES_MAX)
+        return perr(p, EIN_EPARSE, t->col, "too many tensors; a program has at most %d",
+                    PL_PROGRAM_NODES_MAX);
+    return 0;
+}
+
+static int expect_eol(parser *p, const char *after)
+{
+    const tok *t = peek(p);
+    if (t->kind != T_EOL)
+        return perr(p, EIN_EPARSE, t->col, "unexpected %s after %s; expected end of line",
+                    DESC(t), after);
+    return 0;
+}
+
+/* A builder failed: give its message the position of the statement. */
+static int build_error(parser *p, int rc, const ein_error *e, int col)
+{
+    if (rc == EIN_ENOMEM)
+        return ein_fail(p->err, rc, "%s: %s", p->file, e->msg);
+    return perr(p, rc == EIN_ESHAPE ? EIN_ESHAPE : EIN_EPARSE, col, "%s", e->msg);
+}
+
+/* ---- statements ---------------------------------------------------------- */
+
+static int parse_dims(parser *p)
+{
+    int rc;
+    next(p);
+    if (peek(p)->kind == T_EOL)
+        return perr(p, EIN_EPARSE, peek(p)->col, "expected NAME=SIZE after 'dims', e.g. "
+                    "dims rows=1024");
+    while (peek(p)->kind != T_EOL) {
+        char name[EIN_NAME_MAX];
+        int64_t size;
+        const tok *t = next(p);
+        if ((rc = tok_name(p, t, "a dim name", name)) < 0)
+            return rc;
+        int k = dim_find(p, name);
+        if (k >= 0)
+            return perr(p, EIN_EPARSE, t->col, "dim '%s' is already defined at line %d; "
+                        "expected a new name", name, p->dims[k].line);
+        const tok *eq = next(p);
+        if (!tok_punct(eq, '='))
+            return perr(p, EIN_EPARSE, eq->col, "expected '=' after dim name '%s', got %s",
+                        name, DESC(eq));
+        if ((rc = tok_int(p, next(p), "dim size", &size)) < 0)
+            return rc;
+        if ((rc = dim_add(p, name, size)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int parse_dtype(parser *p)
+{
+    next(p);
+    const tok *t = next(p);
+    if (t->kind == T_EOL)
+        return perr(p, EIN_EPARSE, t->col, "expected a dtype after 'dtype': f32, f16 or bf16");
+    if (t->kind != T_IDENT || ein_dtype_parse(t->s, (size_t)t->len, &p->dtype) < 0)
+        return perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected f32, f16 or bf16", DESC(t));
+    return expect_eol(p, "the dtype");
+}
+
+static int parse_input(parser *p)
+{
+    int rc, rank = 0;
+    int64_t shape[EIN_MAX_RANK];
+    char name[EIN_NAME_MAX];
+    next(p);
+    const tok *nt = next(p);
+    if ((rc = tok_new_tensor(p, nt, name)) < 0)
+        return rc;
+    const tok *lb = next(p);
+    if (!tok_punct(lb, '['))
+        return perr(p, EIN_EPARSE, lb->col, "expected '[' and a shape after '%s', e.g. "
+                    "%s[rows, cols]; got %s", name, name, DESC(lb));
+    for (;;) {
+        const tok *d = next(p);
+        if ((d->kind == T_IDENT || d->kind == T_NUM) && rank == EIN_MAX_RANK)
+            return perr(p, EIN_EPARSE, d->col, "too many dims; expected at most %d",
+                        EIN_MAX_RANK);
+        if (d->kind == T_IDENT) {
+            char dn[EIN_NAME_MAX];
+            if ((rc = tok_name(p, d, "a dim name or an integer size", dn)) < 0)
+                return rc;
+            int k = dim_find(p, dn);
+            if (k < 0)
+                return perr(p, EIN_EPARSE, d->col, "unknown dim '%s'; expected a dim defined "
+                            "by 'dims' or an integer size", dn);
+            shape[rank++] = p->dims[k].size;
+        } else if (d->kind == T_NUM) {
+            if ((rc = tok_int(p, d, "dim size", &shape[rank++])) < 0)
+                return rc;
+        } else {
+            return perr(p, EIN_EPARSE, d->col, "expected a dim name or an integer size, got %s",
+                        DESC(d));
+        }
+        const tok *sep = next(p);
+        if (tok_punct(sep, ']'))
+            break;
+        if (!tok_punct(sep, ','))
+            return perr(p, EIN_EPARSE, sep->col, "expected ',' or ']' in the shape of '%s', "
+                        "got %s", name, DESC(sep));
+    }
+    ein_dtype dtype = p->dtype;
+    if (peek(p)->kind == T_IDENT) {
+        const tok *t = next(p);
+        if (ein_dtype_parse(t->s, (size_t)t->len, &dtype) < 0)
+            return perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected f32, f16 or bf16",
+                        DESC(t));
+    }
+    if ((rc = expect_eol(p, "the input declaration")) < 0)
+        return rc;
+    ein_error e;
+    int id = pl_graph_add_input(p->g, name, dtype, rank, shape, &e);
+    if (id < 0)
+        return build_error(p, id, &e, nt->col);
+    pl_graph_set_pos(p->g, id, p->line, nt->col);
+    return 0;
+}
+
+static int parse_save(parser *p)
+{
+    int rc, id;
+    next(p);
+    if (peek(p)->kind == T_EOL)
+        return perr(p, EIN_EPARSE, peek(p)->col, "expected a tensor name after 'save'");
+    for (;;) {
+        const tok *t = next(p);
+        if ((rc = tok_tensor(p, t, &id)) < 0)
+            return rc;
+        const pl_node *n = pl_graph_node(p->g, id);
+        if (n->saved)
+            return perr(p, EIN_EPARSE, t->col, "'%s' is already saved; expected each tensor "
+                        "to be saved once", n->name);
+        ein_error e;
+        if ((rc = pl_graph_save(p->g, id, &e)) < 0)
+            return build_error(p, rc, &e, t->col);
+        p->nsaves++;
+        const tok *sep = next(p);
+        if (sep->kind == T_EOL)
+            return 0;
+        if (!tok_punct(sep, ','))
+            return perr(p, EIN_EPARSE, sep->col, "expected ',' or end of line after '%s', got %s",
+                        n->name, DESC(sep));
+    }
+}
+
+static int parse_einsum(parser *p, const char *name, const tok *const *args, int nargs,
+                        int *id, ein_error *e)
+{
+    int rc, a, b = -1;
+    const tok *s = args[0];
+    char subs[EIN_NAME_MAX];
+    pl_einsum_sub sub;
+    if (s->kind != T_STR)
+        return perr(p, EIN_EPARSE, s->col, "expected the subscripts of einsum as a string like "
+                    "\"ij,jk->ik\", got %s", DESC(s));
+    if (s->len >= EIN_NAME_MAX)
+        return perr(p, EIN_EPARSE, s->col, "einsum subscripts are %d characters long; expected "
+                    "at most %d", s->len, EIN_NAME_MAX - 1);
+    memcpy(subs, s->s, (size_t)s->len);
+    subs[s->len] = '\0';
+    if ((rc = pl_einsum_parse(subs, &sub, e)) < 0)
+        return perr(p, EIN_EPARSE, s->col, "%s", e->msg);
+    if (sub.nops != nargs - 1)
+        return perr(p, EIN_EPARSE, s->col, "einsum '%s' has %d operand%s but %d tensor%s given",
+                    subs, sub.nops, sub.nops == 1 ? "" : "s", nargs - 1,
+                    nargs == 2 ? " was" : "s were");
+    if ((rc = tok_tensor(p, args[1], &a)) < 0)
+        return rc;
+    if (nargs == 3 && (rc = tok_tensor(p, args[2], &b)) < 0)
+        return rc;
+    *id = pl_graph_add_einsum(p->g, name, subs, a, b, e);
+    return 0;
+}
+
+static int parse_assign(parser *p)
+{
+    int rc, id = -1, x, y;
+    char name[EIN_NAME_MAX];
+    const tok *nt = next(p);
+    if ((rc = tok_new_tensor(p, nt, name)) < 0)
+        return rc;
+    next(p);                                    /* '=', checked by the caller */
+    const tok *ot = next(p);
+    if (ot->kind == T_EOL)
+        return perr(p, EIN_EPARSE, ot->col, "expected an operator call after '=', e.g. relu(x)");
+    if (ot->kind != T_IDENT)
+        return perr(p, EIN_EPARSE, ot->col, "expected an operator call after '=', e.g. relu(x); "
+                    "got %s", DESC(ot));
+    const op_def *op = NULL;
+    for (int i = 0; i < NOPS && !op; i++)
+        if (tok_is(ot, ops[i].name))
+            op = &ops[i];
+    if (!op)
+        return perr(p, EIN_EPARSE, ot->col, "unknown operator %s; expected one of " OP_LIST,
+                    DESC(ot));
+    const tok *lp = next(p);
+    if (!tok_punct(lp, '('))
+        return perr(p, EIN_EPARSE, lp->col, "expected '(' after '%s', got %s", op->name, DESC(lp));
+
+    const tok *args[PL_ARGS_MAX], *rp;
+    int nargs = 0;
+    if (tok_punct(peek(p), ')')) {
+        rp = next(p);
+    } else {
+        for (;;) {
+            const tok *a = next(p);
+            if (a->kind != T_IDENT && a->kind != T_NUM && a->kind != T_STR)
+                return perr(p, EIN_EPARSE, a->col, "expected an argument of %s, got %s; "
+                            "usage: %s", op->name, DESC(a), op->usage);
+            if (nargs == PL_ARGS_MAX)
+                return perr(p, EIN_EPARSE, a->col, "too many arguments; usage: %s", op->usage);
+            args[nargs++] = a;
+            const tok *sep = next(p);
+            if (tok_punct(sep, ')')) {
+                rp = sep;
+                break;
+            }
+            if (!tok_punct(sep, ','))
+                return perr(p, EIN_EPARSE, sep->col, "expected ',' or ')' after argument %d of "
+                            "%s, got %s", nargs, op->name, DESC(sep));
+        }
+    }
+    if ((rc = expect_eol(p, "')'")) < 0)
+        return rc;
+    if (nargs < op->min_args)
+        return perr(p, EIN_EPARSE, rp->col, "%s takes %d argument%s, got %d; usage: %s",
+                    op->name, op->min_args, op->min_args == 1 ? "" : "s", nargs, op->usage);
+    if (nargs > op->max_args)
+        return perr(p, EIN_EPARSE, args[op->max_args]->col, "%s takes %s%d argument%s, got %d; "
+                    "usage: %s", op->name, op->min_args < op->max_args ? "at most " : "",
+                    op->max_args, op->max_args == 1 ? "" : "s", nargs, op->usage);
+
+    ein_error e;
+    double factor;
+    switch (op->kind) {
+    case OP_MATMUL:
+        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &y)) < 0)
+            return rc;
+        id = pl_graph_add_matmul(p->g, name, x, y, &e);
+        break;
+    case OP_EINSUM:
+        if ((rc = parse_einsum(p, name, args, nargs, &id, &e)) < 0)
+            return rc;
+        break;
+    case OP_UNARY:
+        if ((rc = tok_tensor(p, args[0], &x)) < 0)
+            return rc;
+        id = pl_graph_add_unary(p->g, name, (ein_unary)op->code, 0.0, x, &e);
+        break;
+    case OP_SCALE:
+        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_float(p, args[1], &factor)) < 0)
+            return rc;
+        id = pl_graph_add_unary(p->g, name, EIN_UN_SCALE, factor, x, &e);
+        break;
+    case OP_BINARY:
+        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &y)) < 0)
+            return rc;
+        id = pl_graph_add_binary(p->g, name, (ein_binary)op->code, x, y, &e);
+        break;
+    }
+    if (id < 0)
+        return build_error(p, id, &e, ot->col);
+    pl_graph_set_pos(p->g, id, p->line, nt->col);
+    return 0;
+}
+
+static int parse_statement(parser *p)
+{
+    const tok *t = peek(p);
+    if (t->kind == T_EOL)
+        return 0;                               /* blank or comment-only line */
+    p->nstatements++;
+    if (t->kind == T_IDENT && tok_punct(&p->toks[1], '='))
+        return parse_assign(p);
+    if (tok_is(t, "dims"))
+        return parse_dims(p);
+    if (tok_is(t, "dtype"))
+        return parse_dtype(p);
+    if (tok_is(t, "input"))
+        return parse_input(p);
+    if (tok_is(t, "save"))
+        return parse_save(p);
+    if (t->kind == T_IDENT)
+        return perr(p, EIN_EPARSE, t->col, "unknown statement %s; expected dims, dtype, input, "
+                    "save or NAME = OP(...)", DESC(t));
+    return perr(p, EIN_EPARSE, t->col, "expected a statement (dims, dtype, input, save or "
+                "NAME = OP(...)), got %s", DESC(t));
+}
+
+/* ---- entry points -------------------------------------------------------- */
+
+int pl_ein_parse(const char *filename, const char *text, size_t len,
+                 pl_graph **out, ein_error *err)
+{
+    int rc = 0;
+    parser *p = NULL;
+    const char *file = filename ? filename : "<input>";
+    if (!out || (!text && len))
+        return ein_fail(err, EIN_EINVAL, "pl_ein_parse: NULL program text or output");
+    /* Also keeps every line and column number comfortably inside an int. */
+    if (len > PL_TEXT_MAX)
+        return ein_fail_at(err, EIN_EPARSE, file, 1, 1, "program is %zu bytes; expected at "
+                           "most 16 MiB", len);
+    p = calloc(1, sizeof *p);
+    if (!p)
+        return ein_fail(err, EIN_ENOMEM, "%s: out of memory", file);
+    p->file = file;
+    p->err = err;
+    p->dtype = EIN_F32;
+    p->g = pl_graph_new();
+    p->toks = malloc((PL_LINE_MAX + 1) * sizeof *p->toks);
+    if (!p->g || !p->toks) {
+        rc = ein_fail(err, EIN_ENOMEM, "%s: out of memory", file);
+        goto done;
+    }
+    size_t off = 0, last = 0;
+    while (off < len) {
+        const char *b = text + off;
+        const char *nl = memchr(b, '\n', len - off);
+        size_t n = nl ? (size_t)(nl - b) : len - off;
+        off += n + (nl != NULL);
+        if (n > 0 && b[n - 1] == '\r')          /* CRLF line ends */
+            n--;
+        p->line++;
+        last = n;
+        if ((rc = check_line_bytes(p, (const unsigned char *)b, n)) < 0 ||
+            (rc = lex_line(p, b, (int)n)) < 0 || (rc = parse_statement(p)) < 0)
+            goto done;
+    }
+    if (p->nsaves == 0) {
+        /* Point at the end of the text: where the missing save belongs. */
+        int line = len == 0 ? 1 : text[len - 1] == '\n' ? p->line + 1 : p->line;
+        int col = len == 0 || text[len - 1] == '\n' ? 1 : (int)last + 1;
+        rc = ein_fail_at(err, EIN_EPARSE, file, line, col, p->nstatements ?
+                         "nothing is saved; expected at least one 'save NAME'" :
+                         "empty program; expected at least one 'save NAME'");
+        goto done;
+    }
+    *out = p->g;
+    p->g = NULL;
+done:
+    pl_graph_free(p->g);
+    free(p->toks);
+    free(p->dims);
+    free(p->dim_index);
+    free(p);
+    return rc;
+}
+
+int pl_ein_parse_file(const char *path, pl_graph **out, ein_error *err)
+{
+    int rc;
+    struct stat st;
+    if (!path)
+        return ein_fail(err, EIN_EINVAL, "pl_ein_parse_file: NULL path");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ein_fail(err, EIN_EIO, "cannot open '%s': %s", path, strerror(errno));
+    /* Refuse a big regular file before reading it; the read loop below
+     * enforces the same limit for pipes and devices. */
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > PL_TEXT_MAX) {
+        close(fd);
+        return ein_fail(err, EIN_EPARSE, "'%s' is %lld bytes; expected a program of at most "
+                        "16 MiB", path, (long long)st.st_size);
+    }
+    size_t cap = 64 << 10, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        close(fd);
+        return ein_fail(err, EIN_ENOMEM, "cannot read '%s': out of memory", path);
+    }
+    for (;;) {
+        if (n == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                rc = ein_fail(err, EIN_ENOMEM, "cannot read '%s': out of memory", path);
+                goto done;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = ein_fail(err, EIN_EIO, "cannot read '%s': %s", path, strerror(errno));
+            goto done;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+        if (n > PL_TEXT_MAX) {
+            rc = ein_fail(err, EIN_EPARSE, "'%s' is larger than 16 MiB; expected a program "
+                          "of at most 16 MiB", path);
+            goto done;
+        }
+    }
+    rc = pl_ein_parse(path, buf, n, out, err);
+done:
+    free(buf);
+    close(fd);
+    return rc;
+}

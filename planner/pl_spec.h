@@ -1,1 +1,80 @@
-/* planner/pl_spec.h — placeholder */
+/* planner/pl_spec.h — join-agg specs, produced by each operator from a request.
+ *
+ * An operator names its shardable indices (pl_op_indices). A request gives
+ * an interval count per shardable index; pl_spec_make returns exactly
+ * prod(counts) function specifications, one per combination of intervals
+ * (row-major over the indices, the last index fastest), with near-equal
+ * intervals. The optimizer never looks inside an operator: it only asks for
+ * specs and reads their boxes.
+ *
+ * Ownership: pl_spec_make / pl_spec_enumerate fill caller-provided structs
+ * whose arrays are malloc'd; release with pl_spec_clear (or
+ * pl_spec_array_free for an enumerated array). */
+#ifndef PL_SPEC_H
+#define PL_SPEC_H
+
+#include <stdint.h>
+
+#include "common/ein_box.h"
+#include "common/ein_error.h"
+#include "common/ein_program.h"
+#include "planner/pl_graph.h"
+
+#define PL_MAX_INDICES 26
+#define PL_MAX_INPUTS 2
+
+typedef struct pl_index {
+    char name;          /* einsum letter, or 'a'+axis for elementwise ops */
+    int64_t size;
+    int any;            /* 1: split anywhere (the only kind in version 1) */
+} pl_index;
+
+/* One function specification: the projected input types and output type. */
+typedef struct pl_fspec {
+    ein_box in[PL_MAX_INPUTS];
+    ein_box out;
+} pl_fspec;
+
+typedef struct pl_spec {
+    int nidx;
+    int counts[PL_MAX_INDICES]; /* the request: intervals per shardable index */
+    int nparts;                 /* prod(counts) */
+    int ninputs;
+    pl_fspec *f;                /* nparts function specifications */
+    ein_agg agg;                /* how outputs with the same type combine */
+} pl_spec;
+
+/* A tiling: the distinct output boxes of a spec, sorted (canonical form). */
+typedef struct pl_tiling {
+    int n;
+    ein_box *boxes;
+} pl_tiling;
+
+/* The shardable indices of operator `node` (not an input); returns count. */
+int pl_op_indices(const pl_graph *g, int node, pl_index *idx, ein_error *err);
+
+/* [lo, hi) of interval `part` when [0, size) is split into `count`
+ * near-equal intervals (the first size % count get one more element). */
+void pl_interval(int64_t size, int count, int part, int64_t *lo, int64_t *hi);
+
+int pl_spec_make(const pl_graph *g, int node, const int *counts, pl_spec *out,
+                 ein_error *err);
+/* Every spec of `node` for p parts: one per ordered factorisation of p over
+ * its shardable indices with no count above the index size. *n may be 0:
+ * the operator cannot be split p ways. */
+int pl_spec_enumerate(const pl_graph *g, int node, int p, pl_spec **specs, int *n,
+                      ein_error *err);
+void pl_spec_clear(pl_spec *s);
+void pl_spec_array_free(pl_spec *specs, int n);
+int pl_spec_copy(const pl_spec *src, pl_spec *dst);
+
+/* "i:2 j:1 k:2" into buf. */
+char *pl_spec_format(const pl_spec *s, const pl_index *idx, char *buf, size_t len);
+
+int pl_tiling_of_outputs(const pl_spec *s, pl_tiling *out);
+/* The distinct boxes of input k of s (what the spec asks its producer for). */
+int pl_tiling_of_input(const pl_spec *s, int k, pl_tiling *out);
+int pl_tiling_equal(const pl_tiling *a, const pl_tiling *b);
+void pl_tiling_clear(pl_tiling *t);
+
+#endif

@@ -1,2 +1,143 @@
-/* worker/wk_backend_cpu.c — placeholder until implemented. */
-typedef int placeholder_wk_backend_cpu;
+/* worker/wk_backend_cpu.c — CPU devices: shared-memory segments, OpenBLAS. */
+#include "worker/wk_backend.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct peer_map {
+    const void *base;
+    size_t bytes;
+} peer_map;
+
+typedef struct cpu_backend {
+    wk_backend be;
+    char own_name[128];
+    void *own_base;
+    size_t own_bytes;
+    peer_map *peers;
+    int npeers;
+} cpu_backend;
+
+void wk_segment_name(char *buf, size_t len, const char *run_id, int device)
+{
+    snprintf(buf, len, "/ein-%s-%d", run_id, device);
+}
+
+static int cpu_segment_create(wk_backend *be, const char *name, size_t bytes, void **base,
+                              ein_error *err)
+{
+    cpu_backend *c = (cpu_backend *)be;
+    size_t map = bytes ? bytes : 1;
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0)
+        return ein_fail(err, EIN_EIO, "shm_open %s: %s", name, strerror(errno));
+    snprintf(c->own_name, sizeof c->own_name, "%s", name);
+    if (ftruncate(fd, (off_t)map) < 0) {
+        int e = errno;
+        close(fd);
+        return ein_fail(err, EIN_ENOMEM, "cannot size shared memory %s to %zu bytes: %s", name,
+                        map, strerror(e));
+    }
+    void *p = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return ein_fail(err, EIN_ENOMEM, "mmap of %zu bytes (%s): %s", map, name, strerror(errno));
+    c->own_base = p;
+    c->own_bytes = map;
+    *base = p;
+    return 0;
+}
+
+static int cpu_peer_open(wk_backend *be, int peer, const char *name, const void **base,
+                         size_t *bytes, ein_error *err)
+{
+    cpu_backend *c = (cpu_backend *)be;
+    if (peer < 0 || peer >= c->npeers)
+        return ein_fail(err, EIN_EINVAL, "peer %d out of range", peer);
+    if (c->peers[peer].base) {
+        *base = c->peers[peer].base;
+        *bytes = c->peers[peer].bytes;
+        return 0;
+    }
+    int fd = shm_open(name, O_RDONLY, 0);
+    if (fd < 0)
+        return ein_fail(err, EIN_EIO, "cannot open device %d's memory %s: %s", peer, name,
+                        strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0 || st.st_size <= 0) {
+        close(fd);
+        return ein_fail(err, EIN_EIO, "device %d's memory %s has no size", peer, name);
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return ein_fail(err, EIN_EIO, "mmap of device %d's memory: %s", peer, strerror(errno));
+    c->peers[peer].base = p;
+    c->peers[peer].bytes = (size_t)st.st_size;
+    *base = p;
+    *bytes = (size_t)st.st_size;
+    return 0;
+}
+
+static int cpu_copy(wk_backend *be, void *dst, const void *src, size_t bytes, ein_error *err)
+{
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_kernel(wk_backend *be, const ein_kernel *k, const kn_block *ins, int nin,
+                      kn_block *out, ein_error *err)
+{
+    return kn_cpu_run(k, ins, nin, out, err);
+}
+
+static int cpu_agg(wk_backend *be, ein_agg op, const kn_block *srcs, int n, kn_block *out,
+                   ein_error *err)
+{
+    return kn_cpu_agg(op, srcs, n, out, err);
+}
+
+static void cpu_destroy(wk_backend *be)
+{
+    cpu_backend *c = (cpu_backend *)be;
+    if (!c)
+        return;
+    for (int i = 0; i < c->npeers; i++)
+        if (c->peers[i].base)
+            munmap((void *)c->peers[i].base, c->peers[i].bytes);
+    if (c->own_base)
+        munmap(c->own_base, c->own_bytes);
+    if (c->own_name[0])
+        shm_unlink(c->own_name);
+    free(c->peers);
+    free(c);
+}
+
+wk_backend *wk_backend_cpu_new(int ndevices)
+{
+    cpu_backend *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->peers = calloc((size_t)(ndevices > 0 ? ndevices : 1), sizeof *c->peers);
+    if (!c->peers) {
+        free(c);
+        return NULL;
+    }
+    c->npeers = ndevices;
+    c->be = (wk_backend){
+        .name = "cpu",
+        .segment_create = cpu_segment_create,
+        .peer_open = cpu_peer_open,
+        .copy = cpu_copy,
+        .kernel = cpu_kernel,
+        .agg = cpu_agg,
+        .destroy = cpu_destroy,
+    };
+    return &c->be;
+}

@@ -1,2 +1,478 @@
-/* worker/wk_exec.c — placeholder until implemented. */
-typedef int placeholder_wk_exec;
+/* worker/wk_exec.c — the executor and its ZeroMQ synchronisation. */
+#include "worker/wk_exec.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/ein_npy.h"
+#include "common/ein_rand.h"
+#include "common/ein_wire.h"
+
+typedef struct wk {
+    const wk_config *cfg;
+    wk_backend *be;
+    ein_program *prog;
+    char *base;                 /* this device's segment */
+    void *zctx, *dealer, *pull;
+    void **push;                /* per peer, connected on first NOTIFY */
+    uint64_t *ready;            /* received READY (peer << 32 | buffer), sorted set */
+    int nready, cap_ready;
+    char *done;
+    int current;                /* instruction being executed, -1 */
+    double last_beat;
+    double t_kernel, t_copy, t_wait, t_start;
+    int shutdown;               /* SHUTDOWN received */
+} wk;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int send_msg(void *sock, const ein_msg *m, ein_error *err)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    int rc = ein_msg_encode(m, &buf, &len, err);
+    if (rc < 0)
+        return rc;
+    if (zmq_send(sock, buf, len, 0) < 0)
+        rc = ein_fail(err, EIN_EIO, "cannot send %s: %s", ein_msg_type_name(m->type),
+                      zmq_strerror(errno));
+    free(buf);
+    return rc;
+}
+
+static int beat(wk *w, ein_error *err)
+{
+    ein_msg m = {.type = EIN_MSG_HEARTBEAT, .device = w->cfg->device, .instr = w->current};
+    w->last_beat = now_s();
+    return send_msg(w->dealer, &m, err);
+}
+
+static int ready_has(const wk *w, uint64_t key)
+{
+    int lo = 0, hi = w->nready;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (w->ready[mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < w->nready && w->ready[lo] == key;
+}
+
+static int ready_add(wk *w, uint64_t key, ein_error *err)
+{
+    if (ready_has(w, key))
+        return 0;
+    if (w->nready == w->cap_ready) {
+        int cap = w->cap_ready ? 2 * w->cap_ready : 64;
+        uint64_t *n = realloc(w->ready, sizeof *n * (size_t)cap);
+        if (!n)
+            return ein_fail(err, EIN_ENOMEM, "out of memory");
+        w->ready = n;
+        w->cap_ready = cap;
+    }
+    int i = w->nready++;
+    while (i > 0 && w->ready[i - 1] > key) {
+        w->ready[i] = w->ready[i - 1];
+        i--;
+    }
+    w->ready[i] = key;
+    return 0;
+}
+
+/* Receive one message from `sock` if one is waiting (timeout_ms, -1 none). */
+static int recv_msg(void *sock, ein_msg *m, const char *from, ein_error *err)
+{
+    zmq_msg_t zm;
+    zmq_msg_init(&zm);
+    int n = zmq_msg_recv(&zm, sock, ZMQ_DONTWAIT);
+    if (n < 0) {
+        zmq_msg_close(&zm);
+        if (errno == EAGAIN)
+            return 0;
+        return ein_fail(err, EIN_EIO, "receive from %s: %s", from, zmq_strerror(errno));
+    }
+    int more = zmq_msg_more(&zm);
+    int rc = ein_msg_decode(zmq_msg_data(&zm), zmq_msg_size(&zm), m, err);
+    zmq_msg_close(&zm);
+    if (rc < 0)
+        return ein_error_prefix(err, "malformed message from %s", from);
+    if (more)
+        return ein_fail(err, EIN_EPROTO, "malformed message from %s: unexpected extra frame", from);
+    return 1;
+}
+
+/* Wait up to timeout_ms for messages and handle them: READY from peers,
+ * START / SHUTDOWN from the coordinator (START sets *started). */
+static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
+{
+    zmq_pollitem_t items[2] = {
+        {.socket = w->dealer, .events = ZMQ_POLLIN},
+        {.socket = w->pull, .events = ZMQ_POLLIN},
+    };
+    int nitems = w->pull ? 2 : 1;
+    if (zmq_poll(items, nitems, timeout_ms) < 0 && errno != EINTR)
+        return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
+    for (;;) {
+        ein_msg m;
+        int got = recv_msg(w->dealer, &m, "the coordinator", err);
+        if (got < 0)
+            return got;
+        if (!got)
+            break;
+        if (m.type == EIN_MSG_SHUTDOWN)
+            w->shutdown = 1;
+        else if (m.type == EIN_MSG_START && started)
+            *started = 1;
+        else {
+            int rc = ein_fail(err, EIN_EPROTO, "unexpected %s message from the coordinator",
+                              ein_msg_type_name(m.type));
+            ein_msg_clear(&m);
+            return rc;
+        }
+        ein_msg_clear(&m);
+    }
+    for (; w->pull;) {
+        ein_msg m;
+        int got = recv_msg(w->pull, &m, "a peer", err);
+        if (got < 0)
+            return got;
+        if (!got)
+            break;
+        int rc = 0;
+        if (m.type != EIN_MSG_READY)
+            rc = ein_fail(err, EIN_EPROTO, "unexpected %s message from a peer",
+                          ein_msg_type_name(m.type));
+        else if (m.device < 0 || m.device >= w->cfg->ndevices || m.device == w->cfg->device ||
+                 m.buffer < 0)
+            rc = ein_fail(err, EIN_EPROTO, "READY names device %d buffer %d", m.device, m.buffer);
+        else
+            rc = ready_add(w, ((uint64_t)m.device << 32) | (uint32_t)m.buffer, err);
+        ein_msg_clear(&m);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static kn_block block_of(wk *w, int buf)
+{
+    const ein_pbuffer *b = &w->prog->buffers[buf];
+    return (kn_block){.data = w->base + b->offset, .dtype = b->dtype, .box = b->box};
+}
+
+static int load(wk *w, const ein_instr *ins, ein_error *err)
+{
+    const ein_pbuffer *b = &w->prog->buffers[ins->dst];
+    void *dst = w->base + b->offset;
+    if (!ins->path) {
+        ein_rand_fill_box(ins->seed, ins->key, ins->shape, &b->box, b->dtype, dst);
+        return 0;
+    }
+    ein_npy_info info;
+    int rc = ein_npy_read_info(ins->path, &info, err);
+    if (rc < 0)
+        return rc;
+    if (info.dtype != b->dtype || info.rank != ins->rank ||
+        memcmp(info.shape, ins->shape, sizeof(int64_t) * (size_t)ins->rank) != 0)
+        return ein_fail(err, EIN_ESHAPE, "%s changed since the run was planned", ins->path);
+    return ein_npy_read_box(ins->path, &info, &b->box, dst, err);
+}
+
+static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
+{
+    char name[160];
+    const void *pbase;
+    size_t pbytes;
+    const ein_pbuffer *b = &w->prog->buffers[ins->dst];
+    wk_segment_name(name, sizeof name, w->cfg->run_id, ins->peer);
+    int rc = w->be->peer_open(w->be, ins->peer, name, &pbase, &pbytes, err);
+    if (rc < 0)
+        return rc;
+    if (ins->peer_offset > pbytes || b->bytes > pbytes - ins->peer_offset)
+        return ein_fail(err, EIN_EPROTO,
+                        "copy of %llu bytes at offset %llu is outside device %d's memory (%zu bytes)",
+                        (unsigned long long)b->bytes, (unsigned long long)ins->peer_offset,
+                        ins->peer, pbytes);
+    return w->be->copy(w->be, w->base + b->offset, (const char *)pbase + ins->peer_offset,
+                       b->bytes, err);
+}
+
+static int notify(wk *w, const ein_instr *ins, ein_error *err)
+{
+    int peer = ins->peer;
+    if (!w->push[peer]) {
+        char ep[EIN_PATH_MAX + 32];
+        snprintf(ep, sizeof ep, "ipc://%s/w%d.sock", w->cfg->run_dir, peer);
+        void *s = zmq_socket(w->zctx, ZMQ_PUSH);
+        int zero = 0;
+        if (!s)
+            return ein_fail(err, EIN_EIO, "zmq_socket: %s", zmq_strerror(errno));
+        zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+        if (zmq_connect(s, ep) < 0) {
+            zmq_close(s);
+            return ein_fail(err, EIN_EIO, "connect to device %d: %s", peer, zmq_strerror(errno));
+        }
+        w->push[peer] = s;
+    }
+    ein_msg m = {.type = EIN_MSG_READY, .device = w->cfg->device, .buffer = ins->srcs[0]};
+    return send_msg(w->push[peer], &m, err);
+}
+
+static int run_instr(wk *w, const ein_instr *ins, ein_error *err)
+{
+    double t0 = now_s();
+    int rc = 0;
+    kn_block blk[1024];
+    const ein_pbuffer *d = ins->dst >= 0 ? &w->prog->buffers[ins->dst] : NULL;
+    switch (ins->kind) {
+    case EIN_I_LOAD:
+        rc = load(w, ins, err);
+        break;
+    case EIN_I_STORE: {
+        kn_block s = block_of(w, ins->srcs[0]);
+        rc = ein_npy_write_box(ins->path, &s.box, s.data, err);
+        break;
+    }
+    case EIN_I_KERNEL:
+    case EIN_I_AGG: {
+        if (ins->nsrcs > 1024)
+            return ein_fail(err, EIN_EUNSUPPORTED, "more than 1024 operands");
+        for (int i = 0; i < ins->nsrcs; i++)
+            blk[i] = block_of(w, ins->srcs[i]);
+        kn_block out = block_of(w, ins->dst);
+        rc = ins->kind == EIN_I_KERNEL
+                 ? w->be->kernel(w->be, &ins->kernel, blk, ins->nsrcs, &out, err)
+                 : w->be->agg(w->be, ins->agg, blk, ins->nsrcs, &out, err);
+        w->t_kernel += now_s() - t0;
+        return rc;
+    }
+    case EIN_I_SLICE:
+    case EIN_I_CONCAT:
+        for (int i = 0; i < ins->nsrcs; i++) {
+            kn_block s = block_of(w, ins->srcs[i]);
+            const ein_box *region = ins->kind == EIN_I_SLICE ? &d->box : &s.box;
+            ein_box_copy(w->base + d->offset, &d->box, s.data, &s.box, region,
+                         ein_dtype_size(d->dtype));
+        }
+        break;
+    case EIN_I_COPY:
+        rc = peer_copy(w, ins, err);
+        break;
+    case EIN_I_NOTIFY:
+        rc = notify(w, ins, err);
+        break;
+    default:
+        rc = ein_fail(err, EIN_EPROTO, "unknown instruction kind %d", (int)ins->kind);
+    }
+    w->t_copy += now_s() - t0;
+    return rc;
+}
+
+static int runnable(const wk *w, int i)
+{
+    const ein_instr *ins = &w->prog->instrs[i];
+    for (int k = 0; k < ins->ndeps; k++)
+        if (!w->done[ins->deps[k]])
+            return 0;
+    if (ins->kind == EIN_I_COPY)
+        return ready_has(w, ((uint64_t)ins->peer << 32) | (uint32_t)ins->peer_buf);
+    return 1;
+}
+
+/* Run the DAG: any runnable instruction in array order; wait for peers when
+ * nothing can run. */
+static int execute(wk *w, ein_error *err)
+{
+    int n = w->prog->ninstrs, left = n, first = 0, rc;
+    w->done = calloc((size_t)n + 1, 1);
+    if (!w->done)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    while (left > 0) {
+        int progress = 0;
+        for (int i = first; i < n; i++) {
+            if (w->done[i] || !runnable(w, i))
+                continue;
+            w->current = i;
+            if ((rc = run_instr(w, &w->prog->instrs[i], err)) < 0)
+                return rc;
+            w->done[i] = 1;
+            left--;
+            progress = 1;
+            if (now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
+                return rc;
+        }
+        while (first < n && w->done[first])
+            first++;
+        w->current = -1;
+        double t0 = now_s();
+        if ((rc = pump(w, progress ? 0 : 50, NULL, err)) < 0)
+            return rc;
+        if (!progress)
+            w->t_wait += now_s() - t0;
+        if (w->shutdown)
+            return ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
+        if (now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Wait for a PROGRAM (first message after our announcement). */
+static int receive_program(wk *w, ein_error *err)
+{
+    for (;;) {
+        zmq_pollitem_t it = {.socket = w->dealer, .events = ZMQ_POLLIN};
+        if (zmq_poll(&it, 1, (long)(w->cfg->heartbeat_s * 1000)) < 0 && errno != EINTR)
+            return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
+        ein_msg m;
+        int got = recv_msg(w->dealer, &m, "the coordinator", err);
+        if (got < 0)
+            return got;
+        if (!got) {
+            int rc = beat(w, err);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        if (m.type == EIN_MSG_SHUTDOWN) {
+            ein_msg_clear(&m);
+            w->shutdown = 1;
+            return ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
+        }
+        if (m.type != EIN_MSG_PROGRAM) {
+            int rc = ein_fail(err, EIN_EPROTO, "expected a program, got %s",
+                              ein_msg_type_name(m.type));
+            ein_msg_clear(&m);
+            return rc;
+        }
+        w->prog = m.program;
+        m.program = NULL;
+        if (w->prog->device != w->cfg->device || w->prog->ndevices != w->cfg->ndevices)
+            return ein_fail(err, EIN_EPROTO, "program for device %d of %d sent to device %d of %d",
+                            w->prog->device, w->prog->ndevices, w->cfg->device,
+                            w->cfg->ndevices);
+        return 0;
+    }
+}
+
+static int setup_sockets(wk *w, ein_error *err)
+{
+    int zero = 0, linger = 1000;
+    int64_t maxsize = EIN_MSG_MAX_BYTES;
+    char id[32];
+    if (!(w->zctx = zmq_ctx_new()))
+        return ein_fail(err, EIN_EIO, "zmq_ctx_new: %s", zmq_strerror(errno));
+    zmq_ctx_set(w->zctx, ZMQ_BLOCKY, 0);
+    if (!(w->dealer = zmq_socket(w->zctx, ZMQ_DEALER)))
+        return ein_fail(err, EIN_EIO, "zmq_socket: %s", zmq_strerror(errno));
+    snprintf(id, sizeof id, "w%d", w->cfg->device);
+    zmq_setsockopt(w->dealer, ZMQ_ROUTING_ID, id, strlen(id));
+    /* Bounded linger: the last ERROR or DONE must reach the coordinator, but
+     * a dead coordinator must not keep us forever. */
+    zmq_setsockopt(w->dealer, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(w->dealer, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
+    if (zmq_connect(w->dealer, w->cfg->coordinator) < 0)
+        return ein_fail(err, EIN_EIO, "connect to the coordinator at %s: %s", w->cfg->coordinator,
+                        zmq_strerror(errno));
+    if (!(w->pull = zmq_socket(w->zctx, ZMQ_PULL)))
+        return ein_fail(err, EIN_EIO, "zmq_socket: %s", zmq_strerror(errno));
+    zmq_setsockopt(w->pull, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(w->pull, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
+    char ep[EIN_PATH_MAX + 32];
+    snprintf(ep, sizeof ep, "ipc://%s/w%d.sock", w->cfg->run_dir, w->cfg->device);
+    if (zmq_bind(w->pull, ep) < 0)
+        return ein_fail(err, EIN_EIO, "bind %s: %s", ep, zmq_strerror(errno));
+    w->push = calloc((size_t)w->cfg->ndevices, sizeof *w->push);
+    if (!w->push)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    return 0;
+}
+
+static void teardown(wk *w)
+{
+    if (w->push)
+        for (int i = 0; i < w->cfg->ndevices; i++)
+            if (w->push[i])
+                zmq_close(w->push[i]);
+    if (w->pull)
+        zmq_close(w->pull);
+    if (w->dealer)
+        zmq_close(w->dealer);
+    if (w->zctx)
+        zmq_ctx_term(w->zctx);
+    free(w->push);
+    free(w->ready);
+    free(w->done);
+    ein_program_free(w->prog);
+}
+
+int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
+{
+    wk w = {.cfg = cfg, .be = be, .current = -1};
+    int rc, started = 0;
+    w.t_start = now_s();
+    if ((rc = setup_sockets(&w, err)) < 0)
+        goto fail;
+    if ((rc = beat(&w, err)) < 0 || (rc = receive_program(&w, err)) < 0)
+        goto fail;
+    char seg[160];
+    wk_segment_name(seg, sizeof seg, cfg->run_id, cfg->device);
+    void *base;
+    if ((rc = be->segment_create(be, seg, w.prog->segment_bytes, &base, err)) < 0)
+        goto fail;
+    w.base = base;
+    ein_msg hello = {.type = EIN_MSG_HELLO, .device = cfg->device, .pid = (int64_t)getpid()};
+    if ((rc = send_msg(w.dealer, &hello, err)) < 0)
+        goto fail;
+    while (!started) {
+        if ((rc = pump(&w, (int)(cfg->heartbeat_s * 1000), &started, err)) < 0)
+            goto fail;
+        if (w.shutdown) {
+            rc = ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
+            goto fail;
+        }
+        if (now_s() - w.last_beat > cfg->heartbeat_s && (rc = beat(&w, err)) < 0)
+            goto fail;
+    }
+    w.t_start = now_s();
+    if ((rc = execute(&w, err)) < 0)
+        goto fail;
+    ein_msg done = {.type = EIN_MSG_DONE, .device = cfg->device, .t_total = now_s() - w.t_start,
+                    .t_kernel = w.t_kernel, .t_copy = w.t_copy, .t_wait = w.t_wait};
+    if ((rc = send_msg(w.dealer, &done, err)) < 0)
+        goto fail;
+    /* Peers may still copy from our segment: keep it until SHUTDOWN. */
+    while (!w.shutdown) {
+        if ((rc = pump(&w, (int)(cfg->heartbeat_s * 1000), NULL, err)) < 0)
+            goto fail;
+        if (now_s() - w.last_beat > cfg->heartbeat_s && (rc = beat(&w, err)) < 0)
+            goto fail;
+    }
+    teardown(&w);
+    return 0;
+fail:
+    if (w.dealer && !w.shutdown) {
+        const ein_instr *ins = w.prog && w.current >= 0 ? &w.prog->instrs[w.current] : NULL;
+        ein_msg m = {.type = EIN_MSG_ERROR, .device = cfg->device, .instr = w.current,
+                     .code = err ? err->code : rc};
+        if (ins)
+            snprintf(m.op, sizeof m.op, "%s", ins->op);
+        snprintf(m.text, sizeof m.text, "%.*s", (int)sizeof m.text - 1,
+                 err ? err->msg : ein_strerror(rc));
+        send_msg(w.dealer, &m, NULL);
+    }
+    teardown(&w);
+    return rc;
+}

@@ -1,2 +1,221 @@
-/* kernels/cpu/kn_elementwise.c — placeholder until implemented. */
-typedef int placeholder_kn_elementwise;
+/* kernels/cpu/kn_elementwise.c — unary, binary and aggregation kernels.
+ *
+ * All three work on equal boxes, so the blocks are flat arrays of the same
+ * length. f32 blocks are processed in place; other dtypes go through
+ * KN_CHUNK-element f32 buffers on the stack (no allocation), which also makes
+ * out == input (in place) safe for every dtype. */
+#include "kernels/kn_cpu.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define KN_CHUNK 1024
+
+/* Our own names, so messages do not depend on the IR's printers. */
+static const char *const kn_unary_names[EIN_UN_COUNT] = {
+    [EIN_UN_RELU] = "relu", [EIN_UN_SILU] = "silu", [EIN_UN_GELU] = "gelu",
+    [EIN_UN_EXP] = "exp", [EIN_UN_NEG] = "neg", [EIN_UN_SCALE] = "scale",
+};
+static const char *const kn_binary_names[EIN_BIN_COUNT] = {
+    [EIN_BIN_ADD] = "add", [EIN_BIN_SUB] = "sub", [EIN_BIN_MUL] = "mul",
+};
+
+static void kn_unary_f32(ein_unary op, float s, const float *x, float *y, int64_t n)
+{
+    switch (op) {
+    case EIN_UN_RELU:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        break;
+    case EIN_UN_SILU:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] / (1.0f + expf(-x[i]));
+        break;
+    case EIN_UN_GELU:
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+        }
+        break;
+    case EIN_UN_EXP:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = expf(x[i]);
+        break;
+    case EIN_UN_NEG:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = -x[i];
+        break;
+    case EIN_UN_SCALE:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] * s;
+        break;
+    case EIN_UN_COUNT:
+        break;
+    }
+}
+
+static void kn_binary_f32(ein_binary op, const float *a, const float *b, float *y, int64_t n)
+{
+    switch (op) {
+    case EIN_BIN_ADD:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = a[i] + b[i];
+        break;
+    case EIN_BIN_SUB:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = a[i] - b[i];
+        break;
+    case EIN_BIN_MUL:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = a[i] * b[i];
+        break;
+    case EIN_BIN_COUNT:
+        break;
+    }
+}
+
+/* Binary on f32 with `y` accumulating (agg): y = y (+|max) x. */
+static void kn_agg_f32(ein_agg op, const float *x, float *y, int64_t n)
+{
+    if (op == EIN_AGG_SUM)
+        for (int64_t i = 0; i < n; i++)
+            y[i] += x[i];
+    else
+        for (int64_t i = 0; i < n; i++)
+            y[i] = fmaxf(y[i], x[i]);
+}
+
+static const void *kn_at(const kn_block *k, int64_t i)
+{
+    return (const char *)k->data + i * (int64_t)ein_dtype_size(k->dtype);
+}
+
+/* Common checks: a valid dtype, data present, and the box of `out`. */
+static int kn_check(const char *what, const char *name, const kn_block *k, const kn_block *out,
+                    ein_error *err)
+{
+    char b1[256], b2[256];
+    if (!k)
+        return ein_fail(err, EIN_EINVAL, "%s: missing %s", what, name);
+    if (!ein_dtype_valid((int)k->dtype))
+        return ein_fail(err, EIN_EINVAL, "%s: %s has invalid dtype %d", what, name,
+                        (int)k->dtype);
+    if (k != out && !ein_box_equal(&k->box, &out->box))
+        return ein_fail(err, EIN_ESHAPE, "%s: out box %s differs from %s box %s", what,
+                        ein_box_format(&out->box, b1, sizeof b1), name,
+                        ein_box_format(&k->box, b2, sizeof b2));
+    if (!k->data && ein_box_volume(&k->box) > 0)
+        return ein_fail(err, EIN_EINVAL, "%s: %s has no data", what, name);
+    return 0;
+}
+
+int kn_cpu_unary(ein_unary op, double scalar, const kn_block *x, kn_block *out,
+                 ein_error *err)
+{
+    if ((int)op < 0 || op >= EIN_UN_COUNT)
+        return ein_fail(err, EIN_EINVAL, "unary: unknown op %d", (int)op);
+    char what[32];
+    snprintf(what, sizeof what, "unary %s", kn_unary_names[op]);
+    int rc;
+    if (!out)
+        return ein_fail(err, EIN_EINVAL, "%s: missing out", what);
+    if ((rc = kn_check(what, "out", out, out, err)) < 0 ||
+        (rc = kn_check(what, "x", x, out, err)) < 0)
+        return rc;
+    int64_t n = ein_box_volume(&out->box);
+    float s = (float)scalar;
+    if (x->dtype == EIN_F32 && out->dtype == EIN_F32) {
+        kn_unary_f32(op, s, x->data, out->data, n);
+        return 0;
+    }
+    float buf[KN_CHUNK];
+    for (int64_t i = 0; i < n; i += KN_CHUNK) {
+        int64_t c = n - i < KN_CHUNK ? n - i : KN_CHUNK;
+        ein_dtype_to_f32(x->dtype, kn_at(x, i), buf, (size_t)c);
+        kn_unary_f32(op, s, buf, buf, c);
+        ein_dtype_from_f32(out->dtype, buf, (void *)kn_at(out, i), (size_t)c);
+    }
+    return 0;
+}
+
+int kn_cpu_binary(ein_binary op, const kn_block *a, const kn_block *b,
+                  kn_block *out, ein_error *err)
+{
+    if ((int)op < 0 || op >= EIN_BIN_COUNT)
+        return ein_fail(err, EIN_EINVAL, "binary: unknown op %d", (int)op);
+    char what[32];
+    snprintf(what, sizeof what, "binary %s", kn_binary_names[op]);
+    int rc;
+    if (!out)
+        return ein_fail(err, EIN_EINVAL, "%s: missing out", what);
+    if ((rc = kn_check(what, "out", out, out, err)) < 0 ||
+        (rc = kn_check(what, "a", a, out, err)) < 0 ||
+        (rc = kn_check(what, "b", b, out, err)) < 0)
+        return rc;
+    int64_t n = ein_box_volume(&out->box);
+    if (a->dtype == EIN_F32 && b->dtype == EIN_F32 && out->dtype == EIN_F32) {
+        kn_binary_f32(op, a->data, b->data, out->data, n);
+        return 0;
+    }
+    float ba[KN_CHUNK], bb[KN_CHUNK];
+    for (int64_t i = 0; i < n; i += KN_CHUNK) {
+        int64_t c = n - i < KN_CHUNK ? n - i : KN_CHUNK;
+        ein_dtype_to_f32(a->dtype, kn_at(a, i), ba, (size_t)c);
+        ein_dtype_to_f32(b->dtype, kn_at(b, i), bb, (size_t)c);
+        kn_binary_f32(op, ba, bb, ba, c);
+        ein_dtype_from_f32(out->dtype, ba, (void *)kn_at(out, i), (size_t)c);
+    }
+    return 0;
+}
+
+int kn_cpu_agg(ein_agg op, const kn_block *srcs, int n, kn_block *out,
+               ein_error *err)
+{
+    if (op != EIN_AGG_SUM && op != EIN_AGG_MAX)
+        return ein_fail(err, EIN_EINVAL, "agg: op %d is neither sum nor max", (int)op);
+    const char *what = op == EIN_AGG_SUM ? "agg sum" : "agg max";
+    int rc;
+    if (n < 1 || !srcs)
+        return ein_fail(err, EIN_EINVAL, "%s: needs at least one source, got %d", what, n);
+    if (!out)
+        return ein_fail(err, EIN_EINVAL, "%s: missing out", what);
+    if ((rc = kn_check(what, "out", out, out, err)) < 0)
+        return rc;
+    for (int j = 0; j < n; j++) {
+        char name[32];
+        snprintf(name, sizeof name, "source %d", j);
+        if ((rc = kn_check(what, name, &srcs[j], out, err)) < 0)
+            return rc;
+        if (srcs[j].dtype != out->dtype)
+            return ein_fail(err, EIN_ESHAPE, "%s: source %d is %s but out is %s", what, j,
+                            ein_dtype_name(srcs[j].dtype), ein_dtype_name(out->dtype));
+    }
+    int64_t len = ein_box_volume(&out->box);
+    if (out->dtype == EIN_F32) {
+        /* Sources may alias out, so fold each element left to right in a
+         * register before storing. */
+        float *y = out->data;
+        for (int64_t i = 0; i < len; i += KN_CHUNK) {
+            int64_t c = len - i < KN_CHUNK ? len - i : KN_CHUNK;
+            float acc[KN_CHUNK];
+            memcpy(acc, (const float *)srcs[0].data + i, (size_t)c * sizeof *acc);
+            for (int j = 1; j < n; j++)
+                kn_agg_f32(op, (const float *)srcs[j].data + i, acc, c);
+            memcpy(y + i, acc, (size_t)c * sizeof *acc);
+        }
+        return 0;
+    }
+    float acc[KN_CHUNK], buf[KN_CHUNK];
+    for (int64_t i = 0; i < len; i += KN_CHUNK) {
+        int64_t c = len - i < KN_CHUNK ? len - i : KN_CHUNK;
+        ein_dtype_to_f32(out->dtype, kn_at(&srcs[0], i), acc, (size_t)c);
+        for (int j = 1; j < n; j++) {
+            ein_dtype_to_f32(out->dtype, kn_at(&srcs[j], i), buf, (size_t)c);
+            kn_agg_f32(op, buf, acc, c);
+        }
+        ein_dtype_from_f32(out->dtype, acc, (void *)kn_at(out, i), (size_t)c);
+    }
+    return 0;
+}

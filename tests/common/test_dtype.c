@@ -1,0 +1,258 @@
+/* tests/common/test_dtype.c — f16 / bf16 conversions against independent
+ * references: exact decoding by formula, and round-to-nearest-even
+ * encoding by searching the neighbouring representable values. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "common/ein_dtype.h"
+
+static uint64_t rng_state = 0x1234567887654321ull;
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* Value of a finite half by formula (exact in double). */
+static double ref_f16_value(uint16_t h)
+{
+    int sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    double v = exp == 0 ? ldexp(man, -24) : ldexp(1024 + man, exp - 25);
+    return sign ? -v : v;
+}
+
+/* Round-to-nearest-even encoding of a finite float: find the two
+ * neighbouring magnitudes among all halves (the pattern order is the
+ * magnitude order) and pick the nearer, ties to the even pattern. The
+ * pattern after the largest finite one (0x7c00, infinity) stands for 2^16,
+ * which makes overflow follow the same rule as IEEE. */
+static uint16_t ref_f32_to_f16(float f)
+{
+    double x = fabs((double)f);
+    uint16_t sign = signbit(f) ? 0x8000 : 0;
+    int lo = 0, hi = 0x7c00; /* invariant: value(lo) <= x < value(hi) */
+    if (x >= 65536.0)
+        return sign | 0x7c00;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (ref_f16_value((uint16_t)mid) <= x)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    double vlo = ref_f16_value((uint16_t)lo), vhi = hi == 0x7c00 ? 65536.0 : ref_f16_value((uint16_t)hi);
+    double dlo = x - vlo, dhi = vhi - x;
+    int pick = dlo < dhi ? lo : dhi < dlo ? hi : (lo & 1 ? hi : lo);
+    return sign | (uint16_t)pick;
+}
+
+/* The same for bf16, whose values are the floats with 16 zero low bits. */
+static uint16_t ref_f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint16_t sign = (uint16_t)(u >> 16) & 0x8000;
+    uint32_t mag = u & 0x7fffffff;
+    uint32_t lo = mag >> 16, hi = lo + 1;
+    double x = fabs((double)f);
+    double vlo = (double)bits_f32(lo << 16);
+    double vhi = hi == 0x7f80 ? ldexp(1.0, 128) : (double)bits_f32(hi << 16);
+    double dlo = x - vlo, dhi = vhi - x;
+    uint32_t pick = dlo < dhi ? lo : dhi < dlo ? hi : (lo & 1 ? hi : lo);
+    return sign | (uint16_t)pick;
+}
+
+static void test_f16_decode_all(void **state)
+{
+    (void)state;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = ein_f16_to_f32((uint16_t)h);
+        int exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+        if (exp == 31 && man) {
+            assert_true(isnan(f));
+        } else if (exp == 31) {
+            assert_true(isinf(f));
+            assert_int_equal(!!signbit(f), h >> 15);
+        } else {
+            assert_true((double)f == ref_f16_value((uint16_t)h));
+            assert_int_equal(!!signbit(f), h >> 15); /* -0 stays -0 */
+        }
+    }
+}
+
+static void test_f16_roundtrip_all(void **state)
+{
+    (void)state;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = ein_f16_to_f32((uint16_t)h);
+        uint16_t back = ein_f32_to_f16(f);
+        if (isnan(f)) {
+            assert_int_equal(back & 0x7c00, 0x7c00);
+            assert_true((back & 0x3ff) != 0);
+        } else {
+            assert_int_equal(back, h);
+        }
+    }
+}
+
+static void test_f16_known(void **state)
+{
+    (void)state;
+    assert_int_equal(ein_f32_to_f16(1.0f), 0x3c00);
+    assert_int_equal(ein_f32_to_f16(-2.0f), 0xc000);
+    assert_int_equal(ein_f32_to_f16(0.0f), 0x0000);
+    assert_int_equal(ein_f32_to_f16(-0.0f), 0x8000);
+    assert_int_equal(ein_f32_to_f16(65504.0f), 0x7bff);
+    assert_int_equal(ein_f32_to_f16(65519.99f), 0x7bff);   /* below the midpoint */
+    assert_int_equal(ein_f32_to_f16(65520.0f), 0x7c00);    /* tie rounds to even = inf */
+    assert_int_equal(ein_f32_to_f16(1e10f), 0x7c00);
+    assert_int_equal(ein_f32_to_f16(-1e10f), 0xfc00);
+    assert_int_equal(ein_f32_to_f16(INFINITY), 0x7c00);
+    assert_int_equal(ein_f32_to_f16(-INFINITY), 0xfc00);
+    uint16_t n = ein_f32_to_f16(NAN);
+    assert_int_equal(n & 0x7c00, 0x7c00);
+    assert_true(n & 0x3ff);
+    assert_true(isnan(ein_f16_to_f32(n)));
+    /* rounding ties: 1 + 2^-11 is halfway between 0x3c00 and 0x3c01 */
+    assert_int_equal(ein_f32_to_f16(1.0f + ldexpf(1, -11)), 0x3c00);
+    assert_int_equal(ein_f32_to_f16(1.0f + 3 * ldexpf(1, -11)), 0x3c02);
+    assert_int_equal(ein_f32_to_f16(1.0f + ldexpf(1, -11) + ldexpf(1, -20)), 0x3c01);
+    /* subnormals */
+    assert_int_equal(ein_f32_to_f16(ldexpf(1, -24)), 0x0001);
+    assert_int_equal(ein_f32_to_f16(ldexpf(1, -25)), 0x0000);           /* tie to even */
+    assert_int_equal(ein_f32_to_f16(ldexpf(3, -26)), 0x0001);           /* 1.5 * 2^-25 */
+    assert_int_equal(ein_f32_to_f16(ldexpf(3, -25)), 0x0002);           /* tie 1.5 -> 2 */
+    assert_int_equal(ein_f32_to_f16(ldexpf(1023, -24)), 0x03ff);        /* largest subnormal */
+    assert_int_equal(ein_f32_to_f16(ldexpf(2047, -25)), 0x0400);        /* rounds up to normal */
+    assert_int_equal(ein_f32_to_f16(-ldexpf(1, -24)), 0x8001);
+    assert_int_equal(ein_f32_to_f16(ldexpf(1, -30)), 0x0000);
+    assert_int_equal(ein_f32_to_f16(bits_f32(1)), 0x0000);               /* f32 subnormal */
+    assert_true(ein_f16_to_f32(0x0001) == ldexpf(1, -24));
+    assert_true(ein_f16_to_f32(0x7bff) == 65504.0f);
+}
+
+static void test_f16_encode_vs_reference(void **state)
+{
+    (void)state;
+    /* Random bit patterns cover every exponent; patterns near the f16
+     * range and near ties stress the rounding. */
+    for (int i = 0; i < 300000; i++) {
+        uint32_t u = (uint32_t)rng();
+        if (i % 3 == 1) /* exponents around the half range */
+            u = (u & 0x807fffff) | (uint32_t)(100 + rng() % 45) << 23;
+        if (i % 3 == 2) /* exact ties and their neighbours */
+            u = ((u & 0x807fe000) | (uint32_t)(100 + rng() % 45) << 23 | 0x1000) + (uint32_t)(rng() % 3) - 1;
+        float f = bits_f32(u);
+        if (isnan(f) || isinf(f))
+            continue;
+        uint16_t got = ein_f32_to_f16(f), want = ref_f32_to_f16(f);
+        if (got != want)
+            fail_msg("f32 %a (0x%08x): got 0x%04x want 0x%04x", (double)f, u, got, want);
+    }
+}
+
+static void test_bf16_all(void **state)
+{
+    (void)state;
+    for (uint32_t b = 0; b < 0x10000; b++) {
+        float f = ein_bf16_to_f32((uint16_t)b);
+        assert_int_equal(f32_bits(f), b << 16);
+        uint16_t back = ein_f32_to_bf16(f);
+        if (isnan(f))
+            assert_true(isnan(ein_bf16_to_f32(back)));
+        else
+            assert_int_equal(back, b);
+    }
+}
+
+static void test_bf16_known(void **state)
+{
+    (void)state;
+    assert_int_equal(ein_f32_to_bf16(1.0f), 0x3f80);
+    assert_int_equal(ein_f32_to_bf16(-1.0f), 0xbf80);
+    assert_int_equal(ein_f32_to_bf16(INFINITY), 0x7f80);
+    assert_int_equal(ein_f32_to_bf16(-INFINITY), 0xff80);
+    assert_int_equal(ein_f32_to_bf16(bits_f32(0x3f808000)), 0x3f80); /* tie to even */
+    assert_int_equal(ein_f32_to_bf16(bits_f32(0x3f818000)), 0x3f82); /* tie to even (up) */
+    assert_int_equal(ein_f32_to_bf16(bits_f32(0x3f808001)), 0x3f81);
+    assert_int_equal(ein_f32_to_bf16(bits_f32(0x7f7fffff)), 0x7f80); /* FLT_MAX overflows */
+    assert_int_equal(ein_f32_to_bf16(bits_f32(0x00018000)), 0x0002); /* subnormal tie */
+    assert_int_equal(ein_f32_to_bf16(bits_f32(0x00008000)), 0x0000);
+    assert_true(isnan(ein_bf16_to_f32(ein_f32_to_bf16(NAN))));
+    /* a NaN whose payload lies only in the low bits must stay a NaN */
+    assert_true(isnan(ein_bf16_to_f32(ein_f32_to_bf16(bits_f32(0x7f800001)))));
+    assert_true(isnan(ein_bf16_to_f32(ein_f32_to_bf16(bits_f32(0xff800001)))));
+}
+
+static void test_bf16_encode_vs_reference(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 300000; i++) {
+        uint32_t u = (uint32_t)rng();
+        if (i % 2 == 1)
+            u = ((u & 0xffff0000) | 0x8000) + (uint32_t)(rng() % 3) - 1;
+        float f = bits_f32(u);
+        if (isnan(f) || isinf(f))
+            continue;
+        uint16_t got = ein_f32_to_bf16(f), want = ref_f32_to_bf16(f);
+        if (got != want)
+            fail_msg("f32 %a (0x%08x): got 0x%04x want 0x%04x", (double)f, u, got, want);
+    }
+}
+
+static void test_bulk_conversions(void **state)
+{
+    (void)state;
+    float src[257], back[257];
+    uint16_t h[257];
+    for (int i = 0; i < 257; i++)
+        src[i] = (float)(i - 128) * 0.37f;
+    for (int t = 0; t < EIN_DTYPE_COUNT; t++) {
+        ein_dtype dt = (ein_dtype)t;
+        void *buf = dt == EIN_F32 ? (void *)back : (void *)h;
+        ein_dtype_from_f32(dt, src, buf, 257);
+        ein_dtype_to_f32(dt, buf, back, 257);
+        for (int i = 0; i < 257; i++) {
+            float want = dt == EIN_F32 ? src[i]
+                         : dt == EIN_F16 ? ein_f16_to_f32(ein_f32_to_f16(src[i]))
+                                         : ein_bf16_to_f32(ein_f32_to_bf16(src[i]));
+            assert_true(back[i] == want);
+        }
+    }
+    assert_int_equal(ein_dtype_size(EIN_F32), 4);
+    assert_int_equal(ein_dtype_size(EIN_F16), 2);
+    assert_int_equal(ein_dtype_size(EIN_BF16), 2);
+    ein_dtype d;
+    assert_int_equal(ein_dtype_parse("bf16", 4, &d), 0);
+    assert_int_equal(d, EIN_BF16);
+    assert_int_equal(ein_dtype_parse("f64", 3, &d), -1);
+    assert_string_equal(ein_dtype_name(EIN_F16), "f16");
+    assert_true(ein_dtype_valid(2));
+    assert_false(ein_dtype_valid(3));
+    assert_false(ein_dtype_valid(-1));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16_decode_all),
+        cmocka_unit_test(test_f16_roundtrip_all),
+        cmocka_unit_test(test_f16_known),
+        cmocka_unit_test(test_f16_encode_vs_reference),
+        cmocka_unit_test(test_bf16_all),
+        cmocka_unit_test(test_bf16_known),
+        cmocka_unit_test(test_bf16_encode_vs_reference),
+        cmocka_unit_test(test_bulk_conversions),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
