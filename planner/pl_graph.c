@@ -137,7 +137,8 @@ static int check_shape(const char *what, const char *name, int rank,
                             what, i, name, (long long)shape[i], (long long)PL_DIM_MAX);
         if (__builtin_mul_overflow(vol, shape[i], &vol))
             return ein_fail(err, EIN_ESHAPE,
-                            "%s: %s has more than 2^63-1 elements", what, name);
+                            "%s: %s has more than 2^63-1 elements; expected a smaller shape",
+                            what, name);
     }
     return 0;
 }

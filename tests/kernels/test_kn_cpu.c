@@ -273,6 +273,8 @@ static const ecase ecases[] = {
     {"abc,cd->abd", 16},      /* two M letters */
     {"ij,jk->i", 40},         /* k only in b: pre-summed */
     {"ijl,jk->ik", 20},       /* l only in a: pre-summed */
+    {"bijl,bjk->bik", 14},    /* pre-summed with a batch letter */
+    {"bijk,bkjl->bil", 12},   /* summed letters in another order in b */
     {"i,j->ij", 70},          /* outer product */
     {"ij,ij->", 50},          /* full contraction to a scalar */
     {"i,i->i", 200},          /* elementwise product */
@@ -317,6 +319,14 @@ static void test_einsum_shapes(void **state)
     hi['i' - 'a'] = lo['i' - 'a'] + 1;   /* an output letter of extent 1 */
     check_einsum("ijk,jkl->il", EIN_F32, EIN_F32, EIN_F32, lo, hi);
     check_einsum("kji,kl->li", EIN_BF16, EIN_F32, EIN_F16, lo, hi);
+    /* Extent-1 letters inside operands that must be copied. */
+    for (int L = 0; L < 26; L++) {
+        lo[L] = 3 * L + 2;
+        hi[L] = lo[L] + 21 + L;
+    }
+    hi['z' - 'a'] = lo['z' - 'a'] + 1;
+    check_einsum("mizj,jk->ik", EIN_F32, EIN_F16, EIN_F32, lo, hi);
+    check_einsum("bzij,bkzj->bki", EIN_F16, EIN_F32, EIN_BF16, lo, hi);
 }
 
 /* An empty summed letter gives zeros; an empty output is left alone. */

@@ -1,0 +1,218 @@
+/* tests/e2e/test_e2e_compute.c — einrun end to end on CPU devices.
+ *
+ * The FFN of the paper's §2 and a 3-matrix chain, on 1, 2, 3, 4 and 8
+ * devices, with inputs given as .npy files and generated from the seed. The
+ * reference is computed here with plain loops in double precision (from
+ * the .npy data this test wrote, or from ein_rand_value for generated
+ * inputs), never by einrun. After every run nothing may be left behind. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "common/ein_npy.h"
+#include "common/ein_rand.h"
+#include "tests/e2e/e2e_util.h"
+
+/* Odd sizes, so that no split is even. */
+enum { T = 37, DM = 24, DF = 50, CA = 19, CB = 33, CC = 7, CD = 29 };
+
+static const char *FFN =
+    "# FFN of the paper's section 2, small odd sizes\n"
+    "dims tokens=37 d_model=24 d_ff=50\n"
+    "dtype f32\n"
+    "input x[tokens, d_model]\n"
+    "input w1[d_model, d_ff]\n"
+    "input w2[d_ff, d_model]\n"
+    "act    = matmul(x, w1)\n"
+    "hidden = relu(act)\n"
+    "y      = matmul(hidden, w2)\n"
+    "save y\n";
+
+static const char *CHAIN =
+    "# (A B) C with a contraction that is small in the middle\n"
+    "dims a=19 b=33 c=7 d=29\n"
+    "input A[a, b]\n"
+    "input B[b, c]\n"
+    "input C[c, d]\n"
+    "AB = matmul(A, B)\n"
+    "y  = einsum(\"ij,jk->ik\", AB, C)\n"
+    "save y\n";
+
+static void matmul_ref(const double *a, const double *b, double *c, int n, int k, int m)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < m; j++) {
+            double s = 0;
+            for (int l = 0; l < k; l++)
+                s += a[i * k + l] * b[l * m + j];
+            c[i * m + j] = s;
+        }
+}
+
+/* Fill an input: random values written to name.npy, or the generator's. */
+static double *make_input(const char *name, int r, int c, int as_file, uint64_t seed)
+{
+    double *d = malloc(sizeof(double) * (size_t)(r * c));
+    float *f = malloc(sizeof(float) * (size_t)(r * c));
+    assert_non_null(d);
+    assert_non_null(f);
+    uint64_t key = ein_rand_key(name);
+    for (int i = 0; i < r * c; i++) {
+        /* Files get different values than the generator would give. */
+        f[i] = as_file ? (float)((rand() % 2001) - 1000) / 1000.0f
+                       : ein_rand_value(seed, key, (uint64_t)i);
+        d[i] = f[i];
+    }
+    if (as_file) {
+        char path[600];
+        int64_t shape[2] = {r, c};
+        ein_error err = {0};
+        snprintf(path, sizeof path, "%s/%s.npy", e2e_scratch(), name);
+        assert_int_equal(ein_npy_save(path, EIN_F32, 2, shape, f, &err), 0);
+    }
+    free(f);
+    return d;
+}
+
+static void check_output(const char *path, const double *ref, int r, int c)
+{
+    ein_npy_info info;
+    void *data = NULL;
+    ein_error err = {0};
+    if (ein_npy_load(path, &info, &data, &err) < 0)
+        fail_msg("cannot read %s: %s", path, err.msg);
+    assert_int_equal(info.dtype, EIN_F32);
+    assert_int_equal(info.rank, 2);
+    assert_int_equal(info.shape[0], r);
+    assert_int_equal(info.shape[1], c);
+    const float *y = data;
+    double scale = 0;
+    for (int i = 0; i < r * c; i++)
+        scale = fmax(scale, fabs(ref[i]));
+    for (int i = 0; i < r * c; i++)
+        if (fabs(y[i] - ref[i]) > 1e-5 * scale + 1e-6)
+            fail_msg("%s[%d][%d] = %.7g, expected %.7g", path, i / c, i % c, y[i], ref[i]);
+    free(data);
+}
+
+static void run_einrun(const char *program, int ndev, int as_file, const char **names,
+                       int nin, int use_gpus_flag)
+{
+    char ndevs[32], gpus[32], out[8192];
+    char *argv[32];
+    int a = 0;
+    argv[a++] = (char *)e2e_bin("einrun");
+    if (use_gpus_flag) {
+        snprintf(gpus, sizeof gpus, "0-%d", ndev - 1);
+        argv[a++] = "--gpus";
+        argv[a++] = gpus;
+    } else {
+        snprintf(ndevs, sizeof ndevs, "%d", ndev);
+        argv[a++] = "--cpu";
+        argv[a++] = ndevs;
+    }
+    argv[a++] = "--seed";
+    argv[a++] = "7";
+    argv[a++] = "--timeout";
+    argv[a++] = "60";
+    char bind[8][64];
+    for (int i = 0; as_file && i < nin; i++) {
+        snprintf(bind[i], sizeof bind[i], "%s=%s.npy", names[i], names[i]);
+        argv[a++] = "--input";
+        argv[a++] = bind[i];
+    }
+    argv[a++] = (char *)program;
+    argv[a] = NULL;
+    int rc = e2e_run(argv, out, sizeof out);
+    if (rc != 0)
+        fail_msg("einrun on %d devices exited %d:\n%s", ndev, rc, out);
+    if (!strstr(out, "saved y [") || !strstr(out, "to y.npy"))
+        fail_msg("einrun did not say where y went:\n%s", out);
+    if (use_gpus_flag && !strstr(out, "CPU device"))
+        fail_msg("--gpus without a GPU must say it runs CPU devices:\n%s", out);
+    char what[4096];
+    if (e2e_leftovers(what, sizeof what))
+        fail_msg("leftovers after a successful run: %s", what);
+}
+
+static void ffn_case(int ndev, int as_file, int gpus_flag)
+{
+    const char *prog = e2e_write_file("ffn.ein", FFN);
+    const char *names[] = {"x", "w1", "w2"};
+    double *x = make_input("x", T, DM, as_file, 7);
+    double *w1 = make_input("w1", DM, DF, as_file, 7);
+    double *w2 = make_input("w2", DF, DM, as_file, 7);
+    double *act = malloc(sizeof(double) * T * DF), *y = malloc(sizeof(double) * T * DM);
+    matmul_ref(x, w1, act, T, DM, DF);
+    for (int i = 0; i < T * DF; i++)
+        act[i] = act[i] > 0 ? act[i] : 0;
+    matmul_ref(act, w2, y, T, DF, DM);
+    run_einrun(prog, ndev, as_file, names, 3, gpus_flag);
+    char path[600];
+    snprintf(path, sizeof path, "%s/y.npy", e2e_scratch());
+    check_output(path, y, T, DM);
+    unlink(path);
+    free(x), free(w1), free(w2), free(act), free(y);
+}
+
+static void chain_case(int ndev, int as_file)
+{
+    const char *prog = e2e_write_file("chain.ein", CHAIN);
+    const char *names[] = {"A", "B", "C"};
+    double *A = make_input("A", CA, CB, as_file, 7);
+    double *B = make_input("B", CB, CC, as_file, 7);
+    double *C = make_input("C", CC, CD, as_file, 7);
+    double *AB = malloc(sizeof(double) * CA * CC), *y = malloc(sizeof(double) * CA * CD);
+    matmul_ref(A, B, AB, CA, CB, CC);
+    matmul_ref(AB, C, y, CA, CC, CD);
+    run_einrun(prog, ndev, as_file, names, 3, 0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/y.npy", e2e_scratch());
+    check_output(path, y, CA, CD);
+    unlink(path);
+    free(A), free(B), free(C), free(AB), free(y);
+}
+
+#define CASES(n)                                                        \
+    static void ffn_file_##n(void **s) { (void)s; ffn_case(n, 1, 0); }   \
+    static void ffn_gen_##n(void **s) { (void)s; ffn_case(n, 0, 0); }    \
+    static void chain_file_##n(void **s) { (void)s; chain_case(n, 1); }  \
+    static void chain_gen_##n(void **s) { (void)s; chain_case(n, 0); }
+CASES(1)
+CASES(2)
+CASES(3)
+CASES(4)
+CASES(8)
+
+static void ffn_gpus_flag_4(void **s)
+{
+    (void)s;
+    ffn_case(4, 0, 1);
+}
+
+static int teardown(void **s)
+{
+    (void)s;
+    e2e_scratch_remove();
+    return 0;
+}
+
+#define ENTRY(n) cmocka_unit_test(ffn_file_##n), cmocka_unit_test(ffn_gen_##n), \
+                 cmocka_unit_test(chain_file_##n), cmocka_unit_test(chain_gen_##n)
+
+int main(void)
+{
+    srand(12345);
+    e2e_scratch();
+    const struct CMUnitTest tests[] = {
+        ENTRY(1), ENTRY(2), ENTRY(3), ENTRY(4), ENTRY(8),
+        cmocka_unit_test(ffn_gpus_flag_4),
+    };
+    return cmocka_run_group_tests_name("e2e_compute", tests, NULL, teardown);
+}
