@@ -16,7 +16,7 @@
 
 #include "common/ein_wire.h"
 
-enum { W_SPAWNED, W_PROGRAM_SENT, W_LOADED, W_STARTED, W_DONE, W_EXITED };
+enum { W_SPAWNED, W_PROGRAM_SENT, W_LOADED, W_STARTED, W_DONE };
 
 typedef struct worker {
     pid_t pid;
@@ -229,7 +229,6 @@ static int reap(run *r, int shutting_down, ein_error *err)
             if (w->pid != pid)
                 continue;
             w->exited = 1;
-            w->phase = W_EXITED;
             if (rc < 0 || (shutting_down && WIFEXITED(status) && WEXITSTATUS(status) == 0))
                 continue;
             char where[200], how[128];

@@ -27,12 +27,15 @@ typedef struct kn_block {
 /* Validate an einsum subscript string for `nin` operands of the given ranks
  * ("ij,jk->ik", "bij,bjk->bik", "ij->j", ...): letters a-z, no repeated
  * letter within one operand, every output letter present in an input, no
- * repeated output letter. */
+ * repeated output letter. At most 2 operands and EIN_MAX_RANK letters each.
+ * A malformed string or a wrong operand count fails with EIN_EINVAL, a rank
+ * that does not match its letters with EIN_ESHAPE. */
 int kn_einsum_check(const char *subscripts, int nin, const int *ranks,
                     int out_rank, ein_error *err);
 
 /* out = einsum(subscripts, a[, b]); b is NULL for one operand. Letters in
- * an input but not in the output are summed over. */
+ * an input but not in the output are summed over. out must not overlap a
+ * or b. The elementwise kernels below allow out to be an input (in place). */
 int kn_cpu_einsum(const char *subscripts, const kn_block *a, const kn_block *b,
                   kn_block *out, ein_error *err);
 

@@ -696,7 +696,7 @@ static int parse_assign(parser *p)
                     op->max_args, op->max_args == 1 ? "" : "s", nargs, op->usage);
 
     ein_error e;
-    double factor;
+    double factor = 0.0;
     switch (op->kind) {
     case OP_MATMUL:
         if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &y)) < 0)

@@ -1,0 +1,108 @@
+#!/bin/sh
+# tests/e2e/test_einrun_errors.sh — bad input and failing workers: each run
+# must end with a one-line clear error, the right exit status, no output file
+# (not even half-written) and nothing left behind (TAP).
+set -u
+B=${EIN_BUILDDIR:-.}
+EINRUN="$B/einrun"
+NPY="$B/tests/e2e/npytool"
+S=$(mktemp -d "${TMPDIR:-/tmp}/ein-err.XXXXXX") || exit 1
+export TMPDIR="$S"
+trap 'rm -rf "$S"' EXIT
+cd "$S" || exit 1
+n=0
+failed=0
+
+cat > ffn.ein <<'EIN'
+dims tokens=37 d_model=24 d_ff=50
+input x[tokens, d_model]
+input w1[d_model, d_ff]
+input w2[d_ff, d_model]
+act    = matmul(x, w1)
+hidden = relu(act)
+y      = matmul(hidden, w2)
+save y
+EIN
+printf 'dims a=4\ninput x[a, a]\ny = matmull(x, x)\nsave y\n' > bad.ein
+printf 'dims a=1\ninput x[a, a]\ny = matmul(x, x)\nsave y\n' > tiny.ein
+"$NPY" write x_ok.npy f32 1 37 24 || exit 1
+"$NPY" write x_shape.npy f32 1 3 4 || exit 1
+"$NPY" write x_f16.npy f16 1 37 24 || exit 1
+printf 'this is not a npy file at all, just text\n' > garbage.npy
+head -c 100 x_ok.npy > truncated.npy
+printf '#!/bin/sh\nkill -9 $$\n' > crash.sh
+printf '#!/bin/sh\nexec sleep 30\n' > hang.sh
+chmod +x crash.sh hang.sh
+
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+
+# leftovers PID: worker processes, shared memory, run directories, output files.
+leftovers() {
+    l=""
+    for p in /proc/[0-9]*; do
+        c=$( (tr '\0' ' ' < "$p/cmdline") 2>/dev/null) || continue
+        case "$c" in *einworker*"$S"*) l="$l process ${p#/proc/};" ;; esac
+    done
+    for f in /dev/shm/ein-"$1"-*; do [ -e "$f" ] && l="$l $f;"; done
+    for f in "$S"/einrun.* "$S"/*.einrun-tmp-*; do [ -e "$f" ] && l="$l $f;"; done
+    echo "$l"
+}
+
+# expect NAME STATUS PATTERN -- einrun args...
+expect() {
+    name=$1; want=$2; pat=$3; shift 4
+    rm -f y.npy
+    "$EINRUN" "$@" > out.txt 2>&1 &
+    pid=$!
+    wait $pid
+    rc=$?
+    left=$(leftovers $pid)
+    lines=$(grep -c . out.txt)
+    if [ "$rc" -ne "$want" ]; then
+        not_ok "$name" "exit status $rc, expected $want" "$(cat out.txt)"
+    elif ! grep -q -- "$pat" out.txt; then
+        not_ok "$name" "message does not match '$pat':" "$(cat out.txt)"
+    elif [ "$want" -ne 0 ] && [ -e y.npy ]; then
+        not_ok "$name" "a failed run left y.npy"
+    elif [ -n "$left" ]; then
+        not_ok "$name" "left behind:$left"
+    elif [ "$want" -ne 0 ] && [ "$lines" -gt 2 ]; then
+        not_ok "$name" "error is $lines lines, expected one" "$(cat out.txt)"
+    else
+        ok "$name"
+    fi
+}
+
+echo "1..27"
+expect "help"                 0 "usage: einrun"                     -- --help
+expect "no program"           2 "no program given"                  --
+expect "missing program"      2 "nosuch.ein"                        -- --cpu 2 nosuch.ein
+expect "parse error position" 2 "bad.ein:3:5: unknown operator"     -- --cpu 2 bad.ein
+expect "gpus open range"      2 "--gpus '0-': expected a device list" -- --gpus 0- ffn.ein
+expect "gpus letters"         2 "--gpus 'x': expected a device list" -- --gpus x ffn.ein
+expect "gpus reversed"        2 "--gpus '3-1': expected"            -- --gpus 3-1 ffn.ein
+expect "gpus empty item"      2 "--gpus '0,,1': expected"           -- --gpus 0,,1 ffn.ein
+expect "gpus too many"        2 "at most 64 devices"                -- --gpus 0-99 ffn.ein
+expect "cpu zero"             2 "--cpu '0': expected a device count" -- --cpu 0 ffn.ein
+expect "missing input file"   2 "missing.npy"                       -- --cpu 2 --input x=missing.npy ffn.ein
+expect "garbage npy"          2 "garbage.npy"                       -- --cpu 2 --input x=garbage.npy ffn.ein
+expect "truncated npy"        2 "truncated.npy"                     -- --cpu 2 --input x=truncated.npy ffn.ein
+expect "wrong shape"          2 "x_shape.npy is f32 \[3, 4\] but input x is f32 \[37, 24\]" -- --cpu 2 --input x=x_shape.npy ffn.ein
+expect "wrong dtype"          2 "x_f16.npy is f16 \[37, 24\] but input x is f32" -- --cpu 2 --input x=x_f16.npy ffn.ein
+expect "unknown input"        2 "no input named 'q'"                -- --cpu 2 --input q=x_ok.npy ffn.ein
+expect "input not an input"   2 "no input named 'act'"              -- --cpu 2 --input act=x_ok.npy ffn.ein
+expect "binding without ="    2 "expected NAME=FILE.npy"            -- --cpu 2 --input x ffn.ein
+expect "unknown output"       2 "saves no tensor named 'z'"         -- --cpu 2 --output z=z.npy ffn.ein
+expect "bad selector"         2 "expected dp, greedy or random"     -- --cpu 2 --selector best ffn.ein
+expect "unwritable output"    2 "cannot write nodir/y.npy"          -- --cpu 2 --output y=nodir/y.npy ffn.ein
+expect "no plan"              2 "operator 'y'.*cannot be split into 4 parts" -- --cpu 4 tiny.ein
+expect "worker cannot start"  1 "device [0-9] (pid [0-9]*) exited with status 1 during startup" -- --cpu 3 --worker /bin/false ffn.ein
+expect "worker crashes"       1 "device [0-9] (pid [0-9]*) was killed by signal 9" -- --cpu 3 --worker ./crash.sh ffn.ein
+start=$(date +%s)
+expect "worker hangs"         1 "device [0-9] (pid [0-9]*) sent no heartbeat for" -- --cpu 2 --worker-timeout 1 --worker ./hang.sh ffn.ein
+took=$(( $(date +%s) - start ))
+if [ "$took" -le 6 ]; then ok "hang detected in ${took}s (<= 6)"; else not_ok "hang detected in ${took}s, expected <= 6"; fi
+expect "success with file"    0 "saved y \[37, 24\] f32 to y.npy"    -- --cpu 3 --input x=x_ok.npy ffn.ein
+[ "$n" -eq 27 ] || echo "# planned 27 tests but ran $n"
+exit 0
