@@ -605,7 +605,7 @@ static void test_header_fuzz(void **state)
         size_t len = n;
         int flips = 1 + (int)(rng() % 4);
         for (int k = 0; k < flips; k++)
-            buf[rng() % 128] = (unsigned char)(rng() % 4 ? rng() : " ,()'0123456789"[rng() % 15]);
+            buf[rng() % 128] = rng() % 4 ? (unsigned char)rng() : (unsigned char)" ,()'0123456789"[rng() % 15];
         if (rng() % 4 == 0)
             len = (size_t)rnd(0, (int64_t)n + 1);
         write_bytes(path, buf, len);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,8 +271,9 @@ static void test_builders(void **state)
 }
 
 /* Break the sample program with `mutate`; validation must fail naming
- * `needle`, and so must decoding its encoding. */
-static void expect_invalid(void (*mutate)(ein_program *), const char *needle)
+ * `needle`, and so must decoding its encoding (naming `dneedle` where the
+ * decoder's own type and range checks catch it first). */
+static void expect_invalid3(void (*mutate)(ein_program *), const char *needle, const char *dneedle)
 {
     ein_error err = {0};
     ein_program *p = sample_program();
@@ -288,11 +290,16 @@ static void expect_invalid(void (*mutate)(ein_program *), const char *needle)
     assert_int_equal(ein_msg_encode(&m, &buf, &len, &err), 0); /* encoding does not validate */
     ein_msg out;
     rc = ein_msg_decode(buf, len, &out, &err);
-    if (rc != EIN_EPROTO || !strstr(err.msg, needle))
-        fail_msg("decode: rc %d, message '%s', want '%s'", rc, err.msg, needle);
+    if (rc != EIN_EPROTO || !strstr(err.msg, dneedle))
+        fail_msg("decode: rc %d, message '%s', want '%s'", rc, err.msg, dneedle);
     assert_null(out.program);
     free(buf);
     ein_program_free(p);
+}
+
+static void expect_invalid(void (*mutate)(ein_program *), const char *needle)
+{
+    expect_invalid3(mutate, needle, needle);
 }
 
 static void m_dep_forward(ein_program *p) { p->instrs[2].deps[0] = 5; }
@@ -307,7 +314,12 @@ static void m_lo_hi(ein_program *p) { p->buffers[3].box.hi[1] = 0; }
 static void m_src_range(ein_program *p) { p->instrs[5].srcs[0] = 12; }
 static void m_dst_range(ein_program *p) { p->instrs[5].dst = -2; }
 static void m_store_dst(ein_program *p) { p->instrs[11].dst = 3; }
-static void m_load_src(ein_program *p) { p->instrs[0].nsrcs = 1; p->instrs[0].srcs = p->instrs[2].srcs; }
+static void m_load_src(ein_program *p)
+{
+    p->instrs[0].srcs = calloc(1, sizeof(int32_t));
+    assert_non_null(p->instrs[0].srcs);
+    p->instrs[0].nsrcs = 1;
+}
 static void m_slice_outside(ein_program *p) { p->buffers[5].box.hi[1] = 7; p->buffers[5].bytes += 8; }
 static void m_concat_outside(ein_program *p) { p->buffers[7].box.lo[0] = 1; p->buffers[7].bytes -= 24; }
 static void m_agg_box(ein_program *p) { p->instrs[10].srcs[1] = 5; }
@@ -337,7 +349,7 @@ static void test_validate_rejects(void **state)
     expect_invalid(m_misaligned, "not aligned");
     expect_invalid(m_lo_hi, "lo < hi");
     expect_invalid(m_src_range, "source buffer 12 out of range");
-    expect_invalid(m_dst_range, "dst buffer -2");
+    expect_invalid3(m_dst_range, "dst buffer -2", "instrs[5].dst: integer out of range");
     expect_invalid(m_store_dst, "dst must be -1");
     expect_invalid(m_load_src, "1 sources");
     expect_invalid(m_slice_outside, "does not contain");
@@ -352,7 +364,7 @@ static void test_validate_rejects(void **state)
     expect_invalid(m_store_shape, "not inside the tensor's shape");
     expect_invalid(m_load_rank, "rank 2 but the tensor has rank 3");
     expect_invalid(m_store_path, "missing path");
-    expect_invalid(m_op_unterminated, "op name");
+    expect_invalid3(m_op_unterminated, "instr 4: op name not NUL-terminated", "instrs[4].op: string of 64 bytes");
     expect_invalid(m_device, "device 4 of 4");
     expect_invalid(m_binary_arity, "binary kernel takes 2");
 }
@@ -642,7 +654,7 @@ static void test_wrong_fields(void **state)
     pk_str(&p, "type"); pk_str(&p, "done");
     pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
     pk_str(&p, "device"); msgpack_pack_int(&p.pk, 0);
-    pk_str(&p, "t_total"); msgpack_pack_double(&p.pk, 0.0 / 0.0);
+    pk_str(&p, "t_total"); msgpack_pack_double(&p.pk, NAN);
     pk_str(&p, "t_kernel"); msgpack_pack_double(&p.pk, 0);
     pk_str(&p, "t_copy"); msgpack_pack_double(&p.pk, 0);
     pk_str(&p, "t_wait"); msgpack_pack_double(&p.pk, 0);
@@ -707,7 +719,7 @@ static void test_huge_counts(void **state)
     /* a map of n pairs needs 2n bytes */
     expect_proto("\x82\x01\x02\x03", 4, "map of 2 entries");
     /* the same headers inside a valid-looking envelope */
-    expect_proto("\x83\xa4type\xa5hello\xa1v\x01\xa6device\xdd\xff\xff\xff\xff", 27, "exceeds");
+    expect_proto("\x83\xa4" "type" "\xa5" "hello" "\xa1" "v" "\x01\xa6" "device" "\xdd\xff\xff\xff\xff", 27, "exceeds");
     expect_proto("\xc1", 1, "0xc1");
     expect_proto("", 0, "empty");
     expect_proto("\x80\x80", 2, "trailing");
@@ -726,11 +738,15 @@ static void test_huge_counts(void **state)
     expect_proto(deep, 33, "nesting");
     /* every msgpack type passes the pre-scan when well-formed */
     static const unsigned char all_types[] =
-        "\x9f\xc0\xc2\xc3\x7f\xe0\xcc\x01\xcd\x01\x02\xce\x01\x02\x03\x04\xcf\x01\x02\x03\x04\x05\x06\x07\x08"
+        "\xdc\x00\x21\xc0\xc2\xc3\x7f\xe0\xcc\x01\xcd\x01\x02\xce\x01\x02\x03\x04"
+        "\xcf\x01\x02\x03\x04\x05\x06\x07\x08"
         "\xd0\x01\xd1\x01\x02\xd2\x01\x02\x03\x04\xd3\x01\x02\x03\x04\x05\x06\x07\x08"
         "\xca\x00\x00\x00\x00\xcb\x00\x00\x00\x00\x00\x00\x00\x00"
         "\xa1x\xd9\x01x\xda\x00\x01x\xdb\x00\x00\x00\x01x\xc4\x01x\xc5\x00\x01x\xc6\x00\x00\x00\x01x"
-        "\xd4\x01x\xd8\x01xxxxxxxxxxxxxxxx";
+        "\xd4\x01x\xd8\x01xxxxxxxxxxxxxxxx"
+        "\xc7\x01\x05x\xc8\x00\x01\x05x\xc9\x00\x00\x00\x01\x05x"
+        "\xd5\x01xx\xd6\x01xxxx\xd7\x01xxxxxxxx"
+        "\xde\x00\x01\x01\x02\xdf\x00\x00\x00\x01\x01\x02\xdd\x00\x00\x00\x01\xc0";
     assert_int_equal(ein_msgpack_prescan(all_types, sizeof all_types - 1, &err), 0);
     /* ... and is rejected by the decoder as not a map */
     expect_proto(all_types, sizeof all_types - 1, "expected a map");
