@@ -154,9 +154,13 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
 int ein_program_validate(const ein_program *p, ein_error *err);
 
 /* msgpack encoding (a map; see ein_wire.h for the envelope). The encoded
- * bytes are malloc'd and owned by the caller (free()). */
+ * bytes are malloc'd and owned by the caller (free()). Encoding does not
+ * validate (call ein_program_validate first; tests encode invalid programs
+ * on purpose): it refuses, with EIN_EINVAL, only what it cannot read
+ * safely (negative counts, NULL arrays, ranks outside 0..8). */
 int ein_program_encode(const ein_program *p, void **buf, size_t *len, ein_error *err);
-/* Decode and validate; on success *out is a new Program owned by the caller. */
+/* Pre-scan, decode and validate; on success *out is a new Program owned by
+ * the caller. Malformed input is EIN_EPROTO (*out untouched). */
 int ein_program_decode(const void *buf, size_t len, ein_program **out, ein_error *err);
 
 /* The same, one level down, for a Program nested in a message (ein_wire.c):

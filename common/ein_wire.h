@@ -57,6 +57,9 @@ const char *ein_msg_type_name(ein_msg_type t);
 int ein_msgpack_prescan(const void *buf, size_t len, ein_error *err);
 
 int ein_msg_encode(const ein_msg *m, void **buf, size_t *len, ein_error *err);
+/* Returns 0, EIN_EPROTO for anything malformed (including a PROGRAM whose
+ * program fails ein_program_validate), or EIN_ENOMEM. On failure *out is
+ * zeroed and owns nothing. */
 int ein_msg_decode(const void *buf, size_t len, ein_msg *out, ein_error *err);
 void ein_msg_clear(ein_msg *m);
 

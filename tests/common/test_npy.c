@@ -179,14 +179,14 @@ static void test_header_matches_numpy(void **state)
     f = fopen(path, "rb");
     n = fread(buf, 1, sizeof buf, f);
     fclose(f);
-    assert_int_equal(n, 64 + 10);
+    assert_int_equal(n, 128 + 10);
     assert_non_null(memmem(buf, n, "'descr': '|V2'", 14));
     assert_non_null(memmem(buf, n, "'shape': (5,)", 13));
     assert_int_equal(ein_npy_create(path, EIN_F16, 0, NULL, &err), 0);
     f = fopen(path, "rb");
     n = fread(buf, 1, sizeof buf, f);
     fclose(f);
-    assert_int_equal(n, 64 + 2);
+    assert_int_equal(n, 128 + 2);
     assert_non_null(memmem(buf, n, "'descr': '<f2'", 14));
     assert_non_null(memmem(buf, n, "'shape': ()", 11));
 }
