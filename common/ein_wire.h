@@ -22,7 +22,7 @@
 #include "common/ein_program.h"
 
 /* Largest message any socket accepts (ZMQ_MAXMSGSIZE). */
-#define EIN_MSG_MAX_BYTES (256LL << 20)
+#define EIN_MSG_MAX_BYTES (32LL << 20)
 #define EIN_MSG_TEXT_MAX 512
 
 typedef enum ein_msg_type {

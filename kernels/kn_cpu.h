@@ -50,6 +50,10 @@ int kn_cpu_binary(ein_binary op, const kn_block *a, const kn_block *b,
 int kn_cpu_agg(ein_agg op, const kn_block *srcs, int n, kn_block *out,
                ein_error *err);
 
+/* Threads the CPU kernels may use (OpenBLAS); workers use one each, since
+ * every device is its own process. */
+void kn_cpu_set_threads(int n);
+
 /* Run one Program KERNEL instruction on its blocks (dispatch on kind). */
 int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
                ein_error *err);

@@ -130,6 +130,7 @@ wk_backend *wk_backend_cpu_new(int ndevices)
         return NULL;
     }
     c->npeers = ndevices;
+    kn_cpu_set_threads(1);
     c->be = (wk_backend){
         .name = "cpu",
         .segment_create = cpu_segment_create,

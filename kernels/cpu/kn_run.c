@@ -38,3 +38,10 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
     }
     return ein_fail(err, EIN_EINVAL, "kernel: unknown kind %d", (int)k->kind);
 }
+
+#include <cblas.h>
+
+void kn_cpu_set_threads(int n)
+{
+    openblas_set_num_threads(n > 0 ? n : 1);
+}
