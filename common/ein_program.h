@@ -42,6 +42,10 @@ typedef enum ein_unary {
     EIN_UN_EXP,
     EIN_UN_NEG,
     EIN_UN_SCALE,  /* x * scalar */
+    EIN_UN_ADDC,   /* x + scalar */
+    EIN_UN_SIGMOID,
+    EIN_UN_TANH,
+    EIN_UN_SQUARE,
     EIN_UN_COUNT
 } ein_unary;
 
@@ -49,22 +53,56 @@ typedef enum ein_binary {
     EIN_BIN_ADD = 0,
     EIN_BIN_SUB,
     EIN_BIN_MUL,
+    EIN_BIN_DIV,
+    EIN_BIN_MAX,
     EIN_BIN_COUNT
 } ein_binary;
 
+/* The concrete operators a KERNEL instruction can run. The exact block
+ * semantics of each (which boxes it accepts, how global positions enter)
+ * are stated at the kn_cpu_* function of the same name in kernels/kn_cpu.h;
+ * every backend implements the same semantics. */
 typedef enum ein_kernel_kind {
     EIN_KERNEL_EINSUM = 0,  /* 1 or 2 operands, `subscripts` like "ij,jk->ik" */
-    EIN_KERNEL_UNARY,
-    EIN_KERNEL_BINARY,
+    EIN_KERNEL_UNARY,       /* unary, scalar */
+    EIN_KERNEL_BINARY,      /* binary; numpy broadcasting (see kn_cpu_binary) */
+    EIN_KERNEL_SOFTMAX,     /* axis */
+    EIN_KERNEL_RMSNORM,     /* eps; inputs x, weight */
+    EIN_KERNEL_LAYERNORM,   /* eps; inputs x, weight, bias */
+    EIN_KERNEL_ROPE,        /* head_dim, theta, list = sequence ends */
+    EIN_KERNEL_ATTENTION,   /* group, list = sequence ends; inputs q, k, v */
+    EIN_KERNEL_REDUCE,      /* axes (bit mask), reduce (SUM or MAX) */
+    EIN_KERNEL_CONCAT,      /* axis, list = offset of each input along axis */
+    EIN_KERNEL_SLICE,       /* axis, start */
+    EIN_KERNEL_SPLIT_HEADS, /* head_dim: [T, H*D] -> [H, T, D] */
+    EIN_KERNEL_MERGE_HEADS, /* head_dim: [H, T, D] -> [T, H*D] */
     EIN_KERNEL_COUNT
 } ein_kernel_kind;
 
+#define EIN_KERNEL_MAX_INPUTS 16   /* CONCAT may have up to this many inputs */
+#define EIN_KERNEL_LIST_MAX 65536  /* entries of ein_kernel.list */
+
+/* What a kernel computes, independent of the blocks it runs on. Fields not
+ * used by a kind are zero. `list` is owned by whoever owns the kernel (the
+ * graph node, or the Program instruction, which deep-copies it). */
 typedef struct ein_kernel {
     ein_kernel_kind kind;
     char subscripts[EIN_NAME_MAX]; /* EINSUM */
     ein_unary unary;               /* UNARY */
-    double scalar;                 /* UNARY scale */
+    double scalar;                 /* UNARY scale / addc */
     ein_binary binary;             /* BINARY */
+    int32_t axis;                  /* SOFTMAX, CONCAT, SLICE */
+    uint32_t axes;                 /* REDUCE: bit i set = axis i reduced */
+    ein_agg reduce;                /* REDUCE: EIN_AGG_SUM or EIN_AGG_MAX */
+    int64_t start;                 /* SLICE: first index taken along axis */
+    double eps;                    /* RMSNORM, LAYERNORM */
+    double theta;                  /* ROPE base (10000 for LLaMA) */
+    int64_t head_dim;              /* ROPE, SPLIT_HEADS, MERGE_HEADS */
+    int64_t group;                 /* ATTENTION: query heads per kv head */
+    int64_t *list;                 /* ROPE/ATTENTION: sorted sequence ends, the
+                                      last = total tokens (none: one sequence);
+                                      CONCAT: offset of input i along axis */
+    int32_t nlist;
 } ein_kernel;
 
 typedef struct ein_pbuffer {

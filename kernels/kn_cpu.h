@@ -42,13 +42,83 @@ int kn_cpu_einsum(const char *subscripts, const kn_block *a, const kn_block *b,
 int kn_cpu_unary(ein_unary op, double scalar, const kn_block *x, kn_block *out,
                  ein_error *err);
 
-/* Equal boxes for a, b and out. */
+/* Elementwise with numpy broadcasting: an input of lower rank is aligned
+ * to the right of out; along a dimension where an input block has extent 1
+ * and out's block differs from it (other extent or other position) the
+ * input is broadcast (its one element is used); elsewhere the input's
+ * interval must equal out's. Equal boxes is the common case. */
 int kn_cpu_binary(ein_binary op, const kn_block *a, const kn_block *b,
                   kn_block *out, ein_error *err);
 
 /* out = srcs[0] (+|max) srcs[1] ...; all the same box and dtype as out. */
 int kn_cpu_agg(ein_agg op, const kn_block *srcs, int n, kn_block *out,
                ein_error *err);
+
+/* ---- The operators of the planner issue (LLaMA block). -----------------
+ * Each states which boxes it accepts. "whole along an axis" means the
+ * block's interval there is the full dimension, which the caller (the
+ * planner's spec) guarantees and the kernel checks when it can (it knows
+ * full extents only where a parameter states them). */
+
+/* softmax over `axis`: out box == x box; the block must hold the whole
+ * axis (every row the kernel normalises is complete). */
+int kn_cpu_softmax(int axis, const kn_block *x, kn_block *out, ein_error *err);
+
+/* RMSNorm over the last axis: out = x / sqrt(mean(x^2) + eps) * w, where
+ * w is rank 1 over [0, d) (the whole last axis) and x's block holds the
+ * whole last axis [0, d). out box == x box. */
+int kn_cpu_rmsnorm(double eps, const kn_block *x, const kn_block *w, kn_block *out,
+                   ein_error *err);
+/* LayerNorm over the last axis with weight w and bias b (both [0, d)). */
+int kn_cpu_layernorm(double eps, const kn_block *x, const kn_block *w, const kn_block *b,
+                     kn_block *out, ein_error *err);
+
+/* Rotary embedding (LLaMA, interleaved pairs): x is [tokens, H*head_dim];
+ * the block's hidden interval starts and ends at multiples of head_dim.
+ * For global token t at position p (t minus the start of its sequence:
+ * sequences end at seq_ends[0] < seq_ends[1] < ...; nseq == 0 means one
+ * sequence starting at 0) and pair i of a head (elements 2i, 2i+1 of the
+ * head), angle = p * theta^(-2i/head_dim), and the pair is rotated by it.
+ * out box == x box. */
+int kn_cpu_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nseq,
+                const kn_block *x, kn_block *out, ein_error *err);
+
+/* Causal attention with grouped-query heads over packed sequences.
+ * q and out are [heads_q, seq, d], k and v [heads_kv, seq, d] (global
+ * boxes). Query head h uses kv head h / group. The q block's head interval
+ * must be [group*a, group*b) when k's and v's is [a, b); d is whole in all.
+ * Query at global token t attends keys u with start(t) <= u <= t, where
+ * start(t) is the start of t's sequence (seq_ends as for rope); the k/v
+ * blocks' token interval must contain every such key of every query of the
+ * q block (the kernel checks). Scale 1/sqrt(d); online softmax in tiles
+ * (FlashAttention's algorithm). out box == q box. */
+int kn_cpu_attention(int64_t group, const int64_t *seq_ends, int nseq, const kn_block *q,
+                     const kn_block *k, const kn_block *v, kn_block *out, ein_error *err);
+
+/* Reduce (EIN_AGG_SUM or EIN_AGG_MAX) over the axes in `axes` (bit i =
+ * axis i). The output drops those axes; its box is x's box without them.
+ * A block holding part of a reduced axis gives a partial result (the
+ * planner aggregates partials with the same op). */
+int kn_cpu_reduce(ein_agg op, uint32_t axes, const kn_block *x, kn_block *out,
+                  ein_error *err);
+
+/* Concat along `axis`: input i sits at offsets[i] along axis in the
+ * output (offsets ascending; input i's global extent along axis is
+ * offsets[i+1]-offsets[i]). Each input block (in that input's own global
+ * coordinates) is copied where it overlaps out's box; together the inputs
+ * must cover out's box. */
+int kn_cpu_concat(int axis, const int64_t *offsets, const kn_block *ins, int n,
+                  kn_block *out, ein_error *err);
+
+/* Slice along `axis`: out[..., j, ...] = x[..., j + start, ...]; x's box
+ * must contain out's box shifted by start. */
+int kn_cpu_slice(int axis, int64_t start, const kn_block *x, kn_block *out,
+                 ein_error *err);
+
+/* [T, H*D] <-> [H, T, D] with D = head_dim. A block maps box to box:
+ * out [h0,h1) x [t0,t1) x [0,D) <- x [t0,t1) x [h0*D, h1*D). */
+int kn_cpu_split_heads(int64_t head_dim, const kn_block *x, kn_block *out, ein_error *err);
+int kn_cpu_merge_heads(int64_t head_dim, const kn_block *x, kn_block *out, ein_error *err);
 
 /* Threads the CPU kernels may use (OpenBLAS); workers use one each, since
  * every device is its own process. */
