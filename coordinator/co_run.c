@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +15,14 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/ein_status.h"
 #include "common/ein_wire.h"
 
 enum { W_SPAWNED, W_PROGRAM_SENT, W_LOADED, W_STARTED, W_DONE };
 
 typedef struct worker {
     pid_t pid;
+    int spoke;          /* sent at least one message */
     int phase;
     int instr;          /* last instruction reported */
     double last_seen;
@@ -38,6 +41,10 @@ typedef struct run {
     sigset_t oldmask;
     worker *w;
     int failed;
+    int iter;           /* current iteration */
+    double t_iter;      /* when its START went out */
+    double *iter_s;
+    ein_status_slot *status;    /* the run's status page (see ein_status.h) */
 } run;
 
 static double now_s(void)
@@ -48,15 +55,39 @@ static double now_s(void)
 }
 
 /* "instruction 17 (KERNEL, operator 'y')", or "startup" before any. */
+/* "in instruction 17 (KERNEL, operator 'y')", "at startup", ...: where
+ * device d was, from the status page if it says, else the last heartbeat. */
 static void describe_instr(const run *r, int d, int instr, char *buf, size_t len)
 {
+    if (r->status && r->status[d].instr >= 0)
+        instr = r->status[d].instr;
     if (instr < 0 || instr >= r->progs[d]->ninstrs) {
-        snprintf(buf, len, "%s", r->w[d].phase >= W_STARTED ? "between instructions" : "startup");
+        snprintf(buf, len, "%s", r->w[d].phase >= W_STARTED ? "between instructions" : "at startup");
         return;
     }
     const ein_instr *ins = &r->progs[d]->instrs[instr];
-    snprintf(buf, len, "instruction %d (%s, operator '%s')", instr,
+    snprintf(buf, len, "in instruction %d (%s, operator '%s')", instr,
              ein_instr_kind_name(ins->kind), ins->op);
+}
+
+static int status_create(run *r, ein_error *err)
+{
+    char name[160];
+    size_t bytes = sizeof(ein_status_slot) * (size_t)r->ndev;
+    ein_status_name(name, sizeof name, r->run_id);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0)
+        return ein_fail(err, EIN_EIO, "shm_open %s: %s", name, strerror(errno));
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)bytes) == 0)
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return ein_fail(err, EIN_EIO, "cannot map the status page %s: %s", name, strerror(errno));
+    r->status = p;
+    for (int d = 0; d < r->ndev; d++)
+        r->status[d].instr = -1;
+    return 0;
 }
 
 static int send_to(run *r, int d, const ein_msg *m, ein_error *err)
@@ -76,28 +107,82 @@ static int send_to(run *r, int d, const ein_msg *m, ein_error *err)
     return rc;
 }
 
+/* Split `cmd` at spaces into argv[*n...] (no quoting: a wrapper command is
+ * a tool and its options). Returns -1 if there are too many words. */
+static int split_words(char *cmd, char **argv, int *n, int max)
+{
+    for (char *t = strtok(cmd, " \t"); t; t = strtok(NULL, " \t")) {
+        if (*n >= max)
+            return -1;
+        argv[(*n)++] = t;
+    }
+    return 0;
+}
+
 static int spawn(run *r, int d, ein_error *err)
 {
-    char dev[16], nd[16], ppid[32];
+    char dev[16], nd[16], ppid[32], iters[16], level[16], logp[600], trace[600], wrap[1024];
+    char *argv[64];
+    int n = 0;
     snprintf(dev, sizeof dev, "%d", d);
     snprintf(nd, sizeof nd, "%d", r->ndev);
     snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
+    snprintf(iters, sizeof iters, "%d", r->o->iterations);
+    snprintf(level, sizeof level, "%d", r->o->log_level);
+    if (r->o->wrapper && (r->o->wrapper_device < 0 || r->o->wrapper_device == d)) {
+        snprintf(wrap, sizeof wrap, "%s", r->o->wrapper);
+        if (split_words(wrap, argv, &n, 40) < 0)
+            return ein_fail(err, EIN_EINVAL, "--worker-wrapper has too many words");
+    }
+    argv[n++] = (char *)r->o->worker_path;
+    char *fixed[] = {"--device", dev, "--ndevices", nd, "--run-dir", r->dir, "--run-id",
+                     r->run_id, "--coordinator", r->endpoint, "--iterations", iters};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+        argv[n++] = fixed[i];
+    if (!r->o->manual) {
+        argv[n++] = "--parent-pid";
+        argv[n++] = ppid;
+    }
+    if (r->o->log_dir) {
+        snprintf(logp, sizeof logp, "%s/worker-%d.log", r->o->log_dir, d);
+        argv[n++] = "--log";
+        argv[n++] = logp;
+        argv[n++] = "--log-level";
+        argv[n++] = level;
+    }
+    if (r->o->trace_path) {
+        snprintf(trace, sizeof trace, "%s/trace-%d.json", r->dir, d);
+        argv[n++] = "--trace";
+        argv[n++] = trace;
+    }
+    if (r->o->debug_device == d)
+        argv[n++] = "--pause";
+    argv[n] = NULL;
+    r->w[d].phase = W_SPAWNED;
+    r->w[d].instr = -1;
+    r->w[d].last_seen = now_s();
+    if (r->o->manual) {
+        /* The user starts it (under a debugger, say); we only wait for it. */
+        fprintf(stderr, "einrun: start device %d with:\n ", d);
+        for (int i = 0; i < n; i++)
+            fprintf(stderr, " %s", argv[i]);
+        fprintf(stderr, "\n");
+        return 0;
+    }
     pid_t pid = fork();
     if (pid < 0)
         return ein_fail(err, EIN_EIO, "cannot start worker for device %d: %s", d, strerror(errno));
     if (pid == 0) {
         sigprocmask(SIG_SETMASK, &r->oldmask, NULL);
-        char *argv[] = {(char *)r->o->worker_path, "--device", dev, "--ndevices", nd,
-                        "--run-dir", r->dir, "--run-id", r->run_id, "--coordinator",
-                        r->endpoint, "--parent-pid", ppid, NULL};
-        execv(r->o->worker_path, argv);
-        fprintf(stderr, "einrun: cannot execute %s: %s\n", r->o->worker_path, strerror(errno));
-        _exit(127);
+        execvp(argv[0], argv);
+        _exit(127); /* reported by the coordinator as "could not execute" */
     }
     r->w[d].pid = pid;
-    r->w[d].phase = W_SPAWNED;
-    r->w[d].instr = -1;
-    r->w[d].last_seen = now_s();
+    if (r->o->debug_device == d)
+        fprintf(stderr, "einrun: device %d is paused as pid %ld; attach with:  gdb -p %ld  "
+                        "(or cuda-gdb -p %ld); it continues once a debugger is attached "
+                        "or after: kill -USR1 %ld\n",
+                d, (long)pid, (long)pid, (long)pid, (long)pid);
     return 0;
 }
 
@@ -161,6 +246,7 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
         return ein_error_prefix(err, "device %d (pid %ld) sent a malformed message", d, (long)w->pid);
     }
     w->last_seen = now_s();
+    w->spoke = 1;
     switch (m.type) {
     case EIN_MSG_HEARTBEAT:
         w->instr = m.instr;
@@ -177,11 +263,14 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
             break;
         }
         w->phase = W_LOADED;
+        if (r->o->manual && m.pid > 0)
+            w->pid = (pid_t)m.pid;
         int all = 1;
         for (int i = 0; i < r->ndev; i++)
             all &= r->w[i].phase == W_LOADED;
         if (all) {
             ein_msg st = {.type = EIN_MSG_START};
+            r->t_iter = now_s();
             for (int i = 0; i < r->ndev && rc == 0; i++) {
                 rc = send_to(r, i, &st, err);
                 r->w[i].phase = W_STARTED;
@@ -202,7 +291,7 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
         char where[200];
         int instr = m.instr >= 0 && m.instr < r->progs[d]->ninstrs ? m.instr : w->instr;
         describe_instr(r, d, instr, where, sizeof where);
-        rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld) failed in %s: %s", d, (long)w->pid,
+        rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld) failed %s: %s", d, (long)w->pid,
                       where, m.text);
         break;
     }
@@ -211,6 +300,14 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
     }
     ein_msg_clear(&m);
     return rc < 0 ? rc : 1;
+}
+
+/* The program a worker's process starts with (its wrapper's, if any). */
+static const char *o_wrapper_or_worker(const run *r, int d)
+{
+    if (r->o->wrapper && (r->o->wrapper_device < 0 || r->o->wrapper_device == d))
+        return r->o->wrapper;
+    return r->o->worker_path;
 }
 
 /* Reap exited workers; an exit before DONE is a failure. */
@@ -236,10 +333,12 @@ static int reap(run *r, int shutting_down, ein_error *err)
             if (WIFSIGNALED(status))
                 snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(status),
                          strsignal(WTERMSIG(status)));
+            else if (WEXITSTATUS(status) == 127 && w->phase == W_SPAWNED && !w->spoke)
+                snprintf(how, sizeof how, "exited with status 127 (could not execute %s)",
+                         o_wrapper_or_worker(r, d));
             else
                 snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
-            rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld) %s during %s", d, (long)pid, how,
-                          where);
+            rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld) %s %s", d, (long)pid, how, where);
         }
     }
     return rc;
@@ -247,6 +346,21 @@ static int reap(run *r, int shutting_down, ein_error *err)
 
 static void stop_all(run *r)
 {
+    ein_msg sd = {.type = EIN_MSG_SHUTDOWN};
+    for (int d = 0; d < r->ndev; d++)
+        if (r->w[d].spoke && !r->w[d].exited)
+            send_to(r, d, &sd, NULL);
+    if (r->o->manual) {
+        /* Not our children: ask, then make sure. */
+        usleep(200000);
+        for (int d = 0; d < r->ndev; d++)
+            if (r->w[d].pid > 0)
+                kill(r->w[d].pid, SIGKILL);
+        return;
+    }
+    for (int d = 0; d < r->ndev; d++)
+        if (r->status)
+            r->status[d].stopping = 1;
     for (int d = 0; d < r->ndev; d++)
         if (r->w[d].pid > 0 && !r->w[d].exited)
             kill(r->w[d].pid, SIGTERM);
@@ -286,9 +400,16 @@ static void cleanup(run *r)
         close(r->sfd);
     for (int d = 0; d < r->ndev && r->run_id[0]; d++) {
         char name[160];
-        snprintf(name, sizeof name, "/ein-%s-%d", r->run_id, d);
+        ein_segment_name(name, sizeof name, r->run_id, d);
         shm_unlink(name);
     }
+    if (r->run_id[0]) {
+        char name[160];
+        ein_status_name(name, sizeof name, r->run_id);
+        shm_unlink(name);
+    }
+    if (r->status)
+        munmap(r->status, sizeof(ein_status_slot) * (size_t)r->ndev);
     if (r->dir[0]) {
         DIR *dp = opendir(r->dir);
         if (dp) {
@@ -308,10 +429,46 @@ static void cleanup(run *r)
     free(r->w);
 }
 
-int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
-           co_worker_stats *stats, ein_error *err)
+/* Join the workers' trace files into one Chrome-trace JSON array (a failed
+ * run gets a trace too: it shows where each device was). */
+static int merge_trace(run *r, ein_error *err)
 {
-    run r = {.o = o, .progs = progs, .ndev = ndev, .sfd = -1};
+    FILE *out = fopen(r->o->trace_path, "w");
+    if (!out)
+        return ein_fail(err, EIN_EIO, "cannot write the trace %s: %s", r->o->trace_path,
+                        strerror(errno));
+    fprintf(out, "[\n");
+    int first = 1;
+    for (int d = 0; d < r->ndev; d++) {
+        fprintf(out, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, "
+                     "\"args\": {\"name\": \"device %d (pid %ld)\"}}",
+                first ? "" : ",\n", d, d, (long)r->w[d].pid);
+        first = 0;
+        char p[600];
+        snprintf(p, sizeof p, "%s/trace-%d.json", r->dir, d);
+        FILE *in = fopen(p, "r");
+        if (!in)
+            continue;
+        char buf[65536];
+        size_t n, total = 0;
+        while ((n = fread(buf, 1, sizeof buf, in)) > 0) {
+            if (total == 0)
+                fputs(",\n", out);
+            fwrite(buf, 1, n, out);
+            total += n;
+        }
+        fclose(in);
+    }
+    fprintf(out, "\n]\n");
+    if (fclose(out) != 0)
+        return ein_fail(err, EIN_EIO, "cannot write the trace %s", r->o->trace_path);
+    return 0;
+}
+
+int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
+           co_worker_stats *stats, double *iter_s, ein_error *err)
+{
+    run r = {.o = o, .progs = progs, .ndev = ndev, .sfd = -1, .iter_s = iter_s};
     int rc = 0, zero = 0, one = 1;
     int64_t maxsize = EIN_MSG_MAX_BYTES;
     sigset_t mask;
@@ -348,6 +505,8 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
         rc = ein_fail(err, EIN_EIO, "bind %s: %s", r.endpoint, zmq_strerror(errno));
         goto out;
     }
+    if ((rc = status_create(&r, err)) < 0)
+        goto out;
     for (int d = 0; d < ndev; d++)
         if ((rc = spawn(&r, d, err)) < 0)
             goto out;
@@ -372,11 +531,19 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
             }
         if ((rc = reap(&r, shutting_down, err)) < 0) {
             /* Give a dying worker's last ERROR a moment to arrive. */
-            ein_error late = {0};
-            zmq_pollitem_t it = {.socket = r.router, .events = ZMQ_POLLIN};
-            if (zmq_poll(&it, 1, 200) > 0 && handle_message(&r, stats, &late) < 0 &&
-                late.code == EIN_EWORKER && err)
-                *err = late;
+            double until = now_s() + 0.3;
+            for (double left = 0.3; left > 0; left = until - now_s()) {
+                ein_error late = {0};
+                zmq_pollitem_t it = {.socket = r.router, .events = ZMQ_POLLIN};
+                if (zmq_poll(&it, 1, (long)(left * 1000) + 1) <= 0)
+                    break;
+                int got = handle_message(&r, stats, &late);
+                if (got < 0 && late.code == EIN_EWORKER && strstr(late.msg, ") failed ")) {
+                    if (err)
+                        *err = late;
+                    break;
+                }
+            }
             goto out;
         }
         double t = now_s();
@@ -384,7 +551,20 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
             int all_done = 1;
             for (int d = 0; d < ndev; d++)
                 all_done &= r.w[d].phase == W_DONE;
-            if (all_done) {
+            if (all_done && r.iter_s)
+                r.iter_s[r.iter] = t - r.t_iter;
+            if (all_done && r.iter + 1 < o->iterations) {
+                /* A barrier between iterations: no buffer is rewritten while a
+                 * peer may still be copying it. */
+                ein_msg st = {.type = EIN_MSG_START};
+                r.iter++;
+                r.t_iter = now_s();
+                for (int d = 0; d < ndev; d++) {
+                    r.w[d].phase = W_STARTED;
+                    if ((rc = send_to(&r, d, &st, err)) < 0)
+                        goto out;
+                }
+            } else if (all_done) {
                 ein_msg sd = {.type = EIN_MSG_SHUTDOWN};
                 for (int d = 0; d < ndev; d++)
                     send_to(&r, d, &sd, NULL);
@@ -394,7 +574,7 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
         } else {
             int all_exited = 1;
             for (int d = 0; d < ndev; d++)
-                all_exited &= r.w[d].exited;
+                all_exited &= r.w[d].exited || (o->manual && kill(r.w[d].pid, 0) < 0);
             if (all_exited)
                 break;
             if (t - t_start > 5.0) {
@@ -406,9 +586,13 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
         for (int d = 0; d < ndev; d++) {
             if (r.w[d].exited || t - r.w[d].last_seen <= o->worker_timeout)
                 continue;
+            /* A worker paused for a debugger, or one the user has not started
+             * yet, is not silent until it has spoken once. */
+            if (!r.w[d].spoke && (o->debug_device == d || o->manual))
+                continue;
             char where[200];
             describe_instr(&r, d, r.w[d].instr, where, sizeof where);
-            rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld) sent no heartbeat for %.0f s; last seen in %s",
+            rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld) sent no heartbeat for %.0f s; last seen %s",
                           d, (long)r.w[d].pid, t - r.w[d].last_seen, where);
             goto out;
         }
@@ -420,6 +604,11 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
 out:
     if (r.w)
         stop_all(&r);
+    if (o->trace_path && r.dir[0]) {
+        ein_error terr = {0};
+        if (merge_trace(&r, &terr) < 0 && rc == 0)
+            rc = ein_fail(err, terr.code, "%s", terr.msg);
+    }
     cleanup(&r);
     return rc;
 }

@@ -23,14 +23,25 @@ typedef struct co_run_opts {
     double worker_timeout;      /* seconds of silence before a worker counts as hung */
     double timeout;             /* whole run, seconds; 0 = none */
     int verbose;
+    int iterations;             /* runs of the whole plan, warm-up included (>= 1) */
+    const char *trace_path;     /* NULL, or where the merged Chrome trace goes */
+    const char *log_dir;        /* NULL, or a directory for worker-<d>.log */
+    int log_level;              /* 1 events, 2 every instruction */
+    const char *wrapper;        /* NULL, or a command (split at spaces) that every
+                                   worker runs under (gdb, valgrind, ...) */
+    int wrapper_device;         /* -1: all workers; else only this one */
+    int debug_device;           /* -1, or a worker started paused for a debugger */
+    int manual;                 /* workers are started by hand (see einrun --help) */
 } co_run_opts;
 
 typedef struct co_worker_stats {
     long pid;
-    double total, kernel, copy, wait;   /* seconds, as the worker measured them */
+    double total, kernel, copy, wait;   /* seconds, last iteration, as the worker measured them */
 } co_worker_stats;
 
+/* `iter_s` (may be NULL) receives opts->iterations wall times: from START
+ * to the last worker's DONE of each iteration, as the coordinator saw them. */
 int co_run(ein_program *const *progs, int ndev, const co_run_opts *opts,
-           co_worker_stats *stats, ein_error *err);
+           co_worker_stats *stats, double *iter_s, ein_error *err);
 
 #endif

@@ -47,9 +47,23 @@ static void usage(FILE *f)
 "  --selector dp|greedy|random   how specs are chosen (default: dp).\n"
 "  --plan-seed S        seed of the random selector (default: 1).\n"
 "  --explain            print the chosen spec and costs of every operator.\n"
-"Supervision:\n"
+"Measuring:\n"
+"  --iterations N       run the plan N times after the warm-up and report the\n"
+"                       per-iteration time (min / median) and, per device, the\n"
+"                       time in kernels, copies and waiting (default: 1).\n"
+"  --warmup W           untimed runs first (default: 0).\n"
+"  --trace FILE.json    a Chrome-trace timeline of every device (Perfetto).\n"
+"Supervision and debugging:\n"
 "  --worker-timeout S   a worker silent this long counts as hung (default: 60).\n"
 "  --timeout S          stop the whole run after S seconds (default: none).\n"
+"  --log-dir DIR        one log per worker, DIR/worker-<d>.log.\n"
+"  --log-level 1|2      1: events; 2: every instruction started and finished.\n"
+"  --worker-wrapper [K:]CMD  run every worker (or only worker K) under CMD,\n"
+"                       e.g. 'valgrind --error-exitcode=9' or 'gdb -batch -ex run --args'.\n"
+"  --debug-worker K     start worker K paused; einrun prints the gdb -p command;\n"
+"                       it continues once a debugger attaches (or on SIGUSR1).\n"
+"  --manual-workers     start no worker: print each worker's command line and\n"
+"                       wait for you to start them (to step through one device).\n"
 "  --worker PATH        the einworker binary (default: next to einrun).\n"
 "Other:\n"
 "  -v, --verbose        per-device timings and lowering statistics.\n"
@@ -119,6 +133,12 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 static int gpu_visible(void)
 {
     struct stat st;
@@ -180,7 +200,9 @@ int main(int argc, char **argv)
     uint64_t seed = 1, plan_seed = 1;
     pl_selector sel = PL_SELECT_DP;
     double worker_timeout = 60, timeout = 0;
-    const char *worker_opt = NULL;
+    const char *worker_opt = NULL, *trace_path = NULL, *log_dir = NULL, *wrapper = NULL;
+    int iterations = 1, warmup = 0, log_level = 1, wrapper_device = -1, debug_device = -1;
+    int manual = 0;
     binding inputs[MAX_BINDINGS], outputs[MAX_BINDINGS];
     int ninputs = 0, noutputs = 0;
     ids[0] = 0;
@@ -197,6 +219,14 @@ int main(int argc, char **argv)
         {"worker-timeout", required_argument, 0, 'W'},
         {"timeout", required_argument, 0, 'T'},
         {"worker", required_argument, 0, 'w'},
+        {"iterations", required_argument, 0, 'N'},
+        {"warmup", required_argument, 0, 'M'},
+        {"trace", required_argument, 0, 'R'},
+        {"log-dir", required_argument, 0, 'D'},
+        {"log-level", required_argument, 0, 'G'},
+        {"worker-wrapper", required_argument, 0, 'X'},
+        {"debug-worker", required_argument, 0, 'B'},
+        {"manual-workers", no_argument, 0, 'U'},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},
@@ -276,6 +306,43 @@ int main(int argc, char **argv)
             break;
         }
         case 'w': worker_opt = optarg; break;
+        case 'N':
+        case 'M':
+        case 'G':
+        case 'B': {
+            errno = 0;
+            long v = strtol(optarg, &end, 10);
+            const char *name = c == 'N' ? "iterations" : c == 'M' ? "warmup"
+                             : c == 'G' ? "log-level" : "debug-worker";
+            long lo = c == 'N' || c == 'G' ? 1 : 0, hi = c == 'G' ? 2 : 100000;
+            if (errno || *end || end == optarg || v < lo || v > hi) {
+                fprintf(stderr, "einrun: --%s '%s': expected an integer from %ld to %ld\n", name,
+                        optarg, lo, hi);
+                return 2;
+            }
+            if (c == 'N') iterations = (int)v;
+            else if (c == 'M') warmup = (int)v;
+            else if (c == 'G') log_level = (int)v;
+            else debug_device = (int)v;
+            break;
+        }
+        case 'R': trace_path = optarg; break;
+        case 'D': log_dir = optarg; break;
+        case 'X': {
+            /* "K:CMD" wraps only worker K. */
+            char *colon = strchr(optarg, ':');
+            wrapper = optarg;
+            if (colon && colon > optarg && strspn(optarg, "0123456789") == (size_t)(colon - optarg)) {
+                wrapper_device = atoi(optarg);
+                wrapper = colon + 1;
+            }
+            if (!*wrapper) {
+                fprintf(stderr, "einrun: --worker-wrapper '%s': expected [K:]COMMAND\n", optarg);
+                return 2;
+            }
+            break;
+        }
+        case 'U': manual = 1; break;
         case 'v': verbose = 1; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("einrun %s\n", PACKAGE_VERSION); return 0;
@@ -290,6 +357,19 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *path = argv[optind];
+    if ((debug_device >= 0 && debug_device >= ndev) || wrapper_device >= ndev) {
+        fprintf(stderr, "einrun: --%s %d: there are only %d devices\n",
+                debug_device >= ndev ? "debug-worker" : "worker-wrapper",
+                debug_device >= ndev ? debug_device : wrapper_device, ndev);
+        return 2;
+    }
+    if (log_dir) {
+        struct stat ls;
+        if (stat(log_dir, &ls) < 0 || !S_ISDIR(ls.st_mode)) {
+            fprintf(stderr, "einrun: --log-dir %s: not a directory\n", log_dir);
+            return 2;
+        }
+    }
     int status = 2;
     ein_error err = {0};
     pl_graph *g = NULL;
@@ -298,6 +378,7 @@ int main(int argc, char **argv)
     const char **in_path = NULL, **out_path = NULL;
     char **tmp_path = NULL, **owned = NULL;
     co_worker_stats *wstats = NULL;
+    double *iter_s = NULL;
 
     if (pl_ein_parse_file(path, &g, &err) < 0) {
         fprintf(stderr, "einrun: %s\n", err.msg);
@@ -412,9 +493,16 @@ int main(int argc, char **argv)
     }
     double t_plan = now_s() - t0;
     co_run_opts ro = {.worker_path = worker, .worker_timeout = worker_timeout, .timeout = timeout,
-                      .verbose = verbose};
+                      .verbose = verbose, .iterations = warmup + iterations,
+                      .trace_path = trace_path, .log_dir = log_dir, .log_level = log_level,
+                      .wrapper = wrapper, .wrapper_device = wrapper_device,
+                      .debug_device = debug_device, .manual = manual};
+    if (!(iter_s = calloc((size_t)(warmup + iterations), sizeof *iter_s))) {
+        fprintf(stderr, "einrun: out of memory\n");
+        goto done;
+    }
     double t1 = now_s();
-    if (co_run(progs, ndev, &ro, wstats, &err) < 0) {
+    if (co_run(progs, ndev, &ro, wstats, iter_s, &err) < 0) {
         fprintf(stderr, "einrun: run failed: %s\n", err.msg);
         goto done;
     }
@@ -444,6 +532,17 @@ int main(int argc, char **argv)
         fprintf(stdout, "saved %s [%s] %s to %s (blocks written by device%s %s)\n", nd->name, shape,
                 ein_dtype_name(nd->dtype), out_path[v], strchr(devs, ',') ? "s" : "", devs);
     }
+    if (iterations > 1 || warmup > 0) {
+        double *t = iter_s + warmup;
+        qsort(t, (size_t)iterations, sizeof *t, cmp_double);
+        fprintf(stdout, "%d iterations (after %d warm-up): min %.3f ms, median %.3f ms\n",
+                iterations, warmup, 1e3 * t[0], 1e3 * t[iterations / 2]);
+        for (int d = 0; d < ndev; d++)
+            fprintf(stdout, "  device %d: %.3f ms kernels, %.3f ms copies, %.3f ms waiting (last iteration)\n",
+                    d, 1e3 * wstats[d].kernel, 1e3 * wstats[d].copy, 1e3 * wstats[d].wait);
+    }
+    if (trace_path)
+        fprintf(stdout, "trace of every device written to %s\n", trace_path);
     if (verbose) {
         fprintf(stderr, "planned and lowered in %.3f s: %d instructions, %d exchanges, %d copies (%.0f bytes)\n",
                 t_plan, ls.ninstrs, ls.nexchanges, ls.ncopies, ls.copy_bytes);
@@ -468,6 +567,7 @@ done:
     free(in_path);
     free(out_path);
     free(wstats);
+    free(iter_s);
     for (int i = 0; i < ninputs; i++) {
         free(inputs[i].name);
         free(inputs[i].path);

@@ -4,39 +4,131 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <stdlib.h>
 
 #include "config.h"
+#include "common/ein_status.h"
 #include "worker/wk_exec.h"
 
-static char shm_path[256];
+static char shm_path[256], status_path[256], sock_path[4200], coord_path[4200], run_dir[4100];
+static ein_status_slot *status_slot;
+static char **store_paths;  /* output files this worker writes */
+static int nstore;
 
-/* On SIGTERM (coordinator's stop, or our parent's death through
- * PR_SET_PDEATHSIG) remove our segment and leave at once; unlink and _exit
- * are async-signal-safe. */
+/* Remember the output files of our Program: if the coordinator dies, its
+ * temporary outputs would otherwise stay behind half-written. */
+static void remember_outputs(const ein_program *p)
+{
+    store_paths = calloc((size_t)p->ninstrs + 1, sizeof *store_paths);
+    for (int i = 0; store_paths && i < p->ninstrs; i++)
+        if (p->instrs[i].kind == EIN_I_STORE && p->instrs[i].path)
+            store_paths[nstore++] = strdup(p->instrs[i].path);
+}
+
+/* On SIGTERM (the coordinator's stop, or its death through
+ * PR_SET_PDEATHSIG) remove our segment and socket and leave at once. A
+ * SIGTERM the coordinator did not announce in the status page means it is
+ * gone (getppid cannot tell: the coordinator's other threads outlive the
+ * one that forked us for a moment), and nobody else will remove its files:
+ * the temporary outputs, its socket, the status page and the run directory
+ * (the last worker out succeeds). unlink, rmdir and _exit are
+ * async-signal-safe. */
 static void on_term(int sig)
 {
     (void)sig;
     if (shm_path[0])
         unlink(shm_path);
+    if (sock_path[0])
+        unlink(sock_path);
+    if (run_dir[0] && !(status_slot && status_slot->stopping)) {
+        for (int i = 0; i < nstore; i++)
+            if (store_paths[i])
+                unlink(store_paths[i]);
+        unlink(status_path);
+        unlink(coord_path);
+        rmdir(run_dir);
+    }
     _exit(3);
+}
+
+static volatile sig_atomic_t resume;
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    resume = 1;
+}
+
+/* --pause: wait until a debugger attaches (TracerPid in /proc/self/status)
+ * or SIGUSR1 arrives. */
+static void pause_for_debugger(int device)
+{
+    fprintf(stderr, "einworker: device %d paused, pid %ld: attach with gdb -p %ld, "
+                    "or continue with kill -USR1 %ld\n",
+            device, (long)getpid(), (long)getpid(), (long)getpid());
+    while (!resume) {
+        FILE *f = fopen("/proc/self/status", "r");
+        char line[256];
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "TracerPid:", 10) && atol(line + 10) != 0)
+                resume = 1;
+        if (f)
+            fclose(f);
+        usleep(100000);
+    }
+    fprintf(stderr, "einworker: device %d continues\n", device);
+}
+
+/* Map our slot of the run's status page (advisory: failures are ignored). */
+static ein_status_slot *map_status(const wk_config *cfg)
+{
+    char name[160];
+    ein_status_name(name, sizeof name, cfg->run_id);
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    size_t want = sizeof(ein_status_slot) * (size_t)cfg->ndevices;
+    void *p = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= want)
+        p = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? NULL : (ein_status_slot *)p + cfg->device;
 }
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: einworker --device D --ndevices N --run-dir DIR --run-id ID\n"
-            "                 --coordinator ENDPOINT [--parent-pid PID]\n"
+            "                 --coordinator ENDPOINT [--parent-pid PID] [--iterations N]\n"
+            "                 [--log FILE] [--log-level 1|2] [--trace FILE] [--pause]\n"
             "\n"
-            "Executes one device's Program for einrun. It is started by einrun, one per\n"
-            "device; starting it by hand is only useful for debugging (see einrun --help).\n");
+            "Executes one device's Program for einrun. einrun starts one per device;\n"
+            "with einrun --manual-workers, einrun prints these command lines instead and\n"
+            "you start each worker yourself (under gdb, say).\n"
+            "\n"
+            "  --pause        wait for a debugger to attach (or SIGUSR1) before starting\n"
+            "  --log FILE     log events (level 1) or every instruction (level 2)\n"
+            "  --trace FILE   write Chrome-trace events of every instruction\n"
+            "\n"
+            "Test hook: EIN_FAULT=DEV:KIND[:INSTR] makes device DEV fail when instruction\n"
+            "INSTR (default: the first) starts; KIND is crash, hang, exit, alloc (device\n"
+            "memory allocation fails), garbage (a malformed message to the coordinator)\n"
+            "or peer-garbage (a malformed message to every peer).\n");
 }
 
 int main(int argc, char **argv)
 {
-    wk_config cfg = {.device = -1, .ndevices = 0, .heartbeat_s = 0.5};
+    wk_config cfg = {.device = -1, .ndevices = 0, .heartbeat_s = 0.5, .iterations = 1,
+                     .log_level = 1, .fault_instr = -1, .on_program = remember_outputs};
     long parent = 0;
+    int do_pause = 0;
+    const char *log_path = NULL;
     static const struct option opts[] = {
         {"device", required_argument, 0, 'd'},
         {"ndevices", required_argument, 0, 'n'},
@@ -44,6 +136,11 @@ int main(int argc, char **argv)
         {"run-id", required_argument, 0, 'i'},
         {"coordinator", required_argument, 0, 'c'},
         {"parent-pid", required_argument, 0, 'p'},
+        {"iterations", required_argument, 0, 'I'},
+        {"log", required_argument, 0, 'l'},
+        {"log-level", required_argument, 0, 'L'},
+        {"trace", required_argument, 0, 't'},
+        {"pause", no_argument, 0, 'P'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -56,17 +153,26 @@ int main(int argc, char **argv)
         case 'i': cfg.run_id = optarg; break;
         case 'c': cfg.coordinator = optarg; break;
         case 'p': parent = atol(optarg); break;
+        case 'I': cfg.iterations = atoi(optarg); break;
+        case 'l': log_path = optarg; break;
+        case 'L': cfg.log_level = atoi(optarg); break;
+        case 't': cfg.trace_path = optarg; break;
+        case 'P': do_pause = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
     if (cfg.device < 0 || cfg.ndevices < 1 || cfg.device >= cfg.ndevices || !cfg.run_dir ||
-        !cfg.run_id || !cfg.coordinator || strchr(cfg.run_id, '/')) {
+        !cfg.run_id || !cfg.coordinator || strchr(cfg.run_id, '/') || cfg.iterations < 1) {
         fprintf(stderr, "einworker: missing or invalid arguments\n");
         usage(stderr);
         return 2;
     }
     snprintf(shm_path, sizeof shm_path, "/dev/shm/ein-%s-%d", cfg.run_id, cfg.device);
+    snprintf(status_path, sizeof status_path, "/dev/shm/ein-%s-status", cfg.run_id);
+    snprintf(run_dir, sizeof run_dir, "%s", cfg.run_dir);
+    snprintf(sock_path, sizeof sock_path, "%s/w%d.sock", cfg.run_dir, cfg.device);
+    snprintf(coord_path, sizeof coord_path, "%s/coord.sock", cfg.run_dir);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_term;
@@ -79,6 +185,28 @@ int main(int argc, char **argv)
         fprintf(stderr, "einworker %d: coordinator %ld is gone\n", cfg.device, parent);
         return 3;
     }
+    /* EIN_FAULT=DEV:KIND[:INSTR] — see usage(). */
+    static char fault[32];
+    const char *fe = getenv("EIN_FAULT");
+    if (fe && *fe) {
+        int dev = -1, instr = -1;
+        if (sscanf(fe, "%d:%31[a-z-]:%d", &dev, fault, &instr) >= 2 && dev == cfg.device) {
+            cfg.fault = fault;
+            cfg.fault_instr = instr;
+        }
+    }
+    if (log_path && !(cfg.log = fopen(log_path, "w"))) {
+        fprintf(stderr, "einworker %d: cannot write %s\n", cfg.device, log_path);
+        return 1;
+    }
+    if (do_pause) {
+        struct sigaction su;
+        memset(&su, 0, sizeof su);
+        su.sa_handler = on_usr1;
+        sigaction(SIGUSR1, &su, NULL);
+        pause_for_debugger(cfg.device);
+    }
+    cfg.status = status_slot = map_status(&cfg);
     wk_backend *be = wk_backend_cpu_new(cfg.ndevices);
     if (!be) {
         fprintf(stderr, "einworker %d: out of memory\n", cfg.device);
@@ -87,6 +215,13 @@ int main(int argc, char **argv)
     ein_error err = {0};
     int rc = wk_worker_main(&cfg, be, &err);
     be->destroy(be);
+    if (rc < 0 && cfg.log)
+        fprintf(cfg.log, "device %d failed: %s\n", cfg.device, err.msg);
+    if (cfg.log)
+        fclose(cfg.log);
+    for (int i = 0; i < nstore; i++)
+        free(store_paths[i]);
+    free(store_paths);
     if (rc < 0 && getenv("EIN_WORKER_VERBOSE"))
         fprintf(stderr, "einworker %d: %s\n", cfg.device, err.msg);
     return rc < 0 ? 1 : 0;

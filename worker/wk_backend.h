@@ -38,8 +38,4 @@ struct wk_backend {
 
 wk_backend *wk_backend_cpu_new(int ndevices);
 
-/* Name of device d's segment in run `run_id` ("/ein-<run_id>-<d>"). Both
- * the worker and the coordinator (for cleanup) derive it the same way. */
-void wk_segment_name(char *buf, size_t len, const char *run_id, int device);
-
 #endif

@@ -24,11 +24,6 @@ typedef struct cpu_backend {
     int npeers;
 } cpu_backend;
 
-void wk_segment_name(char *buf, size_t len, const char *run_id, int device)
-{
-    snprintf(buf, len, "/ein-%s-%d", run_id, device);
-}
-
 static int cpu_segment_create(wk_backend *be, const char *name, size_t bytes, void **base,
                               ein_error *err)
 {

@@ -2,6 +2,8 @@
 #include "worker/wk_exec.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 
 #include "common/ein_npy.h"
 #include "common/ein_rand.h"
+#include "common/ein_status.h"
 #include "common/ein_wire.h"
 
 typedef struct wk {
@@ -27,6 +30,10 @@ typedef struct wk {
     double last_beat;
     double t_kernel, t_copy, t_wait, t_start;
     int shutdown;               /* SHUTDOWN received */
+    int iter;                   /* current iteration */
+    FILE *trace;                /* Chrome-trace events, or NULL */
+    int ntrace;
+    ein_status_slot *status;    /* our slot of the run's status page, or NULL */
 } wk;
 
 static double now_s(void)
@@ -34,6 +41,34 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void wlog(wk *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void wlog(wk *w, int level, const char *fmt, ...)
+{
+    if (!w->cfg->log || w->cfg->log_level < level)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(w->cfg->log, "%.6f device %d: ", now_s(), w->cfg->device);
+    vfprintf(w->cfg->log, fmt, ap);
+    fputc('\n', w->cfg->log);
+    fflush(w->cfg->log);
+    va_end(ap);
+}
+
+/* One complete event (Chrome trace "X"): timestamps in microseconds of
+ * CLOCK_MONOTONIC, which every process of the machine shares. */
+static void trace_event(wk *w, const char *cat, const char *name, const char *op, double t0,
+                        double t1)
+{
+    if (!w->trace)
+        return;
+    fprintf(w->trace,
+            "%s{\"name\": \"%s %s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
+            "\"dur\": %.3f, \"pid\": %d, \"tid\": 0, \"args\": {\"iteration\": %d}}",
+            w->ntrace++ ? ",\n" : "", name, op, cat, t0 * 1e6, (t1 - t0) * 1e6, w->cfg->device,
+            w->iter);
 }
 
 static int send_msg(void *sock, const ein_msg *m, ein_error *err)
@@ -196,7 +231,7 @@ static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
     const void *pbase;
     size_t pbytes;
     const ein_pbuffer *b = &w->prog->buffers[ins->dst];
-    wk_segment_name(name, sizeof name, w->cfg->run_id, ins->peer);
+    ein_segment_name(name, sizeof name, w->cfg->run_id, ins->peer);
     int rc = w->be->peer_open(w->be, ins->peer, name, &pbase, &pbytes, err);
     if (rc < 0)
         return rc;
@@ -230,7 +265,37 @@ static int notify(wk *w, const ein_instr *ins, ein_error *err)
     return send_msg(w->push[peer], &m, err);
 }
 
-static int run_instr(wk *w, const ein_instr *ins, ein_error *err)
+static void fault_fire(wk *w, ein_error *err);
+
+static int run_instr_body(wk *w, const ein_instr *ins, ein_error *err);
+
+static int run_instr(wk *w, int i, ein_error *err)
+{
+    const ein_instr *ins = &w->prog->instrs[i];
+    if ((ins->kind == EIN_I_LOAD && w->iter > 0) ||
+        (ins->kind == EIN_I_STORE && w->iter < w->cfg->iterations - 1))
+        return 0; /* inputs stay loaded; outputs are stored once */
+    if (w->status) {
+        w->status->iteration = w->iter;
+        w->status->instr = i;
+    }
+    if (w->cfg->fault && (w->cfg->fault_instr < 0 || w->cfg->fault_instr == i) && w->iter == 0) {
+        fault_fire(w, err);
+        if (err && err->code)
+            return err->code;
+    }
+    wlog(w, 2, "start %d %s %s", i, ein_instr_kind_name(ins->kind), ins->op);
+    double t0 = now_s();
+    int rc = run_instr_body(w, ins, err);
+    double t1 = now_s();
+    wlog(w, 2, "finish %d %s %s%s", i, ein_instr_kind_name(ins->kind), ins->op,
+         rc < 0 ? " (failed)" : "");
+    const char *cat = ins->kind == EIN_I_KERNEL || ins->kind == EIN_I_AGG ? "kernel" : "copy";
+    trace_event(w, cat, ein_instr_kind_name(ins->kind), ins->op, t0, t1);
+    return rc;
+}
+
+static int run_instr_body(wk *w, const ein_instr *ins, ein_error *err)
 {
     double t0 = now_s();
     int rc = 0;
@@ -280,6 +345,41 @@ static int run_instr(wk *w, const ein_instr *ins, ein_error *err)
     return rc;
 }
 
+/* Injected faults, for the supervision tests. */
+static void fault_fire(wk *w, ein_error *err)
+{
+    const char *f = w->cfg->fault;
+    wlog(w, 1, "injecting fault '%s'", f);
+    if (!strcmp(f, "crash")) {
+        raise(SIGSEGV);
+    } else if (!strcmp(f, "exit")) {
+        _exit(7);
+    } else if (!strcmp(f, "hang")) {
+        for (;;)
+            pause(); /* no heartbeat from here on */
+    } else if (!strcmp(f, "garbage")) {
+        static const unsigned char junk[] = {0xdf, 0xff, 0xff, 0xff, 0xff, 0x01};
+        zmq_send(w->dealer, junk, sizeof junk, 0);
+    } else if (!strcmp(f, "peer-garbage")) {
+        static const unsigned char junk[] = {0x82, 0xa4, 't', 'y', 'p', 'e', 0xa5, 'r', 'e', 'a',
+                                             'd', 'y', 0xa1, 'v', 0xcc};
+        for (int d = 0; d < w->cfg->ndevices; d++) {
+            if (d == w->cfg->device)
+                continue;
+            char ep[EIN_PATH_MAX + 32];
+            snprintf(ep, sizeof ep, "ipc://%s/w%d.sock", w->cfg->run_dir, d);
+            void *s = zmq_socket(w->zctx, ZMQ_PUSH);
+            int linger = 1000;
+            zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+            zmq_connect(s, ep);
+            zmq_send(s, junk, sizeof junk, 0);
+            zmq_close(s);
+        }
+    } else {
+        ein_fail(err, EIN_EINVAL, "unknown injected fault '%s'", f);
+    }
+}
+
 static int runnable(const wk *w, int i)
 {
     const ein_instr *ins = &w->prog->instrs[i];
@@ -296,16 +396,16 @@ static int runnable(const wk *w, int i)
 static int execute(wk *w, ein_error *err)
 {
     int n = w->prog->ninstrs, left = n, first = 0, rc;
-    w->done = calloc((size_t)n + 1, 1);
-    if (!w->done)
+    if (!w->done && !(w->done = calloc((size_t)n + 1, 1)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
+    memset(w->done, 0, (size_t)n + 1);
     while (left > 0) {
         int progress = 0;
         for (int i = first; i < n; i++) {
             if (w->done[i] || !runnable(w, i))
                 continue;
             w->current = i;
-            if ((rc = run_instr(w, &w->prog->instrs[i], err)) < 0)
+            if ((rc = run_instr(w, i, err)) < 0)
                 return rc;
             w->done[i] = 1;
             left--;
@@ -319,8 +419,11 @@ static int execute(wk *w, ein_error *err)
         double t0 = now_s();
         if ((rc = pump(w, progress ? 0 : 50, NULL, err)) < 0)
             return rc;
-        if (!progress)
-            w->t_wait += now_s() - t0;
+        if (!progress) {
+            double t1 = now_s();
+            w->t_wait += t1 - t0;
+            trace_event(w, "wait", "wait", "peers", t0, t1);
+        }
         if (w->shutdown)
             return ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
         if (now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
@@ -402,6 +505,9 @@ static int setup_sockets(wk *w, ein_error *err)
 
 static void teardown(wk *w)
 {
+
+    if (w->trace)
+        fclose(w->trace);
     if (w->push)
         for (int i = 0; i < w->cfg->ndevices; i++)
             if (w->push[i])
@@ -420,39 +526,62 @@ static void teardown(wk *w)
 
 int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
 {
-    wk w = {.cfg = cfg, .be = be, .current = -1};
+    wk w = {.cfg = cfg, .be = be, .current = -1, .status = cfg->status};
     int rc, started = 0;
+    if (cfg->trace_path && !(w.trace = fopen(cfg->trace_path, "w"))) {
+        rc = ein_fail(err, EIN_EIO, "cannot write the trace %s: %s", cfg->trace_path,
+                      strerror(errno));
+        goto fail;
+    }
     w.t_start = now_s();
     if ((rc = setup_sockets(&w, err)) < 0)
         goto fail;
     if ((rc = beat(&w, err)) < 0 || (rc = receive_program(&w, err)) < 0)
         goto fail;
     char seg[160];
-    wk_segment_name(seg, sizeof seg, cfg->run_id, cfg->device);
+    if (cfg->on_program)
+        cfg->on_program(w.prog);
+    ein_segment_name(seg, sizeof seg, cfg->run_id, cfg->device);
     void *base;
+    if (cfg->fault && !strcmp(cfg->fault, "alloc")) {
+        rc = ein_fail(err, EIN_ENOMEM, "cannot allocate %llu bytes of device memory (injected fault)",
+                      (unsigned long long)w.prog->segment_bytes);
+        goto fail;
+    }
     if ((rc = be->segment_create(be, seg, w.prog->segment_bytes, &base, err)) < 0)
         goto fail;
     w.base = base;
     ein_msg hello = {.type = EIN_MSG_HELLO, .device = cfg->device, .pid = (int64_t)getpid()};
     if ((rc = send_msg(w.dealer, &hello, err)) < 0)
         goto fail;
-    while (!started) {
-        if ((rc = pump(&w, (int)(cfg->heartbeat_s * 1000), &started, err)) < 0)
-            goto fail;
-        if (w.shutdown) {
-            rc = ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
-            goto fail;
+    wlog(&w, 1, "program of %d instructions, %d buffers, %llu bytes; waiting for START",
+         w.prog->ninstrs, w.prog->nbuffers, (unsigned long long)w.prog->segment_bytes);
+    for (w.iter = 0; w.iter < cfg->iterations; w.iter++) {
+        for (started = 0; !started;) {
+            if ((rc = pump(&w, (int)(cfg->heartbeat_s * 1000), &started, err)) < 0)
+                goto fail;
+            if (w.shutdown) {
+                rc = ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
+                goto fail;
+            }
+            if (now_s() - w.last_beat > cfg->heartbeat_s && (rc = beat(&w, err)) < 0)
+                goto fail;
         }
-        if (now_s() - w.last_beat > cfg->heartbeat_s && (rc = beat(&w, err)) < 0)
+        wlog(&w, 1, "iteration %d started", w.iter);
+        w.t_start = now_s();
+        w.t_kernel = w.t_copy = w.t_wait = 0;
+        if ((rc = execute(&w, err)) < 0)
+            goto fail;
+        /* Every READY of this iteration has been used; the next ones come
+         * only after the next START, so the set can be emptied now. */
+        w.nready = 0;
+        ein_msg done = {.type = EIN_MSG_DONE, .device = cfg->device,
+                        .t_total = now_s() - w.t_start, .t_kernel = w.t_kernel,
+                        .t_copy = w.t_copy, .t_wait = w.t_wait};
+        wlog(&w, 1, "iteration %d done in %.6f s", w.iter, done.t_total);
+        if ((rc = send_msg(w.dealer, &done, err)) < 0)
             goto fail;
     }
-    w.t_start = now_s();
-    if ((rc = execute(&w, err)) < 0)
-        goto fail;
-    ein_msg done = {.type = EIN_MSG_DONE, .device = cfg->device, .t_total = now_s() - w.t_start,
-                    .t_kernel = w.t_kernel, .t_copy = w.t_copy, .t_wait = w.t_wait};
-    if ((rc = send_msg(w.dealer, &done, err)) < 0)
-        goto fail;
     /* Peers may still copy from our segment: keep it until SHUTDOWN. */
     while (!w.shutdown) {
         if ((rc = pump(&w, (int)(cfg->heartbeat_s * 1000), NULL, err)) < 0)

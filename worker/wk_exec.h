@@ -11,7 +11,10 @@
 #ifndef WK_EXEC_H
 #define WK_EXEC_H
 
+#include <stdio.h>
+
 #include "common/ein_error.h"
+#include "common/ein_status.h"
 #include "worker/wk_backend.h"
 
 typedef struct wk_config {
@@ -21,6 +24,22 @@ typedef struct wk_config {
     const char *run_id;       /* names the shared-memory segments */
     const char *coordinator;  /* zmq endpoint of the coordinator's ROUTER */
     double heartbeat_s;       /* interval between heartbeats */
+    int iterations;           /* times the Program runs (>= 1): LOADs run in the
+                                 first, STOREs in the last; the coordinator starts
+                                 each one with START once every worker is DONE */
+    FILE *log;                /* NULL: no log; else events (level 1) and every
+                                 instruction started/finished (level 2) */
+    int log_level;
+    const char *trace_path;   /* NULL, or a file receiving Chrome-trace events */
+    /* Fault injection for the supervision tests (see einworker --help):
+     * NULL, "crash", "hang", "exit", "alloc", "garbage" or "peer-garbage";
+     * fired when instruction `fault_instr` starts (-1: the first one). */
+    const char *fault;
+    int fault_instr;
+    /* Called once the Program is received and valid (may be NULL): einworker
+     * uses it to learn the files it must remove if the coordinator dies. */
+    void (*on_program)(const ein_program *p);
+    ein_status_slot *status;  /* this device's slot of the status page, or NULL */
 } wk_config;
 
 int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err);

@@ -1,0 +1,33 @@
+/* common/ein_status.h — names of a run's shared-memory objects, and the
+ * status page through which the coordinator learns what a worker was doing
+ * when it died.
+ *
+ * The coordinator creates the status page ("/ein-<run_id>-status", one
+ * 64-byte slot per device, every slot -1) before it starts any worker and
+ * removes it at the end. Each worker maps it and stores the instruction it
+ * is about to execute in its slot, so that even after SIGKILL the
+ * coordinator can name the exact instruction; heartbeats carry the same
+ * information but only every half second. The page is advisory: a worker
+ * that cannot map it runs all the same. */
+#ifndef EIN_STATUS_H
+#define EIN_STATUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ein_status_slot {
+    volatile int32_t instr;     /* executing, or -1 (written by the worker) */
+    volatile int32_t iteration;
+    volatile int32_t stopping;  /* the coordinator is stopping this worker
+                                   (written by the coordinator before SIGTERM;
+                                   a SIGTERM without it means the coordinator
+                                   died, and the worker cleans up for it) */
+    char pad[52];
+} ein_status_slot;
+
+/* "/ein-<run_id>-<device>": a device's buffer segment. */
+void ein_segment_name(char *buf, size_t len, const char *run_id, int device);
+/* "/ein-<run_id>-status". */
+void ein_status_name(char *buf, size_t len, const char *run_id);
+
+#endif
