@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/ein_clock.h"
 #include "common/ein_status.h"
 #include "common/ein_wire.h"
 
@@ -46,13 +47,6 @@ typedef struct run {
     double *iter_s;
     ein_status_slot *status;    /* the run's status page (see ein_status.h) */
 } run;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* "instruction 17 (KERNEL, operator 'y')", or "startup" before any. */
 /* "in instruction 17 (KERNEL, operator 'y')", "at startup", ...: where
@@ -160,7 +154,7 @@ static int spawn(run *r, int d, ein_error *err)
     argv[n] = NULL;
     r->w[d].phase = W_SPAWNED;
     r->w[d].instr = -1;
-    r->w[d].last_seen = now_s();
+    r->w[d].last_seen = ein_now_s();
     if (r->o->manual) {
         /* The user starts it (under a debugger, say); we only wait for it. */
         fprintf(stderr, "einrun: start device %d with:\n ", d);
@@ -245,7 +239,7 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
             ein_msg_clear(&m);
         return ein_error_prefix(err, "device %d (pid %ld) sent a malformed message", d, (long)w->pid);
     }
-    w->last_seen = now_s();
+    w->last_seen = ein_now_s();
     w->spoke = 1;
     switch (m.type) {
     case EIN_MSG_HEARTBEAT:
@@ -270,7 +264,7 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
             all &= r->w[i].phase == W_LOADED;
         if (all) {
             ein_msg st = {.type = EIN_MSG_START};
-            r->t_iter = now_s();
+            r->t_iter = ein_now_s();
             for (int i = 0; i < r->ndev && rc == 0; i++) {
                 rc = send_to(r, i, &st, err);
                 r->w[i].phase = W_STARTED;
@@ -364,7 +358,7 @@ static void stop_all(run *r)
     for (int d = 0; d < r->ndev; d++)
         if (r->w[d].pid > 0 && !r->w[d].exited)
             kill(r->w[d].pid, SIGTERM);
-    double deadline = now_s() + 2.0;
+    double deadline = ein_now_s() + 2.0;
     for (;;) {
         int alive = 0;
         for (int d = 0; d < r->ndev; d++) {
@@ -377,7 +371,7 @@ static void stop_all(run *r)
         }
         if (!alive)
             break;
-        if (now_s() > deadline) {
+        if (ein_now_s() > deadline) {
             for (int d = 0; d < r->ndev; d++)
                 if (r->w[d].pid > 0 && !r->w[d].exited) {
                     kill(r->w[d].pid, SIGKILL);
@@ -511,7 +505,7 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
         if ((rc = spawn(&r, d, err)) < 0)
             goto out;
 
-    double t_start = now_s();
+    double t_start = ein_now_s();
     int shutting_down = 0;
     for (;;) {
         zmq_pollitem_t items[2] = {
@@ -531,8 +525,8 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
             }
         if ((rc = reap(&r, shutting_down, err)) < 0) {
             /* Give a dying worker's last ERROR a moment to arrive. */
-            double until = now_s() + 0.3;
-            for (double left = 0.3; left > 0; left = until - now_s()) {
+            double until = ein_now_s() + 0.3;
+            for (double left = 0.3; left > 0; left = until - ein_now_s()) {
                 ein_error late = {0};
                 zmq_pollitem_t it = {.socket = r.router, .events = ZMQ_POLLIN};
                 if (zmq_poll(&it, 1, (long)(left * 1000) + 1) <= 0)
@@ -546,7 +540,7 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
             }
             goto out;
         }
-        double t = now_s();
+        double t = ein_now_s();
         if (!shutting_down) {
             int all_done = 1;
             for (int d = 0; d < ndev; d++)
@@ -558,7 +552,7 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
                  * peer may still be copying it. */
                 ein_msg st = {.type = EIN_MSG_START};
                 r.iter++;
-                r.t_iter = now_s();
+                r.t_iter = ein_now_s();
                 for (int d = 0; d < ndev; d++) {
                     r.w[d].phase = W_STARTED;
                     if ((rc = send_to(&r, d, &st, err)) < 0)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "common/ein_clock.h"
 #include "common/ein_npy.h"
 #include "coordinator/co_lower.h"
 #include "coordinator/co_run.h"
@@ -124,13 +125,6 @@ static int parse_binding(const char *arg, binding *b)
     b->name = strndup(arg, (size_t)(eq - arg));
     b->path = strdup(eq + 1);
     return b->name && b->path ? 0 : -1;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -453,7 +447,7 @@ int main(int argc, char **argv)
         goto done;
     }
 
-    double t0 = now_s();
+    double t0 = ein_now_s();
     if (pl_plan_make(g, ndev, sel, plan_seed, &plan, &err) < 0) {
         fprintf(stderr, "einrun: cannot plan %s for %d devices: %s\n", path, ndev, err.msg);
         goto done;
@@ -491,7 +485,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "einrun: cannot lower the plan: %s\n", err.msg);
         goto done;
     }
-    double t_plan = now_s() - t0;
+    double t_plan = ein_now_s() - t0;
     co_run_opts ro = {.worker_path = worker, .worker_timeout = worker_timeout, .timeout = timeout,
                       .verbose = verbose, .iterations = warmup + iterations,
                       .trace_path = trace_path, .log_dir = log_dir, .log_level = log_level,
@@ -501,12 +495,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "einrun: out of memory\n");
         goto done;
     }
-    double t1 = now_s();
+    double t1 = ein_now_s();
     if (co_run(progs, ndev, &ro, wstats, iter_s, &err) < 0) {
         fprintf(stderr, "einrun: run failed: %s\n", err.msg);
         goto done;
     }
-    double t_run = now_s() - t1;
+    double t_run = ein_now_s() - t1;
     for (int v = 0; v < g->nnodes; v++) {
         if (!tmp_path[v])
             continue;

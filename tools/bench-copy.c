@@ -14,14 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/ein_clock.h"
 #include "worker/wk_backend.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp(const void *a, const void *b)
 {
@@ -86,11 +80,11 @@ int main(int argc, char **argv)
     memset(own, 0, bytes);
     be->copy(be, own, peer, bytes, &err); /* first touch of both mappings */
     for (int i = 0; i < reps; i++) {
-        double t0 = now_s();
+        double t0 = ein_now_s();
         be->copy(be, own, peer, bytes, &err);
-        double t1 = now_s();
+        double t1 = ein_now_s();
         memcpy(b, a, bytes);
-        double t2 = now_s();
+        double t2 = ein_now_s();
         tp[i] = t1 - t0;
         tm[i] = t2 - t1;
     }

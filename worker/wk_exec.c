@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/ein_clock.h"
 #include "common/ein_npy.h"
 #include "common/ein_rand.h"
 #include "common/ein_status.h"
@@ -36,13 +37,6 @@ typedef struct wk {
     ein_status_slot *status;    /* our slot of the run's status page, or NULL */
 } wk;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void wlog(wk *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void wlog(wk *w, int level, const char *fmt, ...)
 {
@@ -50,7 +44,7 @@ static void wlog(wk *w, int level, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    fprintf(w->cfg->log, "%.6f device %d: ", now_s(), w->cfg->device);
+    fprintf(w->cfg->log, "%.6f device %d: ", ein_now_s(), w->cfg->device);
     vfprintf(w->cfg->log, fmt, ap);
     fputc('\n', w->cfg->log);
     fflush(w->cfg->log);
@@ -88,7 +82,7 @@ static int send_msg(void *sock, const ein_msg *m, ein_error *err)
 static int beat(wk *w, ein_error *err)
 {
     ein_msg m = {.type = EIN_MSG_HEARTBEAT, .device = w->cfg->device, .instr = w->current};
-    w->last_beat = now_s();
+    w->last_beat = ein_now_s();
     return send_msg(w->dealer, &m, err);
 }
 
@@ -285,9 +279,9 @@ static int run_instr(wk *w, int i, ein_error *err)
             return err->code;
     }
     wlog(w, 2, "start %d %s %s", i, ein_instr_kind_name(ins->kind), ins->op);
-    double t0 = now_s();
+    double t0 = ein_now_s();
     int rc = run_instr_body(w, ins, err);
-    double t1 = now_s();
+    double t1 = ein_now_s();
     wlog(w, 2, "finish %d %s %s%s", i, ein_instr_kind_name(ins->kind), ins->op,
          rc < 0 ? " (failed)" : "");
     const char *cat = ins->kind == EIN_I_KERNEL || ins->kind == EIN_I_AGG ? "kernel" : "copy";
@@ -297,7 +291,7 @@ static int run_instr(wk *w, int i, ein_error *err)
 
 static int run_instr_body(wk *w, const ein_instr *ins, ein_error *err)
 {
-    double t0 = now_s();
+    double t0 = ein_now_s();
     int rc = 0;
     kn_block blk[1024];
     const ein_pbuffer *d = ins->dst >= 0 ? &w->prog->buffers[ins->dst] : NULL;
@@ -320,7 +314,7 @@ static int run_instr_body(wk *w, const ein_instr *ins, ein_error *err)
         rc = ins->kind == EIN_I_KERNEL
                  ? w->be->kernel(w->be, &ins->kernel, blk, ins->nsrcs, &out, err)
                  : w->be->agg(w->be, ins->agg, blk, ins->nsrcs, &out, err);
-        w->t_kernel += now_s() - t0;
+        w->t_kernel += ein_now_s() - t0;
         return rc;
     }
     case EIN_I_SLICE:
@@ -341,7 +335,7 @@ static int run_instr_body(wk *w, const ein_instr *ins, ein_error *err)
     default:
         rc = ein_fail(err, EIN_EPROTO, "unknown instruction kind %d", (int)ins->kind);
     }
-    w->t_copy += now_s() - t0;
+    w->t_copy += ein_now_s() - t0;
     return rc;
 }
 
@@ -410,23 +404,23 @@ static int execute(wk *w, ein_error *err)
             w->done[i] = 1;
             left--;
             progress = 1;
-            if (now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
+            if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
                 return rc;
         }
         while (first < n && w->done[first])
             first++;
         w->current = -1;
-        double t0 = now_s();
+        double t0 = ein_now_s();
         if ((rc = pump(w, progress ? 0 : 50, NULL, err)) < 0)
             return rc;
         if (!progress) {
-            double t1 = now_s();
+            double t1 = ein_now_s();
             w->t_wait += t1 - t0;
             trace_event(w, "wait", "wait", "peers", t0, t1);
         }
         if (w->shutdown)
             return ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
-        if (now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
+        if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
             return rc;
     }
     return 0;
@@ -533,7 +527,7 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
                       strerror(errno));
         goto fail;
     }
-    w.t_start = now_s();
+    w.t_start = ein_now_s();
     if ((rc = setup_sockets(&w, err)) < 0)
         goto fail;
     if ((rc = beat(&w, err)) < 0 || (rc = receive_program(&w, err)) < 0)
@@ -564,11 +558,11 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
                 rc = ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
                 goto fail;
             }
-            if (now_s() - w.last_beat > cfg->heartbeat_s && (rc = beat(&w, err)) < 0)
+            if (ein_now_s() - w.last_beat > cfg->heartbeat_s && (rc = beat(&w, err)) < 0)
                 goto fail;
         }
         wlog(&w, 1, "iteration %d started", w.iter);
-        w.t_start = now_s();
+        w.t_start = ein_now_s();
         w.t_kernel = w.t_copy = w.t_wait = 0;
         if ((rc = execute(&w, err)) < 0)
             goto fail;
@@ -576,7 +570,7 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
          * only after the next START, so the set can be emptied now. */
         w.nready = 0;
         ein_msg done = {.type = EIN_MSG_DONE, .device = cfg->device,
-                        .t_total = now_s() - w.t_start, .t_kernel = w.t_kernel,
+                        .t_total = ein_now_s() - w.t_start, .t_kernel = w.t_kernel,
                         .t_copy = w.t_copy, .t_wait = w.t_wait};
         wlog(&w, 1, "iteration %d done in %.6f s", w.iter, done.t_total);
         if ((rc = send_msg(w.dealer, &done, err)) < 0)
@@ -586,7 +580,7 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
     while (!w.shutdown) {
         if ((rc = pump(&w, (int)(cfg->heartbeat_s * 1000), NULL, err)) < 0)
             goto fail;
-        if (now_s() - w.last_beat > cfg->heartbeat_s && (rc = beat(&w, err)) < 0)
+        if (ein_now_s() - w.last_beat > cfg->heartbeat_s && (rc = beat(&w, err)) < 0)
             goto fail;
     }
     teardown(&w);

@@ -6,37 +6,14 @@
 set -u
 B=${EIN_BUILDDIR:-.}
 EINRUN="$B/einrun"
-EINWORKER="$B/einworker"
+SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 S=$(mktemp -d "${TMPDIR:-/tmp}/ein-flt.XXXXXX") || exit 1
 export TMPDIR="$S"
 trap 'rm -rf "$S"' EXIT
 cd "$S" || exit 1
-n=0
+. "$SRC/tests/e2e/lib.sh"
 
-cat > ffn.ein <<'EIN'
-dims tokens=37 d_model=24 d_ff=50
-input x[tokens, d_model]
-input w1[d_model, d_ff]
-input w2[d_ff, d_model]
-act    = matmul(x, w1)
-hidden = relu(act)
-y      = matmul(hidden, w2)
-save y
-EIN
-
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
-
-leftovers() {
-    l=""
-    for p in /proc/[0-9]*; do
-        c=$( (tr '\0' ' ' < "$p/cmdline") 2>/dev/null) || continue
-        case "$c" in *einworker*"$S"*) l="$l process ${p#/proc/};" ;; esac
-    done
-    for f in /dev/shm/ein-"$1"-*; do [ -e "$f" ] && l="$l $f;"; done
-    for f in "$S"/einrun.* "$S"/*.einrun-tmp-*; do [ -e "$f" ] && l="$l $f;"; done
-    echo "$l"
-}
+write_ffn ffn.ein
 
 # fault NAME EIN_FAULT PATTERN -- einrun args: expect exit 1 within 5 s.
 fault() {

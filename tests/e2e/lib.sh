@@ -1,0 +1,34 @@
+# tests/e2e/lib.sh — shared by the shell end-to-end tests (sourced, not run).
+# Expects $S (the test's scratch directory, also its TMPDIR) to be set.
+
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+
+# leftovers PID: what a run of einrun PID left behind: worker processes of
+# this scratch directory, its shared memory, run directories, temporary
+# output files. Prints nothing when clean.
+leftovers() {
+    l=""
+    for p in /proc/[0-9]*; do
+        c=$( (tr '\0' ' ' < "$p/cmdline") 2>/dev/null) || continue
+        case "$c" in *einworker*"$S"*) l="$l process ${p#/proc/};" ;; esac
+    done
+    for f in /dev/shm/ein-"$1"-*; do [ -e "$f" ] && l="$l $f;"; done
+    for f in "$S"/einrun.* "$S"/*.einrun-tmp-*; do [ -e "$f" ] && l="$l $f;"; done
+    echo "$l"
+}
+
+# The FFN of the paper's §2 at small odd sizes.
+write_ffn() {
+    cat > "$1" <<'EIN'
+dims tokens=37 d_model=24 d_ff=50
+input x[tokens, d_model]
+input w1[d_model, d_ff]
+input w2[d_ff, d_model]
+act    = matmul(x, w1)
+hidden = relu(act)
+y      = matmul(hidden, w2)
+save y
+EIN
+}
