@@ -524,9 +524,10 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
                 goto out;
             }
         if ((rc = reap(&r, shutting_down, err)) < 0) {
-            /* Give a dying worker's last ERROR a moment to arrive. */
-            double until = ein_now_s() + 0.3;
-            for (double left = 0.3; left > 0; left = until - ein_now_s()) {
+            /* A worker that failed on its own sent an ERROR before exiting,
+             * which explains more than its exit status: give it a moment. */
+            double until = ein_now_s() + 1.0;
+            for (double left = 1.0; left > 0; left = until - ein_now_s()) {
                 ein_error late = {0};
                 zmq_pollitem_t it = {.socket = r.router, .events = ZMQ_POLLIN};
                 if (zmq_poll(&it, 1, (long)(left * 1000) + 1) <= 0)

@@ -282,6 +282,8 @@ static int run_instr(wk *w, int i, ein_error *err)
     double t0 = ein_now_s();
     int rc = run_instr_body(w, ins, err);
     double t1 = ein_now_s();
+    if (w->status && rc == 0)
+        w->status->instr = -1; /* between instructions */
     wlog(w, 2, "finish %d %s %s%s", i, ein_instr_kind_name(ins->kind), ins->op,
          rc < 0 ? " (failed)" : "");
     const char *cat = ins->kind == EIN_I_KERNEL || ins->kind == EIN_I_AGG ? "kernel" : "copy";
