@@ -6,7 +6,10 @@
  *    "instrs": [{"kind": i, "deps": [...], "srcs": [...], "dst": i, "op": s, ...}...]}
  * where each instruction carries only the fields of its kind:
  *   LOAD "path" (str or nil), "seed", "key", "shape"; STORE "path", "shape";
- *   KERNEL "kernel": {"kind", and "subscripts" | "unary","scalar" | "binary"};
+ *   KERNEL "kernel": {"kind", and the fields of that kind (kernel_fields
+ *   below): "subscripts" | "unary","scalar" | "binary" | "axis" | "eps" |
+ *   "head_dim","theta","list" | "group","list" | "axes","reduce" |
+ *   "axis","list" | "axis","start" | "head_dim"}, "list" an int array;
  *   AGG "agg"; COPY "peer", "peer_buf", "peer_offset"; NOTIFY "peer", "peer_buf".
  * Enums travel as their integer values (the protocol version "v" of the
  * envelope guards their meaning). Unknown or duplicate keys are errors. */
@@ -26,14 +29,42 @@
 #define EIN_BUFFER_MAX_BYTES ((uint64_t)1 << 62)
 #define EIN_BUFFER_ALIGN 256
 
-static const char *const kind_names[EIN_I_COUNT] = {
+static const char *const kind_names[] = {
     "load", "store", "kernel", "slice", "concat", "agg", "copy", "notify",
 };
-static const char *const unary_names[EIN_UN_COUNT] = {
-    "relu", "silu", "gelu", "exp", "neg", "scale",
+/* Sized by their initialisers and checked against the enums, so that a
+ * value added to an enum without a name fails to compile instead of
+ * returning NULL. */
+static const char *const unary_names[] = {
+    [EIN_UN_RELU] = "relu",       [EIN_UN_SILU] = "silu",       [EIN_UN_GELU] = "gelu",
+    [EIN_UN_EXP] = "exp",         [EIN_UN_NEG] = "neg",         [EIN_UN_SCALE] = "scale",
+    [EIN_UN_ADDC] = "addc",       [EIN_UN_SIGMOID] = "sigmoid", [EIN_UN_TANH] = "tanh",
+    [EIN_UN_SQUARE] = "square",
 };
-static const char *const binary_names[EIN_BIN_COUNT] = {"add", "sub", "mul"};
-static const char *const kernel_kind_names[EIN_KERNEL_COUNT] = {"einsum", "unary", "binary"};
+static const char *const binary_names[] = {
+    [EIN_BIN_ADD] = "add", [EIN_BIN_SUB] = "sub", [EIN_BIN_MUL] = "mul",
+    [EIN_BIN_DIV] = "div", [EIN_BIN_MAX] = "max",
+};
+static const char *const kernel_kind_names[] = {
+    [EIN_KERNEL_EINSUM] = "einsum",
+    [EIN_KERNEL_UNARY] = "unary",
+    [EIN_KERNEL_BINARY] = "binary",
+    [EIN_KERNEL_SOFTMAX] = "softmax",
+    [EIN_KERNEL_RMSNORM] = "rmsnorm",
+    [EIN_KERNEL_LAYERNORM] = "layernorm",
+    [EIN_KERNEL_ROPE] = "rope",
+    [EIN_KERNEL_ATTENTION] = "attention",
+    [EIN_KERNEL_REDUCE] = "reduce",
+    [EIN_KERNEL_CONCAT] = "concat",
+    [EIN_KERNEL_SLICE] = "slice",
+    [EIN_KERNEL_SPLIT_HEADS] = "split_heads",
+    [EIN_KERNEL_MERGE_HEADS] = "merge_heads",
+};
+_Static_assert(sizeof kind_names / sizeof *kind_names == EIN_I_COUNT, "an instruction kind lacks a name");
+_Static_assert(sizeof unary_names / sizeof *unary_names == EIN_UN_COUNT, "a unary op lacks a name");
+_Static_assert(sizeof binary_names / sizeof *binary_names == EIN_BIN_COUNT, "a binary op lacks a name");
+_Static_assert(sizeof kernel_kind_names / sizeof *kernel_kind_names == EIN_KERNEL_COUNT,
+               "a kernel kind lacks a name");
 static const char *const agg_names[] = {"none", "sum", "max"};
 
 const char *ein_instr_kind_name(ein_instr_kind k)
@@ -43,17 +74,17 @@ const char *ein_instr_kind_name(ein_instr_kind k)
 
 const char *ein_unary_name(ein_unary u)
 {
-    return (int)u >= 0 && u < EIN_UN_COUNT ? unary_names[u] : "?";
+    return (int)u >= 0 && u < EIN_UN_COUNT && unary_names[u] ? unary_names[u] : "?";
 }
 
 const char *ein_binary_name(ein_binary b)
 {
-    return (int)b >= 0 && b < EIN_BIN_COUNT ? binary_names[b] : "?";
+    return (int)b >= 0 && b < EIN_BIN_COUNT && binary_names[b] ? binary_names[b] : "?";
 }
 
 const char *ein_kernel_kind_name(ein_kernel_kind k)
 {
-    return (int)k >= 0 && k < EIN_KERNEL_COUNT ? kernel_kind_names[k] : "?";
+    return (int)k >= 0 && k < EIN_KERNEL_COUNT && kernel_kind_names[k] ? kernel_kind_names[k] : "?";
 }
 
 const char *ein_agg_name(ein_agg a)
@@ -78,6 +109,7 @@ static void instr_release(ein_instr *ins)
     free(ins->deps);
     free(ins->srcs);
     free(ins->path);
+    free(ins->kernel.list);
 }
 
 void ein_program_free(ein_program *p)
@@ -169,6 +201,9 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err)
         return ein_fail(err, EIN_EINVAL, "add_instr: bad deps/srcs arrays (%d, %d)", ins->ndeps, ins->nsrcs);
     if (ins->path && strnlen(ins->path, EIN_PATH_MAX) >= EIN_PATH_MAX)
         return ein_fail(err, EIN_EINVAL, "add_instr: path longer than %d bytes", EIN_PATH_MAX - 1);
+    const ein_kernel *k = &ins->kernel;
+    if (k->nlist < 0 || k->nlist > EIN_KERNEL_LIST_MAX || (k->nlist && !k->list))
+        return ein_fail(err, EIN_EINVAL, "add_instr: bad kernel list (%d entries)", k->nlist);
     if (grow((void **)&p->instrs, &p->cap_instrs, p->ninstrs, sizeof *p->instrs) < 0)
         return ein_fail(err, EIN_ENOMEM, "add_instr: out of memory");
     ein_instr c = *ins;
@@ -177,6 +212,15 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err)
     c.path = NULL;
     if (ins->path && !(c.path = strdup(ins->path)))
         oom = 1;
+    /* The Program owns its copy; an empty list is NULL (never the caller's
+     * pointer, which the Program would otherwise free). */
+    c.kernel.list = NULL;
+    if (k->nlist) {
+        if (!(c.kernel.list = malloc((size_t)k->nlist * sizeof *k->list)))
+            oom = 1;
+        else
+            memcpy(c.kernel.list, k->list, (size_t)k->nlist * sizeof *k->list);
+    }
     if (oom) {
         instr_release(&c);
         return ein_fail(err, EIN_ENOMEM, "add_instr: out of memory");
@@ -329,36 +373,245 @@ static int check_einsum(const ein_program *p, int i, const ein_instr *ins, ein_e
     return 0;
 }
 
+/* Sources each kernel kind takes, {min, max}. */
+static const struct { int lo, hi; } kernel_arity[] = {
+    [EIN_KERNEL_EINSUM] = {1, 2},      [EIN_KERNEL_UNARY] = {1, 1},
+    [EIN_KERNEL_BINARY] = {2, 2},      [EIN_KERNEL_SOFTMAX] = {1, 1},
+    [EIN_KERNEL_RMSNORM] = {2, 2},     [EIN_KERNEL_LAYERNORM] = {3, 3},
+    [EIN_KERNEL_ROPE] = {1, 1},        [EIN_KERNEL_ATTENTION] = {3, 3},
+    [EIN_KERNEL_REDUCE] = {1, 1},      [EIN_KERNEL_CONCAT] = {1, EIN_KERNEL_MAX_INPUTS},
+    [EIN_KERNEL_SLICE] = {1, 1},       [EIN_KERNEL_SPLIT_HEADS] = {1, 1},
+    [EIN_KERNEL_MERGE_HEADS] = {1, 1},
+};
+_Static_assert(sizeof kernel_arity / sizeof *kernel_arity == EIN_KERNEL_COUNT, "a kernel kind lacks an arity");
+
+/* The kinds that carry ein_kernel.list. */
+static int kernel_has_list(ein_kernel_kind k)
+{
+    return k == EIN_KERNEL_ROPE || k == EIN_KERNEL_ATTENTION || k == EIN_KERNEL_CONCAT;
+}
+
+static int same_interval(const ein_box *a, int da, const ein_box *b, int db)
+{
+    return a->lo[da] == b->lo[db] && a->hi[da] == b->hi[db];
+}
+
+/* Sequence ends (ROPE, ATTENTION): positive, strictly ascending, and the
+ * last one (the total token count) is beyond every token of the block, so
+ * that every token has a sequence. No list: one sequence from 0. */
+static int check_seq_ends(int i, const ein_instr *ins, int64_t tok_hi, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    for (int32_t j = 0; j < k->nlist; j++)
+        if (k->list[j] <= (j ? k->list[j - 1] : 0))
+            return ifail(err, i, ins, "%s: sequence ends not positive and strictly ascending at entry %d",
+                         ein_kernel_kind_name(k->kind), j);
+    if (k->nlist && tok_hi > k->list[k->nlist - 1])
+        return ifail(err, i, ins, "%s: tokens up to %lld but the sequences end at %lld",
+                     ein_kernel_kind_name(k->kind), (long long)tok_hi, (long long)k->list[k->nlist - 1]);
+    return 0;
+}
+
+/* First token of the sequence holding token t. */
+static int64_t seq_start(const ein_kernel *k, int64_t t)
+{
+    int64_t s = 0;
+    for (int32_t j = 0; j < k->nlist && k->list[j] <= t; j++)
+        s = k->list[j];
+    return s;
+}
+
+/* SPLIT_HEADS/MERGE_HEADS: `flat` [t0,t1) x [h0*D, h1*D) and `heads`
+ * [h0,h1) x [t0,t1) x [0,D), D = head_dim. */
+static int check_heads(int i, const ein_instr *ins, const ein_box *flat, const ein_box *heads,
+                       ein_error *err)
+{
+    int64_t d = ins->kernel.head_dim, lo, hi;
+    const char *name = ein_kernel_kind_name(ins->kernel.kind);
+    if (flat->rank != 2 || heads->rank != 3)
+        return ifail(err, i, ins, "%s: needs a rank-2 [tokens, hidden] and a rank-3 [heads, tokens, d] box, has "
+                     "ranks %d and %d", name, flat->rank, heads->rank);
+    if (d <= 0)
+        return ifail(err, i, ins, "%s: head_dim %lld not positive", name, (long long)d);
+    if (heads->lo[2] != 0 || heads->hi[2] != d)
+        return ifail(err, i, ins, "%s: the head box's last axis is not [0, head_dim)", name);
+    if (!same_interval(flat, 0, heads, 1))
+        return ifail(err, i, ins, "%s: token intervals differ", name);
+    if (__builtin_mul_overflow(heads->lo[0], d, &lo) || __builtin_mul_overflow(heads->hi[0], d, &hi) ||
+        flat->lo[1] != lo || flat->hi[1] != hi)
+        return ifail(err, i, ins, "%s: hidden interval is not the heads' interval times head_dim", name);
+    return 0;
+}
+
 static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
 {
     const ein_kernel *k = &ins->kernel;
-    const ein_pbuffer *dst = &p->buffers[ins->dst];
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box; /* the instruction arity guarantees a source */
+    int n = ins->nsrcs;
+    if ((int)k->kind < 0 || k->kind >= EIN_KERNEL_COUNT)
+        return ifail(err, i, ins, "invalid kernel kind %d", (int)k->kind);
+    const char *name = ein_kernel_kind_name(k->kind);
+    if (n < kernel_arity[k->kind].lo || n > kernel_arity[k->kind].hi) {
+        if (kernel_arity[k->kind].lo == kernel_arity[k->kind].hi)
+            return ifail(err, i, ins, "%s kernel takes %d source%s, has %d", name, kernel_arity[k->kind].lo,
+                         kernel_arity[k->kind].lo == 1 ? "" : "s", n);
+        return ifail(err, i, ins, "%s kernel takes %d to %d sources, has %d", name, kernel_arity[k->kind].lo,
+                     kernel_arity[k->kind].hi, n);
+    }
+    /* nlist's range and list's presence were checked for every instruction. */
+    if (k->nlist && !kernel_has_list(k->kind))
+        return ifail(err, i, ins, "%s kernel takes no list, has %d entries", name, k->nlist);
+
     switch (k->kind) {
     case EIN_KERNEL_EINSUM:
-        if (ins->nsrcs < 1 || ins->nsrcs > 2)
-            return ifail(err, i, ins, "einsum takes 1 or 2 sources, has %d", ins->nsrcs);
         return check_einsum(p, i, ins, err);
     case EIN_KERNEL_UNARY:
-        if (ins->nsrcs != 1)
-            return ifail(err, i, ins, "unary kernel takes 1 source, has %d", ins->nsrcs);
         if ((int)k->unary < 0 || k->unary >= EIN_UN_COUNT)
             return ifail(err, i, ins, "invalid unary op %d", (int)k->unary);
         if (!isfinite(k->scalar))
             return ifail(err, i, ins, "unary scalar is not finite");
-        break;
+        if (!ein_box_equal(x, out))
+            return ifail(err, i, ins, "source buffer %d's box differs from dst's", ins->srcs[0]);
+        return 0;
     case EIN_KERNEL_BINARY:
-        if (ins->nsrcs != 2)
-            return ifail(err, i, ins, "binary kernel takes 2 sources, has %d", ins->nsrcs);
         if ((int)k->binary < 0 || k->binary >= EIN_BIN_COUNT)
             return ifail(err, i, ins, "invalid binary op %d", (int)k->binary);
-        break;
-    default:
-        return ifail(err, i, ins, "invalid kernel kind %d", (int)k->kind);
+        /* numpy broadcasting, right-aligned: each input dim is dst's
+         * interval or has extent 1 (its one element is broadcast). */
+        for (int j = 0; j < 2; j++) {
+            const ein_box *s = &p->buffers[ins->srcs[j]].box;
+            if (s->rank > out->rank)
+                return ifail(err, i, ins, "binary: source buffer %d has rank %d, above dst's %d", ins->srcs[j],
+                             s->rank, out->rank);
+            for (int d = 0; d < s->rank; d++) {
+                int od = out->rank - s->rank + d;
+                if (s->hi[d] - s->lo[d] != 1 && !same_interval(s, d, out, od))
+                    return ifail(err, i, ins, "binary: source buffer %d's axis %d is neither dst's interval nor "
+                                 "of extent 1 (broadcast)", ins->srcs[j], d);
+            }
+        }
+        return 0;
+    case EIN_KERNEL_SOFTMAX:
+        if (k->axis < 0 || k->axis >= x->rank)
+            return ifail(err, i, ins, "softmax: axis %d out of range for rank %d", k->axis, x->rank);
+        if (!ein_box_equal(x, out))
+            return ifail(err, i, ins, "softmax: source buffer %d's box differs from dst's", ins->srcs[0]);
+        return 0;
+    case EIN_KERNEL_RMSNORM:
+    case EIN_KERNEL_LAYERNORM:
+        if (!isfinite(k->eps) || k->eps < 0)
+            return ifail(err, i, ins, "%s: eps %g is not a finite number >= 0", name, k->eps);
+        if (x->rank < 1)
+            return ifail(err, i, ins, "%s: input has rank 0", name);
+        if (!ein_box_equal(x, out))
+            return ifail(err, i, ins, "%s: source buffer %d's box differs from dst's", name, ins->srcs[0]);
+        /* weight (and bias) and x hold the whole normalised axis [0, d) */
+        for (int j = 1; j < n; j++) {
+            const ein_box *w = &p->buffers[ins->srcs[j]].box;
+            if (w->rank != 1 || w->lo[0] != 0 || !same_interval(w, 0, x, x->rank - 1))
+                return ifail(err, i, ins, "%s: %s buffer %d is not rank 1 over x's last interval [0, d)", name,
+                             j == 1 ? "weight" : "bias", ins->srcs[j]);
+        }
+        return 0;
+    case EIN_KERNEL_ROPE: {
+        int64_t d = k->head_dim;
+        if (x->rank != 2)
+            return ifail(err, i, ins, "rope: input has rank %d, not 2 [tokens, hidden]", x->rank);
+        if (!ein_box_equal(x, out))
+            return ifail(err, i, ins, "rope: source buffer %d's box differs from dst's", ins->srcs[0]);
+        /* rotated pairs (2i, 2i+1) stay inside a head, heads inside the block */
+        if (d <= 0 || d % 2 != 0)
+            return ifail(err, i, ins, "rope: head_dim %lld is not positive and even", (long long)d);
+        if (x->lo[1] % d != 0 || x->hi[1] % d != 0)
+            return ifail(err, i, ins, "rope: hidden interval [%lld, %lld) not at multiples of head_dim %lld",
+                         (long long)x->lo[1], (long long)x->hi[1], (long long)d);
+        if (!isfinite(k->theta) || k->theta <= 0)
+            return ifail(err, i, ins, "rope: theta %g is not a finite number > 0", k->theta);
+        return check_seq_ends(i, ins, x->hi[0], err);
     }
-    for (int j = 0; j < ins->nsrcs; j++)
-        if (!ein_box_equal(&p->buffers[ins->srcs[j]].box, &dst->box))
-            return ifail(err, i, ins, "source buffer %d's box differs from dst's", ins->srcs[j]);
-    return 0;
+    case EIN_KERNEL_ATTENTION: {
+        const ein_box *q = x, *kb = &p->buffers[ins->srcs[1]].box, *vb = &p->buffers[ins->srcs[2]].box;
+        int64_t hlo, hhi;
+        int rc;
+        if (q->rank != 3 || kb->rank != 3 || vb->rank != 3)
+            return ifail(err, i, ins, "attention: q, k, v must have rank 3 [heads, tokens, d]");
+        if (!ein_box_equal(q, out))
+            return ifail(err, i, ins, "attention: q buffer %d's box differs from dst's", ins->srcs[0]);
+        if (!ein_box_equal(kb, vb))
+            return ifail(err, i, ins, "attention: k and v boxes differ");
+        if (k->group < 1)
+            return ifail(err, i, ins, "attention: group %lld below 1", (long long)k->group);
+        if (__builtin_mul_overflow(kb->lo[0], k->group, &hlo) || __builtin_mul_overflow(kb->hi[0], k->group, &hhi) ||
+            q->lo[0] != hlo || q->hi[0] != hhi)
+            return ifail(err, i, ins, "attention: q's head interval is not group (%lld) times k's",
+                         (long long)k->group);
+        if (q->lo[2] != 0 || !same_interval(q, 2, kb, 2))
+            return ifail(err, i, ins, "attention: d is not whole and equal in q, k and v");
+        if ((rc = check_seq_ends(i, ins, q->hi[1], err)) < 0)
+            return rc;
+        /* every key of every query: from its sequence's start to itself */
+        if (kb->lo[1] > seq_start(k, q->lo[1]) || kb->hi[1] < q->hi[1])
+            return ifail(err, i, ins, "attention: k/v tokens [%lld, %lld) miss keys of queries [%lld, %lld)",
+                         (long long)kb->lo[1], (long long)kb->hi[1], (long long)q->lo[1], (long long)q->hi[1]);
+        return 0;
+    }
+    case EIN_KERNEL_REDUCE: {
+        if (k->reduce != EIN_AGG_SUM && k->reduce != EIN_AGG_MAX)
+            return ifail(err, i, ins, "reduce: op %d is not sum or max", (int)k->reduce);
+        if (k->axes == 0 || (k->axes >> x->rank) != 0)
+            return ifail(err, i, ins, "reduce: axes 0x%x not a non-empty set of axes below rank %d", k->axes,
+                         x->rank);
+        int od = 0;
+        if (out->rank != x->rank - __builtin_popcount(k->axes))
+            return ifail(err, i, ins, "reduce: dst rank %d, want %d", out->rank,
+                         x->rank - __builtin_popcount(k->axes));
+        for (int d = 0; d < x->rank; d++)
+            if (!(k->axes >> d & 1u) && !same_interval(x, d, out, od++))
+                return ifail(err, i, ins, "reduce: dst's box is not x's without the reduced axes");
+        return 0;
+    }
+    case EIN_KERNEL_CONCAT:
+        if (k->axis < 0 || k->axis >= out->rank)
+            return ifail(err, i, ins, "concat: axis %d out of range for rank %d", k->axis, out->rank);
+        if (k->nlist != n)
+            return ifail(err, i, ins, "concat: %d offsets for %d sources", k->nlist, n);
+        for (int j = 0; j < n; j++) {
+            const ein_box *s = &p->buffers[ins->srcs[j]].box;
+            int64_t end;
+            if (s->rank != out->rank)
+                return ifail(err, i, ins, "concat: source buffer %d has rank %d, dst %d", ins->srcs[j], s->rank,
+                             out->rank);
+            if (j ? k->list[j] <= k->list[j - 1] : k->list[j] < 0)
+                return ifail(err, i, ins, "concat: offsets not non-negative and strictly ascending at entry %d", j);
+            /* input j spans [list[j], list[j+1]) of dst's axis */
+            if (__builtin_add_overflow(k->list[j], s->hi[k->axis], &end) || (j + 1 < n && end > k->list[j + 1]))
+                return ifail(err, i, ins, "concat: source buffer %d runs past its part of the axis", ins->srcs[j]);
+        }
+        return 0;
+    case EIN_KERNEL_SLICE: {
+        ein_box shifted = *out;
+        if (k->axis < 0 || k->axis >= x->rank)
+            return ifail(err, i, ins, "slice: axis %d out of range for rank %d", k->axis, x->rank);
+        if (k->start < 0)
+            return ifail(err, i, ins, "slice: negative start %lld", (long long)k->start);
+        if (out->rank != x->rank)
+            return ifail(err, i, ins, "slice: dst rank %d differs from the source's %d", out->rank, x->rank);
+        if (__builtin_add_overflow(out->lo[k->axis], k->start, &shifted.lo[k->axis]) ||
+            __builtin_add_overflow(out->hi[k->axis], k->start, &shifted.hi[k->axis]) ||
+            !ein_box_contains(x, &shifted))
+            return ifail(err, i, ins, "slice: source buffer %d does not contain dst's box shifted by %lld",
+                         ins->srcs[0], (long long)k->start);
+        return 0;
+    }
+    case EIN_KERNEL_SPLIT_HEADS:
+        return check_heads(i, ins, x, out, err);
+    case EIN_KERNEL_MERGE_HEADS:
+        return check_heads(i, ins, out, x, err);
+    case EIN_KERNEL_COUNT:
+        break;
+    }
+    return ifail(err, i, ins, "invalid kernel kind %d", (int)k->kind);
 }
 
 static int check_instr(const ein_program *p, int i, ein_error *err)
@@ -381,11 +634,19 @@ static int check_instr(const ein_program *p, int i, ein_error *err)
             return ifail(err, i, ins, "source buffer %d out of range (%d buffers)", ins->srcs[j], p->nbuffers);
     if (ins->dst < -1 || ins->dst >= p->nbuffers)
         return ifail(err, i, ins, "dst buffer %d out of range (%d buffers)", ins->dst, p->nbuffers);
+    /* Every instruction owns its kernel's list (ein_program_free frees it). */
+    if (ins->kernel.nlist < 0 || ins->kernel.nlist > EIN_KERNEL_LIST_MAX)
+        return ifail(err, i, ins, "kernel list of %d entries (want 0..%d)", ins->kernel.nlist, EIN_KERNEL_LIST_MAX);
+    if (!ins->kernel.nlist != !ins->kernel.list)
+        return ifail(err, i, ins, "kernel list is %s but has %d entries", ins->kernel.list ? "set" : "NULL",
+                     ins->kernel.nlist);
+    if (ins->kind != EIN_I_KERNEL && ins->kernel.nlist)
+        return ifail(err, i, ins, "a %s instruction carries a kernel list", ein_instr_kind_name(ins->kind));
 
     /* Source count and dst presence per kind: {min srcs, max srcs, has dst}. */
     static const struct { int lo, hi, dst; } arity[EIN_I_COUNT] = {
         [EIN_I_LOAD] = {0, 0, 1},   [EIN_I_STORE] = {1, 1, 0},
-        [EIN_I_KERNEL] = {1, 2, 1}, [EIN_I_SLICE] = {1, 1, 1},
+        [EIN_I_KERNEL] = {1, EIN_KERNEL_MAX_INPUTS, 1}, [EIN_I_SLICE] = {1, 1, 1},
         [EIN_I_CONCAT] = {1, INT32_MAX, 1}, [EIN_I_AGG] = {1, INT32_MAX, 1},
         [EIN_I_COPY] = {0, 0, 1},   [EIN_I_NOTIFY] = {1, 1, 0},
     };
@@ -469,6 +730,42 @@ int ein_program_validate(const ein_program *p, ein_error *err)
 
 /* ---- encoding --------------------------------------------------------- */
 
+/* A kernel travels as a map of "kind" and the fields of its kind, no
+ * others; the decoder requires exactly those. */
+enum {
+    K_KIND, K_SUBSCRIPTS, K_UNARY, K_SCALAR, K_BINARY, K_AXIS, K_AXES, K_REDUCE, K_START, K_EPS,
+    K_THETA, K_HEAD_DIM, K_GROUP, K_LIST, K_COUNT
+};
+static const char *const kernel_keys[K_COUNT] = {
+    "kind", "subscripts", "unary", "scalar", "binary", "axis", "axes", "reduce", "start", "eps",
+    "theta", "head_dim", "group", "list",
+};
+#define KF(f) (1u << K_##f)
+static const unsigned kernel_fields[] = {
+    [EIN_KERNEL_EINSUM] = KF(SUBSCRIPTS),
+    [EIN_KERNEL_UNARY] = KF(UNARY) | KF(SCALAR),
+    [EIN_KERNEL_BINARY] = KF(BINARY),
+    [EIN_KERNEL_SOFTMAX] = KF(AXIS),
+    [EIN_KERNEL_RMSNORM] = KF(EPS),
+    [EIN_KERNEL_LAYERNORM] = KF(EPS),
+    [EIN_KERNEL_ROPE] = KF(HEAD_DIM) | KF(THETA) | KF(LIST),
+    [EIN_KERNEL_ATTENTION] = KF(GROUP) | KF(LIST),
+    [EIN_KERNEL_REDUCE] = KF(AXES) | KF(REDUCE),
+    [EIN_KERNEL_CONCAT] = KF(AXIS) | KF(LIST),
+    [EIN_KERNEL_SLICE] = KF(AXIS) | KF(START),
+    [EIN_KERNEL_SPLIT_HEADS] = KF(HEAD_DIM),
+    [EIN_KERNEL_MERGE_HEADS] = KF(HEAD_DIM),
+};
+#undef KF
+_Static_assert(sizeof kernel_fields / sizeof *kernel_fields == EIN_KERNEL_COUNT, "a kernel kind lacks its fields");
+
+/* The wire fields of kernel kind k (none for an invalid kind: only "kind"
+ * is sent, and the decoder rejects it). */
+static unsigned kernel_fields_of(ein_kernel_kind k)
+{
+    return (int)k >= 0 && k < EIN_KERNEL_COUNT ? kernel_fields[k] : 0;
+}
+
 static int pack_ids(msgpack_packer *pk, const int32_t *ids, int32_t n)
 {
     int e = msgpack_pack_array(pk, (size_t)n);
@@ -493,6 +790,40 @@ static int pack_bounded_str(msgpack_packer *pk, const char *s, size_t cap)
 }
 
 #define KEY(name) (e |= ein_mp_pack_cstr(pk, name))
+
+static int pack_kernel(msgpack_packer *pk, const ein_kernel *k)
+{
+    int e = 0;
+    unsigned f = kernel_fields_of(k->kind);
+    e |= msgpack_pack_map(pk, 1 + (size_t)__builtin_popcount(f));
+    KEY("kind"); e |= msgpack_pack_int(pk, (int)k->kind);
+    for (int key = K_KIND + 1; key < K_COUNT; key++) {
+        if (!(f & 1u << key))
+            continue;
+        KEY(kernel_keys[key]);
+        switch (key) {
+        case K_SUBSCRIPTS: e |= pack_bounded_str(pk, k->subscripts, EIN_NAME_MAX); break;
+        case K_UNARY: e |= msgpack_pack_int(pk, (int)k->unary); break;
+        case K_SCALAR: e |= msgpack_pack_double(pk, k->scalar); break;
+        case K_BINARY: e |= msgpack_pack_int(pk, (int)k->binary); break;
+        case K_AXIS: e |= msgpack_pack_int32(pk, k->axis); break;
+        case K_AXES: e |= msgpack_pack_uint32(pk, k->axes); break;
+        case K_REDUCE: e |= msgpack_pack_int(pk, (int)k->reduce); break;
+        case K_START: e |= msgpack_pack_int64(pk, k->start); break;
+        case K_EPS: e |= msgpack_pack_double(pk, k->eps); break;
+        case K_THETA: e |= msgpack_pack_double(pk, k->theta); break;
+        case K_HEAD_DIM: e |= msgpack_pack_int64(pk, k->head_dim); break;
+        case K_GROUP: e |= msgpack_pack_int64(pk, k->group); break;
+        case K_LIST:
+            e |= msgpack_pack_array(pk, (size_t)k->nlist);
+            for (int32_t j = 0; j < k->nlist; j++)
+                e |= msgpack_pack_int64(pk, k->list[j]);
+            break;
+        default: break;
+        }
+    }
+    return e;
+}
 
 static int pack_instr(msgpack_packer *pk, const ein_instr *ins)
 {
@@ -527,23 +858,10 @@ static int pack_instr(msgpack_packer *pk, const ein_instr *ins)
             KEY("key"); e |= msgpack_pack_uint64(pk, ins->key);
         }
         break;
-    case EIN_I_KERNEL: {
-        const ein_kernel *k = &ins->kernel;
+    case EIN_I_KERNEL:
         KEY("kernel");
-        size_t nk = k->kind == EIN_KERNEL_UNARY ? 3
-                    : (k->kind == EIN_KERNEL_EINSUM || k->kind == EIN_KERNEL_BINARY) ? 2 : 1;
-        e |= msgpack_pack_map(pk, nk);
-        KEY("kind"); e |= msgpack_pack_int(pk, (int)k->kind);
-        if (k->kind == EIN_KERNEL_EINSUM) {
-            KEY("subscripts"); e |= pack_bounded_str(pk, k->subscripts, EIN_NAME_MAX);
-        } else if (k->kind == EIN_KERNEL_UNARY) {
-            KEY("unary"); e |= msgpack_pack_int(pk, (int)k->unary);
-            KEY("scalar"); e |= msgpack_pack_double(pk, k->scalar);
-        } else if (k->kind == EIN_KERNEL_BINARY) {
-            KEY("binary"); e |= msgpack_pack_int(pk, (int)k->binary);
-        }
+        e |= pack_kernel(pk, &ins->kernel);
         break;
-    }
     case EIN_I_AGG:
         KEY("agg"); e |= msgpack_pack_int(pk, (int)ins->agg);
         break;
@@ -578,6 +896,10 @@ int ein_program_pack(msgpack_packer *pk, const ein_program *p, ein_error *err)
             return ein_fail(err, EIN_EINVAL, "program: instr %d: bad deps/srcs arrays", i);
         if ((ins->kind == EIN_I_LOAD || ins->kind == EIN_I_STORE) && (ins->rank < 0 || ins->rank > EIN_MAX_RANK))
             return ein_fail(err, EIN_EINVAL, "program: instr %d: rank %d out of range", i, ins->rank);
+        if (ins->kind == EIN_I_KERNEL && (kernel_fields_of(ins->kernel.kind) & 1u << K_LIST) &&
+            (ins->kernel.nlist < 0 || (ins->kernel.nlist && !ins->kernel.list)))
+            return ein_fail(err, EIN_EINVAL, "program: instr %d: bad kernel list (%d entries)", i,
+                            ins->kernel.nlist);
     }
     e |= msgpack_pack_map(pk, 5);
     KEY("device"); e |= msgpack_pack_int32(pk, p->device);
@@ -727,40 +1049,87 @@ static int unpack_buffer(const msgpack_object *o, ein_pbuffer *b, int id, ein_er
     return ein_mp_get_uint(v[3], &b->bytes, fmt_what(w, sizeof w, "%s.bytes", what), err);
 }
 
+/* Fill *k (zeroed by the caller; k->list is the caller's to free even on
+ * failure). */
 static int unpack_kernel(const msgpack_object *o, ein_kernel *k, const char *what, ein_error *err)
 {
-    static const char *const keys[] = {"kind", "subscripts", "unary", "scalar", "binary"};
-    const msgpack_object *v[5];
+    const msgpack_object *v[K_COUNT];
     char w[128];
     int64_t iv;
     int rc;
-    if ((rc = ein_mp_fields(o, keys, v, 5, what, err)) < 0)
+    if ((rc = ein_mp_fields(o, kernel_keys, v, K_COUNT, what, err)) < 0)
         return rc;
-    if (!v[0])
+    if (!v[K_KIND])
         return missing(err, what, "kind");
-    if ((rc = ein_mp_get_int(v[0], 0, EIN_KERNEL_COUNT - 1, &iv, fmt_what(w, sizeof w, "%s.kind", what), err)) < 0)
+    if ((rc = ein_mp_get_int(v[K_KIND], 0, EIN_KERNEL_COUNT - 1, &iv, fmt_what(w, sizeof w, "%s.kind", what),
+                             err)) < 0)
         return rc;
     k->kind = (ein_kernel_kind)iv;
-    if (k->kind == EIN_KERNEL_EINSUM && !v[1])
-        return missing(err, what, "subscripts");
-    if (k->kind == EIN_KERNEL_UNARY && (!v[2] || !v[3]))
-        return missing(err, what, !v[2] ? "unary" : "scalar");
-    if (k->kind == EIN_KERNEL_BINARY && !v[4])
-        return missing(err, what, "binary");
-    if (v[1] && (rc = ein_mp_get_str(v[1], k->subscripts, sizeof k->subscripts,
-                                     fmt_what(w, sizeof w, "%s.subscripts", what), err)) < 0)
-        return rc;
-    if (v[2]) {
-        if ((rc = ein_mp_get_int(v[2], 0, EIN_UN_COUNT - 1, &iv, fmt_what(w, sizeof w, "%s.unary", what), err)) < 0)
-            return rc;
-        k->unary = (ein_unary)iv;
+    unsigned need = kernel_fields_of(k->kind);
+    for (int key = K_KIND + 1; key < K_COUNT; key++) {
+        if ((need & 1u << key) && !v[key])
+            return missing(err, what, kernel_keys[key]);
+        if (!(need & 1u << key) && v[key])
+            return ein_fail(err, EIN_EPROTO, "%s: field '%s' not expected in a %s kernel", what, kernel_keys[key],
+                            ein_kernel_kind_name(k->kind));
     }
-    if (v[3] && (rc = ein_mp_get_double(v[3], &k->scalar, fmt_what(w, sizeof w, "%s.scalar", what), err)) < 0)
-        return rc;
-    if (v[4]) {
-        if ((rc = ein_mp_get_int(v[4], 0, EIN_BIN_COUNT - 1, &iv, fmt_what(w, sizeof w, "%s.binary", what), err)) < 0)
+    for (int key = K_KIND + 1; key < K_COUNT; key++) {
+        if (!v[key])
+            continue;
+        fmt_what(w, sizeof w, "%s.%s", what, kernel_keys[key]);
+        switch (key) {
+        case K_SUBSCRIPTS: rc = ein_mp_get_str(v[key], k->subscripts, sizeof k->subscripts, w, err); break;
+        case K_UNARY:
+            if ((rc = ein_mp_get_int(v[key], 0, EIN_UN_COUNT - 1, &iv, w, err)) == 0)
+                k->unary = (ein_unary)iv;
+            break;
+        case K_SCALAR: rc = ein_mp_get_double(v[key], &k->scalar, w, err); break;
+        case K_BINARY:
+            if ((rc = ein_mp_get_int(v[key], 0, EIN_BIN_COUNT - 1, &iv, w, err)) == 0)
+                k->binary = (ein_binary)iv;
+            break;
+        case K_AXIS:
+            if ((rc = ein_mp_get_int(v[key], INT32_MIN, INT32_MAX, &iv, w, err)) == 0)
+                k->axis = (int32_t)iv;
+            break;
+        case K_AXES:
+            if ((rc = ein_mp_get_int(v[key], 0, UINT32_MAX, &iv, w, err)) == 0)
+                k->axes = (uint32_t)iv;
+            break;
+        case K_REDUCE:
+            if ((rc = ein_mp_get_int(v[key], 0, EIN_AGG_MAX, &iv, w, err)) == 0)
+                k->reduce = (ein_agg)iv;
+            break;
+        case K_START: rc = ein_mp_get_int(v[key], INT64_MIN, INT64_MAX, &k->start, w, err); break;
+        case K_EPS: rc = ein_mp_get_double(v[key], &k->eps, w, err); break;
+        case K_THETA: rc = ein_mp_get_double(v[key], &k->theta, w, err); break;
+        case K_HEAD_DIM: rc = ein_mp_get_int(v[key], INT64_MIN, INT64_MAX, &k->head_dim, w, err); break;
+        case K_GROUP: rc = ein_mp_get_int(v[key], INT64_MIN, INT64_MAX, &k->group, w, err); break;
+        case K_LIST: {
+            /* The pre-scan bounded the count by the bytes that remain. */
+            const msgpack_object *a = v[key];
+            if (a->type != MSGPACK_OBJECT_ARRAY)
+                return ein_fail(err, EIN_EPROTO, "%s: expected an array", w);
+            if (a->via.array.size > EIN_KERNEL_LIST_MAX)
+                return ein_fail(err, EIN_EPROTO, "%s: %u entries exceed %d", w, a->via.array.size,
+                                EIN_KERNEL_LIST_MAX);
+            if (a->via.array.size == 0)
+                break;
+            if (!(k->list = malloc((size_t)a->via.array.size * sizeof *k->list)))
+                return ein_fail(err, EIN_ENOMEM, "%s: out of memory", w);
+            for (uint32_t j = 0; j < a->via.array.size; j++) {
+                char wj[160];
+                if ((rc = ein_mp_get_int(&a->via.array.ptr[j], INT64_MIN, INT64_MAX, &k->list[j],
+                                         fmt_what(wj, sizeof wj, "%s[%u]", w, j), err)) < 0)
+                    return rc;
+            }
+            k->nlist = (int32_t)a->via.array.size;
+            break;
+        }
+        default: break;
+        }
+        if (rc < 0)
             return rc;
-        k->binary = (ein_binary)iv;
     }
     return 0;
 }

@@ -167,7 +167,10 @@ void ein_program_free(ein_program *p);
  * id (>= 0) or a negative code. */
 int ein_program_add_buffer(ein_program *p, ein_dtype dtype, const ein_box *box,
                            ein_error *err);
-/* Append a copy of *ins (deps, srcs and path are copied); returns its id. */
+/* Append a copy of *ins (deps, srcs, path and kernel.list are copied; the
+ * Program owns and frees its copies); returns its id. A kernel list with
+ * nlist < 0, nlist > EIN_KERNEL_LIST_MAX or a NULL list for nlist > 0 is
+ * EIN_EINVAL. */
 int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
 
 /* Structural validation: ids and dependencies in range and earlier, buffer
@@ -182,8 +185,27 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  * LOAD: no srcs, a dst inside [0, shape); STORE: one src inside [0, shape),
  * dst -1, a non-empty path; KERNEL: a dst; EINSUM 1-2 srcs and subscripts
  * "ab,bc->ac" (explicit "->", letters only) whose letters match the
- * operands' ranks and agree on extents; UNARY 1 src, BINARY 2 srcs, each
- * src's box equal to dst's; SLICE: one src whose box contains dst's, same
+ * operands' ranks and agree on extents; UNARY 1 src with dst's box;
+ * BINARY 2 srcs of rank <= dst's, each right-aligned dim either dst's
+ * interval or of extent 1; SOFTMAX 1 src, axis < rank, dst box == src
+ * box; RMSNORM 2 / LAYERNORM 3 srcs, eps finite >= 0, x rank >= 1, dst
+ * box == x box, weight (and bias) rank 1 over x's last interval, which
+ * is whole ([0, d)); ROPE 1
+ * src of rank 2, dst box == x box, head_dim > 0 and even dividing both
+ * hidden bounds, theta finite > 0; ATTENTION q, k, v of rank 3, dst box
+ * == q box, k box == v box, group >= 1, q heads == group * k heads, d
+ * interval equal and starting at 0, k/v tokens covering every key of the
+ * q tokens; ROPE/ATTENTION sequence ends positive, strictly ascending, the
+ * last >= the block's token end; REDUCE 1 src, reduce SUM or MAX, axes a
+ * non-empty mask below rank, dst box == src box without those axes;
+ * CONCAT 1..EIN_KERNEL_MAX_INPUTS srcs of dst's rank, axis < rank, nlist
+ * == nsrcs, offsets >= 0 strictly ascending, each src's box along axis
+ * inside [0, next offset - its offset); SLICE 1 src of dst's rank, axis <
+ * rank, start >= 0, src box contains dst box shifted by start; SPLIT_HEADS
+ * / MERGE_HEADS rank 2 <-> 3, head_dim > 0, boxes as in kn_cpu_split_heads.
+ * Every instruction: kernel nlist in 0..EIN_KERNEL_LIST_MAX, list NULL iff
+ * nlist == 0, non-zero only for ROPE/ATTENTION/CONCAT kernels.
+ * Instruction SLICE: one src whose box contains dst's, same
  * dtype; CONCAT: >= 1 srcs inside dst's box, same dtype; AGG: agg SUM or
  * MAX, >= 1 srcs with dst's box and dtype; COPY: no srcs, a dst, peer in
  * range and not this device, peer_buf >= 0 (peer_offset is checked by the

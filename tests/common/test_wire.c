@@ -37,6 +37,23 @@ static ein_box box2(int64_t lo0, int64_t hi0, int64_t lo1, int64_t hi1)
     return b;
 }
 
+static ein_box box1(int64_t lo0, int64_t hi0)
+{
+    ein_box b;
+    memset(&b, 0, sizeof b);
+    b.rank = 1;
+    b.lo[0] = lo0, b.hi[0] = hi0;
+    return b;
+}
+
+static ein_box box3(int64_t lo0, int64_t hi0, int64_t lo1, int64_t hi1, int64_t lo2, int64_t hi2)
+{
+    ein_box b = box2(lo0, hi0, lo1, hi1);
+    b.rank = 3;
+    b.lo[2] = lo2, b.hi[2] = hi2;
+    return b;
+}
+
 static int add_buf(ein_program *p, ein_dtype t, ein_box b)
 {
     ein_error err = {0};
@@ -67,6 +84,140 @@ static ein_instr blank(ein_instr_kind k, const char *op, int32_t dst)
     ins.dst = dst;
     snprintf(ins.op, sizeof ins.op, "%s", op);
     return ins;
+}
+
+/* Instructions 15..31 and buffers 12..34 of the sample program: a LLaMA-
+ * like stretch using every kernel kind beyond einsum (T = 8 tokens in two
+ * sequences [0,3) [3,8), 4 query heads, 2 kv heads, head_dim 4), then
+ * spare buffers 30..34 that mutations point kernels at. `scalar` is the
+ * rank-0 buffer 10. */
+enum {
+    S_X = 12, S_W, S_BIAS, S_RMS, S_LN, S_ROPE, S_Q, S_KVFLAT, S_K, S_ATT, S_MERGED, S_SOFT, S_RED, S_DIV,
+    S_ROW, S_SUB, S_CAT, S_SIG,
+    S_KV_LATE, S_KV_D2, S_Q_D1, S_VEC8, S_Q_LATE,
+};
+enum {
+    I_LOADX = 15, I_LOADW, I_RMS, I_LN, I_ROPE, I_SPLITQ, I_SLICEKV, I_SPLITK, I_ATT, I_MERGE, I_SOFT, I_RED,
+    I_DIV, I_SLICEROW, I_SUB, I_CAT, I_SIG, I_NSAMPLE
+};
+
+static void add_llama_part(ein_program *p, int scalar)
+{
+    static int64_t seq_ends[] = {3, 8};
+    int64_t offsets[] = {0, 16};
+    ein_instr ins;
+    int32_t d[4], s[4];
+    assert_int_equal(add_buf(p, EIN_F32, box2(0, 8, 0, 16)), S_X);
+    assert_int_equal(add_buf(p, EIN_F32, box1(0, 16)), S_W);
+    assert_int_equal(add_buf(p, EIN_F16, box1(0, 16)), S_BIAS);
+    assert_int_equal(add_buf(p, EIN_F32, box2(0, 8, 0, 16)), S_RMS);
+    assert_int_equal(add_buf(p, EIN_BF16, box2(0, 8, 0, 16)), S_LN);
+    assert_int_equal(add_buf(p, EIN_F32, box2(0, 8, 0, 16)), S_ROPE);
+    assert_int_equal(add_buf(p, EIN_F32, box3(0, 4, 0, 8, 0, 4)), S_Q);
+    assert_int_equal(add_buf(p, EIN_F32, box2(0, 8, 0, 8)), S_KVFLAT);
+    assert_int_equal(add_buf(p, EIN_F32, box3(0, 2, 0, 8, 0, 4)), S_K);
+    assert_int_equal(add_buf(p, EIN_F32, box3(0, 4, 0, 8, 0, 4)), S_ATT);
+    assert_int_equal(add_buf(p, EIN_F32, box2(0, 8, 0, 16)), S_MERGED);
+    assert_int_equal(add_buf(p, EIN_F32, box2(0, 8, 0, 16)), S_SOFT);
+    assert_int_equal(add_buf(p, EIN_F32, box1(0, 16)), S_RED);
+    assert_int_equal(add_buf(p, EIN_F32, box2(0, 8, 0, 16)), S_DIV);
+    assert_int_equal(add_buf(p, EIN_F32, box2(5, 6, 0, 16)), S_ROW);
+    assert_int_equal(add_buf(p, EIN_F32, box2(0, 8, 0, 16)), S_SUB);
+    assert_int_equal(add_buf(p, EIN_F32, box2(0, 8, 0, 24)), S_CAT);
+    assert_int_equal(add_buf(p, EIN_F32, box2(0, 8, 0, 24)), S_SIG);
+    assert_int_equal(add_buf(p, EIN_F32, box3(0, 2, 1, 8, 0, 4)), S_KV_LATE);
+    assert_int_equal(add_buf(p, EIN_F32, box3(0, 2, 0, 8, 0, 2)), S_KV_D2);
+    assert_int_equal(add_buf(p, EIN_F32, box3(0, 4, 0, 8, 1, 5)), S_Q_D1);
+    assert_int_equal(add_buf(p, EIN_F32, box1(0, 8)), S_VEC8);
+    assert_int_equal(add_buf(p, EIN_F32, box3(0, 4, 3, 8, 0, 4)), S_Q_LATE);
+
+    ins = blank(EIN_I_LOAD, "x", S_X);
+    ins.seed = 7, ins.key = 1, ins.rank = 2, ins.shape[0] = 8, ins.shape[1] = 16;
+    assert_int_equal(add_ins(p, &ins, NULL, 0, NULL, 0), I_LOADX);
+    ins = blank(EIN_I_LOAD, "w", S_W);
+    ins.seed = 7, ins.key = 2, ins.rank = 1, ins.shape[0] = 16;
+    assert_int_equal(add_ins(p, &ins, NULL, 0, NULL, 0), I_LOADW);
+
+    ins = blank(EIN_I_KERNEL, "rms", S_RMS);
+    ins.kernel.kind = EIN_KERNEL_RMSNORM;
+    ins.kernel.eps = 1e-5;
+    d[0] = I_LOADX, d[1] = I_LOADW, s[0] = S_X, s[1] = S_W;
+    assert_int_equal(add_ins(p, &ins, d, 2, s, 2), I_RMS);
+    ins = blank(EIN_I_KERNEL, "ln", S_LN);
+    ins.kernel.kind = EIN_KERNEL_LAYERNORM;
+    ins.kernel.eps = 0;
+    s[2] = S_BIAS;
+    assert_int_equal(add_ins(p, &ins, d, 2, s, 3), I_LN);
+    ins = blank(EIN_I_KERNEL, "rope", S_ROPE);
+    ins.kernel.kind = EIN_KERNEL_ROPE;
+    ins.kernel.head_dim = 4, ins.kernel.theta = 10000.0;
+    ins.kernel.list = seq_ends, ins.kernel.nlist = 2;
+    d[0] = I_RMS, s[0] = S_RMS;
+    assert_int_equal(add_ins(p, &ins, d, 1, s, 1), I_ROPE);
+    ins = blank(EIN_I_KERNEL, "q", S_Q);
+    ins.kernel.kind = EIN_KERNEL_SPLIT_HEADS;
+    ins.kernel.head_dim = 4;
+    d[0] = I_ROPE, s[0] = S_ROPE;
+    assert_int_equal(add_ins(p, &ins, d, 1, s, 1), I_SPLITQ);
+    ins = blank(EIN_I_KERNEL, "kvslice", S_KVFLAT);
+    ins.kernel.kind = EIN_KERNEL_SLICE;
+    ins.kernel.axis = 1, ins.kernel.start = 8; /* hidden [8,16) of ln, as [0,8) */
+    d[0] = I_LN, s[0] = S_LN;
+    assert_int_equal(add_ins(p, &ins, d, 1, s, 1), I_SLICEKV);
+    ins = blank(EIN_I_KERNEL, "k", S_K);
+    ins.kernel.kind = EIN_KERNEL_SPLIT_HEADS;
+    ins.kernel.head_dim = 4; /* kv heads [0,2) <- hidden [0,8) */
+    d[0] = I_SLICEKV, s[0] = S_KVFLAT;
+    assert_int_equal(add_ins(p, &ins, d, 1, s, 1), I_SPLITK);
+    ins = blank(EIN_I_KERNEL, "att", S_ATT);
+    ins.kernel.kind = EIN_KERNEL_ATTENTION;
+    ins.kernel.group = 2;
+    ins.kernel.list = seq_ends, ins.kernel.nlist = 2;
+    d[0] = I_SPLITQ, d[1] = I_SPLITK, s[0] = S_Q, s[1] = S_K, s[2] = S_K;
+    assert_int_equal(add_ins(p, &ins, d, 2, s, 3), I_ATT);
+    ins = blank(EIN_I_KERNEL, "merge", S_MERGED);
+    ins.kernel.kind = EIN_KERNEL_MERGE_HEADS;
+    ins.kernel.head_dim = 4;
+    d[0] = I_ATT, s[0] = S_ATT;
+    assert_int_equal(add_ins(p, &ins, d, 1, s, 1), I_MERGE);
+    ins = blank(EIN_I_KERNEL, "soft", S_SOFT);
+    ins.kernel.kind = EIN_KERNEL_SOFTMAX;
+    ins.kernel.axis = 1;
+    d[0] = I_MERGE, s[0] = S_MERGED;
+    assert_int_equal(add_ins(p, &ins, d, 1, s, 1), I_SOFT);
+    ins = blank(EIN_I_KERNEL, "colmax", S_RED);
+    ins.kernel.kind = EIN_KERNEL_REDUCE;
+    ins.kernel.axes = 1u << 0, ins.kernel.reduce = EIN_AGG_MAX;
+    d[0] = I_SOFT, s[0] = S_SOFT;
+    assert_int_equal(add_ins(p, &ins, d, 1, s, 1), I_RED);
+    ins = blank(EIN_I_KERNEL, "div", S_DIV);
+    ins.kernel.kind = EIN_KERNEL_BINARY;
+    ins.kernel.binary = EIN_BIN_DIV; /* [8,16] / [16]: broadcast over rows */
+    d[0] = I_SOFT, d[1] = I_RED, s[0] = S_SOFT, s[1] = S_RED;
+    assert_int_equal(add_ins(p, &ins, d, 2, s, 2), I_DIV);
+    ins = blank(EIN_I_KERNEL, "row", S_ROW);
+    ins.kernel.kind = EIN_KERNEL_SLICE;
+    ins.kernel.axis = 0, ins.kernel.start = 2; /* row 7 of div lands at 5 */
+    d[0] = I_DIV, s[0] = S_DIV;
+    assert_int_equal(add_ins(p, &ins, d, 1, s, 1), I_SLICEROW);
+    ins = blank(EIN_I_KERNEL, "sub", S_SUB);
+    ins.kernel.kind = EIN_KERNEL_BINARY;
+    ins.kernel.binary = EIN_BIN_SUB; /* row [5,6) and a rank-0 scalar, both broadcast */
+    d[0] = I_SLICEROW, s[0] = S_ROW, s[1] = scalar;
+    assert_int_equal(add_ins(p, &ins, d, 1, s, 2), I_SUB);
+    ins = blank(EIN_I_KERNEL, "cat", S_CAT);
+    ins.kernel.kind = EIN_KERNEL_CONCAT;
+    ins.kernel.axis = 1;
+    ins.kernel.list = offsets, ins.kernel.nlist = 2;
+    d[0] = I_SUB, d[1] = I_SLICEKV, s[0] = S_SUB, s[1] = S_KVFLAT;
+    /* input 1, [0,8) along the axis in its own coordinates, at 16 */
+    assert_int_equal(add_ins(p, &ins, d, 2, s, 2), I_CAT);
+    ins = blank(EIN_I_KERNEL, "sig", S_SIG);
+    ins.kernel.kind = EIN_KERNEL_UNARY;
+    ins.kernel.unary = EIN_UN_SIGMOID;
+    d[0] = I_CAT, s[0] = S_CAT;
+    assert_int_equal(add_ins(p, &ins, d, 1, s, 1), I_SIG);
+    offsets[0] = 99; /* the program holds its own copy */
 }
 
 /* Device 1 of 4: every instruction kind, every kernel kind, all dtypes,
@@ -153,6 +304,7 @@ static ein_program *sample_program(void)
     strcpy(ins.kernel.subscripts, "ab->ab");
     d[0] = i13, s[0] = b11;
     add_ins(p, &ins, d, 1, s, 1);
+    add_llama_part(p, b10);
     return p;
 }
 
@@ -195,17 +347,28 @@ static void assert_programs_equal(const ein_program *a, const ein_program *b)
                 assert_true(x->key == y->key);
             }
             break;
-        case EIN_I_KERNEL:
-            assert_int_equal(x->kernel.kind, y->kernel.kind);
-            if (x->kernel.kind == EIN_KERNEL_EINSUM)
-                assert_string_equal(x->kernel.subscripts, y->kernel.subscripts);
-            if (x->kernel.kind == EIN_KERNEL_UNARY) {
-                assert_int_equal(x->kernel.unary, y->kernel.unary);
-                assert_true(x->kernel.scalar == y->kernel.scalar);
-            }
-            if (x->kernel.kind == EIN_KERNEL_BINARY)
-                assert_int_equal(x->kernel.binary, y->kernel.binary);
+        case EIN_I_KERNEL: {
+            /* Every field: a kind's unused fields are zero on both sides. */
+            const ein_kernel *kx = &x->kernel, *ky = &y->kernel;
+            assert_int_equal(kx->kind, ky->kind);
+            assert_string_equal(kx->subscripts, ky->subscripts);
+            assert_int_equal(kx->unary, ky->unary);
+            assert_true(kx->scalar == ky->scalar);
+            assert_int_equal(kx->binary, ky->binary);
+            assert_int_equal(kx->axis, ky->axis);
+            assert_true(kx->axes == ky->axes);
+            assert_int_equal(kx->reduce, ky->reduce);
+            assert_true(kx->start == ky->start);
+            assert_true(kx->eps == ky->eps);
+            assert_true(kx->theta == ky->theta);
+            assert_true(kx->head_dim == ky->head_dim);
+            assert_true(kx->group == ky->group);
+            assert_int_equal(kx->nlist, ky->nlist);
+            assert_int_equal(!kx->list, !ky->list);
+            for (int j = 0; j < kx->nlist; j++)
+                assert_true(kx->list[j] == ky->list[j]);
             break;
+        }
         case EIN_I_AGG:
             assert_int_equal(x->agg, y->agg);
             break;
@@ -231,8 +394,8 @@ static void test_builders(void **state)
     ein_program *p = sample_program();
     if (ein_program_validate(p, &err) != 0)
         fail_msg("sample program invalid: %s", err.msg);
-    assert_int_equal(p->nbuffers, 12);
-    assert_int_equal(p->ninstrs, 15);
+    assert_int_equal(p->nbuffers, S_Q_LATE + 1);
+    assert_int_equal(p->ninstrs, I_NSAMPLE);
     uint64_t end = 0;
     for (int b = 0; b < p->nbuffers; b++) {
         assert_int_equal(p->buffers[b].offset % 256, 0);
@@ -256,6 +419,29 @@ static void test_builders(void **state)
     ein_instr ins = blank(EIN_I_COPY, "", 0);
     ins.ndeps = 2; /* but no array */
     assert_int_equal(ein_program_add_instr(p, &ins, &err), EIN_EINVAL);
+    /* kernel lists are deep-copied; an empty one is NULL, a bad one refused */
+    const ein_kernel *rope = &p->instrs[I_ROPE].kernel, *cat = &p->instrs[I_CAT].kernel;
+    assert_int_equal(rope->nlist, 2);
+    assert_true(rope->list[0] == 3 && rope->list[1] == 8);
+    assert_true(cat->list != rope->list);
+    assert_true(cat->list[0] == 0 && cat->list[1] == 16); /* not the caller's later 99 */
+    assert_null(p->instrs[I_SOFT].kernel.list);
+    int64_t stray = 5;
+    ins = blank(EIN_I_KERNEL, "k", 1);
+    ins.kernel.kind = EIN_KERNEL_ROPE;
+    ins.kernel.list = &stray, ins.kernel.nlist = 0;
+    int32_t one = 1;
+    ins.srcs = &one, ins.nsrcs = 1;
+    int id = ein_program_add_instr(p, &ins, &err);
+    assert_true(id >= 0);
+    assert_null(p->instrs[id].kernel.list);
+    ins.kernel.list = NULL, ins.kernel.nlist = 1;
+    assert_int_equal(ein_program_add_instr(p, &ins, &err), EIN_EINVAL);
+    ins.kernel.list = &stray, ins.kernel.nlist = -1;
+    assert_int_equal(ein_program_add_instr(p, &ins, &err), EIN_EINVAL);
+    ins.kernel.nlist = EIN_KERNEL_LIST_MAX + 1;
+    assert_int_equal(ein_program_add_instr(p, &ins, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "kernel list"));
     ein_program_free(p);
     ein_program_free(NULL);
 
@@ -265,6 +451,29 @@ static void test_builders(void **state)
     assert_string_equal(ein_unary_name(EIN_UN_GELU), "gelu");
     assert_string_equal(ein_binary_name(EIN_BIN_SUB), "sub");
     assert_string_equal(ein_kernel_kind_name(EIN_KERNEL_BINARY), "binary");
+    assert_string_equal(ein_kernel_kind_name(EIN_KERNEL_SPLIT_HEADS), "split_heads");
+    assert_string_equal(ein_kernel_kind_name(EIN_KERNEL_COUNT), "?");
+    assert_string_equal(ein_unary_name(EIN_UN_SQUARE), "square");
+    assert_string_equal(ein_unary_name(EIN_UN_COUNT), "?");
+    assert_string_equal(ein_binary_name(EIN_BIN_DIV), "div");
+    assert_string_equal(ein_binary_name((ein_binary)-1), "?");
+    /* every value has a real, distinct name */
+    for (int a = 0; a < EIN_KERNEL_COUNT; a++) {
+        assert_non_null(ein_kernel_kind_name((ein_kernel_kind)a));
+        assert_string_not_equal(ein_kernel_kind_name((ein_kernel_kind)a), "?");
+        for (int b = 0; b < a; b++)
+            assert_string_not_equal(ein_kernel_kind_name((ein_kernel_kind)a), ein_kernel_kind_name((ein_kernel_kind)b));
+    }
+    for (int a = 0; a < EIN_UN_COUNT; a++) {
+        assert_string_not_equal(ein_unary_name((ein_unary)a), "?");
+        for (int b = 0; b < a; b++)
+            assert_string_not_equal(ein_unary_name((ein_unary)a), ein_unary_name((ein_unary)b));
+    }
+    for (int a = 0; a < EIN_BIN_COUNT; a++) {
+        assert_string_not_equal(ein_binary_name((ein_binary)a), "?");
+        for (int b = 0; b < a; b++)
+            assert_string_not_equal(ein_binary_name((ein_binary)a), ein_binary_name((ein_binary)b));
+    }
     assert_string_equal(ein_agg_name(EIN_AGG_SUM), "sum");
     assert_string_equal(ein_msg_type_name(EIN_MSG_HEARTBEAT), "heartbeat");
     assert_string_equal(ein_msg_type_name((ein_msg_type)-1), "?");
@@ -311,7 +520,7 @@ static void m_peer_range(ein_program *p) { p->instrs[9].peer = 4; }
 static void m_bytes(ein_program *p) { p->buffers[3].bytes += 4; }
 static void m_misaligned(ein_program *p) { p->buffers[3].offset += 2; }
 static void m_lo_hi(ein_program *p) { p->buffers[3].box.hi[1] = 0; }
-static void m_src_range(ein_program *p) { p->instrs[5].srcs[0] = 12; }
+static void m_src_range(ein_program *p) { p->instrs[5].srcs[0] = 99; }
 static void m_dst_range(ein_program *p) { p->instrs[5].dst = -2; }
 static void m_store_dst(ein_program *p) { p->instrs[11].dst = 3; }
 static void m_load_src(ein_program *p)
@@ -348,7 +557,7 @@ static void test_validate_rejects(void **state)
     expect_invalid(m_bytes, "buffer 3");
     expect_invalid(m_misaligned, "not aligned");
     expect_invalid(m_lo_hi, "lo < hi");
-    expect_invalid(m_src_range, "source buffer 12 out of range");
+    expect_invalid(m_src_range, "source buffer 99 out of range");
     expect_invalid3(m_dst_range, "dst buffer -2", "instrs[5].dst: integer out of range");
     expect_invalid(m_store_dst, "dst must be -1");
     expect_invalid(m_load_src, "1 sources");
@@ -367,6 +576,253 @@ static void test_validate_rejects(void **state)
     expect_invalid3(m_op_unterminated, "instr 4: op name not NUL-terminated", "instrs[4].op: string of 64 bytes");
     expect_invalid(m_device, "device 4 of 4");
     expect_invalid(m_binary_arity, "binary kernel takes 2");
+}
+
+/* ---- the kernel kinds of the LLaMA operators -------------------------- */
+
+static void set_srcs(ein_instr *ins, int n, int32_t first)
+{
+    free(ins->srcs);
+    ins->srcs = malloc((size_t)n * sizeof *ins->srcs);
+    assert_non_null(ins->srcs);
+    for (int j = 0; j < n; j++)
+        ins->srcs[j] = first;
+    ins->nsrcs = n;
+}
+
+static void set_list(ein_kernel *k, int n, const int64_t *v)
+{
+    free(k->list);
+    k->list = n ? malloc((size_t)n * sizeof *k->list) : NULL;
+    assert_true(n == 0 || k->list);
+    if (n)
+        memcpy(k->list, v, (size_t)n * sizeof *v);
+    k->nlist = n;
+}
+
+static void set_list2(ein_kernel *k, int64_t a, int64_t b)
+{
+    int64_t v[2] = {a, b};
+    set_list(k, 2, v);
+}
+
+/* Validation only: for what the encoder cannot send (a list it would not
+ * send, or a NULL one it refuses). */
+static void expect_rejected(void (*mutate)(ein_program *), const char *needle)
+{
+    ein_error err = {0};
+    ein_program *p = sample_program();
+    mutate(p);
+    int rc = ein_program_validate(p, &err);
+    if (rc != EIN_EPROTO || !strstr(err.msg, needle))
+        fail_msg("validate: rc %d, message '%s', want '%s'", rc, err.msg, needle);
+    ein_program_free(p);
+}
+
+/* The mutated sample stays valid and round-trips. */
+static void expect_valid(void (*mutate)(ein_program *))
+{
+    ein_error err = {0};
+    ein_program *p = sample_program(), *q = NULL;
+    mutate(p);
+    if (ein_program_validate(p, &err) != 0)
+        fail_msg("validate: %s", err.msg);
+    void *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(ein_program_encode(p, &buf, &len, &err), 0);
+    if (ein_program_decode(buf, len, &q, &err) != 0)
+        fail_msg("decode: %s", err.msg);
+    assert_programs_equal(p, q);
+    free(buf);
+    ein_program_free(p);
+    ein_program_free(q);
+}
+
+#define K(i) (&p->instrs[i].kernel)
+static void m_k_kind(ein_program *p) { K(I_SOFT)->kind = EIN_KERNEL_COUNT; }
+static void m_einsum_arity(ein_program *p) { set_srcs(&p->instrs[2], 3, 1); }
+static void m_rms_arity(ein_program *p) { p->instrs[I_RMS].nsrcs = 1; }
+static void m_ln_arity(ein_program *p) { p->instrs[I_LN].nsrcs = 2; }
+static void m_att_arity(ein_program *p) { p->instrs[I_ATT].nsrcs = 2; }
+static void m_rope_arity(ein_program *p) { set_srcs(&p->instrs[I_ROPE], 2, S_RMS); }
+static void m_cat_arity(ein_program *p) { set_srcs(&p->instrs[I_CAT], 17, S_SUB); }
+static void m_list_max(ein_program *p)
+{
+    int64_t *v = malloc((EIN_KERNEL_LIST_MAX + 1) * sizeof *v);
+    assert_non_null(v);
+    for (int j = 0; j <= EIN_KERNEL_LIST_MAX; j++)
+        v[j] = j + 1;
+    set_list(K(I_ROPE), EIN_KERNEL_LIST_MAX + 1, v);
+    free(v);
+}
+static void m_list_on_softmax(ein_program *p) { set_list2(K(I_SOFT), 1, 2); }
+static void m_list_null(ein_program *p) { free(K(I_ROPE)->list); K(I_ROPE)->list = NULL; }
+static void m_list_dangling(ein_program *p) { K(I_ROPE)->nlist = 0; }
+static void m_list_on_copy(ein_program *p) { set_list2(K(9), 1, 2); }
+static void m_soft_axis(ein_program *p) { K(I_SOFT)->axis = 2; }
+static void m_soft_box(ein_program *p) { p->instrs[I_SOFT].srcs[0] = S_KVFLAT; }
+static void m_rms_eps(ein_program *p) { K(I_RMS)->eps = -1; }
+static void m_rms_eps_nan(ein_program *p) { K(I_RMS)->eps = NAN; }
+static void m_rms_w_rank(ein_program *p) { p->instrs[I_RMS].srcs[1] = S_X; }
+static void m_rms_w_extent(ein_program *p) { p->instrs[I_RMS].srcs[1] = S_VEC8; }
+static void m_rms_rank0(ein_program *p) { p->instrs[I_RMS].srcs[0] = 10; }
+static void m_rms_out(ein_program *p) { p->instrs[I_RMS].dst = S_KVFLAT; }
+static void m_ln_bias(ein_program *p) { p->instrs[I_LN].srcs[2] = S_VEC8; }
+/* x and w both [8,16): equal, but not the whole axis */
+static void m_rms_partial(ein_program *p)
+{
+    p->buffers[S_X].box.lo[1] = 8, p->buffers[S_X].bytes /= 2;
+    p->buffers[S_RMS].box.lo[1] = 8, p->buffers[S_RMS].bytes /= 2;
+    p->buffers[S_W].box.lo[0] = 8, p->buffers[S_W].bytes /= 2;
+    p->instrs[I_LOADX].shape[1] = 16;
+}
+static void m_rope_hd_odd(ein_program *p) { K(I_ROPE)->head_dim = 3; }
+static void m_rope_hd_div(ein_program *p) { K(I_ROPE)->head_dim = 32; }
+static void m_rope_theta(ein_program *p) { K(I_ROPE)->theta = 0; }
+static void m_rope_desc(ein_program *p) { set_list2(K(I_ROPE), 8, 3); }
+static void m_rope_zero(ein_program *p) { set_list2(K(I_ROPE), 0, 8); }
+static void m_rope_short(ein_program *p) { set_list2(K(I_ROPE), 3, 7); }
+static void m_rope_rank(ein_program *p) { p->instrs[I_ROPE].srcs[0] = p->instrs[I_ROPE].dst = S_RED; }
+static void m_rope_box(ein_program *p) { p->instrs[I_ROPE].dst = S_KVFLAT; }
+static void m_att_group0(ein_program *p) { K(I_ATT)->group = 0; }
+static void m_att_group1(ein_program *p) { K(I_ATT)->group = 1; }
+static void m_att_group_big(ein_program *p) { K(I_ATT)->group = INT64_MAX; }
+static void m_att_kv(ein_program *p) { p->instrs[I_ATT].srcs[2] = S_Q; }
+static void m_att_rank(ein_program *p) { p->instrs[I_ATT].srcs[1] = p->instrs[I_ATT].srcs[2] = S_KVFLAT; }
+static void m_att_out(ein_program *p) { p->instrs[I_ATT].dst = S_Q_LATE; }
+static void m_att_d(ein_program *p) { p->instrs[I_ATT].srcs[1] = p->instrs[I_ATT].srcs[2] = S_KV_D2; }
+static void m_att_d1(ein_program *p) { p->instrs[I_ATT].srcs[0] = p->instrs[I_ATT].dst = S_Q_D1; }
+static void m_att_keys(ein_program *p) { p->instrs[I_ATT].srcs[1] = p->instrs[I_ATT].srcs[2] = S_KV_LATE; }
+static void m_att_ends(ein_program *p) { set_list2(K(I_ATT), 3, 6); }
+/* queries [3,8) start their sequence at 3: k/v [1,8) holds their keys */
+static void m_att_late(ein_program *p)
+{
+    m_att_keys(p);
+    p->instrs[I_ATT].srcs[0] = p->instrs[I_ATT].dst = S_Q_LATE;
+}
+/* ... but not when everything is one sequence from 0 */
+static void m_att_late_one_seq(ein_program *p) { m_att_late(p); set_list(K(I_ATT), 0, NULL); }
+static void m_red_op(ein_program *p) { K(I_RED)->reduce = EIN_AGG_NONE; }
+static void m_red_axes0(ein_program *p) { K(I_RED)->axes = 0; }
+static void m_red_axes_high(ein_program *p) { K(I_RED)->axes = 0x5; }
+static void m_red_rank(ein_program *p) { p->instrs[I_RED].dst = S_X; }
+static void m_red_box(ein_program *p) { p->instrs[I_RED].dst = S_VEC8; }
+static void m_red_other_axis(ein_program *p) { K(I_RED)->axes = 0x2; } /* dst [0,16) is not rows [0,8) */
+static void m_cat_axis(ein_program *p) { K(I_CAT)->axis = 2; }
+static void m_cat_nlist(ein_program *p) { K(I_CAT)->nlist = 1; }
+static void m_cat_negative(ein_program *p) { set_list2(K(I_CAT), -1, 16); }
+static void m_cat_past(ein_program *p) { set_list2(K(I_CAT), 0, 8); }
+static void m_cat_overflow(ein_program *p) { set_list2(K(I_CAT), 0, INT64_MAX); }
+static void m_cat_rank(ein_program *p) { p->instrs[I_CAT].srcs[1] = S_RED; }
+static void m_slice_neg(ein_program *p) { K(I_SLICEROW)->start = -1; }
+static void m_slice_out(ein_program *p) { K(I_SLICEROW)->start = 3; }
+static void m_slice_ovf(ein_program *p) { K(I_SLICEROW)->start = INT64_MAX; }
+static void m_slice_axis(ein_program *p) { K(I_SLICEROW)->axis = 2; }
+static void m_slice_rank(ein_program *p) { p->instrs[I_SLICEROW].dst = S_VEC8; }
+static void m_split_hd0(ein_program *p) { K(I_SPLITQ)->head_dim = 0; }
+static void m_split_hd8(ein_program *p) { K(I_SPLITQ)->head_dim = 8; }
+static void m_split_rank(ein_program *p) { p->instrs[I_SPLITQ].dst = S_KVFLAT; }
+static void m_split_tokens(ein_program *p) { p->instrs[I_SPLITK].dst = S_KV_LATE; }
+static void m_split_hidden(ein_program *p) { p->instrs[I_SPLITQ].dst = S_K; }
+static void m_merge_hd(ein_program *p) { K(I_MERGE)->head_dim = 2; }
+static void m_merge_rank(ein_program *p) { p->instrs[I_MERGE].srcs[0] = S_KVFLAT; }
+static void m_bin_bcast(ein_program *p) { p->instrs[I_DIV].srcs[1] = S_VEC8; }
+static void m_bin_rank(ein_program *p) { p->instrs[I_DIV].srcs[1] = S_Q; }
+static void m_bin_op(ein_program *p) { K(I_DIV)->binary = EIN_BIN_COUNT; }
+static void m_bin_row_moved(ein_program *p) { p->buffers[S_ROW].box.lo[1] = 1; p->buffers[S_ROW].bytes -= 4; }
+static void m_unary_op(ein_program *p) { K(I_SIG)->unary = EIN_UN_COUNT; }
+static void m_unary_new_box(ein_program *p) { p->instrs[I_SIG].srcs[0] = S_SUB; }
+#undef K
+
+static void test_validate_kernels(void **state)
+{
+    (void)state;
+    char w[64];
+    snprintf(w, sizeof w, "invalid kernel kind %d", EIN_KERNEL_COUNT);
+    expect_invalid3(m_k_kind, w, "kernel.kind: integer out of range");
+    expect_invalid(m_einsum_arity, "einsum kernel takes 1 to 2 sources, has 3");
+    expect_invalid(m_rms_arity, "rmsnorm kernel takes 2 sources, has 1");
+    expect_invalid(m_ln_arity, "layernorm kernel takes 3 sources, has 2");
+    expect_invalid(m_att_arity, "attention kernel takes 3 sources, has 2");
+    expect_invalid(m_rope_arity, "rope kernel takes 1 source, has 2");
+    expect_invalid(m_cat_arity, "17 sources (want 1..16)");
+    expect_invalid3(m_list_max, "kernel list of 65537 entries", "65537 entries exceed 65536");
+    expect_rejected(m_list_on_softmax, "softmax kernel takes no list, has 2 entries");
+    expect_rejected(m_list_null, "kernel list is NULL but has 2 entries");
+    expect_rejected(m_list_dangling, "kernel list is set but has 0 entries");
+    expect_rejected(m_list_on_copy, "a copy instruction carries a kernel list");
+    expect_invalid(m_soft_axis, "softmax: axis 2 out of range for rank 2");
+    expect_invalid(m_soft_box, "softmax: source buffer 19's box differs");
+    expect_invalid(m_rms_eps, "rmsnorm: eps -1 is not");
+    expect_invalid3(m_rms_eps_nan, "rmsnorm: eps nan", "kernel.eps: number is not finite");
+    expect_invalid(m_rms_w_rank, "rmsnorm: weight buffer 12 is not rank 1");
+    expect_invalid(m_rms_w_extent, "rmsnorm: weight buffer 33 is not rank 1 over x's last interval");
+    expect_invalid(m_rms_rank0, "rmsnorm: input has rank 0");
+    expect_invalid(m_rms_out, "rmsnorm: source buffer 12's box differs");
+    expect_invalid(m_ln_bias, "layernorm: bias buffer 33");
+    expect_invalid(m_rms_partial, "rmsnorm: weight buffer 13 is not rank 1 over x's last interval [0, d)");
+    expect_invalid(m_rope_hd_odd, "rope: head_dim 3 is not positive and even");
+    expect_invalid(m_rope_hd_div, "not at multiples of head_dim 32");
+    expect_invalid(m_rope_theta, "rope: theta 0 is not");
+    expect_invalid(m_rope_desc, "rope: sequence ends not positive and strictly ascending at entry 1");
+    expect_invalid(m_rope_zero, "strictly ascending at entry 0");
+    expect_invalid(m_rope_short, "rope: tokens up to 8 but the sequences end at 7");
+    expect_invalid(m_rope_rank, "rope: input has rank 1");
+    expect_invalid(m_rope_box, "rope: source buffer 15's box differs");
+    expect_invalid(m_att_group0, "attention: group 0 below 1");
+    expect_invalid(m_att_group1, "q's head interval is not group (1) times k's");
+    expect_invalid(m_att_group_big, "q's head interval is not group");
+    expect_invalid(m_att_kv, "attention: k and v boxes differ");
+    expect_invalid(m_att_rank, "attention: q, k, v must have rank 3");
+    expect_invalid(m_att_out, "attention: q buffer 18's box differs");
+    expect_invalid(m_att_d, "attention: d is not whole and equal");
+    expect_invalid(m_att_d1, "attention: d is not whole and equal");
+    expect_invalid(m_att_keys, "attention: k/v tokens [1, 8) miss keys of queries [0, 8)");
+    expect_invalid(m_att_ends, "attention: tokens up to 8 but the sequences end at 6");
+    expect_valid(m_att_late);
+    expect_invalid(m_att_late_one_seq, "k/v tokens [1, 8) miss keys of queries [3, 8)");
+    expect_invalid(m_red_op, "reduce: op 0 is not sum or max");
+    expect_invalid(m_red_axes0, "reduce: axes 0x0 not a non-empty set");
+    expect_invalid(m_red_axes_high, "reduce: axes 0x5");
+    expect_invalid(m_red_rank, "reduce: dst rank 2, want 1");
+    expect_invalid(m_red_box, "reduce: dst's box is not x's without the reduced axes");
+    expect_invalid(m_red_other_axis, "reduce: dst's box is not x's");
+    expect_invalid(m_cat_axis, "concat: axis 2 out of range");
+    expect_invalid(m_cat_nlist, "concat: 1 offsets for 2 sources");
+    expect_invalid(m_cat_negative, "concat: offsets not non-negative and strictly ascending at entry 0");
+    expect_invalid(m_cat_past, "concat: source buffer 27 runs past its part of the axis");
+    expect_invalid(m_cat_overflow, "concat: source buffer 19 runs past");
+    expect_invalid(m_cat_rank, "concat: source buffer 24 has rank 1, dst 2");
+    expect_invalid(m_slice_neg, "slice: negative start -1");
+    expect_invalid(m_slice_out, "slice: source buffer 25 does not contain dst's box shifted by 3");
+    expect_invalid(m_slice_ovf, "does not contain dst's box shifted by");
+    expect_invalid(m_slice_axis, "slice: axis 2 out of range");
+    expect_invalid(m_slice_rank, "slice: dst rank 1 differs");
+    expect_invalid(m_split_hd0, "split_heads: head_dim 0 not positive");
+    expect_invalid(m_split_hd8, "split_heads: the head box's last axis is not [0, head_dim)");
+    expect_invalid(m_split_rank, "split_heads: needs a rank-2");
+    expect_invalid(m_split_tokens, "split_heads: token intervals differ");
+    expect_invalid(m_split_hidden, "split_heads: hidden interval is not the heads' interval times head_dim");
+    expect_invalid(m_merge_hd, "merge_heads: the head box's last axis");
+    expect_invalid(m_merge_rank, "merge_heads: needs a rank-2");
+    expect_invalid(m_bin_bcast, "binary: source buffer 33's axis 0 is neither");
+    expect_invalid(m_bin_rank, "binary: source buffer 18 has rank 3, above dst's 2");
+    snprintf(w, sizeof w, "invalid binary op %d", EIN_BIN_COUNT);
+    expect_invalid3(m_bin_op, w, "kernel.binary: integer out of range");
+    expect_invalid(m_bin_row_moved, "binary: source buffer 26's axis 1 is neither");
+    snprintf(w, sizeof w, "invalid unary op %d", EIN_UN_COUNT);
+    expect_invalid3(m_unary_op, w, "kernel.unary: integer out of range");
+    expect_invalid(m_unary_new_box, "source buffer 27's box differs");
+
+    /* the encoder refuses a list it cannot read */
+    ein_error err = {0};
+    ein_program *p = sample_program();
+    m_list_null(p);
+    void *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(ein_program_encode(p, &buf, &len, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "bad kernel list"));
+    ein_program_free(p);
 }
 
 /* ---- round trips ------------------------------------------------------ */
@@ -695,6 +1151,209 @@ static void test_wrong_fields(void **state)
     pk_expect(&p, "program: missing field 'ndevices'");
 }
 
+/* A program message of two [0,8) x [0,16) f32 buffers and one KERNEL
+ * instruction 0 -> 1 whose kernel map `kernel` packs. */
+static void pk_kernel_program(packed *p, void (*kernel)(msgpack_packer *))
+{
+    pk_begin(p);
+    msgpack_pack_map(&p->pk, 3);
+    pk_str(p, "type"); pk_str(p, "program");
+    pk_str(p, "v"); msgpack_pack_int(&p->pk, 1);
+    pk_str(p, "program");
+    msgpack_pack_map(&p->pk, 5);
+    pk_str(p, "device"); msgpack_pack_int(&p->pk, 0);
+    pk_str(p, "ndevices"); msgpack_pack_int(&p->pk, 1);
+    pk_str(p, "segment_bytes"); msgpack_pack_int(&p->pk, 1024);
+    pk_str(p, "buffers");
+    msgpack_pack_array(&p->pk, 2);
+    for (int b = 0; b < 2; b++) {
+        msgpack_pack_map(&p->pk, 4);
+        pk_str(p, "dtype"); msgpack_pack_int(&p->pk, EIN_F32);
+        pk_str(p, "box");
+        msgpack_pack_array(&p->pk, 2);
+        msgpack_pack_array(&p->pk, 2);
+        msgpack_pack_int(&p->pk, 0); msgpack_pack_int(&p->pk, 0);
+        msgpack_pack_array(&p->pk, 2);
+        msgpack_pack_int(&p->pk, 8); msgpack_pack_int(&p->pk, 16);
+        pk_str(p, "offset"); msgpack_pack_int(&p->pk, 512 * b);
+        pk_str(p, "bytes"); msgpack_pack_int(&p->pk, 512);
+    }
+    pk_str(p, "instrs");
+    msgpack_pack_array(&p->pk, 1);
+    msgpack_pack_map(&p->pk, 6);
+    pk_str(p, "kind"); msgpack_pack_int(&p->pk, EIN_I_KERNEL);
+    pk_str(p, "deps"); msgpack_pack_array(&p->pk, 0);
+    pk_str(p, "srcs"); msgpack_pack_array(&p->pk, 1); msgpack_pack_int(&p->pk, 0);
+    pk_str(p, "dst"); msgpack_pack_int(&p->pk, 1);
+    pk_str(p, "op"); pk_str(p, "k");
+    pk_str(p, "kernel");
+    kernel(&p->pk);
+}
+
+static void pk_cstr(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str(pk, strlen(s));
+    msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+static void k_softmax(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 2);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_SOFTMAX);
+    pk_cstr(pk, "axis"); msgpack_pack_int(pk, 1);
+}
+static void k_rope(msgpack_packer *pk, int nlist)
+{
+    msgpack_pack_map(pk, 3 + (nlist >= 0));
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
+    pk_cstr(pk, "theta"); msgpack_pack_double(pk, 10000.0);
+    if (nlist >= 0) {
+        pk_cstr(pk, "list");
+        msgpack_pack_array(pk, (size_t)nlist);
+        for (int j = 0; j < nlist; j++)
+            msgpack_pack_int(pk, 8 + j);
+    }
+}
+static void k_rope_ok(msgpack_packer *pk) { k_rope(pk, 2); }
+static void k_rope_nolist(msgpack_packer *pk) { k_rope(pk, -1); }
+static void k_rope_long(msgpack_packer *pk) { k_rope(pk, EIN_KERNEL_LIST_MAX + 1); }
+static void k_rope_max(msgpack_packer *pk) { k_rope(pk, EIN_KERNEL_LIST_MAX); }
+static void k_extra(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 3);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_SOFTMAX);
+    pk_cstr(pk, "axis"); msgpack_pack_int(pk, 1);
+    pk_cstr(pk, "subscripts"); pk_cstr(pk, "ab->ab");
+}
+static void k_unknown(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 3);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_SOFTMAX);
+    pk_cstr(pk, "axis"); msgpack_pack_int(pk, 1);
+    pk_cstr(pk, "colour"); msgpack_pack_int(pk, 1);
+}
+static void k_dup(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 3);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_SOFTMAX);
+    pk_cstr(pk, "axis"); msgpack_pack_int(pk, 1);
+    pk_cstr(pk, "axis"); msgpack_pack_int(pk, 0);
+}
+static void k_axis_type(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 2);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_SOFTMAX);
+    pk_cstr(pk, "axis"); msgpack_pack_double(pk, 1.0);
+}
+static void k_axis_range(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 2);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_SOFTMAX);
+    pk_cstr(pk, "axis"); msgpack_pack_int64(pk, (int64_t)INT32_MAX + 1);
+}
+static void k_list_type(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 4);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
+    pk_cstr(pk, "theta"); msgpack_pack_double(pk, 10000.0);
+    pk_cstr(pk, "list"); pk_cstr(pk, "8");
+}
+static void k_list_elem(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 4);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
+    pk_cstr(pk, "theta"); msgpack_pack_double(pk, 10000.0);
+    pk_cstr(pk, "list");
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_int(pk, 3);
+    pk_cstr(pk, "8");
+}
+static void k_axes_range(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 3);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_REDUCE);
+    pk_cstr(pk, "axes"); msgpack_pack_uint64(pk, (uint64_t)UINT32_MAX + 1);
+    pk_cstr(pk, "reduce"); msgpack_pack_int(pk, EIN_AGG_SUM);
+}
+static void k_reduce_range(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 3);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_REDUCE);
+    pk_cstr(pk, "axes"); msgpack_pack_int(pk, 1);
+    pk_cstr(pk, "reduce"); msgpack_pack_int(pk, 3);
+}
+static void k_theta_inf(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 4);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
+    pk_cstr(pk, "theta"); msgpack_pack_double(pk, INFINITY);
+    pk_cstr(pk, "list"); msgpack_pack_array(pk, 0);
+}
+static void k_group_type(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 3);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ATTENTION);
+    pk_cstr(pk, "group"); msgpack_pack_nil(pk);
+    pk_cstr(pk, "list"); msgpack_pack_array(pk, 0);
+}
+/* A list header that claims more entries than the bytes that remain. */
+static void k_list_huge(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 4);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
+    pk_cstr(pk, "theta"); msgpack_pack_double(pk, 10000.0);
+    pk_cstr(pk, "list");
+    msgpack_pack_array(pk, UINT32_MAX);
+}
+
+static void expect_kernel_ok(void (*kernel)(msgpack_packer *), ein_kernel_kind kind, int nlist)
+{
+    packed p;
+    ein_error err = {0};
+    ein_msg out;
+    pk_kernel_program(&p, kernel);
+    if (ein_msg_decode(p.sb.data, p.sb.size, &out, &err) != 0)
+        fail_msg("decode: %s", err.msg);
+    assert_int_equal(out.program->instrs[0].kernel.kind, kind);
+    assert_int_equal(out.program->instrs[0].kernel.nlist, nlist);
+    ein_msg_clear(&out);
+    msgpack_sbuffer_destroy(&p.sb);
+}
+
+static void expect_kernel_proto(void (*kernel)(msgpack_packer *), const char *needle)
+{
+    packed p;
+    pk_kernel_program(&p, kernel);
+    pk_expect(&p, needle);
+}
+
+static void test_kernel_fields(void **state)
+{
+    (void)state;
+    expect_kernel_ok(k_softmax, EIN_KERNEL_SOFTMAX, 0);
+    expect_kernel_ok(k_rope_ok, EIN_KERNEL_ROPE, 2);
+    expect_kernel_ok(k_rope_max, EIN_KERNEL_ROPE, EIN_KERNEL_LIST_MAX);
+    expect_kernel_proto(k_rope_nolist, "instrs[0].kernel: missing field 'list'");
+    expect_kernel_proto(k_rope_long, "kernel.list: 65537 entries exceed 65536");
+    expect_kernel_proto(k_extra, "field 'subscripts' not expected in a softmax kernel");
+    expect_kernel_proto(k_unknown, "unknown field 'colour'");
+    expect_kernel_proto(k_dup, "duplicate field 'axis'");
+    expect_kernel_proto(k_axis_type, "kernel.axis: expected an integer");
+    expect_kernel_proto(k_axis_range, "kernel.axis: integer out of range");
+    expect_kernel_proto(k_list_type, "kernel.list: expected an array");
+    expect_kernel_proto(k_list_elem, "kernel.list[1]: expected an integer");
+    expect_kernel_proto(k_axes_range, "kernel.axes: integer out of range");
+    expect_kernel_proto(k_reduce_range, "kernel.reduce: integer out of range");
+    expect_kernel_proto(k_theta_inf, "kernel.theta: number is not finite");
+    expect_kernel_proto(k_group_type, "kernel.group: expected an integer");
+    expect_kernel_proto(k_list_huge, "array of 4294967295 entries");
+}
+
 /* ---- raw bytes: garbage, truncations, huge counts --------------------- */
 
 static void expect_proto(const void *buf, size_t len, const char *needle)
@@ -860,9 +1519,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builders),
         cmocka_unit_test(test_validate_rejects),
+        cmocka_unit_test(test_validate_kernels),
         cmocka_unit_test(test_program_roundtrip),
         cmocka_unit_test(test_message_roundtrip),
         cmocka_unit_test(test_wrong_fields),
+        cmocka_unit_test(test_kernel_fields),
         cmocka_unit_test(test_huge_counts),
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_every_truncation),
