@@ -8,6 +8,8 @@
 #include "common/ein_rand.h"
 #include "exchange/xp_atoms.h"
 #include "exchange/xp_naive.h"
+#include "exchange/xp_search.h"
+#include "exchange/xp_sim.h"
 
 typedef struct load_key {
     int node, dev, buf;
@@ -183,6 +185,35 @@ static int materialise(lw *L, xstate *X, int k, int u, const char *opname)
     return buf;
 }
 
+/* One transfer: `buf` of site `from` is copied by `to` once `from` has said
+ * it is ready (NOTIFY on the sender, COPY on the receiver). Returns the
+ * receiver's new buffer, now holding aggregate `set`. */
+static int send_block(lw *L, xstate *X, const xp_word *set, int from, int buf, int to,
+                      const ein_box *box, int u, const char *opname)
+{
+    const pl_node *nd = pl_graph_node(L->g, u);
+    int32_t s = buf;
+    ein_instr note = {.kind = EIN_I_NOTIFY, .srcs = &s, .nsrcs = 1, .dst = -1, .peer = to,
+                      .peer_buf = buf};
+    set_op(&note, opname, nd->name);
+    int rc = emit(L, from, &note);
+    if (rc < 0)
+        return rc;
+    int nb = new_buf(L, to, nd->dtype, box);
+    if (nb < 0)
+        return nb;
+    ein_instr cp = {.kind = EIN_I_COPY, .dst = nb, .peer = from, .peer_buf = buf,
+                    .peer_offset = L->progs[from]->buffers[buf].offset};
+    set_op(&cp, opname, nd->name);
+    if ((rc = emit(L, to, &cp)) < 0)
+        return rc;
+    if ((rc = held_add(L, X, set, to, nb, -1)) < 0)
+        return rc;
+    L->st->ncopies++;
+    L->st->copy_bytes += (double)L->progs[to]->buffers[nb].bytes;
+    return nb;
+}
+
 static int fire(lw *L, xstate *X, const xp_action *a, const int *pick, int npick, int u,
                 const char *opname)
 {
@@ -210,27 +241,20 @@ static int fire(lw *L, xstate *X, const xp_action *a, const int *pick, int npick
         if ((rc = held_add(L, X, a->set, a->src, xbuf, -1)) < 0)
             return rc;
     }
-    for (int d = 0; d < a->ndst; d++) {
-        int dst = a->dst[d];
-        int32_t s = xbuf;
-        ein_instr note = {.kind = EIN_I_NOTIFY, .srcs = &s, .nsrcs = 1, .dst = -1,
-                          .peer = dst, .peer_buf = xbuf};
-        set_op(&note, opname, nd->name);
-        int rc = emit(L, a->src, &note);
-        if (rc < 0)
-            return rc;
-        int nb = new_buf(L, dst, nd->dtype, box);
+    /* Relays forward hop by hop (each keeps a copy: X is then held there
+     * too); the last hop sends to every destination (a multicast). */
+    int at = a->src, buf = xbuf;
+    for (int r = 0; r < a->nrelay; r++) {
+        int nb = send_block(L, X, a->set, at, buf, a->relay[r], box, u, opname);
         if (nb < 0)
             return nb;
-        ein_instr cp = {.kind = EIN_I_COPY, .dst = nb, .peer = a->src, .peer_buf = xbuf,
-                        .peer_offset = L->progs[a->src]->buffers[xbuf].offset};
-        set_op(&cp, opname, nd->name);
-        if ((rc = emit(L, dst, &cp)) < 0)
-            return rc;
-        if ((rc = held_add(L, X, a->set, dst, nb, -1)) < 0)
-            return rc;
-        L->st->ncopies++;
-        L->st->copy_bytes += (double)L->progs[dst]->buffers[nb].bytes;
+        at = a->relay[r];
+        buf = nb;
+    }
+    for (int d = 0; d < a->ndst; d++) {
+        int nb = send_block(L, X, a->set, at, buf, a->dst[d], box, u, opname);
+        if (nb < 0)
+            return nb;
     }
     return 0;
 }
@@ -261,7 +285,27 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
                                ein_dtype_size(nd->dtype), L->ndev, &X.atoms, &natoms, &X.p,
                                L->err)) < 0)
         goto done;
-    if ((rc = xp_naive_synthesize(X.p, L->err)) < 0 || (rc = xp_program_check(X.p, L->err)) < 0) {
+    if (L->o->topo && L->o->search) {
+        /* Synthesise the body on the machine's topology; the result keeps
+         * the preamble's IN and OUT, so the lowering below is the same. */
+        xp_program *synth = NULL;
+        xp_search_stats ss;
+        if ((rc = xp_search(X.p, L->o->topo, &L->o->search_opts, &synth, &ss, L->err)) < 0) {
+            ein_error_prefix(L->err, "exchange of '%s' for '%s'", nd->name, opname);
+            goto done;
+        }
+        xp_program_free(X.p);
+        X.p = synth;
+        L->st->naive_s += ss.naive_s;
+        L->st->synth_s += ss.best_s;
+    } else if ((rc = xp_naive_synthesize(X.p, L->err)) >= 0 && L->o->topo) {
+        double t = 0;
+        if ((rc = xp_sim_run(X.p, L->o->topo, &t, NULL, L->err)) >= 0) {
+            L->st->naive_s += t;
+            L->st->synth_s += t;
+        }
+    }
+    if (rc < 0 || (rc = xp_program_check(X.p, L->err)) < 0) {
         ein_error_prefix(L->err, "exchange of '%s' for '%s'", nd->name, opname);
         goto done;
     }

@@ -3,9 +3,10 @@
  * Function specification i of every operator runs on device i. For each
  * operator input produced by another operator, the tensor's exchange is
  * built in three steps: the preamble (atoms of the producer's partial
- * blocks against the blocks this operator needs), the naive exchange
- * program, and its lowering: SLICE (decompose) producer blocks into atoms,
- * NOTIFY + COPY for each transfer, AGG for each aggregation, CONCAT
+ * blocks against the blocks this operator needs), the program body (the
+ * naive one, or one synthesised on the topology), and its lowering: SLICE (decompose) producer blocks into atoms,
+ * NOTIFY + COPY for each transfer (hop by hop through relays, to every
+ * destination of a multicast), AGG for each aggregation, CONCAT
  * (recompose) atoms into the blocks the kernel reads. Graph inputs are
  * loaded directly in the blocks their consumers want. A saved tensor gets
  * the same exchange towards one site per distinct output block, then STORE.
@@ -21,9 +22,16 @@
 #include "common/ein_program.h"
 #include "planner/pl_graph.h"
 #include "planner/pl_optimize.h"
+#include "exchange/xp_search.h"
 
 typedef struct co_lower_opts {
     int ndev;
+    /* Exchange bodies: with `search` and a topology, synthesised by
+     * xp_search under search_opts; otherwise the naive program (simulated
+     * on `topo`, if given, for the statistics). */
+    const xp_topology *topo;
+    int search;
+    xp_search_opts search_opts;
     uint64_t seed;              /* for generated inputs */
     const char *const *input_path;  /* by node id: .npy path, or NULL to generate */
     const char *const *output_path; /* by node id: file STORE writes (saved nodes) */
@@ -32,6 +40,7 @@ typedef struct co_lower_opts {
 typedef struct co_lower_stats {
     int ninstrs, ncopies, nexchanges;
     double copy_bytes;          /* bytes moved between devices */
+    double naive_s, synth_s;    /* simulated exchange time: naive bodies, chosen bodies */
 } co_lower_stats;
 
 int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,

@@ -15,6 +15,7 @@
 #include "common/ein_npy.h"
 #include "coordinator/co_lower.h"
 #include "coordinator/co_run.h"
+#include "exchange/xp_topo.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 
@@ -46,6 +47,13 @@ static void usage(FILE *f)
 "  --seed S             seed for generated inputs (default: 1).\n"
 "Planning:\n"
 "  --selector dp|greedy|random   how specs are chosen (default: dp).\n"
+"  --schedule naive|search  exchange bodies: the naive program, or one\n"
+"                       synthesised on the topology (default: search).\n"
+"  --topology NAME|FILE the machine the exchanges are synthesised for: a\n"
+"                       built-in (dgx-a100, dgx-h100, hgx-h200, dgx-v100,\n"
+"                       gb200-nvl72, host) or a topology file (default: host,\n"
+"                       sized to the device count).\n"
+"  --search-budget-ms N time for the synthesis of each exchange (default: 20).\n"
 "  --plan-seed S        seed of the random selector (default: 1).\n"
 "  --explain            print the chosen spec and costs of every operator.\n"
 "Measuring:\n"
@@ -161,6 +169,32 @@ static int find_worker(char *out, size_t len)
     return -1;
 }
 
+/* The topology exchanges are synthesised for: a built-in or a file, or by
+ * default the `host` machine with exactly `ndev` CPU devices. */
+static int load_topology(const char *arg, int ndev, xp_topology **out, ein_error *err)
+{
+    if (arg) {
+        int rc = xp_topo_load(arg, out, err);
+        if (rc < 0)
+            return rc;
+        if ((*out)->ngpus < ndev) {
+            rc = ein_fail(err, EIN_EINVAL, "%s has %d GPUs but the run has %d devices",
+                          (*out)->name, (*out)->ngpus, ndev);
+            xp_topo_free(*out);
+            *out = NULL;
+        }
+        return rc;
+    }
+    const char *text = xp_topo_builtin_text("host");
+    const char *gp = text ? strstr(text, "\ngpus ") : NULL;
+    if (!gp)
+        return ein_fail(err, EIN_EINVAL, "no built-in host topology");
+    const char *eol = strchr(gp + 1, '\n');
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%.*s\ngpus %d%s", (int)(gp - text), text, ndev, eol ? eol : "");
+    return xp_topo_parse(buf, "host", out, err);
+}
+
 static void explain(const pl_graph *g, const pl_plan *plan)
 {
     fprintf(stderr, "plan for %d devices (selector %s), cost %.0f elements:\n", plan->p,
@@ -196,7 +230,9 @@ int main(int argc, char **argv)
     double worker_timeout = 60, timeout = 0;
     const char *worker_opt = NULL, *trace_path = NULL, *log_dir = NULL, *wrapper = NULL;
     int iterations = 1, warmup = 0, log_level = 1, wrapper_device = -1, debug_device = -1;
-    int manual = 0;
+    int manual = 0, search = 1;
+    const char *topo_arg = NULL;
+    double budget_ms = 20;
     binding inputs[MAX_BINDINGS], outputs[MAX_BINDINGS];
     int ninputs = 0, noutputs = 0;
     ids[0] = 0;
@@ -221,6 +257,9 @@ int main(int argc, char **argv)
         {"worker-wrapper", required_argument, 0, 'X'},
         {"debug-worker", required_argument, 0, 'B'},
         {"manual-workers", no_argument, 0, 'U'},
+        {"schedule", required_argument, 0, 'H'},
+        {"topology", required_argument, 0, 'O'},
+        {"search-budget-ms", required_argument, 0, 'Q'},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},
@@ -337,6 +376,21 @@ int main(int argc, char **argv)
             break;
         }
         case 'U': manual = 1; break;
+        case 'H':
+            if (strcmp(optarg, "naive") && strcmp(optarg, "search")) {
+                fprintf(stderr, "einrun: --schedule '%s': expected naive or search\n", optarg);
+                return 2;
+            }
+            search = !strcmp(optarg, "search");
+            break;
+        case 'O': topo_arg = optarg; break;
+        case 'Q':
+            budget_ms = strtod(optarg, &end);
+            if (*end || end == optarg || !(budget_ms > 0) || budget_ms > 1e6) {
+                fprintf(stderr, "einrun: --search-budget-ms '%s': expected a positive number\n", optarg);
+                return 2;
+            }
+            break;
         case 'v': verbose = 1; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("einrun %s\n", PACKAGE_VERSION); return 0;
@@ -373,6 +427,7 @@ int main(int argc, char **argv)
     char **tmp_path = NULL, **owned = NULL;
     co_worker_stats *wstats = NULL;
     double *iter_s = NULL;
+    xp_topology *topo = NULL;
 
     if (pl_ein_parse_file(path, &g, &err) < 0) {
         fprintf(stderr, "einrun: %s\n", err.msg);
@@ -479,7 +534,17 @@ int main(int argc, char **argv)
             goto done;
         }
     }
-    co_lower_opts lo = {.ndev = ndev, .seed = seed, .input_path = in_path, .output_path = (const char *const *)tmp_path};
+    if (load_topology(topo_arg, ndev, &topo, &err) < 0) {
+        fprintf(stderr, "einrun: --topology %s: %s\n", topo_arg ? topo_arg : "host", err.msg);
+        status = 2;
+        goto done;
+    }
+    co_lower_opts lo = {.ndev = ndev, .seed = seed, .input_path = in_path,
+                        .output_path = (const char *const *)tmp_path, .topo = topo,
+                        .search = search};
+    xp_search_opts_default(&lo.search_opts);
+    lo.search_opts.budget_ms = budget_ms;
+    lo.search_opts.seed = plan_seed;
     co_lower_stats ls;
     if (co_lower(g, plan, &lo, &progs, &ls, &err) < 0) {
         fprintf(stderr, "einrun: cannot lower the plan: %s\n", err.msg);
@@ -540,6 +605,9 @@ int main(int argc, char **argv)
     if (verbose) {
         fprintf(stderr, "planned and lowered in %.3f s: %d instructions, %d exchanges, %d copies (%.0f bytes)\n",
                 t_plan, ls.ninstrs, ls.nexchanges, ls.ncopies, ls.copy_bytes);
+        fprintf(stderr, "exchanges on topology %s: simulated %.3f ms with naive bodies, %.3f ms %s\n",
+                topo->name, 1e3 * ls.naive_s, 1e3 * ls.synth_s,
+                search ? "as synthesised" : "(naive schedule)");
         fprintf(stderr, "ran in %.3f s\n", t_run);
         for (int d = 0; d < ndev; d++)
             fprintf(stderr, "  device %d (pid %ld): %.3f s total, %.3f kernels, %.3f copies, %.3f waiting\n",
@@ -556,6 +624,7 @@ done:
     free(tmp_path);
     free(owned);
     co_programs_free(progs, ndev);
+    xp_topo_free(topo);
     pl_plan_free(plan);
     pl_graph_free(g);
     free(in_path);

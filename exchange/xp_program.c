@@ -1,6 +1,7 @@
 /* exchange/xp_program.c — ExProg programs: building, validity, printing. */
 #include "exchange/xp_program.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,16 +21,31 @@ xp_program *xp_program_new(int ngpus, int nin)
     return p;
 }
 
+static void action_free(xp_action *a)
+{
+    free(a->set);
+    free(a->dst);
+    free(a->relay);
+    free(a->dst_part);
+    free(a->dst_slot);
+}
+
 void xp_program_free(xp_program *p)
 {
     if (!p)
         return;
     for (int i = 0; i < p->nout; i++)
         free(p->out[i].set);
-    for (int i = 0; i < p->nact; i++) {
-        free(p->act[i].set);
-        free(p->act[i].dst);
-    }
+    for (int i = 0; i < p->nact; i++)
+        action_free(&p->act[i]);
+    if (p->name)
+        for (int i = 0; i < p->cap_in; i++)
+            free(p->name[i]);
+    for (int i = 0; i < p->npart; i++)
+        free(p->part[i].member);
+    free(p->part);
+    free(p->name);
+    free(p->gpu_ok);
     free(p->in);
     free(p->out);
     free(p->act);
@@ -57,6 +73,34 @@ int xp_set_equal(const xp_program *p, const xp_word *a, const xp_word *b)
     return memcmp(a, b, sizeof(xp_word) * (size_t)p->nwords) == 0;
 }
 
+int xp_set_subset(const xp_program *p, const xp_word *a, const xp_word *b)
+{
+    for (int w = 0; w < p->nwords; w++)
+        if (a[w] & ~b[w])
+            return 0;
+    return 1;
+}
+
+int xp_set_disjoint(const xp_program *p, const xp_word *a, const xp_word *b)
+{
+    for (int w = 0; w < p->nwords; w++)
+        if (a[w] & b[w])
+            return 0;
+    return 1;
+}
+
+double xp_set_bytes(const xp_program *p, const xp_word *s)
+{
+    double b = 0;
+    for (int w = 0; w < p->nwords; w++)
+        for (xp_word m = s[w]; m; m &= m - 1) {
+            int i = w * 64 + __builtin_ctzll(m);
+            if (i < p->nin && p->in[i].bytes > b)
+                b = p->in[i].bytes;
+        }
+    return b;
+}
+
 static xp_word *set_dup(const xp_program *p, const xp_word *s)
 {
     xp_word *d = xp_set_new(p);
@@ -65,10 +109,18 @@ static xp_word *set_dup(const xp_program *p, const xp_word *s)
     return d;
 }
 
+static int *ints_dup(const int *a, int n)
+{
+    int *d = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (d && n > 0)
+        memcpy(d, a, sizeof(int) * (size_t)n);
+    return d;
+}
+
 static int check_site(const xp_program *p, int site, const char *what, ein_error *err)
 {
-    if (site < 0 || site >= p->ngpus)
-        return ein_fail(err, EIN_EINVAL, "%s site %d is not one of the %d GPUs", what, site, p->ngpus);
+    if (site < 0 || site >= p->ngpus || (p->gpu_ok && !p->gpu_ok[site]))
+        return ein_fail(err, EIN_EINVAL, "%s site %d is not one of the GPUs", what, site);
     return 0;
 }
 
@@ -83,6 +135,16 @@ int xp_program_add_in(xp_program *p, int atom, int site, double bytes, ein_error
     return p->nin++;
 }
 
+int xp_program_set_name(xp_program *p, int in, const char *name, ein_error *err)
+{
+    if (!p->name && !(p->name = calloc((size_t)p->cap_in, sizeof *p->name)))
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    free(p->name[in]);
+    if (!(p->name[in] = strdup(name)))
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    return 0;
+}
+
 #define GROW(arr, n, cap)                                                   \
     do {                                                                    \
         if ((n) == (cap)) {                                                 \
@@ -95,46 +157,246 @@ int xp_program_add_in(xp_program *p, int atom, int site, double bytes, ein_error
         }                                                                   \
     } while (0)
 
+static int out_push(xp_program *p, const xp_word *set, int site, int part, int slot,
+                    ein_error *err)
+{
+    GROW(p->out, p->nout, p->cap_out);
+    xp_word *s = set_dup(p, set);
+    if (!s)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    p->out[p->nout] = (xp_out){.set = s, .site = site, .part = part, .slot = slot};
+    return p->nout++;
+}
+
 int xp_program_add_out(xp_program *p, const xp_word *set, int site, ein_error *err)
 {
     int rc = check_site(p, site, "OUT", err);
     if (rc < 0)
         return rc;
-    GROW(p->out, p->nout, p->cap_out);
-    xp_word *s = set_dup(p, set);
-    if (!s)
+    return out_push(p, set, site, -1, -1, err);
+}
+
+int xp_program_add_out_part(xp_program *p, const xp_word *set, int part, ein_error *err)
+{
+    if (part < 0 || part >= p->npart)
+        return ein_fail(err, EIN_EINVAL, "OUT names partition %d of %d", part, p->npart);
+    for (int k = 0; k < p->part[part].size; k++) {
+        int rc = out_push(p, set, p->part[part].member[k], part, k, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int act_push(xp_program *p, const xp_word *set, int src, int src_part, int src_slot,
+                    const int *relay, int nrelay, const int *dst, int ndst, ein_error *err)
+{
+    GROW(p->act, p->nact, p->cap_act);
+    xp_action a = {0};
+    a.set = set_dup(p, set);
+    a.src = src;
+    a.src_part = src_part;
+    a.src_slot = src_slot;
+    a.ndst = ndst;
+    a.nrelay = nrelay;
+    a.dst = ints_dup(dst, ndst);
+    a.relay = nrelay ? ints_dup(relay, nrelay) : NULL;
+    a.dst_part = malloc(sizeof(int) * (size_t)(ndst ? ndst : 1));
+    a.dst_slot = malloc(sizeof(int) * (size_t)(ndst ? ndst : 1));
+    if (!a.set || !a.dst || (nrelay && !a.relay) || !a.dst_part || !a.dst_slot) {
+        action_free(&a);
         return ein_fail(err, EIN_ENOMEM, "out of memory");
-    p->out[p->nout] = (xp_out){.set = s, .site = site};
-    return p->nout++;
+    }
+    for (int d = 0; d < ndst; d++)
+        a.dst_part[d] = a.dst_slot[d] = -1;
+    p->act[p->nact] = a;
+    return p->nact++;
+}
+
+int xp_program_add_relay(xp_program *p, const xp_word *set, int src, const int *relay,
+                         int nrelay, const int *dst, int ndst, ein_error *err)
+{
+    int rc = check_site(p, src, "action source", err);
+    for (int i = 0; rc == 0 && i < nrelay; i++)
+        rc = check_site(p, relay[i], "relay", err);
+    for (int i = 0; rc == 0 && i < ndst; i++)
+        rc = check_site(p, dst[i], "action destination", err);
+    if (rc < 0)
+        return rc;
+    if (nrelay && !ndst)
+        return ein_fail(err, EIN_EINVAL, "a relay needs a destination");
+    return act_push(p, set, src, -1, -1, relay, nrelay, dst, ndst, err);
 }
 
 int xp_program_add_action(xp_program *p, const xp_word *set, int src,
                           const int *dst, int ndst, ein_error *err)
 {
-    int rc = check_site(p, src, "action source", err);
-    for (int i = 0; rc == 0 && i < ndst; i++)
-        rc = check_site(p, dst[i], "action destination", err);
-    if (rc < 0)
-        return rc;
-    GROW(p->act, p->nact, p->cap_act);
-    xp_word *s = set_dup(p, set);
-    int *d = malloc(sizeof(int) * (size_t)(ndst ? ndst : 1));
-    if (!s || !d) {
-        free(s);
-        free(d);
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
-    }
-    if (ndst)
-        memcpy(d, dst, sizeof(int) * (size_t)ndst);
-    p->act[p->nact] = (xp_action){.set = s, .src = src, .ndst = ndst, .dst = d};
-    return p->nact++;
+    return xp_program_add_relay(p, set, src, NULL, 0, dst, ndst, err);
 }
 
-static int subset(const xp_program *p, const xp_word *a, const xp_word *b)
+int xp_program_add_local_part(xp_program *p, const xp_word *set, int part, ein_error *err)
 {
-    for (int w = 0; w < p->nwords; w++)
-        if (a[w] & ~b[w])
+    if (part < 0 || part >= p->npart)
+        return ein_fail(err, EIN_EINVAL, "action names partition %d of %d", part, p->npart);
+    for (int k = 0; k < p->part[part].size; k++) {
+        int rc = act_push(p, set, p->part[part].member[k], part, k, NULL, 0, NULL, 0, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+void xp_program_remove_action(xp_program *p, int a)
+{
+    action_free(&p->act[a]);
+    memmove(&p->act[a], &p->act[a + 1], sizeof *p->act * (size_t)(p->nact - a - 1));
+    p->nact--;
+}
+
+int xp_program_add_partition(xp_program *p, const char *name, int size, const int *members,
+                             ein_error *err)
+{
+    if (size <= 0)
+        return ein_fail(err, EIN_EINVAL, "partition %s: size %d", name, size);
+    if (strlen(name) >= XP_NAME_MAX)
+        return ein_fail(err, EIN_EINVAL, "partition name too long");
+    for (int i = 0; i < p->npart; i++)
+        if (strcmp(p->part[i].name, name) == 0)
+            return ein_fail(err, EIN_EINVAL, "partition %s declared twice", name);
+    xp_partition *np = realloc(p->part, sizeof *np * (size_t)(p->npart + 1));
+    if (!np)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    p->part = np;
+    xp_partition *g = &p->part[p->npart];
+    memset(g, 0, sizeof *g);
+    strcpy(g->name, name);
+    g->size = size;
+    g->by_size = members == NULL;
+    if (!(g->member = malloc(sizeof(int) * (size_t)size)))
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    for (int k = 0; k < size; k++)
+        g->member[k] = members ? members[k] : -1;
+    return p->npart++;
+}
+
+int xp_program_assign(xp_program *p, int part, const int *members, ein_error *err)
+{
+    xp_partition *g = &p->part[part];
+    for (int k = 0; k < g->size; k++) {
+        if (members) {
+            int rc = check_site(p, members[k], "partition member", err);
+            if (rc < 0)
+                return rc;
+        }
+        g->member[k] = members ? members[k] : -1;
+    }
+    for (int o = 0; o < p->nout; o++)
+        if (p->out[o].part == part)
+            p->out[o].site = g->member[p->out[o].slot];
+    for (int a = 0; a < p->nact; a++) {
+        xp_action *ac = &p->act[a];
+        if (ac->src_part == part)
+            ac->src = g->member[ac->src_slot];
+        for (int d = 0; d < ac->ndst; d++)
+            if (ac->dst_part[d] == part)
+                ac->dst[d] = g->member[ac->dst_slot[d]];
+    }
+    return 0;
+}
+
+int xp_program_resolved(const xp_program *p)
+{
+    for (int i = 0; i < p->npart; i++)
+        if (p->part[i].member[0] < 0)
             return 0;
+    return 1;
+}
+
+xp_program *xp_program_copy(const xp_program *p)
+{
+    xp_program *q = xp_program_new(p->ngpus, p->cap_in);
+    ein_error err;
+    if (!q)
+        return NULL;
+    memcpy(q->in, p->in, sizeof *p->in * (size_t)p->nin);
+    q->nin = p->nin;
+    q->nwords = p->nwords;
+    if (p->gpu_ok) {
+        if (!(q->gpu_ok = malloc((size_t)p->ngpus)))
+            goto fail;
+        memcpy(q->gpu_ok, p->gpu_ok, (size_t)p->ngpus);
+    }
+    if (p->name)
+        for (int i = 0; i < p->nin; i++)
+            if (p->name[i] && xp_program_set_name(q, i, p->name[i], &err) < 0)
+                goto fail;
+    for (int i = 0; i < p->npart; i++) {
+        const xp_partition *g = &p->part[i];
+        if (xp_program_add_partition(q, g->name, g->size, g->member, &err) < 0)
+            goto fail;
+        q->part[i].by_size = g->by_size;
+    }
+    for (int o = 0; o < p->nout; o++)
+        if (out_push(q, p->out[o].set, p->out[o].site, p->out[o].part, p->out[o].slot, &err) < 0)
+            goto fail;
+    for (int a = 0; a < p->nact; a++) {
+        const xp_action *ac = &p->act[a];
+        if (act_push(q, ac->set, ac->src, ac->src_part, ac->src_slot, ac->relay, ac->nrelay,
+                     ac->dst, ac->ndst, &err) < 0)
+            goto fail;
+        xp_action *qa = &q->act[a];
+        memcpy(qa->dst_part, ac->dst_part, sizeof(int) * (size_t)ac->ndst);
+        memcpy(qa->dst_slot, ac->dst_slot, sizeof(int) * (size_t)ac->ndst);
+        qa->line = ac->line;
+        qa->col = ac->col;
+    }
+    return q;
+fail:
+    xp_program_free(q);
+    return NULL;
+}
+
+static int ints_equal(const int *a, const int *b, int n)
+{
+    return n == 0 || memcmp(a, b, sizeof(int) * (size_t)n) == 0;
+}
+
+int xp_program_equal(const xp_program *a, const xp_program *b)
+{
+    if (a->ngpus != b->ngpus || a->nin != b->nin || a->nout != b->nout ||
+        a->nact != b->nact || a->npart != b->npart || a->nwords != b->nwords)
+        return 0;
+    for (int s = 0; s < a->ngpus; s++)
+        if ((a->gpu_ok ? a->gpu_ok[s] : 1) != (b->gpu_ok ? b->gpu_ok[s] : 1))
+            return 0;
+    for (int i = 0; i < a->nin; i++) {
+        if (a->in[i].site != b->in[i].site || a->in[i].bytes != b->in[i].bytes)
+            return 0;
+        const char *na = a->name ? a->name[i] : NULL, *nb = b->name ? b->name[i] : NULL;
+        if ((na == NULL) != (nb == NULL) || (na && strcmp(na, nb) != 0))
+            return 0;
+    }
+    for (int i = 0; i < a->npart; i++) {
+        const xp_partition *g = &a->part[i], *h = &b->part[i];
+        if (strcmp(g->name, h->name) || g->size != h->size || g->by_size != h->by_size ||
+            !ints_equal(g->member, h->member, g->size))
+            return 0;
+    }
+    for (int o = 0; o < a->nout; o++) {
+        const xp_out *x = &a->out[o], *y = &b->out[o];
+        if (!xp_set_equal(a, x->set, y->set) || x->site != y->site || x->part != y->part ||
+            x->slot != y->slot)
+            return 0;
+    }
+    for (int i = 0; i < a->nact; i++) {
+        const xp_action *x = &a->act[i], *y = &b->act[i];
+        if (!xp_set_equal(a, x->set, y->set) || x->src != y->src || x->ndst != y->ndst ||
+            x->nrelay != y->nrelay || x->src_part != y->src_part || x->src_slot != y->src_slot ||
+            !ints_equal(x->dst, y->dst, x->ndst) || !ints_equal(x->relay, y->relay, x->nrelay) ||
+            !ints_equal(x->dst_part, y->dst_part, x->ndst) ||
+            !ints_equal(x->dst_slot, y->dst_slot, x->ndst))
+            return 0;
+    }
     return 1;
 }
 
@@ -150,7 +412,7 @@ static int cover(const xp_program *p, xp_word *rest, xp_word *const *have, int n
     if (first < 0)
         return depth;
     for (int i = 0; i < n; i++) {
-        if (!xp_set_has(have[i], first) || !subset(p, have[i], rest))
+        if (!xp_set_has(have[i], first) || !xp_set_subset(p, have[i], rest))
             continue;
         for (int w = 0; w < p->nwords; w++)
             rest[w] &= ~have[i][w];
@@ -175,73 +437,78 @@ int xp_partition_find(const xp_program *p, const xp_word *x, xp_word *const *hav
     return r;
 }
 
-typedef struct state {
-    xp_word **set;   /* aggregates held */
-    int *site;
+/* The closure of Def. 5.5, per site: the aggregates held there. */
+typedef struct held {
+    xp_word **set;
     int n, cap;
-} state;
+} held;
 
-static int state_has(const xp_program *p, const state *st, const xp_word *x, int site)
+static int held_add(const xp_program *p, held *h, const xp_word *x)
 {
-    for (int i = 0; i < st->n; i++)
-        if (st->site[i] == site && xp_set_equal(p, st->set[i], x))
+    for (int i = 0; i < h->n; i++)
+        if (xp_set_equal(p, h->set[i], x))
+            return 0;
+    if (h->n == h->cap) {
+        int cap = h->cap ? 2 * h->cap : 16;
+        xp_word **s = realloc(h->set, sizeof *s * (size_t)cap);
+        if (!s)
+            return EIN_ENOMEM;
+        h->set = s;
+        h->cap = cap;
+    }
+    if (!(h->set[h->n] = set_dup(p, x)))
+        return EIN_ENOMEM;
+    h->n++;
+    return 1;
+}
+
+static int held_has(const xp_program *p, const held *h, const xp_word *x)
+{
+    for (int i = 0; i < h->n; i++)
+        if (xp_set_equal(p, h->set[i], x))
             return 1;
     return 0;
 }
 
-static int state_add(const xp_program *p, state *st, const xp_word *x, int site)
+/* Is x partitioned by aggregates held at the site? `cand`, `pick` are
+ * scratch arrays of h->n and nin+1 entries. */
+static int held_partitions(const xp_program *p, const held *h, const xp_word *x,
+                           xp_word **cand, int *pick)
 {
-    if (state_has(p, st, x, site))
-        return 0;
-    if (st->n == st->cap) {
-        int cap = st->cap ? 2 * st->cap : 64;
-        xp_word **s = realloc(st->set, sizeof *s * (size_t)cap);
-        if (!s)
-            return EIN_ENOMEM;
-        st->set = s;
-        int *t = realloc(st->site, sizeof *t * (size_t)cap);
-        if (!t)
-            return EIN_ENOMEM;
-        st->site = t;
-        st->cap = cap;
-    }
-    if (!(st->set[st->n] = set_dup(p, x)))
-        return EIN_ENOMEM;
-    st->site[st->n++] = site;
-    return 0;
+    int nc = 0;
+    for (int i = 0; i < h->n; i++)
+        if (xp_set_subset(p, h->set[i], x))
+            cand[nc++] = h->set[i];
+    return nc > 0 && xp_partition_find(p, x, cand, nc, pick) >= 0;
 }
 
-/* Is x partitioned by aggregates held at site? */
-static int enabled(const xp_program *p, const state *st, const xp_word *x, int site)
+static int check_resolved(const xp_program *p, ein_error *err)
 {
-    xp_word **cand = malloc(sizeof *cand * (size_t)(st->n + 1));
-    int *pick = malloc(sizeof(int) * (size_t)(p->nin + 1));
-    int nc = 0, ok = 0;
-    if (cand && pick) {
-        for (int i = 0; i < st->n; i++)
-            if (st->site[i] == site && subset(p, st->set[i], x))
-                cand[nc++] = st->set[i];
-        ok = xp_partition_find(p, x, cand, nc, pick) >= 0;
-    }
-    free(cand);
-    free(pick);
-    return ok;
-}
-
-int xp_program_check(const xp_program *p, ein_error *err)
-{
-    int rc = 0;
-    state st = {0};
+    int rc = 0, ns = p->ngpus;
+    held *st = calloc((size_t)ns, sizeof *st);
     char *fired = calloc((size_t)p->nact + 1, 1);
     xp_word *one = xp_set_new(p);
-    if (!fired || !one) {
+    int *pick = malloc(sizeof(int) * (size_t)(p->nin + 1));
+    xp_word **cand = NULL;
+    int ncand = 0;
+    if (!st || !fired || !one || !pick) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto done;
+    }
+    for (int a = 0; a < p->nact; a++) {
+        const xp_action *ac = &p->act[a];
+        int bad = ac->src < 0;
+        for (int d = 0; d < ac->ndst; d++)
+            bad |= ac->dst[d] < 0;
+        if (bad) {
+            rc = ein_fail(err, EIN_EINVAL, "action %d names an unresolved partition", a);
+            goto done;
+        }
     }
     for (int i = 0; i < p->nin; i++) {
         memset(one, 0, sizeof(xp_word) * (size_t)p->nwords);
         xp_set_add(one, i);
-        if (state_add(p, &st, one, p->in[i].site) < 0) {
+        if (held_add(p, &st[p->in[i].site], one) < 0) {
             rc = ein_fail(err, EIN_ENOMEM, "out of memory");
             goto done;
         }
@@ -251,13 +518,26 @@ int xp_program_check(const xp_program *p, ein_error *err)
         changed = 0;
         for (int a = 0; a < p->nact; a++) {
             const xp_action *ac = &p->act[a];
-            if (fired[a] || !enabled(p, &st, ac->set, ac->src))
+            if (fired[a])
+                continue;
+            held *h = &st[ac->src];
+            if (h->n > ncand) {
+                free(cand);
+                ncand = h->n * 2;
+                if (!(cand = malloc(sizeof *cand * (size_t)ncand))) {
+                    rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+                    goto done;
+                }
+            }
+            if (!held_partitions(p, h, ac->set, cand, pick))
                 continue;
             fired[a] = 1;
             changed = 1;
-            int r = state_add(p, &st, ac->set, ac->src);
-            for (int d = 0; r == 0 && d < ac->ndst; d++)
-                r = state_add(p, &st, ac->set, ac->dst[d]);
+            int r = held_add(p, h, ac->set);
+            for (int d = 0; r >= 0 && d < ac->nrelay; d++)
+                r = held_add(p, &st[ac->relay[d]], ac->set);
+            for (int d = 0; r >= 0 && d < ac->ndst; d++)
+                r = held_add(p, &st[ac->dst[d]], ac->set);
             if (r < 0) {
                 rc = ein_fail(err, EIN_ENOMEM, "out of memory");
                 goto done;
@@ -266,71 +546,354 @@ int xp_program_check(const xp_program *p, ein_error *err)
     }
     for (int a = 0; a < p->nact; a++)
         if (!fired[a]) {
-            rc = ein_fail(err, EIN_EINVAL,
-                          "not well-formed: action %d (at site %d) is never enabled", a,
-                          p->act[a].src);
+            if (p->act[a].line)
+                rc = ein_fail(err, EIN_EINVAL,
+                              "not well-formed: the action at line %d:%d (at site %d) is never "
+                              "enabled", p->act[a].line, p->act[a].col, p->act[a].src);
+            else
+                rc = ein_fail(err, EIN_EINVAL,
+                              "not well-formed: action %d (at site %d) is never enabled", a,
+                              p->act[a].src);
             goto done;
         }
     for (int o = 0; o < p->nout; o++)
-        if (!state_has(p, &st, p->out[o].set, p->out[o].site)) {
+        if (p->out[o].site < 0 || !held_has(p, &st[p->out[o].site], p->out[o].set)) {
             rc = ein_fail(err, EIN_EINVAL, "not valid: OUT %d is never reached at site %d", o,
                           p->out[o].site);
             goto done;
         }
 done:
-    for (int i = 0; i < st.n; i++)
-        free(st.set[i]);
-    free(st.set);
-    free(st.site);
+    if (st) {
+        for (int s = 0; s < ns; s++) {
+            for (int i = 0; i < st[s].n; i++)
+                free(st[s].set[i]);
+            free(st[s].set);
+        }
+    }
+    free(st);
+    free(cand);
+    free(pick);
     free(fired);
     free(one);
     return rc;
 }
 
-static void print_set(const xp_program *p, FILE *f, const xp_word *s,
-                      const char *(*name)(int, void *), void *ctx)
+/* Enumerate memberships of the unresolved partitions (in declaration
+ * order, members ascending) until one makes the program valid. */
+typedef struct enum_ctx {
+    xp_program *q;
+    int *todo, ntodo;
+    unsigned char *used;
+    long tried, limit;
+    ein_error first;   /* the failure of the first membership tried */
+} enum_ctx;
+
+static int enum_members(enum_ctx *c, int t, int k, int from, int *mem)
+{
+    xp_program *q = c->q;
+    if (t == c->ntodo) {
+        if (++c->tried > c->limit)
+            return EIN_EUNSUPPORTED;
+        ein_error e;
+        int rc = check_resolved(q, &e);
+        if (rc == 0)
+            return 1;
+        if (c->tried == 1)
+            c->first = e;
+        return rc == EIN_ENOMEM ? rc : 0;
+    }
+    xp_partition *g = &q->part[c->todo[t]];
+    if (k == g->size) {
+        xp_program_assign(q, c->todo[t], mem, NULL);
+        int r = enum_members(c, t + 1, 0, 0, mem + g->size);
+        if (r != 0)
+            return r;
+        return 0;
+    }
+    for (int s = from; s < q->ngpus; s++) {
+        if (c->used[s] || (q->gpu_ok && !q->gpu_ok[s]))
+            continue;
+        c->used[s] = 1;
+        mem[k] = s;
+        int r = enum_members(c, t, k + 1, s + 1, mem);
+        c->used[s] = 0;
+        if (r != 0)
+            return r;
+    }
+    return 0;
+}
+
+int xp_program_validate(const xp_program *p, xp_program **witness, ein_error *err)
+{
+    if (xp_program_resolved(p)) {
+        int rc = check_resolved(p, err);
+        if (rc == 0 && witness && !(*witness = xp_program_copy(p)))
+            return ein_fail(err, EIN_ENOMEM, "out of memory");
+        return rc;
+    }
+    enum_ctx c = {0};
+    int rc, total = 0;
+    c.q = xp_program_copy(p);
+    c.todo = malloc(sizeof(int) * (size_t)(p->npart + 1));
+    c.used = calloc((size_t)p->ngpus + 1, 1);
+    int *mem = malloc(sizeof(int) * (size_t)(p->ngpus + 1));
+    c.limit = 200000;
+    if (!c.q || !c.todo || !c.used || !mem) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < p->npart; i++) {
+        if (p->part[i].member[0] < 0) {
+            c.todo[c.ntodo++] = i;
+            total += p->part[i].size;
+        } else {
+            for (int k = 0; k < p->part[i].size; k++)
+                c.used[p->part[i].member[k]] = 1;
+        }
+    }
+    int r = enum_members(&c, 0, 0, 0, mem);
+    if (r == 1) {
+        rc = 0;
+        if (witness) {
+            *witness = c.q;
+            c.q = NULL;
+        }
+    } else if (r == EIN_EUNSUPPORTED) {
+        rc = ein_fail(err, EIN_EUNSUPPORTED,
+                      "more than %ld memberships of the size-declared partitions to try",
+                      c.limit);
+    } else if (r < 0) {
+        rc = ein_fail(err, r, "out of memory");
+    } else if (c.tried == 0) {
+        rc = ein_fail(err, EIN_EINVAL,
+                      "not valid: the size-declared partitions (%d sites) do not fit the GPUs",
+                      total);
+    } else {
+        rc = ein_fail(err, EIN_EINVAL,
+                      "not valid for any of the %ld memberships of the size-declared "
+                      "partitions (first tried: %s)", c.tried, c.first.msg);
+    }
+done:
+    xp_program_free(c.q);
+    free(c.todo);
+    free(c.used);
+    free(mem);
+    return rc;
+}
+
+int xp_program_check(const xp_program *p, ein_error *err)
+{
+    return xp_program_validate(p, NULL, err);
+}
+
+/* ---- printing ---- */
+
+static char **print_names(const xp_program *p, const char *(*atom_name)(int, void *),
+                          void *ctx)
+{
+    char **nm = calloc((size_t)p->nin + 1, sizeof *nm);
+    if (!nm)
+        return NULL;
+    for (int i = 0; i < p->nin; i++) {
+        char buf[XP_NAME_MAX + 32];
+        if (p->name && p->name[i]) {
+            snprintf(buf, sizeof buf, "%s", p->name[i]);
+        } else {
+            const char *base = atom_name ? atom_name(p->in[i].atom, ctx) : NULL;
+            if (base)
+                snprintf(buf, sizeof buf, "%s_%d", base, p->in[i].site);
+            else
+                snprintf(buf, sizeof buf, "A%d_%d", p->in[i].atom, p->in[i].site);
+            /* Two copies of one atom on one site: keep names unique. */
+            int dup = 0;
+            for (int j = 0; j < i; j++)
+                dup += nm[j] && strncmp(nm[j], buf, strlen(buf)) == 0 &&
+                       (nm[j][strlen(buf)] == 0 || nm[j][strlen(buf)] == 'c');
+            if (dup) {
+                size_t l = strlen(buf);
+                snprintf(buf + l, sizeof buf - l, "c%d", dup);
+            }
+        }
+        nm[i] = strdup(buf);
+    }
+    return nm;
+}
+
+static void print_set(const xp_program *p, FILE *f, const xp_word *s, char **nm)
 {
     int first = 1;
     for (int i = 0; i < p->nin; i++) {
         if (!xp_set_has(s, i))
             continue;
-        if (name)
-            fprintf(f, "%s%s_%d", first ? "" : "+", name(p->in[i].atom, ctx), p->in[i].site);
-        else
-            fprintf(f, "%sA%d_%d", first ? "" : "+", p->in[i].atom, p->in[i].site);
+        fprintf(f, "%s%s", first ? "" : "+", nm[i] ? nm[i] : "?");
         first = 0;
+    }
+}
+
+/* A list of targets (site, part, slot): a full run of a partition's slots
+ * prints as its name. */
+static void print_targets(const xp_program *p, FILE *f, const int *site, const int *part,
+                          const int *slot, int n)
+{
+    for (int i = 0; i < n;) {
+        fprintf(f, "%s", i ? ", " : "");
+        if (part && part[i] >= 0 && slot[i] == 0) {
+            const xp_partition *g = &p->part[part[i]];
+            int k = 0;
+            while (k < g->size && i + k < n && part[i + k] == part[i] && slot[i + k] == k)
+                k++;
+            if (k == g->size) {
+                fprintf(f, "%s", g->name);
+                i += k;
+                continue;
+            }
+        }
+        fprintf(f, "%d", site[i]);
+        i++;
+    }
+}
+
+static void print_size(FILE *f, double b)
+{
+    if (b == 1e9)
+        return;
+    if (b >= 1e9 && fmod(b, 1e7) == 0)
+        fprintf(f, " (size: %.15g GB)", b / 1e9);
+    else if (b >= 1e6 && fmod(b, 1e4) == 0)
+        fprintf(f, " (size: %.15g MB)", b / 1e6);
+    else if (b >= 1e3 && fmod(b, 10) == 0)
+        fprintf(f, " (size: %.15g KB)", b / 1e3);
+    else
+        fprintf(f, " (size: %.17g bytes)", b);
+}
+
+void xp_program_print_membership(const xp_program *p, FILE *f)
+{
+    for (int i = 0; i < p->npart; i++) {
+        const xp_partition *g = &p->part[i];
+        fprintf(f, "%s%s = {", i ? ", " : "", g->name);
+        for (int k = 0; k < g->size; k++)
+            if (g->member[k] < 0)
+                fprintf(f, "%s?", k ? ", " : "");
+            else
+                fprintf(f, "%s%d", k ? ", " : "", g->member[k]);
+        fprintf(f, "}");
     }
 }
 
 void xp_program_print(const xp_program *p, FILE *f,
                       const char *(*atom_name)(int atom, void *ctx), void *ctx)
 {
+    char **nm = print_names(p, atom_name, ctx);
+    if (!nm)
+        return;
     fprintf(f, "GPUS: ");
-    for (int g = 0; g < p->ngpus; g++)
-        fprintf(f, "%s%d", g ? ", " : "", g);
-    fprintf(f, "\nIN: ");
-    for (int i = 0; i < p->nin; i++) {
-        xp_word *one = xp_set_new(p);
-        if (!one)
-            return;
-        xp_set_add(one, i);
-        fprintf(f, "%s", i ? "; " : "");
-        print_set(p, f, one, atom_name, ctx);
-        fprintf(f, " @ %d (size: %.0f bytes)", p->in[i].site, p->in[i].bytes);
-        free(one);
-    }
-    fprintf(f, "\nOUT: ");
-    for (int o = 0; o < p->nout; o++) {
-        fprintf(f, "%s", o ? "; " : "");
-        print_set(p, f, p->out[o].set, atom_name, ctx);
-        fprintf(f, " @ %d", p->out[o].site);
-    }
+    for (int g = 0, first = 1; g < p->ngpus; g++)
+        if (!p->gpu_ok || p->gpu_ok[g]) {
+            fprintf(f, "%s%d", first ? "" : ", ", g);
+            first = 0;
+        }
     fprintf(f, "\n");
-    for (int a = 0; a < p->nact; a++) {
-        print_set(p, f, p->act[a].set, atom_name, ctx);
-        fprintf(f, " @ %d", p->act[a].src);
-        for (int d = 0; d < p->act[a].ndst; d++)
-            fprintf(f, "%s%d", d ? ", " : " -> ", p->act[a].dst[d]);
+    if (p->npart) {
+        fprintf(f, "PARTITIONS:");
+        for (int i = 0; i < p->npart; i++) {
+            const xp_partition *g = &p->part[i];
+            if (g->member[0] < 0) {
+                fprintf(f, " %s {size %d}", g->name, g->size);
+                continue;
+            }
+            fprintf(f, " %s {", g->name);
+            for (int k = 0; k < g->size; k++)
+                fprintf(f, "%s%d", k ? ", " : "", g->member[k]);
+            fprintf(f, "}");
+        }
         fprintf(f, "\n");
     }
+    fprintf(f, "IN: ");
+    for (int i = 0; i < p->nin; i++) {
+        fprintf(f, "%s%s @ %d", i ? "; " : "", nm[i], p->in[i].site);
+        print_size(f, p->in[i].bytes);
+    }
+    fprintf(f, "\nOUT: ");
+    int *site = malloc(sizeof(int) * (size_t)(p->nout + p->nact + 1));
+    int *part = malloc(sizeof(int) * (size_t)(p->nout + p->nact + 1));
+    int *slot = malloc(sizeof(int) * (size_t)(p->nout + p->nact + 1));
+    if (!site || !part || !slot)
+        goto done;
+    for (int o = 0; o < p->nout;) {
+        int n = 0;
+        /* Consecutive entries of one aggregate print as one target list. */
+        while (o + n < p->nout && xp_set_equal(p, p->out[o + n].set, p->out[o].set)) {
+            site[n] = p->out[o + n].site;
+            part[n] = p->out[o + n].part;
+            slot[n] = p->out[o + n].slot;
+            n++;
+        }
+        fprintf(f, "%s", o ? "; " : "");
+        print_set(p, f, p->out[o].set, nm);
+        fprintf(f, " @ ");
+        print_targets(p, f, site, part, slot, n);
+        o += n;
+    }
+    fprintf(f, "\n");
+    for (int a = 0; a < p->nact;) {
+        const xp_action *ac = &p->act[a];
+        print_set(p, f, ac->set, nm);
+        fprintf(f, " @ ");
+        if (ac->ndst == 0) {
+            int n = 0;
+            while (a + n < p->nact && p->act[a + n].ndst == 0 &&
+                   xp_set_equal(p, p->act[a + n].set, ac->set)) {
+                site[n] = p->act[a + n].src;
+                part[n] = p->act[a + n].src_part;
+                slot[n] = p->act[a + n].src_slot;
+                n++;
+            }
+            print_targets(p, f, site, part, slot, n);
+            a += n;
+        } else {
+            fprintf(f, "%d", ac->src);
+            for (int r = 0; r < ac->nrelay; r++)
+                fprintf(f, " -> %d", ac->relay[r]);
+            fprintf(f, " -> ");
+            print_targets(p, f, ac->dst, ac->dst_part, ac->dst_slot, ac->ndst);
+            a++;
+        }
+        fprintf(f, "\n");
+    }
+done:
+    free(site);
+    free(part);
+    free(slot);
+    for (int i = 0; i < p->nin; i++)
+        free(nm[i]);
+    free(nm);
+}
+
+char *xp_action_format(const xp_program *p, int a, char *buf, int len)
+{
+    const xp_action *ac = &p->act[a];
+    int n = 0, first = 1;
+    buf[0] = 0;
+#define PUT(...)                                                              \
+    do {                                                                      \
+        if (n < len)                                                          \
+            n += snprintf(buf + n, (size_t)(len - n), __VA_ARGS__);           \
+    } while (0)
+    for (int i = 0; i < p->nin; i++) {
+        if (!xp_set_has(ac->set, i))
+            continue;
+        if (p->name && p->name[i])
+            PUT("%s%s", first ? "" : "+", p->name[i]);
+        else
+            PUT("%sA%d_%d", first ? "" : "+", p->in[i].atom, p->in[i].site);
+        first = 0;
+    }
+    PUT(" @ %d", ac->src);
+    for (int r = 0; r < ac->nrelay; r++)
+        PUT(" -> %d", ac->relay[r]);
+    for (int d = 0; d < ac->ndst; d++)
+        PUT("%s%d", d ? ", " : " -> ", ac->dst[d]);
+#undef PUT
+    return buf;
 }

@@ -22,11 +22,27 @@
  * low enough that sums and products of a few sizes stay well inside int64. */
 #define PL_DIM_MAX ((int64_t)1 << 40)
 
+/* Most tensor inputs of one operator (concat takes up to this many). */
+#define PL_MAX_INPUTS 16
+/* Longest axis label kept on a node (dim names of the program). */
+#define PL_AXIS_NAME_MAX 24
+
 typedef enum pl_node_kind {
     PL_INPUT = 0,
     PL_EINSUM,   /* kernel.subscripts; 1 or 2 inputs */
     PL_UNARY,    /* kernel.unary, kernel.scalar */
-    PL_BINARY,   /* kernel.binary; equal shapes */
+    PL_BINARY,   /* kernel.binary; numpy broadcasting */
+    PL_SOFTMAX,  /* kernel.axis */
+    PL_RMSNORM,  /* kernel.eps; inputs x, weight */
+    PL_LAYERNORM,/* kernel.eps; inputs x, weight, bias */
+    PL_ROPE,     /* kernel.head_dim, theta, list = sequence ends */
+    PL_ATTENTION,/* kernel.group, list = sequence ends; inputs q, k, v */
+    PL_REDUCE,   /* kernel.axes, reduce */
+    PL_CONCAT,   /* kernel.axis, list = offset of each input */
+    PL_SLICE,    /* kernel.axis, start */
+    PL_SPLIT_HEADS, /* kernel.head_dim: [T, H*D] -> [H, T, D] */
+    PL_MERGE_HEADS, /* kernel.head_dim: [H, T, D] -> [T, H*D] */
+    PL_NODE_KIND_COUNT
 } pl_node_kind;
 
 typedef struct pl_node {
@@ -36,8 +52,10 @@ typedef struct pl_node {
     int rank;
     int64_t shape[EIN_MAX_RANK];
     int ninputs;
-    int inputs[2];          /* node ids */
-    ein_kernel kernel;      /* what the operator computes (kind matches) */
+    int inputs[PL_MAX_INPUTS]; /* node ids */
+    ein_kernel kernel;      /* what the operator computes (kind matches);
+                               kernel.list is owned by the node */
+    char axis_name[EIN_MAX_RANK][PL_AXIS_NAME_MAX]; /* dim names, "" unknown */
     int saved;              /* `save NAME` seen */
     int line, col;          /* source position, 0 when built through the API */
 } pl_node;
@@ -89,6 +107,41 @@ int pl_graph_add_unary(pl_graph *g, const char *name, ein_unary op, double scala
 int pl_graph_add_binary(pl_graph *g, const char *name, ein_binary op, int a, int b,
                         ein_error *err);
 int pl_graph_save(pl_graph *g, int id, ein_error *err);
+
+/* ---- The operators of a transformer block (planner/ops/). ----------
+ * Each checks its inputs' shapes and dtypes and fails with EIN_ESHAPE and
+ * a message naming the operator; the graph is unchanged on failure.
+ * `seq_ends` (sorted, strictly increasing, the last equal to the tokens
+ * dim) is copied into the node; nseq == 0 means one sequence. */
+/* softmax over `axis` (negative counts from the end). */
+int pl_graph_add_softmax(pl_graph *g, const char *name, int x, int axis, ein_error *err);
+/* x [..., d], w [d] (and b [d] for layernorm, b = -1 for rmsnorm). */
+int pl_graph_add_norm(pl_graph *g, const char *name, int x, int w, int b, double eps,
+                      ein_error *err);
+/* x [tokens, H*head_dim]. */
+int pl_graph_add_rope(pl_graph *g, const char *name, int x, int64_t head_dim, double theta,
+                      const int64_t *seq_ends, int nseq, ein_error *err);
+/* q [Hq, S, D], k and v [Hkv, S, D], Hq a multiple of Hkv. */
+int pl_graph_add_attention(pl_graph *g, const char *name, int q, int k, int v,
+                           const int64_t *seq_ends, int nseq, ein_error *err);
+/* Reduce with EIN_AGG_SUM or EIN_AGG_MAX over the axes in mask `axes`
+ * (at least one axis must remain). */
+int pl_graph_add_reduce(pl_graph *g, const char *name, ein_agg op, uint32_t axes, int x,
+                        ein_error *err);
+int pl_graph_add_concat(pl_graph *g, const char *name, int axis, const int *xs, int n,
+                        ein_error *err);
+/* x[..., start:end, ...] along `axis`. */
+int pl_graph_add_slice(pl_graph *g, const char *name, int x, int axis, int64_t start,
+                       int64_t end, ein_error *err);
+/* [T, H*D] -> [H, T, D] and back. */
+int pl_graph_add_split_heads(pl_graph *g, const char *name, int x, int64_t head_dim,
+                             ein_error *err);
+int pl_graph_add_merge_heads(pl_graph *g, const char *name, int x, ein_error *err);
+
+/* Name the axes of node `id` (labels for reports; NULL entries skipped). */
+void pl_graph_set_axis_name(pl_graph *g, int id, int axis, const char *name);
+/* A short name of the operator ("matmul"-like einsums say "einsum"). */
+const char *pl_node_op_name(const pl_node *n);
 
 /* Set the source position of node `id` (used by the parser for messages). */
 void pl_graph_set_pos(pl_graph *g, int id, int line, int col);

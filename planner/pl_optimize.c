@@ -1,7 +1,9 @@
-/* planner/pl_optimize.c — Algorithm 1 on trees, greedy and random selectors. */
+/* planner/pl_optimize.c — Algorithm 1 with the paper's cut rule for shared
+ * tensors, greedy and random selectors. See pl_optimize.h. */
 #include "planner/pl_optimize.h"
 
 #include <float.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +21,13 @@ const char *pl_selector_name(pl_selector s)
     return s == PL_SELECT_DP ? "dp" : s == PL_SELECT_GREEDY ? "greedy" : "random";
 }
 
+static double node_volume(const pl_graph *g, int v)
+{
+    const pl_node *n = pl_graph_node(g, v);
+    ein_box whole = ein_box_of_shape(n->rank, n->shape);
+    return (double)ein_box_volume(&whole);
+}
+
 void pl_cost(const pl_graph *g, int node, const pl_spec *s,
              const pl_tiling *const *in_tilings, double *repart, double *join,
              double *agg)
@@ -31,11 +40,8 @@ void pl_cost(const pl_graph *g, int node, const pl_spec *s,
         pl_tiling want;
         if (pl_tiling_of_input(s, k, &want) < 0)
             continue;
-        if (!pl_tiling_equal(&want, in_tilings[k])) {
-            const pl_node *in = pl_graph_node(g, nd->inputs[k]);
-            ein_box whole = ein_box_of_shape(in->rank, in->shape);
-            *repart += (double)ein_box_volume(&whole);
-        }
+        if (!pl_tiling_equal(&want, in_tilings[k]))
+            *repart += node_volume(g, nd->inputs[k]);
         pl_tiling_clear(&want);
     }
     for (int f = 0; f < s->nparts; f++)
@@ -51,30 +57,95 @@ void pl_cost(const pl_graph *g, int node, const pl_spec *s,
     }
 }
 
-/* A DP table entry: the cheapest way to produce node's output in tiling t. */
+/* ---- compact per-node state ---------------------------------------------- */
+
+static uint64_t mix(uint64_t h, uint64_t x)
+{
+    h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h *= 0xbf58476d1ce4e5b9ULL;
+    return h ^ (h >> 31);
+}
+
+static uint64_t tiling_hash(const pl_tiling *t)
+{
+    uint64_t h = mix(0x1234567u, (uint64_t)t->n);
+    for (int i = 0; i < t->n; i++) {
+        h = mix(h, (uint64_t)t->boxes[i].rank);
+        for (int a = 0; a < t->boxes[i].rank; a++)
+            h = mix(mix(h, (uint64_t)t->boxes[i].lo[a]), (uint64_t)t->boxes[i].hi[a]);
+    }
+    return h;
+}
+
+/* A DP table entry: the cheapest way to produce a node's output in one tiling. */
 typedef struct entry {
-    pl_tiling t;
+    uint64_t h;
     double cost;
     int spec;
-    int in_entry[PL_MAX_INPUTS]; /* chosen entry of each producer, -1 for graph inputs */
+    int *in_entry;      /* per input: chosen entry of an in-piece producer, else -1 */
 } entry;
 
-typedef struct node_state {
-    pl_spec *specs;
-    int nspecs;
+typedef struct nstate {
+    int nspecs, nidx, nin;
+    int *counts;        /* nspecs x nidx */
+    double *local;      /* join + aggregation of each spec */
+    uint64_t *out_h;    /* output tiling hash of each spec */
+    uint64_t *in_h;     /* nspecs x nin: input tiling hashes */
     entry *e;
     int ne;
-} node_state;
+    int *in_store;
+    int chosen;         /* spec index once fixed, else -1 */
+    int parent;         /* the in-piece consumer, or -1 (a piece root) */
+    int piece;          /* root of the node's piece */
+} nstate;
 
-static void states_free(node_state *st, int n)
+static void nstate_clear(nstate *s)
 {
-    for (int v = 0; v < n; v++) {
-        pl_spec_array_free(st[v].specs, st[v].nspecs);
-        for (int i = 0; i < st[v].ne; i++)
-            pl_tiling_clear(&st[v].e[i].t);
-        free(st[v].e);
+    free(s->counts);
+    free(s->local);
+    free(s->out_h);
+    free(s->in_h);
+    free(s->e);
+    free(s->in_store);
+}
+
+/* Enumerate node v's requests and keep only what the DP needs; the specs
+ * are built one at a time into one reused buffer. */
+static int nstate_fill(const pl_graph *g, int v, int p, nstate *s, pl_spec *buf,
+                       ein_error *err)
+{
+    int n = 0, rc;
+    const pl_node *nd = pl_graph_node(g, v);
+    if ((rc = pl_spec_requests(g, v, p, &s->counts, &n, &s->nidx, err)) < 0)
+        return rc;
+    s->nspecs = n;
+    s->nin = nd->ninputs;
+    s->local = malloc(sizeof(double) * (size_t)(n + 1));
+    s->out_h = malloc(sizeof(uint64_t) * (size_t)(n + 1));
+    s->in_h = malloc(sizeof(uint64_t) * (size_t)(n * s->nin + 1));
+    s->e = calloc((size_t)(n + 1), sizeof *s->e);
+    s->in_store = malloc(sizeof(int) * (size_t)(n * s->nin + 1));
+    if (!s->local || !s->out_h || !s->in_h || !s->e || !s->in_store)
+        return ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
+    pl_tiling t = {0};
+    for (int i = 0; i < n; i++) {
+        double r, j, a;
+        if ((rc = pl_spec_remake(g, v, s->counts + i * s->nidx, buf, err)) < 0)
+            return rc;
+        pl_cost(g, v, buf, NULL, &r, &j, &a);
+        s->local[i] = j + a;
+        if (pl_tiling_of_outputs(buf, &t) < 0)
+            return ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
+        s->out_h[i] = tiling_hash(&t);
+        pl_tiling_clear(&t);
+        for (int k = 0; k < s->nin; k++) {
+            if (pl_tiling_of_input(buf, k, &t) < 0)
+                return ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
+            s->in_h[i * s->nin + k] = tiling_hash(&t);
+            pl_tiling_clear(&t);
+        }
     }
-    free(st);
+    return 0;
 }
 
 /* Mark the nodes some saved tensor depends on. */
@@ -91,32 +162,6 @@ static void mark_live(const pl_graph *g, char *live)
     }
 }
 
-static int check_tree(const pl_graph *g, const char *live, ein_error *err)
-{
-    for (int v = 0; v < g->nnodes; v++) {
-        const pl_node *nd = pl_graph_node(g, v);
-        if (!live[v] || nd->kind == PL_INPUT)
-            continue;
-        int first = -1;
-        for (int c = v + 1; c < g->nnodes; c++) {
-            const pl_node *cn = pl_graph_node(g, c);
-            if (!live[c])
-                continue;
-            for (int k = 0; k < cn->ninputs; k++)
-                if (cn->inputs[k] == v) {
-                    if (first >= 0 && first != c)
-                        return ein_fail(err, EIN_EUNSUPPORTED,
-                                        "tensor '%s' is read by both '%s' and '%s'; version 1 of the "
-                                        "planner plans trees only (shared intermediate tensors come "
-                                        "with the planner issue)",
-                                        nd->name, pl_graph_node(g, first)->name, cn->name);
-                    first = c;
-                }
-        }
-    }
-    return 0;
-}
-
 static uint64_t rng_next(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
@@ -125,96 +170,180 @@ static uint64_t rng_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* Fill one node's DP entries from its producers' entries. */
-static int dp_node(const pl_graph *g, int v, node_state *st, pl_selector sel, ein_error *err)
+typedef struct ctx {
+    const pl_graph *g;
+    nstate *st;
+    pl_selector sel;
+    int *consumers;     /* CSR of live operator consumers (distinct) */
+    int *cons_off;
+} ctx;
+
+/* Fill node v's DP entries; in-piece producers have theirs already. */
+static int dp_node(ctx *C, int v, ein_error *err)
 {
+    const pl_graph *g = C->g;
     const pl_node *nd = pl_graph_node(g, v);
-    node_state *me = &st[v];
-    me->e = calloc((size_t)me->nspecs, sizeof *me->e);
-    if (!me->e)
-        return ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
+    nstate *me = &C->st[v];
+    int charge = C->sel == PL_SELECT_DP;
+    me->ne = 0;
     for (int s = 0; s < me->nspecs; s++) {
-        const pl_spec *sp = &me->specs[s];
-        double rp, jn, ag;
-        pl_cost(g, v, sp, NULL, &rp, &jn, &ag);
-        entry cand = {.cost = jn + ag, .spec = s, .in_entry = {-1, -1}};
-        int same = nd->ninputs == 2 && nd->inputs[0] == nd->inputs[1];
-        for (int k = 0; k < nd->ninputs; k++) {
-            int u = nd->inputs[k];
-            if (pl_graph_node(g, u)->kind == PL_INPUT)
+        entry cand = {.h = me->out_h[s], .cost = me->local[s], .spec = s,
+                      .in_entry = me->in_store + (size_t)me->ne * (size_t)me->nin};
+        const uint64_t *want = me->in_h + (size_t)s * (size_t)me->nin;
+        for (int k = 0; k < me->nin; k++)
+            cand.in_entry[k] = -1;
+        for (int k = 0; k < me->nin; k++) {
+            int u = nd->inputs[k], dup = 0;
+            for (int kk = 0; kk < k; kk++)
+                dup |= nd->inputs[kk] == u;
+            if (dup || pl_graph_node(g, u)->kind == PL_INPUT)
                 continue;
-            if (same && k == 1) {
-                cand.in_entry[1] = cand.in_entry[0];
-                continue;
-            }
-            double best = DBL_MAX;
-            int best_e = -1;
-            for (int e = 0; e < st[u].ne; e++) {
-                double c = st[u].e[e].cost;
-                if (sel == PL_SELECT_DP) {
-                    for (int kk = k; kk < (same ? 2 : k + 1); kk++) {
-                        pl_tiling want;
-                        if (pl_tiling_of_input(sp, kk, &want) < 0)
-                            return ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
-                        if (!pl_tiling_equal(&want, &st[u].e[e].t)) {
-                            ein_box whole = ein_box_of_shape(pl_graph_node(g, u)->rank,
-                                                             pl_graph_node(g, u)->shape);
-                            c += (double)ein_box_volume(&whole);
-                        }
-                        pl_tiling_clear(&want);
+            double size = node_volume(g, u);
+            nstate *us = &C->st[u];
+            if (us->parent == v) {
+                /* In-piece producer: its cheapest entry, repartitions included. */
+                double best = DBL_MAX;
+                int best_e = -1;
+                for (int e = 0; e < us->ne; e++) {
+                    double c = us->e[e].cost;
+                    if (charge)
+                        for (int kk = k; kk < me->nin; kk++)
+                            if (nd->inputs[kk] == u && want[kk] != us->e[e].h)
+                                c += size;
+                    if (c < best) {
+                        best = c;
+                        best_e = e;
                     }
                 }
-                if (c < best) {
-                    best = c;
-                    best_e = e;
-                }
+                cand.cost += best;
+                for (int kk = k; kk < me->nin; kk++)
+                    if (nd->inputs[kk] == u)
+                        cand.in_entry[kk] = best_e;
+            } else if (us->chosen >= 0 && charge) {
+                /* Fixed by an earlier piece: charge the repartition. */
+                for (int kk = k; kk < me->nin; kk++)
+                    if (nd->inputs[kk] == u && want[kk] != us->out_h[us->chosen])
+                        cand.cost += size;
             }
-            cand.cost += best;
-            cand.in_entry[k] = best_e;
         }
-        if (pl_tiling_of_outputs(sp, &cand.t) < 0)
-            return ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
         int found = -1;
-        for (int i = 0; i < me->ne; i++)
-            if (pl_tiling_equal(&me->e[i].t, &cand.t))
+        for (int i = 0; i < me->ne && found < 0; i++)
+            if (me->e[i].h == cand.h)
                 found = i;
         if (found < 0) {
             me->e[me->ne++] = cand;
-        } else {
-            if (cand.cost < me->e[found].cost) {
-                pl_tiling_clear(&me->e[found].t);
-                me->e[found] = cand;
-            } else {
-                pl_tiling_clear(&cand.t);
-            }
+        } else if (cand.cost < me->e[found].cost) {
+            memcpy(me->e[found].in_entry, cand.in_entry, sizeof(int) * (size_t)me->nin);
+            me->e[found].cost = cand.cost;
+            me->e[found].spec = cand.spec;
         }
     }
+    (void)err;
     return 0;
 }
 
-/* Walk back down from entry e of node v, recording each node's spec. */
-static void assign(const pl_graph *g, node_state *st, int v, int e, int *chosen)
+/* Walk back down from entry e of node v, fixing each in-piece node's spec. */
+static void assign(ctx *C, int v, int e)
+{
+    nstate *s = &C->st[v];
+    const pl_node *nd = pl_graph_node(C->g, v);
+    if (s->chosen >= 0)
+        return;
+    s->chosen = s->e[e].spec;
+    for (int k = 0; k < s->nin; k++)
+        if (s->e[e].in_entry[k] >= 0 && C->st[nd->inputs[k]].parent == v)
+            assign(C, nd->inputs[k], s->e[e].in_entry[k]);
+}
+
+/* The root's entry: its own cost plus the repartitions of consumers that
+ * earlier pieces fixed. */
+static int pick_root(ctx *C, int r)
+{
+    nstate *s = &C->st[r];
+    double size = node_volume(C->g, r);
+    int best = 0;
+    double bestc = DBL_MAX;
+    for (int e = 0; e < s->ne; e++) {
+        double c = s->e[e].cost;
+        if (C->sel == PL_SELECT_DP)
+            for (int i = C->cons_off[r]; i < C->cons_off[r + 1]; i++) {
+                int c2 = C->consumers[i];
+                nstate *cs = &C->st[c2];
+                if (cs->chosen < 0)
+                    continue;
+                const pl_node *cn = pl_graph_node(C->g, c2);
+                for (int k = 0; k < cn->ninputs; k++)
+                    if (cn->inputs[k] == r && cs->in_h[cs->chosen * cs->nin + k] != s->e[e].h)
+                        c += size;
+            }
+        if (c < bestc) {
+            bestc = c;
+            best = e;
+        }
+    }
+    return best;
+}
+
+static int no_spec_error(const pl_graph *g, int v, int p, ein_error *err)
 {
     const pl_node *nd = pl_graph_node(g, v);
-    if (chosen[v] >= 0)
-        return;
-    chosen[v] = st[v].e[e].spec;
-    for (int k = 0; k < nd->ninputs; k++)
-        if (st[v].e[e].in_entry[k] >= 0)
-            assign(g, st, nd->inputs[k], st[v].e[e].in_entry[k], chosen);
+    pl_index idx[PL_MAX_INDICES];
+    int n = pl_op_indices(g, v, idx, NULL);
+    char shape[256], allow[512];
+    size_t len = 0;
+    allow[0] = '\0';
+    for (int i = 0; i < n && len < sizeof allow; i++)
+        len += (size_t)snprintf(allow + len, sizeof allow - len, "%s%s <= %d", i ? ", " : "",
+                                idx[i].label, pl_index_max_count(&idx[i]));
+    size_t sl = 0;
+    shape[0] = '\0';
+    for (int a = 0; a < nd->rank && sl < sizeof shape; a++)
+        sl += (size_t)snprintf(shape + sl, sizeof shape - sl, "%s%lld", a ? "x" : "",
+                               (long long)nd->shape[a]);
+    char where[64] = "";
+    if (nd->line > 0)
+        snprintf(where, sizeof where, " at line %d", nd->line);
+    return ein_fail(err, EIN_ENOPLAN,
+                    "operator '%s' (%s%s, shape %s) has no join-agg spec for %d devices: the "
+                    "interval counts of its shardable indices (%s) must multiply to %d",
+                    nd->name, pl_node_op_name(nd), where, shape, p, n ? allow : "none", p);
+}
+
+typedef struct piece {
+    int root, size;
+} piece;
+
+static int piece_cmp(const void *a, const void *b)
+{
+    const piece *x = a, *y = b;
+    if (x->size != y->size)
+        return y->size - x->size;
+    return y->root - x->root;
 }
 
 int pl_plan_make(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
                  pl_plan **out, ein_error *err)
 {
-    int rc = 0, n = g->nnodes;
+    return pl_plan_make_opts(g, p, sel, seed, NULL, out, err);
+}
+
+int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
+                      const pl_plan_opts *opts, pl_plan **out, ein_error *err)
+{
+    int rc = 0, n = g ? g->nnodes : 0, npieces = 0;
+    if (!g || !out)
+        return ein_fail(err, EIN_EINVAL, "pl_plan_make: NULL graph or output");
+    if (p < 1)
+        return ein_fail(err, EIN_EINVAL, "device count must be at least 1, not %d", p);
     char *live = malloc((size_t)n + 1);
-    int *chosen = malloc(sizeof(int) * ((size_t)n + 1));
-    node_state *st = calloc((size_t)n + 1, sizeof *st);
+    nstate *st = calloc((size_t)n + 1, sizeof *st);
+    int *cons_off = calloc((size_t)n + 2, sizeof(int));
+    int *consumers = NULL;
+    piece *pieces = malloc(sizeof *pieces * ((size_t)n + 1));
     pl_plan *plan = calloc(1, sizeof *plan);
     if (plan)
         plan->nodes = calloc((size_t)n + 1, sizeof *plan->nodes);
-    if (!live || !chosen || !st || !plan || !plan->nodes) {
+    if (!live || !st || !cons_off || !pieces || !plan || !plan->nodes) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
         goto done;
     }
@@ -222,57 +351,129 @@ int pl_plan_make(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
     plan->nnodes = n;
     plan->selector = sel;
     mark_live(g, live);
-    if ((rc = check_tree(g, live, err)) < 0)
-        goto done;
 
+    /* Distinct live operator consumers of every node (CSR). */
+    for (int c = 0; c < n; c++) {
+        const pl_node *cn = pl_graph_node(g, c);
+        if (!live[c] || cn->kind == PL_INPUT)
+            continue;
+        for (int k = 0; k < cn->ninputs; k++) {
+            int dup = 0;
+            for (int kk = 0; kk < k; kk++)
+                dup |= cn->inputs[kk] == cn->inputs[k];
+            if (!dup)
+                cons_off[cn->inputs[k] + 1]++;
+        }
+    }
+    for (int v = 0; v < n; v++)
+        cons_off[v + 1] += cons_off[v];
+    consumers = malloc(sizeof(int) * (size_t)(cons_off[n] + 1));
+    int *fill = calloc((size_t)n + 1, sizeof(int));
+    if (!consumers || !fill) {
+        free(fill);
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
+        goto done;
+    }
+    for (int c = 0; c < n; c++) {
+        const pl_node *cn = pl_graph_node(g, c);
+        if (!live[c] || cn->kind == PL_INPUT)
+            continue;
+        for (int k = 0; k < cn->ninputs; k++) {
+            int u = cn->inputs[k], dup = 0;
+            for (int kk = 0; kk < k; kk++)
+                dup |= cn->inputs[kk] == u;
+            if (!dup)
+                consumers[cons_off[u] + fill[u]++] = c;
+        }
+    }
+    free(fill);
+
+    /* Specs of every live operator. */
+    pl_spec buf = {0};
     for (int v = 0; v < n; v++) {
-        chosen[v] = -1;
+        st[v].chosen = -1;
+        st[v].parent = -1;
         const pl_node *nd = pl_graph_node(g, v);
         if (!live[v] || nd->kind == PL_INPUT)
             continue;
-        if ((rc = pl_spec_enumerate(g, v, p, &st[v].specs, &st[v].nspecs, err)) < 0)
-            goto done;
-        if (st[v].nspecs == 0) {
-            char shape[256];
-            ein_box whole = ein_box_of_shape(nd->rank, nd->shape);
-            rc = ein_fail(err, EIN_ENOPLAN,
-                          "operator '%s' (shape %s) cannot be split into %d parts: its "
-                          "indices are too small for %d function specifications",
-                          nd->name, ein_box_format(&whole, shape, sizeof shape), p, p);
+        if ((rc = nstate_fill(g, v, p, &st[v], &buf, err)) < 0) {
+            pl_spec_clear(&buf);
             goto done;
         }
-        if (sel == PL_SELECT_RANDOM) {
-            chosen[v] = (int)(rng_next(&seed) % (uint64_t)st[v].nspecs);
-        } else if ((rc = dp_node(g, v, st, sel, err)) < 0) {
+        if (st[v].nspecs == 0) {
+            pl_spec_clear(&buf);
+            rc = no_spec_error(g, v, p, err);
             goto done;
         }
     }
-    if (sel != PL_SELECT_RANDOM) {
-        /* Roots: live operators that no live operator reads. */
-        for (int v = n - 1; v >= 0; v--) {
-            if (!live[v] || pl_graph_node(g, v)->kind == PL_INPUT || chosen[v] >= 0)
+    pl_spec_clear(&buf);
+
+    if (sel == PL_SELECT_RANDOM) {
+        for (int v = 0; v < n; v++)
+            if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT)
+                st[v].chosen = (int)(rng_next(&seed) % (uint64_t)st[v].nspecs);
+    } else {
+        /* Pieces: an operator with exactly one consumer belongs to its
+         * consumer's piece (with linear paths: only the consumer's largest
+         * such input); every other operator roots a piece. */
+        for (int c = 0; c < n; c++) {
+            const pl_node *cn = pl_graph_node(g, c);
+            if (!live[c] || cn->kind == PL_INPUT)
                 continue;
-            int best = 0;
-            for (int e = 1; e < st[v].ne; e++)
-                if (st[v].e[e].cost < st[v].e[best].cost)
-                    best = e;
-            assign(g, st, v, best, chosen);
+            int keep = -1;
+            for (int k = 0; k < cn->ninputs; k++) {
+                int u = cn->inputs[k];
+                if (pl_graph_node(g, u)->kind == PL_INPUT || cons_off[u + 1] - cons_off[u] != 1)
+                    continue;
+                if (opts && opts->linear_paths) {
+                    if (keep < 0 || node_volume(g, u) > node_volume(g, keep))
+                        keep = u;
+                } else {
+                    st[u].parent = c;
+                }
+            }
+            if (keep >= 0)
+                st[keep].parent = c;
+        }
+        for (int v = n - 1; v >= 0; v--) {
+            if (!live[v] || pl_graph_node(g, v)->kind == PL_INPUT)
+                continue;
+            st[v].piece = st[v].parent < 0 ? v : st[st[v].parent].piece;
+            if (st[v].parent < 0)
+                pieces[npieces++] = (piece){.root = v, .size = 0};
+        }
+        for (int i = 0; i < npieces; i++)
+            for (int v = 0; v <= pieces[i].root; v++)
+                if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT &&
+                    st[v].piece == pieces[i].root)
+                    pieces[i].size++;
+        qsort(pieces, (size_t)npieces, sizeof *pieces, piece_cmp);
+        ctx C = {.g = g, .st = st, .sel = sel, .consumers = consumers, .cons_off = cons_off};
+        for (int i = 0; i < npieces; i++) {
+            int r = pieces[i].root;
+            for (int v = 0; v <= r; v++)
+                if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT && st[v].piece == r &&
+                    (rc = dp_node(&C, v, err)) < 0)
+                    goto done;
+            assign(&C, r, pick_root(&C, r));
         }
     }
 
     /* Record the choice and its true sub-costs under the final assignment. */
     for (int v = 0; v < n; v++) {
-        if (chosen[v] < 0)
+        if (st[v].chosen < 0)
             continue;
         pl_choice *c = &plan->nodes[v];
-        if (pl_spec_copy(&st[v].specs[chosen[v]], &c->spec) < 0 ||
-            pl_tiling_of_outputs(&c->spec, &c->out_tiling) < 0) {
+        if ((rc = pl_spec_make(g, v, st[v].counts + st[v].chosen * st[v].nidx, &c->spec,
+                               err)) < 0)
+            goto done;
+        if (pl_tiling_of_outputs(&c->spec, &c->out_tiling) < 0) {
             rc = ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
             goto done;
         }
         c->planned = 1;
         const pl_node *nd = pl_graph_node(g, v);
-        const pl_tiling *tin[PL_MAX_INPUTS] = {NULL, NULL};
+        const pl_tiling *tin[PL_MAX_INPUTS] = {NULL};
         for (int k = 0; k < nd->ninputs; k++)
             if (plan->nodes[nd->inputs[k]].planned)
                 tin[k] = &plan->nodes[nd->inputs[k]].out_tiling;
@@ -280,9 +481,14 @@ int pl_plan_make(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
         plan->total += c->repart + c->join + c->agg;
     }
 done:
-    states_free(st, st ? n : 0);
+    if (st)
+        for (int v = 0; v < n; v++)
+            nstate_clear(&st[v]);
+    free(st);
     free(live);
-    free(chosen);
+    free(cons_off);
+    free(consumers);
+    free(pieces);
     if (rc < 0) {
         pl_plan_free(plan);
         return rc;

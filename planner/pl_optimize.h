@@ -11,10 +11,23 @@
  * graph inputs), join (every function specification's input blocks) and
  * aggregation ((m-1) x size for an output type produced m times).
  *
- * Version 1 plans trees: an intermediate tensor read by two operators is
- * refused with EIN_EUNSUPPORTED (the paper's cut rule comes with the planner
- * issue). Graph inputs may be read by any number of operators. Operators
- * that no saved tensor depends on are not planned (planned == 0).
+ * Graphs that are not trees (a tensor read by several operators) follow
+ * the paper's §4.5: every edge out of a multiply-consumed tensor is cut,
+ * and the resulting trees are optimised one at a time in decreasing order
+ * of size, each subject to the specs already fixed by earlier trees (a
+ * tensor from an optimised tree enters like a graph input but its
+ * repartition is charged; a tree whose root feeds operators already fixed
+ * charges their repartitions when it picks its root tiling). With
+ * opts->linear_paths the same cut is applied inside trees so that every
+ * operator keeps at most one in-piece producer (its largest input): the
+ * per-operator work drops to O(s * t). Each piece is optimal; the whole
+ * plan need not be. Graph inputs may be read by any number of operators.
+ * Operators that no saved tensor depends on are not planned (planned == 0).
+ * When some operator has no spec for p, the error (EIN_ENOPLAN) names it,
+ * its source line and the most intervals each of its indices allows.
+ *
+ * Tilings are compared in the DP through a 64-bit hash of their sorted
+ * boxes; the sub-costs recorded in the plan are recomputed exactly.
  *
  * Ownership: *out is a new plan owned by the caller (pl_plan_free). */
 #ifndef PL_OPTIMIZE_H
@@ -50,8 +63,15 @@ typedef struct pl_plan {
 int pl_selector_parse(const char *s, pl_selector *out);
 const char *pl_selector_name(pl_selector s);
 
+typedef struct pl_plan_opts {
+    int linear_paths;       /* cut trees into linear paths (see above) */
+} pl_plan_opts;
+
 int pl_plan_make(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
                  pl_plan **out, ein_error *err);
+/* The same with options (NULL: defaults, as pl_plan_make). */
+int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
+                      const pl_plan_opts *opts, pl_plan **out, ein_error *err);
 void pl_plan_free(pl_plan *plan);
 
 /* Cost(J, T1..Tn) of node `node` using spec `s`, given the output tilings

@@ -4,10 +4,13 @@
  * The program is read one line at a time: the line's bytes are checked (NUL,
  * UTF-8, length), cut into tokens, and parsed as exactly one statement.
  * A statement never spans lines, so every error has a precise line and the
- * column of the token at fault. Operators are built through the pl_graph
- * builders, which own shape inference; their messages are given the
+ * column of the token at fault. Operators are built through the public C
+ * API (include/einsummable.h) over the pl_graph builders, which own shape
+ * inference; their messages are given the
  * position of the operator call. The first error ends the parse. */
 #include "planner/pl_parse.h"
+
+#include "include/einsummable.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +26,7 @@
 #define PL_LINE_MAX 4096                    /* bytes per line, newline excluded */
 #define PL_PROGRAM_NODES_MAX 100000         /* tensors per program */
 #define PL_TEXT_MAX ((size_t)16 << 20)      /* bytes per program */
-#define PL_ARGS_MAX 8                       /* more than any operator takes */
+#define PL_ARGS_MAX 24                      /* more than any operator takes */
 
 typedef enum tok_kind { T_EOL, T_IDENT, T_NUM, T_STR, T_PUNCT } tok_kind;
 
@@ -52,11 +55,16 @@ typedef struct parser {
     int *dim_index;
     int dim_index_cap;
     ein_dtype dtype;    /* for later inputs, set by `dtype` */
+    int64_t *seq_ends;  /* set by `seqs`, for later rope/attention */
+    int nseq;
     int nstatements, nsaves;
     char scratch[PL_LINE_MAX + 1];
 } parser;
 
-typedef enum op_kind { OP_MATMUL, OP_EINSUM, OP_UNARY, OP_SCALE, OP_BINARY } op_kind;
+typedef enum op_kind {
+    OP_MATMUL, OP_EINSUM, OP_UNARY, OP_SCALE, OP_BINARY, OP_SOFTMAX, OP_RMSNORM, OP_LAYERNORM,
+    OP_ROPE, OP_ATTENTION, OP_REDUCE, OP_CONCAT, OP_SLICE, OP_SPLIT_HEADS, OP_MERGE_HEADS
+} op_kind;
 
 typedef struct op_def {
     const char *name;
@@ -78,11 +86,30 @@ static const op_def ops[] = {
     {"add", OP_BINARY, EIN_BIN_ADD, 2, 2, "add(a, b)"},
     {"sub", OP_BINARY, EIN_BIN_SUB, 2, 2, "sub(a, b)"},
     {"mul", OP_BINARY, EIN_BIN_MUL, 2, 2, "mul(a, b)"},
+    {"div", OP_BINARY, EIN_BIN_DIV, 2, 2, "div(a, b)"},
+    {"maximum", OP_BINARY, EIN_BIN_MAX, 2, 2, "maximum(a, b)"},
+    {"sigmoid", OP_UNARY, EIN_UN_SIGMOID, 1, 1, "sigmoid(x)"},
+    {"tanh", OP_UNARY, EIN_UN_TANH, 1, 1, "tanh(x)"},
+    {"square", OP_UNARY, EIN_UN_SQUARE, 1, 1, "square(x)"},
+    {"addc", OP_SCALE, EIN_UN_ADDC, 2, 2, "addc(x, 1.0)"},
+    {"softmax", OP_SOFTMAX, 0, 1, 2, "softmax(x) or softmax(x, AXIS)"},
+    {"rmsnorm", OP_RMSNORM, 0, 2, 3, "rmsnorm(x, w) or rmsnorm(x, w, 1e-5)"},
+    {"layernorm", OP_LAYERNORM, 0, 3, 4, "layernorm(x, w, b) or layernorm(x, w, b, 1e-5)"},
+    {"rope", OP_ROPE, 0, 2, 3, "rope(x, HEAD_DIM) or rope(x, HEAD_DIM, 10000)"},
+    {"attention", OP_ATTENTION, 0, 3, 3, "attention(q, k, v)"},
+    {"reduce_sum", OP_REDUCE, EIN_AGG_SUM, 2, 9, "reduce_sum(x, AXIS, ...)"},
+    {"reduce_max", OP_REDUCE, EIN_AGG_MAX, 2, 9, "reduce_max(x, AXIS, ...)"},
+    {"concat", OP_CONCAT, 0, 2, 17, "concat(a, b, ..., AXIS)"},
+    {"slice", OP_SLICE, 0, 4, 4, "slice(x, AXIS, START, END)"},
+    {"split_heads", OP_SPLIT_HEADS, 0, 2, 2, "split_heads(x, HEAD_DIM)"},
+    {"merge_heads", OP_MERGE_HEADS, 0, 1, 1, "merge_heads(x)"},
 };
 #define NOPS ((int)(sizeof ops / sizeof ops[0]))
-#define OP_LIST "matmul, einsum, relu, silu, gelu, exp, neg, scale, add, sub, mul"
+#define OP_LIST "matmul, einsum, relu, silu, gelu, exp, neg, scale, add, sub, mul, div, " \
+    "maximum, sigmoid, tanh, square, addc, softmax, rmsnorm, layernorm, rope, attention, " \
+    "reduce_sum, reduce_max, concat, slice, split_heads, merge_heads"
 
-static const char *const keywords[] = {"dims", "dtype", "input", "save"};
+static const char *const keywords[] = {"dims", "dtype", "input", "save", "seqs"};
 
 /* ---- errors and tokens --------------------------------------------------- */
 
@@ -388,14 +415,14 @@ static int nonfinite_word(const tok *t)
 }
 
 /* A finite decimal number: [+-] digits [. digits] [e [+-] digits]. */
-static int tok_float(parser *p, const tok *t, double *out)
+static int tok_number(parser *p, const tok *t, const char *what, double *out)
 {
     if (t->kind == T_IDENT && nonfinite_word(t))
-        return perr(p, EIN_EPARSE, t->col, "scale factor '%.*s' is not finite; expected a "
-                    "finite number", t->len, t->s);
+        return perr(p, EIN_EPARSE, t->col, "%s '%.*s' is not finite; expected a "
+                    "finite number", what, t->len, t->s);
     if (t->kind != T_NUM)
-        return perr(p, EIN_EPARSE, t->col, "expected a number as the scale factor, got %s",
-                    DESC(t));
+        return perr(p, EIN_EPARSE, t->col, "expected a number as the %s, got %s",
+                    what, DESC(t));
     const char *s = t->s;
     int i = 0, n = t->len, mant = 0;
     if (i < n && (s[i] == '+' || s[i] == '-'))
@@ -426,10 +453,43 @@ static int tok_float(parser *p, const tok *t, double *out)
     p->scratch[n] = '\0';
     double v = strtod(p->scratch, NULL);
     if (!isfinite(v))
-        return perr(p, EIN_EPARSE, t->col, "scale factor '%.*s' is not finite; expected a "
-                    "finite number", t->len > 40 ? 40 : t->len, t->s);
+        return perr(p, EIN_EPARSE, t->col, "%s '%.*s' is not finite; expected a "
+                    "finite number", what, t->len > 40 ? 40 : t->len, t->s);
     *out = v;
     return 0;
+}
+
+static int tok_float(parser *p, const tok *t, double *out)
+{
+    return tok_number(p, t, "scale factor", out);
+}
+
+/* A non-negative integer argument (axis, start): digits, at most 2^40. */
+static int tok_index(parser *p, const tok *t, const char *what, int64_t *out)
+{
+    if (t->kind == T_NUM && t->len == 1 && t->s[0] == '0') {
+        *out = 0;
+        return 0;
+    }
+    return tok_int(p, t, what, out);
+}
+
+/* A size argument: an integer or a dim name. */
+static int tok_size(parser *p, const tok *t, const char *what, int64_t *out)
+{
+    if (t->kind == T_IDENT) {
+        char dn[EIN_NAME_MAX];
+        int rc = tok_name(p, t, what, dn);
+        if (rc < 0)
+            return rc;
+        int k = dim_find(p, dn);
+        if (k < 0)
+            return perr(p, EIN_EPARSE, t->col, "unknown dim '%s'; expected %s (a dim or an "
+                        "integer)", dn, what);
+        *out = p->dims[k].size;
+        return 0;
+    }
+    return tok_int(p, t, what, out);
 }
 
 /* A reference to an existing tensor. */
@@ -527,7 +587,7 @@ static int parse_input(parser *p)
 {
     int rc, rank = 0;
     int64_t shape[EIN_MAX_RANK];
-    char name[EIN_NAME_MAX];
+    char name[EIN_NAME_MAX], axis[EIN_MAX_RANK][EIN_NAME_MAX];
     next(p);
     const tok *nt = next(p);
     if ((rc = tok_new_tensor(p, nt, name)) < 0)
@@ -549,8 +609,10 @@ static int parse_input(parser *p)
             if (k < 0)
                 return perr(p, EIN_EPARSE, d->col, "unknown dim '%s'; expected a dim defined "
                             "by 'dims' or an integer size", dn);
+            memcpy(axis[rank], dn, sizeof dn);
             shape[rank++] = p->dims[k].size;
         } else if (d->kind == T_NUM) {
+            axis[rank][0] = '\0';
             if ((rc = tok_int(p, d, "dim size", &shape[rank++])) < 0)
                 return rc;
         } else {
@@ -574,11 +636,63 @@ static int parse_input(parser *p)
     if ((rc = expect_eol(p, "the input declaration")) < 0)
         return rc;
     ein_error e;
-    int id = pl_graph_add_input(p->g, name, dtype, rank, shape, &e);
+    ein_tensor_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.rank = rank;
+    desc.dtype = dtype;
+    for (int i = 0; i < rank; i++) {
+        desc.shape[i] = shape[i];
+        desc.dim_names[i] = axis[i][0] ? axis[i] : NULL;
+    }
+    int id = ein_graph_insert_tensor(p->g, name, desc, &e);
     if (id < 0)
         return build_error(p, id, &e, nt->col);
     pl_graph_set_pos(p->g, id, p->line, nt->col);
     return 0;
+}
+
+/* seqs [LEN, LEN, ...]: the packed sequences of later rope/attention ops. */
+static int parse_seqs(parser *p)
+{
+    int rc;
+    next(p);
+    const tok *lb = next(p);
+    if (!tok_punct(lb, '['))
+        return perr(p, EIN_EPARSE, lb->col, "expected '[' and sequence lengths after 'seqs', "
+                    "e.g. seqs [1024, 1024]; got %s", DESC(lb));
+    int n = 0;
+    int64_t *ends = malloc(sizeof(int64_t) * (PL_LINE_MAX / 2 + 1));
+    if (!ends)
+        return ein_fail(p->err, EIN_ENOMEM, "%s: out of memory", p->file);
+    for (;;) {
+        const tok *t = next(p);
+        int64_t len;
+        if ((rc = tok_size(p, t, "a sequence length", &len)) < 0)
+            goto fail;
+        ends[n] = (n ? ends[n - 1] : 0) + len;
+        if (ends[n] > PL_DIM_MAX) {
+            rc = perr(p, EIN_EPARSE, t->col, "the sequences hold more than 2^40 tokens");
+            goto fail;
+        }
+        n++;
+        const tok *sep = next(p);
+        if (tok_punct(sep, ']'))
+            break;
+        if (!tok_punct(sep, ',')) {
+            rc = perr(p, EIN_EPARSE, sep->col, "expected ',' or ']' in the sequence lengths, "
+                      "got %s", DESC(sep));
+            goto fail;
+        }
+    }
+    if ((rc = expect_eol(p, "the sequence lengths")) < 0)
+        goto fail;
+    free(p->seq_ends);
+    p->seq_ends = ends;
+    p->nseq = n;
+    return 0;
+fail:
+    free(ends);
+    return rc;
 }
 
 static int parse_save(parser *p)
@@ -596,7 +710,7 @@ static int parse_save(parser *p)
             return perr(p, EIN_EPARSE, t->col, "'%s' is already saved; expected each tensor "
                         "to be saved once", n->name);
         ein_error e;
-        if ((rc = pl_graph_save(p->g, id, &e)) < 0)
+        if ((rc = ein_graph_save(p->g, id, &e)) < 0)
             return build_error(p, rc, &e, t->col);
         p->nsaves++;
         const tok *sep = next(p);
@@ -633,8 +747,107 @@ static int parse_einsum(parser *p, const char *name, const tok *const *args, int
         return rc;
     if (nargs == 3 && (rc = tok_tensor(p, args[2], &b)) < 0)
         return rc;
-    *id = pl_graph_add_einsum(p->g, name, subs, a, b, e);
+    *id = ein_graph_einsum(p->g, name, subs, a, b, e);
     return 0;
+}
+
+/* The operators of a transformer block (softmax ... merge_heads). */
+static int parse_block_op(parser *p, const op_def *op, const char *name, const tok *const *args,
+                          int nargs, int *id, ein_error *e)
+{
+    int rc, x, w, b;
+    int64_t v1 = 0, v2 = 0, v3 = 0;
+    double eps = 1e-5, theta = 10000.0;
+    switch (op->kind) {
+    case OP_SOFTMAX:
+        if ((rc = tok_tensor(p, args[0], &x)) < 0)
+            return rc;
+        v1 = pl_graph_node(p->g, x)->rank - 1;
+        if (nargs == 2 && (rc = tok_index(p, args[1], "softmax axis", &v1)) < 0)
+            return rc;
+        if (v1 > EIN_MAX_RANK)
+            v1 = EIN_MAX_RANK;
+        *id = ein_graph_softmax(p->g, name, x, (int)v1, e);
+        return 0;
+    case OP_RMSNORM:
+    case OP_LAYERNORM: {
+        int nt = op->kind == OP_RMSNORM ? 2 : 3;
+        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &w)) < 0)
+            return rc;
+        b = -1;
+        if (nt == 3 && (rc = tok_tensor(p, args[2], &b)) < 0)
+            return rc;
+        if (nargs > nt && (rc = tok_number(p, args[nt], "eps", &eps)) < 0)
+            return rc;
+        *id = b >= 0 ? ein_graph_layernorm(p->g, name, x, w, b, eps, e)
+                     : ein_graph_rmsnorm(p->g, name, x, w, eps, e);
+        return 0;
+    }
+    case OP_ROPE:
+        if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
+            (rc = tok_size(p, args[1], "the head dim", &v1)) < 0)
+            return rc;
+        if (nargs == 3 && (rc = tok_number(p, args[2], "rope theta", &theta)) < 0)
+            return rc;
+        *id = ein_graph_rope(p->g, name, x, v1, theta, p->seq_ends, p->nseq, e);
+        return 0;
+    case OP_ATTENTION:
+        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &w)) < 0 ||
+            (rc = tok_tensor(p, args[2], &b)) < 0)
+            return rc;
+        *id = ein_graph_attention(p->g, name, x, w, b, p->seq_ends, p->nseq, e);
+        return 0;
+    case OP_REDUCE: {
+        uint32_t axes = 0;
+        if ((rc = tok_tensor(p, args[0], &x)) < 0)
+            return rc;
+        for (int i = 1; i < nargs; i++) {
+            if ((rc = tok_index(p, args[i], "reduced axis", &v1)) < 0)
+                return rc;
+            if (v1 >= pl_graph_node(p->g, x)->rank)
+                return perr(p, EIN_ESHAPE, args[i]->col, "%s: axis %lld is out of range for "
+                            "'%s' of rank %d", op->name, (long long)v1, pl_graph_node(p->g, x)->name,
+                            pl_graph_node(p->g, x)->rank);
+            axes |= 1u << v1;
+        }
+        *id = ein_graph_reduce(p->g, name, op->code == EIN_AGG_SUM ? "sum" : "max", axes, x, e);
+        return 0;
+    }
+    case OP_CONCAT: {
+        int xs[PL_MAX_INPUTS];
+        for (int i = 0; i < nargs - 1; i++)
+            if ((rc = tok_tensor(p, args[i], &xs[i])) < 0)
+                return rc;
+        if ((rc = tok_index(p, args[nargs - 1], "concat axis", &v1)) < 0)
+            return rc;
+        *id = ein_graph_concat(p->g, name, (int)(v1 > EIN_MAX_RANK ? EIN_MAX_RANK : v1), xs,
+                                  nargs - 1, e);
+        return 0;
+    }
+    case OP_SLICE:
+        if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
+            (rc = tok_index(p, args[1], "slice axis", &v1)) < 0 ||
+            (rc = tok_index(p, args[2], "slice start", &v2)) < 0 ||
+            (rc = tok_size(p, args[3], "slice end", &v3)) < 0)
+            return rc;
+        *id = ein_graph_slice(p->g, name, x, (int)(v1 > EIN_MAX_RANK ? EIN_MAX_RANK : v1), v2,
+                                 v3, e);
+        return 0;
+    case OP_SPLIT_HEADS:
+        if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
+            (rc = tok_size(p, args[1], "the head dim", &v1)) < 0)
+            return rc;
+        *id = ein_graph_split_heads(p->g, name, x, v1, e);
+        return 0;
+    case OP_MERGE_HEADS:
+        if ((rc = tok_tensor(p, args[0], &x)) < 0)
+            return rc;
+        *id = ein_graph_merge_heads(p->g, name, x, e);
+        return 0;
+    default:
+        break;
+    }
+    return perr(p, EIN_EPARSE, args[0]->col, "internal: operator %s has no parser", op->name);
 }
 
 static int parse_assign(parser *p)
@@ -701,7 +914,7 @@ static int parse_assign(parser *p)
     case OP_MATMUL:
         if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &y)) < 0)
             return rc;
-        id = pl_graph_add_matmul(p->g, name, x, y, &e);
+        id = ein_graph_matmul(p->g, name, x, y, &e);
         break;
     case OP_EINSUM:
         if ((rc = parse_einsum(p, name, args, nargs, &id, &e)) < 0)
@@ -710,17 +923,23 @@ static int parse_assign(parser *p)
     case OP_UNARY:
         if ((rc = tok_tensor(p, args[0], &x)) < 0)
             return rc;
-        id = pl_graph_add_unary(p->g, name, (ein_unary)op->code, 0.0, x, &e);
+        id = ein_graph_unary(p->g, name, op->name, 0.0, x, &e);
         break;
     case OP_SCALE:
-        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_float(p, args[1], &factor)) < 0)
+        if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
+            (rc = op->code == EIN_UN_SCALE ? tok_float(p, args[1], &factor)
+                                           : tok_number(p, args[1], "constant", &factor)) < 0)
             return rc;
-        id = pl_graph_add_unary(p->g, name, EIN_UN_SCALE, factor, x, &e);
+        id = ein_graph_unary(p->g, name, op->name, factor, x, &e);
         break;
     case OP_BINARY:
         if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &y)) < 0)
             return rc;
-        id = pl_graph_add_binary(p->g, name, (ein_binary)op->code, x, y, &e);
+        id = ein_graph_binary(p->g, name, op->name, x, y, &e);
+        break;
+    default:
+        if ((rc = parse_block_op(p, op, name, args, nargs, &id, &e)) < 0)
+            return rc;
         break;
     }
     if (id < 0)
@@ -745,9 +964,11 @@ static int parse_statement(parser *p)
         return parse_input(p);
     if (tok_is(t, "save"))
         return parse_save(p);
+    if (tok_is(t, "seqs"))
+        return parse_seqs(p);
     if (t->kind == T_IDENT)
         return perr(p, EIN_EPARSE, t->col, "unknown statement %s; expected dims, dtype, input, "
-                    "save or NAME = OP(...)", DESC(t));
+                    "seqs, save or NAME = OP(...)", DESC(t));
     return perr(p, EIN_EPARSE, t->col, "expected a statement (dims, dtype, input, save or "
                 "NAME = OP(...)), got %s", DESC(t));
 }
@@ -805,6 +1026,7 @@ int pl_ein_parse(const char *filename, const char *text, size_t len,
     p->g = NULL;
 done:
     pl_graph_free(p->g);
+    free(p->seq_ends);
     free(p->toks);
     free(p->dims);
     free(p->dim_index);

@@ -1,17 +1,17 @@
-/* planner/pl_spec.c — join-agg specs for the version-1 operators.
+/* planner/pl_spec.c — generic join-agg spec production.
  *
- * einsum: every letter is a shardable index (any). A function specification
- * takes, for each operand, the intervals of its letters; the output type is
- * the intervals of the output letters. Contracted letters split into k
- * intervals give k function specifications with the same output type, which
- * are summed (the aggregation of Ex. 3.8).
- * unary/binary elementwise: every axis is shardable; inputs and output share
- * the box. */
+ * The operator (planner/ops/) names its shardable indices and maps one
+ * interval per index onto its input and output boxes; this file turns a
+ * request (interval counts) into split points, enumerates the prod(counts)
+ * combinations row-major (the last index fastest) and asks the operator for
+ * each function specification. */
 #include "planner/pl_spec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "planner/ops/pl_ops.h"
 
 void pl_interval(int64_t size, int count, int part, int64_t *lo, int64_t *hi)
 {
@@ -20,138 +20,209 @@ void pl_interval(int64_t size, int count, int part, int64_t *lo, int64_t *hi)
     *hi = *lo + base + (part < extra ? 1 : 0);
 }
 
-/* Letters of an einsum's operands and output; returns 0 or -1 if malformed. */
-static int parse_subscripts(const char *s, char ops[PL_MAX_INPUTS][EIN_MAX_RANK + 1],
-                            int *nops, char outl[EIN_MAX_RANK + 1])
+const pl_op_def *pl_op_def_of(pl_node_kind kind)
 {
-    const char *arrow = strstr(s, "->");
-    if (!arrow)
-        return -1;
-    int n = 0, len = 0;
-    for (const char *c = s; c < arrow; c++) {
-        if (*c == ',') {
-            ops[n][len] = '\0';
-            if (++n >= PL_MAX_INPUTS)
-                return -1;
-            len = 0;
-        } else if (*c >= 'a' && *c <= 'z' && len < EIN_MAX_RANK) {
-            ops[n][len++] = *c;
-        } else {
-            return -1;
-        }
+    switch (kind) {
+    case PL_EINSUM: return &pl_op_einsum;
+    case PL_UNARY: return &pl_op_unary;
+    case PL_BINARY: return &pl_op_binary;
+    case PL_SOFTMAX: return &pl_op_softmax;
+    case PL_RMSNORM: return &pl_op_rmsnorm;
+    case PL_LAYERNORM: return &pl_op_layernorm;
+    case PL_ROPE: return &pl_op_rope;
+    case PL_ATTENTION: return &pl_op_attention;
+    case PL_REDUCE: return &pl_op_reduce;
+    case PL_CONCAT: return &pl_op_concat;
+    case PL_SLICE: return &pl_op_slice;
+    case PL_SPLIT_HEADS: return &pl_op_split_heads;
+    case PL_MERGE_HEADS: return &pl_op_merge_heads;
+    case PL_INPUT:
+    case PL_NODE_KIND_COUNT: break;
     }
-    ops[n][len] = '\0';
-    *nops = n + 1;
-    len = 0;
-    for (const char *c = arrow + 2; *c; c++) {
-        if (*c < 'a' || *c > 'z' || len >= EIN_MAX_RANK)
-            return -1;
-        outl[len++] = *c;
-    }
-    outl[len] = '\0';
+    return NULL;
+}
+
+ein_agg pl_agg_none(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
+                    const int *counts)
+{
+    (void)g, (void)nd, (void)idx, (void)nidx, (void)counts;
+    return EIN_AGG_NONE;
+}
+
+double pl_flops_zero(const pl_graph *g, const pl_node *nd)
+{
+    (void)g, (void)nd;
     return 0;
 }
 
 int pl_op_indices(const pl_graph *g, int node, pl_index *idx, ein_error *err)
 {
     const pl_node *nd = pl_graph_node(g, node);
-    if (!nd || nd->kind == PL_INPUT)
+    const pl_op_def *def = nd ? pl_op_def_of(nd->kind) : NULL;
+    if (!def)
         return ein_fail(err, EIN_EINVAL, "node %d is not an operator", node);
-    if (nd->kind != PL_EINSUM) {
-        for (int i = 0; i < nd->rank; i++)
-            idx[i] = (pl_index){.name = (char)('a' + i), .size = nd->shape[i], .any = 1};
-        return nd->rank;
-    }
-    char ops[PL_MAX_INPUTS][EIN_MAX_RANK + 1], outl[EIN_MAX_RANK + 1];
-    int nops, n = 0;
-    if (parse_subscripts(nd->kernel.subscripts, ops, &nops, outl) < 0 || nops != nd->ninputs)
-        return ein_fail(err, EIN_EINVAL, "%s: malformed einsum '%s'", nd->name,
-                        nd->kernel.subscripts);
-    for (int k = 0; k < nops; k++) {
-        const pl_node *in = pl_graph_node(g, nd->inputs[k]);
-        for (int a = 0; ops[k][a]; a++) {
-            int seen = 0;
-            for (int i = 0; i < n; i++)
-                seen |= idx[i].name == ops[k][a];
-            if (!seen)
-                idx[n++] = (pl_index){.name = ops[k][a], .size = in->shape[a], .any = 1};
-        }
-    }
+    int n = def->indices(g, nd, idx);
+    if (n < 0)
+        return ein_fail(err, EIN_EINVAL, "%s: malformed operator %s", nd->name, def->name);
+    /* Labels name indices in reports and JSON keys: keep them distinct. */
+    for (int i = 1; i < n; i++)
+        for (int j = 0, tries = 0; j < i; j++)
+            if (!strcmp(idx[i].label, idx[j].label) && tries++ < 4) {
+                size_t l = strnlen(idx[i].label, sizeof idx[i].label - 3);
+                idx[i].label[l] = '_';
+                idx[i].label[l + 1] = idx[i].name;
+                idx[i].label[l + 2] = '\0';
+                j = -1;     /* check the new label again */
+            }
     return n;
 }
 
-/* Box of the letters `letters` given the interval of each index. */
-static ein_box box_of(const char *letters, const pl_index *idx, int nidx,
-                      const int64_t *lo, const int64_t *hi)
+double pl_op_flops(const pl_graph *g, int node)
 {
-    ein_box b;
-    memset(&b, 0, sizeof b);
-    b.rank = (int)strlen(letters);
-    for (int a = 0; a < b.rank; a++)
-        for (int i = 0; i < nidx; i++)
-            if (idx[i].name == letters[a]) {
-                b.lo[a] = lo[i];
-                b.hi[a] = hi[i];
+    const pl_node *nd = pl_graph_node(g, node);
+    const pl_op_def *def = nd ? pl_op_def_of(nd->kind) : NULL;
+    return def ? def->flops(g, nd) : 0;
+}
+
+ein_agg pl_op_agg(const pl_graph *g, int node, const int *counts)
+{
+    pl_index idx[PL_MAX_INDICES];
+    const pl_node *nd = pl_graph_node(g, node);
+    const pl_op_def *def = nd ? pl_op_def_of(nd->kind) : NULL;
+    if (!def)
+        return EIN_AGG_NONE;
+    int n = def->indices(g, nd, idx);
+    return n < 0 ? EIN_AGG_NONE : def->agg(g, nd, idx, n, counts);
+}
+
+int pl_index_max_count(const pl_index *ix)
+{
+    int64_t m;
+    if (ix->pos || !ix->any)
+        m = (int64_t)ix->npos + 1;
+    else if (ix->step > 1)
+        m = ix->size / ix->step;
+    else
+        m = ix->size;
+    return m > (1 << 20) ? (1 << 20) : (int)m;
+}
+
+int pl_index_splits(const pl_index *ix, int count, int64_t *splits)
+{
+    if (count < 1 || count > pl_index_max_count(ix))
+        return -1;
+    splits[0] = 0;
+    splits[count] = ix->size;
+    if (ix->pos || !ix->any) {
+        /* Closest allowed position to each equal split point, increasing,
+         * leaving enough positions for the split points still to place. */
+        int prev = -1, m = count - 1;
+        for (int k = 1; k <= m; k++) {
+            double target = (double)ix->size * k / count;
+            int best = -1;
+            double bestd = 0;
+            for (int j = prev + 1; j <= ix->npos - (m - k) - 1; j++) {
+                double d = (double)ix->pos[j] - target;
+                d = d < 0 ? -d : d;
+                if (best < 0 || d < bestd) {
+                    best = j;
+                    bestd = d;
+                }
             }
-    return b;
+            if (best < 0)
+                return -1;
+            splits[k] = ix->pos[best];
+            prev = best;
+        }
+        return 0;
+    }
+    int64_t step = ix->step > 1 ? ix->step : 1;
+    for (int k = 0; k < count; k++) {
+        int64_t lo, hi;
+        pl_interval(ix->size / step, count, k, &lo, &hi);
+        splits[k] = lo * step;
+    }
+    return 0;
 }
 
 int pl_spec_make(const pl_graph *g, int node, const int *counts, pl_spec *out,
                  ein_error *err)
+{
+    memset(out, 0, sizeof *out);
+    return pl_spec_remake(g, node, counts, out, err);
+}
+
+int pl_spec_remake(const pl_graph *g, int node, const int *counts, pl_spec *out,
+                   ein_error *err)
 {
     pl_index idx[PL_MAX_INDICES];
     int nidx = pl_op_indices(g, node, idx, err);
     if (nidx < 0)
         return nidx;
     const pl_node *nd = pl_graph_node(g, node);
-    char ops[PL_MAX_INPUTS][EIN_MAX_RANK + 1], outl[EIN_MAX_RANK + 1];
-    int nops = nd->ninputs;
-    if (nd->kind == PL_EINSUM) {
-        parse_subscripts(nd->kernel.subscripts, ops, &nops, outl);
-    } else {
-        for (int a = 0; a < nd->rank; a++)
-            outl[a] = (char)('a' + a);
-        outl[nd->rank] = '\0';
-        for (int k = 0; k < nops; k++)
-            memcpy(ops[k], outl, sizeof outl);
-    }
+    const pl_op_def *def = pl_op_def_of(nd->kind);
 
     int64_t p = 1;
+    int64_t *splits[PL_MAX_INDICES];
+    int64_t *store = NULL;
     for (int i = 0; i < nidx; i++) {
-        if (counts[i] < 1 || counts[i] > idx[i].size)
-            return ein_fail(err, EIN_EINVAL, "%s: index %c of size %lld cannot be split %d ways",
-                            nd->name, idx[i].name, (long long)idx[i].size, counts[i]);
+        if (counts[i] < 1 || counts[i] > pl_index_max_count(&idx[i]))
+            return ein_fail(err, EIN_EINVAL, "%s: index %s of size %lld cannot be split %d ways",
+                            nd->name, idx[i].label, (long long)idx[i].size, counts[i]);
         p *= counts[i];
         if (p > (1 << 20))
             return ein_fail(err, EIN_EINVAL, "%s: request of more than 2^20 parts", nd->name);
     }
-    memset(out, 0, sizeof *out);
+    int64_t total = 0;
+    for (int i = 0; i < nidx; i++)
+        total += counts[i] + 1;
+    store = malloc(sizeof(int64_t) * (size_t)(total ? total : 1));
+    if (!store)
+        return ein_fail(err, EIN_ENOMEM, "out of memory for split points");
+    for (int i = 0, off = 0; i < nidx; off += counts[i] + 1, i++) {
+        splits[i] = store + off;
+        if (pl_index_splits(&idx[i], counts[i], splits[i]) < 0) {
+            free(store);
+            return ein_fail(err, EIN_EINVAL, "%s: index %s cannot be split %d ways",
+                            nd->name, idx[i].label, counts[i]);
+        }
+    }
+    /* Reuse the arrays when they are large enough for p parts of this op. */
+    if (out->cap < p || out->ninputs < nd->ninputs || !out->f || !out->in_boxes) {
+        pl_spec_clear(out);
+        out->f = malloc(sizeof *out->f * (size_t)p);
+        out->in_boxes = malloc(sizeof(ein_box) * (size_t)p *
+                               (size_t)(nd->ninputs ? nd->ninputs : 1));
+        if (!out->f || !out->in_boxes) {
+            free(store);
+            pl_spec_clear(out);
+            return ein_fail(err, EIN_ENOMEM, "out of memory for %lld function specifications",
+                            (long long)p);
+        }
+        out->cap = (int)p;
+    }
+    memset(out->counts, 0, sizeof out->counts);
     out->nidx = nidx;
     memcpy(out->counts, counts, sizeof(int) * (size_t)nidx);
     out->nparts = (int)p;
-    out->ninputs = nops;
-    out->agg = EIN_AGG_NONE;
-    for (int i = 0; i < nidx; i++)
-        if (counts[i] > 1 && !strchr(outl, idx[i].name))
-            out->agg = EIN_AGG_SUM;
-    out->f = calloc((size_t)p, sizeof *out->f);
-    if (!out->f)
-        return ein_fail(err, EIN_ENOMEM, "out of memory for %lld function specifications", (long long)p);
-
+    out->ninputs = nd->ninputs;
+    out->agg = def->agg(g, nd, idx, nidx, counts);
     int part[PL_MAX_INDICES] = {0};
     for (int64_t f = 0; f < p; f++) {
         int64_t lo[PL_MAX_INDICES], hi[PL_MAX_INDICES];
-        for (int i = 0; i < nidx; i++)
-            pl_interval(idx[i].size, counts[i], part[i], &lo[i], &hi[i]);
-        for (int k = 0; k < nops; k++)
-            out->f[f].in[k] = box_of(ops[k], idx, nidx, lo, hi);
-        out->f[f].out = box_of(outl, idx, nidx, lo, hi);
+        for (int i = 0; i < nidx; i++) {
+            lo[i] = splits[i][part[i]];
+            hi[i] = splits[i][part[i] + 1];
+        }
+        out->f[f].in = out->in_boxes + f * nd->ninputs;
+        def->fspec(g, nd, idx, nidx, lo, hi, out->f[f].in, &out->f[f].out);
         for (int i = nidx - 1; i >= 0; i--) {
             if (++part[i] < counts[i])
                 break;
             part[i] = 0;
         }
     }
+    free(store);
     return 0;
 }
 
@@ -159,8 +230,11 @@ void pl_spec_clear(pl_spec *s)
 {
     if (s) {
         free(s->f);
+        free(s->in_boxes);
         s->f = NULL;
+        s->in_boxes = NULL;
         s->nparts = 0;
+        s->cap = 0;
     }
 }
 
@@ -173,17 +247,30 @@ void pl_spec_array_free(pl_spec *specs, int n)
 
 int pl_spec_copy(const pl_spec *src, pl_spec *dst)
 {
+    size_t nin = (size_t)src->nparts * (size_t)(src->ninputs ? src->ninputs : 1);
     *dst = *src;
-    dst->f = malloc(sizeof *dst->f * (size_t)src->nparts);
-    if (!dst->f)
+    dst->f = malloc(sizeof *dst->f * (size_t)(src->nparts ? src->nparts : 1));
+    dst->in_boxes = malloc(sizeof(ein_box) * (nin ? nin : 1));
+    if (!dst->f || !dst->in_boxes) {
+        free(dst->f);
+        free(dst->in_boxes);
+        dst->f = NULL;
+        dst->in_boxes = NULL;
         return EIN_ENOMEM;
-    memcpy(dst->f, src->f, sizeof *dst->f * (size_t)src->nparts);
+    }
+    memcpy(dst->in_boxes, src->in_boxes, sizeof(ein_box) * nin);
+    dst->cap = src->nparts;
+    for (int i = 0; i < src->nparts; i++) {
+        dst->f[i].out = src->f[i].out;
+        dst->f[i].in = dst->in_boxes + (size_t)i * (size_t)src->ninputs;
+    }
     return 0;
 }
 
 typedef struct spec_list {
-    pl_spec *v;
-    int n, cap;
+    pl_spec *v;         /* built specs, or NULL when only requests are kept */
+    int *req;           /* requests (counts rows) when v is not wanted */
+    int n, cap, nidx, want_specs;
 } spec_list;
 
 /* Recursively assign counts to indices i.. so that their product is `rest`. */
@@ -191,9 +278,22 @@ static int enumerate_rec(const pl_graph *g, int node, const pl_index *idx, int n
                          int i, int rest, int *counts, spec_list *list, ein_error *err)
 {
     if (i == nidx - 1) {
-        if (rest > idx[i].size)
+        if (rest > pl_index_max_count(&idx[i]))
             return 0;
         counts[i] = rest;
+        if (!list->want_specs) {
+            if (list->n == list->cap) {
+                int cap = list->cap ? 2 * list->cap : 16;
+                int *r = realloc(list->req, sizeof(int) * (size_t)cap * (size_t)nidx);
+                if (!r)
+                    return ein_fail(err, EIN_ENOMEM, "out of memory enumerating specs");
+                list->req = r;
+                list->cap = cap;
+            }
+            memcpy(list->req + (size_t)list->n * (size_t)nidx, counts, sizeof(int) * (size_t)nidx);
+            list->n++;
+            return 0;
+        }
         if (list->n == list->cap) {
             int cap = list->cap ? 2 * list->cap : 16;
             pl_spec *v = realloc(list->v, sizeof *v * (size_t)cap);
@@ -208,8 +308,13 @@ static int enumerate_rec(const pl_graph *g, int node, const pl_index *idx, int n
         list->n++;
         return 0;
     }
-    for (int c = 1; c <= rest; c++) {
-        if (rest % c || c > idx[i].size)
+    /* Larger counts of the earlier indices first: among plans of equal
+     * cost the optimizer keeps the first, which then splits the leading
+     * (token) dims and moves data at the operators that need another
+     * layout (attention's boundaries), as Ulysses does. */
+    int max = pl_index_max_count(&idx[i]);
+    for (int c = rest < max ? rest : max; c >= 1; c--) {
+        if (rest % c)
             continue;
         counts[i] = c;
         int rc = enumerate_rec(g, node, idx, nidx, i + 1, rest / c, counts, list, err);
@@ -228,11 +333,11 @@ int pl_spec_enumerate(const pl_graph *g, int node, int p, pl_spec **specs, int *
         return nidx;
     if (p < 1)
         return ein_fail(err, EIN_EINVAL, "device count must be at least 1, not %d", p);
-    spec_list list = {0};
+    spec_list list = {.want_specs = 1};
     int counts[PL_MAX_INDICES];
     int rc = 0;
     if (nidx == 0) {
-        /* A scalar operator cannot be split; p == 1 gives the single spec. */
+        /* An operator without shardable indices runs whole; only p == 1. */
         if (p == 1) {
             list.v = calloc(1, sizeof *list.v);
             if (!list.v)
@@ -252,6 +357,36 @@ int pl_spec_enumerate(const pl_graph *g, int node, int p, pl_spec **specs, int *
     return 0;
 }
 
+int pl_spec_requests(const pl_graph *g, int node, int p, int **counts, int *n, int *nidx,
+                     ein_error *err)
+{
+    pl_index idx[PL_MAX_INDICES];
+    int ni = pl_op_indices(g, node, idx, err);
+    if (ni < 0)
+        return ni;
+    if (p < 1)
+        return ein_fail(err, EIN_EINVAL, "device count must be at least 1, not %d", p);
+    spec_list list = {.want_specs = 0};
+    int c[PL_MAX_INDICES];
+    int rc = 0;
+    if (ni == 0) {
+        list.req = malloc(sizeof(int));
+        if (!list.req)
+            return ein_fail(err, EIN_ENOMEM, "out of memory");
+        list.n = p == 1;
+    } else {
+        rc = enumerate_rec(g, node, idx, ni, 0, p, c, &list, err);
+    }
+    if (rc < 0) {
+        free(list.req);
+        return rc;
+    }
+    *counts = list.req ? list.req : malloc(sizeof(int));
+    *n = list.n;
+    *nidx = ni;
+    return 0;
+}
+
 char *pl_spec_format(const pl_spec *s, const pl_index *idx, char *buf, size_t len)
 {
     size_t n = 0;
@@ -261,22 +396,35 @@ char *pl_spec_format(const pl_spec *s, const pl_index *idx, char *buf, size_t le
     return buf;
 }
 
+char *pl_spec_format_labels(const pl_spec *s, const pl_index *idx, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < s->nidx && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%s:%d", i ? " " : "", idx[i].label, s->counts[i]);
+    return buf;
+}
+
 static int box_cmp(const void *a, const void *b)
 {
     return ein_box_compare(a, b);
 }
 
-/* Sorted distinct boxes of a list. */
+/* Sorted distinct non-empty boxes of a list. */
 static int tiling_from(const ein_box *boxes, size_t stride, int n, pl_tiling *out)
 {
     out->boxes = malloc(sizeof(ein_box) * (size_t)(n ? n : 1));
     if (!out->boxes)
         return EIN_ENOMEM;
-    for (int i = 0; i < n; i++)
-        out->boxes[i] = *(const ein_box *)((const char *)boxes + stride * (size_t)i);
-    qsort(out->boxes, (size_t)n, sizeof(ein_box), box_cmp);
+    int m0 = 0;
+    for (int i = 0; i < n; i++) {
+        const ein_box *b = (const ein_box *)((const char *)boxes + stride * (size_t)i);
+        if (!ein_box_empty(b))
+            out->boxes[m0++] = *b;
+    }
+    qsort(out->boxes, (size_t)m0, sizeof(ein_box), box_cmp);
     int m = 0;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < m0; i++)
         if (m == 0 || !ein_box_equal(&out->boxes[m - 1], &out->boxes[i]))
             out->boxes[m++] = out->boxes[i];
     out->n = m;
@@ -290,7 +438,7 @@ int pl_tiling_of_outputs(const pl_spec *s, pl_tiling *out)
 
 int pl_tiling_of_input(const pl_spec *s, int k, pl_tiling *out)
 {
-    return tiling_from(&s->f[0].in[k], sizeof(pl_fspec), s->nparts, out);
+    return tiling_from(&s->in_boxes[k], sizeof(ein_box) * (size_t)s->ninputs, s->nparts, out);
 }
 
 int pl_tiling_equal(const pl_tiling *a, const pl_tiling *b)

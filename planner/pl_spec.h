@@ -21,17 +21,28 @@
 #include "planner/pl_graph.h"
 
 #define PL_MAX_INDICES 26
-#define PL_MAX_INPUTS 2
 
+/* A shardable index. `any` indices split anywhere into near-equal
+ * intervals; a `step` > 1 allows splits only at multiples of step (rope's
+ * hidden dim at head boundaries); `pos` lists the only allowed split
+ * points (sorted, strictly inside (0, size): attention's sequence ends).
+ * With positions, split points are taken from the list as close as
+ * possible to the equal split; a count above npos + 1 has no spec. */
 typedef struct pl_index {
-    char name;          /* einsum letter, or 'a'+axis for elementwise ops */
+    char name;          /* einsum letter, or 'a'+i for other operators */
+    char label[PL_AXIS_NAME_MAX]; /* dim name for reports ("tokens") */
     int64_t size;
-    int any;            /* 1: split anywhere (the only kind in version 1) */
+    int any;            /* 1: no position list */
+    int64_t step;       /* split points at multiples of step (1: anywhere) */
+    const int64_t *pos; /* allowed split points (owned by the node) */
+    int npos;
 } pl_index;
 
-/* One function specification: the projected input types and output type. */
+/* One function specification: the projected input types and output type.
+ * in[k] points into the spec's storage; an input the function does not
+ * read has an empty box (lo == hi in some dim; concat only). */
 typedef struct pl_fspec {
-    ein_box in[PL_MAX_INPUTS];
+    ein_box *in;
     ein_box out;
 } pl_fspec;
 
@@ -41,10 +52,12 @@ typedef struct pl_spec {
     int nparts;                 /* prod(counts) */
     int ninputs;
     pl_fspec *f;                /* nparts function specifications */
+    ein_box *in_boxes;          /* storage of f[i].in: nparts * ninputs boxes */
     ein_agg agg;                /* how outputs with the same type combine */
+    int cap;                    /* parts the arrays can hold (pl_spec_remake) */
 } pl_spec;
 
-/* A tiling: the distinct output boxes of a spec, sorted (canonical form). */
+/* A tiling: the distinct non-empty boxes of a spec, sorted (canonical form). */
 typedef struct pl_tiling {
     int n;
     ein_box *boxes;
@@ -57,6 +70,9 @@ int pl_op_indices(const pl_graph *g, int node, pl_index *idx, ein_error *err);
  * near-equal intervals (the first size % count get one more element). */
 void pl_interval(int64_t size, int count, int part, int64_t *lo, int64_t *hi);
 
+/* The operator's aggregation if its indices were split by `counts`. */
+ein_agg pl_op_agg(const pl_graph *g, int node, const int *counts);
+
 int pl_spec_make(const pl_graph *g, int node, const int *counts, pl_spec *out,
                  ein_error *err);
 /* Every spec of `node` for p parts: one per ordered factorisation of p over
@@ -64,12 +80,32 @@ int pl_spec_make(const pl_graph *g, int node, const int *counts, pl_spec *out,
  * the operator cannot be split p ways. */
 int pl_spec_enumerate(const pl_graph *g, int node, int p, pl_spec **specs, int *n,
                       ein_error *err);
+/* pl_spec_make into a spec that already holds arrays (zero-initialised or
+ * from an earlier make): reuses them when large enough. */
+int pl_spec_remake(const pl_graph *g, int node, const int *counts, pl_spec *s,
+                   ein_error *err);
+/* The requests pl_spec_enumerate would build, as *n rows of `nidx` counts
+ * (malloc'd, free()), without building the specs. */
+int pl_spec_requests(const pl_graph *g, int node, int p, int **counts, int *n, int *nidx,
+                     ein_error *err);
 void pl_spec_clear(pl_spec *s);
 void pl_spec_array_free(pl_spec *specs, int n);
 int pl_spec_copy(const pl_spec *src, pl_spec *dst);
 
 /* "i:2 j:1 k:2" into buf. */
 char *pl_spec_format(const pl_spec *s, const pl_index *idx, char *buf, size_t len);
+/* "tokens:8 d_model:1" (index labels) into buf. */
+char *pl_spec_format_labels(const pl_spec *s, const pl_index *idx, char *buf, size_t len);
+
+/* The largest interval count index `ix` allows (size, size/step, npos+1). */
+int pl_index_max_count(const pl_index *ix);
+/* The count+1 split points of `ix` into `count` intervals (splits[0] = 0,
+ * splits[count] = size). Returns 0, or -1 when the index cannot be split
+ * `count` ways. */
+int pl_index_splits(const pl_index *ix, int count, int64_t *splits);
+
+/* The operator's arithmetic (floating-point operations, for reports). */
+double pl_op_flops(const pl_graph *g, int node);
 
 int pl_tiling_of_outputs(const pl_spec *s, pl_tiling *out);
 /* The distinct boxes of input k of s (what the spec asks its producer for). */

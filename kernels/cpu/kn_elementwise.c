@@ -17,9 +17,12 @@
 static const char *const kn_unary_names[EIN_UN_COUNT] = {
     [EIN_UN_RELU] = "relu", [EIN_UN_SILU] = "silu", [EIN_UN_GELU] = "gelu",
     [EIN_UN_EXP] = "exp", [EIN_UN_NEG] = "neg", [EIN_UN_SCALE] = "scale",
+    [EIN_UN_ADDC] = "addc", [EIN_UN_SIGMOID] = "sigmoid", [EIN_UN_TANH] = "tanh",
+    [EIN_UN_SQUARE] = "square",
 };
 static const char *const kn_binary_names[EIN_BIN_COUNT] = {
     [EIN_BIN_ADD] = "add", [EIN_BIN_SUB] = "sub", [EIN_BIN_MUL] = "mul",
+    [EIN_BIN_DIV] = "div", [EIN_BIN_MAX] = "max",
 };
 
 static void kn_unary_f32(ein_unary op, float s, const float *x, float *y, int64_t n)
@@ -51,6 +54,22 @@ static void kn_unary_f32(ein_unary op, float s, const float *x, float *y, int64_
         for (int64_t i = 0; i < n; i++)
             y[i] = x[i] * s;
         break;
+    case EIN_UN_ADDC:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] + s;
+        break;
+    case EIN_UN_SIGMOID:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = 1.0f / (1.0f + expf(-x[i]));
+        break;
+    case EIN_UN_TANH:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = tanhf(x[i]);
+        break;
+    case EIN_UN_SQUARE:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] * x[i];
+        break;
     case EIN_UN_COUNT:
         break;
     }
@@ -70,6 +89,14 @@ static void kn_binary_f32(ein_binary op, const float *a, const float *b, float *
     case EIN_BIN_MUL:
         for (int64_t i = 0; i < n; i++)
             y[i] = a[i] * b[i];
+        break;
+    case EIN_BIN_DIV:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = a[i] / b[i];
+        break;
+    case EIN_BIN_MAX:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = fmaxf(a[i], b[i]);
         break;
     case EIN_BIN_COUNT:
         break;
@@ -140,6 +167,59 @@ int kn_cpu_unary(ein_unary op, double scalar, const kn_block *x, kn_block *out,
     return 0;
 }
 
+/* Strides of input k over out's index space: its own row-major strides,
+ * 0 along broadcast dimensions and the dimensions it lacks (right-aligned
+ * ranks). Fails unless every other interval equals out's. */
+static int kn_bcast(const char *what, const char *name, const kn_block *k, const kn_block *out,
+                    int64_t *st, int *bc, ein_error *err)
+{
+    char b1[256], b2[256];
+    int r = out->box.rank, rk = k->box.rank;
+    if (rk < 0 || rk > r)
+        return ein_fail(err, EIN_ESHAPE, "%s: %s has rank %d but out has rank %d", what, name,
+                        rk, r);
+    int64_t s = 1;
+    *bc = 0;
+    for (int d = r - 1; d >= 0; d--) {
+        st[d] = 0;
+        int dk = d - (r - rk);
+        if (dk < 0) {
+            *bc |= out->box.hi[d] - out->box.lo[d] != 1;
+            continue;
+        }
+        int64_t lo = k->box.lo[dk], hi = k->box.hi[dk];
+        if (hi < lo)
+            return ein_fail(err, EIN_ESHAPE, "%s: %s has an inverted interval in dimension %d",
+                            what, name, dk);
+        if (lo == out->box.lo[d] && hi == out->box.hi[d]) {
+            st[d] = hi - lo == 1 ? 0 : s;
+        } else if (hi - lo == 1) {
+            *bc = 1;            /* broadcast: its one element along d */
+        } else {
+            return ein_fail(err, EIN_ESHAPE, "%s: out box %s does not match %s box %s "
+                            "(dimension %d is neither equal nor broadcast)", what,
+                            ein_box_format(&out->box, b1, sizeof b1), name,
+                            ein_box_format(&k->box, b2, sizeof b2), dk);
+        }
+        s *= hi - lo;
+    }
+    return 0;
+}
+
+/* n elements of k starting at element offset off with element stride inc
+ * (0: the same element repeated, 1: contiguous), as f32. */
+static void kn_load_inc(const kn_block *k, int64_t off, int64_t inc, float *dst, int64_t n)
+{
+    if (inc == 1) {
+        ein_dtype_to_f32(k->dtype, kn_at(k, off), dst, (size_t)n);
+        return;
+    }
+    float v;
+    ein_dtype_to_f32(k->dtype, kn_at(k, off), &v, 1);
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = v;
+}
+
 int kn_cpu_binary(ein_binary op, const kn_block *a, const kn_block *b,
                   kn_block *out, ein_error *err)
 {
@@ -150,24 +230,69 @@ int kn_cpu_binary(ein_binary op, const kn_block *a, const kn_block *b,
     int rc;
     if (!out)
         return ein_fail(err, EIN_EINVAL, "%s: missing out", what);
+    if (!a || !b)
+        return ein_fail(err, EIN_EINVAL, "%s: missing %s", what, a ? "b" : "a");
     if ((rc = kn_check(what, "out", out, out, err)) < 0 ||
-        (rc = kn_check(what, "a", a, out, err)) < 0 ||
-        (rc = kn_check(what, "b", b, out, err)) < 0)
+        (rc = kn_check(what, "a", a, a, err)) < 0 ||
+        (rc = kn_check(what, "b", b, b, err)) < 0)
+        return rc;
+    int64_t sa[EIN_MAX_RANK], sb[EIN_MAX_RANK];
+    int bca, bcb;
+    if ((rc = kn_bcast(what, "a", a, out, sa, &bca, err)) < 0 ||
+        (rc = kn_bcast(what, "b", b, out, sb, &bcb, err)) < 0)
         return rc;
     int64_t n = ein_box_volume(&out->box);
-    if (a->dtype == EIN_F32 && b->dtype == EIN_F32 && out->dtype == EIN_F32) {
-        kn_binary_f32(op, a->data, b->data, out->data, n);
+    if (n <= 0)
+        return 0;
+    if (!bca && !bcb) {
+        /* Equal boxes (up to extent-1 dimensions): flat arrays. */
+        if (a->dtype == EIN_F32 && b->dtype == EIN_F32 && out->dtype == EIN_F32) {
+            kn_binary_f32(op, a->data, b->data, out->data, n);
+            return 0;
+        }
+        float ba[KN_CHUNK], bb[KN_CHUNK];
+        for (int64_t i = 0; i < n; i += KN_CHUNK) {
+            int64_t c = n - i < KN_CHUNK ? n - i : KN_CHUNK;
+            ein_dtype_to_f32(a->dtype, kn_at(a, i), ba, (size_t)c);
+            ein_dtype_to_f32(b->dtype, kn_at(b, i), bb, (size_t)c);
+            kn_binary_f32(op, ba, bb, ba, c);
+            ein_dtype_from_f32(out->dtype, ba, (void *)kn_at(out, i), (size_t)c);
+        }
         return 0;
     }
+    /* Broadcasting: walk out row by row (last dimension), each input row
+     * contiguous or one repeated element. An input that aliases out has
+     * out's box, so it is never broadcast and each chunk is read before it
+     * is written. */
+    int r = out->box.rank;
+    int64_t len = r > 0 ? out->box.hi[r - 1] - out->box.lo[r - 1] : 1;
+    int64_t ia = r > 0 ? sa[r - 1] : 0, ib = r > 0 ? sb[r - 1] : 0;
+    int64_t idx[EIN_MAX_RANK] = {0}, oa = 0, ob = 0, oy = 0;
     float ba[KN_CHUNK], bb[KN_CHUNK];
-    for (int64_t i = 0; i < n; i += KN_CHUNK) {
-        int64_t c = n - i < KN_CHUNK ? n - i : KN_CHUNK;
-        ein_dtype_to_f32(a->dtype, kn_at(a, i), ba, (size_t)c);
-        ein_dtype_to_f32(b->dtype, kn_at(b, i), bb, (size_t)c);
-        kn_binary_f32(op, ba, bb, ba, c);
-        ein_dtype_from_f32(out->dtype, ba, (void *)kn_at(out, i), (size_t)c);
+    for (;;) {
+        for (int64_t i = 0; i < len; i += KN_CHUNK) {
+            int64_t c = len - i < KN_CHUNK ? len - i : KN_CHUNK;
+            kn_load_inc(a, oa + i * ia, ia, ba, c);
+            kn_load_inc(b, ob + i * ib, ib, bb, c);
+            kn_binary_f32(op, ba, bb, ba, c);
+            ein_dtype_from_f32(out->dtype, ba, (void *)kn_at(out, oy + i), (size_t)c);
+        }
+        oy += len;
+        int d = r - 2;
+        for (; d >= 0; d--) {
+            int64_t ext = out->box.hi[d] - out->box.lo[d];
+            if (++idx[d] < ext) {
+                oa += sa[d];
+                ob += sb[d];
+                break;
+            }
+            oa -= sa[d] * (ext - 1);
+            ob -= sb[d] * (ext - 1);
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return 0;
     }
-    return 0;
 }
 
 int kn_cpu_agg(ein_agg op, const kn_block *srcs, int n, kn_block *out,

@@ -33,6 +33,60 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
         if (nin != 2)
             return ein_fail(err, EIN_EINVAL, "kernel binary: takes 2 inputs, got %d", nin);
         return kn_cpu_binary(k->binary, &ins[0], &ins[1], out, err);
+    case EIN_KERNEL_SOFTMAX:
+        if (nin != 1)
+            return ein_fail(err, EIN_EINVAL, "kernel softmax: takes 1 input, got %d", nin);
+        return kn_cpu_softmax(k->axis, &ins[0], out, err);
+    case EIN_KERNEL_RMSNORM:
+        if (nin != 2)
+            return ein_fail(err, EIN_EINVAL, "kernel rmsnorm: takes 2 inputs (x, weight), got %d",
+                            nin);
+        return kn_cpu_rmsnorm(k->eps, &ins[0], &ins[1], out, err);
+    case EIN_KERNEL_LAYERNORM:
+        if (nin != 3)
+            return ein_fail(err, EIN_EINVAL,
+                            "kernel layernorm: takes 3 inputs (x, weight, bias), got %d", nin);
+        return kn_cpu_layernorm(k->eps, &ins[0], &ins[1], &ins[2], out, err);
+    case EIN_KERNEL_ROPE:
+        if (nin != 1)
+            return ein_fail(err, EIN_EINVAL, "kernel rope: takes 1 input, got %d", nin);
+        if (k->nlist < 0 || (k->nlist > 0 && !k->list))
+            return ein_fail(err, EIN_EINVAL, "kernel rope: bad sequence list (%d)", (int)k->nlist);
+        return kn_cpu_rope(k->head_dim, k->theta, k->list, k->nlist, &ins[0], out, err);
+    case EIN_KERNEL_ATTENTION:
+        if (nin != 3)
+            return ein_fail(err, EIN_EINVAL, "kernel attention: takes 3 inputs (q, k, v), got %d",
+                            nin);
+        if (k->nlist < 0 || (k->nlist > 0 && !k->list))
+            return ein_fail(err, EIN_EINVAL, "kernel attention: bad sequence list (%d)",
+                            (int)k->nlist);
+        return kn_cpu_attention(k->group, k->list, k->nlist, &ins[0], &ins[1], &ins[2], out,
+                                err);
+    case EIN_KERNEL_REDUCE:
+        if (nin != 1)
+            return ein_fail(err, EIN_EINVAL, "kernel reduce: takes 1 input, got %d", nin);
+        return kn_cpu_reduce(k->reduce, k->axes, &ins[0], out, err);
+    case EIN_KERNEL_CONCAT:
+        if (nin < 1 || nin > EIN_KERNEL_MAX_INPUTS)
+            return ein_fail(err, EIN_EINVAL, "kernel concat: takes 1 to %d inputs, got %d",
+                            EIN_KERNEL_MAX_INPUTS, nin);
+        /* One offset per input; a trailing total extent is accepted too. */
+        if (!k->list || (k->nlist != nin && k->nlist != nin + 1))
+            return ein_fail(err, EIN_EINVAL, "kernel concat: %d offsets for %d inputs",
+                            (int)k->nlist, nin);
+        return kn_cpu_concat(k->axis, k->list, ins, nin, out, err);
+    case EIN_KERNEL_SLICE:
+        if (nin != 1)
+            return ein_fail(err, EIN_EINVAL, "kernel slice: takes 1 input, got %d", nin);
+        return kn_cpu_slice(k->axis, k->start, &ins[0], out, err);
+    case EIN_KERNEL_SPLIT_HEADS:
+        if (nin != 1)
+            return ein_fail(err, EIN_EINVAL, "kernel split_heads: takes 1 input, got %d", nin);
+        return kn_cpu_split_heads(k->head_dim, &ins[0], out, err);
+    case EIN_KERNEL_MERGE_HEADS:
+        if (nin != 1)
+            return ein_fail(err, EIN_EINVAL, "kernel merge_heads: takes 1 input, got %d", nin);
+        return kn_cpu_merge_heads(k->head_dim, &ins[0], out, err);
     case EIN_KERNEL_COUNT:
         break;
     }

@@ -5,6 +5,9 @@
  * than from device memory, which would need an allocation and a copy; more
  * than KN_CUDA_MAXSRC sources fold in several launches on the same stream,
  * each later one reading the running result from dst. */
+extern "C" {
+#include "kernels/kn_cpu.h"
+}
 #include "kernels/cuda/kn_cuda.h"
 
 #include <cuda_runtime.h>
@@ -14,7 +17,7 @@
 #define KN_CUDA_BLOCK 256
 #define KN_CUDA_MAXGRID 4096
 
-static __thread char kn_cuda_msg[256];
+static __thread char kn_cuda_msg[EIN_ERROR_MSG_MAX];
 
 struct kn_cuda_srcs {
     const float *p[KN_CUDA_MAXSRC];
@@ -55,6 +58,10 @@ __global__ void kn_unary_kernel(int op, float s, const float *x, float *y, int64
             break;
         case EIN_UN_EXP: r = expf(v); break;
         case EIN_UN_NEG: r = -v; break;
+        case EIN_UN_ADDC: r = v + s; break;
+        case EIN_UN_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
+        case EIN_UN_TANH: r = tanhf(v); break;
+        case EIN_UN_SQUARE: r = v * v; break;
         default: r = v * s; break; /* EIN_UN_SCALE; op was checked on the host */
         }
         y[i] = r;
@@ -147,6 +154,11 @@ extern "C" int kn_cuda_agg_sum(const float *const *srcs, int nsrc, float *dst, i
                                void *stream)
 {
     return kn_cuda_agg(EIN_AGG_SUM, srcs, nsrc, dst, n, stream);
+}
+
+extern "C" void kn_cuda_set_msg(const char *msg)
+{
+    snprintf(kn_cuda_msg, sizeof kn_cuda_msg, "%s", msg);
 }
 
 extern "C" const char *kn_cuda_last_error(void)

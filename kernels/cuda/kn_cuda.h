@@ -1,4 +1,4 @@
-/* kernels/cuda/kn_cuda.h — CUDA kernels on f32 device buffers.
+/* kernels/cuda/kn_cuda.h — CUDA kernels on device buffers.
  *
  * Every kernel is enqueued on `stream` (a cudaStream_t, NULL for the legacy
  * default stream) and returns without waiting: nothing here allocates or
@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "common/ein_program.h"
+#include "kernels/kn_cpu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,6 +32,86 @@ int kn_cuda_unary(ein_unary op, float scalar, const float *x, float *y, int64_t 
 int kn_cuda_agg(ein_agg op, const float *const *srcs, int nsrc, float *dst, int64_t n,
                 void *stream);
 int kn_cuda_agg_sum(const float *const *srcs, int nsrc, float *dst, int64_t n, void *stream);
+
+/* ---- Block kernels: the semantics of the kn_cpu_* function of the same
+ * name (kernels/kn_cpu.h), on blocks whose `data` is a device pointer.
+ * Box and argument checks happen on the host before anything is enqueued
+ * and fail with the same codes as the CPU kernels (err filled, nothing
+ * launched); a failed launch is EIN_EDEVICE. f32/f16/bf16 everywhere,
+ * computed in f32. Host arrays (seq_ends, offsets, blocks) are read before
+ * the call returns; kernels that need them on the device take them by
+ * value (at most KN_CUDA_MAX_SEQ sequence ends, KN_CUDA_MAX_CAT inputs). */
+#define KN_CUDA_MAX_SEQ 64
+#define KN_CUDA_MAX_CAT 16
+
+int kn_cuda_unary_blk(ein_unary op, double scalar, const kn_block *x, kn_block *out,
+                      void *stream, ein_error *err);
+int kn_cuda_binary(ein_binary op, const kn_block *a, const kn_block *b, kn_block *out,
+                   void *stream, ein_error *err);
+int kn_cuda_agg_blk(ein_agg op, const kn_block *srcs, int n, kn_block *out, void *stream,
+                    ein_error *err);
+int kn_cuda_softmax(int axis, const kn_block *x, kn_block *out, void *stream, ein_error *err);
+int kn_cuda_rmsnorm(double eps, const kn_block *x, const kn_block *w, kn_block *out,
+                    void *stream, ein_error *err);
+int kn_cuda_layernorm(double eps, const kn_block *x, const kn_block *w, const kn_block *b,
+                      kn_block *out, void *stream, ein_error *err);
+int kn_cuda_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nseq,
+                 const kn_block *x, kn_block *out, void *stream, ein_error *err);
+int kn_cuda_concat(int axis, const int64_t *offsets, const kn_block *ins, int n,
+                   kn_block *out, void *stream, ein_error *err);
+int kn_cuda_slice(int axis, int64_t start, const kn_block *x, kn_block *out, void *stream,
+                  ein_error *err);
+int kn_cuda_split_heads(int64_t head_dim, const kn_block *x, kn_block *out, void *stream,
+                        ein_error *err);
+int kn_cuda_merge_heads(int64_t head_dim, const kn_block *x, kn_block *out, void *stream,
+                        ein_error *err);
+
+/* Causal GQA attention over packed sequences (kn_cpu_attention). f16 and
+ * bf16 with head dim 64 or 128 and all of q, k, v, out in that dtype run a
+ * fused tensor-core kernel (FlashAttention-2's scheme: 64 queries per
+ * block, 64-key tiles in shared memory, online softmax, masked tiles
+ * skipped); anything else runs a one-warp-per-query kernel (head dim up to
+ * 256). */
+int kn_cuda_attention(int64_t group, const int64_t *seq_ends, int nseq, const kn_block *q,
+                      const kn_block *k, const kn_block *v, kn_block *out, void *stream,
+                      ein_error *err);
+
+/* Per-process setup of the fused attention kernels (their shared-memory
+ * opt-in); kn_cuda_ctx_create() calls it. Call it (or create a context)
+ * before capturing a graph that contains attention. */
+int kn_cuda_attention_prepare(ein_error *err);
+
+/* ---- GEMM through cuBLAS. A context holds the cuBLAS handle and the
+ * caller's workspace; create it before any graph capture (it allocates),
+ * use it from one thread at a time, and bind it to a stream per call. */
+typedef struct kn_cuda_ctx kn_cuda_ctx;
+
+/* workspace: device memory the caller owns (>= 32 MiB recommended on
+ * Hopper; may be NULL with 0 bytes). Also prepares the attention kernels. */
+int kn_cuda_ctx_create(void *workspace, size_t workspace_bytes, kn_cuda_ctx **out,
+                       ein_error *err);
+void kn_cuda_ctx_destroy(kn_cuda_ctx *c);
+
+/* Row-major strided batched GEMM, f32 accumulation:
+ *   C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b],  b < batch,
+ * op(A) is [m, k] (A stored [m, k] with row stride lda, or [k, m] when
+ * trans_a), op(B) is [k, n] ([k, n], or [n, k] when trans_b), C [m, n]
+ * with row stride ldc; stride_* are element offsets between batches.
+ * A and B share one dtype (f32, f16 or bf16); C is f32 or that dtype.
+ * f16/bf16 use tensor cores; f32 uses them too (TF32) only if allow_tf32. */
+typedef struct kn_cuda_gemm_args {
+    int trans_a, trans_b;
+    int64_t m, n, k, batch;
+    const void *a, *b;
+    void *c;
+    ein_dtype ab_dtype, c_dtype;
+    int64_t lda, ldb, ldc;
+    int64_t stride_a, stride_b, stride_c;
+    float alpha, beta;
+    int allow_tf32;
+} kn_cuda_gemm_args;
+
+int kn_cuda_gemm(kn_cuda_ctx *c, const kn_cuda_gemm_args *g, void *stream, ein_error *err);
 
 /* The message of the last failure of a kn_cuda_* call in this thread ("" if none). */
 const char *kn_cuda_last_error(void);

@@ -72,7 +72,7 @@ expect "binding without ="    2 "expected NAME=FILE.npy"            -- --cpu 2 -
 expect "unknown output"       2 "saves no tensor named 'z'"         -- --cpu 2 --output z=z.npy ffn.ein
 expect "bad selector"         2 "expected dp, greedy or random"     -- --cpu 2 --selector best ffn.ein
 expect "unwritable output"    2 "cannot write nodir/y.npy"          -- --cpu 2 --output y=nodir/y.npy ffn.ein
-expect "no plan"              2 "operator 'y'.*cannot be split into 4 parts" -- --cpu 4 tiny.ein
+expect "no plan"              2 "operator 'y' (matmul at line 3.*no join-agg spec for 4 devices" -- --cpu 4 tiny.ein
 expect "worker cannot start"  1 "device [0-9] (pid [0-9]*) exited with status 1 at startup" -- --cpu 3 --worker /bin/false ffn.ein
 expect "worker crashes"       1 "device [0-9] (pid [0-9]*) was killed by signal 9" -- --cpu 3 --worker ./crash.sh ffn.ein
 start=$(date +%s)

@@ -376,6 +376,10 @@ static double ref_unary(ein_unary op, double s, double x)
     case EIN_UN_EXP: return exp(x);
     case EIN_UN_NEG: return -x;
     case EIN_UN_SCALE: return x * s;
+    case EIN_UN_ADDC: return x + s;
+    case EIN_UN_SIGMOID: return 1 / (1 + exp(-x));
+    case EIN_UN_TANH: return tanh(x);
+    case EIN_UN_SQUARE: return x * x;
     default: return NAN;
     }
 }
@@ -445,7 +449,9 @@ static void test_binary(void **state)
             int64_t n = ein_box_volume(&box);
             for (int64_t i = 0; i < n; i++) {
                 double va = a.f[i], vb = b.f[i];
-                double want = op == EIN_BIN_ADD ? va + vb : op == EIN_BIN_SUB ? va - vb : va * vb;
+                double want = op == EIN_BIN_ADD ? va + vb : op == EIN_BIN_SUB ? va - vb
+                            : op == EIN_BIN_MUL ? va * vb : op == EIN_BIN_DIV ? va / vb
+                            : (va > vb ? va : vb);
                 check_close("binary", dout, i, y.f[i], want);
             }
             tb_free(&a);

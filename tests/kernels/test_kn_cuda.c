@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_runtime_api.h>
+#include <cuda_runtime.h>
 
 #include "kernels/cuda/kn_cuda.h"
 #include "kernels/kn_cpu.h"
@@ -167,6 +167,358 @@ static void test_agg_sum_errors(void **state)
     cudaFree(d);
 }
 
+/* ---- block kernels against the CPU ------------------------------------ */
+
+/* A host block with random values (rounded to dtype) and its device copy. */
+typedef struct hd {
+    kn_block h, d;
+} hd;
+
+static hd hd_rand(ein_dtype dt, const ein_box *box, float scale, float bias)
+{
+    hd x;
+    int64_t n = ein_box_volume(box);
+    size_t bytes = (size_t)(n > 0 ? n : 1) * ein_dtype_size(dt);
+    float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
+    assert_non_null(f);
+    for (int64_t i = 0; i < n; i++)
+        f[i] = rnd_float(scale) + bias;
+    x.h = (kn_block){malloc(bytes), dt, *box};
+    assert_non_null(x.h.data);
+    ein_dtype_from_f32(dt, f, x.h.data, (size_t)n);
+    free(f);
+    x.d = (kn_block){NULL, dt, *box};
+    cuda_ok(cudaMalloc(&x.d.data, bytes), "cudaMalloc");
+    cuda_ok(cudaMemcpy(x.d.data, x.h.data, bytes, cudaMemcpyHostToDevice), "upload");
+    return x;
+}
+
+/* An output pair, both poisoned with NaN. */
+static hd hd_out(ein_dtype dt, const ein_box *box)
+{
+    hd x;
+    int64_t n = ein_box_volume(box);
+    size_t bytes = (size_t)(n > 0 ? n : 1) * ein_dtype_size(dt);
+    x.h = (kn_block){malloc(bytes), dt, *box};
+    assert_non_null(x.h.data);
+    memset(x.h.data, 0xff, bytes);
+    x.d = (kn_block){NULL, dt, *box};
+    cuda_ok(cudaMalloc(&x.d.data, bytes), "cudaMalloc");
+    cuda_ok(cudaMemset(x.d.data, 0xff, bytes), "memset");
+    return x;
+}
+
+static void hd_free(hd *x)
+{
+    free(x->h.data);
+    cudaFree(x->d.data);
+}
+
+/* Device result against host result, tolerance by dtype (abs + rel). */
+static void hd_compare(const char *what, const hd *x, double tol)
+{
+    int64_t n = ein_box_volume(&x->h.box);
+    size_t es = ein_dtype_size(x->h.dtype);
+    void *raw = malloc((size_t)(n > 0 ? n : 1) * es);
+    float *got = malloc((size_t)(n > 0 ? n : 1) * sizeof *got);
+    float *want = malloc((size_t)(n > 0 ? n : 1) * sizeof *want);
+    assert_non_null(raw);
+    assert_non_null(got);
+    assert_non_null(want);
+    cuda_ok(cudaStreamSynchronize(stream), "sync");
+    cuda_ok(cudaMemcpy(raw, x->d.data, (size_t)n * es, cudaMemcpyDeviceToHost), "download");
+    ein_dtype_to_f32(x->h.dtype, raw, got, (size_t)n);
+    ein_dtype_to_f32(x->h.dtype, x->h.data, want, (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs((double)got[i] - want[i]) <= tol * (1.0 + fabs((double)want[i])))) {
+            print_error("%s (%s): element %lld is %.8g on the GPU, %.8g on the CPU\n", what,
+                        ein_dtype_name(x->h.dtype), (long long)i, got[i], want[i]);
+            fail();
+        }
+    free(raw);
+    free(got);
+    free(want);
+}
+
+static double dt_tol(ein_dtype dt)
+{
+    return dt == EIN_F32 ? 1e-4 : dt == EIN_F16 ? 4e-3 : 2e-2;
+}
+
+static const ein_dtype dts[3] = {EIN_F32, EIN_F16, EIN_BF16};
+
+static void test_elementwise_blocks(void **state)
+{
+    (void)state;
+    ein_error err;
+    for (int di = 0; di < 3; di++) {
+        ein_dtype dt = dts[di];
+        ein_box box = {3, {3, 5, 7}, {10, 18, 40}}, row = {1, {7}, {40}};
+        ein_box bc = {3, {0, 5, 7}, {1, 18, 40}};
+        hd x = hd_rand(dt, &box, 2.0f, 0.0f), y = hd_out(dt, &box);
+        hd r = hd_rand(dt, &row, 1.0f, 2.0f), b = hd_rand(EIN_F32, &bc, 1.0f, 0.0f);
+        for (int op = 0; op < EIN_UN_COUNT; op++) {
+            assert_int_equal(kn_cpu_unary((ein_unary)op, 0.37, &x.h, &y.h, &err), 0);
+            assert_int_equal(kn_cuda_unary_blk((ein_unary)op, 0.37, &x.d, &y.d, stream, &err), 0);
+            hd_compare("cuda unary", &y, dt_tol(dt));
+        }
+        for (int op = 0; op < EIN_BIN_COUNT; op++) {
+            assert_int_equal(kn_cpu_binary((ein_binary)op, &x.h, &r.h, &y.h, &err), 0);
+            assert_int_equal(kn_cuda_binary((ein_binary)op, &x.d, &r.d, &y.d, stream, &err), 0);
+            hd_compare("cuda binary (row broadcast)", &y, dt_tol(dt));
+            assert_int_equal(kn_cpu_binary((ein_binary)op, &b.h, &x.h, &y.h, &err), 0);
+            assert_int_equal(kn_cuda_binary((ein_binary)op, &b.d, &x.d, &y.d, stream, &err), 0);
+            hd_compare("cuda binary (dim 0 broadcast)", &y, dt_tol(dt));
+        }
+        assert_int_equal(kn_cuda_binary(EIN_BIN_ADD, &x.d, &y.d, &r.d, stream, &err), EIN_ESHAPE);
+        /* aggregation of 19 blocks (two launches), in place on the last one */
+        kn_block hs[19], ds[19];
+        hd xs[19];
+        for (int j = 0; j < 19; j++) {
+            xs[j] = hd_rand(dt, &box, 1.0f, 0.0f);
+            hs[j] = xs[j].h;
+            ds[j] = xs[j].d;
+        }
+        for (int op = EIN_AGG_SUM; op <= EIN_AGG_MAX; op++) {
+            assert_int_equal(kn_cpu_agg((ein_agg)op, hs, 19, &y.h, &err), 0);
+            assert_int_equal(kn_cuda_agg_blk((ein_agg)op, ds, 19, &y.d, stream, &err), 0);
+            hd_compare("cuda agg", &y, dt_tol(dt) * 4);
+        }
+        assert_int_equal(kn_cpu_agg(EIN_AGG_SUM, hs, 19, &xs[18].h, &err), 0);
+        assert_int_equal(kn_cuda_agg_blk(EIN_AGG_SUM, ds, 19, &xs[18].d, stream, &err), 0);
+        hd_compare("cuda agg in place", &xs[18], dt_tol(dt) * 4);
+        for (int j = 0; j < 19; j++)
+            hd_free(&xs[j]);
+        hd_free(&x);
+        hd_free(&y);
+        hd_free(&r);
+        hd_free(&b);
+    }
+}
+
+static void test_rows(void **state)
+{
+    (void)state;
+    ein_error err;
+    int64_t ends[3] = {20, 57, 90};
+    for (int di = 0; di < 3; di++) {
+        ein_dtype dt = dts[di];
+        ein_box box = {3, {1, 4, 0}, {4, 71, 1001}};
+        hd x = hd_rand(dt, &box, 4.0f, 0.0f), y = hd_out(dt, &box);
+        for (int axis = 0; axis < 3; axis++) {
+            assert_int_equal(kn_cpu_softmax(axis, &x.h, &y.h, &err), 0);
+            assert_int_equal(kn_cuda_softmax(axis, &x.d, &y.d, stream, &err), 0);
+            hd_compare("cuda softmax", &y, dt_tol(dt));
+        }
+        ein_box wb = {1, {0}, {1001}};
+        hd w = hd_rand(dt, &wb, 0.5f, 1.0f), b = hd_rand(dt, &wb, 0.5f, 0.0f);
+        assert_int_equal(kn_cpu_rmsnorm(1e-5, &x.h, &w.h, &y.h, &err), 0);
+        assert_int_equal(kn_cuda_rmsnorm(1e-5, &x.d, &w.d, &y.d, stream, &err), 0);
+        hd_compare("cuda rmsnorm", &y, dt_tol(dt));
+        assert_int_equal(kn_cpu_layernorm(1e-5, &x.h, &w.h, &b.h, &y.h, &err), 0);
+        assert_int_equal(kn_cuda_layernorm(1e-5, &x.d, &w.d, &b.d, &y.d, stream, &err), 0);
+        hd_compare("cuda layernorm", &y, dt_tol(dt));
+        /* rope on tokens [13, 77) of three packed sequences, heads 2..5 of 128 */
+        ein_box rb = {2, {13, 256}, {77, 640}};
+        hd rx = hd_rand(dt, &rb, 1.0f, 0.0f), ry = hd_out(dt, &rb);
+        assert_int_equal(kn_cpu_rope(128, 10000.0, ends, 3, &rx.h, &ry.h, &err), 0);
+        assert_int_equal(kn_cuda_rope(128, 10000.0, ends, 3, &rx.d, &ry.d, stream, &err), 0);
+        hd_compare("cuda rope", &ry, dt_tol(dt) * 2);
+        assert_int_equal(kn_cuda_rope(96, 10000.0, ends, 3, &rx.d, &ry.d, stream, &err),
+                         EIN_ESHAPE);
+        hd_free(&x);
+        hd_free(&y);
+        hd_free(&w);
+        hd_free(&b);
+        hd_free(&rx);
+        hd_free(&ry);
+    }
+}
+
+static void test_layout(void **state)
+{
+    (void)state;
+    ein_error err;
+    for (int di = 0; di < 3; di++) {
+        ein_dtype dt = dts[di];
+        ein_box xb = {3, {2, 0, 5}, {9, 13, 30}}, sb = {3, {2, 3, 5}, {9, 8, 30}};
+        hd x = hd_rand(dt, &xb, 1.0f, 0.0f), s = hd_out(dt, &sb);
+        assert_int_equal(kn_cpu_slice(1, 4, &x.h, &s.h, &err), 0);
+        assert_int_equal(kn_cuda_slice(1, 4, &x.d, &s.d, stream, &err), 0);
+        hd_compare("cuda slice", &s, 0);
+        assert_int_equal(kn_cuda_slice(1, 6, &x.d, &s.d, stream, &err), EIN_ESHAPE);
+        /* concat: x at 0 along axis 1 (extent 13), s2 at 13 */
+        int64_t offs[2] = {0, 13};
+        ein_box b2 = {3, {2, 0, 5}, {9, 6, 30}}, cb = {3, {2, 4, 5}, {9, 17, 30}};
+        hd x2 = hd_rand(dt, &b2, 1.0f, 0.0f), c = hd_out(dt, &cb);
+        kn_block hin[2] = {x.h, x2.h}, din[2] = {x.d, x2.d};
+        assert_int_equal(kn_cpu_concat(1, offs, hin, 2, &c.h, &err), 0);
+        assert_int_equal(kn_cuda_concat(1, offs, din, 2, &c.d, stream, &err), 0);
+        hd_compare("cuda concat", &c, 0);
+        assert_int_equal(kn_cuda_concat(1, offs, din, 1, &c.d, stream, &err), EIN_ESHAPE);
+        /* heads: [T, H*D] tokens [3, 40), heads [1, 4) of D 16 */
+        ein_box tb = {2, {3, 16}, {40, 64}}, hb = {3, {1, 3, 0}, {4, 40, 16}};
+        hd t = hd_rand(dt, &tb, 1.0f, 0.0f), hh = hd_out(dt, &hb), t2 = hd_out(dt, &tb);
+        assert_int_equal(kn_cpu_split_heads(16, &t.h, &hh.h, &err), 0);
+        assert_int_equal(kn_cuda_split_heads(16, &t.d, &hh.d, stream, &err), 0);
+        hd_compare("cuda split_heads", &hh, 0);
+        assert_int_equal(kn_cpu_merge_heads(16, &hh.h, &t2.h, &err), 0);
+        assert_int_equal(kn_cuda_merge_heads(16, &hh.d, &t2.d, stream, &err), 0);
+        hd_compare("cuda merge_heads", &t2, 0);
+        hd_free(&x);
+        hd_free(&s);
+        hd_free(&x2);
+        hd_free(&c);
+        hd_free(&t);
+        hd_free(&hh);
+        hd_free(&t2);
+    }
+}
+
+/* One attention case on both backends. */
+static void attention_case(ein_dtype dt, int64_t group, int64_t D, int64_t a, int64_t b,
+                           int64_t t0, int64_t t1, int64_t u0, int64_t u1, const int64_t *ends,
+                           int nseq)
+{
+    ein_error err;
+    ein_box qb = {3, {group * a, t0, 0}, {group * b, t1, D}}, kb = {3, {a, u0, 0}, {b, u1, D}};
+    hd q = hd_rand(dt, &qb, 2.0f, 0.0f), k = hd_rand(dt, &kb, 2.0f, 0.0f);
+    hd v = hd_rand(dt, &kb, 1.0f, 0.0f), o = hd_out(dt, &qb);
+    int rc = kn_cpu_attention(group, ends, nseq, &q.h, &k.h, &v.h, &o.h, &err);
+    if (rc)
+        print_error("%s\n", err.msg);
+    assert_int_equal(rc, 0);
+    rc = kn_cuda_attention(group, ends, nseq, &q.d, &k.d, &v.d, &o.d, stream, &err);
+    if (rc)
+        print_error("%s\n", err.msg);
+    assert_int_equal(rc, 0);
+    hd_compare("cuda attention", &o, dt_tol(dt) * 2);
+    hd_free(&q);
+    hd_free(&k);
+    hd_free(&v);
+    hd_free(&o);
+}
+
+static void test_attention(void **state)
+{
+    (void)state;
+    int64_t ends[3] = {100, 250, 333};
+    for (int di = 0; di < 3; di++) {
+        ein_dtype dt = dts[di];
+        /* fused path for f16/bf16 (D 64, 128), warp path otherwise */
+        attention_case(dt, 4, 128, 1, 3, 0, 333, 0, 333, NULL, 0);
+        attention_case(dt, 4, 128, 0, 2, 0, 333, 0, 333, ends, 3);
+        attention_case(dt, 2, 64, 1, 2, 130, 211, 100, 240, ends, 3);    /* middle of seq 2 */
+        attention_case(dt, 2, 64, 0, 1, 77, 300, 0, 333, ends, 3);      /* across two ends */
+        attention_case(dt, 3, 9, 0, 2, 130, 211, 100, 211, ends, 3);    /* odd head dim */
+        attention_case(dt, 1, 128, 0, 1, 5, 6, 0, 6, NULL, 0);          /* one query */
+    }
+    ein_error err;
+    ein_box qb = {3, {0, 4, 0}, {2, 8, 64}}, kb = {3, {0, 1, 0}, {1, 8, 64}};
+    hd q = hd_rand(EIN_BF16, &qb, 1.0f, 0.0f), k = hd_rand(EIN_BF16, &kb, 1.0f, 0.0f);
+    hd o = hd_out(EIN_BF16, &qb);
+    /* keys from 1 but query 4's sequence starts at 0 */
+    assert_int_equal(kn_cuda_attention(2, NULL, 0, &q.d, &k.d, &k.d, &o.d, stream, &err),
+                     EIN_ESHAPE);
+    assert_int_equal(kn_cuda_attention(3, NULL, 0, &q.d, &k.d, &k.d, &o.d, stream, &err),
+                     EIN_ESHAPE);
+    hd_free(&q);
+    hd_free(&k);
+    hd_free(&o);
+}
+
+static void test_gemm(void **state)
+{
+    (void)state;
+    ein_error err;
+    kn_cuda_ctx *ctx = NULL;
+    void *ws = NULL;
+    cuda_ok(cudaMalloc(&ws, 32 << 20), "cudaMalloc");
+    assert_int_equal(kn_cuda_ctx_create(ws, 32 << 20, &ctx, &err), 0);
+    for (int di = 0; di < 3; di++)
+        for (int tr = 0; tr < 4; tr++) {
+            ein_dtype dt = dts[di];
+            int ta = tr & 1, tb = tr >> 1;
+            int64_t B = 3, M = 67, N = 45, K = 129;
+            /* batched: a [B, M, K] or [B, K, M]; b [B, K, N] or [B, N, K] */
+            ein_box ab = {3, {0, 0, 0}, {B, ta ? K : M, ta ? M : K}};
+            ein_box bb = {3, {0, 0, 0}, {B, tb ? N : K, tb ? K : N}};
+            ein_box cb = {3, {0, 0, 0}, {B, M, N}};
+            hd a = hd_rand(dt, &ab, 1.0f, 0.0f), b = hd_rand(dt, &bb, 1.0f, 0.0f);
+            hd c = hd_out(EIN_F32, &cb);
+            char subs[32];
+            snprintf(subs, sizeof subs, "%s,%s->bmn", ta ? "bkm" : "bmk", tb ? "bnk" : "bkn");
+            assert_int_equal(kn_cpu_einsum(subs, &a.h, &b.h, &c.h, &err), 0);
+            kn_cuda_gemm_args g;
+            memset(&g, 0, sizeof g);
+            g.trans_a = ta, g.trans_b = tb;
+            g.m = M, g.n = N, g.k = K, g.batch = B;
+            g.a = a.d.data, g.b = b.d.data, g.c = c.d.data;
+            g.ab_dtype = dt, g.c_dtype = EIN_F32;
+            g.lda = ta ? M : K, g.ldb = tb ? K : N, g.ldc = N;
+            g.stride_a = M * K, g.stride_b = K * N, g.stride_c = M * N;
+            g.alpha = 1.0f, g.beta = 0.0f;
+            int rc = kn_cuda_gemm(ctx, &g, stream, &err);
+            if (rc)
+                print_error("%s\n", err.msg);
+            assert_int_equal(rc, 0);
+            hd_compare("cuda gemm", &c, dt == EIN_F32 ? 1e-4 : 1e-3);
+            g.lda = 1;
+            assert_int_equal(kn_cuda_gemm(ctx, &g, stream, &err), EIN_EINVAL);
+            hd_free(&a);
+            hd_free(&b);
+            hd_free(&c);
+        }
+    kn_cuda_ctx_destroy(ctx);
+    cudaFree(ws);
+}
+
+/* Attention and a GEMM captured into a CUDA graph and replayed: nothing
+ * inside them may allocate or synchronise. */
+static void test_graph_capture(void **state)
+{
+    (void)state;
+    ein_error err;
+    kn_cuda_ctx *ctx = NULL;
+    void *ws = NULL;
+    cuda_ok(cudaMalloc(&ws, 32 << 20), "cudaMalloc");
+    assert_int_equal(kn_cuda_ctx_create(ws, 32 << 20, &ctx, &err), 0);
+    ein_box qb = {3, {0, 0, 0}, {4, 200, 128}}, kb = {3, {0, 0, 0}, {2, 200, 128}};
+    hd q = hd_rand(EIN_BF16, &qb, 1.0f, 0.0f), k = hd_rand(EIN_BF16, &kb, 1.0f, 0.0f);
+    hd v = hd_rand(EIN_BF16, &kb, 1.0f, 0.0f), o = hd_out(EIN_BF16, &qb);
+    ein_box mb = {2, {0, 0}, {256, 256}};
+    hd a = hd_rand(EIN_BF16, &mb, 1.0f, 0.0f), c = hd_out(EIN_F32, &mb);
+    assert_int_equal(kn_cpu_attention(2, NULL, 0, &q.h, &k.h, &v.h, &o.h, &err), 0);
+    assert_int_equal(kn_cpu_einsum("ij,jk->ik", &a.h, &a.h, &c.h, &err), 0);
+    kn_cuda_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.m = g.n = g.k = 256, g.batch = 1;
+    g.a = g.b = a.d.data, g.c = c.d.data;
+    g.ab_dtype = EIN_BF16, g.c_dtype = EIN_F32;
+    g.lda = g.ldb = g.ldc = 256;
+    g.alpha = 1.0f;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+    assert_int_equal(kn_cuda_attention(2, NULL, 0, &q.d, &k.d, &v.d, &o.d, stream, &err), 0);
+    assert_int_equal(kn_cuda_gemm(ctx, &g, stream, &err), 0);
+    cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+    cuda_ok(cudaGraphInstantiateWithFlags(&exec, graph, 0), "instantiate");
+    cuda_ok(cudaGraphLaunch(exec, stream), "graph launch");
+    hd_compare("graph attention", &o, 4e-2);
+    hd_compare("graph gemm", &c, 1e-3);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    hd_free(&q);
+    hd_free(&k);
+    hd_free(&v);
+    hd_free(&o);
+    hd_free(&a);
+    hd_free(&c);
+    kn_cuda_ctx_destroy(ctx);
+    cudaFree(ws);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -190,6 +542,12 @@ int main(void)
         cmocka_unit_test(test_unary),
         cmocka_unit_test(test_agg),
         cmocka_unit_test(test_agg_sum_errors),
+        cmocka_unit_test(test_elementwise_blocks),
+        cmocka_unit_test(test_rows),
+        cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_graph_capture),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -266,7 +266,9 @@ static void test_unary(void **state)
     pl_graph *g = *state;
     ein_error err = {0};
     int x = pl_graph_add_input(g, "x", EIN_F16, 3, (int64_t[]){2, 3, 5}, &err);
-    static const char *names[] = {"relu", "silu", "gelu", "exp", "neg", "scale"};
+    static const char *names[] = {"relu", "silu", "gelu", "exp", "neg", "scale", "addc",
+                                  "sigmoid", "tanh", "square"};
+    _Static_assert(sizeof names / sizeof names[0] == EIN_UN_COUNT, "a unary op lacks a name");
     for (int op = 0; op < EIN_UN_COUNT; op++) {
         int id = pl_graph_add_unary(g, names[op], (ein_unary)op, 2.5, x, &err);
         assert_true(id >= 0);
@@ -278,8 +280,8 @@ static void test_unary(void **state)
         assert_shape(n, 3, (int64_t[]){2, 3, 5});
         assert_int_equal(n->ninputs, 1);
         assert_int_equal(n->inputs[0], x);
-        /* Only scale keeps its factor. */
-        assert_true(n->kernel.scalar == (op == EIN_UN_SCALE ? 2.5 : 0.0));
+        /* Only scale and addc keep their constant. */
+        assert_true(n->kernel.scalar == (op == EIN_UN_SCALE || op == EIN_UN_ADDC ? 2.5 : 0.0));
     }
     EXPECT_FAIL(g, pl_graph_add_unary(g, "s1", EIN_UN_SCALE, INFINITY, x, err), EIN_EINVAL, "not finite");
     EXPECT_FAIL(g, pl_graph_add_unary(g, "s2", EIN_UN_SCALE, NAN, x, err), EIN_EINVAL, "not finite");
@@ -300,7 +302,8 @@ static void test_binary(void **state)
     int c = input2(g, "c", 16, 8, EIN_F32);
     int d = input2(g, "d", 8, 16, EIN_F16);
     int e = pl_graph_add_input(g, "e", EIN_F32, 3, (int64_t[]){8, 16, 1}, &err);
-    static const char *names[] = {"add", "sub", "mul"};
+    static const char *names[] = {"add", "sub", "mul", "div", "maximum"};
+    _Static_assert(sizeof names / sizeof names[0] == EIN_BIN_COUNT, "a binary op lacks a name");
     for (int op = 0; op < EIN_BIN_COUNT; op++) {
         int id = pl_graph_add_binary(g, names[op], (ein_binary)op, a, b, &err);
         assert_true(id >= 0);
@@ -318,6 +321,19 @@ static void test_binary(void **state)
                 "sub: a is 8x16 but e is 8x16x1");
     EXPECT_FAIL(g, pl_graph_add_binary(g, "x3", EIN_BIN_MUL, a, d, err), EIN_ESHAPE,
                 "mul: a is f32 but d is f16");
+    /* numpy broadcasting: [8, 16] with [16], [8, 1] and [1, 8, 1]. */
+    int r = pl_graph_add_input(g, "row", EIN_F32, 1, (int64_t[]){16}, &err);
+    int col = pl_graph_add_input(g, "col", EIN_F32, 2, (int64_t[]){8, 1}, &err);
+    int b3 = pl_graph_add_input(g, "b3", EIN_F32, 3, (int64_t[]){3, 1, 16}, &err);
+    int id = pl_graph_add_binary(g, "br", EIN_BIN_ADD, a, r, &err);
+    assert_true(id >= 0);
+    assert_shape(pl_graph_node(g, id), 2, (int64_t[]){8, 16});
+    id = pl_graph_add_binary(g, "bc", EIN_BIN_MUL, col, a, &err);
+    assert_true(id >= 0);
+    assert_shape(pl_graph_node(g, id), 2, (int64_t[]){8, 16});
+    id = pl_graph_add_binary(g, "b3r", EIN_BIN_SUB, b3, a, &err);
+    assert_true(id >= 0);
+    assert_shape(pl_graph_node(g, id), 3, (int64_t[]){3, 8, 16});
     EXPECT_FAIL(g, pl_graph_add_binary(g, "x4", EIN_BIN_COUNT, a, b, err), EIN_EINVAL, "invalid operator");
     EXPECT_FAIL(g, pl_graph_add_binary(g, "x5", EIN_BIN_ADD, a, 1000, err), EIN_EINVAL,
                 "input id 1000 does not exist");

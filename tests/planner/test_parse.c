@@ -232,6 +232,91 @@ static void test_dtype_rules(void **state)
     pl_graph_free(g);
 }
 
+/* ---- the operators of a transformer block ---------------------------------- */
+
+static void test_block_ops(void **state)
+{
+    (void)state;
+    pl_graph *g = parse_ok(
+        "dims t=12 d=8 hd=4\n"
+        "seqs [5, 7]\n"
+        "input x[t, d]\ninput w[d]\ninput b[d]\ninput row[d]\n"
+        "n1 = rmsnorm(x, w)\n"
+        "n2 = layernorm(x, w, b, 1e-6)\n"
+        "r  = rope(n1, hd, 500000)\n"
+        "qh = split_heads(r, hd)\n"
+        "kh = split_heads(n2, 4)\n"
+        "kk = slice(kh, 0, 0, 1)\n"
+        "at = attention(qh, kk, kk)\n"
+        "mh = merge_heads(at)\n"
+        "sm = softmax(mh)\n"
+        "s0 = softmax(mh, 0)\n"
+        "bc = add(sm, row)\n"
+        "dv = div(bc, s0)\n"
+        "mx = maximum(dv, row)\n"
+        "sg = sigmoid(mx)\nth = tanh(sg)\nsq = square(th)\nac = addc(sq, -1.5)\n"
+        "rs = reduce_sum(ac, 1)\n"
+        "rm = reduce_max(kh, 0, 2)\n"
+        "cc = concat(x, n1, n2, 0)\n"
+        "save cc, rs, rm\n");
+    assert_int_equal(node(g, "n1")->kind, PL_RMSNORM);
+    assert_true(node(g, "n1")->kernel.eps == 1e-5);
+    assert_int_equal(node(g, "n2")->kind, PL_LAYERNORM);
+    assert_int_equal(node(g, "n2")->ninputs, 3);
+    assert_true(node(g, "n2")->kernel.eps == 1e-6);
+    const pl_node *r = node(g, "r");
+    assert_int_equal(r->kind, PL_ROPE);
+    assert_int_equal(r->kernel.head_dim, 4);
+    assert_true(r->kernel.theta == 500000.0);
+    assert_int_equal(r->kernel.nlist, 2);
+    assert_int_equal(r->kernel.list[0], 5);
+    assert_int_equal(r->kernel.list[1], 12);
+    assert_shape(node(g, "qh"), 3, (int64_t[]){2, 12, 4});
+    assert_shape(node(g, "kk"), 3, (int64_t[]){1, 12, 4});
+    const pl_node *at = node(g, "at");
+    assert_int_equal(at->kind, PL_ATTENTION);
+    assert_int_equal(at->kernel.group, 2);
+    assert_int_equal(at->kernel.nlist, 2);
+    assert_shape(at, 3, (int64_t[]){2, 12, 4});
+    assert_shape(node(g, "mh"), 2, (int64_t[]){12, 8});
+    assert_int_equal(node(g, "sm")->kernel.axis, 1);
+    assert_int_equal(node(g, "s0")->kernel.axis, 0);
+    assert_int_equal(node(g, "bc")->kind, PL_BINARY);
+    assert_int_equal(node(g, "dv")->kernel.binary, EIN_BIN_DIV);
+    assert_int_equal(node(g, "mx")->kernel.binary, EIN_BIN_MAX);
+    assert_int_equal(node(g, "ac")->kernel.unary, EIN_UN_ADDC);
+    assert_true(node(g, "ac")->kernel.scalar == -1.5);
+    assert_shape(node(g, "rs"), 1, (int64_t[]){12});
+    assert_int_equal(node(g, "rs")->kernel.reduce, EIN_AGG_SUM);
+    assert_shape(node(g, "rm"), 1, (int64_t[]){12});
+    assert_int_equal(node(g, "rm")->kernel.axes, 5u);
+    assert_int_equal(node(g, "rm")->kernel.reduce, EIN_AGG_MAX);
+    const pl_node *cc = node(g, "cc");
+    assert_int_equal(cc->kind, PL_CONCAT);
+    assert_int_equal(cc->ninputs, 3);
+    assert_shape(cc, 2, (int64_t[]){36, 8});
+    assert_int_equal(cc->kernel.list[1], 12);
+    assert_int_equal(cc->kernel.list[2], 24);
+    /* Dim names label the axes (einplan prints them). */
+    assert_string_equal(node(g, "x")->axis_name[0], "t");
+    assert_string_equal(node(g, "sm")->axis_name[0], "t");
+    pl_graph_free(g);
+
+    /* Examples of the repository parse. */
+    static const char *const ex[] = {"llama_block.ein", "chain_a.ein", "chain_b.ein",
+                                      "chain_c.ein", "chain_d.ein", "chain_e.ein"};
+    for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++) {
+        char path[4096];
+        const char *src = getenv("EIN_SRCDIR");
+        snprintf(path, sizeof path, "%s/examples/%s", src ? src : ".", ex[i]);
+        ein_error err = {0};
+        g = NULL;
+        if (pl_ein_parse_file(path, &g, &err) < 0)
+            fail_msg("%s: %s", path, err.msg);
+        pl_graph_free(g);
+    }
+}
+
 /* ---- malformed programs -------------------------------------------------- */
 
 #define H3 "dims n=8 k=16\ninput x[n, k]\ninput w[k, n]\n"
@@ -247,7 +332,43 @@ typedef struct bad_case {
 
 static const bad_case bad[] = {
     {"unknown_op", H3 "y = matmull(x, w)\nsave y\n", 0, EIN_EPARSE, "4:5",
-     "unknown operator 'matmull'; expected one of matmul, einsum, relu, silu, gelu, exp, neg, scale, add, sub, mul"},
+     "unknown operator 'matmull'; expected one of matmul, einsum, relu, silu, gelu, exp, neg, scale, add, sub, mul, div, maximum, sigmoid, tanh, square, addc, softmax, rmsnorm, layernorm, rope, attention, reduce_sum, reduce_max, concat, slice, split_heads, merge_heads"},
+#define HB "dims t=12 d=8 hd=4\nseqs [5, 7]\ninput x[t, d]\ninput w[d]\ninput q[4, t, hd]\n" \
+    "input k[2, t, hd]\ninput k3[3, t, hd]\n"
+    {"seqs_sum", "dims t=12 d=8\nseqs [5, 6]\ninput x[t, d]\ny = rope(x, 4)\nsave y\n", 0,
+     EIN_ESHAPE, "4:5", "rope: the sequences hold 11 tokens but the tensor has 12"},
+    {"seqs_syntax", "seqs 5, 6\n", 0, EIN_EPARSE, "1:6", "expected '[' and sequence lengths"},
+    {"seqs_zero", "seqs [5, 0]\n", 0, EIN_EPARSE, "1:10", "a sequence length is 0"},
+    {"seqs_unclosed", "seqs [5, 6\n", 0, EIN_EPARSE, "1:11", "expected ',' or ']'"},
+    {"seqs_reserved", "dims seqs=4\n", 0, EIN_EPARSE, "1:6", "'seqs' is a reserved word"},
+    {"rope_head_dim", HB "y = rope(x, 3)\nsave y\n", 0, EIN_ESHAPE, "8:5",
+     "rope: head_dim 3 must be even and divide x's hidden size 8"},
+    {"rope_rank", HB "y = rope(q, 4)\nsave y\n", 0, EIN_ESHAPE, "8:5",
+     "rope: q is 4x12x4; expected [tokens, heads*head_dim]"},
+    {"attention_heads", HB "y = attention(q, k3, k3)\nsave y\n", 0, EIN_ESHAPE, "8:5",
+     "attention: 4 query heads (q) are not a multiple of 3 kv heads (k3)"},
+    {"attention_args", HB "y = attention(q, k)\nsave y\n", 0, EIN_EPARSE, "8:19",
+     "attention takes 3 arguments, got 2"},
+    {"rmsnorm_weight", HB "y = rmsnorm(x, x)\nsave y\n", 0, EIN_ESHAPE, "8:5",
+     "rmsnorm: x is 12x8 but x's last dim is 8; the weight must be a vector"},
+    {"rmsnorm_eps", HB "y = rmsnorm(x, w, 0)\nsave y\n", 0, EIN_EPARSE, "8:5",
+     "rmsnorm: eps 0 must be in (0, 1]"},
+    {"softmax_axis", HB "y = softmax(x, 2)\nsave y\n", 0, EIN_ESHAPE, "8:5",
+     "softmax: axis 2 is out of range for x of rank 2"},
+    {"reduce_axis", HB "y = reduce_sum(x, 5)\nsave y\n", 0, EIN_ESHAPE, "8:19",
+     "reduce_sum: axis 5 is out of range for 'x' of rank 2"},
+    {"reduce_all", HB "y = reduce_max(x, 0, 1)\nsave y\n", 0, EIN_ESHAPE, "8:5",
+     "reducing every axis of x leaves a scalar"},
+    {"concat_shape", HB "y = concat(q, k3, 1)\nsave y\n", 0, EIN_ESHAPE, "8:5",
+     "concat: q is 4x12x4 f32 but k3 is 3x12x4 f32"},
+    {"slice_range", HB "y = slice(x, 0, 4, 13)\nsave y\n", 0, EIN_ESHAPE, "8:5",
+     "slice: [4, 13) is not a non-empty part of x's axis 0 of size 12"},
+    {"split_heads_dim", HB "y = split_heads(x, 3)\nsave y\n", 0, EIN_ESHAPE, "8:5",
+     "split_heads: x is 12x8; expected [tokens, heads*3]"},
+    {"merge_heads_rank", HB "y = merge_heads(x)\nsave y\n", 0, EIN_ESHAPE, "8:5",
+     "merge_heads: x is 12x8; expected [heads, tokens, head_dim]"},
+    {"broadcast_mismatch", HB "y = add(x, q)\nsave y\n", 0, EIN_ESHAPE, "8:5",
+     "add: x is 12x8 but q is 4x12x4; shapes must be equal or broadcast"},
     {"unknown_dim", "dims n=8\ninput x[n, toknes]\nsave x\n", 0, EIN_EPARSE, "2:12",
      "unknown dim 'toknes'"},
     {"matmul_mismatch", H3 "input v[n, n]\ny = matmul(x, v)\nsave y\n", 0, EIN_ESHAPE, "5:5",
@@ -551,6 +672,7 @@ int main(void)
         cmocka_unit_test(test_ffn_file),
         cmocka_unit_test(test_features),
         cmocka_unit_test(test_dtype_rules),
+        cmocka_unit_test(test_block_ops),
         cmocka_unit_test(test_malformed_table),
         cmocka_unit_test(test_long_line),
         cmocka_unit_test(test_too_many_nodes),

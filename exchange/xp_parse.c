@@ -1,0 +1,859 @@
+/* exchange/xp_parse.c — the ExProg text format (§5.2).
+ *
+ *   # comment (also //)
+ *   GPUS: 0, 1, 2, 3
+ *   PARTITIONS: G1 {0, 1} G2 {size 2}
+ *   IN: A @ 0 (size: 1.0 GB); B @ 1; C @ 2 (size: 64 MB); D @ 3 (size: 512 bytes)
+ *   OUT: A+B @ 0, 1; C+D @ G2
+ *   A @ 0 -> 1; B @ 1 -> 0
+ *   C @ 2 -> 0 -> 3
+ *   A+B @ 0, 1; C+D @ G2
+ *
+ * A section (GPUS, PARTITIONS, IN, OUT) runs to the end of its line, or on
+ * to the next line when the line ends with `;` or `,`, or until the next
+ * section keyword. Every other line holds actions separated by `;`. GPUS
+ * is optional (default: every site named). Sizes default to 1 GB; units
+ * are GB, MB, KB (powers of 10) and bytes. Parsing is two-phase: the text
+ * is read into a small syntax tree, then the program is built, so the IN
+ * count (the width of every set) is known before any set is made. */
+#include "exchange/xp_program.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_EOF, T_NL, T_ID, T_INT, T_NUM, T_AT, T_ARROW, T_COMMA, T_SEMI, T_PLUS, T_LBRACE,
+       T_RBRACE, T_LPAREN, T_RPAREN, T_COLON, T_BAD };
+
+typedef struct tok {
+    int kind;
+    int line, col;
+    const char *s;   /* into the text */
+    int len;
+    double num;
+} tok;
+
+typedef struct lexer {
+    const char *p;
+    int line, col;
+} lexer;
+
+static tok lex(lexer *L)
+{
+    for (;;) {
+        char c = *L->p;
+        if (c == ' ' || c == '\t' || c == '\r') {
+            L->p++, L->col++;
+        } else if (c == '#' || (c == '/' && L->p[1] == '/')) {
+            while (*L->p && *L->p != '\n')
+                L->p++, L->col++;
+        } else {
+            break;
+        }
+    }
+    tok t = {.line = L->line, .col = L->col, .s = L->p, .len = 1};
+    char c = *L->p;
+    if (!c) {
+        t.kind = T_EOF;
+        t.len = 0;
+        return t;
+    }
+    if (c == '\n') {
+        t.kind = T_NL;
+        L->p++, L->line++, L->col = 1;
+        return t;
+    }
+    if (isalpha((unsigned char)c) || c == '_') {
+        const char *q = L->p;
+        while (isalnum((unsigned char)*q) || *q == '_')
+            q++;
+        t.kind = T_ID;
+        t.len = (int)(q - L->p);
+    } else if (isdigit((unsigned char)c) || (c == '.' && isdigit((unsigned char)L->p[1]))) {
+        char *end;
+        errno = 0;
+        t.num = strtod(L->p, &end);
+        t.len = (int)(end - L->p);
+        t.kind = T_INT;
+        for (int i = 0; i < t.len; i++)
+            if (!isdigit((unsigned char)L->p[i]))
+                t.kind = T_NUM;
+        if (errno || t.len > 15)
+            t.kind = t.kind == T_INT && t.len > 9 ? T_NUM : t.kind;
+    } else if (c == '-' && L->p[1] == '>') {
+        t.kind = T_ARROW;
+        t.len = 2;
+    } else {
+        switch (c) {
+        case '@': t.kind = T_AT; break;
+        case ',': t.kind = T_COMMA; break;
+        case ';': t.kind = T_SEMI; break;
+        case '+': t.kind = T_PLUS; break;
+        case '{': t.kind = T_LBRACE; break;
+        case '}': t.kind = T_RBRACE; break;
+        case '(': t.kind = T_LPAREN; break;
+        case ')': t.kind = T_RPAREN; break;
+        case ':': t.kind = T_COLON; break;
+        default: t.kind = T_BAD; break;
+        }
+    }
+    L->p += t.len;
+    L->col += t.len;
+    return t;
+}
+
+/* ---- the syntax tree ---- */
+
+typedef struct target {
+    int site;        /* or -1 */
+    int part;        /* partition index, or -1 */
+    int line, col;
+} target;
+
+typedef struct agg {
+    int *el;         /* IN indices */
+    int n;
+    int line, col;
+} agg;
+
+typedef struct stmt {
+    agg x;
+    target *src;     /* nsrc >= 1 */
+    int nsrc;
+    int *hop;        /* relays */
+    int nhop;
+    target *dst;
+    int ndst;
+    int line, col;
+} stmt;
+
+typedef struct parser {
+    const char *file;
+    lexer L;
+    tok t, prev;
+    tok kw;          /* the keyword of the section being read */
+    ein_error *err;
+    /* GPUS */
+    int *gpus, ngpus_decl, gpus_seen;
+    int gpus_line, gpus_col;
+    /* PARTITIONS */
+    struct { char name[XP_NAME_MAX]; int size; int *mem; int line, col; } *part;
+    int npart;
+    int parts_line, parts_col;
+    /* IN */
+    struct { char name[XP_NAME_MAX]; int site; double bytes; int line, col; } *in;
+    int nin, in_seen;
+    /* OUT and actions */
+    stmt *out;
+    int nout;
+    stmt *act;
+    int nact;
+    int maxsite;
+} parser;
+
+static void next(parser *P)
+{
+    P->prev = P->t;
+    P->t = lex(&P->L);
+}
+
+static int fail_at(parser *P, const tok *t, const char *fmt, const char *what)
+{
+    char shown[40];
+    if (t->kind == T_BAD)
+        return ein_fail_at(P->err, EIN_EPARSE, P->file, t->line, t->col,
+                           "unexpected character '%c'", *t->s);
+    if (t->kind == T_EOF)
+        snprintf(shown, sizeof shown, "end of input");
+    else if (t->kind == T_NL)
+        snprintf(shown, sizeof shown, "end of line");
+    else
+        snprintf(shown, sizeof shown, "'%.*s'", t->len > 30 ? 30 : t->len, t->s);
+    return ein_fail_at(P->err, EIN_EPARSE, P->file, t->line, t->col, fmt, what, shown);
+}
+
+static int expect(parser *P, int kind, const char *what)
+{
+    if (P->t.kind != kind)
+        return fail_at(P, &P->t, "expected %s, found %s", what);
+    next(P);
+    return 0;
+}
+
+static int is_section(const parser *P, const tok *t)
+{
+    static const char *kw[] = {"GPUS", "PARTITIONS", "IN", "OUT"};
+    if (t->kind != T_ID || *P->L.p != ':')
+        return -1;
+    for (int i = 0; i < 4; i++)
+        if ((int)strlen(kw[i]) == t->len && strncmp(kw[i], t->s, (size_t)t->len) == 0)
+            return i;
+    return -1;
+}
+
+static int get_int(parser *P, const char *what, int *v)
+{
+    if (P->t.kind != T_INT || P->t.num > 1e6)
+        return fail_at(P, &P->t, "expected %s, found %s", what);
+    *v = (int)P->t.num;
+    next(P);
+    return 0;
+}
+
+static int get_site(parser *P, int *v)
+{
+    int rc = get_int(P, "a site number", v);
+    if (rc == 0 && *v > P->maxsite)
+        P->maxsite = *v;
+    return rc;
+}
+
+static int find_in(const parser *P, const tok *t)
+{
+    for (int i = 0; i < P->nin; i++)
+        if ((int)strlen(P->in[i].name) == t->len && strncmp(P->in[i].name, t->s, (size_t)t->len) == 0)
+            return i;
+    return -1;
+}
+
+static int find_part(const parser *P, const tok *t)
+{
+    for (int i = 0; i < P->npart; i++)
+        if ((int)strlen(P->part[i].name) == t->len &&
+            strncmp(P->part[i].name, t->s, (size_t)t->len) == 0)
+            return i;
+    return -1;
+}
+
+static int copy_name(parser *P, char *dst, const char *what)
+{
+    if (P->t.kind != T_ID)
+        return fail_at(P, &P->t, "expected %s, found %s", what);
+    if (P->t.len >= XP_NAME_MAX)
+        return fail_at(P, &P->t, "%s too long: %s", what);
+    memcpy(dst, P->t.s, (size_t)P->t.len);
+    dst[P->t.len] = 0;
+    next(P);
+    return 0;
+}
+
+/* Grow an array of `n` elements of `sz` bytes by one; returns the new slot. */
+static void *push(void *arr_p, int *n, size_t sz)
+{
+    void **arr = arr_p;
+    void *na = realloc(*arr, sz * (size_t)(*n + 1));
+    if (!na)
+        return NULL;
+    *arr = na;
+    memset((char *)na + sz * (size_t)*n, 0, sz);
+    return (char *)na + sz * (size_t)(*n)++;
+}
+
+static int oom(parser *P)
+{
+    return ein_fail(P->err, EIN_ENOMEM, "out of memory");
+}
+
+static int parse_agg(parser *P, agg *x)
+{
+    x->line = P->t.line;
+    x->col = P->t.col;
+    for (;;) {
+        if (P->t.kind != T_ID)
+            return fail_at(P, &P->t, "expected %s, found %s", "an atom name");
+        int i = find_in(P, &P->t);
+        if (i < 0)
+            return fail_at(P, &P->t, "%s: %s is not declared in IN", "unknown atom");
+        for (int k = 0; k < x->n; k++)
+            if (x->el[k] == i)
+                return fail_at(P, &P->t, "%s: %s appears twice in one aggregate", "atom");
+        int *slot = push(&x->el, &x->n, sizeof(int));
+        if (!slot)
+            return oom(P);
+        *slot = i;
+        next(P);
+        if (P->t.kind != T_PLUS)
+            return 0;
+        next(P);
+    }
+}
+
+static int parse_target(parser *P, target *t)
+{
+    t->line = P->t.line;
+    t->col = P->t.col;
+    t->site = t->part = -1;
+    if (P->t.kind == T_ID) {
+        if ((t->part = find_part(P, &P->t)) < 0)
+            return fail_at(P, &P->t, "%s: %s is not a declared partition", "unknown target");
+        next(P);
+        return 0;
+    }
+    if (P->t.kind != T_INT)
+        return fail_at(P, &P->t, "expected %s, found %s", "a site or a partition");
+    return get_site(P, &t->site);
+}
+
+static int parse_targets(parser *P, target **ts, int *n)
+{
+    for (;;) {
+        target *t = push(ts, n, sizeof **ts);
+        if (!t)
+            return oom(P);
+        int rc = parse_target(P, t);
+        if (rc < 0)
+            return rc;
+        if (P->t.kind != T_COMMA)
+            return 0;
+        next(P);
+    }
+}
+
+/* X @ targets, or X @ s -> [r ->]* targets */
+static int parse_stmt(parser *P, stmt *s, int is_out)
+{
+    int rc;
+    s->line = P->t.line;
+    s->col = P->t.col;
+    if ((rc = parse_agg(P, &s->x)) < 0 || (rc = expect(P, T_AT, "'@'")) < 0)
+        return rc;
+    tok at = P->t;
+    if ((rc = parse_targets(P, &s->src, &s->nsrc)) < 0)
+        return rc;
+    if (P->t.kind != T_ARROW)
+        return 0;
+    if (is_out)
+        return fail_at(P, &P->t, "%s: found %s (OUT lists requirements, not actions)",
+                       "no arrow in OUT");
+    if (s->nsrc != 1 || s->src[0].part >= 0)
+        return fail_at(P, &at, "%s: found %s", "an action with an arrow needs one site as its source");
+    next(P);
+    for (;;) {
+        tok first = P->t;
+        target *d = NULL;
+        int nd = 0;
+        if ((rc = parse_targets(P, &d, &nd)) < 0) {
+            free(d);
+            return rc;
+        }
+        if (P->t.kind != T_ARROW) {
+            s->dst = d;
+            s->ndst = nd;
+            return 0;
+        }
+        int site = d[0].site;
+        free(d);
+        if (nd != 1 || site < 0)
+            return fail_at(P, &first, "%s: found %s", "each relay hop must be one site");
+        int *h = push(&s->hop, &s->nhop, sizeof(int));
+        if (!h)
+            return oom(P);
+        *h = site;
+        next(P);
+    }
+}
+
+/* End of a section entry list: newline (unless after ';' or ','), EOF, or
+ * the next section keyword. */
+static int section_end(parser *P)
+{
+    if (P->t.kind == T_EOF || is_section(P, &P->t) >= 0)
+        return 1;
+    if (P->t.kind == T_NL) {
+        int cont = P->prev.kind == T_SEMI || P->prev.kind == T_COMMA;
+        while (P->t.kind == T_NL)
+            next(P);
+        return !cont || P->t.kind == T_EOF || is_section(P, &P->t) >= 0;
+    }
+    return 0;
+}
+
+static int parse_gpus(parser *P)
+{
+    if (P->gpus_seen)
+        return fail_at(P, &P->kw, "%s: found %s", "GPUS declared twice");
+    P->gpus_seen = 1;
+    P->gpus_line = P->kw.line;
+    P->gpus_col = P->kw.col;
+    while (!section_end(P)) {
+        tok t = P->t;
+        int g = 0, rc;
+        if ((rc = get_int(P, "a GPU number", &g)) < 0)
+            return rc;
+        for (int i = 0; i < P->ngpus_decl; i++)
+            if (P->gpus[i] == g)
+                return fail_at(P, &t, "%s: %s is listed twice", "GPUS");
+        int *s = push(&P->gpus, &P->ngpus_decl, sizeof(int));
+        if (!s)
+            return oom(P);
+        *s = g;
+        if (P->t.kind == T_COMMA)
+            next(P);
+        else if (!section_end(P))
+            return fail_at(P, &P->t, "expected %s, found %s", "',' between GPUs");
+        else
+            break;
+    }
+    if (P->ngpus_decl == 0)
+        return fail_at(P, &P->t, "%s: found %s", "GPUS lists no GPU");
+    return 0;
+}
+
+static int parse_partitions(parser *P)
+{
+    int rc;
+    if (P->npart)
+        return fail_at(P, &P->kw, "%s: found %s", "PARTITIONS declared twice");
+    P->parts_line = P->kw.line;
+    P->parts_col = P->kw.col;
+    while (!section_end(P)) {
+        tok name = P->t;
+        char nm[XP_NAME_MAX];
+        if ((rc = copy_name(P, nm, "a partition name")) < 0)
+            return rc;
+        if (find_part(P, &name) >= 0)
+            return fail_at(P, &name, "%s: %s declared twice", "partition");
+        if ((rc = expect(P, T_LBRACE, "'{'")) < 0)
+            return rc;
+        typeof(P->part) g = push(&P->part, &P->npart, sizeof *P->part);
+        if (!g)
+            return oom(P);
+        strcpy(g->name, nm);
+        g->line = name.line;
+        g->col = name.col;
+        if (P->t.kind == T_ID && P->t.len == 4 && strncmp(P->t.s, "size", 4) == 0) {
+            next(P);
+            tok k = P->t;
+            if ((rc = get_int(P, "a partition size", &g->size)) < 0)
+                return rc;
+            if (g->size <= 0)
+                return fail_at(P, &k, "%s: %s", "a partition size must be positive");
+        } else {
+            for (;;) {
+                tok m = P->t;
+                int site = -1;
+                if ((rc = get_site(P, &site)) < 0)
+                    return rc;
+                for (int i = 0; i < P->npart; i++)
+                    for (int k = 0; k < P->part[i].size && P->part[i].mem; k++)
+                        if (P->part[i].mem[k] == site)
+                            return fail_at(P, &m, "%s: site %s is already in a partition",
+                                           "partitions must be disjoint");
+                int *s = push(&g->mem, &g->size, sizeof(int));
+                if (!s)
+                    return oom(P);
+                *s = site;
+                if (P->t.kind != T_COMMA)
+                    break;
+                next(P);
+            }
+        }
+        if ((rc = expect(P, T_RBRACE, "'}'")) < 0)
+            return rc;
+        if (P->t.kind == T_COMMA || P->t.kind == T_SEMI)
+            next(P);
+    }
+    if (P->npart == 0)
+        return fail_at(P, &P->t, "%s: found %s", "PARTITIONS names no partition");
+    return 0;
+}
+
+static int parse_size(parser *P, double *bytes)
+{
+    int rc;
+    next(P); /* '(' */
+    if (!(P->t.kind == T_ID && P->t.len == 4 && strncmp(P->t.s, "size", 4) == 0))
+        return fail_at(P, &P->t, "expected %s, found %s", "'size'");
+    next(P);
+    if ((rc = expect(P, T_COLON, "':'")) < 0)
+        return rc;
+    tok n = P->t;
+    if (n.kind != T_INT && n.kind != T_NUM)
+        return fail_at(P, &n, "expected %s, found %s", "a size");
+    next(P);
+    static const struct { const char *u; double f; } units[] = {
+        {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"bytes", 1}, {"B", 1}};
+    double f = 0;
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+        if (P->t.kind == T_ID && (int)strlen(units[i].u) == P->t.len &&
+            strncmp(units[i].u, P->t.s, (size_t)P->t.len) == 0)
+            f = units[i].f;
+    if (f == 0)
+        return fail_at(P, &P->t, "expected %s, found %s", "a unit (GB, MB, KB or bytes)");
+    next(P);
+    double b = n.num * f;
+    if (!(b > 0) || !isfinite(b))
+        return fail_at(P, &n, "%s: %s", "a size must be positive");
+    if (b >= 1)
+        b = nearbyint(b); /* sizes are whole bytes */
+    *bytes = b;
+    return expect(P, T_RPAREN, "')'");
+}
+
+static int parse_in(parser *P)
+{
+    int rc;
+    if (P->in_seen)
+        return fail_at(P, &P->kw, "%s: found %s", "IN declared twice");
+    P->in_seen = 1;
+    while (!section_end(P)) {
+        tok name = P->t;
+        char nm[XP_NAME_MAX];
+        if ((rc = copy_name(P, nm, "an atom name")) < 0)
+            return rc;
+        if (find_in(P, &name) >= 0)
+            return fail_at(P, &name, "%s: %s declared twice", "atom");
+        static const char *kw[] = {"GPUS", "PARTITIONS", "IN", "OUT", "size"};
+        int is_kw = 0;
+        for (int k = 0; k < 5; k++)
+            is_kw |= (int)strlen(kw[k]) == name.len && strncmp(kw[k], name.s, (size_t)name.len) == 0;
+        if (is_kw)
+            return fail_at(P, &name, "%s: %s is a keyword", "atom name");
+        typeof(P->in) e = push(&P->in, &P->nin, sizeof *P->in);
+        if (!e)
+            return oom(P);
+        strcpy(e->name, nm);
+        e->line = name.line;
+        e->col = name.col;
+        e->bytes = 1e9;
+        if ((rc = expect(P, T_AT, "'@'")) < 0 || (rc = get_site(P, &e->site)) < 0)
+            return rc;
+        if (P->t.kind == T_LPAREN && (rc = parse_size(P, &e->bytes)) < 0)
+            return rc;
+        if (P->t.kind == T_SEMI)
+            next(P);
+        else if (!section_end(P))
+            return fail_at(P, &P->t, "expected %s, found %s", "';' between IN entries");
+        else
+            break;
+    }
+    if (P->nin == 0)
+        return fail_at(P, &P->t, "%s: found %s", "IN declares no atom");
+    return 0;
+}
+
+static int parse_out(parser *P)
+{
+    if (!P->in_seen)
+        return fail_at(P, &P->kw, "%s: found %s", "OUT before IN");
+    while (!section_end(P)) {
+        stmt *s = push(&P->out, &P->nout, sizeof *P->out);
+        if (!s)
+            return oom(P);
+        int rc = parse_stmt(P, s, 1);
+        if (rc < 0)
+            return rc;
+        if (P->t.kind == T_SEMI)
+            next(P);
+        else if (!section_end(P))
+            return fail_at(P, &P->t, "expected %s, found %s", "';' between OUT entries");
+        else
+            break;
+    }
+    return 0;
+}
+
+static int parse_actions_line(parser *P)
+{
+    if (!P->in_seen)
+        return fail_at(P, &P->t, "%s: found %s", "actions before IN");
+    for (;;) {
+        stmt *s = push(&P->act, &P->nact, sizeof *P->act);
+        if (!s)
+            return oom(P);
+        int rc = parse_stmt(P, s, 0);
+        if (rc < 0)
+            return rc;
+        if (P->t.kind == T_SEMI) {
+            next(P);
+            if (P->t.kind == T_NL || P->t.kind == T_EOF)
+                return 0;
+            continue;
+        }
+        if (P->t.kind == T_NL || P->t.kind == T_EOF)
+            return 0;
+        return fail_at(P, &P->t, "expected %s, found %s", "';' or the end of the line");
+    }
+}
+
+static void stmt_free(stmt *s)
+{
+    free(s->x.el);
+    free(s->src);
+    free(s->hop);
+    free(s->dst);
+}
+
+static void parser_free(parser *P)
+{
+    free(P->gpus);
+    for (int i = 0; i < P->npart; i++)
+        free(P->part[i].mem);
+    free(P->part);
+    free(P->in);
+    for (int i = 0; i < P->nout; i++)
+        stmt_free(&P->out[i]);
+    free(P->out);
+    for (int i = 0; i < P->nact; i++)
+        stmt_free(&P->act[i]);
+    free(P->act);
+}
+
+/* ---- building ---- */
+
+static int site_ok(const xp_program *p, int s)
+{
+    return s >= 0 && s < p->ngpus && (!p->gpu_ok || p->gpu_ok[s]);
+}
+
+static int check_target(parser *P, const xp_program *p, const target *t)
+{
+    if (t->part < 0 && !site_ok(p, t->site))
+        return ein_fail_at(P->err, EIN_EPARSE, P->file, t->line, t->col,
+                           "site %d is not one of the GPUS", t->site);
+    return 0;
+}
+
+static int build(parser *P, xp_program **out)
+{
+    int rc = 0, ngpus = P->maxsite + 1;
+    for (int i = 0; i < P->ngpus_decl; i++)
+        if (P->gpus[i] + 1 > ngpus)
+            ngpus = P->gpus[i] + 1;
+    xp_program *p = xp_program_new(ngpus, P->nin);
+    xp_word *x = NULL;
+    int *dst = NULL, *dpart = NULL, *dslot = NULL;
+    if (!p)
+        return oom(P);
+    if (P->gpus_seen) {
+        if (!(p->gpu_ok = calloc((size_t)ngpus, 1))) {
+            rc = oom(P);
+            goto fail;
+        }
+        for (int i = 0; i < P->ngpus_decl; i++)
+            p->gpu_ok[P->gpus[i]] = 1;
+    }
+    int ndecl = P->gpus_seen ? P->ngpus_decl : ngpus, covered = 0;
+    for (int i = 0; i < P->npart; i++) {
+        for (int k = 0; P->part[i].mem && k < P->part[i].size; k++)
+            if (!site_ok(p, P->part[i].mem[k])) {
+                rc = ein_fail_at(P->err, EIN_EPARSE, P->file, P->part[i].line, P->part[i].col,
+                                 "partition %s: site %d is not one of the GPUS",
+                                 P->part[i].name, P->part[i].mem[k]);
+                goto fail;
+            }
+        if ((rc = xp_program_add_partition(p, P->part[i].name, P->part[i].size, P->part[i].mem,
+                                           P->err)) < 0)
+            goto fail;
+        covered += P->part[i].size;
+    }
+    if (P->npart && covered != ndecl) {
+        rc = ein_fail_at(P->err, EIN_EPARSE, P->file, P->parts_line, P->parts_col,
+                         "partitions must be disjoint and cover the GPUS: they hold %d sites, "
+                         "there are %d GPUs", covered, ndecl);
+        goto fail;
+    }
+    for (int i = 0; i < P->nin; i++) {
+        if (!site_ok(p, P->in[i].site)) {
+            rc = ein_fail_at(P->err, EIN_EPARSE, P->file, P->in[i].line, P->in[i].col,
+                             "IN %s: site %d is not one of the GPUS", P->in[i].name,
+                             P->in[i].site);
+            goto fail;
+        }
+        if ((rc = xp_program_add_in(p, i, P->in[i].site, P->in[i].bytes, P->err)) < 0 ||
+            (rc = xp_program_set_name(p, i, P->in[i].name, P->err)) < 0)
+            goto fail;
+    }
+    if (!(x = xp_set_new(p))) {
+        rc = oom(P);
+        goto fail;
+    }
+    for (int o = 0; o < P->nout; o++) {
+        stmt *s = &P->out[o];
+        memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
+        for (int k = 0; k < s->x.n; k++)
+            xp_set_add(x, s->x.el[k]);
+        for (int k = 0; k < s->nsrc; k++) {
+            if ((rc = check_target(P, p, &s->src[k])) < 0)
+                goto fail;
+            rc = s->src[k].part >= 0 ? xp_program_add_out_part(p, x, s->src[k].part, P->err)
+                                     : xp_program_add_out(p, x, s->src[k].site, P->err);
+            if (rc < 0)
+                goto fail;
+        }
+    }
+    for (int a = 0; a < P->nact; a++) {
+        stmt *s = &P->act[a];
+        int first = p->nact;
+        memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
+        for (int k = 0; k < s->x.n; k++)
+            xp_set_add(x, s->x.el[k]);
+        if (s->ndst == 0) {
+            for (int k = 0; k < s->nsrc; k++) {
+                if ((rc = check_target(P, p, &s->src[k])) < 0)
+                    goto fail;
+                rc = s->src[k].part >= 0
+                         ? xp_program_add_local_part(p, x, s->src[k].part, P->err)
+                         : xp_program_add_action(p, x, s->src[k].site, NULL, 0, P->err);
+                if (rc < 0)
+                    goto fail;
+            }
+        } else {
+            int src = s->src[0].site, prev = src, n = 0;
+            if ((rc = check_target(P, p, &s->src[0])) < 0)
+                goto fail;
+            for (int h = 0; h < s->nhop; h++) {
+                if (!site_ok(p, s->hop[h]) || s->hop[h] == prev) {
+                    rc = ein_fail_at(P->err, EIN_EPARSE, P->file, s->line, s->col,
+                                     "relay hop %d: site %d is %s", h + 1, s->hop[h],
+                                     site_ok(p, s->hop[h]) ? "the previous hop"
+                                                           : "not one of the GPUS");
+                    goto fail;
+                }
+                prev = s->hop[h];
+            }
+            int cap = 0;
+            for (int d = 0; d < s->ndst; d++)
+                cap += s->dst[d].part >= 0 ? p->part[s->dst[d].part].size : 1;
+            free(dst), free(dpart), free(dslot);
+            dst = malloc(sizeof(int) * (size_t)cap);
+            dpart = malloc(sizeof(int) * (size_t)cap);
+            dslot = malloc(sizeof(int) * (size_t)cap);
+            if (!dst || !dpart || !dslot) {
+                rc = oom(P);
+                goto fail;
+            }
+            for (int d = 0; d < s->ndst; d++) {
+                const target *t = &s->dst[d];
+                if ((rc = check_target(P, p, t)) < 0)
+                    goto fail;
+                int k = t->part >= 0 ? p->part[t->part].size : 1;
+                for (int j = 0; j < k; j++) {
+                    dst[n] = t->part >= 0 ? p->part[t->part].member[j] : t->site;
+                    dpart[n] = t->part >= 0 ? t->part : -1;
+                    dslot[n] = t->part >= 0 ? j : -1;
+                    for (int e = 0; e < n; e++)
+                        if ((dst[e] >= 0 && dst[e] == dst[n]) ||
+                            (dpart[n] >= 0 && dpart[e] == dpart[n] && dslot[e] == dslot[n])) {
+                            rc = ein_fail_at(P->err, EIN_EPARSE, P->file, t->line, t->col,
+                                             "destination %d named twice", dst[n]);
+                            goto fail;
+                        }
+                    if (dst[n] >= 0 && dst[n] == prev) {
+                        rc = ein_fail_at(P->err, EIN_EPARSE, P->file, t->line, t->col,
+                                         "destination %d is where the data already is",
+                                         dst[n]);
+                        goto fail;
+                    }
+                    n++;
+                }
+            }
+            /* Add with placeholder sites; partition slots are patched below. */
+            int *tmp = malloc(sizeof(int) * (size_t)n);
+            if (!tmp) {
+                rc = oom(P);
+                goto fail;
+            }
+            for (int d = 0; d < n; d++)
+                tmp[d] = dst[d] >= 0 ? dst[d] : src;
+            int r = xp_program_add_relay(p, x, src, s->hop, s->nhop, tmp, n, P->err);
+            free(tmp);
+            if ((rc = r) < 0)
+                goto fail;
+            xp_action *ac = &p->act[p->nact - 1];
+            for (int d = 0; d < n; d++) {
+                ac->dst[d] = dst[d];
+                ac->dst_part[d] = dpart[d];
+                ac->dst_slot[d] = dslot[d];
+            }
+        }
+        for (int k = first; k < p->nact; k++) {
+            p->act[k].line = s->line;
+            p->act[k].col = s->col;
+        }
+    }
+    rc = 0;
+    *out = p;
+    p = NULL;
+fail:
+    free(x);
+    free(dst), free(dpart), free(dslot);
+    xp_program_free(p);
+    return rc;
+}
+
+int xp_program_parse(const char *text, const char *file, xp_program **out, ein_error *err)
+{
+    parser P = {0};
+    int rc = 0;
+    P.file = file ? file : "<input>";
+    P.err = err;
+    P.L = (lexer){.p = text, .line = 1, .col = 1};
+    P.maxsite = -1;
+    next(&P);
+    while (rc == 0 && P.t.kind != T_EOF) {
+        if (P.t.kind == T_NL) {
+            next(&P);
+            continue;
+        }
+        if (P.t.kind == T_BAD) {
+            rc = fail_at(&P, &P.t, "%s: %s", "unexpected character");
+            break;
+        }
+        int sec = is_section(&P, &P.t);
+        if (sec < 0) {
+            rc = parse_actions_line(&P);
+            continue;
+        }
+        P.kw = P.t;
+        next(&P); /* keyword */
+        next(&P); /* ':' */
+        switch (sec) {
+        case 0: rc = parse_gpus(&P); break;
+        case 1: rc = parse_partitions(&P); break;
+        case 2: rc = parse_in(&P); break;
+        default: rc = parse_out(&P); break;
+        }
+    }
+    if (rc == 0 && !P.in_seen)
+        rc = ein_fail_at(err, EIN_EPARSE, P.file, P.t.line, P.t.col, "no IN section");
+    if (rc == 0)
+        rc = build(&P, out);
+    parser_free(&P);
+    return rc;
+}
+
+int xp_program_parse_file(const char *path, xp_program **out, ein_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ein_fail(err, EIN_EIO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (n + 1 < cap)
+            break;
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+        } else {
+            buf = nb;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    buf[n] = 0;
+    if (strlen(buf) != n) {
+        free(buf);
+        return ein_fail(err, EIN_EPARSE, "%s: contains a NUL byte", path);
+    }
+    int rc = xp_program_parse(buf, path, out, err);
+    free(buf);
+    return rc;
+}

@@ -1,0 +1,835 @@
+/* exchange/xp_search.c — membership choice and guarded local search over
+ * program bodies (see xp_search.h). */
+#include "exchange/xp_search.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "exchange/xp_naive.h"
+#include "exchange/xp_sim.h"
+
+/* Candidates without a gain in the current run before it restarts. */
+#define SCORE_MEAN_WEIGHT 0.3
+#define RESTART_AFTER 150
+/* Naive programs costed while choosing members (a step budget, so the
+ * choice does not depend on the machine's speed when time suffices). */
+#define MEMBER_EVALS 2000
+
+void xp_search_opts_default(xp_search_opts *o)
+{
+    o->budget_ms = XP_SEARCH_DEFAULT_BUDGET_MS;
+    o->max_steps = XP_SEARCH_DEFAULT_STEPS;
+    o->patience = XP_SEARCH_DEFAULT_PATIENCE;
+    o->seed = 1;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static int rnd(uint64_t *s, int n)
+{
+    return n > 0 ? (int)(rng_next(s) % (uint64_t)n) : 0;
+}
+
+/* Makespan of a candidate, INFINITY if it is not valid. The simulator
+ * fires exactly the closure of Def. 5.5 (it fails on an action never
+ * enabled or an OUT never reached), so it screens candidates; every
+ * program the search accepts is also checked by xp_program_check. */
+static double sim_cost(const xp_program *p, const xp_topology *t)
+{
+    double ms;
+    if (xp_sim_run(p, t, &ms, NULL, NULL) < 0)
+        return INFINITY;
+    return ms;
+}
+
+/* What the local search minimises: the makespan, plus a little of the
+ * mean completion time so that speeding up one of several equally late
+ * parts counts as progress (the makespan alone is flat there). */
+static double score(const xp_program *p, const xp_topology *t, double *ms)
+{
+    double mean;
+    if (xp_sim_run_ex(p, t, ms, &mean, NULL, NULL) < 0)
+        return *ms = INFINITY;
+    return *ms + SCORE_MEAN_WEIGHT * mean;
+}
+
+static double cost(const xp_program *p, const xp_topology *t)
+{
+    if (xp_program_check(p, NULL) < 0)
+        return INFINITY;
+    return sim_cost(p, t);
+}
+
+static xp_program *strip(const xp_program *pre)
+{
+    xp_program *q = xp_program_copy(pre);
+    while (q && q->nact)
+        xp_program_remove_action(q, q->nact - 1);
+    return q;
+}
+
+static double naive_cost(const xp_program *q, const xp_topology *t)
+{
+    xp_program *c = xp_program_copy(q);
+    double ms = INFINITY;
+    if (c && xp_naive_synthesize(c, NULL) == 0)
+        ms = cost(c, t);
+    xp_program_free(c);
+    return ms;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+/* Step 1: members for the size-declared partitions. */
+static int choose_membership(xp_program *q, const xp_topology *t, double budget_ms,
+                             ein_error *err)
+{
+    int n = q->ngpus, np = q->npart, rc = 0;
+    double t0 = now_ms();
+    if (xp_program_resolved(q))
+        return 0;
+    double *score = calloc((size_t)np * (size_t)n + 1, sizeof(double));
+    char *used = calloc((size_t)n + 1, 1), *todo = calloc((size_t)np + 1, 1);
+    int *mem = malloc(sizeof(int) * (size_t)(n + 1));
+    if (!score || !used || !todo || !mem) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    int need = 0, avail = 0;
+    for (int s = 0; s < n; s++)
+        if (q->gpu_ok && !q->gpu_ok[s])
+            used[s] = 1;
+    for (int g = 0; g < np; g++) {
+        if (q->part[g].member[0] >= 0) {
+            for (int k = 0; k < q->part[g].size; k++)
+                used[q->part[g].member[k]] = 1;
+        } else {
+            todo[g] = 1;
+            need += q->part[g].size;
+        }
+    }
+    for (int s = 0; s < n; s++)
+        avail += !used[s];
+    if (need > avail) {
+        rc = ein_fail(err, EIN_EINVAL, "size-declared partitions need %d sites, %d are free",
+                      need, avail);
+        goto done;
+    }
+    for (int o = 0; o < q->nout; o++) {
+        if (q->out[o].part < 0 || !todo[q->out[o].part])
+            continue;
+        for (int i = 0; i < q->nin; i++)
+            if (xp_set_has(q->out[o].set, i))
+                score[q->out[o].part * n + q->in[i].site] += q->in[i].bytes;
+    }
+    /* Greedy by locality: the partition with the strongest claim first. */
+    for (;;) {
+        int bg = -1;
+        double bs = -1;
+        for (int g = 0; g < np; g++) {
+            if (!todo[g])
+                continue;
+            for (int s = 0; s < n; s++)
+                if (!used[s] && score[g * n + s] > bs) {
+                    bs = score[g * n + s];
+                    bg = g;
+                }
+        }
+        if (bg < 0)
+            break;
+        int k = q->part[bg].size;
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int s = 0; s < n; s++)
+                if (!used[s] && (best < 0 || score[bg * n + s] > score[bg * n + best]))
+                    best = s;
+            used[best] = 1;
+            mem[j] = best;
+        }
+        qsort(mem, (size_t)k, sizeof(int), cmp_int);
+        xp_program_assign(q, bg, mem, NULL);
+        todo[bg] = 0;
+    }
+    /* Pairwise swaps between size-declared partitions while naive improves. */
+    double cur = naive_cost(q, t);
+    long evals = 0;
+    for (int improved = 1; improved && now_ms() - t0 < budget_ms && evals < MEMBER_EVALS;) {
+        improved = 0;
+        for (int g = 0; g < np && now_ms() - t0 < budget_ms; g++) {
+            for (int h = g + 1; h < np; h++) {
+                if (!q->part[g].by_size || !q->part[h].by_size)
+                    continue;
+                for (int i = 0; i < q->part[g].size; i++)
+                    for (int j = 0; j < q->part[h].size; j++) {
+                        int *mg = q->part[g].member, *mh = q->part[h].member;
+                        int a = mg[i], b = mh[j];
+                        mg[i] = b, mh[j] = a;
+                        xp_program_assign(q, g, mg, NULL);
+                        xp_program_assign(q, h, mh, NULL);
+                        double c = evals++ < MEMBER_EVALS ? naive_cost(q, t) : INFINITY;
+                        if (c < cur * (1 - 1e-9)) {
+                            cur = c;
+                            improved = 1;
+                        } else {
+                            mg[i] = a, mh[j] = b;
+                            xp_program_assign(q, g, mg, NULL);
+                            xp_program_assign(q, h, mh, NULL);
+                        }
+                    }
+            }
+        }
+    }
+    for (int g = 0; g < np; g++) {
+        qsort(q->part[g].member, (size_t)q->part[g].size, sizeof(int), cmp_int);
+        xp_program_assign(q, g, q->part[g].member, NULL);
+    }
+done:
+    free(score);
+    free(used);
+    free(todo);
+    free(mem);
+    return rc;
+}
+
+/* ---- body edits (on a private copy; the caller checks validity) ---- */
+
+static void forget_parts(xp_action *a)
+{
+    a->src_part = a->src_slot = -1;
+    for (int d = 0; d < a->ndst; d++)
+        a->dst_part[d] = a->dst_slot[d] = -1;
+}
+
+static void dst_remove(xp_action *a, int k)
+{
+    for (int d = k; d + 1 < a->ndst; d++) {
+        a->dst[d] = a->dst[d + 1];
+        a->dst_part[d] = a->dst_part[d + 1];
+        a->dst_slot[d] = a->dst_slot[d + 1];
+    }
+    a->ndst--;
+}
+
+static int dst_index(const xp_action *a, int site)
+{
+    for (int d = 0; d < a->ndst; d++)
+        if (a->dst[d] == site)
+            return d;
+    return -1;
+}
+
+static int dst_add(xp_action *a, int site)
+{
+    if (dst_index(a, site) >= 0 || site == a->src)
+        return 0;
+    int *nd = realloc(a->dst, sizeof(int) * (size_t)(a->ndst + 1));
+    if (!nd)
+        return -1;
+    a->dst = nd;
+    int *np = realloc(a->dst_part, sizeof(int) * (size_t)(a->ndst + 1));
+    if (!np)
+        return -1;
+    a->dst_part = np;
+    int *ns = realloc(a->dst_slot, sizeof(int) * (size_t)(a->ndst + 1));
+    if (!ns)
+        return -1;
+    a->dst_slot = ns;
+    a->dst[a->ndst] = site;
+    a->dst_part[a->ndst] = a->dst_slot[a->ndst] = -1;
+    a->ndst++;
+    return 0;
+}
+
+/* Actions of the current program that end late (on or near the critical
+ * path): half of the picks are among them. Set per search, per thread. */
+static _Thread_local const char *late;
+static _Thread_local int nlate_act;
+
+static int pick_action(xp_program *c, uint64_t *rng, int (*ok)(const xp_program *, int))
+{
+    int n = c->nact, start = rnd(rng, n);
+    if (late && nlate_act == n && rnd(rng, 2)) {
+        for (int k = 0; k < n; k++) {
+            int a = (start + k) % n;
+            if (late[a] && ok(c, a))
+                return a;
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        int a = (start + k) % n;
+        if (ok(c, a))
+            return a;
+    }
+    return -1;
+}
+
+static int is_direct1(const xp_program *c, int a)
+{
+    return c->act[a].ndst == 1 && c->act[a].nrelay == 0;
+}
+static int is_relay(const xp_program *c, int a) { return c->act[a].nrelay > 0; }
+static int is_xfer(const xp_program *c, int a) { return c->act[a].ndst > 0; }
+static int is_direct(const xp_program *c, int a)
+{
+    return c->act[a].ndst > 0 && c->act[a].nrelay == 0;
+}
+static int is_multi(const xp_program *c, int a) { return c->act[a].ndst > 1; }
+static int is_big(const xp_program *c, int a) { return xp_set_count(c, c->act[a].set) >= 3; }
+static int is_split(const xp_program *c, int a)
+{
+    return is_direct(c, a) && xp_set_count(c, c->act[a].set) >= 2;
+}
+static int any(const xp_program *c, int a) { (void)c, (void)a; return 1; }
+
+static int shared_route(const xp_topology *t, int s, int d)
+{
+    return t->link[s * t->ngpus + d] == 0 && t->rest >= 0;
+}
+
+/* Relay introduction: X @ s -> d  =>  X @ s -> r -> d. */
+static int mv_relay(xp_program *c, const xp_topology *t, uint64_t *rng)
+{
+    int a = -1;
+    if (rnd(rng, 4) != 0) { /* mostly: a transfer over a shared resource */
+        int n = c->nact, start = rnd(rng, n);
+        for (int k = 0; k < n && a < 0; k++) {
+            int b = (start + k) % n;
+            if (is_direct1(c, b) && shared_route(t, c->act[b].src, c->act[b].dst[0]))
+                a = b;
+        }
+    }
+    if (a < 0)
+        a = pick_action(c, rng, is_direct1);
+    if (a < 0)
+        return -1;
+    xp_action *ac = &c->act[a];
+    int s = ac->src, d = ac->dst[0], n = c->ngpus, nr = 0;
+    int *cand = malloc(sizeof(int) * (size_t)n);
+    if (!cand)
+        return -1;
+    for (int r = 0; r < n; r++) {
+        if (r == s || r == d || (c->gpu_ok && !c->gpu_ok[r]))
+            continue;
+        if (t->rest >= 0 && (t->link[s * t->ngpus + r] == 0 || t->link[r * t->ngpus + d] == 0))
+            continue;
+        cand[nr++] = r;
+    }
+    int r = nr ? cand[rnd(rng, nr)] : -1;
+    free(cand);
+    if (r < 0 || !(ac->relay = malloc(sizeof(int))))
+        return -1;
+    ac->relay[0] = r;
+    ac->nrelay = 1;
+    forget_parts(ac);
+    return 0;
+}
+
+static int mv_unrelay(xp_program *c, uint64_t *rng)
+{
+    int a = pick_action(c, rng, is_relay);
+    if (a < 0)
+        return -1;
+    xp_action *ac = &c->act[a];
+    /* Drop one hop (the last, or all when there is one). */
+    ac->nrelay--;
+    if (ac->nrelay == 0) {
+        free(ac->relay);
+        ac->relay = NULL;
+    }
+    int k = dst_index(ac, ac->nrelay ? ac->relay[ac->nrelay - 1] : ac->src);
+    if (k >= 0)
+        dst_remove(ac, k);
+    return ac->ndst ? 0 : -1;
+}
+
+/* Source substitution: X @ s -> D  =>  X @ h -> D, where h holds X by
+ * another action (or as an IN copy). */
+static int mv_src(xp_program *c, uint64_t *rng)
+{
+    int a = pick_action(c, rng, is_xfer);
+    if (a < 0)
+        return -1;
+    xp_action *ac = &c->act[a];
+    int n = c->ngpus, nh = 0;
+    int *h = malloc(sizeof(int) * (size_t)(n + 1));
+    char *seen = calloc((size_t)n, 1);
+    if (!h || !seen) {
+        free(h), free(seen);
+        return -1;
+    }
+    seen[ac->src] = 1;
+    if (xp_set_count(c, ac->set) == 1)
+        for (int i = 0; i < c->nin; i++)
+            if (xp_set_has(ac->set, i) && !seen[c->in[i].site])
+                seen[c->in[i].site] = 1, h[nh++] = c->in[i].site;
+    for (int b = 0; b < c->nact; b++) {
+        const xp_action *bc = &c->act[b];
+        if (b == a || !xp_set_equal(c, bc->set, ac->set))
+            continue;
+        if (!seen[bc->src])
+            seen[bc->src] = 1, h[nh++] = bc->src;
+        for (int r = 0; r < bc->nrelay; r++)
+            if (!seen[bc->relay[r]])
+                seen[bc->relay[r]] = 1, h[nh++] = bc->relay[r];
+        for (int d = 0; d < bc->ndst; d++)
+            if (!seen[bc->dst[d]])
+                seen[bc->dst[d]] = 1, h[nh++] = bc->dst[d];
+    }
+    int ns = nh ? h[rnd(rng, nh)] : -1;
+    free(h), free(seen);
+    if (ns < 0)
+        return -1;
+    ac->src = ns;
+    for (int r = 0; r < ac->nrelay; r++)
+        if (ac->relay[r] == ns) { /* the hops before the new source are moot */
+            memmove(ac->relay, ac->relay + r + 1, sizeof(int) * (size_t)(ac->nrelay - r - 1));
+            ac->nrelay -= r + 1;
+            r = -1;
+        }
+    int k = dst_index(ac, ns);
+    if (k >= 0)
+        dst_remove(ac, k);
+    forget_parts(ac);
+    if (ac->ndst == 0)
+        xp_program_remove_action(c, a);
+    return 0;
+}
+
+/* Aggregation pullup: X @ r -> d and Y @ r' -> d  =>  X+Y @ r -> d.
+ * With r' = r this is the paper's pullup; with r' != r it also
+ * substitutes r as Y's source (guarded: valid only if Y reaches r). */
+static int mv_fuse(xp_program *c, uint64_t *rng)
+{
+    int a = pick_action(c, rng, is_direct);
+    if (a < 0)
+        return -1;
+    const xp_action *ac = &c->act[a];
+    int same = rnd(rng, 2);
+    int nb = 0, *cand = malloc(sizeof(int) * (size_t)c->nact);
+    if (!cand)
+        return -1;
+    for (int b = 0; b < c->nact; b++) {
+        const xp_action *bc = &c->act[b];
+        if (b == a || bc->ndst == 0 || (same && (bc->src != ac->src || bc->nrelay)) ||
+            !xp_set_disjoint(c, bc->set, ac->set))
+            continue;
+        int common = 0;
+        for (int d = 0; d < bc->ndst; d++)
+            common |= dst_index(ac, bc->dst[d]) >= 0;
+        if (common)
+            cand[nb++] = b;
+    }
+    int b = nb ? cand[rnd(rng, nb)] : -1;
+    free(cand);
+    if (b < 0)
+        return -1;
+    xp_action *A = &c->act[a], *B = &c->act[b];
+    int nd = 0, dd[64];
+    for (int d = 0; d < B->ndst && nd < 64; d++)
+        if (dst_index(A, B->dst[d]) >= 0)
+            dd[nd++] = B->dst[d];
+    int d = dd[rnd(rng, nd)], src = A->src;
+    xp_word *u = xp_set_new(c);
+    if (!u)
+        return -1;
+    for (int w = 0; w < c->nwords; w++)
+        u[w] = A->set[w] | B->set[w];
+    dst_remove(A, dst_index(A, d));
+    dst_remove(B, dst_index(B, d));
+    int ea = A->ndst == 0, eb = B->ndst == 0;
+    if (eb)
+        xp_program_remove_action(c, b);
+    if (ea)
+        xp_program_remove_action(c, b < a && eb ? a - 1 : a);
+    int rc = xp_program_add_action(c, u, src, &d, 1, NULL);
+    free(u);
+    return rc < 0 ? -1 : 0;
+}
+
+/* Relay elimination into two actions: X @ s -> r -> D  =>  X @ s -> r;
+ * X @ r -> D (the same movement, now open to the other moves). */
+static int mv_relay_split(xp_program *c, uint64_t *rng)
+{
+    int a = pick_action(c, rng, is_relay);
+    if (a < 0)
+        return -1;
+    xp_action *A = &c->act[a];
+    int r = A->relay[A->nrelay - 1], nd = A->ndst;
+    int *dst = malloc(sizeof(int) * (size_t)nd);
+    xp_word *x = xp_set_new(c);
+    if (!dst || !x) {
+        free(dst), free(x);
+        return -1;
+    }
+    memcpy(dst, A->dst, sizeof(int) * (size_t)nd);
+    memcpy(x, A->set, sizeof(xp_word) * (size_t)c->nwords);
+    A->nrelay--;
+    A->ndst = 1;
+    A->dst[0] = r;
+    forget_parts(A);
+    int rc = xp_program_add_action(c, x, r, dst, nd, NULL);
+    free(dst), free(x);
+    return rc < 0 ? -1 : 0;
+}
+
+/* Aggregation pushdown: X+Y @ r -> D  =>  X @ r -> D; Y @ r -> D. */
+static int mv_split(xp_program *c, uint64_t *rng)
+{
+    int a = pick_action(c, rng, is_split);
+    if (a < 0)
+        return -1;
+    xp_word *x = xp_set_new(c), *y = xp_set_new(c);
+    if (!x || !y) {
+        free(x), free(y);
+        return -1;
+    }
+    int nx = 0, ny = 0;
+    for (int i = 0; i < c->nin; i++) {
+        if (!xp_set_has(c->act[a].set, i))
+            continue;
+        if (nx == 0 || (ny > 0 && rnd(rng, 2)))
+            xp_set_add(x, i), nx++;
+        else
+            xp_set_add(y, i), ny++;
+    }
+    int rc = -1;
+    if (nx && ny) {
+        int src = c->act[a].src, nd = c->act[a].ndst;
+        int *dst = malloc(sizeof(int) * (size_t)nd);
+        if (dst) {
+            memcpy(dst, c->act[a].dst, sizeof(int) * (size_t)nd);
+            xp_program_remove_action(c, a);
+            rc = xp_program_add_action(c, x, src, dst, nd, NULL) < 0 ||
+                         xp_program_add_action(c, y, src, dst, nd, NULL) < 0
+                     ? -1
+                     : 0;
+            free(dst);
+        }
+    }
+    free(x), free(y);
+    return rc;
+}
+
+/* Multicast fusion: X @ s -> D1; X @ s -> D2  =>  X @ s -> D1, D2. */
+static int mv_mfuse(xp_program *c, uint64_t *rng)
+{
+    int a = pick_action(c, rng, is_direct);
+    if (a < 0)
+        return -1;
+    for (int k = 0, n = c->nact, st = rnd(rng, n); k < n; k++) {
+        int b = (st + k) % n;
+        xp_action *A = &c->act[a], *B = &c->act[b];
+        if (b == a || B->nrelay || B->ndst == 0 || B->src != A->src ||
+            !xp_set_equal(c, A->set, B->set))
+            continue;
+        for (int d = 0; d < B->ndst; d++)
+            if (dst_add(A, B->dst[d]) < 0)
+                return -1;
+        forget_parts(A);
+        xp_program_remove_action(c, b);
+        return 0;
+    }
+    return -1;
+}
+
+/* Multicast fission: X @ s -> d1, d2  =>  X @ s -> d1; X @ s -> d2. */
+static int mv_mfission(xp_program *c, uint64_t *rng)
+{
+    int a = pick_action(c, rng, is_multi);
+    if (a < 0)
+        return -1;
+    xp_action *A = &c->act[a];
+    int k = rnd(rng, A->ndst), d = A->dst[k], src = A->src;
+    dst_remove(A, k);
+    forget_parts(A);
+    xp_word *x = xp_set_new(c);
+    if (!x)
+        return -1;
+    memcpy(x, A->set, sizeof(xp_word) * (size_t)c->nwords);
+    int rc = xp_program_add_action(c, x, src, &d, 1, NULL);
+    free(x);
+    return rc < 0 ? -1 : 0;
+}
+
+/* Partial local aggregation: where X (3+ atoms) is formed at s, first
+ * form Y1+Y2 there from two of the pieces that reach s. */
+static int mv_local(xp_program *c, uint64_t *rng)
+{
+    int a = pick_action(c, rng, is_big);
+    if (a < 0)
+        return -1;
+    int s = c->act[a].src, np = 0;
+    const xp_word *x = c->act[a].set;
+    const xp_word **pc = malloc(sizeof *pc * (size_t)(c->nact + c->nin + 1));
+    xp_word **single = calloc((size_t)c->nin + 1, sizeof *single);
+    int rc = -1;
+    if (!pc || !single)
+        goto out;
+    for (int i = 0; i < c->nin; i++)
+        if (c->in[i].site == s && xp_set_has(x, i)) {
+            if (!(single[i] = xp_set_new(c)))
+                goto out;
+            xp_set_add(single[i], i);
+            pc[np++] = single[i];
+        }
+    for (int b = 0; b < c->nact; b++) {
+        const xp_action *bc = &c->act[b];
+        int here = bc->src == s || dst_index(bc, s) >= 0;
+        for (int r = 0; r < bc->nrelay; r++)
+            here |= bc->relay[r] == s;
+        if (here && xp_set_subset(c, bc->set, x) && !xp_set_equal(c, bc->set, x))
+            pc[np++] = bc->set;
+    }
+    if (np < 2)
+        goto out;
+    int i = rnd(rng, np), j = rnd(rng, np - 1);
+    if (j >= i)
+        j++;
+    if (!xp_set_disjoint(c, pc[i], pc[j]))
+        goto out;
+    xp_word *u = xp_set_new(c);
+    if (!u)
+        goto out;
+    for (int w = 0; w < c->nwords; w++)
+        u[w] = pc[i][w] | pc[j][w];
+    int dup = xp_set_equal(c, u, x);
+    for (int b = 0; b < c->nact && !dup; b++)
+        dup = c->act[b].src == s && xp_set_equal(c, c->act[b].set, u);
+    if (!dup)
+        rc = xp_program_add_action(c, u, s, NULL, 0, NULL) < 0 ? -1 : 0;
+    free(u);
+out:
+    if (single)
+        for (int k = 0; k < c->nin; k++)
+            free(single[k]);
+    free(single);
+    free(pc);
+    return rc;
+}
+
+static int mv_delete(xp_program *c, uint64_t *rng)
+{
+    int a = pick_action(c, rng, any);
+    if (a < 0)
+        return -1;
+    xp_program_remove_action(c, a);
+    return 0;
+}
+
+static int propose(xp_program *c, const xp_topology *t, uint64_t *rng)
+{
+    static const int w[] = {3, 1, 4, 5, 1, 1, 1, 2, 2, 2};
+    int total = 0;
+    for (size_t i = 0; i < sizeof w / sizeof *w; i++)
+        total += w[i];
+    int r = rnd(rng, total), k = 0;
+    while (r >= w[k])
+        r -= w[k++];
+    switch (k) {
+    case 0: return mv_relay(c, t, rng);
+    case 1: return mv_unrelay(c, rng);
+    case 2: return mv_src(c, rng);
+    case 3: return mv_fuse(c, rng);
+    case 4: return mv_split(c, rng);
+    case 5: return mv_mfuse(c, rng);
+    case 6: return mv_mfission(c, rng);
+    case 7: return mv_local(c, rng);
+    case 8: return mv_relay_split(c, rng);
+    default: return mv_delete(c, rng);
+    }
+}
+
+/* Flag the actions of p that complete in the last third of its makespan. */
+static int mark_late(const xp_program *p, const xp_topology *t, char **buf)
+{
+    xp_timeline *tl = NULL;
+    double ms;
+    late = NULL;
+    nlate_act = 0;
+    char *nb = realloc(*buf, (size_t)p->nact + 1);
+    if (!nb)
+        return -1;
+    *buf = nb;
+    if (xp_sim_run(p, t, &ms, &tl, NULL) < 0)
+        return 0;
+    for (int a = 0; a < p->nact; a++)
+        nb[a] = tl->act_end[a] >= ms * (2.0 / 3.0);
+    xp_timeline_free(tl);
+    late = nb;
+    nlate_act = p->nact;
+    return 0;
+}
+
+int xp_search_naive(const xp_program *preamble, const xp_topology *t, xp_program **out,
+                    double *makespan, ein_error *err)
+{
+    int rc;
+    xp_program *q = strip(preamble);
+    if (!q)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    if ((rc = choose_membership(q, t, 1e9, err)) < 0 || (rc = xp_naive_synthesize(q, err)) < 0 ||
+        (rc = xp_program_check(q, err)) < 0 || (rc = xp_sim_run(q, t, makespan, NULL, err)) < 0) {
+        xp_program_free(q);
+        return rc;
+    }
+    *out = q;
+    return 0;
+}
+
+int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_opts *o,
+              xp_program **out, xp_search_stats *stats, ein_error *err)
+{
+    xp_search_opts def;
+    if (!o) {
+        xp_search_opts_default(&def);
+        o = &def;
+    }
+    double t0 = now_ms();
+    xp_search_stats st = {0};
+    xp_program *cur = NULL, *best = NULL, *naive = NULL;
+    char *late_buf = NULL;
+    int rc;
+    if (preamble->ngpus > t->ngpus)
+        return ein_fail(err, EIN_EINVAL, "the program uses %d sites, %s has %d GPUs",
+                        preamble->ngpus, t->name, t->ngpus);
+    double mbudget = o->budget_ms > 0 ? o->budget_ms / 4 : 1e9;
+    if (!(cur = strip(preamble)))
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    if ((rc = choose_membership(cur, t, mbudget, err)) < 0 ||
+        (rc = xp_naive_synthesize(cur, err)) < 0 || (rc = xp_program_check(cur, err)) < 0 ||
+        (rc = xp_sim_run(cur, t, &st.naive_s, NULL, err)) < 0)
+        goto fail;
+    double best_cost = st.naive_s, ignored;
+    double cur_cost = score(cur, t, &ignored), naive_score = cur_cost, run_best = cur_cost;
+    long run_since = 0, restarts = 0;
+    if (!(best = xp_program_copy(cur)) || !(naive = xp_program_copy(cur))) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto fail;
+    }
+    uint64_t rng = o->seed * 0x2545f4914f6cdd1dULL + 0x9e3779b97f4a7c15ULL;
+    long since = 0;
+    if (mark_late(cur, t, &late_buf) < 0) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (;;) {
+        if (o->max_steps > 0 && st.steps >= o->max_steps)
+            break;
+        if (o->patience > 0 && since >= o->patience)
+            break;
+        /* The last tenth of a time budget is the clean-up pass's. */
+        if (o->budget_ms > 0 && (st.steps & 7) == 0 && now_ms() - t0 >= 0.9 * o->budget_ms)
+            break;
+        st.steps++;
+        since++;
+        xp_program *c = xp_program_copy(cur);
+        if (!c) {
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+            goto fail;
+        }
+        if (propose(c, t, &rng) < 0) {
+            xp_program_free(c);
+            continue;
+        }
+        double cms, cc = score(c, t, &cms);
+        if (isinf(cc)) {
+            xp_program_free(c);
+            continue;
+        }
+        st.valid++;
+        /* Mostly downhill; now and then a step a little uphill, so that
+         * two-step rewrites (substitute, then fuse) can pass. */
+        int uphill = cc <= cur_cost * 1.08 && rnd(&rng, 16) == 0;
+        if ((cc <= cur_cost * (1 + 1e-12) || uphill) && xp_program_check(c, NULL) == 0) {
+            st.accepted++;
+            xp_program_free(cur);
+            cur = c;
+            cur_cost = cc;
+            mark_late(cur, t, &late_buf);
+            if (cc < run_best * (1 - 1e-9)) {
+                run_best = cc;
+                run_since = 0;
+            }
+            if (cms < best_cost * (1 - 1e-9)) {
+                st.improved++;
+                since = 0;
+                best_cost = cms;
+                xp_program_free(best);
+                if (!(best = xp_program_copy(cur))) {
+                    rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+                    goto fail;
+                }
+            }
+        } else {
+            xp_program_free(c);
+        }
+        /* Stuck in this run: restart from the naive program (the best
+         * program so far is kept). */
+        if (++run_since >= RESTART_AFTER) {
+            int from_best = ++restarts % 2 == 0;
+            xp_program *b = xp_program_copy(from_best ? best : naive);
+            if (b) {
+                xp_program_free(cur);
+                cur = b;
+                cur_cost = from_best ? score(cur, t, &ignored) : naive_score;
+                run_best = cur_cost;
+                run_since = 0;
+                mark_late(cur, t, &late_buf);
+            }
+        }
+    }
+    late = NULL;
+    nlate_act = 0;
+    free(late_buf);
+    /* Clean-up pass: drop actions the best program does not need. */
+    for (int a = best->nact - 1; a >= 0; a--) {
+        if (o->budget_ms > 0 && now_ms() - t0 >= o->budget_ms)
+            break;
+        xp_program *c = xp_program_copy(best);
+        if (!c)
+            break;
+        xp_program_remove_action(c, a);
+        double cc = cost(c, t);
+        if (cc <= best_cost * (1 + 1e-12)) {
+            xp_program_free(best);
+            best = c;
+            best_cost = cc;
+        } else {
+            xp_program_free(c);
+        }
+    }
+    st.best_s = best_cost;
+    st.elapsed_ms = now_ms() - t0;
+    if (stats)
+        *stats = st;
+    xp_program_free(cur);
+    xp_program_free(naive);
+    *out = best;
+    return 0;
+fail:
+    xp_program_free(naive);
+    late = NULL;
+    nlate_act = 0;
+    free(late_buf);
+    xp_program_free(cur);
+    xp_program_free(best);
+    return rc;
+}

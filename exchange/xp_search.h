@@ -1,0 +1,60 @@
+/* exchange/xp_search.h — synthesis of exchange program bodies by search.
+ *
+ * xp_search starts from a preamble (IN, OUT, PARTITIONS; any actions it
+ * has are dropped) and returns a valid program at least as fast as the
+ * naive one on topology `t`:
+ *   1. membership: size-declared partitions get members by locality (the
+ *      free sites already holding most of the bytes they need), then
+ *      pairwise swaps of members between partitions while the naive
+ *      program's simulated time improves;
+ *   2. body: starting from the naive program, apply the guarded
+ *      transformations of §5.4 — relay introduction / elimination, source
+ *      substitution, aggregation pullup (X@r->s, Y@r->s => X+Y@r->s) and
+ *      pushdown, multicast fusion / fission, partial local aggregation,
+ *      deletion — to a random action chosen by a seeded generator; every
+ *      candidate is checked for validity (Def. 5.5) and costed by the
+ *      simulator; a candidate no slower than the current one replaces it,
+ *      and the best program seen is kept.
+ * The sequence of candidates depends only on the preamble, the topology and
+ * the seed: with a step budget the result is deterministic; a time budget
+ * only decides where the same sequence stops (anytime).
+ *
+ * Ownership: *out is a new program (xp_program_free). On error returns a
+ * negative EIN_E* code and fills `err`. */
+#ifndef XP_SEARCH_H
+#define XP_SEARCH_H
+
+#include <stdint.h>
+
+#include "common/ein_error.h"
+#include "exchange/xp_program.h"
+#include "exchange/xp_topo.h"
+
+typedef struct xp_search_opts {
+    double budget_ms;    /* wall-clock budget; <= 0: none */
+    long max_steps;      /* candidates to try; <= 0: none */
+    long patience;       /* stop after this many candidates without gain; <= 0: none */
+    uint64_t seed;
+} xp_search_opts;
+
+#define XP_SEARCH_DEFAULT_BUDGET_MS 80.0
+#define XP_SEARCH_DEFAULT_STEPS 20000
+#define XP_SEARCH_DEFAULT_PATIENCE 1500
+
+typedef struct xp_search_stats {
+    double naive_s;      /* the naive program's makespan, same membership */
+    double best_s;
+    long steps, valid, accepted, improved;
+    double elapsed_ms;
+} xp_search_stats;
+
+void xp_search_opts_default(xp_search_opts *o);
+int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_opts *o,
+              xp_program **out, xp_search_stats *stats, ein_error *err);
+
+/* The naive program for a preamble (membership chosen as in step 1), and
+ * its makespan. */
+int xp_search_naive(const xp_program *preamble, const xp_topology *t, xp_program **out,
+                    double *makespan, ein_error *err);
+
+#endif

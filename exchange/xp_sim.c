@@ -1,0 +1,558 @@
+/* exchange/xp_sim.c — the flow-level simulator (see xp_sim.h). */
+#include "exchange/xp_sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct flow {
+    int act, kind, from, to, span;
+    double bytes, rem, rate;
+    int res[4], nres;
+} flow;
+
+typedef struct site_held {
+    const xp_word **set;
+    int n, cap;
+} site_held;
+
+enum { WAITING, AGG, XFER, DONE };
+
+typedef struct sim {
+    const xp_program *p;
+    const xp_topology *t;
+    ein_error *err;
+    double now;
+    site_held *held;
+    char *dirty;
+    int *status, *hop, *outstanding;
+    flow *fl;
+    int nfl, capfl;
+    xp_word **single;        /* IN singletons */
+    const xp_word **cand;
+    int ncand;
+    int *pick;
+    double *cap;             /* per resource scratch */
+    int *cnt;
+    int *used, nused;
+    xp_timeline *tl;
+    double makespan, sum_end;
+    long events;
+} sim;
+
+static int held_has(const sim *S, int site, const xp_word *x)
+{
+    const site_held *h = &S->held[site];
+    for (int i = 0; i < h->n; i++)
+        if (h->set[i] == x || xp_set_equal(S->p, h->set[i], x))
+            return 1;
+    return 0;
+}
+
+static int held_add(sim *S, int site, const xp_word *x)
+{
+    if (held_has(S, site, x))
+        return 0;
+    site_held *h = &S->held[site];
+    if (h->n == h->cap) {
+        int cap = h->cap ? 2 * h->cap : 16;
+        const xp_word **ns = realloc(h->set, sizeof *ns * (size_t)cap);
+        if (!ns)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+        h->set = ns;
+        h->cap = cap;
+    }
+    h->set[h->n++] = x;
+    S->dirty[site] = 1;
+    return 0;
+}
+
+static int span_add(sim *S, const xp_span *sp)
+{
+    xp_timeline *tl = S->tl;
+    if (!tl)
+        return -1;
+    if (tl->nspan == tl->cap) {
+        int cap = tl->cap ? 2 * tl->cap : 64;
+        xp_span *ns = realloc(tl->span, sizeof *ns * (size_t)cap);
+        if (!ns)
+            return -1;
+        tl->span = ns;
+        tl->cap = cap;
+    }
+    tl->span[tl->nspan] = *sp;
+    return tl->nspan++;
+}
+
+static int flow_add(sim *S, int act, int kind, int from, int to, double bytes, int pieces,
+                    const int *res, int nres)
+{
+    if (S->nfl == S->capfl) {
+        int cap = S->capfl ? 2 * S->capfl : 32;
+        flow *nf = realloc(S->fl, sizeof *nf * (size_t)cap);
+        if (!nf)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+        S->fl = nf;
+        S->capfl = cap;
+    }
+    flow *f = &S->fl[S->nfl++];
+    memset(f, 0, sizeof *f);
+    f->act = act;
+    f->kind = kind;
+    f->from = from;
+    f->to = to;
+    f->bytes = f->rem = bytes;
+    f->nres = nres;
+    memcpy(f->res, res, sizeof(int) * (size_t)nres);
+    xp_span sp = {.action = act, .kind = kind, .from = from, .to = to, .pieces = pieces,
+                  .bytes = bytes, .start = S->now, .end = S->now, .nres = nres};
+    memcpy(sp.res, res, sizeof(int) * (size_t)nres);
+    f->span = span_add(S, &sp);
+    return 0;
+}
+
+static void act_done(sim *S, int a)
+{
+    S->status[a] = DONE;
+    if (S->tl)
+        S->tl->act_end[a] = S->now;
+    if (S->now > S->makespan)
+        S->makespan = S->now;
+    S->sum_end += S->now;
+}
+
+static int start_hop(sim *S, int a)
+{
+    const xp_action *ac = &S->p->act[a];
+    int h = S->hop[a];
+    int from = h == 0 ? ac->src : ac->relay[h - 1];
+    const int *to = h < ac->nrelay ? &ac->relay[h] : ac->dst;
+    int nto = h < ac->nrelay ? 1 : ac->ndst;
+    double bytes = xp_set_bytes(S->p, ac->set);
+    S->status[a] = XFER;
+    S->outstanding[a] = nto;
+    for (int d = 0; d < nto; d++) {
+        int res[4];
+        int nres = xp_topo_route(S->t, from, to[d], res, S->err);
+        if (nres < 0)
+            return nres;
+        int rc = flow_add(S, a, XP_SPAN_XFER, from, to[d], bytes, 0, res, nres);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int agg_done(sim *S, int a)
+{
+    const xp_action *ac = &S->p->act[a];
+    int rc = held_add(S, ac->src, ac->set);
+    if (rc < 0)
+        return rc;
+    if (ac->ndst == 0) {
+        act_done(S, a);
+        return 0;
+    }
+    S->hop[a] = 0;
+    return start_hop(S, a);
+}
+
+static int by_size_desc(const void *x, const void *y, void *ctx)
+{
+    const sim *S = ctx;
+    int a = xp_set_count(S->p, *(const xp_word *const *)x);
+    int b = xp_set_count(S->p, *(const xp_word *const *)y);
+    return b - a;
+}
+
+/* Insertion sort (candidates are few), largest aggregates first: the cover
+ * search then prefers few pieces. */
+static void sort_cand(sim *S, int n)
+{
+    for (int i = 1; i < n; i++) {
+        const xp_word *x = S->cand[i];
+        int j = i;
+        while (j > 0 && by_size_desc(&S->cand[j - 1], &x, S) > 0) {
+            S->cand[j] = S->cand[j - 1];
+            j--;
+        }
+        S->cand[j] = x;
+    }
+}
+
+static int try_start(sim *S, int a)
+{
+    const xp_action *ac = &S->p->act[a];
+    const site_held *h = &S->held[ac->src];
+    if (h->n > S->ncand) {
+        free(S->cand);
+        S->ncand = 2 * h->n;
+        if (!(S->cand = malloc(sizeof *S->cand * (size_t)S->ncand)))
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+    }
+    int nc = 0;
+    for (int i = 0; i < h->n; i++)
+        if (xp_set_subset(S->p, h->set[i], ac->set))
+            S->cand[nc++] = h->set[i];
+    if (nc == 0)
+        return 0;
+    sort_cand(S, nc);
+    int m = xp_partition_find(S->p, ac->set, (xp_word *const *)S->cand, nc, S->pick);
+    if (m < 0)
+        return 0;
+    if (S->tl)
+        S->tl->act_start[a] = S->now;
+    if (m >= 2) {
+        double bytes = xp_set_bytes(S->p, ac->set);
+        for (int k = 0; k < m; k++)
+            bytes += xp_set_bytes(S->p, S->cand[S->pick[k]]);
+        int res = ac->src; /* hbm(src) */
+        S->status[a] = AGG;
+        return flow_add(S, a, XP_SPAN_AGG, ac->src, ac->src, bytes, m, &res, 1);
+    }
+    return agg_done(S, a) < 0 ? -1 : 1;
+}
+
+/* Start every waiting action that is enabled now, repeatedly (a start
+ * that completes at once may enable more). */
+static int scan(sim *S)
+{
+    const xp_program *p = S->p;
+    for (;;) {
+        int any = 0;
+        for (int s = 0; s < p->ngpus; s++)
+            any |= S->dirty[s];
+        if (!any)
+            return 0;
+        char *was = malloc((size_t)p->ngpus);
+        if (!was)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+        memcpy(was, S->dirty, (size_t)p->ngpus);
+        memset(S->dirty, 0, (size_t)p->ngpus);
+        for (int a = 0; a < p->nact; a++) {
+            if (S->status[a] != WAITING || !was[p->act[a].src])
+                continue;
+            int rc = try_start(S, a);
+            if (rc < 0) {
+                free(was);
+                return rc;
+            }
+        }
+        free(was);
+    }
+}
+
+/* Max-min fair rates by progressive filling. */
+static void rates(sim *S)
+{
+    S->nused = 0;
+    for (int i = 0; i < S->nfl; i++) {
+        flow *f = &S->fl[i];
+        f->rate = f->nres ? -1 : INFINITY;
+        for (int k = 0; k < f->nres; k++) {
+            int r = f->res[k];
+            if (S->cnt[r] == 0) {
+                S->used[S->nused++] = r;
+                S->cap[r] = xp_topo_res_bw(S->t, r);
+            }
+            S->cnt[r]++;
+        }
+    }
+    for (;;) {
+        int best = -1;
+        double share = INFINITY;
+        for (int u = 0; u < S->nused; u++) {
+            int r = S->used[u];
+            if (S->cnt[r] > 0 && S->cap[r] / S->cnt[r] < share) {
+                share = S->cap[r] / S->cnt[r];
+                best = r;
+            }
+        }
+        if (best < 0)
+            break;
+        if (share < 0)
+            share = 0;
+        for (int i = 0; i < S->nfl; i++) {
+            flow *f = &S->fl[i];
+            if (f->rate >= 0)
+                continue;
+            int on = 0;
+            for (int k = 0; k < f->nres; k++)
+                on |= f->res[k] == best;
+            if (!on)
+                continue;
+            f->rate = share;
+            for (int k = 0; k < f->nres; k++) {
+                S->cap[f->res[k]] -= share;
+                S->cnt[f->res[k]]--;
+            }
+        }
+    }
+    for (int u = 0; u < S->nused; u++)
+        S->cnt[S->used[u]] = 0;
+}
+
+static int complete(sim *S, int i)
+{
+    flow f = S->fl[i];
+    S->fl[i] = S->fl[--S->nfl];
+    S->events++;
+    if (S->tl && f.span >= 0)
+        S->tl->span[f.span].end = S->now;
+    const xp_action *ac = &S->p->act[f.act];
+    if (f.kind == XP_SPAN_AGG)
+        return agg_done(S, f.act);
+    int rc = held_add(S, f.to, ac->set);
+    if (rc < 0)
+        return rc;
+    if (--S->outstanding[f.act] > 0)
+        return 0;
+    if (S->hop[f.act] < ac->nrelay) {
+        S->hop[f.act]++;
+        return start_hop(S, f.act);
+    }
+    act_done(S, f.act);
+    return 0;
+}
+
+static void sim_free(sim *S)
+{
+    if (S->held)
+        for (int s = 0; s < S->p->ngpus; s++)
+            free(S->held[s].set);
+    free(S->held);
+    free(S->dirty);
+    free(S->status);
+    free(S->hop);
+    free(S->outstanding);
+    free(S->fl);
+    if (S->single)
+        for (int i = 0; i < S->p->nin; i++)
+            free(S->single[i]);
+    free(S->single);
+    free(S->cand);
+    free(S->pick);
+    free(S->cap);
+    free(S->cnt);
+    free(S->used);
+}
+
+void xp_timeline_free(xp_timeline *tl)
+{
+    if (!tl)
+        return;
+    free(tl->act_start);
+    free(tl->act_end);
+    free(tl->span);
+    free(tl);
+}
+
+int xp_sim_run(const xp_program *p, const xp_topology *t, double *makespan,
+               xp_timeline **tl_out, ein_error *err)
+{
+    return xp_sim_run_ex(p, t, makespan, NULL, tl_out, err);
+}
+
+int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
+                  double *mean_end, xp_timeline **tl_out, ein_error *err)
+{
+    sim S = {0};
+    int rc = 0, nres = xp_topo_nres(t);
+    S.p = p;
+    S.t = t;
+    S.err = err;
+    if (p->ngpus > t->ngpus)
+        return ein_fail(err, EIN_EINVAL, "the program uses %d sites, %s has %d GPUs", p->ngpus,
+                        t->name, t->ngpus);
+    if (!xp_program_resolved(p))
+        return ein_fail(err, EIN_EINVAL, "simulate: resolve the size-declared partitions first");
+    S.held = calloc((size_t)p->ngpus, sizeof *S.held);
+    S.dirty = calloc((size_t)p->ngpus, 1);
+    S.status = calloc((size_t)p->nact + 1, sizeof(int));
+    S.hop = calloc((size_t)p->nact + 1, sizeof(int));
+    S.outstanding = calloc((size_t)p->nact + 1, sizeof(int));
+    S.single = calloc((size_t)p->nin + 1, sizeof *S.single);
+    S.pick = malloc(sizeof(int) * (size_t)(p->nin + 1));
+    S.cap = calloc((size_t)nres, sizeof(double));
+    S.cnt = calloc((size_t)nres, sizeof(int));
+    S.used = calloc((size_t)nres, sizeof(int));
+    if (!S.held || !S.dirty || !S.status || !S.hop || !S.outstanding || !S.single || !S.pick ||
+        !S.cap || !S.cnt || !S.used) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (tl_out) {
+        S.tl = calloc(1, sizeof *S.tl);
+        if (!S.tl || !(S.tl->act_start = calloc((size_t)p->nact + 1, sizeof(double))) ||
+            !(S.tl->act_end = calloc((size_t)p->nact + 1, sizeof(double)))) {
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+            goto done;
+        }
+        S.tl->nact = p->nact;
+    }
+    for (int a = 0; a < p->nact; a++)
+        if (p->act[a].src < 0) {
+            rc = ein_fail(err, EIN_EINVAL, "action %d has no site", a);
+            goto done;
+        }
+    for (int i = 0; i < p->nin; i++) {
+        if (!(S.single[i] = xp_set_new(p))) {
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+            goto done;
+        }
+        xp_set_add(S.single[i], i);
+        if ((rc = held_add(&S, p->in[i].site, S.single[i])) < 0)
+            goto done;
+    }
+    double xfer_busy = 0;
+    for (;;) {
+        if ((rc = scan(&S)) < 0)
+            goto done;
+        if (S.nfl == 0)
+            break;
+        rates(&S);
+        double dt = INFINITY;
+        int nx = 0;
+        for (int i = 0; i < S.nfl; i++) {
+            double d = S.fl[i].rate > 0 ? S.fl[i].rem / S.fl[i].rate : INFINITY;
+            if (isinf(S.fl[i].rate))
+                d = 0;
+            if (d < dt)
+                dt = d;
+            nx += S.fl[i].kind == XP_SPAN_XFER;
+        }
+        if (isinf(dt)) {
+            rc = ein_fail(err, EIN_EINVAL, "simulate: a transfer has no bandwidth on %s",
+                          t->name);
+            goto done;
+        }
+        S.now += dt;
+        if (nx)
+            xfer_busy += dt;
+        for (int i = 0; i < S.nfl; i++)
+            S.fl[i].rem -= isinf(S.fl[i].rate) ? S.fl[i].rem : S.fl[i].rate * dt;
+        for (int i = 0; i < S.nfl;) {
+            if (S.fl[i].rem <= 1e-9 * S.fl[i].bytes + 1e-6) {
+                if ((rc = complete(&S, i)) < 0)
+                    goto done;
+            } else {
+                i++;
+            }
+        }
+    }
+    for (int a = 0; a < p->nact; a++)
+        if (S.status[a] != DONE) {
+            char buf[256];
+            rc = ein_fail(err, EIN_EINVAL, "not well-formed: action %d (%s) is never enabled", a,
+                          xp_action_format(p, a, buf, sizeof buf));
+            goto done;
+        }
+    for (int o = 0; o < p->nout; o++)
+        if (!held_has(&S, p->out[o].site, p->out[o].set)) {
+            rc = ein_fail(err, EIN_EINVAL, "not valid: OUT %d is never reached at site %d", o,
+                          p->out[o].site);
+            goto done;
+        }
+    *makespan = S.makespan;
+    if (mean_end)
+        *mean_end = p->nact ? S.sum_end / p->nact : 0;
+    if (tl_out) {
+        S.tl->makespan = S.makespan;
+        S.tl->xfer_busy = xfer_busy;
+        S.tl->events = S.events;
+        *tl_out = S.tl;
+        S.tl = NULL;
+    }
+done:
+    xp_timeline_free(S.tl);
+    sim_free(&S);
+    return rc;
+}
+
+static void route_str(const xp_topology *t, const xp_span *sp, char *buf, int len)
+{
+    int n = 0;
+    buf[0] = 0;
+    for (int k = 0; k < sp->nres && n < len; k++) {
+        char r[64];
+        xp_topo_res_name(t, sp->res[k], r, sizeof r);
+        n += snprintf(buf + n, (size_t)(len - n), "%s%s", k ? ", " : "", r);
+    }
+}
+
+void xp_timeline_print(const xp_program *p, const xp_topology *t, const xp_timeline *tl,
+                       FILE *f)
+{
+    for (int a = 0; a < p->nact; a++) {
+        char buf[512];
+        fprintf(f, "action %d: %s  [%.3f .. %.3f ms]\n", a,
+                xp_action_format(p, a, buf, sizeof buf), tl->act_start[a] * 1e3,
+                tl->act_end[a] * 1e3);
+        for (int s = 0; s < tl->nspan; s++) {
+            const xp_span *sp = &tl->span[s];
+            if (sp->action != a)
+                continue;
+            if (sp->kind == XP_SPAN_AGG) {
+                fprintf(f, "  aggregate %d pieces at %d: %.3f .. %.3f ms\n", sp->pieces,
+                        sp->from, sp->start * 1e3, sp->end * 1e3);
+            } else {
+                route_str(t, sp, buf, sizeof buf);
+                fprintf(f, "  transfer %d -> %d: %.3f .. %.3f ms via %s\n", sp->from, sp->to,
+                        sp->start * 1e3, sp->end * 1e3, buf);
+            }
+        }
+    }
+    fprintf(f, "transfers busy: %.3f ms\n", tl->xfer_busy * 1e3);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", *s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+int xp_timeline_write_trace(const xp_program *p, const xp_topology *t,
+                            const xp_timeline *tl, FILE *f)
+{
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    int first = 1;
+    for (int g = 0; g < p->ngpus; g++) {
+        fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": "
+                   "{\"name\": \"GPU %d\"}}", first ? "" : ",\n", g, g);
+        first = 0;
+        fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, "
+                   "\"args\": {\"name\": \"aggregate\"}}", g);
+        fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, "
+                   "\"args\": {\"name\": \"send\"}}", g);
+    }
+    for (int s = 0; s < tl->nspan; s++) {
+        const xp_span *sp = &tl->span[s];
+        char act[512], name[600], route[256];
+        xp_action_format(p, sp->action, act, sizeof act);
+        route_str(t, sp, route, sizeof route);
+        if (sp->kind == XP_SPAN_AGG)
+            snprintf(name, sizeof name, "aggregate %s", act);
+        else
+            snprintf(name, sizeof name, "%d->%d %s", sp->from, sp->to, act);
+        fprintf(f, ",\n{\"name\": ");
+        json_str(f, name);
+        fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
+                   "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"action\": %d, \"bytes\": %.0f, "
+                   "\"route\": ",
+                sp->kind == XP_SPAN_AGG ? "aggregate" : "transfer", sp->from,
+                sp->kind == XP_SPAN_AGG ? 0 : 1, sp->start * 1e6, (sp->end - sp->start) * 1e6,
+                sp->action, sp->bytes);
+        json_str(f, route);
+        fprintf(f, "}}");
+    }
+    fprintf(f, "\n]}\n");
+    return ferror(f) ? EIN_EIO : 0;
+}

@@ -1,0 +1,262 @@
+/* exchange/xp_topo.c — topology text format, built-ins, routes. */
+#include "exchange/xp_topo.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int xp_topo_nres(const xp_topology *t)
+{
+    int n = t->ngpus;
+    return 3 * n + n * n + t->nshared;
+}
+
+double xp_topo_res_bw(const xp_topology *t, int r)
+{
+    int n = t->ngpus;
+    if (r < n)
+        return t->hbm;
+    if (r < 3 * n)
+        return t->port;
+    if (r < 3 * n + n * n)
+        return t->link[r - 3 * n];
+    return t->shared_bw[r - 3 * n - n * n];
+}
+
+void xp_topo_res_name(const xp_topology *t, int r, char *buf, int len)
+{
+    int n = t->ngpus;
+    if (r < n)
+        snprintf(buf, (size_t)len, "hbm %d", r);
+    else if (r < 2 * n)
+        snprintf(buf, (size_t)len, "egress %d", r - n);
+    else if (r < 3 * n)
+        snprintf(buf, (size_t)len, "ingress %d", r - 2 * n);
+    else if (r < 3 * n + n * n)
+        snprintf(buf, (size_t)len, "link %d->%d", (r - 3 * n) / n, (r - 3 * n) % n);
+    else
+        snprintf(buf, (size_t)len, "%s", t->shared_name[r - 3 * n - n * n]);
+}
+
+int xp_topo_route(const xp_topology *t, int s, int d, int *res, ein_error *err)
+{
+    int n = t->ngpus, k = 0;
+    if (s < 0 || d < 0 || s >= n || d >= n || s == d)
+        return ein_fail(err, EIN_EINVAL, "%s: no route from %d to %d", t->name, s, d);
+    if (t->port > 0)
+        res[k++] = n + s;
+    if (t->link[s * n + d] > 0)
+        res[k++] = 3 * n + s * n + d;
+    else if (t->rest >= 0)
+        res[k++] = 3 * n + n * n + t->rest;
+    else if (t->rest == -2)
+        return ein_fail(err, EIN_EINVAL, "%s: GPUs %d and %d are not connected", t->name, s, d);
+    if (t->port > 0)
+        res[k++] = 2 * n + d;
+    return k;
+}
+
+void xp_topo_free(xp_topology *t)
+{
+    if (!t)
+        return;
+    free(t->link);
+    free(t);
+}
+
+/* "450 GB/s" at words[i], words[i+1]. */
+static int parse_bw(const char *num, const char *unit, double *bw)
+{
+    char *end;
+    double v = strtod(num, &end);
+    if (*end || !(v > 0))
+        return -1;
+    if (!unit)
+        return -1;
+    if (strcmp(unit, "TB/s") == 0)
+        v *= 1e12;
+    else if (strcmp(unit, "GB/s") == 0)
+        v *= 1e9;
+    else if (strcmp(unit, "MB/s") == 0)
+        v *= 1e6;
+    else
+        return -1;
+    *bw = v;
+    return 0;
+}
+
+static int parse_int(const char *s, int *v)
+{
+    char *end;
+    long x = strtol(s, &end, 10);
+    if (!*s || *end || x < 0 || x > 100000)
+        return -1;
+    *v = (int)x;
+    return 0;
+}
+
+int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_error *err)
+{
+    xp_topology *t = calloc(1, sizeof *t);
+    int rc = 0, line = 0;
+    const char *p = text;
+    char rest_name[32] = "";
+    int rest_line = 0;
+    if (!t)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    t->rest = -2;
+    file = file ? file : "<topology>";
+    while (*p) {
+        char buf[512];
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        line++;
+        if (len >= sizeof buf) {
+            rc = ein_fail_at(err, EIN_EPARSE, file, line, 1, "line too long");
+            goto fail;
+        }
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        p += len + (nl ? 1 : 0);
+        char *hash = strchr(buf, '#');
+        if (hash)
+            *hash = 0;
+        char *w[8];
+        int nw = 0;
+        for (char *tok = strtok(buf, " \t\r"); tok && nw < 8; tok = strtok(NULL, " \t\r"))
+            w[nw++] = tok;
+        if (nw == 0)
+            continue;
+        int col = (int)(w[0] - buf) + 1;
+#define BAD(...) do { rc = ein_fail_at(err, EIN_EPARSE, file, line, col, __VA_ARGS__); goto fail; } while (0)
+        if (strcmp(w[0], "name") == 0) {
+            if (nw != 2 || strlen(w[1]) >= sizeof t->name)
+                BAD("expected: name NAME");
+            strcpy(t->name, w[1]);
+        } else if (strcmp(w[0], "gpus") == 0) {
+            if (t->ngpus)
+                BAD("gpus given twice");
+            if (nw != 2 || parse_int(w[1], &t->ngpus) < 0 || t->ngpus < 1 || t->ngpus > 4096)
+                BAD("expected: gpus N (1..4096)");
+            if (!(t->link = calloc((size_t)t->ngpus * (size_t)t->ngpus, sizeof *t->link)))
+                BAD("out of memory");
+        } else if (strcmp(w[0], "hbm") == 0) {
+            if (nw != 3 || parse_bw(w[1], w[2], &t->hbm) < 0)
+                BAD("expected: hbm BANDWIDTH UNIT (TB/s, GB/s or MB/s)");
+        } else if (strcmp(w[0], "port") == 0) {
+            if (nw != 3 || parse_bw(w[1], w[2], &t->port) < 0)
+                BAD("expected: port BANDWIDTH UNIT");
+        } else if (strcmp(w[0], "link") == 0) {
+            int a, b;
+            double bw;
+            if (!t->ngpus)
+                BAD("link before gpus");
+            if (nw != 5 || parse_int(w[1], &a) < 0 || parse_int(w[2], &b) < 0 ||
+                parse_bw(w[3], w[4], &bw) < 0)
+                BAD("expected: link A B BANDWIDTH UNIT");
+            if (a >= t->ngpus || b >= t->ngpus || a == b)
+                BAD("link %d %d: GPUs are 0..%d and distinct", a, b, t->ngpus - 1);
+            if (t->link[a * t->ngpus + b] > 0)
+                BAD("link %d %d given twice", a, b);
+            t->link[a * t->ngpus + b] = t->link[b * t->ngpus + a] = bw;
+        } else if (strcmp(w[0], "shared") == 0) {
+            double bw;
+            if (nw != 4 || parse_bw(w[2], w[3], &bw) < 0 || strlen(w[1]) >= 32)
+                BAD("expected: shared NAME BANDWIDTH UNIT");
+            if (t->nshared == XP_TOPO_MAX_SHARED)
+                BAD("more than %d shared resources", XP_TOPO_MAX_SHARED);
+            for (int i = 0; i < t->nshared; i++)
+                if (strcmp(t->shared_name[i], w[1]) == 0)
+                    BAD("shared resource %s given twice", w[1]);
+            strcpy(t->shared_name[t->nshared], w[1]);
+            t->shared_bw[t->nshared++] = bw;
+        } else if (strcmp(w[0], "rest") == 0) {
+            if (nw == 2 && strcmp(w[1], "direct") == 0)
+                t->rest = -1;
+            else if (nw == 2 && strcmp(w[1], "none") == 0)
+                t->rest = -2;
+            else if (nw == 3 && strcmp(w[1], "via") == 0 && strlen(w[2]) < 32) {
+                strcpy(rest_name, w[2]);
+                rest_line = line;
+                t->rest = -3; /* resolved below: shared may come later */
+            } else
+                BAD("expected: rest direct | rest none | rest via NAME");
+        } else {
+            BAD("unknown statement '%s' (name, gpus, hbm, port, link, shared, rest)", w[0]);
+        }
+#undef BAD
+    }
+    if (!t->ngpus) {
+        rc = ein_fail_at(err, EIN_EPARSE, file, line, 1, "no 'gpus' statement");
+        goto fail;
+    }
+    if (!(t->hbm > 0)) {
+        rc = ein_fail_at(err, EIN_EPARSE, file, line, 1, "no 'hbm' statement");
+        goto fail;
+    }
+    if (t->rest == -3) {
+        t->rest = -2;
+        for (int i = 0; i < t->nshared; i++)
+            if (strcmp(t->shared_name[i], rest_name) == 0)
+                t->rest = i;
+        if (t->rest == -2) {
+            rc = ein_fail_at(err, EIN_EPARSE, file, rest_line, 1,
+                             "rest via %s: no shared resource of that name", rest_name);
+            goto fail;
+        }
+    }
+    if (!t->name[0])
+        snprintf(t->name, sizeof t->name, "%s", file);
+    *out = t;
+    return 0;
+fail:
+    xp_topo_free(t);
+    return rc;
+}
+
+int xp_topo_load_file(const char *path, xp_topology **out, ein_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ein_fail(err, EIN_EIO, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            char *nb = realloc(buf, cap = cap * 2 + 8192);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return ein_fail(err, EIN_ENOMEM, "out of memory");
+            }
+            buf = nb;
+        }
+        size_t r = fread(buf + n, 1, 4096, f);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    fclose(f);
+    buf[n] = 0;
+    int rc = xp_topo_parse(buf, path, out, err);
+    free(buf);
+    return rc;
+}
+
+int xp_topo_load(const char *name_or_path, xp_topology **out, ein_error *err)
+{
+    const char *text = xp_topo_builtin_text(name_or_path);
+    if (text)
+        return xp_topo_parse(text, name_or_path, out, err);
+    if (!strchr(name_or_path, '/') && !strchr(name_or_path, '.')) {
+        char names[256] = "";
+        for (int i = 0; xp_topo_builtin_names[i]; i++) {
+            strcat(names, i ? ", " : "");
+            strcat(names, xp_topo_builtin_names[i]);
+        }
+        return ein_fail(err, EIN_EINVAL, "unknown topology '%s' (built in: %s; or a file path)",
+                        name_or_path, names);
+    }
+    return xp_topo_load_file(name_or_path, out, err);
+}

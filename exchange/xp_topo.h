@@ -1,0 +1,62 @@
+/* exchange/xp_topo.h — machine topologies for the exchange simulator.
+ *
+ * A topology is a set of bandwidth resources (bytes/s): per GPU its HBM
+ * (local aggregation), optionally an egress and an ingress port (switch
+ * machines: the only contention is at endpoints), point-to-point links
+ * with a bandwidth per direction, and named shared resources (a PCIe
+ * bridge, a memory bus). A transfer s -> d takes the route: egress(s) if
+ * ports exist, the link s->d if there is one, else the shared resource
+ * that `rest via NAME` names (or nothing more with `rest direct`), then
+ * ingress(d). Text format (one statement a line, # comments):
+ *
+ *   name dgx-v100
+ *   gpus 8
+ *   hbm 900 GB/s            # per GPU
+ *   port 450 GB/s           # optional: egress and ingress per GPU
+ *   link 0 3 50 GB/s        # point-to-point, this much in each direction
+ *   shared pcie 15.75 GB/s  # a resource every route through it shares
+ *   rest via pcie           # pairs without a link: via pcie | direct | none
+ *
+ * Units: TB/s, GB/s, MB/s (powers of 10). Built-in machines are also
+ * shipped as files in topologies/ (xp_topo_builtin_text gives the text).
+ * Ownership: xp_topo_free releases a topology. */
+#ifndef XP_TOPO_H
+#define XP_TOPO_H
+
+#include "common/ein_error.h"
+
+#define XP_TOPO_MAX_SHARED 8
+
+typedef struct xp_topology {
+    char name[64];
+    int ngpus;
+    double hbm;          /* bytes/s, per GPU */
+    double port;         /* bytes/s per direction per GPU; 0: no port limit */
+    double *link;        /* ngpus*ngpus, [s*ngpus+d] bytes/s s->d; 0: no link */
+    int nshared;
+    char shared_name[XP_TOPO_MAX_SHARED][32];
+    double shared_bw[XP_TOPO_MAX_SHARED];
+    int rest;            /* -1: direct, -2: no route, k >= 0: via shared k */
+} xp_topology;
+
+/* Resource ids: hbm(g) = g, egress(g) = n+g, ingress(g) = 2n+g,
+ * link(s,d) = 3n + s*n + d, shared k = 3n + n*n + k. */
+int xp_topo_nres(const xp_topology *t);
+double xp_topo_res_bw(const xp_topology *t, int r);
+/* Human name of a resource ("NVLink 0->3", "pcie", "egress 2"). */
+void xp_topo_res_name(const xp_topology *t, int r, char *buf, int len);
+/* The resources a transfer s -> d crosses (at most 4); returns how many,
+ * or a negative code (no route). */
+int xp_topo_route(const xp_topology *t, int s, int d, int *res, ein_error *err);
+
+int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_error *err);
+int xp_topo_load_file(const char *path, xp_topology **out, ein_error *err);
+/* A built-in machine by name, or else a file path. */
+int xp_topo_load(const char *name_or_path, xp_topology **out, ein_error *err);
+/* The text of a built-in machine (NULL if unknown), and their names
+ * (NULL-terminated). */
+const char *xp_topo_builtin_text(const char *name);
+extern const char *const xp_topo_builtin_names[];
+void xp_topo_free(xp_topology *t);
+
+#endif

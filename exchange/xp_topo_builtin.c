@@ -1,0 +1,87 @@
+/* exchange/xp_topo_builtin.c — the built-in machines, the same text as
+ * topologies/<name>.topo (a test checks they agree byte for byte). */
+#include <stddef.h>
+#include <string.h>
+
+#include "exchange/xp_topo.h"
+
+const char *const xp_topo_builtin_names[] = {"dgx-a100", "dgx-h100", "hgx-h200", "dgx-v100", "gb200-nvl72", "host", NULL};
+
+static const char *const texts[] = {
+    /* dgx-a100 */
+    "# NVIDIA DGX A100: 8 x A100 on NVSwitch (non-blocking all-to-all).\n"
+    "# NVLink 3: 300 GB/s per direction per GPU; HBM2 1.555 TB/s (40 GB part).\n"
+    "name dgx-a100\n"
+    "gpus 8\n"
+    "hbm 1.555 TB/s\n"
+    "port 300 GB/s\n"
+    "rest direct\n",
+    /* dgx-h100 */
+    "# NVIDIA DGX H100: 8 x H100 SXM on NVSwitch (non-blocking all-to-all).\n"
+    "# NVLink 4: 450 GB/s per direction per GPU; HBM3 3.35 TB/s. 1 GB = 10^9 B.\n"
+    "name dgx-h100\n"
+    "gpus 8\n"
+    "hbm 3.35 TB/s\n"
+    "port 450 GB/s\n"
+    "rest direct\n",
+    /* hgx-h200 */
+    "# NVIDIA HGX H200: 8 x H200 on NVSwitch (non-blocking all-to-all).\n"
+    "# NVLink 4: 450 GB/s per direction per GPU; HBM3e 4.8 TB/s.\n"
+    "name hgx-h200\n"
+    "gpus 8\n"
+    "hbm 4.8 TB/s\n"
+    "port 450 GB/s\n"
+    "rest direct\n",
+    /* dgx-v100 */
+    "# NVIDIA DGX-1 with V100 (DGX-V100): hybrid cube-mesh. Each GPU has six\n"
+    "# NVLink 2 links of 25 GB/s per direction; some pairs have two (50 GB/s).\n"
+    "# Adjacency as `nvidia-smi topo -m` prints it on a DGX-1V. Pairs without\n"
+    "# NVLink go through a PCIe bridge of 15.75 GB/s shared by all of them.\n"
+    "name dgx-v100\n"
+    "gpus 8\n"
+    "hbm 900 GB/s\n"
+    "link 0 3 50 GB/s\n"
+    "link 0 4 50 GB/s\n"
+    "link 1 2 50 GB/s\n"
+    "link 1 5 50 GB/s\n"
+    "link 2 3 50 GB/s\n"
+    "link 4 7 50 GB/s\n"
+    "link 5 6 50 GB/s\n"
+    "link 6 7 50 GB/s\n"
+    "link 0 1 25 GB/s\n"
+    "link 0 2 25 GB/s\n"
+    "link 1 3 25 GB/s\n"
+    "link 2 6 25 GB/s\n"
+    "link 3 7 25 GB/s\n"
+    "link 4 5 25 GB/s\n"
+    "link 4 6 25 GB/s\n"
+    "link 5 7 25 GB/s\n"
+    "shared pcie 15.75 GB/s\n"
+    "rest via pcie\n",
+    /* gb200-nvl72 */
+    "# NVIDIA GB200 NVL72: 72 x B200 in one NVLink domain (NVLink switch trays).\n"
+    "# NVLink 5: 900 GB/s per direction per GPU; HBM3e 8 TB/s.\n"
+    "name gb200-nvl72\n"
+    "gpus 72\n"
+    "hbm 8 TB/s\n"
+    "port 900 GB/s\n"
+    "rest direct\n",
+    /* host */
+    "# CPU \"devices\" (one worker process each) over POSIX shared memory.\n"
+    "# Rough figures for one socket: a worker copies or aggregates at about\n"
+    "# 20 GB/s (one thread's memcpy), and all copies share the memory bus.\n"
+    "name host\n"
+    "gpus 8\n"
+    "hbm 20 GB/s\n"
+    "port 20 GB/s\n"
+    "shared membus 80 GB/s\n"
+    "rest via membus\n",
+};
+
+const char *xp_topo_builtin_text(const char *name)
+{
+    for (int i = 0; xp_topo_builtin_names[i]; i++)
+        if (strcmp(xp_topo_builtin_names[i], name) == 0)
+            return texts[i];
+    return NULL;
+}

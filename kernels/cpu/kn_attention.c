@@ -1,0 +1,281 @@
+/* kernels/cpu/kn_attention.c — causal grouped-query attention over packed
+ * sequences, FlashAttention's algorithm on the CPU.
+ *
+ * For each kv head, the `group` query heads that share it are stacked into
+ * one tile of group*BQ rows (tokens [qs, qe) of each head), so both GEMMs of
+ * a tile (S = Q K^T, then O += P V) go through sgemm with a tall left
+ * operand. Key tiles run over [start(qs), qe) only: keys before the first
+ * query's sequence start or after the last query are never touched, which
+ * is the causal skipping. Inside a tile a mask applies only when the tile
+ * straddles the diagonal or a sequence start. The online softmax keeps a
+ * running max m and sum l per row and rescales O when m grows; every query
+ * sees at least itself, so l > 0 at the end.
+ *
+ * Q is scaled by 1/sqrt(d) on load. K and V are used in place when f32,
+ * else converted once per kv head. */
+#include "kernels/cpu/kn_internal.h"
+
+#include <cblas.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KN_ATT_ROWS 256   /* stacked query rows per tile (group * BQ) */
+#define KN_ATT_BK 256     /* keys per tile */
+
+/* exp(x) for x <= 0 in 4 lanes with GCC vector extensions (plain C, no
+ * target flags; 16 bytes is the x86-64 and AArch64 baseline). Range
+ * reduction x = n ln2 + r with |r| <= ln2/2 (round to nearest by the
+ * 1.5*2^23 trick), a degree-6 Taylor polynomial (relative error ~2e-7) and
+ * 2^n built in the exponent bits. Inputs below -87 are clamped there
+ * (exp(-87) ~ 1.6e-38: nothing next to the row maximum's 1). The scalar
+ * tail uses the same formula. */
+typedef float kn_v4f __attribute__((vector_size(16)));
+typedef int32_t kn_v4i __attribute__((vector_size(16)));
+
+static inline kn_v4f kn_exp_v(kn_v4f x)
+{
+    const kn_v4f lo = {-87.0f, -87.0f, -87.0f, -87.0f};
+    kn_v4i below = x < lo;   /* lanes all-ones where true */
+    x = (kn_v4f)(((kn_v4i)x & ~below) | ((kn_v4i)lo & below));
+    kn_v4f n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    kn_v4f r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    kn_v4f p = r * (1.0f / 720.0f) + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    kn_v4i e = (__builtin_convertvector(n, kn_v4i) + 127) << 23;
+    return p * (kn_v4f)e;
+}
+
+static inline float kn_exp_s(float x)
+{
+    x = x < -87.0f ? -87.0f : x;
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = r * (1.0f / 720.0f) + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t e = ((int32_t)n + 127) * (1 << 23);
+    float f;
+    memcpy(&f, &e, sizeof f);
+    return p * f;
+}
+
+/* s[i] = exp(s[i] - mx) for i < n; returns the sum. */
+static float kn_exp_row(float *s, int64_t n, float mx)
+{
+    kn_v4f acc0 = {0}, acc1 = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        kn_v4f v0, v1;
+        memcpy(&v0, s + i, sizeof v0);
+        memcpy(&v1, s + i + 4, sizeof v1);
+        v0 = kn_exp_v(v0 - mx);
+        v1 = kn_exp_v(v1 - mx);
+        memcpy(s + i, &v0, sizeof v0);
+        memcpy(s + i + 4, &v1, sizeof v1);
+        acc0 += v0;
+        acc1 += v1;
+    }
+    acc0 += acc1;
+    float sum = (acc0[0] + acc0[1]) + (acc0[2] + acc0[3]);
+    for (; i < n; i++) {
+        s[i] = kn_exp_s(s[i] - mx);
+        sum += s[i];
+    }
+    return sum;
+}
+
+/* max(m, s[0..n)). */
+static float kn_max_row(const float *s, int64_t n, float m)
+{
+    int64_t i = 0;
+    if (n >= 4) {
+        kn_v4f acc;
+        memcpy(&acc, s, sizeof acc);
+        for (i = 4; i + 4 <= n; i += 4) {
+            kn_v4f v;
+            memcpy(&v, s + i, sizeof v);
+            kn_v4i gt = v > acc;
+            acc = (kn_v4f)(((kn_v4i)v & gt) | ((kn_v4i)acc & ~gt));
+        }
+        for (int j = 0; j < 4; j++)
+            m = acc[j] > m ? acc[j] : m;
+    }
+    for (; i < n; i++)
+        m = s[i] > m ? s[i] : m;
+    return m;
+}
+
+static int kn_att_check(int64_t group, const int64_t *ends, int nseq, const kn_block *q,
+                        const kn_block *k, const kn_block *v, const kn_block *out,
+                        ein_error *err)
+{
+    const char *what = "attention";
+    char b1[256], b2[256];
+    int rc;
+    if ((rc = kn_blk_check(what, "q", q, 3, err)) < 0 ||
+        (rc = kn_blk_check(what, "k", k, 3, err)) < 0 ||
+        (rc = kn_blk_check(what, "v", v, 3, err)) < 0 ||
+        (rc = kn_blk_check(what, "out", out, 3, err)) < 0 ||
+        (rc = kn_seq_check(what, ends, nseq, err)) < 0)
+        return rc;
+    if (group < 1)
+        return ein_fail(err, EIN_EINVAL, "%s: group %" PRId64 " is not positive", what, group);
+    if (!ein_box_equal(&q->box, &out->box))
+        return ein_fail(err, EIN_ESHAPE, "%s: out box %s differs from q box %s", what,
+                        kn_fmt(&out->box, b1, sizeof b1), kn_fmt(&q->box, b2, sizeof b2));
+    if (!ein_box_equal(&k->box, &v->box))
+        return ein_fail(err, EIN_ESHAPE, "%s: v box %s differs from k box %s", what,
+                        kn_fmt(&v->box, b1, sizeof b1), kn_fmt(&k->box, b2, sizeof b2));
+    if (q->box.lo[2] != 0 || k->box.lo[2] != 0 || q->box.hi[2] != k->box.hi[2] ||
+        q->box.hi[2] < 1)
+        return ein_fail(err, EIN_ESHAPE, "%s: head dim must be whole and equal: q %s, k %s",
+                        what, kn_fmt(&q->box, b1, sizeof b1), kn_fmt(&k->box, b2, sizeof b2));
+    if (q->box.lo[0] != group * k->box.lo[0] || q->box.hi[0] != group * k->box.hi[0])
+        return ein_fail(err, EIN_ESHAPE, "%s: q heads %s are not kv heads %s times group %"
+                        PRId64, what, kn_fmt(&q->box, b1, sizeof b1),
+                        kn_fmt(&k->box, b2, sizeof b2), group);
+    int64_t t0 = q->box.lo[1], t1 = q->box.hi[1];
+    if (t1 == t0 || q->box.hi[0] == q->box.lo[0])
+        return 0;
+    int64_t s0 = kn_seq_start(ends, nseq, t0);
+    if (s0 < 0 || kn_seq_start(ends, nseq, t1 - 1) < 0)
+        return ein_fail(err, EIN_ESHAPE, "%s: query tokens [%" PRId64 ":%" PRId64 ") are outside "
+                        "the sequences (last end %" PRId64 ")", what, t0, t1,
+                        nseq > 0 ? ends[nseq - 1] : 0);
+    if (k->box.lo[1] > s0 || k->box.hi[1] < t1)
+        return ein_fail(err, EIN_ESHAPE, "%s: keys %s do not hold [%" PRId64 ":%" PRId64 "), "
+                        "the keys the queries %s attend to", what,
+                        kn_fmt(&k->box, b1, sizeof b1), s0, t1, kn_fmt(&q->box, b2, sizeof b2));
+    return 0;
+}
+
+int kn_cpu_attention(int64_t group, const int64_t *seq_ends, int nseq, const kn_block *q,
+                     const kn_block *k, const kn_block *v, kn_block *out, ein_error *err)
+{
+    const char *what = "attention";
+    int rc = kn_att_check(group, seq_ends, nseq, q, k, v, out, err);
+    if (rc < 0)
+        return rc;
+    const int64_t d = q->box.hi[2], t0 = q->box.lo[1], t1 = q->box.hi[1];
+    const int64_t u0 = k->box.lo[1], tk = k->box.hi[1] - u0, tq = t1 - t0;
+    const int64_t hk = k->box.hi[0] - k->box.lo[0];
+    if (tq == 0 || hk == 0)
+        return 0;
+    if (d > INT_MAX / KN_ATT_BK || tk > INT_MAX)
+        return ein_fail(err, EIN_EUNSUPPORTED, "%s: head dim %" PRId64 " too large for BLAS",
+                        what, d);
+    int64_t bq = KN_ATT_ROWS / group;
+    if (bq < 16)
+        bq = 16;
+    if (bq > tq)
+        bq = tq;
+    const int64_t rows = group * bq;
+    const int conv = k->dtype != EIN_F32 || v->dtype != EIN_F32;
+    /* Scratch: Q tile, O tile, S/P tile, m, l, per-token starts, and K/V
+     * of one head when they need conversion. */
+    int64_t nf = rows * d * 2 + rows * KN_ATT_BK + rows * 2 + (conv ? 2 * tk * d : 0);
+    float *mem = kn_falloc(what, nf, err);
+    int64_t *start = malloc((size_t)bq * sizeof *start);
+    if (!mem || !start) {
+        free(mem);
+        free(start);
+        return mem ? ein_fail(err, EIN_ENOMEM, "%s: out of memory", what) : EIN_ENOMEM;
+    }
+    float *Q = mem, *O = Q + rows * d, *S = O + rows * d, *m = S + rows * KN_ATT_BK;
+    float *l = m + rows, *kbuf = l + rows, *vbuf = kbuf + (conv ? tk * d : 0);
+    const float scale = (float)(1.0 / sqrt((double)d));
+
+    for (int64_t g = 0; g < hk; g++) {
+        const float *K, *V;
+        if (conv) {
+            kn_load(k, g * tk * d, kbuf, tk * d);
+            kn_load(v, g * tk * d, vbuf, tk * d);
+            K = kbuf;
+            V = vbuf;
+        } else {
+            K = (const float *)k->data + g * tk * d;
+            V = (const float *)v->data + g * tk * d;
+        }
+        for (int64_t qs = t0; qs < t1; qs += bq) {
+            const int64_t qe = qs + bq < t1 ? qs + bq : t1, nq = qe - qs, nr = group * nq;
+            for (int64_t i = 0; i < nq; i++)
+                start[i] = kn_seq_start(seq_ends, nseq, qs + i);
+            for (int64_t j = 0; j < group; j++) {
+                int64_t h = g * group + j;   /* local q head */
+                kn_load(q, (h * tq + (qs - t0)) * d, Q + j * nq * d, nq * d);
+            }
+            for (int64_t i = 0; i < nr * d; i++)
+                Q[i] *= scale;
+            memset(O, 0, (size_t)(nr * d) * sizeof *O);
+            for (int64_t r = 0; r < nr; r++) {
+                m[r] = -INFINITY;
+                l[r] = 0.0f;
+            }
+            /* Keys [start(qs), qe): every key some query of the tile sees. */
+            for (int64_t ks = start[0]; ks < qe; ks += KN_ATT_BK) {
+                const int64_t ke = ks + KN_ATT_BK < qe ? ks + KN_ATT_BK : qe, nk = ke - ks;
+                /* No mask when every key is visible to every query. */
+                const int full = ke - 1 <= qs && ks >= start[nq - 1];
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nk, (int)d,
+                            1.0f, Q, (int)d, K + (ks - u0) * d, (int)d, 0.0f, S, (int)nk);
+                for (int64_t r = 0; r < nr; r++) {
+                    float *s = S + r * nk;
+                    int64_t i = r % nq, t = qs + i;
+                    int64_t a = 0, b = nk;   /* visible keys [ks+a, ks+b) */
+                    if (!full) {
+                        a = start[i] > ks ? start[i] - ks : 0;
+                        b = t + 1 < ke ? t + 1 - ks : nk;
+                        if (a > nk)
+                            a = nk;
+                        if (b < a)
+                            b = a;
+                    }
+                    float mx = kn_max_row(s + a, b - a, m[r]);
+                    if (mx == -INFINITY) {   /* nothing visible yet */
+                        memset(s, 0, (size_t)nk * sizeof *s);
+                        continue;
+                    }
+                    float alpha = expf(m[r] - mx);
+                    for (int64_t c = 0; c < a; c++)
+                        s[c] = 0.0f;
+                    float sum = kn_exp_row(s + a, b - a, mx);
+                    for (int64_t c = b; c < nk; c++)
+                        s[c] = 0.0f;
+                    m[r] = mx;
+                    l[r] = l[r] * alpha + sum;
+                    if (alpha != 1.0f) {
+                        float *o = O + r * d;
+                        for (int64_t c = 0; c < d; c++)
+                            o[c] *= alpha;
+                    }
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)d, (int)nk,
+                            1.0f, S, (int)nk, V + (ks - u0) * d, (int)d, 1.0f, O, (int)d);
+            }
+            for (int64_t r = 0; r < nr; r++) {
+                float inv = 1.0f / l[r];
+                for (int64_t c = 0; c < d; c++)
+                    O[r * d + c] *= inv;
+            }
+            for (int64_t j = 0; j < group; j++) {
+                int64_t h = g * group + j;
+                kn_store(out, (h * tq + (qs - t0)) * d, O + j * nq * d, nq * d);
+            }
+        }
+    }
+    free(mem);
+    free(start);
+    return 0;
+}

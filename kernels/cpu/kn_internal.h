@@ -1,0 +1,53 @@
+/* kernels/cpu/kn_internal.h — helpers shared by the CPU kernel files.
+ *
+ * Not a public header: only the files of kernels/cpu include it. Blocks are dense
+ * row-major over their box; "element offset" counts elements of the block's
+ * own dtype. Rows are converted to f32 on load and back on store. */
+#ifndef KN_INTERNAL_H
+#define KN_INTERNAL_H
+
+#include "kernels/kn_cpu.h"
+
+#include <stdint.h>
+
+/* Elements per stack buffer when a kernel streams rows through f32. */
+#define KN_CHUNK 1024
+
+/* A block is usable: non-NULL, valid dtype, rank `rank` (-1: any rank in
+ * 0..EIN_MAX_RANK), lo <= hi in every dimension, data unless empty. */
+int kn_blk_check(const char *what, const char *name, const kn_block *k, int rank,
+                 ein_error *err);
+
+/* Row-major element strides of a box. */
+void kn_box_strides(const ein_box *b, int64_t *st);
+
+/* n elements at element offset `off` of the block, as f32 (and back). */
+void kn_load(const kn_block *k, int64_t off, float *dst, int64_t n);
+void kn_store(kn_block *k, int64_t off, const float *src, int64_t n);
+
+/* The whole block as f32: the block's own data when it is f32 (*tmp NULL),
+ * else a converted malloc'd copy in *tmp for the caller to free. */
+int kn_f32_view(const char *what, const kn_block *k, const float **out, float **tmp,
+                ein_error *err);
+
+/* malloc of n floats (at least one), failing with EIN_ENOMEM in err. */
+float *kn_falloc(const char *what, int64_t n, ein_error *err);
+
+/* Copy `region` (global coordinates of the destination) from src to dst,
+ * where src's element for destination coordinate c sits at c + shift (per
+ * dimension; shift NULL = 0). Both boxes must contain the region (shifted
+ * for src). Converts dtypes when they differ. */
+void kn_copy_region(kn_block *dst, const kn_block *src, const ein_box *region,
+                    const int64_t *shift);
+
+/* Sequence ends (rope, attention): strictly ascending, the first > 0;
+ * n == 0 means one sequence starting at 0. */
+int kn_seq_check(const char *what, const int64_t *ends, int n, ein_error *err);
+/* Start of the sequence holding global token t: the largest end <= t (0
+ * if none). -1 if t is negative or not before the last end (n > 0). */
+int64_t kn_seq_start(const int64_t *ends, int n, int64_t t);
+
+/* "[0:128, 64:96]" of a block's box, in a caller buffer. */
+const char *kn_fmt(const ein_box *b, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,100 @@
+/* kernels/cpu/kn_norm.c — RMSNorm and LayerNorm over the last axis.
+ *
+ * Rows of the last axis are loaded into f32 scratch one at a time (so out
+ * may be x), reduced in double (a row can hold 8K+ elements) and written
+ * back. The weight and bias are rank-1 blocks over the whole axis [0, d),
+ * and x's block must hold that whole axis too: a row statistic over part of
+ * a row would be wrong, not partial. */
+#include "kernels/cpu/kn_internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+
+static int kn_norm_check(const char *what, const kn_block *x, const kn_block *w,
+                         const kn_block *b, const kn_block *out, ein_error *err)
+{
+    char b1[256], b2[256];
+    int rc;
+    if ((rc = kn_blk_check(what, "x", x, -1, err)) < 0 ||
+        (rc = kn_blk_check(what, "weight", w, 1, err)) < 0 ||
+        (b && (rc = kn_blk_check(what, "bias", b, 1, err)) < 0) ||
+        (rc = kn_blk_check(what, "out", out, -1, err)) < 0)
+        return rc;
+    if (x->box.rank < 1)
+        return ein_fail(err, EIN_ESHAPE, "%s: x has rank 0 (no last axis)", what);
+    if (!ein_box_equal(&x->box, &out->box))
+        return ein_fail(err, EIN_ESHAPE, "%s: out box %s differs from x box %s", what,
+                        kn_fmt(&out->box, b1, sizeof b1), kn_fmt(&x->box, b2, sizeof b2));
+    int r = x->box.rank;
+    if (w->box.lo[0] != 0)
+        return ein_fail(err, EIN_ESHAPE, "%s: weight block %s is not the whole axis [0, d)",
+                        what, kn_fmt(&w->box, b1, sizeof b1));
+    if (x->box.lo[r - 1] != 0 || x->box.hi[r - 1] != w->box.hi[0])
+        return ein_fail(err, EIN_ESHAPE, "%s: x block %s does not hold the whole last axis "
+                        "[0:%" PRId64 ") of the weight", what, kn_fmt(&x->box, b1, sizeof b1),
+                        w->box.hi[0]);
+    if (b && !ein_box_equal(&b->box, &w->box))
+        return ein_fail(err, EIN_ESHAPE, "%s: bias box %s differs from weight box %s", what,
+                        kn_fmt(&b->box, b1, sizeof b1), kn_fmt(&w->box, b2, sizeof b2));
+    return 0;
+}
+
+static int kn_norm(const char *what, int layer, double eps, const kn_block *x,
+                   const kn_block *w, const kn_block *b, kn_block *out, ein_error *err)
+{
+    int rc = kn_norm_check(what, x, w, b, out, err);
+    if (rc < 0)
+        return rc;
+    int64_t d = w->box.hi[0];
+    int64_t rows = d > 0 ? ein_box_volume(&x->box) / d : 0;
+    if (rows == 0)
+        return 0;
+    float *s = kn_falloc(what, 3 * d, err);
+    if (!s)
+        return EIN_ENOMEM;
+    float *wf = s + d, *bf = s + 2 * d;
+    kn_load(w, 0, wf, d);
+    if (b)
+        kn_load(b, 0, bf, d);
+    for (int64_t r = 0; r < rows; r++) {
+        kn_load(x, r * d, s, d);
+        if (layer) {
+            double sum = 0.0, sq = 0.0;
+            for (int64_t i = 0; i < d; i++)
+                sum += s[i];
+            double mean = sum / (double)d;
+            for (int64_t i = 0; i < d; i++) {
+                double c = s[i] - mean;
+                sq += c * c;
+            }
+            float rstd = (float)(1.0 / sqrt(sq / (double)d + eps)), m = (float)mean;
+            for (int64_t i = 0; i < d; i++)
+                s[i] = (s[i] - m) * rstd * wf[i] + (b ? bf[i] : 0.0f);
+        } else {
+            double sq = 0.0;
+            for (int64_t i = 0; i < d; i++)
+                sq += (double)s[i] * s[i];
+            float rstd = (float)(1.0 / sqrt(sq / (double)d + eps));
+            for (int64_t i = 0; i < d; i++)
+                s[i] = s[i] * rstd * wf[i];
+        }
+        kn_store(out, r * d, s, d);
+    }
+    free(s);
+    return 0;
+}
+
+int kn_cpu_rmsnorm(double eps, const kn_block *x, const kn_block *w, kn_block *out,
+                   ein_error *err)
+{
+    return kn_norm("rmsnorm", 0, eps, x, w, NULL, out, err);
+}
+
+int kn_cpu_layernorm(double eps, const kn_block *x, const kn_block *w, const kn_block *b,
+                     kn_block *out, ein_error *err)
+{
+    if (!b)
+        return ein_fail(err, EIN_EINVAL, "layernorm: missing bias");
+    return kn_norm("layernorm", 1, eps, x, w, b, out, err);
+}

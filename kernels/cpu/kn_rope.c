@@ -1,0 +1,75 @@
+/* kernels/cpu/kn_rope.c — rotary position embedding (LLaMA, interleaved
+ * pairs) on a [tokens, H*head_dim] block.
+ *
+ * Positions come from the block's global token bounds and the sequence
+ * ends, so any token interval of a packed batch rotates exactly as it would
+ * inside the whole tensor. Angles are computed in double: p * theta^(-2i/D)
+ * reaches 1e5 radians, where f32 would lose the phase. One token row at a
+ * time through f32 scratch, so out may be x. */
+#include "kernels/cpu/kn_internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+
+int kn_cpu_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nseq,
+                const kn_block *x, kn_block *out, ein_error *err)
+{
+    const char *what = "rope";
+    char b1[256], b2[256];
+    int rc;
+    if ((rc = kn_blk_check(what, "x", x, 2, err)) < 0 ||
+        (rc = kn_blk_check(what, "out", out, 2, err)) < 0 ||
+        (rc = kn_seq_check(what, seq_ends, nseq, err)) < 0)
+        return rc;
+    if (head_dim <= 0 || head_dim % 2)
+        return ein_fail(err, EIN_EINVAL, "%s: head_dim %" PRId64 " is not a positive even number",
+                        what, head_dim);
+    if (!(theta > 0.0))
+        return ein_fail(err, EIN_EINVAL, "%s: theta %g is not positive", what, theta);
+    if (!ein_box_equal(&x->box, &out->box))
+        return ein_fail(err, EIN_ESHAPE, "%s: out box %s differs from x box %s", what,
+                        kn_fmt(&out->box, b1, sizeof b1), kn_fmt(&x->box, b2, sizeof b2));
+    int64_t t0 = x->box.lo[0], t1 = x->box.hi[0], c0 = x->box.lo[1], c1 = x->box.hi[1];
+    if (c0 % head_dim || c1 % head_dim)
+        return ein_fail(err, EIN_ESHAPE, "%s: hidden interval [%" PRId64 ":%" PRId64 ") is not "
+                        "at head boundaries (head_dim %" PRId64 ")", what, c0, c1, head_dim);
+    if (t1 > t0 && (kn_seq_start(seq_ends, nseq, t0) < 0 || kn_seq_start(seq_ends, nseq, t1 - 1) < 0))
+        return ein_fail(err, EIN_ESHAPE, "%s: tokens [%" PRId64 ":%" PRId64 ") are outside the "
+                        "sequences (last end %" PRId64 ")", what, t0, t1,
+                        nseq > 0 ? seq_ends[nseq - 1] : 0);
+    int64_t w = c1 - c0, half = head_dim / 2;
+    if (w == 0 || t1 == t0)
+        return 0;
+    float *s = kn_falloc(what, w + 2 * half, err);
+    double *freq = malloc((size_t)half * sizeof *freq);
+    if (!s || !freq) {
+        free(s);
+        free(freq);
+        return s ? ein_fail(err, EIN_ENOMEM, "%s: out of memory", what) : EIN_ENOMEM;
+    }
+    float *cs = s + w, *sn = cs + half;
+    for (int64_t i = 0; i < half; i++)
+        freq[i] = pow(theta, -2.0 * (double)i / (double)head_dim);
+    for (int64_t t = t0; t < t1; t++) {
+        double p = (double)(t - kn_seq_start(seq_ends, nseq, t));
+        for (int64_t i = 0; i < half; i++) {
+            double a = p * freq[i];
+            cs[i] = (float)cos(a);
+            sn[i] = (float)sin(a);
+        }
+        kn_load(x, (t - t0) * w, s, w);
+        for (int64_t h = 0; h < w; h += head_dim) {
+            float *v = s + h;
+            for (int64_t i = 0; i < half; i++) {
+                float x0 = v[2 * i], x1 = v[2 * i + 1];
+                v[2 * i] = x0 * cs[i] - x1 * sn[i];
+                v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+            }
+        }
+        kn_store(out, (t - t0) * w, s, w);
+    }
+    free(s);
+    free(freq);
+    return 0;
+}

@@ -1,0 +1,61 @@
+/* kernels/cpu/kn_softmax.c — softmax over one axis of a block.
+ *
+ * The block is viewed as [outer, n, inner] with n the softmax axis. Each
+ * outer slab [n, inner] is loaded into f32 scratch, normalised along n
+ * (max-subtracted, in f32) and stored, so out may be x (in place). */
+#include "kernels/cpu/kn_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+int kn_cpu_softmax(int axis, const kn_block *x, kn_block *out, ein_error *err)
+{
+    const char *what = "softmax";
+    char b1[256], b2[256];
+    int rc;
+    if ((rc = kn_blk_check(what, "x", x, -1, err)) < 0 ||
+        (rc = kn_blk_check(what, "out", out, -1, err)) < 0)
+        return rc;
+    if (!ein_box_equal(&x->box, &out->box))
+        return ein_fail(err, EIN_ESHAPE, "%s: out box %s differs from x box %s", what,
+                        kn_fmt(&out->box, b1, sizeof b1), kn_fmt(&x->box, b2, sizeof b2));
+    if (axis < 0 || axis >= x->box.rank)
+        return ein_fail(err, EIN_EINVAL, "%s: axis %d is outside rank %d", what, axis,
+                        x->box.rank);
+    int64_t outer = 1, inner = 1, n = x->box.hi[axis] - x->box.lo[axis];
+    for (int d = 0; d < axis; d++)
+        outer *= x->box.hi[d] - x->box.lo[d];
+    for (int d = axis + 1; d < x->box.rank; d++)
+        inner *= x->box.hi[d] - x->box.lo[d];
+    if (outer * n * inner == 0)
+        return 0;
+    float *s = kn_falloc(what, n * inner + inner, err);
+    if (!s)
+        return EIN_ENOMEM;
+    float *acc = s + n * inner;   /* per-column max, then sum */
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t off = o * n * inner;
+        kn_load(x, off, s, n * inner);
+        for (int64_t j = 0; j < inner; j++)
+            acc[j] = -INFINITY;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < inner; j++)
+                acc[j] = fmaxf(acc[j], s[i * inner + j]);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < inner; j++)
+                s[i * inner + j] = expf(s[i * inner + j] - acc[j]);
+        for (int64_t j = 0; j < inner; j++)
+            acc[j] = 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < inner; j++)
+                acc[j] += s[i * inner + j];
+        for (int64_t j = 0; j < inner; j++)
+            acc[j] = 1.0f / acc[j];
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < inner; j++)
+                s[i * inner + j] *= acc[j];
+        kn_store(out, off, s, n * inner);
+    }
+    free(s);
+    return 0;
+}

@@ -1,0 +1,353 @@
+/* kernels/cuda/kn_cuda_attention.cu — causal GQA attention over packed
+ * sequences on the GPU (semantics of kn_cpu_attention).
+ *
+ * Tensor-core path (f16/bf16, head dim 64 or 128): FlashAttention-2's
+ * decomposition. A block of 4 warps owns 64 queries of one query head; it
+ * walks 64-key tiles from the start of its first query's sequence to its
+ * last query (tiles outside that range are never loaded: causal skipping),
+ * K and V tiles staged in shared memory. Each warp owns 16 query rows:
+ * S = Q K^T with WMMA 16x16x16 fragments (f32 accumulation), the online
+ * softmax on S in shared memory (row max and sum by warp shuffles, the
+ * mask from each row's token and sequence start), P stored in the input
+ * dtype, and O += P V with the accumulator kept in shared memory (WMMA
+ * leaves the fragment-to-row mapping unspecified, so the per-row rescaling
+ * by exp(m_old - m_new) happens there).
+ *
+ * Fallback (any dtype, head dim up to 256): one warp per query row, lanes
+ * split the head dim, keys one at a time with the online softmax. Correct
+ * everywhere, slow; it is the reference the fused kernel is tested against
+ * on odd shapes. */
+#include "kernels/cuda/kn_cuda_common.cuh"
+
+#include <math.h>
+#include <mma.h>
+#include <string.h>
+
+using namespace nvcuda;
+
+struct kn_cu_aseqs {
+    int n;
+    int64_t end[KN_CUDA_MAX_SEQ];
+};
+
+__device__ __forceinline__ int64_t kn_cu_astart(const kn_cu_aseqs &s, int64_t t)
+{
+    int64_t st = 0;
+    for (int i = 0; i < s.n; i++)
+        st = s.end[i] <= t ? s.end[i] : st;
+    return st;
+}
+
+/* Where the blocks are: q/out [hq, tq, d] from token t0, k/v [hk, tk, d]
+ * from token u0 (local head indices). */
+struct kn_cu_ageom {
+    int64_t group, d, t0, tq, u0, tk, hq;
+    float scale;
+};
+
+/* ---- fallback: one warp per query row ---- */
+
+#define KN_CU_ATT_NPL 8   /* head-dim elements per lane: d <= 256 */
+
+template <typename T>
+__global__ void kn_cu_att_warp(kn_cu_aseqs seqs, kn_cu_ageom g, const T *q, const T *k,
+                               const T *v, T *out)
+{
+    int lane = threadIdx.x & 31;
+    for (int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+         row < g.hq * g.tq; row += (int64_t)gridDim.x * (blockDim.x / 32)) {
+    int64_t h = row / g.tq, t = g.t0 + row % g.tq, kh = h / g.group;
+    const T *qr = q + row * g.d;
+    float qv[KN_CU_ATT_NPL], acc[KN_CU_ATT_NPL];
+    for (int j = 0; j < KN_CU_ATT_NPL; j++) {
+        int64_t e = lane + 32 * j;
+        qv[j] = e < g.d ? ld(qr, e) * g.scale : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t u = kn_cu_astart(seqs, t); u <= t; u++) {
+        const T *kr = k + (kh * g.tk + (u - g.u0)) * g.d, *vr = v + (kh * g.tk + (u - g.u0)) * g.d;
+        float s = 0.0f;
+        for (int j = 0; j < KN_CU_ATT_NPL; j++) {
+            int64_t e = lane + 32 * j;
+            if (e < g.d)
+                s += qv[j] * ld(kr, e);
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        float mn = fmaxf(m, s), alpha = __expf(m - mn), p = __expf(s - mn);
+        l = l * alpha + p;
+        for (int j = 0; j < KN_CU_ATT_NPL; j++) {
+            int64_t e = lane + 32 * j;
+            acc[j] = acc[j] * alpha + (e < g.d ? p * ld(vr, e) : 0.0f);
+        }
+        m = mn;
+    }
+    T *orow = out + row * g.d;
+    for (int j = 0; j < KN_CU_ATT_NPL; j++) {
+        int64_t e = lane + 32 * j;
+        if (e < g.d)
+            st(orow, e, acc[j] / l);
+    }
+    }
+}
+
+/* ---- tensor-core path ---- */
+
+#define KN_FA_BQ 64
+#define KN_FA_BK 64
+#define KN_FA_WARPS 4
+
+template <int D> struct kn_fa_layout {
+    static const int ldq = D + 8;        /* 16-bit rows, padded against bank conflicts */
+    static const int lds = KN_FA_BK + 4; /* f32 S rows */
+    static const int ldp = KN_FA_BK + 8; /* 16-bit P rows */
+    static const int ldo = D + 4;        /* f32 O rows */
+    static const size_t q_off = 0;
+    static const size_t k_off = q_off + (size_t)KN_FA_BQ * ldq * 2;
+    static const size_t v_off = k_off + (size_t)KN_FA_BK * ldq * 2;
+    static const size_t s_off = v_off + (size_t)KN_FA_BK * ldq * 2;
+    static const size_t p_off = s_off + (size_t)KN_FA_BQ * lds * 4;
+    static const size_t o_off = p_off + (size_t)KN_FA_BQ * ldp * 2;
+    static const size_t ml_off = o_off + (size_t)KN_FA_BQ * ldo * 4;
+    static const size_t bytes = ml_off + (size_t)KN_FA_BQ * 4 * 2 + (size_t)KN_FA_BQ * 8;
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(KN_FA_WARPS * 32)
+kn_cu_att_fa(kn_cu_aseqs seqs, kn_cu_ageom g, const T *q, const T *k, const T *v, T *out)
+{
+    typedef kn_fa_layout<D> L;
+    extern __shared__ __align__(16) unsigned char kn_fa_smem[];
+    T *Qs = (T *)(kn_fa_smem + L::q_off), *Ks = (T *)(kn_fa_smem + L::k_off);
+    T *Vs = (T *)(kn_fa_smem + L::v_off), *Ps = (T *)(kn_fa_smem + L::p_off);
+    float *Ss = (float *)(kn_fa_smem + L::s_off), *Os = (float *)(kn_fa_smem + L::o_off);
+    float *Ms = (float *)(kn_fa_smem + L::ml_off), *Ls = Ms + KN_FA_BQ;
+    int64_t *Rs = (int64_t *)(Ls + KN_FA_BQ);   /* each row's sequence start */
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31;
+    const int64_t h = blockIdx.y, kh = h / g.group;
+    const int64_t qs = g.t0 + (int64_t)blockIdx.x * KN_FA_BQ;
+    const int64_t nq = g.t0 + g.tq - qs < KN_FA_BQ ? g.t0 + g.tq - qs : KN_FA_BQ;
+    const T *qh = q + (h * g.tq + (qs - g.t0)) * D;
+    const T *kb = k + kh * g.tk * D, *vb = v + kh * g.tk * D;
+
+    for (int i = tid; i < KN_FA_BQ * D; i += blockDim.x) {
+        int r = i / D, c = i % D;
+        Qs[r * L::ldq + c] = r < nq ? qh[(int64_t)r * D + c] : T(0.0f);
+    }
+    for (int i = tid; i < KN_FA_BQ * L::ldo; i += blockDim.x)
+        Os[i] = 0.0f;
+    for (int i = tid; i < KN_FA_BQ; i += blockDim.x) {
+        Ms[i] = -INFINITY;
+        Ls[i] = 0.0f;
+        Rs[i] = kn_cu_astart(seqs, qs + (i < nq ? i : nq - 1));
+    }
+    __syncthreads();
+
+    const int64_t kbeg = Rs[0], kend = qs + nq;   /* keys [kbeg, kend) */
+    const int r0 = warp * 16;
+    for (int64_t kt = kbeg; kt < kend; kt += KN_FA_BK) {
+        const int64_t nk = kend - kt < KN_FA_BK ? kend - kt : KN_FA_BK;
+        for (int i = tid; i < KN_FA_BK * D; i += blockDim.x) {
+            int r = i / D, c = i % D;
+            int64_t o = (kt - g.u0 + r) * D + c;
+            Ks[r * L::ldq + c] = r < nk ? kb[o] : T(0.0f);
+            Vs[r * L::ldq + c] = r < nk ? vb[o] : T(0.0f);
+        }
+        __syncthreads();
+        if (r0 < nq) {
+            /* S[16 rows, 64 keys] = Q K^T */
+            for (int j = 0; j < KN_FA_BK / 16; j++) {
+                wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+                wmma::fill_fragment(acc, 0.0f);
+                for (int kk = 0; kk < D / 16; kk++) {
+                    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+                    wmma::load_matrix_sync(fa, Qs + r0 * L::ldq + kk * 16, L::ldq);
+                    wmma::load_matrix_sync(fb, Ks + j * 16 * L::ldq + kk * 16, L::ldq);
+                    wmma::mma_sync(acc, fa, fb, acc);
+                }
+                wmma::store_matrix_sync(Ss + r0 * L::lds + j * 16, acc, L::lds,
+                                        wmma::mem_row_major);
+            }
+            __syncwarp();
+            /* Online softmax, one row at a time: lane holds keys lane, lane+32. */
+            for (int r = r0; r < r0 + 16; r++) {
+                int64_t t = qs + r, rs = Rs[r];
+                float s[2], mx = -INFINITY;
+                for (int j = 0; j < 2; j++) {
+                    int c = lane + 32 * j;
+                    int64_t u = kt + c;
+                    int vis = r < nq && c < nk && u >= rs && u <= t;
+                    s[j] = vis ? Ss[r * L::lds + c] * g.scale : -INFINITY;
+                    mx = fmaxf(mx, s[j]);
+                }
+                for (int o = 16; o > 0; o >>= 1)
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                float mold = Ms[r], mnew = fmaxf(mold, mx);
+                float alpha = mnew == -INFINITY ? 1.0f : __expf(mold - mnew), sum = 0.0f;
+                for (int j = 0; j < 2; j++) {
+                    float p = s[j] == -INFINITY ? 0.0f : __expf(s[j] - mnew);
+                    Ps[r * L::ldp + lane + 32 * j] = T(p);
+                    sum += p;
+                }
+                for (int o = 16; o > 0; o >>= 1)
+                    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                if (alpha != 1.0f)
+                    for (int c = lane; c < D; c += 32)
+                        Os[r * L::ldo + c] *= alpha;
+                __syncwarp();
+                if (lane == 0) {
+                    Ms[r] = mnew;
+                    Ls[r] = Ls[r] * alpha + sum;
+                }
+            }
+            __syncwarp();
+            /* O[16 rows, D] += P V */
+            for (int j = 0; j < D / 16; j++) {
+                wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+                wmma::load_matrix_sync(acc, Os + r0 * L::ldo + j * 16, L::ldo, wmma::mem_row_major);
+                for (int kk = 0; kk < KN_FA_BK / 16; kk++) {
+                    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+                    wmma::load_matrix_sync(fa, Ps + r0 * L::ldp + kk * 16, L::ldp);
+                    wmma::load_matrix_sync(fb, Vs + kk * 16 * L::ldq + j * 16, L::ldq);
+                    wmma::mma_sync(acc, fa, fb, acc);
+                }
+                wmma::store_matrix_sync(Os + r0 * L::ldo + j * 16, acc, L::ldo,
+                                        wmma::mem_row_major);
+            }
+        }
+        __syncthreads();   /* K/V tiles are overwritten next */
+    }
+    T *oh = out + (h * g.tq + (qs - g.t0)) * D;
+    for (int i = tid; i < nq * D; i += blockDim.x) {
+        int r = i / D, c = i % D;
+        oh[(int64_t)r * D + c] = T(Os[r * L::ldo + c] / Ls[r]);
+    }
+}
+
+/* Opting in to more than 48 KiB of shared memory per block is a function
+ * attribute of the current device. It is set once per process (a worker
+ * drives one device), from kn_cuda_ctx_create() or else the first call:
+ * before any graph capture in both cases, since it is not a stream
+ * operation and capture mode may refuse it. */
+static int kn_cu_att_prepared;
+
+static int kn_cu_att_prepare(ein_error *err)
+{
+    if (kn_cu_att_prepared)
+        return 0;
+    cudaError_t e = cudaFuncSetAttribute(kn_cu_att_fa<__nv_bfloat16, 128>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)kn_fa_layout<128>::bytes);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(kn_cu_att_fa<__half, 128>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)kn_fa_layout<128>::bytes);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(kn_cu_att_fa<__nv_bfloat16, 64>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)kn_fa_layout<64>::bytes);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(kn_cu_att_fa<__half, 64>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)kn_fa_layout<64>::bytes);
+    if (e != cudaSuccess)
+        return kn_cu_fail(err, EIN_EDEVICE, "cuda attention: shared memory opt-in: %s",
+                          cudaGetErrorString(e));
+    kn_cu_att_prepared = 1;
+    return 0;
+}
+
+extern "C" int kn_cuda_attention_prepare(ein_error *err)
+{
+    return kn_cu_att_prepare(err);
+}
+
+template <typename T, int D>
+static int kn_cu_att_fa_launch(const kn_cu_aseqs &seqs, const kn_cu_ageom &g, const kn_block *q,
+                               const kn_block *k, const kn_block *v, kn_block *out,
+                               cudaStream_t s, ein_error *err)
+{
+    typedef kn_fa_layout<D> L;
+    int rc = kn_cu_att_prepare(err);
+    if (rc < 0)
+        return rc;
+    dim3 grid((unsigned)((g.tq + KN_FA_BQ - 1) / KN_FA_BQ), (unsigned)g.hq);
+    kn_cu_att_fa<T, D><<<grid, KN_FA_WARPS * 32, L::bytes, s>>>(
+        seqs, g, (const T *)q->data, (const T *)k->data, (const T *)v->data, (T *)out->data);
+    return kn_cu_launched("cuda attention", err);
+}
+
+extern "C" int kn_cuda_attention(int64_t group, const int64_t *seq_ends, int nseq,
+                                 const kn_block *q, const kn_block *k, const kn_block *v,
+                                 kn_block *out, void *stream, ein_error *err)
+{
+    const char *what = "cuda attention";
+    int rc;
+    if ((rc = kn_cu_blk(what, "q", q, 3, err)) < 0 || (rc = kn_cu_blk(what, "k", k, 3, err)) < 0 ||
+        (rc = kn_cu_blk(what, "v", v, 3, err)) < 0 || (rc = kn_cu_blk(what, "out", out, 3, err)) < 0)
+        return rc;
+    if (nseq < 0 || (nseq > 0 && !seq_ends))
+        return kn_cu_fail(err, EIN_EINVAL, "%s: bad sequence list", what);
+    if (nseq > KN_CUDA_MAX_SEQ)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: %d sequences (at most %d)", what, nseq,
+                          KN_CUDA_MAX_SEQ);
+    kn_cu_aseqs seqs;
+    seqs.n = nseq;
+    for (int i = 0; i < nseq; i++) {
+        if (seq_ends[i] <= (i > 0 ? seq_ends[i - 1] : 0))
+            return kn_cu_fail(err, EIN_EINVAL, "%s: sequence ends are not ascending", what);
+        seqs.end[i] = seq_ends[i];
+    }
+    if (group < 1)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: group is not positive", what);
+    if (!kn_cu_box_eq(&q->box, &out->box) || !kn_cu_box_eq(&k->box, &v->box) ||
+        q->box.lo[2] != 0 || k->box.lo[2] != 0 || q->box.hi[2] != k->box.hi[2] || q->box.hi[2] < 1 ||
+        q->box.lo[0] != group * k->box.lo[0] || q->box.hi[0] != group * k->box.hi[0])
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: boxes do not fit (out = q, v = k, whole equal "
+                          "head dim, q heads = group * kv heads)", what);
+    if (q->dtype != k->dtype || q->dtype != v->dtype || q->dtype != out->dtype)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: q, k, v and out must share one dtype",
+                          what);
+    kn_cu_ageom g;
+    g.group = group;
+    g.d = q->box.hi[2];
+    g.t0 = q->box.lo[1];
+    g.tq = q->box.hi[1] - g.t0;
+    g.u0 = k->box.lo[1];
+    g.tk = k->box.hi[1] - g.u0;
+    g.hq = q->box.hi[0] - q->box.lo[0];
+    g.scale = (float)(1.0 / sqrt((double)g.d));
+    if (g.tq == 0 || g.hq == 0)
+        return 0;
+    /* Every query's keys [start(t), t] must be in the k/v block. */
+    int64_t s0 = 0, t1 = g.t0 + g.tq;
+    for (int i = 0; i < nseq; i++)
+        s0 = seq_ends[i] <= g.t0 ? seq_ends[i] : s0;
+    if (g.t0 < 0 || (nseq > 0 && t1 > seq_ends[nseq - 1]) || g.u0 > s0 || g.u0 + g.tk < t1)
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: the k/v block does not hold every key the "
+                          "queries attend to", what);
+    if (g.hq > 65535)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: more than 65535 query heads", what);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (q->dtype == EIN_BF16 && g.d == 128)
+        return kn_cu_att_fa_launch<__nv_bfloat16, 128>(seqs, g, q, k, v, out, s, err);
+    if (q->dtype == EIN_BF16 && g.d == 64)
+        return kn_cu_att_fa_launch<__nv_bfloat16, 64>(seqs, g, q, k, v, out, s, err);
+    if (q->dtype == EIN_F16 && g.d == 128)
+        return kn_cu_att_fa_launch<__half, 128>(seqs, g, q, k, v, out, s, err);
+    if (q->dtype == EIN_F16 && g.d == 64)
+        return kn_cu_att_fa_launch<__half, 64>(seqs, g, q, k, v, out, s, err);
+    if (g.d > 32 * KN_CU_ATT_NPL)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: head dim %lld above %d outside f16/bf16 "
+                          "64/128", what, (long long)g.d, 32 * KN_CU_ATT_NPL);
+    int64_t rows = g.hq * g.tq;
+    KN_CU_DISPATCH(q->dtype, T,
+        kn_cu_att_warp<T><<<kn_cu_grid(rows, 8), 256, 0, s>>>(
+            seqs, g, (const T *)q->data, (const T *)k->data, (const T *)v->data,
+            (T *)out->data));
+    return kn_cu_launched(what, err);
+}

@@ -1,0 +1,165 @@
+/* kernels/cuda/kn_cuda_common.cuh — helpers shared by the .cu files of
+ * kernels/cuda (not a public header).
+ *
+ * The CUDA library is self-contained: it fills ein_error itself rather
+ * than calling libeincommon, so it links in any order. Device code loads
+ * and stores every dtype through ld<T>/st<T> and computes in f32. */
+#ifndef KN_CUDA_COMMON_CUH
+#define KN_CUDA_COMMON_CUH
+
+extern "C" {
+#include "kernels/kn_cpu.h"
+}
+#include "kernels/cuda/kn_cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#define KN_CU_BLOCK 256
+#define KN_CU_MAXGRID 65535
+
+/* Defined in kn_cuda.cu: the thread's last message (kn_cuda_last_error). */
+extern "C" void kn_cuda_set_msg(const char *msg);
+
+static inline int kn_cu_fail(ein_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline int kn_cu_fail(ein_error *err, int code, const char *fmt, ...)
+{
+    char buf[EIN_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    kn_cuda_set_msg(buf);
+    if (err) {
+        err->code = code;
+        snprintf(err->msg, sizeof err->msg, "%s", buf);
+    }
+    return code;
+}
+
+/* After a launch: EIN_EDEVICE with the launch error, if any. */
+static inline int kn_cu_launched(const char *what, ein_error *err)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return kn_cu_fail(err, EIN_EDEVICE, "%s: launch failed: %s", what, cudaGetErrorString(e));
+    return 0;
+}
+
+static inline unsigned kn_cu_grid(int64_t n, int block)
+{
+    int64_t g = (n + block - 1) / block;
+    return (unsigned)(g < 1 ? 1 : g < KN_CU_MAXGRID ? g : KN_CU_MAXGRID);
+}
+
+/* ---- host-side box helpers (plain copies of ein_box semantics) ---- */
+
+static inline int64_t kn_cu_vol(const ein_box *b)
+{
+    int64_t v = 1;
+    for (int d = 0; d < b->rank; d++)
+        v *= b->hi[d] > b->lo[d] ? b->hi[d] - b->lo[d] : 0;
+    return v;
+}
+
+static inline int kn_cu_box_eq(const ein_box *a, const ein_box *b)
+{
+    if (a->rank != b->rank)
+        return 0;
+    for (int d = 0; d < a->rank; d++)
+        if (a->lo[d] != b->lo[d] || a->hi[d] != b->hi[d])
+            return 0;
+    return 1;
+}
+
+static inline void kn_cu_strides(const ein_box *b, int64_t *st)
+{
+    int64_t s = 1;
+    for (int d = b->rank - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= b->hi[d] - b->lo[d];
+    }
+}
+
+static inline int kn_cu_blk(const char *what, const char *name, const kn_block *k, int rank,
+                            ein_error *err)
+{
+    if (!k)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: missing %s", what, name);
+    if ((int)k->dtype < 0 || (int)k->dtype >= EIN_DTYPE_COUNT)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: %s has invalid dtype %d", what, name,
+                          (int)k->dtype);
+    if (k->box.rank < 0 || k->box.rank > EIN_MAX_RANK || (rank >= 0 && k->box.rank != rank))
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: %s has rank %d%s", what, name, k->box.rank,
+                          rank >= 0 ? " (unexpected)" : "");
+    for (int d = 0; d < k->box.rank; d++)
+        if (k->box.hi[d] < k->box.lo[d])
+            return kn_cu_fail(err, EIN_ESHAPE, "%s: %s has an inverted interval", what, name);
+    if (!k->data && kn_cu_vol(&k->box) > 0)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: %s has no data", what, name);
+    return 0;
+}
+
+/* ---- device dtype access ---- */
+
+template <typename T> __device__ __forceinline__ float ld(const T *p, int64_t i);
+template <> __device__ __forceinline__ float ld<float>(const float *p, int64_t i) { return p[i]; }
+template <> __device__ __forceinline__ float ld<__half>(const __half *p, int64_t i)
+{
+    return __half2float(p[i]);
+}
+template <> __device__ __forceinline__ float ld<__nv_bfloat16>(const __nv_bfloat16 *p, int64_t i)
+{
+    return __bfloat162float(p[i]);
+}
+template <typename T> __device__ __forceinline__ void st(T *p, int64_t i, float v);
+template <> __device__ __forceinline__ void st<float>(float *p, int64_t i, float v) { p[i] = v; }
+template <> __device__ __forceinline__ void st<__half>(__half *p, int64_t i, float v)
+{
+    p[i] = __float2half_rn(v);
+}
+template <> __device__ __forceinline__ void st<__nv_bfloat16>(__nv_bfloat16 *p, int64_t i, float v)
+{
+    p[i] = __float2bfloat16_rn(v);
+}
+
+/* Run F<T>(args) with T the C type of dtype dt. */
+#define KN_CU_DISPATCH(dt, T, ...)                                                         \
+    do {                                                                                   \
+        switch (dt) {                                                                      \
+        case EIN_F32: { typedef float T; __VA_ARGS__; } break;                             \
+        case EIN_F16: { typedef __half T; __VA_ARGS__; } break;                            \
+        default: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;                          \
+        }                                                                                  \
+    } while (0)
+
+/* A strided walk of up to EIN_MAX_RANK dimensions, passed by value. */
+struct kn_cu_walk {
+    int rank;
+    int64_t ext[EIN_MAX_RANK];
+    int64_t s0[EIN_MAX_RANK], s1[EIN_MAX_RANK], s2[EIN_MAX_RANK];
+    int64_t o0, o1, o2;
+};
+
+/* Offsets of linear index i (row-major over ext) under the three stride sets. */
+__device__ __forceinline__ void kn_cu_offsets(const kn_cu_walk &w, int64_t i, int64_t *a,
+                                              int64_t *b, int64_t *c)
+{
+    int64_t oa = w.o0, ob = w.o1, oc = w.o2;
+    for (int d = w.rank - 1; d >= 0; d--) {
+        int64_t e = w.ext[d], x = i % e;
+        i /= e;
+        oa += x * w.s0[d];
+        ob += x * w.s1[d];
+        oc += x * w.s2[d];
+    }
+    *a = oa;
+    *b = ob;
+    *c = oc;
+}
+
+#endif

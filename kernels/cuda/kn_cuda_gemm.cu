@@ -1,0 +1,103 @@
+/* kernels/cuda/kn_cuda_gemm.cu — row-major strided batched GEMM through
+ * cuBLAS (see kn_cuda.h).
+ *
+ * Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a
+ * row-major [r, c] matrix with row stride ld is the column-major [c, r]
+ * matrix with the same ld: so the call swaps A and B and keeps each
+ * operand's transpose flag. cublasGemmStridedBatchedEx with f32 compute
+ * picks tensor-core kernels for f16/bf16 by itself (CUDA >= 11); f32
+ * inputs use TF32 tensor cores only when asked. cuBLAS gets the caller's
+ * workspace, so nothing allocates inside a captured graph. */
+#include "kernels/cuda/kn_cuda_common.cuh"
+
+#include <cublas_v2.h>
+#include <limits.h>
+#include <stdlib.h>
+
+struct kn_cuda_ctx {
+    cublasHandle_t h;
+};
+
+static cudaDataType kn_cu_dt(ein_dtype t)
+{
+    return t == EIN_F16 ? CUDA_R_16F : t == EIN_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+extern "C" int kn_cuda_ctx_create(void *workspace, size_t workspace_bytes, kn_cuda_ctx **out,
+                                  ein_error *err)
+{
+    if (!out || (workspace_bytes > 0 && !workspace))
+        return kn_cu_fail(err, EIN_EINVAL, "cuda ctx: bad arguments");
+    kn_cuda_ctx *c = (kn_cuda_ctx *)calloc(1, sizeof *c);
+    if (!c)
+        return kn_cu_fail(err, EIN_ENOMEM, "cuda ctx: out of memory");
+    cublasStatus_t st = cublasCreate(&c->h);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        free(c);
+        return kn_cu_fail(err, EIN_EDEVICE, "cuda ctx: cublasCreate: %s", cublasGetStatusString(st));
+    }
+    if (workspace_bytes > 0 &&
+        (st = cublasSetWorkspace(c->h, workspace, workspace_bytes)) != CUBLAS_STATUS_SUCCESS) {
+        cublasDestroy(c->h);
+        free(c);
+        return kn_cu_fail(err, EIN_EDEVICE, "cuda ctx: cublasSetWorkspace: %s",
+                          cublasGetStatusString(st));
+    }
+    int rc = kn_cuda_attention_prepare(err);
+    if (rc < 0) {
+        cublasDestroy(c->h);
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+extern "C" void kn_cuda_ctx_destroy(kn_cuda_ctx *c)
+{
+    if (!c)
+        return;
+    cublasDestroy(c->h);
+    free(c);
+}
+
+extern "C" int kn_cuda_gemm(kn_cuda_ctx *c, const kn_cuda_gemm_args *g, void *stream,
+                            ein_error *err)
+{
+    const char *what = "cuda gemm";
+    if (!c || !g)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: no context or arguments", what);
+    if ((int)g->ab_dtype < 0 || (int)g->ab_dtype >= EIN_DTYPE_COUNT ||
+        (g->c_dtype != EIN_F32 && g->c_dtype != g->ab_dtype))
+        return kn_cu_fail(err, EIN_EINVAL, "%s: C must be f32 or A's dtype", what);
+    if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: negative size", what);
+    if (g->m == 0 || g->n == 0 || g->batch == 0)
+        return 0;
+    if (g->m > INT_MAX || g->n > INT_MAX || g->k > INT_MAX || g->batch > INT_MAX ||
+        g->lda > INT_MAX || g->ldb > INT_MAX || g->ldc > INT_MAX)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: size exceeds cuBLAS int", what);
+    int64_t acols = g->trans_a ? g->m : g->k, bcols = g->trans_b ? g->k : g->n;
+    if (g->lda < (acols > 1 ? acols : 1) || g->ldb < (bcols > 1 ? bcols : 1) ||
+        g->ldc < (g->n > 1 ? g->n : 1))
+        return kn_cu_fail(err, EIN_EINVAL, "%s: leading dimension below the row length", what);
+    if (!g->a || !g->b || !g->c)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: NULL operand", what);
+    cublasStatus_t st = cublasSetStream(c->h, (cudaStream_t)stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return kn_cu_fail(err, EIN_EDEVICE, "%s: cublasSetStream: %s", what,
+                          cublasGetStatusString(st));
+    cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
+    if (g->ab_dtype == EIN_F32 && g->allow_tf32)
+        ct = CUBLAS_COMPUTE_32F_FAST_TF32;
+    float alpha = g->alpha, beta = g->beta;
+    st = cublasGemmStridedBatchedEx(
+        c->h, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+        (int)g->n, (int)g->m, (int)g->k, &alpha, g->b, kn_cu_dt(g->ab_dtype), (int)g->ldb,
+        g->stride_b, g->a, kn_cu_dt(g->ab_dtype), (int)g->lda, g->stride_a, &beta, g->c,
+        kn_cu_dt(g->c_dtype), (int)g->ldc, g->stride_c, (int)g->batch, ct, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return kn_cu_fail(err, EIN_EDEVICE, "%s: cublasGemmStridedBatchedEx: %s", what,
+                          cublasGetStatusString(st));
+    return 0;
+}

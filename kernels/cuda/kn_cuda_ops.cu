@@ -1,0 +1,608 @@
+/* kernels/cuda/kn_cuda_ops.cu — elementwise, aggregation, softmax, norms,
+ * rope and the layout copies on device blocks (see kn_cuda.h).
+ *
+ * Every kernel is a grid-stride loop or one block per row; boxes are
+ * checked on the host, and the index arithmetic the device needs (strides,
+ * offsets, broadcast) travels by value in the launch parameters, so nothing
+ * is allocated or copied to the device. */
+#include "kernels/cuda/kn_cuda_common.cuh"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- unary and binary ---------------------------------------------------- */
+
+__device__ __forceinline__ float kn_cu_unary_f(int op, float s, float v)
+{
+    switch (op) {
+    case EIN_UN_RELU: return v > 0.0f ? v : 0.0f;
+    case EIN_UN_SILU: return v / (1.0f + expf(-v));
+    case EIN_UN_GELU:
+        return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    case EIN_UN_EXP: return expf(v);
+    case EIN_UN_NEG: return -v;
+    case EIN_UN_SCALE: return v * s;
+    case EIN_UN_ADDC: return v + s;
+    case EIN_UN_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case EIN_UN_TANH: return tanhf(v);
+    default: return v * v; /* EIN_UN_SQUARE; checked on the host */
+    }
+}
+
+template <typename TX, typename TY>
+__global__ void kn_cu_unary_k(int op, float s, const TX *x, TY *y, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        st(y, i, kn_cu_unary_f(op, s, ld(x, i)));
+}
+
+extern "C" int kn_cuda_unary_blk(ein_unary op, double scalar, const kn_block *x, kn_block *out,
+                                 void *stream, ein_error *err)
+{
+    const char *what = "cuda unary";
+    int rc;
+    if ((int)op < 0 || op >= EIN_UN_COUNT)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: unknown op %d", what, (int)op);
+    if ((rc = kn_cu_blk(what, "x", x, -1, err)) < 0 ||
+        (rc = kn_cu_blk(what, "out", out, -1, err)) < 0)
+        return rc;
+    if (!kn_cu_box_eq(&x->box, &out->box))
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: out box differs from x box", what);
+    int64_t n = kn_cu_vol(&out->box);
+    if (n == 0)
+        return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(out->dtype, TY,
+        kn_cu_unary_k<TX, TY><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+            (int)op, (float)scalar, (const TX *)x->data, (TY *)out->data, n)));
+    return kn_cu_launched(what, err);
+}
+
+__device__ __forceinline__ float kn_cu_binary_f(int op, float a, float b)
+{
+    switch (op) {
+    case EIN_BIN_ADD: return a + b;
+    case EIN_BIN_SUB: return a - b;
+    case EIN_BIN_MUL: return a * b;
+    case EIN_BIN_DIV: return a / b;
+    default: return fmaxf(a, b); /* EIN_BIN_MAX */
+    }
+}
+
+template <typename TA, typename TB, typename TY>
+__global__ void kn_cu_binary_k(int op, kn_cu_walk w, const TA *a, const TB *b, TY *y, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t oa, ob, oy;
+        kn_cu_offsets(w, i, &oa, &ob, &oy);
+        st(y, oy, kn_cu_binary_f(op, ld(a, oa), ld(b, ob)));
+    }
+}
+
+/* Strides of input k over out's index space (0 where broadcast), as in
+ * kn_cpu_binary. */
+static int kn_cu_bcast(const char *what, const char *name, const kn_block *k, const kn_block *out,
+                       int64_t *st, ein_error *err)
+{
+    int r = out->box.rank, rk = k->box.rank;
+    if (rk > r)
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: %s has rank %d but out has rank %d", what, name,
+                          rk, r);
+    int64_t s = 1;
+    for (int d = r - 1; d >= 0; d--) {
+        st[d] = 0;
+        int dk = d - (r - rk);
+        if (dk < 0)
+            continue;
+        int64_t lo = k->box.lo[dk], hi = k->box.hi[dk];
+        if (lo == out->box.lo[d] && hi == out->box.hi[d])
+            st[d] = hi - lo == 1 ? 0 : s;
+        else if (hi - lo != 1)
+            return kn_cu_fail(err, EIN_ESHAPE, "%s: %s dimension %d is neither equal to out's "
+                              "nor broadcast", what, name, dk);
+        s *= hi - lo;
+    }
+    return 0;
+}
+
+extern "C" int kn_cuda_binary(ein_binary op, const kn_block *a, const kn_block *b, kn_block *out,
+                              void *stream, ein_error *err)
+{
+    const char *what = "cuda binary";
+    int rc;
+    if ((int)op < 0 || op >= EIN_BIN_COUNT)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: unknown op %d", what, (int)op);
+    if ((rc = kn_cu_blk(what, "a", a, -1, err)) < 0 || (rc = kn_cu_blk(what, "b", b, -1, err)) < 0 ||
+        (rc = kn_cu_blk(what, "out", out, -1, err)) < 0)
+        return rc;
+    kn_cu_walk w;
+    memset(&w, 0, sizeof w);
+    w.rank = out->box.rank;
+    if ((rc = kn_cu_bcast(what, "a", a, out, w.s0, err)) < 0 ||
+        (rc = kn_cu_bcast(what, "b", b, out, w.s1, err)) < 0)
+        return rc;
+    kn_cu_strides(&out->box, w.s2);
+    for (int d = 0; d < w.rank; d++)
+        w.ext[d] = out->box.hi[d] - out->box.lo[d];
+    int64_t n = kn_cu_vol(&out->box);
+    if (n == 0)
+        return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    KN_CU_DISPATCH(a->dtype, TA, KN_CU_DISPATCH(b->dtype, TB, KN_CU_DISPATCH(out->dtype, TY,
+        kn_cu_binary_k<TA, TB, TY><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+            (int)op, w, (const TA *)a->data, (const TB *)b->data, (TY *)out->data, n))));
+    return kn_cu_launched(what, err);
+}
+
+/* ---- aggregation ----------------------------------------------------------- */
+
+struct kn_cu_ptrs {
+    const void *p[KN_CUDA_MAX_CAT];
+};
+
+template <typename T, int MAX>
+__global__ void kn_cu_agg_k(kn_cu_ptrs s, int ns, T *y, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v = ld((const T *)s.p[0], i);
+        for (int j = 1; j < ns; j++) {
+            float x = ld((const T *)s.p[j], i);
+            v = MAX ? fmaxf(v, x) : v + x;
+        }
+        st(y, i, v);
+    }
+}
+
+extern "C" int kn_cuda_agg_blk(ein_agg op, const kn_block *srcs, int n, kn_block *out,
+                               void *stream, ein_error *err)
+{
+    const char *what = "cuda agg";
+    int rc;
+    if (op != EIN_AGG_SUM && op != EIN_AGG_MAX)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: op %d is neither sum nor max", what, (int)op);
+    if (n < 1 || !srcs)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: needs at least one source, got %d", what, n);
+    if ((rc = kn_cu_blk(what, "out", out, -1, err)) < 0)
+        return rc;
+    int alias = -1;
+    for (int j = 0; j < n; j++) {
+        if ((rc = kn_cu_blk(what, "source", &srcs[j], -1, err)) < 0)
+            return rc;
+        if (!kn_cu_box_eq(&srcs[j].box, &out->box) || srcs[j].dtype != out->dtype)
+            return kn_cu_fail(err, EIN_ESHAPE, "%s: source %d differs from out in box or dtype",
+                              what, j);
+        if (srcs[j].data == out->data && alias < 0)
+            alias = j;
+    }
+    int64_t len = kn_cu_vol(&out->box);
+    if (len == 0)
+        return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    /* KN_CUDA_MAX_CAT sources per launch; a source that is out is read in
+     * the first launch, later launches fold into the running result. */
+    int next = 0, first = 1;
+    while (next < n) {
+        kn_cu_ptrs p;
+        int ns = 0;
+        if (!first || alias >= 0)
+            p.p[ns++] = out->data;
+        first = 0;
+        for (; ns < KN_CUDA_MAX_CAT && next < n; next++)
+            if (next != alias)
+                p.p[ns++] = srcs[next].data;
+        if (next < n && next == alias)
+            next++;
+        KN_CU_DISPATCH(out->dtype, T,
+            if (op == EIN_AGG_MAX)
+                kn_cu_agg_k<T, 1><<<kn_cu_grid(len, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+                    p, ns, (T *)out->data, len);
+            else
+                kn_cu_agg_k<T, 0><<<kn_cu_grid(len, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+                    p, ns, (T *)out->data, len));
+        if ((rc = kn_cu_launched(what, err)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- softmax and norms: block reductions ---------------------------------- */
+
+template <int MAX>
+__device__ float kn_cu_block_reduce(float v, float *sh)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float x = __shfl_xor_sync(0xffffffffu, v, o);
+        v = MAX ? fmaxf(v, x) : v + x;
+    }
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();   /* sh may still be read from a previous reduction */
+    if (lane == 0)
+        sh[wid] = v;
+    __syncthreads();
+    float r = sh[0];
+    for (int i = 1; i < nw; i++)
+        r = MAX ? fmaxf(r, sh[i]) : r + sh[i];
+    return r;
+}
+
+/* One block per row of a contiguous last-axis softmax. */
+template <typename TX, typename TY>
+__global__ void kn_cu_softmax_rows(const TX *x, TY *y, int64_t n)
+{
+    __shared__ float sh[32];
+    const TX *xr = x + blockIdx.x * n;
+    TY *yr = y + blockIdx.x * n;
+    float m = -INFINITY;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        m = fmaxf(m, ld(xr, i));
+    m = kn_cu_block_reduce<1>(m, sh);
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += expf(ld(xr, i) - m);
+    s = kn_cu_block_reduce<0>(s, sh);
+    float inv = 1.0f / s;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        st(yr, i, expf(ld(xr, i) - m) * inv);
+}
+
+/* One thread per (outer, inner) column of a strided softmax. */
+template <typename TX, typename TY>
+__global__ void kn_cu_softmax_cols(const TX *x, TY *y, int64_t outer, int64_t n, int64_t inner)
+{
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < outer * inner;
+         c += (int64_t)gridDim.x * blockDim.x) {
+        int64_t base = (c / inner) * n * inner + c % inner;
+        float m = -INFINITY, s = 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            m = fmaxf(m, ld(x, base + i * inner));
+        for (int64_t i = 0; i < n; i++)
+            s += expf(ld(x, base + i * inner) - m);
+        float inv = 1.0f / s;
+        for (int64_t i = 0; i < n; i++)
+            st(y, base + i * inner, expf(ld(x, base + i * inner) - m) * inv);
+    }
+}
+
+extern "C" int kn_cuda_softmax(int axis, const kn_block *x, kn_block *out, void *stream,
+                               ein_error *err)
+{
+    const char *what = "cuda softmax";
+    int rc;
+    if ((rc = kn_cu_blk(what, "x", x, -1, err)) < 0 ||
+        (rc = kn_cu_blk(what, "out", out, -1, err)) < 0)
+        return rc;
+    if (!kn_cu_box_eq(&x->box, &out->box))
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: out box differs from x box", what);
+    if (axis < 0 || axis >= x->box.rank)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: axis %d is outside rank %d", what, axis,
+                          x->box.rank);
+    int64_t outer = 1, inner = 1, n = x->box.hi[axis] - x->box.lo[axis];
+    for (int d = 0; d < axis; d++)
+        outer *= x->box.hi[d] - x->box.lo[d];
+    for (int d = axis + 1; d < x->box.rank; d++)
+        inner *= x->box.hi[d] - x->box.lo[d];
+    if (outer * n * inner == 0)
+        return 0;
+    if (inner == 1 && outer > (int64_t)0x7fffffff)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: too many rows", what);
+    cudaStream_t s = (cudaStream_t)stream;
+    KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(out->dtype, TY,
+        if (inner == 1)
+            kn_cu_softmax_rows<TX, TY><<<(unsigned)outer, KN_CU_BLOCK, 0, s>>>(
+                (const TX *)x->data, (TY *)out->data, n);
+        else
+            kn_cu_softmax_cols<TX, TY><<<kn_cu_grid(outer * inner, KN_CU_BLOCK), KN_CU_BLOCK, 0,
+                                         s>>>((const TX *)x->data, (TY *)out->data, outer, n,
+                                              inner)));
+    return kn_cu_launched(what, err);
+}
+
+/* One block per row; LAYER: subtract the mean and add the bias. */
+template <typename TX, typename TW, typename TY, int LAYER>
+__global__ void kn_cu_norm_k(const TX *x, const TW *w, const TW *b, TY *y, int64_t d, float eps)
+{
+    __shared__ float sh[32];
+    const TX *xr = x + blockIdx.x * d;
+    TY *yr = y + blockIdx.x * d;
+    float mean = 0.0f;
+    if (LAYER) {
+        float s = 0.0f;
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+            s += ld(xr, i);
+        mean = kn_cu_block_reduce<0>(s, sh) / (float)d;
+    }
+    float q = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        float c = ld(xr, i) - mean;
+        q += c * c;
+    }
+    float r = rsqrtf(kn_cu_block_reduce<0>(q, sh) / (float)d + eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = (ld(xr, i) - mean) * r * ld(w, i);
+        if (LAYER)
+            v += ld(b, i);
+        st(yr, i, v);
+    }
+}
+
+static int kn_cu_norm(const char *what, int layer, double eps, const kn_block *x,
+                      const kn_block *w, const kn_block *b, kn_block *out, void *stream,
+                      ein_error *err)
+{
+    int rc;
+    if ((rc = kn_cu_blk(what, "x", x, -1, err)) < 0 ||
+        (rc = kn_cu_blk(what, "weight", w, 1, err)) < 0 ||
+        (layer && (rc = kn_cu_blk(what, "bias", b, 1, err)) < 0) ||
+        (rc = kn_cu_blk(what, "out", out, -1, err)) < 0)
+        return rc;
+    int r = x->box.rank;
+    if (r < 1 || !kn_cu_box_eq(&x->box, &out->box) || w->box.lo[0] != 0 ||
+        x->box.lo[r - 1] != 0 || x->box.hi[r - 1] != w->box.hi[0] ||
+        (layer && (!kn_cu_box_eq(&b->box, &w->box) || b->dtype != w->dtype)))
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: boxes do not fit (x and out equal, weight and "
+                          "bias [0, d) with x's whole last axis [0, d))", what);
+    int64_t d = w->box.hi[0], rows = d > 0 ? kn_cu_vol(&x->box) / d : 0;
+    if (rows == 0)
+        return 0;
+    if (rows > (int64_t)0x7fffffff)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: too many rows", what);
+    cudaStream_t s = (cudaStream_t)stream;
+    const void *bd = layer ? b->data : w->data;
+    KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(w->dtype, TW, KN_CU_DISPATCH(out->dtype, TY,
+        if (layer)
+            kn_cu_norm_k<TX, TW, TY, 1><<<(unsigned)rows, KN_CU_BLOCK, 0, s>>>(
+                (const TX *)x->data, (const TW *)w->data, (const TW *)bd, (TY *)out->data, d,
+                (float)eps);
+        else
+            kn_cu_norm_k<TX, TW, TY, 0><<<(unsigned)rows, KN_CU_BLOCK, 0, s>>>(
+                (const TX *)x->data, (const TW *)w->data, (const TW *)bd, (TY *)out->data, d,
+                (float)eps))));
+    return kn_cu_launched(what, err);
+}
+
+extern "C" int kn_cuda_rmsnorm(double eps, const kn_block *x, const kn_block *w, kn_block *out,
+                               void *stream, ein_error *err)
+{
+    return kn_cu_norm("cuda rmsnorm", 0, eps, x, w, NULL, out, stream, err);
+}
+
+extern "C" int kn_cuda_layernorm(double eps, const kn_block *x, const kn_block *w,
+                                 const kn_block *b, kn_block *out, void *stream, ein_error *err)
+{
+    if (!b)
+        return kn_cu_fail(err, EIN_EINVAL, "cuda layernorm: missing bias");
+    return kn_cu_norm("cuda layernorm", 1, eps, x, w, b, out, stream, err);
+}
+
+/* ---- rope -------------------------------------------------------------------- */
+
+struct kn_cu_seqs {
+    int n;
+    int64_t end[KN_CUDA_MAX_SEQ];
+};
+
+__device__ __forceinline__ int64_t kn_cu_seq_start(const kn_cu_seqs &s, int64_t t)
+{
+    int64_t st = 0;
+    for (int i = 0; i < s.n; i++)
+        st = s.end[i] <= t ? s.end[i] : st;
+    return st;
+}
+
+/* One thread per rotated pair. Angles in double, as on the CPU. */
+template <typename TX, typename TY>
+__global__ void kn_cu_rope_k(kn_cu_seqs seqs, int64_t t0, int64_t ntok, int64_t w,
+                             int64_t head_dim, double theta, const TX *x, TY *y)
+{
+    int64_t npair = ntok * (w / 2);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < npair;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t row = i / (w / 2), c = 2 * (i % (w / 2)), t = t0 + row;
+        int64_t pair = (c % head_dim) / 2;
+        double p = (double)(t - kn_cu_seq_start(seqs, t));
+        double a = p * pow(theta, -2.0 * (double)pair / (double)head_dim);
+        float cs = (float)cos(a), sn = (float)sin(a);
+        int64_t o = row * w + c;
+        float x0 = ld(x, o), x1 = ld(x, o + 1);
+        st(y, o, x0 * cs - x1 * sn);
+        st(y, o + 1, x0 * sn + x1 * cs);
+    }
+}
+
+static int kn_cu_seqs_make(const char *what, const int64_t *ends, int n, kn_cu_seqs *s,
+                           ein_error *err)
+{
+    if (n < 0 || n > KN_CUDA_MAX_SEQ || (n > 0 && !ends))
+        return kn_cu_fail(err, n > KN_CUDA_MAX_SEQ ? EIN_EUNSUPPORTED : EIN_EINVAL,
+                          "%s: %d sequence ends (at most %d)", what, n, KN_CUDA_MAX_SEQ);
+    s->n = n;
+    for (int i = 0; i < n; i++) {
+        if (ends[i] <= (i > 0 ? ends[i - 1] : 0))
+            return kn_cu_fail(err, EIN_EINVAL, "%s: sequence ends are not ascending", what);
+        s->end[i] = ends[i];
+    }
+    return 0;
+}
+
+extern "C" int kn_cuda_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nseq,
+                            const kn_block *x, kn_block *out, void *stream, ein_error *err)
+{
+    const char *what = "cuda rope";
+    kn_cu_seqs seqs;
+    int rc;
+    if ((rc = kn_cu_blk(what, "x", x, 2, err)) < 0 || (rc = kn_cu_blk(what, "out", out, 2, err)) < 0 ||
+        (rc = kn_cu_seqs_make(what, seq_ends, nseq, &seqs, err)) < 0)
+        return rc;
+    if (head_dim <= 0 || head_dim % 2 || !(theta > 0.0))
+        return kn_cu_fail(err, EIN_EINVAL, "%s: head_dim must be positive and even, theta positive",
+                          what);
+    if (!kn_cu_box_eq(&x->box, &out->box))
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: out box differs from x box", what);
+    int64_t t0 = x->box.lo[0], t1 = x->box.hi[0], c0 = x->box.lo[1], c1 = x->box.hi[1];
+    if (c0 % head_dim || c1 % head_dim)
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: hidden interval not at head boundaries", what);
+    if (t1 > t0 && (t0 < 0 || (nseq > 0 && t1 > seq_ends[nseq - 1])))
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: tokens outside the sequences", what);
+    int64_t n = (t1 - t0) * (c1 - c0) / 2;
+    if (n == 0)
+        return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(out->dtype, TY,
+        kn_cu_rope_k<TX, TY><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+            seqs, t0, t1 - t0, c1 - c0, head_dim, theta, (const TX *)x->data, (TY *)out->data)));
+    return kn_cu_launched(what, err);
+}
+
+/* ---- layout copies ------------------------------------------------------------ */
+
+template <typename TX, typename TY>
+__global__ void kn_cu_copy_k(kn_cu_walk w, const TX *x, TY *y, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t ox, oy, unused;
+        kn_cu_offsets(w, i, &ox, &oy, &unused);
+        st(y, oy, ld(x, ox));
+    }
+}
+
+static int kn_cu_copy(const char *what, const kn_cu_walk &w, const kn_block *x, kn_block *y,
+                      cudaStream_t s, ein_error *err)
+{
+    int64_t n = 1;
+    for (int d = 0; d < w.rank; d++)
+        n *= w.ext[d];
+    if (n <= 0)
+        return 0;
+    KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(y->dtype, TY,
+        kn_cu_copy_k<TX, TY><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+            w, (const TX *)x->data, (TY *)y->data, n)));
+    return kn_cu_launched(what, err);
+}
+
+/* The walk copying `region` (out's coordinates) from x (x coordinate =
+ * out coordinate + shift) into out. */
+static void kn_cu_region_walk(const kn_block *x, const kn_block *out, const ein_box *region,
+                              const int64_t *shift, kn_cu_walk *w)
+{
+    int64_t sx[EIN_MAX_RANK], so[EIN_MAX_RANK];
+    memset(w, 0, sizeof *w);
+    kn_cu_strides(&x->box, sx);
+    kn_cu_strides(&out->box, so);
+    w->rank = region->rank;
+    for (int d = 0; d < region->rank; d++) {
+        w->ext[d] = region->hi[d] - region->lo[d];
+        w->s0[d] = sx[d];
+        w->s1[d] = so[d];
+        w->o0 += (region->lo[d] + shift[d] - x->box.lo[d]) * sx[d];
+        w->o1 += (region->lo[d] - out->box.lo[d]) * so[d];
+    }
+}
+
+extern "C" int kn_cuda_slice(int axis, int64_t start, const kn_block *x, kn_block *out,
+                             void *stream, ein_error *err)
+{
+    const char *what = "cuda slice";
+    int rc;
+    if ((rc = kn_cu_blk(what, "x", x, -1, err)) < 0 ||
+        (rc = kn_cu_blk(what, "out", out, x->box.rank, err)) < 0)
+        return rc;
+    if (axis < 0 || axis >= x->box.rank || start < 0)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: bad axis %d or start", what, axis);
+    int64_t shift[EIN_MAX_RANK] = {0};
+    shift[axis] = start;
+    if (kn_cu_vol(&out->box) == 0)
+        return 0;
+    for (int d = 0; d < x->box.rank; d++)
+        if (out->box.lo[d] + shift[d] < x->box.lo[d] || out->box.hi[d] + shift[d] > x->box.hi[d])
+            return kn_cu_fail(err, EIN_ESHAPE, "%s: x box does not contain the shifted out box",
+                              what);
+    kn_cu_walk w;
+    kn_cu_region_walk(x, out, &out->box, shift, &w);
+    return kn_cu_copy(what, w, x, out, (cudaStream_t)stream, err);
+}
+
+extern "C" int kn_cuda_concat(int axis, const int64_t *offsets, const kn_block *ins, int n,
+                              kn_block *out, void *stream, ein_error *err)
+{
+    const char *what = "cuda concat";
+    int rc;
+    if ((rc = kn_cu_blk(what, "out", out, -1, err)) < 0)
+        return rc;
+    if (n < 1 || !ins || !offsets || axis < 0 || axis >= out->box.rank)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: bad inputs, offsets or axis", what);
+    for (int i = 0; i < n; i++)
+        if (offsets[i] < 0 || (i > 0 && offsets[i] < offsets[i - 1]))
+            return kn_cu_fail(err, EIN_EINVAL, "%s: offsets are not ascending", what);
+    int64_t covered = 0;
+    for (int i = 0; i < n; i++) {
+        if ((rc = kn_cu_blk(what, "input", &ins[i], out->box.rank, err)) < 0)
+            return rc;
+        const ein_box *ib = &ins[i].box;
+        int64_t extent = i + 1 < n ? offsets[i + 1] - offsets[i] : INT64_MAX;
+        if (ib->hi[axis] > ib->lo[axis] && (ib->lo[axis] < 0 || ib->hi[axis] > extent))
+            return kn_cu_fail(err, EIN_ESHAPE, "%s: input %d lies outside its extent", what, i);
+        ein_box region = out->box;
+        int empty = 0;
+        for (int d = 0; d < region.rank; d++) {
+            int64_t off = d == axis ? offsets[i] : 0;
+            region.lo[d] = region.lo[d] > ib->lo[d] + off ? region.lo[d] : ib->lo[d] + off;
+            region.hi[d] = region.hi[d] < ib->hi[d] + off ? region.hi[d] : ib->hi[d] + off;
+            empty |= region.hi[d] <= region.lo[d];
+        }
+        if (empty)
+            continue;
+        int64_t shift[EIN_MAX_RANK] = {0};
+        shift[axis] = -offsets[i];
+        kn_cu_walk w;
+        kn_cu_region_walk(&ins[i], out, &region, shift, &w);
+        if ((rc = kn_cu_copy(what, w, &ins[i], out, (cudaStream_t)stream, err)) < 0)
+            return rc;
+        covered += kn_cu_vol(&region);
+    }
+    if (covered != kn_cu_vol(&out->box))
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: the inputs do not cover out's box", what);
+    return 0;
+}
+
+/* [T, H*D] block t <-> [H, T, D] block h; to_heads: t -> h. */
+static int kn_cu_heads(const char *what, int64_t D, const kn_block *t, const kn_block *h,
+                       int to_heads, cudaStream_t s, ein_error *err)
+{
+    int rc;
+    if ((rc = kn_cu_blk(what, "[T, H*D] block", t, 2, err)) < 0 ||
+        (rc = kn_cu_blk(what, "[H, T, D] block", h, 3, err)) < 0)
+        return rc;
+    if (D <= 0)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: head_dim is not positive", what);
+    if (t->box.lo[0] != h->box.lo[1] || t->box.hi[0] != h->box.hi[1] || h->box.lo[2] != 0 ||
+        h->box.hi[2] != D || t->box.lo[1] != h->box.lo[0] * D || t->box.hi[1] != h->box.hi[0] * D)
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: the boxes do not correspond", what);
+    int64_t H = h->box.hi[0] - h->box.lo[0], T = h->box.hi[1] - h->box.lo[1];
+    kn_cu_walk w;
+    memset(&w, 0, sizeof w);
+    w.rank = 3;   /* walk [H, T, D] */
+    w.ext[0] = H, w.ext[1] = T, w.ext[2] = D;
+    int64_t st_t[3] = {D, H * D, 1}, st_h[3] = {T * D, D, 1};
+    for (int d = 0; d < 3; d++) {
+        w.s0[d] = to_heads ? st_t[d] : st_h[d];
+        w.s1[d] = to_heads ? st_h[d] : st_t[d];
+    }
+    return to_heads ? kn_cu_copy(what, w, t, (kn_block *)h, s, err)
+                    : kn_cu_copy(what, w, h, (kn_block *)t, s, err);
+}
+
+extern "C" int kn_cuda_split_heads(int64_t head_dim, const kn_block *x, kn_block *out,
+                                   void *stream, ein_error *err)
+{
+    return kn_cu_heads("cuda split_heads", head_dim, x, out, 1, (cudaStream_t)stream, err);
+}
+
+extern "C" int kn_cuda_merge_heads(int64_t head_dim, const kn_block *x, kn_block *out,
+                                   void *stream, ein_error *err)
+{
+    return kn_cu_heads("cuda merge_heads", head_dim, out, x, 0, (cudaStream_t)stream, err);
+}

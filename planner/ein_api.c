@@ -1,0 +1,275 @@
+/* planner/ein_api.c — the public C API (include/einsummable.h) over the
+ * planner's graph builders and optimizer. */
+#include "include/einsummable.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/pl_graph.h"
+#include "planner/pl_optimize.h"
+#include "planner/pl_parse.h"
+#include "planner/pl_spec.h"
+
+typedef struct ein_plan_op_info {
+    char name[EIN_NAME_MAX];
+    const char *op;
+    char split[256];
+    double repart, join, agg;
+} ein_plan_op_info;
+
+struct ein_plan {
+    pl_plan *plan;
+    int nops;
+    ein_plan_op_info *ops;
+};
+
+static ein_tensor_desc desc_of(int rank, const int64_t *shape, ein_dtype dtype)
+{
+    ein_tensor_desc d;
+    memset(&d, 0, sizeof d);
+    d.rank = rank;
+    d.dtype = dtype;
+    memcpy(d.shape, shape, sizeof(int64_t) * (size_t)rank);
+    return d;
+}
+
+ein_tensor_desc ein_tensor_desc_1d(int64_t n, ein_dtype dtype)
+{
+    return desc_of(1, (int64_t[]){n}, dtype);
+}
+
+ein_tensor_desc ein_tensor_desc_2d(int64_t rows, int64_t cols, ein_dtype dtype)
+{
+    return desc_of(2, (int64_t[]){rows, cols}, dtype);
+}
+
+ein_tensor_desc ein_tensor_desc_3d(int64_t a, int64_t b, int64_t c, ein_dtype dtype)
+{
+    return desc_of(3, (int64_t[]){a, b, c}, dtype);
+}
+
+ein_graph *ein_graph_create(void)
+{
+    return pl_graph_new();
+}
+
+void ein_graph_destroy(ein_graph *g)
+{
+    pl_graph_free(g);
+}
+
+/* NULL names get "t<id>" (made unique if a user took it). */
+static const char *name_or_default(const ein_graph *g, const char *name, char *buf)
+{
+    if (name)
+        return name;
+    int n = g ? g->nnodes : 0;
+    do
+        snprintf(buf, EIN_NAME_MAX, "t%d", n++);
+    while (g && pl_graph_find(g, buf) >= 0);
+    return buf;
+}
+#define NAME(g, name) name_or_default((g), (name), (char[EIN_NAME_MAX]){0})
+
+ein_tensor ein_graph_insert_tensor(ein_graph *g, const char *name, ein_tensor_desc desc,
+                                   ein_error *err)
+{
+    int id = pl_graph_add_input(g, NAME(g, name), desc.dtype, desc.rank, desc.shape, err);
+    if (id >= 0)
+        for (int i = 0; i < desc.rank && i < EIN_DESC_MAX_RANK; i++)
+            if (desc.dim_names[i])
+                pl_graph_set_axis_name(g, id, i, desc.dim_names[i]);
+    return id;
+}
+
+int ein_graph_save(ein_graph *g, ein_tensor t, ein_error *err)
+{
+    return pl_graph_save(g, t, err);
+}
+
+ein_tensor ein_graph_matmul(ein_graph *g, const char *name, ein_tensor a, ein_tensor b,
+                            ein_error *err)
+{
+    return pl_graph_add_matmul(g, NAME(g, name), a, b, err);
+}
+
+ein_tensor ein_graph_einsum(ein_graph *g, const char *name, const char *subscripts,
+                            ein_tensor a, ein_tensor b, ein_error *err)
+{
+    return pl_graph_add_einsum(g, NAME(g, name), subscripts, a, b, err);
+}
+
+static const char *const unary_ops[EIN_UN_COUNT] = {
+    "relu", "silu", "gelu", "exp", "neg", "scale", "addc", "sigmoid", "tanh", "square",
+};
+static const char *const binary_ops[EIN_BIN_COUNT] = {"add", "sub", "mul", "div", "maximum"};
+
+ein_tensor ein_graph_unary(ein_graph *g, const char *name, const char *op, double c,
+                           ein_tensor x, ein_error *err)
+{
+    for (int i = 0; op && i < EIN_UN_COUNT; i++)
+        if (!strcmp(op, unary_ops[i]))
+            return pl_graph_add_unary(g, NAME(g, name), (ein_unary)i, c, x, err);
+    return ein_fail(err, EIN_EINVAL, "unary: unknown operator '%s'; expected relu, silu, gelu, "
+                    "exp, neg, scale, addc, sigmoid, tanh or square", op ? op : "(null)");
+}
+
+ein_tensor ein_graph_binary(ein_graph *g, const char *name, const char *op, ein_tensor a,
+                            ein_tensor b, ein_error *err)
+{
+    for (int i = 0; op && i < EIN_BIN_COUNT; i++)
+        if (!strcmp(op, binary_ops[i]))
+            return pl_graph_add_binary(g, NAME(g, name), (ein_binary)i, a, b, err);
+    return ein_fail(err, EIN_EINVAL, "binary: unknown operator '%s'; expected add, sub, mul, "
+                    "div or maximum", op ? op : "(null)");
+}
+
+ein_tensor ein_graph_softmax(ein_graph *g, const char *name, ein_tensor x, int axis,
+                             ein_error *err)
+{
+    return pl_graph_add_softmax(g, NAME(g, name), x, axis, err);
+}
+
+ein_tensor ein_graph_rmsnorm(ein_graph *g, const char *name, ein_tensor x, ein_tensor w,
+                             double eps, ein_error *err)
+{
+    return pl_graph_add_norm(g, NAME(g, name), x, w, -1, eps, err);
+}
+
+ein_tensor ein_graph_layernorm(ein_graph *g, const char *name, ein_tensor x, ein_tensor w,
+                               ein_tensor b, double eps, ein_error *err)
+{
+    if (b < 0)
+        return ein_fail(err, EIN_EINVAL, "layernorm: bias id %d does not exist", b);
+    return pl_graph_add_norm(g, NAME(g, name), x, w, b, eps, err);
+}
+
+ein_tensor ein_graph_rope(ein_graph *g, const char *name, ein_tensor x, int64_t head_dim,
+                          double theta, const int64_t *seq_ends, int nseq, ein_error *err)
+{
+    return pl_graph_add_rope(g, NAME(g, name), x, head_dim, theta, seq_ends, nseq, err);
+}
+
+ein_tensor ein_graph_attention(ein_graph *g, const char *name, ein_tensor q, ein_tensor k,
+                               ein_tensor v, const int64_t *seq_ends, int nseq,
+                               ein_error *err)
+{
+    return pl_graph_add_attention(g, NAME(g, name), q, k, v, seq_ends, nseq, err);
+}
+
+ein_tensor ein_graph_reduce(ein_graph *g, const char *name, const char *op, uint32_t axes,
+                            ein_tensor x, ein_error *err)
+{
+    ein_agg a = op && !strcmp(op, "sum") ? EIN_AGG_SUM : op && !strcmp(op, "max") ? EIN_AGG_MAX
+                                                                                 : EIN_AGG_NONE;
+    if (a == EIN_AGG_NONE)
+        return ein_fail(err, EIN_EINVAL, "reduce: unknown operator '%s'; expected sum or max",
+                        op ? op : "(null)");
+    return pl_graph_add_reduce(g, NAME(g, name), a, axes, x, err);
+}
+
+ein_tensor ein_graph_concat(ein_graph *g, const char *name, int axis, const ein_tensor *xs,
+                            int n, ein_error *err)
+{
+    return pl_graph_add_concat(g, NAME(g, name), axis, xs, n, err);
+}
+
+ein_tensor ein_graph_slice(ein_graph *g, const char *name, ein_tensor x, int axis,
+                           int64_t start, int64_t end, ein_error *err)
+{
+    return pl_graph_add_slice(g, NAME(g, name), x, axis, start, end, err);
+}
+
+ein_tensor ein_graph_split_heads(ein_graph *g, const char *name, ein_tensor x,
+                                 int64_t head_dim, ein_error *err)
+{
+    return pl_graph_add_split_heads(g, NAME(g, name), x, head_dim, err);
+}
+
+ein_tensor ein_graph_merge_heads(ein_graph *g, const char *name, ein_tensor x, ein_error *err)
+{
+    return pl_graph_add_merge_heads(g, NAME(g, name), x, err);
+}
+
+int ein_graph_plan(const ein_graph *g, int devices, const ein_plan_options *opts,
+                   ein_plan **out, ein_error *err)
+{
+    pl_selector sel = PL_SELECT_DP;
+    if (!g || !out)
+        return ein_fail(err, EIN_EINVAL, "plan: NULL graph or output");
+    if (opts && opts->selector && pl_selector_parse(opts->selector, &sel) < 0)
+        return ein_fail(err, EIN_EINVAL, "plan: unknown selector '%s'; expected dp, greedy or "
+                        "random", opts->selector);
+    pl_plan_opts po = {.linear_paths = opts ? opts->linear_paths : 0};
+    ein_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return ein_fail(err, EIN_ENOMEM, "plan: out of memory");
+    int rc = pl_plan_make_opts(g, devices, sel, opts ? opts->seed : 0, &po, &p->plan, err);
+    if (rc < 0) {
+        free(p);
+        return rc;
+    }
+    p->ops = calloc((size_t)g->nnodes + 1, sizeof *p->ops);
+    if (!p->ops) {
+        ein_plan_free(p);
+        return ein_fail(err, EIN_ENOMEM, "plan: out of memory");
+    }
+    for (int v = 0; v < g->nnodes; v++) {
+        const pl_choice *c = &p->plan->nodes[v];
+        if (!c->planned)
+            continue;
+        const pl_node *nd = pl_graph_node(g, v);
+        ein_plan_op_info *o = &p->ops[p->nops++];
+        pl_index idx[PL_MAX_INDICES];
+        memcpy(o->name, nd->name, sizeof o->name);
+        o->op = pl_node_op_name(nd);
+        pl_op_indices(g, v, idx, NULL);
+        pl_spec_format_labels(&c->spec, idx, o->split, sizeof o->split);
+        o->repart = c->repart;
+        o->join = c->join;
+        o->agg = c->agg;
+    }
+    *out = p;
+    return 0;
+}
+
+double ein_plan_total_cost(const ein_plan *plan)
+{
+    return plan ? plan->plan->total : 0;
+}
+
+int ein_plan_nops(const ein_plan *plan)
+{
+    return plan ? plan->nops : 0;
+}
+
+int ein_plan_op(const ein_plan *plan, int i, const char **name, const char **op,
+                char *split, size_t split_len, double *repartition, double *join,
+                double *aggregation)
+{
+    if (!plan || i < 0 || i >= plan->nops)
+        return EIN_EINVAL;
+    const ein_plan_op_info *o = &plan->ops[i];
+    if (name) *name = o->name;
+    if (op) *op = o->op;
+    if (split && split_len) snprintf(split, split_len, "%s", o->split);
+    if (repartition) *repartition = o->repart;
+    if (join) *join = o->join;
+    if (aggregation) *aggregation = o->agg;
+    return 0;
+}
+
+void ein_plan_free(ein_plan *plan)
+{
+    if (!plan)
+        return;
+    pl_plan_free(plan->plan);
+    free(plan->ops);
+    free(plan);
+}
+
+int ein_graph_parse_file(const char *path, ein_graph **out, ein_error *err)
+{
+    return pl_ein_parse_file(path, out, err);
+}

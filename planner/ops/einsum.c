@@ -1,0 +1,266 @@
+/* planner/ops/einsum.c — join-agg specs of einsum (matmul, batched,
+ * transposed, one-operand reductions).
+ *
+ * Every letter is a shardable index (any). A function specification takes,
+ * for each operand, the intervals of its letters; its output type is the
+ * intervals of the output letters. Contracted letters split k ways give k
+ * function specifications with the same output type, summed (Ex. 3.8).
+ * Also the builders pl_graph_add_einsum / pl_graph_add_matmul (shape
+ * inference) and pl_einsum_parse. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "planner/ops/pl_ops.h"
+#include "planner/pl_graph_int.h"
+
+int pl_einsum_parse(const char *s, pl_einsum_sub *out, ein_error *err)
+{
+    if (!s || !s[0])
+        return ein_fail(err, EIN_EINVAL, "einsum subscripts are empty; expected e.g. 'ij,jk->ik'");
+    size_t len = strnlen(s, EIN_NAME_MAX);
+    if (len >= EIN_NAME_MAX)
+        return ein_fail(err, EIN_EINVAL, "einsum subscripts '%.32s...' are too long (at most %d characters)",
+                        s, EIN_NAME_MAX - 1);
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if ((c >= 'a' && c <= 'z') || c == ',')
+            continue;
+        if (c == '-' && s[i + 1] == '>') {
+            i++;
+            continue;
+        }
+        if (c >= ' ' && c < 127)
+            return ein_fail(err, EIN_EINVAL,
+                            "einsum '%s': unexpected character '%c' at position %zu; expected "
+                            "letters a-z, ',' and '->'", s, c, i + 1);
+        return ein_fail(err, EIN_EINVAL,
+                        "einsum '%s': unexpected byte 0x%02x at position %zu; expected "
+                        "letters a-z, ',' and '->'", s, (unsigned char)c, i + 1);
+    }
+    const char *arrow = strstr(s, "->");
+    if (!arrow)
+        return ein_fail(err, EIN_EINVAL, "einsum '%s': missing '->'; expected an explicit output "
+                        "such as 'ij,jk->ik'", s);
+    if (strstr(arrow + 2, "->"))
+        return ein_fail(err, EIN_EINVAL, "einsum '%s': more than one '->'", s);
+    if (strchr(arrow + 2, ','))
+        return ein_fail(err, EIN_EINVAL, "einsum '%s': ',' after '->'; the output is one operand", s);
+
+    pl_einsum_sub r;
+    memset(&r, 0, sizeof r);
+    const char *p = s;
+    for (;;) {
+        const char *end = p;
+        while (end < arrow && *end != ',')
+            end++;
+        if (r.nops == 2)
+            return ein_fail(err, EIN_EINVAL, "einsum '%s': more than 2 operands; expected 1 or 2", s);
+        int k = r.nops++;
+        int n = (int)(end - p);
+        if (n == 0)
+            return ein_fail(err, EIN_EINVAL, "einsum '%s': operand %d has no indices "
+                            "(rank-0 tensors are not supported)", s, k + 1);
+        if (n > EIN_MAX_RANK)
+            return ein_fail(err, EIN_EINVAL, "einsum '%s': operand %d has %d indices; at most %d",
+                            s, k + 1, n, EIN_MAX_RANK);
+        for (int i = 0; i < n; i++) {
+            if (memchr(p, p[i], (size_t)i))
+                return ein_fail(err, EIN_EINVAL, "einsum '%s': index %c repeated in operand %d "
+                                "(diagonals are not supported)", s, p[i], k + 1);
+            r.ops[k][i] = p[i];
+        }
+        r.rank[k] = n;
+        if (end == arrow)
+            break;
+        p = end + 1;
+    }
+    const char *o = arrow + 2;
+    int n = (int)strlen(o);
+    if (n == 0)
+        return ein_fail(err, EIN_EINVAL, "einsum '%s': the output has no indices "
+                        "(rank-0 results are not supported)", s);
+    if (n > EIN_MAX_RANK)
+        return ein_fail(err, EIN_EINVAL, "einsum '%s': the output has %d indices; at most %d",
+                        s, n, EIN_MAX_RANK);
+    for (int i = 0; i < n; i++) {
+        if (memchr(o, o[i], (size_t)i))
+            return ein_fail(err, EIN_EINVAL, "einsum '%s': index %c repeated in the output", s, o[i]);
+        int found = 0;
+        for (int k = 0; k < r.nops; k++)
+            found |= memchr(r.ops[k], o[i], (size_t)r.rank[k]) != NULL;
+        if (!found)
+            return ein_fail(err, EIN_EINVAL, "einsum '%s': output index %c appears in no operand",
+                            s, o[i]);
+        r.out[i] = o[i];
+    }
+    r.out_rank = n;
+    *out = r;
+    return 0;
+}
+
+int pl_graph_add_einsum(pl_graph *g, const char *name, const char *subscripts,
+                        int a, int b, ein_error *err)
+{
+    int rc;
+    pl_einsum_sub sub;
+    if (!g)
+        return ein_fail(err, EIN_EINVAL, "einsum: NULL graph");
+    if ((rc = pl_einsum_parse(subscripts, &sub, err)) < 0)
+        return rc;
+    int ids[2] = {a, b};
+    int ntensors = b >= 0 ? 2 : 1;
+    if (sub.nops != ntensors)
+        return ein_fail(err, EIN_EINVAL, "einsum '%s' has %d operand%s but %d tensor%s given",
+                        subscripts, sub.nops, sub.nops == 1 ? "" : "s",
+                        ntensors, ntensors == 1 ? " was" : "s were");
+    for (int k = 0; k < ntensors; k++)
+        if ((rc = pl_check_id(g, "einsum", ids[k], err)) < 0)
+            return rc;
+
+    int64_t size[26] = {0};
+    int from[26];                       /* which operand fixed a letter's size */
+    char sbuf[160];
+    for (int k = 0; k < ntensors; k++) {
+        const pl_node *t = &g->nodes[ids[k]];
+        if (t->rank != sub.rank[k])
+            return ein_fail(err, EIN_ESHAPE, "einsum '%s': operand %d '%.*s' has %d ind%s but %s "
+                            "has rank %d (%s)", subscripts, k + 1, sub.rank[k], sub.ops[k],
+                            sub.rank[k], sub.rank[k] == 1 ? "ex" : "ices", t->name, t->rank,
+                            pl_shape_str(sbuf, sizeof sbuf, t->rank, t->shape));
+        for (int i = 0; i < t->rank; i++) {
+            int l = sub.ops[k][i] - 'a';
+            if (size[l] == 0) {
+                size[l] = t->shape[i];
+                from[l] = ids[k];
+            } else if (size[l] != t->shape[i]) {
+                return ein_fail(err, EIN_ESHAPE, "einsum '%s': %c is %lld in %s but %lld in %s",
+                                subscripts, sub.ops[k][i], (long long)size[l],
+                                g->nodes[from[l]].name, (long long)t->shape[i], t->name);
+            }
+        }
+    }
+    if (ntensors == 2 && g->nodes[a].dtype != g->nodes[b].dtype)
+        return ein_fail(err, EIN_ESHAPE, "einsum '%s': %s is %s but %s is %s; operands need one dtype",
+                        subscripts, g->nodes[a].name, ein_dtype_name(g->nodes[a].dtype),
+                        g->nodes[b].name, ein_dtype_name(g->nodes[b].dtype));
+
+    pl_node n;
+    memset(&n, 0, sizeof n);
+    n.kind = PL_EINSUM;
+    n.dtype = g->nodes[a].dtype;
+    n.rank = sub.out_rank;
+    for (int i = 0; i < sub.out_rank; i++)
+        n.shape[i] = size[sub.out[i] - 'a'];
+    if ((rc = pl_check_shape("einsum", name ? name : "the result", n.rank, n.shape, err)) < 0)
+        return rc;
+    n.ninputs = ntensors;
+    n.inputs[0] = a;
+    n.inputs[1] = ntensors == 2 ? b : -1;
+    n.kernel.kind = EIN_KERNEL_EINSUM;
+    memcpy(n.kernel.subscripts, subscripts, strlen(subscripts) + 1);
+    /* An output letter takes the dim name of the first operand axis it labels. */
+    for (int i = 0; i < sub.out_rank; i++)
+        for (int k = ntensors - 1; k >= 0; k--)
+            for (int j = 0; j < sub.rank[k]; j++)
+                if (sub.ops[k][j] == sub.out[i] && g->nodes[ids[k]].axis_name[j][0])
+                    memcpy(n.axis_name[i], g->nodes[ids[k]].axis_name[j], PL_AXIS_NAME_MAX);
+    return pl_graph_append(g, name, &n, err);
+}
+
+int pl_graph_add_matmul(pl_graph *g, const char *name, int a, int b, ein_error *err)
+{
+    int rc;
+    if (!g)
+        return ein_fail(err, EIN_EINVAL, "matmul: NULL graph");
+    if ((rc = pl_check_id(g, "matmul", a, err)) < 0 || (rc = pl_check_id(g, "matmul", b, err)) < 0)
+        return rc;
+    const pl_node *ta = &g->nodes[a], *tb = &g->nodes[b];
+    char sa[160], sb[160];
+    pl_shape_str(sa, sizeof sa, ta->rank, ta->shape);
+    pl_shape_str(sb, sizeof sb, tb->rank, tb->shape);
+    /* Checked here rather than left to einsum so the message speaks of
+     * matrices, which is what the user wrote. */
+    if (ta->rank != 2 || tb->rank != 2)
+        return ein_fail(err, EIN_ESHAPE, "matmul: %s is %s and %s is %s; matmul takes two "
+                        "matrices (use einsum for other ranks)", ta->name, sa, tb->name, sb);
+    if (ta->shape[1] != tb->shape[0])
+        return ein_fail(err, EIN_ESHAPE, "matmul: %s is %s but %s is %s; the columns of the "
+                        "first must equal the rows of the second", ta->name, sa, tb->name, sb);
+    if (ta->dtype != tb->dtype)
+        return ein_fail(err, EIN_ESHAPE, "matmul: %s is %s but %s is %s; operands need one dtype",
+                        ta->name, ein_dtype_name(ta->dtype), tb->name, ein_dtype_name(tb->dtype));
+    return pl_graph_add_einsum(g, name, "ij,jk->ik", a, b, err);
+}
+
+
+static int einsum_indices(const pl_graph *g, const pl_node *nd, pl_index *idx)
+{
+    pl_einsum_sub sub;
+    if (pl_einsum_parse(nd->kernel.subscripts, &sub, NULL) < 0 || sub.nops != nd->ninputs)
+        return -1;
+    int n = 0;
+    for (int k = 0; k < sub.nops; k++) {
+        const pl_node *in = pl_graph_node(g, nd->inputs[k]);
+        for (int a = 0; a < sub.rank[k]; a++) {
+            int seen = 0;
+            for (int i = 0; i < n; i++)
+                seen |= idx[i].name == sub.ops[k][a];
+            if (!seen)
+                idx[n++] = pl_index_any(sub.ops[k][a], in->axis_name[a], in->shape[a]);
+        }
+    }
+    return n;
+}
+
+static ein_box letters_box(const char *letters, int rank, const pl_index *idx, int nidx,
+                           const int64_t *lo, const int64_t *hi)
+{
+    ein_box b;
+    memset(&b, 0, sizeof b);
+    b.rank = rank;
+    for (int a = 0; a < rank; a++)
+        for (int i = 0; i < nidx; i++)
+            if (idx[i].name == letters[a]) {
+                b.lo[a] = lo[i];
+                b.hi[a] = hi[i];
+            }
+    return b;
+}
+
+static void einsum_fspec(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
+                         const int64_t *lo, const int64_t *hi, ein_box *in, ein_box *out)
+{
+    (void)g;
+    pl_einsum_sub sub;
+    pl_einsum_parse(nd->kernel.subscripts, &sub, NULL);
+    for (int k = 0; k < sub.nops; k++)
+        in[k] = letters_box(sub.ops[k], sub.rank[k], idx, nidx, lo, hi);
+    *out = letters_box(sub.out, sub.out_rank, idx, nidx, lo, hi);
+}
+
+static ein_agg einsum_agg(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
+                          const int *counts)
+{
+    (void)g;
+    pl_einsum_sub sub;
+    pl_einsum_parse(nd->kernel.subscripts, &sub, NULL);
+    for (int i = 0; i < nidx; i++)
+        if (counts[i] > 1 && !memchr(sub.out, idx[i].name, (size_t)sub.out_rank))
+            return EIN_AGG_SUM;
+    return EIN_AGG_NONE;
+}
+
+/* One multiply-add per point of the index space (2 flops); a one-operand
+ * einsum is one add per input element. */
+static double einsum_flops(const pl_graph *g, const pl_node *nd)
+{
+    pl_index idx[PL_MAX_INDICES];
+    int n = einsum_indices(g, nd, idx);
+    double v = 1;
+    for (int i = 0; i < n; i++)
+        v *= (double)idx[i].size;
+    return nd->ninputs == 2 ? 2 * v : v;
+}
+
+const pl_op_def pl_op_einsum = {"einsum", einsum_indices, einsum_fspec, einsum_agg, einsum_flops};

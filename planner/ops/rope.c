@@ -1,0 +1,81 @@
+/* planner/ops/rope.c — rotary position embedding (LLaMA, interleaved pairs).
+ *
+ * x is [tokens, H*head_dim]. Shardable: tokens (any: a block rotates by
+ * the true positions of its global token bounds, which kn_cpu_rope derives
+ * from the sequence ends) and hidden only at head boundaries (multiples of
+ * head_dim). No aggregation. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "planner/ops/pl_ops.h"
+#include "planner/pl_graph_int.h"
+
+int pl_graph_add_rope(pl_graph *g, const char *name, int x, int64_t head_dim, double theta,
+                      const int64_t *seq_ends, int nseq, ein_error *err)
+{
+    int rc;
+    if (!g)
+        return ein_fail(err, EIN_EINVAL, "rope: NULL graph");
+    if ((rc = pl_check_id(g, "rope", x, err)) < 0)
+        return rc;
+    const pl_node *t = pl_graph_node(g, x);
+    char sb[160];
+    if (t->rank != 2)
+        return ein_fail(err, EIN_ESHAPE, "rope: %s is %s; expected [tokens, heads*head_dim]",
+                        t->name, pl_shape_str(sb, sizeof sb, t->rank, t->shape));
+    if (head_dim < 2 || head_dim % 2 || t->shape[1] % head_dim)
+        return ein_fail(err, EIN_ESHAPE, "rope: head_dim %lld must be even and divide %s's "
+                        "hidden size %lld", (long long)head_dim, t->name, (long long)t->shape[1]);
+    if (!(theta > 1) || theta > 1e12)
+        return ein_fail(err, EIN_EINVAL, "rope: theta %g must be in (1, 1e12]", theta);
+    pl_node n;
+    memset(&n, 0, sizeof n);
+    if ((rc = pl_seq_ends_copy("rope", seq_ends, nseq, t->shape[0], &n.kernel.list, err)) < 0)
+        return rc;
+    n.kind = PL_ROPE;
+    n.dtype = t->dtype;
+    n.rank = 2;
+    memcpy(n.shape, t->shape, sizeof n.shape);
+    memcpy(n.axis_name, t->axis_name, sizeof n.axis_name);
+    n.ninputs = 1;
+    n.inputs[0] = x;
+    n.kernel.kind = EIN_KERNEL_ROPE;
+    n.kernel.head_dim = head_dim;
+    n.kernel.theta = theta;
+    n.kernel.nlist = nseq;
+    int id = pl_graph_append(g, name, &n, err);
+    if (id < 0)
+        free(n.kernel.list);
+    return id;
+}
+
+static int rope_indices(const pl_graph *g, const pl_node *nd, pl_index *idx)
+{
+    (void)g;
+    idx[0] = pl_index_any('a', nd->axis_name[0][0] ? nd->axis_name[0] : "tokens", nd->shape[0]);
+    idx[1] = pl_index_any('b', nd->axis_name[1][0] ? nd->axis_name[1] : "hidden", nd->shape[1]);
+    idx[1].step = nd->kernel.head_dim;
+    return 2;
+}
+
+static void rope_fspec(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
+                       const int64_t *lo, const int64_t *hi, ein_box *in, ein_box *out)
+{
+    (void)g, (void)idx, (void)nidx;
+    *out = pl_node_box(nd);
+    for (int i = 0; i < 2; i++) {
+        out->lo[i] = lo[i];
+        out->hi[i] = hi[i];
+    }
+    in[0] = *out;
+}
+
+/* Per pair: two multiplies and an add per element, plus the angle. */
+static double rope_flops(const pl_graph *g, const pl_node *nd)
+{
+    (void)g;
+    ein_box b = pl_node_box(nd);
+    return 4.0 * (double)ein_box_volume(&b);
+}
+
+const pl_op_def pl_op_rope = {"rope", rope_indices, rope_fspec, pl_agg_none, rope_flops};

@@ -1,0 +1,74 @@
+/* planner/ops/unary.c — elementwise unary operators (relu, silu, gelu, exp,
+ * neg, sigmoid, tanh, square, scale and add by a constant): the builder
+ * pl_graph_add_unary (shape inference) and the specs.
+ *
+ * Every axis is shardable (any); the input block is the output block. The
+ * builder is pl_graph_add_unary in pl_graph.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "planner/ops/pl_ops.h"
+#include "planner/pl_graph_int.h"
+
+int pl_graph_add_unary(pl_graph *g, const char *name, ein_unary op, double scalar,
+                       int x, ein_error *err)
+{
+    int rc;
+    if (!g)
+        return ein_fail(err, EIN_EINVAL, "unary: NULL graph");
+    if ((int)op < 0 || op >= EIN_UN_COUNT)
+        return ein_fail(err, EIN_EINVAL, "unary: invalid operator %d", (int)op);
+    if ((rc = pl_check_id(g, pl_unary_names[op], x, err)) < 0)
+        return rc;
+    if ((op == EIN_UN_SCALE || op == EIN_UN_ADDC) && !isfinite(scalar))
+        return ein_fail(err, EIN_EINVAL, "%s: constant %g is not finite", pl_unary_names[op], scalar);
+    const pl_node *t = &g->nodes[x];
+    pl_node n;
+    memset(&n, 0, sizeof n);
+    n.kind = PL_UNARY;
+    n.dtype = t->dtype;
+    n.rank = t->rank;
+    memcpy(n.shape, t->shape, sizeof n.shape);
+    memcpy(n.axis_name, t->axis_name, sizeof n.axis_name);
+    n.ninputs = 1;
+    n.inputs[0] = x;
+    n.inputs[1] = -1;
+    n.kernel.kind = EIN_KERNEL_UNARY;
+    n.kernel.unary = op;
+    /* Only scale and addc have a constant; 0 elsewhere keeps equal operators
+     * bitwise equal. */
+    n.kernel.scalar = op == EIN_UN_SCALE || op == EIN_UN_ADDC ? scalar : 0.0;
+    return pl_graph_append(g, name, &n, err);
+}
+
+
+static int unary_indices(const pl_graph *g, const pl_node *nd, pl_index *idx)
+{
+    (void)g;
+    for (int i = 0; i < nd->rank; i++)
+        idx[i] = pl_index_any((char)('a' + i), nd->axis_name[i], nd->shape[i]);
+    return nd->rank;
+}
+
+static void unary_fspec(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
+                        const int64_t *lo, const int64_t *hi, ein_box *in, ein_box *out)
+{
+    (void)g, (void)idx, (void)nidx;
+    memset(out, 0, sizeof *out);
+    out->rank = nd->rank;
+    for (int i = 0; i < nd->rank; i++) {
+        out->lo[i] = lo[i];
+        out->hi[i] = hi[i];
+    }
+    in[0] = *out;
+}
+
+static double unary_flops(const pl_graph *g, const pl_node *nd)
+{
+    (void)g;
+    ein_box b = pl_node_box(nd);
+    return (double)ein_box_volume(&b);
+}
+
+const pl_op_def pl_op_unary = {"unary", unary_indices, unary_fspec, pl_agg_none, unary_flops};

@@ -1,0 +1,360 @@
+/* tests/exchange/test_exprog.c — the ExProg language: parser, printer,
+ * round trips, errors with line:col, closure and validity (Def. 5.5),
+ * size-declared partitions. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "exchange/xp_atoms.h"
+#include "exchange/xp_naive.h"
+#include "exchange/xp_program.h"
+
+static const char *EX51 =
+    "IN: A @ 0; B @ 1 OUT: A+B @ 0, 1\nA @ 0 -> 1;\n"
+    "B @ 1 -> 0;\n"
+    "A+B @ 0, 1\n";
+
+static const char *EX52 =
+    "# Example 5.2: recursive doubling\n"
+    "IN: A @ 0; B @ 1; C @ 2; D @ 3\n"
+    "OUT: A+B+C+D @ 0, 1, 2, 3\n"
+    "A @ 0 -> 1; B @ 1 -> 0\n"
+    "C @ 2 -> 3; D @ 3 -> 2\n"
+    "A+B @ 0 -> 2; A+B @ 1 -> 3\n"
+    "C+D @ 2 -> 0; C+D @ 3 -> 1\n"
+    "A+B+C+D @ 0, 1, 2, 3\n";
+
+static const char *EX53 =
+    "GPUS: 0, 1, 2, 3, 4, 5, 6, 7\n"
+    "PARTITIONS: G1 {size 4} G2 {size 4}\n"
+    "IN: A @ 0; B @ 1; C @ 2; D @ 3; E @ 4; F @ 5; G @ 6; H @ 7\n"
+    "OUT: A+B+E+F @ G1; C+D+G+H @ G2\n"
+    "A @ 0 -> 1; B @ 1 -> 0; C @ 2 -> 3\n"
+    "D @ 3 -> 2; E @ 4 -> 5; F @ 5 -> 4\n"
+    "G @ 6 -> 7; H @ 7 -> 6\n"
+    "A+B @ 0 -> 4; A+B @ 1 -> 5; C+D @ 2 -> 6\n"
+    "C+D @ 3 -> 7; E+F @ 4 -> 0; E+F @ 5 -> 1\n"
+    "G+H @ 6 -> 2; G+H @ 7 -> 3\n"
+    "A+B+E+F @ G1; C+D+G+H @ G2\n";
+
+static const char *EX54 =
+    "GPUS: 0, 1, 2, 3\n"
+    "PARTITIONS: S1 {size 1} S2 {size 1} S3 {size 1} S4 {size 1}\n"
+    "IN: X1 @ 0; X2 @ 0; Y1 @ 1; Y2 @ 1; X3 @ 2; X4 @ 2; Y3 @ 3; Y4 @ 3\n"
+    "OUT: X1+Y1 @ S1; X2+Y2 @ S2; X3+Y3 @ S3; X4+Y4 @ S4\n";
+
+static xp_program *parse_ok(const char *text)
+{
+    xp_program *p = NULL;
+    ein_error err = {0};
+    if (xp_program_parse(text, "t.xp", &p, &err) != 0)
+        fail_msg("parse failed: %s\n%s", err.msg, text);
+    return p;
+}
+
+static char *print_str(const xp_program *p)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    xp_program_print(p, f, NULL, NULL);
+    fclose(f);
+    return buf;
+}
+
+/* print(parse(x)) parses to the same program, and printing is a fixpoint. */
+static void roundtrip(const char *text)
+{
+    xp_program *p = parse_ok(text);
+    char *s1 = print_str(p);
+    xp_program *q = parse_ok(s1);
+    if (!xp_program_equal(p, q))
+        fail_msg("round trip differs:\n%s\n---\n%s", text, s1);
+    char *s2 = print_str(q);
+    assert_string_equal(s1, s2);
+    free(s1);
+    free(s2);
+    xp_program_free(p);
+    xp_program_free(q);
+}
+
+static void test_paper_examples_parse(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    xp_program *p = parse_ok(EX51);
+    assert_int_equal(p->ngpus, 2);
+    assert_int_equal(p->nin, 2);
+    assert_int_equal(p->nout, 2);
+    assert_int_equal(p->nact, 4); /* two transfers, A+B @ 0 and A+B @ 1 */
+    assert_true(p->in[0].bytes == 1e9);
+    assert_int_equal(xp_program_check(p, &err), 0);
+    xp_program_free(p);
+
+    p = parse_ok(EX52);
+    assert_int_equal(p->nact, 12);
+    assert_int_equal(xp_program_check(p, &err), 0);
+    xp_program_free(p);
+
+    p = parse_ok(EX53);
+    assert_int_equal(p->npart, 2);
+    assert_true(p->part[0].by_size);
+    assert_int_equal(p->part[0].member[0], -1);
+    assert_int_equal(p->nout, 8);   /* one per slot */
+    assert_int_equal(p->nact, 24);  /* 16 transfers + 4 + 4 local */
+    xp_program *w = NULL;
+    assert_int_equal(xp_program_validate(p, &w, &err), 0);
+    /* The only membership that makes the paper's body valid. */
+    int g1[4] = {0, 1, 4, 5}, g2[4] = {2, 3, 6, 7};
+    assert_memory_equal(w->part[0].member, g1, sizeof g1);
+    assert_memory_equal(w->part[1].member, g2, sizeof g2);
+    xp_program_free(w);
+    xp_program_free(p);
+
+    p = parse_ok(EX54);
+    assert_int_equal(p->npart, 4);
+    assert_int_equal(p->nout, 4);
+    assert_int_equal(xp_program_check(p, &err), EIN_EINVAL); /* no body yet */
+    xp_program_free(p);
+}
+
+static void test_roundtrip(void **state)
+{
+    (void)state;
+    roundtrip(EX51);
+    roundtrip(EX52);
+    roundtrip(EX53);
+    roundtrip(EX54);
+    roundtrip("GPUS: 0, 1, 2, 3\n"
+              "PARTITIONS: G1 {0, 1} G2 {size 2}\n"
+              "IN: A @ 0 (size: 1.0 GB); B @ 1 (size: 2.5 MB); C @ 2 (size: 3 KB);"
+              " D @ 3 (size: 17 bytes); E @ 0 (size: 0.25 GB)\n"
+              "OUT: A+B @ 0, 1; C+D @ G2; E @ G1\n"
+              "A @ 0 -> 1; B @ 1 -> 0 // two swaps\n"
+              "C @ 2 -> 0 -> 3, 1\n"
+              "D @ 3 -> G1\n"
+              "E @ 0 -> 1, 2, 3\n"
+              "A+B @ G1; C+D @ 0\n");
+    /* Sections may continue over lines after ';' or ','. */
+    roundtrip("GPUS: 0,\n 1\nIN: A @ 0;\n B @ 1\nOUT: A+B @ 0;\n A+B @ 1\n"
+              "A @ 0 -> 1; B @ 1 -> 0; A+B @ 0; A+B @ 1\n");
+}
+
+/* Sizes: units are powers of ten; default 1 GB; whole bytes. */
+static void test_sizes(void **state)
+{
+    (void)state;
+    xp_program *p = parse_ok("IN: A @ 0 (size: 1.5 GB); B @ 0 (size: 64 MB); C @ 0 (size: 2 KB);"
+                             " D @ 0 (size: 10 bytes); E @ 0\nOUT: A @ 0\n");
+    assert_true(p->in[0].bytes == 1.5e9);
+    assert_true(p->in[1].bytes == 64e6);
+    assert_true(p->in[2].bytes == 2e3);
+    assert_true(p->in[3].bytes == 10);
+    assert_true(p->in[4].bytes == 1e9);
+    xp_program_free(p);
+}
+
+/* The in-memory program of a preamble prints and parses back. */
+static void test_preamble_roundtrip(void **state)
+{
+    (void)state;
+    ein_box have[2], need[3];
+    for (int i = 0; i < 2; i++) {
+        memset(&have[i], 0, sizeof have[i]);
+        have[i].rank = 1, have[i].lo[0] = 0, have[i].hi[0] = 12;
+    }
+    for (int i = 0; i < 3; i++) {
+        memset(&need[i], 0, sizeof need[i]);
+        need[i].rank = 1, need[i].lo[0] = 4 * i, need[i].hi[0] = 4 * i + 4;
+    }
+    int hs[2] = {0, 0}, ns[3] = {0, 1, 2}; /* two partial copies on one GPU */
+    ein_box *atoms;
+    int na;
+    xp_program *p;
+    ein_error err = {0};
+    assert_int_equal(xp_preamble_make(have, hs, 2, need, ns, 3, 4, 3, &atoms, &na, &p, &err), 0);
+    assert_int_equal(xp_naive_synthesize(p, &err), 0);
+    char *s = print_str(p);
+    xp_program *q = parse_ok(s);
+    assert_int_equal(q->nin, p->nin);
+    assert_int_equal(q->nact, p->nact);
+    for (int a = 0; a < p->nact; a++)
+        assert_true(xp_set_equal(p, p->act[a].set, q->act[a].set));
+    assert_int_equal(xp_program_check(q, &err), 0);
+    free(s);
+    free(atoms);
+    xp_program_free(p);
+    xp_program_free(q);
+}
+
+typedef struct bad {
+    const char *text;
+    const char *where;   /* "line:col" expected in the message */
+    const char *what;    /* a fragment of the message */
+} bad;
+
+static void test_malformed(void **state)
+{
+    (void)state;
+    static const bad cases[] = {
+        {"", "1:1", "no IN"},
+        {"GPUS: 0, 1\n", "2:1", "no IN"},
+        {"IN: A @ 0; A @ 1\nOUT: A @ 0\n", "1:12", "declared twice"},
+        {"IN: A @ 0\nOUT: B @ 0\n", "2:6", "not declared in IN"},
+        {"IN: A @ 0; B @ 1\nOUT: A+A @ 0\n", "2:8", "twice in one aggregate"},
+        {"IN: A @ 0\nOUT: A @\n", "2:9", "expected a site"},
+        {"IN: A @ 0\nOUT: A 0\n", "2:8", "expected '@'"},
+        {"IN: A @ 0 (size: 1 PB)\nOUT: A @ 0\n", "1:20", "unit"},
+        {"IN: A @ 0 (size: 0 GB)\nOUT: A @ 0\n", "1:18", "positive"},
+        {"IN: A @ 0 (size: 1 GB\nOUT: A @ 0\n", "1:22", "')'"},
+        {"IN: A @ 0 (weight: 1 GB)\nOUT: A @ 0\n", "1:12", "'size'"},
+        {"GPUS: 0, 1\nIN: A @ 2\nOUT: A @ 0\n", "2:5", "not one of the GPUS"},
+        {"GPUS: 0, 0\nIN: A @ 0\n", "1:10", "listed twice"},
+        {"GPUS: 0 1\nIN: A @ 0\n", "1:9", "','"},
+        {"GPUS: 0\nGPUS: 1\nIN: A @ 0\n", "2:1", "GPUS declared twice"},
+        {"OUT: A @ 0\nIN: A @ 0\n", "1:1", "OUT before IN"},
+        {"A @ 0 -> 1\nIN: A @ 0\n", "1:1", "actions before IN"},
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nA @ 0 -> 0\n", "3:10", "already is"},
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nB @ 1 -> 0, 0\n", "3:13", "named twice"},
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nB @ 1 -> 0 -> 0\n", "3:15", "already is"},
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nB @ 1 -> 1 -> 0\n", "3:1", "previous hop"},
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nB @ 1 -> 0, 2 -> 0\n", "3:10", "relay hop"},
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nB @ 0, 1 -> 2\n", "3:5", "one site as its source"},
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ 0 -> 1\n", "2:14", "no arrow in OUT"},
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nB @ 1 -> 0 A @ 0\n", "3:12", "';' or the end"},
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ G9\n", "2:12", "not a declared partition"},
+        {"GPUS: 0, 1\nPARTITIONS: G1 {0} G1 {1}\nIN: A @ 0\n", "2:20", "declared twice"},
+        {"GPUS: 0, 1\nPARTITIONS: G1 {0} G2 {0}\nIN: A @ 0\n", "2:24", "disjoint"},
+        {"GPUS: 0, 1, 2\nPARTITIONS: G1 {0} G2 {size 1}\nIN: A @ 0\n", "2:1", "cover"},
+        {"GPUS: 0, 1\nPARTITIONS: G1 {size 0} G2 {0, 1}\nIN: A @ 0\n", "2:22", "positive"},
+        {"GPUS: 0, 1\nPARTITIONS: G1 {0, 5} G2 {1}\nIN: A @ 0\n", "2:13", "not one of the GPUS"},
+        {"GPUS: 0, 1\nPARTITIONS: G1 {0 G2 {1}\nIN: A @ 0\n", "2:19", "'}'"},
+        {"GPUS: 0, 1\nPARTITIONS: G1 0\nIN: A @ 0\n", "2:16", "'{'"},
+        {"IN: A @ 0 $\n", "1:11", "unexpected character"},
+        {"IN: GPUS @ 0\n", "1:5", "atom name"},
+        {"IN:\nOUT: A @ 0\n", "2:1", "IN declares no atom"},
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nA+ @ 0\n", "3:4", "atom name"},
+        {"IN: A @ 99999999999\n", "1:9", "site number"},
+        {"IN: A @ 0\nOUT: A @ 0\nA @ 0 -> 1 ->\n", "3:14", "a site"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        xp_program *p = NULL;
+        ein_error err = {0};
+        int rc = xp_program_parse(cases[i].text, "bad.xp", &p, &err);
+        if (rc != EIN_EPARSE)
+            fail_msg("case %zu parsed (rc %d): %s", i, rc, cases[i].text);
+        char where[64];
+        snprintf(where, sizeof where, "bad.xp:%s:", cases[i].where);
+        if (strncmp(err.msg, where, strlen(where)) != 0 || !strstr(err.msg, cases[i].what))
+            fail_msg("case %zu: got \"%s\", want %s ... %s", i, err.msg, where, cases[i].what);
+        assert_null(p);
+    }
+}
+
+/* Validity: not well-formed and not valid programs, with explanations. */
+static void test_validity(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    xp_program *p = parse_ok("IN: A @ 0; B @ 1\nOUT: A+B @ 0, 1\nA+B @ 0 -> 1\n");
+    assert_int_equal(xp_program_check(p, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "line 3:1"));
+    assert_non_null(strstr(err.msg, "never enabled"));
+    xp_program_free(p);
+    /* Aggregating at the source materialises X there (rule 3). */
+    p = parse_ok("IN: A @ 0; B @ 1\nOUT: A+B @ 0, 1\nB @ 1 -> 0\nA+B @ 0 -> 1\n");
+    assert_int_equal(xp_program_check(p, &err), 0);
+    xp_program_free(p);
+    /* A relay leaves X at the relay too. */
+    p = parse_ok("IN: A @ 0; B @ 2\nOUT: A+B @ 1\nA @ 0 -> 1\nB @ 2 -> 0 -> 1\nA+B @ 1\n");
+    assert_int_equal(xp_program_check(p, &err), 0);
+    xp_program_free(p);
+    p = parse_ok("IN: A @ 0; B @ 2\nOUT: A+B @ 0\nB @ 2 -> 1 -> 3\nA+B @ 0\n");
+    assert_int_equal(xp_program_check(p, &err), EIN_EINVAL);
+    xp_program_free(p);
+    /* Aggregates partition X only if disjoint: A+B and B+C do not make A+B+C. */
+    p = parse_ok("IN: A @ 0; B @ 0; C @ 0; D @ 1\nOUT: A+B+C @ 1\n"
+                 "A+B @ 0 -> 1; B+C @ 0 -> 1\nA+B+C @ 1\n");
+    assert_int_equal(xp_program_check(p, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "line 4"));
+    xp_program_free(p);
+    /* OUT not reached. */
+    p = parse_ok("IN: A @ 0; B @ 1\nOUT: A+B @ 0, 1\nB @ 1 -> 0\nA+B @ 0\n");
+    assert_int_equal(xp_program_check(p, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "never reached"));
+    xp_program_free(p);
+}
+
+/* Size-declared partitions: valid iff some membership is; say which. */
+static void test_size_partitions(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    xp_program *w = NULL;
+    /* Only {1, 2} can hold A+B after these moves. */
+    xp_program *p = parse_ok("GPUS: 0, 1, 2, 3\nPARTITIONS: G {size 2} H {size 2}\n"
+                             "IN: A @ 0; B @ 3\nOUT: A+B @ G\n"
+                             "A @ 0 -> 1, 2; B @ 3 -> 1, 2\nA+B @ G\n");
+    assert_int_equal(xp_program_validate(p, &w, &err), 0);
+    assert_int_equal(w->part[0].member[0], 1);
+    assert_int_equal(w->part[0].member[1], 2);
+    assert_int_equal(w->part[1].member[0], 0);
+    assert_int_equal(w->part[1].member[1], 3);
+    assert_int_equal(w->out[0].site, 1);
+    assert_int_equal(w->out[1].site, 2);
+    xp_program_free(w);
+    xp_program_free(p);
+    /* No membership works: the message says how many were tried. */
+    p = parse_ok("GPUS: 0, 1, 2, 3\nPARTITIONS: G {size 3} H {size 1}\n"
+                 "IN: A @ 0; B @ 3\nOUT: A+B @ G\nA @ 0 -> 1, 2; B @ 3 -> 1, 2\nA+B @ G\n");
+    assert_int_equal(xp_program_validate(p, &w, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "any of the 4 memberships"));
+    xp_program_free(p);
+    /* Mixed: an explicit partition keeps its members. */
+    p = parse_ok("GPUS: 0, 1, 2\nPARTITIONS: E {0} S {size 2}\nIN: A @ 0\nOUT: A @ E; A @ S\n"
+                 "A @ 0 -> S\n");
+    assert_int_equal(xp_program_validate(p, &w, &err), 0);
+    assert_int_equal(w->part[1].member[0], 1);
+    assert_int_equal(w->part[1].member[1], 2);
+    xp_program_free(w);
+    xp_program_free(p);
+}
+
+/* Assigning members updates every entry naming the partition, and a
+ * resolved partition prints with its members. */
+static void test_assign_and_print(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    xp_program *p = parse_ok(EX53);
+    int g1[4] = {0, 1, 4, 5}, g2[4] = {2, 3, 6, 7};
+    assert_int_equal(xp_program_assign(p, 0, g1, &err), 0);
+    assert_int_equal(xp_program_assign(p, 1, g2, &err), 0);
+    assert_true(xp_program_resolved(p));
+    assert_int_equal(xp_program_check(p, &err), 0);
+    char *s = print_str(p);
+    assert_non_null(strstr(s, "PARTITIONS: G1 {0, 1, 4, 5} G2 {2, 3, 6, 7}"));
+    assert_non_null(strstr(s, "OUT: A+B+E+F @ G1; C+D+G+H @ G2"));
+    assert_non_null(strstr(s, "A+B+E+F @ G1\n"));
+    free(s);
+    xp_program_free(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_paper_examples_parse),
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_preamble_roundtrip),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_validity),
+        cmocka_unit_test(test_size_partitions),
+        cmocka_unit_test(test_assign_and_print),
+    };
+    return cmocka_run_group_tests_name("exprog", tests, NULL, NULL);
+}

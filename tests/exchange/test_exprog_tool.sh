@@ -1,0 +1,68 @@
+#!/bin/sh
+# tests/exchange/test_exprog_tool.sh — the exprog command line (TAP):
+# check, simulate (the paper's examples), synth, traces, errors.
+set -u
+B=${EIN_BUILDDIR:-.}
+SRC=${EIN_SRCDIR:-..}
+X="$B/tools/exprog"
+P="$SRC/tests/exchange/programs"
+S=$(mktemp -d "${TMPDIR:-/tmp}/exprog-test.XXXXXX") || exit 1
+trap 'rm -rf "$S"' EXIT
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+check() { if eval "$2"; then ok "$1"; else not_ok "$1" "$(head -c 600 "$S/out" 2>/dev/null)"; fi; }
+# ms_near FILE WANT: the last line is "makespan: X ms" with X within 2% of WANT.
+# synth_at_most FILE MS: synth's last line is "# makespan: X ms" with X <= MS.
+synth_at_most() {
+    tail -n 1 "$1" | awk -v w="$2" '$2 == "makespan:" && $3 <= w { f = 1 } END { exit !f }'
+}
+ms_near() {
+    tail -n 1 "$1" | awk -v w="$2" '$1 == "makespan:" && $3 == "ms" && $2 >= w * 0.98 && $2 <= w * 1.02 { f = 1 } END { exit !f }'
+}
+
+echo "1..17"
+
+"$X" check "$P/ex5_1.xp" > "$S/out" 2>&1
+check "check: Ex. 5.1 is valid" '[ $? -eq 0 ] && grep -q "valid" "$S/out"'
+
+"$X" check "$P/ex5_3.xp" > "$S/out" 2>&1
+check "check: Ex. 5.3 valid with G1 = {0,1,4,5}" 'grep -q "valid with G1 = {0, 1, 4, 5}, G2 = {2, 3, 6, 7}" "$S/out"'
+
+"$X" check "$P/ex5_3_preamble.xp" > "$S/out" 2>&1; rc=$?
+check "check: a preamble alone is not valid (exit 1)" '[ $rc -eq 1 ] && grep -q "not valid" "$S/out"'
+
+printf 'IN: A @ 0\nOUT: A @ 1\nA @ 0 => 1\n' > "$S/bad.xp"
+"$X" check "$S/bad.xp" > "$S/out" 2>&1; rc=$?
+check "check: a syntax error names file:line:col" '[ $rc -eq 1 ] && grep -q "bad.xp:3:7:" "$S/out"'
+
+"$X" check "$S/missing.xp" > "$S/out" 2>&1; rc=$?
+check "check: a missing file is an error" '[ $rc -eq 1 ] && grep -q "cannot open" "$S/out"'
+
+"$X" simulate --topology dgx-h100 "$P/ex5_1.xp" > "$S/out" 2>&1
+check "simulate: Ex. 5.1 on dgx-h100 about 3.1 ms" 'ms_near "$S/out" 3.1'
+check "simulate: Ex. 5.1 transfers about 2.2 ms" 'grep -q "transfers busy: 2.22" "$S/out"'
+
+"$X" simulate --quiet --topology dgx-h100 "$P/ex5_2.xp" > "$S/out" 2>&1
+check "simulate: Ex. 5.2 on dgx-h100 about 6.2 ms" 'ms_near "$S/out" 6.2'
+
+"$X" simulate --topology dgx-v100 --trace "$S/t.json" "$P/ex5_3.xp" > "$S/out" 2>&1
+check "simulate: Ex. 5.3 on dgx-v100 about 67 ms" 'ms_near "$S/out" 67'
+check "simulate: Ex. 5.3 uses no PCIe" '! grep -q pcie "$S/out"'
+check "simulate: --trace writes Chrome-trace JSON" 'grep -q traceEvents "$S/t.json"'
+
+"$X" simulate --topology "$SRC/topologies/dgx-v100.topo" --quiet "$P/ex5_3.xp" > "$S/out" 2>&1
+check "simulate: a topology file works like the built-in" 'ms_near "$S/out" 67'
+
+"$X" simulate --topology dgx-q999 "$P/ex5_1.xp" > "$S/out" 2>&1; rc=$?
+check "simulate: an unknown topology is an error" '[ $rc -eq 1 ] && grep -q "unknown topology" "$S/out"'
+
+"$X" synth --topology dgx-v100 --steps 10000 --budget-ms 0 --patience 0 --seed 1 "$P/ex5_3_preamble.xp" > "$S/synth.xp" 2> "$S/out"
+check "synth: Ex. 5.3 from its preamble, at most 67 ms" 'synth_at_most "$S/synth.xp" 67'
+check "synth: the naive makespan is reported" 'grep -q "^# naive makespan: 513" "$S/synth.xp"'
+
+"$X" check "$S/synth.xp" > "$S/out" 2>&1
+check "synth: its output is a valid program" '[ $? -eq 0 ]'
+
+"$X" synth "$P/ex5_1.xp" > "$S/out" 2>&1; rc=$?
+check "usage: synth without --topology exits 2" '[ $rc -eq 2 ]'

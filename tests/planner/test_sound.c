@@ -1,0 +1,438 @@
+/* tests/planner/test_sound.c — soundness of every operator's join-agg
+ * specs, tested generically (DESIGN.md "Contracts").
+ *
+ * For every operator, random shapes (sizes not divisible by p, odd sizes,
+ * position-restricted indices), every p in 1..8 and every spec the operator
+ * produces: check that the spec has exactly prod(counts) = p function
+ * specifications and that its distinct output types tile the output; then
+ * join (run the CPU reference kernel on each function specification's
+ * projected blocks), aggregate outputs of equal type with the spec's op,
+ * recompose, and compare with the un-decomposed operator. The number of
+ * (op, shape, p, spec) cases is printed as a TAP comment. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "kernels/kn_cpu.h"
+#include "planner/pl_spec.h"
+
+#define SHAPES 60   /* random shapes per operator */
+
+static uint64_t rng = 0x5eed;
+static long total_cases;
+
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static int64_t rint_in(int64_t lo, int64_t hi)     /* [lo, hi] */
+{
+    return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
+}
+
+static float *rand_data(int64_t n)
+{
+    float *d = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++)
+        d[i] = (float)((double)(rnd() % 2000001) / 1000000.0 - 1.0);
+    return d;
+}
+
+static int64_t nvol(const pl_node *n)
+{
+    ein_box b = ein_box_of_shape(n->rank, n->shape);
+    return ein_box_volume(&b);
+}
+
+/* Run the whole operator once: the reference. */
+static float *run_whole(const pl_graph *g, int node, float **in)
+{
+    const pl_node *nd = pl_graph_node(g, node);
+    kn_block ins[PL_MAX_INPUTS];
+    for (int k = 0; k < nd->ninputs; k++) {
+        const pl_node *u = pl_graph_node(g, nd->inputs[k]);
+        ins[k] = (kn_block){.data = in[k], .dtype = EIN_F32,
+                            .box = ein_box_of_shape(u->rank, u->shape)};
+    }
+    float *want = calloc((size_t)nvol(nd), sizeof(float));
+    kn_block out = {.data = want, .dtype = EIN_F32, .box = ein_box_of_shape(nd->rank, nd->shape)};
+    ein_error err = {0};
+    if (kn_cpu_run(&nd->kernel, ins, nd->ninputs, &out, &err) < 0)
+        fail_msg("%s: the whole operator failed: %s", nd->name, err.msg);
+    return want;
+}
+
+/* The distinct output types tile the output. */
+static void check_tiling(const pl_node *nd, const pl_spec *s)
+{
+    ein_box whole = ein_box_of_shape(nd->rank, nd->shape);
+    pl_tiling t;
+    assert_int_equal(pl_tiling_of_outputs(s, &t), 0);
+    int64_t vol = 0;
+    for (int i = 0; i < t.n; i++) {
+        if (!ein_box_contains(&whole, &t.boxes[i]))
+            fail_msg("%s: output block outside the output", nd->name);
+        vol += ein_box_volume(&t.boxes[i]);
+        for (int j = i + 1; j < t.n; j++)
+            if (ein_box_intersect(&t.boxes[i], &t.boxes[j], NULL))
+                fail_msg("%s: two output types overlap", nd->name);
+    }
+    if (vol != ein_box_volume(&whole))
+        fail_msg("%s: output types cover %lld of %lld elements", nd->name, (long long)vol,
+                 (long long)ein_box_volume(&whole));
+    pl_tiling_clear(&t);
+}
+
+/* Join, aggregate, recompose; compare with want. */
+static void check_spec(const pl_graph *g, int node, const pl_spec *s, float **in,
+                       const float *want)
+{
+    const pl_node *nd = pl_graph_node(g, node);
+    ein_box whole = ein_box_of_shape(nd->rank, nd->shape);
+    int64_t nout = ein_box_volume(&whole);
+    float *got = calloc((size_t)nout, sizeof(float));
+    int *hits = calloc((size_t)nout, sizeof(int));
+    ein_error err = {0};
+    char spec[256];
+    pl_index idx[PL_MAX_INDICES];
+    pl_op_indices(g, node, idx, NULL);
+    pl_spec_format_labels(s, idx, spec, sizeof spec);
+    for (int f = 0; f < s->nparts; f++) {
+        kn_block ins[PL_MAX_INPUTS];
+        for (int k = 0; k < nd->ninputs; k++) {
+            const pl_node *u = pl_graph_node(g, nd->inputs[k]);
+            ein_box ub = ein_box_of_shape(u->rank, u->shape);
+            const ein_box *b = &s->f[f].in[k];
+            if (!ein_box_empty(b) && !ein_box_contains(&ub, b))
+                fail_msg("%s [%s]: input %d block outside the input", nd->name, spec, k);
+            ins[k].dtype = EIN_F32;
+            ins[k].box = *b;
+            ins[k].data = malloc(sizeof(float) * (size_t)ein_box_volume(b) + 4);
+            if (!ein_box_empty(b))
+                ein_box_copy(ins[k].data, b, in[k], &ub, b, sizeof(float));
+        }
+        kn_block out = {.dtype = EIN_F32, .box = s->f[f].out};
+        int64_t n = ein_box_volume(&out.box);
+        out.data = malloc(sizeof(float) * (size_t)n + 4);
+        if (kn_cpu_run(&nd->kernel, ins, nd->ninputs, &out, &err) < 0)
+            fail_msg("%s [%s]: function specification %d failed: %s", nd->name, spec, f, err.msg);
+        /* Aggregate with the spec's op into the recomposed result. */
+        float *blk = malloc(sizeof(float) * (size_t)n + 4);
+        ein_box_copy(blk, &out.box, got, &whole, &out.box, sizeof(float));
+        int fresh = 1;
+        for (int e = 0; e < f && fresh; e++)
+            fresh = !ein_box_equal(&s->f[e].out, &out.box);
+        if (!fresh && s->agg == EIN_AGG_NONE)
+            fail_msg("%s [%s]: output type repeated but no aggregation", nd->name, spec);
+        for (int64_t i = 0; i < n; i++) {
+            float v = ((float *)out.data)[i];
+            blk[i] = fresh ? v : s->agg == EIN_AGG_MAX ? fmaxf(blk[i], v) : blk[i] + v;
+        }
+        ein_box_copy(got, &whole, blk, &out.box, &out.box, sizeof(float));
+        free(blk);
+        free(out.data);
+        for (int k = 0; k < nd->ninputs; k++)
+            free(ins[k].data);
+    }
+    for (int64_t i = 0; i < nout; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        if (d > 1e-4 + 1e-4 * fabs((double)want[i]))
+            fail_msg("%s [%s] p=%d: element %lld is %g, expected %g", nd->name, spec, s->nparts,
+                     (long long)i, (double)got[i], (double)want[i]);
+    }
+    free(got);
+    free(hits);
+}
+
+/* Every p in 1..8 and every spec of `node`; returns the cases run. */
+static long check_all(const pl_graph *g, int node)
+{
+    const pl_node *nd = pl_graph_node(g, node);
+    float *in[PL_MAX_INPUTS];
+    for (int k = 0; k < nd->ninputs; k++)
+        in[k] = rand_data(nvol(pl_graph_node(g, nd->inputs[k])));
+    float *want = run_whole(g, node, in);
+    long cases = 0;
+    ein_error err = {0};
+    for (int p = 1; p <= 8; p++) {
+        pl_spec *specs;
+        int n;
+        assert_int_equal(pl_spec_enumerate(g, node, p, &specs, &n, &err), 0);
+        for (int i = 0; i < n; i++) {
+            int64_t prod = 1;
+            for (int j = 0; j < specs[i].nidx; j++)
+                prod *= specs[i].counts[j];
+            assert_int_equal(prod, p);
+            assert_int_equal(specs[i].nparts, p);
+            check_tiling(nd, &specs[i]);
+            check_spec(g, node, &specs[i], in, want);
+            cases++;
+        }
+        pl_spec_array_free(specs, n);
+    }
+    for (int k = 0; k < nd->ninputs; k++)
+        free(in[k]);
+    free(want);
+    return cases;
+}
+
+static int input(pl_graph *g, const char *name, int rank, const int64_t *shape)
+{
+    ein_error err = {0};
+    int id = pl_graph_add_input(g, name, EIN_F32, rank, shape, &err);
+    if (id < 0)
+        fail_msg("input %s: %s", name, err.msg);
+    return id;
+}
+
+static int64_t rdim(void)
+{
+    return rint_in(1, 9);
+}
+
+/* Random packed sequences over `tokens`: 1 to 4 ends, the last = tokens. */
+static int rand_seqs(int64_t tokens, int64_t *ends)
+{
+    int n = (int)rint_in(1, tokens < 4 ? tokens : 4);
+    int64_t prev = 0;
+    for (int i = 0; i < n - 1; i++) {
+        int64_t room = tokens - prev - (n - 1 - i);
+        ends[i] = prev + rint_in(1, room);
+        prev = ends[i];
+    }
+    ends[n - 1] = tokens;
+    return n;
+}
+
+typedef int (*build_fn)(pl_graph *g);
+
+static int b_matmul(pl_graph *g)
+{
+    int64_t i = rdim(), j = rdim(), k = rdim();
+    int a = input(g, "a", 2, (int64_t[]){i, j}), b = input(g, "b", 2, (int64_t[]){j, k});
+    return pl_graph_add_matmul(g, "y", a, b, NULL);
+}
+
+static int b_einsum(pl_graph *g)
+{
+    static const char *subs[] = {"bij,bjk->bik", "ji,jk->ik", "ij->j", "ijk->ik", "ij,kj->ik",
+                                 "abc,cd->abd"};
+    const char *s = subs[rnd() % 6];
+    pl_einsum_sub sub;
+    pl_einsum_parse(s, &sub, NULL);
+    int64_t size[26];
+    for (int l = 0; l < 26; l++)
+        size[l] = rint_in(1, 7);
+    int ids[2] = {-1, -1};
+    for (int k = 0; k < sub.nops; k++) {
+        int64_t sh[EIN_MAX_RANK];
+        for (int a = 0; a < sub.rank[k]; a++)
+            sh[a] = size[sub.ops[k][a] - 'a'];
+        ids[k] = input(g, k ? "b" : "a", sub.rank[k], sh);
+    }
+    return pl_graph_add_einsum(g, "y", s, ids[0], ids[1], NULL);
+}
+
+static int b_unary(pl_graph *g)
+{
+    int x = input(g, "x", 2, (int64_t[]){rdim(), rdim()});
+    ein_unary op = (ein_unary)(rnd() % EIN_UN_COUNT);
+    return pl_graph_add_unary(g, "y", op, 0.75, x, NULL);
+}
+
+static int b_binary(pl_graph *g)
+{
+    int64_t s[3] = {rdim(), rdim(), rdim()};
+    int64_t t[3] = {s[0], s[1], s[2]};
+    for (int a = 0; a < 3; a++)
+        if (rnd() % 3 == 0)
+            t[a] = 1;
+    int rb = (int)rint_in(1, 3);
+    int a = input(g, "a", 3, s), b = input(g, "b", rb, t + (3 - rb));
+    ein_binary op = (ein_binary)(rnd() % EIN_BIN_COUNT);
+    return rnd() % 2 ? pl_graph_add_binary(g, "y", op, a, b, NULL)
+                     : pl_graph_add_binary(g, "y", op, b, a, NULL);
+}
+
+static int b_softmax(pl_graph *g)
+{
+    int x = input(g, "x", 3, (int64_t[]){rdim(), rdim(), rdim()});
+    return pl_graph_add_softmax(g, "y", x, (int)rint_in(0, 2), NULL);
+}
+
+static int b_rmsnorm(pl_graph *g)
+{
+    int64_t d = rdim();
+    int x = input(g, "x", 3, (int64_t[]){rdim(), rdim(), d}), w = input(g, "w", 1, &d);
+    return pl_graph_add_norm(g, "y", x, w, -1, 1e-5, NULL);
+}
+
+static int b_layernorm(pl_graph *g)
+{
+    int64_t d = rint_in(2, 9);
+    int x = input(g, "x", 2, (int64_t[]){rdim(), d}), w = input(g, "w", 1, &d);
+    int b = input(g, "b", 1, &d);
+    return pl_graph_add_norm(g, "y", x, w, b, 1e-5, NULL);
+}
+
+static int b_rope(pl_graph *g)
+{
+    int64_t t = rint_in(1, 11), hd = 2 * rint_in(1, 3), h = rint_in(1, 4), ends[4];
+    int x = input(g, "x", 2, (int64_t[]){t, h * hd});
+    int n = rand_seqs(t, ends);
+    return pl_graph_add_rope(g, "y", x, hd, 10000.0, ends, n, NULL);
+}
+
+static int b_attention(pl_graph *g)
+{
+    int64_t hkv = rint_in(1, 4), grp = rint_in(1, 3), s = rint_in(1, 11), d = rint_in(1, 5);
+    int64_t ends[4];
+    int q = input(g, "q", 3, (int64_t[]){hkv * grp, s, d});
+    int k = input(g, "k", 3, (int64_t[]){hkv, s, d});
+    int v = input(g, "v", 3, (int64_t[]){hkv, s, d});
+    int n = rand_seqs(s, ends);
+    return pl_graph_add_attention(g, "y", q, k, v, ends, n, NULL);
+}
+
+static int b_reduce(pl_graph *g)
+{
+    int x = input(g, "x", 3, (int64_t[]){rdim(), rdim(), rdim()});
+    uint32_t axes = (uint32_t)rint_in(1, 6);        /* never all three */
+    return pl_graph_add_reduce(g, "y", rnd() % 2 ? EIN_AGG_SUM : EIN_AGG_MAX, axes, x, NULL);
+}
+
+static int b_concat(pl_graph *g)
+{
+    int axis = (int)rint_in(0, 1), n = (int)rint_in(1, 3), xs[3];
+    int64_t other = rdim();
+    for (int k = 0; k < n; k++) {
+        int64_t sh[2];
+        sh[axis] = rint_in(1, 5);
+        sh[1 - axis] = other;
+        xs[k] = input(g, k == 0 ? "a" : k == 1 ? "b" : "c", 2, sh);
+    }
+    return pl_graph_add_concat(g, "y", axis, xs, n, NULL);
+}
+
+static int b_slice(pl_graph *g)
+{
+    int64_t s[2] = {rint_in(2, 11), rdim()};
+    int x = input(g, "x", 2, s);
+    int64_t start = rint_in(0, s[0] - 1), end = rint_in(start + 1, s[0]);
+    return pl_graph_add_slice(g, "y", x, 0, start, end, NULL);
+}
+
+static int b_split_heads(pl_graph *g)
+{
+    int64_t d = rint_in(1, 4);
+    int x = input(g, "x", 2, (int64_t[]){rdim(), d * rint_in(1, 5)});
+    return pl_graph_add_split_heads(g, "y", x, d, NULL);
+}
+
+static int b_merge_heads(pl_graph *g)
+{
+    int x = input(g, "x", 3, (int64_t[]){rint_in(1, 5), rdim(), rint_in(1, 4)});
+    return pl_graph_add_merge_heads(g, "y", x, NULL);
+}
+
+static void run_op(const char *name, build_fn build)
+{
+    long cases = 0;
+    for (int i = 0; i < SHAPES; i++) {
+        pl_graph *g = pl_graph_new();
+        int y = build(g);
+        if (y < 0)
+            fail_msg("%s: building shape %d failed", name, i);
+        cases += check_all(g, y);
+        pl_graph_free(g);
+    }
+    total_cases += cases;
+    printf("# %s: %ld (shape, p, spec) cases\n", name, cases);
+}
+
+#define OP_TEST(op)                                                                  \
+    static void test_##op(void **state)                                              \
+    {                                                                                \
+        (void)state;                                                                 \
+        run_op(#op, b_##op);                                                         \
+    }
+OP_TEST(matmul)
+OP_TEST(einsum)
+OP_TEST(unary)
+OP_TEST(binary)
+OP_TEST(softmax)
+OP_TEST(rmsnorm)
+OP_TEST(layernorm)
+OP_TEST(rope)
+OP_TEST(attention)
+OP_TEST(reduce)
+OP_TEST(concat)
+OP_TEST(slice)
+OP_TEST(split_heads)
+OP_TEST(merge_heads)
+
+/* Position lists: attention's seq splits only at sequence ends, at most
+ * one interval per sequence, and the split points are sequence ends. */
+static void test_positions(void **state)
+{
+    (void)state;
+    pl_graph *g = pl_graph_new();
+    int64_t ends[3] = {10, 25, 40};
+    int q = input(g, "q", 3, (int64_t[]){4, 40, 2});
+    int k = input(g, "k", 3, (int64_t[]){2, 40, 2});
+    int v = input(g, "v", 3, (int64_t[]){2, 40, 2});
+    int y = pl_graph_add_attention(g, "y", q, k, v, ends, 3, NULL);
+    assert_true(y >= 0);
+    pl_index idx[PL_MAX_INDICES];
+    assert_int_equal(pl_op_indices(g, y, idx, NULL), 2);
+    assert_int_equal(pl_index_max_count(&idx[1]), 3);
+    int64_t sp[4];
+    assert_int_equal(pl_index_splits(&idx[1], 2, sp), 0);
+    assert_int_equal(sp[1], 25);            /* closest end to 20 */
+    assert_int_equal(pl_index_splits(&idx[1], 3, sp), 0);
+    assert_int_equal(sp[1], 10);
+    assert_int_equal(sp[2], 25);
+    assert_int_equal(pl_index_splits(&idx[1], 4, sp), -1);
+    pl_spec *specs;
+    int n;
+    assert_int_equal(pl_spec_enumerate(g, y, 8, &specs, &n, NULL), 0);
+    assert_int_equal(n, 0);                 /* heads_kv <= 2, seq <= 3: no 8 */
+    pl_spec_array_free(specs, n);
+    assert_int_equal(pl_spec_enumerate(g, y, 6, &specs, &n, NULL), 0);
+    assert_int_equal(n, 1);                 /* heads_kv:2 seq:3 */
+    assert_int_equal(specs[0].counts[0], 2);
+    assert_int_equal(specs[0].counts[1], 3);
+    pl_spec_array_free(specs, n);
+    pl_graph_free(g);
+}
+
+static int report(void **state)
+{
+    (void)state;
+    printf("# soundness: %ld (op, shape, p, spec) cases in all\n", total_cases);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul),      cmocka_unit_test(test_einsum),
+        cmocka_unit_test(test_unary),       cmocka_unit_test(test_binary),
+        cmocka_unit_test(test_softmax),     cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_layernorm),   cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_attention),   cmocka_unit_test(test_reduce),
+        cmocka_unit_test(test_concat),      cmocka_unit_test(test_slice),
+        cmocka_unit_test(test_split_heads), cmocka_unit_test(test_merge_heads),
+        cmocka_unit_test(test_positions),
+    };
+    return cmocka_run_group_tests_name("planner_soundness", tests, NULL, report);
+}

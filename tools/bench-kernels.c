@@ -1,0 +1,155 @@
+/* tools/bench-kernels.c — CPU kernel benchmark: our einsum GEMM against a
+ * raw cblas_sgemm in the same run, and causal GQA attention.
+ *
+ * Usage: bench-kernels [-r REPS] [-t THREADS]
+ * Every timing is the best of REPS runs (default 3) after one warm-up; the
+ * raw and wrapped GEMMs alternate so both see the same machine load. One
+ * OpenBLAS thread by default (what a worker uses), and then times are the
+ * calling thread's CPU time, which other processes on a shared machine do
+ * not inflate (-w: wall-clock time instead, required with -t > 1). Attention FLOPs count
+ * the visible (causal) half only: 4 * heads_q * d * T(T+1)/2. */
+#include <cblas.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/kn_cpu.h"
+
+static int use_wall;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(use_wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n);
+    if (!p) {
+        fprintf(stderr, "bench-kernels: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+static void fill(float *p, int64_t n, uint64_t seed)
+{
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (float)((double)(seed >> 40) / (double)(1 << 24) - 0.5);
+    }
+}
+
+static void die(const char *what, const ein_error *err)
+{
+    fprintf(stderr, "bench-kernels: %s: %s\n", what, err->msg);
+    exit(1);
+}
+
+/* Returns the raw sgemm rate (GFLOP/s). */
+static double bench_gemm(int64_t m, int64_t n, int64_t k, int reps)
+{
+    float *a = xmalloc((size_t)(m * k) * 4), *b = xmalloc((size_t)(k * n) * 4);
+    float *c = xmalloc((size_t)(m * n) * 4);
+    fill(a, m * k, 1);
+    fill(b, k * n, 2);
+    kn_block ba = {a, EIN_F32, {2, {0, 0}, {m, k}}}, bb = {b, EIN_F32, {2, {0, 0}, {k, n}}};
+    kn_block bc = {c, EIN_F32, {2, {0, 0}, {m, n}}};
+    ein_error err = {0};
+    double best_raw = INFINITY, best_kn = INFINITY;
+    for (int r = 0; r <= reps; r++) {
+        double t = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a,
+                    (int)k, b, (int)n, 0.0f, c, (int)n);
+        double raw = now() - t;
+        t = now();
+        if (kn_cpu_einsum("ij,jk->ik", &ba, &bb, &bc, &err) < 0)
+            die("einsum", &err);
+        double kn = now() - t;
+        if (r > 0) {   /* r == 0 warms caches and page tables */
+            best_raw = raw < best_raw ? raw : best_raw;
+            best_kn = kn < best_kn ? kn : best_kn;
+        }
+    }
+    double fl = 2.0 * (double)m * (double)n * (double)k;
+    double graw = fl / best_raw * 1e-9, gkn = fl / best_kn * 1e-9;
+    printf("gemm %" PRId64 "x%" PRId64 "x%" PRId64 " f32: cblas_sgemm %.1f GFLOP/s, "
+           "kn_cpu_einsum %.1f GFLOP/s (%.1f%% of sgemm)\n", m, n, k, graw, gkn,
+           100.0 * gkn / graw);
+    free(a);
+    free(b);
+    free(c);
+    return graw;
+}
+
+static void bench_attention(int64_t hq, int64_t hkv, int64_t T, int64_t d, ein_dtype dt,
+                            int reps, double gemm_rate)
+{
+    int64_t nq = hq * T * d, nk = hkv * T * d;
+    size_t es = ein_dtype_size(dt);
+    float *tmp = xmalloc((size_t)nq * 4);
+    void *q = xmalloc((size_t)nq * es), *k = xmalloc((size_t)nk * es);
+    void *v = xmalloc((size_t)nk * es), *o = xmalloc((size_t)nq * es);
+    fill(tmp, nq, 3);
+    ein_dtype_from_f32(dt, tmp, q, (size_t)nq);
+    fill(tmp, nk, 4);
+    ein_dtype_from_f32(dt, tmp, k, (size_t)nk);
+    fill(tmp, nk, 5);
+    ein_dtype_from_f32(dt, tmp, v, (size_t)nk);
+    kn_block bq = {q, dt, {3, {0, 0, 0}, {hq, T, d}}}, bk = {k, dt, {3, {0, 0, 0}, {hkv, T, d}}};
+    kn_block bv = {v, dt, bk.box}, bo = {o, dt, bq.box};
+    ein_error err = {0};
+    double best = INFINITY;
+    for (int r = 0; r <= reps; r++) {
+        double t = now();
+        if (kn_cpu_attention(hq / hkv, NULL, 0, &bq, &bk, &bv, &bo, &err) < 0)
+            die("attention", &err);
+        t = now() - t;
+        if (r > 0 || reps == 0)
+            best = t < best ? t : best;
+    }
+    double fl = 4.0 * (double)hq * (double)d * (double)T * (double)(T + 1) / 2.0;
+    double g = fl / best * 1e-9;
+    printf("attention causal %s: %" PRId64 " q heads, %" PRId64 " kv heads, %" PRId64
+           " tokens, head dim %" PRId64 ": %.3f s, %.1f GFLOP/s (%.1f%% of the sgemm rate)\n",
+           ein_dtype_name(dt), hq, hkv, T, d, best, g, 100.0 * g / gemm_rate);
+    free(tmp);
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+}
+
+int main(int argc, char **argv)
+{
+    int reps = 3, threads = 1, opt;
+    while ((opt = getopt(argc, argv, "r:t:wh")) != -1) {
+        switch (opt) {
+        case 'r': reps = atoi(optarg); break;
+        case 't': threads = atoi(optarg); break;
+        case 'w': use_wall = 1; break;
+        default:
+            fprintf(stderr, "usage: %s [-r REPS] [-t THREADS] [-w]\n", argv[0]);
+            return opt == 'h' ? 0 : 2;
+        }
+    }
+    if (reps < 1)
+        reps = 1;
+    if (threads > 1)
+        use_wall = 1;   /* other threads' work is not in this thread's CPU time */
+    kn_cpu_set_threads(threads);
+    printf("bench-kernels: %d OpenBLAS thread%s, best of %d, %s time\n", threads,
+           threads == 1 ? "" : "s", reps, use_wall ? "wall-clock" : "thread CPU");
+    double r1 = bench_gemm(1024, 1024, 1024, reps);
+    double r2 = bench_gemm(4096, 4096, 1024, reps);
+    double rate = r1 > r2 ? r1 : r2;
+    bench_attention(8, 2, 2048, 128, EIN_F32, reps, rate);
+    bench_attention(8, 2, 2048, 128, EIN_BF16, reps > 1 ? 1 : reps, rate);
+    return 0;
+}

@@ -1,0 +1,220 @@
+/* tools/einplan.c — explain how a .ein program would be decomposed.
+ *
+ *   einplan --devices P [--selector dp|greedy|random] [--seed S]
+ *           [--linear-paths] [--json] [--dot] plan.ein
+ *
+ * Prints, per planned operator, its spec as interval counts per index
+ * ("tokens:8 d_model:1"), the output tiling, the three sub-costs (in
+ * elements, the paper's proxy) and the plan total. --json prints one JSON
+ * object (total_cost, ops[] with name, op, line, split, agg, tiling, cost);
+ * --dot prints Graphviz with each operator labelled by its split. Exit
+ * status: 0 on success, 1 on a bad program or no plan (the message names
+ * the operator and its line), 2 on bad usage. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/pl_optimize.h"
+#include "planner/pl_parse.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: einplan --devices P [--selector dp|greedy|random] [--seed S] "
+               "[--linear-paths] [--json] [--dot] plan.ein\n");
+}
+
+/* "8x1" grid of the output tiling: distinct intervals per dim. */
+static void tiling_grid(const pl_tiling *t, int rank, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int a = 0; a < rank && n < len; a++) {
+        int distinct = 0;
+        for (int i = 0; i < t->n; i++) {
+            int seen = 0;
+            for (int j = 0; j < i && !seen; j++)
+                seen = t->boxes[j].lo[a] == t->boxes[i].lo[a] &&
+                       t->boxes[j].hi[a] == t->boxes[i].hi[a];
+            distinct += !seen;
+        }
+        n += (size_t)snprintf(buf + n, len - n, "%s%d", a ? "x" : "", distinct);
+    }
+}
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", *s);
+        else
+            putchar(*s);
+    }
+    putchar('"');
+}
+
+static void print_text(const char *path, const pl_graph *g, const pl_plan *plan)
+{
+    printf("plan of %s on %d devices (selector %s)\n", path, plan->p,
+           pl_selector_name(plan->selector));
+    printf("%-14s %-12s %-34s %-10s %14s %14s %14s\n", "operator", "op", "split", "tiling",
+           "repartition", "join", "aggregation");
+    for (int v = 0; v < g->nnodes; v++) {
+        const pl_choice *c = &plan->nodes[v];
+        if (!c->planned)
+            continue;
+        const pl_node *nd = pl_graph_node(g, v);
+        pl_index idx[PL_MAX_INDICES];
+        char split[512], grid[64];
+        pl_op_indices(g, v, idx, NULL);
+        pl_spec_format_labels(&c->spec, idx, split, sizeof split);
+        tiling_grid(&c->out_tiling, nd->rank, grid, sizeof grid);
+        printf("%-14s %-12s %-34s %-10s %14.0f %14.0f %14.0f%s%s\n", nd->name,
+               pl_node_op_name(nd), split, grid, c->repart, c->join, c->agg,
+               c->spec.agg != EIN_AGG_NONE ? "  agg " : "",
+               c->spec.agg != EIN_AGG_NONE ? ein_agg_name(c->spec.agg) : "");
+    }
+    printf("total cost: %.0f elements\n", plan->total);
+}
+
+static void print_json(const char *path, const pl_graph *g, const pl_plan *plan)
+{
+    printf("{\"program\": ");
+    json_str(path);
+    printf(", \"devices\": %d, \"selector\": \"%s\", \"total_cost\": %.0f, \"ops\": [",
+           plan->p, pl_selector_name(plan->selector), plan->total);
+    int first = 1;
+    for (int v = 0; v < g->nnodes; v++) {
+        const pl_choice *c = &plan->nodes[v];
+        if (!c->planned)
+            continue;
+        const pl_node *nd = pl_graph_node(g, v);
+        pl_index idx[PL_MAX_INDICES];
+        int n = pl_op_indices(g, v, idx, NULL);
+        char grid[64];
+        tiling_grid(&c->out_tiling, nd->rank, grid, sizeof grid);
+        printf("%s\n  {\"name\": ", first ? "" : ",");
+        first = 0;
+        json_str(nd->name);
+        printf(", \"op\": \"%s\", \"line\": %d, \"split\": {", pl_node_op_name(nd), nd->line);
+        for (int i = 0; i < n; i++) {
+            printf("%s", i ? ", " : "");
+            json_str(idx[i].label);
+            printf(": %d", c->spec.counts[i]);
+        }
+        printf("}, \"agg\": \"%s\", \"tiling\": {\"blocks\": %d, \"grid\": \"%s\"}, "
+               "\"flops\": %.0f, \"cost\": {\"repartition\": %.0f, \"join\": %.0f, "
+               "\"aggregation\": %.0f}}",
+               c->spec.agg == EIN_AGG_NONE ? "none" : ein_agg_name(c->spec.agg),
+               c->out_tiling.n, grid, pl_op_flops(g, v), c->repart, c->join, c->agg);
+    }
+    printf("\n]}\n");
+}
+
+static void print_dot(const pl_graph *g, const pl_plan *plan)
+{
+    printf("digraph plan {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n");
+    printf("  label=\"%d devices, %s, total cost %.0f\";\n", plan->p,
+           pl_selector_name(plan->selector), plan->total);
+    for (int v = 0; v < g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(g, v);
+        const pl_choice *c = &plan->nodes[v];
+        if (nd->kind == PL_INPUT) {
+            printf("  n%d [shape=box, style=dashed, label=\"%s\"];\n", v, nd->name);
+            continue;
+        }
+        if (!c->planned)
+            continue;
+        pl_index idx[PL_MAX_INDICES];
+        char split[512];
+        pl_op_indices(g, v, idx, NULL);
+        pl_spec_format_labels(&c->spec, idx, split, sizeof split);
+        printf("  n%d [shape=ellipse, label=\"%s = %s\\n%s\"];\n", v, nd->name,
+               pl_node_op_name(nd), split);
+        for (int k = 0; k < nd->ninputs; k++)
+            printf("  n%d -> n%d%s;\n", nd->inputs[k], v,
+                   plan->nodes[nd->inputs[k]].planned && c->repart > 0 ? " [color=red]" : "");
+    }
+    printf("}\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lopts[] = {
+        {"devices", required_argument, NULL, 'p'},
+        {"selector", required_argument, NULL, 's'},
+        {"seed", required_argument, NULL, 'S'},
+        {"json", no_argument, NULL, 'j'},
+        {"dot", no_argument, NULL, 'd'},
+        {"linear-paths", no_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int p = 0, json = 0, dot = 0, c;
+    pl_selector sel = PL_SELECT_DP;
+    pl_plan_opts opts = {0};
+    uint64_t seed = 1;
+    char *end;
+    while ((c = getopt_long(argc, argv, "p:s:S:jdlh", lopts, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            p = (int)strtol(optarg, &end, 10);
+            if (*end || p < 1 || p > 4096) {
+                fprintf(stderr, "einplan: --devices '%s': expected an integer from 1 to 4096\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 's':
+            if (pl_selector_parse(optarg, &sel) < 0) {
+                fprintf(stderr, "einplan: --selector '%s': expected dp, greedy or random\n", optarg);
+                return 2;
+            }
+            break;
+        case 'S':
+            seed = strtoull(optarg, &end, 10);
+            if (*end || !*optarg) {
+                fprintf(stderr, "einplan: --seed '%s': expected a non-negative integer\n", optarg);
+                return 2;
+            }
+            break;
+        case 'j': json = 1; break;
+        case 'd': dot = 1; break;
+        case 'l': opts.linear_paths = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (p == 0 || optind != argc - 1 || (json && dot)) {
+        usage(stderr);
+        if (json && dot)
+            fprintf(stderr, "einplan: --json and --dot are exclusive\n");
+        return 2;
+    }
+    const char *path = argv[optind];
+    ein_error err = {0};
+    pl_graph *g = NULL;
+    pl_plan *plan = NULL;
+    if (pl_ein_parse_file(path, &g, &err) < 0) {
+        fprintf(stderr, "einplan: %s\n", err.msg);
+        return 1;
+    }
+    if (pl_plan_make_opts(g, p, sel, seed, &opts, &plan, &err) < 0) {
+        fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
+        pl_graph_free(g);
+        return 1;
+    }
+    if (json)
+        print_json(path, g, plan);
+    else if (dot)
+        print_dot(g, plan);
+    else
+        print_text(path, g, plan);
+    pl_plan_free(plan);
+    pl_graph_free(g);
+    return 0;
+}
