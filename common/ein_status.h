@@ -18,11 +18,7 @@
 typedef struct ein_status_slot {
     volatile int32_t instr;     /* executing, or -1 (written by the worker) */
     volatile int32_t iteration;
-    volatile int32_t stopping;  /* the coordinator is stopping this worker
-                                   (written by the coordinator before SIGTERM;
-                                   a SIGTERM without it means the coordinator
-                                   died, and the worker cleans up for it) */
-    char pad[52];
+    char pad[56];
 } ein_status_slot;
 
 /* "/ein-<run_id>-<device>": a device's buffer segment. */

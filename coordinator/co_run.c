@@ -18,6 +18,7 @@
 #include "common/ein_clock.h"
 #include "common/ein_status.h"
 #include "common/ein_wire.h"
+#include "coordinator/co_guard.h"
 
 enum { W_SPAWNED, W_PROGRAM_SENT, W_LOADED, W_STARTED, W_DONE };
 
@@ -46,6 +47,7 @@ typedef struct run {
     double t_iter;      /* when its START went out */
     double *iter_s;
     ein_status_slot *status;    /* the run's status page (see ein_status.h) */
+    co_guard guard;
 } run;
 
 /* "instruction 17 (KERNEL, operator 'y')", or "startup" before any. */
@@ -116,6 +118,7 @@ static int split_words(char *cmd, char **argv, int *n, int max)
 static int spawn(run *r, int d, ein_error *err)
 {
     char dev[16], nd[16], ppid[32], iters[16], level[16], logp[600], trace[600], wrap[1024];
+    char gpu[16];
     char *argv[64];
     int n = 0;
     snprintf(dev, sizeof dev, "%d", d);
@@ -151,6 +154,13 @@ static int spawn(run *r, int d, ein_error *err)
     }
     if (r->o->debug_device == d)
         argv[n++] = "--pause";
+    if (r->o->cuda) {
+        snprintf(gpu, sizeof gpu, "%d", r->o->gpu_ids ? r->o->gpu_ids[d] : d);
+        argv[n++] = "--backend";
+        argv[n++] = "cuda";
+        argv[n++] = "--gpu";
+        argv[n++] = gpu;
+    }
     argv[n] = NULL;
     r->w[d].phase = W_SPAWNED;
     r->w[d].instr = -1;
@@ -172,6 +182,7 @@ static int spawn(run *r, int d, ein_error *err)
         _exit(127); /* reported by the coordinator as "could not execute" */
     }
     r->w[d].pid = pid;
+    co_guard_add_pid(&r->guard, pid);
     if (r->o->debug_device == d)
         fprintf(stderr, "einrun: device %d is paused as pid %ld; attach with:  gdb -p %ld  "
                         "(or cuda-gdb -p %ld); it continues once a debugger is attached "
@@ -257,8 +268,10 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
             break;
         }
         w->phase = W_LOADED;
-        if (r->o->manual && m.pid > 0)
+        if (r->o->manual && m.pid > 0) {
             w->pid = (pid_t)m.pid;
+            co_guard_add_pid(&r->guard, w->pid);
+        }
         int all = 1;
         for (int i = 0; i < r->ndev; i++)
             all &= r->w[i].phase == W_LOADED;
@@ -352,9 +365,6 @@ static void stop_all(run *r)
                 kill(r->w[d].pid, SIGKILL);
         return;
     }
-    for (int d = 0; d < r->ndev; d++)
-        if (r->status)
-            r->status[d].stopping = 1;
     for (int d = 0; d < r->ndev; d++)
         if (r->w[d].pid > 0 && !r->w[d].exited)
             kill(r->w[d].pid, SIGTERM);
@@ -462,7 +472,8 @@ static int merge_trace(run *r, ein_error *err)
 int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
            co_worker_stats *stats, double *iter_s, ein_error *err)
 {
-    run r = {.o = o, .progs = progs, .ndev = ndev, .sfd = -1, .iter_s = iter_s};
+    run r = {.o = o, .progs = progs, .ndev = ndev, .sfd = -1, .iter_s = iter_s,
+             .guard = {.fd = -1, .pid = -1}};
     int rc = 0, zero = 0, one = 1;
     int64_t maxsize = EIN_MSG_MAX_BYTES;
     sigset_t mask;
@@ -488,6 +499,9 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
     }
     snprintf(r.run_id, sizeof r.run_id, "%ld-%s", (long)getpid(), strrchr(r.dir, '.') + 1);
     snprintf(r.endpoint, sizeof r.endpoint, "ipc://%s/coord.sock", r.dir);
+    if ((rc = co_guard_start(&r.guard, r.dir, r.run_id, ndev, o->cleanup_paths, o->ncleanup,
+                             err)) < 0)
+        goto out;
     if (!(r.zctx = zmq_ctx_new()) || !(r.router = zmq_socket(r.zctx, ZMQ_ROUTER))) {
         rc = ein_fail(err, EIN_EIO, "zmq: %s", zmq_strerror(errno));
         goto out;
@@ -605,5 +619,6 @@ out:
             rc = ein_fail(err, terr.code, "%s", terr.msg);
     }
     cleanup(&r);
+    co_guard_stop(&r.guard);
     return rc;
 }

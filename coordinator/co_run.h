@@ -32,6 +32,10 @@ typedef struct co_run_opts {
     int wrapper_device;         /* -1: all workers; else only this one */
     int debug_device;           /* -1, or a worker started paused for a debugger */
     int manual;                 /* workers are started by hand (see einrun --help) */
+    const char *const *cleanup_paths; /* files to remove if the coordinator dies */
+    int ncleanup;
+    int cuda;                   /* workers use the CUDA backend ... */
+    const int *gpu_ids;         /* ... worker d on GPU gpu_ids[d] */
 } co_run_opts;
 
 typedef struct co_worker_stats {

@@ -33,10 +33,15 @@ static void usage(FILE *f)
 "\n"
 "Devices:\n"
 "  --gpus LIST          devices to use, e.g. 0-3, 0,2,5 or 0-1,4 (default: 0).\n"
-"                       Without a usable GPU (the CUDA backend is not built yet)\n"
-"                       the same number of CPU devices runs instead, and einrun\n"
-"                       says so on stderr.\n"
+"                       Without a visible GPU, or without --backend cuda, the\n"
+"                       same number of CPU devices runs instead, and einrun\n"
+"                       says so on stderr. An id may repeat (--gpus 0,0) to\n"
+"                       run several workers on one GPU.\n"
 "  --cpu N              run on N CPU devices (worker processes, shared memory).\n"
+"  --backend cpu|cuda   force a backend for --gpus. The CUDA backend (CUDA IPC\n"
+"                       peer copies, cuBLAS and our kernels) is built when\n"
+"                       nvcc is found but has not been verified on a GPU yet,\n"
+"                       so --gpus runs CPU devices unless --backend cuda.\n"
 "Data:\n"
 "  --input NAME=FILE    read input NAME from FILE.npy (shape and dtype must\n"
 "                       match the program). Inputs not given are generated from\n"
@@ -147,7 +152,8 @@ static int gpu_visible(void)
     return stat("/dev/nvidia0", &st) == 0 || stat("/dev/nvidiactl", &st) == 0;
 }
 
-static int find_worker(char *out, size_t len)
+/* The worker binary: $EINWORKER, else `name` next to einrun. */
+static int find_worker(const char *name, char *out, size_t len)
 {
     const char *env = getenv("EINWORKER");
     if (env && *env) {
@@ -156,17 +162,14 @@ static int find_worker(char *out, size_t len)
     }
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash && (size_t)(slash - self) + sizeof "/einworker" <= len) {
-            memcpy(slash, "/einworker", sizeof "/einworker");
-            snprintf(out, len, "%.*s", (int)len - 1, self);
-            if (access(out, X_OK) == 0)
-                return 0;
-        }
-    }
-    return -1;
+    if (n <= 0)
+        return -1;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (!slash || (size_t)(slash - self) + strlen(name) + 2 > len)
+        return -1;
+    snprintf(out, len, "%.*s/%s", (int)(slash - self), self, name);
+    return access(out, X_OK);
 }
 
 /* The topology exchanges are synthesised for: a built-in or a file, or by
@@ -230,7 +233,7 @@ int main(int argc, char **argv)
     double worker_timeout = 60, timeout = 0;
     const char *worker_opt = NULL, *trace_path = NULL, *log_dir = NULL, *wrapper = NULL;
     int iterations = 1, warmup = 0, log_level = 1, wrapper_device = -1, debug_device = -1;
-    int manual = 0, search = 1;
+    int manual = 0, search = 1, want_cuda = 0;
     const char *topo_arg = NULL;
     double budget_ms = 20;
     binding inputs[MAX_BINDINGS], outputs[MAX_BINDINGS];
@@ -258,6 +261,7 @@ int main(int argc, char **argv)
         {"debug-worker", required_argument, 0, 'B'},
         {"manual-workers", no_argument, 0, 'U'},
         {"schedule", required_argument, 0, 'H'},
+        {"backend", required_argument, 0, 'K'},
         {"topology", required_argument, 0, 'O'},
         {"search-budget-ms", required_argument, 0, 'Q'},
         {"verbose", no_argument, 0, 'v'},
@@ -384,6 +388,13 @@ int main(int argc, char **argv)
             search = !strcmp(optarg, "search");
             break;
         case 'O': topo_arg = optarg; break;
+        case 'K':
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "einrun: --backend '%s': expected cpu or cuda\n", optarg);
+                return 2;
+            }
+            want_cuda = !strcmp(optarg, "cuda");
+            break;
         case 'Q':
             budget_ms = strtod(optarg, &end);
             if (*end || end == optarg || !(budget_ms > 0) || budget_ms > 1e6) {
@@ -485,16 +496,32 @@ int main(int argc, char **argv)
         out_path[v] = outputs[i].path;
     }
 
-    if (!use_cpu)
+    if (want_cuda && use_cpu) {
+        fprintf(stderr, "einrun: --backend cuda needs --gpus, not --cpu\n");
+        goto done;
+    }
+#ifndef HAVE_CUDA
+    if (want_cuda) {
+        fprintf(stderr, "einrun: --backend cuda: this einrun was built without CUDA\n");
+        goto done;
+    }
+#endif
+    if (want_cuda && !gpu_visible()) {
+        fprintf(stderr, "einrun: --backend cuda: no GPU visible\n");
+        goto done;
+    }
+    if (!use_cpu && !want_cuda)
         fprintf(stderr, "einrun: %s; running %d CPU device%s for --gpus %s\n",
-                gpu_visible() ? "the CUDA backend is not built yet" : "no GPU visible", ndev,
-                ndev == 1 ? "" : "s", gpus_arg);
+                gpu_visible() ? "the CUDA backend is not verified yet (--backend cuda to try it)"
+                              : "no GPU visible",
+                ndev, ndev == 1 ? "" : "s", gpus_arg);
 
     char worker[PATH_MAX];
     if (worker_opt)
         snprintf(worker, sizeof worker, "%s", worker_opt);
-    else if (find_worker(worker, sizeof worker) < 0) {
-        fprintf(stderr, "einrun: cannot find the einworker binary next to einrun; use --worker PATH\n");
+    else if (find_worker(want_cuda ? "einworker-cuda" : "einworker", worker, sizeof worker) < 0) {
+        fprintf(stderr, "einrun: cannot find the %s binary next to einrun; use --worker PATH\n",
+                want_cuda ? "einworker-cuda" : "einworker");
         goto done;
     }
     if (access(worker, X_OK) < 0) {
@@ -555,7 +582,9 @@ int main(int argc, char **argv)
                       .verbose = verbose, .iterations = warmup + iterations,
                       .trace_path = trace_path, .log_dir = log_dir, .log_level = log_level,
                       .wrapper = wrapper, .wrapper_device = wrapper_device,
-                      .debug_device = debug_device, .manual = manual};
+                      .debug_device = debug_device, .manual = manual,
+                      .cuda = want_cuda, .gpu_ids = ids,
+                      .cleanup_paths = (const char *const *)tmp_path, .ncleanup = g->nnodes};
     if (!(iter_s = calloc((size_t)(warmup + iterations), sizeof *iter_s))) {
         fprintf(stderr, "einrun: out of memory\n");
         goto done;

@@ -1,6 +1,7 @@
 /* exchange/xp_atoms.c — atoms by overlay, and the preamble of §5.3. */
 #include "exchange/xp_atoms.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -176,6 +177,84 @@ int xp_preamble_make(const ein_box *have, const int *have_site, int nhave,
 fail:
     free(first_in);
     free(ncopies);
+    free(x);
+    free(atoms);
+    xp_program_free(p);
+    return rc;
+}
+
+int xp_preamble_make_placed(const ein_box *have, const int *have_site, int nhave,
+                            const ein_box *need, int nneed, size_t elem_bytes, int ngpus,
+                            ein_box **atoms_out, int *natoms_out, xp_program **prog_out,
+                            ein_error *err)
+{
+    ein_box *atoms = NULL;
+    int natoms = 0, rc;
+    xp_program *p = NULL;
+    int *in_of = NULL;   /* [h * natoms + a]: IN entry of atom a in block h, or -1 */
+    xp_word *x = NULL;
+    if ((rc = xp_atoms_overlay(have, nhave, need, nneed, &atoms, &natoms, err)) < 0)
+        return rc;
+    int nin = 0;
+    for (int h = 0; h < nhave; h++)
+        for (int a = 0; a < natoms; a++)
+            nin += ein_box_contains(&have[h], &atoms[a]);
+    p = xp_program_new(ngpus, nin);
+    in_of = malloc(sizeof(int) * ((size_t)nhave * (size_t)natoms + 1));
+    if (!p || !in_of || !(x = xp_set_new(p))) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto fail;
+    }
+    /* IN in the paper's order: producer block by block, atoms within. */
+    for (int h = 0; h < nhave; h++)
+        for (int a = 0; a < natoms; a++) {
+            in_of[h * natoms + a] = -1;
+            if (!ein_box_contains(&have[h], &atoms[a]))
+                continue;
+            rc = xp_program_add_in(p, a, have_site[h],
+                                   (double)ein_box_volume(&atoms[a]) * (double)elem_bytes, err);
+            if (rc < 0)
+                goto fail;
+            in_of[h * natoms + a] = rc;
+        }
+    for (int a = 0; a < natoms; a++) {
+        int copies = 0;
+        for (int h = 0; h < nhave; h++)
+            copies += in_of[h * natoms + a] >= 0;
+        if (copies == 0) {
+            char buf[256];
+            rc = ein_fail(err, EIN_EINVAL, "atom %s lies in no producer block",
+                          ein_box_format(&atoms[a], buf, sizeof buf));
+            goto fail;
+        }
+    }
+    /* One size-1 partition per consumer block; OUT: each of its atoms,
+     * aggregated over all copies, at its partition. */
+    for (int b = 0; b < nneed; b++) {
+        char name[32];
+        snprintf(name, sizeof name, "S%d", b + 1);
+        if ((rc = xp_program_add_partition(p, name, 1, NULL, err)) < 0)
+            goto fail;
+    }
+    for (int b = 0; b < nneed; b++)
+        for (int a = 0; a < natoms; a++) {
+            if (!ein_box_contains(&need[b], &atoms[a]))
+                continue;
+            memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
+            for (int h = 0; h < nhave; h++)
+                if (in_of[h * natoms + a] >= 0)
+                    xp_set_add(x, in_of[h * natoms + a]);
+            if ((rc = xp_program_add_out_part(p, x, b, err)) < 0)
+                goto fail;
+        }
+    free(in_of);
+    free(x);
+    *atoms_out = atoms;
+    *natoms_out = natoms;
+    *prog_out = p;
+    return 0;
+fail:
+    free(in_of);
     free(x);
     free(atoms);
     xp_program_free(p);

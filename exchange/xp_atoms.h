@@ -30,4 +30,12 @@ int xp_preamble_make(const ein_box *have, const int *have_site, int nhave,
                      size_t elem_bytes, int ngpus, ein_box **atoms, int *natoms,
                      xp_program **prog, ein_error *err);
 
+/* The preamble as §5.3 writes it, placement left to synthesis: IN in
+ * producer-block order (one entry per atom copy), PARTITIONS S1..Sn
+ * {size 1}, one per consumer block (function specification), and OUT: for
+ * each atom of block b, the aggregate of all its copies @ S(b+1). */
+int xp_preamble_make_placed(const ein_box *have, const int *have_site, int nhave,
+                            const ein_box *need, int nneed, size_t elem_bytes, int ngpus,
+                            ein_box **atoms, int *natoms, xp_program **prog, ein_error *err);
+
 #endif

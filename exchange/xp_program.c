@@ -336,6 +336,12 @@ xp_program *xp_program_copy(const xp_program *p)
             goto fail;
         q->part[i].by_size = g->by_size;
     }
+    /* Room for everything up front (the search copies programs a lot). */
+    if (!(q->out = malloc(sizeof *q->out * (size_t)(p->nout + 1))) ||
+        !(q->act = malloc(sizeof *q->act * (size_t)(p->nact + 4))))
+        goto fail;
+    q->cap_out = p->nout + 1;
+    q->cap_act = p->nact + 4;
     for (int o = 0; o < p->nout; o++)
         if (out_push(q, p->out[o].set, p->out[o].site, p->out[o].part, p->out[o].slot, &err) < 0)
             goto fail;

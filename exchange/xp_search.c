@@ -12,7 +12,7 @@
 
 /* Candidates without a gain in the current run before it restarts. */
 #define SCORE_MEAN_WEIGHT 0.3
-#define RESTART_AFTER 150
+#define RESTART_AFTER 300
 /* Naive programs costed while choosing members (a step budget, so the
  * choice does not depend on the machine's speed when time suffices). */
 #define MEMBER_EVALS 2000
@@ -657,6 +657,39 @@ static int propose(xp_program *c, const xp_topology *t, uint64_t *rng)
     }
 }
 
+/* A membership move: swap one member between two size-declared
+ * partitions of p and start over from the naive body for it. NULL if p
+ * has fewer than two such partitions (or on failure). */
+static xp_program *member_move(const xp_program *p, uint64_t *rng)
+{
+    int g = -1, h = -1, n = 0;
+    for (int i = 0; i < p->npart; i++)
+        if (p->part[i].by_size && rnd(rng, ++n) == 0)
+            g = i;
+    n = 0;
+    for (int i = 0; i < p->npart; i++)
+        if (i != g && p->part[i].by_size && rnd(rng, ++n) == 0)
+            h = i;
+    if (g < 0 || h < 0)
+        return NULL;
+    xp_program *q = strip(p);
+    if (!q)
+        return NULL;
+    int *mg = q->part[g].member, *mh = q->part[h].member;
+    int i = rnd(rng, q->part[g].size), j = rnd(rng, q->part[h].size), a = mg[i];
+    mg[i] = mh[j];
+    mh[j] = a;
+    qsort(mg, (size_t)q->part[g].size, sizeof(int), cmp_int);
+    qsort(mh, (size_t)q->part[h].size, sizeof(int), cmp_int);
+    xp_program_assign(q, g, mg, NULL);
+    xp_program_assign(q, h, mh, NULL);
+    if (xp_naive_synthesize(q, NULL) < 0) {
+        xp_program_free(q);
+        return NULL;
+    }
+    return q;
+}
+
 /* Flag the actions of p that complete in the last third of its makespan. */
 static int mark_late(const xp_program *p, const xp_topology *t, char **buf)
 {
@@ -720,6 +753,9 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     double best_cost = st.naive_s, ignored;
     double cur_cost = score(cur, t, &ignored), naive_score = cur_cost, run_best = cur_cost;
     long run_since = 0, restarts = 0;
+    int nby_size = 0;
+    for (int g = 0; g < cur->npart; g++)
+        nby_size += cur->part[g].by_size;
     if (!(best = xp_program_copy(cur)) || !(naive = xp_program_copy(cur))) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto fail;
@@ -781,15 +817,17 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         } else {
             xp_program_free(c);
         }
-        /* Stuck in this run: restart from the naive program (the best
-         * program so far is kept). */
+        /* Stuck in this run: restart, in turn, from the naive program,
+         * from the best program, and (with size-declared partitions) from
+         * the naive program of a membership one swap away from the best
+         * one. The best program so far is kept. */
         if (++run_since >= RESTART_AFTER) {
-            int from_best = ++restarts % 2 == 0;
-            xp_program *b = xp_program_copy(from_best ? best : naive);
+            int kind = (int)(++restarts % (nby_size >= 2 ? 3 : 2));
+            xp_program *b = kind == 2 ? member_move(best, &rng) : xp_program_copy(kind ? best : naive);
             if (b) {
                 xp_program_free(cur);
                 cur = b;
-                cur_cost = from_best ? score(cur, t, &ignored) : naive_score;
+                cur_cost = kind == 0 ? naive_score : score(cur, t, &ignored);
                 run_best = cur_cost;
                 run_since = 0;
                 mark_late(cur, t, &late_buf);

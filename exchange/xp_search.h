@@ -39,7 +39,7 @@ typedef struct xp_search_opts {
 
 #define XP_SEARCH_DEFAULT_BUDGET_MS 80.0
 #define XP_SEARCH_DEFAULT_STEPS 20000
-#define XP_SEARCH_DEFAULT_PATIENCE 1500
+#define XP_SEARCH_DEFAULT_PATIENCE 3000
 
 typedef struct xp_search_stats {
     double naive_s;      /* the naive program's makespan, same membership */

@@ -28,7 +28,9 @@ typedef struct sim {
     int *status, *hop, *outstanding;
     flow *fl;
     int nfl, capfl;
-    xp_word **single;        /* IN singletons */
+    xp_word **single;        /* IN singletons, in one block: */
+    xp_word *single_words;
+    char *was;               /* scan scratch */
     const xp_word **cand;
     int ncand;
     int *pick;
@@ -224,21 +226,16 @@ static int scan(sim *S)
             any |= S->dirty[s];
         if (!any)
             return 0;
-        char *was = malloc((size_t)p->ngpus);
-        if (!was)
-            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+        char *was = S->was;
         memcpy(was, S->dirty, (size_t)p->ngpus);
         memset(S->dirty, 0, (size_t)p->ngpus);
         for (int a = 0; a < p->nact; a++) {
             if (S->status[a] != WAITING || !was[p->act[a].src])
                 continue;
             int rc = try_start(S, a);
-            if (rc < 0) {
-                free(was);
+            if (rc < 0)
                 return rc;
-            }
         }
-        free(was);
     }
 }
 
@@ -326,10 +323,9 @@ static void sim_free(sim *S)
     free(S->hop);
     free(S->outstanding);
     free(S->fl);
-    if (S->single)
-        for (int i = 0; i < S->p->nin; i++)
-            free(S->single[i]);
     free(S->single);
+    free(S->single_words);
+    free(S->was);
     free(S->cand);
     free(S->pick);
     free(S->cap);
@@ -368,6 +364,8 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
         return ein_fail(err, EIN_EINVAL, "simulate: resolve the size-declared partitions first");
     S.held = calloc((size_t)p->ngpus, sizeof *S.held);
     S.dirty = calloc((size_t)p->ngpus, 1);
+    S.was = calloc((size_t)p->ngpus, 1);
+    S.single_words = calloc((size_t)(p->nin + 1) * (size_t)p->nwords, sizeof(xp_word));
     S.status = calloc((size_t)p->nact + 1, sizeof(int));
     S.hop = calloc((size_t)p->nact + 1, sizeof(int));
     S.outstanding = calloc((size_t)p->nact + 1, sizeof(int));
@@ -377,7 +375,7 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
     S.cnt = calloc((size_t)nres, sizeof(int));
     S.used = calloc((size_t)nres, sizeof(int));
     if (!S.held || !S.dirty || !S.status || !S.hop || !S.outstanding || !S.single || !S.pick ||
-        !S.cap || !S.cnt || !S.used) {
+        !S.cap || !S.cnt || !S.used || !S.was || !S.single_words) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto done;
     }
@@ -396,10 +394,7 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
             goto done;
         }
     for (int i = 0; i < p->nin; i++) {
-        if (!(S.single[i] = xp_set_new(p))) {
-            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-            goto done;
-        }
+        S.single[i] = S.single_words + (size_t)i * (size_t)p->nwords;
         xp_set_add(S.single[i], i);
         if ((rc = held_add(&S, p->in[i].site, S.single[i])) < 0)
             goto done;

@@ -3,8 +3,10 @@
  * Every node produces exactly one tensor, so a node id is also a tensor id.
  * Nodes are appended in a topological order (an operator's inputs always
  * have smaller ids). The builder functions check shapes and dtypes and fail
- * with EIN_ESHAPE / EIN_EINVAL and a message naming the operator; they are
- * what the .ein parser and (later) the public C API are built on.
+ * with EIN_ESHAPE / EIN_EINVAL and a message naming the operator; the
+ * public C API (include/einsummable.h), and through it the .ein parser, is
+ * built on them. Inputs and save are here (pl_graph.c); each operator's
+ * builder lives in its file under planner/ops/.
  *
  * Ownership: a pl_graph owns its nodes; pl_graph_free releases everything.
  * Pointers returned by pl_graph_node stay valid until the next add. */

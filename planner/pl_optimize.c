@@ -321,6 +321,90 @@ static int piece_cmp(const void *a, const void *b)
     return y->root - x->root;
 }
 
+/* Cost of node v under spec s given every other node's chosen spec: its own
+ * join + aggregation, the repartitions of its inputs, and the repartitions
+ * its output tiling causes at its consumers. */
+static double local_cost(ctx *C, int v, int s)
+{
+    nstate *me = &C->st[v];
+    const pl_node *nd = pl_graph_node(C->g, v);
+    double c = me->local[s];
+    for (int k = 0; k < me->nin; k++) {
+        nstate *us = &C->st[nd->inputs[k]];
+        if (us->chosen >= 0 && us->out_h[us->chosen] != me->in_h[s * me->nin + k])
+            c += node_volume(C->g, nd->inputs[k]);
+    }
+    double size = node_volume(C->g, v);
+    for (int i = C->cons_off[v]; i < C->cons_off[v + 1]; i++) {
+        nstate *cs = &C->st[C->consumers[i]];
+        const pl_node *cn = pl_graph_node(C->g, C->consumers[i]);
+        if (cs->chosen < 0)
+            continue;
+        for (int k = 0; k < cn->ninputs; k++)
+            if (cn->inputs[k] == v && cs->in_h[cs->chosen * cs->nin + k] != me->out_h[s])
+                c += size;
+    }
+    return c;
+}
+
+/* Node v's own sub-costs under spec s (its inputs' repartitions, join,
+ * aggregation), as the hashes see them. */
+static double own_cost(ctx *C, int v, int s)
+{
+    nstate *me = &C->st[v];
+    const pl_node *nd = pl_graph_node(C->g, v);
+    double c = me->local[s];
+    if (C->sel != PL_SELECT_DP)
+        return c;
+    for (int k = 0; k < me->nin; k++) {
+        nstate *us = &C->st[nd->inputs[k]];
+        if (us->chosen >= 0 && us->out_h[us->chosen] != me->in_h[s * me->nin + k])
+            c += node_volume(C->g, nd->inputs[k]);
+    }
+    return c;
+}
+
+/* The cut rule is optimal per piece, not across pieces: improve the whole
+ * plan by changing one operator's spec at a time while that lowers the
+ * total (a DAG's pieces then agree on the tilings of shared tensors). On a
+ * tree the DP is already optimal and nothing changes. */
+static void refine(ctx *C, int n, const char *live)
+{
+    for (int pass = 0; pass < 32; pass++) {
+        int changed = 0;
+        for (int v = 0; v < n; v++) {
+            nstate *me = &C->st[v];
+            if (!live[v] || pl_graph_node(C->g, v)->kind == PL_INPUT || me->chosen < 0)
+                continue;
+            double best = local_cost(C, v, me->chosen);
+            int best_s = me->chosen;
+            for (int s = 0; s < me->nspecs; s++) {
+                double c = local_cost(C, v, s);
+                if (c < best - 1e-9 * (best > 1 ? best : 1)) {
+                    best = c;
+                    best_s = s;
+                }
+            }
+            if (best_s != me->chosen) {
+                me->chosen = best_s;
+                changed = 1;
+            }
+        }
+        if (!changed)
+            break;
+    }
+}
+
+static int piece_cmp_topo(const void *a, const void *b)
+{
+    return ((const piece *)a)->root - ((const piece *)b)->root;
+}
+
+static int piece_cmp_rtopo(const void *a, const void *b)
+{
+    return ((const piece *)b)->root - ((const piece *)a)->root;
+}
+
 int pl_plan_make(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
                  pl_plan **out, ein_error *err)
 {
@@ -447,16 +531,50 @@ int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
                 if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT &&
                     st[v].piece == pieces[i].root)
                     pieces[i].size++;
-        qsort(pieces, (size_t)npieces, sizeof *pieces, piece_cmp);
         ctx C = {.g = g, .st = st, .sel = sel, .consumers = consumers, .cons_off = cons_off};
-        for (int i = 0; i < npieces; i++) {
-            int r = pieces[i].root;
-            for (int v = 0; v <= r; v++)
-                if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT && st[v].piece == r &&
-                    (rc = dp_node(&C, v, err)) < 0)
-                    goto done;
-            assign(&C, r, pick_root(&C, r));
+        /* The paper's order (decreasing size) first; on graphs with shared
+         * tensors also producers-first and consumers-first orders, keeping
+         * the cheapest plan: a piece optimised before the producer of one
+         * of its inputs sees that input as free. */
+        int norders = sel == PL_SELECT_DP && npieces > 1 ? 3 : 1;
+        double best_total = DBL_MAX;
+        int *best = malloc(sizeof(int) * ((size_t)n + 1));
+        if (!best) {
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
+            goto done;
         }
+        for (int order = 0; order < norders; order++) {
+            qsort(pieces, (size_t)npieces, sizeof *pieces,
+                  order == 0 ? piece_cmp : order == 1 ? piece_cmp_topo : piece_cmp_rtopo);
+            for (int v = 0; v < n; v++)
+                st[v].chosen = -1;
+            for (int i = 0; i < npieces; i++) {
+                int r = pieces[i].root;
+                for (int v = 0; v <= r; v++)
+                    if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT && st[v].piece == r)
+                        dp_node(&C, v, err);
+                assign(&C, r, pick_root(&C, r));
+                if (getenv("PL_DEBUG"))
+                    for (int v = 0; v < n; v++)
+                        if (st[v].chosen >= 0)
+                            fprintf(stderr, "  piece %d: node %d spec %d own %.0f ne %d\n", r, v, st[v].chosen, own_cost(&C, v, st[v].chosen), st[v].ne);
+            }
+            if (sel == PL_SELECT_DP)
+                refine(&C, n, live);
+            double total = 0;
+            for (int v = 0; v < n; v++)
+                if (st[v].chosen >= 0)
+                    total += own_cost(&C, v, st[v].chosen);
+            if (getenv("PL_DEBUG")) fprintf(stderr, "order %d total %.0f\n", order, total);
+            if (total < best_total) {
+                best_total = total;
+                for (int v = 0; v < n; v++)
+                    best[v] = st[v].chosen;
+            }
+        }
+        for (int v = 0; v < n; v++)
+            st[v].chosen = best[v];
+        free(best);
     }
 
     /* Record the choice and its true sub-costs under the final assignment. */

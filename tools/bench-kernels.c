@@ -64,14 +64,20 @@ static double bench_gemm(int64_t m, int64_t n, int64_t k, int reps)
     ein_error err = {0};
     double best_raw = INFINITY, best_kn = INFINITY;
     for (int r = 0; r <= reps; r++) {
-        double t = now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a,
-                    (int)k, b, (int)n, 0.0f, c, (int)n);
-        double raw = now() - t;
-        t = now();
-        if (kn_cpu_einsum("ij,jk->ik", &ba, &bb, &bc, &err) < 0)
-            die("einsum", &err);
-        double kn = now() - t;
+        double raw = 0, kn = 0;
+        for (int which = 0; which < 2; which++) {
+            /* alternate which one goes first, so neither always inherits
+             * the other's cache state */
+            int do_raw = (which == 0) == (r % 2 == 0);
+            double t = now();
+            if (do_raw)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k,
+                            1.0f, a, (int)k, b, (int)n, 0.0f, c, (int)n);
+            else if (kn_cpu_einsum("ij,jk->ik", &ba, &bb, &bc, &err) < 0)
+                die("einsum", &err);
+            t = now() - t;
+            *(do_raw ? &raw : &kn) = t;
+        }
         if (r > 0) {   /* r == 0 warms caches and page tables */
             best_raw = raw < best_raw ? raw : best_raw;
             best_kn = kn < best_kn ? kn : best_kn;

@@ -135,9 +135,17 @@ static void print_dot(const pl_graph *g, const pl_plan *plan)
         pl_spec_format_labels(&c->spec, idx, split, sizeof split);
         printf("  n%d [shape=ellipse, label=\"%s = %s\\n%s\"];\n", v, nd->name,
                pl_node_op_name(nd), split);
-        for (int k = 0; k < nd->ninputs; k++)
-            printf("  n%d -> n%d%s;\n", nd->inputs[k], v,
-                   plan->nodes[nd->inputs[k]].planned && c->repart > 0 ? " [color=red]" : "");
+        /* Red: the operator wants this input in another tiling (repartition). */
+        for (int k = 0; k < nd->ninputs; k++) {
+            const pl_choice *u = &plan->nodes[nd->inputs[k]];
+            int moved = 0;
+            pl_tiling want;
+            if (u->planned && pl_tiling_of_input(&c->spec, k, &want) == 0) {
+                moved = !pl_tiling_equal(&want, &u->out_tiling);
+                pl_tiling_clear(&want);
+            }
+            printf("  n%d -> n%d%s;\n", nd->inputs[k], v, moved ? " [color=red, label=\"repartition\"]" : "");
+        }
     }
     printf("}\n");
 }

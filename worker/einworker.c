@@ -15,29 +15,12 @@
 #include "common/ein_status.h"
 #include "worker/wk_exec.h"
 
-static char shm_path[256], status_path[256], sock_path[4200], coord_path[4200], run_dir[4100];
-static ein_status_slot *status_slot;
-static char **store_paths;  /* output files this worker writes */
-static int nstore;
-
-/* Remember the output files of our Program: if the coordinator dies, its
- * temporary outputs would otherwise stay behind half-written. */
-static void remember_outputs(const ein_program *p)
-{
-    store_paths = calloc((size_t)p->ninstrs + 1, sizeof *store_paths);
-    for (int i = 0; store_paths && i < p->ninstrs; i++)
-        if (p->instrs[i].kind == EIN_I_STORE && p->instrs[i].path)
-            store_paths[nstore++] = strdup(p->instrs[i].path);
-}
+static char shm_path[256], sock_path[4200];
 
 /* On SIGTERM (the coordinator's stop, or its death through
- * PR_SET_PDEATHSIG) remove our segment and socket and leave at once. A
- * SIGTERM the coordinator did not announce in the status page means it is
- * gone (getppid cannot tell: the coordinator's other threads outlive the
- * one that forked us for a moment), and nobody else will remove its files:
- * the temporary outputs, its socket, the status page and the run directory
- * (the last worker out succeeds). unlink, rmdir and _exit are
- * async-signal-safe. */
+ * PR_SET_PDEATHSIG) remove our segment and socket and leave at once; the
+ * coordinator, or its guard if it died (co_guard.h), removes the rest.
+ * unlink and _exit are async-signal-safe. */
 static void on_term(int sig)
 {
     (void)sig;
@@ -45,14 +28,6 @@ static void on_term(int sig)
         unlink(shm_path);
     if (sock_path[0])
         unlink(sock_path);
-    if (run_dir[0] && !(status_slot && status_slot->stopping)) {
-        for (int i = 0; i < nstore; i++)
-            if (store_paths[i])
-                unlink(store_paths[i]);
-        unlink(status_path);
-        unlink(coord_path);
-        rmdir(run_dir);
-    }
     _exit(3);
 }
 
@@ -107,6 +82,7 @@ static void usage(FILE *f)
             "usage: einworker --device D --ndevices N --run-dir DIR --run-id ID\n"
             "                 --coordinator ENDPOINT [--parent-pid PID] [--iterations N]\n"
             "                 [--log FILE] [--log-level 1|2] [--trace FILE] [--pause]\n"
+            "                 [--backend cpu|cuda] [--gpu N]\n"
             "\n"
             "Executes one device's Program for einrun. einrun starts one per device;\n"
             "with einrun --manual-workers, einrun prints these command lines instead and\n"
@@ -125,9 +101,9 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     wk_config cfg = {.device = -1, .ndevices = 0, .heartbeat_s = 0.5, .iterations = 1,
-                     .log_level = 1, .fault_instr = -1, .on_program = remember_outputs};
+                     .log_level = 1, .fault_instr = -1};
     long parent = 0;
-    int do_pause = 0;
+    int do_pause = 0, use_cuda = 0, gpu = 0;
     const char *log_path = NULL;
     static const struct option opts[] = {
         {"device", required_argument, 0, 'd'},
@@ -141,6 +117,8 @@ int main(int argc, char **argv)
         {"log-level", required_argument, 0, 'L'},
         {"trace", required_argument, 0, 't'},
         {"pause", no_argument, 0, 'P'},
+        {"backend", required_argument, 0, 'b'},
+        {"gpu", required_argument, 0, 'g'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -158,6 +136,14 @@ int main(int argc, char **argv)
         case 'L': cfg.log_level = atoi(optarg); break;
         case 't': cfg.trace_path = optarg; break;
         case 'P': do_pause = 1; break;
+        case 'b':
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "einworker: --backend '%s': expected cpu or cuda\n", optarg);
+                return 2;
+            }
+            use_cuda = !strcmp(optarg, "cuda");
+            break;
+        case 'g': gpu = atoi(optarg); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -169,10 +155,7 @@ int main(int argc, char **argv)
         return 2;
     }
     snprintf(shm_path, sizeof shm_path, "/dev/shm/ein-%s-%d", cfg.run_id, cfg.device);
-    snprintf(status_path, sizeof status_path, "/dev/shm/ein-%s-status", cfg.run_id);
-    snprintf(run_dir, sizeof run_dir, "%s", cfg.run_dir);
     snprintf(sock_path, sizeof sock_path, "%s/w%d.sock", cfg.run_dir, cfg.device);
-    snprintf(coord_path, sizeof coord_path, "%s/coord.sock", cfg.run_dir);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_term;
@@ -206,22 +189,30 @@ int main(int argc, char **argv)
         sigaction(SIGUSR1, &su, NULL);
         pause_for_debugger(cfg.device);
     }
-    cfg.status = status_slot = map_status(&cfg);
-    wk_backend *be = wk_backend_cpu_new(cfg.ndevices);
+    cfg.status = map_status(&cfg);
+    ein_error err = {0};
+    wk_backend *be = NULL;
+    if (use_cuda) {
+#ifdef EIN_WORKER_CUDA
+        be = wk_backend_cuda_new(cfg.ndevices, gpu, &err);
+#else
+        (void)gpu;
+        ein_fail(&err, EIN_EUNSUPPORTED, "einworker has no CUDA backend (einworker-cuda has)");
+#endif
+    } else if (!(be = wk_backend_cpu_new(cfg.ndevices))) {
+        ein_fail(&err, EIN_ENOMEM, "out of memory");
+    }
     if (!be) {
-        fprintf(stderr, "einworker %d: out of memory\n", cfg.device);
+        /* Say why where the coordinator looks: it reports our exit. */
+        fprintf(stderr, "einworker %d: %s\n", cfg.device, err.msg);
         return 1;
     }
-    ein_error err = {0};
     int rc = wk_worker_main(&cfg, be, &err);
     be->destroy(be);
     if (rc < 0 && cfg.log)
         fprintf(cfg.log, "device %d failed: %s\n", cfg.device, err.msg);
     if (cfg.log)
         fclose(cfg.log);
-    for (int i = 0; i < nstore; i++)
-        free(store_paths[i]);
-    free(store_paths);
     if (rc < 0 && getenv("EIN_WORKER_VERBOSE"))
         fprintf(stderr, "einworker %d: %s\n", cfg.device, err.msg);
     return rc < 0 ? 1 : 0;

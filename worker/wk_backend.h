@@ -6,7 +6,7 @@
  * kernels with OpenBLAS; the CUDA backend (runtime issue) will export one
  * cudaMalloc region over IPC instead.
  *
- * Ownership: wk_backend_cpu_new returns a backend freed with be->destroy(),
+ * Ownership: wk_backend_*_new return a backend freed with be->destroy(),
  * which also unmaps every segment it created or opened and unlinks the one
  * it created. */
 #ifndef WK_BACKEND_H
@@ -22,20 +22,41 @@ typedef struct wk_backend wk_backend;
 
 struct wk_backend {
     const char *name;
+    /* 1 if device memory is host memory (CPU devices): LOAD and STORE then
+     * read and write it in place instead of staging through the host. */
+    int host_visible;
     /* Create this device's segment of `bytes` under `name` and map it. */
     int (*segment_create)(wk_backend *be, const char *name, size_t bytes, void **base,
                           ein_error *err);
     /* Map a peer's segment (read-only), once; later calls return the cache. */
     int (*peer_open)(wk_backend *be, int peer, const char *name, const void **base,
                      size_t *bytes, ein_error *err);
+    /* Device-to-device copy (a peer's memory to ours), in stream order. */
     int (*copy)(wk_backend *be, void *dst, const void *src, size_t bytes, ein_error *err);
+    /* Copy `region` between dense blocks over dst_box and src_box (SLICE,
+     * CONCAT), in stream order. */
+    int (*copy_box)(wk_backend *be, void *dst, const ein_box *dst_box, const void *src,
+                    const ein_box *src_box, const ein_box *region, size_t elem, ein_error *err);
+    /* Host <-> device, complete when they return. */
+    int (*upload)(wk_backend *be, void *dst, const void *host, size_t bytes, ein_error *err);
+    int (*download)(wk_backend *be, void *host, const void *src, size_t bytes, ein_error *err);
     int (*kernel)(wk_backend *be, const ein_kernel *k, const kn_block *ins, int nin,
                   kn_block *out, ein_error *err);
     int (*agg)(wk_backend *be, ein_agg op, const kn_block *srcs, int n, kn_block *out,
                ein_error *err);
+    /* Wait until everything enqueued has finished: before a peer is told a
+     * buffer is ready, and at the end of an iteration. */
+    int (*sync)(wk_backend *be, ein_error *err);
     void (*destroy)(wk_backend *be);
 };
 
 wk_backend *wk_backend_cpu_new(int ndevices);
+
+/* The CUDA backend on GPU `gpu` (built only with CUDA): one cudaMalloc
+ * segment exported with cudaIpcGetMemHandle, whose handle is published in a
+ * small shared-memory object under the segment's name; peers open it once
+ * with cudaIpcOpenMemHandle; everything runs in order on one stream.
+ * Returns NULL and fills err if the GPU cannot be used. */
+wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err);
 
 #endif

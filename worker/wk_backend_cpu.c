@@ -86,6 +86,32 @@ static int cpu_copy(wk_backend *be, void *dst, const void *src, size_t bytes, ei
     return 0;
 }
 
+static int cpu_copy_box(wk_backend *be, void *dst, const ein_box *dst_box, const void *src,
+                        const ein_box *src_box, const ein_box *region, size_t elem,
+                        ein_error *err)
+{
+    ein_box_copy(dst, dst_box, src, src_box, region, elem);
+    return 0;
+}
+
+static int cpu_upload(wk_backend *be, void *dst, const void *host, size_t bytes, ein_error *err)
+{
+    memcpy(dst, host, bytes);
+    return 0;
+}
+
+static int cpu_download(wk_backend *be, void *host, const void *src, size_t bytes,
+                        ein_error *err)
+{
+    memcpy(host, src, bytes);
+    return 0;
+}
+
+static int cpu_sync(wk_backend *be, ein_error *err)
+{
+    return 0; /* everything ran when it was called */
+}
+
 static int cpu_kernel(wk_backend *be, const ein_kernel *k, const kn_block *ins, int nin,
                       kn_block *out, ein_error *err)
 {
@@ -128,9 +154,14 @@ wk_backend *wk_backend_cpu_new(int ndevices)
     kn_cpu_set_threads(1);
     c->be = (wk_backend){
         .name = "cpu",
+        .host_visible = 1,
         .segment_create = cpu_segment_create,
         .peer_open = cpu_peer_open,
         .copy = cpu_copy,
+        .copy_box = cpu_copy_box,
+        .upload = cpu_upload,
+        .download = cpu_download,
+        .sync = cpu_sync,
         .kernel = cpu_kernel,
         .agg = cpu_agg,
         .destroy = cpu_destroy,

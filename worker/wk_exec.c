@@ -201,10 +201,9 @@ static kn_block block_of(wk *w, int buf)
     return (kn_block){.data = w->base + b->offset, .dtype = b->dtype, .box = b->box};
 }
 
-static int load(wk *w, const ein_instr *ins, ein_error *err)
+/* Fill `dst` (host memory, dense over the buffer's box) from the input. */
+static int load_host(const ein_instr *ins, const ein_pbuffer *b, void *dst, ein_error *err)
 {
-    const ein_pbuffer *b = &w->prog->buffers[ins->dst];
-    void *dst = w->base + b->offset;
     if (!ins->path) {
         ein_rand_fill_box(ins->seed, ins->key, ins->shape, &b->box, b->dtype, dst);
         return 0;
@@ -217,6 +216,42 @@ static int load(wk *w, const ein_instr *ins, ein_error *err)
         memcmp(info.shape, ins->shape, sizeof(int64_t) * (size_t)ins->rank) != 0)
         return ein_fail(err, EIN_ESHAPE, "%s changed since the run was planned", ins->path);
     return ein_npy_read_box(ins->path, &info, &b->box, dst, err);
+}
+
+/* Device memory that is not host memory is filled through a staging copy. */
+static int load(wk *w, const ein_instr *ins, ein_error *err)
+{
+    const ein_pbuffer *b = &w->prog->buffers[ins->dst];
+    if (w->be->host_visible)
+        return load_host(ins, b, w->base + b->offset, err);
+    void *stage = malloc(b->bytes ? b->bytes : 1);
+    if (!stage)
+        return ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes",
+                        (unsigned long long)b->bytes);
+    int rc = load_host(ins, b, stage, err);
+    if (rc == 0)
+        rc = w->be->upload(w->be, w->base + b->offset, stage, b->bytes, err);
+    free(stage);
+    return rc;
+}
+
+static int store(wk *w, const ein_instr *ins, ein_error *err)
+{
+    kn_block s = block_of(w, ins->srcs[0]);
+    const ein_pbuffer *b = &w->prog->buffers[ins->srcs[0]];
+    if (w->be->host_visible)
+        return ein_npy_write_box(ins->path, &s.box, s.data, err);
+    void *stage = malloc(b->bytes ? b->bytes : 1);
+    if (!stage)
+        return ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes",
+                        (unsigned long long)b->bytes);
+    int rc = w->be->sync(w->be, err);
+    if (rc == 0)
+        rc = w->be->download(w->be, stage, s.data, b->bytes, err);
+    if (rc == 0)
+        rc = ein_npy_write_box(ins->path, &s.box, stage, err);
+    free(stage);
+    return rc;
 }
 
 static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
@@ -241,6 +276,10 @@ static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
 static int notify(wk *w, const ein_instr *ins, ein_error *err)
 {
     int peer = ins->peer;
+    /* The peer may copy as soon as it hears: the buffer must be complete. */
+    int rc = w->be->sync(w->be, err);
+    if (rc < 0)
+        return rc;
     if (!w->push[peer]) {
         char ep[EIN_PATH_MAX + 32];
         snprintf(ep, sizeof ep, "ipc://%s/w%d.sock", w->cfg->run_dir, peer);
@@ -301,11 +340,9 @@ static int run_instr_body(wk *w, const ein_instr *ins, ein_error *err)
     case EIN_I_LOAD:
         rc = load(w, ins, err);
         break;
-    case EIN_I_STORE: {
-        kn_block s = block_of(w, ins->srcs[0]);
-        rc = ein_npy_write_box(ins->path, &s.box, s.data, err);
+    case EIN_I_STORE:
+        rc = store(w, ins, err);
         break;
-    }
     case EIN_I_KERNEL:
     case EIN_I_AGG: {
         if (ins->nsrcs > 1024)
@@ -321,11 +358,11 @@ static int run_instr_body(wk *w, const ein_instr *ins, ein_error *err)
     }
     case EIN_I_SLICE:
     case EIN_I_CONCAT:
-        for (int i = 0; i < ins->nsrcs; i++) {
+        for (int i = 0; i < ins->nsrcs && rc == 0; i++) {
             kn_block s = block_of(w, ins->srcs[i]);
             const ein_box *region = ins->kind == EIN_I_SLICE ? &d->box : &s.box;
-            ein_box_copy(w->base + d->offset, &d->box, s.data, &s.box, region,
-                         ein_dtype_size(d->dtype));
+            rc = w->be->copy_box(w->be, w->base + d->offset, &d->box, s.data, &s.box, region,
+                                 ein_dtype_size(d->dtype), err);
         }
         break;
     case EIN_I_COPY:
@@ -535,8 +572,6 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
     if ((rc = beat(&w, err)) < 0 || (rc = receive_program(&w, err)) < 0)
         goto fail;
     char seg[160];
-    if (cfg->on_program)
-        cfg->on_program(w.prog);
     ein_segment_name(seg, sizeof seg, cfg->run_id, cfg->device);
     void *base;
     if (cfg->fault && !strcmp(cfg->fault, "alloc")) {
@@ -566,7 +601,7 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
         wlog(&w, 1, "iteration %d started", w.iter);
         w.t_start = ein_now_s();
         w.t_kernel = w.t_copy = w.t_wait = 0;
-        if ((rc = execute(&w, err)) < 0)
+        if ((rc = execute(&w, err)) < 0 || (rc = be->sync(be, err)) < 0)
             goto fail;
         /* Every READY of this iteration has been used; the next ones come
          * only after the next START, so the set can be emptied now. */

@@ -36,9 +36,6 @@ typedef struct wk_config {
      * fired when instruction `fault_instr` starts (-1: the first one). */
     const char *fault;
     int fault_instr;
-    /* Called once the Program is received and valid (may be NULL): einworker
-     * uses it to learn the files it must remove if the coordinator dies. */
-    void (*on_program)(const ein_program *p);
     ein_status_slot *status;  /* this device's slot of the status page, or NULL */
 } wk_config;
 

@@ -113,6 +113,24 @@ typedef struct kn_cuda_gemm_args {
 
 int kn_cuda_gemm(kn_cuda_ctx *c, const kn_cuda_gemm_args *g, void *stream, ein_error *err);
 
+/* Reduce over axes (kn_cpu_reduce). */
+int kn_cuda_reduce(ein_agg op, uint32_t axes, const kn_block *x, kn_block *out, void *stream,
+                   ein_error *err);
+
+/* Two-operand einsum as one strided batched GEMM: letters split into
+ * batch / M / N / K groups that each merge into one dimension of every
+ * operand holding them, operands row- or column-major over their groups,
+ * out row-major [batch, M, N]; a and b share a dtype, out is f32 or that
+ * dtype. Anything else (one operand, letters summed in one operand only,
+ * other layouts) is EIN_EUNSUPPORTED: the caller falls back or re-lays out. */
+int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
+                   const kn_block *b, kn_block *out, void *stream, ein_error *err);
+
+/* One Program KERNEL instruction on device blocks (dispatch on kind, the
+ * same fields as kn_cpu_run). ctx is needed for EINSUM only. */
+int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block *ins, int nin,
+                kn_block *out, void *stream, ein_error *err);
+
 /* The message of the last failure of a kn_cuda_* call in this thread ("" if none). */
 const char *kn_cuda_last_error(void);
 

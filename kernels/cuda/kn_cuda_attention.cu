@@ -21,6 +21,7 @@
 
 #include <math.h>
 #include <mma.h>
+#include <stdint.h>
 #include <string.h>
 
 using namespace nvcuda;
@@ -131,6 +132,7 @@ kn_cu_att_fa(kn_cu_aseqs seqs, kn_cu_ageom g, const T *q, const T *k, const T *v
     const int64_t nq = g.t0 + g.tq - qs < KN_FA_BQ ? g.t0 + g.tq - qs : KN_FA_BQ;
     const T *qh = q + (h * g.tq + (qs - g.t0)) * D;
     const T *kb = k + kh * g.tk * D, *vb = v + kh * g.tk * D;
+    const bool vec = ((uintptr_t)kb % 16 == 0) && ((uintptr_t)vb % 16 == 0);
 
     for (int i = tid; i < KN_FA_BQ * D; i += blockDim.x) {
         int r = i / D, c = i % D;
@@ -149,11 +151,27 @@ kn_cu_att_fa(kn_cu_aseqs seqs, kn_cu_ageom g, const T *q, const T *k, const T *v
     const int r0 = warp * 16;
     for (int64_t kt = kbeg; kt < kend; kt += KN_FA_BK) {
         const int64_t nk = kend - kt < KN_FA_BK ? kend - kt : KN_FA_BK;
-        for (int i = tid; i < KN_FA_BK * D; i += blockDim.x) {
-            int r = i / D, c = i % D;
-            int64_t o = (kt - g.u0 + r) * D + c;
-            Ks[r * L::ldq + c] = r < nk ? kb[o] : T(0.0f);
-            Vs[r * L::ldq + c] = r < nk ? vb[o] : T(0.0f);
+        if (vec) {
+            /* 16-byte chunks: 8 elements; D and the padded smem rows are
+             * multiples of 8 elements, the global rows 16-byte aligned. */
+            for (int i = tid; i < KN_FA_BK * D / 8; i += blockDim.x) {
+                int r = i / (D / 8), c = (i % (D / 8)) * 8;
+                uint4 kz = make_uint4(0, 0, 0, 0), vz = kz;
+                if (r < nk) {
+                    int64_t o = (kt - g.u0 + r) * D + c;
+                    kz = *(const uint4 *)(kb + o);
+                    vz = *(const uint4 *)(vb + o);
+                }
+                *(uint4 *)(Ks + r * L::ldq + c) = kz;
+                *(uint4 *)(Vs + r * L::ldq + c) = vz;
+            }
+        } else {
+            for (int i = tid; i < KN_FA_BK * D; i += blockDim.x) {
+                int r = i / D, c = i % D;
+                int64_t o = (kt - g.u0 + r) * D + c;
+                Ks[r * L::ldq + c] = r < nk ? kb[o] : T(0.0f);
+                Vs[r * L::ldq + c] = r < nk ? vb[o] : T(0.0f);
+            }
         }
         __syncthreads();
         if (r0 < nq) {

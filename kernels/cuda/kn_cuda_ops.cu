@@ -606,3 +606,88 @@ extern "C" int kn_cuda_merge_heads(int64_t head_dim, const kn_block *x, kn_block
 {
     return kn_cu_heads("cuda merge_heads", head_dim, out, x, 0, (cudaStream_t)stream, err);
 }
+
+/* ---- reduce ------------------------------------------------------------------- */
+
+/* One thread per output element, looping over the reduced sub-box. The walk
+ * maps an output index to x's base offset (s0); rext/rst describe the
+ * reduced dimensions in x. */
+struct kn_cu_red {
+    int nr;
+    int64_t ext[EIN_MAX_RANK], st[EIN_MAX_RANK];
+    int64_t count;
+};
+
+template <typename TX, typename TY, int MAX>
+__global__ void kn_cu_reduce_k(kn_cu_walk w, kn_cu_red r, const TX *x, TY *y, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t base, unused1, unused2;
+        kn_cu_offsets(w, i, &base, &unused1, &unused2);
+        float acc = MAX ? -INFINITY : 0.0f;
+        for (int64_t j = 0; j < r.count; j++) {
+            int64_t o = base, q = j;
+            for (int d = r.nr - 1; d >= 0; d--) {
+                o += (q % r.ext[d]) * r.st[d];
+                q /= r.ext[d];
+            }
+            float v = ld(x, o);
+            acc = MAX ? fmaxf(acc, v) : acc + v;
+        }
+        st(y, i, acc);
+    }
+}
+
+extern "C" int kn_cuda_reduce(ein_agg op, uint32_t axes, const kn_block *x, kn_block *out,
+                              void *stream, ein_error *err)
+{
+    const char *what = "cuda reduce";
+    int rc;
+    if (op != EIN_AGG_SUM && op != EIN_AGG_MAX)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: op %d is neither sum nor max", what, (int)op);
+    if ((rc = kn_cu_blk(what, "x", x, -1, err)) < 0 ||
+        (rc = kn_cu_blk(what, "out", out, -1, err)) < 0)
+        return rc;
+    int r = x->box.rank;
+    if (r < 32 && (axes >> r))
+        return kn_cu_fail(err, EIN_EINVAL, "%s: axes 0x%x beyond rank %d", what, (unsigned)axes, r);
+    int64_t sx[EIN_MAX_RANK];
+    kn_cu_strides(&x->box, sx);
+    kn_cu_walk w;
+    kn_cu_red red;
+    memset(&w, 0, sizeof w);
+    memset(&red, 0, sizeof red);
+    red.count = 1;
+    for (int d = 0; d < r; d++) {
+        int64_t e = x->box.hi[d] - x->box.lo[d];
+        if (axes & (1u << d)) {
+            red.ext[red.nr] = e;
+            red.st[red.nr] = sx[d];
+            red.nr++;
+            red.count *= e;
+        } else {
+            if (w.rank >= out->box.rank || out->box.lo[w.rank] != x->box.lo[d] ||
+                out->box.hi[w.rank] != x->box.hi[d])
+                return kn_cu_fail(err, EIN_ESHAPE, "%s: out box is not x's box without the axes",
+                                  what);
+            w.ext[w.rank] = e;
+            w.s0[w.rank] = sx[d];
+            w.rank++;
+        }
+    }
+    if (w.rank != out->box.rank)
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: out box is not x's box without the axes", what);
+    int64_t n = kn_cu_vol(&out->box);
+    if (n == 0)
+        return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(out->dtype, TY,
+        if (op == EIN_AGG_MAX)
+            kn_cu_reduce_k<TX, TY, 1><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+                w, red, (const TX *)x->data, (TY *)out->data, n);
+        else
+            kn_cu_reduce_k<TX, TY, 0><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+                w, red, (const TX *)x->data, (TY *)out->data, n)));
+    return kn_cu_launched(what, err);
+}

@@ -5,7 +5,8 @@
  * on its own axes: aligned to the right of the output, the output's
  * interval where the input has the output's size, and [0, 1) along an axis
  * it broadcasts (size 1 where the output is larger); this is exactly what
- * kn_cpu_binary accepts. The builder is pl_graph_add_binary in pl_graph.c. */
+ * kn_cpu_binary accepts. Also the builder pl_graph_add_binary (shape
+ * inference). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -68,9 +68,10 @@ int pl_graph_add_concat(pl_graph *g, const char *name, int axis, const int *xs, 
     nd.ninputs = n;
     nd.kernel.kind = EIN_KERNEL_CONCAT;
     nd.kernel.axis = a;
-    /* The list holds the n offsets, then the total (input i spans
-     * [list[i], list[i+1]) along the axis). */
-    nd.kernel.nlist = n + 1;
+    /* The kernel (and a Program's validator) take the n offsets; the
+     * total after them is kept for the planner (input i spans
+     * [list[i], list[i+1]) along the axis) but not counted in nlist. */
+    nd.kernel.nlist = n;
     int id = pl_graph_append(g, name, &nd, err);
     if (id < 0)
         free(nd.kernel.list);

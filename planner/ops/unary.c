@@ -2,8 +2,7 @@
  * neg, sigmoid, tanh, square, scale and add by a constant): the builder
  * pl_graph_add_unary (shape inference) and the specs.
  *
- * Every axis is shardable (any); the input block is the output block. The
- * builder is pl_graph_add_unary in pl_graph.c. */
+ * Every axis is shardable (any); the input block is the output block. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -74,7 +74,11 @@ for i in $(seq 1 50); do
 done
 if grep -q "gdb -p $wpid" out.txt 2>/dev/null && [ -n "$wpid" ]; then ok "--debug-worker prints the gdb command"
 else not_ok "--debug-worker prints the gdb command" "$(cat out.txt)"; fi
-sleep 1
+# Wait for the worker itself to say it is paused (its handler is set).
+for i in $(seq 1 100); do
+    grep -q "einworker: device 1 paused" out.txt && break
+    sleep 0.1
+done
 [ -n "$wpid" ] && kill -USR1 "$wpid"
 wait $pid
 rc=$?

@@ -191,6 +191,101 @@ static void test_preamble_roundtrip(void **state)
     xp_program_free(q);
 }
 
+/* Example 5.4 exactly: the preamble generated between the 4-spec matmul
+ * (GPUs 0..3) and the 4-way row softmax is the paper's text. */
+static void test_example_5_4_generated(void **state)
+{
+    (void)state;
+    ein_box have[4], need[4];
+    for (int i = 0; i < 4; i++) {
+        memset(&have[i], 0, sizeof have[i]);
+        memset(&need[i], 0, sizeof need[i]);
+        have[i].rank = need[i].rank = 2;
+        have[i].lo[0] = i < 2 ? 0 : 128, have[i].hi[0] = i < 2 ? 128 : 256;
+        have[i].hi[1] = need[i].hi[1] = 256;
+        need[i].lo[0] = 64 * i, need[i].hi[0] = 64 * i + 64;
+    }
+    int hs[4] = {0, 1, 2, 3};
+    ein_box *atoms;
+    int na;
+    xp_program *p;
+    ein_error err = {0};
+    assert_int_equal(xp_preamble_make_placed(have, hs, 4, need, 4, 2, 4, &atoms, &na, &p, &err),
+                     0);
+    assert_int_equal(na, 4);
+    /* Name the copies as the paper does: Xj on GPUs 0 and 2, Yj on 1 and 3. */
+    for (int i = 0; i < p->nin; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "%c%d", p->in[i].site % 2 ? 'Y' : 'X', p->in[i].atom + 1);
+        assert_int_equal(xp_program_set_name(p, i, name, &err), 0);
+    }
+    xp_program *q = parse_ok(
+        "GPUS: 0, 1, 2, 3\n"
+        "PARTITIONS: S1 {size 1} S2 {size 1} S3 {size 1} S4 {size 1}\n"
+        "IN: X1 @ 0 (size: 32768 bytes); X2 @ 0 (size: 32768 bytes); Y1 @ 1 (size: 32768 bytes);"
+        " Y2 @ 1 (size: 32768 bytes); X3 @ 2 (size: 32768 bytes); X4 @ 2 (size: 32768 bytes);"
+        " Y3 @ 3 (size: 32768 bytes); Y4 @ 3 (size: 32768 bytes)\n"
+        "OUT: X1+Y1 @ S1; X2+Y2 @ S2; X3+Y3 @ S3; X4+Y4 @ S4\n");
+    assert_true(xp_program_equal(p, q));
+    char *s = print_str(p);
+    assert_non_null(strstr(s, "OUT: X1+Y1 @ S1; X2+Y2 @ S2; X3+Y3 @ S3; X4+Y4 @ S4\n"));
+    free(s);
+    free(atoms);
+    xp_program_free(p);
+    xp_program_free(q);
+}
+
+/* Mutated programs never crash the parser; whatever parses round-trips
+ * and can be checked. */
+static void test_mutations(void **state)
+{
+    (void)state;
+    static const char alphabet[] = "AB+@->,;:{}() 0123456789\nGPUSINOUTsize#";
+    const char *seeds[] = {EX51, EX52, EX53, EX54};
+    unsigned r = 99;
+    int parsed = 0;
+    for (int it = 0; it < 3000; it++) {
+        const char *src = seeds[it % 4];
+        size_t n = strlen(src);
+        char *buf = malloc(n + 8);
+        memcpy(buf, src, n + 1);
+        int edits = 1 + (int)((r = r * 1103515245u + 12345u) >> 16) % 3;
+        for (int e = 0; e < edits; e++) {
+            r = r * 1103515245u + 12345u;
+            size_t pos = (r >> 8) % (n ? n : 1);
+            r = r * 1103515245u + 12345u;
+            char c = alphabet[(r >> 16) % (sizeof alphabet - 1)];
+            switch ((r >> 4) % 3) {
+            case 0: buf[pos] = c; break;                                   /* replace */
+            case 1: memmove(buf + pos, buf + pos + 1, n - pos); n--; break; /* delete */
+            default:                                                       /* insert */
+                if (n + 2 < strlen(src) + 8) {
+                    memmove(buf + pos + 1, buf + pos, n - pos + 1);
+                    buf[pos] = c;
+                    n++;
+                }
+            }
+        }
+        xp_program *p = NULL;
+        ein_error err = {0};
+        if (xp_program_parse(buf, "m.xp", &p, &err) == 0) {
+            parsed++;
+            char *out = print_str(p);
+            xp_program *q = NULL;
+            if (xp_program_parse(out, "m2.xp", &q, &err) != 0 || !xp_program_equal(p, q))
+                fail_msg("mutant does not round-trip:\n%s\n---\n%s", buf, out);
+            (void)xp_program_check(p, &err);
+            free(out);
+            xp_program_free(q);
+            xp_program_free(p);
+        } else {
+            assert_non_null(strstr(err.msg, "m.xp:"));
+        }
+        free(buf);
+    }
+    print_message("# %d of 3000 mutants parsed\n", parsed);
+}
+
 typedef struct bad {
     const char *text;
     const char *where;   /* "line:col" expected in the message */
@@ -351,7 +446,9 @@ int main(void)
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_preamble_roundtrip),
+        cmocka_unit_test(test_example_5_4_generated),
         cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_mutations),
         cmocka_unit_test(test_validity),
         cmocka_unit_test(test_size_partitions),
         cmocka_unit_test(test_assign_and_print),

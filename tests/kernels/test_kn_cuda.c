@@ -473,6 +473,95 @@ static void test_gemm(void **state)
     cudaFree(ws);
 }
 
+static void test_reduce_einsum_run(void **state)
+{
+    (void)state;
+    ein_error err;
+    kn_cuda_ctx *ctx = NULL;
+    void *ws = NULL;
+    cuda_ok(cudaMalloc(&ws, 32 << 20), "cudaMalloc");
+    assert_int_equal(kn_cuda_ctx_create(ws, 32 << 20, &ctx, &err), 0);
+    for (int di = 0; di < 3; di++) {
+        ein_dtype dt = dts[di];
+        ein_box xb = {3, {1, 2, 3}, {6, 33, 20}};
+        hd x = hd_rand(dt, &xb, 1.0f, 0.0f);
+        const uint32_t masks[4] = {1, 2, 5, 7};
+        for (int mi = 0; mi < 4; mi++)
+            for (int op = EIN_AGG_SUM; op <= EIN_AGG_MAX; op++) {
+                ein_box ob;
+                memset(&ob, 0, sizeof ob);
+                for (int d = 0; d < 3; d++)
+                    if (!(masks[mi] & (1u << d))) {
+                        ob.lo[ob.rank] = xb.lo[d];
+                        ob.hi[ob.rank] = xb.hi[d];
+                        ob.rank++;
+                    }
+                hd y = hd_out(dt, &ob);
+                assert_int_equal(kn_cpu_reduce((ein_agg)op, masks[mi], &x.h, &y.h, &err), 0);
+                assert_int_equal(kn_cuda_reduce((ein_agg)op, masks[mi], &x.d, &y.d, stream, &err),
+                                 0);
+                hd_compare("cuda reduce", &y, dt_tol(dt) * 4);
+                hd_free(&y);
+            }
+        hd_free(&x);
+        /* einsums of the LLaMA block and transposed/batched forms */
+        static const struct {
+            const char *subs;
+            ein_box a, b, o;
+        } es[] = {
+            {"btd,df->btf", {3, {0, 5, 0}, {2, 37, 64}}, {2, {0, 8}, {64, 56}},
+             {3, {0, 5, 8}, {2, 37, 56}}},
+            {"ij,kj->ik", {2, {3, 0}, {40, 33}}, {2, {1, 0}, {30, 33}}, {2, {3, 1}, {40, 30}}},
+            {"ji,jk->ik", {2, {0, 3}, {33, 40}}, {2, {0, 1}, {33, 30}}, {2, {3, 1}, {40, 30}}},
+            {"hqd,hkd->hqk", {3, {0, 0, 0}, {4, 17, 32}}, {3, {0, 0, 0}, {4, 19, 32}},
+             {3, {0, 0, 0}, {4, 17, 19}}},
+            {"hqk,hkd->hqd", {3, {0, 0, 0}, {4, 17, 19}}, {3, {0, 0, 0}, {4, 19, 32}},
+             {3, {0, 0, 0}, {4, 17, 32}}},
+        };
+        for (size_t c = 0; c < sizeof es / sizeof *es; c++) {
+            hd a = hd_rand(dt, &es[c].a, 1.0f, 0.0f), b = hd_rand(dt, &es[c].b, 1.0f, 0.0f);
+            hd o = hd_out(EIN_F32, &es[c].o);
+            assert_int_equal(kn_cpu_einsum(es[c].subs, &a.h, &b.h, &o.h, &err), 0);
+            ein_kernel k;
+            memset(&k, 0, sizeof k);
+            k.kind = EIN_KERNEL_EINSUM;
+            strcpy(k.subscripts, es[c].subs);
+            kn_block din[2] = {a.d, b.d};
+            int rc = kn_cuda_run(ctx, &k, din, 2, &o.d, stream, &err);
+            if (rc)
+                print_error("%s: %s\n", es[c].subs, err.msg);
+            assert_int_equal(rc, 0);
+            hd_compare("cuda einsum", &o, 1e-3);
+            hd_free(&a);
+            hd_free(&b);
+            hd_free(&o);
+        }
+    }
+    /* a letter summed in one operand only is not one GEMM */
+    ein_box ab = {2, {0, 0}, {4, 5}}, bb = {2, {0, 0}, {5, 6}}, ob = {1, {0}, {4}};
+    hd a = hd_rand(EIN_F32, &ab, 1.0f, 0.0f), b = hd_rand(EIN_F32, &bb, 1.0f, 0.0f);
+    hd o = hd_out(EIN_F32, &ob);
+    assert_int_equal(kn_cuda_einsum(ctx, "ij,jk->i", &a.d, &b.d, &o.d, stream, &err),
+                     EIN_EUNSUPPORTED);
+    /* dispatch of a few kinds */
+    ein_kernel k;
+    memset(&k, 0, sizeof k);
+    k.kind = EIN_KERNEL_REDUCE;
+    k.reduce = EIN_AGG_SUM;
+    k.axes = 2;
+    assert_int_equal(kn_cpu_run(&k, &a.h, 1, &o.h, &err), 0);
+    assert_int_equal(kn_cuda_run(ctx, &k, &a.d, 1, &o.d, stream, &err), 0);
+    hd_compare("cuda run reduce", &o, 1e-4);
+    assert_int_equal(kn_cuda_run(ctx, &k, &a.d, 2, &o.d, stream, &err), EIN_EINVAL);
+    k.kind = EIN_KERNEL_COUNT;
+    assert_int_equal(kn_cuda_run(ctx, &k, &a.d, 1, &o.d, stream, &err), EIN_EINVAL);
+    hd_free(&a);
+    hd_free(&b);
+    hd_free(&o);
+    kn_cuda_ctx_destroy(ctx);
+    cudaFree(ws);
+}
+
 /* Attention and a GEMM captured into a CUDA graph and replayed: nothing
  * inside them may allocate or synchronise. */
 static void test_graph_capture(void **state)
@@ -547,6 +636,7 @@ int main(void)
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_reduce_einsum_run),
         cmocka_unit_test(test_graph_capture),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

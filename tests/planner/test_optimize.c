@@ -353,7 +353,7 @@ static void test_dp_equals_brute_force(void **state)
 static void test_dp_vs_random_dags(void **state)
 {
     (void)state;
-    for (int trial = 0; trial < 12; trial++) {
+    for (int trial = 0; trial < 300; trial++) {
         pl_graph *g = pl_graph_new();
         n_inputs = 0;
         int64_t R = 6 + (int64_t)(rnd() % 20), C = 6 + (int64_t)(rnd() % 20);
@@ -382,10 +382,27 @@ static void test_dp_vs_random_dags(void **state)
         for (uint64_t seed = 1; seed <= 200; seed++) {
             pl_plan *rp = NULL;
             assert_int_equal(pl_plan_make(g, p, PL_SELECT_RANDOM, seed, &rp, &err), 0);
-            if (dp->total > rp->total || lin->total > rp->total)
+            if (dp->total > rp->total || lin->total > rp->total) {
+                for (int v = 0; v < g->nnodes; v++) {
+                    const pl_node *nd = pl_graph_node(g, v);
+                    pl_index idx[PL_MAX_INDICES];
+                    char b1[128] = "", b2[128] = "";
+                    if (nd->kind != PL_INPUT) {
+                        pl_op_indices(g, v, idx, NULL);
+                        pl_spec_format(&dp->nodes[v].spec, idx, b1, sizeof b1);
+                        pl_spec_format(&rp->nodes[v].spec, idx, b2, sizeof b2);
+                    }
+                    printf("# %d %s %s in=%d,%d %lldx%lld | dp %s (%.0f %.0f %.0f) | rnd %s (%.0f %.0f %.0f)\n",
+                           v, nd->name, pl_node_op_name(nd), nd->ninputs ? nd->inputs[0] : -1,
+                           nd->ninputs > 1 ? nd->inputs[1] : -1, (long long)nd->shape[0],
+                           (long long)(nd->rank > 1 ? nd->shape[1] : 0), b1,
+                           dp->nodes[v].repart, dp->nodes[v].join, dp->nodes[v].agg, b2,
+                           rp->nodes[v].repart, rp->nodes[v].join, rp->nodes[v].agg);
+                }
                 fail_msg("trial %d p=%d: dp %.0f (linear paths %.0f) worse than random seed "
                          "%llu: %.0f", trial, p, dp->total, lin->total,
                          (unsigned long long)seed, rp->total);
+            }
             pl_plan_free(rp);
         }
         pl_plan_free(dp);

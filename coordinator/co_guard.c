@@ -1,0 +1,123 @@
+/* coordinator/co_guard.c — see co_guard.h. */
+#include "coordinator/co_guard.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/ein_status.h"
+
+#define GUARD_DONE ((int64_t)-1)
+
+static void remove_run(const char *run_dir, const char *run_id, int ndev,
+                       const char *const *paths, int npaths)
+{
+    char name[200];
+    for (int d = 0; d < ndev; d++) {
+        ein_segment_name(name, sizeof name, run_id, d);
+        shm_unlink(name);
+    }
+    ein_status_name(name, sizeof name, run_id);
+    shm_unlink(name);
+    DIR *dp = opendir(run_dir);
+    if (dp) {
+        struct dirent *de;
+        while ((de = readdir(dp))) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+                continue;
+            char p[4400];
+            snprintf(p, sizeof p, "%s/%s", run_dir, de->d_name);
+            unlink(p);
+        }
+        closedir(dp);
+    }
+    rmdir(run_dir);
+    for (int i = 0; i < npaths; i++)
+        if (paths[i])
+            unlink(paths[i]);
+}
+
+/* The guard process: collect pids until the pipe closes. */
+static void guard_main(int fd, const char *run_dir, const char *run_id, int ndev,
+                       const char *const *paths, int npaths)
+{
+    pid_t pids[4096];
+    int npids = 0, done = 0;
+    int64_t v;
+    for (;;) {
+        ssize_t n = read(fd, &v, sizeof v);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n != (ssize_t)sizeof v)
+            break;
+        if (v == GUARD_DONE)
+            done = 1;
+        else if (npids < 4096)
+            pids[npids++] = (pid_t)v;
+    }
+    if (done)
+        _exit(0);
+    for (int i = 0; i < npids; i++)
+        kill(pids[i], SIGKILL);
+    usleep(100000); /* let the kernel tear their mappings down */
+    remove_run(run_dir, run_id, ndev, paths, npaths);
+    _exit(0);
+}
+
+int co_guard_start(co_guard *g, const char *run_dir, const char *run_id, int ndev,
+                   const char *const *paths, int npaths, ein_error *err)
+{
+    int p[2];
+    g->fd = -1;
+    g->pid = -1;
+    if (pipe(p) < 0)
+        return ein_fail(err, EIN_EIO, "pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]);
+        close(p[1]);
+        return ein_fail(err, EIN_EIO, "cannot start the run's guard: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(p[1]);
+        /* Its own session: a Ctrl-C aimed at einrun must not kill the guard
+         * before einrun has had the chance to clean up or die. */
+        setsid();
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        guard_main(p[0], run_dir, run_id, ndev, paths, npaths);
+    }
+    close(p[0]);
+    g->fd = p[1];
+    g->pid = pid;
+    return 0;
+}
+
+void co_guard_add_pid(co_guard *g, pid_t pid)
+{
+    int64_t v = pid;
+    if (g->fd >= 0 && write(g->fd, &v, sizeof v) != (ssize_t)sizeof v) {
+        /* A guard that died early cannot help; the run goes on without it. */
+    }
+}
+
+void co_guard_stop(co_guard *g)
+{
+    if (g->fd < 0)
+        return;
+    int64_t v = GUARD_DONE;
+    if (write(g->fd, &v, sizeof v) != (ssize_t)sizeof v) {
+        /* nothing to do: the guard is gone */
+    }
+    close(g->fd);
+    g->fd = -1;
+    waitpid(g->pid, NULL, 0);
+}

@@ -1,0 +1,32 @@
+/* coordinator/co_guard.h — a watchdog process that cleans up after a
+ * coordinator that dies (kill -9, OOM) in the middle of a run.
+ *
+ * co_guard_start forks a small process holding the read end of a pipe.
+ * The coordinator sends it each worker's pid as it starts them and, at the
+ * end of a run that it cleaned up itself, a "done" mark. If the pipe closes
+ * without that mark, the coordinator is gone: the guard kills the workers
+ * it was told about and removes the run's shared memory (segments and status
+ * page), the run directory with its sockets, and the temporary output files.
+ * Workers also die with their coordinator (PR_SET_PDEATHSIG), but only the
+ * guard sees the whole run, including files no worker knows of.
+ *
+ * Start it before any ZeroMQ context exists (it forks). */
+#ifndef CO_GUARD_H
+#define CO_GUARD_H
+
+#include <sys/types.h>
+
+#include "common/ein_error.h"
+
+typedef struct co_guard {
+    pid_t pid;
+    int fd;     /* write end of the pipe, -1 when not started */
+} co_guard;
+
+int co_guard_start(co_guard *g, const char *run_dir, const char *run_id, int ndev,
+                   const char *const *paths, int npaths, ein_error *err);
+void co_guard_add_pid(co_guard *g, pid_t pid);
+/* The run ended and was cleaned up by the coordinator: let the guard go. */
+void co_guard_stop(co_guard *g);
+
+#endif

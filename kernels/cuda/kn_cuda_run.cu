@@ -1,0 +1,255 @@
+/* kernels/cuda/kn_cuda_run.cu — einsum as one strided batched GEMM, and
+ * kn_cuda_run: one Program KERNEL instruction on device blocks.
+ *
+ * Einsum on the GPU covers the contractions a single cuBLAS strided batched
+ * GEMM expresses: two operands whose letters (extent-1 letters ignored, as
+ * on the CPU) split into batch (a, b, out), M (a, out), N (b, out) and
+ * K (a, b) groups, each group merging into one dimension of every operand
+ * it appears in (letters adjacent, in out's order; K in a's order), every
+ * operand row- or column-major with a leading dimension, out row-major
+ * ([M, N] with N innermost). Letters summed in one operand only, and
+ * layouts outside that, are EIN_EUNSUPPORTED (the planner's einsums in the
+ * LLaMA block all fit). */
+#include "kernels/cuda/kn_cuda_common.cuh"
+
+#include <string.h>
+
+#define KN_CU_NLET 26
+
+struct kn_cu_es {
+    int rank[3];
+    int empty;                 /* some letter has extent 0 */
+    int let[3][EIN_MAX_RANK];
+    int64_t ext[KN_CU_NLET];
+    int64_t st[3][KN_CU_NLET];
+    unsigned act[3];
+};
+
+static int kn_cu_es_parse(const char *s, const kn_block *blk[3], kn_cu_es *e, ein_error *err)
+{
+    memset(e, 0, sizeof *e);
+    const char *arrow = s ? strstr(s, "->") : NULL;
+    if (!arrow)
+        return kn_cu_fail(err, EIN_EINVAL, "cuda einsum %s: missing \"->\"", s ? s : "(null)");
+    int op = 0;
+    for (const char *p = s; *p; p++) {
+        if (p == arrow) {
+            if (op != 1)
+                return kn_cu_fail(err, EIN_EUNSUPPORTED, "cuda einsum %s: needs two operands", s);
+            op = 2;
+            p++;
+            continue;
+        }
+        if (*p == ',' && op == 0) {
+            op = 1;
+            continue;
+        }
+        if (*p < 'a' || *p > 'z' || e->rank[op] == EIN_MAX_RANK)
+            return kn_cu_fail(err, EIN_EINVAL, "cuda einsum %s: bad subscripts", s);
+        e->let[op][e->rank[op]++] = *p - 'a';
+    }
+    if (op != 2)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "cuda einsum %s: needs two operands", s);
+    int64_t lo[KN_CU_NLET], hi[KN_CU_NLET];
+    int seen[KN_CU_NLET] = {0};
+    for (int x = 0; x < 3; x++) {
+        const kn_block *k = blk[x];
+        if (k->box.rank != e->rank[x])
+            return kn_cu_fail(err, EIN_ESHAPE, "cuda einsum %s: operand %d has rank %d", s, x,
+                              k->box.rank);
+        int64_t stv = 1;
+        for (int d = k->box.rank - 1; d >= 0; d--) {
+            int L = e->let[x][d];
+            if (seen[L] && (lo[L] != k->box.lo[d] || hi[L] != k->box.hi[d]))
+                return kn_cu_fail(err, EIN_ESHAPE, "cuda einsum %s: letter %c has different "
+                                  "intervals", s, 'a' + L);
+            if (e->st[x][L])
+                return kn_cu_fail(err, EIN_EINVAL, "cuda einsum %s: letter %c repeats", s, 'a' + L);
+            seen[L] = 1;
+            lo[L] = k->box.lo[d];
+            hi[L] = k->box.hi[d];
+            e->ext[L] = hi[L] - lo[L];
+            e->empty |= e->ext[L] == 0;
+            e->st[x][L] = stv;
+            stv *= e->ext[L];
+            if (e->ext[L] > 1)
+                e->act[x] |= 1u << L;
+        }
+    }
+    for (int d = 0; d < e->rank[2]; d++)
+        if (!((e->act[0] | e->act[1]) & (1u << e->let[2][d])) &&
+            !(seen[e->let[2][d]] && e->ext[e->let[2][d]] <= 1))
+            return kn_cu_fail(err, EIN_EINVAL, "cuda einsum %s: output letter in no input", s);
+    return 0;
+}
+
+/* The letters of group g (in the order of operand `from`) merge in operand
+ * x: returns 1 and the merged stride (0 when the group is empty). */
+static int kn_cu_merge(const kn_cu_es *e, unsigned g, int from, int x, int64_t *stride,
+                       int64_t *extent)
+{
+    int L[EIN_MAX_RANK], n = 0;
+    for (int d = 0; d < e->rank[from]; d++)
+        if (g & (1u << e->let[from][d]))
+            L[n++] = e->let[from][d];
+    *extent = 1;
+    for (int i = 0; i < n; i++)
+        *extent *= e->ext[L[i]];
+    if (n == 0) {
+        *stride = 0;
+        return 1;
+    }
+    for (int i = 0; i + 1 < n; i++)
+        if (e->st[x][L[i]] != e->st[x][L[i + 1]] * e->ext[L[i + 1]])
+            return 0;
+    *stride = e->st[x][L[n - 1]];
+    return 1;
+}
+
+extern "C" int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
+                              const kn_block *b, kn_block *out, void *stream, ein_error *err)
+{
+    const char *what = "cuda einsum";
+    int rc;
+    if ((rc = kn_cu_blk(what, "a", a, -1, err)) < 0 || (rc = kn_cu_blk(what, "b", b, -1, err)) < 0 ||
+        (rc = kn_cu_blk(what, "out", out, -1, err)) < 0)
+        return rc;
+    const kn_block *blk[3] = {a, b, out};
+    kn_cu_es e;
+    if ((rc = kn_cu_es_parse(subscripts, blk, &e, err)) < 0)
+        return rc;
+    if (kn_cu_vol(&out->box) == 0)
+        return 0;
+    unsigned A = e.act[0], B = e.act[1], O = e.act[2];
+    unsigned batch = A & B & O, M = (A & O) & ~B, N = (B & O) & ~A, K = (A & B) & ~O;
+    if ((A | B) & ~(batch | M | N | K))
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s %s: a letter is summed in one operand only",
+                          what, subscripts);
+    if (a->dtype != b->dtype || (out->dtype != EIN_F32 && out->dtype != a->dtype))
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s %s: a and b must share a dtype, out f32 or "
+                          "that dtype", what, subscripts);
+    int64_t sb[3], sm[3], sn[3], sk[3], nb, nm, nn, nk;
+    int ok = 1;
+    for (int x = 0; x < 3; x++) {
+        ok &= kn_cu_merge(&e, batch, 2, x, &sb[x], &nb);
+        ok &= kn_cu_merge(&e, M, 2, x, &sm[x], &nm);
+        ok &= kn_cu_merge(&e, N, 2, x, &sn[x], &nn);
+        ok &= kn_cu_merge(&e, K, 0, x, &sk[x], &nk);
+    }
+    if (!ok)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s %s: a letter group does not merge into one "
+                          "dimension", what, subscripts);
+    if (e.empty) {
+        /* out is not empty, so an empty letter is summed over: zeros */
+        cudaError_t ce = cudaMemsetAsync(out->data, 0, (size_t)kn_cu_vol(&out->box) *
+                                         (out->dtype == EIN_F32 ? 4 : 2), (cudaStream_t)stream);
+        return ce == cudaSuccess ? 0 : kn_cu_fail(err, EIN_EDEVICE, "%s: %s", what,
+                                                  cudaGetErrorString(ce));
+    }
+    kn_cuda_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.m = nm, g.n = nn, g.k = nk, g.batch = nb;
+    g.a = a->data, g.b = b->data, g.c = out->data;
+    g.ab_dtype = a->dtype, g.c_dtype = out->dtype;
+    g.alpha = 1.0f, g.beta = 0.0f;
+    /* a as [M, K]: K innermost (row-major) or M innermost (transposed). */
+    if (!K || sk[0] == 1)
+        g.trans_a = 0, g.lda = M ? sm[0] : nk;
+    else if (!M || sm[0] == 1)
+        g.trans_a = 1, g.lda = K ? sk[0] : nm;
+    else
+        ok = 0;
+    if (!N || sn[1] == 1)
+        g.trans_b = 0, g.ldb = K ? sk[1] : nn;
+    else if (!K || sk[1] == 1)
+        g.trans_b = 1, g.ldb = N ? sn[1] : nk;
+    else
+        ok = 0;
+    if (N && sn[2] != 1)
+        ok = 0;
+    g.ldc = M ? sm[2] : nn;
+    if (!ok)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s %s: an operand is neither row- nor "
+                          "column-major over its groups", what, subscripts);
+    /* Leading dimensions at least the row length (1-row matrices). */
+    int64_t arow = g.trans_a ? nm : nk, brow = g.trans_b ? nk : nn;
+    if (g.lda < arow)
+        g.lda = arow;
+    if (g.ldb < brow)
+        g.ldb = brow;
+    if (g.ldc < nn)
+        g.ldc = nn;
+    g.stride_a = sb[0], g.stride_b = sb[1], g.stride_c = sb[2];
+    return kn_cuda_gemm(ctx, &g, stream, err);
+}
+
+/* Inputs of a kind (-1: any number, CONCAT). */
+static int kn_cu_inputs(ein_kernel_kind k)
+{
+    switch (k) {
+    case EIN_KERNEL_EINSUM:
+    case EIN_KERNEL_BINARY:
+    case EIN_KERNEL_RMSNORM:
+        return 2;
+    case EIN_KERNEL_LAYERNORM:
+    case EIN_KERNEL_ATTENTION:
+        return 3;
+    case EIN_KERNEL_CONCAT:
+        return -1;
+    default:
+        return 1;
+    }
+}
+
+extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block *ins, int nin,
+                           kn_block *out, void *stream, ein_error *err)
+{
+    if (!k || !out || (nin > 0 && !ins))
+        return kn_cu_fail(err, EIN_EINVAL, "cuda kernel: missing kernel, inputs or output");
+    if ((int)k->kind < 0 || k->kind >= EIN_KERNEL_COUNT)
+        return kn_cu_fail(err, EIN_EINVAL, "cuda kernel: unknown kind %d", (int)k->kind);
+    int need = kn_cu_inputs(k->kind);
+    if (need >= 0 && nin != need)
+        return kn_cu_fail(err, k->kind == EIN_KERNEL_EINSUM && nin == 1 ? EIN_EUNSUPPORTED
+                                                                         : EIN_EINVAL,
+                          "cuda kernel %d: takes %d inputs, got %d", (int)k->kind, need, nin);
+    if (k->nlist < 0 || (k->nlist > 0 && !k->list))
+        return kn_cu_fail(err, EIN_EINVAL, "cuda kernel: bad list");
+    switch (k->kind) {
+    case EIN_KERNEL_EINSUM:
+        if (!memchr(k->subscripts, '\0', sizeof k->subscripts))
+            return kn_cu_fail(err, EIN_EINVAL, "cuda einsum: subscripts are not terminated");
+        return kn_cuda_einsum(ctx, k->subscripts, &ins[0], &ins[1], out, stream, err);
+    case EIN_KERNEL_UNARY:
+        return kn_cuda_unary_blk(k->unary, k->scalar, &ins[0], out, stream, err);
+    case EIN_KERNEL_BINARY:
+        return kn_cuda_binary(k->binary, &ins[0], &ins[1], out, stream, err);
+    case EIN_KERNEL_SOFTMAX:
+        return kn_cuda_softmax(k->axis, &ins[0], out, stream, err);
+    case EIN_KERNEL_RMSNORM:
+        return kn_cuda_rmsnorm(k->eps, &ins[0], &ins[1], out, stream, err);
+    case EIN_KERNEL_LAYERNORM:
+        return kn_cuda_layernorm(k->eps, &ins[0], &ins[1], &ins[2], out, stream, err);
+    case EIN_KERNEL_ROPE:
+        return kn_cuda_rope(k->head_dim, k->theta, k->list, k->nlist, &ins[0], out, stream, err);
+    case EIN_KERNEL_ATTENTION:
+        return kn_cuda_attention(k->group, k->list, k->nlist, &ins[0], &ins[1], &ins[2], out,
+                                 stream, err);
+    case EIN_KERNEL_REDUCE:
+        return kn_cuda_reduce(k->reduce, k->axes, &ins[0], out, stream, err);
+    case EIN_KERNEL_CONCAT:
+        if (nin < 1 || (k->nlist != nin && k->nlist != nin + 1))
+            return kn_cu_fail(err, EIN_EINVAL, "cuda concat: %d offsets for %d inputs",
+                              (int)k->nlist, nin);
+        return kn_cuda_concat(k->axis, k->list, ins, nin, out, stream, err);
+    case EIN_KERNEL_SLICE:
+        return kn_cuda_slice(k->axis, k->start, &ins[0], out, stream, err);
+    case EIN_KERNEL_SPLIT_HEADS:
+        return kn_cuda_split_heads(k->head_dim, &ins[0], out, stream, err);
+    case EIN_KERNEL_MERGE_HEADS:
+        return kn_cuda_merge_heads(k->head_dim, &ins[0], out, stream, err);
+    case EIN_KERNEL_COUNT:
+        break;
+    }
+    return kn_cu_fail(err, EIN_EINVAL, "cuda kernel: unknown kind %d", (int)k->kind);
+}

@@ -1,0 +1,367 @@
+/* worker/wk_backend_cuda.c — GPU devices: one cudaMalloc segment per worker
+ * exported over CUDA IPC, kernels from kernels/cuda, one stream.
+ *
+ * STATUS: compiled in CI, never run on a GPU yet (no device was available
+ * when it was written). einrun uses it only with --backend cuda.
+ *
+ * The segment's IPC handle is published in a small POSIX shared-memory
+ * object under the segment's name ("/ein-<run>-<d>"), so a peer finds it
+ * exactly where the CPU backend would find the segment itself, and the
+ * coordinator's cleanup removes it the same way. A peer opens each handle
+ * once (cudaIpcOpenMemHandle) and caches the mapping. Everything a worker
+ * does runs in order on its one stream; sync() is a stream synchronisation
+ * (the executor calls it before telling a peer a buffer is ready, which is
+ * why transfers are synchronised over ZeroMQ: a cross-process event wait
+ * would only see records made before the wait was enqueued). */
+#include "worker/wk_backend.h"
+
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernels/cuda/kn_cuda.h"
+
+#define SEGMENT_ALIGN (2u << 20)           /* IPC handles cover whole allocations */
+#define WORKSPACE_BYTES (64u << 20)        /* cuBLAS workspace, fixed before capture */
+#define HANDLE_MAGIC 0x45494e4350554831ULL /* "EINCPUH1" */
+
+typedef struct published {
+    uint64_t magic;
+    uint64_t bytes;
+    cudaIpcMemHandle_t handle;
+} published;
+
+typedef struct peer_map {
+    void *base;
+    size_t bytes;
+} peer_map;
+
+typedef struct cuda_backend {
+    wk_backend be;
+    int gpu;
+    cudaStream_t stream;
+    void *base;
+    size_t bytes;
+    void *workspace;
+    kn_cuda_ctx *ctx;
+    char own_name[128];
+    peer_map *peers;
+    int npeers;
+} cuda_backend;
+
+static int cu_fail(ein_error *err, cudaError_t e, const char *what)
+{
+    return ein_fail(err, EIN_EDEVICE, "%s: %s (%s)", what, cudaGetErrorString(e),
+                    cudaGetErrorName(e));
+}
+
+static int cu_segment_create(wk_backend *be, const char *name, size_t bytes, void **base,
+                             ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    size_t want = (bytes + SEGMENT_ALIGN - 1) / SEGMENT_ALIGN * SEGMENT_ALIGN;
+    if (want == 0)
+        want = SEGMENT_ALIGN;
+    cudaError_t e = cudaMalloc(&c->base, want);
+    if (e != cudaSuccess)
+        return ein_fail(err, EIN_ENOMEM, "cannot allocate %zu bytes on GPU %d: %s", want, c->gpu,
+                        cudaGetErrorString(e));
+    c->bytes = want;
+    published pub = {.magic = HANDLE_MAGIC, .bytes = want};
+    if ((e = cudaIpcGetMemHandle(&pub.handle, c->base)) != cudaSuccess)
+        return cu_fail(err, e, "cudaIpcGetMemHandle");
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0)
+        return ein_fail(err, EIN_EIO, "shm_open %s: %s", name, strerror(errno));
+    snprintf(c->own_name, sizeof c->own_name, "%s", name);
+    ssize_t n = write(fd, &pub, sizeof pub);
+    close(fd);
+    if (n != (ssize_t)sizeof pub)
+        return ein_fail(err, EIN_EIO, "cannot publish the IPC handle in %s", name);
+    *base = c->base;
+    return 0;
+}
+
+static int cu_peer_open(wk_backend *be, int peer, const char *name, const void **base,
+                        size_t *bytes, ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    if (peer < 0 || peer >= c->npeers)
+        return ein_fail(err, EIN_EINVAL, "peer %d out of range", peer);
+    if (c->peers[peer].base) {
+        *base = c->peers[peer].base;
+        *bytes = c->peers[peer].bytes;
+        return 0;
+    }
+    int fd = shm_open(name, O_RDONLY, 0);
+    if (fd < 0)
+        return ein_fail(err, EIN_EIO, "cannot find device %d's IPC handle %s: %s", peer, name,
+                        strerror(errno));
+    published pub;
+    ssize_t n = read(fd, &pub, sizeof pub);
+    close(fd);
+    if (n != (ssize_t)sizeof pub || pub.magic != HANDLE_MAGIC)
+        return ein_fail(err, EIN_EPROTO, "device %d's IPC handle %s is malformed", peer, name);
+    void *p = NULL;
+    cudaError_t e = cudaIpcOpenMemHandle(&p, pub.handle, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess)
+        return cu_fail(err, e, "cudaIpcOpenMemHandle");
+    c->peers[peer].base = p;
+    c->peers[peer].bytes = pub.bytes;
+    *base = p;
+    *bytes = pub.bytes;
+    return 0;
+}
+
+static int cu_copy(wk_backend *be, void *dst, const void *src, size_t bytes, ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream);
+    return e == cudaSuccess ? 0 : cu_fail(err, e, "peer copy");
+}
+
+/* Rows of the last dimension as a 2-D copy per index of the outer ones. */
+static int cu_copy_box(wk_backend *be, void *dst, const ein_box *db, const void *src,
+                       const ein_box *sb, const ein_box *region, size_t elem, ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    int r = region->rank;
+    if (ein_box_empty(region))
+        return 0;
+    if (r == 0) {
+        cudaError_t e = cudaMemcpyAsync(dst, src, elem, cudaMemcpyDeviceToDevice, c->stream);
+        return e == cudaSuccess ? 0 : cu_fail(err, e, "copy");
+    }
+    int64_t sst[EIN_MAX_RANK], dst_st[EIN_MAX_RANK];
+    sst[r - 1] = dst_st[r - 1] = 1;
+    for (int i = r - 2; i >= 0; i--) {
+        sst[i] = sst[i + 1] * (sb->hi[i + 1] - sb->lo[i + 1]);
+        dst_st[i] = dst_st[i + 1] * (db->hi[i + 1] - db->lo[i + 1]);
+    }
+    size_t width = (size_t)(region->hi[r - 1] - region->lo[r - 1]) * elem;
+    size_t rows = r >= 2 ? (size_t)(region->hi[r - 2] - region->lo[r - 2]) : 1;
+    size_t spitch = r >= 2 ? (size_t)sst[r - 2] * elem : width;
+    size_t dpitch = r >= 2 ? (size_t)dst_st[r - 2] * elem : width;
+    int outer = r - 2;
+    int64_t idx[EIN_MAX_RANK];
+    for (int i = 0; i < r; i++)
+        idx[i] = region->lo[i];
+    for (;;) {
+        int64_t so = 0, dof = 0;
+        for (int i = 0; i < r; i++) {
+            so += (idx[i] - sb->lo[i]) * sst[i];
+            dof += (idx[i] - db->lo[i]) * dst_st[i];
+        }
+        cudaError_t e = cudaMemcpy2DAsync((char *)dst + dof * (int64_t)elem, dpitch,
+                                          (const char *)src + so * (int64_t)elem, spitch, width,
+                                          rows, cudaMemcpyDeviceToDevice, c->stream);
+        if (e != cudaSuccess)
+            return cu_fail(err, e, "box copy");
+        int d = outer - 1;
+        while (d >= 0) {
+            if (++idx[d] < region->hi[d])
+                break;
+            idx[d] = region->lo[d];
+            d--;
+        }
+        if (d < 0)
+            break;
+    }
+    return 0;
+}
+
+static int cu_upload(wk_backend *be, void *dst, const void *host, size_t bytes, ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    cudaError_t e = cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    return e == cudaSuccess ? 0 : cu_fail(err, e, "upload");
+}
+
+static int cu_download(wk_backend *be, void *host, const void *src, size_t bytes, ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    cudaError_t e = cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    return e == cudaSuccess ? 0 : cu_fail(err, e, "download");
+}
+
+static int cu_sync(wk_backend *be, ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    return e == cudaSuccess ? 0 : cu_fail(err, e, "stream");
+}
+
+/* A 2-operand einsum that is one (batched) GEMM: "(b)XY,(b)YZ->(b)XZ" with
+ * either operand transposed. Anything else is not supported on GPU yet. */
+static int cu_einsum(cuda_backend *c, const char *subs, const kn_block *a, const kn_block *b,
+                     kn_block *out, ein_error *err)
+{
+    char sa[9] = "", sb[9] = "", so[9] = "";
+    if (!b || sscanf(subs, "%8[a-z],%8[a-z]->%8[a-z]", sa, sb, so) != 3)
+        goto unsupported;
+    size_t ra = strlen(sa), rb = strlen(sb), ro = strlen(so);
+    int batched = ra == 3 && rb == 3 && ro == 3 && sa[0] == sb[0] && sa[0] == so[0];
+    if (!(ra == rb && ra == ro && (ra == 2 || batched)))
+        goto unsupported;
+    int off = batched ? 1 : 0;
+    char m = so[off], n = so[off + 1];
+    kn_cuda_gemm_args g = {.alpha = 1, .beta = 0, .batch = 1};
+    char k;
+    if (sa[off] == m) {
+        k = sa[off + 1];
+        g.trans_a = 0;
+    } else if (sa[off + 1] == m) {
+        k = sa[off];
+        g.trans_a = 1;
+    } else {
+        goto unsupported;
+    }
+    if (sb[off] == k && sb[off + 1] == n)
+        g.trans_b = 0;
+    else if (sb[off] == n && sb[off + 1] == k)
+        g.trans_b = 1;
+    else
+        goto unsupported;
+    if (k == m || k == n || m == n)
+        goto unsupported;
+    g.m = out->box.hi[off] - out->box.lo[off];
+    g.n = out->box.hi[off + 1] - out->box.lo[off + 1];
+    int ka = off + (g.trans_a ? 0 : 1);
+    g.k = a->box.hi[ka] - a->box.lo[ka];
+    if (batched)
+        g.batch = out->box.hi[0] - out->box.lo[0];
+    g.a = a->data;
+    g.b = b->data;
+    g.c = out->data;
+    g.ab_dtype = a->dtype;
+    g.c_dtype = out->dtype;
+    g.lda = g.trans_a ? g.m : g.k;
+    g.ldb = g.trans_b ? g.k : g.n;
+    g.ldc = g.n;
+    g.stride_a = g.m * g.k;
+    g.stride_b = g.k * g.n;
+    g.stride_c = g.m * g.n;
+    if (b->dtype != a->dtype)
+        return ein_fail(err, EIN_EUNSUPPORTED, "einsum '%s' on GPU: operands of two dtypes", subs);
+    return kn_cuda_gemm(c->ctx, &g, c->stream, err);
+unsupported:
+    return ein_fail(err, EIN_EUNSUPPORTED,
+                    "einsum '%s' is not supported by the CUDA backend yet (only (batched) GEMMs)",
+                    subs);
+}
+
+static int cu_kernel(wk_backend *be, const ein_kernel *k, const kn_block *in, int nin,
+                     kn_block *out, ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    void *s = c->stream;
+    switch (k->kind) {
+    case EIN_KERNEL_EINSUM:
+        return cu_einsum(c, k->subscripts, &in[0], nin > 1 ? &in[1] : NULL, out, err);
+    case EIN_KERNEL_UNARY: return kn_cuda_unary_blk(k->unary, k->scalar, &in[0], out, s, err);
+    case EIN_KERNEL_BINARY: return kn_cuda_binary(k->binary, &in[0], &in[1], out, s, err);
+    case EIN_KERNEL_SOFTMAX: return kn_cuda_softmax(k->axis, &in[0], out, s, err);
+    case EIN_KERNEL_RMSNORM: return kn_cuda_rmsnorm(k->eps, &in[0], &in[1], out, s, err);
+    case EIN_KERNEL_LAYERNORM:
+        return kn_cuda_layernorm(k->eps, &in[0], &in[1], &in[2], out, s, err);
+    case EIN_KERNEL_ROPE:
+        return kn_cuda_rope(k->head_dim, k->theta, k->list, k->nlist, &in[0], out, s, err);
+    case EIN_KERNEL_ATTENTION:
+        return kn_cuda_attention(k->group, k->list, k->nlist, &in[0], &in[1], &in[2], out, s, err);
+    case EIN_KERNEL_CONCAT: return kn_cuda_concat(k->axis, k->list, in, nin, out, s, err);
+    case EIN_KERNEL_SLICE: return kn_cuda_slice(k->axis, k->start, &in[0], out, s, err);
+    case EIN_KERNEL_SPLIT_HEADS: return kn_cuda_split_heads(k->head_dim, &in[0], out, s, err);
+    case EIN_KERNEL_MERGE_HEADS: return kn_cuda_merge_heads(k->head_dim, &in[0], out, s, err);
+    default:
+        return ein_fail(err, EIN_EUNSUPPORTED, "%s kernels are not supported by the CUDA backend yet",
+                        ein_kernel_kind_name(k->kind));
+    }
+}
+
+static int cu_agg(wk_backend *be, ein_agg op, const kn_block *srcs, int n, kn_block *out,
+                  ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    return kn_cuda_agg_blk(op, srcs, n, out, c->stream, err);
+}
+
+static void cu_destroy(wk_backend *be)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    if (!c)
+        return;
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < c->npeers; i++)
+        if (c->peers[i].base)
+            cudaIpcCloseMemHandle(c->peers[i].base);
+    if (c->ctx)
+        kn_cuda_ctx_destroy(c->ctx);
+    if (c->workspace)
+        cudaFree(c->workspace);
+    if (c->base)
+        cudaFree(c->base);
+    if (c->own_name[0])
+        shm_unlink(c->own_name);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    free(c->peers);
+    free(c);
+}
+
+wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err)
+{
+    cuda_backend *c = calloc(1, sizeof *c);
+    if (!c || !(c->peers = calloc((size_t)(ndevices > 0 ? ndevices : 1), sizeof *c->peers))) {
+        free(c);
+        ein_fail(err, EIN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    c->npeers = ndevices;
+    c->gpu = gpu;
+    c->be = (wk_backend){
+        .name = "cuda",
+        .host_visible = 0,
+        .segment_create = cu_segment_create,
+        .peer_open = cu_peer_open,
+        .copy = cu_copy,
+        .copy_box = cu_copy_box,
+        .upload = cu_upload,
+        .download = cu_download,
+        .kernel = cu_kernel,
+        .agg = cu_agg,
+        .sync = cu_sync,
+        .destroy = cu_destroy,
+    };
+    cudaError_t e;
+    if ((e = cudaSetDevice(gpu)) != cudaSuccess) {
+        ein_fail(err, EIN_EDEVICE, "GPU %d: %s", gpu, cudaGetErrorString(e));
+        goto fail;
+    }
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        cu_fail(err, e, "cudaStreamCreate");
+        goto fail;
+    }
+    /* The workspace and the cuBLAS context exist before anything could be
+     * captured into a graph (nothing allocates later). */
+    if ((e = cudaMalloc(&c->workspace, WORKSPACE_BYTES)) != cudaSuccess) {
+        cu_fail(err, e, "cudaMalloc (workspace)");
+        goto fail;
+    }
+    if (kn_cuda_ctx_create(c->workspace, WORKSPACE_BYTES, &c->ctx, err) < 0)
+        goto fail;
+    return &c->be;
+fail:
+    cu_destroy(&c->be);
+    return NULL;
+}
