@@ -1,7 +1,8 @@
 /* tests/e2e/test_e2e_compute.c — einrun end to end on CPU devices.
  *
- * The FFN of the paper's §2 and a 3-matrix chain, on 1, 2, 3, 4 and 8
- * devices, with inputs given as .npy files and generated from the seed. The
+ * The FFN of the paper's §2 and a 3-matrix chain, on 1 to 8 devices, with
+ * inputs given as .npy files and generated from the seed, with exchange
+ * bodies synthesised (the default) and naive. The
  * reference is computed here with plain loops in double precision (from
  * the .npy data this test wrote, or from ein_rand_value for generated
  * inputs), never by einrun. After every run nothing may be left behind. */
@@ -101,6 +102,9 @@ static void check_output(const char *path, const double *ref, int r, int c)
     free(data);
 }
 
+/* --schedule for the next runs (NULL: einrun's default, search). */
+static const char *schedule;
+
 static void run_einrun(const char *program, int ndev, int as_file, const char **names,
                        int nin, int use_gpus_flag)
 {
@@ -121,6 +125,10 @@ static void run_einrun(const char *program, int ndev, int as_file, const char **
     argv[a++] = "7";
     argv[a++] = "--timeout";
     argv[a++] = "60";
+    if (schedule) {
+        argv[a++] = "--schedule";
+        argv[a++] = (char *)schedule;
+    }
     char bind[8][64];
     for (int i = 0; as_file && i < nin; i++) {
         snprintf(bind[i], sizeof bind[i], "%s=%s.npy", names[i], names[i]);
@@ -188,7 +196,21 @@ CASES(1)
 CASES(2)
 CASES(3)
 CASES(4)
+CASES(5)
+CASES(6)
+CASES(7)
 CASES(8)
+
+static void naive_schedule(void **s)
+{
+    (void)s;
+    schedule = "naive";
+    for (int p = 1; p <= 8; p++) {
+        chain_case(p, 0);
+        ffn_case(p, 1, 0);
+    }
+    schedule = NULL;
+}
 
 static void ffn_gpus_flag_4(void **s)
 {
@@ -211,7 +233,8 @@ int main(void)
     srand(12345);
     e2e_scratch();
     const struct CMUnitTest tests[] = {
-        ENTRY(1), ENTRY(2), ENTRY(3), ENTRY(4), ENTRY(8),
+        ENTRY(1), ENTRY(2), ENTRY(3), ENTRY(4), ENTRY(5), ENTRY(6), ENTRY(7), ENTRY(8),
+        cmocka_unit_test(naive_schedule),
         cmocka_unit_test(ffn_gpus_flag_4),
     };
     return cmocka_run_group_tests_name("e2e_compute", tests, NULL, teardown);
