@@ -464,27 +464,33 @@ static int lower_node(lw *L, int v)
         rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
         goto done;
     }
+    /* A function specification may need nothing of an input (a concat
+     * block that does not overlap it): that input gets no block, no
+     * transfer, and is left out of the kernel's operands (-1 below). */
     for (int k = 0; k < nd->ninputs; k++) {
-        int u = nd->inputs[k];
+        int u = nd->inputs[k], nn = 0;
+        for (int f = 0; f < p; f++) {
+            inbuf[f * PL_MAX_INPUTS + k] = -1;
+            if (ein_box_empty(&c->spec.f[f].in[k]))
+                continue;
+            need[nn] = c->spec.f[f].in[k];
+            site[nn++] = f;
+        }
         if (pl_graph_node(L->g, u)->kind == PL_INPUT) {
-            for (int f = 0; f < p; f++) {
-                int b = load_block(L, u, &c->spec.f[f].in[k], f);
+            for (int i = 0; i < nn; i++) {
+                int b = load_block(L, u, &need[i], site[i]);
                 if (b < 0) {
                     rc = b;
                     goto done;
                 }
-                inbuf[f * PL_MAX_INPUTS + k] = b;
+                inbuf[site[i] * PL_MAX_INPUTS + k] = b;
             }
             continue;
         }
-        for (int f = 0; f < p; f++) {
-            need[f] = c->spec.f[f].in[k];
-            site[f] = f;
-        }
-        if ((rc = lower_exchange(L, u, nd->name, need, site, p, nbuf)) < 0)
+        if (nn && (rc = lower_exchange(L, u, nd->name, need, site, nn, nbuf)) < 0)
             goto done;
-        for (int f = 0; f < p; f++)
-            inbuf[f * PL_MAX_INPUTS + k] = nbuf[f];
+        for (int i = 0; i < nn; i++)
+            inbuf[site[i] * PL_MAX_INPUTS + k] = nbuf[i];
     }
     for (int f = 0; f < p; f++) {
         int out = new_buf(L, f, nd->dtype, &c->spec.f[f].out);
@@ -493,10 +499,28 @@ static int lower_node(lw *L, int v)
             goto done;
         }
         int32_t srcs[PL_MAX_INPUTS];
-        for (int k = 0; k < nd->ninputs; k++)
-            srcs[k] = inbuf[f * PL_MAX_INPUTS + k];
-        ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = nd->ninputs, .dst = out,
-                         .kernel = nd->kernel};
+        int64_t offsets[PL_MAX_INPUTS];
+        int ns = 0;
+        ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .dst = out, .kernel = nd->kernel};
+        for (int k = 0; k < nd->ninputs; k++) {
+            int b = inbuf[f * PL_MAX_INPUTS + k];
+            if (b < 0) {
+                if (nd->kernel.kind != EIN_KERNEL_CONCAT) {
+                    rc = ein_fail(L->err, EIN_EINVAL, "%s: function specification %d needs "
+                                  "nothing of input %d", nd->name, f, k);
+                    goto done;
+                }
+                continue;
+            }
+            if (nd->kernel.kind == EIN_KERNEL_CONCAT)
+                offsets[ns] = nd->kernel.list[k];
+            srcs[ns++] = b;
+        }
+        if (nd->kernel.kind == EIN_KERNEL_CONCAT) {
+            ins.kernel.list = offsets; /* the kept inputs' offsets; copied by add_instr */
+            ins.kernel.nlist = ns;
+        }
+        ins.nsrcs = ns;
         set_op(&ins, nd->name, NULL);
         if ((rc = emit(L, f, &ins)) < 0)
             goto done;

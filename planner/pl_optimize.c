@@ -256,7 +256,7 @@ static void assign(ctx *C, int v, int e)
 }
 
 /* The root's entry: its own cost plus the repartitions of consumers that
- * earlier pieces fixed. */
+ * earlier pieces fixed, plus a lookahead for the consumers still open. */
 static int pick_root(ctx *C, int r)
 {
     nstate *s = &C->st[r];
@@ -269,12 +269,26 @@ static int pick_root(ctx *C, int r)
             for (int i = C->cons_off[r]; i < C->cons_off[r + 1]; i++) {
                 int c2 = C->consumers[i];
                 nstate *cs = &C->st[c2];
-                if (cs->chosen < 0)
-                    continue;
                 const pl_node *cn = pl_graph_node(C->g, c2);
-                for (int k = 0; k < cn->ninputs; k++)
-                    if (cn->inputs[k] == r && cs->in_h[cs->chosen * cs->nin + k] != s->e[e].h)
-                        c += size;
+                if (cs->chosen >= 0) {
+                    for (int k = 0; k < cn->ninputs; k++)
+                        if (cn->inputs[k] == r && cs->in_h[cs->chosen * cs->nin + k] != s->e[e].h)
+                            c += size;
+                    continue;
+                }
+                /* A consumer not fixed yet: one step of lookahead, the best
+                 * it could do alone given this tiling (ties between root
+                 * tilings otherwise fall on tilings no consumer can use). */
+                double la = DBL_MAX;
+                for (int sc = 0; sc < cs->nspecs; sc++) {
+                    double x = cs->local[sc];
+                    for (int k = 0; k < cn->ninputs; k++)
+                        if (cn->inputs[k] == r && cs->in_h[sc * cs->nin + k] != s->e[e].h)
+                            x += size;
+                    la = x < la ? x : la;
+                }
+                if (la < DBL_MAX)
+                    c += la;
             }
         if (c < bestc) {
             bestc = c;
@@ -554,10 +568,6 @@ int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
                     if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT && st[v].piece == r)
                         dp_node(&C, v, err);
                 assign(&C, r, pick_root(&C, r));
-                if (getenv("PL_DEBUG"))
-                    for (int v = 0; v < n; v++)
-                        if (st[v].chosen >= 0)
-                            fprintf(stderr, "  piece %d: node %d spec %d own %.0f ne %d\n", r, v, st[v].chosen, own_cost(&C, v, st[v].chosen), st[v].ne);
             }
             if (sel == PL_SELECT_DP)
                 refine(&C, n, live);
@@ -565,7 +575,6 @@ int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
             for (int v = 0; v < n; v++)
                 if (st[v].chosen >= 0)
                     total += own_cost(&C, v, st[v].chosen);
-            if (getenv("PL_DEBUG")) fprintf(stderr, "order %d total %.0f\n", order, total);
             if (total < best_total) {
                 best_total = total;
                 for (int v = 0; v < n; v++)

@@ -21,7 +21,11 @@
  * opts->linear_paths the same cut is applied inside trees so that every
  * operator keeps at most one in-piece producer (its largest input): the
  * per-operator work drops to O(s * t). Each piece is optimal; the whole
- * plan need not be. Graph inputs may be read by any number of operators.
+ * plan need not be, so with several pieces dp also (1) lets a piece root
+ * whose consumers are still open look one step ahead at them, (2) tries
+ * the pieces producers-first and consumers-first besides the paper's
+ * order and keeps the cheapest, and (3) finishes with single-operator
+ * improvements. On a tree the result is the exact optimum. Graph inputs may be read by any number of operators.
  * Operators that no saved tensor depends on are not planned (planned == 0).
  * When some operator has no spec for p, the error (EIN_ENOPLAN) names it,
  * its source line and the most intervals each of its indices allows.

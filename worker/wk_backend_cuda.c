@@ -201,91 +201,11 @@ static int cu_sync(wk_backend *be, ein_error *err)
     return e == cudaSuccess ? 0 : cu_fail(err, e, "stream");
 }
 
-/* A 2-operand einsum that is one (batched) GEMM: "(b)XY,(b)YZ->(b)XZ" with
- * either operand transposed. Anything else is not supported on GPU yet. */
-static int cu_einsum(cuda_backend *c, const char *subs, const kn_block *a, const kn_block *b,
-                     kn_block *out, ein_error *err)
-{
-    char sa[9] = "", sb[9] = "", so[9] = "";
-    if (!b || sscanf(subs, "%8[a-z],%8[a-z]->%8[a-z]", sa, sb, so) != 3)
-        goto unsupported;
-    size_t ra = strlen(sa), rb = strlen(sb), ro = strlen(so);
-    int batched = ra == 3 && rb == 3 && ro == 3 && sa[0] == sb[0] && sa[0] == so[0];
-    if (!(ra == rb && ra == ro && (ra == 2 || batched)))
-        goto unsupported;
-    int off = batched ? 1 : 0;
-    char m = so[off], n = so[off + 1];
-    kn_cuda_gemm_args g = {.alpha = 1, .beta = 0, .batch = 1};
-    char k;
-    if (sa[off] == m) {
-        k = sa[off + 1];
-        g.trans_a = 0;
-    } else if (sa[off + 1] == m) {
-        k = sa[off];
-        g.trans_a = 1;
-    } else {
-        goto unsupported;
-    }
-    if (sb[off] == k && sb[off + 1] == n)
-        g.trans_b = 0;
-    else if (sb[off] == n && sb[off + 1] == k)
-        g.trans_b = 1;
-    else
-        goto unsupported;
-    if (k == m || k == n || m == n)
-        goto unsupported;
-    g.m = out->box.hi[off] - out->box.lo[off];
-    g.n = out->box.hi[off + 1] - out->box.lo[off + 1];
-    int ka = off + (g.trans_a ? 0 : 1);
-    g.k = a->box.hi[ka] - a->box.lo[ka];
-    if (batched)
-        g.batch = out->box.hi[0] - out->box.lo[0];
-    g.a = a->data;
-    g.b = b->data;
-    g.c = out->data;
-    g.ab_dtype = a->dtype;
-    g.c_dtype = out->dtype;
-    g.lda = g.trans_a ? g.m : g.k;
-    g.ldb = g.trans_b ? g.k : g.n;
-    g.ldc = g.n;
-    g.stride_a = g.m * g.k;
-    g.stride_b = g.k * g.n;
-    g.stride_c = g.m * g.n;
-    if (b->dtype != a->dtype)
-        return ein_fail(err, EIN_EUNSUPPORTED, "einsum '%s' on GPU: operands of two dtypes", subs);
-    return kn_cuda_gemm(c->ctx, &g, c->stream, err);
-unsupported:
-    return ein_fail(err, EIN_EUNSUPPORTED,
-                    "einsum '%s' is not supported by the CUDA backend yet (only (batched) GEMMs)",
-                    subs);
-}
-
 static int cu_kernel(wk_backend *be, const ein_kernel *k, const kn_block *in, int nin,
                      kn_block *out, ein_error *err)
 {
     cuda_backend *c = (cuda_backend *)be;
-    void *s = c->stream;
-    switch (k->kind) {
-    case EIN_KERNEL_EINSUM:
-        return cu_einsum(c, k->subscripts, &in[0], nin > 1 ? &in[1] : NULL, out, err);
-    case EIN_KERNEL_UNARY: return kn_cuda_unary_blk(k->unary, k->scalar, &in[0], out, s, err);
-    case EIN_KERNEL_BINARY: return kn_cuda_binary(k->binary, &in[0], &in[1], out, s, err);
-    case EIN_KERNEL_SOFTMAX: return kn_cuda_softmax(k->axis, &in[0], out, s, err);
-    case EIN_KERNEL_RMSNORM: return kn_cuda_rmsnorm(k->eps, &in[0], &in[1], out, s, err);
-    case EIN_KERNEL_LAYERNORM:
-        return kn_cuda_layernorm(k->eps, &in[0], &in[1], &in[2], out, s, err);
-    case EIN_KERNEL_ROPE:
-        return kn_cuda_rope(k->head_dim, k->theta, k->list, k->nlist, &in[0], out, s, err);
-    case EIN_KERNEL_ATTENTION:
-        return kn_cuda_attention(k->group, k->list, k->nlist, &in[0], &in[1], &in[2], out, s, err);
-    case EIN_KERNEL_CONCAT: return kn_cuda_concat(k->axis, k->list, in, nin, out, s, err);
-    case EIN_KERNEL_SLICE: return kn_cuda_slice(k->axis, k->start, &in[0], out, s, err);
-    case EIN_KERNEL_SPLIT_HEADS: return kn_cuda_split_heads(k->head_dim, &in[0], out, s, err);
-    case EIN_KERNEL_MERGE_HEADS: return kn_cuda_merge_heads(k->head_dim, &in[0], out, s, err);
-    default:
-        return ein_fail(err, EIN_EUNSUPPORTED, "%s kernels are not supported by the CUDA backend yet",
-                        ein_kernel_kind_name(k->kind));
-    }
+    return kn_cuda_run(c->ctx, k, in, nin, out, c->stream, err);
 }
 
 static int cu_agg(wk_backend *be, ein_agg op, const kn_block *srcs, int n, kn_block *out,

@@ -7,8 +7,8 @@
  * last query (tiles outside that range are never loaded: causal skipping),
  * K and V tiles staged in shared memory. Each warp owns 16 query rows:
  * S = Q K^T with WMMA 16x16x16 fragments (f32 accumulation), the online
- * softmax on S in shared memory (row max and sum by warp shuffles, the
- * mask from each row's token and sequence start), P stored in the input
+ * softmax on S in shared memory (two lanes per row, the mask from each
+ * row's token and sequence start), P stored in the input
  * dtype, and O += P V with the accumulator kept in shared memory (WMMA
  * leaves the fragment-to-row mapping unspecified, so the per-row rescaling
  * by exp(m_old - m_new) happens there).
@@ -190,33 +190,34 @@ kn_cu_att_fa(kn_cu_aseqs seqs, kn_cu_ageom g, const T *q, const T *k, const T *v
                                         wmma::mem_row_major);
             }
             __syncwarp();
-            /* Online softmax, one row at a time: lane holds keys lane, lane+32. */
-            for (int r = r0; r < r0 + 16; r++) {
-                int64_t t = qs + r, rs = Rs[r];
-                float s[2], mx = -INFINITY;
-                for (int j = 0; j < 2; j++) {
-                    int c = lane + 32 * j;
+            /* Online softmax: lanes 2i and 2i+1 own row r0+i, each half of
+             * its 64 keys (interleaved columns, against bank conflicts), so
+             * a row's max and sum take one shuffle each. */
+            {
+                const int r = r0 + (lane >> 1), half = lane & 1;
+                const int64_t t = qs + r, rs = Rs[r];
+                float sv[KN_FA_BK / 2], mx = -INFINITY;
+                for (int j = 0; j < KN_FA_BK / 2; j++) {
+                    int c = 2 * j + half;
                     int64_t u = kt + c;
                     int vis = r < nq && c < nk && u >= rs && u <= t;
-                    s[j] = vis ? Ss[r * L::lds + c] * g.scale : -INFINITY;
-                    mx = fmaxf(mx, s[j]);
+                    sv[j] = vis ? Ss[r * L::lds + c] * g.scale : -INFINITY;
+                    mx = fmaxf(mx, sv[j]);
                 }
-                for (int o = 16; o > 0; o >>= 1)
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 float mold = Ms[r], mnew = fmaxf(mold, mx);
                 float alpha = mnew == -INFINITY ? 1.0f : __expf(mold - mnew), sum = 0.0f;
-                for (int j = 0; j < 2; j++) {
-                    float p = s[j] == -INFINITY ? 0.0f : __expf(s[j] - mnew);
-                    Ps[r * L::ldp + lane + 32 * j] = T(p);
+                for (int j = 0; j < KN_FA_BK / 2; j++) {
+                    float p = sv[j] == -INFINITY ? 0.0f : __expf(sv[j] - mnew);
+                    Ps[r * L::ldp + 2 * j + half] = T(p);
                     sum += p;
                 }
-                for (int o = 16; o > 0; o >>= 1)
-                    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
                 if (alpha != 1.0f)
-                    for (int c = lane; c < D; c += 32)
+                    for (int c = half; c < D; c += 2)
                         Os[r * L::ldo + c] *= alpha;
-                __syncwarp();
-                if (lane == 0) {
+                __syncwarp();   /* both lanes of the pair have read Ms[r] */
+                if (!half) {
                     Ms[r] = mnew;
                     Ls[r] = Ls[r] * alpha + sum;
                 }
