@@ -16,6 +16,10 @@
 /* Naive programs costed while choosing members (a step budget, so the
  * choice does not depend on the machine's speed when time suffices). */
 #define MEMBER_EVALS 2000
+/* Structured starting programs built (and simulated) per search. */
+#define STRUCT_VARIANTS 16
+/* Sites a structured program handles (more: it is skipped). */
+#define XP_STRUCT_MAXS 256
 
 void xp_search_opts_default(xp_search_opts *o)
 {
@@ -657,10 +661,262 @@ static int propose(xp_program *c, const xp_topology *t, uint64_t *rng)
     }
 }
 
+/* ---- structured starting programs ----
+ *
+ * For each distinct OUT aggregate X wanted at the sites D: every copy of an
+ * atom of X held outside D is sent (aggregated per source) to the site of D
+ * with the best route from it; then the sites of D merge pairwise like
+ * recursive doubling: blocks of sites holding the same partial aggregate
+ * (at first one block per site), two blocks at a time — the smallest
+ * blocks first, then the pair whose sites match over the fastest routes —
+ * each site sending its block's aggregate to its partner in the other
+ * block; last, X is formed at every site of D. This is the shape of the
+ * paper's Ex. 5.3 program (exchange over the best links of a partition,
+ * then across), found from the topology alone. Variants break ties at
+ * random (and, some, choose a little below the best) so that different
+ * pairings of equal local quality are tried; the caller keeps the fastest. */
+
+/* Rough bandwidth of the route s -> d, for ranking pairings only. */
+static double route_bw(const xp_topology *t, int s, int d)
+{
+    double b = t->link[s * t->ngpus + d];
+    if (b <= 0) {
+        if (t->rest >= 0)
+            b = t->shared_bw[t->rest] / 4; /* shared by every such route */
+        else if (t->rest == -1)
+            b = t->port > 0 ? t->port : 1e15;
+        else
+            return 0;
+    }
+    if (t->port > 0 && b > t->port)
+        b = t->port;
+    return b;
+}
+
+static double jitter(uint64_t *rng, double amp)
+{
+    return amp > 0 ? 1 + amp * (double)(rng_next(rng) >> 11) / 9007199254740992.0 : 1;
+}
+
+/* Greedy matching of the sites of block b (kb sites) to those of block a
+ * (ka >= kb sites): part[v] for v in b's sites is its partner in a.
+ * Returns the bottleneck (slowest route of the pairs, both ways). */
+static double match_blocks(const xp_topology *t, const int *sa, int ka, const int *sb, int kb,
+                           int *part, uint64_t *rng, double amp)
+{
+    char used_a[XP_STRUCT_MAXS] = {0}, used_b[XP_STRUCT_MAXS] = {0};
+    double neck = INFINITY;
+    for (int m = 0; m < kb; m++) {
+        int bu = -1, bv = -1;
+        double bk = -1, bb = 0;
+        for (int v = 0; v < kb; v++) {
+            if (used_b[v])
+                continue;
+            for (int u = 0; u < ka; u++) {
+                if (used_a[u])
+                    continue;
+                double f = route_bw(t, sa[u], sb[v]), g = route_bw(t, sb[v], sa[u]);
+                double b = f < g ? f : g, k = b * jitter(rng, amp);
+                if (k > bk)
+                    bk = k, bb = b, bu = u, bv = v;
+            }
+        }
+        used_a[bu] = used_b[bv] = 1;
+        part[bv] = bu;
+        if (bb < neck)
+            neck = bb;
+    }
+    return neck;
+}
+
+/* Adds to q the structured body for aggregate x wanted at sites D[0..nd). */
+static int struct_group(xp_program *q, const xp_topology *t, const xp_word *x, const int *D,
+                        int nd, uint64_t *rng, double amp)
+{
+    int n = q->ngpus, rc = -1, nb = nd;
+    xp_word **y = calloc((size_t)nd, sizeof *y);      /* per block: its aggregate */
+    int *bsite = malloc(sizeof(int) * (size_t)nd * (size_t)nd); /* block b: sites */
+    int *bk = calloc((size_t)nd, sizeof(int)), *ye = calloc((size_t)nd, sizeof(int));
+    int *bpart = malloc(sizeof(int) * (size_t)nd), *best_part = malloc(sizeof(int) * (size_t)nd);
+    int *dst = malloc(sizeof(int) * (size_t)(nd + 1));
+    xp_word *z = xp_set_new(q);
+    if (!y || !bsite || !bk || !ye || !bpart || !best_part || !dst || !z)
+        goto out;
+    for (int b = 0; b < nd; b++) {
+        if (!(y[b] = xp_set_new(q)))
+            goto out;
+        bsite[b * nd] = D[b];
+        bk[b] = 1;
+    }
+    /* Copies outside D: per source site, aggregated, to the best site of D. */
+    for (int s = 0; s < n; s++) {
+        int inD = -1, cnt = 0;
+        for (int b = 0; b < nd; b++)
+            if (D[b] == s)
+                inD = b;
+        memset(z, 0, sizeof(xp_word) * (size_t)q->nwords);
+        for (int i = 0; i < q->nin; i++)
+            if (xp_set_has(x, i) && q->in[i].site == s)
+                xp_set_add(z, i), cnt++;
+        if (!cnt)
+            continue;
+        if (inD >= 0) {
+            for (int w = 0; w < q->nwords; w++)
+                y[inD][w] |= z[w];
+            ye[inD] = 1;
+            continue;
+        }
+        int bd = -1;
+        double bw = 0;
+        for (int b = 0; b < nd; b++) {
+            double k = route_bw(t, s, D[b]) * jitter(rng, amp * 0.5) / (1 + ye[b]);
+            if (k > bw)
+                bw = k, bd = b;
+        }
+        if (bd < 0)
+            goto out;
+        if (xp_program_add_action(q, z, s, &D[bd], 1, NULL) < 0)
+            goto out;
+        for (int w = 0; w < q->nwords; w++)
+            y[bd][w] |= z[w];
+        ye[bd] = 1;
+    }
+    /* Merge blocks two at a time. */
+    while (nb > 1) {
+        int ba = -1, bb = -1;
+        double bkey = -1;
+        long bsz = 0;
+        for (int a = 0; a < nb; a++)
+            for (int b = 0; b < nb; b++) {
+                if (a == b || bk[a] < bk[b] || (bk[a] == bk[b] && a > b))
+                    continue;
+                long sz = (long)bk[a] * 1000 + bk[b];
+                if (ba >= 0 && sz > bsz)
+                    continue;
+                double neck = match_blocks(t, &bsite[a * nd], bk[a], &bsite[b * nd], bk[b],
+                                           bpart, rng, amp);
+                double key = neck * jitter(rng, amp);
+                if (ba < 0 || sz < bsz || key > bkey) {
+                    ba = a, bb = b, bkey = key, bsz = sz;
+                    memcpy(best_part, bpart, sizeof(int) * (size_t)bk[b]);
+                }
+            }
+        int *sa = &bsite[ba * nd], *sb = &bsite[bb * nd], ka = bk[ba], kb = bk[bb];
+        char hit[XP_STRUCT_MAXS] = {0};
+        for (int v = 0; v < kb; v++)
+            hit[best_part[v]] = 1;
+        /* a -> b: each site of a sends to its partner(s) in b. */
+        if (ye[ba])
+            for (int u = 0; u < ka; u++) {
+                int k = 0;
+                for (int v = 0; v < kb; v++)
+                    if (best_part[v] == u)
+                        dst[k++] = sb[v];
+                if (k && xp_program_add_action(q, y[ba], sa[u], dst, k, NULL) < 0)
+                    goto out;
+            }
+        /* b -> a: to its partner, and the unmatched sites of a from the
+         * site of b with the best route to them. */
+        if (ye[bb]) {
+            int *extra = calloc((size_t)ka, sizeof(int));
+            if (!extra)
+                goto out;
+            for (int u = 0; u < ka; u++) {
+                extra[u] = -1;
+                if (hit[u])
+                    continue;
+                double bw = -1;
+                for (int v = 0; v < kb; v++) {
+                    double k = route_bw(t, sb[v], sa[u]);
+                    if (k > bw)
+                        bw = k, extra[u] = v;
+                }
+            }
+            for (int v = 0; v < kb && rc != -2; v++) {
+                int k = 0;
+                dst[k++] = sa[best_part[v]];
+                for (int u = 0; u < ka; u++)
+                    if (extra[u] == v)
+                        dst[k++] = sa[u];
+                if (xp_program_add_action(q, y[bb], sb[v], dst, k, NULL) < 0)
+                    rc = -2;
+            }
+            free(extra);
+            if (rc == -2) {
+                rc = -1;
+                goto out;
+            }
+        }
+        /* Block a becomes the union; block b is removed. */
+        for (int w = 0; w < q->nwords; w++)
+            y[ba][w] |= y[bb][w];
+        ye[ba] |= ye[bb];
+        memcpy(&sa[ka], sb, sizeof(int) * (size_t)kb);
+        bk[ba] = ka + kb;
+        nb--;
+        if (bb != nb) {
+            xp_word *tmp = y[bb];
+            y[bb] = y[nb];
+            y[nb] = tmp;
+            memcpy(&bsite[bb * nd], &bsite[nb * nd], sizeof(int) * (size_t)bk[nb]);
+            bk[bb] = bk[nb];
+            ye[bb] = ye[nb];
+        }
+    }
+    rc = 0;
+    if (xp_set_count(q, x) > 1)
+        for (int d = 0; d < nd && rc == 0; d++)
+            rc = xp_program_add_action(q, x, D[d], NULL, 0, NULL) < 0 ? -1 : 0;
+out:
+    if (y)
+        for (int b = 0; b < nd; b++)
+            free(y[b]);
+    free(y), free(bsite), free(bk), free(ye), free(bpart), free(best_part), free(dst), free(z);
+    return rc;
+}
+
+/* The structured body for q's preamble (membership resolved), or NULL
+ * (too many sites, no route, or no memory). `variant` 0 is the plain
+ * greedy construction; the others break ties with the generator. */
+static xp_program *structured(const xp_program *q, const xp_topology *t, uint64_t *rng,
+                              int variant)
+{
+    if (q->ngpus > XP_STRUCT_MAXS)
+        return NULL;
+    double amp = variant == 0 ? 0 : 1e-6;
+    xp_program *c = strip(q);
+    char *done = calloc((size_t)q->nout + 1, 1);
+    int *D = malloc(sizeof(int) * (size_t)(q->nout + 1));
+    int ok = c && done && D;
+    for (int o = 0; o < q->nout && ok; o++) {
+        if (done[o])
+            continue;
+        int nd = 0;
+        for (int p = o; p < q->nout; p++) {
+            if (done[p] || !xp_set_equal(q, q->out[p].set, q->out[o].set))
+                continue;
+            done[p] = 1;
+            int dup = 0;
+            for (int k = 0; k < nd; k++)
+                dup |= D[k] == q->out[p].site;
+            if (!dup && q->out[p].site >= 0)
+                D[nd++] = q->out[p].site;
+        }
+        if (nd)
+            ok = struct_group(c, t, q->out[o].set, D, nd, rng, amp) == 0;
+    }
+    free(done), free(D);
+    if (!ok) {
+        xp_program_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 /* A membership move: swap one member between two size-declared
  * partitions of p and start over from the naive body for it. NULL if p
  * has fewer than two such partitions (or on failure). */
-static xp_program *member_move(const xp_program *p, uint64_t *rng)
+static xp_program *member_move(const xp_program *p, const xp_topology *t, uint64_t *rng)
 {
     int g = -1, h = -1, n = 0;
     for (int i = 0; i < p->npart; i++)
@@ -683,10 +939,17 @@ static xp_program *member_move(const xp_program *p, uint64_t *rng)
     qsort(mh, (size_t)q->part[h].size, sizeof(int), cmp_int);
     xp_program_assign(q, g, mg, NULL);
     xp_program_assign(q, h, mh, NULL);
+    /* The faster of the naive and the plain structured body for it. */
+    xp_program *s = structured(q, t, rng, 0);
     if (xp_naive_synthesize(q, NULL) < 0) {
         xp_program_free(q);
-        return NULL;
+        q = NULL;
     }
+    if (s && (!q || cost(s, t) < (q ? sim_cost(q, t) : INFINITY))) {
+        xp_program_free(q);
+        return s;
+    }
+    xp_program_free(s);
     return q;
 }
 
@@ -737,7 +1000,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     }
     double t0 = now_ms();
     xp_search_stats st = {0};
-    xp_program *cur = NULL, *best = NULL, *naive = NULL;
+    xp_program *cur = NULL, *best = NULL, *naive = NULL, *plain = NULL;
     char *late_buf = NULL;
     int rc;
     if (preamble->ngpus > t->ngpus)
@@ -761,6 +1024,38 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         goto fail;
     }
     uint64_t rng = o->seed * 0x2545f4914f6cdd1dULL + 0x9e3779b97f4a7c15ULL;
+    /* Structured starting programs (variant 0 the same for every seed,
+     * the others from a stream derived from the seed): the fastest valid
+     * one, if faster than naive, is where the search starts and restarts. */
+    uint64_t srng = o->seed * 0x5851f42d4c957f2dULL + 0x14057b7ef767814fULL;
+    xp_program *start = NULL;
+    double start_cost = INFINITY;
+    for (int v = 0; v < STRUCT_VARIANTS; v++) {
+        xp_program *s = structured(cur, t, &srng, v);
+        double c = s ? cost(s, t) : INFINITY;
+        if (c < start_cost * (1 - 1e-9)) {
+            xp_program_free(start);
+            start = s;
+            start_cost = c;
+        } else {
+            xp_program_free(s);
+        }
+    }
+    if (start && start_cost < best_cost * (1 - 1e-9)) {
+        plain = naive; /* restarts of kind 3 begin here */
+        naive = start; /* restarts of kind 0 begin here */
+        xp_program_free(cur);
+        xp_program_free(best);
+        cur = best = NULL;
+        if (!(cur = xp_program_copy(naive)) || !(best = xp_program_copy(naive))) {
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+            goto fail;
+        }
+        best_cost = start_cost;
+        cur_cost = naive_score = run_best = score(cur, t, &ignored);
+    } else {
+        xp_program_free(start);
+    }
     long since = 0;
     if (mark_late(cur, t, &late_buf) < 0) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
@@ -817,13 +1112,20 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         } else {
             xp_program_free(c);
         }
-        /* Stuck in this run: restart, in turn, from the naive program,
-         * from the best program, and (with size-declared partitions) from
-         * the naive program of a membership one swap away from the best
-         * one. The best program so far is kept. */
+        /* Stuck in this run: restart, in turn, from the starting program
+         * (`naive`: the structured one when it won), from the best
+         * program, and (with size-declared partitions) from the faster of
+         * the naive and structured bodies for a membership one swap away
+         * from the best one; every fourth restart, when the start was
+         * structured, from the plain naive program instead. The best
+         * program so far is kept. */
         if (++run_since >= RESTART_AFTER) {
             int kind = (int)(++restarts % (nby_size >= 2 ? 3 : 2));
-            xp_program *b = kind == 2 ? member_move(best, &rng) : xp_program_copy(kind ? best : naive);
+            if (plain && restarts % 4 == 3)
+                kind = 3;
+            xp_program *b = kind == 3   ? xp_program_copy(plain)
+                            : kind == 2 ? member_move(best, t, &rng)
+                                        : xp_program_copy(kind ? best : naive);
             if (b) {
                 xp_program_free(cur);
                 cur = b;
@@ -860,10 +1162,12 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         *stats = st;
     xp_program_free(cur);
     xp_program_free(naive);
+    xp_program_free(plain);
     *out = best;
     return 0;
 fail:
     xp_program_free(naive);
+    xp_program_free(plain);
     late = NULL;
     nlate_act = 0;
     free(late_buf);

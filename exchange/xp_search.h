@@ -7,7 +7,13 @@
  *      free sites already holding most of the bytes they need), then
  *      pairwise swaps of members between partitions while the naive
  *      program's simulated time improves;
- *   2. body: starting from the naive program, apply the guarded
+ *   2. start: besides the naive program, a structured one — per OUT
+ *      aggregate, copies outside its sites go to the best-connected one,
+ *      then its sites merge pairwise like recursive doubling, pairing
+ *      blocks of sites over the fastest routes (on the DGX-V100 this is
+ *      the paper's Ex. 5.3 program); several tie-breaking variants, the
+ *      fastest valid one kept if faster than naive;
+ *   3. body: starting from the better of the two, apply the guarded
  *      transformations of §5.4 — relay introduction / elimination, source
  *      substitution, aggregation pullup (X@r->s, Y@r->s => X+Y@r->s) and
  *      pushdown, multicast fusion / fission, partial local aggregation,

@@ -84,8 +84,65 @@ static void test_example_5_3_synth(void **state)
     xp_topo_free(t);
 }
 
+/* Ex. 5.3 at the default budget, made deterministic: a step budget of
+ * the size the default 80 ms budget reaches on a loaded 2-core machine
+ * (about 2,000 candidates), for several seeds. The structured starting
+ * program (exchange over the double links, then the single ones inside
+ * each group) is already the paper's 66.7 ms; the search must keep it. */
+static void test_example_5_3_default_budget_seeds(void **state)
+{
+    (void)state;
+    xp_program *pre = parse_ok(EX53_PRE);
+    xp_topology *t = topo("dgx-v100");
+    static const uint64_t seeds[] = {1, 2, 3, 5, 7, 8};
+    for (size_t k = 0; k < sizeof seeds / sizeof *seeds; k++) {
+        xp_search_opts o;
+        xp_search_opts_default(&o);
+        o.budget_ms = 0;
+        o.max_steps = 1500;
+        o.seed = seeds[k]; /* default patience */
+        xp_program *p = NULL;
+        xp_search_stats st;
+        ein_error err = {0};
+        if (xp_search(pre, t, &o, &p, &st, &err) != 0)
+            fail_msg("search: %s", err.msg);
+        assert_int_equal(xp_program_check(p, &err), 0);
+        double s;
+        assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+        assert_true(s == st.best_s);
+        int g1[4] = {0, 1, 4, 5}, g2[4] = {2, 3, 6, 7};
+        assert_memory_equal(p->part[0].member, g1, sizeof g1);
+        assert_memory_equal(p->part[1].member, g2, sizeof g2);
+        if (st.best_s * 1e3 > 67.0)
+            fail_msg("seed %llu: %.3f ms > 67 ms", (unsigned long long)seeds[k], st.best_s * 1e3);
+        xp_program_free(p);
+    }
+    xp_program_free(pre);
+    xp_topo_free(t);
+}
+
+/* The all-reduce of eight 1 GB atoms on the A100 switch: pairwise
+ * exchange (recursive doubling) beats gathering everything everywhere. */
+static void test_allreduce_a100(void **state)
+{
+    (void)state;
+    xp_program *pre = parse_ok("GPUS: 0, 1, 2, 3, 4, 5, 6, 7\n"
+                               "IN: A @ 0; B @ 1; C @ 2; D @ 3; E @ 4; F @ 5; G @ 6; H @ 7\n"
+                               "OUT: A+B+C+D+E+F+G+H @ 0, 1, 2, 3, 4, 5, 6, 7\n");
+    xp_topology *t = topo("dgx-a100");
+    xp_search_stats st;
+    xp_program *p = synth(pre, t, 300, 1, &st);
+    print_message("# A100 all-reduce: naive %.3f ms, synthesised %.3f ms\n", st.naive_s * 1e3,
+                  st.best_s * 1e3);
+    assert_true(st.best_s * 1.5 <= st.naive_s);
+    xp_program_free(p);
+    xp_program_free(pre);
+    xp_topo_free(t);
+}
+
 /* All-reduce of eight 1 GB atoms on the V100: naive sends 24 of its 56
- * transfers over the shared PCIe bridge; search is at least 5x faster. */
+ * transfers over the shared PCIe bridge; search is at least 15x faster
+ * (recursive doubling over the double links first: 90 ms). */
 static void test_allreduce_v100(void **state)
 {
     (void)state;
@@ -97,7 +154,7 @@ static void test_allreduce_v100(void **state)
     xp_program *p = synth(pre, t, 2000, 1, &st);
     print_message("# V100 all-reduce: naive %.3f ms, synthesised %.3f ms (%.1fx)\n",
                   st.naive_s * 1e3, st.best_s * 1e3, st.naive_s / st.best_s);
-    assert_true(st.naive_s >= 5 * st.best_s);
+    assert_true(st.naive_s >= 15 * st.best_s);
     xp_program_free(p);
     xp_program_free(pre);
     xp_topo_free(t);
@@ -255,7 +312,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_example_5_3_synth),
+        cmocka_unit_test(test_example_5_3_default_budget_seeds),
         cmocka_unit_test(test_allreduce_v100),
+        cmocka_unit_test(test_allreduce_a100),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_example_5_4_synth),
         cmocka_unit_test(test_property_random_preambles),
