@@ -37,9 +37,14 @@ fault() {
 }
 
 echo "1..16"
+# Under AddressSanitizer a SIGSEGV would be caught and reported by ASan
+# itself; let it kill the worker as it would in a normal build.
+saved_asan=${ASAN_OPTIONS-}
+export ASAN_OPTIONS="${saved_asan:+$saved_asan:}handle_segv=0"
 fault "crash (SIGSEGV) mid-run" 1:crash:3 \
     "device 1 (pid [0-9]*) was killed by signal 11 (Segmentation fault) in instruction 3 (" \
     -- --cpu 3 ffn.ein
+export ASAN_OPTIONS="$saved_asan"
 fault "kill -9 equivalent exit" 2:exit:2 \
     "device 2 (pid [0-9]*) exited with status 7 in instruction 2 (" -- --cpu 3 ffn.ein
 fault "hang is detected by heartbeats" 0:hang:1 \
