@@ -96,6 +96,60 @@ char *ein_box_format(const ein_box *b, char *buf, size_t len)
     return buf;
 }
 
+void ein_box_strides(const ein_box *b, int64_t *st)
+{
+    if (b->rank == 0)
+        return;
+    st[b->rank - 1] = 1;
+    for (int i = b->rank - 2; i >= 0; i--)
+        st[i] = st[i + 1] * (b->hi[i + 1] - b->lo[i + 1]);
+}
+
+int ein_box_walk(const ein_box *dst_box, const ein_box *src_box, const ein_box *region,
+                 int outer, ein_box_run_fn fn, void *ctx)
+{
+    int r = region->rank;
+    if (ein_box_empty(region))
+        return 0;
+    int64_t sst[EIN_MAX_RANK], dst_st[EIN_MAX_RANK], idx[EIN_MAX_RANK];
+    ein_box_strides(src_box, sst);
+    ein_box_strides(dst_box, dst_st);
+    for (int i = 0; i < r; i++)
+        idx[i] = region->lo[i];
+    for (;;) {
+        int64_t so = 0, dof = 0;
+        for (int i = 0; i < r; i++) {
+            so += (idx[i] - src_box->lo[i]) * sst[i];
+            dof += (idx[i] - dst_box->lo[i]) * dst_st[i];
+        }
+        int rc = fn(dof, so, ctx);
+        if (rc)
+            return rc;
+        int d = outer - 1;
+        while (d >= 0) {
+            if (++idx[d] < region->hi[d])
+                break;
+            idx[d] = region->lo[d];
+            d--;
+        }
+        if (d < 0)
+            return 0;
+    }
+}
+
+typedef struct copy_ctx {
+    char *dst;
+    const char *src;
+    size_t elem, run;
+} copy_ctx;
+
+static int copy_run(int64_t dst_off, int64_t src_off, void *ctx)
+{
+    copy_ctx *c = ctx;
+    memcpy(c->dst + dst_off * (int64_t)c->elem, c->src + src_off * (int64_t)c->elem, c->run);
+    return 0;
+}
+
 void ein_box_copy(void *dst, const ein_box *dst_box, const void *src,
                   const ein_box *src_box, const ein_box *region, size_t elem)
 {
@@ -106,33 +160,8 @@ void ein_box_copy(void *dst, const ein_box *dst_box, const void *src,
         memcpy(dst, src, elem);
         return;
     }
-    /* Strides (in elements) of both dense blocks. */
-    int64_t sst[EIN_MAX_RANK], dst_st[EIN_MAX_RANK];
-    sst[r - 1] = dst_st[r - 1] = 1;
-    for (int i = r - 2; i >= 0; i--) {
-        sst[i] = sst[i + 1] * (src_box->hi[i + 1] - src_box->lo[i + 1]);
-        dst_st[i] = dst_st[i + 1] * (dst_box->hi[i + 1] - dst_box->lo[i + 1]);
-    }
-    /* Merge the innermost run: copy contiguous rows of the last dimension. */
-    size_t run = (size_t)(region->hi[r - 1] - region->lo[r - 1]) * elem;
-    int64_t idx[EIN_MAX_RANK];
-    for (int i = 0; i < r; i++)
-        idx[i] = region->lo[i];
-    for (;;) {
-        int64_t so = 0, dof = 0;
-        for (int i = 0; i < r; i++) {
-            so += (idx[i] - src_box->lo[i]) * sst[i];
-            dof += (idx[i] - dst_box->lo[i]) * dst_st[i];
-        }
-        memcpy((char *)dst + dof * (int64_t)elem, (const char *)src + so * (int64_t)elem, run);
-        int d = r - 2;
-        while (d >= 0) {
-            if (++idx[d] < region->hi[d])
-                break;
-            idx[d] = region->lo[d];
-            d--;
-        }
-        if (d < 0)
-            break;
-    }
+    /* Runs of the last dimension are contiguous in both blocks. */
+    copy_ctx c = {.dst = dst, .src = src, .elem = elem,
+                  .run = (size_t)(region->hi[r - 1] - region->lo[r - 1]) * elem};
+    ein_box_walk(dst_box, src_box, region, r - 1, copy_run, &c);
 }

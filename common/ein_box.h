@@ -39,4 +39,16 @@ char *ein_box_format(const ein_box *b, char *buf, size_t len);
 void ein_box_copy(void *dst, const ein_box *dst_box, const void *src,
                   const ein_box *src_box, const ein_box *region, size_t elem);
 
+/* Row-major element strides of a dense block over `b`. */
+void ein_box_strides(const ein_box *b, int64_t *st);
+
+/* Visit `region` as runs: for every index of its first `outer` dimensions,
+ * call fn with the element offsets, in the dst and src blocks, of the
+ * first element of that run (the remaining dimensions form the run). Stops
+ * at and returns fn's first non-zero result. Backends use it to copy boxes
+ * with their own primitive (memcpy, cudaMemcpy2DAsync). */
+typedef int (*ein_box_run_fn)(int64_t dst_off, int64_t src_off, void *ctx);
+int ein_box_walk(const ein_box *dst_box, const ein_box *src_box, const ein_box *region,
+                 int outer, ein_box_run_fn fn, void *ctx);
+
 #endif

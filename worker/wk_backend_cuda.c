@@ -126,7 +126,24 @@ static int cu_copy(wk_backend *be, void *dst, const void *src, size_t bytes, ein
     return e == cudaSuccess ? 0 : cu_fail(err, e, "peer copy");
 }
 
-/* Rows of the last dimension as a 2-D copy per index of the outer ones. */
+/* A 2-D copy (rows of the last dimension) per index of the outer ones. */
+typedef struct box2d {
+    cuda_backend *c;
+    char *dst;
+    const char *src;
+    size_t elem, width, rows, dpitch, spitch;
+    cudaError_t e;
+} box2d;
+
+static int copy_2d(int64_t dst_off, int64_t src_off, void *ctx)
+{
+    box2d *b = ctx;
+    b->e = cudaMemcpy2DAsync(b->dst + dst_off * (int64_t)b->elem, b->dpitch,
+                             b->src + src_off * (int64_t)b->elem, b->spitch, b->width, b->rows,
+                             cudaMemcpyDeviceToDevice, b->c->stream);
+    return b->e != cudaSuccess;
+}
+
 static int cu_copy_box(wk_backend *be, void *dst, const ein_box *db, const void *src,
                        const ein_box *sb, const ein_box *region, size_t elem, ein_error *err)
 {
@@ -139,41 +156,15 @@ static int cu_copy_box(wk_backend *be, void *dst, const ein_box *db, const void 
         return e == cudaSuccess ? 0 : cu_fail(err, e, "copy");
     }
     int64_t sst[EIN_MAX_RANK], dst_st[EIN_MAX_RANK];
-    sst[r - 1] = dst_st[r - 1] = 1;
-    for (int i = r - 2; i >= 0; i--) {
-        sst[i] = sst[i + 1] * (sb->hi[i + 1] - sb->lo[i + 1]);
-        dst_st[i] = dst_st[i + 1] * (db->hi[i + 1] - db->lo[i + 1]);
-    }
-    size_t width = (size_t)(region->hi[r - 1] - region->lo[r - 1]) * elem;
-    size_t rows = r >= 2 ? (size_t)(region->hi[r - 2] - region->lo[r - 2]) : 1;
-    size_t spitch = r >= 2 ? (size_t)sst[r - 2] * elem : width;
-    size_t dpitch = r >= 2 ? (size_t)dst_st[r - 2] * elem : width;
-    int outer = r - 2;
-    int64_t idx[EIN_MAX_RANK];
-    for (int i = 0; i < r; i++)
-        idx[i] = region->lo[i];
-    for (;;) {
-        int64_t so = 0, dof = 0;
-        for (int i = 0; i < r; i++) {
-            so += (idx[i] - sb->lo[i]) * sst[i];
-            dof += (idx[i] - db->lo[i]) * dst_st[i];
-        }
-        cudaError_t e = cudaMemcpy2DAsync((char *)dst + dof * (int64_t)elem, dpitch,
-                                          (const char *)src + so * (int64_t)elem, spitch, width,
-                                          rows, cudaMemcpyDeviceToDevice, c->stream);
-        if (e != cudaSuccess)
-            return cu_fail(err, e, "box copy");
-        int d = outer - 1;
-        while (d >= 0) {
-            if (++idx[d] < region->hi[d])
-                break;
-            idx[d] = region->lo[d];
-            d--;
-        }
-        if (d < 0)
-            break;
-    }
-    return 0;
+    ein_box_strides(sb, sst);
+    ein_box_strides(db, dst_st);
+    box2d b = {.c = c, .dst = dst, .src = src, .elem = elem, .e = cudaSuccess};
+    b.width = (size_t)(region->hi[r - 1] - region->lo[r - 1]) * elem;
+    b.rows = r >= 2 ? (size_t)(region->hi[r - 2] - region->lo[r - 2]) : 1;
+    b.spitch = r >= 2 ? (size_t)sst[r - 2] * elem : b.width;
+    b.dpitch = r >= 2 ? (size_t)dst_st[r - 2] * elem : b.width;
+    ein_box_walk(db, sb, region, r >= 2 ? r - 2 : 0, copy_2d, &b);
+    return b.e == cudaSuccess ? 0 : cu_fail(err, b.e, "box copy");
 }
 
 static int cu_upload(wk_backend *be, void *dst, const void *host, size_t bytes, ein_error *err)
