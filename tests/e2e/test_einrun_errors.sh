@@ -50,7 +50,7 @@ expect() {
     fi
 }
 
-echo "1..27"
+echo "1..29"
 expect "help"                 0 "usage: einrun"                     -- --help
 expect "no program"           2 "no program given"                  --
 expect "missing program"      2 "nosuch.ein"                        -- --cpu 2 nosuch.ein
@@ -72,6 +72,8 @@ expect "binding without ="    2 "expected NAME=FILE.npy"            -- --cpu 2 -
 expect "unknown output"       2 "saves no tensor named 'z'"         -- --cpu 2 --output z=z.npy ffn.ein
 expect "bad selector"         2 "expected dp, greedy or random"     -- --cpu 2 --selector best ffn.ein
 expect "unwritable output"    2 "cannot write nodir/y.npy"          -- --cpu 2 --output y=nodir/y.npy ffn.ein
+expect "cuda backend, no GPU"  2 "einrun: --backend cuda: "        -- --gpus 0-1 --backend cuda ffn.ein
+expect "bad backend"          2 "--backend 'tpu': expected cpu or cuda" -- --gpus 0 --backend tpu ffn.ein
 expect "no plan"              2 "operator 'y' (matmul at line 3.*no join-agg spec for 4 devices" -- --cpu 4 tiny.ein
 expect "worker cannot start"  1 "device [0-9] (pid [0-9]*) exited with status 1 at startup" -- --cpu 3 --worker /bin/false ffn.ein
 expect "worker crashes"       1 "device [0-9] (pid [0-9]*) was killed by signal 9" -- --cpu 3 --worker ./crash.sh ffn.ein
@@ -80,5 +82,5 @@ expect "worker hangs"         1 "device [0-9] (pid [0-9]*) sent no heartbeat for
 took=$(( $(date +%s) - start ))
 if [ "$took" -le 6 ]; then ok "hang detected in ${took}s (<= 6)"; else not_ok "hang detected in ${took}s, expected <= 6"; fi
 expect "success with file"    0 "saved y \[37, 24\] f32 to y.npy"    -- --cpu 3 --input x=x_ok.npy ffn.ein
-[ "$n" -eq 27 ] || echo "# planned 27 tests but ran $n"
+[ "$n" -eq 29 ] || echo "# planned 29 tests but ran $n"
 exit 0
