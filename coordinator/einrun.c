@@ -209,8 +209,8 @@ static void explain(const pl_graph *g, const pl_plan *plan)
         pl_index idx[PL_MAX_INDICES];
         char spec[256];
         pl_op_indices(g, v, idx, NULL);
-        fprintf(stderr, "  %-12s %-24s repartition %.0f  join %.0f  aggregation %.0f\n",
-                pl_graph_node(g, v)->name, pl_spec_format(&c->spec, idx, spec, sizeof spec),
+        fprintf(stderr, "  %-12s %-32s repartition %.0f  join %.0f  aggregation %.0f\n",
+                pl_graph_node(g, v)->name, pl_spec_format_labels(&c->spec, idx, spec, sizeof spec),
                 c->repart, c->join, c->agg);
     }
 }
