@@ -18,6 +18,7 @@
 #include "exchange/xp_topo.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
+#include "planner/rewrite/pl_rewrite.h"
 
 #define MAX_DEVICES 64
 #define MAX_BINDINGS 256
@@ -61,6 +62,11 @@ static void usage(FILE *f)
 "  --search-budget-ms N time for the synthesis of each exchange (default: 20).\n"
 "  --plan-seed S        seed of the random selector (default: 1).\n"
 "  --explain            print the chosen spec and costs of every operator.\n"
+"  --rewrite            rewrite the graph by equality saturation first (matmul\n"
+"                       order, merged projections), then plan the cheapest\n"
+"                       equivalent graph; prints what changed on stderr.\n"
+"  --weights A,B,...    the inputs that are weights, for --rewrite's cost.\n"
+"  --ilp                --rewrite extracts with CBC's ILP.\n"
 "Measuring:\n"
 "  --iterations N       run the plan N times after the warm-up and report the\n"
 "                       per-iteration time (min / median) and, per device, the\n"
@@ -233,7 +239,8 @@ int main(int argc, char **argv)
     double worker_timeout = 60, timeout = 0;
     const char *worker_opt = NULL, *trace_path = NULL, *log_dir = NULL, *wrapper = NULL;
     int iterations = 1, warmup = 0, log_level = 1, wrapper_device = -1, debug_device = -1;
-    int manual = 0, search = 1, want_cuda = 0;
+    int manual = 0, search = 1, want_cuda = 0, rewrite = 0, ilp = 0;
+    const char *weights = NULL;
     const char *topo_arg = NULL;
     double budget_ms = 20;
     binding inputs[MAX_BINDINGS], outputs[MAX_BINDINGS];
@@ -262,6 +269,9 @@ int main(int argc, char **argv)
         {"manual-workers", no_argument, 0, 'U'},
         {"schedule", required_argument, 0, 'H'},
         {"backend", required_argument, 0, 'K'},
+        {"rewrite", no_argument, 0, 'Y'},
+        {"weights", required_argument, 0, 'Z'},
+        {"ilp", no_argument, 0, 'L'},
         {"topology", required_argument, 0, 'O'},
         {"search-budget-ms", required_argument, 0, 'Q'},
         {"verbose", no_argument, 0, 'v'},
@@ -388,6 +398,9 @@ int main(int argc, char **argv)
             search = !strcmp(optarg, "search");
             break;
         case 'O': topo_arg = optarg; break;
+        case 'Y': rewrite = 1; break;
+        case 'Z': weights = optarg; break;
+        case 'L': ilp = 1; break;
         case 'K':
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
                 fprintf(stderr, "einrun: --backend '%s': expected cpu or cuda\n", optarg);
@@ -443,6 +456,24 @@ int main(int argc, char **argv)
     if (pl_ein_parse_file(path, &g, &err) < 0) {
         fprintf(stderr, "einrun: %s\n", err.msg);
         goto done;
+    }
+    if (rewrite) {
+        pl_rewrite_opts rwo = {.ilp = ilp};
+        pl_rewrite_stats rst;
+        char **w = NULL;
+        pl_graph *rg = NULL;
+        int rc = weights ? pl_rewrite_weights_parse(weights, &w, &err) : 0;
+        rwo.weights = (const char *const *)w;
+        if (rc == 0)
+            rc = pl_rewrite(g, &rwo, &rg, &rst, &err);
+        pl_rewrite_weights_free(w);
+        if (rc < 0) {
+            fprintf(stderr, "einrun: --rewrite: %s\n", err.msg);
+            goto done;
+        }
+        pl_rewrite_report(stderr, rg, &rst);
+        pl_graph_free(g);
+        g = rg;
     }
     in_path = calloc((size_t)g->nnodes, sizeof *in_path);
     out_path = calloc((size_t)g->nnodes, sizeof *out_path);

@@ -16,13 +16,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planner/rewrite/pl_rewrite.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: einplan --devices P [--selector dp|greedy|random] [--seed S] "
-               "[--linear-paths] [--json] [--dot] plan.ein\n");
+    fprintf(f,
+            "usage: einplan --devices P [--selector dp|greedy|random] [--seed S]\n"
+            "               [--linear-paths] [--rewrite [--weights A,B,...] [--ilp]]\n"
+            "               [--json | --dot] plan.ein\n"
+            "\n"
+            "Prints the plan for P devices: per operator its split (interval counts per\n"
+            "dim), the output tiling and the repartition / join / aggregation costs.\n"
+            "  --rewrite   first rewrite the graph by equality saturation (matmul order,\n"
+            "              merged projections) and plan the cheapest equivalent graph;\n"
+            "              --weights names the inputs that are weights (weight-only\n"
+            "              work is free), --ilp extracts with CBC's ILP.\n");
 }
 
 /* "8x1" grid of the output tiling: distinct intervals per dim. */
@@ -159,10 +169,14 @@ int main(int argc, char **argv)
         {"json", no_argument, NULL, 'j'},
         {"dot", no_argument, NULL, 'd'},
         {"linear-paths", no_argument, NULL, 'l'},
+        {"rewrite", no_argument, NULL, 'r'},
+        {"weights", required_argument, NULL, 'w'},
+        {"ilp", no_argument, NULL, 'i'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int p = 0, json = 0, dot = 0, c;
+    int p = 0, json = 0, dot = 0, rewrite = 0, ilp = 0, c;
+    const char *weights = NULL;
     pl_selector sel = PL_SELECT_DP;
     pl_plan_opts opts = {0};
     uint64_t seed = 1;
@@ -193,6 +207,9 @@ int main(int argc, char **argv)
         case 'j': json = 1; break;
         case 'd': dot = 1; break;
         case 'l': opts.linear_paths = 1; break;
+        case 'r': rewrite = 1; break;
+        case 'w': weights = optarg; break;
+        case 'i': ilp = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -210,6 +227,26 @@ int main(int argc, char **argv)
     if (pl_ein_parse_file(path, &g, &err) < 0) {
         fprintf(stderr, "einplan: %s\n", err.msg);
         return 1;
+    }
+    if (rewrite) {
+        /* Equality saturation first: plan the cheapest equivalent graph. */
+        pl_rewrite_opts ro = {.ilp = ilp};
+        pl_rewrite_stats st;
+        char **w = NULL;
+        pl_graph *out = NULL;
+        int rc = weights ? pl_rewrite_weights_parse(weights, &w, &err) : 0;
+        ro.weights = (const char *const *)w;
+        if (rc == 0)
+            rc = pl_rewrite(g, &ro, &out, &st, &err);
+        pl_rewrite_weights_free(w);
+        if (rc < 0) {
+            fprintf(stderr, "einplan: --rewrite: %s\n", err.msg);
+            pl_graph_free(g);
+            return 1;
+        }
+        pl_rewrite_report(json || dot ? stderr : stdout, out, &st);
+        pl_graph_free(g);
+        g = out;
     }
     if (pl_plan_make_opts(g, p, sel, seed, &opts, &plan, &err) < 0) {
         fprintf(stderr, "einplan: %s: %s\n", path, err.msg);

@@ -102,8 +102,9 @@ static void check_output(const char *path, const double *ref, int r, int c)
     free(data);
 }
 
-/* --schedule for the next runs (NULL: einrun's default, search). */
-static const char *schedule;
+/* --schedule for the next runs (NULL: einrun's default, search), and one
+ * more option (NULL: none). */
+static const char *schedule, *extra;
 
 static void run_einrun(const char *program, int ndev, int as_file, const char **names,
                        int nin, int use_gpus_flag)
@@ -129,6 +130,8 @@ static void run_einrun(const char *program, int ndev, int as_file, const char **
         argv[a++] = "--schedule";
         argv[a++] = (char *)schedule;
     }
+    if (extra)
+        argv[a++] = (char *)extra;
     char bind[8][64];
     for (int i = 0; as_file && i < nin; i++) {
         snprintf(bind[i], sizeof bind[i], "%s=%s.npy", names[i], names[i]);
@@ -212,6 +215,51 @@ static void naive_schedule(void **s)
     schedule = NULL;
 }
 
+/* A left-deep 4-matrix chain whose best order is A((BC)D): --rewrite
+ * reorders it, and the result must not change. */
+static const char *CHAIN4 =
+    "dims a=21 b=5 c=40 d=3 e=17\n"
+    "input A[a, b]\n"
+    "input B[b, c]\n"
+    "input C[c, d]\n"
+    "input D[d, e]\n"
+    "ab = matmul(A, B)\n"
+    "abc = matmul(ab, C)\n"
+    "y = matmul(abc, D)\n"
+    "save y\n";
+
+static void chain4_case(int ndev)
+{
+    const char *prog = e2e_write_file("chain4.ein", CHAIN4);
+    const char *names[] = {"A", "B", "C", "D"};
+    double *A = make_input("A", 21, 5, 1, 7), *B = make_input("B", 5, 40, 1, 7);
+    double *C = make_input("C", 40, 3, 1, 7), *D = make_input("D", 3, 17, 1, 7);
+    double *ab = malloc(sizeof(double) * 21 * 40), *abc = malloc(sizeof(double) * 21 * 3);
+    double *y = malloc(sizeof(double) * 21 * 17);
+    matmul_ref(A, B, ab, 21, 5, 40);
+    matmul_ref(ab, C, abc, 21, 40, 3);
+    matmul_ref(abc, D, y, 21, 3, 17);
+    run_einrun(prog, ndev, 1, names, 4, 0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/y.npy", e2e_scratch());
+    check_output(path, y, 21, 17);
+    unlink(path);
+    free(A), free(B), free(C), free(D), free(ab), free(abc), free(y);
+}
+
+/* The graph rewritten by equality saturation before planning must still
+ * compute the same result. */
+static void rewritten(void **s)
+{
+    (void)s;
+    extra = "--rewrite";
+    for (int p = 1; p <= 4; p++) {
+        chain4_case(p);
+        ffn_case(p, 0, 0);
+    }
+    extra = NULL;
+}
+
 static void ffn_gpus_flag_4(void **s)
 {
     (void)s;
@@ -235,6 +283,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         ENTRY(1), ENTRY(2), ENTRY(3), ENTRY(4), ENTRY(5), ENTRY(6), ENTRY(7), ENTRY(8),
         cmocka_unit_test(naive_schedule),
+        cmocka_unit_test(rewritten),
         cmocka_unit_test(ffn_gpus_flag_4),
     };
     return cmocka_run_group_tests_name("e2e_compute", tests, NULL, teardown);

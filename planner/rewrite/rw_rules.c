@@ -1,0 +1,948 @@
+/* planner/rewrite/rw_rules.c — rule files, their compiled patterns,
+ * e-matching, the backoff scheduler and the saturation loop.
+ *
+ * Rule text (docs/rewrite.md):
+ *   (rule NAME LHS RHS)
+ *   (multi NAME (LHS1 LHS2) (RHS1 RHS2))
+ *   pattern := ?var | (OP PARAM... PATTERN...)
+ *   OP: matmul (0 params, 2 children), add (0, 2), concat (1: axis, 1..16),
+ *       slice (3: axis start end, 1)
+ *   PARAM := INT | ?ivar | (dim ?var AXIS) | (+ PARAM PARAM) | (- PARAM PARAM)
+ * `#` or `;` starts a comment. Integer variables are bound on the left;
+ * `dim` and arithmetic appear on the right only. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "planner/rewrite/pl_rewrite.h"
+#include "planner/rewrite/rw_egraph.h"
+
+#define RW_MAX_VARS 16
+#define RW_PAT_MAX_NODES 32
+#define RW_NAME_MAX 64
+
+enum { PX_LIT, PX_VAR, PX_DIM, PX_ADD, PX_SUB };
+
+typedef struct rw_pexpr {
+    int kind;
+    int64_t v;   /* LIT: value; DIM: axis */
+    int var;     /* VAR, DIM */
+    int a, b;    /* ADD, SUB: sub-expressions */
+} rw_pexpr;
+
+typedef struct rw_pat {
+    int var;                  /* >= 0: a class variable */
+    int op, np, nch;
+    int pe[RW_MAX_PARAMS];    /* expressions */
+    int ch[PL_MAX_INPUTS];    /* patterns */
+} rw_pat;
+
+typedef struct rw_rule {
+    char name[RW_NAME_MAX];
+    char where[EIN_PATH_MAX + 32];   /* "file:line:col" */
+    int multi;
+    int lhs[2], rhs[2];
+    int nvars;
+    char var_name[RW_MAX_VARS][RW_NAME_MAX];
+    int var_int[RW_MAX_VARS];        /* integer (parameter) variable */
+    uint32_t vars_of[2];             /* variables of lhs[0], lhs[1] */
+    int times_banned, banned_until;  /* backoff scheduler */
+} rw_rule;
+
+struct pl_rw_rules {
+    rw_rule *rules;
+    int n, cap;
+    rw_pat *pats;
+    int npats, cap_pats;
+    rw_pexpr *ex;
+    int nex, cap_ex;
+};
+
+/* ---- tokenizer and parser ------------------------------------------- */
+
+typedef struct rw_parser {
+    const char *s, *fname;
+    size_t pos;
+    int line, col;
+    char tok[RW_NAME_MAX];
+    int tline, tcol;
+    int kind; /* 0 end, '(' ')', 'a' atom */
+    pl_rw_rules *r;
+    rw_rule *rule;
+    ein_error *err;
+} rw_parser;
+
+static int perr(rw_parser *p, int code, int line, int col, const char *fmt, const char *arg)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, fmt, arg);
+    return ein_fail_at(p->err, code, p->fname, line, col, "%s", msg);
+}
+
+static int next(rw_parser *p)
+{
+    for (;;) {
+        char c = p->s[p->pos];
+        if (c == '\n') {
+            p->pos++, p->line++, p->col = 1;
+        } else if (c == ' ' || c == '\t' || c == '\r') {
+            p->pos++, p->col++;
+        } else if (c == '#' || c == ';') {
+            while (p->s[p->pos] && p->s[p->pos] != '\n')
+                p->pos++;
+        } else
+            break;
+    }
+    p->tline = p->line;
+    p->tcol = p->col;
+    char c = p->s[p->pos];
+    if (!c)
+        return p->kind = 0;
+    if (c == '(' || c == ')') {
+        p->pos++, p->col++;
+        return p->kind = c;
+    }
+    size_t n = 0;
+    while ((c = p->s[p->pos]) && c != '(' && c != ')' && c != ' ' && c != '\t' && c != '\n' &&
+           c != '\r' && c != '#' && c != ';') {
+        if ((unsigned char)c < 0x21 || (unsigned char)c > 0x7e) {
+            char code[8];
+            snprintf(code, sizeof code, "%u", (unsigned char)c);
+            return perr(p, EIN_EPARSE, p->line, p->col, "unexpected character (byte %s)", code);
+        }
+        if (n + 1 >= sizeof p->tok)
+            return perr(p, EIN_EPARSE, p->tline, p->tcol, "token too long%s", "");
+        p->tok[n++] = c;
+        p->pos++, p->col++;
+    }
+    p->tok[n] = '\0';
+    return p->kind = 'a';
+}
+
+static int expect(rw_parser *p, int kind, const char *what)
+{
+    int rc = next(p);
+    if (rc < 0)
+        return rc;
+    if (p->kind != kind)
+        return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected %s", what);
+    return 0;
+}
+
+static int grow(void **arr, int *cap, int n, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    int c = *cap ? 2 * *cap : 16;
+    void *q = realloc(*arr, (size_t)c * elem);
+    if (!q)
+        return EIN_ENOMEM;
+    *arr = q;
+    *cap = c;
+    return 0;
+}
+
+static int parse_int(const char *t, int64_t *v)
+{
+    char *end;
+    if (!t[0])
+        return 0;
+    long long x = strtoll(t, &end, 10);
+    if (*end || ((t[0] < '0' || t[0] > '9') && !(t[0] == '-' && t[1] >= '0' && t[1] <= '9')))
+        return 0;
+    *v = x;
+    return 1;
+}
+
+/* Find or (on the left) create variable `name`; `is_int` its kind. */
+static int var_ref(rw_parser *p, const char *name, int is_int, int lhs)
+{
+    rw_rule *ru = p->rule;
+    for (int i = 0; i < ru->nvars; i++)
+        if (strcmp(ru->var_name[i], name) == 0) {
+            if (ru->var_int[i] != is_int)
+                return perr(p, EIN_EPARSE, p->tline, p->tcol,
+                            "variable %s is used both as a tensor and as an integer", name);
+            return i;
+        }
+    if (!lhs)
+        return perr(p, EIN_EPARSE, p->tline, p->tcol,
+                    "variable %s is not bound by the left side", name);
+    if (ru->nvars == RW_MAX_VARS)
+        return perr(p, EIN_EPARSE, p->tline, p->tcol, "too many variables (at %s)", name);
+    snprintf(ru->var_name[ru->nvars], RW_NAME_MAX, "%s", name);
+    ru->var_int[ru->nvars] = is_int;
+    return ru->nvars++;
+}
+
+static int new_ex(rw_parser *p, rw_pexpr e)
+{
+    if (grow((void **)&p->r->ex, &p->r->cap_ex, p->r->nex, sizeof e) < 0)
+        return ein_fail(p->err, EIN_ENOMEM, "rules: out of memory");
+    p->r->ex[p->r->nex] = e;
+    return p->r->nex++;
+}
+
+/* A parameter; the current token is its first. */
+static int parse_param(rw_parser *p, int lhs)
+{
+    int64_t v;
+    if (p->kind == 'a' && parse_int(p->tok, &v))
+        return new_ex(p, (rw_pexpr){.kind = PX_LIT, .v = v});
+    if (p->kind == 'a' && p->tok[0] == '?') {
+        int var = var_ref(p, p->tok, 1, lhs);
+        return var < 0 ? var : new_ex(p, (rw_pexpr){.kind = PX_VAR, .var = var});
+    }
+    if (p->kind != '(')
+        return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected a parameter, found '%s'",
+                    p->kind == 'a' ? p->tok : ")");
+    int rc, line = p->tline, col = p->tcol;
+    if ((rc = expect(p, 'a', "dim, + or -")) < 0)
+        return rc;
+    if (lhs)
+        return perr(p, EIN_EPARSE, line, col, "parameter expressions (%s) are for the right "
+                    "side; bind an integer variable on the left", p->tok);
+    rw_pexpr e = {0};
+    if (strcmp(p->tok, "dim") == 0) {
+        if ((rc = expect(p, 'a', "a tensor variable")) < 0)
+            return rc;
+        if (p->tok[0] != '?')
+            return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected a tensor variable, found %s",
+                        p->tok);
+        if ((e.var = var_ref(p, p->tok, 0, 0)) < 0)
+            return e.var;
+        if ((rc = expect(p, 'a', "an axis")) < 0)
+            return rc;
+        if (!parse_int(p->tok, &e.v) || e.v < 0 || e.v >= EIN_MAX_RANK)
+            return perr(p, EIN_EPARSE, p->tline, p->tcol, "bad axis %s", p->tok);
+        e.kind = PX_DIM;
+    } else if (strcmp(p->tok, "+") == 0 || strcmp(p->tok, "-") == 0) {
+        e.kind = p->tok[0] == '+' ? PX_ADD : PX_SUB;
+        if ((rc = next(p)) < 0 || (e.a = parse_param(p, lhs)) < 0)
+            return rc < 0 ? rc : e.a;
+        if ((rc = next(p)) < 0 || (e.b = parse_param(p, lhs)) < 0)
+            return rc < 0 ? rc : e.b;
+    } else
+        return perr(p, EIN_EPARSE, p->tline, p->tcol, "unknown parameter function %s", p->tok);
+    if ((rc = expect(p, ')', "')'")) < 0)
+        return rc;
+    return new_ex(p, e);
+}
+
+/* A pattern; the current token is its first. Returns its index. */
+static int parse_pat(rw_parser *p, int lhs, int *budget)
+{
+    rw_pat pat = {.var = -1};
+    int rc, line = p->tline, col = p->tcol;
+    if (--*budget < 0)
+        return perr(p, EIN_EPARSE, line, col, "pattern too large (over %s nodes)", "32");
+    if (p->kind == 'a') {
+        if (p->tok[0] != '?')
+            return perr(p, EIN_EPARSE, line, col, "expected ?variable or '(', found %s", p->tok);
+        if ((pat.var = var_ref(p, p->tok, 0, lhs)) < 0)
+            return pat.var;
+    } else if (p->kind == '(') {
+        if ((rc = expect(p, 'a', "an operator")) < 0)
+            return rc;
+        pat.op = rw_op_by_name(p->tok);
+        if (pat.op < 0)
+            return perr(p, EIN_EPARSE, p->tline, p->tcol,
+                        "unknown operator %s (known: matmul, add, concat, slice)", p->tok);
+        pat.np = pat.op == RW_CONCAT ? 1 : pat.op == RW_SLICE ? 3 : 0;
+        for (int i = 0; i < pat.np; i++) {
+            if ((rc = next(p)) < 0 || (pat.pe[i] = parse_param(p, lhs)) < 0)
+                return rc < 0 ? rc : pat.pe[i];
+        }
+        for (;;) {
+            if ((rc = next(p)) < 0)
+                return rc;
+            if (p->kind == ')')
+                break;
+            if (p->kind == 0)
+                return perr(p, EIN_EPARSE, line, col, "unclosed '(' of %s", rw_op_name(pat.op));
+            if (pat.nch == PL_MAX_INPUTS)
+                return perr(p, EIN_EPARSE, p->tline, p->tcol, "too many operands%s", "");
+            int c = parse_pat(p, lhs, budget);
+            if (c < 0)
+                return c;
+            pat.ch[pat.nch++] = c;
+        }
+        int want = pat.op == RW_SLICE ? 1 : pat.op == RW_CONCAT ? -1 : 2;
+        if ((want > 0 && pat.nch != want) || pat.nch < 1) {
+            char m[128];
+            snprintf(m, sizeof m, "%s takes %d params and %s operand(s), found %d operand(s)",
+                     rw_op_name(pat.op), pat.np, want > 0 ? (want == 1 ? "1" : "2") : "1..16",
+                     pat.nch);
+            return perr(p, EIN_EPARSE, line, col, "%s", m);
+        }
+    } else
+        return perr(p, EIN_EPARSE, line, col, "expected a pattern, found %s",
+                    p->kind == ')' ? "')'" : "the end of the file");
+    if (grow((void **)&p->r->pats, &p->r->cap_pats, p->r->npats, sizeof pat) < 0)
+        return ein_fail(p->err, EIN_ENOMEM, "rules: out of memory");
+    p->r->pats[p->r->npats] = pat;
+    return p->r->npats++;
+}
+
+static uint32_t pat_vars(const pl_rw_rules *r, int pi)
+{
+    const rw_pat *pt = &r->pats[pi];
+    if (pt->var >= 0)
+        return 1u << pt->var;
+    uint32_t m = 0;
+    for (int i = 0; i < pt->np; i++)
+        if (r->ex[pt->pe[i]].kind == PX_VAR)
+            m |= 1u << r->ex[pt->pe[i]].var;
+    for (int i = 0; i < pt->nch; i++)
+        m |= pat_vars(r, pt->ch[i]);
+    return m;
+}
+
+/* ---- shape check at load -------------------------------------------- */
+
+static int eval_ex(const pl_rw_rules *r, int ei, const int64_t *vals, const rw_class *shapes,
+                   int64_t *out)
+{
+    const rw_pexpr *e = &r->ex[ei];
+    int64_t a, b;
+    switch (e->kind) {
+    case PX_LIT: *out = e->v; return 0;
+    case PX_VAR: *out = vals[e->var]; return 0;
+    case PX_DIM:
+        if (e->v >= shapes[e->var].rank)
+            return EIN_ESHAPE;
+        *out = shapes[e->var].shape[e->v];
+        return 0;
+    default:
+        if (eval_ex(r, e->a, vals, shapes, &a) < 0 || eval_ex(r, e->b, vals, shapes, &b) < 0)
+            return EIN_ESHAPE;
+        *out = e->kind == PX_ADD ? a + b : a - b;
+        return 0;
+    }
+}
+
+static int eval_shape(const pl_rw_rules *r, int pi, const int64_t *vals, const rw_class *shapes,
+                      rw_class *out)
+{
+    const rw_pat *pt = &r->pats[pi];
+    if (pt->var >= 0) {
+        *out = shapes[pt->var];
+        return 0;
+    }
+    rw_class ch[PL_MAX_INPUTS];
+    const rw_class *cp[PL_MAX_INPUTS];
+    int64_t prm[RW_MAX_PARAMS] = {0};
+    for (int i = 0; i < pt->nch; i++) {
+        if (eval_shape(r, pt->ch[i], vals, shapes, &ch[i]) < 0)
+            return EIN_ESHAPE;
+        cp[i] = &ch[i];
+    }
+    for (int i = 0; i < pt->np; i++)
+        if (eval_ex(r, pt->pe[i], vals, shapes, &prm[i]) < 0)
+            return EIN_ESHAPE;
+    return rw_infer(pt->op, prm, pt->nch, cp, out, NULL);
+}
+
+static int same_shape(const rw_class *a, const rw_class *b)
+{
+    return a->rank == b->rank && a->dtype == b->dtype &&
+           memcmp(a->shape, b->shape, (size_t)a->rank * sizeof a->shape[0]) == 0;
+}
+
+/* Every variable a matrix with dims in {2,3,5}, every integer variable in
+ * 0..3: where the left side type-checks, the right side must too, to the
+ * same shape, and the left side must type-check at least once. */
+static int check_rule(pl_rw_rules *r, rw_rule *ru, ein_error *err)
+{
+    static const int64_t dims[3] = {2, 3, 5};
+    int nt = 0, ni = 0;
+    for (int i = 0; i < ru->nvars; i++)
+        ru->var_int[i] ? ni++ : nt++;
+    double combos = 1;
+    for (int i = 0; i < nt; i++)
+        combos *= 9;
+    for (int i = 0; i < ni; i++)
+        combos *= 4;
+    if (combos > 2e6)
+        return ein_fail(err, EIN_ESHAPE, "%s: rule %s: too many variables to shape-check",
+                        ru->where, ru->name);
+    long total = (long)combos, ok = 0;
+    rw_class shapes[RW_MAX_VARS];
+    int64_t vals[RW_MAX_VARS];
+    for (long k = 0; k < total; k++) {
+        long x = k;
+        for (int i = 0; i < ru->nvars; i++) {
+            memset(&shapes[i], 0, sizeof shapes[i]);
+            vals[i] = 0;
+            if (ru->var_int[i]) {
+                vals[i] = x % 4, x /= 4;
+            } else {
+                shapes[i].rank = 2;
+                shapes[i].dtype = EIN_F32;
+                shapes[i].shape[0] = dims[x % 3], x /= 3;
+                shapes[i].shape[1] = dims[x % 3], x /= 3;
+            }
+        }
+        rw_class l[2], rr;
+        int nl = ru->multi ? 2 : 1, lok = 1;
+        for (int j = 0; j < nl && lok; j++)
+            lok = eval_shape(r, ru->lhs[j], vals, shapes, &l[j]) == 0;
+        if (!lok)
+            continue;
+        ok++;
+        for (int j = 0; j < nl; j++) {
+            if (eval_shape(r, ru->rhs[j], vals, shapes, &rr) < 0)
+                return ein_fail(err, EIN_ESHAPE, "%s: rule %s: the right side%s does not "
+                                "type-check where the left side does", ru->where, ru->name,
+                                ru->multi ? (j ? " 2" : " 1") : "");
+            if (!same_shape(&l[j], &rr))
+                return ein_fail(err, EIN_ESHAPE, "%s: rule %s: the right side%s has shape "
+                                "%lldx%lld where the left side has %lldx%lld", ru->where,
+                                ru->name, ru->multi ? (j ? " 2" : " 1") : "",
+                                (long long)rr.shape[0], (long long)rr.shape[1],
+                                (long long)l[j].shape[0], (long long)l[j].shape[1]);
+        }
+    }
+    if (ok == 0)
+        return ein_fail(err, EIN_ESHAPE, "%s: rule %s: the left side never type-checks",
+                        ru->where, ru->name);
+    return 0;
+}
+
+static int parse_rule(rw_parser *p)
+{
+    int rc, line = p->tline, col = p->tcol, budget = RW_PAT_MAX_NODES;
+    pl_rw_rules *r = p->r;
+    if (grow((void **)&r->rules, &r->cap, r->n, sizeof *r->rules) < 0)
+        return ein_fail(p->err, EIN_ENOMEM, "rules: out of memory");
+    rw_rule *ru = &r->rules[r->n];
+    memset(ru, 0, sizeof *ru);
+    p->rule = ru;
+    snprintf(ru->where, sizeof ru->where, "%s:%d:%d", p->fname, line, col);
+    if ((rc = expect(p, 'a', "rule or multi")) < 0)
+        return rc;
+    if (strcmp(p->tok, "multi") == 0)
+        ru->multi = 1;
+    else if (strcmp(p->tok, "rule") != 0)
+        return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected rule or multi, found %s", p->tok);
+    if ((rc = expect(p, 'a', "a rule name")) < 0)
+        return rc;
+    if (p->tok[0] == '?')
+        return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected a rule name, found %s", p->tok);
+    snprintf(ru->name, sizeof ru->name, "%s", p->tok);
+    for (int i = 0; i < r->n; i++)
+        if (strcmp(r->rules[i].name, ru->name) == 0)
+            return perr(p, EIN_EPARSE, p->tline, p->tcol, "rule %s defined twice", ru->name);
+    for (int side = 0; side < 2; side++) {
+        int *dst = side ? ru->rhs : ru->lhs;
+        if (ru->multi && (rc = expect(p, '(', "'(' opening two patterns")) < 0)
+            return rc;
+        for (int j = 0; j < (ru->multi ? 2 : 1); j++) {
+            if ((rc = next(p)) < 0)
+                return rc;
+            if (ru->multi && p->kind == ')')
+                return perr(p, EIN_EPARSE, p->tline, p->tcol, "a multi rule needs two patterns "
+                            "on each side%s", "");
+            if ((dst[j] = parse_pat(p, !side, &budget)) < 0)
+                return dst[j];
+        }
+        if (ru->multi && (rc = expect(p, ')', "')' after two patterns")) < 0)
+            return rc;
+    }
+    if ((rc = expect(p, ')', "')' closing the rule")) < 0)
+        return rc;
+    for (int j = 0; j < (ru->multi ? 2 : 1); j++)
+        if (r->pats[ru->lhs[j]].var >= 0)
+            return ein_fail(p->err, EIN_EPARSE, "%s: rule %s: a left side must be an operator, "
+                            "not a bare variable", ru->where, ru->name);
+    ru->vars_of[0] = pat_vars(r, ru->lhs[0]);
+    ru->vars_of[1] = ru->multi ? pat_vars(r, ru->lhs[1]) : 0;
+    if ((rc = check_rule(r, ru, p->err)) < 0)
+        return rc;
+    r->n++;
+    return 0;
+}
+
+static int parse_into(pl_rw_rules *r, const char *text, const char *fname, ein_error *err)
+{
+    rw_parser p = {.s = text, .fname = fname, .line = 1, .col = 1, .r = r, .err = err};
+    int rc;
+    for (;;) {
+        if ((rc = next(&p)) < 0)
+            return rc;
+        if (p.kind == 0)
+            return 0;
+        if (p.kind != '(')
+            return perr(&p, EIN_EPARSE, p.tline, p.tcol, "expected '(' starting a rule%s", "");
+        if ((rc = parse_rule(&p)) < 0)
+            return rc;
+    }
+}
+
+int pl_rw_rules_parse(const char *text, const char *fname, pl_rw_rules **out, ein_error *err)
+{
+    pl_rw_rules *r = calloc(1, sizeof *r);
+    if (!r)
+        return ein_fail(err, EIN_ENOMEM, "rules: out of memory");
+    int rc = parse_into(r, text, fname ? fname : "<rules>", err);
+    if (rc < 0) {
+        pl_rw_rules_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+static int read_file(const char *path, char **out, ein_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ein_fail(err, EIN_EIO, "%s: cannot open rule file", path);
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *b = cap > (1u << 24) ? NULL : realloc(buf, cap *= 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = b;
+        }
+        size_t k = fread(buf + n, 1, cap - n - 1, f);
+        n += k;
+        if (k == 0)
+            break;
+    }
+    fclose(f);
+    if (!buf)
+        return ein_fail(err, EIN_ENOMEM, "%s: rule file too large or out of memory", path);
+    buf[n] = '\0';
+    if (strlen(buf) != n) {
+        free(buf);
+        return ein_fail(err, EIN_EPARSE, "%s: rule file contains a NUL byte", path);
+    }
+    *out = buf;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int pl_rw_rules_load(const char *path, pl_rw_rules **out, ein_error *err)
+{
+    pl_rw_rules *r = calloc(1, sizeof *r);
+    if (!r)
+        return ein_fail(err, EIN_ENOMEM, "rules: out of memory");
+    int rc = 0;
+    char *text = NULL;
+    DIR *d = opendir(path);
+    if (!d) {
+        if ((rc = read_file(path, &text, err)) == 0)
+            rc = parse_into(r, text, path, err);
+        free(text);
+    } else {
+        char **names = NULL;
+        int n = 0, cap = 0;
+        struct dirent *e;
+        while ((e = readdir(d)) && rc == 0) {
+            size_t l = strlen(e->d_name);
+            if (l < 7 || strcmp(e->d_name + l - 6, ".rules") != 0 || e->d_name[0] == '.')
+                continue;
+            if (grow((void **)&names, &cap, n, sizeof *names) < 0 ||
+                !(names[n] = malloc(strlen(path) + l + 2)))
+                rc = ein_fail(err, EIN_ENOMEM, "rules: out of memory");
+            else
+                sprintf(names[n++], "%s/%s", path, e->d_name);
+        }
+        closedir(d);
+        if (n > 1)
+            qsort(names, (size_t)n, sizeof *names, cmp_str);
+        for (int i = 0; i < n && rc == 0; i++) {
+            if ((rc = read_file(names[i], &text, err)) == 0)
+                rc = parse_into(r, text, names[i], err);
+            free(text);
+            text = NULL;
+        }
+        for (int i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        if (rc == 0 && n == 0)
+            rc = ein_fail(err, EIN_EIO, "%s: no .rules file in this folder", path);
+    }
+    if (rc < 0) {
+        pl_rw_rules_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+int pl_rw_rules_count(const pl_rw_rules *r) { return r ? r->n : 0; }
+
+void pl_rw_rules_free(pl_rw_rules *r)
+{
+    if (!r)
+        return;
+    free(r->rules);
+    free(r->pats);
+    free(r->ex);
+    free(r);
+}
+
+/* ---- e-matching ------------------------------------------------------- */
+
+typedef struct rw_subst {
+    int64_t v[RW_MAX_VARS];
+    uint32_t bound;
+    int root;
+} rw_subst;
+
+typedef struct rw_mvec { rw_subst *v; int n, cap; } rw_mvec;
+
+typedef struct rw_mctx {
+    rw_egraph *eg;
+    const pl_rw_rules *r;
+    rw_mvec *out;
+    int limit;       /* stop collecting beyond this many */
+    int nomem;
+} rw_mctx;
+
+#define RW_STACK 64
+
+/* Match the pairs (pats[i], cls[i]) under *s; every full match is added. */
+static void ematch(rw_mctx *m, const int *pats, const int *cls, int n, rw_subst *s)
+{
+    if (m->out->n > m->limit || m->nomem)
+        return;
+    if (n == 0) {
+        if (grow((void **)&m->out->v, &m->out->cap, m->out->n, sizeof *s) < 0) {
+            m->nomem = 1;
+            return;
+        }
+        m->out->v[m->out->n++] = *s;
+        return;
+    }
+    const rw_pat *pt = &m->r->pats[pats[0]];
+    int c = rw_find(m->eg, cls[0]);
+    if (pt->var >= 0) {
+        if (s->bound & (1u << pt->var)) {
+            if (rw_find(m->eg, (int)s->v[pt->var]) == c)
+                ematch(m, pats + 1, cls + 1, n - 1, s);
+            return;
+        }
+        s->bound |= 1u << pt->var;
+        s->v[pt->var] = c;
+        ematch(m, pats + 1, cls + 1, n - 1, s);
+        s->bound &= ~(1u << pt->var);
+        return;
+    }
+    if (n - 1 + pt->nch > RW_STACK)
+        return;
+    int np[RW_STACK], nc[RW_STACK];
+    memcpy(np + pt->nch, pats + 1, (size_t)(n - 1) * sizeof *np);
+    memcpy(nc + pt->nch, cls + 1, (size_t)(n - 1) * sizeof *nc);
+    for (int i = 0; i < pt->nch; i++)
+        np[i] = pt->ch[i];
+    const rw_ivec *nodes = &m->eg->classes[c].nodes;
+    for (int k = 0; k < nodes->n; k++) {
+        const rw_node *nd = &m->eg->nodes[nodes->v[k]];
+        if (nd->dead || nd->op != pt->op || nd->nch != pt->nch)
+            continue;
+        uint32_t saved = s->bound;
+        int ok = 1;
+        for (int i = 0; i < pt->np && ok; i++) {
+            const rw_pexpr *e = &m->r->ex[pt->pe[i]];
+            if (e->kind == PX_LIT)
+                ok = nd->p[i] == e->v;
+            else if (s->bound & (1u << e->var))
+                ok = nd->p[i] == s->v[e->var];
+            else {
+                s->bound |= 1u << e->var;
+                s->v[e->var] = nd->p[i];
+            }
+        }
+        if (ok) {
+            for (int i = 0; i < pt->nch; i++)
+                nc[i] = nd->ch[i];
+            ematch(m, np, nc, n - 1 + pt->nch, s);
+        }
+        s->bound = saved;
+    }
+}
+
+static int search(rw_egraph *eg, const pl_rw_rules *r, int pat, int limit, rw_mvec *out)
+{
+    rw_mctx m = {.eg = eg, .r = r, .out = out, .limit = limit};
+    for (int c = 0; c < eg->nclasses && out->n <= limit && !m.nomem; c++) {
+        if (eg->uf[c] != c)
+            continue;
+        rw_subst s = {.root = c};
+        ematch(&m, &pat, &c, 1, &s);
+    }
+    return m.nomem ? EIN_ENOMEM : 0;
+}
+
+/* ---- applying --------------------------------------------------------- */
+
+/* A parameter under a match: DIM reads the shape of the variable's class. */
+static int eval_ex_eg(rw_egraph *eg, const pl_rw_rules *r, int ei, const rw_subst *s,
+                      int64_t *out)
+{
+    const rw_pexpr *e = &r->ex[ei];
+    int64_t a, b;
+    switch (e->kind) {
+    case PX_LIT: *out = e->v; return 0;
+    case PX_VAR: *out = s->v[e->var]; return 0;
+    case PX_DIM: {
+        const rw_class *c = &eg->classes[rw_find(eg, (int)s->v[e->var])];
+        if (e->v >= c->rank)
+            return EIN_ESHAPE;
+        *out = c->shape[e->v];
+        return 0;
+    }
+    default:
+        if (eval_ex_eg(eg, r, e->a, s, &a) < 0 || eval_ex_eg(eg, r, e->b, s, &b) < 0)
+            return EIN_ESHAPE;
+        *out = e->kind == PX_ADD ? a + b : a - b;
+        return 0;
+    }
+}
+
+/* Build a right side under *s; returns its class or a negative code
+ * (EIN_ESHAPE: the target does not type-check and is not added). */
+static int instantiate(rw_egraph *eg, const pl_rw_rules *r, int pi, const rw_subst *s,
+                       ein_error *err)
+{
+    const rw_pat *pt = &r->pats[pi];
+    if (pt->var >= 0)
+        return rw_find(eg, (int)s->v[pt->var]);
+    rw_node n = {.op = pt->op, .nch = pt->nch};
+    for (int i = 0; i < pt->nch; i++) {
+        int c = instantiate(eg, r, pt->ch[i], s, err);
+        if (c < 0)
+            return c;
+        n.ch[i] = c;
+    }
+    for (int i = 0; i < pt->np; i++)
+        if (eval_ex_eg(eg, r, pt->pe[i], s, &n.p[i]) < 0)
+            return ein_fail(err, EIN_ESHAPE, "rewrite: parameter out of range");
+    return rw_add(eg, &n, err);
+}
+
+/* Apply one (single or joined) match; counts into *st. */
+static int apply_one(rw_egraph *eg, const rw_rule *ru, const pl_rw_rules *r, const rw_subst *s,
+                     const int *roots, pl_rewrite_stats *st, ein_error *err)
+{
+    int n = ru->multi ? 2 : 1, cls[2];
+    ein_error scratch = {0};
+    /* Shape-check every target before adding anything that merges. */
+    for (int j = 0; j < n; j++) {
+        cls[j] = instantiate(eg, r, ru->rhs[j], s, &scratch);
+        if (cls[j] == EIN_ESHAPE) {
+            st->rejected++;
+            return 0;
+        }
+        if (cls[j] < 0)
+            return ein_fail(err, cls[j], "%s", scratch.msg);
+    }
+    for (int j = 0; j < n; j++) {
+        int rc = rw_union(eg, roots[j], cls[j], err);
+        if (rc < 0)
+            return ein_error_prefix(err, "rule %s (%s)", ru->name, ru->where);
+        st->applied += rc;
+    }
+    return 0;
+}
+
+static uint64_t key_of(rw_egraph *eg, const rw_subst *s, uint32_t shared)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int v = 0; v < RW_MAX_VARS; v++)
+        if (shared & (1u << v))
+            h = (h ^ (uint64_t)rw_find(eg, (int)s->v[v])) * 1099511628211ull;
+    return h;
+}
+
+/* Join the matches of a multi rule on their shared variables (hash join)
+ * and apply each pair; *npairs counts the pairs. Stops past `limit`. */
+static int apply_multi(rw_egraph *eg, const rw_rule *ru, const pl_rw_rules *r, rw_mvec *ma,
+                       rw_mvec *mb, long limit, int dry, long *npairs, pl_rewrite_stats *st,
+                       ein_error *err)
+{
+    uint32_t shared = ru->vars_of[0] & ru->vars_of[1];
+    int cap = 1;
+    while (cap < 2 * mb->n + 2)
+        cap *= 2;
+    int *head = malloc((size_t)cap * sizeof *head), *nxt = malloc(((size_t)mb->n + 1) * sizeof *nxt);
+    uint64_t *key = malloc(((size_t)mb->n + 1) * sizeof *key);
+    int rc = 0;
+    if (!head || !nxt || !key) {
+        rc = ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
+        goto out;
+    }
+    memset(head, 0xff, (size_t)cap * sizeof *head);
+    for (int i = 0; i < mb->n; i++) {
+        key[i] = key_of(eg, &mb->v[i], shared);
+        size_t b = key[i] & (size_t)(cap - 1);
+        nxt[i] = head[b];
+        head[b] = i;
+    }
+    *npairs = 0;
+    for (int i = 0; i < ma->n && rc == 0; i++) {
+        uint64_t k = key_of(eg, &ma->v[i], shared);
+        for (int j = head[k & (size_t)(cap - 1)]; j >= 0 && rc == 0; j = nxt[j]) {
+            if (key[j] != k)
+                continue;
+            const rw_subst *a = &ma->v[i], *b = &mb->v[j];
+            int same = 1;
+            for (int v = 0; v < RW_MAX_VARS && same; v++)
+                if (shared & (1u << v))
+                    same = ru->var_int[v] ? a->v[v] == b->v[v]
+                                          : rw_find(eg, (int)a->v[v]) == rw_find(eg, (int)b->v[v]);
+            if (!same || rw_find(eg, a->root) == rw_find(eg, b->root))
+                continue;
+            if (++*npairs > limit)
+                goto out;
+            if (dry)
+                continue;
+            rw_subst m = *a;
+            for (int v = 0; v < RW_MAX_VARS; v++)
+                if (b->bound & (1u << v)) {
+                    m.v[v] = b->v[v];
+                    m.bound |= 1u << v;
+                }
+            int roots[2] = {a->root, b->root};
+            rc = apply_one(eg, ru, r, &m, roots, st, err);
+        }
+    }
+out:
+    free(head);
+    free(nxt);
+    free(key);
+    return rc;
+}
+
+/* ---- the saturation loop ---------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+const char *pl_rewrite_stop_name(pl_rewrite_stop s)
+{
+    switch (s) {
+    case PL_RW_SATURATED: return "saturated";
+    case PL_RW_ITER_LIMIT: return "iteration limit";
+    case PL_RW_NODE_LIMIT: return "e-node limit";
+    case PL_RW_TIME_LIMIT: return "time limit";
+    }
+    return "?";
+}
+
+int rw_saturate(rw_egraph *eg, pl_rw_rules *r, const pl_rewrite_opts *o, pl_rewrite_stats *st,
+                ein_error *err)
+{
+    int iter_limit = o->iter_limit > 0 ? o->iter_limit : 30;
+    int node_limit = o->node_limit > 0 ? o->node_limit : 100000;
+    double time_limit = o->time_limit_s > 0 ? o->time_limit_s : 1.0;
+    int k_multi = o->k_multi == 0 ? 1 : o->k_multi < 0 ? 0 : o->k_multi;
+    int match_limit = o->match_limit > 0 ? o->match_limit : 1000;
+    int ban_length = o->ban_length > 0 ? o->ban_length : 5;
+    double t0 = now_s();
+    int rc = 0;
+    rw_mvec *m = calloc((size_t)r->n * 2 + 1, sizeof *m);
+    if (!m)
+        return ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
+    for (int i = 0; i < r->n; i++)
+        r->rules[i].times_banned = r->rules[i].banned_until = 0;
+    st->stop = PL_RW_ITER_LIMIT;
+    int iter;
+    for (iter = 0; iter < iter_limit; iter++) {
+        if (now_s() - t0 > time_limit) {
+            st->stop = PL_RW_TIME_LIMIT;
+            break;
+        }
+        int nodes0 = eg->nnodes;
+        long applied0 = st->applied;
+        int banned = 0;
+        /* Search every rule first, then apply (as egg does). */
+        for (int i = 0; i < r->n && rc == 0; i++) {
+            rw_rule *ru = &r->rules[i];
+            m[2 * i].n = m[2 * i + 1].n = 0;
+            if (ru->multi && iter >= k_multi)
+                continue;
+            if (ru->banned_until > iter) {
+                banned = 1;
+                continue;
+            }
+            long threshold = (long)match_limit << ru->times_banned;
+            for (int j = 0; j < (ru->multi ? 2 : 1) && rc == 0; j++)
+                rc = search(eg, r, ru->lhs[j], (int)threshold, &m[2 * i + j]);
+            if (rc < 0) {
+                rc = ein_fail(err, rc, "rewrite: out of memory");
+                break;
+            }
+            long count = m[2 * i].n;
+            if (ru->multi && rc == 0)
+                rc = apply_multi(eg, ru, r, &m[2 * i], &m[2 * i + 1], threshold, 1, &count, st,
+                                 err);
+            if (count > threshold) { /* backoff: ban, longer each time */
+                ru->banned_until = iter + (ban_length << ru->times_banned);
+                ru->times_banned++;
+                m[2 * i].n = m[2 * i + 1].n = 0;
+                banned = 1;
+            }
+        }
+        for (int i = 0; i < r->n && rc == 0; i++) {
+            rw_rule *ru = &r->rules[i];
+            if (ru->multi) {
+                long np;
+                if (m[2 * i].n > 0)
+                    rc = apply_multi(eg, ru, r, &m[2 * i], &m[2 * i + 1], 1L << 40, 0, &np, st,
+                                     err);
+            } else
+                for (int k = 0; k < m[2 * i].n && rc == 0; k++)
+                    rc = apply_one(eg, ru, r, &m[2 * i].v[k], &m[2 * i].v[k].root, st, err);
+            if (eg->nlive > node_limit || now_s() - t0 > time_limit)
+                break;
+        }
+        if (rc == 0)
+            rc = rw_egraph_rebuild(eg, err);
+        if (rc < 0)
+            break;
+        if (eg->nlive > node_limit) {
+            st->stop = PL_RW_NODE_LIMIT;
+            iter++;
+            break;
+        }
+        if (now_s() - t0 > time_limit) {
+            st->stop = PL_RW_TIME_LIMIT;
+            iter++;
+            break;
+        }
+        if (eg->nnodes == nodes0 && st->applied == applied0) {
+            if (!banned) {
+                st->stop = PL_RW_SATURATED;
+                iter++;
+                break;
+            }
+            for (int i = 0; i < r->n; i++) /* nothing else to do: lift the bans */
+                r->rules[i].banned_until = 0;
+        }
+    }
+    st->iterations = iter;
+    st->saturate_s = now_s() - t0;
+    for (int i = 0; i < 2 * r->n; i++)
+        free(m[i].v);
+    free(m);
+    return rc;
+}
