@@ -458,7 +458,12 @@ int main(int argc, char **argv)
         goto done;
     }
     if (rewrite) {
-        pl_rewrite_opts rwo = {.ilp = ilp};
+        /* The rewriter's roofline uses the machine's peak and HBM bandwidth. */
+        if (load_topology(topo_arg, ndev, &topo, &err) < 0) {
+            fprintf(stderr, "einrun: --topology %s: %s\n", topo_arg ? topo_arg : "host", err.msg);
+            goto done;
+        }
+        pl_rewrite_opts rwo = {.ilp = ilp, .peak_flops = topo->peak, .hbm_bw = topo->hbm};
         pl_rewrite_stats rst;
         char **w = NULL;
         pl_graph *rg = NULL;
@@ -592,7 +597,7 @@ int main(int argc, char **argv)
             goto done;
         }
     }
-    if (load_topology(topo_arg, ndev, &topo, &err) < 0) {
+    if (!topo && load_topology(topo_arg, ndev, &topo, &err) < 0) {
         fprintf(stderr, "einrun: --topology %s: %s\n", topo_arg ? topo_arg : "host", err.msg);
         status = 2;
         goto done;

@@ -86,6 +86,25 @@ static int parse_bw(const char *num, const char *unit, double *bw)
     return 0;
 }
 
+/* Dense 16-bit matrix throughput, for the rewriter's roofline. */
+static int parse_flops(const char *num, const char *unit, double *f)
+{
+    char *end;
+    double v = strtod(num, &end);
+    if (*end || !(v > 0) || !unit)
+        return -1;
+    if (strcmp(unit, "PFLOP/s") == 0)
+        v *= 1e15;
+    else if (strcmp(unit, "TFLOP/s") == 0)
+        v *= 1e12;
+    else if (strcmp(unit, "GFLOP/s") == 0)
+        v *= 1e9;
+    else
+        return -1;
+    *f = v;
+    return 0;
+}
+
 static int parse_int(const char *s, int *v)
 {
     char *end;
@@ -141,6 +160,9 @@ int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_err
                 BAD("expected: gpus N (1..4096)");
             if (!(t->link = calloc((size_t)t->ngpus * (size_t)t->ngpus, sizeof *t->link)))
                 BAD("out of memory");
+        } else if (strcmp(w[0], "peak") == 0) {
+            if (nw != 3 || parse_flops(w[1], w[2], &t->peak) < 0)
+                BAD("expected: peak RATE UNIT (PFLOP/s, TFLOP/s or GFLOP/s)");
         } else if (strcmp(w[0], "hbm") == 0) {
             if (nw != 3 || parse_bw(w[1], w[2], &t->hbm) < 0)
                 BAD("expected: hbm BANDWIDTH UNIT (TB/s, GB/s or MB/s)");
@@ -183,7 +205,7 @@ int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_err
             } else
                 BAD("expected: rest direct | rest none | rest via NAME");
         } else {
-            BAD("unknown statement '%s' (name, gpus, hbm, port, link, shared, rest)", w[0]);
+            BAD("unknown statement '%s' (name, gpus, hbm, peak, port, link, shared, rest)", w[0]);
         }
 #undef BAD
     }

@@ -12,6 +12,7 @@
  *   name dgx-v100
  *   gpus 8
  *   hbm 900 GB/s            # per GPU
+ *   peak 125 TFLOP/s        # optional: dense 16-bit FLOP/s per GPU
  *   port 450 GB/s           # optional: egress and ingress per GPU
  *   link 0 3 50 GB/s        # point-to-point, this much in each direction
  *   shared pcie 15.75 GB/s  # a resource every route through it shares
@@ -31,6 +32,8 @@ typedef struct xp_topology {
     char name[64];
     int ngpus;
     double hbm;          /* bytes/s, per GPU */
+    double peak;         /* dense 16-bit FLOP/s per GPU (optional, 0: unknown);
+                            used by the rewriter's roofline, not the simulator */
     double port;         /* bytes/s per direction per GPU; 0: no port limit */
     double *link;        /* ngpus*ngpus, [s*ngpus+d] bytes/s s->d; 0: no link */
     int nshared;

@@ -14,6 +14,7 @@ static const char *const texts[] = {
     "name dgx-a100\n"
     "gpus 8\n"
     "hbm 1.555 TB/s\n"
+    "peak 312 TFLOP/s\n"
     "port 300 GB/s\n"
     "rest direct\n",
     /* dgx-h100 */
@@ -22,6 +23,7 @@ static const char *const texts[] = {
     "name dgx-h100\n"
     "gpus 8\n"
     "hbm 3.35 TB/s\n"
+    "peak 989 TFLOP/s\n"
     "port 450 GB/s\n"
     "rest direct\n",
     /* hgx-h200 */
@@ -30,6 +32,7 @@ static const char *const texts[] = {
     "name hgx-h200\n"
     "gpus 8\n"
     "hbm 4.8 TB/s\n"
+    "peak 989 TFLOP/s\n"
     "port 450 GB/s\n"
     "rest direct\n",
     /* dgx-v100 */
@@ -40,6 +43,7 @@ static const char *const texts[] = {
     "name dgx-v100\n"
     "gpus 8\n"
     "hbm 900 GB/s\n"
+    "peak 125 TFLOP/s\n"
     "link 0 3 50 GB/s\n"
     "link 0 4 50 GB/s\n"
     "link 1 2 50 GB/s\n"
@@ -64,6 +68,7 @@ static const char *const texts[] = {
     "name gb200-nvl72\n"
     "gpus 72\n"
     "hbm 8 TB/s\n"
+    "peak 2.25 PFLOP/s\n"
     "port 900 GB/s\n"
     "rest direct\n",
     /* host */
@@ -73,6 +78,7 @@ static const char *const texts[] = {
     "name host\n"
     "gpus 8\n"
     "hbm 20 GB/s\n"
+    "peak 80 GFLOP/s\n"
     "port 20 GB/s\n"
     "shared membus 80 GB/s\n"
     "rest via membus\n",

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exchange/xp_topo.h"
 #include "planner/rewrite/pl_rewrite.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
@@ -24,7 +25,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: einplan --devices P [--selector dp|greedy|random] [--seed S]\n"
-            "               [--linear-paths] [--rewrite [--weights A,B,...] [--ilp]]\n"
+            "               [--linear-paths] [--rewrite [--weights A,B,...] [--ilp] [--topology T]]\n"
             "               [--json | --dot] plan.ein\n"
             "\n"
             "Prints the plan for P devices: per operator its split (interval counts per\n"
@@ -32,7 +33,9 @@ static void usage(FILE *f)
             "  --rewrite   first rewrite the graph by equality saturation (matmul order,\n"
             "              merged projections) and plan the cheapest equivalent graph;\n"
             "              --weights names the inputs that are weights (weight-only\n"
-            "              work is free), --ilp extracts with CBC's ILP.\n");
+            "              work is free), --ilp extracts with CBC's ILP, --topology T takes\n"
+            "              the roofline's peak and HBM bandwidth from machine T\n"
+            "              (default: H100 figures).\n");
 }
 
 /* "8x1" grid of the output tiling: distinct intervals per dim. */
@@ -172,11 +175,12 @@ int main(int argc, char **argv)
         {"rewrite", no_argument, NULL, 'r'},
         {"weights", required_argument, NULL, 'w'},
         {"ilp", no_argument, NULL, 'i'},
+        {"topology", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int p = 0, json = 0, dot = 0, rewrite = 0, ilp = 0, c;
-    const char *weights = NULL;
+    const char *weights = NULL, *topo_arg = NULL;
     pl_selector sel = PL_SELECT_DP;
     pl_plan_opts opts = {0};
     uint64_t seed = 1;
@@ -210,6 +214,7 @@ int main(int argc, char **argv)
         case 'r': rewrite = 1; break;
         case 'w': weights = optarg; break;
         case 'i': ilp = 1; break;
+        case 't': topo_arg = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -234,11 +239,19 @@ int main(int argc, char **argv)
         pl_rewrite_stats st;
         char **w = NULL;
         pl_graph *out = NULL;
-        int rc = weights ? pl_rewrite_weights_parse(weights, &w, &err) : 0;
+        xp_topology *topo = NULL;
+        int rc = topo_arg ? xp_topo_load(topo_arg, &topo, &err) : 0;
+        if (topo) {
+            ro.peak_flops = topo->peak;
+            ro.hbm_bw = topo->hbm;
+        }
+        if (rc == 0 && weights)
+            rc = pl_rewrite_weights_parse(weights, &w, &err);
         ro.weights = (const char *const *)w;
         if (rc == 0)
             rc = pl_rewrite(g, &ro, &out, &st, &err);
         pl_rewrite_weights_free(w);
+        xp_topo_free(topo);
         if (rc < 0) {
             fprintf(stderr, "einplan: --rewrite: %s\n", err.msg);
             pl_graph_free(g);

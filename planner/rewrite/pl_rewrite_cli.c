@@ -44,7 +44,7 @@ void pl_rewrite_report(FILE *f, const pl_graph *after, const pl_rewrite_stats *s
             pl_rewrite_stop_name(st->stop), st->iterations, st->enodes, st->eclasses,
             1e3 * st->saturate_s, 1e3 * st->extract_s,
             st->ilp_optimal ? " (ILP: optimal)" : st->ilp_improved ? " (ILP improved)" : "");
-    fprintf(f, "rewrite: roofline cost %.3f ms -> %.3f ms, %.4g -> %.4g GFLOP at run time\n",
+    fprintf(f, "rewrite: roofline cost %.4g ms -> %.4g ms, %.4g -> %.4g GFLOP at run time\n",
             1e3 * st->cost_before, 1e3 * st->cost_after, 1e-9 * st->flops_before,
             1e-9 * st->flops_after);
     for (int v = 0; v < after->nnodes; v++) {
