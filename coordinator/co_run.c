@@ -433,6 +433,35 @@ static void cleanup(run *r)
     free(r->w);
 }
 
+/* A run that fails because a worker died, or because a message to one could
+ * not be sent (it is going away), is best explained by the worker itself:
+ * an ERROR it sent before exiting beats its exit status, and its death
+ * beats a failed send. Look for either for up to a second. Failures that
+ * already carry a worker's own account are left alone. */
+static void explain_failure(run *r, co_worker_stats *stats, int shutting_down, ein_error *err)
+{
+    if (!err || strstr(err->msg, ") failed ") || strstr(err->msg, "malformed"))
+        return;
+    int have_death = strstr(err->msg, ") was killed") || strstr(err->msg, ") exited with");
+    double until = ein_now_s() + 1.0;
+    for (double left = 1.0; left > 0; left = until - ein_now_s()) {
+        zmq_pollitem_t it = {.socket = r->router, .events = ZMQ_POLLIN};
+        if (zmq_poll(&it, 1, (long)((left < 0.05 ? left : 0.05) * 1000) + 1) > 0) {
+            ein_error late = {0};
+            if (handle_message(r, stats, &late) < 0 && late.code == EIN_EWORKER &&
+                strstr(late.msg, ") failed ")) {
+                *err = late;
+                return;
+            }
+        }
+        ein_error death = {0};
+        if (!have_death && reap(r, shutting_down, &death) < 0) {
+            *err = death;
+            have_death = 1;
+        }
+    }
+}
+
 /* Join the workers' trace files into one Chrome-trace JSON array (a failed
  * run gets a trace too: it shows where each device was). */
 static int merge_trace(run *r, ein_error *err)
@@ -535,24 +564,11 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
         while ((got = handle_message(&r, stats, err)) != 0)
             if (got < 0) {
                 rc = got;
+                explain_failure(&r, stats, shutting_down, err);
                 goto out;
             }
         if ((rc = reap(&r, shutting_down, err)) < 0) {
-            /* A worker that failed on its own sent an ERROR before exiting,
-             * which explains more than its exit status: give it a moment. */
-            double until = ein_now_s() + 1.0;
-            for (double left = 1.0; left > 0; left = until - ein_now_s()) {
-                ein_error late = {0};
-                zmq_pollitem_t it = {.socket = r.router, .events = ZMQ_POLLIN};
-                if (zmq_poll(&it, 1, (long)(left * 1000) + 1) <= 0)
-                    break;
-                int got = handle_message(&r, stats, &late);
-                if (got < 0 && late.code == EIN_EWORKER && strstr(late.msg, ") failed ")) {
-                    if (err)
-                        *err = late;
-                    break;
-                }
-            }
+            explain_failure(&r, stats, shutting_down, err);
             goto out;
         }
         double t = ein_now_s();
@@ -570,8 +586,10 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
                 r.t_iter = ein_now_s();
                 for (int d = 0; d < ndev; d++) {
                     r.w[d].phase = W_STARTED;
-                    if ((rc = send_to(&r, d, &st, err)) < 0)
+                    if ((rc = send_to(&r, d, &st, err)) < 0) {
+                        explain_failure(&r, stats, shutting_down, err);
                         goto out;
+                    }
                 }
             } else if (all_done) {
                 ein_msg sd = {.type = EIN_MSG_SHUTDOWN};

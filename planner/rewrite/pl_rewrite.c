@@ -130,6 +130,20 @@ static int is_matmul(const pl_node *n)
     return n->kind == PL_EINSUM && n->ninputs == 2 && strcmp(n->kernel.subscripts, "ij,jk->ik") == 0;
 }
 
+/* The scalar of a unary operator as an e-node parameter: its bits, with
+ * the scalar zeroed for the functions that do not read it (so relu(x) is
+ * one e-node whatever the builder left there). */
+static int64_t rw_scalar_bits(const pl_node *s)
+{
+    double v = (s->kernel.unary == EIN_UN_SCALE || s->kernel.unary == EIN_UN_ADDC)
+                   ? s->kernel.scalar : 0.0;
+    int64_t b;
+    if (v == 0.0)
+        v = 0.0; /* -0.0 -> 0.0 */
+    memcpy(&b, &v, sizeof b);
+    return b;
+}
+
 static int to_egraph(rw_egraph *eg, const pl_graph *g, int *cls, ein_error *err)
 {
     for (int i = 0; i < g->nnodes; i++) {
@@ -143,6 +157,14 @@ static int to_egraph(rw_egraph *eg, const pl_graph *g, int *cls, ein_error *err)
             n.op = RW_MATMUL;
         else if (s->kind == PL_BINARY && s->kernel.binary == EIN_BIN_ADD)
             n.op = RW_ADD;
+        else if (s->kind == PL_BINARY && (int)s->kernel.binary >= 0 &&
+                 s->kernel.binary < EIN_BIN_COUNT)
+            n.op = RW_BINARY, n.p[0] = s->kernel.binary;
+        else if (s->kind == PL_UNARY && (int)s->kernel.unary >= 0 && s->kernel.unary < EIN_UN_COUNT)
+            n.op = RW_UNARY, n.p[0] = s->kernel.unary, n.p[1] = rw_scalar_bits(s);
+        else if (s->kind == PL_EINSUM && s->ninputs == 1 && s->rank == 2 &&
+                 strcmp(s->kernel.subscripts, "ij->ji") == 0)
+            n.op = RW_TRANSPOSE;
         else if (s->kind == PL_CONCAT)
             n.op = RW_CONCAT, n.p[0] = s->kernel.axis;
         else if (s->kind == PL_SLICE)
@@ -246,7 +268,7 @@ static rw_cost enode_cost(const rw_egraph *eg, const rw_node *n, const rw_roof *
     if (n->op == RW_MATMUL) {
         const rw_class *a = &eg->classes[rw_find_const(eg, n->ch[0])];
         flops = 2.0 * (double)a->shape[0] * (double)a->shape[1] * (double)out->shape[1];
-    } else if (n->op == RW_ADD) {
+    } else if (n->op == RW_ADD || n->op == RW_UNARY || n->op == RW_BINARY) {
         flops = vol_bytes(out->dtype, out->rank, out->shape) / (double)ein_dtype_size(out->dtype);
     } else if (n->op == RW_OPAQUE) {
         const pl_node *s = &eg->src->nodes[n->p[0]];
@@ -603,6 +625,18 @@ static int emit(rw_emit *e, int c, ein_error *err)
     case RW_CONCAT:
         id = pl_graph_add_concat(e->out, name, (int)n->p[0], ins, n->nch, err);
         break;
+    case RW_UNARY: {
+        double v;
+        memcpy(&v, &n->p[1], sizeof v);
+        id = pl_graph_add_unary(e->out, name, (ein_unary)n->p[0], v, ins[0], err);
+        break;
+    }
+    case RW_BINARY:
+        id = pl_graph_add_binary(e->out, name, (ein_binary)n->p[0], ins[0], ins[1], err);
+        break;
+    case RW_TRANSPOSE:
+        id = pl_graph_add_einsum(e->out, name, "ij->ji", ins[0], -1, err);
+        break;
     case RW_SLICE:
         id = pl_graph_add_slice(e->out, name, ins[0], (int)n->p[0], n->p[1], n->p[2], err);
         break;
@@ -778,8 +812,18 @@ int pl_rewrite(const pl_graph *in, const pl_rewrite_opts *o, pl_graph **out,
     if ((rc = cycle_filter(eg, black, err)) < 0)
         goto out;
     st->blacklisted = rc;
-    if ((rc = greedy(eg, &roof, black, best, err)) < 0 ||
-        (rc = improve(eg, &roof, black, best, roots, nroots, err)) < 0 ||
+    if ((rc = greedy(eg, &roof, black, best, err)) < 0)
+        goto out;
+    if (o->prefer_new) /* the filtered e-graph is acyclic: any choice is */
+        for (int c = 0; c < eg->nclasses; c++) {
+            if (eg->uf[c] != c)
+                continue;
+            const rw_ivec *v = &eg->classes[c].nodes;
+            for (int k = 0; k < v->n; k++)
+                if (!eg->nodes[v->v[k]].dead && !black[v->v[k]] && v->v[k] > best[c])
+                    best[c] = v->v[k];
+        }
+    if ((!o->prefer_new && (rc = improve(eg, &roof, black, best, roots, nroots, err)) < 0) ||
         (o->ilp && (rc = ilp(eg, &roof, black, best, roots, nroots, o->ilp_time_s, st, err)) < 0) ||
         (rc = extract(eg, in, cls, best, &res, err)) < 0)
         goto out;

@@ -39,6 +39,9 @@ typedef struct pl_rewrite_opts {
     int ilp;                    /* also extract with an ILP (CBC); EIN_EUNSUPPORTED
                                    when built without CBC */
     double ilp_time_s;          /* solver time limit; 0: 1 s */
+    int prefer_new;             /* for tests: extract the newest usable e-node of
+                                   every class instead of the cheapest, so that
+                                   every rewrite's result is what runs */
 } pl_rewrite_opts;
 
 typedef enum pl_rewrite_stop {

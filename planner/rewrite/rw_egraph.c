@@ -6,7 +6,7 @@
 #include "planner/rewrite/rw_egraph.h"
 
 static const char *const op_names[RW_OP_COUNT] = {
-    "input", "opaque", "matmul", "add", "concat", "slice",
+    "input", "opaque", "matmul", "add", "concat", "slice", "unary", "binary", "transpose",
 };
 
 const char *rw_op_name(int op)
@@ -232,7 +232,25 @@ int rw_infer(int op, const int64_t *p, int nch, const rw_class *const *c, rw_cla
         out->shape[0] = c[0]->shape[0];
         out->shape[1] = c[1]->shape[1];
         break;
+    case RW_UNARY:
+        if (nch != 1 || p[0] < 0 || p[0] >= EIN_UN_COUNT)
+            return ein_fail(err, EIN_ESHAPE, "unary: one operand and a known function");
+        out->dtype = c[0]->dtype;
+        out->rank = c[0]->rank;
+        memcpy(out->shape, c[0]->shape, sizeof out->shape);
+        break;
+    case RW_TRANSPOSE:
+        if (nch != 1 || c[0]->rank != 2)
+            return ein_fail(err, EIN_ESHAPE, "transpose: the operand must be a matrix");
+        out->dtype = c[0]->dtype;
+        out->rank = 2;
+        out->shape[0] = c[0]->shape[1];
+        out->shape[1] = c[0]->shape[0];
+        break;
+    case RW_BINARY: /* the shapes are add's */
     case RW_ADD: {
+        if (op == RW_BINARY && (p[0] < 0 || p[0] >= EIN_BIN_COUNT || p[0] == EIN_BIN_ADD))
+            return ein_fail(err, EIN_ESHAPE, "binary: unknown function (add is its own operator)");
         if (nch != 2 || c[0]->dtype != c[1]->dtype)
             return ein_fail(err, EIN_ESHAPE, "add: needs two operands of one dtype");
         int r = c[0]->rank > c[1]->rank ? c[0]->rank : c[1]->rank;

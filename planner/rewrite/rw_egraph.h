@@ -35,6 +35,9 @@ typedef enum rw_op {
     RW_ADD,       /* elementwise add, numpy broadcasting */
     RW_CONCAT,    /* p[0] = axis; 1..PL_MAX_INPUTS children */
     RW_SLICE,     /* p[0] = axis, p[1] = start, p[2] = end */
+    RW_UNARY,     /* p[0] = ein_unary, p[1] = the scalar's bits (double) */
+    RW_BINARY,    /* p[0] = ein_binary other than add; numpy broadcasting */
+    RW_TRANSPOSE, /* one-operand einsum "ij->ji" */
     RW_OP_COUNT
 } rw_op;
 

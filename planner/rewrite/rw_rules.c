@@ -2,14 +2,18 @@
  * e-matching, the backoff scheduler and the saturation loop.
  *
  * Rule text (docs/rewrite.md):
- *   (rule NAME LHS RHS)
- *   (multi NAME (LHS1 LHS2) (RHS1 RHS2))
+ *   (rule NAME LHS RHS [(if COND...)])
+ *   (multi NAME (LHS1 LHS2) (RHS1 RHS2) [(if COND...)])
  *   pattern := ?var | (OP PARAM... PATTERN...)
  *   OP: matmul (0 params, 2 children), add (0, 2), concat (1: axis, 1..16),
- *       slice (3: axis start end, 1)
- *   PARAM := INT | ?ivar | (dim ?var AXIS) | (+ PARAM PARAM) | (- PARAM PARAM)
+ *       slice (3: axis start end, 1), unary (2: function scalar, 1),
+ *       binary (1: function, 2), transpose (0, 1)
+ *   PARAM := INT | ?ivar | (dim ?var PARAM) | (rank ?var) | (+ PARAM PARAM)
+ *          | (- PARAM PARAM)
+ *   COND := (= PARAM PARAM) | (<= PARAM PARAM) | (< PARAM PARAM)
  * `#` or `;` starts a comment. Integer variables are bound on the left;
- * `dim` and arithmetic appear on the right only. */
+ * `dim`, `rank` and arithmetic appear on the right and in conditions only.
+ * A rule applies to a match only where all its conditions hold. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,14 +27,25 @@
 #define RW_PAT_MAX_NODES 32
 #define RW_NAME_MAX 64
 
-enum { PX_LIT, PX_VAR, PX_DIM, PX_ADD, PX_SUB };
+#define RW_MAX_CONDS 4
+/* Integer variables take the values 0..RW_CHECK_INTS-1 in the shape check
+ * (enough for sums of two of the dims 2, 3, 5). */
+#define RW_CHECK_INTS 11
+
+enum { PX_LIT, PX_VAR, PX_DIM, PX_ADD, PX_SUB, PX_RANK };
+enum { PC_EQ, PC_LE, PC_LT };
 
 typedef struct rw_pexpr {
     int kind;
-    int64_t v;   /* LIT: value; DIM: axis */
-    int var;     /* VAR, DIM */
-    int a, b;    /* ADD, SUB: sub-expressions */
+    int64_t v;   /* LIT: value */
+    int var;     /* VAR, DIM, RANK */
+    int a, b;    /* ADD, SUB: sub-expressions; DIM: a = the axis expression */
 } rw_pexpr;
+
+typedef struct rw_cond {
+    int kind;    /* PC_* */
+    int a, b;    /* expressions */
+} rw_cond;
 
 typedef struct rw_pat {
     int var;                  /* >= 0: a class variable */
@@ -48,6 +63,8 @@ typedef struct rw_rule {
     char var_name[RW_MAX_VARS][RW_NAME_MAX];
     int var_int[RW_MAX_VARS];        /* integer (parameter) variable */
     uint32_t vars_of[2];             /* variables of lhs[0], lhs[1] */
+    int nconds;                      /* (if COND...): all must hold to apply */
+    rw_cond conds[RW_MAX_CONDS];
     int times_banned, banned_until;  /* backoff scheduler */
 } rw_rule;
 
@@ -199,7 +216,7 @@ static int parse_param(rw_parser *p, int lhs)
         return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected a parameter, found '%s'",
                     p->kind == 'a' ? p->tok : ")");
     int rc, line = p->tline, col = p->tcol;
-    if ((rc = expect(p, 'a', "dim, + or -")) < 0)
+    if ((rc = expect(p, 'a', "dim, rank, + or -")) < 0)
         return rc;
     if (lhs)
         return perr(p, EIN_EPARSE, line, col, "parameter expressions (%s) are for the right "
@@ -213,11 +230,23 @@ static int parse_param(rw_parser *p, int lhs)
                         p->tok);
         if ((e.var = var_ref(p, p->tok, 0, 0)) < 0)
             return e.var;
-        if ((rc = expect(p, 'a', "an axis")) < 0)
+        if ((rc = next(p)) < 0)
             return rc;
-        if (!parse_int(p->tok, &e.v) || e.v < 0 || e.v >= EIN_MAX_RANK)
+        int64_t ax;
+        if (p->kind == 'a' && parse_int(p->tok, &ax) && (ax < 0 || ax >= EIN_MAX_RANK))
             return perr(p, EIN_EPARSE, p->tline, p->tcol, "bad axis %s", p->tok);
+        if ((e.a = parse_param(p, lhs)) < 0)
+            return e.a;
         e.kind = PX_DIM;
+    } else if (strcmp(p->tok, "rank") == 0) {
+        if ((rc = expect(p, 'a', "a tensor variable")) < 0)
+            return rc;
+        if (p->tok[0] != '?')
+            return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected a tensor variable, found %s",
+                        p->tok);
+        if ((e.var = var_ref(p, p->tok, 0, 0)) < 0)
+            return e.var;
+        e.kind = PX_RANK;
     } else if (strcmp(p->tok, "+") == 0 || strcmp(p->tok, "-") == 0) {
         e.kind = p->tok[0] == '+' ? PX_ADD : PX_SUB;
         if ((rc = next(p)) < 0 || (e.a = parse_param(p, lhs)) < 0)
@@ -229,6 +258,26 @@ static int parse_param(rw_parser *p, int lhs)
     if ((rc = expect(p, ')', "')'")) < 0)
         return rc;
     return new_ex(p, e);
+}
+
+/* Parameters and operands (-1: 1..16) of an operator of the language. */
+static int op_nparams(int op)
+{
+    switch (op) {
+    case RW_CONCAT: case RW_BINARY: return 1;
+    case RW_UNARY: return 2;
+    case RW_SLICE: return 3;
+    default: return 0;
+    }
+}
+
+static int op_noperands(int op)
+{
+    switch (op) {
+    case RW_CONCAT: return -1;
+    case RW_SLICE: case RW_UNARY: case RW_TRANSPOSE: return 1;
+    default: return 2;
+    }
 }
 
 /* A pattern; the current token is its first. Returns its index. */
@@ -249,8 +298,9 @@ static int parse_pat(rw_parser *p, int lhs, int *budget)
         pat.op = rw_op_by_name(p->tok);
         if (pat.op < 0)
             return perr(p, EIN_EPARSE, p->tline, p->tcol,
-                        "unknown operator %s (known: matmul, add, concat, slice)", p->tok);
-        pat.np = pat.op == RW_CONCAT ? 1 : pat.op == RW_SLICE ? 3 : 0;
+                        "unknown operator %s (known: matmul, add, concat, slice, unary, "
+                        "binary, transpose)", p->tok);
+        pat.np = op_nparams(pat.op);
         for (int i = 0; i < pat.np; i++) {
             if ((rc = next(p)) < 0 || (pat.pe[i] = parse_param(p, lhs)) < 0)
                 return rc < 0 ? rc : pat.pe[i];
@@ -269,7 +319,7 @@ static int parse_pat(rw_parser *p, int lhs, int *budget)
                 return c;
             pat.ch[pat.nch++] = c;
         }
-        int want = pat.op == RW_SLICE ? 1 : pat.op == RW_CONCAT ? -1 : 2;
+        int want = op_noperands(pat.op);
         if ((want > 0 && pat.nch != want) || pat.nch < 1) {
             char m[128];
             snprintf(m, sizeof m, "%s takes %d params and %s operand(s), found %d operand(s)",
@@ -310,10 +360,11 @@ static int eval_ex(const pl_rw_rules *r, int ei, const int64_t *vals, const rw_c
     switch (e->kind) {
     case PX_LIT: *out = e->v; return 0;
     case PX_VAR: *out = vals[e->var]; return 0;
+    case PX_RANK: *out = shapes[e->var].rank; return 0;
     case PX_DIM:
-        if (e->v >= shapes[e->var].rank)
+        if (eval_ex(r, e->a, vals, shapes, &a) < 0 || a < 0 || a >= shapes[e->var].rank)
             return EIN_ESHAPE;
-        *out = shapes[e->var].shape[e->v];
+        *out = shapes[e->var].shape[a];
         return 0;
     default:
         if (eval_ex(r, e->a, vals, shapes, &a) < 0 || eval_ex(r, e->b, vals, shapes, &b) < 0)
@@ -345,6 +396,62 @@ static int eval_shape(const pl_rw_rules *r, int pi, const int64_t *vals, const r
     return rw_infer(pt->op, prm, pt->nch, cp, out, NULL);
 }
 
+/* Do the rule's conditions hold? 1 yes, 0 no (or one does not evaluate);
+ * `ev` evaluates an expression. */
+static int conds_hold_chk(const pl_rw_rules *r, const rw_rule *ru, const int64_t *vals,
+                          const rw_class *shapes)
+{
+    for (int i = 0; i < ru->nconds; i++) {
+        int64_t a, b;
+        const rw_cond *c = &ru->conds[i];
+        if (eval_ex(r, c->a, vals, shapes, &a) < 0 || eval_ex(r, c->b, vals, shapes, &b) < 0)
+            return 0;
+        if (!(c->kind == PC_EQ ? a == b : c->kind == PC_LE ? a <= b : a < b))
+            return 0;
+    }
+    return 1;
+}
+
+/* Integer variables of an expression into *m, those that are just an
+ * axis (of dim) into *ax. */
+static void ex_vars(const pl_rw_rules *r, int ei, uint32_t *m, uint32_t *ax)
+{
+    const rw_pexpr *e = &r->ex[ei];
+    if (e->kind == PX_VAR)
+        *m |= 1u << e->var;
+    if (e->kind == PX_DIM) {
+        if (r->ex[e->a].kind == PX_VAR)
+            *ax |= 1u << r->ex[e->a].var;
+        else
+            ex_vars(r, e->a, m, ax);
+    }
+    if (e->kind == PX_ADD || e->kind == PX_SUB) {
+        ex_vars(r, e->a, m, ax);
+        ex_vars(r, e->b, m, ax);
+    }
+}
+
+/* Integer variables that can change a shape: all but those that are only
+ * the function (or scalar) of a unary/binary operator; those that are
+ * only an axis (of concat, slice, dim) go into *ax. */
+static void shape_ints(const pl_rw_rules *r, int pi, uint32_t *m, uint32_t *ax)
+{
+    const rw_pat *pt = &r->pats[pi];
+    if (pt->var >= 0)
+        return;
+    for (int i = 0; i < pt->np; i++) {
+        const rw_pexpr *e = &r->ex[pt->pe[i]];
+        if ((pt->op == RW_UNARY || pt->op == RW_BINARY) && e->kind == PX_VAR)
+            continue;
+        if ((pt->op == RW_CONCAT || pt->op == RW_SLICE) && i == 0 && e->kind == PX_VAR)
+            *ax |= 1u << e->var;
+        else
+            ex_vars(r, pt->pe[i], m, ax);
+    }
+    for (int i = 0; i < pt->nch; i++)
+        shape_ints(r, pt->ch[i], m, ax);
+}
+
 static int same_shape(const rw_class *a, const rw_class *b)
 {
     return a->rank == b->rank && a->dtype == b->dtype &&
@@ -352,19 +459,30 @@ static int same_shape(const rw_class *a, const rw_class *b)
 }
 
 /* Every variable a matrix with dims in {2,3,5}, every integer variable in
- * 0..3: where the left side type-checks, the right side must too, to the
- * same shape, and the left side must type-check at least once. */
+ * 0..10 (one that is only an axis: 0..2; one that only names the function
+ * of a unary/binary operator: 1):
+ * where the left side type-checks and the conditions hold, the right side
+ * must type-check too, to the same shape, and that must happen at least
+ * once. */
 static int check_rule(pl_rw_rules *r, rw_rule *ru, ein_error *err)
 {
     static const int64_t dims[3] = {2, 3, 5};
-    int nt = 0, ni = 0;
-    for (int i = 0; i < ru->nvars; i++)
-        ru->var_int[i] ? ni++ : nt++;
+    uint32_t sh = 0, ax = 0;
+    for (int j = 0; j < (ru->multi ? 2 : 1); j++) {
+        shape_ints(r, ru->lhs[j], &sh, &ax);
+        shape_ints(r, ru->rhs[j], &sh, &ax);
+    }
+    for (int i = 0; i < ru->nconds; i++) {
+        ex_vars(r, ru->conds[i].a, &sh, &ax);
+        ex_vars(r, ru->conds[i].b, &sh, &ax);
+    }
+    int nval[RW_MAX_VARS];
     double combos = 1;
-    for (int i = 0; i < nt; i++)
-        combos *= 9;
-    for (int i = 0; i < ni; i++)
-        combos *= 4;
+    for (int i = 0; i < ru->nvars; i++) {
+        nval[i] = !ru->var_int[i] ? 9 : (sh & (1u << i)) ? RW_CHECK_INTS
+                                      : (ax & (1u << i)) ? 3 : 1;
+        combos *= nval[i];
+    }
     if (combos > 2e6)
         return ein_fail(err, EIN_ESHAPE, "%s: rule %s: too many variables to shape-check",
                         ru->where, ru->name);
@@ -376,8 +494,10 @@ static int check_rule(pl_rw_rules *r, rw_rule *ru, ein_error *err)
         for (int i = 0; i < ru->nvars; i++) {
             memset(&shapes[i], 0, sizeof shapes[i]);
             vals[i] = 0;
-            if (ru->var_int[i]) {
-                vals[i] = x % 4, x /= 4;
+            if (ru->var_int[i] && nval[i] == 1) {
+                vals[i] = 1;
+            } else if (ru->var_int[i]) {
+                vals[i] = x % nval[i], x /= nval[i];
             } else {
                 shapes[i].rank = 2;
                 shapes[i].dtype = EIN_F32;
@@ -389,7 +509,7 @@ static int check_rule(pl_rw_rules *r, rw_rule *ru, ein_error *err)
         int nl = ru->multi ? 2 : 1, lok = 1;
         for (int j = 0; j < nl && lok; j++)
             lok = eval_shape(r, ru->lhs[j], vals, shapes, &l[j]) == 0;
-        if (!lok)
+        if (!lok || !conds_hold_chk(r, ru, vals, shapes))
             continue;
         ok++;
         for (int j = 0; j < nl; j++) {
@@ -406,9 +526,51 @@ static int check_rule(pl_rw_rules *r, rw_rule *ru, ein_error *err)
         }
     }
     if (ok == 0)
-        return ein_fail(err, EIN_ESHAPE, "%s: rule %s: the left side never type-checks",
-                        ru->where, ru->name);
+        return ein_fail(err, EIN_ESHAPE, "%s: rule %s: the left side never type-checks%s",
+                        ru->where, ru->name, ru->nconds ? " where the conditions hold" : "");
     return 0;
+}
+
+/* (if (= P P) (<= P P) (< P P) ...); the current token is its '('. Leaves
+ * the token after it current. */
+static int parse_conds(rw_parser *p)
+{
+    rw_rule *ru = p->rule;
+    int rc;
+    if ((rc = expect(p, 'a', "if")) < 0)
+        return rc;
+    if (strcmp(p->tok, "if") != 0)
+        return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected (if COND...), found %s", p->tok);
+    for (;;) {
+        if ((rc = next(p)) < 0)
+            return rc;
+        if (p->kind == ')')
+            break;
+        if (p->kind != '(')
+            return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected a condition (= P P), "
+                        "(<= P P) or (< P P)%s", "");
+        if (ru->nconds == RW_MAX_CONDS)
+            return perr(p, EIN_EPARSE, p->tline, p->tcol, "too many conditions (over %s)", "4");
+        if ((rc = expect(p, 'a', "=, <= or <")) < 0)
+            return rc;
+        rw_cond c = {0};
+        if (strcmp(p->tok, "=") == 0)
+            c.kind = PC_EQ;
+        else if (strcmp(p->tok, "<=") == 0)
+            c.kind = PC_LE;
+        else if (strcmp(p->tok, "<") == 0)
+            c.kind = PC_LT;
+        else
+            return perr(p, EIN_EPARSE, p->tline, p->tcol, "unknown comparison %s", p->tok);
+        if ((rc = next(p)) < 0 || (c.a = parse_param(p, 0)) < 0)
+            return rc < 0 ? rc : c.a;
+        if ((rc = next(p)) < 0 || (c.b = parse_param(p, 0)) < 0)
+            return rc < 0 ? rc : c.b;
+        if ((rc = expect(p, ')', "')' closing the condition")) < 0)
+            return rc;
+        ru->conds[ru->nconds++] = c;
+    }
+    return next(p);
 }
 
 static int parse_rule(rw_parser *p)
@@ -451,8 +613,12 @@ static int parse_rule(rw_parser *p)
         if (ru->multi && (rc = expect(p, ')', "')' after two patterns")) < 0)
             return rc;
     }
-    if ((rc = expect(p, ')', "')' closing the rule")) < 0)
+    if ((rc = next(p)) < 0)
         return rc;
+    if (p->kind == '(' && (rc = parse_conds(p)) < 0)
+        return rc;
+    if (p->kind != ')')
+        return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected ')' closing the rule%s", "");
     for (int j = 0; j < (ru->multi ? 2 : 1); j++)
         if (r->pats[ru->lhs[j]].var >= 0)
             return ein_fail(p->err, EIN_EPARSE, "%s: rule %s: a left side must be an operator, "
@@ -699,11 +865,12 @@ static int eval_ex_eg(rw_egraph *eg, const pl_rw_rules *r, int ei, const rw_subs
     switch (e->kind) {
     case PX_LIT: *out = e->v; return 0;
     case PX_VAR: *out = s->v[e->var]; return 0;
+    case PX_RANK: *out = eg->classes[rw_find(eg, (int)s->v[e->var])].rank; return 0;
     case PX_DIM: {
         const rw_class *c = &eg->classes[rw_find(eg, (int)s->v[e->var])];
-        if (e->v >= c->rank)
+        if (eval_ex_eg(eg, r, e->a, s, &a) < 0 || a < 0 || a >= c->rank)
             return EIN_ESHAPE;
-        *out = c->shape[e->v];
+        *out = c->shape[a];
         return 0;
     }
     default:
@@ -741,6 +908,13 @@ static int apply_one(rw_egraph *eg, const rw_rule *ru, const pl_rw_rules *r, con
 {
     int n = ru->multi ? 2 : 1, cls[2];
     ein_error scratch = {0};
+    for (int i = 0; i < ru->nconds; i++) {
+        int64_t a, b;
+        const rw_cond *c = &ru->conds[i];
+        if (eval_ex_eg(eg, r, c->a, s, &a) < 0 || eval_ex_eg(eg, r, c->b, s, &b) < 0 ||
+            !(c->kind == PC_EQ ? a == b : c->kind == PC_LE ? a <= b : a < b))
+            return 0; /* the condition does not hold: not a match */
+    }
     /* Shape-check every target before adding anything that merges. */
     for (int j = 0; j < n; j++) {
         cls[j] = instantiate(eg, r, ru->rhs[j], s, &scratch);

@@ -431,6 +431,117 @@ static void test_limits(void **s)
     pl_graph_free(g);
 }
 
+/* ---- concat/slice, elementwise-through-concat and transpose rules -------
+ * Each case is a small graph whose interesting part is a left side of the
+ * rules of 30-concat.rules / 40-transpose.rules. With the shipped rules it
+ * is rewritten twice: cheapest extraction (at most `max_ops` operators
+ * remain) and `prefer_new` extraction (the newest e-node of every class,
+ * i.e. the rewrites' results, is what runs); both must compute what the
+ * input computes, and saturation must stop by saturating. */
+typedef struct rw_case {
+    const char *what, *text;
+    int max_ops;
+} rw_case;
+
+static const rw_case rw_cases[] = {
+    {"slice-concat-first", "input a[3, 4]\ninput b[2, 4]\nc = concat(a, b, 0)\n"
+     "s = slice(c, 0, 0, 3)\ny = relu(s)\nsave y\n", 1},
+    {"slice-concat-second", "input a[4, 3]\ninput b[4, 2]\nc = concat(a, b, 1)\n"
+     "s = slice(c, 1, 3, 5)\ny = relu(s)\nsave y\n", 1},
+    {"concat-slices", "input x[5, 4]\ns1 = slice(x, 0, 0, 2)\ns2 = slice(x, 0, 2, 5)\n"
+     "c = concat(s1, s2, 0)\ny = neg(c)\nsave y\n", 1},
+    {"slice-concat-in", "input a[4, 6]\ninput b[4, 3]\nc = concat(a, b, 1)\n"
+     "s1 = slice(c, 1, 1, 4)\ns2 = slice(c, 1, 7, 9)\ny = mul(s1, s1)\nz = exp(s2)\n"
+     "save y\nsave z\n", 4},
+    {"unary-concat relu", "input a[3, 4]\ninput b[2, 4]\nc = concat(a, b, 0)\n"
+     "u = relu(c)\ny = slice(u, 0, 0, 3)\nsave y\n", 1},
+    {"unary-concat silu", "input a[3, 4]\ninput b[2, 4]\nc = concat(a, b, 0)\n"
+     "u = silu(c)\ny = slice(u, 0, 3, 5)\nsave y\n", 1},
+    {"unary-concat gelu", "input a[4, 3]\ninput b[4, 2]\nc = concat(a, b, 1)\n"
+     "u = gelu(c)\ny = slice(u, 1, 3, 5)\nsave y\n", 1},
+    {"unary-concat exp", "input a[4, 3]\ninput b[4, 2]\nc = concat(a, b, 1)\n"
+     "u = exp(c)\ny = slice(u, 1, 0, 3)\nsave y\n", 1},
+    {"unary-concat neg", "input a[4, 3]\ninput b[4, 2]\nc = concat(a, b, 1)\n"
+     "u = neg(c)\ny = slice(u, 1, 0, 3)\nsave y\n", 1},
+    {"unary-concat scale", "input a[4, 3]\ninput b[4, 2]\nc = concat(a, b, 1)\n"
+     "u = scale(c, 0.25)\ny = slice(u, 1, 3, 5)\nsave y\n", 1},
+    {"concat-unary", "input a[3, 4]\ninput b[2, 4]\nsa = scale(a, 0.5)\nsb = scale(b, 0.5)\n"
+     "y = concat(sa, sb, 0)\nsave y\n", 2},
+    {"concat-unary different scales stay", "input a[3, 4]\ninput b[2, 4]\n"
+     "sa = scale(a, 0.5)\nsb = scale(b, 2)\ny = concat(sa, sb, 0)\nsave y\n", 3},
+    {"add-concat", "input a[3, 4]\ninput b[2, 4]\ninput c[3, 4]\ninput d[2, 4]\n"
+     "l = concat(a, b, 0)\nr = concat(c, d, 0)\nx = add(l, r)\ny = slice(x, 0, 0, 3)\n"
+     "save y\n", 1},
+    {"binary-concat mul", "input a[4, 3]\ninput b[4, 2]\ninput c[4, 3]\ninput d[4, 2]\n"
+     "l = concat(a, b, 1)\nr = concat(c, d, 1)\nx = mul(l, r)\ny = slice(x, 1, 3, 5)\n"
+     "save y\n", 1},
+    {"binary-concat sub", "input a[4, 3]\ninput b[4, 2]\ninput c[4, 3]\ninput d[4, 2]\n"
+     "l = concat(a, b, 1)\nr = concat(c, d, 1)\nx = sub(l, r)\ny = slice(x, 1, 0, 3)\n"
+     "save y\n", 1},
+    {"binary-concat unequal pieces stay", "input a[4, 3]\ninput b[4, 2]\ninput c[4, 2]\n"
+     "input d[4, 3]\nl = concat(a, b, 1)\nr = concat(c, d, 1)\nx = mul(l, r)\n"
+     "y = slice(x, 1, 0, 3)\nsave y\n", 4},
+    {"concat-assoc", "input a[4, 3]\ninput b[4, 2]\ninput c[4, 4]\nab = concat(a, b, 1)\n"
+     "abc = concat(ab, c, 1)\ns = slice(abc, 1, 3, 9)\ny = relu(s)\nsave y\n", 2},
+    {"concat-assoc left", "input a[3, 4]\ninput b[2, 4]\ninput c[4, 4]\nbc = concat(b, c, 0)\n"
+     "abc = concat(a, bc, 0)\ns = slice(abc, 0, 0, 5)\ny = relu(s)\nsave y\n", 2},
+    {"matmul-concat-rows", "input a[3, 4]\ninput b[2, 4]\ninput w[4, 5]\nc = concat(a, b, 0)\n"
+     "m = matmul(c, w)\ny = slice(m, 0, 3, 5)\nsave y\n", 1},
+    {"matmul-concat-cols", "input x[3, 4]\ninput w1[4, 2]\ninput w2[4, 5]\n"
+     "c = concat(w1, w2, 1)\nm = matmul(x, c)\ny = slice(m, 1, 2, 7)\nsave y\n", 1},
+    {"concat-matmul-rows", "input a[3, 4]\ninput b[2, 4]\ninput w[4, 5]\nma = matmul(a, w)\n"
+     "mb = matmul(b, w)\ny = concat(ma, mb, 0)\nsave y\n", 2},
+    {"concat-matmul-cols", "input x[3, 4]\ninput w1[4, 2]\ninput w2[4, 5]\n"
+     "m1 = matmul(x, w1)\nm2 = matmul(x, w2)\ny = concat(m1, m2, 1)\nsave y\n", 2},
+    {"matmul-concat-inner", "input a[3, 4]\ninput b[3, 2]\ninput c[4, 5]\ninput d[2, 5]\n"
+     "l = concat(a, b, 1)\nr = concat(c, d, 0)\ny = matmul(l, r)\nsave y\n", 3},
+    {"transpose-transpose", "input x[3, 4]\nt = einsum(\"ij->ji\", x)\n"
+     "tt = einsum(\"ij->ji\", t)\ny = relu(tt)\nsave y\n", 1},
+    {"transpose-matmul", "input a[3, 4]\ninput b[4, 5]\nm = matmul(a, b)\n"
+     "y = einsum(\"ij->ji\", m)\nsave y\n", 3},
+    {"matmul-transposes", "input a[3, 4]\ninput b[4, 5]\nta = einsum(\"ij->ji\", a)\n"
+     "tb = einsum(\"ij->ji\", b)\ny = matmul(tb, ta)\nsave y\n", 2},
+    {"transpose-add", "input a[3, 4]\ninput b[3, 4]\nta = einsum(\"ij->ji\", a)\n"
+     "tb = einsum(\"ij->ji\", b)\nx = add(ta, tb)\ny = einsum(\"ij->ji\", x)\nsave y\n", 1},
+    {"transpose-concat", "input a[3, 4]\ninput b[2, 4]\ninput c[5, 3]\ninput d[5, 1]\n"
+     "l = concat(a, b, 0)\nr = concat(c, d, 1)\nt = einsum(\"ij->ji\", l)\n"
+     "u = einsum(\"ij->ji\", r)\ny = add(t, u)\nsave y\n", 5},
+};
+
+static void test_concat_transpose_rules(void **s)
+{
+    (void)s;
+    for (size_t k = 0; k < sizeof rw_cases / sizeof rw_cases[0]; k++) {
+        const rw_case *c = &rw_cases[k];
+        pl_graph *g = NULL;
+        ein_error err = {0};
+        if (pl_ein_parse(c->what, c->text, strlen(c->text), &g, &err) < 0)
+            fail_msg("%s: %s", c->what, err.msg);
+        for (int pn = 0; pn < 2; pn++) {
+            pl_rewrite_opts o = {.launch_s = 5e-6, .prefer_new = pn};
+            pl_rewrite_stats st;
+            pl_graph *out = NULL;
+            if (pl_rewrite(g, &o, &out, &st, &err) < 0)
+                fail_msg("%s: pl_rewrite: %s", c->what, err.msg);
+            if (st.stop != PL_RW_SATURATED)
+                fail_msg("%s: stopped by %s", c->what, pl_rewrite_stop_name(st.stop));
+            if (st.applied == 0 && !strstr(c->what, "stay"))
+                fail_msg("%s: no rule applied", c->what);
+            int ops = 0;
+            for (int i = 0; i < out->nnodes; i++)
+                ops += out->nodes[i].kind != PL_INPUT;
+            if (!pn && ops > c->max_ops)
+                fail_msg("%s: %d operators after rewriting, expected at most %d", c->what, ops,
+                         c->max_ops);
+            for (int i = 0; i < g->nnodes; i++)
+                if (g->nodes[i].saved)
+                    assert_same(g, out, g->nodes[i].name, 1e-5);
+            pl_graph_free(out);
+        }
+        pl_graph_free(g);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -446,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_factor),
         cmocka_unit_test(test_ilp),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_concat_transpose_rules),
     };
     return cmocka_run_group_tests_name("rewrite_extract", tests, NULL, NULL);
 }

@@ -20,7 +20,7 @@ static void test_shipped_rules_load(void **s)
     snprintf(path, sizeof path, "%s/planner/rewrite/rules", src ? src : ".");
     if (pl_rw_rules_load(path, &r, &err) < 0)
         fail_msg("%s", err.msg);
-    assert_int_equal(pl_rw_rules_count(r), 8);
+    assert_int_equal(pl_rw_rules_count(r), 30);
     pl_rw_rules_free(r);
 }
 
@@ -78,6 +78,37 @@ static void test_bad_rules(void **s)
     bad("(rule m (slice ?a 0 1 ?a) ?a)", EIN_EPARSE, "bad.rules:1:", "both as a tensor");
     bad("(rule a (matmul ?a \x01?b) ?a)", EIN_EPARSE, "bad.rules:1:20:", "byte 1");
     bad("(multi m ((matmul ?x ?a)) ((matmul ?x ?a) ?x))", EIN_EPARSE, "bad.rules:1:", "two patterns");
+    /* Conditions: syntax, bound variables, and the shape check under them. */
+    bad("(rule c (slice 1 0 ?e (concat 1 ?a ?b)) ?a (if (== ?e (dim ?a 1))))", EIN_EPARSE,
+        "bad.rules:1:", "unknown comparison ==");
+    bad("(rule c (slice 1 0 ?e (concat 1 ?a ?b)) ?a (if (= ?f (dim ?a 1))))", EIN_EPARSE,
+        "bad.rules:1:", "?f is not bound");
+    bad("(rule c (slice 1 0 ?e (concat 1 ?a ?b)) ?a (when (= ?e 1)))", EIN_EPARSE,
+        "bad.rules:1:", "(if COND");
+    bad("(rule c (slice 1 0 ?e (concat 1 ?a ?b)) ?a (if (<= ?e (dim ?a 1))))", EIN_ESHAPE,
+        "bad.rules:1:1:", "right side has shape");
+    bad("(rule c (slice 1 0 ?e (concat 1 ?a ?b)) ?a (if (< ?e 0)))", EIN_ESHAPE,
+        "bad.rules:1:1:", "never type-checks where the conditions hold");
+    bad("(rule u (unary ?f ?s ?x) (transpose ?x))", EIN_ESHAPE, "bad.rules:1:1:", "rule u");
+    bad("(rule t (transpose ?x ?y) ?x)", EIN_EPARSE, "bad.rules:1:9:", "1 operand");
+}
+
+static void test_conditions(void **s)
+{
+    (void)s;
+    pl_rw_rules *r = NULL;
+    ein_error err = {0};
+    const char *t = "(rule sc (slice ?ax 0 ?e (concat ?ax ?a ?b)) ?a\n"
+                    "  (if (= ?e (dim ?a ?ax))))\n"
+                    "(rule sd (slice ?ax ?lo ?hi (concat ?ax ?a ?b)) ?b\n"
+                    "  (if (= ?lo (dim ?a ?ax)) (= ?hi (+ ?lo (dim ?b ?ax))) (< 0 (rank ?a))))\n"
+                    "(rule tt (transpose (transpose ?x)) ?x)\n"
+                    "(rule uc (unary ?f ?s (concat 1 ?a ?b)) (concat 1 (unary ?f ?s ?a) "
+                    "(unary ?f ?s ?b)))\n";
+    if (pl_rw_rules_parse(t, "t.rules", &r, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(pl_rw_rules_count(r), 4);
+    pl_rw_rules_free(r);
 }
 
 static void test_bad_paths(void **s)
@@ -96,6 +127,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shipped_rules_load),
         cmocka_unit_test(test_good_text),
+        cmocka_unit_test(test_conditions),
         cmocka_unit_test(test_bad_rules),
         cmocka_unit_test(test_bad_paths),
     };
