@@ -32,3 +32,10 @@ y      = matmul(hidden, w2)
 save y
 EIN
 }
+
+# Lines of a run's output, leaving out the sanitizers' own warnings (an ASan
+# build may print one about stack bounds after a fork; it is not einrun's).
+out_lines() {
+    grep -v -e '^==[0-9]*==WARNING: ASan' -e '^False positive error reports may follow' \
+        -e '^For details see https://github.com/google/sanitizers' "$1" | grep -c .
+}

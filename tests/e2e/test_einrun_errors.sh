@@ -34,7 +34,7 @@ expect() {
     wait $pid
     rc=$?
     left=$(leftovers $pid)
-    lines=$(grep -c . out.txt)
+    lines=$(out_lines out.txt)
     if [ "$rc" -ne "$want" ]; then
         not_ok "$name" "exit status $rc, expected $want" "$(cat out.txt)"
     elif ! grep -q -- "$pat" out.txt; then

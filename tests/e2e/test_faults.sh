@@ -31,7 +31,7 @@ fault() {
     elif [ "$ms" -gt 5000 ]; then not_ok "$name" "took $ms ms, more than 5 s"
     elif [ -e y.npy ]; then not_ok "$name" "a failed run left y.npy"
     elif [ -n "$left" ]; then not_ok "$name" "left behind:$left"
-    elif [ "$(grep -c . out.txt)" -gt 1 ]; then not_ok "$name" "more than one line:" "$(cat out.txt)"
+    elif [ "$(out_lines out.txt)" -gt 1 ]; then not_ok "$name" "more than one line:" "$(cat out.txt)"
     else ok "$name ($ms ms)"
     fi
 }
