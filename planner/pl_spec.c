@@ -42,6 +42,26 @@ const pl_op_def *pl_op_def_of(pl_node_kind kind)
     return NULL;
 }
 
+int pl_indices_every_axis(const pl_graph *g, const pl_node *nd, pl_index *idx)
+{
+    (void)g;
+    for (int i = 0; i < nd->rank; i++)
+        idx[i] = pl_index_any((char)('a' + i), nd->axis_name[i], nd->shape[i]);
+    return nd->rank;
+}
+
+ein_box pl_box_of_intervals(int rank, const int64_t *lo, const int64_t *hi)
+{
+    ein_box b;
+    memset(&b, 0, sizeof b);
+    b.rank = rank;
+    for (int i = 0; i < rank; i++) {
+        b.lo[i] = lo[i];
+        b.hi[i] = hi[i];
+    }
+    return b;
+}
+
 ein_agg pl_agg_none(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
                     const int *counts)
 {

@@ -66,24 +66,11 @@ int pl_graph_add_binary(pl_graph *g, const char *name, ein_binary op, int a, int
 }
 
 
-static int binary_indices(const pl_graph *g, const pl_node *nd, pl_index *idx)
-{
-    (void)g;
-    for (int i = 0; i < nd->rank; i++)
-        idx[i] = pl_index_any((char)('a' + i), nd->axis_name[i], nd->shape[i]);
-    return nd->rank;
-}
-
 static void binary_fspec(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
                          const int64_t *lo, const int64_t *hi, ein_box *in, ein_box *out)
 {
     (void)idx, (void)nidx;
-    memset(out, 0, sizeof *out);
-    out->rank = nd->rank;
-    for (int i = 0; i < nd->rank; i++) {
-        out->lo[i] = lo[i];
-        out->hi[i] = hi[i];
-    }
+    *out = pl_box_of_intervals(nd->rank, lo, hi);
     for (int k = 0; k < 2; k++) {
         const pl_node *u = pl_graph_node(g, nd->inputs[k]);
         int shift = nd->rank - u->rank;
@@ -108,4 +95,4 @@ static double binary_flops(const pl_graph *g, const pl_node *nd)
     return (double)ein_box_volume(&b);
 }
 
-const pl_op_def pl_op_binary = {"binary", binary_indices, binary_fspec, pl_agg_none, binary_flops};
+const pl_op_def pl_op_binary = {"binary", pl_indices_every_axis, binary_fspec, pl_agg_none, binary_flops};

@@ -78,25 +78,12 @@ int pl_graph_add_concat(pl_graph *g, const char *name, int axis, const int *xs, 
     return id;
 }
 
-static int concat_indices(const pl_graph *g, const pl_node *nd, pl_index *idx)
-{
-    (void)g;
-    for (int i = 0; i < nd->rank; i++)
-        idx[i] = pl_index_any((char)('a' + i), nd->axis_name[i], nd->shape[i]);
-    return nd->rank;
-}
-
 static void concat_fspec(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
                          const int64_t *lo, const int64_t *hi, ein_box *in, ein_box *out)
 {
     (void)idx, (void)nidx;
     int a = nd->kernel.axis;
-    memset(out, 0, sizeof *out);
-    out->rank = nd->rank;
-    for (int i = 0; i < nd->rank; i++) {
-        out->lo[i] = lo[i];
-        out->hi[i] = hi[i];
-    }
+    *out = pl_box_of_intervals(nd->rank, lo, hi);
     for (int k = 0; k < nd->ninputs; k++) {
         const pl_node *t = pl_graph_node(g, nd->inputs[k]);
         int64_t off = nd->kernel.list[k];
@@ -111,5 +98,5 @@ static void concat_fspec(const pl_graph *g, const pl_node *nd, const pl_index *i
     }
 }
 
-const pl_op_def pl_op_concat = {"concat", concat_indices, concat_fspec, pl_agg_none,
+const pl_op_def pl_op_concat = {"concat", pl_indices_every_axis, concat_fspec, pl_agg_none,
                                 pl_flops_zero};

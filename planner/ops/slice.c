@@ -43,27 +43,14 @@ int pl_graph_add_slice(pl_graph *g, const char *name, int x, int axis, int64_t s
     return pl_graph_append(g, name, &n, err);
 }
 
-static int slice_indices(const pl_graph *g, const pl_node *nd, pl_index *idx)
-{
-    (void)g;
-    for (int i = 0; i < nd->rank; i++)
-        idx[i] = pl_index_any((char)('a' + i), nd->axis_name[i], nd->shape[i]);
-    return nd->rank;
-}
-
 static void slice_fspec(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
                         const int64_t *lo, const int64_t *hi, ein_box *in, ein_box *out)
 {
     (void)g, (void)idx, (void)nidx;
-    memset(out, 0, sizeof *out);
-    out->rank = nd->rank;
-    for (int i = 0; i < nd->rank; i++) {
-        out->lo[i] = lo[i];
-        out->hi[i] = hi[i];
-    }
+    *out = pl_box_of_intervals(nd->rank, lo, hi);
     in[0] = *out;
     in[0].lo[nd->kernel.axis] += nd->kernel.start;
     in[0].hi[nd->kernel.axis] += nd->kernel.start;
 }
 
-const pl_op_def pl_op_slice = {"slice", slice_indices, slice_fspec, pl_agg_none, pl_flops_zero};
+const pl_op_def pl_op_slice = {"slice", pl_indices_every_axis, slice_fspec, pl_agg_none, pl_flops_zero};

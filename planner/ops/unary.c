@@ -42,24 +42,11 @@ int pl_graph_add_unary(pl_graph *g, const char *name, ein_unary op, double scala
 }
 
 
-static int unary_indices(const pl_graph *g, const pl_node *nd, pl_index *idx)
-{
-    (void)g;
-    for (int i = 0; i < nd->rank; i++)
-        idx[i] = pl_index_any((char)('a' + i), nd->axis_name[i], nd->shape[i]);
-    return nd->rank;
-}
-
 static void unary_fspec(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
                         const int64_t *lo, const int64_t *hi, ein_box *in, ein_box *out)
 {
     (void)g, (void)idx, (void)nidx;
-    memset(out, 0, sizeof *out);
-    out->rank = nd->rank;
-    for (int i = 0; i < nd->rank; i++) {
-        out->lo[i] = lo[i];
-        out->hi[i] = hi[i];
-    }
+    *out = pl_box_of_intervals(nd->rank, lo, hi);
     in[0] = *out;
 }
 
@@ -70,4 +57,4 @@ static double unary_flops(const pl_graph *g, const pl_node *nd)
     return (double)ein_box_volume(&b);
 }
 
-const pl_op_def pl_op_unary = {"unary", unary_indices, unary_fspec, pl_agg_none, unary_flops};
+const pl_op_def pl_op_unary = {"unary", pl_indices_every_axis, unary_fspec, pl_agg_none, unary_flops};
