@@ -7,7 +7,8 @@
  * removes it at the end. Each worker maps it and stores the instruction it
  * is about to execute in its slot, so that even after SIGKILL the
  * coordinator can name the exact instruction; heartbeats carry the same
- * information but only every half second. The page is advisory: a worker
+ * information but only every half second. A worker that fails also leaves
+ * its message there. The page is advisory: a worker
  * that cannot map it runs all the same. */
 #ifndef EIN_STATUS_H
 #define EIN_STATUS_H
@@ -15,10 +16,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define EIN_STATUS_ERROR_MAX 504
+
 typedef struct ein_status_slot {
     volatile int32_t instr;     /* executing, or -1 (written by the worker) */
     volatile int32_t iteration;
-    char pad[56];
+    /* A failing worker's message, written before it exits: the coordinator
+     * reads it when it reaps the worker, whether or not the ERROR message
+     * sent over ZeroMQ arrived first. */
+    char error[EIN_STATUS_ERROR_MAX];
 } ein_status_slot;
 
 /* "/ein-<run_id>-<device>": a device's buffer segment. */

@@ -81,8 +81,10 @@ static int status_create(run *r, ein_error *err)
     if (p == MAP_FAILED)
         return ein_fail(err, EIN_EIO, "cannot map the status page %s: %s", name, strerror(errno));
     r->status = p;
-    for (int d = 0; d < r->ndev; d++)
+    for (int d = 0; d < r->ndev; d++) {
         r->status[d].instr = -1;
+        r->status[d].error[0] = '\0';
+    }
     return 0;
 }
 
@@ -337,6 +339,12 @@ static int reap(run *r, int shutting_down, ein_error *err)
                 continue;
             char where[200], how[128];
             describe_instr(r, d, w->instr, where, sizeof where);
+            if (r->status && r->status[d].error[0]) {
+                /* It said why before exiting (see ein_status.h). */
+                rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld) failed %s: %.*s", d, (long)pid,
+                              where, EIN_STATUS_ERROR_MAX - 1, r->status[d].error);
+                continue;
+            }
             if (WIFSIGNALED(status))
                 snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(status),
                          strsignal(WTERMSIG(status)));

@@ -631,6 +631,9 @@ fail:
             snprintf(m.op, sizeof m.op, "%s", ins->op);
         snprintf(m.text, sizeof m.text, "%.*s", (int)sizeof m.text - 1,
                  err ? err->msg : ein_strerror(rc));
+        if (w.status)
+            snprintf(w.status->error, sizeof w.status->error, "%.*s",
+                     (int)sizeof w.status->error - 1, m.text);
         send_msg(w.dealer, &m, NULL);
     }
     teardown(&w);
