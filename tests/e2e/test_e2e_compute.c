@@ -97,7 +97,7 @@ static void check_output(const char *path, const double *ref, int r, int c)
     for (int i = 0; i < r * c; i++)
         scale = fmax(scale, fabs(ref[i]));
     for (int i = 0; i < r * c; i++)
-        if (fabs(y[i] - ref[i]) > 1e-5 * scale + 1e-6)
+        if (!(fabs(y[i] - ref[i]) <= 1e-5 * scale + 1e-6)) /* NaN fails too */
             fail_msg("%s[%d][%d] = %.7g, expected %.7g", path, i / c, i % c, y[i], ref[i]);
     free(data);
 }

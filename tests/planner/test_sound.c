@@ -145,7 +145,7 @@ static void check_spec(const pl_graph *g, int node, const pl_spec *s, float **in
     }
     for (int64_t i = 0; i < nout; i++) {
         double d = fabs((double)got[i] - (double)want[i]);
-        if (d > 1e-4 + 1e-4 * fabs((double)want[i]))
+        if (!(d <= 1e-4 + 1e-4 * fabs((double)want[i]))) /* NaN fails too */
             fail_msg("%s [%s] p=%d: element %lld is %g, expected %g", nd->name, spec, s->nparts,
                      (long long)i, (double)got[i], (double)want[i]);
     }

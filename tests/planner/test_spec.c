@@ -138,7 +138,7 @@ static void check_sound(const pl_graph *g, int node, const pl_spec *s, float *co
         (void)seen;
     }
     for (int64_t i = 0; i < nout; i++)
-        if (fabsf(got[i] - want[i]) > 1e-3f * (1 + fabsf(want[i])))
+        if (!(fabsf(got[i] - want[i]) <= 1e-3f * (1 + fabsf(want[i])))) /* NaN fails too */
             fail_msg("%s spec with %d parts: element %lld is %g, expected %g", nd->name,
                      s->nparts, (long long)i, got[i], want[i]);
     free(got);

@@ -153,7 +153,7 @@ static void assert_same(const pl_graph *a, const pl_graph *b, const char *name, 
     assert_non_null(y);
     assert_int_equal(va, vb);
     for (int64_t i = 0; i < va; i++)
-        if (fabsf(x[i] - y[i]) > tol * (1 + fabsf(x[i])))
+        if (!(fabsf(x[i] - y[i]) <= tol * (1 + fabsf(x[i])))) /* NaN fails too */
             fail_msg("%s[%lld]: %g before, %g after rewriting", name, (long long)i, x[i], y[i]);
     free(x);
     free(y);
