@@ -7,7 +7,10 @@
  * operand's transpose flag. cublasGemmStridedBatchedEx with f32 compute
  * picks tensor-core kernels for f16/bf16 by itself (CUDA >= 11); f32
  * inputs use TF32 tensor cores only when asked. cuBLAS gets the caller's
- * workspace, so nothing allocates inside a captured graph. */
+ * workspace, so nothing allocates inside a captured graph; because
+ * cublasSetStream resets the handle to cuBLAS's own (lazily allocated)
+ * workspace pool, the stream is set only when it changes, and the
+ * caller's workspace is set again right after. */
 #include "kernels/cuda/kn_cuda_common.cuh"
 
 #include <cublas_v2.h>
@@ -16,6 +19,10 @@
 
 struct kn_cuda_ctx {
     cublasHandle_t h;
+    void *workspace;
+    size_t workspace_bytes;
+    cudaStream_t stream;   /* the stream the handle is on */
+    int stream_set;
 };
 
 static cudaDataType kn_cu_dt(ein_dtype t)
@@ -43,6 +50,8 @@ extern "C" int kn_cuda_ctx_create(void *workspace, size_t workspace_bytes, kn_cu
         return kn_cu_fail(err, EIN_EDEVICE, "cuda ctx: cublasSetWorkspace: %s",
                           cublasGetStatusString(st));
     }
+    c->workspace = workspace;
+    c->workspace_bytes = workspace_bytes;
     int rc = kn_cuda_attention_prepare(err);
     if (rc < 0) {
         cublasDestroy(c->h);
@@ -83,10 +92,20 @@ extern "C" int kn_cuda_gemm(kn_cuda_ctx *c, const kn_cuda_gemm_args *g, void *st
         return kn_cu_fail(err, EIN_EINVAL, "%s: leading dimension below the row length", what);
     if (!g->a || !g->b || !g->c)
         return kn_cu_fail(err, EIN_EINVAL, "%s: NULL operand", what);
-    cublasStatus_t st = cublasSetStream(c->h, (cudaStream_t)stream);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        return kn_cu_fail(err, EIN_EDEVICE, "%s: cublasSetStream: %s", what,
-                          cublasGetStatusString(st));
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if (!c->stream_set || c->stream != (cudaStream_t)stream) {
+        st = cublasSetStream(c->h, (cudaStream_t)stream);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            return kn_cu_fail(err, EIN_EDEVICE, "%s: cublasSetStream: %s", what,
+                              cublasGetStatusString(st));
+        if (c->workspace_bytes > 0 &&
+            (st = cublasSetWorkspace(c->h, c->workspace, c->workspace_bytes)) !=
+                CUBLAS_STATUS_SUCCESS)
+            return kn_cu_fail(err, EIN_EDEVICE, "%s: cublasSetWorkspace: %s", what,
+                              cublasGetStatusString(st));
+        c->stream = (cudaStream_t)stream;
+        c->stream_set = 1;
+    }
     cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
     if (g->ab_dtype == EIN_F32 && g->allow_tf32)
         ct = CUBLAS_COMPUTE_32F_FAST_TF32;
