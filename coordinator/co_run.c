@@ -156,6 +156,8 @@ static int spawn(run *r, int d, ein_error *err)
     }
     if (r->o->debug_device == d)
         argv[n++] = "--pause";
+    if (r->o->graphs)
+        argv[n++] = "--graphs";
     if (r->o->cuda) {
         snprintf(gpu, sizeof gpu, "%d", r->o->gpu_ids ? r->o->gpu_ids[d] : d);
         argv[n++] = "--backend";

@@ -36,6 +36,7 @@ typedef struct co_run_opts {
     int ncleanup;
     int cuda;                   /* workers use the CUDA backend ... */
     const int *gpu_ids;         /* ... worker d on GPU gpu_ids[d] */
+    int graphs;                 /* workers capture local stretches as graphs */
 } co_run_opts;
 
 typedef struct co_worker_stats {

@@ -14,7 +14,9 @@
 #include "common/ein_clock.h"
 #include "common/ein_npy.h"
 #include "coordinator/co_lower.h"
+#include "coordinator/co_probe.h"
 #include "coordinator/co_run.h"
+#include "coordinator/co_topo.h"
 #include "exchange/xp_topo.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
@@ -27,6 +29,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
 "usage: einrun [options] PLAN.ein\n"
+"       einrun [options] --show-topology\n"
 "\n"
 "Plan the computation in PLAN.ein over N devices (join-agg specs chosen by a\n"
 "dynamic program, exchanges synthesised per tensor), run it with one worker\n"
@@ -57,8 +60,17 @@ static void usage(FILE *f)
 "                       synthesised on the topology (default: search).\n"
 "  --topology NAME|FILE the machine the exchanges are synthesised for: a\n"
 "                       built-in (dgx-a100, dgx-h100, hgx-h200, dgx-v100,\n"
-"                       gb200-nvl72, host) or a topology file (default: host,\n"
-"                       sized to the device count).\n"
+"                       gb200-nvl72, host) or a topology file. Default: for\n"
+"                       CPU devices host, sized to the device count; with\n"
+"                       --backend cuda, detected from the GPUs' names and peer\n"
+"                       access, as 'einworker-cuda --probe' prints them (never\n"
+"                       run on a GPU yet); einrun says what it found.\n"
+"  --gpu-probe FILE     detect it for the --gpus list from a probe saved with\n"
+"                       'einworker-cuda --probe > FILE' (on the target machine)\n"
+"                       instead of running one; the run itself still uses CPU\n"
+"                       devices unless --backend cuda.\n"
+"  --show-topology      print the topology that would be used, as a topology\n"
+"                       file, and exit without running (no PLAN.ein needed).\n"
 "  --search-budget-ms N time for the synthesis of each exchange (default: 20).\n"
 "  --plan-seed S        seed of the random selector (default: 1).\n"
 "  --explain            print the chosen spec and costs of every operator.\n"
@@ -73,6 +85,12 @@ static void usage(FILE *f)
 "                       time in kernels, copies and waiting (default: 1).\n"
 "  --warmup W           untimed runs first (default: 0).\n"
 "  --trace FILE.json    a Chrome-trace timeline of every device (Perfetto).\n"
+"  --graphs auto|on|off from the second iteration on, run each local stretch\n"
+"                       of a device's program (kernels, aggregations, slices\n"
+"                       between waits on peers) as a graph captured once: a\n"
+"                       CUDA graph on GPUs; on CPU devices a recording of the\n"
+"                       calls, which saves only dispatch (auto: on for\n"
+"                       --backend cuda, off for CPU devices).\n"
 "Supervision and debugging:\n"
 "  --worker-timeout S   a worker silent this long counts as hung (default: 60).\n"
 "  --timeout S          stop the whole run after S seconds (default: none).\n"
@@ -178,30 +196,106 @@ static int find_worker(const char *name, char *out, size_t len)
     return access(out, X_OK);
 }
 
-/* The topology exchanges are synthesised for: a built-in or a file, or by
- * default the `host` machine with exactly `ndev` CPU devices. */
-static int load_topology(const char *arg, int ndev, xp_topology **out, ein_error *err)
+/* Where the topology exchanges are synthesised for comes from: --topology;
+ * else a GPU probe (--gpu-probe FILE, or `einworker-cuda --probe` for
+ * --backend cuda) and co_topo_detect for the --gpus list; else the `host`
+ * machine with exactly `ndev` CPU devices. */
+typedef struct topo_source {
+    const char *arg;        /* --topology NAME|FILE */
+    const char *probe_file; /* --gpu-probe FILE */
+    const char *worker;     /* --worker, the binary to probe with */
+    int cuda;               /* --backend cuda */
+    const int *ids;         /* --gpus */
+} topo_source;
+
+/* Prints its own error (exit status 2 for the caller) and, for a detected
+ * topology, what was seen; `desc` gets a line saying where it came from. */
+static int load_topology(const topo_source *src, int ndev, xp_topology **out, char *desc,
+                         size_t desclen)
 {
-    if (arg) {
-        int rc = xp_topo_load(arg, out, err);
-        if (rc < 0)
-            return rc;
+    ein_error err = {0};
+    char why[512] = "";
+    if (src->arg) {
+        if (xp_topo_load(src->arg, out, &err) < 0) {
+            fprintf(stderr, "einrun: --topology %s: %s\n", src->arg, err.msg);
+            return -1;
+        }
         if ((*out)->ngpus < ndev) {
-            rc = ein_fail(err, EIN_EINVAL, "%s has %d GPUs but the run has %d devices",
-                          (*out)->name, (*out)->ngpus, ndev);
+            fprintf(stderr, "einrun: --topology %s: %s has %d GPUs but the run has %d devices\n",
+                    src->arg, (*out)->name, (*out)->ngpus, ndev);
             xp_topo_free(*out);
             *out = NULL;
+            return -1;
         }
-        return rc;
+        snprintf(desc, desclen, "--topology %s", src->arg);
+        return 0;
+    }
+    if (src->probe_file || src->cuda) {
+        co_topo_probe *pr = NULL;
+        char worker[PATH_MAX] = "";
+        int rc;
+        if (src->probe_file) {
+            rc = co_topo_probe_load(src->probe_file, &pr, &err);
+        } else if (!src->worker && find_worker("einworker-cuda", worker, sizeof worker) < 0) {
+            rc = ein_fail(&err, EIN_EINVAL, "cannot find einworker-cuda next to einrun to probe "
+                                            "the GPUs (--worker PATH names it)");
+        } else {
+            char *text = NULL, name[PATH_MAX + 16];
+            if (src->worker)
+                snprintf(worker, sizeof worker, "%s", src->worker);
+            snprintf(name, sizeof name, "%s --probe", worker);
+            if ((rc = co_probe_run(worker, &text, &err)) == 0)
+                rc = co_topo_probe_parse(text, name, &pr, &err);
+            free(text);
+        }
+        if (rc == 0)
+            rc = co_topo_detect(pr, src->ids, ndev, out, why, sizeof why, &err);
+        co_topo_probe_free(pr);
+        if (rc < 0) {
+            fprintf(stderr, "einrun: cannot detect the GPU topology: %s; give --topology "
+                            "NAME|FILE%s\n", err.msg,
+                    src->probe_file ? "" : ", or --gpu-probe FILE saved from einworker-cuda --probe");
+            return -1;
+        }
+        fprintf(stderr, "einrun: topology: %s\n", why);
+        snprintf(desc, desclen, "detected from %.200s: %.280s",
+                 src->probe_file ? src->probe_file : worker, why);
+        return 0;
     }
     const char *text = xp_topo_builtin_text("host");
     const char *gp = text ? strstr(text, "\ngpus ") : NULL;
-    if (!gp)
-        return ein_fail(err, EIN_EINVAL, "no built-in host topology");
+    if (!gp) {
+        fprintf(stderr, "einrun: no built-in host topology\n");
+        return -1;
+    }
     const char *eol = strchr(gp + 1, '\n');
     char buf[4096];
     snprintf(buf, sizeof buf, "%.*s\ngpus %d%s", (int)(gp - text), text, ndev, eol ? eol : "");
-    return xp_topo_parse(buf, "host", out, err);
+    if (xp_topo_parse(buf, "host", out, &err) < 0) {
+        fprintf(stderr, "einrun: host topology: %s\n", err.msg);
+        return -1;
+    }
+    snprintf(desc, desclen, "host (built in), sized to %d CPU device%s", ndev, ndev == 1 ? "" : "s");
+    return 0;
+}
+
+/* --show-topology: the topology a run would use, as text, on stdout. */
+static int show_topology(const topo_source *src, int ndev)
+{
+    xp_topology *t = NULL;
+    char desc[600], *text = NULL;
+    ein_error err = {0};
+    if (load_topology(src, ndev, &t, desc, sizeof desc) < 0)
+        return 2;
+    int rc = xp_topo_format(t, &text, &err);
+    xp_topo_free(t);
+    if (rc < 0) {
+        fprintf(stderr, "einrun: --show-topology: %s\n", err.msg);
+        return 2;
+    }
+    printf("# topology: %s\n%s", desc, text);
+    free(text);
+    return fflush(stdout) == 0 ? 0 : 2;
 }
 
 static void explain(const pl_graph *g, const pl_plan *plan)
@@ -240,8 +334,10 @@ int main(int argc, char **argv)
     const char *worker_opt = NULL, *trace_path = NULL, *log_dir = NULL, *wrapper = NULL;
     int iterations = 1, warmup = 0, log_level = 1, wrapper_device = -1, debug_device = -1;
     int manual = 0, search = 1, want_cuda = 0, rewrite = 0, ilp = 0;
+    int graphs = -1; /* --graphs: -1 auto, 0 off, 1 on */
     const char *weights = NULL;
-    const char *topo_arg = NULL;
+    const char *topo_arg = NULL, *probe_file = NULL;
+    int show_topo = 0;
     double budget_ms = 20;
     binding inputs[MAX_BINDINGS], outputs[MAX_BINDINGS];
     int ninputs = 0, noutputs = 0;
@@ -273,7 +369,10 @@ int main(int argc, char **argv)
         {"weights", required_argument, 0, 'Z'},
         {"ilp", no_argument, 0, 'L'},
         {"topology", required_argument, 0, 'O'},
+        {"gpu-probe", required_argument, 0, 0x101},
+        {"show-topology", no_argument, 0, 0x102},
         {"search-budget-ms", required_argument, 0, 'Q'},
+        {"graphs", required_argument, 0, 'J'},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},
@@ -398,6 +497,15 @@ int main(int argc, char **argv)
             search = !strcmp(optarg, "search");
             break;
         case 'O': topo_arg = optarg; break;
+        case 0x101: probe_file = optarg; break;
+        case 0x102: show_topo = 1; break;
+        case 'J':
+            if (strcmp(optarg, "auto") && strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "einrun: --graphs '%s': expected auto, on or off\n", optarg);
+                return 2;
+            }
+            graphs = !strcmp(optarg, "auto") ? -1 : !strcmp(optarg, "on");
+            break;
         case 'Y': rewrite = 1; break;
         case 'Z': weights = optarg; break;
         case 'L': ilp = 1; break;
@@ -423,11 +531,22 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (optind != argc - 1) {
+    if (optind != argc - 1 && !(show_topo && optind == argc)) {
         fprintf(stderr, "einrun: %s\nTry 'einrun --help'.\n",
                 optind >= argc ? "no program given (expected PLAN.ein)" : "more than one program given");
         return 2;
     }
+    if (probe_file && (use_cpu || topo_arg)) {
+        fprintf(stderr, "einrun: --gpu-probe %s: %s\n", probe_file,
+                use_cpu ? "it describes GPUs: use --gpus, not --cpu"
+                        : "give --topology or --gpu-probe, not both");
+        return 2;
+    }
+    topo_source tsrc = {.arg = topo_arg, .probe_file = probe_file, .worker = worker_opt,
+                        .cuda = want_cuda && !use_cpu, .ids = ids};
+    char topo_desc[600];
+    if (show_topo)
+        return show_topology(&tsrc, ndev);
     const char *path = argv[optind];
     if ((debug_device >= 0 && debug_device >= ndev) || wrapper_device >= ndev) {
         fprintf(stderr, "einrun: --%s %d: there are only %d devices\n",
@@ -459,10 +578,8 @@ int main(int argc, char **argv)
     }
     if (rewrite) {
         /* The rewriter's roofline uses the machine's peak and HBM bandwidth. */
-        if (load_topology(topo_arg, ndev, &topo, &err) < 0) {
-            fprintf(stderr, "einrun: --topology %s: %s\n", topo_arg ? topo_arg : "host", err.msg);
+        if (load_topology(&tsrc, ndev, &topo, topo_desc, sizeof topo_desc) < 0)
             goto done;
-        }
         pl_rewrite_opts rwo = {.ilp = ilp, .peak_flops = topo->peak, .hbm_bw = topo->hbm};
         pl_rewrite_stats rst;
         char **w = NULL;
@@ -597,8 +714,7 @@ int main(int argc, char **argv)
             goto done;
         }
     }
-    if (!topo && load_topology(topo_arg, ndev, &topo, &err) < 0) {
-        fprintf(stderr, "einrun: --topology %s: %s\n", topo_arg ? topo_arg : "host", err.msg);
+    if (!topo && load_topology(&tsrc, ndev, &topo, topo_desc, sizeof topo_desc) < 0) {
         status = 2;
         goto done;
     }
@@ -620,6 +736,7 @@ int main(int argc, char **argv)
                       .wrapper = wrapper, .wrapper_device = wrapper_device,
                       .debug_device = debug_device, .manual = manual,
                       .cuda = want_cuda, .gpu_ids = ids,
+                      .graphs = graphs < 0 ? want_cuda : graphs,
                       .cleanup_paths = (const char *const *)tmp_path, .ncleanup = g->nnodes};
     if (!(iter_s = calloc((size_t)(warmup + iterations), sizeof *iter_s))) {
         fprintf(stderr, "einrun: out of memory\n");

@@ -282,3 +282,93 @@ int xp_topo_load(const char *name_or_path, xp_topology **out, ein_error *err)
     }
     return xp_topo_load_file(name_or_path, out, err);
 }
+
+/* The shortest "NUM UNIT" that the parser reads back to exactly `v`:
+ * units[i] scales by scale[i]. A unit where the number is in [1, 1000)
+ * wins ties; exponent forms only when nothing else is exact. */
+static void format_rate(FILE *f, double v, const char *const *units, const double *scale, int nu)
+{
+    char best[64] = "";
+    int best_score = 1 << 30;
+    for (int u = 0; u < nu; u++)
+        for (int prec = 1; prec <= 17; prec++) {
+            char num[40];
+            double x = v / scale[u];
+            snprintf(num, sizeof num, "%.*g", prec, x);
+            if (strtod(num, NULL) * scale[u] != v)
+                continue;
+            int score = (int)strlen(num) + (strchr(num, 'e') ? 100 : 0) - (x >= 1 && x < 1000);
+            if (score < best_score) {
+                snprintf(best, sizeof best, "%s %s", num, units[u]);
+                best_score = score;
+            }
+            if (!strchr(num, 'e')) /* more digits might drop the exponent */
+                break;
+        }
+    if (!best[0]) /* no exact form (not seen in practice): the closest one */
+        snprintf(best, sizeof best, "%.17g %s", v / scale[nu - 1], units[nu - 1]);
+    fputs(best, f);
+}
+
+static void format_bw(FILE *f, double v)
+{
+    static const char *const units[] = {"TB/s", "GB/s", "MB/s"};
+    static const double scale[] = {1e12, 1e9, 1e6};
+    format_rate(f, v, units, scale, 3);
+}
+
+int xp_topo_format(const xp_topology *t, char **text, ein_error *err)
+{
+    static const char *const funits[] = {"PFLOP/s", "TFLOP/s", "GFLOP/s"};
+    static const double fscale[] = {1e15, 1e12, 1e9};
+    int n = t->ngpus;
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+            if (t->link[a * n + b] != t->link[b * n + a])
+                return ein_fail(err, EIN_EUNSUPPORTED,
+                                "%s: link %d->%d and %d->%d differ; the topology format has "
+                                "one bandwidth per pair", t->name, a, b, b, a);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    char name[sizeof t->name];
+    snprintf(name, sizeof name, "%s", t->name[0] ? t->name : "unnamed");
+    for (char *c = name; *c; c++)
+        if (*c == ' ' || *c == '\t' || *c == '\r' || *c == '\n' || *c == '#')
+            *c = '_';
+    fprintf(f, "name %s\ngpus %d\nhbm ", name, n);
+    format_bw(f, t->hbm);
+    if (t->peak > 0) {
+        fputs("\npeak ", f);
+        format_rate(f, t->peak, funits, fscale, 3);
+    }
+    if (t->port > 0) {
+        fputs("\nport ", f);
+        format_bw(f, t->port);
+    }
+    fputc('\n', f);
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+            if (t->link[a * n + b] > 0) {
+                fprintf(f, "link %d %d ", a, b);
+                format_bw(f, t->link[a * n + b]);
+                fputc('\n', f);
+            }
+    for (int k = 0; k < t->nshared; k++) {
+        fprintf(f, "shared %s ", t->shared_name[k]);
+        format_bw(f, t->shared_bw[k]);
+        fputc('\n', f);
+    }
+    if (t->rest >= 0)
+        fprintf(f, "rest via %s\n", t->shared_name[t->rest]);
+    else
+        fprintf(f, "rest %s\n", t->rest == -1 ? "direct" : "none");
+    if (fclose(f) != 0 || !buf) {
+        free(buf);
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    }
+    *text = buf;
+    return 0;
+}

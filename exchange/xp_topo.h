@@ -56,6 +56,14 @@ int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_err
 int xp_topo_load_file(const char *path, xp_topology **out, ein_error *err);
 /* A built-in machine by name, or else a file path. */
 int xp_topo_load(const char *name_or_path, xp_topology **out, ein_error *err);
+/* The topology as text that xp_topo_parse reads back to the same topology
+ * (every rate is printed in the unit whose shortest decimal form parses to
+ * the same double). Comments are not kept. A name with blanks or '#' (one
+ * taken from a file path) is printed with '_' in their place. *text is
+ * allocated by the callee, freed by the caller with free(). Fails with
+ * EIN_EUNSUPPORTED for a link matrix that is not symmetric (the format has
+ * one bandwidth per pair). */
+int xp_topo_format(const xp_topology *t, char **text, ein_error *err);
 /* The text of a built-in machine (NULL if unknown), and their names
  * (NULL-terminated). */
 const char *xp_topo_builtin_text(const char *name);

@@ -40,7 +40,7 @@ int main(int argc, char **argv)
         return 1;
     pid_t child = fork();
     if (child == 0) {
-        wk_backend *be = wk_backend_cpu_new(2);
+        wk_backend *be = wk_backend_cpu_new(2, 0);
         void *base;
         ein_error err = {0};
         if (be->segment_create(be, name, bytes, &base, &err) < 0) {
@@ -60,7 +60,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-copy: the peer failed\n");
         return 1;
     }
-    wk_backend *be = wk_backend_cpu_new(2);
+    wk_backend *be = wk_backend_cpu_new(2, 0);
     ein_error err = {0};
     void *own;
     const void *peer;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tools/bench-runtime.sh — the runtime's benchmarks on CPU devices:
 #   1. peer-copy bandwidth between two worker processes vs memcpy;
-#   2. per-instruction dispatch overhead (a chain of tiny operators);
+#   2. per-instruction dispatch overhead (a chain of tiny operators), one
+#      instruction at a time and replayed from graphs;
 #   3. the FFN (tokens 4096, d_model 1024, d_ff 4096) on --gpus 0-1 vs --gpus 0.
 # Run from the build directory: sh ../tools/bench-runtime.sh (or with B=dir).
 set -eu
@@ -22,6 +23,11 @@ n=2000
 out=$(cd "$S" && "$B/einrun" --cpu 1 --iterations 5 --warmup 1 chain.ein 2>/dev/null)
 med=$(echo "$out" | sed -n 's/.*median \([0-9.]*\) ms.*/\1/p')
 echo "$n kernel instructions: median iteration $med ms, $(echo "scale=2; $med * 1000 / $n" | bc) us per instruction"
+# The same chain replayed from graphs (on CPU devices a recording of the
+# kernel calls: what is saved is the executor's own dispatch).
+out=$(cd "$S" && "$B/einrun" --cpu 1 --iterations 5 --warmup 1 --graphs on chain.ein 2>/dev/null)
+gmed=$(echo "$out" | sed -n 's/.*median \([0-9.]*\) ms.*/\1/p')
+echo "  with --graphs on: median iteration $gmed ms, $(echo "scale=2; $gmed * 1000 / $n" | bc) us per instruction"
 
 echo "== FFN tokens=4096 d_model=1024 d_ff=4096"
 sed -e 's/tokens=8192 d_model=4096 d_ff=14336/tokens=4096 d_model=1024 d_ff=4096/' \

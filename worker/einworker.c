@@ -14,6 +14,7 @@
 #include "config.h"
 #include "common/ein_status.h"
 #include "worker/wk_exec.h"
+#include "worker/wk_probe.h"
 
 static char shm_path[256], sock_path[4200];
 
@@ -76,26 +77,54 @@ static ein_status_slot *map_status(const wk_config *cfg)
     return p == MAP_FAILED ? NULL : (ein_status_slot *)p + cfg->device;
 }
 
+/* --probe: print the GPUs and their peer access for einrun's topology
+ * detection (wk_probe.h). Exit 0, 1 on a CUDA error or no GPU, 2 when this
+ * einworker has no CUDA backend. */
+static int probe_main(void)
+{
+#ifdef EIN_WORKER_CUDA
+    ein_error err = {0};
+    if (wk_probe_cuda(stdout, &err) < 0) {
+        fprintf(stderr, "einworker-cuda --probe: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+#else
+    fprintf(stderr, "einworker --probe: this einworker has no CUDA backend "
+                    "(einworker-cuda has)\n");
+    return 2;
+#endif
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: einworker --device D --ndevices N --run-dir DIR --run-id ID\n"
             "                 --coordinator ENDPOINT [--parent-pid PID] [--iterations N]\n"
             "                 [--log FILE] [--log-level 1|2] [--trace FILE] [--pause]\n"
-            "                 [--backend cpu|cuda] [--gpu N]\n"
+            "                 [--backend cpu|cuda] [--gpu N] [--graphs]\n"
+            "       einworker-cuda --probe\n"
             "\n"
             "Executes one device's Program for einrun. einrun starts one per device;\n"
             "with einrun --manual-workers, einrun prints these command lines instead and\n"
             "you start each worker yourself (under gdb, say).\n"
             "\n"
+            "  --probe        print every visible GPU and which pairs have peer access\n"
+            "                 (einrun's topology detection; einworker-cuda only), exit\n"
             "  --pause        wait for a debugger to attach (or SIGUSR1) before starting\n"
             "  --log FILE     log events (level 1) or every instruction (level 2)\n"
             "  --trace FILE   write Chrome-trace events of every instruction\n"
+            "  --graphs       from the second iteration on, run each local stretch of\n"
+            "                 the program as a graph captured once (CUDA graphs; on CPU\n"
+            "                 devices a recording of the calls)\n"
             "\n"
             "Test hook: EIN_FAULT=DEV:KIND[:INSTR] makes device DEV fail when instruction\n"
             "INSTR (default: the first) starts; KIND is crash, hang, exit, alloc (device\n"
             "memory allocation fails), garbage (a malformed message to the coordinator)\n"
-            "or peer-garbage (a malformed message to every peer).\n");
+            "or peer-garbage (a malformed message to every peer).\n"
+            "Test hook: EIN_POISON=1 fills every buffer that no LOAD fills with NaN\n"
+            "before each iteration after the first, so that reading a buffer before\n"
+            "the iteration wrote it shows in the results.\n");
 }
 
 int main(int argc, char **argv)
@@ -119,6 +148,8 @@ int main(int argc, char **argv)
         {"pause", no_argument, 0, 'P'},
         {"backend", required_argument, 0, 'b'},
         {"gpu", required_argument, 0, 'g'},
+        {"graphs", no_argument, 0, 'G'},
+        {"probe", no_argument, 0, 0x100},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -144,6 +175,8 @@ int main(int argc, char **argv)
             use_cuda = !strcmp(optarg, "cuda");
             break;
         case 'g': gpu = atoi(optarg); break;
+        case 'G': cfg.graphs = 1; break;
+        case 0x100: return probe_main();
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -168,6 +201,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "einworker %d: coordinator %ld is gone\n", cfg.device, parent);
         return 3;
     }
+    /* EIN_POISON=1 — see usage(). */
+    const char *poison = getenv("EIN_POISON");
+    cfg.poison = poison && *poison && strcmp(poison, "0") != 0;
     /* EIN_FAULT=DEV:KIND[:INSTR] — see usage(). */
     static char fault[32];
     const char *fe = getenv("EIN_FAULT");
@@ -199,7 +235,7 @@ int main(int argc, char **argv)
         (void)gpu;
         ein_fail(&err, EIN_EUNSUPPORTED, "einworker has no CUDA backend (einworker-cuda has)");
 #endif
-    } else if (!(be = wk_backend_cpu_new(cfg.ndevices))) {
+    } else if (!(be = wk_backend_cpu_new(cfg.ndevices, cfg.graphs))) {
         ein_fail(&err, EIN_ENOMEM, "out of memory");
     }
     if (!be) {

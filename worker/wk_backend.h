@@ -3,8 +3,8 @@
  * The executor (wk_exec.c) runs a Program against this interface and cannot
  * tell which backend it drives. The CPU backend keeps the device segment in
  * POSIX shared memory (peers map it read-only to copy from it) and runs
- * kernels with OpenBLAS; the CUDA backend (runtime issue) will export one
- * cudaMalloc region over IPC instead.
+ * kernels with OpenBLAS; the CUDA backend exports one cudaMalloc region
+ * over IPC instead.
  *
  * Ownership: wk_backend_*_new return a backend freed with be->destroy(),
  * which also unmaps every segment it created or opened and unlinks the one
@@ -47,15 +47,29 @@ struct wk_backend {
     /* Wait until everything enqueued has finished: before a peer is told a
      * buffer is ready, and at the end of an iteration. */
     int (*sync)(wk_backend *be, ein_error *err);
+    /* Graphs, optional (all four NULL when the backend has none): between
+     * graph_begin and graph_end the stream-ordered calls (kernel, agg, copy,
+     * copy_box) are captured instead of run. graph_end always ends the
+     * capture: it returns the graph, or fails with the capture discarded.
+     * graph_launch runs a graph in stream order, as often as wanted;
+     * graph_free releases it. */
+    int (*graph_begin)(wk_backend *be, ein_error *err);
+    int (*graph_end)(wk_backend *be, void **graph, ein_error *err);
+    int (*graph_launch)(wk_backend *be, void *graph, ein_error *err);
+    void (*graph_free)(wk_backend *be, void *graph);
     void (*destroy)(wk_backend *be);
 };
 
-wk_backend *wk_backend_cpu_new(int ndevices);
+/* CPU devices; `graphs`: offer graphs, as recordings of the calls
+ * (wk_record.h), so the executor's capture path runs without a GPU.
+ * Returns NULL when out of memory. */
+wk_backend *wk_backend_cpu_new(int ndevices, int graphs);
 
 /* The CUDA backend on GPU `gpu` (built only with CUDA): one cudaMalloc
  * segment exported with cudaIpcGetMemHandle, whose handle is published in a
  * small shared-memory object under the segment's name; peers open it once
- * with cudaIpcOpenMemHandle; everything runs in order on one stream.
+ * with cudaIpcOpenMemHandle; everything runs in order on one stream;
+ * graphs are CUDA graphs captured from that stream.
  * Returns NULL and fills err if the GPU cannot be used. */
 wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err);
 

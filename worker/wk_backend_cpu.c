@@ -1,4 +1,5 @@
-/* worker/wk_backend_cpu.c — CPU devices: shared-memory segments, OpenBLAS. */
+/* worker/wk_backend_cpu.c — CPU devices: shared-memory segments, OpenBLAS.
+ * With graphs on, a "graph" is a recording of the calls (wk_record.h). */
 #include "worker/wk_backend.h"
 
 #include <errno.h>
@@ -9,6 +10,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "worker/wk_record.h"
 
 typedef struct peer_map {
     const void *base;
@@ -22,6 +25,7 @@ typedef struct cpu_backend {
     size_t own_bytes;
     peer_map *peers;
     int npeers;
+    wk_record *recording; /* between graph_begin and graph_end */
 } cpu_backend;
 
 static int cpu_segment_create(wk_backend *be, const char *name, size_t bytes, void **base,
@@ -82,6 +86,9 @@ static int cpu_peer_open(wk_backend *be, int peer, const char *name, const void 
 
 static int cpu_copy(wk_backend *be, void *dst, const void *src, size_t bytes, ein_error *err)
 {
+    cpu_backend *c = (cpu_backend *)be;
+    if (c->recording)
+        return wk_record_copy(c->recording, dst, src, bytes, err);
     memcpy(dst, src, bytes);
     return 0;
 }
@@ -90,6 +97,9 @@ static int cpu_copy_box(wk_backend *be, void *dst, const ein_box *dst_box, const
                         const ein_box *src_box, const ein_box *region, size_t elem,
                         ein_error *err)
 {
+    cpu_backend *c = (cpu_backend *)be;
+    if (c->recording)
+        return wk_record_copy_box(c->recording, dst, dst_box, src, src_box, region, elem, err);
     ein_box_copy(dst, dst_box, src, src_box, region, elem);
     return 0;
 }
@@ -115,13 +125,50 @@ static int cpu_sync(wk_backend *be, ein_error *err)
 static int cpu_kernel(wk_backend *be, const ein_kernel *k, const kn_block *ins, int nin,
                       kn_block *out, ein_error *err)
 {
+    cpu_backend *c = (cpu_backend *)be;
+    if (c->recording)
+        return wk_record_kernel(c->recording, k, ins, nin, out, err);
     return kn_cpu_run(k, ins, nin, out, err);
 }
 
 static int cpu_agg(wk_backend *be, ein_agg op, const kn_block *srcs, int n, kn_block *out,
                    ein_error *err)
 {
+    cpu_backend *c = (cpu_backend *)be;
+    if (c->recording)
+        return wk_record_agg(c->recording, op, srcs, n, out, err);
     return kn_cpu_agg(op, srcs, n, out, err);
+}
+
+static int cpu_graph_begin(wk_backend *be, ein_error *err)
+{
+    cpu_backend *c = (cpu_backend *)be;
+    if (c->recording)
+        return ein_fail(err, EIN_EINVAL, "a graph is already being recorded");
+    if (!(c->recording = wk_record_new()))
+        return ein_fail(err, EIN_ENOMEM, "out of memory recording a graph");
+    return 0;
+}
+
+static int cpu_graph_end(wk_backend *be, void **graph, ein_error *err)
+{
+    cpu_backend *c = (cpu_backend *)be;
+    if (!c->recording)
+        return ein_fail(err, EIN_EINVAL, "no graph is being recorded");
+    *graph = c->recording;
+    c->recording = NULL;
+    return 0;
+}
+
+static int cpu_graph_launch(wk_backend *be, void *graph, ein_error *err)
+{
+    return wk_record_replay(graph, be, err);
+}
+
+static void cpu_graph_free(wk_backend *be, void *graph)
+{
+    (void)be;
+    wk_record_free(graph);
 }
 
 static void cpu_destroy(wk_backend *be)
@@ -140,7 +187,7 @@ static void cpu_destroy(wk_backend *be)
     free(c);
 }
 
-wk_backend *wk_backend_cpu_new(int ndevices)
+wk_backend *wk_backend_cpu_new(int ndevices, int graphs)
 {
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c)
@@ -166,5 +213,11 @@ wk_backend *wk_backend_cpu_new(int ndevices)
         .agg = cpu_agg,
         .destroy = cpu_destroy,
     };
+    if (graphs) {
+        c->be.graph_begin = cpu_graph_begin;
+        c->be.graph_end = cpu_graph_end;
+        c->be.graph_launch = cpu_graph_launch;
+        c->be.graph_free = cpu_graph_free;
+    }
     return &c->be;
 }

@@ -12,7 +12,12 @@
  * does runs in order on its one stream; sync() is a stream synchronisation
  * (the executor calls it before telling a peer a buffer is ready, which is
  * why transfers are synchronised over ZeroMQ: a cross-process event wait
- * would only see records made before the wait was enqueued). */
+ * would only see records made before the wait was enqueued).
+ *
+ * Graphs are CUDA graphs captured from the stream (thread-local capture
+ * mode) and instantiated once; nothing in a stretch allocates or
+ * synchronises (the cuBLAS workspace is fixed at start, see kn_cuda_gemm.cu),
+ * and peer copies, which wait for a peer, are never inside one. */
 #include "worker/wk_backend.h"
 
 #include <cuda_runtime_api.h>
@@ -192,6 +197,51 @@ static int cu_sync(wk_backend *be, ein_error *err)
     return e == cudaSuccess ? 0 : cu_fail(err, e, "stream");
 }
 
+static int cu_graph_begin(wk_backend *be, ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+    return e == cudaSuccess ? 0 : cu_fail(err, e, "cudaStreamBeginCapture");
+}
+
+static int cu_graph_end(wk_backend *be, void **graph, ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (e != cudaSuccess) {
+        /* An invalidated capture leaves its error pending: clear it, so the
+         * stretch can run without a graph. */
+        if (g)
+            cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        return cu_fail(err, e, "cudaStreamEndCapture");
+    }
+    e = cudaGraphInstantiate(&x, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cu_fail(err, e, "cudaGraphInstantiate");
+    }
+    *graph = (void *)x;
+    return 0;
+}
+
+static int cu_graph_launch(wk_backend *be, void *graph, ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, c->stream);
+    return e == cudaSuccess ? 0 : cu_fail(err, e, "cudaGraphLaunch");
+}
+
+static void cu_graph_free(wk_backend *be, void *graph)
+{
+    (void)be;
+    if (graph)
+        cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 static int cu_kernel(wk_backend *be, const ein_kernel *k, const kn_block *in, int nin,
                      kn_block *out, ein_error *err)
 {
@@ -252,6 +302,10 @@ wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err)
         .kernel = cu_kernel,
         .agg = cu_agg,
         .sync = cu_sync,
+        .graph_begin = cu_graph_begin,
+        .graph_end = cu_graph_end,
+        .graph_launch = cu_graph_launch,
+        .graph_free = cu_graph_free,
         .destroy = cu_destroy,
     };
     cudaError_t e;

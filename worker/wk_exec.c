@@ -16,6 +16,7 @@
 #include "common/ein_rand.h"
 #include "common/ein_status.h"
 #include "common/ein_wire.h"
+#include "worker/wk_stretch.h"
 
 typedef struct wk {
     const wk_config *cfg;
@@ -35,6 +36,11 @@ typedef struct wk {
     FILE *trace;                /* Chrome-trace events, or NULL */
     int ntrace;
     ein_status_slot *status;    /* our slot of the run's status page, or NULL */
+    /* Graphs (cfg->graphs and a backend that has them), else NULL: */
+    int *head, *next;           /* wk_stretch_find's stretches */
+    void **graph;               /* per head: its stretch's captured graph */
+    char *graph_off;            /* per head: capture failed, run one by one */
+    int ncaptured, nlaunched;
 } wk;
 
 static void wlog(wk *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -413,6 +419,82 @@ static void fault_fire(wk *w, ein_error *err)
     }
 }
 
+static int stretch_last(const wk *w, int i, int *count)
+{
+    int last = i;
+    *count = 1;
+    while (w->next[last] >= 0) {
+        last = w->next[last];
+        ++*count;
+    }
+    return last;
+}
+
+/* Capture the stretch of head i as a graph; a stretch that cannot be
+ * captured is remembered and from then on runs one instruction at a time
+ * (which also reports any real error in it the usual way). */
+static void capture(wk *w, int i)
+{
+    ein_error cerr = {0}, ignored = {0};
+    void *g = NULL;
+    int count, j = stretch_last(w, i, &count);
+    int rc = w->be->graph_begin(w->be, &cerr);
+    if (rc == 0) {
+        for (int k = i; k >= 0 && rc == 0; k = w->next[k]) {
+            w->current = k;
+            rc = run_instr_body(w, &w->prog->instrs[k], &cerr);
+        }
+        int end = w->be->graph_end(w->be, &g, rc == 0 ? &cerr : &ignored);
+        if (rc == 0)
+            rc = end;
+    }
+    w->current = i;
+    if (rc < 0) {
+        if (g)
+            w->be->graph_free(w->be, g);
+        w->graph_off[i] = 1;
+        wlog(w, 1, "the %d instructions %d..%d run without a graph: %s", count, i, j, cerr.msg);
+        return;
+    }
+    w->graph[i] = g;
+    w->ncaptured++;
+    wlog(w, 1, "captured %d instructions %d..%d (%s .. %s) as a graph", count, i, j,
+         w->prog->instrs[i].op, w->prog->instrs[j].op);
+}
+
+static int run_stretch(wk *w, int i, ein_error *err)
+{
+    int count, j = stretch_last(w, i, &count);
+    if (!w->graph[i] && !w->graph_off[i])
+        capture(w, i);
+    if (w->graph_off[i]) {
+        for (int k = i; k >= 0; k = w->next[k]) {
+            w->current = k;
+            int rc = run_instr(w, k, err);
+            if (rc < 0)
+                return rc;
+        }
+        return 0;
+    }
+    if (w->status) {
+        w->status->iteration = w->iter;
+        w->status->instr = i;
+    }
+    wlog(w, 2, "start graph %d..%d", i, j);
+    double t0 = ein_now_s();
+    int rc = w->be->graph_launch(w->be, w->graph[i], err);
+    double t1 = ein_now_s();
+    w->t_kernel += t1 - t0;
+    w->nlaunched++;
+    if (w->status && rc == 0)
+        w->status->instr = -1;
+    wlog(w, 2, "finish graph %d..%d%s", i, j, rc < 0 ? " (failed)" : "");
+    char label[sizeof w->prog->instrs[i].op + 32];
+    snprintf(label, sizeof label, "%s +%d", w->prog->instrs[i].op, count - 1);
+    trace_event(w, "kernel", "GRAPH", label, t0, t1);
+    return rc < 0 ? ein_error_prefix(err, "graph of instructions %d..%d", i, j) : 0;
+}
+
 static int runnable(const wk *w, int i)
 {
     const ein_instr *ins = &w->prog->instrs[i];
@@ -435,13 +517,24 @@ static int execute(wk *w, ein_error *err)
     while (left > 0) {
         int progress = 0;
         for (int i = first; i < n; i++) {
-            if (w->done[i] || !runnable(w, i))
+            /* The first iteration runs one instruction at a time (it also
+             * warms up what capture must not do, such as cuBLAS's first
+             * calls); later ones run each stretch as a unit. */
+            int grouped = w->head && w->iter > 0;
+            if (w->done[i] || (grouped && w->head[i] >= 0 && w->head[i] != i) || !runnable(w, i))
                 continue;
             w->current = i;
-            if ((rc = run_instr(w, i, err)) < 0)
-                return rc;
-            w->done[i] = 1;
-            left--;
+            if (grouped && w->head[i] == i) {
+                if ((rc = run_stretch(w, i, err)) < 0)
+                    return rc;
+                for (int k = i; k >= 0; k = w->next[k], left--)
+                    w->done[k] = 1;
+            } else {
+                if ((rc = run_instr(w, i, err)) < 0)
+                    return rc;
+                w->done[i] = 1;
+                left--;
+            }
             progress = 1;
             if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
                 return rc;
@@ -536,8 +629,79 @@ static int setup_sockets(wk *w, ein_error *err)
     return 0;
 }
 
+/* Test hook (wk_config.poison): before each iteration after the first,
+ * fill every buffer that no LOAD fills with 0xff bytes (NaN in every float
+ * dtype). Each iteration computes the same values, so an instruction that
+ * read a buffer before this iteration wrote it would otherwise go unseen. */
+static int poison(wk *w, ein_error *err)
+{
+    const ein_program *p = w->prog;
+    char *loaded = calloc((size_t)p->nbuffers + 1, 1);
+    uint64_t most = 0;
+    void *stage = NULL;
+    int rc = 0;
+    if (!loaded)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].kind == EIN_I_LOAD && p->instrs[i].dst >= 0)
+            loaded[p->instrs[i].dst] = 1;
+    for (int b = 0; b < p->nbuffers; b++)
+        if (!loaded[b] && p->buffers[b].bytes > most)
+            most = p->buffers[b].bytes;
+    if (!w->be->host_visible && most > 0) {
+        if (!(stage = malloc(most)))
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        else
+            memset(stage, 0xff, most);
+    }
+    for (int b = 0; b < p->nbuffers && rc == 0; b++) {
+        const ein_pbuffer *pb = &p->buffers[b];
+        if (loaded[b] || pb->bytes == 0)
+            continue;
+        if (w->be->host_visible)
+            memset(w->base + pb->offset, 0xff, pb->bytes);
+        else
+            rc = w->be->upload(w->be, w->base + pb->offset, stage, pb->bytes, err);
+    }
+    free(stage);
+    free(loaded);
+    return rc;
+}
+
+/* Find the stretches once the program is known (see wk_stretch.h). */
+static int setup_graphs(wk *w, ein_error *err)
+{
+    int n = w->prog->ninstrs;
+    if (!w->cfg->graphs || n == 0)
+        return 0;
+    if (!w->be->graph_begin) {
+        wlog(w, 1, "the %s backend has no graphs: every instruction runs on its own",
+             w->be->name);
+        return 0;
+    }
+    w->head = malloc(sizeof *w->head * (size_t)n);
+    w->next = malloc(sizeof *w->next * (size_t)n);
+    w->graph = calloc((size_t)n, sizeof *w->graph);
+    w->graph_off = calloc((size_t)n, 1);
+    if (!w->head || !w->next || !w->graph || !w->graph_off)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    int count = wk_stretch_find(w->prog, w->head, w->next, err);
+    if (count < 0)
+        return count;
+    wlog(w, 1, "%d local stretches, captured as graphs in iteration 2 and replayed after", count);
+    return 0;
+}
+
 static void teardown(wk *w)
 {
+    if (w->graph)
+        for (int i = 0; i < w->prog->ninstrs; i++)
+            if (w->graph[i])
+                w->be->graph_free(w->be, w->graph[i]);
+    free(w->graph);
+    free(w->graph_off);
+    free(w->head);
+    free(w->next);
 
     if (w->trace)
         fclose(w->trace);
@@ -582,6 +746,8 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
     if ((rc = be->segment_create(be, seg, w.prog->segment_bytes, &base, err)) < 0)
         goto fail;
     w.base = base;
+    if ((rc = setup_graphs(&w, err)) < 0)
+        goto fail;
     ein_msg hello = {.type = EIN_MSG_HELLO, .device = cfg->device, .pid = (int64_t)getpid()};
     if ((rc = send_msg(w.dealer, &hello, err)) < 0)
         goto fail;
@@ -598,6 +764,8 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
             if (ein_now_s() - w.last_beat > cfg->heartbeat_s && (rc = beat(&w, err)) < 0)
                 goto fail;
         }
+        if (cfg->poison && w.iter > 0 && (rc = poison(&w, err)) < 0)
+            goto fail;
         wlog(&w, 1, "iteration %d started", w.iter);
         w.t_start = ein_now_s();
         w.t_kernel = w.t_copy = w.t_wait = 0;
@@ -609,7 +777,8 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
         ein_msg done = {.type = EIN_MSG_DONE, .device = cfg->device,
                         .t_total = ein_now_s() - w.t_start, .t_kernel = w.t_kernel,
                         .t_copy = w.t_copy, .t_wait = w.t_wait};
-        wlog(&w, 1, "iteration %d done in %.6f s", w.iter, done.t_total);
+        wlog(&w, 1, "iteration %d done in %.6f s (graphs: %d captured, %d launches so far)", w.iter,
+             done.t_total, w.ncaptured, w.nlaunched);
         if ((rc = send_msg(w.dealer, &done, err)) < 0)
             goto fail;
     }

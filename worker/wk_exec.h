@@ -37,6 +37,13 @@ typedef struct wk_config {
     const char *fault;
     int fault_instr;
     ein_status_slot *status;  /* this device's slot of the status page, or NULL */
+    int graphs;               /* capture each local stretch (wk_stretch.h) as a
+                                 graph in the second iteration and replay it in
+                                 later ones, if the backend has graphs */
+    int poison;               /* test hook: before each iteration after the first,
+                                 fill every buffer no LOAD fills with NaN, so an
+                                 instruction run too early reads NaN, not the
+                                 previous iteration's (equal) values */
 } wk_config;
 
 int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err);

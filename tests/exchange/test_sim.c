@@ -1,6 +1,7 @@
 /* tests/exchange/test_sim.c — topologies (built-ins, files, errors) and the
  * simulator: the paper's Examples 5.1-5.3 within 2%, max-min sharing,
- * multicast, relays, aggregation at HBM bandwidth, traces. */
+ * multicast, relays, aggregation at HBM bandwidth, traces, the topology
+ * printer (xp_topo_format). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -360,6 +361,79 @@ static void test_trace_json(void **state)
     xp_topo_free(t);
 }
 
+static void assert_same_topology(const xp_topology *a, const xp_topology *b)
+{
+    assert_string_equal(a->name, b->name);
+    assert_int_equal(a->ngpus, b->ngpus);
+    assert_true(a->hbm == b->hbm && a->peak == b->peak && a->port == b->port);
+    for (int k = 0; k < a->ngpus * a->ngpus; k++)
+        if (a->link[k] != b->link[k])
+            fail_msg("%s: link %d->%d: %.17g vs %.17g", a->name, k / a->ngpus, k % a->ngpus,
+                     a->link[k], b->link[k]);
+    assert_int_equal(a->nshared, b->nshared);
+    for (int k = 0; k < a->nshared; k++) {
+        assert_string_equal(a->shared_name[k], b->shared_name[k]);
+        assert_true(a->shared_bw[k] == b->shared_bw[k]);
+    }
+    assert_int_equal(a->rest, b->rest);
+}
+
+/* xp_topo_format reads back to the same topology, for every built-in and
+ * a few odd ones; printing again gives the same text. */
+static void test_format_round_trip(void **state)
+{
+    (void)state;
+    static const char *const odd[] = {
+        "gpus 3\nhbm 1.1 TB/s\nlink 0 2 0.1 MB/s\nrest none\n",
+        "name x\ngpus 2\nhbm 123456789.123 MB/s\nport 3.3333333333333335 GB/s\nrest direct\n",
+        "name y\ngpus 2\nhbm 1 TB/s\nshared a 1 GB/s\nshared b 2 GB/s\nrest via b\n",
+    };
+    int nb = 0;
+    while (xp_topo_builtin_names[nb])
+        nb++;
+    for (int i = 0; i < nb + 3; i++) {
+        const char *text = i < nb ? xp_topo_builtin_text(xp_topo_builtin_names[i]) : odd[i - nb];
+        xp_topology *t = NULL, *u = NULL;
+        ein_error err = {0};
+        char *out = NULL, *again = NULL;
+        if (xp_topo_parse(text, "odd.topo", &t, &err) != 0)
+            fail_msg("%s", err.msg);
+        if (xp_topo_format(t, &out, &err) != 0)
+            fail_msg("format: %s", err.msg);
+        if (xp_topo_parse(out, "printed", &u, &err) != 0)
+            fail_msg("printed text does not parse: %s\n%s", err.msg, out);
+        if (i < nb || i > nb)
+            assert_same_topology(t, u);
+        else
+            assert_string_equal(u->name, "odd.topo"); /* no name: the file's */
+        assert_int_equal(xp_topo_format(u, &again, &err), 0);
+        assert_string_equal(out, again);
+        free(out);
+        free(again);
+        xp_topo_free(t);
+        xp_topo_free(u);
+    }
+    /* The host machine, as einrun prints it. */
+    xp_topology *t = topo("host");
+    char *out = NULL;
+    assert_int_equal(xp_topo_format(t, &out, NULL), 0);
+    assert_string_equal(out, "name host\ngpus 8\nhbm 20 GB/s\npeak 80 GFLOP/s\nport 20 GB/s\n"
+                             "shared membus 80 GB/s\nrest via membus\n");
+    free(out);
+    /* One bandwidth per pair: an asymmetric matrix cannot be printed. */
+    t->link[0 * 8 + 1] = 1e9;
+    ein_error err = {0};
+    assert_int_equal(xp_topo_format(t, &out, &err), EIN_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "link 0->1 and 1->0 differ"));
+    xp_topo_free(t);
+    /* A name taken from a path with blanks is printed with '_'. */
+    assert_int_equal(xp_topo_parse("gpus 1\nhbm 1 TB/s\n", "my machine.topo", &t, NULL), 0);
+    assert_int_equal(xp_topo_format(t, &out, NULL), 0);
+    assert_non_null(strstr(out, "name my_machine.topo\n"));
+    free(out);
+    xp_topo_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -376,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_aggregation),
         cmocka_unit_test(test_invalid_refused),
         cmocka_unit_test(test_trace_json),
+        cmocka_unit_test(test_format_round_trip),
     };
     return cmocka_run_group_tests_name("exchange-sim", tests, NULL, NULL);
 }
