@@ -442,8 +442,14 @@ static void capture(wk *w, int i)
     if (rc == 0) {
         for (int k = i; k >= 0 && rc == 0; k = w->next[k]) {
             w->current = k;
+            if (w->status) {
+                w->status->iteration = w->iter;
+                w->status->instr = k;
+            }
             rc = run_instr_body(w, &w->prog->instrs[k], &cerr);
         }
+        if (w->status && rc == 0)
+            w->status->instr = -1;
         int end = w->be->graph_end(w->be, &g, rc == 0 ? &cerr : &ignored);
         if (rc == 0)
             rc = end;
