@@ -6,7 +6,7 @@
 #   3. the FFN (tokens 4096, d_model 1024, d_ff 4096) on --gpus 0-1 vs --gpus 0.
 # Run from the build directory: sh ../tools/bench-runtime.sh (or with B=dir).
 set -eu
-B=${B:-.}
+B=$(cd "${B:-.}" && pwd)  # absolute: the runs below cd elsewhere
 S=$(mktemp -d "${TMPDIR:-/tmp}/ein-bench.XXXXXX")
 trap 'rm -rf "$S"' EXIT
 echo "== peer copy"
