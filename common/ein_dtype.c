@@ -8,6 +8,12 @@ size_t ein_dtype_size(ein_dtype t)
     return t == EIN_F32 ? 4 : 2;
 }
 
+ein_dtype ein_dtype_accum(ein_dtype t)
+{
+    (void)t;
+    return EIN_F32;
+}
+
 const char *ein_dtype_name(ein_dtype t)
 {
     switch (t) {

@@ -28,6 +28,12 @@ uint16_t ein_f32_to_f16(float f);
 float ein_bf16_to_f32(uint16_t b);
 uint16_t ein_f32_to_bf16(float f);
 
+/* The dtype a kernel accumulates in, and in which partial results that are
+ * still to be aggregated are kept until their final cast: f32 for every
+ * dtype, so f16/bf16 partial sums neither overflow nor lose precision
+ * before the aggregation. */
+ein_dtype ein_dtype_accum(ein_dtype t);
+
 /* Convert n elements between a buffer of dtype `t` and f32. */
 void ein_dtype_to_f32(ein_dtype t, const void *src, float *dst, size_t n);
 void ein_dtype_from_f32(ein_dtype t, const float *src, void *dst, size_t n);

@@ -25,11 +25,23 @@ typedef struct lw {
     int **producer;     /* [dev][buf] -> instruction writing it */
     int *cap_producer;
     int *partial;       /* [node * ndev + dev] -> kernel output buffer, -1 */
+    ein_dtype *xdt;     /* [node] -> dtype of its partial blocks and exchange */
     load_key *loads;
     int nloads, cap_loads;
     co_lower_stats *st;
     ein_error *err;
 } lw;
+
+/* The dtype node v's kernel outputs and exchange buffers are in: the
+ * accumulation dtype when its spec aggregates partials (cast to the node's
+ * dtype once aggregated, see lower_exchange), else the node's own. */
+static ein_dtype partial_dtype(const pl_graph *g, const pl_plan *plan, int v)
+{
+    const pl_node *nd = pl_graph_node(g, v);
+    if (nd->kind == PL_INPUT || !plan->nodes[v].planned || plan->nodes[v].spec.agg == EIN_AGG_NONE)
+        return nd->dtype;
+    return ein_dtype_accum(nd->dtype);
+}
 
 static int new_buf(lw *L, int dev, ein_dtype dt, const ein_box *box)
 {
@@ -171,7 +183,7 @@ static int materialise(lw *L, xstate *X, int k, int u, const char *opname)
     const ein_box *bbox = &L->progs[h->site]->buffers[block].box;
     if (ein_box_equal(atom, bbox))
         return h->buf = block;
-    int buf = new_buf(L, h->site, nd->dtype, atom);
+    int buf = new_buf(L, h->site, L->xdt[u], atom);
     if (buf < 0)
         return buf;
     int32_t src = block;
@@ -199,7 +211,7 @@ static int send_block(lw *L, xstate *X, const xp_word *set, int from, int buf, i
     int rc = emit(L, from, &note);
     if (rc < 0)
         return rc;
-    int nb = new_buf(L, to, nd->dtype, box);
+    int nb = new_buf(L, to, L->xdt[u], box);
     if (nb < 0)
         return nb;
     ein_instr cp = {.kind = EIN_I_COPY, .dst = nb, .peer = from, .peer_buf = buf,
@@ -230,7 +242,7 @@ static int fire(lw *L, xstate *X, const xp_action *a, const int *pick, int npick
     int xbuf = srcs[0];
     const ein_box *box = &X->atoms[atom_of(X, a->set)];
     if (npick > 1) {
-        if ((xbuf = new_buf(L, a->src, nd->dtype, box)) < 0)
+        if ((xbuf = new_buf(L, a->src, L->xdt[u], box)) < 0)
             return xbuf;
         ein_instr ins = {.kind = EIN_I_AGG, .srcs = srcs, .nsrcs = npick, .dst = xbuf,
                          .agg = L->plan->nodes[u].spec.agg ? L->plan->nodes[u].spec.agg : EIN_AGG_SUM};
@@ -259,6 +271,25 @@ static int fire(lw *L, xstate *X, const xp_action *a, const int *pick, int npick
     return 0;
 }
 
+/* The final cast of an aggregated block to its node's dtype (a scale by 1,
+ * which every backend computes in f32 and rounds once): *buf is replaced
+ * by the new buffer. */
+static int cast_block(lw *L, int site, int *buf, const pl_node *nd, const char *opname)
+{
+    int nb = new_buf(L, site, nd->dtype, &L->progs[site]->buffers[*buf].box);
+    if (nb < 0)
+        return nb;
+    int32_t src = *buf;
+    ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = &src, .nsrcs = 1, .dst = nb,
+                     .kernel = {.kind = EIN_KERNEL_UNARY, .unary = EIN_UN_SCALE, .scalar = 1.0}};
+    set_op(&ins, opname, nd->name);
+    int rc = emit(L, site, &ins);
+    if (rc < 0)
+        return rc;
+    *buf = nb;
+    return 0;
+}
+
 /* Move node u's partial blocks to the blocks `need` at `need_site`,
  * aggregating on the way; need_buf[b] receives the buffer of block b. */
 static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
@@ -282,7 +313,7 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
         have_site[j] = j;
     }
     if ((rc = xp_preamble_make(have, have_site, p, need, need_site, nneed,
-                               ein_dtype_size(nd->dtype), L->ndev, &X.atoms, &natoms, &X.p,
+                               ein_dtype_size(L->xdt[u]), L->ndev, &X.atoms, &natoms, &X.p,
                                L->err)) < 0)
         goto done;
     if (L->o->topo && L->o->search) {
@@ -394,18 +425,20 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
         }
         if (ns == 1 && ein_box_equal(&L->progs[site]->buffers[srcs[0]].box, &need[b])) {
             need_buf[b] = srcs[0];
-            continue;
+        } else {
+            int nb = new_buf(L, site, L->xdt[u], &need[b]);
+            if (nb < 0) {
+                rc = nb;
+                goto done;
+            }
+            ein_instr ins = {.kind = EIN_I_CONCAT, .srcs = srcs, .nsrcs = ns, .dst = nb};
+            set_op(&ins, opname, nd->name);
+            if ((rc = emit(L, site, &ins)) < 0)
+                goto done;
+            need_buf[b] = nb;
         }
-        int nb = new_buf(L, site, nd->dtype, &need[b]);
-        if (nb < 0) {
-            rc = nb;
+        if (L->xdt[u] != nd->dtype && (rc = cast_block(L, site, &need_buf[b], nd, opname)) < 0)
             goto done;
-        }
-        ein_instr ins = {.kind = EIN_I_CONCAT, .srcs = srcs, .nsrcs = ns, .dst = nb};
-        set_op(&ins, opname, nd->name);
-        if ((rc = emit(L, site, &ins)) < 0)
-            goto done;
-        need_buf[b] = nb;
     }
 done:
     for (int i = 0; i < X.nh; i++)
@@ -438,10 +471,39 @@ static int output_blocks(const pl_choice *c, ein_box *boxes, int *sites)
     return n;
 }
 
-uint64_t co_output_devices(const pl_plan *plan, int node)
+/* A saved graph input is never an operator's output, so it has no plan of
+ * its own: its first axis is cut into min(ndev, extent) near-equal blocks,
+ * block i loaded and stored by device i, so the output equals the input and
+ * the work of writing it is spread like any other output's. */
+static int input_blocks(const pl_node *nd, int ndev, ein_box *boxes, int *sites)
+{
+    ein_box whole = ein_box_of_shape(nd->rank, nd->shape);
+    int64_t ext = nd->rank > 0 ? nd->shape[0] : 1;
+    int n = ext < ndev ? (int)ext : ndev;
+    if (nd->rank == 0 || n < 1)
+        n = 1;
+    for (int i = 0; i < n; i++) {
+        boxes[i] = whole;
+        if (nd->rank > 0) {
+            boxes[i].lo[0] = ext * i / n;
+            boxes[i].hi[0] = ext * (i + 1) / n;
+        }
+        sites[i] = i;
+    }
+    return n;
+}
+
+uint64_t co_output_devices(const pl_graph *g, const pl_plan *plan, int node)
 {
     const pl_choice *c = &plan->nodes[node];
     uint64_t mask = 0;
+    const pl_node *nd = pl_graph_node(g, node);
+    if (nd->kind == PL_INPUT) {
+        int n = nd->rank > 0 && nd->shape[0] < plan->p ? (int)nd->shape[0] : plan->p;
+        for (int i = 0; i < n && i < 64; i++)
+            mask |= 1ULL << i;
+        return mask ? mask : 1;
+    }
     for (int f = 0; f < c->spec.nparts; f++) {
         int first = 1;
         for (int e = 0; e < f && first; e++)
@@ -450,6 +512,39 @@ uint64_t co_output_devices(const pl_plan *plan, int node)
             mask |= 1ULL << f;
     }
     return mask;
+}
+
+static int store_block(lw *L, int v, int buf, int dev)
+{
+    const pl_node *nd = pl_graph_node(L->g, v);
+    int32_t src = buf;
+    ein_instr ins = {.kind = EIN_I_STORE, .srcs = &src, .nsrcs = 1, .dst = -1,
+                     .rank = nd->rank};
+    memcpy(ins.shape, nd->shape, sizeof ins.shape);
+    ins.path = (char *)L->o->output_path[v];
+    set_op(&ins, nd->name, NULL);
+    int rc = emit(L, dev, &ins);
+    return rc < 0 ? rc : 0;
+}
+
+static int lower_saved_input(lw *L, int v)
+{
+    const pl_node *nd = pl_graph_node(L->g, v);
+    ein_box *boxes = malloc(sizeof *boxes * (size_t)L->ndev);
+    int *sites = malloc(sizeof(int) * (size_t)L->ndev), rc = 0;
+    if (!boxes || !sites) {
+        rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+        goto done;
+    }
+    int n = input_blocks(nd, L->ndev, boxes, sites);
+    for (int i = 0; i < n && rc == 0; i++) {
+        int b = load_block(L, v, &boxes[i], sites[i]);
+        rc = b < 0 ? b : store_block(L, v, b, sites[i]);
+    }
+done:
+    free(boxes);
+    free(sites);
+    return rc;
 }
 
 static int lower_node(lw *L, int v)
@@ -493,7 +588,7 @@ static int lower_node(lw *L, int v)
             inbuf[site[i] * PL_MAX_INPUTS + k] = nbuf[i];
     }
     for (int f = 0; f < p; f++) {
-        int out = new_buf(L, f, nd->dtype, &c->spec.f[f].out);
+        int out = new_buf(L, f, L->xdt[v], &c->spec.f[f].out);
         if (out < 0) {
             rc = out;
             goto done;
@@ -530,16 +625,9 @@ static int lower_node(lw *L, int v)
         int n = output_blocks(c, need, site);
         if ((rc = lower_exchange(L, v, "save", need, site, n, nbuf)) < 0)
             goto done;
-        for (int b = 0; b < n; b++) {
-            int32_t src = nbuf[b];
-            ein_instr ins = {.kind = EIN_I_STORE, .srcs = &src, .nsrcs = 1, .dst = -1,
-                             .rank = nd->rank};
-            memcpy(ins.shape, nd->shape, sizeof ins.shape);
-            ins.path = (char *)L->o->output_path[v];
-            set_op(&ins, nd->name, NULL);
-            if ((rc = emit(L, site[b], &ins)) < 0)
+        for (int b = 0; b < n; b++)
+            if ((rc = store_block(L, v, nbuf[b], site[b])) < 0)
                 goto done;
-        }
     }
 done:
     free(inbuf);
@@ -569,6 +657,12 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
     }
     for (int i = 0; i < g->nnodes * L.ndev; i++)
         L.partial[i] = -1;
+    if (!(L.xdt = malloc(sizeof *L.xdt * (size_t)g->nnodes + 1))) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory while lowering");
+        goto done;
+    }
+    for (int v = 0; v < g->nnodes; v++)
+        L.xdt[v] = partial_dtype(g, plan, v);
     for (int d = 0; d < L.ndev; d++)
         if (!(L.progs[d] = ein_program_new(d, L.ndev))) {
             rc = ein_fail(err, EIN_ENOMEM, "out of memory while lowering");
@@ -577,6 +671,8 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
     for (int v = 0; v < g->nnodes && rc == 0; v++)
         if (plan->nodes[v].planned)
             rc = lower_node(&L, v);
+        else if (pl_graph_node(g, v)->kind == PL_INPUT && pl_graph_node(g, v)->saved)
+            rc = lower_saved_input(&L, v);
     for (int d = 0; d < L.ndev && rc == 0; d++)
         if ((rc = ein_program_validate(L.progs[d], err)) < 0)
             ein_error_prefix(err, "internal error: program of device %d", d);
@@ -587,6 +683,7 @@ done:
     free(L.producer);
     free(L.cap_producer);
     free(L.partial);
+    free(L.xdt);
     free(L.loads);
     if (rc < 0) {
         co_programs_free(L.progs, L.ndev);

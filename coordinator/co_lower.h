@@ -48,7 +48,8 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
 void co_programs_free(ein_program **progs, int ndev);
 
 /* Devices that store blocks of saved node `node` (a bitmask over the first
- * 64 devices), from the same rule co_lower uses. */
-uint64_t co_output_devices(const pl_plan *plan, int node);
+ * 64 devices), from the same rule co_lower uses (a saved graph input is cut
+ * along its first axis over the first min(ndev, extent) devices). */
+uint64_t co_output_devices(const pl_graph *g, const pl_plan *plan, int node);
 
 #endif

@@ -769,7 +769,7 @@ int main(int argc, char **argv)
         for (int a = 0; a < nd->rank; a++)
             n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", a ? ", " : "",
                                   (long long)nd->shape[a]);
-        devices_text(co_output_devices(plan, v), devs, sizeof devs);
+        devices_text(co_output_devices(g, plan, v), devs, sizeof devs);
         fprintf(stdout, "saved %s [%s] %s to %s (blocks written by device%s %s)\n", nd->name, shape,
                 ein_dtype_name(nd->dtype), out_path[v], strchr(devs, ',') ? "s" : "", devs);
     }

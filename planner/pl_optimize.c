@@ -47,13 +47,18 @@ void pl_cost(const pl_graph *g, int node, const pl_spec *s,
     for (int f = 0; f < s->nparts; f++)
         for (int k = 0; k < s->ninputs; k++)
             *join += (double)ein_box_volume(&s->f[f].in[k]);
-    /* Each distinct output type appearing m times costs (m-1) x its size. */
+    /* Each distinct output type appearing m times costs (m-1) x its size.
+     * Partials are kept in the accumulation dtype (f32) until aggregated,
+     * so for an f16/bf16 tensor each partial element weighs as much as
+     * ein_dtype_accum's element over the tensor's own (twice). */
+    double partial = (double)ein_dtype_size(ein_dtype_accum(nd->dtype)) /
+                     (double)ein_dtype_size(nd->dtype);
     for (int f = 0; f < s->nparts; f++) {
         int first = 1;
         for (int e = 0; e < f && first; e++)
             first = !ein_box_equal(&s->f[e].out, &s->f[f].out);
         if (!first)
-            *agg += (double)ein_box_volume(&s->f[f].out);
+            *agg += partial * (double)ein_box_volume(&s->f[f].out);
     }
 }
 

@@ -808,6 +808,9 @@ static int parse_block_op(parser *p, const op_def *op, const char *name, const t
                 return perr(p, EIN_ESHAPE, args[i]->col, "%s: axis %lld is out of range for "
                             "'%s' of rank %d", op->name, (long long)v1, pl_graph_node(p->g, x)->name,
                             pl_graph_node(p->g, x)->rank);
+            if (axes >> v1 & 1)
+                return perr(p, EIN_ESHAPE, args[i]->col, "%s: axis %lld is named twice; expected "
+                            "distinct axes", op->name, (long long)v1);
             axes |= 1u << v1;
         }
         *id = ein_graph_reduce(p->g, name, op->code == EIN_AGG_SUM ? "sum" : "max", axes, x, e);
