@@ -76,7 +76,7 @@ static void usage(FILE *f)
 "                       10-60 ms of CPU for 8 devices). It counts work, not\n"
 "                       time: the same program, seeds and flags give the same\n"
 "                       plan on any machine load.\n"
-"  --search-cap-ms N    a wall-clock safety cap per exchange (default: 10000;\n"
+"  --search-cap-ms N    a wall-clock safety cap per exchange (default: 30000;\n"
 "                       0: none). If it stops a search, einrun says so: that\n"
 "                       plan depends on the machine's speed.\n"
 "  --plan-seed S        seed of the random selector (default: 1).\n"

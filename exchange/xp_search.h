@@ -58,7 +58,7 @@ typedef struct xp_search_opts {
 #define XP_SEARCH_DEFAULT_WORK 30000
 #define XP_SEARCH_DEFAULT_STEPS 20000
 #define XP_SEARCH_DEFAULT_PATIENCE 3000
-#define XP_SEARCH_DEFAULT_CAP_MS 10000.0
+#define XP_SEARCH_DEFAULT_CAP_MS 30000.0
 
 typedef struct xp_search_stats {
     double naive_s;      /* the naive program's makespan, same membership */
