@@ -290,6 +290,39 @@ static int cast_block(lw *L, int site, int *buf, const pl_node *nd, const char *
     return 0;
 }
 
+/* An action whose set no OUT contains (A+B, A and B copies of different
+ * atoms: a valid program may hold such a useless aggregate) feeds no OUT,
+ * and neither does anything built from it: every later set containing it
+ * is not in an OUT either. It is not lowered (its AGG would sum blocks of
+ * different boxes). Every other action must move copies of one atom.
+ * Marks the skipped actions fired and counts them off *left. */
+static int skip_dead(lw *L, xstate *X, char *fired, int *left, const char *tensor,
+                     const char *opname)
+{
+    const xp_program *p = X->p;
+    for (int a = 0; a < p->nact; a++) {
+        const xp_action *ac = &p->act[a];
+        int wanted = 0;
+        for (int o = 0; o < p->nout && !wanted; o++)
+            wanted = xp_set_subset(p, ac->set, p->out[o].set);
+        if (!wanted) {
+            fired[a] = 1;
+            (*left)--;
+            continue;
+        }
+        int atom = atom_of(X, ac->set);
+        for (int i = 0; i < p->nin; i++)
+            if (xp_set_has(ac->set, i) && p->in[i].atom != atom) {
+                char buf[256];
+                return ein_fail(L->err, EIN_EINVAL, "exchange of '%s' for '%s': action '%s' "
+                                "aggregates copies of different blocks (atoms %d and %d)",
+                                tensor, opname, xp_action_format(p, a, buf, sizeof buf), atom,
+                                p->in[i].atom);
+            }
+    }
+    return 0;
+}
+
 /* Move node u's partial blocks to the blocks `need` at `need_site`,
  * aggregating on the way; need_buf[b] receives the buffer of block b. */
 static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
@@ -329,6 +362,9 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
         X.p = synth;
         L->st->naive_s += ss.naive_s;
         L->st->synth_s += ss.best_s;
+        L->st->search_steps += ss.steps;
+        L->st->search_ms += ss.elapsed_ms;
+        L->st->ncapped += ss.capped;
     } else if ((rc = xp_naive_synthesize(X.p, L->err)) >= 0 && L->o->topo) {
         double t = 0;
         if ((rc = xp_sim_run(X.p, L->o->topo, &t, NULL, L->err)) >= 0) {
@@ -336,6 +372,8 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
             L->st->synth_s += t;
         }
     }
+    if (rc >= 0 && L->o->body_hook)
+        rc = L->o->body_hook(L->o->body_ctx, nd->name, opname, &X.p, L->err);
     if (rc < 0 || (rc = xp_program_check(X.p, L->err)) < 0) {
         ein_error_prefix(L->err, "exchange of '%s' for '%s'", nd->name, opname);
         goto done;
@@ -365,7 +403,10 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
         rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
         goto done;
     }
-    for (int left = X.p->nact, progress = 1; left > 0;) {
+    int left = X.p->nact;
+    if ((rc = skip_dead(L, &X, fired, &left, nd->name, opname)) < 0)
+        goto done;
+    for (int progress = 1; left > 0;) {
         if (!progress) {
             rc = ein_fail(L->err, EIN_EINVAL, "exchange of '%s': %d actions never enabled",
                           nd->name, left);

@@ -10,6 +10,9 @@
  * (recompose) atoms into the blocks the kernel reads. Graph inputs are
  * loaded directly in the blocks their consumers want. A saved tensor gets
  * the same exchange towards one site per distinct output block, then STORE.
+ * An action whose aggregate no OUT contains feeds no OUT and is not lowered.
+ * With a work budget in search_opts (the default) the Programs depend only
+ * on the graph, the plan and the options, never on the machine's load.
  *
  * Ownership: on success *progs is a malloc'd array of `ndev` Programs, all
  * owned by the caller (co_programs_free). */
@@ -32,6 +35,15 @@ typedef struct co_lower_opts {
     const xp_topology *topo;
     int search;
     xp_search_opts search_opts;
+    /* Optional: called with each exchange's body once chosen (`tensor` is
+     * moved for `consumer`, or "save"); it may replace *body with another
+     * program over the same preamble (IN and OUT in the same order) — a
+     * test lowering a fixed body, a tool printing the bodies. The hook
+     * owns what it replaces. A negative EIN_E* return (with `err` filled)
+     * stops the lowering. */
+    int (*body_hook)(void *ctx, const char *tensor, const char *consumer, xp_program **body,
+                     ein_error *err);
+    void *body_ctx;
     uint64_t seed;              /* for generated inputs */
     const char *const *input_path;  /* by node id: .npy path, or NULL to generate */
     const char *const *output_path; /* by node id: file STORE writes (saved nodes) */
@@ -41,6 +53,9 @@ typedef struct co_lower_stats {
     int ninstrs, ncopies, nexchanges;
     double copy_bytes;          /* bytes moved between devices */
     double naive_s, synth_s;    /* simulated exchange time: naive bodies, chosen bodies */
+    long search_steps;          /* candidates evaluated by the searches */
+    double search_ms;           /* their wall-clock time (reports only) */
+    int ncapped;                /* searches stopped by the wall-clock cap (not reproducible) */
 } co_lower_stats;
 
 int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,

@@ -71,7 +71,14 @@ static void usage(FILE *f)
 "                       devices unless --backend cuda.\n"
 "  --show-topology      print the topology that would be used, as a topology\n"
 "                       file, and exit without running (no PLAN.ein needed).\n"
-"  --search-budget-ms N time for the synthesis of each exchange (default: 20).\n"
+"  --search-work N      work budget of the synthesis of each exchange: the\n"
+"                       actions of the candidates it simulates (default: 30000,\n"
+"                       10-60 ms of CPU for 8 devices). It counts work, not\n"
+"                       time: the same program, seeds and flags give the same\n"
+"                       plan on any machine load.\n"
+"  --search-cap-ms N    a wall-clock safety cap per exchange (default: 30000;\n"
+"                       0: none). If it stops a search, einrun says so: that\n"
+"                       plan depends on the machine's speed.\n"
 "  --plan-seed S        seed of the random selector (default: 1).\n"
 "  --explain            print the chosen spec and costs of every operator.\n"
 "  --rewrite            rewrite the graph by equality saturation first (matmul\n"
@@ -338,7 +345,8 @@ int main(int argc, char **argv)
     const char *weights = NULL;
     const char *topo_arg = NULL, *probe_file = NULL;
     int show_topo = 0;
-    double budget_ms = 20;
+    long search_work = XP_SEARCH_DEFAULT_WORK;
+    double cap_ms = XP_SEARCH_DEFAULT_CAP_MS;
     binding inputs[MAX_BINDINGS], outputs[MAX_BINDINGS];
     int ninputs = 0, noutputs = 0;
     ids[0] = 0;
@@ -371,7 +379,9 @@ int main(int argc, char **argv)
         {"topology", required_argument, 0, 'O'},
         {"gpu-probe", required_argument, 0, 0x101},
         {"show-topology", no_argument, 0, 0x102},
-        {"search-budget-ms", required_argument, 0, 'Q'},
+        {"search-work", required_argument, 0, 'Q'},
+        {"search-cap-ms", required_argument, 0, 0x103},
+        {"search-budget-ms", required_argument, 0, 0x104},
         {"graphs", required_argument, 0, 'J'},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
@@ -517,12 +527,28 @@ int main(int argc, char **argv)
             want_cuda = !strcmp(optarg, "cuda");
             break;
         case 'Q':
-            budget_ms = strtod(optarg, &end);
-            if (*end || end == optarg || !(budget_ms > 0) || budget_ms > 1e6) {
-                fprintf(stderr, "einrun: --search-budget-ms '%s': expected a positive number\n", optarg);
+            errno = 0;
+            search_work = strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || search_work < 1 || search_work > 1000000000) {
+                fprintf(stderr, "einrun: --search-work '%s': expected a whole number from 1 to "
+                                "1000000000\n", optarg);
                 return 2;
             }
             break;
+        case 0x103:
+            cap_ms = strtod(optarg, &end);
+            if (*end || end == optarg || !(cap_ms >= 0) || cap_ms > 1e9) {
+                fprintf(stderr, "einrun: --search-cap-ms '%s': expected milliseconds, 0 or more "
+                                "(0: no cap)\n", optarg);
+                return 2;
+            }
+            break;
+        case 0x104:
+            fprintf(stderr, "einrun: --search-budget-ms is gone: the search budget counts "
+                            "work (--search-work N, default %d) so that plans are "
+                            "reproducible; --search-cap-ms N is a wall-clock safety cap\n",
+                    XP_SEARCH_DEFAULT_WORK);
+            return 2;
         case 'v': verbose = 1; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("einrun %s\n", PACKAGE_VERSION); return 0;
@@ -722,7 +748,8 @@ int main(int argc, char **argv)
                         .output_path = (const char *const *)tmp_path, .topo = topo,
                         .search = search};
     xp_search_opts_default(&lo.search_opts);
-    lo.search_opts.budget_ms = budget_ms;
+    lo.search_opts.max_work = search_work;
+    lo.search_opts.cap_ms = cap_ms;
     lo.search_opts.seed = plan_seed;
     co_lower_stats ls;
     if (co_lower(g, plan, &lo, &progs, &ls, &err) < 0) {
@@ -730,6 +757,11 @@ int main(int argc, char **argv)
         goto done;
     }
     double t_plan = ein_now_s() - t0;
+    if (ls.ncapped)
+        fprintf(stderr, "einrun: the exchange search hit its wall-clock cap (%g ms) in %d of %d "
+                        "exchanges: this plan depends on the machine's speed (raise "
+                        "--search-cap-ms, or lower --search-work)\n",
+                cap_ms, ls.ncapped, ls.nexchanges);
     co_run_opts ro = {.worker_path = worker, .worker_timeout = worker_timeout, .timeout = timeout,
                       .verbose = verbose, .iterations = warmup + iterations,
                       .trace_path = trace_path, .log_dir = log_dir, .log_level = log_level,
@@ -790,6 +822,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "exchanges on topology %s: simulated %.3f ms with naive bodies, %.3f ms %s\n",
                 topo->name, 1e3 * ls.naive_s, 1e3 * ls.synth_s,
                 search ? "as synthesised" : "(naive schedule)");
+        if (search)
+            fprintf(stderr, "exchange search: %ld candidates (work budget %ld per exchange) in "
+                            "%.1f ms, wall-clock cap hit in %d of %d exchanges\n",
+                    ls.search_steps, search_work, ls.search_ms, ls.ncapped, ls.nexchanges);
         fprintf(stderr, "ran in %.3f s\n", t_run);
         for (int d = 0; d < ndev; d++)
             fprintf(stderr, "  device %d (pid %ld): %.3f s total, %.3f kernels, %.3f copies, %.3f waiting\n",

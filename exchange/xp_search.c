@@ -13,8 +13,8 @@
 /* Candidates without a gain in the current run before it restarts. */
 #define SCORE_MEAN_WEIGHT 0.3
 #define RESTART_AFTER 300
-/* Naive programs costed while choosing members (a step budget, so the
- * choice does not depend on the machine's speed when time suffices). */
+/* Naive programs costed while choosing members (a work budget: the
+ * choice never depends on the machine's speed). */
 #define MEMBER_EVALS 2000
 /* Structured starting programs built (and simulated) per search. */
 #define STRUCT_VARIANTS 16
@@ -23,9 +23,10 @@
 
 void xp_search_opts_default(xp_search_opts *o)
 {
-    o->budget_ms = XP_SEARCH_DEFAULT_BUDGET_MS;
+    o->max_work = XP_SEARCH_DEFAULT_WORK;
     o->max_steps = XP_SEARCH_DEFAULT_STEPS;
     o->patience = XP_SEARCH_DEFAULT_PATIENCE;
+    o->cap_ms = XP_SEARCH_DEFAULT_CAP_MS;
     o->seed = 1;
 }
 
@@ -47,6 +48,23 @@ static uint64_t rng_next(uint64_t *s)
 static int rnd(uint64_t *s, int n)
 {
     return n > 0 ? (int)(rng_next(s) % (uint64_t)n) : 0;
+}
+
+/* Whether every action moves part of an aggregate some OUT wants. An
+ * action on a set no OUT contains (A+B where A and B are copies of
+ * different atoms) is never needed: nothing built from it can reach an
+ * OUT, and the lowering cannot aggregate blocks of different boxes. The
+ * moves that union sets (fusion, partial aggregation) are screened here. */
+static int sets_wanted(const xp_program *p)
+{
+    for (int a = 0; a < p->nact; a++) {
+        int ok = 0;
+        for (int o = 0; o < p->nout && !ok; o++)
+            ok = xp_set_subset(p, p->act[a].set, p->out[o].set);
+        if (!ok)
+            return 0;
+    }
+    return 1;
 }
 
 /* Makespan of a candidate, INFINITY if it is not valid. The simulator
@@ -103,11 +121,9 @@ static int cmp_int(const void *a, const void *b)
 }
 
 /* Step 1: members for the size-declared partitions. */
-static int choose_membership(xp_program *q, const xp_topology *t, double budget_ms,
-                             ein_error *err)
+static int choose_membership(xp_program *q, const xp_topology *t, ein_error *err)
 {
     int n = q->ngpus, np = q->npart, rc = 0;
-    double t0 = now_ms();
     if (xp_program_resolved(q))
         return 0;
     double *score = calloc((size_t)np * (size_t)n + 1, sizeof(double));
@@ -175,9 +191,9 @@ static int choose_membership(xp_program *q, const xp_topology *t, double budget_
     /* Pairwise swaps between size-declared partitions while naive improves. */
     double cur = naive_cost(q, t);
     long evals = 0;
-    for (int improved = 1; improved && now_ms() - t0 < budget_ms && evals < MEMBER_EVALS;) {
+    for (int improved = 1; improved && evals < MEMBER_EVALS;) {
         improved = 0;
-        for (int g = 0; g < np && now_ms() - t0 < budget_ms; g++) {
+        for (int g = 0; g < np; g++) {
             for (int h = g + 1; h < np; h++) {
                 if (!q->part[g].by_size || !q->part[h].by_size)
                     continue;
@@ -981,7 +997,7 @@ int xp_search_naive(const xp_program *preamble, const xp_topology *t, xp_program
     xp_program *q = strip(preamble);
     if (!q)
         return ein_fail(err, EIN_ENOMEM, "out of memory");
-    if ((rc = choose_membership(q, t, 1e9, err)) < 0 || (rc = xp_naive_synthesize(q, err)) < 0 ||
+    if ((rc = choose_membership(q, t, err)) < 0 || (rc = xp_naive_synthesize(q, err)) < 0 ||
         (rc = xp_program_check(q, err)) < 0 || (rc = xp_sim_run(q, t, makespan, NULL, err)) < 0) {
         xp_program_free(q);
         return rc;
@@ -1006,10 +1022,12 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     if (preamble->ngpus > t->ngpus)
         return ein_fail(err, EIN_EINVAL, "the program uses %d sites, %s has %d GPUs",
                         preamble->ngpus, t->name, t->ngpus);
-    double mbudget = o->budget_ms > 0 ? o->budget_ms / 4 : 1e9;
+    if (o->max_work <= 0 && o->max_steps <= 0 && o->patience <= 0 && o->cap_ms <= 0)
+        return ein_fail(err, EIN_EINVAL, "exchange search without a bound: give a work or "
+                                         "step budget, a patience or a wall-clock cap");
     if (!(cur = strip(preamble)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
-    if ((rc = choose_membership(cur, t, mbudget, err)) < 0 ||
+    if ((rc = choose_membership(cur, t, err)) < 0 ||
         (rc = xp_naive_synthesize(cur, err)) < 0 || (rc = xp_program_check(cur, err)) < 0 ||
         (rc = xp_sim_run(cur, t, &st.naive_s, NULL, err)) < 0)
         goto fail;
@@ -1062,21 +1080,33 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         goto fail;
     }
     for (;;) {
-        if (o->max_steps > 0 && st.steps >= o->max_steps)
+        if (o->max_work > 0 && st.work >= o->max_work) {
+            st.stop = "work";
             break;
-        if (o->patience > 0 && since >= o->patience)
+        }
+        if (o->max_steps > 0 && st.steps >= o->max_steps) {
+            st.stop = "steps";
             break;
-        /* The last tenth of a time budget is the clean-up pass's. */
-        if (o->budget_ms > 0 && (st.steps & 7) == 0 && now_ms() - t0 >= 0.9 * o->budget_ms)
+        }
+        if (o->patience > 0 && since >= o->patience) {
+            st.stop = "patience";
             break;
+        }
+        /* The safety net: the only stop that depends on the machine. */
+        if (o->cap_ms > 0 && (st.steps & 7) == 0 && now_ms() - t0 >= o->cap_ms) {
+            st.stop = "cap";
+            st.capped = 1;
+            break;
+        }
         st.steps++;
+        st.work += cur->nact + 1;
         since++;
         xp_program *c = xp_program_copy(cur);
         if (!c) {
             rc = ein_fail(err, EIN_ENOMEM, "out of memory");
             goto fail;
         }
-        if (propose(c, t, &rng) < 0) {
+        if (propose(c, t, &rng) < 0 || !sets_wanted(c)) {
             xp_program_free(c);
             continue;
         }
@@ -1139,10 +1169,9 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     late = NULL;
     nlate_act = 0;
     free(late_buf);
-    /* Clean-up pass: drop actions the best program does not need. */
+    /* Clean-up pass: drop actions the best program does not need (at most
+     * one simulation per action: bounded work, never cut by the cap). */
     for (int a = best->nact - 1; a >= 0; a--) {
-        if (o->budget_ms > 0 && now_ms() - t0 >= o->budget_ms)
-            break;
         xp_program *c = xp_program_copy(best);
         if (!c)
             break;

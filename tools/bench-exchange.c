@@ -1,8 +1,8 @@
 /* tools/bench-exchange.c — exchange synthesis and simulator benchmark.
  *
- *   make tools/bench-exchange && tools/bench-exchange [--budget-ms N] [--seed S]
+ *   make tools/bench-exchange && tools/bench-exchange [--work N] [--seed S]
  *
- * 1. Synthesis time (default search budget unless --budget-ms) for 8-GPU
+ * 1. Synthesis time (default search budget unless --work) for 8-GPU
  *    preambles of 8, 32 and 64 atoms, on dgx-v100 and dgx-a100: a producer
  *    with four row blocks, each left as two partial copies (a contracted
  *    index split in two) on GPUs 0..7, and a consumer wanting k row blocks
@@ -68,19 +68,19 @@ int main(int argc, char **argv)
     xp_search_opts o;
     xp_search_opts_default(&o);
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--budget-ms") == 0)
-            o.budget_ms = atof(argv[i + 1]);
+        if (strcmp(argv[i], "--work") == 0)
+            o.max_work = atol(argv[i + 1]);
         else if (strcmp(argv[i], "--seed") == 0)
             o.seed = strtoull(argv[i + 1], NULL, 10);
         else {
-            fprintf(stderr, "usage: bench-exchange [--budget-ms N] [--seed S]\n");
+            fprintf(stderr, "usage: bench-exchange [--work N] [--seed S]\n");
             return 2;
         }
     }
     const char *machines[] = {"dgx-v100", "dgx-a100"};
     ein_error err = {0};
-    printf("synthesis (budget %.0f ms, %ld steps, patience %ld, seed %llu)\n", o.budget_ms,
-           o.max_steps, o.patience, (unsigned long long)o.seed);
+    printf("synthesis (work %ld, at most %ld steps, patience %ld, cap %.0f ms, seed %llu)\n",
+           o.max_work, o.max_steps, o.patience, o.cap_ms, (unsigned long long)o.seed);
     printf("%-10s %6s %4s %8s %10s %12s %12s %8s\n", "topology", "atoms", "IN", "actions",
            "time ms", "naive ms", "synth ms", "gain");
     for (int m = 0; m < 2; m++) {

@@ -25,8 +25,8 @@ static int usage(void)
     fprintf(stderr,
             "usage: exprog check FILE\n"
             "       exprog simulate --topology T [--trace OUT.json] [--quiet] FILE\n"
-            "       exprog synth --topology T [--budget-ms N] [--steps N] [--seed S]\n"
-            "                    [--patience N] [--trace OUT.json] FILE\n"
+            "       exprog synth --topology T [--work N | --steps N] [--patience N]\n"
+            "                    [--cap-ms N] [--seed S] [--trace OUT.json] FILE\n"
             "topologies: dgx-a100, dgx-h100, hgx-h200, dgx-v100, gb200-nvl72, host, or a "
             "file\n");
     return 2;
@@ -58,7 +58,7 @@ int main(int argc, char **argv)
     const char *cmd = argv[1], *topo = NULL, *trace = NULL, *file = NULL;
     xp_search_opts opts;
     xp_search_opts_default(&opts);
-    int quiet = 0;
+    int quiet = 0, work_set = 0, steps_set = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -66,10 +66,18 @@ int main(int argc, char **argv)
             topo = v, i++;
         else if (strcmp(a, "--trace") == 0 && v)
             trace = v, i++;
-        else if (strcmp(a, "--budget-ms") == 0 && v)
-            opts.budget_ms = atof(v), i++;
+        else if (strcmp(a, "--cap-ms") == 0 && v)
+            opts.cap_ms = atof(v), i++;
+        else if (strcmp(a, "--budget-ms") == 0) {
+            fprintf(stderr, "exprog: --budget-ms is gone: the budget counts work (--work N, "
+                            "default %d, or --steps N candidates); --cap-ms N is a wall-clock "
+                            "safety cap\n", XP_SEARCH_DEFAULT_WORK);
+            return 2;
+        }
+        else if (strcmp(a, "--work") == 0 && v)
+            opts.max_work = atol(v), work_set = 1, i++;
         else if (strcmp(a, "--steps") == 0 && v)
-            opts.max_steps = atol(v), i++;
+            opts.max_steps = atol(v), steps_set = 1, i++;
         else if (strcmp(a, "--patience") == 0 && v)
             opts.patience = atol(v), i++;
         else if (strcmp(a, "--seed") == 0 && v)
@@ -85,6 +93,8 @@ int main(int argc, char **argv)
     }
     if (!file)
         return usage();
+    if (steps_set && !work_set) /* a budget in candidates instead of work */
+        opts.max_work = 0;
     int is_check = strcmp(cmd, "check") == 0, is_sim = strcmp(cmd, "simulate") == 0,
         is_synth = strcmp(cmd, "synth") == 0;
     if (!is_check && !is_sim && !is_synth)
@@ -147,8 +157,16 @@ int main(int argc, char **argv)
     xp_program_print(best, stdout, NULL, NULL);
     if (trace && write_trace(trace, best, t))
         goto done;
-    printf("# search: %ld candidates, %ld valid, %ld accepted, %ld improvements, %.1f ms\n",
-           st.steps, st.valid, st.accepted, st.improved, st.elapsed_ms);
+    printf("# search: %ld candidates, %ld valid, %ld accepted, %ld improvements, work %ld, "
+           "%.1f ms, stopped by %s\n", st.steps, st.valid, st.accepted, st.improved, st.work,
+           st.elapsed_ms, st.stop ? st.stop : "?");
+    if (st.capped) {
+        printf("# the wall-clock cap (%g ms) stopped the search: this result depends on the "
+               "machine's speed\n", opts.cap_ms);
+        fprintf(stderr, "exprog: the wall-clock cap (%g ms) stopped the search after %ld "
+                        "candidates: this result depends on the machine's speed (raise "
+                        "--cap-ms or lower --steps)\n", opts.cap_ms, st.steps);
+    }
     printf("# naive makespan: %.4f ms\n", st.naive_s * 1e3);
     printf("# makespan: %.4f ms\n", st.best_s * 1e3);
     rc = 0;

@@ -375,7 +375,7 @@ static void llama_p4_naive(void **s)
 static void llama_p8_dgx_v100(void **s)
 {
     (void)s;
-    run_p_with(8, "--topology", "dgx-v100", "--search-budget-ms", "40");
+    run_p_with(8, "--topology", "dgx-v100", "--search-work", "10000");
 }
 
 static void llama_p6_dgx_h100(void **s)

@@ -57,7 +57,7 @@ check "simulate: a topology file works like the built-in" 'ms_near "$S/out" 67'
 "$X" simulate --topology dgx-q999 "$P/ex5_1.xp" > "$S/out" 2>&1; rc=$?
 check "simulate: an unknown topology is an error" '[ $rc -eq 1 ] && grep -q "unknown topology" "$S/out"'
 
-"$X" synth --topology dgx-v100 --steps 10000 --budget-ms 0 --patience 0 --seed 1 "$P/ex5_3_preamble.xp" > "$S/synth.xp" 2> "$S/out"
+"$X" synth --topology dgx-v100 --steps 10000 --cap-ms 0 --patience 0 --seed 1 "$P/ex5_3_preamble.xp" > "$S/synth.xp" 2> "$S/out"
 check "synth: Ex. 5.3 from its preamble, at most 67 ms" 'synth_at_most "$S/synth.xp" 67'
 check "synth: the naive makespan is reported" 'grep -q "^# naive makespan: 513" "$S/synth.xp"'
 
