@@ -530,7 +530,14 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
         goto out;
     }
     const char *tmp = getenv("TMPDIR");
-    snprintf(r.dir, sizeof r.dir, "%s/einrun.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    tmp = tmp && *tmp ? tmp : "/tmp";
+    /* Runs killed with their guard (a cgroup kill) left their files: the
+     * pid in every name says whose they were. */
+    int swept = co_guard_sweep_stale(tmp);
+    if (swept > 0 && o->verbose)
+        fprintf(stderr, "einrun: removed %d run director%s and shared-memory object%s of runs "
+                        "that are gone\n", swept, swept == 1 ? "y" : "ies", swept == 1 ? "" : "s");
+    snprintf(r.dir, sizeof r.dir, "%s/einrun.%ld.XXXXXX", tmp, (long)getpid());
     if (!mkdtemp(r.dir)) {
         rc = ein_fail(err, EIN_EIO, "cannot create the run directory %s: %s", r.dir, strerror(errno));
         r.dir[0] = '\0';
