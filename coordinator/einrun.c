@@ -649,6 +649,11 @@ int main(int argc, char **argv)
                     ein_dtype_name(nd->dtype), want);
             goto done;
         }
+        if (in_path[v]) {
+            fprintf(stderr, "einrun: --input %s: given twice (%s and %s)\n", inputs[i].name,
+                    in_path[v], inputs[i].path);
+            goto done;
+        }
         in_path[v] = inputs[i].path;
     }
     for (int i = 0; i < noutputs; i++) {
@@ -656,6 +661,11 @@ int main(int argc, char **argv)
         if (v < 0 || !pl_graph_node(g, v)->saved) {
             fprintf(stderr, "einrun: --output %s: %s saves no tensor named '%s'\n", outputs[i].name,
                     path, outputs[i].name);
+            goto done;
+        }
+        if (out_path[v]) {
+            fprintf(stderr, "einrun: --output %s: given twice (%s and %s)\n", outputs[i].name,
+                    out_path[v], outputs[i].path);
             goto done;
         }
         out_path[v] = outputs[i].path;
