@@ -235,8 +235,9 @@ int co_outputs_publish(co_output *o, int n, ein_error *err)
                 break;
             }
             /* Keep the old file under another name until every output is in
-             * place, to put it back if a later one fails. */
-            for (int t = 0; t < 8 && !old[i]; t++) {
+             * place, to put it back if a later one fails (the last one
+             * needs no copy: nothing can fail after it). */
+            for (int t = 0; t < 8 && !old[i] && i < n - 1; t++) {
                 if (!(old[i] = side_name(o[i].path, OLD_MARK))) {
                     rc = ein_fail(err, EIN_ENOMEM, "out of memory");
                     break;
@@ -252,7 +253,7 @@ int co_outputs_publish(co_output *o, int n, ein_error *err)
                     break;
                 }
             }
-            if (rc == 0 && !old[i])
+            if (rc == 0 && !old[i] && i < n - 1)
                 rc = ein_fail(err, EIN_EIO, "cannot write %s: cannot keep the old file",
                               o[i].path);
             if (rc < 0)

@@ -18,10 +18,11 @@
  * co_outputs_publish() renames every temporary over its output. Before each
  * rename it checks that the temporary is still the file it created and that
  * the output is still absent or a regular file, and keeps an existing
- * output as a hard link "PATH.einrun-old-<pid>-<random>". If any step fails,
- * the outputs already renamed are undone (old files put back, new ones
- * removed), so that either all outputs appear or none do; the message says
- * if an undo step itself failed and where the old file was left.
+ * output (but the last) as a hard link "PATH.einrun-old-<pid>-<random>".
+ * If any step fails, the outputs already renamed are undone (old files put
+ * back, new ones removed), so that either all outputs appear or none do;
+ * the message says if an undo step itself failed and where the old file
+ * was left.
  *
  * co_outputs_discard() removes the temporaries that exist (any exit path)
  * and frees what the others allocated; call it exactly once.
