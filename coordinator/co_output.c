@@ -149,7 +149,7 @@ int co_outputs_prepare(co_output *o, int n, int verbose, ein_error *err)
                        (lstat(o[i].path, &st) == 0 && lstat(o[j].path, &sj) == 0 &&
                         st.st_dev == sj.st_dev && st.st_ino == sj.st_ino);
             if (same)
-                return ein_fail(err, EIN_EINVAL, "%s (%s) and %s (%s) are the same file; give "
+                return ein_fail(err, EIN_EINVAL, "outputs %s (%s) and %s (%s) are the same file; give "
                                 "each output its own", o[j].name, o[j].path, o[i].name,
                                 o[i].path);
             seen_dir |= same_dir(o[j].canon, real);

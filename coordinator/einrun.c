@@ -2,8 +2,8 @@
  * devices, run it with one worker per device, save the results. */
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -694,7 +694,7 @@ int main(int argc, char **argv)
             o->shape[a] = nd->shape[a];
     }
     if (co_outputs_prepare(outs, nouts, verbose, &err) < 0) {
-        fprintf(stderr, "einrun: --output: %s\n", err.msg);
+        fprintf(stderr, "einrun: %s\n", err.msg);
         goto done;
     }
     for (int v = 0, k = 0; v < g->nnodes; v++)
@@ -769,7 +769,6 @@ int main(int argc, char **argv)
         status = 2;
         goto done;
     }
-    status = 1;
     co_run_opts ro = {.worker_path = worker, .worker_timeout = worker_timeout, .timeout = timeout,
                       .verbose = verbose, .iterations = warmup + iterations,
                       .trace_path = trace_path, .log_dir = log_dir, .log_level = log_level,
