@@ -181,7 +181,14 @@ static int spawn(run *r, int d, ein_error *err)
     if (pid < 0)
         return ein_fail(err, EIN_EIO, "cannot start worker for device %d: %s", d, strerror(errno));
     if (pid == 0) {
-        sigprocmask(SIG_SETMASK, &r->oldmask, NULL);
+        /* The caller's mask, but a worker must always see SIGTERM (its
+         * parent-death signal, and how it is stopped) even if the caller
+         * holds it back around the run (einrun does). */
+        sigset_t m = r->oldmask;
+        sigdelset(&m, SIGTERM);
+        sigdelset(&m, SIGINT);
+        sigdelset(&m, SIGCHLD);
+        sigprocmask(SIG_SETMASK, &m, NULL);
         execvp(argv[0], argv);
         _exit(127); /* reported by the coordinator as "could not execute" */
     }
