@@ -7,6 +7,7 @@
  * checked for overflow before use, so a hostile header cannot make us
  * allocate or read past what the file holds. */
 #include "common/ein_npy.h"
+#include "common/ein_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -362,10 +363,10 @@ out:
 
 int ein_npy_read_info(const char *path, ein_npy_info *out, ein_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ein_fail(err, EIN_EIO, "%s: cannot open: %s", path, strerror(errno));
-    int rc = read_info_fd(fd, path, out, err);
+    int fd, rc = ein_file_open_regular(path, &fd, NULL, err);
+    if (rc < 0)
+        return rc;
+    rc = read_info_fd(fd, path, out, err);
     close(fd);
     return rc;
 }
@@ -467,9 +468,9 @@ int ein_npy_read_box(const char *path, const ein_npy_info *info,
     int rc;
     if ((rc = check_box(path, info, box, err)) < 0)
         return rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ein_fail(err, EIN_EIO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    if ((rc = ein_file_open_regular(path, &fd, NULL, err)) < 0)
+        return rc;
     io_ctx c = {path, dst, err};
     rc = for_each_run(fd, info, box, read_run, &c);
     close(fd);
@@ -505,8 +506,10 @@ static int format_header(ein_dtype dtype, int rank, const int64_t *shape, char *
     return 0;
 }
 
-int ein_npy_create(const char *path, ein_dtype dtype, int rank,
-                   const int64_t *shape, ein_error *err)
+/* Header and (sparse) data section into the open, writable `fd`; the
+ * header's length goes to *hlen_out. */
+static int create_fd(int fd, const char *path, ein_dtype dtype, int rank, const int64_t *shape,
+                     size_t *hlen_out, ein_error *err)
 {
     char hdr[512];
     size_t hlen;
@@ -520,20 +523,29 @@ int ein_npy_create(const char *path, ein_dtype dtype, int rank,
         return rc == EIN_EPARSE ? ein_fail(err, EIN_EINVAL, "%s: shape too large", path) : rc;
     if (format_header(dtype, rank, shape, hdr, sizeof hdr, &hlen) < 0)
         return ein_fail(err, EIN_EINVAL, "%s: header too long", path);
+    if (pwrite_full(fd, hdr, hlen, 0) < 0)
+        return ein_fail(err, EIN_EIO, "%s: write failed: %s", path, strerror(errno));
+    /* The data section is a hole: zero-filled, no disk used until written. */
+    if (ftruncate(fd, (off_t)(hlen + nbytes)) < 0)
+        return ein_fail(err, EIN_EIO, "%s: cannot size the file: %s", path, strerror(errno));
+    if (hlen_out)
+        *hlen_out = hlen;
+    return 0;
+}
+
+int ein_npy_create_fd(int fd, const char *path, ein_dtype dtype, int rank,
+                      const int64_t *shape, ein_error *err)
+{
+    return create_fd(fd, path, dtype, rank, shape, NULL, err);
+}
+
+int ein_npy_create(const char *path, ein_dtype dtype, int rank,
+                   const int64_t *shape, ein_error *err)
+{
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return ein_fail(err, EIN_EIO, "%s: cannot create: %s", path, strerror(errno));
-    if (pwrite_full(fd, hdr, hlen, 0) < 0) {
-        rc = ein_fail(err, EIN_EIO, "%s: write failed: %s", path, strerror(errno));
-        goto out;
-    }
-    /* The data section is a hole: zero-filled, no disk used until written. */
-    if (ftruncate(fd, (off_t)(hlen + nbytes)) < 0) {
-        rc = ein_fail(err, EIN_EIO, "%s: cannot size the file: %s", path, strerror(errno));
-        goto out;
-    }
-    rc = 0;
-out:
+    int rc = create_fd(fd, path, dtype, rank, shape, NULL, err);
     if (close(fd) < 0 && rc == 0)
         rc = ein_fail(err, EIN_EIO, "%s: close failed: %s", path, strerror(errno));
     return rc;
@@ -544,9 +556,16 @@ int ein_npy_write_box(const char *path, const ein_box *box, const void *src,
 {
     ein_npy_info info;
     int rc;
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    struct stat st;
+    /* Only ever a file ein_npy_create made: never through a symbolic link
+     * planted in its place, never blocking on a FIFO. */
+    int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return ein_fail(err, EIN_EIO, "%s: cannot open for writing: %s", path, strerror(errno));
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ein_fail(err, EIN_EIO, "%s: cannot open for writing: not a regular file", path);
+    }
     /* The header is read through a separate descriptor: fd is write-only
      * so that we never hold more access than we need. */
     if ((rc = ein_npy_read_info(path, &info, err)) < 0)
@@ -564,11 +583,21 @@ out:
 int ein_npy_save(const char *path, ein_dtype dtype, int rank,
                  const int64_t *shape, const void *data, ein_error *err)
 {
-    int rc = ein_npy_create(path, dtype, rank, shape, err);
-    if (rc < 0)
-        return rc;
-    ein_box all = ein_box_of_shape(rank, shape);
-    return ein_npy_write_box(path, &all, data, err);
+    ein_npy_info info = {.dtype = dtype, .rank = rank};
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return ein_fail(err, EIN_EIO, "%s: cannot create: %s", path, strerror(errno));
+    int rc = create_fd(fd, path, dtype, rank, shape, &info.data_offset, err);
+    if (rc == 0) {
+        for (int i = 0; i < rank; i++)
+            info.shape[i] = shape[i];
+        ein_box all = ein_box_of_shape(rank, shape);
+        io_ctx c = {path, (char *)data, err};
+        rc = for_each_run(fd, &info, &all, write_run, &c);
+    }
+    if (close(fd) < 0 && rc == 0)
+        rc = ein_fail(err, EIN_EIO, "%s: close failed: %s", path, strerror(errno));
+    return rc;
 }
 
 int ein_npy_load(const char *path, ein_npy_info *info, void **data, ein_error *err)

@@ -24,6 +24,8 @@ typedef struct ein_npy_info {
     size_t data_offset;   /* byte offset of the first element */
 } ein_npy_info;
 
+/* Readers open `path` with ein_file_open_regular: a FIFO or device is an
+ * EIN_EIO error, never a hang. */
 int ein_npy_read_info(const char *path, ein_npy_info *out, ein_error *err);
 
 /* Read the elements of `box` (inside the file's shape) into `dst`, dense
@@ -35,10 +37,15 @@ int ein_npy_read_box(const char *path, const ein_npy_info *info,
  * section of the right size (sparse, zero-filled). */
 int ein_npy_create(const char *path, ein_dtype dtype, int rank,
                    const int64_t *shape, ein_error *err);
+/* Same, into `fd`, a file the caller opened for writing (and closes);
+ * `path` only names it in messages. */
+int ein_npy_create_fd(int fd, const char *path, ein_dtype dtype, int rank,
+                      const int64_t *shape, ein_error *err);
 
 /* Write `src` (dense over `box`, file dtype) into the file's data section.
  * The file must have been made by ein_npy_create (or be a valid .npy whose
- * header matches); concurrent writers of disjoint boxes are safe (pwrite). */
+ * header matches), and be a regular file reached without a symbolic link as
+ * its last component; concurrent writers of disjoint boxes are safe (pwrite). */
 int ein_npy_write_box(const char *path, const ein_box *box, const void *src,
                       ein_error *err);
 

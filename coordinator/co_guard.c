@@ -3,12 +3,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -120,4 +122,66 @@ void co_guard_stop(co_guard *g)
     close(g->fd);
     g->fd = -1;
     waitpid(g->pid, NULL, 0);
+}
+
+int co_guard_pid_gone(long pid)
+{
+    return pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+/* The pid in `name` if it is `prefix` "<pid>" followed by `sep`, else -1. */
+static long name_pid(const char *name, const char *prefix, char sep)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(name, prefix, n))
+        return -1;
+    long pid = 0;
+    const char *p = name + n, *q = p;
+    for (; *q >= '0' && *q <= '9' && q - p < 10; q++)
+        pid = pid * 10 + (*q - '0');
+    return q > p && *q == sep ? pid : -1;
+}
+
+static int mine(int dirfd, const char *name, int want_dir)
+{
+    struct stat st;
+    return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == geteuid() &&
+           (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+}
+
+int co_guard_sweep_stale(const char *tmpdir)
+{
+    int removed = 0;
+    struct dirent *de;
+    DIR *dp = opendir(tmpdir);
+    while (dp && (de = readdir(dp))) {
+        long pid = name_pid(de->d_name, "einrun.", '.');
+        if (pid <= 0 || !co_guard_pid_gone(pid) || !mine(dirfd(dp), de->d_name, 1))
+            continue;
+        int fd = openat(dirfd(dp), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *run = fd >= 0 ? fdopendir(fd) : NULL;
+        struct dirent *e;
+        while (run && (e = readdir(run)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                unlinkat(fd, e->d_name, 0);
+        if (run)
+            closedir(run);
+        else if (fd >= 0)
+            close(fd);
+        removed += unlinkat(dirfd(dp), de->d_name, AT_REMOVEDIR) == 0;
+    }
+    if (dp)
+        closedir(dp);
+    if (!(dp = opendir("/dev/shm")))
+        return removed;
+    while ((de = readdir(dp))) {
+        char name[300];
+        long pid = name_pid(de->d_name, "ein-", '-');
+        if (pid <= 0 || !co_guard_pid_gone(pid) || !mine(dirfd(dp), de->d_name, 0))
+            continue;
+        snprintf(name, sizeof name, "/%s", de->d_name);
+        removed += shm_unlink(name) == 0;
+    }
+    closedir(dp);
+    return removed;
 }

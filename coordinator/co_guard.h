@@ -29,4 +29,15 @@ void co_guard_add_pid(co_guard *g, pid_t pid);
 /* The run ended and was cleaned up by the coordinator: let the guard go. */
 void co_guard_stop(co_guard *g);
 
+/* Is process `pid` gone (kill(pid, 0) fails with ESRCH)? A process of
+ * another user (EPERM) counts as alive; so does this one. */
+int co_guard_pid_gone(long pid);
+
+/* What runs killed together with their guard (kill -9 of a whole process
+ * group or cgroup) left behind: run directories "<tmpdir>/einrun.<pid>.*"
+ * and shared-memory objects "/dev/shm/ein-<pid>-*" whose coordinator <pid>
+ * is gone and which belong to this user are removed. Returns how many
+ * were removed; never fails. */
+int co_guard_sweep_stale(const char *tmpdir);
+
 #endif

@@ -181,7 +181,14 @@ static int spawn(run *r, int d, ein_error *err)
     if (pid < 0)
         return ein_fail(err, EIN_EIO, "cannot start worker for device %d: %s", d, strerror(errno));
     if (pid == 0) {
-        sigprocmask(SIG_SETMASK, &r->oldmask, NULL);
+        /* The caller's mask, but a worker must always see SIGTERM (its
+         * parent-death signal, and how it is stopped) even if the caller
+         * holds it back around the run (einrun does). */
+        sigset_t m = r->oldmask;
+        sigdelset(&m, SIGTERM);
+        sigdelset(&m, SIGINT);
+        sigdelset(&m, SIGCHLD);
+        sigprocmask(SIG_SETMASK, &m, NULL);
         execvp(argv[0], argv);
         _exit(127); /* reported by the coordinator as "could not execute" */
     }
@@ -530,7 +537,14 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
         goto out;
     }
     const char *tmp = getenv("TMPDIR");
-    snprintf(r.dir, sizeof r.dir, "%s/einrun.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    tmp = tmp && *tmp ? tmp : "/tmp";
+    /* Runs killed with their guard (a cgroup kill) left their files: the
+     * pid in every name says whose they were. */
+    int swept = co_guard_sweep_stale(tmp);
+    if (swept > 0 && o->verbose)
+        fprintf(stderr, "einrun: removed %d run director%s and shared-memory object%s of runs "
+                        "that are gone\n", swept, swept == 1 ? "y" : "ies", swept == 1 ? "" : "s");
+    snprintf(r.dir, sizeof r.dir, "%s/einrun.%ld.XXXXXX", tmp, (long)getpid());
     if (!mkdtemp(r.dir)) {
         rc = ein_fail(err, EIN_EIO, "cannot create the run directory %s: %s", r.dir, strerror(errno));
         r.dir[0] = '\0';

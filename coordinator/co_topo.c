@@ -7,6 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/ein_file.h"
+
 #define PROBE_MAX_BYTES (64u << 20)
 
 void co_topo_probe_free(co_topo_probe *p)
@@ -187,40 +189,15 @@ fail:
 
 int co_topo_probe_load(const char *path, co_topo_probe **out, ein_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ein_fail(err, EIN_EIO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    int rc = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            char *nb = cap > PROBE_MAX_BYTES ? NULL : realloc(buf, cap = cap * 2 + 8192);
-            if (!nb) {
-                rc = cap > PROBE_MAX_BYTES
-                         ? ein_fail(err, EIN_EPARSE, "%s: larger than %u MiB; not a probe", path,
-                                    PROBE_MAX_BYTES >> 20)
-                         : ein_fail(err, EIN_ENOMEM, "out of memory");
-                goto done;
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, 4096, f);
-        n += r;
-        if (r == 0)
-            break;
-    }
-    if (ferror(f)) {
-        rc = ein_fail(err, EIN_EIO, "%s: cannot read: %s", path, strerror(errno));
-        goto done;
-    }
-    buf[n] = 0;
+    char *buf;
+    size_t n;
+    int rc = ein_file_read_all(path, PROBE_MAX_BYTES, "a probe", &buf, &n, err);
+    if (rc < 0)
+        return rc;
     if (strlen(buf) != n)
         rc = ein_fail(err, EIN_EPARSE, "%s: contains a NUL byte; a probe is text", path);
     else
         rc = co_topo_probe_parse(buf, path, out, err);
-done:
-    fclose(f);
     free(buf);
     return rc;
 }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "common/ein_clock.h"
 #include "common/ein_npy.h"
 #include "coordinator/co_lower.h"
+#include "coordinator/co_output.h"
 #include "coordinator/co_probe.h"
 #include "coordinator/co_run.h"
 #include "coordinator/co_topo.h"
@@ -52,7 +54,9 @@ static void usage(FILE *f)
 "                       --seed, the same values whatever the device count.\n"
 "  --output NAME=FILE   write saved tensor NAME to FILE (default: NAME.npy in\n"
 "                       the current directory). Files appear only if the run\n"
-"                       succeeds.\n"
+"                       succeeds, all of them or none; an existing FILE must\n"
+"                       be a regular file (not a link, FIFO or device), and\n"
+"                       no two outputs may be the same file.\n"
 "  --seed S             seed for generated inputs (default: 1).\n"
 "Planning:\n"
 "  --selector dp|greedy|random   how specs are chosen (default: dp).\n"
@@ -594,6 +598,13 @@ int main(int argc, char **argv)
     ein_program **progs = NULL;
     const char **in_path = NULL, **out_path = NULL;
     char **tmp_path = NULL, **owned = NULL;
+    co_output *outs = NULL;
+    int nouts = 0;
+    sigset_t stop_signals, old_mask;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    sigprocmask(SIG_SETMASK, NULL, &old_mask);
     co_worker_stats *wstats = NULL;
     double *iter_s = NULL;
     xp_topology *topo = NULL;
@@ -627,8 +638,9 @@ int main(int argc, char **argv)
     out_path = calloc((size_t)g->nnodes, sizeof *out_path);
     tmp_path = calloc((size_t)g->nnodes, sizeof *tmp_path);
     owned = calloc((size_t)g->nnodes, sizeof *owned);
+    outs = calloc((size_t)g->nnodes, sizeof *outs);
     wstats = calloc((size_t)ndev, sizeof *wstats);
-    if (!in_path || !out_path || !tmp_path || !owned || !wstats) {
+    if (!in_path || !out_path || !tmp_path || !owned || !outs || !wstats) {
         fprintf(stderr, "einrun: out of memory\n");
         goto done;
     }
@@ -663,6 +675,11 @@ int main(int argc, char **argv)
                     ein_dtype_name(nd->dtype), want);
             goto done;
         }
+        if (in_path[v]) {
+            fprintf(stderr, "einrun: --input %s: given twice (%s and %s)\n", inputs[i].name,
+                    in_path[v], inputs[i].path);
+            goto done;
+        }
         in_path[v] = inputs[i].path;
     }
     for (int i = 0; i < noutputs; i++) {
@@ -672,8 +689,43 @@ int main(int argc, char **argv)
                     path, outputs[i].name);
             goto done;
         }
+        if (out_path[v]) {
+            fprintf(stderr, "einrun: --output %s: given twice (%s and %s)\n", outputs[i].name,
+                    out_path[v], outputs[i].path);
+            goto done;
+        }
         out_path[v] = outputs[i].path;
     }
+    /* Every output is checked (kind, directory, duplicates) before any
+     * work; the temporaries are only named here and created after
+     * planning. */
+    for (int v = 0; v < g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(g, v);
+        if (!nd->saved)
+            continue;
+        if (!out_path[v]) {
+            if (!(owned[v] = malloc(strlen(nd->name) + 5))) {
+                fprintf(stderr, "einrun: out of memory\n");
+                goto done;
+            }
+            sprintf(owned[v], "%s.npy", nd->name);
+            out_path[v] = owned[v];
+        }
+        co_output *o = &outs[nouts++];
+        o->name = nd->name;
+        o->path = out_path[v];
+        o->dtype = nd->dtype;
+        o->rank = nd->rank;
+        for (int a = 0; a < nd->rank; a++)
+            o->shape[a] = nd->shape[a];
+    }
+    if (co_outputs_prepare(outs, nouts, verbose, &err) < 0) {
+        fprintf(stderr, "einrun: %s\n", err.msg);
+        goto done;
+    }
+    for (int v = 0, k = 0; v < g->nnodes; v++)
+        if (pl_graph_node(g, v)->saved)
+            tmp_path[v] = outs[k++].tmp;
 
     if (want_cuda && use_cpu) {
         fprintf(stderr, "einrun: --backend cuda needs --gpus, not --cpu\n");
@@ -716,34 +768,11 @@ int main(int argc, char **argv)
     if (do_explain)
         explain(g, plan);
 
-    /* Saved tensors go to temporary files renamed only on success. */
-    status = 1;
-    for (int v = 0; v < g->nnodes; v++) {
-        const pl_node *nd = pl_graph_node(g, v);
-        if (!nd->saved)
-            continue;
-        if (!out_path[v]) {
-            if (!(owned[v] = malloc(strlen(nd->name) + 5)))
-                goto done;
-            sprintf(owned[v], "%s.npy", nd->name);
-            out_path[v] = owned[v];
-        }
-        size_t len = strlen(out_path[v]) + 48;
-        if (!(tmp_path[v] = malloc(len)))
-            goto done;
-        snprintf(tmp_path[v], len, "%s.einrun-tmp-%ld", out_path[v], (long)getpid());
-        if (ein_npy_create(tmp_path[v], nd->dtype, nd->rank, nd->shape, &err) < 0) {
-            fprintf(stderr, "einrun: cannot write %s: %s\n", out_path[v], err.msg);
-            free(tmp_path[v]);
-            tmp_path[v] = NULL;
-            status = 2;
-            goto done;
-        }
-    }
     if (!topo && load_topology(&tsrc, ndev, &topo, topo_desc, sizeof topo_desc) < 0) {
         status = 2;
         goto done;
     }
+    status = 1;
     co_lower_opts lo = {.ndev = ndev, .seed = seed, .input_path = in_path,
                         .output_path = (const char *const *)tmp_path, .topo = topo,
                         .search = search};
@@ -762,6 +791,16 @@ int main(int argc, char **argv)
                         "exchanges: this plan depends on the machine's speed (raise "
                         "--search-cap-ms, or lower --search-work)\n",
                 cap_ms, ls.ncapped, ls.nexchanges);
+    /* Saved tensors go to temporary files, created only now and renamed
+     * only on success. From here to the end a SIGINT or SIGTERM is held
+     * back: co_run turns it into a failed run, and einrun removes the
+     * temporaries before it dies of one that came afterwards. */
+    sigprocmask(SIG_BLOCK, &stop_signals, NULL);
+    if (co_outputs_create(outs, nouts, &err) < 0) {
+        fprintf(stderr, "einrun: %s\n", err.msg);
+        status = 2;
+        goto done;
+    }
     co_run_opts ro = {.worker_path = worker, .worker_timeout = worker_timeout, .timeout = timeout,
                       .verbose = verbose, .iterations = warmup + iterations,
                       .trace_path = trace_path, .log_dir = log_dir, .log_level = log_level,
@@ -780,16 +819,9 @@ int main(int argc, char **argv)
         goto done;
     }
     double t_run = ein_now_s() - t1;
-    for (int v = 0; v < g->nnodes; v++) {
-        if (!tmp_path[v])
-            continue;
-        if (rename(tmp_path[v], out_path[v]) < 0) {
-            fprintf(stderr, "einrun: cannot rename %s to %s: %s\n", tmp_path[v], out_path[v],
-                    strerror(errno));
-            goto done;
-        }
-        free(tmp_path[v]);
-        tmp_path[v] = NULL;
+    if (co_outputs_publish(outs, nouts, &err) < 0) {
+        fprintf(stderr, "einrun: %s\n", err.msg);
+        goto done;
     }
     status = 0;
     for (int v = 0; v < g->nnodes; v++) {
@@ -832,11 +864,9 @@ int main(int argc, char **argv)
                     d, wstats[d].pid, wstats[d].total, wstats[d].kernel, wstats[d].copy, wstats[d].wait);
     }
 done:
-    for (int v = 0; g && tmp_path && v < g->nnodes; v++)
-        if (tmp_path[v]) {
-            unlink(tmp_path[v]);
-            free(tmp_path[v]);
-        }
+    if (outs)
+        co_outputs_discard(outs, nouts);
+    free(outs);
     for (int v = 0; g && owned && v < g->nnodes; v++)
         free(owned[v]);
     free(tmp_path);
@@ -857,5 +887,6 @@ done:
         free(outputs[i].name);
         free(outputs[i].path);
     }
+    sigprocmask(SIG_SETMASK, &old_mask, NULL);
     return status;
 }

@@ -6,6 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_file.h"
+
+/* Far more than a 72-GPU machine needs; a bound on what --topology reads. */
+#define XP_TOPO_FILE_MAX ((size_t)4 << 20)
+
 int xp_topo_nres(const xp_topology *t)
 {
     int n = t->ngpus;
@@ -239,29 +244,12 @@ fail:
 
 int xp_topo_load_file(const char *path, xp_topology **out, ein_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ein_fail(err, EIN_EIO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            char *nb = realloc(buf, cap = cap * 2 + 8192);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return ein_fail(err, EIN_ENOMEM, "out of memory");
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, 4096, f);
-        n += r;
-        if (r == 0)
-            break;
-    }
-    fclose(f);
-    buf[n] = 0;
-    int rc = xp_topo_parse(buf, path, out, err);
+    char *buf;
+    size_t n;
+    int rc = ein_file_read_all(path, XP_TOPO_FILE_MAX, "a topology file", &buf, &n, err);
+    if (rc < 0)
+        return rc;
+    rc = xp_topo_parse(buf, path, out, err);
     free(buf);
     return rc;
 }

@@ -53,6 +53,7 @@ void xp_topo_res_name(const xp_topology *t, int r, char *buf, int len);
 int xp_topo_route(const xp_topology *t, int s, int d, int *res, ein_error *err);
 
 int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_error *err);
+/* A regular file of at most 4 MiB (a FIFO or device is refused unread). */
 int xp_topo_load_file(const char *path, xp_topology **out, ein_error *err);
 /* A built-in machine by name, or else a file path. */
 int xp_topo_load(const char *name_or_path, xp_topology **out, ein_error *err);

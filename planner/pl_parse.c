@@ -11,6 +11,7 @@
 #include "planner/pl_parse.h"
 
 #include "include/einsummable.h"
+#include "common/ein_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1039,55 +1040,15 @@ done:
 
 int pl_ein_parse_file(const char *path, pl_graph **out, ein_error *err)
 {
-    int rc;
-    struct stat st;
+    char *buf = NULL;
+    size_t n = 0;
     if (!path)
         return ein_fail(err, EIN_EINVAL, "pl_ein_parse_file: NULL path");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ein_fail(err, EIN_EIO, "cannot open '%s': %s", path, strerror(errno));
-    /* Refuse a big regular file before reading it; the read loop below
-     * enforces the same limit for pipes and devices. */
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > PL_TEXT_MAX) {
-        close(fd);
-        return ein_fail(err, EIN_EPARSE, "'%s' is %lld bytes; expected a program of at most "
-                        "16 MiB", path, (long long)st.st_size);
-    }
-    size_t cap = 64 << 10, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) {
-        close(fd);
-        return ein_fail(err, EIN_ENOMEM, "cannot read '%s': out of memory", path);
-    }
-    for (;;) {
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                rc = ein_fail(err, EIN_ENOMEM, "cannot read '%s': out of memory", path);
-                goto done;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, buf + n, cap - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            rc = ein_fail(err, EIN_EIO, "cannot read '%s': %s", path, strerror(errno));
-            goto done;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-        if (n > PL_TEXT_MAX) {
-            rc = ein_fail(err, EIN_EPARSE, "'%s' is larger than 16 MiB; expected a program "
-                          "of at most 16 MiB", path);
-            goto done;
-        }
-    }
-    rc = pl_ein_parse(path, buf, n, out, err);
-done:
+    /* A regular file of at most 16 MiB: a FIFO or a device is refused
+     * before anything is read. */
+    int rc = ein_file_read_all(path, PL_TEXT_MAX, "a program", &buf, &n, err);
+    if (rc == 0)
+        rc = pl_ein_parse(path, buf, n, out, err);
     free(buf);
-    close(fd);
     return rc;
 }

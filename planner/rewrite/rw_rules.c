@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/ein_file.h"
 #include "planner/rewrite/pl_rewrite.h"
 #include "planner/rewrite/rw_egraph.h"
 
@@ -661,32 +662,15 @@ int pl_rw_rules_parse(const char *text, const char *fname, pl_rw_rules **out, ei
     return 0;
 }
 
+#define RW_RULES_FILE_MAX ((size_t)16 << 20)
+
 static int read_file(const char *path, char **out, ein_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ein_fail(err, EIN_EIO, "%s: cannot open rule file", path);
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *b = cap > (1u << 24) ? NULL : realloc(buf, cap *= 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = b;
-        }
-        size_t k = fread(buf + n, 1, cap - n - 1, f);
-        n += k;
-        if (k == 0)
-            break;
-    }
-    fclose(f);
-    if (!buf)
-        return ein_fail(err, EIN_ENOMEM, "%s: rule file too large or out of memory", path);
-    buf[n] = '\0';
+    char *buf;
+    size_t n;
+    int rc = ein_file_read_all(path, RW_RULES_FILE_MAX, "a rule file", &buf, &n, err);
+    if (rc < 0)
+        return rc;
     if (strlen(buf) != n) {
         free(buf);
         return ein_fail(err, EIN_EPARSE, "%s: rule file contains a NUL byte", path);

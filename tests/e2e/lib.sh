@@ -7,7 +7,7 @@ not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "#
 
 # leftovers PID: what a run of einrun PID left behind: worker processes of
 # this scratch directory, its shared memory, run directories, temporary
-# output files. Prints nothing when clean.
+# output files and kept old outputs. Prints nothing when clean.
 leftovers() {
     l=""
     for p in /proc/[0-9]*; do
@@ -15,7 +15,9 @@ leftovers() {
         case "$c" in *einworker*"$S"*) l="$l process ${p#/proc/};" ;; esac
     done
     for f in /dev/shm/ein-"$1"-*; do [ -e "$f" ] && l="$l $f;"; done
-    for f in "$S"/einrun.* "$S"/*.einrun-tmp-*; do [ -e "$f" ] && l="$l $f;"; done
+    for f in "$S"/einrun.* "$S"/*.einrun-tmp-* "$S"/*.einrun-old-*; do
+        { [ -e "$f" ] || [ -L "$f" ]; } && l="$l $f;"
+    done
     echo "$l"
 }
 
