@@ -94,6 +94,9 @@ static void usage(FILE *f)
 "Supervision and debugging:\n"
 "  --worker-timeout S   a worker silent this long counts as hung (default: 60).\n"
 "  --timeout S          stop the whole run after S seconds (default: none).\n"
+"  --instr-timeout S    a worker inside one kernel (or copy) this long stops its\n"
+"                       heartbeat and counts as hung; 0: never (default: 600).\n"
+"                       LOAD and STORE report progress and have no such limit.\n"
 "  --log-dir DIR        one log per worker, DIR/worker-<d>.log.\n"
 "  --log-level 1|2      1: events; 2: every instruction started and finished.\n"
 "  --worker-wrapper [K:]CMD  run every worker (or only worker K) under CMD,\n"
@@ -330,7 +333,7 @@ int main(int argc, char **argv)
     const char *gpus_arg = "0";
     uint64_t seed = 1, plan_seed = 1;
     pl_selector sel = PL_SELECT_DP;
-    double worker_timeout = 60, timeout = 0;
+    double worker_timeout = 60, timeout = 0, instr_timeout = 600;
     const char *worker_opt = NULL, *trace_path = NULL, *log_dir = NULL, *wrapper = NULL;
     int iterations = 1, warmup = 0, log_level = 1, wrapper_device = -1, debug_device = -1;
     int manual = 0, search = 1, want_cuda = 0, rewrite = 0, ilp = 0;
@@ -354,6 +357,7 @@ int main(int argc, char **argv)
         {"explain", no_argument, 0, 'e'},
         {"worker-timeout", required_argument, 0, 'W'},
         {"timeout", required_argument, 0, 'T'},
+        {"instr-timeout", required_argument, 0, 0x103},
         {"worker", required_argument, 0, 'w'},
         {"iterations", required_argument, 0, 'N'},
         {"warmup", required_argument, 0, 'M'},
@@ -438,17 +442,21 @@ int main(int argc, char **argv)
             break;
         case 'e': do_explain = 1; break;
         case 'W':
-        case 'T': {
+        case 'T':
+        case 0x103: {
             double v = strtod(optarg, &end);
             if (*end || end == optarg || !(v >= 0) || v > 1e7) {
                 fprintf(stderr, "einrun: --%s '%s': expected seconds\n",
-                        c == 'W' ? "worker-timeout" : "timeout", optarg);
+                        c == 'W' ? "worker-timeout" : c == 'T' ? "timeout" : "instr-timeout",
+                        optarg);
                 return 2;
             }
             if (c == 'W')
                 worker_timeout = v;
-            else
+            else if (c == 'T')
                 timeout = v;
+            else
+                instr_timeout = v;
             break;
         }
         case 'w': worker_opt = optarg; break;
@@ -731,6 +739,7 @@ int main(int argc, char **argv)
     }
     double t_plan = ein_now_s() - t0;
     co_run_opts ro = {.worker_path = worker, .worker_timeout = worker_timeout, .timeout = timeout,
+                      .instr_timeout = instr_timeout,
                       .verbose = verbose, .iterations = warmup + iterations,
                       .trace_path = trace_path, .log_dir = log_dir, .log_level = log_level,
                       .wrapper = wrapper, .wrapper_device = wrapper_device,
