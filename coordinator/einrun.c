@@ -735,6 +735,8 @@ int main(int argc, char **argv)
     co_lower_stats ls;
     if (co_lower(g, plan, &lo, &progs, &ls, &err) < 0) {
         fprintf(stderr, "einrun: cannot lower the plan: %s\n", err.msg);
+        if (err.code == EIN_ELIMIT)
+            status = 2; /* bad input: the program is too large */
         goto done;
     }
     double t_plan = ein_now_s() - t0;
@@ -799,6 +801,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "exchanges on topology %s: simulated %.3f ms with naive bodies, %.3f ms %s\n",
                 topo->name, 1e3 * ls.naive_s, 1e3 * ls.synth_s,
                 search ? "as synthesised" : "(naive schedule)");
+        fprintf(stderr, "exchange bodies: %d searched, %d copied from an identical exchange, "
+                        "%d local (nothing to move)\n", ls.nsearched, ls.nreused, ls.nlocal);
         fprintf(stderr, "ran in %.3f s\n", t_run);
         for (int d = 0; d < ndev; d++)
             fprintf(stderr, "  device %d (pid %ld): %.3f s total, %.3f kernels, %.3f copies, %.3f waiting\n",
