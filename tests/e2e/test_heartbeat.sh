@@ -57,7 +57,7 @@ slow "a kernel slower than --worker-timeout is no hang" 0:slow:3 kernel -- --cpu
 
 # Past --instr-timeout, the heartbeat stops: a kernel stuck for good is found.
 rm -f y.npy
-EIN_FAULT=0:slow:3 "$EINRUN" --cpu 2 --worker-timeout 1 --instr-timeout 1 $IN --output y=y.npy \
+EIN_FAULT=0:slow:3 "$EINRUN" --cpu 2 --worker-timeout 1.5 --instr-timeout 1 $IN --output y=y.npy \
     ffn.ein > out.txt 2>&1
 rc=$?
 if [ "$rc" -eq 1 ] && grep -q "device 0 (pid [0-9]*) sent no heartbeat for [0-9]* s; last seen in instruction 3 (kernel" out.txt \
