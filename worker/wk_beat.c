@@ -28,30 +28,34 @@ void wk_pulse_init(wk_pulse *p)
 {
     atomic_init(&p->progress, 0);
     atomic_init(&p->instr, -1);
-    atomic_init(&p->busy, 0);
+    atomic_init(&p->state, WK_PULSE_MAIN);
     atomic_init(&p->busy_since_us, 0);
 }
 
-void wk_pulse_busy(wk_pulse *p, int busy)
+int wk_pulse_set(wk_pulse *p, int state)
 {
-    if (busy)
+    if (state == WK_PULSE_BUSY)
         atomic_store(&p->busy_since_us, (int_fast64_t)(ein_now_s() * 1e6));
-    atomic_store(&p->busy, busy);
-    wk_pulse_bump(p);
+    wk_pulse_bump(p); /* entering a body is progress too */
+    return atomic_exchange(&p->state, state);
 }
 
 /* Should the thread beat now? `seen` is the progress at its last look. */
 static int alive(const wk_beat *b, uint_fast64_t *seen)
 {
     uint_fast64_t p = atomic_load(&b->pulse->progress);
-    if (p != *seen) {
-        *seen = p;
-        return 1;
+    int moved = p != *seen;
+    *seen = p;
+    switch (atomic_load(&b->pulse->state)) {
+    case WK_PULSE_SLABS:
+        return moved;
+    case WK_PULSE_BUSY: {
+        double since = (double)atomic_load(&b->pulse->busy_since_us) / 1e6;
+        return b->busy_limit_s <= 0 || ein_now_s() - since < b->busy_limit_s;
     }
-    if (!atomic_load(&b->pulse->busy))
-        return 0;
-    double since = (double)atomic_load(&b->pulse->busy_since_us) / 1e6;
-    return b->busy_limit_s <= 0 || ein_now_s() - since < b->busy_limit_s;
+    default:
+        return 0; /* the main thread beats for itself */
+    }
 }
 
 static void *beat_main(void *arg)

@@ -322,9 +322,9 @@ static int load(wk *w, const ein_instr *ins, ein_error *err)
                         (unsigned long long)b->bytes);
     int rc = load_host(w, ins, b, stage, err);
     if (rc == 0) {
-        wk_pulse_busy(&w->pulse, 1);
+        int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
         rc = w->be->upload(w->be, w->base + b->offset, stage, b->bytes, err);
-        wk_pulse_busy(&w->pulse, 0);
+        wk_pulse_set(&w->pulse, prev);
     }
     free(stage);
     return rc;
@@ -340,11 +340,11 @@ static int store(wk *w, const ein_instr *ins, ein_error *err)
     if (!stage)
         return ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes",
                         (unsigned long long)b->bytes);
-    wk_pulse_busy(&w->pulse, 1);
+    int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
     int rc = w->be->sync(w->be, err);
     if (rc == 0)
         rc = w->be->download(w->be, stage, s.data, b->bytes, err);
-    wk_pulse_busy(&w->pulse, 0);
+    wk_pulse_set(&w->pulse, prev);
     if (rc == 0)
         rc = store_host(w, ins->path, &s.box, b->dtype, stage, err);
     free(stage);
@@ -436,15 +436,11 @@ static int run_instr(wk *w, int i, ein_error *err)
 static int run_instr_body(wk *w, const ein_instr *ins, ein_error *err)
 {
     int slabs = ins->kind == EIN_I_LOAD || ins->kind == EIN_I_STORE;
-    if (!slabs)
-        wk_pulse_busy(&w->pulse, 1);
+    int prev = wk_pulse_set(&w->pulse, slabs ? WK_PULSE_SLABS : WK_PULSE_BUSY);
     if (w->slow_pending)
         slow_down(w, ins);
     int rc = run_instr_kind(w, ins, err);
-    if (!slabs)
-        wk_pulse_busy(&w->pulse, 0);
-    else
-        wk_pulse_bump(&w->pulse);
+    wk_pulse_set(&w->pulse, prev);
     return rc;
 }
 
@@ -606,9 +602,9 @@ static int run_stretch(wk *w, int i, ein_error *err)
     atomic_store(&w->pulse.instr, i);
     wlog(w, 2, "start graph %d..%d", i, j);
     double t0 = ein_now_s();
-    wk_pulse_busy(&w->pulse, 1);
+    wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
     int rc = w->be->graph_launch(w->be, w->graph[i], err);
-    wk_pulse_busy(&w->pulse, 0);
+    wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
     double t1 = ein_now_s();
     if (rc == 0)
         atomic_store(&w->pulse.instr, -1);
@@ -878,9 +874,9 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
     if ((rc = wk_beat_start(w.zctx, cfg->coordinator, cfg->device, cfg->heartbeat_s,
                             cfg->instr_timeout_s, &w.pulse, &w.beater, err)) < 0)
         goto fail;
-    wk_pulse_busy(&w.pulse, 1);
+    wk_pulse_set(&w.pulse, WK_PULSE_BUSY);
     rc = be->segment_create(be, seg, w.prog->segment_bytes, &base, err);
-    wk_pulse_busy(&w.pulse, 0);
+    wk_pulse_set(&w.pulse, WK_PULSE_MAIN);
     if (rc < 0)
         goto fail;
     w.base = base;
@@ -903,9 +899,9 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
                 goto fail;
         }
         if (cfg->poison && w.iter > 0) {
-            wk_pulse_busy(&w.pulse, 1);
+            wk_pulse_set(&w.pulse, WK_PULSE_BUSY);
             rc = poison(&w, err);
-            wk_pulse_busy(&w.pulse, 0);
+            wk_pulse_set(&w.pulse, WK_PULSE_MAIN);
             if (rc < 0)
                 goto fail;
         }
@@ -914,9 +910,9 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
         w.t_kernel = w.t_copy = w.t_wait = 0;
         if ((rc = execute(&w, err)) < 0)
             goto fail;
-        wk_pulse_busy(&w.pulse, 1);
+        wk_pulse_set(&w.pulse, WK_PULSE_BUSY);
         rc = be->sync(be, err);
-        wk_pulse_busy(&w.pulse, 0);
+        wk_pulse_set(&w.pulse, WK_PULSE_MAIN);
         if (rc < 0)
             goto fail;
         /* Every READY of this iteration has been used; the next ones come
