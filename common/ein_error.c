@@ -85,6 +85,7 @@ const char *ein_strerror(int code)
     case EIN_EWORKER: return "worker failed";
     case EIN_EUNSUPPORTED: return "not supported";
     case EIN_EDEVICE: return "device error";
+    case EIN_ELIMIT: return "past a size limit";
     default: return "unknown error";
     }
 }

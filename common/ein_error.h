@@ -23,6 +23,7 @@ enum {
     EIN_EWORKER = -9,    /* a worker failed, crashed or hung */
     EIN_EUNSUPPORTED = -10, /* valid but not implemented yet */
     EIN_EDEVICE = -11,   /* missing or failing device */
+    EIN_ELIMIT = -12,    /* valid, but past a documented size limit (bad input) */
 };
 
 #define EIN_ERROR_MSG_MAX 1024

@@ -327,7 +327,7 @@ int ein_msg_encode(const ein_msg *m, void **buf, size_t *len, ein_error *err)
     if ((rc = pack_msg(&pk, m, err)) < 0)
         goto fail;
     if (sb.size > (size_t)EIN_MSG_MAX_BYTES) {
-        rc = ein_fail(err, EIN_EINVAL, "%s message: %zu bytes exceeds the limit of %lld",
+        rc = ein_fail(err, EIN_ELIMIT, "%s message: %zu bytes exceeds the limit of %lld",
                       msg_names[m->type], sb.size, (long long)EIN_MSG_MAX_BYTES);
         goto fail;
     }

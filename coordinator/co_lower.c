@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/ein_rand.h"
+#include "common/ein_wire.h"
 #include "exchange/xp_atoms.h"
 #include "exchange/xp_naive.h"
 #include "exchange/xp_search.h"
@@ -30,6 +31,8 @@ typedef struct lw {
     int nloads, cap_loads;
     co_lower_stats *st;
     ein_error *err;
+    struct xcache *cache;   /* searched exchanges, by preamble (see xcache_find) */
+    int cap_cache, ncache;
 } lw;
 
 /* The dtype node v's kernel outputs and exchange buffers are in: the
@@ -325,6 +328,132 @@ static int skip_dead(lw *L, xstate *X, char *fired, int *left, const char *tenso
 
 /* Move node u's partial blocks to the blocks `need` at `need_site`,
  * aggregating on the way; need_buf[b] receives the buffer of block b. */
+/* ---- searched exchanges, remembered -------------------------------------
+ *
+ * A model repeats itself (layers, chains): many exchanges have the same
+ * preamble up to the atoms' labels (same sites, sizes, OUT sets), so the same
+ * search problem. The first search's result is kept and copied for the
+ * others, which turns the lowering's cost from one search per exchange into
+ * one per distinct exchange. The search keeps the preamble's IN and OUT in
+ * order, so a copy only needs the new preamble's atom labels. */
+#define XCACHE_MAX 4096     /* entries; past this, new exchanges are searched */
+
+typedef struct xcache {
+    uint64_t hash;
+    xp_program *pre;        /* NULL: empty slot */
+    xp_program *synth;
+    double naive_s, best_s;
+} xcache;
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h * 0x100000001b3ULL;
+}
+
+/* Hash of what xp_program_equal compares in a preamble (no actions). */
+static uint64_t preamble_hash(const xp_program *p)
+{
+    uint64_t h = mix(mix(mix(0, (uint64_t)p->ngpus), (uint64_t)p->nin), (uint64_t)p->nout);
+    h = mix(h, (uint64_t)p->npart);
+    for (int i = 0; i < p->nin; i++) {
+        uint64_t b;
+        memcpy(&b, &p->in[i].bytes, sizeof b);
+        h = mix(mix(h, (uint64_t)p->in[i].site), b);
+    }
+    for (int o = 0; o < p->nout; o++) {
+        h = mix(mix(h, (uint64_t)(int64_t)p->out[o].site), (uint64_t)(int64_t)p->out[o].part);
+        for (int w = 0; w < p->nwords; w++)
+            h = mix(h, p->out[o].set[w]);
+    }
+    for (int g = 0; g < p->npart; g++)
+        h = mix(mix(h, (uint64_t)p->part[g].size), (uint64_t)p->part[g].by_size);
+    return h;
+}
+
+static void xcache_free(lw *L)
+{
+    for (int i = 0; i < L->cap_cache; i++) {
+        xp_program_free(L->cache[i].pre);
+        xp_program_free(L->cache[i].synth);
+    }
+    free(L->cache);
+}
+
+/* The slot of a preamble equal to `p` (hash h), or of the empty slot where
+ * it would go; NULL when there is no table. */
+static xcache *xcache_slot(lw *L, const xp_program *p, uint64_t h)
+{
+    if (!L->cache)
+        return NULL;
+    uint64_t mask = (uint64_t)L->cap_cache - 1;
+    for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+        xcache *e = &L->cache[i];
+        if (!e->pre || (e->hash == h && xp_program_equal(e->pre, p)))
+            return e;
+    }
+}
+
+/* A copy of the remembered body for preamble `p`, or NULL (none, or out of
+ * memory: then the caller searches). */
+static xp_program *xcache_find(lw *L, const xp_program *p, uint64_t h, double *naive_s,
+                               double *best_s)
+{
+    xcache *e = xcache_slot(L, p, h);
+    if (!e || !e->pre)
+        return NULL;
+    xp_program *q = xp_program_copy(e->synth);
+    if (!q)
+        return NULL;
+    for (int i = 0; i < p->nin; i++)
+        q->in[i].atom = p->in[i].atom;
+    *naive_s = e->naive_s;
+    *best_s = e->best_s;
+    return q;
+}
+
+/* Remember `synth` for preamble `p` (copies both); silently skipped when
+ * the table is full or memory is short: it is only a shortcut. */
+static void xcache_put(lw *L, const xp_program *p, uint64_t h, const xp_program *synth,
+                       double naive_s, double best_s)
+{
+    if (L->ncache >= XCACHE_MAX)
+        return;
+    if (!L->cache) {
+        if (!(L->cache = calloc(2 * XCACHE_MAX, sizeof *L->cache)))
+            return;
+        L->cap_cache = 2 * XCACHE_MAX;
+    }
+    xcache *e = xcache_slot(L, p, h);
+    if (e->pre)
+        return;
+    xp_program *a = xp_program_copy(p), *b = xp_program_copy(synth);
+    if (!a || !b) {
+        xp_program_free(a);
+        xp_program_free(b);
+        return;
+    }
+    *e = (xcache){.hash = h, .pre = a, .synth = b, .naive_s = naive_s, .best_s = best_s};
+    L->ncache++;
+}
+
+/* 1 if every OUT of the preamble `p` is an aggregate of copies on its own
+ * site: nothing crosses devices, the naive program is already the best one,
+ * and a search (whose budget is per exchange) would only spend time. A chain
+ * of elementwise operators keeping one layout is all such exchanges. */
+static int exchange_is_local(const xp_program *p)
+{
+    for (int o = 0; o < p->nout; o++) {
+        if (p->out[o].site < 0)
+            return 0;
+        for (int w = 0; w < p->nwords; w++)
+            for (xp_word x = p->out[o].set[w]; x; x &= x - 1)
+                if (p->in[w * 64 + __builtin_ctzll(x)].site != p->out[o].site)
+                    return 0;
+    }
+    return 1;
+}
+
 static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
                           const int *need_site, int nneed, int *need_buf)
 {
@@ -349,14 +478,23 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
                                ein_dtype_size(L->xdt[u]), L->ndev, &X.atoms, &natoms, &X.p,
                                L->err)) < 0)
         goto done;
-    if (L->o->topo && L->o->search) {
+    int local = exchange_is_local(X.p);
+    L->st->nlocal += local;
+    if (L->o->topo && L->o->search && !local) {
         /* Synthesise the body on the machine's topology; the result keeps
          * the preamble's IN and OUT, so the lowering below is the same. */
-        xp_program *synth = NULL;
-        xp_search_stats ss;
-        if ((rc = xp_search(X.p, L->o->topo, &L->o->search_opts, &synth, &ss, L->err)) < 0) {
-            ein_error_prefix(L->err, "exchange of '%s' for '%s'", nd->name, opname);
-            goto done;
+        uint64_t h = preamble_hash(X.p);
+        xp_search_stats ss = {0};
+        xp_program *synth = xcache_find(L, X.p, h, &ss.naive_s, &ss.best_s);
+        if (synth) {
+            L->st->nreused++;
+        } else {
+            if ((rc = xp_search(X.p, L->o->topo, &L->o->search_opts, &synth, &ss, L->err)) < 0) {
+                ein_error_prefix(L->err, "exchange of '%s' for '%s'", nd->name, opname);
+                goto done;
+            }
+            L->st->nsearched++;
+            xcache_put(L, X.p, h, synth, ss.naive_s, ss.best_s);
         }
         xp_program_free(X.p);
         X.p = synth;
@@ -678,6 +816,28 @@ done:
     return rc < 0 ? rc : 0;
 }
 
+/* A device's Program travels in one message (EIN_MSG_MAX_BYTES): one too
+ * large to send is the input's fault (too many operators for the devices),
+ * so it fails here with EIN_ELIMIT, before any worker starts. */
+static int check_size(lw *L, int d)
+{
+    long long max = L->o->max_program_bytes > 0 ? L->o->max_program_bytes : EIN_MSG_MAX_BYTES;
+    ein_msg m = {.type = EIN_MSG_PROGRAM, .program = L->progs[d]};
+    ein_error e = {0};
+    void *buf = NULL;
+    size_t len = 0;
+    int rc = ein_msg_encode(&m, &buf, &len, &e);
+    free(buf);
+    if (rc == EIN_ELIMIT || (rc == 0 && (long long)len > max))
+        return ein_fail(L->err, EIN_ELIMIT,
+                        "the program of device %d (%d instructions, %d buffers) does not fit in "
+                        "one message of at most %lld bytes; expected fewer operators",
+                        d, L->progs[d]->ninstrs, L->progs[d]->nbuffers, max);
+    if (rc < 0)
+        return ein_fail(L->err, rc, "internal error: program of device %d: %s", d, e.msg);
+    return 0;
+}
+
 int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
              ein_program ***progs_out, co_lower_stats *stats, ein_error *err)
 {
@@ -717,6 +877,8 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
     for (int d = 0; d < L.ndev && rc == 0; d++)
         if ((rc = ein_program_validate(L.progs[d], err)) < 0)
             ein_error_prefix(err, "internal error: program of device %d", d);
+    for (int d = 0; d < L.ndev && rc == 0; d++)
+        rc = check_size(&L, d);
 done:
     if (L.producer)
         for (int d = 0; d < L.ndev; d++)
@@ -726,6 +888,7 @@ done:
     free(L.partial);
     free(L.xdt);
     free(L.loads);
+    xcache_free(&L);
     if (rc < 0) {
         co_programs_free(L.progs, L.ndev);
         return rc;

@@ -15,7 +15,15 @@
  * on the graph, the plan and the options, never on the machine's load.
  *
  * Ownership: on success *progs is a malloc'd array of `ndev` Programs, all
- * owned by the caller (co_programs_free). */
+ * owned by the caller (co_programs_free). On failure nothing is returned
+ * and the code says whose fault it is: EIN_ELIMIT when a device's Program
+ * would not fit in one PROGRAM message (the input is too large; einrun
+ * exits 2), anything else an internal error or lack of memory.
+ *
+ * Cost: linear in the operators, plus one exchange search per distinct
+ * exchange (an exchange that moves nothing between devices is not searched;
+ * one identical to an earlier one, up to its atoms' labels, reuses that
+ * body; see co_lower_stats). */
 #ifndef CO_LOWER_H
 #define CO_LOWER_H
 
@@ -47,10 +55,14 @@ typedef struct co_lower_opts {
     uint64_t seed;              /* for generated inputs */
     const char *const *input_path;  /* by node id: .npy path, or NULL to generate */
     const char *const *output_path; /* by node id: file STORE writes (saved nodes) */
+    long long max_program_bytes;    /* a device's PROGRAM message; <= 0: EIN_MSG_MAX_BYTES.
+                                       Past it co_lower fails with EIN_ELIMIT */
 } co_lower_opts;
 
 typedef struct co_lower_stats {
     int ninstrs, ncopies, nexchanges;
+    int nlocal;                 /* exchanges moving nothing between devices: no search */
+    int nsearched, nreused;     /* exchanges searched; copied from an identical one */
     double copy_bytes;          /* bytes moved between devices */
     double naive_s, synth_s;    /* simulated exchange time: naive bodies, chosen bodies */
     long search_steps;          /* candidates evaluated by the searches */

@@ -120,7 +120,7 @@ static int split_words(char *cmd, char **argv, int *n, int max)
 static int spawn(run *r, int d, ein_error *err)
 {
     char dev[16], nd[16], ppid[32], iters[16], level[16], logp[600], trace[600], wrap[1024];
-    char gpu[16];
+    char gpu[16], itmo[32];
     char *argv[64];
     int n = 0;
     snprintf(dev, sizeof dev, "%d", d);
@@ -158,6 +158,9 @@ static int spawn(run *r, int d, ein_error *err)
         argv[n++] = "--pause";
     if (r->o->graphs)
         argv[n++] = "--graphs";
+    snprintf(itmo, sizeof itmo, "%g", r->o->instr_timeout);
+    argv[n++] = "--instr-timeout";
+    argv[n++] = itmo;
     if (r->o->cuda) {
         snprintf(gpu, sizeof gpu, "%d", r->o->gpu_ids ? r->o->gpu_ids[d] : d);
         argv[n++] = "--backend";
@@ -202,9 +205,10 @@ static int spawn(run *r, int d, ein_error *err)
     return 0;
 }
 
+/* "w<d>" (a worker's main socket) or "b<d>" (its heartbeat thread) */
 static int device_of(const run *r, const char *id, size_t len)
 {
-    if (len < 2 || len > 8 || id[0] != 'w')
+    if (len < 2 || len > 8 || (id[0] != 'w' && id[0] != 'b'))
         return -1;
     int d = 0;
     for (size_t i = 1; i < len; i++) {
@@ -256,6 +260,9 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
         rc = ein_fail(err, EIN_EPROTO, "unexpected %s message", ein_msg_type_name(m.type));
     if (rc == 0 && m.device != d)
         rc = ein_fail(err, EIN_EPROTO, "message claims to come from device %d", m.device);
+    if (rc == 0 && id[0] == 'b' && m.type != EIN_MSG_HEARTBEAT)
+        rc = ein_fail(err, EIN_EPROTO, "%s message from the heartbeat thread",
+                      ein_msg_type_name(m.type));
     if (rc < 0) {
         if (decoded)
             ein_msg_clear(&m);
@@ -266,7 +273,7 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
     switch (m.type) {
     case EIN_MSG_HEARTBEAT:
         w->instr = m.instr;
-        if (w->phase == W_SPAWNED) {
+        if (w->phase == W_SPAWNED && id[0] == 'w') {
             ein_msg pm = {.type = EIN_MSG_PROGRAM, .program = r->progs[d]};
             if ((rc = send_to(r, d, &pm, err)) < 0)
                 break;

@@ -8,6 +8,8 @@
  * SIGCHLD on a signalfd in the poll loop), that reports an ERROR, that sends
  * a malformed message, or that stays silent past `worker_timeout` ends the
  * run with one message naming the device, pid, instruction and operator.
+ * Heartbeats come from identity "w<d>" (the worker's main socket) or
+ * "b<d>" (its heartbeat thread, worker/wk_beat.h: HEARTBEAT only).
  * Whatever happens, on return no worker is running and the run directory
  * and every shared-memory segment of the run are gone.
  *
@@ -22,6 +24,7 @@ typedef struct co_run_opts {
     const char *worker_path;    /* einworker binary */
     double worker_timeout;      /* seconds of silence before a worker counts as hung */
     double timeout;             /* whole run, seconds; 0 = none */
+    double instr_timeout;       /* passed to einworker --instr-timeout (wk_beat.h) */
     int verbose;
     int iterations;             /* runs of the whole plan, warm-up included (>= 1) */
     const char *trace_path;     /* NULL, or where the merged Chrome trace goes */

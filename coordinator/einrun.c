@@ -105,6 +105,9 @@ static void usage(FILE *f)
 "Supervision and debugging:\n"
 "  --worker-timeout S   a worker silent this long counts as hung (default: 60).\n"
 "  --timeout S          stop the whole run after S seconds (default: none).\n"
+"  --instr-timeout S    a worker inside one kernel (or copy) this long stops its\n"
+"                       heartbeat and counts as hung; 0: never (default: 600).\n"
+"                       LOAD and STORE report progress and have no such limit.\n"
 "  --log-dir DIR        one log per worker, DIR/worker-<d>.log.\n"
 "  --log-level 1|2      1: events; 2: every instruction started and finished.\n"
 "  --worker-wrapper [K:]CMD  run every worker (or only worker K) under CMD,\n"
@@ -341,7 +344,7 @@ int main(int argc, char **argv)
     const char *gpus_arg = "0";
     uint64_t seed = 1, plan_seed = 1;
     pl_selector sel = PL_SELECT_DP;
-    double worker_timeout = 60, timeout = 0;
+    double worker_timeout = 60, timeout = 0, instr_timeout = 600;
     const char *worker_opt = NULL, *trace_path = NULL, *log_dir = NULL, *wrapper = NULL;
     int iterations = 1, warmup = 0, log_level = 1, wrapper_device = -1, debug_device = -1;
     int manual = 0, search = 1, want_cuda = 0, rewrite = 0, ilp = 0;
@@ -366,6 +369,7 @@ int main(int argc, char **argv)
         {"explain", no_argument, 0, 'e'},
         {"worker-timeout", required_argument, 0, 'W'},
         {"timeout", required_argument, 0, 'T'},
+        {"instr-timeout", required_argument, 0, 0x103},
         {"worker", required_argument, 0, 'w'},
         {"iterations", required_argument, 0, 'N'},
         {"warmup", required_argument, 0, 'M'},
@@ -384,8 +388,8 @@ int main(int argc, char **argv)
         {"gpu-probe", required_argument, 0, 0x101},
         {"show-topology", no_argument, 0, 0x102},
         {"search-work", required_argument, 0, 'Q'},
-        {"search-cap-ms", required_argument, 0, 0x103},
-        {"search-budget-ms", required_argument, 0, 0x104},
+        {"search-cap-ms", required_argument, 0, 0x105},
+        {"search-budget-ms", required_argument, 0, 0x106},
         {"graphs", required_argument, 0, 'J'},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
@@ -452,17 +456,21 @@ int main(int argc, char **argv)
             break;
         case 'e': do_explain = 1; break;
         case 'W':
-        case 'T': {
+        case 'T':
+        case 0x103: {
             double v = strtod(optarg, &end);
             if (*end || end == optarg || !(v >= 0) || v > 1e7) {
                 fprintf(stderr, "einrun: --%s '%s': expected seconds\n",
-                        c == 'W' ? "worker-timeout" : "timeout", optarg);
+                        c == 'W' ? "worker-timeout" : c == 'T' ? "timeout" : "instr-timeout",
+                        optarg);
                 return 2;
             }
             if (c == 'W')
                 worker_timeout = v;
-            else
+            else if (c == 'T')
                 timeout = v;
+            else
+                instr_timeout = v;
             break;
         }
         case 'w': worker_opt = optarg; break;
@@ -539,7 +547,7 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 0x103:
+        case 0x105:
             cap_ms = strtod(optarg, &end);
             if (*end || end == optarg || !(cap_ms >= 0) || cap_ms > 1e9) {
                 fprintf(stderr, "einrun: --search-cap-ms '%s': expected milliseconds, 0 or more "
@@ -547,7 +555,7 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 0x104:
+        case 0x106:
             fprintf(stderr, "einrun: --search-budget-ms is gone: the search budget counts "
                             "work (--search-work N, default %d) so that plans are "
                             "reproducible; --search-cap-ms N is a wall-clock safety cap\n",
@@ -783,6 +791,8 @@ int main(int argc, char **argv)
     co_lower_stats ls;
     if (co_lower(g, plan, &lo, &progs, &ls, &err) < 0) {
         fprintf(stderr, "einrun: cannot lower the plan: %s\n", err.msg);
+        if (err.code == EIN_ELIMIT)
+            status = 2; /* bad input: the program is too large */
         goto done;
     }
     double t_plan = ein_now_s() - t0;
@@ -802,6 +812,7 @@ int main(int argc, char **argv)
         goto done;
     }
     co_run_opts ro = {.worker_path = worker, .worker_timeout = worker_timeout, .timeout = timeout,
+                      .instr_timeout = instr_timeout,
                       .verbose = verbose, .iterations = warmup + iterations,
                       .trace_path = trace_path, .log_dir = log_dir, .log_level = log_level,
                       .wrapper = wrapper, .wrapper_device = wrapper_device,
@@ -858,6 +869,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "exchange search: %ld candidates (work budget %ld per exchange) in "
                             "%.1f ms, wall-clock cap hit in %d of %d exchanges\n",
                     ls.search_steps, search_work, ls.search_ms, ls.ncapped, ls.nexchanges);
+        fprintf(stderr, "exchange bodies: %d searched, %d copied from an identical exchange, "
+                        "%d local (nothing to move)\n", ls.nsearched, ls.nreused, ls.nlocal);
         fprintf(stderr, "ran in %.3f s\n", t_run);
         for (int d = 0; d < ndev; d++)
             fprintf(stderr, "  device %d (pid %ld): %.3f s total, %.3f kernels, %.3f copies, %.3f waiting\n",

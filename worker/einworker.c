@@ -103,6 +103,7 @@ static void usage(FILE *f)
             "                 --coordinator ENDPOINT [--parent-pid PID] [--iterations N]\n"
             "                 [--log FILE] [--log-level 1|2] [--trace FILE] [--pause]\n"
             "                 [--backend cpu|cuda] [--gpu N] [--graphs]\n"
+            "                 [--instr-timeout S]\n"
             "       einworker-cuda --probe\n"
             "\n"
             "Executes one device's Program for einrun. einrun starts one per device;\n"
@@ -114,22 +115,29 @@ static void usage(FILE *f)
             "  --pause        wait for a debugger to attach (or SIGUSR1) before starting\n"
             "  --log FILE     log events (level 1) or every instruction (level 2)\n"
             "  --trace FILE   write Chrome-trace events of every instruction\n"
+            "  --instr-timeout S  stop the heartbeat after S seconds inside one kernel\n"
+            "                 (or another instruction that reports no progress), so that\n"
+            "                 einrun reports it as hung; 0: never (default: 600)\n"
             "  --graphs       from the second iteration on, run each local stretch of\n"
             "                 the program as a graph captured once (CUDA graphs; on CPU\n"
             "                 devices a recording of the calls)\n"
             "\n"
             "Test hook: EIN_FAULT=DEV:KIND[:INSTR] makes device DEV fail when instruction\n"
             "INSTR (default: the first) starts; KIND is crash, hang, exit, alloc (device\n"
-            "memory allocation fails), garbage (a malformed message to the coordinator)\n"
-            "or peer-garbage (a malformed message to every peer).\n"
+            "memory allocation fails), garbage (a malformed message to the coordinator),\n"
+            "peer-garbage (a malformed message to every peer) or slow (the instruction\n"
+            "takes 4 s more: a LOAD or STORE making progress, any other one in one call).\n"
             "Test hook: EIN_POISON=1 fills every buffer that no LOAD fills with NaN\n"
             "before each iteration after the first, so that reading a buffer before\n"
-            "the iteration wrote it shows in the results.\n");
+            "the iteration wrote it shows in the results.\n"
+            "Test hook: EIN_SLAB_BYTES=N makes LOAD and STORE move N bytes at a time\n"
+            "(default 32 MiB; each slab counts as progress for the heartbeat).\n");
 }
 
 int main(int argc, char **argv)
 {
-    wk_config cfg = {.device = -1, .ndevices = 0, .heartbeat_s = 0.5, .iterations = 1,
+    wk_config cfg = {.device = -1, .ndevices = 0, .heartbeat_s = 0.5, .instr_timeout_s = 600,
+                     .iterations = 1,
                      .log_level = 1, .fault_instr = -1};
     long parent = 0;
     int do_pause = 0, use_cuda = 0, gpu = 0;
@@ -149,6 +157,7 @@ int main(int argc, char **argv)
         {"backend", required_argument, 0, 'b'},
         {"gpu", required_argument, 0, 'g'},
         {"graphs", no_argument, 0, 'G'},
+        {"instr-timeout", required_argument, 0, 'X'},
         {"probe", no_argument, 0, 0x100},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -176,6 +185,7 @@ int main(int argc, char **argv)
             break;
         case 'g': gpu = atoi(optarg); break;
         case 'G': cfg.graphs = 1; break;
+        case 'X': cfg.instr_timeout_s = atof(optarg); break;
         case 0x100: return probe_main();
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -204,6 +214,10 @@ int main(int argc, char **argv)
     /* EIN_POISON=1 — see usage(). */
     const char *poison = getenv("EIN_POISON");
     cfg.poison = poison && *poison && strcmp(poison, "0") != 0;
+    /* EIN_SLAB_BYTES=N — see usage(). */
+    const char *slab = getenv("EIN_SLAB_BYTES");
+    if (slab && *slab)
+        cfg.slab_bytes = (size_t)strtoull(slab, NULL, 10);
     /* EIN_FAULT=DEV:KIND[:INSTR] — see usage(). */
     static char fault[32];
     const char *fe = getenv("EIN_FAULT");

@@ -16,6 +16,7 @@
 #include "common/ein_rand.h"
 #include "common/ein_status.h"
 #include "common/ein_wire.h"
+#include "worker/wk_beat.h"
 #include "worker/wk_stretch.h"
 
 typedef struct wk {
@@ -41,6 +42,9 @@ typedef struct wk {
     void **graph;               /* per head: its stretch's captured graph */
     char *graph_off;            /* per head: capture failed, run one by one */
     int ncaptured, nlaunched;
+    wk_pulse pulse;             /* progress, for the heartbeat thread */
+    wk_beat *beater;            /* the heartbeat thread (wk_beat.h), or NULL */
+    int slow_pending, slow_fired; /* EIN_FAULT slow: the next body is slow */
 } wk;
 
 static void wlog(wk *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -207,21 +211,103 @@ static kn_block block_of(wk *w, int buf)
     return (kn_block){.data = w->base + b->offset, .dtype = b->dtype, .box = b->box};
 }
 
-/* Fill `dst` (host memory, dense over the buffer's box) from the input. */
-static int load_host(const ein_instr *ins, const ein_pbuffer *b, void *dst, ein_error *err)
+/* LOAD and STORE move a buffer in slabs of about this many bytes (unless
+ * wk_config.slab_bytes says otherwise) and count each one as progress, so
+ * that the heartbeat thread keeps beating through a long one (wk_beat.h). */
+#define WK_SLAB_BYTES ((size_t)32 << 20)
+
+/* The slabs of a dense block over `box`: ranges of index `*axis` (the first
+ * dimension longer than 1; the ones before it have extent 1, so each slab is
+ * contiguous), `*rows` of them per slab, `*stride` bytes per row. */
+static void slabs_of(const wk *w, const ein_box *box, size_t elem, int *axis, int64_t *rows,
+                     size_t *stride)
 {
-    if (!ins->path) {
-        ein_rand_fill_box(ins->seed, ins->key, ins->shape, &b->box, b->dtype, dst);
-        return 0;
+    size_t want = w->cfg->slab_bytes ? w->cfg->slab_bytes : WK_SLAB_BYTES;
+    int ax = 0;
+    while (ax < box->rank - 1 && box->hi[ax] - box->lo[ax] <= 1)
+        ax++;
+    size_t row = elem;
+    for (int k = ax + 1; k < box->rank; k++)
+        row *= (size_t)(box->hi[k] - box->lo[k]);
+    int64_t n = row ? (int64_t)(want / row) : 1;
+    *axis = ax;
+    *rows = n > 0 ? n : 1;
+    *stride = row;
+}
+
+/* The test hook EIN_FAULT=DEV:slow: a slow body. A LOAD or STORE is slow
+ * but makes progress (slab by slab); any other body is one long call. */
+static void slow_down(wk *w, const ein_instr *ins)
+{
+    w->slow_pending = 0;
+    if (ins->kind == EIN_I_LOAD || ins->kind == EIN_I_STORE) {
+        for (int i = 0; i < 40; i++) {
+            nanosleep(&(struct timespec){.tv_nsec = 100000000}, NULL);
+            wk_pulse_bump(&w->pulse);
+        }
+    } else {
+        nanosleep(&(struct timespec){.tv_sec = 4}, NULL);
     }
+}
+
+/* Fill `dst` (host memory, dense over the buffer's box) from the input. */
+static int load_host(wk *w, const ein_instr *ins, const ein_pbuffer *b, void *dst,
+                     ein_error *err)
+{
     ein_npy_info info;
-    int rc = ein_npy_read_info(ins->path, &info, err);
-    if (rc < 0)
-        return rc;
-    if (info.dtype != b->dtype || info.rank != ins->rank ||
-        memcmp(info.shape, ins->shape, sizeof(int64_t) * (size_t)ins->rank) != 0)
-        return ein_fail(err, EIN_ESHAPE, "%s changed since the run was planned", ins->path);
-    return ein_npy_read_box(ins->path, &info, &b->box, dst, err);
+    int rc;
+    if (ins->path) {
+        if ((rc = ein_npy_read_info(ins->path, &info, err)) < 0)
+            return rc;
+        if (info.dtype != b->dtype || info.rank != ins->rank ||
+            memcmp(info.shape, ins->shape, sizeof(int64_t) * (size_t)ins->rank) != 0)
+            return ein_fail(err, EIN_ESHAPE, "%s changed since the run was planned", ins->path);
+    }
+    if (b->box.rank == 0 || ein_box_empty(&b->box)) {
+        if (!ins->path) {
+            ein_rand_fill_box(ins->seed, ins->key, ins->shape, &b->box, b->dtype, dst);
+            return 0;
+        }
+        return ein_npy_read_box(ins->path, &info, &b->box, dst, err);
+    }
+    int ax;
+    int64_t rows;
+    size_t stride;
+    slabs_of(w, &b->box, ein_dtype_size(b->dtype), &ax, &rows, &stride);
+    for (int64_t lo = b->box.lo[ax]; lo < b->box.hi[ax]; lo += rows) {
+        ein_box s = b->box;
+        s.lo[ax] = lo;
+        s.hi[ax] = b->box.hi[ax] - lo > rows ? lo + rows : b->box.hi[ax];
+        char *p = (char *)dst + (size_t)(lo - b->box.lo[ax]) * stride;
+        if (!ins->path)
+            ein_rand_fill_box(ins->seed, ins->key, ins->shape, &s, b->dtype, p);
+        else if ((rc = ein_npy_read_box(ins->path, &info, &s, p, err)) < 0)
+            return rc;
+        wk_pulse_bump(&w->pulse);
+    }
+    return 0;
+}
+
+/* Write `src` (host memory, dense over box) into `path`, slab by slab. */
+static int store_host(wk *w, const char *path, const ein_box *box, ein_dtype dtype,
+                      const void *src, ein_error *err)
+{
+    if (box->rank == 0 || ein_box_empty(box))
+        return ein_npy_write_box(path, box, src, err);
+    int ax, rc;
+    int64_t rows;
+    size_t stride;
+    slabs_of(w, box, ein_dtype_size(dtype), &ax, &rows, &stride);
+    for (int64_t lo = box->lo[ax]; lo < box->hi[ax]; lo += rows) {
+        ein_box s = *box;
+        s.lo[ax] = lo;
+        s.hi[ax] = box->hi[ax] - lo > rows ? lo + rows : box->hi[ax];
+        const char *p = (const char *)src + (size_t)(lo - box->lo[ax]) * stride;
+        if ((rc = ein_npy_write_box(path, &s, p, err)) < 0)
+            return rc;
+        wk_pulse_bump(&w->pulse);
+    }
+    return 0;
 }
 
 /* Device memory that is not host memory is filled through a staging copy. */
@@ -229,14 +315,17 @@ static int load(wk *w, const ein_instr *ins, ein_error *err)
 {
     const ein_pbuffer *b = &w->prog->buffers[ins->dst];
     if (w->be->host_visible)
-        return load_host(ins, b, w->base + b->offset, err);
+        return load_host(w, ins, b, w->base + b->offset, err);
     void *stage = malloc(b->bytes ? b->bytes : 1);
     if (!stage)
         return ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes",
                         (unsigned long long)b->bytes);
-    int rc = load_host(ins, b, stage, err);
-    if (rc == 0)
+    int rc = load_host(w, ins, b, stage, err);
+    if (rc == 0) {
+        int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
         rc = w->be->upload(w->be, w->base + b->offset, stage, b->bytes, err);
+        wk_pulse_set(&w->pulse, prev);
+    }
     free(stage);
     return rc;
 }
@@ -246,16 +335,18 @@ static int store(wk *w, const ein_instr *ins, ein_error *err)
     kn_block s = block_of(w, ins->srcs[0]);
     const ein_pbuffer *b = &w->prog->buffers[ins->srcs[0]];
     if (w->be->host_visible)
-        return ein_npy_write_box(ins->path, &s.box, s.data, err);
+        return store_host(w, ins->path, &s.box, b->dtype, s.data, err);
     void *stage = malloc(b->bytes ? b->bytes : 1);
     if (!stage)
         return ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes",
                         (unsigned long long)b->bytes);
+    int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
     int rc = w->be->sync(w->be, err);
     if (rc == 0)
         rc = w->be->download(w->be, stage, s.data, b->bytes, err);
+    wk_pulse_set(&w->pulse, prev);
     if (rc == 0)
-        rc = ein_npy_write_box(ins->path, &s.box, stage, err);
+        rc = store_host(w, ins->path, &s.box, b->dtype, stage, err);
     free(stage);
     return rc;
 }
@@ -307,6 +398,7 @@ static int notify(wk *w, const ein_instr *ins, ein_error *err)
 static void fault_fire(wk *w, ein_error *err);
 
 static int run_instr_body(wk *w, const ein_instr *ins, ein_error *err);
+static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err);
 
 static int run_instr(wk *w, int i, ein_error *err)
 {
@@ -318,6 +410,7 @@ static int run_instr(wk *w, int i, ein_error *err)
         w->status->iteration = w->iter;
         w->status->instr = i;
     }
+    atomic_store(&w->pulse.instr, i);
     if (w->cfg->fault && (w->cfg->fault_instr < 0 || w->cfg->fault_instr == i) && w->iter == 0) {
         fault_fire(w, err);
         if (err && err->code)
@@ -329,6 +422,8 @@ static int run_instr(wk *w, int i, ein_error *err)
     double t1 = ein_now_s();
     if (w->status && rc == 0)
         w->status->instr = -1; /* between instructions */
+    if (rc == 0)
+        atomic_store(&w->pulse.instr, -1);
     wlog(w, 2, "finish %d %s %s%s", i, ein_instr_kind_name(ins->kind), ins->op,
          rc < 0 ? " (failed)" : "");
     const char *cat = ins->kind == EIN_I_KERNEL || ins->kind == EIN_I_AGG ? "kernel" : "copy";
@@ -336,7 +431,20 @@ static int run_instr(wk *w, int i, ein_error *err)
     return rc;
 }
 
+/* The body of one instruction. LOAD and STORE report their own progress;
+ * every other kind counts as busy for the heartbeat thread (wk_beat.h). */
 static int run_instr_body(wk *w, const ein_instr *ins, ein_error *err)
+{
+    int slabs = ins->kind == EIN_I_LOAD || ins->kind == EIN_I_STORE;
+    int prev = wk_pulse_set(&w->pulse, slabs ? WK_PULSE_SLABS : WK_PULSE_BUSY);
+    if (w->slow_pending)
+        slow_down(w, ins);
+    int rc = run_instr_kind(w, ins, err);
+    wk_pulse_set(&w->pulse, prev);
+    return rc;
+}
+
+static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
 {
     double t0 = ein_now_s();
     int rc = 0;
@@ -393,6 +501,9 @@ static void fault_fire(wk *w, ein_error *err)
         raise(SIGSEGV);
     } else if (!strcmp(f, "exit")) {
         _exit(7);
+    } else if (!strcmp(f, "slow")) {
+        w->slow_pending = !w->slow_fired; /* once, even when INSTR is "the first" */
+        w->slow_fired = 1;
     } else if (!strcmp(f, "hang")) {
         for (;;)
             pause(); /* no heartbeat from here on */
@@ -446,10 +557,12 @@ static void capture(wk *w, int i)
                 w->status->iteration = w->iter;
                 w->status->instr = k;
             }
+            atomic_store(&w->pulse.instr, k);
             rc = run_instr_body(w, &w->prog->instrs[k], &cerr);
         }
         if (w->status && rc == 0)
             w->status->instr = -1;
+        atomic_store(&w->pulse.instr, -1);
         int end = w->be->graph_end(w->be, &g, rc == 0 ? &cerr : &ignored);
         if (rc == 0)
             rc = end;
@@ -486,10 +599,15 @@ static int run_stretch(wk *w, int i, ein_error *err)
         w->status->iteration = w->iter;
         w->status->instr = i;
     }
+    atomic_store(&w->pulse.instr, i);
     wlog(w, 2, "start graph %d..%d", i, j);
     double t0 = ein_now_s();
+    wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
     int rc = w->be->graph_launch(w->be, w->graph[i], err);
+    wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
     double t1 = ein_now_s();
+    if (rc == 0)
+        atomic_store(&w->pulse.instr, -1);
     w->t_kernel += t1 - t0;
     w->nlaunched++;
     if (w->status && rc == 0)
@@ -700,6 +818,8 @@ static int setup_graphs(wk *w, ein_error *err)
 
 static void teardown(wk *w)
 {
+    wk_beat_stop(w->beater); /* before the context goes */
+    w->beater = NULL;
     if (w->graph)
         for (int i = 0; i < w->prog->ninstrs; i++)
             if (w->graph[i])
@@ -731,6 +851,7 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
 {
     wk w = {.cfg = cfg, .be = be, .current = -1, .status = cfg->status};
     int rc, started = 0;
+    wk_pulse_init(&w.pulse);
     if (cfg->trace_path && !(w.trace = fopen(cfg->trace_path, "w"))) {
         rc = ein_fail(err, EIN_EIO, "cannot write the trace %s: %s", cfg->trace_path,
                       strerror(errno));
@@ -749,7 +870,14 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
                       (unsigned long long)w.prog->segment_bytes);
         goto fail;
     }
-    if ((rc = be->segment_create(be, seg, w.prog->segment_bytes, &base, err)) < 0)
+    /* From here on one step can outlast --worker-timeout: beat from a thread. */
+    if ((rc = wk_beat_start(w.zctx, cfg->coordinator, cfg->device, cfg->heartbeat_s,
+                            cfg->instr_timeout_s, &w.pulse, &w.beater, err)) < 0)
+        goto fail;
+    wk_pulse_set(&w.pulse, WK_PULSE_BUSY);
+    rc = be->segment_create(be, seg, w.prog->segment_bytes, &base, err);
+    wk_pulse_set(&w.pulse, WK_PULSE_MAIN);
+    if (rc < 0)
         goto fail;
     w.base = base;
     if ((rc = setup_graphs(&w, err)) < 0)
@@ -770,12 +898,22 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
             if (ein_now_s() - w.last_beat > cfg->heartbeat_s && (rc = beat(&w, err)) < 0)
                 goto fail;
         }
-        if (cfg->poison && w.iter > 0 && (rc = poison(&w, err)) < 0)
-            goto fail;
+        if (cfg->poison && w.iter > 0) {
+            wk_pulse_set(&w.pulse, WK_PULSE_BUSY);
+            rc = poison(&w, err);
+            wk_pulse_set(&w.pulse, WK_PULSE_MAIN);
+            if (rc < 0)
+                goto fail;
+        }
         wlog(&w, 1, "iteration %d started", w.iter);
         w.t_start = ein_now_s();
         w.t_kernel = w.t_copy = w.t_wait = 0;
-        if ((rc = execute(&w, err)) < 0 || (rc = be->sync(be, err)) < 0)
+        if ((rc = execute(&w, err)) < 0)
+            goto fail;
+        wk_pulse_set(&w.pulse, WK_PULSE_BUSY);
+        rc = be->sync(be, err);
+        wk_pulse_set(&w.pulse, WK_PULSE_MAIN);
+        if (rc < 0)
             goto fail;
         /* Every READY of this iteration has been used; the next ones come
          * only after the next START, so the set can be emptied now. */

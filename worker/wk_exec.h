@@ -24,6 +24,10 @@ typedef struct wk_config {
     const char *run_id;       /* names the shared-memory segments */
     const char *coordinator;  /* zmq endpoint of the coordinator's ROUTER */
     double heartbeat_s;       /* interval between heartbeats */
+    double instr_timeout_s;   /* the heartbeat thread stops beating for a main
+                                 thread inside one kernel (or other body that
+                                 reports no progress) this long; <= 0: never
+                                 (see wk_beat.h) */
     int iterations;           /* times the Program runs (>= 1): LOADs run in the
                                  first, STOREs in the last; the coordinator starts
                                  each one with START once every worker is DONE */
@@ -32,7 +36,9 @@ typedef struct wk_config {
     int log_level;
     const char *trace_path;   /* NULL, or a file receiving Chrome-trace events */
     /* Fault injection for the supervision tests (see einworker --help):
-     * NULL, "crash", "hang", "exit", "alloc", "garbage" or "peer-garbage";
+     * NULL, "crash", "hang", "exit", "alloc", "garbage", "peer-garbage" or
+     * "slow" (the body takes 4 s: a LOAD or STORE making progress, any
+     * other instruction in one call);
      * fired when instruction `fault_instr` starts (-1: the first one). */
     const char *fault;
     int fault_instr;
@@ -40,6 +46,8 @@ typedef struct wk_config {
     int graphs;               /* capture each local stretch (wk_stretch.h) as a
                                  graph in the second iteration and replay it in
                                  later ones, if the backend has graphs */
+    size_t slab_bytes;        /* LOAD and STORE move this many bytes (about) at a
+                                 time, each a unit of progress; 0: 32 MiB */
     int poison;               /* test hook: before each iteration after the first,
                                  fill every buffer no LOAD fills with NaN, so an
                                  instruction run too early reads NaN, not the

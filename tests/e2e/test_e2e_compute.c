@@ -105,6 +105,7 @@ static void check_output(const char *path, const double *ref, int r, int c)
 /* --schedule for the next runs (NULL: einrun's default, search), and one
  * more option (NULL: none). */
 static const char *schedule, *extra;
+static char last_out[8192];     /* what the last einrun printed */
 
 static void run_einrun(const char *program, int ndev, int as_file, const char **names,
                        int nin, int use_gpus_flag)
@@ -141,6 +142,7 @@ static void run_einrun(const char *program, int ndev, int as_file, const char **
     argv[a++] = (char *)program;
     argv[a] = NULL;
     int rc = e2e_run(argv, out, sizeof out);
+    snprintf(last_out, sizeof last_out, "%s", out);
     if (rc != 0)
         fail_msg("einrun on %d devices exited %d:\n%s", ndev, rc, out);
     if (!strstr(out, "saved y [") || !strstr(out, "to y.npy"))
@@ -260,6 +262,58 @@ static void rewritten(void **s)
     extra = NULL;
 }
 
+/* The FFN repeated: every layer has the same exchanges, so the lowering
+ * searches the first layers' and copies them for the rest (co_lower.h);
+ * the copies must compute the same as the searched ones. */
+enum { LAYERS = 4 };
+
+static void ffn_layers(void **s)
+{
+    (void)s;
+    char prog_text[2048];
+    size_t n = (size_t)snprintf(prog_text, sizeof prog_text,
+                                "dims tokens=37 d_model=24 d_ff=50\n"
+                                "input x0[tokens, d_model]\ninput w1[d_model, d_ff]\n"
+                                "input w2[d_ff, d_model]\n");
+    for (int l = 1; l <= LAYERS; l++) {
+        char out[16];
+        snprintf(out, sizeof out, l == LAYERS ? "y" : "x%d", l);
+        n += (size_t)snprintf(prog_text + n, sizeof prog_text - n,
+                              "a%d = matmul(x%d, w1)\nh%d = relu(a%d)\n%s = matmul(h%d, w2)\n",
+                              l, l - 1, l, l, out, l);
+    }
+    snprintf(prog_text + n, sizeof prog_text - n, "save y\n");
+    const char *prog = e2e_write_file("layers.ein", prog_text);
+    const char *names[] = {"x0", "w1", "w2"};
+    double *x = make_input("x0", T, DM, 1, 7);
+    double *w1 = make_input("w1", DM, DF, 1, 7);
+    double *w2 = make_input("w2", DF, DM, 1, 7);
+    double *act = malloc(sizeof(double) * T * DF), *y = malloc(sizeof(double) * T * DM);
+    for (int l = 0; l < LAYERS; l++) {
+        matmul_ref(x, w1, act, T, DM, DF);
+        for (int i = 0; i < T * DF; i++)
+            act[i] = act[i] > 0 ? act[i] : 0;
+        matmul_ref(act, w2, y, T, DF, DM);
+        memcpy(x, y, sizeof(double) * T * DM);
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/y.npy", e2e_scratch());
+    extra = "--verbose";
+    for (int p = 2; p <= 5; p++) {
+        run_einrun(prog, p, 1, names, 3, 0);
+        check_output(path, y, T, DM);
+        unlink(path);
+        const char *st = strstr(last_out, "exchange bodies: ");
+        int searched = -1, reused = -1;
+        if (!st || sscanf(st, "exchange bodies: %d searched, %d copied", &searched, &reused) != 2)
+            fail_msg("no exchange statistics on %d devices:\n%s", p, last_out);
+        if (reused < 1)
+            fail_msg("on %d devices no exchange was copied from an identical one:\n%s", p, st);
+    }
+    extra = NULL;
+    free(x), free(w1), free(w2), free(act), free(y);
+}
+
 static void ffn_gpus_flag_4(void **s)
 {
     (void)s;
@@ -285,6 +339,7 @@ int main(void)
         cmocka_unit_test(naive_schedule),
         cmocka_unit_test(rewritten),
         cmocka_unit_test(ffn_gpus_flag_4),
+        cmocka_unit_test(ffn_layers),
     };
     return cmocka_run_group_tests_name("e2e_compute", tests, NULL, teardown);
 }
