@@ -2,10 +2,10 @@
  *
  * An operator names its shardable indices (pl_op_indices). A request gives
  * an interval count per shardable index; pl_spec_make returns exactly
- * prod(counts) function specifications (p of them for p devices, or fewer
- * for an operator too small to split p ways, see pl_spec_enumerate), one per combination of intervals
+ * prod(counts) function specifications, one per combination of intervals
  * (row-major over the indices, the last index fastest), with near-equal
- * intervals. The optimizer never looks inside an operator: it only asks for
+ * intervals. For p devices that is p of them, or fewer for an operator too
+ * small to split p ways (see pl_spec_enumerate). The optimizer never looks inside an operator: it only asks for
  * specs and reads their boxes.
  *
  * Ownership: pl_spec_make / pl_spec_enumerate fill caller-provided structs
