@@ -7,7 +7,9 @@
  * to 8 CPU devices: devices without a function specification idle for the
  * small operators, their outputs are saved from fewer blocks than devices,
  * graph inputs are loaded in the blocks the small operators want, and
- * their results are repartitioned (multicast) into the P-way operators.
+ * their results are repartitioned (multicast) into the P-way operators;
+ * and a program whose only operator is small, so that devices 1..P-1 run
+ * empty Programs.
  * The reference is computed here in double precision from ein_rand_value
  * (inputs are generated from the seed), never by einrun. */
 #include <math.h>
@@ -159,6 +161,27 @@ static void small_case(int ndev, const char *schedule)
     free(s), free(A), free(B), free(t), free(h), free(C), free(q), free(u);
 }
 
+/* Every operator smaller than P: devices 1..P-1 get empty Programs. */
+static void all_small(void **st)
+{
+    (void)st;
+    const char *prog = e2e_write_file("vec.ein", "dims n=24\ninput v[n]\n"
+                                      "s = softmax(v)\nsave s\n");
+    double *s = gen("v", N);
+    softmax_ref(s, 1, N);
+    char out[8192];
+    char *argv[] = {(char *)e2e_bin("einrun"), "--cpu", "4", "--seed", "7", "--timeout", "60",
+                    (char *)prog, NULL};
+    int rc = e2e_run(argv, out, sizeof out);
+    if (rc != 0)
+        fail_msg("einrun on 4 devices exited %d:\n%s", rc, out);
+    check_output("s", s, 1, (int64_t[]){N});
+    char what[4096];
+    if (e2e_leftovers(what, sizeof what))
+        fail_msg("leftovers after a successful run: %s", what);
+    free(s);
+}
+
 #define CASE(n)                                                             \
     static void search_##n(void **st) { (void)st; small_case(n, "search"); } \
     static void naive_##n(void **st) { (void)st; small_case(n, "naive"); }
@@ -184,6 +207,7 @@ int main(void)
     e2e_scratch();
     const struct CMUnitTest tests[] = {
         ENTRY(1), ENTRY(2), ENTRY(3), ENTRY(4), ENTRY(5), ENTRY(7), ENTRY(8),
+        cmocka_unit_test(all_small),
     };
     return cmocka_run_group_tests_name("e2e_small", tests, NULL, teardown);
 }
