@@ -1,6 +1,10 @@
 /* coordinator/co_lower.h — lowering a logical plan to one Program per device.
  *
- * Function specification i of every operator runs on device i. For each
+ * Function specification i of every operator runs on device i; an operator
+ * with fewer function specifications than devices (too small to split p
+ * ways) leaves the other devices idle for it, its output has as many
+ * blocks as it has distinct output boxes, and everything below works on
+ * those blocks and their sites as on any other. For each
  * operator input produced by another operator, the tensor's exchange is
  * built in three steps: the preamble (atoms of the producer's partial
  * blocks against the blocks this operator needs), the program body (the

@@ -323,9 +323,14 @@ static void explain(const pl_graph *g, const pl_plan *plan)
         pl_index idx[PL_MAX_INDICES];
         char spec[256];
         pl_op_indices(g, v, idx, NULL);
+        pl_spec_format_labels(&c->spec, idx, spec, sizeof spec);
+        if (c->spec.nparts < plan->p) {     /* too small for p devices */
+            size_t l = strlen(spec);
+            snprintf(spec + l, sizeof spec - l, "%son %d of %d devices", l ? " " : "",
+                     c->spec.nparts, plan->p);
+        }
         fprintf(stderr, "  %-12s %-32s repartition %.0f  join %.0f  aggregation %.0f\n",
-                pl_graph_node(g, v)->name, pl_spec_format_labels(&c->spec, idx, spec, sizeof spec),
-                c->repart, c->join, c->agg);
+                pl_graph_node(g, v)->name, spec, c->repart, c->join, c->agg);
     }
 }
 

@@ -118,7 +118,8 @@ typedef struct ein_plan_options {
 } ein_plan_options;
 
 /* Choose one join-agg spec per operator for `devices` devices (opts may be
- * NULL). EIN_ENOPLAN names an operator that cannot be split that way. */
+ * NULL). An operator too small to split `devices` ways runs on fewer (the
+ * largest count it allows, at least one device). */
 int ein_graph_plan(const ein_graph *g, int devices, const ein_plan_options *opts,
                    ein_plan **out, ein_error *err);
 double ein_plan_total_cost(const ein_plan *plan);

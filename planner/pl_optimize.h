@@ -27,8 +27,15 @@
  * order and keeps the cheapest, and (3) finishes with single-operator
  * improvements. On a tree the result is the exact optimum. Graph inputs may be read by any number of operators.
  * Operators that no saved tensor depends on are not planned (planned == 0).
- * When some operator has no spec for p, the error (EIN_ENOPLAN) names it,
- * its source line and the most intervals each of its indices allows.
+ * An operator that cannot be split p ways gets the specs of the largest
+ * k < p it allows (pl_spec_enumerate; k = 1 always exists): it runs on
+ * devices 0..k-1 and its output tiling has k blocks, so every graph that
+ * plans on one device plans on any p; the cost model needs nothing new (a
+ * k-block tiling differs from a p-block one and is charged as a
+ * repartition, and the join counts every block a device reads). Where
+ * every operator has exactly-p specs the plan is the paper's, unchanged.
+ * EIN_ENOPLAN (naming the operator, its line and the most intervals each
+ * index allows) remains for an operator with no spec at all.
  *
  * Tilings are compared in the DP through a 64-bit hash of their sorted
  * boxes; the sub-costs recorded in the plan are recomputed exactly.
@@ -51,7 +58,8 @@ typedef enum pl_selector {
 
 typedef struct pl_choice {
     int planned;            /* 1 for every live operator */
-    pl_spec spec;           /* the chosen spec; function spec i runs on device i */
+    pl_spec spec;           /* the chosen spec; function spec i runs on device i
+                             * (spec.nparts <= p: devices nparts..p-1 idle) */
     pl_tiling out_tiling;   /* the output tiling the spec induces */
     double repart, join, agg; /* its three sub-costs, in elements */
 } pl_choice;

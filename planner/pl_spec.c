@@ -344,8 +344,33 @@ static int enumerate_rec(const pl_graph *g, int node, const pl_index *idx, int n
     return 0;
 }
 
-int pl_spec_enumerate(const pl_graph *g, int node, int p, pl_spec **specs, int *n,
-                      ein_error *err)
+/* Fill `list` with the requests (or specs) of exactly k parts. */
+static int enumerate_k(const pl_graph *g, int node, const pl_index *idx, int nidx, int k,
+                       spec_list *list, ein_error *err)
+{
+    int counts[PL_MAX_INDICES] = {0};
+    if (nidx > 0)
+        return enumerate_rec(g, node, idx, nidx, 0, k, counts, list, err);
+    /* An operator without shardable indices runs whole: only k == 1. */
+    if (k != 1)
+        return 0;
+    if (!list->want_specs) {
+        if (!(list->req = malloc(sizeof(int))))
+            return ein_fail(err, EIN_ENOMEM, "out of memory");
+        list->n = 1;
+        return 0;
+    }
+    if (!(list->v = calloc(1, sizeof *list->v)))
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    int rc = pl_spec_make(g, node, counts, &list->v[0], err);
+    list->n = rc < 0 ? 0 : 1;
+    return rc;
+}
+
+/* The paper's exactly-p specs when there are any; otherwise those of the
+ * largest k < p the operator allows (k = 1, one device, always exists). */
+static int enumerate_fit(const pl_graph *g, int node, int p, spec_list *list, int *nidx_out,
+                         ein_error *err)
 {
     pl_index idx[PL_MAX_INDICES];
     int nidx = pl_op_indices(g, node, idx, err);
@@ -353,21 +378,25 @@ int pl_spec_enumerate(const pl_graph *g, int node, int p, pl_spec **specs, int *
         return nidx;
     if (p < 1)
         return ein_fail(err, EIN_EINVAL, "device count must be at least 1, not %d", p);
-    spec_list list = {.want_specs = 1};
-    int counts[PL_MAX_INDICES];
-    int rc = 0;
-    if (nidx == 0) {
-        /* An operator without shardable indices runs whole; only p == 1. */
-        if (p == 1) {
-            list.v = calloc(1, sizeof *list.v);
-            if (!list.v)
-                return ein_fail(err, EIN_ENOMEM, "out of memory");
-            rc = pl_spec_make(g, node, counts, &list.v[0], err);
-            list.n = rc < 0 ? 0 : 1;
-        }
-    } else {
-        rc = enumerate_rec(g, node, idx, nidx, 0, p, counts, &list, err);
+    *nidx_out = nidx;
+    /* No count above the product of the indices' maxima can be met. */
+    int64_t most = 1;
+    for (int i = 0; i < nidx && most < p; i++)
+        most *= pl_index_max_count(&idx[i]);
+    for (int k = most < p ? (int)most : p; k >= 1; k--) {
+        int rc = enumerate_k(g, node, idx, nidx, k, list, err);
+        if (rc < 0 || list->n > 0)
+            return rc;
     }
+    return 0;
+}
+
+int pl_spec_enumerate(const pl_graph *g, int node, int p, pl_spec **specs, int *n,
+                      ein_error *err)
+{
+    spec_list list = {.want_specs = 1};
+    int nidx = 0;
+    int rc = enumerate_fit(g, node, p, &list, &nidx, err);
     if (rc < 0) {
         pl_spec_array_free(list.v, list.n);
         return rc;
@@ -380,23 +409,9 @@ int pl_spec_enumerate(const pl_graph *g, int node, int p, pl_spec **specs, int *
 int pl_spec_requests(const pl_graph *g, int node, int p, int **counts, int *n, int *nidx,
                      ein_error *err)
 {
-    pl_index idx[PL_MAX_INDICES];
-    int ni = pl_op_indices(g, node, idx, err);
-    if (ni < 0)
-        return ni;
-    if (p < 1)
-        return ein_fail(err, EIN_EINVAL, "device count must be at least 1, not %d", p);
     spec_list list = {.want_specs = 0};
-    int c[PL_MAX_INDICES];
-    int rc = 0;
-    if (ni == 0) {
-        list.req = malloc(sizeof(int));
-        if (!list.req)
-            return ein_fail(err, EIN_ENOMEM, "out of memory");
-        list.n = p == 1;
-    } else {
-        rc = enumerate_rec(g, node, idx, ni, 0, p, c, &list, err);
-    }
+    int ni = 0;
+    int rc = enumerate_fit(g, node, p, &list, &ni, err);
     if (rc < 0) {
         free(list.req);
         return rc;

@@ -4,7 +4,8 @@
  * an interval count per shardable index; pl_spec_make returns exactly
  * prod(counts) function specifications, one per combination of intervals
  * (row-major over the indices, the last index fastest), with near-equal
- * intervals. The optimizer never looks inside an operator: it only asks for
+ * intervals. For p devices that is p of them, or fewer for an operator too
+ * small to split p ways (see pl_spec_enumerate). The optimizer never looks inside an operator: it only asks for
  * specs and reads their boxes.
  *
  * Ownership: pl_spec_make / pl_spec_enumerate fill caller-provided structs
@@ -75,17 +76,23 @@ ein_agg pl_op_agg(const pl_graph *g, int node, const int *counts);
 
 int pl_spec_make(const pl_graph *g, int node, const int *counts, pl_spec *out,
                  ein_error *err);
-/* Every spec of `node` for p parts: one per ordered factorisation of p over
- * its shardable indices with no count above the index size. *n may be 0:
- * the operator cannot be split p ways. */
+/* Every spec of `node` for p devices: one per ordered factorisation of p
+ * over its shardable indices with no count above the index size (the
+ * paper's exactly-p specs). When the operator cannot be split p ways, the
+ * specs of the largest k < p it can be split into instead (k = 1, the
+ * whole operator on one device, always exists): function specification i
+ * still runs on device i, devices k..p-1 do nothing for this operator,
+ * and its output tiling has k blocks. So *n >= 1 and every spec has the
+ * same nparts <= p. */
 int pl_spec_enumerate(const pl_graph *g, int node, int p, pl_spec **specs, int *n,
                       ein_error *err);
 /* pl_spec_make into a spec that already holds arrays (zero-initialised or
  * from an earlier make): reuses them when large enough. */
 int pl_spec_remake(const pl_graph *g, int node, const int *counts, pl_spec *s,
                    ein_error *err);
-/* The requests pl_spec_enumerate would build, as *n rows of `nidx` counts
- * (malloc'd, free()), without building the specs. */
+/* The requests pl_spec_enumerate would build (the same fallback to k < p
+ * parts), as *n rows of `nidx` counts (malloc'd, free()), without
+ * building the specs. */
 int pl_spec_requests(const pl_graph *g, int node, int p, int **counts, int *n, int *nidx,
                      ein_error *err);
 void pl_spec_clear(pl_spec *s);

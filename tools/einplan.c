@@ -85,6 +85,11 @@ static void print_text(const char *path, const pl_graph *g, const pl_plan *plan)
         char split[512], grid[64];
         pl_op_indices(g, v, idx, NULL);
         pl_spec_format_labels(&c->spec, idx, split, sizeof split);
+        if (c->spec.nparts < plan->p) {     /* too small for p devices */
+            size_t l = strlen(split);
+            snprintf(split + l, sizeof split - l, "%son %d of %d devices", l ? " " : "",
+                     c->spec.nparts, plan->p);
+        }
         tiling_grid(&c->out_tiling, nd->rank, grid, sizeof grid);
         printf("%-14s %-12s %-34s %-10s %14.0f %14.0f %14.0f%s%s\n", nd->name,
                pl_node_op_name(nd), split, grid, c->repart, c->join, c->agg,

@@ -74,7 +74,7 @@ expect "bad selector"         2 "expected dp, greedy or random"     -- --cpu 2 -
 expect "unwritable output"    2 "cannot write nodir/y.npy"          -- --cpu 2 --output y=nodir/y.npy ffn.ein
 expect "cuda backend, no GPU"  2 "einrun: --backend cuda: "        -- --gpus 0-1 --backend cuda ffn.ein
 expect "bad backend"          2 "--backend 'tpu': expected cpu or cuda" -- --gpus 0 --backend tpu ffn.ein
-expect "no plan"              2 "operator 'y' (matmul at line 3.*no join-agg spec for 4 devices" -- --cpu 4 tiny.ein
+expect "1x1 on 4 devices"     0 "saved y \[1, 1\] f32 to y.npy (blocks written by device 0)" -- --cpu 4 tiny.ein
 expect "worker cannot start"  1 "device [0-9] (pid [0-9]*) exited with status 1 at startup" -- --cpu 3 --worker /bin/false ffn.ein
 expect "worker crashes"       1 "device [0-9] (pid [0-9]*) was killed by signal 9" -- --cpu 3 --worker ./crash.sh ffn.ein
 start=$(date +%s)

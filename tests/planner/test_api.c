@@ -82,7 +82,9 @@ static void test_errors(void **state)
     o.seed = 7;
     assert_int_equal(ein_graph_plan(g, 2, &o, &plan, &err), 0);
     ein_plan_free(plan);
-    assert_int_equal(ein_graph_plan(g, 25, NULL, &plan, &err), EIN_ENOPLAN);
+    /* 4x6 cannot be split 25 ways: 24 of the devices (issue 15). */
+    assert_int_equal(ein_graph_plan(g, 25, NULL, &plan, &err), 0);
+    ein_plan_free(plan);
     ein_graph_destroy(g);
 }
 
@@ -111,11 +113,7 @@ static void test_block(void **state)
     assert_int_equal(ein_graph_save(g, y, &err), 0);
     for (int p = 1; p <= 4; p++) {
         ein_plan *plan = NULL;
-        if (p == 3) {   /* attention: heads_kv <= 2 and 2 sequences */
-            assert_int_equal(ein_graph_plan(g, p, NULL, &plan, &err), EIN_ENOPLAN);
-            assert_non_null(strstr(err.msg, "operator 'at'"));
-            continue;
-        }
+        /* At p = 3 attention (heads_kv <= 2, 2 sequences) takes 2 devices. */
         assert_int_equal(ein_graph_plan(g, p, NULL, &plan, &err), 0);
         assert_int_equal(ein_plan_nops(plan), 10);
         ein_plan_free(plan);

@@ -203,15 +203,74 @@ static void test_shared_intermediate_cut(void **state)
     pl_graph_free(g);
 }
 
-static void test_no_plan_names_operator(void **state)
+/* A 1x1 matmul cannot be split 2 ways: one device computes it (issue 15). */
+static void test_tiny_op_one_device(void **state)
 {
     (void)state;
     ein_error err = {0};
     pl_graph *g = matmul_graph(1);
-    pl_plan *plan = NULL;
-    assert_int_equal(pl_plan_make(g, 2, PL_SELECT_DP, 0, &plan, &err), EIN_ENOPLAN);
-    assert_non_null(strstr(err.msg, "operator 'C'"));
+    for (int p = 2; p <= 8; p++) {
+        pl_plan *plan = NULL;
+        if (pl_plan_make(g, p, PL_SELECT_DP, 0, &plan, &err) < 0)
+            fail_msg("p=%d: %s", p, err.msg);
+        const pl_choice *c = &plan->nodes[2];
+        assert_int_equal(c->spec.nparts, 1);
+        assert_int_equal(c->out_tiling.n, 1);
+        assert_true(plan->total == 2);  /* the join: A and B once */
+        pl_plan_free(plan);
+    }
     pl_graph_free(g);
+}
+
+/* The issue's program: a softmax of a [24] vector next to a 64x64 matmul,
+ * and a softmax of a reduction of the matmul. At every P the matmul keeps
+ * the paper's P-way spec and its cost alone; the small softmaxes run on
+ * device 0, and the P-block reduction is charged its repartition into the
+ * one block the last softmax reads. */
+static void test_small_softmax_with_matmul(void **state)
+{
+    (void)state;
+    static const char text[] =
+        "dims n=24 m=64\n"
+        "input v[n]\n"
+        "input A[m, m]\n"
+        "input B[m, m]\n"
+        "s = softmax(v)\n"
+        "C = matmul(A, B)\n"
+        "r = reduce_sum(C, 1)\n"
+        "q = softmax(r)\n"
+        "save s\n"
+        "save C\n"
+        "save q\n";
+    pl_graph *g = NULL, *mm = matmul_graph(64);
+    ein_error err = {0};
+    assert_int_equal(pl_ein_parse("small.ein", text, sizeof text - 1, &g, &err), 0);
+    int s = pl_graph_find(g, "s"), c = pl_graph_find(g, "C"), r = pl_graph_find(g, "r");
+    int q = pl_graph_find(g, "q");
+    for (int p = 1; p <= 8; p++) {
+        pl_plan *plan = NULL, *alone = NULL;
+        if (pl_plan_make(g, p, PL_SELECT_DP, 0, &plan, &err) < 0)
+            fail_msg("p=%d: %s", p, err.msg);
+        assert_int_equal(pl_plan_make(mm, p, PL_SELECT_DP, 0, &alone, &err), 0);
+        assert_int_equal(plan->nodes[s].spec.nparts, 1);
+        assert_int_equal(plan->nodes[q].spec.nparts, 1);
+        assert_int_equal(plan->nodes[c].spec.nparts, p);
+        assert_int_equal(plan->nodes[r].spec.nparts, p);
+        const pl_choice *cm = &plan->nodes[c], *am = &alone->nodes[2];
+        if (cm->join + cm->agg != am->join + am->agg)
+            fail_msg("p=%d: the matmul costs %.0f next to the softmax, %.0f alone", p,
+                     cm->join + cm->agg, am->join + am->agg);
+        assert_true(plan->nodes[s].join == 24 && plan->nodes[s].repart == 0);
+        /* r in more than one block moves into q's single block: 64 elements. */
+        double want = plan->nodes[r].out_tiling.n > 1 ? 64 : 0;
+        if (plan->nodes[q].repart != want)
+            fail_msg("p=%d: q's repartition is %.0f, expected %.0f", p,
+                     plan->nodes[q].repart, want);
+        pl_plan_free(plan);
+        pl_plan_free(alone);
+    }
+    pl_graph_free(g);
+    pl_graph_free(mm);
 }
 
 /* ---- random trees and DAGs ------------------------------------------------ */
@@ -420,8 +479,10 @@ static void test_dp_vs_random_dags(void **state)
     assert_true(dags >= 100);
 }
 
-/* No spec for some P: the error names the operator and its line. */
-static void test_no_plan_names_line(void **state)
+/* Attention with heads_kv = 8 and one sequence cannot use 16 devices: it
+ * takes 8 of them, the largest count it allows, and keeps its exactly-P
+ * spec where there is one. */
+static void test_attention_fewer_devices(void **state)
 {
     (void)state;
     static const char text[] =
@@ -435,15 +496,136 @@ static void test_no_plan_names_line(void **state)
     pl_graph *g = NULL;
     ein_error err = {0};
     assert_int_equal(pl_ein_parse("att.ein", text, sizeof text - 1, &g, &err), 0);
-    pl_plan *plan = NULL;
-    assert_int_equal(pl_plan_make(g, 8, PL_SELECT_DP, 0, &plan, &err), 0);
-    pl_plan_free(plan);
-    plan = NULL;
-    assert_int_equal(pl_plan_make(g, 16, PL_SELECT_DP, 0, &plan, &err), EIN_ENOPLAN);
-    assert_non_null(strstr(err.msg, "operator 'att' (attention at line 6"));
-    assert_non_null(strstr(err.msg, "heads_kv <= 8, t <= 1"));
-    assert_null(plan);
+    int att = pl_graph_find(g, "att");
+    static const int ps[] = {8, 16, 12, 5};
+    static const int want[] = {8, 8, 8, 5};
+    for (int i = 0; i < 4; i++) {
+        pl_plan *plan = NULL;
+        assert_int_equal(pl_plan_make(g, ps[i], PL_SELECT_DP, 0, &plan, &err), 0);
+        if (plan->nodes[att].spec.nparts != want[i])
+            fail_msg("p=%d: attention on %d devices, expected %d", ps[i],
+                     plan->nodes[att].spec.nparts, want[i]);
+        pl_plan_free(plan);
+    }
     pl_graph_free(g);
+}
+
+/* ---- random small programs (issue 15) ------------------------------------- */
+
+/* A random program of 2 to 7 operators over small tensors (dims 1 to 30,
+ * vectors and matrices): unary, softmax, matmul, reduce_sum, broadcast
+ * binary, elementwise products of earlier results. Every one plans on 1
+ * device. Returns the number of operators. */
+static int random_small_program(pl_graph *g)
+{
+    int ids[16], n = 0, nops = 2 + (int)(rnd() % 6);
+    char name[16];
+    int64_t d0 = 1 + (int64_t)(rnd() % 30), d1 = 1 + (int64_t)(rnd() % 30);
+    snprintf(name, sizeof name, "in%d", n_inputs++);
+    ids[n++] = rnd() % 2 ? pl_graph_add_input(g, name, EIN_F32, 1, &d0, NULL)
+                         : pl_graph_add_input(g, name, EIN_F32, 2, (int64_t[]){d0, d1}, NULL);
+    for (int o = 0; o < nops; o++) {
+        int x = ids[rnd() % (uint64_t)n], y = -1;
+        const pl_node *xn = pl_graph_node(g, x);
+        int64_t last = xn->shape[xn->rank - 1];
+        snprintf(name, sizeof name, "op%d", o);
+        switch (rnd() % 6) {
+        case 0:
+            y = pl_graph_add_unary(g, name, EIN_UN_SILU, 0, x, NULL);
+            break;
+        case 1:
+            y = pl_graph_add_softmax(g, name, x, (int)(rnd() % (uint64_t)xn->rank), NULL);
+            break;
+        case 2:
+            if (xn->rank == 2) {
+                int64_t k = 1 + (int64_t)(rnd() % 30);
+                y = pl_graph_add_matmul(g, name, x, new_input(g, last, k), NULL);
+            } else {
+                y = pl_graph_add_unary(g, name, EIN_UN_RELU, 0, x, NULL);
+            }
+            break;
+        case 3:
+            y = xn->rank == 2 ? pl_graph_add_reduce(g, name, EIN_AGG_SUM,
+                                                    1u << (rnd() % 2), x, NULL)
+                              : pl_graph_add_softmax(g, name, x, 0, NULL);
+            break;
+        case 4: {
+            char wname[16];
+            snprintf(wname, sizeof wname, "w%d", n_inputs++);
+            int w = pl_graph_add_input(g, wname, EIN_F32, 1, &last, NULL);
+            y = pl_graph_add_binary(g, name, EIN_BIN_ADD, x, w, NULL);
+            break;
+        }
+        default: {
+            /* Another earlier result of the same shape, else x itself. */
+            int z = x;
+            for (int i = 0; i < n; i++) {
+                const pl_node *zn = pl_graph_node(g, ids[i]);
+                if (ids[i] != x && zn->rank == xn->rank &&
+                    !memcmp(zn->shape, xn->shape, sizeof(int64_t) * (size_t)zn->rank))
+                    z = ids[i];
+            }
+            y = pl_graph_add_binary(g, name, EIN_BIN_MUL, x, z, NULL);
+            break;
+        }
+        }
+        assert_true(y >= 0);
+        ids[n++] = y;
+    }
+    pl_graph_save(g, ids[n - 1], NULL);
+    if (rnd() % 2)
+        pl_graph_save(g, ids[1 + rnd() % (uint64_t)(n - 1)], NULL);
+    return nops;
+}
+
+/* Every random small program that plans on 1 device plans on P = 2..8;
+ * an operator keeps its exactly-P spec whenever it has one. Reports the
+ * fraction that planned before issue 15 (every live operator had an
+ * exactly-P spec). */
+static void test_random_small_programs_plan(void **state)
+{
+    (void)state;
+    int programs = 0, before = 0, after = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        pl_graph *g = pl_graph_new();
+        n_inputs = 0;
+        random_small_program(g);
+        pl_plan *plan = NULL;
+        ein_error err = {0};
+        if (pl_plan_make(g, 1, PL_SELECT_DP, 0, &plan, &err) < 0)
+            fail_msg("trial %d: no plan on 1 device: %s", trial, err.msg);
+        pl_plan_free(plan);
+        for (int p = 2; p <= 8; p++) {
+            programs++;
+            plan = NULL;
+            if (pl_plan_make(g, p, PL_SELECT_DP, 0, &plan, &err) < 0)
+                fail_msg("trial %d: no plan on %d devices: %s", trial, p, err.msg);
+            after++;
+            int exact = 1;
+            for (int v = 0; v < g->nnodes; v++) {
+                const pl_choice *c = &plan->nodes[v];
+                if (!c->planned)
+                    continue;
+                pl_spec *specs;
+                int ns;
+                assert_int_equal(pl_spec_enumerate(g, v, p, &specs, &ns, NULL), 0);
+                assert_true(ns >= 1);
+                /* The chosen spec has the parts the operator allows. */
+                assert_int_equal(c->spec.nparts, specs[0].nparts);
+                assert_true(c->spec.nparts <= p);
+                assert_true(c->out_tiling.n <= c->spec.nparts);
+                exact &= specs[0].nparts == p;
+                pl_spec_array_free(specs, ns);
+            }
+            before += exact;
+            pl_plan_free(plan);
+        }
+        pl_graph_free(g);
+    }
+    printf("# random small programs at P = 2..8: %d of %d planned before issue 15 (%.1f%%), "
+           "%d now\n", before, programs, 100.0 * before / programs, after);
+    assert_int_equal(after, programs);
+    assert_true(before < programs);     /* the generator does make small operators */
 }
 
 /* The paper's §6.2 plan: LLaMA block 1x128K at P = 8 is DeepSpeed-Ulysses:
@@ -494,10 +676,12 @@ int main(void)
         cmocka_unit_test(test_dp_optimal_exhaustive),
         cmocka_unit_test(test_random_deterministic),
         cmocka_unit_test(test_shared_intermediate_cut),
-        cmocka_unit_test(test_no_plan_names_operator),
+        cmocka_unit_test(test_tiny_op_one_device),
+        cmocka_unit_test(test_small_softmax_with_matmul),
         cmocka_unit_test(test_dp_equals_brute_force),
         cmocka_unit_test(test_dp_vs_random_dags),
-        cmocka_unit_test(test_no_plan_names_line),
+        cmocka_unit_test(test_attention_fewer_devices),
+        cmocka_unit_test(test_random_small_programs_plan),
         cmocka_unit_test(test_llama_ulysses),
     };
     return cmocka_run_group_tests_name("planner_optimize", tests, NULL, NULL);
