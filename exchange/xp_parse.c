@@ -12,10 +12,13 @@
  * A section (GPUS, PARTITIONS, IN, OUT) runs to the end of its line, or on
  * to the next line when the line ends with `;` or `,`, or until the next
  * section keyword. Every other line holds actions separated by `;`. GPUS
- * is optional (default: every site named). Sizes default to 1 GB; units
- * are GB, MB, KB (powers of 10) and bytes. Parsing is two-phase: the text
- * is read into a small syntax tree, then the program is built, so the IN
- * count (the width of every set) is known before any set is made. */
+ * is optional (default: every site from 0 to the largest site named).
+ * Sites are 0..XP_SITES_MAX-1. A path (source, relays, destinations) may
+ * not visit a site twice. Sizes default to 1 GB; units are GB, MB, KB
+ * (powers of 10) and bytes. Parsing is two-phase: the text is read into a
+ * small syntax tree, then the program is built, so the IN count (the width
+ * of every set) is known before any set is made. Every step is linear in
+ * the text, except name lookups (linear in the names declared). */
 #include "exchange/xp_program.h"
 
 #include <ctype.h>
@@ -137,6 +140,8 @@ typedef struct parser {
     ein_error *err;
     /* GPUS */
     int *gpus, ngpus_decl, gpus_seen;
+    unsigned char gpu_listed[XP_SITES_MAX];  /* GPUS entries seen */
+    unsigned char in_part[XP_SITES_MAX];     /* sites named by a partition */
     int gpus_line, gpus_col;
     /* PARTITIONS */
     struct { char name[XP_NAME_MAX]; int size; int *mem; int line, col; } *part;
@@ -202,9 +207,19 @@ static int get_int(parser *P, const char *what, int *v)
     return 0;
 }
 
+/* A site number, 0..XP_SITES_MAX-1 (`what`: "a site number", ...). */
+static int get_site_what(parser *P, const char *what, int *v)
+{
+    char w[80];
+    snprintf(w, sizeof w, "%s from 0 to %d", what, XP_SITES_MAX - 1);
+    if (P->t.kind != T_INT || P->t.num > XP_SITES_MAX - 1)
+        return fail_at(P, &P->t, "expected %s, found %s", w);
+    return get_int(P, w, v);
+}
+
 static int get_site(parser *P, int *v)
 {
-    int rc = get_int(P, "a site number", v);
+    int rc = get_site_what(P, "a site number", v);
     if (rc == 0 && *v > P->maxsite)
         P->maxsite = *v;
     return rc;
@@ -239,14 +254,19 @@ static int copy_name(parser *P, char *dst, const char *what)
     return 0;
 }
 
-/* Grow an array of `n` elements of `sz` bytes by one; returns the new slot. */
+/* Grow an array of `n` elements of `sz` bytes by one; returns the new slot.
+ * The capacity is the next power of two at or above n (arrays only grow by
+ * push), so a list of n entries costs O(n), not O(n^2). */
 static void *push(void *arr_p, int *n, size_t sz)
 {
     void **arr = arr_p;
-    void *na = realloc(*arr, sz * (size_t)(*n + 1));
-    if (!na)
-        return NULL;
-    *arr = na;
+    if (*n == 0 || (*n & (*n - 1)) == 0) {
+        void *na = realloc(*arr, sz * (size_t)(*n ? 2 * *n : 1));
+        if (!na)
+            return NULL;
+        *arr = na;
+    }
+    void *na = *arr;
     memset((char *)na + sz * (size_t)*n, 0, sz);
     return (char *)na + sz * (size_t)(*n)++;
 }
@@ -380,11 +400,11 @@ static int parse_gpus(parser *P)
     while (!section_end(P)) {
         tok t = P->t;
         int g = 0, rc;
-        if ((rc = get_int(P, "a GPU number", &g)) < 0)
+        if ((rc = get_site_what(P, "a GPU number", &g)) < 0)
             return rc;
-        for (int i = 0; i < P->ngpus_decl; i++)
-            if (P->gpus[i] == g)
-                return fail_at(P, &t, "%s: %s is listed twice", "GPUS");
+        if (P->gpu_listed[g])
+            return fail_at(P, &t, "%s: %s is listed twice, expected each GPU once", "GPUS");
+        P->gpu_listed[g] = 1;
         int *s = push(&P->gpus, &P->ngpus_decl, sizeof(int));
         if (!s)
             return oom(P);
@@ -426,21 +446,24 @@ static int parse_partitions(parser *P)
         if (P->t.kind == T_ID && P->t.len == 4 && strncmp(P->t.s, "size", 4) == 0) {
             next(P);
             tok k = P->t;
+            if (P->t.kind == T_INT && P->t.num > XP_SITES_MAX)
+                return fail_at(P, &P->t, "expected %s, found %s",
+                               "a partition size of at most " XP_SITES_MAX_STR " sites");
             if ((rc = get_int(P, "a partition size", &g->size)) < 0)
                 return rc;
             if (g->size <= 0)
-                return fail_at(P, &k, "%s: %s", "a partition size must be positive");
+                return fail_at(P, &k, "%s: found %s, expected a positive size",
+                               "partition size");
         } else {
             for (;;) {
                 tok m = P->t;
                 int site = -1;
                 if ((rc = get_site(P, &site)) < 0)
                     return rc;
-                for (int i = 0; i < P->npart; i++)
-                    for (int k = 0; k < P->part[i].size && P->part[i].mem; k++)
-                        if (P->part[i].mem[k] == site)
-                            return fail_at(P, &m, "%s: site %s is already in a partition",
-                                           "partitions must be disjoint");
+                if (P->in_part[site])
+                    return fail_at(P, &m, "%s: site %s is already in a partition",
+                                   "partitions must be disjoint");
+                P->in_part[site] = 1;
                 int *s = push(&g->mem, &g->size, sizeof(int));
                 if (!s)
                     return oom(P);
@@ -704,12 +727,19 @@ static int build(parser *P, xp_program **out)
             int src = s->src[0].site, prev = src, n = 0;
             if ((rc = check_target(P, p, &s->src[0])) < 0)
                 goto fail;
+            /* A path may not visit a site twice: every hop differs from the
+             * source and from the hops before it. */
             for (int h = 0; h < s->nhop; h++) {
-                if (!site_ok(p, s->hop[h]) || s->hop[h] == prev) {
+                int again = s->hop[h] == src;
+                for (int e = 0; e < h; e++)
+                    again |= s->hop[e] == s->hop[h];
+                if (!site_ok(p, s->hop[h]) || again) {
                     rc = ein_fail_at(P->err, EIN_EPARSE, P->file, s->line, s->col,
                                      "relay hop %d: site %d is %s", h + 1, s->hop[h],
-                                     site_ok(p, s->hop[h]) ? "the previous hop"
-                                                           : "not one of the GPUS");
+                                     !site_ok(p, s->hop[h])
+                                         ? "not one of the GPUS, expected a GPU"
+                                         : "already on the path, expected a site it has not "
+                                           "visited");
                     goto fail;
                 }
                 prev = s->hop[h];
@@ -738,13 +768,19 @@ static int build(parser *P, xp_program **out)
                         if ((dst[e] >= 0 && dst[e] == dst[n]) ||
                             (dpart[n] >= 0 && dpart[e] == dpart[n] && dslot[e] == dslot[n])) {
                             rc = ein_fail_at(P->err, EIN_EPARSE, P->file, t->line, t->col,
-                                             "destination %d named twice", dst[n]);
+                                             "destination %d named twice, expected each "
+                                             "destination once", dst[n]);
                             goto fail;
                         }
-                    if (dst[n] >= 0 && dst[n] == prev) {
+                    int again = dst[n] >= 0 && dst[n] == src;
+                    for (int h = 0; h < s->nhop; h++)
+                        again |= dst[n] >= 0 && dst[n] == s->hop[h];
+                    if (again) {
                         rc = ein_fail_at(P->err, EIN_EPARSE, P->file, t->line, t->col,
-                                         "destination %d is where the data already is",
-                                         dst[n]);
+                                         "destination %d is %s, expected a site the path "
+                                         "has not visited", dst[n],
+                                         dst[n] == prev ? "where the data already is"
+                                                        : "already on the path");
                         goto fail;
                     }
                     n++;
