@@ -34,6 +34,7 @@
 typedef uint64_t xp_word;
 
 #define XP_NAME_MAX 64
+#define XP_NAME_MAX_STR "63"     /* longest name, for messages */
 /* Sites are 0..XP_SITES_MAX-1: the parser refuses larger site numbers, so
  * that a short text cannot declare millions of sites (the printer writes
  * every GPU, and the checker keeps state per site). */
