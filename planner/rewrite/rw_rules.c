@@ -134,7 +134,8 @@ static int next(rw_parser *p)
         if ((unsigned char)c < 0x21 || (unsigned char)c > 0x7e) {
             char code[8];
             snprintf(code, sizeof code, "%u", (unsigned char)c);
-            return perr(p, EIN_EPARSE, p->line, p->col, "unexpected character (byte %s)", code);
+            return perr(p, EIN_EPARSE, p->line, p->col, "unexpected character (byte %s); expected "
+                        "printable ASCII", code);
         }
         if (n + 1 >= sizeof p->tok)
             return perr(p, EIN_EPARSE, p->tline, p->tcol, "token too long; expected at most %d characters",
@@ -312,8 +313,8 @@ static int parse_pat(rw_parser *p, int lhs, int *budget)
         pat.op = rw_op_by_name(p->tok);
         if (pat.op < 0)
             return perr(p, EIN_EPARSE, p->tline, p->tcol,
-                        "unknown operator %s (known: matmul, add, concat, slice, unary, "
-                        "binary, transpose)", p->tok);
+                        "unknown operator %s; expected matmul, add, concat, slice, unary, "
+                        "binary or transpose", p->tok);
         pat.np = op_nparams(pat.op);
         for (int i = 0; i < pat.np; i++) {
             if ((rc = next(p)) < 0 || (pat.pe[i] = parse_param(p, lhs)) < 0)

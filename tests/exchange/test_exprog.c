@@ -364,6 +364,12 @@ static void test_malformed(void **state)
         snprintf(where, sizeof where, "bad.xp:%s:", cases[i].where);
         if (strncmp(err.msg, where, strlen(where)) != 0 || !strstr(err.msg, cases[i].what))
             fail_msg("case %zu: got \"%s\", want %s ... %s", i, err.msg, where, cases[i].what);
+        /* Every message says what was expected ("unexpected" does not count). */
+        int says = 0;
+        for (const char *e = err.msg; (e = strstr(e, "expected")) != NULL; e++)
+            says |= e > err.msg && (e[-1] == ' ' || e[-1] == ':');
+        if (!says)
+            fail_msg("case %zu: \"%s\" does not say what was expected", i, err.msg);
         assert_null(p);
     }
 }
