@@ -52,8 +52,9 @@ lib_srcs=$(cd "$src" && ls common/*.c planner/*.c planner/ops/*.c exchange/*.c \
 
 # Rebuild everything when any source or header is newer than the last build.
 stamp="$out/obj/.stamp"
-if [ ! -f "$stamp" ] || [ -n "$(find "$src/common" "$src/planner" "$src/exchange" "$src/coordinator" \
-        "$here" -newer "$stamp" \( -name '*.c' -o -name '*.h' -o -name '*.def' \) | head -n 1)" ]; then
+if [ ! -f "$stamp" ] || [ -n "$( (find "$src/common" "$src/planner" "$src/exchange" \
+        "$src/coordinator" -newer "$stamp" \( -name '*.c' -o -name '*.h' -o -name '*.def' \);
+        find "$here" -maxdepth 1 -newer "$stamp" \( -name '*.c' -o -name '*.h' \)) | head -n 1)" ]; then
     echo "fuzz: compiling $(echo $lib_srcs | wc -w) library sources with $cc"
     rm -f "$out"/obj/*.o
     touch "$stamp.new"
