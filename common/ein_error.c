@@ -4,11 +4,21 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A message is one line: control bytes that came in with echoed input (a
+ * field name from a message, a token of a file) are shown as '?'. */
+static void one_line(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+}
+
 int ein_failv(ein_error *err, int code, const char *fmt, va_list ap)
 {
     if (err) {
         err->code = code;
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        one_line(err->msg);
     }
     return code;
 }
@@ -34,6 +44,7 @@ int ein_fail_at(ein_error *err, int code, const char *file, int line, int col,
     va_start(ap, fmt);
     vsnprintf(err->msg + n, sizeof err->msg - (size_t)n, fmt, ap);
     va_end(ap);
+    one_line(err->msg);
     err->code = code;
     return code;
 }

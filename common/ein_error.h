@@ -33,7 +33,8 @@ typedef struct ein_error {
     char msg[EIN_ERROR_MSG_MAX];
 } ein_error;
 
-/* Record `code` and a printf-style message; returns `code`. */
+/* Record `code` and a printf-style message; returns `code`. The message is
+ * one line: control characters in it (echoed input) are replaced by '?'. */
 int ein_fail(ein_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int ein_failv(ein_error *err, int code, const char *fmt, va_list ap);

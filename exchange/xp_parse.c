@@ -12,10 +12,13 @@
  * A section (GPUS, PARTITIONS, IN, OUT) runs to the end of its line, or on
  * to the next line when the line ends with `;` or `,`, or until the next
  * section keyword. Every other line holds actions separated by `;`. GPUS
- * is optional (default: every site named). Sizes default to 1 GB; units
- * are GB, MB, KB (powers of 10) and bytes. Parsing is two-phase: the text
- * is read into a small syntax tree, then the program is built, so the IN
- * count (the width of every set) is known before any set is made. */
+ * is optional (default: every site from 0 to the largest site named).
+ * Sites are 0..XP_SITES_MAX-1. A path (source, relays, destinations) may
+ * not visit a site twice. Sizes default to 1 GB; units are GB, MB, KB
+ * (powers of 10) and bytes. Parsing is two-phase: the text is read into a
+ * small syntax tree, then the program is built, so the IN count (the width
+ * of every set) is known before any set is made. Every step is linear in
+ * the text, except name lookups (linear in the names declared). */
 #include "exchange/xp_program.h"
 
 #include <ctype.h>
@@ -137,6 +140,8 @@ typedef struct parser {
     ein_error *err;
     /* GPUS */
     int *gpus, ngpus_decl, gpus_seen;
+    unsigned char gpu_listed[XP_SITES_MAX];  /* GPUS entries seen */
+    unsigned char in_part[XP_SITES_MAX];     /* sites named by a partition */
     int gpus_line, gpus_col;
     /* PARTITIONS */
     struct { char name[XP_NAME_MAX]; int size; int *mem; int line, col; } *part;
@@ -162,6 +167,9 @@ static void next(parser *P)
 static int fail_at(parser *P, const tok *t, const char *fmt, const char *what)
 {
     char shown[40];
+    if (t->kind == T_BAD && strncmp(fmt, "expected %s", 11) == 0)
+        return ein_fail_at(P->err, EIN_EPARSE, P->file, t->line, t->col,
+                           "unexpected character '%c', expected %s", *t->s, what);
     if (t->kind == T_BAD)
         return ein_fail_at(P->err, EIN_EPARSE, P->file, t->line, t->col,
                            "unexpected character '%c'", *t->s);
@@ -202,9 +210,19 @@ static int get_int(parser *P, const char *what, int *v)
     return 0;
 }
 
+/* A site number, 0..XP_SITES_MAX-1 (`what`: "a site number", ...). */
+static int get_site_what(parser *P, const char *what, int *v)
+{
+    char w[80];
+    snprintf(w, sizeof w, "%s from 0 to %d", what, XP_SITES_MAX - 1);
+    if (P->t.kind != T_INT || P->t.num > XP_SITES_MAX - 1)
+        return fail_at(P, &P->t, "expected %s, found %s", w);
+    return get_int(P, w, v);
+}
+
 static int get_site(parser *P, int *v)
 {
-    int rc = get_int(P, "a site number", v);
+    int rc = get_site_what(P, "a site number", v);
     if (rc == 0 && *v > P->maxsite)
         P->maxsite = *v;
     return rc;
@@ -232,21 +250,27 @@ static int copy_name(parser *P, char *dst, const char *what)
     if (P->t.kind != T_ID)
         return fail_at(P, &P->t, "expected %s, found %s", what);
     if (P->t.len >= XP_NAME_MAX)
-        return fail_at(P, &P->t, "%s too long: %s", what);
+        return fail_at(P, &P->t, "%s too long: %s, expected at most " XP_NAME_MAX_STR " characters",
+                       what);
     memcpy(dst, P->t.s, (size_t)P->t.len);
     dst[P->t.len] = 0;
     next(P);
     return 0;
 }
 
-/* Grow an array of `n` elements of `sz` bytes by one; returns the new slot. */
+/* Grow an array of `n` elements of `sz` bytes by one; returns the new slot.
+ * The capacity is the next power of two at or above n (arrays only grow by
+ * push), so a list of n entries costs O(n), not O(n^2). */
 static void *push(void *arr_p, int *n, size_t sz)
 {
     void **arr = arr_p;
-    void *na = realloc(*arr, sz * (size_t)(*n + 1));
-    if (!na)
-        return NULL;
-    *arr = na;
+    if (*n == 0 || (*n & (*n - 1)) == 0) {
+        void *na = realloc(*arr, sz * (size_t)(*n ? 2 * *n : 1));
+        if (!na)
+            return NULL;
+        *arr = na;
+    }
+    void *na = *arr;
     memset((char *)na + sz * (size_t)*n, 0, sz);
     return (char *)na + sz * (size_t)(*n)++;
 }
@@ -265,10 +289,12 @@ static int parse_agg(parser *P, agg *x)
             return fail_at(P, &P->t, "expected %s, found %s", "an atom name");
         int i = find_in(P, &P->t);
         if (i < 0)
-            return fail_at(P, &P->t, "%s: %s is not declared in IN", "unknown atom");
+            return fail_at(P, &P->t, "%s: %s is not declared in IN, expected an IN name",
+                           "unknown atom");
         for (int k = 0; k < x->n; k++)
             if (x->el[k] == i)
-                return fail_at(P, &P->t, "%s: %s appears twice in one aggregate", "atom");
+                return fail_at(P, &P->t, "%s: %s appears twice in one aggregate, expected "
+                           "each atom once", "atom");
         int *slot = push(&x->el, &x->n, sizeof(int));
         if (!slot)
             return oom(P);
@@ -287,7 +313,8 @@ static int parse_target(parser *P, target *t)
     t->site = t->part = -1;
     if (P->t.kind == T_ID) {
         if ((t->part = find_part(P, &P->t)) < 0)
-            return fail_at(P, &P->t, "%s: %s is not a declared partition", "unknown target");
+            return fail_at(P, &P->t, "%s: %s is not a declared partition, expected a "
+                           "site number or a PARTITIONS name", "unknown target");
         next(P);
         return 0;
     }
@@ -325,10 +352,12 @@ static int parse_stmt(parser *P, stmt *s, int is_out)
     if (P->t.kind != T_ARROW)
         return 0;
     if (is_out)
-        return fail_at(P, &P->t, "%s: found %s (OUT lists requirements, not actions)",
+        return fail_at(P, &P->t, "%s: found %s, expected ';' or the end of the line "
+                       "(OUT lists requirements, not actions)",
                        "no arrow in OUT");
     if (s->nsrc != 1 || s->src[0].part >= 0)
-        return fail_at(P, &at, "%s: found %s", "an action with an arrow needs one site as its source");
+        return fail_at(P, &at, "%s: found %s, expected one site number before '->'",
+                       "an action with an arrow needs one site as its source");
     next(P);
     for (;;) {
         tok first = P->t;
@@ -346,7 +375,8 @@ static int parse_stmt(parser *P, stmt *s, int is_out)
         int site = d[0].site;
         free(d);
         if (nd != 1 || site < 0)
-            return fail_at(P, &first, "%s: found %s", "each relay hop must be one site");
+            return fail_at(P, &first, "%s: found %s, expected one site number between "
+                           "arrows", "each relay hop must be one site");
         int *h = push(&s->hop, &s->nhop, sizeof(int));
         if (!h)
             return oom(P);
@@ -373,18 +403,19 @@ static int section_end(parser *P)
 static int parse_gpus(parser *P)
 {
     if (P->gpus_seen)
-        return fail_at(P, &P->kw, "%s: found %s", "GPUS declared twice");
+        return fail_at(P, &P->kw, "%s: found %s, expected one GPUS section",
+                       "GPUS declared twice");
     P->gpus_seen = 1;
     P->gpus_line = P->kw.line;
     P->gpus_col = P->kw.col;
     while (!section_end(P)) {
         tok t = P->t;
         int g = 0, rc;
-        if ((rc = get_int(P, "a GPU number", &g)) < 0)
+        if ((rc = get_site_what(P, "a GPU number", &g)) < 0)
             return rc;
-        for (int i = 0; i < P->ngpus_decl; i++)
-            if (P->gpus[i] == g)
-                return fail_at(P, &t, "%s: %s is listed twice", "GPUS");
+        if (P->gpu_listed[g])
+            return fail_at(P, &t, "%s: %s is listed twice, expected each GPU once", "GPUS");
+        P->gpu_listed[g] = 1;
         int *s = push(&P->gpus, &P->ngpus_decl, sizeof(int));
         if (!s)
             return oom(P);
@@ -397,7 +428,7 @@ static int parse_gpus(parser *P)
             break;
     }
     if (P->ngpus_decl == 0)
-        return fail_at(P, &P->t, "%s: found %s", "GPUS lists no GPU");
+        return fail_at(P, &P->t, "%s: found %s, expected a GPU number", "GPUS lists no GPU");
     return 0;
 }
 
@@ -405,7 +436,8 @@ static int parse_partitions(parser *P)
 {
     int rc;
     if (P->npart)
-        return fail_at(P, &P->kw, "%s: found %s", "PARTITIONS declared twice");
+        return fail_at(P, &P->kw, "%s: found %s, expected one PARTITIONS section",
+                       "PARTITIONS declared twice");
     P->parts_line = P->kw.line;
     P->parts_col = P->kw.col;
     while (!section_end(P)) {
@@ -414,7 +446,8 @@ static int parse_partitions(parser *P)
         if ((rc = copy_name(P, nm, "a partition name")) < 0)
             return rc;
         if (find_part(P, &name) >= 0)
-            return fail_at(P, &name, "%s: %s declared twice", "partition");
+            return fail_at(P, &name, "%s: %s declared twice, expected a new name",
+                           "partition");
         if ((rc = expect(P, T_LBRACE, "'{'")) < 0)
             return rc;
         typeof(P->part) g = push(&P->part, &P->npart, sizeof *P->part);
@@ -426,21 +459,25 @@ static int parse_partitions(parser *P)
         if (P->t.kind == T_ID && P->t.len == 4 && strncmp(P->t.s, "size", 4) == 0) {
             next(P);
             tok k = P->t;
+            if (P->t.kind == T_INT && P->t.num > XP_SITES_MAX)
+                return fail_at(P, &P->t, "expected %s, found %s",
+                               "a partition size of at most " XP_SITES_MAX_STR " sites");
             if ((rc = get_int(P, "a partition size", &g->size)) < 0)
                 return rc;
             if (g->size <= 0)
-                return fail_at(P, &k, "%s: %s", "a partition size must be positive");
+                return fail_at(P, &k, "%s: found %s, expected a positive size",
+                               "partition size");
         } else {
             for (;;) {
                 tok m = P->t;
                 int site = -1;
                 if ((rc = get_site(P, &site)) < 0)
                     return rc;
-                for (int i = 0; i < P->npart; i++)
-                    for (int k = 0; k < P->part[i].size && P->part[i].mem; k++)
-                        if (P->part[i].mem[k] == site)
-                            return fail_at(P, &m, "%s: site %s is already in a partition",
-                                           "partitions must be disjoint");
+                if (P->in_part[site])
+                    return fail_at(P, &m, "%s: site %s is already in a partition, "
+                                   "expected each site in one partition",
+                                   "partitions must be disjoint");
+                P->in_part[site] = 1;
                 int *s = push(&g->mem, &g->size, sizeof(int));
                 if (!s)
                     return oom(P);
@@ -456,7 +493,8 @@ static int parse_partitions(parser *P)
             next(P);
     }
     if (P->npart == 0)
-        return fail_at(P, &P->t, "%s: found %s", "PARTITIONS names no partition");
+        return fail_at(P, &P->t, "%s: found %s, expected a partition name",
+                       "PARTITIONS names no partition");
     return 0;
 }
 
@@ -485,7 +523,8 @@ static int parse_size(parser *P, double *bytes)
     next(P);
     double b = n.num * f;
     if (!(b > 0) || !isfinite(b))
-        return fail_at(P, &n, "%s: %s", "a size must be positive");
+        return fail_at(P, &n, "%s: found %s, expected a positive size",
+                           "a size must be positive");
     if (b >= 1)
         b = nearbyint(b); /* sizes are whole bytes */
     *bytes = b;
@@ -496,7 +535,8 @@ static int parse_in(parser *P)
 {
     int rc;
     if (P->in_seen)
-        return fail_at(P, &P->kw, "%s: found %s", "IN declared twice");
+        return fail_at(P, &P->kw, "%s: found %s, expected one IN section",
+                       "IN declared twice");
     P->in_seen = 1;
     while (!section_end(P)) {
         tok name = P->t;
@@ -504,13 +544,14 @@ static int parse_in(parser *P)
         if ((rc = copy_name(P, nm, "an atom name")) < 0)
             return rc;
         if (find_in(P, &name) >= 0)
-            return fail_at(P, &name, "%s: %s declared twice", "atom");
+            return fail_at(P, &name, "%s: %s declared twice, expected a new name", "atom");
         static const char *kw[] = {"GPUS", "PARTITIONS", "IN", "OUT", "size"};
         int is_kw = 0;
         for (int k = 0; k < 5; k++)
             is_kw |= (int)strlen(kw[k]) == name.len && strncmp(kw[k], name.s, (size_t)name.len) == 0;
         if (is_kw)
-            return fail_at(P, &name, "%s: %s is a keyword", "atom name");
+            return fail_at(P, &name, "%s: %s is a keyword, expected a name other than "
+                           "GPUS, PARTITIONS, IN, OUT and size", "atom name");
         typeof(P->in) e = push(&P->in, &P->nin, sizeof *P->in);
         if (!e)
             return oom(P);
@@ -530,14 +571,14 @@ static int parse_in(parser *P)
             break;
     }
     if (P->nin == 0)
-        return fail_at(P, &P->t, "%s: found %s", "IN declares no atom");
+        return fail_at(P, &P->t, "%s: found %s, expected an atom name", "IN declares no atom");
     return 0;
 }
 
 static int parse_out(parser *P)
 {
     if (!P->in_seen)
-        return fail_at(P, &P->kw, "%s: found %s", "OUT before IN");
+        return fail_at(P, &P->kw, "%s: found %s, expected the IN section first", "OUT before IN");
     while (!section_end(P)) {
         stmt *s = push(&P->out, &P->nout, sizeof *P->out);
         if (!s)
@@ -558,7 +599,7 @@ static int parse_out(parser *P)
 static int parse_actions_line(parser *P)
 {
     if (!P->in_seen)
-        return fail_at(P, &P->t, "%s: found %s", "actions before IN");
+        return fail_at(P, &P->t, "%s: found %s, expected the IN section first", "actions before IN");
     for (;;) {
         stmt *s = push(&P->act, &P->nact, sizeof *P->act);
         if (!s)
@@ -612,7 +653,8 @@ static int check_target(parser *P, const xp_program *p, const target *t)
 {
     if (t->part < 0 && !site_ok(p, t->site))
         return ein_fail_at(P->err, EIN_EPARSE, P->file, t->line, t->col,
-                           "site %d is not one of the GPUS", t->site);
+                           "site %d is not one of the GPUS, expected a site listed in GPUS",
+                           t->site);
     return 0;
 }
 
@@ -640,7 +682,8 @@ static int build(parser *P, xp_program **out)
         for (int k = 0; P->part[i].mem && k < P->part[i].size; k++)
             if (!site_ok(p, P->part[i].mem[k])) {
                 rc = ein_fail_at(P->err, EIN_EPARSE, P->file, P->part[i].line, P->part[i].col,
-                                 "partition %s: site %d is not one of the GPUS",
+                                 "partition %s: site %d is not one of the GPUS, "
+                                 "expected a site listed in GPUS",
                                  P->part[i].name, P->part[i].mem[k]);
                 goto fail;
             }
@@ -652,13 +695,15 @@ static int build(parser *P, xp_program **out)
     if (P->npart && covered != ndecl) {
         rc = ein_fail_at(P->err, EIN_EPARSE, P->file, P->parts_line, P->parts_col,
                          "partitions must be disjoint and cover the GPUS: they hold %d sites, "
-                         "there are %d GPUs", covered, ndecl);
+                         "there are %d GPUs; expected every GPU in one partition", covered,
+                         ndecl);
         goto fail;
     }
     for (int i = 0; i < P->nin; i++) {
         if (!site_ok(p, P->in[i].site)) {
             rc = ein_fail_at(P->err, EIN_EPARSE, P->file, P->in[i].line, P->in[i].col,
-                             "IN %s: site %d is not one of the GPUS", P->in[i].name,
+                             "IN %s: site %d is not one of the GPUS, expected a site "
+                             "listed in GPUS", P->in[i].name,
                              P->in[i].site);
             goto fail;
         }
@@ -704,12 +749,19 @@ static int build(parser *P, xp_program **out)
             int src = s->src[0].site, prev = src, n = 0;
             if ((rc = check_target(P, p, &s->src[0])) < 0)
                 goto fail;
+            /* A path may not visit a site twice: every hop differs from the
+             * source and from the hops before it. */
             for (int h = 0; h < s->nhop; h++) {
-                if (!site_ok(p, s->hop[h]) || s->hop[h] == prev) {
+                int again = s->hop[h] == src;
+                for (int e = 0; e < h; e++)
+                    again |= s->hop[e] == s->hop[h];
+                if (!site_ok(p, s->hop[h]) || again) {
                     rc = ein_fail_at(P->err, EIN_EPARSE, P->file, s->line, s->col,
                                      "relay hop %d: site %d is %s", h + 1, s->hop[h],
-                                     site_ok(p, s->hop[h]) ? "the previous hop"
-                                                           : "not one of the GPUS");
+                                     !site_ok(p, s->hop[h])
+                                         ? "not one of the GPUS, expected a GPU"
+                                         : "already on the path, expected a site it has not "
+                                           "visited");
                     goto fail;
                 }
                 prev = s->hop[h];
@@ -738,13 +790,19 @@ static int build(parser *P, xp_program **out)
                         if ((dst[e] >= 0 && dst[e] == dst[n]) ||
                             (dpart[n] >= 0 && dpart[e] == dpart[n] && dslot[e] == dslot[n])) {
                             rc = ein_fail_at(P->err, EIN_EPARSE, P->file, t->line, t->col,
-                                             "destination %d named twice", dst[n]);
+                                             "destination %d named twice, expected each "
+                                             "destination once", dst[n]);
                             goto fail;
                         }
-                    if (dst[n] >= 0 && dst[n] == prev) {
+                    int again = dst[n] >= 0 && dst[n] == src;
+                    for (int h = 0; h < s->nhop; h++)
+                        again |= dst[n] >= 0 && dst[n] == s->hop[h];
+                    if (again) {
                         rc = ein_fail_at(P->err, EIN_EPARSE, P->file, t->line, t->col,
-                                         "destination %d is where the data already is",
-                                         dst[n]);
+                                         "destination %d is %s, expected a site the path "
+                                         "has not visited", dst[n],
+                                         dst[n] == prev ? "where the data already is"
+                                                        : "already on the path");
                         goto fail;
                     }
                     n++;
@@ -818,7 +876,7 @@ int xp_program_parse(const char *text, const char *file, xp_program **out, ein_e
         }
     }
     if (rc == 0 && !P.in_seen)
-        rc = ein_fail_at(err, EIN_EPARSE, P.file, P.t.line, P.t.col, "no IN section");
+        rc = ein_fail_at(err, EIN_EPARSE, P.file, P.t.line, P.t.col, "no IN section, expected 'IN:' and the atoms");
     if (rc == 0)
         rc = build(&P, out);
     parser_free(&P);
@@ -851,7 +909,7 @@ int xp_program_parse_file(const char *path, xp_program **out, ein_error *err)
     buf[n] = 0;
     if (strlen(buf) != n) {
         free(buf);
-        return ein_fail(err, EIN_EPARSE, "%s: contains a NUL byte", path);
+        return ein_fail(err, EIN_EPARSE, "%s: contains a NUL byte, expected text", path);
     }
     int rc = xp_program_parse(buf, path, out, err);
     free(buf);

@@ -488,6 +488,39 @@ static int held_partitions(const xp_program *p, const held *h, const xp_word *x,
     return nc > 0 && xp_partition_find(p, x, cand, nc, pick) >= 0;
 }
 
+/* A path (source, relays, destinations) may not visit a site twice: a
+ * relay back through its source, or a destination that already holds the
+ * data by this action, is refused. Linear: a per-site stamp of the action
+ * that last visited it. */
+static int check_paths(const xp_program *p, ein_error *err)
+{
+    int rc = 0, *seen = malloc(sizeof(int) * (size_t)(p->ngpus + 1));
+    if (!seen)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    for (int s = 0; s < p->ngpus; s++)
+        seen[s] = -1;
+    for (int a = 0; a < p->nact && rc == 0; a++) {
+        const xp_action *ac = &p->act[a];
+        for (int k = -1; k < ac->nrelay + ac->ndst && rc == 0; k++) {
+            int s = k < 0 ? ac->src : k < ac->nrelay ? ac->relay[k] : ac->dst[k - ac->nrelay];
+            if (seen[s] != a) {
+                seen[s] = a;
+                continue;
+            }
+            if (ac->line)
+                rc = ein_fail(err, EIN_EINVAL,
+                              "not well-formed: the action at line %d:%d visits site %d twice "
+                              "(a path may not visit a site twice)", ac->line, ac->col, s);
+            else
+                rc = ein_fail(err, EIN_EINVAL,
+                              "not well-formed: action %d visits site %d twice (a path may "
+                              "not visit a site twice)", a, s);
+        }
+    }
+    free(seen);
+    return rc;
+}
+
 static int check_resolved(const xp_program *p, ein_error *err)
 {
     int rc = 0, ns = p->ngpus;
@@ -511,6 +544,8 @@ static int check_resolved(const xp_program *p, ein_error *err)
             goto done;
         }
     }
+    if ((rc = check_paths(p, err)) < 0)
+        goto done;
     for (int i = 0; i < p->nin; i++) {
         memset(one, 0, sizeof(xp_word) * (size_t)p->nwords);
         xp_set_add(one, i);

@@ -34,6 +34,12 @@
 typedef uint64_t xp_word;
 
 #define XP_NAME_MAX 64
+#define XP_NAME_MAX_STR "63"     /* longest name, for messages */
+/* Sites are 0..XP_SITES_MAX-1: the parser refuses larger site numbers, so
+ * that a short text cannot declare millions of sites (the printer writes
+ * every GPU, and the checker keeps state per site). */
+#define XP_SITES_MAX 4096
+#define XP_SITES_MAX_STR "4096"
 
 typedef struct xp_in {
     int atom;        /* which atom (index into the caller's atom list) */
@@ -125,7 +131,8 @@ int xp_set_disjoint(const xp_program *p, const xp_word *a, const xp_word *b);
 double xp_set_bytes(const xp_program *p, const xp_word *s);
 
 /* Validity (Def. 5.5): every action enabled in the closure of IN, every OUT
- * requirement reached. On failure the message names the first action that
+ * requirement reached, and no action whose path (source, relays,
+ * destinations) visits a site twice. On failure the message names the first action that
  * never becomes enabled or the first OUT that is not reached. A program
  * whose size-declared partitions are unresolved is valid if some
  * membership makes it valid (memberships are enumerated). */

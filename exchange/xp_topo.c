@@ -137,7 +137,8 @@ int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_err
         size_t len = nl ? (size_t)(nl - p) : strlen(p);
         line++;
         if (len >= sizeof buf) {
-            rc = ein_fail_at(err, EIN_EPARSE, file, line, 1, "line too long");
+            rc = ein_fail_at(err, EIN_EPARSE, file, line, 1,
+                             "line too long; expected at most %d bytes", (int)sizeof buf - 1);
             goto fail;
         }
         memcpy(buf, p, len);
@@ -156,46 +157,48 @@ int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_err
 #define BAD(...) do { rc = ein_fail_at(err, EIN_EPARSE, file, line, col, __VA_ARGS__); goto fail; } while (0)
         if (strcmp(w[0], "name") == 0) {
             if (nw != 2 || strlen(w[1]) >= sizeof t->name)
-                BAD("expected: name NAME");
+                BAD("bad 'name' statement; expected: name NAME (one word under 64 bytes)");
             strcpy(t->name, w[1]);
         } else if (strcmp(w[0], "gpus") == 0) {
             if (t->ngpus)
-                BAD("gpus given twice");
+                BAD("'gpus' given twice; expected one gpus statement");
             if (nw != 2 || parse_int(w[1], &t->ngpus) < 0 || t->ngpus < 1 || t->ngpus > 4096)
-                BAD("expected: gpus N (1..4096)");
+                BAD("bad 'gpus' statement; expected: gpus N (1..4096)");
             if (!(t->link = calloc((size_t)t->ngpus * (size_t)t->ngpus, sizeof *t->link)))
                 BAD("out of memory");
         } else if (strcmp(w[0], "peak") == 0) {
             if (nw != 3 || parse_flops(w[1], w[2], &t->peak) < 0)
-                BAD("expected: peak RATE UNIT (PFLOP/s, TFLOP/s or GFLOP/s)");
+                BAD("bad 'peak' statement; expected: peak RATE UNIT (PFLOP/s, TFLOP/s or GFLOP/s)");
         } else if (strcmp(w[0], "hbm") == 0) {
             if (nw != 3 || parse_bw(w[1], w[2], &t->hbm) < 0)
-                BAD("expected: hbm BANDWIDTH UNIT (TB/s, GB/s or MB/s)");
+                BAD("bad 'hbm' statement; expected: hbm BANDWIDTH UNIT (TB/s, GB/s or MB/s)");
         } else if (strcmp(w[0], "port") == 0) {
             if (nw != 3 || parse_bw(w[1], w[2], &t->port) < 0)
-                BAD("expected: port BANDWIDTH UNIT");
+                BAD("bad 'port' statement; expected: port BANDWIDTH UNIT (TB/s, GB/s or MB/s)");
         } else if (strcmp(w[0], "link") == 0) {
             int a, b;
             double bw;
             if (!t->ngpus)
-                BAD("link before gpus");
+                BAD("'link' before 'gpus'; expected the gpus statement first");
             if (nw != 5 || parse_int(w[1], &a) < 0 || parse_int(w[2], &b) < 0 ||
                 parse_bw(w[3], w[4], &bw) < 0)
-                BAD("expected: link A B BANDWIDTH UNIT");
+                BAD("bad 'link' statement; expected: link A B BANDWIDTH UNIT");
             if (a >= t->ngpus || b >= t->ngpus || a == b)
-                BAD("link %d %d: GPUs are 0..%d and distinct", a, b, t->ngpus - 1);
+                BAD("link %d %d: GPUs are 0..%d; expected two distinct GPUs of them", a, b,
+                    t->ngpus - 1);
             if (t->link[a * t->ngpus + b] > 0)
-                BAD("link %d %d given twice", a, b);
+                BAD("link %d %d given twice; expected one link statement per pair", a, b);
             t->link[a * t->ngpus + b] = t->link[b * t->ngpus + a] = bw;
         } else if (strcmp(w[0], "shared") == 0) {
             double bw;
             if (nw != 4 || parse_bw(w[2], w[3], &bw) < 0 || strlen(w[1]) >= 32)
-                BAD("expected: shared NAME BANDWIDTH UNIT");
+                BAD("bad 'shared' statement; expected: shared NAME BANDWIDTH UNIT (a name under "
+                    "32 bytes)");
             if (t->nshared == XP_TOPO_MAX_SHARED)
-                BAD("more than %d shared resources", XP_TOPO_MAX_SHARED);
+                BAD("too many shared resources; expected at most %d", XP_TOPO_MAX_SHARED);
             for (int i = 0; i < t->nshared; i++)
                 if (strcmp(t->shared_name[i], w[1]) == 0)
-                    BAD("shared resource %s given twice", w[1]);
+                    BAD("shared resource %s given twice; expected distinct names", w[1]);
             strcpy(t->shared_name[t->nshared], w[1]);
             t->shared_bw[t->nshared++] = bw;
         } else if (strcmp(w[0], "rest") == 0) {
@@ -208,18 +211,19 @@ int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_err
                 rest_line = line;
                 t->rest = -3; /* resolved below: shared may come later */
             } else
-                BAD("expected: rest direct | rest none | rest via NAME");
+                BAD("bad 'rest' statement; expected: rest direct | rest none | rest via NAME");
         } else {
-            BAD("unknown statement '%s' (name, gpus, hbm, peak, port, link, shared, rest)", w[0]);
+            BAD("unknown statement '%s'; expected name, gpus, hbm, peak, port, link, shared "
+                "or rest", w[0]);
         }
 #undef BAD
     }
     if (!t->ngpus) {
-        rc = ein_fail_at(err, EIN_EPARSE, file, line, 1, "no 'gpus' statement");
+        rc = ein_fail_at(err, EIN_EPARSE, file, line, 1, "no 'gpus' statement; expected: gpus N");
         goto fail;
     }
     if (!(t->hbm > 0)) {
-        rc = ein_fail_at(err, EIN_EPARSE, file, line, 1, "no 'hbm' statement");
+        rc = ein_fail_at(err, EIN_EPARSE, file, line, 1, "no 'hbm' statement; expected: hbm BANDWIDTH UNIT");
         goto fail;
     }
     if (t->rest == -3) {
@@ -229,7 +233,8 @@ int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_err
                 t->rest = i;
         if (t->rest == -2) {
             rc = ein_fail_at(err, EIN_EPARSE, file, rest_line, 1,
-                             "rest via %s: no shared resource of that name", rest_name);
+                             "rest via %s: no shared resource of that name; expected the "
+                             "name of a shared statement", rest_name);
             goto fail;
         }
     }

@@ -192,7 +192,7 @@ static int check_line_bytes(parser *p, const unsigned char *b, size_t n)
     for (size_t i = 0; i < n;) {
         unsigned c = b[i];
         if (c == 0)
-            return perr(p, EIN_EPARSE, (int)i + 1, "NUL byte; a .ein program is text");
+            return perr(p, EIN_EPARSE, (int)i + 1, "NUL byte; expected text (a .ein program is UTF-8 text)");
         if (c < 0x80) {
             i++;
             continue;
@@ -216,7 +216,7 @@ static int check_line_bytes(parser *p, const unsigned char *b, size_t n)
             ok = 0;
         if (!ok)
             return perr(p, EIN_EPARSE, (int)i + 1,
-                        "invalid UTF-8 byte 0x%02x; a .ein program must be valid UTF-8", c);
+                        "invalid UTF-8 byte 0x%02x; expected valid UTF-8", c);
         i += need + 1;
     }
     if (n > PL_LINE_MAX)
@@ -506,7 +506,8 @@ static int tok_tensor(parser *p, const tok *t, int *id)
     if (dim_find(p, name) >= 0)
         return perr(p, EIN_EPARSE, t->col, "'%s' is a dim, not a tensor; expected a tensor name",
                     name);
-    return perr(p, EIN_EPARSE, t->col, "'%s' is not defined (use before definition?)", name);
+    return perr(p, EIN_EPARSE, t->col, "'%s' is not defined; expected a tensor defined on an earlier line",
+                name);
 }
 
 /* A name for a new tensor: not taken, and room for one more node. */
@@ -520,7 +521,7 @@ static int tok_new_tensor(parser *p, const tok *t, char *name)
         return perr(p, EIN_EPARSE, t->col, "duplicate name '%s' (defined at line %d); expected "
                     "a new name", name, pl_graph_node(p->g, id)->line);
     if (p->g->nnodes >= PL_PROGRAM_NODES_MAX)
-        return perr(p, EIN_EPARSE, t->col, "too many tensors; a program has at most %d",
+        return perr(p, EIN_EPARSE, t->col, "too many tensors; expected at most %d",
                     PL_PROGRAM_NODES_MAX);
     return 0;
 }
@@ -672,7 +673,7 @@ static int parse_seqs(parser *p)
             goto fail;
         ends[n] = (n ? ends[n - 1] : 0) + len;
         if (ends[n] > PL_DIM_MAX) {
-            rc = perr(p, EIN_EPARSE, t->col, "the sequences hold more than 2^40 tokens");
+            rc = perr(p, EIN_EPARSE, t->col, "the sequences hold more than 2^40 tokens; expected at most 2^40 in all");
             goto fail;
         }
         n++;
@@ -741,7 +742,8 @@ static int parse_einsum(parser *p, const char *name, const tok *const *args, int
     if ((rc = pl_einsum_parse(subs, &sub, e)) < 0)
         return perr(p, EIN_EPARSE, s->col, "%s", e->msg);
     if (sub.nops != nargs - 1)
-        return perr(p, EIN_EPARSE, s->col, "einsum '%s' has %d operand%s but %d tensor%s given",
+        return perr(p, EIN_EPARSE, s->col, "einsum '%s' has %d operand%s but %d tensor%s given; "
+                    "expected one tensor per operand",
                     subs, sub.nops, sub.nops == 1 ? "" : "s", nargs - 1,
                     nargs == 2 ? " was" : "s were");
     if ((rc = tok_tensor(p, args[1], &a)) < 0)
@@ -807,8 +809,9 @@ static int parse_block_op(parser *p, const op_def *op, const char *name, const t
                 return rc;
             if (v1 >= pl_graph_node(p->g, x)->rank)
                 return perr(p, EIN_ESHAPE, args[i]->col, "%s: axis %lld is out of range for "
-                            "'%s' of rank %d", op->name, (long long)v1, pl_graph_node(p->g, x)->name,
-                            pl_graph_node(p->g, x)->rank);
+                            "'%s' of rank %d; expected an axis from 0 to %d", op->name,
+                            (long long)v1, pl_graph_node(p->g, x)->name,
+                            pl_graph_node(p->g, x)->rank, pl_graph_node(p->g, x)->rank - 1);
             if (axes >> v1 & 1)
                 return perr(p, EIN_ESHAPE, args[i]->col, "%s: axis %lld is named twice; expected "
                             "distinct axes", op->name, (long long)v1);

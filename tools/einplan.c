@@ -8,8 +8,11 @@
  * elements, the paper's proxy) and the plan total. --json prints one JSON
  * object (total_cost, ops[] with name, op, line, split, agg, tiling, cost);
  * --dot prints Graphviz with each operator labelled by its split. Exit
- * status: 0 on success, 1 on a bad program or no plan (the message names
- * the operator and its line), 2 on bad usage. */
+ * status, like einrun's: 0 on success; 2 on bad usage or bad input (a file
+ * that cannot be read or parsed, shapes that do not fit, no plan for P
+ * devices — the message names the operator and its line —, a bad
+ * --topology or --weights); 1 on any other failure (out of memory, the
+ * rewriter failing). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -20,6 +23,15 @@
 #include "planner/rewrite/pl_rewrite.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
+
+/* Exit status for an error code: bad input is 2, the rest 1. */
+static int exit_status(int code)
+{
+    switch (code) {
+    case EIN_EINVAL: case EIN_EIO: case EIN_EPARSE: case EIN_ESHAPE: case EIN_ENOPLAN: return 2;
+    default: return 1;
+    }
+}
 
 static void usage(FILE *f)
 {
@@ -236,7 +248,7 @@ int main(int argc, char **argv)
     pl_plan *plan = NULL;
     if (pl_ein_parse_file(path, &g, &err) < 0) {
         fprintf(stderr, "einplan: %s\n", err.msg);
-        return 1;
+        return exit_status(err.code);
     }
     if (rewrite) {
         /* Equality saturation first: plan the cheapest equivalent graph. */
@@ -245,13 +257,13 @@ int main(int argc, char **argv)
         char **w = NULL;
         pl_graph *out = NULL;
         xp_topology *topo = NULL;
-        int rc = topo_arg ? xp_topo_load(topo_arg, &topo, &err) : 0;
+        int rc = topo_arg ? xp_topo_load(topo_arg, &topo, &err) : 0, input_rc = rc;
         if (topo) {
             ro.peak_flops = topo->peak;
             ro.hbm_bw = topo->hbm;
         }
         if (rc == 0 && weights)
-            rc = pl_rewrite_weights_parse(weights, &w, &err);
+            rc = input_rc = pl_rewrite_weights_parse(weights, &w, &err);
         ro.weights = (const char *const *)w;
         if (rc == 0)
             rc = pl_rewrite(g, &ro, &out, &st, &err);
@@ -260,7 +272,9 @@ int main(int argc, char **argv)
         if (rc < 0) {
             fprintf(stderr, "einplan: --rewrite: %s\n", err.msg);
             pl_graph_free(g);
-            return 1;
+            /* A bad --topology or --weights is bad input; the rewriter
+             * failing on a program that parsed is not. */
+            return input_rc < 0 ? exit_status(input_rc) : 1;
         }
         pl_rewrite_report(json || dot ? stderr : stdout, out, &st);
         pl_graph_free(g);
@@ -269,7 +283,7 @@ int main(int argc, char **argv)
     if (pl_plan_make_opts(g, p, sel, seed, &opts, &plan, &err) < 0) {
         fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
         pl_graph_free(g);
-        return 1;
+        return exit_status(err.code);
     }
     if (json)
         print_json(path, g, plan);

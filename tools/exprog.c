@@ -2,15 +2,18 @@
  *
  *   exprog check FILE
  *   exprog simulate --topology T [--trace out.json] [--quiet] FILE
- *   exprog synth --topology T [--budget-ms N] [--steps N] [--seed S]
- *                [--trace out.json] FILE
+ *   exprog synth --topology T [--work N] [--steps N] [--patience N]
+ *                [--cap-ms N] [--seed S] [--trace out.json] FILE
  *
  * T is a built-in machine (dgx-a100, dgx-h100, hgx-h200, dgx-v100,
  * gb200-nvl72, host) or a topology file. `simulate` prints the timeline;
  * its last line is `makespan: X ms`. `synth` reads a preamble (actions in
  * the file are ignored), prints the synthesised program, the naive
- * program's makespan and, last, its own. Exit status: 0 ok, 1 invalid
- * program or failure, 2 usage. */
+ * program's makespan and, last, its own. Exit status, like einrun's: 0 ok;
+ * 2 bad usage or bad input (a flag's value, a file that cannot be read or
+ * parsed, an invalid program, a topology without a route the program
+ * needs); 1 any other failure (out of memory, more partition memberships
+ * than the checker tries, a trace not written). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,15 @@
 #include "exchange/xp_search.h"
 #include "exchange/xp_sim.h"
 #include "exchange/xp_topo.h"
+
+/* Exit status for an error code: bad input is 2, the rest 1. */
+static int exit_status(int code)
+{
+    switch (code) {
+    case EIN_EINVAL: case EIN_EIO: case EIN_EPARSE: case EIN_ESHAPE: return 2;
+    default: return 1;
+    }
+}
 
 static int usage(void)
 {
@@ -39,7 +51,7 @@ static int write_trace(const char *path, const xp_program *p, const xp_topology 
     ein_error err = {0};
     if (xp_sim_run(p, t, &ms, &tl, &err) < 0) {
         fprintf(stderr, "exprog: %s\n", err.msg);
-        return 1;
+        return exit_status(err.code);
     }
     FILE *f = fopen(path, "w");
     int rc = !f || xp_timeline_write_trace(p, t, tl, f) < 0;
@@ -51,6 +63,21 @@ static int write_trace(const char *path, const xp_program *p, const xp_topology 
     return rc;
 }
 
+/* A flag's value: the whole of it a number in [0, max] (an integer when
+ * `integer`); else a message and -1. */
+static int num_arg(const char *flag, const char *v, double max, int integer, double *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (!*v || *end || !(x >= 0 && x <= max) || (integer && x != (double)(long long)x)) {
+        fprintf(stderr, "exprog: %s '%s': expected %s from 0 to %g\n", flag, v,
+                integer ? "an integer" : "a number", max);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -59,6 +86,7 @@ int main(int argc, char **argv)
     xp_search_opts opts;
     xp_search_opts_default(&opts);
     int quiet = 0, work_set = 0, steps_set = 0;
+    double x;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -66,23 +94,36 @@ int main(int argc, char **argv)
             topo = v, i++;
         else if (strcmp(a, "--trace") == 0 && v)
             trace = v, i++;
-        else if (strcmp(a, "--cap-ms") == 0 && v)
-            opts.cap_ms = atof(v), i++;
-        else if (strcmp(a, "--budget-ms") == 0) {
+        else if (strcmp(a, "--cap-ms") == 0 && v) {
+            if (num_arg(a, v, 1e9, 0, &x) < 0)
+                return 2;
+            opts.cap_ms = x, i++;
+        } else if (strcmp(a, "--budget-ms") == 0) {
             fprintf(stderr, "exprog: --budget-ms is gone: the budget counts work (--work N, "
                             "default %d, or --steps N candidates); --cap-ms N is a wall-clock "
                             "safety cap\n", XP_SEARCH_DEFAULT_WORK);
             return 2;
-        }
-        else if (strcmp(a, "--work") == 0 && v)
-            opts.max_work = atol(v), work_set = 1, i++;
-        else if (strcmp(a, "--steps") == 0 && v)
-            opts.max_steps = atol(v), steps_set = 1, i++;
-        else if (strcmp(a, "--patience") == 0 && v)
-            opts.patience = atol(v), i++;
-        else if (strcmp(a, "--seed") == 0 && v)
-            opts.seed = strtoull(v, NULL, 10), i++;
-        else if (strcmp(a, "--quiet") == 0)
+        } else if (strcmp(a, "--work") == 0 && v) {
+            if (num_arg(a, v, 1e15, 1, &x) < 0)
+                return 2;
+            opts.max_work = (long)x, work_set = 1, i++;
+        } else if (strcmp(a, "--steps") == 0 && v) {
+            if (num_arg(a, v, 1e15, 1, &x) < 0)
+                return 2;
+            opts.max_steps = (long)x, steps_set = 1, i++;
+        } else if (strcmp(a, "--patience") == 0 && v) {
+            if (num_arg(a, v, 1e15, 1, &x) < 0)
+                return 2;
+            opts.patience = (long)x, i++;
+        } else if (strcmp(a, "--seed") == 0 && v) {
+            char *end;
+            opts.seed = strtoull(v, &end, 10);
+            if (!*v || *end || *v == '-') {
+                fprintf(stderr, "exprog: --seed '%s': expected a non-negative integer\n", v);
+                return 2;
+            }
+            i++;
+        } else if (strcmp(a, "--quiet") == 0)
             quiet = 1;
         else if (a[0] == '-' && a[1])
             return usage();
@@ -108,15 +149,18 @@ int main(int argc, char **argv)
     int rc = 1;
     if (xp_program_parse_file(file, &p, &err) < 0) {
         fprintf(stderr, "%s\n", err.msg);
+        rc = exit_status(err.code);
         goto done;
     }
     if (topo && xp_topo_load(topo, &t, &err) < 0) {
         fprintf(stderr, "exprog: %s\n", err.msg);
+        rc = exit_status(err.code);
         goto done;
     }
     if (is_check || is_sim) {
         if (xp_program_validate(p, &w, &err) < 0) {
             fprintf(stderr, "%s: %s\n", file, err.msg);
+            rc = exit_status(err.code);
             goto done;
         }
         if (is_check) {
@@ -138,12 +182,13 @@ int main(int argc, char **argv)
         double s;
         if (xp_sim_run(w, t, &s, &tl, &err) < 0) {
             fprintf(stderr, "%s: %s\n", file, err.msg);
+            rc = exit_status(err.code);
             goto done;
         }
         if (!quiet)
             xp_timeline_print(w, t, tl, stdout);
         xp_timeline_free(tl);
-        if (trace && write_trace(trace, w, t))
+        if (trace && (rc = write_trace(trace, w, t)) != 0)
             goto done;
         printf("makespan: %.4f ms\n", s * 1e3);
         rc = 0;
@@ -152,10 +197,11 @@ int main(int argc, char **argv)
     xp_search_stats st;
     if (xp_search(p, t, &opts, &best, &st, &err) < 0) {
         fprintf(stderr, "%s: %s\n", file, err.msg);
+        rc = exit_status(err.code);
         goto done;
     }
     xp_program_print(best, stdout, NULL, NULL);
-    if (trace && write_trace(trace, best, t))
+    if (trace && (rc = write_trace(trace, best, t)) != 0)
         goto done;
     printf("# search: %ld candidates, %ld valid, %ld accepted, %ld improvements, work %ld, "
            "%.1f ms, stopped by %s\n", st.steps, st.valid, st.accepted, st.improved, st.work,

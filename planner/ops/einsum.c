@@ -43,9 +43,10 @@ int pl_einsum_parse(const char *s, pl_einsum_sub *out, ein_error *err)
         return ein_fail(err, EIN_EINVAL, "einsum '%s': missing '->'; expected an explicit output "
                         "such as 'ij,jk->ik'", s);
     if (strstr(arrow + 2, "->"))
-        return ein_fail(err, EIN_EINVAL, "einsum '%s': more than one '->'", s);
+        return ein_fail(err, EIN_EINVAL, "einsum '%s': more than one '->'; expected one", s);
     if (strchr(arrow + 2, ','))
-        return ein_fail(err, EIN_EINVAL, "einsum '%s': ',' after '->'; the output is one operand", s);
+        return ein_fail(err, EIN_EINVAL, "einsum '%s': ',' after '->'; expected one output "
+                        "operand", s);
 
     pl_einsum_sub r;
     memset(&r, 0, sizeof r);
@@ -60,14 +61,17 @@ int pl_einsum_parse(const char *s, pl_einsum_sub *out, ein_error *err)
         int n = (int)(end - p);
         if (n == 0)
             return ein_fail(err, EIN_EINVAL, "einsum '%s': operand %d has no indices "
-                            "(rank-0 tensors are not supported)", s, k + 1);
+                            "(rank-0 tensors are not supported); expected at least one",
+                            s, k + 1);
         if (n > EIN_MAX_RANK)
-            return ein_fail(err, EIN_EINVAL, "einsum '%s': operand %d has %d indices; at most %d",
+            return ein_fail(err, EIN_EINVAL, "einsum '%s': operand %d has %d indices; expected at "
+                            "most %d",
                             s, k + 1, n, EIN_MAX_RANK);
         for (int i = 0; i < n; i++) {
             if (memchr(p, p[i], (size_t)i))
                 return ein_fail(err, EIN_EINVAL, "einsum '%s': index %c repeated in operand %d "
-                                "(diagonals are not supported)", s, p[i], k + 1);
+                                "(diagonals are not supported); expected distinct indices",
+                                s, p[i], k + 1);
             r.ops[k][i] = p[i];
         }
         r.rank[k] = n;
@@ -79,18 +83,20 @@ int pl_einsum_parse(const char *s, pl_einsum_sub *out, ein_error *err)
     int n = (int)strlen(o);
     if (n == 0)
         return ein_fail(err, EIN_EINVAL, "einsum '%s': the output has no indices "
-                        "(rank-0 results are not supported)", s);
+                        "(rank-0 results are not supported); expected at least one", s);
     if (n > EIN_MAX_RANK)
-        return ein_fail(err, EIN_EINVAL, "einsum '%s': the output has %d indices; at most %d",
+        return ein_fail(err, EIN_EINVAL, "einsum '%s': the output has %d indices; expected at most %d",
                         s, n, EIN_MAX_RANK);
     for (int i = 0; i < n; i++) {
         if (memchr(o, o[i], (size_t)i))
-            return ein_fail(err, EIN_EINVAL, "einsum '%s': index %c repeated in the output", s, o[i]);
+            return ein_fail(err, EIN_EINVAL, "einsum '%s': index %c repeated in the output; "
+                            "expected distinct indices", s, o[i]);
         int found = 0;
         for (int k = 0; k < r.nops; k++)
             found |= memchr(r.ops[k], o[i], (size_t)r.rank[k]) != NULL;
         if (!found)
-            return ein_fail(err, EIN_EINVAL, "einsum '%s': output index %c appears in no operand",
+            return ein_fail(err, EIN_EINVAL, "einsum '%s': output index %c appears in no operand; "
+                            "expected indices of the operands",
                             s, o[i]);
         r.out[i] = o[i];
     }

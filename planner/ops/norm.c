@@ -20,7 +20,8 @@ int pl_graph_add_norm(pl_graph *g, const char *name, int x, int w, int b, double
         (b >= 0 && (rc = pl_check_id(g, what, b, err)) < 0))
         return rc;
     if (!(eps > 0) || eps > 1)
-        return ein_fail(err, EIN_EINVAL, "%s: eps %g must be in (0, 1]", what, eps);
+        return ein_fail(err, EIN_EINVAL, "%s: eps %g must be in (0, 1]; expected a small positive number such "
+                        "as 1e-5", what, eps);
     const pl_node *t = pl_graph_node(g, x);
     int64_t d = t->shape[t->rank - 1];
     int ids[2] = {w, b};

@@ -15,6 +15,7 @@
  * `dim`, `rank` and arithmetic appear on the right and in conditions only.
  * A rule applies to a match only where all its conditions hold. */
 #include <dirent.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,10 +93,16 @@ typedef struct rw_parser {
     ein_error *err;
 } rw_parser;
 
-static int perr(rw_parser *p, int code, int line, int col, const char *fmt, const char *arg)
+static int perr(rw_parser *p, int code, int line, int col, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int perr(rw_parser *p, int code, int line, int col, const char *fmt, ...)
 {
     char msg[512];
-    snprintf(msg, sizeof msg, fmt, arg);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     return ein_fail_at(p->err, code, p->fname, line, col, "%s", msg);
 }
 
@@ -128,10 +135,12 @@ static int next(rw_parser *p)
         if ((unsigned char)c < 0x21 || (unsigned char)c > 0x7e) {
             char code[8];
             snprintf(code, sizeof code, "%u", (unsigned char)c);
-            return perr(p, EIN_EPARSE, p->line, p->col, "unexpected character (byte %s)", code);
+            return perr(p, EIN_EPARSE, p->line, p->col, "unexpected character (byte %s); expected "
+                        "printable ASCII", code);
         }
         if (n + 1 >= sizeof p->tok)
-            return perr(p, EIN_EPARSE, p->tline, p->tcol, "token too long%s", "");
+            return perr(p, EIN_EPARSE, p->tline, p->tcol, "token too long; expected at most %d characters",
+                            RW_NAME_MAX - 1);
         p->tok[n++] = c;
         p->pos++, p->col++;
     }
@@ -182,14 +191,17 @@ static int var_ref(rw_parser *p, const char *name, int is_int, int lhs)
         if (strcmp(ru->var_name[i], name) == 0) {
             if (ru->var_int[i] != is_int)
                 return perr(p, EIN_EPARSE, p->tline, p->tcol,
-                            "variable %s is used both as a tensor and as an integer", name);
+                            "variable %s is used both as a tensor and as an integer; "
+                    "expected one kind per variable", name);
             return i;
         }
     if (!lhs)
         return perr(p, EIN_EPARSE, p->tline, p->tcol,
-                    "variable %s is not bound by the left side", name);
+                    "variable %s is not bound by the left side; expected a "
+                    "variable of the left side", name);
     if (ru->nvars == RW_MAX_VARS)
-        return perr(p, EIN_EPARSE, p->tline, p->tcol, "too many variables (at %s)", name);
+        return perr(p, EIN_EPARSE, p->tline, p->tcol, "too many variables (at %s); expected at most %d",
+                    name, RW_MAX_VARS);
     snprintf(ru->var_name[ru->nvars], RW_NAME_MAX, "%s", name);
     ru->var_int[ru->nvars] = is_int;
     return ru->nvars++;
@@ -221,7 +233,7 @@ static int parse_param(rw_parser *p, int lhs)
         return rc;
     if (lhs)
         return perr(p, EIN_EPARSE, line, col, "parameter expressions (%s) are for the right "
-                    "side; bind an integer variable on the left", p->tok);
+                    "side; expected an integer variable on the left", p->tok);
     rw_pexpr e = {0};
     if (strcmp(p->tok, "dim") == 0) {
         if ((rc = expect(p, 'a', "a tensor variable")) < 0)
@@ -235,7 +247,8 @@ static int parse_param(rw_parser *p, int lhs)
             return rc;
         int64_t ax;
         if (p->kind == 'a' && parse_int(p->tok, &ax) && (ax < 0 || ax >= EIN_MAX_RANK))
-            return perr(p, EIN_EPARSE, p->tline, p->tcol, "bad axis %s", p->tok);
+            return perr(p, EIN_EPARSE, p->tline, p->tcol, "bad axis %s; expected 0 to %d", p->tok,
+                        EIN_MAX_RANK - 1);
         if ((e.a = parse_param(p, lhs)) < 0)
             return e.a;
         e.kind = PX_DIM;
@@ -255,7 +268,8 @@ static int parse_param(rw_parser *p, int lhs)
         if ((rc = next(p)) < 0 || (e.b = parse_param(p, lhs)) < 0)
             return rc < 0 ? rc : e.b;
     } else
-        return perr(p, EIN_EPARSE, p->tline, p->tcol, "unknown parameter function %s", p->tok);
+        return perr(p, EIN_EPARSE, p->tline, p->tcol, "unknown parameter function %s; expected dim, "
+                    "rank, + or -", p->tok);
     if ((rc = expect(p, ')', "')'")) < 0)
         return rc;
     return new_ex(p, e);
@@ -287,7 +301,8 @@ static int parse_pat(rw_parser *p, int lhs, int *budget)
     rw_pat pat = {.var = -1};
     int rc, line = p->tline, col = p->tcol;
     if (--*budget < 0)
-        return perr(p, EIN_EPARSE, line, col, "pattern too large (over %s nodes)", "32");
+        return perr(p, EIN_EPARSE, line, col, "pattern too large; expected at most %d nodes",
+                    RW_PAT_MAX_NODES);
     if (p->kind == 'a') {
         if (p->tok[0] != '?')
             return perr(p, EIN_EPARSE, line, col, "expected ?variable or '(', found %s", p->tok);
@@ -299,8 +314,8 @@ static int parse_pat(rw_parser *p, int lhs, int *budget)
         pat.op = rw_op_by_name(p->tok);
         if (pat.op < 0)
             return perr(p, EIN_EPARSE, p->tline, p->tcol,
-                        "unknown operator %s (known: matmul, add, concat, slice, unary, "
-                        "binary, transpose)", p->tok);
+                        "unknown operator %s; expected matmul, add, concat, slice, unary, "
+                        "binary or transpose", p->tok);
         pat.np = op_nparams(pat.op);
         for (int i = 0; i < pat.np; i++) {
             if ((rc = next(p)) < 0 || (pat.pe[i] = parse_param(p, lhs)) < 0)
@@ -314,7 +329,8 @@ static int parse_pat(rw_parser *p, int lhs, int *budget)
             if (p->kind == 0)
                 return perr(p, EIN_EPARSE, line, col, "unclosed '(' of %s", rw_op_name(pat.op));
             if (pat.nch == PL_MAX_INPUTS)
-                return perr(p, EIN_EPARSE, p->tline, p->tcol, "too many operands%s", "");
+                return perr(p, EIN_EPARSE, p->tline, p->tcol, "too many operands; expected at most %d",
+                            PL_MAX_INPUTS);
             int c = parse_pat(p, lhs, budget);
             if (c < 0)
                 return c;
@@ -323,7 +339,8 @@ static int parse_pat(rw_parser *p, int lhs, int *budget)
         int want = op_noperands(pat.op);
         if ((want > 0 && pat.nch != want) || pat.nch < 1) {
             char m[128];
-            snprintf(m, sizeof m, "%s takes %d params and %s operand(s), found %d operand(s)",
+            snprintf(m, sizeof m, "%s takes %d params and %s operand(s), found %d operand(s); "
+                     "expected the operands it takes",
                      rw_op_name(pat.op), pat.np, want > 0 ? (want == 1 ? "1" : "2") : "1..16",
                      pat.nch);
             return perr(p, EIN_EPARSE, line, col, "%s", m);
@@ -551,7 +568,8 @@ static int parse_conds(rw_parser *p)
             return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected a condition (= P P), "
                         "(<= P P) or (< P P)%s", "");
         if (ru->nconds == RW_MAX_CONDS)
-            return perr(p, EIN_EPARSE, p->tline, p->tcol, "too many conditions (over %s)", "4");
+            return perr(p, EIN_EPARSE, p->tline, p->tcol, "too many conditions; expected at most %d",
+                        RW_MAX_CONDS);
         if ((rc = expect(p, 'a', "=, <= or <")) < 0)
             return rc;
         rw_cond c = {0};
@@ -562,7 +580,8 @@ static int parse_conds(rw_parser *p)
         else if (strcmp(p->tok, "<") == 0)
             c.kind = PC_LT;
         else
-            return perr(p, EIN_EPARSE, p->tline, p->tcol, "unknown comparison %s", p->tok);
+            return perr(p, EIN_EPARSE, p->tline, p->tcol, "unknown comparison %s; expected =, <= or <",
+                        p->tok);
         if ((rc = next(p)) < 0 || (c.a = parse_param(p, 0)) < 0)
             return rc < 0 ? rc : c.a;
         if ((rc = next(p)) < 0 || (c.b = parse_param(p, 0)) < 0)
@@ -597,7 +616,8 @@ static int parse_rule(rw_parser *p)
     snprintf(ru->name, sizeof ru->name, "%s", p->tok);
     for (int i = 0; i < r->n; i++)
         if (strcmp(r->rules[i].name, ru->name) == 0)
-            return perr(p, EIN_EPARSE, p->tline, p->tcol, "rule %s defined twice", ru->name);
+            return perr(p, EIN_EPARSE, p->tline, p->tcol, "rule %s defined twice; expected a new name",
+                        ru->name);
     for (int side = 0; side < 2; side++) {
         int *dst = side ? ru->rhs : ru->lhs;
         if (ru->multi && (rc = expect(p, '(', "'(' opening two patterns")) < 0)
@@ -607,7 +627,7 @@ static int parse_rule(rw_parser *p)
                 return rc;
             if (ru->multi && p->kind == ')')
                 return perr(p, EIN_EPARSE, p->tline, p->tcol, "a multi rule needs two patterns "
-                            "on each side%s", "");
+                            "on each side; expected a second pattern, found ')'%s", "");
             if ((dst[j] = parse_pat(p, !side, &budget)) < 0)
                 return dst[j];
         }
@@ -623,7 +643,7 @@ static int parse_rule(rw_parser *p)
     for (int j = 0; j < (ru->multi ? 2 : 1); j++)
         if (r->pats[ru->lhs[j]].var >= 0)
             return ein_fail(p->err, EIN_EPARSE, "%s: rule %s: a left side must be an operator, "
-                            "not a bare variable", ru->where, ru->name);
+                            "not a bare variable; expected (OP ...)", ru->where, ru->name);
     ru->vars_of[0] = pat_vars(r, ru->lhs[0]);
     ru->vars_of[1] = ru->multi ? pat_vars(r, ru->lhs[1]) : 0;
     if ((rc = check_rule(r, ru, p->err)) < 0)

@@ -316,7 +316,24 @@ static void test_malformed(void **state)
         {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nA @ 0 -> 0\n", "3:10", "already is"},
         {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nB @ 1 -> 0, 0\n", "3:13", "named twice"},
         {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nB @ 1 -> 0 -> 0\n", "3:15", "already is"},
-        {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nB @ 1 -> 1 -> 0\n", "3:1", "previous hop"},
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nB @ 1 -> 1 -> 0\n", "3:1", "already on the path"},
+        /* A path may not visit a site twice (docs/exprog.md): not through
+         * its source, nor an earlier hop, nor end where it passed. */
+        {"IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1 -> 0 -> 1\n", "3:1",
+         "relay hop 2: site 0 is already on the path, expected a site it has not visited"},
+        {"IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1 -> 2 -> 1 -> 3\n", "3:1", "relay hop 3: site 1"},
+        {"IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1 -> 0\n", "3:15", "destination 0 is already on the path"},
+        {"IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1 -> 2 -> 3, 1\n", "3:23", "destination 1 is already on"},
+        {"GPUS: 0, 1\nPARTITIONS: G {0, 1}\nIN: A @ 0\nOUT: A @ 1\nA @ 0 -> G\n", "5:10",
+         "destination 0 is where the data already is"},
+        /* Site numbers are capped (XP_SITES_MAX): the issue's 19 bytes that
+         * printed as a 4.7 MB GPUS list. */
+        {"IN: A @ 610234OUT:", "1:9", "expected a site number from 0 to 4095, found '610234'"},
+        {"IN: A @ 4096\n", "1:9", "from 0 to 4095"},
+        {"GPUS: 0, 4096\nIN: A @ 0\n", "1:10", "expected a GPU number from 0 to 4095"},
+        {"IN: A @ 0\nOUT: A @ 0, 5000\n", "2:13", "from 0 to 4095"},
+        {"IN: A @ 0\nOUT: A @ 0\nA @ 0 -> 1 -> 9999\n", "3:15", "from 0 to 4095"},
+        {"PARTITIONS: G {size 5000}\nIN: A @ 0\n", "1:21", "a partition size of at most 4096"},
         {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nB @ 1 -> 0, 2 -> 0\n", "3:10", "relay hop"},
         {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nB @ 0, 1 -> 2\n", "3:5", "one site as its source"},
         {"IN: A @ 0; B @ 1\nOUT: A+B @ 0 -> 1\n", "2:14", "no arrow in OUT"},
@@ -334,6 +351,7 @@ static void test_malformed(void **state)
         {"IN:\nOUT: A @ 0\n", "2:1", "IN declares no atom"},
         {"IN: A @ 0; B @ 1\nOUT: A+B @ 0\nA+ @ 0\n", "3:4", "atom name"},
         {"IN: A @ 99999999999\n", "1:9", "site number"},
+        {"GPUS: 0, 1, 2, 1\nIN: A @ 0\n", "1:16", "GPUS: '1' is listed twice, expected each GPU once"},
         {"IN: A @ 0\nOUT: A @ 0\nA @ 0 -> 1 ->\n", "3:14", "a site"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -346,6 +364,12 @@ static void test_malformed(void **state)
         snprintf(where, sizeof where, "bad.xp:%s:", cases[i].where);
         if (strncmp(err.msg, where, strlen(where)) != 0 || !strstr(err.msg, cases[i].what))
             fail_msg("case %zu: got \"%s\", want %s ... %s", i, err.msg, where, cases[i].what);
+        /* Every message says what was expected ("unexpected" does not count). */
+        int says = 0;
+        for (const char *e = err.msg; (e = strstr(e, "expected")) != NULL; e++)
+            says |= e > err.msg && (e[-1] == ' ' || e[-1] == ':');
+        if (!says)
+            fail_msg("case %zu: \"%s\" does not say what was expected", i, err.msg);
         assert_null(p);
     }
 }
@@ -382,6 +406,101 @@ static void test_validity(void **state)
     assert_int_equal(xp_program_check(p, &err), EIN_EINVAL);
     assert_non_null(strstr(err.msg, "never reached"));
     xp_program_free(p);
+}
+
+/* Relays: a path may not visit a site twice, whichever way the program was
+ * made (the parser refuses it with a position, the checker in memory). */
+static void test_relay_paths(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    xp_program *p = xp_program_new(3, 1);
+    assert_non_null(p);
+    assert_int_equal(xp_program_add_in(p, 0, 0, 1e9, &err), 0);
+    xp_word *x = xp_set_new(p);
+    xp_set_add(x, 0);
+    int relay[2] = {1, 0}, dst = 1;
+    /* A @ 0 -> 1 -> 0 -> 1: back through its source. */
+    assert_true(xp_program_add_relay(p, x, 0, relay, 2, &dst, 1, &err) >= 0);
+    assert_int_equal(xp_program_add_out(p, x, 1, &err), 0);
+    assert_int_equal(xp_program_check(p, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "visits site 0 twice"));
+    /* A @ 0 -> 2 -> 1 is fine. */
+    p->act[0].relay[0] = 2;
+    p->act[0].nrelay = 1;
+    assert_int_equal(xp_program_check(p, &err), 0);
+    /* A @ 0 -> 0, in memory. */
+    p->act[0].nrelay = 0;
+    p->act[0].dst[0] = 0;
+    assert_int_equal(xp_program_check(p, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "visits site 0 twice"));
+    free(x);
+    xp_program_free(p);
+    /* A long relay chain through distinct sites parses and is valid. */
+    p = parse_ok("IN: A @ 0\nOUT: A @ 5\nA @ 0 -> 1 -> 2 -> 3 -> 4 -> 5\n");
+    assert_int_equal(p->act[0].nrelay, 4);
+    assert_int_equal(xp_program_check(p, &err), 0);
+    xp_program_free(p);
+}
+
+/* GPUS: the default is every site from 0 to the largest named; a long
+ * list parses in linear time (it was quadratic: 2.3 MB took 18 s), up to
+ * the cap on site numbers, and prints back to the same program. */
+static void test_gpus_list(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    xp_program *p = parse_ok("IN: A @ 0; B @ 5\nOUT: A+B @ 5\nA @ 0 -> 5\nA+B @ 5\n");
+    assert_int_equal(p->ngpus, 6);
+    assert_null(p->gpu_ok);
+    xp_program_free(p);
+    /* Every site 0..4095, listed in a scrambled order, 16 to a line, plus
+     * 100,000 comment lines between the entries. */
+    size_t cap = 8 << 20, n = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    n += (size_t)snprintf(text + n, cap - n, "GPUS: ");
+    for (int i = 0; i < XP_SITES_MAX; i++) {
+        int g = (int)(((long)i * 2654435761L) % XP_SITES_MAX); /* odd multiplier: a permutation */
+        n += (size_t)snprintf(text + n, cap - n, "%d%s", g,
+                              i == XP_SITES_MAX - 1 ? "\n" : i % 16 == 15 ? ",\n" : ", ");
+        for (int k = 0; k < 24 && i < XP_SITES_MAX - 1; k++)
+            n += (size_t)snprintf(text + n, cap - n, "# comment line\n");
+    }
+    n += (size_t)snprintf(text + n, cap - n, "IN: A @ 4095; B @ 7\nOUT: A+B @ 7\n"
+                                             "A @ 4095 -> 7\nA+B @ 7\n");
+    p = NULL;
+    if (xp_program_parse(text, "big.xp", &p, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(p->ngpus, XP_SITES_MAX);
+    assert_non_null(p->gpu_ok);
+    for (int g = 0; g < XP_SITES_MAX; g++)
+        assert_int_equal(p->gpu_ok[g], 1);
+    assert_int_equal(xp_program_check(p, &err), 0);
+    /* Print and parse back. */
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    assert_non_null(f);
+    xp_program_print(p, f, NULL, NULL);
+    fclose(f);
+    xp_program *q = NULL;
+    if (xp_program_parse(out, "printed.xp", &q, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_true(xp_program_equal(p, q));
+    free(out);
+    xp_program_free(q);
+    xp_program_free(p);
+    /* One more entry, past the cap, is refused where it stands. */
+    n = (size_t)snprintf(text, cap, "GPUS: ");
+    for (int i = 0; i <= XP_SITES_MAX; i++)
+        n += (size_t)snprintf(text + n, cap - n, "%d, ", i);
+    snprintf(text + n - 2, cap - n + 2, "\nIN: A @ 0\n");
+    p = NULL;
+    assert_int_equal(xp_program_parse(text, "big.xp", &p, &err), EIN_EPARSE);
+    assert_null(p);
+    assert_non_null(strstr(err.msg, "expected a GPU number from 0 to 4095, found '4096'"));
+    free(text);
 }
 
 /* Size-declared partitions: valid iff some membership is; say which. */
@@ -450,6 +569,8 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_mutations),
         cmocka_unit_test(test_validity),
+        cmocka_unit_test(test_relay_paths),
+        cmocka_unit_test(test_gpus_list),
         cmocka_unit_test(test_size_partitions),
         cmocka_unit_test(test_assign_and_print),
     };

@@ -21,7 +21,7 @@ ms_near() {
     tail -n 1 "$1" | awk -v w="$2" '$1 == "makespan:" && $3 == "ms" && $2 >= w * 0.98 && $2 <= w * 1.02 { f = 1 } END { exit !f }'
 }
 
-echo "1..17"
+echo "1..23"
 
 "$X" check "$P/ex5_1.xp" > "$S/out" 2>&1
 check "check: Ex. 5.1 is valid" '[ $? -eq 0 ] && grep -q "valid" "$S/out"'
@@ -30,14 +30,14 @@ check "check: Ex. 5.1 is valid" '[ $? -eq 0 ] && grep -q "valid" "$S/out"'
 check "check: Ex. 5.3 valid with G1 = {0,1,4,5}" 'grep -q "valid with G1 = {0, 1, 4, 5}, G2 = {2, 3, 6, 7}" "$S/out"'
 
 "$X" check "$P/ex5_3_preamble.xp" > "$S/out" 2>&1; rc=$?
-check "check: a preamble alone is not valid (exit 1)" '[ $rc -eq 1 ] && grep -q "not valid" "$S/out"'
+check "check: a preamble alone is not valid (exit 2)" '[ $rc -eq 2 ] && grep -q "not valid" "$S/out"'
 
 printf 'IN: A @ 0\nOUT: A @ 1\nA @ 0 => 1\n' > "$S/bad.xp"
 "$X" check "$S/bad.xp" > "$S/out" 2>&1; rc=$?
-check "check: a syntax error names file:line:col" '[ $rc -eq 1 ] && grep -q "bad.xp:3:7:" "$S/out"'
+check "check: a syntax error names file:line:col, exits 2" '[ $rc -eq 2 ] && grep -q "bad.xp:3:7:.*expected" "$S/out"'
 
 "$X" check "$S/missing.xp" > "$S/out" 2>&1; rc=$?
-check "check: a missing file is an error" '[ $rc -eq 1 ] && grep -q "cannot open" "$S/out"'
+check "check: a missing file is an error (exit 2)" '[ $rc -eq 2 ] && grep -q "cannot open" "$S/out"'
 
 "$X" simulate --topology dgx-h100 "$P/ex5_1.xp" > "$S/out" 2>&1
 check "simulate: Ex. 5.1 on dgx-h100 about 3.1 ms" 'ms_near "$S/out" 3.1'
@@ -55,7 +55,7 @@ check "simulate: --trace writes Chrome-trace JSON" 'grep -q traceEvents "$S/t.js
 check "simulate: a topology file works like the built-in" 'ms_near "$S/out" 67'
 
 "$X" simulate --topology dgx-q999 "$P/ex5_1.xp" > "$S/out" 2>&1; rc=$?
-check "simulate: an unknown topology is an error" '[ $rc -eq 1 ] && grep -q "unknown topology" "$S/out"'
+check "simulate: an unknown topology is an error (exit 2)" '[ $rc -eq 2 ] && grep -q "unknown topology" "$S/out"'
 
 "$X" synth --topology dgx-v100 --steps 10000 --cap-ms 0 --patience 0 --seed 1 "$P/ex5_3_preamble.xp" > "$S/synth.xp" 2> "$S/out"
 check "synth: Ex. 5.3 from its preamble, at most 67 ms" 'synth_at_most "$S/synth.xp" 67'
@@ -66,3 +66,24 @@ check "synth: its output is a valid program" '[ $? -eq 0 ]'
 
 "$X" synth "$P/ex5_1.xp" > "$S/out" 2>&1; rc=$?
 check "usage: synth without --topology exits 2" '[ $rc -eq 2 ]'
+
+printf 'IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1 -> 0 -> 1\n' > "$S/relay.xp"
+"$X" check "$S/relay.xp" > "$S/out" 2>&1; rc=$?
+check "check: a relay back through its source is refused (exit 2)" '[ $rc -eq 2 ] && grep -q "relay.xp:3:1: relay hop 2: site 0 is already on the path" "$S/out"'
+
+printf 'IN: A @ 610234OUT:' > "$S/big.xp"
+"$X" check "$S/big.xp" > "$S/out" 2>&1; rc=$?
+check "check: a site number over the cap is refused (exit 2)" '[ $rc -eq 2 ] && grep -q "big.xp:1:9: expected a site number from 0 to 4095" "$S/out"'
+
+"$X" synth --topology dgx-v100 --steps 1e3x "$P/ex5_3_preamble.xp" > "$S/out" 2>&1; rc=$?
+check "usage: a bad --steps value exits 2" '[ $rc -eq 2 ] && grep -q "steps .1e3x.: expected an integer" "$S/out"'
+
+"$X" synth --topology dgx-v100 --seed -1 "$P/ex5_3_preamble.xp" > "$S/out" 2>&1; rc=$?
+check "usage: a bad --seed value exits 2" '[ $rc -eq 2 ] && grep -q "expected a non-negative integer" "$S/out"'
+
+"$X" simulate --topology dgx-h100 --trace "$S/no/such/dir/t.json" "$P/ex5_1.xp" > "$S/out" 2>&1; rc=$?
+check "simulate: a trace that cannot be written is a failure (exit 1)" '[ $rc -eq 1 ] && grep -q "cannot write" "$S/out"'
+
+printf 'name t\ngpus 2\nhbm 1 TB/s\nlink 0 1 5 GB/s\nlink 0 1 5 GB/s\n' > "$S/t.topo"
+"$X" simulate --topology "$S/t.topo" "$P/ex5_1.xp" > "$S/out" 2>&1; rc=$?
+check "simulate: a bad topology file says what and what was expected (exit 2)" '[ $rc -eq 2 ] && grep -q "t.topo:5:1: link 0 1 given twice; expected one link statement per pair" "$S/out"'

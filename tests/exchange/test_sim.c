@@ -145,7 +145,9 @@ static void test_topology_file_errors(void **state)
         {"gpus 2\nhbm 1 Tb/s\n", "2:1", "UNIT"},
         {"gpus 2\nhbm 1 TB/s\n  rest via bus\n", "3:1", "no shared resource"},
         {"gpus 2\nhbm 1 TB/s\nwarp 9\n", "3:1", "unknown statement"},
-        {"link 0 1 5 GB/s\n", "1:1", "before gpus"},
+        {"link 0 1 5 GB/s\n", "1:1", "'link' before 'gpus'; expected the gpus statement first"},
+        {"gpus 2\ngpus 2\n", "2:1", "'gpus' given twice; expected one gpus statement"},
+        {"gpus 2\nhbm 1 TB/s\nlink 0 1\n", "3:1", "bad 'link' statement; expected: link A B"},
         {"gpus 0\n", "1:1", "gpus N"},
         {"gpus 2\nhbm 1 TB/s\nrest sideways\n", "3:1", "rest direct"},
     };
@@ -156,7 +158,10 @@ static void test_topology_file_errors(void **state)
             fail_msg("case %zu accepted", i);
         char where[64];
         snprintf(where, sizeof where, "m.topo:%s:", cases[i].where);
-        if (strncmp(err.msg, where, strlen(where)) != 0 || !strstr(err.msg, cases[i].what))
+        /* What was wrong, then what was expected. */
+        const char *exp = strstr(err.msg, "; expected");
+        if (strncmp(err.msg, where, strlen(where)) != 0 || !strstr(err.msg, cases[i].what) ||
+            !exp || exp == err.msg + strlen(where))
             fail_msg("case %zu: got \"%s\"", i, err.msg);
     }
     /* A machine with no route between two GPUs cannot run a transfer. */

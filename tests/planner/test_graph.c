@@ -160,8 +160,8 @@ static void test_einsum_parse(void **state)
         {"ij,kk->ij", "index k repeated in operand 2"},
         {"ij->jj", "index j repeated in the output"},
         {"ij->ik", "output index k appears in no operand"},
-        {"abcdefghi->a", "operand 1 has 9 indices; at most 8"},
-        {"abcde,fghi->abcdefghi", "the output has 9 indices; at most 8"},
+        {"abcdefghi->a", "operand 1 has 9 indices; expected at most 8"},
+        {"abcde,fghi->abcdefghi", "the output has 9 indices; expected at most 8"},
         {"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmn", "too long"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

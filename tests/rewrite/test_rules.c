@@ -50,6 +50,12 @@ static void bad(const char *text, int code, const char *where, const char *needl
     assert_null(r);
     if (strncmp(err.msg, where, strlen(where)) != 0 || !strstr(err.msg, needle))
         fail_msg("message '%s' should start with '%s' and mention '%s'", err.msg, where, needle);
+    /* A syntax error says what was expected ("unexpected" does not count). */
+    int says = 0;
+    for (const char *e = err.msg; (e = strstr(e, "expected")) != NULL; e++)
+        says |= e > err.msg && (e[-1] == ' ' || e[-1] == ':');
+    if (code == EIN_EPARSE && !says)
+        fail_msg("message '%s' does not say what was expected", err.msg);
 }
 
 static void test_bad_rules(void **s)
