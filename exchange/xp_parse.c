@@ -19,6 +19,7 @@
  * small syntax tree, then the program is built, so the IN count (the width
  * of every set) is known before any set is made. Every step is linear in
  * the text, except name lookups (linear in the names declared). */
+#include "common/ein_file.h"
 #include "exchange/xp_program.h"
 
 #include <ctype.h>
@@ -885,33 +886,16 @@ int xp_program_parse(const char *text, const char *file, xp_program **out, ein_e
 
 int xp_program_parse_file(const char *path, xp_program **out, ein_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ein_fail(err, EIN_EIO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (n + 1 < cap)
-            break;
-        char *nb = realloc(buf, cap *= 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-        } else {
-            buf = nb;
-        }
-    }
-    fclose(f);
-    if (!buf)
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
-    buf[n] = 0;
+    char *buf = NULL;
+    size_t n = 0;
+    int rc = ein_file_read_all(path, XP_FILE_MAX, "an ExProg file", &buf, &n, err);
+    if (rc < 0)
+        return rc;
     if (strlen(buf) != n) {
         free(buf);
         return ein_fail(err, EIN_EPARSE, "%s: contains a NUL byte, expected text", path);
     }
-    int rc = xp_program_parse(buf, path, out, err);
+    rc = xp_program_parse(buf, path, out, err);
     free(buf);
     return rc;
 }

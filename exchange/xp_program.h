@@ -41,6 +41,9 @@ typedef uint64_t xp_word;
 #define XP_SITES_MAX 4096
 #define XP_SITES_MAX_STR "4096"
 
+/* xp_program_parse_file reads at most this many bytes (a regular file only). */
+#define XP_FILE_MAX ((size_t)16 << 20)
+
 typedef struct xp_in {
     int atom;        /* which atom (index into the caller's atom list) */
     int site;        /* device holding this copy */

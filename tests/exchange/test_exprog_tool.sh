@@ -21,7 +21,7 @@ ms_near() {
     tail -n 1 "$1" | awk -v w="$2" '$1 == "makespan:" && $3 == "ms" && $2 >= w * 0.98 && $2 <= w * 1.02 { f = 1 } END { exit !f }'
 }
 
-echo "1..23"
+echo "1..25"
 
 "$X" check "$P/ex5_1.xp" > "$S/out" 2>&1
 check "check: Ex. 5.1 is valid" '[ $? -eq 0 ] && grep -q "valid" "$S/out"'
@@ -87,3 +87,11 @@ check "simulate: a trace that cannot be written is a failure (exit 1)" '[ $rc -e
 printf 'name t\ngpus 2\nhbm 1 TB/s\nlink 0 1 5 GB/s\nlink 0 1 5 GB/s\n' > "$S/t.topo"
 "$X" simulate --topology "$S/t.topo" "$P/ex5_1.xp" > "$S/out" 2>&1; rc=$?
 check "simulate: a bad topology file says what and what was expected (exit 2)" '[ $rc -eq 2 ] && grep -q "t.topo:5:1: link 0 1 given twice; expected one link statement per pair" "$S/out"'
+
+mkfifo "$S/fifo.xp"
+timeout 20 "$X" check "$S/fifo.xp" > "$S/out" 2>&1; rc=$?
+check "check: a FIFO is refused, not read (exit 2, no hang)" '[ $rc -eq 2 ] && grep -q "fifo.xp: a FIFO, not a regular file" "$S/out"'
+
+head -c 17000000 /dev/zero | tr '\0' '#' > "$S/big.xp"
+"$X" check "$S/big.xp" > "$S/out" 2>&1; rc=$?
+check "check: a file over 16 MiB is refused (exit 2)" '[ $rc -eq 2 ] && grep -q "over the limit of 16 MiB" "$S/out"'
