@@ -158,3 +158,14 @@ int e2e_leftovers(char *what, size_t len)
         closedir(sd);
     return n;
 }
+
+void e2e_matmul_ref(const double *a, const double *b, double *c, int n, int k, int m)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < m; j++) {
+            double s = 0;
+            for (int l = 0; l < k; l++)
+                s += a[i * k + l] * b[l * m + j];
+            c[i * m + j] = s;
+        }
+}

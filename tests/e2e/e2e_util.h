@@ -27,4 +27,8 @@ int e2e_run(char *const argv[], char *out, size_t len);
  * description is written to `what`. */
 int e2e_leftovers(char *what, size_t len);
 
+/* The double-precision reference of every e2e test: c[n x m] = a[n x k] b[k x m],
+ * row-major, with plain loops. */
+void e2e_matmul_ref(const double *a, const double *b, double *c, int n, int k, int m);
+
 #endif

@@ -45,17 +45,6 @@ static const char *CHAIN =
     "y  = einsum(\"ij,jk->ik\", AB, C)\n"
     "save y\n";
 
-static void matmul_ref(const double *a, const double *b, double *c, int n, int k, int m)
-{
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < m; j++) {
-            double s = 0;
-            for (int l = 0; l < k; l++)
-                s += a[i * k + l] * b[l * m + j];
-            c[i * m + j] = s;
-        }
-}
-
 /* Fill an input: random values written to name.npy, or the generator's. */
 static double *make_input(const char *name, int r, int c, int as_file, uint64_t seed)
 {
@@ -162,10 +151,10 @@ static void ffn_case(int ndev, int as_file, int gpus_flag)
     double *w1 = make_input("w1", DM, DF, as_file, 7);
     double *w2 = make_input("w2", DF, DM, as_file, 7);
     double *act = malloc(sizeof(double) * T * DF), *y = malloc(sizeof(double) * T * DM);
-    matmul_ref(x, w1, act, T, DM, DF);
+    e2e_matmul_ref(x, w1, act, T, DM, DF);
     for (int i = 0; i < T * DF; i++)
         act[i] = act[i] > 0 ? act[i] : 0;
-    matmul_ref(act, w2, y, T, DF, DM);
+    e2e_matmul_ref(act, w2, y, T, DF, DM);
     run_einrun(prog, ndev, as_file, names, 3, gpus_flag);
     char path[600];
     snprintf(path, sizeof path, "%s/y.npy", e2e_scratch());
@@ -182,8 +171,8 @@ static void chain_case(int ndev, int as_file)
     double *B = make_input("B", CB, CC, as_file, 7);
     double *C = make_input("C", CC, CD, as_file, 7);
     double *AB = malloc(sizeof(double) * CA * CC), *y = malloc(sizeof(double) * CA * CD);
-    matmul_ref(A, B, AB, CA, CB, CC);
-    matmul_ref(AB, C, y, CA, CC, CD);
+    e2e_matmul_ref(A, B, AB, CA, CB, CC);
+    e2e_matmul_ref(AB, C, y, CA, CC, CD);
     run_einrun(prog, ndev, as_file, names, 3, 0);
     char path[600];
     snprintf(path, sizeof path, "%s/y.npy", e2e_scratch());
@@ -238,9 +227,9 @@ static void chain4_case(int ndev)
     double *C = make_input("C", 40, 3, 1, 7), *D = make_input("D", 3, 17, 1, 7);
     double *ab = malloc(sizeof(double) * 21 * 40), *abc = malloc(sizeof(double) * 21 * 3);
     double *y = malloc(sizeof(double) * 21 * 17);
-    matmul_ref(A, B, ab, 21, 5, 40);
-    matmul_ref(ab, C, abc, 21, 40, 3);
-    matmul_ref(abc, D, y, 21, 3, 17);
+    e2e_matmul_ref(A, B, ab, 21, 5, 40);
+    e2e_matmul_ref(ab, C, abc, 21, 40, 3);
+    e2e_matmul_ref(abc, D, y, 21, 3, 17);
     run_einrun(prog, ndev, 1, names, 4, 0);
     char path[600];
     snprintf(path, sizeof path, "%s/y.npy", e2e_scratch());
@@ -290,10 +279,10 @@ static void ffn_layers(void **s)
     double *w2 = make_input("w2", DF, DM, 1, 7);
     double *act = malloc(sizeof(double) * T * DF), *y = malloc(sizeof(double) * T * DM);
     for (int l = 0; l < LAYERS; l++) {
-        matmul_ref(x, w1, act, T, DM, DF);
+        e2e_matmul_ref(x, w1, act, T, DM, DF);
         for (int i = 0; i < T * DF; i++)
             act[i] = act[i] > 0 ? act[i] : 0;
-        matmul_ref(act, w2, y, T, DF, DM);
+        e2e_matmul_ref(act, w2, y, T, DF, DM);
         memcpy(x, y, sizeof(double) * T * DM);
     }
     char path[600];

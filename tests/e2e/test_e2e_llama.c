@@ -92,17 +92,6 @@ static double *input(const char *name, int rows, int cols, double scale)
     return d;
 }
 
-static void matmul(const double *a, const double *b, double *c, int n, int k, int m)
-{
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < m; j++) {
-            double s = 0;
-            for (int l = 0; l < k; l++)
-                s += a[i * k + l] * b[l * m + j];
-            c[i * m + j] = s;
-        }
-}
-
 static void rmsnorm(const double *x, const double *w, double *out)
 {
     for (int t = 0; t < T; t++) {
@@ -180,21 +169,21 @@ static double *reference(const inputs *in)
     double *g1 = malloc(sizeof(double) * T * DF), *g3 = malloc(sizeof(double) * T * DF);
     double *f2 = malloc(sizeof(double) * T * DM), *y = malloc(sizeof(double) * T * DM);
     rmsnorm(in->x, in->attn_norm, xn);
-    matmul(xn, in->wq, q, T, DM, DM);
-    matmul(xn, in->wk, k, T, DM, DKV);
-    matmul(xn, in->wv, v, T, DM, DKV);
+    e2e_matmul_ref(xn, in->wq, q, T, DM, DM);
+    e2e_matmul_ref(xn, in->wk, k, T, DM, DKV);
+    e2e_matmul_ref(xn, in->wv, v, T, DM, DKV);
     rope(q, DM);
     rope(k, DKV);
     attention(q, k, v, att);
-    matmul(att, in->wo, o, T, DM, DM);
+    e2e_matmul_ref(att, in->wo, o, T, DM, DM);
     for (int i = 0; i < T * DM; i++)
         h[i] = in->x[i] + o[i];
     rmsnorm(h, in->ffn_norm, hn);
-    matmul(hn, in->w1, g1, T, DM, DF);
-    matmul(hn, in->w3, g3, T, DM, DF);
+    e2e_matmul_ref(hn, in->w1, g1, T, DM, DF);
+    e2e_matmul_ref(hn, in->w3, g3, T, DM, DF);
     for (int i = 0; i < T * DF; i++)
         g1[i] = g1[i] / (1 + exp(-g1[i])) * g3[i];
-    matmul(g1, in->w2, f2, T, DF, DM);
+    e2e_matmul_ref(g1, in->w2, f2, T, DF, DM);
     for (int i = 0; i < T * DM; i++)
         y[i] = h[i] + f2[i];
     free(xn), free(q), free(k), free(v), free(att), free(o), free(h), free(hn), free(g1);

@@ -72,17 +72,6 @@ static void softmax_ref(double *x, int rows, int len)
     }
 }
 
-static void matmul_ref(const double *a, const double *b, double *c, int n, int k, int m)
-{
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < m; j++) {
-            double s = 0;
-            for (int l = 0; l < k; l++)
-                s += a[i * k + l] * b[l * m + j];
-            c[i * m + j] = s;
-        }
-}
-
 static void check_output(const char *name, const double *ref, int rank, const int64_t *shape)
 {
     char path[600];
@@ -121,13 +110,13 @@ static void small_case(int ndev, const char *schedule)
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++)
             h[i * N + j] = A[i * N + j] * s[j];
-    matmul_ref(h, B, C, M, N, M);
+    e2e_matmul_ref(h, B, C, M, N, M);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < M; j++)
             q[i] += C[i * M + j];
     softmax_ref(q, 1, M);
     softmax_ref(t, R, N);
-    matmul_ref(t, B, u, R, N, M);
+    e2e_matmul_ref(t, B, u, R, N, M);
 
     char ndevs[32], out[8192];
     snprintf(ndevs, sizeof ndevs, "%d", ndev);
