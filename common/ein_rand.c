@@ -15,6 +15,13 @@ static uint64_t splitmix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
+uint64_t ein_rand_next(uint64_t *state)
+{
+    uint64_t z = *state;
+    *state += 0x9e3779b97f4a7c15ull;
+    return splitmix64(z);
+}
+
 uint64_t ein_rand_key(const char *tensor_name)
 {
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 offset basis */

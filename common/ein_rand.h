@@ -12,6 +12,11 @@
 #include "common/ein_dtype.h"
 
 uint64_t ein_rand_key(const char *tensor_name);   /* FNV-1a of the name */
+
+/* The splitmix64 sequence: advances *state and returns the next value. The
+ * one generator of every seeded choice (the exchange search, the random
+ * selector); its state lives with the caller, never in a static. */
+uint64_t ein_rand_next(uint64_t *state);
 float ein_rand_value(uint64_t seed, uint64_t key, uint64_t flat_index);
 
 /* Fill `dst` (dense over `box`, in `dtype`) with the values of a tensor of

@@ -5,8 +5,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/ein_clock.h"
+#include "common/ein_rand.h"
 #include "exchange/xp_naive.h"
 #include "exchange/xp_sim.h"
 
@@ -30,24 +31,9 @@ void xp_search_opts_default(xp_search_opts *o)
     o->seed = 1;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 static int rnd(uint64_t *s, int n)
 {
-    return n > 0 ? (int)(rng_next(s) % (uint64_t)n) : 0;
+    return n > 0 ? (int)(ein_rand_next(s) % (uint64_t)n) : 0;
 }
 
 /* Whether every action moves part of an aggregate some OUT wants. An
@@ -711,7 +697,7 @@ static double route_bw(const xp_topology *t, int s, int d)
 
 static double jitter(uint64_t *rng, double amp)
 {
-    return amp > 0 ? 1 + amp * (double)(rng_next(rng) >> 11) / 9007199254740992.0 : 1;
+    return amp > 0 ? 1 + amp * (double)(ein_rand_next(rng) >> 11) / 9007199254740992.0 : 1;
 }
 
 /* Greedy matching of the sites of block b (kb sites) to those of block a
@@ -1014,7 +1000,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         xp_search_opts_default(&def);
         o = &def;
     }
-    double t0 = now_ms();
+    double t0 = 1e3 * ein_now_s();
     xp_search_stats st = {0};
     xp_program *cur = NULL, *best = NULL, *naive = NULL, *plain = NULL;
     char *late_buf = NULL;
@@ -1093,7 +1079,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
             break;
         }
         /* The safety net: the only stop that depends on the machine. */
-        if (o->cap_ms > 0 && (st.steps & 7) == 0 && now_ms() - t0 >= o->cap_ms) {
+        if (o->cap_ms > 0 && (st.steps & 7) == 0 && 1e3 * ein_now_s() - t0 >= o->cap_ms) {
             st.stop = "cap";
             st.capped = 1;
             break;
@@ -1186,7 +1172,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         }
     }
     st.best_s = best_cost;
-    st.elapsed_ms = now_ms() - t0;
+    st.elapsed_ms = 1e3 * ein_now_s() - t0;
     if (stats)
         *stats = st;
     xp_program_free(cur);

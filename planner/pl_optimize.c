@@ -2,10 +2,13 @@
  * tensors, greedy and random selectors. See pl_optimize.h. */
 #include "planner/pl_optimize.h"
 
+#include <assert.h>
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/ein_rand.h"
 
 int pl_selector_parse(const char *s, pl_selector *out)
 {
@@ -167,14 +170,6 @@ static void mark_live(const pl_graph *g, char *live)
     }
 }
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 typedef struct ctx {
     const pl_graph *g;
     nstate *st;
@@ -183,8 +178,10 @@ typedef struct ctx {
     int *cons_off;
 } ctx;
 
-/* Fill node v's DP entries; in-piece producers have theirs already. */
-static int dp_node(ctx *C, int v, ein_error *err)
+/* Fill node v's DP entries; in-piece producers have theirs already. Cannot
+ * fail: the entry storage was sized for nspecs entries when v's specs were
+ * enumerated, and each spec adds at most one entry. */
+static void dp_node(ctx *C, int v)
 {
     const pl_graph *g = C->g;
     const pl_node *nd = pl_graph_node(g, v);
@@ -236,6 +233,7 @@ static int dp_node(ctx *C, int v, ein_error *err)
             if (me->e[i].h == cand.h)
                 found = i;
         if (found < 0) {
+            assert(me->ne < me->nspecs);
             me->e[me->ne++] = cand;
         } else if (cand.cost < me->e[found].cost) {
             memcpy(me->e[found].in_entry, cand.in_entry, sizeof(int) * (size_t)me->nin);
@@ -243,8 +241,6 @@ static int dp_node(ctx *C, int v, ein_error *err)
             me->e[found].spec = cand.spec;
         }
     }
-    (void)err;
-    return 0;
 }
 
 /* Walk back down from entry e of node v, fixing each in-piece node's spec. */
@@ -514,7 +510,7 @@ int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
     if (sel == PL_SELECT_RANDOM) {
         for (int v = 0; v < n; v++)
             if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT)
-                st[v].chosen = (int)(rng_next(&seed) % (uint64_t)st[v].nspecs);
+                st[v].chosen = (int)(ein_rand_next(&seed) % (uint64_t)st[v].nspecs);
     } else {
         /* Pieces: an operator with exactly one consumer belongs to its
          * consumer's piece (with linear paths: only the consumer's largest
@@ -571,7 +567,7 @@ int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
                 int r = pieces[i].root;
                 for (int v = 0; v <= r; v++)
                     if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT && st[v].piece == r)
-                        dp_node(&C, v, err);
+                        dp_node(&C, v);
                 assign(&C, r, pick_root(&C, r));
             }
             if (sel == PL_SELECT_DP)

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/ein_clock.h"
 #include "planner/ops/pl_ops.h"
 #include "planner/pl_graph_int.h"
 #include "planner/rewrite/pl_rewrite.h"
@@ -733,13 +733,6 @@ out:
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Where the shipped rules are: $EIN_REWRITE_RULES, else the installed
  * folder, else (a build that was not installed) the source tree's. */
 static const char *rules_dir(void)
@@ -788,7 +781,7 @@ int pl_rewrite(const pl_graph *in, const pl_rewrite_opts *o, pl_graph **out,
         w[i] = in->nodes[i].kind == PL_INPUT && is_weight_name(o, in->nodes[i].name);
     if ((rc = to_egraph(eg, in, cls, err)) < 0 || (rc = rw_saturate(eg, rules, o, st, err)) < 0)
         goto out;
-    double t0 = now_s();
+    double t0 = ein_now_s();
     best = malloc(((size_t)eg->nclasses + 1) * sizeof *best);
     if (!best) {
         rc = ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
@@ -827,7 +820,7 @@ int pl_rewrite(const pl_graph *in, const pl_rewrite_opts *o, pl_graph **out,
         (o->ilp && (rc = ilp(eg, &roof, black, best, roots, nroots, o->ilp_time_s, st, err)) < 0) ||
         (rc = extract(eg, in, cls, best, &res, err)) < 0)
         goto out;
-    st->extract_s = now_s() - t0;
+    st->extract_s = ein_now_s() - t0;
     st->enodes = eg->nlive;
     st->eclasses = rw_egraph_nclasses(eg);
     rc = pl_rewrite_graph_cost(res, o, &st->cost_after, &st->flops_after, err);

@@ -19,8 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/ein_clock.h"
 #include "common/ein_file.h"
 #include "planner/rewrite/pl_rewrite.h"
 #include "planner/rewrite/rw_egraph.h"
@@ -1008,13 +1008,6 @@ out:
 
 /* ---- the saturation loop ---------------------------------------------- */
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 const char *pl_rewrite_stop_name(pl_rewrite_stop s)
 {
     switch (s) {
@@ -1035,7 +1028,7 @@ int rw_saturate(rw_egraph *eg, pl_rw_rules *r, const pl_rewrite_opts *o, pl_rewr
     int k_multi = o->k_multi == 0 ? 1 : o->k_multi < 0 ? 0 : o->k_multi;
     int match_limit = o->match_limit > 0 ? o->match_limit : 1000;
     int ban_length = o->ban_length > 0 ? o->ban_length : 5;
-    double t0 = now_s();
+    double t0 = ein_now_s();
     int rc = 0;
     rw_mvec *m = calloc((size_t)r->n * 2 + 1, sizeof *m);
     if (!m)
@@ -1045,7 +1038,7 @@ int rw_saturate(rw_egraph *eg, pl_rw_rules *r, const pl_rewrite_opts *o, pl_rewr
     st->stop = PL_RW_ITER_LIMIT;
     int iter;
     for (iter = 0; iter < iter_limit; iter++) {
-        if (now_s() - t0 > time_limit) {
+        if (ein_now_s() - t0 > time_limit) {
             st->stop = PL_RW_TIME_LIMIT;
             break;
         }
@@ -1090,7 +1083,7 @@ int rw_saturate(rw_egraph *eg, pl_rw_rules *r, const pl_rewrite_opts *o, pl_rewr
             } else
                 for (int k = 0; k < m[2 * i].n && rc == 0; k++)
                     rc = apply_one(eg, ru, r, &m[2 * i].v[k], &m[2 * i].v[k].root, st, err);
-            if (eg->nlive > node_limit || now_s() - t0 > time_limit)
+            if (eg->nlive > node_limit || ein_now_s() - t0 > time_limit)
                 break;
         }
         if (rc == 0)
@@ -1102,7 +1095,7 @@ int rw_saturate(rw_egraph *eg, pl_rw_rules *r, const pl_rewrite_opts *o, pl_rewr
             iter++;
             break;
         }
-        if (now_s() - t0 > time_limit) {
+        if (ein_now_s() - t0 > time_limit) {
             st->stop = PL_RW_TIME_LIMIT;
             iter++;
             break;
@@ -1118,7 +1111,7 @@ int rw_saturate(rw_egraph *eg, pl_rw_rules *r, const pl_rewrite_opts *o, pl_rewr
         }
     }
     st->iterations = iter;
-    st->saturate_s = now_s() - t0;
+    st->saturate_s = ein_now_s() - t0;
     for (int i = 0; i < 2 * r->n; i++)
         free(m[i].v);
     free(m);

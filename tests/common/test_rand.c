@@ -38,6 +38,17 @@ static void test_key_is_fnv1a(void **state)
     assert_true(ein_rand_key("x") != ein_rand_key("y"));
 }
 
+/* ein_rand_next is splitmix64: the published first outputs for state 0. */
+static void test_next_is_splitmix64(void **state)
+{
+    (void)state;
+    uint64_t s = 0;
+    assert_true(ein_rand_next(&s) == 0xe220a8397b1dcdafULL);
+    assert_true(ein_rand_next(&s) == 0x6e789e6aa1b965f4ULL);
+    assert_true(ein_rand_next(&s) == 0x06c45d188009454fULL);
+    assert_true(s == 3 * 0x9e3779b97f4a7c15ULL);
+}
+
 static void test_deterministic_and_sensitive(void **state)
 {
     (void)state;
@@ -178,6 +189,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_is_fnv1a),
+        cmocka_unit_test(test_next_is_splitmix64),
         cmocka_unit_test(test_deterministic_and_sensitive),
         cmocka_unit_test(test_range_and_moments),
         cmocka_unit_test(test_box_independence),
