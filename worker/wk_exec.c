@@ -45,6 +45,8 @@ typedef struct wk {
     wk_pulse pulse;             /* progress, for the heartbeat thread */
     wk_beat *beater;            /* the heartbeat thread (wk_beat.h), or NULL */
     int slow_pending, slow_fired; /* EIN_FAULT slow: the next body is slow */
+    kn_block *blk;              /* operands of the KERNEL/AGG being run (heap, */
+    int cap_blk;                /* not 150 KB of stack), grown to the widest */
 } wk;
 
 static void wlog(wk *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -448,7 +450,6 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
 {
     double t0 = ein_now_s();
     int rc = 0;
-    kn_block blk[1024];
     const ein_pbuffer *d = ins->dst >= 0 ? &w->prog->buffers[ins->dst] : NULL;
     switch (ins->kind) {
     case EIN_I_LOAD:
@@ -461,6 +462,14 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
     case EIN_I_AGG: {
         if (ins->nsrcs > 1024)
             return ein_fail(err, EIN_EUNSUPPORTED, "more than 1024 operands");
+        if (ins->nsrcs > w->cap_blk) {
+            kn_block *nb = realloc(w->blk, sizeof *nb * (size_t)ins->nsrcs);
+            if (!nb)
+                return ein_fail(err, EIN_ENOMEM, "out of memory for %d operands", ins->nsrcs);
+            w->blk = nb;
+            w->cap_blk = ins->nsrcs;
+        }
+        kn_block *blk = w->blk;
         for (int i = 0; i < ins->nsrcs; i++)
             blk[i] = block_of(w, ins->srcs[i]);
         kn_block out = block_of(w, ins->dst);
@@ -842,6 +851,7 @@ static void teardown(wk *w)
     if (w->zctx)
         zmq_ctx_term(w->zctx);
     free(w->push);
+    free(w->blk);
     free(w->ready);
     free(w->done);
     ein_program_free(w->prog);
