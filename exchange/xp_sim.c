@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_json.h"
+
 typedef struct flow {
     int act, kind, from, to, span;
     double bytes, rem, rate;
@@ -500,20 +502,6 @@ void xp_timeline_print(const xp_program *p, const xp_topology *t, const xp_timel
     fprintf(f, "transfers busy: %.3f ms\n", tl->xfer_busy * 1e3);
 }
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", *s);
-        else
-            fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 int xp_timeline_write_trace(const xp_program *p, const xp_topology *t,
                             const xp_timeline *tl, FILE *f)
 {
@@ -538,14 +526,14 @@ int xp_timeline_write_trace(const xp_program *p, const xp_topology *t,
         else
             snprintf(name, sizeof name, "%d->%d %s", sp->from, sp->to, act);
         fprintf(f, ",\n{\"name\": ");
-        json_str(f, name);
+        ein_json_str(f, name);
         fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
                    "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"action\": %d, \"bytes\": %.0f, "
                    "\"route\": ",
                 sp->kind == XP_SPAN_AGG ? "aggregate" : "transfer", sp->from,
                 sp->kind == XP_SPAN_AGG ? 0 : 1, sp->start * 1e6, (sp->end - sp->start) * 1e6,
                 sp->action, sp->bytes);
-        json_str(f, route);
+        ein_json_str(f, route);
         fprintf(f, "}}");
     }
     fprintf(f, "\n]}\n");

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_json.h"
 #include "exchange/xp_topo.h"
 #include "planner/rewrite/pl_rewrite.h"
 #include "planner/pl_optimize.h"
@@ -68,20 +69,6 @@ static void tiling_grid(const pl_tiling *t, int rank, char *buf, size_t len)
     }
 }
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            printf("\\u%04x", *s);
-        else
-            putchar(*s);
-    }
-    putchar('"');
-}
-
 static void print_text(const char *path, const pl_graph *g, const pl_plan *plan)
 {
     printf("plan of %s on %d devices (selector %s)\n", path, plan->p,
@@ -114,7 +101,7 @@ static void print_text(const char *path, const pl_graph *g, const pl_plan *plan)
 static void print_json(const char *path, const pl_graph *g, const pl_plan *plan)
 {
     printf("{\"program\": ");
-    json_str(path);
+    ein_json_str(stdout, path);
     printf(", \"devices\": %d, \"selector\": \"%s\", \"total_cost\": %.0f, \"ops\": [",
            plan->p, pl_selector_name(plan->selector), plan->total);
     int first = 1;
@@ -129,11 +116,11 @@ static void print_json(const char *path, const pl_graph *g, const pl_plan *plan)
         tiling_grid(&c->out_tiling, nd->rank, grid, sizeof grid);
         printf("%s\n  {\"name\": ", first ? "" : ",");
         first = 0;
-        json_str(nd->name);
+        ein_json_str(stdout, nd->name);
         printf(", \"op\": \"%s\", \"line\": %d, \"split\": {", pl_node_op_name(nd), nd->line);
         for (int i = 0; i < n; i++) {
             printf("%s", i ? ", " : "");
-            json_str(idx[i].label);
+            ein_json_str(stdout, idx[i].label);
             printf(": %d", c->spec.counts[i]);
         }
         printf("}, \"agg\": \"%s\", \"tiling\": {\"blocks\": %d, \"grid\": \"%s\"}, "

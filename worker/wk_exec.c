@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include "common/ein_clock.h"
+#include "common/ein_json.h"
 #include "common/ein_npy.h"
 #include "common/ein_rand.h"
 #include "common/ein_status.h"
@@ -70,11 +71,14 @@ static void trace_event(wk *w, const char *cat, const char *name, const char *op
 {
     if (!w->trace)
         return;
+    char label[160];
+    snprintf(label, sizeof label, "%s %s", name, op);
+    fprintf(w->trace, "%s{\"name\": ", w->ntrace++ ? ",\n" : "");
+    ein_json_str(w->trace, label); /* operator names are the user's: escape them */
     fprintf(w->trace,
-            "%s{\"name\": \"%s %s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
+            ", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
             "\"dur\": %.3f, \"pid\": %d, \"tid\": 0, \"args\": {\"iteration\": %d}}",
-            w->ntrace++ ? ",\n" : "", name, op, cat, t0 * 1e6, (t1 - t0) * 1e6, w->cfg->device,
-            w->iter);
+            cat, t0 * 1e6, (t1 - t0) * 1e6, w->cfg->device, w->iter);
 }
 
 static int send_msg(void *sock, const ein_msg *m, ein_error *err)
