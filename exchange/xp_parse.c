@@ -526,6 +526,9 @@ static int parse_size(parser *P, double *bytes)
     if (!(b > 0) || !isfinite(b))
         return fail_at(P, &n, "%s: found %s, expected a positive size",
                            "a size must be positive");
+    if (b > XP_SIZE_MAX)
+        return fail_at(P, &n, "%s: found %s, expected a size of at most 1e15 bytes "
+                       "(1000000 GB)", "size too large");
     if (b >= 1)
         b = nearbyint(b); /* sizes are whole bytes */
     *bytes = b;

@@ -41,6 +41,10 @@ typedef uint64_t xp_word;
 #define XP_SITES_MAX 4096
 #define XP_SITES_MAX_STR "4096"
 
+/* The largest IN size the parser accepts, in bytes (1 PB). Below it every
+ * size prints in a form that parses back to the same number of bytes. */
+#define XP_SIZE_MAX 1e15
+
 /* xp_program_parse_file reads at most this many bytes (a regular file only). */
 #define XP_FILE_MAX ((size_t)16 << 20)
 

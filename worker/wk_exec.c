@@ -950,6 +950,12 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
     teardown(&w);
     return 0;
 fail:
+    /* The status page says why, even after SHUTDOWN (a malformed peer message
+     * read in the same pump as SHUTDOWN fails us then): the coordinator
+     * reads it when it reaps a non-zero exit. */
+    if (w.status)
+        snprintf(w.status->error, sizeof w.status->error, "%.*s",
+                 (int)sizeof w.status->error - 1, err ? err->msg : ein_strerror(rc));
     if (w.dealer && !w.shutdown) {
         const ein_instr *ins = w.prog && w.current >= 0 ? &w.prog->instrs[w.current] : NULL;
         ein_msg m = {.type = EIN_MSG_ERROR, .device = cfg->device, .instr = w.current,
@@ -958,9 +964,6 @@ fail:
             snprintf(m.op, sizeof m.op, "%s", ins->op);
         snprintf(m.text, sizeof m.text, "%.*s", (int)sizeof m.text - 1,
                  err ? err->msg : ein_strerror(rc));
-        if (w.status)
-            snprintf(w.status->error, sizeof w.status->error, "%.*s",
-                     (int)sizeof w.status->error - 1, m.text);
         send_msg(w.dealer, &m, NULL);
     }
     teardown(&w);

@@ -139,6 +139,11 @@ static void test_roundtrip(void **state)
               "D @ 3 -> G1\n"
               "E @ 0 -> 1, 2, 3\n"
               "A+B @ G1; C+D @ 0\n");
+    /* Sizes up to the 1e15-byte cap print exactly (the fuzzer found
+     * 3.777e47 bytes printed as GB digits that parsed back differently). */
+    roundtrip("IN: A @ 0 (size: 999999.99 GB); B @ 0 (size: 1e15 bytes); "
+              "C @ 0 (size: 123456789012345 bytes); D @ 0 (size: 0.5 bytes)\n"
+              "OUT: A+B+C+D @ 0\nA+B+C+D @ 0\n");
     /* Sections may continue over lines after ';' or ','. */
     roundtrip("GPUS: 0,\n 1\nIN: A @ 0;\n B @ 1\nOUT: A+B @ 0;\n A+B @ 1\n"
               "A @ 0 -> 1; B @ 1 -> 0; A+B @ 0; A+B @ 1\n");
@@ -305,6 +310,7 @@ static void test_malformed(void **state)
         {"IN: A @ 0\nOUT: A 0\n", "2:8", "expected '@'"},
         {"IN: A @ 0 (size: 1 PB)\nOUT: A @ 0\n", "1:20", "unit"},
         {"IN: A @ 0 (size: 0 GB)\nOUT: A @ 0\n", "1:18", "positive"},
+        {"IN: A @ 0 (size: 1000001 GB)\nOUT: A @ 0\n", "1:18", "at most 1e15 bytes"},
         {"IN: A @ 0 (size: 1 GB\nOUT: A @ 0\n", "1:22", "')'"},
         {"IN: A @ 0 (weight: 1 GB)\nOUT: A @ 0\n", "1:12", "'size'"},
         {"GPUS: 0, 1\nIN: A @ 2\nOUT: A @ 0\n", "2:5", "not one of the GPUS"},
