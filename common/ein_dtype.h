@@ -9,16 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum ein_dtype {
-    EIN_F32 = 0,
-    EIN_F16 = 1,
-    EIN_BF16 = 2,
-} ein_dtype;
+#include "include/einsummable/ein_types.h" /* ein_dtype, ein_dtype_size, ein_dtype_name */
 
-#define EIN_DTYPE_COUNT 3
-
-size_t ein_dtype_size(ein_dtype t);
-const char *ein_dtype_name(ein_dtype t);          /* "f32", "f16", "bf16" */
 /* Parse "f32" / "f16" / "bf16"; returns 0 or -1. */
 int ein_dtype_parse(const char *s, size_t len, ein_dtype *out);
 int ein_dtype_valid(int t);

@@ -10,28 +10,7 @@
 
 #include <stdarg.h>
 
-enum {
-    EIN_OK = 0,
-    EIN_EINVAL = -1,     /* bad argument or option */
-    EIN_ENOMEM = -2,     /* allocation failed */
-    EIN_EIO = -3,        /* file or OS call failed */
-    EIN_EPARSE = -4,     /* malformed .ein / ExProg / .npy text */
-    EIN_ESHAPE = -5,     /* shapes or dtypes do not fit */
-    EIN_EPROTO = -6,     /* malformed or unexpected message */
-    EIN_ENOPLAN = -7,    /* the planner found no valid decomposition */
-    EIN_ETIMEOUT = -8,   /* a deadline passed */
-    EIN_EWORKER = -9,    /* a worker failed, crashed or hung */
-    EIN_EUNSUPPORTED = -10, /* valid but not implemented yet */
-    EIN_EDEVICE = -11,   /* missing or failing device */
-    EIN_ELIMIT = -12,    /* valid, but past a documented size limit (bad input) */
-};
-
-#define EIN_ERROR_MSG_MAX 1024
-
-typedef struct ein_error {
-    int code;
-    char msg[EIN_ERROR_MSG_MAX];
-} ein_error;
+#include "include/einsummable/ein_types.h" /* ein_error, the EIN_E* codes */
 
 /* Record `code` and a printf-style message; returns `code`. The message is
  * one line: control characters in it (echoed input) are replaced by '?'. */
@@ -50,7 +29,5 @@ int ein_error_prefix(ein_error *err, const char *fmt, ...)
 
 void ein_error_clear(ein_error *err);
 
-/* A short name for a code ("parse error", "shape error", ...). */
-const char *ein_strerror(int code);
 
 #endif

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "include/einsummable.h"
+#include "include/einsummable/einsummable.h"
 
 int main(int argc, char **argv)
 {

@@ -1,6 +1,6 @@
-/* planner/ein_api.c — the public C API (include/einsummable.h) over the
+/* planner/ein_api.c — the public C API (include/einsummable/einsummable.h) over the
  * planner's graph builders and optimizer. */
-#include "include/einsummable.h"
+#include "include/einsummable/einsummable.h"
 
 #include <stdio.h>
 #include <stdlib.h>

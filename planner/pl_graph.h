@@ -4,7 +4,7 @@
  * Nodes are appended in a topological order (an operator's inputs always
  * have smaller ids). The builder functions check shapes and dtypes and fail
  * with EIN_ESHAPE / EIN_EINVAL and a message naming the operator; the
- * public C API (include/einsummable.h), and through it the .ein parser, is
+ * public C API (include/einsummable/einsummable.h), and through it the .ein parser, is
  * built on them. Inputs and save are here (pl_graph.c); each operator's
  * builder lives in its file under planner/ops/.
  *

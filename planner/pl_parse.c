@@ -5,12 +5,12 @@
  * UTF-8, length), cut into tokens, and parsed as exactly one statement.
  * A statement never spans lines, so every error has a precise line and the
  * column of the token at fault. Operators are built through the public C
- * API (include/einsummable.h) over the pl_graph builders, which own shape
+ * API (include/einsummable/einsummable.h) over the pl_graph builders, which own shape
  * inference; their messages are given the
  * position of the operator call. The first error ends the parse. */
 #include "planner/pl_parse.h"
 
-#include "include/einsummable.h"
+#include "include/einsummable/einsummable.h"
 #include "common/ein_file.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* tests/planner/test_api.c — the public C API (include/einsummable.h).
+/* tests/planner/test_api.c — the public C API (include/einsummable/einsummable.h).
  *
  * The FFN built through the API plans exactly like examples/ffn.ein (the
  * parser is built on the same calls); errors come back as codes with
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "include/einsummable.h"
+#include "include/einsummable/einsummable.h"
 
 static ein_graph *ffn(void)
 {

@@ -1,0 +1,62 @@
+/* include/einsummable/ein_types.h — the plain types every Einsummable call
+ * uses: element types and the error object. Installed with the public
+ * header (einsummable.h includes it); the library's own code includes it
+ * through common/ein_dtype.h and common/ein_error.h, so each type has this
+ * one definition. */
+#ifndef EINSUMMABLE_EIN_TYPES_H
+#define EINSUMMABLE_EIN_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types. f16 and bf16 are stored as such (2 bytes). */
+typedef enum ein_dtype {
+    EIN_F32 = 0,
+    EIN_F16 = 1,
+    EIN_BF16 = 2,
+} ein_dtype;
+
+#define EIN_DTYPE_COUNT 3
+
+/* Every fallible call returns 0 on success or one of these negative codes,
+ * and fills the caller's ein_error (when not NULL) with a one-line message. */
+enum {
+    EIN_OK = 0,
+    EIN_EINVAL = -1,     /* bad argument or option */
+    EIN_ENOMEM = -2,     /* allocation failed */
+    EIN_EIO = -3,        /* file or OS call failed */
+    EIN_EPARSE = -4,     /* malformed .ein / ExProg / .npy text */
+    EIN_ESHAPE = -5,     /* shapes or dtypes do not fit */
+    EIN_EPROTO = -6,     /* malformed or unexpected message */
+    EIN_ENOPLAN = -7,    /* the planner found no valid decomposition */
+    EIN_ETIMEOUT = -8,   /* a deadline passed */
+    EIN_EWORKER = -9,    /* a worker failed, crashed or hung */
+    EIN_EUNSUPPORTED = -10, /* valid but not implemented yet */
+    EIN_EDEVICE = -11,   /* missing or failing device */
+    EIN_ELIMIT = -12,    /* valid, but past a documented size limit (bad input) */
+};
+
+#define EIN_ERROR_MSG_MAX 1024
+
+/* Plain data owned by the caller (usually on its stack); nothing in it
+ * needs freeing. */
+typedef struct ein_error {
+    int code;
+    char msg[EIN_ERROR_MSG_MAX];
+} ein_error;
+
+/* A short name for a code ("parse error", "shape error", ...). */
+const char *ein_strerror(int code);
+/* Bytes per element (4 or 2), and the name ("f32", "f16", "bf16"). */
+size_t ein_dtype_size(ein_dtype t);
+const char *ein_dtype_name(ein_dtype t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,293 @@
+/* include/einsummable/einsummable.h — the public C API of Einsummable (paper §2).
+ *
+ * A program builds a graph of abstract operators over zero-bounded tensors,
+ * marks its outputs, and asks for a plan on P devices; it never says how an
+ * operator is split or where data moves. The paper's Python example
+ *
+ *     graph = es.createGraph()
+ *     x  = graph.insertTensor(es.tensorDesc([tokens, d_model], dtype))
+ *     ...
+ *     act = graph.matmul(x, w1); hidden = graph.unary(act, "relu", 0.0)
+ *     graph.save(y); es.compileGraph(graph, device=[0, 1, 2, 3])
+ *
+ * reads in C (examples/ffn_api.c):
+ *
+ *     ein_graph *g = ein_graph_create();
+ *     ein_tensor x = ein_graph_insert_tensor(g, "x", ein_tensor_desc_2d(T, D, EIN_F32), &err);
+ *     ...
+ *     ein_tensor act = ein_graph_matmul(g, "act", x, w1, &err);
+ *     ein_tensor hid = ein_graph_unary(g, "hidden", "relu", 0.0, act, &err);
+ *     ein_graph_save(g, y, &err);
+ *     ein_graph_plan(g, 4, NULL, &plan, &err);
+ *
+ * Conventions: every function that can fail takes an ein_error (may be
+ * NULL) and returns a negative EIN_E* code on failure (common/ein_error.h),
+ * leaving the graph unchanged. Tensors are small integer handles (>= 0)
+ * valid for the graph that made them. Names are unique, 1..63 characters;
+ * NULL asks for a generated name ("t17"). The .ein parser
+ * (planner/pl_parse.c) is built on these calls.
+ *
+ * Ownership: ein_graph_destroy frees a graph and everything in it;
+ * ein_plan_free frees a plan (which does not reference the graph after it
+ * is made, except for names read through ein_plan_op). */
+#ifndef EINSUMMABLE_H
+#define EINSUMMABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ein_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pl_graph ein_graph;     /* the planner's graph IR, opaque here */
+typedef struct ein_plan ein_plan;
+typedef int ein_tensor;
+
+#define EIN_DESC_MAX_RANK 8
+
+/* A zero-bounded tensor type: [shape[0], ..., shape[rank-1]] of dtype; each
+ * axis may carry the name of its dim ("tokens") for reports. */
+typedef struct ein_tensor_desc {
+    int rank;
+    int64_t shape[EIN_DESC_MAX_RANK];
+    ein_dtype dtype;
+    const char *dim_names[EIN_DESC_MAX_RANK];  /* NULL entries: unnamed */
+} ein_tensor_desc;
+
+ein_tensor_desc ein_tensor_desc_1d(int64_t n, ein_dtype dtype);
+ein_tensor_desc ein_tensor_desc_2d(int64_t rows, int64_t cols, ein_dtype dtype);
+ein_tensor_desc ein_tensor_desc_3d(int64_t a, int64_t b, int64_t c, ein_dtype dtype);
+
+/* ---- graphs ---------------------------------------------------------- */
+ein_graph *ein_graph_create(void);                 /* NULL when out of memory */
+void ein_graph_destroy(ein_graph *g);
+
+/* A graph input. */
+ein_tensor ein_graph_insert_tensor(ein_graph *g, const char *name, ein_tensor_desc desc,
+                                   ein_error *err);
+/* Mark a tensor as an output (each at most once). */
+int ein_graph_save(ein_graph *g, ein_tensor t, ein_error *err);
+
+/* ---- abstract operators ---------------------------------------------- */
+ein_tensor ein_graph_matmul(ein_graph *g, const char *name, ein_tensor a, ein_tensor b,
+                            ein_error *err);
+/* Explicit subscripts ("bij,bjk->bik", "ij->j"); b = -1 for one operand. */
+ein_tensor ein_graph_einsum(ein_graph *g, const char *name, const char *subscripts,
+                            ein_tensor a, ein_tensor b, ein_error *err);
+/* op: relu, silu, gelu, exp, neg, sigmoid, tanh, square, scale (x*c),
+ * addc (x+c); c is ignored by the others. */
+ein_tensor ein_graph_unary(ein_graph *g, const char *name, const char *op, double c,
+                           ein_tensor x, ein_error *err);
+/* op: add, sub, mul, div, maximum; numpy broadcasting. */
+ein_tensor ein_graph_binary(ein_graph *g, const char *name, const char *op, ein_tensor a,
+                            ein_tensor b, ein_error *err);
+ein_tensor ein_graph_softmax(ein_graph *g, const char *name, ein_tensor x, int axis,
+                             ein_error *err);
+ein_tensor ein_graph_rmsnorm(ein_graph *g, const char *name, ein_tensor x, ein_tensor w,
+                             double eps, ein_error *err);
+ein_tensor ein_graph_layernorm(ein_graph *g, const char *name, ein_tensor x, ein_tensor w,
+                               ein_tensor b, double eps, ein_error *err);
+/* seq_ends: sorted ends of the packed sequences, the last = tokens
+ * (nseq = 0: one sequence). */
+ein_tensor ein_graph_rope(ein_graph *g, const char *name, ein_tensor x, int64_t head_dim,
+                          double theta, const int64_t *seq_ends, int nseq, ein_error *err);
+ein_tensor ein_graph_attention(ein_graph *g, const char *name, ein_tensor q, ein_tensor k,
+                               ein_tensor v, const int64_t *seq_ends, int nseq,
+                               ein_error *err);
+/* op: "sum" or "max"; axes: bit i = axis i. */
+ein_tensor ein_graph_reduce(ein_graph *g, const char *name, const char *op, uint32_t axes,
+                            ein_tensor x, ein_error *err);
+ein_tensor ein_graph_concat(ein_graph *g, const char *name, int axis, const ein_tensor *xs,
+                            int n, ein_error *err);
+ein_tensor ein_graph_slice(ein_graph *g, const char *name, ein_tensor x, int axis,
+                           int64_t start, int64_t end, ein_error *err);
+ein_tensor ein_graph_split_heads(ein_graph *g, const char *name, ein_tensor x,
+                                 int64_t head_dim, ein_error *err);
+ein_tensor ein_graph_merge_heads(ein_graph *g, const char *name, ein_tensor x,
+                                 ein_error *err);
+
+/* ---- planning (the logical half of the paper's compileGraph) ---------- */
+typedef struct ein_plan_options {
+    const char *selector;   /* "dp" (default), "greedy" or "random" */
+    uint64_t seed;          /* for "random" */
+    int linear_paths;       /* the linear-path tactic (paper §4.5) */
+} ein_plan_options;
+
+/* Choose one join-agg spec per operator for `devices` devices (opts may be
+ * NULL). An operator too small to split `devices` ways runs on fewer (the
+ * largest count it allows, at least one device). */
+int ein_graph_plan(const ein_graph *g, int devices, const ein_plan_options *opts,
+                   ein_plan **out, ein_error *err);
+double ein_plan_total_cost(const ein_plan *plan);
+int ein_plan_nops(const ein_plan *plan);
+/* Operator i (0 <= i < nops, in graph order): its name, operator kind,
+ * split ("tokens:8 d_model:1") and sub-costs (any pointer may be NULL).
+ * Returns 0, or EIN_EINVAL for i out of range. */
+int ein_plan_op(const ein_plan *plan, int i, const char **name, const char **op,
+                char *split, size_t split_len, double *repartition, double *join,
+                double *aggregation);
+void ein_plan_free(ein_plan *plan);
+
+/* Parse a .ein program (docs/ein-language.md) into a graph. */
+int ein_graph_parse_file(const char *path, ein_graph **out, ein_error *err);
+
+/* ---- reading a graph back ------------------------------------------- */
+/* Tensors are numbered 0 .. ein_graph_ntensors(g)-1 in creation order. */
+int ein_graph_ntensors(const ein_graph *g);
+/* The tensor named `name`, or EIN_EINVAL (message names it) if none. */
+ein_tensor ein_graph_find(const ein_graph *g, const char *name, ein_error *err);
+/* Tensor t's name (owned by the graph), type, and whether it is a graph
+ * input (1) or an operator's result (0) and saved (any pointer may be
+ * NULL). Returns 0, or EIN_EINVAL for a t out of range. */
+int ein_graph_tensor(const ein_graph *g, ein_tensor t, const char **name, ein_tensor_desc *desc,
+                     int *is_input, int *is_saved);
+
+/* ---- compiling (the paper's compileGraph) ----------------------------
+ * Compiling plans the graph for `ndev` devices (one join-agg spec per
+ * operator), synthesises every exchange on a topology and lowers each
+ * device's part to a Program. The result is a value that can be printed,
+ * inspected and run any number of times in a session; it does not refer
+ * to the graph (it keeps its own copy). Same graph and options give the
+ * same compiled program (the search budgets count work, not time). */
+typedef struct ein_compiled ein_compiled;
+
+typedef struct ein_compile_options {
+    const char *selector;     /* "dp" (default), "greedy" or "random" */
+    uint64_t plan_seed;       /* random selector and exchange search (default 1) */
+    int naive_exchanges;      /* 1: the naive exchange bodies, no synthesis */
+    long search_work;         /* exchange search budget in candidates (0: default) */
+    double search_cap_ms;     /* wall-clock safety cap per search (0: default; < 0: none) */
+    const char *topology;     /* built-in name or .topo file; NULL: "host" sized to ndev
+                                 (CPU devices) or, with `cuda`, detected by probing */
+    int cuda;                 /* for the CUDA backend: probe the GPUs in gpu_ids */
+    const int *gpu_ids;       /* ndev ids (NULL: 0..ndev-1), with `cuda` */
+    const char *worker;       /* the einworker-cuda binary to probe with (NULL: found) */
+    int rewrite;              /* improve the graph by equality saturation first */
+    const char *rewrite_weights; /* "a,b": the inputs that are weights, for the rewriter */
+    int ilp;                  /* the rewriter extracts with CBC's ILP */
+    uint64_t seed;            /* values of inputs never set (default 1) */
+    int progress;             /* 1: progress on stderr when it is a terminal */
+} ein_compile_options;
+
+/* Defaults (everything above as documented). */
+void ein_compile_options_init(ein_compile_options *o);
+
+/* Compile `g` for `ndev` devices (1..64); o may be NULL (defaults).
+ * Failure: EIN_EINVAL (options), EIN_ENOPLAN (no plan), EIN_ELIMIT (a
+ * device's program is too large), EIN_EDEVICE (topology detection),
+ * EIN_EIO (a topology file), EIN_ENOMEM; *out is untouched. On success
+ * *out is owned by the caller (ein_compiled_free). */
+int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *o, ein_compiled **out,
+                ein_error *err);
+void ein_compiled_free(ein_compiled *c);
+
+int ein_compiled_ndevices(const ein_compiled *c);
+/* The graph compiled (after --rewrite, if asked), owned by `c`. */
+const ein_graph *ein_compiled_graph(const ein_compiled *c);
+/* The logical plan (owned by `c`): ein_plan_* reads it. */
+const ein_plan *ein_compiled_plan(const ein_compiled *c);
+/* The topology's name and where it came from ("host (built in), sized
+ * to 4 CPU devices"); owned by `c`. */
+const char *ein_compiled_topology(const ein_compiled *c, const char **description);
+/* Exchanges: how many, and exchange i's tensor, consumer ("save" for an
+ * output) and body as ExProg text (docs/exprog.md), all owned by `c`.
+ * Returns 0 or EIN_EINVAL for i out of range. */
+int ein_compiled_nexchanges(const ein_compiled *c);
+int ein_compiled_exchange(const ein_compiled *c, int i, const char **tensor,
+                          const char **consumer, const char **body);
+/* Device d's Program: instruction and buffer counts and segment bytes
+ * (any pointer may be NULL); EIN_EINVAL for d out of range. */
+int ein_compiled_program(const ein_compiled *c, int d, int *ninstrs, int *nbuffers,
+                         uint64_t *segment_bytes);
+/* Simulated exchange time (seconds) with the chosen and with naive bodies. */
+void ein_compiled_exchange_time(const ein_compiled *c, double *chosen_s, double *naive_s);
+/* The whole compiled program as text: plan (one line per operator),
+ * devices' programs (sizes), and with `exchanges` every exchange body.
+ * Returns a malloc'd string the caller free()s, or NULL (out of memory). */
+char *ein_compiled_explain(const ein_compiled *c, int exchanges);
+
+/* ---- sessions: workers kept alive across runs -------------------------
+ * A session starts one worker process per device for a compiled program
+ * and keeps them, with every input resident in device memory, until it is
+ * closed: inputs that did not change are not sent again. Inputs never set
+ * are generated from the compile seed (einrun's default). A worker fault
+ * during a run ends the run with a one-line report naming the device,
+ * process, instruction and operator (EIN_EWORKER / EIN_ETIMEOUT), stops
+ * every worker and removes everything of the session's (the session is
+ * then closed: every later call fails with EIN_EINVAL until
+ * ein_session_close); a call never hangs past the timeouts below. */
+typedef struct ein_session ein_session;
+
+typedef struct ein_session_options {
+    const char *backend;      /* "cpu" (default) or "cuda" */
+    const int *gpu_ids;       /* cuda: the GPU of each device (NULL: 0..ndev-1) */
+    const char *worker;       /* worker binary; NULL: $EINWORKER, next to the program,
+                                 or the installed one */
+    double worker_timeout;    /* seconds of silence before a worker counts as hung (60) */
+    double run_timeout;       /* seconds per run, 0 = none (default) */
+    double instr_timeout;     /* one instruction, seconds (600) */
+    int graphs;               /* -1 auto (cuda only), 0 off, 1 on */
+    int verbose;              /* worker events on stderr */
+    const char *log_dir;      /* NULL, or a directory for worker-<d>.log */
+    int log_level;            /* 1 events (default), 2 every instruction */
+    const char *trace_path;   /* NULL, or a Chrome trace written at close */
+    const char *wrapper;      /* a command every worker runs under (gdb, valgrind) */
+    int wrapper_device;       /* -1 all, else only that device */
+    int debug_device;         /* -1, or a worker started paused for a debugger */
+    int manual;               /* the user starts the workers (printed commands) */
+    int handle_signals;       /* SIGINT/SIGTERM during a run end it (einrun) */
+    const char *const *store_paths; /* NULL, or by tensor id: the .npy file a
+                                 saved tensor is written to (NULL entries: the
+                                 session's private directory) */
+} ein_session_options;
+
+void ein_session_options_init(ein_session_options *o);
+
+/* Start the workers for `c` and send each its program; returns once all
+ * have allocated their memory. `c` must outlive the session. On failure
+ * nothing is left running and *out is untouched. */
+int ein_session_open(const ein_compiled *c, const ein_session_options *o, ein_session **out,
+                     ein_error *err);
+
+/* Set input `name` for the next run: from memory (row-major, exactly the
+ * input's shape and dtype: `bytes` must match), or from a .npy file (read
+ * by the workers at the next run, each its own blocks; its shape and dtype
+ * are checked now). EIN_EINVAL names an unknown input; EIN_ESHAPE a size,
+ * shape or dtype that does not fit. */
+int ein_session_set_input(ein_session *s, const char *name, const void *data, size_t bytes,
+                          ein_error *err);
+int ein_session_set_input_npy(ein_session *s, const char *name, const char *path,
+                              ein_error *err);
+
+typedef struct ein_run_stats {
+    double wall_s;                 /* START to the last DONE, as the caller saw it */
+    int ndev;
+    struct { long pid; double total, kernel, copy, wait; } dev[64]; /* as each worker measured */
+} ein_run_stats;
+
+/* Run the program once (stats may be NULL). With `store` 0 the outputs are
+ * not written back (warm-up and timing runs); ein_session_run stores. */
+int ein_session_run(ein_session *s, ein_run_stats *stats, ein_error *err);
+int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_error *err);
+
+/* Copy saved tensor `name`, as of the last storing run, into dst (bytes =
+ * its size), or learn its size with dst NULL (*bytes_out). EIN_EINVAL if no
+ * run stored it yet or it is not saved. */
+int ein_session_get_output(ein_session *s, const char *name, void *dst, size_t bytes,
+                           size_t *bytes_out, ein_error *err);
+/* Where the last storing run wrote output `name` (a .npy in the session's
+ * private directory, valid until the next run or close), or NULL. */
+const char *ein_session_output_path(const ein_session *s, const char *name);
+
+/* Stop the workers and remove the session's files; frees s. Returns 0, or
+ * the error of a worker that failed while stopping (s is freed anyway). */
+int ein_session_close(ein_session *s, ein_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
