@@ -346,7 +346,7 @@ static int reap(run *r, int shutting_down, ein_error *err)
             continue;
         if (got < 0)
             status = 0; /* reaped by the host (SIGCHLD ignored): status unknown */
-        for (int d = d0; d <= d0; d++) {
+        for (int d = d0; d <= d0; d++) { /* one pass: `continue` ends it */
             worker *w = &r->w[d];
             w->exited = 1;
             if (rc < 0 || (shutting_down && WIFEXITED(status) && WEXITSTATUS(status) == 0))
@@ -662,6 +662,8 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         goto out;
     }
     if ((rc = status_create(r, err)) < 0)
+        goto out;
+    if (o->prepare && (rc = o->prepare(o->prepare_ctx, r->dir, err)) < 0)
         goto out;
     for (int d = 0; d < ndev; d++)
         if ((rc = spawn(r, d, err)) < 0)

@@ -48,6 +48,12 @@ typedef struct co_run_opts {
     int cuda;                   /* workers use the CUDA backend ... */
     const int *gpu_ids;         /* ... worker d on GPU gpu_ids[d] */
     int graphs;                 /* workers capture local stretches as graphs */
+    /* A session: called once its private directory exists (the guard
+     * removes it with everything in it if the process dies) and before any
+     * worker starts, so that the caller can put its files there and point
+     * the Programs at them. A negative return (err filled) fails the start. */
+    int (*prepare)(void *ctx, const char *dir, ein_error *err);
+    void *prepare_ctx;
 } co_run_opts;
 
 typedef struct co_worker_stats {

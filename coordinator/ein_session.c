@@ -4,7 +4,6 @@
  * or files and loaded only when they change, outputs read back. */
 #include "config.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -27,7 +26,9 @@ struct ein_session {
     const ein_compiled *c;
     ein_program **progs;    /* the compiled programs with this session's STORE paths */
     co_session *cs;
-    char dir[PATH_MAX];     /* private data directory (inputs set from memory, outputs) */
+    char dir[PATH_MAX];     /* the run's private directory (co_session_dir): inputs set
+                               from memory and outputs live there */
+    const char *const *store_paths; /* the options' (during open only) */
     sess_input *in;
     int nin;
     char **out_path;        /* by node id: where STORE writes (saved nodes) */
@@ -47,29 +48,10 @@ void ein_session_options_init(ein_session_options *o)
     o->debug_device = -1;
 }
 
-static void remove_dir(const char *dir)
-{
-    DIR *dp = opendir(dir);
-    if (dp) {
-        struct dirent *de;
-        while ((de = readdir(dp))) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-                continue;
-            char p[PATH_MAX + 300];
-            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-            unlink(p);
-        }
-        closedir(dp);
-    }
-    rmdir(dir);
-}
-
 static void session_free(ein_session *s)
 {
     if (!s)
         return;
-    if (s->dir[0])
-        remove_dir(s->dir);
     const pl_graph *g = s->c->g;
     for (int v = 0; s->out_path && v < g->nnodes; v++)
         free(s->out_path[v]);
@@ -82,7 +64,7 @@ static void session_free(ein_session *s)
 }
 
 /* A private copy of each Program (encoded and decoded: it is validated
- * again), its STOREs writing to this session's files. */
+ * again); prepare() points its STOREs at this session's files. */
 static int copy_programs(ein_session *s, ein_error *err)
 {
     const ein_compiled *c = s->c;
@@ -97,18 +79,46 @@ static int copy_programs(ein_session *s, ein_error *err)
         free(buf);
         if (rc < 0)
             return rc;
+    }
+    return 0;
+}
+
+/* co_run_opts.prepare: the run directory exists (and is guarded): create
+ * the outputs that have no file of the caller's there, and point the
+ * STOREs at them. */
+static int prepare(void *ctx, const char *dir, ein_error *err)
+{
+    ein_session *s = ctx;
+    const pl_graph *g = s->c->g;
+    int rc;
+    snprintf(s->dir, sizeof s->dir, "%s", dir);
+    for (int v = 0; v < g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(g, v);
+        if (!nd->saved)
+            continue;
+        char p[PATH_MAX + 64];
+        if (s->store_paths && s->store_paths[v]) {
+            snprintf(p, sizeof p, "%s", s->store_paths[v]);
+        } else {
+            snprintf(p, sizeof p, "%s/out-%d.npy", dir, v);
+            if ((rc = ein_npy_create(p, nd->dtype, nd->rank, nd->shape, err)) < 0)
+                return rc;
+        }
+        if (!(s->out_path[v] = strdup(p)))
+            return ein_fail(err, EIN_ENOMEM, "out of memory");
+    }
+    for (int d = 0; d < s->c->ndev; d++)
         for (int i = 0; i < s->progs[d]->ninstrs; i++) {
             ein_instr *ins = &s->progs[d]->instrs[i];
             if (ins->kind != EIN_I_STORE)
                 continue;
-            int v = pl_graph_find(c->g, ins->op);
+            int v = pl_graph_find(g, ins->op);
             char *p = v >= 0 && s->out_path[v] ? strdup(s->out_path[v]) : NULL;
             if (!p)
                 return ein_fail(err, EIN_ENOMEM, "out of memory");
             free(ins->path);
             ins->path = p;
         }
-    }
     return 0;
 }
 
@@ -151,41 +161,15 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     s->c = c;
     const pl_graph *g = c->g;
-    /* A private directory, named like a run directory so that what a killed
-     * process leaves is swept by the next run (co_guard_sweep_stale). */
-    const char *tmp = getenv("TMPDIR");
-    tmp = tmp && *tmp ? tmp : "/tmp";
-    snprintf(s->dir, sizeof s->dir, "%s/einrun.%ld.XXXXXX", tmp, (long)getpid());
-    if (!mkdtemp(s->dir)) {
-        rc = ein_fail(err, EIN_EIO, "cannot create the session directory %s: %s", s->dir,
-                      strerror(errno));
-        s->dir[0] = '\0';
-        goto fail;
-    }
     if (!(s->out_path = calloc((size_t)g->nnodes, sizeof *s->out_path)) ||
         !(s->in = calloc((size_t)g->nnodes, sizeof *s->in))) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto fail;
     }
-    for (int v = 0; v < g->nnodes; v++) {
-        const pl_node *nd = pl_graph_node(g, v);
-        if (nd->kind == PL_INPUT)
+    for (int v = 0; v < g->nnodes; v++)
+        if (pl_graph_node(g, v)->kind == PL_INPUT)
             s->in[s->nin++] = (sess_input){.node = v};
-        if (!nd->saved)
-            continue;
-        char p[PATH_MAX + 64];
-        if (o.store_paths && o.store_paths[v]) {
-            snprintf(p, sizeof p, "%s", o.store_paths[v]);
-        } else {
-            snprintf(p, sizeof p, "%s/out-%d.npy", s->dir, v);
-            if ((rc = ein_npy_create(p, nd->dtype, nd->rank, nd->shape, err)) < 0)
-                goto fail;
-        }
-        if (!(s->out_path[v] = strdup(p))) {
-            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-            goto fail;
-        }
-    }
+    s->store_paths = o.store_paths;
     if ((rc = copy_programs(s, err)) < 0)
         goto fail;
     co_run_opts ro = {.worker_path = worker, .worker_timeout = o.worker_timeout,
@@ -196,10 +180,18 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
                       .wrapper_device = o.wrapper ? o.wrapper_device : -1,
                       .debug_device = o.debug_device, .manual = o.manual, .cuda = cuda,
                       .gpu_ids = o.gpu_ids, .graphs = o.graphs < 0 ? cuda : o.graphs,
-                      .handle_signals = o.handle_signals, .iterations = 0};
+                      .handle_signals = o.handle_signals, .iterations = 0,
+                      .prepare = prepare, .prepare_ctx = s};
+    /* The guard also removes the caller's output files if we die. */
+    if (o.store_paths) {
+        ro.cleanup_paths = o.store_paths;
+        ro.ncleanup = g->nnodes;
+    }
     if (o.worker_timeout <= 0)
         ro.worker_timeout = 60;
-    if ((rc = co_session_start(s->progs, c->ndev, &ro, &s->cs, err)) < 0)
+    rc = co_session_start(s->progs, c->ndev, &ro, &s->cs, err);
+    s->store_paths = NULL;
+    if (rc < 0)
         goto fail;
     *out = s;
     return 0;

@@ -713,11 +713,6 @@ int main(int argc, char **argv)
      * back: the session turns it into a failed run, and einrun removes the
      * temporaries before it dies of one that came afterwards. */
     sigprocmask(SIG_BLOCK, &stop_signals, NULL);
-    if (co_outputs_create(outs, nouts, &err) < 0) {
-        fprintf(stderr, "einrun: %s\n", err.msg);
-        status = 2;
-        goto done;
-    }
     if (!(iter_s = calloc((size_t)(warmup + iterations), sizeof *iter_s))) {
         fprintf(stderr, "einrun: out of memory\n");
         goto done;
@@ -725,6 +720,13 @@ int main(int argc, char **argv)
     double t1 = ein_now_s();
     if (ein_session_open(comp, &so, &sess, &err) < 0) {
         fprintf(stderr, "einrun: run failed: %s\n", err.msg);
+        goto done;
+    }
+    /* Created once the session's guard knows them (it removes them if
+     * einrun is killed), before any run stores into them. */
+    if (co_outputs_create(outs, nouts, &err) < 0) {
+        fprintf(stderr, "einrun: %s\n", err.msg);
+        status = 2;
         goto done;
     }
     for (int v = 0; v < g->nnodes; v++)
