@@ -59,13 +59,14 @@ static const char *const kernel_kind_names[] = {
     [EIN_KERNEL_SLICE] = "slice",
     [EIN_KERNEL_SPLIT_HEADS] = "split_heads",
     [EIN_KERNEL_MERGE_HEADS] = "merge_heads",
+    [EIN_KERNEL_ATTENTION_PARTIAL] = "attention_partial",
 };
 _Static_assert(sizeof kind_names / sizeof *kind_names == EIN_I_COUNT, "an instruction kind lacks a name");
 _Static_assert(sizeof unary_names / sizeof *unary_names == EIN_UN_COUNT, "a unary op lacks a name");
 _Static_assert(sizeof binary_names / sizeof *binary_names == EIN_BIN_COUNT, "a binary op lacks a name");
 _Static_assert(sizeof kernel_kind_names / sizeof *kernel_kind_names == EIN_KERNEL_COUNT,
                "a kernel kind lacks a name");
-static const char *const agg_names[] = {"none", "sum", "max"};
+static const char *const agg_names[] = {"none", "sum", "max", "lse"};
 
 const char *ein_instr_kind_name(ein_instr_kind k)
 {
@@ -89,7 +90,23 @@ const char *ein_kernel_kind_name(ein_kernel_kind k)
 
 const char *ein_agg_name(ein_agg a)
 {
-    return (int)a >= 0 && a <= EIN_AGG_MAX ? agg_names[a] : "?";
+    return (int)a >= 0 && a <= EIN_AGG_LAST ? agg_names[a] : "?";
+}
+
+ein_box ein_agg_box(ein_agg a, const ein_box *b)
+{
+    ein_box r = *b;
+    if (a == EIN_AGG_LSE && r.rank > 0)
+        r.hi[r.rank - 1] += 1;
+    return r;
+}
+
+ein_box ein_agg_data_box(ein_agg a, const ein_box *b)
+{
+    ein_box r = *b;
+    if (a == EIN_AGG_LSE && r.rank > 0)
+        r.hi[r.rank - 1] -= 1;
+    return r;
 }
 
 /* ---- builders --------------------------------------------------------- */
@@ -381,14 +398,15 @@ static const struct { int lo, hi; } kernel_arity[] = {
     [EIN_KERNEL_ROPE] = {1, 1},        [EIN_KERNEL_ATTENTION] = {3, 3},
     [EIN_KERNEL_REDUCE] = {1, 1},      [EIN_KERNEL_CONCAT] = {1, EIN_KERNEL_MAX_INPUTS},
     [EIN_KERNEL_SLICE] = {1, 1},       [EIN_KERNEL_SPLIT_HEADS] = {1, 1},
-    [EIN_KERNEL_MERGE_HEADS] = {1, 1},
+    [EIN_KERNEL_MERGE_HEADS] = {1, 1}, [EIN_KERNEL_ATTENTION_PARTIAL] = {1, 3},
 };
 _Static_assert(sizeof kernel_arity / sizeof *kernel_arity == EIN_KERNEL_COUNT, "a kernel kind lacks an arity");
 
 /* The kinds that carry ein_kernel.list. */
 static int kernel_has_list(ein_kernel_kind k)
 {
-    return k == EIN_KERNEL_ROPE || k == EIN_KERNEL_ATTENTION || k == EIN_KERNEL_CONCAT;
+    return k == EIN_KERNEL_ROPE || k == EIN_KERNEL_ATTENTION || k == EIN_KERNEL_CONCAT ||
+           k == EIN_KERNEL_ATTENTION_PARTIAL;
 }
 
 static int same_interval(const ein_box *a, int da, const ein_box *b, int db)
@@ -556,6 +574,38 @@ static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_e
                          (long long)kb->lo[1], (long long)kb->hi[1], (long long)q->lo[1], (long long)q->hi[1]);
         return 0;
     }
+    case EIN_KERNEL_ATTENTION_PARTIAL: {
+        /* One key block's share: q as for ATTENTION, k/v any token
+         * interval (or none), dst the f32 rows [0, d + 1) of q's box. */
+        const ein_box *q = x;
+        ein_box want = ein_agg_box(EIN_AGG_LSE, q);
+        int rc;
+        if (q->rank != 3)
+            return ifail(err, i, ins, "attention_partial: q must have rank 3 [heads, tokens, d]");
+        if (!ein_box_equal(&want, out) || p->buffers[ins->dst].dtype != EIN_F32)
+            return ifail(err, i, ins, "attention_partial: dst is not f32 over q's box with d + 1 columns");
+        if (q->lo[2] != 0)
+            return ifail(err, i, ins, "attention_partial: d is not whole in q");
+        if (n == 2)
+            return ifail(err, i, ins, "attention_partial takes q alone or q, k and v");
+        if (n == 3) {
+            const ein_box *kb = &p->buffers[ins->srcs[1]].box, *vb = &p->buffers[ins->srcs[2]].box;
+            int64_t hlo, hhi;
+            if (kb->rank != 3 || !ein_box_equal(kb, vb))
+                return ifail(err, i, ins, "attention_partial: k and v boxes differ or are not rank 3");
+            if (k->group < 1)
+                return ifail(err, i, ins, "attention_partial: group %lld below 1", (long long)k->group);
+            if (__builtin_mul_overflow(kb->lo[0], k->group, &hlo) ||
+                __builtin_mul_overflow(kb->hi[0], k->group, &hhi) || q->lo[0] != hlo || q->hi[0] != hhi)
+                return ifail(err, i, ins, "attention_partial: q's head interval is not group (%lld) "
+                             "times k's", (long long)k->group);
+            if (!same_interval(q, 2, kb, 2))
+                return ifail(err, i, ins, "attention_partial: d differs between q and k/v");
+            if ((rc = check_seq_ends(i, ins, kb->hi[1], err)) < 0)
+                return rc;
+        }
+        return check_seq_ends(i, ins, q->hi[1], err);
+    }
     case EIN_KERNEL_REDUCE: {
         if (k->reduce != EIN_AGG_SUM && k->reduce != EIN_AGG_MAX)
             return ifail(err, i, ins, "reduce: op %d is not sum or max", (int)k->reduce);
@@ -688,8 +738,12 @@ static int check_instr(const ein_program *p, int i, ein_error *err)
         }
         return 0;
     case EIN_I_AGG:
-        if (ins->agg != EIN_AGG_SUM && ins->agg != EIN_AGG_MAX)
+        if (ins->agg != EIN_AGG_SUM && ins->agg != EIN_AGG_MAX && ins->agg != EIN_AGG_LSE)
             return ifail(err, i, ins, "invalid aggregation %d", (int)ins->agg);
+        if (ins->agg == EIN_AGG_LSE &&
+            (dst->box.rank < 1 || dst->box.lo[dst->box.rank - 1] != 0 ||
+             dst->box.hi[dst->box.rank - 1] < 2 || dst->dtype != EIN_F32))
+            return ifail(err, i, ins, "lse aggregation needs f32 rows [0, d + 1) with d >= 1");
         for (int j = 0; j < ins->nsrcs; j++) {
             const ein_pbuffer *s = &p->buffers[ins->srcs[j]];
             if (!ein_box_equal(&dst->box, &s->box) || s->dtype != dst->dtype)
@@ -755,6 +809,7 @@ static const unsigned kernel_fields[] = {
     [EIN_KERNEL_SLICE] = KF(AXIS) | KF(START),
     [EIN_KERNEL_SPLIT_HEADS] = KF(HEAD_DIM),
     [EIN_KERNEL_MERGE_HEADS] = KF(HEAD_DIM),
+    [EIN_KERNEL_ATTENTION_PARTIAL] = KF(GROUP) | KF(LIST),
 };
 #undef KF
 _Static_assert(sizeof kernel_fields / sizeof *kernel_fields == EIN_KERNEL_COUNT, "a kernel kind lacks its fields");
@@ -1190,7 +1245,7 @@ static int unpack_instr(const msgpack_object *o, ein_instr *ins, int id, ein_err
                                            err)) < 0)
         return rc;
     if (v[I_AGG]) {
-        if ((rc = ein_mp_get_int(v[I_AGG], 0, EIN_AGG_MAX, &iv, fmt_what(w, sizeof w, "%s.agg", what), err)) < 0)
+        if ((rc = ein_mp_get_int(v[I_AGG], 0, EIN_AGG_LAST, &iv, fmt_what(w, sizeof w, "%s.agg", what), err)) < 0)
             return rc;
         ins->agg = (ein_agg)iv;
     }

@@ -33,7 +33,25 @@ typedef enum ein_agg {
     EIN_AGG_NONE = 0,
     EIN_AGG_SUM = 1,
     EIN_AGG_MAX = 2,
+    /* Log-sum-exp merge of partial attention outputs (issue 13). A block of
+     * box B under LSE is stored over ein_agg_box(EIN_AGG_LSE, B): B with its
+     * last interval [0, d) widened to [0, d + 1); each row holds the
+     * normalised partial output (d values) and then its log-sum-exp (the
+     * log of the softmax denominator, scores included). Merging rows
+     * (o_i, s_i): s = log(sum exp(s_i)), o = sum o_i exp(s_i - s); a row
+     * that saw no key (s_i = -inf, o_i = 0) is the identity. Associative
+     * and commutative like SUM and MAX. */
+    EIN_AGG_LSE = 3,
 } ein_agg;
+#define EIN_AGG_LAST EIN_AGG_LSE
+
+/* The box a block of box `b` is stored over while it is a partial of
+ * aggregation `a`: `b` itself, except for EIN_AGG_LSE, whose last interval
+ * must be [0, d) and becomes [0, d + 1) (the per-row log-sum-exp). */
+ein_box ein_agg_box(ein_agg a, const ein_box *b);
+/* The inverse: the box of the data rows of a stored partial (LSE: last
+ * interval [0, d + 1) -> [0, d)). */
+ein_box ein_agg_data_box(ein_agg a, const ein_box *b);
 
 typedef enum ein_unary {
     EIN_UN_RELU = 0,
@@ -76,6 +94,8 @@ typedef enum ein_kernel_kind {
     EIN_KERNEL_SLICE,       /* axis, start */
     EIN_KERNEL_SPLIT_HEADS, /* head_dim: [T, H*D] -> [H, T, D] */
     EIN_KERNEL_MERGE_HEADS, /* head_dim: [H, T, D] -> [T, H*D] */
+    EIN_KERNEL_ATTENTION_PARTIAL, /* group, list; inputs q (, k, v): partial of one key
+                                     block, dst over ein_agg_box(EIN_AGG_LSE, q box) */
     EIN_KERNEL_COUNT
 } ein_kernel_kind;
 
@@ -195,7 +215,9 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  * hidden bounds, theta finite > 0; ATTENTION q, k, v of rank 3, dst box
  * == q box, k box == v box, group >= 1, q heads == group * k heads, d
  * interval equal and starting at 0, k/v tokens covering every key of the
- * q tokens; ROPE/ATTENTION sequence ends positive, strictly ascending, the
+ * q tokens; ATTENTION_PARTIAL 1 or 3 srcs, the same rules for q, k, v
+ * except that the k/v tokens may be any interval (1 src: no keys), and
+ * dst box == ein_agg_box(EIN_AGG_LSE, q box) in f32; ROPE/ATTENTION sequence ends positive, strictly ascending, the
  * last >= the block's token end; REDUCE 1 src, reduce SUM or MAX, axes a
  * non-empty mask below rank, dst box == src box without those axes;
  * CONCAT 1..EIN_KERNEL_MAX_INPUTS srcs of dst's rank, axis < rank, nlist
@@ -207,7 +229,8 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  * nlist == 0, non-zero only for ROPE/ATTENTION/CONCAT kernels.
  * Instruction SLICE: one src whose box contains dst's, same
  * dtype; CONCAT: >= 1 srcs inside dst's box, same dtype; AGG: agg SUM or
- * MAX, >= 1 srcs with dst's box and dtype; COPY: no srcs, a dst, peer in
+ * MAX or LSE, >= 1 srcs with dst's box and dtype (LSE: rank >= 1, last
+ * interval [0, w) with w >= 2, f32); COPY: no srcs, a dst, peer in
  * range and not this device, peer_buf >= 0 (peer_offset is checked by the
  * worker against the peer's exported segment); NOTIFY: one src, dst -1,
  * peer in range and not this device. */

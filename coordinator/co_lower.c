@@ -293,6 +293,24 @@ static int cast_block(lw *L, int site, int *buf, const pl_node *nd, const char *
     return 0;
 }
 
+/* The data rows of a merged LSE block (its last column, the log-sum-exp,
+ * dropped): *buf is replaced by a buffer over `box`. */
+static int lse_rows(lw *L, int site, int *buf, const ein_box *box, const pl_node *nd,
+                    const char *opname)
+{
+    int nb = new_buf(L, site, EIN_F32, box);
+    if (nb < 0)
+        return nb;
+    int32_t src = *buf;
+    ein_instr ins = {.kind = EIN_I_SLICE, .srcs = &src, .nsrcs = 1, .dst = nb};
+    set_op(&ins, opname, nd->name);
+    int rc = emit(L, site, &ins);
+    if (rc < 0)
+        return rc;
+    *buf = nb;
+    return 0;
+}
+
 /* An action whose set no OUT contains (A+B, A and B copies of different
  * atoms: a valid program may hold such a useless aggregate) feeds no OUT,
  * and neither does anything built from it: every later set containing it
@@ -461,6 +479,7 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
     const pl_node *nd = pl_graph_node(L->g, u);
     int p = cu->spec.nparts, rc = 0, natoms = 0;
     xstate X = {0};
+    ein_box *xneed = NULL;
     ein_box *have = malloc(sizeof *have * (size_t)p);
     int *have_site = malloc(sizeof(int) * (size_t)p);
     char *fired = NULL;
@@ -470,8 +489,22 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
         rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
         goto done;
     }
+    /* Partials travel over ein_agg_box (LSE: with their per-row
+     * log-sum-exp), so atoms, copies and merges carry it; the blocks the
+     * consumer wants are cut out of the merged rows at the end. */
+    ein_agg agg = cu->spec.agg;
+    const ein_box *want = need;
+    if (agg == EIN_AGG_LSE) {
+        if (!(xneed = malloc(sizeof *xneed * (size_t)(nneed ? nneed : 1)))) {
+            rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+            goto done;
+        }
+        for (int b = 0; b < nneed; b++)
+            xneed[b] = ein_agg_box(agg, &need[b]);
+        need = xneed;
+    }
     for (int j = 0; j < p; j++) {
-        have[j] = cu->spec.f[j].out;
+        have[j] = ein_agg_box(agg, &cu->spec.f[j].out);
         have_site[j] = j;
     }
     if ((rc = xp_preamble_make(have, have_site, p, need, need_site, nneed,
@@ -616,10 +649,13 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
                 goto done;
             need_buf[b] = nb;
         }
+        if (agg == EIN_AGG_LSE && (rc = lse_rows(L, site, &need_buf[b], &want[b], nd, opname)) < 0)
+            goto done;
         if (L->xdt[u] != nd->dtype && (rc = cast_block(L, site, &need_buf[b], nd, opname)) < 0)
             goto done;
     }
 done:
+    free(xneed);
     for (int i = 0; i < X.nh; i++)
         free(X.h[i].set);
     free(X.h);
@@ -768,8 +804,13 @@ static int lower_node(lw *L, int v)
         for (int i = 0; i < nn; i++)
             inbuf[site[i] * PL_MAX_INPUTS + k] = nbuf[i];
     }
+    /* Keys split (EIN_AGG_LSE): each function specification computes one
+     * key block's partial, over ein_agg_box; one whose key block is empty
+     * gets q alone (its partial is the merge's identity). */
+    int lse = c->spec.agg == EIN_AGG_LSE && nd->kernel.kind == EIN_KERNEL_ATTENTION;
     for (int f = 0; f < p; f++) {
-        int out = new_buf(L, f, L->xdt[v], &c->spec.f[f].out);
+        ein_box obox = ein_agg_box(c->spec.agg, &c->spec.f[f].out);
+        int out = new_buf(L, f, L->xdt[v], &obox);
         if (out < 0) {
             rc = out;
             goto done;
@@ -778,9 +819,14 @@ static int lower_node(lw *L, int v)
         int64_t offsets[PL_MAX_INPUTS];
         int ns = 0;
         ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .dst = out, .kernel = nd->kernel};
+        if (lse)
+            ins.kernel.kind = EIN_KERNEL_ATTENTION_PARTIAL;
         for (int k = 0; k < nd->ninputs; k++) {
             int b = inbuf[f * PL_MAX_INPUTS + k];
             if (b < 0) {
+                if (lse && k > 0 && inbuf[f * PL_MAX_INPUTS + 1] < 0 &&
+                    inbuf[f * PL_MAX_INPUTS + 2] < 0)
+                    continue;
                 if (nd->kernel.kind != EIN_KERNEL_CONCAT) {
                     rc = ein_fail(L->err, EIN_EINVAL, "%s: function specification %d needs "
                                   "nothing of input %d", nd->name, f, k);

@@ -50,7 +50,8 @@ int kn_cpu_unary(ein_unary op, double scalar, const kn_block *x, kn_block *out,
 int kn_cpu_binary(ein_binary op, const kn_block *a, const kn_block *b,
                   kn_block *out, ein_error *err);
 
-/* out = srcs[0] (+|max) srcs[1] ...; all the same box and dtype as out. */
+/* out = srcs[0] (+|max) srcs[1] ...; all the same box and dtype as out.
+ * EIN_AGG_LSE is kn_cpu_agg_lse. */
 int kn_cpu_agg(ein_agg op, const kn_block *srcs, int n, kn_block *out,
                ein_error *err);
 
@@ -94,6 +95,24 @@ int kn_cpu_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nse
  * (FlashAttention's algorithm). out box == q box. */
 int kn_cpu_attention(int64_t group, const int64_t *seq_ends, int nseq, const kn_block *q,
                      const kn_block *k, const kn_block *v, kn_block *out, ein_error *err);
+
+/* One key block's share of causal attention (issue 13): q as for
+ * kn_cpu_attention; k and v hold any token interval [u0, u1) (both NULL,
+ * or of zero volume: no keys). Each query row attends the keys of the
+ * block it would see in kn_cpu_attention. out is f32 over
+ * ein_agg_box(EIN_AGG_LSE, q box): per row the output normalised over the
+ * keys seen, then their log-sum-exp (of the scaled scores); a row that
+ * sees no key is 0 with log-sum-exp -inf. kn_cpu_agg_lse of the partials
+ * of key blocks tiling every row's keys, without the last column, is
+ * kn_cpu_attention. */
+int kn_cpu_attention_partial(int64_t group, const int64_t *seq_ends, int nseq,
+                             const kn_block *q, const kn_block *k, const kn_block *v,
+                             kn_block *out, ein_error *err);
+
+/* The EIN_AGG_LSE merge (see ein_program.h): srcs and out f32 over one
+ * box whose last interval is [0, d + 1); out may alias a source. Also
+ * reached through kn_cpu_agg(EIN_AGG_LSE, ...). */
+int kn_cpu_agg_lse(const kn_block *srcs, int n, kn_block *out, ein_error *err);
 
 /* Reduce (EIN_AGG_SUM or EIN_AGG_MAX) over the axes in `axes` (bit i =
  * axis i). The output drops those axes; its box is x's box without them.

@@ -60,8 +60,11 @@ void pl_cost(const pl_graph *g, int node, const pl_spec *s,
         int first = 1;
         for (int e = 0; e < f && first; e++)
             first = !ein_box_equal(&s->f[e].out, &s->f[f].out);
+        /* A partial is stored over ein_agg_box: LSE partials carry one
+         * log-sum-exp per row beside the row's d values. */
+        ein_box pb = ein_agg_box(s->agg, &s->f[f].out);
         if (!first)
-            *agg += partial * (double)ein_box_volume(&s->f[f].out);
+            *agg += partial * (double)ein_box_volume(&pb);
     }
 }
 

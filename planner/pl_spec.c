@@ -124,6 +124,8 @@ int pl_index_max_count(const pl_index *ix)
         m = ix->size / ix->step;
     else
         m = ix->size;
+    if (ix->maxcount > 0 && m > ix->maxcount)
+        m = ix->maxcount;
     return m > (1 << 20) ? (1 << 20) : (int)m;
 }
 

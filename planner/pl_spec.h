@@ -37,6 +37,7 @@ typedef struct pl_index {
     int64_t step;       /* split points at multiples of step (1: anywhere) */
     const int64_t *pos; /* allowed split points (owned by the node) */
     int npos;
+    int maxcount;       /* > 0: at most this many intervals (0: no cap) */
 } pl_index;
 
 /* One function specification: the projected input types and output type.
@@ -113,6 +114,10 @@ int pl_index_splits(const pl_index *ix, int count, int64_t *splits);
 
 /* The operator's arithmetic (floating-point operations, for reports). */
 double pl_op_flops(const pl_graph *g, int node);
+/* Attention node `nd`: the causal (query, key) pairs, summed over query
+ * heads, with queries in q's box and keys in kv's token interval (the
+ * work of one function specification; 0 for an empty box). */
+double pl_attention_pairs(const pl_node *nd, const ein_box *q, const ein_box *kv);
 
 int pl_tiling_of_outputs(const pl_spec *s, pl_tiling *out);
 /* The distinct boxes of input k of s (what the spec asks its producer for). */

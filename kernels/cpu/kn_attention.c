@@ -161,15 +161,17 @@ static int kn_att_check(int64_t group, const int64_t *ends, int nseq, const kn_b
     return 0;
 }
 
-int kn_cpu_attention(int64_t group, const int64_t *seq_ends, int nseq, const kn_block *q,
-                     const kn_block *k, const kn_block *v, kn_block *out, ein_error *err)
+/* The FlashAttention loop over checked blocks. Keys are those of k's
+ * token interval [u0, u1) that a query sees; `lse` 0: out is q's box,
+ * normalised (every query sees itself, so l > 0); `lse` 1: out is f32 rows
+ * of d + 1, the normalised partial output then m + log(l) (scaled
+ * scores), a row without keys 0 and -inf. */
+static int kn_att_core(const char *what, int64_t group, const int64_t *seq_ends, int nseq,
+                       const kn_block *q, const kn_block *k, const kn_block *v, kn_block *out,
+                       int lse, ein_error *err)
 {
-    const char *what = "attention";
-    int rc = kn_att_check(group, seq_ends, nseq, q, k, v, out, err);
-    if (rc < 0)
-        return rc;
     const int64_t d = q->box.hi[2], t0 = q->box.lo[1], t1 = q->box.hi[1];
-    const int64_t u0 = k->box.lo[1], tk = k->box.hi[1] - u0, tq = t1 - t0;
+    const int64_t u0 = k->box.lo[1], u1 = k->box.hi[1], tk = u1 - u0, tq = t1 - t0;
     const int64_t hk = k->box.hi[0] - k->box.lo[0];
     if (tq == 0 || hk == 0)
         return 0;
@@ -223,9 +225,11 @@ int kn_cpu_attention(int64_t group, const int64_t *seq_ends, int nseq, const kn_
                 m[r] = -INFINITY;
                 l[r] = 0.0f;
             }
-            /* Keys [start(qs), qe): every key some query of the tile sees. */
-            for (int64_t ks = start[0]; ks < qe; ks += KN_ATT_BK) {
-                const int64_t ke = ks + KN_ATT_BK < qe ? ks + KN_ATT_BK : qe, nk = ke - ks;
+            /* Keys [start(qs), qe) within [u0, u1): every key of the block
+             * some query of the tile sees. */
+            const int64_t kend = qe < u1 ? qe : u1;
+            for (int64_t ks = start[0] > u0 ? start[0] : u0; ks < kend; ks += KN_ATT_BK) {
+                const int64_t ke = ks + KN_ATT_BK < kend ? ks + KN_ATT_BK : kend, nk = ke - ks;
                 /* No mask when every key is visible to every query. */
                 const int full = ke - 1 <= qs && ks >= start[nq - 1];
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nk, (int)d,
@@ -265,9 +269,19 @@ int kn_cpu_attention(int64_t group, const int64_t *seq_ends, int nseq, const kn_
                             1.0f, S, (int)nk, V + (ks - u0) * d, (int)d, 1.0f, O, (int)d);
             }
             for (int64_t r = 0; r < nr; r++) {
-                float inv = 1.0f / l[r];
+                float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
                 for (int64_t c = 0; c < d; c++)
                     O[r * d + c] *= inv;
+            }
+            if (lse) {
+                float *y = out->data;
+                for (int64_t r = 0; r < nr; r++) {
+                    int64_t h = g * group + r / nq, t = qs - t0 + r % nq;
+                    float *row = y + (h * tq + t) * (d + 1);
+                    memcpy(row, O + r * d, (size_t)d * sizeof *row);
+                    row[d] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+                }
+                continue;
             }
             for (int64_t j = 0; j < group; j++) {
                 int64_t h = g * group + j;
@@ -277,5 +291,131 @@ int kn_cpu_attention(int64_t group, const int64_t *seq_ends, int nseq, const kn_
     }
     free(mem);
     free(start);
+    return 0;
+}
+
+int kn_cpu_attention(int64_t group, const int64_t *seq_ends, int nseq, const kn_block *q,
+                     const kn_block *k, const kn_block *v, kn_block *out, ein_error *err)
+{
+    int rc = kn_att_check(group, seq_ends, nseq, q, k, v, out, err);
+    if (rc < 0)
+        return rc;
+    return kn_att_core("attention", group, seq_ends, nseq, q, k, v, out, 0, err);
+}
+
+int kn_cpu_attention_partial(int64_t group, const int64_t *seq_ends, int nseq,
+                             const kn_block *q, const kn_block *k, const kn_block *v,
+                             kn_block *out, ein_error *err)
+{
+    const char *what = "attention_partial";
+    char b1[256], b2[256];
+    int rc;
+    if ((rc = kn_blk_check(what, "q", q, 3, err)) < 0 ||
+        (rc = kn_blk_check(what, "out", out, 3, err)) < 0 ||
+        (rc = kn_seq_check(what, seq_ends, nseq, err)) < 0)
+        return rc;
+    if (!k != !v)
+        return ein_fail(err, EIN_EINVAL, "%s: k and v must both be given or both be NULL", what);
+    ein_box want = ein_agg_box(EIN_AGG_LSE, &q->box);
+    if (out->dtype != EIN_F32 || !ein_box_equal(&want, &out->box))
+        return ein_fail(err, EIN_ESHAPE, "%s: out must be f32 over %s (q's box with d + 1 "
+                        "columns), is %s %s", what, kn_fmt(&want, b1, sizeof b1),
+                        ein_dtype_name(out->dtype), kn_fmt(&out->box, b2, sizeof b2));
+    if (q->box.lo[2] != 0 || q->box.hi[2] < 1)
+        return ein_fail(err, EIN_ESHAPE, "%s: head dim must be whole: q %s", what,
+                        kn_fmt(&q->box, b1, sizeof b1));
+    const int64_t d = q->box.hi[2], t0 = q->box.lo[1], t1 = q->box.hi[1];
+    if (t1 > t0 && (kn_seq_start(seq_ends, nseq, t0) < 0 || kn_seq_start(seq_ends, nseq, t1 - 1) < 0))
+        return ein_fail(err, EIN_ESHAPE, "%s: query tokens [%" PRId64 ":%" PRId64 ") are outside "
+                        "the sequences", what, t0, t1);
+    int nokeys = !k || ein_box_volume(&k->box) == 0;
+    if (!nokeys) {
+        if ((rc = kn_blk_check(what, "k", k, 3, err)) < 0 ||
+            (rc = kn_blk_check(what, "v", v, 3, err)) < 0)
+            return rc;
+        if (!ein_box_equal(&k->box, &v->box))
+            return ein_fail(err, EIN_ESHAPE, "%s: v box %s differs from k box %s", what,
+                            kn_fmt(&v->box, b1, sizeof b1), kn_fmt(&k->box, b2, sizeof b2));
+        if (group < 1)
+            return ein_fail(err, EIN_EINVAL, "%s: group %" PRId64 " is not positive", what, group);
+        if (k->box.lo[2] != 0 || k->box.hi[2] != d)
+            return ein_fail(err, EIN_ESHAPE, "%s: head dim must be whole and equal: q %s, k %s",
+                            what, kn_fmt(&q->box, b1, sizeof b1), kn_fmt(&k->box, b2, sizeof b2));
+        if (q->box.lo[0] != group * k->box.lo[0] || q->box.hi[0] != group * k->box.hi[0])
+            return ein_fail(err, EIN_ESHAPE, "%s: q heads %s are not kv heads %s times group %"
+                            PRId64, what, kn_fmt(&q->box, b1, sizeof b1),
+                            kn_fmt(&k->box, b2, sizeof b2), group);
+        if (k->box.hi[1] > t1 && k->box.hi[1] > 0 && nseq > 0 && k->box.hi[1] > seq_ends[nseq - 1])
+            return ein_fail(err, EIN_ESHAPE, "%s: keys %s are outside the sequences", what,
+                            kn_fmt(&k->box, b1, sizeof b1));
+    }
+    /* Every row starts empty (no key seen): output 0, log-sum-exp -inf. */
+    int64_t rows = ein_box_volume(&q->box) / d;
+    float *y = out->data;
+    for (int64_t r = 0; r < rows; r++) {
+        memset(y + r * (d + 1), 0, (size_t)d * sizeof *y);
+        y[r * (d + 1) + d] = -INFINITY;
+    }
+    if (nokeys || rows == 0)
+        return 0;
+    return kn_att_core(what, group, seq_ends, nseq, q, k, v, out, 1, err);
+}
+
+int kn_cpu_agg_lse(const kn_block *srcs, int n, kn_block *out, ein_error *err)
+{
+    const char *what = "agg lse";
+    char b1[256], b2[256];
+    int rc;
+    if (n < 1 || !srcs)
+        return ein_fail(err, EIN_EINVAL, "%s: needs at least one source, got %d", what, n);
+    if (!out || (rc = kn_blk_check(what, "out", out, -1, err)) < 0)
+        return out ? rc : ein_fail(err, EIN_EINVAL, "%s: missing out", what);
+    int r = out->box.rank;
+    if (r < 1 || out->box.lo[r - 1] != 0 || out->box.hi[r - 1] < 2 || out->dtype != EIN_F32)
+        return ein_fail(err, EIN_ESHAPE, "%s: out must be f32 rows [0, d + 1) with d >= 1, is "
+                        "%s %s", what, ein_dtype_name(out->dtype), kn_fmt(&out->box, b1, sizeof b1));
+    for (int j = 0; j < n; j++) {
+        if ((rc = kn_blk_check(what, "source", &srcs[j], r, err)) < 0)
+            return rc;
+        if (!ein_box_equal(&srcs[j].box, &out->box) || srcs[j].dtype != EIN_F32)
+            return ein_fail(err, EIN_ESHAPE, "%s: source %d is %s %s, out %s %s", what, j,
+                            ein_dtype_name(srcs[j].dtype), kn_fmt(&srcs[j].box, b1, sizeof b1),
+                            ein_dtype_name(out->dtype), kn_fmt(&out->box, b2, sizeof b2));
+    }
+    const int64_t w = out->box.hi[r - 1], d = w - 1;
+    const int64_t rows = ein_box_volume(&out->box) / w;
+    float *y = out->data;
+    float *acc = kn_falloc(what, d, err);
+    if (!acc)
+        return EIN_ENOMEM;
+    /* Sources may alias out: each row is read whole before it is written. */
+    for (int64_t i = 0; i < rows; i++) {
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            float s = ((const float *)srcs[j].data)[i * w + d];
+            mx = s > mx ? s : mx;
+        }
+        if (mx == -INFINITY) {
+            memset(y + i * w, 0, (size_t)d * sizeof *y);
+            y[i * w + d] = -INFINITY;
+            continue;
+        }
+        float sum = 0.0f;
+        memset(acc, 0, (size_t)d * sizeof *acc);
+        for (int j = 0; j < n; j++) {
+            const float *row = (const float *)srcs[j].data + i * w;
+            if (row[d] == -INFINITY)
+                continue;
+            float e = expf(row[d] - mx);
+            sum += e;
+            for (int64_t c = 0; c < d; c++)
+                acc[c] += e * row[c];
+        }
+        float inv = 1.0f / sum;
+        for (int64_t c = 0; c < d; c++)
+            y[i * w + c] = acc[c] * inv;
+        y[i * w + d] = mx + logf(sum);
+    }
+    free(acc);
     return 0;
 }

@@ -298,6 +298,8 @@ int kn_cpu_binary(ein_binary op, const kn_block *a, const kn_block *b,
 int kn_cpu_agg(ein_agg op, const kn_block *srcs, int n, kn_block *out,
                ein_error *err)
 {
+    if (op == EIN_AGG_LSE)
+        return kn_cpu_agg_lse(srcs, n, out, err);
     if (op != EIN_AGG_SUM && op != EIN_AGG_MAX)
         return ein_fail(err, EIN_EINVAL, "agg: op %d is neither sum nor max", (int)op);
     const char *what = op == EIN_AGG_SUM ? "agg sum" : "agg max";

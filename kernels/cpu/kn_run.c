@@ -87,6 +87,16 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
         if (nin != 1)
             return ein_fail(err, EIN_EINVAL, "kernel merge_heads: takes 1 input, got %d", nin);
         return kn_cpu_merge_heads(k->head_dim, &ins[0], out, err);
+    case EIN_KERNEL_ATTENTION_PARTIAL:
+        if (nin != 1 && nin != 3)
+            return ein_fail(err, EIN_EINVAL, "kernel attention_partial: takes q or q, k, v, got "
+                            "%d inputs", nin);
+        if (k->nlist < 0 || (k->nlist > 0 && !k->list))
+            return ein_fail(err, EIN_EINVAL, "kernel attention_partial: bad sequence list (%d)",
+                            (int)k->nlist);
+        return kn_cpu_attention_partial(k->group, k->list, k->nlist, &ins[0],
+                                        nin == 3 ? &ins[1] : NULL, nin == 3 ? &ins[2] : NULL,
+                                        out, err);
     case EIN_KERNEL_COUNT:
         break;
     }

@@ -50,6 +50,14 @@ int kn_cuda_binary(ein_binary op, const kn_block *a, const kn_block *b, kn_block
                    void *stream, ein_error *err);
 int kn_cuda_agg_blk(ein_agg op, const kn_block *srcs, int n, kn_block *out, void *stream,
                     ein_error *err);
+/* Issue 13 (kernels/cuda/kn_cuda_attn_partial.cu): one key block's share
+ * of attention (k, v both NULL: no keys) and the EIN_AGG_LSE merge (at most
+ * 16 sources per call; kn_cuda_agg_blk hands EIN_AGG_LSE to it). */
+int kn_cuda_attention_partial(int64_t group, const int64_t *seq_ends, int nseq,
+                              const kn_block *q, const kn_block *k, const kn_block *v,
+                              kn_block *out, void *stream, ein_error *err);
+int kn_cuda_agg_lse_blk(const kn_block *srcs, int n, kn_block *out, void *stream,
+                        ein_error *err);
 int kn_cuda_softmax(int axis, const kn_block *x, kn_block *out, void *stream, ein_error *err);
 int kn_cuda_rmsnorm(double eps, const kn_block *x, const kn_block *w, kn_block *out,
                     void *stream, ein_error *err);

@@ -161,6 +161,8 @@ extern "C" int kn_cuda_agg_blk(ein_agg op, const kn_block *srcs, int n, kn_block
 {
     const char *what = "cuda agg";
     int rc;
+    if (op == EIN_AGG_LSE)
+        return kn_cuda_agg_lse_blk(srcs, n, out, stream, err);
     if (op != EIN_AGG_SUM && op != EIN_AGG_MAX)
         return kn_cu_fail(err, EIN_EINVAL, "%s: op %d is neither sum nor max", what, (int)op);
     if (n < 1 || !srcs)

@@ -194,6 +194,8 @@ static int kn_cu_inputs(ein_kernel_kind k)
     case EIN_KERNEL_LAYERNORM:
     case EIN_KERNEL_ATTENTION:
         return 3;
+    case EIN_KERNEL_ATTENTION_PARTIAL:
+        return -1;
     case EIN_KERNEL_CONCAT:
         return -1;
     default:
@@ -248,6 +250,13 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
         return kn_cuda_split_heads(k->head_dim, &ins[0], out, stream, err);
     case EIN_KERNEL_MERGE_HEADS:
         return kn_cuda_merge_heads(k->head_dim, &ins[0], out, stream, err);
+    case EIN_KERNEL_ATTENTION_PARTIAL:
+        if (nin != 1 && nin != 3)
+            return kn_cu_fail(err, EIN_EINVAL, "cuda attention_partial: takes q or q, k, v, got "
+                              "%d inputs", nin);
+        return kn_cuda_attention_partial(k->group, k->list, k->nlist, &ins[0],
+                                         nin == 3 ? &ins[1] : NULL, nin == 3 ? &ins[2] : NULL,
+                                         out, stream, err);
     case EIN_KERNEL_COUNT:
         break;
     }

@@ -7,7 +7,9 @@
  * gives (a causal query attends to keys of its own sequence only, so a
  * block of whole sequences holds every key it needs). heads_q follows
  * heads_kv: kv heads [a, b) go with query heads [group*a, group*b). The
- * head dim is never split. No aggregation. */
+ * head dim is never split. Beyond the paper (issue 13): query blocks and
+ * key blocks inside a block of sequences, balanced by causal work, with
+ * the log-sum-exp merge when keys are split (see attention_indices). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +71,24 @@ int pl_graph_add_attention(pl_graph *g, const char *name, int q, int k, int v,
     return id;
 }
 
+/* Query and key blocks (issue 13). Inside a block of whole sequences
+ * [A, B) (the seq index), the causal (query, key) pairs form one triangle
+ * per sequence. q_blocks:nq cuts the queries where the count of pairs
+ * reaches i/nq of the block's total, so every query block holds the same
+ * work; k_blocks:nk then cuts each query block's keys (from the start of
+ * its first query's sequence to its last query) where the pairs of that
+ * query block reach j/nk of its total. A function specification is one
+ * (query block, key block) rectangle: only pairs below the diagonal are
+ * ever in it (the kernel skips the rest), and each holds 1/(nq nk) of the
+ * block's pairs up to rounding at whole tokens. With nk > 1 the outputs of
+ * one query block's key blocks are partials merged with EIN_AGG_LSE.
+ *
+ * Both indices are fractions: an `any` index over PL_ATT_FRACTION (= lcm
+ * of 1..16) split into at most PL_ATT_MAX_BLOCKS near-equal intervals, so
+ * the interval [lo, hi) is exactly part lo/(hi-lo) of M/(hi-lo). */
+#define PL_ATT_FRACTION 720720
+#define PL_ATT_MAX_BLOCKS 16
+
 static int attention_indices(const pl_graph *g, const pl_node *nd, pl_index *idx)
 {
     const pl_node *k = pl_graph_node(g, nd->inputs[1]);
@@ -78,7 +98,119 @@ static int attention_indices(const pl_graph *g, const pl_node *nd, pl_index *idx
     idx[1].any = 0;
     idx[1].pos = nd->kernel.list;
     idx[1].npos = nd->kernel.nlist > 0 ? nd->kernel.nlist - 1 : 0;
-    return 2;
+    /* No more query blocks than tokens in the shortest sequence (a block
+     * of whole sequences then has a token for each query block). */
+    int64_t lmin = nd->kernel.nlist > 0 ? nd->kernel.list[0] : nd->shape[1];
+    for (int i = 1; i < nd->kernel.nlist; i++)
+        if (nd->kernel.list[i] - nd->kernel.list[i - 1] < lmin)
+            lmin = nd->kernel.list[i] - nd->kernel.list[i - 1];
+    int cap = lmin < PL_ATT_MAX_BLOCKS ? (int)(lmin > 0 ? lmin : 1) : PL_ATT_MAX_BLOCKS;
+    idx[2] = pl_index_any('c', "q_blocks", PL_ATT_FRACTION);
+    idx[2].maxcount = cap;
+    idx[3] = pl_index_any('d', "k_blocks", PL_ATT_FRACTION);
+    idx[3].maxcount = cap;
+    return 4;
+}
+
+/* The sequence ends as a list (one sequence of the whole tensor if none). */
+static void att_seqs(const pl_node *nd, const int64_t **ends, int *n, int64_t *one)
+{
+    if (nd->kernel.nlist > 0) {
+        *ends = nd->kernel.list;
+        *n = nd->kernel.nlist;
+    } else {
+        *one = nd->shape[1];
+        *ends = one;
+        *n = 1;
+    }
+}
+
+/* Causal pairs (t, u), t in [qa, qb), u in [s(t), min(y, t + 1)), for one
+ * sequence [s, e) (u < y: keys before y). */
+static double att_pairs_seq(int64_t s, int64_t e, int64_t qa, int64_t qb, int64_t y)
+{
+    int64_t a = qa > s ? qa : s, b = qb < e ? qb : e;
+    if (a >= b || y <= s)
+        return 0;
+    /* t in [a, min(b, y)): t + 1 - s each; t in [max(a, y), b): y - s each. */
+    double n = 0;
+    int64_t m = b < y ? b : y;
+    if (m > a)
+        n += (double)(m - a) * (double)((a + 1 - s) + (m - s)) / 2.0;
+    int64_t c = a > y ? a : y;
+    if (b > c)
+        n += (double)(b - c) * (double)(y - s);
+    return n;
+}
+
+/* Pairs with query in [qa, qb) and key before y, over the sequences
+ * meeting [qa, qb). */
+static double att_pairs(const int64_t *ends, int n, int64_t qa, int64_t qb, int64_t y)
+{
+    double w = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t s = i ? ends[i - 1] : 0, e = ends[i];
+        if (e <= qa)
+            continue;
+        if (s >= qb)
+            break;
+        w += att_pairs_seq(s, e, qa, qb, y);
+    }
+    return w;
+}
+
+double pl_attention_pairs(const pl_node *nd, const ein_box *q, const ein_box *kv)
+{
+    const int64_t *ends;
+    int n;
+    int64_t one;
+    att_seqs(nd, &ends, &n, &one);
+    if (ein_box_empty(q) || ein_box_empty(kv))
+        return 0;
+    double heads = (double)(q->hi[0] - q->lo[0]);
+    return heads * (att_pairs(ends, n, q->lo[1], q->hi[1], kv->hi[1]) -
+                    att_pairs(ends, n, q->lo[1], q->hi[1], kv->lo[1]));
+}
+
+/* Smallest x in [lo, hi] with f(x) >= target, f non-decreasing. */
+typedef double (*att_fn)(const int64_t *ends, int n, int64_t a, int64_t b, int64_t x);
+static double att_queries_before(const int64_t *ends, int n, int64_t a, int64_t b, int64_t x)
+{
+    (void)b;
+    return att_pairs(ends, n, a, x, x);   /* keys of a query never pass it */
+}
+static double att_keys_before(const int64_t *ends, int n, int64_t a, int64_t b, int64_t x)
+{
+    return att_pairs(ends, n, a, b, x);
+}
+static int64_t att_search(att_fn f, const int64_t *ends, int n, int64_t a, int64_t b,
+                          int64_t lo, int64_t hi, double target)
+{
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (f(ends, n, a, b, mid) >= target)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* cut[0..parts]: [lo, hi) cut where f reaches i/parts of its total, kept
+ * strictly increasing when hi - lo allows (else non-decreasing). */
+static void att_cuts(att_fn f, const int64_t *ends, int n, int64_t a, int64_t b, int64_t lo,
+                     int64_t hi, int parts, int64_t *cut)
+{
+    double total = f(ends, n, a, b, hi) - f(ends, n, a, b, lo);
+    double base = f(ends, n, a, b, lo);
+    int strict = hi - lo >= parts;
+    cut[0] = lo;
+    cut[parts] = hi;
+    for (int i = 1; i < parts; i++) {
+        int64_t c = att_search(f, ends, n, a, b, lo, hi, base + total * i / parts);
+        int64_t min = cut[i - 1] + (strict ? 1 : 0), max = hi - (strict ? parts - i : 0);
+        cut[i] = c < min ? min : c > max ? max : c;
+    }
 }
 
 static void attention_fspec(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
@@ -86,19 +218,55 @@ static void attention_fspec(const pl_graph *g, const pl_node *nd, const pl_index
 {
     (void)g, (void)idx, (void)nidx;
     int64_t grp = nd->kernel.group;
+    const int64_t *ends;
+    int n;
+    int64_t one, qc[PL_ATT_MAX_BLOCKS + 1], kc[PL_ATT_MAX_BLOCKS + 1];
+    att_seqs(nd, &ends, &n, &one);
+    int64_t A = lo[1], B = hi[1];
+    int nq = (int)(PL_ATT_FRACTION / (hi[2] - lo[2])), iq = (int)(lo[2] / (hi[2] - lo[2]));
+    int nk = (int)(PL_ATT_FRACTION / (hi[3] - lo[3])), ik = (int)(lo[3] / (hi[3] - lo[3]));
+    int64_t qa = A, qb = B, ka, kb;
+    if (nq > 1) {
+        att_cuts(att_queries_before, ends, n, A, B, A, B, nq, qc);
+        qa = qc[iq];
+        qb = qc[iq + 1];
+    }
+    /* Keys of the query block: from its first query's sequence start. */
+    int64_t s0 = 0;
+    for (int i = 0; i < n && ends[i] <= qa; i++)
+        s0 = ends[i];
+    ka = s0;
+    kb = qb;
+    if (nk > 1) {
+        att_cuts(att_keys_before, ends, n, qa, qb, s0, qb, nk, kc);
+        ka = kc[ik];
+        kb = kc[ik + 1];
+    }
     ein_box kv = pl_node_box(pl_graph_node(g, nd->inputs[1]));
     kv.lo[0] = lo[0];
     kv.hi[0] = hi[0];
-    kv.lo[1] = lo[1];
-    kv.hi[1] = hi[1];
+    kv.lo[1] = ka;
+    kv.hi[1] = kb;
     *out = pl_node_box(nd);
     out->lo[0] = grp * lo[0];
     out->hi[0] = grp * hi[0];
-    out->lo[1] = lo[1];
-    out->hi[1] = hi[1];
+    out->lo[1] = qa;
+    out->hi[1] = qb;
     in[0] = *out;
+    if (nq == 1 && nk == 1) {
+        /* The paper's spec: every key of the block of sequences. */
+        kv.lo[1] = A;
+        kv.hi[1] = B;
+    }
     in[1] = kv;
     in[2] = kv;
+}
+
+static ein_agg attention_agg(const pl_graph *g, const pl_node *nd, const pl_index *idx,
+                             int nidx, const int *counts)
+{
+    (void)g, (void)nd, (void)idx;
+    return nidx > 3 && counts[3] > 1 ? EIN_AGG_LSE : EIN_AGG_NONE;
 }
 
 /* Causal: per query head, per sequence of length L, about L^2/2 scores and
@@ -119,5 +287,5 @@ static double attention_flops(const pl_graph *g, const pl_node *nd)
     return 4.0 * (double)nd->shape[2] * pairs * (double)nd->shape[0];
 }
 
-const pl_op_def pl_op_attention = {"attention", attention_indices, attention_fspec, pl_agg_none,
+const pl_op_def pl_op_attention = {"attention", attention_indices, attention_fspec, attention_agg,
                                    attention_flops};

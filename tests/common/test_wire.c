@@ -827,6 +827,71 @@ static void test_validate_kernels(void **state)
 
 /* ---- round trips ------------------------------------------------------ */
 
+/* Issue 13: ATTENTION_PARTIAL (with and without keys) and AGG LSE are
+ * valid, survive the wire, and the rules on their boxes are enforced. */
+static ein_program *lse_program(ein_dtype part_dt, int widen, int nsrc_partial)
+{
+    ein_program *p = ein_program_new(0, 1);
+    int64_t ends[2] = {3, 8};
+    int q = add_buf(p, EIN_F32, box3(0, 2, 0, 8, 0, 4));
+    int k = add_buf(p, EIN_F32, box3(0, 1, 2, 6, 0, 4));
+    int v = add_buf(p, EIN_F32, box3(0, 1, 2, 6, 0, 4));
+    ein_box pb = box3(0, 2, 0, 8, 0, widen ? 5 : 4);
+    int p1 = add_buf(p, part_dt, pb), p2 = add_buf(p, part_dt, pb), m = add_buf(p, part_dt, pb);
+    int32_t s3[3] = {q, k, v}, s1[1] = {q}, sp[2] = {p1, p2}, d2[2] = {0, 1};
+    ein_instr a = blank(EIN_I_KERNEL, "att", p1);
+    a.kernel.kind = EIN_KERNEL_ATTENTION_PARTIAL;
+    a.kernel.group = 2;
+    a.kernel.list = ends;
+    a.kernel.nlist = 2;
+    add_ins(p, &a, NULL, 0, s3, nsrc_partial);
+    ein_instr b = a;
+    b.dst = p2;
+    add_ins(p, &b, NULL, 0, s1, 1);
+    ein_instr g = blank(EIN_I_AGG, "att", m);
+    g.agg = EIN_AGG_LSE;
+    add_ins(p, &g, d2, 2, sp, 2);
+    return p;
+}
+
+static void test_lse_program(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    ein_program *p = lse_program(EIN_F32, 1, 3), *q = NULL;
+    if (ein_program_validate(p, &err) != 0)
+        fail_msg("lse program invalid: %s", err.msg);
+    void *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(ein_program_encode(p, &buf, &len, &err), 0);
+    if (ein_program_decode(buf, len, &q, &err) != 0)
+        fail_msg("decode: %s", err.msg);
+    assert_programs_equal(p, q);
+    assert_int_equal(q->instrs[2].agg, EIN_AGG_LSE);
+    assert_int_equal(q->instrs[0].kernel.kind, EIN_KERNEL_ATTENTION_PARTIAL);
+    assert_string_equal(ein_agg_name(EIN_AGG_LSE), "lse");
+    free(buf);
+    ein_program_free(p);
+    ein_program_free(q);
+    /* partials must be f32 over q's box widened by one column; q, k, v or q alone */
+    p = lse_program(EIN_F16, 1, 3);
+    assert_int_equal(ein_program_validate(p, &err), EIN_EPROTO);
+    ein_program_free(p);
+    p = lse_program(EIN_F32, 0, 3);
+    assert_int_equal(ein_program_validate(p, &err), EIN_EPROTO);
+    assert_non_null(strstr(err.msg, "attention_partial"));
+    ein_program_free(p);
+    p = lse_program(EIN_F32, 1, 2);
+    assert_int_equal(ein_program_validate(p, &err), EIN_EPROTO);
+    ein_program_free(p);
+    ein_box b = box3(1, 2, 3, 5, 0, 4), w = ein_agg_box(EIN_AGG_LSE, &b);
+    assert_int_equal(w.hi[2], 5);
+    ein_box back = ein_agg_data_box(EIN_AGG_LSE, &w);
+    assert_true(ein_box_equal(&back, &b));
+    w = ein_agg_box(EIN_AGG_SUM, &b);
+    assert_true(ein_box_equal(&w, &b));
+}
+
 static void test_program_roundtrip(void **state)
 {
     (void)state;
@@ -1582,6 +1647,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builders),
+        cmocka_unit_test(test_lse_program),
         cmocka_unit_test(test_validate_rejects),
         cmocka_unit_test(test_validate_kernels),
         cmocka_unit_test(test_program_roundtrip),

@@ -524,6 +524,94 @@ static void test_attention_random(void **state)
     }
 }
 
+/* Issue 13: a query block over 400 tokens (one sequence) against key
+ * blocks of several tiles (cut at 0, 37, 300, 400, and a block with no
+ * key of some rows), merged with kn_cpu_agg (EIN_AGG_LSE) in every order
+ * and with the no-key partial, equals kn_cpu_attention. */
+static void test_attention_partial(void **state)
+{
+    (void)state;
+    enum { TT = 400, D = 16 };
+    ein_error err = {0};
+    ein_box qb = {3, {0, 130, 0}, {4, 399, D}}, kall = {3, {0, 0, 0}, {2, TT, D}};
+    ein_box ob = ein_agg_box(EIN_AGG_LSE, &qb);
+    int64_t nq = ein_box_volume(&qb), no = ein_box_volume(&ob), nk = ein_box_volume(&kall);
+    float *q = malloc(sizeof(float) * (size_t)nq), *k = malloc(sizeof(float) * (size_t)nk);
+    float *v = malloc(sizeof(float) * (size_t)nk), *full = malloc(sizeof(float) * (size_t)nq);
+    float *part[5], *m = malloc(sizeof(float) * (size_t)no);
+    for (int64_t i = 0; i < nq; i++)
+        q[i] = (float)((int)(rnd() % 2001) - 1000) / 300.0f;
+    for (int64_t i = 0; i < nk; i++) {
+        k[i] = (float)((int)(rnd() % 2001) - 1000) / 300.0f;
+        v[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+    }
+    kn_block Q = {q, EIN_F32, qb}, K = {k, EIN_F32, kall}, V = {v, EIN_F32, kall};
+    kn_block F = {full, EIN_F32, qb};
+    assert_int_equal(kn_cpu_attention(2, NULL, 0, &Q, &K, &V, &F, &err), 0);
+    const int64_t cut[5] = {0, 37, 300, 399, 400};   /* [399, 400): no query sees it */
+    kn_block P[5];
+    for (int j = 0; j < 5; j++) {
+        part[j] = malloc(sizeof(float) * (size_t)no);
+        P[j] = (kn_block){part[j], EIN_F32, ob};
+        if (j == 4) {   /* no keys at all */
+            assert_int_equal(kn_cpu_attention_partial(2, NULL, 0, &Q, NULL, NULL, &P[j], &err), 0);
+            for (int64_t r = 0; r < no / (D + 1); r++)
+                assert_true(isinf(part[j][r * (D + 1) + D]) && part[j][r * (D + 1) + D] < 0);
+            continue;
+        }
+        ein_box kb = {3, {0, cut[j], 0}, {2, cut[j + 1], D}};
+        /* k, v of the block: rows [cut[j], cut[j+1]) of each head */
+        int64_t len = cut[j + 1] - cut[j];
+        float *kk = malloc(sizeof(float) * (size_t)(2 * len * D));
+        float *vv = malloc(sizeof(float) * (size_t)(2 * len * D));
+        for (int h = 0; h < 2; h++) {
+            memcpy(kk + h * len * D, k + (h * TT + cut[j]) * D, sizeof(float) * (size_t)(len * D));
+            memcpy(vv + h * len * D, v + (h * TT + cut[j]) * D, sizeof(float) * (size_t)(len * D));
+        }
+        kn_block KB = {kk, EIN_F32, kb}, VB = {vv, EIN_F32, kb};
+        if (kn_cpu_attention_partial(2, NULL, 0, &Q, &KB, &VB, &P[j], &err) != 0)
+            fail_msg("partial %d: %s", j, err.msg);
+        free(kk);
+        free(vv);
+    }
+    /* Rows before 300 see no key of [300, 399): -inf there. */
+    assert_true(isinf(part[2][D]) && part[2][D] < 0);
+    static const int orders[3][5] = {{0, 1, 2, 3, 4}, {4, 2, 0, 3, 1}, {3, 4, 1, 0, 2}};
+    for (int o = 0; o < 3; o++) {
+        kn_block src[5];
+        for (int j = 0; j < 5; j++)
+            src[j] = P[orders[o][j]];
+        kn_block M = {m, EIN_F32, ob};
+        assert_int_equal(kn_cpu_agg(EIN_AGG_LSE, src, 5, &M, &err), 0);
+        for (int64_t r = 0; r < nq / D; r++)
+            for (int c = 0; c < D; c++) {
+                double d = fabs((double)m[r * (D + 1) + c] - full[r * D + c]);
+                if (!(d <= 2e-5 + 2e-5 * fabs(full[r * D + c])))
+                    fail_msg("order %d row %lld col %d: merged %g, attention %g", o,
+                             (long long)r, c, m[r * (D + 1) + c], full[r * D + c]);
+            }
+    }
+    /* Pairwise, in place (out aliases the first source): the same. */
+    memcpy(m, part[0], sizeof(float) * (size_t)no);
+    for (int j = 1; j < 5; j++) {
+        kn_block M = {m, EIN_F32, ob}, two[2] = {M, P[j]};
+        assert_int_equal(kn_cpu_agg_lse(two, 2, &M, &err), 0);
+    }
+    for (int64_t r = 0; r < nq / D; r++)
+        for (int c = 0; c < D; c++)
+            if (!(fabs((double)m[r * (D + 1) + c] - full[r * D + c]) <= 2e-5 + 2e-5 * fabs(full[r * D + c])))
+                fail_msg("pairwise row %lld col %d: %g vs %g", (long long)r, c,
+                         m[r * (D + 1) + c], full[r * D + c]);
+    /* Bad input: f16 partials, a merge over a box without the extra column. */
+    kn_block bad = {m, EIN_F16, ob};
+    assert_int_equal(kn_cpu_attention_partial(2, NULL, 0, &Q, &K, &V, &bad, &err), EIN_ESHAPE);
+    kn_block nocol = {m, EIN_F32, qb};
+    assert_int_equal(kn_cpu_attention_partial(2, NULL, 0, &Q, &K, &V, &nocol, &err), EIN_ESHAPE);
+    for (int j = 0; j < 5; j++)
+        free(part[j]);
+    free(q), free(k), free(v), free(full), free(m);
+}
+
 /* ---- reduce ------------------------------------------------------------ */
 
 static void test_reduce(void **state)
@@ -945,6 +1033,7 @@ int main(void)
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_random),
+        cmocka_unit_test(test_attention_partial),
         cmocka_unit_test(test_reduce),
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_slice),

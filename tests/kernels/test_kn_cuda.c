@@ -427,6 +427,69 @@ static void test_attention(void **state)
     hd_free(&o);
 }
 
+/* Issue 13: the partial kernel and the LSE merge against the CPU ones
+ * (rows of d + 1 f32; -inf log-sum-exps must match as -inf). */
+static void lse_compare(const char *what, const hd *x)
+{
+    int64_t n = ein_box_volume(&x->h.box);
+    float *got = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    assert_non_null(got);
+    cuda_ok(cudaStreamSynchronize(stream), "sync");
+    cuda_ok(cudaMemcpy(got, x->d.data, (size_t)n * sizeof *got, cudaMemcpyDeviceToHost),
+            "download");
+    const float *want = x->h.data;
+    for (int64_t i = 0; i < n; i++) {
+        int same_inf = isinf(got[i]) && isinf(want[i]) && (got[i] < 0) == (want[i] < 0);
+        if (!same_inf && !(fabs((double)got[i] - want[i]) <= 1e-3 * (1.0 + fabs((double)want[i])))) {
+            print_error("%s: element %lld is %.8g on the GPU, %.8g on the CPU\n", what,
+                        (long long)i, got[i], want[i]);
+            fail();
+        }
+    }
+    free(got);
+}
+
+static void test_attention_partial(void **state)
+{
+    (void)state;
+    int64_t ends[3] = {100, 250, 333};
+    ein_error err;
+    for (int di = 0; di < 3; di++) {
+        ein_dtype dt = dts[di];
+        /* queries [130, 300) (two sequences), keys split at 180 and 260 */
+        ein_box qb = {3, {0, 130, 0}, {4, 300, 64}};
+        ein_box ob = ein_agg_box(EIN_AGG_LSE, &qb);
+        const int64_t cut[4] = {100, 180, 260, 300};
+        hd q = hd_rand(dt, &qb, 2.0f, 0.0f), part[3];
+        for (int j = 0; j < 3; j++) {
+            ein_box kb = {3, {0, cut[j], 0}, {2, cut[j + 1], 64}};
+            hd k = hd_rand(dt, &kb, 2.0f, 0.0f), v = hd_rand(dt, &kb, 1.0f, 0.0f);
+            part[j] = hd_out(EIN_F32, &ob);
+            assert_int_equal(kn_cpu_attention_partial(2, ends, 3, &q.h, &k.h, &v.h, &part[j].h,
+                                                      &err), 0);
+            assert_int_equal(kn_cuda_attention_partial(2, ends, 3, &q.d, &k.d, &v.d, &part[j].d,
+                                                       stream, &err), 0);
+            lse_compare("cuda attention_partial", &part[j]);
+            hd_free(&k);
+            hd_free(&v);
+        }
+        hd m = hd_out(EIN_F32, &ob);
+        kn_block hs[3] = {part[0].h, part[1].h, part[2].h}, ds[3] = {part[0].d, part[1].d, part[2].d};
+        assert_int_equal(kn_cpu_agg_lse(hs, 3, &m.h, &err), 0);
+        assert_int_equal(kn_cuda_agg_blk(EIN_AGG_LSE, ds, 3, &m.d, stream, &err), 0);
+        lse_compare("cuda agg lse", &m);
+        /* no keys at all: zeros and -inf */
+        assert_int_equal(kn_cuda_attention_partial(2, ends, 3, &q.d, NULL, NULL, &m.d, stream,
+                                                   &err), 0);
+        assert_int_equal(kn_cpu_attention_partial(2, ends, 3, &q.h, NULL, NULL, &m.h, &err), 0);
+        lse_compare("cuda attention_partial without keys", &m);
+        hd_free(&m);
+        for (int j = 0; j < 3; j++)
+            hd_free(&part[j]);
+        hd_free(&q);
+    }
+}
+
 static void test_gemm(void **state)
 {
     (void)state;
@@ -635,6 +698,7 @@ int main(void)
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_partial),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_reduce_einsum_run),
         cmocka_unit_test(test_graph_capture),

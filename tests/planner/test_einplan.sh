@@ -23,10 +23,10 @@ check() {   # check NAME COMMAND...: ok when the command succeeds
 echo "1..14"
 
 check "text plan of the FFN" sh -c "$EINPLAN --devices 4 $src/examples/ffn.ein | grep -q 'total cost'"
-check "json has total_cost, ops, split, cost" sh -c "$EINPLAN --devices 8 --json $src/examples/llama_1x128k.ein > $tmp/p.json && grep -q '\"total_cost\"' $tmp/p.json && grep -q '\"name\": \"att\", \"op\": \"attention\", \"line\": [0-9]*, \"split\": {\"heads_kv\": 8, \"tokens\": 1}' $tmp/p.json && grep -q '\"repartition\"' $tmp/p.json"
+check "json has total_cost, ops, split, cost" sh -c "$EINPLAN --devices 8 --json $src/examples/llama_1x128k.ein > $tmp/p.json && grep -q '\"total_cost\"' $tmp/p.json && grep -q '\"name\": \"att\", \"op\": \"attention\", \"line\": [0-9]*, \"split\": {\"heads_kv\": 8, \"tokens\": 1, \"q_blocks\": 1, \"k_blocks\": 1}' $tmp/p.json && grep -q '\"repartition\"' $tmp/p.json"
 check "json is valid (python3 when present)" sh -c "! command -v python3 >/dev/null || python3 -c 'import json,sys; d=json.load(open(\"$tmp/p.json\")); assert d[\"ops\"] and d[\"total_cost\"] > 0'"
 check "dot labels operators by split" sh -c "$EINPLAN --devices 8 --dot $src/examples/llama_1x128k.ein | grep -q 'att = attention.nheads_kv:8 tokens:1'"
-check "attention too small for 72 devices runs on 8" sh -c "$EINPLAN --devices 72 $src/examples/llama_1x128k.ein > $tmp/e && grep -q '^att .*heads_kv:8 tokens:1 on 8 of 72 devices' $tmp/e"
+check "attention on 72 devices: 9 query blocks per kv head (issue 13)" sh -c "$EINPLAN --devices 72 $src/examples/llama_1x128k.ein > $tmp/e && grep -q '^att .*heads_kv:8 tokens:1 q_blocks:9 k_blocks:1 ' $tmp/e && ! grep -q '^att .* of 72 devices' $tmp/e"
 check "bad program names file, line, column, exits 2" sh -c "printf 'input x[4\n' > $tmp/bad.ein; $EINPLAN --devices 2 $tmp/bad.ein 2> $tmp/e; test \$? -eq 2 && grep -q 'bad.ein:1:10:' $tmp/e && grep -q 'expected' $tmp/e"
 check "shape error exits 2" sh -c "printf 'input a[2, 3]\ninput b[4, 5]\nc = matmul(a, b)\nsave c\n' > $tmp/shape.ein; $EINPLAN --devices 2 $tmp/shape.ein 2> $tmp/e; test \$? -eq 2 && grep -q 'shape.ein:3:' $tmp/e"
 check "missing file exits 2" sh -c "$EINPLAN --devices 2 $tmp/nonexistent.ein 2> $tmp/e; test \$? -eq 2 && grep -q 'nonexistent.ein' $tmp/e"

@@ -109,6 +109,14 @@ static void check_spec(const pl_graph *g, int node, const pl_spec *s, float **in
     pl_index idx[PL_MAX_INDICES];
     pl_op_indices(g, node, idx, NULL);
     pl_spec_format_labels(s, idx, spec, sizeof spec);
+    /* LSE (attention's key blocks): partials over ein_agg_box, merged by
+     * kn_cpu_agg_lse in their own array, rows cut out at the end. */
+    int lse = s->agg == EIN_AGG_LSE;
+    ein_box wholex = ein_agg_box(s->agg, &whole);
+    float *gotx = lse ? calloc((size_t)ein_box_volume(&wholex), sizeof(float)) : NULL;
+    if (lse && nd->kernel.kind != EIN_KERNEL_ATTENTION)
+        fail_msg("%s [%s]: lse aggregation on a %s", nd->name, spec,
+                 ein_kernel_kind_name(nd->kernel.kind));
     for (int f = 0; f < s->nparts; f++) {
         kn_block ins[PL_MAX_INPUTS];
         for (int k = 0; k < nd->ninputs; k++) {
@@ -123,19 +131,46 @@ static void check_spec(const pl_graph *g, int node, const pl_spec *s, float **in
             if (!ein_box_empty(b))
                 ein_box_copy(ins[k].data, b, in[k], &ub, b, sizeof(float));
         }
-        kn_block out = {.dtype = EIN_F32, .box = s->f[f].out};
+        if (ein_box_empty(&s->f[f].out))
+            fail_msg("%s [%s]: function specification %d has an empty output", nd->name, spec, f);
+        kn_block out = {.dtype = EIN_F32, .box = ein_agg_box(s->agg, &s->f[f].out)};
         int64_t n = ein_box_volume(&out.box);
         out.data = malloc(sizeof(float) * (size_t)n + 4);
-        if (kn_cpu_run(&nd->kernel, ins, nd->ninputs, &out, &err) < 0)
+        ein_kernel kern = nd->kernel;
+        int nin = nd->ninputs;
+        if (lse) {
+            kern.kind = EIN_KERNEL_ATTENTION_PARTIAL;
+            if (ein_box_empty(&s->f[f].in[1]) != ein_box_empty(&s->f[f].in[2]))
+                fail_msg("%s [%s]: k and v blocks differ in emptiness", nd->name, spec);
+            if (ein_box_empty(&s->f[f].in[1]))
+                nin = 1;
+        }
+        if (kn_cpu_run(&kern, ins, nin, &out, &err) < 0)
             fail_msg("%s [%s]: function specification %d failed: %s", nd->name, spec, f, err.msg);
         /* Aggregate with the spec's op into the recomposed result. */
         float *blk = malloc(sizeof(float) * (size_t)n + 4);
-        ein_box_copy(blk, &out.box, got, &whole, &out.box, sizeof(float));
+        if (!lse)
+            ein_box_copy(blk, &out.box, got, &whole, &out.box, sizeof(float));
         int fresh = 1;
         for (int e = 0; e < f && fresh; e++)
-            fresh = !ein_box_equal(&s->f[e].out, &out.box);
+            fresh = !ein_box_equal(&s->f[e].out, &s->f[f].out);
         if (!fresh && s->agg == EIN_AGG_NONE)
             fail_msg("%s [%s]: output type repeated but no aggregation", nd->name, spec);
+        if (lse) {
+            kn_block acc = {.data = blk, .dtype = EIN_F32, .box = out.box};
+            ein_box_copy(blk, &out.box, gotx, &wholex, &out.box, sizeof(float));
+            kn_block two[2] = {acc, out};
+            if (fresh)
+                memcpy(blk, out.data, sizeof(float) * (size_t)n);
+            else if (kn_cpu_agg_lse(two, 2, &acc, &err) < 0)
+                fail_msg("%s [%s]: merge failed: %s", nd->name, spec, err.msg);
+            ein_box_copy(gotx, &wholex, blk, &out.box, &out.box, sizeof(float));
+            free(blk);
+            free(out.data);
+            for (int k = 0; k < nd->ninputs; k++)
+                free(ins[k].data);
+            continue;
+        }
         for (int64_t i = 0; i < n; i++) {
             float v = ((float *)out.data)[i];
             blk[i] = fresh ? v : s->agg == EIN_AGG_MAX ? fmaxf(blk[i], v) : blk[i] + v;
@@ -145,6 +180,10 @@ static void check_spec(const pl_graph *g, int node, const pl_spec *s, float **in
         free(out.data);
         for (int k = 0; k < nd->ninputs; k++)
             free(ins[k].data);
+    }
+    if (lse) {
+        ein_box_copy(got, &whole, gotx, &wholex, &whole, sizeof(float));
+        free(gotx);
     }
     for (int64_t i = 0; i < nout; i++) {
         double d = fabs((double)got[i] - (double)want[i]);
@@ -313,7 +352,10 @@ static int b_rope(pl_graph *g)
 
 static int b_attention(pl_graph *g)
 {
-    int64_t hkv = rint_in(1, 4), grp = rint_in(1, 3), s = rint_in(1, 11), d = rint_in(1, 5);
+    /* Half the shapes long enough for query and key blocks (up to the
+     * shortest sequence's length, at most 16 each). */
+    int64_t hkv = rint_in(1, 4), grp = rint_in(1, 3), d = rint_in(1, 5);
+    int64_t s = rnd() % 2 ? rint_in(1, 11) : rint_in(12, 60);
     int64_t ends[4];
     int q = input(g, "q", 3, (int64_t[]){hkv * grp, s, d});
     int k = input(g, "k", 3, (int64_t[]){hkv, s, d});
@@ -413,7 +455,9 @@ static void test_positions(void **state)
     int y = pl_graph_add_attention(g, "y", q, k, v, ends, 3, NULL);
     assert_true(y >= 0);
     pl_index idx[PL_MAX_INDICES];
-    assert_int_equal(pl_op_indices(g, y, idx, NULL), 2);
+    assert_int_equal(pl_op_indices(g, y, idx, NULL), 4);   /* + q_blocks, k_blocks */
+    assert_int_equal(pl_index_max_count(&idx[2]), 10);    /* the shortest sequence */
+    assert_int_equal(pl_index_max_count(&idx[3]), 10);
     assert_int_equal(pl_index_max_count(&idx[1]), 3);
     int64_t sp[4];
     assert_int_equal(pl_index_splits(&idx[1], 2, sp), 0);
@@ -424,19 +468,120 @@ static void test_positions(void **state)
     assert_int_equal(pl_index_splits(&idx[1], 4, sp), -1);
     pl_spec *specs;
     int n;
+    /* heads_kv <= 2 and seq <= 3 alone give no 8 or 5; query and key
+     * blocks do (issue 13). The first spec is the paper's when it exists. */
     assert_int_equal(pl_spec_enumerate(g, y, 8, &specs, &n, NULL), 0);
-    assert_int_equal(n, 1);                 /* heads_kv <= 2, seq <= 3: no 8, 7 */
-    assert_int_equal(specs[0].nparts, 6);   /* but 6 of the 8 devices */
+    assert_true(n > 1);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(specs[i].nparts, 8);
     pl_spec_array_free(specs, n);
     assert_int_equal(pl_spec_enumerate(g, y, 5, &specs, &n, NULL), 0);
-    assert_int_equal(n, 1);                 /* no 5: 4 = heads_kv:2 seq:2 */
-    assert_int_equal(specs[0].nparts, 4);
+    assert_int_equal(n, 2);                 /* q_blocks:5 or k_blocks:5 */
+    assert_int_equal(specs[0].counts[2], 5);
+    assert_int_equal(specs[0].agg, EIN_AGG_NONE);
+    assert_int_equal(specs[1].counts[3], 5);
+    assert_int_equal(specs[1].agg, EIN_AGG_LSE);
     pl_spec_array_free(specs, n);
     assert_int_equal(pl_spec_enumerate(g, y, 6, &specs, &n, NULL), 0);
-    assert_int_equal(n, 1);                 /* heads_kv:2 seq:3 */
-    assert_int_equal(specs[0].counts[0], 2);
+    assert_int_equal(specs[0].counts[0], 2);  /* heads_kv:2 seq:3 first */
     assert_int_equal(specs[0].counts[1], 3);
     pl_spec_array_free(specs, n);
+    pl_graph_free(g);
+}
+
+/* Selected larger P (issue 13): one sequence, and packed sequences, on
+ * 12, 16, 24 and 72 devices; every spec joined, merged and compared. */
+static void test_attention_large_p(void **state)
+{
+    (void)state;
+    static const int ps[] = {12, 16, 24, 72};
+    long cases = 0;
+    for (int shape = 0; shape < 4; shape++) {
+        pl_graph *g = pl_graph_new();
+        int64_t hkv = shape % 2 ? 2 : 1, grp = shape < 2 ? 1 : 4, t = 96 + 13 * shape, d = 4;
+        int64_t ends[3] = {t};
+        int nseq = 1;
+        if (shape >= 2) {                    /* packed: 3 sequences */
+            ends[0] = t / 3 - 5;
+            ends[1] = 2 * t / 3 + 4;
+            ends[2] = t;
+            nseq = 3;
+        }
+        int q = input(g, "q", 3, (int64_t[]){hkv * grp, t, d});
+        int k = input(g, "k", 3, (int64_t[]){hkv, t, d});
+        int v = input(g, "v", 3, (int64_t[]){hkv, t, d});
+        int y = pl_graph_add_attention(g, "y", q, k, v, ends, nseq, NULL);
+        assert_true(y >= 0);
+        const pl_node *nd = pl_graph_node(g, y);
+        float *in[3];
+        for (int i = 0; i < 3; i++)
+            in[i] = rand_data(nvol(pl_graph_node(g, nd->inputs[i])));
+        float *want = run_whole(g, y, in);
+        for (size_t pi = 0; pi < sizeof ps / sizeof *ps; pi++) {
+            pl_spec *specs;
+            int n;
+            assert_int_equal(pl_spec_enumerate(g, y, ps[pi], &specs, &n, NULL), 0);
+            assert_true(n >= 1);
+            for (int i = 0; i < n; i++) {
+                assert_int_equal(specs[i].nparts, ps[pi]);
+                check_tiling(nd, &specs[i]);
+                check_spec(g, y, &specs[i], in, want);
+                cases++;
+            }
+            pl_spec_array_free(specs, n);
+        }
+        for (int i = 0; i < 3; i++)
+            free(in[i]);
+        free(want);
+        pl_graph_free(g);
+    }
+    total_cases += cases;
+    printf("# attention at P = 12, 16, 24, 72: %ld (shape, p, spec) cases\n", cases);
+}
+
+/* Balance of the causal work (issue 13) on the 1x128K LLaMA attention
+ * (32 query heads, 8 kv heads, head dim 128): for every spec at P = 16
+ * and 72, the largest device's (query, key) pairs over the mean. Query
+ * and key blocks are cut at whole tokens where the pairs reach equal
+ * fractions, so the only imbalance is rounding. */
+static void test_attention_balance(void **state)
+{
+    (void)state;
+    pl_graph *g = pl_graph_new();
+    int64_t t = 131072, ends[1] = {131072};
+    int q = input(g, "q", 3, (int64_t[]){32, t, 128});
+    int k = input(g, "k", 3, (int64_t[]){8, t, 128});
+    int v = input(g, "v", 3, (int64_t[]){8, t, 128});
+    int y = pl_graph_add_attention(g, "y", q, k, v, ends, 1, NULL);
+    assert_true(y >= 0);
+    const pl_node *nd = pl_graph_node(g, y);
+    double all = 32.0 * (double)t * (double)(t + 1) / 2;
+    pl_index idx[PL_MAX_INDICES];
+    pl_op_indices(g, y, idx, NULL);
+    for (int p = 16; p <= 72; p += 56) {
+        pl_spec *specs;
+        int n;
+        assert_int_equal(pl_spec_enumerate(g, y, p, &specs, &n, NULL), 0);
+        assert_true(n >= 1);
+        for (int i = 0; i < n; i++) {
+            double sum = 0, mx = 0;
+            for (int f = 0; f < specs[i].nparts; f++) {
+                double w = pl_attention_pairs(nd, &specs[i].f[f].in[0], &specs[i].f[f].in[1]);
+                sum += w;
+                mx = w > mx ? w : mx;
+            }
+            char buf[256];
+            pl_spec_format_labels(&specs[i], idx, buf, sizeof buf);
+            printf("# P=%d %-44s max/mean pairs %.5f\n", p, buf, mx / (sum / p));
+            if (!(fabs(sum - all) <= 1e-9 * all))
+                fail_msg("P=%d %s: the specs hold %.0f pairs, the operator %.0f", p, buf, sum, all);
+            /* Heads split unevenly (8 into 3, 6, ...) are unbalanced by
+             * construction, as before issue 13: judged only when even. */
+            if (8 % specs[i].counts[0] == 0 && !(mx / (sum / p) <= 1.001))
+                fail_msg("P=%d %s: max/mean work %.5f", p, buf, mx / (sum / p));
+        }
+        pl_spec_array_free(specs, n);
+    }
     pl_graph_free(g);
 }
 
@@ -460,6 +605,8 @@ int main(void)
         cmocka_unit_test(test_concat),      cmocka_unit_test(test_slice),
         cmocka_unit_test(test_split_heads), cmocka_unit_test(test_merge_heads),
         cmocka_unit_test(test_positions),
+        cmocka_unit_test(test_attention_large_p),
+        cmocka_unit_test(test_attention_balance),
     };
     return cmocka_run_group_tests_name("planner_soundness", tests, NULL, report);
 }

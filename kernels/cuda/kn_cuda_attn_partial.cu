@@ -1,0 +1,245 @@
+/* kernels/cuda/kn_cuda_attn_partial.cu — one key block's share of causal
+ * attention and the log-sum-exp merge of such partials (issue 13; the
+ * semantics of kn_cpu_attention_partial and kn_cpu_agg_lse).
+ *
+ * Partial: one warp per query row (lanes split the head dim), the keys of
+ * the block the row sees one at a time with the online softmax; the row is
+ * written in f32 as the normalised output then m + log(l) (-inf and zeros
+ * when the block holds none of its keys). Merge: one thread per row of
+ * d + 1 floats. Both are simple and correct first; the tensor-core path of
+ * kn_cuda_attention can be reused for the partial when it matters. Never
+ * run on a GPU yet (the project's machines have none): it compiles, and
+ * tools/gpu-check runs the kernel tests where a GPU exists. */
+#include "kernels/cuda/kn_cuda_common.cuh"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define KN_CU_PART_NPL 8   /* head-dim elements per lane: d <= 256 */
+
+struct kn_cu_pseqs {
+    int n;
+    int64_t end[KN_CUDA_MAX_SEQ];
+};
+
+struct kn_cu_pgeom {
+    int64_t group, d, t0, tq, u0, tk, hq;
+    float scale;
+};
+
+__device__ __forceinline__ int64_t kn_cu_pstart(const kn_cu_pseqs &s, int64_t t)
+{
+    int64_t st = 0;
+    for (int i = 0; i < s.n; i++)
+        st = s.end[i] <= t ? s.end[i] : st;
+    return st;
+}
+
+template <typename T>
+__global__ void kn_cu_att_part(kn_cu_pseqs seqs, kn_cu_pgeom g, const T *q, const T *k,
+                               const T *v, float *out)
+{
+    int lane = threadIdx.x & 31;
+    for (int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+         row < g.hq * g.tq; row += (int64_t)gridDim.x * (blockDim.x / 32)) {
+        int64_t h = row / g.tq, t = g.t0 + row % g.tq, kh = h / g.group;
+        const T *qr = q + row * g.d;
+        float qv[KN_CU_PART_NPL], acc[KN_CU_PART_NPL];
+        for (int j = 0; j < KN_CU_PART_NPL; j++) {
+            int64_t e = lane + 32 * j;
+            qv[j] = e < g.d ? ld(qr, e) * g.scale : 0.0f;
+            acc[j] = 0.0f;
+        }
+        float m = -INFINITY, l = 0.0f;
+        int64_t a = kn_cu_pstart(seqs, t), b = t + 1;
+        a = a > g.u0 ? a : g.u0;
+        b = b < g.u0 + g.tk ? b : g.u0 + g.tk;
+        for (int64_t u = a; u < b; u++) {
+            const T *kr = k + (kh * g.tk + (u - g.u0)) * g.d;
+            const T *vr = v + (kh * g.tk + (u - g.u0)) * g.d;
+            float s = 0.0f;
+            for (int j = 0; j < KN_CU_PART_NPL; j++) {
+                int64_t e = lane + 32 * j;
+                if (e < g.d)
+                    s += qv[j] * ld(kr, e);
+            }
+            for (int o = 16; o > 0; o >>= 1)
+                s += __shfl_xor_sync(0xffffffffu, s, o);
+            float mn = fmaxf(m, s), alpha = __expf(m - mn), p = __expf(s - mn);
+            l = l * alpha + p;
+            for (int j = 0; j < KN_CU_PART_NPL; j++) {
+                int64_t e = lane + 32 * j;
+                acc[j] = acc[j] * alpha + (e < g.d ? p * ld(vr, e) : 0.0f);
+            }
+            m = mn;
+        }
+        float *orow = out + row * (g.d + 1);
+        float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int j = 0; j < KN_CU_PART_NPL; j++) {
+            int64_t e = lane + 32 * j;
+            if (e < g.d)
+                orow[e] = acc[j] * inv;
+        }
+        if (lane == 0)
+            orow[g.d] = l > 0.0f ? m + logf(l) : -INFINITY;
+    }
+}
+
+/* Rows without keys (no k/v block): zeros and -inf. */
+__global__ void kn_cu_att_part_empty(float *out, int64_t rows, int64_t w)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * w;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = i % w == w - 1 ? -INFINITY : 0.0f;
+}
+
+struct kn_cu_lse_srcs {
+    const float *p[16];
+};
+
+/* One thread per row: out may alias a source (each thread reads its row
+ * of every source before writing it, column by column after the stats). */
+__global__ void kn_cu_lse_merge(kn_cu_lse_srcs s, int ns, float *out, int64_t rows, int64_t w)
+{
+    int64_t d = w - 1;
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows;
+         r += (int64_t)gridDim.x * blockDim.x) {
+        float mx = -INFINITY;
+        for (int j = 0; j < ns; j++)
+            mx = fmaxf(mx, s.p[j][r * w + d]);
+        if (mx == -INFINITY) {
+            for (int64_t c = 0; c < d; c++)
+                out[r * w + c] = 0.0f;
+            out[r * w + d] = -INFINITY;
+            continue;
+        }
+        float e[16], sum = 0.0f;
+        for (int j = 0; j < ns; j++) {
+            float x = s.p[j][r * w + d];
+            e[j] = x == -INFINITY ? 0.0f : __expf(x - mx);
+            sum += e[j];
+        }
+        float inv = 1.0f / sum;
+        for (int64_t c = 0; c < d; c++) {
+            float acc = 0.0f;
+            for (int j = 0; j < ns; j++)
+                acc += e[j] * s.p[j][r * w + c];
+            out[r * w + c] = acc * inv;
+        }
+        out[r * w + d] = mx + logf(sum);
+    }
+}
+
+extern "C" int kn_cuda_attention_partial(int64_t group, const int64_t *seq_ends, int nseq,
+                                         const kn_block *q, const kn_block *k,
+                                         const kn_block *v, kn_block *out, void *stream,
+                                         ein_error *err)
+{
+    const char *what = "cuda attention_partial";
+    int rc;
+    if ((rc = kn_cu_blk(what, "q", q, 3, err)) < 0 || (rc = kn_cu_blk(what, "out", out, 3, err)) < 0)
+        return rc;
+    if (!k != !v)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: k and v must both be given or both be NULL", what);
+    if (nseq < 0 || (nseq > 0 && !seq_ends))
+        return kn_cu_fail(err, EIN_EINVAL, "%s: bad sequence list", what);
+    if (nseq > KN_CUDA_MAX_SEQ)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: %d sequences (at most %d)", what, nseq,
+                          KN_CUDA_MAX_SEQ);
+    kn_cu_pseqs seqs;
+    seqs.n = nseq;
+    for (int i = 0; i < nseq; i++) {
+        if (seq_ends[i] <= (i > 0 ? seq_ends[i - 1] : 0))
+            return kn_cu_fail(err, EIN_EINVAL, "%s: sequence ends are not ascending", what);
+        seqs.end[i] = seq_ends[i];
+    }
+    ein_box want = q->box;
+    want.hi[2] += 1;
+    if (out->dtype != EIN_F32 || !kn_cu_box_eq(&want, &out->box) || q->box.lo[2] != 0 ||
+        q->box.hi[2] < 1)
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: out must be f32 over q's box with d + 1 "
+                          "columns, d whole", what);
+    int64_t d = q->box.hi[2], hq = q->box.hi[0] - q->box.lo[0];
+    int64_t tq = q->box.hi[1] - q->box.lo[1], rows = hq * tq;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (rows == 0)
+        return 0;
+    if (!k || kn_cu_vol(&k->box) == 0) {
+        kn_cu_att_part_empty<<<kn_cu_grid(rows * (d + 1), KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+            (float *)out->data, rows, d + 1);
+        return kn_cu_launched(what, err);
+    }
+    if ((rc = kn_cu_blk(what, "k", k, 3, err)) < 0 || (rc = kn_cu_blk(what, "v", v, 3, err)) < 0)
+        return rc;
+    if (group < 1 || !kn_cu_box_eq(&k->box, &v->box) || k->box.lo[2] != 0 || k->box.hi[2] != d ||
+        q->box.lo[0] != group * k->box.lo[0] || q->box.hi[0] != group * k->box.hi[0])
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: boxes do not fit (v = k, whole equal head dim, "
+                          "q heads = group * kv heads)", what);
+    if (q->dtype != k->dtype || q->dtype != v->dtype)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: q, k and v must share one dtype", what);
+    if (d > 32 * KN_CU_PART_NPL)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: head dim %lld above %d", what,
+                          (long long)d, 32 * KN_CU_PART_NPL);
+    kn_cu_pgeom g;
+    g.group = group;
+    g.d = d;
+    g.t0 = q->box.lo[1];
+    g.tq = tq;
+    g.u0 = k->box.lo[1];
+    g.tk = k->box.hi[1] - g.u0;
+    g.hq = hq;
+    g.scale = (float)(1.0 / sqrt((double)d));
+    KN_CU_DISPATCH(q->dtype, T,
+        kn_cu_att_part<T><<<kn_cu_grid(rows, 8), 256, 0, s>>>(
+            seqs, g, (const T *)q->data, (const T *)k->data, (const T *)v->data,
+            (float *)out->data));
+    return kn_cu_launched(what, err);
+}
+
+extern "C" int kn_cuda_agg_lse_blk(const kn_block *srcs, int n, kn_block *out, void *stream,
+                                   ein_error *err)
+{
+    const char *what = "cuda agg lse";
+    int rc;
+    if (n < 1 || !srcs)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: needs at least one source, got %d", what, n);
+    if ((rc = kn_cu_blk(what, "out", out, -1, err)) < 0)
+        return rc;
+    int r = out->box.rank;
+    if (r < 1 || out->box.lo[r - 1] != 0 || out->box.hi[r - 1] < 2 || out->dtype != EIN_F32)
+        return kn_cu_fail(err, EIN_ESHAPE, "%s: out must be f32 rows [0, d + 1), d >= 1", what);
+    for (int j = 0; j < n; j++) {
+        if ((rc = kn_cu_blk(what, "source", &srcs[j], -1, err)) < 0)
+            return rc;
+        if (!kn_cu_box_eq(&srcs[j].box, &out->box) || srcs[j].dtype != EIN_F32)
+            return kn_cu_fail(err, EIN_ESHAPE, "%s: source %d differs from out in box or dtype",
+                              what, j);
+    }
+    int64_t w = out->box.hi[r - 1], rows = kn_cu_vol(&out->box) / w;
+    if (rows == 0)
+        return 0;
+    /* At most 16 sources a launch: later launches fold into out, which is
+     * then their first source (the merge is associative). A source that
+     * aliases out must be in the first launch: it is moved there. */
+    int first = 0;
+    for (int j = 0; j < n; j++)
+        if (srcs[j].data == out->data)
+            first = j;
+    for (int done = 0; done < n;) {
+        kn_cu_lse_srcs s;
+        memset(&s, 0, sizeof s);
+        int ns = 0;
+        if (done > 0)
+            s.p[ns++] = (const float *)out->data;
+        for (; done < n && ns < 16; done++) {
+            int j = done == 0 ? first : done == first ? 0 : done;
+            s.p[ns++] = (const float *)srcs[j].data;
+        }
+        kn_cu_lse_merge<<<kn_cu_grid(rows, KN_CU_BLOCK), KN_CU_BLOCK, 0, (cudaStream_t)stream>>>(
+            s, ns, (float *)out->data, rows, w);
+        if ((rc = kn_cu_launched(what, err)) < 0)
+            return rc;
+    }
+    return 0;
+}
