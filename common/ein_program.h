@@ -112,8 +112,17 @@ typedef struct ein_pbuffer {
     uint64_t bytes;      /* == volume(box) * dtype size */
 } ein_pbuffer;
 
+/* Where a LOAD with a path reads its tensor from. */
+typedef enum ein_load_format {
+    EIN_LOAD_NPY = 0,   /* `path` is a .npy file of the tensor's dtype and shape */
+    EIN_LOAD_RAW = 1,   /* dense row-major little-endian at byte `offset` of `path`
+                           (a tensor of a .safetensors file): read by mmap of the
+                           block's own bytes (ein_raw_read_box) */
+    EIN_LOAD_FORMAT_COUNT
+} ein_load_format;
+
 typedef enum ein_instr_kind {
-    EIN_I_LOAD = 0, /* dst <- box of an input: .npy `path`, or generated from (seed, key) */
+    EIN_I_LOAD = 0, /* dst <- box of an input: `path` (.npy or raw at `offset`), or generated from (seed, key) */
     EIN_I_STORE,    /* srcs[0] -> its box of the output .npy `path` */
     EIN_I_KERNEL,   /* dst <- kernel(srcs...) */
     EIN_I_SLICE,    /* dst <- the part of srcs[0] inside dst's box (decompose) */
@@ -136,6 +145,8 @@ typedef struct ein_instr {
     ein_agg agg;            /* AGG */
     char *path;             /* LOAD (NULL: generate) and STORE */
     uint64_t seed, key;     /* LOAD generated: value = ein_rand_value(seed, key, flat index) */
+    ein_load_format format; /* LOAD: how `path` holds the tensor (NPY when generated) */
+    uint64_t offset;        /* LOAD RAW: byte offset of the tensor's first element; else 0 */
     int rank;               /* LOAD/STORE: shape of the whole tensor in the file */
     int64_t shape[EIN_MAX_RANK];
     int32_t peer;           /* COPY: source device; NOTIFY: device told */
@@ -182,7 +193,9 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  *
  * Per kind (beyond ids in range): buffer boxes have rank 0..8 and
  * 0 <= lo < hi; offsets are multiples of the element size;
- * LOAD: no srcs, a dst inside [0, shape); STORE: one src inside [0, shape),
+ * LOAD: no srcs, a dst inside [0, shape), format NPY or RAW, RAW only with
+ * a path, offset 0 unless RAW and offset + the tensor's bytes below 2^63;
+ * STORE: one src inside [0, shape),
  * dst -1, a non-empty path; KERNEL: a dst; EINSUM 1-2 srcs and subscripts
  * "ab,bc->ac" (explicit "->", letters only) whose letters match the
  * operands' ranks and agree on extents; UNARY 1 src with dst's box;

@@ -115,6 +115,11 @@ static int load_block(lw *L, int node, const ein_box *box, int dev)
     ein_instr ins = {.kind = EIN_I_LOAD, .dst = buf};
     set_op(&ins, nd->name, NULL);
     ins.path = (char *)(L->o->input_path ? L->o->input_path[node] : NULL);
+    if (L->o->input_src && L->o->input_src[node].path) {
+        ins.path = (char *)L->o->input_src[node].path;
+        ins.format = L->o->input_src[node].format;
+        ins.offset = L->o->input_src[node].offset;
+    }
     ins.seed = L->o->seed;
     ins.key = ein_rand_key(nd->name);
     ins.rank = nd->rank;

@@ -19,6 +19,7 @@
 #include "coordinator/co_probe.h"
 #include "coordinator/co_run.h"
 #include "coordinator/co_topo.h"
+#include "coordinator/co_weights.h"
 #include "exchange/xp_topo.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
@@ -58,6 +59,14 @@ static void usage(FILE *f)
 "                       be a regular file (not a link, FIFO or device), and\n"
 "                       no two outputs may be the same file.\n"
 "  --seed S             seed for generated inputs (default: 1).\n"
+"  --weights FILE.safetensors  read every input named like a tensor of FILE\n"
+"                       from it (dtype and shape must match); repeat for a\n"
+"                       sharded checkpoint. Each device maps only the bytes of\n"
+"                       its own blocks. A bad file stops einrun before anything\n"
+"                       runs (exit 2). --input wins over a same-named tensor.\n"
+"  --map INPUT=TENSOR   read INPUT from the --weights tensor TENSOR, e.g.\n"
+"                       --map 'wq=model.layers.0.self_attn.q_proj.weight'\n"
+"                       (docs/hf-llama.md: a LLaMA checkpoint's names).\n"
 "Planning:\n"
 "  --selector dp|greedy|random   how specs are chosen (default: dp).\n"
 "  --schedule naive|search  exchange bodies: the naive program, or one\n"
@@ -88,7 +97,7 @@ static void usage(FILE *f)
 "  --rewrite            rewrite the graph by equality saturation first (matmul\n"
 "                       order, merged projections), then plan the cheapest\n"
 "                       equivalent graph; prints what changed on stderr.\n"
-"  --weights A,B,...    the inputs that are weights, for --rewrite's cost.\n"
+"  --rewrite-weights A,B,...  the inputs that are weights, for --rewrite's cost.\n"
 "  --ilp                --rewrite extracts with CBC's ILP.\n"
 "Measuring:\n"
 "  --iterations N       run the plan N times after the warm-up and report the\n"
@@ -355,6 +364,10 @@ int main(int argc, char **argv)
     int manual = 0, search = 1, want_cuda = 0, rewrite = 0, ilp = 0;
     int graphs = -1; /* --graphs: -1 auto, 0 off, 1 on */
     const char *weights = NULL;
+    const char *wfiles[MAX_BINDINGS], *wmaps[MAX_BINDINGS];
+    int nwfiles = 0, nwmaps = 0;
+    ein_safetensors **wopen = NULL;
+    co_input_src *in_src = NULL;
     const char *topo_arg = NULL, *probe_file = NULL;
     int show_topo = 0;
     long search_work = XP_SEARCH_DEFAULT_WORK;
@@ -387,7 +400,9 @@ int main(int argc, char **argv)
         {"schedule", required_argument, 0, 'H'},
         {"backend", required_argument, 0, 'K'},
         {"rewrite", no_argument, 0, 'Y'},
-        {"weights", required_argument, 0, 'Z'},
+        {"rewrite-weights", required_argument, 0, 'Z'},
+        {"weights", required_argument, 0, 0x110},
+        {"map", required_argument, 0, 0x111},
         {"ilp", no_argument, 0, 'L'},
         {"topology", required_argument, 0, 'O'},
         {"gpu-probe", required_argument, 0, 0x101},
@@ -535,6 +550,18 @@ int main(int argc, char **argv)
             break;
         case 'Y': rewrite = 1; break;
         case 'Z': weights = optarg; break;
+        case 0x110:
+        case 0x111:
+            if ((c == 0x110 ? nwfiles : nwmaps) >= MAX_BINDINGS) {
+                fprintf(stderr, "einrun: --%s: at most %d\n", c == 0x110 ? "weights" : "map",
+                        MAX_BINDINGS);
+                return 2;
+            }
+            if (c == 0x110)
+                wfiles[nwfiles++] = optarg;
+            else
+                wmaps[nwmaps++] = optarg;
+            break;
         case 'L': ilp = 1; break;
         case 'K':
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
@@ -695,6 +722,17 @@ int main(int argc, char **argv)
         }
         in_path[v] = inputs[i].path;
     }
+    if (!(in_src = calloc((size_t)g->nnodes, sizeof *in_src))) {
+        fprintf(stderr, "einrun: out of memory\n");
+        goto done;
+    }
+    for (int v = 0; v < g->nnodes; v++)
+        in_src[v].path = in_path[v];
+    if ((nwfiles || nwmaps) &&
+        co_weights_load(g, wfiles, nwfiles, wmaps, nwmaps, in_src, NULL, &wopen, &err) < 0) {
+        fprintf(stderr, "einrun: --weights: %s\n", err.msg);
+        goto done;
+    }
     for (int i = 0; i < noutputs; i++) {
         int v = pl_graph_find(g, outputs[i].name);
         if (v < 0 || !pl_graph_node(g, v)->saved) {
@@ -788,6 +826,7 @@ int main(int argc, char **argv)
     status = 1;
     co_lower_opts lo = {.ndev = ndev, .seed = seed, .input_path = in_path,
                         .output_path = (const char *const *)tmp_path, .topo = topo,
+                        .input_src = in_src,
                         .search = search};
     xp_search_opts_default(&lo.search_opts);
     lo.search_opts.max_work = search_work;
@@ -894,6 +933,8 @@ done:
     pl_plan_free(plan);
     pl_graph_free(g);
     free(in_path);
+    free(in_src);
+    co_weights_files_free(wopen, nwfiles);
     free(out_path);
     free(wstats);
     free(iter_s);

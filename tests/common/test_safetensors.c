@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/ein_program.h"
 #include "common/ein_raw.h"
 #include "common/ein_safetensors.h"
 
@@ -262,12 +263,58 @@ static void test_bad_files(void **state)
     assert_null(st);
 }
 
+/* A LOAD of a raw tensor: format and offset survive the wire, and the
+ * validator refuses the combinations that make no sense. */
+static void test_load_raw_wire(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    ein_program *p = ein_program_new(0, 1);
+    ein_box b = {.rank = 2, .lo = {0, 0}, .hi = {2, 3}};
+    int buf = ein_program_add_buffer(p, EIN_BF16, &b, &err);
+    assert_true(buf >= 0);
+    ein_instr ins = {.kind = EIN_I_LOAD, .dst = buf, .path = "m.safetensors", .rank = 2,
+                     .shape = {4, 3}, .format = EIN_LOAD_RAW, .offset = 4104};
+    assert_true(ein_program_add_instr(p, &ins, &err) >= 0);
+    assert_int_equal(ein_program_validate(p, &err), 0);
+    void *enc = NULL;
+    size_t len = 0;
+    ein_program *q = NULL;
+    assert_int_equal(ein_program_encode(p, &enc, &len, &err), 0);
+    if (ein_program_decode(enc, len, &q, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(q->instrs[0].format, EIN_LOAD_RAW);
+    assert_int_equal(q->instrs[0].offset, 4104);
+    assert_string_equal(q->instrs[0].path, "m.safetensors");
+    free(enc);
+    ein_program_free(q);
+    /* Raw without a path; an offset on a .npy load; a format out of range;
+     * a tensor ending past 2^63. */
+    ein_instr *x = &p->instrs[0];
+    char *path = x->path;
+    x->path = NULL;
+    assert_int_equal(ein_program_validate(p, &err), EIN_EPROTO);
+    assert_non_null(strstr(err.msg, "raw load needs a path"));
+    x->path = path;
+    x->format = EIN_LOAD_NPY;
+    assert_int_equal(ein_program_validate(p, &err), EIN_EPROTO);
+    assert_non_null(strstr(err.msg, "not raw"));
+    x->format = (ein_load_format)7;
+    assert_int_equal(ein_program_validate(p, &err), EIN_EPROTO);
+    x->format = EIN_LOAD_RAW;
+    x->offset = (uint64_t)INT64_MAX - 8;
+    assert_int_equal(ein_program_validate(p, &err), EIN_EPROTO);
+    assert_non_null(strstr(err.msg, "2^63"));
+    ein_program_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good),
         cmocka_unit_test(test_maps_only_the_block),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_load_raw_wire),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
