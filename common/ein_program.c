@@ -552,6 +552,8 @@ static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_e
                          (long long)x->lo[1], (long long)x->hi[1], (long long)d);
         if (!isfinite(k->theta) || k->theta <= 0)
             return ifail(err, i, ins, "rope: theta %g is not a finite number > 0", k->theta);
+        if (k->style < 0 || k->style >= EIN_ROPE_STYLE_COUNT)
+            return ifail(err, i, ins, "rope: style %d is not interleaved (0) or half (1)", (int)k->style);
         return check_seq_ends(i, ins, x->hi[0], err);
     }
     case EIN_KERNEL_ATTENTION: {
@@ -760,11 +762,11 @@ int ein_program_validate(const ein_program *p, ein_error *err)
  * others; the decoder requires exactly those. */
 enum {
     K_KIND, K_SUBSCRIPTS, K_UNARY, K_SCALAR, K_BINARY, K_AXIS, K_AXES, K_REDUCE, K_START, K_EPS,
-    K_THETA, K_HEAD_DIM, K_GROUP, K_LIST, K_COUNT
+    K_THETA, K_HEAD_DIM, K_GROUP, K_LIST, K_STYLE, K_COUNT
 };
 static const char *const kernel_keys[K_COUNT] = {
     "kind", "subscripts", "unary", "scalar", "binary", "axis", "axes", "reduce", "start", "eps",
-    "theta", "head_dim", "group", "list",
+    "theta", "head_dim", "group", "list", "style",
 };
 #define KF(f) (1u << K_##f)
 static const unsigned kernel_fields[] = {
@@ -774,7 +776,7 @@ static const unsigned kernel_fields[] = {
     [EIN_KERNEL_SOFTMAX] = KF(AXIS),
     [EIN_KERNEL_RMSNORM] = KF(EPS),
     [EIN_KERNEL_LAYERNORM] = KF(EPS),
-    [EIN_KERNEL_ROPE] = KF(HEAD_DIM) | KF(THETA) | KF(LIST),
+    [EIN_KERNEL_ROPE] = KF(HEAD_DIM) | KF(THETA) | KF(LIST) | KF(STYLE),
     [EIN_KERNEL_ATTENTION] = KF(GROUP) | KF(LIST),
     [EIN_KERNEL_REDUCE] = KF(AXES) | KF(REDUCE),
     [EIN_KERNEL_CONCAT] = KF(AXIS) | KF(LIST),
@@ -840,6 +842,7 @@ static int pack_kernel(msgpack_packer *pk, const ein_kernel *k)
         case K_THETA: e |= msgpack_pack_double(pk, k->theta); break;
         case K_HEAD_DIM: e |= msgpack_pack_int64(pk, k->head_dim); break;
         case K_GROUP: e |= msgpack_pack_int64(pk, k->group); break;
+        case K_STYLE: e |= msgpack_pack_int32(pk, k->style); break;
         case K_LIST:
             e |= msgpack_pack_array(pk, (size_t)k->nlist);
             for (int32_t j = 0; j < k->nlist; j++)
@@ -1133,6 +1136,10 @@ static int unpack_kernel(const msgpack_object *o, ein_kernel *k, const char *wha
         case K_THETA: rc = ein_mp_get_double(v[key], &k->theta, w, err); break;
         case K_HEAD_DIM: rc = ein_mp_get_int(v[key], INT64_MIN, INT64_MAX, &k->head_dim, w, err); break;
         case K_GROUP: rc = ein_mp_get_int(v[key], INT64_MIN, INT64_MAX, &k->group, w, err); break;
+        case K_STYLE:
+            if ((rc = ein_mp_get_int(v[key], INT32_MIN, INT32_MAX, &iv, w, err)) == 0)
+                k->style = (int32_t)iv;
+            break;
         case K_LIST: {
             /* The pre-scan bounded the count by the bytes that remain. */
             const msgpack_object *a = v[key];

@@ -24,6 +24,7 @@
 #include "common/ein_box.h"
 #include "common/ein_dtype.h"
 #include "common/ein_error.h"
+#include "common/ein_rope.h"
 
 #define EIN_PROTOCOL_VERSION 1
 #define EIN_NAME_MAX 64         /* operator names, einsum subscripts */
@@ -69,7 +70,7 @@ typedef enum ein_kernel_kind {
     EIN_KERNEL_SOFTMAX,     /* axis */
     EIN_KERNEL_RMSNORM,     /* eps; inputs x, weight */
     EIN_KERNEL_LAYERNORM,   /* eps; inputs x, weight, bias */
-    EIN_KERNEL_ROPE,        /* head_dim, theta, list = sequence ends */
+    EIN_KERNEL_ROPE,        /* head_dim, theta, style, list = sequence ends */
     EIN_KERNEL_ATTENTION,   /* group, list = sequence ends; inputs q, k, v */
     EIN_KERNEL_REDUCE,      /* axes (bit mask), reduce (SUM or MAX) */
     EIN_KERNEL_CONCAT,      /* axis, list = offset of each input along axis */
@@ -99,6 +100,7 @@ typedef struct ein_kernel {
     double theta;                  /* ROPE base (10000 for LLaMA) */
     int64_t head_dim;              /* ROPE, SPLIT_HEADS, MERGE_HEADS */
     int64_t group;                 /* ATTENTION: query heads per kv head */
+    int32_t style;                 /* ROPE: an ein_rope_style */
     int64_t *list;                 /* ROPE/ATTENTION: sorted sequence ends, the
                                       last = total tokens (none: one sequence);
                                       CONCAT: offset of input i along axis */
@@ -205,7 +207,7 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  * box == x box, weight (and bias) rank 1 over x's last interval, which
  * is whole ([0, d)); ROPE 1
  * src of rank 2, dst box == x box, head_dim > 0 and even dividing both
- * hidden bounds, theta finite > 0; ATTENTION q, k, v of rank 3, dst box
+ * hidden bounds, theta finite > 0, style an ein_rope_style; ATTENTION q, k, v of rank 3, dst box
  * == q box, k box == v box, group >= 1, q heads == group * k heads, d
  * interval equal and starting at 0, k/v tokens covering every key of the
  * q tokens; ROPE/ATTENTION sequence ends positive, strictly ascending, the

@@ -38,6 +38,7 @@
 
 #include "common/ein_dtype.h"
 #include "common/ein_error.h"
+#include "common/ein_rope.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,6 +96,14 @@ ein_tensor ein_graph_layernorm(ein_graph *g, const char *name, ein_tensor x, ein
  * (nseq = 0: one sequence). */
 ein_tensor ein_graph_rope(ein_graph *g, const char *name, ein_tensor x, int64_t head_dim,
                           double theta, const int64_t *seq_ends, int nseq, ein_error *err);
+/* The same with the pairing of a head's elements: EIN_ROPE_INTERLEAVED
+ * (what ein_graph_rope does: pairs 2i, 2i+1, Meta's LLaMA code) or
+ * EIN_ROPE_HALF (pairs i, i + head_dim/2: Hugging Face's rotate_half, what
+ * transformers checkpoints expect; docs/hf-llama.md). Another style is
+ * EIN_EINVAL. */
+ein_tensor ein_graph_rope_ex(ein_graph *g, const char *name, ein_tensor x, int64_t head_dim,
+                             double theta, const int64_t *seq_ends, int nseq,
+                             ein_rope_style style, ein_error *err);
 ein_tensor ein_graph_attention(ein_graph *g, const char *name, ein_tensor q, ein_tensor k,
                                ein_tensor v, const int64_t *seq_ends, int nseq,
                                ein_error *err);

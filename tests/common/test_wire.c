@@ -1202,10 +1202,12 @@ static void k_softmax(msgpack_packer *pk)
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_SOFTMAX);
     pk_cstr(pk, "axis"); msgpack_pack_int(pk, 1);
 }
+static int style_value; /* the ROPE kernels' style (0: interleaved) */
 static void k_rope(msgpack_packer *pk, int nlist)
 {
-    msgpack_pack_map(pk, 3 + (nlist >= 0));
+    msgpack_pack_map(pk, 1 + 3 + (nlist >= 0));
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
     pk_cstr(pk, "theta"); msgpack_pack_double(pk, 10000.0);
     if (nlist >= 0) {
@@ -1254,16 +1256,18 @@ static void k_axis_range(msgpack_packer *pk)
 }
 static void k_list_type(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 4);
+    msgpack_pack_map(pk, 1 + 4);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
     pk_cstr(pk, "theta"); msgpack_pack_double(pk, 10000.0);
     pk_cstr(pk, "list"); pk_cstr(pk, "8");
 }
 static void k_list_elem(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 4);
+    msgpack_pack_map(pk, 1 + 4);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
     pk_cstr(pk, "theta"); msgpack_pack_double(pk, 10000.0);
     pk_cstr(pk, "list");
@@ -1287,8 +1291,9 @@ static void k_reduce_range(msgpack_packer *pk)
 }
 static void k_theta_inf(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 4);
+    msgpack_pack_map(pk, 1 + 4);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
     pk_cstr(pk, "theta"); msgpack_pack_double(pk, INFINITY);
     pk_cstr(pk, "list"); msgpack_pack_array(pk, 0);
@@ -1303,8 +1308,9 @@ static void k_group_type(msgpack_packer *pk)
 /* A list header that claims more entries than the bytes that remain. */
 static void k_list_huge(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 4);
+    msgpack_pack_map(pk, 1 + 4);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
     pk_cstr(pk, "theta"); msgpack_pack_double(pk, 10000.0);
     pk_cstr(pk, "list");
@@ -1338,6 +1344,11 @@ static void test_kernel_fields(void **state)
     expect_kernel_ok(k_softmax, EIN_KERNEL_SOFTMAX, 0);
     expect_kernel_ok(k_rope_ok, EIN_KERNEL_ROPE, 2);
     expect_kernel_ok(k_rope_max, EIN_KERNEL_ROPE, EIN_KERNEL_LIST_MAX);
+    style_value = 1;    /* half */
+    expect_kernel_ok(k_rope_ok, EIN_KERNEL_ROPE, 2);
+    style_value = 2;
+    expect_kernel_proto(k_rope_ok, "rope: style 2 is not interleaved (0) or half (1)");
+    style_value = 0;
     expect_kernel_proto(k_rope_nolist, "instrs[0].kernel: missing field 'list'");
     expect_kernel_proto(k_rope_long, "kernel.list: 65537 entries exceed 65536");
     expect_kernel_proto(k_extra, "field 'subscripts' not expected in a softmax kernel");

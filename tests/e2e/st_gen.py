@@ -7,6 +7,10 @@
 #   st_gen.py ffn DIR DTYPE        DIR/model.safetensors (x, w1, layers.0.w2,
 #                                  pos I64) and DIR/ref.npy = relu(x@w1)@w2
 #   st_gen.py bad DIR              DIR/bad-*.safetensors, one lie each
+#   st_gen.py rope DIR             DIR/x.npy [12, 4*16] and DIR/ref.npy: Hugging
+#                                  Face's rotate-half RoPE of x (theta 500000)
+#                                  over packed sequences [5, 7], written the
+#                                  way transformers' modeling_llama does it
 #   st_gen.py check GOT REF TOL    max |got - ref| / max(1, |ref|) <= TOL
 import json, struct, sys
 import numpy as np
@@ -69,6 +73,26 @@ def bad(d):
     write(d + "/bad-dtype.safetensors", good, dtype)
 
 
+def rope(d):
+    rng = np.random.default_rng(3)
+    tokens, heads, hd, base = 12, 4, 16, 500000.0
+    x = rng.standard_normal((tokens, heads * hd)).astype(np.float32)
+    np.save(d + "/x.npy", x)
+    # transformers: inv_freq = 1 / base^(arange(0, dim, 2) / dim); emb = cat(freqs, freqs)
+    inv_freq = 1.0 / (base ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+    pos = np.concatenate([np.arange(5), np.arange(7)]).astype(np.float64)
+    freqs = np.outer(pos, inv_freq)
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
+
+    def rotate_half(v):
+        v1, v2 = v[..., : hd // 2], v[..., hd // 2:]
+        return np.concatenate([-v2, v1], axis=-1)
+
+    q = x.astype(np.float64).reshape(tokens, heads, hd)
+    np.save(d + "/ref.npy", (q * cos + rotate_half(q) * sin).reshape(tokens, heads * hd))
+
+
 def check(got, ref, tol):
     g = np.load(got).astype(np.float64)
     r = np.load(ref)
@@ -86,6 +110,8 @@ if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "ffn":
         ffn(sys.argv[2], sys.argv[3])
+    elif cmd == "rope":
+        rope(sys.argv[2])
     elif cmd == "bad":
         bad(sys.argv[2])
     elif cmd == "check":
