@@ -11,6 +11,13 @@
 #                                  Face's rotate-half RoPE of x (theta 500000)
 #                                  over packed sequences [5, 7], written the
 #                                  way transformers' modeling_llama does it
+#   st_gen.py hfllama DIR          DIR/model.safetensors: one decoder layer of a
+#                                  tiny LLaMA under transformers' tensor names
+#                                  (model.layers.0.self_attn.q_proj.weight, ...,
+#                                  [out, in] layout), DIR/x.npy [24, 32] and
+#                                  DIR/ref.npy: the layer's output computed as
+#                                  modeling_llama.LlamaDecoderLayer does, over
+#                                  packed sequences [10, 14]
 #   st_gen.py check GOT REF TOL    max |got - ref| / max(1, |ref|) <= TOL
 import json, struct, sys
 import numpy as np
@@ -93,6 +100,54 @@ def rope(d):
     np.save(d + "/ref.npy", (q * cos + rotate_half(q) * sin).reshape(tokens, heads * hd))
 
 
+def hfllama(d):
+    rng = np.random.default_rng(11)
+    T, H, KV, D, FF, base, eps = 24, 4, 2, 8, 40, 10000.0, 1e-5
+    dm = H * D
+    w = lambda *s: (rng.standard_normal(s) / np.sqrt(s[-1])).astype(np.float32)
+    p = "model.layers.0."
+    t = {p + "input_layernorm.weight": (1 + 0.1 * rng.standard_normal(dm)).astype(np.float32),
+         p + "self_attn.q_proj.weight": w(H * D, dm), p + "self_attn.k_proj.weight": w(KV * D, dm),
+         p + "self_attn.v_proj.weight": w(KV * D, dm), p + "self_attn.o_proj.weight": w(dm, H * D),
+         p + "post_attention_layernorm.weight": (1 + 0.1 * rng.standard_normal(dm)).astype(np.float32),
+         p + "mlp.gate_proj.weight": w(FF, dm), p + "mlp.up_proj.weight": w(FF, dm),
+         p + "mlp.down_proj.weight": w(dm, FF)}
+    write(d + "/model.safetensors", [(k, v, "F32") for k, v in t.items()])
+    x = rng.standard_normal((T, dm)).astype(np.float32)
+    np.save(d + "/x.npy", x)
+    f = {k: v.astype(np.float64) for k, v in t.items()}
+
+    def rmsnorm(h, wt):
+        return wt * (h / np.sqrt(np.mean(h * h, axis=-1, keepdims=True) + eps))
+
+    def rotate_half(v):
+        return np.concatenate([-v[..., D // 2:], v[..., : D // 2]], axis=-1)
+
+    inv_freq = 1.0 / (base ** (np.arange(0, D, 2, dtype=np.float64) / D))
+    out = []
+    for seq in np.split(x.astype(np.float64), [10]):
+        S = seq.shape[0]
+        emb = np.concatenate([np.outer(np.arange(S), inv_freq)] * 2, axis=-1)
+        cos, sin = np.cos(emb)[None], np.sin(emb)[None]          # [1, S, D]
+        h = rmsnorm(seq, f[p + "input_layernorm.weight"])
+        q = (h @ f[p + "self_attn.q_proj.weight"].T).reshape(S, H, D).transpose(1, 0, 2)
+        k = (h @ f[p + "self_attn.k_proj.weight"].T).reshape(S, KV, D).transpose(1, 0, 2)
+        v = (h @ f[p + "self_attn.v_proj.weight"].T).reshape(S, KV, D).transpose(1, 0, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = np.repeat(k, H // KV, axis=0), np.repeat(v, H // KV, axis=0)   # repeat_kv
+        s = q @ k.transpose(0, 2, 1) / np.sqrt(D)
+        s = s + np.triu(np.full((S, S), -np.inf), 1)
+        a = np.exp(s - s.max(-1, keepdims=True))
+        a /= a.sum(-1, keepdims=True)
+        o = (a @ v).transpose(1, 0, 2).reshape(S, H * D) @ f[p + "self_attn.o_proj.weight"].T
+        h1 = seq + o
+        g = rmsnorm(h1, f[p + "post_attention_layernorm.weight"])
+        gate = g @ f[p + "mlp.gate_proj.weight"].T
+        mlp = (gate / (1 + np.exp(-gate)) * (g @ f[p + "mlp.up_proj.weight"].T)) @ f[p + "mlp.down_proj.weight"].T
+        out.append(h1 + mlp)
+    np.save(d + "/ref.npy", np.concatenate(out))
+
+
 def check(got, ref, tol):
     g = np.load(got).astype(np.float64)
     r = np.load(ref)
@@ -110,6 +165,8 @@ if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "ffn":
         ffn(sys.argv[2], sys.argv[3])
+    elif cmd == "hfllama":
+        hfllama(sys.argv[2])
     elif cmd == "rope":
         rope(sys.argv[2])
     elif cmd == "bad":
