@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_progress.h"
 #include "common/ein_rand.h"
 #include "common/ein_wire.h"
 #include "exchange/xp_atoms.h"
@@ -874,11 +875,13 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
             rc = ein_fail(err, EIN_ENOMEM, "out of memory while lowering");
             goto done;
         }
-    for (int v = 0; v < g->nnodes && rc == 0; v++)
+    for (int v = 0; v < g->nnodes && rc == 0; v++) {
         if (plan->nodes[v].planned)
             rc = lower_node(&L, v);
         else if (pl_graph_node(g, v)->kind == PL_INPUT && pl_graph_node(g, v)->saved)
             rc = lower_saved_input(&L, v);
+        ein_progress_step(opts->progress, v + 1);
+    }
     for (int d = 0; d < L.ndev && rc == 0; d++)
         if ((rc = ein_program_validate(L.progs[d], err)) < 0)
             ein_error_prefix(err, "internal error: program of device %d", d);

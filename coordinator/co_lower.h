@@ -72,6 +72,7 @@ typedef struct co_lower_opts {
                                        overrides input_path */
     long long max_program_bytes;    /* a device's PROGRAM message; <= 0: EIN_MSG_MAX_BYTES.
                                        Past it co_lower fails with EIN_ELIMIT */
+    struct ein_progress *progress;  /* NULL, or stepped with the nodes lowered (of nnodes) */
 } co_lower_opts;
 
 typedef struct co_lower_stats {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/ein_progress.h"
 #include "common/ein_clock.h"
 #include "common/ein_status.h"
 #include "common/ein_wire.h"
@@ -605,10 +606,13 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
         double t = ein_now_s();
         if (!shutting_down) {
             int all_done = 1;
+            ein_progress_step(o->progress, r.iter);
             for (int d = 0; d < ndev; d++)
                 all_done &= r.w[d].phase == W_DONE;
             if (all_done && r.iter_s)
                 r.iter_s[r.iter] = t - r.t_iter;
+            if (all_done)
+                ein_progress_step(o->progress, r.iter + 1);
             if (all_done && r.iter + 1 < o->iterations) {
                 /* A barrier between iterations: no buffer is rewritten while a
                  * peer may still be copying it. */

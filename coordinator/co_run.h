@@ -40,6 +40,7 @@ typedef struct co_run_opts {
     int cuda;                   /* workers use the CUDA backend ... */
     const int *gpu_ids;         /* ... worker d on GPU gpu_ids[d] */
     int graphs;                 /* workers capture local stretches as graphs */
+    struct ein_progress *progress; /* NULL, or stepped with the iterations done */
 } co_run_opts;
 
 typedef struct co_worker_stats {

@@ -20,6 +20,8 @@
 #include "coordinator/co_run.h"
 #include "coordinator/co_topo.h"
 #include "coordinator/co_weights.h"
+#include "coordinator/co_dump.h"
+#include "common/ein_progress.h"
 #include "exchange/xp_topo.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
@@ -59,6 +61,9 @@ static void usage(FILE *f)
 "                       be a regular file (not a link, FIFO or device), and\n"
 "                       no two outputs may be the same file.\n"
 "  --seed S             seed for generated inputs (default: 1).\n"
+"  --dump-inputs DIR    write every input, as the workers load it (generated\n"
+"                       ones included), to DIR/NAME.npy (DIR is created), so\n"
+"                       a result can be checked with NumPy.\n"
 "  --weights FILE.safetensors  read every input named like a tensor of FILE\n"
 "                       from it (dtype and shape must match); repeat for a\n"
 "                       sharded checkpoint. Each device maps only the bytes of\n"
@@ -128,6 +133,8 @@ static void usage(FILE *f)
 "  --worker PATH        the einworker binary (default: next to einrun).\n"
 "Other:\n"
 "  -v, --verbose        per-device timings and lowering statistics.\n"
+"  -q, --quiet          no progress lines (they show only when stderr is a\n"
+"                       terminal: planning, synthesis, --dump-inputs, runs).\n"
 "  -h, --help           this text.   --version   the version.\n"
 "\n"
 "Exit status: 0 success, 1 the run failed (the message names the device,\n"
@@ -368,6 +375,9 @@ int main(int argc, char **argv)
     int nwfiles = 0, nwmaps = 0;
     ein_safetensors **wopen = NULL;
     co_input_src *in_src = NULL;
+    int quiet = 0;
+    const char *dump_dir = NULL;
+    ein_progress pg;
     const char *topo_arg = NULL, *probe_file = NULL;
     int show_topo = 0;
     long search_work = XP_SEARCH_DEFAULT_WORK;
@@ -403,6 +413,8 @@ int main(int argc, char **argv)
         {"rewrite-weights", required_argument, 0, 'Z'},
         {"weights", required_argument, 0, 0x110},
         {"map", required_argument, 0, 0x111},
+        {"quiet", no_argument, 0, 'q'},
+        {"dump-inputs", required_argument, 0, 0x113},
         {"ilp", no_argument, 0, 'L'},
         {"topology", required_argument, 0, 'O'},
         {"gpu-probe", required_argument, 0, 0x101},
@@ -418,7 +430,7 @@ int main(int argc, char **argv)
     };
     int c;
     char *end;
-    while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "vhq", opts, NULL)) != -1) {
         switch (c) {
         case 'g':
             gpus_arg = optarg;
@@ -594,6 +606,8 @@ int main(int argc, char **argv)
                     XP_SEARCH_DEFAULT_WORK);
             return 2;
         case 'v': verbose = 1; break;
+        case 'q': quiet = 1; break;
+        case 0x113: dump_dir = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("einrun %s\n", PACKAGE_VERSION); return 0;
         default:
@@ -812,7 +826,11 @@ int main(int argc, char **argv)
     }
 
     double t0 = ein_now_s();
-    if (pl_plan_make(g, ndev, sel, plan_seed, &plan, &err) < 0) {
+    int show = ein_progress_wanted(quiet);
+    ein_progress_begin(&pg, show, "planning", 0);
+    int prc = pl_plan_make(g, ndev, sel, plan_seed, &plan, &err);
+    ein_progress_end(&pg);
+    if (prc < 0) {
         fprintf(stderr, "einrun: cannot plan %s for %d devices: %s\n", path, ndev, err.msg);
         goto done;
     }
@@ -833,13 +851,31 @@ int main(int argc, char **argv)
     lo.search_opts.cap_ms = cap_ms;
     lo.search_opts.seed = plan_seed;
     co_lower_stats ls;
-    if (co_lower(g, plan, &lo, &progs, &ls, &err) < 0) {
+    ein_progress_begin(&pg, show, "lowering, synthesising exchanges", g->nnodes);
+    lo.progress = &pg;
+    int lrc = co_lower(g, plan, &lo, &progs, &ls, &err);
+    ein_progress_end(&pg);
+    if (lrc < 0) {
         fprintf(stderr, "einrun: cannot lower the plan: %s\n", err.msg);
         if (err.code == EIN_ELIMIT)
             status = 2; /* bad input: the program is too large */
         goto done;
     }
     double t_plan = ein_now_s() - t0;
+    if (dump_dir) {
+        int ninp = 0, nd = 0;
+        for (int v = 0; v < g->nnodes; v++)
+            ninp += pl_graph_node(g, v)->kind == PL_INPUT;
+        ein_progress_begin(&pg, show, "writing inputs", ninp);
+        int drc = co_dump_inputs(g, in_src, seed, dump_dir, &pg, &nd, &err);
+        ein_progress_end(&pg);
+        if (drc < 0) {
+            fprintf(stderr, "einrun: %s\n", err.msg);
+            status = 2;
+            goto done;
+        }
+        fprintf(stderr, "einrun: wrote %d input%s to %s/\n", nd, nd == 1 ? "" : "s", dump_dir);
+    }
     if (ls.ncapped)
         fprintf(stderr, "einrun: the exchange search hit its wall-clock cap (%g ms) in %d of %d "
                         "exchanges: this plan depends on the machine's speed (raise "
@@ -869,7 +905,11 @@ int main(int argc, char **argv)
         goto done;
     }
     double t1 = ein_now_s();
-    if (co_run(progs, ndev, &ro, wstats, iter_s, &err) < 0) {
+    ein_progress_begin(&pg, show, "running (iterations)", warmup + iterations);
+    ro.progress = &pg;
+    int rrc = co_run(progs, ndev, &ro, wstats, iter_s, &err);
+    ein_progress_end(&pg);
+    if (rrc < 0) {
         fprintf(stderr, "einrun: run failed: %s\n", err.msg);
         goto done;
     }

@@ -18,6 +18,7 @@
 #                                  DIR/ref.npy: the layer's output computed as
 #                                  modeling_llama.LlamaDecoderLayer does, over
 #                                  packed sequences [10, 14]
+#   st_gen.py ffnref DIR OUT       OUT = relu(x@w1)@w2 of DIR/{x,w1,w2}.npy
 #   st_gen.py check GOT REF TOL    max |got - ref| / max(1, |ref|) <= TOL
 import json, struct, sys
 import numpy as np
@@ -165,6 +166,9 @@ if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "ffn":
         ffn(sys.argv[2], sys.argv[3])
+    elif cmd == "ffnref":
+        ld = lambda n: np.load(sys.argv[2] + "/" + n + ".npy").astype(np.float64)
+        np.save(sys.argv[3], np.maximum(ld("x") @ ld("w1"), 0) @ ld("w2"))
     elif cmd == "hfllama":
         hfllama(sys.argv[2])
     elif cmd == "rope":
