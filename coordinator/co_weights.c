@@ -72,12 +72,12 @@ int co_weights_bind(const pl_graph *g, const ein_safetensors *const *files, int 
         int v = pl_graph_find(g, map[i].input);
         const pl_node *nd = v >= 0 ? pl_graph_node(g, v) : NULL;
         if (!nd || nd->kind != PL_INPUT) {
-            rc = ein_fail(err, EIN_EINVAL, "--map %s=%s: the program has no input named '%s'",
+            rc = ein_fail(err, EIN_EINVAL, "map %s=%s: the program has no input named '%s'",
                           map[i].input, map[i].tensor, map[i].input);
             goto done;
         }
         if (pick[v] || src[v].path) {
-            rc = ein_fail(err, EIN_EINVAL, "--map %s=%s: input %s already has a source%s%s",
+            rc = ein_fail(err, EIN_EINVAL, "map %s=%s: input %s already has a source%s%s",
                           map[i].input, map[i].tensor, nd->name, pick[v] ? ": tensor " : "",
                           pick[v] ? pick[v]->name : "");
             goto done;
@@ -87,9 +87,9 @@ int co_weights_bind(const pl_graph *g, const ein_safetensors *const *files, int 
         if (rc < 0)
             goto done;
         if (!t) {
-            rc = ein_fail(err, EIN_EINVAL, "--map %s=%s: no tensor named '%s' in %s%s",
+            rc = ein_fail(err, EIN_EINVAL, "map %s=%s: no tensor named '%s' in %s%s",
                           map[i].input, map[i].tensor, map[i].tensor,
-                          nfiles == 1 ? files[0]->path : "the --weights files",
+                          nfiles == 1 ? files[0]->path : "the weights files",
                           nfiles == 1 ? "" : "");
             goto done;
         }
