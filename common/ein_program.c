@@ -5,7 +5,8 @@
  *    "buffers": [{"dtype": i, "box": [[lo...], [hi...]], "offset": u, "bytes": u}...],
  *    "instrs": [{"kind": i, "deps": [...], "srcs": [...], "dst": i, "op": s, ...}...]}
  * where each instruction carries only the fields of its kind:
- *   LOAD "path" (str or nil), "seed", "key", "shape"; STORE "path", "shape";
+ *   LOAD "path" (str or nil), "seed", "key", "shape", "format", "offset";
+ *   STORE "path", "shape";
  *   KERNEL "kernel": {"kind", and the fields of that kind (kernel_fields
  *   below): "subscripts" | "unary","scalar" | "binary" | "axis" | "eps" |
  *   "head_dim","theta","list" | "group","list" | "axes","reduce" |
@@ -306,6 +307,29 @@ static int check_file_shape(const ein_program *p, int i, const ein_instr *ins, i
     return 0;
 }
 
+/* LOAD: the format and offset agree with the path, and a raw tensor's last
+ * byte is addressable. */
+static int check_load_source(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    if ((unsigned)ins->format >= EIN_LOAD_FORMAT_COUNT)
+        return ifail(err, i, ins, "load format %d out of range", (int)ins->format);
+    if (ins->format == EIN_LOAD_RAW && !ins->path)
+        return ifail(err, i, ins, "a raw load needs a path");
+    if (ins->format != EIN_LOAD_RAW && ins->offset)
+        return ifail(err, i, ins, "offset %llu given to a load that is not raw",
+                     (unsigned long long)ins->offset);
+    if (ins->format == EIN_LOAD_RAW) {
+        uint64_t bytes = ein_dtype_size(p->buffers[ins->dst].dtype), end;
+        for (int d = 0; d < ins->rank; d++)
+            if (__builtin_mul_overflow(bytes, (uint64_t)ins->shape[d], &bytes))
+                return ifail(err, i, ins, "raw tensor's size overflows");
+        if (__builtin_add_overflow(ins->offset, bytes, &end) || end > (uint64_t)INT64_MAX)
+            return ifail(err, i, ins, "raw tensor at offset %llu ends past 2^63",
+                         (unsigned long long)ins->offset);
+    }
+    return 0;
+}
+
 static int check_path(int i, const ein_instr *ins, int required, ein_error *err)
 {
     if (!ins->path)
@@ -546,6 +570,8 @@ static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_e
                          (long long)x->lo[1], (long long)x->hi[1], (long long)d);
         if (!isfinite(k->theta) || k->theta <= 0)
             return ifail(err, i, ins, "rope: theta %g is not a finite number > 0", k->theta);
+        if (k->style < 0 || k->style >= EIN_ROPE_STYLE_COUNT)
+            return ifail(err, i, ins, "rope: style %d is not interleaved (0) or half (1)", (int)k->style);
         return check_seq_ends(i, ins, x->hi[0], err);
     }
     case EIN_KERNEL_ATTENTION: {
@@ -713,7 +739,9 @@ static int check_instr(const ein_program *p, int i, ein_error *err)
     case EIN_I_LOAD:
         if ((rc = check_path(i, ins, 0, err)) < 0)
             return rc;
-        return check_file_shape(p, i, ins, ins->dst, err);
+        if ((rc = check_file_shape(p, i, ins, ins->dst, err)) < 0)
+            return rc;
+        return check_load_source(p, i, ins, err);
     case EIN_I_STORE:
         if ((rc = check_path(i, ins, 1, err)) < 0)
             return rc;
@@ -788,11 +816,11 @@ int ein_program_validate(const ein_program *p, ein_error *err)
  * others; the decoder requires exactly those. */
 enum {
     K_KIND, K_SUBSCRIPTS, K_UNARY, K_SCALAR, K_BINARY, K_AXIS, K_AXES, K_REDUCE, K_START, K_EPS,
-    K_THETA, K_HEAD_DIM, K_GROUP, K_LIST, K_COUNT
+    K_THETA, K_HEAD_DIM, K_GROUP, K_LIST, K_STYLE, K_COUNT
 };
 static const char *const kernel_keys[K_COUNT] = {
     "kind", "subscripts", "unary", "scalar", "binary", "axis", "axes", "reduce", "start", "eps",
-    "theta", "head_dim", "group", "list",
+    "theta", "head_dim", "group", "list", "style",
 };
 #define KF(f) (1u << K_##f)
 static const unsigned kernel_fields[] = {
@@ -802,7 +830,7 @@ static const unsigned kernel_fields[] = {
     [EIN_KERNEL_SOFTMAX] = KF(AXIS),
     [EIN_KERNEL_RMSNORM] = KF(EPS),
     [EIN_KERNEL_LAYERNORM] = KF(EPS),
-    [EIN_KERNEL_ROPE] = KF(HEAD_DIM) | KF(THETA) | KF(LIST),
+    [EIN_KERNEL_ROPE] = KF(HEAD_DIM) | KF(THETA) | KF(LIST) | KF(STYLE),
     [EIN_KERNEL_ATTENTION] = KF(GROUP) | KF(LIST),
     [EIN_KERNEL_REDUCE] = KF(AXES) | KF(REDUCE),
     [EIN_KERNEL_CONCAT] = KF(AXIS) | KF(LIST),
@@ -869,6 +897,7 @@ static int pack_kernel(msgpack_packer *pk, const ein_kernel *k)
         case K_THETA: e |= msgpack_pack_double(pk, k->theta); break;
         case K_HEAD_DIM: e |= msgpack_pack_int64(pk, k->head_dim); break;
         case K_GROUP: e |= msgpack_pack_int64(pk, k->group); break;
+        case K_STYLE: e |= msgpack_pack_int32(pk, k->style); break;
         case K_LIST:
             e |= msgpack_pack_array(pk, (size_t)k->nlist);
             for (int32_t j = 0; j < k->nlist; j++)
@@ -885,7 +914,7 @@ static int pack_instr(msgpack_packer *pk, const ein_instr *ins)
     int e = 0;
     size_t extra;
     switch (ins->kind) {
-    case EIN_I_LOAD: extra = 4; break;
+    case EIN_I_LOAD: extra = 6; break;
     case EIN_I_STORE: extra = 2; break;
     case EIN_I_KERNEL: extra = 1; break;
     case EIN_I_AGG: extra = 1; break;
@@ -911,6 +940,8 @@ static int pack_instr(msgpack_packer *pk, const ein_instr *ins)
         if (ins->kind == EIN_I_LOAD) {
             KEY("seed"); e |= msgpack_pack_uint64(pk, ins->seed);
             KEY("key"); e |= msgpack_pack_uint64(pk, ins->key);
+            KEY("format"); e |= msgpack_pack_int(pk, (int)ins->format);
+            KEY("offset"); e |= msgpack_pack_uint64(pk, ins->offset);
         }
         break;
     case EIN_I_KERNEL:
@@ -1160,6 +1191,10 @@ static int unpack_kernel(const msgpack_object *o, ein_kernel *k, const char *wha
         case K_THETA: rc = ein_mp_get_double(v[key], &k->theta, w, err); break;
         case K_HEAD_DIM: rc = ein_mp_get_int(v[key], INT64_MIN, INT64_MAX, &k->head_dim, w, err); break;
         case K_GROUP: rc = ein_mp_get_int(v[key], INT64_MIN, INT64_MAX, &k->group, w, err); break;
+        case K_STYLE:
+            if ((rc = ein_mp_get_int(v[key], INT32_MIN, INT32_MAX, &iv, w, err)) == 0)
+                k->style = (int32_t)iv;
+            break;
         case K_LIST: {
             /* The pre-scan bounded the count by the bytes that remain. */
             const msgpack_object *a = v[key];
@@ -1191,11 +1226,11 @@ static int unpack_kernel(const msgpack_object *o, ein_kernel *k, const char *wha
 
 enum {
     I_KIND, I_DEPS, I_SRCS, I_DST, I_OP, I_KERNEL, I_AGG, I_PATH, I_SEED, I_KEY, I_SHAPE,
-    I_PEER, I_PEER_BUF, I_PEER_OFFSET, I_COUNT
+    I_PEER, I_PEER_BUF, I_PEER_OFFSET, I_FORMAT, I_OFFSET, I_COUNT
 };
 static const char *const instr_keys[I_COUNT] = {
     "kind", "deps", "srcs", "dst", "op", "kernel", "agg", "path", "seed", "key", "shape",
-    "peer", "peer_buf", "peer_offset",
+    "peer", "peer_buf", "peer_offset", "format", "offset",
 };
 
 /* Fill *ins (zeroed by the caller; its arrays are the caller's to free
@@ -1218,7 +1253,9 @@ static int unpack_instr(const msgpack_object *o, ein_instr *ins, int id, ein_err
     /* The fields this kind needs. */
     unsigned need = 0;
     switch (ins->kind) {
-    case EIN_I_LOAD: need = 1u << I_PATH | 1u << I_SEED | 1u << I_KEY | 1u << I_SHAPE; break;
+    case EIN_I_LOAD:
+        need = 1u << I_PATH | 1u << I_SEED | 1u << I_KEY | 1u << I_SHAPE | 1u << I_FORMAT | 1u << I_OFFSET;
+        break;
     case EIN_I_STORE: need = 1u << I_PATH | 1u << I_SHAPE; break;
     case EIN_I_KERNEL: need = 1u << I_KERNEL; break;
     case EIN_I_AGG: need = 1u << I_AGG; break;
@@ -1271,6 +1308,15 @@ static int unpack_instr(const msgpack_object *o, ein_instr *ins, int id, ein_err
         return rc;
     if (v[I_PEER_BUF] &&
         (rc = unpack_int32(v[I_PEER_BUF], 0, &ins->peer_buf, fmt_what(w, sizeof w, "%s.peer_buf", what), err)) < 0)
+        return rc;
+    if (v[I_FORMAT]) {
+        if ((rc = ein_mp_get_int(v[I_FORMAT], 0, EIN_LOAD_FORMAT_COUNT - 1, &iv,
+                                 fmt_what(w, sizeof w, "%s.format", what), err)) < 0)
+            return rc;
+        ins->format = (ein_load_format)iv;
+    }
+    if (v[I_OFFSET] &&
+        (rc = ein_mp_get_uint(v[I_OFFSET], &ins->offset, fmt_what(w, sizeof w, "%s.offset", what), err)) < 0)
         return rc;
     if (v[I_PEER_OFFSET] &&
         (rc = ein_mp_get_uint(v[I_PEER_OFFSET], &ins->peer_offset, fmt_what(w, sizeof w, "%s.peer_offset", what),

@@ -24,6 +24,7 @@
 #include "common/ein_box.h"
 #include "common/ein_dtype.h"
 #include "common/ein_error.h"
+#include "common/ein_rope.h"
 
 #define EIN_PROTOCOL_VERSION 2
 #define EIN_NAME_MAX 64         /* operator names, einsum subscripts */
@@ -87,7 +88,7 @@ typedef enum ein_kernel_kind {
     EIN_KERNEL_SOFTMAX,     /* axis */
     EIN_KERNEL_RMSNORM,     /* eps; inputs x, weight */
     EIN_KERNEL_LAYERNORM,   /* eps; inputs x, weight, bias */
-    EIN_KERNEL_ROPE,        /* head_dim, theta, list = sequence ends */
+    EIN_KERNEL_ROPE,        /* head_dim, theta, style, list = sequence ends */
     EIN_KERNEL_ATTENTION,   /* group, list = sequence ends; inputs q, k, v */
     EIN_KERNEL_REDUCE,      /* axes (bit mask), reduce (SUM or MAX) */
     EIN_KERNEL_CONCAT,      /* axis, list = offset of each input along axis */
@@ -119,6 +120,7 @@ typedef struct ein_kernel {
     double theta;                  /* ROPE base (10000 for LLaMA) */
     int64_t head_dim;              /* ROPE, SPLIT_HEADS, MERGE_HEADS */
     int64_t group;                 /* ATTENTION: query heads per kv head */
+    int32_t style;                 /* ROPE: an ein_rope_style */
     int64_t *list;                 /* ROPE/ATTENTION: sorted sequence ends, the
                                       last = total tokens (none: one sequence);
                                       CONCAT: offset of input i along axis */
@@ -132,8 +134,17 @@ typedef struct ein_pbuffer {
     uint64_t bytes;      /* == volume(box) * dtype size */
 } ein_pbuffer;
 
+/* Where a LOAD with a path reads its tensor from. */
+typedef enum ein_load_format {
+    EIN_LOAD_NPY = 0,   /* `path` is a .npy file of the tensor's dtype and shape */
+    EIN_LOAD_RAW = 1,   /* dense row-major little-endian at byte `offset` of `path`
+                           (a tensor of a .safetensors file): read by mmap of the
+                           block's own bytes (ein_raw_read_box) */
+    EIN_LOAD_FORMAT_COUNT
+} ein_load_format;
+
 typedef enum ein_instr_kind {
-    EIN_I_LOAD = 0, /* dst <- box of an input: .npy `path`, or generated from (seed, key) */
+    EIN_I_LOAD = 0, /* dst <- box of an input: `path` (.npy or raw at `offset`), or generated from (seed, key) */
     EIN_I_STORE,    /* srcs[0] -> its box of the output .npy `path` */
     EIN_I_KERNEL,   /* dst <- kernel(srcs...) */
     EIN_I_SLICE,    /* dst <- the part of srcs[0] inside dst's box (decompose) */
@@ -156,6 +167,8 @@ typedef struct ein_instr {
     ein_agg agg;            /* AGG */
     char *path;             /* LOAD (NULL: generate) and STORE */
     uint64_t seed, key;     /* LOAD generated: value = ein_rand_value(seed, key, flat index) */
+    ein_load_format format; /* LOAD: how `path` holds the tensor (NPY when generated) */
+    uint64_t offset;        /* LOAD RAW: byte offset of the tensor's first element; else 0 */
     int rank;               /* LOAD/STORE: shape of the whole tensor in the file */
     int64_t shape[EIN_MAX_RANK];
     int32_t peer;           /* COPY: source device; NOTIFY: device told */
@@ -202,7 +215,9 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  *
  * Per kind (beyond ids in range): buffer boxes have rank 0..8 and
  * 0 <= lo < hi; offsets are multiples of the element size;
- * LOAD: no srcs, a dst inside [0, shape); STORE: one src inside [0, shape),
+ * LOAD: no srcs, a dst inside [0, shape), format NPY or RAW, RAW only with
+ * a path, offset 0 unless RAW and offset + the tensor's bytes below 2^63;
+ * STORE: one src inside [0, shape),
  * dst -1, a non-empty path; KERNEL: a dst; EINSUM 1-2 srcs and subscripts
  * "ab,bc->ac" (explicit "->", letters only) whose letters match the
  * operands' ranks and agree on extents; UNARY 1 src with dst's box;
@@ -212,7 +227,7 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  * box == x box, weight (and bias) rank 1 over x's last interval, which
  * is whole ([0, d)); ROPE 1
  * src of rank 2, dst box == x box, head_dim > 0 and even dividing both
- * hidden bounds, theta finite > 0; ATTENTION q, k, v of rank 3, dst box
+ * hidden bounds, theta finite > 0, style an ein_rope_style; ATTENTION q, k, v of rank 3, dst box
  * == q box, k box == v box, group >= 1, q heads == group * k heads, d
  * interval equal and starting at 0, k/v tokens covering every key of the
  * q tokens; ATTENTION_PARTIAL 1 or 3 srcs, the same rules for q, k, v

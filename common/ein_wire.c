@@ -317,9 +317,11 @@ static int pack_msg(msgpack_packer *pk, const ein_msg *m, ein_error *err)
                 if (strlen(path) >= EIN_PATH_MAX)
                     return ein_fail(err, EIN_EINVAL, "start message: a path of %zu bytes (at most %d)",
                                     strlen(path), EIN_PATH_MAX - 1);
-                e |= msgpack_pack_array(pk, 2);
+                e |= msgpack_pack_array(pk, 4);
                 e |= pack_fixed_str(pk, m->reload[r].name, sizeof m->reload[r].name);
                 e |= ein_mp_pack_cstr(pk, path);
+                e |= msgpack_pack_int32(pk, (int32_t)m->reload[r].format);
+                e |= msgpack_pack_uint64(pk, m->reload[r].offset);
             }
             break;
         }
@@ -375,7 +377,8 @@ static int check_int_field(const msgpack_object *o, int64_t min, int64_t max, in
     return ein_mp_get_int(o, min, max, out, what, err);
 }
 
-/* START's reload: an array of [name, path] ("" path: generated). */
+/* START's reload: an array of [name, path, format, offset] ("" path:
+ * generated; then format NPY and offset 0). */
 static int unpack_reload(const msgpack_object *o, ein_msg *m, ein_error *err)
 {
     if (o->type != MSGPACK_OBJECT_ARRAY)
@@ -392,8 +395,11 @@ static int unpack_reload(const msgpack_object *o, ein_msg *m, ein_error *err)
         char path[EIN_PATH_MAX];
         int rc;
         m->nreload = (int32_t)r + 1; /* so that ein_msg_clear frees what is there */
-        if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2)
-            return ein_fail(err, EIN_EPROTO, "start message: reload entry %u: expected [name, path]", r);
+        int64_t fmt;
+        uint64_t off;
+        if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 4)
+            return ein_fail(err, EIN_EPROTO, "start message: reload entry %u: expected [name, "
+                            "path, format, offset]", r);
         if ((rc = ein_mp_get_str(&e->via.array.ptr[0], m->reload[r].name, sizeof m->reload[r].name,
                                  "start message: reload name", err)) < 0 ||
             (rc = ein_mp_get_str(&e->via.array.ptr[1], path, sizeof path,
@@ -401,6 +407,21 @@ static int unpack_reload(const msgpack_object *o, ein_msg *m, ein_error *err)
             return rc;
         if (!m->reload[r].name[0])
             return ein_fail(err, EIN_EPROTO, "start message: reload entry %u: empty name", r);
+        if ((rc = ein_mp_get_int(&e->via.array.ptr[2], 0, EIN_LOAD_FORMAT_COUNT - 1, &fmt,
+                                 "start message: reload format", err)) < 0 ||
+            (rc = ein_mp_get_uint(&e->via.array.ptr[3], &off, "start message: reload offset",
+                                  err)) < 0)
+            return rc;
+        if ((fmt != EIN_LOAD_NPY || off) && !path[0])
+            return ein_fail(err, EIN_EPROTO, "start message: reload entry %u: a generated input "
+                            "with a format or offset", r);
+        if (fmt != EIN_LOAD_RAW && off)
+            return ein_fail(err, EIN_EPROTO, "start message: reload entry %u: an offset for a "
+                            ".npy file", r);
+        if (off > (uint64_t)INT64_MAX)
+            return ein_fail(err, EIN_EPROTO, "start message: reload entry %u: offset too large", r);
+        m->reload[r].format = (ein_load_format)fmt;
+        m->reload[r].offset = off;
         if (path[0] && !(m->reload[r].path = strdup(path)))
             return ein_fail(err, EIN_ENOMEM, "start message: out of memory");
     }

@@ -40,10 +40,13 @@ typedef enum ein_msg_type {
 
 /* START: an input whose LOADs read a new source from this run on (its
  * blocks are loaded again before the run): `name` is the input (the LOAD's
- * op), `path` a .npy file, or NULL to generate values from the seed. */
+ * op), `path` a file (format NPY, or RAW at byte `offset`: ein_program.h's
+ * ein_load_format), or NULL to generate values from the seed. */
 typedef struct ein_reload {
     char name[EIN_NAME_MAX];
     char *path;                     /* owned by the message */
+    ein_load_format format;
+    uint64_t offset;
 } ein_reload;
 
 #define EIN_RELOAD_MAX 4096         /* entries in one START */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_progress.h"
 #include "common/ein_rand.h"
 #include "common/ein_wire.h"
 #include "exchange/xp_atoms.h"
@@ -115,6 +116,11 @@ static int load_block(lw *L, int node, const ein_box *box, int dev)
     ein_instr ins = {.kind = EIN_I_LOAD, .dst = buf};
     set_op(&ins, nd->name, NULL);
     ins.path = (char *)(L->o->input_path ? L->o->input_path[node] : NULL);
+    if (L->o->input_src && L->o->input_src[node].path) {
+        ins.path = (char *)L->o->input_src[node].path;
+        ins.format = L->o->input_src[node].format;
+        ins.offset = L->o->input_src[node].offset;
+    }
     ins.seed = L->o->seed;
     ins.key = ein_rand_key(nd->name);
     ins.rank = nd->rank;
@@ -917,11 +923,13 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
             rc = ein_fail(err, EIN_ENOMEM, "out of memory while lowering");
             goto done;
         }
-    for (int v = 0; v < g->nnodes && rc == 0; v++)
+    for (int v = 0; v < g->nnodes && rc == 0; v++) {
         if (plan->nodes[v].planned)
             rc = lower_node(&L, v);
         else if (pl_graph_node(g, v)->kind == PL_INPUT && pl_graph_node(g, v)->saved)
             rc = lower_saved_input(&L, v);
+        ein_progress_step(opts->progress, v + 1);
+    }
     for (int d = 0; d < L.ndev && rc == 0; d++)
         if ((rc = ein_program_validate(L.progs[d], err)) < 0)
             ein_error_prefix(err, "internal error: program of device %d", d);

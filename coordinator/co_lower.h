@@ -39,6 +39,15 @@
 #include "planner/pl_optimize.h"
 #include "exchange/xp_search.h"
 
+/* Where a graph input is read from (by node id; path NULL: generated from
+ * the seed, or input_path decides). Filled by einrun's --input and by
+ * co_weights_bind (.safetensors tensors: RAW at their byte offset). */
+typedef struct co_input_src {
+    const char *path;
+    ein_load_format format;
+    uint64_t offset;            /* RAW: byte offset of element 0 in path */
+} co_input_src;
+
 typedef struct co_lower_opts {
     int ndev;
     /* Exchange bodies: with `search` and a topology, synthesised by
@@ -60,8 +69,11 @@ typedef struct co_lower_opts {
     const char *const *input_path;  /* by node id: .npy path, or NULL to generate */
     const char *const *output_path; /* by node id: file STORE writes (saved nodes);
                                        NULL (or a NULL entry): "<name>.npy" */
+    const co_input_src *input_src;  /* by node id, or NULL; an entry with a path
+                                       overrides input_path */
     long long max_program_bytes;    /* a device's PROGRAM message; <= 0: EIN_MSG_MAX_BYTES.
                                        Past it co_lower fails with EIN_ELIMIT */
+    struct ein_progress *progress;  /* NULL, or stepped with the nodes lowered (of nnodes) */
 } co_lower_opts;
 
 typedef struct co_lower_stats {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/ein_progress.h"
 #include "common/ein_clock.h"
 #include "common/ein_status.h"
 #include "common/ein_wire.h"
@@ -771,9 +772,11 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
     if (!ro.timeout_name)
         ro.timeout_name = "--timeout";
     int rc = co_session_start(progs, ndev, &ro, &s, err);
-    for (int i = 0; rc == 0 && i < o->iterations; i++)
+    for (int i = 0; rc == 0 && i < o->iterations; i++) {
         rc = co_session_step(s, i == o->iterations - 1, NULL, 0, stats, iter_s ? &iter_s[i] : NULL,
                              err);
+        ein_progress_step(o->progress, i + 1);
+    }
     if (rc == 0)
         return co_session_stop(s, err);
     if (s) {

@@ -54,6 +54,7 @@ typedef struct co_run_opts {
      * the Programs at them. A negative return (err filled) fails the start. */
     int (*prepare)(void *ctx, const char *dir, ein_error *err);
     void *prepare_ctx;
+    struct ein_progress *progress; /* NULL, or stepped with the iterations done */
 } co_run_opts;
 
 typedef struct co_worker_stats {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/ein_progress.h"
 #include "common/ein_self.h"
 #include "coordinator/co_lower.h"
 #include "coordinator/co_probe.h"
@@ -222,7 +223,11 @@ int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, e
     }
     ein_plan_options po = {.selector = o.selector, .seed = o.plan_seed,
                            .linear_paths = o.linear_paths};
-    if ((rc = ein_graph_plan(c->g, ndev, &po, &c->plan, err)) < 0)
+    ein_progress pg;
+    ein_progress_begin(&pg, o.progress && ein_progress_wanted(0), "planning", 0);
+    rc = ein_graph_plan(c->g, ndev, &po, &c->plan, err);
+    ein_progress_end(&pg);
+    if (rc < 0)
         goto fail;
     if (o.plan_only) {
         *out = c;
@@ -241,7 +246,12 @@ int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, e
     c->search_work = lo.search_opts.max_work;
     c->search_cap_ms = lo.search_opts.cap_ms;
     c->searched = !o.naive_exchanges;
-    if ((rc = co_lower(c->g, ein_plan_internal(c->plan), &lo, &c->progs, &c->ls, err)) < 0) {
+    ein_progress_begin(&pg, o.progress && ein_progress_wanted(0),
+                       "lowering, synthesising exchanges", c->g->nnodes);
+    lo.progress = &pg;
+    rc = co_lower(c->g, ein_plan_internal(c->plan), &lo, &c->progs, &c->ls, err);
+    ein_progress_end(&pg);
+    if (rc < 0) {
         ein_error_prefix(err, "cannot lower the plan");
         goto fail;
     }

@@ -4,6 +4,7 @@
 #ifndef EIN_COMPILE_INT_H
 #define EIN_COMPILE_INT_H
 
+#include "common/ein_program.h"
 #include "coordinator/co_lower.h"
 #include "exchange/xp_topo.h"
 #include "include/einsummable/einsummable.h"
@@ -42,5 +43,11 @@ int co_gpu_visible(void);
  * *out is the caller's (xp_topo_free). */
 int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, char *desc,
                     size_t desclen, char *why, size_t whylen, ein_error *err);
+
+/* A session input read from `path` in `format` (NPY, or RAW at byte
+ * `offset`: a .safetensors tensor, coordinator/co_weights.h) from the next
+ * run on. The file is checked by the workers when they read it. */
+int ein_session_set_input_source(ein_session *s, const char *name, const char *path,
+                                 ein_load_format format, uint64_t offset, ein_error *err);
 
 #endif

@@ -13,12 +13,16 @@
 #include <unistd.h>
 
 #include "common/ein_npy.h"
+#include "common/ein_safetensors.h"
 #include "coordinator/co_run.h"
+#include "coordinator/co_weights.h"
 #include "coordinator/ein_compile_int.h"
 
 typedef struct sess_input {
     int node;
-    char *path;             /* current source: a .npy, or NULL (generated) */
+    char *path;             /* current source: a file, or NULL (generated) */
+    ein_load_format format; /* NPY, or RAW at `offset` (a .safetensors tensor) */
+    uint64_t offset;
     int dirty;              /* changed since the workers last loaded it */
 } sess_input;
 
@@ -260,6 +264,8 @@ int ein_session_set_input(ein_session *s, const char *name, const void *data, si
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     free(in->path);
     in->path = np;
+    in->format = EIN_LOAD_NPY;
+    in->offset = 0;
     in->dirty = 1;
     return 0;
 }
@@ -296,8 +302,75 @@ int ein_session_set_input_npy(ein_session *s, const char *name, const char *path
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     free(in->path);
     in->path = np;
+    in->format = EIN_LOAD_NPY;
+    in->offset = 0;
     in->dirty = 1;
     return 0;
+}
+
+int ein_session_set_input_source(ein_session *s, const char *name, const char *path,
+                                 ein_load_format format, uint64_t offset, ein_error *err)
+{
+    if (format == EIN_LOAD_NPY)
+        return ein_session_set_input_npy(s, name, path, err);
+    int rc = check_alive(s, err);
+    if (rc < 0)
+        return rc;
+    sess_input *in = find_input(s, name, err);
+    if (!in)
+        return EIN_EINVAL;
+    char abs[PATH_MAX];
+    char *np = strdup(realpath(path, abs) ? abs : path);
+    if (!np)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    free(in->path);
+    in->path = np;
+    in->format = format;
+    in->offset = offset;
+    in->dirty = 1;
+    return 0;
+}
+
+int ein_session_load_safetensors(ein_session *s, const char *path, const char *const *map,
+                                 int nmap, int *nbound, ein_error *err)
+{
+    int rc = check_alive(s, err);
+    if (rc < 0)
+        return rc;
+    if (!path || nmap < 0 || (nmap && !map))
+        return ein_fail(err, EIN_EINVAL, "load_safetensors: NULL path or map");
+    const pl_graph *g = s->c->g;
+    ein_safetensors *st = NULL;
+    co_input_src *src = calloc((size_t)g->nnodes + 1, sizeof *src);
+    co_weight_map *wm = calloc((size_t)nmap + 1, sizeof *wm);
+    char **owned = calloc((size_t)nmap + 1, sizeof *owned);
+    int n = 0;
+    if (!src || !wm || !owned) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < nmap; i++)
+        if ((rc = co_weight_map_parse(map[i], &wm[i], &owned[i], err)) < 0)
+            goto out;
+    if ((rc = ein_safetensors_open(path, &st, err)) < 0)
+        goto out;
+    const ein_safetensors *files[1] = {st};
+    if ((rc = co_weights_bind(g, files, 1, wm, nmap, src, &n, err)) < 0)
+        goto out;
+    for (int v = 0; v < g->nnodes && rc == 0; v++)
+        if (src[v].path)
+            rc = ein_session_set_input_source(s, pl_graph_node(g, v)->name, src[v].path,
+                                              src[v].format, src[v].offset, err);
+    if (rc == 0 && nbound)
+        *nbound = n;
+out:
+    ein_safetensors_free(st);
+    for (int i = 0; owned && i < nmap; i++)
+        free(owned[i]);
+    free(owned);
+    free(wm);
+    free(src);
+    return rc;
 }
 
 int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_error *err)
@@ -317,6 +390,8 @@ int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_erro
         if (!s->in[i].dirty)
             continue;
         snprintf(rl[n].name, sizeof rl[n].name, "%s", pl_graph_node(s->c->g, s->in[i].node)->name);
+        rl[n].format = s->in[i].path ? s->in[i].format : EIN_LOAD_NPY;
+        rl[n].offset = s->in[i].path ? s->in[i].offset : 0;
         rl[n++].path = s->in[i].path;
     }
     double wall = 0;

@@ -16,7 +16,10 @@
 #include "common/ein_npy.h"
 #include "coordinator/co_lower.h"
 #include "coordinator/co_output.h"
+#include "coordinator/co_dump.h"
+#include "coordinator/co_weights.h"
 #include "coordinator/ein_compile_int.h"
+#include "common/ein_progress.h"
 #include "planner/ein_api_int.h"
 #include "exchange/xp_topo.h"
 #include "planner/pl_optimize.h"
@@ -57,6 +60,17 @@ static void usage(FILE *f)
 "                       be a regular file (not a link, FIFO or device), and\n"
 "                       no two outputs may be the same file.\n"
 "  --seed S             seed for generated inputs (default: 1).\n"
+"  --dump-inputs DIR    write every input, as the workers load it (generated\n"
+"                       ones included), to DIR/NAME.npy (DIR is created), so\n"
+"                       a result can be checked with NumPy.\n"
+"  --weights FILE.safetensors  read every input named like a tensor of FILE\n"
+"                       from it (dtype and shape must match); repeat for a\n"
+"                       sharded checkpoint. Each device maps only the bytes of\n"
+"                       its own blocks. A bad file stops einrun before anything\n"
+"                       runs (exit 2). --input wins over a same-named tensor.\n"
+"  --map INPUT=TENSOR   read INPUT from the --weights tensor TENSOR, e.g.\n"
+"                       --map 'wq=model.layers.0.self_attn.q_proj.weight'\n"
+"                       (docs/hf-llama.md: a LLaMA checkpoint's names).\n"
 "Planning:\n"
 "  --selector dp|greedy|random   how specs are chosen (default: dp).\n"
 "  --schedule naive|search  exchange bodies: the naive program, or one\n"
@@ -87,7 +101,7 @@ static void usage(FILE *f)
 "  --rewrite            rewrite the graph by equality saturation first (matmul\n"
 "                       order, merged projections), then plan the cheapest\n"
 "                       equivalent graph; prints what changed on stderr.\n"
-"  --weights A,B,...    the inputs that are weights, for --rewrite's cost.\n"
+"  --rewrite-weights A,B,...  the inputs that are weights, for --rewrite's cost.\n"
 "  --ilp                --rewrite extracts with CBC's ILP.\n"
 "Measuring:\n"
 "  --iterations N       run the plan N times after the warm-up and report the\n"
@@ -118,6 +132,8 @@ static void usage(FILE *f)
 "  --worker PATH        the einworker binary (default: next to einrun).\n"
 "Other:\n"
 "  -v, --verbose        per-device timings and lowering statistics.\n"
+"  -q, --quiet          no progress lines (they show only when stderr is a\n"
+"                       terminal: planning, synthesis, --dump-inputs, runs).\n"
 "  -h, --help           this text.   --version   the version.\n"
 "\n"
 "Exit status: 0 success, 1 the run failed (the message names the device,\n"
@@ -260,6 +276,13 @@ int main(int argc, char **argv)
     int manual = 0, search = 1, want_cuda = 0, rewrite = 0, ilp = 0;
     int graphs = -1; /* --graphs: -1 auto, 0 off, 1 on */
     const char *weights = NULL;
+    const char *wfiles[MAX_BINDINGS], *wmaps[MAX_BINDINGS];
+    int nwfiles = 0, nwmaps = 0;
+    ein_safetensors **wopen = NULL;
+    co_input_src *in_src = NULL;
+    int quiet = 0;
+    const char *dump_dir = NULL;
+    ein_progress pg;
     const char *topo_arg = NULL, *probe_file = NULL;
     int show_topo = 0;
     long search_work = XP_SEARCH_DEFAULT_WORK;
@@ -292,7 +315,11 @@ int main(int argc, char **argv)
         {"schedule", required_argument, 0, 'H'},
         {"backend", required_argument, 0, 'K'},
         {"rewrite", no_argument, 0, 'Y'},
-        {"weights", required_argument, 0, 'Z'},
+        {"rewrite-weights", required_argument, 0, 'Z'},
+        {"weights", required_argument, 0, 0x110},
+        {"map", required_argument, 0, 0x111},
+        {"quiet", no_argument, 0, 'q'},
+        {"dump-inputs", required_argument, 0, 0x113},
         {"ilp", no_argument, 0, 'L'},
         {"topology", required_argument, 0, 'O'},
         {"gpu-probe", required_argument, 0, 0x101},
@@ -308,7 +335,7 @@ int main(int argc, char **argv)
     };
     int c;
     char *end;
-    while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "vhq", opts, NULL)) != -1) {
         switch (c) {
         case 'g':
             gpus_arg = optarg;
@@ -440,6 +467,18 @@ int main(int argc, char **argv)
             break;
         case 'Y': rewrite = 1; break;
         case 'Z': weights = optarg; break;
+        case 0x110:
+        case 0x111:
+            if ((c == 0x110 ? nwfiles : nwmaps) >= MAX_BINDINGS) {
+                fprintf(stderr, "einrun: --%s: at most %d\n", c == 0x110 ? "weights" : "map",
+                        MAX_BINDINGS);
+                return 2;
+            }
+            if (c == 0x110)
+                wfiles[nwfiles++] = optarg;
+            else
+                wmaps[nwmaps++] = optarg;
+            break;
         case 'L': ilp = 1; break;
         case 'K':
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
@@ -472,6 +511,8 @@ int main(int argc, char **argv)
                     XP_SEARCH_DEFAULT_WORK);
             return 2;
         case 'v': verbose = 1; break;
+        case 'q': quiet = 1; break;
+        case 0x113: dump_dir = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("einrun %s\n", PACKAGE_VERSION); return 0;
         default:
@@ -592,6 +633,17 @@ int main(int argc, char **argv)
         }
         in_path[v] = inputs[i].path;
     }
+    if (!(in_src = calloc((size_t)g->nnodes, sizeof *in_src))) {
+        fprintf(stderr, "einrun: out of memory\n");
+        goto done;
+    }
+    for (int v = 0; v < g->nnodes; v++)
+        in_src[v].path = in_path[v];
+    if ((nwfiles || nwmaps) &&
+        co_weights_load(g, wfiles, nwfiles, wmaps, nwmaps, in_src, NULL, &wopen, &err) < 0) {
+        fprintf(stderr, "einrun: --weights: %s\n", err.msg);
+        goto done;
+    }
     for (int i = 0; i < noutputs; i++) {
         int v = pl_graph_find(g, outputs[i].name);
         if (v < 0 || !pl_graph_node(g, v)->saved) {
@@ -686,6 +738,8 @@ int main(int argc, char **argv)
     }
 
     double t0 = ein_now_s();
+    int show = ein_progress_wanted(quiet);
+    co.progress = show;
     if (ein_compile(g, ndev, &co, &comp, &err) < 0) {
         if (err.code == EIN_ENOPLAN)
             fprintf(stderr, "einrun: cannot plan %s for %d devices: %s\n", path, ndev, err.msg);
@@ -703,6 +757,20 @@ int main(int argc, char **argv)
     double t_plan = ein_now_s() - t0;
     status = 1;
     const co_lower_stats *ls = &comp->ls;
+    if (dump_dir) {
+        int ninp = 0, nd = 0;
+        for (int v = 0; v < g->nnodes; v++)
+            ninp += pl_graph_node(g, v)->kind == PL_INPUT;
+        ein_progress_begin(&pg, show, "writing inputs", ninp);
+        int drc = co_dump_inputs(g, in_src, seed, dump_dir, &pg, &nd, &err);
+        ein_progress_end(&pg);
+        if (drc < 0) {
+            fprintf(stderr, "einrun: %s\n", err.msg);
+            status = 2;
+            goto done;
+        }
+        fprintf(stderr, "einrun: wrote %d input%s to %s/\n", nd, nd == 1 ? "" : "s", dump_dir);
+    }
     if (ls->ncapped)
         fprintf(stderr, "einrun: the exchange search hit its wall-clock cap (%g ms) in %d of %d "
                         "exchanges: this plan depends on the machine's speed (raise "
@@ -729,19 +797,28 @@ int main(int argc, char **argv)
         status = 2;
         goto done;
     }
+    /* --input files and --weights tensors, by name (the compiled graph may
+     * be the rewritten one). */
     for (int v = 0; v < g->nnodes; v++)
-        if (in_path[v] && ein_session_set_input_npy(sess, pl_graph_node(g, v)->name, in_path[v],
-                                                    &err) < 0) {
-            fprintf(stderr, "einrun: --input %s: %s\n", pl_graph_node(g, v)->name, err.msg);
+        if (in_src[v].path &&
+            ein_session_set_input_source(sess, pl_graph_node(g, v)->name, in_src[v].path,
+                                         in_src[v].format, in_src[v].offset, &err) < 0) {
+            fprintf(stderr, "einrun: input %s: %s\n", pl_graph_node(g, v)->name, err.msg);
+            status = 2;
             goto done;
         }
+    ein_progress_begin(&pg, show, "running (iterations)", warmup + iterations);
     for (int i = 0; i < warmup + iterations; i++) {
-        if (ein_session_run_ex(sess, i == warmup + iterations - 1, &rs, &err) < 0) {
+        int rrc = ein_session_run_ex(sess, i == warmup + iterations - 1, &rs, &err);
+        ein_progress_step(&pg, i + 1);
+        if (rrc < 0) {
+            ein_progress_end(&pg);
             fprintf(stderr, "einrun: run failed: %s\n", err.msg);
             goto done;
         }
         iter_s[i] = rs.wall_s;
     }
+    ein_progress_end(&pg);
     int crc = ein_session_close(sess, &err);
     sess = NULL;
     if (crc < 0) {
@@ -812,6 +889,8 @@ done:
     ein_compiled_free(comp);
     pl_graph_free(g);
     free(in_path);
+    free(in_src);
+    co_weights_files_free(wopen, nwfiles);
     free(out_path);
     free(iter_s);
     for (int i = 0; i < ninputs; i++) {

@@ -83,6 +83,12 @@ int kn_cpu_layernorm(double eps, const kn_block *x, const kn_block *w, const kn_
  * out box == x box. */
 int kn_cpu_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nseq,
                 const kn_block *x, kn_block *out, ein_error *err);
+/* The same with a pairing `style` (ein_rope_style): EIN_ROPE_INTERLEAVED
+ * is kn_cpu_rope; EIN_ROPE_HALF pairs elements i and i + head_dim/2 of a
+ * head (Hugging Face's rotate_half: out = x*cos + rotate_half(x)*sin),
+ * with the same angle for pair i. Any other style is EIN_EINVAL. */
+int kn_cpu_rope_style(int style, int64_t head_dim, double theta, const int64_t *seq_ends,
+                      int nseq, const kn_block *x, kn_block *out, ein_error *err);
 
 /* Causal attention with grouped-query heads over packed sequences.
  * q and out are [heads_q, seq, d], k and v [heads_kv, seq, d] (global

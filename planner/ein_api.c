@@ -151,6 +151,14 @@ ein_tensor ein_graph_rope(ein_graph *g, const char *name, ein_tensor x, int64_t 
     return pl_graph_add_rope(g, NAME(g, name), x, head_dim, theta, seq_ends, nseq, err);
 }
 
+ein_tensor ein_graph_rope_ex(ein_graph *g, const char *name, ein_tensor x, int64_t head_dim,
+                             double theta, const int64_t *seq_ends, int nseq,
+                             ein_rope_style style, ein_error *err)
+{
+    return pl_graph_add_rope_style(g, NAME(g, name), x, head_dim, theta, seq_ends, nseq,
+                                   (int)style, err);
+}
+
 ein_tensor ein_graph_attention(ein_graph *g, const char *name, ein_tensor q, ein_tensor k,
                                ein_tensor v, const int64_t *seq_ends, int nseq,
                                ein_error *err)

@@ -123,9 +123,12 @@ int pl_graph_add_softmax(pl_graph *g, const char *name, int x, int axis, ein_err
 /* x [..., d], w [d] (and b [d] for layernorm, b = -1 for rmsnorm). */
 int pl_graph_add_norm(pl_graph *g, const char *name, int x, int w, int b, double eps,
                       ein_error *err);
-/* x [tokens, H*head_dim]. */
+/* x [tokens, H*head_dim]; interleaved pairs. */
 int pl_graph_add_rope(pl_graph *g, const char *name, int x, int64_t head_dim, double theta,
                       const int64_t *seq_ends, int nseq, ein_error *err);
+/* The same with a pairing style (ein_rope_style; others are EIN_EINVAL). */
+int pl_graph_add_rope_style(pl_graph *g, const char *name, int x, int64_t head_dim, double theta,
+                            const int64_t *seq_ends, int nseq, int style, ein_error *err);
 /* q [Hq, S, D], k and v [Hkv, S, D], Hq a multiple of Hkv. */
 int pl_graph_add_attention(pl_graph *g, const char *name, int q, int k, int v,
                            const int64_t *seq_ends, int nseq, ein_error *err);

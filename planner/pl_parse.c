@@ -96,7 +96,8 @@ static const op_def ops[] = {
     {"softmax", OP_SOFTMAX, 0, 1, 2, "softmax(x) or softmax(x, AXIS)"},
     {"rmsnorm", OP_RMSNORM, 0, 2, 3, "rmsnorm(x, w) or rmsnorm(x, w, 1e-5)"},
     {"layernorm", OP_LAYERNORM, 0, 3, 4, "layernorm(x, w, b) or layernorm(x, w, b, 1e-5)"},
-    {"rope", OP_ROPE, 0, 2, 3, "rope(x, HEAD_DIM) or rope(x, HEAD_DIM, 10000)"},
+    {"rope", OP_ROPE, 0, 2, 3, "rope(x, HEAD_DIM) or rope(x, HEAD_DIM, 10000), then optionally "
+                               "style=half (Hugging Face's rotate_half) or style=interleaved"},
     {"attention", OP_ATTENTION, 0, 3, 3, "attention(q, k, v)"},
     {"reduce_sum", OP_REDUCE, EIN_AGG_SUM, 2, 9, "reduce_sum(x, AXIS, ...)"},
     {"reduce_max", OP_REDUCE, EIN_AGG_MAX, 2, 9, "reduce_max(x, AXIS, ...)"},
@@ -882,7 +883,7 @@ static int parse_assign(parser *p)
     if (!tok_punct(lp, '('))
         return perr(p, EIN_EPARSE, lp->col, "expected '(' after '%s', got %s", op->name, DESC(lp));
 
-    const tok *args[PL_ARGS_MAX], *rp;
+    const tok *args[PL_ARGS_MAX], *rp, *style = NULL;
     int nargs = 0;
     if (tok_punct(peek(p), ')')) {
         rp = next(p);
@@ -894,7 +895,25 @@ static int parse_assign(parser *p)
                             "usage: %s", op->name, DESC(a), op->usage);
             if (nargs == PL_ARGS_MAX)
                 return perr(p, EIN_EPARSE, a->col, "too many arguments; usage: %s", op->usage);
-            args[nargs++] = a;
+            if (a->kind == T_IDENT && tok_punct(peek(p), '=')) {
+                /* NAME=VALUE: the only keyword argument is rope's style. */
+                next(p);
+                const tok *v = next(p);
+                if (op->kind != OP_ROPE || !tok_is(a, "style"))
+                    return perr(p, EIN_EPARSE, a->col, "%s takes no keyword argument '%.*s'; "
+                                "usage: %s", op->name, a->len, a->s, op->usage);
+                if (style)
+                    return perr(p, EIN_EPARSE, a->col, "style given twice; usage: %s", op->usage);
+                if (v->kind != T_IDENT || !(tok_is(v, "half") || tok_is(v, "interleaved")))
+                    return perr(p, EIN_EPARSE, v->col, "rope style %s; expected half or "
+                                "interleaved", DESC(v));
+                style = v;
+            } else if (style) {
+                return perr(p, EIN_EPARSE, a->col, "a positional argument after style=; usage: %s",
+                            op->usage);
+            } else {
+                args[nargs++] = a;
+            }
             const tok *sep = next(p);
             if (tok_punct(sep, ')')) {
                 rp = sep;
@@ -943,6 +962,22 @@ static int parse_assign(parser *p)
         if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &y)) < 0)
             return rc;
         id = ein_graph_binary(p->g, name, op->name, x, y, &e);
+        break;
+    case OP_ROPE:
+        if (style && tok_is(style, "half")) {
+            double theta = 10000.0;
+            int64_t hd;
+            if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
+                (rc = tok_size(p, args[1], "the head dim", &hd)) < 0)
+                return rc;
+            if (nargs == 3 && (rc = tok_number(p, args[2], "rope theta", &theta)) < 0)
+                return rc;
+            id = ein_graph_rope_ex(p->g, name, x, hd, theta, p->seq_ends, p->nseq, EIN_ROPE_HALF,
+                                   &e);
+            break;
+        }
+        if ((rc = parse_block_op(p, op, name, args, nargs, &id, &e)) < 0)
+            return rc;
         break;
     default:
         if ((rc = parse_block_op(p, op, name, args, nargs, &id, &e)) < 0)

@@ -11,7 +11,7 @@
  * status, like einrun's: 0 on success; 2 on bad usage or bad input (a file
  * that cannot be read or parsed, shapes that do not fit, no plan for P
  * devices — the message names the operator and its line —, a bad
- * --topology or --weights); 1 on any other failure (out of memory, the
+ * --topology or --rewrite-weights); 1 on any other failure (out of memory, the
  * rewriter failing). */
 #include <getopt.h>
 #include <inttypes.h>
@@ -40,14 +40,14 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: einplan --devices P [--selector dp|greedy|random] [--seed S]\n"
-            "               [--linear-paths] [--rewrite [--weights A,B,...] [--ilp]] [--topology T]\n"
-            "               [--exchanges] [--json | --dot] plan.ein\n"
+            "               [--linear-paths] [--rewrite [--rewrite-weights A,B,...] [--ilp]]\n"
+            "               [--topology T] [--exchanges] [--json | --dot] plan.ein\n"
             "\n"
             "Prints the plan for P devices: per operator its split (interval counts per\n"
             "dim), the output tiling and the repartition / join / aggregation costs.\n"
             "  --rewrite   first rewrite the graph by equality saturation (matmul order,\n"
             "              merged projections) and plan the cheapest equivalent graph;\n"
-            "              --weights names the inputs that are weights (weight-only\n"
+            "              --rewrite-weights names the inputs that are weights (weight-only\n"
             "              work is free), --ilp extracts with CBC's ILP, --topology T takes\n"
             "              the roofline's peak and HBM bandwidth from machine T\n"
             "              (default: the `host` machine sized to P, as einrun --cpu P).\n"
@@ -183,7 +183,8 @@ int main(int argc, char **argv)
         {"dot", no_argument, NULL, 'd'},
         {"linear-paths", no_argument, NULL, 'l'},
         {"rewrite", no_argument, NULL, 'r'},
-        {"weights", required_argument, NULL, 'w'},
+        {"rewrite-weights", required_argument, NULL, 'w'},
+        {"weights", required_argument, NULL, 'w'},  /* the old name, kept */
         {"ilp", no_argument, NULL, 'i'},
         {"topology", required_argument, NULL, 't'},
         {"exchanges", no_argument, NULL, 'x'},

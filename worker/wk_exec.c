@@ -14,6 +14,7 @@
 #include "common/ein_clock.h"
 #include "common/ein_json.h"
 #include "common/ein_npy.h"
+#include "common/ein_raw.h"
 #include "common/ein_rand.h"
 #include "common/ein_status.h"
 #include "common/ein_wire.h"
@@ -177,6 +178,8 @@ static int take_start(wk *w, const ein_msg *m, ein_error *err)
                 return ein_fail(err, EIN_ENOMEM, "out of memory");
             free(ins->path);
             ins->path = path;
+            ins->format = m->reload[r].format;
+            ins->offset = m->reload[r].offset;
             w->reload[i] = 1;
         }
     return 0;
@@ -291,7 +294,8 @@ static int load_host(wk *w, const ein_instr *ins, const ein_pbuffer *b, void *ds
 {
     ein_npy_info info;
     int rc;
-    if (ins->path) {
+    int raw = ins->format == EIN_LOAD_RAW;
+    if (ins->path && !raw) {
         if ((rc = ein_npy_read_info(ins->path, &info, err)) < 0)
             return rc;
         if (info.dtype != b->dtype || info.rank != ins->rank ||
@@ -303,6 +307,9 @@ static int load_host(wk *w, const ein_instr *ins, const ein_pbuffer *b, void *ds
             ein_rand_fill_box(ins->seed, ins->key, ins->shape, &b->box, b->dtype, dst);
             return 0;
         }
+        if (raw)
+            return ein_raw_read_box(ins->path, ins->offset, b->dtype, ins->rank, ins->shape,
+                                    &b->box, dst, NULL, err);
         return ein_npy_read_box(ins->path, &info, &b->box, dst, err);
     }
     int ax;
@@ -316,7 +323,10 @@ static int load_host(wk *w, const ein_instr *ins, const ein_pbuffer *b, void *ds
         char *p = (char *)dst + (size_t)(lo - b->box.lo[ax]) * stride;
         if (!ins->path)
             ein_rand_fill_box(ins->seed, ins->key, ins->shape, &s, b->dtype, p);
-        else if ((rc = ein_npy_read_box(ins->path, &info, &s, p, err)) < 0)
+        else if (raw && (rc = ein_raw_read_box(ins->path, ins->offset, b->dtype, ins->rank,
+                                               ins->shape, &s, p, NULL, err)) < 0)
+            return rc;
+        else if (!raw && (rc = ein_npy_read_box(ins->path, &info, &s, p, err)) < 0)
             return rc;
         wk_pulse_bump(&w->pulse);
     }

@@ -22,6 +22,14 @@ typedef enum ein_dtype {
 
 #define EIN_DTYPE_COUNT 3
 
+/* Which elements of a head rotary position embedding rotates together, by
+ * the same angle p * theta^(-2i/head_dim) for pair i (ein_graph_rope_ex). */
+typedef enum ein_rope_style {
+    EIN_ROPE_INTERLEAVED = 0,  /* pairs (2i, 2i+1): Meta's LLaMA reference code */
+    EIN_ROPE_HALF = 1,         /* pairs (i, i + head_dim/2): Hugging Face's rotate_half */
+    EIN_ROPE_STYLE_COUNT
+} ein_rope_style;
+
 /* Every fallible call returns 0 on success or one of these negative codes,
  * and fills the caller's ein_error (when not NULL) with a one-line message. */
 enum {

@@ -95,6 +95,14 @@ ein_tensor ein_graph_layernorm(ein_graph *g, const char *name, ein_tensor x, ein
  * (nseq = 0: one sequence). */
 ein_tensor ein_graph_rope(ein_graph *g, const char *name, ein_tensor x, int64_t head_dim,
                           double theta, const int64_t *seq_ends, int nseq, ein_error *err);
+/* The same with the pairing of a head's elements: EIN_ROPE_INTERLEAVED
+ * (what ein_graph_rope does: pairs 2i, 2i+1, Meta's LLaMA code) or
+ * EIN_ROPE_HALF (pairs i, i + head_dim/2: Hugging Face's rotate_half, what
+ * transformers checkpoints expect; docs/hf-llama.md). Another style is
+ * EIN_EINVAL. */
+ein_tensor ein_graph_rope_ex(ein_graph *g, const char *name, ein_tensor x, int64_t head_dim,
+                             double theta, const int64_t *seq_ends, int nseq,
+                             ein_rope_style style, ein_error *err);
 ein_tensor ein_graph_attention(ein_graph *g, const char *name, ein_tensor q, ein_tensor k,
                                ein_tensor v, const int64_t *seq_ends, int nseq,
                                ein_error *err);
@@ -268,6 +276,18 @@ int ein_session_set_input(ein_session *s, const char *name, const void *data, si
                           ein_error *err);
 int ein_session_set_input_npy(ein_session *s, const char *name, const char *path,
                               ein_error *err);
+
+/* Bind the tensors of a .safetensors file to inputs for the next run:
+ * `map` holds nmap "INPUT=TENSOR" strings, and every other input named like
+ * a tensor of the file is bound to it (docs/hf-llama.md for a LLaMA
+ * checkpoint's names). dtype and shape must match the input exactly. Each
+ * worker then maps only the bytes of its own blocks; the file must stay in
+ * place while the session may load it. *nbound (may be NULL) gets the
+ * number of inputs bound. Errors (EIN_EIO, EIN_EPARSE for a bad file;
+ * EIN_EINVAL, EIN_ESHAPE for a bad binding) are one line naming the file
+ * and the tensor, and bind nothing that the error concerns. */
+int ein_session_load_safetensors(ein_session *s, const char *path, const char *const *map,
+                                 int nmap, int *nbound, ein_error *err);
 
 typedef struct ein_run_stats {
     double wall_s;                 /* START to the last DONE, as the caller saw it */

@@ -1,5 +1,6 @@
-/* kernels/cpu/kn_rope.c — rotary position embedding (LLaMA, interleaved
- * pairs) on a [tokens, H*head_dim] block.
+/* kernels/cpu/kn_rope.c — rotary position embedding on a [tokens,
+ * H*head_dim] block: interleaved pairs (Meta's LLaMA) or halves (Hugging
+ * Face's rotate_half).
  *
  * Positions come from the block's global token bounds and the sequence
  * ends, so any token interval of a packed batch rotates exactly as it would
@@ -15,6 +16,12 @@
 int kn_cpu_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nseq,
                 const kn_block *x, kn_block *out, ein_error *err)
 {
+    return kn_cpu_rope_style(EIN_ROPE_INTERLEAVED, head_dim, theta, seq_ends, nseq, x, out, err);
+}
+
+int kn_cpu_rope_style(int style, int64_t head_dim, double theta, const int64_t *seq_ends,
+                      int nseq, const kn_block *x, kn_block *out, ein_error *err)
+{
     const char *what = "rope";
     char b1[256], b2[256];
     int rc;
@@ -25,6 +32,8 @@ int kn_cpu_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nse
     if (head_dim <= 0 || head_dim % 2)
         return ein_fail(err, EIN_EINVAL, "%s: head_dim %" PRId64 " is not a positive even number",
                         what, head_dim);
+    if (style != EIN_ROPE_INTERLEAVED && style != EIN_ROPE_HALF)
+        return ein_fail(err, EIN_EINVAL, "%s: style %d is not interleaved or half", what, style);
     if (!(theta > 0.0))
         return ein_fail(err, EIN_EINVAL, "%s: theta %g is not positive", what, theta);
     if (!ein_box_equal(&x->box, &out->box))
@@ -59,7 +68,15 @@ int kn_cpu_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nse
             sn[i] = (float)sin(a);
         }
         kn_load(x, (t - t0) * w, s, w);
-        for (int64_t h = 0; h < w; h += head_dim) {
+        for (int64_t h = 0; h < w && style == EIN_ROPE_HALF; h += head_dim) {
+            float *v = s + h;
+            for (int64_t i = 0; i < half; i++) {
+                float x0 = v[i], x1 = v[i + half];
+                v[i] = x0 * cs[i] - x1 * sn[i];
+                v[i + half] = x1 * cs[i] + x0 * sn[i];
+            }
+        }
+        for (int64_t h = 0; h < w && style == EIN_ROPE_INTERLEAVED; h += head_dim) {
             float *v = s + h;
             for (int64_t i = 0; i < half; i++) {
                 float x0 = v[2 * i], x1 = v[2 * i + 1];

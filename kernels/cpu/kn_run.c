@@ -52,7 +52,8 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
             return ein_fail(err, EIN_EINVAL, "kernel rope: takes 1 input, got %d", nin);
         if (k->nlist < 0 || (k->nlist > 0 && !k->list))
             return ein_fail(err, EIN_EINVAL, "kernel rope: bad sequence list (%d)", (int)k->nlist);
-        return kn_cpu_rope(k->head_dim, k->theta, k->list, k->nlist, &ins[0], out, err);
+        return kn_cpu_rope_style(k->style, k->head_dim, k->theta, k->list, k->nlist, &ins[0], out,
+                                 err);
     case EIN_KERNEL_ATTENTION:
         if (nin != 3)
             return ein_fail(err, EIN_EINVAL, "kernel attention: takes 3 inputs (q, k, v), got %d",

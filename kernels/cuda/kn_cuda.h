@@ -65,6 +65,9 @@ int kn_cuda_layernorm(double eps, const kn_block *x, const kn_block *w, const kn
                       kn_block *out, void *stream, ein_error *err);
 int kn_cuda_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nseq,
                  const kn_block *x, kn_block *out, void *stream, ein_error *err);
+/* With a pairing style (ein_rope_style), as kn_cpu_rope_style. */
+int kn_cuda_rope_style(int style, int64_t head_dim, double theta, const int64_t *seq_ends,
+                       int nseq, const kn_block *x, kn_block *out, void *stream, ein_error *err);
 int kn_cuda_concat(int axis, const int64_t *offsets, const kn_block *ins, int n,
                    kn_block *out, void *stream, ein_error *err);
 int kn_cuda_slice(int axis, int64_t start, const kn_block *x, kn_block *out, void *stream,

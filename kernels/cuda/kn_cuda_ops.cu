@@ -394,23 +394,25 @@ __device__ __forceinline__ int64_t kn_cu_seq_start(const kn_cu_seqs &s, int64_t 
     return st;
 }
 
-/* One thread per rotated pair. Angles in double, as on the CPU. */
+/* One thread per rotated pair. Angles in double, as on the CPU. Pair j of
+ * a head is elements (2j, 2j+1) (interleaved) or (j, j + head_dim/2) (half). */
 template <typename TX, typename TY>
 __global__ void kn_cu_rope_k(kn_cu_seqs seqs, int64_t t0, int64_t ntok, int64_t w,
-                             int64_t head_dim, double theta, const TX *x, TY *y)
+                             int64_t head_dim, double theta, int half_style, const TX *x, TY *y)
 {
-    int64_t npair = ntok * (w / 2);
+    int64_t npair = ntok * (w / 2), hh = head_dim / 2;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < npair;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t row = i / (w / 2), c = 2 * (i % (w / 2)), t = t0 + row;
-        int64_t pair = (c % head_dim) / 2;
+        int64_t row = i / (w / 2), q = i % (w / 2), t = t0 + row;
+        int64_t pair = q % hh, c = (q / hh) * head_dim + (half_style ? pair : 2 * pair);
+        int64_t c1 = half_style ? c + hh : c + 1;
         double p = (double)(t - kn_cu_seq_start(seqs, t));
         double a = p * pow(theta, -2.0 * (double)pair / (double)head_dim);
         float cs = (float)cos(a), sn = (float)sin(a);
-        int64_t o = row * w + c;
-        float x0 = ld(x, o), x1 = ld(x, o + 1);
+        int64_t o = row * w + c, o1 = row * w + c1;
+        float x0 = ld(x, o), x1 = ld(x, o1);
         st(y, o, x0 * cs - x1 * sn);
-        st(y, o + 1, x0 * sn + x1 * cs);
+        st(y, o1, x0 * sn + x1 * cs);
     }
 }
 
@@ -432,7 +434,17 @@ static int kn_cu_seqs_make(const char *what, const int64_t *ends, int n, kn_cu_s
 extern "C" int kn_cuda_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nseq,
                             const kn_block *x, kn_block *out, void *stream, ein_error *err)
 {
+    return kn_cuda_rope_style(EIN_ROPE_INTERLEAVED, head_dim, theta, seq_ends, nseq, x, out,
+                              stream, err);
+}
+
+extern "C" int kn_cuda_rope_style(int style, int64_t head_dim, double theta,
+                                  const int64_t *seq_ends, int nseq, const kn_block *x,
+                                  kn_block *out, void *stream, ein_error *err)
+{
     const char *what = "cuda rope";
+    if (style != EIN_ROPE_INTERLEAVED && style != EIN_ROPE_HALF)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: style %d is not interleaved or half", what, style);
     kn_cu_seqs seqs;
     int rc;
     if ((rc = kn_cu_blk(what, "x", x, 2, err)) < 0 || (rc = kn_cu_blk(what, "out", out, 2, err)) < 0 ||
@@ -454,7 +466,8 @@ extern "C" int kn_cuda_rope(int64_t head_dim, double theta, const int64_t *seq_e
     cudaStream_t s = (cudaStream_t)stream;
     KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(out->dtype, TY,
         kn_cu_rope_k<TX, TY><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
-            seqs, t0, t1 - t0, c1 - c0, head_dim, theta, (const TX *)x->data, (TY *)out->data)));
+            seqs, t0, t1 - t0, c1 - c0, head_dim, theta, style == EIN_ROPE_HALF,
+            (const TX *)x->data, (TY *)out->data)));
     return kn_cu_launched(what, err);
 }
 

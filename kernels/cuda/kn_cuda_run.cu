@@ -233,7 +233,8 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
     case EIN_KERNEL_LAYERNORM:
         return kn_cuda_layernorm(k->eps, &ins[0], &ins[1], &ins[2], out, stream, err);
     case EIN_KERNEL_ROPE:
-        return kn_cuda_rope(k->head_dim, k->theta, k->list, k->nlist, &ins[0], out, stream, err);
+        return kn_cuda_rope_style(k->style, k->head_dim, k->theta, k->list, k->nlist, &ins[0], out,
+                                  stream, err);
     case EIN_KERNEL_ATTENTION:
         return kn_cuda_attention(k->group, k->list, k->nlist, &ins[0], &ins[1], &ins[2], out,
                                  stream, err);

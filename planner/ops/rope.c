@@ -1,4 +1,6 @@
-/* planner/ops/rope.c — rotary position embedding (LLaMA, interleaved pairs).
+/* planner/ops/rope.c — rotary position embedding (LLaMA): interleaved
+ * pairs, or halves (style=half, Hugging Face's rotate_half). Both pair
+ * elements inside one head, so the specs are the same.
  *
  * x is [tokens, H*head_dim]. Shardable: tokens (any: a block rotates by
  * the true positions of its global token bounds, which kn_cpu_rope derives
@@ -13,9 +15,19 @@
 int pl_graph_add_rope(pl_graph *g, const char *name, int x, int64_t head_dim, double theta,
                       const int64_t *seq_ends, int nseq, ein_error *err)
 {
+    return pl_graph_add_rope_style(g, name, x, head_dim, theta, seq_ends, nseq,
+                                   EIN_ROPE_INTERLEAVED, err);
+}
+
+int pl_graph_add_rope_style(pl_graph *g, const char *name, int x, int64_t head_dim, double theta,
+                            const int64_t *seq_ends, int nseq, int style, ein_error *err)
+{
     int rc;
     if (!g)
         return ein_fail(err, EIN_EINVAL, "rope: NULL graph");
+    if (style != EIN_ROPE_INTERLEAVED && style != EIN_ROPE_HALF)
+        return ein_fail(err, EIN_EINVAL, "rope: style %d is not interleaved (%d) or half (%d)",
+                        style, EIN_ROPE_INTERLEAVED, EIN_ROPE_HALF);
     if ((rc = pl_check_id(g, "rope", x, err)) < 0)
         return rc;
     const pl_node *t = pl_graph_node(g, x);
@@ -42,6 +54,7 @@ int pl_graph_add_rope(pl_graph *g, const char *name, int x, int64_t head_dim, do
     n.kernel.kind = EIN_KERNEL_ROPE;
     n.kernel.head_dim = head_dim;
     n.kernel.theta = theta;
+    n.kernel.style = style;
     n.kernel.nlist = nseq;
     int id = pl_graph_append(g, name, &n, err);
     if (id < 0)

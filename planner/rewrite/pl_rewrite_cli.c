@@ -1,5 +1,5 @@
 /* planner/rewrite/pl_rewrite_cli.c — what einplan and einrun share for
- * --rewrite: the --weights list and the report. */
+ * --rewrite: the --rewrite-weights list and the report. */
 #include "planner/rewrite/pl_rewrite.h"
 
 #include <stdio.h>

@@ -1267,10 +1267,12 @@ static void k_softmax(msgpack_packer *pk)
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_SOFTMAX);
     pk_cstr(pk, "axis"); msgpack_pack_int(pk, 1);
 }
+static int style_value; /* the ROPE kernels' style (0: interleaved) */
 static void k_rope(msgpack_packer *pk, int nlist)
 {
-    msgpack_pack_map(pk, 3 + (nlist >= 0));
+    msgpack_pack_map(pk, 1 + 3 + (nlist >= 0));
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
     pk_cstr(pk, "theta"); msgpack_pack_double(pk, 10000.0);
     if (nlist >= 0) {
@@ -1319,16 +1321,18 @@ static void k_axis_range(msgpack_packer *pk)
 }
 static void k_list_type(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 4);
+    msgpack_pack_map(pk, 1 + 4);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
     pk_cstr(pk, "theta"); msgpack_pack_double(pk, 10000.0);
     pk_cstr(pk, "list"); pk_cstr(pk, "8");
 }
 static void k_list_elem(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 4);
+    msgpack_pack_map(pk, 1 + 4);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
     pk_cstr(pk, "theta"); msgpack_pack_double(pk, 10000.0);
     pk_cstr(pk, "list");
@@ -1352,8 +1356,9 @@ static void k_reduce_range(msgpack_packer *pk)
 }
 static void k_theta_inf(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 4);
+    msgpack_pack_map(pk, 1 + 4);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
     pk_cstr(pk, "theta"); msgpack_pack_double(pk, INFINITY);
     pk_cstr(pk, "list"); msgpack_pack_array(pk, 0);
@@ -1368,8 +1373,9 @@ static void k_group_type(msgpack_packer *pk)
 /* A list header that claims more entries than the bytes that remain. */
 static void k_list_huge(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 4);
+    msgpack_pack_map(pk, 1 + 4);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
+    pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
     pk_cstr(pk, "theta"); msgpack_pack_double(pk, 10000.0);
     pk_cstr(pk, "list");
@@ -1403,6 +1409,11 @@ static void test_kernel_fields(void **state)
     expect_kernel_ok(k_softmax, EIN_KERNEL_SOFTMAX, 0);
     expect_kernel_ok(k_rope_ok, EIN_KERNEL_ROPE, 2);
     expect_kernel_ok(k_rope_max, EIN_KERNEL_ROPE, EIN_KERNEL_LIST_MAX);
+    style_value = 1;    /* half */
+    expect_kernel_ok(k_rope_ok, EIN_KERNEL_ROPE, 2);
+    style_value = 2;
+    expect_kernel_proto(k_rope_ok, "rope: style 2 is not interleaved (0) or half (1)");
+    style_value = 0;
     expect_kernel_proto(k_rope_nolist, "instrs[0].kernel: missing field 'list'");
     expect_kernel_proto(k_rope_long, "kernel.list: 65537 entries exceed 65536");
     expect_kernel_proto(k_extra, "field 'subscripts' not expected in a softmax kernel");
@@ -1584,7 +1595,9 @@ static void test_mutation_fuzz(void **state)
 static void test_start_reload(void **state)
 {
     (void)state;
-    ein_reload rl[2] = {{.name = "x", .path = "/tmp/in-0.npy"}, {.name = "w1", .path = NULL}};
+    ein_reload rl[2] = {{.name = "x", .path = "/tmp/m.safetensors", .format = EIN_LOAD_RAW,
+                         .offset = 4096},
+                        {.name = "w1", .path = NULL}};
     ein_msg m = {.type = EIN_MSG_START, .store = 1, .reload = rl, .nreload = 2}, out;
     ein_error err = {0};
     void *buf = NULL;
@@ -1596,7 +1609,9 @@ static void test_start_reload(void **state)
     assert_int_equal(out.store, 1);
     assert_int_equal(out.nreload, 2);
     assert_string_equal(out.reload[0].name, "x");
-    assert_string_equal(out.reload[0].path, "/tmp/in-0.npy");
+    assert_string_equal(out.reload[0].path, "/tmp/m.safetensors");
+    assert_int_equal(out.reload[0].format, EIN_LOAD_RAW);
+    assert_int_equal(out.reload[0].offset, 4096);
     assert_string_equal(out.reload[1].name, "w1");
     assert_null(out.reload[1].path);
     ein_msg_clear(&out);
@@ -1617,16 +1632,25 @@ static void test_start_reload(void **state)
     pk_str(&p, "store"); msgpack_pack_int(&p.pk, 0);
     pk_str(&p, "reload"); msgpack_pack_array(&p.pk, 1); msgpack_pack_array(&p.pk, 1);
     pk_str(&p, "x");
-    pk_expect(&p, "expected [name, path]");
+    pk_expect(&p, "expected [name, path, format, offset]");
 
     pk_begin(&p); /* an empty name */
     msgpack_pack_map(&p.pk, 4);
     pk_str(&p, "type"); pk_str(&p, "start");
     pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "store"); msgpack_pack_int(&p.pk, 1);
-    pk_str(&p, "reload"); msgpack_pack_array(&p.pk, 1); msgpack_pack_array(&p.pk, 2);
-    pk_str(&p, ""); pk_str(&p, "a.npy");
+    pk_str(&p, "reload"); msgpack_pack_array(&p.pk, 1); msgpack_pack_array(&p.pk, 4);
+    pk_str(&p, ""); pk_str(&p, "a.npy"); msgpack_pack_int(&p.pk, 0); msgpack_pack_int(&p.pk, 0);
     pk_expect(&p, "empty name");
+
+    pk_begin(&p); /* an offset into a .npy */
+    msgpack_pack_map(&p.pk, 4);
+    pk_str(&p, "type"); pk_str(&p, "start");
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
+    pk_str(&p, "store"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "reload"); msgpack_pack_array(&p.pk, 1); msgpack_pack_array(&p.pk, 4);
+    pk_str(&p, "x"); pk_str(&p, "a.npy"); msgpack_pack_int(&p.pk, 0); msgpack_pack_int(&p.pk, 8);
+    pk_expect(&p, "an offset for a .npy");
 
     pk_begin(&p); /* store out of range */
     msgpack_pack_map(&p.pk, 4);

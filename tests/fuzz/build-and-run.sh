@@ -10,7 +10,8 @@
 # Targets (tests/fuzz/fuzz_*.c): ein (the .ein parser, then the planner),
 # exprog (ExProg parse, print + parse back, validate, simulate), wire
 # (msgpack messages), npy (.npy headers and box reads), rules (rewrite
-# rules), probe (GPU probe text, topology detection), topo (topology files).
+# rules), probe (GPU probe text, topology detection), topo (topology files),
+# safetensors (.safetensors headers, raw box reads by mmap).
 # FUZZ_TARGETS="exprog topo" picks some.
 #
 # The library sources are compiled directly with clang
@@ -28,7 +29,7 @@ secs=${2:-30}
 cc=${CC_FUZZ:-clang}
 out=${FUZZ_OUT:-$PWD/fuzz-build}
 jobs=${FUZZ_JOBS:-2}
-targets=${FUZZ_TARGETS:-ein exprog wire npy rules probe topo}
+targets=${FUZZ_TARGETS:-ein exprog wire npy rules probe topo safetensors}
 limits="-timeout=2 -rss_limit_mb=2048 -malloc_limit_mb=2048 -max_len=4096"
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 
@@ -42,8 +43,8 @@ if ! "$cc" -fsanitize=fuzzer,address,undefined "$out/probe.c" -o "$out/probe" >/
 fi
 
 pc() { pkg-config "$@" 2>/dev/null; }
-deps_cflags="$(pc --cflags libzmq) $(pc --cflags msgpack-c || pc --cflags msgpack) $(pc --cflags openblas)"
-deps_libs="$(pc --libs libzmq) $(pc --libs msgpack-c || pc --libs msgpack) $(pc --libs openblas) -lpthread -lm"
+deps_cflags="$(pc --cflags libzmq) $(pc --cflags msgpack-c || pc --cflags msgpack) $(pc --cflags openblas) $(pc --cflags jansson)"
+deps_libs="$(pc --libs libzmq) $(pc --libs msgpack-c || pc --libs msgpack) $(pc --libs openblas) $(pc --libs jansson) -lpthread -lm"
 cflags="-std=gnu11 -g -O1 -I$src $deps_cflags -DPL_REWRITE_RULES_DIR=\"$src/planner/rewrite/rules\" \
  -DPL_REWRITE_RULES_SRCDIR=\"$src/planner/rewrite/rules\""
 lib_srcs=$(cd "$src" && ls common/*.c planner/*.c planner/ops/*.c exchange/*.c \
@@ -61,7 +62,7 @@ if [ ! -f "$stamp" ] || [ -n "$( (find "$src/common" "$src/planner" "$src/exchan
     for f in $lib_srcs; do echo "$f"; done | xargs -P "$jobs" -I{} sh -c \
         'o="$1/obj/$(echo "$2" | tr / _ | sed "s/\.c$/.o/")"; $3 $4 -fsanitize=fuzzer-no-link -c "$5/$2" -o "$o" || exit 255' \
         sh "$out" {} "$cc" "$cflags $san" "$src" || { echo "fuzz: compile failed"; exit 1; }
-    for t in ein exprog wire npy rules probe topo; do
+    for t in ein exprog wire npy rules probe topo safetensors; do
         $cc $cflags $san -fsanitize=fuzzer "$here/fuzz_$t.c" "$out"/obj/*.o $deps_libs \
             -o "$out/fuzz_$t" || { echo "fuzz: link of fuzz_$t failed"; exit 1; }
     done

@@ -1,14 +1,16 @@
 /* tests/fuzz/fuzz_seeds.c — writes the binary seeds that have no example
  * file in the tree: one msgpack message of every type (a small PROGRAM
- * with every instruction kind among them) and a few .npy files.
+ * with every instruction kind among them), a few .npy files and a few
+ * .safetensors files.
  *
- *   fuzz_seeds DIR    writes DIR/wire/ and DIR/npy/ */
+ *   fuzz_seeds DIR    writes DIR/wire/, DIR/npy/ and DIR/safetensors/ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "common/ein_npy.h"
+#include "common/ein_safetensors.h"
 #include "common/ein_wire.h"
 
 static void put(const char *dir, const char *name, const void *buf, size_t len)
@@ -170,6 +172,30 @@ int main(int argc, char **argv)
             data[k] = (unsigned char)(k * 7);
         snprintf(path, sizeof path, "%s/%s", dir, f[i].name);
         if (ein_npy_save(path, f[i].t, f[i].rank, f[i].shape, data, &err) < 0) {
+            fprintf(stderr, "fuzz_seeds: %s: %s\n", path, err.msg);
+            return 1;
+        }
+    }
+
+    snprintf(dir, sizeof dir, "%s/safetensors", argv[1]);
+    mkdir(dir, 0777);
+    static unsigned char blob[256];
+    for (int k = 0; k < 256; k++)
+        blob[k] = (unsigned char)(k * 13 + 1);
+    static const int64_t s23[] = {2, 3}, s4[] = {4}, s122[] = {1, 2, 2}, s03[] = {0, 3};
+    const ein_st_write_tensor two[] = {
+        {"layers.0.wq", EIN_F32, 2, s23, blob}, {"norm", EIN_BF16, 3, s122, blob},
+        {"bias", EIN_F16, 1, s4, blob}, {"empty", EIN_F32, 2, s03, blob},
+        {"scalar", EIN_F32, 0, s4, blob},
+    };
+    static const struct { const char *name; int n; } sf[] = {
+        {"one.safetensors", 1}, {"five.safetensors", 5}, {"none.safetensors", 0},
+    };
+    for (size_t i = 0; i < sizeof sf / sizeof *sf; i++) {
+        char path[4200];
+        ein_error err = {0};
+        snprintf(path, sizeof path, "%s/%s", dir, sf[i].name);
+        if (ein_safetensors_write(path, two, sf[i].n, &err) < 0) {
             fprintf(stderr, "fuzz_seeds: %s: %s\n", path, err.msg);
             return 1;
         }

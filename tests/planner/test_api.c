@@ -103,7 +103,12 @@ static void test_block(void **state)
     ein_tensor q = ein_graph_matmul(g, "q", xn, wq, &err);
     ein_tensor k = ein_graph_matmul(g, "k", xn, wk, &err);
     ein_tensor qr = ein_graph_rope(g, "qr", q, HD, 10000, ends, 2, &err);
-    ein_tensor kr = ein_graph_rope(g, "kr", k, HD, 10000, ends, 2, &err);
+    ein_tensor kr = ein_graph_rope_ex(g, "kr", k, HD, 10000, ends, 2, EIN_ROPE_HALF, &err);
+    assert_true(kr >= 0);
+    /* Only the two styles exist. */
+    assert_int_equal(ein_graph_rope_ex(g, "kz", k, HD, 10000, ends, 2, (ein_rope_style)2, &err),
+                     EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "style 2"));
     ein_tensor qh = ein_graph_split_heads(g, "qh", qr, HD, &err);
     ein_tensor kh = ein_graph_split_heads(g, "kh", kr, HD, &err);
     ein_tensor at = ein_graph_attention(g, "at", qh, kh, kh, ends, 2, &err);

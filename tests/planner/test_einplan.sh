@@ -20,7 +20,7 @@ check() {   # check NAME COMMAND...: ok when the command succeeds
         fails=$((fails + 1))
     fi
 }
-echo "1..14"
+echo "1..18"
 
 check "text plan of the FFN" sh -c "$EINPLAN --devices 4 $src/examples/ffn.ein | grep -q 'total cost'"
 check "json has total_cost, ops, split, cost" sh -c "$EINPLAN --devices 8 --json $src/examples/llama_1x128k.ein > $tmp/p.json && grep -q '\"total_cost\"' $tmp/p.json && grep -q '\"name\": \"att\", \"op\": \"attention\", \"line\": [0-9]*, \"split\": {\"heads_kv\": 8, \"tokens\": 1, \"q_blocks\": 1, \"k_blocks\": 1}' $tmp/p.json && grep -q '\"repartition\"' $tmp/p.json"
@@ -36,4 +36,8 @@ check "bad usage exits 2" sh -c "$EINPLAN $src/examples/ffn.ein; test \$? -eq 2"
 check "random selector is seeded" sh -c "$EINPLAN --devices 6 --selector random --seed 5 $src/examples/chain_b.ein > $tmp/r1 && $EINPLAN --devices 6 --selector random --seed 5 $src/examples/chain_b.ein > $tmp/r2 && cmp -s $tmp/r1 $tmp/r2"
 check "eingen llama 128x1K parses and plans at 72" sh -c "$EINGEN llama --seqs 128 --tokens 131072 > $tmp/l.ein && $EINPLAN --devices 72 $tmp/l.ein > /dev/null"
 check "eingen chains match the examples" sh -c "for c in a b c d e; do C=\$(echo \$c | tr a-e A-E); $EINGEN chain \$C | cmp -s - $src/examples/chain_\$c.ein || exit 1; done"
+check "eingen chain --scale divides every dim" sh -c "$EINGEN chain A --scale 0.125 > $tmp/ca.ein && grep -q '^dims d0=1280 d1=2048 d2=768 d3=2048' $tmp/ca.ein && $EINPLAN --devices 4 $tmp/ca.ein > /dev/null"
+check "eingen llama --scale is a small LLaMA that plans" sh -c "$EINGEN llama --seqs 8 --tokens 8192 --scale 0.0625 > $tmp/ls.ein && grep -q '^dims tokens=8192 d_model=256 d_q=256 d_kv=128 d_ff=896 head_dim=128' $tmp/ls.ein && $EINPLAN --devices 8 $tmp/ls.ein > /dev/null"
+check "eingen llama --hf: [out, in] weights, rope style=half, plans" sh -c "$EINGEN llama --seqs 1 --tokens 1024 --hf > $tmp/hf.ein && grep -q '^input wk\\[d_kv, d_model\\]' $tmp/hf.ein && grep -q 'style=half' $tmp/hf.ein && grep -q \"q = einsum(.ij,kj->ik., xn, wq)\" $tmp/hf.ein && $EINPLAN --devices 8 $tmp/hf.ein > /dev/null"
+check "eingen bad --scale and mixed sizes exit 2" sh -c "$EINGEN chain A --scale 2 2> $tmp/e; test \$? -eq 2 && grep -q 'expected a factor' $tmp/e && $EINGEN llama --seqs 1 --tokens 8 --scale 0.5 --heads 4 2> $tmp/e; test \$? -eq 2"
 test $fails -eq 0
