@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "common/ein_json.h"
+#include "coordinator/co_sim.h"
 #include "exchange/xp_topo.h"
 #include "planner/rewrite/pl_rewrite.h"
 #include "planner/pl_optimize.h"
@@ -40,6 +41,8 @@ static void usage(FILE *f)
             "usage: einplan --devices P [--selector dp|greedy|random] [--seed S]\n"
             "               [--linear-paths] [--rewrite [--weights A,B,...] [--ilp] [--topology T]]\n"
             "               [--json | --dot] plan.ein\n"
+            "       einplan --devices P --simulate [--topology T] [--calibration C]\n"
+            "               [--trace FILE] [--json] plan.ein\n"
             "\n"
             "Prints the plan for P devices: per operator its split (interval counts per\n"
             "dim), the output tiling and the repartition / join / aggregation costs.\n"
@@ -180,11 +183,16 @@ int main(int argc, char **argv)
         {"weights", required_argument, NULL, 'w'},
         {"ilp", no_argument, NULL, 'i'},
         {"topology", required_argument, NULL, 't'},
+        {"simulate", no_argument, NULL, 0x120},
+        {"trace", required_argument, NULL, 0x121},
+        {"calibration", required_argument, NULL, 0x122},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int p = 0, json = 0, dot = 0, rewrite = 0, ilp = 0, c;
     const char *weights = NULL, *topo_arg = NULL;
+    const char *trace_path = NULL, *cal_arg = NULL;
+    int simulate = 0;
     pl_selector sel = PL_SELECT_DP;
     pl_plan_opts opts = {0};
     uint64_t seed = 1;
@@ -219,9 +227,20 @@ int main(int argc, char **argv)
         case 'w': weights = optarg; break;
         case 'i': ilp = 1; break;
         case 't': topo_arg = optarg; break;
+        case 0x120: simulate = 1; break;
+        case 0x121: trace_path = optarg; break;
+        case 0x122: cal_arg = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
+    }
+    if ((trace_path || cal_arg) && !simulate) {
+        fprintf(stderr, "einplan: --trace and --calibration need --simulate\n");
+        return 2;
+    }
+    if (simulate && dot) {
+        fprintf(stderr, "einplan: --simulate and --dot are exclusive\n");
+        return 2;
     }
     if (p == 0 || optind != argc - 1 || (json && dot)) {
         usage(stderr);
@@ -271,6 +290,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
         pl_graph_free(g);
         return exit_status(err.code);
+    }
+    if (simulate) {
+        int st = co_sim_cli("einplan", g, plan, topo_arg, cal_arg, trace_path, json, seed);
+        pl_plan_free(plan);
+        pl_graph_free(g);
+        return st;
     }
     if (json)
         print_json(path, g, plan);

@@ -1,0 +1,99 @@
+/* coordinator/co_sim_plan.c — from a plan to a prediction: lowering as
+ * einrun does, then co_sim_run; and einplan --simulate's front end. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/co_lower.h"
+#include "coordinator/co_sim.h"
+#include "planner/pl_graph.h"
+#include "planner/pl_optimize.h"
+
+int co_sim_plan(const pl_graph *g, const pl_plan *plan, const xp_topology *topo,
+                const co_calib *cal, uint64_t seed, int check_memory, ein_program ***progs,
+                co_sim_result **out, ein_error *err)
+{
+    int ndev = plan->p, rc;
+    if (topo->ngpus < ndev)
+        return ein_fail(err, EIN_EINVAL, "topology %s has %d GPUs but the plan has %d devices",
+                        topo->name, topo->ngpus, ndev);
+    const char **paths = malloc(sizeof *paths * (size_t)(g->nnodes + 1));
+    if (!paths)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    for (int v = 0; v < g->nnodes; v++)
+        paths[v] = "predicted.npy"; /* STOREs take no time and write nothing here */
+    co_lower_opts lo = {.ndev = ndev, .seed = 1, .output_path = paths, .topo = topo,
+                        .search = 1};
+    xp_search_opts_default(&lo.search_opts);
+    lo.search_opts.seed = seed;
+    lo.search_opts.cap_ms = 0; /* the work budget alone: deterministic */
+    ein_program **p = NULL;
+    co_sim_result *r = NULL;
+    rc = co_lower(g, plan, &lo, &p, NULL, err);
+    free(paths);
+    if (rc < 0)
+        return ein_error_prefix(err, "lowering");
+    if ((rc = co_sim_run(p, ndev, topo, cal, &r, err)) == 0 && check_memory)
+        rc = co_sim_check_memory(p, r, topo, err);
+    if (rc < 0) {
+        co_sim_result_free(r);
+        co_programs_free(p, ndev);
+        return rc;
+    }
+    *progs = p;
+    *out = r;
+    return 0;
+}
+
+int co_sim_cli(const char *prog, const pl_graph *g, const pl_plan *plan, const char *topo_arg,
+               const char *cal_arg, const char *trace_path, int json, uint64_t seed)
+{
+    ein_error err = {0};
+    xp_topology *topo = NULL;
+    co_calib cal;
+    ein_program **progs = NULL;
+    co_sim_result *r = NULL;
+    int status = 2;
+    if (xp_topo_load(topo_arg ? topo_arg : "host", &topo, &err) < 0) {
+        fprintf(stderr, "%s: --topology %s: %s\n", prog, topo_arg ? topo_arg : "host", err.msg);
+        return 2;
+    }
+    if ((cal_arg ? co_calib_load(cal_arg, &cal, &err) : co_sim_calib_of(topo, "host", &cal, &err)) < 0) {
+        fprintf(stderr, "%s: %s%s%s\n", prog, cal_arg ? "--calibration " : "",
+                cal_arg ? cal_arg : "", cal_arg ? ": " : "");
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        goto done;
+    }
+    if (co_sim_plan(g, plan, topo, &cal, seed, 0, &progs, &r, &err) < 0) {
+        fprintf(stderr, "%s: --simulate: %s\n", prog, err.msg);
+        status = err.code == EIN_EINVAL || err.code == EIN_ELIMIT ? 2 : 1;
+        goto done;
+    }
+    status = 1;
+    if ((json ? co_sim_json(progs, r, topo, &cal, stdout)
+              : co_sim_print(progs, r, topo, &cal, stdout)) < 0) {
+        fprintf(stderr, "%s: cannot write the report\n", prog);
+        goto done;
+    }
+    if (co_sim_check_memory(progs, r, topo, &err) < 0)
+        fprintf(stderr, "%s: warning: %s\n", prog, err.msg);
+    if (trace_path) {
+        FILE *f = fopen(trace_path, "w");
+        int rc = f ? co_sim_trace(progs, r, f) : EIN_EIO;
+        if (f && fclose(f) != 0)
+            rc = EIN_EIO;
+        if (rc < 0) {
+            fprintf(stderr, "%s: --trace %s: cannot write it\n", prog, trace_path);
+            status = 2;
+            goto done;
+        }
+        if (!json)
+            printf("predicted timeline written to %s\n", trace_path);
+    }
+    status = 0;
+done:
+    co_sim_result_free(r);
+    if (progs)
+        co_programs_free(progs, plan->p);
+    xp_topo_free(topo);
+    return status;
+}
