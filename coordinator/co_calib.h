@@ -79,4 +79,12 @@ int co_calib_load(const char *name_or_path, co_calib *out, ein_error *err);
 void co_calib_write(const co_calib *c, FILE *f);
 const char *co_calib_builtin_text(const char *name);
 
+/* einrun --calibrate (co_calib_run.c): run benchmark Programs on `ndev`
+ * CPU devices (at most 2 used: 0 computes, 1 copies) with the einworker
+ * at `worker` (NULL: next to this executable), and write the measured
+ * table, relative to topology `topo_arg` (NULL: host), to `out_path`
+ * (NULL: stdout). Returns an exit status (0, 1 run failed, 2 bad input)
+ * after printing any error on stderr. */
+int co_calib_cli(int ndev, const char *worker, const char *out_path, const char *topo_arg);
+
 #endif

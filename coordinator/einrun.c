@@ -14,6 +14,7 @@
 #include "config.h"
 #include "common/ein_clock.h"
 #include "common/ein_npy.h"
+#include "coordinator/co_calib.h"
 #include "coordinator/co_lower.h"
 #include "coordinator/co_output.h"
 #include "coordinator/co_probe.h"
@@ -96,6 +97,9 @@ static void usage(FILE *f)
 "                       time in kernels, copies and waiting (default: 1).\n"
 "  --warmup W           untimed runs first (default: 0).\n"
 "  --trace FILE.json    a Chrome-trace timeline of every device (Perfetto).\n"
+"  --calibrate [--out FILE]  measure kernel, copy and dispatch rates on these\n"
+"                       devices and write a calibration table for the plan\n"
+"                       simulator (einplan --simulate); no PLAN.ein needed.\n"
 "  --graphs auto|on|off from the second iteration on, run each local stretch\n"
 "                       of a device's program (kernels, aggregations, slices\n"
 "                       between waits on peers) as a graph captured once: a\n"
@@ -352,6 +356,8 @@ int main(int argc, char **argv)
     double worker_timeout = 60, timeout = 0, instr_timeout = 600;
     const char *worker_opt = NULL, *trace_path = NULL, *log_dir = NULL, *wrapper = NULL;
     int iterations = 1, warmup = 0, log_level = 1, wrapper_device = -1, debug_device = -1;
+    int calibrate = 0;
+    const char *calib_out = NULL;
     int manual = 0, search = 1, want_cuda = 0, rewrite = 0, ilp = 0;
     int graphs = -1; /* --graphs: -1 auto, 0 off, 1 on */
     const char *weights = NULL;
@@ -397,6 +403,8 @@ int main(int argc, char **argv)
         {"search-budget-ms", required_argument, 0, 0x106},
         {"graphs", required_argument, 0, 'J'},
         {"verbose", no_argument, 0, 'v'},
+        {"calibrate", no_argument, 0, 0x120},
+        {"out", required_argument, 0, 0x121},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0},
@@ -566,6 +574,8 @@ int main(int argc, char **argv)
                             "reproducible; --search-cap-ms N is a wall-clock safety cap\n",
                     XP_SEARCH_DEFAULT_WORK);
             return 2;
+        case 0x120: calibrate = 1; break;
+        case 0x121: calib_out = optarg; break;
         case 'v': verbose = 1; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("einrun %s\n", PACKAGE_VERSION); return 0;
@@ -574,6 +584,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (calibrate)
+        return co_calib_cli(ndev, worker_opt, calib_out, topo_arg);
     if (optind != argc - 1 && !(show_topo && optind == argc)) {
         fprintf(stderr, "einrun: %s\nTry 'einrun --help'.\n",
                 optind >= argc ? "no program given (expected PLAN.ein)" : "more than one program given");
