@@ -368,7 +368,7 @@ static void test_calib_format(void **state)
     static const char *const names[] = {"host", "a100", "h100", "h200", "v100", "b200"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         assert_int_equal(co_calib_load(names[i], &c, &err), 0);
-    const char *src = getenv("srcdir") ? getenv("srcdir") : ".";
+    const char *src = getenv("EIN_SRCDIR") ? getenv("EIN_SRCDIR") : "..";
     char path[4096];
     snprintf(path, sizeof path, "%s/topologies/host.cal", src);
     co_calib h;
