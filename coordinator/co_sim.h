@@ -116,13 +116,29 @@ int co_sim_plan(const struct pl_graph *g, const struct pl_plan *plan, const xp_t
                 const co_calib *cal, uint64_t seed, int check_memory, ein_program ***progs,
                 co_sim_result **out, ein_error *err);
 
-/* einplan --simulate: load the topology (a built-in or file; at least as
- * many GPUs as the plan's devices) and the calibration (`cal_arg`, or the
- * topology's own, or host), simulate, and print text, --json or write
- * --trace. Returns 0, or an exit status (2 bad input, 1 other) after
- * printing one line on stderr prefixed by `prog`. */
+/* The rates --objective time plans with (pl_plan_opts): the topology's
+ * peak x the calibration's gemm efficiency at 1 GFLOP, its hbm x the
+ * elementwise efficiency at 10 MB, and the bottleneck of the route
+ * 0 -> 1 (the calibration's copy cap if lower) x the copy efficiency at
+ * 10 MB. A one-GPU topology uses its hbm as the network. */
+struct pl_plan_opts;
+void co_sim_objective_rates(const xp_topology *topo, const co_calib *cal,
+                            struct pl_plan_opts *o);
+
+/* Load a topology (`topo_arg`, NULL: host) and its calibration (`cal_arg`,
+ * NULL: the topology's own, else host); an exit status (2) after one line
+ * on stderr prefixed by `prog`, or 0. */
+int co_sim_load(const char *prog, const char *topo_arg, const char *cal_arg,
+                xp_topology **topo, co_calib *cal);
+
+/* einplan --simulate: simulate `plan` (made with `popts`, selector `sel`,
+ * seed `seed`) on the topology and calibration, print text, --json or
+ * write --trace. Memory is a constraint: if the plan's peak exceeds some
+ * device's memory, the DP plan of the other objective is tried; if none
+ * fits, the memory error. Returns 0, or an exit status (2 bad input, 1
+ * other) after printing one line on stderr prefixed by `prog`. */
 int co_sim_cli(const char *prog, const struct pl_graph *g, const struct pl_plan *plan,
-               const char *topo_arg, const char *cal_arg, const char *trace_path, int json,
-               uint64_t seed);
+               const struct pl_plan_opts *popts, const xp_topology *topo, const co_calib *cal,
+               const char *trace_path, int json, uint64_t seed);
 
 #endif

@@ -42,7 +42,7 @@ static void usage(FILE *f)
             "               [--linear-paths] [--rewrite [--weights A,B,...] [--ilp] [--topology T]]\n"
             "               [--json | --dot] plan.ein\n"
             "       einplan --devices P --simulate [--topology T] [--calibration C]\n"
-            "               [--trace FILE] [--json] plan.ein\n"
+            "               [--objective comm|time] [--trace FILE] [--json] plan.ein\n"
             "\n"
             "Prints the plan for P devices: per operator its split (interval counts per\n"
             "dim), the output tiling and the repartition / join / aggregation costs.\n"
@@ -186,6 +186,7 @@ int main(int argc, char **argv)
         {"simulate", no_argument, NULL, 0x120},
         {"trace", required_argument, NULL, 0x121},
         {"calibration", required_argument, NULL, 0x122},
+        {"objective", required_argument, NULL, 0x123},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -230,12 +231,18 @@ int main(int argc, char **argv)
         case 0x120: simulate = 1; break;
         case 0x121: trace_path = optarg; break;
         case 0x122: cal_arg = optarg; break;
+        case 0x123:
+            if (pl_objective_parse(optarg, &opts.objective) < 0) {
+                fprintf(stderr, "einplan: --objective '%s': expected comm or time\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if ((trace_path || cal_arg) && !simulate) {
-        fprintf(stderr, "einplan: --trace and --calibration need --simulate\n");
+    if ((trace_path || (cal_arg && opts.objective != PL_OBJECTIVE_TIME)) && !simulate) {
+        fprintf(stderr, "einplan: --trace and --calibration need --simulate (or --objective time)\n");
         return 2;
     }
     if (simulate && dot) {
@@ -286,17 +293,29 @@ int main(int argc, char **argv)
         pl_graph_free(g);
         g = out;
     }
+    xp_topology *sim_topo = NULL;
+    co_calib sim_cal;
+    if ((simulate || opts.objective == PL_OBJECTIVE_TIME) &&
+        co_sim_load("einplan", topo_arg, cal_arg, &sim_topo, &sim_cal) != 0) {
+        pl_graph_free(g);
+        return 2;
+    }
+    if (opts.objective == PL_OBJECTIVE_TIME)
+        co_sim_objective_rates(sim_topo, &sim_cal, &opts);
     if (pl_plan_make_opts(g, p, sel, seed, &opts, &plan, &err) < 0) {
+        xp_topo_free(sim_topo);
         fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
         pl_graph_free(g);
         return exit_status(err.code);
     }
     if (simulate) {
-        int st = co_sim_cli("einplan", g, plan, topo_arg, cal_arg, trace_path, json, seed);
+        int st = co_sim_cli("einplan", g, plan, &opts, sim_topo, &sim_cal, trace_path, json, seed);
+        xp_topo_free(sim_topo);
         pl_plan_free(plan);
         pl_graph_free(g);
         return st;
     }
+    xp_topo_free(sim_topo);
     if (json)
         print_json(path, g, plan);
     else if (dot)

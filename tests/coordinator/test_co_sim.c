@@ -329,6 +329,49 @@ static void test_memory_plan(void **state)
     pl_graph_free(g);
 }
 
+/* --objective time: refuses missing rates; on the FFN over 4 devices of
+ * the test machine its plan is predicted no slower than the comm plan. */
+static void test_objective_time(void **state)
+{
+    (void)state;
+    static const char prog[] = "dims t=512 d=512 f=2048\ndtype f32\ninput x[t, d]\n"
+                               "input w1[d, f]\ninput w2[f, d]\nh = matmul(x, w1)\n"
+                               "r = relu(h)\ny = matmul(r, w2)\nsave y\n";
+    pl_graph *g = NULL;
+    pl_plan *comm = NULL, *time = NULL;
+    ein_error err = {0};
+    pl_objective ob;
+    assert_int_equal(pl_objective_parse("time", &ob), 0);
+    assert_int_equal(ob, PL_OBJECTIVE_TIME);
+    assert_int_equal(pl_objective_parse("fast", &ob), -1);
+    assert_int_equal(pl_ein_parse("ffn.ein", prog, strlen(prog), &g, &err), 0);
+    pl_plan_opts o = {.objective = PL_OBJECTIVE_TIME};
+    assert_int_equal(pl_plan_make_opts(g, 4, PL_SELECT_DP, 1, &o, &time, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "objective time needs"));
+    xp_topology *t = topo(4);
+    t->memory = 1e9;
+    co_calib c = calib("overhead 5 us\nlatency 20 us\n");
+    co_sim_objective_rates(t, &c, &o);
+    near(o.peak_flops, 1e12);
+    near(o.net_bw, 10e9);
+    assert_int_equal(pl_plan_make_opts(g, 4, PL_SELECT_DP, 1, &o, &time, &err), 0);
+    assert_int_equal(pl_plan_make(g, 4, PL_SELECT_DP, 1, &comm, &err), 0);
+    ein_program **pc = NULL, **pt = NULL;
+    co_sim_result *rc = NULL, *rt = NULL;
+    assert_int_equal(co_sim_plan(g, comm, t, &c, 1, 1, &pc, &rc, &err), 0);
+    assert_int_equal(co_sim_plan(g, time, t, &c, 1, 1, &pt, &rt, &err), 0);
+    if (!(rt->time <= rc->time * 1.0001))
+        fail_msg("objective time predicts %.6g s, comm %.6g s", rt->time, rc->time);
+    co_sim_result_free(rc);
+    co_sim_result_free(rt);
+    co_programs_free(pc, 4);
+    co_programs_free(pt, 4);
+    pl_plan_free(comm);
+    pl_plan_free(time);
+    pl_graph_free(g);
+    xp_topo_free(t);
+}
+
 static void test_calib_format(void **state)
 {
     (void)state;
@@ -415,7 +458,8 @@ int main(void)
         cmocka_unit_test(test_one_gemm),     cmocka_unit_test(test_one_transfer),
         cmocka_unit_test(test_overlap),      cmocka_unit_test(test_shared_port),
         cmocka_unit_test(test_shared_cores), cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_memory_plan),  cmocka_unit_test(test_calib_format),
+        cmocka_unit_test(test_memory_plan),  cmocka_unit_test(test_objective_time),
+        cmocka_unit_test(test_calib_format),
         cmocka_unit_test(test_topology_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
