@@ -556,7 +556,23 @@ int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
     }
     pl_spec_clear(&buf);
 
-    if (sel == PL_SELECT_RANDOM) {
+    if (opts && opts->force) {
+        for (int v = 0; v < n; v++) {
+            if (!live[v] || pl_graph_node(g, v)->kind == PL_INPUT)
+                continue;
+            pl_index idx[PL_MAX_INDICES];
+            int ni = pl_op_indices(g, v, idx, NULL);
+            double best = -DBL_MAX;
+            for (int i = 0; i < st[v].nspecs; i++) {
+                double sc = opts->force(opts->force_ctx, g, v, idx, ni,
+                                        st[v].counts + i * st[v].nidx);
+                if (sc > best) {
+                    best = sc;
+                    st[v].chosen = i;
+                }
+            }
+        }
+    } else if (sel == PL_SELECT_RANDOM) {
         for (int v = 0; v < n; v++)
             if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT)
                 st[v].chosen = (int)(ein_rand_next(&seed) % (uint64_t)st[v].nspecs);

@@ -93,6 +93,12 @@ typedef struct pl_plan_opts {
      * three must be > 0. */
     pl_objective objective;
     double peak_flops, hbm_bw, net_bw;
+    /* Forced plans (baseline strategies, planner/pl_strategy.h): when set,
+     * every operator takes, of its specs, the one `force` scores highest
+     * (the first of equals), whatever the selector. */
+    double (*force)(const void *ctx, const pl_graph *g, int node, const pl_index *idx,
+                    int nidx, const int *counts);
+    const void *force_ctx;
 } pl_plan_opts;
 
 int pl_objective_parse(const char *s, pl_objective *out);

@@ -25,6 +25,7 @@
 #include "planner/rewrite/pl_rewrite.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
+#include "planner/pl_strategy.h"
 
 /* Exit status for an error code: bad input is 2, the rest 1. */
 static int exit_status(int code)
@@ -42,7 +43,8 @@ static void usage(FILE *f)
             "               [--linear-paths] [--rewrite [--weights A,B,...] [--ilp] [--topology T]]\n"
             "               [--json | --dot] plan.ein\n"
             "       einplan --devices P --simulate [--topology T] [--calibration C]\n"
-            "               [--objective comm|time] [--trace FILE] [--json] plan.ein\n"
+            "               [--objective comm|time] [--strategy S] [--trace FILE] [--json]\n"
+            "               plan.ein\n"
             "\n"
             "Prints the plan for P devices: per operator its split (interval counts per\n"
             "dim), the output tiling and the repartition / join / aggregation costs.\n"
@@ -187,6 +189,7 @@ int main(int argc, char **argv)
         {"trace", required_argument, NULL, 0x121},
         {"calibration", required_argument, NULL, 0x122},
         {"objective", required_argument, NULL, 0x123},
+        {"strategy", required_argument, NULL, 0x124},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -194,6 +197,7 @@ int main(int argc, char **argv)
     const char *weights = NULL, *topo_arg = NULL;
     const char *trace_path = NULL, *cal_arg = NULL;
     int simulate = 0;
+    const char *strategy = NULL;
     pl_selector sel = PL_SELECT_DP;
     pl_plan_opts opts = {0};
     uint64_t seed = 1;
@@ -231,6 +235,14 @@ int main(int argc, char **argv)
         case 0x120: simulate = 1; break;
         case 0x121: trace_path = optarg; break;
         case 0x122: cal_arg = optarg; break;
+        case 0x124:
+            if (pl_strategy_set(optarg, &opts) < 0) {
+                fprintf(stderr, "einplan: --strategy '%s': expected megatron, ulysses, sequence "
+                                "or data\n", optarg);
+                return 2;
+            }
+            strategy = optarg;
+            break;
         case 0x123:
             if (pl_objective_parse(optarg, &opts.objective) < 0) {
                 fprintf(stderr, "einplan: --objective '%s': expected comm or time\n", optarg);
@@ -292,6 +304,11 @@ int main(int argc, char **argv)
         pl_rewrite_report(json || dot ? stderr : stdout, out, &st);
         pl_graph_free(g);
         g = out;
+    }
+    if (strategy && pl_strategy_check(strategy, g, p, &err) < 0) {
+        fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
+        pl_graph_free(g);
+        return 2;
     }
     xp_topology *sim_topo = NULL;
     co_calib sim_cal;
