@@ -7,8 +7,8 @@
 
 #include "common/ein_file.h"
 
-static const char *const work_names[CO_WORK_COUNT] = {"gemm", "attention", "elementwise",
-                                                      "copy"};
+static const char *const work_names[CO_WORK_COUNT] = {"gemm",  "attention", "elementwise",
+                                                      "copy",  "unary",     "layout"};
 
 /* GPU tables from public figures, until measured ones replace them.
  * - gemm: cuBLAS dense 16-bit GEMM reaches about 70-80% of the tensor-core
@@ -173,7 +173,7 @@ int co_calib_parse(const char *text, const char *file, co_calib *out, ein_error 
                     k = i;
             if (nw != 4 || k < 0 || parse_num(w[2], &size) < 0 || !(size >= 1) ||
                 size > 1e18 || parse_num(w[3], &eff) < 0 || !(eff > 0) || eff > 1000)
-                BAD("bad 'eff' statement; expected: eff gemm|attention|elementwise|copy SIZE "
+                BAD("bad 'eff' statement; expected: eff gemm|attention|elementwise|copy|unary|layout SIZE "
                     "EFFICIENCY (SIZE 1..1e18, EFFICIENCY in (0, 1000])");
             if (c.npts[k] == CO_CALIB_MAX_POINTS)
                 BAD("too many points for %s; expected at most %d", w[1], CO_CALIB_MAX_POINTS);

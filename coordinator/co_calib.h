@@ -18,9 +18,9 @@
  *   copy 6 GB/s          # optional: the most one device's COPY moves, whatever
  *                        # the route allows (a CPU worker's memcpy)
  *   eff gemm 1e6 0.25    # KIND SIZE EFFICIENCY: at SIZE (FLOPs for gemm and
- *   eff gemm 1e9 0.8     # attention, bytes for elementwise and copy) the
- *                        # work runs at EFFICIENCY x peak (gemm, attention),
- *                        # x hbm (elementwise) or x the route (copy)
+ *   eff gemm 1e9 0.8     # attention, bytes for the others) the work runs
+ *                        # at EFFICIENCY x peak (gemm, attention), x hbm
+ *                        # (unary, layout, elementwise) or x the route (copy)
  *
  * Time units: s, ms, us, ns; rates GB/s, MB/s, TB/s. Points of one kind
  * are given in increasing SIZE (at most CO_CALIB_MAX_POINTS); between them
@@ -28,8 +28,13 @@
  * the nearest point's. A kind without points has efficiency 1.
  *
  * Kinds of work: gemm (a two-operand EINSUM), attention (ATTENTION; its
- * FLOPs count only the causal pairs it computes), elementwise (every other
- * kernel, AGG, SLICE, CONCAT: bytes read + written), copy (COPY: bytes).
+ * FLOPs count only the causal pairs it computes), unary (UNARY kernels:
+ * on CPU they evaluate a function per element and run far slower than
+ * the rest), layout (SLICE and CONCAT instructions and kernels,
+ * SPLIT_HEADS, MERGE_HEADS: data movement inside a device), elementwise
+ * (every other kernel and AGG), copy (COPY); all but gemm and attention
+ * are sized in bytes read + written (copy: bytes moved). Calibrated on
+ * CPU with relu (unary), add (elementwise) and a SLICE (layout).
  *
  * Built-in tables are named like topologies' `calibration` statements:
  * `host` (measured on this project's machine with einrun --calibrate) and
@@ -53,6 +58,8 @@ typedef enum co_work {
     CO_WORK_ATTENTION,
     CO_WORK_ELEMENTWISE,
     CO_WORK_COPY,
+    CO_WORK_UNARY,
+    CO_WORK_LAYOUT,
     CO_WORK_COUNT
 } co_work;
 

@@ -1,13 +1,13 @@
 /* coordinator/co_calib_run.c — einrun --calibrate: measure a calibration
  * table (co_calib.h) by running benchmark Programs on the devices.
  *
- * Device 0 runs, one after another, GEMMs, attention blocks and
- * elementwise kernels of several sizes (each instruction depending on the
+ * Device 0 runs, one after another, GEMMs, attention blocks, relu, add
+ * and SLICE of several sizes (each instruction depending on the
  * previous one, so nothing overlaps); device 1 (if there is one) copies
  * buffers of several sizes from device 0, one at a time, and last a small
  * one device 0 announces only after its kernels, which gives the READY
  * latency. The run has CO_CALIB_ITERS iterations; the first is a warm-up.
- * Each instruction's time is the median over the others, read from the
+ * Each instruction's time is the best over the others, read from the
  * workers' Chrome trace (the same events einrun --trace writes), so it is
  * what the workers measured around each instruction. Efficiencies are
  * relative to the topology's peak and hbm (the host topology for CPU
@@ -22,7 +22,7 @@
 #include "coordinator/co_run.h"
 #include "coordinator/co_sim.h"
 
-#define CO_CALIB_ITERS 6
+#define CO_CALIB_ITERS 9
 #define MAXB 64
 
 typedef struct bench {
@@ -113,21 +113,38 @@ static int build(ein_program **progs, int ndev, bench *b, int *nb, ein_error *er
             return prev;
         n++;
     }
-    /* Elementwise: relu over n floats (the smallest gives the overhead). */
+    /* Per size: relu (unary; the smallest gives the overhead), add
+     * (elementwise) and a SLICE of the first half (layout), over n floats. */
     static const int64_t elem_n[] = {1, 1024, 16384, 262144, 2097152, 8388608};
     for (size_t k = 0; k < sizeof elem_n / sizeof elem_n[0]; k++) {
-        int64_t sh[1] = {elem_n[k]};
+        int64_t sh[1] = {elem_n[k]}, half[1] = {elem_n[k] > 1 ? elem_n[k] / 2 : 1};
         int x = add_buf(p, 1, sh, err), y = x >= 0 ? add_buf(p, 1, sh, err) : x;
-        if (y < 0)
-            return y;
+        int z = y >= 0 ? add_buf(p, 1, sh, err) : y, h = z >= 0 ? add_buf(p, 1, half, err) : z;
+        if (h < 0)
+            return h;
         if ((rc = add_load(p, x, 1, sh, 31, err)) < 0)
             return rc;
-        ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = &x, .nsrcs = 1, .dst = y};
-        ins.kernel.kind = EIN_KERNEL_UNARY;
-        ins.kernel.unary = EIN_UN_RELU;
-        b[n] = (bench){.work = CO_WORK_ELEMENTWISE, .size = 8.0 * (double)elem_n[k],
-                       .bytes = 8.0 * (double)elem_n[k]};
-        if ((prev = add_bench(p, &ins, prev, n, &b[n], err)) < 0)
+        double bytes = 4.0 * (double)elem_n[k];
+        ein_instr un = {.kind = EIN_I_KERNEL, .srcs = &x, .nsrcs = 1, .dst = y};
+        un.kernel.kind = EIN_KERNEL_UNARY;
+        un.kernel.unary = EIN_UN_RELU;
+        b[n] = (bench){.work = CO_WORK_UNARY, .size = 2 * bytes, .bytes = 2 * bytes};
+        if ((prev = add_bench(p, &un, prev, n, &b[n], err)) < 0)
+            return prev;
+        n++;
+        if (elem_n[k] == 1)
+            continue;
+        int srcs[2] = {x, y};
+        ein_instr bi = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = 2, .dst = z};
+        bi.kernel.kind = EIN_KERNEL_BINARY;
+        bi.kernel.binary = EIN_BIN_ADD;
+        b[n] = (bench){.work = CO_WORK_ELEMENTWISE, .size = 3 * bytes, .bytes = 3 * bytes};
+        if ((prev = add_bench(p, &bi, prev, n, &b[n], err)) < 0)
+            return prev;
+        n++;
+        ein_instr sl = {.kind = EIN_I_SLICE, .srcs = &z, .nsrcs = 1, .dst = h};
+        b[n] = (bench){.work = CO_WORK_LAYOUT, .size = bytes, .bytes = bytes};
+        if ((prev = add_bench(p, &sl, prev, n, &b[n], err)) < 0)
             return prev;
         n++;
     }
@@ -209,12 +226,15 @@ static int cmp_d(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n)
+/* The best of the samples: the machine's speed with the least
+ * interference from other processes (other users' load is not part of
+ * the model). */
+static double best(double *v, int n)
 {
     if (n == 0)
         return NAN;
     qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
+    return v[0];
 }
 
 int co_calib_cli(int ndev, const char *worker, const char *out_path, const char *topo_arg)
@@ -281,28 +301,28 @@ int co_calib_cli(int ndev, const char *worker, const char *out_path, const char 
     double over[CO_CALIB_ITERS], it[CO_CALIB_ITERS], lat[CO_CALIB_ITERS];
     int nover = 0, nit = 0, nlat = 0;
     for (int k = 0; k < nb; k++)
-        if (b[k].work == CO_WORK_ELEMENTWISE && b[k].size <= 8)
+        if (b[k].work == CO_WORK_UNARY && b[k].size <= 8)
             for (int i = 0; i < b[k].nt; i++)
                 over[nover++] = b[k].t[i];
-    c.overhead = nover ? median(over, nover) : 0;
+    c.overhead = nover ? best(over, nover) : 0;
     for (int i = 1; i < CO_CALIB_ITERS; i++)
         if (hi[i] > lo[i] && iter_s[i] > hi[i] - lo[i])
             it[nit++] = iter_s[i] - (hi[i] - lo[i]);
-    c.iteration = nit ? median(it, nit) : 0;
+    c.iteration = nit ? best(it, nit) : 0;
     /* Latency: the first COPY's start minus its NOTIFY's end, per iteration. */
     for (int i = 1; ndev >= 2 && i < CO_CALIB_ITERS; i++)
         if (nend[i] > 0 && pstart[i] > nend[i])
             lat[nlat++] = pstart[i] - nend[i];
-    c.latency = nlat ? median(lat, nlat) : 30e-6;
+    c.latency = nlat ? best(lat, nlat) : 30e-6;
     double best_copy = 0;
     for (int k = 0; k < nb; k++) {
-        double t = median(b[k].t, b[k].nt) - c.overhead;
-        if (!(t > 0) || (b[k].work == CO_WORK_ELEMENTWISE && b[k].size <= 8))
+        double t = best(b[k].t, b[k].nt) - c.overhead;
+        if (!(t > 0) || (b[k].work == CO_WORK_UNARY && b[k].size <= 8))
             continue;
         double e;
         if (b[k].work == CO_WORK_GEMM || b[k].work == CO_WORK_ATTENTION)
             e = b[k].size / (t * topo->peak);
-        else if (b[k].work == CO_WORK_ELEMENTWISE)
+        else if (b[k].work != CO_WORK_COPY)
             e = b[k].size / (t * topo->hbm);
         else {
             e = b[k].size / t; /* a rate for now */
@@ -334,7 +354,7 @@ int co_calib_cli(int ndev, const char *worker, const char *out_path, const char 
         goto done;
     }
     fprintf(f, "# measured by einrun --calibrate on %d device%s, against topology %s "
-               "(peak %.4g FLOP/s, hbm %.4g B/s); median of %d iterations\n",
+               "(peak %.4g FLOP/s, hbm %.4g B/s); best of %d iterations\n",
             ndev, ndev == 1 ? "" : "s", topo->name, topo->peak, topo->hbm, CO_CALIB_ITERS - 1);
     co_calib_write(&c, f);
     if (out_path && fclose(f) != 0) {

@@ -83,9 +83,16 @@ static co_work instr_work(const ein_program *p, const ein_instr *ins, double *fl
         *bytes = dst ? (double)dst->bytes : 0;
         return CO_WORK_COPY;
     }
+    if (ins->kind == EIN_I_SLICE || ins->kind == EIN_I_CONCAT)
+        return CO_WORK_LAYOUT;
     if (ins->kind != EIN_I_KERNEL)
         return CO_WORK_ELEMENTWISE;
     const ein_kernel *k = &ins->kernel;
+    if (k->kind == EIN_KERNEL_UNARY)
+        return CO_WORK_UNARY;
+    if (k->kind == EIN_KERNEL_SLICE || k->kind == EIN_KERNEL_CONCAT ||
+        k->kind == EIN_KERNEL_SPLIT_HEADS || k->kind == EIN_KERNEL_MERGE_HEADS)
+        return CO_WORK_LAYOUT;
     if (k->kind == EIN_KERNEL_EINSUM && ins->nsrcs == 2) {
         /* 2 x the product of every letter's extent. */
         double ext[128] = {0};
@@ -133,7 +140,7 @@ static double work_time(const sim *s, const ein_program *p, const ein_instr *ins
         double tc = flops / (peak * co_calib_eff(s->cal, w, flops)), tb = bytes / hbm;
         return tc > tb ? tc : tb;
     }
-    return bytes / (hbm * co_calib_eff(s->cal, CO_WORK_ELEMENTWISE, bytes));
+    return bytes / (hbm * co_calib_eff(s->cal, w, bytes));
 }
 
 static int gid(const sim *s, int d, int i)
