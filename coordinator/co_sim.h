@@ -131,6 +131,14 @@ void co_sim_objective_rates(const xp_topology *topo, const co_calib *cal,
 int co_sim_load(const char *prog, const char *topo_arg, const char *cal_arg,
                 xp_topology **topo, co_calib *cal);
 
+/* einrun --objective time: plan g for p devices by predicted time on
+ * topology `topo_arg` (NULL: host) and its calibration. `objective` is
+ * "time" (or "comm": pl_plan_make). Returns 0 or a negative code with
+ * `err` filled (a bad topology or calibration is EIN_EINVAL). */
+int co_sim_plan_make(const struct pl_graph *g, int p, int sel, uint64_t seed,
+                     const char *objective, const char *topo_arg, struct pl_plan **out,
+                     ein_error *err);
+
 /* einplan --simulate: simulate `plan` (made with `popts`, selector `sel`,
  * seed `seed`) on the topology and calibration, print text, --json or
  * write --trace. Memory is a constraint: if the plan's peak exceeds some

@@ -62,6 +62,30 @@ void co_sim_objective_rates(const xp_topology *topo, const co_calib *cal, pl_pla
     o->net_bw = net * co_calib_eff(cal, CO_WORK_COPY, 1e7);
 }
 
+int co_sim_plan_make(const pl_graph *g, int p, int sel, uint64_t seed, const char *objective,
+                     const char *topo_arg, pl_plan **out, ein_error *err)
+{
+    pl_plan_opts o = {0};
+    if (pl_objective_parse(objective, &o.objective) < 0)
+        return ein_fail(err, EIN_EINVAL, "objective '%s': expected comm or time", objective);
+    if (o.objective == PL_OBJECTIVE_TIME) {
+        xp_topology *topo = NULL;
+        co_calib cal;
+        const char *name = topo_arg ? topo_arg : "host";
+        int rc = xp_topo_load(name, &topo, err);
+        if (rc == 0)
+            rc = co_sim_calib_of(topo, "host", &cal, err);
+        if (rc < 0) {
+            xp_topo_free(topo);
+            ein_error_prefix(err, "--topology %s", name);
+            return err ? (err->code = EIN_EINVAL) : EIN_EINVAL;
+        }
+        co_sim_objective_rates(topo, &cal, &o);
+        xp_topo_free(topo);
+    }
+    return pl_plan_make_opts(g, p, (pl_selector)sel, seed, &o, out, err);
+}
+
 int co_sim_load(const char *prog, const char *topo_arg, const char *cal_arg, xp_topology **topo,
                 co_calib *cal)
 {

@@ -15,6 +15,7 @@
 #include "common/ein_clock.h"
 #include "common/ein_npy.h"
 #include "coordinator/co_calib.h"
+#include "coordinator/co_sim.h"
 #include "coordinator/co_lower.h"
 #include "coordinator/co_output.h"
 #include "coordinator/co_probe.h"
@@ -85,6 +86,9 @@ static void usage(FILE *f)
 "                       0: none). If it stops a search, einrun says so: that\n"
 "                       plan depends on the machine's speed.\n"
 "  --plan-seed S        seed of the random selector (default: 1).\n"
+"  --objective comm|time  the DP minimises the paper's elements moved (comm,\n"
+"                       default) or the predicted seconds on the --topology\n"
+"                       (default host) with its calibration (docs/simulator.md).\n"
 "  --explain            print the chosen spec and costs of every operator.\n"
 "  --rewrite            rewrite the graph by equality saturation first (matmul\n"
 "                       order, merged projections), then plan the cheapest\n"
@@ -357,7 +361,7 @@ int main(int argc, char **argv)
     const char *worker_opt = NULL, *trace_path = NULL, *log_dir = NULL, *wrapper = NULL;
     int iterations = 1, warmup = 0, log_level = 1, wrapper_device = -1, debug_device = -1;
     int calibrate = 0;
-    const char *calib_out = NULL;
+    const char *calib_out = NULL, *objective = NULL;
     int manual = 0, search = 1, want_cuda = 0, rewrite = 0, ilp = 0;
     int graphs = -1; /* --graphs: -1 auto, 0 off, 1 on */
     const char *weights = NULL;
@@ -405,6 +409,7 @@ int main(int argc, char **argv)
         {"verbose", no_argument, 0, 'v'},
         {"calibrate", no_argument, 0, 0x120},
         {"out", required_argument, 0, 0x121},
+        {"objective", required_argument, 0, 0x122},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0},
@@ -576,6 +581,13 @@ int main(int argc, char **argv)
             return 2;
         case 0x120: calibrate = 1; break;
         case 0x121: calib_out = optarg; break;
+        case 0x122:
+            if (strcmp(optarg, "comm") && strcmp(optarg, "time")) {
+                fprintf(stderr, "einrun: --objective '%s': expected comm or time\n", optarg);
+                return 2;
+            }
+            objective = optarg;
+            break;
         case 'v': verbose = 1; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("einrun %s\n", PACKAGE_VERSION); return 0;
@@ -586,6 +598,8 @@ int main(int argc, char **argv)
     }
     if (calibrate)
         return co_calib_cli(ndev, worker_opt, calib_out, topo_arg);
+    if (objective && !strcmp(objective, "comm"))
+        objective = NULL; /* the default */
     if (optind != argc - 1 && !(show_topo && optind == argc)) {
         fprintf(stderr, "einrun: %s\nTry 'einrun --help'.\n",
                 optind >= argc ? "no program given (expected PLAN.ein)" : "more than one program given");
@@ -786,7 +800,8 @@ int main(int argc, char **argv)
     }
 
     double t0 = ein_now_s();
-    if (pl_plan_make(g, ndev, sel, plan_seed, &plan, &err) < 0) {
+    if ((objective ? co_sim_plan_make(g, ndev, sel, plan_seed, objective, topo_arg, &plan, &err)
+                   : pl_plan_make(g, ndev, sel, plan_seed, &plan, &err)) < 0) {
         fprintf(stderr, "einrun: cannot plan %s for %d devices: %s\n", path, ndev, err.msg);
         goto done;
     }
