@@ -152,9 +152,9 @@ int co_calib_parse(const char *text, const char *file, co_calib *out, ein_error 
             strcpy(c.name, w[1]);
         } else if (strcmp(w[0], "cores") == 0) {
             double x;
-            if (nw != 2 || parse_num(w[1], &x) < 0 || x < 0 || x > 65536 || x != floor(x))
+            if (nw != 2 || parse_num(w[1], &x) < 0 || x < 0 || x > 65536)
                 BAD("bad 'cores' statement; expected: cores N (0..65536)");
-            c.cores = (int)x;
+            c.cores = x;
         } else if (strcmp(w[0], "overhead") == 0 || strcmp(w[0], "latency") == 0 ||
                    strcmp(w[0], "iteration") == 0) {
             double *dst = w[0][0] == 'o' ? &c.overhead : w[0][0] == 'l' ? &c.latency
@@ -218,8 +218,8 @@ int co_calib_load(const char *name_or_path, co_calib *out, ein_error *err)
 void co_calib_write(const co_calib *c, FILE *f)
 {
     fprintf(f, "name %s\n", c->name[0] ? c->name : "unnamed");
-    if (c->cores)
-        fprintf(f, "cores %d\n", c->cores);
+    if (c->cores > 0)
+        fprintf(f, "cores %.4g\n", c->cores);
     fprintf(f, "overhead %.6g us\nlatency %.6g us\niteration %.6g us\n", c->overhead * 1e6,
             c->latency * 1e6, c->iteration * 1e6);
     if (c->copy_bw > 0)

@@ -9,7 +9,8 @@
  *
  *   name host
  *   cores 2              # optional: the devices share this many cores (CPU
- *                        # devices); a device's work runs at
+ *                        # devices; may be fractional: what other users'
+ *                        # load leaves); a device's work runs at
  *                        # min(1, cores / busy devices) of its speed. 0 or
  *                        # absent: every device has its own processor (GPUs)
  *   overhead 4 us        # fixed cost of every instruction (dispatch, launch)
@@ -65,7 +66,7 @@ typedef enum co_work {
 
 typedef struct co_calib {
     char name[64];
-    int cores;               /* 0: devices do not share processors */
+    double cores;            /* 0: devices do not share processors */
     double overhead;         /* s per instruction */
     double latency;          /* s from NOTIFY end to the peer's READY */
     double iteration;        /* s per iteration */

@@ -44,6 +44,8 @@ typedef struct sim {
     int *pred;          /* per global instruction */
     double t;
     int capwaits;
+    double *left;       /* [nres]: bandwidth not yet given out (rates) */
+    int *users;         /* [nres]: unfrozen copies crossing each resource */
 } sim;
 
 /* Causal (query, key) pairs of an attention block: query t attends keys u
@@ -286,10 +288,10 @@ static void rates(sim *s)
     int busy = 0;
     for (int d = 0; d < s->ndev; d++)
         busy += s->d[d].state == ST_RUN;
-    double share = s->cal->cores > 0 && busy > s->cal->cores ? (double)s->cal->cores / busy : 1.0;
+    double share = s->cal->cores > 0 && busy > s->cal->cores ? s->cal->cores / busy : 1.0;
     int nres = xp_topo_nres(s->topo);
-    double *left = malloc(sizeof *left * (size_t)nres);
-    int *users = malloc(sizeof *users * (size_t)nres);
+    double *left = s->left;
+    int *users = s->users;
     int nflows = 0;
     for (int d = 0; d < s->ndev; d++) {
         sim_dev *v = &s->d[d];
@@ -298,7 +300,7 @@ static void rates(sim *s)
         v->rate = v->is_copy ? -1 : share; /* -1: copy not yet frozen */
         nflows += v->is_copy;
     }
-    if (nflows > 0 && left && users) {
+    if (nflows > 0) {
         for (int r = 0; r < nres; r++)
             left[r] = xp_topo_res_bw(s->topo, r);
         double cap = s->cal->copy_bw > 0 ? s->cal->copy_bw * share : INFINITY;
@@ -347,13 +349,7 @@ static void rates(sim *s)
                     v->rate = 1e-300;
             }
         }
-    } else if (nflows > 0) {
-        for (int d = 0; d < s->ndev; d++)
-            if (s->d[d].state == ST_RUN && s->d[d].is_copy)
-                s->d[d].rate = xp_topo_res_bw(s->topo, s->d[d].res[0]);
     }
-    free(left);
-    free(users);
 }
 
 static int add_wait(sim *s, int d, double from, double to)
@@ -474,7 +470,7 @@ static void largest(const ein_program *p, int *out)
     }
 }
 
-static void critical_path(sim *s)
+static int critical_path(sim *s)
 {
     co_sim_result *r = s->r;
     int total = r->first[r->ndev], last = -1, n = 0;
@@ -485,7 +481,7 @@ static void critical_path(sim *s)
         n++;
     r->path = calloc((size_t)(n > 0 ? n : 1), sizeof *r->path);
     if (!r->path)
-        return;
+        return EIN_ENOMEM;
     r->npath = n;
     int k = n;
     for (int g = last; g >= 0; g = s->pred[g]) {
@@ -506,6 +502,7 @@ static void critical_path(sim *s)
     r->path_wait = r->makespan - r->path_compute - r->path_comm;
     if (r->path_wait < 0)
         r->path_wait = 0;
+    return 0;
 }
 
 int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
@@ -534,7 +531,9 @@ int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
     }
     r->first[ndev] = total;
     s.bufbase[ndev] = tbuf;
-    if (!(r->start = malloc(sizeof *r->start * ((size_t)total + 1))) ||
+    if (!(s.left = malloc(sizeof *s.left * ((size_t)xp_topo_nres(topo) + 1))) ||
+        !(s.users = malloc(sizeof *s.users * ((size_t)xp_topo_nres(topo) + 1))) ||
+        !(r->start = malloc(sizeof *r->start * ((size_t)total + 1))) ||
         !(r->end = malloc(sizeof *r->end * ((size_t)total + 1))) ||
         !(s.pred = malloc(sizeof *s.pred * ((size_t)total + 1))))
         goto fail;
@@ -564,7 +563,8 @@ int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
         dv->peak = progs[d]->segment_bytes;
         largest(progs[d], dv->largest);
     }
-    critical_path(&s);
+    if (critical_path(&s) < 0)
+        goto fail;
     for (int d = 0; d < ndev; d++) {
         free(s.d[d].done);
         free(s.d[d].ready);
@@ -573,6 +573,8 @@ int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
     free(s.d);
     free(s.bufbase);
     free(s.pred);
+    free(s.left);
+    free(s.users);
     *out = r;
     return 0;
 fail:
@@ -586,6 +588,8 @@ fail_msg:
     free(s.d);
     free(s.bufbase);
     free(s.pred);
+    free(s.left);
+    free(s.users);
     co_sim_result_free(r);
     return rc;
 }

@@ -78,7 +78,9 @@ int co_sim_plan_make(const pl_graph *g, int p, int sel, uint64_t seed, const cha
         if (rc < 0) {
             xp_topo_free(topo);
             ein_error_prefix(err, "--topology %s", name);
-            return err ? (err->code = EIN_EINVAL) : EIN_EINVAL;
+            if (err)
+                err->code = EIN_EINVAL; /* bad input, whatever the cause */
+            return EIN_EINVAL;
         }
         co_sim_objective_rates(topo, &cal, &o);
         xp_topo_free(topo);
