@@ -9,6 +9,8 @@
 
 enum { ST_FREE = 0, ST_RUN, ST_WAIT, ST_DONE };
 
+#define CO_SIM_SHOW 12 /* critical-path groups printed at each end */
+
 typedef struct sim_msg {
     double at;
     int from;       /* device */
@@ -692,8 +694,19 @@ int co_sim_print(ein_program *const *progs, const co_sim_result *r, const xp_top
     fprintf(f, "critical path: %d instructions, %.3f ms compute, %.3f ms communication, "
                "%.3f ms waiting\n",
             r->npath, 1e3 * r->path_compute, 1e3 * r->path_comm, 1e3 * r->path_wait);
-    /* The path by operator: consecutive steps of one operator on one device merged. */
-    for (int k = 0; k < r->npath;) {
+    /* The path by operator: consecutive steps of one operator on one device
+     * merged; a long path shows its first and last CO_SIM_SHOW groups. */
+    int ngroups = 0;
+    for (int k = 0; k < r->npath; ngroups++) {
+        const co_sim_step *st = &r->path[k];
+        const char *op = progs[st->device]->instrs[st->instr].op;
+        int j = k + 1;
+        while (j < r->npath && r->path[j].device == st->device &&
+               strcmp(progs[st->device]->instrs[r->path[j].instr].op, op) == 0)
+            j++;
+        k = j;
+    }
+    for (int k = 0, gi = 0; k < r->npath; gi++) {
         const co_sim_step *st = &r->path[k];
         const ein_instr *ins = &progs[st->device]->instrs[st->instr];
         int j = k + 1, ncomm = is_comm(ins);
@@ -702,9 +715,13 @@ int co_sim_print(ein_program *const *progs, const co_sim_result *r, const xp_top
             ncomm += is_comm(&progs[st->device]->instrs[r->path[j].instr]);
             j++;
         }
-        fprintf(f, "  %9.3f ms  device %d  %-20s %d instruction%s%s\n", 1e3 * st->start,
-                st->device, ins->op, j - k, j - k == 1 ? "" : "s",
-                ncomm ? " (with copies)" : "");
+        if (gi < CO_SIM_SHOW || gi >= ngroups - CO_SIM_SHOW)
+            fprintf(f, "  %9.3f ms  device %d  %-20s %d instruction%s%s\n", 1e3 * st->start,
+                    st->device, ins->op, j - k, j - k == 1 ? "" : "s",
+                    ncomm ? " (with copies)" : "");
+        else if (gi == CO_SIM_SHOW)
+            fprintf(f, "  ... %d more operators on the path (--json lists every step)\n",
+                    ngroups - 2 * CO_SIM_SHOW);
         k = j;
     }
     return ferror(f) ? EIN_EIO : 0;
