@@ -18,7 +18,9 @@ static const char *const work_names[CO_WORK_COUNT] = {"gemm",  "attention", "ele
  * - attention: FlashAttention-2 forward reaches up to 73% of the A100's
  *   peak (Dao 2023, "FlashAttention-2", fig. 5) and about 35% of the
  *   H100's (the same paper; FlashAttention-3 reaches 75% but is not ours).
- * - elementwise: a bandwidth-bound kernel reaches about 90% of HBM
+ * - elementwise, unary and layout (a GPU evaluates a function per element
+ *   at memory speed, unlike our CPU kernels): a bandwidth-bound kernel
+ *   reaches about 90% of HBM
  *   bandwidth on large arrays (STREAM-like copy on A100/H100, NVIDIA's
  *   CUDA samples bandwidthTest), less below a few MB.
  * - copy: peer-to-peer cudaMemcpy over NVLink reaches about 80-85% of the
@@ -32,6 +34,8 @@ static const char *const work_names[CO_WORK_COUNT] = {"gemm",  "attention", "ele
     "eff gemm 1e11 0.75\neff gemm 1e12 0.8\n"                                                \
     "eff attention 1e8 0.1\neff attention 1e10 0.4\neff attention 1e12 " attn_big "\n"       \
     "eff elementwise 1e4 0.05\neff elementwise 1e6 0.4\neff elementwise 1e8 0.9\n"           \
+    "eff unary 1e4 0.05\neff unary 1e6 0.4\neff unary 1e8 0.9\n"                             \
+    "eff layout 1e4 0.05\neff layout 1e6 0.4\neff layout 1e8 0.9\n"                          \
     "eff copy 1e4 0.1\neff copy 1e6 0.5\neff copy 1e8 0.85\n"
 
 static const struct {
