@@ -14,6 +14,7 @@
 #include "coordinator/co_lower.h"
 #include "coordinator/co_probe.h"
 #include "coordinator/co_run.h"
+#include "coordinator/co_sim.h"
 #include "coordinator/co_topo.h"
 #include "coordinator/ein_compile_int.h"
 #include "exchange/xp_program.h"
@@ -225,7 +226,20 @@ int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, e
                            .linear_paths = o.linear_paths};
     ein_progress pg;
     ein_progress_begin(&pg, o.progress && ein_progress_wanted(0), "planning", 0);
-    rc = ein_graph_plan(c->g, ndev, &po, &c->plan, err);
+    if (o.objective && strcmp(o.objective, "comm")) {
+        /* Predicted time on the topology with its calibration (issue 12;
+         * coordinator/co_sim.h). */
+        pl_selector sel = PL_SELECT_DP;
+        pl_plan *pp = NULL;
+        if (o.selector && pl_selector_parse(o.selector, &sel) < 0)
+            rc = ein_fail(err, EIN_EINVAL, "unknown selector '%s'; expected dp, greedy or random",
+                          o.selector);
+        else if ((rc = co_sim_plan_make(c->g, ndev, sel, o.plan_seed, o.objective, o.topology, &pp,
+                                        err)) == 0)
+            rc = ein_plan_wrap(c->g, pp, &c->plan, err);
+    } else {
+        rc = ein_graph_plan(c->g, ndev, &po, &c->plan, err);
+    }
     ein_progress_end(&pg);
     if (rc < 0)
         goto fail;

@@ -14,6 +14,8 @@
 #include "config.h"
 #include "common/ein_clock.h"
 #include "common/ein_npy.h"
+#include "coordinator/co_calib.h"
+#include "coordinator/co_sim.h"
 #include "coordinator/co_lower.h"
 #include "coordinator/co_output.h"
 #include "coordinator/co_dump.h"
@@ -97,6 +99,9 @@ static void usage(FILE *f)
 "                       0: none). If it stops a search, einrun says so: that\n"
 "                       plan depends on the machine's speed.\n"
 "  --plan-seed S        seed of the random selector (default: 1).\n"
+"  --objective comm|time  the DP minimises the paper's elements moved (comm,\n"
+"                       default) or the predicted seconds on the --topology\n"
+"                       (default host) with its calibration (docs/simulator.md).\n"
 "  --explain            print the chosen spec and costs of every operator.\n"
 "  --rewrite            rewrite the graph by equality saturation first (matmul\n"
 "                       order, merged projections), then plan the cheapest\n"
@@ -109,6 +114,9 @@ static void usage(FILE *f)
 "                       time in kernels, copies and waiting (default: 1).\n"
 "  --warmup W           untimed runs first (default: 0).\n"
 "  --trace FILE.json    a Chrome-trace timeline of every device (Perfetto).\n"
+"  --calibrate [--out FILE]  measure kernel, copy and dispatch rates on these\n"
+"                       devices and write a calibration table for the plan\n"
+"                       simulator (einplan --simulate); no PLAN.ein needed.\n"
 "  --graphs auto|on|off from the second iteration on, run each local stretch\n"
 "                       of a device's program (kernels, aggregations, slices\n"
 "                       between waits on peers) as a graph captured once: a\n"
@@ -273,6 +281,8 @@ int main(int argc, char **argv)
     double worker_timeout = 60, timeout = 0, instr_timeout = 600;
     const char *worker_opt = NULL, *trace_path = NULL, *log_dir = NULL, *wrapper = NULL;
     int iterations = 1, warmup = 0, log_level = 1, wrapper_device = -1, debug_device = -1;
+    int calibrate = 0;
+    const char *calib_out = NULL, *objective = NULL;
     int manual = 0, search = 1, want_cuda = 0, rewrite = 0, ilp = 0;
     int graphs = -1; /* --graphs: -1 auto, 0 off, 1 on */
     const char *weights = NULL;
@@ -329,6 +339,9 @@ int main(int argc, char **argv)
         {"search-budget-ms", required_argument, 0, 0x106},
         {"graphs", required_argument, 0, 'J'},
         {"verbose", no_argument, 0, 'v'},
+        {"calibrate", no_argument, 0, 0x120},
+        {"out", required_argument, 0, 0x121},
+        {"objective", required_argument, 0, 0x122},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0},
@@ -510,6 +523,15 @@ int main(int argc, char **argv)
                             "reproducible; --search-cap-ms N is a wall-clock safety cap\n",
                     XP_SEARCH_DEFAULT_WORK);
             return 2;
+        case 0x120: calibrate = 1; break;
+        case 0x121: calib_out = optarg; break;
+        case 0x122:
+            if (strcmp(optarg, "comm") && strcmp(optarg, "time")) {
+                fprintf(stderr, "einrun: --objective '%s': expected comm or time\n", optarg);
+                return 2;
+            }
+            objective = optarg;
+            break;
         case 'v': verbose = 1; break;
         case 'q': quiet = 1; break;
         case 0x113: dump_dir = optarg; break;
@@ -520,6 +542,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (calibrate)
+        return co_calib_cli(ndev, worker_opt, calib_out, topo_arg);
+    if (objective && !strcmp(objective, "comm"))
+        objective = NULL; /* the default */
     if (optind != argc - 1 && !(show_topo && optind == argc)) {
         fprintf(stderr, "einrun: %s\nTry 'einrun --help'.\n",
                 optind >= argc ? "no program given (expected PLAN.ein)" : "more than one program given");
@@ -549,6 +575,7 @@ int main(int argc, char **argv)
     co.rewrite = rewrite;
     co.rewrite_weights = weights;
     co.ilp = ilp;
+    co.objective = objective;
     if (show_topo)
         return show_topology(&co, ndev);
     const char *path = argv[optind];

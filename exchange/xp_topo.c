@@ -110,6 +110,26 @@ static int parse_flops(const char *num, const char *unit, double *f)
     return 0;
 }
 
+static int parse_bytes(const char *num, const char *unit, double *f)
+{
+    char *end;
+    double v = strtod(num, &end);
+    if (!*num || *end || !(v > 0) || v > 1e18)
+        return -1;
+    if (strcmp(unit, "TB") == 0)
+        v *= 1e12;
+    else if (strcmp(unit, "GB") == 0)
+        v *= 1e9;
+    else if (strcmp(unit, "MB") == 0)
+        v *= 1e6;
+    else
+        return -1;
+    if (!(v <= 1e18))
+        return -1;
+    *f = v;
+    return 0;
+}
+
 static int parse_int(const char *s, int *v)
 {
     char *end;
@@ -169,6 +189,14 @@ int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_err
         } else if (strcmp(w[0], "peak") == 0) {
             if (nw != 3 || parse_flops(w[1], w[2], &t->peak) < 0)
                 BAD("bad 'peak' statement; expected: peak RATE UNIT (PFLOP/s, TFLOP/s or GFLOP/s)");
+        } else if (strcmp(w[0], "memory") == 0) {
+            if (nw != 3 || parse_bytes(w[1], w[2], &t->memory) < 0)
+                BAD("bad 'memory' statement; expected: memory SIZE UNIT (TB, GB or MB)");
+        } else if (strcmp(w[0], "calibration") == 0) {
+            if (nw != 2 || strlen(w[1]) >= sizeof t->calibration)
+                BAD("bad 'calibration' statement; expected: calibration NAME (one word under "
+                    "64 bytes)");
+            strcpy(t->calibration, w[1]);
         } else if (strcmp(w[0], "hbm") == 0) {
             if (nw != 3 || parse_bw(w[1], w[2], &t->hbm) < 0)
                 BAD("bad 'hbm' statement; expected: hbm BANDWIDTH UNIT (TB/s, GB/s or MB/s)");
@@ -213,8 +241,8 @@ int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_err
             } else
                 BAD("bad 'rest' statement; expected: rest direct | rest none | rest via NAME");
         } else {
-            BAD("unknown statement '%s'; expected name, gpus, hbm, peak, port, link, shared "
-                "or rest", w[0]);
+            BAD("unknown statement '%s'; expected name, gpus, hbm, peak, port, link, shared, "
+                "rest, memory or calibration", w[0]);
         }
 #undef BAD
     }
@@ -358,6 +386,15 @@ int xp_topo_format(const xp_topology *t, char **text, ein_error *err)
         fprintf(f, "rest via %s\n", t->shared_name[t->rest]);
     else
         fprintf(f, "rest %s\n", t->rest == -1 ? "direct" : "none");
+    if (t->memory > 0) {
+        static const char *const munits[] = {"TB", "GB", "MB"};
+        static const double mscale[] = {1e12, 1e9, 1e6};
+        fputs("memory ", f);
+        format_rate(f, t->memory, munits, mscale, 3);
+        fputc('\n', f);
+    }
+    if (t->calibration[0])
+        fprintf(f, "calibration %s\n", t->calibration);
     if (fclose(f) != 0 || !buf) {
         free(buf);
         return ein_fail(err, EIN_ENOMEM, "out of memory");

@@ -17,6 +17,10 @@
  *   link 0 3 50 GB/s        # point-to-point, this much in each direction
  *   shared pcie 15.75 GB/s  # a resource every route through it shares
  *   rest via pcie           # pairs without a link: via pcie | direct | none
+ *   memory 80 GB            # optional: device memory capacity (TB, GB, MB)
+ *   calibration host        # optional: the kernel-rate table the plan
+ *                           # simulator uses (coordinator/co_calib.h): a
+ *                           # built-in name or a file path
  *
  * Units: TB/s, GB/s, MB/s (powers of 10). Built-in machines are also
  * shipped as files in topologies/ (xp_topo_builtin_text gives the text).
@@ -40,6 +44,8 @@ typedef struct xp_topology {
     char shared_name[XP_TOPO_MAX_SHARED][32];
     double shared_bw[XP_TOPO_MAX_SHARED];
     int rest;            /* -1: direct, -2: no route, k >= 0: via shared k */
+    double memory;       /* bytes of memory per GPU (optional, 0: unknown) */
+    char calibration[64]; /* calibration table name or path ("": none) */
 } xp_topology;
 
 /* Resource ids: hbm(g) = g, egress(g) = n+g, ingress(g) = 2n+g,

@@ -16,7 +16,10 @@ static const char *const texts[] = {
     "hbm 1.555 TB/s\n"
     "peak 312 TFLOP/s\n"
     "port 300 GB/s\n"
-    "rest direct\n",
+    "rest direct\n"
+    "# Memory per GPU: A100 SXM4 40 GB part (NVIDIA A100 datasheet).\n"
+    "memory 40 GB\n"
+    "calibration a100\n",
     /* dgx-h100 */
     "# NVIDIA DGX H100: 8 x H100 SXM on NVSwitch (non-blocking all-to-all).\n"
     "# NVLink 4: 450 GB/s per direction per GPU; HBM3 3.35 TB/s. 1 GB = 10^9 B.\n"
@@ -25,7 +28,10 @@ static const char *const texts[] = {
     "hbm 3.35 TB/s\n"
     "peak 989 TFLOP/s\n"
     "port 450 GB/s\n"
-    "rest direct\n",
+    "rest direct\n"
+    "# Memory per GPU: H100 SXM5: 80 GB HBM3 (NVIDIA H100 datasheet).\n"
+    "memory 80 GB\n"
+    "calibration h100\n",
     /* hgx-h200 */
     "# NVIDIA HGX H200: 8 x H200 on NVSwitch (non-blocking all-to-all).\n"
     "# NVLink 4: 450 GB/s per direction per GPU; HBM3e 4.8 TB/s.\n"
@@ -34,7 +40,10 @@ static const char *const texts[] = {
     "hbm 4.8 TB/s\n"
     "peak 989 TFLOP/s\n"
     "port 450 GB/s\n"
-    "rest direct\n",
+    "rest direct\n"
+    "# Memory per GPU: H200 SXM: 141 GB HBM3e (NVIDIA H200 datasheet).\n"
+    "memory 141 GB\n"
+    "calibration h200\n",
     /* dgx-v100 */
     "# NVIDIA DGX-1 with V100 (DGX-V100): hybrid cube-mesh. Each GPU has six\n"
     "# NVLink 2 links of 25 GB/s per direction; some pairs have two (50 GB/s).\n"
@@ -61,7 +70,10 @@ static const char *const texts[] = {
     "link 4 6 25 GB/s\n"
     "link 5 7 25 GB/s\n"
     "shared pcie 15.75 GB/s\n"
-    "rest via pcie\n",
+    "rest via pcie\n"
+    "# Memory per GPU: V100 SXM2 32 GB part (NVIDIA V100 datasheet).\n"
+    "memory 32 GB\n"
+    "calibration v100\n",
     /* gb200-nvl72 */
     "# NVIDIA GB200 NVL72: 72 x B200 in one NVLink domain (NVLink switch trays).\n"
     "# NVLink 5: 900 GB/s per direction per GPU; HBM3e 8 TB/s.\n"
@@ -70,7 +82,10 @@ static const char *const texts[] = {
     "hbm 8 TB/s\n"
     "peak 2.25 PFLOP/s\n"
     "port 900 GB/s\n"
-    "rest direct\n",
+    "rest direct\n"
+    "# Memory per GPU: B200 in GB200 NVL72: 13.4 TB HBM3e over 72 GPUs (NVIDIA GB200 NVL72 page).\n"
+    "memory 186 GB\n"
+    "calibration b200\n",
     /* host */
     "# CPU \"devices\" (one worker process each) over POSIX shared memory.\n"
     "# Rough figures for one socket: a worker copies or aggregates at about\n"
@@ -81,7 +96,10 @@ static const char *const texts[] = {
     "peak 80 GFLOP/s\n"
     "port 20 GB/s\n"
     "shared membus 80 GB/s\n"
-    "rest via membus\n",
+    "rest via membus\n"
+    "# Memory per GPU: a share of the host RAM per CPU device; kernel rates measured by einrun --calibrate.\n"
+    "memory 2 GB\n"
+    "calibration host\n",
 };
 
 const char *xp_topo_builtin_text(const char *name)

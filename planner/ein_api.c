@@ -1,6 +1,7 @@
 /* planner/ein_api.c — the public C API (include/einsummable/einsummable.h) over the
  * planner's graph builders and optimizer. */
 #include "include/einsummable/einsummable.h"
+#include "planner/ein_api_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,14 +211,19 @@ int ein_graph_plan(const ein_graph *g, int devices, const ein_plan_options *opts
         return ein_fail(err, EIN_EINVAL, "plan: unknown selector '%s'; expected dp, greedy or "
                         "random", opts->selector);
     pl_plan_opts po = {.linear_paths = opts ? opts->linear_paths : 0};
+    pl_plan *pp = NULL;
+    int rc = pl_plan_make_opts(g, devices, sel, opts ? opts->seed : 0, &po, &pp, err);
+    return rc < 0 ? rc : ein_plan_wrap(g, pp, out, err);
+}
+
+int ein_plan_wrap(const pl_graph *g, pl_plan *pp, ein_plan **out, ein_error *err)
+{
     ein_plan *p = calloc(1, sizeof *p);
-    if (!p)
+    if (!p) {
+        pl_plan_free(pp);
         return ein_fail(err, EIN_ENOMEM, "plan: out of memory");
-    int rc = pl_plan_make_opts(g, devices, sel, opts ? opts->seed : 0, &po, &p->plan, err);
-    if (rc < 0) {
-        free(p);
-        return rc;
     }
+    p->plan = pp;
     p->ops = calloc((size_t)g->nnodes + 1, sizeof *p->ops);
     if (!p->ops) {
         ein_plan_free(p);

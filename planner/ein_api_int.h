@@ -10,4 +10,8 @@
 /* The planner's plan inside a public plan (owned by it). */
 const pl_plan *ein_plan_internal(const ein_plan *p);
 
+/* The public plan over a planner's plan of g (taken: freed with the
+ * result, or on failure). */
+int ein_plan_wrap(const pl_graph *g, pl_plan *pp, ein_plan **out, ein_error *err);
+
 #endif

@@ -122,8 +122,29 @@ static void nstate_clear(nstate *s)
 
 /* Enumerate node v's requests and keep only what the DP needs; the specs
  * are built one at a time into one reused buffer. */
+/* Seconds to move all of node v's tensor once (PL_OBJECTIVE_TIME). */
+static double move_time(const pl_graph *g, int v, int p, const pl_plan_opts *o)
+{
+    const pl_node *n = pl_graph_node(g, v);
+    double bytes = node_volume(g, v) * (double)ein_dtype_size(n->dtype);
+    return bytes / ((double)p * o->net_bw) + 2 * bytes / ((double)p * o->hbm_bw);
+}
+
+/* PL_OBJECTIVE_TIME's join + aggregation of node v under spec s, from its
+ * join and aggregation in elements. */
+static double spec_time(const pl_graph *g, int v, int p, const pl_spec *s, double join,
+                        double agg, const pl_plan_opts *o)
+{
+    const pl_node *n = pl_graph_node(g, v);
+    double esize = (double)ein_dtype_size(n->dtype), parts = s->nparts > 0 ? s->nparts : 1;
+    double tc = pl_op_flops(g, v) / parts / o->peak_flops;
+    double tm = (join + node_volume(g, v)) * esize / parts / o->hbm_bw;
+    return (tc > tm ? tc : tm) + agg * esize / ((double)p * o->net_bw) +
+           2 * agg * esize / ((double)p * o->hbm_bw);
+}
+
 static int nstate_fill(const pl_graph *g, int v, int p, nstate *s, pl_spec *buf,
-                       ein_error *err)
+                       const pl_plan_opts *o, ein_error *err)
 {
     int n = 0, rc;
     const pl_node *nd = pl_graph_node(g, v);
@@ -144,7 +165,8 @@ static int nstate_fill(const pl_graph *g, int v, int p, nstate *s, pl_spec *buf,
         if ((rc = pl_spec_remake(g, v, s->counts + i * s->nidx, buf, err)) < 0)
             return rc;
         pl_cost(g, v, buf, NULL, &r, &j, &a);
-        s->local[i] = j + a;
+        s->local[i] = o && o->objective == PL_OBJECTIVE_TIME ? spec_time(g, v, p, buf, j, a, o)
+                                                             : j + a;
         if (pl_tiling_of_outputs(buf, &t) < 0)
             return ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
         s->out_h[i] = tiling_hash(&t);
@@ -179,7 +201,18 @@ typedef struct ctx {
     pl_selector sel;
     int *consumers;     /* CSR of live operator consumers (distinct) */
     int *cons_off;
+    const pl_plan_opts *o; /* NULL: defaults */
+    int p;
 } ctx;
+
+/* What repartitioning node v costs: its elements (the paper's proxy), or
+ * seconds under PL_OBJECTIVE_TIME. */
+static double move_cost(const ctx *C, int v)
+{
+    if (C->o && C->o->objective == PL_OBJECTIVE_TIME)
+        return move_time(C->g, v, C->p, C->o);
+    return node_volume(C->g, v);
+}
 
 /* Fill node v's DP entries; in-piece producers have theirs already. Cannot
  * fail: the entry storage was sized for nspecs entries when v's specs were
@@ -203,7 +236,7 @@ static void dp_node(ctx *C, int v)
                 dup |= nd->inputs[kk] == u;
             if (dup || pl_graph_node(g, u)->kind == PL_INPUT)
                 continue;
-            double size = node_volume(g, u);
+            double size = move_cost(C, u);
             nstate *us = &C->st[u];
             if (us->parent == v) {
                 /* In-piece producer: its cheapest entry, repartitions included. */
@@ -264,7 +297,7 @@ static void assign(ctx *C, int v, int e)
 static int pick_root(ctx *C, int r)
 {
     nstate *s = &C->st[r];
-    double size = node_volume(C->g, r);
+    double size = move_cost(C, r);
     int best = 0;
     double bestc = DBL_MAX;
     for (int e = 0; e < s->ne; e++) {
@@ -350,9 +383,9 @@ static double local_cost(ctx *C, int v, int s)
     for (int k = 0; k < me->nin; k++) {
         nstate *us = &C->st[nd->inputs[k]];
         if (us->chosen >= 0 && us->out_h[us->chosen] != me->in_h[s * me->nin + k])
-            c += node_volume(C->g, nd->inputs[k]);
+            c += move_cost(C, nd->inputs[k]);
     }
-    double size = node_volume(C->g, v);
+    double size = move_cost(C, v);
     for (int i = C->cons_off[v]; i < C->cons_off[v + 1]; i++) {
         nstate *cs = &C->st[C->consumers[i]];
         const pl_node *cn = pl_graph_node(C->g, C->consumers[i]);
@@ -377,7 +410,7 @@ static double own_cost(ctx *C, int v, int s)
     for (int k = 0; k < me->nin; k++) {
         nstate *us = &C->st[nd->inputs[k]];
         if (us->chosen >= 0 && us->out_h[us->chosen] != me->in_h[s * me->nin + k])
-            c += node_volume(C->g, nd->inputs[k]);
+            c += move_cost(C, nd->inputs[k]);
     }
     return c;
 }
@@ -423,6 +456,17 @@ static int piece_cmp_rtopo(const void *a, const void *b)
     return ((const piece *)b)->root - ((const piece *)a)->root;
 }
 
+int pl_objective_parse(const char *s, pl_objective *out)
+{
+    if (strcmp(s, "comm") == 0)
+        *out = PL_OBJECTIVE_COMM;
+    else if (strcmp(s, "time") == 0)
+        *out = PL_OBJECTIVE_TIME;
+    else
+        return -1;
+    return 0;
+}
+
 int pl_plan_make(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
                  pl_plan **out, ein_error *err)
 {
@@ -437,6 +481,11 @@ int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
         return ein_fail(err, EIN_EINVAL, "pl_plan_make: NULL graph or output");
     if (p < 1)
         return ein_fail(err, EIN_EINVAL, "device count must be at least 1, not %d", p);
+    if (opts && opts->objective == PL_OBJECTIVE_TIME &&
+        !(opts->peak_flops > 0 && opts->hbm_bw > 0 && opts->net_bw > 0))
+        return ein_fail(err, EIN_EINVAL, "objective time needs peak FLOP/s, HBM and network "
+                                         "bandwidths above 0 (got %g, %g, %g)",
+                        opts->peak_flops, opts->hbm_bw, opts->net_bw);
     char *live = malloc((size_t)n + 1);
     nstate *st = calloc((size_t)n + 1, sizeof *st);
     int *cons_off = calloc((size_t)n + 2, sizeof(int));
@@ -498,7 +547,7 @@ int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
         const pl_node *nd = pl_graph_node(g, v);
         if (!live[v] || nd->kind == PL_INPUT)
             continue;
-        if ((rc = nstate_fill(g, v, p, &st[v], &buf, err)) < 0) {
+        if ((rc = nstate_fill(g, v, p, &st[v], &buf, opts, err)) < 0) {
             pl_spec_clear(&buf);
             goto done;
         }
@@ -510,7 +559,23 @@ int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
     }
     pl_spec_clear(&buf);
 
-    if (sel == PL_SELECT_RANDOM) {
+    if (opts && opts->force) {
+        for (int v = 0; v < n; v++) {
+            if (!live[v] || pl_graph_node(g, v)->kind == PL_INPUT)
+                continue;
+            pl_index idx[PL_MAX_INDICES];
+            int ni = pl_op_indices(g, v, idx, NULL);
+            double best = -DBL_MAX;
+            for (int i = 0; i < st[v].nspecs; i++) {
+                double sc = opts->force(opts->force_ctx, g, v, idx, ni,
+                                        st[v].counts + i * st[v].nidx);
+                if (sc > best) {
+                    best = sc;
+                    st[v].chosen = i;
+                }
+            }
+        }
+    } else if (sel == PL_SELECT_RANDOM) {
         for (int v = 0; v < n; v++)
             if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT)
                 st[v].chosen = (int)(ein_rand_next(&seed) % (uint64_t)st[v].nspecs);
@@ -549,7 +614,8 @@ int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
                 if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT &&
                     st[v].piece == pieces[i].root)
                     pieces[i].size++;
-        ctx C = {.g = g, .st = st, .sel = sel, .consumers = consumers, .cons_off = cons_off};
+        ctx C = {.g = g, .st = st, .sel = sel, .consumers = consumers, .cons_off = cons_off,
+                 .o = opts, .p = p};
         /* The paper's order (decreasing size) first; on graphs with shared
          * tensors also producers-first and consumers-first orders, keeping
          * the cheapest plan: a piece optimised before the producer of one

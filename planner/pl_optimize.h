@@ -75,9 +75,33 @@ typedef struct pl_plan {
 int pl_selector_parse(const char *s, pl_selector *out);
 const char *pl_selector_name(pl_selector s);
 
+typedef enum pl_objective {
+    PL_OBJECTIVE_COMM = 0,  /* the paper's proxy: elements moved and read */
+    PL_OBJECTIVE_TIME,      /* predicted seconds (below) */
+} pl_objective;
+
 typedef struct pl_plan_opts {
     int linear_paths;       /* cut trees into linear paths (see above) */
+    /* PL_OBJECTIVE_TIME: the same Algorithm 1 with another Cost, in
+     * seconds: a spec's join becomes its busiest device's time,
+     * max(FLOPs / nparts / peak_flops, bytes of its input blocks / nparts /
+     * hbm_bw), its aggregation the partials' bytes over p x net_bw, and a
+     * repartition the tensor's bytes over p x net_bw (every device
+     * receiving at once); both also pass twice through memory (slices,
+     * then concatenation or aggregation) at p x hbm_bw. The rates come from the
+     * caller (a topology and its calibration, coordinator/co_sim.h); all
+     * three must be > 0. */
+    pl_objective objective;
+    double peak_flops, hbm_bw, net_bw;
+    /* Forced plans (baseline strategies, planner/pl_strategy.h): when set,
+     * every operator takes, of its specs, the one `force` scores highest
+     * (the first of equals), whatever the selector. */
+    double (*force)(const void *ctx, const pl_graph *g, int node, const pl_index *idx,
+                    int nidx, const int *counts);
+    const void *force_ctx;
 } pl_plan_opts;
+
+int pl_objective_parse(const char *s, pl_objective *out);
 
 int pl_plan_make(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
                  pl_plan **out, ein_error *err);

@@ -20,12 +20,14 @@
 #include <string.h>
 
 #include "common/ein_json.h"
+#include "coordinator/co_sim.h"
 #include "exchange/xp_topo.h"
 #include "planner/rewrite/pl_rewrite.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 #include "coordinator/ein_compile_int.h"
 #include "planner/ein_api_int.h"
+#include "planner/pl_strategy.h"
 
 /* Exit status for an error code: bad input is 2, the rest 1. */
 static int exit_status(int code)
@@ -42,6 +44,9 @@ static void usage(FILE *f)
             "usage: einplan --devices P [--selector dp|greedy|random] [--seed S]\n"
             "               [--linear-paths] [--rewrite [--rewrite-weights A,B,...] [--ilp]]\n"
             "               [--topology T] [--exchanges] [--json | --dot] plan.ein\n"
+            "       einplan --devices P --simulate [--topology T] [--calibration C]\n"
+            "               [--objective comm|time] [--strategy S] [--trace FILE] [--json]\n"
+            "               plan.ein\n"
             "\n"
             "Prints the plan for P devices: per operator its split (interval counts per\n"
             "dim), the output tiling and the repartition / join / aggregation costs.\n"
@@ -188,11 +193,19 @@ int main(int argc, char **argv)
         {"ilp", no_argument, NULL, 'i'},
         {"topology", required_argument, NULL, 't'},
         {"exchanges", no_argument, NULL, 'x'},
+        {"simulate", no_argument, NULL, 0x120},
+        {"trace", required_argument, NULL, 0x121},
+        {"calibration", required_argument, NULL, 0x122},
+        {"objective", required_argument, NULL, 0x123},
+        {"strategy", required_argument, NULL, 0x124},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int p = 0, json = 0, dot = 0, rewrite = 0, ilp = 0, exchanges = 0, c;
     const char *weights = NULL, *topo_arg = NULL;
+    const char *trace_path = NULL, *cal_arg = NULL;
+    int simulate = 0;
+    const char *strategy = NULL;
     pl_selector sel = PL_SELECT_DP;
     pl_plan_opts opts = {0};
     uint64_t seed = 1;
@@ -228,9 +241,34 @@ int main(int argc, char **argv)
         case 'i': ilp = 1; break;
         case 't': topo_arg = optarg; break;
         case 'x': exchanges = 1; break;
+        case 0x120: simulate = 1; break;
+        case 0x121: trace_path = optarg; break;
+        case 0x122: cal_arg = optarg; break;
+        case 0x124:
+            if (pl_strategy_set(optarg, &opts) < 0) {
+                fprintf(stderr, "einplan: --strategy '%s': expected megatron, ulysses, sequence "
+                                "or data\n", optarg);
+                return 2;
+            }
+            strategy = optarg;
+            break;
+        case 0x123:
+            if (pl_objective_parse(optarg, &opts.objective) < 0) {
+                fprintf(stderr, "einplan: --objective '%s': expected comm or time\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
+    }
+    if ((trace_path || (cal_arg && opts.objective != PL_OBJECTIVE_TIME)) && !simulate) {
+        fprintf(stderr, "einplan: --trace and --calibration need --simulate (or --objective time)\n");
+        return 2;
+    }
+    if (simulate && dot) {
+        fprintf(stderr, "einplan: --simulate and --dot are exclusive\n");
+        return 2;
     }
     if (p == 0 || optind != argc - 1 || (json && dot)) {
         usage(stderr);
@@ -264,6 +302,52 @@ int main(int argc, char **argv)
         fprintf(stderr, "einplan: --exchanges: at most %d devices\n", EIN_MAX_DEVICES);
         pl_graph_free(g);
         return 2;
+    }
+    if (simulate || strategy || opts.objective == PL_OBJECTIVE_TIME) {
+        /* The plan simulator's path (issue 12): not yet over ein_compile. */
+        if (rewrite || exchanges) {
+            fprintf(stderr, "einplan: --rewrite and --exchanges do not combine with --simulate, "
+                            "--strategy or --objective time yet\n");
+            pl_graph_free(g);
+            return 2;
+        }
+        if (strategy && pl_strategy_check(strategy, g, p, &err) < 0) {
+            fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
+            pl_graph_free(g);
+            return 2;
+        }
+        xp_topology *sim_topo = NULL;
+        co_calib sim_cal;
+        if ((simulate || opts.objective == PL_OBJECTIVE_TIME) &&
+            co_sim_load("einplan", topo_arg, cal_arg, &sim_topo, &sim_cal) != 0) {
+            pl_graph_free(g);
+            return 2;
+        }
+        if (opts.objective == PL_OBJECTIVE_TIME)
+            co_sim_objective_rates(sim_topo, &sim_cal, &opts);
+        if (pl_plan_make_opts(g, p, sel, seed, &opts, &plan, &err) < 0) {
+            xp_topo_free(sim_topo);
+            fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
+            pl_graph_free(g);
+            return exit_status(err.code);
+        }
+        if (simulate) {
+            int st = co_sim_cli("einplan", g, plan, &opts, sim_topo, &sim_cal, trace_path, json, seed);
+            xp_topo_free(sim_topo);
+            pl_plan_free(plan);
+            pl_graph_free(g);
+            return st;
+        }
+        xp_topo_free(sim_topo);
+        if (json)
+            print_json(path, g, plan);
+        else if (dot)
+            print_dot(g, plan);
+        else
+            print_text(path, g, plan);
+        pl_plan_free(plan);
+        pl_graph_free(g);
+        return 0;
     }
     if (ein_compile(g, p, &co, &comp, &err) < 0) {
         if (err.code == EIN_ENOPLAN || err.code == EIN_ESHAPE)

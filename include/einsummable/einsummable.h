@@ -167,6 +167,9 @@ typedef struct ein_compile_options {
     const char *selector;     /* "dp" (default), "greedy" or "random" */
     uint64_t plan_seed;       /* random selector and exchange search (default 1) */
     int linear_paths;         /* the planner's linear-path tactic (paper §4.5) */
+    const char *objective;    /* "comm" (default: the paper's elements moved) or
+                                 "time": predicted seconds on the topology with its
+                                 calibration (docs/simulator.md) */
     int plan_only;            /* stop after planning: no exchanges, no programs
                                  (einplan; such a value cannot be run) */
     int naive_exchanges;      /* 1: the naive exchange bodies, no synthesis */

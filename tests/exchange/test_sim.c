@@ -371,6 +371,8 @@ static void assert_same_topology(const xp_topology *a, const xp_topology *b)
     assert_string_equal(a->name, b->name);
     assert_int_equal(a->ngpus, b->ngpus);
     assert_true(a->hbm == b->hbm && a->peak == b->peak && a->port == b->port);
+    assert_true(a->memory == b->memory);
+    assert_string_equal(a->calibration, b->calibration);
     for (int k = 0; k < a->ngpus * a->ngpus; k++)
         if (a->link[k] != b->link[k])
             fail_msg("%s: link %d->%d: %.17g vs %.17g", a->name, k / a->ngpus, k % a->ngpus,
@@ -423,7 +425,7 @@ static void test_format_round_trip(void **state)
     char *out = NULL;
     assert_int_equal(xp_topo_format(t, &out, NULL), 0);
     assert_string_equal(out, "name host\ngpus 8\nhbm 20 GB/s\npeak 80 GFLOP/s\nport 20 GB/s\n"
-                             "shared membus 80 GB/s\nrest via membus\n");
+                             "shared membus 80 GB/s\nrest via membus\nmemory 2 GB\ncalibration host\n");
     free(out);
     /* One bandwidth per pair: an asymmetric matrix cannot be printed. */
     t->link[0 * 8 + 1] = 1e9;

@@ -22,7 +22,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int rc = xp_topo_parse(out, "formatted.topo", &u, &err);
         fuzz_check(rc == 0, "formatted topology does not parse: %s\n%s", err.msg, out);
         fuzz_check(u->ngpus == t->ngpus && u->hbm == t->hbm && u->port == t->port &&
-                       u->peak == t->peak && u->rest == t->rest && u->nshared == t->nshared,
+                       u->peak == t->peak && u->rest == t->rest && u->nshared == t->nshared &&
+                       u->memory == t->memory && strcmp(u->calibration, t->calibration) == 0,
                    "format/parse round trip differs:\n%s", out);
         for (int i = 0; i < t->ngpus * t->ngpus; i++)
             fuzz_check(u->link[i] == t->link[i], "link %d differs", i);

@@ -1,0 +1,452 @@
+/* coordinator/co_calib_run.c — einrun --calibrate: measure a calibration
+ * table (co_calib.h) by running benchmark Programs on the devices.
+ *
+ * Device 0 runs, one after another, GEMMs, attention blocks, relu, add
+ * and SLICE of several sizes (each instruction depending on the
+ * previous one, so nothing overlaps); device 1 (if there is one) copies
+ * buffers of several sizes from device 0, one at a time, and last a small
+ * one device 0 announces only after its kernels, which gives the READY
+ * latency. The run has CO_CALIB_ITERS iterations; the first is a warm-up.
+ * Each instruction's time is the best over the others, read from the
+ * workers' Chrome trace (the same events einrun --trace writes), so it is
+ * what the workers measured around each instruction. Efficiencies are
+ * relative to the topology's peak and hbm (the host topology for CPU
+ * devices). */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coordinator/co_calib.h"
+#include "coordinator/co_run.h"
+#include "coordinator/co_sim.h"
+
+#define CO_CALIB_ITERS 9
+#define MAXB 64
+
+typedef struct bench {
+    co_work work;
+    double size;        /* FLOPs or bytes */
+    double bytes;       /* for the roofline's memory side */
+    int dev, instr;
+    double t[CO_CALIB_ITERS];
+    int nt;
+} bench;
+
+static int add_buf(ein_program *p, int rank, const int64_t *shape, ein_error *err)
+{
+    ein_box b = ein_box_of_shape(rank, shape);
+    return ein_program_add_buffer(p, EIN_F32, &b, err);
+}
+
+static int add_load(ein_program *p, int buf, int rank, const int64_t *shape, uint64_t key,
+                    ein_error *err)
+{
+    ein_instr ins = {.kind = EIN_I_LOAD, .dst = buf, .seed = 1, .key = key, .rank = rank};
+    snprintf(ins.op, sizeof ins.op, "cal_input");
+    memcpy(ins.shape, shape, sizeof(int64_t) * (size_t)rank);
+    return ein_program_add_instr(p, &ins, err);
+}
+
+/* Append a benchmark instruction depending on `prev` (-1: none). */
+static int add_bench(ein_program *p, ein_instr *ins, int prev, int nb, bench *b, ein_error *err)
+{
+    int deps[1] = {prev};
+    if (prev >= 0) {
+        ins->deps = deps;
+        ins->ndeps = 1;
+    }
+    snprintf(ins->op, sizeof ins->op, "cal_%d", nb);
+    int id = ein_program_add_instr(p, ins, err);
+    if (id >= 0) {
+        b->dev = p->device;
+        b->instr = id;
+    }
+    return id;
+}
+
+static int build(ein_program **progs, int ndev, bench *b, int *nb, ein_error *err)
+{
+    ein_program *p = progs[0];
+    int prev = -1, rc, n = 0;
+    /* GEMMs n x n x n. */
+    static const int64_t gemm_n[] = {16, 64, 128, 256, 512, 1024};
+    for (size_t k = 0; k < sizeof gemm_n / sizeof gemm_n[0]; k++) {
+        int64_t sh[2] = {gemm_n[k], gemm_n[k]};
+        int a = add_buf(p, 2, sh, err), c = a >= 0 ? add_buf(p, 2, sh, err) : a;
+        int o = c >= 0 ? add_buf(p, 2, sh, err) : c;
+        if (o < 0)
+            return o;
+        int la = add_load(p, a, 2, sh, 11, err), lc = la >= 0 ? add_load(p, c, 2, sh, 12, err) : la;
+        if (lc < 0)
+            return lc;
+        int srcs[2] = {a, c};
+        ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = 2, .dst = o};
+        ins.kernel.kind = EIN_KERNEL_EINSUM;
+        strcpy(ins.kernel.subscripts, "ij,jk->ik");
+        double m = (double)gemm_n[k];
+        b[n] = (bench){.work = CO_WORK_GEMM, .size = 2 * m * m * m, .bytes = 12 * m * m};
+        if ((prev = add_bench(p, &ins, prev, n, &b[n], err)) < 0)
+            return prev;
+        n++;
+    }
+    /* Attention: 4 heads of 64, one causal sequence of T tokens. */
+    static const int64_t attn_t[] = {64, 256, 1024};
+    for (size_t k = 0; k < sizeof attn_t / sizeof attn_t[0]; k++) {
+        int64_t sh[3] = {4, attn_t[k], 64};
+        int bq = add_buf(p, 3, sh, err), bk = bq >= 0 ? add_buf(p, 3, sh, err) : bq;
+        int bv = bk >= 0 ? add_buf(p, 3, sh, err) : bk, bo = bv >= 0 ? add_buf(p, 3, sh, err) : bv;
+        if (bo < 0)
+            return bo;
+        if ((rc = add_load(p, bq, 3, sh, 21, err)) < 0 || (rc = add_load(p, bk, 3, sh, 22, err)) < 0 ||
+            (rc = add_load(p, bv, 3, sh, 23, err)) < 0)
+            return rc;
+        int srcs[3] = {bq, bk, bv};
+        ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = 3, .dst = bo};
+        ins.kernel.kind = EIN_KERNEL_ATTENTION;
+        ins.kernel.group = 1;
+        double t = (double)attn_t[k];
+        b[n] = (bench){.work = CO_WORK_ATTENTION, .size = 4.0 * 4 * 64 * t * (t + 1) / 2,
+                       .bytes = 16.0 * 4 * t * 64};
+        if ((prev = add_bench(p, &ins, prev, n, &b[n], err)) < 0)
+            return prev;
+        n++;
+    }
+    /* Per size: relu (unary; the smallest gives the overhead), add
+     * (elementwise) and a SLICE of the first half (layout), over n floats. */
+    static const int64_t elem_n[] = {1, 1024, 16384, 262144, 2097152, 8388608};
+    for (size_t k = 0; k < sizeof elem_n / sizeof elem_n[0]; k++) {
+        int64_t sh[1] = {elem_n[k]}, half[1] = {elem_n[k] > 1 ? elem_n[k] / 2 : 1};
+        int x = add_buf(p, 1, sh, err), y = x >= 0 ? add_buf(p, 1, sh, err) : x;
+        int z = y >= 0 ? add_buf(p, 1, sh, err) : y, h = z >= 0 ? add_buf(p, 1, half, err) : z;
+        if (h < 0)
+            return h;
+        if ((rc = add_load(p, x, 1, sh, 31, err)) < 0)
+            return rc;
+        double bytes = 4.0 * (double)elem_n[k];
+        ein_instr un = {.kind = EIN_I_KERNEL, .srcs = &x, .nsrcs = 1, .dst = y};
+        un.kernel.kind = EIN_KERNEL_UNARY;
+        un.kernel.unary = EIN_UN_RELU;
+        b[n] = (bench){.work = CO_WORK_UNARY, .size = 2 * bytes, .bytes = 2 * bytes};
+        if ((prev = add_bench(p, &un, prev, n, &b[n], err)) < 0)
+            return prev;
+        n++;
+        if (elem_n[k] == 1)
+            continue;
+        int srcs[2] = {x, y};
+        ein_instr bi = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = 2, .dst = z};
+        bi.kernel.kind = EIN_KERNEL_BINARY;
+        bi.kernel.binary = EIN_BIN_ADD;
+        b[n] = (bench){.work = CO_WORK_ELEMENTWISE, .size = 3 * bytes, .bytes = 3 * bytes};
+        if ((prev = add_bench(p, &bi, prev, n, &b[n], err)) < 0)
+            return prev;
+        n++;
+        ein_instr sl = {.kind = EIN_I_SLICE, .srcs = &z, .nsrcs = 1, .dst = h};
+        b[n] = (bench){.work = CO_WORK_LAYOUT, .size = bytes, .bytes = bytes};
+        if ((prev = add_bench(p, &sl, prev, n, &b[n], err)) < 0)
+            return prev;
+        n++;
+    }
+    if (ndev >= 2) {
+        /* Copies device 0 -> device 1, in increasing size, all announced
+         * after device 0's kernels (the first gives the READY latency). */
+        static const int64_t copy_n[] = {256, 1024, 65536, 1048576, 8388608};
+        int nc = (int)(sizeof copy_n / sizeof copy_n[0]), cprev = -1;
+        for (int k = 0; k < nc; k++) {
+            int64_t sh[1] = {copy_n[k]};
+            int x = add_buf(p, 1, sh, err), y = x >= 0 ? add_buf(progs[1], 1, sh, err) : x;
+            if (y < 0)
+                return y;
+            int lx = add_load(p, x, 1, sh, 41, err);
+            if (lx < 0)
+                return lx;
+            int deps[2] = {lx, prev};
+            ein_instr nt = {.kind = EIN_I_NOTIFY, .srcs = &x, .nsrcs = 1, .dst = -1, .peer = 1,
+                            .deps = deps, .ndeps = prev >= 0 ? 2 : 1};
+            snprintf(nt.op, sizeof nt.op, "cal_notify_%d", k);
+            if ((rc = ein_program_add_instr(p, &nt, err)) < 0)
+                return rc;
+            ein_instr cp = {.kind = EIN_I_COPY, .dst = y, .peer = 0, .peer_buf = x,
+                            .peer_offset = p->buffers[x].offset};
+            b[n] = (bench){.work = CO_WORK_COPY, .size = 4.0 * (double)copy_n[k],
+                           .bytes = 4.0 * (double)copy_n[k]};
+            if ((cprev = add_bench(progs[1], &cp, cprev, n, &b[n], err)) < 0)
+                return cprev;
+            n++;
+        }
+    }
+    *nb = n;
+    return 0;
+}
+
+/* Worker trace lines: {"name": "KIND cal_N", ..., "ts": T, "dur": D, "pid": P, ...
+ * "iteration": I}. */
+static void read_trace(const char *path, bench *b, int nb, double *span_lo, double *span_hi,
+                       double *notify_end, double *probe_start)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        char *nm = strstr(line, "\"name\": \""), *ts = strstr(line, "\"ts\": "),
+             *du = strstr(line, "\"dur\": "), *it = strstr(line, "\"iteration\": ");
+        if (!nm || !ts || !du || !it)
+            continue;
+        int iter = atoi(it + 13);
+        double t0 = strtod(ts + 6, NULL) * 1e-6, d = strtod(du + 7, NULL) * 1e-6;
+        if (iter < 0 || iter >= CO_CALIB_ITERS)
+            continue;
+        if (span_lo[iter] == 0 || t0 < span_lo[iter])
+            span_lo[iter] = t0;
+        if (t0 + d > span_hi[iter])
+            span_hi[iter] = t0 + d;
+        char *cal = strstr(nm, "cal_");
+        if (!cal || !b)
+            continue;
+        if (strncmp(cal, "cal_notify_0\"", 13) == 0) {
+            notify_end[iter] = t0 + d; /* the first copy's READY: the latency */
+            continue;
+        }
+        if (strncmp(cal, "cal_notify_", 11) == 0)
+            continue;
+        int k = atoi(cal + 4);
+        if (k >= 0 && k < nb && b[k].work == CO_WORK_COPY && (k == 0 || b[k - 1].work != CO_WORK_COPY))
+            probe_start[iter] = t0;
+        if (k >= 0 && k < nb && b[k].nt < CO_CALIB_ITERS && iter > 0)
+            b[k].t[b[k].nt++] = d;
+    }
+    fclose(f);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The best of the samples: the machine's speed with the least
+ * interference from other processes (other users' load is not part of
+ * the model). */
+static double best(double *v, int n)
+{
+    if (n == 0)
+        return NAN;
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[0];
+}
+
+/* Effective cores: CO_CALIB_PAR devices each run a chain of
+ * CO_CALIB_CHAIN GEMMs 512^3 at once; cores = the work (each GEMM taking
+ * `t1` alone) over the best iteration's span, at most the processors
+ * online. Under other users' load it is what they leave; it is reported
+ * (a comment in the table), not used: the load comes and goes. */
+#define CO_CALIB_PAR 4
+#define CO_CALIB_CHAIN 6
+static int measure_cores(const char *worker, double t1, double *cores, ein_error *err)
+{
+    ein_program *progs[CO_CALIB_PAR] = {NULL};
+    char dir[] = "/tmp/eincalXXXXXX", trace[64];
+    double iter_s[CO_CALIB_ITERS];
+    int rc = 0;
+    for (int d = 0; d < CO_CALIB_PAR && rc == 0; d++) {
+        ein_program *p = progs[d] = ein_program_new(d, CO_CALIB_PAR);
+        int64_t sh[2] = {512, 512};
+        if (!p) {
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+            break;
+        }
+        int a = add_buf(p, 2, sh, err), c = a >= 0 ? add_buf(p, 2, sh, err) : a;
+        int la = c >= 0 ? add_load(p, a, 2, sh, 51, err) : c;
+        int prev = la >= 0 ? add_load(p, c, 2, sh, 52, err) : la;
+        for (int k = 0; k < CO_CALIB_CHAIN && prev >= 0; k++) {
+            int o = add_buf(p, 2, sh, err), srcs[2] = {a, c};
+            if (o < 0) {
+                prev = o;
+                break;
+            }
+            int32_t deps[2] = {la, prev};
+            ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = 2, .dst = o,
+                             .deps = deps, .ndeps = 2};
+            ins.kernel.kind = EIN_KERNEL_EINSUM;
+            strcpy(ins.kernel.subscripts, "ij,jk->ik");
+            snprintf(ins.op, sizeof ins.op, "cal_par");
+            prev = ein_program_add_instr(p, &ins, err);
+        }
+        if (prev < 0)
+            rc = prev;
+    }
+    if (rc == 0 && !mkdtemp(dir))
+        rc = ein_fail(err, EIN_EIO, "cannot create a temporary directory");
+    if (rc == 0) {
+        snprintf(trace, sizeof trace, "%s/trace.json", dir);
+        co_run_opts ro = {.worker_path = worker, .worker_timeout = 60, .instr_timeout = 600,
+                          .iterations = CO_CALIB_ITERS, .trace_path = trace, .log_level = 1,
+                          .wrapper_device = -1, .debug_device = -1};
+        rc = co_run(progs, CO_CALIB_PAR, &ro, NULL, iter_s, err);
+        double lo[CO_CALIB_ITERS] = {0}, hi[CO_CALIB_ITERS] = {0}, ne[CO_CALIB_ITERS] = {0};
+        double ps[CO_CALIB_ITERS] = {0};
+        if (rc == 0)
+            read_trace(trace, NULL, 0, lo, hi, ne, ps);
+        unlink(trace);
+        rmdir(dir);
+        double span = INFINITY;
+        for (int i = 1; i < CO_CALIB_ITERS; i++)
+            if (hi[i] > lo[i] && hi[i] - lo[i] < span)
+                span = hi[i] - lo[i];
+        if (rc == 0 && span < INFINITY && t1 > 0) {
+            long n = sysconf(_SC_NPROCESSORS_ONLN);
+            double c = CO_CALIB_PAR * CO_CALIB_CHAIN * t1 / span;
+            *cores = c < (double)(n > 0 ? n : 1) ? c : (double)(n > 0 ? n : 1);
+        }
+    }
+    for (int d = 0; d < CO_CALIB_PAR; d++)
+        ein_program_free(progs[d]);
+    return rc;
+}
+
+int co_calib_cli(int ndev, const char *worker, const char *out_path, const char *topo_arg)
+{
+    ein_error err = {0};
+    xp_topology *topo = NULL;
+    ein_program *progs[2] = {NULL, NULL};
+    bench b[MAXB];
+    int nb = 0, status = 1;
+    char dir[] = "/tmp/eincalXXXXXX", trace[64], wpath[PATH_MAX];
+    double iter_s[CO_CALIB_ITERS];
+    if (ndev > 2)
+        ndev = 2; /* device 0 computes, device 1 copies */
+    if (xp_topo_load(topo_arg ? topo_arg : "host", &topo, &err) < 0) {
+        fprintf(stderr, "einrun: --calibrate: %s\n", err.msg);
+        return 2;
+    }
+    if (!worker) {
+        ssize_t n = readlink("/proc/self/exe", wpath, sizeof wpath - 16);
+        if (n <= 0) {
+            fprintf(stderr, "einrun: --calibrate: cannot find einworker; use --worker PATH\n");
+            goto done;
+        }
+        wpath[n] = 0;
+        char *slash = strrchr(wpath, '/');
+        strcpy(slash ? slash + 1 : wpath, "einworker");
+        worker = wpath;
+    }
+    for (int d = 0; d < ndev; d++)
+        if (!(progs[d] = ein_program_new(d, ndev))) {
+            fprintf(stderr, "einrun: out of memory\n");
+            goto done;
+        }
+    if (build(progs, ndev, b, &nb, &err) < 0) {
+        fprintf(stderr, "einrun: --calibrate: %s\n", err.msg);
+        goto done;
+    }
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "einrun: --calibrate: cannot create a temporary directory\n");
+        goto done;
+    }
+    snprintf(trace, sizeof trace, "%s/trace.json", dir);
+    co_run_opts ro = {.worker_path = worker, .worker_timeout = 60, .instr_timeout = 600,
+                      .iterations = CO_CALIB_ITERS, .trace_path = trace, .log_level = 1,
+                      .wrapper_device = -1, .debug_device = -1};
+    int rc = co_run(progs, ndev, &ro, NULL, iter_s, &err);
+    if (rc < 0) {
+        fprintf(stderr, "einrun: --calibrate: run failed: %s\n", err.msg);
+        unlink(trace);
+        rmdir(dir);
+        goto done;
+    }
+    double lo[CO_CALIB_ITERS] = {0}, hi[CO_CALIB_ITERS] = {0}, nend[CO_CALIB_ITERS] = {0};
+    double pstart[CO_CALIB_ITERS] = {0};
+    read_trace(trace, b, nb, lo, hi, nend, pstart);
+    unlink(trace);
+    rmdir(dir);
+
+    co_calib c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "%s", topo->name);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    c.cores = cores > 0 ? (double)cores : 1;
+    double over[CO_CALIB_ITERS], it[CO_CALIB_ITERS], lat[CO_CALIB_ITERS];
+    int nover = 0, nit = 0, nlat = 0;
+    for (int k = 0; k < nb; k++)
+        if (b[k].work == CO_WORK_UNARY && b[k].size <= 8)
+            for (int i = 0; i < b[k].nt; i++)
+                over[nover++] = b[k].t[i];
+    c.overhead = nover ? best(over, nover) : 0;
+    for (int i = 1; i < CO_CALIB_ITERS; i++)
+        if (hi[i] > lo[i] && iter_s[i] > hi[i] - lo[i])
+            it[nit++] = iter_s[i] - (hi[i] - lo[i]);
+    c.iteration = nit ? best(it, nit) : 0;
+    /* Latency: the first COPY's start minus its NOTIFY's end, per iteration. */
+    for (int i = 1; ndev >= 2 && i < CO_CALIB_ITERS; i++)
+        if (nend[i] > 0 && pstart[i] > nend[i])
+            lat[nlat++] = pstart[i] - nend[i];
+    c.latency = nlat ? best(lat, nlat) : 30e-6;
+    double best_copy = 0;
+    for (int k = 0; k < nb; k++) {
+        double t = best(b[k].t, b[k].nt) - c.overhead;
+        if (!(t > 0) || (b[k].work == CO_WORK_UNARY && b[k].size <= 8))
+            continue;
+        double e;
+        if (b[k].work == CO_WORK_GEMM || b[k].work == CO_WORK_ATTENTION)
+            e = b[k].size / (t * topo->peak);
+        else if (b[k].work != CO_WORK_COPY)
+            e = b[k].size / (t * topo->hbm);
+        else {
+            e = b[k].size / t; /* a rate for now */
+            if (e > best_copy)
+                best_copy = e;
+        }
+        int w = b[k].work;
+        if (c.npts[w] < CO_CALIB_MAX_POINTS && e > 0 && (w == CO_WORK_COPY || e <= 1000)) {
+            c.size[w][c.npts[w]] = b[k].size;
+            c.eff[w][c.npts[w]++] = e;
+        }
+    }
+    if (best_copy > 0) {
+        /* One copy alone: min(route, copy cap) x eff; the cap is the best rate seen. */
+        int res[4], nres = xp_topo_route(topo, 0, 1, res, NULL);
+        double route = INFINITY;
+        for (int k = 0; k < nres; k++)
+            if (xp_topo_res_bw(topo, res[k]) < route)
+                route = xp_topo_res_bw(topo, res[k]);
+        c.copy_bw = best_copy < route ? best_copy : 0;
+        double base = best_copy < route ? best_copy : route;
+        for (int i = 0; i < c.npts[CO_WORK_COPY]; i++)
+            c.eff[CO_WORK_COPY][i] /= base;
+    }
+    double eff_cores = 0;
+    for (int k = 0; k < nb; k++)
+        if (b[k].work == CO_WORK_GEMM && b[k].size == 2.0 * 512 * 512 * 512 && b[k].nt > 0 &&
+            measure_cores(worker, best(b[k].t, b[k].nt), &eff_cores, &err) < 0) {
+            fprintf(stderr, "einrun: --calibrate: run failed: %s\n", err.msg);
+            goto done;
+        }
+    FILE *f = out_path ? fopen(out_path, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "einrun: --out %s: cannot write it\n", out_path);
+        status = 2;
+        goto done;
+    }
+    fprintf(f, "# measured by einrun --calibrate on %d device%s, against topology %s "
+               "(peak %.4g FLOP/s, hbm %.4g B/s); best of %d iterations\n",
+            ndev, ndev == 1 ? "" : "s", topo->name, topo->peak, topo->hbm, CO_CALIB_ITERS - 1);
+    /* The table keeps the processors online: the model is the machine's
+     * own. What other users' load left during calibration is a comment. */
+    if (eff_cores > 0)
+        fprintf(f, "# %d devices busy at once got %.3g cores of %.4g (other users' load)\n",
+                CO_CALIB_PAR, eff_cores, c.cores);
+    co_calib_write(&c, f);
+    if (out_path && fclose(f) != 0) {
+        fprintf(stderr, "einrun: --out %s: cannot write it\n", out_path);
+        status = 2;
+        goto done;
+    }
+    status = 0;
+done:
+    for (int d = 0; d < 2; d++)
+        ein_program_free(progs[d]);
+    xp_topo_free(topo);
+    return status;
+}

@@ -1,0 +1,799 @@
+/* coordinator/co_sim.c — plan simulator (model in co_sim.h). */
+#include "coordinator/co_sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ein_json.h"
+
+enum { ST_FREE = 0, ST_RUN, ST_WAIT, ST_DONE };
+
+#define CO_SIM_SHOW 12 /* critical-path groups printed at each end */
+
+typedef struct sim_msg {
+    double at;
+    int from;       /* device */
+    int buf;        /* buffer on `from` */
+    int notify;     /* global id of the NOTIFY that sent it */
+} sim_msg;
+
+typedef struct sim_dev {
+    const ein_program *p;
+    int state;
+    int cur;            /* running instruction (local id) */
+    double lat, rem;    /* running: fixed phase left (s); work left (s at full speed, or bytes) */
+    double rem0;        /* the work at the start */
+    double rate;        /* current work rate */
+    int is_copy;
+    int res[4], nres;   /* copy route */
+    int pos, first, progress;
+    unsigned char *done;
+    unsigned char *ready; /* [global buffer id of a peer] */
+    sim_msg *inbox;
+    int ninbox, capinbox;
+    int pred;           /* global id that let the next instruction start */
+    double wait_from;
+} sim_dev;
+
+typedef struct sim {
+    int ndev;
+    sim_dev *d;
+    const xp_topology *topo;
+    const co_calib *cal;
+    int *bufbase;       /* [ndev + 1] global buffer ids */
+    co_sim_result *r;
+    int *pred;          /* per global instruction */
+    double t;
+    int capwaits;
+    double *left;       /* [nres]: bandwidth not yet given out (rates) */
+    int *users;         /* [nres]: unfrozen copies crossing each resource */
+} sim;
+
+/* Causal (query, key) pairs of an attention block: query t attends keys u
+ * in [start(t), t] within the key interval [klo, khi). */
+static double causal_pairs(const ein_kernel *k, int64_t qlo, int64_t qhi, int64_t klo,
+                           int64_t khi)
+{
+    double pairs = 0;
+    int s = 0;
+    for (int64_t t = qlo; t < qhi; t++) {
+        while (s < k->nlist && k->list[s] <= t)
+            s++;
+        int64_t start = s > 0 && s <= k->nlist ? k->list[s - 1] : 0;
+        if (k->nlist == 0)
+            start = 0;
+        int64_t lo = start > klo ? start : klo, hi = t + 1 < khi ? t + 1 : khi;
+        if (hi > lo)
+            pairs += (double)(hi - lo);
+    }
+    return pairs;
+}
+
+/* FLOPs and bytes of an instruction, and its kind of work. */
+static co_work instr_work(const ein_program *p, const ein_instr *ins, double *flops,
+                          double *bytes)
+{
+    *flops = 0;
+    *bytes = 0;
+    const ein_pbuffer *dst = ins->dst >= 0 ? &p->buffers[ins->dst] : NULL;
+    for (int s = 0; s < ins->nsrcs; s++)
+        *bytes += (double)p->buffers[ins->srcs[s]].bytes;
+    if (dst)
+        *bytes += (double)dst->bytes;
+    if (ins->kind == EIN_I_SLICE || ins->kind == EIN_I_CONCAT)
+        *bytes = dst ? 2.0 * (double)dst->bytes : 0; /* reads only what it writes */
+    if (ins->kind == EIN_I_COPY) {
+        *bytes = dst ? (double)dst->bytes : 0;
+        return CO_WORK_COPY;
+    }
+    if (ins->kind == EIN_I_SLICE || ins->kind == EIN_I_CONCAT)
+        return CO_WORK_LAYOUT;
+    if (ins->kind != EIN_I_KERNEL)
+        return CO_WORK_ELEMENTWISE;
+    const ein_kernel *k = &ins->kernel;
+    if (k->kind == EIN_KERNEL_UNARY)
+        return CO_WORK_UNARY;
+    if (k->kind == EIN_KERNEL_SLICE || k->kind == EIN_KERNEL_CONCAT ||
+        k->kind == EIN_KERNEL_SPLIT_HEADS || k->kind == EIN_KERNEL_MERGE_HEADS)
+        return CO_WORK_LAYOUT;
+    if (k->kind == EIN_KERNEL_EINSUM && ins->nsrcs == 2) {
+        /* 2 x the product of every letter's extent. */
+        double ext[128] = {0};
+        const char *sub = k->subscripts;
+        int op = 0, ax = 0;
+        for (const char *c = sub; *c && *c != '-'; c++) {
+            if (*c == ',') {
+                op++;
+                ax = 0;
+                continue;
+            }
+            if (op < 2 && (unsigned char)*c < 128) {
+                const ein_box *b = &p->buffers[ins->srcs[op]].box;
+                if (ax < b->rank)
+                    ext[(unsigned char)*c] = (double)(b->hi[ax] - b->lo[ax]);
+                ax++;
+            }
+        }
+        double f = 2.0;
+        for (int c = 0; c < 128; c++)
+            if (ext[c] > 0)
+                f *= ext[c];
+        *flops = f;
+        return CO_WORK_GEMM;
+    }
+    if (k->kind == EIN_KERNEL_ATTENTION && ins->nsrcs == 3) {
+        const ein_box *q = &p->buffers[ins->srcs[0]].box, *kb = &p->buffers[ins->srcs[1]].box;
+        if (q->rank == 3 && kb->rank == 3) {
+            double heads = (double)(q->hi[0] - q->lo[0]), d = (double)(q->hi[2] - q->lo[2]);
+            /* QK^T and PV: 2 x 2 FLOPs per pair, head and dim. */
+            *flops = 4.0 * heads * d * causal_pairs(k, q->lo[1], q->hi[1], kb->lo[1], kb->hi[1]);
+            return CO_WORK_ATTENTION;
+        }
+    }
+    return CO_WORK_ELEMENTWISE;
+}
+
+/* Seconds at full speed of a non-copy instruction's work. */
+static double work_time(const sim *s, const ein_program *p, const ein_instr *ins)
+{
+    double flops, bytes;
+    co_work w = instr_work(p, ins, &flops, &bytes);
+    double hbm = s->topo->hbm, peak = s->topo->peak > 0 ? s->topo->peak : 1e15;
+    if (w == CO_WORK_GEMM || w == CO_WORK_ATTENTION) {
+        double tc = flops / (peak * co_calib_eff(s->cal, w, flops)), tb = bytes / hbm;
+        return tc > tb ? tc : tb;
+    }
+    return bytes / (hbm * co_calib_eff(s->cal, w, bytes));
+}
+
+static int gid(const sim *s, int d, int i)
+{
+    return s->r->first[d] + i;
+}
+
+static int runnable(const sim *s, const sim_dev *v, int i)
+{
+    const ein_instr *ins = &v->p->instrs[i];
+    for (int k = 0; k < ins->ndeps; k++)
+        if (!v->done[ins->deps[k]])
+            return 0;
+    if (ins->kind == EIN_I_COPY)
+        return v->ready[s->bufbase[ins->peer] + ins->peer_buf];
+    return 1;
+}
+
+static void pump(sim *s, sim_dev *v)
+{
+    int k = 0;
+    for (int m = 0; m < v->ninbox; m++) {
+        if (v->inbox[m].at <= s->t)
+            v->ready[s->bufbase[v->inbox[m].from] + v->inbox[m].buf] = 1;
+        else
+            v->inbox[k++] = v->inbox[m];
+    }
+    v->ninbox = k;
+}
+
+static int finish(sim *s, int d, int i, ein_error *err);
+
+/* Start instruction i of device d now. Zero-time instructions finish at once. */
+static int start(sim *s, int d, int i, ein_error *err)
+{
+    sim_dev *v = &s->d[d];
+    const ein_instr *ins = &v->p->instrs[i];
+    int g = gid(s, d, i);
+    s->r->start[g] = s->t;
+    s->pred[g] = v->pred;
+    v->cur = i;
+    v->is_copy = 0;
+    v->lat = s->cal->overhead;
+    v->rem = 0;
+    switch (ins->kind) {
+    case EIN_I_LOAD:
+    case EIN_I_STORE:
+        return finish(s, d, i, err);
+    case EIN_I_NOTIFY:
+        break;
+    case EIN_I_COPY: {
+        int rc = xp_topo_route(s->topo, ins->peer, d, v->res, err);
+        if (rc < 0)
+            return ein_error_prefix(err, "device %d instruction %d (%s): copy from device %d", d,
+                                    i, ins->op, ins->peer);
+        v->nres = rc;
+        v->is_copy = 1;
+        v->rem = (double)v->p->buffers[ins->dst].bytes;
+        break;
+    }
+    default:
+        v->rem = work_time(s, v->p, ins);
+        break;
+    }
+    v->rem0 = v->rem;
+    v->state = ST_RUN;
+    return 0;
+}
+
+/* Device d is free at s->t: run the worker's scan until something starts,
+ * the device waits for a message, or it has nothing left. */
+static int schedule(sim *s, int d, ein_error *err)
+{
+    sim_dev *v = &s->d[d];
+    int n = v->p->ninstrs, rc;
+    for (;;) {
+        for (int i = v->pos; i < n; i++) {
+            if (v->done[i] || !runnable(s, v, i))
+                continue;
+            v->pos = i + 1;
+            v->progress = 1;
+            if ((rc = start(s, d, i, err)) < 0)
+                return rc;
+            if (v->state == ST_RUN)
+                return 0;
+            i = v->pos - 1; /* finished at once: the scan goes on */
+        }
+        pump(s, v);
+        while (v->first < n && v->done[v->first])
+            v->first++;
+        if (v->first == n) {
+            v->state = ST_DONE;
+            s->r->dev[d].end = s->t;
+            return 0;
+        }
+        v->pos = v->first;
+        if (v->progress) {
+            v->progress = 0;
+            continue;
+        }
+        v->state = ST_WAIT;
+        v->wait_from = s->t;
+        return 0;
+    }
+}
+
+static int finish(sim *s, int d, int i, ein_error *err)
+{
+    sim_dev *v = &s->d[d];
+    const ein_instr *ins = &v->p->instrs[i];
+    int g = gid(s, d, i);
+    double dur = s->t - s->r->start[g];
+    s->r->end[g] = s->t;
+    v->done[i] = 1;
+    v->pred = g;
+    v->state = ST_FREE;
+    if (ins->kind == EIN_I_COPY || ins->kind == EIN_I_NOTIFY)
+        s->r->dev[d].comm += dur;
+    else if (ins->kind != EIN_I_LOAD && ins->kind != EIN_I_STORE)
+        s->r->dev[d].compute += dur;
+    if (ins->kind == EIN_I_NOTIFY) {
+        sim_dev *u = &s->d[ins->peer];
+        if (u->ninbox == u->capinbox) {
+            int cap = u->capinbox ? 2 * u->capinbox : 16;
+            sim_msg *m = realloc(u->inbox, sizeof *m * (size_t)cap);
+            if (!m)
+                return ein_fail(err, EIN_ENOMEM, "out of memory");
+            u->inbox = m;
+            u->capinbox = cap;
+        }
+        u->inbox[u->ninbox++] = (sim_msg){.at = s->t + s->cal->latency, .from = d,
+                                          .buf = ins->srcs[0], .notify = g};
+    }
+    return 0;
+}
+
+/* Rates of the running instructions at s->t: processor sharing over the
+ * cores, then max-min fair bandwidth for the copies (progressive filling
+ * over the topology's resources, each copy capped by the calibration's
+ * copy rate times its processor share). */
+static void rates(sim *s)
+{
+    int busy = 0;
+    for (int d = 0; d < s->ndev; d++)
+        busy += s->d[d].state == ST_RUN;
+    double share = s->cal->cores > 0 && busy > s->cal->cores ? s->cal->cores / busy : 1.0;
+    int nres = xp_topo_nres(s->topo);
+    double *left = s->left;
+    int *users = s->users;
+    int nflows = 0;
+    for (int d = 0; d < s->ndev; d++) {
+        sim_dev *v = &s->d[d];
+        if (v->state != ST_RUN)
+            continue;
+        v->rate = v->is_copy ? -1 : share; /* -1: copy not yet frozen */
+        nflows += v->is_copy;
+    }
+    if (nflows > 0) {
+        for (int r = 0; r < nres; r++)
+            left[r] = xp_topo_res_bw(s->topo, r);
+        double cap = s->cal->copy_bw > 0 ? s->cal->copy_bw * share : INFINITY;
+        for (;;) {
+            /* The tightest resource (or cap) among unfrozen flows. */
+            for (int r = 0; r < nres; r++)
+                users[r] = 0;
+            int unfrozen = 0;
+            for (int d = 0; d < s->ndev; d++) {
+                sim_dev *v = &s->d[d];
+                if (v->state == ST_RUN && v->is_copy && v->rate < 0) {
+                    unfrozen++;
+                    for (int k = 0; k < v->nres; k++)
+                        users[v->res[k]]++;
+                }
+            }
+            if (!unfrozen)
+                break;
+            double fair = cap;
+            int tight = -1;
+            for (int r = 0; r < nres; r++)
+                if (users[r] && left[r] / users[r] < fair) {
+                    fair = left[r] / users[r];
+                    tight = r;
+                }
+            for (int d = 0; d < s->ndev; d++) {
+                sim_dev *v = &s->d[d];
+                if (!(v->state == ST_RUN && v->is_copy && v->rate < 0))
+                    continue;
+                int hit = tight < 0;
+                for (int k = 0; k < v->nres && !hit; k++)
+                    hit = v->res[k] == tight;
+                if (!hit)
+                    continue;
+                v->rate = fair;
+                for (int k = 0; k < v->nres; k++)
+                    left[v->res[k]] -= fair;
+            }
+        }
+        for (int d = 0; d < s->ndev; d++) {
+            sim_dev *v = &s->d[d];
+            if (v->state == ST_RUN && v->is_copy) {
+                double bytes = (double)v->p->buffers[v->p->instrs[v->cur].dst].bytes;
+                v->rate *= co_calib_eff(s->cal, CO_WORK_COPY, bytes > 1 ? bytes : 1);
+                if (!(v->rate > 0))
+                    v->rate = 1e-300;
+            }
+        }
+    }
+}
+
+static int add_wait(sim *s, int d, double from, double to)
+{
+    if (!(to > from))
+        return 0;
+    co_sim_result *r = s->r;
+    if (r->nwaits == s->capwaits) {
+        int cap = s->capwaits ? 2 * s->capwaits : 64;
+        double *w = realloc(r->waits, sizeof *w * 3 * (size_t)cap);
+        if (!w)
+            return EIN_ENOMEM;
+        r->waits = w;
+        s->capwaits = cap;
+    }
+    r->waits[3 * r->nwaits] = d;
+    r->waits[3 * r->nwaits + 1] = from;
+    r->waits[3 * r->nwaits + 2] = to;
+    r->nwaits++;
+    return 0;
+}
+
+static int loop(sim *s, ein_error *err)
+{
+    int rc;
+    for (int d = 0; d < s->ndev; d++)
+        if ((rc = schedule(s, d, err)) < 0)
+            return rc;
+    for (;;) {
+        int live = 0;
+        for (int d = 0; d < s->ndev; d++)
+            live += s->d[d].state != ST_DONE;
+        if (!live)
+            return 0;
+        rates(s);
+        double dt = INFINITY;
+        for (int d = 0; d < s->ndev; d++) {
+            sim_dev *v = &s->d[d];
+            if (v->state == ST_RUN) {
+                double x = v->lat > 0 ? v->lat : v->rem / v->rate;
+                if (x < dt)
+                    dt = x;
+            } else if (v->state == ST_WAIT) {
+                for (int m = 0; m < v->ninbox; m++)
+                    if (v->inbox[m].at - s->t < dt)
+                        dt = v->inbox[m].at - s->t;
+            }
+        }
+        if (dt == INFINITY) {
+            for (int d = 0; d < s->ndev; d++)
+                if (s->d[d].state == ST_WAIT)
+                    return ein_fail(err, EIN_EINVAL,
+                                    "device %d waits forever at instruction %d (%s): no peer "
+                                    "will send the READY it needs",
+                                    d, s->d[d].first, s->d[d].p->instrs[s->d[d].first].op);
+            return ein_fail(err, EIN_EINVAL, "simulation stalled");
+        }
+        if (dt < 0)
+            dt = 0;
+        s->t += dt;
+        for (int d = 0; d < s->ndev; d++) {
+            sim_dev *v = &s->d[d];
+            if (v->state != ST_RUN)
+                continue;
+            if (v->lat > 0) {
+                double step = dt < v->lat ? dt : v->lat;
+                v->lat -= step;
+                if (v->lat <= 1e-15)
+                    v->lat = 0;
+                /* a phase ending mid-step never happens: dt is the minimum */
+            } else {
+                v->rem -= v->rate * dt;
+            }
+            if (v->lat == 0 && v->rem <= 1e-9 * v->rem0)
+                v->rem = 0;
+        }
+        for (int d = 0; d < s->ndev; d++) {
+            sim_dev *v = &s->d[d];
+            if (v->state == ST_RUN && v->lat == 0 && v->rem == 0) {
+                if ((rc = finish(s, d, v->cur, err)) < 0)
+                    return rc;
+            } else if (v->state == ST_WAIT) {
+                int woke = -1;
+                double at = INFINITY;
+                for (int m = 0; m < v->ninbox; m++)
+                    if (v->inbox[m].at <= s->t && v->inbox[m].at < at) {
+                        at = v->inbox[m].at;
+                        woke = v->inbox[m].notify;
+                    }
+                if (woke >= 0) {
+                    if (add_wait(s, d, v->wait_from, s->t) < 0)
+                        return ein_fail(err, EIN_ENOMEM, "out of memory");
+                    v->pred = woke;
+                    v->state = ST_FREE;
+                    pump(s, v); /* the worker's pump returns with the message */
+                }
+            }
+        }
+        for (int d = 0; d < s->ndev; d++)
+            if (s->d[d].state == ST_FREE && (rc = schedule(s, d, err)) < 0)
+                return rc;
+    }
+}
+
+static void largest(const ein_program *p, int *out)
+{
+    for (int k = 0; k < CO_SIM_LARGEST; k++)
+        out[k] = -1;
+    for (int b = 0; b < p->nbuffers; b++) {
+        for (int k = 0; k < CO_SIM_LARGEST; k++) {
+            if (out[k] < 0 || p->buffers[b].bytes > p->buffers[out[k]].bytes) {
+                for (int j = CO_SIM_LARGEST - 1; j > k; j--)
+                    out[j] = out[j - 1];
+                out[k] = b;
+                break;
+            }
+        }
+    }
+}
+
+static int critical_path(sim *s)
+{
+    co_sim_result *r = s->r;
+    int total = r->first[r->ndev], last = -1, n = 0;
+    for (int g = 0; g < total; g++)
+        if (r->end[g] >= 0 && (last < 0 || r->end[g] > r->end[last]))
+            last = g;
+    for (int g = last; g >= 0; g = s->pred[g])
+        n++;
+    r->path = calloc((size_t)(n > 0 ? n : 1), sizeof *r->path);
+    if (!r->path)
+        return EIN_ENOMEM;
+    r->npath = n;
+    int k = n;
+    for (int g = last; g >= 0; g = s->pred[g]) {
+        int d = 0;
+        while (r->first[d + 1] <= g)
+            d++;
+        co_sim_step *st = &r->path[--k];
+        st->device = d;
+        st->instr = g - r->first[d];
+        st->start = r->start[g];
+        st->end = r->end[g];
+        const ein_instr *ins = &s->d[d].p->instrs[st->instr];
+        if (ins->kind == EIN_I_COPY || ins->kind == EIN_I_NOTIFY)
+            r->path_comm += st->end - st->start;
+        else
+            r->path_compute += st->end - st->start;
+    }
+    r->path_wait = r->makespan - r->path_compute - r->path_comm;
+    if (r->path_wait < 0)
+        r->path_wait = 0;
+    return 0;
+}
+
+int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
+               const co_calib *cal, co_sim_result **out, ein_error *err)
+{
+    if (ndev < 1 || !progs)
+        return ein_fail(err, EIN_EINVAL, "simulate: no devices");
+    if (topo->ngpus < ndev)
+        return ein_fail(err, EIN_EINVAL, "simulate: topology %s has %d GPUs but the plan has %d "
+                                         "devices", topo->name, topo->ngpus, ndev);
+    sim s = {.ndev = ndev, .topo = topo, .cal = cal};
+    int rc = EIN_ENOMEM, total = 0, tbuf = 0;
+    co_sim_result *r = calloc(1, sizeof *r);
+    s.r = r;
+    s.d = calloc((size_t)ndev, sizeof *s.d);
+    s.bufbase = calloc((size_t)ndev + 1, sizeof *s.bufbase);
+    if (!r || !s.d || !s.bufbase || !(r->first = calloc((size_t)ndev + 1, sizeof *r->first)) ||
+        !(r->dev = calloc((size_t)ndev, sizeof *r->dev)))
+        goto fail;
+    r->ndev = ndev;
+    for (int d = 0; d < ndev; d++) {
+        r->first[d] = total;
+        s.bufbase[d] = tbuf;
+        total += progs[d]->ninstrs;
+        tbuf += progs[d]->nbuffers;
+    }
+    r->first[ndev] = total;
+    s.bufbase[ndev] = tbuf;
+    if (!(s.left = malloc(sizeof *s.left * ((size_t)xp_topo_nres(topo) + 1))) ||
+        !(s.users = malloc(sizeof *s.users * ((size_t)xp_topo_nres(topo) + 1))) ||
+        !(r->start = malloc(sizeof *r->start * ((size_t)total + 1))) ||
+        !(r->end = malloc(sizeof *r->end * ((size_t)total + 1))) ||
+        !(s.pred = malloc(sizeof *s.pred * ((size_t)total + 1))))
+        goto fail;
+    for (int g = 0; g < total; g++) {
+        r->start[g] = r->end[g] = -1;
+        s.pred[g] = -1;
+    }
+    for (int d = 0; d < ndev; d++) {
+        sim_dev *v = &s.d[d];
+        v->p = progs[d];
+        v->pred = -1;
+        if (!(v->done = calloc((size_t)progs[d]->ninstrs + 1, 1)) ||
+            !(v->ready = calloc((size_t)tbuf + 1, 1)))
+            goto fail;
+    }
+    if ((rc = loop(&s, err)) < 0)
+        goto fail_msg;
+    for (int d = 0; d < ndev; d++)
+        if (r->dev[d].end > r->makespan)
+            r->makespan = r->dev[d].end;
+    r->time = r->makespan + cal->iteration;
+    for (int d = 0; d < ndev; d++) {
+        co_sim_device *dv = &r->dev[d];
+        dv->idle = r->makespan - dv->compute - dv->comm;
+        if (dv->idle < 0)
+            dv->idle = 0;
+        dv->peak = progs[d]->segment_bytes;
+        largest(progs[d], dv->largest);
+    }
+    if (critical_path(&s) < 0)
+        goto fail;
+    for (int d = 0; d < ndev; d++) {
+        free(s.d[d].done);
+        free(s.d[d].ready);
+        free(s.d[d].inbox);
+    }
+    free(s.d);
+    free(s.bufbase);
+    free(s.pred);
+    free(s.left);
+    free(s.users);
+    *out = r;
+    return 0;
+fail:
+    rc = ein_fail(err, EIN_ENOMEM, "simulate: out of memory");
+fail_msg:
+    for (int d = 0; s.d && d < ndev; d++) {
+        free(s.d[d].done);
+        free(s.d[d].ready);
+        free(s.d[d].inbox);
+    }
+    free(s.d);
+    free(s.bufbase);
+    free(s.pred);
+    free(s.left);
+    free(s.users);
+    co_sim_result_free(r);
+    return rc;
+}
+
+void co_sim_result_free(co_sim_result *r)
+{
+    if (!r)
+        return;
+    free(r->dev);
+    free(r->path);
+    free(r->first);
+    free(r->start);
+    free(r->end);
+    free(r->waits);
+    free(r);
+}
+
+int co_sim_calib_of(const xp_topology *topo, const char *fallback, co_calib *out,
+                    ein_error *err)
+{
+    const char *name = topo->calibration[0] ? topo->calibration : fallback;
+    int rc = co_calib_load(name, out, err);
+    if (rc < 0)
+        return ein_error_prefix(err, "calibration %s of topology %s", name, topo->name);
+    return 0;
+}
+
+static void bytes_text(double b, char *buf, size_t len)
+{
+    if (b >= 1e9)
+        snprintf(buf, len, "%.2f GB", b / 1e9);
+    else if (b >= 1e6)
+        snprintf(buf, len, "%.2f MB", b / 1e6);
+    else if (b >= 1e3)
+        snprintf(buf, len, "%.1f kB", b / 1e3);
+    else
+        snprintf(buf, len, "%.0f B", b);
+}
+
+/* The operator a buffer belongs to: the first instruction writing it. */
+static const char *buffer_op(const ein_program *p, int b)
+{
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].dst == b)
+            return p->instrs[i].op;
+    return "?";
+}
+
+int co_sim_check_memory(ein_program *const *progs, const co_sim_result *r,
+                        const xp_topology *topo, ein_error *err)
+{
+    if (!(topo->memory > 0))
+        return 0;
+    for (int d = 0; d < r->ndev; d++) {
+        if (!((double)r->dev[d].peak > topo->memory))
+            continue;
+        char peak[32], cap[32], big[512] = "";
+        size_t n = 0;
+        bytes_text((double)r->dev[d].peak, peak, sizeof peak);
+        bytes_text(topo->memory, cap, sizeof cap);
+        for (int k = 0; k < CO_SIM_LARGEST && r->dev[d].largest[k] >= 0 && n < sizeof big; k++) {
+            char b[32];
+            int id = r->dev[d].largest[k];
+            bytes_text((double)progs[d]->buffers[id].bytes, b, sizeof b);
+            n += (size_t)snprintf(big + n, sizeof big - n, "%s%s (%s)", k ? ", " : "",
+                                  buffer_op(progs[d], id), b);
+        }
+        return ein_fail(err, EIN_ELIMIT,
+                        "device %d: predicted peak memory %s exceeds its capacity %s (topology "
+                        "%s); largest tensors alive: %s",
+                        d, peak, cap, topo->name, big);
+    }
+    return 0;
+}
+
+static int is_comm(const ein_instr *ins)
+{
+    return ins->kind == EIN_I_COPY || ins->kind == EIN_I_NOTIFY;
+}
+
+int co_sim_print(ein_program *const *progs, const co_sim_result *r, const xp_topology *topo,
+                 const co_calib *cal, FILE *f)
+{
+    fprintf(f, "predicted iteration on %s (calibration %s): %.3f ms (makespan %.3f ms + "
+               "%.3f ms per iteration)\n",
+            topo->name, cal->name, 1e3 * r->time, 1e3 * r->makespan, 1e3 * cal->iteration);
+    fprintf(f, "%-7s %12s %12s %12s %14s\n", "device", "compute ms", "comm ms", "idle ms",
+            "peak memory");
+    for (int d = 0; d < r->ndev; d++) {
+        char peak[32];
+        bytes_text((double)r->dev[d].peak, peak, sizeof peak);
+        fprintf(f, "%-7d %12.3f %12.3f %12.3f %14s\n", d, 1e3 * r->dev[d].compute,
+                1e3 * r->dev[d].comm, 1e3 * r->dev[d].idle, peak);
+    }
+    if (topo->memory > 0) {
+        char cap[32];
+        bytes_text(topo->memory, cap, sizeof cap);
+        fprintf(f, "memory per device: %s\n", cap);
+    }
+    fprintf(f, "critical path: %d instructions, %.3f ms compute, %.3f ms communication, "
+               "%.3f ms waiting\n",
+            r->npath, 1e3 * r->path_compute, 1e3 * r->path_comm, 1e3 * r->path_wait);
+    /* The path by operator: consecutive steps of one operator on one device
+     * merged; a long path shows its first and last CO_SIM_SHOW groups. */
+    int ngroups = 0;
+    for (int k = 0; k < r->npath; ngroups++) {
+        const co_sim_step *st = &r->path[k];
+        const char *op = progs[st->device]->instrs[st->instr].op;
+        int j = k + 1;
+        while (j < r->npath && r->path[j].device == st->device &&
+               strcmp(progs[st->device]->instrs[r->path[j].instr].op, op) == 0)
+            j++;
+        k = j;
+    }
+    for (int k = 0, gi = 0; k < r->npath; gi++) {
+        const co_sim_step *st = &r->path[k];
+        const ein_instr *ins = &progs[st->device]->instrs[st->instr];
+        int j = k + 1, ncomm = is_comm(ins);
+        while (j < r->npath && r->path[j].device == st->device &&
+               strcmp(progs[st->device]->instrs[r->path[j].instr].op, ins->op) == 0) {
+            ncomm += is_comm(&progs[st->device]->instrs[r->path[j].instr]);
+            j++;
+        }
+        if (gi < CO_SIM_SHOW || gi >= ngroups - CO_SIM_SHOW)
+            fprintf(f, "  %9.3f ms  device %d  %-20s %d instruction%s%s\n", 1e3 * st->start,
+                    st->device, ins->op, j - k, j - k == 1 ? "" : "s",
+                    ncomm ? " (with copies)" : "");
+        else if (gi == CO_SIM_SHOW)
+            fprintf(f, "  ... %d more operators on the path (--json lists every step)\n",
+                    ngroups - 2 * CO_SIM_SHOW);
+        k = j;
+    }
+    return ferror(f) ? EIN_EIO : 0;
+}
+
+int co_sim_json(ein_program *const *progs, const co_sim_result *r, const xp_topology *topo,
+                const co_calib *cal, FILE *f)
+{
+    fprintf(f, "{\"topology\": ");
+    ein_json_str(f, topo->name);
+    fprintf(f, ", \"calibration\": ");
+    ein_json_str(f, cal->name);
+    fprintf(f, ", \"time_s\": %.9g, \"makespan_s\": %.9g, \"memory_bytes\": %.0f, \"devices\": [",
+            r->time, r->makespan, topo->memory);
+    for (int d = 0; d < r->ndev; d++) {
+        fprintf(f, "%s\n  {\"device\": %d, \"compute_s\": %.9g, \"comm_s\": %.9g, "
+                   "\"idle_s\": %.9g, \"peak_bytes\": %llu, \"largest\": [",
+                d ? "," : "", d, r->dev[d].compute, r->dev[d].comm, r->dev[d].idle,
+                (unsigned long long)r->dev[d].peak);
+        for (int k = 0; k < CO_SIM_LARGEST && r->dev[d].largest[k] >= 0; k++) {
+            int id = r->dev[d].largest[k];
+            fprintf(f, "%s{\"op\": ", k ? ", " : "");
+            ein_json_str(f, buffer_op(progs[d], id));
+            fprintf(f, ", \"bytes\": %llu}", (unsigned long long)progs[d]->buffers[id].bytes);
+        }
+        fprintf(f, "]}");
+    }
+    fprintf(f, "\n], \"critical_path\": {\"instructions\": %d, \"compute_s\": %.9g, "
+               "\"comm_s\": %.9g, \"wait_s\": %.9g, \"steps\": [",
+            r->npath, r->path_compute, r->path_comm, r->path_wait);
+    for (int k = 0; k < r->npath; k++) {
+        const co_sim_step *st = &r->path[k];
+        const ein_instr *ins = &progs[st->device]->instrs[st->instr];
+        fprintf(f, "%s\n  {\"device\": %d, \"instr\": %d, \"kind\": \"%s\", \"op\": ",
+                k ? "," : "", st->device, st->instr, ein_instr_kind_name(ins->kind));
+        ein_json_str(f, ins->op);
+        fprintf(f, ", \"start_s\": %.9g, \"end_s\": %.9g}", st->start, st->end);
+    }
+    fprintf(f, "\n]}}\n");
+    return ferror(f) ? EIN_EIO : 0;
+}
+
+int co_sim_trace(ein_program *const *progs, const co_sim_result *r, FILE *f)
+{
+    int n = 0;
+    fputs("[\n", f);
+    for (int d = 0; d < r->ndev; d++) {
+        const ein_program *p = progs[d];
+        for (int i = 0; i < p->ninstrs; i++) {
+            int g = r->first[d] + i;
+            const ein_instr *ins = &p->instrs[i];
+            if (r->start[g] < 0 || ins->kind == EIN_I_LOAD || ins->kind == EIN_I_STORE)
+                continue;
+            char label[160];
+            snprintf(label, sizeof label, "%s %s", ein_instr_kind_name(ins->kind), ins->op);
+            const char *cat = ins->kind == EIN_I_KERNEL || ins->kind == EIN_I_AGG ? "kernel"
+                                                                                  : "copy";
+            fprintf(f, "%s{\"name\": ", n++ ? ",\n" : "");
+            ein_json_str(f, label);
+            fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, "
+                       "\"pid\": %d, \"tid\": 0, \"args\": {\"iteration\": 0, "
+                       "\"predicted\": true}}",
+                    cat, r->start[g] * 1e6, (r->end[g] - r->start[g]) * 1e6, d);
+        }
+    }
+    for (int k = 0; k < r->nwaits; k++) {
+        const double *w = &r->waits[3 * k];
+        fprintf(f, "%s{\"name\": \"wait peers\", \"cat\": \"wait\", \"ph\": \"X\", "
+                   "\"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": 0, "
+                   "\"args\": {\"iteration\": 0, \"predicted\": true}}",
+                n++ ? ",\n" : "", w[1] * 1e6, (w[2] - w[1]) * 1e6, (int)w[0]);
+    }
+    fputs("\n]\n", f);
+    return ferror(f) ? EIN_EIO : 0;
+}

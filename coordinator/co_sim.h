@@ -1,0 +1,152 @@
+/* coordinator/co_sim.h — predict one iteration of a lowered plan: its time,
+ * each device's compute / communication / idle time, the critical path and
+ * each device's peak memory.
+ *
+ * co_sim_run replays the per-device Programs (co_lower.h) the way the
+ * workers run them (worker/wk_exec.c), so overlap is what the runtime
+ * really gets:
+ *  - a device runs one instruction at a time; when free it scans its
+ *    instructions onward from the last one it ran and starts the first
+ *    runnable one (dependencies done; a COPY also needs the peer's READY);
+ *    at the end of a sweep it takes in the READY messages that arrived,
+ *    starts a new sweep from its first unfinished instruction if the sweep
+ *    ran anything, else waits for the next message;
+ *  - a NOTIFY's READY reaches the peer `latency` after the NOTIFY ends;
+ *  - LOAD and STORE take no time: a steady-state iteration (einrun
+ *    --iterations) loads inputs only in the first one and stores only in
+ *    the last;
+ *  - an instruction costs the calibration's `overhead`, then its work: a
+ *    KERNEL max(FLOPs / (peak x eff), bytes / hbm) for gemm and attention,
+ *    bytes / (hbm x eff) for every other kernel and for AGG, SLICE and
+ *    CONCAT (bytes read + written); a COPY is a flow along the topology's
+ *    route (xp_topo_route: the resources xp_sim uses), every resource's
+ *    bandwidth shared max-min fairly among the copies crossing it, each
+ *    copy also capped by the calibration's `copy` rate, its rate times
+ *    eff(copy, bytes);
+ *  - with `cores` in the calibration (CPU devices) all devices share that
+ *    many cores: while k devices are busy each runs at min(1, cores/k);
+ *  - the iteration costs the calibration's `iteration` on top of the
+ *    makespan.
+ * Peak memory: every buffer of a Program has its own place in the device
+ * segment (ein_program_add_buffer appends; nothing is reused or freed
+ * during a run), so the high-water mark is the segment size, reached when
+ * the segment is created; every tensor is alive for the whole run.
+ *
+ * Ownership: *out is allocated by co_sim_run and freed with
+ * co_sim_result_free; the Programs, topology and calibration are only
+ * read. Failure: a negative EIN_E* code with `err` filled (EIN_EINVAL for
+ * a device without a route to a peer it copies from or Programs that
+ * deadlock, EIN_ENOMEM), *out untouched. Deterministic: no clock, no
+ * randomness. */
+#ifndef CO_SIM_H
+#define CO_SIM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/ein_error.h"
+#include "common/ein_program.h"
+#include "coordinator/co_calib.h"
+#include "exchange/xp_topo.h"
+
+#define CO_SIM_LARGEST 3
+
+typedef struct co_sim_device {
+    double compute;     /* s in KERNEL, AGG, SLICE, CONCAT */
+    double comm;        /* s in COPY, NOTIFY */
+    double idle;        /* makespan - compute - comm */
+    double end;         /* when its last instruction ended */
+    uint64_t peak;      /* bytes: the segment */
+    int largest[CO_SIM_LARGEST]; /* its largest buffers, -1 past the last */
+} co_sim_device;
+
+typedef struct co_sim_step {
+    int device, instr;
+    double start, end;
+} co_sim_step;
+
+typedef struct co_sim_result {
+    double time;        /* predicted iteration: makespan + calibration iteration */
+    double makespan;
+    int ndev;
+    co_sim_device *dev;
+    co_sim_step *path;  /* critical path, in time order */
+    int npath;
+    double path_compute, path_comm, path_wait; /* s along the path */
+    int *first;         /* [ndev + 1]: global id of device d's instruction i = first[d] + i */
+    double *start, *end; /* per global instruction; -1 if never run */
+    double *waits;      /* nwaits x (device, from, to): a device waiting for a peer */
+    int nwaits;
+} co_sim_result;
+
+int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
+               const co_calib *cal, co_sim_result **out, ein_error *err);
+void co_sim_result_free(co_sim_result *r);
+
+/* The calibration a topology names (its `calibration` statement), or
+ * `fallback` (a built-in name or file) if it names none. */
+int co_sim_calib_of(const xp_topology *topo, const char *fallback, co_calib *out,
+                    ein_error *err);
+
+/* Fails with EIN_ELIMIT if some device's peak exceeds the topology's
+ * memory (no `memory` statement: never); the message names the device,
+ * its predicted peak, the capacity and its largest tensors. */
+int co_sim_check_memory(ein_program *const *progs, const co_sim_result *r,
+                        const xp_topology *topo, ein_error *err);
+
+/* Reports: a text summary, one JSON object, and the predicted timeline in
+ * the Chrome-trace form of einrun --trace (one array of "X" events, pid =
+ * device, microseconds from the iteration's start). Each returns 0 or
+ * EIN_EIO if writing failed. */
+int co_sim_print(ein_program *const *progs, const co_sim_result *r, const xp_topology *topo,
+                 const co_calib *cal, FILE *f);
+int co_sim_json(ein_program *const *progs, const co_sim_result *r, const xp_topology *topo,
+                const co_calib *cal, FILE *f);
+int co_sim_trace(ein_program *const *progs, const co_sim_result *r, FILE *f);
+
+/* The pipeline from a plan: lower it as einrun does (exchange bodies
+ * synthesised on `topo` with the default work budget, search seed `seed`,
+ * generated inputs), simulate it with `cal`, and with `check_memory` fail
+ * as co_sim_check_memory does. *progs (ndev Programs, co_programs_free)
+ * and *out (co_sim_result_free) are the caller's on success; on failure
+ * nothing is returned. */
+struct pl_graph;
+struct pl_plan;
+int co_sim_plan(const struct pl_graph *g, const struct pl_plan *plan, const xp_topology *topo,
+                const co_calib *cal, uint64_t seed, int check_memory, ein_program ***progs,
+                co_sim_result **out, ein_error *err);
+
+/* The rates --objective time plans with (pl_plan_opts): the topology's
+ * peak x the calibration's gemm efficiency at 1 GFLOP, its hbm x the
+ * elementwise efficiency at 10 MB, and the bottleneck of the route
+ * 0 -> 1 (the calibration's copy cap if lower) x the copy efficiency at
+ * 10 MB. A one-GPU topology uses its hbm as the network. */
+struct pl_plan_opts;
+void co_sim_objective_rates(const xp_topology *topo, const co_calib *cal,
+                            struct pl_plan_opts *o);
+
+/* Load a topology (`topo_arg`, NULL: host) and its calibration (`cal_arg`,
+ * NULL: the topology's own, else host); an exit status (2) after one line
+ * on stderr prefixed by `prog`, or 0. */
+int co_sim_load(const char *prog, const char *topo_arg, const char *cal_arg,
+                xp_topology **topo, co_calib *cal);
+
+/* einrun --objective time: plan g for p devices by predicted time on
+ * topology `topo_arg` (NULL: host) and its calibration. `objective` is
+ * "time" (or "comm": pl_plan_make). Returns 0 or a negative code with
+ * `err` filled (a bad topology or calibration is EIN_EINVAL). */
+int co_sim_plan_make(const struct pl_graph *g, int p, int sel, uint64_t seed,
+                     const char *objective, const char *topo_arg, struct pl_plan **out,
+                     ein_error *err);
+
+/* einplan --simulate: simulate `plan` (made with `popts`, selector `sel`,
+ * seed `seed`) on the topology and calibration, print text, --json or
+ * write --trace. Memory is a constraint: if the plan's peak exceeds some
+ * device's memory, the DP plan of the other objective is tried; if none
+ * fits, the memory error. Returns 0, or an exit status (2 bad input, 1
+ * other) after printing one line on stderr prefixed by `prog`. */
+int co_sim_cli(const char *prog, const struct pl_graph *g, const struct pl_plan *plan,
+               const struct pl_plan_opts *popts, const xp_topology *topo, const co_calib *cal,
+               const char *trace_path, int json, uint64_t seed);
+
+#endif

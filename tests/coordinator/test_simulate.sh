@@ -1,0 +1,41 @@
+#!/bin/sh
+# tests/coordinator/test_simulate.sh — einplan --simulate, --objective,
+# --strategy and their errors from the command line (TAP). Needs the built
+# einplan and eingen in the build directory; /usr/bin/python3 checks JSON
+# where present.
+src=${EIN_SRCDIR:-..}
+EINPLAN=./einplan
+EINGEN=./eingen
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+n=0
+fails=0
+check() {   # check NAME COMMAND...: ok when the command succeeds
+    n=$((n + 1))
+    name=$1
+    shift
+    if "$@" >"$tmp/out" 2>"$tmp/err"; then
+        echo "ok $n - $name"
+    else
+        echo "not ok $n - $name"
+        sed 's/^/# /' "$tmp/out" "$tmp/err" | head -20
+        fails=$((fails + 1))
+    fi
+}
+PY=/usr/bin/python3
+echo "1..12"
+$EINGEN llama --seqs 8 --tokens 8192 > "$tmp/l8.ein"
+$EINGEN llama --seqs 1 --tokens 1024 > "$tmp/l1.ein"
+check "text report: time, devices, critical path" sh -c "$EINPLAN --devices 8 --simulate --topology dgx-a100 $tmp/l8.ein > $tmp/t && grep -q '^predicted iteration on dgx-a100 (calibration a100): ' $tmp/t && grep -q '^7 ' $tmp/t && grep -q '^critical path: ' $tmp/t && grep -q 'memory per device: 40.00 GB' $tmp/t"
+check "json and trace parse; trace has every device" sh -c "$EINPLAN --devices 4 --simulate --json --trace $tmp/tr.json $src/examples/ffn.ein > $tmp/j && { test ! -x $PY || $PY -c 'import json; d=json.load(open(\"$tmp/j\")); t=json.load(open(\"$tmp/tr.json\")); assert d[\"time_s\"] > 0 and len(d[\"devices\"]) == 4 and d[\"critical_path\"][\"steps\"]; assert sorted(set(e[\"pid\"] for e in t)) == [0, 1, 2, 3] and all(e[\"ph\"] == \"X\" for e in t)'; }"
+check "the same plan predicts the same time" sh -c "$EINPLAN --devices 4 --simulate --json $src/examples/chain_b.ein > $tmp/a && $EINPLAN --devices 4 --simulate --json $src/examples/chain_b.ein > $tmp/b && cmp -s $tmp/a $tmp/b"
+check "--objective time plans and simulates" sh -c "$EINPLAN --devices 8 --objective time --topology dgx-h100 --simulate $tmp/l8.ein | grep -q 'predicted iteration'"
+check "each strategy plans LLaMA 8x1K" sh -c "for s in megatron ulysses sequence data; do $EINPLAN --devices 8 --strategy \$s --topology dgx-a100 --simulate $tmp/l8.ein | grep -q 'predicted iteration' || exit 1; done"
+check "megatron splits attention by heads, w2 by d_ff" sh -c "$EINPLAN --devices 8 --strategy megatron $tmp/l8.ein > $tmp/m && grep -q '^att .*heads_kv:8 tokens:1' $tmp/m && grep -q '^f2 .*d_ff:8 .*agg sum' $tmp/m"
+check "data on one sequence exits 2 naming attention" sh -c "$EINPLAN --devices 8 --strategy data $tmp/l1.ein 2> $tmp/e; test \$? -eq 2 && grep -q 'strategy data: attention att' $tmp/e"
+check "too little memory exits 2 naming device, peak, capacity" sh -c "printf 'name tiny\ngpus 8\nhbm 1 TB/s\nport 100 GB/s\nrest direct\nmemory 1 MB\ncalibration h100\n' > $tmp/tiny.topo; $EINPLAN --devices 8 --simulate --topology $tmp/tiny.topo $tmp/l8.ein 2> $tmp/e; test \$? -eq 2 && grep -q 'no plan fits: device [0-9]*: predicted peak memory .* exceeds its capacity 1.00 MB' $tmp/e && grep -q 'largest tensors alive' $tmp/e"
+check "bad --objective, --strategy, --calibration exit 2" sh -c "$EINPLAN --devices 2 --objective fast $src/examples/ffn.ein 2>/dev/null; test \$? -eq 2 || exit 1; $EINPLAN --devices 2 --strategy zero $src/examples/ffn.ein 2>/dev/null; test \$? -eq 2 || exit 1; $EINPLAN --devices 2 --simulate --calibration $tmp/none.cal $src/examples/ffn.ein 2> $tmp/e; test \$? -eq 2 && grep -q 'none.cal' $tmp/e"
+check "--trace without --simulate exits 2" sh -c "$EINPLAN --devices 2 --trace $tmp/x.json $src/examples/ffn.ein 2> $tmp/e; test \$? -eq 2 && grep -q 'need --simulate' $tmp/e"
+check "topology with fewer GPUs than devices exits 2" sh -c "$EINPLAN --devices 16 --simulate --topology dgx-a100 $src/examples/ffn.ein 2> $tmp/e; test \$? -eq 2 && grep -q 'has 8 GPUs but the plan has 16 devices' $tmp/e"
+check "a calibration file is used" sh -c "printf 'name slow\noverhead 0 us\nlatency 0 us\niteration 1 s\n' > $tmp/slow.cal; $EINPLAN --devices 2 --simulate --calibration $tmp/slow.cal $src/examples/ffn.ein | grep -q '(calibration slow): [0-9.]* ms (makespan [0-9.]* ms + 1000.000 ms per iteration)'"
+test $fails -eq 0
