@@ -808,6 +808,14 @@ int main(int argc, char **argv)
      * back: the session turns it into a failed run, and einrun removes the
      * temporaries before it dies of one that came afterwards. */
     sigprocmask(SIG_BLOCK, &stop_signals, NULL);
+    /* Before the workers start (they must find them, and never a link put
+     * in their place); the session's guard removes them if einrun is
+     * killed from then on. */
+    if (co_outputs_create(outs, nouts, &err) < 0) {
+        fprintf(stderr, "einrun: %s\n", err.msg);
+        status = 2;
+        goto done;
+    }
     if (!(iter_s = calloc((size_t)(warmup + iterations), sizeof *iter_s))) {
         fprintf(stderr, "einrun: out of memory\n");
         goto done;
@@ -815,13 +823,6 @@ int main(int argc, char **argv)
     double t1 = ein_now_s();
     if (ein_session_open(comp, &so, &sess, &err) < 0) {
         fprintf(stderr, "einrun: run failed: %s\n", err.msg);
-        goto done;
-    }
-    /* Created once the session's guard knows them (it removes them if
-     * einrun is killed), before any run stores into them. */
-    if (co_outputs_create(outs, nouts, &err) < 0) {
-        fprintf(stderr, "einrun: %s\n", err.msg);
-        status = 2;
         goto done;
     }
     /* --input files and --weights tensors, by name (the compiled graph may
