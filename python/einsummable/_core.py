@@ -568,6 +568,9 @@ class Program:
       explain()             the compiled program as text
       close()               stop the workers (again: harmless)
 
+    After execute(), last_run_seconds is the run's wall time and last_pids
+    the worker processes' ids (one per device).
+
     bf16 tensors: load() takes float32 arrays (rounded to nearest, ties to
     even) or uint16 arrays of bfloat16 bit patterns; offload() returns
     float32 (exact), or with raw=True the uint16 bit patterns.
@@ -612,6 +615,7 @@ class Program:
             o.cuda = 1
             o.gpu_ids = self._gpu_ids
         o.rewrite = 1 if rewrite else 0
+        self._compile_keep = keep
         out, err = ctypes.c_void_p(), L.ein_error()
         _check(_lib.ein_compile(graph._p, len(devices), ctypes.byref(o), ctypes.byref(out),
                                 ctypes.byref(err)), err, "compileGraph")
@@ -730,6 +734,7 @@ class Program:
         _check(_lib.ein_session_open(self._c, ctypes.byref(o), ctypes.byref(out),
                                      ctypes.byref(err)), err, "session")
         self._s = out
+        self._session_keep = keep
         self._state = "open"
         _open_programs.add(self)
 
