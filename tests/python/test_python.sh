@@ -31,12 +31,12 @@ fi
 # ours to report, hence detect_leaks=0).
 case "${EIN_SAN_CFLAGS:-}" in
 *sanitize=address*)
-    asan=$(${CC:-cc} -print-file-name=libasan.so 2>/dev/null)
+    asan=$(${EIN_CC:-cc} -print-file-name=libasan.so 2>/dev/null)
     if [ -z "$asan" ] || [ ! -f "$asan" ]; then
         echo "1..0 # SKIP sanitizer build and no libasan.so to preload into Python"
         exit 0
     fi
-    ubsan=$(${CC:-cc} -print-file-name=libubsan.so 2>/dev/null)
+    ubsan=$(${EIN_CC:-cc} -print-file-name=libubsan.so 2>/dev/null)
     [ -f "$ubsan" ] || ubsan=""
     LD_PRELOAD="$asan${ubsan:+ $ubsan}"
     export LD_PRELOAD
