@@ -203,9 +203,9 @@ class Graph:
 
     def __del__(self):
         p = getattr(self, "_p", None)
-        if p is not None and p.value:
+        self._p = None
+        if p is not None and p.value and _lib is not None:
             _lib.ein_graph_destroy(p)
-            self._p = None
 
     # -- helpers
     def _t(self, x, what):
@@ -511,6 +511,10 @@ def _gpu_visible():
 
 
 def _gpu_count():
+    """GPUs visible: CUDA_VISIBLE_DEVICES when set, else /dev/nvidiaN."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None and _gpu_visible():
+        return len([d for d in env.split(",") if d.strip() and not d.strip().startswith("-")])
     n = 0
     while os.path.exists("/dev/nvidia%d" % n):
         n += 1
