@@ -25,7 +25,7 @@
 #include "common/ein_dtype.h"
 #include "common/ein_error.h"
 
-#define EIN_PROTOCOL_VERSION 1
+#define EIN_PROTOCOL_VERSION 2
 #define EIN_NAME_MAX 64         /* operator names, einsum subscripts */
 #define EIN_PATH_MAX 4096
 

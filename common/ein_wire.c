@@ -243,12 +243,12 @@ const char *ein_msg_type_name(ein_msg_type t)
 
 enum {
     F_TYPE, F_V, F_DEVICE, F_PID, F_BUFFER, F_INSTR, F_CODE, F_OP, F_TEXT,
-    F_T_TOTAL, F_T_KERNEL, F_T_COPY, F_T_WAIT, F_PROGRAM, F_COUNT
+    F_T_TOTAL, F_T_KERNEL, F_T_COPY, F_T_WAIT, F_PROGRAM, F_STORE, F_RELOAD, F_COUNT
 };
 
 static const char *const field_names[F_COUNT] = {
     "type", "v", "device", "pid", "buffer", "instr", "code", "op", "text",
-    "t_total", "t_kernel", "t_copy", "t_wait", "program",
+    "t_total", "t_kernel", "t_copy", "t_wait", "program", "store", "reload",
 };
 
 #define B(f) (1u << (f))
@@ -257,7 +257,7 @@ static const char *const field_names[F_COUNT] = {
 static const unsigned msg_fields[EIN_MSG_COUNT] = {
     [EIN_MSG_HELLO] = B(F_DEVICE) | B(F_PID),
     [EIN_MSG_PROGRAM] = B(F_PROGRAM),
-    [EIN_MSG_START] = 0,
+    [EIN_MSG_START] = B(F_STORE) | B(F_RELOAD),
     [EIN_MSG_READY] = B(F_DEVICE) | B(F_BUFFER),
     [EIN_MSG_HEARTBEAT] = B(F_DEVICE) | B(F_INSTR),
     [EIN_MSG_DONE] = B(F_DEVICE) | B(F_T_TOTAL) | B(F_T_KERNEL) | B(F_T_COPY) | B(F_T_WAIT),
@@ -306,6 +306,22 @@ static int pack_msg(msgpack_packer *pk, const ein_msg *m, ein_error *err)
                 return rc;
             break;
         }
+        case F_STORE: e |= msgpack_pack_int32(pk, m->store ? 1 : 0); break;
+        case F_RELOAD:
+            if (m->nreload < 0 || m->nreload > EIN_RELOAD_MAX || (m->nreload && !m->reload))
+                return ein_fail(err, EIN_EINVAL, "start message: %d inputs to reload (at most %d)",
+                                m->nreload, EIN_RELOAD_MAX);
+            e |= msgpack_pack_array(pk, (size_t)m->nreload);
+            for (int r = 0; r < m->nreload && !e; r++) {
+                const char *path = m->reload[r].path ? m->reload[r].path : "";
+                if (strlen(path) >= EIN_PATH_MAX)
+                    return ein_fail(err, EIN_EINVAL, "start message: a path of %zu bytes (at most %d)",
+                                    strlen(path), EIN_PATH_MAX - 1);
+                e |= msgpack_pack_array(pk, 2);
+                e |= pack_fixed_str(pk, m->reload[r].name, sizeof m->reload[r].name);
+                e |= ein_mp_pack_cstr(pk, path);
+            }
+            break;
         }
     }
     if (e)
@@ -357,6 +373,38 @@ static int check_int_field(const msgpack_object *o, int64_t min, int64_t max, in
     char what[48];
     snprintf(what, sizeof what, "message: field '%s'", name);
     return ein_mp_get_int(o, min, max, out, what, err);
+}
+
+/* START's reload: an array of [name, path] ("" path: generated). */
+static int unpack_reload(const msgpack_object *o, ein_msg *m, ein_error *err)
+{
+    if (o->type != MSGPACK_OBJECT_ARRAY)
+        return ein_fail(err, EIN_EPROTO, "start message: field 'reload': expected an array");
+    if (o->via.array.size > EIN_RELOAD_MAX)
+        return ein_fail(err, EIN_EPROTO, "start message: field 'reload': %u entries (at most %d)",
+                        o->via.array.size, EIN_RELOAD_MAX);
+    if (!o->via.array.size)
+        return 0;
+    if (!(m->reload = calloc(o->via.array.size, sizeof *m->reload)))
+        return ein_fail(err, EIN_ENOMEM, "start message: out of memory");
+    for (uint32_t r = 0; r < o->via.array.size; r++) {
+        const msgpack_object *e = &o->via.array.ptr[r];
+        char path[EIN_PATH_MAX];
+        int rc;
+        m->nreload = (int32_t)r + 1; /* so that ein_msg_clear frees what is there */
+        if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2)
+            return ein_fail(err, EIN_EPROTO, "start message: reload entry %u: expected [name, path]", r);
+        if ((rc = ein_mp_get_str(&e->via.array.ptr[0], m->reload[r].name, sizeof m->reload[r].name,
+                                 "start message: reload name", err)) < 0 ||
+            (rc = ein_mp_get_str(&e->via.array.ptr[1], path, sizeof path,
+                                 "start message: reload path", err)) < 0)
+            return rc;
+        if (!m->reload[r].name[0])
+            return ein_fail(err, EIN_EPROTO, "start message: reload entry %u: empty name", r);
+        if (path[0] && !(m->reload[r].path = strdup(path)))
+            return ein_fail(err, EIN_ENOMEM, "start message: out of memory");
+    }
+    return 0;
 }
 
 static int unpack_msg(const msgpack_object *root, ein_msg *m, ein_error *err)
@@ -434,6 +482,13 @@ static int unpack_msg(const msgpack_object *root, ein_msg *m, ein_error *err)
         return rc;
     if (v[F_PROGRAM] && (rc = ein_program_unpack(v[F_PROGRAM], &m->program, err)) < 0)
         return rc;
+    if (v[F_STORE]) {
+        if ((rc = check_int_field(v[F_STORE], 0, 1, &iv, "store", err)) < 0)
+            return rc;
+        m->store = (int32_t)iv;
+    }
+    if (v[F_RELOAD] && (rc = unpack_reload(v[F_RELOAD], m, err)) < 0)
+        return rc;
     return 0;
 }
 
@@ -461,7 +516,7 @@ int ein_msg_decode(const void *buf, size_t len, ein_msg *out, ein_error *err)
         goto out;
     }
     if ((rc = unpack_msg(&up.data, &m, err)) < 0) {
-        ein_program_free(m.program);
+        ein_msg_clear(&m);
         /* Anything but memory exhaustion is the sender's fault. */
         if (rc != EIN_ENOMEM && rc != EIN_EPROTO) {
             rc = EIN_EPROTO;
@@ -482,5 +537,8 @@ void ein_msg_clear(ein_msg *m)
     if (!m)
         return;
     ein_program_free(m->program);
+    for (int r = 0; m->reload && r < m->nreload; r++)
+        free(m->reload[r].path);
+    free(m->reload);
     memset(m, 0, sizeof *m);
 }

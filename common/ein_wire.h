@@ -11,7 +11,8 @@
  *
  * Ownership: ein_msg_encode returns a malloc'd buffer the caller free()s.
  * ein_msg_decode fills *out; a decoded PROGRAM message owns its Program,
- * released by ein_msg_clear() (or taken by setting m->program = NULL). */
+ * released by ein_msg_clear() (or taken by setting m->program = NULL), and
+ * a decoded START its reload array. An encoded message only reads m. */
 #ifndef EIN_WIRE_H
 #define EIN_WIRE_H
 
@@ -28,7 +29,7 @@
 typedef enum ein_msg_type {
     EIN_MSG_HELLO = 0,  /* worker -> coordinator: device, pid */
     EIN_MSG_PROGRAM,    /* coordinator -> worker: program */
-    EIN_MSG_START,      /* coordinator -> worker: every worker is connected, go */
+    EIN_MSG_START,      /* coordinator -> worker: run the program once (store, reload) */
     EIN_MSG_READY,      /* worker -> worker: device's buffer `buffer` is ready */
     EIN_MSG_HEARTBEAT,  /* worker -> coordinator: device, instr being executed */
     EIN_MSG_DONE,       /* worker -> coordinator: device, timings */
@@ -36,6 +37,17 @@ typedef enum ein_msg_type {
     EIN_MSG_SHUTDOWN,   /* coordinator -> worker: release everything and exit */
     EIN_MSG_COUNT
 } ein_msg_type;
+
+/* START: an input whose LOADs read a new source from this run on (its
+ * blocks are loaded again before the run): `name` is the input (the LOAD's
+ * op), `path` a .npy file, or NULL to generate values from the seed. */
+typedef struct ein_reload {
+    char name[EIN_NAME_MAX];
+    char *path;                     /* owned by the message */
+} ein_reload;
+
+#define EIN_RELOAD_MAX 4096         /* entries in one START */
+#define EIN_PATH_MAX 4096           /* bytes of a reload path, NUL included */
 
 typedef struct ein_msg {
     ein_msg_type type;
@@ -48,6 +60,9 @@ typedef struct ein_msg {
     char text[EIN_MSG_TEXT_MAX];    /* ERROR: message */
     double t_total, t_kernel, t_copy, t_wait; /* DONE: seconds */
     ein_program *program;           /* PROGRAM (owned) */
+    int32_t store;                  /* START: run the STOREs this time (0/1) */
+    ein_reload *reload;             /* START: inputs to load again (owned) */
+    int32_t nreload;
 } ein_msg;
 
 const char *ein_msg_type_name(ein_msg_type t);

@@ -700,7 +700,9 @@ static int store_block(lw *L, int v, int buf, int dev)
     ein_instr ins = {.kind = EIN_I_STORE, .srcs = &src, .nsrcs = 1, .dst = -1,
                      .rank = nd->rank};
     memcpy(ins.shape, nd->shape, sizeof ins.shape);
-    ins.path = (char *)L->o->output_path[v];
+    char def[EIN_NAME_MAX + 8];
+    snprintf(def, sizeof def, "%s.npy", nd->name);
+    ins.path = L->o->output_path && L->o->output_path[v] ? (char *)L->o->output_path[v] : def;
     set_op(&ins, nd->name, NULL);
     int rc = emit(L, dev, &ins);
     return rc < 0 ? rc : 0;

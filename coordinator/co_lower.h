@@ -58,7 +58,8 @@ typedef struct co_lower_opts {
     void *body_ctx;
     uint64_t seed;              /* for generated inputs */
     const char *const *input_path;  /* by node id: .npy path, or NULL to generate */
-    const char *const *output_path; /* by node id: file STORE writes (saved nodes) */
+    const char *const *output_path; /* by node id: file STORE writes (saved nodes);
+                                       NULL (or a NULL entry): "<name>.npy" */
     long long max_program_bytes;    /* a device's PROGRAM message; <= 0: EIN_MSG_MAX_BYTES.
                                        Past it co_lower fails with EIN_ELIMIT */
 } co_lower_opts;

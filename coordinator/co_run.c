@@ -31,7 +31,8 @@ typedef struct worker {
     int exited;
 } worker;
 
-typedef struct run {
+struct co_session {
+    co_run_opts o_copy;
     const co_run_opts *o;
     ein_program *const *progs;
     int ndev;
@@ -42,13 +43,15 @@ typedef struct run {
     int sfd;
     sigset_t oldmask;
     worker *w;
-    int failed;
-    int iter;           /* current iteration */
-    double t_iter;      /* when its START went out */
-    double *iter_s;
+    int iter;           /* iterations started */
+    double deadline;    /* the current wait's end (opts timeout), 0: none */
     ein_status_slot *status;    /* the run's status page (see ein_status.h) */
     co_guard guard;
-} run;
+    int masked;         /* SIGCHLD/SIGINT/SIGTERM blocked and read from sfd */
+    int dead;           /* failed or stopped: nothing runs any more */
+    ein_error why;      /* why it died */
+};
+typedef struct co_session run;
 
 /* "instruction 17 (KERNEL, operator 'y')", or "startup" before any. */
 /* "in instruction 17 (KERNEL, operator 'y')", "at startup", ...: where
@@ -290,17 +293,6 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
             w->pid = (pid_t)m.pid;
             co_guard_add_pid(&r->guard, w->pid);
         }
-        int all = 1;
-        for (int i = 0; i < r->ndev; i++)
-            all &= r->w[i].phase == W_LOADED;
-        if (all) {
-            ein_msg st = {.type = EIN_MSG_START};
-            r->t_iter = ein_now_s();
-            for (int i = 0; i < r->ndev && rc == 0; i++) {
-                rc = send_to(r, i, &st, err);
-                r->w[i].phase = W_STARTED;
-            }
-        }
         break;
     case EIN_MSG_DONE:
         if (w->phase != W_STARTED) {
@@ -339,17 +331,23 @@ static const char *o_wrapper_or_worker(const run *r, int d)
 static int reap(run *r, int shutting_down, ein_error *err)
 {
     struct signalfd_siginfo si;
-    while (read(r->sfd, &si, sizeof si) == (ssize_t)sizeof si)
+    while (r->sfd >= 0 && read(r->sfd, &si, sizeof si) == (ssize_t)sizeof si)
         if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM)
             return ein_fail(err, EIN_EWORKER, "interrupted by signal %u; stopping all workers",
                             si.ssi_signo);
-    int rc = 0, status;
-    pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        for (int d = 0; d < r->ndev; d++) {
+    int rc = 0, status = 0;
+    /* Each worker by its pid: a library must not reap its host's children. */
+    for (int d0 = 0; d0 < r->ndev && !r->o->manual; d0++) {
+        pid_t pid = r->w[d0].pid;
+        if (pid <= 0 || r->w[d0].exited)
+            continue;
+        pid_t got = waitpid(pid, &status, WNOHANG);
+        if (got == 0 || (got < 0 && errno != ECHILD))
+            continue;
+        if (got < 0)
+            status = 0; /* reaped by the host (SIGCHLD ignored): status unknown */
+        for (int d = d0; d <= d0; d++) {
             worker *w = &r->w[d];
-            if (w->pid != pid)
-                continue;
             w->exited = 1;
             if (rc < 0 || (shutting_down && WIFEXITED(status) && WEXITSTATUS(status) == 0))
                 continue;
@@ -453,8 +451,15 @@ static void cleanup(run *r)
         }
         rmdir(r->dir);
     }
-    sigprocmask(SIG_SETMASK, &r->oldmask, NULL);
+    if (r->masked)
+        sigprocmask(SIG_SETMASK, &r->oldmask, NULL);
+    r->masked = 0;
     free(r->w);
+    r->w = NULL;
+    r->router = r->zctx = NULL;
+    r->sfd = -1;
+    r->status = NULL;
+    r->dir[0] = r->run_id[0] = '\0';
 }
 
 /* A run that fails because a worker died, or because a message to one could
@@ -522,25 +527,108 @@ static int merge_trace(run *r, ein_error *err)
     return 0;
 }
 
-int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
-           co_worker_stats *stats, double *iter_s, ein_error *err)
+
+/* Serve the workers until every one is in `phase`: messages (a worker's
+ * ERROR first: it explains its exit best), exits, heartbeats, deadline. */
+static int wait_all(run *r, int phase, co_worker_stats *stats, ein_error *err)
 {
-    run r = {.o = o, .progs = progs, .ndev = ndev, .sfd = -1, .iter_s = iter_s,
-             .guard = {.fd = -1, .pid = -1}};
+    int rc;
+    for (;;) {
+        zmq_pollitem_t items[2] = {
+            {.socket = r->router, .events = ZMQ_POLLIN},
+            {.fd = r->sfd, .events = ZMQ_POLLIN},
+        };
+        if (zmq_poll(items, r->sfd >= 0 ? 2 : 1, 100) < 0 && errno != EINTR)
+            return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
+        int got;
+        while ((got = handle_message(r, stats, err)) != 0)
+            if (got < 0) {
+                explain_failure(r, stats, 0, err);
+                return got;
+            }
+        if ((rc = reap(r, 0, err)) < 0) {
+            explain_failure(r, stats, 0, err);
+            return rc;
+        }
+        int all = 1;
+        for (int d = 0; d < r->ndev; d++)
+            all &= r->w[d].phase == phase;
+        if (all)
+            return 0;
+        double t = ein_now_s();
+        for (int d = 0; d < r->ndev; d++) {
+            if (r->w[d].exited || t - r->w[d].last_seen <= r->o->worker_timeout)
+                continue;
+            /* A worker paused for a debugger, or one the user has not started
+             * yet, is not silent until it has spoken once. */
+            if (!r->w[d].spoke && (r->o->debug_device == d || r->o->manual))
+                continue;
+            char where[200];
+            describe_instr(r, d, r->w[d].instr, where, sizeof where);
+            return ein_fail(err, EIN_EWORKER, "device %d (pid %ld) sent no heartbeat for %.0f s; last seen %s",
+                            d, (long)r->w[d].pid, t - r->w[d].last_seen, where);
+        }
+        if (r->deadline > 0 && t > r->deadline)
+            return ein_fail(err, EIN_ETIMEOUT, "the run took longer than %s %.0f s",
+                            r->o->timeout_name ? r->o->timeout_name : "its timeout",
+                            r->o->timeout);
+    }
+}
+
+/* The end of a session, in failure or not: workers stopped, trace merged,
+ * files removed. Returns rc, or the trace's failure if rc was 0. */
+static int finish(run *r, int rc, ein_error *err)
+{
+    if (r->dead)
+        return rc;
+    if (rc < 0 && err)
+        r->why = *err;
+    if (r->w)
+        stop_all(r);
+    if (r->o->trace_path && r->dir[0]) {
+        ein_error terr = {0};
+        if (merge_trace(r, &terr) < 0 && rc == 0)
+            rc = ein_fail(err, terr.code, "%s", terr.msg);
+    }
+    cleanup(r);
+    co_guard_stop(&r->guard);
+    r->dead = 1;
+    if (rc < 0 && !r->why.code)
+        r->why.code = rc;
+    return rc;
+}
+
+int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
+                     co_session **out, ein_error *err)
+{
+    run *r = calloc(1, sizeof *r);
+    if (!r)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    r->o_copy = *o;
+    r->o = &r->o_copy;
+    r->progs = progs;
+    r->ndev = ndev;
+    r->sfd = -1;
+    r->guard = (co_guard){.fd = -1, .pid = -1};
     int rc = 0, zero = 0, one = 1;
     int64_t maxsize = EIN_MSG_MAX_BYTES;
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigprocmask(SIG_BLOCK, &mask, &r.oldmask);
-    if (!(r.w = calloc((size_t)ndev, sizeof *r.w))) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto out;
+    if (o->handle_signals) {
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGTERM);
+        sigprocmask(SIG_BLOCK, &mask, &r->oldmask);
+        r->masked = 1;
+        if ((r->sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0) {
+            rc = ein_fail(err, EIN_EIO, "signalfd: %s", strerror(errno));
+            goto out;
+        }
+    } else {
+        sigprocmask(SIG_SETMASK, NULL, &r->oldmask);
     }
-    if ((r.sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0) {
-        rc = ein_fail(err, EIN_EIO, "signalfd: %s", strerror(errno));
+    if (!(r->w = calloc((size_t)ndev, sizeof *r->w))) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto out;
     }
     const char *tmp = getenv("TMPDIR");
@@ -551,123 +639,144 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
     if (swept > 0 && o->verbose)
         fprintf(stderr, "einrun: removed %d run director%s and shared-memory object%s of runs "
                         "that are gone\n", swept, swept == 1 ? "y" : "ies", swept == 1 ? "" : "s");
-    snprintf(r.dir, sizeof r.dir, "%s/einrun.%ld.XXXXXX", tmp, (long)getpid());
-    if (!mkdtemp(r.dir)) {
-        rc = ein_fail(err, EIN_EIO, "cannot create the run directory %s: %s", r.dir, strerror(errno));
-        r.dir[0] = '\0';
+    snprintf(r->dir, sizeof r->dir, "%s/einrun.%ld.XXXXXX", tmp, (long)getpid());
+    if (!mkdtemp(r->dir)) {
+        rc = ein_fail(err, EIN_EIO, "cannot create the run directory %s: %s", r->dir, strerror(errno));
+        r->dir[0] = '\0';
         goto out;
     }
-    snprintf(r.run_id, sizeof r.run_id, "%ld-%s", (long)getpid(), strrchr(r.dir, '.') + 1);
-    snprintf(r.endpoint, sizeof r.endpoint, "ipc://%s/coord.sock", r.dir);
-    if ((rc = co_guard_start(&r.guard, r.dir, r.run_id, ndev, o->cleanup_paths, o->ncleanup,
+    snprintf(r->run_id, sizeof r->run_id, "%ld-%s", (long)getpid(), strrchr(r->dir, '.') + 1);
+    snprintf(r->endpoint, sizeof r->endpoint, "ipc://%s/coord.sock", r->dir);
+    if ((rc = co_guard_start(&r->guard, r->dir, r->run_id, ndev, o->cleanup_paths, o->ncleanup,
                              err)) < 0)
         goto out;
-    if (!(r.zctx = zmq_ctx_new()) || !(r.router = zmq_socket(r.zctx, ZMQ_ROUTER))) {
+    if (!(r->zctx = zmq_ctx_new()) || !(r->router = zmq_socket(r->zctx, ZMQ_ROUTER))) {
         rc = ein_fail(err, EIN_EIO, "zmq: %s", zmq_strerror(errno));
         goto out;
     }
-    zmq_setsockopt(r.router, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(r.router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-    zmq_setsockopt(r.router, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
-    if (zmq_bind(r.router, r.endpoint) < 0) {
-        rc = ein_fail(err, EIN_EIO, "bind %s: %s", r.endpoint, zmq_strerror(errno));
+    zmq_setsockopt(r->router, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(r->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(r->router, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
+    if (zmq_bind(r->router, r->endpoint) < 0) {
+        rc = ein_fail(err, EIN_EIO, "bind %s: %s", r->endpoint, zmq_strerror(errno));
         goto out;
     }
-    if ((rc = status_create(&r, err)) < 0)
+    if ((rc = status_create(r, err)) < 0)
         goto out;
     for (int d = 0; d < ndev; d++)
-        if ((rc = spawn(&r, d, err)) < 0)
+        if ((rc = spawn(r, d, err)) < 0)
             goto out;
+    r->deadline = o->timeout > 0 ? ein_now_s() + o->timeout : 0;
+    rc = wait_all(r, W_LOADED, NULL, err);
+out:
+    if (rc < 0) {
+        finish(r, rc, err);
+        free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
 
-    double t_start = ein_now_s();
-    int shutting_down = 0;
-    for (;;) {
-        zmq_pollitem_t items[2] = {
-            {.socket = r.router, .events = ZMQ_POLLIN},
-            {.fd = r.sfd, .events = ZMQ_POLLIN},
-        };
-        if (zmq_poll(items, 2, 100) < 0 && errno != EINTR) {
-            rc = ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
-            goto out;
-        }
-        /* Messages first: a worker's ERROR explains its exit better. */
-        int got;
-        while ((got = handle_message(&r, stats, err)) != 0)
-            if (got < 0) {
-                rc = got;
-                explain_failure(&r, stats, shutting_down, err);
-                goto out;
+int co_session_step(co_session *r, int store, const ein_reload *reload, int nreload,
+                    co_worker_stats *stats, double *wall_s, ein_error *err)
+{
+    if (r->dead)
+        return ein_fail(err, EIN_EINVAL, "the workers are gone (%s)",
+                        r->why.code ? r->why.msg : "the session was stopped");
+    /* A barrier between iterations: START goes out only once every worker
+     * is DONE (or loaded), so no buffer is rewritten while a peer may still
+     * be copying it. */
+    ein_msg st = {.type = EIN_MSG_START, .store = store, .reload = (ein_reload *)reload,
+                  .nreload = nreload};
+    double t0 = ein_now_s();
+    if (!r->o->per_run_timeout && r->o->timeout > 0 && !r->deadline)
+        r->deadline = t0 + r->o->timeout;
+    if (r->o->per_run_timeout)
+        r->deadline = r->o->timeout > 0 ? t0 + r->o->timeout : 0;
+    int rc = 0;
+    for (int d = 0; d < r->ndev && rc == 0; d++) {
+        r->w[d].phase = W_STARTED;
+        rc = send_to(r, d, &st, err);
+    }
+    if (rc < 0)
+        explain_failure(r, stats, 0, err);
+    else
+        rc = wait_all(r, W_DONE, stats, err);
+    if (rc < 0)
+        return finish(r, rc, err);
+    r->iter++;
+    if (wall_s)
+        *wall_s = ein_now_s() - t0;
+    return 0;
+}
+
+int co_session_stop(co_session *r, ein_error *err)
+{
+    if (!r)
+        return 0;
+    int rc = 0;
+    if (!r->dead) {
+        ein_msg sd = {.type = EIN_MSG_SHUTDOWN};
+        for (int d = 0; d < r->ndev; d++)
+            send_to(r, d, &sd, NULL);
+        double t_end = ein_now_s() + 5.0;
+        for (;;) {
+            if ((rc = reap(r, 1, err)) < 0) {
+                explain_failure(r, NULL, 1, err);
+                break;
             }
-        if ((rc = reap(&r, shutting_down, err)) < 0) {
-            explain_failure(&r, stats, shutting_down, err);
-            goto out;
-        }
-        double t = ein_now_s();
-        if (!shutting_down) {
-            int all_done = 1;
-            for (int d = 0; d < ndev; d++)
-                all_done &= r.w[d].phase == W_DONE;
-            if (all_done && r.iter_s)
-                r.iter_s[r.iter] = t - r.t_iter;
-            if (all_done && r.iter + 1 < o->iterations) {
-                /* A barrier between iterations: no buffer is rewritten while a
-                 * peer may still be copying it. */
-                ein_msg st = {.type = EIN_MSG_START};
-                r.iter++;
-                r.t_iter = ein_now_s();
-                for (int d = 0; d < ndev; d++) {
-                    r.w[d].phase = W_STARTED;
-                    if ((rc = send_to(&r, d, &st, err)) < 0) {
-                        explain_failure(&r, stats, shutting_down, err);
-                        goto out;
-                    }
-                }
-            } else if (all_done) {
-                ein_msg sd = {.type = EIN_MSG_SHUTDOWN};
-                for (int d = 0; d < ndev; d++)
-                    send_to(&r, d, &sd, NULL);
-                shutting_down = 1;
-                t_start = t;
-            }
-        } else {
             int all_exited = 1;
-            for (int d = 0; d < ndev; d++)
-                all_exited &= r.w[d].exited || (o->manual && kill(r.w[d].pid, 0) < 0);
+            for (int d = 0; d < r->ndev; d++)
+                all_exited &= r->w[d].exited || (r->o->manual && kill(r->w[d].pid, 0) < 0);
             if (all_exited)
                 break;
-            if (t - t_start > 5.0) {
+            if (ein_now_s() > t_end) {
                 rc = ein_fail(err, EIN_EWORKER, "workers did not exit within 5 s of shutdown");
-                goto out;
+                break;
             }
-            continue;
+            /* Drain what they still say (an ERROR explains a failing exit). */
+            zmq_pollitem_t it = {.socket = r->router, .events = ZMQ_POLLIN};
+            zmq_poll(&it, 1, 10);
+            ein_error late = {0};
+            while (handle_message(r, NULL, &late) > 0)
+                ;
         }
-        for (int d = 0; d < ndev; d++) {
-            if (r.w[d].exited || t - r.w[d].last_seen <= o->worker_timeout)
-                continue;
-            /* A worker paused for a debugger, or one the user has not started
-             * yet, is not silent until it has spoken once. */
-            if (!r.w[d].spoke && (o->debug_device == d || o->manual))
-                continue;
-            char where[200];
-            describe_instr(&r, d, r.w[d].instr, where, sizeof where);
-            rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld) sent no heartbeat for %.0f s; last seen %s",
-                          d, (long)r.w[d].pid, t - r.w[d].last_seen, where);
-            goto out;
-        }
-        if (o->timeout > 0 && t - t_start > o->timeout) {
-            rc = ein_fail(err, EIN_ETIMEOUT, "the run took longer than --timeout %.0f s", o->timeout);
-            goto out;
-        }
+        rc = finish(r, rc, err);
     }
-out:
-    if (r.w)
-        stop_all(&r);
-    if (o->trace_path && r.dir[0]) {
-        ein_error terr = {0};
-        if (merge_trace(&r, &terr) < 0 && rc == 0)
-            rc = ein_fail(err, terr.code, "%s", terr.msg);
+    free(r);
+    return rc;
+}
+
+const char *co_session_dir(const co_session *r)
+{
+    return r->dead ? NULL : r->dir;
+}
+
+int co_session_alive(const co_session *r)
+{
+    return !r->dead;
+}
+
+int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
+           co_worker_stats *stats, double *iter_s, ein_error *err)
+{
+    co_session *s = NULL;
+    co_run_opts ro = *o;
+    ro.iterations = 0;
+    ro.handle_signals = 1;
+    ro.per_run_timeout = 0;
+    if (!ro.timeout_name)
+        ro.timeout_name = "--timeout";
+    int rc = co_session_start(progs, ndev, &ro, &s, err);
+    for (int i = 0; rc == 0 && i < o->iterations; i++)
+        rc = co_session_step(s, i == o->iterations - 1, NULL, 0, stats, iter_s ? &iter_s[i] : NULL,
+                             err);
+    if (rc == 0)
+        return co_session_stop(s, err);
+    if (s) {
+        ein_error ignored;
+        co_session_stop(s, &ignored);
     }
-    cleanup(&r);
-    co_guard_stop(&r.guard);
     return rc;
 }

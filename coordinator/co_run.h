@@ -19,14 +19,22 @@
 
 #include "common/ein_error.h"
 #include "common/ein_program.h"
+#include "common/ein_wire.h"
 
 typedef struct co_run_opts {
     const char *worker_path;    /* einworker binary */
     double worker_timeout;      /* seconds of silence before a worker counts as hung */
-    double timeout;             /* whole run, seconds; 0 = none */
+    double timeout;             /* whole run (per step with per_run_timeout), seconds; 0 = none */
+    int per_run_timeout;
+    const char *timeout_name;   /* how the caller calls it in errors ("--timeout") */
+    int handle_signals;         /* block SIGCHLD/SIGINT/SIGTERM while the session lives
+                                   and read them from a signalfd: SIGINT/SIGTERM end
+                                   the run (einrun). 0: the caller's signals are left
+                                   alone and exits are polled (a library) */
     double instr_timeout;       /* passed to einworker --instr-timeout (wk_beat.h) */
     int verbose;
-    int iterations;             /* runs of the whole plan, warm-up included (>= 1) */
+    int iterations;             /* co_run: runs of the whole plan, warm-up included
+                                   (>= 1); a session's workers get 0 (until SHUTDOWN) */
     const char *trace_path;     /* NULL, or where the merged Chrome trace goes */
     const char *log_dir;        /* NULL, or a directory for worker-<d>.log */
     int log_level;              /* 1 events, 2 every instruction */
@@ -48,8 +56,33 @@ typedef struct co_worker_stats {
 } co_worker_stats;
 
 /* `iter_s` (may be NULL) receives opts->iterations wall times: from START
- * to the last worker's DONE of each iteration, as the coordinator saw them. */
+ * to the last worker's DONE of each iteration, as the coordinator saw them.
+ * co_run is co_session_start, opts->iterations steps (the last one
+ * storing), co_session_stop; it always handles signals. */
 int co_run(ein_program *const *progs, int ndev, const co_run_opts *opts,
            co_worker_stats *stats, double *iter_s, ein_error *err);
+
+/* A session: the same workers, supervision and clean-up, one step at a
+ * time. co_session_start spawns the workers, sends each its Program
+ * (`progs` must outlive the session) and returns once all have allocated
+ * their memory; on failure nothing is left and *out is untouched.
+ * co_session_step runs the program once on every device: STOREs only with
+ * `store`, and first the LOADs of the inputs in `reload` again, from their
+ * new sources (ein_wire.h: ein_reload). A failure (worker fault, hang,
+ * timeout, signal) returns the one-line report, stops every worker and
+ * removes the session's files: the session is then dead, later steps fail
+ * with EIN_EINVAL, and co_session_stop only frees it. co_session_stop
+ * shuts the workers down, merges the trace, removes everything, frees the
+ * session (NULL is a no-op) and returns the first failure seen then. */
+typedef struct co_session co_session;
+int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *opts,
+                     co_session **out, ein_error *err);
+int co_session_step(co_session *s, int store, const ein_reload *reload, int nreload,
+                    co_worker_stats *stats, double *wall_s, ein_error *err);
+int co_session_stop(co_session *s, ein_error *err);
+/* The session's private directory (mode 0700, removed with it), or NULL
+ * once it is dead. */
+const char *co_session_dir(const co_session *s);
+int co_session_alive(const co_session *s);
 
 #endif

@@ -273,3 +273,41 @@ int ein_graph_parse_file(const char *path, ein_graph **out, ein_error *err)
 {
     return pl_ein_parse_file(path, out, err);
 }
+
+const pl_plan *ein_plan_internal(const ein_plan *p)
+{
+    return p ? p->plan : NULL;
+}
+
+int ein_graph_ntensors(const ein_graph *g)
+{
+    return g ? g->nnodes : 0;
+}
+
+ein_tensor ein_graph_find(const ein_graph *g, const char *name, ein_error *err)
+{
+    int v = g && name ? pl_graph_find(g, name) : -1;
+    if (v < 0)
+        return ein_fail(err, EIN_EINVAL, "no tensor named '%s'", name ? name : "(null)");
+    return v;
+}
+
+int ein_graph_tensor(const ein_graph *g, ein_tensor t, const char **name, ein_tensor_desc *desc,
+                     int *is_input, int *is_saved)
+{
+    const pl_node *nd = g ? pl_graph_node(g, t) : NULL;
+    if (!nd)
+        return EIN_EINVAL;
+    if (name)
+        *name = nd->name;
+    if (desc) {
+        *desc = desc_of(nd->rank, nd->shape, nd->dtype);
+        for (int a = 0; a < nd->rank && a < EIN_DESC_MAX_RANK; a++)
+            desc->dim_names[a] = nd->axis_name[a][0] ? nd->axis_name[a] : NULL;
+    }
+    if (is_input)
+        *is_input = nd->kind == PL_INPUT;
+    if (is_saved)
+        *is_saved = nd->saved;
+    return 0;
+}

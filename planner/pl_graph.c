@@ -37,6 +37,33 @@ void pl_graph_free(pl_graph *g)
     free(g);
 }
 
+pl_graph *pl_graph_copy(const pl_graph *g)
+{
+    pl_graph *c = pl_graph_new();
+    if (!c)
+        return NULL;
+    if (g->nnodes && !(c->nodes = malloc(sizeof *c->nodes * (size_t)g->nnodes))) {
+        free(c);
+        return NULL;
+    }
+    c->cap = g->nnodes;
+    for (int i = 0; i < g->nnodes; i++) {
+        pl_node *n = &c->nodes[i];
+        *n = g->nodes[i];
+        n->kernel.list = NULL;
+        c->nnodes = i + 1;
+        if (g->nodes[i].kernel.nlist > 0) {
+            size_t bytes = sizeof *n->kernel.list * (size_t)g->nodes[i].kernel.nlist;
+            if (!(n->kernel.list = malloc(bytes))) {
+                pl_graph_free(c);
+                return NULL;
+            }
+            memcpy(n->kernel.list, g->nodes[i].kernel.list, bytes);
+        }
+    }
+    return c; /* the name index is rebuilt on first use (pl_graph.h) */
+}
+
 const pl_node *pl_graph_node(const pl_graph *g, int id)
 {
     if (!g || id < 0 || id >= g->nnodes)

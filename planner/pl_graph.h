@@ -91,6 +91,9 @@ int pl_einsum_parse(const char *subscripts, pl_einsum_sub *out, ein_error *err);
 
 pl_graph *pl_graph_new(void);               /* NULL on allocation failure */
 void pl_graph_free(pl_graph *g);
+/* A deep copy (its own kernel lists and name index), or NULL when out of
+ * memory. */
+pl_graph *pl_graph_copy(const pl_graph *g);
 
 const pl_node *pl_graph_node(const pl_graph *g, int id);
 int pl_graph_find(const pl_graph *g, const char *name);   /* id or -1 */

@@ -110,6 +110,8 @@ static void usage(FILE *f)
             "with einrun --manual-workers, einrun prints these command lines instead and\n"
             "you start each worker yourself (under gdb, say).\n"
             "\n"
+            "  --iterations N run the program N times, each on a START (default 1);\n"
+            "                 0: until SHUTDOWN (a library session keeps it)\n"
             "  --probe        print every visible GPU and which pairs have peer access\n"
             "                 (einrun's topology detection; einworker-cuda only), exit\n"
             "  --pause        wait for a debugger to attach (or SIGUSR1) before starting\n"
@@ -192,7 +194,7 @@ int main(int argc, char **argv)
         }
     }
     if (cfg.device < 0 || cfg.ndevices < 1 || cfg.device >= cfg.ndevices || !cfg.run_dir ||
-        !cfg.run_id || !cfg.coordinator || strchr(cfg.run_id, '/') || cfg.iterations < 1) {
+        !cfg.run_id || !cfg.coordinator || strchr(cfg.run_id, '/') || cfg.iterations < 0) {
         fprintf(stderr, "einworker: missing or invalid arguments\n");
         usage(stderr);
         return 2;

@@ -48,6 +48,9 @@ typedef struct wk {
     int slow_pending, slow_fired; /* EIN_FAULT slow: the next body is slow */
     kn_block *blk;              /* operands of the KERNEL/AGG being run (heap, */
     int cap_blk;                /* not 150 KB of stack), grown to the widest */
+    int store_now;              /* this iteration's START asked for the STOREs */
+    char *reload;               /* per instruction: a LOAD to run again before
+                                   this iteration (its START named its input) */
 } wk;
 
 static void wlog(wk *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -158,6 +161,27 @@ static int recv_msg(void *sock, ein_msg *m, const char *from, ein_error *err)
     return 1;
 }
 
+/* A START: whether this iteration stores, and the inputs whose LOADs read
+ * a new source from now on (the path is replaced; the LOAD runs again
+ * before the iteration unless it is the first, which runs every LOAD). */
+static int take_start(wk *w, const ein_msg *m, ein_error *err)
+{
+    w->store_now = m->store;
+    for (int r = 0; r < m->nreload; r++)
+        for (int i = 0; i < w->prog->ninstrs; i++) {
+            ein_instr *ins = &w->prog->instrs[i];
+            if (ins->kind != EIN_I_LOAD || strcmp(ins->op, m->reload[r].name))
+                continue;
+            char *path = NULL;
+            if (m->reload[r].path && !(path = strdup(m->reload[r].path)))
+                return ein_fail(err, EIN_ENOMEM, "out of memory");
+            free(ins->path);
+            ins->path = path;
+            w->reload[i] = 1;
+        }
+    return 0;
+}
+
 /* Wait up to timeout_ms for messages and handle them: READY from peers,
  * START / SHUTDOWN from the coordinator (START sets *started). */
 static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
@@ -178,9 +202,14 @@ static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
             break;
         if (m.type == EIN_MSG_SHUTDOWN)
             w->shutdown = 1;
-        else if (m.type == EIN_MSG_START && started)
+        else if (m.type == EIN_MSG_START && started) {
+            int rc = take_start(w, &m, err);
+            if (rc < 0) {
+                ein_msg_clear(&m);
+                return rc;
+            }
             *started = 1;
-        else {
+        } else {
             int rc = ein_fail(err, EIN_EPROTO, "unexpected %s message from the coordinator",
                               ein_msg_type_name(m.type));
             ein_msg_clear(&m);
@@ -409,9 +438,9 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err);
 static int run_instr(wk *w, int i, ein_error *err)
 {
     const ein_instr *ins = &w->prog->instrs[i];
-    if ((ins->kind == EIN_I_LOAD && w->iter > 0) ||
-        (ins->kind == EIN_I_STORE && w->iter < w->cfg->iterations - 1))
-        return 0; /* inputs stay loaded; outputs are stored once */
+    if ((ins->kind == EIN_I_LOAD && w->iter > 0) || (ins->kind == EIN_I_STORE && !w->store_now))
+        return 0; /* inputs stay loaded (reload() refreshes them); outputs are
+                     stored when START asks */
     if (w->status) {
         w->status->iteration = w->iter;
         w->status->instr = i;
@@ -695,6 +724,42 @@ static int execute(wk *w, ein_error *err)
     return 0;
 }
 
+/* Before an iteration after the first: run again the LOADs whose input
+ * START named, and wait for them, so that no stretch (which never waits
+ * for a LOAD: wk_stretch.h) reads the old values. */
+static int reload(wk *w, ein_error *err)
+{
+    int any = 0, rc;
+    for (int i = 0; i < w->prog->ninstrs; i++) {
+        if (!w->reload[i])
+            continue;
+        w->reload[i] = 0;
+        if (w->iter == 0)
+            continue; /* the first iteration runs every LOAD anyway */
+        w->current = i;
+        if (w->status) {
+            w->status->iteration = w->iter;
+            w->status->instr = i;
+        }
+        atomic_store(&w->pulse.instr, i);
+        double t0 = ein_now_s();
+        if ((rc = run_instr_body(w, &w->prog->instrs[i], err)) < 0)
+            return rc;
+        trace_event(w, "copy", "LOAD", w->prog->instrs[i].op, t0, ein_now_s());
+        any = 1;
+    }
+    w->current = -1;
+    if (w->status)
+        w->status->instr = -1;
+    atomic_store(&w->pulse.instr, -1);
+    if (!any)
+        return 0;
+    int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
+    rc = w->be->sync(w->be, err);
+    wk_pulse_set(&w->pulse, prev);
+    return rc;
+}
+
 /* Wait for a PROGRAM (first message after our announcement). */
 static int receive_program(wk *w, ein_error *err)
 {
@@ -858,6 +923,7 @@ static void teardown(wk *w)
     free(w->blk);
     free(w->ready);
     free(w->done);
+    free(w->reload);
     ein_program_free(w->prog);
 }
 
@@ -894,6 +960,10 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
     if (rc < 0)
         goto fail;
     w.base = base;
+    if (!(w.reload = calloc((size_t)w.prog->ninstrs + 1, 1))) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto fail;
+    }
     if ((rc = setup_graphs(&w, err)) < 0)
         goto fail;
     ein_msg hello = {.type = EIN_MSG_HELLO, .device = cfg->device, .pid = (int64_t)getpid()};
@@ -901,10 +971,13 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
         goto fail;
     wlog(&w, 1, "program of %d instructions, %d buffers, %llu bytes; waiting for START",
          w.prog->ninstrs, w.prog->nbuffers, (unsigned long long)w.prog->segment_bytes);
-    for (w.iter = 0; w.iter < cfg->iterations; w.iter++) {
+    /* iterations 0: a session's worker, run until SHUTDOWN */
+    for (w.iter = 0; !cfg->iterations || w.iter < cfg->iterations; w.iter++) {
         for (started = 0; !started;) {
             if ((rc = pump(&w, (int)(cfg->heartbeat_s * 1000), &started, err)) < 0)
                 goto fail;
+            if (w.shutdown && !started && !cfg->iterations)
+                goto finished;
             if (w.shutdown) {
                 rc = ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
                 goto fail;
@@ -922,6 +995,8 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
         wlog(&w, 1, "iteration %d started", w.iter);
         w.t_start = ein_now_s();
         w.t_kernel = w.t_copy = w.t_wait = 0;
+        if ((rc = reload(&w, err)) < 0)
+            goto fail;
         if ((rc = execute(&w, err)) < 0)
             goto fail;
         wk_pulse_set(&w.pulse, WK_PULSE_BUSY);
@@ -940,6 +1015,7 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
         if ((rc = send_msg(w.dealer, &done, err)) < 0)
             goto fail;
     }
+finished:
     /* Peers may still copy from our segment: keep it until SHUTDOWN. */
     while (!w.shutdown) {
         if ((rc = pump(&w, (int)(cfg->heartbeat_s * 1000), NULL, err)) < 0)

@@ -28,8 +28,10 @@ typedef struct wk_config {
                                  thread inside one kernel (or other body that
                                  reports no progress) this long; <= 0: never
                                  (see wk_beat.h) */
-    int iterations;           /* times the Program runs (>= 1): LOADs run in the
-                                 first, STOREs in the last; the coordinator starts
+    int iterations;           /* times the Program runs (>= 1), or 0: until
+                                 SHUTDOWN (a session). LOADs run in the first,
+                                 and again when START names their input;
+                                 STOREs when START asks; the coordinator starts
                                  each one with START once every worker is DONE */
     FILE *log;                /* NULL: no log; else events (level 1) and every
                                  instruction started/finished (level 2) */

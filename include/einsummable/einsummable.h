@@ -47,6 +47,7 @@ typedef struct ein_plan ein_plan;
 typedef int ein_tensor;
 
 #define EIN_DESC_MAX_RANK 8
+#define EIN_MAX_DEVICES 64
 
 /* A zero-bounded tensor type: [shape[0], ..., shape[rank-1]] of dtype; each
  * axis may carry the name of its dim ("tokens") for reports. */
@@ -157,6 +158,9 @@ typedef struct ein_compiled ein_compiled;
 typedef struct ein_compile_options {
     const char *selector;     /* "dp" (default), "greedy" or "random" */
     uint64_t plan_seed;       /* random selector and exchange search (default 1) */
+    int linear_paths;         /* the planner's linear-path tactic (paper §4.5) */
+    int plan_only;            /* stop after planning: no exchanges, no programs
+                                 (einplan; such a value cannot be run) */
     int naive_exchanges;      /* 1: the naive exchange bodies, no synthesis */
     long search_work;         /* exchange search budget in candidates (0: default) */
     double search_cap_ms;     /* wall-clock safety cap per search (0: default; < 0: none) */
@@ -165,6 +169,8 @@ typedef struct ein_compile_options {
     int cuda;                 /* for the CUDA backend: probe the GPUs in gpu_ids */
     const int *gpu_ids;       /* ndev ids (NULL: 0..ndev-1), with `cuda` */
     const char *worker;       /* the einworker-cuda binary to probe with (NULL: found) */
+    const char *gpu_probe;    /* a probe saved from `einworker-cuda --probe` to detect
+                                 the topology from instead of probing */
     int rewrite;              /* improve the graph by equality saturation first */
     const char *rewrite_weights; /* "a,b": the inputs that are weights, for the rewriter */
     int ilp;                  /* the rewriter extracts with CBC's ILP */

@@ -5,15 +5,21 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/ein_clock.h"
+#include "common/ein_self.h"
 #include "planner/ops/pl_ops.h"
 #include "planner/pl_graph_int.h"
 #include "planner/rewrite/pl_rewrite.h"
+
 #include "planner/rewrite/rw_egraph.h"
 
 #ifndef PL_REWRITE_RULES_SRCDIR
 #define PL_REWRITE_RULES_SRCDIR "planner/rewrite/rules"
+#endif
+#ifndef PL_REWRITE_RULES_REL
+#define PL_REWRITE_RULES_REL "../share/einsummable-c/rules"
 #endif
 #ifndef PL_REWRITE_RULES_DIR
 #define PL_REWRITE_RULES_DIR PL_REWRITE_RULES_SRCDIR
@@ -734,13 +740,18 @@ out:
 }
 
 /* Where the shipped rules are: $EIN_REWRITE_RULES, else the installed
- * folder, else (a build that was not installed) the source tree's. */
+ * folder next to this code (share/einsummable-c/rules beside the lib/ or
+ * bin/ it runs from: a moved installation still finds its own), else the
+ * configured one, else (a build that was not installed) the source tree's. */
 static const char *rules_dir(void)
 {
+    static _Thread_local char near[4096];
     const char *env = getenv("EIN_REWRITE_RULES");
     struct stat st;
     if (env && *env)
         return env;
+    if (ein_self_find(PL_REWRITE_RULES_REL, R_OK | X_OK, near, sizeof near) == 0)
+        return near;
     if (stat(PL_REWRITE_RULES_DIR, &st) == 0)
         return PL_REWRITE_RULES_DIR;
     return PL_REWRITE_RULES_SRCDIR;

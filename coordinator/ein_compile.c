@@ -1,0 +1,356 @@
+/* coordinator/ein_compile.c — the compiled program value of the public API
+ * (include/einsummable/einsummable.h): rewrite, plan, topology, exchange
+ * synthesis and lowering, kept together so that einrun, einplan, the C
+ * callers and Python all compile the same way. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/ein_self.h"
+#include "coordinator/co_lower.h"
+#include "coordinator/co_probe.h"
+#include "coordinator/co_run.h"
+#include "coordinator/co_topo.h"
+#include "coordinator/ein_compile_int.h"
+#include "exchange/xp_program.h"
+#include "exchange/xp_topo.h"
+#include "planner/ein_api_int.h"
+#include "planner/rewrite/pl_rewrite.h"
+
+void ein_compile_options_init(ein_compile_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->plan_seed = 1;
+    o->seed = 1;
+}
+
+int co_find_worker(const char *name, const char *given, char *out, size_t len, ein_error *err)
+{
+    const char *env = getenv("EINWORKER");
+    if (given || (env && *env)) {
+        snprintf(out, len, "%s", given ? given : env);
+        if (access(out, X_OK) < 0)
+            return ein_fail(err, EIN_EINVAL, "%s %s: %s", given ? "worker" : "$EINWORKER", out,
+                            strerror(errno));
+        return 0;
+    }
+    /* Next to the program (einrun in the build tree or installed), next to
+     * the build tree's .libs/libeinsummable.so, or in the bin/ beside an
+     * installed lib/. */
+    const char *rels[] = {"", "../", "../bin/"};
+    char rel[256];
+    for (size_t i = 0; i < sizeof rels / sizeof *rels; i++) {
+        snprintf(rel, sizeof rel, "%s%s", rels[i], name);
+        if (ein_self_find(rel, X_OK, out, len) == 0)
+            return 0;
+    }
+    return ein_fail(err, EIN_EINVAL, "cannot find the %s binary next to this program or library; "
+                    "name it (einrun --worker PATH, or $EINWORKER)", name);
+}
+
+int co_gpu_visible(void)
+{
+    return access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
+}
+
+/* The topology exchanges are synthesised for: o->topology; else, for the
+ * CUDA backend, a probe of the GPUs; else `host` with exactly ndev CPU
+ * devices. `desc` says where it came from. */
+int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, char *desc,
+                    size_t desclen, ein_error *err)
+{
+    int rc;
+    if (o->topology) {
+        if ((rc = xp_topo_load(o->topology, out, err)) < 0)
+            return ein_error_prefix(err, "topology %s", o->topology);
+        if ((*out)->ngpus < ndev) {
+            rc = ein_fail(err, EIN_EINVAL, "topology %s: %s has %d GPUs but there are %d devices",
+                          o->topology, (*out)->name, (*out)->ngpus, ndev);
+            xp_topo_free(*out);
+            *out = NULL;
+            return rc;
+        }
+        snprintf(desc, desclen, "%s (--topology %s)", (*out)->name, o->topology);
+        return 0;
+    }
+    if (o->cuda || o->gpu_probe) {
+        co_topo_probe *pr = NULL;
+        char worker[PATH_MAX] = "", why[512] = "";
+        if (o->gpu_probe) {
+            rc = co_topo_probe_load(o->gpu_probe, &pr, err);
+        } else if ((rc = co_find_worker("einworker-cuda", o->worker, worker, sizeof worker, err)) == 0) {
+            char *text = NULL, name[PATH_MAX + 16];
+            snprintf(name, sizeof name, "%s --probe", worker);
+            if ((rc = co_probe_run(worker, &text, err)) == 0)
+                rc = co_topo_probe_parse(text, name, &pr, err);
+            free(text);
+        }
+        int ids[64];
+        for (int d = 0; d < ndev && d < 64; d++)
+            ids[d] = o->gpu_ids ? o->gpu_ids[d] : d;
+        if (rc == 0)
+            rc = co_topo_detect(pr, ids, ndev, out, why, sizeof why, err);
+        co_topo_probe_free(pr);
+        if (rc < 0) {
+            ein_error_prefix(err, "cannot detect the GPU topology");
+            return err ? (err->code = EIN_EDEVICE) : EIN_EDEVICE;
+        }
+        snprintf(desc, desclen, "%s, detected from %.200s: %.280s", (*out)->name,
+                 o->gpu_probe ? o->gpu_probe : worker, why);
+        return 0;
+    }
+    const char *text = xp_topo_builtin_text("host");
+    const char *gp = text ? strstr(text, "\ngpus ") : NULL;
+    if (!gp)
+        return ein_fail(err, EIN_EINVAL, "no built-in host topology");
+    const char *eol = strchr(gp + 1, '\n');
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%.*s\ngpus %d%s", (int)(gp - text), text, ndev, eol ? eol : "");
+    if ((rc = xp_topo_parse(buf, "host", out, err)) < 0)
+        return ein_error_prefix(err, "host topology");
+    snprintf(desc, desclen, "host (built in), sized to %d CPU device%s", ndev, ndev == 1 ? "" : "s");
+    return 0;
+}
+
+static void compiled_free_exchanges(ein_compiled *c)
+{
+    for (int i = 0; i < c->nex; i++) {
+        free(c->ex[i].tensor);
+        free(c->ex[i].consumer);
+        free(c->ex[i].body);
+    }
+    free(c->ex);
+    c->ex = NULL;
+    c->nex = c->cap_ex = 0;
+}
+
+/* co_lower's body hook: keep each chosen body as text. */
+static int keep_body(void *ctx, const char *tensor, const char *consumer, xp_program **body,
+                     ein_error *err)
+{
+    ein_compiled *c = ctx;
+    if (c->nex == c->cap_ex) {
+        int cap = c->cap_ex ? 2 * c->cap_ex : 16;
+        void *n = realloc(c->ex, sizeof *c->ex * (size_t)cap);
+        if (!n)
+            return ein_fail(err, EIN_ENOMEM, "out of memory");
+        c->ex = n;
+        c->cap_ex = cap;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    xp_program_print(*body, f, NULL, NULL);
+    if (fclose(f) != 0 || !text) {
+        free(text);
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    }
+    c->ex[c->nex].tensor = strdup(tensor);
+    c->ex[c->nex].consumer = strdup(consumer);
+    c->ex[c->nex].body = text;
+    c->nex++;
+    if (!c->ex[c->nex - 1].tensor || !c->ex[c->nex - 1].consumer)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    return 0;
+}
+
+int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, ein_compiled **out,
+                ein_error *err)
+{
+    ein_compile_options o;
+    if (opts)
+        o = *opts;
+    else
+        ein_compile_options_init(&o);
+    if (!g || !out)
+        return ein_fail(err, EIN_EINVAL, "compile: NULL graph or output");
+    if (ndev < 1 || ndev > EIN_MAX_DEVICES)
+        return ein_fail(err, EIN_EINVAL, "compile: %d devices (expected 1 to %d)", ndev,
+                        EIN_MAX_DEVICES);
+    if (o.search_work < 0 || o.search_work > 1000000000)
+        return ein_fail(err, EIN_EINVAL, "compile: search work %ld (expected 0 for the default, "
+                        "or 1 to 1000000000)", o.search_work);
+    ein_compiled *c = calloc(1, sizeof *c);
+    if (!c)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    c->ndev = ndev;
+    c->seed = o.seed;
+    int rc = 0;
+    if (!(c->g = pl_graph_copy(g))) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if ((rc = co_topology_for(&o, ndev, &c->topo, c->topo_desc, sizeof c->topo_desc, err)) < 0)
+        goto fail;
+    if (o.rewrite) {
+        /* The rewriter's roofline uses the machine's peak and HBM bandwidth. */
+        pl_rewrite_opts rwo = {.ilp = o.ilp, .peak_flops = c->topo->peak, .hbm_bw = c->topo->hbm};
+        char **w = NULL;
+        pl_graph *rg = NULL;
+        rc = o.rewrite_weights ? pl_rewrite_weights_parse(o.rewrite_weights, &w, err) : 0;
+        rwo.weights = (const char *const *)w;
+        if (rc == 0)
+            rc = pl_rewrite(c->g, &rwo, &rg, &c->rewrite_stats, err);
+        pl_rewrite_weights_free(w);
+        if (rc < 0) {
+            ein_error_prefix(err, "rewrite");
+            goto fail;
+        }
+        c->rewritten = 1;
+        pl_graph_free(c->g);
+        c->g = rg;
+    }
+    ein_plan_options po = {.selector = o.selector, .seed = o.plan_seed,
+                           .linear_paths = o.linear_paths};
+    if ((rc = ein_graph_plan(c->g, ndev, &po, &c->plan, err)) < 0)
+        goto fail;
+    if (o.plan_only) {
+        *out = c;
+        return 0;
+    }
+    co_lower_opts lo = {.ndev = ndev, .seed = o.seed, .topo = c->topo,
+                        .search = !o.naive_exchanges, .body_hook = keep_body, .body_ctx = c};
+    xp_search_opts_default(&lo.search_opts);
+    if (o.search_work > 0)
+        lo.search_opts.max_work = o.search_work;
+    if (o.search_cap_ms > 0)
+        lo.search_opts.cap_ms = o.search_cap_ms;
+    else if (o.search_cap_ms < 0)
+        lo.search_opts.cap_ms = 0;
+    lo.search_opts.seed = o.plan_seed;
+    c->search_work = lo.search_opts.max_work;
+    c->search_cap_ms = lo.search_opts.cap_ms;
+    c->searched = !o.naive_exchanges;
+    if ((rc = co_lower(c->g, ein_plan_internal(c->plan), &lo, &c->progs, &c->ls, err)) < 0) {
+        ein_error_prefix(err, "cannot lower the plan");
+        goto fail;
+    }
+    *out = c;
+    return 0;
+fail:
+    ein_compiled_free(c);
+    return rc;
+}
+
+void ein_compiled_free(ein_compiled *c)
+{
+    if (!c)
+        return;
+    co_programs_free(c->progs, c->ndev);
+    compiled_free_exchanges(c);
+    ein_plan_free(c->plan);
+    xp_topo_free(c->topo);
+    pl_graph_free(c->g);
+    free(c);
+}
+
+int ein_compiled_ndevices(const ein_compiled *c)
+{
+    return c ? c->ndev : 0;
+}
+
+const ein_graph *ein_compiled_graph(const ein_compiled *c)
+{
+    return c ? c->g : NULL;
+}
+
+const ein_plan *ein_compiled_plan(const ein_compiled *c)
+{
+    return c ? c->plan : NULL;
+}
+
+const char *ein_compiled_topology(const ein_compiled *c, const char **description)
+{
+    if (description)
+        *description = c ? c->topo_desc : NULL;
+    return c ? c->topo->name : NULL;
+}
+
+int ein_compiled_nexchanges(const ein_compiled *c)
+{
+    return c ? c->nex : 0;
+}
+
+int ein_compiled_exchange(const ein_compiled *c, int i, const char **tensor, const char **consumer,
+                          const char **body)
+{
+    if (!c || i < 0 || i >= c->nex)
+        return EIN_EINVAL;
+    if (tensor)
+        *tensor = c->ex[i].tensor;
+    if (consumer)
+        *consumer = c->ex[i].consumer;
+    if (body)
+        *body = c->ex[i].body;
+    return 0;
+}
+
+int ein_compiled_program(const ein_compiled *c, int d, int *ninstrs, int *nbuffers,
+                         uint64_t *segment_bytes)
+{
+    if (!c || !c->progs || d < 0 || d >= c->ndev)
+        return EIN_EINVAL;
+    if (ninstrs)
+        *ninstrs = c->progs[d]->ninstrs;
+    if (nbuffers)
+        *nbuffers = c->progs[d]->nbuffers;
+    if (segment_bytes)
+        *segment_bytes = c->progs[d]->segment_bytes;
+    return 0;
+}
+
+void ein_compiled_exchange_time(const ein_compiled *c, double *chosen_s, double *naive_s)
+{
+    if (chosen_s)
+        *chosen_s = c ? c->ls.synth_s : 0;
+    if (naive_s)
+        *naive_s = c ? c->ls.naive_s : 0;
+}
+
+char *ein_compiled_explain(const ein_compiled *c, int exchanges)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    const pl_graph *g = c->g;
+    fprintf(f, "compiled for %d device%s on topology %s\n", c->ndev, c->ndev == 1 ? "" : "s",
+            c->topo_desc);
+    fprintf(f, "plan: total cost %.6g\n", ein_plan_total_cost(c->plan));
+    for (int i = 0; i < ein_plan_nops(c->plan); i++) {
+        const char *name, *op;
+        char split[256];
+        double r, j, a;
+        ein_plan_op(c->plan, i, &name, &op, split, sizeof split, &r, &j, &a);
+        fprintf(f, "  %-16s %-12s %-32s repartition %.4g join %.4g aggregation %.4g\n", name, op,
+                split, r, j, a);
+    }
+    if (c->progs) {
+        fprintf(f, "programs: %d instructions, %d exchanges (%d searched, %d reused, %d local), "
+                   "%d copies moving %.0f bytes\n",
+                c->ls.ninstrs, c->ls.nexchanges, c->ls.nsearched, c->ls.nreused, c->ls.nlocal,
+                c->ls.ncopies, c->ls.copy_bytes);
+        fprintf(f, "exchanges simulated on %s: %.6g ms with naive bodies, %.6g ms %s\n",
+                c->topo->name, 1e3 * c->ls.naive_s, 1e3 * c->ls.synth_s,
+                c->searched ? "as synthesised" : "(naive schedule)");
+        for (int d = 0; d < c->ndev; d++)
+            fprintf(f, "  device %d: %d instructions, %d buffers, %llu bytes\n", d,
+                    c->progs[d]->ninstrs, c->progs[d]->nbuffers,
+                    (unsigned long long)c->progs[d]->segment_bytes);
+        for (int i = 0; exchanges && i < c->nex; i++)
+            fprintf(f, "\n# exchange %d: %s for %s\n%s", i, c->ex[i].tensor, c->ex[i].consumer,
+                    c->ex[i].body);
+    }
+    (void)g;
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}

@@ -1,0 +1,416 @@
+/* coordinator/ein_session.c — sessions of the public API
+ * (include/einsummable/einsummable.h): the workers of a compiled program
+ * kept alive across runs (co_run.h's co_session), inputs set from memory
+ * or files and loaded only when they change, outputs read back. */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/ein_npy.h"
+#include "coordinator/co_run.h"
+#include "coordinator/ein_compile_int.h"
+
+typedef struct sess_input {
+    int node;
+    char *path;             /* current source: a .npy, or NULL (generated) */
+    int dirty;              /* changed since the workers last loaded it */
+} sess_input;
+
+struct ein_session {
+    const ein_compiled *c;
+    ein_program **progs;    /* the compiled programs with this session's STORE paths */
+    co_session *cs;
+    char dir[PATH_MAX];     /* private data directory (inputs set from memory, outputs) */
+    sess_input *in;
+    int nin;
+    char **out_path;        /* by node id: where STORE writes (saved nodes) */
+    int stored;             /* a run has stored the outputs */
+    int dead;               /* a run failed: the workers are gone */
+    ein_error why;
+};
+
+void ein_session_options_init(ein_session_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->worker_timeout = 60;
+    o->instr_timeout = 600;
+    o->graphs = -1;
+    o->log_level = 1;
+    o->wrapper_device = -1;
+    o->debug_device = -1;
+}
+
+static void remove_dir(const char *dir)
+{
+    DIR *dp = opendir(dir);
+    if (dp) {
+        struct dirent *de;
+        while ((de = readdir(dp))) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+                continue;
+            char p[PATH_MAX + 300];
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            unlink(p);
+        }
+        closedir(dp);
+    }
+    rmdir(dir);
+}
+
+static void session_free(ein_session *s)
+{
+    if (!s)
+        return;
+    if (s->dir[0])
+        remove_dir(s->dir);
+    const pl_graph *g = s->c->g;
+    for (int v = 0; s->out_path && v < g->nnodes; v++)
+        free(s->out_path[v]);
+    free(s->out_path);
+    for (int i = 0; i < s->nin; i++)
+        free(s->in[i].path);
+    free(s->in);
+    co_programs_free(s->progs, s->c->ndev);
+    free(s);
+}
+
+/* A private copy of each Program (encoded and decoded: it is validated
+ * again), its STOREs writing to this session's files. */
+static int copy_programs(ein_session *s, ein_error *err)
+{
+    const ein_compiled *c = s->c;
+    if (!(s->progs = calloc((size_t)c->ndev, sizeof *s->progs)))
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    for (int d = 0; d < c->ndev; d++) {
+        void *buf = NULL;
+        size_t len = 0;
+        int rc = ein_program_encode(c->progs[d], &buf, &len, err);
+        if (rc == 0)
+            rc = ein_program_decode(buf, len, &s->progs[d], err);
+        free(buf);
+        if (rc < 0)
+            return rc;
+        for (int i = 0; i < s->progs[d]->ninstrs; i++) {
+            ein_instr *ins = &s->progs[d]->instrs[i];
+            if (ins->kind != EIN_I_STORE)
+                continue;
+            int v = pl_graph_find(c->g, ins->op);
+            char *p = v >= 0 && s->out_path[v] ? strdup(s->out_path[v]) : NULL;
+            if (!p)
+                return ein_fail(err, EIN_ENOMEM, "out of memory");
+            free(ins->path);
+            ins->path = p;
+        }
+    }
+    return 0;
+}
+
+int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein_session **out,
+                     ein_error *err)
+{
+    ein_session_options o;
+    if (opts)
+        o = *opts;
+    else
+        ein_session_options_init(&o);
+    if (!c || !out)
+        return ein_fail(err, EIN_EINVAL, "session: NULL compiled program or output");
+    if (!c->progs)
+        return ein_fail(err, EIN_EINVAL, "session: this program was compiled with plan_only "
+                                         "and cannot run");
+    int cuda = 0;
+    if (o.backend && strcmp(o.backend, "cpu")) {
+        if (strcmp(o.backend, "cuda"))
+            return ein_fail(err, EIN_EINVAL, "session: backend '%s': expected cpu or cuda",
+                            o.backend);
+        cuda = 1;
+#ifndef HAVE_CUDA
+        return ein_fail(err, EIN_EDEVICE, "backend cuda: this library was built without CUDA");
+#endif
+        if (!co_gpu_visible())
+            return ein_fail(err, EIN_EDEVICE, "backend cuda: no GPU visible");
+    }
+    if (o.debug_device >= c->ndev || o.wrapper_device >= c->ndev)
+        return ein_fail(err, EIN_EINVAL, "%s %d: there are only %d devices",
+                        o.debug_device >= c->ndev ? "debug device" : "wrapper device",
+                        o.debug_device >= c->ndev ? o.debug_device : o.wrapper_device, c->ndev);
+    char worker[PATH_MAX];
+    int rc = co_find_worker(cuda ? "einworker-cuda" : "einworker", o.worker, worker, sizeof worker,
+                            err);
+    if (rc < 0)
+        return rc;
+    ein_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    s->c = c;
+    const pl_graph *g = c->g;
+    /* A private directory, named like a run directory so that what a killed
+     * process leaves is swept by the next run (co_guard_sweep_stale). */
+    const char *tmp = getenv("TMPDIR");
+    tmp = tmp && *tmp ? tmp : "/tmp";
+    snprintf(s->dir, sizeof s->dir, "%s/einrun.%ld.XXXXXX", tmp, (long)getpid());
+    if (!mkdtemp(s->dir)) {
+        rc = ein_fail(err, EIN_EIO, "cannot create the session directory %s: %s", s->dir,
+                      strerror(errno));
+        s->dir[0] = '\0';
+        goto fail;
+    }
+    if (!(s->out_path = calloc((size_t)g->nnodes, sizeof *s->out_path)) ||
+        !(s->in = calloc((size_t)g->nnodes, sizeof *s->in))) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (int v = 0; v < g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(g, v);
+        if (nd->kind == PL_INPUT)
+            s->in[s->nin++] = (sess_input){.node = v};
+        if (!nd->saved)
+            continue;
+        char p[PATH_MAX + 64];
+        if (o.store_paths && o.store_paths[v]) {
+            snprintf(p, sizeof p, "%s", o.store_paths[v]);
+        } else {
+            snprintf(p, sizeof p, "%s/out-%d.npy", s->dir, v);
+            if ((rc = ein_npy_create(p, nd->dtype, nd->rank, nd->shape, err)) < 0)
+                goto fail;
+        }
+        if (!(s->out_path[v] = strdup(p))) {
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
+    if ((rc = copy_programs(s, err)) < 0)
+        goto fail;
+    co_run_opts ro = {.worker_path = worker, .worker_timeout = o.worker_timeout,
+                      .timeout = o.run_timeout, .per_run_timeout = 1,
+                      .timeout_name = "the run timeout", .instr_timeout = o.instr_timeout,
+                      .verbose = o.verbose, .trace_path = o.trace_path, .log_dir = o.log_dir,
+                      .log_level = o.log_level ? o.log_level : 1, .wrapper = o.wrapper,
+                      .wrapper_device = o.wrapper ? o.wrapper_device : -1,
+                      .debug_device = o.debug_device, .manual = o.manual, .cuda = cuda,
+                      .gpu_ids = o.gpu_ids, .graphs = o.graphs < 0 ? cuda : o.graphs,
+                      .handle_signals = o.handle_signals, .iterations = 0};
+    if (o.worker_timeout <= 0)
+        ro.worker_timeout = 60;
+    if ((rc = co_session_start(s->progs, c->ndev, &ro, &s->cs, err)) < 0)
+        goto fail;
+    *out = s;
+    return 0;
+fail:
+    session_free(s);
+    return rc;
+}
+
+static int check_alive(ein_session *s, ein_error *err)
+{
+    if (!s)
+        return ein_fail(err, EIN_EINVAL, "session: NULL");
+    if (s->dead)
+        return ein_fail(err, EIN_EINVAL, "the session's workers are gone after an earlier "
+                        "failure (%s); close it", s->why.msg);
+    return 0;
+}
+
+static sess_input *find_input(ein_session *s, const char *name, ein_error *err)
+{
+    const pl_graph *g = s->c->g;
+    int v = name ? pl_graph_find(g, name) : -1;
+    for (int i = 0; v >= 0 && i < s->nin; i++)
+        if (s->in[i].node == v)
+            return &s->in[i];
+    ein_fail(err, EIN_EINVAL, "%s '%s': the program has no input of that name%s",
+             v >= 0 ? "tensor" : "input", name ? name : "(null)",
+             v >= 0 ? " (it is computed, not an input)" : "");
+    return NULL;
+}
+
+static int shape_text(char *buf, size_t len, int rank, const int64_t *shape)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int a = 0; a < rank && n < len; a++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", a ? ", " : "", (long long)shape[a]);
+    return 0;
+}
+
+int ein_session_set_input(ein_session *s, const char *name, const void *data, size_t bytes,
+                          ein_error *err)
+{
+    int rc = check_alive(s, err);
+    if (rc < 0)
+        return rc;
+    sess_input *in = find_input(s, name, err);
+    if (!in)
+        return EIN_EINVAL;
+    const pl_node *nd = pl_graph_node(s->c->g, in->node);
+    size_t want = ein_dtype_size(nd->dtype);
+    for (int a = 0; a < nd->rank; a++)
+        want *= (size_t)nd->shape[a];
+    if (bytes != want || (!data && want)) {
+        char sh[256];
+        shape_text(sh, sizeof sh, nd->rank, nd->shape);
+        return ein_fail(err, EIN_ESHAPE, "input %s: %zu bytes given, but %s [%s] is %zu bytes",
+                        name, bytes, ein_dtype_name(nd->dtype), sh, want);
+    }
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/in-%d.npy", s->dir, in->node);
+    if ((rc = ein_npy_save(p, nd->dtype, nd->rank, nd->shape, data, err)) < 0)
+        return rc;
+    char *np = strdup(p);
+    if (!np)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    free(in->path);
+    in->path = np;
+    in->dirty = 1;
+    return 0;
+}
+
+int ein_session_set_input_npy(ein_session *s, const char *name, const char *path, ein_error *err)
+{
+    int rc = check_alive(s, err);
+    if (rc < 0)
+        return rc;
+    sess_input *in = find_input(s, name, err);
+    if (!in)
+        return EIN_EINVAL;
+    if (!path)
+        return ein_fail(err, EIN_EINVAL, "input %s: NULL path", name);
+    const pl_node *nd = pl_graph_node(s->c->g, in->node);
+    ein_npy_info info;
+    if ((rc = ein_npy_read_info(path, &info, err)) < 0)
+        return ein_error_prefix(err, "input %s", name);
+    int same = info.rank == nd->rank && info.dtype == nd->dtype;
+    for (int a = 0; same && a < nd->rank; a++)
+        same = info.shape[a] == nd->shape[a];
+    if (!same) {
+        char want[256], got[256];
+        shape_text(want, sizeof want, nd->rank, nd->shape);
+        shape_text(got, sizeof got, info.rank, info.shape);
+        return ein_fail(err, EIN_ESHAPE, "input %s: %s is %s [%s] but input %s is %s [%s]", name,
+                        path, ein_dtype_name(info.dtype), got, nd->name, ein_dtype_name(nd->dtype),
+                        want);
+    }
+    /* Workers read it at the next run, maybe from another directory. */
+    char abs[PATH_MAX];
+    char *np = strdup(realpath(path, abs) ? abs : path);
+    if (!np)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    free(in->path);
+    in->path = np;
+    in->dirty = 1;
+    return 0;
+}
+
+int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_error *err)
+{
+    int rc = check_alive(s, err);
+    if (rc < 0)
+        return rc;
+    int ndev = s->c->ndev, n = 0;
+    ein_reload *rl = calloc((size_t)s->nin + 1, sizeof *rl);
+    co_worker_stats *ws = calloc((size_t)ndev, sizeof *ws);
+    if (!rl || !ws) {
+        free(rl);
+        free(ws);
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < s->nin; i++) {
+        if (!s->in[i].dirty)
+            continue;
+        snprintf(rl[n].name, sizeof rl[n].name, "%s", pl_graph_node(s->c->g, s->in[i].node)->name);
+        rl[n++].path = s->in[i].path;
+    }
+    double wall = 0;
+    rc = co_session_step(s->cs, store, rl, n, ws, &wall, err);
+    free(rl);
+    if (rc < 0) {
+        s->dead = 1;
+        s->why = err ? *err : (ein_error){.code = rc};
+        free(ws);
+        return rc;
+    }
+    for (int i = 0; i < s->nin; i++)
+        s->in[i].dirty = 0;
+    if (store)
+        s->stored = 1;
+    if (stats) {
+        memset(stats, 0, sizeof *stats);
+        stats->wall_s = wall;
+        stats->ndev = ndev;
+        for (int d = 0; d < ndev && d < 64; d++) {
+            stats->dev[d].pid = ws[d].pid;
+            stats->dev[d].total = ws[d].total;
+            stats->dev[d].kernel = ws[d].kernel;
+            stats->dev[d].copy = ws[d].copy;
+            stats->dev[d].wait = ws[d].wait;
+        }
+    }
+    free(ws);
+    return 0;
+}
+
+int ein_session_run(ein_session *s, ein_run_stats *stats, ein_error *err)
+{
+    return ein_session_run_ex(s, 1, stats, err);
+}
+
+static int find_output(const ein_session *s, const char *name, ein_error *err)
+{
+    const pl_graph *g = s->c->g;
+    int v = name ? pl_graph_find(g, name) : -1;
+    if (v < 0 || !pl_graph_node(g, v)->saved)
+        return ein_fail(err, EIN_EINVAL, "%s '%s' is not saved by the program",
+                        v < 0 ? "there is no tensor named" : "tensor", name ? name : "(null)");
+    return v;
+}
+
+const char *ein_session_output_path(const ein_session *s, const char *name)
+{
+    int v = s && !s->dead && s->stored ? find_output(s, name, NULL) : -1;
+    return v >= 0 ? s->out_path[v] : NULL;
+}
+
+int ein_session_get_output(ein_session *s, const char *name, void *dst, size_t bytes,
+                           size_t *bytes_out, ein_error *err)
+{
+    int rc = check_alive(s, err);
+    if (rc < 0)
+        return rc;
+    int v = find_output(s, name, err);
+    if (v < 0)
+        return v;
+    const pl_node *nd = pl_graph_node(s->c->g, v);
+    size_t want = ein_dtype_size(nd->dtype);
+    for (int a = 0; a < nd->rank; a++)
+        want *= (size_t)nd->shape[a];
+    if (bytes_out)
+        *bytes_out = want;
+    if (!dst)
+        return 0;
+    if (!s->stored)
+        return ein_fail(err, EIN_EINVAL, "output %s: no run has stored it yet", name);
+    if (bytes != want)
+        return ein_fail(err, EIN_ESHAPE, "output %s: a buffer of %zu bytes given, but it is %zu "
+                        "bytes", name, bytes, want);
+    ein_npy_info info;
+    if ((rc = ein_npy_read_info(s->out_path[v], &info, err)) < 0)
+        return rc;
+    ein_box box = ein_box_of_shape(nd->rank, nd->shape);
+    return ein_npy_read_box(s->out_path[v], &info, &box, dst, err);
+}
+
+int ein_session_close(ein_session *s, ein_error *err)
+{
+    if (!s)
+        return 0;
+    int rc = co_session_stop(s->cs, err);
+    session_free(s);
+    return rc;
+}

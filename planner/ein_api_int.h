@@ -1,0 +1,13 @@
+/* planner/ein_api_int.h — what the library's other public calls (the
+ * compiler and the session, coordinator/ein_compile.c) need of the public
+ * plan object; private to the library. */
+#ifndef EIN_API_INT_H
+#define EIN_API_INT_H
+
+#include "include/einsummable/einsummable.h"
+#include "planner/pl_optimize.h"
+
+/* The planner's plan inside a public plan (owned by it). */
+const pl_plan *ein_plan_internal(const ein_plan *p);
+
+#endif
