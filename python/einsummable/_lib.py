@@ -81,6 +81,8 @@ class ein_compile_options(ctypes.Structure):
     _fields_ = [
         ("selector", ctypes.c_char_p),
         ("plan_seed", ctypes.c_uint64),
+        ("linear_paths", ctypes.c_int),
+        ("plan_only", ctypes.c_int),
         ("naive_exchanges", ctypes.c_int),
         ("search_work", ctypes.c_long),
         ("search_cap_ms", ctypes.c_double),
@@ -88,6 +90,7 @@ class ein_compile_options(ctypes.Structure):
         ("cuda", ctypes.c_int),
         ("gpu_ids", ctypes.POINTER(ctypes.c_int)),
         ("worker", ctypes.c_char_p),
+        ("gpu_probe", ctypes.c_char_p),
         ("rewrite", ctypes.c_int),
         ("rewrite_weights", ctypes.c_char_p),
         ("ilp", ctypes.c_int),

@@ -21,10 +21,12 @@ int main(void)
     F(ein_plan_options, selector); F(ein_plan_options, seed); F(ein_plan_options, linear_paths);
     Z(ein_plan_options);
     F(ein_compile_options, selector); F(ein_compile_options, plan_seed);
+    F(ein_compile_options, linear_paths); F(ein_compile_options, plan_only);
     F(ein_compile_options, naive_exchanges); F(ein_compile_options, search_work);
     F(ein_compile_options, search_cap_ms); F(ein_compile_options, topology);
     F(ein_compile_options, cuda); F(ein_compile_options, gpu_ids);
-    F(ein_compile_options, worker); F(ein_compile_options, rewrite);
+    F(ein_compile_options, worker); F(ein_compile_options, gpu_probe);
+    F(ein_compile_options, rewrite);
     F(ein_compile_options, rewrite_weights); F(ein_compile_options, ilp);
     F(ein_compile_options, seed); F(ein_compile_options, progress);
     Z(ein_compile_options);
