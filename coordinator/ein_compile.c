@@ -60,20 +60,22 @@ int co_gpu_visible(void)
  * CUDA backend, a probe of the GPUs; else `host` with exactly ndev CPU
  * devices. `desc` says where it came from. */
 int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, char *desc,
-                    size_t desclen, ein_error *err)
+                    size_t desclen, char *why_out, size_t whylen, ein_error *err)
 {
     int rc;
+    if (whylen)
+        why_out[0] = '\0';
     if (o->topology) {
         if ((rc = xp_topo_load(o->topology, out, err)) < 0)
-            return ein_error_prefix(err, "topology %s", o->topology);
+            return ein_error_prefix(err, "--topology %s", o->topology);
         if ((*out)->ngpus < ndev) {
-            rc = ein_fail(err, EIN_EINVAL, "topology %s: %s has %d GPUs but there are %d devices",
+            rc = ein_fail(err, EIN_EINVAL, "--topology %s: %s has %d GPUs but the run has %d devices",
                           o->topology, (*out)->name, (*out)->ngpus, ndev);
             xp_topo_free(*out);
             *out = NULL;
             return rc;
         }
-        snprintf(desc, desclen, "%s (--topology %s)", (*out)->name, o->topology);
+        snprintf(desc, desclen, "--topology %s", o->topology);
         return 0;
     }
     if (o->cuda || o->gpu_probe) {
@@ -81,7 +83,11 @@ int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, c
         char worker[PATH_MAX] = "", why[512] = "";
         if (o->gpu_probe) {
             rc = co_topo_probe_load(o->gpu_probe, &pr, err);
-        } else if ((rc = co_find_worker("einworker-cuda", o->worker, worker, sizeof worker, err)) == 0) {
+        } else if ((rc = co_find_worker("einworker-cuda", o->worker, worker, sizeof worker,
+                                        err)) < 0) {
+            ein_fail(err, EIN_EINVAL, "cannot find einworker-cuda next to einrun to probe the GPUs "
+                     "(--worker PATH names it)");
+        } else {
             char *text = NULL, name[PATH_MAX + 16];
             snprintf(name, sizeof name, "%s --probe", worker);
             if ((rc = co_probe_run(worker, &text, err)) == 0)
@@ -95,11 +101,18 @@ int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, c
             rc = co_topo_detect(pr, ids, ndev, out, why, sizeof why, err);
         co_topo_probe_free(pr);
         if (rc < 0) {
-            ein_error_prefix(err, "cannot detect the GPU topology");
-            return err ? (err->code = EIN_EDEVICE) : EIN_EDEVICE;
+            if (err) {
+                char msg[EIN_ERROR_MSG_MAX];
+                snprintf(msg, sizeof msg, "%s", err->msg);
+                ein_fail(err, EIN_EDEVICE, "cannot detect the GPU topology: %s; give --topology "
+                         "NAME|FILE%s", msg, o->gpu_probe ? ""
+                         : ", or --gpu-probe FILE saved from einworker-cuda --probe");
+            }
+            return EIN_EDEVICE;
         }
-        snprintf(desc, desclen, "%s, detected from %.200s: %.280s", (*out)->name,
+        snprintf(desc, desclen, "detected from %.200s: %.280s",
                  o->gpu_probe ? o->gpu_probe : worker, why);
+        snprintf(why_out, whylen, "%s", why);
         return 0;
     }
     const char *text = xp_topo_builtin_text("host");
@@ -169,9 +182,10 @@ int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, e
         ein_compile_options_init(&o);
     if (!g || !out)
         return ein_fail(err, EIN_EINVAL, "compile: NULL graph or output");
-    if (ndev < 1 || ndev > EIN_MAX_DEVICES)
-        return ein_fail(err, EIN_EINVAL, "compile: %d devices (expected 1 to %d)", ndev,
-                        EIN_MAX_DEVICES);
+    int max = o.plan_only ? 4096 : EIN_MAX_DEVICES;
+    if (ndev < 1 || ndev > max)
+        return ein_fail(err, EIN_EINVAL, "compile: %d devices (expected 1 to %d%s)", ndev, max,
+                        o.plan_only ? "" : "; planning alone allows 4096");
     if (o.search_work < 0 || o.search_work > 1000000000)
         return ein_fail(err, EIN_EINVAL, "compile: search work %ld (expected 0 for the default, "
                         "or 1 to 1000000000)", o.search_work);
@@ -185,7 +199,8 @@ int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, e
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto fail;
     }
-    if ((rc = co_topology_for(&o, ndev, &c->topo, c->topo_desc, sizeof c->topo_desc, err)) < 0)
+    if ((rc = co_topology_for(&o, ndev, &c->topo, c->topo_desc, sizeof c->topo_desc, c->topo_why,
+                              sizeof c->topo_why, err)) < 0)
         goto fail;
     if (o.rewrite) {
         /* The rewriter's roofline uses the machine's peak and HBM bandwidth. */
@@ -320,8 +335,8 @@ char *ein_compiled_explain(const ein_compiled *c, int exchanges)
     if (!f)
         return NULL;
     const pl_graph *g = c->g;
-    fprintf(f, "compiled for %d device%s on topology %s\n", c->ndev, c->ndev == 1 ? "" : "s",
-            c->topo_desc);
+    fprintf(f, "compiled for %d device%s on topology %s (%s)\n", c->ndev, c->ndev == 1 ? "" : "s",
+            c->topo->name, c->topo_desc);
     fprintf(f, "plan: total cost %.6g\n", ein_plan_total_cost(c->plan));
     for (int i = 0; i < ein_plan_nops(c->plan); i++) {
         const char *name, *op;

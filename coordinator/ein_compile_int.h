@@ -17,7 +17,8 @@ struct ein_compiled {
     pl_rewrite_stats rewrite_stats;
     ein_plan *plan;
     xp_topology *topo;
-    char topo_desc[700];
+    char topo_desc[700];        /* where the topology came from */
+    char topo_why[512];         /* a detected topology: what was seen, else "" */
     ein_program **progs;        /* ndev, or NULL (plan_only); LOAD paths NULL
                                    (generated from `seed`), STORE paths
                                    "<name>.npy": a session sets both */
@@ -37,8 +38,9 @@ int co_find_worker(const char *name, const char *given, char *out, size_t len, e
 /* A GPU device node exists (/dev/nvidia0 or /dev/nvidiactl). */
 int co_gpu_visible(void);
 /* The topology a compile uses (see ein_compile_options.topology); `desc`
- * says where it came from. *out is the caller's (xp_topo_free). */
+ * says where it came from, `why` (detected ones) what the probe saw.
+ * *out is the caller's (xp_topo_free). */
 int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, char *desc,
-                    size_t desclen, ein_error *err);
+                    size_t desclen, char *why, size_t whylen, ein_error *err);
 
 #endif

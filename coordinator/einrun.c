@@ -16,9 +16,8 @@
 #include "common/ein_npy.h"
 #include "coordinator/co_lower.h"
 #include "coordinator/co_output.h"
-#include "coordinator/co_probe.h"
-#include "coordinator/co_run.h"
-#include "coordinator/co_topo.h"
+#include "coordinator/ein_compile_int.h"
+#include "planner/ein_api_int.h"
 #include "exchange/xp_topo.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
@@ -184,123 +183,18 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int gpu_visible(void)
-{
-    struct stat st;
-    return stat("/dev/nvidia0", &st) == 0 || stat("/dev/nvidiactl", &st) == 0;
-}
-
-/* The worker binary: $EINWORKER, else `name` next to einrun. */
-static int find_worker(const char *name, char *out, size_t len)
-{
-    const char *env = getenv("EINWORKER");
-    if (env && *env) {
-        snprintf(out, len, "%s", env);
-        return access(out, X_OK);
-    }
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-        return -1;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (!slash || (size_t)(slash - self) + strlen(name) + 2 > len)
-        return -1;
-    snprintf(out, len, "%.*s/%s", (int)(slash - self), self, name);
-    return access(out, X_OK);
-}
-
-/* Where the topology exchanges are synthesised for comes from: --topology;
- * else a GPU probe (--gpu-probe FILE, or `einworker-cuda --probe` for
- * --backend cuda) and co_topo_detect for the --gpus list; else the `host`
- * machine with exactly `ndev` CPU devices. */
-typedef struct topo_source {
-    const char *arg;        /* --topology NAME|FILE */
-    const char *probe_file; /* --gpu-probe FILE */
-    const char *worker;     /* --worker, the binary to probe with */
-    int cuda;               /* --backend cuda */
-    const int *ids;         /* --gpus */
-} topo_source;
-
-/* Prints its own error (exit status 2 for the caller) and, for a detected
- * topology, what was seen; `desc` gets a line saying where it came from. */
-static int load_topology(const topo_source *src, int ndev, xp_topology **out, char *desc,
-                         size_t desclen)
-{
-    ein_error err = {0};
-    char why[512] = "";
-    if (src->arg) {
-        if (xp_topo_load(src->arg, out, &err) < 0) {
-            fprintf(stderr, "einrun: --topology %s: %s\n", src->arg, err.msg);
-            return -1;
-        }
-        if ((*out)->ngpus < ndev) {
-            fprintf(stderr, "einrun: --topology %s: %s has %d GPUs but the run has %d devices\n",
-                    src->arg, (*out)->name, (*out)->ngpus, ndev);
-            xp_topo_free(*out);
-            *out = NULL;
-            return -1;
-        }
-        snprintf(desc, desclen, "--topology %s", src->arg);
-        return 0;
-    }
-    if (src->probe_file || src->cuda) {
-        co_topo_probe *pr = NULL;
-        char worker[PATH_MAX] = "";
-        int rc;
-        if (src->probe_file) {
-            rc = co_topo_probe_load(src->probe_file, &pr, &err);
-        } else if (!src->worker && find_worker("einworker-cuda", worker, sizeof worker) < 0) {
-            rc = ein_fail(&err, EIN_EINVAL, "cannot find einworker-cuda next to einrun to probe "
-                                            "the GPUs (--worker PATH names it)");
-        } else {
-            char *text = NULL, name[PATH_MAX + 16];
-            if (src->worker)
-                snprintf(worker, sizeof worker, "%s", src->worker);
-            snprintf(name, sizeof name, "%s --probe", worker);
-            if ((rc = co_probe_run(worker, &text, &err)) == 0)
-                rc = co_topo_probe_parse(text, name, &pr, &err);
-            free(text);
-        }
-        if (rc == 0)
-            rc = co_topo_detect(pr, src->ids, ndev, out, why, sizeof why, &err);
-        co_topo_probe_free(pr);
-        if (rc < 0) {
-            fprintf(stderr, "einrun: cannot detect the GPU topology: %s; give --topology "
-                            "NAME|FILE%s\n", err.msg,
-                    src->probe_file ? "" : ", or --gpu-probe FILE saved from einworker-cuda --probe");
-            return -1;
-        }
-        fprintf(stderr, "einrun: topology: %s\n", why);
-        snprintf(desc, desclen, "detected from %.200s: %.280s",
-                 src->probe_file ? src->probe_file : worker, why);
-        return 0;
-    }
-    const char *text = xp_topo_builtin_text("host");
-    const char *gp = text ? strstr(text, "\ngpus ") : NULL;
-    if (!gp) {
-        fprintf(stderr, "einrun: no built-in host topology\n");
-        return -1;
-    }
-    const char *eol = strchr(gp + 1, '\n');
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%.*s\ngpus %d%s", (int)(gp - text), text, ndev, eol ? eol : "");
-    if (xp_topo_parse(buf, "host", out, &err) < 0) {
-        fprintf(stderr, "einrun: host topology: %s\n", err.msg);
-        return -1;
-    }
-    snprintf(desc, desclen, "host (built in), sized to %d CPU device%s", ndev, ndev == 1 ? "" : "s");
-    return 0;
-}
-
 /* --show-topology: the topology a run would use, as text, on stdout. */
-static int show_topology(const topo_source *src, int ndev)
+static int show_topology(const ein_compile_options *co, int ndev)
 {
     xp_topology *t = NULL;
-    char desc[600], *text = NULL;
+    char desc[700], why[512], *text = NULL;
     ein_error err = {0};
-    if (load_topology(src, ndev, &t, desc, sizeof desc) < 0)
+    if (co_topology_for(co, ndev, &t, desc, sizeof desc, why, sizeof why, &err) < 0) {
+        fprintf(stderr, "einrun: %s\n", err.msg);
         return 2;
+    }
+    if (why[0])
+        fprintf(stderr, "einrun: topology: %s\n", why);
     int rc = xp_topo_format(t, &text, &err);
     xp_topo_free(t);
     if (rc < 0) {
@@ -310,6 +204,17 @@ static int show_topology(const topo_source *src, int ndev)
     printf("# topology: %s\n%s", desc, text);
     free(text);
     return fflush(stdout) == 0 ? 0 : 2;
+}
+
+/* Exit status for a failure to compile: bad input (the program, its
+ * options, a topology, a program too large) is 2, the rest 1. */
+static int compile_status(int code)
+{
+    switch (code) {
+    case EIN_EINVAL: case EIN_EIO: case EIN_EPARSE: case EIN_ESHAPE: case EIN_ENOPLAN:
+    case EIN_ELIMIT: case EIN_EDEVICE: return 2;
+    default: return 1;
+    }
 }
 
 static void explain(const pl_graph *g, const pl_plan *plan)
@@ -585,11 +490,26 @@ int main(int argc, char **argv)
                         : "give --topology or --gpu-probe, not both");
         return 2;
     }
-    topo_source tsrc = {.arg = topo_arg, .probe_file = probe_file, .worker = worker_opt,
-                        .cuda = want_cuda && !use_cpu, .ids = ids};
-    char topo_desc[600];
+    /* Everything about compiling, in the library's terms (einplan and the
+     * API compile the same way). */
+    ein_compile_options co;
+    ein_compile_options_init(&co);
+    co.selector = pl_selector_name(sel);
+    co.plan_seed = plan_seed;
+    co.seed = seed;
+    co.naive_exchanges = !search;
+    co.search_work = search_work;
+    co.search_cap_ms = cap_ms > 0 ? cap_ms : -1;
+    co.topology = topo_arg;
+    co.gpu_probe = probe_file;
+    co.cuda = want_cuda && !use_cpu;
+    co.gpu_ids = ids;
+    co.worker = worker_opt;
+    co.rewrite = rewrite;
+    co.rewrite_weights = weights;
+    co.ilp = ilp;
     if (show_topo)
-        return show_topology(&tsrc, ndev);
+        return show_topology(&co, ndev);
     const char *path = argv[optind];
     if ((debug_device >= 0 && debug_device >= ndev) || wrapper_device >= ndev) {
         fprintf(stderr, "einrun: --%s %d: there are only %d devices\n",
@@ -607,8 +527,8 @@ int main(int argc, char **argv)
     int status = 2;
     ein_error err = {0};
     pl_graph *g = NULL;
-    pl_plan *plan = NULL;
-    ein_program **progs = NULL;
+    ein_compiled *comp = NULL;
+    ein_session *sess = NULL;
     const char **in_path = NULL, **out_path = NULL;
     char **tmp_path = NULL, **owned = NULL;
     co_output *outs = NULL;
@@ -618,42 +538,19 @@ int main(int argc, char **argv)
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
     sigprocmask(SIG_SETMASK, NULL, &old_mask);
-    co_worker_stats *wstats = NULL;
     double *iter_s = NULL;
-    xp_topology *topo = NULL;
+    ein_run_stats rs = {0};
 
     if (pl_ein_parse_file(path, &g, &err) < 0) {
         fprintf(stderr, "einrun: %s\n", err.msg);
         goto done;
-    }
-    if (rewrite) {
-        /* The rewriter's roofline uses the machine's peak and HBM bandwidth. */
-        if (load_topology(&tsrc, ndev, &topo, topo_desc, sizeof topo_desc) < 0)
-            goto done;
-        pl_rewrite_opts rwo = {.ilp = ilp, .peak_flops = topo->peak, .hbm_bw = topo->hbm};
-        pl_rewrite_stats rst;
-        char **w = NULL;
-        pl_graph *rg = NULL;
-        int rc = weights ? pl_rewrite_weights_parse(weights, &w, &err) : 0;
-        rwo.weights = (const char *const *)w;
-        if (rc == 0)
-            rc = pl_rewrite(g, &rwo, &rg, &rst, &err);
-        pl_rewrite_weights_free(w);
-        if (rc < 0) {
-            fprintf(stderr, "einrun: --rewrite: %s\n", err.msg);
-            goto done;
-        }
-        pl_rewrite_report(stderr, rg, &rst);
-        pl_graph_free(g);
-        g = rg;
     }
     in_path = calloc((size_t)g->nnodes, sizeof *in_path);
     out_path = calloc((size_t)g->nnodes, sizeof *out_path);
     tmp_path = calloc((size_t)g->nnodes, sizeof *tmp_path);
     owned = calloc((size_t)g->nnodes, sizeof *owned);
     outs = calloc((size_t)g->nnodes, sizeof *outs);
-    wstats = calloc((size_t)ndev, sizeof *wstats);
-    if (!in_path || !out_path || !tmp_path || !owned || !outs || !wstats) {
+    if (!in_path || !out_path || !tmp_path || !owned || !outs) {
         fprintf(stderr, "einrun: out of memory\n");
         goto done;
     }
@@ -750,65 +647,70 @@ int main(int argc, char **argv)
         goto done;
     }
 #endif
-    if (want_cuda && !gpu_visible()) {
+    if (want_cuda && !co_gpu_visible()) {
         fprintf(stderr, "einrun: --backend cuda: no GPU visible\n");
         goto done;
     }
     if (!use_cpu && !want_cuda)
         fprintf(stderr, "einrun: %s; running %d CPU device%s for --gpus %s\n",
-                gpu_visible() ? "the CUDA backend is not verified yet (--backend cuda to try it)"
-                              : "no GPU visible",
+                co_gpu_visible() ? "the CUDA backend is not verified yet (--backend cuda to try it)"
+                                 : "no GPU visible",
                 ndev, ndev == 1 ? "" : "s", gpus_arg);
-
-    char worker[PATH_MAX];
-    if (worker_opt)
-        snprintf(worker, sizeof worker, "%s", worker_opt);
-    else if (find_worker(want_cuda ? "einworker-cuda" : "einworker", worker, sizeof worker) < 0) {
-        fprintf(stderr, "einrun: cannot find the %s binary next to einrun; use --worker PATH\n",
-                want_cuda ? "einworker-cuda" : "einworker");
-        goto done;
-    }
-    if (access(worker, X_OK) < 0) {
-        fprintf(stderr, "einrun: --worker %s: %s\n", worker, strerror(errno));
-        goto done;
+    ein_session_options so;
+    ein_session_options_init(&so);
+    so.backend = want_cuda ? "cuda" : "cpu";
+    so.gpu_ids = ids;
+    so.worker = worker_opt;
+    so.worker_timeout = worker_timeout;
+    so.run_timeout = timeout;
+    so.instr_timeout = instr_timeout;
+    so.graphs = graphs;
+    so.verbose = verbose;
+    so.log_dir = log_dir;
+    so.log_level = log_level;
+    so.trace_path = trace_path;
+    so.wrapper = wrapper;
+    so.wrapper_device = wrapper_device;
+    so.debug_device = debug_device;
+    so.manual = manual;
+    so.handle_signals = 1;
+    so.store_paths = (const char *const *)tmp_path;
+    {
+        /* The worker binary is checked before the long work. */
+        char worker[PATH_MAX];
+        if (co_find_worker(want_cuda ? "einworker-cuda" : "einworker", worker_opt, worker,
+                           sizeof worker, &err) < 0) {
+            fprintf(stderr, "einrun: %s\n", err.msg);
+            goto done;
+        }
     }
 
     double t0 = ein_now_s();
-    if (pl_plan_make(g, ndev, sel, plan_seed, &plan, &err) < 0) {
-        fprintf(stderr, "einrun: cannot plan %s for %d devices: %s\n", path, ndev, err.msg);
+    if (ein_compile(g, ndev, &co, &comp, &err) < 0) {
+        if (err.code == EIN_ENOPLAN)
+            fprintf(stderr, "einrun: cannot plan %s for %d devices: %s\n", path, ndev, err.msg);
+        else
+            fprintf(stderr, "einrun: %s\n", err.msg);
+        status = compile_status(err.code);
         goto done;
     }
+    if (comp->topo_why[0])
+        fprintf(stderr, "einrun: topology: %s\n", comp->topo_why);
+    if (comp->rewritten)
+        pl_rewrite_report(stderr, comp->g, &comp->rewrite_stats);
     if (do_explain)
-        explain(g, plan);
-
-    if (!topo && load_topology(&tsrc, ndev, &topo, topo_desc, sizeof topo_desc) < 0) {
-        status = 2;
-        goto done;
-    }
-    status = 1;
-    co_lower_opts lo = {.ndev = ndev, .seed = seed, .input_path = in_path,
-                        .output_path = (const char *const *)tmp_path, .topo = topo,
-                        .search = search};
-    xp_search_opts_default(&lo.search_opts);
-    lo.search_opts.max_work = search_work;
-    lo.search_opts.cap_ms = cap_ms;
-    lo.search_opts.seed = plan_seed;
-    co_lower_stats ls;
-    if (co_lower(g, plan, &lo, &progs, &ls, &err) < 0) {
-        fprintf(stderr, "einrun: cannot lower the plan: %s\n", err.msg);
-        if (err.code == EIN_ELIMIT)
-            status = 2; /* bad input: the program is too large */
-        goto done;
-    }
+        explain(comp->g, ein_plan_internal(comp->plan));
     double t_plan = ein_now_s() - t0;
-    if (ls.ncapped)
+    status = 1;
+    const co_lower_stats *ls = &comp->ls;
+    if (ls->ncapped)
         fprintf(stderr, "einrun: the exchange search hit its wall-clock cap (%g ms) in %d of %d "
                         "exchanges: this plan depends on the machine's speed (raise "
                         "--search-cap-ms, or lower --search-work)\n",
-                cap_ms, ls.ncapped, ls.nexchanges);
+                cap_ms, ls->ncapped, ls->nexchanges);
     /* Saved tensors go to temporary files, created only now and renamed
      * only on success. From here to the end a SIGINT or SIGTERM is held
-     * back: co_run turns it into a failed run, and einrun removes the
+     * back: the session turns it into a failed run, and einrun removes the
      * temporaries before it dies of one that came afterwards. */
     sigprocmask(SIG_BLOCK, &stop_signals, NULL);
     if (co_outputs_create(outs, nouts, &err) < 0) {
@@ -816,21 +718,31 @@ int main(int argc, char **argv)
         status = 2;
         goto done;
     }
-    co_run_opts ro = {.worker_path = worker, .worker_timeout = worker_timeout, .timeout = timeout,
-                      .instr_timeout = instr_timeout,
-                      .verbose = verbose, .iterations = warmup + iterations,
-                      .trace_path = trace_path, .log_dir = log_dir, .log_level = log_level,
-                      .wrapper = wrapper, .wrapper_device = wrapper_device,
-                      .debug_device = debug_device, .manual = manual,
-                      .cuda = want_cuda, .gpu_ids = ids,
-                      .graphs = graphs < 0 ? want_cuda : graphs,
-                      .cleanup_paths = (const char *const *)tmp_path, .ncleanup = g->nnodes};
     if (!(iter_s = calloc((size_t)(warmup + iterations), sizeof *iter_s))) {
         fprintf(stderr, "einrun: out of memory\n");
         goto done;
     }
     double t1 = ein_now_s();
-    if (co_run(progs, ndev, &ro, wstats, iter_s, &err) < 0) {
+    if (ein_session_open(comp, &so, &sess, &err) < 0) {
+        fprintf(stderr, "einrun: run failed: %s\n", err.msg);
+        goto done;
+    }
+    for (int v = 0; v < g->nnodes; v++)
+        if (in_path[v] && ein_session_set_input_npy(sess, pl_graph_node(g, v)->name, in_path[v],
+                                                    &err) < 0) {
+            fprintf(stderr, "einrun: --input %s: %s\n", pl_graph_node(g, v)->name, err.msg);
+            goto done;
+        }
+    for (int i = 0; i < warmup + iterations; i++) {
+        if (ein_session_run_ex(sess, i == warmup + iterations - 1, &rs, &err) < 0) {
+            fprintf(stderr, "einrun: run failed: %s\n", err.msg);
+            goto done;
+        }
+        iter_s[i] = rs.wall_s;
+    }
+    int crc = ein_session_close(sess, &err);
+    sess = NULL;
+    if (crc < 0) {
         fprintf(stderr, "einrun: run failed: %s\n", err.msg);
         goto done;
     }
@@ -849,7 +761,8 @@ int main(int argc, char **argv)
         for (int a = 0; a < nd->rank; a++)
             n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", a ? ", " : "",
                                   (long long)nd->shape[a]);
-        devices_text(co_output_devices(g, plan, v), devs, sizeof devs);
+        devices_text(co_output_devices(comp->g, ein_plan_internal(comp->plan), v), devs,
+                     sizeof devs);
         fprintf(stdout, "saved %s [%s] %s to %s (blocks written by device%s %s)\n", nd->name, shape,
                 ein_dtype_name(nd->dtype), out_path[v], strchr(devs, ',') ? "s" : "", devs);
     }
@@ -860,26 +773,27 @@ int main(int argc, char **argv)
                 iterations, warmup, 1e3 * t[0], 1e3 * t[iterations / 2]);
         for (int d = 0; d < ndev; d++)
             fprintf(stdout, "  device %d: %.3f ms kernels, %.3f ms copies, %.3f ms waiting (last iteration)\n",
-                    d, 1e3 * wstats[d].kernel, 1e3 * wstats[d].copy, 1e3 * wstats[d].wait);
+                    d, 1e3 * rs.dev[d].kernel, 1e3 * rs.dev[d].copy, 1e3 * rs.dev[d].wait);
     }
     if (trace_path)
         fprintf(stdout, "trace of every device written to %s\n", trace_path);
     if (verbose) {
         fprintf(stderr, "planned and lowered in %.3f s: %d instructions, %d exchanges, %d copies (%.0f bytes)\n",
-                t_plan, ls.ninstrs, ls.nexchanges, ls.ncopies, ls.copy_bytes);
+                t_plan, ls->ninstrs, ls->nexchanges, ls->ncopies, ls->copy_bytes);
         fprintf(stderr, "exchanges on topology %s: simulated %.3f ms with naive bodies, %.3f ms %s\n",
-                topo->name, 1e3 * ls.naive_s, 1e3 * ls.synth_s,
+                comp->topo->name, 1e3 * ls->naive_s, 1e3 * ls->synth_s,
                 search ? "as synthesised" : "(naive schedule)");
         if (search)
             fprintf(stderr, "exchange search: %ld candidates (work budget %ld per exchange) in "
                             "%.1f ms, wall-clock cap hit in %d of %d exchanges\n",
-                    ls.search_steps, search_work, ls.search_ms, ls.ncapped, ls.nexchanges);
+                    ls->search_steps, search_work, ls->search_ms, ls->ncapped, ls->nexchanges);
         fprintf(stderr, "exchange bodies: %d searched, %d copied from an identical exchange, "
-                        "%d local (nothing to move)\n", ls.nsearched, ls.nreused, ls.nlocal);
+                        "%d local (nothing to move)\n", ls->nsearched, ls->nreused, ls->nlocal);
         fprintf(stderr, "ran in %.3f s\n", t_run);
         for (int d = 0; d < ndev; d++)
             fprintf(stderr, "  device %d (pid %ld): %.3f s total, %.3f kernels, %.3f copies, %.3f waiting\n",
-                    d, wstats[d].pid, wstats[d].total, wstats[d].kernel, wstats[d].copy, wstats[d].wait);
+                    d, rs.dev[d].pid, rs.dev[d].total, rs.dev[d].kernel, rs.dev[d].copy,
+                    rs.dev[d].wait);
     }
 done:
     if (outs)
@@ -889,13 +803,14 @@ done:
         free(owned[v]);
     free(tmp_path);
     free(owned);
-    co_programs_free(progs, ndev);
-    xp_topo_free(topo);
-    pl_plan_free(plan);
+    if (sess) {
+        ein_error ignored;
+        ein_session_close(sess, &ignored);
+    }
+    ein_compiled_free(comp);
     pl_graph_free(g);
     free(in_path);
     free(out_path);
-    free(wstats);
     free(iter_s);
     for (int i = 0; i < ninputs; i++) {
         free(inputs[i].name);

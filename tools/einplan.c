@@ -24,6 +24,8 @@
 #include "planner/rewrite/pl_rewrite.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
+#include "coordinator/ein_compile_int.h"
+#include "planner/ein_api_int.h"
 
 /* Exit status for an error code: bad input is 2, the rest 1. */
 static int exit_status(int code)
@@ -38,8 +40,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: einplan --devices P [--selector dp|greedy|random] [--seed S]\n"
-            "               [--linear-paths] [--rewrite [--weights A,B,...] [--ilp] [--topology T]]\n"
-            "               [--json | --dot] plan.ein\n"
+            "               [--linear-paths] [--rewrite [--weights A,B,...] [--ilp]] [--topology T]\n"
+            "               [--exchanges] [--json | --dot] plan.ein\n"
             "\n"
             "Prints the plan for P devices: per operator its split (interval counts per\n"
             "dim), the output tiling and the repartition / join / aggregation costs.\n"
@@ -48,7 +50,11 @@ static void usage(FILE *f)
             "              --weights names the inputs that are weights (weight-only\n"
             "              work is free), --ilp extracts with CBC's ILP, --topology T takes\n"
             "              the roofline's peak and HBM bandwidth from machine T\n"
-            "              (default: H100 figures).\n");
+            "              (default: the `host` machine sized to P, as einrun --cpu P).\n"
+            "  --exchanges compile fully, as einrun would (P <= 64): synthesise every\n"
+            "              exchange on the topology (--topology T, default host) and\n"
+            "              print each device's program size and every exchange body in\n"
+            "              ExProg (docs/exprog.md).\n");
 }
 
 /* "8x1" grid of the output tiling: distinct intervals per dim. */
@@ -180,10 +186,11 @@ int main(int argc, char **argv)
         {"weights", required_argument, NULL, 'w'},
         {"ilp", no_argument, NULL, 'i'},
         {"topology", required_argument, NULL, 't'},
+        {"exchanges", no_argument, NULL, 'x'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int p = 0, json = 0, dot = 0, rewrite = 0, ilp = 0, c;
+    int p = 0, json = 0, dot = 0, rewrite = 0, ilp = 0, exchanges = 0, c;
     const char *weights = NULL, *topo_arg = NULL;
     pl_selector sel = PL_SELECT_DP;
     pl_plan_opts opts = {0};
@@ -219,6 +226,7 @@ int main(int argc, char **argv)
         case 'w': weights = optarg; break;
         case 'i': ilp = 1; break;
         case 't': topo_arg = optarg; break;
+        case 'x': exchanges = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -237,48 +245,54 @@ int main(int argc, char **argv)
         fprintf(stderr, "einplan: %s\n", err.msg);
         return exit_status(err.code);
     }
-    if (rewrite) {
-        /* Equality saturation first: plan the cheapest equivalent graph. */
-        pl_rewrite_opts ro = {.ilp = ilp};
-        pl_rewrite_stats st;
-        char **w = NULL;
-        pl_graph *out = NULL;
-        xp_topology *topo = NULL;
-        int rc = topo_arg ? xp_topo_load(topo_arg, &topo, &err) : 0, input_rc = rc;
-        if (topo) {
-            ro.peak_flops = topo->peak;
-            ro.hbm_bw = topo->hbm;
-        }
-        if (rc == 0 && weights)
-            rc = input_rc = pl_rewrite_weights_parse(weights, &w, &err);
-        ro.weights = (const char *const *)w;
-        if (rc == 0)
-            rc = pl_rewrite(g, &ro, &out, &st, &err);
-        pl_rewrite_weights_free(w);
-        xp_topo_free(topo);
-        if (rc < 0) {
-            fprintf(stderr, "einplan: --rewrite: %s\n", err.msg);
-            pl_graph_free(g);
-            /* A bad --topology or --weights is bad input; the rewriter
-             * failing on a program that parsed is not. */
-            return input_rc < 0 ? exit_status(input_rc) : 1;
-        }
-        pl_rewrite_report(json || dot ? stderr : stdout, out, &st);
+    /* The same compile as einrun's and the library's: a --rewrite uses the
+     * same topology (the `host` machine sized to P unless --topology), so
+     * the two can no longer rewrite differently. */
+    ein_compile_options co;
+    ein_compile_options_init(&co);
+    co.selector = pl_selector_name(sel);
+    co.plan_seed = seed;
+    co.linear_paths = opts.linear_paths;
+    co.rewrite = rewrite;
+    co.rewrite_weights = weights;
+    co.ilp = ilp;
+    co.topology = topo_arg;
+    co.plan_only = !exchanges;
+    ein_compiled *comp = NULL;
+    if (exchanges && p > EIN_MAX_DEVICES) {
+        fprintf(stderr, "einplan: --exchanges: at most %d devices\n", EIN_MAX_DEVICES);
         pl_graph_free(g);
-        g = out;
+        return 2;
     }
-    if (pl_plan_make_opts(g, p, sel, seed, &opts, &plan, &err) < 0) {
-        fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
+    if (ein_compile(g, p, &co, &comp, &err) < 0) {
+        if (err.code == EIN_ENOPLAN || err.code == EIN_ESHAPE)
+            fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
+        else
+            fprintf(stderr, "einplan: %s\n", err.msg);
         pl_graph_free(g);
         return exit_status(err.code);
     }
+    pl_graph_free(g);
+    g = comp->g;
+    plan = (pl_plan *)ein_plan_internal(comp->plan);
+    if (comp->rewritten)
+        pl_rewrite_report(json || dot ? stderr : stdout, g, &comp->rewrite_stats);
     if (json)
         print_json(path, g, plan);
     else if (dot)
         print_dot(g, plan);
     else
         print_text(path, g, plan);
-    pl_plan_free(plan);
-    pl_graph_free(g);
+    if (exchanges && !json && !dot) {
+        char *text = ein_compiled_explain(comp, 1);
+        if (!text) {
+            fprintf(stderr, "einplan: out of memory\n");
+            ein_compiled_free(comp);
+            return 1;
+        }
+        printf("\n%s", text);
+        free(text);
+    }
+    ein_compiled_free(comp);
     return 0;
 }

@@ -181,7 +181,8 @@ typedef struct ein_compile_options {
 /* Defaults (everything above as documented). */
 void ein_compile_options_init(ein_compile_options *o);
 
-/* Compile `g` for `ndev` devices (1..64); o may be NULL (defaults).
+/* Compile `g` for `ndev` devices (1..EIN_MAX_DEVICES; 1..4096 with
+ * plan_only); o may be NULL (defaults).
  * Failure: EIN_EINVAL (options), EIN_ENOPLAN (no plan), EIN_ELIMIT (a
  * device's program is too large), EIN_EDEVICE (topology detection),
  * EIN_EIO (a topology file), EIN_ENOMEM; *out is untouched. On success

@@ -979,20 +979,20 @@ static void test_wrong_fields(void **state)
     pk_begin(&p); /* type is not a string */
     msgpack_pack_map(&p.pk, 2);
     pk_str(&p, "type"); msgpack_pack_int(&p.pk, 5);
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_expect(&p, "'type': expected a string");
 
     pk_begin(&p); /* unknown type */
     msgpack_pack_map(&p.pk, 2);
     pk_str(&p, "type"); pk_str(&p, "bogus");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_expect(&p, "unknown type 'bogus'");
 
     pk_begin(&p); /* wrong version */
     msgpack_pack_map(&p.pk, 2);
     pk_str(&p, "type"); pk_str(&p, "start");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 2);
-    pk_expect(&p, "protocol version 2");
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 99);
+    pk_expect(&p, "protocol version 99");
 
     pk_begin(&p); /* version as a string */
     msgpack_pack_map(&p.pk, 2);
@@ -1007,13 +1007,13 @@ static void test_wrong_fields(void **state)
 
     pk_begin(&p); /* missing type */
     msgpack_pack_map(&p.pk, 1);
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_expect(&p, "missing field 'type'");
 
     pk_begin(&p); /* device as a string */
     msgpack_pack_map(&p.pk, 4);
     pk_str(&p, "type"); pk_str(&p, "hello");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "device"); pk_str(&p, "0");
     pk_str(&p, "pid"); msgpack_pack_int(&p.pk, 99);
     pk_expect(&p, "'device': expected an integer");
@@ -1021,14 +1021,14 @@ static void test_wrong_fields(void **state)
     pk_begin(&p); /* missing pid */
     msgpack_pack_map(&p.pk, 3);
     pk_str(&p, "type"); pk_str(&p, "hello");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "device"); msgpack_pack_int(&p.pk, 0);
     pk_expect(&p, "missing field 'pid'");
 
     pk_begin(&p); /* negative buffer */
     msgpack_pack_map(&p.pk, 4);
     pk_str(&p, "type"); pk_str(&p, "ready");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "device"); msgpack_pack_int(&p.pk, 0);
     pk_str(&p, "buffer"); msgpack_pack_int(&p.pk, -4);
     pk_expect(&p, "'buffer': integer out of range");
@@ -1036,7 +1036,7 @@ static void test_wrong_fields(void **state)
     pk_begin(&p); /* device beyond int32 */
     msgpack_pack_map(&p.pk, 4);
     pk_str(&p, "type"); pk_str(&p, "ready");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "device"); msgpack_pack_uint64(&p.pk, UINT64_MAX);
     pk_str(&p, "buffer"); msgpack_pack_int(&p.pk, 4);
     pk_expect(&p, "'device': integer out of range");
@@ -1044,22 +1044,22 @@ static void test_wrong_fields(void **state)
     pk_begin(&p); /* field of another type */
     msgpack_pack_map(&p.pk, 3);
     pk_str(&p, "type"); pk_str(&p, "start");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "pid"); msgpack_pack_int(&p.pk, 1);
     pk_expect(&p, "unexpected field 'pid'");
 
     pk_begin(&p); /* unknown field */
     msgpack_pack_map(&p.pk, 3);
     pk_str(&p, "type"); pk_str(&p, "start");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "colour"); msgpack_pack_int(&p.pk, 1);
     pk_expect(&p, "unknown field 'colour'");
 
     pk_begin(&p); /* duplicate field */
     msgpack_pack_map(&p.pk, 3);
     pk_str(&p, "type"); pk_str(&p, "start");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_expect(&p, "duplicate field 'v'");
 
     pk_begin(&p); /* non-string key */
@@ -1075,7 +1075,7 @@ static void test_wrong_fields(void **state)
     pk_begin(&p); /* error text with an embedded NUL, op too long, NaN time */
     msgpack_pack_map(&p.pk, 7);
     pk_str(&p, "type"); pk_str(&p, "error");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "device"); msgpack_pack_int(&p.pk, 0);
     pk_str(&p, "instr"); msgpack_pack_int(&p.pk, 0);
     pk_str(&p, "op"); pk_str(&p, "x");
@@ -1086,7 +1086,7 @@ static void test_wrong_fields(void **state)
     pk_begin(&p);
     msgpack_pack_map(&p.pk, 7);
     pk_str(&p, "type"); pk_str(&p, "error");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "device"); msgpack_pack_int(&p.pk, 0);
     pk_str(&p, "instr"); msgpack_pack_int(&p.pk, 0);
     pk_str(&p, "op"); pk_str(&p, "0123456789012345678901234567890123456789012345678901234567890123");
@@ -1097,7 +1097,7 @@ static void test_wrong_fields(void **state)
     pk_begin(&p);
     msgpack_pack_map(&p.pk, 7);
     pk_str(&p, "type"); pk_str(&p, "error");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "device"); msgpack_pack_int(&p.pk, 0);
     pk_str(&p, "instr"); msgpack_pack_int(&p.pk, 0);
     pk_str(&p, "op"); pk_str(&p, "");
@@ -1108,7 +1108,7 @@ static void test_wrong_fields(void **state)
     pk_begin(&p);
     msgpack_pack_map(&p.pk, 7);
     pk_str(&p, "type"); pk_str(&p, "done");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "device"); msgpack_pack_int(&p.pk, 0);
     pk_str(&p, "t_total"); msgpack_pack_double(&p.pk, NAN);
     pk_str(&p, "t_kernel"); msgpack_pack_double(&p.pk, 0);
@@ -1120,7 +1120,7 @@ static void test_wrong_fields(void **state)
     pk_begin(&p);
     msgpack_pack_map(&p.pk, 7);
     pk_str(&p, "type"); pk_str(&p, "done");
-    pk_str(&p, "v"); msgpack_pack_int8(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int8(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "device"); msgpack_pack_int64(&p.pk, 2);
     pk_str(&p, "t_total"); msgpack_pack_float(&p.pk, 0.5f);
     pk_str(&p, "t_kernel"); msgpack_pack_int(&p.pk, 3);
@@ -1138,14 +1138,14 @@ static void test_wrong_fields(void **state)
     pk_begin(&p);
     msgpack_pack_map(&p.pk, 3);
     pk_str(&p, "type"); pk_str(&p, "program");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "program"); msgpack_pack_array(&p.pk, 0);
     pk_expect(&p, "program: expected a map");
 
     pk_begin(&p);
     msgpack_pack_map(&p.pk, 3);
     pk_str(&p, "type"); pk_str(&p, "program");
-    pk_str(&p, "v"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
     pk_str(&p, "program"); msgpack_pack_map(&p.pk, 1);
     pk_str(&p, "device"); msgpack_pack_int(&p.pk, 0);
     pk_expect(&p, "program: missing field 'ndevices'");
@@ -1158,7 +1158,7 @@ static void pk_kernel_program(packed *p, void (*kernel)(msgpack_packer *))
     pk_begin(p);
     msgpack_pack_map(&p->pk, 3);
     pk_str(p, "type"); pk_str(p, "program");
-    pk_str(p, "v"); msgpack_pack_int(&p->pk, 1);
+    pk_str(p, "v"); msgpack_pack_int(&p->pk, EIN_PROTOCOL_VERSION);
     pk_str(p, "program");
     msgpack_pack_map(&p->pk, 5);
     pk_str(p, "device"); msgpack_pack_int(&p->pk, 0);
@@ -1514,6 +1514,70 @@ static void test_mutation_fuzz(void **state)
         free(bufs[i]);
 }
 
+/* START carries `store` and the inputs to load again ([name, path], ""
+ * for generated): both round-trip, and malformed ones are refused. */
+static void test_start_reload(void **state)
+{
+    (void)state;
+    ein_reload rl[2] = {{.name = "x", .path = "/tmp/in-0.npy"}, {.name = "w1", .path = NULL}};
+    ein_msg m = {.type = EIN_MSG_START, .store = 1, .reload = rl, .nreload = 2}, out;
+    ein_error err = {0};
+    void *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(ein_msg_encode(&m, &buf, &len, &err), 0);
+    assert_int_equal(ein_msg_decode(buf, len, &out, &err), 0);
+    free(buf);
+    assert_int_equal(out.type, EIN_MSG_START);
+    assert_int_equal(out.store, 1);
+    assert_int_equal(out.nreload, 2);
+    assert_string_equal(out.reload[0].name, "x");
+    assert_string_equal(out.reload[0].path, "/tmp/in-0.npy");
+    assert_string_equal(out.reload[1].name, "w1");
+    assert_null(out.reload[1].path);
+    ein_msg_clear(&out);
+
+    packed p;
+    pk_begin(&p); /* reload not an array */
+    msgpack_pack_map(&p.pk, 4);
+    pk_str(&p, "type"); pk_str(&p, "start");
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
+    pk_str(&p, "store"); msgpack_pack_int(&p.pk, 0);
+    pk_str(&p, "reload"); msgpack_pack_int(&p.pk, 3);
+    pk_expect(&p, "'reload': expected an array");
+
+    pk_begin(&p); /* an entry of one element */
+    msgpack_pack_map(&p.pk, 4);
+    pk_str(&p, "type"); pk_str(&p, "start");
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
+    pk_str(&p, "store"); msgpack_pack_int(&p.pk, 0);
+    pk_str(&p, "reload"); msgpack_pack_array(&p.pk, 1); msgpack_pack_array(&p.pk, 1);
+    pk_str(&p, "x");
+    pk_expect(&p, "expected [name, path]");
+
+    pk_begin(&p); /* an empty name */
+    msgpack_pack_map(&p.pk, 4);
+    pk_str(&p, "type"); pk_str(&p, "start");
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
+    pk_str(&p, "store"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "reload"); msgpack_pack_array(&p.pk, 1); msgpack_pack_array(&p.pk, 2);
+    pk_str(&p, ""); pk_str(&p, "a.npy");
+    pk_expect(&p, "empty name");
+
+    pk_begin(&p); /* store out of range */
+    msgpack_pack_map(&p.pk, 4);
+    pk_str(&p, "type"); pk_str(&p, "start");
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
+    pk_str(&p, "store"); msgpack_pack_int(&p.pk, 2);
+    pk_str(&p, "reload"); msgpack_pack_array(&p.pk, 0);
+    pk_expect(&p, "'store'");
+
+    pk_begin(&p); /* START without its fields */
+    msgpack_pack_map(&p.pk, 2);
+    pk_str(&p, "type"); pk_str(&p, "start");
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
+    pk_expect(&p, "missing field 'store'");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1528,6 +1592,7 @@ int main(void)
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_every_truncation),
         cmocka_unit_test(test_mutation_fuzz),
+        cmocka_unit_test(test_start_reload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
