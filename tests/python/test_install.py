@@ -12,6 +12,15 @@ import einsummable as es
 PKG = os.path.dirname(os.path.abspath(es.__file__))
 
 
+def _copy_package(dst):
+    """The package's .py files into dst, writable (under make distcheck the
+    source tree is read-only, and copytree would copy that mode)."""
+    os.makedirs(dst)
+    for f in os.listdir(PKG):
+        if f.endswith(".py") and f != "_paths.py":
+            shutil.copyfile(os.path.join(PKG, f), os.path.join(dst, f))
+
+
 def _env():
     env = dict(os.environ)
     for k in ("EIN_BUILDDIR", "EIN_LIBRARY", "PYTHONPATH", "EINWORKER"):
@@ -25,10 +34,10 @@ def _fake_prefix(root):
     under lib/python3/dist-packages), with _paths.py as install writes it."""
     site = os.path.join(root, "lib", "python3", "dist-packages")
     pkg = os.path.join(site, "einsummable")
-    shutil.copytree(PKG, pkg, ignore=shutil.ignore_patterns("__pycache__", "_paths.py"))
+    _copy_package(pkg)
     libdir, bindir = os.path.join(root, "lib"), os.path.join(root, "bin")
     os.makedirs(bindir)
-    shutil.copy(es.library_path, os.path.join(libdir, "libeinsummable.so"))
+    shutil.copyfile(es.library_path, os.path.join(libdir, "libeinsummable.so"))
     with open(os.path.join(pkg, "_paths.py"), "w") as f:
         f.write("LIBDIR = %r\nBINDIR = %r\n" % (os.path.relpath(libdir, pkg),
                                                 os.path.relpath(bindir, pkg)))
@@ -50,7 +59,7 @@ def test_installed_layout_survives_a_move(tmp_path):
 
 def test_no_library_is_a_clear_import_error(tmp_path):
     pkg = tmp_path / "einsummable"
-    shutil.copytree(PKG, pkg, ignore=shutil.ignore_patterns("__pycache__", "_paths.py"))
+    _copy_package(str(pkg))
     env = _env()
     env["PYTHONPATH"] = str(tmp_path)
     env["EIN_LIBRARY"] = str(tmp_path / "nothing.so")
