@@ -1,0 +1,46 @@
+"""einsummable — the paper's Python interface to Einsummable-C.
+
+    import numpy as np
+    import einsummable as es
+
+    graph = es.createGraph()
+    x  = graph.insertTensor(es.tensorDesc([tokens, d_model], "f32"))
+    w1 = graph.insertTensor(es.tensorDesc([d_model, d_ff], "f32"))
+    w2 = graph.insertTensor(es.tensorDesc([d_ff, d_model], "f32"))
+    act = graph.matmul(x, w1)
+    hidden = graph.unary(act, "relu", 0.0)
+    y = graph.matmul(hidden, w2)
+    graph.save(y)
+    with es.compileGraph(graph, device=[0, 1, 2, 3], schedule_mode="ai") as prog:
+        prog.load(x, X); prog.load(w1, W1); prog.load(w2, W2)
+        prog.execute()
+        Y = prog.offload(y)          # a numpy.ndarray
+
+A thin ctypes layer over libeinsummable (include/einsummable/einsummable.h):
+no compiled extension, NumPy arrays in and out. Every failure raises
+EinError (.code: a negative EIN_E* code, .message: one line).
+
+Public names: createGraph, tensorDesc, compileGraph, Graph, Tensor,
+TensorDesc, Program, EinError, the EIN_E* codes, library_path.
+The operators (Graph methods): insertTensor, save, matmul, einsum, unary,
+binary, softmax, rmsnorm, layernorm, rope, attention, reduce, concat, slice,
+split_heads, merge_heads (and the shorthands relu, silu, gelu, add, sub,
+mul, div, maximum); tensor(name), tensors() and plan(devices) read a graph
+back. dtypes: "f32", "f16", "bf16" or numpy.float32 / numpy.float16.
+"""
+
+from ._lib import (EIN_EDEVICE, EIN_EINVAL, EIN_EIO, EIN_ELIMIT, EIN_ENOMEM, EIN_ENOPLAN,
+                   EIN_EPARSE, EIN_EPROTO, EIN_ESHAPE, EIN_ETIMEOUT, EIN_EUNSUPPORTED,
+                   EIN_EWORKER, EinError)
+from ._lib import lib as _lib_handle
+from ._core import (Graph, Program, Tensor, TensorDesc, compileGraph, createGraph,
+                    tensorDesc)
+
+library_path = _lib_handle.path
+
+__all__ = [
+    "createGraph", "tensorDesc", "compileGraph", "Graph", "Tensor", "TensorDesc", "Program",
+    "EinError", "library_path", "EIN_EINVAL", "EIN_ENOMEM", "EIN_EIO", "EIN_EPARSE",
+    "EIN_ESHAPE", "EIN_EPROTO", "EIN_ENOPLAN", "EIN_ETIMEOUT", "EIN_EWORKER",
+    "EIN_EUNSUPPORTED", "EIN_EDEVICE", "EIN_ELIMIT",
+]

@@ -1,0 +1,915 @@
+"""einsummable._core — graphs, compiled programs and sessions over
+libeinsummable (see the package's docstring for the API)."""
+
+import atexit
+import ctypes
+import os
+import sys
+import threading
+import weakref
+
+import numpy
+
+from . import _lib as L
+from ._lib import EinError
+
+_lib = L.lib
+
+# ---- dtypes ---------------------------------------------------------------
+# Our name -> (C enum, NumPy dtype of the stored bytes).
+_DTYPES = {
+    "f32": (0, numpy.dtype(numpy.float32)),
+    "f16": (1, numpy.dtype(numpy.float16)),
+    "bf16": (2, numpy.dtype(numpy.uint16)),  # no NumPy dtype: the bit patterns
+}
+_DTYPE_BY_CODE = {v[0]: k for k, v in _DTYPES.items()}
+_DTYPE_ALIASES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+
+def _dtype_name(dtype, what):
+    """'f32' | 'f16' | 'bf16' from a name, a NumPy dtype or a scalar type."""
+    if isinstance(dtype, str):
+        name = _DTYPE_ALIASES.get(dtype, dtype)
+        if name in _DTYPES:
+            return name
+        raise EinError(L.EIN_EINVAL, "%s: unknown dtype '%s'; expected f32, f16, bf16, "
+                       "numpy.float32 or numpy.float16" % (what, dtype))
+    try:
+        nd = numpy.dtype(dtype)
+    except TypeError:
+        nd = None
+    if nd is not None:
+        if nd == numpy.float32:
+            return "f32"
+        if nd == numpy.float16:
+            return "f16"
+        if nd.name == "bfloat16":  # ml_dtypes, when a user has it
+            return "bf16"
+    raise EinError(L.EIN_EINVAL, "%s: unsupported dtype %r; expected f32, f16, bf16, "
+                   "numpy.float32 or numpy.float16" % (what, dtype))
+
+
+def _bf16_from_f32(a):
+    """Round float32 values to bfloat16 bit patterns (nearest, ties to even;
+    NaN stays a quiet NaN)."""
+    u = numpy.ascontiguousarray(a, dtype=numpy.float32).view(numpy.uint32)
+    r = ((u + numpy.uint32(0x7FFF) + ((u >> numpy.uint32(16)) & numpy.uint32(1)))
+         >> numpy.uint32(16)).astype(numpy.uint16)
+    nan = numpy.isnan(a)
+    if nan.any():
+        r[nan] = numpy.uint16(0x7FC0)
+    return r
+
+
+def _f32_from_bf16(bits):
+    """bfloat16 bit patterns to float32 (exact)."""
+    return (bits.astype(numpy.uint32) << numpy.uint32(16)).view(numpy.float32)
+
+
+def _fail(code, msg):
+    raise EinError(code, msg)
+
+
+def _check(rc, err, what=None):
+    """Raise the library's error for a negative return code."""
+    if rc < 0:
+        msg = err.msg.decode("utf-8", "replace") if err is not None else ""
+        if not msg:
+            s = _lib.ein_strerror(rc)
+            msg = (what + ": " if what else "") + (s.decode() if s else "error %d" % rc)
+        raise EinError(err.code if err is not None and err.code < 0 else rc, msg)
+    return rc
+
+
+def _name_arg(name):
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        _fail(L.EIN_EINVAL, "name must be a non-empty string, not %r" % (name,))
+    b = name.encode("utf-8")
+    if len(b) > 63:
+        _fail(L.EIN_EINVAL, "name '%s' is longer than 63 bytes" % name)
+    return b
+
+
+def _int(v, what):
+    if isinstance(v, (bool, numpy.bool_)) or not isinstance(v, (int, numpy.integer)):
+        _fail(L.EIN_EINVAL, "%s must be an integer, not %r" % (what, v))
+    return int(v)
+
+
+# ---- tensor descriptions and tensors -------------------------------------
+class TensorDesc:
+    """A zero-bounded tensor type: shape (a tuple of positive ints, rank
+    1..8), dtype ('f32', 'f16' or 'bf16') and optional dim names."""
+
+    __slots__ = ("shape", "dtype", "dim_names")
+
+    def __init__(self, shape, dtype="f32", dim_names=None):
+        if isinstance(shape, (int, numpy.integer)):
+            shape = (shape,)
+        try:
+            shape = tuple(shape)
+        except TypeError:
+            _fail(L.EIN_ESHAPE, "tensorDesc: shape must be a list of sizes, not %r" % (shape,))
+        if not 1 <= len(shape) <= L.EIN_DESC_MAX_RANK:
+            _fail(L.EIN_ESHAPE, "tensorDesc: rank %d; expected 1..%d"
+                  % (len(shape), L.EIN_DESC_MAX_RANK))
+        for i, n in enumerate(shape):
+            n = _int(n, "tensorDesc: size %d" % i)
+            if n < 1:
+                _fail(L.EIN_ESHAPE, "tensorDesc: size %d of %s is %d; sizes must be >= 1"
+                      % (i, list(shape), n))
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = _dtype_name(dtype, "tensorDesc")
+        if dim_names is not None:
+            dim_names = tuple(dim_names)
+            if len(dim_names) != len(self.shape):
+                _fail(L.EIN_EINVAL, "tensorDesc: %d dim names for rank %d"
+                      % (len(dim_names), len(self.shape)))
+        self.dim_names = dim_names
+
+    def __repr__(self):
+        return "tensorDesc(%s, %r)" % (list(self.shape), self.dtype)
+
+    def _c(self, keep):
+        d = L.ein_tensor_desc()
+        d.rank = len(self.shape)
+        for i, n in enumerate(self.shape):
+            d.shape[i] = n
+        d.dtype = _DTYPES[self.dtype][0]
+        if self.dim_names:
+            for i, s in enumerate(self.dim_names):
+                if s is not None:
+                    b = str(s).encode("utf-8")
+                    keep.append(b)
+                    d.dim_names[i] = b
+        return d
+
+
+def tensorDesc(shape, dtype="f32", dim_names=None):
+    """The paper's es.tensorDesc(shape, dtype)."""
+    return TensorDesc(shape, dtype, dim_names)
+
+
+class Tensor:
+    """A tensor of a graph: .name, .shape, .dtype ('f32'...), .id. Made by
+    Graph's methods, never directly."""
+
+    __slots__ = ("graph", "id", "name", "shape", "dtype", "__weakref__")
+
+    def __init__(self, graph, tid, name, shape, dtype):
+        self.graph, self.id, self.name, self.shape, self.dtype = graph, tid, name, shape, dtype
+
+    @property
+    def rank(self):
+        return len(self.shape)
+
+    def __repr__(self):
+        return "<einsummable.Tensor %s %s %s>" % (self.name, list(self.shape), self.dtype)
+
+
+_UNARY = ("relu", "silu", "gelu", "exp", "neg", "sigmoid", "tanh", "square", "scale", "addc")
+_BINARY = ("add", "sub", "mul", "div", "maximum")
+
+
+def _read_tensor(gp, tid):
+    """(name, shape, dtype, is_input, is_saved) of tensor tid of graph gp."""
+    name = ctypes.c_char_p()
+    desc = L.ein_tensor_desc()
+    is_in, is_saved = ctypes.c_int(), ctypes.c_int()
+    rc = _lib.ein_graph_tensor(gp, tid, ctypes.byref(name), ctypes.byref(desc),
+                               ctypes.byref(is_in), ctypes.byref(is_saved))
+    if rc < 0:
+        _fail(rc, "graph: no tensor %d" % tid)
+    shape = tuple(int(desc.shape[i]) for i in range(desc.rank))
+    return (name.value.decode("utf-8"), shape, _DTYPE_BY_CODE.get(desc.dtype, "f32"),
+            bool(is_in.value), bool(is_saved.value))
+
+
+class Graph:
+    """A graph of abstract operators (es.createGraph()). Each method adds
+    one operator and returns its result Tensor; `name` (optional, unique,
+    1..63 bytes) names it, otherwise the library makes one ("t17"). Errors
+    raise EinError and leave the graph unchanged."""
+
+    def __init__(self):
+        p = _lib.ein_graph_create()
+        if not p:
+            _fail(L.EIN_ENOMEM, "createGraph: out of memory")
+        self._p = ctypes.c_void_p(p)
+        self._tensors = []  # by id
+        self._saved = set()
+
+    def __del__(self):
+        p = getattr(self, "_p", None)
+        self._p = None
+        if p is not None and p.value and _lib is not None:
+            _lib.ein_graph_destroy(p)
+
+    # -- helpers
+    def _t(self, x, what):
+        if isinstance(x, str):
+            return self.tensor(x)
+        if not isinstance(x, Tensor):
+            _fail(L.EIN_EINVAL, "%s: expected a Tensor of this graph, not %r" % (what, x))
+        if x.graph is not self:
+            _fail(L.EIN_EINVAL, "%s: tensor %s belongs to another graph" % (what, x.name))
+        return x
+
+    def _add(self, tid, err, what):
+        if tid < 0:
+            _check(tid, err, what)
+        name, shape, dtype, _, _ = _read_tensor(self._p, tid)
+        t = Tensor(self, tid, name, shape, dtype)
+        while len(self._tensors) <= tid:
+            self._tensors.append(None)
+        self._tensors[tid] = t
+        return t
+
+    def _axis(self, x, axis, what, rank=None):
+        r = x.rank if rank is None else rank
+        axis = _int(axis, what + ": axis")
+        if not -r <= axis < r:
+            _fail(L.EIN_EINVAL, "%s: axis %d out of range for %s of rank %d"
+                  % (what, axis, x.name, r))
+        return axis % r
+
+    @staticmethod
+    def _seq_ends(seqs, tokens, what):
+        if seqs is None:
+            return None, 0
+        lens = [_int(s, what + ": sequence length") for s in seqs]
+        if not lens or any(n < 1 for n in lens):
+            _fail(L.EIN_ESHAPE, "%s: seqs must be positive lengths, not %r" % (what, list(seqs)))
+        if sum(lens) != tokens:
+            _fail(L.EIN_ESHAPE, "%s: the sequences %r sum to %d, not the %d tokens"
+                  % (what, lens, sum(lens), tokens))
+        ends, e = [], 0
+        for n in lens:
+            e += n
+            ends.append(e)
+        return (ctypes.c_int64 * len(ends))(*ends), len(ends)
+
+    # -- reading back
+    def tensor(self, name):
+        """The tensor called `name` (EinError if none)."""
+        if not isinstance(name, str):
+            _fail(L.EIN_EINVAL, "tensor: expected a name, not %r" % (name,))
+        err = L.ein_error()
+        tid = _lib.ein_graph_find(self._p, name.encode("utf-8"), ctypes.byref(err))
+        if tid < 0:
+            _check(tid, err, "tensor")
+        if tid < len(self._tensors) and self._tensors[tid] is not None:
+            return self._tensors[tid]
+        return self._add(tid, err, "tensor")
+
+    def tensors(self):
+        """Every tensor, in creation order."""
+        return [self._tensors[i] if i < len(self._tensors) and self._tensors[i] is not None
+                else self._add(i, None, "tensors")
+                for i in range(_lib.ein_graph_ntensors(self._p))]
+
+    # -- inputs and outputs
+    def insertTensor(self, desc, name=None):
+        """A graph input of type `desc` (es.tensorDesc(shape, dtype))."""
+        if not isinstance(desc, TensorDesc):
+            _fail(L.EIN_EINVAL, "insertTensor: expected es.tensorDesc(shape, dtype), not %r"
+                  % (desc,))
+        err, keep = L.ein_error(), []
+        tid = _lib.ein_graph_insert_tensor(self._p, _name_arg(name), desc._c(keep),
+                                           ctypes.byref(err))
+        return self._add(tid, err, "insertTensor")
+
+    def save(self, *tensors):
+        """Mark tensors as outputs (each at most once)."""
+        if not tensors:
+            _fail(L.EIN_EINVAL, "save: no tensor given")
+        for x in tensors:
+            x = self._t(x, "save")
+            err = L.ein_error()
+            _check(_lib.ein_graph_save(self._p, x.id, ctypes.byref(err)), err, "save")
+            self._saved.add(x.id)
+
+    # -- operators
+    def matmul(self, a, b, name=None):
+        a, b = self._t(a, "matmul"), self._t(b, "matmul")
+        if a.rank != 2 or b.rank != 2 or a.shape[1] != b.shape[0]:
+            _fail(L.EIN_ESHAPE, "matmul: %s is %s but %s is %s; expected [i, j] x [j, k]"
+                  % (a.name, list(a.shape), b.name, list(b.shape)))
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_matmul(self._p, _name_arg(name), a.id, b.id,
+                                               ctypes.byref(err)), err, "matmul")
+
+    def einsum(self, subscripts, a, b=None, name=None):
+        """Explicit subscripts: "bij,bjk->bik" (two operands) or "ij->j"."""
+        if not isinstance(subscripts, str):
+            _fail(L.EIN_EINVAL, "einsum: subscripts must be a string like 'ij,jk->ik'")
+        a = self._t(a, "einsum")
+        bid = -1 if b is None else self._t(b, "einsum").id
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_einsum(self._p, _name_arg(name), subscripts.encode(),
+                                               a.id, bid, ctypes.byref(err)), err, "einsum")
+
+    def unary(self, x, op, c=0.0, name=None):
+        """op: relu, silu, gelu, exp, neg, sigmoid, tanh, square, scale
+        (x*c) or addc (x+c)."""
+        x = self._t(x, "unary")
+        if op not in _UNARY:
+            _fail(L.EIN_EINVAL, "unary: unknown operator %r; expected one of %s"
+                  % (op, ", ".join(_UNARY)))
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_unary(self._p, _name_arg(name), op.encode(), float(c),
+                                              x.id, ctypes.byref(err)), err, "unary")
+
+    def binary(self, a, b, op=None, name=None):
+        """binary(a, b, op) or binary(op, a, b); op: add, sub, mul, div or
+        maximum, with NumPy broadcasting."""
+        if isinstance(a, str) and a in _BINARY and op is not None and not isinstance(op, str):
+            a, b, op = b, op, a
+        if op not in _BINARY:
+            _fail(L.EIN_EINVAL, "binary: unknown operator %r; expected one of %s"
+                  % (op, ", ".join(_BINARY)))
+        a, b = self._t(a, "binary"), self._t(b, "binary")
+        try:
+            numpy.broadcast_shapes(a.shape, b.shape)
+        except ValueError:
+            _fail(L.EIN_ESHAPE, "%s: %s %s and %s %s do not broadcast"
+                  % (op, a.name, list(a.shape), b.name, list(b.shape)))
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_binary(self._p, _name_arg(name), op.encode(), a.id,
+                                               b.id, ctypes.byref(err)), err, "binary")
+
+    def softmax(self, x, axis=-1, name=None):
+        x = self._t(x, "softmax")
+        axis = self._axis(x, axis, "softmax")
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_softmax(self._p, _name_arg(name), x.id, axis,
+                                                ctypes.byref(err)), err, "softmax")
+
+    def rmsnorm(self, x, w, eps=1e-5, name=None):
+        """x / sqrt(mean(x^2, last axis) + eps) * w."""
+        x, w = self._t(x, "rmsnorm"), self._t(w, "rmsnorm")
+        if w.shape != x.shape[-1:]:
+            _fail(L.EIN_ESHAPE, "rmsnorm: weight %s is %s; expected [%d] (the last axis of %s)"
+                  % (w.name, list(w.shape), x.shape[-1], x.name))
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_rmsnorm(self._p, _name_arg(name), x.id, w.id,
+                                                float(eps), ctypes.byref(err)), err, "rmsnorm")
+
+    def layernorm(self, x, w, b, eps=1e-5, name=None):
+        x, w, b = self._t(x, "layernorm"), self._t(w, "layernorm"), self._t(b, "layernorm")
+        for t in (w, b):
+            if t.shape != x.shape[-1:]:
+                _fail(L.EIN_ESHAPE, "layernorm: %s is %s; expected [%d] (the last axis of %s)"
+                      % (t.name, list(t.shape), x.shape[-1], x.name))
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_layernorm(self._p, _name_arg(name), x.id, w.id, b.id,
+                                                  float(eps), ctypes.byref(err)), err,
+                         "layernorm")
+
+    def rope(self, x, head_dim, theta=10000.0, seqs=None, name=None):
+        """Rotary embedding of x [tokens, heads*head_dim], interleaved pairs;
+        positions restart at each packed sequence (seqs: their lengths,
+        default one sequence)."""
+        x = self._t(x, "rope")
+        ends, n = self._seq_ends(seqs, x.shape[0], "rope")
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_rope(self._p, _name_arg(name), x.id,
+                                             _int(head_dim, "rope: head_dim"), float(theta),
+                                             ends, n, ctypes.byref(err)), err, "rope")
+
+    def attention(self, q, k, v, seqs=None, name=None):
+        """Causal grouped-query attention: q [heads_q, tokens, d], k and v
+        [heads_kv, tokens, d]; each packed sequence (seqs: lengths) attends
+        within itself."""
+        q, k, v = (self._t(t, "attention") for t in (q, k, v))
+        ends, n = self._seq_ends(seqs, q.shape[1] if q.rank == 3 else 0, "attention")
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_attention(self._p, _name_arg(name), q.id, k.id, v.id,
+                                                  ends, n, ctypes.byref(err)), err,
+                         "attention")
+
+    def reduce(self, x, op, axes, name=None):
+        """op: "sum" or "max" over `axes` (an int or a list of ints)."""
+        x = self._t(x, "reduce")
+        if op not in ("sum", "max"):
+            _fail(L.EIN_EINVAL, "reduce: unknown operator %r; expected sum or max" % (op,))
+        if isinstance(axes, (int, numpy.integer)):
+            axes = [axes]
+        mask = 0
+        for a in axes:
+            mask |= 1 << self._axis(x, a, "reduce")
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_reduce(self._p, _name_arg(name), op.encode(), mask,
+                                               x.id, ctypes.byref(err)), err, "reduce")
+
+    def concat(self, xs, axis=0, name=None):
+        xs = [self._t(t, "concat") for t in xs]
+        if not xs:
+            _fail(L.EIN_EINVAL, "concat: no tensor given")
+        axis = self._axis(xs[0], axis, "concat")
+        ids = (ctypes.c_int * len(xs))(*[t.id for t in xs])
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_concat(self._p, _name_arg(name), axis, ids, len(xs),
+                                               ctypes.byref(err)), err, "concat")
+
+    def slice(self, x, axis, start, end, name=None):
+        """x's elements start..end-1 along `axis`."""
+        x = self._t(x, "slice")
+        axis = self._axis(x, axis, "slice")
+        start, end = _int(start, "slice: start"), _int(end, "slice: end")
+        if not 0 <= start < end <= x.shape[axis]:
+            _fail(L.EIN_ESHAPE, "slice: [%d, %d) is not inside axis %d of %s (size %d)"
+                  % (start, end, axis, x.name, x.shape[axis]))
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_slice(self._p, _name_arg(name), x.id, axis, start, end,
+                                              ctypes.byref(err)), err, "slice")
+
+    def split_heads(self, x, head_dim, name=None):
+        """[tokens, heads*head_dim] -> [heads, tokens, head_dim]."""
+        x = self._t(x, "split_heads")
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_split_heads(self._p, _name_arg(name), x.id,
+                                                    _int(head_dim, "split_heads: head_dim"),
+                                                    ctypes.byref(err)), err, "split_heads")
+
+    def merge_heads(self, x, name=None):
+        """[heads, tokens, head_dim] -> [tokens, heads*head_dim]."""
+        x = self._t(x, "merge_heads")
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_merge_heads(self._p, _name_arg(name), x.id,
+                                                    ctypes.byref(err)), err, "merge_heads")
+
+    # -- shorthands for unary and binary operators
+    def relu(self, x, name=None):
+        return self.unary(x, "relu", 0.0, name)
+
+    def silu(self, x, name=None):
+        return self.unary(x, "silu", 0.0, name)
+
+    def gelu(self, x, name=None):
+        return self.unary(x, "gelu", 0.0, name)
+
+    def add(self, a, b, name=None):
+        return self.binary(a, b, "add", name)
+
+    def sub(self, a, b, name=None):
+        return self.binary(a, b, "sub", name)
+
+    def mul(self, a, b, name=None):
+        return self.binary(a, b, "mul", name)
+
+    def div(self, a, b, name=None):
+        return self.binary(a, b, "div", name)
+
+    def maximum(self, a, b, name=None):
+        return self.binary(a, b, "maximum", name)
+
+    # -- planning only
+    def plan(self, devices, selector="dp"):
+        """The logical plan alone (no exchanges, nothing runs): a list of
+        dicts {name, op, split, repartition, join, aggregation} per
+        operator and the total cost, as (total, ops)."""
+        devices = _int(devices, "plan: devices")
+        if selector not in ("dp", "greedy", "random"):
+            _fail(L.EIN_EINVAL, "plan: selector %r; expected dp, greedy or random" % (selector,))
+        opts = L.ein_plan_options(selector=selector.encode(), seed=1, linear_paths=0)
+        out, err = ctypes.c_void_p(), L.ein_error()
+        _check(_lib.ein_graph_plan(self._p, devices, ctypes.byref(opts), ctypes.byref(out),
+                                   ctypes.byref(err)), err, "plan")
+        try:
+            return _read_plan(out)
+        finally:
+            _lib.ein_plan_free(out)
+
+
+def _read_plan(pp):
+    total = _lib.ein_plan_total_cost(pp)
+    ops = []
+    for i in range(_lib.ein_plan_nops(pp)):
+        name, op = ctypes.c_char_p(), ctypes.c_char_p()
+        split = ctypes.create_string_buffer(256)
+        r, j, a = ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
+        if _lib.ein_plan_op(pp, i, ctypes.byref(name), ctypes.byref(op), split, 256,
+                            ctypes.byref(r), ctypes.byref(j), ctypes.byref(a)) < 0:
+            break
+        ops.append({"name": name.value.decode(), "op": op.value.decode(),
+                    "split": split.value.decode(), "repartition": r.value,
+                    "join": j.value, "aggregation": a.value})
+    return total, ops
+
+
+def createGraph():
+    """The paper's es.createGraph(): an empty graph."""
+    return Graph()
+
+
+# ---- compiling and running ----------------------------------------------
+def _gpu_visible():
+    return os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
+
+
+def _gpu_count():
+    """GPUs visible: CUDA_VISIBLE_DEVICES when set, else /dev/nvidiaN."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None and _gpu_visible():
+        return len([d for d in env.split(",") if d.strip() and not d.strip().startswith("-")])
+    n = 0
+    while os.path.exists("/dev/nvidia%d" % n):
+        n += 1
+    return n
+
+
+_said = set()
+_said_lock = threading.Lock()
+
+
+def _say_once(msg):
+    """einrun's notice about CPU devices, once per process and message."""
+    with _said_lock:
+        if msg in _said:
+            return
+        _said.add(msg)
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+_open_programs = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for p in list(_open_programs):
+        try:
+            p.close()
+        except Exception:
+            pass
+
+
+def _find_worker(name):
+    env = os.environ.get("EINWORKER")
+    if env:
+        return None  # the library reads $EINWORKER itself
+    for d in L.bin_dirs():
+        p = os.path.join(d, name)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+class Program:
+    """A compiled graph (es.compileGraph). Its workers start at the first
+    load() or execute() and stay alive, with every loaded input resident,
+    until close(); use it as a context manager to close it for sure.
+
+      load(tensor, array)   set an input (tensor: a Tensor or its name;
+                            array: a NumPy array of exactly its shape and
+                            dtype, or the path of a .npy file)
+      execute()             run the program once
+      offload(tensor)       a saved tensor's value after the last run, as a
+                            new NumPy array
+      explain()             the compiled program as text
+      close()               stop the workers (again: harmless)
+
+    After execute(), last_run_seconds is the run's wall time and last_pids
+    the worker processes' ids (one per device).
+
+    bf16 tensors: load() takes float32 arrays (rounded to nearest, ties to
+    even) or uint16 arrays of bfloat16 bit patterns; offload() returns
+    float32 (exact), or with raw=True the uint16 bit patterns.
+
+    A worker failure during execute() raises EinError (code EIN_EWORKER or
+    EIN_ETIMEOUT) with the one-line report; the program's workers are then
+    gone and every later load/execute/offload raises; close() stays
+    harmless."""
+
+    def __init__(self, graph, devices, schedule_mode, backend, selector, seed, search_work,
+                 topology, rewrite, worker_timeout, run_timeout, verbose):
+        self._c = None
+        self._s = None
+        self._state = "compiled"  # -> "open" -> "failed" / "closed"
+        self._failure = None
+        self._ran = False
+        self.devices = list(devices)
+        self.schedule_mode = schedule_mode
+        self.backend = backend
+        self._gpu_ids = (ctypes.c_int * len(devices))(*devices)
+        self._session_args = (worker_timeout, run_timeout, verbose)
+
+        o = L.ein_compile_options()
+        _lib.ein_compile_options_init(ctypes.byref(o))
+        keep = []
+
+        def cstr(s):
+            b = s.encode("utf-8")
+            keep.append(b)
+            return b
+
+        if selector is not None:
+            o.selector = cstr(selector)
+        o.naive_exchanges = 1 if schedule_mode == "naive" else 0
+        if seed is not None:
+            o.seed = _int(seed, "compileGraph: seed")
+        if search_work is not None:
+            o.search_work = _int(search_work, "compileGraph: search_work")
+        if topology is not None:
+            o.topology = cstr(topology)
+        if backend == "cuda":
+            o.cuda = 1
+            o.gpu_ids = self._gpu_ids
+        o.rewrite = 1 if rewrite else 0
+        self._compile_keep = keep
+        out, err = ctypes.c_void_p(), L.ein_error()
+        _check(_lib.ein_compile(graph._p, len(devices), ctypes.byref(o), ctypes.byref(out),
+                                ctypes.byref(err)), err, "compileGraph")
+        self._c = out
+        # The compiled program's own graph (after a rewrite): names, types,
+        # which are inputs and which are saved.
+        gp = _lib.ein_compiled_graph(self._c)
+        self._tensors = {}
+        for tid in range(_lib.ein_graph_ntensors(gp)):
+            name, shape, dtype, is_in, is_saved = _read_tensor(gp, tid)
+            self._tensors[name] = (shape, dtype, is_in, is_saved)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return "<einsummable.Program on %d %s device%s, %s>" % (
+            len(self.devices), self.backend, "" if len(self.devices) == 1 else "s", self._state)
+
+    # -- inspection
+    @property
+    def ndevices(self):
+        self._need_compiled("ndevices")
+        return _lib.ein_compiled_ndevices(self._c)
+
+    def inputs(self):
+        """{name: (shape, dtype)} of the graph inputs."""
+        return {n: (s, d) for n, (s, d, i, _) in self._tensors.items() if i}
+
+    def outputs(self):
+        """{name: (shape, dtype)} of the saved tensors."""
+        return {n: (s, d) for n, (s, d, _, o) in self._tensors.items() if o}
+
+    def explain(self, exchanges=True):
+        """The compiled program as text: one line per operator, every
+        device's program and (with exchanges) every exchange body."""
+        self._need_compiled("explain")
+        p = _lib.ein_compiled_explain(self._c, 1 if exchanges else 0)
+        if not p:
+            _fail(L.EIN_ENOMEM, "explain: out of memory")
+        try:
+            return ctypes.string_at(p).decode("utf-8", "replace")
+        finally:
+            _lib.free(p)
+
+    def topology(self):
+        """(name, description) of the topology the exchanges were made for."""
+        self._need_compiled("topology")
+        d = ctypes.c_char_p()
+        n = _lib.ein_compiled_topology(self._c, ctypes.byref(d))
+        return ((n or b"").decode(), (d.value or b"").decode())
+
+    def exchanges(self):
+        """Every exchange as (tensor, consumer, ExProg body text)."""
+        self._need_compiled("exchanges")
+        out = []
+        for i in range(_lib.ein_compiled_nexchanges(self._c)):
+            t, c, b = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_char_p()
+            if _lib.ein_compiled_exchange(self._c, i, ctypes.byref(t), ctypes.byref(c),
+                                          ctypes.byref(b)) < 0:
+                break
+            out.append(((t.value or b"").decode(), (c.value or b"").decode(),
+                        (b.value or b"").decode()))
+        return out
+
+    def plan(self):
+        """The logical plan: (total cost, [per-operator dicts])."""
+        self._need_compiled("plan")
+        return _read_plan(_lib.ein_compiled_plan(self._c))
+
+    # -- running
+    def _need_compiled(self, what):
+        if self._c is None:
+            _fail(L.EIN_EINVAL, "%s: the program is closed" % what)
+
+    def _need_session(self, what):
+        if self._state == "failed":
+            _fail(L.EIN_EINVAL, "%s: the program's workers stopped after a failure (%s); "
+                  "compile it again" % (what, self._failure))
+        if self._state == "closed":
+            _fail(L.EIN_EINVAL, "%s: the program is closed" % what)
+        if self._s is None:
+            self._open()
+
+    def _open(self):
+        o = L.ein_session_options()
+        _lib.ein_session_options_init(ctypes.byref(o))
+        keep = []
+        worker_timeout, run_timeout, verbose = self._session_args
+        if self.backend == "cuda":
+            o.backend = b"cuda"
+            o.gpu_ids = self._gpu_ids
+        else:
+            o.backend = b"cpu"
+        w = _find_worker("einworker-cuda" if self.backend == "cuda" else "einworker")
+        if w:
+            b = w.encode()
+            keep.append(b)
+            o.worker = b
+        if worker_timeout is not None:
+            o.worker_timeout = float(worker_timeout)
+        if run_timeout is not None:
+            o.run_timeout = float(run_timeout)
+        o.verbose = 1 if verbose else 0
+        out, err = ctypes.c_void_p(), L.ein_error()
+        _check(_lib.ein_session_open(self._c, ctypes.byref(o), ctypes.byref(out),
+                                     ctypes.byref(err)), err, "session")
+        self._s = out
+        self._session_keep = keep
+        self._state = "open"
+        _open_programs.add(self)
+
+    def _entry(self, tensor, what):
+        if isinstance(tensor, Tensor):
+            name = tensor.name
+        elif isinstance(tensor, str):
+            name = tensor
+        else:
+            _fail(L.EIN_EINVAL, "%s: expected a Tensor or a tensor name, not %r"
+                  % (what, tensor))
+        e = self._tensors.get(name)
+        if e is None:
+            _fail(L.EIN_EINVAL, "%s: the program has no tensor '%s'" % (what, name))
+        return name, e
+
+    def _call(self, what, fn, *args):
+        """Call a session function; a worker failure closes the program."""
+        err = L.ein_error()
+        rc = fn(self._s, *args, ctypes.byref(err))
+        if rc < 0:
+            msg = err.msg.decode("utf-8", "replace") or what
+            if rc in (L.EIN_EWORKER, L.EIN_ETIMEOUT, L.EIN_EPROTO, L.EIN_EDEVICE):
+                self._failure = msg
+                self._state = "failed"
+            _check(rc, err, what)
+        return rc
+
+    def load(self, tensor, array):
+        """Set input `tensor` for the next runs: a NumPy array of exactly
+        its shape and dtype (bf16: float32 or uint16 bits), or the path of a
+        .npy file. The value stays resident until loaded again."""
+        name, (shape, dtype, is_in, _) = self._entry(tensor, "load")
+        if not is_in:
+            _fail(L.EIN_EINVAL, "load: '%s' is not an input of the program (it is computed)"
+                  % name)
+        if isinstance(array, (str, os.PathLike)):
+            path = os.fspath(array)
+            self._need_session("load")
+            self._call("load", _lib.ein_session_set_input_npy, name.encode(), path.encode())
+            return
+        data = self._to_bytes(name, shape, dtype, array)
+        self._need_session("load")
+        self._call("load", _lib.ein_session_set_input, name.encode(),
+                   data.ctypes.data_as(ctypes.c_void_p), data.nbytes)
+
+    def load_safetensors(self, path, mapping=None):
+        """Bind the tensors of a .safetensors file to inputs for the next
+        runs: every input named like a tensor of the file, plus `mapping`
+        ({input: tensor name}). dtype and shape must match exactly; each
+        device reads only its own blocks. Returns the number bound."""
+        mapping = mapping or {}
+        pairs = [("%s=%s" % (k, v)).encode() for k, v in mapping.items()]
+        arr = (ctypes.c_char_p * (len(pairs) + 1))(*pairs) if pairs else None
+        self._need_session("load_safetensors")
+        nb = ctypes.c_int(0)
+        self._call("load_safetensors", _lib.ein_session_load_safetensors,
+                   os.fspath(path).encode(), arr, len(pairs), ctypes.byref(nb))
+        return nb.value
+
+    @staticmethod
+    def _to_bytes(name, shape, dtype, array):
+        if not isinstance(array, numpy.ndarray):
+            _fail(L.EIN_EINVAL, "load: %s needs a numpy.ndarray, not %s"
+                  % (name, type(array).__name__))
+        if tuple(array.shape) != shape:
+            _fail(L.EIN_ESHAPE, "load: %s is %s %s but the array's shape is %s"
+                  % (name, dtype, list(shape), list(array.shape)))
+        a = array
+        if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and sys.byteorder == "big"):
+            a = a.astype(a.dtype.newbyteorder("<"))
+        if dtype == "bf16":
+            if a.dtype == numpy.float32:
+                return _bf16_from_f32(a)
+            if a.dtype == numpy.uint16 or a.dtype.name == "bfloat16":
+                return numpy.ascontiguousarray(a).view(numpy.uint16)
+            _fail(L.EIN_ESHAPE, "load: %s is bf16 but the array is %s; give float32 values "
+                  "(rounded to bf16) or uint16 bf16 bit patterns" % (name, a.dtype))
+        want = _DTYPES[dtype][1]
+        if a.dtype.newbyteorder("=") != want:
+            _fail(L.EIN_ESHAPE, "load: %s is %s but the array is %s; convert it with "
+                  ".astype(numpy.%s)" % (name, dtype, a.dtype, want.name))
+        return numpy.ascontiguousarray(a, dtype=want)
+
+    def execute(self):
+        """Run the program once with the inputs loaded so far (inputs never
+        loaded are generated from the compile seed)."""
+        self._need_session("execute")
+        stats = L.ein_run_stats()
+        self._call("execute", _lib.ein_session_run, ctypes.byref(stats))
+        self._ran = True
+        self.last_run_seconds = stats.wall_s
+        self.last_pids = [int(stats.dev[d].pid) for d in range(min(stats.ndev, 64))]
+
+    def offload(self, tensor, raw=False):
+        """A saved tensor's value as of the last execute(), as a new NumPy
+        array (bf16: float32, or uint16 bits with raw=True)."""
+        name, (shape, dtype, _, is_saved) = self._entry(tensor, "offload")
+        if not is_saved:
+            _fail(L.EIN_EINVAL, "offload: '%s' is not saved (graph.save it before compiling)"
+                  % name)
+        self._need_session("offload")
+        if not self._ran:
+            _fail(L.EIN_EINVAL, "offload: '%s' has no value yet; call execute() first" % name)
+        out = numpy.empty(shape, dtype=_DTYPES[dtype][1])
+        got = ctypes.c_size_t()
+        self._call("offload", _lib.ein_session_get_output, name.encode(),
+                   out.ctypes.data_as(ctypes.c_void_p), out.nbytes, ctypes.byref(got))
+        if dtype == "bf16" and not raw:
+            return _f32_from_bf16(out)
+        return out
+
+    def close(self):
+        """Stop the workers and free the compiled program; harmless when
+        already closed. Raises EinError only if a worker failed while
+        stopping (everything is freed anyway)."""
+        s, c = self._s, self._c
+        self._s, self._c = None, None
+        if self._state != "failed":
+            self._state = "closed"
+        _open_programs.discard(self)
+        rc, err = 0, L.ein_error()
+        if s is not None:
+            rc = _lib.ein_session_close(s, ctypes.byref(err))
+        if c is not None:
+            _lib.ein_compiled_free(c)
+        if rc < 0 and self._failure is None:
+            _check(rc, err, "close")
+
+
+_SCHEDULES = ("naive", "ai")
+
+
+def compileGraph(graph, device=None, schedule_mode="naive", backend=None, selector="dp",
+                 seed=None, search_work=None, topology=None, rewrite=False,
+                 worker_timeout=None, run_timeout=None, verbose=False):
+    """The paper's es.compileGraph: plan `graph` over the devices listed in
+    `device` (default: every visible GPU, or one device when none is
+    visible), make every exchange program (schedule_mode "naive": the naive
+    bodies; "ai": synthesised on the topology's simulator) and lower each
+    device's part. Returns a Program (load / execute / offload / explain /
+    close). Without backend="cuda" the devices are CPU devices (one worker
+    process each), and when device= names GPUs this says so once on stderr,
+    as einrun does. The CUDA backend has not run on a GPU yet."""
+    if not isinstance(graph, Graph):
+        _fail(L.EIN_EINVAL, "compileGraph: expected a graph from es.createGraph(), not %r"
+              % (graph,))
+    if schedule_mode not in _SCHEDULES:
+        _fail(L.EIN_EINVAL, "compileGraph: schedule_mode %r; expected 'naive' or 'ai'"
+              % (schedule_mode,))
+    if backend not in (None, "cpu", "cuda"):
+        _fail(L.EIN_EINVAL, "compileGraph: backend %r; expected 'cpu' or 'cuda'" % (backend,))
+    if device is None:
+        device = list(range(max(1, _gpu_count())))
+    elif isinstance(device, (int, numpy.integer)):
+        device = [device]
+    device = [_int(d, "compileGraph: device id") for d in device]
+    if not 1 <= len(device) <= 64:
+        _fail(L.EIN_EINVAL, "compileGraph: %d devices; expected 1..64" % len(device))
+    if any(d < 0 for d in device):
+        _fail(L.EIN_EINVAL, "compileGraph: device ids must be >= 0, not %r" % (device,))
+    if not graph._saved:
+        _fail(L.EIN_EINVAL, "compileGraph: the graph saves no tensor; call graph.save(y)")
+    if backend == "cuda" and not _gpu_visible():
+        _fail(L.EIN_EDEVICE, "compileGraph: backend='cuda': no GPU visible")
+    if backend is None:
+        backend = "cpu"
+        n = len(device)
+        _say_once("einsummable: %s; running %d CPU device%s for device=%s"
+                  % ("the CUDA backend is not verified yet (backend='cuda' to try it)"
+                     if _gpu_visible() else "no GPU visible",
+                     n, "" if n == 1 else "s", list(device)))
+    return Program(graph, device, schedule_mode, backend, selector, seed, search_work,
+                   topology, rewrite, worker_timeout, run_timeout, verbose)

@@ -1,0 +1,78 @@
+#!/bin/sh
+# tests/python/test_python.sh — the Python package's pytest tests
+# (tests/python/test_*.py) as TAP: one result per pytest test.
+#
+# The package is used from the source tree (PYTHONPATH=$EIN_SRCDIR/python)
+# and loads libeinsummable from the build tree ($EIN_BUILDDIR/.libs). The
+# Python is configure's ($EIN_PYTHON: one with NumPy, Debian's first); the
+# whole file is skipped only when no Python with numpy and pytest exists,
+# when the library was not built shared, or under the sanitizers without a
+# loadable libasan.
+set -u
+SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+B=${EIN_BUILDDIR:-$SRC}
+PY=${EIN_PYTHON:-}
+if [ -z "$PY" ] || [ "$PY" = ":" ]; then
+    for p in /usr/bin/python3 python3; do
+        if "$p" -c 'import numpy, pytest' >/dev/null 2>&1; then PY=$p; break; fi
+    done
+fi
+if [ -z "$PY" ] || ! "$PY" -c 'import numpy, pytest' >/dev/null 2>&1; then
+    echo "1..0 # SKIP no Python 3 with numpy and pytest (Debian: python3-numpy python3-pytest)"
+    exit 0
+fi
+LIB="$B/.libs/libeinsummable.so"
+if [ ! -f "$LIB" ]; then
+    echo "1..0 # SKIP no shared libeinsummable in $B/.libs (configured --disable-shared?)"
+    exit 0
+fi
+# A library built with ASan can only be loaded into a process whose first
+# library is the ASan runtime: preload it (Python's own allocations are not
+# ours to report, hence detect_leaks=0).
+case "${EIN_SAN_CFLAGS:-}" in
+*sanitize=address*)
+    asan=$(${EIN_CC:-cc} -print-file-name=libasan.so 2>/dev/null)
+    if [ -z "$asan" ] || [ ! -f "$asan" ]; then
+        echo "1..0 # SKIP sanitizer build and no libasan.so to preload into Python"
+        exit 0
+    fi
+    ubsan=$(${EIN_CC:-cc} -print-file-name=libubsan.so 2>/dev/null)
+    [ -f "$ubsan" ] || ubsan=""
+    LD_PRELOAD="$asan${ubsan:+ $ubsan}"
+    export LD_PRELOAD
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+    export ASAN_OPTIONS
+    ;;
+esac
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/ein-py.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+PYTHONPATH="$SRC/python:$SRC/tests/python${PYTHONPATH:+:$PYTHONPATH}"
+PYTHONDONTWRITEBYTECODE=1
+EIN_BUILDDIR=$B
+export PYTHONPATH PYTHONDONTWRITEBYTECODE EIN_BUILDDIR
+# -p no:cacheprovider: nothing written into a (read-only, under distcheck)
+# source tree. The timeout only guards against a hang; the tests take
+# seconds.
+(cd "$T" && timeout 600 "$PY" -m pytest -p no:cacheprovider -v -rfE --tb=short \
+    --basetemp="$T/tmp" --rootdir="$SRC/tests/python" "$SRC/tests/python") > "$T/out" 2>&1
+rc=$?
+
+# One TAP line per "path::test[param] RESULT" line of pytest -v.
+awk -v rc="$rc" '
+/::[^ ]+ (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)/ {
+    for (i = 1; i <= NF; i++)
+        if ($i ~ /^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)$/) { res = $i; break }
+    name = $1; sub(/^.*\//, "", name)
+    n++
+    if (res == "PASSED" || res == "XFAIL") print "ok " n " - " name
+    else if (res == "SKIPPED") print "ok " n " - " name " # SKIP"
+    else { print "not ok " n " - " name " " res; bad++ }
+}
+END {
+    if (rc != 0 && bad == 0) { n++; print "not ok " n " - pytest exited with status " rc }
+    if (n == 0) { n++; print "not ok 1 - no pytest result" }
+    print "1.." n
+}' "$T/out"
+sed 's/^/# /' "$T/out"
+exit 0
