@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,6 +271,35 @@ static void devices_text(uint64_t mask, char *buf, size_t len)
     for (int d = 0; d < 64 && n < len; d++)
         if (mask & (1ULL << d))
             n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? ", " : "", d);
+}
+
+/* SIGINT and SIGTERM belong to the main thread. Libraries start threads
+ * before main runs (OpenBLAS, loaded through CBC's LAPACK, starts its pool
+ * when it is loaded), and those threads do not block the signals that main
+ * blocks while temporaries exist: the kernel would hand a SIGTERM to one of
+ * them and kill einrun with its temporaries in place. This handler passes a
+ * signal taken by any other thread on to the main thread, where it is held
+ * back (and read by the session) or, while nothing needs cleaning up, takes
+ * its default action. */
+static pthread_t main_thread;
+
+static void stop_signal_to_main(int sig)
+{
+    if (!pthread_equal(pthread_self(), main_thread)) {
+        pthread_kill(main_thread, sig);
+        return;
+    }
+    signal(sig, SIG_DFL);
+    raise(sig); /* delivered, with its default action, once this returns */
+}
+
+static void stop_signals_to_main(void)
+{
+    struct sigaction sa = {.sa_handler = stop_signal_to_main, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    main_thread = pthread_self();
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 int main(int argc, char **argv)
@@ -606,6 +636,7 @@ int main(int argc, char **argv)
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
     sigprocmask(SIG_SETMASK, NULL, &old_mask);
+    stop_signals_to_main();
     double *iter_s = NULL;
     ein_run_stats rs = {0};
 
