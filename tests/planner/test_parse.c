@@ -332,7 +332,7 @@ typedef struct bad_case {
 
 static const bad_case bad[] = {
     {"unknown_op", H3 "y = matmull(x, w)\nsave y\n", 0, EIN_EPARSE, "4:5",
-     "unknown operator 'matmull'; expected one of matmul, einsum, relu, silu, gelu, exp, neg, scale, add, sub, mul, div, maximum, sigmoid, tanh, square, addc, softmax, rmsnorm, layernorm, rope, attention, reduce_sum, reduce_max, concat, slice, split_heads, merge_heads"},
+     "unknown operator 'matmull'; expected one of matmul, einsum, relu, silu, gelu, exp, neg, scale, addc, sigmoid, tanh, square, add, sub, mul, div, maximum, softmax, rmsnorm, layernorm, rope, attention, reduce_sum, reduce_max, concat, slice, split_heads, merge_heads"},
 #define HB "dims t=12 d=8 hd=4\nseqs [5, 7]\ninput x[t, d]\ninput w[d]\ninput q[4, t, hd]\n" \
     "input k[2, t, hd]\ninput k3[3, t, hd]\n"
     {"seqs_sum", "dims t=12 d=8\nseqs [5, 6]\ninput x[t, d]\ny = rope(x, 4)\nsave y\n", 0,
