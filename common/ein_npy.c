@@ -395,6 +395,22 @@ static int check_box(const char *path, const ein_npy_info *info, const ein_box *
  * offset and the offset in the dense block. */
 typedef int (*run_fn)(int fd, off_t file_off, size_t block_off, size_t run, void *ctx);
 
+/* A run of ein_box_walk (offsets in elements) as a run_fn call (bytes). */
+typedef struct walk_ctx {
+    int fd;
+    off_t data_offset;
+    size_t elem, run;
+    run_fn fn;
+    void *ctx;
+} walk_ctx;
+
+static int walk_run(int64_t block_off, int64_t file_off, void *vctx)
+{
+    walk_ctx *w = vctx;
+    return w->fn(w->fd, w->data_offset + (off_t)((size_t)file_off * w->elem),
+                 (size_t)block_off * w->elem, w->run, w->ctx);
+}
+
 static int for_each_run(int fd, const ein_npy_info *info, const ein_box *box, run_fn fn, void *ctx)
 {
     size_t elem = ein_dtype_size(info->dtype);
@@ -407,34 +423,12 @@ static int for_each_run(int fd, const ein_npy_info *info, const ein_box *box, ru
     int k = r - 1;
     while (k > 0 && box->lo[k] == 0 && box->hi[k] == info->shape[k])
         k--;
-    int64_t stride[EIN_MAX_RANK];
-    stride[r - 1] = 1;
-    for (int i = r - 2; i >= 0; i--)
-        stride[i] = stride[i + 1] * info->shape[i + 1];
-    size_t run = (size_t)((box->hi[k] - box->lo[k]) * stride[k]) * elem;
-    int64_t idx[EIN_MAX_RANK];
-    for (int i = 0; i < r; i++)
-        idx[i] = box->lo[i];
-    size_t block_off = 0;
-    for (;;) {
-        int64_t flat = 0;
-        for (int i = 0; i < r; i++)
-            flat += idx[i] * stride[i];
-        int rc = fn(fd, (off_t)(info->data_offset + (size_t)flat * elem), block_off, run, ctx);
-        if (rc < 0)
-            return rc;
-        block_off += run;
-        int d = k - 1;
-        while (d >= 0) {
-            if (++idx[d] < box->hi[d])
-                break;
-            idx[d] = box->lo[d];
-            d--;
-        }
-        if (d < 0)
-            break;
-    }
-    return 0;
+    ein_box whole = ein_box_of_shape(r, info->shape);
+    int64_t st[EIN_MAX_RANK];
+    ein_box_strides(&whole, st);
+    walk_ctx w = {fd, (off_t)info->data_offset, elem,
+                  (size_t)((box->hi[k] - box->lo[k]) * st[k]) * elem, fn, ctx};
+    return ein_box_walk(box, &whole, box, k, walk_run, &w);
 }
 
 typedef struct io_ctx {

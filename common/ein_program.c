@@ -30,37 +30,37 @@
 #define EIN_BUFFER_MAX_BYTES ((uint64_t)1 << 62)
 #define EIN_BUFFER_ALIGN 256
 
+/* The wire fields of a kernel (common/ein_ops.def), as bit positions. */
+enum {
+#define EIN_KFIELD(field, key) K_##field,
+#include "common/ein_ops.def"
+    K_COUNT
+};
+
 static const char *const kind_names[] = {
     "load", "store", "kernel", "slice", "concat", "agg", "copy", "notify",
 };
-/* Sized by their initialisers and checked against the enums, so that a
- * value added to an enum without a name fails to compile instead of
- * returning NULL. */
+/* Generated from common/ein_ops.def, sized by their initialisers and
+ * checked against the enums. */
 static const char *const unary_names[] = {
-    [EIN_UN_RELU] = "relu",       [EIN_UN_SILU] = "silu",       [EIN_UN_GELU] = "gelu",
-    [EIN_UN_EXP] = "exp",         [EIN_UN_NEG] = "neg",         [EIN_UN_SCALE] = "scale",
-    [EIN_UN_ADDC] = "addc",       [EIN_UN_SIGMOID] = "sigmoid", [EIN_UN_TANH] = "tanh",
-    [EIN_UN_SQUARE] = "square",
+#define EIN_UNARY(kind, name, nargs, usage, formula) [EIN_UN_##kind] = name,
+#include "common/ein_ops.def"
+};
+static const int unary_nargs[] = {
+#define EIN_UNARY(kind, name, nargs, usage, formula) [EIN_UN_##kind] = nargs,
+#include "common/ein_ops.def"
 };
 static const char *const binary_names[] = {
-    [EIN_BIN_ADD] = "add", [EIN_BIN_SUB] = "sub", [EIN_BIN_MUL] = "mul",
-    [EIN_BIN_DIV] = "div", [EIN_BIN_MAX] = "max",
+#define EIN_BINARY(kind, name, op, formula) [EIN_BIN_##kind] = name,
+#include "common/ein_ops.def"
+};
+static const char *const binary_ops[] = {
+#define EIN_BINARY(kind, name, op, formula) [EIN_BIN_##kind] = op,
+#include "common/ein_ops.def"
 };
 static const char *const kernel_kind_names[] = {
-    [EIN_KERNEL_EINSUM] = "einsum",
-    [EIN_KERNEL_UNARY] = "unary",
-    [EIN_KERNEL_BINARY] = "binary",
-    [EIN_KERNEL_SOFTMAX] = "softmax",
-    [EIN_KERNEL_RMSNORM] = "rmsnorm",
-    [EIN_KERNEL_LAYERNORM] = "layernorm",
-    [EIN_KERNEL_ROPE] = "rope",
-    [EIN_KERNEL_ATTENTION] = "attention",
-    [EIN_KERNEL_REDUCE] = "reduce",
-    [EIN_KERNEL_CONCAT] = "concat",
-    [EIN_KERNEL_SLICE] = "slice",
-    [EIN_KERNEL_SPLIT_HEADS] = "split_heads",
-    [EIN_KERNEL_MERGE_HEADS] = "merge_heads",
-    [EIN_KERNEL_ATTENTION_PARTIAL] = "attention_partial",
+#define EIN_KERNEL(kind, name, min_srcs, max_srcs, fields) [EIN_KERNEL_##kind] = name,
+#include "common/ein_ops.def"
 };
 _Static_assert(sizeof kind_names / sizeof *kind_names == EIN_I_COUNT, "an instruction kind lacks a name");
 _Static_assert(sizeof unary_names / sizeof *unary_names == EIN_UN_COUNT, "a unary op lacks a name");
@@ -82,6 +82,32 @@ const char *ein_unary_name(ein_unary u)
 const char *ein_binary_name(ein_binary b)
 {
     return (int)b >= 0 && b < EIN_BIN_COUNT && binary_names[b] ? binary_names[b] : "?";
+}
+
+const char *ein_binary_op_name(ein_binary b)
+{
+    return (int)b >= 0 && b < EIN_BIN_COUNT ? binary_ops[b] : "?";
+}
+
+int ein_unary_takes_scalar(ein_unary u)
+{
+    return (int)u >= 0 && u < EIN_UN_COUNT && unary_nargs[u] == 2;
+}
+
+int ein_unary_by_name(const char *name)
+{
+    for (int u = 0; name && u < EIN_UN_COUNT; u++)
+        if (!strcmp(name, unary_names[u]))
+            return u;
+    return -1;
+}
+
+int ein_binary_by_op_name(const char *op)
+{
+    for (int b = 0; op && b < EIN_BIN_COUNT; b++)
+        if (!strcmp(op, binary_ops[b]))
+            return b;
+    return -1;
 }
 
 const char *ein_kernel_kind_name(ein_kernel_kind k)
@@ -416,21 +442,17 @@ static int check_einsum(const ein_program *p, int i, const ein_instr *ins, ein_e
 
 /* Sources each kernel kind takes, {min, max}. */
 static const struct { int lo, hi; } kernel_arity[] = {
-    [EIN_KERNEL_EINSUM] = {1, 2},      [EIN_KERNEL_UNARY] = {1, 1},
-    [EIN_KERNEL_BINARY] = {2, 2},      [EIN_KERNEL_SOFTMAX] = {1, 1},
-    [EIN_KERNEL_RMSNORM] = {2, 2},     [EIN_KERNEL_LAYERNORM] = {3, 3},
-    [EIN_KERNEL_ROPE] = {1, 1},        [EIN_KERNEL_ATTENTION] = {3, 3},
-    [EIN_KERNEL_REDUCE] = {1, 1},      [EIN_KERNEL_CONCAT] = {1, EIN_KERNEL_MAX_INPUTS},
-    [EIN_KERNEL_SLICE] = {1, 1},       [EIN_KERNEL_SPLIT_HEADS] = {1, 1},
-    [EIN_KERNEL_MERGE_HEADS] = {1, 1}, [EIN_KERNEL_ATTENTION_PARTIAL] = {1, 3},
+#define EIN_KERNEL(kind, name, min_srcs, max_srcs, fields) [EIN_KERNEL_##kind] = {min_srcs, max_srcs},
+#include "common/ein_ops.def"
 };
 _Static_assert(sizeof kernel_arity / sizeof *kernel_arity == EIN_KERNEL_COUNT, "a kernel kind lacks an arity");
 
-/* The kinds that carry ein_kernel.list. */
+static unsigned kernel_fields_of(ein_kernel_kind k);
+
+/* The kinds that carry ein_kernel.list: those with the wire field. */
 static int kernel_has_list(ein_kernel_kind k)
 {
-    return k == EIN_KERNEL_ROPE || k == EIN_KERNEL_ATTENTION || k == EIN_KERNEL_CONCAT ||
-           k == EIN_KERNEL_ATTENTION_PARTIAL;
+    return (kernel_fields_of(k) & 1u << K_LIST) != 0;
 }
 
 static int same_interval(const ein_box *a, int da, const ein_box *b, int db)
@@ -813,33 +835,18 @@ int ein_program_validate(const ein_program *p, ein_error *err)
 /* ---- encoding --------------------------------------------------------- */
 
 /* A kernel travels as a map of "kind" and the fields of its kind, no
- * others; the decoder requires exactly those. */
-enum {
-    K_KIND, K_SUBSCRIPTS, K_UNARY, K_SCALAR, K_BINARY, K_AXIS, K_AXES, K_REDUCE, K_START, K_EPS,
-    K_THETA, K_HEAD_DIM, K_GROUP, K_LIST, K_STYLE, K_COUNT
-};
+ * others; the decoder requires exactly those (common/ein_ops.def names
+ * both). */
 static const char *const kernel_keys[K_COUNT] = {
-    "kind", "subscripts", "unary", "scalar", "binary", "axis", "axes", "reduce", "start", "eps",
-    "theta", "head_dim", "group", "list", "style",
+#define EIN_KFIELD(field, key) [K_##field] = key,
+#include "common/ein_ops.def"
 };
-#define KF(f) (1u << K_##f)
+#define EIN_KF(f) (1u << K_##f)
 static const unsigned kernel_fields[] = {
-    [EIN_KERNEL_EINSUM] = KF(SUBSCRIPTS),
-    [EIN_KERNEL_UNARY] = KF(UNARY) | KF(SCALAR),
-    [EIN_KERNEL_BINARY] = KF(BINARY),
-    [EIN_KERNEL_SOFTMAX] = KF(AXIS),
-    [EIN_KERNEL_RMSNORM] = KF(EPS),
-    [EIN_KERNEL_LAYERNORM] = KF(EPS),
-    [EIN_KERNEL_ROPE] = KF(HEAD_DIM) | KF(THETA) | KF(LIST) | KF(STYLE),
-    [EIN_KERNEL_ATTENTION] = KF(GROUP) | KF(LIST),
-    [EIN_KERNEL_REDUCE] = KF(AXES) | KF(REDUCE),
-    [EIN_KERNEL_CONCAT] = KF(AXIS) | KF(LIST),
-    [EIN_KERNEL_SLICE] = KF(AXIS) | KF(START),
-    [EIN_KERNEL_SPLIT_HEADS] = KF(HEAD_DIM),
-    [EIN_KERNEL_MERGE_HEADS] = KF(HEAD_DIM),
-    [EIN_KERNEL_ATTENTION_PARTIAL] = KF(GROUP) | KF(LIST),
+#define EIN_KERNEL(kind, name, min_srcs, max_srcs, fields) [EIN_KERNEL_##kind] = (fields),
+#include "common/ein_ops.def"
 };
-#undef KF
+#undef EIN_KF
 _Static_assert(sizeof kernel_fields / sizeof *kernel_fields == EIN_KERNEL_COUNT, "a kernel kind lacks its fields");
 
 /* The wire fields of kernel kind k (none for an invalid kind: only "kind"

@@ -54,49 +54,29 @@ ein_box ein_agg_box(ein_agg a, const ein_box *b);
  * interval [0, d + 1) -> [0, d)). */
 ein_box ein_agg_data_box(ein_agg a, const ein_box *b);
 
+/* Elementwise unary and binary functions: one line each in
+ * common/ein_ops.def, with their names and formulas. */
 typedef enum ein_unary {
-    EIN_UN_RELU = 0,
-    EIN_UN_SILU,
-    EIN_UN_GELU,   /* tanh approximation */
-    EIN_UN_EXP,
-    EIN_UN_NEG,
-    EIN_UN_SCALE,  /* x * scalar */
-    EIN_UN_ADDC,   /* x + scalar */
-    EIN_UN_SIGMOID,
-    EIN_UN_TANH,
-    EIN_UN_SQUARE,
+#define EIN_UNARY(kind, name, nargs, usage, formula) EIN_UN_##kind,
+#include "common/ein_ops.def"
     EIN_UN_COUNT
 } ein_unary;
 
 typedef enum ein_binary {
-    EIN_BIN_ADD = 0,
-    EIN_BIN_SUB,
-    EIN_BIN_MUL,
-    EIN_BIN_DIV,
-    EIN_BIN_MAX,
+#define EIN_BINARY(kind, name, op, formula) EIN_BIN_##kind,
+#include "common/ein_ops.def"
     EIN_BIN_COUNT
 } ein_binary;
 
-/* The concrete operators a KERNEL instruction can run. The exact block
- * semantics of each (which boxes it accepts, how global positions enter)
- * are stated at the kn_cpu_* function of the same name in kernels/kn_cpu.h;
- * every backend implements the same semantics. */
+/* The concrete operators a KERNEL instruction can run, one line each in
+ * common/ein_ops.def with their arity and wire fields (the parameters of
+ * ein_kernel each uses). The exact block semantics of each (which boxes it
+ * accepts, how global positions enter) are stated at the kn_cpu_* function
+ * of the same name in kernels/kn_cpu.h; every backend implements the same
+ * semantics. */
 typedef enum ein_kernel_kind {
-    EIN_KERNEL_EINSUM = 0,  /* 1 or 2 operands, `subscripts` like "ij,jk->ik" */
-    EIN_KERNEL_UNARY,       /* unary, scalar */
-    EIN_KERNEL_BINARY,      /* binary; numpy broadcasting (see kn_cpu_binary) */
-    EIN_KERNEL_SOFTMAX,     /* axis */
-    EIN_KERNEL_RMSNORM,     /* eps; inputs x, weight */
-    EIN_KERNEL_LAYERNORM,   /* eps; inputs x, weight, bias */
-    EIN_KERNEL_ROPE,        /* head_dim, theta, style, list = sequence ends */
-    EIN_KERNEL_ATTENTION,   /* group, list = sequence ends; inputs q, k, v */
-    EIN_KERNEL_REDUCE,      /* axes (bit mask), reduce (SUM or MAX) */
-    EIN_KERNEL_CONCAT,      /* axis, list = offset of each input along axis */
-    EIN_KERNEL_SLICE,       /* axis, start */
-    EIN_KERNEL_SPLIT_HEADS, /* head_dim: [T, H*D] -> [H, T, D] */
-    EIN_KERNEL_MERGE_HEADS, /* head_dim: [H, T, D] -> [T, H*D] */
-    EIN_KERNEL_ATTENTION_PARTIAL, /* group, list; inputs q (, k, v): partial of one key
-                                     block, dst over ein_agg_box(EIN_AGG_LSE, q box) */
+#define EIN_KERNEL(kind, name, min_srcs, max_srcs, fields) EIN_KERNEL_##kind,
+#include "common/ein_ops.def"
     EIN_KERNEL_COUNT
 } ein_kernel_kind;
 
@@ -188,8 +168,18 @@ typedef struct ein_program {
 } ein_program;
 
 const char *ein_instr_kind_name(ein_instr_kind k);
+/* Names from common/ein_ops.def; "?" for a value out of range. */
 const char *ein_unary_name(ein_unary u);
 const char *ein_binary_name(ein_binary b);
+/* The operator name of a binary function in .ein, the C API and Python
+ * ("maximum" where ein_binary_name says "max"). */
+const char *ein_binary_op_name(ein_binary b);
+/* 1 if unary function u takes a constant (scale, addc), else 0. */
+int ein_unary_takes_scalar(ein_unary u);
+/* The unary function named `name` / the binary one whose operator name is
+ * `op` (ein_binary_op_name); -1 for none (NULL included). */
+int ein_unary_by_name(const char *name);
+int ein_binary_by_op_name(const char *op);
 const char *ein_kernel_kind_name(ein_kernel_kind k);
 const char *ein_agg_name(ein_agg a);
 

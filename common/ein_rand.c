@@ -38,50 +38,45 @@ float ein_rand_value(uint64_t seed, uint64_t key, uint64_t flat_index)
     return (float)(int32_t)(h >> 40) * (1.0f / 8388608.0f) - 1.0f;
 }
 
+/* One innermost row of the box: its values, converted chunk by chunk. */
+typedef struct fill_ctx {
+    uint64_t seed, key;
+    ein_dtype dtype;
+    size_t elem;
+    int64_t row;
+    char *dst;
+} fill_ctx;
+
+static int fill_row(int64_t dst_off, int64_t flat, void *vctx)
+{
+    enum { CHUNK = 256 };
+    fill_ctx *c = vctx;
+    float tmp[CHUNK];
+    char *out = c->dst + (size_t)dst_off * c->elem;
+    for (int64_t j = 0; j < c->row; j += CHUNK) {
+        int64_t n = c->row - j < CHUNK ? c->row - j : CHUNK;
+        for (int64_t t = 0; t < n; t++)
+            tmp[t] = ein_rand_value(c->seed, c->key, (uint64_t)flat + (uint64_t)(j + t));
+        ein_dtype_from_f32(c->dtype, tmp, out, (size_t)n);
+        out += (size_t)n * c->elem;
+    }
+    return 0;
+}
+
 void ein_rand_fill_box(uint64_t seed, uint64_t key, const int64_t *shape,
                        const ein_box *box, ein_dtype dtype, void *dst)
 {
-    enum { CHUNK = 256 };
-    float tmp[CHUNK];
-    size_t elem = ein_dtype_size(dtype);
     int r = box->rank;
     if (ein_box_empty(box))
         return;
     if (r == 0) {
-        tmp[0] = ein_rand_value(seed, key, 0);
-        ein_dtype_from_f32(dtype, tmp, dst, 1);
+        float v = ein_rand_value(seed, key, 0);
+        ein_dtype_from_f32(dtype, &v, dst, 1);
         return;
     }
-    /* Row-major strides of the whole tensor give each element's global
-     * flat index; the box is walked one innermost row at a time. */
-    uint64_t stride[EIN_MAX_RANK];
-    stride[r - 1] = 1;
-    for (int i = r - 2; i >= 0; i--)
-        stride[i] = stride[i + 1] * (uint64_t)shape[i + 1];
-    int64_t idx[EIN_MAX_RANK];
-    for (int i = 0; i < r; i++)
-        idx[i] = box->lo[i];
-    int64_t row = box->hi[r - 1] - box->lo[r - 1];
-    char *out = dst;
-    for (;;) {
-        uint64_t base = 0;
-        for (int i = 0; i < r; i++)
-            base += (uint64_t)idx[i] * stride[i];
-        for (int64_t j = 0; j < row; j += CHUNK) {
-            int64_t n = row - j < CHUNK ? row - j : CHUNK;
-            for (int64_t t = 0; t < n; t++)
-                tmp[t] = ein_rand_value(seed, key, base + (uint64_t)(j + t));
-            ein_dtype_from_f32(dtype, tmp, out, (size_t)n);
-            out += (size_t)n * elem;
-        }
-        int d = r - 2;
-        while (d >= 0) {
-            if (++idx[d] < box->hi[d])
-                break;
-            idx[d] = box->lo[d];
-            d--;
-        }
-        if (d < 0)
-            break;
-    }
+    /* The whole tensor's row-major offsets are the global flat indices;
+     * the box is walked one innermost row at a time. */
+    ein_box whole = ein_box_of_shape(r, shape);
+    fill_ctx c = {seed, key, dtype, ein_dtype_size(dtype), box->hi[r - 1] - box->lo[r - 1], dst};
+    ein_box_walk(box, &whole, box, r - 1, fill_row, &c);
 }

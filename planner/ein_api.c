@@ -101,29 +101,40 @@ ein_tensor ein_graph_einsum(ein_graph *g, const char *name, const char *subscrip
     return pl_graph_add_einsum(g, NAME(g, name), subscripts, a, b, err);
 }
 
-static const char *const unary_ops[EIN_UN_COUNT] = {
-    "relu", "silu", "gelu", "exp", "neg", "scale", "addc", "sigmoid", "tanh", "square",
-};
-static const char *const binary_ops[EIN_BIN_COUNT] = {"add", "sub", "mul", "div", "maximum"};
+static const char *unary_at(int i) { return ein_unary_name((ein_unary)i); }
+static const char *binary_at(int i) { return ein_binary_op_name((ein_binary)i); }
+
+/* "a, b, c or d" from the registry's names (common/ein_ops.def); returns buf. */
+static const char *name_list(char *buf, size_t cap, const char *(*name)(int), int n)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ",
+                               name(i));
+    return buf;
+}
 
 ein_tensor ein_graph_unary(ein_graph *g, const char *name, const char *op, double c,
                            ein_tensor x, ein_error *err)
 {
-    for (int i = 0; op && i < EIN_UN_COUNT; i++)
-        if (!strcmp(op, unary_ops[i]))
-            return pl_graph_add_unary(g, NAME(g, name), (ein_unary)i, c, x, err);
-    return ein_fail(err, EIN_EINVAL, "unary: unknown operator '%s'; expected relu, silu, gelu, "
-                    "exp, neg, scale, addc, sigmoid, tanh or square", op ? op : "(null)");
+    char list[256];
+    int u = ein_unary_by_name(op);
+    if (u >= 0)
+        return pl_graph_add_unary(g, NAME(g, name), (ein_unary)u, c, x, err);
+    return ein_fail(err, EIN_EINVAL, "unary: unknown operator '%s'; expected %s", op ? op : "(null)",
+                    name_list(list, sizeof list, unary_at, EIN_UN_COUNT));
 }
 
 ein_tensor ein_graph_binary(ein_graph *g, const char *name, const char *op, ein_tensor a,
                             ein_tensor b, ein_error *err)
 {
-    for (int i = 0; op && i < EIN_BIN_COUNT; i++)
-        if (!strcmp(op, binary_ops[i]))
-            return pl_graph_add_binary(g, NAME(g, name), (ein_binary)i, a, b, err);
-    return ein_fail(err, EIN_EINVAL, "binary: unknown operator '%s'; expected add, sub, mul, "
-                    "div or maximum", op ? op : "(null)");
+    char list[256];
+    int bin = ein_binary_by_op_name(op);
+    if (bin >= 0)
+        return pl_graph_add_binary(g, NAME(g, name), (ein_binary)bin, a, b, err);
+    return ein_fail(err, EIN_EINVAL, "binary: unknown operator '%s'; expected %s", op ? op : "(null)",
+                    name_list(list, sizeof list, binary_at, EIN_BIN_COUNT));
 }
 
 ein_tensor ein_graph_softmax(ein_graph *g, const char *name, ein_tensor x, int axis,

@@ -16,11 +16,6 @@
 /* Keep ids (int) and the index arithmetic far from overflow. */
 #define PL_GRAPH_NODES_MAX (INT_MAX / 4)
 
-const char *const pl_unary_names[EIN_UN_COUNT] = {
-    "relu", "silu", "gelu", "exp", "neg", "scale", "addc", "sigmoid", "tanh", "square",
-};
-const char *const pl_binary_names[EIN_BIN_COUNT] = {"add", "sub", "mul", "div", "maximum"};
-
 pl_graph *pl_graph_new(void)
 {
     return calloc(1, sizeof(pl_graph));
@@ -298,21 +293,13 @@ const char *pl_node_op_name(const pl_node *n)
     switch (n->kind) {
     case PL_INPUT: return "input";
     case PL_EINSUM: return strcmp(n->kernel.subscripts, "ij,jk->ik") ? "einsum" : "matmul";
-    case PL_UNARY: return pl_unary_names[n->kernel.unary];
-    case PL_BINARY: return pl_binary_names[n->kernel.binary];
-    case PL_SOFTMAX: return "softmax";
-    case PL_RMSNORM: return "rmsnorm";
-    case PL_LAYERNORM: return "layernorm";
-    case PL_ROPE: return "rope";
-    case PL_ATTENTION: return "attention";
+    case PL_UNARY: return ein_unary_name(n->kernel.unary);
+    case PL_BINARY: return ein_binary_op_name(n->kernel.binary);
     case PL_REDUCE: return n->kernel.reduce == EIN_AGG_MAX ? "reduce_max" : "reduce_sum";
-    case PL_CONCAT: return "concat";
-    case PL_SLICE: return "slice";
-    case PL_SPLIT_HEADS: return "split_heads";
-    case PL_MERGE_HEADS: return "merge_heads";
-    case PL_NODE_KIND_COUNT: break;
+    default:
+        /* the rest are named as their kernel kind (common/ein_ops.def) */
+        return (int)n->kind >= 0 && n->kind < PL_NODE_KIND_COUNT ? ein_kernel_kind_name(n->kernel.kind) : "?";
     }
-    return "?";
 }
 
 int pl_seq_ends_copy(const char *what, const int64_t *ends, int n, int64_t tokens,

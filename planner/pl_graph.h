@@ -29,21 +29,13 @@
 /* Longest axis label kept on a node (dim names of the program). */
 #define PL_AXIS_NAME_MAX 24
 
+/* An input, then the operators of common/ein_ops.def's EIN_GRAPH_OP list
+ * (PL_EINSUM, PL_UNARY, ..., PL_MERGE_HEADS; what each keeps in
+ * pl_node.kernel is said there). */
 typedef enum pl_node_kind {
     PL_INPUT = 0,
-    PL_EINSUM,   /* kernel.subscripts; 1 or 2 inputs */
-    PL_UNARY,    /* kernel.unary, kernel.scalar */
-    PL_BINARY,   /* kernel.binary; numpy broadcasting */
-    PL_SOFTMAX,  /* kernel.axis */
-    PL_RMSNORM,  /* kernel.eps; inputs x, weight */
-    PL_LAYERNORM,/* kernel.eps; inputs x, weight, bias */
-    PL_ROPE,     /* kernel.head_dim, theta, list = sequence ends */
-    PL_ATTENTION,/* kernel.group, list = sequence ends; inputs q, k, v */
-    PL_REDUCE,   /* kernel.axes, reduce */
-    PL_CONCAT,   /* kernel.axis, list = offset of each input */
-    PL_SLICE,    /* kernel.axis, start */
-    PL_SPLIT_HEADS, /* kernel.head_dim: [T, H*D] -> [H, T, D] */
-    PL_MERGE_HEADS, /* kernel.head_dim: [H, T, D] -> [T, H*D] */
+#define EIN_GRAPH_OP(kind, def) PL_##kind,
+#include "common/ein_ops.def"
     PL_NODE_KIND_COUNT
 } pl_node_kind;
 

@@ -7,10 +7,6 @@
 
 #include "planner/pl_graph.h"
 
-/* Names of the unary and binary operators, by ein_unary / ein_binary. */
-extern const char *const pl_unary_names[EIN_UN_COUNT];
-extern const char *const pl_binary_names[EIN_BIN_COUNT];
-
 /* "8x16x4" into buf; returns buf. */
 const char *pl_shape_str(char *buf, size_t len, int rank, const int64_t *shape);
 /* Ranks 1..EIN_MAX_RANK, each dim in 1..PL_DIM_MAX, volume within int64. */

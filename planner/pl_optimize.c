@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/ein_rand.h"
+#include "planner/pl_graph_int.h"
 
 int pl_selector_parse(const char *s, pl_selector *out)
 {
@@ -346,11 +347,7 @@ static int no_spec_error(const pl_graph *g, int v, int p, ein_error *err)
     for (int i = 0; i < n && len < sizeof allow; i++)
         len += (size_t)snprintf(allow + len, sizeof allow - len, "%s%s <= %d", i ? ", " : "",
                                 idx[i].label, pl_index_max_count(&idx[i]));
-    size_t sl = 0;
-    shape[0] = '\0';
-    for (int a = 0; a < nd->rank && sl < sizeof shape; a++)
-        sl += (size_t)snprintf(shape + sl, sizeof shape - sl, "%s%lld", a ? "x" : "",
-                               (long long)nd->shape[a]);
+    pl_shape_str(shape, sizeof shape, nd->rank, nd->shape);
     char where[64] = "";
     if (nd->line > 0)
         snprintf(where, sizeof where, " at line %d", nd->line);

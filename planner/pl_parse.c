@@ -78,21 +78,11 @@ typedef struct op_def {
 static const op_def ops[] = {
     {"matmul", OP_MATMUL, 0, 2, 2, "matmul(a, b)"},
     {"einsum", OP_EINSUM, 0, 2, 3, "einsum(\"ij,jk->ik\", a, b) or einsum(\"ij->j\", a)"},
-    {"relu", OP_UNARY, EIN_UN_RELU, 1, 1, "relu(x)"},
-    {"silu", OP_UNARY, EIN_UN_SILU, 1, 1, "silu(x)"},
-    {"gelu", OP_UNARY, EIN_UN_GELU, 1, 1, "gelu(x)"},
-    {"exp", OP_UNARY, EIN_UN_EXP, 1, 1, "exp(x)"},
-    {"neg", OP_UNARY, EIN_UN_NEG, 1, 1, "neg(x)"},
-    {"scale", OP_SCALE, EIN_UN_SCALE, 2, 2, "scale(x, 0.5)"},
-    {"add", OP_BINARY, EIN_BIN_ADD, 2, 2, "add(a, b)"},
-    {"sub", OP_BINARY, EIN_BIN_SUB, 2, 2, "sub(a, b)"},
-    {"mul", OP_BINARY, EIN_BIN_MUL, 2, 2, "mul(a, b)"},
-    {"div", OP_BINARY, EIN_BIN_DIV, 2, 2, "div(a, b)"},
-    {"maximum", OP_BINARY, EIN_BIN_MAX, 2, 2, "maximum(a, b)"},
-    {"sigmoid", OP_UNARY, EIN_UN_SIGMOID, 1, 1, "sigmoid(x)"},
-    {"tanh", OP_UNARY, EIN_UN_TANH, 1, 1, "tanh(x)"},
-    {"square", OP_UNARY, EIN_UN_SQUARE, 1, 1, "square(x)"},
-    {"addc", OP_SCALE, EIN_UN_ADDC, 2, 2, "addc(x, 1.0)"},
+    /* the elementwise functions, from the registry (common/ein_ops.def) */
+#define EIN_UNARY(kind, name, nargs, usage, formula) \
+    {name, (nargs) == 1 ? OP_UNARY : OP_SCALE, EIN_UN_##kind, nargs, nargs, usage},
+#define EIN_BINARY(kind, name, op, formula) {op, OP_BINARY, EIN_BIN_##kind, 2, 2, op "(a, b)"},
+#include "common/ein_ops.def"
     {"softmax", OP_SOFTMAX, 0, 1, 2, "softmax(x) or softmax(x, AXIS)"},
     {"rmsnorm", OP_RMSNORM, 0, 2, 3, "rmsnorm(x, w) or rmsnorm(x, w, 1e-5)"},
     {"layernorm", OP_LAYERNORM, 0, 3, 4, "layernorm(x, w, b) or layernorm(x, w, b, 1e-5)"},
@@ -107,9 +97,16 @@ static const op_def ops[] = {
     {"merge_heads", OP_MERGE_HEADS, 0, 1, 1, "merge_heads(x)"},
 };
 #define NOPS ((int)(sizeof ops / sizeof ops[0]))
-#define OP_LIST "matmul, einsum, relu, silu, gelu, exp, neg, scale, add, sub, mul, div, " \
-    "maximum, sigmoid, tanh, square, addc, softmax, rmsnorm, layernorm, rope, attention, " \
-    "reduce_sum, reduce_max, concat, slice, split_heads, merge_heads"
+
+/* "matmul, einsum, relu, ..., merge_heads": every operator, for messages. */
+static const char *op_list(char *buf, size_t cap)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < NOPS && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", ops[i].name);
+    return buf;
+}
 
 static const char *const keywords[] = {"dims", "dtype", "input", "save", "seqs"};
 
@@ -876,9 +873,11 @@ static int parse_assign(parser *p)
     for (int i = 0; i < NOPS && !op; i++)
         if (tok_is(ot, ops[i].name))
             op = &ops[i];
-    if (!op)
-        return perr(p, EIN_EPARSE, ot->col, "unknown operator %s; expected one of " OP_LIST,
-                    DESC(ot));
+    if (!op) {
+        char list[512];
+        return perr(p, EIN_EPARSE, ot->col, "unknown operator %s; expected one of %s", DESC(ot),
+                    op_list(list, sizeof list));
+    }
     const tok *lp = next(p);
     if (!tok_punct(lp, '('))
         return perr(p, EIN_EPARSE, lp->col, "expected '(' after '%s', got %s", op->name, DESC(lp));

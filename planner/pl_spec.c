@@ -20,26 +20,15 @@ void pl_interval(int64_t size, int count, int part, int64_t *lo, int64_t *hi)
     *hi = *lo + base + (part < extra ? 1 : 0);
 }
 
+/* Generated from common/ein_ops.def's EIN_GRAPH_OP list; inputs have none. */
+static const pl_op_def *const op_defs[PL_NODE_KIND_COUNT] = {
+#define EIN_GRAPH_OP(kind, def) [PL_##kind] = &pl_op_##def,
+#include "common/ein_ops.def"
+};
+
 const pl_op_def *pl_op_def_of(pl_node_kind kind)
 {
-    switch (kind) {
-    case PL_EINSUM: return &pl_op_einsum;
-    case PL_UNARY: return &pl_op_unary;
-    case PL_BINARY: return &pl_op_binary;
-    case PL_SOFTMAX: return &pl_op_softmax;
-    case PL_RMSNORM: return &pl_op_rmsnorm;
-    case PL_LAYERNORM: return &pl_op_layernorm;
-    case PL_ROPE: return &pl_op_rope;
-    case PL_ATTENTION: return &pl_op_attention;
-    case PL_REDUCE: return &pl_op_reduce;
-    case PL_CONCAT: return &pl_op_concat;
-    case PL_SLICE: return &pl_op_slice;
-    case PL_SPLIT_HEADS: return &pl_op_split_heads;
-    case PL_MERGE_HEADS: return &pl_op_merge_heads;
-    case PL_INPUT:
-    case PL_NODE_KIND_COUNT: break;
-    }
-    return NULL;
+    return (int)kind >= 0 && kind < PL_NODE_KIND_COUNT ? op_defs[kind] : NULL;
 }
 
 int pl_indices_every_axis(const pl_graph *g, const pl_node *nd, pl_index *idx)

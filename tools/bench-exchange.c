@@ -17,17 +17,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/ein_clock.h"
 #include "exchange/xp_atoms.h"
 #include "exchange/xp_naive.h"
 #include "exchange/xp_search.h"
 #include "exchange/xp_sim.h"
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+static double now_ms(void) { return ein_now_s() * 1e3; }
 
 static ein_box rows(int64_t lo, int64_t hi, int64_t cols)
 {

@@ -14,15 +14,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/ein_clock.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+static double now(void) { return ein_now_s(); }
 
 /* Run `cmd` (an eingen command line) and read its program. */
 static char *slurp(const char *cmd, size_t *len)

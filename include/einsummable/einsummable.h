@@ -78,8 +78,9 @@ ein_tensor ein_graph_matmul(ein_graph *g, const char *name, ein_tensor a, ein_te
 /* Explicit subscripts ("bij,bjk->bik", "ij->j"); b = -1 for one operand. */
 ein_tensor ein_graph_einsum(ein_graph *g, const char *name, const char *subscripts,
                             ein_tensor a, ein_tensor b, ein_error *err);
-/* op: relu, silu, gelu, exp, neg, sigmoid, tanh, square, scale (x*c),
- * addc (x+c); c is ignored by the others. */
+/* op: relu, silu, gelu (tanh approximation), gelu_exact (erf), exp, neg,
+ * sigmoid, tanh, square, scale (x*c), addc (x+c); c is ignored by the
+ * others (the list is common/ein_ops.def's). */
 ein_tensor ein_graph_unary(ein_graph *g, const char *name, const char *op, double c,
                            ein_tensor x, ein_error *err);
 /* op: add, sub, mul, div, maximum; numpy broadcasting. */

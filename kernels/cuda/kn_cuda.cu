@@ -51,18 +51,10 @@ __global__ void kn_unary_kernel(int op, float s, const float *x, float *y, int64
          i += (int64_t)gridDim.x * blockDim.x) {
         float v = x[i], r;
         switch (op) {
-        case EIN_UN_RELU: r = v > 0.0f ? v : 0.0f; break;
-        case EIN_UN_SILU: r = v / (1.0f + expf(-v)); break;
-        case EIN_UN_GELU:
-            r = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-            break;
-        case EIN_UN_EXP: r = expf(v); break;
-        case EIN_UN_NEG: r = -v; break;
-        case EIN_UN_ADDC: r = v + s; break;
-        case EIN_UN_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
-        case EIN_UN_TANH: r = tanhf(v); break;
-        case EIN_UN_SQUARE: r = v * v; break;
-        default: r = v * s; break; /* EIN_UN_SCALE; op was checked on the host */
+#define EIN_UNARY(kind, name, nargs, usage, formula) \
+        case EIN_UN_##kind: r = (formula); break;
+#include "common/ein_ops.def"
+        default: r = v; break; /* op was checked on the host */
         }
         y[i] = r;
     }

@@ -12,20 +12,15 @@
 
 /* ---- unary and binary ---------------------------------------------------- */
 
+/* The formulas are the registry's (common/ein_ops.def); op was checked on
+ * the host. */
 __device__ __forceinline__ float kn_cu_unary_f(int op, float s, float v)
 {
     switch (op) {
-    case EIN_UN_RELU: return v > 0.0f ? v : 0.0f;
-    case EIN_UN_SILU: return v / (1.0f + expf(-v));
-    case EIN_UN_GELU:
-        return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-    case EIN_UN_EXP: return expf(v);
-    case EIN_UN_NEG: return -v;
-    case EIN_UN_SCALE: return v * s;
-    case EIN_UN_ADDC: return v + s;
-    case EIN_UN_SIGMOID: return 1.0f / (1.0f + expf(-v));
-    case EIN_UN_TANH: return tanhf(v);
-    default: return v * v; /* EIN_UN_SQUARE; checked on the host */
+#define EIN_UNARY(kind, name, nargs, usage, formula) \
+    case EIN_UN_##kind: return (formula);
+#include "common/ein_ops.def"
+    default: return v;
     }
 }
 
@@ -62,11 +57,10 @@ extern "C" int kn_cuda_unary_blk(ein_unary op, double scalar, const kn_block *x,
 __device__ __forceinline__ float kn_cu_binary_f(int op, float a, float b)
 {
     switch (op) {
-    case EIN_BIN_ADD: return a + b;
-    case EIN_BIN_SUB: return a - b;
-    case EIN_BIN_MUL: return a * b;
-    case EIN_BIN_DIV: return a / b;
-    default: return fmaxf(a, b); /* EIN_BIN_MAX */
+#define EIN_BINARY(kind, name, opname, formula) \
+    case EIN_BIN_##kind: return (formula);
+#include "common/ein_ops.def"
+    default: return a;
     }
 }
 

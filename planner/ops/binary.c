@@ -22,7 +22,7 @@ int pl_graph_add_binary(pl_graph *g, const char *name, ein_binary op, int a, int
         return ein_fail(err, EIN_EINVAL, "binary: NULL graph");
     if ((int)op < 0 || op >= EIN_BIN_COUNT)
         return ein_fail(err, EIN_EINVAL, "binary: invalid operator %d", (int)op);
-    const char *what = pl_binary_names[op];
+    const char *what = ein_binary_op_name(op);
     if ((rc = pl_check_id(g, what, a, err)) < 0 || (rc = pl_check_id(g, what, b, err)) < 0)
         return rc;
     const pl_node *ta = &g->nodes[a], *tb = &g->nodes[b];

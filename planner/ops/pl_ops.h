@@ -29,9 +29,9 @@ typedef struct pl_op_def {
     double (*flops)(const pl_graph *g, const pl_node *nd);
 } pl_op_def;
 
-extern const pl_op_def pl_op_einsum, pl_op_unary, pl_op_binary, pl_op_softmax,
-    pl_op_rmsnorm, pl_op_layernorm, pl_op_rope, pl_op_attention, pl_op_reduce,
-    pl_op_concat, pl_op_slice, pl_op_split_heads, pl_op_merge_heads;
+/* One per operator of common/ein_ops.def's EIN_GRAPH_OP list. */
+#define EIN_GRAPH_OP(kind, def) extern const pl_op_def pl_op_##def;
+#include "common/ein_ops.def"
 
 /* The definition of an operator kind; NULL for inputs. */
 const pl_op_def *pl_op_def_of(pl_node_kind kind);

@@ -1,5 +1,6 @@
 /* planner/ops/unary.c — elementwise unary operators (relu, silu, gelu, exp,
- * neg, sigmoid, tanh, square, scale and add by a constant): the builder
+ * neg, sigmoid, tanh, square, gelu_exact, scale and add by a constant: the
+ * list in common/ein_ops.def): the builder
  * pl_graph_add_unary (shape inference) and the specs.
  *
  * Every axis is shardable (any); the input block is the output block. */
@@ -18,10 +19,10 @@ int pl_graph_add_unary(pl_graph *g, const char *name, ein_unary op, double scala
         return ein_fail(err, EIN_EINVAL, "unary: NULL graph");
     if ((int)op < 0 || op >= EIN_UN_COUNT)
         return ein_fail(err, EIN_EINVAL, "unary: invalid operator %d", (int)op);
-    if ((rc = pl_check_id(g, pl_unary_names[op], x, err)) < 0)
+    if ((rc = pl_check_id(g, ein_unary_name(op), x, err)) < 0)
         return rc;
-    if ((op == EIN_UN_SCALE || op == EIN_UN_ADDC) && !isfinite(scalar))
-        return ein_fail(err, EIN_EINVAL, "%s: constant %g is not finite", pl_unary_names[op], scalar);
+    if (ein_unary_takes_scalar(op) && !isfinite(scalar))
+        return ein_fail(err, EIN_EINVAL, "%s: constant %g is not finite", ein_unary_name(op), scalar);
     const pl_node *t = &g->nodes[x];
     pl_node n;
     memset(&n, 0, sizeof n);
@@ -37,7 +38,7 @@ int pl_graph_add_unary(pl_graph *g, const char *name, ein_unary op, double scala
     n.kernel.unary = op;
     /* Only scale and addc have a constant; 0 elsewhere keeps equal operators
      * bitwise equal. */
-    n.kernel.scalar = op == EIN_UN_SCALE || op == EIN_UN_ADDC ? scalar : 0.0;
+    n.kernel.scalar = ein_unary_takes_scalar(op) ? scalar : 0.0;
     return pl_graph_append(g, name, &n, err);
 }
 

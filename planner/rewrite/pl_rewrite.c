@@ -141,8 +141,7 @@ static int is_matmul(const pl_node *n)
  * one e-node whatever the builder left there). */
 static int64_t rw_scalar_bits(const pl_node *s)
 {
-    double v = (s->kernel.unary == EIN_UN_SCALE || s->kernel.unary == EIN_UN_ADDC)
-                   ? s->kernel.scalar : 0.0;
+    double v = ein_unary_takes_scalar(s->kernel.unary) ? s->kernel.scalar : 0.0;
     int64_t b;
     if (v == 0.0)
         v = 0.0; /* -0.0 -> 0.0 */

@@ -110,11 +110,14 @@ int rw_egraph_check(rw_egraph *eg);
 int rw_egraph_nclasses(const rw_egraph *eg);
 
 /* Equality saturation with the rules (rw_rules.c); fills stop, iterations,
- * applied, rejected and saturate_s of *st. */
+ * applied, rejected and saturate_s of *st. The rules are only read: the
+ * run's state (limits, clock, backoff statistics) is its own. Limits are
+ * checked after each iteration (and between rules while applying), so at
+ * least one iteration runs. */
 struct pl_rw_rules;
 struct pl_rewrite_opts;
 struct pl_rewrite_stats;
-int rw_saturate(rw_egraph *eg, struct pl_rw_rules *rules, const struct pl_rewrite_opts *o,
+int rw_saturate(rw_egraph *eg, const struct pl_rw_rules *rules, const struct pl_rewrite_opts *o,
                 struct pl_rewrite_stats *st, ein_error *err);
 
 /* ILP extraction (rw_ilp.c): run[]/pre[] per node; best[] per class holds

@@ -67,7 +67,6 @@ typedef struct rw_rule {
     uint32_t vars_of[2];             /* variables of lhs[0], lhs[1] */
     int nconds;                      /* (if COND...): all must hold to apply */
     rw_cond conds[RW_MAX_CONDS];
-    int times_banned, banned_until;  /* backoff scheduler */
 } rw_rule;
 
 struct pl_rw_rules {
@@ -1019,101 +1018,146 @@ const char *pl_rewrite_stop_name(pl_rewrite_stop s)
     return "?";
 }
 
-int rw_saturate(rw_egraph *eg, pl_rw_rules *r, const pl_rewrite_opts *o, pl_rewrite_stats *st,
+/* The saturation loop's state, passed explicitly (egg's Runner and
+ * BackoffScheduler): its limits and clock, and the backoff statistics of
+ * each rule, which are the run's, not the rules' (a rule set is read-only
+ * here and can be shared between runs). */
+typedef struct rw_ban {
+    int times_banned, banned_until;
+} rw_ban;
+
+typedef struct rw_runner {
+    int iter_limit, node_limit, k_multi, match_limit, ban_length;
+    double time_limit_s, t0;
+    rw_ban *ban;            /* one per rule */
+    rw_mvec *m;             /* the matches of each rule's lhs[0], lhs[1] */
+} rw_runner;
+
+static int runner_init(rw_runner *run, const pl_rw_rules *r, const pl_rewrite_opts *o, ein_error *err)
+{
+    run->iter_limit = o->iter_limit > 0 ? o->iter_limit : 30;
+    run->node_limit = o->node_limit > 0 ? o->node_limit : 100000;
+    run->time_limit_s = o->time_limit_s > 0 ? o->time_limit_s : 1.0;
+    run->k_multi = o->k_multi == 0 ? 1 : o->k_multi < 0 ? 0 : o->k_multi;
+    run->match_limit = o->match_limit > 0 ? o->match_limit : 1000;
+    run->ban_length = o->ban_length > 0 ? o->ban_length : 5;
+    run->t0 = ein_now_s();
+    run->m = calloc((size_t)r->n * 2 + 1, sizeof *run->m);
+    run->ban = calloc((size_t)r->n + 1, sizeof *run->ban);
+    if (!run->m || !run->ban) {
+        free(run->m);
+        free(run->ban);
+        return ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
+    }
+    return 0;
+}
+
+static void runner_release(rw_runner *run, const pl_rw_rules *r)
+{
+    for (int i = 0; i < 2 * r->n; i++)
+        free(run->m[i].v);
+    free(run->m);
+    free(run->ban);
+}
+
+/* The one limits check: the limit the run has passed (e-nodes, then
+ * time), or -1 while it may go on. */
+static int runner_limit(const rw_runner *run, const rw_egraph *eg)
+{
+    if (eg->nlive > run->node_limit)
+        return PL_RW_NODE_LIMIT;
+    if (ein_now_s() - run->t0 > run->time_limit_s)
+        return PL_RW_TIME_LIMIT;
+    return -1;
+}
+
+/* Search every rule not banned (egg searches all, then applies); a rule
+ * whose matches pass its threshold is banned, longer each time. Sets
+ * *banned if any rule sits out this iteration. */
+static int runner_search(rw_runner *run, rw_egraph *eg, const pl_rw_rules *r, int iter,
+                         pl_rewrite_stats *st, int *banned, ein_error *err)
+{
+    int rc = 0;
+    for (int i = 0; i < r->n && rc == 0; i++) {
+        const rw_rule *ru = &r->rules[i];
+        rw_ban *b = &run->ban[i];
+        rw_mvec *m = &run->m[2 * i];
+        m[0].n = m[1].n = 0;
+        if (ru->multi && iter >= run->k_multi)
+            continue;
+        if (b->banned_until > iter) {
+            *banned = 1;
+            continue;
+        }
+        long threshold = (long)run->match_limit << b->times_banned;
+        for (int j = 0; j < (ru->multi ? 2 : 1) && rc == 0; j++)
+            rc = search(eg, r, ru->lhs[j], (int)threshold, &m[j]);
+        if (rc < 0)
+            return ein_fail(err, rc, "rewrite: out of memory");
+        long count = m[0].n;
+        if (ru->multi && rc == 0)
+            rc = apply_multi(eg, ru, r, &m[0], &m[1], threshold, 1, &count, st, err);
+        if (count > threshold) { /* backoff: ban, longer each time */
+            b->banned_until = iter + (run->ban_length << b->times_banned);
+            b->times_banned++;
+            m[0].n = m[1].n = 0;
+            *banned = 1;
+        }
+    }
+    return rc;
+}
+
+/* Apply what runner_search found, until a limit is passed. */
+static int runner_apply(rw_runner *run, rw_egraph *eg, const pl_rw_rules *r, pl_rewrite_stats *st,
+                        ein_error *err)
+{
+    int rc = 0;
+    for (int i = 0; i < r->n && rc == 0; i++) {
+        const rw_rule *ru = &r->rules[i];
+        rw_mvec *m = &run->m[2 * i];
+        if (ru->multi) {
+            long np;
+            if (m[0].n > 0)
+                rc = apply_multi(eg, ru, r, &m[0], &m[1], 1L << 40, 0, &np, st, err);
+        } else
+            for (int k = 0; k < m[0].n && rc == 0; k++)
+                rc = apply_one(eg, ru, r, &m[0].v[k], &m[0].v[k].root, st, err);
+        if (runner_limit(run, eg) >= 0)
+            break;
+    }
+    return rc;
+}
+
+int rw_saturate(rw_egraph *eg, const pl_rw_rules *r, const pl_rewrite_opts *o, pl_rewrite_stats *st,
                 ein_error *err)
 {
-    int iter_limit = o->iter_limit > 0 ? o->iter_limit : 30;
-    int node_limit = o->node_limit > 0 ? o->node_limit : 100000;
-    double time_limit = o->time_limit_s > 0 ? o->time_limit_s : 1.0;
-    int k_multi = o->k_multi == 0 ? 1 : o->k_multi < 0 ? 0 : o->k_multi;
-    int match_limit = o->match_limit > 0 ? o->match_limit : 1000;
-    int ban_length = o->ban_length > 0 ? o->ban_length : 5;
-    double t0 = ein_now_s();
-    int rc = 0;
-    rw_mvec *m = calloc((size_t)r->n * 2 + 1, sizeof *m);
-    if (!m)
-        return ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
-    for (int i = 0; i < r->n; i++)
-        r->rules[i].times_banned = r->rules[i].banned_until = 0;
+    rw_runner run;
+    int rc, iter, stop;
+    if ((rc = runner_init(&run, r, o, err)) < 0)
+        return rc;
     st->stop = PL_RW_ITER_LIMIT;
-    int iter;
-    for (iter = 0; iter < iter_limit; iter++) {
-        if (ein_now_s() - t0 > time_limit) {
-            st->stop = PL_RW_TIME_LIMIT;
-            break;
-        }
-        int nodes0 = eg->nnodes;
+    for (iter = 0; iter < run.iter_limit;) {
+        int nodes0 = eg->nnodes, banned = 0;
         long applied0 = st->applied;
-        int banned = 0;
-        /* Search every rule first, then apply (as egg does). */
-        for (int i = 0; i < r->n && rc == 0; i++) {
-            rw_rule *ru = &r->rules[i];
-            m[2 * i].n = m[2 * i + 1].n = 0;
-            if (ru->multi && iter >= k_multi)
-                continue;
-            if (ru->banned_until > iter) {
-                banned = 1;
-                continue;
-            }
-            long threshold = (long)match_limit << ru->times_banned;
-            for (int j = 0; j < (ru->multi ? 2 : 1) && rc == 0; j++)
-                rc = search(eg, r, ru->lhs[j], (int)threshold, &m[2 * i + j]);
-            if (rc < 0) {
-                rc = ein_fail(err, rc, "rewrite: out of memory");
-                break;
-            }
-            long count = m[2 * i].n;
-            if (ru->multi && rc == 0)
-                rc = apply_multi(eg, ru, r, &m[2 * i], &m[2 * i + 1], threshold, 1, &count, st,
-                                 err);
-            if (count > threshold) { /* backoff: ban, longer each time */
-                ru->banned_until = iter + (ban_length << ru->times_banned);
-                ru->times_banned++;
-                m[2 * i].n = m[2 * i + 1].n = 0;
-                banned = 1;
-            }
-        }
-        for (int i = 0; i < r->n && rc == 0; i++) {
-            rw_rule *ru = &r->rules[i];
-            if (ru->multi) {
-                long np;
-                if (m[2 * i].n > 0)
-                    rc = apply_multi(eg, ru, r, &m[2 * i], &m[2 * i + 1], 1L << 40, 0, &np, st,
-                                     err);
-            } else
-                for (int k = 0; k < m[2 * i].n && rc == 0; k++)
-                    rc = apply_one(eg, ru, r, &m[2 * i].v[k], &m[2 * i].v[k].root, st, err);
-            if (eg->nlive > node_limit || ein_now_s() - t0 > time_limit)
-                break;
-        }
-        if (rc == 0)
-            rc = rw_egraph_rebuild(eg, err);
-        if (rc < 0)
+        if ((rc = runner_search(&run, eg, r, iter, st, &banned, err)) < 0 ||
+            (rc = runner_apply(&run, eg, r, st, err)) < 0 || (rc = rw_egraph_rebuild(eg, err)) < 0)
             break;
-        if (eg->nlive > node_limit) {
-            st->stop = PL_RW_NODE_LIMIT;
-            iter++;
-            break;
-        }
-        if (ein_now_s() - t0 > time_limit) {
-            st->stop = PL_RW_TIME_LIMIT;
-            iter++;
+        iter++;
+        if ((stop = runner_limit(&run, eg)) >= 0) {
+            st->stop = (pl_rewrite_stop)stop;
             break;
         }
         if (eg->nnodes == nodes0 && st->applied == applied0) {
             if (!banned) {
                 st->stop = PL_RW_SATURATED;
-                iter++;
                 break;
             }
             for (int i = 0; i < r->n; i++) /* nothing else to do: lift the bans */
-                r->rules[i].banned_until = 0;
+                run.ban[i].banned_until = 0;
         }
     }
     st->iterations = iter;
-    st->saturate_s = ein_now_s() - t0;
-    for (int i = 0; i < 2 * r->n; i++)
-        free(m[i].v);
-    free(m);
+    st->saturate_s = ein_now_s() - run.t0;
+    runner_release(&run, r);
     return rc;
 }

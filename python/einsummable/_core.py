@@ -169,7 +169,8 @@ class Tensor:
         return "<einsummable.Tensor %s %s %s>" % (self.name, list(self.shape), self.dtype)
 
 
-_UNARY = ("relu", "silu", "gelu", "exp", "neg", "sigmoid", "tanh", "square", "scale", "addc")
+_UNARY = ("relu", "silu", "gelu", "exp", "neg", "sigmoid", "tanh", "square", "gelu_exact",
+          "scale", "addc")
 _BINARY = ("add", "sub", "mul", "div", "maximum")
 
 
@@ -312,8 +313,8 @@ class Graph:
                                                a.id, bid, ctypes.byref(err)), err, "einsum")
 
     def unary(self, x, op, c=0.0, name=None):
-        """op: relu, silu, gelu, exp, neg, sigmoid, tanh, square, scale
-        (x*c) or addc (x+c)."""
+        """op: relu, silu, gelu (tanh approximation), gelu_exact (erf),
+        exp, neg, sigmoid, tanh, square, scale (x*c) or addc (x+c)."""
         x = self._t(x, "unary")
         if op not in _UNARY:
             _fail(L.EIN_EINVAL, "unary: unknown operator %r; expected one of %s"

@@ -454,6 +454,15 @@ static void test_builders(void **state)
     assert_string_equal(ein_kernel_kind_name(EIN_KERNEL_SPLIT_HEADS), "split_heads");
     assert_string_equal(ein_kernel_kind_name(EIN_KERNEL_COUNT), "?");
     assert_string_equal(ein_unary_name(EIN_UN_SQUARE), "square");
+    assert_string_equal(ein_unary_name(EIN_UN_GELU_EXACT), "gelu_exact");
+    assert_int_equal(ein_unary_by_name("gelu_exact"), EIN_UN_GELU_EXACT);
+    assert_int_equal(ein_unary_by_name("gelu_exactly"), -1);
+    assert_int_equal(ein_unary_by_name(NULL), -1);
+    assert_true(ein_unary_takes_scalar(EIN_UN_SCALE) && ein_unary_takes_scalar(EIN_UN_ADDC));
+    assert_false(ein_unary_takes_scalar(EIN_UN_GELU_EXACT) || ein_unary_takes_scalar(EIN_UN_COUNT));
+    assert_string_equal(ein_binary_op_name(EIN_BIN_MAX), "maximum");
+    assert_int_equal(ein_binary_by_op_name("maximum"), EIN_BIN_MAX);
+    assert_int_equal(ein_binary_by_op_name("max"), -1);
     assert_string_equal(ein_unary_name(EIN_UN_COUNT), "?");
     assert_string_equal(ein_binary_name(EIN_BIN_DIV), "div");
     assert_string_equal(ein_binary_name((ein_binary)-1), "?");

@@ -380,6 +380,7 @@ static double ref_unary(ein_unary op, double s, double x)
     case EIN_UN_SIGMOID: return 1 / (1 + exp(-x));
     case EIN_UN_TANH: return tanh(x);
     case EIN_UN_SQUARE: return x * x;
+    case EIN_UN_GELU_EXACT: return 0.5 * x * (1 + erf(x / sqrt(2)));
     default: return NAN;
     }
 }

@@ -267,7 +267,7 @@ static void test_unary(void **state)
     ein_error err = {0};
     int x = pl_graph_add_input(g, "x", EIN_F16, 3, (int64_t[]){2, 3, 5}, &err);
     static const char *names[] = {"relu", "silu", "gelu", "exp", "neg", "scale", "addc",
-                                  "sigmoid", "tanh", "square"};
+                                  "sigmoid", "tanh", "square", "gelu_exact"};
     _Static_assert(sizeof names / sizeof names[0] == EIN_UN_COUNT, "a unary op lacks a name");
     for (int op = 0; op < EIN_UN_COUNT; op++) {
         int id = pl_graph_add_unary(g, names[op], (ein_unary)op, 2.5, x, &err);

@@ -254,7 +254,7 @@ static void test_block_ops(void **state)
         "bc = add(sm, row)\n"
         "dv = div(bc, s0)\n"
         "mx = maximum(dv, row)\n"
-        "sg = sigmoid(mx)\nth = tanh(sg)\nsq = square(th)\nac = addc(sq, -1.5)\n"
+        "sg = sigmoid(mx)\nth = tanh(sg)\nsq = square(th)\nge = gelu_exact(sq)\nac = addc(ge, -1.5)\n"
         "rs = reduce_sum(ac, 1)\n"
         "rm = reduce_max(kh, 0, 2)\n"
         "cc = concat(x, n1, n2, 0)\n"
@@ -284,6 +284,7 @@ static void test_block_ops(void **state)
     assert_int_equal(node(g, "bc")->kind, PL_BINARY);
     assert_int_equal(node(g, "dv")->kernel.binary, EIN_BIN_DIV);
     assert_int_equal(node(g, "mx")->kernel.binary, EIN_BIN_MAX);
+    assert_int_equal(node(g, "ge")->kernel.unary, EIN_UN_GELU_EXACT);
     assert_int_equal(node(g, "ac")->kernel.unary, EIN_UN_ADDC);
     assert_true(node(g, "ac")->kernel.scalar == -1.5);
     assert_shape(node(g, "rs"), 1, (int64_t[]){12});
@@ -332,7 +333,7 @@ typedef struct bad_case {
 
 static const bad_case bad[] = {
     {"unknown_op", H3 "y = matmull(x, w)\nsave y\n", 0, EIN_EPARSE, "4:5",
-     "unknown operator 'matmull'; expected one of matmul, einsum, relu, silu, gelu, exp, neg, scale, add, sub, mul, div, maximum, sigmoid, tanh, square, addc, softmax, rmsnorm, layernorm, rope, attention, reduce_sum, reduce_max, concat, slice, split_heads, merge_heads"},
+     "unknown operator 'matmull'; expected one of matmul, einsum, relu, silu, gelu, exp, neg, scale, addc, sigmoid, tanh, square, gelu_exact, add, sub, mul, div, maximum, softmax, rmsnorm, layernorm, rope, attention, reduce_sum, reduce_max, concat, slice, split_heads, merge_heads"},
 #define HB "dims t=12 d=8 hd=4\nseqs [5, 7]\ninput x[t, d]\ninput w[d]\ninput q[4, t, hd]\n" \
     "input k[2, t, hd]\ninput k3[3, t, hd]\n"
     {"seqs_sum", "dims t=12 d=8\nseqs [5, 6]\ninput x[t, d]\ny = rope(x, 4)\nsave y\n", 0,

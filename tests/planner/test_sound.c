@@ -298,6 +298,13 @@ static int b_unary(pl_graph *g)
     return pl_graph_add_unary(g, "y", op, 0.75, x, NULL);
 }
 
+/* The newest unary function on its own, so that every shape exercises it. */
+static int b_gelu_exact(pl_graph *g)
+{
+    int x = input(g, "x", 2, (int64_t[]){rdim(), rdim()});
+    return pl_graph_add_unary(g, "y", EIN_UN_GELU_EXACT, 0.0, x, NULL);
+}
+
 static int b_binary(pl_graph *g)
 {
     int64_t s[3] = {rdim(), rdim(), rdim()};
@@ -429,6 +436,7 @@ static void run_op(const char *name, build_fn build)
 OP_TEST(matmul)
 OP_TEST(einsum)
 OP_TEST(unary)
+OP_TEST(gelu_exact)
 OP_TEST(binary)
 OP_TEST(softmax)
 OP_TEST(softmax_small)
@@ -597,7 +605,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),      cmocka_unit_test(test_einsum),
-        cmocka_unit_test(test_unary),       cmocka_unit_test(test_binary),
+        cmocka_unit_test(test_unary),       cmocka_unit_test(test_gelu_exact),
+        cmocka_unit_test(test_binary),
         cmocka_unit_test(test_softmax),     cmocka_unit_test(test_softmax_small),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_layernorm),   cmocka_unit_test(test_rope),

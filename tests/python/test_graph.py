@@ -75,7 +75,7 @@ def test_every_operator():
     m = g.insertTensor(es.tensorDesc([H * D, 6]), name="m")
     assert g.einsum("ij,jk->ik", x, m).shape == (T, 6)
     assert g.einsum("ij->j", x).shape == (H * D,)
-    for op in ("relu", "silu", "gelu", "exp", "neg", "sigmoid", "tanh", "square"):
+    for op in ("relu", "silu", "gelu", "exp", "neg", "sigmoid", "tanh", "square", "gelu_exact"):
         assert g.unary(x, op).shape == (T, H * D)
     assert g.unary(x, "scale", 0.5).shape == (T, H * D)
     assert g.unary(x, "addc", 1.0).shape == (T, H * D)

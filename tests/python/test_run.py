@@ -93,6 +93,23 @@ def test_ffn_f16_and_bf16(rng):
         assert close_enough(Y, ffn_ref(X, W1, W2b), rel=3e-2, abs_=3e-2) is None
 
 
+def test_gelu_exact(rng):
+    """The exact (erf) GELU of the operator registry, on 2 devices, against
+    NumPy in float64."""
+    import math
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc([TOK, DM]), name="x")
+    y = g.unary(x, "gelu_exact", name="y")
+    g.save(y)
+    with es.compileGraph(g, device=[0, 1]) as prog:
+        X = (rng.standard_normal((TOK, DM)) * 3).astype(np.float32)
+        prog.load(x, X)
+        prog.execute()
+        X64 = X.astype(np.float64)
+        want = 0.5 * X64 * (1.0 + np.vectorize(math.erf)(X64 / math.sqrt(2.0)))
+        assert close_enough(prog.offload(y), want) is None
+
+
 # ---- a LLaMA block (examples/llama_block.ein, small) ------------------------
 L_T, L_DM, L_HQ, L_HKV, L_HD, L_DF = 32, 128, 4, 2, 32, 192
 L_SEQS = [5, 9, 8, 10]
