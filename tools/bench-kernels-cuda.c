@@ -160,8 +160,13 @@ int main(int argc, char **argv)
             return opt == 'h' ? 0 : 2;
         }
     }
-    if (kn_cuda_device_count() == 0) {
-        printf("bench-kernels-cuda: no CUDA device\n");
+    char why[256];
+    if (kn_cuda_device_status(why, sizeof why) <= 0) {
+        if (kn_cuda_gpu_hardware_present()) {
+            printf("bench-kernels-cuda: a GPU is present but CUDA cannot use it: %s\n", why);
+            return 1;
+        }
+        printf("bench-kernels-cuda: no CUDA device (%s)\n", why);
         return 0;
     }
     if (reps < 1)

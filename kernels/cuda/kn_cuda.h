@@ -10,6 +10,7 @@
 #ifndef KN_CUDA_H
 #define KN_CUDA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/kn_cpu.h"
@@ -21,6 +22,19 @@ extern "C" {
 /* Number of usable CUDA devices; 0 when there is no device or no driver
  * (never an error exit). */
 int kn_cuda_device_count(void);
+
+/* The same count, or why there is none: returns the number of devices
+ * (> 0), 0 when the runtime reports no device (cudaErrorNoDevice), or
+ * EIN_EDEVICE when CUDA itself fails (no driver, a driver too old for this
+ * runtime, a broken installation). `why` (may be NULL, cap bytes) receives
+ * the CUDA error's name and text, or "" with devices. Clears the error. */
+int kn_cuda_device_status(char *why, size_t cap);
+
+/* 1 when the machine shows NVIDIA GPU hardware to this process
+ * (/dev/nvidia0.. or /proc/driver/nvidia/gpus/), whatever CUDA says: a
+ * test or benchmark that finds no usable device on such a machine is
+ * failing, not skipping. EIN_REQUIRE_GPU=1 in the environment forces 1. */
+int kn_cuda_gpu_hardware_present(void);
 
 /* y = op(x) elementwise on n floats (y may equal x). */
 int kn_cuda_unary(ein_unary op, float scalar, const float *x, float *y, int64_t n,

@@ -2,7 +2,9 @@
  *
  * Without a device (or driver) this prints the TAP plan "1..0 # SKIP no
  * CUDA device" and succeeds: cmocka's skip() would be counted as a failure
- * by Automake's TAP driver, so the check happens before cmocka starts. */
+ * by Automake's TAP driver, so the check happens before cmocka starts. On a
+ * machine with GPU hardware (kn_cuda_gpu_hardware_present) a CUDA failure
+ * is a failing test with the CUDA error, never a skip. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -686,8 +688,17 @@ static int teardown(void **state)
 
 int main(void)
 {
-    if (kn_cuda_device_count() == 0) {
-        printf("1..0 # SKIP no CUDA device\n");
+    /* No device is a skip only where there is no GPU hardware either: a
+     * GPU that CUDA cannot use (driver too old for this runtime, no driver
+     * loaded) is a failure that says why. */
+    char why[256];
+    int ndev = kn_cuda_device_status(why, sizeof why);
+    if (ndev <= 0) {
+        if (kn_cuda_gpu_hardware_present()) {
+            printf("1..1\nnot ok 1 - a GPU is present but CUDA cannot use it: %s\n", why);
+            return 1;
+        }
+        printf("1..0 # SKIP no CUDA device (%s)\n", why);
         return 0;
     }
     const struct CMUnitTest tests[] = {
