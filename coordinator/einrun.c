@@ -928,10 +928,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "exchange bodies: %d searched, %d copied from an identical exchange, "
                         "%d local (nothing to move)\n", ls->nsearched, ls->nreused, ls->nlocal);
         fprintf(stderr, "ran in %.3f s\n", t_run);
-        for (int d = 0; d < ndev; d++)
+        for (int d = 0; d < ndev; d++) {
             fprintf(stderr, "  device %d (pid %ld): %.3f s total, %.3f kernels, %.3f copies, %.3f waiting\n",
                     d, rs.dev[d].pid, rs.dev[d].total, rs.dev[d].kernel, rs.dev[d].copy,
                     rs.dev[d].wait);
+            /* Graph counts are what makes "graphs on" checkable: a stretch
+             * that silently fell back to one instruction at a time shows. */
+            if (graphs > 0 || (graphs < 0 && want_cuda))
+                fprintf(stderr, "  device %d graphs: %d captured, %d launches, %d not captured%s%s\n",
+                        d, rs.graphs[d].captured, rs.graphs[d].launched, rs.graphs[d].failed,
+                        rs.graphs[d].error[0] ? ": " : "", rs.graphs[d].error);
+        }
     }
 done:
     if (outs)

@@ -5,12 +5,15 @@
 # a step that no longer fits the budget is skipped and fails the run; the
 # summary block's format and verdicts (PASS only when every check passed and
 # some ran, on a machine with a GPU); `npytool compare`, which the checks
-# use. Skipped on a machine with a GPU (tools/gpu-check runs for real there).
+# use; the graph counts of einrun -v that the graphs-captured check reads,
+# from the workers' DONE messages (CPU devices record their "graphs"), with
+# an injected capture failure (EIN_FAULT=D:nocapture) named. Skipped on a machine with a GPU (tools/gpu-check runs for real there).
 set -u
 B=${EIN_BUILDDIR:-.}
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 GC="$SRC/tools/gpu-check"
 NPY="$(cd "$B" && pwd)/tests/e2e/npytool"
+EINRUN="$(cd "$B" && pwd)/einrun"
 S=$(mktemp -d "${TMPDIR:-/tmp}/ein-gpucheck.XXXXXX") || exit 1
 export TMPDIR="$S"
 trap 'rm -rf "$S"' EXIT
@@ -21,7 +24,7 @@ if [ -e /dev/nvidia0 ] || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi 
     echo "1..0 # SKIP a GPU is here (this test checks the verdicts without one)"
     exit 0
 fi
-echo "1..9"
+echo "1..11"
 unset OUT GPU_CHECK_OUT GPU_CHECK_BUDGET
 
 # 1: no GPU, quick: the verdict, exit 3, the files in the output folder.
@@ -135,4 +138,25 @@ if [ $r4 = 2 ] && grep -q 'differ in shape' c4.log && [ $r5 = 2 ]; then
     ok "npytool compare: shapes differ, bad tolerance: exit 2"
 else
     not_ok "npytool compare errors: $r4 $r5" "$(cat c4.log c5.log)"
+fi
+
+# 10-11: graph counts in einrun -v (CPU devices record their "graphs").
+write_ffn ffn.ein
+"$EINRUN" --cpu 2 --graphs on --iterations 3 -v -q ffn.ein > g1.log 2>&1; r1=$?
+"$EINRUN" --cpu 2 --graphs off --iterations 2 -v -q ffn.ein > g2.log 2>&1; r2=$?
+if [ $r1 = 0 ] && [ $r2 = 0 ] &&
+    grep -q '^  device 0 graphs: [1-9][0-9]* captured, [1-9][0-9]* launches, 0 not captured$' g1.log &&
+    grep -q '^  device 1 graphs: [1-9][0-9]* captured, [1-9][0-9]* launches, 0 not captured$' g1.log &&
+    ! grep -q 'graphs:' g2.log; then
+    ok "einrun -v: each device's graphs captured and launched (none with --graphs off)"
+else
+    not_ok "einrun -v graph counts: $r1 $r2" "$(cat g1.log g2.log)"
+fi
+EIN_FAULT=1:nocapture "$EINRUN" --cpu 2 --graphs on --iterations 3 -v -q ffn.ein > g3.log 2>&1; r3=$?
+if [ $r3 = 0 ] &&
+    grep -q '^  device 0 graphs: [1-9][0-9]* captured, [1-9][0-9]* launches, 0 not captured$' g3.log &&
+    grep -q '^  device 1 graphs: 0 captured, 0 launches, [1-9][0-9]* not captured: instructions [0-9]*\.\.[0-9]*: injected capture failure' g3.log; then
+    ok "einrun -v: a stretch that failed to capture is counted, with its error"
+else
+    not_ok "einrun -v capture failure: $r3" "$(cat g3.log)"
 fi
