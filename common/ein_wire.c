@@ -244,13 +244,13 @@ const char *ein_msg_type_name(ein_msg_type t)
 enum {
     F_TYPE, F_V, F_DEVICE, F_PID, F_BUFFER, F_INSTR, F_CODE, F_OP, F_TEXT,
     F_T_TOTAL, F_T_KERNEL, F_T_COPY, F_T_WAIT, F_PROGRAM, F_STORE, F_RELOAD,
-    F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED, F_G_ERROR, F_COUNT
+    F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED, F_G_ERROR, F_T_DEVICE, F_COUNT
 };
 
 static const char *const field_names[F_COUNT] = {
     "type", "v", "device", "pid", "buffer", "instr", "code", "op", "text",
     "t_total", "t_kernel", "t_copy", "t_wait", "program", "store", "reload",
-    "graphs_captured", "graphs_launched", "graphs_failed", "graph_error",
+    "graphs_captured", "graphs_launched", "graphs_failed", "graph_error", "t_device",
 };
 
 #define B(f) (1u << (f))
@@ -269,7 +269,8 @@ static const unsigned msg_fields[EIN_MSG_COUNT] = {
 
 /* Optional fields: allowed, not required; encoded only when set. */
 static const unsigned msg_optional[EIN_MSG_COUNT] = {
-    [EIN_MSG_DONE] = B(F_G_CAPTURED) | B(F_G_LAUNCHED) | B(F_G_FAILED) | B(F_G_ERROR),
+    [EIN_MSG_DONE] = B(F_G_CAPTURED) | B(F_G_LAUNCHED) | B(F_G_FAILED) | B(F_G_ERROR) |
+                     B(F_T_DEVICE),
 };
 
 /* Whether optional field i of m carries something. */
@@ -280,6 +281,7 @@ static int optional_set(const ein_msg *m, int i)
     case F_G_LAUNCHED: return m->graphs_launched != 0;
     case F_G_FAILED: return m->graphs_failed != 0;
     case F_G_ERROR: return m->graph_error[0] != '\0';
+    case F_T_DEVICE: return m->t_device != 0;
     default: return 0;
     }
 }
@@ -333,6 +335,7 @@ static int pack_msg(msgpack_packer *pk, const ein_msg *m, ein_error *err)
         case F_G_LAUNCHED: e |= msgpack_pack_int32(pk, m->graphs_launched); break;
         case F_G_FAILED: e |= msgpack_pack_int32(pk, m->graphs_failed); break;
         case F_G_ERROR: e |= pack_fixed_str(pk, m->graph_error, sizeof m->graph_error); break;
+        case F_T_DEVICE: e |= msgpack_pack_int32(pk, m->t_device ? 1 : 0); break;
         case F_RELOAD:
             if (m->nreload < 0 || m->nreload > EIN_RELOAD_MAX || (m->nreload && !m->reload))
                 return ein_fail(err, EIN_EINVAL, "start message: %d inputs to reload (at most %d)",
@@ -544,6 +547,11 @@ static int unpack_msg(const msgpack_object *root, ein_msg *m, ein_error *err)
         if ((rc = check_int_field(v[gfield[g]], 0, INT32_MAX, &iv, field_names[gfield[g]], err)) < 0)
             return rc;
         *gval[g] = (int32_t)iv;
+    }
+    if (v[F_T_DEVICE]) {
+        if ((rc = check_int_field(v[F_T_DEVICE], 0, 1, &iv, "t_device", err)) < 0)
+            return rc;
+        m->t_device = (int32_t)iv;
     }
     if (v[F_G_ERROR] && (rc = ein_mp_get_str(v[F_G_ERROR], m->graph_error, sizeof m->graph_error,
                                              "message: field 'graph_error'", err)) < 0)

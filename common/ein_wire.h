@@ -73,6 +73,10 @@ typedef struct ein_msg {
      * the instructions and the CUDA error). */
     int32_t graphs_captured, graphs_launched, graphs_failed;
     char graph_error[EIN_MSG_TEXT_MAX];
+    /* DONE, optional (sent when 1): t_kernel and t_copy are the device's
+     * own time (CUDA events around each operation), not the host's time to
+     * run or enqueue them. */
+    int32_t t_device;
     ein_program *program;           /* PROGRAM (owned) */
     int32_t store;                  /* START: run the STOREs this time (0/1) */
     ein_reload *reload;             /* START: inputs to load again (owned) */

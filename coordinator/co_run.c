@@ -306,7 +306,8 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
                                          .kernel = m.t_kernel, .copy = m.t_copy, .wait = m.t_wait,
                                          .graphs_captured = m.graphs_captured,
                                          .graphs_launched = m.graphs_launched,
-                                         .graphs_failed = m.graphs_failed};
+                                         .graphs_failed = m.graphs_failed,
+                                         .device_timed = m.t_device};
             snprintf(stats[d].graph_error, sizeof stats[d].graph_error, "%s", m.graph_error);
         }
         break;

@@ -65,6 +65,7 @@ typedef struct co_worker_stats {
      * and why the first of those failed ("" if none). */
     int graphs_captured, graphs_launched, graphs_failed;
     char graph_error[EIN_MSG_TEXT_MAX];
+    int device_timed;   /* kernel and copy are device time (CUDA events), not host time */
 } co_worker_stats;
 
 /* `iter_s` (may be NULL) receives opts->iterations wall times: from START

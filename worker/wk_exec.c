@@ -1026,12 +1026,24 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
         /* Every READY of this iteration has been used; the next ones come
          * only after the next START, so the set can be emptied now. */
         w.nready = 0;
+        /* Kernel and copy times: the device's own where the backend
+         * measures them (CUDA events), else the host's. */
+        double dk = 0, dc = 0;
+        ein_error terr = {0};
+        int dev_timed = be->device_times && be->device_times(be, &dk, &dc, &terr) == 0;
+        if (be->device_times && !dev_timed)
+            wlog(&w, 1, "no device times this iteration (host times sent): %s", terr.msg);
         ein_msg done = {.type = EIN_MSG_DONE, .device = cfg->device,
                         .t_total = ein_now_s() - w.t_start, .t_kernel = w.t_kernel,
                         .t_copy = w.t_copy, .t_wait = w.t_wait,
                         .graphs_captured = w.ncaptured, .graphs_launched = w.nlaunched,
                         .graphs_failed = w.nfailed};
         snprintf(done.graph_error, sizeof done.graph_error, "%s", w.graph_error);
+        if (dev_timed) {
+            done.t_kernel = dk;
+            done.t_copy = dc;
+            done.t_device = 1;
+        }
         wlog(&w, 1, "iteration %d done in %.6f s (graphs: %d captured, %d launches so far)", w.iter,
              done.t_total, w.ncaptured, w.nlaunched);
         if ((rc = send_msg(w.dealer, &done, err)) < 0)

@@ -302,6 +302,11 @@ typedef struct ein_run_stats {
      * instruction at a time, and why the first of those failed (for CUDA,
      * the instructions and the CUDA error; "" if none). */
     struct { int captured, launched, failed; char error[512]; } graphs[64];
+    /* 1: dev[d].kernel and .copy are the GPU's own time (CUDA events around
+     * each operation); 0: the host's time running (CPU devices) or
+     * enqueueing them. dev[d].wait is always the host's time waiting for
+     * peers. */
+    int device_timed[64];
 } ein_run_stats;
 
 /* Run the program once (stats may be NULL). With `store` 0 the outputs are

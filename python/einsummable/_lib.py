@@ -145,7 +145,7 @@ class _graph_stats(ctypes.Structure):
 
 class ein_run_stats(ctypes.Structure):
     _fields_ = [("wall_s", ctypes.c_double), ("ndev", ctypes.c_int), ("dev", _dev_stats * 64),
-                ("graphs", _graph_stats * 64)]
+                ("graphs", _graph_stats * 64), ("device_timed", ctypes.c_int * 64)]
 
 
 _P = ctypes.c_void_p
