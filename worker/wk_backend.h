@@ -65,6 +65,10 @@ struct wk_backend {
      * Fails (and the caller falls back to host times) if any measurement
      * was lost; either way the next call starts from zero. */
     int (*device_times)(wk_backend *be, double *kernel_s, double *copy_s, ein_error *err);
+    /* Optional: one line on choices the backend made at run time (CUDA:
+     * which attention ran, cuDNN's or ours, and why), into buf[cap], for
+     * the worker's log. Returns 0, or negative when there is nothing. */
+    int (*describe)(wk_backend *be, char *buf, size_t cap);
     void (*destroy)(wk_backend *be);
 };
 

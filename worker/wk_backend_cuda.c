@@ -362,6 +362,12 @@ static int cu_agg(wk_backend *be, ein_agg op, const kn_block *srcs, int n, kn_bl
     return rc;
 }
 
+static int cu_describe(wk_backend *be, char *buf, size_t cap)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    return c->ctx ? kn_cuda_ctx_attention_report(c->ctx, buf, cap) : EIN_EINVAL;
+}
+
 static void cu_destroy(wk_backend *be)
 {
     cuda_backend *c = (cuda_backend *)be;
@@ -418,6 +424,7 @@ wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err)
         .graph_launch = cu_graph_launch,
         .graph_free = cu_graph_free,
         .device_times = cu_device_times,
+        .describe = cu_describe,
         .destroy = cu_destroy,
     };
     cudaError_t e;

@@ -1048,6 +1048,10 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
              done.t_total, w.ncaptured, w.nlaunched);
         if ((rc = send_msg(w.dealer, &done, err)) < 0)
             goto fail;
+        char what[640];
+        if (be->describe && (w.iter == 0 || w.iter + 1 == cfg->iterations) &&
+            be->describe(be, what, sizeof what) == 0)
+            wlog(&w, 1, "%s", what);
     }
 finished:
     /* Peers may still copy from our segment: keep it until SHUTDOWN. */

@@ -151,8 +151,26 @@ int kn_cuda_reduce(ein_agg op, uint32_t axes, const kn_block *x, kn_block *out, 
 int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
                    const kn_block *b, kn_block *out, void *stream, ein_error *err);
 
+/* Attention as kn_cuda_run runs it (kernels/cuda/kn_cuda_cudnn.cu, NEVER
+ * RUN on a GPU yet): through cuDNN's fused SDPA (cuDNN 9 backend API, one
+ * plan per shape, built on first use: so call it once outside a graph
+ * capture first) where cuDNN is built in and covers the blocks — all f16 or
+ * all bf16, head dim 64 or 128, one sequence, q and k/v blocks over the same
+ * tokens [0, T), 16-byte aligned — and our kn_cuda_attention otherwise or
+ * when cuDNN fails (the shape is then remembered as unsupported).
+ * EIN_ATTENTION=ours never uses cuDNN; EIN_ATTENTION=cudnn makes "cuDNN
+ * did not run" an EIN_EUNSUPPORTED error (tests). ctx may be NULL (ours). */
+int kn_cuda_attention_auto(kn_cuda_ctx *ctx, int64_t group, const int64_t *seq_ends, int nseq,
+                           const kn_block *q, const kn_block *k, const kn_block *v,
+                           kn_block *out, void *stream, ein_error *err);
+/* "attention: N calls through cuDNN SDPA, M through our kernel (cuDNN:
+ * available | why not; last: why the last call ran where it did)" into
+ * buf[cap]. Returns 0 or EIN_EINVAL. */
+int kn_cuda_ctx_attention_report(const kn_cuda_ctx *ctx, char *buf, size_t cap);
+
 /* One Program KERNEL instruction on device blocks (dispatch on kind, the
- * same fields as kn_cpu_run). ctx is needed for EINSUM only. */
+ * same fields as kn_cpu_run). ctx is needed for EINSUM only, and for
+ * attention through cuDNN (kn_cuda_attention_auto). */
 int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block *ins, int nin,
                 kn_block *out, void *stream, ein_error *err);
 
