@@ -409,9 +409,11 @@ static int dnn_covers(int64_t group, const int64_t *seq_ends, int nseq, const kn
         if (seq_ends[i] > 0 && seq_ends[i] < T)
             return snprintf(why, cap, "packed sequences"), EIN_EUNSUPPORTED;
     int64_t hq = q->box.hi[0] - q->box.lo[0], hkv = k->box.hi[0] - k->box.lo[0];
+    int same = 1;
+    for (int i = 0; i < 3; i++)
+        same &= out->box.lo[i] == q->box.lo[i] && out->box.hi[i] == q->box.hi[i];
     if (group < 1 || hq != group * hkv || q->box.lo[0] != group * k->box.lo[0] ||
-        v->box.lo[0] != k->box.lo[0] || v->box.hi[0] != k->box.hi[0] ||
-        memcmp(&out->box, &q->box, sizeof out->box) != 0)
+        v->box.lo[0] != k->box.lo[0] || v->box.hi[0] != k->box.hi[0] || !same)
         return snprintf(why, cap, "heads or boxes that do not line up"), EIN_EUNSUPPORTED;
     if (((uintptr_t)q->data | (uintptr_t)k->data | (uintptr_t)v->data | (uintptr_t)out->data) &
         15)
