@@ -243,17 +243,19 @@ const char *ein_msg_type_name(ein_msg_type t)
 
 enum {
     F_TYPE, F_V, F_DEVICE, F_PID, F_BUFFER, F_INSTR, F_CODE, F_OP, F_TEXT,
-    F_T_TOTAL, F_T_KERNEL, F_T_COPY, F_T_WAIT, F_PROGRAM, F_STORE, F_RELOAD, F_COUNT
+    F_T_TOTAL, F_T_KERNEL, F_T_COPY, F_T_WAIT, F_PROGRAM, F_STORE, F_RELOAD,
+    F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED, F_G_ERROR, F_T_DEVICE, F_COUNT
 };
 
 static const char *const field_names[F_COUNT] = {
     "type", "v", "device", "pid", "buffer", "instr", "code", "op", "text",
     "t_total", "t_kernel", "t_copy", "t_wait", "program", "store", "reload",
+    "graphs_captured", "graphs_launched", "graphs_failed", "graph_error", "t_device",
 };
 
 #define B(f) (1u << (f))
 /* The fields each message type carries (besides type and v); all are
- * required and no others are allowed. */
+ * required, and no others are allowed but its msg_optional ones. */
 static const unsigned msg_fields[EIN_MSG_COUNT] = {
     [EIN_MSG_HELLO] = B(F_DEVICE) | B(F_PID),
     [EIN_MSG_PROGRAM] = B(F_PROGRAM),
@@ -264,6 +266,25 @@ static const unsigned msg_fields[EIN_MSG_COUNT] = {
     [EIN_MSG_ERROR] = B(F_DEVICE) | B(F_INSTR) | B(F_OP) | B(F_CODE) | B(F_TEXT),
     [EIN_MSG_SHUTDOWN] = 0,
 };
+
+/* Optional fields: allowed, not required; encoded only when set. */
+static const unsigned msg_optional[EIN_MSG_COUNT] = {
+    [EIN_MSG_DONE] = B(F_G_CAPTURED) | B(F_G_LAUNCHED) | B(F_G_FAILED) | B(F_G_ERROR) |
+                     B(F_T_DEVICE),
+};
+
+/* Whether optional field i of m carries something. */
+static int optional_set(const ein_msg *m, int i)
+{
+    switch (i) {
+    case F_G_CAPTURED: return m->graphs_captured != 0;
+    case F_G_LAUNCHED: return m->graphs_launched != 0;
+    case F_G_FAILED: return m->graphs_failed != 0;
+    case F_G_ERROR: return m->graph_error[0] != '\0';
+    case F_T_DEVICE: return m->t_device != 0;
+    default: return 0;
+    }
+}
 
 /* Pack a NUL-terminated field of a fixed array, truncated to cap-1 bytes
  * if the sender left it unterminated. */
@@ -279,6 +300,9 @@ static int pack_msg(msgpack_packer *pk, const ein_msg *m, ein_error *err)
 {
     unsigned f = msg_fields[m->type];
     int e = 0;
+    for (int i = F_DEVICE; i < F_COUNT; i++)
+        if ((msg_optional[m->type] & B(i)) && optional_set(m, i))
+            f |= B(i);
     e |= msgpack_pack_map(pk, 2 + (size_t)__builtin_popcount(f));
     e |= ein_mp_pack_cstr(pk, "type");
     e |= ein_mp_pack_cstr(pk, msg_names[m->type]);
@@ -307,6 +331,11 @@ static int pack_msg(msgpack_packer *pk, const ein_msg *m, ein_error *err)
             break;
         }
         case F_STORE: e |= msgpack_pack_int32(pk, m->store ? 1 : 0); break;
+        case F_G_CAPTURED: e |= msgpack_pack_int32(pk, m->graphs_captured); break;
+        case F_G_LAUNCHED: e |= msgpack_pack_int32(pk, m->graphs_launched); break;
+        case F_G_FAILED: e |= msgpack_pack_int32(pk, m->graphs_failed); break;
+        case F_G_ERROR: e |= pack_fixed_str(pk, m->graph_error, sizeof m->graph_error); break;
+        case F_T_DEVICE: e |= msgpack_pack_int32(pk, m->t_device ? 1 : 0); break;
         case F_RELOAD:
             if (m->nreload < 0 || m->nreload > EIN_RELOAD_MAX || (m->nreload && !m->reload))
                 return ein_fail(err, EIN_EINVAL, "start message: %d inputs to reload (at most %d)",
@@ -455,11 +484,11 @@ static int unpack_msg(const msgpack_object *root, ein_msg *m, ein_error *err)
     if (iv != EIN_PROTOCOL_VERSION)
         return ein_fail(err, EIN_EPROTO, "%s message: protocol version %lld, expected %d",
                         msg_names[type], (long long)iv, EIN_PROTOCOL_VERSION);
-    unsigned want = msg_fields[type];
+    unsigned want = msg_fields[type], may = want | msg_optional[type];
     for (int i = F_DEVICE; i < F_COUNT; i++) {
         if ((want & B(i)) && !v[i])
             return ein_fail(err, EIN_EPROTO, "%s message: missing field '%s'", msg_names[type], field_names[i]);
-        if (!(want & B(i)) && v[i])
+        if (!(may & B(i)) && v[i])
             return ein_fail(err, EIN_EPROTO, "%s message: unexpected field '%s'", msg_names[type],
                             field_names[i]);
     }
@@ -509,6 +538,23 @@ static int unpack_msg(const msgpack_object *root, ein_msg *m, ein_error *err)
         m->store = (int32_t)iv;
     }
     if (v[F_RELOAD] && (rc = unpack_reload(v[F_RELOAD], m, err)) < 0)
+        return rc;
+    const int gfield[3] = {F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED};
+    int32_t *gval[3] = {&m->graphs_captured, &m->graphs_launched, &m->graphs_failed};
+    for (int g = 0; g < 3; g++) {
+        if (!v[gfield[g]])
+            continue;
+        if ((rc = check_int_field(v[gfield[g]], 0, INT32_MAX, &iv, field_names[gfield[g]], err)) < 0)
+            return rc;
+        *gval[g] = (int32_t)iv;
+    }
+    if (v[F_T_DEVICE]) {
+        if ((rc = check_int_field(v[F_T_DEVICE], 0, 1, &iv, "t_device", err)) < 0)
+            return rc;
+        m->t_device = (int32_t)iv;
+    }
+    if (v[F_G_ERROR] && (rc = ein_mp_get_str(v[F_G_ERROR], m->graph_error, sizeof m->graph_error,
+                                             "message: field 'graph_error'", err)) < 0)
         return rc;
     return 0;
 }

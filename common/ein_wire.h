@@ -12,7 +12,11 @@
  * Ownership: ein_msg_encode returns a malloc'd buffer the caller free()s.
  * ein_msg_decode fills *out; a decoded PROGRAM message owns its Program,
  * released by ein_msg_clear() (or taken by setting m->program = NULL), and
- * a decoded START its reload array. An encoded message only reads m. */
+ * a decoded START its reload array. An encoded message only reads m.
+ *
+ * Compatibility: a field marked optional below is encoded only when it
+ * carries something, so a message without it is exactly what an older
+ * sender wrote, and decoding it gives the field's zero value. */
 #ifndef EIN_WIRE_H
 #define EIN_WIRE_H
 
@@ -62,6 +66,17 @@ typedef struct ein_msg {
     char op[EIN_NAME_MAX];          /* ERROR: operator name, may be empty */
     char text[EIN_MSG_TEXT_MAX];    /* ERROR: message */
     double t_total, t_kernel, t_copy, t_wait; /* DONE: seconds */
+    /* DONE, optional (sent only when not all zero/empty; absent decodes as
+     * 0 and ""): the worker's graphs since it started — stretches captured,
+     * graph launches, stretches that could not be captured (they run one
+     * instruction at a time) — and why the first of those failed (for CUDA:
+     * the instructions and the CUDA error). */
+    int32_t graphs_captured, graphs_launched, graphs_failed;
+    char graph_error[EIN_MSG_TEXT_MAX];
+    /* DONE, optional (sent when 1): t_kernel and t_copy are the device's
+     * own time (CUDA events around each operation), not the host's time to
+     * run or enqueue them. */
+    int32_t t_device;
     ein_program *program;           /* PROGRAM (owned) */
     int32_t store;                  /* START: run the STOREs this time (0/1) */
     ein_reload *reload;             /* START: inputs to load again (owned) */

@@ -301,9 +301,15 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
             break;
         }
         w->phase = W_DONE;
-        if (stats)
+        if (stats) {
             stats[d] = (co_worker_stats){.pid = (long)w->pid, .total = m.t_total,
-                                         .kernel = m.t_kernel, .copy = m.t_copy, .wait = m.t_wait};
+                                         .kernel = m.t_kernel, .copy = m.t_copy, .wait = m.t_wait,
+                                         .graphs_captured = m.graphs_captured,
+                                         .graphs_launched = m.graphs_launched,
+                                         .graphs_failed = m.graphs_failed,
+                                         .device_timed = m.t_device};
+            snprintf(stats[d].graph_error, sizeof stats[d].graph_error, "%s", m.graph_error);
+        }
         break;
     case EIN_MSG_ERROR: {
         char where[200];

@@ -60,6 +60,12 @@ typedef struct co_run_opts {
 typedef struct co_worker_stats {
     long pid;
     double total, kernel, copy, wait;   /* seconds, last iteration, as the worker measured them */
+    /* Graphs since the worker started (its DONE; 0 from a worker without):
+     * stretches captured, launches, stretches that could not be captured,
+     * and why the first of those failed ("" if none). */
+    int graphs_captured, graphs_launched, graphs_failed;
+    char graph_error[EIN_MSG_TEXT_MAX];
+    int device_timed;   /* kernel and copy are device time (CUDA events), not host time */
 } co_worker_stats;
 
 /* `iter_s` (may be NULL) receives opts->iterations wall times: from START

@@ -417,6 +417,12 @@ int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_erro
             stats->dev[d].kernel = ws[d].kernel;
             stats->dev[d].copy = ws[d].copy;
             stats->dev[d].wait = ws[d].wait;
+            stats->graphs[d].captured = ws[d].graphs_captured;
+            stats->graphs[d].launched = ws[d].graphs_launched;
+            stats->graphs[d].failed = ws[d].graphs_failed;
+            stats->device_timed[d] = ws[d].device_timed;
+            snprintf(stats->graphs[d].error, sizeof stats->graphs[d].error, "%s",
+                     ws[d].graph_error);
         }
     }
     free(ws);

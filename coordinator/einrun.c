@@ -909,9 +909,15 @@ int main(int argc, char **argv)
         qsort(t, (size_t)iterations, sizeof *t, cmp_double);
         fprintf(stdout, "%d iterations (after %d warm-up): min %.3f ms, median %.3f ms\n",
                 iterations, warmup, 1e3 * t[0], 1e3 * t[iterations / 2]);
+        /* Say what the times are: on GPUs without device timing they are
+         * only the host's time to enqueue the work. */
         for (int d = 0; d < ndev; d++)
-            fprintf(stdout, "  device %d: %.3f ms kernels, %.3f ms copies, %.3f ms waiting (last iteration)\n",
-                    d, 1e3 * rs.dev[d].kernel, 1e3 * rs.dev[d].copy, 1e3 * rs.dev[d].wait);
+            fprintf(stdout, "  device %d: %.3f ms kernels, %.3f ms copies, %.3f ms waiting (last "
+                            "iteration%s)\n", d, 1e3 * rs.dev[d].kernel, 1e3 * rs.dev[d].copy,
+                    1e3 * rs.dev[d].wait,
+                    rs.device_timed[d] ? "; kernels, copies: GPU time (CUDA events); waiting: "
+                                         "host time waiting for peers"
+                    : want_cuda ? "; host time to enqueue, not GPU time" : "");
     }
     if (trace_path)
         fprintf(stdout, "trace of every device written to %s\n", trace_path);
@@ -928,10 +934,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "exchange bodies: %d searched, %d copied from an identical exchange, "
                         "%d local (nothing to move)\n", ls->nsearched, ls->nreused, ls->nlocal);
         fprintf(stderr, "ran in %.3f s\n", t_run);
-        for (int d = 0; d < ndev; d++)
-            fprintf(stderr, "  device %d (pid %ld): %.3f s total, %.3f kernels, %.3f copies, %.3f waiting\n",
+        for (int d = 0; d < ndev; d++) {
+            fprintf(stderr, "  device %d (pid %ld): %.3f s total, %.3f kernels, %.3f copies, %.3f waiting%s\n",
                     d, rs.dev[d].pid, rs.dev[d].total, rs.dev[d].kernel, rs.dev[d].copy,
-                    rs.dev[d].wait);
+                    rs.dev[d].wait, rs.device_timed[d] ? " (kernels, copies: GPU time)" : "");
+            /* Graph counts are what makes "graphs on" checkable: a stretch
+             * that silently fell back to one instruction at a time shows. */
+            if (graphs > 0 || (graphs < 0 && want_cuda))
+                fprintf(stderr, "  device %d graphs: %d captured, %d launches, %d not captured%s%s\n",
+                        d, rs.graphs[d].captured, rs.graphs[d].launched, rs.graphs[d].failed,
+                        rs.graphs[d].error[0] ? ": " : "", rs.graphs[d].error);
+        }
     }
 done:
     if (outs)

@@ -6,7 +6,8 @@
  *
  * Usage: bench-kernels-cuda [-n GEMM_SIZE] [-t TOKENS] [-r REPS]
  * Times are CUDA events around REPS back-to-back launches after a warm-up.
- * Attention FLOPs count the causal half: 4 * heads_q * d * T(T+1)/2. */
+ * Attention FLOPs count the causal half: 4 * heads_q * d * T(T+1)/2.
+ * Attention runs twice: our fused kernel, then cuDNN's SDPA (or why not). */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -113,8 +114,11 @@ static void bench_gemm(kn_cuda_ctx *ctx, cublasHandle_t hb, cudaStream_t s, ein_
     cudaEventDestroy(e1);
 }
 
-static void bench_attention(cudaStream_t s, ein_dtype dt, int64_t hq, int64_t hkv, int64_t T,
-                            int64_t d, int reps)
+/* Our fused kernel (ctx NULL), or cuDNN's SDPA through
+ * kn_cuda_attention_auto with EIN_ATTENTION=cudnn (ctx given): a shape
+ * cuDNN does not take is reported, not measured. */
+static void bench_attention(kn_cuda_ctx *ctx, cudaStream_t s, ein_dtype dt, int64_t hq,
+                            int64_t hkv, int64_t T, int64_t d, int reps)
 {
     size_t nq = (size_t)(hq * T * d), nk = (size_t)(hkv * T * d);
     void *q = dev_rand16(dt, nq, 3), *k = dev_rand16(dt, nk, 4), *v = dev_rand16(dt, nk, 5), *o;
@@ -125,19 +129,27 @@ static void bench_attention(cudaStream_t s, ein_dtype dt, int64_t hq, int64_t hk
     cudaEvent_t e0, e1;
     ck(cudaEventCreate(&e0), "event");
     ck(cudaEventCreate(&e1), "event");
-    ckk(kn_cuda_attention(hq / hkv, NULL, 0, &bq, &bk, &bv, &bo, s, &err), &err);
+    const char *impl = ctx ? " (cuDNN SDPA)" : " (our kernel)";
+    if (ctx && kn_cuda_attention_auto(ctx, hq / hkv, NULL, 0, &bq, &bk, &bv, &bo, s, &err) < 0) {
+        printf("attention causal %s%s: not run: %s\n", ein_dtype_name(dt), impl, err.msg);
+        goto out;
+    }
+    if (!ctx)
+        ckk(kn_cuda_attention(hq / hkv, NULL, 0, &bq, &bk, &bv, &bo, s, &err), &err);
     ck(cudaEventRecord(e0, s), "record");
     for (int r = 0; r < reps; r++)
-        ckk(kn_cuda_attention(hq / hkv, NULL, 0, &bq, &bk, &bv, &bo, s, &err), &err);
+        ckk(ctx ? kn_cuda_attention_auto(ctx, hq / hkv, NULL, 0, &bq, &bk, &bv, &bo, s, &err)
+                : kn_cuda_attention(hq / hkv, NULL, 0, &bq, &bk, &bv, &bo, s, &err), &err);
     ck(cudaEventRecord(e1, s), "record");
     ck(cudaEventSynchronize(e1), "sync");
     float ms;
     ck(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
     ms /= (float)reps;
     double fl = 4.0 * (double)hq * (double)d * (double)T * (double)(T + 1) / 2.0;
-    printf("attention causal %s: %lld q heads, %lld kv heads, %lld tokens, head dim %lld: "
-           "%.3f ms, %.1f TFLOP/s\n", ein_dtype_name(dt), (long long)hq, (long long)hkv,
+    printf("attention causal %s%s: %lld q heads, %lld kv heads, %lld tokens, head dim %lld: "
+           "%.3f ms, %.1f TFLOP/s\n", ein_dtype_name(dt), impl, (long long)hq, (long long)hkv,
            (long long)T, (long long)d, ms, fl / (ms * 1e-3) * 1e-12);
+out:
     cudaFree(q);
     cudaFree(k);
     cudaFree(v);
@@ -160,8 +172,13 @@ int main(int argc, char **argv)
             return opt == 'h' ? 0 : 2;
         }
     }
-    if (kn_cuda_device_count() == 0) {
-        printf("bench-kernels-cuda: no CUDA device\n");
+    char why[256];
+    if (kn_cuda_device_status(why, sizeof why) <= 0) {
+        if (kn_cuda_gpu_hardware_present()) {
+            printf("bench-kernels-cuda: a GPU is present but CUDA cannot use it: %s\n", why);
+            return 1;
+        }
+        printf("bench-kernels-cuda: no CUDA device (%s)\n", why);
         return 0;
     }
     if (reps < 1)
@@ -181,7 +198,12 @@ int main(int argc, char **argv)
     ckb(cublasCreate(&hb), "cublasCreate");
     bench_gemm(ctx, hb, s, EIN_F16, n, reps);
     bench_gemm(ctx, hb, s, EIN_BF16, n, reps);
-    bench_attention(s, EIN_BF16, 32, 8, T, 128, reps);
+    bench_attention(NULL, s, EIN_BF16, 32, 8, T, 128, reps);
+    setenv("EIN_ATTENTION", "cudnn", 1);
+    bench_attention(ctx, s, EIN_BF16, 32, 8, T, 128, reps);
+    char note[512];
+    kn_cuda_ctx_attention_report(ctx, note, sizeof note);
+    printf("%s\n", note);
     cublasDestroy(hb);
     kn_cuda_ctx_destroy(ctx);
     cudaFree(ws);

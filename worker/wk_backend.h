@@ -57,6 +57,18 @@ struct wk_backend {
     int (*graph_end)(wk_backend *be, void **graph, ein_error *err);
     int (*graph_launch)(wk_backend *be, void *graph, ein_error *err);
     void (*graph_free)(wk_backend *be, void *graph);
+    /* Optional (NULL: the executor's host clock is all there is): the time
+     * the device itself spent in kernels (KERNEL, AGG, graph launches) and
+     * in copies (peer and box copies, uploads, downloads) since the last
+     * call, in seconds, measured on the device (CUDA: an event pair around
+     * every operation enqueued outside a capture). Call it after sync().
+     * Fails (and the caller falls back to host times) if any measurement
+     * was lost; either way the next call starts from zero. */
+    int (*device_times)(wk_backend *be, double *kernel_s, double *copy_s, ein_error *err);
+    /* Optional: one line on choices the backend made at run time (CUDA:
+     * which attention ran, cuDNN's or ours, and why), into buf[cap], for
+     * the worker's log. Returns 0, or negative when there is nothing. */
+    int (*describe)(wk_backend *be, char *buf, size_t cap);
     void (*destroy)(wk_backend *be);
 };
 

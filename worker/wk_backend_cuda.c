@@ -47,10 +47,23 @@ typedef struct peer_map {
     size_t bytes;
 } peer_map;
 
+/* An event pair around one operation on the stream: its device time. */
+typedef struct ev_pair {
+    cudaEvent_t start, end;
+    int copy;                  /* 0: kernel time, 1: copy time */
+} ev_pair;
+
 typedef struct cuda_backend {
     wk_backend be;
     int gpu;
     cudaStream_t stream;
+    /* Device timing (device_times): pairs [0, nev) recorded since the
+     * last collection, of ncreated created so far (created lazily, never
+     * while capturing; reused every iteration). */
+    ev_pair *ev;
+    int nev, ncreated;
+    int capturing;             /* between graph_begin and graph_end */
+    int timing_lost;           /* an event call failed: report no device times */
     void *base;
     size_t bytes;
     void *workspace;
@@ -64,6 +77,78 @@ static int cu_fail(ein_error *err, cudaError_t e, const char *what)
 {
     return ein_fail(err, EIN_EDEVICE, "%s: %s (%s)", what, cudaGetErrorString(e),
                     cudaGetErrorName(e));
+}
+
+/* Record the start of a timed operation; returns its pair, or -1 when it
+ * is not timed (capturing, or timing already lost). */
+static int ev_begin(cuda_backend *c, int copy)
+{
+    if (c->capturing || c->timing_lost)
+        return -1;
+    if (c->nev == c->ncreated) {
+        int cap = c->ncreated ? 2 * c->ncreated : 256;
+        ev_pair *nv = realloc(c->ev, sizeof *nv * (size_t)cap);
+        if (!nv) {
+            c->timing_lost = 1;
+            return -1;
+        }
+        c->ev = nv;
+        for (; c->ncreated < cap; c->ncreated++) {
+            if (cudaEventCreate(&nv[c->ncreated].start) != cudaSuccess) {
+                (void)cudaGetLastError();
+                c->timing_lost = 1;
+                return -1;
+            }
+            if (cudaEventCreate(&nv[c->ncreated].end) != cudaSuccess) {
+                (void)cudaGetLastError();
+                cudaEventDestroy(nv[c->ncreated].start);
+                c->timing_lost = 1;
+                return -1;
+            }
+        }
+    }
+    ev_pair *p = &c->ev[c->nev];
+    if (cudaEventRecord(p->start, c->stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        c->timing_lost = 1;
+        return -1;
+    }
+    p->copy = copy;
+    return c->nev++;
+}
+
+static void ev_end(cuda_backend *c, int slot)
+{
+    if (slot < 0 || c->timing_lost)
+        return;
+    if (cudaEventRecord(c->ev[slot].end, c->stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        c->timing_lost = 1;
+    }
+}
+
+static int cu_device_times(wk_backend *be, double *kernel_s, double *copy_s, ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    double t[2] = {0, 0};
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < c->nev && e == cudaSuccess && !c->timing_lost; i++) {
+        float ms = 0;
+        e = cudaEventElapsedTime(&ms, c->ev[i].start, c->ev[i].end);
+        t[c->ev[i].copy] += 1e-3 * (double)ms;
+    }
+    int lost = c->timing_lost;
+    c->nev = 0;
+    c->timing_lost = 0;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cu_fail(err, e, "cudaEventElapsedTime");
+    }
+    if (lost)
+        return ein_fail(err, EIN_EDEVICE, "a CUDA event could not be created or recorded");
+    *kernel_s = t[0];
+    *copy_s = t[1];
+    return 0;
 }
 
 static int cu_segment_create(wk_backend *be, const char *name, size_t bytes, void **base,
@@ -127,7 +212,9 @@ static int cu_peer_open(wk_backend *be, int peer, const char *name, const void *
 static int cu_copy(wk_backend *be, void *dst, const void *src, size_t bytes, ein_error *err)
 {
     cuda_backend *c = (cuda_backend *)be;
+    int ev = ev_begin(c, 1);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream);
+    ev_end(c, ev);
     return e == cudaSuccess ? 0 : cu_fail(err, e, "peer copy");
 }
 
@@ -156,8 +243,10 @@ static int cu_copy_box(wk_backend *be, void *dst, const ein_box *db, const void 
     int r = region->rank;
     if (ein_box_empty(region))
         return 0;
+    int ev = ev_begin(c, 1);
     if (r == 0) {
         cudaError_t e = cudaMemcpyAsync(dst, src, elem, cudaMemcpyDeviceToDevice, c->stream);
+        ev_end(c, ev);
         return e == cudaSuccess ? 0 : cu_fail(err, e, "copy");
     }
     int64_t sst[EIN_MAX_RANK], dst_st[EIN_MAX_RANK];
@@ -169,13 +258,16 @@ static int cu_copy_box(wk_backend *be, void *dst, const ein_box *db, const void 
     b.spitch = r >= 2 ? (size_t)sst[r - 2] * elem : b.width;
     b.dpitch = r >= 2 ? (size_t)dst_st[r - 2] * elem : b.width;
     ein_box_walk(db, sb, region, r >= 2 ? r - 2 : 0, copy_2d, &b);
+    ev_end(c, ev);
     return b.e == cudaSuccess ? 0 : cu_fail(err, b.e, "box copy");
 }
 
 static int cu_upload(wk_backend *be, void *dst, const void *host, size_t bytes, ein_error *err)
 {
     cuda_backend *c = (cuda_backend *)be;
+    int ev = ev_begin(c, 1);
     cudaError_t e = cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->stream);
+    ev_end(c, ev);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(c->stream);
     return e == cudaSuccess ? 0 : cu_fail(err, e, "upload");
@@ -184,7 +276,9 @@ static int cu_upload(wk_backend *be, void *dst, const void *host, size_t bytes, 
 static int cu_download(wk_backend *be, void *host, const void *src, size_t bytes, ein_error *err)
 {
     cuda_backend *c = (cuda_backend *)be;
+    int ev = ev_begin(c, 1);
     cudaError_t e = cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, c->stream);
+    ev_end(c, ev);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(c->stream);
     return e == cudaSuccess ? 0 : cu_fail(err, e, "download");
@@ -201,7 +295,10 @@ static int cu_graph_begin(wk_backend *be, ein_error *err)
 {
     cuda_backend *c = (cuda_backend *)be;
     cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
-    return e == cudaSuccess ? 0 : cu_fail(err, e, "cudaStreamBeginCapture");
+    if (e != cudaSuccess)
+        return cu_fail(err, e, "cudaStreamBeginCapture");
+    c->capturing = 1;
+    return 0;
 }
 
 static int cu_graph_end(wk_backend *be, void **graph, ein_error *err)
@@ -210,6 +307,7 @@ static int cu_graph_end(wk_backend *be, void **graph, ein_error *err)
     cudaGraph_t g = NULL;
     cudaGraphExec_t x = NULL;
     cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    c->capturing = 0;
     if (e != cudaSuccess) {
         /* An invalidated capture leaves its error pending: clear it, so the
          * stretch can run without a graph. */
@@ -231,7 +329,9 @@ static int cu_graph_end(wk_backend *be, void **graph, ein_error *err)
 static int cu_graph_launch(wk_backend *be, void *graph, ein_error *err)
 {
     cuda_backend *c = (cuda_backend *)be;
+    int ev = ev_begin(c, 0);
     cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, c->stream);
+    ev_end(c, ev);
     return e == cudaSuccess ? 0 : cu_fail(err, e, "cudaGraphLaunch");
 }
 
@@ -246,14 +346,26 @@ static int cu_kernel(wk_backend *be, const ein_kernel *k, const kn_block *in, in
                      kn_block *out, ein_error *err)
 {
     cuda_backend *c = (cuda_backend *)be;
-    return kn_cuda_run(c->ctx, k, in, nin, out, c->stream, err);
+    int ev = ev_begin(c, 0);
+    int rc = kn_cuda_run(c->ctx, k, in, nin, out, c->stream, err);
+    ev_end(c, ev);
+    return rc;
 }
 
 static int cu_agg(wk_backend *be, ein_agg op, const kn_block *srcs, int n, kn_block *out,
                   ein_error *err)
 {
     cuda_backend *c = (cuda_backend *)be;
-    return kn_cuda_agg_blk(op, srcs, n, out, c->stream, err);
+    int ev = ev_begin(c, 0);
+    int rc = kn_cuda_agg_blk(op, srcs, n, out, c->stream, err);
+    ev_end(c, ev);
+    return rc;
+}
+
+static int cu_describe(wk_backend *be, char *buf, size_t cap)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    return c->ctx ? kn_cuda_ctx_attention_report(c->ctx, buf, cap) : EIN_EINVAL;
 }
 
 static void cu_destroy(wk_backend *be)
@@ -266,6 +378,11 @@ static void cu_destroy(wk_backend *be)
     for (int i = 0; i < c->npeers; i++)
         if (c->peers[i].base)
             cudaIpcCloseMemHandle(c->peers[i].base);
+    for (int i = 0; i < c->ncreated; i++) {
+        cudaEventDestroy(c->ev[i].start);
+        cudaEventDestroy(c->ev[i].end);
+    }
+    free(c->ev);
     if (c->ctx)
         kn_cuda_ctx_destroy(c->ctx);
     if (c->workspace)
@@ -306,6 +423,8 @@ wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err)
         .graph_end = cu_graph_end,
         .graph_launch = cu_graph_launch,
         .graph_free = cu_graph_free,
+        .device_times = cu_device_times,
+        .describe = cu_describe,
         .destroy = cu_destroy,
     };
     cudaError_t e;

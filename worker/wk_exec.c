@@ -44,6 +44,8 @@ typedef struct wk {
     void **graph;               /* per head: its stretch's captured graph */
     char *graph_off;            /* per head: capture failed, run one by one */
     int ncaptured, nlaunched;
+    int nfailed;                /* stretches that could not be captured */
+    char graph_error[EIN_MSG_TEXT_MAX]; /* why the first of them failed */
     wk_pulse pulse;             /* progress, for the heartbeat thread */
     wk_beat *beater;            /* the heartbeat thread (wk_beat.h), or NULL */
     int slow_pending, slow_fired; /* EIN_FAULT slow: the next body is slow */
@@ -553,6 +555,8 @@ static void fault_fire(wk *w, ein_error *err)
         raise(SIGSEGV);
     } else if (!strcmp(f, "exit")) {
         _exit(7);
+    } else if (!strcmp(f, "nocapture")) {
+        /* capture() fails every stretch: each runs one instruction at a time */
     } else if (!strcmp(f, "slow")) {
         w->slow_pending = !w->slow_fired; /* once, even when INSTR is "the first" */
         w->slow_fired = 1;
@@ -601,8 +605,10 @@ static void capture(wk *w, int i)
     ein_error cerr = {0}, ignored = {0};
     void *g = NULL;
     int count, j = stretch_last(w, i, &count);
-    int rc = w->be->graph_begin(w->be, &cerr);
-    if (rc == 0) {
+    int rc = w->be->graph_begin(w->be, &cerr), begun = rc == 0;
+    if (begun && w->cfg->fault && !strcmp(w->cfg->fault, "nocapture"))
+        rc = ein_fail(&cerr, EIN_EDEVICE, "injected capture failure (EIN_FAULT nocapture)");
+    if (begun) {
         for (int k = i; k >= 0 && rc == 0; k = w->next[k]) {
             w->current = k;
             if (w->status) {
@@ -624,6 +630,9 @@ static void capture(wk *w, int i)
         if (g)
             w->be->graph_free(w->be, g);
         w->graph_off[i] = 1;
+        if (!w->nfailed++)
+            snprintf(w->graph_error, sizeof w->graph_error, "instructions %d..%d: %.*s", i, j,
+                     (int)sizeof w->graph_error - 48, cerr.msg);
         wlog(w, 1, "the %d instructions %d..%d run without a graph: %s", count, i, j, cerr.msg);
         return;
     }
@@ -1017,13 +1026,32 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
         /* Every READY of this iteration has been used; the next ones come
          * only after the next START, so the set can be emptied now. */
         w.nready = 0;
+        /* Kernel and copy times: the device's own where the backend
+         * measures them (CUDA events), else the host's. */
+        double dk = 0, dc = 0;
+        ein_error terr = {0};
+        int dev_timed = be->device_times && be->device_times(be, &dk, &dc, &terr) == 0;
+        if (be->device_times && !dev_timed)
+            wlog(&w, 1, "no device times this iteration (host times sent): %s", terr.msg);
         ein_msg done = {.type = EIN_MSG_DONE, .device = cfg->device,
                         .t_total = ein_now_s() - w.t_start, .t_kernel = w.t_kernel,
-                        .t_copy = w.t_copy, .t_wait = w.t_wait};
+                        .t_copy = w.t_copy, .t_wait = w.t_wait,
+                        .graphs_captured = w.ncaptured, .graphs_launched = w.nlaunched,
+                        .graphs_failed = w.nfailed};
+        snprintf(done.graph_error, sizeof done.graph_error, "%s", w.graph_error);
+        if (dev_timed) {
+            done.t_kernel = dk;
+            done.t_copy = dc;
+            done.t_device = 1;
+        }
         wlog(&w, 1, "iteration %d done in %.6f s (graphs: %d captured, %d launches so far)", w.iter,
              done.t_total, w.ncaptured, w.nlaunched);
         if ((rc = send_msg(w.dealer, &done, err)) < 0)
             goto fail;
+        char what[640];
+        if (be->describe && (w.iter == 0 || w.iter + 1 == cfg->iterations) &&
+            be->describe(be, what, sizeof what) == 0)
+            wlog(&w, 1, "%s", what);
     }
 finished:
     /* Peers may still copy from our segment: keep it until SHUTDOWN. */

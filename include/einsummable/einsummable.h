@@ -297,6 +297,17 @@ typedef struct ein_run_stats {
     double wall_s;                 /* START to the last DONE, as the caller saw it */
     int ndev;
     struct { long pid; double total, kernel, copy, wait; } dev[64]; /* as each worker measured */
+    /* Each worker's graphs since the session started (--graphs): local
+     * stretches captured (CUDA graphs; recordings on CPU devices), graph
+     * launches, stretches that could not be captured and so run one
+     * instruction at a time, and why the first of those failed (for CUDA,
+     * the instructions and the CUDA error; "" if none). */
+    struct { int captured, launched, failed; char error[512]; } graphs[64];
+    /* 1: dev[d].kernel and .copy are the GPU's own time (CUDA events around
+     * each operation); 0: the host's time running (CPU devices) or
+     * enqueueing them. dev[d].wait is always the host's time waiting for
+     * peers. */
+    int device_timed[64];
 } ein_run_stats;
 
 /* Run the program once (stats may be NULL). With `store` 0 the outputs are

@@ -11,7 +11,10 @@ extern "C" {
 #include "kernels/cuda/kn_cuda.h"
 
 #include <cuda_runtime.h>
+#include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #define KN_CUDA_MAXSRC 16
 #define KN_CUDA_BLOCK 256
@@ -81,6 +84,40 @@ extern "C" int kn_cuda_device_count(void)
         return 0;
     }
     return n;
+}
+
+extern "C" int kn_cuda_device_status(char *why, size_t cap)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    (void)cudaGetLastError();
+    if (why && cap)
+        why[0] = '\0';
+    if (e == cudaSuccess && n > 0)
+        return n;
+    if (e == cudaSuccess)
+        e = cudaErrorNoDevice;
+    if (why && cap)
+        snprintf(why, cap, "%s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
+    return e == cudaErrorNoDevice ? 0 : EIN_EDEVICE;
+}
+
+extern "C" int kn_cuda_gpu_hardware_present(void)
+{
+    const char *req = getenv("EIN_REQUIRE_GPU");
+    if (req && req[0] == '1')
+        return 1;
+    if (access("/dev/nvidia0", F_OK) == 0)
+        return 1;
+    DIR *d = opendir("/proc/driver/nvidia/gpus");
+    int found = 0;
+    if (d) {
+        struct dirent *de;
+        while (!found && (de = readdir(d)))
+            found = de->d_name[0] != '.';
+        closedir(d);
+    }
+    return found;
 }
 
 extern "C" int kn_cuda_unary(ein_unary op, float scalar, const float *x, float *y, int64_t n,

@@ -10,6 +10,7 @@
 #ifndef KN_CUDA_H
 #define KN_CUDA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/kn_cpu.h"
@@ -21,6 +22,19 @@ extern "C" {
 /* Number of usable CUDA devices; 0 when there is no device or no driver
  * (never an error exit). */
 int kn_cuda_device_count(void);
+
+/* The same count, or why there is none: returns the number of devices
+ * (> 0), 0 when the runtime reports no device (cudaErrorNoDevice), or
+ * EIN_EDEVICE when CUDA itself fails (no driver, a driver too old for this
+ * runtime, a broken installation). `why` (may be NULL, cap bytes) receives
+ * the CUDA error's name and text, or "" with devices. Clears the error. */
+int kn_cuda_device_status(char *why, size_t cap);
+
+/* 1 when the machine shows NVIDIA GPU hardware to this process
+ * (/dev/nvidia0.. or /proc/driver/nvidia/gpus/), whatever CUDA says: a
+ * test or benchmark that finds no usable device on such a machine is
+ * failing, not skipping. EIN_REQUIRE_GPU=1 in the environment forces 1. */
+int kn_cuda_gpu_hardware_present(void);
 
 /* y = op(x) elementwise on n floats (y may equal x). */
 int kn_cuda_unary(ein_unary op, float scalar, const float *x, float *y, int64_t n,
@@ -137,8 +151,26 @@ int kn_cuda_reduce(ein_agg op, uint32_t axes, const kn_block *x, kn_block *out, 
 int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
                    const kn_block *b, kn_block *out, void *stream, ein_error *err);
 
+/* Attention as kn_cuda_run runs it (kernels/cuda/kn_cuda_cudnn.cu, NEVER
+ * RUN on a GPU yet): through cuDNN's fused SDPA (cuDNN 9 backend API, one
+ * plan per shape, built on first use: so call it once outside a graph
+ * capture first) where cuDNN is built in and covers the blocks — all f16 or
+ * all bf16, head dim 64 or 128, one sequence, q and k/v blocks over the same
+ * tokens [0, T), 16-byte aligned — and our kn_cuda_attention otherwise or
+ * when cuDNN fails (the shape is then remembered as unsupported).
+ * EIN_ATTENTION=ours never uses cuDNN; EIN_ATTENTION=cudnn makes "cuDNN
+ * did not run" an EIN_EUNSUPPORTED error (tests). ctx may be NULL (ours). */
+int kn_cuda_attention_auto(kn_cuda_ctx *ctx, int64_t group, const int64_t *seq_ends, int nseq,
+                           const kn_block *q, const kn_block *k, const kn_block *v,
+                           kn_block *out, void *stream, ein_error *err);
+/* "attention: N calls through cuDNN SDPA, M through our kernel (cuDNN:
+ * available | why not; last: why the last call ran where it did)" into
+ * buf[cap]. Returns 0 or EIN_EINVAL. */
+int kn_cuda_ctx_attention_report(const kn_cuda_ctx *ctx, char *buf, size_t cap);
+
 /* One Program KERNEL instruction on device blocks (dispatch on kind, the
- * same fields as kn_cpu_run). ctx is needed for EINSUM only. */
+ * same fields as kn_cpu_run). ctx is needed for EINSUM only, and for
+ * attention through cuDNN (kn_cuda_attention_auto). */
 int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block *ins, int nin,
                 kn_block *out, void *stream, ein_error *err);
 

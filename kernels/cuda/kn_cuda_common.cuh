@@ -24,6 +24,23 @@ extern "C" {
 /* Defined in kn_cuda.cu: the thread's last message (kn_cuda_last_error). */
 extern "C" void kn_cuda_set_msg(const char *msg);
 
+/* cuDNN attention (kn_cuda_cudnn.cu), held by a kn_cuda_ctx
+ * (kn_cuda_gemm.cu). kn_cudnn_create returns 0, or a negative code with
+ * why[cap] filled (also on success: the version); kn_cudnn_attention
+ * returns 0, EIN_EUNSUPPORTED (nothing enqueued) or EIN_EDEVICE, with why
+ * saying which ran or why not. */
+struct kn_cudnn;
+extern "C" int kn_cudnn_create(struct kn_cudnn **out, void *workspace, size_t workspace_bytes,
+                               char *why, size_t cap);
+extern "C" void kn_cudnn_destroy(struct kn_cudnn *c);
+extern "C" int kn_cudnn_attention(struct kn_cudnn *c, int64_t group, const int64_t *seq_ends,
+                                  int nseq, const kn_block *q, const kn_block *k,
+                                  const kn_block *v, kn_block *out, void *stream, char *why,
+                                  size_t cap);
+extern "C" struct kn_cudnn *kn_cuda_ctx_cudnn(kn_cuda_ctx *ctx);
+extern "C" const char *kn_cuda_ctx_cudnn_status(kn_cuda_ctx *ctx);
+extern "C" void kn_cuda_ctx_note_attention(kn_cuda_ctx *ctx, int cudnn, const char *why);
+
 static inline int kn_cu_fail(ein_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static inline int kn_cu_fail(ein_error *err, int code, const char *fmt, ...)

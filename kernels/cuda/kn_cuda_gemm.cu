@@ -23,7 +23,37 @@ struct kn_cuda_ctx {
     size_t workspace_bytes;
     cudaStream_t stream;   /* the stream the handle is on */
     int stream_set;
+    struct kn_cudnn *dnn;  /* NULL: no cuDNN attention (dnn_status says why) */
+    char dnn_status[160];
+    long attn_cudnn, attn_ours; /* attention calls through each */
+    char attn_note[256];   /* why the last call ran where it did */
 };
+
+extern "C" struct kn_cudnn *kn_cuda_ctx_cudnn(kn_cuda_ctx *c)
+{
+    return c->dnn;
+}
+
+extern "C" const char *kn_cuda_ctx_cudnn_status(kn_cuda_ctx *c)
+{
+    return c->dnn_status;
+}
+
+extern "C" void kn_cuda_ctx_note_attention(kn_cuda_ctx *c, int cudnn, const char *why)
+{
+    ++*(cudnn ? &c->attn_cudnn : &c->attn_ours);
+    snprintf(c->attn_note, sizeof c->attn_note, "%s", why);
+}
+
+extern "C" int kn_cuda_ctx_attention_report(const kn_cuda_ctx *c, char *buf, size_t cap)
+{
+    if (!c || !buf || !cap)
+        return EIN_EINVAL;
+    snprintf(buf, cap, "attention: %ld calls through cuDNN SDPA, %ld through our kernel (cuDNN: "
+             "%s; last: %s)", c->attn_cudnn, c->attn_ours, c->dnn ? "available" : c->dnn_status,
+             c->attn_note[0] ? c->attn_note : "none yet");
+    return 0;
+}
 
 static cudaDataType kn_cu_dt(ein_dtype t)
 {
@@ -52,8 +82,14 @@ extern "C" int kn_cuda_ctx_create(void *workspace, size_t workspace_bytes, kn_cu
     }
     c->workspace = workspace;
     c->workspace_bytes = workspace_bytes;
+    /* cuDNN is optional: without it (or if its handle cannot be made)
+     * attention runs our kernel, and dnn_status says why. */
+    if (kn_cudnn_create(&c->dnn, workspace, workspace_bytes, c->dnn_status,
+                        sizeof c->dnn_status) < 0)
+        c->dnn = NULL;
     int rc = kn_cuda_attention_prepare(err);
     if (rc < 0) {
+        kn_cudnn_destroy(c->dnn);
         cublasDestroy(c->h);
         free(c);
         return rc;
@@ -66,6 +102,7 @@ extern "C" void kn_cuda_ctx_destroy(kn_cuda_ctx *c)
 {
     if (!c)
         return;
+    kn_cudnn_destroy(c->dnn);
     cublasDestroy(c->h);
     free(c);
 }

@@ -236,8 +236,8 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
         return kn_cuda_rope_style(k->style, k->head_dim, k->theta, k->list, k->nlist, &ins[0], out,
                                   stream, err);
     case EIN_KERNEL_ATTENTION:
-        return kn_cuda_attention(k->group, k->list, k->nlist, &ins[0], &ins[1], &ins[2], out,
-                                 stream, err);
+        return kn_cuda_attention_auto(ctx, k->group, k->list, k->nlist, &ins[0], &ins[1],
+                                      &ins[2], out, stream, err);
     case EIN_KERNEL_REDUCE:
         return kn_cuda_reduce(k->reduce, k->axes, &ins[0], out, stream, err);
     case EIN_KERNEL_CONCAT:

@@ -134,8 +134,18 @@ class _dev_stats(ctypes.Structure):
     ]
 
 
+class _graph_stats(ctypes.Structure):
+    _fields_ = [
+        ("captured", ctypes.c_int),
+        ("launched", ctypes.c_int),
+        ("failed", ctypes.c_int),
+        ("error", ctypes.c_char * 512),
+    ]
+
+
 class ein_run_stats(ctypes.Structure):
-    _fields_ = [("wall_s", ctypes.c_double), ("ndev", ctypes.c_int), ("dev", _dev_stats * 64)]
+    _fields_ = [("wall_s", ctypes.c_double), ("ndev", ctypes.c_int), ("dev", _dev_stats * 64),
+                ("graphs", _graph_stats * 64), ("device_timed", ctypes.c_int * 64)]
 
 
 _P = ctypes.c_void_p

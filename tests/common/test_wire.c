@@ -934,7 +934,7 @@ static void test_program_roundtrip(void **state)
 static int sample_messages(ein_msg *ms)
 {
     int n = 0;
-    memset(ms, 0, sizeof(ein_msg) * 9);
+    memset(ms, 0, sizeof(ein_msg) * 10);
     ms[n].type = EIN_MSG_HELLO, ms[n].device = 3, ms[n].pid = 123456789012LL, n++;
     ms[n].type = EIN_MSG_PROGRAM, ms[n].program = sample_program(), n++;
     ms[n].type = EIN_MSG_START, n++;
@@ -943,6 +943,10 @@ static int sample_messages(ein_msg *ms)
     ms[n].type = EIN_MSG_HEARTBEAT, ms[n].device = 7, ms[n].instr = 1234567, n++;
     ms[n].type = EIN_MSG_DONE, ms[n].device = 5, ms[n].t_total = 1.5, ms[n].t_kernel = 0.25,
     ms[n].t_copy = 1e-9, ms[n].t_wait = 0, n++;
+    ms[n].type = EIN_MSG_DONE, ms[n].device = 1, ms[n].t_total = 2, ms[n].graphs_captured = 34,
+    ms[n].graphs_launched = 136, ms[n].graphs_failed = 2, ms[n].t_device = 1;
+    strcpy(ms[n].graph_error, "instructions 7..19: cudaStreamEndCapture: operation not permitted");
+    n++;
     ms[n].type = EIN_MSG_ERROR, ms[n].device = 6, ms[n].instr = 42, ms[n].code = EIN_EDEVICE;
     strcpy(ms[n].op, "matmul_3");
     strcpy(ms[n].text, "cudaMemcpyAsync: an illegal memory access was encountered");
@@ -965,6 +969,11 @@ static void assert_msgs_equal(const ein_msg *a, const ein_msg *b)
     assert_true(a->t_kernel == b->t_kernel);
     assert_true(a->t_copy == b->t_copy);
     assert_true(a->t_wait == b->t_wait);
+    assert_int_equal(a->graphs_captured, b->graphs_captured);
+    assert_int_equal(a->graphs_launched, b->graphs_launched);
+    assert_int_equal(a->graphs_failed, b->graphs_failed);
+    assert_string_equal(a->graph_error, b->graph_error);
+    assert_int_equal(a->t_device, b->t_device);
     assert_int_equal(!a->program, !b->program);
     if (a->program)
         assert_programs_equal(a->program, b->program);
@@ -973,7 +982,7 @@ static void assert_msgs_equal(const ein_msg *a, const ein_msg *b)
 static void test_message_roundtrip(void **state)
 {
     (void)state;
-    ein_msg ms[9];
+    ein_msg ms[10];
     int n = sample_messages(ms);
     for (int i = 0; i < n; i++) {
         ein_error err = {0};
@@ -1513,7 +1522,7 @@ static void test_garbage(void **state)
 static void test_every_truncation(void **state)
 {
     (void)state;
-    ein_msg ms[9];
+    ein_msg ms[10];
     int n = sample_messages(ms);
     for (int i = 0; i < n; i++) {
         ein_error err = {0};
@@ -1538,9 +1547,9 @@ static void test_every_truncation(void **state)
 static void test_mutation_fuzz(void **state)
 {
     (void)state;
-    ein_msg ms[9];
-    void *bufs[9];
-    size_t lens[9];
+    ein_msg ms[10];
+    void *bufs[10];
+    size_t lens[10];
     int n = sample_messages(ms);
     for (int i = 0; i < n; i++) {
         ein_error err = {0};
@@ -1601,6 +1610,111 @@ static void test_mutation_fuzz(void **state)
 
 /* START carries `store` and the inputs to load again ([name, path], ""
  * for generated): both round-trip, and malformed ones are refused. */
+/* DONE's optional graph fields: absent from a message that has nothing to
+ * say (so it is what an older worker sends), zero when absent, checked
+ * when present, refused on other messages. */
+static int has_text(const void *buf, size_t len, const char *t)
+{
+    size_t n = strlen(t);
+    for (size_t i = 0; i + n <= len; i++)
+        if (!memcmp((const char *)buf + i, t, n))
+            return 1;
+    return 0;
+}
+
+static void test_done_graph_fields(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    ein_msg m, out;
+    void *buf = NULL;
+    size_t len = 0;
+    memset(&m, 0, sizeof m);
+    m.type = EIN_MSG_DONE, m.device = 1, m.t_total = 1;
+    assert_int_equal(ein_msg_encode(&m, &buf, &len, &err), 0);
+    assert_int_equal(((unsigned char *)buf)[0], 0x87); /* type v device + 4 times */
+    assert_false(has_text(buf, len, "graph"));
+    free(buf);
+    m.graphs_launched = 5;
+    assert_int_equal(ein_msg_encode(&m, &buf, &len, &err), 0);
+    assert_int_equal(((unsigned char *)buf)[0], 0x88); /* only the field that is set */
+    assert_int_equal(ein_msg_decode(buf, len, &out, &err), 0);
+    assert_int_equal(out.graphs_launched, 5);
+    assert_int_equal(out.graphs_captured, 0);
+    assert_string_equal(out.graph_error, "");
+    free(buf);
+
+    /* an old worker's DONE: seven fields, decodes with zero counts */
+    packed p;
+    pk_begin(&p);
+    msgpack_pack_map(&p.pk, 7);
+    pk_str(&p, "type"); pk_str(&p, "done");
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
+    pk_str(&p, "device"); msgpack_pack_int(&p.pk, 0);
+    pk_str(&p, "t_total"); msgpack_pack_double(&p.pk, 1);
+    pk_str(&p, "t_kernel"); msgpack_pack_double(&p.pk, 0);
+    pk_str(&p, "t_copy"); msgpack_pack_double(&p.pk, 0);
+    pk_str(&p, "t_wait"); msgpack_pack_double(&p.pk, 0);
+    memset(&out, 0x55, sizeof out);
+    assert_int_equal(ein_msg_decode(p.sb.data, p.sb.size, &out, &err), 0);
+    assert_int_equal(out.graphs_captured + out.graphs_launched + out.graphs_failed, 0);
+    assert_int_equal(out.t_device, 0);
+    assert_string_equal(out.graph_error, "");
+    msgpack_sbuffer_destroy(&p.sb);
+
+    /* bad values */
+    static const struct { const char *field; int kind; const char *want; } bad[] = {
+        {"graphs_captured", 0, "'graphs_captured': integer out of range"},
+        {"graphs_launched", 1, "'graphs_launched': expected an integer"},
+        {"graphs_failed", 2, "'graphs_failed': integer out of range"},
+        {"graph_error", 3, "'graph_error': expected a string"},
+        {"graph_error", 4, "'graph_error': string of"},
+        {"t_device", 5, "'t_device': integer out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        pk_begin(&p);
+        msgpack_pack_map(&p.pk, 8);
+        pk_str(&p, "type"); pk_str(&p, "done");
+        pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
+        pk_str(&p, "device"); msgpack_pack_int(&p.pk, 0);
+        pk_str(&p, "t_total"); msgpack_pack_double(&p.pk, 1);
+        pk_str(&p, "t_kernel"); msgpack_pack_double(&p.pk, 0);
+        pk_str(&p, bad[i].field);
+        switch (bad[i].kind) {
+        case 0: msgpack_pack_int(&p.pk, -1); break;
+        case 1: pk_str(&p, "3"); break;
+        case 2: msgpack_pack_int64(&p.pk, (int64_t)INT32_MAX + 1); break;
+        case 3: msgpack_pack_int(&p.pk, 3); break;
+        case 5: msgpack_pack_int(&p.pk, 2); break;
+        default: {
+            char big[EIN_MSG_TEXT_MAX + 1];
+            memset(big, 'e', sizeof big - 1);
+            big[sizeof big - 1] = '\0';
+            pk_str(&p, big);
+        }
+        }
+        pk_str(&p, "t_copy"); msgpack_pack_double(&p.pk, 0);
+        pk_str(&p, "t_wait"); msgpack_pack_double(&p.pk, 0);
+        pk_expect(&p, bad[i].want);
+    }
+    /* not on other messages */
+    pk_begin(&p);
+    msgpack_pack_map(&p.pk, 5);
+    pk_str(&p, "type"); pk_str(&p, "ready");
+    pk_str(&p, "v"); msgpack_pack_int(&p.pk, EIN_PROTOCOL_VERSION);
+    pk_str(&p, "device"); msgpack_pack_int(&p.pk, 0);
+    pk_str(&p, "buffer"); msgpack_pack_int(&p.pk, 1);
+    pk_str(&p, "graphs_captured"); msgpack_pack_int(&p.pk, 1);
+    pk_expect(&p, "ready message: unexpected field 'graphs_captured'");
+    /* the encoder of another type never sends them */
+    memset(&m, 0, sizeof m);
+    m.type = EIN_MSG_HEARTBEAT, m.graphs_captured = 4;
+    strcpy(m.graph_error, "x");
+    assert_int_equal(ein_msg_encode(&m, &buf, &len, &err), 0);
+    assert_false(has_text(buf, len, "graph"));
+    free(buf);
+}
+
 static void test_start_reload(void **state)
 {
     (void)state;
@@ -1692,6 +1806,7 @@ int main(void)
         cmocka_unit_test(test_every_truncation),
         cmocka_unit_test(test_mutation_fuzz),
         cmocka_unit_test(test_start_reload),
+        cmocka_unit_test(test_done_graph_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

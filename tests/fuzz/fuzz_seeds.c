@@ -145,6 +145,11 @@ int main(int argc, char **argv)
     put_msg(dir, "heartbeat", &m);
     m.type = EIN_MSG_DONE, m.t_total = 1.5, m.t_kernel = 0.5, m.t_copy = 0.25, m.t_wait = 0.125;
     put_msg(dir, "done", &m);
+    m.graphs_captured = 3, m.graphs_launched = 12, m.graphs_failed = 1;
+    strcpy(m.graph_error, "instructions 4..9: cudaStreamEndCapture: operation not permitted");
+    put_msg(dir, "done-graphs", &m);
+    m.graphs_captured = m.graphs_launched = m.graphs_failed = 0;
+    m.graph_error[0] = '\0';
     m.type = EIN_MSG_ERROR, m.code = -3, m.instr = 2;
     strcpy(m.op, "mm");
     strcpy(m.text, "cannot open a.npy");

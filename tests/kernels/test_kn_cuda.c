@@ -2,7 +2,9 @@
  *
  * Without a device (or driver) this prints the TAP plan "1..0 # SKIP no
  * CUDA device" and succeeds: cmocka's skip() would be counted as a failure
- * by Automake's TAP driver, so the check happens before cmocka starts. */
+ * by Automake's TAP driver, so the check happens before cmocka starts. On a
+ * machine with GPU hardware (kn_cuda_gpu_hardware_present) a CUDA failure
+ * is a failing test with the CUDA error, never a skip. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +17,8 @@
 #include <string.h>
 
 #include <cuda_runtime.h>
+
+#include "config.h"
 
 #include "kernels/cuda/kn_cuda.h"
 #include "kernels/kn_cpu.h"
@@ -399,6 +403,68 @@ static void attention_case(ein_dtype dt, int64_t group, int64_t D, int64_t a, in
     hd_free(&o);
 }
 
+/* Attention as the runtime runs it (kn_cuda_attention_auto) against the
+ * CPU kernel; with `cudnn`, EIN_ATTENTION=cudnn, so a case that cuDNN did
+ * not run fails instead of falling back. q [group*a, group*b) x [0, T). */
+static void attention_auto_case(kn_cuda_ctx *ctx, int cudnn, ein_dtype dt, int64_t group,
+                                int64_t D, int64_t a, int64_t b, int64_t T, const int64_t *ends,
+                                int nseq)
+{
+    ein_error err = {0};
+    ein_box qb = {3, {group * a, 0, 0}, {group * b, T, D}}, kb = {3, {a, 0, 0}, {b, T, D}};
+    hd q = hd_rand(dt, &qb, 2.0f, 0.0f), k = hd_rand(dt, &kb, 2.0f, 0.0f);
+    hd v = hd_rand(dt, &kb, 1.0f, 0.0f), o = hd_out(dt, &qb);
+    int rc = kn_cpu_attention(group, ends, nseq, &q.h, &k.h, &v.h, &o.h, &err);
+    assert_int_equal(rc, 0);
+    if (cudnn)
+        setenv("EIN_ATTENTION", "cudnn", 1);
+    else
+        unsetenv("EIN_ATTENTION");
+    rc = kn_cuda_attention_auto(ctx, group, ends, nseq, &q.d, &k.d, &v.d, &o.d, stream, &err);
+    unsetenv("EIN_ATTENTION");
+    if (rc)
+        print_error("%s attention, %s, group %lld, head dim %lld, %lld tokens: %s\n",
+                    cudnn ? "cuDNN" : "auto", ein_dtype_name(dt), (long long)group,
+                    (long long)D, (long long)T, err.msg);
+    assert_int_equal(rc, 0);
+    hd_compare(cudnn ? "cuDNN attention" : "attention (auto)", &o, dt_tol(dt) * 4);
+    hd_free(&q);
+    hd_free(&k);
+    hd_free(&v);
+    hd_free(&o);
+}
+
+/* cuDNN's fused SDPA where it is built in (EIN_ATTENTION=cudnn: cuDNN
+ * must run each case), then shapes it does not take, which must fall back
+ * to our kernel through the same call. */
+static void test_attention_cudnn(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    void *ws = NULL;
+    kn_cuda_ctx *ctx = NULL;
+    cuda_ok(cudaMalloc(&ws, 64 << 20), "cudaMalloc");
+    assert_int_equal(kn_cuda_ctx_create(ws, 64 << 20, &ctx, &err), 0);
+    int64_t ends[2] = {100, 200};
+#ifdef HAVE_CUDNN
+    for (int i = 1; i < 3; i++) {
+        attention_auto_case(ctx, 1, dts[i], 4, 128, 0, 2, 256, NULL, 0);   /* GQA 8/2 */
+        attention_auto_case(ctx, 1, dts[i], 2, 64, 1, 3, 333, NULL, 0);    /* T % 64 != 0 */
+        attention_auto_case(ctx, 1, dts[i], 1, 128, 0, 1, 64, ends + 1, 1); /* one end, at 200 */
+        attention_auto_case(ctx, 1, dts[i], 4, 128, 0, 2, 256, NULL, 0);   /* the cached plan */
+    }
+#endif
+    attention_auto_case(ctx, 0, EIN_BF16, 2, 64, 0, 2, 200, ends, 2);   /* packed: ours */
+    attention_auto_case(ctx, 0, EIN_F32, 2, 64, 0, 2, 128, NULL, 0);    /* f32: ours */
+    attention_auto_case(ctx, 0, EIN_BF16, 1, 96, 0, 2, 128, NULL, 0);   /* head dim 96: ours */
+    char rep[512];
+    assert_int_equal(kn_cuda_ctx_attention_report(ctx, rep, sizeof rep), 0);
+    printf("# %s\n", rep);
+    assert_non_null(strstr(rep, "3 through our kernel"));
+    kn_cuda_ctx_destroy(ctx);
+    cudaFree(ws);
+}
+
 static void test_attention(void **state)
 {
     (void)state;
@@ -686,8 +752,17 @@ static int teardown(void **state)
 
 int main(void)
 {
-    if (kn_cuda_device_count() == 0) {
-        printf("1..0 # SKIP no CUDA device\n");
+    /* No device is a skip only where there is no GPU hardware either: a
+     * GPU that CUDA cannot use (driver too old for this runtime, no driver
+     * loaded) is a failure that says why. */
+    char why[256];
+    int ndev = kn_cuda_device_status(why, sizeof why);
+    if (ndev <= 0) {
+        if (kn_cuda_gpu_hardware_present()) {
+            printf("1..1\nnot ok 1 - a GPU is present but CUDA cannot use it: %s\n", why);
+            return 1;
+        }
+        printf("1..0 # SKIP no CUDA device (%s)\n", why);
         return 0;
     }
     const struct CMUnitTest tests[] = {
@@ -698,6 +773,7 @@ int main(void)
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_cudnn),
         cmocka_unit_test(test_attention_partial),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_reduce_einsum_run),

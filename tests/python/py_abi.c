@@ -41,6 +41,7 @@ int main(void)
     F(ein_session_options, manual); F(ein_session_options, handle_signals);
     F(ein_session_options, store_paths); Z(ein_session_options);
     F(ein_run_stats, wall_s); F(ein_run_stats, ndev); F(ein_run_stats, dev);
+    F(ein_run_stats, graphs); F(ein_run_stats, device_timed);
     Z(ein_run_stats);
     printf("ein_dtype sizeof %zu\n", sizeof(ein_dtype));
     /* Constants: "const NAME VALUE". */

@@ -1,0 +1,162 @@
+#!/bin/sh
+# tests/e2e/test_gpu_check.sh — tools/gpu-check's verdicts without a GPU
+# (TAP): without one, `run` ends with "NO GPU: nothing measured" and exit 3,
+# never PASS; with a GPU the driver shows but nothing to run it with, FAIL;
+# a step that no longer fits the budget is skipped and fails the run; the
+# summary block's format and verdicts (PASS only when every check passed and
+# some ran, on a machine with a GPU); `npytool compare`, which the checks
+# use; the graph counts of einrun -v that the graphs-captured check reads,
+# from the workers' DONE messages (CPU devices record their "graphs"), with
+# an injected capture failure (EIN_FAULT=D:nocapture) named. Skipped on a machine with a GPU (tools/gpu-check runs for real there).
+set -u
+B=${EIN_BUILDDIR:-.}
+SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+GC="$SRC/tools/gpu-check"
+NPY="$(cd "$B" && pwd)/tests/e2e/npytool"
+EINRUN="$(cd "$B" && pwd)/einrun"
+S=$(mktemp -d "${TMPDIR:-/tmp}/ein-gpucheck.XXXXXX") || exit 1
+export TMPDIR="$S"
+trap 'rm -rf "$S"' EXIT
+cd "$S" || exit 1
+. "$SRC/tests/e2e/lib.sh"
+
+if [ -e /dev/nvidia0 ] || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then
+    echo "1..0 # SKIP a GPU is here (this test checks the verdicts without one)"
+    exit 0
+fi
+echo "1..11"
+unset OUT GPU_CHECK_OUT GPU_CHECK_BUDGET
+
+# 1: no GPU, quick: the verdict, exit 3, the files in the output folder.
+mkdir q && (cd q && GPU_CHECK_QUICK=1 GPU_CHECK_OUT="$S/q/out" "$GC" run > log 2>&1)
+rc=$?
+if [ $rc = 3 ] && grep -q '^VERDICT: NO GPU: nothing measured$' q/log && ! grep -q PASS q/log &&
+    [ -s q/out/summary.txt ] && grep -q '^info	gpus_seen	0$' q/out/results.tsv; then
+    ok "no GPU: 'NO GPU: nothing measured', exit 3, summary and results in GPU_CHECK_OUT"
+else
+    not_ok "no GPU: exit $rc" "$(cat q/log)"
+fi
+
+# 2: $OUT is the output folder when GPU_CHECK_OUT is not set.
+mkdir o && (cd o && GPU_CHECK_QUICK=1 OUT="$S/o/dev-out" "$GC" run > log 2>&1)
+if [ -s o/dev-out/summary.txt ]; then ok "\$OUT receives the logs"; else not_ok "\$OUT unused" "$(cat o/log)"; fi
+
+# 3: a GPU the driver shows (a fake nvidia-smi), nothing prepared: FAIL.
+mkdir -p f/bin
+cat > f/bin/nvidia-smi <<'EOF'
+#!/bin/sh
+echo "0, NVIDIA H200, 570.00, 143771 MiB"
+EOF
+chmod +x f/bin/nvidia-smi
+(cd f && PATH="$S/f/bin:$PATH" GPU_CHECK_QUICK=1 GPU_CHECK_OUT="$S/f/out" "$GC" run > log 2>&1)
+rc=$?
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL' f/log && grep -q 'FAIL  setup .*no tarball' f/log &&
+    grep -q '^machine: *NVIDIA H200' f/log; then
+    ok "a GPU but no .gpu: FAIL naming the missing tarball"
+else
+    not_ok "a GPU but no .gpu: exit $rc" "$(cat f/log)"
+fi
+
+# 4: the running budget: no room for the first step, so it is skipped and
+# the run fails (a fake tarball and nvcc get it that far).
+mkdir -p t/.gpu t/cuda/bin
+: > t/.gpu/einsummable-c-0.1.0.tar.gz
+printf '#!/bin/sh\necho "Cuda compilation tools, release 13.0, V13.0.0"\n' > t/cuda/bin/nvcc
+chmod +x t/cuda/bin/nvcc
+(cd t && PATH="$S/f/bin:$PATH" CUDA_HOME="$S/t/cuda" GPU_CHECK_BUDGET=12 GPU_CHECK_OUT="$S/t/out" \
+    "$GC" run > log 2>&1)
+rc=$?
+if [ $rc = 1 ] && grep -q '^  unpack  *0 / 60  *skipped' t/log && grep -q 'FAIL  build' t/log &&
+    grep -q 'budget of 12 s is spent' t/out/unpack.log; then
+    ok "a step past the budget is skipped, logged and fails the run"
+else
+    not_ok "budget: exit $rc" "$(cat t/log)"
+fi
+
+# 5-7: the summary's verdicts from results files.
+tab=$(printf '\t')
+results() {
+    {
+        echo "info${tab}gpus_seen${tab}$1"
+        echo "info${tab}machine${tab}NVIDIA H200, 570.00, 143771 MiB"
+        echo "step${tab}build${tab}61${tab}300${tab}0"
+        echo "step${tab}kernels${tab}20${tab}150${tab}0"
+        echo "check${tab}kernels${tab}PASS${tab}test_kn_cuda: 11 tests passed"
+        echo "check${tab}gpu-vs-cpu${tab}$2${tab}1 elements"
+        echo "metric${tab}GEMM bf16 8192x8192x8192${tab}700.0 TFLOP/s vs cublasGemmEx 710.0 (98.6%)"
+    } > "$3"
+}
+results 1 PASS pass.tsv
+"$GC" summary pass.tsv > pass.log
+rc=$?
+if [ $rc = 0 ] && grep -q '^VERDICT: PASS (2 checks)$' pass.log &&
+    grep -q '^==* gpu-check summary ==*$' pass.log && grep -q '^checks:$' pass.log &&
+    grep -q '^  PASS  kernels  *test_kn_cuda: 11 tests passed$' pass.log &&
+    grep -q '^numbers:$' pass.log && grep -q '^  GEMM bf16 8192x8192x8192  *700.0 TFLOP/s vs cublasGemmEx' pass.log &&
+    grep -q '^  build  *61 / 300  *0$' pass.log && grep -q '^  total  *81$' pass.log &&
+    [ "$(grep -c '^VERDICT' pass.log)" = 1 ]; then
+    ok "summary: every check passed on a GPU: PASS, exit 0, one block with checks, numbers, steps"
+else
+    not_ok "summary PASS: exit $rc" "$(cat pass.log)"
+fi
+results 1 FAIL fail.tsv
+"$GC" summary fail.tsv > fail.log
+rc=$?
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 2 checks did not pass)$' fail.log &&
+    grep -q '^  FAIL  gpu-vs-cpu' fail.log; then
+    ok "summary: one failing check: FAIL, exit 1"
+else
+    not_ok "summary FAIL: exit $rc" "$(cat fail.log)"
+fi
+results 0 PASS nogpu.tsv
+printf 'info\tgpus_seen\t1\n' > none.tsv
+"$GC" summary nogpu.tsv > nogpu.log
+rc1=$?
+"$GC" summary none.tsv > none.log
+rc2=$?
+if [ $rc1 = 3 ] && grep -q '^VERDICT: NO GPU: nothing measured$' nogpu.log &&
+    [ $rc2 = 1 ] && grep -q '^VERDICT: FAIL (no check ran)$' none.log; then
+    ok "summary: passing checks without a GPU are no pass; a GPU and no check is a FAIL"
+else
+    not_ok "summary: exit $rc1 / $rc2" "$(cat nogpu.log none.log)"
+fi
+
+# 8-9: npytool compare.
+"$NPY" write a.npy bf16 1 3 7 && "$NPY" write b.npy bf16 2 3 7 && "$NPY" write c.npy bf16 1 7 3 || exit 1
+"$NPY" compare a.npy a.npy > c1.log; r1=$?
+"$NPY" compare a.npy b.npy 0.05 > c2.log; r2=$?
+"$NPY" compare a.npy b.npy 10 > c3.log; r3=$?
+if [ $r1 = 0 ] && grep -q 'bytes identical.*: ok$' c1.log && [ $r2 = 1 ] && grep -q 'MISMATCH$' c2.log &&
+    [ $r3 = 0 ]; then
+    ok "npytool compare: identical bytes, a mismatch, a tolerance"
+else
+    not_ok "npytool compare: $r1 $r2 $r3" "$(cat c1.log c2.log c3.log)"
+fi
+"$NPY" compare a.npy c.npy 1 > c4.log 2>&1; r4=$?
+"$NPY" compare a.npy a.npy -1 > c5.log 2>&1; r5=$?
+if [ $r4 = 2 ] && grep -q 'differ in shape' c4.log && [ $r5 = 2 ]; then
+    ok "npytool compare: shapes differ, bad tolerance: exit 2"
+else
+    not_ok "npytool compare errors: $r4 $r5" "$(cat c4.log c5.log)"
+fi
+
+# 10-11: graph counts in einrun -v (CPU devices record their "graphs").
+write_ffn ffn.ein
+"$EINRUN" --cpu 2 --graphs on --iterations 3 -v -q ffn.ein > g1.log 2>&1; r1=$?
+"$EINRUN" --cpu 2 --graphs off --iterations 2 -v -q ffn.ein > g2.log 2>&1; r2=$?
+if [ $r1 = 0 ] && [ $r2 = 0 ] &&
+    grep -q '^  device 0 graphs: [1-9][0-9]* captured, [1-9][0-9]* launches, 0 not captured$' g1.log &&
+    grep -q '^  device 1 graphs: [1-9][0-9]* captured, [1-9][0-9]* launches, 0 not captured$' g1.log &&
+    ! grep -q 'graphs:' g2.log; then
+    ok "einrun -v: each device's graphs captured and launched (none with --graphs off)"
+else
+    not_ok "einrun -v graph counts: $r1 $r2" "$(cat g1.log g2.log)"
+fi
+EIN_FAULT=1:nocapture "$EINRUN" --cpu 2 --graphs on --iterations 3 -v -q ffn.ein > g3.log 2>&1; r3=$?
+if [ $r3 = 0 ] &&
+    grep -q '^  device 0 graphs: [1-9][0-9]* captured, [1-9][0-9]* launches, 0 not captured$' g3.log &&
+    grep -q '^  device 1 graphs: 0 captured, 0 launches, [1-9][0-9]* not captured: instructions [0-9]*\.\.[0-9]*: injected capture failure' g3.log; then
+    ok "einrun -v: a stretch that failed to capture is counted, with its error"
+else
+    not_ok "einrun -v capture failure: $r3" "$(cat g3.log)"
+fi
