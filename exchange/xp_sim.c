@@ -7,10 +7,16 @@
 
 #include "common/ein_json.h"
 
+/* A flow crosses at most 6 resources: hbm(from), the route (at most 4),
+ * hbm(to). A latency wait (kind FLOW_WAIT) crosses none: its `rem` is
+ * seconds, drained at rate 1. */
+#define FLOW_RES_MAX 6
+enum { FLOW_WAIT = 2 };
+
 typedef struct flow {
     int act, kind, from, to, span;
     double bytes, rem, rate;
-    int res[4], nres;
+    int res[FLOW_RES_MAX], nres;
 } flow;
 
 typedef struct site_held {
@@ -88,8 +94,10 @@ static int span_add(sim *S, const xp_span *sp)
     return tl->nspan++;
 }
 
+/* res[0..nres-1] are what the flow crosses; the span records the first
+ * nspan of them (the route without the HBM ends). */
 static int flow_add(sim *S, int act, int kind, int from, int to, double bytes, int pieces,
-                    const int *res, int nres)
+                    const int *res, int nres, int nspan)
 {
     if (S->nfl == S->capfl) {
         int cap = S->capfl ? 2 * S->capfl : 32;
@@ -108,9 +116,13 @@ static int flow_add(sim *S, int act, int kind, int from, int to, double bytes, i
     f->bytes = f->rem = bytes;
     f->nres = nres;
     memcpy(f->res, res, sizeof(int) * (size_t)nres);
+    if (kind == FLOW_WAIT) {
+        f->span = -1;
+        return 0;
+    }
     xp_span sp = {.action = act, .kind = kind, .from = from, .to = to, .pieces = pieces,
-                  .bytes = bytes, .start = S->now, .end = S->now, .nres = nres};
-    memcpy(sp.res, res, sizeof(int) * (size_t)nres);
+                  .bytes = bytes, .start = S->now, .end = S->now, .nres = nspan};
+    memcpy(sp.res, res, sizeof(int) * (size_t)nspan);
     f->span = span_add(S, &sp);
     return 0;
 }
@@ -125,7 +137,21 @@ static void act_done(sim *S, int a)
     S->sum_end += S->now;
 }
 
+/* A hop first waits the topology's latency (alpha: launch, notification,
+ * synchronisation), then its flows start (start_flows). */
+static int start_flows(sim *S, int a);
+
 static int start_hop(sim *S, int a)
+{
+    S->status[a] = XFER;
+    if (S->t->latency > 0) {
+        S->outstanding[a] = 1;
+        return flow_add(S, a, FLOW_WAIT, -1, -1, S->t->latency, 0, NULL, 0, 0);
+    }
+    return start_flows(S, a);
+}
+
+static int start_flows(sim *S, int a)
 {
     const xp_action *ac = &S->p->act[a];
     int h = S->hop[a];
@@ -136,11 +162,14 @@ static int start_hop(sim *S, int a)
     S->status[a] = XFER;
     S->outstanding[a] = nto;
     for (int d = 0; d < nto; d++) {
-        int res[4];
+        int res[FLOW_RES_MAX];
         int nres = xp_topo_route(S->t, from, to[d], res, S->err);
         if (nres < 0)
             return nres;
-        int rc = flow_add(S, a, XP_SPAN_XFER, from, to[d], bytes, 0, res, nres);
+        /* A copy reads the source's HBM and writes the destination's. */
+        res[nres] = from;
+        res[nres + 1] = to[d];
+        int rc = flow_add(S, a, XP_SPAN_XFER, from, to[d], bytes, 0, res, nres + 2, nres);
         if (rc < 0)
             return rc;
     }
@@ -212,7 +241,7 @@ static int try_start(sim *S, int a)
             bytes += xp_set_bytes(S->p, S->cand[S->pick[k]]);
         int res = ac->src; /* hbm(src) */
         S->status[a] = AGG;
-        return flow_add(S, a, XP_SPAN_AGG, ac->src, ac->src, bytes, m, &res, 1);
+        return flow_add(S, a, XP_SPAN_AGG, ac->src, ac->src, bytes, m, &res, 1, 1);
     }
     return agg_done(S, a) < 0 ? -1 : 1;
 }
@@ -247,7 +276,7 @@ static void rates(sim *S)
     S->nused = 0;
     for (int i = 0; i < S->nfl; i++) {
         flow *f = &S->fl[i];
-        f->rate = f->nres ? -1 : INFINITY;
+        f->rate = f->nres ? -1 : f->kind == FLOW_WAIT ? 1.0 : INFINITY;
         for (int k = 0; k < f->nres; k++) {
             int r = f->res[k];
             if (S->cnt[r] == 0) {
@@ -301,6 +330,8 @@ static int complete(sim *S, int i)
     const xp_action *ac = &S->p->act[f.act];
     if (f.kind == XP_SPAN_AGG)
         return agg_done(S, f.act);
+    if (f.kind == FLOW_WAIT)
+        return start_flows(S, f.act);
     int rc = held_add(S, f.to, ac->set);
     if (rc < 0)
         return rc;
@@ -429,7 +460,8 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
         for (int i = 0; i < S.nfl; i++)
             S.fl[i].rem -= isinf(S.fl[i].rate) ? S.fl[i].rem : S.fl[i].rate * dt;
         for (int i = 0; i < S.nfl;) {
-            if (S.fl[i].rem <= 1e-9 * S.fl[i].bytes + 1e-6) {
+            double eps = S.fl[i].kind == FLOW_WAIT ? 1e-15 : 1e-9 * S.fl[i].bytes + 1e-6;
+            if (S.fl[i].rem <= eps) {
                 if ((rc = complete(&S, i)) < 0)
                     goto done;
             } else {

@@ -4,6 +4,10 @@
  *   exprog simulate --topology T [--trace out.json] [--quiet] FILE
  *   exprog synth --topology T [--work N] [--steps N] [--patience N]
  *                [--cap-ms N] [--seed S] [--trace out.json] FILE
+ *   exprog bound --topology T FILE
+ *
+ * --latency-us N (any command with a topology) replaces the topology's
+ * per-action latency (0: the bandwidth-only model of the paper).
  *
  * T is a built-in machine (dgx-a100, dgx-h100, hgx-h200, dgx-v100,
  * gb200-nvl72, host) or a topology file. `simulate` prints the timeline;
@@ -18,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exchange/xp_bound.h"
 #include "exchange/xp_program.h"
 #include "exchange/xp_search.h"
 #include "exchange/xp_sim.h"
@@ -39,6 +44,8 @@ static int usage(void)
             "       exprog simulate --topology T [--trace OUT.json] [--quiet] FILE\n"
             "       exprog synth --topology T [--work N | --steps N] [--patience N]\n"
             "                    [--cap-ms N] [--seed S] [--trace OUT.json] FILE\n"
+            "       exprog bound --topology T FILE\n"
+            "       (--latency-us N replaces the topology's per-action latency)\n"
             "topologies: dgx-a100, dgx-h100, hgx-h200, dgx-v100, gb200-nvl72, host, or a "
             "file\n");
     return 2;
@@ -86,7 +93,7 @@ int main(int argc, char **argv)
     xp_search_opts opts;
     xp_search_opts_default(&opts);
     int quiet = 0, work_set = 0, steps_set = 0;
-    double x;
+    double x, latency = -1;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -115,6 +122,10 @@ int main(int argc, char **argv)
             if (num_arg(a, v, 1e15, 1, &x) < 0)
                 return 2;
             opts.patience = (long)x, i++;
+        } else if (strcmp(a, "--latency-us") == 0 && v) {
+            if (num_arg(a, v, 1e6, 0, &x) < 0)
+                return 2;
+            latency = x * 1e-6, i++;
         } else if (strcmp(a, "--seed") == 0 && v) {
             char *end;
             opts.seed = strtoull(v, &end, 10);
@@ -137,8 +148,8 @@ int main(int argc, char **argv)
     if (steps_set && !work_set) /* a budget in candidates instead of work */
         opts.max_work = 0;
     int is_check = strcmp(cmd, "check") == 0, is_sim = strcmp(cmd, "simulate") == 0,
-        is_synth = strcmp(cmd, "synth") == 0;
-    if (!is_check && !is_sim && !is_synth)
+        is_synth = strcmp(cmd, "synth") == 0, is_bound = strcmp(cmd, "bound") == 0;
+    if (!is_check && !is_sim && !is_synth && !is_bound)
         return usage();
     if (!is_check && !topo)
         return usage();
@@ -155,6 +166,19 @@ int main(int argc, char **argv)
     if (topo && xp_topo_load(topo, &t, &err) < 0) {
         fprintf(stderr, "exprog: %s\n", err.msg);
         rc = exit_status(err.code);
+        goto done;
+    }
+    if (t && latency >= 0)
+        t->latency = latency;
+    if (is_bound) {
+        xp_bound b;
+        if (xp_bound_compute(p, t, &b, &err) < 0) {
+            fprintf(stderr, "%s: %s\n", file, err.msg);
+            rc = exit_status(err.code);
+            goto done;
+        }
+        xp_bound_print(&b, stdout);
+        rc = 0;
         goto done;
     }
     if (is_check || is_sim) {

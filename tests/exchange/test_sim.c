@@ -23,12 +23,22 @@ static xp_program *parse_ok(const char *text)
     return p;
 }
 
-static xp_topology *topo(const char *name)
+/* A built-in machine with its per-action latency (alpha). */
+static xp_topology *topo_alpha(const char *name)
 {
     xp_topology *t = NULL;
     ein_error err = {0};
     if (xp_topo_load(name, &t, &err) != 0)
         fail_msg("topology %s: %s", name, err.msg);
+    return t;
+}
+
+/* The same machine with alpha = 0: the paper's bandwidth-only model, which
+ * the exact figures below (and Examples 5.1-5.3) are computed in. */
+static xp_topology *topo(const char *name)
+{
+    xp_topology *t = topo_alpha(name);
+    t->latency = 0;
     return t;
 }
 
@@ -285,7 +295,8 @@ static void test_relay(void **state)
     /* The relay site holds the data too: a later action may use it there. */
     ms = sim_ms("IN: A @ 0; B @ 4\nOUT: A+B @ 4\nA @ 0 -> 4 -> 5\nA+B @ 4\n", "dgx-v100", &tl);
     assert_within(ms, 60, 1e-9);
-    assert_within(tl->act_end[1] * 1e3, 20 + 3e9 / 900e9 * 1e3, 1e-9);
+    /* ... sharing 4's HBM with the copy 4 -> 5 reading it at 25 GB/s. */
+    assert_within(tl->act_end[1] * 1e3, 20 + 3e9 / 875e9 * 1e3, 1e-9);
     xp_timeline_free(tl);
 }
 
@@ -371,7 +382,7 @@ static void assert_same_topology(const xp_topology *a, const xp_topology *b)
     assert_string_equal(a->name, b->name);
     assert_int_equal(a->ngpus, b->ngpus);
     assert_true(a->hbm == b->hbm && a->peak == b->peak && a->port == b->port);
-    assert_true(a->memory == b->memory);
+    assert_true(a->memory == b->memory && a->latency == b->latency);
     assert_string_equal(a->calibration, b->calibration);
     for (int k = 0; k < a->ngpus * a->ngpus; k++)
         if (a->link[k] != b->link[k])
@@ -421,11 +432,12 @@ static void test_format_round_trip(void **state)
         xp_topo_free(u);
     }
     /* The host machine, as einrun prints it. */
-    xp_topology *t = topo("host");
+    xp_topology *t = topo_alpha("host");
     char *out = NULL;
     assert_int_equal(xp_topo_format(t, &out, NULL), 0);
     assert_string_equal(out, "name host\ngpus 8\nhbm 20 GB/s\npeak 80 GFLOP/s\nport 20 GB/s\n"
-                             "shared membus 80 GB/s\nrest via membus\nmemory 2 GB\ncalibration host\n");
+                             "shared membus 80 GB/s\nrest via membus\nlatency 30 us\n"
+                             "memory 2 GB\ncalibration host\n");
     free(out);
     /* One bandwidth per pair: an asymmetric matrix cannot be printed. */
     t->link[0 * 8 + 1] = 1e9;
@@ -438,6 +450,68 @@ static void test_format_round_trip(void **state)
     assert_int_equal(xp_topo_format(t, &out, NULL), 0);
     assert_non_null(strstr(out, "name my_machine.topo\n"));
     free(out);
+    xp_topo_free(t);
+}
+
+/* Alpha: every hop of a transfer waits the topology's latency first (a
+ * relay's second hop too); alpha = 0 gives the examples' figures exactly. */
+static void test_latency(void **state)
+{
+    (void)state;
+    xp_program *p = parse_ok("IN: A @ 0\nOUT: A @ 5\nA @ 0 -> 4 -> 5\n");
+    xp_topology *t = topo_alpha("dgx-v100");
+    ein_error err = {0};
+    double s = 0;
+    assert_within(t->latency, 10e-6, 1e-12);
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, 60 + 2 * 0.010, 1e-9);
+    xp_program_free(p);
+    xp_topo_free(t);
+    /* Ex. 5.1 on the H100 (6 us): one hop, then the local aggregation. */
+    p = parse_ok(EX51);
+    t = topo_alpha("dgx-h100");
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, (1e9 / 450e9 + 3e9 / 3.35e12 + 6e-6) * 1e3, 1e-9);
+    t->latency = 0;
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, 3.1177, 1e-4);
+    xp_program_free(p);
+    xp_topo_free(t);
+    /* Many small pieces pay alpha each: 1 KB in 4 sequential relays. */
+    assert_int_equal(xp_topo_parse("gpus 3\nhbm 1 TB/s\nport 1 TB/s\nrest direct\n"
+                                   "latency 1 ms\n", "a.topo", &t, &err), 0);
+    p = parse_ok("IN: A @ 0 (size: 1 KB)\nOUT: A @ 2\nA @ 0 -> 1 -> 2\n");
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, 2 + 2 * 1e3 / 1e12 * 1e3, 1e-9);
+    xp_program_free(p);
+    xp_topo_free(t);
+    /* Malformed latency statements. */
+    assert_int_equal(xp_topo_parse("gpus 1\nhbm 1 TB/s\nlatency 3 parsecs\n", "b.topo", &t,
+                                   &err), EIN_EPARSE);
+    assert_non_null(strstr(err.msg, "latency TIME UNIT"));
+    assert_int_equal(xp_topo_parse("gpus 1\nhbm 1 TB/s\nlatency -1 us\n", "b.topo", &t, &err),
+                     EIN_EPARSE);
+}
+
+/* A transfer reads HBM at its source and writes it at its destination. */
+static void test_hbm_both_ends(void **state)
+{
+    (void)state;
+    xp_topology *t = NULL;
+    ein_error err = {0};
+    double s = 0;
+    assert_int_equal(xp_topo_parse("gpus 3\nhbm 100 GB/s\nport 450 GB/s\nrest direct\n",
+                                   "h.topo", &t, &err), 0);
+    /* HBM, not the port, limits one copy: 1 GB at 100 GB/s. */
+    xp_program *p = parse_ok("IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1\n");
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, 10, 1e-9);
+    xp_program_free(p);
+    /* A swap: each GPU reads one copy and writes the other, 50 GB/s each. */
+    p = parse_ok("IN: A @ 0; B @ 1\nOUT: A @ 1; B @ 0\nA @ 0 -> 1; B @ 1 -> 0\n");
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, 20, 1e-9);
+    xp_program_free(p);
     xp_topo_free(t);
 }
 
@@ -458,6 +532,8 @@ int main(void)
         cmocka_unit_test(test_invalid_refused),
         cmocka_unit_test(test_trace_json),
         cmocka_unit_test(test_format_round_trip),
+        cmocka_unit_test(test_latency),
+        cmocka_unit_test(test_hbm_both_ends),
     };
     return cmocka_run_group_tests_name("exchange-sim", tests, NULL, NULL);
 }
