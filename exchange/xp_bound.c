@@ -70,15 +70,40 @@ typedef struct group {
     int unres_multi; /* some unresolved partition of >= 2 sites */
 } group;
 
+static int uf_find(int *up, int i)
+{
+    while (up[i] != i)
+        i = up[i] = up[up[i]];
+    return i;
+}
+
 int xp_bound_compute(const xp_program *p, const xp_topology *t, xp_bound *out, ein_error *err)
 {
-    int n = t->ngpus, rc = 0, ng = 0, natom = 0;
+    int n = t->ngpus, rc = 0, ng = 0, natom = p->nin;
     if (p->ngpus > n)
         return ein_fail(err, EIN_EINVAL, "bound: the program uses %d sites, %s has %d GPUs",
                         p->ngpus, t->name, n);
+    /* "Atoms" here are classes of IN entries: entries aggregated together
+     * by some OUT are one class (a parsed program gives every IN entry its
+     * own atom number, and a valid action's aggregate lies inside an OUT
+     * aggregate, so every transfer carries blocks of one class). */
+    int *cls = malloc(sizeof(int) * (size_t)(p->nin + 1));
+    if (!cls)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
     for (int i = 0; i < p->nin; i++)
-        if (p->in[i].atom + 1 > natom)
-            natom = p->in[i].atom + 1;
+        cls[i] = i;
+    for (int o = 0; o < p->nout; o++) {
+        int first = -1;
+        for (int i = 0; i < p->nin; i++)
+            if (xp_set_has(p->out[o].set, i)) {
+                if (first < 0)
+                    first = i;
+                else
+                    cls[uf_find(cls, i)] = uf_find(cls, first);
+            }
+    }
+    for (int i = 0; i < p->nin; i++)
+        cls[i] = uf_find(cls, i);
     group *g = calloc((size_t)p->nout + 1, sizeof *g);
     char *flags = calloc((size_t)(p->nout + 1) * (size_t)n, 1);
     char *held = calloc((size_t)n, 1), *in = calloc((size_t)n, 1);
@@ -107,7 +132,7 @@ int xp_bound_compute(const xp_program *p, const xp_topology *t, xp_bound *out, e
             g[k].atom = -1;
             for (int i = 0; i < p->nin; i++)
                 if (xp_set_has(g[k].set, i))
-                    g[k].atom = p->in[i].atom;
+                    g[k].atom = cls[i];
             g[k].bytes = xp_set_bytes(p, g[k].set);
             ng++;
         }
@@ -249,6 +274,7 @@ int xp_bound_compute(const xp_program *p, const xp_topology *t, xp_bound *out, e
     b.seconds = best + b.latency;
     *out = b;
 done:
+    free(cls);
     free(g);
     free(flags);
     free(held);
