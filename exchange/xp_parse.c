@@ -29,7 +29,7 @@
 #include <string.h>
 
 enum { T_EOF, T_NL, T_ID, T_INT, T_NUM, T_AT, T_ARROW, T_COMMA, T_SEMI, T_PLUS, T_LBRACE,
-       T_RBRACE, T_LPAREN, T_RPAREN, T_COLON, T_BAD };
+       T_RBRACE, T_LPAREN, T_RPAREN, T_COLON, T_LBRACK, T_RBRACK, T_SLASH, T_STAR, T_BAD };
 
 typedef struct tok {
     int kind;
@@ -100,6 +100,10 @@ static tok lex(lexer *L)
         case '(': t.kind = T_LPAREN; break;
         case ')': t.kind = T_RPAREN; break;
         case ':': t.kind = T_COLON; break;
+        case '[': t.kind = T_LBRACK; break;
+        case ']': t.kind = T_RBRACK; break;
+        case '/': t.kind = T_SLASH; break;
+        case '*': t.kind = T_STAR; break;
         default: t.kind = T_BAD; break;
         }
     }
@@ -124,6 +128,7 @@ typedef struct agg {
 
 typedef struct stmt {
     agg x;
+    int chunk, nchunks;  /* [c/k], or chunk -1 for every chunk; 0 of 1: whole */
     target *src;     /* nsrc >= 1 */
     int nsrc;
     int *hop;        /* relays */
@@ -339,13 +344,49 @@ static int parse_targets(parser *P, target **ts, int *n)
     }
 }
 
+/* `[c/k]` (chunk c of k) or `[*` `/k]` (every chunk of k, each on its own). */
+static int parse_chunk(parser *P, stmt *s)
+{
+    int rc, c = -1, k = 0;
+    next(P);
+    if (P->t.kind == T_STAR)
+        next(P);
+    else if ((rc = get_int(P, "a chunk number or '*'", &c)) < 0)
+        return rc;
+    if ((rc = expect(P, T_SLASH, "'/'")) < 0)
+        return rc;
+    tok kt = P->t;
+    if ((rc = get_int(P, "a chunk count", &k)) < 0)
+        return rc;
+    if (k < 1 || k > XP_CHUNKS_MAX || c >= k)
+        return ein_fail_at(P->err, EIN_EPARSE, P->file, kt.line, kt.col,
+                           "chunk %d of %d: expected a count from 1 to %d and a chunk below it",
+                           c, k, XP_CHUNKS_MAX);
+    if ((rc = expect(P, T_RBRACK, "']'")) < 0)
+        return rc;
+    s->chunk = k == 1 ? 0 : c;
+    s->nchunks = k;
+    return 0;
+}
+
 /* X @ targets, or X @ s -> [r ->]* targets */
 static int parse_stmt(parser *P, stmt *s, int is_out)
 {
     int rc;
     s->line = P->t.line;
     s->col = P->t.col;
-    if ((rc = parse_agg(P, &s->x)) < 0 || (rc = expect(P, T_AT, "'@'")) < 0)
+    s->chunk = 0;
+    s->nchunks = 1;
+    if ((rc = parse_agg(P, &s->x)) < 0)
+        return rc;
+    if (P->t.kind == T_LBRACK) {
+        if (is_out)
+            return fail_at(P, &P->t, "%s: found %s, expected '@' (OUT names whole aggregates)",
+                           "no chunk in OUT");
+        if ((rc = parse_chunk(P, s)) < 0)
+            return rc;
+    }
+    if ((rc = expect(P, T_AT, "'@'")) < 0)
         return rc;
     tok at = P->t;
     if ((rc = parse_targets(P, &s->src, &s->nsrc)) < 0)
@@ -834,6 +875,8 @@ static int build(parser *P, xp_program **out)
         for (int k = first; k < p->nact; k++) {
             p->act[k].line = s->line;
             p->act[k].col = s->col;
+            p->act[k].chunk = s->chunk;
+            p->act[k].nchunks = s->nchunks;
         }
     }
     rc = 0;

@@ -19,8 +19,11 @@ typedef struct flow {
     int res[FLOW_RES_MAX], nres;
 } flow;
 
+/* What a site holds: aggregates, each over [lo, hi) of the atom in units
+ * of 1/L (L: the program's chunk units; [0, 1) when nothing is chunked). */
 typedef struct site_held {
     const xp_word **set;
+    int64_t *lo, *hi;
     int n, cap;
 } site_held;
 
@@ -48,33 +51,76 @@ typedef struct sim {
     xp_timeline *tl;
     double makespan, sum_end;
     long events;
+    int64_t L;               /* chunk units */
+    /* The chunks of an all-chunks action form a stream: on every hop,
+     * chunk c starts once chunk c-1 has finished that hop. */
+    int *prevc, *nextc;      /* the previous / next chunk's action, or -1 */
+    int *hopdone;            /* hops finished */
+    char *blocked;           /* waiting for the previous chunk's hop */
 } sim;
 
-static int held_has(const sim *S, int site, const xp_word *x)
+/* Do the pieces of x held at the site cover [lo, hi)? */
+static int held_has(const sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
 {
     const site_held *h = &S->held[site];
-    for (int i = 0; i < h->n; i++)
-        if (h->set[i] == x || xp_set_equal(S->p, h->set[i], x))
-            return 1;
-    return 0;
+    int64_t at = lo;
+    while (at < hi) {
+        int64_t reach = at;
+        for (int i = 0; i < h->n; i++)
+            if (h->lo[i] <= at && h->hi[i] > reach &&
+                (h->set[i] == x || xp_set_equal(S->p, h->set[i], x)))
+                reach = h->hi[i];
+        if (reach == at)
+            return 0;
+        at = reach;
+    }
+    return 1;
 }
 
-static int held_add(sim *S, int site, const xp_word *x)
+static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
 {
-    if (held_has(S, site, x))
-        return 0;
     site_held *h = &S->held[site];
+    for (int i = 0; i < h->n; i++)
+        if (h->lo[i] <= lo && hi <= h->hi[i] &&
+            (h->set[i] == x || xp_set_equal(S->p, h->set[i], x)))
+            return 0;
     if (h->n == h->cap) {
         int cap = h->cap ? 2 * h->cap : 16;
         const xp_word **ns = realloc(h->set, sizeof *ns * (size_t)cap);
         if (!ns)
             return ein_fail(S->err, EIN_ENOMEM, "out of memory");
         h->set = ns;
+        int64_t *l = realloc(h->lo, sizeof *l * (size_t)cap);
+        if (!l)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+        h->lo = l;
+        int64_t *u = realloc(h->hi, sizeof *u * (size_t)cap);
+        if (!u)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+        h->hi = u;
         h->cap = cap;
     }
-    h->set[h->n++] = x;
+    h->set[h->n] = x;
+    h->lo[h->n] = lo;
+    h->hi[h->n] = hi;
+    h->n++;
     S->dirty[site] = 1;
     return 0;
+}
+
+/* The part of the atom action a moves, in units of 1/L. */
+static void act_range(const sim *S, int a, int64_t *lo, int64_t *hi)
+{
+    const xp_action *ac = &S->p->act[a];
+    int64_t k = ac->nchunks > 0 ? ac->nchunks : 1;
+    *lo = S->L / k * ac->chunk;
+    *hi = *lo + S->L / k;
+}
+
+static double act_bytes(const sim *S, int a)
+{
+    const xp_action *ac = &S->p->act[a];
+    return xp_set_bytes(S->p, ac->set) / (ac->nchunks > 0 ? ac->nchunks : 1);
 }
 
 static int span_add(sim *S, const xp_span *sp)
@@ -144,6 +190,10 @@ static int start_flows(sim *S, int a);
 static int start_hop(sim *S, int a)
 {
     S->status[a] = XFER;
+    if (S->prevc && S->prevc[a] >= 0 && S->hopdone[S->prevc[a]] <= S->hop[a]) {
+        S->blocked[a] = 1;
+        return 0;
+    }
     if (S->t->latency > 0) {
         S->outstanding[a] = 1;
         return flow_add(S, a, FLOW_WAIT, -1, -1, S->t->latency, 0, NULL, 0, 0);
@@ -158,7 +208,7 @@ static int start_flows(sim *S, int a)
     int from = h == 0 ? ac->src : ac->relay[h - 1];
     const int *to = h < ac->nrelay ? &ac->relay[h] : ac->dst;
     int nto = h < ac->nrelay ? 1 : ac->ndst;
-    double bytes = xp_set_bytes(S->p, ac->set);
+    double bytes = act_bytes(S, a);
     S->status[a] = XFER;
     S->outstanding[a] = nto;
     for (int d = 0; d < nto; d++) {
@@ -179,7 +229,9 @@ static int start_flows(sim *S, int a)
 static int agg_done(sim *S, int a)
 {
     const xp_action *ac = &S->p->act[a];
-    int rc = held_add(S, ac->src, ac->set);
+    int64_t lo, hi;
+    act_range(S, a, &lo, &hi);
+    int rc = held_add(S, ac->src, ac->set, lo, hi);
     if (rc < 0)
         return rc;
     if (ac->ndst == 0) {
@@ -224,9 +276,20 @@ static int try_start(sim *S, int a)
             return ein_fail(S->err, EIN_ENOMEM, "out of memory");
     }
     int nc = 0;
-    for (int i = 0; i < h->n; i++)
-        if (xp_set_subset(S->p, h->set[i], ac->set))
-            S->cand[nc++] = h->set[i];
+    int64_t lo, hi;
+    act_range(S, a, &lo, &hi);
+    for (int i = 0; i < h->n; i++) {
+        if (!xp_set_subset(S->p, h->set[i], ac->set))
+            continue;
+        if (S->L > 1) { /* distinct sets covering the chunk */
+            int dup = 0;
+            for (int k = 0; k < nc && !dup; k++)
+                dup = S->cand[k] == h->set[i] || xp_set_equal(S->p, S->cand[k], h->set[i]);
+            if (dup || !held_has(S, ac->src, h->set[i], lo, hi))
+                continue;
+        }
+        S->cand[nc++] = h->set[i];
+    }
     if (nc == 0)
         return 0;
     sort_cand(S, nc);
@@ -236,9 +299,10 @@ static int try_start(sim *S, int a)
     if (S->tl)
         S->tl->act_start[a] = S->now;
     if (m >= 2) {
-        double bytes = xp_set_bytes(S->p, ac->set);
+        double k1 = ac->nchunks > 0 ? ac->nchunks : 1;
+        double bytes = xp_set_bytes(S->p, ac->set) / k1;
         for (int k = 0; k < m; k++)
-            bytes += xp_set_bytes(S->p, S->cand[S->pick[k]]);
+            bytes += xp_set_bytes(S->p, S->cand[S->pick[k]]) / k1;
         int res = ac->src; /* hbm(src) */
         S->status[a] = AGG;
         return flow_add(S, a, XP_SPAN_AGG, ac->src, ac->src, bytes, m, &res, 1, 1);
@@ -332,11 +396,22 @@ static int complete(sim *S, int i)
         return agg_done(S, f.act);
     if (f.kind == FLOW_WAIT)
         return start_flows(S, f.act);
-    int rc = held_add(S, f.to, ac->set);
+    int64_t lo, hi;
+    act_range(S, f.act, &lo, &hi);
+    int rc = held_add(S, f.to, ac->set, lo, hi);
     if (rc < 0)
         return rc;
     if (--S->outstanding[f.act] > 0)
         return 0;
+    if (S->prevc) {
+        int n = S->nextc[f.act];
+        S->hopdone[f.act]++;
+        if (n >= 0 && S->blocked[n] && S->hopdone[f.act] > S->hop[n]) {
+            S->blocked[n] = 0;
+            if ((rc = start_hop(S, n)) < 0)
+                return rc;
+        }
+    }
     if (S->hop[f.act] < ac->nrelay) {
         S->hop[f.act]++;
         return start_hop(S, f.act);
@@ -348,8 +423,11 @@ static int complete(sim *S, int i)
 static void sim_free(sim *S)
 {
     if (S->held)
-        for (int s = 0; s < S->p->ngpus; s++)
+        for (int s = 0; s < S->p->ngpus; s++) {
             free(S->held[s].set);
+            free(S->held[s].lo);
+            free(S->held[s].hi);
+        }
     free(S->held);
     free(S->dirty);
     free(S->status);
@@ -364,6 +442,10 @@ static void sim_free(sim *S)
     free(S->cap);
     free(S->cnt);
     free(S->used);
+    free(S->prevc);
+    free(S->nextc);
+    free(S->hopdone);
+    free(S->blocked);
 }
 
 void xp_timeline_free(xp_timeline *tl)
@@ -382,14 +464,80 @@ int xp_sim_run(const xp_program *p, const xp_topology *t, double *makespan,
     return xp_sim_run_ex(p, t, makespan, NULL, tl_out, err);
 }
 
+static int sim_core(const xp_program *p, const int *orig, const xp_topology *t,
+                    double *makespan, double *mean_end, xp_timeline **tl_out, ein_error *err);
+
+/* A program with all-chunk actions runs expanded; its timeline is mapped
+ * back (an action starts with its first chunk and ends with its last). */
 int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
                   double *mean_end, xp_timeline **tl_out, ein_error *err)
+{
+    int all = 0;
+    for (int a = 0; a < p->nact && !all; a++)
+        all = p->act[a].chunk < 0 && p->act[a].nchunks > 1;
+    if (!all)
+        return sim_core(p, NULL, t, makespan, mean_end, tl_out, err);
+    xp_program *q = NULL;
+    xp_timeline *tq = NULL;
+    int *orig = NULL;
+    double ms = 0;
+    int rc = xp_program_expand_chunks(p, &q, &orig, err);
+    if (rc == 0)
+        rc = sim_core(q, orig, t, &ms, NULL, &tq, err);
+    double *st = NULL, *en = NULL;
+    if (rc == 0) {
+        st = malloc(sizeof(double) * (size_t)(p->nact + 1));
+        en = calloc((size_t)p->nact + 1, sizeof(double));
+        if (!st || !en)
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+    }
+    if (rc == 0) {
+        for (int a = 0; a < p->nact; a++)
+            st[a] = INFINITY;
+        for (int a = 0; a < q->nact; a++) {
+            int o = orig[a];
+            if (tq->act_start[a] < st[o])
+                st[o] = tq->act_start[a];
+            if (tq->act_end[a] > en[o])
+                en[o] = tq->act_end[a];
+        }
+        double sum = 0;
+        for (int a = 0; a < p->nact; a++)
+            sum += en[a];
+        *makespan = ms;
+        if (mean_end)
+            *mean_end = p->nact ? sum / p->nact : 0;
+        if (tl_out) {
+            for (int k = 0; k < tq->nspan; k++)
+                tq->span[k].action = orig[tq->span[k].action];
+            free(tq->act_start);
+            free(tq->act_end);
+            tq->act_start = st;
+            tq->act_end = en;
+            tq->nact = p->nact;
+            st = en = NULL;
+            *tl_out = tq;
+            tq = NULL;
+        }
+    }
+    free(st);
+    free(en);
+    xp_timeline_free(tq);
+    xp_program_free(q);
+    free(orig);
+    return rc;
+}
+
+static int sim_core(const xp_program *p, const int *orig, const xp_topology *t,
+                    double *makespan, double *mean_end, xp_timeline **tl_out, ein_error *err)
 {
     sim S = {0};
     int rc = 0, nres = xp_topo_nres(t);
     S.p = p;
     S.t = t;
     S.err = err;
+    if ((rc = xp_program_chunk_units(p, &S.L, err)) < 0)
+        return rc;
     if (p->ngpus > t->ngpus)
         return ein_fail(err, EIN_EINVAL, "the program uses %d sites, %s has %d GPUs", p->ngpus,
                         t->name, t->ngpus);
@@ -412,6 +560,23 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto done;
     }
+    if (orig) {
+        S.prevc = malloc(sizeof(int) * (size_t)(p->nact + 1));
+        S.nextc = malloc(sizeof(int) * (size_t)(p->nact + 1));
+        S.hopdone = calloc((size_t)p->nact + 1, sizeof(int));
+        S.blocked = calloc((size_t)p->nact + 1, 1);
+        if (!S.prevc || !S.nextc || !S.hopdone || !S.blocked) {
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+            goto done;
+        }
+        for (int a = 0; a < p->nact; a++) {
+            int chained = a > 0 && orig[a - 1] == orig[a] && p->act[a].ndst > 0;
+            S.prevc[a] = chained ? a - 1 : -1;
+            S.nextc[a] = -1;
+            if (chained)
+                S.nextc[a - 1] = a;
+        }
+    }
     if (tl_out) {
         S.tl = calloc(1, sizeof *S.tl);
         if (!S.tl || !(S.tl->act_start = calloc((size_t)p->nact + 1, sizeof(double))) ||
@@ -429,7 +594,7 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
     for (int i = 0; i < p->nin; i++) {
         S.single[i] = S.single_words + (size_t)i * (size_t)p->nwords;
         xp_set_add(S.single[i], i);
-        if ((rc = held_add(&S, p->in[i].site, S.single[i])) < 0)
+        if ((rc = held_add(&S, p->in[i].site, S.single[i], 0, S.L)) < 0)
             goto done;
     }
     double xfer_busy = 0;
@@ -477,7 +642,7 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
             goto done;
         }
     for (int o = 0; o < p->nout; o++)
-        if (!held_has(&S, p->out[o].site, p->out[o].set)) {
+        if (!held_has(&S, p->out[o].site, p->out[o].set, 0, S.L)) {
             rc = ein_fail(err, EIN_EINVAL, "not valid: OUT %d is never reached at site %d", o,
                           p->out[o].site);
             goto done;

@@ -515,6 +515,42 @@ static void test_hbm_both_ends(void **state)
     xp_topo_free(t);
 }
 
+/* Chunks: an all-chunks relay is a stream (each hop forwards chunk i while
+ * chunk i+1 arrives; on a hop chunks follow each other), and halves of an
+ * atom move and aggregate on their own. */
+static void test_chunks(void **state)
+{
+    (void)state;
+    xp_timeline *tl = NULL;
+    /* 0 -> 4 (50 GB/s) -> 5 (25 GB/s), 4 chunks of 250 MB: the first
+     * reaches 4 after 5 ms, then 4 -> 5 is busy 4 x 10 ms. */
+    double ms = sim_ms("IN: A @ 0\nOUT: A @ 5\nA [*/4] @ 0 -> 4 -> 5\n", "dgx-v100", &tl);
+    assert_within(ms, 45, 1e-9);
+    assert_int_equal(tl->nact, 1);
+    assert_int_equal(tl->nspan, 8);
+    assert_within(tl->act_end[0] * 1e3, 45, 1e-9);
+    xp_timeline_free(tl);
+    /* More chunks: the pipeline fills sooner (5 ms / 64 + 40 ms). */
+    ms = sim_ms("IN: A @ 0\nOUT: A @ 5\nA [*/64] @ 0 -> 4 -> 5\n", "dgx-v100", NULL);
+    assert_within(ms, 40 + 20.0 / 64, 1e-9);
+    /* ... but each chunk-hop pays alpha: with 10 us, 64 chunks cost
+     * 64 x 10 us more on the slow hop. */
+    xp_program *p = parse_ok("IN: A @ 0\nOUT: A @ 5\nA [*/64] @ 0 -> 4 -> 5\n");
+    xp_topology *t = topo_alpha("dgx-v100");
+    ein_error err = {0};
+    double s = 0;
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, 40 + 20.0 / 64 + 0.010 + 64 * 0.010, 1e-6);
+    xp_program_free(p);
+    xp_topo_free(t);
+    /* Reduce-scatter then all-gather over two H100s, by halves: 0.5 GB
+     * each way (1.111 ms), the halves summed (1.5 GB of HBM traffic at
+     * 3.35 TB/s), 0.5 GB back. */
+    ms = sim_ms("IN: A @ 0; B @ 1\nOUT: A+B @ 0, 1\nA [0/2] @ 0 -> 1; B [1/2] @ 1 -> 0\n"
+                "A+B [0/2] @ 1 -> 0\nA+B [1/2] @ 0 -> 1\n", "dgx-h100", NULL);
+    assert_within(ms, (2 * 0.5e9 / 450e9 + 1.5e9 / 3.35e12) * 1e3, 1e-9);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -534,6 +570,7 @@ int main(void)
         cmocka_unit_test(test_format_round_trip),
         cmocka_unit_test(test_latency),
         cmocka_unit_test(test_hbm_both_ends),
+        cmocka_unit_test(test_chunks),
     };
     return cmocka_run_group_tests_name("exchange-sim", tests, NULL, NULL);
 }
