@@ -210,6 +210,7 @@ static int act_push(xp_program *p, const xp_word *set, int src, int src_part, in
     for (int d = 0; d < ndst; d++)
         a.dst_part[d] = a.dst_slot[d] = -1;
     a.nchunks = 1;
+    a.run = 1;
     p->act[p->nact] = a;
     return p->nact++;
 }
@@ -247,15 +248,18 @@ int xp_program_add_local_part(xp_program *p, const xp_word *set, int part, ein_e
     return 0;
 }
 
-int xp_action_set_chunk(xp_program *p, int a, int chunk, int nchunks, ein_error *err)
+int xp_action_set_chunk(xp_program *p, int a, int chunk, int run, int nchunks,
+                        ein_error *err)
 {
     if (a < 0 || a >= p->nact)
         return ein_fail(err, EIN_EINVAL, "action %d of %d", a, p->nact);
-    if (nchunks < 1 || nchunks > XP_CHUNKS_MAX || chunk < -1 || chunk >= nchunks)
-        return ein_fail(err, EIN_EINVAL, "chunk %d of %d: expected a count from 1 to %d and a "
-                        "chunk from 0 to the count - 1 (or every chunk)", chunk, nchunks,
+    if (nchunks < 1 || nchunks > XP_CHUNKS_MAX || chunk < 0 || run < 1 ||
+        chunk + run > nchunks)
+        return ein_fail(err, EIN_EINVAL, "chunks %d..%d of %d: expected a count from 1 to %d "
+                        "and chunks from 0 to the count - 1", chunk, chunk + run - 1, nchunks,
                         XP_CHUNKS_MAX);
-    p->act[a].chunk = nchunks == 1 ? 0 : chunk;
+    p->act[a].chunk = chunk;
+    p->act[a].run = run;
     p->act[a].nchunks = nchunks;
     return 0;
 }
@@ -300,7 +304,7 @@ int xp_program_expand_chunks(const xp_program *p, xp_program **out, int **orig,
     xp_program *q = xp_program_copy(p);
     int n = 0;
     for (int a = 0; a < p->nact; a++)
-        n += p->act[a].chunk < 0 ? p->act[a].nchunks : 1;
+        n += p->act[a].run;
     int *map = malloc(sizeof(int) * (size_t)(n + 1));
     if (!q || !map)
         goto oom;
@@ -309,7 +313,7 @@ int xp_program_expand_chunks(const xp_program *p, xp_program **out, int **orig,
     n = 0;
     for (int a = 0; a < p->nact; a++) {
         const xp_action *ac = &p->act[a];
-        int k = ac->chunk < 0 ? ac->nchunks : 1;
+        int k = ac->run;
         for (int c = 0; c < k; c++) {
             if (act_push(q, ac->set, ac->src, ac->src_part, ac->src_slot, ac->relay,
                          ac->nrelay, ac->dst, ac->ndst, err) < 0)
@@ -320,7 +324,8 @@ int xp_program_expand_chunks(const xp_program *p, xp_program **out, int **orig,
             qa->line = ac->line;
             qa->col = ac->col;
             qa->nchunks = ac->nchunks;
-            qa->chunk = ac->chunk < 0 ? c : ac->chunk;
+            qa->chunk = ac->chunk + c;
+            qa->run = 1;
             map[n++] = a;
         }
     }
@@ -446,6 +451,7 @@ xp_program *xp_program_copy(const xp_program *p)
         qa->line = ac->line;
         qa->col = ac->col;
         qa->chunk = ac->chunk;
+        qa->run = ac->run;
         qa->nchunks = ac->nchunks;
     }
     return q;
@@ -493,7 +499,7 @@ int xp_program_equal(const xp_program *a, const xp_program *b)
             !ints_equal(x->dst, y->dst, x->ndst) || !ints_equal(x->relay, y->relay, x->nrelay) ||
             !ints_equal(x->dst_part, y->dst_part, x->ndst) ||
             !ints_equal(x->dst_slot, y->dst_slot, x->ndst) || x->chunk != y->chunk ||
-            x->nchunks != y->nchunks)
+            x->run != y->run || x->nchunks != y->nchunks)
             return 0;
     }
     return 1;
@@ -958,8 +964,10 @@ static void print_chunk(FILE *f, const xp_action *ac)
 {
     if (ac->nchunks <= 1)
         return;
-    if (ac->chunk < 0)
+    if (ac->run == ac->nchunks)
         fprintf(f, " [*/%d]", ac->nchunks);
+    else if (ac->run > 1)
+        fprintf(f, " [%d..%d/%d]", ac->chunk, ac->chunk + ac->run - 1, ac->nchunks);
     else
         fprintf(f, " [%d/%d]", ac->chunk, ac->nchunks);
 }
@@ -1041,7 +1049,8 @@ void xp_program_print(const xp_program *p, FILE *f,
         if (ac->ndst == 0) {
             int n = 0;
             while (a + n < p->nact && p->act[a + n].ndst == 0 &&
-                   p->act[a + n].chunk == ac->chunk && p->act[a + n].nchunks == ac->nchunks &&
+                   p->act[a + n].chunk == ac->chunk && p->act[a + n].run == ac->run &&
+                   p->act[a + n].nchunks == ac->nchunks &&
                    xp_set_equal(p, p->act[a + n].set, ac->set)) {
                 site[n] = p->act[a + n].src;
                 part[n] = p->act[a + n].src_part;
@@ -1088,8 +1097,10 @@ char *xp_action_format(const xp_program *p, int a, char *buf, int len)
             PUT("%sA%d_%d", first ? "" : "+", p->in[i].atom, p->in[i].site);
         first = 0;
     }
-    if (ac->nchunks > 1 && ac->chunk < 0)
+    if (ac->nchunks > 1 && ac->run == ac->nchunks)
         PUT(" [*/%d]", ac->nchunks);
+    else if (ac->nchunks > 1 && ac->run > 1)
+        PUT(" [%d..%d/%d]", ac->chunk, ac->chunk + ac->run - 1, ac->nchunks);
     else if (ac->nchunks > 1)
         PUT(" [%d/%d]", ac->chunk, ac->nchunks);
     PUT(" @ %d", ac->src);

@@ -474,7 +474,7 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
 {
     int all = 0;
     for (int a = 0; a < p->nact && !all; a++)
-        all = p->act[a].chunk < 0 && p->act[a].nchunks > 1;
+        all = p->act[a].run > 1;
     if (!all)
         return sim_core(p, NULL, t, makespan, mean_end, tl_out, err);
     xp_program *q = NULL;

@@ -575,9 +575,17 @@ static void test_chunks(void **state)
               "A+B [0/2] @ 1 -> 0\nA+B [1/2] @ 0 -> 1\n");
     roundtrip("GPUS: 0, 1, 2, 3\nPARTITIONS: G {2, 3} H {0, 1}\nIN: A @ 0; B @ 2\n"
               "OUT: A+B @ G\nA [*/8] @ 0 -> 1 -> 2\nB [*/4] @ 2 -> 3\nA+B [3/4] @ G\n"
-              "A+B [0/4] @ 2, 3\nA [0/1] @ 0 -> 3\n");
-    xp_program *p = parse_ok("IN: A @ 0\nOUT: A @ 2\nA [*/8] @ 0 -> 1 -> 2\nA [3/8] @ 1\n");
-    assert_int_equal(p->act[0].chunk, -1);
+              "A+B [0/4] @ 2, 3\nA [0/1] @ 0 -> 3\nB [0..1/4] @ 2 -> 1\n");
+    /* A run of chunks: [2..7/8] is chunks 2 to 7 as a stream. */
+    xp_program *p = parse_ok("IN: A @ 0\nOUT: A @ 1\nA [0..1/8] @ 0 -> 1\nA [2..7/8] @ 0 -> 2 -> 1\n");
+    assert_int_equal(p->act[1].chunk, 2);
+    assert_int_equal(p->act[1].run, 6);
+    ein_error e0 = {0};
+    assert_int_equal(xp_program_check(p, &e0), 0);
+    xp_program_free(p);
+    p = parse_ok("IN: A @ 0\nOUT: A @ 2\nA [*/8] @ 0 -> 1 -> 2\nA [3/8] @ 1\n");
+    assert_int_equal(p->act[0].chunk, 0);
+    assert_int_equal(p->act[0].run, 8);
     assert_int_equal(p->act[0].nchunks, 8);
     assert_int_equal(p->act[1].chunk, 3);
     ein_error err = {0};
@@ -616,7 +624,9 @@ static void test_chunks(void **state)
         xp_program_free(p);
     }
     static const bad cases[] = {
-        {"IN: A @ 0\nOUT: A @ 1\nA [2/2] @ 0 -> 1\n", "3:6", "chunk 2 of 2"},
+        {"IN: A @ 0\nOUT: A @ 1\nA [2/2] @ 0 -> 1\n", "3:6", "chunks 2..2 of 2"},
+        {"IN: A @ 0\nOUT: A @ 1\nA [3..1/4] @ 0 -> 1\n", "3:9", "the first not after"},
+        {"IN: A @ 0\nOUT: A @ 1\nA [1..4/4] @ 0 -> 1\n", "3:9", "chunks 1..4 of 4"},
         {"IN: A @ 0\nOUT: A @ 1\nA [0/0] @ 0 -> 1\n", "3:6", "a count from 1"},
         {"IN: A @ 0\nOUT: A @ 1\nA [0/2000] @ 0 -> 1\n", "3:6", "1 to 1024"},
         {"IN: A @ 0\nOUT: A @ 1\nA [0/2 @ 0 -> 1\n", "3:8", "']'"},
@@ -636,8 +646,9 @@ static void test_chunks(void **state)
     }
     /* In memory: xp_action_set_chunk checks its arguments. */
     p = parse_ok("IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1\n");
-    assert_int_equal(xp_action_set_chunk(p, 0, 4, 4, &err), EIN_EINVAL);
-    assert_int_equal(xp_action_set_chunk(p, 0, -1, 4, &err), 0);
+    assert_int_equal(xp_action_set_chunk(p, 0, 4, 1, 4, &err), EIN_EINVAL);
+    assert_int_equal(xp_action_set_chunk(p, 0, 2, 3, 4, &err), EIN_EINVAL);
+    assert_int_equal(xp_action_set_chunk(p, 0, 0, 4, 4, &err), 0);
     assert_true(xp_program_chunked(p));
     int64_t L = 0;
     assert_int_equal(xp_program_chunk_units(p, &L, &err), 0);
