@@ -19,11 +19,18 @@ typedef struct flow {
     int res[FLOW_RES_MAX], nres;
 } flow;
 
-/* What a site holds: aggregates, each over [lo, hi) of the atom in units
- * of 1/L (L: the program's chunk units; [0, 1) when nothing is chunked). */
+/* What a site holds: distinct aggregates, each with the parts of the atom
+ * held, as sorted disjoint intervals [lo, hi) (adjacent ones merged) in
+ * units of 1/L (L: the program's chunk units; [0, 1) when nothing is
+ * chunked). */
+typedef struct held_set {
+    const xp_word *set;
+    int64_t *iv;         /* 2 * n: lo, hi, lo, hi, ... */
+    int n, cap;
+} held_set;
+
 typedef struct site_held {
-    const xp_word **set;
-    int64_t *lo, *hi;
+    held_set *e;
     int n, cap;
 } site_held;
 
@@ -59,51 +66,78 @@ typedef struct sim {
     char *blocked;           /* waiting for the previous chunk's hop */
 } sim;
 
+static held_set *held_find(const sim *S, int site, const xp_word *x)
+{
+    site_held *h = &S->held[site];
+    for (int i = 0; i < h->n; i++)
+        if (h->e[i].set == x || xp_set_equal(S->p, h->e[i].set, x))
+            return &h->e[i];
+    return NULL;
+}
+
+/* Is [lo, hi) inside the merged intervals of e? */
+static int held_covers(const held_set *e, int64_t lo, int64_t hi)
+{
+    for (int k = 0; k < e->n; k++)
+        if (e->iv[2 * k] <= lo && lo < e->iv[2 * k + 1])
+            return hi <= e->iv[2 * k + 1];
+    return 0;
+}
+
 /* Do the pieces of x held at the site cover [lo, hi)? */
 static int held_has(const sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
 {
-    const site_held *h = &S->held[site];
-    int64_t at = lo;
-    while (at < hi) {
-        int64_t reach = at;
-        for (int i = 0; i < h->n; i++)
-            if (h->lo[i] <= at && h->hi[i] > reach &&
-                (h->set[i] == x || xp_set_equal(S->p, h->set[i], x)))
-                reach = h->hi[i];
-        if (reach == at)
-            return 0;
-        at = reach;
-    }
-    return 1;
+    const held_set *e = held_find(S, site, x);
+    return e && held_covers(e, lo, hi);
 }
 
 static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
 {
     site_held *h = &S->held[site];
-    for (int i = 0; i < h->n; i++)
-        if (h->lo[i] <= lo && hi <= h->hi[i] &&
-            (h->set[i] == x || xp_set_equal(S->p, h->set[i], x)))
-            return 0;
-    if (h->n == h->cap) {
-        int cap = h->cap ? 2 * h->cap : 16;
-        const xp_word **ns = realloc(h->set, sizeof *ns * (size_t)cap);
-        if (!ns)
-            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
-        h->set = ns;
-        int64_t *l = realloc(h->lo, sizeof *l * (size_t)cap);
-        if (!l)
-            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
-        h->lo = l;
-        int64_t *u = realloc(h->hi, sizeof *u * (size_t)cap);
-        if (!u)
-            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
-        h->hi = u;
-        h->cap = cap;
+    held_set *e = held_find(S, site, x);
+    if (e && held_covers(e, lo, hi))
+        return 0;
+    if (!e) {
+        if (h->n == h->cap) {
+            int cap = h->cap ? 2 * h->cap : 16;
+            held_set *ne = realloc(h->e, sizeof *ne * (size_t)cap);
+            if (!ne)
+                return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+            h->e = ne;
+            h->cap = cap;
+        }
+        e = &h->e[h->n++];
+        memset(e, 0, sizeof *e);
+        e->set = x;
     }
-    h->set[h->n] = x;
-    h->lo[h->n] = lo;
-    h->hi[h->n] = hi;
-    h->n++;
+    if (e->n + 1 > e->cap) {
+        int cap = e->cap ? 2 * e->cap : 4;
+        int64_t *ni = realloc(e->iv, sizeof *ni * 2 * (size_t)cap);
+        if (!ni)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+        e->iv = ni;
+        e->cap = cap;
+    }
+    /* Insert in order, then merge whatever now touches or overlaps. */
+    int k = 0;
+    while (k < e->n && e->iv[2 * k] < lo)
+        k++;
+    memmove(&e->iv[2 * k + 2], &e->iv[2 * k], sizeof(int64_t) * 2 * (size_t)(e->n - k));
+    e->iv[2 * k] = lo;
+    e->iv[2 * k + 1] = hi;
+    e->n++;
+    int w = 0;
+    for (int r = 1; r < e->n; r++) {
+        if (e->iv[2 * r] <= e->iv[2 * w + 1]) {
+            if (e->iv[2 * r + 1] > e->iv[2 * w + 1])
+                e->iv[2 * w + 1] = e->iv[2 * r + 1];
+        } else {
+            w++;
+            e->iv[2 * w] = e->iv[2 * r];
+            e->iv[2 * w + 1] = e->iv[2 * r + 1];
+        }
+    }
+    e->n = w + 1;
     S->dirty[site] = 1;
     return 0;
 }
@@ -278,18 +312,9 @@ static int try_start(sim *S, int a)
     int nc = 0;
     int64_t lo, hi;
     act_range(S, a, &lo, &hi);
-    for (int i = 0; i < h->n; i++) {
-        if (!xp_set_subset(S->p, h->set[i], ac->set))
-            continue;
-        if (S->L > 1) { /* distinct sets covering the chunk */
-            int dup = 0;
-            for (int k = 0; k < nc && !dup; k++)
-                dup = S->cand[k] == h->set[i] || xp_set_equal(S->p, S->cand[k], h->set[i]);
-            if (dup || !held_has(S, ac->src, h->set[i], lo, hi))
-                continue;
-        }
-        S->cand[nc++] = h->set[i];
-    }
+    for (int i = 0; i < h->n; i++)
+        if (held_covers(&h->e[i], lo, hi) && xp_set_subset(S->p, h->e[i].set, ac->set))
+            S->cand[nc++] = h->e[i].set;
     if (nc == 0)
         return 0;
     sort_cand(S, nc);
@@ -424,9 +449,9 @@ static void sim_free(sim *S)
 {
     if (S->held)
         for (int s = 0; s < S->p->ngpus; s++) {
-            free(S->held[s].set);
-            free(S->held[s].lo);
-            free(S->held[s].hi);
+            for (int i = 0; i < S->held[s].n; i++)
+                free(S->held[s].e[i].iv);
+            free(S->held[s].e);
         }
     free(S->held);
     free(S->dirty);
