@@ -542,60 +542,110 @@ int xp_partition_find(const xp_program *p, const xp_word *x, xp_word *const *hav
     return r;
 }
 
-/* The closure of Def. 5.5, per site: the aggregates held there, each with
- * the part of the atom held, [lo, hi) in units of 1/L (L: the chunk
- * units; [0, 1) with L = 1 when nothing is chunked). */
+/* The closure of Def. 5.5, per site: the distinct aggregates held there,
+ * each with the parts of the atom held as sorted disjoint intervals
+ * [lo, hi) (touching ones merged), in units of 1/L (L: the chunk units;
+ * [0, 1) with L = 1 when nothing is chunked). */
 typedef struct held {
     xp_word **set;
-    int64_t *lo, *hi;
+    int64_t **iv;        /* per set: 2 * niv[i] bounds */
+    int *niv, *capiv;
     int n, cap;
 } held;
 
-static int held_add(const xp_program *p, held *h, const xp_word *x, int64_t lo, int64_t hi)
+static int held_find(const xp_program *p, const held *h, const xp_word *x)
 {
     for (int i = 0; i < h->n; i++)
-        if (h->lo[i] <= lo && hi <= h->hi[i] && xp_set_equal(p, h->set[i], x))
-            return 0;
-    if (h->n == h->cap) {
-        int cap = h->cap ? 2 * h->cap : 16;
-        xp_word **s = realloc(h->set, sizeof *s * (size_t)cap);
-        if (!s)
-            return EIN_ENOMEM;
-        h->set = s;
-        int64_t *l = realloc(h->lo, sizeof *l * (size_t)cap);
-        if (!l)
-            return EIN_ENOMEM;
-        h->lo = l;
-        int64_t *u = realloc(h->hi, sizeof *u * (size_t)cap);
-        if (!u)
-            return EIN_ENOMEM;
-        h->hi = u;
-        h->cap = cap;
+        if (xp_set_equal(p, h->set[i], x))
+            return i;
+    return -1;
+}
+
+static int iv_covers(const int64_t *iv, int n, int64_t lo, int64_t hi)
+{
+    /* the last interval starting at or before lo (sorted, disjoint) */
+    int a = 0, b = n;
+    while (a < b) {
+        int m = (a + b) / 2;
+        if (iv[2 * m] <= lo)
+            a = m + 1;
+        else
+            b = m;
     }
-    if (!(h->set[h->n] = set_dup(p, x)))
-        return EIN_ENOMEM;
-    h->lo[h->n] = lo;
-    h->hi[h->n] = hi;
-    h->n++;
+    return a > 0 && lo < iv[2 * (a - 1) + 1] && hi <= iv[2 * (a - 1) + 1];
+}
+
+/* 1 if added, 0 if held already, EIN_ENOMEM. */
+static int held_add(const xp_program *p, held *h, const xp_word *x, int64_t lo, int64_t hi)
+{
+    int i = held_find(p, h, x);
+    if (i >= 0 && iv_covers(h->iv[i], h->niv[i], lo, hi))
+        return 0;
+    if (i < 0) {
+        if (h->n == h->cap) {
+            int cap = h->cap ? 2 * h->cap : 16;
+            xp_word **s = realloc(h->set, sizeof *s * (size_t)cap);
+            if (!s)
+                return EIN_ENOMEM;
+            h->set = s;
+            int64_t **v = realloc(h->iv, sizeof *v * (size_t)cap);
+            if (!v)
+                return EIN_ENOMEM;
+            h->iv = v;
+            int *a = realloc(h->niv, sizeof *a * (size_t)cap);
+            if (!a)
+                return EIN_ENOMEM;
+            h->niv = a;
+            int *c = realloc(h->capiv, sizeof *c * (size_t)cap);
+            if (!c)
+                return EIN_ENOMEM;
+            h->capiv = c;
+            h->cap = cap;
+        }
+        i = h->n;
+        h->iv[i] = NULL;
+        h->niv[i] = h->capiv[i] = 0;
+        if (!(h->set[i] = set_dup(p, x)))
+            return EIN_ENOMEM;
+        h->n++;
+    }
+    if (h->niv[i] + 1 > h->capiv[i]) {
+        int cap = h->capiv[i] ? 2 * h->capiv[i] : 4;
+        int64_t *v = realloc(h->iv[i], sizeof *v * 2 * (size_t)cap);
+        if (!v)
+            return EIN_ENOMEM;
+        h->iv[i] = v;
+        h->capiv[i] = cap;
+    }
+    int64_t *v = h->iv[i];
+    int n = h->niv[i], k = 0;
+    while (k < n && v[2 * k] < lo)
+        k++;
+    memmove(&v[2 * k + 2], &v[2 * k], sizeof(int64_t) * 2 * (size_t)(n - k));
+    v[2 * k] = lo;
+    v[2 * k + 1] = hi;
+    n++;
+    int w = 0;
+    for (int r = 1; r < n; r++) {
+        if (v[2 * r] <= v[2 * w + 1]) {
+            if (v[2 * r + 1] > v[2 * w + 1])
+                v[2 * w + 1] = v[2 * r + 1];
+        } else {
+            w++;
+            v[2 * w] = v[2 * r];
+            v[2 * w + 1] = v[2 * r + 1];
+        }
+    }
+    h->niv[i] = w + 1;
     return 1;
 }
 
-/* Do the pieces of x held cover [lo, hi)? Sweeps from lo, each time
- * taking the piece that reaches furthest from the point covered so far. */
+/* Do the pieces of x held cover [lo, hi)? */
 static int held_has(const xp_program *p, const held *h, const xp_word *x, int64_t lo,
                     int64_t hi)
 {
-    int64_t at = lo;
-    while (at < hi) {
-        int64_t reach = at;
-        for (int i = 0; i < h->n; i++)
-            if (h->lo[i] <= at && h->hi[i] > reach && xp_set_equal(p, h->set[i], x))
-                reach = h->hi[i];
-        if (reach == at)
-            return 0;
-        at = reach;
-    }
-    return 1;
+    int i = held_find(p, h, x);
+    return i >= 0 && iv_covers(h->iv[i], h->niv[i], lo, hi);
 }
 
 /* Is [lo, hi) of x partitioned by aggregates held at the site? `cand`,
@@ -604,15 +654,9 @@ static int held_partitions(const xp_program *p, const held *h, const xp_word *x,
                            int64_t hi, xp_word **cand, int *pick)
 {
     int nc = 0;
-    for (int i = 0; i < h->n; i++) {
-        if (!xp_set_subset(p, h->set[i], x))
-            continue;
-        int dup = 0;
-        for (int k = 0; k < nc && !dup; k++)
-            dup = xp_set_equal(p, cand[k], h->set[i]);
-        if (!dup && held_has(p, h, h->set[i], lo, hi))
+    for (int i = 0; i < h->n; i++)
+        if (iv_covers(h->iv[i], h->niv[i], lo, hi) && xp_set_subset(p, h->set[i], x))
             cand[nc++] = h->set[i];
-    }
     return nc > 0 && xp_partition_find(p, x, cand, nc, pick) >= 0;
 }
 
@@ -755,11 +799,14 @@ static int check_closure(const xp_program *p, const int *orig, ein_error *err)
 done:
     if (st) {
         for (int s = 0; s < ns; s++) {
-            for (int i = 0; i < st[s].n; i++)
+            for (int i = 0; i < st[s].n; i++) {
                 free(st[s].set[i]);
+                free(st[s].iv[i]);
+            }
             free(st[s].set);
-            free(st[s].lo);
-            free(st[s].hi);
+            free(st[s].iv);
+            free(st[s].niv);
+            free(st[s].capiv);
         }
     }
     free(st);

@@ -29,9 +29,19 @@ typedef struct held_set {
     int n, cap;
 } held_set;
 
+/* A part newly held at a site since its last scan: only waiting actions
+ * whose set contains it and whose chunk range meets it can have become
+ * enabled. */
+typedef struct held_new {
+    const xp_word *set;
+    int64_t lo, hi;
+} held_new;
+
 typedef struct site_held {
     held_set *e;
     int n, cap;
+    held_new *nw;
+    int nnew, capnew;
 } site_held;
 
 enum { WAITING, AGG, XFER, DONE };
@@ -49,12 +59,17 @@ typedef struct sim {
     xp_word **single;        /* IN singletons, in one block: */
     xp_word *single_words;
     char *was;               /* scan scratch */
+    held_new *scr;           /* scan scratch: a site's new parts */
+    int capscr;
     const xp_word **cand;
     int ncand;
     int *pick;
     double *cap;             /* per resource scratch */
     int *cnt;
     int *used, nused;
+    int *start, *fill;       /* per resource: its flows in inc[start .. fill) */
+    int *bysrc, *srcoff;     /* actions by source site: bysrc[srcoff[s] .. srcoff[s+1]) */
+    int *inc, capinc;
     xp_timeline *tl;
     double makespan, sum_end;
     long events;
@@ -78,10 +93,16 @@ static held_set *held_find(const sim *S, int site, const xp_word *x)
 /* Is [lo, hi) inside the merged intervals of e? */
 static int held_covers(const held_set *e, int64_t lo, int64_t hi)
 {
-    for (int k = 0; k < e->n; k++)
-        if (e->iv[2 * k] <= lo && lo < e->iv[2 * k + 1])
-            return hi <= e->iv[2 * k + 1];
-    return 0;
+    /* the last interval starting at or before lo (sorted, disjoint) */
+    int a = 0, b = e->n;
+    while (a < b) {
+        int m = (a + b) / 2;
+        if (e->iv[2 * m] <= lo)
+            a = m + 1;
+        else
+            b = m;
+    }
+    return a > 0 && lo < e->iv[2 * (a - 1) + 1] && hi <= e->iv[2 * (a - 1) + 1];
 }
 
 /* Do the pieces of x held at the site cover [lo, hi)? */
@@ -138,6 +159,15 @@ static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
         }
     }
     e->n = w + 1;
+    if (h->nnew == h->capnew) {
+        int cap = h->capnew ? 2 * h->capnew : 8;
+        held_new *nn = realloc(h->nw, sizeof *nn * (size_t)cap);
+        if (!nn)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+        h->nw = nn;
+        h->capnew = cap;
+    }
+    h->nw[h->nnew++] = (held_new){.set = x, .lo = lo, .hi = hi};
     S->dirty[site] = 1;
     return 0;
 }
@@ -349,20 +379,47 @@ static int scan(sim *S)
         char *was = S->was;
         memcpy(was, S->dirty, (size_t)p->ngpus);
         memset(S->dirty, 0, (size_t)p->ngpus);
-        for (int a = 0; a < p->nact; a++) {
-            if (S->status[a] != WAITING || !was[p->act[a].src])
+        for (int s = 0; s < p->ngpus; s++) {
+            if (!was[s])
                 continue;
-            int rc = try_start(S, a);
-            if (rc < 0)
-                return rc;
+            site_held *h = &S->held[s];
+            int nn = h->nnew;
+            if (nn > S->capscr) {
+                held_new *ns = realloc(S->scr, sizeof *ns * (size_t)(2 * nn));
+                if (!ns)
+                    return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+                S->scr = ns;
+                S->capscr = 2 * nn;
+            }
+            memcpy(S->scr, h->nw, sizeof *h->nw * (size_t)nn);
+            h->nnew = 0;
+            for (int j = S->srcoff[s]; j < S->srcoff[s + 1]; j++) {
+                int a = S->bysrc[j];
+                if (S->status[a] != WAITING)
+                    continue;
+                int64_t lo, hi;
+                act_range(S, a, &lo, &hi);
+                int touched = 0;
+                for (int k = 0; k < nn && !touched; k++)
+                    touched = S->scr[k].lo < hi && lo < S->scr[k].hi &&
+                              xp_set_subset(p, S->scr[k].set, p->act[a].set);
+                if (!touched)
+                    continue;
+                int rc = try_start(S, a);
+                if (rc < 0)
+                    return rc;
+            }
         }
     }
 }
 
-/* Max-min fair rates by progressive filling. */
-static void rates(sim *S)
+/* Max-min fair rates by progressive filling. The flows crossing each
+ * resource are listed once per call (`inc`, from `start`), so each
+ * filling step visits only the bottleneck's flows. */
+static int rates(sim *S)
 {
     S->nused = 0;
+    int ninc = 0;
     for (int i = 0; i < S->nfl; i++) {
         flow *f = &S->fl[i];
         f->rate = f->nres ? -1 : f->kind == FLOW_WAIT ? 1.0 : INFINITY;
@@ -373,8 +430,26 @@ static void rates(sim *S)
                 S->cap[r] = xp_topo_res_bw(S->t, r);
             }
             S->cnt[r]++;
+            ninc++;
         }
     }
+    if (ninc > S->capinc) {
+        int *ni = realloc(S->inc, sizeof(int) * (size_t)(2 * ninc));
+        if (!ni)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+        S->inc = ni;
+        S->capinc = 2 * ninc;
+    }
+    int pos = 0;
+    for (int u = 0; u < S->nused; u++) {
+        int r = S->used[u];
+        S->start[r] = pos;
+        S->fill[r] = pos;
+        pos += S->cnt[r];
+    }
+    for (int i = 0; i < S->nfl; i++)
+        for (int k = 0; k < S->fl[i].nres; k++)
+            S->inc[S->fill[S->fl[i].res[k]]++] = i;
     for (;;) {
         int best = -1;
         double share = INFINITY;
@@ -389,14 +464,9 @@ static void rates(sim *S)
             break;
         if (share < 0)
             share = 0;
-        for (int i = 0; i < S->nfl; i++) {
-            flow *f = &S->fl[i];
+        for (int j = S->start[best]; j < S->fill[best]; j++) {
+            flow *f = &S->fl[S->inc[j]];
             if (f->rate >= 0)
-                continue;
-            int on = 0;
-            for (int k = 0; k < f->nres; k++)
-                on |= f->res[k] == best;
-            if (!on)
                 continue;
             f->rate = share;
             for (int k = 0; k < f->nres; k++) {
@@ -407,6 +477,7 @@ static void rates(sim *S)
     }
     for (int u = 0; u < S->nused; u++)
         S->cnt[S->used[u]] = 0;
+    return 0;
 }
 
 static int complete(sim *S, int i)
@@ -452,6 +523,7 @@ static void sim_free(sim *S)
             for (int i = 0; i < S->held[s].n; i++)
                 free(S->held[s].e[i].iv);
             free(S->held[s].e);
+            free(S->held[s].nw);
         }
     free(S->held);
     free(S->dirty);
@@ -462,11 +534,17 @@ static void sim_free(sim *S)
     free(S->single);
     free(S->single_words);
     free(S->was);
+    free(S->scr);
     free(S->cand);
     free(S->pick);
     free(S->cap);
     free(S->cnt);
     free(S->used);
+    free(S->start);
+    free(S->fill);
+    free(S->bysrc);
+    free(S->srcoff);
+    free(S->inc);
     free(S->prevc);
     free(S->nextc);
     free(S->hopdone);
@@ -580,8 +658,10 @@ static int sim_core(const xp_program *p, const int *orig, const xp_topology *t,
     S.cap = calloc((size_t)nres, sizeof(double));
     S.cnt = calloc((size_t)nres, sizeof(int));
     S.used = calloc((size_t)nres, sizeof(int));
+    S.start = calloc((size_t)nres, sizeof(int));
+    S.fill = calloc((size_t)nres, sizeof(int));
     if (!S.held || !S.dirty || !S.status || !S.hop || !S.outstanding || !S.single || !S.pick ||
-        !S.cap || !S.cnt || !S.used || !S.was || !S.single_words) {
+        !S.cap || !S.cnt || !S.used || !S.was || !S.single_words || !S.start || !S.fill) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto done;
     }
@@ -616,6 +696,20 @@ static int sim_core(const xp_program *p, const int *orig, const xp_topology *t,
             rc = ein_fail(err, EIN_EINVAL, "action %d has no site", a);
             goto done;
         }
+    /* Actions by source, in program order within a site (the order the
+     * scan has always tried them in). */
+    S.bysrc = malloc(sizeof(int) * (size_t)(p->nact + 1));
+    S.srcoff = calloc((size_t)p->ngpus + 2, sizeof(int));
+    if (!S.bysrc || !S.srcoff) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int a = 0; a < p->nact; a++)
+        S.srcoff[p->act[a].src + 2]++;
+    for (int s = 0; s < p->ngpus; s++)
+        S.srcoff[s + 2] += S.srcoff[s + 1];
+    for (int a = 0; a < p->nact; a++)
+        S.bysrc[S.srcoff[p->act[a].src + 1]++] = a;
     for (int i = 0; i < p->nin; i++) {
         S.single[i] = S.single_words + (size_t)i * (size_t)p->nwords;
         xp_set_add(S.single[i], i);
@@ -628,7 +722,8 @@ static int sim_core(const xp_program *p, const int *orig, const xp_topology *t,
             goto done;
         if (S.nfl == 0)
             break;
-        rates(&S);
+        if ((rc = rates(&S)) < 0)
+            goto done;
         double dt = INFINITY;
         int nx = 0;
         for (int i = 0; i < S.nfl; i++) {

@@ -45,7 +45,7 @@ static int usage(void)
             "usage: exprog check FILE\n"
             "       exprog simulate --topology T [--trace OUT.json] [--quiet] FILE\n"
             "       exprog synth --topology T [--work N | --steps N] [--patience N]\n"
-            "                    [--cap-ms N] [--seed S] [--trace OUT.json] FILE\n"
+            "                    [--cap-ms N] [--seed S] [--no-chunks] [--trace OUT.json] FILE\n"
             "       exprog bound --topology T FILE\n"
             "       exprog baseline ring|tree|direct --topology T [--pipe N] FILE\n"
             "       (--latency-us N replaces the topology's per-action latency)\n"
@@ -95,6 +95,7 @@ int main(int argc, char **argv)
     const char *cmd = argv[1], *topo = NULL, *trace = NULL, *file = NULL;
     xp_search_opts opts;
     xp_search_opts_default(&opts);
+    opts.chunks = 1; /* exprog synthesises chunked bodies unless --no-chunks */
     int quiet = 0, work_set = 0, steps_set = 0, pipe = 0, base = -1;
     double x, latency = -1;
     for (int i = 2; i < argc; i++) {
@@ -144,7 +145,11 @@ int main(int argc, char **argv)
                 return 2;
             }
             i++;
-        } else if (strcmp(a, "--quiet") == 0)
+        } else if (strcmp(a, "--no-chunks") == 0)
+            opts.chunks = 0;
+        else if (strcmp(a, "--chunks") == 0)
+            opts.chunks = 1;
+        else if (strcmp(a, "--quiet") == 0)
             quiet = 1;
         else if (a[0] == '-' && a[1])
             return usage();
