@@ -330,6 +330,12 @@ static int skip_dead(lw *L, xstate *X, char *fired, int *left, const char *tenso
     for (int a = 0; a < p->nact; a++) {
         const xp_action *ac = &p->act[a];
         int wanted = 0;
+        if (ac->nchunks > 1) {
+            char buf[256];
+            return ein_fail(L->err, EIN_EUNSUPPORTED, "exchange of '%s' for '%s': action '%s' "
+                            "moves chunks, which the lowering does not execute yet", tensor,
+                            opname, xp_action_format(p, a, buf, sizeof buf));
+        }
         for (int o = 0; o < p->nout && !wanted; o++)
             wanted = xp_set_subset(p, ac->set, p->out[o].set);
         if (!wanted) {

@@ -29,7 +29,7 @@
 #include <string.h>
 
 enum { T_EOF, T_NL, T_ID, T_INT, T_NUM, T_AT, T_ARROW, T_COMMA, T_SEMI, T_PLUS, T_LBRACE,
-       T_RBRACE, T_LPAREN, T_RPAREN, T_COLON, T_BAD };
+       T_RBRACE, T_LPAREN, T_RPAREN, T_COLON, T_LBRACK, T_RBRACK, T_SLASH, T_STAR, T_DOTS, T_BAD };
 
 typedef struct tok {
     int kind;
@@ -75,11 +75,16 @@ static tok lex(lexer *L)
             q++;
         t.kind = T_ID;
         t.len = (int)(q - L->p);
+    } else if (c == '.' && L->p[1] == '.') {
+        t.kind = T_DOTS;
+        t.len = 2;
     } else if (isdigit((unsigned char)c) || (c == '.' && isdigit((unsigned char)L->p[1]))) {
         char *end;
         errno = 0;
         t.num = strtod(L->p, &end);
         t.len = (int)(end - L->p);
+        if (t.len > 1 && L->p[t.len - 1] == '.' && L->p[t.len] == '.')
+            t.len--; /* "0..3": the number is "0", then ".." (same value) */
         t.kind = T_INT;
         for (int i = 0; i < t.len; i++)
             if (!isdigit((unsigned char)L->p[i]))
@@ -100,6 +105,10 @@ static tok lex(lexer *L)
         case '(': t.kind = T_LPAREN; break;
         case ')': t.kind = T_RPAREN; break;
         case ':': t.kind = T_COLON; break;
+        case '[': t.kind = T_LBRACK; break;
+        case ']': t.kind = T_RBRACK; break;
+        case '/': t.kind = T_SLASH; break;
+        case '*': t.kind = T_STAR; break;
         default: t.kind = T_BAD; break;
         }
     }
@@ -124,6 +133,7 @@ typedef struct agg {
 
 typedef struct stmt {
     agg x;
+    int chunk, run, nchunks;  /* [c/k] (run 1), [a..b/k]; 0, 1 of 1: whole */
     target *src;     /* nsrc >= 1 */
     int nsrc;
     int *hop;        /* relays */
@@ -339,13 +349,65 @@ static int parse_targets(parser *P, target **ts, int *n)
     }
 }
 
+/* `[c/k]` (chunk c of k), `[a..b/k]` (chunks a to b, a stream) or the
+ * star form (every chunk, a stream). */
+static int parse_chunk(parser *P, stmt *s)
+{
+    int rc, c = 0, last = -1, k = 0;
+    tok first;
+    next(P);
+    first = P->t;
+    if (P->t.kind == T_STAR) {
+        next(P);
+    } else {
+        if ((rc = get_int(P, "a chunk number or '*'", &c)) < 0)
+            return rc;
+        last = c;
+    }
+    if (P->t.kind == T_DOTS) {
+        next(P);
+        if ((rc = get_int(P, "the last chunk number", &last)) < 0)
+            return rc;
+    }
+    if ((rc = expect(P, T_SLASH, "'/'")) < 0)
+        return rc;
+    tok kt = P->t;
+    if ((rc = get_int(P, "a chunk count", &k)) < 0)
+        return rc;
+    if (first.kind == T_STAR)
+        last = k - 1;
+    if (k < 1 || k > XP_CHUNKS_MAX || last >= k || last < c)
+        return ein_fail_at(P->err, EIN_EPARSE, P->file, kt.line, kt.col,
+                           "chunks %d..%d of %d: expected a count from 1 to %d and chunks "
+                           "from 0 to the count - 1, the first not after the last",
+                           c, last, k, XP_CHUNKS_MAX);
+    if ((rc = expect(P, T_RBRACK, "']'")) < 0)
+        return rc;
+    s->chunk = c;
+    s->run = last - c + 1;
+    s->nchunks = k;
+    return 0;
+}
+
 /* X @ targets, or X @ s -> [r ->]* targets */
 static int parse_stmt(parser *P, stmt *s, int is_out)
 {
     int rc;
     s->line = P->t.line;
     s->col = P->t.col;
-    if ((rc = parse_agg(P, &s->x)) < 0 || (rc = expect(P, T_AT, "'@'")) < 0)
+    s->chunk = 0;
+    s->run = 1;
+    s->nchunks = 1;
+    if ((rc = parse_agg(P, &s->x)) < 0)
+        return rc;
+    if (P->t.kind == T_LBRACK) {
+        if (is_out)
+            return fail_at(P, &P->t, "%s: found %s, expected '@' (OUT names whole aggregates)",
+                           "no chunk in OUT");
+        if ((rc = parse_chunk(P, s)) < 0)
+            return rc;
+    }
+    if ((rc = expect(P, T_AT, "'@'")) < 0)
         return rc;
     tok at = P->t;
     if ((rc = parse_targets(P, &s->src, &s->nsrc)) < 0)
@@ -834,6 +896,9 @@ static int build(parser *P, xp_program **out)
         for (int k = first; k < p->nact; k++) {
             p->act[k].line = s->line;
             p->act[k].col = s->col;
+            p->act[k].chunk = s->chunk;
+            p->act[k].run = s->run;
+            p->act[k].nchunks = s->nchunks;
         }
     }
     rc = 0;

@@ -209,6 +209,8 @@ static int act_push(xp_program *p, const xp_word *set, int src, int src_part, in
     }
     for (int d = 0; d < ndst; d++)
         a.dst_part[d] = a.dst_slot[d] = -1;
+    a.nchunks = 1;
+    a.run = 1;
     p->act[p->nact] = a;
     return p->nact++;
 }
@@ -244,6 +246,99 @@ int xp_program_add_local_part(xp_program *p, const xp_word *set, int part, ein_e
             return rc;
     }
     return 0;
+}
+
+int xp_action_set_chunk(xp_program *p, int a, int chunk, int run, int nchunks,
+                        ein_error *err)
+{
+    if (a < 0 || a >= p->nact)
+        return ein_fail(err, EIN_EINVAL, "action %d of %d", a, p->nact);
+    if (nchunks < 1 || nchunks > XP_CHUNKS_MAX || chunk < 0 || run < 1 ||
+        chunk + run > nchunks)
+        return ein_fail(err, EIN_EINVAL, "chunks %d..%d of %d: expected a count from 1 to %d "
+                        "and chunks from 0 to the count - 1", chunk, chunk + run - 1, nchunks,
+                        XP_CHUNKS_MAX);
+    p->act[a].chunk = chunk;
+    p->act[a].run = run;
+    p->act[a].nchunks = nchunks;
+    return 0;
+}
+
+int xp_program_chunked(const xp_program *p)
+{
+    for (int a = 0; a < p->nact; a++)
+        if (p->act[a].nchunks > 1)
+            return 1;
+    return 0;
+}
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+int xp_program_chunk_units(const xp_program *p, int64_t *units, ein_error *err)
+{
+    int64_t L = 1;
+    for (int a = 0; a < p->nact; a++) {
+        int64_t k = p->act[a].nchunks > 0 ? p->act[a].nchunks : 1;
+        L = L / gcd64(L, k) * k;
+        if (L > XP_CHUNK_UNITS_MAX)
+            return ein_fail(err, EIN_EUNSUPPORTED,
+                            "the chunk counts' least common multiple is over %lld; expected "
+                            "chunk counts with a smaller common multiple (powers of two, say)",
+                            (long long)XP_CHUNK_UNITS_MAX);
+    }
+    *units = L;
+    return 0;
+}
+
+int xp_program_expand_chunks(const xp_program *p, xp_program **out, int **orig,
+                             ein_error *err)
+{
+    xp_program *q = xp_program_copy(p);
+    int n = 0;
+    for (int a = 0; a < p->nact; a++)
+        n += p->act[a].run;
+    int *map = malloc(sizeof(int) * (size_t)(n + 1));
+    if (!q || !map)
+        goto oom;
+    while (q->nact)
+        xp_program_remove_action(q, q->nact - 1);
+    n = 0;
+    for (int a = 0; a < p->nact; a++) {
+        const xp_action *ac = &p->act[a];
+        int k = ac->run;
+        for (int c = 0; c < k; c++) {
+            if (act_push(q, ac->set, ac->src, ac->src_part, ac->src_slot, ac->relay,
+                         ac->nrelay, ac->dst, ac->ndst, err) < 0)
+                goto oom;
+            xp_action *qa = &q->act[q->nact - 1];
+            memcpy(qa->dst_part, ac->dst_part, sizeof(int) * (size_t)ac->ndst);
+            memcpy(qa->dst_slot, ac->dst_slot, sizeof(int) * (size_t)ac->ndst);
+            qa->line = ac->line;
+            qa->col = ac->col;
+            qa->nchunks = ac->nchunks;
+            qa->chunk = ac->chunk + c;
+            qa->run = 1;
+            map[n++] = a;
+        }
+    }
+    *out = q;
+    if (orig)
+        *orig = map;
+    else
+        free(map);
+    return 0;
+oom:
+    xp_program_free(q);
+    free(map);
+    return ein_fail(err, EIN_ENOMEM, "out of memory");
 }
 
 void xp_program_remove_action(xp_program *p, int a)
@@ -355,6 +450,9 @@ xp_program *xp_program_copy(const xp_program *p)
         memcpy(qa->dst_slot, ac->dst_slot, sizeof(int) * (size_t)ac->ndst);
         qa->line = ac->line;
         qa->col = ac->col;
+        qa->chunk = ac->chunk;
+        qa->run = ac->run;
+        qa->nchunks = ac->nchunks;
     }
     return q;
 fail:
@@ -400,7 +498,8 @@ int xp_program_equal(const xp_program *a, const xp_program *b)
             x->nrelay != y->nrelay || x->src_part != y->src_part || x->src_slot != y->src_slot ||
             !ints_equal(x->dst, y->dst, x->ndst) || !ints_equal(x->relay, y->relay, x->nrelay) ||
             !ints_equal(x->dst_part, y->dst_part, x->ndst) ||
-            !ints_equal(x->dst_slot, y->dst_slot, x->ndst))
+            !ints_equal(x->dst_slot, y->dst_slot, x->ndst) || x->chunk != y->chunk ||
+            x->run != y->run || x->nchunks != y->nchunks)
             return 0;
     }
     return 1;
@@ -443,47 +542,120 @@ int xp_partition_find(const xp_program *p, const xp_word *x, xp_word *const *hav
     return r;
 }
 
-/* The closure of Def. 5.5, per site: the aggregates held there. */
+/* The closure of Def. 5.5, per site: the distinct aggregates held there,
+ * each with the parts of the atom held as sorted disjoint intervals
+ * [lo, hi) (touching ones merged), in units of 1/L (L: the chunk units;
+ * [0, 1) with L = 1 when nothing is chunked). */
 typedef struct held {
     xp_word **set;
+    int64_t **iv;        /* per set: 2 * niv[i] bounds */
+    int *niv, *capiv;
     int n, cap;
 } held;
 
-static int held_add(const xp_program *p, held *h, const xp_word *x)
+static int held_find(const xp_program *p, const held *h, const xp_word *x)
 {
     for (int i = 0; i < h->n; i++)
         if (xp_set_equal(p, h->set[i], x))
-            return 0;
-    if (h->n == h->cap) {
-        int cap = h->cap ? 2 * h->cap : 16;
-        xp_word **s = realloc(h->set, sizeof *s * (size_t)cap);
-        if (!s)
-            return EIN_ENOMEM;
-        h->set = s;
-        h->cap = cap;
+            return i;
+    return -1;
+}
+
+static int iv_covers(const int64_t *iv, int n, int64_t lo, int64_t hi)
+{
+    /* the last interval starting at or before lo (sorted, disjoint) */
+    int a = 0, b = n;
+    while (a < b) {
+        int m = (a + b) / 2;
+        if (iv[2 * m] <= lo)
+            a = m + 1;
+        else
+            b = m;
     }
-    if (!(h->set[h->n] = set_dup(p, x)))
-        return EIN_ENOMEM;
-    h->n++;
+    return a > 0 && lo < iv[2 * (a - 1) + 1] && hi <= iv[2 * (a - 1) + 1];
+}
+
+/* 1 if added, 0 if held already, EIN_ENOMEM. */
+static int held_add(const xp_program *p, held *h, const xp_word *x, int64_t lo, int64_t hi)
+{
+    int i = held_find(p, h, x);
+    if (i >= 0 && iv_covers(h->iv[i], h->niv[i], lo, hi))
+        return 0;
+    if (i < 0) {
+        if (h->n == h->cap) {
+            int cap = h->cap ? 2 * h->cap : 16;
+            xp_word **s = realloc(h->set, sizeof *s * (size_t)cap);
+            if (!s)
+                return EIN_ENOMEM;
+            h->set = s;
+            int64_t **v = realloc(h->iv, sizeof *v * (size_t)cap);
+            if (!v)
+                return EIN_ENOMEM;
+            h->iv = v;
+            int *a = realloc(h->niv, sizeof *a * (size_t)cap);
+            if (!a)
+                return EIN_ENOMEM;
+            h->niv = a;
+            int *c = realloc(h->capiv, sizeof *c * (size_t)cap);
+            if (!c)
+                return EIN_ENOMEM;
+            h->capiv = c;
+            h->cap = cap;
+        }
+        i = h->n;
+        h->iv[i] = NULL;
+        h->niv[i] = h->capiv[i] = 0;
+        if (!(h->set[i] = set_dup(p, x)))
+            return EIN_ENOMEM;
+        h->n++;
+    }
+    if (h->niv[i] + 1 > h->capiv[i]) {
+        int cap = h->capiv[i] ? 2 * h->capiv[i] : 4;
+        int64_t *v = realloc(h->iv[i], sizeof *v * 2 * (size_t)cap);
+        if (!v)
+            return EIN_ENOMEM;
+        h->iv[i] = v;
+        h->capiv[i] = cap;
+    }
+    int64_t *v = h->iv[i];
+    int n = h->niv[i], k = 0;
+    while (k < n && v[2 * k] < lo)
+        k++;
+    memmove(&v[2 * k + 2], &v[2 * k], sizeof(int64_t) * 2 * (size_t)(n - k));
+    v[2 * k] = lo;
+    v[2 * k + 1] = hi;
+    n++;
+    int w = 0;
+    for (int r = 1; r < n; r++) {
+        if (v[2 * r] <= v[2 * w + 1]) {
+            if (v[2 * r + 1] > v[2 * w + 1])
+                v[2 * w + 1] = v[2 * r + 1];
+        } else {
+            w++;
+            v[2 * w] = v[2 * r];
+            v[2 * w + 1] = v[2 * r + 1];
+        }
+    }
+    h->niv[i] = w + 1;
     return 1;
 }
 
-static int held_has(const xp_program *p, const held *h, const xp_word *x)
+/* Do the pieces of x held cover [lo, hi)? */
+static int held_has(const xp_program *p, const held *h, const xp_word *x, int64_t lo,
+                    int64_t hi)
 {
-    for (int i = 0; i < h->n; i++)
-        if (xp_set_equal(p, h->set[i], x))
-            return 1;
-    return 0;
+    int i = held_find(p, h, x);
+    return i >= 0 && iv_covers(h->iv[i], h->niv[i], lo, hi);
 }
 
-/* Is x partitioned by aggregates held at the site? `cand`, `pick` are
- * scratch arrays of h->n and nin+1 entries. */
-static int held_partitions(const xp_program *p, const held *h, const xp_word *x,
-                           xp_word **cand, int *pick)
+/* Is [lo, hi) of x partitioned by aggregates held at the site? `cand`,
+ * `pick` are scratch arrays of h->n and nin+1 entries. */
+static int held_partitions(const xp_program *p, const held *h, const xp_word *x, int64_t lo,
+                           int64_t hi, xp_word **cand, int *pick)
 {
     int nc = 0;
     for (int i = 0; i < h->n; i++)
-        if (xp_set_subset(p, h->set[i], x))
+        if (iv_covers(h->iv[i], h->niv[i], lo, hi) && xp_set_subset(p, h->set[i], x))
             cand[nc++] = h->set[i];
     return nc > 0 && xp_partition_find(p, x, cand, nc, pick) >= 0;
 }
@@ -521,9 +693,28 @@ static int check_paths(const xp_program *p, ein_error *err)
     return rc;
 }
 
+static int check_closure(const xp_program *p, const int *orig, ein_error *err);
+
+/* Chunked programs: the closure of the program with its all-chunk actions
+ * expanded, messages naming the action as written. */
 static int check_resolved(const xp_program *p, ein_error *err)
 {
+    if (!xp_program_chunked(p))
+        return check_closure(p, NULL, err);
+    xp_program *q = NULL;
+    int *orig = NULL;
+    int rc = xp_program_expand_chunks(p, &q, &orig, err);
+    if (rc == 0)
+        rc = check_closure(q, orig, err);
+    xp_program_free(q);
+    free(orig);
+    return rc;
+}
+
+static int check_closure(const xp_program *p, const int *orig, ein_error *err)
+{
     int rc = 0, ns = p->ngpus;
+    int64_t L = 1;
     held *st = calloc((size_t)ns, sizeof *st);
     char *fired = calloc((size_t)p->nact + 1, 1);
     xp_word *one = xp_set_new(p);
@@ -544,12 +735,12 @@ static int check_resolved(const xp_program *p, ein_error *err)
             goto done;
         }
     }
-    if ((rc = check_paths(p, err)) < 0)
+    if ((rc = check_paths(p, err)) < 0 || (rc = xp_program_chunk_units(p, &L, err)) < 0)
         goto done;
     for (int i = 0; i < p->nin; i++) {
         memset(one, 0, sizeof(xp_word) * (size_t)p->nwords);
         xp_set_add(one, i);
-        if (held_add(p, &st[p->in[i].site], one) < 0) {
+        if (held_add(p, &st[p->in[i].site], one, 0, L) < 0) {
             rc = ein_fail(err, EIN_ENOMEM, "out of memory");
             goto done;
         }
@@ -570,15 +761,17 @@ static int check_resolved(const xp_program *p, ein_error *err)
                     goto done;
                 }
             }
-            if (!held_partitions(p, h, ac->set, cand, pick))
+            int64_t k = ac->nchunks > 0 ? ac->nchunks : 1;
+            int64_t lo = L / k * ac->chunk, hi = lo + L / k;
+            if (!held_partitions(p, h, ac->set, lo, hi, cand, pick))
                 continue;
             fired[a] = 1;
             changed = 1;
-            int r = held_add(p, h, ac->set);
+            int r = held_add(p, h, ac->set, lo, hi);
             for (int d = 0; r >= 0 && d < ac->nrelay; d++)
-                r = held_add(p, &st[ac->relay[d]], ac->set);
+                r = held_add(p, &st[ac->relay[d]], ac->set, lo, hi);
             for (int d = 0; r >= 0 && d < ac->ndst; d++)
-                r = held_add(p, &st[ac->dst[d]], ac->set);
+                r = held_add(p, &st[ac->dst[d]], ac->set, lo, hi);
             if (r < 0) {
                 rc = ein_fail(err, EIN_ENOMEM, "out of memory");
                 goto done;
@@ -593,12 +786,12 @@ static int check_resolved(const xp_program *p, ein_error *err)
                               "enabled", p->act[a].line, p->act[a].col, p->act[a].src);
             else
                 rc = ein_fail(err, EIN_EINVAL,
-                              "not well-formed: action %d (at site %d) is never enabled", a,
-                              p->act[a].src);
+                              "not well-formed: action %d (at site %d) is never enabled",
+                              orig ? orig[a] : a, p->act[a].src);
             goto done;
         }
     for (int o = 0; o < p->nout; o++)
-        if (p->out[o].site < 0 || !held_has(p, &st[p->out[o].site], p->out[o].set)) {
+        if (p->out[o].site < 0 || !held_has(p, &st[p->out[o].site], p->out[o].set, 0, L)) {
             rc = ein_fail(err, EIN_EINVAL, "not valid: OUT %d is never reached at site %d", o,
                           p->out[o].site);
             goto done;
@@ -606,9 +799,14 @@ static int check_resolved(const xp_program *p, ein_error *err)
 done:
     if (st) {
         for (int s = 0; s < ns; s++) {
-            for (int i = 0; i < st[s].n; i++)
+            for (int i = 0; i < st[s].n; i++) {
                 free(st[s].set[i]);
+                free(st[s].iv[i]);
+            }
             free(st[s].set);
+            free(st[s].iv);
+            free(st[s].niv);
+            free(st[s].capiv);
         }
     }
     free(st);
@@ -808,6 +1006,19 @@ static void print_size(FILE *f, double b)
         fprintf(f, " (size: %.17g bytes)", b);
 }
 
+/* " [c/k]", " [*" "/k]" (every chunk), or nothing for a whole aggregate. */
+static void print_chunk(FILE *f, const xp_action *ac)
+{
+    if (ac->nchunks <= 1)
+        return;
+    if (ac->run == ac->nchunks)
+        fprintf(f, " [*/%d]", ac->nchunks);
+    else if (ac->run > 1)
+        fprintf(f, " [%d..%d/%d]", ac->chunk, ac->chunk + ac->run - 1, ac->nchunks);
+    else
+        fprintf(f, " [%d/%d]", ac->chunk, ac->nchunks);
+}
+
 void xp_program_print_membership(const xp_program *p, FILE *f)
 {
     for (int i = 0; i < p->npart; i++) {
@@ -880,10 +1091,13 @@ void xp_program_print(const xp_program *p, FILE *f,
     for (int a = 0; a < p->nact;) {
         const xp_action *ac = &p->act[a];
         print_set(p, f, ac->set, nm);
+        print_chunk(f, ac);
         fprintf(f, " @ ");
         if (ac->ndst == 0) {
             int n = 0;
             while (a + n < p->nact && p->act[a + n].ndst == 0 &&
+                   p->act[a + n].chunk == ac->chunk && p->act[a + n].run == ac->run &&
+                   p->act[a + n].nchunks == ac->nchunks &&
                    xp_set_equal(p, p->act[a + n].set, ac->set)) {
                 site[n] = p->act[a + n].src;
                 part[n] = p->act[a + n].src_part;
@@ -930,6 +1144,12 @@ char *xp_action_format(const xp_program *p, int a, char *buf, int len)
             PUT("%sA%d_%d", first ? "" : "+", p->in[i].atom, p->in[i].site);
         first = 0;
     }
+    if (ac->nchunks > 1 && ac->run == ac->nchunks)
+        PUT(" [*/%d]", ac->nchunks);
+    else if (ac->nchunks > 1 && ac->run > 1)
+        PUT(" [%d..%d/%d]", ac->chunk, ac->chunk + ac->run - 1, ac->nchunks);
+    else if (ac->nchunks > 1)
+        PUT(" [%d/%d]", ac->chunk, ac->nchunks);
     PUT(" @ %d", ac->src);
     for (int r = 0; r < ac->nrelay; r++)
         PUT(" -> %d", ac->relay[r]);

@@ -70,7 +70,23 @@ typedef struct xp_action {
     int src_part, src_slot;    /* local action over a partition, or -1 */
     int *dst_part, *dst_slot;  /* per destination: partition and slot, or -1 */
     int line, col;   /* where it was parsed (0: built in memory) */
+    /* Chunks: the action moves chunks chunk .. chunk+run-1 of `nchunks`
+     * of X — chunk c is the sub-box of the atom's rows
+     * [lo + (hi-lo)*c/k, lo + (hi-lo)*(c+1)/k), a fraction 1/k of its
+     * bytes — rather than all of it. `[c/k]` in the text is one chunk
+     * (run 1); `[a..b/k]` the chunks a to b as a stream (each moves on its
+     * own, and on every hop chunk c+1 follows chunk c, so a relay forwards
+     * chunk c while chunk c+1 is still arriving); the star form over k
+     * (docs/exprog.md) is every chunk, a = 0, b = k-1. nchunks = 1,
+     * chunk = 0, run = 1: the whole aggregate. */
+    int chunk, run, nchunks;
 } xp_action;
+
+/* The most chunks an action may have, and the most the least common
+ * multiple of a program's chunk counts may be (the closure counts in
+ * units of 1/L of an atom). */
+#define XP_CHUNKS_MAX 1024
+#define XP_CHUNK_UNITS_MAX ((int64_t)1 << 30)
 
 typedef struct xp_partition {
     char name[XP_NAME_MAX];
@@ -113,6 +129,22 @@ int xp_program_add_action(xp_program *p, const xp_word *set, int src,
 int xp_program_add_relay(xp_program *p, const xp_word *set, int src, const int *relay,
                          int nrelay, const int *dst, int ndst, ein_error *err);
 void xp_program_remove_action(xp_program *p, int a);
+/* Make action a move chunks chunk .. chunk+run-1 of `nchunks` (a stream
+ * when run > 1); EIN_EINVAL for a count outside 1..XP_CHUNKS_MAX or chunks
+ * outside 0..nchunks-1. */
+int xp_action_set_chunk(xp_program *p, int a, int chunk, int run, int nchunks,
+                        ein_error *err);
+/* Does any action move chunks (nchunks > 1)? */
+int xp_program_chunked(const xp_program *p);
+/* L: the least common multiple of the actions' chunk counts (1 when none
+ * is chunked), or EIN_EUNSUPPORTED above XP_CHUNK_UNITS_MAX. */
+int xp_program_chunk_units(const xp_program *p, int64_t *units, ein_error *err);
+/* A copy in which every stream of chunks (run > 1) is its run actions
+ * [c/k], [c+1/k], ..., in order;
+ * *orig (if not NULL) gets, per action of the copy, the action of p it
+ * comes from (malloc'd; the caller frees it). */
+int xp_program_expand_chunks(const xp_program *p, xp_program **out, int **orig,
+                             ein_error *err);
 
 /* Partitions: add one (members NULL: declared by size), then name it in
  * OUT entries and local actions; every slot becomes one entry. */

@@ -8,6 +8,7 @@
 
 #include "common/ein_clock.h"
 #include "common/ein_rand.h"
+#include "exchange/xp_baseline.h"
 #include "exchange/xp_naive.h"
 #include "exchange/xp_sim.h"
 
@@ -29,6 +30,17 @@ void xp_search_opts_default(xp_search_opts *o)
     o->patience = XP_SEARCH_DEFAULT_PATIENCE;
     o->cap_ms = XP_SEARCH_DEFAULT_CAP_MS;
     o->seed = 1;
+    o->chunks = 0;
+}
+
+/* Work to evaluate a program: its actions, a stream of chunks counting
+ * once per chunk (what the simulator expands it to). */
+static long prog_work(const xp_program *p)
+{
+    long w = 1;
+    for (int a = 0; a < p->nact; a++)
+        w += p->act[a].run > 0 ? p->act[a].run : 1;
+    return w;
 }
 
 static int rnd(uint64_t *s, int n)
@@ -1060,6 +1072,54 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     } else {
         xp_program_free(start);
     }
+    /* Chunked starts: the collective generators on this membership, each
+     * at the pipeline depth the simulator prefers. */
+    if (o->chunks && naive->nout <= 4096) {
+        xp_program *pre = strip(cur);
+        xp_program *cstart = NULL;
+        double cbest = INFINITY;
+        for (int k = XP_BASE_RING; pre && k <= XP_BASE_DIRECT; k++) {
+            double prev = INFINITY;
+            for (int pipe = 1; pipe <= 8; pipe *= 2) {
+                xp_program *q = NULL;
+                if (o->max_work > 0 && st.work >= o->max_work / 2)
+                    break;
+                if (xp_baseline(pre, t, (xp_base_kind)k, pipe, &q, NULL) < 0)
+                    break;
+                st.work += prog_work(q);
+                double c = sim_cost(q, t);
+                if (c < cbest * (1 - 1e-9)) {
+                    xp_program_free(cstart);
+                    cstart = q;
+                    cbest = c;
+                } else {
+                    xp_program_free(q);
+                }
+                if (!(c < prev * (1 - 1e-9)))
+                    break; /* deeper pipelines stopped helping */
+                prev = c;
+            }
+        }
+        xp_program_free(pre);
+        if (cstart && cbest < best_cost * (1 - 1e-9)) {
+            if (!plain)
+                plain = naive; /* restarts of kind 3 begin at the naive program */
+            else
+                xp_program_free(naive);
+            naive = cstart;
+            xp_program_free(cur);
+            xp_program_free(best);
+            cur = best = NULL;
+            if (!(cur = xp_program_copy(naive)) || !(best = xp_program_copy(naive))) {
+                rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+                goto fail;
+            }
+            best_cost = cbest;
+            cur_cost = naive_score = run_best = score(cur, t, &ignored);
+        } else {
+            xp_program_free(cstart);
+        }
+    }
     long since = 0;
     if (mark_late(cur, t, &late_buf) < 0) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
@@ -1085,7 +1145,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
             break;
         }
         st.steps++;
-        st.work += cur->nact + 1;
+        st.work += prog_work(cur);
         since++;
         xp_program *c = xp_program_copy(cur);
         if (!c) {
@@ -1157,7 +1217,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     free(late_buf);
     /* Clean-up pass: drop actions the best program does not need (at most
      * one simulation per action: bounded work, never cut by the cap). */
-    for (int a = best->nact - 1; a >= 0; a--) {
+    for (int a = xp_program_chunked(best) ? -1 : best->nact - 1; a >= 0; a--) {
         xp_program *c = xp_program_copy(best);
         if (!c)
             break;

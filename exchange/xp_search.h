@@ -13,7 +13,13 @@
  *      blocks of sites over the fastest routes (on the DGX-V100 this is
  *      the paper's Ex. 5.3 program); several tie-breaking variants, the
  *      fastest valid one kept if faster than naive;
- *   3. body: starting from the better of the two, apply the guarded
+ *   2b. with opts.chunks: chunked starts — per OUT aggregate, rings (as
+ *      many as the links allow, in proportion to their bandwidth), a
+ *      double binary tree and a direct reduce-scatter + all-gather, each
+ *      cut into one chunk per target and pipelined into a stream of 1, 2,
+ *      4 or 8 chunks (the depth the α-β simulator finds fastest; deeper
+ *      is tried only while it helps); the fastest start wins;
+ *   3. body: starting from the better of them, apply the guarded
  *      transformations of §5.4 — relay introduction / elimination, source
  *      substitution, aggregation pullup (X@r->s, Y@r->s => X+Y@r->s) and
  *      pushdown, multicast fusion / fission, partial local aggregation,
@@ -50,6 +56,11 @@ typedef struct xp_search_opts {
     long patience;       /* stop after this many candidates without gain; <= 0: none */
     double cap_ms;       /* wall-clock safety cap; <= 0: none (reported when it fires) */
     uint64_t seed;
+    int chunks;          /* 1: also start from chunked, pipelined bodies (rings,
+                            trees, direct; pipeline depth chosen on the
+                            simulator), so the result may move chunks;
+                            0 (default): whole atoms only, as the lowering
+                            executes today */
 } xp_search_opts;
 
 /* The default work takes 10-55 ms of CPU for 8-GPU preambles of 8 to 64

@@ -7,15 +7,41 @@
 
 #include "common/ein_json.h"
 
+/* A flow crosses at most 6 resources: hbm(from), the route (at most 4),
+ * hbm(to). A latency wait (kind FLOW_WAIT) crosses none: its `rem` is
+ * seconds, drained at rate 1. */
+#define FLOW_RES_MAX 6
+enum { FLOW_WAIT = 2 };
+
 typedef struct flow {
     int act, kind, from, to, span;
     double bytes, rem, rate;
-    int res[4], nres;
+    int res[FLOW_RES_MAX], nres;
 } flow;
 
-typedef struct site_held {
-    const xp_word **set;
+/* What a site holds: distinct aggregates, each with the parts of the atom
+ * held, as sorted disjoint intervals [lo, hi) (adjacent ones merged) in
+ * units of 1/L (L: the program's chunk units; [0, 1) when nothing is
+ * chunked). */
+typedef struct held_set {
+    const xp_word *set;
+    int64_t *iv;         /* 2 * n: lo, hi, lo, hi, ... */
     int n, cap;
+} held_set;
+
+/* A part newly held at a site since its last scan: only waiting actions
+ * whose set contains it and whose chunk range meets it can have become
+ * enabled. */
+typedef struct held_new {
+    const xp_word *set;
+    int64_t lo, hi;
+} held_new;
+
+typedef struct site_held {
+    held_set *e;
+    int n, cap;
+    held_new *nw;
+    int nnew, capnew;
 } site_held;
 
 enum { WAITING, AGG, XFER, DONE };
@@ -33,42 +59,132 @@ typedef struct sim {
     xp_word **single;        /* IN singletons, in one block: */
     xp_word *single_words;
     char *was;               /* scan scratch */
+    held_new *scr;           /* scan scratch: a site's new parts */
+    int capscr;
     const xp_word **cand;
     int ncand;
     int *pick;
     double *cap;             /* per resource scratch */
     int *cnt;
     int *used, nused;
+    int *start, *fill;       /* per resource: its flows in inc[start .. fill) */
+    int *bysrc, *srcoff;     /* actions by source site: bysrc[srcoff[s] .. srcoff[s+1]) */
+    int *inc, capinc;
     xp_timeline *tl;
     double makespan, sum_end;
     long events;
+    int64_t L;               /* chunk units */
+    /* The chunks of an all-chunks action form a stream: on every hop,
+     * chunk c starts once chunk c-1 has finished that hop. */
+    int *prevc, *nextc;      /* the previous / next chunk's action, or -1 */
+    int *hopdone;            /* hops finished */
+    char *blocked;           /* waiting for the previous chunk's hop */
 } sim;
 
-static int held_has(const sim *S, int site, const xp_word *x)
+static held_set *held_find(const sim *S, int site, const xp_word *x)
 {
-    const site_held *h = &S->held[site];
+    site_held *h = &S->held[site];
     for (int i = 0; i < h->n; i++)
-        if (h->set[i] == x || xp_set_equal(S->p, h->set[i], x))
-            return 1;
+        if (h->e[i].set == x || xp_set_equal(S->p, h->e[i].set, x))
+            return &h->e[i];
+    return NULL;
+}
+
+/* Is [lo, hi) inside the merged intervals of e? */
+static int held_covers(const held_set *e, int64_t lo, int64_t hi)
+{
+    /* the last interval starting at or before lo (sorted, disjoint) */
+    int a = 0, b = e->n;
+    while (a < b) {
+        int m = (a + b) / 2;
+        if (e->iv[2 * m] <= lo)
+            a = m + 1;
+        else
+            b = m;
+    }
+    return a > 0 && lo < e->iv[2 * (a - 1) + 1] && hi <= e->iv[2 * (a - 1) + 1];
+}
+
+/* Do the pieces of x held at the site cover [lo, hi)? */
+static int held_has(const sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
+{
+    const held_set *e = held_find(S, site, x);
+    return e && held_covers(e, lo, hi);
+}
+
+static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
+{
+    site_held *h = &S->held[site];
+    held_set *e = held_find(S, site, x);
+    if (e && held_covers(e, lo, hi))
+        return 0;
+    if (!e) {
+        if (h->n == h->cap) {
+            int cap = h->cap ? 2 * h->cap : 16;
+            held_set *ne = realloc(h->e, sizeof *ne * (size_t)cap);
+            if (!ne)
+                return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+            h->e = ne;
+            h->cap = cap;
+        }
+        e = &h->e[h->n++];
+        memset(e, 0, sizeof *e);
+        e->set = x;
+    }
+    if (e->n + 1 > e->cap) {
+        int cap = e->cap ? 2 * e->cap : 4;
+        int64_t *ni = realloc(e->iv, sizeof *ni * 2 * (size_t)cap);
+        if (!ni)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+        e->iv = ni;
+        e->cap = cap;
+    }
+    /* Insert in order, then merge whatever now touches or overlaps. */
+    int k = 0;
+    while (k < e->n && e->iv[2 * k] < lo)
+        k++;
+    memmove(&e->iv[2 * k + 2], &e->iv[2 * k], sizeof(int64_t) * 2 * (size_t)(e->n - k));
+    e->iv[2 * k] = lo;
+    e->iv[2 * k + 1] = hi;
+    e->n++;
+    int w = 0;
+    for (int r = 1; r < e->n; r++) {
+        if (e->iv[2 * r] <= e->iv[2 * w + 1]) {
+            if (e->iv[2 * r + 1] > e->iv[2 * w + 1])
+                e->iv[2 * w + 1] = e->iv[2 * r + 1];
+        } else {
+            w++;
+            e->iv[2 * w] = e->iv[2 * r];
+            e->iv[2 * w + 1] = e->iv[2 * r + 1];
+        }
+    }
+    e->n = w + 1;
+    if (h->nnew == h->capnew) {
+        int cap = h->capnew ? 2 * h->capnew : 8;
+        held_new *nn = realloc(h->nw, sizeof *nn * (size_t)cap);
+        if (!nn)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+        h->nw = nn;
+        h->capnew = cap;
+    }
+    h->nw[h->nnew++] = (held_new){.set = x, .lo = lo, .hi = hi};
+    S->dirty[site] = 1;
     return 0;
 }
 
-static int held_add(sim *S, int site, const xp_word *x)
+/* The part of the atom action a moves, in units of 1/L. */
+static void act_range(const sim *S, int a, int64_t *lo, int64_t *hi)
 {
-    if (held_has(S, site, x))
-        return 0;
-    site_held *h = &S->held[site];
-    if (h->n == h->cap) {
-        int cap = h->cap ? 2 * h->cap : 16;
-        const xp_word **ns = realloc(h->set, sizeof *ns * (size_t)cap);
-        if (!ns)
-            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
-        h->set = ns;
-        h->cap = cap;
-    }
-    h->set[h->n++] = x;
-    S->dirty[site] = 1;
-    return 0;
+    const xp_action *ac = &S->p->act[a];
+    int64_t k = ac->nchunks > 0 ? ac->nchunks : 1;
+    *lo = S->L / k * ac->chunk;
+    *hi = *lo + S->L / k;
+}
+
+static double act_bytes(const sim *S, int a)
+{
+    const xp_action *ac = &S->p->act[a];
+    return xp_set_bytes(S->p, ac->set) / (ac->nchunks > 0 ? ac->nchunks : 1);
 }
 
 static int span_add(sim *S, const xp_span *sp)
@@ -88,8 +204,10 @@ static int span_add(sim *S, const xp_span *sp)
     return tl->nspan++;
 }
 
+/* res[0..nres-1] are what the flow crosses; the span records the first
+ * nspan of them (the route without the HBM ends). */
 static int flow_add(sim *S, int act, int kind, int from, int to, double bytes, int pieces,
-                    const int *res, int nres)
+                    const int *res, int nres, int nspan)
 {
     if (S->nfl == S->capfl) {
         int cap = S->capfl ? 2 * S->capfl : 32;
@@ -108,9 +226,13 @@ static int flow_add(sim *S, int act, int kind, int from, int to, double bytes, i
     f->bytes = f->rem = bytes;
     f->nres = nres;
     memcpy(f->res, res, sizeof(int) * (size_t)nres);
+    if (kind == FLOW_WAIT) {
+        f->span = -1;
+        return 0;
+    }
     xp_span sp = {.action = act, .kind = kind, .from = from, .to = to, .pieces = pieces,
-                  .bytes = bytes, .start = S->now, .end = S->now, .nres = nres};
-    memcpy(sp.res, res, sizeof(int) * (size_t)nres);
+                  .bytes = bytes, .start = S->now, .end = S->now, .nres = nspan};
+    memcpy(sp.res, res, sizeof(int) * (size_t)nspan);
     f->span = span_add(S, &sp);
     return 0;
 }
@@ -125,22 +247,43 @@ static void act_done(sim *S, int a)
     S->sum_end += S->now;
 }
 
+/* A hop first waits the topology's latency (alpha: launch, notification,
+ * synchronisation), then its flows start (start_flows). */
+static int start_flows(sim *S, int a);
+
 static int start_hop(sim *S, int a)
+{
+    S->status[a] = XFER;
+    if (S->prevc && S->prevc[a] >= 0 && S->hopdone[S->prevc[a]] <= S->hop[a]) {
+        S->blocked[a] = 1;
+        return 0;
+    }
+    if (S->t->latency > 0) {
+        S->outstanding[a] = 1;
+        return flow_add(S, a, FLOW_WAIT, -1, -1, S->t->latency, 0, NULL, 0, 0);
+    }
+    return start_flows(S, a);
+}
+
+static int start_flows(sim *S, int a)
 {
     const xp_action *ac = &S->p->act[a];
     int h = S->hop[a];
     int from = h == 0 ? ac->src : ac->relay[h - 1];
     const int *to = h < ac->nrelay ? &ac->relay[h] : ac->dst;
     int nto = h < ac->nrelay ? 1 : ac->ndst;
-    double bytes = xp_set_bytes(S->p, ac->set);
+    double bytes = act_bytes(S, a);
     S->status[a] = XFER;
     S->outstanding[a] = nto;
     for (int d = 0; d < nto; d++) {
-        int res[4];
+        int res[FLOW_RES_MAX];
         int nres = xp_topo_route(S->t, from, to[d], res, S->err);
         if (nres < 0)
             return nres;
-        int rc = flow_add(S, a, XP_SPAN_XFER, from, to[d], bytes, 0, res, nres);
+        /* A copy reads the source's HBM and writes the destination's. */
+        res[nres] = from;
+        res[nres + 1] = to[d];
+        int rc = flow_add(S, a, XP_SPAN_XFER, from, to[d], bytes, 0, res, nres + 2, nres);
         if (rc < 0)
             return rc;
     }
@@ -150,7 +293,9 @@ static int start_hop(sim *S, int a)
 static int agg_done(sim *S, int a)
 {
     const xp_action *ac = &S->p->act[a];
-    int rc = held_add(S, ac->src, ac->set);
+    int64_t lo, hi;
+    act_range(S, a, &lo, &hi);
+    int rc = held_add(S, ac->src, ac->set, lo, hi);
     if (rc < 0)
         return rc;
     if (ac->ndst == 0) {
@@ -195,9 +340,11 @@ static int try_start(sim *S, int a)
             return ein_fail(S->err, EIN_ENOMEM, "out of memory");
     }
     int nc = 0;
+    int64_t lo, hi;
+    act_range(S, a, &lo, &hi);
     for (int i = 0; i < h->n; i++)
-        if (xp_set_subset(S->p, h->set[i], ac->set))
-            S->cand[nc++] = h->set[i];
+        if (held_covers(&h->e[i], lo, hi) && xp_set_subset(S->p, h->e[i].set, ac->set))
+            S->cand[nc++] = h->e[i].set;
     if (nc == 0)
         return 0;
     sort_cand(S, nc);
@@ -207,12 +354,13 @@ static int try_start(sim *S, int a)
     if (S->tl)
         S->tl->act_start[a] = S->now;
     if (m >= 2) {
-        double bytes = xp_set_bytes(S->p, ac->set);
+        double k1 = ac->nchunks > 0 ? ac->nchunks : 1;
+        double bytes = xp_set_bytes(S->p, ac->set) / k1;
         for (int k = 0; k < m; k++)
-            bytes += xp_set_bytes(S->p, S->cand[S->pick[k]]);
+            bytes += xp_set_bytes(S->p, S->cand[S->pick[k]]) / k1;
         int res = ac->src; /* hbm(src) */
         S->status[a] = AGG;
-        return flow_add(S, a, XP_SPAN_AGG, ac->src, ac->src, bytes, m, &res, 1);
+        return flow_add(S, a, XP_SPAN_AGG, ac->src, ac->src, bytes, m, &res, 1, 1);
     }
     return agg_done(S, a) < 0 ? -1 : 1;
 }
@@ -231,23 +379,50 @@ static int scan(sim *S)
         char *was = S->was;
         memcpy(was, S->dirty, (size_t)p->ngpus);
         memset(S->dirty, 0, (size_t)p->ngpus);
-        for (int a = 0; a < p->nact; a++) {
-            if (S->status[a] != WAITING || !was[p->act[a].src])
+        for (int s = 0; s < p->ngpus; s++) {
+            if (!was[s])
                 continue;
-            int rc = try_start(S, a);
-            if (rc < 0)
-                return rc;
+            site_held *h = &S->held[s];
+            int nn = h->nnew;
+            if (nn > S->capscr) {
+                held_new *ns = realloc(S->scr, sizeof *ns * (size_t)(2 * nn));
+                if (!ns)
+                    return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+                S->scr = ns;
+                S->capscr = 2 * nn;
+            }
+            memcpy(S->scr, h->nw, sizeof *h->nw * (size_t)nn);
+            h->nnew = 0;
+            for (int j = S->srcoff[s]; j < S->srcoff[s + 1]; j++) {
+                int a = S->bysrc[j];
+                if (S->status[a] != WAITING)
+                    continue;
+                int64_t lo, hi;
+                act_range(S, a, &lo, &hi);
+                int touched = 0;
+                for (int k = 0; k < nn && !touched; k++)
+                    touched = S->scr[k].lo < hi && lo < S->scr[k].hi &&
+                              xp_set_subset(p, S->scr[k].set, p->act[a].set);
+                if (!touched)
+                    continue;
+                int rc = try_start(S, a);
+                if (rc < 0)
+                    return rc;
+            }
         }
     }
 }
 
-/* Max-min fair rates by progressive filling. */
-static void rates(sim *S)
+/* Max-min fair rates by progressive filling. The flows crossing each
+ * resource are listed once per call (`inc`, from `start`), so each
+ * filling step visits only the bottleneck's flows. */
+static int rates(sim *S)
 {
     S->nused = 0;
+    int ninc = 0;
     for (int i = 0; i < S->nfl; i++) {
         flow *f = &S->fl[i];
-        f->rate = f->nres ? -1 : INFINITY;
+        f->rate = f->nres ? -1 : f->kind == FLOW_WAIT ? 1.0 : INFINITY;
         for (int k = 0; k < f->nres; k++) {
             int r = f->res[k];
             if (S->cnt[r] == 0) {
@@ -255,8 +430,26 @@ static void rates(sim *S)
                 S->cap[r] = xp_topo_res_bw(S->t, r);
             }
             S->cnt[r]++;
+            ninc++;
         }
     }
+    if (ninc > S->capinc) {
+        int *ni = realloc(S->inc, sizeof(int) * (size_t)(2 * ninc));
+        if (!ni)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+        S->inc = ni;
+        S->capinc = 2 * ninc;
+    }
+    int pos = 0;
+    for (int u = 0; u < S->nused; u++) {
+        int r = S->used[u];
+        S->start[r] = pos;
+        S->fill[r] = pos;
+        pos += S->cnt[r];
+    }
+    for (int i = 0; i < S->nfl; i++)
+        for (int k = 0; k < S->fl[i].nres; k++)
+            S->inc[S->fill[S->fl[i].res[k]]++] = i;
     for (;;) {
         int best = -1;
         double share = INFINITY;
@@ -271,14 +464,9 @@ static void rates(sim *S)
             break;
         if (share < 0)
             share = 0;
-        for (int i = 0; i < S->nfl; i++) {
-            flow *f = &S->fl[i];
+        for (int j = S->start[best]; j < S->fill[best]; j++) {
+            flow *f = &S->fl[S->inc[j]];
             if (f->rate >= 0)
-                continue;
-            int on = 0;
-            for (int k = 0; k < f->nres; k++)
-                on |= f->res[k] == best;
-            if (!on)
                 continue;
             f->rate = share;
             for (int k = 0; k < f->nres; k++) {
@@ -289,6 +477,7 @@ static void rates(sim *S)
     }
     for (int u = 0; u < S->nused; u++)
         S->cnt[S->used[u]] = 0;
+    return 0;
 }
 
 static int complete(sim *S, int i)
@@ -301,11 +490,24 @@ static int complete(sim *S, int i)
     const xp_action *ac = &S->p->act[f.act];
     if (f.kind == XP_SPAN_AGG)
         return agg_done(S, f.act);
-    int rc = held_add(S, f.to, ac->set);
+    if (f.kind == FLOW_WAIT)
+        return start_flows(S, f.act);
+    int64_t lo, hi;
+    act_range(S, f.act, &lo, &hi);
+    int rc = held_add(S, f.to, ac->set, lo, hi);
     if (rc < 0)
         return rc;
     if (--S->outstanding[f.act] > 0)
         return 0;
+    if (S->prevc) {
+        int n = S->nextc[f.act];
+        S->hopdone[f.act]++;
+        if (n >= 0 && S->blocked[n] && S->hopdone[f.act] > S->hop[n]) {
+            S->blocked[n] = 0;
+            if ((rc = start_hop(S, n)) < 0)
+                return rc;
+        }
+    }
     if (S->hop[f.act] < ac->nrelay) {
         S->hop[f.act]++;
         return start_hop(S, f.act);
@@ -317,8 +519,12 @@ static int complete(sim *S, int i)
 static void sim_free(sim *S)
 {
     if (S->held)
-        for (int s = 0; s < S->p->ngpus; s++)
-            free(S->held[s].set);
+        for (int s = 0; s < S->p->ngpus; s++) {
+            for (int i = 0; i < S->held[s].n; i++)
+                free(S->held[s].e[i].iv);
+            free(S->held[s].e);
+            free(S->held[s].nw);
+        }
     free(S->held);
     free(S->dirty);
     free(S->status);
@@ -328,11 +534,21 @@ static void sim_free(sim *S)
     free(S->single);
     free(S->single_words);
     free(S->was);
+    free(S->scr);
     free(S->cand);
     free(S->pick);
     free(S->cap);
     free(S->cnt);
     free(S->used);
+    free(S->start);
+    free(S->fill);
+    free(S->bysrc);
+    free(S->srcoff);
+    free(S->inc);
+    free(S->prevc);
+    free(S->nextc);
+    free(S->hopdone);
+    free(S->blocked);
 }
 
 void xp_timeline_free(xp_timeline *tl)
@@ -351,14 +567,80 @@ int xp_sim_run(const xp_program *p, const xp_topology *t, double *makespan,
     return xp_sim_run_ex(p, t, makespan, NULL, tl_out, err);
 }
 
+static int sim_core(const xp_program *p, const int *orig, const xp_topology *t,
+                    double *makespan, double *mean_end, xp_timeline **tl_out, ein_error *err);
+
+/* A program with all-chunk actions runs expanded; its timeline is mapped
+ * back (an action starts with its first chunk and ends with its last). */
 int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
                   double *mean_end, xp_timeline **tl_out, ein_error *err)
+{
+    int all = 0;
+    for (int a = 0; a < p->nact && !all; a++)
+        all = p->act[a].run > 1;
+    if (!all)
+        return sim_core(p, NULL, t, makespan, mean_end, tl_out, err);
+    xp_program *q = NULL;
+    xp_timeline *tq = NULL;
+    int *orig = NULL;
+    double ms = 0;
+    int rc = xp_program_expand_chunks(p, &q, &orig, err);
+    if (rc == 0)
+        rc = sim_core(q, orig, t, &ms, NULL, &tq, err);
+    double *st = NULL, *en = NULL;
+    if (rc == 0) {
+        st = malloc(sizeof(double) * (size_t)(p->nact + 1));
+        en = calloc((size_t)p->nact + 1, sizeof(double));
+        if (!st || !en)
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+    }
+    if (rc == 0) {
+        for (int a = 0; a < p->nact; a++)
+            st[a] = INFINITY;
+        for (int a = 0; a < q->nact; a++) {
+            int o = orig[a];
+            if (tq->act_start[a] < st[o])
+                st[o] = tq->act_start[a];
+            if (tq->act_end[a] > en[o])
+                en[o] = tq->act_end[a];
+        }
+        double sum = 0;
+        for (int a = 0; a < p->nact; a++)
+            sum += en[a];
+        *makespan = ms;
+        if (mean_end)
+            *mean_end = p->nact ? sum / p->nact : 0;
+        if (tl_out) {
+            for (int k = 0; k < tq->nspan; k++)
+                tq->span[k].action = orig[tq->span[k].action];
+            free(tq->act_start);
+            free(tq->act_end);
+            tq->act_start = st;
+            tq->act_end = en;
+            tq->nact = p->nact;
+            st = en = NULL;
+            *tl_out = tq;
+            tq = NULL;
+        }
+    }
+    free(st);
+    free(en);
+    xp_timeline_free(tq);
+    xp_program_free(q);
+    free(orig);
+    return rc;
+}
+
+static int sim_core(const xp_program *p, const int *orig, const xp_topology *t,
+                    double *makespan, double *mean_end, xp_timeline **tl_out, ein_error *err)
 {
     sim S = {0};
     int rc = 0, nres = xp_topo_nres(t);
     S.p = p;
     S.t = t;
     S.err = err;
+    if ((rc = xp_program_chunk_units(p, &S.L, err)) < 0)
+        return rc;
     if (p->ngpus > t->ngpus)
         return ein_fail(err, EIN_EINVAL, "the program uses %d sites, %s has %d GPUs", p->ngpus,
                         t->name, t->ngpus);
@@ -376,10 +658,29 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
     S.cap = calloc((size_t)nres, sizeof(double));
     S.cnt = calloc((size_t)nres, sizeof(int));
     S.used = calloc((size_t)nres, sizeof(int));
+    S.start = calloc((size_t)nres, sizeof(int));
+    S.fill = calloc((size_t)nres, sizeof(int));
     if (!S.held || !S.dirty || !S.status || !S.hop || !S.outstanding || !S.single || !S.pick ||
-        !S.cap || !S.cnt || !S.used || !S.was || !S.single_words) {
+        !S.cap || !S.cnt || !S.used || !S.was || !S.single_words || !S.start || !S.fill) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto done;
+    }
+    if (orig) {
+        S.prevc = malloc(sizeof(int) * (size_t)(p->nact + 1));
+        S.nextc = malloc(sizeof(int) * (size_t)(p->nact + 1));
+        S.hopdone = calloc((size_t)p->nact + 1, sizeof(int));
+        S.blocked = calloc((size_t)p->nact + 1, 1);
+        if (!S.prevc || !S.nextc || !S.hopdone || !S.blocked) {
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+            goto done;
+        }
+        for (int a = 0; a < p->nact; a++) {
+            int chained = a > 0 && orig[a - 1] == orig[a] && p->act[a].ndst > 0;
+            S.prevc[a] = chained ? a - 1 : -1;
+            S.nextc[a] = -1;
+            if (chained)
+                S.nextc[a - 1] = a;
+        }
     }
     if (tl_out) {
         S.tl = calloc(1, sizeof *S.tl);
@@ -395,10 +696,24 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
             rc = ein_fail(err, EIN_EINVAL, "action %d has no site", a);
             goto done;
         }
+    /* Actions by source, in program order within a site (the order the
+     * scan has always tried them in). */
+    S.bysrc = malloc(sizeof(int) * (size_t)(p->nact + 1));
+    S.srcoff = calloc((size_t)p->ngpus + 2, sizeof(int));
+    if (!S.bysrc || !S.srcoff) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int a = 0; a < p->nact; a++)
+        S.srcoff[p->act[a].src + 2]++;
+    for (int s = 0; s < p->ngpus; s++)
+        S.srcoff[s + 2] += S.srcoff[s + 1];
+    for (int a = 0; a < p->nact; a++)
+        S.bysrc[S.srcoff[p->act[a].src + 1]++] = a;
     for (int i = 0; i < p->nin; i++) {
         S.single[i] = S.single_words + (size_t)i * (size_t)p->nwords;
         xp_set_add(S.single[i], i);
-        if ((rc = held_add(&S, p->in[i].site, S.single[i])) < 0)
+        if ((rc = held_add(&S, p->in[i].site, S.single[i], 0, S.L)) < 0)
             goto done;
     }
     double xfer_busy = 0;
@@ -407,7 +722,8 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
             goto done;
         if (S.nfl == 0)
             break;
-        rates(&S);
+        if ((rc = rates(&S)) < 0)
+            goto done;
         double dt = INFINITY;
         int nx = 0;
         for (int i = 0; i < S.nfl; i++) {
@@ -429,7 +745,8 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
         for (int i = 0; i < S.nfl; i++)
             S.fl[i].rem -= isinf(S.fl[i].rate) ? S.fl[i].rem : S.fl[i].rate * dt;
         for (int i = 0; i < S.nfl;) {
-            if (S.fl[i].rem <= 1e-9 * S.fl[i].bytes + 1e-6) {
+            double eps = S.fl[i].kind == FLOW_WAIT ? 1e-15 : 1e-9 * S.fl[i].bytes + 1e-6;
+            if (S.fl[i].rem <= eps) {
                 if ((rc = complete(&S, i)) < 0)
                     goto done;
             } else {
@@ -445,7 +762,7 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
             goto done;
         }
     for (int o = 0; o < p->nout; o++)
-        if (!held_has(&S, p->out[o].site, p->out[o].set)) {
+        if (!held_has(&S, p->out[o].site, p->out[o].set, 0, S.L)) {
             rc = ein_fail(err, EIN_EINVAL, "not valid: OUT %d is never reached at site %d", o,
                           p->out[o].site);
             goto done;

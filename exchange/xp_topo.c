@@ -130,6 +130,27 @@ static int parse_bytes(const char *num, const char *unit, double *f)
     return 0;
 }
 
+/* "10 us": a duration in seconds (0 allowed: no latency). */
+static int parse_time(const char *num, const char *unit, double *t)
+{
+    char *end;
+    double v = strtod(num, &end);
+    if (!*num || *end || !(v >= 0) || v > 1e3 || !unit)
+        return -1;
+    if (strcmp(unit, "s") == 0)
+        ;
+    else if (strcmp(unit, "ms") == 0)
+        v *= 1e-3;
+    else if (strcmp(unit, "us") == 0)
+        v *= 1e-6;
+    else if (strcmp(unit, "ns") == 0)
+        v *= 1e-9;
+    else
+        return -1;
+    *t = v;
+    return 0;
+}
+
 static int parse_int(const char *s, int *v)
 {
     char *end;
@@ -192,6 +213,9 @@ int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_err
         } else if (strcmp(w[0], "memory") == 0) {
             if (nw != 3 || parse_bytes(w[1], w[2], &t->memory) < 0)
                 BAD("bad 'memory' statement; expected: memory SIZE UNIT (TB, GB or MB)");
+        } else if (strcmp(w[0], "latency") == 0) {
+            if (nw != 3 || parse_time(w[1], w[2], &t->latency) < 0)
+                BAD("bad 'latency' statement; expected: latency TIME UNIT (s, ms, us or ns)");
         } else if (strcmp(w[0], "calibration") == 0) {
             if (nw != 2 || strlen(w[1]) >= sizeof t->calibration)
                 BAD("bad 'calibration' statement; expected: calibration NAME (one word under "
@@ -242,7 +266,7 @@ int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_err
                 BAD("bad 'rest' statement; expected: rest direct | rest none | rest via NAME");
         } else {
             BAD("unknown statement '%s'; expected name, gpus, hbm, peak, port, link, shared, "
-                "rest, memory or calibration", w[0]);
+                "rest, latency, memory or calibration", w[0]);
         }
 #undef BAD
     }
@@ -386,6 +410,13 @@ int xp_topo_format(const xp_topology *t, char **text, ein_error *err)
         fprintf(f, "rest via %s\n", t->shared_name[t->rest]);
     else
         fprintf(f, "rest %s\n", t->rest == -1 ? "direct" : "none");
+    if (t->latency > 0) {
+        static const char *const tunits[] = {"ms", "us", "ns"};
+        static const double tscale[] = {1e-3, 1e-6, 1e-9};
+        fputs("latency ", f);
+        format_rate(f, t->latency, tunits, tscale, 3);
+        fputc('\n', f);
+    }
     if (t->memory > 0) {
         static const char *const munits[] = {"TB", "GB", "MB"};
         static const double mscale[] = {1e12, 1e9, 1e6};

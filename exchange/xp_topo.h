@@ -17,6 +17,8 @@
  *   link 0 3 50 GB/s        # point-to-point, this much in each direction
  *   shared pcie 15.75 GB/s  # a resource every route through it shares
  *   rest via pcie           # pairs without a link: via pcie | direct | none
+ *   latency 10 us           # optional: per-action cost alpha (s, ms, us, ns):
+ *                           # launch, notification and synchronisation
  *   memory 80 GB            # optional: device memory capacity (TB, GB, MB)
  *   calibration host        # optional: the kernel-rate table the plan
  *                           # simulator uses (coordinator/co_calib.h): a
@@ -45,6 +47,7 @@ typedef struct xp_topology {
     double shared_bw[XP_TOPO_MAX_SHARED];
     int rest;            /* -1: direct, -2: no route, k >= 0: via shared k */
     double memory;       /* bytes of memory per GPU (optional, 0: unknown) */
+    double latency;      /* seconds per action hop (alpha; optional, 0: none) */
     char calibration[64]; /* calibration table name or path ("": none) */
 } xp_topology;
 

@@ -4,6 +4,11 @@
  *   exprog simulate --topology T [--trace out.json] [--quiet] FILE
  *   exprog synth --topology T [--work N] [--steps N] [--patience N]
  *                [--cap-ms N] [--seed S] [--trace out.json] FILE
+ *   exprog bound --topology T FILE
+ *   exprog baseline ring|tree|direct --topology T [--pipe N] FILE
+ *
+ * --latency-us N (any command with a topology) replaces the topology's
+ * per-action latency (0: the bandwidth-only model of the paper).
  *
  * T is a built-in machine (dgx-a100, dgx-h100, hgx-h200, dgx-v100,
  * gb200-nvl72, host) or a topology file. `simulate` prints the timeline;
@@ -18,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exchange/xp_baseline.h"
+#include "exchange/xp_bound.h"
 #include "exchange/xp_program.h"
 #include "exchange/xp_search.h"
 #include "exchange/xp_sim.h"
@@ -38,7 +45,10 @@ static int usage(void)
             "usage: exprog check FILE\n"
             "       exprog simulate --topology T [--trace OUT.json] [--quiet] FILE\n"
             "       exprog synth --topology T [--work N | --steps N] [--patience N]\n"
-            "                    [--cap-ms N] [--seed S] [--trace OUT.json] FILE\n"
+            "                    [--cap-ms N] [--seed S] [--no-chunks] [--trace OUT.json] FILE\n"
+            "       exprog bound --topology T FILE\n"
+            "       exprog baseline ring|tree|direct --topology T [--pipe N] FILE\n"
+            "       (--latency-us N replaces the topology's per-action latency)\n"
             "topologies: dgx-a100, dgx-h100, hgx-h200, dgx-v100, gb200-nvl72, host, or a "
             "file\n");
     return 2;
@@ -85,8 +95,9 @@ int main(int argc, char **argv)
     const char *cmd = argv[1], *topo = NULL, *trace = NULL, *file = NULL;
     xp_search_opts opts;
     xp_search_opts_default(&opts);
-    int quiet = 0, work_set = 0, steps_set = 0;
-    double x;
+    opts.chunks = 1; /* exprog synthesises chunked bodies unless --no-chunks */
+    int quiet = 0, work_set = 0, steps_set = 0, pipe = 0, base = -1;
+    double x, latency = -1;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -115,6 +126,17 @@ int main(int argc, char **argv)
             if (num_arg(a, v, 1e15, 1, &x) < 0)
                 return 2;
             opts.patience = (long)x, i++;
+        } else if (strcmp(a, "--pipe") == 0 && v) {
+            if (num_arg(a, v, XP_CHUNKS_MAX, 1, &x) < 0 || x < 1) {
+                if (x < 1)
+                    fprintf(stderr, "exprog: --pipe: expected 1 to %d\n", XP_CHUNKS_MAX);
+                return 2;
+            }
+            pipe = (int)x, i++;
+        } else if (strcmp(a, "--latency-us") == 0 && v) {
+            if (num_arg(a, v, 1e6, 0, &x) < 0)
+                return 2;
+            latency = x * 1e-6, i++;
         } else if (strcmp(a, "--seed") == 0 && v) {
             char *end;
             opts.seed = strtoull(v, &end, 10);
@@ -123,10 +145,16 @@ int main(int argc, char **argv)
                 return 2;
             }
             i++;
-        } else if (strcmp(a, "--quiet") == 0)
+        } else if (strcmp(a, "--no-chunks") == 0)
+            opts.chunks = 0;
+        else if (strcmp(a, "--chunks") == 0)
+            opts.chunks = 1;
+        else if (strcmp(a, "--quiet") == 0)
             quiet = 1;
         else if (a[0] == '-' && a[1])
             return usage();
+        else if (strcmp(cmd, "baseline") == 0 && base < 0 && xp_base_parse(a) >= 0)
+            base = xp_base_parse(a);
         else if (!file)
             file = a;
         else
@@ -137,8 +165,11 @@ int main(int argc, char **argv)
     if (steps_set && !work_set) /* a budget in candidates instead of work */
         opts.max_work = 0;
     int is_check = strcmp(cmd, "check") == 0, is_sim = strcmp(cmd, "simulate") == 0,
-        is_synth = strcmp(cmd, "synth") == 0;
-    if (!is_check && !is_sim && !is_synth)
+        is_synth = strcmp(cmd, "synth") == 0, is_bound = strcmp(cmd, "bound") == 0,
+        is_base = strcmp(cmd, "baseline") == 0;
+    if (!is_check && !is_sim && !is_synth && !is_bound && !is_base)
+        return usage();
+    if (is_base && base < 0)
         return usage();
     if (!is_check && !topo)
         return usage();
@@ -155,6 +186,49 @@ int main(int argc, char **argv)
     if (topo && xp_topo_load(topo, &t, &err) < 0) {
         fprintf(stderr, "exprog: %s\n", err.msg);
         rc = exit_status(err.code);
+        goto done;
+    }
+    if (t && latency >= 0)
+        t->latency = latency;
+    if (is_base) {
+        /* Size-declared partitions: the naive program's membership. */
+        xp_program *pre = p;
+        double s;
+        int bp = pipe;
+        if (!xp_program_resolved(p)) {
+            if (xp_search_naive(p, t, &w, &s, &err) < 0) {
+                fprintf(stderr, "%s: %s\n", file, err.msg);
+                rc = exit_status(err.code);
+                goto done;
+            }
+            pre = w;
+        }
+        int r = pipe ? xp_baseline(pre, t, (xp_base_kind)base, pipe, &best, &err)
+                     : xp_baseline_best(pre, t, (xp_base_kind)base, &best, &s, &bp, &err);
+        if (r == 0 && pipe)
+            r = xp_sim_run(best, t, &s, NULL, &err);
+        if (r < 0) {
+            fprintf(stderr, "%s: %s\n", file, err.msg);
+            rc = exit_status(err.code);
+            goto done;
+        }
+        xp_program_print(best, stdout, NULL, NULL);
+        if (trace && (rc = write_trace(trace, best, t)) != 0)
+            goto done;
+        printf("# baseline: %s, pipeline %d\n", xp_base_name((xp_base_kind)base), bp);
+        printf("# makespan: %.4f ms\n", s * 1e3);
+        rc = 0;
+        goto done;
+    }
+    if (is_bound) {
+        xp_bound b;
+        if (xp_bound_compute(p, t, &b, &err) < 0) {
+            fprintf(stderr, "%s: %s\n", file, err.msg);
+            rc = exit_status(err.code);
+            goto done;
+        }
+        xp_bound_print(&b, stdout);
+        rc = 0;
         goto done;
     }
     if (is_check || is_sim) {

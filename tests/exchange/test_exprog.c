@@ -564,6 +564,99 @@ static void test_assign_and_print(void **state)
     xp_program_free(p);
 }
 
+/* Chunks: `X [c/k]` moves chunk c of k, `X [*` `/k]` every chunk as a
+ * stream; printing then parsing gives the same program; the closure
+ * (Def. 5.5) holds parts of atoms and an OUT needs all of it. */
+static void test_chunks(void **state)
+{
+    (void)state;
+    roundtrip("IN: A @ 0; B @ 1\nOUT: A+B @ 0, 1\n"
+              "A [0/2] @ 0 -> 1; B [1/2] @ 1 -> 0\n"
+              "A+B [0/2] @ 1 -> 0\nA+B [1/2] @ 0 -> 1\n");
+    roundtrip("GPUS: 0, 1, 2, 3\nPARTITIONS: G {2, 3} H {0, 1}\nIN: A @ 0; B @ 2\n"
+              "OUT: A+B @ G\nA [*/8] @ 0 -> 1 -> 2\nB [*/4] @ 2 -> 3\nA+B [3/4] @ G\n"
+              "A+B [0/4] @ 2, 3\nA [0/1] @ 0 -> 3\nB [0..1/4] @ 2 -> 1\n");
+    /* A run of chunks: [2..7/8] is chunks 2 to 7 as a stream. */
+    xp_program *p = parse_ok("IN: A @ 0\nOUT: A @ 1\nA [0..1/8] @ 0 -> 1\nA [2..7/8] @ 0 -> 2 -> 1\n");
+    assert_int_equal(p->act[1].chunk, 2);
+    assert_int_equal(p->act[1].run, 6);
+    ein_error e0 = {0};
+    assert_int_equal(xp_program_check(p, &e0), 0);
+    xp_program_free(p);
+    p = parse_ok("IN: A @ 0\nOUT: A @ 2\nA [*/8] @ 0 -> 1 -> 2\nA [3/8] @ 1\n");
+    assert_int_equal(p->act[0].chunk, 0);
+    assert_int_equal(p->act[0].run, 8);
+    assert_int_equal(p->act[0].nchunks, 8);
+    assert_int_equal(p->act[1].chunk, 3);
+    ein_error err = {0};
+    assert_int_equal(xp_program_check(p, &err), 0);
+    char buf[128];
+    assert_string_equal(xp_action_format(p, 0, buf, sizeof buf), "A [*/8] @ 0 -> 1 -> 2");
+    xp_program_free(p);
+    static const struct { const char *text; int ok; const char *why; } v[] = {
+        /* reduce-scatter + all-gather over two GPUs, by halves */
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ 0, 1\nA [0/2] @ 0 -> 1; B [1/2] @ 1 -> 0\n"
+         "A+B [0/2] @ 1 -> 0\nA+B [1/2] @ 0 -> 1\n", 1, NULL},
+        /* half of it never reaches 0 */
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ 0, 1\nA [0/2] @ 0 -> 1; B [1/2] @ 1 -> 0\n"
+         "A+B [0/2] @ 1 -> 0\n", 0, "OUT 0"},
+        /* 1 holds only chunk 0 of A: chunk 1 of A+B is never enabled there */
+        {"IN: A @ 0; B @ 1\nOUT: A+B @ 1\nA [0/2] @ 0 -> 1\nA+B [1/2] @ 1\n", 0,
+         "never enabled"},
+        /* finer chunks cover a coarser one: [0/4] and [1/4] make [0/2] */
+        {"IN: A @ 0\nOUT: A @ 2\nA [0/4] @ 0 -> 1; A [1/4] @ 0 -> 1\nA [0/2] @ 1 -> 2\n"
+         "A [1/2] @ 0 -> 2\n", 1, NULL},
+        /* ... but not with a gap */
+        {"IN: A @ 0\nOUT: A @ 2\nA [0/4] @ 0 -> 1\nA [0/2] @ 1 -> 2\nA [1/2] @ 0 -> 2\n", 0,
+         "never enabled"},
+        /* chunks of different counts that tile the atom reach the OUT */
+        {"IN: A @ 0\nOUT: A @ 1\nA [0/2] @ 0 -> 1; A [2/4] @ 0 -> 1; A [3/4] @ 0 -> 1\n", 1,
+         NULL},
+        {"IN: A @ 0\nOUT: A @ 1\nA [0/2] @ 0 -> 1; A [2/4] @ 0 -> 1\n", 0, "OUT 0"},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        p = parse_ok(v[i].text);
+        int rc = xp_program_check(p, &err);
+        if (v[i].ok && rc != 0)
+            fail_msg("case %zu: %s", i, err.msg);
+        if (!v[i].ok && (rc != EIN_EINVAL || !strstr(err.msg, v[i].why)))
+            fail_msg("case %zu: rc %d, %s", i, rc, rc ? err.msg : "valid");
+        xp_program_free(p);
+    }
+    static const bad cases[] = {
+        {"IN: A @ 0\nOUT: A @ 1\nA [2/2] @ 0 -> 1\n", "3:6", "chunks 2..2 of 2"},
+        {"IN: A @ 0\nOUT: A @ 1\nA [3..1/4] @ 0 -> 1\n", "3:9", "the first not after"},
+        {"IN: A @ 0\nOUT: A @ 1\nA [1..4/4] @ 0 -> 1\n", "3:9", "chunks 1..4 of 4"},
+        {"IN: A @ 0\nOUT: A @ 1\nA [0/0] @ 0 -> 1\n", "3:6", "a count from 1"},
+        {"IN: A @ 0\nOUT: A @ 1\nA [0/2000] @ 0 -> 1\n", "3:6", "1 to 1024"},
+        {"IN: A @ 0\nOUT: A @ 1\nA [0/2 @ 0 -> 1\n", "3:8", "']'"},
+        {"IN: A @ 0\nOUT: A @ 1\nA [0 2] @ 0 -> 1\n", "3:6", "'/'"},
+        {"IN: A @ 0\nOUT: A @ 1\nA [x/2] @ 0 -> 1\n", "3:4", "a chunk number or '*'"},
+        {"IN: A @ 0\nOUT: A [0/2] @ 1\n", "2:8", "OUT names whole aggregates"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        p = NULL;
+        int rc = xp_program_parse(cases[i].text, "bad.xp", &p, &err);
+        if (rc != EIN_EPARSE)
+            fail_msg("case %zu parsed (rc %d): %s", i, rc, cases[i].text);
+        char where[64];
+        snprintf(where, sizeof where, "bad.xp:%s:", cases[i].where);
+        if (strncmp(err.msg, where, strlen(where)) != 0 || !strstr(err.msg, cases[i].what))
+            fail_msg("case %zu: got \"%s\", want %s ... %s", i, err.msg, where, cases[i].what);
+    }
+    /* In memory: xp_action_set_chunk checks its arguments. */
+    p = parse_ok("IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1\n");
+    assert_int_equal(xp_action_set_chunk(p, 0, 4, 1, 4, &err), EIN_EINVAL);
+    assert_int_equal(xp_action_set_chunk(p, 0, 2, 3, 4, &err), EIN_EINVAL);
+    assert_int_equal(xp_action_set_chunk(p, 0, 0, 4, 4, &err), 0);
+    assert_true(xp_program_chunked(p));
+    int64_t L = 0;
+    assert_int_equal(xp_program_chunk_units(p, &L, &err), 0);
+    assert_int_equal(L, 4);
+    assert_int_equal(xp_program_check(p, &err), 0);
+    xp_program_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -579,6 +672,7 @@ int main(void)
         cmocka_unit_test(test_gpus_list),
         cmocka_unit_test(test_size_partitions),
         cmocka_unit_test(test_assign_and_print),
+        cmocka_unit_test(test_chunks),
     };
     return cmocka_run_group_tests_name("exprog", tests, NULL, NULL);
 }

@@ -21,7 +21,7 @@ ms_near() {
     tail -n 1 "$1" | awk -v w="$2" '$1 == "makespan:" && $3 == "ms" && $2 >= w * 0.98 && $2 <= w * 1.02 { f = 1 } END { exit !f }'
 }
 
-echo "1..25"
+echo "1..28"
 
 "$X" check "$P/ex5_1.xp" > "$S/out" 2>&1
 check "check: Ex. 5.1 is valid" '[ $? -eq 0 ] && grep -q "valid" "$S/out"'
@@ -95,3 +95,12 @@ check "check: a FIFO is refused, not read (exit 2, no hang)" '[ $rc -eq 2 ] && g
 head -c 17000000 /dev/zero | tr '\0' '#' > "$S/big.xp"
 "$X" check "$S/big.xp" > "$S/out" 2>&1; rc=$?
 check "check: a file over 16 MiB is refused (exit 2)" '[ $rc -eq 2 ] && grep -q "over the limit of 16 MiB" "$S/out"'
+
+"$X" bound --topology dgx-a100 --latency-us 0 "$P/allreduce8.xp" > "$S/out" 2>&1; rc=$?
+check "bound: all-reduce 8 x 1 GB on dgx-a100 is 14 GB over 8 ports (5.833 ms)" '[ $rc -eq 0 ] && tail -n 1 "$S/out" | grep -qx "bound: 5.833 ms"'
+
+"$X" simulate --topology dgx-v100 --latency-us 0 --quiet "$P/ex5_3.xp" > "$S/out" 2>&1
+check "simulate: --latency-us 0 gives Ex. 5.3 exactly 66.667 ms" 'tail -n 1 "$S/out" | grep -qx "makespan: 66.6667 ms"'
+
+"$X" bound --topology dgx-v100 "$P/ex5_3_preamble.xp" > "$S/out" 2>&1
+check "bound: Ex. 5.3's preamble, below the paper's 66.7 ms" 'tail -n 1 "$S/out" | awk "\$1 == \"bound:\" && \$2 > 0 && \$2 <= 66.7 { f = 1 } END { exit !f }"'

@@ -23,12 +23,22 @@ static xp_program *parse_ok(const char *text)
     return p;
 }
 
-static xp_topology *topo(const char *name)
+/* A built-in machine with its per-action latency (alpha). */
+static xp_topology *topo_alpha(const char *name)
 {
     xp_topology *t = NULL;
     ein_error err = {0};
     if (xp_topo_load(name, &t, &err) != 0)
         fail_msg("topology %s: %s", name, err.msg);
+    return t;
+}
+
+/* The same machine with alpha = 0: the paper's bandwidth-only model, which
+ * the exact figures below (and Examples 5.1-5.3) are computed in. */
+static xp_topology *topo(const char *name)
+{
+    xp_topology *t = topo_alpha(name);
+    t->latency = 0;
     return t;
 }
 
@@ -285,7 +295,8 @@ static void test_relay(void **state)
     /* The relay site holds the data too: a later action may use it there. */
     ms = sim_ms("IN: A @ 0; B @ 4\nOUT: A+B @ 4\nA @ 0 -> 4 -> 5\nA+B @ 4\n", "dgx-v100", &tl);
     assert_within(ms, 60, 1e-9);
-    assert_within(tl->act_end[1] * 1e3, 20 + 3e9 / 900e9 * 1e3, 1e-9);
+    /* ... sharing 4's HBM with the copy 4 -> 5 reading it at 25 GB/s. */
+    assert_within(tl->act_end[1] * 1e3, 20 + 3e9 / 875e9 * 1e3, 1e-9);
     xp_timeline_free(tl);
 }
 
@@ -371,7 +382,7 @@ static void assert_same_topology(const xp_topology *a, const xp_topology *b)
     assert_string_equal(a->name, b->name);
     assert_int_equal(a->ngpus, b->ngpus);
     assert_true(a->hbm == b->hbm && a->peak == b->peak && a->port == b->port);
-    assert_true(a->memory == b->memory);
+    assert_true(a->memory == b->memory && a->latency == b->latency);
     assert_string_equal(a->calibration, b->calibration);
     for (int k = 0; k < a->ngpus * a->ngpus; k++)
         if (a->link[k] != b->link[k])
@@ -421,11 +432,12 @@ static void test_format_round_trip(void **state)
         xp_topo_free(u);
     }
     /* The host machine, as einrun prints it. */
-    xp_topology *t = topo("host");
+    xp_topology *t = topo_alpha("host");
     char *out = NULL;
     assert_int_equal(xp_topo_format(t, &out, NULL), 0);
     assert_string_equal(out, "name host\ngpus 8\nhbm 20 GB/s\npeak 80 GFLOP/s\nport 20 GB/s\n"
-                             "shared membus 80 GB/s\nrest via membus\nmemory 2 GB\ncalibration host\n");
+                             "shared membus 80 GB/s\nrest via membus\nlatency 30 us\n"
+                             "memory 2 GB\ncalibration host\n");
     free(out);
     /* One bandwidth per pair: an asymmetric matrix cannot be printed. */
     t->link[0 * 8 + 1] = 1e9;
@@ -439,6 +451,104 @@ static void test_format_round_trip(void **state)
     assert_non_null(strstr(out, "name my_machine.topo\n"));
     free(out);
     xp_topo_free(t);
+}
+
+/* Alpha: every hop of a transfer waits the topology's latency first (a
+ * relay's second hop too); alpha = 0 gives the examples' figures exactly. */
+static void test_latency(void **state)
+{
+    (void)state;
+    xp_program *p = parse_ok("IN: A @ 0\nOUT: A @ 5\nA @ 0 -> 4 -> 5\n");
+    xp_topology *t = topo_alpha("dgx-v100");
+    ein_error err = {0};
+    double s = 0;
+    assert_within(t->latency, 10e-6, 1e-12);
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, 60 + 2 * 0.010, 1e-9);
+    xp_program_free(p);
+    xp_topo_free(t);
+    /* Ex. 5.1 on the H100 (6 us): one hop, then the local aggregation. */
+    p = parse_ok(EX51);
+    t = topo_alpha("dgx-h100");
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, (1e9 / 450e9 + 3e9 / 3.35e12 + 6e-6) * 1e3, 1e-9);
+    t->latency = 0;
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, 3.1177, 1e-4);
+    xp_program_free(p);
+    xp_topo_free(t);
+    /* Many small pieces pay alpha each: 1 KB in 4 sequential relays. */
+    assert_int_equal(xp_topo_parse("gpus 3\nhbm 1 TB/s\nport 1 TB/s\nrest direct\n"
+                                   "latency 1 ms\n", "a.topo", &t, &err), 0);
+    p = parse_ok("IN: A @ 0 (size: 1 KB)\nOUT: A @ 2\nA @ 0 -> 1 -> 2\n");
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, 2 + 2 * 1e3 / 1e12 * 1e3, 1e-9);
+    xp_program_free(p);
+    xp_topo_free(t);
+    /* Malformed latency statements. */
+    assert_int_equal(xp_topo_parse("gpus 1\nhbm 1 TB/s\nlatency 3 parsecs\n", "b.topo", &t,
+                                   &err), EIN_EPARSE);
+    assert_non_null(strstr(err.msg, "latency TIME UNIT"));
+    assert_int_equal(xp_topo_parse("gpus 1\nhbm 1 TB/s\nlatency -1 us\n", "b.topo", &t, &err),
+                     EIN_EPARSE);
+}
+
+/* A transfer reads HBM at its source and writes it at its destination. */
+static void test_hbm_both_ends(void **state)
+{
+    (void)state;
+    xp_topology *t = NULL;
+    ein_error err = {0};
+    double s = 0;
+    assert_int_equal(xp_topo_parse("gpus 3\nhbm 100 GB/s\nport 450 GB/s\nrest direct\n",
+                                   "h.topo", &t, &err), 0);
+    /* HBM, not the port, limits one copy: 1 GB at 100 GB/s. */
+    xp_program *p = parse_ok("IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1\n");
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, 10, 1e-9);
+    xp_program_free(p);
+    /* A swap: each GPU reads one copy and writes the other, 50 GB/s each. */
+    p = parse_ok("IN: A @ 0; B @ 1\nOUT: A @ 1; B @ 0\nA @ 0 -> 1; B @ 1 -> 0\n");
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, 20, 1e-9);
+    xp_program_free(p);
+    xp_topo_free(t);
+}
+
+/* Chunks: an all-chunks relay is a stream (each hop forwards chunk i while
+ * chunk i+1 arrives; on a hop chunks follow each other), and halves of an
+ * atom move and aggregate on their own. */
+static void test_chunks(void **state)
+{
+    (void)state;
+    xp_timeline *tl = NULL;
+    /* 0 -> 4 (50 GB/s) -> 5 (25 GB/s), 4 chunks of 250 MB: the first
+     * reaches 4 after 5 ms, then 4 -> 5 is busy 4 x 10 ms. */
+    double ms = sim_ms("IN: A @ 0\nOUT: A @ 5\nA [*/4] @ 0 -> 4 -> 5\n", "dgx-v100", &tl);
+    assert_within(ms, 45, 1e-9);
+    assert_int_equal(tl->nact, 1);
+    assert_int_equal(tl->nspan, 8);
+    assert_within(tl->act_end[0] * 1e3, 45, 1e-9);
+    xp_timeline_free(tl);
+    /* More chunks: the pipeline fills sooner (5 ms / 64 + 40 ms). */
+    ms = sim_ms("IN: A @ 0\nOUT: A @ 5\nA [*/64] @ 0 -> 4 -> 5\n", "dgx-v100", NULL);
+    assert_within(ms, 40 + 20.0 / 64, 1e-9);
+    /* ... but each chunk-hop pays alpha: with 10 us, 64 chunks cost
+     * 64 x 10 us more on the slow hop. */
+    xp_program *p = parse_ok("IN: A @ 0\nOUT: A @ 5\nA [*/64] @ 0 -> 4 -> 5\n");
+    xp_topology *t = topo_alpha("dgx-v100");
+    ein_error err = {0};
+    double s = 0;
+    assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
+    assert_within(s * 1e3, 40 + 20.0 / 64 + 0.010 + 64 * 0.010, 1e-6);
+    xp_program_free(p);
+    xp_topo_free(t);
+    /* Reduce-scatter then all-gather over two H100s, by halves: 0.5 GB
+     * each way (1.111 ms), the halves summed (1.5 GB of HBM traffic at
+     * 3.35 TB/s), 0.5 GB back. */
+    ms = sim_ms("IN: A @ 0; B @ 1\nOUT: A+B @ 0, 1\nA [0/2] @ 0 -> 1; B [1/2] @ 1 -> 0\n"
+                "A+B [0/2] @ 1 -> 0\nA+B [1/2] @ 0 -> 1\n", "dgx-h100", NULL);
+    assert_within(ms, (2 * 0.5e9 / 450e9 + 1.5e9 / 3.35e12) * 1e3, 1e-9);
 }
 
 int main(void)
@@ -458,6 +568,9 @@ int main(void)
         cmocka_unit_test(test_invalid_refused),
         cmocka_unit_test(test_trace_json),
         cmocka_unit_test(test_format_round_trip),
+        cmocka_unit_test(test_latency),
+        cmocka_unit_test(test_hbm_both_ends),
+        cmocka_unit_test(test_chunks),
     };
     return cmocka_run_group_tests_name("exchange-sim", tests, NULL, NULL);
 }

@@ -1,0 +1,50 @@
+/* exchange/xp_baseline.h — the classic collective algorithms as ExProg
+ * bodies, the yardstick for synthesis on the same simulator.
+ *
+ * For every distinct OUT aggregate X of a preamble (copies at sites H,
+ * wanted at sites D) a generator writes actions in chunks:
+ *   XP_BASE_RING    rings through H ∪ D: X split into one chunk per target,
+ *                   each reduced along the ring to its owner (reduce-
+ *                   scatter) and relayed on around the ring (all-gather);
+ *                   an atom with one holder is only relayed (ring
+ *                   all-gather / broadcast), one target only reduced (ring
+ *                   reduce-scatter). On machines with point-to-point links
+ *                   several rings (a Hamiltonian cycle and its reverse,
+ *                   then more on the links left) share the data in
+ *                   proportion to their bandwidth, as NCCL's rings do.
+ *   XP_BASE_TREE    double binary tree: half of X reduced up one binary
+ *                   tree over H ∪ D and broadcast down it, the other half
+ *                   on a second tree with the order reversed.
+ *   XP_BASE_DIRECT  one-shot: each holder sends its part of chunk i to
+ *                   chunk i's owner, which multicasts the sum (direct
+ *                   reduce-scatter + all-gather); a single copy goes
+ *                   straight to its targets (direct all-to-all, all-gather).
+ * `pipe` chunks each piece further into a stream of that many chunks
+ * (pipelining). The result is a valid program (Def. 5.5) over the same
+ * preamble. Partitions must be resolved.
+ *
+ * xp_baseline_best tries every generator with pipe in {1, 2, 4, ..., 64}
+ * and returns the fastest on the simulator, with its makespan and name
+ * ("ring x8", ...; a static string copied into `name`).
+ *
+ * Ownership: *out is a new program (xp_program_free). On error returns a
+ * negative EIN_E* code (EIN_EUNSUPPORTED: too many chunks for the shape)
+ * and fills `err`. */
+#ifndef XP_BASELINE_H
+#define XP_BASELINE_H
+
+#include "common/ein_error.h"
+#include "exchange/xp_program.h"
+#include "exchange/xp_topo.h"
+
+typedef enum xp_base_kind { XP_BASE_RING, XP_BASE_TREE, XP_BASE_DIRECT } xp_base_kind;
+
+int xp_baseline(const xp_program *pre, const xp_topology *t, xp_base_kind kind, int pipe,
+                xp_program **out, ein_error *err);
+int xp_baseline_best(const xp_program *pre, const xp_topology *t, xp_base_kind kind,
+                     xp_program **out, double *seconds, int *best_pipe, ein_error *err);
+/* "ring", "tree", "direct"; and back (-1: unknown). */
+const char *xp_base_name(xp_base_kind kind);
+int xp_base_parse(const char *name);
+
+#endif

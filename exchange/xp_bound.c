@@ -1,0 +1,304 @@
+/* exchange/xp_bound.c — the lower bound of xp_bound.h. */
+#include "exchange/xp_bound.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bandwidth into (dir = 0) or out of (dir = 1) GPU g: its port, or the
+ * links and the shared resource its routes can use, whichever is less. */
+static double gpu_cap(const xp_topology *t, int g, int dir)
+{
+    int n = t->ngpus, unlinked = 0;
+    double sum = 0;
+    for (int h = 0; h < n; h++) {
+        if (h == g)
+            continue;
+        double bw = dir ? t->link[g * n + h] : t->link[h * n + g];
+        if (bw > 0)
+            sum += bw;
+        else
+            unlinked = 1;
+    }
+    if (unlinked) {
+        if (t->rest == -1)
+            sum = INFINITY;
+        else if (t->rest >= 0)
+            sum += t->shared_bw[t->rest];
+    }
+    return t->port > 0 && t->port < sum ? t->port : sum;
+}
+
+/* Capacity from the sites in `in` (in[g] = 1) to the others. */
+static double cut_cap(const xp_topology *t, const char *in, const double *icap,
+                      const double *ocap)
+{
+    int n = t->ngpus, unlinked = 0;
+    double out = 0, inn = 0, net = 0;
+    for (int s = 0; s < n; s++) {
+        if (in[s])
+            out += ocap[s];
+        else
+            inn += icap[s];
+        for (int d = 0; d < n; d++) {
+            if (!in[s] || in[d])
+                continue;
+            if (t->link[s * n + d] > 0)
+                net += t->link[s * n + d];
+            else
+                unlinked = 1;
+        }
+    }
+    if (unlinked) {
+        if (t->rest == -1)
+            net = INFINITY;
+        else if (t->rest >= 0)
+            net += t->shared_bw[t->rest];
+    }
+    double c = out < inn ? out : inn;
+    return net < c ? net : c;
+}
+
+/* One distinct OUT aggregate: its copies' sites, its resolved target
+ * sites, and the fewest distinct unresolved targets it surely has. */
+typedef struct group {
+    const xp_word *set;
+    int atom;
+    double bytes;
+    char *dst;       /* ngpus flags: resolved OUT sites */
+    int nunres;      /* unresolved entries of one partition, the most */
+    int unres_multi; /* some unresolved partition of >= 2 sites */
+} group;
+
+static int uf_find(int *up, int i)
+{
+    while (up[i] != i)
+        i = up[i] = up[up[i]];
+    return i;
+}
+
+int xp_bound_compute(const xp_program *p, const xp_topology *t, xp_bound *out, ein_error *err)
+{
+    int n = t->ngpus, rc = 0, ng = 0, natom = p->nin;
+    if (p->ngpus > n)
+        return ein_fail(err, EIN_EINVAL, "bound: the program uses %d sites, %s has %d GPUs",
+                        p->ngpus, t->name, n);
+    /* "Atoms" here are classes of IN entries: entries aggregated together
+     * by some OUT are one class (a parsed program gives every IN entry its
+     * own atom number, and a valid action's aggregate lies inside an OUT
+     * aggregate, so every transfer carries blocks of one class). */
+    int *cls = malloc(sizeof(int) * (size_t)(p->nin + 1));
+    if (!cls)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    for (int i = 0; i < p->nin; i++)
+        cls[i] = i;
+    for (int o = 0; o < p->nout; o++) {
+        int first = -1;
+        for (int i = 0; i < p->nin; i++)
+            if (xp_set_has(p->out[o].set, i)) {
+                if (first < 0)
+                    first = i;
+                else
+                    cls[uf_find(cls, i)] = uf_find(cls, first);
+            }
+    }
+    for (int i = 0; i < p->nin; i++)
+        cls[i] = uf_find(cls, i);
+    group *g = calloc((size_t)p->nout + 1, sizeof *g);
+    char *flags = calloc((size_t)(p->nout + 1) * (size_t)n, 1);
+    char *held = calloc((size_t)n, 1), *in = calloc((size_t)n, 1);
+    double *need_in = calloc((size_t)n, sizeof(double));
+    double *need_out = calloc((size_t)n, sizeof(double));
+    double *icap = calloc((size_t)n, sizeof(double)), *ocap = calloc((size_t)n, sizeof(double));
+    double *atom_vol = calloc((size_t)natom + 1, sizeof(double));
+    /* per (atom, site): counted already for ingress / egress */
+    char *seen_in = calloc((size_t)(natom + 1) * (size_t)n, 1);
+    char *seen_out = calloc((size_t)(natom + 1) * (size_t)n, 1);
+    int *unres = calloc((size_t)p->npart + 1, sizeof(int));
+    if (!g || !flags || !held || !in || !need_in || !need_out || !icap || !ocap || !atom_vol ||
+        !seen_in || !seen_out || !unres) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    xp_bound b = {.per_gpu_site = -1};
+    /* Group OUT entries by aggregate. */
+    for (int o = 0; o < p->nout; o++) {
+        int k = 0;
+        while (k < ng && !xp_set_equal(p, g[k].set, p->out[o].set))
+            k++;
+        if (k == ng) {
+            g[k].set = p->out[o].set;
+            g[k].dst = flags + (size_t)k * (size_t)n;
+            g[k].atom = -1;
+            for (int i = 0; i < p->nin; i++)
+                if (xp_set_has(g[k].set, i))
+                    g[k].atom = cls[i];
+            g[k].bytes = xp_set_bytes(p, g[k].set);
+            ng++;
+        }
+        if (p->out[o].site >= 0)
+            g[k].dst[p->out[o].site] = 1;
+    }
+    for (int k = 0; k < ng; k++) {
+        memset(unres, 0, sizeof(int) * (size_t)(p->npart + 1));
+        for (int o = 0; o < p->nout; o++)
+            if (p->out[o].site < 0 && p->out[o].part >= 0 &&
+                xp_set_equal(p, g[k].set, p->out[o].set)) {
+                int c = ++unres[p->out[o].part];
+                if (c > g[k].nunres)
+                    g[k].nunres = c;
+                if (p->part[p->out[o].part].size >= 2)
+                    g[k].unres_multi = 1;
+            }
+    }
+    for (int s = 0; s < n; s++) {
+        icap[s] = gpu_cap(t, s, 0);
+        ocap[s] = gpu_cap(t, s, 1);
+    }
+    for (int k = 0; k < ng; k++) {
+        group *x = &g[k];
+        if (x->atom < 0)
+            continue;
+        memset(held, 0, (size_t)n);
+        int nh = 0, nd = 0, meet = x->nunres > 0;
+        for (int i = 0; i < p->nin; i++)
+            if (xp_set_has(x->set, i) && !held[p->in[i].site]) {
+                held[p->in[i].site] = 1;
+                nh++;
+            }
+        for (int s = 0; s < n; s++)
+            if (x->dst[s]) {
+                nd++;
+                meet |= held[s];
+            }
+        if (x->nunres > nd)
+            nd = x->nunres;
+        /* Gossip: every holder but the first site to complete X sends at
+         * least one block, every target but that site receives one later. */
+        double cnt = nh + nd - (meet ? 2 : 1);
+        if (cnt * x->bytes > atom_vol[x->atom])
+            atom_vol[x->atom] = cnt * x->bytes;
+        for (int s = 0; s < n; s++) {
+            size_t at = (size_t)x->atom * (size_t)n + (size_t)s;
+            /* Ingress: a target missing some copy receives a block. */
+            int missing = 0;
+            for (int h = 0; h < n; h++)
+                missing |= held[h] && h != s;
+            if (x->dst[s] && missing && !seen_in[at]) {
+                seen_in[at] = 1;
+                need_in[s] += x->bytes;
+            }
+            /* Egress: a holder with a target elsewhere sends a block. */
+            int elsewhere = x->unres_multi;
+            for (int d = 0; d < n; d++)
+                elsewhere |= x->dst[d] && d != s;
+            if (held[s] && elsewhere && !seen_out[at]) {
+                seen_out[at] = 1;
+                need_out[s] += x->bytes;
+            }
+        }
+    }
+    for (int s = 0; s < n; s++) {
+        double terms[3] = {need_in[s] > 0 ? need_in[s] / icap[s] : 0,
+                           need_out[s] > 0 ? need_out[s] / ocap[s] : 0,
+                           (need_in[s] + need_out[s]) / t->hbm};
+        for (int k = 0; k < 3; k++)
+            if (terms[k] > b.per_gpu) {
+                b.per_gpu = terms[k];
+                b.per_gpu_site = s;
+            }
+    }
+    double sum_in = 0, sum_out = 0;
+    for (int s = 0; s < n; s++) {
+        sum_in += icap[s];
+        sum_out += ocap[s];
+    }
+    for (int a = 0; a < natom; a++)
+        b.volume_bytes += atom_vol[a];
+    double total = sum_in < sum_out ? sum_in : sum_out;
+    {
+        /* Every transfer crosses a link or the shared resource. */
+        int unlinked = 0;
+        double links = 0;
+        for (int s = 0; s < n; s++)
+            for (int d = 0; d < n; d++)
+                if (s != d) {
+                    if (t->link[s * n + d] > 0)
+                        links += t->link[s * n + d];
+                    else
+                        unlinked = 1;
+                }
+        if (unlinked)
+            links = t->rest == -1 ? INFINITY : t->rest >= 0 ? links + t->shared_bw[t->rest] : links;
+        if (links < total)
+            total = links;
+    }
+    b.volume = b.volume_bytes > 0 ? b.volume_bytes / total : 0;
+    /* Cuts: each aggregate with a copy on one side and a target on the
+     * other crosses the cut at least once (per atom, the largest). */
+    if (n <= 16 && n >= 2) {
+        double *cross = atom_vol; /* reused per cut */
+        for (unsigned m = 1; m + 1 < (1u << n); m++) {
+            for (int s = 0; s < n; s++)
+                in[s] = (char)((m >> s) & 1);
+            memset(cross, 0, sizeof(double) * (size_t)(natom + 1));
+            for (int k = 0; k < ng; k++) {
+                const group *x = &g[k];
+                if (x->atom < 0)
+                    continue;
+                int from = 0, to = 0;
+                for (int i = 0; i < p->nin; i++)
+                    from |= xp_set_has(x->set, i) && in[p->in[i].site];
+                for (int s = 0; s < n; s++)
+                    to |= x->dst[s] && !in[s];
+                if (from && to && x->bytes > cross[x->atom])
+                    cross[x->atom] = x->bytes;
+            }
+            double need = 0;
+            for (int a = 0; a < natom; a++)
+                need += cross[a];
+            if (need <= 0)
+                continue;
+            double c = need / cut_cap(t, in, icap, ocap);
+            if (c > b.cut)
+                b.cut = c;
+        }
+    }
+    double best = b.per_gpu;
+    if (b.volume > best)
+        best = b.volume;
+    if (b.cut > best)
+        best = b.cut;
+    if (best > 0)
+        b.latency = t->latency;
+    b.seconds = best + b.latency;
+    *out = b;
+done:
+    free(cls);
+    free(g);
+    free(flags);
+    free(held);
+    free(in);
+    free(need_in);
+    free(need_out);
+    free(icap);
+    free(ocap);
+    free(atom_vol);
+    free(seen_in);
+    free(seen_out);
+    free(unres);
+    return rc;
+}
+
+void xp_bound_print(const xp_bound *b, FILE *f)
+{
+    if (b->per_gpu_site >= 0)
+        fprintf(f, "per-GPU ingress/egress/HBM: %.3f ms (GPU %d)\n", b->per_gpu * 1e3,
+                b->per_gpu_site);
+    else
+        fprintf(f, "per-GPU ingress/egress/HBM: 0 ms\n");
+    fprintf(f, "total volume: %.6g GB, %.3f ms\n", b->volume_bytes / 1e9, b->volume * 1e3);
+    fprintf(f, "cuts: %.3f ms\n", b->cut * 1e3);
+    fprintf(f, "latency: %.3f ms\n", b->latency * 1e3);
+    fprintf(f, "bound: %.3f ms\n", b->seconds * 1e3);
+}
