@@ -15,7 +15,7 @@ cd "$S" || exit 1
 
 write_ffn ffn.ein
 
-# fault NAME EIN_FAULT PATTERN -- einrun args: expect exit 1 within 15 s
+# fault NAME EIN_FAULT PATTERN -- einrun args: expect exit 1 within 25 s
 # (a fault missed would hang until the worker or run timeouts, far later;
 # the margin is for a loaded 2-core machine).
 fault() {
@@ -30,7 +30,7 @@ fault() {
     left=$(leftovers $pid)
     if [ "$rc" -ne 1 ]; then not_ok "$name" "exit status $rc, expected 1" "$(cat out.txt)"
     elif ! grep -q -- "$pat" out.txt; then not_ok "$name" "message does not match '$pat':" "$(cat out.txt)"
-    elif [ "$ms" -gt 15000 ]; then not_ok "$name" "took $ms ms, more than 15 s"
+    elif [ "$ms" -gt 25000 ]; then not_ok "$name" "took $ms ms, more than 25 s"
     elif [ -e y.npy ]; then not_ok "$name" "a failed run left y.npy"
     elif [ -n "$left" ]; then not_ok "$name" "left behind:$left"
     elif [ "$(out_lines out.txt)" -gt 1 ]; then not_ok "$name" "more than one line:" "$(cat out.txt)"

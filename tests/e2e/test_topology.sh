@@ -103,8 +103,8 @@ for p in /proc/[0-9]*; do
 done
 # The probe sleeps 30 s: finishing well before that means it was killed
 # (not waited out). The margin is wide because a loaded 2-core machine
-# took 6 s for the 1 s timeout and the einrun around it.
-if [ "$took" -le 15 ] && [ -z "$alive" ]; then ok "hung probe killed in ${took}s"; else not_ok "hung probe killed in ${took}s" "left:$alive"; fi
+# took 6-13 s for 1 s timeouts and the einrun around them.
+if [ "$took" -le 25 ] && [ -z "$alive" ]; then ok "hung probe killed in ${took}s"; else not_ok "hung probe killed in ${took}s" "left:$alive"; fi
 expect "a run on a detected topology" 0 "saved y \[37, 24\] f32"    -- --gpus 0,0,1,1 --gpu-probe h200.probe ffn.ein
 if grep -q "einrun: topology: 4 workers on 2 x NVIDIA H200" err.txt; then ok "run: says what it detected"; else not_ok "run: says what it detected" "$(cat err.txt)"; fi
 "$B/einworker" --probe > out.txt 2> err.txt
