@@ -225,14 +225,16 @@ static int flow_add(sim *S, int act, int kind, int from, int to, double bytes, i
     f->to = to;
     f->bytes = f->rem = bytes;
     f->nres = nres;
-    memcpy(f->res, res, sizeof(int) * (size_t)nres);
+    if (nres > 0) /* res may be NULL when there is none */
+        memcpy(f->res, res, sizeof(int) * (size_t)nres);
     if (kind == FLOW_WAIT) {
         f->span = -1;
         return 0;
     }
     xp_span sp = {.action = act, .kind = kind, .from = from, .to = to, .pieces = pieces,
                   .bytes = bytes, .start = S->now, .end = S->now, .nres = nspan};
-    memcpy(sp.res, res, sizeof(int) * (size_t)nspan);
+    if (nspan > 0)
+        memcpy(sp.res, res, sizeof(int) * (size_t)nspan);
     f->span = span_add(S, &sp);
     return 0;
 }
