@@ -7,7 +7,11 @@
 # some ran, on a machine with a GPU); `npytool compare`, which the checks
 # use; the graph counts of einrun -v that the graphs-captured check reads,
 # from the workers' DONE messages (CPU devices record their "graphs"), with
-# an injected capture failure (EIN_FAULT=D:nocapture) named. Skipped on a machine with a GPU (tools/gpu-check runs for real there).
+# an injected capture failure (EIN_FAULT=D:nocapture) named; a whole `run`
+# on a mock GPU machine (fake nvidia-smi, a configured tree of stand-in
+# programs that print what the real ones print), once all right (PASS with
+# every number parsed) and once with two workers disagreeing (FAIL with
+# the max error). Skipped on a machine with a GPU (tools/gpu-check runs for real there).
 set -u
 B=${EIN_BUILDDIR:-.}
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -24,7 +28,7 @@ if [ -e /dev/nvidia0 ] || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi 
     echo "1..0 # SKIP a GPU is here (this test checks the verdicts without one)"
     exit 0
 fi
-echo "1..11"
+echo "1..13"
 unset OUT GPU_CHECK_OUT GPU_CHECK_BUDGET
 
 # 1: no GPU, quick: the verdict, exit 3, the files in the output folder.
@@ -159,4 +163,78 @@ if [ $r3 = 0 ] &&
     ok "einrun -v: a stretch that failed to capture is counted, with its error"
 else
     not_ok "einrun -v capture failure: $r3" "$(cat g3.log)"
+fi
+
+# 12-13: a whole run on a mock GPU machine, reusing a "configured" tree of
+# stand-ins (the same inputs checksum as a warm machine would have).
+mock() { # DIR SEED_FOR_0,0
+    m=$1
+    mb="$m/_build-gpucheck/src/_build"
+    mkdir -p "$m/.gpu/debs" "$mb/tests/kernels" "$mb/tests/e2e" "$mb/tools"
+    echo tarball > "$m/.gpu/einsummable-c-0.1.0.tar.gz"
+    echo deb > "$m/.gpu/debs/libzmq5_1_amd64.deb"
+    cat "$m/.gpu/einsummable-c-0.1.0.tar.gz" "$m/.gpu/debs/libzmq5_1_amd64.deb" | cksum \
+        > "$m/_build-gpucheck/inputs.cksum"
+    : > "$mb/config.status"
+    printf '%s:\n\t@:\n.PHONY: %s\n' "einrun einworker einworker-cuda eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" \
+        "einrun einworker einworker-cuda eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" > "$mb/Makefile"
+    ln -s "$NPY" "$mb/tests/e2e/npytool"
+    printf '#!/bin/sh\nprintf "1..2\\nok 1 - a\\nok 2 - b\\n"\n' > "$mb/tests/kernels/test_kn_cuda"
+    printf '#!/bin/sh\necho "gpu 0 NVIDIA H200"\n' > "$mb/einworker-cuda"
+    printf '#!/bin/sh\necho "# LLaMA"\n' > "$mb/eingen"
+    cat > "$mb/tools/bench-kernels-cuda" <<'EOF2'
+#!/bin/sh
+echo "gemm f16 8192x8192x8192: cublasGemmEx 660.0 TFLOP/s, kn_cuda_gemm 650.0 TFLOP/s (98.5%)"
+echo "gemm bf16 8192x8192x8192: cublasGemmEx 661.0 TFLOP/s, kn_cuda_gemm 651.0 TFLOP/s (98.5%)"
+echo "attention causal bf16 (our kernel): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 3.000 ms, 183.3 TFLOP/s"
+echo "attention causal bf16 (cuDNN SDPA): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 1.000 ms, 550.0 TFLOP/s"
+EOF2
+    cat > "$mb/tools/bench-copy-cuda" <<'EOF2'
+#!/bin/sh
+echo "peer copy (CUDA IPC, other process, same GPU): 1500.00 GB/s (median of 20, 1024 MiB, checked)"
+echo "cudaMemcpy device to device in one process:    1600.00 GB/s"
+EOF2
+    cat > "$mb/einrun" <<EOF2
+#!/bin/sh
+# stand-in: writes out.npy (seed 1; seed $2 for --gpus 0,0) and prints what einrun -v prints
+case "\$*" in *--show-topology*) echo "name mock"; exit 0 ;; esac
+seed=1; case "\$*" in *"--gpus 0,0"*) seed=$2 ;; esac
+"$NPY" write out.npy bf16 \$seed 4 8 || exit 1
+case "\$*" in *"--graphs on"*) echo "  device 0 graphs: 3 captured, 6 launches, 0 not captured" >&2 ;; esac
+while [ \$# -gt 0 ]; do
+    if [ "\$1" = --log-dir ]; then echo "1.0 device 0: attention: 2 calls through cuDNN SDPA, 0 through our kernel" > "\$2/worker-0.log"; fi
+    shift
+done
+echo "5 iterations (after 1 warm-up): min 10.000 ms, median 11.000 ms"
+echo "  device 0: 9.000 ms kernels, 1.000 ms copies, 0.000 ms waiting (last iteration; kernels, copies: GPU time (CUDA events); waiting: host time waiting for peers)"
+EOF2
+    chmod +x "$mb/einrun" "$mb/eingen" "$mb/einworker-cuda" "$mb/tools/bench-kernels-cuda" \
+        "$mb/tools/bench-copy-cuda" "$mb/tests/kernels/test_kn_cuda"
+    (cd "$m" && PATH="$S/f/bin:$PATH" CUDA_HOME="$S/t/cuda" GPU_CHECK_OUT="$m/out" "$GC" run > log 2>&1)
+}
+mock "$S/m1" 1
+rc=$?
+l="$S/m1/log"
+if [ $rc = 0 ] && grep -q '^VERDICT: PASS (8 checks)$' "$l" &&
+    grep -q '^  PASS  graphs-identical  --graphs on vs off: 32 elements, bytes identical' "$l" &&
+    grep -q '^  PASS  graphs-captured   small block, --gpus 0: 3 captured, 6 launches, 0 not captured$' "$l" &&
+    grep -q '^  GEMM bf16 8192x8192x8192  *651.0 TFLOP/s vs cublasGemmEx 661.0 (98.5%)$' "$l" &&
+    grep -q '^  attention bf16 (cuDNN SDPA) *550.0 TFLOP/s (1.000 ms)' "$l" &&
+    grep -q '^  attention choice  *attention: 2 calls through cuDNN SDPA' "$l" &&
+    grep -q '^  IPC copy 1 GiB  *1500.00 GB/s vs cudaMemcpy D2D 1600.00 GB/s$' "$l" &&
+    grep -q '^  LLaMA 1x8K graphs off  *median 11.000 ms (min 10.000 ms)$' "$l" &&
+    grep -q '^  graphs LLaMA 1x8K  *3 captured, 6 launches, 0 not captured' "$l" &&
+    grep -q '^  unpack  *0 / 60  *reused$' "$l" && [ -s "$S/m1/out/einrun-g00-on.log" ]; then
+    ok "mock GPU run: every check passes, every number is in the summary"
+else
+    not_ok "mock GPU run: exit $rc" "$(cat "$l")"
+fi
+mock "$S/m2" 2
+rc=$?
+l="$S/m2/log"
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 8 checks did not pass)$' "$l" &&
+    grep -q '^  FAIL  gpus-0-vs-00  *exit 0 / 0: 32 elements, bytes differ, max abs err [0-9.]*, scaled [0-9.]* (tol 0.05): MISMATCH$' "$l"; then
+    ok "mock GPU run: --gpus 0,0 disagreeing is a FAIL with the max error"
+else
+    not_ok "mock GPU run, disagreement: exit $rc" "$(cat "$l")"
 fi
