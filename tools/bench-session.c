@@ -51,7 +51,11 @@ int main(int argc, char **argv)
         return 1;
     fputs(prog_text, f);
     fclose(f);
+    /* The build directory, absolute: the einrun runs below start in dir. */
+    static char cwd[4096];
     const char *bd = getenv("EIN_BUILDDIR");
+    if (!bd)
+        bd = getcwd(cwd, sizeof cwd);
     snprintf(einrun, sizeof einrun, "%s/einrun", bd ? bd : ".");
     if (!getenv("EINWORKER")) {
         static char w[4096];
