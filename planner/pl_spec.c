@@ -7,6 +7,7 @@
  * each function specification. */
 #include "planner/pl_spec.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 void pl_interval(int64_t size, int count, int part, int64_t *lo, int64_t *hi)
 {
+    assert(size >= 0 && count >= 1 && part >= 0 && part < count);
     int64_t base = size / count, extra = size % count;
     *lo = part * base + (part < extra ? part : extra);
     *hi = *lo + base + (part < extra ? 1 : 0);
