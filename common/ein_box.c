@@ -1,6 +1,7 @@
 /* common/ein_box.c — see ein_box.h. */
 #include "common/ein_box.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -111,6 +112,10 @@ int ein_box_walk(const ein_box *dst_box, const ein_box *src_box, const ein_box *
     int r = region->rank;
     if (ein_box_empty(region))
         return 0;
+    /* The callers' contract (ein_box.h): offsets outside a block would
+     * read or write another buffer's memory. */
+    assert(r >= 0 && r <= EIN_MAX_RANK && outer >= 0 && outer <= r);
+    assert(ein_box_contains(dst_box, region) && ein_box_contains(src_box, region));
     int64_t sst[EIN_MAX_RANK], dst_st[EIN_MAX_RANK], idx[EIN_MAX_RANK];
     ein_box_strides(src_box, sst);
     ein_box_strides(dst_box, dst_st);

@@ -507,6 +507,244 @@ static int check_heads(int i, const ein_instr *ins, const ein_box *flat, const e
     return 0;
 }
 
+/* The block rules of a UNARY kernel (arity and kind already checked). */
+static int check_unary_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    if ((int)k->unary < 0 || k->unary >= EIN_UN_COUNT)
+        return ifail(err, i, ins, "invalid unary op %d", (int)k->unary);
+    if (!isfinite(k->scalar))
+        return ifail(err, i, ins, "unary scalar is not finite");
+    if (!ein_box_equal(x, out))
+        return ifail(err, i, ins, "source buffer %d's box differs from dst's", ins->srcs[0]);
+    return 0;
+}
+
+/* The block rules of a BINARY kernel (arity and kind already checked). */
+static int check_binary_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    if ((int)k->binary < 0 || k->binary >= EIN_BIN_COUNT)
+        return ifail(err, i, ins, "invalid binary op %d", (int)k->binary);
+    /* numpy broadcasting, right-aligned: each input dim is dst's
+     * interval or has extent 1 (its one element is broadcast). */
+    for (int j = 0; j < 2; j++) {
+        const ein_box *s = &p->buffers[ins->srcs[j]].box;
+        if (s->rank > out->rank)
+            return ifail(err, i, ins, "binary: source buffer %d has rank %d, above dst's %d", ins->srcs[j],
+                         s->rank, out->rank);
+        for (int d = 0; d < s->rank; d++) {
+            int od = out->rank - s->rank + d;
+            if (s->hi[d] - s->lo[d] != 1 && !same_interval(s, d, out, od))
+                return ifail(err, i, ins, "binary: source buffer %d's axis %d is neither dst's interval nor "
+                             "of extent 1 (broadcast)", ins->srcs[j], d);
+        }
+    }
+    return 0;
+}
+
+/* The block rules of a SOFTMAX kernel (arity and kind already checked). */
+static int check_softmax_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    if (k->axis < 0 || k->axis >= x->rank)
+        return ifail(err, i, ins, "softmax: axis %d out of range for rank %d", k->axis, x->rank);
+    if (!ein_box_equal(x, out))
+        return ifail(err, i, ins, "softmax: source buffer %d's box differs from dst's", ins->srcs[0]);
+    return 0;
+}
+
+/* The block rules of an RMSNORM or LAYERNORM kernel (arity, kind checked). */
+static int check_norm_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    int n = ins->nsrcs;
+    const char *name = ein_kernel_kind_name(ins->kernel.kind);
+    if (!isfinite(k->eps) || k->eps < 0)
+        return ifail(err, i, ins, "%s: eps %g is not a finite number >= 0", name, k->eps);
+    if (x->rank < 1)
+        return ifail(err, i, ins, "%s: input has rank 0", name);
+    if (!ein_box_equal(x, out))
+        return ifail(err, i, ins, "%s: source buffer %d's box differs from dst's", name, ins->srcs[0]);
+    /* weight (and bias) and x hold the whole normalised axis [0, d) */
+    for (int j = 1; j < n; j++) {
+        const ein_box *w = &p->buffers[ins->srcs[j]].box;
+        if (w->rank != 1 || w->lo[0] != 0 || !same_interval(w, 0, x, x->rank - 1))
+            return ifail(err, i, ins, "%s: %s buffer %d is not rank 1 over x's last interval [0, d)", name,
+                         j == 1 ? "weight" : "bias", ins->srcs[j]);
+    }
+    return 0;
+}
+
+/* The block rules of a ROPE kernel (arity and kind already checked). */
+static int check_rope_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    int64_t d = k->head_dim;
+    if (x->rank != 2)
+        return ifail(err, i, ins, "rope: input has rank %d, not 2 [tokens, hidden]", x->rank);
+    if (!ein_box_equal(x, out))
+        return ifail(err, i, ins, "rope: source buffer %d's box differs from dst's", ins->srcs[0]);
+    /* rotated pairs (2i, 2i+1) stay inside a head, heads inside the block */
+    if (d <= 0 || d % 2 != 0)
+        return ifail(err, i, ins, "rope: head_dim %lld is not positive and even", (long long)d);
+    if (x->lo[1] % d != 0 || x->hi[1] % d != 0)
+        return ifail(err, i, ins, "rope: hidden interval [%lld, %lld) not at multiples of head_dim %lld",
+                     (long long)x->lo[1], (long long)x->hi[1], (long long)d);
+    if (!isfinite(k->theta) || k->theta <= 0)
+        return ifail(err, i, ins, "rope: theta %g is not a finite number > 0", k->theta);
+    if (k->style < 0 || k->style >= EIN_ROPE_STYLE_COUNT)
+        return ifail(err, i, ins, "rope: style %d is not interleaved (0) or half (1)", (int)k->style);
+    return check_seq_ends(i, ins, x->hi[0], err);
+}
+
+/* The block rules of an ATTENTION kernel (arity and kind already checked). */
+static int check_attention_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    const ein_box *q = x, *kb = &p->buffers[ins->srcs[1]].box, *vb = &p->buffers[ins->srcs[2]].box;
+    int64_t hlo, hhi;
+    int rc;
+    if (q->rank != 3 || kb->rank != 3 || vb->rank != 3)
+        return ifail(err, i, ins, "attention: q, k, v must have rank 3 [heads, tokens, d]");
+    if (!ein_box_equal(q, out))
+        return ifail(err, i, ins, "attention: q buffer %d's box differs from dst's", ins->srcs[0]);
+    if (!ein_box_equal(kb, vb))
+        return ifail(err, i, ins, "attention: k and v boxes differ");
+    if (k->group < 1)
+        return ifail(err, i, ins, "attention: group %lld below 1", (long long)k->group);
+    if (__builtin_mul_overflow(kb->lo[0], k->group, &hlo) || __builtin_mul_overflow(kb->hi[0], k->group, &hhi) ||
+        q->lo[0] != hlo || q->hi[0] != hhi)
+        return ifail(err, i, ins, "attention: q's head interval is not group (%lld) times k's",
+                     (long long)k->group);
+    if (q->lo[2] != 0 || !same_interval(q, 2, kb, 2))
+        return ifail(err, i, ins, "attention: d is not whole and equal in q, k and v");
+    if ((rc = check_seq_ends(i, ins, q->hi[1], err)) < 0)
+        return rc;
+    /* every key of every query: from its sequence's start to itself */
+    if (kb->lo[1] > seq_start(k, q->lo[1]) || kb->hi[1] < q->hi[1])
+        return ifail(err, i, ins, "attention: k/v tokens [%lld, %lld) miss keys of queries [%lld, %lld)",
+                     (long long)kb->lo[1], (long long)kb->hi[1], (long long)q->lo[1], (long long)q->hi[1]);
+    return 0;
+}
+
+/* The block rules of an ATTENTION_PARTIAL kernel (arity and kind already checked). */
+static int check_attention_partial_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    int n = ins->nsrcs;
+    /* One key block's share: q as for ATTENTION, k/v any token
+     * interval (or none), dst the f32 rows [0, d + 1) of q's box. */
+    const ein_box *q = x;
+    ein_box want = ein_agg_box(EIN_AGG_LSE, q);
+    int rc;
+    if (q->rank != 3)
+        return ifail(err, i, ins, "attention_partial: q must have rank 3 [heads, tokens, d]");
+    if (!ein_box_equal(&want, out) || p->buffers[ins->dst].dtype != EIN_F32)
+        return ifail(err, i, ins, "attention_partial: dst is not f32 over q's box with d + 1 columns");
+    if (q->lo[2] != 0)
+        return ifail(err, i, ins, "attention_partial: d is not whole in q");
+    if (n == 2)
+        return ifail(err, i, ins, "attention_partial takes q alone or q, k and v");
+    if (n == 3) {
+        const ein_box *kb = &p->buffers[ins->srcs[1]].box, *vb = &p->buffers[ins->srcs[2]].box;
+        int64_t hlo, hhi;
+        if (kb->rank != 3 || !ein_box_equal(kb, vb))
+            return ifail(err, i, ins, "attention_partial: k and v boxes differ or are not rank 3");
+        if (k->group < 1)
+            return ifail(err, i, ins, "attention_partial: group %lld below 1", (long long)k->group);
+        if (__builtin_mul_overflow(kb->lo[0], k->group, &hlo) ||
+            __builtin_mul_overflow(kb->hi[0], k->group, &hhi) || q->lo[0] != hlo || q->hi[0] != hhi)
+            return ifail(err, i, ins, "attention_partial: q's head interval is not group (%lld) "
+                         "times k's", (long long)k->group);
+        if (!same_interval(q, 2, kb, 2))
+            return ifail(err, i, ins, "attention_partial: d differs between q and k/v");
+        if ((rc = check_seq_ends(i, ins, kb->hi[1], err)) < 0)
+            return rc;
+    }
+    return check_seq_ends(i, ins, q->hi[1], err);
+}
+
+/* The block rules of a REDUCE kernel (arity and kind already checked). */
+static int check_reduce_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    if (k->reduce != EIN_AGG_SUM && k->reduce != EIN_AGG_MAX)
+        return ifail(err, i, ins, "reduce: op %d is not sum or max", (int)k->reduce);
+    if (k->axes == 0 || (k->axes >> x->rank) != 0)
+        return ifail(err, i, ins, "reduce: axes 0x%x not a non-empty set of axes below rank %d", k->axes,
+                     x->rank);
+    int od = 0;
+    if (out->rank != x->rank - __builtin_popcount(k->axes))
+        return ifail(err, i, ins, "reduce: dst rank %d, want %d", out->rank,
+                     x->rank - __builtin_popcount(k->axes));
+    for (int d = 0; d < x->rank; d++)
+        if (!(k->axes >> d & 1u) && !same_interval(x, d, out, od++))
+            return ifail(err, i, ins, "reduce: dst's box is not x's without the reduced axes");
+    return 0;
+}
+
+/* The block rules of a CONCAT kernel (arity and kind already checked). */
+static int check_concat_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    int n = ins->nsrcs;
+    if (k->axis < 0 || k->axis >= out->rank)
+        return ifail(err, i, ins, "concat: axis %d out of range for rank %d", k->axis, out->rank);
+    if (k->nlist != n)
+        return ifail(err, i, ins, "concat: %d offsets for %d sources", k->nlist, n);
+    for (int j = 0; j < n; j++) {
+        const ein_box *s = &p->buffers[ins->srcs[j]].box;
+        int64_t end;
+        if (s->rank != out->rank)
+            return ifail(err, i, ins, "concat: source buffer %d has rank %d, dst %d", ins->srcs[j], s->rank,
+                         out->rank);
+        if (j ? k->list[j] <= k->list[j - 1] : k->list[j] < 0)
+            return ifail(err, i, ins, "concat: offsets not non-negative and strictly ascending at entry %d", j);
+        /* input j spans [list[j], list[j+1]) of dst's axis */
+        if (__builtin_add_overflow(k->list[j], s->hi[k->axis], &end) || (j + 1 < n && end > k->list[j + 1]))
+            return ifail(err, i, ins, "concat: source buffer %d runs past its part of the axis", ins->srcs[j]);
+    }
+    return 0;
+}
+
+/* The block rules of a SLICE kernel (arity and kind already checked). */
+static int check_slice_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    ein_box shifted = *out;
+    if (k->axis < 0 || k->axis >= x->rank)
+        return ifail(err, i, ins, "slice: axis %d out of range for rank %d", k->axis, x->rank);
+    if (k->start < 0)
+        return ifail(err, i, ins, "slice: negative start %lld", (long long)k->start);
+    if (out->rank != x->rank)
+        return ifail(err, i, ins, "slice: dst rank %d differs from the source's %d", out->rank, x->rank);
+    if (__builtin_add_overflow(out->lo[k->axis], k->start, &shifted.lo[k->axis]) ||
+        __builtin_add_overflow(out->hi[k->axis], k->start, &shifted.hi[k->axis]) ||
+        !ein_box_contains(x, &shifted))
+        return ifail(err, i, ins, "slice: source buffer %d does not contain dst's box shifted by %lld",
+                     ins->srcs[0], (long long)k->start);
+    return 0;
+}
+
 static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
 {
     const ein_kernel *k = &ins->kernel;
@@ -531,177 +769,26 @@ static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_e
     case EIN_KERNEL_EINSUM:
         return check_einsum(p, i, ins, err);
     case EIN_KERNEL_UNARY:
-        if ((int)k->unary < 0 || k->unary >= EIN_UN_COUNT)
-            return ifail(err, i, ins, "invalid unary op %d", (int)k->unary);
-        if (!isfinite(k->scalar))
-            return ifail(err, i, ins, "unary scalar is not finite");
-        if (!ein_box_equal(x, out))
-            return ifail(err, i, ins, "source buffer %d's box differs from dst's", ins->srcs[0]);
-        return 0;
+        return check_unary_kernel(p, i, ins, err);
     case EIN_KERNEL_BINARY:
-        if ((int)k->binary < 0 || k->binary >= EIN_BIN_COUNT)
-            return ifail(err, i, ins, "invalid binary op %d", (int)k->binary);
-        /* numpy broadcasting, right-aligned: each input dim is dst's
-         * interval or has extent 1 (its one element is broadcast). */
-        for (int j = 0; j < 2; j++) {
-            const ein_box *s = &p->buffers[ins->srcs[j]].box;
-            if (s->rank > out->rank)
-                return ifail(err, i, ins, "binary: source buffer %d has rank %d, above dst's %d", ins->srcs[j],
-                             s->rank, out->rank);
-            for (int d = 0; d < s->rank; d++) {
-                int od = out->rank - s->rank + d;
-                if (s->hi[d] - s->lo[d] != 1 && !same_interval(s, d, out, od))
-                    return ifail(err, i, ins, "binary: source buffer %d's axis %d is neither dst's interval nor "
-                                 "of extent 1 (broadcast)", ins->srcs[j], d);
-            }
-        }
-        return 0;
+        return check_binary_kernel(p, i, ins, err);
     case EIN_KERNEL_SOFTMAX:
-        if (k->axis < 0 || k->axis >= x->rank)
-            return ifail(err, i, ins, "softmax: axis %d out of range for rank %d", k->axis, x->rank);
-        if (!ein_box_equal(x, out))
-            return ifail(err, i, ins, "softmax: source buffer %d's box differs from dst's", ins->srcs[0]);
-        return 0;
+        return check_softmax_kernel(p, i, ins, err);
     case EIN_KERNEL_RMSNORM:
     case EIN_KERNEL_LAYERNORM:
-        if (!isfinite(k->eps) || k->eps < 0)
-            return ifail(err, i, ins, "%s: eps %g is not a finite number >= 0", name, k->eps);
-        if (x->rank < 1)
-            return ifail(err, i, ins, "%s: input has rank 0", name);
-        if (!ein_box_equal(x, out))
-            return ifail(err, i, ins, "%s: source buffer %d's box differs from dst's", name, ins->srcs[0]);
-        /* weight (and bias) and x hold the whole normalised axis [0, d) */
-        for (int j = 1; j < n; j++) {
-            const ein_box *w = &p->buffers[ins->srcs[j]].box;
-            if (w->rank != 1 || w->lo[0] != 0 || !same_interval(w, 0, x, x->rank - 1))
-                return ifail(err, i, ins, "%s: %s buffer %d is not rank 1 over x's last interval [0, d)", name,
-                             j == 1 ? "weight" : "bias", ins->srcs[j]);
-        }
-        return 0;
-    case EIN_KERNEL_ROPE: {
-        int64_t d = k->head_dim;
-        if (x->rank != 2)
-            return ifail(err, i, ins, "rope: input has rank %d, not 2 [tokens, hidden]", x->rank);
-        if (!ein_box_equal(x, out))
-            return ifail(err, i, ins, "rope: source buffer %d's box differs from dst's", ins->srcs[0]);
-        /* rotated pairs (2i, 2i+1) stay inside a head, heads inside the block */
-        if (d <= 0 || d % 2 != 0)
-            return ifail(err, i, ins, "rope: head_dim %lld is not positive and even", (long long)d);
-        if (x->lo[1] % d != 0 || x->hi[1] % d != 0)
-            return ifail(err, i, ins, "rope: hidden interval [%lld, %lld) not at multiples of head_dim %lld",
-                         (long long)x->lo[1], (long long)x->hi[1], (long long)d);
-        if (!isfinite(k->theta) || k->theta <= 0)
-            return ifail(err, i, ins, "rope: theta %g is not a finite number > 0", k->theta);
-        if (k->style < 0 || k->style >= EIN_ROPE_STYLE_COUNT)
-            return ifail(err, i, ins, "rope: style %d is not interleaved (0) or half (1)", (int)k->style);
-        return check_seq_ends(i, ins, x->hi[0], err);
-    }
-    case EIN_KERNEL_ATTENTION: {
-        const ein_box *q = x, *kb = &p->buffers[ins->srcs[1]].box, *vb = &p->buffers[ins->srcs[2]].box;
-        int64_t hlo, hhi;
-        int rc;
-        if (q->rank != 3 || kb->rank != 3 || vb->rank != 3)
-            return ifail(err, i, ins, "attention: q, k, v must have rank 3 [heads, tokens, d]");
-        if (!ein_box_equal(q, out))
-            return ifail(err, i, ins, "attention: q buffer %d's box differs from dst's", ins->srcs[0]);
-        if (!ein_box_equal(kb, vb))
-            return ifail(err, i, ins, "attention: k and v boxes differ");
-        if (k->group < 1)
-            return ifail(err, i, ins, "attention: group %lld below 1", (long long)k->group);
-        if (__builtin_mul_overflow(kb->lo[0], k->group, &hlo) || __builtin_mul_overflow(kb->hi[0], k->group, &hhi) ||
-            q->lo[0] != hlo || q->hi[0] != hhi)
-            return ifail(err, i, ins, "attention: q's head interval is not group (%lld) times k's",
-                         (long long)k->group);
-        if (q->lo[2] != 0 || !same_interval(q, 2, kb, 2))
-            return ifail(err, i, ins, "attention: d is not whole and equal in q, k and v");
-        if ((rc = check_seq_ends(i, ins, q->hi[1], err)) < 0)
-            return rc;
-        /* every key of every query: from its sequence's start to itself */
-        if (kb->lo[1] > seq_start(k, q->lo[1]) || kb->hi[1] < q->hi[1])
-            return ifail(err, i, ins, "attention: k/v tokens [%lld, %lld) miss keys of queries [%lld, %lld)",
-                         (long long)kb->lo[1], (long long)kb->hi[1], (long long)q->lo[1], (long long)q->hi[1]);
-        return 0;
-    }
-    case EIN_KERNEL_ATTENTION_PARTIAL: {
-        /* One key block's share: q as for ATTENTION, k/v any token
-         * interval (or none), dst the f32 rows [0, d + 1) of q's box. */
-        const ein_box *q = x;
-        ein_box want = ein_agg_box(EIN_AGG_LSE, q);
-        int rc;
-        if (q->rank != 3)
-            return ifail(err, i, ins, "attention_partial: q must have rank 3 [heads, tokens, d]");
-        if (!ein_box_equal(&want, out) || p->buffers[ins->dst].dtype != EIN_F32)
-            return ifail(err, i, ins, "attention_partial: dst is not f32 over q's box with d + 1 columns");
-        if (q->lo[2] != 0)
-            return ifail(err, i, ins, "attention_partial: d is not whole in q");
-        if (n == 2)
-            return ifail(err, i, ins, "attention_partial takes q alone or q, k and v");
-        if (n == 3) {
-            const ein_box *kb = &p->buffers[ins->srcs[1]].box, *vb = &p->buffers[ins->srcs[2]].box;
-            int64_t hlo, hhi;
-            if (kb->rank != 3 || !ein_box_equal(kb, vb))
-                return ifail(err, i, ins, "attention_partial: k and v boxes differ or are not rank 3");
-            if (k->group < 1)
-                return ifail(err, i, ins, "attention_partial: group %lld below 1", (long long)k->group);
-            if (__builtin_mul_overflow(kb->lo[0], k->group, &hlo) ||
-                __builtin_mul_overflow(kb->hi[0], k->group, &hhi) || q->lo[0] != hlo || q->hi[0] != hhi)
-                return ifail(err, i, ins, "attention_partial: q's head interval is not group (%lld) "
-                             "times k's", (long long)k->group);
-            if (!same_interval(q, 2, kb, 2))
-                return ifail(err, i, ins, "attention_partial: d differs between q and k/v");
-            if ((rc = check_seq_ends(i, ins, kb->hi[1], err)) < 0)
-                return rc;
-        }
-        return check_seq_ends(i, ins, q->hi[1], err);
-    }
-    case EIN_KERNEL_REDUCE: {
-        if (k->reduce != EIN_AGG_SUM && k->reduce != EIN_AGG_MAX)
-            return ifail(err, i, ins, "reduce: op %d is not sum or max", (int)k->reduce);
-        if (k->axes == 0 || (k->axes >> x->rank) != 0)
-            return ifail(err, i, ins, "reduce: axes 0x%x not a non-empty set of axes below rank %d", k->axes,
-                         x->rank);
-        int od = 0;
-        if (out->rank != x->rank - __builtin_popcount(k->axes))
-            return ifail(err, i, ins, "reduce: dst rank %d, want %d", out->rank,
-                         x->rank - __builtin_popcount(k->axes));
-        for (int d = 0; d < x->rank; d++)
-            if (!(k->axes >> d & 1u) && !same_interval(x, d, out, od++))
-                return ifail(err, i, ins, "reduce: dst's box is not x's without the reduced axes");
-        return 0;
-    }
+        return check_norm_kernel(p, i, ins, err);
+    case EIN_KERNEL_ROPE:
+        return check_rope_kernel(p, i, ins, err);
+    case EIN_KERNEL_ATTENTION:
+        return check_attention_kernel(p, i, ins, err);
+    case EIN_KERNEL_ATTENTION_PARTIAL:
+        return check_attention_partial_kernel(p, i, ins, err);
+    case EIN_KERNEL_REDUCE:
+        return check_reduce_kernel(p, i, ins, err);
     case EIN_KERNEL_CONCAT:
-        if (k->axis < 0 || k->axis >= out->rank)
-            return ifail(err, i, ins, "concat: axis %d out of range for rank %d", k->axis, out->rank);
-        if (k->nlist != n)
-            return ifail(err, i, ins, "concat: %d offsets for %d sources", k->nlist, n);
-        for (int j = 0; j < n; j++) {
-            const ein_box *s = &p->buffers[ins->srcs[j]].box;
-            int64_t end;
-            if (s->rank != out->rank)
-                return ifail(err, i, ins, "concat: source buffer %d has rank %d, dst %d", ins->srcs[j], s->rank,
-                             out->rank);
-            if (j ? k->list[j] <= k->list[j - 1] : k->list[j] < 0)
-                return ifail(err, i, ins, "concat: offsets not non-negative and strictly ascending at entry %d", j);
-            /* input j spans [list[j], list[j+1]) of dst's axis */
-            if (__builtin_add_overflow(k->list[j], s->hi[k->axis], &end) || (j + 1 < n && end > k->list[j + 1]))
-                return ifail(err, i, ins, "concat: source buffer %d runs past its part of the axis", ins->srcs[j]);
-        }
-        return 0;
-    case EIN_KERNEL_SLICE: {
-        ein_box shifted = *out;
-        if (k->axis < 0 || k->axis >= x->rank)
-            return ifail(err, i, ins, "slice: axis %d out of range for rank %d", k->axis, x->rank);
-        if (k->start < 0)
-            return ifail(err, i, ins, "slice: negative start %lld", (long long)k->start);
-        if (out->rank != x->rank)
-            return ifail(err, i, ins, "slice: dst rank %d differs from the source's %d", out->rank, x->rank);
-        if (__builtin_add_overflow(out->lo[k->axis], k->start, &shifted.lo[k->axis]) ||
-            __builtin_add_overflow(out->hi[k->axis], k->start, &shifted.hi[k->axis]) ||
-            !ein_box_contains(x, &shifted))
-            return ifail(err, i, ins, "slice: source buffer %d does not contain dst's box shifted by %lld",
-                         ins->srcs[0], (long long)k->start);
-        return 0;
-    }
+        return check_concat_kernel(p, i, ins, err);
+    case EIN_KERNEL_SLICE:
+        return check_slice_kernel(p, i, ins, err);
     case EIN_KERNEL_SPLIT_HEADS:
         return check_heads(i, ins, x, out, err);
     case EIN_KERNEL_MERGE_HEADS:

@@ -7,6 +7,7 @@
 #include "planner/pl_graph.h"
 #include "planner/pl_graph_int.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -132,6 +133,20 @@ static int index_reserve(pl_graph *g, ein_error *err)
 }
 
 /* ---- helpers ------------------------------------------------------------- */
+
+void pl_node_init_like(pl_node *n, const pl_graph *g, pl_node_kind kind, int x)
+{
+    assert(x >= 0 && x < g->nnodes);
+    const pl_node *t = &g->nodes[x];
+    memset(n, 0, sizeof *n);
+    n->kind = kind;
+    n->dtype = t->dtype;
+    n->rank = t->rank;
+    memcpy(n->shape, t->shape, sizeof n->shape);
+    memcpy(n->axis_name, t->axis_name, sizeof n->axis_name);
+    n->ninputs = 1;
+    n->inputs[0] = x;
+}
 
 /* "8x16x4" */
 const char *pl_shape_str(char *buf, size_t len, int rank, const int64_t *shape)

@@ -7,6 +7,11 @@
 
 #include "planner/pl_graph.h"
 
+/* Zero *n, then make it a node of `kind` shaped like node x (dtype, rank,
+ * shape, axis names) that reads x alone (ninputs 1, inputs[0] = x); the
+ * builder then sets its kernel and any other inputs. x is a valid id. */
+void pl_node_init_like(pl_node *n, const pl_graph *g, pl_node_kind kind, int x);
+
 /* "8x16x4" into buf; returns buf. */
 const char *pl_shape_str(char *buf, size_t len, int rank, const int64_t *shape);
 /* Ranks 1..EIN_MAX_RANK, each dim in 1..PL_DIM_MAX, volume within int64. */

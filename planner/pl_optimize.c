@@ -470,10 +470,205 @@ int pl_plan_make(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
     return pl_plan_make_opts(g, p, sel, seed, NULL, out, err);
 }
 
+/* An operator: a live node that is not an input. */
+static int is_op(const pl_graph *g, const char *live, int v)
+{
+    return live[v] && pl_graph_node(g, v)->kind != PL_INPUT;
+}
+
+/* The distinct live operator consumers of every node, as CSR:
+ * consumers of v are (*consumers)[cons_off[v] .. cons_off[v + 1]). */
+static int consumers_build(const pl_graph *g, const char *live, int n, int *cons_off, int **consumers,
+                           ein_error *err)
+{
+    for (int c = 0; c < n; c++) {
+        if (!is_op(g, live, c))
+            continue;
+        const pl_node *cn = pl_graph_node(g, c);
+        for (int k = 0; k < cn->ninputs; k++) {
+            int dup = 0;
+            for (int kk = 0; kk < k; kk++)
+                dup |= cn->inputs[kk] == cn->inputs[k];
+            if (!dup)
+                cons_off[cn->inputs[k] + 1]++;
+        }
+    }
+    for (int v = 0; v < n; v++)
+        cons_off[v + 1] += cons_off[v];
+    *consumers = malloc(sizeof(int) * (size_t)(cons_off[n] + 1));
+    int *fill = calloc((size_t)n + 1, sizeof(int));
+    if (!*consumers || !fill) {
+        free(fill);
+        return ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
+    }
+    for (int c = 0; c < n; c++) {
+        if (!is_op(g, live, c))
+            continue;
+        const pl_node *cn = pl_graph_node(g, c);
+        for (int k = 0; k < cn->ninputs; k++) {
+            int u = cn->inputs[k], dup = 0;
+            for (int kk = 0; kk < k; kk++)
+                dup |= cn->inputs[kk] == u;
+            if (!dup)
+                (*consumers)[cons_off[u] + fill[u]++] = c;
+        }
+    }
+    free(fill);
+    return 0;
+}
+
+/* The specs of every live operator (none chosen yet). */
+static int specs_fill(const pl_graph *g, const char *live, int n, int p, nstate *st,
+                      const pl_plan_opts *opts, ein_error *err)
+{
+    int rc = 0;
+    pl_spec buf = {0};
+    for (int v = 0; v < n && rc == 0; v++) {
+        st[v].chosen = -1;
+        st[v].parent = -1;
+        if (!is_op(g, live, v))
+            continue;
+        if ((rc = nstate_fill(g, v, p, &st[v], &buf, opts, err)) == 0 && st[v].nspecs == 0)
+            rc = no_spec_error(g, v, p, err);
+    }
+    pl_spec_clear(&buf);
+    return rc;
+}
+
+/* Choice by the caller's scoring (opts->force): the best-scored spec of
+ * every operator. */
+static void choose_forced(const pl_graph *g, const char *live, int n, nstate *st,
+                          const pl_plan_opts *opts)
+{
+    for (int v = 0; v < n; v++) {
+        if (!is_op(g, live, v))
+            continue;
+        pl_index idx[PL_MAX_INDICES];
+        int ni = pl_op_indices(g, v, idx, NULL);
+        double best = -DBL_MAX;
+        for (int i = 0; i < st[v].nspecs; i++) {
+            double sc = opts->force(opts->force_ctx, g, v, idx, ni, st[v].counts + i * st[v].nidx);
+            if (sc > best) {
+                best = sc;
+                st[v].chosen = i;
+            }
+        }
+    }
+}
+
+/* Pieces: an operator with exactly one consumer belongs to its consumer's
+ * piece (with linear paths: only the consumer's largest such input); every
+ * other operator roots a piece. Fills st[].parent/piece and pieces[]. */
+static int pieces_build(const pl_graph *g, const char *live, int n, nstate *st, const int *cons_off,
+                        const pl_plan_opts *opts, piece *pieces)
+{
+    int npieces = 0;
+    for (int c = 0; c < n; c++) {
+        if (!is_op(g, live, c))
+            continue;
+        const pl_node *cn = pl_graph_node(g, c);
+        int keep = -1;
+        for (int k = 0; k < cn->ninputs; k++) {
+            int u = cn->inputs[k];
+            if (pl_graph_node(g, u)->kind == PL_INPUT || cons_off[u + 1] - cons_off[u] != 1)
+                continue;
+            if (opts && opts->linear_paths) {
+                if (keep < 0 || node_volume(g, u) > node_volume(g, keep))
+                    keep = u;
+            } else {
+                st[u].parent = c;
+            }
+        }
+        if (keep >= 0)
+            st[keep].parent = c;
+    }
+    for (int v = n - 1; v >= 0; v--) {
+        if (!is_op(g, live, v))
+            continue;
+        st[v].piece = st[v].parent < 0 ? v : st[st[v].parent].piece;
+        if (st[v].parent < 0)
+            pieces[npieces++] = (piece){.root = v, .size = 0};
+    }
+    for (int i = 0; i < npieces; i++)
+        for (int v = 0; v <= pieces[i].root; v++)
+            if (is_op(g, live, v) && st[v].piece == pieces[i].root)
+                pieces[i].size++;
+    return npieces;
+}
+
+/* Choice by dynamic programming (or greedily) over the pieces. The paper's
+ * order (decreasing size) first; on graphs with shared tensors also
+ * producers-first and consumers-first orders, keeping the cheapest plan: a
+ * piece optimised before the producer of one of its inputs sees that input
+ * as free. */
+static int choose_by_pieces(ctx *C, const char *live, int n, piece *pieces, int npieces,
+                            ein_error *err)
+{
+    nstate *st = C->st;
+    int norders = C->sel == PL_SELECT_DP && npieces > 1 ? 3 : 1;
+    double best_total = DBL_MAX;
+    int *best = malloc(sizeof(int) * ((size_t)n + 1));
+    if (!best)
+        return ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
+    for (int order = 0; order < norders; order++) {
+        qsort(pieces, (size_t)npieces, sizeof *pieces,
+              order == 0 ? piece_cmp : order == 1 ? piece_cmp_topo : piece_cmp_rtopo);
+        for (int v = 0; v < n; v++)
+            st[v].chosen = -1;
+        for (int i = 0; i < npieces; i++) {
+            int r = pieces[i].root;
+            for (int v = 0; v <= r; v++)
+                if (is_op(C->g, live, v) && st[v].piece == r)
+                    dp_node(C, v);
+            assign(C, r, pick_root(C, r));
+        }
+        if (C->sel == PL_SELECT_DP)
+            refine(C, n, live);
+        double total = 0;
+        for (int v = 0; v < n; v++)
+            if (st[v].chosen >= 0)
+                total += own_cost(C, v, st[v].chosen);
+        if (total < best_total) {
+            best_total = total;
+            for (int v = 0; v < n; v++)
+                best[v] = st[v].chosen;
+        }
+    }
+    for (int v = 0; v < n; v++)
+        st[v].chosen = best[v];
+    free(best);
+    return 0;
+}
+
+/* Record each choice and its true sub-costs under the final
+ * assignment. */
+static int plan_record(const pl_graph *g, int n, const nstate *st, pl_plan *plan, ein_error *err)
+{
+    int rc;
+    for (int v = 0; v < n; v++) {
+        if (st[v].chosen < 0)
+            continue;
+        pl_choice *c = &plan->nodes[v];
+        if ((rc = pl_spec_make(g, v, st[v].counts + st[v].chosen * st[v].nidx, &c->spec, err)) < 0)
+            return rc;
+        if (pl_tiling_of_outputs(&c->spec, &c->out_tiling) < 0)
+            return ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
+        c->planned = 1;
+        const pl_node *nd = pl_graph_node(g, v);
+        const pl_tiling *tin[PL_MAX_INPUTS] = {NULL};
+        for (int k = 0; k < nd->ninputs; k++)
+            if (plan->nodes[nd->inputs[k]].planned)
+                tin[k] = &plan->nodes[nd->inputs[k]].out_tiling;
+        pl_cost(g, v, &c->spec, tin, &c->repart, &c->join, &c->agg);
+        plan->total += c->repart + c->join + c->agg;
+    }
+    return 0;
+}
+
 int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
                       const pl_plan_opts *opts, pl_plan **out, ein_error *err)
 {
-    int rc = 0, n = g ? g->nnodes : 0, npieces = 0;
+    int rc = 0, n = g ? g->nnodes : 0;
     if (!g || !out)
         return ein_fail(err, EIN_EINVAL, "pl_plan_make: NULL graph or output");
     if (p < 1)
@@ -499,181 +694,23 @@ int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
     plan->nnodes = n;
     plan->selector = sel;
     mark_live(g, live);
-
-    /* Distinct live operator consumers of every node (CSR). */
-    for (int c = 0; c < n; c++) {
-        const pl_node *cn = pl_graph_node(g, c);
-        if (!live[c] || cn->kind == PL_INPUT)
-            continue;
-        for (int k = 0; k < cn->ninputs; k++) {
-            int dup = 0;
-            for (int kk = 0; kk < k; kk++)
-                dup |= cn->inputs[kk] == cn->inputs[k];
-            if (!dup)
-                cons_off[cn->inputs[k] + 1]++;
-        }
-    }
-    for (int v = 0; v < n; v++)
-        cons_off[v + 1] += cons_off[v];
-    consumers = malloc(sizeof(int) * (size_t)(cons_off[n] + 1));
-    int *fill = calloc((size_t)n + 1, sizeof(int));
-    if (!consumers || !fill) {
-        free(fill);
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
+    if ((rc = consumers_build(g, live, n, cons_off, &consumers, err)) < 0 ||
+        (rc = specs_fill(g, live, n, p, st, opts, err)) < 0)
         goto done;
-    }
-    for (int c = 0; c < n; c++) {
-        const pl_node *cn = pl_graph_node(g, c);
-        if (!live[c] || cn->kind == PL_INPUT)
-            continue;
-        for (int k = 0; k < cn->ninputs; k++) {
-            int u = cn->inputs[k], dup = 0;
-            for (int kk = 0; kk < k; kk++)
-                dup |= cn->inputs[kk] == u;
-            if (!dup)
-                consumers[cons_off[u] + fill[u]++] = c;
-        }
-    }
-    free(fill);
-
-    /* Specs of every live operator. */
-    pl_spec buf = {0};
-    for (int v = 0; v < n; v++) {
-        st[v].chosen = -1;
-        st[v].parent = -1;
-        const pl_node *nd = pl_graph_node(g, v);
-        if (!live[v] || nd->kind == PL_INPUT)
-            continue;
-        if ((rc = nstate_fill(g, v, p, &st[v], &buf, opts, err)) < 0) {
-            pl_spec_clear(&buf);
-            goto done;
-        }
-        if (st[v].nspecs == 0) {
-            pl_spec_clear(&buf);
-            rc = no_spec_error(g, v, p, err);
-            goto done;
-        }
-    }
-    pl_spec_clear(&buf);
-
     if (opts && opts->force) {
-        for (int v = 0; v < n; v++) {
-            if (!live[v] || pl_graph_node(g, v)->kind == PL_INPUT)
-                continue;
-            pl_index idx[PL_MAX_INDICES];
-            int ni = pl_op_indices(g, v, idx, NULL);
-            double best = -DBL_MAX;
-            for (int i = 0; i < st[v].nspecs; i++) {
-                double sc = opts->force(opts->force_ctx, g, v, idx, ni,
-                                        st[v].counts + i * st[v].nidx);
-                if (sc > best) {
-                    best = sc;
-                    st[v].chosen = i;
-                }
-            }
-        }
+        choose_forced(g, live, n, st, opts);
     } else if (sel == PL_SELECT_RANDOM) {
         for (int v = 0; v < n; v++)
-            if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT)
+            if (is_op(g, live, v))
                 st[v].chosen = (int)(ein_rand_next(&seed) % (uint64_t)st[v].nspecs);
     } else {
-        /* Pieces: an operator with exactly one consumer belongs to its
-         * consumer's piece (with linear paths: only the consumer's largest
-         * such input); every other operator roots a piece. */
-        for (int c = 0; c < n; c++) {
-            const pl_node *cn = pl_graph_node(g, c);
-            if (!live[c] || cn->kind == PL_INPUT)
-                continue;
-            int keep = -1;
-            for (int k = 0; k < cn->ninputs; k++) {
-                int u = cn->inputs[k];
-                if (pl_graph_node(g, u)->kind == PL_INPUT || cons_off[u + 1] - cons_off[u] != 1)
-                    continue;
-                if (opts && opts->linear_paths) {
-                    if (keep < 0 || node_volume(g, u) > node_volume(g, keep))
-                        keep = u;
-                } else {
-                    st[u].parent = c;
-                }
-            }
-            if (keep >= 0)
-                st[keep].parent = c;
-        }
-        for (int v = n - 1; v >= 0; v--) {
-            if (!live[v] || pl_graph_node(g, v)->kind == PL_INPUT)
-                continue;
-            st[v].piece = st[v].parent < 0 ? v : st[st[v].parent].piece;
-            if (st[v].parent < 0)
-                pieces[npieces++] = (piece){.root = v, .size = 0};
-        }
-        for (int i = 0; i < npieces; i++)
-            for (int v = 0; v <= pieces[i].root; v++)
-                if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT &&
-                    st[v].piece == pieces[i].root)
-                    pieces[i].size++;
+        int npieces = pieces_build(g, live, n, st, cons_off, opts, pieces);
         ctx C = {.g = g, .st = st, .sel = sel, .consumers = consumers, .cons_off = cons_off,
                  .o = opts, .p = p};
-        /* The paper's order (decreasing size) first; on graphs with shared
-         * tensors also producers-first and consumers-first orders, keeping
-         * the cheapest plan: a piece optimised before the producer of one
-         * of its inputs sees that input as free. */
-        int norders = sel == PL_SELECT_DP && npieces > 1 ? 3 : 1;
-        double best_total = DBL_MAX;
-        int *best = malloc(sizeof(int) * ((size_t)n + 1));
-        if (!best) {
-            rc = ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
+        if ((rc = choose_by_pieces(&C, live, n, pieces, npieces, err)) < 0)
             goto done;
-        }
-        for (int order = 0; order < norders; order++) {
-            qsort(pieces, (size_t)npieces, sizeof *pieces,
-                  order == 0 ? piece_cmp : order == 1 ? piece_cmp_topo : piece_cmp_rtopo);
-            for (int v = 0; v < n; v++)
-                st[v].chosen = -1;
-            for (int i = 0; i < npieces; i++) {
-                int r = pieces[i].root;
-                for (int v = 0; v <= r; v++)
-                    if (live[v] && pl_graph_node(g, v)->kind != PL_INPUT && st[v].piece == r)
-                        dp_node(&C, v);
-                assign(&C, r, pick_root(&C, r));
-            }
-            if (sel == PL_SELECT_DP)
-                refine(&C, n, live);
-            double total = 0;
-            for (int v = 0; v < n; v++)
-                if (st[v].chosen >= 0)
-                    total += own_cost(&C, v, st[v].chosen);
-            if (total < best_total) {
-                best_total = total;
-                for (int v = 0; v < n; v++)
-                    best[v] = st[v].chosen;
-            }
-        }
-        for (int v = 0; v < n; v++)
-            st[v].chosen = best[v];
-        free(best);
     }
-
-    /* Record the choice and its true sub-costs under the final assignment. */
-    for (int v = 0; v < n; v++) {
-        if (st[v].chosen < 0)
-            continue;
-        pl_choice *c = &plan->nodes[v];
-        if ((rc = pl_spec_make(g, v, st[v].counts + st[v].chosen * st[v].nidx, &c->spec,
-                               err)) < 0)
-            goto done;
-        if (pl_tiling_of_outputs(&c->spec, &c->out_tiling) < 0) {
-            rc = ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
-            goto done;
-        }
-        c->planned = 1;
-        const pl_node *nd = pl_graph_node(g, v);
-        const pl_tiling *tin[PL_MAX_INPUTS] = {NULL};
-        for (int k = 0; k < nd->ninputs; k++)
-            if (plan->nodes[nd->inputs[k]].planned)
-                tin[k] = &plan->nodes[nd->inputs[k]].out_tiling;
-        pl_cost(g, v, &c->spec, tin, &c->repart, &c->join, &c->agg);
-        plan->total += c->repart + c->join + c->agg;
-    }
+    rc = plan_record(g, n, st, plan, err);
 done:
     if (st)
         for (int v = 0; v < n; v++)

@@ -7,6 +7,7 @@
  * each function specification. */
 #include "planner/pl_spec.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 void pl_interval(int64_t size, int count, int part, int64_t *lo, int64_t *hi)
 {
+    assert(size >= 0 && count >= 1 && part >= 0 && part < count);
     int64_t base = size / count, extra = size % count;
     *lo = part * base + (part < extra ? part : extra);
     *hi = *lo + base + (part < extra ? 1 : 0);
@@ -413,22 +415,27 @@ int pl_spec_requests(const pl_graph *g, int node, int p, int **counts, int *n, i
     return 0;
 }
 
-char *pl_spec_format(const pl_spec *s, const pl_index *idx, char *buf, size_t len)
+/* "a:4 b:2" (index letters) or "tokens:4 d_model:2" (labels) into buf. */
+static char *spec_format(const pl_spec *s, const pl_index *idx, int labels, char *buf, size_t len)
 {
     size_t n = 0;
     buf[0] = '\0';
-    for (int i = 0; i < s->nidx && n < len; i++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%c:%d", i ? " " : "", idx[i].name, s->counts[i]);
+    for (int i = 0; i < s->nidx && n < len; i++) {
+        char letter[2] = {idx[i].name, '\0'};
+        n += (size_t)snprintf(buf + n, len - n, "%s%s:%d", i ? " " : "",
+                              labels ? idx[i].label : letter, s->counts[i]);
+    }
     return buf;
+}
+
+char *pl_spec_format(const pl_spec *s, const pl_index *idx, char *buf, size_t len)
+{
+    return spec_format(s, idx, 0, buf, len);
 }
 
 char *pl_spec_format_labels(const pl_spec *s, const pl_index *idx, char *buf, size_t len)
 {
-    size_t n = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < s->nidx && n < len; i++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%s:%d", i ? " " : "", idx[i].label, s->counts[i]);
-    return buf;
+    return spec_format(s, idx, 1, buf, len);
 }
 
 static int box_cmp(const void *a, const void *b)

@@ -1,6 +1,7 @@
 /* worker/wk_exec.c — the executor and its ZeroMQ synchronisation. */
 #include "worker/wk_exec.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -247,6 +248,8 @@ static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
 
 static kn_block block_of(wk *w, int buf)
 {
+    /* ein_program_validate checked every buffer id before anything ran */
+    assert(buf >= 0 && buf < w->prog->nbuffers);
     const ein_pbuffer *b = &w->prog->buffers[buf];
     return (kn_block){.data = w->base + b->offset, .dtype = b->dtype, .box = b->box};
 }

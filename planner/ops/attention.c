@@ -49,17 +49,11 @@ int pl_graph_add_attention(pl_graph *g, const char *name, int q, int k, int v,
     if (tq->dtype != tk->dtype || tq->dtype != tv->dtype)
         return ein_fail(err, EIN_ESHAPE, "attention: q, k and v need one dtype");
     pl_node n;
-    memset(&n, 0, sizeof n);
+    pl_node_init_like(&n, g, PL_ATTENTION, q);   /* rank 3, checked above */
     if ((rc = pl_seq_ends_copy("attention", seq_ends, nseq, tq->shape[1], &n.kernel.list,
                                err)) < 0)
         return rc;
-    n.kind = PL_ATTENTION;
-    n.dtype = tq->dtype;
-    n.rank = 3;
-    memcpy(n.shape, tq->shape, sizeof n.shape);
-    memcpy(n.axis_name, tq->axis_name, sizeof n.axis_name);
     n.ninputs = 3;
-    n.inputs[0] = q;
     n.inputs[1] = k;
     n.inputs[2] = v;
     n.kernel.kind = EIN_KERNEL_ATTENTION;

@@ -39,14 +39,8 @@ int pl_graph_add_norm(pl_graph *g, const char *name, int x, int w, int b, double
                             ein_dtype_name(p->dtype));
     }
     pl_node n;
-    memset(&n, 0, sizeof n);
-    n.kind = b >= 0 ? PL_LAYERNORM : PL_RMSNORM;
-    n.dtype = t->dtype;
-    n.rank = t->rank;
-    memcpy(n.shape, t->shape, sizeof n.shape);
-    memcpy(n.axis_name, t->axis_name, sizeof n.axis_name);
+    pl_node_init_like(&n, g, b >= 0 ? PL_LAYERNORM : PL_RMSNORM, x);
     n.ninputs = b >= 0 ? 3 : 2;
-    n.inputs[0] = x;
     n.inputs[1] = w;
     n.inputs[2] = b;
     n.kernel.kind = b >= 0 ? EIN_KERNEL_LAYERNORM : EIN_KERNEL_RMSNORM;

@@ -41,16 +41,9 @@ int pl_graph_add_rope_style(pl_graph *g, const char *name, int x, int64_t head_d
     if (!(theta > 1) || theta > 1e12)
         return ein_fail(err, EIN_EINVAL, "rope: theta %g must be in (1, 1e12]", theta);
     pl_node n;
-    memset(&n, 0, sizeof n);
+    pl_node_init_like(&n, g, PL_ROPE, x);   /* rank 2, checked above */
     if ((rc = pl_seq_ends_copy("rope", seq_ends, nseq, t->shape[0], &n.kernel.list, err)) < 0)
         return rc;
-    n.kind = PL_ROPE;
-    n.dtype = t->dtype;
-    n.rank = 2;
-    memcpy(n.shape, t->shape, sizeof n.shape);
-    memcpy(n.axis_name, t->axis_name, sizeof n.axis_name);
-    n.ninputs = 1;
-    n.inputs[0] = x;
     n.kernel.kind = EIN_KERNEL_ROPE;
     n.kernel.head_dim = head_dim;
     n.kernel.theta = theta;

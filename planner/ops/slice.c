@@ -26,17 +26,10 @@ int pl_graph_add_slice(pl_graph *g, const char *name, int x, int axis, int64_t s
                         "%s's axis %d of size %lld", (long long)start, (long long)end, t->name,
                         a, (long long)t->shape[a]);
     pl_node n;
-    memset(&n, 0, sizeof n);
-    n.kind = PL_SLICE;
-    n.dtype = t->dtype;
-    n.rank = t->rank;
-    memcpy(n.shape, t->shape, sizeof n.shape);
-    memcpy(n.axis_name, t->axis_name, sizeof n.axis_name);
+    pl_node_init_like(&n, g, PL_SLICE, x);
     n.shape[a] = end - start;
     if (n.shape[a] != t->shape[a])
         n.axis_name[a][0] = '\0';
-    n.ninputs = 1;
-    n.inputs[0] = x;
     n.kernel.kind = EIN_KERNEL_SLICE;
     n.kernel.axis = a;
     n.kernel.start = start;

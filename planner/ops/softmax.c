@@ -21,14 +21,7 @@ int pl_graph_add_softmax(pl_graph *g, const char *name, int x, int axis, ein_err
         return ein_fail(err, EIN_ESHAPE, "softmax: axis %d is out of range for %s of rank %d",
                         axis, t->name, t->rank);
     pl_node n;
-    memset(&n, 0, sizeof n);
-    n.kind = PL_SOFTMAX;
-    n.dtype = t->dtype;
-    n.rank = t->rank;
-    memcpy(n.shape, t->shape, sizeof n.shape);
-    memcpy(n.axis_name, t->axis_name, sizeof n.axis_name);
-    n.ninputs = 1;
-    n.inputs[0] = x;
+    pl_node_init_like(&n, g, PL_SOFTMAX, x);
     n.kernel.kind = EIN_KERNEL_SOFTMAX;
     n.kernel.axis = a;
     return pl_graph_append(g, name, &n, err);

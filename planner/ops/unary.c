@@ -23,16 +23,8 @@ int pl_graph_add_unary(pl_graph *g, const char *name, ein_unary op, double scala
         return rc;
     if (ein_unary_takes_scalar(op) && !isfinite(scalar))
         return ein_fail(err, EIN_EINVAL, "%s: constant %g is not finite", ein_unary_name(op), scalar);
-    const pl_node *t = &g->nodes[x];
     pl_node n;
-    memset(&n, 0, sizeof n);
-    n.kind = PL_UNARY;
-    n.dtype = t->dtype;
-    n.rank = t->rank;
-    memcpy(n.shape, t->shape, sizeof n.shape);
-    memcpy(n.axis_name, t->axis_name, sizeof n.axis_name);
-    n.ninputs = 1;
-    n.inputs[0] = x;
+    pl_node_init_like(&n, g, PL_UNARY, x);
     n.inputs[1] = -1;
     n.kernel.kind = EIN_KERNEL_UNARY;
     n.kernel.unary = op;

@@ -214,6 +214,19 @@ static int new_ex(rw_parser *p, rw_pexpr e)
     return p->r->nex++;
 }
 
+/* A tensor variable ("?x") next: its variable id into *var. */
+static int expect_tensor_var(rw_parser *p, int *var)
+{
+    int rc;
+    if ((rc = expect(p, 'a', "a tensor variable")) < 0)
+        return rc;
+    if (p->tok[0] != '?')
+        return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected a tensor variable, found %s", p->tok);
+    if ((*var = var_ref(p, p->tok, 0, 0)) < 0)
+        return *var;
+    return 0;
+}
+
 /* A parameter; the current token is its first. */
 static int parse_param(rw_parser *p, int lhs)
 {
@@ -235,13 +248,8 @@ static int parse_param(rw_parser *p, int lhs)
                     "side; expected an integer variable on the left", p->tok);
     rw_pexpr e = {0};
     if (strcmp(p->tok, "dim") == 0) {
-        if ((rc = expect(p, 'a', "a tensor variable")) < 0)
+        if ((rc = expect_tensor_var(p, &e.var)) < 0)
             return rc;
-        if (p->tok[0] != '?')
-            return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected a tensor variable, found %s",
-                        p->tok);
-        if ((e.var = var_ref(p, p->tok, 0, 0)) < 0)
-            return e.var;
         if ((rc = next(p)) < 0)
             return rc;
         int64_t ax;
@@ -252,13 +260,8 @@ static int parse_param(rw_parser *p, int lhs)
             return e.a;
         e.kind = PX_DIM;
     } else if (strcmp(p->tok, "rank") == 0) {
-        if ((rc = expect(p, 'a', "a tensor variable")) < 0)
+        if ((rc = expect_tensor_var(p, &e.var)) < 0)
             return rc;
-        if (p->tok[0] != '?')
-            return perr(p, EIN_EPARSE, p->tline, p->tcol, "expected a tensor variable, found %s",
-                        p->tok);
-        if ((e.var = var_ref(p, p->tok, 0, 0)) < 0)
-            return e.var;
         e.kind = PX_RANK;
     } else if (strcmp(p->tok, "+") == 0 || strcmp(p->tok, "-") == 0) {
         e.kind = p->tok[0] == '+' ? PX_ADD : PX_SUB;
