@@ -481,6 +481,7 @@ int xp_baseline_best(const xp_program *pre, const xp_topology *t, xp_base_kind k
             bp = pipe;
         } else {
             xp_program_free(q);
+            break; /* deeper pipelines stopped helping */
         }
     }
     if (!best)

@@ -23,9 +23,8 @@
  * (pipelining). The result is a valid program (Def. 5.5) over the same
  * preamble. Partitions must be resolved.
  *
- * xp_baseline_best tries every generator with pipe in {1, 2, 4, ..., 64}
- * and returns the fastest on the simulator, with its makespan and name
- * ("ring x8", ...; a static string copied into `name`).
+ * xp_baseline_best tries pipe = 1, 2, 4, ..., 64 while the simulated
+ * makespan improves and returns the fastest, its makespan and depth.
  *
  * Ownership: *out is a new program (xp_program_free). On error returns a
  * negative EIN_E* code (EIN_EUNSUPPORTED: too many chunks for the shape)

@@ -33,13 +33,16 @@ void xp_search_opts_default(xp_search_opts *o)
     o->chunks = 0;
 }
 
-/* Work to evaluate a program: its actions, a stream of chunks counting
- * once per chunk (what the simulator expands it to). */
+/* Work to evaluate a program: one unit per action, and for a chunked one
+ * per chunk and hop (the flows the simulator runs for it). */
 static long prog_work(const xp_program *p)
 {
     long w = 1;
-    for (int a = 0; a < p->nact; a++)
-        w += p->act[a].run > 0 ? p->act[a].run : 1;
+    for (int a = 0; a < p->nact; a++) {
+        const xp_action *ac = &p->act[a];
+        long hops = ac->nrelay + (ac->ndst > 0 ? ac->ndst : 1);
+        w += ac->nchunks > 1 ? (long)ac->run * hops : 1;
+    }
     return w;
 }
 
@@ -1080,10 +1083,8 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         double cbest = INFINITY;
         for (int k = XP_BASE_RING; pre && k <= XP_BASE_DIRECT; k++) {
             double prev = INFINITY;
-            for (int pipe = 1; pipe <= 8; pipe *= 2) {
+            for (int pipe = 1; pipe <= 64; pipe *= 2) {
                 xp_program *q = NULL;
-                if (o->max_work > 0 && st.work >= o->max_work / 2)
-                    break;
                 if (xp_baseline(pre, t, (xp_base_kind)k, pipe, &q, NULL) < 0)
                     break;
                 st.work += prog_work(q);
@@ -1097,6 +1098,8 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
                 }
                 if (!(c < prev * (1 - 1e-9)))
                     break; /* deeper pipelines stopped helping */
+                if (pipe == 1 && c > 1.5 * cbest)
+                    break; /* far behind: pipelining will not catch up */
                 prev = c;
             }
         }
