@@ -16,7 +16,8 @@
  *    dgx-v100, dgx-a100, dgx-h100 and gb200-nvl72 (all 72 GPUs): naive,
  *    the best baseline (ring, tree, direct at their best pipeline depth),
  *    synthesised (default budget, chunks allowed), the lower bound, and
- *    synthesised / bound, with the synthesis CPU time. Sizes per GPU: an
+ *    synthesised / bound, with the synthesis CPU time (--machine M: one
+ *    machine only). Sizes per GPU: an
  *    all-reduce sums n blocks of S; a reduce-scatter n blocks of S split in
  *    n atoms, atom j to GPU j; an all-gather gives every GPU n atoms of
  *    S/n; an all-to-all sends S/n from every GPU to every other.
@@ -134,7 +135,7 @@ static xp_program *collective(int kind, int n, double S)
     return p;
 }
 
-static int bench_collectives(const xp_search_opts *o0)
+static int bench_collectives(const xp_search_opts *o0, const char *only)
 {
     static const char *machines[] = {"dgx-v100", "dgx-a100", "dgx-h100", "gb200-nvl72"};
     static const char *kinds[] = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all"};
@@ -148,6 +149,8 @@ static int bench_collectives(const xp_search_opts *o0)
            "size", "naive", "baseline", "(which)", "synth", "bound", "s/bound", "synth-ms");
     for (int m = 0; m < 4; m++) {
         xp_topology *t = NULL;
+        if (only && strcmp(only, machines[m]) != 0)
+            continue;
         if (xp_topo_load(machines[m], &t, &err) < 0)
             return fprintf(stderr, "%s\n", err.msg), 1;
         for (int k = 0; k < 4; k++)
@@ -194,6 +197,7 @@ int main(int argc, char **argv)
     xp_search_opts o;
     xp_search_opts_default(&o);
     int only_coll = 0;
+    const char *only = NULL;
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "--collectives") == 0) {
             only_coll = 1;
@@ -201,19 +205,21 @@ int main(int argc, char **argv)
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "usage: bench-exchange [--collectives] [--work N] [--seed S]\n");
+            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--work N] [--seed S]\n");
             return 2;
         }
-        if (strcmp(argv[i], "--work") == 0)
+        if (strcmp(argv[i], "--machine") == 0)
+            only = argv[i + 1];
+        else if (strcmp(argv[i], "--work") == 0)
             o.max_work = atol(argv[i + 1]);
         else if (strcmp(argv[i], "--seed") == 0)
             o.seed = strtoull(argv[i + 1], NULL, 10);
         else {
-            fprintf(stderr, "usage: bench-exchange [--collectives] [--work N] [--seed S]\n");
+            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--work N] [--seed S]\n");
             return 2;
         }
     }
-    if (bench_collectives(&o) != 0)
+    if (bench_collectives(&o, only) != 0)
         return 1;
     if (only_coll)
         return 0;
