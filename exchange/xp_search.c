@@ -1103,6 +1103,21 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
                 prev = c;
             }
         }
+        /* Multi-path routing of single-copy atoms (link machines). */
+        for (int k = 4; pre && k <= 16; k *= 2) {
+            xp_program *q = NULL;
+            if (xp_multipath(pre, t, k, &q, NULL) < 0)
+                break;
+            st.work += prog_work(q);
+            double c = sim_cost(q, t);
+            if (c < cbest * (1 - 1e-9)) {
+                xp_program_free(cstart);
+                cstart = q;
+                cbest = c;
+            } else {
+                xp_program_free(q);
+            }
+        }
         xp_program_free(pre);
         if (cstart && cbest < best_cost * (1 - 1e-9)) {
             if (!plain)

@@ -225,7 +225,8 @@ static int flow_add(sim *S, int act, int kind, int from, int to, double bytes, i
     f->to = to;
     f->bytes = f->rem = bytes;
     f->nres = nres;
-    memcpy(f->res, res, sizeof(int) * (size_t)nres);
+    if (nres > 0) /* a latency wait crosses nothing (res may be NULL) */
+        memcpy(f->res, res, sizeof(int) * (size_t)nres);
     if (kind == FLOW_WAIT) {
         f->span = -1;
         return 0;
