@@ -34,14 +34,15 @@ void xp_search_opts_default(xp_search_opts *o)
 }
 
 /* Work to evaluate a program: one unit per action, and for a chunked one
- * per chunk and hop (the flows the simulator runs for it). */
-static long prog_work(const xp_program *p)
+ * per chunk and hop, twice with a latency (the simulator runs a wait and
+ * a flow for each). */
+static long prog_work(const xp_program *p, const xp_topology *t)
 {
-    long w = 1;
+    long w = 1, per = t->latency > 0 ? 2 : 1;
     for (int a = 0; a < p->nact; a++) {
         const xp_action *ac = &p->act[a];
         long hops = ac->nrelay + (ac->ndst > 0 ? ac->ndst : 1);
-        w += ac->nchunks > 1 ? (long)ac->run * hops : 1;
+        w += ac->nchunks > 1 ? (long)ac->run * hops * per : 1;
     }
     return w;
 }
@@ -1087,7 +1088,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
                 xp_program *q = NULL;
                 if (xp_baseline(pre, t, (xp_base_kind)k, pipe, &q, NULL) < 0)
                     break;
-                st.work += prog_work(q);
+                st.work += prog_work(q, t);
                 double c = sim_cost(q, t);
                 if (c < cbest * (1 - 1e-9)) {
                     xp_program_free(cstart);
@@ -1108,7 +1109,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
             xp_program *q = NULL;
             if (xp_multipath(pre, t, k, &q, NULL) < 0)
                 break;
-            st.work += prog_work(q);
+            st.work += prog_work(q, t);
             double c = sim_cost(q, t);
             if (c < cbest * (1 - 1e-9)) {
                 xp_program_free(cstart);
@@ -1163,7 +1164,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
             break;
         }
         st.steps++;
-        st.work += prog_work(cur);
+        st.work += prog_work(cur, t);
         since++;
         xp_program *c = xp_program_copy(cur);
         if (!c) {
