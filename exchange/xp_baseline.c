@@ -481,6 +481,7 @@ int xp_baseline_best(const xp_program *pre, const xp_topology *t, xp_base_kind k
             bp = pipe;
         } else {
             xp_program_free(q);
+            break; /* deeper pipelines stopped helping */
         }
     }
     if (!best)
@@ -491,4 +492,125 @@ int xp_baseline_best(const xp_program *pre, const xp_topology *t, xp_base_kind k
     if (best_pipe)
         *best_pipe = bp;
     return 0;
+}
+
+/* ---- multi-path routing ---- */
+
+/* Resource of a hop s -> d for the load balance: the directed link, or
+ * the shared resource of `rest via`, or -1 (direct, no contention). */
+static int hop_res(const xp_topology *t, int s, int d)
+{
+    int n = t->ngpus;
+    if (t->link[s * n + d] > 0)
+        return s * n + d;
+    return t->rest >= 0 ? n * n + t->rest : -1;
+}
+
+static double res_bw(const xp_topology *t, int r)
+{
+    int n = t->ngpus;
+    return r < n * n ? t->link[r] : t->shared_bw[r - n * n];
+}
+
+int xp_multipath(const xp_program *pre, const xp_topology *t, int k, xp_program **out,
+                 ein_error *err)
+{
+    int n = t->ngpus, nres = n * n + XP_TOPO_MAX_SHARED, rc = 0;
+    if (t->port > 0)
+        return ein_fail(err, EIN_EUNSUPPORTED, "multipath: a switch machine");
+    if (!xp_program_resolved(pre) || pre->ngpus > n || k < 1 || k > XP_CHUNKS_MAX)
+        return ein_fail(err, EIN_EINVAL, "multipath: a resolved preamble on %s, 1 to %d chunks",
+                        t->name, XP_CHUNKS_MAX);
+    for (int o = 0; o < pre->nout; o++) {
+        if (xp_set_count(pre, pre->out[o].set) != 1)
+            return ein_fail(err, EIN_EUNSUPPORTED, "multipath: an aggregate of several copies");
+        for (int e = 0; e < pre->nout; e++)
+            if (e != o && xp_set_equal(pre, pre->out[e].set, pre->out[o].set))
+                return ein_fail(err, EIN_EUNSUPPORTED, "multipath: an atom with two targets");
+    }
+    double *load = calloc((size_t)nres, sizeof(double));
+    /* chunks per (OUT, path); path n: direct, r < n: through r */
+    int *cnt = calloc((size_t)(pre->nout + 1) * (size_t)(n + 1), sizeof(int));
+    int *src = malloc(sizeof(int) * (size_t)(pre->nout + 1));
+    xp_program *p = xp_program_copy(pre);
+    if (!load || !cnt || !src || !p) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    while (p->nact)
+        xp_program_remove_action(p, p->nact - 1);
+    for (int o = 0; o < pre->nout; o++)
+        for (int i = 0; i < pre->nin; i++)
+            if (xp_set_has(pre->out[o].set, i))
+                src[o] = pre->in[i].site;
+    /* Round by round (chunk c of every atom), so that no atom takes the
+     * good paths before the others have had a chance. */
+    for (int c = 0; c < k; c++)
+        for (int o = 0; o < pre->nout; o++) {
+            int s = src[o], d = pre->out[o].site;
+            if (s == d)
+                continue;
+            double bytes = xp_set_bytes(pre, pre->out[o].set) / k;
+            int best = -1;
+            double best_max = INFINITY;
+            for (int r = n; r >= 0; r--) {
+                int r1, r2 = -1;
+                if (r == n) {
+                    r1 = hop_res(t, s, d);
+                } else {
+                    if (r == s || r == d || !(t->link[s * n + r] > 0) ||
+                        !(t->link[r * n + d] > 0))
+                        continue;
+                    r1 = s * n + r;
+                    r2 = r * n + d;
+                }
+                double m = r1 >= 0 ? load[r1] + bytes / res_bw(t, r1) : 0;
+                if (r2 >= 0 && load[r2] + bytes / res_bw(t, r2) > m)
+                    m = load[r2] + bytes / res_bw(t, r2);
+                if (m < best_max * (1 - 1e-12)) {
+                    best_max = m;
+                    best = r;
+                }
+            }
+            if (best == n) {
+                int r1 = hop_res(t, s, d);
+                if (r1 >= 0)
+                    load[r1] += bytes / res_bw(t, r1);
+            } else {
+                load[s * n + best] += bytes / res_bw(t, s * n + best);
+                load[best * n + d] += bytes / res_bw(t, best * n + d);
+            }
+            cnt[(size_t)o * (size_t)(n + 1) + (size_t)best]++;
+        }
+    for (int o = 0; o < pre->nout; o++) {
+        const xp_word *x = pre->out[o].set;
+        int s = src[o], d = pre->out[o].site, c0 = 0;
+        if (s == d) {
+            if ((rc = xp_program_add_action(p, x, d, NULL, 0, err)) < 0)
+                goto done;
+            continue;
+        }
+        for (int r = n; r >= 0; r--) {
+            int m = cnt[(size_t)o * (size_t)(n + 1) + (size_t)r];
+            if (!m)
+                continue;
+            if (r == n)
+                rc = xp_program_add_action(p, x, s, &d, 1, err);
+            else
+                rc = xp_program_add_relay(p, x, s, &r, 1, &d, 1, err);
+            if (rc < 0 || (rc = xp_action_set_chunk(p, p->nact - 1, c0, m, k, err)) < 0)
+                goto done;
+            c0 += m;
+        }
+    }
+    if ((rc = xp_program_check(p, err)) < 0)
+        goto done;
+    *out = p;
+    p = NULL;
+done:
+    xp_program_free(p);
+    free(load);
+    free(cnt);
+    free(src);
+    return rc < 0 ? rc : 0;
 }

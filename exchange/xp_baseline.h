@@ -23,9 +23,8 @@
  * (pipelining). The result is a valid program (Def. 5.5) over the same
  * preamble. Partitions must be resolved.
  *
- * xp_baseline_best tries every generator with pipe in {1, 2, 4, ..., 64}
- * and returns the fastest on the simulator, with its makespan and name
- * ("ring x8", ...; a static string copied into `name`).
+ * xp_baseline_best tries pipe = 1, 2, 4, ..., 64 while the simulated
+ * makespan improves and returns the fastest, its makespan and depth.
  *
  * Ownership: *out is a new program (xp_program_free). On error returns a
  * negative EIN_E* code (EIN_EUNSUPPORTED: too many chunks for the shape)
@@ -43,6 +42,15 @@ int xp_baseline(const xp_program *pre, const xp_topology *t, xp_base_kind kind, 
                 xp_program **out, ein_error *err);
 int xp_baseline_best(const xp_program *pre, const xp_topology *t, xp_base_kind kind,
                      xp_program **out, double *seconds, int *best_pipe, ein_error *err);
+/* Multi-path routing for preambles whose every OUT aggregate has one
+ * holder and one target (all-to-all, permutations) on a machine of
+ * point-to-point links: each atom cut into k chunks, each chunk sent
+ * directly or relayed through one other GPU, chosen greedily to keep the
+ * most loaded link (bytes over bandwidth) lowest; the chunks of one atom
+ * on one path form a stream. EIN_EUNSUPPORTED for other shapes and for
+ * switch machines (where the direct route is already the best). */
+int xp_multipath(const xp_program *pre, const xp_topology *t, int k, xp_program **out,
+                 ein_error *err);
 /* "ring", "tree", "direct"; and back (-1: unknown). */
 const char *xp_base_name(xp_base_kind kind);
 int xp_base_parse(const char *name);

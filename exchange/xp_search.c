@@ -33,13 +33,17 @@ void xp_search_opts_default(xp_search_opts *o)
     o->chunks = 0;
 }
 
-/* Work to evaluate a program: its actions, a stream of chunks counting
- * once per chunk (what the simulator expands it to). */
-static long prog_work(const xp_program *p)
+/* Work to evaluate a program: one unit per action, and for a chunked one
+ * per chunk and hop, twice with a latency (the simulator runs a wait and
+ * a flow for each). */
+static long prog_work(const xp_program *p, const xp_topology *t)
 {
-    long w = 1;
-    for (int a = 0; a < p->nact; a++)
-        w += p->act[a].run > 0 ? p->act[a].run : 1;
+    long w = 1, per = t->latency > 0 ? 2 : 1;
+    for (int a = 0; a < p->nact; a++) {
+        const xp_action *ac = &p->act[a];
+        long hops = ac->nrelay + (ac->ndst > 0 ? ac->ndst : 1);
+        w += ac->nchunks > 1 ? (long)ac->run * hops * per : 1;
+    }
     return w;
 }
 
@@ -1080,13 +1084,11 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         double cbest = INFINITY;
         for (int k = XP_BASE_RING; pre && k <= XP_BASE_DIRECT; k++) {
             double prev = INFINITY;
-            for (int pipe = 1; pipe <= 8; pipe *= 2) {
+            for (int pipe = 1; pipe <= 64; pipe *= 2) {
                 xp_program *q = NULL;
-                if (o->max_work > 0 && st.work >= o->max_work / 2)
-                    break;
                 if (xp_baseline(pre, t, (xp_base_kind)k, pipe, &q, NULL) < 0)
                     break;
-                st.work += prog_work(q);
+                st.work += prog_work(q, t);
                 double c = sim_cost(q, t);
                 if (c < cbest * (1 - 1e-9)) {
                     xp_program_free(cstart);
@@ -1097,7 +1099,24 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
                 }
                 if (!(c < prev * (1 - 1e-9)))
                     break; /* deeper pipelines stopped helping */
+                if (pipe == 1 && c > 1.5 * cbest)
+                    break; /* far behind: pipelining will not catch up */
                 prev = c;
+            }
+        }
+        /* Multi-path routing of single-copy atoms (link machines). */
+        for (int k = 4; pre && k <= 16; k *= 2) {
+            xp_program *q = NULL;
+            if (xp_multipath(pre, t, k, &q, NULL) < 0)
+                break;
+            st.work += prog_work(q, t);
+            double c = sim_cost(q, t);
+            if (c < cbest * (1 - 1e-9)) {
+                xp_program_free(cstart);
+                cstart = q;
+                cbest = c;
+            } else {
+                xp_program_free(q);
             }
         }
         xp_program_free(pre);
@@ -1145,7 +1164,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
             break;
         }
         st.steps++;
-        st.work += prog_work(cur);
+        st.work += prog_work(cur, t);
         since++;
         xp_program *c = xp_program_copy(cur);
         if (!c) {

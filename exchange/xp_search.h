@@ -17,8 +17,9 @@
  *      many as the links allow, in proportion to their bandwidth), a
  *      double binary tree and a direct reduce-scatter + all-gather, each
  *      cut into one chunk per target and pipelined into a stream of 1, 2,
- *      4 or 8 chunks (the depth the α-β simulator finds fastest; deeper
- *      is tried only while it helps); the fastest start wins;
+ *      4, ... 64 chunks (the depth the α-β simulator finds fastest; deeper
+ *      is tried only while it helps); the fastest start wins (so the
+ *      result is never slower than any of these baselines);
  *   3. body: starting from the better of them, apply the guarded
  *      transformations of §5.4 — relay introduction / elimination, source
  *      substitution, aggregation pullup (X@r->s, Y@r->s => X+Y@r->s) and

@@ -225,7 +225,7 @@ static int flow_add(sim *S, int act, int kind, int from, int to, double bytes, i
     f->to = to;
     f->bytes = f->rem = bytes;
     f->nres = nres;
-    if (nres > 0) /* res may be NULL when there is none */
+    if (nres > 0) /* a latency wait crosses nothing (res may be NULL) */
         memcpy(f->res, res, sizeof(int) * (size_t)nres);
     if (kind == FLOW_WAIT) {
         f->span = -1;

@@ -5,9 +5,14 @@
  * with the fewest pieces then held). Its aggregation stage, when it has
  * m >= 2 pieces, reads them and writes the result at the source's HBM
  * bandwidth (bytes = sum of pieces + result; aggregations on one GPU share
- * its HBM). Its transfer stage is one flow per destination along the
- * topology's route (egress port, link or shared bridge, ingress port); a
- * relay's next hop starts when the relay has received the whole aggregate.
+ * its HBM). Its transfer stage, on every hop, first waits the topology's
+ * latency (alpha), then runs one flow per destination along the topology's
+ * route (egress port, link or shared bridge, ingress port), which also
+ * crosses the HBM of both ends; a relay's next hop starts when the relay
+ * has received the whole aggregate (or chunk). Chunked actions move their
+ * share of the bytes; a run of chunks is a stream (on every hop chunk c+1
+ * starts once chunk c has finished that hop). The timeline reports actions
+ * as written (a stream from its first chunk's start to its last's end).
  * At every moment the bandwidth of every resource is shared max-min fairly
  * among the flows crossing it (so a multicast to k destinations gets 1/k
  * of a saturated egress port each). Data lands at a site, and may enable

@@ -11,7 +11,18 @@
  * 2. The paper's all-reduce of eight 1 GB atoms on dgx-v100 and dgx-a100.
  * 3. Simulator throughput: the naive program of the 64-atom preamble,
  *    simulated repeatedly; actions (and flow completions) per second.
+ * 0. Collectives (also alone with --collectives): all-reduce,
+ *    reduce-scatter, all-gather and all-to-all at 1 GB and 1 MB per GPU on
+ *    dgx-v100, dgx-a100, dgx-h100 and gb200-nvl72 (all 72 GPUs): naive,
+ *    the best baseline (ring, tree, direct at their best pipeline depth),
+ *    synthesised (default budget, chunks allowed), the lower bound, and
+ *    synthesised / bound, with the synthesis CPU time (--machine M: one
+ *    machine only). Sizes per GPU: an
+ *    all-reduce sums n blocks of S; a reduce-scatter n blocks of S split in
+ *    n atoms, atom j to GPU j; an all-gather gives every GPU n atoms of
+ *    S/n; an all-to-all sends S/n from every GPU to every other.
  * Built by `make check` so it keeps compiling; never run by it. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +30,8 @@
 
 #include "common/ein_clock.h"
 #include "exchange/xp_atoms.h"
+#include "exchange/xp_baseline.h"
+#include "exchange/xp_bound.h"
 #include "exchange/xp_naive.h"
 #include "exchange/xp_search.h"
 #include "exchange/xp_sim.h"
@@ -59,20 +72,153 @@ static xp_program *preamble(int k)
     return p;
 }
 
+static double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* A collective over n GPUs, S bytes per GPU (see the header). */
+static xp_program *collective(int kind, int n, double S)
+{
+    int nin = kind == 0 ? n : kind == 1 ? n * n : kind == 2 ? n : n * (n - 1);
+    xp_program *p = xp_program_new(n, nin);
+    ein_error err;
+    xp_word *x = p ? xp_set_new(p) : NULL;
+    if (!x)
+        return NULL;
+    int k = 0;
+    if (kind == 0) {
+        for (int g = 0; g < n; g++)
+            xp_program_add_in(p, 0, g, S, &err), xp_set_add(x, g);
+        for (int g = 0; g < n; g++)
+            xp_program_add_out(p, x, g, &err);
+    } else if (kind == 1) {
+        for (int a = 0; a < n; a++)
+            for (int g = 0; g < n; g++)
+                xp_program_add_in(p, a, g, S / n, &err);
+        for (int a = 0; a < n; a++) {
+            memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
+            for (int g = 0; g < n; g++)
+                xp_set_add(x, a * n + g);
+            xp_program_add_out(p, x, a, &err);
+        }
+    } else if (kind == 2) {
+        for (int a = 0; a < n; a++)
+            xp_program_add_in(p, a, a, S / n, &err);
+        for (int a = 0; a < n; a++) {
+            memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
+            xp_set_add(x, a);
+            for (int g = 0; g < n; g++)
+                xp_program_add_out(p, x, g, &err);
+        }
+    } else {
+        for (int s = 0; s < n; s++)
+            for (int d = 0; d < n; d++)
+                if (s != d)
+                    xp_program_add_in(p, k++, s, S / n, &err);
+        k = 0;
+        for (int s = 0; s < n; s++)
+            for (int d = 0; d < n; d++)
+                if (s != d) {
+                    memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
+                    xp_set_add(x, k++);
+                    xp_program_add_out(p, x, d, &err);
+                }
+    }
+    free(x);
+    return p;
+}
+
+static int bench_collectives(const xp_search_opts *o0, const char *only)
+{
+    static const char *machines[] = {"dgx-v100", "dgx-a100", "dgx-h100", "gb200-nvl72"};
+    static const char *kinds[] = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all"};
+    static const double sizes[] = {1e9, 1e6};
+    xp_search_opts o = *o0;
+    o.chunks = 1;
+    ein_error err = {0};
+    printf("collectives (ms; synthesis: default budget, chunks, seed %llu; CPU ms)\n",
+           (unsigned long long)o.seed);
+    printf("%-12s %-15s %5s %10s %10s %-12s %10s %10s %7s %8s\n", "topology", "collective",
+           "size", "naive", "baseline", "(which)", "synth", "bound", "s/bound", "synth-ms");
+    for (int m = 0; m < 4; m++) {
+        xp_topology *t = NULL;
+        if (only && strcmp(only, machines[m]) != 0)
+            continue;
+        if (xp_topo_load(machines[m], &t, &err) < 0)
+            return fprintf(stderr, "%s\n", err.msg), 1;
+        for (int k = 0; k < 4; k++)
+            for (int z = 0; z < 2; z++) {
+                xp_program *pre = collective(k, t->ngpus, sizes[z]), *naive = NULL, *out = NULL;
+                double naive_s, base_s = INFINITY, s;
+                char which[32] = "-";
+                xp_bound b;
+                if (!pre || xp_search_naive(pre, t, &naive, &naive_s, &err) < 0 ||
+                    xp_bound_compute(pre, t, &b, &err) < 0)
+                    return fprintf(stderr, "%s\n", err.msg), 1;
+                for (int bk = XP_BASE_RING; bk <= XP_BASE_DIRECT; bk++) {
+                    xp_program *q = NULL;
+                    int pipe;
+                    if (xp_baseline_best(pre, t, (xp_base_kind)bk, &q, &s, &pipe, &err) < 0)
+                        continue;
+                    if (s < base_s) {
+                        base_s = s;
+                        snprintf(which, sizeof which, "%s x%d", xp_base_name(bk), pipe);
+                    }
+                    xp_program_free(q);
+                }
+                xp_search_stats st;
+                double c0 = cpu_ms();
+                if (xp_search(pre, t, &o, &out, &st, &err) < 0)
+                    return fprintf(stderr, "%s\n", err.msg), 1;
+                double dt = cpu_ms() - c0;
+                printf("%-12s %-15s %5s %10.4f %10.4f %-12s %10.4f %10.4f %7.3f %8.1f%s\n",
+                       machines[m], kinds[k], z ? "1MB" : "1GB", naive_s * 1e3, base_s * 1e3,
+                       which, st.best_s * 1e3, b.seconds * 1e3, st.best_s / b.seconds, dt,
+                       xp_program_chunked(out) ? " chunked" : "");
+                fflush(stdout);
+                xp_program_free(out);
+                xp_program_free(naive);
+                xp_program_free(pre);
+            }
+        xp_topo_free(t);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     xp_search_opts o;
     xp_search_opts_default(&o);
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--work") == 0)
+    int only_coll = 0;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i += 2) {
+        if (strcmp(argv[i], "--collectives") == 0) {
+            only_coll = 1;
+            i--;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--work N] [--seed S]\n");
+            return 2;
+        }
+        if (strcmp(argv[i], "--machine") == 0)
+            only = argv[i + 1];
+        else if (strcmp(argv[i], "--work") == 0)
             o.max_work = atol(argv[i + 1]);
         else if (strcmp(argv[i], "--seed") == 0)
             o.seed = strtoull(argv[i + 1], NULL, 10);
         else {
-            fprintf(stderr, "usage: bench-exchange [--work N] [--seed S]\n");
+            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--work N] [--seed S]\n");
             return 2;
         }
     }
+    if (bench_collectives(&o, only) != 0)
+        return 1;
+    if (only_coll)
+        return 0;
     const char *machines[] = {"dgx-v100", "dgx-a100"};
     ein_error err = {0};
     printf("synthesis (work %ld, at most %ld steps, patience %ld, cap %.0f ms, seed %llu)\n",

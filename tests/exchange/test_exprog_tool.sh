@@ -21,7 +21,7 @@ ms_near() {
     tail -n 1 "$1" | awk -v w="$2" '$1 == "makespan:" && $3 == "ms" && $2 >= w * 0.98 && $2 <= w * 1.02 { f = 1 } END { exit !f }'
 }
 
-echo "1..28"
+echo "1..31"
 
 "$X" check "$P/ex5_1.xp" > "$S/out" 2>&1
 check "check: Ex. 5.1 is valid" '[ $? -eq 0 ] && grep -q "valid" "$S/out"'
@@ -104,3 +104,11 @@ check "simulate: --latency-us 0 gives Ex. 5.3 exactly 66.667 ms" 'tail -n 1 "$S/
 
 "$X" bound --topology dgx-v100 "$P/ex5_3_preamble.xp" > "$S/out" 2>&1
 check "bound: Ex. 5.3's preamble, below the paper's 66.7 ms" 'tail -n 1 "$S/out" | awk "\$1 == \"bound:\" && \$2 > 0 && \$2 <= 66.7 { f = 1 } END { exit !f }"'
+
+"$X" baseline ring --topology dgx-v100 --pipe 2 "$P/allreduce8.xp" > "$S/ring.xp" 2> "$S/out"; rc=$?
+check "baseline: a pipelined ring all-reduce on dgx-v100" '[ $rc -eq 0 ] && grep -q "^# baseline: ring, pipeline 2" "$S/ring.xp"'
+"$X" check "$S/ring.xp" > "$S/out" 2>&1
+check "baseline: its output is a valid (chunked) program" '[ $? -eq 0 ] && grep -q "\\[" "$S/ring.xp"'
+
+"$X" baseline spiral --topology dgx-v100 "$P/allreduce8.xp" > "$S/out" 2>&1; rc=$?
+check "usage: an unknown baseline exits 2" '[ $rc -eq 2 ]'
