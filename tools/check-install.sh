@@ -4,6 +4,7 @@
 # program outside the tree (examples/ffn_session.c) compiled with
 # pkg-config only, run; then the whole prefix moved elsewhere and the same
 # program, einrun and einrun --rewrite (its rules) run from the new place.
+# examples/ffn.py runs against the installed Python package.
 # Run from a configured build tree:  sh tools/check-install.sh [PREFIX]
 set -eu
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,6 +34,19 @@ build_and_run() {
 build_and_run "$prefix"
 cp "$srcdir/examples/ffn.ein" "$work/outside/"
 (cd "$work/outside" && "$prefix/bin/einrun" --cpu 2 ffn.ein >/dev/null 2>&1) || fail "installed einrun"
+# The paper's Python FFN (examples/ffn.py) from the installed package, when
+# the build installed one (a Python with NumPy was found).
+pydir=$(ls -d "$prefix"/lib/python3*/*-packages 2>/dev/null | head -n 1)
+if [ -n "$pydir" ] && [ -d "$pydir/einsummable" ]; then
+    cp "$srcdir/examples/ffn.py" "$work/outside/"
+    py=$(sed -n 's/^PYTHON = //p' "$build/Makefile")
+    (cd "$work/outside" && env -u EINWORKER -u EIN_BUILDDIR PYTHONPATH="$pydir" "${py:-python3}" ffn.py) \
+        > "$work/py.txt" 2>&1 || fail "examples/ffn.py with the installed package: $(cat "$work/py.txt")"
+    cat "$work/py.txt"
+    grep -q '^y: shape \[' "$work/py.txt" || fail "examples/ffn.py printed no result"
+else
+    echo "check-install: no Python package installed (no Python with NumPy): examples/ffn.py not run"
+fi
 # Relocated: move the whole prefix; everything must still find its parts.
 mv "$prefix" "$work/moved"
 build_and_run "$work/moved"
