@@ -413,6 +413,9 @@ static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
                         "copy of %llu bytes at offset %llu is outside device %d's memory (%zu bytes)",
                         (unsigned long long)b->bytes, (unsigned long long)ins->peer_offset,
                         ins->peer, pbytes);
+    /* The peer's READY came after its signal(): order our copy after it. */
+    if (w->be->peer_wait && (rc = w->be->peer_wait(w->be, ins->peer, err)) < 0)
+        return rc;
     return w->be->copy(w->be, w->base + b->offset, (const char *)pbase + ins->peer_offset,
                        b->bytes, err);
 }
@@ -420,8 +423,9 @@ static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
 static int notify(wk *w, const ein_instr *ins, ein_error *err)
 {
     int peer = ins->peer;
-    /* The peer may copy as soon as it hears: the buffer must be complete. */
-    int rc = w->be->sync(w->be, err);
+    /* The peer may copy as soon as it hears: the buffer must be complete,
+     * or (signal) the peer's copy ordered after what completes it. */
+    int rc = w->be->signal ? w->be->signal(w->be, err) : w->be->sync(w->be, err);
     if (rc < 0)
         return rc;
     if (!w->push[peer]) {
