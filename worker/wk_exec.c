@@ -42,9 +42,11 @@ typedef struct wk {
     /* Graphs (cfg->graphs and a backend that has them), else NULL: */
     int *head, *next;           /* wk_stretch_find's stretches */
     void **graph;               /* per head: its stretch's captured graph */
-    char *graph_off;            /* per head: capture failed, run one by one */
+    char *graph_off;            /* per head: capture failed or skipped, run one by one */
     int ncaptured, nlaunched;
     int nfailed;                /* stretches that could not be captured */
+    int nskipped;               /* stretches too short to capture (graph_min) */
+    int graph_min;              /* fewest instructions worth a graph */
     char graph_error[EIN_MSG_TEXT_MAX]; /* why the first of them failed */
     wk_pulse pulse;             /* progress, for the heartbeat thread */
     wk_beat *beater;            /* the heartbeat thread (wk_beat.h), or NULL */
@@ -609,6 +611,14 @@ static void capture(wk *w, int i)
     ein_error cerr = {0}, ignored = {0};
     void *g = NULL;
     int count, j = stretch_last(w, i, &count);
+    if (count < w->graph_min) {
+        /* Too short to gain (WK_GRAPH_MIN): not a failure, not counted as one. */
+        w->graph_off[i] = 1;
+        w->nskipped++;
+        wlog(w, 2, "the %d instructions %d..%d run without a graph: fewer than %d", count, i, j,
+             w->graph_min);
+        return;
+    }
     int rc = w->be->graph_begin(w->be, &cerr), begun = rc == 0;
     if (begun && w->cfg->fault && !strcmp(w->cfg->fault, "nocapture"))
         rc = ein_fail(&cerr, EIN_EDEVICE, "injected capture failure (EIN_FAULT nocapture)");
@@ -893,10 +903,29 @@ static int poison(wk *w, ein_error *err)
     return rc;
 }
 
+/* Stretches of fewer instructions are not captured. One instruction is
+ * one to a few kernel launches; replaying it as a graph replaces those
+ * with one cudaGraphLaunch, which costs the host about as much as a
+ * kernel launch or two (a few microseconds either way on current drivers,
+ * by NVIDIA's published figures, not measured here), so a one-instruction
+ * graph saves nothing worth its capture, instantiation and device memory,
+ * while from two instructions on every replay saves at least one launch.
+ * EIN_GRAPH_MIN=N (N >= 1) overrides it, to measure on a GPU. */
+#define WK_GRAPH_MIN 2
+
 /* Find the stretches once the program is known (see wk_stretch.h). */
 static int setup_graphs(wk *w, ein_error *err)
 {
     int n = w->prog->ninstrs;
+    w->graph_min = WK_GRAPH_MIN;
+    const char *env = getenv("EIN_GRAPH_MIN");
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end || v < 1 || v > 1000000)
+            return ein_fail(err, EIN_EINVAL, "EIN_GRAPH_MIN=%s: expected an integer >= 1", env);
+        w->graph_min = (int)v;
+    }
     if (!w->cfg->graphs || n == 0)
         return 0;
     if (!w->be->graph_begin) {
@@ -913,7 +942,8 @@ static int setup_graphs(wk *w, ein_error *err)
     int count = wk_stretch_find(w->prog, w->head, w->next, err);
     if (count < 0)
         return count;
-    wlog(w, 1, "%d local stretches, captured as graphs in iteration 2 and replayed after", count);
+    wlog(w, 1, "%d local stretches, captured as graphs in iteration 2 and replayed after "
+         "(those of fewer than %d instructions run one by one)", count, w->graph_min);
     return 0;
 }
 
@@ -1048,8 +1078,8 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
             done.t_copy = dc;
             done.t_device = 1;
         }
-        wlog(&w, 1, "iteration %d done in %.6f s (graphs: %d captured, %d launches so far)", w.iter,
-             done.t_total, w.ncaptured, w.nlaunched);
+        wlog(&w, 1, "iteration %d done in %.6f s (graphs: %d captured, %d launches so far, "
+             "%d too short)", w.iter, done.t_total, w.ncaptured, w.nlaunched, w.nskipped);
         if ((rc = send_msg(w.dealer, &done, err)) < 0)
             goto fail;
         char what[640];
