@@ -388,10 +388,21 @@ __device__ __forceinline__ int64_t kn_cu_seq_start(const kn_cu_seqs &s, int64_t 
     return st;
 }
 
-/* One thread per rotated pair. Angles in double, as on the CPU. Pair j of
- * a head is elements (2j, 2j+1) (interleaved) or (j, j + head_dim/2) (half). */
+/* The frequency of each pair, theta^(-2j/head_dim), computed on the host
+ * with the CPU kernel's expression (kn_rope.c), so the angles are the CPU's
+ * bit for bit; passed by value (1 KiB), for head_dim up to 2 * this
+ * (pairs past it, head_dim > 256, compute theirs on the device as before). */
+#define KN_CU_ROPE_PAIRS 128
+struct kn_cu_freqs {
+    double f[KN_CU_ROPE_PAIRS];
+};
+
+/* One thread per rotated pair. Angles in double, as on the CPU: position
+ * times the pair's precomputed frequency (no pow per element), one sincos
+ * (cos and sin in double, rounded to float, as on the CPU). Pair j of a
+ * head is elements (2j, 2j+1) (interleaved) or (j, j + head_dim/2) (half). */
 template <typename TX, typename TY>
-__global__ void kn_cu_rope_k(kn_cu_seqs seqs, int64_t t0, int64_t ntok, int64_t w,
+__global__ void kn_cu_rope_k(kn_cu_seqs seqs, kn_cu_freqs fr, int64_t t0, int64_t ntok, int64_t w,
                              int64_t head_dim, double theta, int half_style, const TX *x, TY *y)
 {
     int64_t npair = ntok * (w / 2), hh = head_dim / 2;
@@ -401,8 +412,11 @@ __global__ void kn_cu_rope_k(kn_cu_seqs seqs, int64_t t0, int64_t ntok, int64_t 
         int64_t pair = q % hh, c = (q / hh) * head_dim + (half_style ? pair : 2 * pair);
         int64_t c1 = half_style ? c + hh : c + 1;
         double p = (double)(t - kn_cu_seq_start(seqs, t));
-        double a = p * pow(theta, -2.0 * (double)pair / (double)head_dim);
-        float cs = (float)cos(a), sn = (float)sin(a);
+        double f = pair < KN_CU_ROPE_PAIRS ? fr.f[pair]
+                                           : pow(theta, -2.0 * (double)pair / (double)head_dim);
+        double a = p * f, sd, cd;
+        sincos(a, &sd, &cd);
+        float cs = (float)cd, sn = (float)sd;
         int64_t o = row * w + c, o1 = row * w + c1;
         float x0 = ld(x, o), x1 = ld(x, o1);
         st(y, o, x0 * cs - x1 * sn);
@@ -447,6 +461,10 @@ extern "C" int kn_cuda_rope_style(int style, int64_t head_dim, double theta,
     if (head_dim <= 0 || head_dim % 2 || !(theta > 0.0))
         return kn_cu_fail(err, EIN_EINVAL, "%s: head_dim must be positive and even, theta positive",
                           what);
+    kn_cu_freqs fr;
+    memset(&fr, 0, sizeof fr);
+    for (int64_t j = 0; j < head_dim / 2 && j < KN_CU_ROPE_PAIRS; j++)
+        fr.f[j] = pow(theta, -2.0 * (double)j / (double)head_dim);
     if (!kn_cu_box_eq(&x->box, &out->box))
         return kn_cu_fail(err, EIN_ESHAPE, "%s: out box differs from x box", what);
     int64_t t0 = x->box.lo[0], t1 = x->box.hi[0], c0 = x->box.lo[1], c1 = x->box.hi[1];
@@ -460,7 +478,7 @@ extern "C" int kn_cuda_rope_style(int style, int64_t head_dim, double theta,
     cudaStream_t s = (cudaStream_t)stream;
     KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(out->dtype, TY,
         kn_cu_rope_k<TX, TY><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
-            seqs, t0, t1 - t0, c1 - c0, head_dim, theta, style == EIN_ROPE_HALF,
+            seqs, fr, t0, t1 - t0, c1 - c0, head_dim, theta, style == EIN_ROPE_HALF,
             (const TX *)x->data, (TY *)out->data)));
     return kn_cu_launched(what, err);
 }
