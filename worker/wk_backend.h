@@ -83,6 +83,14 @@ struct wk_backend {
      * which attention ran, cuDNN's or ours, and why), into buf[cap], for
      * the worker's log. Returns 0, or negative when there is nothing. */
     int (*describe)(wk_backend *be, char *buf, size_t cap);
+    /* Optional (NULL: malloc and free): host memory that LOAD and STORE
+     * stage through when host_visible is 0 (CUDA: pinned, cudaHostAlloc,
+     * so uploads and downloads are DMA at full speed instead of going
+     * through the driver's bounce buffer). The executor keeps one such
+     * buffer, grown when a larger one is needed, and releases it at the
+     * end of every iteration; it falls back to malloc if this fails. */
+    int (*host_alloc)(wk_backend *be, size_t bytes, void **p, ein_error *err);
+    void (*host_free)(wk_backend *be, void *p);
     void (*destroy)(wk_backend *be);
 };
 

@@ -429,6 +429,26 @@ static int cu_agg(wk_backend *be, ein_agg op, const kn_block *srcs, int n, kn_bl
     return rc;
 }
 
+/* LOAD/STORE staging: pinned, so the copies are DMA straight from it. */
+static int cu_host_alloc(wk_backend *be, size_t bytes, void **p, ein_error *err)
+{
+    (void)be;
+    cudaError_t e = cudaHostAlloc(p, bytes, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return cu_fail(err, e, "cudaHostAlloc");
+    }
+    return 0;
+}
+
+static void cu_host_free(wk_backend *be, void *p)
+{
+    (void)be;
+    if (p)
+        cudaFreeHost(p);
+}
+
 static int cu_describe(wk_backend *be, char *buf, size_t cap)
 {
     cuda_backend *c = (cuda_backend *)be;
@@ -507,6 +527,8 @@ wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err)
         .graph_free = cu_graph_free,
         .device_times = cu_device_times,
         .describe = cu_describe,
+        .host_alloc = cu_host_alloc,
+        .host_free = cu_host_free,
         .destroy = cu_destroy,
     };
     cudaError_t e;

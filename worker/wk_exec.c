@@ -56,6 +56,9 @@ typedef struct wk {
     int store_now;              /* this iteration's START asked for the STOREs */
     char *reload;               /* per instruction: a LOAD to run again before
                                    this iteration (its START named its input) */
+    void *stage;                /* LOAD/STORE staging (stage_get), or NULL */
+    size_t stage_bytes;
+    int stage_pinned;           /* from be->host_alloc, else malloc */
 } wk;
 
 static void wlog(wk *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -359,23 +362,67 @@ static int store_host(wk *w, const char *path, const ein_box *box, ein_dtype dty
     return 0;
 }
 
+/* Release the staging buffer (end of an iteration, teardown). */
+static void stage_drop(wk *w)
+{
+    if (!w->stage)
+        return;
+    if (w->stage_pinned)
+        w->be->host_free(w->be, w->stage);
+    else
+        free(w->stage);
+    w->stage = NULL;
+    w->stage_bytes = 0;
+    w->stage_pinned = 0;
+}
+
+/* The staging buffer, at least `bytes` long: the one kept from an earlier
+ * LOAD or STORE of this iteration if large enough, else a new one, pinned
+ * where the backend offers it. Returns NULL (err filled) if out of memory. */
+static void *stage_get(wk *w, uint64_t bytes, ein_error *err)
+{
+    size_t want = bytes ? (size_t)bytes : 1;
+    if ((uint64_t)want != (bytes ? bytes : 1)) {
+        ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes", (unsigned long long)bytes);
+        return NULL;
+    }
+    if (w->stage && w->stage_bytes >= want)
+        return w->stage;
+    stage_drop(w);
+    ein_error why = {0};
+    int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY); /* pinning GiBs takes a while */
+    if (w->be->host_alloc && w->be->host_alloc(w->be, want, &w->stage, &why) == 0) {
+        w->stage_pinned = 1;
+    } else {
+        w->stage = NULL;
+        if (w->be->host_alloc)
+            wlog(w, 1, "staging %zu bytes in pageable memory: %s", want, why.msg);
+        w->stage = malloc(want);
+    }
+    wk_pulse_set(&w->pulse, prev);
+    if (!w->stage) {
+        ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes", (unsigned long long)bytes);
+        return NULL;
+    }
+    w->stage_bytes = want;
+    return w->stage;
+}
+
 /* Device memory that is not host memory is filled through a staging copy. */
 static int load(wk *w, const ein_instr *ins, ein_error *err)
 {
     const ein_pbuffer *b = &w->prog->buffers[ins->dst];
     if (w->be->host_visible)
         return load_host(w, ins, b, w->base + b->offset, err);
-    void *stage = malloc(b->bytes ? b->bytes : 1);
+    void *stage = stage_get(w, b->bytes, err);
     if (!stage)
-        return ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes",
-                        (unsigned long long)b->bytes);
+        return EIN_ENOMEM;
     int rc = load_host(w, ins, b, stage, err);
     if (rc == 0) {
         int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
         rc = w->be->upload(w->be, w->base + b->offset, stage, b->bytes, err);
         wk_pulse_set(&w->pulse, prev);
     }
-    free(stage);
     return rc;
 }
 
@@ -385,10 +432,9 @@ static int store(wk *w, const ein_instr *ins, ein_error *err)
     const ein_pbuffer *b = &w->prog->buffers[ins->srcs[0]];
     if (w->be->host_visible)
         return store_host(w, ins->path, &s.box, b->dtype, s.data, err);
-    void *stage = malloc(b->bytes ? b->bytes : 1);
+    void *stage = stage_get(w, b->bytes, err);
     if (!stage)
-        return ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes",
-                        (unsigned long long)b->bytes);
+        return EIN_ENOMEM;
     int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
     int rc = w->be->sync(w->be, err);
     if (rc == 0)
@@ -396,7 +442,6 @@ static int store(wk *w, const ein_instr *ins, ein_error *err)
     wk_pulse_set(&w->pulse, prev);
     if (rc == 0)
         rc = store_host(w, ins->path, &s.box, b->dtype, stage, err);
-    free(stage);
     return rc;
 }
 
@@ -951,6 +996,7 @@ static void teardown(wk *w)
 {
     wk_beat_stop(w->beater); /* before the context goes */
     w->beater = NULL;
+    stage_drop(w); /* before the backend goes */
     if (w->graph)
         for (int i = 0; i < w->prog->ninstrs; i++)
             if (w->graph[i])
@@ -1057,6 +1103,9 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
         wk_pulse_set(&w.pulse, WK_PULSE_MAIN);
         if (rc < 0)
             goto fail;
+        /* LOADs run in the first iteration, STOREs in the last: do not hold
+         * (pinned) host memory through the ones between. */
+        stage_drop(&w);
         /* Every READY of this iteration has been used; the next ones come
          * only after the next START, so the set can be emptied now. */
         w.nready = 0;
