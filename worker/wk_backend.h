@@ -45,8 +45,22 @@ struct wk_backend {
     int (*agg)(wk_backend *be, ein_agg op, const kn_block *srcs, int n, kn_block *out,
                ein_error *err);
     /* Wait until everything enqueued has finished: before a peer is told a
-     * buffer is ready, and at the end of an iteration. */
+     * buffer is ready (unless signal is set), and at the end of an
+     * iteration. */
     int (*sync)(wk_backend *be, ein_error *err);
+    /* Optional cross-process ordering without draining (NULL: NOTIFY calls
+     * sync() and a peer copy waits for nothing on the device). signal()
+     * marks, in stream order, the point a peer's copy must wait for: it is
+     * called before READY is sent, and must return only once a peer_wait()
+     * that starts after it will see the mark. peer_wait(peer) makes this
+     * backend's stream wait, on the device, for the latest mark of `peer`
+     * (called after peer_open, before the copy from it). A backend may
+     * implement signal() as sync() (CUDA with EIN_CUDA_IPC_SYNC=stream);
+     * peer_wait() then does nothing. docs/runtime.md, "Cross-process
+     * ordering", says why a later mark standing in for an earlier one is
+     * safe. */
+    int (*signal)(wk_backend *be, ein_error *err);
+    int (*peer_wait)(wk_backend *be, int peer, ein_error *err);
     /* Graphs, optional (all four NULL when the backend has none): between
      * graph_begin and graph_end the stream-ordered calls (kernel, agg, copy,
      * copy_box) are captured instead of run. graph_end always ends the
@@ -69,6 +83,14 @@ struct wk_backend {
      * which attention ran, cuDNN's or ours, and why), into buf[cap], for
      * the worker's log. Returns 0, or negative when there is nothing. */
     int (*describe)(wk_backend *be, char *buf, size_t cap);
+    /* Optional (NULL: malloc and free): host memory that LOAD and STORE
+     * stage through when host_visible is 0 (CUDA: pinned, cudaHostAlloc,
+     * so uploads and downloads are DMA at full speed instead of going
+     * through the driver's bounce buffer). The executor keeps one such
+     * buffer, grown when a larger one is needed, and releases it at the
+     * end of every iteration; it falls back to malloc if this fails. */
+    int (*host_alloc)(wk_backend *be, size_t bytes, void **p, ein_error *err);
+    void (*host_free)(wk_backend *be, void *p);
     void (*destroy)(wk_backend *be);
 };
 

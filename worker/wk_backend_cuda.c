@@ -9,10 +9,19 @@
  * exactly where the CPU backend would find the segment itself, and the
  * coordinator's cleanup removes it the same way. A peer opens each handle
  * once (cudaIpcOpenMemHandle) and caches the mapping. Everything a worker
- * does runs in order on its one stream; sync() is a stream synchronisation
- * (the executor calls it before telling a peer a buffer is ready, which is
- * why transfers are synchronised over ZeroMQ: a cross-process event wait
- * would only see records made before the wait was enqueued).
+ * does runs in order on its one stream.
+ *
+ * Cross-process ordering (docs/runtime.md, "Cross-process ordering"): next
+ * to the memory handle the worker publishes the handle of one interprocess
+ * event (cudaEventInterprocess | cudaEventDisableTiming). NOTIFY calls
+ * signal(), which records that event on the stream and returns; READY is
+ * sent after the record call returned, so the peer's cudaStreamWaitEvent,
+ * enqueued after READY arrived, sees that record or a later one (a
+ * cross-process wait sees only records made before it is enqueued). The
+ * peer opens the event once (cudaIpcOpenEventHandle) with the memory.
+ * EIN_CUDA_IPC_SYNC=stream, or an event that cannot be created or
+ * exported, selects the old path: signal() is a stream synchronisation and
+ * the published record says so, so peers wait for nothing on the device.
  *
  * Graphs are CUDA graphs captured from the stream (thread-local capture
  * mode) and instantiated once; nothing in a stretch allocates or
@@ -34,17 +43,20 @@
 
 #define SEGMENT_ALIGN (2u << 20)           /* IPC handles cover whole allocations */
 #define WORKSPACE_BYTES (64u << 20)        /* cuBLAS workspace, fixed before capture */
-#define HANDLE_MAGIC 0x45494e4350554831ULL /* "EINCPUH1" */
+#define HANDLE_MAGIC 0x45494e4350554832ULL /* "EINCPUH2": with the event */
 
 typedef struct published {
     uint64_t magic;
     uint64_t bytes;
     cudaIpcMemHandle_t handle;
+    uint64_t has_event;        /* 1: wait for `event`; 0: the owner drains */
+    cudaIpcEventHandle_t event;
 } published;
 
 typedef struct peer_map {
     void *base;
     size_t bytes;
+    cudaEvent_t event;         /* the peer's imported event, or NULL */
 } peer_map;
 
 /* An event pair around one operation on the stream: its device time. */
@@ -66,6 +78,10 @@ typedef struct cuda_backend {
     int timing_lost;           /* an event call failed: report no device times */
     void *base;
     size_t bytes;
+    /* Cross-process ordering: the event NOTIFY records, or NULL when
+     * signal() drains the stream instead (and why, for describe()). */
+    cudaEvent_t ipc_event;
+    const char *ipc_sync;
     void *workspace;
     kn_cuda_ctx *ctx;
     char own_name[128];
@@ -166,6 +182,17 @@ static int cu_segment_create(wk_backend *be, const char *name, size_t bytes, voi
     published pub = {.magic = HANDLE_MAGIC, .bytes = want};
     if ((e = cudaIpcGetMemHandle(&pub.handle, c->base)) != cudaSuccess)
         return cu_fail(err, e, "cudaIpcGetMemHandle");
+    if (c->ipc_event) {
+        if ((e = cudaIpcGetEventHandle(&pub.event, c->ipc_event)) == cudaSuccess) {
+            pub.has_event = 1;
+        } else {
+            /* Fall back to draining, for every peer alike: they read has_event. */
+            (void)cudaGetLastError();
+            cudaEventDestroy(c->ipc_event);
+            c->ipc_event = NULL;
+            c->ipc_sync = "stream (cudaIpcGetEventHandle failed)";
+        }
+    }
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0)
         return ein_fail(err, EIN_EIO, "shm_open %s: %s", name, strerror(errno));
@@ -198,10 +225,28 @@ static int cu_peer_open(wk_backend *be, int peer, const char *name, const void *
     close(fd);
     if (n != (ssize_t)sizeof pub || pub.magic != HANDLE_MAGIC)
         return ein_fail(err, EIN_EPROTO, "device %d's IPC handle %s is malformed", peer, name);
+    if (pub.has_event > 1)
+        return ein_fail(err, EIN_EPROTO, "device %d's IPC handle %s is malformed", peer, name);
+    /* The event first: a failure then leaves nothing cached to undo. The
+     * peer does not drain before READY when it published an event, so
+     * there is no fallback here: without the event nothing orders the copy. */
+    cudaEvent_t ev = NULL;
+    cudaError_t e;
+    if (pub.has_event && (e = cudaIpcOpenEventHandle(&ev, pub.event)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return ein_fail(err, EIN_EDEVICE,
+                        "cudaIpcOpenEventHandle (device %d's event): %s (%s); "
+                        "EIN_CUDA_IPC_SYNC=stream orders peer copies without events",
+                        peer, cudaGetErrorString(e), cudaGetErrorName(e));
+    }
     void *p = NULL;
-    cudaError_t e = cudaIpcOpenMemHandle(&p, pub.handle, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess)
+    e = cudaIpcOpenMemHandle(&p, pub.handle, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+        if (ev)
+            cudaEventDestroy(ev);
         return cu_fail(err, e, "cudaIpcOpenMemHandle");
+    }
+    c->peers[peer].event = ev;
     c->peers[peer].base = p;
     c->peers[peer].bytes = pub.bytes;
     *base = p;
@@ -291,6 +336,28 @@ static int cu_sync(wk_backend *be, ein_error *err)
     return e == cudaSuccess ? 0 : cu_fail(err, e, "stream");
 }
 
+/* NOTIFY: mark the point a peer's copy waits for. The record is enqueued
+ * when this returns, so a wait the peer enqueues after READY sees it. */
+static int cu_signal(wk_backend *be, ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    if (!c->ipc_event)
+        return cu_sync(be, err);
+    cudaError_t e = cudaEventRecord(c->ipc_event, c->stream);
+    return e == cudaSuccess ? 0 : cu_fail(err, e, "cudaEventRecord (interprocess)");
+}
+
+static int cu_peer_wait(wk_backend *be, int peer, ein_error *err)
+{
+    cuda_backend *c = (cuda_backend *)be;
+    if (peer < 0 || peer >= c->npeers || !c->peers[peer].base)
+        return ein_fail(err, EIN_EINVAL, "peer %d waited for before it was opened", peer);
+    if (!c->peers[peer].event)
+        return 0; /* the peer drained its stream before READY */
+    cudaError_t e = cudaStreamWaitEvent(c->stream, c->peers[peer].event, 0);
+    return e == cudaSuccess ? 0 : cu_fail(err, e, "cudaStreamWaitEvent (peer event)");
+}
+
 static int cu_graph_begin(wk_backend *be, ein_error *err)
 {
     cuda_backend *c = (cuda_backend *)be;
@@ -362,10 +429,38 @@ static int cu_agg(wk_backend *be, ein_agg op, const kn_block *srcs, int n, kn_bl
     return rc;
 }
 
+/* LOAD/STORE staging: pinned, so the copies are DMA straight from it. */
+static int cu_host_alloc(wk_backend *be, size_t bytes, void **p, ein_error *err)
+{
+    (void)be;
+    cudaError_t e = cudaHostAlloc(p, bytes, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return cu_fail(err, e, "cudaHostAlloc");
+    }
+    return 0;
+}
+
+static void cu_host_free(wk_backend *be, void *p)
+{
+    (void)be;
+    if (p)
+        cudaFreeHost(p);
+}
+
 static int cu_describe(wk_backend *be, char *buf, size_t cap)
 {
     cuda_backend *c = (cuda_backend *)be;
-    return c->ctx ? kn_cuda_ctx_attention_report(c->ctx, buf, cap) : EIN_EINVAL;
+    if (!c->ctx || cap == 0)
+        return EIN_EINVAL;
+    int rc = kn_cuda_ctx_attention_report(c->ctx, buf, cap);
+    size_t n = rc == 0 ? strlen(buf) : 0;
+    if (rc != 0)
+        buf[0] = '\0';
+    snprintf(buf + n, cap - n, "%speer copies ordered by %s", n ? "; " : "",
+             c->ipc_event ? "interprocess events" : c->ipc_sync);
+    return 0;
 }
 
 static void cu_destroy(wk_backend *be)
@@ -375,9 +470,14 @@ static void cu_destroy(wk_backend *be)
         return;
     if (c->stream)
         cudaStreamSynchronize(c->stream);
-    for (int i = 0; i < c->npeers; i++)
+    for (int i = 0; i < c->npeers; i++) {
+        if (c->peers[i].event)
+            cudaEventDestroy(c->peers[i].event);
         if (c->peers[i].base)
             cudaIpcCloseMemHandle(c->peers[i].base);
+    }
+    if (c->ipc_event)
+        cudaEventDestroy(c->ipc_event);
     for (int i = 0; i < c->ncreated; i++) {
         cudaEventDestroy(c->ev[i].start);
         cudaEventDestroy(c->ev[i].end);
@@ -419,12 +519,16 @@ wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err)
         .kernel = cu_kernel,
         .agg = cu_agg,
         .sync = cu_sync,
+        .signal = cu_signal,
+        .peer_wait = cu_peer_wait,
         .graph_begin = cu_graph_begin,
         .graph_end = cu_graph_end,
         .graph_launch = cu_graph_launch,
         .graph_free = cu_graph_free,
         .device_times = cu_device_times,
         .describe = cu_describe,
+        .host_alloc = cu_host_alloc,
+        .host_free = cu_host_free,
         .destroy = cu_destroy,
     };
     cudaError_t e;
@@ -444,6 +548,21 @@ wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err)
     }
     if (kn_cuda_ctx_create(c->workspace, WORKSPACE_BYTES, &c->ctx, err) < 0)
         goto fail;
+    /* Cross-process ordering: an interprocess event unless told otherwise
+     * or unavailable (exported in segment_create, which may still fall back). */
+    const char *mode = getenv("EIN_CUDA_IPC_SYNC");
+    if (mode && strcmp(mode, "stream") == 0) {
+        c->ipc_sync = "stream (EIN_CUDA_IPC_SYNC=stream)";
+    } else if (mode && *mode && strcmp(mode, "event") != 0) {
+        ein_fail(err, EIN_EINVAL, "EIN_CUDA_IPC_SYNC=%s: expected event or stream", mode);
+        goto fail;
+    } else if ((e = cudaEventCreateWithFlags(&c->ipc_event, cudaEventDisableTiming |
+                                                                cudaEventInterprocess)) !=
+               cudaSuccess) {
+        (void)cudaGetLastError();
+        c->ipc_event = NULL;
+        c->ipc_sync = "stream (cudaEventCreateWithFlags(cudaEventInterprocess) failed)";
+    }
     return &c->be;
 fail:
     cu_destroy(&c->be);

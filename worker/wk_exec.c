@@ -43,9 +43,11 @@ typedef struct wk {
     /* Graphs (cfg->graphs and a backend that has them), else NULL: */
     int *head, *next;           /* wk_stretch_find's stretches */
     void **graph;               /* per head: its stretch's captured graph */
-    char *graph_off;            /* per head: capture failed, run one by one */
+    char *graph_off;            /* per head: capture failed or skipped, run one by one */
     int ncaptured, nlaunched;
     int nfailed;                /* stretches that could not be captured */
+    int nskipped;               /* stretches too short to capture (graph_min) */
+    int graph_min;              /* fewest instructions worth a graph */
     char graph_error[EIN_MSG_TEXT_MAX]; /* why the first of them failed */
     wk_pulse pulse;             /* progress, for the heartbeat thread */
     wk_beat *beater;            /* the heartbeat thread (wk_beat.h), or NULL */
@@ -55,6 +57,9 @@ typedef struct wk {
     int store_now;              /* this iteration's START asked for the STOREs */
     char *reload;               /* per instruction: a LOAD to run again before
                                    this iteration (its START named its input) */
+    void *stage;                /* LOAD/STORE staging (stage_get), or NULL */
+    size_t stage_bytes;
+    int stage_pinned;           /* from be->host_alloc, else malloc */
 } wk;
 
 static void wlog(wk *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -360,23 +365,67 @@ static int store_host(wk *w, const char *path, const ein_box *box, ein_dtype dty
     return 0;
 }
 
+/* Release the staging buffer (end of an iteration, teardown). */
+static void stage_drop(wk *w)
+{
+    if (!w->stage)
+        return;
+    if (w->stage_pinned)
+        w->be->host_free(w->be, w->stage);
+    else
+        free(w->stage);
+    w->stage = NULL;
+    w->stage_bytes = 0;
+    w->stage_pinned = 0;
+}
+
+/* The staging buffer, at least `bytes` long: the one kept from an earlier
+ * LOAD or STORE of this iteration if large enough, else a new one, pinned
+ * where the backend offers it. Returns NULL (err filled) if out of memory. */
+static void *stage_get(wk *w, uint64_t bytes, ein_error *err)
+{
+    size_t want = bytes ? (size_t)bytes : 1;
+    if ((uint64_t)want != (bytes ? bytes : 1)) {
+        ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes", (unsigned long long)bytes);
+        return NULL;
+    }
+    if (w->stage && w->stage_bytes >= want)
+        return w->stage;
+    stage_drop(w);
+    ein_error why = {0};
+    int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY); /* pinning GiBs takes a while */
+    if (w->be->host_alloc && w->be->host_alloc(w->be, want, &w->stage, &why) == 0) {
+        w->stage_pinned = 1;
+    } else {
+        w->stage = NULL;
+        if (w->be->host_alloc)
+            wlog(w, 1, "staging %zu bytes in pageable memory: %s", want, why.msg);
+        w->stage = malloc(want);
+    }
+    wk_pulse_set(&w->pulse, prev);
+    if (!w->stage) {
+        ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes", (unsigned long long)bytes);
+        return NULL;
+    }
+    w->stage_bytes = want;
+    return w->stage;
+}
+
 /* Device memory that is not host memory is filled through a staging copy. */
 static int load(wk *w, const ein_instr *ins, ein_error *err)
 {
     const ein_pbuffer *b = &w->prog->buffers[ins->dst];
     if (w->be->host_visible)
         return load_host(w, ins, b, w->base + b->offset, err);
-    void *stage = malloc(b->bytes ? b->bytes : 1);
+    void *stage = stage_get(w, b->bytes, err);
     if (!stage)
-        return ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes",
-                        (unsigned long long)b->bytes);
+        return EIN_ENOMEM;
     int rc = load_host(w, ins, b, stage, err);
     if (rc == 0) {
         int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
         rc = w->be->upload(w->be, w->base + b->offset, stage, b->bytes, err);
         wk_pulse_set(&w->pulse, prev);
     }
-    free(stage);
     return rc;
 }
 
@@ -386,10 +435,9 @@ static int store(wk *w, const ein_instr *ins, ein_error *err)
     const ein_pbuffer *b = &w->prog->buffers[ins->srcs[0]];
     if (w->be->host_visible)
         return store_host(w, ins->path, &s.box, b->dtype, s.data, err);
-    void *stage = malloc(b->bytes ? b->bytes : 1);
+    void *stage = stage_get(w, b->bytes, err);
     if (!stage)
-        return ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes",
-                        (unsigned long long)b->bytes);
+        return EIN_ENOMEM;
     int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
     int rc = w->be->sync(w->be, err);
     if (rc == 0)
@@ -397,7 +445,6 @@ static int store(wk *w, const ein_instr *ins, ein_error *err)
     wk_pulse_set(&w->pulse, prev);
     if (rc == 0)
         rc = store_host(w, ins->path, &s.box, b->dtype, stage, err);
-    free(stage);
     return rc;
 }
 
@@ -416,6 +463,9 @@ static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
                         "copy of %llu bytes at offset %llu is outside device %d's memory (%zu bytes)",
                         (unsigned long long)b->bytes, (unsigned long long)ins->peer_offset,
                         ins->peer, pbytes);
+    /* The peer's READY came after its signal(): order our copy after it. */
+    if (w->be->peer_wait && (rc = w->be->peer_wait(w->be, ins->peer, err)) < 0)
+        return rc;
     return w->be->copy(w->be, w->base + b->offset, (const char *)pbase + ins->peer_offset,
                        b->bytes, err);
 }
@@ -423,8 +473,9 @@ static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
 static int notify(wk *w, const ein_instr *ins, ein_error *err)
 {
     int peer = ins->peer;
-    /* The peer may copy as soon as it hears: the buffer must be complete. */
-    int rc = w->be->sync(w->be, err);
+    /* The peer may copy as soon as it hears: the buffer must be complete,
+     * or (signal) the peer's copy ordered after what completes it. */
+    int rc = w->be->signal ? w->be->signal(w->be, err) : w->be->sync(w->be, err);
     if (rc < 0)
         return rc;
     if (!w->push[peer]) {
@@ -608,6 +659,14 @@ static void capture(wk *w, int i)
     ein_error cerr = {0}, ignored = {0};
     void *g = NULL;
     int count, j = stretch_last(w, i, &count);
+    if (count < w->graph_min) {
+        /* Too short to gain (WK_GRAPH_MIN): not a failure, not counted as one. */
+        w->graph_off[i] = 1;
+        w->nskipped++;
+        wlog(w, 2, "the %d instructions %d..%d run without a graph: fewer than %d", count, i, j,
+             w->graph_min);
+        return;
+    }
     int rc = w->be->graph_begin(w->be, &cerr), begun = rc == 0;
     if (begun && w->cfg->fault && !strcmp(w->cfg->fault, "nocapture"))
         rc = ein_fail(&cerr, EIN_EDEVICE, "injected capture failure (EIN_FAULT nocapture)");
@@ -892,10 +951,29 @@ static int poison(wk *w, ein_error *err)
     return rc;
 }
 
+/* Stretches of fewer instructions are not captured. One instruction is
+ * one to a few kernel launches; replaying it as a graph replaces those
+ * with one cudaGraphLaunch, which costs the host about as much as a
+ * kernel launch or two (a few microseconds either way on current drivers,
+ * by NVIDIA's published figures, not measured here), so a one-instruction
+ * graph saves nothing worth its capture, instantiation and device memory,
+ * while from two instructions on every replay saves at least one launch.
+ * EIN_GRAPH_MIN=N (N >= 1) overrides it, to measure on a GPU. */
+#define WK_GRAPH_MIN 2
+
 /* Find the stretches once the program is known (see wk_stretch.h). */
 static int setup_graphs(wk *w, ein_error *err)
 {
     int n = w->prog->ninstrs;
+    w->graph_min = WK_GRAPH_MIN;
+    const char *env = getenv("EIN_GRAPH_MIN");
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end || v < 1 || v > 1000000)
+            return ein_fail(err, EIN_EINVAL, "EIN_GRAPH_MIN=%s: expected an integer >= 1", env);
+        w->graph_min = (int)v;
+    }
     if (!w->cfg->graphs || n == 0)
         return 0;
     if (!w->be->graph_begin) {
@@ -912,7 +990,8 @@ static int setup_graphs(wk *w, ein_error *err)
     int count = wk_stretch_find(w->prog, w->head, w->next, err);
     if (count < 0)
         return count;
-    wlog(w, 1, "%d local stretches, captured as graphs in iteration 2 and replayed after", count);
+    wlog(w, 1, "%d local stretches, captured as graphs in iteration 2 and replayed after "
+         "(those of fewer than %d instructions run one by one)", count, w->graph_min);
     return 0;
 }
 
@@ -920,6 +999,7 @@ static void teardown(wk *w)
 {
     wk_beat_stop(w->beater); /* before the context goes */
     w->beater = NULL;
+    stage_drop(w); /* before the backend goes */
     if (w->graph)
         for (int i = 0; i < w->prog->ninstrs; i++)
             if (w->graph[i])
@@ -1026,6 +1106,9 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
         wk_pulse_set(&w.pulse, WK_PULSE_MAIN);
         if (rc < 0)
             goto fail;
+        /* LOADs run in the first iteration, STOREs in the last: do not hold
+         * (pinned) host memory through the ones between. */
+        stage_drop(&w);
         /* Every READY of this iteration has been used; the next ones come
          * only after the next START, so the set can be emptied now. */
         w.nready = 0;
@@ -1047,8 +1130,8 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
             done.t_copy = dc;
             done.t_device = 1;
         }
-        wlog(&w, 1, "iteration %d done in %.6f s (graphs: %d captured, %d launches so far)", w.iter,
-             done.t_total, w.ncaptured, w.nlaunched);
+        wlog(&w, 1, "iteration %d done in %.6f s (graphs: %d captured, %d launches so far, "
+             "%d too short)", w.iter, done.t_total, w.ncaptured, w.nlaunched, w.nskipped);
         if ((rc = send_msg(w.dealer, &done, err)) < 0)
             goto fail;
         char what[640];

@@ -8,6 +8,7 @@
 #define KN_CUDA_COMMON_CUH
 
 extern "C" {
+#include <stdint.h>
 #include "kernels/kn_cpu.h"
 }
 #include "kernels/cuda/kn_cuda.h"
@@ -161,6 +162,37 @@ struct kn_cu_walk {
     int64_t s0[EIN_MAX_RANK], s1[EIN_MAX_RANK], s2[EIN_MAX_RANK];
     int64_t o0, o1, o2;
 };
+
+/* kn_cu_offsets with index type I: uint32_t (32-bit division, much cheaper
+ * than 64-bit on the device) where the host checked kn_cu_fits32 for the
+ * element count and for every operand's volume (each offset lies inside
+ * its operand), else int64_t. */
+template <typename I>
+__device__ __forceinline__ void kn_cu_offsets_i(const kn_cu_walk &w, I i, I *a, I *b, I *c)
+{
+    I oa = (I)w.o0, ob = (I)w.o1, oc = (I)w.o2;
+    for (int d = w.rank - 1; d >= 0; d--) {
+        I e = (I)w.ext[d], x = i % e;
+        i /= e;
+        oa += x * (I)w.s0[d];
+        ob += x * (I)w.s1[d];
+        oc += x * (I)w.s2[d];
+    }
+    *a = oa;
+    *b = ob;
+    *c = oc;
+}
+
+/* Counts and offsets up to this use 32-bit indexing; the grid-stride step
+ * (at most KN_CU_MAXGRID * 1024 < 2^26) added to an index below it stays
+ * below 2^32. */
+#define KN_CU_MAX32 ((int64_t)0x7fffffff)
+static inline int kn_cu_fits32(int64_t v) { return v >= 0 && v <= KN_CU_MAX32; }
+
+/* The flat vectorised paths move 16 bytes (one uint4) per step. */
+template <typename A, typename B> struct kn_cu_same { static const bool value = false; };
+template <typename A> struct kn_cu_same<A, A> { static const bool value = true; };
+static inline int kn_cu_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* Offsets of linear index i (row-major over ext) under the three stride sets. */
 __device__ __forceinline__ void kn_cu_offsets(const kn_cu_walk &w, int64_t i, int64_t *a,

@@ -24,12 +24,53 @@ __device__ __forceinline__ float kn_cu_unary_f(int op, float s, float v)
     }
 }
 
-template <typename TX, typename TY>
-__global__ void kn_cu_unary_k(int op, float s, const TX *x, TY *y, int64_t n)
+template <typename TX, typename TY, typename I>
+__global__ void kn_cu_unary_k(int op, float s, const TX *x, TY *y, I n)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x)
         st(y, i, kn_cu_unary_f(op, s, ld(x, i)));
+}
+
+/* The flat vectorised paths: one dtype, 16-byte aligned operands over one
+ * dense box; each step moves one uint4 (16 / sizeof(T) elements) per
+ * operand, the tail (fewer than one vector) goes element by element. The
+ * arithmetic per element is the scalar path's, so the results are too. */
+template <typename T, typename I>
+__global__ void kn_cu_unary_vec_k(int op, float s, const T *x, T *y, I n)
+{
+    const int V = 16 / (int)sizeof(T);
+    I nv = n / V, tid = blockIdx.x * (I)blockDim.x + threadIdx.x, step = (I)gridDim.x * blockDim.x;
+    for (I i = tid; i < nv; i += step) {
+        uint4 a = reinterpret_cast<const uint4 *>(x)[i], o = make_uint4(0, 0, 0, 0);
+        const T *ae = reinterpret_cast<const T *>(&a);
+        T *oe = reinterpret_cast<T *>(&o);
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            st(oe, k, kn_cu_unary_f(op, s, ld(ae, k)));
+        reinterpret_cast<uint4 *>(y)[i] = o;
+    }
+    for (I i = nv * V + tid; i < n; i += step)
+        st(y, i, kn_cu_unary_f(op, s, ld(x, i)));
+}
+
+template <typename TX, typename TY>
+static void kn_cu_unary_go(int op, float sc, const void *x, void *y, int64_t n, cudaStream_t s)
+{
+    const int64_t V = 16 / (int64_t)sizeof(TX);
+    int vec = sizeof(TX) == sizeof(TY) && kn_cu_same<TX, TY>::value && kn_cu_aligned16(x) &&
+              kn_cu_aligned16(y);
+    if (vec && kn_cu_fits32(n))
+        kn_cu_unary_vec_k<TX, uint32_t><<<kn_cu_grid((n + V - 1) / V, KN_CU_BLOCK), KN_CU_BLOCK, 0,
+                                          s>>>(op, sc, (const TX *)x, (TX *)y, (uint32_t)n);
+    else if (vec)
+        kn_cu_unary_vec_k<TX, int64_t><<<kn_cu_grid((n + V - 1) / V, KN_CU_BLOCK), KN_CU_BLOCK, 0,
+                                         s>>>(op, sc, (const TX *)x, (TX *)y, n);
+    else if (kn_cu_fits32(n))
+        kn_cu_unary_k<TX, TY, uint32_t><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+            op, sc, (const TX *)x, (TY *)y, (uint32_t)n);
+    else
+        kn_cu_unary_k<TX, TY, int64_t><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+            op, sc, (const TX *)x, (TY *)y, n);
 }
 
 extern "C" int kn_cuda_unary_blk(ein_unary op, double scalar, const kn_block *x, kn_block *out,
@@ -49,8 +90,7 @@ extern "C" int kn_cuda_unary_blk(ein_unary op, double scalar, const kn_block *x,
         return 0;
     cudaStream_t s = (cudaStream_t)stream;
     KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(out->dtype, TY,
-        kn_cu_unary_k<TX, TY><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
-            (int)op, (float)scalar, (const TX *)x->data, (TY *)out->data, n)));
+        kn_cu_unary_go<TX, TY>((int)op, (float)scalar, x->data, out->data, n, s)));
     return kn_cu_launched(what, err);
 }
 
@@ -64,15 +104,59 @@ __device__ __forceinline__ float kn_cu_binary_f(int op, float a, float b)
     }
 }
 
-template <typename TA, typename TB, typename TY>
-__global__ void kn_cu_binary_k(int op, kn_cu_walk w, const TA *a, const TB *b, TY *y, int64_t n)
+template <typename TA, typename TB, typename TY, typename I>
+__global__ void kn_cu_binary_k(int op, kn_cu_walk w, const TA *a, const TB *b, TY *y, I n)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t oa, ob, oy;
-        kn_cu_offsets(w, i, &oa, &ob, &oy);
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        I oa, ob, oy;
+        kn_cu_offsets_i<I>(w, i, &oa, &ob, &oy);
         st(y, oy, kn_cu_binary_f(op, ld(a, oa), ld(b, ob)));
     }
+}
+
+/* a, b and y over one box, one dtype, 16-byte aligned (see kn_cu_unary_vec_k). */
+template <typename T, typename I>
+__global__ void kn_cu_binary_vec_k(int op, const T *a, const T *b, T *y, I n)
+{
+    const int V = 16 / (int)sizeof(T);
+    I nv = n / V, tid = blockIdx.x * (I)blockDim.x + threadIdx.x, step = (I)gridDim.x * blockDim.x;
+    for (I i = tid; i < nv; i += step) {
+        uint4 va = reinterpret_cast<const uint4 *>(a)[i], vb = reinterpret_cast<const uint4 *>(b)[i];
+        uint4 o = make_uint4(0, 0, 0, 0);
+        const T *ae = reinterpret_cast<const T *>(&va), *be = reinterpret_cast<const T *>(&vb);
+        T *oe = reinterpret_cast<T *>(&o);
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            st(oe, k, kn_cu_binary_f(op, ld(ae, k), ld(be, k)));
+        reinterpret_cast<uint4 *>(y)[i] = o;
+    }
+    for (I i = nv * V + tid; i < n; i += step)
+        st(y, i, kn_cu_binary_f(op, ld(a, i), ld(b, i)));
+}
+
+/* flat: a and b over out's box (no broadcast); every offset then lies in
+ * [0, n), and with broadcast each input's volume is at most n, so n
+ * decides 32-bit indexing for all three. */
+template <typename TA, typename TB, typename TY>
+static void kn_cu_binary_go(int op, const kn_cu_walk &w, int flat, const void *a, const void *b,
+                            void *y, int64_t n, cudaStream_t s)
+{
+    const int64_t V = 16 / (int64_t)sizeof(TY);
+    int vec = flat && kn_cu_same<TA, TY>::value && kn_cu_same<TB, TY>::value &&
+              kn_cu_aligned16(a) && kn_cu_aligned16(b) && kn_cu_aligned16(y);
+    if (vec && kn_cu_fits32(n))
+        kn_cu_binary_vec_k<TY, uint32_t><<<kn_cu_grid((n + V - 1) / V, KN_CU_BLOCK), KN_CU_BLOCK,
+                                           0, s>>>(op, (const TY *)a, (const TY *)b, (TY *)y,
+                                                   (uint32_t)n);
+    else if (vec)
+        kn_cu_binary_vec_k<TY, int64_t><<<kn_cu_grid((n + V - 1) / V, KN_CU_BLOCK), KN_CU_BLOCK,
+                                          0, s>>>(op, (const TY *)a, (const TY *)b, (TY *)y, n);
+    else if (kn_cu_fits32(n))
+        kn_cu_binary_k<TA, TB, TY, uint32_t><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+            op, w, (const TA *)a, (const TB *)b, (TY *)y, (uint32_t)n);
+    else
+        kn_cu_binary_k<TA, TB, TY, int64_t><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+            op, w, (const TA *)a, (const TB *)b, (TY *)y, n);
 }
 
 /* Strides of input k over out's index space (0 where broadcast), as in
@@ -124,9 +208,10 @@ extern "C" int kn_cuda_binary(ein_binary op, const kn_block *a, const kn_block *
     if (n == 0)
         return 0;
     cudaStream_t s = (cudaStream_t)stream;
+    int flat = a->box.rank == out->box.rank && b->box.rank == out->box.rank &&
+               kn_cu_box_eq(&a->box, &out->box) && kn_cu_box_eq(&b->box, &out->box);
     KN_CU_DISPATCH(a->dtype, TA, KN_CU_DISPATCH(b->dtype, TB, KN_CU_DISPATCH(out->dtype, TY,
-        kn_cu_binary_k<TA, TB, TY><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
-            (int)op, w, (const TA *)a->data, (const TB *)b->data, (TY *)out->data, n))));
+        kn_cu_binary_go<TA, TB, TY>((int)op, w, flat, a->data, b->data, out->data, n, s))));
     return kn_cu_launched(what, err);
 }
 
@@ -388,10 +473,21 @@ __device__ __forceinline__ int64_t kn_cu_seq_start(const kn_cu_seqs &s, int64_t 
     return st;
 }
 
-/* One thread per rotated pair. Angles in double, as on the CPU. Pair j of
- * a head is elements (2j, 2j+1) (interleaved) or (j, j + head_dim/2) (half). */
+/* The frequency of each pair, theta^(-2j/head_dim), computed on the host
+ * with the CPU kernel's expression (kn_rope.c), so the angles are the CPU's
+ * bit for bit; passed by value (1 KiB), for head_dim up to 2 * this
+ * (pairs past it, head_dim > 256, compute theirs on the device as before). */
+#define KN_CU_ROPE_PAIRS 128
+struct kn_cu_freqs {
+    double f[KN_CU_ROPE_PAIRS];
+};
+
+/* One thread per rotated pair. Angles in double, as on the CPU: position
+ * times the pair's precomputed frequency (no pow per element), one sincos
+ * (cos and sin in double, rounded to float, as on the CPU). Pair j of a
+ * head is elements (2j, 2j+1) (interleaved) or (j, j + head_dim/2) (half). */
 template <typename TX, typename TY>
-__global__ void kn_cu_rope_k(kn_cu_seqs seqs, int64_t t0, int64_t ntok, int64_t w,
+__global__ void kn_cu_rope_k(kn_cu_seqs seqs, kn_cu_freqs fr, int64_t t0, int64_t ntok, int64_t w,
                              int64_t head_dim, double theta, int half_style, const TX *x, TY *y)
 {
     int64_t npair = ntok * (w / 2), hh = head_dim / 2;
@@ -401,8 +497,11 @@ __global__ void kn_cu_rope_k(kn_cu_seqs seqs, int64_t t0, int64_t ntok, int64_t 
         int64_t pair = q % hh, c = (q / hh) * head_dim + (half_style ? pair : 2 * pair);
         int64_t c1 = half_style ? c + hh : c + 1;
         double p = (double)(t - kn_cu_seq_start(seqs, t));
-        double a = p * pow(theta, -2.0 * (double)pair / (double)head_dim);
-        float cs = (float)cos(a), sn = (float)sin(a);
+        double f = pair < KN_CU_ROPE_PAIRS ? fr.f[pair]
+                                           : pow(theta, -2.0 * (double)pair / (double)head_dim);
+        double a = p * f, sd, cd;
+        sincos(a, &sd, &cd);
+        float cs = (float)cd, sn = (float)sd;
         int64_t o = row * w + c, o1 = row * w + c1;
         float x0 = ld(x, o), x1 = ld(x, o1);
         st(y, o, x0 * cs - x1 * sn);
@@ -447,6 +546,10 @@ extern "C" int kn_cuda_rope_style(int style, int64_t head_dim, double theta,
     if (head_dim <= 0 || head_dim % 2 || !(theta > 0.0))
         return kn_cu_fail(err, EIN_EINVAL, "%s: head_dim must be positive and even, theta positive",
                           what);
+    kn_cu_freqs fr;
+    memset(&fr, 0, sizeof fr);
+    for (int64_t j = 0; j < head_dim / 2 && j < KN_CU_ROPE_PAIRS; j++)
+        fr.f[j] = pow(theta, -2.0 * (double)j / (double)head_dim);
     if (!kn_cu_box_eq(&x->box, &out->box))
         return kn_cu_fail(err, EIN_ESHAPE, "%s: out box differs from x box", what);
     int64_t t0 = x->box.lo[0], t1 = x->box.hi[0], c0 = x->box.lo[1], c1 = x->box.hi[1];
@@ -460,22 +563,47 @@ extern "C" int kn_cuda_rope_style(int style, int64_t head_dim, double theta,
     cudaStream_t s = (cudaStream_t)stream;
     KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(out->dtype, TY,
         kn_cu_rope_k<TX, TY><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
-            seqs, t0, t1 - t0, c1 - c0, head_dim, theta, style == EIN_ROPE_HALF,
+            seqs, fr, t0, t1 - t0, c1 - c0, head_dim, theta, style == EIN_ROPE_HALF,
             (const TX *)x->data, (TY *)out->data)));
     return kn_cu_launched(what, err);
 }
 
 /* ---- layout copies ------------------------------------------------------------ */
 
-template <typename TX, typename TY>
-__global__ void kn_cu_copy_k(kn_cu_walk w, const TX *x, TY *y, int64_t n)
+template <typename TX, typename TY, typename I>
+__global__ void kn_cu_copy_k(kn_cu_walk w, const TX *x, TY *y, I n)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t ox, oy, unused;
-        kn_cu_offsets(w, i, &ox, &oy, &unused);
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        I ox, oy, unused;
+        kn_cu_offsets_i<I>(w, i, &ox, &oy, &unused);
         st(y, oy, ld(x, ox));
     }
+}
+
+template <typename TX, typename TY>
+static void kn_cu_copy_go(const kn_cu_walk &w, int narrow, const void *x, void *y, int64_t n,
+                          cudaStream_t s)
+{
+    if (narrow)
+        kn_cu_copy_k<TX, TY, uint32_t><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+            w, (const TX *)x, (TY *)y, (uint32_t)n);
+    else
+        kn_cu_copy_k<TX, TY, int64_t><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+            w, (const TX *)x, (TY *)y, n);
+}
+
+/* 1 if the walk reads and writes one contiguous run each: every dimension
+ * longer than 1 has, in both x and y, the stride of the dense region inside
+ * it (SLICE of whole rows, CONCAT along the first dimension, ...). */
+static int kn_cu_walk_contiguous(const kn_cu_walk &w)
+{
+    int64_t inner = 1;
+    for (int d = w.rank - 1; d >= 0; d--) {
+        if (w.ext[d] != 1 && (w.s0[d] != inner || w.s1[d] != inner))
+            return 0;
+        inner *= w.ext[d];
+    }
+    return 1;
 }
 
 static int kn_cu_copy(const char *what, const kn_cu_walk &w, const kn_block *x, kn_block *y,
@@ -486,9 +614,23 @@ static int kn_cu_copy(const char *what, const kn_cu_walk &w, const kn_block *x, 
         n *= w.ext[d];
     if (n <= 0)
         return 0;
+    if (x->dtype == y->dtype && kn_cu_walk_contiguous(w)) {
+        /* One run each, same dtype: a plain device copy (a memcpy node when
+         * captured), bytes unchanged. */
+        size_t es = ein_dtype_size(x->dtype);
+        cudaError_t e = cudaMemcpyAsync((char *)y->data + (size_t)w.o1 * es,
+                                        (const char *)x->data + (size_t)w.o0 * es, (size_t)n * es,
+                                        cudaMemcpyDeviceToDevice, s);
+        if (e != cudaSuccess)
+            return kn_cu_fail(err, EIN_EDEVICE, "%s: cudaMemcpyAsync: %s", what,
+                              cudaGetErrorString(e));
+        return 0;
+    }
+    /* Offsets lie inside x and y: their volumes decide 32-bit indexing. */
+    int narrow = kn_cu_fits32(n) && kn_cu_fits32(kn_cu_vol(&x->box)) &&
+                 kn_cu_fits32(kn_cu_vol(&y->box));
     KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(y->dtype, TY,
-        kn_cu_copy_k<TX, TY><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
-            w, (const TX *)x->data, (TY *)y->data, n)));
+        kn_cu_copy_go<TX, TY>(w, narrow, x->data, y->data, n, s)));
     return kn_cu_launched(what, err);
 }
 
