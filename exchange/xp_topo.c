@@ -135,7 +135,7 @@ static int parse_time(const char *num, const char *unit, double *t)
 {
     char *end;
     double v = strtod(num, &end);
-    if (!*num || *end || !(v >= 0) || v > 1e3 || !unit)
+    if (!*num || *end || !(v >= 0) || v > 1e12 || !unit)
         return -1;
     if (strcmp(unit, "s") == 0)
         ;
@@ -146,6 +146,8 @@ static int parse_time(const char *num, const char *unit, double *t)
     else if (strcmp(unit, "ns") == 0)
         v *= 1e-9;
     else
+        return -1;
+    if (v > 1e3) /* at most 1000 s, whatever the unit */
         return -1;
     *t = v;
     return 0;
@@ -411,10 +413,10 @@ int xp_topo_format(const xp_topology *t, char **text, ein_error *err)
     else
         fprintf(f, "rest %s\n", t->rest == -1 ? "direct" : "none");
     if (t->latency > 0) {
-        static const char *const tunits[] = {"ms", "us", "ns"};
-        static const double tscale[] = {1e-3, 1e-6, 1e-9};
+        static const char *const tunits[] = {"s", "ms", "us", "ns"};
+        static const double tscale[] = {1, 1e-3, 1e-6, 1e-9};
         fputs("latency ", f);
-        format_rate(f, t->latency, tunits, tscale, 3);
+        format_rate(f, t->latency, tunits, tscale, 4);
         fputc('\n', f);
     }
     if (t->memory > 0) {
