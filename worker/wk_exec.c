@@ -52,6 +52,7 @@ typedef struct wk {
     wk_pulse pulse;             /* progress, for the heartbeat thread */
     wk_beat *beater;            /* the heartbeat thread (wk_beat.h), or NULL */
     int slow_pending, slow_fired; /* EIN_FAULT slow: the next body is slow */
+    int garbage_sent;           /* EIN_FAULT peer-garbage: sent once */
     kn_block *blk;              /* operands of the KERNEL/AGG being run (heap, */
     int cap_blk;                /* not 150 KB of stack), grown to the widest */
     int store_now;              /* this iteration's START asked for the STOREs */
@@ -470,6 +471,30 @@ static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
                        b->bytes, err);
 }
 
+/* The PUSH socket to device peer's PULL socket, made on first use; every
+ * message to that peer goes through it, so the peer reads them in order. */
+static void *peer_socket(wk *w, int peer, ein_error *err)
+{
+    if (!w->push[peer]) {
+        char ep[EIN_PATH_MAX + 32];
+        snprintf(ep, sizeof ep, "ipc://%s/w%d.sock", w->cfg->run_dir, peer);
+        void *s = zmq_socket(w->zctx, ZMQ_PUSH);
+        int zero = 0;
+        if (!s) {
+            ein_fail(err, EIN_EIO, "zmq_socket: %s", zmq_strerror(errno));
+            return NULL;
+        }
+        zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+        if (zmq_connect(s, ep) < 0) {
+            ein_fail(err, EIN_EIO, "connect to device %d: %s", peer, zmq_strerror(errno));
+            zmq_close(s);
+            return NULL;
+        }
+        w->push[peer] = s;
+    }
+    return w->push[peer];
+}
+
 static int notify(wk *w, const ein_instr *ins, ein_error *err)
 {
     int peer = ins->peer;
@@ -478,22 +503,11 @@ static int notify(wk *w, const ein_instr *ins, ein_error *err)
     int rc = w->be->signal ? w->be->signal(w->be, err) : w->be->sync(w->be, err);
     if (rc < 0)
         return rc;
-    if (!w->push[peer]) {
-        char ep[EIN_PATH_MAX + 32];
-        snprintf(ep, sizeof ep, "ipc://%s/w%d.sock", w->cfg->run_dir, peer);
-        void *s = zmq_socket(w->zctx, ZMQ_PUSH);
-        int zero = 0;
-        if (!s)
-            return ein_fail(err, EIN_EIO, "zmq_socket: %s", zmq_strerror(errno));
-        zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-        if (zmq_connect(s, ep) < 0) {
-            zmq_close(s);
-            return ein_fail(err, EIN_EIO, "connect to device %d: %s", peer, zmq_strerror(errno));
-        }
-        w->push[peer] = s;
-    }
+    void *s = peer_socket(w, peer, err);
+    if (!s)
+        return err->code;
     ein_msg m = {.type = EIN_MSG_READY, .device = w->cfg->device, .buffer = ins->srcs[0]};
-    return send_msg(w->push[peer], &m, err);
+    return send_msg(s, &m, err);
 }
 
 static void fault_fire(wk *w, ein_error *err);
@@ -623,17 +637,19 @@ static void fault_fire(wk *w, ein_error *err)
     } else if (!strcmp(f, "peer-garbage")) {
         static const unsigned char junk[] = {0x82, 0xa4, 't', 'y', 'p', 'e', 0xa5, 'r', 'e', 'a',
                                              'd', 'y', 0xa1, 'v', 0xcc};
+        /* Once, on the socket that carries this device's READY messages:
+         * each peer reads the garbage before any later READY from here, so
+         * a peer that waits on this device is sure to see it. */
+        if (w->garbage_sent)
+            return;
+        w->garbage_sent = 1;
         for (int d = 0; d < w->cfg->ndevices; d++) {
             if (d == w->cfg->device)
                 continue;
-            char ep[EIN_PATH_MAX + 32];
-            snprintf(ep, sizeof ep, "ipc://%s/w%d.sock", w->cfg->run_dir, d);
-            void *s = zmq_socket(w->zctx, ZMQ_PUSH);
-            int linger = 1000;
-            zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
-            zmq_connect(s, ep);
+            void *s = peer_socket(w, d, err);
+            if (!s)
+                return;
             zmq_send(s, junk, sizeof junk, 0);
-            zmq_close(s);
         }
     } else {
         ein_fail(err, EIN_EINVAL, "unknown injected fault '%s'", f);
