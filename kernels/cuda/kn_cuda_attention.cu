@@ -17,7 +17,7 @@
  * split the head dim, keys one at a time with the online softmax. Correct
  * everywhere, slow; it is the reference the fused kernel is tested against
  * on odd shapes. */
-#include "kernels/cuda/kn_cuda_common.cuh"
+#include "kernels/cuda/kn_cuda_attn.cuh"
 
 #include <math.h>
 #include <mma.h>
@@ -26,29 +26,7 @@
 
 using namespace nvcuda;
 
-struct kn_cu_aseqs {
-    int n;
-    int64_t end[KN_CUDA_MAX_SEQ];
-};
-
-__device__ __forceinline__ int64_t kn_cu_astart(const kn_cu_aseqs &s, int64_t t)
-{
-    int64_t st = 0;
-    for (int i = 0; i < s.n; i++)
-        st = s.end[i] <= t ? s.end[i] : st;
-    return st;
-}
-
-/* Where the blocks are: q/out [hq, tq, d] from token t0, k/v [hk, tk, d]
- * from token u0 (local head indices). */
-struct kn_cu_ageom {
-    int64_t group, d, t0, tq, u0, tk, hq;
-    float scale;
-};
-
 /* ---- fallback: one warp per query row ---- */
-
-#define KN_CU_ATT_NPL 8   /* head-dim elements per lane: d <= 256 */
 
 template <typename T>
 __global__ void kn_cu_att_warp(kn_cu_aseqs seqs, kn_cu_ageom g, const T *q, const T *k,
@@ -57,39 +35,16 @@ __global__ void kn_cu_att_warp(kn_cu_aseqs seqs, kn_cu_ageom g, const T *q, cons
     int lane = threadIdx.x & 31;
     for (int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
          row < g.hq * g.tq; row += (int64_t)gridDim.x * (blockDim.x / 32)) {
-    int64_t h = row / g.tq, t = g.t0 + row % g.tq, kh = h / g.group;
-    const T *qr = q + row * g.d;
-    float qv[KN_CU_ATT_NPL], acc[KN_CU_ATT_NPL];
-    for (int j = 0; j < KN_CU_ATT_NPL; j++) {
-        int64_t e = lane + 32 * j;
-        qv[j] = e < g.d ? ld(qr, e) * g.scale : 0.0f;
-        acc[j] = 0.0f;
-    }
-    float m = -INFINITY, l = 0.0f;
-    for (int64_t u = kn_cu_astart(seqs, t); u <= t; u++) {
-        const T *kr = k + (kh * g.tk + (u - g.u0)) * g.d, *vr = v + (kh * g.tk + (u - g.u0)) * g.d;
-        float s = 0.0f;
+        int64_t h = row / g.tq, t = g.t0 + row % g.tq;
+        float acc[KN_CU_ATT_NPL], m, l;
+        kn_cu_att_row(g, q + row * g.d, k, v, h / g.group, kn_cu_astart(seqs, t), t + 1, lane,
+                      acc, &m, &l);
+        T *orow = out + row * g.d;
         for (int j = 0; j < KN_CU_ATT_NPL; j++) {
             int64_t e = lane + 32 * j;
             if (e < g.d)
-                s += qv[j] * ld(kr, e);
+                st(orow, e, acc[j] / l);
         }
-        for (int o = 16; o > 0; o >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, o);
-        float mn = fmaxf(m, s), alpha = __expf(m - mn), p = __expf(s - mn);
-        l = l * alpha + p;
-        for (int j = 0; j < KN_CU_ATT_NPL; j++) {
-            int64_t e = lane + 32 * j;
-            acc[j] = acc[j] * alpha + (e < g.d ? p * ld(vr, e) : 0.0f);
-        }
-        m = mn;
-    }
-    T *orow = out + row * g.d;
-    for (int j = 0; j < KN_CU_ATT_NPL; j++) {
-        int64_t e = lane + 32 * j;
-        if (e < g.d)
-            st(orow, e, acc[j] / l);
-    }
     }
 }
 
@@ -309,18 +264,9 @@ extern "C" int kn_cuda_attention(int64_t group, const int64_t *seq_ends, int nse
     if ((rc = kn_cu_blk(what, "q", q, 3, err)) < 0 || (rc = kn_cu_blk(what, "k", k, 3, err)) < 0 ||
         (rc = kn_cu_blk(what, "v", v, 3, err)) < 0 || (rc = kn_cu_blk(what, "out", out, 3, err)) < 0)
         return rc;
-    if (nseq < 0 || (nseq > 0 && !seq_ends))
-        return kn_cu_fail(err, EIN_EINVAL, "%s: bad sequence list", what);
-    if (nseq > KN_CUDA_MAX_SEQ)
-        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: %d sequences (at most %d)", what, nseq,
-                          KN_CUDA_MAX_SEQ);
     kn_cu_aseqs seqs;
-    seqs.n = nseq;
-    for (int i = 0; i < nseq; i++) {
-        if (seq_ends[i] <= (i > 0 ? seq_ends[i - 1] : 0))
-            return kn_cu_fail(err, EIN_EINVAL, "%s: sequence ends are not ascending", what);
-        seqs.end[i] = seq_ends[i];
-    }
+    if ((rc = kn_cu_aseqs_make(what, seq_ends, nseq, &seqs, err)) < 0)
+        return rc;
     if (group < 1)
         return kn_cu_fail(err, EIN_EINVAL, "%s: group is not positive", what);
     if (!kn_cu_box_eq(&q->box, &out->box) || !kn_cu_box_eq(&k->box, &v->box) ||
@@ -331,15 +277,7 @@ extern "C" int kn_cuda_attention(int64_t group, const int64_t *seq_ends, int nse
     if (q->dtype != k->dtype || q->dtype != v->dtype || q->dtype != out->dtype)
         return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: q, k, v and out must share one dtype",
                           what);
-    kn_cu_ageom g;
-    g.group = group;
-    g.d = q->box.hi[2];
-    g.t0 = q->box.lo[1];
-    g.tq = q->box.hi[1] - g.t0;
-    g.u0 = k->box.lo[1];
-    g.tk = k->box.hi[1] - g.u0;
-    g.hq = q->box.hi[0] - q->box.lo[0];
-    g.scale = (float)(1.0 / sqrt((double)g.d));
+    kn_cu_ageom g = kn_cu_ageom_of(group, q, k);
     if (g.tq == 0 || g.hq == 0)
         return 0;
     /* Every query's keys [start(t), t] must be in the k/v block. */

@@ -10,73 +10,28 @@
  * kn_cuda_attention can be reused for the partial when it matters. Never
  * run on a GPU yet (the project's machines have none): it compiles, and
  * tools/gpu-check runs the kernel tests where a GPU exists. */
-#include "kernels/cuda/kn_cuda_common.cuh"
+#include "kernels/cuda/kn_cuda_attn.cuh"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#define KN_CU_PART_NPL 8   /* head-dim elements per lane: d <= 256 */
-
-struct kn_cu_pseqs {
-    int n;
-    int64_t end[KN_CUDA_MAX_SEQ];
-};
-
-struct kn_cu_pgeom {
-    int64_t group, d, t0, tq, u0, tk, hq;
-    float scale;
-};
-
-__device__ __forceinline__ int64_t kn_cu_pstart(const kn_cu_pseqs &s, int64_t t)
-{
-    int64_t st = 0;
-    for (int i = 0; i < s.n; i++)
-        st = s.end[i] <= t ? s.end[i] : st;
-    return st;
-}
-
 template <typename T>
-__global__ void kn_cu_att_part(kn_cu_pseqs seqs, kn_cu_pgeom g, const T *q, const T *k,
+__global__ void kn_cu_att_part(kn_cu_aseqs seqs, kn_cu_ageom g, const T *q, const T *k,
                                const T *v, float *out)
 {
     int lane = threadIdx.x & 31;
     for (int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
          row < g.hq * g.tq; row += (int64_t)gridDim.x * (blockDim.x / 32)) {
-        int64_t h = row / g.tq, t = g.t0 + row % g.tq, kh = h / g.group;
-        const T *qr = q + row * g.d;
-        float qv[KN_CU_PART_NPL], acc[KN_CU_PART_NPL];
-        for (int j = 0; j < KN_CU_PART_NPL; j++) {
-            int64_t e = lane + 32 * j;
-            qv[j] = e < g.d ? ld(qr, e) * g.scale : 0.0f;
-            acc[j] = 0.0f;
-        }
-        float m = -INFINITY, l = 0.0f;
-        int64_t a = kn_cu_pstart(seqs, t), b = t + 1;
+        int64_t h = row / g.tq, t = g.t0 + row % g.tq;
+        int64_t a = kn_cu_astart(seqs, t), b = t + 1;
         a = a > g.u0 ? a : g.u0;
         b = b < g.u0 + g.tk ? b : g.u0 + g.tk;
-        for (int64_t u = a; u < b; u++) {
-            const T *kr = k + (kh * g.tk + (u - g.u0)) * g.d;
-            const T *vr = v + (kh * g.tk + (u - g.u0)) * g.d;
-            float s = 0.0f;
-            for (int j = 0; j < KN_CU_PART_NPL; j++) {
-                int64_t e = lane + 32 * j;
-                if (e < g.d)
-                    s += qv[j] * ld(kr, e);
-            }
-            for (int o = 16; o > 0; o >>= 1)
-                s += __shfl_xor_sync(0xffffffffu, s, o);
-            float mn = fmaxf(m, s), alpha = __expf(m - mn), p = __expf(s - mn);
-            l = l * alpha + p;
-            for (int j = 0; j < KN_CU_PART_NPL; j++) {
-                int64_t e = lane + 32 * j;
-                acc[j] = acc[j] * alpha + (e < g.d ? p * ld(vr, e) : 0.0f);
-            }
-            m = mn;
-        }
+        float acc[KN_CU_ATT_NPL], m, l;
+        kn_cu_att_row(g, q + row * g.d, k, v, h / g.group, a, b, lane, acc, &m, &l);
         float *orow = out + row * (g.d + 1);
         float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        for (int j = 0; j < KN_CU_PART_NPL; j++) {
+        for (int j = 0; j < KN_CU_ATT_NPL; j++) {
             int64_t e = lane + 32 * j;
             if (e < g.d)
                 orow[e] = acc[j] * inv;
@@ -142,18 +97,9 @@ extern "C" int kn_cuda_attention_partial(int64_t group, const int64_t *seq_ends,
         return rc;
     if (!k != !v)
         return kn_cu_fail(err, EIN_EINVAL, "%s: k and v must both be given or both be NULL", what);
-    if (nseq < 0 || (nseq > 0 && !seq_ends))
-        return kn_cu_fail(err, EIN_EINVAL, "%s: bad sequence list", what);
-    if (nseq > KN_CUDA_MAX_SEQ)
-        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: %d sequences (at most %d)", what, nseq,
-                          KN_CUDA_MAX_SEQ);
-    kn_cu_pseqs seqs;
-    seqs.n = nseq;
-    for (int i = 0; i < nseq; i++) {
-        if (seq_ends[i] <= (i > 0 ? seq_ends[i - 1] : 0))
-            return kn_cu_fail(err, EIN_EINVAL, "%s: sequence ends are not ascending", what);
-        seqs.end[i] = seq_ends[i];
-    }
+    kn_cu_aseqs seqs;
+    if ((rc = kn_cu_aseqs_make(what, seq_ends, nseq, &seqs, err)) < 0)
+        return rc;
     ein_box want = q->box;
     want.hi[2] += 1;
     if (out->dtype != EIN_F32 || !kn_cu_box_eq(&want, &out->box) || q->box.lo[2] != 0 ||
@@ -178,18 +124,10 @@ extern "C" int kn_cuda_attention_partial(int64_t group, const int64_t *seq_ends,
                           "q heads = group * kv heads)", what);
     if (q->dtype != k->dtype || q->dtype != v->dtype)
         return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: q, k and v must share one dtype", what);
-    if (d > 32 * KN_CU_PART_NPL)
+    if (d > 32 * KN_CU_ATT_NPL)
         return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: head dim %lld above %d", what,
-                          (long long)d, 32 * KN_CU_PART_NPL);
-    kn_cu_pgeom g;
-    g.group = group;
-    g.d = d;
-    g.t0 = q->box.lo[1];
-    g.tq = tq;
-    g.u0 = k->box.lo[1];
-    g.tk = k->box.hi[1] - g.u0;
-    g.hq = hq;
-    g.scale = (float)(1.0 / sqrt((double)d));
+                          (long long)d, 32 * KN_CU_ATT_NPL);
+    kn_cu_ageom g = kn_cu_ageom_of(group, q, k);
     KN_CU_DISPATCH(q->dtype, T,
         kn_cu_att_part<T><<<kn_cu_grid(rows, 8), 256, 0, s>>>(
             seqs, g, (const T *)q->data, (const T *)k->data, (const T *)v->data,

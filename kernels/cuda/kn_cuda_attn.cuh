@@ -1,0 +1,113 @@
+/* kernels/cuda/kn_cuda_attn.cuh — what causal attention (kn_cuda_attention.cu)
+ * and its key-block partial (kn_cuda_attn_partial.cu) share: the sequence
+ * list and block geometry handed to the kernels, the host checks that build
+ * them, and the warp-per-query-row online softmax (not a public header).
+ *
+ * Host helpers return 0 or a negative code with err filled (kn_cu_fail);
+ * they write only their output argument. Device code has no failure. */
+#ifndef KN_CUDA_ATTN_CUH
+#define KN_CUDA_ATTN_CUH
+
+#include "kernels/cuda/kn_cuda_common.cuh"
+
+#include <math.h>
+
+/* The packed sequences' ends (ascending), by value into a launch. */
+struct kn_cu_aseqs {
+    int n;
+    int64_t end[KN_CUDA_MAX_SEQ];
+};
+
+/* Where the blocks are: q/out [hq, tq, d] from token t0, k/v [hk, tk, d]
+ * from token u0 (local head indices); q head h reads kv head h / group. */
+struct kn_cu_ageom {
+    int64_t group, d, t0, tq, u0, tk, hq;
+    float scale;
+};
+
+#define KN_CU_ATT_NPL 8 /* head-dim elements per lane of the warp paths: d <= 256 */
+
+/* The first token of t's sequence. */
+__device__ __forceinline__ int64_t kn_cu_astart(const kn_cu_aseqs &s, int64_t t)
+{
+    int64_t st = 0;
+    for (int i = 0; i < s.n; i++)
+        st = s.end[i] <= t ? s.end[i] : st;
+    return st;
+}
+
+/* One warp, one query row: the online softmax of the scaled row qr against
+ * keys [a, b) of kv head kh (absolute token numbers inside [u0, u0 + tk)).
+ * Leaves lane's head-dim elements lane + 32 j of the unnormalised output in
+ * acc, the running maximum in *m and the sum in *l (-inf and 0: no key). */
+template <typename T>
+__device__ __forceinline__ void kn_cu_att_row(const kn_cu_ageom &g, const T *qr, const T *k,
+                                              const T *v, int64_t kh, int64_t a, int64_t b,
+                                              int lane, float acc[KN_CU_ATT_NPL], float *m,
+                                              float *l)
+{
+    float qv[KN_CU_ATT_NPL];
+    for (int j = 0; j < KN_CU_ATT_NPL; j++) {
+        int64_t e = lane + 32 * j;
+        qv[j] = e < g.d ? ld(qr, e) * g.scale : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float mm = -INFINITY, ll = 0.0f;
+    for (int64_t u = a; u < b; u++) {
+        const T *kr = k + (kh * g.tk + (u - g.u0)) * g.d;
+        const T *vr = v + (kh * g.tk + (u - g.u0)) * g.d;
+        float s = 0.0f;
+        for (int j = 0; j < KN_CU_ATT_NPL; j++) {
+            int64_t e = lane + 32 * j;
+            if (e < g.d)
+                s += qv[j] * ld(kr, e);
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        float mn = fmaxf(mm, s), alpha = __expf(mm - mn), p = __expf(s - mn);
+        ll = ll * alpha + p;
+        for (int j = 0; j < KN_CU_ATT_NPL; j++) {
+            int64_t e = lane + 32 * j;
+            acc[j] = acc[j] * alpha + (e < g.d ? p * ld(vr, e) : 0.0f);
+        }
+        mm = mn;
+    }
+    *m = mm;
+    *l = ll;
+}
+
+/* Checks the sequence list (nseq ends, ascending, at most KN_CUDA_MAX_SEQ)
+ * and copies it into *s. */
+static inline int kn_cu_aseqs_make(const char *what, const int64_t *seq_ends, int nseq,
+                                   kn_cu_aseqs *s, ein_error *err)
+{
+    if (nseq < 0 || (nseq > 0 && !seq_ends))
+        return kn_cu_fail(err, EIN_EINVAL, "%s: bad sequence list", what);
+    if (nseq > KN_CUDA_MAX_SEQ)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: %d sequences (at most %d)", what, nseq,
+                          KN_CUDA_MAX_SEQ);
+    s->n = nseq;
+    for (int i = 0; i < nseq; i++) {
+        if (seq_ends[i] <= (i > 0 ? seq_ends[i - 1] : 0))
+            return kn_cu_fail(err, EIN_EINVAL, "%s: sequence ends are not ascending", what);
+        s->end[i] = seq_ends[i];
+    }
+    return 0;
+}
+
+/* The geometry of blocks q and k (boxes already checked to fit). */
+static inline kn_cu_ageom kn_cu_ageom_of(int64_t group, const kn_block *q, const kn_block *k)
+{
+    kn_cu_ageom g;
+    g.group = group;
+    g.d = q->box.hi[2];
+    g.t0 = q->box.lo[1];
+    g.tq = q->box.hi[1] - g.t0;
+    g.u0 = k->box.lo[1];
+    g.tk = k->box.hi[1] - g.u0;
+    g.hq = q->box.hi[0] - q->box.lo[0];
+    g.scale = (float)(1.0 / sqrt((double)g.d));
+    return g;
+}
+
+#endif
