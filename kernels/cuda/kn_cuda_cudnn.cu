@@ -22,11 +22,15 @@
  * instruction) and reused; the workspace is the context's (shared with
  * cuBLAS, in stream order).
  *
- * Covered: q, k, v, out all f16 or all bf16; head dim 64 or 128; one
- * sequence (no packed sequence ends inside the block) whose q and k/v
- * blocks both span tokens [0, T) with q's heads [group*a, group*b) over
- * k's [a, b); 16-byte aligned pointers. Packed sequences (cuDNN's ragged
- * offsets) and offset token blocks are left to our kernel. */
+ * Covered: q, k, v, out all f16 or all bf16; head dim 64 or 128; q and
+ * k/v blocks both spanning tokens [0, T) with q's heads [group*a, group*b)
+ * over k's [a, b); 16-byte aligned pointers. Packed sequences (ends inside
+ * the block) run as one SDPA per sequence: the same graph over S tokens
+ * with rows T apart, the pointers moved to the sequence's first row (a plan
+ * per distinct length; at most KN_DNN_SEGS sequences and KN_DNN_SHAPES / 2
+ * lengths, else our kernel). Not cuDNN's ragged-offset tensors: cuDNN
+ * documents them for token-major (THD) packing; ours is head-major.
+ * Offset token blocks (q over [t0, t1) with t0 > 0) are left to our kernel. */
 #include "kernels/cuda/kn_cuda_common.cuh"
 
 #include "config.h"
@@ -43,11 +47,12 @@
 #define KN_DNN_SHAPES 16      /* plans cached per context */
 #define KN_DNN_DESCS 64       /* descriptors one plan keeps alive */
 #define KN_DNN_CFGS 8         /* heuristics results tried */
+#define KN_DNN_SEGS 16        /* packed sequences in one block, at most */
 
 typedef struct kn_dnn_plan {
     int used;
     ein_dtype dt;
-    int64_t hq, hkv, T, d;
+    int64_t hq, hkv, S, T, d;      /* S tokens of a sequence, rows T apart */
     int ok;                         /* 1: plan built; 0: unsupported (why) */
     char why[200];
     cudnnBackendDescriptor_t plan;
@@ -225,14 +230,15 @@ enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_SCALE, UID_LOWEST };
 static void dnn_build_plan(struct kn_cudnn *c, kn_dnn_plan *p)
 {
     dnn_build b = {p, 0};
-    int64_t hq = p->hq, hkv = p->hkv, T = p->T, d = p->d;
+    int64_t hq = p->hq, hkv = p->hkv, n = p->S, T = p->T, d = p->d;
     cudnnDataType_t io = p->dt == EIN_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
     cudnnDataType_t f = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, bo = CUDNN_DATA_BOOLEAN;
-    const int64_t qd[4] = {1, hq, T, d}, qs[4] = {hq * T * d, T * d, d, 1};
-    const int64_t ktd[4] = {1, hkv, d, T}, kts[4] = {hkv * T * d, T * d, 1, d};
-    const int64_t vd[4] = {1, hkv, T, d}, vs[4] = {hkv * T * d, T * d, d, 1};
-    const int64_t sd[4] = {1, hq, T, T}, ss[4] = {hq * T * T, T * T, T, 1};
-    const int64_t rd[4] = {1, hq, T, 1}, rs[4] = {hq * T, T, 1, 1};
+    /* One sequence of n tokens inside blocks of T tokens per head. */
+    const int64_t qd[4] = {1, hq, n, d}, qs[4] = {hq * T * d, T * d, d, 1};
+    const int64_t ktd[4] = {1, hkv, d, n}, kts[4] = {hkv * T * d, T * d, 1, d};
+    const int64_t vd[4] = {1, hkv, n, d}, vs[4] = {hkv * T * d, T * d, d, 1};
+    const int64_t sd[4] = {1, hq, n, n}, ss[4] = {hq * n * n, n * n, n, 1};
+    const int64_t rd[4] = {1, hq, n, 1}, rs[4] = {hq * n, n, 1, 1};
     const int64_t one[4] = {1, 1, 1, 1};
     p->scale = (float)(1.0 / sqrt((double)d));
     p->lowest = -FLT_MAX;
@@ -369,24 +375,43 @@ extern "C" void kn_cudnn_destroy(struct kn_cudnn *c)
 
 /* The cached plan of a shape, built on first use. */
 static kn_dnn_plan *dnn_plan_for(struct kn_cudnn *c, ein_dtype dt, int64_t hq, int64_t hkv,
-                                 int64_t T, int64_t d)
+                                 int64_t S, int64_t T, int64_t d)
 {
     for (int i = 0; i < KN_DNN_SHAPES; i++) {
         kn_dnn_plan *p = &c->plans[i];
-        if (p->used && p->dt == dt && p->hq == hq && p->hkv == hkv && p->T == T && p->d == d)
+        if (p->used && p->dt == dt && p->hq == hq && p->hkv == hkv && p->S == S && p->T == T &&
+            p->d == d)
             return p;
     }
     kn_dnn_plan *p = &c->plans[c->next];
     c->next = (c->next + 1) % KN_DNN_SHAPES;
     dnn_plan_clear(p);
     p->used = 1;
-    p->dt = dt, p->hq = hq, p->hkv = hkv, p->T = T, p->d = d;
+    p->dt = dt, p->hq = hq, p->hkv = hkv, p->S = S, p->T = T, p->d = d;
     dnn_build_plan(c, p);
     return p;
 }
 
-/* 0 and the plan's shape when cuDNN covers these blocks, else
- * EIN_EUNSUPPORTED with the reason. */
+/* The sequences inside tokens [0, T): seg[0] = 0 < seg[1] < ... <
+ * seg[n] = T, sequence i over [seg[i], seg[i+1]) (a token after the last
+ * end belongs to a sequence starting there, as in kn_cpu_attention).
+ * Returns n, or -1 when there are more than KN_DNN_SEGS. */
+static int dnn_segments(const int64_t *seq_ends, int nseq, int64_t T, int64_t *seg)
+{
+    int n = 0;
+    seg[0] = 0;
+    for (int i = 0; i < nseq; i++)
+        if (seq_ends[i] > seg[n] && seq_ends[i] < T) {
+            if (n + 1 >= KN_DNN_SEGS)
+                return -1;
+            seg[++n] = seq_ends[i];
+        }
+    seg[++n] = T;
+    return n;
+}
+
+/* 0 when cuDNN covers these blocks, else EIN_EUNSUPPORTED with the
+ * reason. */
 static int dnn_covers(int64_t group, const int64_t *seq_ends, int nseq, const kn_block *q,
                       const kn_block *k, const kn_block *v, const kn_block *out, char *why,
                       size_t cap)
@@ -405,9 +430,24 @@ static int dnn_covers(int64_t group, const int64_t *seq_ends, int nseq, const kn
         v->box.hi[1] != T)
         return snprintf(why, cap, "token blocks other than q, k, v all over [0, T)"),
                EIN_EUNSUPPORTED;
-    for (int i = 0; i < nseq; i++)
-        if (seq_ends[i] > 0 && seq_ends[i] < T)
-            return snprintf(why, cap, "packed sequences"), EIN_EUNSUPPORTED;
+    /* Packed sequences run one plan each (a plan per distinct length,
+     * built outside graph capture on the first iteration): a few only. */
+    int64_t seg[KN_DNN_SEGS + 1], lens[KN_DNN_SEGS];
+    int nseg = dnn_segments(seq_ends, nseq, T, seg), nlen = 0;
+    if (nseg < 0)
+        return snprintf(why, cap, "more than %d packed sequences", KN_DNN_SEGS),
+               EIN_EUNSUPPORTED;
+    for (int i = 0; i < nseg; i++) {
+        int seen = 0;
+        for (int j = 0; j < nlen; j++)
+            seen |= lens[j] == seg[i + 1] - seg[i];
+        if (!seen)
+            lens[nlen++] = seg[i + 1] - seg[i];
+    }
+    if (nlen > KN_DNN_SHAPES / 2)
+        return snprintf(why, cap, "%d different sequence lengths (cuDNN here: at most %d)", nlen,
+                        KN_DNN_SHAPES / 2),
+               EIN_EUNSUPPORTED;
     int64_t hq = q->box.hi[0] - q->box.lo[0], hkv = k->box.hi[0] - k->box.lo[0];
     int same = 1;
     for (int i = 0; i < 3; i++)
@@ -421,27 +461,17 @@ static int dnn_covers(int64_t group, const int64_t *seq_ends, int nseq, const kn
     return 0;
 }
 
-extern "C" int kn_cudnn_attention(struct kn_cudnn *c, int64_t group, const int64_t *seq_ends,
-                                  int nseq, const kn_block *q, const kn_block *k,
-                                  const kn_block *v, kn_block *out, void *stream, char *why,
-                                  size_t cap)
+/* Enqueue plan p on q, k, v, out (the handle's stream). On a cuDNN error
+ * the plan is marked unsupported (later calls go to our kernel directly)
+ * and EIN_EDEVICE returned with why. */
+static int dnn_execute(struct kn_cudnn *c, kn_dnn_plan *p, void *q, void *k, void *v, void *out,
+                       char *why, size_t cap)
 {
-    if (!c)
-        return snprintf(why, cap, "no cuDNN context"), EIN_EUNSUPPORTED;
-    int rc = dnn_covers(group, seq_ends, nseq, q, k, v, out, why, cap);
-    if (rc < 0)
-        return rc;
-    int64_t hq = q->box.hi[0] - q->box.lo[0], hkv = k->box.hi[0] - k->box.lo[0];
-    kn_dnn_plan *p = dnn_plan_for(c, q->dtype, hq, hkv, q->box.hi[1], q->box.hi[2]);
-    if (!p->ok)
-        return snprintf(why, cap, "%s", p->why), EIN_EUNSUPPORTED;
-    cudnnStatus_t st = cudnnSetStream(c->h, (cudaStream_t)stream);
-    if (st != CUDNN_STATUS_SUCCESS)
-        return snprintf(why, cap, "cudnnSetStream: %s", cudnnGetErrorString(st)), EIN_EDEVICE;
     int64_t uids[6] = {UID_Q, UID_K, UID_V, UID_O, UID_SCALE, UID_LOWEST};
-    void *ptrs[6] = {q->data, k->data, v->data, out->data, &p->scale, &p->lowest};
+    void *ptrs[6] = {q, k, v, out, &p->scale, &p->lowest};
     void *ws = p->workspace > 0 ? c->workspace : NULL;
     cudnnBackendDescriptor_t vp = NULL;
+    cudnnStatus_t st;
     if ((st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp)) !=
             CUDNN_STATUS_SUCCESS ||
         (st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
@@ -458,15 +488,52 @@ extern "C" int kn_cudnn_attention(struct kn_cudnn *c, int64_t group, const int64
                  last);
         if (vp)
             cudnnBackendDestroyDescriptor(vp);
-        /* This shape does not run: remember it, so later calls go to our
-         * kernel directly. */
         p->ok = 0;
         snprintf(p->why, sizeof p->why, "%s", why);
         (void)cudaGetLastError();
         return EIN_EDEVICE;
     }
     cudnnBackendDestroyDescriptor(vp);
-    snprintf(why, cap, "cuDNN SDPA (plan workspace %lld bytes)", (long long)p->workspace);
+    return 0;
+}
+
+extern "C" int kn_cudnn_attention(struct kn_cudnn *c, int64_t group, const int64_t *seq_ends,
+                                  int nseq, const kn_block *q, const kn_block *k,
+                                  const kn_block *v, kn_block *out, void *stream, char *why,
+                                  size_t cap)
+{
+    if (!c)
+        return snprintf(why, cap, "no cuDNN context"), EIN_EUNSUPPORTED;
+    int rc = dnn_covers(group, seq_ends, nseq, q, k, v, out, why, cap);
+    if (rc < 0)
+        return rc;
+    int64_t hq = q->box.hi[0] - q->box.lo[0], hkv = k->box.hi[0] - k->box.lo[0];
+    int64_t T = q->box.hi[1], d = q->box.hi[2], seg[KN_DNN_SEGS + 1];
+    int nseg = dnn_segments(seq_ends, nseq, T, seg);
+    size_t esz = 2; /* f16 / bf16 */
+    /* Every plan first (one per length), so that a shape cuDNN does not
+     * take falls back before anything is enqueued. */
+    for (int i = 0; i < nseg; i++) {
+        kn_dnn_plan *p = dnn_plan_for(c, q->dtype, hq, hkv, seg[i + 1] - seg[i], T, d);
+        if (!p->ok)
+            return snprintf(why, cap, "%s", p->why), EIN_EUNSUPPORTED;
+    }
+    cudnnStatus_t st = cudnnSetStream(c->h, (cudaStream_t)stream);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return snprintf(why, cap, "cudnnSetStream: %s", cudnnGetErrorString(st)), EIN_EDEVICE;
+    int64_t ws_max = 0;
+    for (int i = 0; i < nseg; i++) {
+        kn_dnn_plan *p = dnn_plan_for(c, q->dtype, hq, hkv, seg[i + 1] - seg[i], T, d);
+        if (!p->ok) /* evicted and rebuilt, and that failed: ours redoes it all */
+            return snprintf(why, cap, "%s", p->why), EIN_EUNSUPPORTED;
+        size_t off = (size_t)(seg[i] * d) * esz; /* the sequence's first row, every head */
+        if ((rc = dnn_execute(c, p, (char *)q->data + off, (char *)k->data + off,
+                              (char *)v->data + off, (char *)out->data + off, why, cap)) < 0)
+            return rc;
+        ws_max = p->workspace > ws_max ? p->workspace : ws_max;
+    }
+    snprintf(why, cap, "cuDNN SDPA (%d sequence%s, plan workspace %lld bytes)", nseg,
+             nseg == 1 ? "" : "s", (long long)ws_max);
     return 0;
 }
 

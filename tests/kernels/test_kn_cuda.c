@@ -445,16 +445,22 @@ static void test_attention_cudnn(void **state)
     kn_cuda_ctx *ctx = NULL;
     cuda_ok(cudaMalloc(&ws, 64 << 20), "cudaMalloc");
     assert_int_equal(kn_cuda_ctx_create(ws, 64 << 20, &ctx, &err), 0);
-    int64_t ends[2] = {100, 200};
+    int64_t ends[2] = {100, 200}, ends3[3] = {64, 192, 300};
+    /* Nine different sequence lengths: more plans than cuDNN is given here. */
+    int64_t many[9] = {1, 3, 6, 10, 15, 21, 28, 36, 45};
 #ifdef HAVE_CUDNN
     for (int i = 1; i < 3; i++) {
         attention_auto_case(ctx, 1, dts[i], 4, 128, 0, 2, 256, NULL, 0);   /* GQA 8/2 */
         attention_auto_case(ctx, 1, dts[i], 2, 64, 1, 3, 333, NULL, 0);    /* T % 64 != 0 */
         attention_auto_case(ctx, 1, dts[i], 1, 128, 0, 1, 64, ends + 1, 1); /* one end, at 200 */
         attention_auto_case(ctx, 1, dts[i], 4, 128, 0, 2, 256, NULL, 0);   /* the cached plan */
+        /* Packed: one SDPA per sequence, rows T apart. */
+        attention_auto_case(ctx, 1, dts[i], 2, 64, 0, 2, 200, ends, 2);    /* 100 + 100 */
+        attention_auto_case(ctx, 1, dts[i], 4, 128, 1, 2, 256, ends, 2);   /* + a 56-token tail */
+        attention_auto_case(ctx, 1, dts[i], 2, 64, 0, 2, 300, ends3, 3);   /* 64 + 128 + 108 */
     }
 #endif
-    attention_auto_case(ctx, 0, EIN_BF16, 2, 64, 0, 2, 200, ends, 2);   /* packed: ours */
+    attention_auto_case(ctx, 0, EIN_BF16, 2, 64, 0, 2, 50, many, 9);    /* 9 lengths: ours */
     attention_auto_case(ctx, 0, EIN_F32, 2, 64, 0, 2, 128, NULL, 0);    /* f32: ours */
     attention_auto_case(ctx, 0, EIN_BF16, 1, 96, 0, 2, 128, NULL, 0);   /* head dim 96: ours */
     char rep[512];
