@@ -592,17 +592,71 @@ static void kn_cu_copy_go(const kn_cu_walk &w, int narrow, const void *x, void *
             w, (const TX *)x, (TY *)y, n);
 }
 
-/* 1 if the walk reads and writes one contiguous run each: every dimension
- * longer than 1 has, in both x and y, the stride of the dense region inside
- * it (SLICE of whole rows, CONCAT along the first dimension, ...). */
-static int kn_cu_walk_contiguous(const kn_cu_walk &w)
+/* Same-dtype copies of 16-byte units (uint4): the walk is in those units. */
+template <typename I>
+__global__ void kn_cu_copy16_k(kn_cu_walk w, const uint4 *x, uint4 *y, I n)
 {
-    int64_t inner = 1;
-    for (int d = w.rank - 1; d >= 0; d--) {
-        if (w.ext[d] != 1 && (w.s0[d] != inner || w.s1[d] != inner))
-            return 0;
-        inner *= w.ext[d];
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        I ox, oy, unused;
+        kn_cu_offsets_i<I>(w, i, &ox, &oy, &unused);
+        y[oy] = x[ox];
     }
+}
+
+/* The copy walk w (strides s0 of x, s1 of y) with dimensions of extent 1
+ * dropped and each dimension merged into the one outside it where both x
+ * and y step through the pair as through one (outer stride = inner stride
+ * x inner extent): a SLICE of whole rows becomes one run, a SLICE of parts
+ * of rows two dimensions (rows of a run each). At least rank 1. */
+static kn_cu_walk kn_cu_walk_merged(const kn_cu_walk &w)
+{
+    kn_cu_walk m;
+    memset(&m, 0, sizeof m);
+    m.o0 = w.o0, m.o1 = w.o1;
+    for (int d = 0; d < w.rank; d++) {
+        if (w.ext[d] == 1)
+            continue;
+        int l = m.rank - 1;
+        if (l >= 0 && m.s0[l] == w.s0[d] * w.ext[d] && m.s1[l] == w.s1[d] * w.ext[d]) {
+            m.ext[l] *= w.ext[d];
+            m.s0[l] = w.s0[d];
+            m.s1[l] = w.s1[d];
+            continue;
+        }
+        m.ext[m.rank] = w.ext[d];
+        m.s0[m.rank] = w.s0[d];
+        m.s1[m.rank] = w.s1[d];
+        m.rank++;
+    }
+    if (m.rank == 0) {
+        m.rank = 1;
+        m.ext[0] = m.s0[0] = m.s1[0] = 1;
+    }
+    return m;
+}
+
+/* The merged walk m in 16-byte units, when every offset and stride and the
+ * innermost run (stride 1 in both) are whole units and the data aligned;
+ * 0 if not. */
+static int kn_cu_walk16(const kn_cu_walk &m, size_t es, const void *x, const void *y,
+                        kn_cu_walk *v)
+{
+    int r = m.rank - 1;
+    int64_t u = (int64_t)(16 / es);
+    if (es > 16 || 16 % es || m.s0[r] != 1 || m.s1[r] != 1 || m.ext[r] % u ||
+        m.o0 % u || m.o1 % u || !kn_cu_aligned16(x) || !kn_cu_aligned16(y))
+        return 0;
+    for (int d = 0; d < r; d++)
+        if (m.s0[d] % u || m.s1[d] % u)
+            return 0;
+    *v = m;
+    v->ext[r] /= u;
+    for (int d = 0; d < r; d++) {
+        v->s0[d] /= u;
+        v->s1[d] /= u;
+    }
+    v->o0 /= u;
+    v->o1 /= u;
     return 1;
 }
 
@@ -614,17 +668,44 @@ static int kn_cu_copy(const char *what, const kn_cu_walk &w, const kn_block *x, 
         n *= w.ext[d];
     if (n <= 0)
         return 0;
-    if (x->dtype == y->dtype && kn_cu_walk_contiguous(w)) {
-        /* One run each, same dtype: a plain device copy (a memcpy node when
-         * captured), bytes unchanged. */
+    if (x->dtype == y->dtype) {
+        /* Same dtype, bytes unchanged: one run each is a plain device copy,
+         * rows of a run each a 2-D copy (memcpy nodes when captured), any
+         * other walk whose innermost run is whole 16-byte units a uint4
+         * kernel. */
         size_t es = ein_dtype_size(x->dtype);
-        cudaError_t e = cudaMemcpyAsync((char *)y->data + (size_t)w.o1 * es,
-                                        (const char *)x->data + (size_t)w.o0 * es, (size_t)n * es,
-                                        cudaMemcpyDeviceToDevice, s);
-        if (e != cudaSuccess)
-            return kn_cu_fail(err, EIN_EDEVICE, "%s: cudaMemcpyAsync: %s", what,
-                              cudaGetErrorString(e));
-        return 0;
+        kn_cu_walk m = kn_cu_walk_merged(w), v;
+        char *yb = (char *)y->data + (size_t)m.o1 * es;
+        const char *xb = (const char *)x->data + (size_t)m.o0 * es;
+        cudaError_t e = cudaSuccess;
+        const char *call = NULL;
+        if (m.rank == 1 && m.s0[0] == 1 && m.s1[0] == 1) {
+            call = "cudaMemcpyAsync";
+            e = cudaMemcpyAsync(yb, xb, (size_t)n * es, cudaMemcpyDeviceToDevice, s);
+        } else if (m.rank == 2 && m.s0[1] == 1 && m.s1[1] == 1 && m.s0[0] >= m.ext[1] &&
+                   m.s1[0] >= m.ext[1] &&
+                   kn_cu_fits32(m.s0[0] * (int64_t)es) && kn_cu_fits32(m.s1[0] * (int64_t)es)) {
+            call = "cudaMemcpy2DAsync";
+            e = cudaMemcpy2DAsync(yb, (size_t)m.s1[0] * es, xb, (size_t)m.s0[0] * es,
+                                  (size_t)m.ext[1] * es, (size_t)m.ext[0],
+                                  cudaMemcpyDeviceToDevice, s);
+        } else if (kn_cu_walk16(m, es, x->data, y->data, &v)) {
+            int64_t n16 = (int64_t)((size_t)n * es / 16);
+            int narrow16 = kn_cu_fits32(n16) &&
+                           kn_cu_fits32((int64_t)((size_t)kn_cu_vol(&x->box) * es / 16)) &&
+                           kn_cu_fits32((int64_t)((size_t)kn_cu_vol(&y->box) * es / 16));
+            if (narrow16)
+                kn_cu_copy16_k<uint32_t><<<kn_cu_grid(n16, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+                    v, (const uint4 *)x->data, (uint4 *)y->data, (uint32_t)n16);
+            else
+                kn_cu_copy16_k<int64_t><<<kn_cu_grid(n16, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+                    v, (const uint4 *)x->data, (uint4 *)y->data, n16);
+            return kn_cu_launched(what, err);
+        }
+        if (call && e != cudaSuccess)
+            return kn_cu_fail(err, EIN_EDEVICE, "%s: %s: %s", what, call, cudaGetErrorString(e));
+        if (call)
+            return 0;
     }
     /* Offsets lie inside x and y: their volumes decide 32-bit indexing. */
     int narrow = kn_cu_fits32(n) && kn_cu_fits32(kn_cu_vol(&x->box)) &&
@@ -761,33 +842,54 @@ extern "C" int kn_cuda_merge_heads(int64_t head_dim, const kn_block *x, kn_block
 /* ---- reduce ------------------------------------------------------------------- */
 
 /* One thread per output element, looping over the reduced sub-box. The walk
- * maps an output index to x's base offset (s0); rext/rst describe the
- * reduced dimensions in x. */
+ * maps an output index to x's base offset (s0); ext/st describe the
+ * reduced dimensions in x, adjacent ones merged (so a reduction over the
+ * trailing axes is one run of stride 1: no division per element). Index
+ * type I as in kn_cu_offsets_i (uint32_t when x's volume fits). */
 struct kn_cu_red {
     int nr;
     int64_t ext[EIN_MAX_RANK], st[EIN_MAX_RANK];
     int64_t count;
 };
 
-template <typename TX, typename TY, int MAX>
-__global__ void kn_cu_reduce_k(kn_cu_walk w, kn_cu_red r, const TX *x, TY *y, int64_t n)
+template <typename TX, typename TY, int MAX, typename I>
+__global__ void kn_cu_reduce_k(kn_cu_walk w, kn_cu_red r, const TX *x, TY *y, I n)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t base, unused1, unused2;
-        kn_cu_offsets(w, i, &base, &unused1, &unused2);
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        I base, unused1, unused2;
+        kn_cu_offsets_i<I>(w, i, &base, &unused1, &unused2);
         float acc = MAX ? -INFINITY : 0.0f;
-        for (int64_t j = 0; j < r.count; j++) {
-            int64_t o = base, q = j;
-            for (int d = r.nr - 1; d >= 0; d--) {
-                o += (q % r.ext[d]) * r.st[d];
-                q /= r.ext[d];
+        if (r.nr == 1) {
+            I stride = (I)r.st[0], cnt = (I)r.count;
+            for (I j = 0; j < cnt; j++) {
+                float v = ld(x, base + j * stride);
+                acc = MAX ? fmaxf(acc, v) : acc + v;
             }
-            float v = ld(x, o);
-            acc = MAX ? fmaxf(acc, v) : acc + v;
+        } else {
+            for (I j = 0; j < (I)r.count; j++) {
+                I o = base, q = j;
+                for (int d = r.nr - 1; d >= 0; d--) {
+                    o += (q % (I)r.ext[d]) * (I)r.st[d];
+                    q /= (I)r.ext[d];
+                }
+                float v = ld(x, o);
+                acc = MAX ? fmaxf(acc, v) : acc + v;
+            }
         }
         st(y, i, acc);
     }
+}
+
+template <typename TX, typename TY, int MAX>
+static void kn_cu_reduce_go(const kn_cu_walk &w, const kn_cu_red &r, int narrow, const void *x,
+                            void *y, int64_t n, cudaStream_t s)
+{
+    if (narrow)
+        kn_cu_reduce_k<TX, TY, MAX, uint32_t><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+            w, r, (const TX *)x, (TY *)y, (uint32_t)n);
+    else
+        kn_cu_reduce_k<TX, TY, MAX, int64_t><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
+            w, r, (const TX *)x, (TY *)y, n);
 }
 
 extern "C" int kn_cuda_reduce(ein_agg op, uint32_t axes, const kn_block *x, kn_block *out,
@@ -812,7 +914,12 @@ extern "C" int kn_cuda_reduce(ein_agg op, uint32_t axes, const kn_block *x, kn_b
     red.count = 1;
     for (int d = 0; d < r; d++) {
         int64_t e = x->box.hi[d] - x->box.lo[d];
-        if (axes & (1u << d)) {
+        if ((axes & (1u << d)) && d > 0 && (axes & (1u << (d - 1)))) {
+            /* x is dense: axis d - 1's stride is axis d's times its extent */
+            red.ext[red.nr - 1] *= e;
+            red.st[red.nr - 1] = sx[d];
+            red.count *= e;
+        } else if (axes & (1u << d)) {
             red.ext[red.nr] = e;
             red.st[red.nr] = sx[d];
             red.nr++;
@@ -833,12 +940,11 @@ extern "C" int kn_cuda_reduce(ein_agg op, uint32_t axes, const kn_block *x, kn_b
     if (n == 0)
         return 0;
     cudaStream_t s = (cudaStream_t)stream;
+    int narrow = kn_cu_fits32(kn_cu_vol(&x->box)); /* every offset lies inside x */
     KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(out->dtype, TY,
         if (op == EIN_AGG_MAX)
-            kn_cu_reduce_k<TX, TY, 1><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
-                w, red, (const TX *)x->data, (TY *)out->data, n);
+            kn_cu_reduce_go<TX, TY, 1>(w, red, narrow, x->data, out->data, n, s);
         else
-            kn_cu_reduce_k<TX, TY, 0><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
-                w, red, (const TX *)x->data, (TY *)out->data, n)));
+            kn_cu_reduce_go<TX, TY, 0>(w, red, narrow, x->data, out->data, n, s)));
     return kn_cu_launched(what, err);
 }
