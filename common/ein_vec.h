@@ -34,7 +34,7 @@
 
 #include "include/einsummable/ein_types.h" /* EIN_ENOMEM */
 
-#define EIN_VEC_MIN_CAP 16
+#define EIN_VEC_MIN_CAP 4
 
 /* `arrp` is the address of the array pointer (a T **, given as void * so
  * that any element type fits), `cap` its capacity in elements of `elem`

@@ -462,7 +462,8 @@ static int opt_version(run_opts *o, const run_opt *d, const char *arg)
 #define F(field) offsetof(run_opts, field)
 static const run_opt run_opt_table[] = {
     /* name           short arg  set        field               lo  hi   expect */
-    {"gpus",             0, 1, opt_gpus,     0,                  0, 0, "a device list like 0-3, 0,2,5 or 0-1,4"},
+    {"gpus",             0, 1, opt_gpus,     0,                  0, 0,
+     "a device list like 0-3, 0,2,5 or 0-1,4"},
     {"cpu",              0, 1, opt_cpu,      F(ndev),            1, MAX_DEVICES,
      "a device count from 1 to " STR(MAX_DEVICES)},
     {"input",            0, 1, opt_binding,  F(inputs),          0, 0, "NAME=FILE.npy"},
