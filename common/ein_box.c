@@ -97,6 +97,17 @@ char *ein_box_format(const ein_box *b, char *buf, size_t len)
     return buf;
 }
 
+char *ein_shape_format(int rank, const int64_t *shape, char *buf, size_t len)
+{
+    size_t n = 0;
+    if (len == 0)
+        return buf;
+    buf[0] = '\0';
+    for (int i = 0; i < rank && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    return buf;
+}
+
 void ein_box_strides(const ein_box *b, int64_t *st)
 {
     if (b->rank == 0)

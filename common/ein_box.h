@@ -31,6 +31,9 @@ int ein_box_intersect(const ein_box *a, const ein_box *b, ein_box *out);
 int ein_box_compare(const ein_box *a, const ein_box *b);
 /* "[0:128, 64:96]" into buf; returns buf. */
 char *ein_box_format(const ein_box *b, char *buf, size_t len);
+/* A shape's extents, "128, 64" (rank 0: ""), into buf, truncated to fit;
+ * returns buf. */
+char *ein_shape_format(int rank, const int64_t *shape, char *buf, size_t len);
 
 /* Copy the elements of `region` from a dense block over `src_box` into a
  * dense block over `dst_box` (same element size; region inside both). This

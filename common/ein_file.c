@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/ein_vec.h"
+
 const char *ein_file_kind(mode_t m)
 {
     return S_ISREG(m) ? "a regular file" : S_ISFIFO(m) ? "a FIFO"
@@ -115,6 +117,38 @@ int ein_file_read_all(const char *path, size_t cap, const char *what, char **buf
     return 0;
 fail:
     close(fd);
+    free(b);
+    return rc;
+}
+
+int ein_file_read_stream(FILE *f, size_t cap, const char *what, char **buf, size_t *len,
+                         ein_error *err)
+{
+    char *b = NULL, limit[32];
+    size_t n = 0, size = 0, k;
+    int rc;
+    do {
+        /* room for the next 64 KiB and the NUL */
+        if (ein_vec_reserve_z(&b, &size, n + 65536 + 1, 1) < 0) {
+            rc = ein_fail(err, EIN_ENOMEM, "%s: out of memory for %zu bytes", what, n);
+            goto fail;
+        }
+        n += (k = fread(b + n, 1, size - n - 1, f));
+        if (n > cap) {
+            rc = ein_fail(err, EIN_EPARSE, "%s: more than %s", what,
+                          ein_file_size_text(cap, limit, sizeof limit));
+            goto fail;
+        }
+    } while (k > 0);
+    if (ferror(f)) {
+        rc = ein_fail(err, EIN_EIO, "%s: cannot read: %s", what, strerror(errno));
+        goto fail;
+    }
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
+    return 0;
+fail:
     free(b);
     return rc;
 }

@@ -17,11 +17,18 @@
  * in its size or grows while being read, is EIN_EPARSE with "PATH: N bytes,
  * over the limit of 16 MiB for WHAT" (`what` names the kind of file, e.g.
  * "a topology file"). Embedded NUL bytes are left for the caller to judge.
- * On error *buf and *len are untouched. */
+ * On error *buf and *len are untouched.
+ *
+ * ein_file_read_stream() reads an open stream (a pipe from popen, stdin)
+ * to its end the same way: at most `cap` bytes, NUL appended, *buf freed by
+ * the caller. More than `cap` bytes is EIN_EPARSE ("WHAT: more than 16
+ * MiB"), a read error EIN_EIO, no memory EIN_ENOMEM; the stream is the
+ * caller's to close, and on error *buf and *len are untouched. */
 #ifndef EIN_FILE_H
 #define EIN_FILE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/stat.h>
 
 #include "common/ein_error.h"
@@ -30,6 +37,9 @@ int ein_file_open_regular(const char *path, int *fd, struct stat *st, ein_error 
 
 int ein_file_read_all(const char *path, size_t cap, const char *what, char **buf,
                       size_t *len, ein_error *err);
+
+int ein_file_read_stream(FILE *f, size_t cap, const char *what, char **buf, size_t *len,
+                         ein_error *err);
 
 /* "a FIFO", "a directory", "a symbolic link", ...: what `mode` (from
  * stat or lstat) is, for messages. */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/ein_clock.h"
+#include "common/ein_vec.h"
 
 #define OUT_MAX (16u << 20)
 #define ERR_MAX 4096
@@ -43,14 +44,8 @@ static int sink_read(sink *s)
         s->overflow = 1;
         keep = s->max - s->len;
     }
-    if (s->len + keep + 1 > s->cap) {
-        size_t ncap = (s->len + keep + 1) * 2;
-        char *nb = realloc(s->buf, ncap);
-        if (!nb)
-            return -1;
-        s->buf = nb;
-        s->cap = ncap;
-    }
+    if (ein_vec_reserve_z(&s->buf, &s->cap, s->len + keep + 1, 1) < 0)
+        return -1;
     memcpy(s->buf + s->len, tmp, keep);
     s->len += keep;
     s->buf[s->len] = 0;

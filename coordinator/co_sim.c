@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/ein_json.h"
+#include "common/ein_vec.h"
 
 enum { ST_FREE = 0, ST_RUN, ST_WAIT, ST_DONE };
 
@@ -267,14 +268,8 @@ static int finish(sim *s, int d, int i, ein_error *err)
         s->r->dev[d].compute += dur;
     if (ins->kind == EIN_I_NOTIFY) {
         sim_dev *u = &s->d[ins->peer];
-        if (u->ninbox == u->capinbox) {
-            int cap = u->capinbox ? 2 * u->capinbox : 16;
-            sim_msg *m = realloc(u->inbox, sizeof *m * (size_t)cap);
-            if (!m)
-                return ein_fail(err, EIN_ENOMEM, "out of memory");
-            u->inbox = m;
-            u->capinbox = cap;
-        }
+        if (ein_vec_reserve(&u->inbox, &u->capinbox, (int64_t)u->ninbox + 1, sizeof *u->inbox) < 0)
+            return ein_fail(err, EIN_ENOMEM, "out of memory");
         u->inbox[u->ninbox++] = (sim_msg){.at = s->t + s->cal->latency, .from = d,
                                           .buf = ins->srcs[0], .notify = g};
     }
@@ -359,14 +354,9 @@ static int add_wait(sim *s, int d, double from, double to)
     if (!(to > from))
         return 0;
     co_sim_result *r = s->r;
-    if (r->nwaits == s->capwaits) {
-        int cap = s->capwaits ? 2 * s->capwaits : 64;
-        double *w = realloc(r->waits, sizeof *w * 3 * (size_t)cap);
-        if (!w)
-            return EIN_ENOMEM;
-        r->waits = w;
-        s->capwaits = cap;
-    }
+    /* a wait is three doubles: device, from, to */
+    if (ein_vec_reserve(&r->waits, &s->capwaits, (int64_t)r->nwaits + 1, 3 * sizeof *r->waits) < 0)
+        return EIN_ENOMEM;
     r->waits[3 * r->nwaits] = d;
     r->waits[3 * r->nwaits + 1] = from;
     r->waits[3 * r->nwaits + 2] = to;

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "common/ein_file.h"
+#include "common/ein_vec.h"
 
 #define PROBE_MAX_BYTES (64u << 20)
 
@@ -118,14 +119,8 @@ int co_topo_probe_parse(const char *text, const char *file, co_topo_probe **out,
                 *--end = 0;
             if (strlen(rest) >= CO_TOPO_NAME_MAX)
                 BAD("GPU name longer than %d characters", CO_TOPO_NAME_MAX - 1);
-            if (p->ngpus == cap) {
-                int ncap = cap ? 2 * cap : 8;
-                void *nn = realloc(p->name, (size_t)ncap * sizeof *p->name);
-                if (!nn)
-                    BAD("out of memory");
-                p->name = nn;
-                cap = ncap;
-            }
+            if (ein_vec_reserve(&p->name, &cap, (int64_t)p->ngpus + 1, sizeof *p->name) < 0)
+                BAD("out of memory");
             memcpy(p->name[p->ngpus++], rest, strlen(rest) + 1);
         } else if (strcmp(w[0], "peer") == 0) {
             int a, b, acc, rank;

@@ -5,13 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void shape_text(int rank, const int64_t *shape, char *buf, size_t len)
-{
-    size_t n = 0;
-    buf[0] = '\0';
-    for (int d = 0; d < rank && n < len; d++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
-}
+#include "common/ein_box.h"
 
 /* The tensor `name` and its file; NULL if no file has it. A name in two
  * files is EIN_EINVAL (*rc). */
@@ -39,8 +33,8 @@ static int check_pair(const pl_node *nd, const ein_safetensors *file, const ein_
                       ein_error *err)
 {
     char want[160], got[160];
-    shape_text(nd->rank, nd->shape, want, sizeof want);
-    shape_text(t->rank, t->shape, got, sizeof got);
+    ein_shape_format(nd->rank, nd->shape, want, sizeof want);
+    ein_shape_format(t->rank, t->shape, got, sizeof got);
     if (t->dtype < 0)
         return ein_fail(err, EIN_ESHAPE, "%s: tensor '%s' is %s, which einsummable does not "
                                          "compute in (F32, F16 or BF16), for input %s (%s [%s])",

@@ -11,6 +11,7 @@
 
 #include "common/ein_progress.h"
 #include "common/ein_self.h"
+#include "common/ein_vec.h"
 #include "coordinator/co_lower.h"
 #include "coordinator/co_probe.h"
 #include "coordinator/co_run.h"
@@ -147,14 +148,8 @@ static int keep_body(void *ctx, const char *tensor, const char *consumer, xp_pro
                      ein_error *err)
 {
     ein_compiled *c = ctx;
-    if (c->nex == c->cap_ex) {
-        int cap = c->cap_ex ? 2 * c->cap_ex : 16;
-        void *n = realloc(c->ex, sizeof *c->ex * (size_t)cap);
-        if (!n)
-            return ein_fail(err, EIN_ENOMEM, "out of memory");
-        c->ex = n;
-        c->cap_ex = cap;
-    }
+    if (ein_vec_reserve(&c->ex, &c->cap_ex, (int64_t)c->nex + 1, sizeof *c->ex) < 0)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/ein_box.h"
 #include "common/ein_npy.h"
 #include "common/ein_safetensors.h"
 #include "coordinator/co_run.h"
@@ -227,15 +228,6 @@ static sess_input *find_input(ein_session *s, const char *name, ein_error *err)
     return NULL;
 }
 
-static int shape_text(char *buf, size_t len, int rank, const int64_t *shape)
-{
-    size_t n = 0;
-    buf[0] = '\0';
-    for (int a = 0; a < rank && n < len; a++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%lld", a ? ", " : "", (long long)shape[a]);
-    return 0;
-}
-
 int ein_session_set_input(ein_session *s, const char *name, const void *data, size_t bytes,
                           ein_error *err)
 {
@@ -251,7 +243,7 @@ int ein_session_set_input(ein_session *s, const char *name, const void *data, si
         want *= (size_t)nd->shape[a];
     if (bytes != want || (!data && want)) {
         char sh[256];
-        shape_text(sh, sizeof sh, nd->rank, nd->shape);
+        ein_shape_format(nd->rank, nd->shape, sh, sizeof sh);
         return ein_fail(err, EIN_ESHAPE, "input %s: %zu bytes given, but %s [%s] is %zu bytes",
                         name, bytes, ein_dtype_name(nd->dtype), sh, want);
     }
@@ -289,8 +281,8 @@ int ein_session_set_input_npy(ein_session *s, const char *name, const char *path
         same = info.shape[a] == nd->shape[a];
     if (!same) {
         char want[256], got[256];
-        shape_text(want, sizeof want, nd->rank, nd->shape);
-        shape_text(got, sizeof got, info.rank, info.shape);
+        ein_shape_format(nd->rank, nd->shape, want, sizeof want);
+        ein_shape_format(info.rank, info.shape, got, sizeof got);
         return ein_fail(err, EIN_ESHAPE, "input %s: %s is %s [%s] but input %s is %s [%s]", name,
                         path, ein_dtype_name(info.dtype), got, nd->name, ein_dtype_name(nd->dtype),
                         want);

@@ -1,10 +1,17 @@
 /* coordinator/einrun.c — the main command: plan a .ein program over N
- * devices, run it with one worker per device, save the results. */
+ * devices, run it with one worker per device, save the results.
+ *
+ * main() is a driver over named steps: read the options (one table row per
+ * option), check them, bind the program's inputs and outputs, compile, run,
+ * report. A step prints its own message and returns 0 to go on or the exit
+ * status: 1 the run failed, 2 bad usage or bad input. */
 #include <errno.h>
 #include <getopt.h>
+#include <stddef.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +20,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "common/ein_box.h"
 #include "common/ein_clock.h"
 #include "common/ein_npy.h"
 #include "coordinator/co_calib.h"
@@ -31,6 +39,8 @@
 
 #define MAX_DEVICES 64
 #define MAX_BINDINGS 256
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static void usage(FILE *f)
 {
@@ -154,6 +164,207 @@ typedef struct binding {
     char *path;
 } binding;
 
+typedef struct bindings {       /* --input or --output NAME=FILE */
+    binding b[MAX_BINDINGS];
+    int n;
+} bindings;
+
+typedef struct names {          /* --weights FILE or --map INPUT=TENSOR */
+    const char *v[MAX_BINDINGS];
+    int n;
+} names;
+
+/* Everything the command line says; strings point into argv. */
+typedef struct run_opts {
+    int ids[MAX_DEVICES], ndev, use_cpu;
+    const char *gpus_arg;
+    uint64_t seed, plan_seed;
+    pl_selector sel;
+    double worker_timeout, timeout, instr_timeout, cap_ms;
+    int search_work, iterations, warmup, log_level, debug_device, wrapper_device;
+    int explain, verbose, quiet, manual, rewrite, ilp, calibrate, show_topo;
+    int search;         /* --schedule: index in naive|search */
+    int cuda;           /* --backend: index in cpu|cuda */
+    int graphs;         /* --graphs: index in auto|on|off */
+    int time_objective; /* --objective: index in comm|time */
+    const char *worker, *trace_path, *log_dir, *wrapper, *calib_out, *rewrite_weights;
+    const char *topo_arg, *probe_file, *dump_dir;
+    names wfiles, wmaps;
+    bindings inputs, outputs;
+    const char *path;   /* PLAN.ein */
+} run_opts;
+
+static void run_opts_init(run_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->ndev = 1;
+    o->gpus_arg = "0";
+    o->seed = o->plan_seed = 1;
+    o->sel = PL_SELECT_DP;
+    o->worker_timeout = 60;
+    o->instr_timeout = 600;
+    o->cap_ms = XP_SEARCH_DEFAULT_CAP_MS;
+    o->search_work = XP_SEARCH_DEFAULT_WORK;
+    o->iterations = 1;
+    o->log_level = 1;
+    o->debug_device = o->wrapper_device = -1;
+    o->search = 1;
+}
+
+static void run_opts_free(run_opts *o)
+{
+    for (int k = 0; k < 2; k++) {
+        bindings *l = k ? &o->outputs : &o->inputs;
+        for (int i = 0; i < l->n; i++) {
+            free(l->b[i].name);
+            free(l->b[i].path);
+        }
+    }
+}
+
+/* --graphs as the session takes it: -1 auto, 0 off, 1 on. */
+static int graphs_mode(const run_opts *o)
+{
+    return o->graphs == 0 ? -1 : o->graphs == 1;
+}
+
+/* One row per option, in the style of Redis's command table. set() reads
+ * `arg` into the field of `o` at `off` and returns OPT_NEXT, or prints why
+ * not and returns the exit status (0 after --help and --version). */
+#define OPT_NEXT (-1)
+typedef struct run_opt run_opt;
+typedef int opt_set(run_opts *o, const run_opt *d, const char *arg);
+struct run_opt {
+    const char *name;
+    char letter;        /* the short form (-v), or 0 */
+    int has_arg;
+    opt_set *set;
+    size_t off;         /* the field of run_opts that set() writes */
+    double lo, hi;      /* the range of a number */
+    const char *expect; /* the words of a choice ("naive|search"), or what a
+                           bad value should have been */
+};
+
+#define FIELD(o, d, T) ((T *)(void *)((char *)(o) + (d)->off))
+
+static int bad_value(const run_opt *d, const char *arg, const char *expect)
+{
+    fprintf(stderr, "einrun: --%s '%s': expected %s\n", d->name, arg, expect);
+    return 2;
+}
+
+static int opt_flag(run_opts *o, const run_opt *d, const char *arg)
+{
+    (void)arg;
+    *FIELD(o, d, int) = 1;
+    return OPT_NEXT;
+}
+
+static int opt_string(run_opts *o, const run_opt *d, const char *arg)
+{
+    *FIELD(o, d, const char *) = arg;
+    return OPT_NEXT;
+}
+
+static int opt_int(run_opts *o, const run_opt *d, const char *arg)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    if (errno || *end || end == arg || v < d->lo || v > d->hi) {
+        if (d->expect)
+            return bad_value(d, arg, d->expect);
+        fprintf(stderr, "einrun: --%s '%s': expected an integer from %ld to %ld\n", d->name, arg,
+                (long)d->lo, (long)d->hi);
+        return 2;
+    }
+    *FIELD(o, d, int) = (int)v;
+    return OPT_NEXT;
+}
+
+static int opt_double(run_opts *o, const run_opt *d, const char *arg)
+{
+    char *end;
+    double v = strtod(arg, &end);
+    if (*end || end == arg || !(v >= d->lo) || v > d->hi)
+        return bad_value(d, arg, d->expect);
+    *FIELD(o, d, double) = v;
+    return OPT_NEXT;
+}
+
+static int opt_u64(run_opts *o, const run_opt *d, const char *arg)
+{
+    char *end;
+    errno = 0;
+    uint64_t v = strtoull(arg, &end, 10);
+    if (errno || *end || end == arg || arg[0] == '-')
+        return bad_value(d, arg, d->expect);
+    *FIELD(o, d, uint64_t) = v;
+    return OPT_NEXT;
+}
+
+/* One of the words of d->expect: the field is its index. */
+static int opt_choice(run_opts *o, const run_opt *d, const char *arg)
+{
+    const char *w = d->expect;
+    char words[128];
+    size_t n = 0;
+    for (int i = 0;; i++) {
+        size_t len = strcspn(w, "|");
+        if (strlen(arg) == len && !strncmp(arg, w, len)) {
+            *FIELD(o, d, int) = i;
+            return OPT_NEXT;
+        }
+        /* "a|b|c" reads "a, b or c" */
+        n += (size_t)snprintf(words + n, sizeof words - n, "%s%.*s",
+                              !i ? "" : w[len] ? ", " : " or ", (int)len, w);
+        if (!w[len] || n >= sizeof words)
+            return bad_value(d, arg, words);
+        w += len + 1;
+    }
+}
+
+static int opt_selector(run_opts *o, const run_opt *d, const char *arg)
+{
+    if (pl_selector_parse(arg, FIELD(o, d, pl_selector)) < 0)
+        return bad_value(d, arg, d->expect);
+    return OPT_NEXT;
+}
+
+static int parse_binding(const char *arg, binding *b)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg || !eq[1])
+        return -1;
+    b->name = strndup(arg, (size_t)(eq - arg));
+    b->path = strdup(eq + 1);
+    if (b->name && b->path)
+        return 0;
+    free(b->name);
+    free(b->path);
+    return -1;
+}
+
+static int opt_binding(run_opts *o, const run_opt *d, const char *arg)
+{
+    bindings *l = FIELD(o, d, bindings);
+    if (l->n >= MAX_BINDINGS || parse_binding(arg, &l->b[l->n]) < 0)
+        return bad_value(d, arg, d->expect);
+    l->n++;
+    return OPT_NEXT;
+}
+
+static int opt_name(run_opts *o, const run_opt *d, const char *arg)
+{
+    names *l = FIELD(o, d, names);
+    if (l->n >= MAX_BINDINGS) {
+        fprintf(stderr, "einrun: --%s: at most %d\n", d->name, MAX_BINDINGS);
+        return 2;
+    }
+    l->v[l->n++] = arg;
+    return OPT_NEXT;
+}
+
 /* "0-3", "0,2,5", "0-1,4": returns the device count or -1. */
 static int parse_devices(const char *s, int *ids, int max)
 {
@@ -192,20 +403,206 @@ static int parse_devices(const char *s, int *ids, int max)
     }
 }
 
-static int parse_binding(const char *arg, binding *b)
+static int opt_gpus(run_opts *o, const run_opt *d, const char *arg)
 {
-    const char *eq = strchr(arg, '=');
-    if (!eq || eq == arg || !eq[1])
-        return -1;
-    b->name = strndup(arg, (size_t)(eq - arg));
-    b->path = strdup(eq + 1);
-    return b->name && b->path ? 0 : -1;
+    o->gpus_arg = arg;
+    o->use_cpu = 0;
+    o->ndev = parse_devices(arg, o->ids, MAX_DEVICES);
+    if (o->ndev == -2) {
+        fprintf(stderr, "einrun: --gpus '%s': at most %d devices\n", arg, MAX_DEVICES);
+        return 2;
+    }
+    return o->ndev < 0 ? bad_value(d, arg, d->expect) : OPT_NEXT;
 }
 
-static int cmp_double(const void *a, const void *b)
+static int opt_cpu(run_opts *o, const run_opt *d, const char *arg)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    int rc = opt_int(o, d, arg);
+    if (rc == OPT_NEXT)
+        o->use_cpu = 1;
+    return rc;
+}
+
+/* "K:CMD" wraps only worker K. */
+static int opt_wrapper(run_opts *o, const run_opt *d, const char *arg)
+{
+    const char *colon = strchr(arg, ':');
+    o->wrapper = arg;
+    if (colon && colon > arg && strspn(arg, "0123456789") == (size_t)(colon - arg)) {
+        o->wrapper_device = atoi(arg);
+        o->wrapper = colon + 1;
+    }
+    return *o->wrapper ? OPT_NEXT : bad_value(d, arg, d->expect);
+}
+
+static int opt_gone(run_opts *o, const run_opt *d, const char *arg)
+{
+    (void)o, (void)d, (void)arg;
+    fprintf(stderr, "einrun: --search-budget-ms is gone: the search budget counts "
+                    "work (--search-work N, default %d) so that plans are "
+                    "reproducible; --search-cap-ms N is a wall-clock safety cap\n",
+            XP_SEARCH_DEFAULT_WORK);
+    return 2;
+}
+
+static int opt_help(run_opts *o, const run_opt *d, const char *arg)
+{
+    (void)o, (void)d, (void)arg;
+    usage(stdout);
+    return 0;
+}
+
+static int opt_version(run_opts *o, const run_opt *d, const char *arg)
+{
+    (void)o, (void)d, (void)arg;
+    printf("einrun %s\n", PACKAGE_VERSION);
+    return 0;
+}
+
+#define F(field) offsetof(run_opts, field)
+static const run_opt run_opt_table[] = {
+    /* name           short arg  set        field               lo  hi   expect */
+    {"gpus",             0, 1, opt_gpus,     0,                  0, 0,
+     "a device list like 0-3, 0,2,5 or 0-1,4"},
+    {"cpu",              0, 1, opt_cpu,      F(ndev),            1, MAX_DEVICES,
+     "a device count from 1 to " STR(MAX_DEVICES)},
+    {"input",            0, 1, opt_binding,  F(inputs),          0, 0, "NAME=FILE.npy"},
+    {"output",           0, 1, opt_binding,  F(outputs),         0, 0, "NAME=FILE.npy"},
+    {"seed",             0, 1, opt_u64,      F(seed),            0, 0, "a non-negative integer"},
+    {"selector",         0, 1, opt_selector, F(sel),             0, 0, "dp, greedy or random"},
+    {"plan-seed",        0, 1, opt_u64,      F(plan_seed),       0, 0, "a non-negative integer"},
+    {"explain",          0, 0, opt_flag,     F(explain),         0, 0, NULL},
+    {"worker-timeout",   0, 1, opt_double,   F(worker_timeout),  0, 1e7, "seconds"},
+    {"timeout",          0, 1, opt_double,   F(timeout),         0, 1e7, "seconds"},
+    {"instr-timeout",    0, 1, opt_double,   F(instr_timeout),   0, 1e7, "seconds"},
+    {"worker",           0, 1, opt_string,   F(worker),          0, 0, NULL},
+    {"iterations",       0, 1, opt_int,      F(iterations),      1, 100000, NULL},
+    {"warmup",           0, 1, opt_int,      F(warmup),          0, 100000, NULL},
+    {"trace",            0, 1, opt_string,   F(trace_path),      0, 0, NULL},
+    {"log-dir",          0, 1, opt_string,   F(log_dir),         0, 0, NULL},
+    {"log-level",        0, 1, opt_int,      F(log_level),       1, 2, NULL},
+    {"worker-wrapper",   0, 1, opt_wrapper,  0,                  0, 0, "[K:]COMMAND"},
+    {"debug-worker",     0, 1, opt_int,      F(debug_device),    0, 100000, NULL},
+    {"manual-workers",   0, 0, opt_flag,     F(manual),          0, 0, NULL},
+    {"schedule",         0, 1, opt_choice,   F(search),          0, 0, "naive|search"},
+    {"backend",          0, 1, opt_choice,   F(cuda),            0, 0, "cpu|cuda"},
+    {"rewrite",          0, 0, opt_flag,     F(rewrite),         0, 0, NULL},
+    {"rewrite-weights",  0, 1, opt_string,   F(rewrite_weights), 0, 0, NULL},
+    {"weights",          0, 1, opt_name,     F(wfiles),          0, 0, NULL},
+    {"map",              0, 1, opt_name,     F(wmaps),           0, 0, NULL},
+    {"quiet",          'q', 0, opt_flag,     F(quiet),           0, 0, NULL},
+    {"dump-inputs",      0, 1, opt_string,   F(dump_dir),        0, 0, NULL},
+    {"ilp",              0, 0, opt_flag,     F(ilp),             0, 0, NULL},
+    {"topology",         0, 1, opt_string,   F(topo_arg),        0, 0, NULL},
+    {"gpu-probe",        0, 1, opt_string,   F(probe_file),      0, 0, NULL},
+    {"show-topology",    0, 0, opt_flag,     F(show_topo),       0, 0, NULL},
+    {"search-work",      0, 1, opt_int,      F(search_work),     1, 1e9,
+     "a whole number from 1 to 1000000000"},
+    {"search-cap-ms",    0, 1, opt_double,   F(cap_ms),          0, 1e9,
+     "milliseconds, 0 or more (0: no cap)"},
+    {"search-budget-ms", 0, 1, opt_gone,     0,                  0, 0, NULL},
+    {"graphs",           0, 1, opt_choice,   F(graphs),          0, 0, "auto|on|off"},
+    {"verbose",        'v', 0, opt_flag,     F(verbose),         0, 0, NULL},
+    {"calibrate",        0, 0, opt_flag,     F(calibrate),       0, 0, NULL},
+    {"out",              0, 1, opt_string,   F(calib_out),       0, 0, NULL},
+    {"objective",        0, 1, opt_choice,   F(time_objective),  0, 0, "comm|time"},
+    {"help",           'h', 0, opt_help,     0,                  0, 0, NULL},
+    {"version",          0, 0, opt_version,  0,                  0, 0, NULL},
+};
+#undef F
+#define NOPTS ((int)(sizeof run_opt_table / sizeof *run_opt_table))
+#define OPT_VAL 0x100 /* getopt's value for row i: OPT_VAL + i */
+
+/* The options, in order, through the table; PLAN.ein is left at optind.
+ * Returns OPT_NEXT or the exit status. */
+static int run_opts_parse(run_opts *o, int argc, char **argv)
+{
+    struct option longopts[NOPTS + 1];
+    char letters[NOPTS + 1];
+    int nletters = 0, c;
+    for (int i = 0; i < NOPTS; i++) {
+        const run_opt *d = &run_opt_table[i];
+        longopts[i] = (struct option){d->name, d->has_arg ? required_argument : no_argument,
+                                      NULL, OPT_VAL + i};
+        if (d->letter)
+            letters[nletters++] = d->letter; /* short forms take no argument */
+    }
+    longopts[NOPTS] = (struct option){0, 0, 0, 0};
+    letters[nletters] = '\0';
+    while ((c = getopt_long(argc, argv, letters, longopts, NULL)) != -1) {
+        const run_opt *d = NULL;
+        for (int i = 0; i < NOPTS && !d; i++)
+            if (c == OPT_VAL + i || (c == run_opt_table[i].letter && c))
+                d = &run_opt_table[i];
+        if (!d) {
+            fprintf(stderr, "Try 'einrun --help'.\n");
+            return 2;
+        }
+        int rc = d->set(o, d, optarg);
+        if (rc != OPT_NEXT)
+            return rc;
+    }
+    return OPT_NEXT;
+}
+
+/* What no single option can check: one PLAN.ein (none with
+ * --show-topology), --gpu-probe without --cpu or --topology. */
+static int run_opts_check(run_opts *o, int argc, char **argv)
+{
+    if (optind != argc - 1 && !(o->show_topo && optind == argc)) {
+        fprintf(stderr, "einrun: %s\nTry 'einrun --help'.\n",
+                optind >= argc ? "no program given (expected PLAN.ein)" : "more than one program given");
+        return 2;
+    }
+    o->path = argv[optind];
+    if (o->probe_file && (o->use_cpu || o->topo_arg)) {
+        fprintf(stderr, "einrun: --gpu-probe %s: %s\n", o->probe_file,
+                o->use_cpu ? "it describes GPUs: use --gpus, not --cpu"
+                           : "give --topology or --gpu-probe, not both");
+        return 2;
+    }
+    return 0;
+}
+
+/* The checks of a run, not needed by --show-topology. */
+static int run_opts_check_run(const run_opts *o)
+{
+    if ((o->debug_device >= 0 && o->debug_device >= o->ndev) || o->wrapper_device >= o->ndev) {
+        fprintf(stderr, "einrun: --%s %d: there are only %d devices\n",
+                o->debug_device >= o->ndev ? "debug-worker" : "worker-wrapper",
+                o->debug_device >= o->ndev ? o->debug_device : o->wrapper_device, o->ndev);
+        return 2;
+    }
+    if (o->log_dir) {
+        struct stat ls;
+        if (stat(o->log_dir, &ls) < 0 || !S_ISDIR(ls.st_mode)) {
+            fprintf(stderr, "einrun: --log-dir %s: not a directory\n", o->log_dir);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* Everything about compiling, in the library's terms (einplan and the API
+ * compile the same way). */
+static void compile_options_from(const run_opts *o, ein_compile_options *co)
+{
+    ein_compile_options_init(co);
+    co->selector = pl_selector_name(o->sel);
+    co->plan_seed = o->plan_seed;
+    co->seed = o->seed;
+    co->naive_exchanges = !o->search;
+    co->search_work = o->search_work;
+    co->search_cap_ms = o->cap_ms > 0 ? o->cap_ms : -1;
+    co->topology = o->topo_arg;
+    co->gpu_probe = o->probe_file;
+    co->cuda = o->cuda && !o->use_cpu;
+    co->gpu_ids = o->ids;
+    co->worker = o->worker;
+    co->rewrite = o->rewrite;
+    co->rewrite_weights = o->rewrite_weights;
+    co->ilp = o->ilp;
+    co->objective = o->time_objective ? "time" : NULL; /* NULL: comm, the default */
 }
 
 /* --show-topology: the topology a run would use, as text, on stdout. */
@@ -229,6 +626,196 @@ static int show_topology(const ein_compile_options *co, int ndev)
     printf("# topology: %s\n%s", desc, text);
     free(text);
     return fflush(stdout) == 0 ? 0 : 2;
+}
+
+/* Prints "einrun: MESSAGE" and returns `status`. */
+static int fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("einrun: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return status;
+}
+
+/* One run: what the steps share, freed by run_state_free. Arrays indexed
+ * by node are over the parsed graph `g` (the compiled one may be the
+ * rewritten graph). */
+typedef struct run_state {
+    const run_opts *o;
+    ein_error err;
+    pl_graph *g;
+    const char **in_path, **out_path; /* --input file / output file of node v */
+    char **tmp_path, **owned;         /* temporary of a saved node; default names */
+    co_input_src *in_src;
+    ein_safetensors **wopen;
+    co_output *outs;
+    int nouts;
+    ein_compiled *comp;
+    ein_session_options so;
+    ein_session *sess;
+    sigset_t stop_signals;
+    int show;                         /* progress lines */
+    double *iter_s, t_plan, t_run;
+    ein_run_stats rs;
+} run_state;
+
+static void run_state_free(run_state *s)
+{
+    if (s->outs)
+        co_outputs_discard(s->outs, s->nouts);
+    free(s->outs);
+    for (int v = 0; s->g && s->owned && v < s->g->nnodes; v++)
+        free(s->owned[v]);
+    free(s->tmp_path);
+    free(s->owned);
+    if (s->sess) {
+        ein_error ignored;
+        ein_session_close(s->sess, &ignored);
+    }
+    ein_compiled_free(s->comp);
+    pl_graph_free(s->g);
+    free(s->in_path);
+    free(s->in_src);
+    co_weights_files_free(s->wopen, s->o->wfiles.n);
+    free(s->out_path);
+    free(s->iter_s);
+}
+
+/* --input NAME=FILE: an input of the program, given once, whose file has
+ * the input's dtype and shape. */
+static int bind_inputs(run_state *s)
+{
+    const run_opts *o = s->o;
+    for (int i = 0; i < o->inputs.n; i++) {
+        const binding *b = &o->inputs.b[i];
+        int v = pl_graph_find(s->g, b->name);
+        const pl_node *nd = v >= 0 ? pl_graph_node(s->g, v) : NULL;
+        if (!nd || nd->kind != PL_INPUT)
+            return fail(2, "--input %s: %s has no input named '%s'", b->name, o->path, b->name);
+        ein_npy_info info;
+        if (ein_npy_read_info(b->path, &info, &s->err) < 0)
+            return fail(2, "--input %s: %s", b->name, s->err.msg);
+        int same = info.rank == nd->rank;
+        for (int a = 0; same && a < nd->rank; a++)
+            same = info.shape[a] == nd->shape[a];
+        if (!same || info.dtype != nd->dtype) {
+            char want[256], got[256];
+            ein_shape_format(nd->rank, nd->shape, want, sizeof want);
+            ein_shape_format(info.rank, info.shape, got, sizeof got);
+            return fail(2, "--input %s: %s is %s [%s] but input %s is %s [%s]", b->name, b->path,
+                        ein_dtype_name(info.dtype), got, nd->name, ein_dtype_name(nd->dtype),
+                        want);
+        }
+        if (s->in_path[v])
+            return fail(2, "--input %s: given twice (%s and %s)", b->name, s->in_path[v], b->path);
+        s->in_path[v] = b->path;
+    }
+    return 0;
+}
+
+/* --output NAME=FILE: a tensor the program saves, given once. */
+static int bind_outputs(run_state *s)
+{
+    const run_opts *o = s->o;
+    for (int i = 0; i < o->outputs.n; i++) {
+        const binding *b = &o->outputs.b[i];
+        int v = pl_graph_find(s->g, b->name);
+        if (v < 0 || !pl_graph_node(s->g, v)->saved)
+            return fail(2, "--output %s: %s saves no tensor named '%s'", b->name, o->path, b->name);
+        if (s->out_path[v])
+            return fail(2, "--output %s: given twice (%s and %s)", b->name, s->out_path[v], b->path);
+        s->out_path[v] = b->path;
+    }
+    return 0;
+}
+
+/* Every output is checked (kind, directory, duplicates) before any work;
+ * the temporaries are only named here and created after planning. */
+static int prepare_outputs(run_state *s)
+{
+    for (int v = 0; v < s->g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(s->g, v);
+        if (!nd->saved)
+            continue;
+        if (!s->out_path[v]) {
+            if (!(s->owned[v] = malloc(strlen(nd->name) + 5)))
+                return fail(2, "out of memory");
+            sprintf(s->owned[v], "%s.npy", nd->name);
+            s->out_path[v] = s->owned[v];
+        }
+        co_output *out = &s->outs[s->nouts++];
+        out->name = nd->name;
+        out->path = s->out_path[v];
+        out->dtype = nd->dtype;
+        out->rank = nd->rank;
+        for (int a = 0; a < nd->rank; a++)
+            out->shape[a] = nd->shape[a];
+    }
+    if (co_outputs_prepare(s->outs, s->nouts, s->o->verbose, &s->err) < 0)
+        return fail(2, "%s", s->err.msg);
+    for (int v = 0, k = 0; v < s->g->nnodes; v++)
+        if (pl_graph_node(s->g, v)->saved)
+            s->tmp_path[v] = s->outs[k++].tmp;
+    return 0;
+}
+
+/* Parse PLAN.ein and bind its inputs (--input, --weights) and outputs. */
+static int load_program(run_state *s)
+{
+    const run_opts *o = s->o;
+    int rc;
+    if (pl_ein_parse_file(o->path, &s->g, &s->err) < 0)
+        return fail(2, "%s", s->err.msg);
+    size_t n = (size_t)s->g->nnodes;
+    s->in_path = calloc(n, sizeof *s->in_path);
+    s->out_path = calloc(n, sizeof *s->out_path);
+    s->tmp_path = calloc(n, sizeof *s->tmp_path);
+    s->owned = calloc(n, sizeof *s->owned);
+    s->outs = calloc(n, sizeof *s->outs);
+    if (!s->in_path || !s->out_path || !s->tmp_path || !s->owned || !s->outs)
+        return fail(2, "out of memory");
+    if ((rc = bind_inputs(s)))
+        return rc;
+    if (!(s->in_src = calloc(n, sizeof *s->in_src)))
+        return fail(2, "out of memory");
+    for (size_t v = 0; v < n; v++)
+        s->in_src[v].path = s->in_path[v];
+    if ((o->wfiles.n || o->wmaps.n) &&
+        co_weights_load(s->g, o->wfiles.v, o->wfiles.n, o->wmaps.v, o->wmaps.n, s->in_src, NULL,
+                        &s->wopen, &s->err) < 0)
+        return fail(2, "--weights: %s", s->err.msg);
+    if ((rc = bind_outputs(s)))
+        return rc;
+    return prepare_outputs(s);
+}
+
+/* The backend asked for exists here; --gpus without --backend cuda runs
+ * CPU devices, and says so. Then the worker binary, before the long work. */
+static int check_backend(run_state *s)
+{
+    const run_opts *o = s->o;
+    if (o->cuda && o->use_cpu)
+        return fail(2, "--backend cuda needs --gpus, not --cpu");
+#ifndef HAVE_CUDA
+    if (o->cuda)
+        return fail(2, "--backend cuda: this einrun was built without CUDA");
+#endif
+    if (o->cuda && !co_gpu_visible())
+        return fail(2, "--backend cuda: no GPU visible");
+    if (!o->use_cpu && !o->cuda)
+        fprintf(stderr, "einrun: %s; running %d CPU device%s for --gpus %s\n",
+                co_gpu_visible() ? "the CUDA backend is not verified yet (--backend cuda to try it)"
+                                 : "no GPU visible",
+                o->ndev, o->ndev == 1 ? "" : "s", o->gpus_arg);
+    char worker[PATH_MAX];
+    if (co_find_worker(o->cuda ? "einworker-cuda" : "einworker", o->worker, worker, sizeof worker,
+                       &s->err) < 0)
+        return fail(2, "%s", s->err.msg);
+    return 0;
 }
 
 /* Exit status for a failure to compile: bad input (the program, its
@@ -264,6 +851,138 @@ static void explain(const pl_graph *g, const pl_plan *plan)
     }
 }
 
+/* Plan, synthesise and lower (--rewrite first if asked). */
+static int compile_program(run_state *s, ein_compile_options *co)
+{
+    const run_opts *o = s->o;
+    double t0 = ein_now_s();
+    s->show = ein_progress_wanted(o->quiet);
+    co->progress = s->show;
+    if (ein_compile(s->g, o->ndev, co, &s->comp, &s->err) < 0) {
+        if (s->err.code == EIN_ENOPLAN)
+            fprintf(stderr, "einrun: cannot plan %s for %d devices: %s\n", o->path, o->ndev,
+                    s->err.msg);
+        else
+            fprintf(stderr, "einrun: %s\n", s->err.msg);
+        return compile_status(s->err.code);
+    }
+    if (s->comp->topo_why[0])
+        fprintf(stderr, "einrun: topology: %s\n", s->comp->topo_why);
+    if (s->comp->rewritten)
+        pl_rewrite_report(stderr, s->comp->g, &s->comp->rewrite_stats);
+    if (o->explain)
+        explain(s->comp->g, ein_plan_internal(s->comp->plan));
+    s->t_plan = ein_now_s() - t0;
+    return 0;
+}
+
+/* --dump-inputs DIR; then a word if the search's wall-clock cap made the
+ * plan depend on the machine's speed. */
+static int dump_inputs(run_state *s)
+{
+    const run_opts *o = s->o;
+    const co_lower_stats *ls = &s->comp->ls;
+    if (o->dump_dir) {
+        int ninp = 0, nd = 0;
+        ein_progress pg;
+        for (int v = 0; v < s->g->nnodes; v++)
+            ninp += pl_graph_node(s->g, v)->kind == PL_INPUT;
+        ein_progress_begin(&pg, s->show, "writing inputs", ninp);
+        int rc = co_dump_inputs(s->g, s->in_src, o->seed, o->dump_dir, &pg, &nd, &s->err);
+        ein_progress_end(&pg);
+        if (rc < 0)
+            return fail(2, "%s", s->err.msg);
+        fprintf(stderr, "einrun: wrote %d input%s to %s/\n", nd, nd == 1 ? "" : "s", o->dump_dir);
+    }
+    if (ls->ncapped)
+        fprintf(stderr, "einrun: the exchange search hit its wall-clock cap (%g ms) in %d of %d "
+                        "exchanges: this plan depends on the machine's speed (raise "
+                        "--search-cap-ms, or lower --search-work)\n",
+                o->cap_ms, ls->ncapped, ls->nexchanges);
+    return 0;
+}
+
+static void session_options_from(const run_state *s, ein_session_options *so)
+{
+    const run_opts *o = s->o;
+    ein_session_options_init(so);
+    so->backend = o->cuda ? "cuda" : "cpu";
+    so->gpu_ids = o->ids;
+    so->worker = o->worker;
+    so->worker_timeout = o->worker_timeout;
+    so->run_timeout = o->timeout;
+    so->instr_timeout = o->instr_timeout;
+    so->graphs = graphs_mode(o);
+    so->verbose = o->verbose;
+    so->log_dir = o->log_dir;
+    so->log_level = o->log_level;
+    so->trace_path = o->trace_path;
+    so->wrapper = o->wrapper;
+    so->wrapper_device = o->wrapper_device;
+    so->debug_device = o->debug_device;
+    so->manual = o->manual;
+    so->handle_signals = 1;
+    so->store_paths = (const char *const *)s->tmp_path;
+}
+
+/* Create the temporaries, start the workers and give them the input files
+ * (by name: the compiled graph may be the rewritten one). */
+static int start_session(run_state *s)
+{
+    const run_opts *o = s->o;
+    /* Saved tensors go to temporary files, created only now and renamed
+     * only on success. From here to the end a SIGINT or SIGTERM is held
+     * back: the session turns it into a failed run, and einrun removes the
+     * temporaries before it dies of one that came afterwards. */
+    sigprocmask(SIG_BLOCK, &s->stop_signals, NULL);
+    /* Before the workers start (they must find them, and never a link put
+     * in their place); the session's guard removes them if einrun is
+     * killed from then on. */
+    if (co_outputs_create(s->outs, s->nouts, &s->err) < 0)
+        return fail(2, "%s", s->err.msg);
+    if (!(s->iter_s = calloc((size_t)(o->warmup + o->iterations), sizeof *s->iter_s)))
+        return fail(1, "out of memory");
+    session_options_from(s, &s->so);
+    if (ein_session_open(s->comp, &s->so, &s->sess, &s->err) < 0)
+        return fail(1, "run failed: %s", s->err.msg);
+    for (int v = 0; v < s->g->nnodes; v++)
+        if (s->in_src[v].path &&
+            ein_session_set_input_source(s->sess, pl_graph_node(s->g, v)->name, s->in_src[v].path,
+                                         s->in_src[v].format, s->in_src[v].offset, &s->err) < 0)
+            return fail(2, "input %s: %s", pl_graph_node(s->g, v)->name, s->err.msg);
+    return 0;
+}
+
+/* --warmup and --iterations runs, then the outputs published. */
+static int run_program(run_state *s)
+{
+    const run_opts *o = s->o;
+    int n = o->warmup + o->iterations, rc;
+    double t1 = ein_now_s();
+    ein_progress pg;
+    if ((rc = start_session(s)))
+        return rc;
+    ein_progress_begin(&pg, s->show, "running (iterations)", n);
+    for (int i = 0; i < n; i++) {
+        rc = ein_session_run_ex(s->sess, i == n - 1, &s->rs, &s->err);
+        ein_progress_step(&pg, i + 1);
+        if (rc < 0) {
+            ein_progress_end(&pg);
+            return fail(1, "run failed: %s", s->err.msg);
+        }
+        s->iter_s[i] = s->rs.wall_s;
+    }
+    ein_progress_end(&pg);
+    rc = ein_session_close(s->sess, &s->err);
+    s->sess = NULL;
+    if (rc < 0)
+        return fail(1, "run failed: %s", s->err.msg);
+    s->t_run = ein_now_s() - t1;
+    if (co_outputs_publish(s->outs, s->nouts, &s->err) < 0)
+        return fail(1, "%s", s->err.msg);
+    return 0;
+}
+
 static void devices_text(uint64_t mask, char *buf, size_t len)
 {
     size_t n = 0;
@@ -271,6 +990,79 @@ static void devices_text(uint64_t mask, char *buf, size_t len)
     for (int d = 0; d < 64 && n < len; d++)
         if (mask & (1ULL << d))
             n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? ", " : "", d);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* On stdout: every saved tensor, the iteration times, the trace. */
+static void report_outputs(run_state *s)
+{
+    const run_opts *o = s->o;
+    for (int v = 0; v < s->g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(s->g, v);
+        if (!nd->saved)
+            continue;
+        char shape[256], devs[256];
+        ein_shape_format(nd->rank, nd->shape, shape, sizeof shape);
+        devices_text(co_output_devices(s->comp->g, ein_plan_internal(s->comp->plan), v), devs,
+                     sizeof devs);
+        fprintf(stdout, "saved %s [%s] %s to %s (blocks written by device%s %s)\n", nd->name, shape,
+                ein_dtype_name(nd->dtype), s->out_path[v], strchr(devs, ',') ? "s" : "", devs);
+    }
+    if (o->iterations > 1 || o->warmup > 0) {
+        double *t = s->iter_s + o->warmup;
+        const ein_run_stats *rs = &s->rs;
+        qsort(t, (size_t)o->iterations, sizeof *t, cmp_double);
+        fprintf(stdout, "%d iterations (after %d warm-up): min %.3f ms, median %.3f ms\n",
+                o->iterations, o->warmup, 1e3 * t[0], 1e3 * t[o->iterations / 2]);
+        /* Say what the times are: on GPUs without device timing they are
+         * only the host's time to enqueue the work. */
+        for (int d = 0; d < o->ndev; d++)
+            fprintf(stdout, "  device %d: %.3f ms kernels, %.3f ms copies, %.3f ms waiting (last "
+                            "iteration%s)\n", d, 1e3 * rs->dev[d].kernel, 1e3 * rs->dev[d].copy,
+                    1e3 * rs->dev[d].wait,
+                    rs->device_timed[d] ? "; kernels, copies: GPU time (CUDA events); waiting: "
+                                          "host time waiting for peers"
+                    : o->cuda ? "; host time to enqueue, not GPU time" : "");
+    }
+    if (o->trace_path)
+        fprintf(stdout, "trace of every device written to %s\n", o->trace_path);
+}
+
+/* -v: planning and lowering figures, per-device times, on stderr. */
+static void report_verbose(run_state *s)
+{
+    const run_opts *o = s->o;
+    const co_lower_stats *ls = &s->comp->ls;
+    const ein_run_stats *rs = &s->rs;
+    fprintf(stderr, "planned and lowered in %.3f s: %d instructions, %d exchanges, %d copies (%.0f bytes)\n",
+            s->t_plan, ls->ninstrs, ls->nexchanges, ls->ncopies, ls->copy_bytes);
+    fprintf(stderr, "exchanges on topology %s: simulated %.3f ms with naive bodies, %.3f ms %s\n",
+            s->comp->topo->name, 1e3 * ls->naive_s, 1e3 * ls->synth_s,
+            o->search ? "as synthesised" : "(naive schedule)");
+    if (o->search)
+        fprintf(stderr, "exchange search: %ld candidates (work budget %ld per exchange) in "
+                        "%.1f ms, wall-clock cap hit in %d of %d exchanges\n",
+                ls->search_steps, (long)o->search_work, ls->search_ms, ls->ncapped,
+                ls->nexchanges);
+    fprintf(stderr, "exchange bodies: %d searched, %d copied from an identical exchange, "
+                    "%d local (nothing to move)\n", ls->nsearched, ls->nreused, ls->nlocal);
+    fprintf(stderr, "ran in %.3f s\n", s->t_run);
+    for (int d = 0; d < o->ndev; d++) {
+        fprintf(stderr, "  device %d (pid %ld): %.3f s total, %.3f kernels, %.3f copies, %.3f waiting%s\n",
+                d, rs->dev[d].pid, rs->dev[d].total, rs->dev[d].kernel, rs->dev[d].copy,
+                rs->dev[d].wait, rs->device_timed[d] ? " (kernels, copies: GPU time)" : "");
+        /* Graph counts are what makes "graphs on" checkable: a stretch
+         * that silently fell back to one instruction at a time shows. */
+        if (graphs_mode(o) > 0 || (graphs_mode(o) < 0 && o->cuda))
+            fprintf(stderr, "  device %d graphs: %d captured, %d launches, %d not captured%s%s\n",
+                    d, rs->graphs[d].captured, rs->graphs[d].launched, rs->graphs[d].failed,
+                    rs->graphs[d].error[0] ? ": " : "", rs->graphs[d].error);
+    }
 }
 
 /* SIGINT and SIGTERM belong to the main thread. Libraries start threads
@@ -302,677 +1094,59 @@ static void stop_signals_to_main(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
-int main(int argc, char **argv)
+/* PLAN.ein from file to results: the steps in order, each returning 0 or
+ * the exit status; the signal mask is as it was on return. */
+static int run_plan(const run_opts *o, ein_compile_options *co)
 {
-    int ids[MAX_DEVICES], ndev = 1, use_cpu = 0, verbose = 0, do_explain = 0;
-    const char *gpus_arg = "0";
-    uint64_t seed = 1, plan_seed = 1;
-    pl_selector sel = PL_SELECT_DP;
-    double worker_timeout = 60, timeout = 0, instr_timeout = 600;
-    const char *worker_opt = NULL, *trace_path = NULL, *log_dir = NULL, *wrapper = NULL;
-    int iterations = 1, warmup = 0, log_level = 1, wrapper_device = -1, debug_device = -1;
-    int calibrate = 0;
-    const char *calib_out = NULL, *objective = NULL;
-    int manual = 0, search = 1, want_cuda = 0, rewrite = 0, ilp = 0;
-    int graphs = -1; /* --graphs: -1 auto, 0 off, 1 on */
-    const char *weights = NULL;
-    const char *wfiles[MAX_BINDINGS], *wmaps[MAX_BINDINGS];
-    int nwfiles = 0, nwmaps = 0;
-    ein_safetensors **wopen = NULL;
-    co_input_src *in_src = NULL;
-    int quiet = 0;
-    const char *dump_dir = NULL;
-    ein_progress pg;
-    const char *topo_arg = NULL, *probe_file = NULL;
-    int show_topo = 0;
-    long search_work = XP_SEARCH_DEFAULT_WORK;
-    double cap_ms = XP_SEARCH_DEFAULT_CAP_MS;
-    binding inputs[MAX_BINDINGS], outputs[MAX_BINDINGS];
-    int ninputs = 0, noutputs = 0;
-    ids[0] = 0;
-
-    static const struct option opts[] = {
-        {"gpus", required_argument, 0, 'g'},
-        {"cpu", required_argument, 0, 'c'},
-        {"input", required_argument, 0, 'i'},
-        {"output", required_argument, 0, 'o'},
-        {"seed", required_argument, 0, 's'},
-        {"selector", required_argument, 0, 'S'},
-        {"plan-seed", required_argument, 0, 'P'},
-        {"explain", no_argument, 0, 'e'},
-        {"worker-timeout", required_argument, 0, 'W'},
-        {"timeout", required_argument, 0, 'T'},
-        {"instr-timeout", required_argument, 0, 0x103},
-        {"worker", required_argument, 0, 'w'},
-        {"iterations", required_argument, 0, 'N'},
-        {"warmup", required_argument, 0, 'M'},
-        {"trace", required_argument, 0, 'R'},
-        {"log-dir", required_argument, 0, 'D'},
-        {"log-level", required_argument, 0, 'G'},
-        {"worker-wrapper", required_argument, 0, 'X'},
-        {"debug-worker", required_argument, 0, 'B'},
-        {"manual-workers", no_argument, 0, 'U'},
-        {"schedule", required_argument, 0, 'H'},
-        {"backend", required_argument, 0, 'K'},
-        {"rewrite", no_argument, 0, 'Y'},
-        {"rewrite-weights", required_argument, 0, 'Z'},
-        {"weights", required_argument, 0, 0x110},
-        {"map", required_argument, 0, 0x111},
-        {"quiet", no_argument, 0, 'q'},
-        {"dump-inputs", required_argument, 0, 0x113},
-        {"ilp", no_argument, 0, 'L'},
-        {"topology", required_argument, 0, 'O'},
-        {"gpu-probe", required_argument, 0, 0x101},
-        {"show-topology", no_argument, 0, 0x102},
-        {"search-work", required_argument, 0, 'Q'},
-        {"search-cap-ms", required_argument, 0, 0x105},
-        {"search-budget-ms", required_argument, 0, 0x106},
-        {"graphs", required_argument, 0, 'J'},
-        {"verbose", no_argument, 0, 'v'},
-        {"calibrate", no_argument, 0, 0x120},
-        {"out", required_argument, 0, 0x121},
-        {"objective", required_argument, 0, 0x122},
-        {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, 'V'},
-        {0, 0, 0, 0},
-    };
-    int c;
-    char *end;
-    while ((c = getopt_long(argc, argv, "vhq", opts, NULL)) != -1) {
-        switch (c) {
-        case 'g':
-            gpus_arg = optarg;
-            use_cpu = 0;
-            ndev = parse_devices(optarg, ids, MAX_DEVICES);
-            if (ndev == -2) {
-                fprintf(stderr, "einrun: --gpus '%s': at most %d devices\n", optarg, MAX_DEVICES);
-                return 2;
-            }
-            if (ndev < 0) {
-                fprintf(stderr, "einrun: --gpus '%s': expected a device list like 0-3, 0,2,5 or 0-1,4\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case 'c':
-            errno = 0;
-            ndev = (int)strtol(optarg, &end, 10);
-            if (errno || *end || end == optarg || ndev < 1 || ndev > MAX_DEVICES) {
-                fprintf(stderr, "einrun: --cpu '%s': expected a device count from 1 to %d\n", optarg,
-                        MAX_DEVICES);
-                return 2;
-            }
-            use_cpu = 1;
-            break;
-        case 'i':
-        case 'o': {
-            binding *b = c == 'i' ? &inputs[ninputs] : &outputs[noutputs];
-            if ((c == 'i' ? ninputs : noutputs) >= MAX_BINDINGS || parse_binding(optarg, b) < 0) {
-                fprintf(stderr, "einrun: --%s '%s': expected NAME=FILE.npy\n",
-                        c == 'i' ? "input" : "output", optarg);
-                return 2;
-            }
-            if (c == 'i')
-                ninputs++;
-            else
-                noutputs++;
-            break;
-        }
-        case 's':
-        case 'P':
-            errno = 0;
-            *(c == 's' ? &seed : &plan_seed) = strtoull(optarg, &end, 10);
-            if (errno || *end || end == optarg || optarg[0] == '-') {
-                fprintf(stderr, "einrun: --%s '%s': expected a non-negative integer\n",
-                        c == 's' ? "seed" : "plan-seed", optarg);
-                return 2;
-            }
-            break;
-        case 'S':
-            if (pl_selector_parse(optarg, &sel) < 0) {
-                fprintf(stderr, "einrun: --selector '%s': expected dp, greedy or random\n", optarg);
-                return 2;
-            }
-            break;
-        case 'e': do_explain = 1; break;
-        case 'W':
-        case 'T':
-        case 0x103: {
-            double v = strtod(optarg, &end);
-            if (*end || end == optarg || !(v >= 0) || v > 1e7) {
-                fprintf(stderr, "einrun: --%s '%s': expected seconds\n",
-                        c == 'W' ? "worker-timeout" : c == 'T' ? "timeout" : "instr-timeout",
-                        optarg);
-                return 2;
-            }
-            if (c == 'W')
-                worker_timeout = v;
-            else if (c == 'T')
-                timeout = v;
-            else
-                instr_timeout = v;
-            break;
-        }
-        case 'w': worker_opt = optarg; break;
-        case 'N':
-        case 'M':
-        case 'G':
-        case 'B': {
-            errno = 0;
-            long v = strtol(optarg, &end, 10);
-            const char *name = c == 'N' ? "iterations" : c == 'M' ? "warmup"
-                             : c == 'G' ? "log-level" : "debug-worker";
-            long lo = c == 'N' || c == 'G' ? 1 : 0, hi = c == 'G' ? 2 : 100000;
-            if (errno || *end || end == optarg || v < lo || v > hi) {
-                fprintf(stderr, "einrun: --%s '%s': expected an integer from %ld to %ld\n", name,
-                        optarg, lo, hi);
-                return 2;
-            }
-            if (c == 'N') iterations = (int)v;
-            else if (c == 'M') warmup = (int)v;
-            else if (c == 'G') log_level = (int)v;
-            else debug_device = (int)v;
-            break;
-        }
-        case 'R': trace_path = optarg; break;
-        case 'D': log_dir = optarg; break;
-        case 'X': {
-            /* "K:CMD" wraps only worker K. */
-            char *colon = strchr(optarg, ':');
-            wrapper = optarg;
-            if (colon && colon > optarg && strspn(optarg, "0123456789") == (size_t)(colon - optarg)) {
-                wrapper_device = atoi(optarg);
-                wrapper = colon + 1;
-            }
-            if (!*wrapper) {
-                fprintf(stderr, "einrun: --worker-wrapper '%s': expected [K:]COMMAND\n", optarg);
-                return 2;
-            }
-            break;
-        }
-        case 'U': manual = 1; break;
-        case 'H':
-            if (strcmp(optarg, "naive") && strcmp(optarg, "search")) {
-                fprintf(stderr, "einrun: --schedule '%s': expected naive or search\n", optarg);
-                return 2;
-            }
-            search = !strcmp(optarg, "search");
-            break;
-        case 'O': topo_arg = optarg; break;
-        case 0x101: probe_file = optarg; break;
-        case 0x102: show_topo = 1; break;
-        case 'J':
-            if (strcmp(optarg, "auto") && strcmp(optarg, "on") && strcmp(optarg, "off")) {
-                fprintf(stderr, "einrun: --graphs '%s': expected auto, on or off\n", optarg);
-                return 2;
-            }
-            graphs = !strcmp(optarg, "auto") ? -1 : !strcmp(optarg, "on");
-            break;
-        case 'Y': rewrite = 1; break;
-        case 'Z': weights = optarg; break;
-        case 0x110:
-        case 0x111:
-            if ((c == 0x110 ? nwfiles : nwmaps) >= MAX_BINDINGS) {
-                fprintf(stderr, "einrun: --%s: at most %d\n", c == 0x110 ? "weights" : "map",
-                        MAX_BINDINGS);
-                return 2;
-            }
-            if (c == 0x110)
-                wfiles[nwfiles++] = optarg;
-            else
-                wmaps[nwmaps++] = optarg;
-            break;
-        case 'L': ilp = 1; break;
-        case 'K':
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
-                fprintf(stderr, "einrun: --backend '%s': expected cpu or cuda\n", optarg);
-                return 2;
-            }
-            want_cuda = !strcmp(optarg, "cuda");
-            break;
-        case 'Q':
-            errno = 0;
-            search_work = strtol(optarg, &end, 10);
-            if (errno || *end || end == optarg || search_work < 1 || search_work > 1000000000) {
-                fprintf(stderr, "einrun: --search-work '%s': expected a whole number from 1 to "
-                                "1000000000\n", optarg);
-                return 2;
-            }
-            break;
-        case 0x105:
-            cap_ms = strtod(optarg, &end);
-            if (*end || end == optarg || !(cap_ms >= 0) || cap_ms > 1e9) {
-                fprintf(stderr, "einrun: --search-cap-ms '%s': expected milliseconds, 0 or more "
-                                "(0: no cap)\n", optarg);
-                return 2;
-            }
-            break;
-        case 0x106:
-            fprintf(stderr, "einrun: --search-budget-ms is gone: the search budget counts "
-                            "work (--search-work N, default %d) so that plans are "
-                            "reproducible; --search-cap-ms N is a wall-clock safety cap\n",
-                    XP_SEARCH_DEFAULT_WORK);
-            return 2;
-        case 0x120: calibrate = 1; break;
-        case 0x121: calib_out = optarg; break;
-        case 0x122:
-            if (strcmp(optarg, "comm") && strcmp(optarg, "time")) {
-                fprintf(stderr, "einrun: --objective '%s': expected comm or time\n", optarg);
-                return 2;
-            }
-            objective = optarg;
-            break;
-        case 'v': verbose = 1; break;
-        case 'q': quiet = 1; break;
-        case 0x113: dump_dir = optarg; break;
-        case 'h': usage(stdout); return 0;
-        case 'V': printf("einrun %s\n", PACKAGE_VERSION); return 0;
-        default:
-            fprintf(stderr, "Try 'einrun --help'.\n");
-            return 2;
-        }
-    }
-    if (calibrate)
-        return co_calib_cli(ndev, worker_opt, calib_out, topo_arg);
-    if (objective && !strcmp(objective, "comm"))
-        objective = NULL; /* the default */
-    if (optind != argc - 1 && !(show_topo && optind == argc)) {
-        fprintf(stderr, "einrun: %s\nTry 'einrun --help'.\n",
-                optind >= argc ? "no program given (expected PLAN.ein)" : "more than one program given");
-        return 2;
-    }
-    if (probe_file && (use_cpu || topo_arg)) {
-        fprintf(stderr, "einrun: --gpu-probe %s: %s\n", probe_file,
-                use_cpu ? "it describes GPUs: use --gpus, not --cpu"
-                        : "give --topology or --gpu-probe, not both");
-        return 2;
-    }
-    /* Everything about compiling, in the library's terms (einplan and the
-     * API compile the same way). */
-    ein_compile_options co;
-    ein_compile_options_init(&co);
-    co.selector = pl_selector_name(sel);
-    co.plan_seed = plan_seed;
-    co.seed = seed;
-    co.naive_exchanges = !search;
-    co.search_work = search_work;
-    co.search_cap_ms = cap_ms > 0 ? cap_ms : -1;
-    co.topology = topo_arg;
-    co.gpu_probe = probe_file;
-    co.cuda = want_cuda && !use_cpu;
-    co.gpu_ids = ids;
-    co.worker = worker_opt;
-    co.rewrite = rewrite;
-    co.rewrite_weights = weights;
-    co.ilp = ilp;
-    co.objective = objective;
-    if (show_topo)
-        return show_topology(&co, ndev);
-    const char *path = argv[optind];
-    if ((debug_device >= 0 && debug_device >= ndev) || wrapper_device >= ndev) {
-        fprintf(stderr, "einrun: --%s %d: there are only %d devices\n",
-                debug_device >= ndev ? "debug-worker" : "worker-wrapper",
-                debug_device >= ndev ? debug_device : wrapper_device, ndev);
-        return 2;
-    }
-    if (log_dir) {
-        struct stat ls;
-        if (stat(log_dir, &ls) < 0 || !S_ISDIR(ls.st_mode)) {
-            fprintf(stderr, "einrun: --log-dir %s: not a directory\n", log_dir);
-            return 2;
-        }
-    }
-    int status = 2;
-    ein_error err = {0};
-    pl_graph *g = NULL;
-    ein_compiled *comp = NULL;
-    ein_session *sess = NULL;
-    const char **in_path = NULL, **out_path = NULL;
-    char **tmp_path = NULL, **owned = NULL;
-    co_output *outs = NULL;
-    int nouts = 0;
-    sigset_t stop_signals, old_mask;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
+    run_state s = {.o = o};
+    sigset_t old_mask;
+    sigemptyset(&s.stop_signals);
+    sigaddset(&s.stop_signals, SIGINT);
+    sigaddset(&s.stop_signals, SIGTERM);
     sigprocmask(SIG_SETMASK, NULL, &old_mask);
     stop_signals_to_main();
-    double *iter_s = NULL;
-    ein_run_stats rs = {0};
-
-    if (pl_ein_parse_file(path, &g, &err) < 0) {
-        fprintf(stderr, "einrun: %s\n", err.msg);
-        goto done;
+    int status = load_program(&s);
+    if (!status)
+        status = check_backend(&s);
+    if (!status)
+        status = compile_program(&s, co);
+    if (!status)
+        status = dump_inputs(&s);
+    if (!status)
+        status = run_program(&s);
+    if (!status) {
+        report_outputs(&s);
+        if (o->verbose)
+            report_verbose(&s);
     }
-    in_path = calloc((size_t)g->nnodes, sizeof *in_path);
-    out_path = calloc((size_t)g->nnodes, sizeof *out_path);
-    tmp_path = calloc((size_t)g->nnodes, sizeof *tmp_path);
-    owned = calloc((size_t)g->nnodes, sizeof *owned);
-    outs = calloc((size_t)g->nnodes, sizeof *outs);
-    if (!in_path || !out_path || !tmp_path || !owned || !outs) {
-        fprintf(stderr, "einrun: out of memory\n");
-        goto done;
-    }
-    for (int i = 0; i < ninputs; i++) {
-        int v = pl_graph_find(g, inputs[i].name);
-        const pl_node *nd = v >= 0 ? pl_graph_node(g, v) : NULL;
-        if (!nd || nd->kind != PL_INPUT) {
-            fprintf(stderr, "einrun: --input %s: %s has no input named '%s'\n", inputs[i].name, path,
-                    inputs[i].name);
-            goto done;
-        }
-        ein_npy_info info;
-        if (ein_npy_read_info(inputs[i].path, &info, &err) < 0) {
-            fprintf(stderr, "einrun: --input %s: %s\n", inputs[i].name, err.msg);
-            goto done;
-        }
-        int same = info.rank == nd->rank;
-        for (int a = 0; same && a < nd->rank; a++)
-            same = info.shape[a] == nd->shape[a];
-        if (!same || info.dtype != nd->dtype) {
-            char want[256] = "", got[256] = "";
-            size_t n = 0;
-            for (int a = 0; a < nd->rank; a++)
-                n += (size_t)snprintf(want + n, sizeof want - n, "%s%lld", a ? ", " : "",
-                                      (long long)nd->shape[a]);
-            n = 0;
-            for (int a = 0; a < info.rank; a++)
-                n += (size_t)snprintf(got + n, sizeof got - n, "%s%lld", a ? ", " : "",
-                                      (long long)info.shape[a]);
-            fprintf(stderr, "einrun: --input %s: %s is %s [%s] but input %s is %s [%s]\n",
-                    inputs[i].name, inputs[i].path, ein_dtype_name(info.dtype), got, nd->name,
-                    ein_dtype_name(nd->dtype), want);
-            goto done;
-        }
-        if (in_path[v]) {
-            fprintf(stderr, "einrun: --input %s: given twice (%s and %s)\n", inputs[i].name,
-                    in_path[v], inputs[i].path);
-            goto done;
-        }
-        in_path[v] = inputs[i].path;
-    }
-    if (!(in_src = calloc((size_t)g->nnodes, sizeof *in_src))) {
-        fprintf(stderr, "einrun: out of memory\n");
-        goto done;
-    }
-    for (int v = 0; v < g->nnodes; v++)
-        in_src[v].path = in_path[v];
-    if ((nwfiles || nwmaps) &&
-        co_weights_load(g, wfiles, nwfiles, wmaps, nwmaps, in_src, NULL, &wopen, &err) < 0) {
-        fprintf(stderr, "einrun: --weights: %s\n", err.msg);
-        goto done;
-    }
-    for (int i = 0; i < noutputs; i++) {
-        int v = pl_graph_find(g, outputs[i].name);
-        if (v < 0 || !pl_graph_node(g, v)->saved) {
-            fprintf(stderr, "einrun: --output %s: %s saves no tensor named '%s'\n", outputs[i].name,
-                    path, outputs[i].name);
-            goto done;
-        }
-        if (out_path[v]) {
-            fprintf(stderr, "einrun: --output %s: given twice (%s and %s)\n", outputs[i].name,
-                    out_path[v], outputs[i].path);
-            goto done;
-        }
-        out_path[v] = outputs[i].path;
-    }
-    /* Every output is checked (kind, directory, duplicates) before any
-     * work; the temporaries are only named here and created after
-     * planning. */
-    for (int v = 0; v < g->nnodes; v++) {
-        const pl_node *nd = pl_graph_node(g, v);
-        if (!nd->saved)
-            continue;
-        if (!out_path[v]) {
-            if (!(owned[v] = malloc(strlen(nd->name) + 5))) {
-                fprintf(stderr, "einrun: out of memory\n");
-                goto done;
-            }
-            sprintf(owned[v], "%s.npy", nd->name);
-            out_path[v] = owned[v];
-        }
-        co_output *o = &outs[nouts++];
-        o->name = nd->name;
-        o->path = out_path[v];
-        o->dtype = nd->dtype;
-        o->rank = nd->rank;
-        for (int a = 0; a < nd->rank; a++)
-            o->shape[a] = nd->shape[a];
-    }
-    if (co_outputs_prepare(outs, nouts, verbose, &err) < 0) {
-        fprintf(stderr, "einrun: %s\n", err.msg);
-        goto done;
-    }
-    for (int v = 0, k = 0; v < g->nnodes; v++)
-        if (pl_graph_node(g, v)->saved)
-            tmp_path[v] = outs[k++].tmp;
-
-    if (want_cuda && use_cpu) {
-        fprintf(stderr, "einrun: --backend cuda needs --gpus, not --cpu\n");
-        goto done;
-    }
-#ifndef HAVE_CUDA
-    if (want_cuda) {
-        fprintf(stderr, "einrun: --backend cuda: this einrun was built without CUDA\n");
-        goto done;
-    }
-#endif
-    if (want_cuda && !co_gpu_visible()) {
-        fprintf(stderr, "einrun: --backend cuda: no GPU visible\n");
-        goto done;
-    }
-    if (!use_cpu && !want_cuda)
-        fprintf(stderr, "einrun: %s; running %d CPU device%s for --gpus %s\n",
-                co_gpu_visible() ? "the CUDA backend is not verified yet (--backend cuda to try it)"
-                                 : "no GPU visible",
-                ndev, ndev == 1 ? "" : "s", gpus_arg);
-    ein_session_options so;
-    ein_session_options_init(&so);
-    so.backend = want_cuda ? "cuda" : "cpu";
-    so.gpu_ids = ids;
-    so.worker = worker_opt;
-    so.worker_timeout = worker_timeout;
-    so.run_timeout = timeout;
-    so.instr_timeout = instr_timeout;
-    so.graphs = graphs;
-    so.verbose = verbose;
-    so.log_dir = log_dir;
-    so.log_level = log_level;
-    so.trace_path = trace_path;
-    so.wrapper = wrapper;
-    so.wrapper_device = wrapper_device;
-    so.debug_device = debug_device;
-    so.manual = manual;
-    so.handle_signals = 1;
-    so.store_paths = (const char *const *)tmp_path;
-    {
-        /* The worker binary is checked before the long work. */
-        char worker[PATH_MAX];
-        if (co_find_worker(want_cuda ? "einworker-cuda" : "einworker", worker_opt, worker,
-                           sizeof worker, &err) < 0) {
-            fprintf(stderr, "einrun: %s\n", err.msg);
-            goto done;
-        }
-    }
-
-    double t0 = ein_now_s();
-    int show = ein_progress_wanted(quiet);
-    co.progress = show;
-    if (ein_compile(g, ndev, &co, &comp, &err) < 0) {
-        if (err.code == EIN_ENOPLAN)
-            fprintf(stderr, "einrun: cannot plan %s for %d devices: %s\n", path, ndev, err.msg);
-        else
-            fprintf(stderr, "einrun: %s\n", err.msg);
-        status = compile_status(err.code);
-        goto done;
-    }
-    if (comp->topo_why[0])
-        fprintf(stderr, "einrun: topology: %s\n", comp->topo_why);
-    if (comp->rewritten)
-        pl_rewrite_report(stderr, comp->g, &comp->rewrite_stats);
-    if (do_explain)
-        explain(comp->g, ein_plan_internal(comp->plan));
-    double t_plan = ein_now_s() - t0;
-    status = 1;
-    const co_lower_stats *ls = &comp->ls;
-    if (dump_dir) {
-        int ninp = 0, nd = 0;
-        for (int v = 0; v < g->nnodes; v++)
-            ninp += pl_graph_node(g, v)->kind == PL_INPUT;
-        ein_progress_begin(&pg, show, "writing inputs", ninp);
-        int drc = co_dump_inputs(g, in_src, seed, dump_dir, &pg, &nd, &err);
-        ein_progress_end(&pg);
-        if (drc < 0) {
-            fprintf(stderr, "einrun: %s\n", err.msg);
-            status = 2;
-            goto done;
-        }
-        fprintf(stderr, "einrun: wrote %d input%s to %s/\n", nd, nd == 1 ? "" : "s", dump_dir);
-    }
-    if (ls->ncapped)
-        fprintf(stderr, "einrun: the exchange search hit its wall-clock cap (%g ms) in %d of %d "
-                        "exchanges: this plan depends on the machine's speed (raise "
-                        "--search-cap-ms, or lower --search-work)\n",
-                cap_ms, ls->ncapped, ls->nexchanges);
-    /* Saved tensors go to temporary files, created only now and renamed
-     * only on success. From here to the end a SIGINT or SIGTERM is held
-     * back: the session turns it into a failed run, and einrun removes the
-     * temporaries before it dies of one that came afterwards. */
-    sigprocmask(SIG_BLOCK, &stop_signals, NULL);
-    /* Before the workers start (they must find them, and never a link put
-     * in their place); the session's guard removes them if einrun is
-     * killed from then on. */
-    if (co_outputs_create(outs, nouts, &err) < 0) {
-        fprintf(stderr, "einrun: %s\n", err.msg);
-        status = 2;
-        goto done;
-    }
-    if (!(iter_s = calloc((size_t)(warmup + iterations), sizeof *iter_s))) {
-        fprintf(stderr, "einrun: out of memory\n");
-        goto done;
-    }
-    double t1 = ein_now_s();
-    if (ein_session_open(comp, &so, &sess, &err) < 0) {
-        fprintf(stderr, "einrun: run failed: %s\n", err.msg);
-        goto done;
-    }
-    /* --input files and --weights tensors, by name (the compiled graph may
-     * be the rewritten one). */
-    for (int v = 0; v < g->nnodes; v++)
-        if (in_src[v].path &&
-            ein_session_set_input_source(sess, pl_graph_node(g, v)->name, in_src[v].path,
-                                         in_src[v].format, in_src[v].offset, &err) < 0) {
-            fprintf(stderr, "einrun: input %s: %s\n", pl_graph_node(g, v)->name, err.msg);
-            status = 2;
-            goto done;
-        }
-    ein_progress_begin(&pg, show, "running (iterations)", warmup + iterations);
-    for (int i = 0; i < warmup + iterations; i++) {
-        int rrc = ein_session_run_ex(sess, i == warmup + iterations - 1, &rs, &err);
-        ein_progress_step(&pg, i + 1);
-        if (rrc < 0) {
-            ein_progress_end(&pg);
-            fprintf(stderr, "einrun: run failed: %s\n", err.msg);
-            goto done;
-        }
-        iter_s[i] = rs.wall_s;
-    }
-    ein_progress_end(&pg);
-    int crc = ein_session_close(sess, &err);
-    sess = NULL;
-    if (crc < 0) {
-        fprintf(stderr, "einrun: run failed: %s\n", err.msg);
-        goto done;
-    }
-    double t_run = ein_now_s() - t1;
-    if (co_outputs_publish(outs, nouts, &err) < 0) {
-        fprintf(stderr, "einrun: %s\n", err.msg);
-        goto done;
-    }
-    status = 0;
-    for (int v = 0; v < g->nnodes; v++) {
-        const pl_node *nd = pl_graph_node(g, v);
-        if (!nd->saved)
-            continue;
-        char shape[256] = "", devs[256];
-        size_t n = 0;
-        for (int a = 0; a < nd->rank; a++)
-            n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", a ? ", " : "",
-                                  (long long)nd->shape[a]);
-        devices_text(co_output_devices(comp->g, ein_plan_internal(comp->plan), v), devs,
-                     sizeof devs);
-        fprintf(stdout, "saved %s [%s] %s to %s (blocks written by device%s %s)\n", nd->name, shape,
-                ein_dtype_name(nd->dtype), out_path[v], strchr(devs, ',') ? "s" : "", devs);
-    }
-    if (iterations > 1 || warmup > 0) {
-        double *t = iter_s + warmup;
-        qsort(t, (size_t)iterations, sizeof *t, cmp_double);
-        fprintf(stdout, "%d iterations (after %d warm-up): min %.3f ms, median %.3f ms\n",
-                iterations, warmup, 1e3 * t[0], 1e3 * t[iterations / 2]);
-        /* Say what the times are: on GPUs without device timing they are
-         * only the host's time to enqueue the work. */
-        for (int d = 0; d < ndev; d++)
-            fprintf(stdout, "  device %d: %.3f ms kernels, %.3f ms copies, %.3f ms waiting (last "
-                            "iteration%s)\n", d, 1e3 * rs.dev[d].kernel, 1e3 * rs.dev[d].copy,
-                    1e3 * rs.dev[d].wait,
-                    rs.device_timed[d] ? "; kernels, copies: GPU time (CUDA events); waiting: "
-                                         "host time waiting for peers"
-                    : want_cuda ? "; host time to enqueue, not GPU time" : "");
-    }
-    if (trace_path)
-        fprintf(stdout, "trace of every device written to %s\n", trace_path);
-    if (verbose) {
-        fprintf(stderr, "planned and lowered in %.3f s: %d instructions, %d exchanges, %d copies (%.0f bytes)\n",
-                t_plan, ls->ninstrs, ls->nexchanges, ls->ncopies, ls->copy_bytes);
-        fprintf(stderr, "exchanges on topology %s: simulated %.3f ms with naive bodies, %.3f ms %s\n",
-                comp->topo->name, 1e3 * ls->naive_s, 1e3 * ls->synth_s,
-                search ? "as synthesised" : "(naive schedule)");
-        if (search)
-            fprintf(stderr, "exchange search: %ld candidates (work budget %ld per exchange) in "
-                            "%.1f ms, wall-clock cap hit in %d of %d exchanges\n",
-                    ls->search_steps, search_work, ls->search_ms, ls->ncapped, ls->nexchanges);
-        fprintf(stderr, "exchange bodies: %d searched, %d copied from an identical exchange, "
-                        "%d local (nothing to move)\n", ls->nsearched, ls->nreused, ls->nlocal);
-        fprintf(stderr, "ran in %.3f s\n", t_run);
-        for (int d = 0; d < ndev; d++) {
-            fprintf(stderr, "  device %d (pid %ld): %.3f s total, %.3f kernels, %.3f copies, %.3f waiting%s\n",
-                    d, rs.dev[d].pid, rs.dev[d].total, rs.dev[d].kernel, rs.dev[d].copy,
-                    rs.dev[d].wait, rs.device_timed[d] ? " (kernels, copies: GPU time)" : "");
-            /* Graph counts are what makes "graphs on" checkable: a stretch
-             * that silently fell back to one instruction at a time shows. */
-            if (graphs > 0 || (graphs < 0 && want_cuda))
-                fprintf(stderr, "  device %d graphs: %d captured, %d launches, %d not captured%s%s\n",
-                        d, rs.graphs[d].captured, rs.graphs[d].launched, rs.graphs[d].failed,
-                        rs.graphs[d].error[0] ? ": " : "", rs.graphs[d].error);
-        }
-    }
-done:
-    if (outs)
-        co_outputs_discard(outs, nouts);
-    free(outs);
-    for (int v = 0; g && owned && v < g->nnodes; v++)
-        free(owned[v]);
-    free(tmp_path);
-    free(owned);
-    if (sess) {
-        ein_error ignored;
-        ein_session_close(sess, &ignored);
-    }
-    ein_compiled_free(comp);
-    pl_graph_free(g);
-    free(in_path);
-    free(in_src);
-    co_weights_files_free(wopen, nwfiles);
-    free(out_path);
-    free(iter_s);
-    for (int i = 0; i < ninputs; i++) {
-        free(inputs[i].name);
-        free(inputs[i].path);
-    }
-    for (int i = 0; i < noutputs; i++) {
-        free(outputs[i].name);
-        free(outputs[i].path);
-    }
+    run_state_free(&s);
     sigprocmask(SIG_SETMASK, &old_mask, NULL);
+    return status;
+}
+
+static int run_command(run_opts *o, int argc, char **argv)
+{
+    int rc;
+    if (o->calibrate)
+        return co_calib_cli(o->ndev, o->worker, o->calib_out, o->topo_arg);
+    if ((rc = run_opts_check(o, argc, argv)))
+        return rc;
+    ein_compile_options co;
+    compile_options_from(o, &co);
+    if (o->show_topo)
+        return show_topology(&co, o->ndev);
+    if ((rc = run_opts_check_run(o)))
+        return rc;
+    return run_plan(o, &co);
+}
+
+int main(int argc, char **argv)
+{
+    static run_opts o; /* 12 KiB of bindings: not on the stack */
+    run_opts_init(&o);
+    int status = run_opts_parse(&o, argc, argv);
+    if (status == OPT_NEXT)
+        status = run_command(&o, argc, argv);
+    run_opts_free(&o);
     return status;
 }

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_vec.h"
+
 /* Keep ids (int) and the index arithmetic far from overflow. */
 #define PL_GRAPH_NODES_MAX (INT_MAX / 4)
 
@@ -214,14 +216,8 @@ int pl_graph_append(pl_graph *g, const char *name, const pl_node *proto, ein_err
         return ein_fail(err, EIN_EINVAL, "graph: too many nodes (at most %d)", PL_GRAPH_NODES_MAX);
     if ((rc = index_reserve(g, err)) < 0)
         return rc;
-    if (g->nnodes == g->cap) {
-        int cap = g->cap ? g->cap * 2 : 16;
-        pl_node *nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
-        if (!nodes)
-            return ein_fail(err, EIN_ENOMEM, "graph: out of memory for %d nodes", cap);
-        g->nodes = nodes;
-        g->cap = cap;
-    }
+    if (ein_vec_reserve(&g->nodes, &g->cap, (int64_t)g->nnodes + 1, sizeof *g->nodes) < 0)
+        return ein_fail(err, EIN_ENOMEM, "graph: out of memory for %d nodes", g->nnodes + 1);
     int id = g->nnodes;
     pl_node *n = &g->nodes[id];
     *n = *proto;

@@ -12,6 +12,7 @@
 
 #include "include/einsummable/einsummable.h"
 #include "common/ein_file.h"
+#include "common/ein_vec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -345,14 +346,8 @@ static void dim_index_put(parser *p, int k)
 
 static int dim_add(parser *p, const char *name, int64_t size)
 {
-    if (p->ndims == p->capdims) {
-        int cap = p->capdims ? p->capdims * 2 : 16;
-        dim_def *d = realloc(p->dims, (size_t)cap * sizeof *d);
-        if (!d)
-            return ein_fail(p->err, EIN_ENOMEM, "%s: out of memory for dims", p->file);
-        p->dims = d;
-        p->capdims = cap;
-    }
+    if (ein_vec_reserve(&p->dims, &p->capdims, (int64_t)p->ndims + 1, sizeof *p->dims) < 0)
+        return ein_fail(p->err, EIN_ENOMEM, "%s: out of memory for dims", p->file);
     if ((p->ndims + 1) * 2 > p->dim_index_cap) {   /* load stays <= 1/2 */
         int cap = p->dim_index_cap ? p->dim_index_cap * 2 : 64;
         int *idx = calloc((size_t)cap, sizeof *idx);

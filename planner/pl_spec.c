@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_vec.h"
 #include "planner/ops/pl_ops.h"
 
 void pl_interval(int64_t size, int count, int part, int64_t *lo, int64_t *hi)
@@ -295,26 +296,15 @@ static int enumerate_rec(const pl_graph *g, int node, const pl_index *idx, int n
             return 0;
         counts[i] = rest;
         if (!list->want_specs) {
-            if (list->n == list->cap) {
-                int cap = list->cap ? 2 * list->cap : 16;
-                int *r = realloc(list->req, sizeof(int) * (size_t)cap * (size_t)nidx);
-                if (!r)
-                    return ein_fail(err, EIN_ENOMEM, "out of memory enumerating specs");
-                list->req = r;
-                list->cap = cap;
-            }
+            if (ein_vec_reserve(&list->req, &list->cap, (int64_t)list->n + 1,
+                                sizeof(int) * (size_t)nidx) < 0)
+                return ein_fail(err, EIN_ENOMEM, "out of memory enumerating specs");
             memcpy(list->req + (size_t)list->n * (size_t)nidx, counts, sizeof(int) * (size_t)nidx);
             list->n++;
             return 0;
         }
-        if (list->n == list->cap) {
-            int cap = list->cap ? 2 * list->cap : 16;
-            pl_spec *v = realloc(list->v, sizeof *v * (size_t)cap);
-            if (!v)
-                return ein_fail(err, EIN_ENOMEM, "out of memory enumerating specs");
-            list->v = v;
-            list->cap = cap;
-        }
+        if (ein_vec_reserve(&list->v, &list->cap, (int64_t)list->n + 1, sizeof *list->v) < 0)
+            return ein_fail(err, EIN_ENOMEM, "out of memory enumerating specs");
         int rc = pl_spec_make(g, node, counts, &list->v[list->n], err);
         if (rc < 0)
             return rc;

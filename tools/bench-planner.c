@@ -9,12 +9,14 @@
  * (one sequence cannot be split 72 ways) prints the planner's message.
  * Targets on a 2-core machine: one block at P=8 under 20 ms; 32 blocks at
  * P=72 under 2 s. Not run by `make check`. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/ein_clock.h"
+#include "common/ein_file.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 
@@ -26,24 +28,12 @@ static char *slurp(const char *cmd, size_t *len)
     FILE *f = popen(cmd, "r");
     if (!f)
         return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t r; buf && (r = fread(buf + n, 1, cap - n, f)) > 0;) {
-        n += r;
-        if (n == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = nb;
-        }
-    }
-    if (pclose(f) != 0) {
+    char *buf = NULL;
+    int rc = ein_file_read_stream(f, SIZE_MAX - 1, cmd, &buf, len, NULL);
+    if (pclose(f) != 0 || rc < 0) {
         free(buf);
         return NULL;
     }
-    *len = n;
     return buf;
 }
 

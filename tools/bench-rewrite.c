@@ -8,10 +8,12 @@
  * but x is a weight). For each: saturation and extraction time, e-graph
  * size, stop reason, roofline cost before/after (H100 figures) and matmul
  * count. Built by `make check`, not run by it. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_file.h"
 #include "planner/pl_parse.h"
 #include "planner/rewrite/pl_rewrite.h"
 
@@ -42,23 +44,13 @@ static pl_graph *from_eingen(const char *cmd)
     FILE *f = popen(cmd, "r");
     if (!f)
         return NULL;
-    size_t cap = 1 << 16, n = 0, k;
-    char *buf = malloc(cap);
-    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += k;
-        if (n == cap) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = b;
-        }
-    }
+    char *buf = NULL;
+    size_t n = 0;
+    ein_error err = {0};
+    int rc = ein_file_read_stream(f, SIZE_MAX - 1, cmd, &buf, &n, &err);
     int st = pclose(f);
     pl_graph *g = NULL;
-    ein_error err = {0};
-    if (buf && st == 0 && pl_ein_parse(cmd, buf, n, &g, &err) < 0)
+    if (rc == 0 && st == 0 && pl_ein_parse(cmd, buf, n, &g, &err) < 0)
         fprintf(stderr, "bench-rewrite: %s\n", err.msg);
     free(buf);
     return g;

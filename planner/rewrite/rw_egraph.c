@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_vec.h"
 #include "planner/rewrite/rw_egraph.h"
 
 static const char *const op_names[RW_OP_COUNT] = {
@@ -21,20 +22,6 @@ int rw_op_by_name(const char *s)
         if (strcmp(s, op_names[i]) == 0)
             return i;
     return -1;
-}
-
-int rw_ivec_push(rw_ivec *v, int x)
-{
-    if (v->n == v->cap) {
-        int cap = v->cap ? 2 * v->cap : 4;
-        int *p = realloc(v->v, (size_t)cap * sizeof *p);
-        if (!p)
-            return EIN_ENOMEM;
-        v->v = p;
-        v->cap = cap;
-    }
-    v->v[v->n++] = x;
-    return 0;
 }
 
 rw_egraph *rw_egraph_new(const pl_graph *src, const uint8_t *is_weight)
@@ -334,26 +321,14 @@ int rw_add(rw_egraph *eg, const rw_node *proto, ein_error *err)
     int rc = rw_node_infer(eg, &n, &an, err);
     if (rc < 0)
         return rc;
-    if (eg->nnodes == eg->cap_nodes) {
-        int cap = eg->cap_nodes ? 2 * eg->cap_nodes : 256;
-        rw_node *p = realloc(eg->nodes, (size_t)cap * sizeof *p);
-        if (!p)
-            return ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
-        eg->nodes = p;
-        eg->cap_nodes = cap;
-    }
-    if (eg->nclasses == eg->cap_classes) {
-        int cap = eg->cap_classes ? 2 * eg->cap_classes : 256;
-        rw_class *p = realloc(eg->classes, (size_t)cap * sizeof *p);
-        if (!p)
-            return ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
-        eg->classes = p;
-        int *u = realloc(eg->uf, (size_t)cap * sizeof *u);
-        if (!u)
-            return ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
-        eg->uf = u;
-        eg->cap_classes = cap;
-    }
+    /* classes and uf grow together: one capacity for both */
+    int ccap = eg->cap_classes, ucap = eg->cap_classes;
+    if (ein_vec_reserve(&eg->nodes, &eg->cap_nodes, (int64_t)eg->nnodes + 1,
+                        sizeof *eg->nodes) < 0 ||
+        ein_vec_reserve(&eg->classes, &ccap, (int64_t)eg->nclasses + 1, sizeof *eg->classes) < 0 ||
+        ein_vec_reserve(&eg->uf, &ucap, (int64_t)eg->nclasses + 1, sizeof *eg->uf) < 0)
+        return ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
+    eg->cap_classes = ccap < ucap ? ccap : ucap;
     int id = eg->nnodes, cid = eg->nclasses;
     n.cls = cid;
     an.weight = node_weight(eg, &n);
@@ -364,10 +339,10 @@ int rw_add(rw_egraph *eg, const rw_node *proto, ein_error *err)
     eg->nnodes++;
     eg->nclasses++;
     eg->nlive++;
-    if (rw_ivec_push(&eg->classes[cid].nodes, id) < 0 || table_insert(eg, id) < 0)
+    if (ein_vec_push(&eg->classes[cid].nodes, id) < 0 || table_insert(eg, id) < 0)
         return ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
     for (int i = 0; i < n.nch; i++)
-        if (rw_ivec_push(&eg->classes[n.ch[i]].parents, id) < 0)
+        if (ein_vec_push(&eg->classes[n.ch[i]].parents, id) < 0)
             return ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
     return cid;
 }
@@ -375,7 +350,7 @@ int rw_add(rw_egraph *eg, const rw_node *proto, ein_error *err)
 static int append(rw_ivec *dst, rw_ivec *src)
 {
     for (int i = 0; i < src->n; i++)
-        if (rw_ivec_push(dst, src->v[i]) < 0)
+        if (ein_vec_push(dst, src->v[i]) < 0)
             return EIN_ENOMEM;
     free(src->v);
     *src = (rw_ivec){0};
@@ -401,7 +376,7 @@ int rw_union(rw_egraph *eg, int a, int b, ein_error *err)
     ca->size += cb->size;
     ca->weight |= cb->weight;
     if (append(&ca->nodes, &cb->nodes) < 0 || append(&ca->parents, &cb->parents) < 0 ||
-        rw_ivec_push(&eg->pending, a) < 0)
+        ein_vec_push(&eg->pending, a) < 0)
         return ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
     return 1;
 }
@@ -433,14 +408,14 @@ static int repair(rw_egraph *eg, int c, ein_error *err)
                 goto out;
             continue;
         }
-        if (table_insert(eg, pn) < 0 || rw_ivec_push(&keep, pn) < 0) {
+        if (table_insert(eg, pn) < 0 || ein_vec_push(&keep, pn) < 0) {
             rc = ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
             goto out;
         }
         int pc = rw_find(eg, n->cls);
         if (!eg->classes[pc].weight && node_weight(eg, n)) {
             eg->classes[pc].weight = 1;
-            if (rw_ivec_push(&eg->pending, pc) < 0) {
+            if (ein_vec_push(&eg->pending, pc) < 0) {
                 rc = ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
                 goto out;
             }

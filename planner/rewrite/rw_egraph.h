@@ -24,6 +24,7 @@
 
 #include <stdint.h>
 
+#include "common/ein_vec.h"
 #include "planner/pl_graph.h"
 
 #define RW_MAX_PARAMS 3
@@ -50,7 +51,7 @@ typedef struct rw_node {
     int dead;                     /* congruent duplicate of a live node */
 } rw_node;
 
-typedef struct rw_ivec { int *v; int n, cap; } rw_ivec;
+typedef EIN_VEC(int) rw_ivec; /* common/ein_vec.h: ein_vec_push, ein_vec_free */
 
 typedef struct rw_class {
     rw_ivec nodes;                /* node ids (live and dead) */
@@ -77,7 +78,6 @@ typedef struct rw_egraph {
     int nlive;                    /* live (non-dead) nodes */
 } rw_egraph;
 
-int rw_ivec_push(rw_ivec *v, int x);
 
 rw_egraph *rw_egraph_new(const pl_graph *src, const uint8_t *is_weight);
 void rw_egraph_free(rw_egraph *eg);

@@ -22,6 +22,7 @@
 
 #include "common/ein_clock.h"
 #include "common/ein_file.h"
+#include "common/ein_vec.h"
 #include "planner/rewrite/pl_rewrite.h"
 #include "planner/rewrite/rw_egraph.h"
 
@@ -157,19 +158,6 @@ static int expect(rw_parser *p, int kind, const char *what)
     return 0;
 }
 
-static int grow(void **arr, int *cap, int n, size_t elem)
-{
-    if (n < *cap)
-        return 0;
-    int c = *cap ? 2 * *cap : 16;
-    void *q = realloc(*arr, (size_t)c * elem);
-    if (!q)
-        return EIN_ENOMEM;
-    *arr = q;
-    *cap = c;
-    return 0;
-}
-
 static int parse_int(const char *t, int64_t *v)
 {
     char *end;
@@ -208,7 +196,7 @@ static int var_ref(rw_parser *p, const char *name, int is_int, int lhs)
 
 static int new_ex(rw_parser *p, rw_pexpr e)
 {
-    if (grow((void **)&p->r->ex, &p->r->cap_ex, p->r->nex, sizeof e) < 0)
+    if (ein_vec_reserve(&p->r->ex, &p->r->cap_ex, (int64_t)p->r->nex + 1, sizeof *p->r->ex) < 0)
         return ein_fail(p->err, EIN_ENOMEM, "rules: out of memory");
     p->r->ex[p->r->nex] = e;
     return p->r->nex++;
@@ -350,7 +338,8 @@ static int parse_pat(rw_parser *p, int lhs, int *budget)
     } else
         return perr(p, EIN_EPARSE, line, col, "expected a pattern, found %s",
                     p->kind == ')' ? "')'" : "the end of the file");
-    if (grow((void **)&p->r->pats, &p->r->cap_pats, p->r->npats, sizeof pat) < 0)
+    if (ein_vec_reserve(&p->r->pats, &p->r->cap_pats, (int64_t)p->r->npats + 1,
+                        sizeof *p->r->pats) < 0)
         return ein_fail(p->err, EIN_ENOMEM, "rules: out of memory");
     p->r->pats[p->r->npats] = pat;
     return p->r->npats++;
@@ -599,7 +588,7 @@ static int parse_rule(rw_parser *p)
 {
     int rc, line = p->tline, col = p->tcol, budget = RW_PAT_MAX_NODES;
     pl_rw_rules *r = p->r;
-    if (grow((void **)&r->rules, &r->cap, r->n, sizeof *r->rules) < 0)
+    if (ein_vec_reserve(&r->rules, &r->cap, (int64_t)r->n + 1, sizeof *r->rules) < 0)
         return ein_fail(p->err, EIN_ENOMEM, "rules: out of memory");
     rw_rule *ru = &r->rules[r->n];
     memset(ru, 0, sizeof *ru);
@@ -726,7 +715,7 @@ int pl_rw_rules_load(const char *path, pl_rw_rules **out, ein_error *err)
             size_t l = strlen(e->d_name);
             if (l < 7 || strcmp(e->d_name + l - 6, ".rules") != 0 || e->d_name[0] == '.')
                 continue;
-            if (grow((void **)&names, &cap, n, sizeof *names) < 0 ||
+            if (ein_vec_reserve(&names, &cap, (int64_t)n + 1, sizeof *names) < 0 ||
                 !(names[n] = malloc(strlen(path) + l + 2)))
                 rc = ein_fail(err, EIN_ENOMEM, "rules: out of memory");
             else
@@ -793,7 +782,8 @@ static void ematch(rw_mctx *m, const int *pats, const int *cls, int n, rw_subst 
     if (m->out->n > m->limit || m->nomem)
         return;
     if (n == 0) {
-        if (grow((void **)&m->out->v, &m->out->cap, m->out->n, sizeof *s) < 0) {
+        if (ein_vec_reserve(&m->out->v, &m->out->cap, (int64_t)m->out->n + 1,
+                            sizeof *m->out->v) < 0) {
             m->nomem = 1;
             return;
         }

@@ -1,5 +1,5 @@
 /* tests/common/test_box.c — ein_box_copy against a naive per-element loop
- * for random boxes of rank 0..4; intersect / contains / volume / format. */
+ * for random boxes of rank 0..4; intersect / contains / volume / format, shape text. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -222,6 +222,10 @@ static void test_box_misc(void **state)
     assert_int_equal(ein_box_volume(&c), 0);
     char buf[64];
     assert_string_equal(ein_box_format(&b, buf, sizeof buf), "[0:4, 0:5, 0:6]");
+    assert_string_equal(ein_shape_format(3, shape, buf, sizeof buf), "4, 5, 6");
+    assert_string_equal(ein_shape_format(0, shape, buf, sizeof buf), "");
+    char small[5];                                /* truncated, terminated */
+    assert_string_equal(ein_shape_format(3, shape, small, sizeof small), "4, 5");
     ein_box d = b, e = b, r;
     d.lo[0] = 2;
     e.hi[0] = 2;

@@ -1,6 +1,6 @@
 /* tests/common/test_file.c — ein_file: regular files only, never blocking
- * on a FIFO, a size cap on whole-file reads; and the .npy readers and
- * writer that go through it. */
+ * on a FIFO, a size cap on whole-file and whole-stream reads; and the .npy
+ * readers and writer that go through it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,6 +85,36 @@ static void test_read_all(void **state)
     free(buf);
 }
 
+/* A stream (here a pipe, as from popen) read to its end: every byte, NUL
+ * appended; one byte over the cap refused. */
+static void test_read_stream(void **state)
+{
+    (void)state;
+    size_t total = 200000; /* several 64 KiB reads */
+    FILE *f = popen("i=0; while [ $i -lt 20000 ]; do printf 'abcdefghi\\n'; i=$((i+1)); done", "r");
+    assert_non_null(f);
+    char *buf = NULL;
+    size_t len = 7;
+    ein_error err = {0};
+    assert_int_equal(ein_file_read_stream(f, total, "the pipe", &buf, &len, &err), 0);
+    assert_int_equal(pclose(f), 0);
+    assert_int_equal(len, total);
+    assert_int_equal(buf[len], '\0');
+    for (size_t i = 0; i < len; i++)
+        assert_int_equal(buf[i], "abcdefghi\n"[i % 10]);
+    free(buf);
+
+    f = popen("printf 'abcdefghi\\n'", "r");
+    assert_non_null(f);
+    buf = NULL;
+    len = 7;
+    assert_int_equal(ein_file_read_stream(f, 9, "the pipe", &buf, &len, &err), EIN_EPARSE);
+    pclose(f);
+    assert_null(buf);          /* untouched */
+    assert_int_equal(len, 7);
+    assert_string_equal(err.msg, "the pipe: more than 9 bytes");
+}
+
 static void test_not_regular(void **state)
 {
     (void)state;
@@ -156,6 +186,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_all),
+        cmocka_unit_test(test_read_stream),
         cmocka_unit_test(test_not_regular),
         cmocka_unit_test(test_npy_paths),
     };

@@ -50,7 +50,7 @@ expect() {
     fi
 }
 
-echo "1..29"
+echo "1..30"
 expect "help"                 0 "usage: einrun"                     -- --help
 expect "no program"           2 "no program given"                  --
 expect "missing program"      2 "nosuch.ein"                        -- --cpu 2 nosuch.ein
@@ -61,6 +61,8 @@ expect "gpus reversed"        2 "--gpus '3-1': expected"            -- --gpus 3-
 expect "gpus empty item"      2 "--gpus '0,,1': expected"           -- --gpus 0,,1 ffn.ein
 expect "gpus too many"        2 "at most 64 devices"                -- --gpus 0-99 ffn.ein
 expect "cpu zero"             2 "--cpu '0': expected a device count" -- --cpu 0 ffn.ein
+# 2^32 + 2 once wrapped to 2 devices when narrowed to int before the range check
+expect "cpu past int"         2 "--cpu '4294967298': expected a device count" -- --cpu 4294967298 ffn.ein
 expect "missing input file"   2 "missing.npy"                       -- --cpu 2 --input x=missing.npy ffn.ein
 expect "garbage npy"          2 "garbage.npy"                       -- --cpu 2 --input x=garbage.npy ffn.ein
 expect "truncated npy"        2 "truncated.npy"                     -- --cpu 2 --input x=truncated.npy ffn.ein

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_vec.h"
 #include "planner/pl_graph.h"
 
 static int setup(void **state)
@@ -394,11 +395,7 @@ static void test_stale_index(void **state)
     assert_int_equal(pl_graph_add_input(&g, "a", EIN_F32, 1, (int64_t[]){3}, &err), 0);
     assert_int_equal(pl_graph_add_input(&g, "b", EIN_F32, 1, (int64_t[]){3}, &err), 1);
     /* Append a node by hand, bypassing the builder. */
-    if (g.nnodes == g.cap) {
-        g.nodes = realloc(g.nodes, (size_t)(g.cap + 1) * sizeof *g.nodes);
-        assert_non_null(g.nodes);
-        g.cap++;
-    }
+    assert_int_equal(ein_vec_reserve(&g.nodes, &g.cap, (int64_t)g.nnodes + 1, sizeof *g.nodes), 0);
     g.nodes[g.nnodes] = g.nodes[0];
     strcpy(g.nodes[g.nnodes].name, "c");
     g.nnodes++;
