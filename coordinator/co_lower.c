@@ -65,6 +65,21 @@ static ein_dtype partial_dtype(const pl_graph *g, const pl_plan *plan, int v)
     return ein_dtype_accum(nd->dtype);
 }
 
+/* Room for entry n of the array *a (of *cap entries of `size` bytes):
+ * doubled, starting at `first`, when full. */
+static int grow(lw *L, void **a, int *cap, int n, size_t size, int first)
+{
+    if (n < *cap)
+        return 0;
+    int nc = *cap ? 2 * *cap : first;
+    void *na = realloc(*a, size * (size_t)nc);
+    if (!na)
+        return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+    *a = na;
+    *cap = nc;
+    return 0;
+}
+
 /* Room in producer[dev] for buffer `id` (no writer yet). */
 static int track_buf(lw *L, int dev, int id)
 {
@@ -100,14 +115,8 @@ static int add_writer(lw *L, int dev, int buf, int id)
         return 0;
     }
     if (*p >= 0) {
-        if (L->nws == L->cap_ws) {
-            int cap = L->cap_ws ? 2 * L->cap_ws : 64;
-            wset *nw = realloc(L->ws, sizeof *nw * (size_t)cap);
-            if (!nw)
-                return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
-            L->ws = nw;
-            L->cap_ws = cap;
-        }
+        if (grow(L, (void **)&L->ws, &L->cap_ws, L->nws, sizeof *L->ws, 64) < 0)
+            return L->err->code;
         L->ws[L->nws] = (wset){0};
         int first = *p;
         *p = -2 - L->nws++;
@@ -115,14 +124,8 @@ static int add_writer(lw *L, int dev, int buf, int id)
             return L->err->code;
     }
     wset *w = &L->ws[-*p - 2];
-    if (w->n == w->cap) {
-        int cap = w->cap ? 2 * w->cap : 8;
-        int *ni = realloc(w->id, sizeof(int) * (size_t)cap);
-        if (!ni)
-            return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
-        w->id = ni;
-        w->cap = cap;
-    }
+    if (grow(L, (void **)&w->id, &w->cap, w->n, sizeof *w->id, 8) < 0)
+        return L->err->code;
     w->id[w->n++] = id;
     return 0;
 }
@@ -253,14 +256,8 @@ static int view_of(lw *L, int dev, int parent, int64_t r0, int64_t r1, int *fres
         if (L->views[i].dev == dev && L->views[i].parent == parent && L->views[i].r0 == r0 &&
             L->views[i].r1 == r1)
             return L->views[i].view;
-    if (L->nviews == L->cap_views) {
-        int cap = L->cap_views ? 2 * L->cap_views : 64;
-        vkey *nv = realloc(L->views, sizeof *nv * (size_t)cap);
-        if (!nv)
-            return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
-        L->views = nv;
-        L->cap_views = cap;
-    }
+    if (grow(L, (void **)&L->views, &L->cap_views, L->nviews, sizeof *L->views, 64) < 0)
+        return L->err->code;
     ein_box box = pb.box;
     box.lo[0] = pb.box.lo[0] + r0;
     box.hi[0] = pb.box.lo[0] + r1;
@@ -306,14 +303,8 @@ typedef struct xstate {
 /* A new entry (no rows yet); returns its index. */
 static int held_add(lw *L, xstate *X, const xp_word *set, int site, int buf, int in)
 {
-    if (X->nh == X->cap) {
-        int cap = X->cap ? 2 * X->cap : 64;
-        held *nh = realloc(X->h, sizeof *nh * (size_t)cap);
-        if (!nh)
-            return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
-        X->h = nh;
-        X->cap = cap;
-    }
+    if (grow(L, (void **)&X->h, &X->cap, X->nh, sizeof *X->h, 64) < 0)
+        return L->err->code;
     xp_word *s = xp_set_new(X->p);
     if (!s)
         return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
@@ -324,14 +315,8 @@ static int held_add(lw *L, xstate *X, const xp_word *set, int site, int buf, int
 
 static int piece_add(lw *L, held *h, int64_t lo, int64_t hi, int writer)
 {
-    if (h->npc == h->cap_pc) {
-        int cap = h->cap_pc ? 2 * h->cap_pc : 4;
-        piece *np = realloc(h->pc, sizeof *np * (size_t)cap);
-        if (!np)
-            return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
-        h->pc = np;
-        h->cap_pc = cap;
-    }
+    if (grow(L, (void **)&h->pc, &h->cap_pc, h->npc, sizeof *h->pc, 4) < 0)
+        return L->err->code;
     int k = h->npc;
     while (k > 0 && h->pc[k - 1].lo > lo) {
         h->pc[k] = h->pc[k - 1];
