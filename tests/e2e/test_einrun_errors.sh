@@ -50,7 +50,7 @@ expect() {
     fi
 }
 
-echo "1..29"
+echo "1..30"
 expect "help"                 0 "usage: einrun"                     -- --help
 expect "no program"           2 "no program given"                  --
 expect "missing program"      2 "nosuch.ein"                        -- --cpu 2 nosuch.ein
