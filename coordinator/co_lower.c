@@ -34,7 +34,25 @@ typedef struct lw {
     ein_error *err;
     struct xcache *cache;   /* searched exchanges, by preamble (see xcache_find) */
     int cap_cache, ncache;
+    struct wset *ws;        /* writer sets (see producer_of) */
+    int nws, cap_ws;
+    struct vkey *views;     /* this exchange's views (see view_of) */
+    int nviews, cap_views;
 } lw;
+
+/* A buffer written by several instructions (the chunks of an exchange
+ * buffer, each written on its own): producer[dev][buf] is then -2 - i for
+ * the writer set ws[i], and a reader depends on all of them. */
+typedef struct wset {
+    int *id;
+    int n, cap;
+} wset;
+
+/* A view: rows [r0, r1) of buffer `parent` on `dev` (see view_of). */
+typedef struct vkey {
+    int dev, parent, view;
+    int64_t r0, r1;
+} vkey;
 
 /* The dtype node v's kernel outputs and exchange buffers are in: the
  * accumulation dtype when its spec aggregates partials (cast to the node's
@@ -47,11 +65,24 @@ static ein_dtype partial_dtype(const pl_graph *g, const pl_plan *plan, int v)
     return ein_dtype_accum(nd->dtype);
 }
 
-static int new_buf(lw *L, int dev, ein_dtype dt, const ein_box *box)
+/* Room for entry n of the array *a (of *cap entries of `size` bytes):
+ * doubled, starting at `first`, when full. */
+static int grow(lw *L, void **a, int *cap, int n, size_t size, int first)
 {
-    int id = ein_program_add_buffer(L->progs[dev], dt, box, L->err);
-    if (id < 0)
-        return id;
+    if (n < *cap)
+        return 0;
+    int nc = *cap ? 2 * *cap : first;
+    void *na = realloc(*a, size * (size_t)nc);
+    if (!na)
+        return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+    *a = na;
+    *cap = nc;
+    return 0;
+}
+
+/* Room in producer[dev] for buffer `id` (no writer yet). */
+static int track_buf(lw *L, int dev, int id)
+{
     if (id >= L->cap_producer[dev]) {
         int cap = L->cap_producer[dev] ? 2 * L->cap_producer[dev] : 64;
         while (cap <= id)
@@ -66,21 +97,74 @@ static int new_buf(lw *L, int dev, ein_dtype dt, const ein_box *box)
     return id;
 }
 
+static int new_buf(lw *L, int dev, ein_dtype dt, const ein_box *box)
+{
+    int id = ein_program_add_buffer(L->progs[dev], dt, box, L->err);
+    if (id < 0)
+        return id;
+    return track_buf(L, dev, id);
+}
+
+/* Instruction `id` writes (part of) buffer `buf` of `dev` too: readers of
+ * the whole buffer depend on it as well as on its other writers. */
+static int add_writer(lw *L, int dev, int buf, int id)
+{
+    int *p = &L->producer[dev][buf];
+    if (*p == -1 || *p == id) {
+        *p = id;
+        return 0;
+    }
+    if (*p >= 0) {
+        if (grow(L, (void **)&L->ws, &L->cap_ws, L->nws, sizeof *L->ws, 64) < 0)
+            return L->err->code;
+        L->ws[L->nws] = (wset){0};
+        int first = *p;
+        *p = -2 - L->nws++;
+        if (add_writer(L, dev, buf, first) < 0)
+            return L->err->code;
+    }
+    wset *w = &L->ws[-*p - 2];
+    if (grow(L, (void **)&w->id, &w->cap, w->n, sizeof *w->id, 8) < 0)
+        return L->err->code;
+    w->id[w->n++] = id;
+    return 0;
+}
+
+/* The writers of buffer `buf`: *n of them at *ids (a single one in *one). */
+static const int *writers(const lw *L, int dev, int buf, int *one, int *n)
+{
+    int p = L->producer[dev][buf];
+    if (p <= -2) {
+        *n = L->ws[-p - 2].n;
+        return L->ws[-p - 2].id;
+    }
+    *one = p;
+    *n = p >= 0;
+    return one;
+}
+
 /* Append an instruction whose dependencies are the writers of its sources. */
 static int emit(lw *L, int dev, ein_instr *ins)
 {
     int32_t deps[256];
     int32_t *dv = deps;
-    if (ins->nsrcs > 256 && !(dv = malloc(sizeof(int32_t) * (size_t)ins->nsrcs)))
+    int total = 0, one, n;
+    for (int i = 0; i < ins->nsrcs; i++) {
+        writers(L, dev, ins->srcs[i], &one, &n);
+        total += n;
+    }
+    if (total > 256 && !(dv = malloc(sizeof(int32_t) * (size_t)total)))
         return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
     int nd = 0;
     for (int i = 0; i < ins->nsrcs; i++) {
-        int w = L->producer[dev][ins->srcs[i]];
-        int dup = w < 0;
-        for (int j = 0; j < nd && !dup; j++)
-            dup = dv[j] == w;
-        if (!dup)
-            dv[nd++] = w;
+        const int *w = writers(L, dev, ins->srcs[i], &one, &n);
+        for (int k = 0; k < n; k++) {
+            int dup = 0;
+            for (int j = 0; j < nd && !dup; j++)
+                dup = dv[j] == w[k];
+            if (!dup)
+                dv[nd++] = w[k];
+        }
     }
     ins->deps = dv;
     ins->ndeps = nd;
@@ -140,11 +224,73 @@ static int load_block(lw *L, int node, const ein_box *box, int dev)
     return buf;
 }
 
-/* What the lowering holds: aggregate `set` materialised in `buf` at `site`
- * (buf -1: an IN copy not yet sliced out of its producer block). */
+/* Rows of a buffer's box: its first interval (1 for a scalar). A chunk of
+ * an atom is a range of these rows (docs/exprog.md), a contiguous range of
+ * the atom's bytes since buffers are dense row-major. */
+static int64_t box_rows(const ein_box *b)
+{
+    return b->rank > 0 ? b->hi[0] - b->lo[0] : 1;
+}
+
+/* Rows r0 .. r1-1 of chunk `c` of `k` of n rows (floor; possibly empty
+ * when k does not divide n, at most one row apart otherwise). */
+static void chunk_rows(int64_t n, int c, int k, int64_t *r0, int64_t *r1)
+{
+    *r0 = n * c / k;
+    *r1 = n * (c + 1) / k;
+}
+
+/* A buffer over rows [r0, r1) of buffer `parent` of `dev`: the same bytes
+ * (its offset is the parent's plus r0 rows), no copy. `parent` itself for
+ * all its rows. Views of this exchange are remembered, so a chunk read
+ * twice is one buffer; *fresh says a new one was made. */
+static int view_of(lw *L, int dev, int parent, int64_t r0, int64_t r1, int *fresh)
+{
+    ein_program *p = L->progs[dev];
+    ein_pbuffer pb = p->buffers[parent];
+    int64_t n = box_rows(&pb.box);
+    *fresh = 0;
+    if (r0 == 0 && r1 == n)
+        return parent;
+    for (int i = 0; i < L->nviews; i++)
+        if (L->views[i].dev == dev && L->views[i].parent == parent && L->views[i].r0 == r0 &&
+            L->views[i].r1 == r1)
+            return L->views[i].view;
+    if (grow(L, (void **)&L->views, &L->cap_views, L->nviews, sizeof *L->views, 64) < 0)
+        return L->err->code;
+    ein_box box = pb.box;
+    box.lo[0] = pb.box.lo[0] + r0;
+    box.hi[0] = pb.box.lo[0] + r1;
+    /* Appended like any buffer (ids, checks), then pointed into the parent:
+     * the segment does not grow. */
+    uint64_t seg = p->segment_bytes;
+    int id = ein_program_add_buffer(p, pb.dtype, &box, L->err);
+    if (id < 0)
+        return id;
+    p->buffers[id].offset = pb.offset + pb.bytes / (uint64_t)n * (uint64_t)r0;
+    p->segment_bytes = seg;
+    if ((id = track_buf(L, dev, id)) < 0)
+        return id;
+    L->views[L->nviews++] = (vkey){.dev = dev, .parent = parent, .view = id, .r0 = r0, .r1 = r1};
+    *fresh = 1;
+    return id;
+}
+
+/* What the lowering holds: aggregate `set` at `site`, in `buf` (buf -1: an
+ * IN copy not yet sliced out of its producer block), over the atom's rows
+ * listed in `pc` (sorted, disjoint; each with the instruction that wrote
+ * it, -1 for an IN copy's). One entry per aggregate and site: rows that
+ * arrive again are not copied again. */
+typedef struct piece {
+    int64_t lo, hi;
+    int writer;
+} piece;
+
 typedef struct held {
     xp_word *set;
     int site, buf, in;
+    piece *pc;
+    int npc, cap_pc;
 } held;
 
 typedef struct xstate {
@@ -154,21 +300,79 @@ typedef struct xstate {
     int nh, cap;
 } xstate;
 
+/* A new entry (no rows yet); returns its index. */
 static int held_add(lw *L, xstate *X, const xp_word *set, int site, int buf, int in)
 {
-    if (X->nh == X->cap) {
-        int cap = X->cap ? 2 * X->cap : 64;
-        held *nh = realloc(X->h, sizeof *nh * (size_t)cap);
-        if (!nh)
-            return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
-        X->h = nh;
-        X->cap = cap;
-    }
+    if (grow(L, (void **)&X->h, &X->cap, X->nh, sizeof *X->h, 64) < 0)
+        return L->err->code;
     xp_word *s = xp_set_new(X->p);
     if (!s)
         return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
     memcpy(s, set, sizeof(xp_word) * (size_t)X->p->nwords);
-    X->h[X->nh++] = (held){.set = s, .site = site, .buf = buf, .in = in};
+    X->h[X->nh] = (held){.set = s, .site = site, .buf = buf, .in = in};
+    return X->nh++;
+}
+
+static int piece_add(lw *L, held *h, int64_t lo, int64_t hi, int writer)
+{
+    if (grow(L, (void **)&h->pc, &h->cap_pc, h->npc, sizeof *h->pc, 4) < 0)
+        return L->err->code;
+    int k = h->npc;
+    while (k > 0 && h->pc[k - 1].lo > lo) {
+        h->pc[k] = h->pc[k - 1];
+        k--;
+    }
+    h->pc[k] = (piece){.lo = lo, .hi = hi, .writer = writer};
+    h->npc++;
+    return 0;
+}
+
+/* The entry of aggregate `set` at `site`, or -1. */
+static int held_find(const xstate *X, const xp_word *set, int site)
+{
+    for (int k = 0; k < X->nh; k++)
+        if (X->h[k].site == site && xp_set_equal(X->p, X->h[k].set, set))
+            return k;
+    return -1;
+}
+
+/* Does entry h hold every row of [lo, hi)? */
+static int held_covers(const held *h, int64_t lo, int64_t hi)
+{
+    int64_t got = 0;
+    for (int i = 0; i < h->npc; i++) {
+        int64_t a = h->pc[i].lo > lo ? h->pc[i].lo : lo, b = h->pc[i].hi < hi ? h->pc[i].hi : hi;
+        if (b > a)
+            got += b - a;
+    }
+    return got == hi - lo;
+}
+
+/* The rows of [lo, hi) that entry k (-1: none) does not hold, as *ngap
+ * intervals in gap[] (room for npc + 1). */
+static int held_gaps(const xstate *X, int k, int64_t lo, int64_t hi, int64_t **gap, int *ngap,
+                     lw *L)
+{
+    int npc = k >= 0 ? X->h[k].npc : 0, n = 0;
+    int64_t *g = malloc(sizeof *g * 2 * (size_t)(npc + 1)), cur = lo;
+    if (!g)
+        return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+    for (int i = 0; i < npc && cur < hi; i++) {
+        const piece *pc = &X->h[k].pc[i];
+        if (pc->hi <= cur)
+            continue;
+        if (pc->lo > cur) {
+            g[2 * n] = cur;
+            g[2 * n++ + 1] = pc->lo < hi ? pc->lo : hi;
+        }
+        cur = pc->hi;
+    }
+    if (cur < hi) {
+        g[2 * n] = cur;
+        g[2 * n++ + 1] = hi;
+    }
+    *gap = g;
+    *ngap = n;
     return 0;
 }
 
@@ -190,8 +394,11 @@ static int materialise(lw *L, xstate *X, int k, int u, const char *opname)
     int block = L->partial[u * L->ndev + h->site];
     const ein_box *atom = &X->atoms[X->p->in[h->in].atom];
     const ein_box *bbox = &L->progs[h->site]->buffers[block].box;
-    if (ein_box_equal(atom, bbox))
-        return h->buf = block;
+    if (ein_box_equal(atom, bbox)) {
+        h->buf = block;
+        h->pc[0].writer = L->producer[h->site][block];
+        return block;
+    }
     int buf = new_buf(L, h->site, L->xdt[u], atom);
     if (buf < 0)
         return buf;
@@ -201,83 +408,137 @@ static int materialise(lw *L, xstate *X, int k, int u, const char *opname)
     int rc = emit(L, h->site, &ins);
     if (rc < 0)
         return rc;
-    /* Re-read: emit may not move X->h, but keep the pattern obvious. */
     X->h[k].buf = buf;
+    X->h[k].pc[0].writer = rc;
     return buf;
 }
 
-/* One transfer: `buf` of site `from` is copied by `to` once `from` has said
- * it is ready (NOTIFY on the sender, COPY on the receiver). Returns the
- * receiver's new buffer, now holding aggregate `set`. */
-static int send_block(lw *L, xstate *X, const xp_word *set, int from, int buf, int to,
-                      const ein_box *box, int u, const char *opname)
+/* A buffer holding rows [lo, hi) of entry k (which holds them): the
+ * entry's buffer, or a view of it that depends on the instructions that
+ * wrote those rows. */
+static int read_rows(lw *L, xstate *X, int k, int64_t lo, int64_t hi, int u, const char *opname)
 {
-    const pl_node *nd = pl_graph_node(L->g, u);
-    int32_t s = buf;
-    ein_instr note = {.kind = EIN_I_NOTIFY, .srcs = &s, .nsrcs = 1, .dst = -1, .peer = to,
-                      .peer_buf = buf};
-    set_op(&note, opname, nd->name);
-    int rc = emit(L, from, &note);
-    if (rc < 0)
-        return rc;
-    int nb = new_buf(L, to, L->xdt[u], box);
-    if (nb < 0)
-        return nb;
-    ein_instr cp = {.kind = EIN_I_COPY, .dst = nb, .peer = from, .peer_buf = buf,
-                    .peer_offset = L->progs[from]->buffers[buf].offset};
-    set_op(&cp, opname, nd->name);
-    if ((rc = emit(L, to, &cp)) < 0)
-        return rc;
-    if ((rc = held_add(L, X, set, to, nb, -1)) < 0)
-        return rc;
-    L->st->ncopies++;
-    L->st->copy_bytes += (double)L->progs[to]->buffers[nb].bytes;
-    return nb;
+    int buf = materialise(L, X, k, u, opname), fresh;
+    if (buf < 0)
+        return buf;
+    int site = X->h[k].site, v = view_of(L, site, buf, lo, hi, &fresh);
+    for (int i = 0; fresh && i < X->h[k].npc; i++) {
+        const piece *pc = &X->h[k].pc[i];
+        int rc = pc->lo < hi && pc->hi > lo && pc->writer >= 0
+                     ? add_writer(L, site, v, pc->writer) : 0;
+        if (rc < 0)
+            return rc;
+    }
+    return v;
 }
 
-static int fire(lw *L, xstate *X, const xp_action *a, const int *pick, int npick, int u,
-                const char *opname)
+/* Instruction `id` wrote rows [lo, hi) of entry k through buffer `v` (a
+ * view of the entry's buffer, or that buffer itself). */
+static int wrote_rows(lw *L, xstate *X, int k, int v, int64_t lo, int64_t hi, int id)
+{
+    held *h = &X->h[k];
+    int rc = piece_add(L, h, lo, hi, id);
+    if (rc == 0 && v != h->buf)
+        rc = add_writer(L, h->site, h->buf, id);
+    return rc;
+}
+
+/* The entry of aggregate `set` at `site`, made (with a new buffer over the
+ * atom `box`) if there is none; returns its index. */
+static int held_get(lw *L, xstate *X, const xp_word *set, int site, const ein_box *box, int u)
+{
+    int k = held_find(X, set, site);
+    if (k >= 0)
+        return k;
+    int nb = new_buf(L, site, L->xdt[u], box);
+    return nb < 0 ? nb : held_add(L, X, set, site, nb, -1);
+}
+
+/* One hop of rows [lo, hi) of aggregate `set`: from entry fk (at `from`)
+ * to `to`, which copies them once `from` has said they are ready (NOTIFY
+ * on the sender, COPY on the receiver); rows `to` holds already are not
+ * sent again. Returns the entry at `to`. */
+static int send_rows(lw *L, xstate *X, const xp_word *set, int from, int fk, int to,
+                     int64_t lo, int64_t hi, const ein_box *box, int u, const char *opname)
+{
+    const pl_node *nd = pl_graph_node(L->g, u);
+    int tk = held_find(X, set, to), ngap, rc = 0;
+    int64_t *gap;
+    if ((rc = held_gaps(X, tk, lo, hi, &gap, &ngap, L)) < 0)
+        return rc;
+    for (int i = 0; i < ngap && rc >= 0; i++) {
+        int64_t a = gap[2 * i], b = gap[2 * i + 1];
+        int s = read_rows(L, X, fk, a, b, u, opname), fresh;
+        if (s < 0) {
+            rc = s;
+            break;
+        }
+        int32_t s32 = s;
+        ein_instr note = {.kind = EIN_I_NOTIFY, .srcs = &s32, .nsrcs = 1, .dst = -1,
+                          .peer = to, .peer_buf = s};
+        set_op(&note, opname, nd->name);
+        if ((rc = emit(L, from, &note)) < 0 ||
+            (tk < 0 && (rc = tk = held_get(L, X, set, to, box, u)) < 0))
+            break;
+        int d = view_of(L, to, X->h[tk].buf, a, b, &fresh);
+        if ((rc = d) < 0)
+            break;
+        ein_instr cp = {.kind = EIN_I_COPY, .dst = d, .peer = from, .peer_buf = s,
+                        .peer_offset = L->progs[from]->buffers[s].offset};
+        set_op(&cp, opname, nd->name);
+        if ((rc = emit(L, to, &cp)) < 0 || (rc = wrote_rows(L, X, tk, d, a, b, rc)) < 0)
+            break;
+        L->st->ncopies++;
+        L->st->copy_bytes += (double)L->progs[to]->buffers[d].bytes;
+    }
+    free(gap);
+    return rc < 0 ? rc : tk;
+}
+
+/* Fire action `a` over rows [lo, hi) of its atom (all of them, or one
+ * chunk): form the aggregate at the source from the held entries `pick`
+ * (which partition it and hold those rows), then send it hop by hop
+ * through the relays (each keeps a copy: the aggregate is then held there
+ * too) and from the last hop to every destination (a multicast). */
+static int fire(lw *L, xstate *X, const xp_action *a, int64_t lo, int64_t hi, const int *pick,
+                int npick, int u, const char *opname)
 {
     const pl_node *nd = pl_graph_node(L->g, u);
     int32_t srcs[256];
     if (npick > 256)
         return ein_fail(L->err, EIN_EUNSUPPORTED, "%s: aggregation of more than 256 copies", opname);
-    for (int i = 0; i < npick; i++) {
-        int b = materialise(L, X, pick[i], u, opname);
-        if (b < 0)
-            return b;
-        srcs[i] = b;
-    }
-    int xbuf = srcs[0];
     const ein_box *box = &X->atoms[atom_of(X, a->set)];
-    if (npick > 1) {
-        if ((xbuf = new_buf(L, a->src, L->xdt[u], box)) < 0)
-            return xbuf;
-        ein_instr ins = {.kind = EIN_I_AGG, .srcs = srcs, .nsrcs = npick, .dst = xbuf,
+    int xk = npick == 1 ? pick[0] : held_find(X, a->set, a->src), ngap = 0, rc = 0;
+    int64_t *gap = NULL;
+    if (npick > 1 && (rc = held_gaps(X, xk, lo, hi, &gap, &ngap, L)) < 0)
+        return rc;
+    for (int g = 0; g < ngap && rc >= 0; g++) {
+        int64_t r0 = gap[2 * g], r1 = gap[2 * g + 1];
+        int fresh;
+        for (int i = 0; i < npick && rc >= 0; i++)
+            rc = srcs[i] = read_rows(L, X, pick[i], r0, r1, u, opname);
+        if (rc < 0 || (xk < 0 && (rc = xk = held_get(L, X, a->set, a->src, box, u)) < 0))
+            break;
+        int d = view_of(L, a->src, X->h[xk].buf, r0, r1, &fresh);
+        if ((rc = d) < 0)
+            break;
+        ein_instr ins = {.kind = EIN_I_AGG, .srcs = srcs, .nsrcs = npick, .dst = d,
                          .agg = L->plan->nodes[u].spec.agg ? L->plan->nodes[u].spec.agg : EIN_AGG_SUM};
         set_op(&ins, opname, nd->name);
-        int rc = emit(L, a->src, &ins);
-        if (rc < 0)
-            return rc;
-        if ((rc = held_add(L, X, a->set, a->src, xbuf, -1)) < 0)
-            return rc;
+        if ((rc = emit(L, a->src, &ins)) >= 0)
+            rc = wrote_rows(L, X, xk, d, r0, r1, rc);
     }
-    /* Relays forward hop by hop (each keeps a copy: X is then held there
-     * too); the last hop sends to every destination (a multicast). */
-    int at = a->src, buf = xbuf;
-    for (int r = 0; r < a->nrelay; r++) {
-        int nb = send_block(L, X, a->set, at, buf, a->relay[r], box, u, opname);
-        if (nb < 0)
-            return nb;
+    free(gap);
+    if (rc < 0)
+        return rc;
+    int at = a->src, k = xk;
+    for (int r = 0; r < a->nrelay && k >= 0; r++) {
+        k = send_rows(L, X, a->set, at, k, a->relay[r], lo, hi, box, u, opname);
         at = a->relay[r];
-        buf = nb;
     }
-    for (int d = 0; d < a->ndst; d++) {
-        int nb = send_block(L, X, a->set, at, buf, a->dst[d], box, u, opname);
-        if (nb < 0)
-            return nb;
-    }
-    return 0;
+    for (int d = 0; d < a->ndst && k >= 0; d++)
+        rc = send_rows(L, X, a->set, at, k, a->dst[d], lo, hi, box, u, opname);
+    return k < 0 ? k : rc < 0 ? rc : 0;
 }
 
 /* The final cast of an aggregated block to its node's dtype (a scale by 1,
@@ -330,12 +591,6 @@ static int skip_dead(lw *L, xstate *X, char *fired, int *left, const char *tenso
     for (int a = 0; a < p->nact; a++) {
         const xp_action *ac = &p->act[a];
         int wanted = 0;
-        if (ac->nchunks > 1) {
-            char buf[256];
-            return ein_fail(L->err, EIN_EUNSUPPORTED, "exchange of '%s' for '%s': action '%s' "
-                            "moves chunks, which the lowering does not execute yet", tensor,
-                            opname, xp_action_format(p, a, buf, sizeof buf));
-        }
         for (int o = 0; o < p->nout && !wanted; o++)
             wanted = xp_set_subset(p, ac->set, p->out[o].set);
         if (!wanted) {
@@ -555,6 +810,12 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
             L->st->synth_s += t;
         }
     }
+    /* Forced chunks (testing): every whole action of a body that moves
+     * data becomes a stream of K chunks. */
+    for (int a = 0; rc >= 0 && !local && L->o->exchange_chunks > 1 && a < X.p->nact; a++)
+        if (X.p->act[a].nchunks == 1)
+            rc = xp_action_set_chunk(X.p, a, 0, L->o->exchange_chunks, L->o->exchange_chunks,
+                                     L->err);
     if (rc >= 0 && L->o->body_hook)
         rc = L->o->body_hook(L->o->body_ctx, nd->name, opname, &X.p, L->err);
     if (rc < 0 || (rc = xp_program_check(X.p, L->err)) < 0) {
@@ -562,19 +823,30 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
         goto done;
     }
     L->st->nexchanges++;
+    L->st->nchunked += xp_program_chunked(X.p);
     xp_word *one = xp_set_new(X.p);
     if (!one) {
         rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
         goto done;
     }
-    for (int i = 0; i < X.p->nin && rc == 0; i++) {
+    for (int i = 0; i < X.p->nin && rc >= 0; i++) {
         memset(one, 0, sizeof(xp_word) * (size_t)X.p->nwords);
         xp_set_add(one, i);
-        rc = held_add(L, &X, one, X.p->in[i].site, -1, i);
+        if ((rc = held_add(L, &X, one, X.p->in[i].site, -1, i)) >= 0)
+            rc = piece_add(L, &X.h[rc], 0, box_rows(&X.atoms[X.p->in[i].atom]), -1);
     }
     free(one);
     if (rc < 0)
         goto done;
+    /* Streams of chunks become their chunks, in order. */
+    if (xp_program_chunked(X.p)) {
+        xp_program *q = NULL;
+        if ((rc = xp_program_expand_chunks(X.p, &q, NULL, L->err)) < 0)
+            goto done;
+        xp_program_free(X.p);
+        X.p = q;
+    }
+    L->nviews = 0;
 
     /* Fire actions in an order where each is enabled (the program is a set). */
     int cap = X.p->nin + X.p->nact * (L->ndev + 1) + 1;
@@ -600,12 +872,21 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
             const xp_action *ac = &X.p->act[a];
             if (fired[a])
                 continue;
+            int64_t lo, hi;
+            chunk_rows(box_rows(&X.atoms[atom_of(&X, ac->set)]), ac->chunk, ac->nchunks, &lo,
+                       &hi);
+            if (lo == hi) { /* a chunk of no rows: nothing to move */
+                fired[a] = 1;
+                left--;
+                progress = 1;
+                continue;
+            }
             int nc = 0;
             for (int k = 0; k < X.nh; k++) {
                 int sub = X.h[k].site == ac->src;
                 for (int w = 0; sub && w < X.p->nwords; w++)
                     sub = !(X.h[k].set[w] & ~ac->set[w]);
-                if (sub) {
+                if (sub && held_covers(&X.h[k], lo, hi)) {
                     cand[nc] = X.h[k].set;
                     cidx[nc++] = k;
                 }
@@ -615,7 +896,7 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
                 continue;
             for (int i = 0; i < np; i++)
                 pick[i] = cidx[pick[i]];
-            if ((rc = fire(L, &X, ac, pick, np, u, opname)) < 0)
+            if ((rc = fire(L, &X, ac, lo, hi, pick, np, u, opname)) < 0)
                 goto done;
             fired[a] = 1;
             left--;
@@ -631,16 +912,14 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
             const xp_out *out = &X.p->out[o];
             if (out->site != site || !ein_box_contains(&need[b], &X.atoms[atom_of(&X, out->set)]))
                 continue;
-            int k = -1;
-            for (int i = 0; i < X.nh && k < 0; i++)
-                if (X.h[i].site == site && xp_set_equal(X.p, X.h[i].set, out->set))
-                    k = i;
-            if (k < 0 || ns >= 1024) {
+            int k = held_find(&X, out->set, site);
+            int64_t rows = box_rows(&X.atoms[atom_of(&X, out->set)]);
+            if (k < 0 || !held_covers(&X.h[k], 0, rows) || ns >= 1024) {
                 rc = ein_fail(L->err, EIN_EINVAL, "exchange of '%s': OUT %d not held at %d",
                               nd->name, o, site);
                 goto done;
             }
-            int buf = materialise(L, &X, k, u, opname);
+            int buf = read_rows(L, &X, k, 0, rows, u, opname);
             if (buf < 0) {
                 rc = buf;
                 goto done;
@@ -668,8 +947,10 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
     }
 done:
     free(xneed);
-    for (int i = 0; i < X.nh; i++)
+    for (int i = 0; i < X.nh; i++) {
         free(X.h[i].set);
+        free(X.h[i].pc);
+    }
     free(X.h);
     free(X.atoms);
     xp_program_free(X.p);
@@ -950,6 +1231,10 @@ done:
     free(L.partial);
     free(L.xdt);
     free(L.loads);
+    for (int i = 0; i < L.nws; i++)
+        free(L.ws[i].id);
+    free(L.ws);
+    free(L.views);
     xcache_free(&L);
     if (rc < 0) {
         co_programs_free(L.progs, L.ndev);
@@ -966,4 +1251,23 @@ void co_programs_free(ein_program **progs, int ndev)
     for (int d = 0; d < ndev; d++)
         ein_program_free(progs[d]);
     free(progs);
+}
+
+int co_exchange_chunks_parse(const char *text, int *chunks, ein_error *err)
+{
+    char *end;
+    if (!strcmp(text, "auto")) {
+        *chunks = -1;
+        return 0;
+    }
+    if (!strcmp(text, "off")) {
+        *chunks = 1;
+        return 0;
+    }
+    long k = strtol(text, &end, 10);
+    if (end == text || *end || k < 1 || k > XP_CHUNKS_MAX)
+        return ein_fail(err, EIN_EINVAL, "'%.64s': expected auto, off or a chunk count from 1 "
+                        "to %d", text, XP_CHUNKS_MAX);
+    *chunks = (int)k;
+    return 0;
 }

@@ -11,7 +11,12 @@
  * naive one, or one synthesised on the topology), and its lowering: SLICE (decompose) producer blocks into atoms,
  * NOTIFY + COPY for each transfer (hop by hop through relays, to every
  * destination of a multicast), AGG for each aggregation, CONCAT
- * (recompose) atoms into the blocks the kernel reads. Graph inputs are
+ * (recompose) atoms into the blocks the kernel reads. A chunked action
+ * moves a range of the atom's rows (its first interval; docs/exprog.md):
+ * its COPY and AGG work on views, buffers over those rows of the atom's
+ * buffer at the matching byte offset (no extra copy), and whatever reads
+ * the whole atom depends on every chunk's writer. Rows a site already
+ * holds are never copied or aggregated there again. Graph inputs are
  * loaded directly in the blocks their consumers want. A saved tensor gets
  * the same exchange towards one site per distinct output block, then STORE.
  * An action whose aggregate no OUT contains feeds no OUT and is not lowered.
@@ -55,7 +60,12 @@ typedef struct co_lower_opts {
      * on `topo`, if given, for the statistics). */
     const xp_topology *topo;
     int search;
-    xp_search_opts search_opts;
+    xp_search_opts search_opts;     /* .chunks: the search may pick chunked bodies */
+    /* K >= 2: every whole action of every body that moves data between
+     * devices (searched or naive) is made a stream of K chunks (`[0..K-1/K]`)
+     * before body_hook sees it (tests of the chunked lowering); 0 or 1:
+     * the bodies as chosen. */
+    int exchange_chunks;
     /* Optional: called with each exchange's body once chosen (`tensor` is
      * moved for `consumer`, or "save"); it may replace *body with another
      * program over the same preamble (IN and OUT in the same order) — a
@@ -80,6 +90,7 @@ typedef struct co_lower_stats {
     int ninstrs, ncopies, nexchanges;
     int nlocal;                 /* exchanges moving nothing between devices: no search */
     int nsearched, nreused;     /* exchanges searched; copied from an identical one */
+    int nchunked;               /* exchanges whose body moves chunks */
     double copy_bytes;          /* bytes moved between devices */
     double naive_s, synth_s;    /* simulated exchange time: naive bodies, chosen bodies */
     long search_steps;          /* candidates evaluated by the searches */
@@ -90,6 +101,11 @@ typedef struct co_lower_stats {
 int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
              ein_program ***progs, co_lower_stats *stats, ein_error *err);
 void co_programs_free(ein_program **progs, int ndev);
+
+/* The value of --exchange-chunks / $EIN_EXCHANGE_CHUNKS: "auto" ->
+ * EIN_EXCHANGE_CHUNKS_AUTO (-1), "off" -> 1, a count K from 1 to
+ * XP_CHUNKS_MAX -> K (1: off). EIN_EINVAL with a message otherwise. */
+int co_exchange_chunks_parse(const char *text, int *chunks, ein_error *err);
 
 /* Devices that store blocks of saved node `node` (a bitmask over the first
  * 64 devices), from the same rule co_lower uses (a saved graph input is cut

@@ -186,6 +186,15 @@ int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, e
     if (o.search_work < 0 || o.search_work > 1000000000)
         return ein_fail(err, EIN_EINVAL, "compile: search work %ld (expected 0 for the default, "
                         "or 1 to 1000000000)", o.search_work);
+    /* Chunked exchanges: the option, else $EIN_EXCHANGE_CHUNKS, else off. */
+    const char *env = getenv("EIN_EXCHANGE_CHUNKS");
+    if (o.exchange_chunks == 0 && env && *env &&
+        co_exchange_chunks_parse(env, &o.exchange_chunks, err) < 0)
+        return ein_error_prefix(err, "compile: $EIN_EXCHANGE_CHUNKS");
+    if (o.exchange_chunks < EIN_EXCHANGE_CHUNKS_AUTO || o.exchange_chunks > XP_CHUNKS_MAX)
+        return ein_fail(err, EIN_EINVAL, "compile: exchange chunks %d (expected 0 for the "
+                        "default, %d for auto, 1 for off or 2 to %d)", o.exchange_chunks,
+                        EIN_EXCHANGE_CHUNKS_AUTO, XP_CHUNKS_MAX);
     ein_compiled *c = calloc(1, sizeof *c);
     if (!c)
         return ein_fail(err, EIN_ENOMEM, "out of memory");
@@ -252,6 +261,8 @@ int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, e
     else if (o.search_cap_ms < 0)
         lo.search_opts.cap_ms = 0;
     lo.search_opts.seed = o.plan_seed;
+    lo.search_opts.chunks = o.exchange_chunks == EIN_EXCHANGE_CHUNKS_AUTO;
+    lo.exchange_chunks = o.exchange_chunks > 1 ? o.exchange_chunks : 0;
     c->search_work = lo.search_opts.max_work;
     c->search_cap_ms = lo.search_opts.cap_ms;
     c->searched = !o.naive_exchanges;

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "common/ein_json.h"
+#include "coordinator/co_lower.h"
 #include "coordinator/co_sim.h"
 #include "exchange/xp_topo.h"
 #include "planner/rewrite/pl_rewrite.h"
@@ -43,7 +44,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: einplan --devices P [--selector dp|greedy|random] [--seed S]\n"
             "               [--linear-paths] [--rewrite [--rewrite-weights A,B,...] [--ilp]]\n"
-            "               [--topology T] [--exchanges] [--json | --dot] plan.ein\n"
+            "               [--topology T] [--exchanges [--exchange-chunks auto|off|K]]\n"
+            "               [--json | --dot] plan.ein\n"
             "       einplan --devices P --simulate [--topology T] [--calibration C]\n"
             "               [--objective comm|time] [--strategy S] [--trace FILE] [--json]\n"
             "               plan.ein\n"
@@ -59,7 +61,12 @@ static void usage(FILE *f)
             "  --exchanges compile fully, as einrun would (P <= 64): synthesise every\n"
             "              exchange on the topology (--topology T, default host) and\n"
             "              print each device's program size and every exchange body in\n"
-            "              ExProg (docs/exprog.md).\n");
+            "              ExProg (docs/exprog.md).\n"
+            "  --exchange-chunks auto|off|K  with --exchanges: auto lets the synthesis\n"
+            "              choose bodies that move chunks of blocks (pipelined relays,\n"
+            "              rings), off moves whole blocks only, K makes every action of\n"
+            "              every exchange a stream of K chunks (for testing); default off,\n"
+            "              or $EIN_EXCHANGE_CHUNKS.\n");
 }
 
 /* "8x1" grid of the output tiling: distinct intervals per dim. */
@@ -193,6 +200,7 @@ int main(int argc, char **argv)
         {"ilp", no_argument, NULL, 'i'},
         {"topology", required_argument, NULL, 't'},
         {"exchanges", no_argument, NULL, 'x'},
+        {"exchange-chunks", required_argument, NULL, 0x125},
         {"simulate", no_argument, NULL, 0x120},
         {"trace", required_argument, NULL, 0x121},
         {"calibration", required_argument, NULL, 0x122},
@@ -204,7 +212,7 @@ int main(int argc, char **argv)
     int p = 0, json = 0, dot = 0, rewrite = 0, ilp = 0, exchanges = 0, c;
     const char *weights = NULL, *topo_arg = NULL;
     const char *trace_path = NULL, *cal_arg = NULL;
-    int simulate = 0;
+    int simulate = 0, chunks = 0;
     const char *strategy = NULL;
     pl_selector sel = PL_SELECT_DP;
     pl_plan_opts opts = {0};
@@ -241,6 +249,14 @@ int main(int argc, char **argv)
         case 'i': ilp = 1; break;
         case 't': topo_arg = optarg; break;
         case 'x': exchanges = 1; break;
+        case 0x125: {
+            ein_error e = {0};
+            if (co_exchange_chunks_parse(optarg, &chunks, &e) < 0) {
+                fprintf(stderr, "einplan: --exchange-chunks %s\n", e.msg);
+                return 2;
+            }
+            break;
+        }
         case 0x120: simulate = 1; break;
         case 0x121: trace_path = optarg; break;
         case 0x122: cal_arg = optarg; break;
@@ -264,6 +280,10 @@ int main(int argc, char **argv)
     }
     if ((trace_path || (cal_arg && opts.objective != PL_OBJECTIVE_TIME)) && !simulate) {
         fprintf(stderr, "einplan: --trace and --calibration need --simulate (or --objective time)\n");
+        return 2;
+    }
+    if (chunks && !exchanges) {
+        fprintf(stderr, "einplan: --exchange-chunks needs --exchanges\n");
         return 2;
     }
     if (simulate && dot) {
@@ -297,6 +317,7 @@ int main(int argc, char **argv)
     co.ilp = ilp;
     co.topology = topo_arg;
     co.plan_only = !exchanges;
+    co.exchange_chunks = chunks;
     ein_compiled *comp = NULL;
     if (exchanges && p > EIN_MAX_DEVICES) {
         fprintf(stderr, "einplan: --exchanges: at most %d devices\n", EIN_MAX_DEVICES);

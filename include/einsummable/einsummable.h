@@ -188,7 +188,16 @@ typedef struct ein_compile_options {
     int ilp;                  /* the rewriter extracts with CBC's ILP */
     uint64_t seed;            /* values of inputs never set (default 1) */
     int progress;             /* 1: progress on stderr when it is a terminal */
+    int exchange_chunks;      /* exchanges moving chunks of blocks (docs/exprog.md):
+                                 0 the default ($EIN_EXCHANGE_CHUNKS if set: auto,
+                                 off or K; else off), EIN_EXCHANGE_CHUNKS_AUTO: the
+                                 synthesis may choose chunked bodies, 1 off: whole
+                                 blocks only, K in 2..1024: every action of every
+                                 exchange that moves data is a stream of K chunks
+                                 (for testing) */
 } ein_compile_options;
+
+#define EIN_EXCHANGE_CHUNKS_AUTO (-1)
 
 /* Defaults (everything above as documented). */
 void ein_compile_options_init(ein_compile_options *o);

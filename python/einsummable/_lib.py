@@ -97,6 +97,7 @@ class ein_compile_options(ctypes.Structure):
         ("ilp", ctypes.c_int),
         ("seed", ctypes.c_uint64),
         ("progress", ctypes.c_int),
+        ("exchange_chunks", ctypes.c_int),
         ("_spare", ctypes.c_char * 256),
     ]
 

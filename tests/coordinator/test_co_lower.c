@@ -180,11 +180,203 @@ static void test_mixed_atoms_in_out_refused(void **state)
     assert_null(strstr(err.msg, "internal error"));
 }
 
+/* A chunked body for h -> y (docs/exprog.md): every atom sent straight to
+ * the sites that need it, except A1_1, a stream of 3 chunks multicast from
+ * 1 to 0, 2 and 3, and A13_5, a stream of 2 chunks relayed by 4 (which
+ * keeps them: it needs A13_5 too) to 6 and 7. */
+static char *chunked_body(void)
+{
+    static char text[16384];
+    size_t n = (size_t)snprintf(text, sizeof text, "%s", PRE_H_Y);
+    for (int i = 0; i < 16; i++) {
+        int site = i % 8, lo = i < 8 ? 0 : 4;
+        if (i == 1) {
+            n += (size_t)snprintf(text + n, sizeof text - n, "A1_1 [*/3] @ 1 -> 0, 2, 3\n");
+            continue;
+        }
+        if (i == 13) {
+            n += (size_t)snprintf(text + n, sizeof text - n, "A13_5 [*/2] @ 5 -> 4 -> 6, 7\n");
+            continue;
+        }
+        for (int d = lo; d < lo + 4; d++)
+            if (d != site)
+                n += (size_t)snprintf(text + n, sizeof text - n, "A%d_%d @ %d -> %d\n", i, site,
+                                      site, d);
+    }
+    return text;
+}
+
+/* The COPYs of device `dev` from device `peer`, in program order. */
+static int copies_from(const ein_program *p, int peer, const ein_instr **out, int max)
+{
+    int n = 0;
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].kind == EIN_I_COPY && p->instrs[i].peer == peer && n < max)
+            out[n++] = &p->instrs[i];
+    return n;
+}
+
+/* Index of instruction `ins` in p, and whether instruction k depends on it. */
+static int instr_id(const ein_program *p, const ein_instr *ins)
+{
+    return (int)(ins - p->instrs);
+}
+
+static int depends(const ein_instr *k, int id)
+{
+    for (int i = 0; i < k->ndeps; i++)
+        if (k->deps[i] == id)
+            return 1;
+    return 0;
+}
+
+/* Expected by hand. h is [16, 48] f32; A1_1 is rows [2, 4) x cols [0, 24)
+ * (2 rows of 96 bytes): chunk c of 3 is rows 2c/3 .. 2(c+1)/3 of it, so
+ * chunk 0 is empty (no copy), chunk 1 row 0 (bytes 0..95), chunk 2 row 1
+ * (bytes 96..191). A13_5 is rows [10, 12) x cols [24, 48): chunk c of 2 is
+ * row c. Each COPY writes a view of the receiver's atom buffer (its offset
+ * plus r0 rows), reads the sender's view of the same rows, and whatever
+ * reads the whole atom depends on every chunk's COPY. */
+static void check_chunk_copies(ein_program **progs, int dev, int peer, int64_t row0,
+                               int64_t col0)
+{
+    const ein_instr *cp[16], *mine[2];
+    int n = copies_from(progs[dev], peer, cp, 16), k = 0;
+    for (int i = 0; i < n; i++) {
+        const ein_box *b = &progs[dev]->buffers[cp[i]->dst].box;
+        if (b->lo[1] == col0 && b->lo[0] >= row0 && b->hi[0] <= row0 + 2 && k < 2)
+            mine[k++] = cp[i];
+    }
+    if (k != 2)
+        fail_msg("device %d: %d chunk copies from %d, expected 2", dev, k, peer);
+    const ein_pbuffer *d0 = &progs[dev]->buffers[mine[0]->dst];
+    const ein_pbuffer *d1 = &progs[dev]->buffers[mine[1]->dst];
+    const ein_pbuffer *s0 = &progs[peer]->buffers[mine[0]->peer_buf];
+    const ein_pbuffer *s1 = &progs[peer]->buffers[mine[1]->peer_buf];
+    for (int c = 0; c < 2; c++) {
+        const ein_pbuffer *d = c ? d1 : d0, *s = c ? s1 : s0;
+        assert_int_equal(d->box.lo[0], row0 + c);
+        assert_int_equal(d->box.hi[0], row0 + c + 1);
+        assert_int_equal(d->box.lo[1], col0);
+        assert_int_equal(d->box.hi[1], col0 + 24);
+        assert_int_equal(d->bytes, 96);
+        assert_true(ein_box_equal(&s->box, &d->box));
+        assert_int_equal((c ? mine[1] : mine[0])->peer_offset, s->offset);
+    }
+    assert_int_equal(d1->offset, d0->offset + 96);
+    assert_int_equal(s1->offset, s0->offset + 96);
+    /* The atom's buffer: rows row0 .. row0+2 at d0's offset; its readers
+     * wait for both chunks. */
+    int atom = -1, readers = 0;
+    for (int b = 0; b < progs[dev]->nbuffers && atom < 0; b++) {
+        const ein_pbuffer *pb = &progs[dev]->buffers[b];
+        if (pb->offset == d0->offset && pb->bytes == 192 && pb->box.lo[0] == row0)
+            atom = b;
+    }
+    assert_true(atom >= 0);
+    for (int i = 0; i < progs[dev]->ninstrs; i++) {
+        const ein_instr *ins = &progs[dev]->instrs[i];
+        for (int j = 0; j < ins->nsrcs; j++)
+            if (ins->srcs[j] == atom) {
+                readers++;
+                assert_true(depends(ins, instr_id(progs[dev], mine[0])));
+                assert_true(depends(ins, instr_id(progs[dev], mine[1])));
+            }
+    }
+    assert_true(readers >= 1);
+}
+
+static void test_chunked_body_lowers(void **state)
+{
+    (void)state;
+    fixed_body fb = {.text = chunked_body()};
+    ein_program **progs = NULL;
+    ein_error err = {0};
+    if (lower_with(RELU_MM, 8, &fb, &progs, &err) < 0)
+        fail_msg("lowering the chunked body: %s", err.msg);
+    assert_true(fb.used);
+    int dsts[] = {0, 2, 3};
+    for (int i = 0; i < 3; i++)
+        check_chunk_copies(progs, dsts[i], 1, 2, 0);
+    check_chunk_copies(progs, 4, 5, 10, 24);    /* the relay keeps a copy */
+    check_chunk_copies(progs, 6, 4, 10, 24);    /* and forwards it chunk by chunk */
+    check_chunk_copies(progs, 7, 4, 10, 24);
+    /* The multicast's sender notifies each destination of each chunk. */
+    int notes = 0;
+    for (int i = 0; i < progs[1]->ninstrs; i++) {
+        const ein_instr *ins = &progs[1]->instrs[i];
+        if (ins->kind == EIN_I_NOTIFY && progs[1]->buffers[ins->srcs[0]].bytes == 96 &&
+            progs[1]->buffers[ins->srcs[0]].box.lo[0] >= 2 &&
+            progs[1]->buffers[ins->srcs[0]].box.hi[0] <= 4)
+            notes++;
+    }
+    assert_int_equal(notes, 6);
+    /* Views do not grow the segment: every buffer lies inside it. */
+    for (int d = 0; d < 8; d++)
+        for (int b = 0; b < progs[d]->nbuffers; b++)
+            assert_true(progs[d]->buffers[b].offset + progs[d]->buffers[b].bytes <=
+                        progs[d]->segment_bytes);
+    co_programs_free(progs, 8);
+}
+
+/* Forced chunks (co_lower_opts.exchange_chunks) on the searched bodies of
+ * the 8-device lowering give valid Programs, more COPYs than whole
+ * blocks, and the same bytes moved. */
+static void test_forced_chunks(void **state)
+{
+    (void)state;
+    pl_graph *g = NULL;
+    pl_plan *plan = NULL;
+    xp_topology *t = NULL;
+    ein_error err = {0};
+    assert_int_equal(pl_ein_parse("relu_mm.ein", RELU_MM, strlen(RELU_MM), &g, &err), 0);
+    assert_int_equal(pl_plan_make(g, 8, PL_SELECT_DP, 1, &plan, &err), 0);
+    assert_int_equal(xp_topo_load("dgx-v100", &t, &err), 0);
+    co_lower_stats st[2];
+    for (int k = 0; k < 2; k++) {
+        co_lower_opts lo = {.ndev = 8, .seed = 1, .topo = t, .search = 1,
+                            .exchange_chunks = k ? 4 : 0};
+        xp_search_opts_default(&lo.search_opts);
+        ein_program **progs = NULL;
+        if (co_lower(g, plan, &lo, &progs, &st[k], &err) < 0)
+            fail_msg("chunks %d: %s", k ? 4 : 0, err.msg);
+        co_programs_free(progs, 8);
+    }
+    assert_int_equal(st[0].nchunked, 0);
+    assert_true(st[1].nchunked >= 1);
+    assert_true(st[1].ncopies > st[0].ncopies);
+    assert_true(st[1].copy_bytes == st[0].copy_bytes);
+    xp_topo_free(t);
+    pl_plan_free(plan);
+    pl_graph_free(g);
+}
+
+/* --exchange-chunks values. */
+static void test_chunks_parse(void **state)
+{
+    (void)state;
+    int k = 0;
+    ein_error err = {0};
+    assert_int_equal(co_exchange_chunks_parse("auto", &k, &err), 0);
+    assert_int_equal(k, -1);
+    assert_int_equal(co_exchange_chunks_parse("off", &k, &err), 0);
+    assert_int_equal(k, 1);
+    assert_int_equal(co_exchange_chunks_parse("16", &k, &err), 0);
+    assert_int_equal(k, 16);
+    assert_int_equal(co_exchange_chunks_parse("0", &k, &err), EIN_EINVAL);
+    assert_int_equal(co_exchange_chunks_parse("1025", &k, &err), EIN_EINVAL);
+    assert_int_equal(co_exchange_chunks_parse("4x", &k, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "expected auto, off or a chunk count"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failed_body_lowers),
         cmocka_unit_test(test_mixed_atoms_in_out_refused),
+        cmocka_unit_test(test_chunked_body_lowers),
+        cmocka_unit_test(test_forced_chunks),
+        cmocka_unit_test(test_chunks_parse),
     };
     return cmocka_run_group_tests_name("coordinator-lower", tests, NULL, NULL);
 }

@@ -303,6 +303,87 @@ static void ffn_layers(void **s)
     free(x), free(w1), free(w2), free(act), free(y);
 }
 
+/* Chunked exchanges (docs/exprog.md), set through $EIN_EXCHANGE_CHUNKS
+ * (einrun --exchange-chunks). `chunks` for the runs of chunked_case. */
+static int bodies_have_chunks(const char *prog, int ndev, const char *topology)
+{
+    char ndevs[16], topo[64], out[1 << 16];
+    snprintf(ndevs, sizeof ndevs, "%d", ndev);
+    snprintf(topo, sizeof topo, "--topology=%s", topology ? topology : "host");
+    char *argv[] = {(char *)e2e_bin("einplan"), "--devices", ndevs, topo, "--seed", "1",
+                    "--exchanges", (char *)prog, NULL};
+    int rc = e2e_run(argv, out, sizeof out);
+    if (rc != 0)
+        fail_msg("einplan --exchanges exited %d:\n%s", rc, out);
+    return strstr(out, "] @ ") != NULL; /* "X [c/k] @ s": an action moving chunks */
+}
+
+static void ffn_chunked(const char *chunks, int ndev, const char *topology, int as_file)
+{
+    static char topo[64]; /* extra points here: a failure must not leave it dangling */
+    snprintf(topo, sizeof topo, "--topology=%s", topology ? topology : "host");
+    setenv("EIN_EXCHANGE_CHUNKS", chunks, 1);
+    extra = topo;
+    if (!bodies_have_chunks(e2e_write_file("ffn.ein", FFN), ndev, topology))
+        fail_msg("EIN_EXCHANGE_CHUNKS=%s on %d devices: no exchange body moves chunks", chunks,
+                 ndev);
+    ffn_case(ndev, as_file, 0);
+    extra = NULL;
+    unsetenv("EIN_EXCHANGE_CHUNKS");
+}
+
+/* Every action a stream of 4 chunks, on the DGX-1V's bodies and on the
+ * host machine's; of 3 chunks, which divide none of the FFN's 37 token
+ * rows' blocks evenly (uneven chunks, empty ones for 1-row atoms), with
+ * the naive bodies. Same references as the unchunked runs. */
+static void ffn_chunks4(void **s)
+{
+    (void)s;
+    ffn_chunked("4", 4, "dgx-v100", 1);
+    ffn_chunked("4", 8, "dgx-v100", 0);
+    ffn_chunked("4", 4, NULL, 1);
+}
+
+static void ffn_chunks3_naive(void **s)
+{
+    (void)s;
+    schedule = "naive";
+    for (int p = 2; p <= 8; p += 3)
+        ffn_chunked("3", p, NULL, 1);
+    schedule = NULL;
+}
+
+/* A reduction over 8 partials on the DGX-1V, where the synthesis with
+ * chunks allowed (auto) picks pipelined rings: streams of 6 chunks of 509
+ * rows, aggregated chunk by chunk at every hop. */
+static void reduce_chunks_auto(void **s)
+{
+    (void)s;
+    enum { RA = 509, RB = 2048, RC = 509 };
+    const char *prog = e2e_write_file("reduce.ein", "dims a=509 b=2048 c=509\n"
+                                                    "input x[a, b]\ninput w[b, c]\n"
+                                                    "p = matmul(x, w)\ny = relu(p)\nsave y\n");
+    setenv("EIN_EXCHANGE_CHUNKS", "auto", 1);
+    schedule = NULL; /* the search's bodies, as einplan's below, even after a failed test */
+    if (!bodies_have_chunks(prog, 8, "dgx-v100"))
+        fail_msg("EIN_EXCHANGE_CHUNKS=auto: the reduction's body moves no chunks");
+    double *x = make_input("x", RA, RB, 0, 7), *w = make_input("w", RB, RC, 0, 7);
+    double *y = malloc(sizeof(double) * RA * RC);
+    assert_non_null(y);
+    e2e_matmul_ref(x, w, y, RA, RB, RC);
+    for (int i = 0; i < RA * RC; i++)
+        y[i] = y[i] > 0 ? y[i] : 0;
+    extra = "--topology=dgx-v100";
+    run_einrun(prog, 8, 0, NULL, 0, 0);
+    extra = NULL;
+    unsetenv("EIN_EXCHANGE_CHUNKS");
+    char path[600];
+    snprintf(path, sizeof path, "%s/y.npy", e2e_scratch());
+    check_output(path, y, RA, RC);
+    unlink(path);
+    free(x), free(w), free(y);
+}
+
 static void ffn_gpus_flag_4(void **s)
 {
     (void)s;
@@ -329,6 +410,9 @@ int main(void)
         cmocka_unit_test(rewritten),
         cmocka_unit_test(ffn_gpus_flag_4),
         cmocka_unit_test(ffn_layers),
+        cmocka_unit_test(ffn_chunks4),
+        cmocka_unit_test(ffn_chunks3_naive),
+        cmocka_unit_test(reduce_chunks_auto),
     };
     return cmocka_run_group_tests_name("e2e_compute", tests, NULL, teardown);
 }

@@ -373,6 +373,43 @@ static void llama_p6_dgx_h100(void **s)
     run_p_with(6, "--topology", "dgx-h100", NULL, NULL);
 }
 
+/* Chunked exchanges (docs/exprog.md): every action of every body moved as
+ * a stream of chunks ($EIN_EXCHANGE_CHUNKS, what einrun --exchange-chunks
+ * sets), on the DGX-1V bodies with relays and multicasts, 3 poisoned
+ * iterations so that a chunk read before it arrived shows as NaN; 3 chunks
+ * of atoms whose rows 3 does not divide (uneven chunks, some empty); and
+ * what the synthesis picks with chunks allowed. Same reference as above. */
+static void run_chunked(int p, const char *chunks, const char *const *extra)
+{
+    setenv("EIN_EXCHANGE_CHUNKS", chunks, 1);
+    setenv("EIN_POISON", "1", 1);
+    run_p_argv(p, extra);
+    unsetenv("EIN_POISON");
+    unsetenv("EIN_EXCHANGE_CHUNKS");
+}
+
+static void llama_p8_dgx_v100_chunks4(void **s)
+{
+    (void)s;
+    const char *extra[] = {"--topology", "dgx-v100", "--search-work", "10000", "--iterations",
+                           "3", NULL};
+    run_chunked(8, "4", extra);
+}
+
+static void llama_p4_naive_chunks3(void **s)
+{
+    (void)s;
+    const char *extra[] = {"--schedule", "naive", "--iterations", "3", NULL};
+    run_chunked(4, "3", extra);
+}
+
+static void llama_p8_dgx_v100_chunks_auto(void **s)
+{
+    (void)s;
+    const char *extra[] = {"--topology", "dgx-v100", "--iterations", "2", NULL};
+    run_chunked(8, "auto", extra);
+}
+
 int main(void)
 {
     e2e_scratch();
@@ -385,6 +422,8 @@ int main(void)
         cmocka_unit_test(llama_p1_graphs), cmocka_unit_test(llama_p4_graphs),
         cmocka_unit_test(llama_p8_graphs_dgx_v100),
         cmocka_unit_test(llama_p3_poisoned_iterations),
+        cmocka_unit_test(llama_p8_dgx_v100_chunks4), cmocka_unit_test(llama_p4_naive_chunks3),
+        cmocka_unit_test(llama_p8_dgx_v100_chunks_auto),
     };
     return cmocka_run_group_tests_name("e2e_llama", tests, setup, teardown);
 }

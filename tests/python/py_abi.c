@@ -30,6 +30,7 @@ int main(void)
     F(ein_compile_options, rewrite);
     F(ein_compile_options, rewrite_weights); F(ein_compile_options, ilp);
     F(ein_compile_options, seed); F(ein_compile_options, progress);
+    F(ein_compile_options, exchange_chunks);
     Z(ein_compile_options);
     F(ein_session_options, backend); F(ein_session_options, gpu_ids);
     F(ein_session_options, worker); F(ein_session_options, worker_timeout);
