@@ -101,6 +101,11 @@ static void usage(FILE *f)
 "                       devices unless --backend cuda.\n"
 "  --show-topology      print the topology that would be used, as a topology\n"
 "                       file, and exit without running (no PLAN.ein needed).\n"
+"  --exchange-chunks auto|off|K  exchanges that move chunks of blocks\n"
+"                       (docs/exprog.md): auto lets the synthesis choose them\n"
+"                       (pipelined relays, rings), off moves whole blocks\n"
+"                       only (default; or $EIN_EXCHANGE_CHUNKS), K makes every\n"
+"                       action of every exchange a stream of K chunks (tests).\n"
 "  --search-work N      work budget of the synthesis of each exchange: the\n"
 "                       actions of the candidates it simulates (default: 30000,\n"
 "                       10-60 ms of CPU for 8 devices). It counts work, not\n"
@@ -182,6 +187,7 @@ typedef struct run_opts {
     pl_selector sel;
     double worker_timeout, timeout, instr_timeout, cap_ms;
     int search_work, iterations, warmup, log_level, debug_device, wrapper_device;
+    int exchange_chunks; /* ein_compile_options.exchange_chunks; 0: default */
     int explain, verbose, quiet, manual, rewrite, ilp, calibrate, show_topo;
     int search;         /* --schedule: index in naive|search */
     int cuda;           /* --backend: index in cpu|cuda */
@@ -435,6 +441,17 @@ static int opt_wrapper(run_opts *o, const run_opt *d, const char *arg)
     return *o->wrapper ? OPT_NEXT : bad_value(d, arg, d->expect);
 }
 
+static int opt_chunks(run_opts *o, const run_opt *d, const char *arg)
+{
+    ein_error e = {0};
+    (void)d;
+    if (co_exchange_chunks_parse(arg, &o->exchange_chunks, &e) < 0) {
+        fprintf(stderr, "einrun: --exchange-chunks %s\n", e.msg);
+        return 2;
+    }
+    return OPT_NEXT;
+}
+
 static int opt_gone(run_opts *o, const run_opt *d, const char *arg)
 {
     (void)o, (void)d, (void)arg;
@@ -496,6 +513,7 @@ static const run_opt run_opt_table[] = {
     {"topology",         0, 1, opt_string,   F(topo_arg),        0, 0, NULL},
     {"gpu-probe",        0, 1, opt_string,   F(probe_file),      0, 0, NULL},
     {"show-topology",    0, 0, opt_flag,     F(show_topo),       0, 0, NULL},
+    {"exchange-chunks",  0, 1, opt_chunks,   0,                  0, 0, NULL},
     {"search-work",      0, 1, opt_int,      F(search_work),     1, 1e9,
      "a whole number from 1 to 1000000000"},
     {"search-cap-ms",    0, 1, opt_double,   F(cap_ms),          0, 1e9,
@@ -593,6 +611,7 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     co->seed = o->seed;
     co->naive_exchanges = !o->search;
     co->search_work = o->search_work;
+    co->exchange_chunks = o->exchange_chunks;
     co->search_cap_ms = o->cap_ms > 0 ? o->cap_ms : -1;
     co->topology = o->topo_arg;
     co->gpu_probe = o->probe_file;

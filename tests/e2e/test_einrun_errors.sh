@@ -50,7 +50,7 @@ expect() {
     fi
 }
 
-echo "1..30"
+echo "1..33"
 expect "help"                 0 "usage: einrun"                     -- --help
 expect "no program"           2 "no program given"                  --
 expect "missing program"      2 "nosuch.ein"                        -- --cpu 2 nosuch.ein
@@ -77,6 +77,8 @@ expect "unwritable output"    2 "cannot write nodir/y.npy"          -- --cpu 2 -
 expect "cuda backend, no GPU"  2 "einrun: --backend cuda: "        -- --gpus 0-1 --backend cuda ffn.ein
 expect "bad backend"          2 "--backend 'tpu': expected cpu or cuda" -- --gpus 0 --backend tpu ffn.ein
 EIN_EXCHANGE_CHUNKS=bogus expect "bad exchange chunks" 2 "EIN_EXCHANGE_CHUNKS: 'bogus': expected auto, off or a chunk count" -- --cpu 2 ffn.ein
+expect "bad --exchange-chunks" 2 "--exchange-chunks '0': expected auto, off or a chunk count" -- --cpu 2 --exchange-chunks 0 ffn.ein
+expect "--exchange-chunks 4"  0 "saved y \[37, 24\] f32 to y.npy"    -- --cpu 3 --exchange-chunks 4 ffn.ein
 expect "1x1 on 4 devices"     0 "saved y \[1, 1\] f32 to y.npy (blocks written by device 0)" -- --cpu 4 tiny.ein
 expect "worker cannot start"  1 "device [0-9] (pid [0-9]*) exited with status 1 at startup" -- --cpu 3 --worker /bin/false ffn.ein
 expect "worker crashes"       1 "device [0-9] (pid [0-9]*) was killed by signal 9" -- --cpu 3 --worker ./crash.sh ffn.ein
@@ -87,5 +89,5 @@ took=$(( $(date +%s) - start ))
 # loaded 2-core machine needs a wide margin over the 1 s timeout).
 if [ "$took" -le 25 ]; then ok "hang detected in ${took}s (<= 25)"; else not_ok "hang detected in ${took}s, expected <= 25"; fi
 expect "success with file"    0 "saved y \[37, 24\] f32 to y.npy"    -- --cpu 3 --input x=x_ok.npy ffn.ein
-[ "$n" -eq 30 ] || echo "# planned 30 tests but ran $n"
+[ "$n" -eq 33 ] || echo "# planned 33 tests but ran $n"
 exit 0
