@@ -7,6 +7,7 @@
 
 #include "common/ein_progress.h"
 #include "common/ein_rand.h"
+#include "common/ein_vec.h"
 #include "common/ein_wire.h"
 #include "exchange/xp_atoms.h"
 #include "exchange/xp_naive.h"
@@ -65,34 +66,20 @@ static ein_dtype partial_dtype(const pl_graph *g, const pl_plan *plan, int v)
     return ein_dtype_accum(nd->dtype);
 }
 
-/* Room for entry n of the array *a (of *cap entries of `size` bytes):
- * doubled, starting at `first`, when full. */
-static int grow(lw *L, void **a, int *cap, int n, size_t size, int first)
+/* Room for entry n of the array *a (of *cap entries of `size` bytes). */
+static int grow(lw *L, void *a, int *cap, int n, size_t size)
 {
-    if (n < *cap)
-        return 0;
-    int nc = *cap ? 2 * *cap : first;
-    void *na = realloc(*a, size * (size_t)nc);
-    if (!na)
+    if (ein_vec_reserve(a, cap, (int64_t)n + 1, size) < 0)
         return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
-    *a = na;
-    *cap = nc;
     return 0;
 }
 
 /* Room in producer[dev] for buffer `id` (no writer yet). */
 static int track_buf(lw *L, int dev, int id)
 {
-    if (id >= L->cap_producer[dev]) {
-        int cap = L->cap_producer[dev] ? 2 * L->cap_producer[dev] : 64;
-        while (cap <= id)
-            cap *= 2;
-        int *np = realloc(L->producer[dev], sizeof(int) * (size_t)cap);
-        if (!np)
-            return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
-        L->producer[dev] = np;
-        L->cap_producer[dev] = cap;
-    }
+    int rc = grow(L, &L->producer[dev], &L->cap_producer[dev], id, sizeof(int));
+    if (rc < 0)
+        return rc;
     L->producer[dev][id] = -1;
     return id;
 }
@@ -115,7 +102,7 @@ static int add_writer(lw *L, int dev, int buf, int id)
         return 0;
     }
     if (*p >= 0) {
-        if (grow(L, (void **)&L->ws, &L->cap_ws, L->nws, sizeof *L->ws, 64) < 0)
+        if (grow(L, &L->ws, &L->cap_ws, L->nws, sizeof *L->ws) < 0)
             return L->err->code;
         L->ws[L->nws] = (wset){0};
         int first = *p;
@@ -124,7 +111,7 @@ static int add_writer(lw *L, int dev, int buf, int id)
             return L->err->code;
     }
     wset *w = &L->ws[-*p - 2];
-    if (grow(L, (void **)&w->id, &w->cap, w->n, sizeof *w->id, 8) < 0)
+    if (grow(L, &w->id, &w->cap, w->n, sizeof *w->id) < 0)
         return L->err->code;
     w->id[w->n++] = id;
     return 0;
@@ -212,14 +199,8 @@ static int load_block(lw *L, int node, const ein_box *box, int dev)
     int rc = emit(L, dev, &ins);
     if (rc < 0)
         return rc;
-    if (L->nloads == L->cap_loads) {
-        int cap = L->cap_loads ? 2 * L->cap_loads : 32;
-        load_key *nl = realloc(L->loads, sizeof *nl * (size_t)cap);
-        if (!nl)
-            return ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
-        L->loads = nl;
-        L->cap_loads = cap;
-    }
+    if ((rc = grow(L, &L->loads, &L->cap_loads, L->nloads, sizeof *L->loads)) < 0)
+        return rc;
     L->loads[L->nloads++] = (load_key){.node = node, .dev = dev, .buf = buf, .box = *box};
     return buf;
 }
@@ -256,7 +237,7 @@ static int view_of(lw *L, int dev, int parent, int64_t r0, int64_t r1, int *fres
         if (L->views[i].dev == dev && L->views[i].parent == parent && L->views[i].r0 == r0 &&
             L->views[i].r1 == r1)
             return L->views[i].view;
-    if (grow(L, (void **)&L->views, &L->cap_views, L->nviews, sizeof *L->views, 64) < 0)
+    if (grow(L, &L->views, &L->cap_views, L->nviews, sizeof *L->views) < 0)
         return L->err->code;
     ein_box box = pb.box;
     box.lo[0] = pb.box.lo[0] + r0;
@@ -303,7 +284,7 @@ typedef struct xstate {
 /* A new entry (no rows yet); returns its index. */
 static int held_add(lw *L, xstate *X, const xp_word *set, int site, int buf, int in)
 {
-    if (grow(L, (void **)&X->h, &X->cap, X->nh, sizeof *X->h, 64) < 0)
+    if (grow(L, &X->h, &X->cap, X->nh, sizeof *X->h) < 0)
         return L->err->code;
     xp_word *s = xp_set_new(X->p);
     if (!s)
@@ -315,7 +296,7 @@ static int held_add(lw *L, xstate *X, const xp_word *set, int site, int buf, int
 
 static int piece_add(lw *L, held *h, int64_t lo, int64_t hi, int writer)
 {
-    if (grow(L, (void **)&h->pc, &h->cap_pc, h->npc, sizeof *h->pc, 4) < 0)
+    if (grow(L, &h->pc, &h->cap_pc, h->npc, sizeof *h->pc) < 0)
         return L->err->code;
     int k = h->npc;
     while (k > 0 && h->pc[k - 1].lo > lo) {
