@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_vec.h"
 #include "common/ein_wire.h"
 
 /* Largest buffer we accept: keeps every byte count and offset sum far from
@@ -167,22 +168,6 @@ void ein_program_free(ein_program *p)
     free(p);
 }
 
-/* Make room for one more element; returns 0 or -1. */
-static int grow(void **arr, int32_t *cap, int32_t n, size_t elem)
-{
-    if (n < *cap)
-        return 0;
-    if (n == INT32_MAX)
-        return -1;
-    int32_t ncap = *cap < 16 ? 16 : (*cap > INT32_MAX / 2 ? INT32_MAX : *cap * 2);
-    void *q = realloc(*arr, (size_t)ncap * elem);
-    if (!q)
-        return -1;
-    *arr = q;
-    *cap = ncap;
-    return 0;
-}
-
 /* NULL if `b` is a well-formed buffer box (rank 0..8, 0 <= lo < hi, bytes
  * in range) and *bytes is set; otherwise what is wrong with it. */
 static const char *box_bytes(const ein_box *b, ein_dtype t, uint64_t *bytes)
@@ -214,7 +199,8 @@ int ein_program_add_buffer(ein_program *p, ein_dtype dtype, const ein_box *box, 
     offset = (p->segment_bytes + EIN_BUFFER_ALIGN - 1) / EIN_BUFFER_ALIGN * EIN_BUFFER_ALIGN;
     if (offset < p->segment_bytes || offset + bytes < offset)
         return ein_fail(err, EIN_EINVAL, "add_buffer: segment too large");
-    if (grow((void **)&p->buffers, &p->cap_buffers, p->nbuffers, sizeof *p->buffers) < 0)
+    if (ein_vec_reserve(&p->buffers, &p->cap_buffers, (int64_t)p->nbuffers + 1,
+                        sizeof *p->buffers) < 0)
         return ein_fail(err, EIN_ENOMEM, "add_buffer: out of memory");
     ein_pbuffer *pb = &p->buffers[p->nbuffers];
     memset(pb, 0, sizeof *pb);
@@ -248,7 +234,8 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err)
     const ein_kernel *k = &ins->kernel;
     if (k->nlist < 0 || k->nlist > EIN_KERNEL_LIST_MAX || (k->nlist && !k->list))
         return ein_fail(err, EIN_EINVAL, "add_instr: bad kernel list (%d entries)", k->nlist);
-    if (grow((void **)&p->instrs, &p->cap_instrs, p->ninstrs, sizeof *p->instrs) < 0)
+    if (ein_vec_reserve(&p->instrs, &p->cap_instrs, (int64_t)p->ninstrs + 1,
+                        sizeof *p->instrs) < 0)
         return ein_fail(err, EIN_ENOMEM, "add_instr: out of memory");
     ein_instr c = *ins;
     c.deps = dup_ids(ins->deps, ins->ndeps, &oom);

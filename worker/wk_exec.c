@@ -18,6 +18,7 @@
 #include "common/ein_raw.h"
 #include "common/ein_rand.h"
 #include "common/ein_status.h"
+#include "common/ein_vec.h"
 #include "common/ein_wire.h"
 #include "worker/wk_beat.h"
 #include "worker/wk_stretch.h"
@@ -132,14 +133,8 @@ static int ready_add(wk *w, uint64_t key, ein_error *err)
 {
     if (ready_has(w, key))
         return 0;
-    if (w->nready == w->cap_ready) {
-        int cap = w->cap_ready ? 2 * w->cap_ready : 64;
-        uint64_t *n = realloc(w->ready, sizeof *n * (size_t)cap);
-        if (!n)
-            return ein_fail(err, EIN_ENOMEM, "out of memory");
-        w->ready = n;
-        w->cap_ready = cap;
-    }
+    if (ein_vec_reserve(&w->ready, &w->cap_ready, (int64_t)w->nready + 1, sizeof *w->ready) < 0)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
     int i = w->nready++;
     while (i > 0 && w->ready[i - 1] > key) {
         w->ready[i] = w->ready[i - 1];
@@ -575,13 +570,8 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
     case EIN_I_AGG: {
         if (ins->nsrcs > 1024)
             return ein_fail(err, EIN_EUNSUPPORTED, "more than 1024 operands");
-        if (ins->nsrcs > w->cap_blk) {
-            kn_block *nb = realloc(w->blk, sizeof *nb * (size_t)ins->nsrcs);
-            if (!nb)
-                return ein_fail(err, EIN_ENOMEM, "out of memory for %d operands", ins->nsrcs);
-            w->blk = nb;
-            w->cap_blk = ins->nsrcs;
-        }
+        if (ein_vec_reserve(&w->blk, &w->cap_blk, ins->nsrcs, sizeof *w->blk) < 0)
+            return ein_fail(err, EIN_ENOMEM, "out of memory for %d operands", ins->nsrcs);
         kn_block *blk = w->blk;
         for (int i = 0; i < ins->nsrcs; i++)
             blk[i] = block_of(w, ins->srcs[i]);

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_vec.h"
+
 typedef enum { REC_KERNEL, REC_AGG, REC_COPY, REC_COPY_BOX } rec_kind;
 
 typedef struct rec_call {
@@ -41,15 +43,9 @@ void wk_record_free(wk_record *r)
 
 static rec_call *append(wk_record *r, ein_error *err)
 {
-    if (r->n == r->cap) {
-        int cap = r->cap ? 2 * r->cap : 16;
-        rec_call *c = realloc(r->calls, sizeof *c * (size_t)cap);
-        if (!c) {
-            ein_fail(err, EIN_ENOMEM, "out of memory recording a graph");
-            return NULL;
-        }
-        r->calls = c;
-        r->cap = cap;
+    if (ein_vec_reserve(&r->calls, &r->cap, (int64_t)r->n + 1, sizeof *r->calls) < 0) {
+        ein_fail(err, EIN_ENOMEM, "out of memory recording a graph");
+        return NULL;
     }
     rec_call *c = &r->calls[r->n];
     memset(c, 0, sizeof *c);
