@@ -244,13 +244,14 @@ const char *ein_msg_type_name(ein_msg_type t)
 enum {
     F_TYPE, F_V, F_DEVICE, F_PID, F_BUFFER, F_INSTR, F_CODE, F_OP, F_TEXT,
     F_T_TOTAL, F_T_KERNEL, F_T_COPY, F_T_WAIT, F_PROGRAM, F_STORE, F_RELOAD,
-    F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED, F_G_ERROR, F_T_DEVICE, F_COUNT
+    F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED, F_G_ERROR, F_T_DEVICE, F_G_SHORT, F_COUNT
 };
 
 static const char *const field_names[F_COUNT] = {
     "type", "v", "device", "pid", "buffer", "instr", "code", "op", "text",
     "t_total", "t_kernel", "t_copy", "t_wait", "program", "store", "reload",
     "graphs_captured", "graphs_launched", "graphs_failed", "graph_error", "t_device",
+    "graphs_short",
 };
 
 #define B(f) (1u << (f))
@@ -270,7 +271,7 @@ static const unsigned msg_fields[EIN_MSG_COUNT] = {
 /* Optional fields: allowed, not required; encoded only when set. */
 static const unsigned msg_optional[EIN_MSG_COUNT] = {
     [EIN_MSG_DONE] = B(F_G_CAPTURED) | B(F_G_LAUNCHED) | B(F_G_FAILED) | B(F_G_ERROR) |
-                     B(F_T_DEVICE),
+                     B(F_T_DEVICE) | B(F_G_SHORT),
 };
 
 /* Whether optional field i of m carries something. */
@@ -280,6 +281,7 @@ static int optional_set(const ein_msg *m, int i)
     case F_G_CAPTURED: return m->graphs_captured != 0;
     case F_G_LAUNCHED: return m->graphs_launched != 0;
     case F_G_FAILED: return m->graphs_failed != 0;
+    case F_G_SHORT: return m->graphs_short != 0;
     case F_G_ERROR: return m->graph_error[0] != '\0';
     case F_T_DEVICE: return m->t_device != 0;
     default: return 0;
@@ -334,6 +336,7 @@ static int pack_msg(msgpack_packer *pk, const ein_msg *m, ein_error *err)
         case F_G_CAPTURED: e |= msgpack_pack_int32(pk, m->graphs_captured); break;
         case F_G_LAUNCHED: e |= msgpack_pack_int32(pk, m->graphs_launched); break;
         case F_G_FAILED: e |= msgpack_pack_int32(pk, m->graphs_failed); break;
+        case F_G_SHORT: e |= msgpack_pack_int32(pk, m->graphs_short); break;
         case F_G_ERROR: e |= pack_fixed_str(pk, m->graph_error, sizeof m->graph_error); break;
         case F_T_DEVICE: e |= msgpack_pack_int32(pk, m->t_device ? 1 : 0); break;
         case F_RELOAD:
@@ -539,9 +542,10 @@ static int unpack_msg(const msgpack_object *root, ein_msg *m, ein_error *err)
     }
     if (v[F_RELOAD] && (rc = unpack_reload(v[F_RELOAD], m, err)) < 0)
         return rc;
-    const int gfield[3] = {F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED};
-    int32_t *gval[3] = {&m->graphs_captured, &m->graphs_launched, &m->graphs_failed};
-    for (int g = 0; g < 3; g++) {
+    const int gfield[4] = {F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED, F_G_SHORT};
+    int32_t *gval[4] = {&m->graphs_captured, &m->graphs_launched, &m->graphs_failed,
+                        &m->graphs_short};
+    for (int g = 0; g < 4; g++) {
         if (!v[gfield[g]])
             continue;
         if ((rc = check_int_field(v[gfield[g]], 0, INT32_MAX, &iv, field_names[gfield[g]], err)) < 0)

@@ -70,8 +70,9 @@ typedef struct ein_msg {
      * 0 and ""): the worker's graphs since it started — stretches captured,
      * graph launches, stretches that could not be captured (they run one
      * instruction at a time) — and why the first of those failed (for CUDA:
-     * the instructions and the CUDA error). */
-    int32_t graphs_captured, graphs_launched, graphs_failed;
+     * the instructions and the CUDA error); and stretches too short to be
+     * worth a graph (run one instruction at a time by choice). */
+    int32_t graphs_captured, graphs_launched, graphs_failed, graphs_short;
     char graph_error[EIN_MSG_TEXT_MAX];
     /* DONE, optional (sent when 1): t_kernel and t_copy are the device's
      * own time (CUDA events around each operation), not the host's time to

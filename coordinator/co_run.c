@@ -307,6 +307,7 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
                                          .graphs_captured = m.graphs_captured,
                                          .graphs_launched = m.graphs_launched,
                                          .graphs_failed = m.graphs_failed,
+                                         .graphs_short = m.graphs_short,
                                          .device_timed = m.t_device};
             snprintf(stats[d].graph_error, sizeof stats[d].graph_error, "%s", m.graph_error);
         }

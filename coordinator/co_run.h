@@ -62,8 +62,9 @@ typedef struct co_worker_stats {
     double total, kernel, copy, wait;   /* seconds, last iteration, as the worker measured them */
     /* Graphs since the worker started (its DONE; 0 from a worker without):
      * stretches captured, launches, stretches that could not be captured,
-     * and why the first of those failed ("" if none). */
-    int graphs_captured, graphs_launched, graphs_failed;
+     * why the first of those failed ("" if none), stretches too short to
+     * be worth a graph. */
+    int graphs_captured, graphs_launched, graphs_failed, graphs_short;
     char graph_error[EIN_MSG_TEXT_MAX];
     int device_timed;   /* kernel and copy are device time (CUDA events), not host time */
 } co_worker_stats;

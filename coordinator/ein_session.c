@@ -412,6 +412,7 @@ int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_erro
             stats->graphs[d].captured = ws[d].graphs_captured;
             stats->graphs[d].launched = ws[d].graphs_launched;
             stats->graphs[d].failed = ws[d].graphs_failed;
+            stats->graphs[d].too_short = ws[d].graphs_short;
             stats->device_timed[d] = ws[d].device_timed;
             snprintf(stats->graphs[d].error, sizeof stats->graphs[d].error, "%s",
                      ws[d].graph_error);

@@ -1078,9 +1078,11 @@ static void report_verbose(run_state *s)
         /* Graph counts are what makes "graphs on" checkable: a stretch
          * that silently fell back to one instruction at a time shows. */
         if (graphs_mode(o) > 0 || (graphs_mode(o) < 0 && o->cuda))
-            fprintf(stderr, "  device %d graphs: %d captured, %d launches, %d not captured%s%s\n",
+            fprintf(stderr, "  device %d graphs: %d captured, %d launches, %d not captured, %d too "
+                            "short%s%s\n",
                     d, rs->graphs[d].captured, rs->graphs[d].launched, rs->graphs[d].failed,
-                    rs->graphs[d].error[0] ? ": " : "", rs->graphs[d].error);
+                    rs->graphs[d].too_short, rs->graphs[d].error[0] ? ": " : "",
+                    rs->graphs[d].error);
     }
 }
 

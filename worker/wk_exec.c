@@ -1129,7 +1129,7 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
                         .t_total = ein_now_s() - w.t_start, .t_kernel = w.t_kernel,
                         .t_copy = w.t_copy, .t_wait = w.t_wait,
                         .graphs_captured = w.ncaptured, .graphs_launched = w.nlaunched,
-                        .graphs_failed = w.nfailed};
+                        .graphs_failed = w.nfailed, .graphs_short = w.nskipped};
         snprintf(done.graph_error, sizeof done.graph_error, "%s", w.graph_error);
         if (dev_timed) {
             done.t_kernel = dk;

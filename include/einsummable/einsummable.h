@@ -310,8 +310,10 @@ typedef struct ein_run_stats {
      * stretches captured (CUDA graphs; recordings on CPU devices), graph
      * launches, stretches that could not be captured and so run one
      * instruction at a time, and why the first of those failed (for CUDA,
-     * the instructions and the CUDA error; "" if none). */
-    struct { int captured, launched, failed; char error[512]; } graphs[64];
+     * the instructions and the CUDA error; "" if none); too_short: stretches
+     * not captured on purpose, being shorter than capture pays for (they
+     * also run one instruction at a time, and are not failures). */
+    struct { int captured, launched, failed; char error[512]; int too_short; } graphs[64];
     /* 1: dev[d].kernel and .copy are the GPU's own time (CUDA events around
      * each operation); 0: the host's time running (CPU devices) or
      * enqueueing them. dev[d].wait is always the host's time waiting for

@@ -141,6 +141,7 @@ class _graph_stats(ctypes.Structure):
         ("launched", ctypes.c_int),
         ("failed", ctypes.c_int),
         ("error", ctypes.c_char * 512),
+        ("too_short", ctypes.c_int),
     ]
 
 

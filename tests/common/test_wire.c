@@ -945,6 +945,7 @@ static int sample_messages(ein_msg *ms)
     ms[n].t_copy = 1e-9, ms[n].t_wait = 0, n++;
     ms[n].type = EIN_MSG_DONE, ms[n].device = 1, ms[n].t_total = 2, ms[n].graphs_captured = 34,
     ms[n].graphs_launched = 136, ms[n].graphs_failed = 2, ms[n].t_device = 1;
+    ms[n].graphs_short = 9;
     strcpy(ms[n].graph_error, "instructions 7..19: cudaStreamEndCapture: operation not permitted");
     n++;
     ms[n].type = EIN_MSG_ERROR, ms[n].device = 6, ms[n].instr = 42, ms[n].code = EIN_EDEVICE;
@@ -972,6 +973,7 @@ static void assert_msgs_equal(const ein_msg *a, const ein_msg *b)
     assert_int_equal(a->graphs_captured, b->graphs_captured);
     assert_int_equal(a->graphs_launched, b->graphs_launched);
     assert_int_equal(a->graphs_failed, b->graphs_failed);
+    assert_int_equal(a->graphs_short, b->graphs_short);
     assert_string_equal(a->graph_error, b->graph_error);
     assert_int_equal(a->t_device, b->t_device);
     assert_int_equal(!a->program, !b->program);
@@ -1658,6 +1660,7 @@ static void test_done_graph_fields(void **state)
     memset(&out, 0x55, sizeof out);
     assert_int_equal(ein_msg_decode(p.sb.data, p.sb.size, &out, &err), 0);
     assert_int_equal(out.graphs_captured + out.graphs_launched + out.graphs_failed, 0);
+    assert_int_equal(out.graphs_short, 0);
     assert_int_equal(out.t_device, 0);
     assert_string_equal(out.graph_error, "");
     msgpack_sbuffer_destroy(&p.sb);
@@ -1670,6 +1673,8 @@ static void test_done_graph_fields(void **state)
         {"graph_error", 3, "'graph_error': expected a string"},
         {"graph_error", 4, "'graph_error': string of"},
         {"t_device", 5, "'t_device': integer out of range"},
+        {"graphs_short", 0, "'graphs_short': integer out of range"},
+        {"graphs_short", 1, "'graphs_short': expected an integer"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         pk_begin(&p);
