@@ -1,0 +1,657 @@
+/* common/ein_program_check.c — ein_program_validate (see ein_program.h):
+ * every buffer and instruction of a Program checked before it is run or
+ * sent. */
+#include "common/ein_program.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/ein_program_int.h"
+
+/* ---- validation ------------------------------------------------------- */
+
+/* Fail with the instruction named: "program: instr 3 (slice 'mm1'): ...". */
+static int ifail(ein_error *err, int i, const ein_instr *ins, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int ifail(ein_error *err, int i, const ein_instr *ins, const char *fmt, ...)
+{
+    if (err) {
+        char what[EIN_ERROR_MSG_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(what, sizeof what, fmt, ap);
+        va_end(ap);
+        /* op is known to be terminated by the time we name it. */
+        ein_fail(err, EIN_EPROTO, "program: instr %d (%s '%s'): %s", i, ein_instr_kind_name(ins->kind),
+                 ins->op, what);
+    }
+    return EIN_EPROTO;
+}
+
+static int check_buffer(const ein_program *p, int id, ein_error *err)
+{
+    const ein_pbuffer *b = &p->buffers[id];
+    uint64_t bytes, end;
+    if (!ein_dtype_valid((int)b->dtype))
+        return ein_fail(err, EIN_EPROTO, "program: buffer %d: invalid dtype %d", id, (int)b->dtype);
+    const char *why = ein_buffer_box_bytes(&b->box, b->dtype, &bytes);
+    if (why)
+        return ein_fail(err, EIN_EPROTO, "program: buffer %d: box %s", id, why);
+    if (b->bytes != bytes)
+        return ein_fail(err, EIN_EPROTO, "program: buffer %d: %llu bytes but its box and dtype need %llu", id,
+                        (unsigned long long)b->bytes, (unsigned long long)bytes);
+    /* Kernels access elements directly: a misaligned buffer is UB. */
+    if (b->offset % ein_dtype_size(b->dtype) != 0)
+        return ein_fail(err, EIN_EPROTO, "program: buffer %d: offset %llu not aligned to its dtype", id,
+                        (unsigned long long)b->offset);
+    if (__builtin_add_overflow(b->offset, b->bytes, &end) || end > p->segment_bytes)
+        return ein_fail(err, EIN_EPROTO, "program: buffer %d: [%llu, +%llu) runs past the segment (%llu bytes)",
+                        id, (unsigned long long)b->offset, (unsigned long long)b->bytes,
+                        (unsigned long long)p->segment_bytes);
+    return 0;
+}
+
+/* LOAD/STORE: the buffer's box lies inside the whole tensor [0, shape). */
+static int check_file_shape(const ein_program *p, int i, const ein_instr *ins, int buf, ein_error *err)
+{
+    const ein_box *b = &p->buffers[buf].box;
+    if (ins->rank < 0 || ins->rank > EIN_MAX_RANK)
+        return ifail(err, i, ins, "rank %d out of range 0..%d", ins->rank, EIN_MAX_RANK);
+    if (b->rank != ins->rank)
+        return ifail(err, i, ins, "buffer %d has rank %d but the tensor has rank %d", buf, b->rank, ins->rank);
+    for (int d = 0; d < ins->rank; d++) {
+        if (ins->shape[d] < 0)
+            return ifail(err, i, ins, "negative dimension in shape");
+        if (b->hi[d] > ins->shape[d])
+            return ifail(err, i, ins, "buffer %d's box is not inside the tensor's shape", buf);
+    }
+    return 0;
+}
+
+/* LOAD: the format and offset agree with the path, and a raw tensor's last
+ * byte is addressable. */
+static int check_load_source(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    if ((unsigned)ins->format >= EIN_LOAD_FORMAT_COUNT)
+        return ifail(err, i, ins, "load format %d out of range", (int)ins->format);
+    if (ins->format == EIN_LOAD_RAW && !ins->path)
+        return ifail(err, i, ins, "a raw load needs a path");
+    if (ins->format != EIN_LOAD_RAW && ins->offset)
+        return ifail(err, i, ins, "offset %llu given to a load that is not raw",
+                     (unsigned long long)ins->offset);
+    if (ins->format == EIN_LOAD_RAW) {
+        uint64_t bytes = ein_dtype_size(p->buffers[ins->dst].dtype), end;
+        for (int d = 0; d < ins->rank; d++)
+            if (__builtin_mul_overflow(bytes, (uint64_t)ins->shape[d], &bytes))
+                return ifail(err, i, ins, "raw tensor's size overflows");
+        if (__builtin_add_overflow(ins->offset, bytes, &end) || end > (uint64_t)INT64_MAX)
+            return ifail(err, i, ins, "raw tensor at offset %llu ends past 2^63",
+                         (unsigned long long)ins->offset);
+    }
+    return 0;
+}
+
+static int check_path(int i, const ein_instr *ins, int required, ein_error *err)
+{
+    if (!ins->path)
+        return required ? ifail(err, i, ins, "missing path") : 0;
+    size_t n = strnlen(ins->path, EIN_PATH_MAX);
+    if (n == 0)
+        return ifail(err, i, ins, "empty path");
+    if (n >= EIN_PATH_MAX)
+        return ifail(err, i, ins, "path longer than %d bytes", EIN_PATH_MAX - 1);
+    return 0;
+}
+
+static int letter_index(char c)
+{
+    if (c >= 'a' && c <= 'z')
+        return c - 'a';
+    if (c >= 'A' && c <= 'Z')
+        return 26 + c - 'A';
+    return -1;
+}
+
+/* "ab,bc->ac": one operand per source, one letter per dim of its buffer,
+ * every letter with one extent; the output's letters appear in the inputs,
+ * once each, and match dst's box. Kernels rely on this for bounds. */
+static int check_einsum(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const char *s = ins->kernel.subscripts;
+    int64_t ext[52];
+    for (int c = 0; c < 52; c++)
+        ext[c] = -1;
+    if (!memchr(s, '\0', EIN_NAME_MAX))
+        return ifail(err, i, ins, "einsum subscripts not NUL-terminated");
+    const char *arrow = strstr(s, "->");
+    if (!arrow)
+        return ifail(err, i, ins, "einsum subscripts '%s' lack '->'", s);
+    const char *q = s;
+    int k = 0;
+    for (;; k++) {
+        const char *start = q;
+        while (q < arrow && *q != ',')
+            q++;
+        if (k >= ins->nsrcs)
+            return ifail(err, i, ins, "einsum '%s' has more operands than its %d sources", s, ins->nsrcs);
+        const ein_box *b = &p->buffers[ins->srcs[k]].box;
+        if (q - start != b->rank)
+            return ifail(err, i, ins, "einsum '%s': operand %d has %d letters but its buffer rank %d", s, k,
+                         (int)(q - start), b->rank);
+        for (int d = 0; d < b->rank; d++) {
+            int c = letter_index(start[d]);
+            if (c < 0)
+                return ifail(err, i, ins, "einsum '%s': bad character '%c'", s, start[d]);
+            int64_t e = b->hi[d] - b->lo[d];
+            if (ext[c] >= 0 && ext[c] != e)
+                return ifail(err, i, ins, "einsum '%s': index '%c' has extents %lld and %lld", s, start[d],
+                             (long long)ext[c], (long long)e);
+            ext[c] = e;
+        }
+        if (q == arrow)
+            break;
+        q++; /* ',' */
+    }
+    if (k + 1 != ins->nsrcs)
+        return ifail(err, i, ins, "einsum '%s' has %d operands but %d sources", s, k + 1, ins->nsrcs);
+    const char *out = arrow + 2;
+    const ein_box *ob = &p->buffers[ins->dst].box;
+    if ((int)strlen(out) != ob->rank)
+        return ifail(err, i, ins, "einsum '%s': output has %d letters but dst rank %d", s, (int)strlen(out),
+                     ob->rank);
+    int seen[52] = {0};
+    for (int d = 0; d < ob->rank; d++) {
+        int c = letter_index(out[d]);
+        if (c < 0)
+            return ifail(err, i, ins, "einsum '%s': bad character '%c'", s, out[d]);
+        if (ext[c] < 0)
+            return ifail(err, i, ins, "einsum '%s': output index '%c' is in no input", s, out[d]);
+        if (seen[c]++)
+            return ifail(err, i, ins, "einsum '%s': output index '%c' repeated", s, out[d]);
+        if (ob->hi[d] - ob->lo[d] != ext[c])
+            return ifail(err, i, ins, "einsum '%s': output index '%c' has extent %lld, inputs %lld", s, out[d],
+                         (long long)(ob->hi[d] - ob->lo[d]), (long long)ext[c]);
+    }
+    return 0;
+}
+
+/* Sources each kernel kind takes, {min, max}. */
+static const struct { int lo, hi; } kernel_arity[] = {
+#define EIN_KERNEL(kind, name, min_srcs, max_srcs, fields) [EIN_KERNEL_##kind] = {min_srcs, max_srcs},
+#include "common/ein_ops.def"
+};
+_Static_assert(sizeof kernel_arity / sizeof *kernel_arity == EIN_KERNEL_COUNT, "a kernel kind lacks an arity");
+
+
+/* The kinds that carry ein_kernel.list: those with the wire field. */
+static int kernel_has_list(ein_kernel_kind k)
+{
+    return (ein_kernel_fields_of(k) & 1u << K_LIST) != 0;
+}
+
+static int same_interval(const ein_box *a, int da, const ein_box *b, int db)
+{
+    return a->lo[da] == b->lo[db] && a->hi[da] == b->hi[db];
+}
+
+/* Sequence ends (ROPE, ATTENTION): positive, strictly ascending, and the
+ * last one (the total token count) is beyond every token of the block, so
+ * that every token has a sequence. No list: one sequence from 0. */
+static int check_seq_ends(int i, const ein_instr *ins, int64_t tok_hi, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    for (int32_t j = 0; j < k->nlist; j++)
+        if (k->list[j] <= (j ? k->list[j - 1] : 0))
+            return ifail(err, i, ins, "%s: sequence ends not positive and strictly ascending at entry %d",
+                         ein_kernel_kind_name(k->kind), j);
+    if (k->nlist && tok_hi > k->list[k->nlist - 1])
+        return ifail(err, i, ins, "%s: tokens up to %lld but the sequences end at %lld",
+                     ein_kernel_kind_name(k->kind), (long long)tok_hi, (long long)k->list[k->nlist - 1]);
+    return 0;
+}
+
+/* First token of the sequence holding token t. */
+static int64_t seq_start(const ein_kernel *k, int64_t t)
+{
+    int64_t s = 0;
+    for (int32_t j = 0; j < k->nlist && k->list[j] <= t; j++)
+        s = k->list[j];
+    return s;
+}
+
+/* SPLIT_HEADS/MERGE_HEADS: `flat` [t0,t1) x [h0*D, h1*D) and `heads`
+ * [h0,h1) x [t0,t1) x [0,D), D = head_dim. */
+static int check_heads(int i, const ein_instr *ins, const ein_box *flat, const ein_box *heads,
+                       ein_error *err)
+{
+    int64_t d = ins->kernel.head_dim, lo, hi;
+    const char *name = ein_kernel_kind_name(ins->kernel.kind);
+    if (flat->rank != 2 || heads->rank != 3)
+        return ifail(err, i, ins, "%s: needs a rank-2 [tokens, hidden] and a rank-3 [heads, tokens, d] box, has "
+                     "ranks %d and %d", name, flat->rank, heads->rank);
+    if (d <= 0)
+        return ifail(err, i, ins, "%s: head_dim %lld not positive", name, (long long)d);
+    if (heads->lo[2] != 0 || heads->hi[2] != d)
+        return ifail(err, i, ins, "%s: the head box's last axis is not [0, head_dim)", name);
+    if (!same_interval(flat, 0, heads, 1))
+        return ifail(err, i, ins, "%s: token intervals differ", name);
+    if (__builtin_mul_overflow(heads->lo[0], d, &lo) || __builtin_mul_overflow(heads->hi[0], d, &hi) ||
+        flat->lo[1] != lo || flat->hi[1] != hi)
+        return ifail(err, i, ins, "%s: hidden interval is not the heads' interval times head_dim", name);
+    return 0;
+}
+
+/* The block rules of a UNARY kernel (arity and kind already checked). */
+static int check_unary_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    if ((int)k->unary < 0 || k->unary >= EIN_UN_COUNT)
+        return ifail(err, i, ins, "invalid unary op %d", (int)k->unary);
+    if (!isfinite(k->scalar))
+        return ifail(err, i, ins, "unary scalar is not finite");
+    if (!ein_box_equal(x, out))
+        return ifail(err, i, ins, "source buffer %d's box differs from dst's", ins->srcs[0]);
+    return 0;
+}
+
+/* The block rules of a BINARY kernel (arity and kind already checked). */
+static int check_binary_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    if ((int)k->binary < 0 || k->binary >= EIN_BIN_COUNT)
+        return ifail(err, i, ins, "invalid binary op %d", (int)k->binary);
+    /* numpy broadcasting, right-aligned: each input dim is dst's
+     * interval or has extent 1 (its one element is broadcast). */
+    for (int j = 0; j < 2; j++) {
+        const ein_box *s = &p->buffers[ins->srcs[j]].box;
+        if (s->rank > out->rank)
+            return ifail(err, i, ins, "binary: source buffer %d has rank %d, above dst's %d", ins->srcs[j],
+                         s->rank, out->rank);
+        for (int d = 0; d < s->rank; d++) {
+            int od = out->rank - s->rank + d;
+            if (s->hi[d] - s->lo[d] != 1 && !same_interval(s, d, out, od))
+                return ifail(err, i, ins, "binary: source buffer %d's axis %d is neither dst's interval nor "
+                             "of extent 1 (broadcast)", ins->srcs[j], d);
+        }
+    }
+    return 0;
+}
+
+/* The block rules of a SOFTMAX kernel (arity and kind already checked). */
+static int check_softmax_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    if (k->axis < 0 || k->axis >= x->rank)
+        return ifail(err, i, ins, "softmax: axis %d out of range for rank %d", k->axis, x->rank);
+    if (!ein_box_equal(x, out))
+        return ifail(err, i, ins, "softmax: source buffer %d's box differs from dst's", ins->srcs[0]);
+    return 0;
+}
+
+/* The block rules of an RMSNORM or LAYERNORM kernel (arity, kind checked). */
+static int check_norm_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    int n = ins->nsrcs;
+    const char *name = ein_kernel_kind_name(ins->kernel.kind);
+    if (!isfinite(k->eps) || k->eps < 0)
+        return ifail(err, i, ins, "%s: eps %g is not a finite number >= 0", name, k->eps);
+    if (x->rank < 1)
+        return ifail(err, i, ins, "%s: input has rank 0", name);
+    if (!ein_box_equal(x, out))
+        return ifail(err, i, ins, "%s: source buffer %d's box differs from dst's", name, ins->srcs[0]);
+    /* weight (and bias) and x hold the whole normalised axis [0, d) */
+    for (int j = 1; j < n; j++) {
+        const ein_box *w = &p->buffers[ins->srcs[j]].box;
+        if (w->rank != 1 || w->lo[0] != 0 || !same_interval(w, 0, x, x->rank - 1))
+            return ifail(err, i, ins, "%s: %s buffer %d is not rank 1 over x's last interval [0, d)", name,
+                         j == 1 ? "weight" : "bias", ins->srcs[j]);
+    }
+    return 0;
+}
+
+/* The block rules of a ROPE kernel (arity and kind already checked). */
+static int check_rope_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    int64_t d = k->head_dim;
+    if (x->rank != 2)
+        return ifail(err, i, ins, "rope: input has rank %d, not 2 [tokens, hidden]", x->rank);
+    if (!ein_box_equal(x, out))
+        return ifail(err, i, ins, "rope: source buffer %d's box differs from dst's", ins->srcs[0]);
+    /* rotated pairs (2i, 2i+1) stay inside a head, heads inside the block */
+    if (d <= 0 || d % 2 != 0)
+        return ifail(err, i, ins, "rope: head_dim %lld is not positive and even", (long long)d);
+    if (x->lo[1] % d != 0 || x->hi[1] % d != 0)
+        return ifail(err, i, ins, "rope: hidden interval [%lld, %lld) not at multiples of head_dim %lld",
+                     (long long)x->lo[1], (long long)x->hi[1], (long long)d);
+    if (!isfinite(k->theta) || k->theta <= 0)
+        return ifail(err, i, ins, "rope: theta %g is not a finite number > 0", k->theta);
+    if (k->style < 0 || k->style >= EIN_ROPE_STYLE_COUNT)
+        return ifail(err, i, ins, "rope: style %d is not interleaved (0) or half (1)", (int)k->style);
+    return check_seq_ends(i, ins, x->hi[0], err);
+}
+
+/* The block rules of an ATTENTION kernel (arity and kind already checked). */
+static int check_attention_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    const ein_box *q = x, *kb = &p->buffers[ins->srcs[1]].box, *vb = &p->buffers[ins->srcs[2]].box;
+    int64_t hlo, hhi;
+    int rc;
+    if (q->rank != 3 || kb->rank != 3 || vb->rank != 3)
+        return ifail(err, i, ins, "attention: q, k, v must have rank 3 [heads, tokens, d]");
+    if (!ein_box_equal(q, out))
+        return ifail(err, i, ins, "attention: q buffer %d's box differs from dst's", ins->srcs[0]);
+    if (!ein_box_equal(kb, vb))
+        return ifail(err, i, ins, "attention: k and v boxes differ");
+    if (k->group < 1)
+        return ifail(err, i, ins, "attention: group %lld below 1", (long long)k->group);
+    if (__builtin_mul_overflow(kb->lo[0], k->group, &hlo) || __builtin_mul_overflow(kb->hi[0], k->group, &hhi) ||
+        q->lo[0] != hlo || q->hi[0] != hhi)
+        return ifail(err, i, ins, "attention: q's head interval is not group (%lld) times k's",
+                     (long long)k->group);
+    if (q->lo[2] != 0 || !same_interval(q, 2, kb, 2))
+        return ifail(err, i, ins, "attention: d is not whole and equal in q, k and v");
+    if ((rc = check_seq_ends(i, ins, q->hi[1], err)) < 0)
+        return rc;
+    /* every key of every query: from its sequence's start to itself */
+    if (kb->lo[1] > seq_start(k, q->lo[1]) || kb->hi[1] < q->hi[1])
+        return ifail(err, i, ins, "attention: k/v tokens [%lld, %lld) miss keys of queries [%lld, %lld)",
+                     (long long)kb->lo[1], (long long)kb->hi[1], (long long)q->lo[1], (long long)q->hi[1]);
+    return 0;
+}
+
+/* The block rules of an ATTENTION_PARTIAL kernel (arity and kind already checked). */
+static int check_attention_partial_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    int n = ins->nsrcs;
+    /* One key block's share: q as for ATTENTION, k/v any token
+     * interval (or none), dst the f32 rows [0, d + 1) of q's box. */
+    const ein_box *q = x;
+    ein_box want = ein_agg_box(EIN_AGG_LSE, q);
+    int rc;
+    if (q->rank != 3)
+        return ifail(err, i, ins, "attention_partial: q must have rank 3 [heads, tokens, d]");
+    if (!ein_box_equal(&want, out) || p->buffers[ins->dst].dtype != EIN_F32)
+        return ifail(err, i, ins, "attention_partial: dst is not f32 over q's box with d + 1 columns");
+    if (q->lo[2] != 0)
+        return ifail(err, i, ins, "attention_partial: d is not whole in q");
+    if (n == 2)
+        return ifail(err, i, ins, "attention_partial takes q alone or q, k and v");
+    if (n == 3) {
+        const ein_box *kb = &p->buffers[ins->srcs[1]].box, *vb = &p->buffers[ins->srcs[2]].box;
+        int64_t hlo, hhi;
+        if (kb->rank != 3 || !ein_box_equal(kb, vb))
+            return ifail(err, i, ins, "attention_partial: k and v boxes differ or are not rank 3");
+        if (k->group < 1)
+            return ifail(err, i, ins, "attention_partial: group %lld below 1", (long long)k->group);
+        if (__builtin_mul_overflow(kb->lo[0], k->group, &hlo) ||
+            __builtin_mul_overflow(kb->hi[0], k->group, &hhi) || q->lo[0] != hlo || q->hi[0] != hhi)
+            return ifail(err, i, ins, "attention_partial: q's head interval is not group (%lld) "
+                         "times k's", (long long)k->group);
+        if (!same_interval(q, 2, kb, 2))
+            return ifail(err, i, ins, "attention_partial: d differs between q and k/v");
+        if ((rc = check_seq_ends(i, ins, kb->hi[1], err)) < 0)
+            return rc;
+    }
+    return check_seq_ends(i, ins, q->hi[1], err);
+}
+
+/* The block rules of a REDUCE kernel (arity and kind already checked). */
+static int check_reduce_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    if (k->reduce != EIN_AGG_SUM && k->reduce != EIN_AGG_MAX)
+        return ifail(err, i, ins, "reduce: op %d is not sum or max", (int)k->reduce);
+    if (k->axes == 0 || (k->axes >> x->rank) != 0)
+        return ifail(err, i, ins, "reduce: axes 0x%x not a non-empty set of axes below rank %d", k->axes,
+                     x->rank);
+    int od = 0;
+    if (out->rank != x->rank - __builtin_popcount(k->axes))
+        return ifail(err, i, ins, "reduce: dst rank %d, want %d", out->rank,
+                     x->rank - __builtin_popcount(k->axes));
+    for (int d = 0; d < x->rank; d++)
+        if (!(k->axes >> d & 1u) && !same_interval(x, d, out, od++))
+            return ifail(err, i, ins, "reduce: dst's box is not x's without the reduced axes");
+    return 0;
+}
+
+/* The block rules of a CONCAT kernel (arity and kind already checked). */
+static int check_concat_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    int n = ins->nsrcs;
+    if (k->axis < 0 || k->axis >= out->rank)
+        return ifail(err, i, ins, "concat: axis %d out of range for rank %d", k->axis, out->rank);
+    if (k->nlist != n)
+        return ifail(err, i, ins, "concat: %d offsets for %d sources", k->nlist, n);
+    for (int j = 0; j < n; j++) {
+        const ein_box *s = &p->buffers[ins->srcs[j]].box;
+        int64_t end;
+        if (s->rank != out->rank)
+            return ifail(err, i, ins, "concat: source buffer %d has rank %d, dst %d", ins->srcs[j], s->rank,
+                         out->rank);
+        if (j ? k->list[j] <= k->list[j - 1] : k->list[j] < 0)
+            return ifail(err, i, ins, "concat: offsets not non-negative and strictly ascending at entry %d", j);
+        /* input j spans [list[j], list[j+1]) of dst's axis */
+        if (__builtin_add_overflow(k->list[j], s->hi[k->axis], &end) || (j + 1 < n && end > k->list[j + 1]))
+            return ifail(err, i, ins, "concat: source buffer %d runs past its part of the axis", ins->srcs[j]);
+    }
+    return 0;
+}
+
+/* The block rules of a SLICE kernel (arity and kind already checked). */
+static int check_slice_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box;
+    ein_box shifted = *out;
+    if (k->axis < 0 || k->axis >= x->rank)
+        return ifail(err, i, ins, "slice: axis %d out of range for rank %d", k->axis, x->rank);
+    if (k->start < 0)
+        return ifail(err, i, ins, "slice: negative start %lld", (long long)k->start);
+    if (out->rank != x->rank)
+        return ifail(err, i, ins, "slice: dst rank %d differs from the source's %d", out->rank, x->rank);
+    if (__builtin_add_overflow(out->lo[k->axis], k->start, &shifted.lo[k->axis]) ||
+        __builtin_add_overflow(out->hi[k->axis], k->start, &shifted.hi[k->axis]) ||
+        !ein_box_contains(x, &shifted))
+        return ifail(err, i, ins, "slice: source buffer %d does not contain dst's box shifted by %lld",
+                     ins->srcs[0], (long long)k->start);
+    return 0;
+}
+
+static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *x = &p->buffers[ins->srcs[0]].box; /* the instruction arity guarantees a source */
+    int n = ins->nsrcs;
+    if ((int)k->kind < 0 || k->kind >= EIN_KERNEL_COUNT)
+        return ifail(err, i, ins, "invalid kernel kind %d", (int)k->kind);
+    const char *name = ein_kernel_kind_name(k->kind);
+    if (n < kernel_arity[k->kind].lo || n > kernel_arity[k->kind].hi) {
+        if (kernel_arity[k->kind].lo == kernel_arity[k->kind].hi)
+            return ifail(err, i, ins, "%s kernel takes %d source%s, has %d", name, kernel_arity[k->kind].lo,
+                         kernel_arity[k->kind].lo == 1 ? "" : "s", n);
+        return ifail(err, i, ins, "%s kernel takes %d to %d sources, has %d", name, kernel_arity[k->kind].lo,
+                     kernel_arity[k->kind].hi, n);
+    }
+    /* nlist's range and list's presence were checked for every instruction. */
+    if (k->nlist && !kernel_has_list(k->kind))
+        return ifail(err, i, ins, "%s kernel takes no list, has %d entries", name, k->nlist);
+
+    switch (k->kind) {
+    case EIN_KERNEL_EINSUM:
+        return check_einsum(p, i, ins, err);
+    case EIN_KERNEL_UNARY:
+        return check_unary_kernel(p, i, ins, err);
+    case EIN_KERNEL_BINARY:
+        return check_binary_kernel(p, i, ins, err);
+    case EIN_KERNEL_SOFTMAX:
+        return check_softmax_kernel(p, i, ins, err);
+    case EIN_KERNEL_RMSNORM:
+    case EIN_KERNEL_LAYERNORM:
+        return check_norm_kernel(p, i, ins, err);
+    case EIN_KERNEL_ROPE:
+        return check_rope_kernel(p, i, ins, err);
+    case EIN_KERNEL_ATTENTION:
+        return check_attention_kernel(p, i, ins, err);
+    case EIN_KERNEL_ATTENTION_PARTIAL:
+        return check_attention_partial_kernel(p, i, ins, err);
+    case EIN_KERNEL_REDUCE:
+        return check_reduce_kernel(p, i, ins, err);
+    case EIN_KERNEL_CONCAT:
+        return check_concat_kernel(p, i, ins, err);
+    case EIN_KERNEL_SLICE:
+        return check_slice_kernel(p, i, ins, err);
+    case EIN_KERNEL_SPLIT_HEADS:
+        return check_heads(i, ins, x, out, err);
+    case EIN_KERNEL_MERGE_HEADS:
+        return check_heads(i, ins, out, x, err);
+    case EIN_KERNEL_COUNT:
+        break;
+    }
+    return ifail(err, i, ins, "invalid kernel kind %d", (int)k->kind);
+}
+
+static int check_instr(const ein_program *p, int i, ein_error *err)
+{
+    const ein_instr *ins = &p->instrs[i];
+    int rc;
+    if (!memchr(ins->op, '\0', EIN_NAME_MAX))
+        return ein_fail(err, EIN_EPROTO, "program: instr %d: op name not NUL-terminated", i);
+    if ((int)ins->kind < 0 || ins->kind >= EIN_I_COUNT)
+        return ein_fail(err, EIN_EPROTO, "program: instr %d ('%s'): invalid kind %d", i, ins->op, (int)ins->kind);
+    if (ins->ndeps < 0 || (ins->ndeps && !ins->deps))
+        return ifail(err, i, ins, "bad deps array");
+    if (ins->nsrcs < 0 || (ins->nsrcs && !ins->srcs))
+        return ifail(err, i, ins, "bad srcs array");
+    for (int j = 0; j < ins->ndeps; j++)
+        if (ins->deps[j] < 0 || ins->deps[j] >= i)
+            return ifail(err, i, ins, "dependency %d is not an earlier instruction", ins->deps[j]);
+    for (int j = 0; j < ins->nsrcs; j++)
+        if (ins->srcs[j] < 0 || ins->srcs[j] >= p->nbuffers)
+            return ifail(err, i, ins, "source buffer %d out of range (%d buffers)", ins->srcs[j], p->nbuffers);
+    if (ins->dst < -1 || ins->dst >= p->nbuffers)
+        return ifail(err, i, ins, "dst buffer %d out of range (%d buffers)", ins->dst, p->nbuffers);
+    /* Every instruction owns its kernel's list (ein_program_free frees it). */
+    if (ins->kernel.nlist < 0 || ins->kernel.nlist > EIN_KERNEL_LIST_MAX)
+        return ifail(err, i, ins, "kernel list of %d entries (want 0..%d)", ins->kernel.nlist, EIN_KERNEL_LIST_MAX);
+    if (!ins->kernel.nlist != !ins->kernel.list)
+        return ifail(err, i, ins, "kernel list is %s but has %d entries", ins->kernel.list ? "set" : "NULL",
+                     ins->kernel.nlist);
+    if (ins->kind != EIN_I_KERNEL && ins->kernel.nlist)
+        return ifail(err, i, ins, "a %s instruction carries a kernel list", ein_instr_kind_name(ins->kind));
+
+    /* Source count and dst presence per kind: {min srcs, max srcs, has dst}. */
+    static const struct { int lo, hi, dst; } arity[EIN_I_COUNT] = {
+        [EIN_I_LOAD] = {0, 0, 1},   [EIN_I_STORE] = {1, 1, 0},
+        [EIN_I_KERNEL] = {1, EIN_KERNEL_MAX_INPUTS, 1}, [EIN_I_SLICE] = {1, 1, 1},
+        [EIN_I_CONCAT] = {1, INT32_MAX, 1}, [EIN_I_AGG] = {1, INT32_MAX, 1},
+        [EIN_I_COPY] = {0, 0, 1},   [EIN_I_NOTIFY] = {1, 1, 0},
+    };
+    if (ins->nsrcs < arity[ins->kind].lo || ins->nsrcs > arity[ins->kind].hi)
+        return ifail(err, i, ins, "%d sources (want %d..%d)", ins->nsrcs, arity[ins->kind].lo,
+                     arity[ins->kind].hi);
+    if (arity[ins->kind].dst && ins->dst < 0)
+        return ifail(err, i, ins, "needs a dst buffer");
+    if (!arity[ins->kind].dst && ins->dst != -1)
+        return ifail(err, i, ins, "dst must be -1, is %d", ins->dst);
+
+    const ein_pbuffer *dst = ins->dst >= 0 ? &p->buffers[ins->dst] : NULL;
+    switch (ins->kind) {
+    case EIN_I_LOAD:
+        if ((rc = check_path(i, ins, 0, err)) < 0)
+            return rc;
+        if ((rc = check_file_shape(p, i, ins, ins->dst, err)) < 0)
+            return rc;
+        return check_load_source(p, i, ins, err);
+    case EIN_I_STORE:
+        if ((rc = check_path(i, ins, 1, err)) < 0)
+            return rc;
+        return check_file_shape(p, i, ins, ins->srcs[0], err);
+    case EIN_I_KERNEL:
+        return check_kernel(p, i, ins, err);
+    case EIN_I_SLICE: {
+        const ein_pbuffer *s = &p->buffers[ins->srcs[0]];
+        if (!ein_box_contains(&s->box, &dst->box))
+            return ifail(err, i, ins, "source buffer %d's box does not contain dst's", ins->srcs[0]);
+        if (s->dtype != dst->dtype)
+            return ifail(err, i, ins, "source and dst dtypes differ");
+        return 0;
+    }
+    case EIN_I_CONCAT:
+        for (int j = 0; j < ins->nsrcs; j++) {
+            const ein_pbuffer *s = &p->buffers[ins->srcs[j]];
+            if (!ein_box_contains(&dst->box, &s->box))
+                return ifail(err, i, ins, "source buffer %d's box is not inside dst's", ins->srcs[j]);
+            if (s->dtype != dst->dtype)
+                return ifail(err, i, ins, "source buffer %d's dtype differs from dst's", ins->srcs[j]);
+        }
+        return 0;
+    case EIN_I_AGG:
+        if (ins->agg != EIN_AGG_SUM && ins->agg != EIN_AGG_MAX && ins->agg != EIN_AGG_LSE)
+            return ifail(err, i, ins, "invalid aggregation %d", (int)ins->agg);
+        if (ins->agg == EIN_AGG_LSE &&
+            (dst->box.rank < 1 || dst->box.lo[dst->box.rank - 1] != 0 ||
+             dst->box.hi[dst->box.rank - 1] < 2 || dst->dtype != EIN_F32))
+            return ifail(err, i, ins, "lse aggregation needs f32 rows [0, d + 1) with d >= 1");
+        for (int j = 0; j < ins->nsrcs; j++) {
+            const ein_pbuffer *s = &p->buffers[ins->srcs[j]];
+            if (!ein_box_equal(&dst->box, &s->box) || s->dtype != dst->dtype)
+                return ifail(err, i, ins, "source buffer %d's box or dtype differs from dst's", ins->srcs[j]);
+        }
+        return 0;
+    case EIN_I_COPY:
+    case EIN_I_NOTIFY:
+        if (ins->peer < 0 || ins->peer >= p->ndevices)
+            return ifail(err, i, ins, "peer %d out of range (%d devices)", ins->peer, p->ndevices);
+        if (ins->peer == p->device)
+            return ifail(err, i, ins, "peer %d is this device", ins->peer);
+        if (ins->kind == EIN_I_COPY && ins->peer_buf < 0)
+            return ifail(err, i, ins, "negative peer buffer id %d", ins->peer_buf);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+int ein_program_validate(const ein_program *p, ein_error *err)
+{
+    int rc;
+    if (!p)
+        return ein_fail(err, EIN_EPROTO, "program: missing");
+    if (p->ndevices < 1 || p->device < 0 || p->device >= p->ndevices)
+        return ein_fail(err, EIN_EPROTO, "program: device %d of %d out of range", p->device, p->ndevices);
+    if (p->nbuffers < 0 || p->ninstrs < 0 || (p->nbuffers && !p->buffers) || (p->ninstrs && !p->instrs))
+        return ein_fail(err, EIN_EPROTO, "program: bad buffer or instruction arrays");
+    for (int b = 0; b < p->nbuffers; b++)
+        if ((rc = check_buffer(p, b, err)) < 0)
+            return rc;
+    for (int i = 0; i < p->ninstrs; i++)
+        if ((rc = check_instr(p, i, err)) < 0)
+            return rc;
+    return 0;
+}
+
