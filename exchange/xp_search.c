@@ -1008,6 +1008,30 @@ int xp_search_naive(const xp_program *preamble, const xp_topology *t, xp_program
     return 0;
 }
 
+/* A starting program faster than the current one becomes where the search
+ * starts (*naive: restarts of kind 0 begin there) and its current and best
+ * program; the plain naive program is kept in *plain (restarts of kind 3)
+ * the first time, any later start replaced is freed. Takes `start`. */
+static int adopt_start(xp_program *start, double start_cost, const xp_topology *t,
+                       xp_program **naive, xp_program **plain, xp_program **cur,
+                       xp_program **best, double *best_cost, double *cur_score, ein_error *err)
+{
+    double ignored;
+    if (!*plain)
+        *plain = *naive;
+    else
+        xp_program_free(*naive);
+    *naive = start;
+    xp_program_free(*cur);
+    xp_program_free(*best);
+    *cur = *best = NULL;
+    if (!(*cur = xp_program_copy(start)) || !(*best = xp_program_copy(start)))
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    *best_cost = start_cost;
+    *cur_score = score(*cur, t, &ignored);
+    return 0;
+}
+
 int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_opts *o,
               xp_program **out, xp_search_stats *stats, ein_error *err)
 {
@@ -1062,17 +1086,10 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         }
     }
     if (start && start_cost < best_cost * (1 - 1e-9)) {
-        plain = naive; /* restarts of kind 3 begin here */
-        naive = start; /* restarts of kind 0 begin here */
-        xp_program_free(cur);
-        xp_program_free(best);
-        cur = best = NULL;
-        if (!(cur = xp_program_copy(naive)) || !(best = xp_program_copy(naive))) {
-            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        if ((rc = adopt_start(start, start_cost, t, &naive, &plain, &cur, &best, &best_cost,
+                              &cur_cost, err)) < 0)
             goto fail;
-        }
-        best_cost = start_cost;
-        cur_cost = naive_score = run_best = score(cur, t, &ignored);
+        naive_score = run_best = cur_cost;
     } else {
         xp_program_free(start);
     }
@@ -1121,20 +1138,10 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         }
         xp_program_free(pre);
         if (cstart && cbest < best_cost * (1 - 1e-9)) {
-            if (!plain)
-                plain = naive; /* restarts of kind 3 begin at the naive program */
-            else
-                xp_program_free(naive);
-            naive = cstart;
-            xp_program_free(cur);
-            xp_program_free(best);
-            cur = best = NULL;
-            if (!(cur = xp_program_copy(naive)) || !(best = xp_program_copy(naive))) {
-                rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+            if ((rc = adopt_start(cstart, cbest, t, &naive, &plain, &cur, &best, &best_cost,
+                                  &cur_cost, err)) < 0)
                 goto fail;
-            }
-            best_cost = cbest;
-            cur_cost = naive_score = run_best = score(cur, t, &ignored);
+            naive_score = run_best = cur_cost;
         } else {
             xp_program_free(cstart);
         }

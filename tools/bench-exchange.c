@@ -131,7 +131,7 @@ static xp_program *collective(int kind, int n, double S)
     return p;
 }
 
-static int bench_collectives(const xp_search_opts *o0, const char *only)
+static int bench_collectives(const xp_search_opts *o0, const char *only, const char *kind)
 {
     static const char *machines[] = {"dgx-v100", "dgx-a100", "dgx-h100", "gb200-nvl72"};
     static const char *kinds[] = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all"};
@@ -151,6 +151,8 @@ static int bench_collectives(const xp_search_opts *o0, const char *only)
             return fprintf(stderr, "%s\n", err.msg), 1;
         for (int k = 0; k < 4; k++)
             for (int z = 0; z < 2; z++) {
+                if (kind && strcmp(kind, kinds[k]) != 0)
+                    continue;
                 xp_program *pre = collective(k, t->ngpus, sizes[z]), *naive = NULL, *out = NULL;
                 double naive_s, base_s = INFINITY, s;
                 char which[32] = "-";
@@ -193,7 +195,7 @@ int main(int argc, char **argv)
     xp_search_opts o;
     xp_search_opts_default(&o);
     int only_coll = 0;
-    const char *only = NULL;
+    const char *only = NULL, *kind = NULL;
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "--collectives") == 0) {
             only_coll = 1;
@@ -201,21 +203,23 @@ int main(int argc, char **argv)
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--work N] [--seed S]\n");
+            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--kind K] [--work N] [--seed S]\n");
             return 2;
         }
         if (strcmp(argv[i], "--machine") == 0)
             only = argv[i + 1];
+        else if (strcmp(argv[i], "--kind") == 0)
+            kind = argv[i + 1];
         else if (strcmp(argv[i], "--work") == 0)
             o.max_work = atol(argv[i + 1]);
         else if (strcmp(argv[i], "--seed") == 0)
             o.seed = strtoull(argv[i + 1], NULL, 10);
         else {
-            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--work N] [--seed S]\n");
+            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--kind K] [--work N] [--seed S]\n");
             return 2;
         }
     }
-    if (bench_collectives(&o, only) != 0)
+    if (bench_collectives(&o, only, kind) != 0)
         return 1;
     if (only_coll)
         return 0;
