@@ -25,6 +25,7 @@ typedef struct flow {
  * chunked). */
 typedef struct held_set {
     const xp_word *set;
+    int fw, lw;          /* its span (xp_set_span) */
     int64_t *iv;         /* 2 * n: lo, hi, lo, hi, ... */
     int n, cap;
 } held_set;
@@ -34,6 +35,7 @@ typedef struct held_set {
  * enabled. */
 typedef struct held_new {
     const xp_word *set;
+    int fw, lw;
     int64_t lo, hi;
 } held_new;
 
@@ -81,11 +83,12 @@ typedef struct sim {
     char *blocked;           /* waiting for the previous chunk's hop */
 } sim;
 
-static held_set *held_find(const sim *S, int site, const xp_word *x)
+static held_set *held_find(const sim *S, int site, const xp_word *x, int fw, int lw)
 {
     site_held *h = &S->held[site];
     for (int i = 0; i < h->n; i++)
-        if (h->e[i].set == x || xp_set_equal(S->p, h->e[i].set, x))
+        if (h->e[i].set == x ||
+            (h->e[i].fw == fw && h->e[i].lw == lw && xp_set_equal_span(h->e[i].set, x, fw, lw)))
             return &h->e[i];
     return NULL;
 }
@@ -108,14 +111,18 @@ static int held_covers(const held_set *e, int64_t lo, int64_t hi)
 /* Do the pieces of x held at the site cover [lo, hi)? */
 static int held_has(const sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
 {
-    const held_set *e = held_find(S, site, x);
+    int fw, lw;
+    xp_set_span(S->p, x, &fw, &lw);
+    const held_set *e = held_find(S, site, x, fw, lw);
     return e && held_covers(e, lo, hi);
 }
 
 static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
 {
     site_held *h = &S->held[site];
-    held_set *e = held_find(S, site, x);
+    int fw, lw;
+    xp_set_span(S->p, x, &fw, &lw);
+    held_set *e = held_find(S, site, x, fw, lw);
     if (e && held_covers(e, lo, hi))
         return 0;
     if (!e) {
@@ -130,6 +137,8 @@ static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
         e = &h->e[h->n++];
         memset(e, 0, sizeof *e);
         e->set = x;
+        e->fw = fw;
+        e->lw = lw;
     }
     if (e->n + 1 > e->cap) {
         int cap = e->cap ? 2 * e->cap : 4;
@@ -167,7 +176,7 @@ static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
         h->nw = nn;
         h->capnew = cap;
     }
-    h->nw[h->nnew++] = (held_new){.set = x, .lo = lo, .hi = hi};
+    h->nw[h->nnew++] = (held_new){.set = x, .fw = fw, .lw = lw, .lo = lo, .hi = hi};
     S->dirty[site] = 1;
     return 0;
 }
@@ -345,7 +354,8 @@ static int try_start(sim *S, int a)
     int64_t lo, hi;
     act_range(S, a, &lo, &hi);
     for (int i = 0; i < h->n; i++)
-        if (held_covers(&h->e[i], lo, hi) && xp_set_subset(S->p, h->e[i].set, ac->set))
+        if (held_covers(&h->e[i], lo, hi) &&
+            xp_set_subset_span(h->e[i].set, ac->set, h->e[i].fw, h->e[i].lw))
             S->cand[nc++] = h->e[i].set;
     if (nc == 0)
         return 0;
@@ -404,7 +414,8 @@ static int scan(sim *S)
                 int touched = 0;
                 for (int k = 0; k < nn && !touched; k++)
                     touched = S->scr[k].lo < hi && lo < S->scr[k].hi &&
-                              xp_set_subset(p, S->scr[k].set, p->act[a].set);
+                              xp_set_subset_span(S->scr[k].set, p->act[a].set, S->scr[k].fw,
+                                                 S->scr[k].lw);
                 if (!touched)
                     continue;
                 int rc = try_start(S, a);
