@@ -71,6 +71,8 @@ typedef struct sim {
     int *used, nused;
     int *start, *fill;       /* per resource: its flows in inc[start .. fill) */
     int *bysrc, *srcoff;     /* actions by source site: bysrc[srcoff[s] .. srcoff[s+1]) */
+    int *srcend;             /* waiting ones: bysrc[srcoff[s] .. srcend[s]), program order */
+    int64_t *arange;         /* per action: the part it moves, lo, hi (act_range) */
     int *inc, capinc;
     xp_timeline *tl;
     double makespan, sum_end;
@@ -184,6 +186,11 @@ static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
 /* The part of the atom action a moves, in units of 1/L. */
 static void act_range(const sim *S, int a, int64_t *lo, int64_t *hi)
 {
+    if (S->arange) {
+        *lo = S->arange[2 * a];
+        *hi = S->arange[2 * a + 1];
+        return;
+    }
     const xp_action *ac = &S->p->act[a];
     int64_t k = ac->nchunks > 0 ? ac->nchunks : 1;
     *lo = S->L / k * ac->chunk;
@@ -405,23 +412,28 @@ static int scan(sim *S)
             }
             memcpy(S->scr, h->nw, sizeof *h->nw * (size_t)nn);
             h->nnew = 0;
-            for (int j = S->srcoff[s]; j < S->srcoff[s + 1]; j++) {
+            /* The waiting actions of s, in order; those that start leave
+             * the list (it keeps its order). */
+            int keep = S->srcoff[s];
+            for (int j = S->srcoff[s]; j < S->srcend[s]; j++) {
                 int a = S->bysrc[j];
                 if (S->status[a] != WAITING)
                     continue;
-                int64_t lo, hi;
-                act_range(S, a, &lo, &hi);
+                int64_t lo = S->arange[2 * a], hi = S->arange[2 * a + 1];
                 int touched = 0;
                 for (int k = 0; k < nn && !touched; k++)
                     touched = S->scr[k].lo < hi && lo < S->scr[k].hi &&
                               xp_set_subset_span(S->scr[k].set, p->act[a].set, S->scr[k].fw,
                                                  S->scr[k].lw);
-                if (!touched)
-                    continue;
-                int rc = try_start(S, a);
-                if (rc < 0)
-                    return rc;
+                if (touched) {
+                    int rc = try_start(S, a);
+                    if (rc < 0)
+                        return rc;
+                }
+                if (S->status[a] == WAITING)
+                    S->bysrc[keep++] = a;
             }
+            S->srcend[s] = keep;
         }
     }
 }
@@ -557,6 +569,8 @@ static void sim_free(sim *S)
     free(S->fill);
     free(S->bysrc);
     free(S->srcoff);
+    free(S->srcend);
+    free(S->arange);
     free(S->inc);
     free(S->prevc);
     free(S->nextc);
@@ -713,7 +727,10 @@ static int sim_core(const xp_program *p, const int *orig, const xp_topology *t,
      * scan has always tried them in). */
     S.bysrc = malloc(sizeof(int) * (size_t)(p->nact + 1));
     S.srcoff = calloc((size_t)p->ngpus + 2, sizeof(int));
-    if (!S.bysrc || !S.srcoff) {
+    S.srcend = calloc((size_t)p->ngpus + 1, sizeof(int));
+    int64_t *arange = malloc(sizeof(int64_t) * 2 * (size_t)(p->nact + 1));
+    if (!S.bysrc || !S.srcoff || !S.srcend || !arange) {
+        free(arange);
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto done;
     }
@@ -723,6 +740,11 @@ static int sim_core(const xp_program *p, const int *orig, const xp_topology *t,
         S.srcoff[s + 2] += S.srcoff[s + 1];
     for (int a = 0; a < p->nact; a++)
         S.bysrc[S.srcoff[p->act[a].src + 1]++] = a;
+    for (int s = 0; s < p->ngpus; s++)
+        S.srcend[s] = S.srcoff[s + 1];
+    for (int a = 0; a < p->nact; a++)
+        act_range(&S, a, &arange[2 * a], &arange[2 * a + 1]);
+    S.arange = arange;
     for (int i = 0; i < p->nin; i++) {
         S.single[i] = S.single_words + (size_t)i * (size_t)p->nwords;
         xp_set_add(S.single[i], i);
