@@ -17,7 +17,8 @@
  *    the best baseline (ring, tree, direct at their best pipeline depth),
  *    synthesised (default budget, chunks allowed), the lower bound, and
  *    synthesised / bound, with the synthesis CPU time (--machine M: one
- *    machine only). Sizes per GPU: an
+ *    machine only; --kind K: one collective only, e.g. all-gather;
+ *    --no-baseline: skip the baselines column, to time synthesis alone). Sizes per GPU: an
  *    all-reduce sums n blocks of S; a reduce-scatter n blocks of S split in
  *    n atoms, atom j to GPU j; an all-gather gives every GPU n atoms of
  *    S/n; an all-to-all sends S/n from every GPU to every other.
@@ -131,7 +132,8 @@ static xp_program *collective(int kind, int n, double S)
     return p;
 }
 
-static int bench_collectives(const xp_search_opts *o0, const char *only, const char *kind)
+static int bench_collectives(const xp_search_opts *o0, const char *only, const char *kind,
+                             int no_base)
 {
     static const char *machines[] = {"dgx-v100", "dgx-a100", "dgx-h100", "gb200-nvl72"};
     static const char *kinds[] = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all"};
@@ -160,7 +162,7 @@ static int bench_collectives(const xp_search_opts *o0, const char *only, const c
                 if (!pre || xp_search_naive(pre, t, &naive, &naive_s, &err) < 0 ||
                     xp_bound_compute(pre, t, &b, &err) < 0)
                     return fprintf(stderr, "%s\n", err.msg), 1;
-                for (int bk = XP_BASE_RING; bk <= XP_BASE_DIRECT; bk++) {
+                for (int bk = XP_BASE_RING; !no_base && bk <= XP_BASE_DIRECT; bk++) {
                     xp_program *q = NULL;
                     int pipe;
                     if (xp_baseline_best(pre, t, (xp_base_kind)bk, &q, &s, &pipe, &err) < 0)
@@ -194,16 +196,19 @@ int main(int argc, char **argv)
 {
     xp_search_opts o;
     xp_search_opts_default(&o);
-    int only_coll = 0;
+    int only_coll = 0, no_base = 0;
     const char *only = NULL, *kind = NULL;
     for (int i = 1; i < argc; i += 2) {
-        if (strcmp(argv[i], "--collectives") == 0) {
-            only_coll = 1;
+        if (strcmp(argv[i], "--collectives") == 0 || strcmp(argv[i], "--no-baseline") == 0) {
+            if (argv[i][2] == 'c')
+                only_coll = 1;
+            else
+                no_base = 1;
             i--;
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--kind K] [--work N] [--seed S]\n");
+            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--kind K] [--no-baseline] [--work N] [--seed S]\n");
             return 2;
         }
         if (strcmp(argv[i], "--machine") == 0)
@@ -215,11 +220,11 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--seed") == 0)
             o.seed = strtoull(argv[i + 1], NULL, 10);
         else {
-            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--kind K] [--work N] [--seed S]\n");
+            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--kind K] [--no-baseline] [--work N] [--seed S]\n");
             return 2;
         }
     }
-    if (bench_collectives(&o, only, kind) != 0)
+    if (bench_collectives(&o, only, kind, no_base) != 0)
         return 1;
     if (only_coll)
         return 0;
