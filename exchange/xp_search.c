@@ -1008,6 +1008,77 @@ int xp_search_naive(const xp_program *preamble, const xp_topology *t, xp_program
     return 0;
 }
 
+/* The OUT entries of a program by (site, aggregate), with how many
+ * places supply each: an IN copy, or an action that holds the aggregate at
+ * the site when it has run (its source, where it is formed or sent from;
+ * its relays and destinations). The simulator and the checker hold an
+ * aggregate at exactly those sites, so an OUT with one supplier is reached
+ * only through it. */
+typedef struct out_suppliers {
+    int *slot;           /* open addressing: OUT index + 1, 0 empty */
+    int *nsup;           /* per OUT */
+    unsigned cap;        /* power of two */
+} out_suppliers;
+
+static unsigned sup_hash(const xp_program *p, const xp_word *x, int site)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ULL * (uint64_t)(site + 1);
+    for (int w = 0; w < p->nwords; w++)
+        h = (h ^ x[w]) * 0x100000001b3ULL;
+    return (unsigned)(h ^ (h >> 29));
+}
+
+static void sup_free(out_suppliers *u)
+{
+    free(u->slot);
+    free(u->nsup);
+}
+
+/* For each site action a holds its aggregate at, add `delta` to the
+ * suppliers of the OUT entries there; with delta 0, whether one of them
+ * has a as its only supplier. */
+static int sup_visit(out_suppliers *u, const xp_program *p, int a, int delta)
+{
+    const xp_action *ac = &p->act[a];
+    for (int k = -1; k < ac->nrelay + ac->ndst; k++) {
+        int v = k < 0 ? ac->src : k < ac->nrelay ? ac->relay[k] : ac->dst[k - ac->nrelay];
+        for (unsigned i = sup_hash(p, ac->set, v) & (u->cap - 1); u->slot[i];
+             i = (i + 1) & (u->cap - 1)) {
+            int o = u->slot[i] - 1;
+            if (p->out[o].site != v || !xp_set_equal(p, p->out[o].set, ac->set))
+                continue;
+            if (delta == 0 && u->nsup[o] == 1)
+                return 1;
+            u->nsup[o] += delta;
+        }
+    }
+    return 0;
+}
+
+static int sup_build(out_suppliers *u, const xp_program *p)
+{
+    u->cap = 16;
+    while (u->cap < 2u * (unsigned)p->nout + 2)
+        u->cap *= 2;
+    u->slot = calloc(u->cap, sizeof(int));
+    u->nsup = calloc((size_t)p->nout + 1, sizeof(int));
+    if (!u->slot || !u->nsup)
+        return -1;
+    for (int o = 0; o < p->nout; o++) {
+        unsigned i = sup_hash(p, p->out[o].set, p->out[o].site) & (u->cap - 1);
+        while (u->slot[i])
+            i = (i + 1) & (u->cap - 1);
+        u->slot[i] = o + 1;
+        if (xp_set_count(p, p->out[o].set) == 1)
+            for (int n = 0; n < p->nin; n++)
+                if (p->in[n].site == p->out[o].site && xp_set_has(p->out[o].set, n))
+                    u->nsup[o] += 2; /* an IN copy: never needs an action */
+    }
+    for (int a = 0; a < p->nact; a++)
+        sup_visit(u, p, a, 1);
+    return 0;
+}
+
 /* A starting program faster than the current one becomes where the search
  * starts (*naive: restarts of kind 0 begin there) and its current and best
  * program; the plain naive program is kept in *plain (restarts of kind 3)
@@ -1242,14 +1313,21 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     nlate_act = 0;
     free(late_buf);
     /* Clean-up pass: drop actions the best program does not need (at most
-     * one simulation per action: bounded work, never cut by the cap). */
+     * one simulation per action: bounded work, never cut by the cap). An
+     * action that alone delivers some OUT is needed: it is not tried. */
+    out_suppliers sup = {0};
+    int nsup_ok = !xp_program_chunked(best) && sup_build(&sup, best) == 0;
     for (int a = xp_program_chunked(best) ? -1 : best->nact - 1; a >= 0; a--) {
+        if (nsup_ok && sup_visit(&sup, best, a, 0))
+            continue;
         xp_program *c = xp_program_copy(best);
         if (!c)
             break;
         xp_program_remove_action(c, a);
         double cc = cost(c, t);
         if (cc <= best_cost * (1 + 1e-12)) {
+            if (nsup_ok)
+                sup_visit(&sup, best, a, -1);
             xp_program_free(best);
             best = c;
             best_cost = cc;
@@ -1257,6 +1335,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
             xp_program_free(c);
         }
     }
+    sup_free(&sup);
     st.best_s = best_cost;
     st.elapsed_ms = 1e3 * ein_now_s() - t0;
     if (stats)
