@@ -754,11 +754,15 @@ static int check_closure(const xp_program *p, const int *orig, ein_error *err)
     int64_t L = 1;
     held *st = calloc((size_t)ns, sizeof *st);
     char *fired = calloc((size_t)p->nact + 1, 1);
+    /* An action not enabled is tried again only once its source holds
+     * more (the closure is the same in any order). */
+    long *ver = calloc((size_t)ns + 1, sizeof(long));
+    long *tried = malloc(sizeof(long) * (size_t)(p->nact + 1));
     xp_word *one = xp_set_new(p);
     int *pick = malloc(sizeof(int) * (size_t)(p->nin + 1));
     xp_word **cand = NULL;
     int ncand = 0;
-    if (!st || !fired || !one || !pick) {
+    if (!st || !fired || !one || !pick || !ver || !tried) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto done;
     }
@@ -782,13 +786,16 @@ static int check_closure(const xp_program *p, const int *orig, ein_error *err)
             goto done;
         }
     }
+    for (int a = 0; a < p->nact; a++)
+        tried[a] = -1;
     /* Closure: fire enabled actions until nothing changes. */
     for (int changed = 1; changed;) {
         changed = 0;
         for (int a = 0; a < p->nact; a++) {
             const xp_action *ac = &p->act[a];
-            if (fired[a])
+            if (fired[a] || tried[a] == ver[ac->src])
                 continue;
+            tried[a] = ver[ac->src];
             held *h = &st[ac->src];
             if (h->n > ncand) {
                 free(cand);
@@ -805,10 +812,13 @@ static int check_closure(const xp_program *p, const int *orig, ein_error *err)
             fired[a] = 1;
             changed = 1;
             int r = held_add(p, h, ac->set, lo, hi);
+            ver[ac->src] += r > 0;
             for (int d = 0; r >= 0 && d < ac->nrelay; d++)
-                r = held_add(p, &st[ac->relay[d]], ac->set, lo, hi);
+                if ((r = held_add(p, &st[ac->relay[d]], ac->set, lo, hi)) > 0)
+                    ver[ac->relay[d]]++;
             for (int d = 0; r >= 0 && d < ac->ndst; d++)
-                r = held_add(p, &st[ac->dst[d]], ac->set, lo, hi);
+                if ((r = held_add(p, &st[ac->dst[d]], ac->set, lo, hi)) > 0)
+                    ver[ac->dst[d]]++;
             if (r < 0) {
                 rc = ein_fail(err, EIN_ENOMEM, "out of memory");
                 goto done;
@@ -851,6 +861,8 @@ done:
     free(cand);
     free(pick);
     free(fired);
+    free(ver);
+    free(tried);
     free(one);
     return rc;
 }
