@@ -20,6 +20,17 @@
 #define MEMBER_EVALS 2000
 /* Structured starting programs built (and simulated) per search. */
 #define STRUCT_VARIANTS 16
+/* Work (prog_work units, what simulating costs) the start phases may
+ * spend, apart from the search's budget, so that a preamble of thousands
+ * of atoms is synthesised in seconds: structured variants after the first
+ * stop once they have cost STRUCT_WORK; each chunked generator (ring,
+ * tree, direct, multi-path) tries deeper pipelines only while its total
+ * stays within CHUNK_KIND_WORK; the clean-up pass tries removals while
+ * they have cost under CLEANUP_WORK. An 8-GPU preamble stays far below
+ * all three. */
+#define STRUCT_WORK 8000
+#define CHUNK_KIND_WORK 100000
+#define CLEANUP_WORK 30000
 /* Sites a structured program handles (more: it is skipped). */
 #define XP_STRUCT_MAXS 256
 
@@ -1145,9 +1156,11 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     uint64_t srng = o->seed * 0x5851f42d4c957f2dULL + 0x14057b7ef767814fULL;
     xp_program *start = NULL;
     double start_cost = INFINITY;
-    for (int v = 0; v < STRUCT_VARIANTS; v++) {
+    long swork = 0;
+    for (int v = 0; v < STRUCT_VARIANTS && (v == 0 || swork < STRUCT_WORK); v++) {
         xp_program *s = structured(cur, t, &srng, v);
         double c = s ? cost(s, t) : INFINITY;
+        swork += s ? prog_work(s, t) : 1;
         if (c < start_cost * (1 - 1e-9)) {
             xp_program_free(start);
             start = s;
@@ -1172,11 +1185,18 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         double cbest = INFINITY;
         for (int k = XP_BASE_RING; pre && k <= XP_BASE_DIRECT; k++) {
             double prev = INFINITY;
+            long kwork = 0;
             for (int pipe = 1; pipe <= 64; pipe *= 2) {
                 xp_program *q = NULL;
                 if (xp_baseline(pre, t, (xp_base_kind)k, pipe, &q, NULL) < 0)
                     break;
-                st.work += prog_work(q, t);
+                long w = prog_work(q, t);
+                if (pipe > 1 && kwork + w > CHUNK_KIND_WORK) {
+                    xp_program_free(q); /* deeper: beyond this generator's share */
+                    break;
+                }
+                kwork += w;
+                st.work += w;
                 double c = sim_cost(q, t);
                 if (c < cbest * (1 - 1e-9)) {
                     xp_program_free(cstart);
@@ -1193,10 +1213,12 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
             }
         }
         /* Multi-path routing of single-copy atoms (link machines). */
-        for (int k = 4; pre && k <= 16; k *= 2) {
+        long mwork = 0;
+        for (int k = 4; pre && k <= 16 && mwork < CHUNK_KIND_WORK; k *= 2) {
             xp_program *q = NULL;
             if (xp_multipath(pre, t, k, &q, NULL) < 0)
                 break;
+            mwork += prog_work(q, t);
             st.work += prog_work(q, t);
             double c = sim_cost(q, t);
             if (c < cbest * (1 - 1e-9)) {
@@ -1317,9 +1339,13 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
      * action that alone delivers some OUT is needed: it is not tried. */
     out_suppliers sup = {0};
     int nsup_ok = !xp_program_chunked(best) && sup_build(&sup, best) == 0;
+    long cwork = 0;
     for (int a = xp_program_chunked(best) ? -1 : best->nact - 1; a >= 0; a--) {
         if (nsup_ok && sup_visit(&sup, best, a, 0))
             continue;
+        if (cwork >= CLEANUP_WORK)
+            break;
+        cwork += prog_work(best, t);
         xp_program *c = xp_program_copy(best);
         if (!c)
             break;
