@@ -58,6 +58,15 @@ static long prog_work(const xp_program *p, const xp_topology *t)
     return w;
 }
 
+/* A hash of an aggregate at a site (for tables of sets). */
+static unsigned set_hash(const xp_program *p, const xp_word *x, int site)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ULL * (uint64_t)(site + 1);
+    for (int w = 0; w < p->nwords; w++)
+        h = (h ^ x[w]) * 0x100000001b3ULL;
+    return (unsigned)(h ^ (h >> 29));
+}
+
 static int rnd(uint64_t *s, int n)
 {
     return n > 0 ? (int)(ein_rand_next(s) % (uint64_t)n) : 0;
@@ -762,7 +771,7 @@ static double match_blocks(const xp_topology *t, const int *sa, int ka, const in
 static int struct_group(xp_program *q, const xp_topology *t, const xp_word *x, const int *D,
                         int nd, uint64_t *rng, double amp)
 {
-    int n = q->ngpus, rc = -1, nb = nd;
+    int n = q->ngpus, rc = -1, nb = nd, *nat = NULL; /* nat: atoms of x per site */
     xp_word **y = calloc((size_t)nd, sizeof *y);      /* per block: its aggregate */
     int *bsite = malloc(sizeof(int) * (size_t)nd * (size_t)nd); /* block b: sites */
     int *bk = calloc((size_t)nd, sizeof(int)), *ye = calloc((size_t)nd, sizeof(int));
@@ -777,18 +786,30 @@ static int struct_group(xp_program *q, const xp_topology *t, const xp_word *x, c
         bsite[b * nd] = D[b];
         bk[b] = 1;
     }
-    /* Copies outside D: per source site, aggregated, to the best site of D. */
+    /* Copies outside D: per source site, aggregated, to the best site of D
+     * (the sites holding atoms of x found from x's atoms, not all INs). */
+    if (!(nat = calloc((size_t)n, sizeof(int))))
+        goto out;
+    for (int w = 0; w < q->nwords; w++)
+        for (xp_word m = x[w]; m; m &= m - 1) {
+            int i = w * 64 + __builtin_ctzll(m);
+            if (i < q->nin)
+                nat[q->in[i].site]++;
+        }
     for (int s = 0; s < n; s++) {
-        int inD = -1, cnt = 0;
+        int inD = -1, cnt = nat[s];
+        if (!cnt)
+            continue;
         for (int b = 0; b < nd; b++)
             if (D[b] == s)
                 inD = b;
         memset(z, 0, sizeof(xp_word) * (size_t)q->nwords);
-        for (int i = 0; i < q->nin; i++)
-            if (xp_set_has(x, i) && q->in[i].site == s)
-                xp_set_add(z, i), cnt++;
-        if (!cnt)
-            continue;
+        for (int w = 0; w < q->nwords; w++)
+            for (xp_word m = x[w]; m; m &= m - 1) {
+                int i = w * 64 + __builtin_ctzll(m);
+                if (i < q->nin && q->in[i].site == s)
+                    xp_set_add(z, i);
+            }
         if (inD >= 0) {
             for (int w = 0; w < q->nwords; w++)
                 y[inD][w] |= z[w];
@@ -901,6 +922,7 @@ out:
         for (int b = 0; b < nd; b++)
             free(y[b]);
     free(y), free(bsite), free(bk), free(ye), free(bpart), free(best_part), free(dst), free(z);
+    free(nat);
     return rc;
 }
 
@@ -916,13 +938,16 @@ static xp_program *structured(const xp_program *q, const xp_topology *t, uint64_
     xp_program *c = strip(q);
     char *done = calloc((size_t)q->nout + 1, 1);
     int *D = malloc(sizeof(int) * (size_t)(q->nout + 1));
-    int ok = c && done && D;
+    unsigned *hs = malloc(sizeof(unsigned) * (size_t)(q->nout + 1)); /* OUT sets, hashed */
+    int ok = c && done && D && hs;
+    for (int o = 0; o < q->nout && ok; o++)
+        hs[o] = set_hash(q, q->out[o].set, 0);
     for (int o = 0; o < q->nout && ok; o++) {
         if (done[o])
             continue;
         int nd = 0;
         for (int p = o; p < q->nout; p++) {
-            if (done[p] || !xp_set_equal(q, q->out[p].set, q->out[o].set))
+            if (done[p] || hs[p] != hs[o] || !xp_set_equal(q, q->out[p].set, q->out[o].set))
                 continue;
             done[p] = 1;
             int dup = 0;
@@ -934,7 +959,7 @@ static xp_program *structured(const xp_program *q, const xp_topology *t, uint64_
         if (nd)
             ok = struct_group(c, t, q->out[o].set, D, nd, rng, amp) == 0;
     }
-    free(done), free(D);
+    free(done), free(D), free(hs);
     if (!ok) {
         xp_program_free(c);
         return NULL;
@@ -1031,14 +1056,6 @@ typedef struct out_suppliers {
     unsigned cap;        /* power of two */
 } out_suppliers;
 
-static unsigned sup_hash(const xp_program *p, const xp_word *x, int site)
-{
-    uint64_t h = 0x9e3779b97f4a7c15ULL * (uint64_t)(site + 1);
-    for (int w = 0; w < p->nwords; w++)
-        h = (h ^ x[w]) * 0x100000001b3ULL;
-    return (unsigned)(h ^ (h >> 29));
-}
-
 static void sup_free(out_suppliers *u)
 {
     free(u->slot);
@@ -1053,7 +1070,7 @@ static int sup_visit(out_suppliers *u, const xp_program *p, int a, int delta)
     const xp_action *ac = &p->act[a];
     for (int k = -1; k < ac->nrelay + ac->ndst; k++) {
         int v = k < 0 ? ac->src : k < ac->nrelay ? ac->relay[k] : ac->dst[k - ac->nrelay];
-        for (unsigned i = sup_hash(p, ac->set, v) & (u->cap - 1); u->slot[i];
+        for (unsigned i = set_hash(p, ac->set, v) & (u->cap - 1); u->slot[i];
              i = (i + 1) & (u->cap - 1)) {
             int o = u->slot[i] - 1;
             if (p->out[o].site != v || !xp_set_equal(p, p->out[o].set, ac->set))
@@ -1076,7 +1093,7 @@ static int sup_build(out_suppliers *u, const xp_program *p)
     if (!u->slot || !u->nsup)
         return -1;
     for (int o = 0; o < p->nout; o++) {
-        unsigned i = sup_hash(p, p->out[o].set, p->out[o].site) & (u->cap - 1);
+        unsigned i = set_hash(p, p->out[o].set, p->out[o].site) & (u->cap - 1);
         while (u->slot[i])
             i = (i + 1) & (u->cap - 1);
         u->slot[i] = o + 1;
