@@ -40,6 +40,12 @@ typedef enum xp_base_kind { XP_BASE_RING, XP_BASE_TREE, XP_BASE_DIRECT } xp_base
 
 int xp_baseline(const xp_program *pre, const xp_topology *t, xp_base_kind kind, int pipe,
                 xp_program **out, ein_error *err);
+/* The same without the final validity check (xp_program_check), for a
+ * caller that checks what it keeps (the search simulates every candidate,
+ * which fails on an action never enabled or an OUT never reached, and
+ * checks the start it adopts). */
+int xp_baseline_unchecked(const xp_program *pre, const xp_topology *t, xp_base_kind kind,
+                          int pipe, xp_program **out, ein_error *err);
 int xp_baseline_best(const xp_program *pre, const xp_topology *t, xp_base_kind kind,
                      xp_program **out, double *seconds, int *best_pipe, ein_error *err);
 /* Multi-path routing for preambles whose every OUT aggregate has one

@@ -1205,7 +1205,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
             long kwork = 0;
             for (int pipe = 1; pipe <= 64; pipe *= 2) {
                 xp_program *q = NULL;
-                if (xp_baseline(pre, t, (xp_base_kind)k, pipe, &q, NULL) < 0)
+                if (xp_baseline_unchecked(pre, t, (xp_base_kind)k, pipe, &q, NULL) < 0)
                     break;
                 long w = prog_work(q, t);
                 if (pipe > 1 && kwork + w > CHUNK_KIND_WORK) {
@@ -1247,7 +1247,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
             }
         }
         xp_program_free(pre);
-        if (cstart && cbest < best_cost * (1 - 1e-9)) {
+        if (cstart && cbest < best_cost * (1 - 1e-9) && xp_program_check(cstart, NULL) == 0) {
             if ((rc = adopt_start(cstart, cbest, t, &naive, &plain, &cur, &best, &best_cost,
                                   &cur_cost, err)) < 0)
                 goto fail;
