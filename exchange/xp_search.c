@@ -1111,11 +1111,10 @@ static int sup_build(out_suppliers *u, const xp_program *p)
  * starts (*naive: restarts of kind 0 begin there) and its current and best
  * program; the plain naive program is kept in *plain (restarts of kind 3)
  * the first time, any later start replaced is freed. Takes `start`. */
-static int adopt_start(xp_program *start, double start_cost, const xp_topology *t,
-                       xp_program **naive, xp_program **plain, xp_program **cur,
-                       xp_program **best, double *best_cost, double *cur_score, ein_error *err)
+static int adopt_start(xp_program *start, double start_cost, xp_program **naive,
+                       xp_program **plain, xp_program **cur, xp_program **best,
+                       double *best_cost, ein_error *err)
 {
-    double ignored;
     if (!*plain)
         *plain = *naive;
     else
@@ -1127,7 +1126,6 @@ static int adopt_start(xp_program *start, double start_cost, const xp_topology *
     if (!(*cur = xp_program_copy(start)) || !(*best = xp_program_copy(start)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     *best_cost = start_cost;
-    *cur_score = score(*cur, t, &ignored);
     return 0;
 }
 
@@ -1157,7 +1155,8 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         (rc = xp_sim_run(cur, t, &st.naive_s, NULL, err)) < 0)
         goto fail;
     double best_cost = st.naive_s, ignored;
-    double cur_cost = score(cur, t, &ignored), naive_score = cur_cost, run_best = cur_cost;
+    /* cur's score: computed once the starts are chosen (below) */
+    double cur_cost = INFINITY, naive_score = INFINITY, run_best = INFINITY;
     long run_since = 0, restarts = 0;
     int nby_size = 0;
     for (int g = 0; g < cur->npart; g++)
@@ -1187,10 +1186,9 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         }
     }
     if (start && start_cost < best_cost * (1 - 1e-9)) {
-        if ((rc = adopt_start(start, start_cost, t, &naive, &plain, &cur, &best, &best_cost,
-                              &cur_cost, err)) < 0)
+        if ((rc = adopt_start(start, start_cost, &naive, &plain, &cur, &best, &best_cost,
+                              err)) < 0)
             goto fail;
-        naive_score = run_best = cur_cost;
     } else {
         xp_program_free(start);
     }
@@ -1248,16 +1246,20 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         }
         xp_program_free(pre);
         if (cstart && cbest < best_cost * (1 - 1e-9) && xp_program_check(cstart, NULL) == 0) {
-            if ((rc = adopt_start(cstart, cbest, t, &naive, &plain, &cur, &best, &best_cost,
-                                  &cur_cost, err)) < 0)
+            if ((rc = adopt_start(cstart, cbest, &naive, &plain, &cur, &best, &best_cost,
+                                  err)) < 0)
                 goto fail;
-            naive_score = run_best = cur_cost;
         } else {
             xp_program_free(cstart);
         }
     }
     long since = 0;
-    if (mark_late(cur, t, &late_buf) < 0) {
+    /* The search starts from cur (the start chosen), unless the starts
+     * spent the whole budget. */
+    int spent = o->max_work > 0 && st.work >= o->max_work;
+    if (!spent)
+        cur_cost = naive_score = run_best = score(cur, t, &ignored);
+    if (!spent && mark_late(cur, t, &late_buf) < 0) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto fail;
     }
