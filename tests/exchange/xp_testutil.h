@@ -1,0 +1,25 @@
+/* tests/exchange/xp_testutil.h — set-up shared by the exchange tests:
+ * parse a program, load a topology, build a collective preamble. Each
+ * helper fails the running cmocka test (fail_msg) on error, so it never
+ * returns NULL. Ownership: the caller frees what it gets
+ * (xp_program_free, xp_topo_free). */
+#ifndef XP_TESTUTIL_H
+#define XP_TESTUTIL_H
+
+#include "exchange/xp_program.h"
+#include "exchange/xp_topo.h"
+
+/* A program from ExProg text. */
+xp_program *xt_parse(const char *text);
+/* A built-in machine or topology file; latency >= 0 replaces its
+ * per-action latency (0: the paper's bandwidth-only model), < 0 keeps it. */
+xp_topology *xt_topo(const char *name, double latency);
+
+/* A collective over n GPUs, S bytes per GPU, built directly (any n, no
+ * text): an all-reduce sums n blocks of S; a reduce-scatter n blocks of
+ * S split in n atoms, atom j to GPU j; an all-gather gives every GPU n
+ * atoms of S/n; an all-to-all sends S/n from every GPU to every other. */
+typedef enum { XT_ALLREDUCE, XT_REDUCESCATTER, XT_ALLGATHER, XT_ALLTOALL } xt_kind;
+xp_program *xt_collective(xt_kind kind, int n, double S);
+
+#endif
