@@ -57,6 +57,22 @@ int xp_baseline_best(const xp_program *pre, const xp_topology *t, xp_base_kind k
  * switch machines (where the direct route is already the best). */
 int xp_multipath(const xp_program *pre, const xp_topology *t, int k, xp_program **out,
                  ein_error *err);
+/* The preamble of a standard collective over n GPUs, S bytes per GPU (for
+ * benchmarks and tests): XP_COLL_ALLREDUCE sums n blocks of S, one per
+ * GPU, wanted at every GPU; XP_COLL_REDUCESCATTER sums n blocks of S each
+ * split in n atoms, atom j wanted at GPU j; XP_COLL_ALLGATHER gives every
+ * GPU the n atoms of S/n held one per GPU; XP_COLL_ALLTOALL sends S/n from
+ * every GPU to every other. 1 <= n <= 256. *out is a new program (xp_program_free); on
+ * error returns a negative EIN_E* code and fills `err`. */
+typedef enum xp_coll_kind {
+    XP_COLL_ALLREDUCE,
+    XP_COLL_REDUCESCATTER,
+    XP_COLL_ALLGATHER,
+    XP_COLL_ALLTOALL
+} xp_coll_kind;
+int xp_collective_preamble(xp_coll_kind kind, int n, double S, xp_program **out,
+                           ein_error *err);
+
 /* "ring", "tree", "direct"; and back (-1: unknown). */
 const char *xp_base_name(xp_base_kind kind);
 int xp_base_parse(const char *name);

@@ -83,52 +83,10 @@ static double cpu_ms(void)
 /* A collective over n GPUs, S bytes per GPU (see the header). */
 static xp_program *collective(int kind, int n, double S)
 {
-    int nin = kind == 0 ? n : kind == 1 ? n * n : kind == 2 ? n : n * (n - 1);
-    xp_program *p = xp_program_new(n, nin);
-    ein_error err;
-    xp_word *x = p ? xp_set_new(p) : NULL;
-    if (!x)
-        return NULL;
-    int k = 0;
-    if (kind == 0) {
-        for (int g = 0; g < n; g++)
-            xp_program_add_in(p, 0, g, S, &err), xp_set_add(x, g);
-        for (int g = 0; g < n; g++)
-            xp_program_add_out(p, x, g, &err);
-    } else if (kind == 1) {
-        for (int a = 0; a < n; a++)
-            for (int g = 0; g < n; g++)
-                xp_program_add_in(p, a, g, S / n, &err);
-        for (int a = 0; a < n; a++) {
-            memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
-            for (int g = 0; g < n; g++)
-                xp_set_add(x, a * n + g);
-            xp_program_add_out(p, x, a, &err);
-        }
-    } else if (kind == 2) {
-        for (int a = 0; a < n; a++)
-            xp_program_add_in(p, a, a, S / n, &err);
-        for (int a = 0; a < n; a++) {
-            memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
-            xp_set_add(x, a);
-            for (int g = 0; g < n; g++)
-                xp_program_add_out(p, x, g, &err);
-        }
-    } else {
-        for (int s = 0; s < n; s++)
-            for (int d = 0; d < n; d++)
-                if (s != d)
-                    xp_program_add_in(p, k++, s, S / n, &err);
-        k = 0;
-        for (int s = 0; s < n; s++)
-            for (int d = 0; d < n; d++)
-                if (s != d) {
-                    memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
-                    xp_set_add(x, k++);
-                    xp_program_add_out(p, x, d, &err);
-                }
-    }
-    free(x);
+    xp_program *p = NULL;
+    ein_error err = {0};
+    if (xp_collective_preamble((xp_coll_kind)kind, n, S, &p, &err) < 0)
+        fprintf(stderr, "bench-exchange: %s\n", err.msg);
     return p;
 }
 

@@ -366,8 +366,8 @@ static void test_nvl72_collectives(void **state)
     (void)state;
     xp_topology *t = xt_topo("gb200-nvl72", -1);
     static const char *name[] = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all"};
-    for (int k = XT_ALLREDUCE; k <= XT_ALLTOALL; k++) {
-        xp_program *pre = xt_collective((xt_kind)k, 72, 1e9), *out = NULL;
+    for (int k = XP_COLL_ALLREDUCE; k <= XP_COLL_ALLTOALL; k++) {
+        xp_program *pre = xt_collective((xp_coll_kind)k, 72, 1e9), *out = NULL;
         xp_search_opts o;
         xp_search_opts_default(&o);
         o.cap_ms = 0;

@@ -6,6 +6,7 @@
 #ifndef XP_TESTUTIL_H
 #define XP_TESTUTIL_H
 
+#include "exchange/xp_baseline.h"
 #include "exchange/xp_program.h"
 #include "exchange/xp_topo.h"
 
@@ -15,11 +16,7 @@ xp_program *xt_parse(const char *text);
  * per-action latency (0: the paper's bandwidth-only model), < 0 keeps it. */
 xp_topology *xt_topo(const char *name, double latency);
 
-/* A collective over n GPUs, S bytes per GPU, built directly (any n, no
- * text): an all-reduce sums n blocks of S; a reduce-scatter n blocks of
- * S split in n atoms, atom j to GPU j; an all-gather gives every GPU n
- * atoms of S/n; an all-to-all sends S/n from every GPU to every other. */
-typedef enum { XT_ALLREDUCE, XT_REDUCESCATTER, XT_ALLGATHER, XT_ALLTOALL } xt_kind;
-xp_program *xt_collective(xt_kind kind, int n, double S);
+/* A collective's preamble (xp_collective_preamble). */
+xp_program *xt_collective(xp_coll_kind kind, int n, double S);
 
 #endif
