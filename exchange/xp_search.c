@@ -1245,10 +1245,15 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
             }
         }
         xp_program_free(pre);
+        /* A faster chunked start is the best program so far, but the
+         * local search goes on from the whole-atom start: its moves
+         * rarely improve a pipelined collective, and on a whole-atom
+         * body they are cheap (one unit per action) and often win for
+         * small transfers. */
         if (cstart && cbest < best_cost * (1 - 1e-9) && xp_program_check(cstart, NULL) == 0) {
-            if ((rc = adopt_start(cstart, cbest, &naive, &plain, &cur, &best, &best_cost,
-                                  err)) < 0)
-                goto fail;
+            xp_program_free(best);
+            best = cstart;
+            best_cost = cbest;
         } else {
             xp_program_free(cstart);
         }
