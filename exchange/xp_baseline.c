@@ -47,9 +47,12 @@ int xp_base_parse(const char *name)
 static void copies_at(const xp_program *p, const xp_word *x, int s, xp_word *out)
 {
     memset(out, 0, sizeof(xp_word) * (size_t)p->nwords);
-    for (int i = 0; i < p->nin; i++)
-        if (xp_set_has(x, i) && p->in[i].site == s)
-            xp_set_add(out, i);
+    for (int w = 0; w < p->nwords; w++) /* the atoms of x only */
+        for (xp_word m = x[w]; m; m &= m - 1) {
+            int i = w * 64 + __builtin_ctzll(m);
+            if (i < p->nin && p->in[i].site == s)
+                xp_set_add(out, i);
+        }
 }
 
 static int set_empty(const xp_program *p, const xp_word *x)
@@ -380,8 +383,23 @@ static int gen_direct(gen *G, const group *g)
     return 0;
 }
 
+static int baseline(const xp_program *pre, const xp_topology *t, xp_base_kind kind, int pipe,
+                    int check, xp_program **out, ein_error *err);
+
 int xp_baseline(const xp_program *pre, const xp_topology *t, xp_base_kind kind, int pipe,
                 xp_program **out, ein_error *err)
+{
+    return baseline(pre, t, kind, pipe, 1, out, err);
+}
+
+int xp_baseline_unchecked(const xp_program *pre, const xp_topology *t, xp_base_kind kind,
+                          int pipe, xp_program **out, ein_error *err)
+{
+    return baseline(pre, t, kind, pipe, 0, out, err);
+}
+
+static int baseline(const xp_program *pre, const xp_topology *t, xp_base_kind kind, int pipe,
+                    int check, xp_program **out, ein_error *err)
 {
     if (!xp_program_resolved(pre))
         return ein_fail(err, EIN_EINVAL, "baseline: resolve the size-declared partitions first");
@@ -438,7 +456,7 @@ int xp_baseline(const xp_program *pre, const xp_topology *t, xp_base_kind kind, 
         if (rc < 0)
             goto done;
     }
-    if ((rc = xp_program_check(G.p, err)) < 0)
+    if (check && (rc = xp_program_check(G.p, err)) < 0)
         goto done;
     *out = G.p;
     G.p = NULL;
@@ -613,4 +631,69 @@ done:
     free(cnt);
     free(src);
     return rc < 0 ? rc : 0;
+}
+
+int xp_collective_preamble(xp_coll_kind kind, int n, double S, xp_program **out,
+                           ein_error *err)
+{
+    if (n < 1 || n > 256 || !(S > 0))
+        return ein_fail(err, EIN_EINVAL, "collective: %d GPUs of %g bytes", n, S);
+    int nin = kind == XP_COLL_ALLREDUCE      ? n
+              : kind == XP_COLL_REDUCESCATTER ? n * n
+              : kind == XP_COLL_ALLGATHER     ? n
+                                              : n * (n - 1);
+    xp_program *p = xp_program_new(n, nin > 0 ? nin : 1);
+    xp_word *x = p ? xp_set_new(p) : NULL;
+    int rc = 0, k = 0;
+    if (!x) {
+        xp_program_free(p);
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    }
+    if (kind == XP_COLL_ALLREDUCE) {
+        for (int g = 0; g < n && rc >= 0; g++) {
+            rc = xp_program_add_in(p, 0, g, S, err);
+            xp_set_add(x, g);
+        }
+        for (int g = 0; g < n && rc >= 0; g++)
+            rc = xp_program_add_out(p, x, g, err);
+    } else if (kind == XP_COLL_REDUCESCATTER) {
+        for (int a = 0; a < n; a++)
+            for (int g = 0; g < n && rc >= 0; g++)
+                rc = xp_program_add_in(p, a, g, S / n, err);
+        for (int a = 0; a < n && rc >= 0; a++) {
+            memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
+            for (int g = 0; g < n; g++)
+                xp_set_add(x, a * n + g);
+            rc = xp_program_add_out(p, x, a, err);
+        }
+    } else if (kind == XP_COLL_ALLGATHER) {
+        for (int a = 0; a < n && rc >= 0; a++)
+            rc = xp_program_add_in(p, a, a, S / n, err);
+        for (int a = 0; a < n; a++) {
+            memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
+            xp_set_add(x, a);
+            for (int g = 0; g < n && rc >= 0; g++)
+                rc = xp_program_add_out(p, x, g, err);
+        }
+    } else {
+        for (int s = 0; s < n; s++)
+            for (int d = 0; d < n && rc >= 0; d++)
+                if (s != d)
+                    rc = xp_program_add_in(p, k++, s, S / n, err);
+        k = 0;
+        for (int s = 0; s < n; s++)
+            for (int d = 0; d < n && rc >= 0; d++)
+                if (s != d) {
+                    memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
+                    xp_set_add(x, k++);
+                    rc = xp_program_add_out(p, x, d, err);
+                }
+    }
+    free(x);
+    if (rc < 0) {
+        xp_program_free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
 }

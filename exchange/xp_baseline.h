@@ -40,6 +40,12 @@ typedef enum xp_base_kind { XP_BASE_RING, XP_BASE_TREE, XP_BASE_DIRECT } xp_base
 
 int xp_baseline(const xp_program *pre, const xp_topology *t, xp_base_kind kind, int pipe,
                 xp_program **out, ein_error *err);
+/* The same without the final validity check (xp_program_check), for a
+ * caller that checks what it keeps (the search simulates every candidate,
+ * which fails on an action never enabled or an OUT never reached, and
+ * checks the start it adopts). */
+int xp_baseline_unchecked(const xp_program *pre, const xp_topology *t, xp_base_kind kind,
+                          int pipe, xp_program **out, ein_error *err);
 int xp_baseline_best(const xp_program *pre, const xp_topology *t, xp_base_kind kind,
                      xp_program **out, double *seconds, int *best_pipe, ein_error *err);
 /* Multi-path routing for preambles whose every OUT aggregate has one
@@ -51,6 +57,22 @@ int xp_baseline_best(const xp_program *pre, const xp_topology *t, xp_base_kind k
  * switch machines (where the direct route is already the best). */
 int xp_multipath(const xp_program *pre, const xp_topology *t, int k, xp_program **out,
                  ein_error *err);
+/* The preamble of a standard collective over n GPUs, S bytes per GPU (for
+ * benchmarks and tests): XP_COLL_ALLREDUCE sums n blocks of S, one per
+ * GPU, wanted at every GPU; XP_COLL_REDUCESCATTER sums n blocks of S each
+ * split in n atoms, atom j wanted at GPU j; XP_COLL_ALLGATHER gives every
+ * GPU the n atoms of S/n held one per GPU; XP_COLL_ALLTOALL sends S/n from
+ * every GPU to every other. 1 <= n <= 256. *out is a new program (xp_program_free); on
+ * error returns a negative EIN_E* code and fills `err`. */
+typedef enum xp_coll_kind {
+    XP_COLL_ALLREDUCE,
+    XP_COLL_REDUCESCATTER,
+    XP_COLL_ALLGATHER,
+    XP_COLL_ALLTOALL
+} xp_coll_kind;
+int xp_collective_preamble(xp_coll_kind kind, int n, double S, xp_program **out,
+                           ein_error *err);
+
 /* "ring", "tree", "direct"; and back (-1: unknown). */
 const char *xp_base_name(xp_base_kind kind);
 int xp_base_parse(const char *name);

@@ -81,6 +81,33 @@ int xp_set_subset(const xp_program *p, const xp_word *a, const xp_word *b)
     return 1;
 }
 
+void xp_set_span(const xp_program *p, const xp_word *s, int *first, int *last)
+{
+    int f = 0, l = -1;
+    for (int w = 0; w < p->nwords; w++)
+        if (s[w]) {
+            if (l < 0)
+                f = w;
+            l = w;
+        }
+    *first = f;
+    *last = l;
+}
+
+int xp_set_subset_span(const xp_word *a, const xp_word *b, int first, int last)
+{
+    for (int w = first; w <= last; w++)
+        if (a[w] & ~b[w])
+            return 0;
+    return 1;
+}
+
+int xp_set_equal_span(const xp_word *a, const xp_word *b, int first, int last)
+{
+    return last < first ||
+           memcmp(a + first, b + first, sizeof(xp_word) * (size_t)(last - first + 1)) == 0;
+}
+
 int xp_set_disjoint(const xp_program *p, const xp_word *a, const xp_word *b)
 {
     for (int w = 0; w < p->nwords; w++)
@@ -548,6 +575,7 @@ int xp_partition_find(const xp_program *p, const xp_word *x, xp_word *const *hav
  * [0, 1) with L = 1 when nothing is chunked). */
 typedef struct held {
     xp_word **set;
+    int *span;           /* per set: its span (xp_set_span), 2 ints */
     int64_t **iv;        /* per set: 2 * niv[i] bounds */
     int *niv, *capiv;
     int n, cap;
@@ -555,8 +583,11 @@ typedef struct held {
 
 static int held_find(const xp_program *p, const held *h, const xp_word *x)
 {
+    int f, l;
+    xp_set_span(p, x, &f, &l);
     for (int i = 0; i < h->n; i++)
-        if (xp_set_equal(p, h->set[i], x))
+        if (h->span[2 * i] == f && h->span[2 * i + 1] == l &&
+            xp_set_equal_span(h->set[i], x, f, l))
             return i;
     return -1;
 }
@@ -600,6 +631,10 @@ static int held_add(const xp_program *p, held *h, const xp_word *x, int64_t lo, 
             if (!c)
                 return EIN_ENOMEM;
             h->capiv = c;
+            int *sp = realloc(h->span, sizeof *sp * 2 * (size_t)cap);
+            if (!sp)
+                return EIN_ENOMEM;
+            h->span = sp;
             h->cap = cap;
         }
         i = h->n;
@@ -607,6 +642,7 @@ static int held_add(const xp_program *p, held *h, const xp_word *x, int64_t lo, 
         h->niv[i] = h->capiv[i] = 0;
         if (!(h->set[i] = set_dup(p, x)))
             return EIN_ENOMEM;
+        xp_set_span(p, x, &h->span[2 * i], &h->span[2 * i + 1]);
         h->n++;
     }
     if (h->niv[i] + 1 > h->capiv[i]) {
@@ -655,7 +691,8 @@ static int held_partitions(const xp_program *p, const held *h, const xp_word *x,
 {
     int nc = 0;
     for (int i = 0; i < h->n; i++)
-        if (iv_covers(h->iv[i], h->niv[i], lo, hi) && xp_set_subset(p, h->set[i], x))
+        if (iv_covers(h->iv[i], h->niv[i], lo, hi) &&
+            xp_set_subset_span(h->set[i], x, h->span[2 * i], h->span[2 * i + 1]))
             cand[nc++] = h->set[i];
     return nc > 0 && xp_partition_find(p, x, cand, nc, pick) >= 0;
 }
@@ -717,11 +754,15 @@ static int check_closure(const xp_program *p, const int *orig, ein_error *err)
     int64_t L = 1;
     held *st = calloc((size_t)ns, sizeof *st);
     char *fired = calloc((size_t)p->nact + 1, 1);
+    /* An action not enabled is tried again only once its source holds
+     * more (the closure is the same in any order). */
+    long *ver = calloc((size_t)ns + 1, sizeof(long));
+    long *tried = malloc(sizeof(long) * (size_t)(p->nact + 1));
     xp_word *one = xp_set_new(p);
     int *pick = malloc(sizeof(int) * (size_t)(p->nin + 1));
     xp_word **cand = NULL;
     int ncand = 0;
-    if (!st || !fired || !one || !pick) {
+    if (!st || !fired || !one || !pick || !ver || !tried) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto done;
     }
@@ -745,13 +786,16 @@ static int check_closure(const xp_program *p, const int *orig, ein_error *err)
             goto done;
         }
     }
+    for (int a = 0; a < p->nact; a++)
+        tried[a] = -1;
     /* Closure: fire enabled actions until nothing changes. */
     for (int changed = 1; changed;) {
         changed = 0;
         for (int a = 0; a < p->nact; a++) {
             const xp_action *ac = &p->act[a];
-            if (fired[a])
+            if (fired[a] || tried[a] == ver[ac->src])
                 continue;
+            tried[a] = ver[ac->src];
             held *h = &st[ac->src];
             if (h->n > ncand) {
                 free(cand);
@@ -768,10 +812,13 @@ static int check_closure(const xp_program *p, const int *orig, ein_error *err)
             fired[a] = 1;
             changed = 1;
             int r = held_add(p, h, ac->set, lo, hi);
+            ver[ac->src] += r > 0;
             for (int d = 0; r >= 0 && d < ac->nrelay; d++)
-                r = held_add(p, &st[ac->relay[d]], ac->set, lo, hi);
+                if ((r = held_add(p, &st[ac->relay[d]], ac->set, lo, hi)) > 0)
+                    ver[ac->relay[d]]++;
             for (int d = 0; r >= 0 && d < ac->ndst; d++)
-                r = held_add(p, &st[ac->dst[d]], ac->set, lo, hi);
+                if ((r = held_add(p, &st[ac->dst[d]], ac->set, lo, hi)) > 0)
+                    ver[ac->dst[d]]++;
             if (r < 0) {
                 rc = ein_fail(err, EIN_ENOMEM, "out of memory");
                 goto done;
@@ -804,6 +851,7 @@ done:
                 free(st[s].iv[i]);
             }
             free(st[s].set);
+            free(st[s].span);
             free(st[s].iv);
             free(st[s].niv);
             free(st[s].capiv);
@@ -813,6 +861,8 @@ done:
     free(cand);
     free(pick);
     free(fired);
+    free(ver);
+    free(tried);
     free(one);
     return rc;
 }

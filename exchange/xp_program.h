@@ -165,6 +165,13 @@ int xp_set_count(const xp_program *p, const xp_word *s);
 int xp_set_equal(const xp_program *p, const xp_word *a, const xp_word *b);
 int xp_set_subset(const xp_program *p, const xp_word *a, const xp_word *b);
 int xp_set_disjoint(const xp_program *p, const xp_word *a, const xp_word *b);
+/* The span of a set: the words that hold its elements, [*first, *last]
+ * (an empty set: first 0, last -1). The span versions compare only the
+ * words of a's span (a ⊆ b; a = b for sets whose spans are equal), so a
+ * set of a few atoms out of thousands is tested in a word or two. */
+void xp_set_span(const xp_program *p, const xp_word *s, int *first, int *last);
+int xp_set_subset_span(const xp_word *a, const xp_word *b, int first, int last);
+int xp_set_equal_span(const xp_word *a, const xp_word *b, int first, int last);
 /* Bytes of an aggregate: the largest of its elements (copies of one atom
  * have one size; a ⊕ of blocks is one block). */
 double xp_set_bytes(const xp_program *p, const xp_word *s);

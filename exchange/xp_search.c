@@ -20,6 +20,17 @@
 #define MEMBER_EVALS 2000
 /* Structured starting programs built (and simulated) per search. */
 #define STRUCT_VARIANTS 16
+/* Work (prog_work units, what simulating costs) the start phases may
+ * spend, apart from the search's budget, so that a preamble of thousands
+ * of atoms is synthesised in seconds: structured variants after the first
+ * stop once they have cost STRUCT_WORK; each chunked generator (ring,
+ * tree, direct, multi-path) tries deeper pipelines only while its total
+ * stays within CHUNK_KIND_WORK; the clean-up pass tries removals while
+ * they have cost under CLEANUP_WORK. An 8-GPU preamble stays far below
+ * all three. */
+#define STRUCT_WORK 8000
+#define CHUNK_KIND_WORK 100000
+#define CLEANUP_WORK 30000
 /* Sites a structured program handles (more: it is skipped). */
 #define XP_STRUCT_MAXS 256
 
@@ -45,6 +56,15 @@ static long prog_work(const xp_program *p, const xp_topology *t)
         w += ac->nchunks > 1 ? (long)ac->run * hops * per : 1;
     }
     return w;
+}
+
+/* A hash of an aggregate at a site (for tables of sets). */
+static unsigned set_hash(const xp_program *p, const xp_word *x, int site)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ULL * (uint64_t)(site + 1);
+    for (int w = 0; w < p->nwords; w++)
+        h = (h ^ x[w]) * 0x100000001b3ULL;
+    return (unsigned)(h ^ (h >> 29));
 }
 
 static int rnd(uint64_t *s, int n)
@@ -751,7 +771,7 @@ static double match_blocks(const xp_topology *t, const int *sa, int ka, const in
 static int struct_group(xp_program *q, const xp_topology *t, const xp_word *x, const int *D,
                         int nd, uint64_t *rng, double amp)
 {
-    int n = q->ngpus, rc = -1, nb = nd;
+    int n = q->ngpus, rc = -1, nb = nd, *nat = NULL; /* nat: atoms of x per site */
     xp_word **y = calloc((size_t)nd, sizeof *y);      /* per block: its aggregate */
     int *bsite = malloc(sizeof(int) * (size_t)nd * (size_t)nd); /* block b: sites */
     int *bk = calloc((size_t)nd, sizeof(int)), *ye = calloc((size_t)nd, sizeof(int));
@@ -766,18 +786,30 @@ static int struct_group(xp_program *q, const xp_topology *t, const xp_word *x, c
         bsite[b * nd] = D[b];
         bk[b] = 1;
     }
-    /* Copies outside D: per source site, aggregated, to the best site of D. */
+    /* Copies outside D: per source site, aggregated, to the best site of D
+     * (the sites holding atoms of x found from x's atoms, not all INs). */
+    if (!(nat = calloc((size_t)n, sizeof(int))))
+        goto out;
+    for (int w = 0; w < q->nwords; w++)
+        for (xp_word m = x[w]; m; m &= m - 1) {
+            int i = w * 64 + __builtin_ctzll(m);
+            if (i < q->nin)
+                nat[q->in[i].site]++;
+        }
     for (int s = 0; s < n; s++) {
-        int inD = -1, cnt = 0;
+        int inD = -1, cnt = nat[s];
+        if (!cnt)
+            continue;
         for (int b = 0; b < nd; b++)
             if (D[b] == s)
                 inD = b;
         memset(z, 0, sizeof(xp_word) * (size_t)q->nwords);
-        for (int i = 0; i < q->nin; i++)
-            if (xp_set_has(x, i) && q->in[i].site == s)
-                xp_set_add(z, i), cnt++;
-        if (!cnt)
-            continue;
+        for (int w = 0; w < q->nwords; w++)
+            for (xp_word m = x[w]; m; m &= m - 1) {
+                int i = w * 64 + __builtin_ctzll(m);
+                if (i < q->nin && q->in[i].site == s)
+                    xp_set_add(z, i);
+            }
         if (inD >= 0) {
             for (int w = 0; w < q->nwords; w++)
                 y[inD][w] |= z[w];
@@ -890,6 +922,7 @@ out:
         for (int b = 0; b < nd; b++)
             free(y[b]);
     free(y), free(bsite), free(bk), free(ye), free(bpart), free(best_part), free(dst), free(z);
+    free(nat);
     return rc;
 }
 
@@ -905,13 +938,16 @@ static xp_program *structured(const xp_program *q, const xp_topology *t, uint64_
     xp_program *c = strip(q);
     char *done = calloc((size_t)q->nout + 1, 1);
     int *D = malloc(sizeof(int) * (size_t)(q->nout + 1));
-    int ok = c && done && D;
+    unsigned *hs = malloc(sizeof(unsigned) * (size_t)(q->nout + 1)); /* OUT sets, hashed */
+    int ok = c && done && D && hs;
+    for (int o = 0; o < q->nout && ok; o++)
+        hs[o] = set_hash(q, q->out[o].set, 0);
     for (int o = 0; o < q->nout && ok; o++) {
         if (done[o])
             continue;
         int nd = 0;
         for (int p = o; p < q->nout; p++) {
-            if (done[p] || !xp_set_equal(q, q->out[p].set, q->out[o].set))
+            if (done[p] || hs[p] != hs[o] || !xp_set_equal(q, q->out[p].set, q->out[o].set))
                 continue;
             done[p] = 1;
             int dup = 0;
@@ -923,7 +959,7 @@ static xp_program *structured(const xp_program *q, const xp_topology *t, uint64_
         if (nd)
             ok = struct_group(c, t, q->out[o].set, D, nd, rng, amp) == 0;
     }
-    free(done), free(D);
+    free(done), free(D), free(hs);
     if (!ok) {
         xp_program_free(c);
         return NULL;
@@ -1008,6 +1044,91 @@ int xp_search_naive(const xp_program *preamble, const xp_topology *t, xp_program
     return 0;
 }
 
+/* The OUT entries of a program by (site, aggregate), with how many
+ * places supply each: an IN copy, or an action that holds the aggregate at
+ * the site when it has run (its source, where it is formed or sent from;
+ * its relays and destinations). The simulator and the checker hold an
+ * aggregate at exactly those sites, so an OUT with one supplier is reached
+ * only through it. */
+typedef struct out_suppliers {
+    int *slot;           /* open addressing: OUT index + 1, 0 empty */
+    int *nsup;           /* per OUT */
+    unsigned cap;        /* power of two */
+} out_suppliers;
+
+static void sup_free(out_suppliers *u)
+{
+    free(u->slot);
+    free(u->nsup);
+}
+
+/* For each site action a holds its aggregate at, add `delta` to the
+ * suppliers of the OUT entries there; with delta 0, whether one of them
+ * has a as its only supplier. */
+static int sup_visit(out_suppliers *u, const xp_program *p, int a, int delta)
+{
+    const xp_action *ac = &p->act[a];
+    for (int k = -1; k < ac->nrelay + ac->ndst; k++) {
+        int v = k < 0 ? ac->src : k < ac->nrelay ? ac->relay[k] : ac->dst[k - ac->nrelay];
+        for (unsigned i = set_hash(p, ac->set, v) & (u->cap - 1); u->slot[i];
+             i = (i + 1) & (u->cap - 1)) {
+            int o = u->slot[i] - 1;
+            if (p->out[o].site != v || !xp_set_equal(p, p->out[o].set, ac->set))
+                continue;
+            if (delta == 0 && u->nsup[o] == 1)
+                return 1;
+            u->nsup[o] += delta;
+        }
+    }
+    return 0;
+}
+
+static int sup_build(out_suppliers *u, const xp_program *p)
+{
+    u->cap = 16;
+    while (u->cap < 2u * (unsigned)p->nout + 2)
+        u->cap *= 2;
+    u->slot = calloc(u->cap, sizeof(int));
+    u->nsup = calloc((size_t)p->nout + 1, sizeof(int));
+    if (!u->slot || !u->nsup)
+        return -1;
+    for (int o = 0; o < p->nout; o++) {
+        unsigned i = set_hash(p, p->out[o].set, p->out[o].site) & (u->cap - 1);
+        while (u->slot[i])
+            i = (i + 1) & (u->cap - 1);
+        u->slot[i] = o + 1;
+        if (xp_set_count(p, p->out[o].set) == 1)
+            for (int n = 0; n < p->nin; n++)
+                if (p->in[n].site == p->out[o].site && xp_set_has(p->out[o].set, n))
+                    u->nsup[o] += 2; /* an IN copy: never needs an action */
+    }
+    for (int a = 0; a < p->nact; a++)
+        sup_visit(u, p, a, 1);
+    return 0;
+}
+
+/* A starting program faster than the current one becomes where the search
+ * starts (*naive: restarts of kind 0 begin there) and its current and best
+ * program; the plain naive program is kept in *plain (restarts of kind 3)
+ * the first time, any later start replaced is freed. Takes `start`. */
+static int adopt_start(xp_program *start, double start_cost, xp_program **naive,
+                       xp_program **plain, xp_program **cur, xp_program **best,
+                       double *best_cost, ein_error *err)
+{
+    if (!*plain)
+        *plain = *naive;
+    else
+        xp_program_free(*naive);
+    *naive = start;
+    xp_program_free(*cur);
+    xp_program_free(*best);
+    *cur = *best = NULL;
+    if (!(*cur = xp_program_copy(start)) || !(*best = xp_program_copy(start)))
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    *best_cost = start_cost;
+    return 0;
+}
+
 int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_opts *o,
               xp_program **out, xp_search_stats *stats, ein_error *err)
 {
@@ -1034,7 +1155,8 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         (rc = xp_sim_run(cur, t, &st.naive_s, NULL, err)) < 0)
         goto fail;
     double best_cost = st.naive_s, ignored;
-    double cur_cost = score(cur, t, &ignored), naive_score = cur_cost, run_best = cur_cost;
+    /* cur's score: computed once the starts are chosen (below) */
+    double cur_cost = INFINITY, naive_score = INFINITY, run_best = INFINITY;
     long run_since = 0, restarts = 0;
     int nby_size = 0;
     for (int g = 0; g < cur->npart; g++)
@@ -1050,9 +1172,11 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     uint64_t srng = o->seed * 0x5851f42d4c957f2dULL + 0x14057b7ef767814fULL;
     xp_program *start = NULL;
     double start_cost = INFINITY;
-    for (int v = 0; v < STRUCT_VARIANTS; v++) {
+    long swork = 0;
+    for (int v = 0; v < STRUCT_VARIANTS && (v == 0 || swork < STRUCT_WORK); v++) {
         xp_program *s = structured(cur, t, &srng, v);
         double c = s ? cost(s, t) : INFINITY;
+        swork += s ? prog_work(s, t) : 1;
         if (c < start_cost * (1 - 1e-9)) {
             xp_program_free(start);
             start = s;
@@ -1062,17 +1186,9 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         }
     }
     if (start && start_cost < best_cost * (1 - 1e-9)) {
-        plain = naive; /* restarts of kind 3 begin here */
-        naive = start; /* restarts of kind 0 begin here */
-        xp_program_free(cur);
-        xp_program_free(best);
-        cur = best = NULL;
-        if (!(cur = xp_program_copy(naive)) || !(best = xp_program_copy(naive))) {
-            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        if ((rc = adopt_start(start, start_cost, &naive, &plain, &cur, &best, &best_cost,
+                              err)) < 0)
             goto fail;
-        }
-        best_cost = start_cost;
-        cur_cost = naive_score = run_best = score(cur, t, &ignored);
     } else {
         xp_program_free(start);
     }
@@ -1084,11 +1200,18 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         double cbest = INFINITY;
         for (int k = XP_BASE_RING; pre && k <= XP_BASE_DIRECT; k++) {
             double prev = INFINITY;
+            long kwork = 0;
             for (int pipe = 1; pipe <= 64; pipe *= 2) {
                 xp_program *q = NULL;
-                if (xp_baseline(pre, t, (xp_base_kind)k, pipe, &q, NULL) < 0)
+                if (xp_baseline_unchecked(pre, t, (xp_base_kind)k, pipe, &q, NULL) < 0)
                     break;
-                st.work += prog_work(q, t);
+                long w = prog_work(q, t);
+                if (pipe > 1 && kwork + w > CHUNK_KIND_WORK) {
+                    xp_program_free(q); /* deeper: beyond this generator's share */
+                    break;
+                }
+                kwork += w;
+                st.work += w;
                 double c = sim_cost(q, t);
                 if (c < cbest * (1 - 1e-9)) {
                     xp_program_free(cstart);
@@ -1105,10 +1228,12 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
             }
         }
         /* Multi-path routing of single-copy atoms (link machines). */
-        for (int k = 4; pre && k <= 16; k *= 2) {
+        long mwork = 0;
+        for (int k = 4; pre && k <= 16 && mwork < CHUNK_KIND_WORK; k *= 2) {
             xp_program *q = NULL;
             if (xp_multipath(pre, t, k, &q, NULL) < 0)
                 break;
+            mwork += prog_work(q, t);
             st.work += prog_work(q, t);
             double c = sim_cost(q, t);
             if (c < cbest * (1 - 1e-9)) {
@@ -1120,27 +1245,26 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
             }
         }
         xp_program_free(pre);
-        if (cstart && cbest < best_cost * (1 - 1e-9)) {
-            if (!plain)
-                plain = naive; /* restarts of kind 3 begin at the naive program */
-            else
-                xp_program_free(naive);
-            naive = cstart;
-            xp_program_free(cur);
+        /* A faster chunked start is the best program so far, but the
+         * local search goes on from the whole-atom start: its moves
+         * rarely improve a pipelined collective, and on a whole-atom
+         * body they are cheap (one unit per action) and often win for
+         * small transfers. */
+        if (cstart && cbest < best_cost * (1 - 1e-9) && xp_program_check(cstart, NULL) == 0) {
             xp_program_free(best);
-            cur = best = NULL;
-            if (!(cur = xp_program_copy(naive)) || !(best = xp_program_copy(naive))) {
-                rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-                goto fail;
-            }
+            best = cstart;
             best_cost = cbest;
-            cur_cost = naive_score = run_best = score(cur, t, &ignored);
         } else {
             xp_program_free(cstart);
         }
     }
     long since = 0;
-    if (mark_late(cur, t, &late_buf) < 0) {
+    /* The search starts from cur (the start chosen), unless the starts
+     * spent the whole budget. */
+    int spent = o->max_work > 0 && st.work >= o->max_work;
+    if (!spent)
+        cur_cost = naive_score = run_best = score(cur, t, &ignored);
+    if (!spent && mark_late(cur, t, &late_buf) < 0) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto fail;
     }
@@ -1235,14 +1359,25 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     nlate_act = 0;
     free(late_buf);
     /* Clean-up pass: drop actions the best program does not need (at most
-     * one simulation per action: bounded work, never cut by the cap). */
+     * one simulation per action: bounded work, never cut by the cap). An
+     * action that alone delivers some OUT is needed: it is not tried. */
+    out_suppliers sup = {0};
+    int nsup_ok = !xp_program_chunked(best) && sup_build(&sup, best) == 0;
+    long cwork = 0;
     for (int a = xp_program_chunked(best) ? -1 : best->nact - 1; a >= 0; a--) {
+        if (nsup_ok && sup_visit(&sup, best, a, 0))
+            continue;
+        if (cwork >= CLEANUP_WORK)
+            break;
+        cwork += prog_work(best, t);
         xp_program *c = xp_program_copy(best);
         if (!c)
             break;
         xp_program_remove_action(c, a);
         double cc = cost(c, t);
         if (cc <= best_cost * (1 + 1e-12)) {
+            if (nsup_ok)
+                sup_visit(&sup, best, a, -1);
             xp_program_free(best);
             best = c;
             best_cost = cc;
@@ -1250,6 +1385,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
             xp_program_free(c);
         }
     }
+    sup_free(&sup);
     st.best_s = best_cost;
     st.elapsed_ms = 1e3 * ein_now_s() - t0;
     if (stats)

@@ -18,9 +18,12 @@
  *      double binary tree and a direct reduce-scatter + all-gather, each
  *      cut into one chunk per target and pipelined into a stream of 1, 2,
  *      4, ... 64 chunks (the depth the α-β simulator finds fastest; deeper
- *      is tried only while it helps); the fastest start wins (so the
- *      result is never slower than any of these baselines);
- *   3. body: starting from the better of them, apply the guarded
+ *      is tried only while it helps, and while the generator's work
+ *      stays within a cap of its own); the fastest start is the best
+ *      program so far (so the result is never slower than any of these
+ *      baselines), but the local search goes on from the fastest
+ *      whole-atom start;
+ *   3. body: starting from the better of naive and structured, apply the guarded
  *      transformations of §5.4 — relay introduction / elimination, source
  *      substitution, aggregation pullup (X@r->s, Y@r->s => X+Y@r->s) and
  *      pushdown, multicast fusion / fission, partial local aggregation,
@@ -64,9 +67,10 @@ typedef struct xp_search_opts {
                             executes today */
 } xp_search_opts;
 
-/* The default work takes 10-55 ms of CPU for 8-GPU preambles of 8 to 64
- * atoms, like the former 20-80 ms time budgets (docs/exprog.md); the cap
- * is far above that. */
+/* The default work takes 10-70 ms of CPU for 8-GPU preambles of 8 to 64
+ * atoms and 8-GPU collectives, and under 1 s for 72-GPU collectives of up
+ * to 5,184 atoms (the start phases have work caps of their own;
+ * docs/exprog.md); the cap is far above that. */
 #define XP_SEARCH_DEFAULT_WORK 30000
 #define XP_SEARCH_DEFAULT_STEPS 20000
 #define XP_SEARCH_DEFAULT_PATIENCE 3000

@@ -25,6 +25,7 @@ typedef struct flow {
  * chunked). */
 typedef struct held_set {
     const xp_word *set;
+    int fw, lw;          /* its span (xp_set_span) */
     int64_t *iv;         /* 2 * n: lo, hi, lo, hi, ... */
     int n, cap;
 } held_set;
@@ -34,6 +35,7 @@ typedef struct held_set {
  * enabled. */
 typedef struct held_new {
     const xp_word *set;
+    int fw, lw;
     int64_t lo, hi;
 } held_new;
 
@@ -68,7 +70,18 @@ typedef struct sim {
     int *cnt;
     int *used, nused;
     int *start, *fill;       /* per resource: its flows in inc[start .. fill) */
-    int *bysrc, *srcoff;     /* actions by source site: bysrc[srcoff[s] .. srcoff[s+1]) */
+    int64_t *arange;         /* per action: the part it moves, lo, hi (act_range) */
+    /* Waiting actions by source site and range: the distinct action
+     * ranges are rng[2r], rng[2r+1] (r < nrng, sorted); bucket
+     * b = s * nrng + r lists, in program order, the actions of source s
+     * and range r not started when last visited: bysrc[srcoff[b] ..
+     * srcend[b]). A part newly held at s visits only the buckets whose
+     * range it meets. */
+    int nrng;
+    int64_t *rng;
+    int *bysrc, *srcoff, *srcend;
+    int *touch;              /* scan scratch: the actions to try, nact */
+    int *meet;               /* scan scratch: the new parts meeting a range */
     int *inc, capinc;
     xp_timeline *tl;
     double makespan, sum_end;
@@ -81,11 +94,12 @@ typedef struct sim {
     char *blocked;           /* waiting for the previous chunk's hop */
 } sim;
 
-static held_set *held_find(const sim *S, int site, const xp_word *x)
+static held_set *held_find(const sim *S, int site, const xp_word *x, int fw, int lw)
 {
     site_held *h = &S->held[site];
     for (int i = 0; i < h->n; i++)
-        if (h->e[i].set == x || xp_set_equal(S->p, h->e[i].set, x))
+        if (h->e[i].set == x ||
+            (h->e[i].fw == fw && h->e[i].lw == lw && xp_set_equal_span(h->e[i].set, x, fw, lw)))
             return &h->e[i];
     return NULL;
 }
@@ -108,14 +122,18 @@ static int held_covers(const held_set *e, int64_t lo, int64_t hi)
 /* Do the pieces of x held at the site cover [lo, hi)? */
 static int held_has(const sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
 {
-    const held_set *e = held_find(S, site, x);
+    int fw, lw;
+    xp_set_span(S->p, x, &fw, &lw);
+    const held_set *e = held_find(S, site, x, fw, lw);
     return e && held_covers(e, lo, hi);
 }
 
 static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
 {
     site_held *h = &S->held[site];
-    held_set *e = held_find(S, site, x);
+    int fw, lw;
+    xp_set_span(S->p, x, &fw, &lw);
+    held_set *e = held_find(S, site, x, fw, lw);
     if (e && held_covers(e, lo, hi))
         return 0;
     if (!e) {
@@ -130,6 +148,8 @@ static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
         e = &h->e[h->n++];
         memset(e, 0, sizeof *e);
         e->set = x;
+        e->fw = fw;
+        e->lw = lw;
     }
     if (e->n + 1 > e->cap) {
         int cap = e->cap ? 2 * e->cap : 4;
@@ -167,7 +187,7 @@ static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
         h->nw = nn;
         h->capnew = cap;
     }
-    h->nw[h->nnew++] = (held_new){.set = x, .lo = lo, .hi = hi};
+    h->nw[h->nnew++] = (held_new){.set = x, .fw = fw, .lw = lw, .lo = lo, .hi = hi};
     S->dirty[site] = 1;
     return 0;
 }
@@ -175,6 +195,11 @@ static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
 /* The part of the atom action a moves, in units of 1/L. */
 static void act_range(const sim *S, int a, int64_t *lo, int64_t *hi)
 {
+    if (S->arange) {
+        *lo = S->arange[2 * a];
+        *hi = S->arange[2 * a + 1];
+        return;
+    }
     const xp_action *ac = &S->p->act[a];
     int64_t k = ac->nchunks > 0 ? ac->nchunks : 1;
     *lo = S->L / k * ac->chunk;
@@ -345,7 +370,8 @@ static int try_start(sim *S, int a)
     int64_t lo, hi;
     act_range(S, a, &lo, &hi);
     for (int i = 0; i < h->n; i++)
-        if (held_covers(&h->e[i], lo, hi) && xp_set_subset(S->p, h->e[i].set, ac->set))
+        if (held_covers(&h->e[i], lo, hi) &&
+            xp_set_subset_span(h->e[i].set, ac->set, h->e[i].fw, h->e[i].lw))
             S->cand[nc++] = h->e[i].set;
     if (nc == 0)
         return 0;
@@ -365,6 +391,18 @@ static int try_start(sim *S, int a)
         return flow_add(S, a, XP_SPAN_AGG, ac->src, ac->src, bytes, m, &res, 1, 1);
     }
     return agg_done(S, a) < 0 ? -1 : 1;
+}
+
+static int cmp_int(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    return (a > b) - (a < b);
+}
+
+static int cmp_range(const void *x, const void *y)
+{
+    const int64_t *a = x, *b = y;
+    return a[0] != b[0] ? (a[0] > b[0]) - (a[0] < b[0]) : (a[1] > b[1]) - (a[1] < b[1]);
 }
 
 /* Start every waiting action that is enabled now, repeatedly (a start
@@ -391,23 +429,48 @@ static int scan(sim *S)
                 if (!ns)
                     return ein_fail(S->err, EIN_ENOMEM, "out of memory");
                 S->scr = ns;
+                int *nm = realloc(S->meet, sizeof *nm * (size_t)(2 * nn));
+                if (!nm)
+                    return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+                S->meet = nm;
                 S->capscr = 2 * nn;
             }
             memcpy(S->scr, h->nw, sizeof *h->nw * (size_t)nn);
             h->nnew = 0;
-            for (int j = S->srcoff[s]; j < S->srcoff[s + 1]; j++) {
-                int a = S->bysrc[j];
-                if (S->status[a] != WAITING)
+            /* The waiting actions of s that a new part may have enabled
+             * (its set inside theirs, its range meeting theirs), tried in
+             * program order; started ones leave their bucket's list. */
+            int nt = 0;
+            for (int r = 0; r < S->nrng; r++) {
+                int b = s * S->nrng + r, nm = 0;
+                if (S->srcend[b] == S->srcoff[b])
                     continue;
-                int64_t lo, hi;
-                act_range(S, a, &lo, &hi);
-                int touched = 0;
-                for (int k = 0; k < nn && !touched; k++)
-                    touched = S->scr[k].lo < hi && lo < S->scr[k].hi &&
-                              xp_set_subset(p, S->scr[k].set, p->act[a].set);
-                if (!touched)
+                int64_t lo = S->rng[2 * r], hi = S->rng[2 * r + 1];
+                for (int k = 0; k < nn; k++)
+                    if (S->scr[k].lo < hi && lo < S->scr[k].hi)
+                        S->meet[nm++] = k;
+                if (!nm)
                     continue;
-                int rc = try_start(S, a);
+                int keep = S->srcoff[b];
+                for (int j = S->srcoff[b]; j < S->srcend[b]; j++) {
+                    int a = S->bysrc[j];
+                    if (S->status[a] != WAITING)
+                        continue;
+                    S->bysrc[keep++] = a;
+                    int touched = 0;
+                    for (int m = 0; m < nm && !touched; m++) {
+                        const held_new *w = &S->scr[S->meet[m]];
+                        touched = xp_set_subset_span(w->set, p->act[a].set, w->fw, w->lw);
+                    }
+                    if (touched)
+                        S->touch[nt++] = a;
+                }
+                S->srcend[b] = keep;
+            }
+            if (S->nrng > 1)
+                qsort(S->touch, (size_t)nt, sizeof(int), cmp_int);
+            for (int k = 0; k < nt; k++) {
+                int rc = try_start(S, S->touch[k]);
                 if (rc < 0)
                     return rc;
             }
@@ -546,6 +609,11 @@ static void sim_free(sim *S)
     free(S->fill);
     free(S->bysrc);
     free(S->srcoff);
+    free(S->srcend);
+    free(S->arange);
+    free(S->rng);
+    free(S->touch);
+    free(S->meet);
     free(S->inc);
     free(S->prevc);
     free(S->nextc);
@@ -700,18 +768,51 @@ static int sim_core(const xp_program *p, const int *orig, const xp_topology *t,
         }
     /* Actions by source, in program order within a site (the order the
      * scan has always tried them in). */
+    int64_t *arange = malloc(sizeof(int64_t) * 2 * (size_t)(p->nact + 1));
+    S.rng = malloc(sizeof(int64_t) * 2 * (size_t)(p->nact + 1));
+    S.touch = malloc(sizeof(int) * (size_t)(p->nact + 1));
     S.bysrc = malloc(sizeof(int) * (size_t)(p->nact + 1));
-    S.srcoff = calloc((size_t)p->ngpus + 2, sizeof(int));
-    if (!S.bysrc || !S.srcoff) {
+    if (!arange || !S.rng || !S.touch || !S.bysrc) {
+        free(arange);
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto done;
     }
     for (int a = 0; a < p->nact; a++)
-        S.srcoff[p->act[a].src + 2]++;
-    for (int s = 0; s < p->ngpus; s++)
-        S.srcoff[s + 2] += S.srcoff[s + 1];
+        act_range(&S, a, &arange[2 * a], &arange[2 * a + 1]);
+    S.arange = arange;
+    memcpy(S.rng, arange, sizeof(int64_t) * 2 * (size_t)p->nact);
+    qsort(S.rng, (size_t)p->nact, 2 * sizeof(int64_t), cmp_range);
     for (int a = 0; a < p->nact; a++)
-        S.bysrc[S.srcoff[p->act[a].src + 1]++] = a;
+        if (S.nrng == 0 || cmp_range(&S.rng[2 * a], &S.rng[2 * (S.nrng - 1)]) != 0) {
+            S.rng[2 * S.nrng] = S.rng[2 * a];
+            S.rng[2 * S.nrng + 1] = S.rng[2 * a + 1];
+            S.nrng++;
+        }
+    size_t nb = (size_t)p->ngpus * (size_t)(S.nrng > 0 ? S.nrng : 1);
+    S.srcoff = calloc(nb + 2, sizeof(int));
+    S.srcend = calloc(nb + 1, sizeof(int));
+    if (!S.srcoff || !S.srcend) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int a = 0; a < p->nact; a++) {
+        int lo = 0, hi = S.nrng; /* the action's range: its index in rng */
+        while (hi - lo > 1) {
+            int m = (lo + hi) / 2;
+            if (cmp_range(&S.rng[2 * m], &arange[2 * a]) <= 0)
+                lo = m;
+            else
+                hi = m;
+        }
+        S.touch[a] = p->act[a].src * S.nrng + lo; /* its bucket, for now */
+        S.srcoff[S.touch[a] + 2]++;
+    }
+    for (size_t b = 0; b < nb; b++)
+        S.srcoff[b + 2] += S.srcoff[b + 1];
+    for (int a = 0; a < p->nact; a++)
+        S.bysrc[S.srcoff[S.touch[a] + 1]++] = a;
+    for (size_t b = 0; b < nb; b++)
+        S.srcend[b] = S.srcoff[b + 1];
     for (int i = 0; i < p->nin; i++) {
         S.single[i] = S.single_words + (size_t)i * (size_t)p->nwords;
         xp_set_add(S.single[i], i);

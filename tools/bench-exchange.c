@@ -17,7 +17,8 @@
  *    the best baseline (ring, tree, direct at their best pipeline depth),
  *    synthesised (default budget, chunks allowed), the lower bound, and
  *    synthesised / bound, with the synthesis CPU time (--machine M: one
- *    machine only). Sizes per GPU: an
+ *    machine only; --kind K: one collective only, e.g. all-gather;
+ *    --no-baseline: skip the baselines column, to time synthesis alone). Sizes per GPU: an
  *    all-reduce sums n blocks of S; a reduce-scatter n blocks of S split in
  *    n atoms, atom j to GPU j; an all-gather gives every GPU n atoms of
  *    S/n; an all-to-all sends S/n from every GPU to every other.
@@ -82,56 +83,15 @@ static double cpu_ms(void)
 /* A collective over n GPUs, S bytes per GPU (see the header). */
 static xp_program *collective(int kind, int n, double S)
 {
-    int nin = kind == 0 ? n : kind == 1 ? n * n : kind == 2 ? n : n * (n - 1);
-    xp_program *p = xp_program_new(n, nin);
-    ein_error err;
-    xp_word *x = p ? xp_set_new(p) : NULL;
-    if (!x)
-        return NULL;
-    int k = 0;
-    if (kind == 0) {
-        for (int g = 0; g < n; g++)
-            xp_program_add_in(p, 0, g, S, &err), xp_set_add(x, g);
-        for (int g = 0; g < n; g++)
-            xp_program_add_out(p, x, g, &err);
-    } else if (kind == 1) {
-        for (int a = 0; a < n; a++)
-            for (int g = 0; g < n; g++)
-                xp_program_add_in(p, a, g, S / n, &err);
-        for (int a = 0; a < n; a++) {
-            memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
-            for (int g = 0; g < n; g++)
-                xp_set_add(x, a * n + g);
-            xp_program_add_out(p, x, a, &err);
-        }
-    } else if (kind == 2) {
-        for (int a = 0; a < n; a++)
-            xp_program_add_in(p, a, a, S / n, &err);
-        for (int a = 0; a < n; a++) {
-            memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
-            xp_set_add(x, a);
-            for (int g = 0; g < n; g++)
-                xp_program_add_out(p, x, g, &err);
-        }
-    } else {
-        for (int s = 0; s < n; s++)
-            for (int d = 0; d < n; d++)
-                if (s != d)
-                    xp_program_add_in(p, k++, s, S / n, &err);
-        k = 0;
-        for (int s = 0; s < n; s++)
-            for (int d = 0; d < n; d++)
-                if (s != d) {
-                    memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
-                    xp_set_add(x, k++);
-                    xp_program_add_out(p, x, d, &err);
-                }
-    }
-    free(x);
+    xp_program *p = NULL;
+    ein_error err = {0};
+    if (xp_collective_preamble((xp_coll_kind)kind, n, S, &p, &err) < 0)
+        fprintf(stderr, "bench-exchange: %s\n", err.msg);
     return p;
 }
 
-static int bench_collectives(const xp_search_opts *o0, const char *only)
+static int bench_collectives(const xp_search_opts *o0, const char *only, const char *kind,
+                             int no_base)
 {
     static const char *machines[] = {"dgx-v100", "dgx-a100", "dgx-h100", "gb200-nvl72"};
     static const char *kinds[] = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all"};
@@ -151,6 +111,8 @@ static int bench_collectives(const xp_search_opts *o0, const char *only)
             return fprintf(stderr, "%s\n", err.msg), 1;
         for (int k = 0; k < 4; k++)
             for (int z = 0; z < 2; z++) {
+                if (kind && strcmp(kind, kinds[k]) != 0)
+                    continue;
                 xp_program *pre = collective(k, t->ngpus, sizes[z]), *naive = NULL, *out = NULL;
                 double naive_s, base_s = INFINITY, s;
                 char which[32] = "-";
@@ -158,7 +120,7 @@ static int bench_collectives(const xp_search_opts *o0, const char *only)
                 if (!pre || xp_search_naive(pre, t, &naive, &naive_s, &err) < 0 ||
                     xp_bound_compute(pre, t, &b, &err) < 0)
                     return fprintf(stderr, "%s\n", err.msg), 1;
-                for (int bk = XP_BASE_RING; bk <= XP_BASE_DIRECT; bk++) {
+                for (int bk = XP_BASE_RING; !no_base && bk <= XP_BASE_DIRECT; bk++) {
                     xp_program *q = NULL;
                     int pipe;
                     if (xp_baseline_best(pre, t, (xp_base_kind)bk, &q, &s, &pipe, &err) < 0)
@@ -192,30 +154,35 @@ int main(int argc, char **argv)
 {
     xp_search_opts o;
     xp_search_opts_default(&o);
-    int only_coll = 0;
-    const char *only = NULL;
+    int only_coll = 0, no_base = 0;
+    const char *only = NULL, *kind = NULL;
     for (int i = 1; i < argc; i += 2) {
-        if (strcmp(argv[i], "--collectives") == 0) {
-            only_coll = 1;
+        if (strcmp(argv[i], "--collectives") == 0 || strcmp(argv[i], "--no-baseline") == 0) {
+            if (argv[i][2] == 'c')
+                only_coll = 1;
+            else
+                no_base = 1;
             i--;
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--work N] [--seed S]\n");
+            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--kind K] [--no-baseline] [--work N] [--seed S]\n");
             return 2;
         }
         if (strcmp(argv[i], "--machine") == 0)
             only = argv[i + 1];
+        else if (strcmp(argv[i], "--kind") == 0)
+            kind = argv[i + 1];
         else if (strcmp(argv[i], "--work") == 0)
             o.max_work = atol(argv[i + 1]);
         else if (strcmp(argv[i], "--seed") == 0)
             o.seed = strtoull(argv[i + 1], NULL, 10);
         else {
-            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--work N] [--seed S]\n");
+            fprintf(stderr, "usage: bench-exchange [--collectives] [--machine M] [--kind K] [--no-baseline] [--work N] [--seed S]\n");
             return 2;
         }
     }
-    if (bench_collectives(&o, only) != 0)
+    if (bench_collectives(&o, only, kind, no_base) != 0)
         return 1;
     if (only_coll)
         return 0;

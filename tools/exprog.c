@@ -39,6 +39,13 @@ static int exit_status(int code)
     }
 }
 
+/* An error about FILE: the message, and the exit status for it. */
+static int fail_file(const char *file, const ein_error *err)
+{
+    fprintf(stderr, "%s: %s\n", file, err->msg);
+    return exit_status(err->code);
+}
+
 static int usage(void)
 {
     fprintf(stderr,
@@ -88,6 +95,21 @@ static int num_arg(const char *flag, const char *v, double max, int integer, dou
     return 0;
 }
 
+/* A flag whose value is a count (an integer from 0 to 1e15). */
+typedef struct count_opt {
+    const char *flag;
+    long *dst;
+    int *set;            /* set to 1 when given, or NULL */
+} count_opt;
+
+static const count_opt *count_flag(const char *a, const count_opt *c)
+{
+    for (; c->flag; c++)
+        if (strcmp(a, c->flag) == 0)
+            return c;
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -98,6 +120,12 @@ int main(int argc, char **argv)
     opts.chunks = 1; /* exprog synthesises chunked bodies unless --no-chunks */
     int quiet = 0, work_set = 0, steps_set = 0, pipe = 0, base = -1;
     double x, latency = -1;
+    /* The search's counts: work, candidates, patience. */
+    const count_opt counts[] = {{"--work", &opts.max_work, &work_set},
+                                {"--steps", &opts.max_steps, &steps_set},
+                                {"--patience", &opts.patience, NULL},
+                                {NULL, NULL, NULL}};
+    const count_opt *cnt;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -114,18 +142,12 @@ int main(int argc, char **argv)
                             "default %d, or --steps N candidates); --cap-ms N is a wall-clock "
                             "safety cap\n", XP_SEARCH_DEFAULT_WORK);
             return 2;
-        } else if (strcmp(a, "--work") == 0 && v) {
+        } else if ((cnt = count_flag(a, counts)) && v) {
             if (num_arg(a, v, 1e15, 1, &x) < 0)
                 return 2;
-            opts.max_work = (long)x, work_set = 1, i++;
-        } else if (strcmp(a, "--steps") == 0 && v) {
-            if (num_arg(a, v, 1e15, 1, &x) < 0)
-                return 2;
-            opts.max_steps = (long)x, steps_set = 1, i++;
-        } else if (strcmp(a, "--patience") == 0 && v) {
-            if (num_arg(a, v, 1e15, 1, &x) < 0)
-                return 2;
-            opts.patience = (long)x, i++;
+            *cnt->dst = (long)x, i++;
+            if (cnt->set)
+                *cnt->set = 1;
         } else if (strcmp(a, "--pipe") == 0 && v) {
             if (num_arg(a, v, XP_CHUNKS_MAX, 1, &x) < 0 || x < 1) {
                 if (x < 1)
@@ -208,8 +230,7 @@ int main(int argc, char **argv)
         if (r == 0 && pipe)
             r = xp_sim_run(best, t, &s, NULL, &err);
         if (r < 0) {
-            fprintf(stderr, "%s: %s\n", file, err.msg);
-            rc = exit_status(err.code);
+            rc = fail_file(file, &err);
             goto done;
         }
         xp_program_print(best, stdout, NULL, NULL);
@@ -223,8 +244,7 @@ int main(int argc, char **argv)
     if (is_bound) {
         xp_bound b;
         if (xp_bound_compute(p, t, &b, &err) < 0) {
-            fprintf(stderr, "%s: %s\n", file, err.msg);
-            rc = exit_status(err.code);
+            rc = fail_file(file, &err);
             goto done;
         }
         xp_bound_print(&b, stdout);
@@ -233,8 +253,7 @@ int main(int argc, char **argv)
     }
     if (is_check || is_sim) {
         if (xp_program_validate(p, &w, &err) < 0) {
-            fprintf(stderr, "%s: %s\n", file, err.msg);
-            rc = exit_status(err.code);
+            rc = fail_file(file, &err);
             goto done;
         }
         if (is_check) {
@@ -255,8 +274,7 @@ int main(int argc, char **argv)
         xp_timeline *tl = NULL;
         double s;
         if (xp_sim_run(w, t, &s, &tl, &err) < 0) {
-            fprintf(stderr, "%s: %s\n", file, err.msg);
-            rc = exit_status(err.code);
+            rc = fail_file(file, &err);
             goto done;
         }
         if (!quiet)
@@ -270,8 +288,7 @@ int main(int argc, char **argv)
     }
     xp_search_stats st;
     if (xp_search(p, t, &opts, &best, &st, &err) < 0) {
-        fprintf(stderr, "%s: %s\n", file, err.msg);
-        rc = exit_status(err.code);
+        rc = fail_file(file, &err);
         goto done;
     }
     xp_program_print(best, stdout, NULL, NULL);

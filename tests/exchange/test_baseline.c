@@ -16,24 +16,7 @@
 #include "exchange/xp_bound.h"
 #include "exchange/xp_search.h"
 #include "exchange/xp_sim.h"
-
-static xp_program *parse_ok(const char *text)
-{
-    xp_program *p = NULL;
-    ein_error err = {0};
-    if (xp_program_parse(text, "t.xp", &p, &err) != 0)
-        fail_msg("parse failed: %s\n%s", err.msg, text);
-    return p;
-}
-
-static xp_topology *topo(const char *name)
-{
-    xp_topology *t = NULL;
-    ein_error err = {0};
-    if (xp_topo_load(name, &t, &err) != 0)
-        fail_msg("topology %s: %s", name, err.msg);
-    return t;
-}
+#include "tests/exchange/xp_testutil.h"
 
 /* Collectives over n GPUs, S bytes per GPU (text). */
 static char *collective(const char *kind, int n, const char *size)
@@ -123,10 +106,10 @@ static void test_collectives(void **state)
     static const char *kinds[] = {"allreduce", "reducescatter", "allgather", "alltoall"};
     static const char *machines[] = {"dgx-a100", "dgx-v100", "host"};
     for (int m = 0; m < 3; m++) {
-        xp_topology *t = topo(machines[m]);
+        xp_topology *t = xt_topo(machines[m], -1);
         for (int k = 0; k < 4; k++)
             for (int n = 2; n <= 8; n += 3) {
-                xp_program *p = parse_ok(collective(kinds[k], n, "64 MB"));
+                xp_program *p = xt_parse(collective(kinds[k], n, "64 MB"));
                 check_all(p, t, kinds[k]);
                 xp_program_free(p);
             }
@@ -139,8 +122,8 @@ static void test_collectives(void **state)
 static void test_other_preambles(void **state)
 {
     (void)state;
-    xp_topology *t = topo("dgx-v100");
-    xp_program *pre = parse_ok("GPUS: 0, 1, 2, 3, 4, 5, 6, 7\nPARTITIONS: G1 {size 4} G2 {size 4}\n"
+    xp_topology *t = xt_topo("dgx-v100", -1);
+    xp_program *pre = xt_parse("GPUS: 0, 1, 2, 3, 4, 5, 6, 7\nPARTITIONS: G1 {size 4} G2 {size 4}\n"
                                "IN: A @ 0; B @ 1; C @ 2; D @ 3; E @ 4; F @ 5; G @ 6; H @ 7\n"
                                "OUT: A+B+E+F @ G1; C+D+G+H @ G2\n");
     xp_program *naive = NULL;
@@ -175,8 +158,8 @@ static void test_other_preambles(void **state)
             n += snprintf(buf + n, sizeof buf - (size_t)n, " @ %u\n", d0);
         else
             n += snprintf(buf + n, sizeof buf - (size_t)n, " @ %u, %u\n", d0, d1);
-        xp_program *p = parse_ok(buf);
-        xp_topology *tt = topo(rep % 2 ? "dgx-v100" : "dgx-h100");
+        xp_program *p = xt_parse(buf);
+        xp_topology *tt = xt_topo(rep % 2 ? "dgx-v100" : "dgx-h100", -1);
         check_all(p, tt, buf);
         xp_topo_free(tt);
         xp_program_free(p);
@@ -192,8 +175,8 @@ static void test_ring_near_bound(void **state)
     (void)state;
     static const char *machines[] = {"dgx-a100", "dgx-v100"};
     for (int m = 0; m < 2; m++) {
-        xp_topology *t = topo(machines[m]);
-        xp_program *p = parse_ok(collective("allreduce", 8, "1 GB")), *q = NULL;
+        xp_topology *t = xt_topo(machines[m], -1);
+        xp_program *p = xt_parse(collective("allreduce", 8, "1 GB")), *q = NULL;
         ein_error err = {0};
         xp_bound b;
         double s;
@@ -207,7 +190,7 @@ static void test_ring_near_bound(void **state)
         FILE *f = open_memstream(&txt, &len);
         xp_program_print(q, f, NULL, NULL);
         fclose(f);
-        xp_program *r = parse_ok(txt);
+        xp_program *r = xt_parse(txt);
         assert_true(xp_program_equal(q, r));
         free(txt);
         xp_program_free(r);

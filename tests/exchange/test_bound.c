@@ -14,31 +14,12 @@
 #include "exchange/xp_bound.h"
 #include "exchange/xp_search.h"
 #include "exchange/xp_sim.h"
-
-static xp_program *parse_ok(const char *text)
-{
-    xp_program *p = NULL;
-    ein_error err = {0};
-    if (xp_program_parse(text, "t.xp", &p, &err) != 0)
-        fail_msg("parse failed: %s", err.msg);
-    return p;
-}
-
-static xp_topology *topo(const char *name, double latency)
-{
-    xp_topology *t = NULL;
-    ein_error err = {0};
-    if (xp_topo_load(name, &t, &err) != 0)
-        fail_msg("topology %s: %s", name, err.msg);
-    if (latency >= 0)
-        t->latency = latency;
-    return t;
-}
+#include "tests/exchange/xp_testutil.h"
 
 static double bound_ms(const char *text, const char *machine, double latency, xp_bound *out)
 {
-    xp_program *p = parse_ok(text);
-    xp_topology *t = topo(machine, latency);
+    xp_program *p = xt_parse(text);
+    xp_topology *t = xt_topo(machine, latency);
     xp_bound b;
     ein_error err = {0};
     if (xp_bound_compute(p, t, &b, &err) != 0)
@@ -99,7 +80,7 @@ static void test_simple(void **state)
     ein_error err = {0};
     assert_int_equal(xp_topo_parse("gpus 3\nhbm 100 GB/s\nport 450 GB/s\nrest direct\n",
                                    "h.topo", &t, &err), 0);
-    xp_program *p = parse_ok("IN: A @ 0; B @ 1\nOUT: A @ 1; B @ 2\n");
+    xp_program *p = xt_parse("IN: A @ 0; B @ 1\nOUT: A @ 1; B @ 2\n");
     assert_int_equal(xp_bound_compute(p, t, &b, &err), 0);
     near(b.seconds, 2e9 / 100e9);
     xp_program_free(p);
@@ -151,13 +132,13 @@ static void test_sound(void **state)
 {
     (void)state;
     static const char *machines[] = {"dgx-v100", "dgx-a100", "dgx-h100", "host"};
-    xp_program *ex53 = parse_ok("GPUS: 0, 1, 2, 3, 4, 5, 6, 7\n"
+    xp_program *ex53 = xt_parse("GPUS: 0, 1, 2, 3, 4, 5, 6, 7\n"
                                 "PARTITIONS: G1 {size 4} G2 {size 4}\n"
                                 "IN: A @ 0; B @ 1; C @ 2; D @ 3; E @ 4; F @ 5; G @ 6; H @ 7\n"
                                 "OUT: A+B+E+F @ G1; C+D+G+H @ G2\n");
-    xp_program *ar = parse_ok(ALLREDUCE8);
+    xp_program *ar = xt_parse(ALLREDUCE8);
     for (int m = 0; m < 4; m++) {
-        xp_topology *t = topo(machines[m], -1);
+        xp_topology *t = xt_topo(machines[m], -1);
         check_sound(ex53, t, 300, 1);
         check_sound(ar, t, 300, 1);
         xp_topo_free(t);
@@ -193,7 +174,7 @@ static void test_sound(void **state)
         ein_error err = {0};
         if (xp_program_parse(buf, "r.xp", &p, &err) != 0)
             continue; /* a repeated OUT site: skip */
-        xp_topology *t = topo(machines[rep % 4], -1);
+        xp_topology *t = xt_topo(machines[rep % 4], -1);
         check_sound(p, t, 100, (uint64_t)rep);
         xp_topo_free(t);
         xp_program_free(p);

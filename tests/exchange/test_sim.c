@@ -13,39 +13,16 @@
 #include "exchange/xp_program.h"
 #include "exchange/xp_sim.h"
 #include "exchange/xp_topo.h"
+#include "tests/exchange/xp_testutil.h"
 
-static xp_program *parse_ok(const char *text)
-{
-    xp_program *p = NULL;
-    ein_error err = {0};
-    if (xp_program_parse(text, "t.xp", &p, &err) != 0)
-        fail_msg("parse failed: %s", err.msg);
-    return p;
-}
-
-/* A built-in machine with its per-action latency (alpha). */
-static xp_topology *topo_alpha(const char *name)
-{
-    xp_topology *t = NULL;
-    ein_error err = {0};
-    if (xp_topo_load(name, &t, &err) != 0)
-        fail_msg("topology %s: %s", name, err.msg);
-    return t;
-}
-
-/* The same machine with alpha = 0: the paper's bandwidth-only model, which
- * the exact figures below (and Examples 5.1-5.3) are computed in. */
-static xp_topology *topo(const char *name)
-{
-    xp_topology *t = topo_alpha(name);
-    t->latency = 0;
-    return t;
-}
+/* xt_topo(name, 0): the machine with alpha = 0, the paper's bandwidth-only
+ * model, which the exact figures below (and Examples 5.1-5.3) are
+ * computed in; xt_topo(name, -1) keeps its per-action latency. */
 
 static double sim_ms(const char *text, const char *machine, xp_timeline **tl)
 {
-    xp_program *p = parse_ok(text), *w = NULL;
-    xp_topology *t = topo(machine);
+    xp_program *p = xt_parse(text), *w = NULL;
+    xp_topology *t = xt_topo(machine, 0);
     ein_error err = {0};
     double s = 0;
     if (xp_program_validate(p, &w, &err) != 0)
@@ -71,7 +48,7 @@ static void test_builtins(void **state)
         {"dgx-a100", 8}, {"dgx-h100", 8}, {"hgx-h200", 8},
         {"dgx-v100", 8}, {"gb200-nvl72", 72}, {"host", 8}};
     for (size_t i = 0; i < sizeof m / sizeof *m; i++) {
-        xp_topology *t = topo(m[i].name);
+        xp_topology *t = xt_topo(m[i].name, 0);
         assert_int_equal(t->ngpus, m[i].ngpus);
         assert_string_equal(t->name, m[i].name);
         xp_topo_free(t);
@@ -112,7 +89,7 @@ static void test_builtin_files(void **state)
 static void test_v100_adjacency(void **state)
 {
     (void)state;
-    xp_topology *t = topo("dgx-v100");
+    xp_topology *t = xt_topo("dgx-v100", 0);
     int dbl = 0, sgl = 0, none = 0;
     for (int a = 0; a < 8; a++) {
         double links = 0;
@@ -178,7 +155,7 @@ static void test_topology_file_errors(void **state)
     xp_topology *t = NULL;
     ein_error err = {0};
     assert_int_equal(xp_topo_parse("gpus 2\nhbm 1 TB/s\nrest none\n", "x", &t, &err), 0);
-    xp_program *p = parse_ok("IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1\n");
+    xp_program *p = xt_parse("IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1\n");
     double s;
     assert_true(xp_sim_run(p, t, &s, NULL, &err) < 0);
     assert_non_null(strstr(err.msg, "not connected"));
@@ -229,7 +206,7 @@ static void test_example_5_3(void **state)
                        "A+B+E+F @ G1; C+D+G+H @ G2\n",
                        "dgx-v100", &tl);
     assert_within(ms, 67, 0.02);
-    xp_topology *t = topo("dgx-v100");
+    xp_topology *t = xt_topo("dgx-v100", 0);
     int pcie = 3 * 8 + 64;
     int nx = 0;
     for (int s = 0; s < tl->nspan; s++) {
@@ -326,15 +303,15 @@ static void test_aggregation(void **state)
 static void test_invalid_refused(void **state)
 {
     (void)state;
-    xp_program *p = parse_ok("IN: A @ 0; B @ 1\nOUT: A+B @ 0\nA+B @ 0\n");
-    xp_topology *t = topo("dgx-h100");
+    xp_program *p = xt_parse("IN: A @ 0; B @ 1\nOUT: A+B @ 0\nA+B @ 0\n");
+    xp_topology *t = xt_topo("dgx-h100", 0);
     ein_error err = {0};
     double s = -1;
     assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), EIN_EINVAL);
     assert_non_null(strstr(err.msg, "never enabled"));
     assert_true(s == -1);
     xp_program_free(p);
-    p = parse_ok("GPUS: 0, 1\nPARTITIONS: G {size 2}\nIN: A @ 0\nOUT: A @ G\nA @ 0 -> 1\n");
+    p = xt_parse("GPUS: 0, 1\nPARTITIONS: G {size 2}\nIN: A @ 0\nOUT: A @ G\nA @ 0 -> 1\n");
     assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), EIN_EINVAL);
     assert_non_null(strstr(err.msg, "resolve"));
     xp_program_free(p);
@@ -344,8 +321,8 @@ static void test_invalid_refused(void **state)
 static void test_trace_json(void **state)
 {
     (void)state;
-    xp_program *p = parse_ok(EX51);
-    xp_topology *t = topo("dgx-h100");
+    xp_program *p = xt_parse(EX51);
+    xp_topology *t = xt_topo("dgx-h100", 0);
     xp_timeline *tl = NULL;
     ein_error err = {0};
     double s;
@@ -432,7 +409,7 @@ static void test_format_round_trip(void **state)
         xp_topo_free(u);
     }
     /* The host machine, as einrun prints it. */
-    xp_topology *t = topo_alpha("host");
+    xp_topology *t = xt_topo("host", -1);
     char *out = NULL;
     assert_int_equal(xp_topo_format(t, &out, NULL), 0);
     assert_string_equal(out, "name host\ngpus 8\nhbm 20 GB/s\npeak 80 GFLOP/s\nport 20 GB/s\n"
@@ -458,8 +435,8 @@ static void test_format_round_trip(void **state)
 static void test_latency(void **state)
 {
     (void)state;
-    xp_program *p = parse_ok("IN: A @ 0\nOUT: A @ 5\nA @ 0 -> 4 -> 5\n");
-    xp_topology *t = topo_alpha("dgx-v100");
+    xp_program *p = xt_parse("IN: A @ 0\nOUT: A @ 5\nA @ 0 -> 4 -> 5\n");
+    xp_topology *t = xt_topo("dgx-v100", -1);
     ein_error err = {0};
     double s = 0;
     assert_within(t->latency, 10e-6, 1e-12);
@@ -468,8 +445,8 @@ static void test_latency(void **state)
     xp_program_free(p);
     xp_topo_free(t);
     /* Ex. 5.1 on the H100 (6 us): one hop, then the local aggregation. */
-    p = parse_ok(EX51);
-    t = topo_alpha("dgx-h100");
+    p = xt_parse(EX51);
+    t = xt_topo("dgx-h100", -1);
     assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
     assert_within(s * 1e3, (1e9 / 450e9 + 3e9 / 3.35e12 + 6e-6) * 1e3, 1e-9);
     t->latency = 0;
@@ -480,7 +457,7 @@ static void test_latency(void **state)
     /* Many small pieces pay alpha each: 1 KB in 4 sequential relays. */
     assert_int_equal(xp_topo_parse("gpus 3\nhbm 1 TB/s\nport 1 TB/s\nrest direct\n"
                                    "latency 1 ms\n", "a.topo", &t, &err), 0);
-    p = parse_ok("IN: A @ 0 (size: 1 KB)\nOUT: A @ 2\nA @ 0 -> 1 -> 2\n");
+    p = xt_parse("IN: A @ 0 (size: 1 KB)\nOUT: A @ 2\nA @ 0 -> 1 -> 2\n");
     assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
     assert_within(s * 1e3, 2 + 2 * 1e3 / 1e12 * 1e3, 1e-9);
     xp_program_free(p);
@@ -503,12 +480,12 @@ static void test_hbm_both_ends(void **state)
     assert_int_equal(xp_topo_parse("gpus 3\nhbm 100 GB/s\nport 450 GB/s\nrest direct\n",
                                    "h.topo", &t, &err), 0);
     /* HBM, not the port, limits one copy: 1 GB at 100 GB/s. */
-    xp_program *p = parse_ok("IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1\n");
+    xp_program *p = xt_parse("IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1\n");
     assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
     assert_within(s * 1e3, 10, 1e-9);
     xp_program_free(p);
     /* A swap: each GPU reads one copy and writes the other, 50 GB/s each. */
-    p = parse_ok("IN: A @ 0; B @ 1\nOUT: A @ 1; B @ 0\nA @ 0 -> 1; B @ 1 -> 0\n");
+    p = xt_parse("IN: A @ 0; B @ 1\nOUT: A @ 1; B @ 0\nA @ 0 -> 1; B @ 1 -> 0\n");
     assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
     assert_within(s * 1e3, 20, 1e-9);
     xp_program_free(p);
@@ -535,8 +512,8 @@ static void test_chunks(void **state)
     assert_within(ms, 40 + 20.0 / 64, 1e-9);
     /* ... but each chunk-hop pays alpha: with 10 us, 64 chunks cost
      * 64 x 10 us more on the slow hop. */
-    xp_program *p = parse_ok("IN: A @ 0\nOUT: A @ 5\nA [*/64] @ 0 -> 4 -> 5\n");
-    xp_topology *t = topo_alpha("dgx-v100");
+    xp_program *p = xt_parse("IN: A @ 0\nOUT: A @ 5\nA [*/64] @ 0 -> 4 -> 5\n");
+    xp_topology *t = xt_topo("dgx-v100", -1);
     ein_error err = {0};
     double s = 0;
     assert_int_equal(xp_sim_run(p, t, &s, NULL, &err), 0);
