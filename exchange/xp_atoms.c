@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_vec.h"
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -78,14 +80,9 @@ int xp_atoms_overlay(const ein_box *have, int nhave, const ein_box *need, int nn
             for (int i = 0; i < nout && !dup; i++)
                 dup = ein_box_equal(&out[i], &cell);
             if (!dup) {
-                if (nout == cap) {
-                    cap = cap ? 2 * cap : 64;
-                    ein_box *no = realloc(out, sizeof *out * (size_t)cap);
-                    if (!no) {
-                        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-                        goto done;
-                    }
-                    out = no;
+                if (ein_vec_reserve(&out, &cap, (int64_t)nout + 1, sizeof *out) < 0) {
+                    rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+                    goto done;
                 }
                 out[nout++] = cell;
             }

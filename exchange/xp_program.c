@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_vec.h"
+
 xp_program *xp_program_new(int ngpus, int nin)
 {
     xp_program *p = calloc(1, sizeof *p);
@@ -172,16 +174,10 @@ int xp_program_set_name(xp_program *p, int in, const char *name, ein_error *err)
     return 0;
 }
 
-#define GROW(arr, n, cap)                                                   \
-    do {                                                                    \
-        if ((n) == (cap)) {                                                 \
-            int ncap_ = (cap) ? 2 * (cap) : 16;                             \
-            void *np_ = realloc((arr), sizeof *(arr) * (size_t)ncap_);      \
-            if (!np_)                                                       \
-                return ein_fail(err, EIN_ENOMEM, "out of memory");         \
-            (arr) = np_;                                                    \
-            (cap) = ncap_;                                                  \
-        }                                                                   \
+#define GROW(arr, n, cap)                                                        \
+    do {                                                                         \
+        if (ein_vec_reserve(&(arr), &(cap), (int64_t)(n) + 1, sizeof *(arr)) < 0) \
+            return ein_fail(err, EIN_ENOMEM, "out of memory");                   \
     } while (0)
 
 static int out_push(xp_program *p, const xp_word *set, int site, int part, int slot,

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/ein_json.h"
+#include "common/ein_vec.h"
 
 /* A flow crosses at most 6 resources: hbm(from), the route (at most 4),
  * hbm(to). A latency wait (kind FLOW_WAIT) crosses none: its `rem` is
@@ -137,14 +138,8 @@ static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
     if (e && held_covers(e, lo, hi))
         return 0;
     if (!e) {
-        if (h->n == h->cap) {
-            int cap = h->cap ? 2 * h->cap : 16;
-            held_set *ne = realloc(h->e, sizeof *ne * (size_t)cap);
-            if (!ne)
-                return ein_fail(S->err, EIN_ENOMEM, "out of memory");
-            h->e = ne;
-            h->cap = cap;
-        }
+        if (ein_vec_reserve(&h->e, &h->cap, (int64_t)h->n + 1, sizeof *h->e) < 0)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
         e = &h->e[h->n++];
         memset(e, 0, sizeof *e);
         e->set = x;
@@ -179,14 +174,8 @@ static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
         }
     }
     e->n = w + 1;
-    if (h->nnew == h->capnew) {
-        int cap = h->capnew ? 2 * h->capnew : 8;
-        held_new *nn = realloc(h->nw, sizeof *nn * (size_t)cap);
-        if (!nn)
-            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
-        h->nw = nn;
-        h->capnew = cap;
-    }
+    if (ein_vec_reserve(&h->nw, &h->capnew, (int64_t)h->nnew + 1, sizeof *h->nw) < 0)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory");
     h->nw[h->nnew++] = (held_new){.set = x, .fw = fw, .lw = lw, .lo = lo, .hi = hi};
     S->dirty[site] = 1;
     return 0;
@@ -217,14 +206,8 @@ static int span_add(sim *S, const xp_span *sp)
     xp_timeline *tl = S->tl;
     if (!tl)
         return -1;
-    if (tl->nspan == tl->cap) {
-        int cap = tl->cap ? 2 * tl->cap : 64;
-        xp_span *ns = realloc(tl->span, sizeof *ns * (size_t)cap);
-        if (!ns)
-            return -1;
-        tl->span = ns;
-        tl->cap = cap;
-    }
+    if (ein_vec_reserve(&tl->span, &tl->cap, (int64_t)tl->nspan + 1, sizeof *tl->span) < 0)
+        return -1;
     tl->span[tl->nspan] = *sp;
     return tl->nspan++;
 }
@@ -234,14 +217,8 @@ static int span_add(sim *S, const xp_span *sp)
 static int flow_add(sim *S, int act, int kind, int from, int to, double bytes, int pieces,
                     const int *res, int nres, int nspan)
 {
-    if (S->nfl == S->capfl) {
-        int cap = S->capfl ? 2 * S->capfl : 32;
-        flow *nf = realloc(S->fl, sizeof *nf * (size_t)cap);
-        if (!nf)
-            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
-        S->fl = nf;
-        S->capfl = cap;
-    }
+    if (ein_vec_reserve(&S->fl, &S->capfl, (int64_t)S->nfl + 1, sizeof *S->fl) < 0)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory");
     flow *f = &S->fl[S->nfl++];
     memset(f, 0, sizeof *f);
     f->act = act;
