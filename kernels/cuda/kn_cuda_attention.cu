@@ -29,7 +29,7 @@ using namespace nvcuda;
 /* ---- fallback: one warp per query row ---- */
 
 template <typename T>
-__global__ void kn_cu_att_warp(kn_cu_aseqs seqs, kn_cu_ageom g, const T *q, const T *k,
+__global__ void kn_cu_att_warp(kn_cu_seqs seqs, kn_cu_ageom g, const T *q, const T *k,
                                const T *v, T *out)
 {
     int lane = threadIdx.x & 31;
@@ -37,7 +37,7 @@ __global__ void kn_cu_att_warp(kn_cu_aseqs seqs, kn_cu_ageom g, const T *q, cons
          row < g.hq * g.tq; row += (int64_t)gridDim.x * (blockDim.x / 32)) {
         int64_t h = row / g.tq, t = g.t0 + row % g.tq;
         float acc[KN_CU_ATT_NPL], m, l;
-        kn_cu_att_row(g, q + row * g.d, k, v, h / g.group, kn_cu_astart(seqs, t), t + 1, lane,
+        kn_cu_att_row(g, q + row * g.d, k, v, h / g.group, kn_cu_seq_start(seqs, t), t + 1, lane,
                       acc, &m, &l);
         T *orow = out + row * g.d;
         for (int j = 0; j < KN_CU_ATT_NPL; j++) {
@@ -71,7 +71,7 @@ template <int D> struct kn_fa_layout {
 
 template <typename T, int D>
 __global__ void __launch_bounds__(KN_FA_WARPS * 32)
-kn_cu_att_fa(kn_cu_aseqs seqs, kn_cu_ageom g, const T *q, const T *k, const T *v, T *out)
+kn_cu_att_fa(kn_cu_seqs seqs, kn_cu_ageom g, const T *q, const T *k, const T *v, T *out)
 {
     typedef kn_fa_layout<D> L;
     extern __shared__ __align__(16) unsigned char kn_fa_smem[];
@@ -98,7 +98,7 @@ kn_cu_att_fa(kn_cu_aseqs seqs, kn_cu_ageom g, const T *q, const T *k, const T *v
     for (int i = tid; i < KN_FA_BQ; i += blockDim.x) {
         Ms[i] = -INFINITY;
         Ls[i] = 0.0f;
-        Rs[i] = kn_cu_astart(seqs, qs + (i < nq ? i : nq - 1));
+        Rs[i] = kn_cu_seq_start(seqs, qs + (i < nq ? i : nq - 1));
     }
     __syncthreads();
 
@@ -241,7 +241,7 @@ extern "C" int kn_cuda_attention_prepare(ein_error *err)
 }
 
 template <typename T, int D>
-static int kn_cu_att_fa_launch(const kn_cu_aseqs &seqs, const kn_cu_ageom &g, const kn_block *q,
+static int kn_cu_att_fa_launch(const kn_cu_seqs &seqs, const kn_cu_ageom &g, const kn_block *q,
                                const kn_block *k, const kn_block *v, kn_block *out,
                                cudaStream_t s, ein_error *err)
 {
@@ -264,8 +264,8 @@ extern "C" int kn_cuda_attention(int64_t group, const int64_t *seq_ends, int nse
     if ((rc = kn_cu_blk(what, "q", q, 3, err)) < 0 || (rc = kn_cu_blk(what, "k", k, 3, err)) < 0 ||
         (rc = kn_cu_blk(what, "v", v, 3, err)) < 0 || (rc = kn_cu_blk(what, "out", out, 3, err)) < 0)
         return rc;
-    kn_cu_aseqs seqs;
-    if ((rc = kn_cu_aseqs_make(what, seq_ends, nseq, &seqs, err)) < 0)
+    kn_cu_seqs seqs;
+    if ((rc = kn_cu_seqs_make(what, seq_ends, nseq, &seqs, err)) < 0)
         return rc;
     if (group < 1)
         return kn_cu_fail(err, EIN_EINVAL, "%s: group is not positive", what);

@@ -1,22 +1,15 @@
 /* kernels/cuda/kn_cuda_attn.cuh — what causal attention (kn_cuda_attention.cu)
- * and its key-block partial (kn_cuda_attn_partial.cu) share: the sequence
- * list and block geometry handed to the kernels, the host checks that build
- * them, and the warp-per-query-row online softmax (not a public header).
+ * and its key-block partial (kn_cuda_attn_partial.cu) share: the block
+ * geometry handed to the kernels and the warp-per-query-row online softmax
+ * (not a public header; the sequence list is kn_cuda_common.cuh's).
  *
- * Host helpers return 0 or a negative code with err filled (kn_cu_fail);
- * they write only their output argument. Device code has no failure. */
+ * Nothing here fails or allocates. */
 #ifndef KN_CUDA_ATTN_CUH
 #define KN_CUDA_ATTN_CUH
 
 #include "kernels/cuda/kn_cuda_common.cuh"
 
 #include <math.h>
-
-/* The packed sequences' ends (ascending), by value into a launch. */
-struct kn_cu_aseqs {
-    int n;
-    int64_t end[KN_CUDA_MAX_SEQ];
-};
 
 /* Where the blocks are: q/out [hq, tq, d] from token t0, k/v [hk, tk, d]
  * from token u0 (local head indices); q head h reads kv head h / group. */
@@ -26,15 +19,6 @@ struct kn_cu_ageom {
 };
 
 #define KN_CU_ATT_NPL 8 /* head-dim elements per lane of the warp paths: d <= 256 */
-
-/* The first token of t's sequence. */
-__device__ __forceinline__ int64_t kn_cu_astart(const kn_cu_aseqs &s, int64_t t)
-{
-    int64_t st = 0;
-    for (int i = 0; i < s.n; i++)
-        st = s.end[i] <= t ? s.end[i] : st;
-    return st;
-}
 
 /* One warp, one query row: the online softmax of the scaled row qr against
  * keys [a, b) of kv head kh (absolute token numbers inside [u0, u0 + tk)).
@@ -74,25 +58,6 @@ __device__ __forceinline__ void kn_cu_att_row(const kn_cu_ageom &g, const T *qr,
     }
     *m = mm;
     *l = ll;
-}
-
-/* Checks the sequence list (nseq ends, ascending, at most KN_CUDA_MAX_SEQ)
- * and copies it into *s. */
-static inline int kn_cu_aseqs_make(const char *what, const int64_t *seq_ends, int nseq,
-                                   kn_cu_aseqs *s, ein_error *err)
-{
-    if (nseq < 0 || (nseq > 0 && !seq_ends))
-        return kn_cu_fail(err, EIN_EINVAL, "%s: bad sequence list", what);
-    if (nseq > KN_CUDA_MAX_SEQ)
-        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: %d sequences (at most %d)", what, nseq,
-                          KN_CUDA_MAX_SEQ);
-    s->n = nseq;
-    for (int i = 0; i < nseq; i++) {
-        if (seq_ends[i] <= (i > 0 ? seq_ends[i - 1] : 0))
-            return kn_cu_fail(err, EIN_EINVAL, "%s: sequence ends are not ascending", what);
-        s->end[i] = seq_ends[i];
-    }
-    return 0;
 }
 
 /* The geometry of blocks q and k (boxes already checked to fit). */

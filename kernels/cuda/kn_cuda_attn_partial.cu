@@ -17,14 +17,14 @@
 #include <string.h>
 
 template <typename T>
-__global__ void kn_cu_att_part(kn_cu_aseqs seqs, kn_cu_ageom g, const T *q, const T *k,
+__global__ void kn_cu_att_part(kn_cu_seqs seqs, kn_cu_ageom g, const T *q, const T *k,
                                const T *v, float *out)
 {
     int lane = threadIdx.x & 31;
     for (int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
          row < g.hq * g.tq; row += (int64_t)gridDim.x * (blockDim.x / 32)) {
         int64_t h = row / g.tq, t = g.t0 + row % g.tq;
-        int64_t a = kn_cu_astart(seqs, t), b = t + 1;
+        int64_t a = kn_cu_seq_start(seqs, t), b = t + 1;
         a = a > g.u0 ? a : g.u0;
         b = b < g.u0 + g.tk ? b : g.u0 + g.tk;
         float acc[KN_CU_ATT_NPL], m, l;
@@ -97,8 +97,8 @@ extern "C" int kn_cuda_attention_partial(int64_t group, const int64_t *seq_ends,
         return rc;
     if (!k != !v)
         return kn_cu_fail(err, EIN_EINVAL, "%s: k and v must both be given or both be NULL", what);
-    kn_cu_aseqs seqs;
-    if ((rc = kn_cu_aseqs_make(what, seq_ends, nseq, &seqs, err)) < 0)
+    kn_cu_seqs seqs;
+    if ((rc = kn_cu_seqs_make(what, seq_ends, nseq, &seqs, err)) < 0)
         return rc;
     ein_box want = q->box;
     want.hi[2] += 1;

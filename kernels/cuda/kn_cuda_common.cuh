@@ -189,6 +189,38 @@ __device__ __forceinline__ void kn_cu_offsets_i(const kn_cu_walk &w, I i, I *a, 
 #define KN_CU_MAX32 ((int64_t)0x7fffffff)
 static inline int kn_cu_fits32(int64_t v) { return v >= 0 && v <= KN_CU_MAX32; }
 
+/* Packed sequences' ends (ascending), by value into a launch (rope,
+ * attention); kn_cu_seq_start(s, t) is the first token of t's sequence. */
+struct kn_cu_seqs {
+    int n;
+    int64_t end[KN_CUDA_MAX_SEQ];
+};
+
+__device__ __forceinline__ int64_t kn_cu_seq_start(const kn_cu_seqs &s, int64_t t)
+{
+    int64_t st = 0;
+    for (int i = 0; i < s.n; i++)
+        st = s.end[i] <= t ? s.end[i] : st;
+    return st;
+}
+
+/* Checks a sequence list (n ascending ends, at most KN_CUDA_MAX_SEQ) and
+ * copies it into *s: 0, or EIN_EINVAL / EIN_EUNSUPPORTED with err filled. */
+static inline int kn_cu_seqs_make(const char *what, const int64_t *ends, int n, kn_cu_seqs *s,
+                           ein_error *err)
+{
+    if (n < 0 || n > KN_CUDA_MAX_SEQ || (n > 0 && !ends))
+        return kn_cu_fail(err, n > KN_CUDA_MAX_SEQ ? EIN_EUNSUPPORTED : EIN_EINVAL,
+                          "%s: %d sequence ends (at most %d)", what, n, KN_CUDA_MAX_SEQ);
+    s->n = n;
+    for (int i = 0; i < n; i++) {
+        if (ends[i] <= (i > 0 ? ends[i - 1] : 0))
+            return kn_cu_fail(err, EIN_EINVAL, "%s: sequence ends are not ascending", what);
+        s->end[i] = ends[i];
+    }
+    return 0;
+}
+
 /* The flat vectorised paths move 16 bytes (one uint4) per step. */
 template <typename A, typename B> struct kn_cu_same { static const bool value = false; };
 template <typename A> struct kn_cu_same<A, A> { static const bool value = true; };

@@ -460,19 +460,6 @@ extern "C" int kn_cuda_layernorm(double eps, const kn_block *x, const kn_block *
 
 /* ---- rope -------------------------------------------------------------------- */
 
-struct kn_cu_seqs {
-    int n;
-    int64_t end[KN_CUDA_MAX_SEQ];
-};
-
-__device__ __forceinline__ int64_t kn_cu_seq_start(const kn_cu_seqs &s, int64_t t)
-{
-    int64_t st = 0;
-    for (int i = 0; i < s.n; i++)
-        st = s.end[i] <= t ? s.end[i] : st;
-    return st;
-}
-
 /* The frequency of each pair, theta^(-2j/head_dim), computed on the host
  * with the CPU kernel's expression (kn_rope.c), so the angles are the CPU's
  * bit for bit; passed by value (1 KiB), for head_dim up to 2 * this
@@ -507,21 +494,6 @@ __global__ void kn_cu_rope_k(kn_cu_seqs seqs, kn_cu_freqs fr, int64_t t0, int64_
         st(y, o, x0 * cs - x1 * sn);
         st(y, o1, x0 * sn + x1 * cs);
     }
-}
-
-static int kn_cu_seqs_make(const char *what, const int64_t *ends, int n, kn_cu_seqs *s,
-                           ein_error *err)
-{
-    if (n < 0 || n > KN_CUDA_MAX_SEQ || (n > 0 && !ends))
-        return kn_cu_fail(err, n > KN_CUDA_MAX_SEQ ? EIN_EUNSUPPORTED : EIN_EINVAL,
-                          "%s: %d sequence ends (at most %d)", what, n, KN_CUDA_MAX_SEQ);
-    s->n = n;
-    for (int i = 0; i < n; i++) {
-        if (ends[i] <= (i > 0 ? ends[i - 1] : 0))
-            return kn_cu_fail(err, EIN_EINVAL, "%s: sequence ends are not ascending", what);
-        s->end[i] = ends[i];
-    }
-    return 0;
 }
 
 extern "C" int kn_cuda_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nseq,
