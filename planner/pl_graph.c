@@ -31,7 +31,7 @@ void pl_graph_free(pl_graph *g)
     for (int i = 0; i < g->nnodes; i++)
         free(g->nodes[i].kernel.list);
     free(g->nodes);
-    free(g->index);
+    ein_nameidx_free(&g->index);
     free(g);
 }
 
@@ -71,33 +71,22 @@ const pl_node *pl_graph_node(const pl_graph *g, int id)
 
 /* ---- name index ---------------------------------------------------------- */
 
-static uint32_t name_hash(const char *s)
+static const char *node_name(const void *g, int id)
 {
-    uint32_t h = 2166136261u;           /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 16777619u;
-    return h;
+    return ((const pl_graph *)g)->nodes[id].name;
 }
 
 static int index_fresh(const pl_graph *g)
 {
-    return g->index && g->index_n == g->nnodes;
+    return g->index.slot && g->index.n == g->nnodes;
 }
 
 int pl_graph_find(const pl_graph *g, const char *name)
 {
     if (!g || !name)
         return -1;
-    if (index_fresh(g)) {
-        uint32_t mask = (uint32_t)g->index_cap - 1;
-        for (uint32_t i = name_hash(name) & mask;; i = (i + 1) & mask) {
-            int slot = g->index[i];
-            if (slot == 0)
-                return -1;
-            if (strcmp(g->nodes[slot - 1].name, name) == 0)
-                return slot - 1;
-        }
-    }
+    if (index_fresh(g))
+        return ein_nameidx_find(&g->index, name, node_name, g);
     /* Index missing or stale (graph built by hand): a linear scan is right. */
     for (int i = 0; i < g->nnodes; i++)
         if (strcmp(g->nodes[i].name, name) == 0)
@@ -105,32 +94,14 @@ int pl_graph_find(const pl_graph *g, const char *name)
     return -1;
 }
 
-static void index_put(pl_graph *g, int id)
-{
-    uint32_t mask = (uint32_t)g->index_cap - 1;
-    uint32_t i = name_hash(g->nodes[id].name) & mask;
-    while (g->index[i] != 0)
-        i = (i + 1) & mask;
-    g->index[i] = id + 1;
-}
-
-/* Make the index cover every node and leave room for one more at load <= 1/2. */
+/* Make the index cover every node (rebuilt when stale) with room for one
+ * more, so that adding it cannot fail. */
 static int index_reserve(pl_graph *g, ein_error *err)
 {
-    if (index_fresh(g) && (int64_t)(g->nnodes + 1) * 2 <= g->index_cap)
+    if (index_fresh(g) && (int64_t)(g->nnodes + 1) * 2 <= g->index.cap)
         return 0;
-    int cap = 64;
-    while (cap < (g->nnodes + 1) * 2)
-        cap *= 2;
-    int *idx = calloc((size_t)cap, sizeof *idx);
-    if (!idx)
+    if (ein_nameidx_rebuild(&g->index, g->nnodes, 1, node_name, g) < 0)
         return ein_fail(err, EIN_ENOMEM, "graph: out of memory for the name index");
-    free(g->index);
-    g->index = idx;
-    g->index_cap = cap;
-    for (int i = 0; i < g->nnodes; i++)
-        index_put(g, i);
-    g->index_n = g->nnodes;
     return 0;
 }
 
@@ -226,8 +197,9 @@ int pl_graph_append(pl_graph *g, const char *name, const pl_node *proto, ein_err
     n->saved = 0;
     n->line = n->col = 0;
     g->nnodes++;
-    index_put(g, id);
-    g->index_n = g->nnodes;
+    rc = ein_nameidx_add(&g->index, node_name, g);
+    assert(rc == 0); /* index_reserve left room: no allocation */
+    (void)rc;
     return id;
 }
 

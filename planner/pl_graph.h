@@ -18,6 +18,7 @@
 #include "common/ein_box.h"
 #include "common/ein_dtype.h"
 #include "common/ein_error.h"
+#include "common/ein_nameidx.h"
 #include "common/ein_program.h"
 
 /* The largest size of one dimension (2^40): far above any real tensor, and
@@ -57,12 +58,10 @@ typedef struct pl_node {
 typedef struct pl_graph {
     pl_node *nodes;
     int nnodes, cap;
-    /* Name index (private to pl_graph.c): open addressing, slot = id + 1,
-     * 0 = empty; covers nodes[0..index_n). Rebuilt when stale, so a graph
-     * zero-initialised or extended by hand still works; node names must not
-     * change once added. */
-    int *index;
-    int index_cap, index_n;
+    /* Name index (private to pl_graph.c; common/ein_nameidx.h), covering
+     * nodes[0..index.n). Rebuilt when stale, so a graph zero-initialised or
+     * extended by hand still works; node names must not change once added. */
+    ein_nameidx index;
 } pl_graph;
 
 /* Einsum subscripts split into letters, e.g. "bij,bjk->bik". */

@@ -52,10 +52,9 @@ typedef struct parser {
     int line;
     tok *toks;          /* the current line: at most one token per byte, then T_EOL */
     int ntok, pos;
-    dim_def *dims;      /* dims table with an open-addressing index (slot = i + 1) */
+    dim_def *dims;      /* dims table, indexed by name in dim_index */
     int ndims, capdims;
-    int *dim_index;
-    int dim_index_cap;
+    ein_nameidx dim_index; /* names -> dims[] (common/ein_nameidx.h) */
     ein_dtype dtype;    /* for later inputs, set by `dtype` */
     int64_t *seq_ends;  /* set by `seqs`, for later rope/attention */
     int nseq;
@@ -313,57 +312,27 @@ static int tok_name(parser *p, const tok *t, const char *what, char *buf)
     return 0;
 }
 
-static uint32_t str_hash(const char *s)
+static const char *dim_name(const void *p, int k)
 {
-    uint32_t h = 2166136261u;           /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 16777619u;
-    return h;
+    return ((const parser *)p)->dims[k].name;
 }
 
 static int dim_find(const parser *p, const char *name)
 {
-    if (!p->dim_index)
-        return -1;
-    uint32_t mask = (uint32_t)p->dim_index_cap - 1;
-    for (uint32_t i = str_hash(name) & mask;; i = (i + 1) & mask) {
-        int slot = p->dim_index[i];
-        if (slot == 0)
-            return -1;
-        if (strcmp(p->dims[slot - 1].name, name) == 0)
-            return slot - 1;
-    }
-}
-
-static void dim_index_put(parser *p, int k)
-{
-    uint32_t mask = (uint32_t)p->dim_index_cap - 1;
-    uint32_t i = str_hash(p->dims[k].name) & mask;
-    while (p->dim_index[i])
-        i = (i + 1) & mask;
-    p->dim_index[i] = k + 1;
+    return ein_nameidx_find(&p->dim_index, name, dim_name, p);
 }
 
 static int dim_add(parser *p, const char *name, int64_t size)
 {
     if (ein_vec_reserve(&p->dims, &p->capdims, (int64_t)p->ndims + 1, sizeof *p->dims) < 0)
         return ein_fail(p->err, EIN_ENOMEM, "%s: out of memory for dims", p->file);
-    if ((p->ndims + 1) * 2 > p->dim_index_cap) {   /* load stays <= 1/2 */
-        int cap = p->dim_index_cap ? p->dim_index_cap * 2 : 64;
-        int *idx = calloc((size_t)cap, sizeof *idx);
-        if (!idx)
-            return ein_fail(p->err, EIN_ENOMEM, "%s: out of memory for dims", p->file);
-        free(p->dim_index);
-        p->dim_index = idx;
-        p->dim_index_cap = cap;
-        for (int k = 0; k < p->ndims; k++)
-            dim_index_put(p, k);
-    }
     dim_def *d = &p->dims[p->ndims];
     snprintf(d->name, sizeof d->name, "%s", name);
     d->size = size;
     d->line = p->line;
-    dim_index_put(p, p->ndims++);
+    if (ein_nameidx_add(&p->dim_index, dim_name, p) < 0)
+        return ein_fail(p->err, EIN_ENOMEM, "%s: out of memory for dims", p->file);
+    p->ndims++;
     return 0;
 }
 
@@ -1065,7 +1034,7 @@ done:
     free(p->seq_ends);
     free(p->toks);
     free(p->dims);
-    free(p->dim_index);
+    ein_nameidx_free(&p->dim_index);
     free(p);
     return rc;
 }

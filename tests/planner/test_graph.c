@@ -406,7 +406,7 @@ static void test_stale_index(void **state)
     assert_int_equal(pl_graph_find(&g, "d"), 3);
     assert_int_equal(pl_graph_find(&g, "c"), 2);
     free(g.nodes);
-    free(g.index);
+    ein_nameidx_free(&g.index);
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
