@@ -1129,6 +1129,127 @@ static int adopt_start(xp_program *start, double start_cost, xp_program **naive,
     return 0;
 }
 
+/* The fastest valid structured starting program (variant 0 the same for
+ * every seed, the others from a stream derived from the seed, within
+ * STRUCT_WORK), with its cost in *cost_out; NULL (and INFINITY) if none. */
+static xp_program *best_structured(const xp_program *cur, const xp_topology *t, uint64_t seed,
+                                   double *cost_out)
+{
+    uint64_t srng = seed * 0x5851f42d4c957f2dULL + 0x14057b7ef767814fULL;
+    xp_program *start = NULL;
+    double start_cost = INFINITY;
+    long swork = 0;
+    for (int v = 0; v < STRUCT_VARIANTS && (v == 0 || swork < STRUCT_WORK); v++) {
+        xp_program *s = structured(cur, t, &srng, v);
+        double c = s ? cost(s, t) : INFINITY;
+        swork += s ? prog_work(s, t) : 1;
+        if (c < start_cost * (1 - 1e-9)) {
+            xp_program_free(start);
+            start = s;
+            start_cost = c;
+        } else {
+            xp_program_free(s);
+        }
+    }
+    *cost_out = start_cost;
+    return start;
+}
+
+/* Keep q as *best (freeing the one before) when it costs c < *best_cost;
+ * else free q. */
+static void keep_faster(xp_program *q, double c, xp_program **best, double *best_cost)
+{
+    if (c < *best_cost * (1 - 1e-9)) {
+        xp_program_free(*best);
+        *best = q;
+        *best_cost = c;
+    } else {
+        xp_program_free(q);
+    }
+}
+
+/* The fastest chunked start: the collective generators on cur's
+ * membership, each at the pipeline depth the simulator prefers (within
+ * CHUNK_KIND_WORK a generator), and multi-path routing of single-copy
+ * atoms; their work is added to st->work. NULL (and INFINITY) if none. */
+static xp_program *best_chunked(const xp_program *cur, const xp_topology *t,
+                                xp_search_stats *st, double *cost_out)
+{
+    xp_program *pre = strip(cur);
+    xp_program *cstart = NULL;
+    double cbest = INFINITY;
+    for (int k = XP_BASE_RING; pre && k <= XP_BASE_DIRECT; k++) {
+        double prev = INFINITY;
+        long kwork = 0;
+        for (int pipe = 1; pipe <= 64; pipe *= 2) {
+            xp_program *q = NULL;
+            if (xp_baseline_unchecked(pre, t, (xp_base_kind)k, pipe, &q, NULL) < 0)
+                break;
+            long w = prog_work(q, t);
+            if (pipe > 1 && kwork + w > CHUNK_KIND_WORK) {
+                xp_program_free(q); /* deeper: beyond this generator's share */
+                break;
+            }
+            kwork += w;
+            st->work += w;
+            double c = sim_cost(q, t);
+            keep_faster(q, c, &cstart, &cbest);
+            if (!(c < prev * (1 - 1e-9)))
+                break; /* deeper pipelines stopped helping */
+            if (pipe == 1 && c > 1.5 * cbest)
+                break; /* far behind: pipelining will not catch up */
+            prev = c;
+        }
+    }
+    /* Multi-path routing of single-copy atoms (link machines). */
+    long mwork = 0;
+    for (int k = 4; pre && k <= 16 && mwork < CHUNK_KIND_WORK; k *= 2) {
+        xp_program *q = NULL;
+        if (xp_multipath(pre, t, k, &q, NULL) < 0)
+            break;
+        mwork += prog_work(q, t);
+        st->work += prog_work(q, t);
+        keep_faster(q, sim_cost(q, t), &cstart, &cbest);
+    }
+    xp_program_free(pre);
+    *cost_out = cbest;
+    return cstart;
+}
+
+/* Clean-up pass: drop actions best does not need (at most one simulation
+ * per action within CLEANUP_WORK: bounded work, never cut by the cap). An
+ * action that alone delivers some OUT is needed: it is not tried. Returns
+ * the program kept (best itself or a smaller one; best is then freed). */
+static xp_program *cleanup_pass(xp_program *best, double *best_cost, const xp_topology *t)
+{
+    out_suppliers sup = {0};
+    int nsup_ok = !xp_program_chunked(best) && sup_build(&sup, best) == 0;
+    long cwork = 0;
+    for (int a = xp_program_chunked(best) ? -1 : best->nact - 1; a >= 0; a--) {
+        if (nsup_ok && sup_visit(&sup, best, a, 0))
+            continue;
+        if (cwork >= CLEANUP_WORK)
+            break;
+        cwork += prog_work(best, t);
+        xp_program *c = xp_program_copy(best);
+        if (!c)
+            break;
+        xp_program_remove_action(c, a);
+        double cc = cost(c, t);
+        if (cc <= *best_cost * (1 + 1e-12)) {
+            if (nsup_ok)
+                sup_visit(&sup, best, a, -1);
+            xp_program_free(best);
+            best = c;
+            *best_cost = cc;
+        } else {
+            xp_program_free(c);
+        }
+    }
+    sup_free(&sup);
+    return best;
+}
+
 int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_opts *o,
               xp_program **out, xp_search_stats *stats, ein_error *err)
 {
@@ -1169,22 +1290,8 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     /* Structured starting programs (variant 0 the same for every seed,
      * the others from a stream derived from the seed): the fastest valid
      * one, if faster than naive, is where the search starts and restarts. */
-    uint64_t srng = o->seed * 0x5851f42d4c957f2dULL + 0x14057b7ef767814fULL;
-    xp_program *start = NULL;
-    double start_cost = INFINITY;
-    long swork = 0;
-    for (int v = 0; v < STRUCT_VARIANTS && (v == 0 || swork < STRUCT_WORK); v++) {
-        xp_program *s = structured(cur, t, &srng, v);
-        double c = s ? cost(s, t) : INFINITY;
-        swork += s ? prog_work(s, t) : 1;
-        if (c < start_cost * (1 - 1e-9)) {
-            xp_program_free(start);
-            start = s;
-            start_cost = c;
-        } else {
-            xp_program_free(s);
-        }
-    }
+    double start_cost;
+    xp_program *start = best_structured(cur, t, o->seed, &start_cost);
     if (start && start_cost < best_cost * (1 - 1e-9)) {
         if ((rc = adopt_start(start, start_cost, &naive, &plain, &cur, &best, &best_cost,
                               err)) < 0)
@@ -1195,56 +1302,8 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     /* Chunked starts: the collective generators on this membership, each
      * at the pipeline depth the simulator prefers. */
     if (o->chunks && naive->nout <= 4096) {
-        xp_program *pre = strip(cur);
-        xp_program *cstart = NULL;
-        double cbest = INFINITY;
-        for (int k = XP_BASE_RING; pre && k <= XP_BASE_DIRECT; k++) {
-            double prev = INFINITY;
-            long kwork = 0;
-            for (int pipe = 1; pipe <= 64; pipe *= 2) {
-                xp_program *q = NULL;
-                if (xp_baseline_unchecked(pre, t, (xp_base_kind)k, pipe, &q, NULL) < 0)
-                    break;
-                long w = prog_work(q, t);
-                if (pipe > 1 && kwork + w > CHUNK_KIND_WORK) {
-                    xp_program_free(q); /* deeper: beyond this generator's share */
-                    break;
-                }
-                kwork += w;
-                st.work += w;
-                double c = sim_cost(q, t);
-                if (c < cbest * (1 - 1e-9)) {
-                    xp_program_free(cstart);
-                    cstart = q;
-                    cbest = c;
-                } else {
-                    xp_program_free(q);
-                }
-                if (!(c < prev * (1 - 1e-9)))
-                    break; /* deeper pipelines stopped helping */
-                if (pipe == 1 && c > 1.5 * cbest)
-                    break; /* far behind: pipelining will not catch up */
-                prev = c;
-            }
-        }
-        /* Multi-path routing of single-copy atoms (link machines). */
-        long mwork = 0;
-        for (int k = 4; pre && k <= 16 && mwork < CHUNK_KIND_WORK; k *= 2) {
-            xp_program *q = NULL;
-            if (xp_multipath(pre, t, k, &q, NULL) < 0)
-                break;
-            mwork += prog_work(q, t);
-            st.work += prog_work(q, t);
-            double c = sim_cost(q, t);
-            if (c < cbest * (1 - 1e-9)) {
-                xp_program_free(cstart);
-                cstart = q;
-                cbest = c;
-            } else {
-                xp_program_free(q);
-            }
-        }
-        xp_program_free(pre);
+        double cbest;
+        xp_program *cstart = best_chunked(cur, t, &st, &cbest);
         /* A faster chunked start is the best program so far, but the
          * local search goes on from the whole-atom start: its moves
          * rarely improve a pipelined collective, and on a whole-atom
@@ -1358,34 +1417,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     late = NULL;
     nlate_act = 0;
     free(late_buf);
-    /* Clean-up pass: drop actions the best program does not need (at most
-     * one simulation per action: bounded work, never cut by the cap). An
-     * action that alone delivers some OUT is needed: it is not tried. */
-    out_suppliers sup = {0};
-    int nsup_ok = !xp_program_chunked(best) && sup_build(&sup, best) == 0;
-    long cwork = 0;
-    for (int a = xp_program_chunked(best) ? -1 : best->nact - 1; a >= 0; a--) {
-        if (nsup_ok && sup_visit(&sup, best, a, 0))
-            continue;
-        if (cwork >= CLEANUP_WORK)
-            break;
-        cwork += prog_work(best, t);
-        xp_program *c = xp_program_copy(best);
-        if (!c)
-            break;
-        xp_program_remove_action(c, a);
-        double cc = cost(c, t);
-        if (cc <= best_cost * (1 + 1e-12)) {
-            if (nsup_ok)
-                sup_visit(&sup, best, a, -1);
-            xp_program_free(best);
-            best = c;
-            best_cost = cc;
-        } else {
-            xp_program_free(c);
-        }
-    }
-    sup_free(&sup);
+    best = cleanup_pass(best, &best_cost, t);
     st.best_s = best_cost;
     st.elapsed_ms = 1e3 * ein_now_s() - t0;
     if (stats)
