@@ -720,6 +720,179 @@ static int exchange_is_local(const xp_program *p)
     return 1;
 }
 
+/* The body of exchange X.p: synthesised on the topology (or reused from
+ * the cache) unless the exchange is local or the schedule is naive; then
+ * forced chunks (testing), the body hook, and the Def. 5.5 check. */
+static int choose_body(lw *L, xstate *X, int local, const pl_node *nd, const char *opname)
+{
+    int rc = 0;
+    if (L->o->topo && L->o->search && !local) {
+        /* Synthesise the body on the machine's topology; the result keeps
+         * the preamble's IN and OUT, so the lowering below is the same. */
+        uint64_t h = preamble_hash(X->p);
+        xp_search_stats ss = {0};
+        xp_program *synth = xcache_find(L, X->p, h, &ss.naive_s, &ss.best_s);
+        if (synth) {
+            L->st->nreused++;
+        } else {
+            if ((rc = xp_search(X->p, L->o->topo, &L->o->search_opts, &synth, &ss, L->err)) < 0) {
+                ein_error_prefix(L->err, "exchange of '%s' for '%s'", nd->name, opname);
+                return rc;
+            }
+            L->st->nsearched++;
+            xcache_put(L, X->p, h, synth, ss.naive_s, ss.best_s);
+        }
+        xp_program_free(X->p);
+        X->p = synth;
+        L->st->naive_s += ss.naive_s;
+        L->st->synth_s += ss.best_s;
+        L->st->search_steps += ss.steps;
+        L->st->search_ms += ss.elapsed_ms;
+        L->st->ncapped += ss.capped;
+    } else if ((rc = xp_naive_synthesize(X->p, L->err)) >= 0 && L->o->topo) {
+        double t = 0;
+        if ((rc = xp_sim_run(X->p, L->o->topo, &t, NULL, L->err)) >= 0) {
+            L->st->naive_s += t;
+            L->st->synth_s += t;
+        }
+    }
+    /* Forced chunks (testing): every whole action of a body that moves
+     * data becomes a stream of K chunks. */
+    for (int a = 0; rc >= 0 && !local && L->o->exchange_chunks > 1 && a < X->p->nact; a++)
+        if (X->p->act[a].nchunks == 1)
+            rc = xp_action_set_chunk(X->p, a, 0, L->o->exchange_chunks, L->o->exchange_chunks,
+                                     L->err);
+    if (rc >= 0 && L->o->body_hook)
+        rc = L->o->body_hook(L->o->body_ctx, nd->name, opname, &X->p, L->err);
+    if (rc < 0 || (rc = xp_program_check(X->p, L->err)) < 0) {
+        ein_error_prefix(L->err, "exchange of '%s' for '%s'", nd->name, opname);
+        return rc;
+    }
+    return 0;
+}
+
+/* Fire the actions of X->p in an order where each is enabled (the
+ * program is a set), emitting their copies and aggregations. */
+static int fire_all(lw *L, xstate *X, int u, const pl_node *nd, const char *opname)
+{
+    int rc = 0;
+    char *fired = NULL;
+    xp_word **cand = NULL;
+    int *cidx = NULL, *pick = NULL;
+    int cap = X->p->nin + X->p->nact * (L->ndev + 1) + 1;
+    fired = calloc((size_t)X->p->nact + 1, 1);
+    cand = malloc(sizeof *cand * (size_t)cap);
+    cidx = malloc(sizeof(int) * (size_t)cap);
+    pick = malloc(sizeof(int) * (size_t)cap);
+    if (!fired || !cand || !cidx || !pick) {
+        rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+        goto done;
+    }
+    int left = X->p->nact;
+    if ((rc = skip_dead(L, X, fired, &left, nd->name, opname)) < 0)
+        goto done;
+    for (int progress = 1; left > 0;) {
+        if (!progress) {
+            rc = ein_fail(L->err, EIN_EINVAL, "exchange of '%s': %d actions never enabled",
+                          nd->name, left);
+            goto done;
+        }
+        progress = 0;
+        for (int a = 0; a < X->p->nact; a++) {
+            const xp_action *ac = &X->p->act[a];
+            if (fired[a])
+                continue;
+            int64_t lo, hi;
+            chunk_rows(box_rows(&X->atoms[atom_of(X, ac->set)]), ac->chunk, ac->nchunks, &lo,
+                       &hi);
+            if (lo == hi) { /* a chunk of no rows: nothing to move */
+                fired[a] = 1;
+                left--;
+                progress = 1;
+                continue;
+            }
+            int nc = 0;
+            for (int k = 0; k < X->nh; k++) {
+                int sub = X->h[k].site == ac->src;
+                for (int w = 0; sub && w < X->p->nwords; w++)
+                    sub = !(X->h[k].set[w] & ~ac->set[w]);
+                if (sub && held_covers(&X->h[k], lo, hi)) {
+                    cand[nc] = X->h[k].set;
+                    cidx[nc++] = k;
+                }
+            }
+            int np = xp_partition_find(X->p, ac->set, cand, nc, pick);
+            if (np < 0)
+                continue;
+            for (int i = 0; i < np; i++)
+                pick[i] = cidx[pick[i]];
+            if ((rc = fire(L, X, ac, lo, hi, pick, np, u, opname)) < 0)
+                goto done;
+            fired[a] = 1;
+            left--;
+            progress = 1;
+        }
+    }
+
+done:
+    free(fired);
+    free(cand);
+    free(cidx);
+    free(pick);
+    return rc;
+}
+
+/* Recompose: each required block from the aggregates at its site (LSE
+ * partials cut down to the wanted blocks, cast to the node's dtype). */
+static int recompose(lw *L, xstate *X, int u, ein_agg agg, const ein_box *need,
+                     const ein_box *want, const int *need_site, int nneed, int *need_buf,
+                     const char *opname)
+{
+    const pl_node *nd = pl_graph_node(L->g, u);
+    int rc = 0;
+    for (int b = 0; b < nneed; b++) {
+        int32_t srcs[1024];
+        int ns = 0, site = need_site[b];
+        for (int o = 0; o < X->p->nout; o++) {
+            const xp_out *out = &X->p->out[o];
+            if (out->site != site || !ein_box_contains(&need[b], &X->atoms[atom_of(X, out->set)]))
+                continue;
+            int k = held_find(X, out->set, site);
+            int64_t rows = box_rows(&X->atoms[atom_of(X, out->set)]);
+            if (k < 0 || !held_covers(&X->h[k], 0, rows) || ns >= 1024) {
+                rc = ein_fail(L->err, EIN_EINVAL, "exchange of '%s': OUT %d not held at %d",
+                              nd->name, o, site);
+                return rc;
+            }
+            int buf = read_rows(L, X, k, 0, rows, u, opname);
+            if (buf < 0) {
+                rc = buf;
+                return rc;
+            }
+            srcs[ns++] = buf;
+        }
+        if (ns == 1 && ein_box_equal(&L->progs[site]->buffers[srcs[0]].box, &need[b])) {
+            need_buf[b] = srcs[0];
+        } else {
+            int nb = new_buf(L, site, L->xdt[u], &need[b]);
+            if (nb < 0) {
+                rc = nb;
+                return rc;
+            }
+            ein_instr ins = {.kind = EIN_I_CONCAT, .srcs = srcs, .nsrcs = ns, .dst = nb};
+            set_op(&ins, opname, nd->name);
+            if ((rc = emit(L, site, &ins)) < 0)
+                return rc;
+            need_buf[b] = nb;
+        }
+        if (agg == EIN_AGG_LSE && (rc = lse_rows(L, site, &need_buf[b], &want[b], nd, opname)) < 0)
+            return rc;
+        if (L->xdt[u] != nd->dtype && (rc = cast_block(L, site, &need_buf[b], nd, opname)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
 static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
                           const int *need_site, int nneed, int *need_buf)
 {
@@ -730,9 +903,6 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
     ein_box *xneed = NULL;
     ein_box *have = malloc(sizeof *have * (size_t)p);
     int *have_site = malloc(sizeof(int) * (size_t)p);
-    char *fired = NULL;
-    xp_word **cand = NULL;
-    int *cidx = NULL, *pick = NULL;
     if (!have || !have_site) {
         rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
         goto done;
@@ -761,48 +931,8 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
         goto done;
     int local = exchange_is_local(X.p);
     L->st->nlocal += local;
-    if (L->o->topo && L->o->search && !local) {
-        /* Synthesise the body on the machine's topology; the result keeps
-         * the preamble's IN and OUT, so the lowering below is the same. */
-        uint64_t h = preamble_hash(X.p);
-        xp_search_stats ss = {0};
-        xp_program *synth = xcache_find(L, X.p, h, &ss.naive_s, &ss.best_s);
-        if (synth) {
-            L->st->nreused++;
-        } else {
-            if ((rc = xp_search(X.p, L->o->topo, &L->o->search_opts, &synth, &ss, L->err)) < 0) {
-                ein_error_prefix(L->err, "exchange of '%s' for '%s'", nd->name, opname);
-                goto done;
-            }
-            L->st->nsearched++;
-            xcache_put(L, X.p, h, synth, ss.naive_s, ss.best_s);
-        }
-        xp_program_free(X.p);
-        X.p = synth;
-        L->st->naive_s += ss.naive_s;
-        L->st->synth_s += ss.best_s;
-        L->st->search_steps += ss.steps;
-        L->st->search_ms += ss.elapsed_ms;
-        L->st->ncapped += ss.capped;
-    } else if ((rc = xp_naive_synthesize(X.p, L->err)) >= 0 && L->o->topo) {
-        double t = 0;
-        if ((rc = xp_sim_run(X.p, L->o->topo, &t, NULL, L->err)) >= 0) {
-            L->st->naive_s += t;
-            L->st->synth_s += t;
-        }
-    }
-    /* Forced chunks (testing): every whole action of a body that moves
-     * data becomes a stream of K chunks. */
-    for (int a = 0; rc >= 0 && !local && L->o->exchange_chunks > 1 && a < X.p->nact; a++)
-        if (X.p->act[a].nchunks == 1)
-            rc = xp_action_set_chunk(X.p, a, 0, L->o->exchange_chunks, L->o->exchange_chunks,
-                                     L->err);
-    if (rc >= 0 && L->o->body_hook)
-        rc = L->o->body_hook(L->o->body_ctx, nd->name, opname, &X.p, L->err);
-    if (rc < 0 || (rc = xp_program_check(X.p, L->err)) < 0) {
-        ein_error_prefix(L->err, "exchange of '%s' for '%s'", nd->name, opname);
+    if ((rc = choose_body(L, &X, local, nd, opname)) < 0)
         goto done;
-    }
     L->st->nexchanges++;
     L->st->nchunked += xp_program_chunked(X.p);
     xp_word *one = xp_set_new(X.p);
@@ -829,103 +959,9 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
     }
     L->nviews = 0;
 
-    /* Fire actions in an order where each is enabled (the program is a set). */
-    int cap = X.p->nin + X.p->nact * (L->ndev + 1) + 1;
-    fired = calloc((size_t)X.p->nact + 1, 1);
-    cand = malloc(sizeof *cand * (size_t)cap);
-    cidx = malloc(sizeof(int) * (size_t)cap);
-    pick = malloc(sizeof(int) * (size_t)cap);
-    if (!fired || !cand || !cidx || !pick) {
-        rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+    if ((rc = fire_all(L, &X, u, nd, opname)) < 0)
         goto done;
-    }
-    int left = X.p->nact;
-    if ((rc = skip_dead(L, &X, fired, &left, nd->name, opname)) < 0)
-        goto done;
-    for (int progress = 1; left > 0;) {
-        if (!progress) {
-            rc = ein_fail(L->err, EIN_EINVAL, "exchange of '%s': %d actions never enabled",
-                          nd->name, left);
-            goto done;
-        }
-        progress = 0;
-        for (int a = 0; a < X.p->nact; a++) {
-            const xp_action *ac = &X.p->act[a];
-            if (fired[a])
-                continue;
-            int64_t lo, hi;
-            chunk_rows(box_rows(&X.atoms[atom_of(&X, ac->set)]), ac->chunk, ac->nchunks, &lo,
-                       &hi);
-            if (lo == hi) { /* a chunk of no rows: nothing to move */
-                fired[a] = 1;
-                left--;
-                progress = 1;
-                continue;
-            }
-            int nc = 0;
-            for (int k = 0; k < X.nh; k++) {
-                int sub = X.h[k].site == ac->src;
-                for (int w = 0; sub && w < X.p->nwords; w++)
-                    sub = !(X.h[k].set[w] & ~ac->set[w]);
-                if (sub && held_covers(&X.h[k], lo, hi)) {
-                    cand[nc] = X.h[k].set;
-                    cidx[nc++] = k;
-                }
-            }
-            int np = xp_partition_find(X.p, ac->set, cand, nc, pick);
-            if (np < 0)
-                continue;
-            for (int i = 0; i < np; i++)
-                pick[i] = cidx[pick[i]];
-            if ((rc = fire(L, &X, ac, lo, hi, pick, np, u, opname)) < 0)
-                goto done;
-            fired[a] = 1;
-            left--;
-            progress = 1;
-        }
-    }
-
-    /* Recompose: each required block from the aggregates at its site. */
-    for (int b = 0; b < nneed; b++) {
-        int32_t srcs[1024];
-        int ns = 0, site = need_site[b];
-        for (int o = 0; o < X.p->nout; o++) {
-            const xp_out *out = &X.p->out[o];
-            if (out->site != site || !ein_box_contains(&need[b], &X.atoms[atom_of(&X, out->set)]))
-                continue;
-            int k = held_find(&X, out->set, site);
-            int64_t rows = box_rows(&X.atoms[atom_of(&X, out->set)]);
-            if (k < 0 || !held_covers(&X.h[k], 0, rows) || ns >= 1024) {
-                rc = ein_fail(L->err, EIN_EINVAL, "exchange of '%s': OUT %d not held at %d",
-                              nd->name, o, site);
-                goto done;
-            }
-            int buf = read_rows(L, &X, k, 0, rows, u, opname);
-            if (buf < 0) {
-                rc = buf;
-                goto done;
-            }
-            srcs[ns++] = buf;
-        }
-        if (ns == 1 && ein_box_equal(&L->progs[site]->buffers[srcs[0]].box, &need[b])) {
-            need_buf[b] = srcs[0];
-        } else {
-            int nb = new_buf(L, site, L->xdt[u], &need[b]);
-            if (nb < 0) {
-                rc = nb;
-                goto done;
-            }
-            ein_instr ins = {.kind = EIN_I_CONCAT, .srcs = srcs, .nsrcs = ns, .dst = nb};
-            set_op(&ins, opname, nd->name);
-            if ((rc = emit(L, site, &ins)) < 0)
-                goto done;
-            need_buf[b] = nb;
-        }
-        if (agg == EIN_AGG_LSE && (rc = lse_rows(L, site, &need_buf[b], &want[b], nd, opname)) < 0)
-            goto done;
-        if (L->xdt[u] != nd->dtype && (rc = cast_block(L, site, &need_buf[b], nd, opname)) < 0)
-            goto done;
-    }
+    rc = recompose(L, &X, u, agg, need, want, need_site, nneed, need_buf, opname);
 done:
     free(xneed);
     for (int i = 0; i < X.nh; i++) {
@@ -937,10 +973,6 @@ done:
     xp_program_free(X.p);
     free(have);
     free(have_site);
-    free(fired);
-    free(cand);
-    free(cidx);
-    free(pick);
     return rc < 0 ? rc : 0;
 }
 
