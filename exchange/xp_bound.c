@@ -77,19 +77,13 @@ static int uf_find(int *up, int i)
     return i;
 }
 
-int xp_bound_compute(const xp_program *p, const xp_topology *t, xp_bound *out, ein_error *err)
+/* Classes of IN entries (see xp_bound_compute): cls[i] for entry i, the
+ * union of entries some OUT aggregates together. NULL when out of memory. */
+static int *atom_classes(const xp_program *p)
 {
-    int n = t->ngpus, rc = 0, ng = 0, natom = p->nin;
-    if (p->ngpus > n)
-        return ein_fail(err, EIN_EINVAL, "bound: the program uses %d sites, %s has %d GPUs",
-                        p->ngpus, t->name, n);
-    /* "Atoms" here are classes of IN entries: entries aggregated together
-     * by some OUT are one class (a parsed program gives every IN entry its
-     * own atom number, and a valid action's aggregate lies inside an OUT
-     * aggregate, so every transfer carries blocks of one class). */
     int *cls = malloc(sizeof(int) * (size_t)(p->nin + 1));
     if (!cls)
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
+        return NULL;
     for (int i = 0; i < p->nin; i++)
         cls[i] = i;
     for (int o = 0; o < p->nout; o++) {
@@ -104,6 +98,86 @@ int xp_bound_compute(const xp_program *p, const xp_topology *t, xp_bound *out, e
     }
     for (int i = 0; i < p->nin; i++)
         cls[i] = uf_find(cls, i);
+    return cls;
+}
+
+/* The machine's total transfer rate: the GPUs' summed ingress or egress
+ * (the smaller), and no more than its links plus the shared resource
+ * every transfer without a link crosses. */
+static double total_rate(const xp_topology *t, const double *icap, const double *ocap)
+{
+    int n = t->ngpus;
+    double sum_in = 0, sum_out = 0;
+    for (int s = 0; s < n; s++) {
+        sum_in += icap[s];
+        sum_out += ocap[s];
+    }
+    double total = sum_in < sum_out ? sum_in : sum_out;
+    int unlinked = 0;
+    double links = 0;
+    for (int s = 0; s < n; s++)
+        for (int d = 0; d < n; d++)
+            if (s != d) {
+                if (t->link[s * n + d] > 0)
+                    links += t->link[s * n + d];
+                else
+                    unlinked = 1;
+            }
+    if (unlinked)
+        links = t->rest == -1 ? INFINITY : t->rest >= 0 ? links + t->shared_bw[t->rest] : links;
+    return links < total ? links : total;
+}
+
+/* Cuts: each aggregate with a copy on one side and a target on the other
+ * crosses the cut at least once (per atom, the largest); the slowest cut
+ * of the 2^n - 2 (n <= 16). `in` (n bytes) and `cross` (an atom's worth
+ * of doubles) are scratch. */
+static double cut_bound(const xp_program *p, const xp_topology *t, const group *g, int ng,
+                        char *in, const double *icap, const double *ocap, double *cross)
+{
+    int n = t->ngpus, natom = p->nin;
+    double cut = 0;
+    for (unsigned m = 1; m + 1 < (1u << n); m++) {
+        for (int s = 0; s < n; s++)
+            in[s] = (char)((m >> s) & 1);
+        memset(cross, 0, sizeof(double) * (size_t)(natom + 1));
+        for (int k = 0; k < ng; k++) {
+            const group *x = &g[k];
+            if (x->atom < 0)
+                continue;
+            int from = 0, to = 0;
+            for (int i = 0; i < p->nin; i++)
+                from |= xp_set_has(x->set, i) && in[p->in[i].site];
+            for (int s = 0; s < n; s++)
+                to |= x->dst[s] && !in[s];
+            if (from && to && x->bytes > cross[x->atom])
+                cross[x->atom] = x->bytes;
+        }
+        double need = 0;
+        for (int a = 0; a < natom; a++)
+            need += cross[a];
+        if (need <= 0)
+            continue;
+        double c = need / cut_cap(t, in, icap, ocap);
+        if (c > cut)
+            cut = c;
+    }
+    return cut;
+}
+
+int xp_bound_compute(const xp_program *p, const xp_topology *t, xp_bound *out, ein_error *err)
+{
+    int n = t->ngpus, rc = 0, ng = 0, natom = p->nin;
+    if (p->ngpus > n)
+        return ein_fail(err, EIN_EINVAL, "bound: the program uses %d sites, %s has %d GPUs",
+                        p->ngpus, t->name, n);
+    /* "Atoms" here are classes of IN entries: entries aggregated together
+     * by some OUT are one class (a parsed program gives every IN entry its
+     * own atom number, and a valid action's aggregate lies inside an OUT
+     * aggregate, so every transfer carries blocks of one class). */
+    int *cls = atom_classes(p);
+    if (!cls)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
     group *g = calloc((size_t)p->nout + 1, sizeof *g);
     char *flags = calloc((size_t)(p->nout + 1) * (size_t)n, 1);
     char *held = calloc((size_t)n, 1), *in = calloc((size_t)n, 1);
@@ -208,62 +282,11 @@ int xp_bound_compute(const xp_program *p, const xp_topology *t, xp_bound *out, e
                 b.per_gpu_site = s;
             }
     }
-    double sum_in = 0, sum_out = 0;
-    for (int s = 0; s < n; s++) {
-        sum_in += icap[s];
-        sum_out += ocap[s];
-    }
     for (int a = 0; a < natom; a++)
         b.volume_bytes += atom_vol[a];
-    double total = sum_in < sum_out ? sum_in : sum_out;
-    {
-        /* Every transfer crosses a link or the shared resource. */
-        int unlinked = 0;
-        double links = 0;
-        for (int s = 0; s < n; s++)
-            for (int d = 0; d < n; d++)
-                if (s != d) {
-                    if (t->link[s * n + d] > 0)
-                        links += t->link[s * n + d];
-                    else
-                        unlinked = 1;
-                }
-        if (unlinked)
-            links = t->rest == -1 ? INFINITY : t->rest >= 0 ? links + t->shared_bw[t->rest] : links;
-        if (links < total)
-            total = links;
-    }
-    b.volume = b.volume_bytes > 0 ? b.volume_bytes / total : 0;
-    /* Cuts: each aggregate with a copy on one side and a target on the
-     * other crosses the cut at least once (per atom, the largest). */
-    if (n <= 16 && n >= 2) {
-        double *cross = atom_vol; /* reused per cut */
-        for (unsigned m = 1; m + 1 < (1u << n); m++) {
-            for (int s = 0; s < n; s++)
-                in[s] = (char)((m >> s) & 1);
-            memset(cross, 0, sizeof(double) * (size_t)(natom + 1));
-            for (int k = 0; k < ng; k++) {
-                const group *x = &g[k];
-                if (x->atom < 0)
-                    continue;
-                int from = 0, to = 0;
-                for (int i = 0; i < p->nin; i++)
-                    from |= xp_set_has(x->set, i) && in[p->in[i].site];
-                for (int s = 0; s < n; s++)
-                    to |= x->dst[s] && !in[s];
-                if (from && to && x->bytes > cross[x->atom])
-                    cross[x->atom] = x->bytes;
-            }
-            double need = 0;
-            for (int a = 0; a < natom; a++)
-                need += cross[a];
-            if (need <= 0)
-                continue;
-            double c = need / cut_cap(t, in, icap, ocap);
-            if (c > b.cut)
-                b.cut = c;
-        }
-    }
+    b.volume = b.volume_bytes > 0 ? b.volume_bytes / total_rate(t, icap, ocap) : 0;
+    if (n <= 16 && n >= 2)
+        b.cut = cut_bound(p, t, g, ng, in, icap, ocap, atom_vol /* reused per cut */);
     double best = b.per_gpu;
     if (b.volume > best)
         best = b.volume;
