@@ -641,14 +641,9 @@ static int held_add(const xp_program *p, held *h, const xp_word *x, int64_t lo, 
         xp_set_span(p, x, &h->span[2 * i], &h->span[2 * i + 1]);
         h->n++;
     }
-    if (h->niv[i] + 1 > h->capiv[i]) {
-        int cap = h->capiv[i] ? 2 * h->capiv[i] : 4;
-        int64_t *v = realloc(h->iv[i], sizeof *v * 2 * (size_t)cap);
-        if (!v)
-            return EIN_ENOMEM;
-        h->iv[i] = v;
-        h->capiv[i] = cap;
-    }
+    /* iv[i] holds [lo, hi) pairs: the capacity counts pairs */
+    if (ein_vec_reserve(&h->iv[i], &h->capiv[i], (int64_t)h->niv[i] + 1, 2 * sizeof *h->iv[i]) < 0)
+        return EIN_ENOMEM;
     int64_t *v = h->iv[i];
     int n = h->niv[i], k = 0;
     while (k < n && v[2 * k] < lo)

@@ -146,14 +146,9 @@ static int held_add(sim *S, int site, const xp_word *x, int64_t lo, int64_t hi)
         e->fw = fw;
         e->lw = lw;
     }
-    if (e->n + 1 > e->cap) {
-        int cap = e->cap ? 2 * e->cap : 4;
-        int64_t *ni = realloc(e->iv, sizeof *ni * 2 * (size_t)cap);
-        if (!ni)
-            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
-        e->iv = ni;
-        e->cap = cap;
-    }
+    /* iv holds [lo, hi) pairs: the capacity counts pairs */
+    if (ein_vec_reserve(&e->iv, &e->cap, (int64_t)e->n + 1, 2 * sizeof *e->iv) < 0)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory");
     /* Insert in order, then merge whatever now touches or overlaps. */
     int k = 0;
     while (k < e->n && e->iv[2 * k] < lo)
@@ -475,13 +470,8 @@ static int rates(sim *S)
             ninc++;
         }
     }
-    if (ninc > S->capinc) {
-        int *ni = realloc(S->inc, sizeof(int) * (size_t)(2 * ninc));
-        if (!ni)
-            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
-        S->inc = ni;
-        S->capinc = 2 * ninc;
-    }
+    if (ein_vec_reserve(&S->inc, &S->capinc, ninc, sizeof *S->inc) < 0)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory");
     int pos = 0;
     for (int u = 0; u < S->nused; u++) {
         int r = S->used[u];
