@@ -157,10 +157,12 @@ const char *ein_buffer_box_bytes(const ein_box *b, ein_dtype t, uint64_t *bytes)
     return NULL;
 }
 
-int ein_program_add_buffer(ein_program *p, ein_dtype dtype, const ein_box *box, ein_error *err)
+int ein_program_add_buffer(ein_program *p, ein_dtype dtype, const ein_box *boxp, ein_error *err)
 {
     uint64_t bytes, offset;
     char b[256];
+    /* A copy first: boxp may point into p's own buffers, which may move. */
+    const ein_box bx = *boxp, *box = &bx;
     if (!ein_dtype_valid((int)dtype))
         return ein_fail(err, EIN_EINVAL, "add_buffer: invalid dtype %d", (int)dtype);
     const char *why = ein_buffer_box_bytes(box, dtype, &bytes);
@@ -206,9 +208,8 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err)
     const ein_kernel *k = &ins->kernel;
     if (k->nlist < 0 || k->nlist > EIN_KERNEL_LIST_MAX || (k->nlist && !k->list))
         return ein_fail(err, EIN_EINVAL, "add_instr: bad kernel list (%d entries)", k->nlist);
-    if (ein_vec_reserve(&p->instrs, &p->cap_instrs, (int64_t)p->ninstrs + 1,
-                        sizeof *p->instrs) < 0)
-        return ein_fail(err, EIN_ENOMEM, "add_instr: out of memory");
+    /* Everything copied out of *ins before p->instrs may move (ins may
+     * point into it). */
     ein_instr c = *ins;
     c.deps = dup_ids(ins->deps, ins->ndeps, &oom);
     c.srcs = dup_ids(ins->srcs, ins->nsrcs, &oom);
@@ -224,7 +225,8 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err)
         else
             memcpy(c.kernel.list, k->list, (size_t)k->nlist * sizeof *k->list);
     }
-    if (oom) {
+    if (oom || ein_vec_reserve(&p->instrs, &p->cap_instrs, (int64_t)p->ninstrs + 1,
+                               sizeof *p->instrs) < 0) {
         instr_release(&c);
         return ein_fail(err, EIN_ENOMEM, "add_instr: out of memory");
     }

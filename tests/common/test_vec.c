@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
