@@ -120,11 +120,32 @@ static int parse_rate(const char *num, const char *unit, double *v)
     return 0;
 }
 
+/* The statements that take a time, in this order. */
+enum { T_OVERHEAD, T_LATENCY, T_ITERATION, T_NOTIFY, T_LATENCY_BUSY, T_NOTIFY_BUSY, T_COUNT };
+static const char *const time_names[T_COUNT] = {"overhead", "latency",      "iteration",
+                                                "notify",   "latency-busy", "notify-busy"};
+
+static int time_stmt(const char *word)
+{
+    for (int t = 0; t < T_COUNT; t++)
+        if (strcmp(word, time_names[t]) == 0)
+            return t;
+    return -1;
+}
+
+static double *time_field(co_calib *c, int t)
+{
+    double *f[T_COUNT] = {&c->overhead, &c->latency,      &c->iteration,
+                          &c->notify,   &c->latency_busy, &c->notify_busy};
+    return f[t];
+}
+
 int co_calib_parse(const char *text, const char *file, co_calib *out, ein_error *err)
 {
     co_calib c;
     memset(&c, 0, sizeof c);
-    int line = 0;
+    int line = 0, t;
+    unsigned seen = 0;
     const char *p = text;
     file = file ? file : "<calibration>";
     while (*p) {
@@ -159,13 +180,11 @@ int co_calib_parse(const char *text, const char *file, co_calib *out, ein_error 
             if (nw != 2 || parse_num(w[1], &x) < 0 || x < 0 || x > 65536)
                 BAD("bad 'cores' statement; expected: cores N (0..65536)");
             c.cores = x;
-        } else if (strcmp(w[0], "overhead") == 0 || strcmp(w[0], "latency") == 0 ||
-                   strcmp(w[0], "iteration") == 0) {
-            double *dst = w[0][0] == 'o' ? &c.overhead : w[0][0] == 'l' ? &c.latency
-                                                                          : &c.iteration;
-            if (nw != 3 || parse_time(w[1], w[2], dst) < 0)
+        } else if ((t = time_stmt(w[0])) >= 0) {
+            if (nw != 3 || parse_time(w[1], w[2], time_field(&c, t)) < 0)
                 BAD("bad '%s' statement; expected: %s TIME UNIT (s, ms, us or ns; 0..1e6)", w[0],
                     w[0]);
+            seen |= 1u << t;
         } else if (strcmp(w[0], "copy") == 0) {
             if (nw != 3 || parse_rate(w[1], w[2], &c.copy_bw) < 0)
                 BAD("bad 'copy' statement; expected: copy RATE UNIT (TB/s, GB/s or MB/s)");
@@ -188,10 +207,15 @@ int co_calib_parse(const char *text, const char *file, co_calib *out, ein_error 
             c.eff[k][c.npts[k]++] = eff;
         } else {
             BAD("unknown statement '%s'; expected name, cores, overhead, latency, iteration, "
-                "copy or eff", w[0]);
+                "notify, latency-busy, notify-busy, copy or eff", w[0]);
         }
 #undef BAD
     }
+    /* Absent busy figures: the machine is no slower oversubscribed. */
+    if (!(seen & 1u << T_LATENCY_BUSY))
+        c.latency_busy = c.latency;
+    if (!(seen & 1u << T_NOTIFY_BUSY))
+        c.notify_busy = c.notify;
     *out = c;
     return 0;
 }
@@ -226,6 +250,12 @@ void co_calib_write(const co_calib *c, FILE *f)
         fprintf(f, "cores %.4g\n", c->cores);
     fprintf(f, "overhead %.6g us\nlatency %.6g us\niteration %.6g us\n", c->overhead * 1e6,
             c->latency * 1e6, c->iteration * 1e6);
+    if (c->notify > 0)
+        fprintf(f, "notify %.6g us\n", c->notify * 1e6);
+    if (c->latency_busy != c->latency)
+        fprintf(f, "latency-busy %.6g us\n", c->latency_busy * 1e6);
+    if (c->notify_busy != c->notify)
+        fprintf(f, "notify-busy %.6g us\n", c->notify_busy * 1e6);
     if (c->copy_bw > 0)
         fprintf(f, "copy %.6g GB/s\n", c->copy_bw / 1e9);
     for (int k = 0; k < CO_WORK_COUNT; k++)

@@ -15,6 +15,14 @@
  *                        # absent: every device has its own processor (GPUs)
  *   overhead 4 us        # fixed cost of every instruction (dispatch, launch)
  *   latency 40 us        # a NOTIFY reaching the peer (its READY message)
+ *   notify 20 us         # optional: what a NOTIFY costs its sender beyond
+ *                        # `overhead` (encoding, sending, waking the I/O
+ *                        # thread); absent: 0
+ *   latency-busy 600 us  # optional, with `cores`: `latency` and `notify`
+ *   notify-busy 150 us   # when the cores are oversubscribed (at least
+ *                        # `cores` other devices running: the receiver, or
+ *                        # the sender, waits for the scheduler to give it a
+ *                        # core); absent: the same as when not
  *   iteration 300 us     # fixed cost of one iteration (START/DONE round trip)
  *   copy 6 GB/s          # optional: the most one device's COPY moves, whatever
  *                        # the route allows (a CPU worker's memcpy)
@@ -69,6 +77,9 @@ typedef struct co_calib {
     double cores;            /* 0: devices do not share processors */
     double overhead;         /* s per instruction */
     double latency;          /* s from NOTIFY end to the peer's READY */
+    double notify;           /* s a NOTIFY costs its sender beyond overhead */
+    double latency_busy;     /* latency with the cores oversubscribed */
+    double notify_busy;      /* notify with the cores oversubscribed */
     double iteration;        /* s per iteration */
     double copy_bw;          /* bytes/s one device's COPY can move; 0: no cap */
     int npts[CO_WORK_COUNT];

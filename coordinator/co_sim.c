@@ -178,6 +178,26 @@ static void pump(sim *s, sim_dev *v)
 
 static int finish(sim *s, int d, int i, ein_error *err);
 
+/* Device v uses a core now: it runs a kernel, a layout instruction or a
+ * copy. A NOTIFY does not: its time beyond the overhead is spent waiting
+ * for the message to be taken (and, oversubscribed, for a core). */
+static int computing(const sim_dev *v)
+{
+    return v->state == ST_RUN && v->p->instrs[v->cur].kind != EIN_I_NOTIFY;
+}
+
+/* The cores are oversubscribed for device d: at least `cores` other
+ * devices compute, so d waits for the scheduler before it runs. */
+static int oversubscribed(const sim *s, int d)
+{
+    if (!(s->cal->cores > 0))
+        return 0;
+    int others = 0;
+    for (int e = 0; e < s->ndev; e++)
+        others += e != d && computing(&s->d[e]);
+    return others >= s->cal->cores;
+}
+
 /* Start instruction i of device d now. Zero-time instructions finish at once. */
 static int start(sim *s, int d, int i, ein_error *err)
 {
@@ -195,6 +215,7 @@ static int start(sim *s, int d, int i, ein_error *err)
     case EIN_I_STORE:
         return finish(s, d, i, err);
     case EIN_I_NOTIFY:
+        v->lat += oversubscribed(s, d) ? s->cal->notify_busy : s->cal->notify;
         break;
     case EIN_I_COPY: {
         int rc = xp_topo_route(s->topo, ins->peer, d, v->res, err);
@@ -270,7 +291,8 @@ static int finish(sim *s, int d, int i, ein_error *err)
         sim_dev *u = &s->d[ins->peer];
         if (ein_vec_reserve(&u->inbox, &u->capinbox, (int64_t)u->ninbox + 1, sizeof *u->inbox) < 0)
             return ein_fail(err, EIN_ENOMEM, "out of memory");
-        u->inbox[u->ninbox++] = (sim_msg){.at = s->t + s->cal->latency, .from = d,
+        double lat = oversubscribed(s, ins->peer) ? s->cal->latency_busy : s->cal->latency;
+        u->inbox[u->ninbox++] = (sim_msg){.at = s->t + lat, .from = d,
                                           .buf = ins->srcs[0], .notify = g};
     }
     return 0;
@@ -284,7 +306,7 @@ static void rates(sim *s)
 {
     int busy = 0;
     for (int d = 0; d < s->ndev; d++)
-        busy += s->d[d].state == ST_RUN;
+        busy += computing(&s->d[d]);
     double share = s->cal->cores > 0 && busy > s->cal->cores ? s->cal->cores / busy : 1.0;
     int nres = xp_topo_nres(s->topo);
     double *left = s->left;

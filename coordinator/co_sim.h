@@ -11,7 +11,8 @@
  *    at the end of a sweep it takes in the READY messages that arrived,
  *    starts a new sweep from its first unfinished instruction if the sweep
  *    ran anything, else waits for the next message;
- *  - a NOTIFY's READY reaches the peer `latency` after the NOTIFY ends;
+ *  - a NOTIFY costs its sender `overhead` + `notify`; its READY reaches
+ *    the peer `latency` after the NOTIFY ends;
  *  - LOAD and STORE take no time: a steady-state iteration (einrun
  *    --iterations) loads inputs only in the first one and stores only in
  *    the last;
@@ -24,7 +25,12 @@
  *    copy also capped by the calibration's `copy` rate, its rate times
  *    eff(copy, bytes);
  *  - with `cores` in the calibration (CPU devices) all devices share that
- *    many cores: while k devices are busy each runs at min(1, cores/k);
+ *    many cores: while k devices compute (any instruction but a NOTIFY)
+ *    each runs at min(1, cores/k); a NOTIFY started while at least
+ *    `cores` other devices compute costs `notify-busy` instead of
+ *    `notify`, and a READY sent while at least `cores` devices other
+ *    than its receiver compute takes `latency-busy` (the scheduler's
+ *    wait for a core, measured by einrun --calibrate);
  *  - the iteration costs the calibration's `iteration` on top of the
  *    makespan.
  * Peak memory: every buffer of a Program has its own place in the device
