@@ -19,10 +19,10 @@
  *                        # `overhead` (encoding, sending, waking the I/O
  *                        # thread); absent: 0
  *   latency-busy 600 us  # optional, with `cores`: `latency` and `notify`
- *   notify-busy 150 us   # when the cores are oversubscribed (at least
- *                        # `cores` other devices running: the receiver, or
- *                        # the sender, waits for the scheduler to give it a
- *                        # core); absent: the same as when not
+ *   notify-busy 150 us   # with more devices than cores (every wake-up of
+ *                        # a worker waits for the scheduler to give it a
+ *                        # core; co_sim.h says how they are used); absent:
+ *                        # the same as with fewer
  *   iteration 300 us     # fixed cost of one iteration (START/DONE round trip)
  *   copy 6 GB/s          # optional: the most one device's COPY moves, whatever
  *                        # the route allows (a CPU worker's memcpy)

@@ -180,44 +180,98 @@ static int build(ein_program **progs, int ndev, bench *b, int *nb, ein_error *er
     return 0;
 }
 
-/* Worker trace lines: {"name": "KIND cal_N", ..., "ts": T, "dur": D, "pid": P, ...
- * "iteration": I}. */
-static void read_trace(const char *path, bench *b, int nb, double *span_lo, double *span_hi,
-                       double *notify_end, double *probe_start)
+/* One worker trace event: {"name": "KIND OP", ..., "ts": T, "dur": D,
+ * "pid": DEVICE, ... "iteration": I}. Returns 0 and the fields (times in
+ * s; *name points into `line`), or -1 for another kind of line. */
+static int trace_event(char *line, const char **name, double *t0, double *dur, int *dev,
+                       int *iter)
 {
+    char *nm = strstr(line, "\"name\": \""), *ts = strstr(line, "\"ts\": "),
+         *du = strstr(line, "\"dur\": "), *it = strstr(line, "\"iteration\": "),
+         *pid = strstr(line, "\"pid\": ");
+    if (!nm || !ts || !du || !it || !pid)
+        return -1;
+    *name = nm + 9;
+    *t0 = strtod(ts + 6, NULL) * 1e-6;
+    *dur = strtod(du + 7, NULL) * 1e-6;
+    *dev = atoi(pid + 7);
+    *iter = atoi(it + 13);
+    return *iter >= 0 && *iter < CO_CALIB_ITERS ? 0 : -1;
+}
+
+/* What read_trace gathers per iteration besides each benchmark's times. */
+typedef struct trace_sums {
+    double span_lo[CO_CALIB_ITERS], span_hi[CO_CALIB_ITERS];
+    double notify_end[CO_CALIB_ITERS];  /* the first copy's NOTIFY: the latency */
+    double probe_start[CO_CALIB_ITERS]; /* the first copy's start */
+    double notify_sum[CO_CALIB_ITERS];  /* every NOTIFY's duration */
+    int notify_n[CO_CALIB_ITERS];
+} trace_sums;
+
+/* read_trace's argument: the benchmarks (NULL: spans only) and the sums. */
+typedef struct trace_arg {
+    bench *b;
+    int nb;
+    trace_sums *t;
+} trace_arg;
+
+static void read_trace(const char *path, void *arg)
+{
+    const trace_arg *a = arg;
+    bench *b = a->b;
+    int nb = a->nb;
+    trace_sums *ts = a->t;
     FILE *f = fopen(path, "r");
     char line[1024];
     if (!f)
         return;
     while (fgets(line, sizeof line, f)) {
-        char *nm = strstr(line, "\"name\": \""), *ts = strstr(line, "\"ts\": "),
-             *du = strstr(line, "\"dur\": "), *it = strstr(line, "\"iteration\": ");
-        if (!nm || !ts || !du || !it)
+        const char *nm;
+        double t0, d;
+        int dev, iter;
+        if (trace_event(line, &nm, &t0, &d, &dev, &iter) < 0)
             continue;
-        int iter = atoi(it + 13);
-        double t0 = strtod(ts + 6, NULL) * 1e-6, d = strtod(du + 7, NULL) * 1e-6;
-        if (iter < 0 || iter >= CO_CALIB_ITERS)
-            continue;
-        if (span_lo[iter] == 0 || t0 < span_lo[iter])
-            span_lo[iter] = t0;
-        if (t0 + d > span_hi[iter])
-            span_hi[iter] = t0 + d;
-        char *cal = strstr(nm, "cal_");
+        if (ts->span_lo[iter] == 0 || t0 < ts->span_lo[iter])
+            ts->span_lo[iter] = t0;
+        if (t0 + d > ts->span_hi[iter])
+            ts->span_hi[iter] = t0 + d;
+        const char *cal = strstr(nm, "cal_");
         if (!cal || !b)
             continue;
-        if (strncmp(cal, "cal_notify_0\"", 13) == 0) {
-            notify_end[iter] = t0 + d; /* the first copy's READY: the latency */
+        if (strncmp(cal, "cal_notify_", 11) == 0) {
+            if (strncmp(cal, "cal_notify_0\"", 13) == 0)
+                ts->notify_end[iter] = t0 + d;
+            ts->notify_sum[iter] += d;
+            ts->notify_n[iter]++;
             continue;
         }
-        if (strncmp(cal, "cal_notify_", 11) == 0)
-            continue;
         int k = atoi(cal + 4);
         if (k >= 0 && k < nb && b[k].work == CO_WORK_COPY && (k == 0 || b[k - 1].work != CO_WORK_COPY))
-            probe_start[iter] = t0;
+            ts->probe_start[iter] = t0;
         if (k >= 0 && k < nb && b[k].nt < CO_CALIB_ITERS && iter > 0)
             b[k].t[b[k].nt++] = d;
     }
     fclose(f);
+}
+
+/* Run the Programs for CO_CALIB_ITERS iterations with a worker trace and
+ * hand the trace to `reader` before it is deleted. */
+static int run_traced(ein_program **progs, int ndev, const char *worker, double *iter_s,
+                      void (*reader)(const char *path, void *arg), void *arg, ein_error *err)
+{
+    char dir[] = "/tmp/eincalXXXXXX", trace[64];
+    if (!mkdtemp(dir))
+        return ein_fail(err, EIN_EIO, "cannot create a temporary directory");
+    snprintf(trace, sizeof trace, "%s/trace.json", dir);
+    co_run_opts ro = {.worker_path = worker, .worker_timeout = 60, .instr_timeout = 600,
+                      .iterations = CO_CALIB_ITERS, .trace_path = trace, .log_level = 1,
+                      .wrapper_device = -1, .debug_device = -1};
+    int rc = co_run(progs, ndev, &ro, NULL, iter_s, err);
+    if (rc == 0)
+        reader(trace, arg);
+    unlink(trace);
+    rmdir(dir);
+    return rc;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -237,6 +291,36 @@ static double best(double *v, int n)
     return v[0];
 }
 
+/* Append to p a chain of n GEMMs 512 x 512 x 512 (one after another) on
+ * two loaded inputs; op "cal_par". Returns the last one's id or a
+ * negative code. */
+static int gemm_chain(ein_program *p, int n, ein_error *err)
+{
+    int64_t sh[2] = {512, 512};
+    int a = add_buf(p, 2, sh, err), c = a >= 0 ? add_buf(p, 2, sh, err) : a;
+    int la = c >= 0 ? add_load(p, a, 2, sh, 51, err) : c;
+    int prev = la >= 0 ? add_load(p, c, 2, sh, 52, err) : la;
+    for (int k = 0; k < n && prev >= 0; k++) {
+        int o = add_buf(p, 2, sh, err), srcs[2] = {a, c};
+        if (o < 0)
+            return o;
+        int32_t deps[2] = {la, prev};
+        ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = 2, .dst = o,
+                         .deps = deps, .ndeps = 2};
+        ins.kernel.kind = EIN_KERNEL_EINSUM;
+        strcpy(ins.kernel.subscripts, "ij,jk->ik");
+        snprintf(ins.op, sizeof ins.op, "cal_par");
+        prev = ein_program_add_instr(p, &ins, err);
+    }
+    return prev;
+}
+
+static void read_span(const char *path, void *arg)
+{
+    trace_arg a = {NULL, 0, arg};
+    read_trace(path, &a);
+}
+
 /* Effective cores: CO_CALIB_PAR devices each run a chain of
  * CO_CALIB_CHAIN GEMMs 512^3 at once; cores = the work (each GEMM taking
  * `t1` alone) over the best iteration's span, at most the processors
@@ -247,145 +331,205 @@ static double best(double *v, int n)
 static int measure_cores(const char *worker, double t1, double *cores, ein_error *err)
 {
     ein_program *progs[CO_CALIB_PAR] = {NULL};
-    char dir[] = "/tmp/eincalXXXXXX", trace[64];
     double iter_s[CO_CALIB_ITERS];
     int rc = 0;
     for (int d = 0; d < CO_CALIB_PAR && rc == 0; d++) {
-        ein_program *p = progs[d] = ein_program_new(d, CO_CALIB_PAR);
-        int64_t sh[2] = {512, 512};
-        if (!p) {
+        if (!(progs[d] = ein_program_new(d, CO_CALIB_PAR)))
             rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-            break;
-        }
-        int a = add_buf(p, 2, sh, err), c = a >= 0 ? add_buf(p, 2, sh, err) : a;
-        int la = c >= 0 ? add_load(p, a, 2, sh, 51, err) : c;
-        int prev = la >= 0 ? add_load(p, c, 2, sh, 52, err) : la;
-        for (int k = 0; k < CO_CALIB_CHAIN && prev >= 0; k++) {
-            int o = add_buf(p, 2, sh, err), srcs[2] = {a, c};
-            if (o < 0) {
-                prev = o;
-                break;
-            }
-            int32_t deps[2] = {la, prev};
-            ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = 2, .dst = o,
-                             .deps = deps, .ndeps = 2};
-            ins.kernel.kind = EIN_KERNEL_EINSUM;
-            strcpy(ins.kernel.subscripts, "ij,jk->ik");
-            snprintf(ins.op, sizeof ins.op, "cal_par");
-            prev = ein_program_add_instr(p, &ins, err);
-        }
-        if (prev < 0)
-            rc = prev;
+        else if ((rc = gemm_chain(progs[d], CO_CALIB_CHAIN, err)) > 0)
+            rc = 0;
     }
-    if (rc == 0 && !mkdtemp(dir))
-        rc = ein_fail(err, EIN_EIO, "cannot create a temporary directory");
-    if (rc == 0) {
-        snprintf(trace, sizeof trace, "%s/trace.json", dir);
-        co_run_opts ro = {.worker_path = worker, .worker_timeout = 60, .instr_timeout = 600,
-                          .iterations = CO_CALIB_ITERS, .trace_path = trace, .log_level = 1,
-                          .wrapper_device = -1, .debug_device = -1};
-        rc = co_run(progs, CO_CALIB_PAR, &ro, NULL, iter_s, err);
-        double lo[CO_CALIB_ITERS] = {0}, hi[CO_CALIB_ITERS] = {0}, ne[CO_CALIB_ITERS] = {0};
-        double ps[CO_CALIB_ITERS] = {0};
-        if (rc == 0)
-            read_trace(trace, NULL, 0, lo, hi, ne, ps);
-        unlink(trace);
-        rmdir(dir);
-        double span = INFINITY;
-        for (int i = 1; i < CO_CALIB_ITERS; i++)
-            if (hi[i] > lo[i] && hi[i] - lo[i] < span)
-                span = hi[i] - lo[i];
-        if (rc == 0 && span < INFINITY && t1 > 0) {
-            long n = sysconf(_SC_NPROCESSORS_ONLN);
-            double c = CO_CALIB_PAR * CO_CALIB_CHAIN * t1 / span;
-            *cores = c < (double)(n > 0 ? n : 1) ? c : (double)(n > 0 ? n : 1);
-        }
+    trace_sums t = {0};
+    if (rc == 0)
+        rc = run_traced(progs, CO_CALIB_PAR, worker, iter_s, read_span, &t, err);
+    double span = INFINITY;
+    for (int i = 1; i < CO_CALIB_ITERS; i++)
+        if (t.span_hi[i] > t.span_lo[i] && t.span_hi[i] - t.span_lo[i] < span)
+            span = t.span_hi[i] - t.span_lo[i];
+    if (rc == 0 && span < INFINITY && t1 > 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        double c = CO_CALIB_PAR * CO_CALIB_CHAIN * t1 / span;
+        *cores = c < (double)(n > 0 ? n : 1) ? c : (double)(n > 0 ? n : 1);
     }
     for (int d = 0; d < CO_CALIB_PAR; d++)
         ein_program_free(progs[d]);
     return rc;
 }
 
-int co_calib_cli(int ndev, const char *worker, const char *out_path, const char *topo_arg)
-{
-    ein_error err = {0};
-    xp_topology *topo = NULL;
-    ein_program *progs[2] = {NULL, NULL};
-    bench b[MAXB];
-    int nb = 0, status = 1;
-    char dir[] = "/tmp/eincalXXXXXX", trace[64], wpath[PATH_MAX];
-    double iter_s[CO_CALIB_ITERS];
-    if (ndev > 2)
-        ndev = 2; /* device 0 computes, device 1 copies */
-    if (xp_topo_load(topo_arg ? topo_arg : "host", &topo, &err) < 0) {
-        fprintf(stderr, "einrun: --calibrate: %s\n", err.msg);
-        return 2;
-    }
-    if (!worker) {
-        ssize_t n = readlink("/proc/self/exe", wpath, sizeof wpath - 16);
-        if (n <= 0) {
-            fprintf(stderr, "einrun: --calibrate: cannot find einworker; use --worker PATH\n");
-            goto done;
-        }
-        wpath[n] = 0;
-        char *slash = strrchr(wpath, '/');
-        strcpy(slash ? slash + 1 : wpath, "einworker");
-        worker = wpath;
-    }
-    for (int d = 0; d < ndev; d++)
-        if (!(progs[d] = ein_program_new(d, ndev))) {
-            fprintf(stderr, "einrun: out of memory\n");
-            goto done;
-        }
-    if (build(progs, ndev, b, &nb, &err) < 0) {
-        fprintf(stderr, "einrun: --calibrate: %s\n", err.msg);
-        goto done;
-    }
-    if (!mkdtemp(dir)) {
-        fprintf(stderr, "einrun: --calibrate: cannot create a temporary directory\n");
-        goto done;
-    }
-    snprintf(trace, sizeof trace, "%s/trace.json", dir);
-    co_run_opts ro = {.worker_path = worker, .worker_timeout = 60, .instr_timeout = 600,
-                      .iterations = CO_CALIB_ITERS, .trace_path = trace, .log_level = 1,
-                      .wrapper_device = -1, .debug_device = -1};
-    int rc = co_run(progs, ndev, &ro, NULL, iter_s, &err);
-    if (rc < 0) {
-        fprintf(stderr, "einrun: --calibrate: run failed: %s\n", err.msg);
-        unlink(trace);
-        rmdir(dir);
-        goto done;
-    }
-    double lo[CO_CALIB_ITERS] = {0}, hi[CO_CALIB_ITERS] = {0}, nend[CO_CALIB_ITERS] = {0};
-    double pstart[CO_CALIB_ITERS] = {0};
-    read_trace(trace, b, nb, lo, hi, nend, pstart);
-    unlink(trace);
-    rmdir(dir);
+/* Messages with the cores oversubscribed: CO_CALIB_RING_PER_CORE devices
+ * per core in a ring, each running CO_CALIB_STAGES stages of one GEMM
+ * 256 x 256 x 256, a NOTIFY of its result to the next device and a COPY
+ * of the previous device's, which the next stage's GEMM multiplies: every
+ * device computes, then messages, like the stages of a split plan. Per
+ * iteration: the mean NOTIFY time, and the mean latency (the COPY's start
+ * minus its NOTIFY's end) of the messages whose receiver had sent its own
+ * NOTIFY of that stage first (it was waiting, not computing); each figure
+ * is the best iteration's (the least disturbed by other users), the mean
+ * within it (the scheduler's wait is a distribution, and a plan pays its
+ * mean). */
+#define CO_CALIB_RING_PER_CORE 3
+#define CO_CALIB_STAGES 8
+#define CO_CALIB_RING_MAX 32
+typedef struct ring_trace {
+    double nend[CO_CALIB_ITERS][CO_CALIB_RING_MAX][CO_CALIB_STAGES];
+    double ndur[CO_CALIB_ITERS][CO_CALIB_RING_MAX][CO_CALIB_STAGES];
+    double cstart[CO_CALIB_ITERS][CO_CALIB_RING_MAX][CO_CALIB_STAGES];
+} ring_trace;
 
-    co_calib c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.name, sizeof c.name, "%s", topo->name);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    c.cores = cores > 0 ? (double)cores : 1;
-    double over[CO_CALIB_ITERS], it[CO_CALIB_ITERS], lat[CO_CALIB_ITERS];
-    int nover = 0, nit = 0, nlat = 0;
-    for (int k = 0; k < nb; k++)
-        if (b[k].work == CO_WORK_UNARY && b[k].size <= 8)
-            for (int i = 0; i < b[k].nt; i++)
-                over[nover++] = b[k].t[i];
-    c.overhead = nover ? best(over, nover) : 0;
-    for (int i = 1; i < CO_CALIB_ITERS; i++)
-        if (hi[i] > lo[i] && iter_s[i] > hi[i] - lo[i])
-            it[nit++] = iter_s[i] - (hi[i] - lo[i]);
-    c.iteration = nit ? best(it, nit) : 0;
-    /* Latency: the first COPY's start minus its NOTIFY's end, per iteration. */
-    for (int i = 1; ndev >= 2 && i < CO_CALIB_ITERS; i++)
-        if (nend[i] > 0 && pstart[i] > nend[i])
-            lat[nlat++] = pstart[i] - nend[i];
-    c.latency = nlat ? best(lat, nlat) : 30e-6;
+static void read_ring(const char *path, void *arg)
+{
+    ring_trace *t = arg;
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        const char *nm, *op;
+        double t0, d;
+        int dev, iter;
+        if (trace_event(line, &nm, &t0, &d, &dev, &iter) < 0 || dev < 0 ||
+            dev >= CO_CALIB_RING_MAX || !(op = strstr(nm, " cal_ring_")))
+            continue;
+        int k = atoi(op + 10);
+        if (k < 0 || k >= CO_CALIB_STAGES)
+            continue;
+        if (strncmp(nm, "notify ", 7) == 0) {
+            t->nend[iter][dev][k] = t0 + d;
+            t->ndur[iter][dev][k] = d;
+        } else if (strncmp(nm, "copy ", 5) == 0) {
+            t->cstart[iter][dev][k] = t0;
+        }
+    }
+    fclose(f);
+}
+
+/* measure_busy's Programs: identical on every device, so a buffer has the
+ * same id and offset everywhere. */
+static int ring(ein_program **progs, int n, ein_error *err)
+{
+    int64_t sh[2] = {256, 256};
+    int w = 0, in = 0, lw = 0, prev = 0, out = 0, rc;
+    for (int d = 0; d < n; d++) {
+        w = add_buf(progs[d], 2, sh, err);
+        in = w >= 0 ? add_buf(progs[d], 2, sh, err) : w;
+        lw = in >= 0 ? add_load(progs[d], w, 2, sh, 71, err) : in;
+        prev = lw >= 0 ? add_load(progs[d], in, 2, sh, 72, err) : lw;
+        if (prev < 0)
+            return prev;
+    }
+    for (int k = 0; k < CO_CALIB_STAGES; k++) {
+        int g = 0, cp = 0, nin = 0;
+        for (int d = 0; d < n; d++) {
+            ein_program *p = progs[d];
+            if ((out = add_buf(p, 2, sh, err)) < 0)
+                return out;
+            int srcs[2] = {in, w};
+            int32_t deps[2] = {lw, prev};
+            ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = 2, .dst = out,
+                             .deps = deps, .ndeps = 2};
+            ins.kernel.kind = EIN_KERNEL_EINSUM;
+            strcpy(ins.kernel.subscripts, "ij,jk->ik");
+            snprintf(ins.op, sizeof ins.op, "cal_ring_%d", k);
+            if ((g = ein_program_add_instr(p, &ins, err)) < 0)
+                return g;
+            int32_t dep[1] = {g};
+            ein_instr nt = {.kind = EIN_I_NOTIFY, .srcs = &out, .nsrcs = 1, .dst = -1,
+                            .peer = (d + 1) % n, .deps = dep, .ndeps = 1};
+            snprintf(nt.op, sizeof nt.op, "cal_ring_%d", k);
+            if ((rc = ein_program_add_instr(p, &nt, err)) < 0)
+                return rc;
+        }
+        for (int d = 0; d < n; d++) {
+            ein_program *p = progs[d];
+            if ((nin = add_buf(p, 2, sh, err)) < 0)
+                return nin;
+            ein_instr c = {.kind = EIN_I_COPY, .dst = nin, .peer = (d + n - 1) % n,
+                           .peer_buf = out, .peer_offset = p->buffers[out].offset};
+            snprintf(c.op, sizeof c.op, "cal_ring_%d", k);
+            if ((cp = ein_program_add_instr(p, &c, err)) < 0)
+                return cp;
+        }
+        in = nin;
+        prev = cp;
+    }
+    return 0;
+}
+
+static int measure_busy(const char *worker, double *notify, double *latency, ein_error *err)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = (int)(ncpu < 1 ? 1 : ncpu) * CO_CALIB_RING_PER_CORE, rc = 0;
+    if (n > CO_CALIB_RING_MAX)
+        n = CO_CALIB_RING_MAX;
+    ein_program *progs[CO_CALIB_RING_MAX] = {NULL};
+    double iter_s[CO_CALIB_ITERS];
+    for (int d = 0; d < n && rc == 0; d++)
+        if (!(progs[d] = ein_program_new(d, n)))
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = ring(progs, n, err);
+    ring_trace *t = rc == 0 ? calloc(1, sizeof *t) : NULL;
+    if (rc == 0 && !t)
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = run_traced(progs, n, worker, iter_s, read_ring, t, err);
+    double bn = INFINITY, bl = INFINITY;
+    for (int i = 1; rc == 0 && i < CO_CALIB_ITERS; i++) {
+        double sn = 0, sl = 0;
+        int nn = 0, nl = 0;
+        for (int d = 0; d < n; d++)
+            for (int k = 0; k < CO_CALIB_STAGES; k++) {
+                double sent = t->nend[i][(d + n - 1) % n][k], own = t->nend[i][d][k];
+                if (own > 0) {
+                    sn += t->ndur[i][d][k];
+                    nn++;
+                }
+                if (sent > 0 && own > 0 && own <= sent && t->cstart[i][d][k] >= sent) {
+                    sl += t->cstart[i][d][k] - sent;
+                    nl++;
+                }
+            }
+        if (nn > 0 && sn / nn < bn)
+            bn = sn / nn;
+        if (nl >= n && sl / nl < bl)
+            bl = sl / nl;
+    }
+    if (rc == 0 && bn < INFINITY && bl < INFINITY) {
+        *notify = bn;
+        *latency = bl;
+    }
+    free(t);
+    for (int d = 0; d < n; d++)
+        ein_program_free(progs[d]);
+    return rc;
+}
+
+/* The quiet figures of the two-device run (co_calib_cli). */
+static void quiet_figures(const trace_sums *t, const double *iter_s, int ndev, co_calib *c)
+{
+    double it[CO_CALIB_ITERS], lat[CO_CALIB_ITERS], nt[CO_CALIB_ITERS];
+    int nit = 0, nlat = 0, nnt = 0;
+    for (int i = 1; i < CO_CALIB_ITERS; i++) {
+        if (t->span_hi[i] > t->span_lo[i] && iter_s[i] > t->span_hi[i] - t->span_lo[i])
+            it[nit++] = iter_s[i] - (t->span_hi[i] - t->span_lo[i]);
+        /* Latency: the first COPY's start minus its NOTIFY's end. */
+        if (ndev >= 2 && t->notify_end[i] > 0 && t->probe_start[i] > t->notify_end[i])
+            lat[nlat++] = t->probe_start[i] - t->notify_end[i];
+        /* A NOTIFY's cost beyond the overhead: the mean of the iteration's. */
+        if (t->notify_n[i] > 0)
+            nt[nnt++] = t->notify_sum[i] / t->notify_n[i] - c->overhead;
+    }
+    c->iteration = nit ? best(it, nit) : 0;
+    c->latency = nlat ? best(lat, nlat) : 30e-6;
+    c->notify = nnt && best(nt, nnt) > 0 ? best(nt, nnt) : 0;
+}
+
+/* Efficiencies from each benchmark's best time, and the copy cap. */
+static void efficiencies(bench *b, int nb, const xp_topology *topo, co_calib *c)
+{
     double best_copy = 0;
     for (int k = 0; k < nb; k++) {
-        double t = best(b[k].t, b[k].nt) - c.overhead;
+        double t = best(b[k].t, b[k].nt) - c->overhead;
         if (!(t > 0) || (b[k].work == CO_WORK_UNARY && b[k].size <= 8))
             continue;
         double e;
@@ -399,9 +543,9 @@ int co_calib_cli(int ndev, const char *worker, const char *out_path, const char 
                 best_copy = e;
         }
         int w = b[k].work;
-        if (c.npts[w] < CO_CALIB_MAX_POINTS && e > 0 && (w == CO_WORK_COPY || e <= 1000)) {
-            c.size[w][c.npts[w]] = b[k].size;
-            c.eff[w][c.npts[w]++] = e;
+        if (c->npts[w] < CO_CALIB_MAX_POINTS && e > 0 && (w == CO_WORK_COPY || e <= 1000)) {
+            c->size[w][c->npts[w]] = b[k].size;
+            c->eff[w][c->npts[w]++] = e;
         }
     }
     if (best_copy > 0) {
@@ -411,23 +555,33 @@ int co_calib_cli(int ndev, const char *worker, const char *out_path, const char 
         for (int k = 0; k < nres; k++)
             if (xp_topo_res_bw(topo, res[k]) < route)
                 route = xp_topo_res_bw(topo, res[k]);
-        c.copy_bw = best_copy < route ? best_copy : 0;
+        c->copy_bw = best_copy < route ? best_copy : 0;
         double base = best_copy < route ? best_copy : route;
-        for (int i = 0; i < c.npts[CO_WORK_COPY]; i++)
-            c.eff[CO_WORK_COPY][i] /= base;
+        for (int i = 0; i < c->npts[CO_WORK_COPY]; i++)
+            c->eff[CO_WORK_COPY][i] /= base;
     }
-    double eff_cores = 0;
-    for (int k = 0; k < nb; k++)
-        if (b[k].work == CO_WORK_GEMM && b[k].size == 2.0 * 512 * 512 * 512 && b[k].nt > 0 &&
-            measure_cores(worker, best(b[k].t, b[k].nt), &eff_cores, &err) < 0) {
-            fprintf(stderr, "einrun: --calibrate: run failed: %s\n", err.msg);
-            goto done;
-        }
+}
+
+/* The worker next to this executable (einrun's directory). */
+static const char *worker_beside(char *wpath, size_t size)
+{
+    ssize_t n = readlink("/proc/self/exe", wpath, size - 16);
+    if (n <= 0)
+        return NULL;
+    wpath[n] = 0;
+    char *slash = strrchr(wpath, '/');
+    strcpy(slash ? slash + 1 : wpath, "einworker");
+    return wpath;
+}
+
+/* Write the table with its comment lines; 0 or an exit status (2). */
+static int write_table(const co_calib *c, const char *out_path, int ndev,
+                       const xp_topology *topo, double eff_cores)
+{
     FILE *f = out_path ? fopen(out_path, "w") : stdout;
     if (!f) {
         fprintf(stderr, "einrun: --out %s: cannot write it\n", out_path);
-        status = 2;
-        goto done;
+        return 2;
     }
     fprintf(f, "# measured by einrun --calibrate on %d device%s, against topology %s "
                "(peak %.4g FLOP/s, hbm %.4g B/s); best of %d iterations\n",
@@ -436,14 +590,86 @@ int co_calib_cli(int ndev, const char *worker, const char *out_path, const char 
      * own. What other users' load left during calibration is a comment. */
     if (eff_cores > 0)
         fprintf(f, "# %d devices busy at once got %.3g cores of %.4g (other users' load)\n",
-                CO_CALIB_PAR, eff_cores, c.cores);
-    co_calib_write(&c, f);
+                CO_CALIB_PAR, eff_cores, c->cores);
+    if (c->latency_busy != c->latency)
+        fprintf(f, "# busy figures: %d devices per core in a ring, computing and messaging\n",
+                CO_CALIB_RING_PER_CORE);
+    co_calib_write(c, f);
     if (out_path && fclose(f) != 0) {
         fprintf(stderr, "einrun: --out %s: cannot write it\n", out_path);
-        status = 2;
+        return 2;
+    }
+    return 0;
+}
+
+int co_calib_cli(int ndev, const char *worker, const char *out_path, const char *topo_arg)
+{
+    ein_error err = {0};
+    xp_topology *topo = NULL;
+    ein_program *progs[2] = {NULL, NULL};
+    bench b[MAXB];
+    int nb = 0, status = 1;
+    char wpath[PATH_MAX];
+    double iter_s[CO_CALIB_ITERS];
+    if (ndev > 2)
+        ndev = 2; /* device 0 computes, device 1 copies */
+    if (xp_topo_load(topo_arg ? topo_arg : "host", &topo, &err) < 0) {
+        fprintf(stderr, "einrun: --calibrate: %s\n", err.msg);
+        return 2;
+    }
+    if (!worker && !(worker = worker_beside(wpath, sizeof wpath))) {
+        fprintf(stderr, "einrun: --calibrate: cannot find einworker; use --worker PATH\n");
         goto done;
     }
-    status = 0;
+    for (int d = 0; d < ndev; d++)
+        if (!(progs[d] = ein_program_new(d, ndev))) {
+            fprintf(stderr, "einrun: out of memory\n");
+            goto done;
+        }
+    if (build(progs, ndev, b, &nb, &err) < 0) {
+        fprintf(stderr, "einrun: --calibrate: %s\n", err.msg);
+        goto done;
+    }
+    trace_sums t = {0};
+    trace_arg arg = {b, nb, &t};
+    if (run_traced(progs, ndev, worker, iter_s, read_trace, &arg, &err) < 0) {
+        fprintf(stderr, "einrun: --calibrate: run failed: %s\n", err.msg);
+        goto done;
+    }
+    co_calib c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "%s", topo->name);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    c.cores = cores > 0 ? (double)cores : 1;
+    double over[CO_CALIB_ITERS];
+    int nover = 0;
+    for (int k = 0; k < nb; k++)
+        if (b[k].work == CO_WORK_UNARY && b[k].size <= 8)
+            for (int i = 0; i < b[k].nt; i++)
+                over[nover++] = b[k].t[i];
+    c.overhead = nover ? best(over, nover) : 0;
+    quiet_figures(&t, iter_s, ndev, &c);
+    efficiencies(b, nb, topo, &c);
+    c.latency_busy = c.latency;
+    c.notify_busy = c.notify;
+    double eff_cores = 0, nb_s = 0, lb_s = 0;
+    for (int k = 0; k < nb; k++)
+        if (b[k].work == CO_WORK_GEMM && b[k].size == 2.0 * 512 * 512 * 512 && b[k].nt > 0 &&
+            measure_cores(worker, best(b[k].t, b[k].nt), &eff_cores, &err) < 0) {
+            fprintf(stderr, "einrun: --calibrate: run failed: %s\n", err.msg);
+            goto done;
+        }
+    if (ndev >= 2) {
+        if (measure_busy(worker, &nb_s, &lb_s, &err) < 0) {
+            fprintf(stderr, "einrun: --calibrate: run failed: %s\n", err.msg);
+            goto done;
+        }
+        if (lb_s > 0) {
+            c.latency_busy = lb_s;
+            c.notify_busy = nb_s > c.overhead ? nb_s - c.overhead : 0;
+        }
+    }
+    status = write_table(&c, out_path, ndev, topo, eff_cores);
 done:
     for (int d = 0; d < 2; d++)
         ein_program_free(progs[d]);

@@ -33,6 +33,7 @@ typedef struct sim_dev {
     unsigned char *ready; /* [global buffer id of a peer] */
     sim_msg *inbox;
     int ninbox, capinbox;
+    double last_at;     /* the latest arrival of an oversubscribed READY */
     int pred;           /* global id that let the next instruction start */
     double wait_from;
 } sim_dev;
@@ -46,6 +47,7 @@ typedef struct sim {
     co_sim_result *r;
     int *pred;          /* per global instruction */
     double t;
+    int oversub;        /* more devices than the calibration's cores */
     int capwaits;
     double *left;       /* [nres]: bandwidth not yet given out (rates) */
     int *users;         /* [nres]: unfrozen copies crossing each resource */
@@ -186,18 +188,6 @@ static int computing(const sim_dev *v)
     return v->state == ST_RUN && v->p->instrs[v->cur].kind != EIN_I_NOTIFY;
 }
 
-/* The cores are oversubscribed for device d: at least `cores` other
- * devices compute, so d waits for the scheduler before it runs. */
-static int oversubscribed(const sim *s, int d)
-{
-    if (!(s->cal->cores > 0))
-        return 0;
-    int others = 0;
-    for (int e = 0; e < s->ndev; e++)
-        others += e != d && computing(&s->d[e]);
-    return others >= s->cal->cores;
-}
-
 /* Start instruction i of device d now. Zero-time instructions finish at once. */
 static int start(sim *s, int d, int i, ein_error *err)
 {
@@ -215,7 +205,7 @@ static int start(sim *s, int d, int i, ein_error *err)
     case EIN_I_STORE:
         return finish(s, d, i, err);
     case EIN_I_NOTIFY:
-        v->lat += oversubscribed(s, d) ? s->cal->notify_busy : s->cal->notify;
+        v->lat += s->oversub ? s->cal->notify_busy : s->cal->notify;
         break;
     case EIN_I_COPY: {
         int rc = xp_topo_route(s->topo, ins->peer, d, v->res, err);
@@ -291,8 +281,14 @@ static int finish(sim *s, int d, int i, ein_error *err)
         sim_dev *u = &s->d[ins->peer];
         if (ein_vec_reserve(&u->inbox, &u->capinbox, (int64_t)u->ninbox + 1, sizeof *u->inbox) < 0)
             return ein_fail(err, EIN_ENOMEM, "out of memory");
-        double lat = oversubscribed(s, ins->peer) ? s->cal->latency_busy : s->cal->latency;
-        u->inbox[u->ninbox++] = (sim_msg){.at = s->t + lat, .from = d,
+        double at = s->t + s->cal->latency;
+        if (s->oversub) {
+            /* The receiver takes in one message per wake-up, each a wait
+             * for a core: its READYs arrive one after another. */
+            at = (u->last_at > s->t ? u->last_at : s->t) + s->cal->latency_busy;
+            u->last_at = at;
+        }
+        u->inbox[u->ninbox++] = (sim_msg){.at = at, .from = d,
                                           .buf = ins->srcs[0], .notify = g};
     }
     return 0;
@@ -527,7 +523,8 @@ int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
     if (topo->ngpus < ndev)
         return ein_fail(err, EIN_EINVAL, "simulate: topology %s has %d GPUs but the plan has %d "
                                          "devices", topo->name, topo->ngpus, ndev);
-    sim s = {.ndev = ndev, .topo = topo, .cal = cal};
+    sim s = {.ndev = ndev, .topo = topo, .cal = cal,
+             .oversub = cal->cores > 0 && ndev > cal->cores};
     int rc = EIN_ENOMEM, total = 0, tbuf = 0;
     co_sim_result *r = calloc(1, sizeof *r);
     s.r = r;

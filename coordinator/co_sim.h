@@ -26,11 +26,16 @@
  *    eff(copy, bytes);
  *  - with `cores` in the calibration (CPU devices) all devices share that
  *    many cores: while k devices compute (any instruction but a NOTIFY)
- *    each runs at min(1, cores/k); a NOTIFY started while at least
- *    `cores` other devices compute costs `notify-busy` instead of
- *    `notify`, and a READY sent while at least `cores` devices other
- *    than its receiver compute takes `latency-busy` (the scheduler's
- *    wait for a core, measured by einrun --calibrate);
+ *    each runs at min(1, cores/k);
+ *  - with more devices than `cores` (oversubscribed: every wake-up of a
+ *    worker, its ZeroMQ I/O thread taking a message or its main thread
+ *    being woken by one, waits for the scheduler to give it a core, and
+ *    the devices do not stay in phase, so this holds whatever the others
+ *    are doing) a NOTIFY costs `notify-busy` instead of `notify`, and a
+ *    device takes in its READYs one at a time, each `latency-busy` after
+ *    it was sent or after the previous one arrived, whichever is later
+ *    (the calibration measures both with devices in a ring: einrun
+ *    --calibrate);
  *  - the iteration costs the calibration's `iteration` on top of the
  *    makespan.
  * Peak memory: every buffer of a Program has its own place in the device
@@ -136,6 +141,17 @@ void co_sim_objective_rates(const xp_topology *topo, const co_calib *cal,
  * on stderr prefixed by `prog`, or 0. */
 int co_sim_load(const char *prog, const char *topo_arg, const char *cal_arg,
                 xp_topology **topo, co_calib *cal);
+
+/* --objective time: the plan of selector `sel` under the DP's time cost
+ * (co_sim_objective_rates) and, for the DP without forced specs, also
+ * under its comm cost; of the two, the one co_sim_plan predicts faster
+ * (a plan that does not fit in memory is out; if neither fits, the time
+ * cost's, for the caller's memory check to report). `base` (NULL: none)
+ * gives the other options. Deterministic. Returns 0 or a negative code
+ * with `err` filled. */
+int co_sim_plan_time(const struct pl_graph *g, int p, int sel, uint64_t seed,
+                     const struct pl_plan_opts *base, const xp_topology *topo,
+                     const co_calib *cal, struct pl_plan **out, ein_error *err);
 
 /* einrun --objective time: plan g for p devices by predicted time on
  * topology `topo_arg` (NULL: host) and its calibration. `objective` is

@@ -62,6 +62,62 @@ void co_sim_objective_rates(const xp_topology *topo, const co_calib *cal, pl_pla
     o->net_bw = net * co_calib_eff(cal, CO_WORK_COPY, 1e7);
 }
 
+/* Predicted iteration time of `plan`; EIN_ELIMIT when it does not fit. */
+static int predict(const pl_graph *g, const pl_plan *plan, const xp_topology *topo,
+                   const co_calib *cal, uint64_t seed, double *time, ein_error *err)
+{
+    ein_program **progs = NULL;
+    co_sim_result *r = NULL;
+    int rc = co_sim_plan(g, plan, topo, cal, seed, 1, &progs, &r, err);
+    if (rc < 0)
+        return rc;
+    *time = r->time;
+    co_sim_result_free(r);
+    co_programs_free(progs, plan->p);
+    return 0;
+}
+
+int co_sim_plan_time(const pl_graph *g, int p, int sel, uint64_t seed, const pl_plan_opts *base,
+                     const xp_topology *topo, const co_calib *cal, pl_plan **out, ein_error *err)
+{
+    pl_plan_opts o = base ? *base : (pl_plan_opts){0};
+    o.objective = PL_OBJECTIVE_TIME;
+    co_sim_objective_rates(topo, cal, &o);
+    pl_plan *t = NULL, *c = NULL;
+    int rc = pl_plan_make_opts(g, p, (pl_selector)sel, seed, &o, &t, err);
+    if (rc < 0 || sel != PL_SELECT_DP || o.force) {
+        *out = t;
+        return rc;
+    }
+    o.objective = PL_OBJECTIVE_COMM;
+    if ((rc = pl_plan_make_opts(g, p, (pl_selector)sel, seed, &o, &c, err)) < 0) {
+        pl_plan_free(t);
+        return rc;
+    }
+    /* The candidates by predicted time; one that does not fit is out. */
+    double tt = INFINITY, tc = INFINITY;
+    ein_error e2 = {0};
+    if ((rc = predict(g, t, topo, cal, seed, &tt, err)) < 0 && rc != EIN_ELIMIT)
+        goto fail;
+    if ((rc = predict(g, c, topo, cal, seed, &tc, &e2)) < 0 && rc != EIN_ELIMIT) {
+        if (err)
+            *err = e2;
+        goto fail;
+    }
+    if (tc < tt) {
+        pl_plan_free(t);
+        t = c;
+        c = NULL;
+    }
+    pl_plan_free(c);
+    *out = t; /* neither fits: co_sim_cli and einrun report the memory */
+    return 0;
+fail:
+    pl_plan_free(t);
+    pl_plan_free(c);
+    return rc;
+}
+
 int co_sim_plan_make(const pl_graph *g, int p, int sel, uint64_t seed, const char *objective,
                      const char *topo_arg, pl_plan **out, ein_error *err)
 {
@@ -82,8 +138,9 @@ int co_sim_plan_make(const pl_graph *g, int p, int sel, uint64_t seed, const cha
                 err->code = EIN_EINVAL; /* bad input, whatever the cause */
             return EIN_EINVAL;
         }
-        co_sim_objective_rates(topo, &cal, &o);
+        rc = co_sim_plan_time(g, p, sel, seed, &o, topo, &cal, out, err);
         xp_topo_free(topo);
+        return rc;
     }
     return pl_plan_make_opts(g, p, (pl_selector)sel, seed, &o, out, err);
 }

@@ -346,7 +346,9 @@ int main(int argc, char **argv)
         }
         if (opts.objective == PL_OBJECTIVE_TIME)
             co_sim_objective_rates(sim_topo, &sim_cal, &opts);
-        if (pl_plan_make_opts(g, p, sel, seed, &opts, &plan, &err) < 0) {
+        if ((opts.objective == PL_OBJECTIVE_TIME
+                 ? co_sim_plan_time(g, p, sel, seed, &opts, sim_topo, &sim_cal, &plan, &err)
+                 : pl_plan_make_opts(g, p, sel, seed, &opts, &plan, &err)) < 0) {
             xp_topo_free(sim_topo);
             fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
             pl_graph_free(g);

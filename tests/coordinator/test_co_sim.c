@@ -1,7 +1,8 @@
 /* tests/coordinator/test_co_sim.c — the plan simulator on hand-built
  * Programs with hand-computed answers: one GEMM, one transfer, a transfer
  * overlapping compute, two copies sharing a port, devices sharing cores,
- * memory peaks and the memory constraint (also on a planned graph); the
+ * memory peaks and the memory constraint (also on a planned graph);
+ * messages with more devices than cores; --objective time's choice; the
  * calibration format; topology memory statements. */
 #include <math.h>
 #include <setjmp.h>
@@ -372,6 +373,107 @@ static void test_objective_time(void **state)
     xp_topo_free(t);
 }
 
+/* One 1 MB transfer 0 -> 1 (100 us on the 10 GB/s ports), overhead 2 us,
+ * notify 5 us, latency 10 us; busy figures notify 20 us, latency 50 us.
+ * With 2 cores (2 devices: not oversubscribed) the quiet figures: 2 + 5,
+ * + 10, + 2 + 100 = 119 us. With 1 core the busy ones: 2 + 20, + 50,
+ * + 2 + 100 = 174 us. A third device sending device 1 another 1 MB at
+ * the same time (1 core, 3 devices): both NOTIFYs end at 22 us, the
+ * READYs arrive one after the other, at 72 and 122 us; the first COPY
+ * runs 72..174 (2 us overhead, then 100 us alone on device 1's port), the
+ * second starts at 174 and ends at 276. */
+static void test_oversubscribed(void **state)
+{
+    (void)state;
+    xp_topology *t = topo(3);
+    static const char busy[] = "notify 5 us\nlatency-busy 50 us\nnotify-busy 20 us\n";
+    char text[256];
+    snprintf(text, sizeof text, "overhead 2 us\nlatency 10 us\ncores 2\n%s", busy);
+    co_calib two = calib(text);
+    snprintf(text, sizeof text, "overhead 2 us\nlatency 10 us\ncores 1\n%s", busy);
+    co_calib one = calib(text);
+    ein_program **p = progs_new(2);
+    int x = buf2(p[0], 250, 1000), nt, cp;
+    transfer(p[0], p[1], x, load(p[0], x), &nt, &cp, NULL, 0);
+    co_sim_result *r = run(p, 2, t, &two);
+    near(r->makespan, 119e-6);
+    near(r->dev[0].comm, 7e-6);
+    co_sim_result_free(r);
+    r = run(p, 2, t, &one);
+    near(r->makespan, 174e-6);
+    near(r->dev[0].comm, 22e-6);
+    near(r->start[r->first[1] + cp], 72e-6);
+    co_sim_result_free(r);
+    for (int d = 0; d < 2; d++)
+        ein_program_free(p[d]);
+    free(p);
+    p = progs_new(3);
+    int a = buf2(p[0], 250, 1000), b = buf2(p[2], 250, 1000), n2, c2;
+    transfer(p[0], p[1], a, load(p[0], a), &nt, &cp, NULL, 0);
+    transfer(p[2], p[1], b, load(p[2], b), &n2, &c2, NULL, 0);
+    r = run(p, 3, t, &one);
+    near(r->start[r->first[1] + cp], 72e-6);
+    near(r->start[r->first[1] + c2], 174e-6);
+    near(r->makespan, 276e-6);
+    co_sim_result_free(r);
+    for (int d = 0; d < 3; d++)
+        ein_program_free(p[d]);
+    free(p);
+    xp_topo_free(t);
+}
+
+/* co_sim_plan_time returns the faster, predicted, of the DP's plans under
+ * the time and the comm cost: its prediction is not above either's,
+ * computed here from the two plans made directly; deterministic. */
+static void test_objective_choice(void **state)
+{
+    (void)state;
+    static const char prog[] =
+        "dims a=96 b=512 c=96 d=512 e=96\ndtype f32\ninput m1[a, b]\ninput m2[b, c]\n"
+        "input m3[c, d]\ninput m4[d, e]\np1 = matmul(m1, m2)\np2 = matmul(p1, m3)\n"
+        "y = matmul(p2, m4)\nsave y\n";
+    pl_graph *g = NULL;
+    ein_error err = {0};
+    assert_int_equal(pl_ein_parse("chain.ein", prog, strlen(prog), &g, &err), 0);
+    xp_topology *t = topo(4);
+    t->memory = 1e9;
+    /* Slow messages with more devices than cores: fewer messages win. */
+    co_calib c = calib("overhead 5 us\nlatency 20 us\ncores 2\nlatency-busy 400 us\n"
+                       "notify-busy 100 us\n");
+    for (int p = 2; p <= 4; p += 2) {
+        pl_plan_opts o = {0};
+        pl_plan *time = NULL, *comm = NULL, *best = NULL, *again = NULL;
+        co_sim_objective_rates(t, &c, &o);
+        o.objective = PL_OBJECTIVE_TIME;
+        assert_int_equal(pl_plan_make_opts(g, p, PL_SELECT_DP, 1, &o, &time, &err), 0);
+        assert_int_equal(pl_plan_make(g, p, PL_SELECT_DP, 1, &comm, &err), 0);
+        assert_int_equal(co_sim_plan_time(g, p, PL_SELECT_DP, 1, NULL, t, &c, &best, &err), 0);
+        assert_int_equal(co_sim_plan_time(g, p, PL_SELECT_DP, 1, NULL, t, &c, &again, &err), 0);
+        const pl_plan *pl[4] = {time, comm, best, again};
+        double pred[4];
+        for (int k = 0; k < 4; k++) {
+            ein_program **pp = NULL;
+            co_sim_result *r = NULL;
+            if (co_sim_plan(g, pl[k], t, &c, 1, 1, &pp, &r, &err) < 0)
+                fail_msg("%s", err.msg);
+            pred[k] = r->time;
+            co_sim_result_free(r);
+            co_programs_free(pp, p);
+        }
+        double lo = pred[0] < pred[1] ? pred[0] : pred[1];
+        if (!(pred[2] <= lo * (1 + 1e-12)))
+            fail_msg("P=%d: chose %.6g s; time cost's %.6g, comm cost's %.6g", p, pred[2],
+                     pred[0], pred[1]);
+        near(pred[3], pred[2]);
+        pl_plan_free(time);
+        pl_plan_free(comm);
+        pl_plan_free(best);
+        pl_plan_free(again);
+    }
+    pl_graph_free(g);
+    xp_topo_free(t);
+}
+
 static void test_calib_format(void **state)
 {
     (void)state;
@@ -383,6 +485,9 @@ static void test_calib_format(void **state)
     near(c.overhead, 3e-6);
     near(c.latency, 1e-4);
     near(c.copy_bw, 5e9);
+    near(c.notify, 0); /* absent: 0, and the busy figures the quiet ones */
+    near(c.latency_busy, c.latency);
+    near(c.notify_busy, c.notify);
     near(co_calib_eff(&c, CO_WORK_GEMM, 1e7), 0.4);
     near(co_calib_eff(&c, CO_WORK_GEMM, 10), 0.2);
     near(co_calib_eff(&c, CO_WORK_GEMM, 1e12), 0.6);
@@ -390,6 +495,7 @@ static void test_calib_format(void **state)
     static const char *const bad[] = {
         "eff gemm 1e6 0.2\neff gemm 1e5 0.3\n", "eff nope 1 1\n", "eff gemm 1 0\n",
         "overhead 3 weeks\n", "cores -1\n", "frobnicate\n", "copy 0 GB/s\n", "eff gemm nan 1\n",
+        "notify-busy 3 weeks\n", "latency-busy -1 us\n", "notify\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(co_calib_parse(bad[i], "bad.cal", &c, &err), EIN_EPARSE);
@@ -406,7 +512,24 @@ static void test_calib_format(void **state)
     assert_int_equal(co_calib_parse(buf, "w.cal", &d, &err), 0);
     free(buf);
     near(d.latency, c.latency);
+    near(d.latency_busy, c.latency);
     assert_int_equal(d.npts[CO_WORK_GEMM], 2);
+    /* The busy figures round-trip too. */
+    const char *busy = "name y\ncores 2\nlatency 10 us\nnotify 4 us\nlatency-busy 0.5 ms\n"
+                       "notify-busy 90 us\n";
+    assert_int_equal(co_calib_parse(busy, "y.cal", &c, &err), 0);
+    near(c.notify, 4e-6);
+    near(c.latency_busy, 5e-4);
+    near(c.notify_busy, 9e-5);
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    co_calib_write(&c, f);
+    fclose(f);
+    assert_int_equal(co_calib_parse(buf, "w.cal", &d, &err), 0);
+    free(buf);
+    near(d.notify, 4e-6);
+    near(d.latency_busy, 5e-4);
+    near(d.notify_busy, 9e-5);
     /* Every built-in table parses; the host one is topologies/host.cal. */
     static const char *const names[] = {"host", "a100", "h100", "h200", "v100", "b200"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -459,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_overlap),      cmocka_unit_test(test_shared_port),
         cmocka_unit_test(test_shared_cores), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_memory_plan),  cmocka_unit_test(test_objective_time),
+        cmocka_unit_test(test_oversubscribed), cmocka_unit_test(test_objective_choice),
         cmocka_unit_test(test_calib_format),
         cmocka_unit_test(test_topology_memory),
     };
