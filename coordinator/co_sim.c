@@ -515,6 +515,21 @@ static int critical_path(sim *s)
     return 0;
 }
 
+/* The simulation's own memory (not the result). */
+static void sim_free(sim *s)
+{
+    for (int d = 0; s->d && d < s->ndev; d++) {
+        free(s->d[d].done);
+        free(s->d[d].ready);
+        free(s->d[d].inbox);
+    }
+    free(s->d);
+    free(s->bufbase);
+    free(s->pred);
+    free(s->left);
+    free(s->users);
+}
+
 int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
                const co_calib *cal, co_sim_result **out, ein_error *err)
 {
@@ -576,31 +591,13 @@ int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
     }
     if (critical_path(&s) < 0)
         goto fail;
-    for (int d = 0; d < ndev; d++) {
-        free(s.d[d].done);
-        free(s.d[d].ready);
-        free(s.d[d].inbox);
-    }
-    free(s.d);
-    free(s.bufbase);
-    free(s.pred);
-    free(s.left);
-    free(s.users);
+    sim_free(&s);
     *out = r;
     return 0;
 fail:
     rc = ein_fail(err, EIN_ENOMEM, "simulate: out of memory");
 fail_msg:
-    for (int d = 0; s.d && d < ndev; d++) {
-        free(s.d[d].done);
-        free(s.d[d].ready);
-        free(s.d[d].inbox);
-    }
-    free(s.d);
-    free(s.bufbase);
-    free(s.pred);
-    free(s.left);
-    free(s.users);
+    sim_free(&s);
     co_sim_result_free(r);
     return rc;
 }

@@ -228,6 +228,21 @@ static sess_input *find_input(ein_session *s, const char *name, ein_error *err)
     return NULL;
 }
 
+/* Point input `in` at `path` (copied) in `format` at `offset`; it is
+ * loaded again at the next run. */
+static int input_point(sess_input *in, const char *path, ein_load_format format,
+                       uint64_t offset, ein_error *err)
+{
+    char *np = strdup(path);
+    if (!np)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    free(in->path);
+    in->path = np;
+    in->format = format;
+    in->offset = offset;
+    in->dirty = 1;
+    return 0;
+}
 int ein_session_set_input(ein_session *s, const char *name, const void *data, size_t bytes,
                           ein_error *err)
 {
@@ -251,15 +266,7 @@ int ein_session_set_input(ein_session *s, const char *name, const void *data, si
     snprintf(p, sizeof p, "%s/in-%d.npy", s->dir, in->node);
     if ((rc = ein_npy_save(p, nd->dtype, nd->rank, nd->shape, data, err)) < 0)
         return rc;
-    char *np = strdup(p);
-    if (!np)
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
-    free(in->path);
-    in->path = np;
-    in->format = EIN_LOAD_NPY;
-    in->offset = 0;
-    in->dirty = 1;
-    return 0;
+    return input_point(in, p, EIN_LOAD_NPY, 0, err);
 }
 
 int ein_session_set_input_npy(ein_session *s, const char *name, const char *path, ein_error *err)
@@ -289,15 +296,7 @@ int ein_session_set_input_npy(ein_session *s, const char *name, const char *path
     }
     /* Workers read it at the next run, maybe from another directory. */
     char abs[PATH_MAX];
-    char *np = strdup(realpath(path, abs) ? abs : path);
-    if (!np)
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
-    free(in->path);
-    in->path = np;
-    in->format = EIN_LOAD_NPY;
-    in->offset = 0;
-    in->dirty = 1;
-    return 0;
+    return input_point(in, realpath(path, abs) ? abs : path, EIN_LOAD_NPY, 0, err);
 }
 
 int ein_session_set_input_source(ein_session *s, const char *name, const char *path,
@@ -312,15 +311,7 @@ int ein_session_set_input_source(ein_session *s, const char *name, const char *p
     if (!in)
         return EIN_EINVAL;
     char abs[PATH_MAX];
-    char *np = strdup(realpath(path, abs) ? abs : path);
-    if (!np)
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
-    free(in->path);
-    in->path = np;
-    in->format = format;
-    in->offset = offset;
-    in->dirty = 1;
-    return 0;
+    return input_point(in, realpath(path, abs) ? abs : path, format, offset, err);
 }
 
 int ein_session_load_safetensors(ein_session *s, const char *path, const char *const *map,
