@@ -243,6 +243,7 @@ static int input_point(sess_input *in, const char *path, ein_load_format format,
     in->dirty = 1;
     return 0;
 }
+
 int ein_session_set_input(ein_session *s, const char *name, const void *data, size_t bytes,
                           ein_error *err)
 {
