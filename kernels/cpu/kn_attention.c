@@ -55,20 +55,8 @@ static inline kn_v4f kn_exp_v(kn_v4f x)
 
 static inline float kn_exp_s(float x)
 {
-    x = x < -87.0f ? -87.0f : x;
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = x - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    float p = r * (1.0f / 720.0f) + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    int32_t e = ((int32_t)n + 127) * (1 << 23);
-    float f;
-    memcpy(&f, &e, sizeof f);
-    return p * f;
+    kn_v4f v = {x, x, x, x}; /* the same operations as a lane of kn_exp_v */
+    return kn_exp_v(v)[0];
 }
 
 /* s[i] = exp(s[i] - mx) for i < n; returns the sum. */

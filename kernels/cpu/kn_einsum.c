@@ -256,6 +256,21 @@ static void kn_out_finish(const kn_es *e, float *t)
     }
 }
 
+/* g = batch letters, then row letters, then column letters (the order of
+ * a canonical operand); returns how many. */
+static int kn_order(int *g, const int *batch, int nbt, const int *rows, int nr, const int *cols,
+                    int nc)
+{
+    int ng = 0;
+    for (int i = 0; i < nbt; i++)
+        g[ng++] = batch[i];
+    for (int i = 0; i < nr; i++)
+        g[ng++] = rows[i];
+    for (int i = 0; i < nc; i++)
+        g[ng++] = cols[i];
+    return ng;
+}
+
 /* Dense row-major strides for the letter list g (later letters inner). */
 static int64_t kn_canon(const kn_es *e, const int *g, int ng, int64_t *st)
 {
@@ -336,13 +351,7 @@ static int kn_prep(const kn_es *e, int x, const int *batch, int nbt, const int *
         *tmp = conv;
         return 0;
     }
-    int g[KN_MAXDIM], ng = 0;
-    for (int i = 0; i < nbt; i++)
-        g[ng++] = batch[i];
-    for (int i = 0; i < nr; i++)
-        g[ng++] = rows[i];
-    for (int i = 0; i < nc; i++)
-        g[ng++] = cols[i];
+    int g[KN_MAXDIM], ng = kn_order(g, batch, nbt, rows, nr, cols, nc);
     memset(cst, 0, KN_NLET * sizeof *cst);   /* own letters keep stride 0: summed */
     int64_t total = kn_canon(e, g, ng, cst);
     float *dst = kn_alloc(total, e->subs, err);
@@ -494,13 +503,7 @@ static int kn_einsum2(const kn_es *e, ein_error *err)
         pc = t;
         stc = e->st[2];
     } else {
-        int g[EIN_MAX_RANK], ng = 0;
-        for (int i = 0; i < nbt; i++)
-            g[ng++] = batch[i];
-        for (int i = 0; i < nm; i++)
-            g[ng++] = M[i];
-        for (int i = 0; i < nn; i++)
-            g[ng++] = N[i];
+        int g[EIN_MAX_RANK], ng = kn_order(g, batch, nbt, M, nm, N, nn);
         memset(cstc, 0, sizeof cstc);
         if (!(cs = kn_alloc(kn_canon(e, g, ng, cstc), e->subs, err))) {
             rc = EIN_ENOMEM;
