@@ -20,10 +20,12 @@
  * of every set) is known before any set is made. Every step is linear in
  * the text, except name lookups (linear in the names declared). */
 #include "common/ein_file.h"
+#include "common/ein_vec.h"
 #include "exchange/xp_program.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,21 +271,28 @@ static int copy_name(parser *P, char *dst, const char *what)
     return 0;
 }
 
-/* Grow an array of `n` elements of `sz` bytes by one; returns the new slot.
- * The capacity is the next power of two at or above n (arrays only grow by
- * push), so a list of n entries costs O(n), not O(n^2). */
+/* Grow an array of `n` elements of `sz` bytes by one, through ein_vec;
+ * returns the new slot, zeroed, or NULL when out of memory (the array is
+ * then unchanged). The syntax tree keeps no capacities: an array only
+ * grows by push, so its capacity is the one ein_vec_reserve gave it,
+ * push_cap(n); a list of n entries costs O(n), not O(n^2). */
+static int push_cap(int n)
+{
+    int cap = n > 0 ? EIN_VEC_MIN_CAP : 0;
+    while (cap < n && cap <= INT_MAX / 2)
+        cap *= 2;
+    return cap;
+}
+
 static void *push(void *arr_p, int *n, size_t sz)
 {
-    void **arr = arr_p;
-    if (*n == 0 || (*n & (*n - 1)) == 0) {
-        void *na = realloc(*arr, sz * (size_t)(*n ? 2 * *n : 1));
-        if (!na)
-            return NULL;
-        *arr = na;
-    }
-    void *na = *arr;
-    memset((char *)na + sz * (size_t)*n, 0, sz);
-    return (char *)na + sz * (size_t)(*n)++;
+    int cap = push_cap(*n);
+    if (ein_vec_reserve(arr_p, &cap, (int64_t)*n + 1, sz) < 0)
+        return NULL;
+    char *na;
+    memcpy(&na, arr_p, sizeof na);
+    memset(na + sz * (size_t)*n, 0, sz);
+    return na + sz * (size_t)(*n)++;
 }
 
 static int oom(parser *P)

@@ -381,10 +381,8 @@ int xp_program_add_partition(xp_program *p, const char *name, int size, const in
     for (int i = 0; i < p->npart; i++)
         if (strcmp(p->part[i].name, name) == 0)
             return ein_fail(err, EIN_EINVAL, "partition %s declared twice", name);
-    xp_partition *np = realloc(p->part, sizeof *np * (size_t)(p->npart + 1));
-    if (!np)
+    if (ein_vec_reserve(&p->part, &p->cap_part, (int64_t)p->npart + 1, sizeof *p->part) < 0)
         return ein_fail(err, EIN_ENOMEM, "out of memory");
-    p->part = np;
     xp_partition *g = &p->part[p->npart];
     memset(g, 0, sizeof *g);
     strcpy(g->name, name);
@@ -569,11 +567,15 @@ int xp_partition_find(const xp_program *p, const xp_word *x, xp_word *const *hav
  * each with the parts of the atom held as sorted disjoint intervals
  * [lo, hi) (touching ones merged), in units of 1/L (L: the chunk units;
  * [0, 1) with L = 1 when nothing is chunked). */
+typedef struct held_set {
+    xp_word *set;        /* owned */
+    int span[2];         /* its span (xp_set_span) */
+    int64_t *iv;         /* 2 * niv bounds, capiv pairs (ein_vec) */
+    int niv, capiv;
+} held_set;
+
 typedef struct held {
-    xp_word **set;
-    int *span;           /* per set: its span (xp_set_span), 2 ints */
-    int64_t **iv;        /* per set: 2 * niv[i] bounds */
-    int *niv, *capiv;
+    held_set *e;         /* n sets, cap (ein_vec) */
     int n, cap;
 } held;
 
@@ -582,8 +584,8 @@ static int held_find(const xp_program *p, const held *h, const xp_word *x)
     int f, l;
     xp_set_span(p, x, &f, &l);
     for (int i = 0; i < h->n; i++)
-        if (h->span[2 * i] == f && h->span[2 * i + 1] == l &&
-            xp_set_equal_span(h->set[i], x, f, l))
+        if (h->e[i].span[0] == f && h->e[i].span[1] == l &&
+            xp_set_equal_span(h->e[i].set, x, f, l))
             return i;
     return -1;
 }
@@ -606,46 +608,26 @@ static int iv_covers(const int64_t *iv, int n, int64_t lo, int64_t hi)
 static int held_add(const xp_program *p, held *h, const xp_word *x, int64_t lo, int64_t hi)
 {
     int i = held_find(p, h, x);
-    if (i >= 0 && iv_covers(h->iv[i], h->niv[i], lo, hi))
+    if (i >= 0 && iv_covers(h->e[i].iv, h->e[i].niv, lo, hi))
         return 0;
     if (i < 0) {
-        if (h->n == h->cap) {
-            int cap = h->cap ? 2 * h->cap : 16;
-            xp_word **s = realloc(h->set, sizeof *s * (size_t)cap);
-            if (!s)
-                return EIN_ENOMEM;
-            h->set = s;
-            int64_t **v = realloc(h->iv, sizeof *v * (size_t)cap);
-            if (!v)
-                return EIN_ENOMEM;
-            h->iv = v;
-            int *a = realloc(h->niv, sizeof *a * (size_t)cap);
-            if (!a)
-                return EIN_ENOMEM;
-            h->niv = a;
-            int *c = realloc(h->capiv, sizeof *c * (size_t)cap);
-            if (!c)
-                return EIN_ENOMEM;
-            h->capiv = c;
-            int *sp = realloc(h->span, sizeof *sp * 2 * (size_t)cap);
-            if (!sp)
-                return EIN_ENOMEM;
-            h->span = sp;
-            h->cap = cap;
-        }
-        i = h->n;
-        h->iv[i] = NULL;
-        h->niv[i] = h->capiv[i] = 0;
-        if (!(h->set[i] = set_dup(p, x)))
+        if (ein_vec_reserve(&h->e, &h->cap, (int64_t)h->n + 1, sizeof *h->e) < 0)
             return EIN_ENOMEM;
-        xp_set_span(p, x, &h->span[2 * i], &h->span[2 * i + 1]);
+        i = h->n;
+        held_set *e = &h->e[i];
+        e->iv = NULL;
+        e->niv = e->capiv = 0;
+        if (!(e->set = set_dup(p, x)))
+            return EIN_ENOMEM;
+        xp_set_span(p, x, &e->span[0], &e->span[1]);
         h->n++;
     }
     /* iv[i] holds [lo, hi) pairs: the capacity counts pairs */
-    if (ein_vec_reserve(&h->iv[i], &h->capiv[i], (int64_t)h->niv[i] + 1, 2 * sizeof *h->iv[i]) < 0)
+    held_set *e = &h->e[i];
+    if (ein_vec_reserve(&e->iv, &e->capiv, (int64_t)e->niv + 1, 2 * sizeof *e->iv) < 0)
         return EIN_ENOMEM;
-    int64_t *v = h->iv[i];
-    int n = h->niv[i], k = 0;
+    int64_t *v = e->iv;
+    int n = e->niv, k = 0;
     while (k < n && v[2 * k] < lo)
         k++;
     memmove(&v[2 * k + 2], &v[2 * k], sizeof(int64_t) * 2 * (size_t)(n - k));
@@ -663,7 +645,7 @@ static int held_add(const xp_program *p, held *h, const xp_word *x, int64_t lo, 
             v[2 * w + 1] = v[2 * r + 1];
         }
     }
-    h->niv[i] = w + 1;
+    e->niv = w + 1;
     return 1;
 }
 
@@ -672,7 +654,7 @@ static int held_has(const xp_program *p, const held *h, const xp_word *x, int64_
                     int64_t hi)
 {
     int i = held_find(p, h, x);
-    return i >= 0 && iv_covers(h->iv[i], h->niv[i], lo, hi);
+    return i >= 0 && iv_covers(h->e[i].iv, h->e[i].niv, lo, hi);
 }
 
 /* Is [lo, hi) of x partitioned by aggregates held at the site? `cand`,
@@ -682,9 +664,9 @@ static int held_partitions(const xp_program *p, const held *h, const xp_word *x,
 {
     int nc = 0;
     for (int i = 0; i < h->n; i++)
-        if (iv_covers(h->iv[i], h->niv[i], lo, hi) &&
-            xp_set_subset_span(h->set[i], x, h->span[2 * i], h->span[2 * i + 1]))
-            cand[nc++] = h->set[i];
+        if (iv_covers(h->e[i].iv, h->e[i].niv, lo, hi) &&
+            xp_set_subset_span(h->e[i].set, x, h->e[i].span[0], h->e[i].span[1]))
+            cand[nc++] = h->e[i].set;
     return nc > 0 && xp_partition_find(p, x, cand, nc, pick) >= 0;
 }
 
@@ -838,14 +820,10 @@ done:
     if (st) {
         for (int s = 0; s < ns; s++) {
             for (int i = 0; i < st[s].n; i++) {
-                free(st[s].set[i]);
-                free(st[s].iv[i]);
+                free(st[s].e[i].set);
+                free(st[s].e[i].iv);
             }
-            free(st[s].set);
-            free(st[s].span);
-            free(st[s].iv);
-            free(st[s].niv);
-            free(st[s].capiv);
+            free(st[s].e);
         }
     }
     free(st);
