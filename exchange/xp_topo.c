@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -240,47 +241,55 @@ static int topo_rest(tparse *T, char **w, int nw)
     return 0;
 }
 
+/* The statements that set one number: KEYWORD VALUE UNIT. */
+static const struct {
+    const char *kw;
+    int (*parse)(const char *num, const char *unit, double *v);
+    size_t off;             /* the double in xp_topology */
+    const char *usage;
+} topo_numbers[] = {
+    {"peak", parse_flops, offsetof(xp_topology, peak), "RATE UNIT (PFLOP/s, TFLOP/s or GFLOP/s)"},
+    {"memory", parse_bytes, offsetof(xp_topology, memory), "SIZE UNIT (TB, GB or MB)"},
+    {"latency", parse_time, offsetof(xp_topology, latency), "TIME UNIT (s, ms, us or ns)"},
+    {"hbm", parse_bw, offsetof(xp_topology, hbm), "BANDWIDTH UNIT (TB/s, GB/s or MB/s)"},
+    {"port", parse_bw, offsetof(xp_topology, port), "BANDWIDTH UNIT (TB/s, GB/s or MB/s)"},
+};
+
+/* KEYWORD NAME into dst (size bytes, 64: one word under 64 bytes). */
+static int topo_word(tparse *T, char **w, int nw, char *dst, size_t size)
+{
+    if (nw != 2 || strlen(w[1]) >= size)
+        BAD("bad '%s' statement; expected: %s NAME (one word under %d bytes)", w[0], w[0],
+            (int)size);
+    strcpy(dst, w[1]);
+    return 0;
+}
+
 /* One statement, its words w[0..nw) (nw >= 1). */
 static int topo_statement(tparse *T, char **w, int nw)
 {
     xp_topology *t = T->t;
-    if (strcmp(w[0], "name") == 0) {
-        if (nw != 2 || strlen(w[1]) >= sizeof t->name)
-            BAD("bad 'name' statement; expected: name NAME (one word under 64 bytes)");
-        strcpy(t->name, w[1]);
-    } else if (strcmp(w[0], "gpus") == 0) {
+    for (size_t k = 0; k < sizeof topo_numbers / sizeof *topo_numbers; k++)
+        if (strcmp(w[0], topo_numbers[k].kw) == 0) {
+            double *v = (double *)((char *)t + topo_numbers[k].off);
+            if (nw != 3 || topo_numbers[k].parse(w[1], w[2], v) < 0)
+                BAD("bad '%s' statement; expected: %s %s", w[0], w[0], topo_numbers[k].usage);
+            return 0;
+        }
+    if (strcmp(w[0], "name") == 0)
+        return topo_word(T, w, nw, t->name, sizeof t->name);
+    if (strcmp(w[0], "calibration") == 0)
+        return topo_word(T, w, nw, t->calibration, sizeof t->calibration);
+    if (strcmp(w[0], "gpus") == 0)
         return topo_gpus(T, w, nw);
-    } else if (strcmp(w[0], "peak") == 0) {
-        if (nw != 3 || parse_flops(w[1], w[2], &t->peak) < 0)
-            BAD("bad 'peak' statement; expected: peak RATE UNIT (PFLOP/s, TFLOP/s or GFLOP/s)");
-    } else if (strcmp(w[0], "memory") == 0) {
-        if (nw != 3 || parse_bytes(w[1], w[2], &t->memory) < 0)
-            BAD("bad 'memory' statement; expected: memory SIZE UNIT (TB, GB or MB)");
-    } else if (strcmp(w[0], "latency") == 0) {
-        if (nw != 3 || parse_time(w[1], w[2], &t->latency) < 0)
-            BAD("bad 'latency' statement; expected: latency TIME UNIT (s, ms, us or ns)");
-    } else if (strcmp(w[0], "calibration") == 0) {
-        if (nw != 2 || strlen(w[1]) >= sizeof t->calibration)
-            BAD("bad 'calibration' statement; expected: calibration NAME (one word under "
-                "64 bytes)");
-        strcpy(t->calibration, w[1]);
-    } else if (strcmp(w[0], "hbm") == 0) {
-        if (nw != 3 || parse_bw(w[1], w[2], &t->hbm) < 0)
-            BAD("bad 'hbm' statement; expected: hbm BANDWIDTH UNIT (TB/s, GB/s or MB/s)");
-    } else if (strcmp(w[0], "port") == 0) {
-        if (nw != 3 || parse_bw(w[1], w[2], &t->port) < 0)
-            BAD("bad 'port' statement; expected: port BANDWIDTH UNIT (TB/s, GB/s or MB/s)");
-    } else if (strcmp(w[0], "link") == 0) {
+    if (strcmp(w[0], "link") == 0)
         return topo_link(T, w, nw);
-    } else if (strcmp(w[0], "shared") == 0) {
+    if (strcmp(w[0], "shared") == 0)
         return topo_shared(T, w, nw);
-    } else if (strcmp(w[0], "rest") == 0) {
+    if (strcmp(w[0], "rest") == 0)
         return topo_rest(T, w, nw);
-    } else {
-        BAD("unknown statement '%s'; expected name, gpus, hbm, peak, port, link, shared, "
-            "rest, latency, memory or calibration", w[0]);
-    }
-    return 0;
+    BAD("unknown statement '%s'; expected name, gpus, hbm, peak, port, link, shared, "
+        "rest, latency, memory or calibration", w[0]);
 }
 #undef BAD
 
