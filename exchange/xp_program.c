@@ -721,118 +721,164 @@ static int check_resolved(const xp_program *p, ein_error *err)
     return rc;
 }
 
-static int check_closure(const xp_program *p, const int *orig, ein_error *err)
+/* The state of one closure check: per site what it holds (st), per
+ * action whether it fired and the source version it was last tried at
+ * (an action not enabled is tried again only once its source holds more;
+ * the closure is the same in any order). All arrays owned (closure_free). */
+typedef struct closure {
+    const xp_program *p;
+    ein_error *err;
+    int64_t L;              /* chunk units */
+    held *st;
+    char *fired;
+    long *ver, *tried;
+    xp_word *one;           /* scratch set */
+    int *pick;              /* held_partitions scratch, nin + 1 */
+    xp_word **cand;         /* held_partitions scratch, ncand (ein_vec) */
+    int ncand;
+} closure;
+
+static void closure_free(closure *C)
 {
-    int rc = 0, ns = p->ngpus;
-    int64_t L = 1;
-    held *st = calloc((size_t)ns, sizeof *st);
-    char *fired = calloc((size_t)p->nact + 1, 1);
-    /* An action not enabled is tried again only once its source holds
-     * more (the closure is the same in any order). */
-    long *ver = calloc((size_t)ns + 1, sizeof(long));
-    long *tried = malloc(sizeof(long) * (size_t)(p->nact + 1));
-    xp_word *one = xp_set_new(p);
-    int *pick = malloc(sizeof(int) * (size_t)(p->nin + 1));
-    xp_word **cand = NULL;
-    int ncand = 0;
-    if (!st || !fired || !one || !pick || !ver || !tried) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto done;
-    }
+    if (C->st)
+        for (int s = 0; s < C->p->ngpus; s++) {
+            for (int i = 0; i < C->st[s].n; i++) {
+                free(C->st[s].e[i].set);
+                free(C->st[s].e[i].iv);
+            }
+            free(C->st[s].e);
+        }
+    free(C->st);
+    free(C->cand);
+    free(C->pick);
+    free(C->fired);
+    free(C->ver);
+    free(C->tried);
+    free(C->one);
+}
+
+static int closure_alloc(closure *C)
+{
+    const xp_program *p = C->p;
+    C->st = calloc((size_t)p->ngpus, sizeof *C->st);
+    C->fired = calloc((size_t)p->nact + 1, 1);
+    C->ver = calloc((size_t)p->ngpus + 1, sizeof(long));
+    C->tried = malloc(sizeof(long) * (size_t)(p->nact + 1));
+    C->one = xp_set_new(p);
+    C->pick = malloc(sizeof(int) * (size_t)(p->nin + 1));
+    if (!C->st || !C->fired || !C->one || !C->pick || !C->ver || !C->tried)
+        return ein_fail(C->err, EIN_ENOMEM, "out of memory");
+    for (int a = 0; a < p->nact; a++)
+        C->tried[a] = -1;
+    return 0;
+}
+
+/* Every action's source and destinations are sites (no unresolved
+ * partition). */
+static int check_actions_resolved(const xp_program *p, ein_error *err)
+{
     for (int a = 0; a < p->nact; a++) {
         const xp_action *ac = &p->act[a];
         int bad = ac->src < 0;
         for (int d = 0; d < ac->ndst; d++)
             bad |= ac->dst[d] < 0;
-        if (bad) {
-            rc = ein_fail(err, EIN_EINVAL, "action %d names an unresolved partition", a);
-            goto done;
-        }
+        if (bad)
+            return ein_fail(err, EIN_EINVAL, "action %d names an unresolved partition", a);
     }
-    if ((rc = check_paths(p, err)) < 0 || (rc = xp_program_chunk_units(p, &L, err)) < 0)
-        goto done;
+    return 0;
+}
+
+/* Every IN atom, whole, at its site. */
+static int closure_seed_ins(closure *C)
+{
+    const xp_program *p = C->p;
     for (int i = 0; i < p->nin; i++) {
-        memset(one, 0, sizeof(xp_word) * (size_t)p->nwords);
-        xp_set_add(one, i);
-        if (held_add(p, &st[p->in[i].site], one, 0, L) < 0) {
-            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-            goto done;
-        }
+        memset(C->one, 0, sizeof(xp_word) * (size_t)p->nwords);
+        xp_set_add(C->one, i);
+        if (held_add(p, &C->st[p->in[i].site], C->one, 0, C->L) < 0)
+            return ein_fail(C->err, EIN_ENOMEM, "out of memory");
     }
-    for (int a = 0; a < p->nact; a++)
-        tried[a] = -1;
-    /* Closure: fire enabled actions until nothing changes. */
+    return 0;
+}
+
+/* Fire action a if its source holds a partition of its part: it and
+ * every site on its path then hold the part. 1 fired, 0 not enabled,
+ * < 0 failure. */
+static int closure_fire(closure *C, int a)
+{
+    const xp_program *p = C->p;
+    const xp_action *ac = &p->act[a];
+    C->tried[a] = C->ver[ac->src];
+    held *h = &C->st[ac->src];
+    if (ein_vec_reserve(&C->cand, &C->ncand, h->n, sizeof *C->cand) < 0)
+        return ein_fail(C->err, EIN_ENOMEM, "out of memory");
+    int64_t k = ac->nchunks > 0 ? ac->nchunks : 1;
+    int64_t lo = C->L / k * ac->chunk, hi = lo + C->L / k;
+    if (!held_partitions(p, h, ac->set, lo, hi, C->cand, C->pick))
+        return 0;
+    C->fired[a] = 1;
+    int r = held_add(p, h, ac->set, lo, hi);
+    C->ver[ac->src] += r > 0;
+    for (int d = 0; r >= 0 && d < ac->nrelay; d++)
+        if ((r = held_add(p, &C->st[ac->relay[d]], ac->set, lo, hi)) > 0)
+            C->ver[ac->relay[d]]++;
+    for (int d = 0; r >= 0 && d < ac->ndst; d++)
+        if ((r = held_add(p, &C->st[ac->dst[d]], ac->set, lo, hi)) > 0)
+            C->ver[ac->dst[d]]++;
+    if (r < 0)
+        return ein_fail(C->err, EIN_ENOMEM, "out of memory");
+    return 1;
+}
+
+/* Closure: fire enabled actions until nothing changes. */
+static int closure_run(closure *C)
+{
+    const xp_program *p = C->p;
     for (int changed = 1; changed;) {
         changed = 0;
         for (int a = 0; a < p->nact; a++) {
-            const xp_action *ac = &p->act[a];
-            if (fired[a] || tried[a] == ver[ac->src])
+            if (C->fired[a] || C->tried[a] == C->ver[p->act[a].src])
                 continue;
-            tried[a] = ver[ac->src];
-            held *h = &st[ac->src];
-            if (h->n > ncand) {
-                free(cand);
-                ncand = h->n * 2;
-                if (!(cand = malloc(sizeof *cand * (size_t)ncand))) {
-                    rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-                    goto done;
-                }
-            }
-            int64_t k = ac->nchunks > 0 ? ac->nchunks : 1;
-            int64_t lo = L / k * ac->chunk, hi = lo + L / k;
-            if (!held_partitions(p, h, ac->set, lo, hi, cand, pick))
-                continue;
-            fired[a] = 1;
-            changed = 1;
-            int r = held_add(p, h, ac->set, lo, hi);
-            ver[ac->src] += r > 0;
-            for (int d = 0; r >= 0 && d < ac->nrelay; d++)
-                if ((r = held_add(p, &st[ac->relay[d]], ac->set, lo, hi)) > 0)
-                    ver[ac->relay[d]]++;
-            for (int d = 0; r >= 0 && d < ac->ndst; d++)
-                if ((r = held_add(p, &st[ac->dst[d]], ac->set, lo, hi)) > 0)
-                    ver[ac->dst[d]]++;
-            if (r < 0) {
-                rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-                goto done;
-            }
+            int r = closure_fire(C, a);
+            if (r < 0)
+                return r;
+            changed |= r;
         }
     }
+    return 0;
+}
+
+/* After the closure: every action fired (well-formed), every OUT held
+ * (valid). orig: as for check_closure. */
+static int closure_verdict(const closure *C, const int *orig)
+{
+    const xp_program *p = C->p;
     for (int a = 0; a < p->nact; a++)
-        if (!fired[a]) {
+        if (!C->fired[a]) {
             if (p->act[a].line)
-                rc = ein_fail(err, EIN_EINVAL,
-                              "not well-formed: the action at line %d:%d (at site %d) is never "
-                              "enabled", p->act[a].line, p->act[a].col, p->act[a].src);
-            else
-                rc = ein_fail(err, EIN_EINVAL,
-                              "not well-formed: action %d (at site %d) is never enabled",
-                              orig ? orig[a] : a, p->act[a].src);
-            goto done;
+                return ein_fail(C->err, EIN_EINVAL,
+                                "not well-formed: the action at line %d:%d (at site %d) is "
+                                "never enabled", p->act[a].line, p->act[a].col, p->act[a].src);
+            return ein_fail(C->err, EIN_EINVAL,
+                            "not well-formed: action %d (at site %d) is never enabled",
+                            orig ? orig[a] : a, p->act[a].src);
         }
     for (int o = 0; o < p->nout; o++)
-        if (p->out[o].site < 0 || !held_has(p, &st[p->out[o].site], p->out[o].set, 0, L)) {
-            rc = ein_fail(err, EIN_EINVAL, "not valid: OUT %d is never reached at site %d", o,
-                          p->out[o].site);
-            goto done;
-        }
-done:
-    if (st) {
-        for (int s = 0; s < ns; s++) {
-            for (int i = 0; i < st[s].n; i++) {
-                free(st[s].e[i].set);
-                free(st[s].e[i].iv);
-            }
-            free(st[s].e);
-        }
-    }
-    free(st);
-    free(cand);
-    free(pick);
-    free(fired);
-    free(ver);
-    free(tried);
-    free(one);
+        if (p->out[o].site < 0 || !held_has(p, &C->st[p->out[o].site], p->out[o].set, 0, C->L))
+            return ein_fail(C->err, EIN_EINVAL, "not valid: OUT %d is never reached at site %d",
+                            o, p->out[o].site);
+    return 0;
+}
+
+static int check_closure(const xp_program *p, const int *orig, ein_error *err)
+{
+    closure C = {.p = p, .err = err, .L = 1};
+    int rc;
+    if ((rc = closure_alloc(&C)) == 0 && (rc = check_actions_resolved(p, err)) == 0 &&
+        (rc = check_paths(p, err)) == 0 && (rc = xp_program_chunk_units(p, &C.L, err)) == 0 &&
+        (rc = closure_seed_ins(&C)) == 0 && (rc = closure_run(&C)) == 0)
+        rc = closure_verdict(&C, orig);
+    closure_free(&C);
     return rc;
 }
 

@@ -143,24 +143,16 @@ static int cmp_int(const void *a, const void *b)
     return *(const int *)a - *(const int *)b;
 }
 
-/* Step 1: members for the size-declared partitions. */
-static int choose_membership(xp_program *q, const xp_topology *t, ein_error *err)
+/* Mark the sites taken (not a GPU, or a member of a resolved partition)
+ * and the partitions to place (todo); fails when they need more sites
+ * than are free. */
+static int membership_sites(const xp_program *q, char *used, char *todo, ein_error *err)
 {
-    int n = q->ngpus, np = q->npart, rc = 0;
-    if (xp_program_resolved(q))
-        return 0;
-    double *score = calloc((size_t)np * (size_t)n + 1, sizeof(double));
-    char *used = calloc((size_t)n + 1, 1), *todo = calloc((size_t)np + 1, 1);
-    int *mem = malloc(sizeof(int) * (size_t)(n + 1));
-    if (!score || !used || !todo || !mem) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto done;
-    }
-    int need = 0, avail = 0;
+    int n = q->ngpus, need = 0, avail = 0;
     for (int s = 0; s < n; s++)
         if (q->gpu_ok && !q->gpu_ok[s])
             used[s] = 1;
-    for (int g = 0; g < np; g++) {
+    for (int g = 0; g < q->npart; g++) {
         if (q->part[g].member[0] >= 0) {
             for (int k = 0; k < q->part[g].size; k++)
                 used[q->part[g].member[k]] = 1;
@@ -171,11 +163,18 @@ static int choose_membership(xp_program *q, const xp_topology *t, ein_error *err
     }
     for (int s = 0; s < n; s++)
         avail += !used[s];
-    if (need > avail) {
-        rc = ein_fail(err, EIN_EINVAL, "size-declared partitions need %d sites, %d are free",
-                      need, avail);
-        goto done;
-    }
+    if (need > avail)
+        return ein_fail(err, EIN_EINVAL, "size-declared partitions need %d sites, %d are free",
+                        need, avail);
+    return 0;
+}
+
+/* Greedy by locality: score[g * n + s] is the bytes partition g's OUT
+ * entries find at site s; the partition with the strongest claim takes
+ * its best free sites first. mem: scratch, n + 1. */
+static void membership_greedy(xp_program *q, char *used, char *todo, double *score, int *mem)
+{
+    int n = q->ngpus, np = q->npart;
     for (int o = 0; o < q->nout; o++) {
         if (q->out[o].part < 0 || !todo[q->out[o].part])
             continue;
@@ -183,7 +182,6 @@ static int choose_membership(xp_program *q, const xp_topology *t, ein_error *err
             if (xp_set_has(q->out[o].set, i))
                 score[q->out[o].part * n + q->in[i].site] += q->in[i].bytes;
     }
-    /* Greedy by locality: the partition with the strongest claim first. */
     for (;;) {
         int bg = -1;
         double bs = -1;
@@ -211,35 +209,65 @@ static int choose_membership(xp_program *q, const xp_topology *t, ein_error *err
         xp_program_assign(q, bg, mem, NULL);
         todo[bg] = 0;
     }
-    /* Pairwise swaps between size-declared partitions while naive improves. */
+}
+
+/* Try swapping member i of g with member j of h: kept when the naive
+ * program gets faster than *cur (within MEMBER_EVALS evaluations). */
+static int membership_try_swap(xp_program *q, const xp_topology *t, int g, int i, int h, int j,
+                               double *cur, long *evals)
+{
+    int *mg = q->part[g].member, *mh = q->part[h].member;
+    int a = mg[i], b = mh[j];
+    mg[i] = b, mh[j] = a;
+    xp_program_assign(q, g, mg, NULL);
+    xp_program_assign(q, h, mh, NULL);
+    double c = (*evals)++ < MEMBER_EVALS ? naive_cost(q, t) : INFINITY;
+    if (c < *cur * (1 - 1e-9)) {
+        *cur = c;
+        return 1;
+    }
+    mg[i] = a, mh[j] = b;
+    xp_program_assign(q, g, mg, NULL);
+    xp_program_assign(q, h, mh, NULL);
+    return 0;
+}
+
+/* Pairwise swaps between size-declared partitions while naive improves. */
+static void membership_swaps(xp_program *q, const xp_topology *t)
+{
     double cur = naive_cost(q, t);
     long evals = 0;
     for (int improved = 1; improved && evals < MEMBER_EVALS;) {
         improved = 0;
-        for (int g = 0; g < np; g++) {
-            for (int h = g + 1; h < np; h++) {
+        for (int g = 0; g < q->npart; g++)
+            for (int h = g + 1; h < q->npart; h++) {
                 if (!q->part[g].by_size || !q->part[h].by_size)
                     continue;
                 for (int i = 0; i < q->part[g].size; i++)
-                    for (int j = 0; j < q->part[h].size; j++) {
-                        int *mg = q->part[g].member, *mh = q->part[h].member;
-                        int a = mg[i], b = mh[j];
-                        mg[i] = b, mh[j] = a;
-                        xp_program_assign(q, g, mg, NULL);
-                        xp_program_assign(q, h, mh, NULL);
-                        double c = evals++ < MEMBER_EVALS ? naive_cost(q, t) : INFINITY;
-                        if (c < cur * (1 - 1e-9)) {
-                            cur = c;
-                            improved = 1;
-                        } else {
-                            mg[i] = a, mh[j] = b;
-                            xp_program_assign(q, g, mg, NULL);
-                            xp_program_assign(q, h, mh, NULL);
-                        }
-                    }
+                    for (int j = 0; j < q->part[h].size; j++)
+                        improved |= membership_try_swap(q, t, g, i, h, j, &cur, &evals);
             }
-        }
     }
+}
+
+/* Step 1: members for the size-declared partitions: the sites, greedy by
+ * locality, then pairwise swaps; members sorted. */
+static int choose_membership(xp_program *q, const xp_topology *t, ein_error *err)
+{
+    int n = q->ngpus, np = q->npart, rc = 0;
+    if (xp_program_resolved(q))
+        return 0;
+    double *score = calloc((size_t)np * (size_t)n + 1, sizeof(double));
+    char *used = calloc((size_t)n + 1, 1), *todo = calloc((size_t)np + 1, 1);
+    int *mem = malloc(sizeof(int) * (size_t)(n + 1));
+    if (!score || !used || !todo || !mem) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = membership_sites(q, used, todo, err)) < 0)
+        goto done;
+    membership_greedy(q, used, todo, score, mem);
+    membership_swaps(q, t);
     for (int g = 0; g < np; g++) {
         qsort(q->part[g].member, (size_t)q->part[g].size, sizeof(int), cmp_int);
         xp_program_assign(q, g, q->part[g].member, NULL);
