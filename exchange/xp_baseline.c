@@ -530,13 +530,13 @@ static double res_bw(const xp_topology *t, int r)
     return r < n * n ? t->link[r] : t->shared_bw[r - n * n];
 }
 
-int xp_multipath(const xp_program *pre, const xp_topology *t, int k, xp_program **out,
-                 ein_error *err)
+/* xp_multipath's preconditions: a link machine (no port), a resolved
+ * preamble, 1..XP_CHUNKS_MAX chunks, every OUT one copy with one target. */
+static int multipath_check(const xp_program *pre, const xp_topology *t, int k, ein_error *err)
 {
-    int n = t->ngpus, nres = n * n + XP_TOPO_MAX_SHARED, rc = 0;
     if (t->port > 0)
         return ein_fail(err, EIN_EUNSUPPORTED, "multipath: a switch machine");
-    if (!xp_program_resolved(pre) || pre->ngpus > n || k < 1 || k > XP_CHUNKS_MAX)
+    if (!xp_program_resolved(pre) || pre->ngpus > t->ngpus || k < 1 || k > XP_CHUNKS_MAX)
         return ein_fail(err, EIN_EINVAL, "multipath: a resolved preamble on %s, 1 to %d chunks",
                         t->name, XP_CHUNKS_MAX);
     for (int o = 0; o < pre->nout; o++) {
@@ -546,6 +546,82 @@ int xp_multipath(const xp_program *pre, const xp_topology *t, int k, xp_program 
             if (e != o && xp_set_equal(pre, pre->out[e].set, pre->out[o].set))
                 return ein_fail(err, EIN_EUNSUPPORTED, "multipath: an atom with two targets");
     }
+    return 0;
+}
+
+/* The path from s to d that finishes `bytes` soonest given the load (s
+ * per resource) so far: n for the direct hop, r < n through site r. */
+static int multipath_best(const xp_topology *t, const double *load, int s, int d, double bytes)
+{
+    int n = t->ngpus, best = -1;
+    double best_max = INFINITY;
+    for (int r = n; r >= 0; r--) {
+        int r1, r2 = -1;
+        if (r == n) {
+            r1 = hop_res(t, s, d);
+        } else {
+            if (r == s || r == d || !(t->link[s * n + r] > 0) || !(t->link[r * n + d] > 0))
+                continue;
+            r1 = s * n + r;
+            r2 = r * n + d;
+        }
+        double m = r1 >= 0 ? load[r1] + bytes / res_bw(t, r1) : 0;
+        if (r2 >= 0 && load[r2] + bytes / res_bw(t, r2) > m)
+            m = load[r2] + bytes / res_bw(t, r2);
+        if (m < best_max * (1 - 1e-12)) {
+            best_max = m;
+            best = r;
+        }
+    }
+    return best;
+}
+
+/* Add `bytes` over path `best` (as multipath_best) to the load. */
+static void multipath_load(const xp_topology *t, double *load, int s, int d, int best,
+                           double bytes)
+{
+    int n = t->ngpus;
+    if (best == n) {
+        int r1 = hop_res(t, s, d);
+        if (r1 >= 0)
+            load[r1] += bytes / res_bw(t, r1);
+    } else {
+        load[s * n + best] += bytes / res_bw(t, s * n + best);
+        load[best * n + d] += bytes / res_bw(t, best * n + d);
+    }
+}
+
+/* The actions for OUT o of pre into p: a local one when its copy is
+ * there already, else per path its run of chunks (cnt: chunks per path,
+ * n + 1 of them). */
+static int multipath_emit(xp_program *p, const xp_program *pre, int o, int s, const int *cnt,
+                          int n, int k, ein_error *err)
+{
+    const xp_word *x = pre->out[o].set;
+    int d = pre->out[o].site, c0 = 0, rc;
+    if (s == d)
+        return xp_program_add_action(p, x, d, NULL, 0, err);
+    for (int r = n; r >= 0; r--) {
+        int m = cnt[r];
+        if (!m)
+            continue;
+        if (r == n)
+            rc = xp_program_add_action(p, x, s, &d, 1, err);
+        else
+            rc = xp_program_add_relay(p, x, s, &r, 1, &d, 1, err);
+        if (rc < 0 || (rc = xp_action_set_chunk(p, p->nact - 1, c0, m, k, err)) < 0)
+            return rc;
+        c0 += m;
+    }
+    return 0;
+}
+
+int xp_multipath(const xp_program *pre, const xp_topology *t, int k, xp_program **out,
+                 ein_error *err)
+{
+    int n = t->ngpus, nres = n * n + XP_TOPO_MAX_SHARED, rc = 0;
+    if ((rc = multipath_check(pre, t, k, err)) < 0)
+        return rc;
     double *load = calloc((size_t)nres, sizeof(double));
     /* chunks per (OUT, path); path n: direct, r < n: through r */
     int *cnt = calloc((size_t)(pre->nout + 1) * (size_t)(n + 1), sizeof(int));
@@ -569,58 +645,14 @@ int xp_multipath(const xp_program *pre, const xp_topology *t, int k, xp_program 
             if (s == d)
                 continue;
             double bytes = xp_set_bytes(pre, pre->out[o].set) / k;
-            int best = -1;
-            double best_max = INFINITY;
-            for (int r = n; r >= 0; r--) {
-                int r1, r2 = -1;
-                if (r == n) {
-                    r1 = hop_res(t, s, d);
-                } else {
-                    if (r == s || r == d || !(t->link[s * n + r] > 0) ||
-                        !(t->link[r * n + d] > 0))
-                        continue;
-                    r1 = s * n + r;
-                    r2 = r * n + d;
-                }
-                double m = r1 >= 0 ? load[r1] + bytes / res_bw(t, r1) : 0;
-                if (r2 >= 0 && load[r2] + bytes / res_bw(t, r2) > m)
-                    m = load[r2] + bytes / res_bw(t, r2);
-                if (m < best_max * (1 - 1e-12)) {
-                    best_max = m;
-                    best = r;
-                }
-            }
-            if (best == n) {
-                int r1 = hop_res(t, s, d);
-                if (r1 >= 0)
-                    load[r1] += bytes / res_bw(t, r1);
-            } else {
-                load[s * n + best] += bytes / res_bw(t, s * n + best);
-                load[best * n + d] += bytes / res_bw(t, best * n + d);
-            }
+            int best = multipath_best(t, load, s, d, bytes);
+            multipath_load(t, load, s, d, best, bytes);
             cnt[(size_t)o * (size_t)(n + 1) + (size_t)best]++;
         }
-    for (int o = 0; o < pre->nout; o++) {
-        const xp_word *x = pre->out[o].set;
-        int s = src[o], d = pre->out[o].site, c0 = 0;
-        if (s == d) {
-            if ((rc = xp_program_add_action(p, x, d, NULL, 0, err)) < 0)
-                goto done;
-            continue;
-        }
-        for (int r = n; r >= 0; r--) {
-            int m = cnt[(size_t)o * (size_t)(n + 1) + (size_t)r];
-            if (!m)
-                continue;
-            if (r == n)
-                rc = xp_program_add_action(p, x, s, &d, 1, err);
-            else
-                rc = xp_program_add_relay(p, x, s, &r, 1, &d, 1, err);
-            if (rc < 0 || (rc = xp_action_set_chunk(p, p->nact - 1, c0, m, k, err)) < 0)
-                goto done;
-            c0 += m;
-        }
-    }
+    for (int o = 0; o < pre->nout; o++)
+        if ((rc = multipath_emit(p, pre, o, src[o], &cnt[(size_t)o * (size_t)(n + 1)], n, k,
+                                 err)) < 0)
+            goto done;
     if ((rc = xp_program_check(p, err)) < 0)
         goto done;
     *out = p;

@@ -165,151 +165,218 @@ static double cut_bound(const xp_program *p, const xp_topology *t, const group *
     return cut;
 }
 
-int xp_bound_compute(const xp_program *p, const xp_topology *t, xp_bound *out, ein_error *err)
+/* The working state of xp_bound_compute: the OUT aggregates (g, ng) and
+ * per-site and per-atom tallies. All arrays are owned (bound_free). */
+typedef struct bstate {
+    const xp_program *p;
+    const xp_topology *t;
+    int n, natom, ng;
+    int *cls;                 /* IN entry -> atom class (atom_classes) */
+    group *g;
+    char *flags;              /* the groups' dst flags, ng * n */
+    char *held, *in;          /* scratch, n */
+    double *need_in, *need_out, *icap, *ocap;  /* per site */
+    double *atom_vol;         /* per atom: the gossip volume, the largest */
+    char *seen_in, *seen_out; /* per (atom, site): counted already */
+    int *unres;               /* scratch, per partition */
+} bstate;
+
+static void bound_free(bstate *B)
 {
-    int n = t->ngpus, rc = 0, ng = 0, natom = p->nin;
-    if (p->ngpus > n)
-        return ein_fail(err, EIN_EINVAL, "bound: the program uses %d sites, %s has %d GPUs",
-                        p->ngpus, t->name, n);
+    free(B->cls);
+    free(B->g);
+    free(B->flags);
+    free(B->held);
+    free(B->in);
+    free(B->need_in);
+    free(B->need_out);
+    free(B->icap);
+    free(B->ocap);
+    free(B->atom_vol);
+    free(B->seen_in);
+    free(B->seen_out);
+    free(B->unres);
+}
+
+static int bound_alloc(bstate *B, ein_error *err)
+{
+    const xp_program *p = B->p;
+    int n = B->n, natom = B->natom;
     /* "Atoms" here are classes of IN entries: entries aggregated together
      * by some OUT are one class (a parsed program gives every IN entry its
      * own atom number, and a valid action's aggregate lies inside an OUT
      * aggregate, so every transfer carries blocks of one class). */
-    int *cls = atom_classes(p);
-    if (!cls)
+    if (!(B->cls = atom_classes(p)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
-    group *g = calloc((size_t)p->nout + 1, sizeof *g);
-    char *flags = calloc((size_t)(p->nout + 1) * (size_t)n, 1);
-    char *held = calloc((size_t)n, 1), *in = calloc((size_t)n, 1);
-    double *need_in = calloc((size_t)n, sizeof(double));
-    double *need_out = calloc((size_t)n, sizeof(double));
-    double *icap = calloc((size_t)n, sizeof(double)), *ocap = calloc((size_t)n, sizeof(double));
-    double *atom_vol = calloc((size_t)natom + 1, sizeof(double));
-    /* per (atom, site): counted already for ingress / egress */
-    char *seen_in = calloc((size_t)(natom + 1) * (size_t)n, 1);
-    char *seen_out = calloc((size_t)(natom + 1) * (size_t)n, 1);
-    int *unres = calloc((size_t)p->npart + 1, sizeof(int));
-    if (!g || !flags || !held || !in || !need_in || !need_out || !icap || !ocap || !atom_vol ||
-        !seen_in || !seen_out || !unres) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto done;
-    }
-    xp_bound b = {.per_gpu_site = -1};
-    /* Group OUT entries by aggregate. */
+    B->g = calloc((size_t)p->nout + 1, sizeof *B->g);
+    B->flags = calloc((size_t)(p->nout + 1) * (size_t)n, 1);
+    B->held = calloc((size_t)n, 1);
+    B->in = calloc((size_t)n, 1);
+    B->need_in = calloc((size_t)n, sizeof(double));
+    B->need_out = calloc((size_t)n, sizeof(double));
+    B->icap = calloc((size_t)n, sizeof(double));
+    B->ocap = calloc((size_t)n, sizeof(double));
+    B->atom_vol = calloc((size_t)natom + 1, sizeof(double));
+    B->seen_in = calloc((size_t)(natom + 1) * (size_t)n, 1);
+    B->seen_out = calloc((size_t)(natom + 1) * (size_t)n, 1);
+    B->unres = calloc((size_t)p->npart + 1, sizeof(int));
+    if (!B->g || !B->flags || !B->held || !B->in || !B->need_in || !B->need_out || !B->icap ||
+        !B->ocap || !B->atom_vol || !B->seen_in || !B->seen_out || !B->unres)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* Group OUT entries by aggregate: each group's atom class, bytes and
+ * resolved target sites. */
+static void group_outs(bstate *B)
+{
+    const xp_program *p = B->p;
+    group *g = B->g;
     for (int o = 0; o < p->nout; o++) {
         int k = 0;
-        while (k < ng && !xp_set_equal(p, g[k].set, p->out[o].set))
+        while (k < B->ng && !xp_set_equal(p, g[k].set, p->out[o].set))
             k++;
-        if (k == ng) {
+        if (k == B->ng) {
             g[k].set = p->out[o].set;
-            g[k].dst = flags + (size_t)k * (size_t)n;
+            g[k].dst = B->flags + (size_t)k * (size_t)B->n;
             g[k].atom = -1;
             for (int i = 0; i < p->nin; i++)
                 if (xp_set_has(g[k].set, i))
-                    g[k].atom = cls[i];
+                    g[k].atom = B->cls[i];
             g[k].bytes = xp_set_bytes(p, g[k].set);
-            ng++;
+            B->ng++;
         }
         if (p->out[o].site >= 0)
             g[k].dst[p->out[o].site] = 1;
     }
-    for (int k = 0; k < ng; k++) {
-        memset(unres, 0, sizeof(int) * (size_t)(p->npart + 1));
+}
+
+/* Each group's unresolved OUT entries: the most of one partition, and
+ * whether some such partition has two sites or more. */
+static void group_unresolved(bstate *B)
+{
+    const xp_program *p = B->p;
+    for (int k = 0; k < B->ng; k++) {
+        group *x = &B->g[k];
+        memset(B->unres, 0, sizeof(int) * (size_t)(p->npart + 1));
         for (int o = 0; o < p->nout; o++)
             if (p->out[o].site < 0 && p->out[o].part >= 0 &&
-                xp_set_equal(p, g[k].set, p->out[o].set)) {
-                int c = ++unres[p->out[o].part];
-                if (c > g[k].nunres)
-                    g[k].nunres = c;
+                xp_set_equal(p, x->set, p->out[o].set)) {
+                int c = ++B->unres[p->out[o].part];
+                if (c > x->nunres)
+                    x->nunres = c;
                 if (p->part[p->out[o].part].size >= 2)
-                    g[k].unres_multi = 1;
+                    x->unres_multi = 1;
             }
     }
+}
+
+/* Ingress and egress group x needs at each site (held: where its atoms
+ * are), each (atom, site) counted once. */
+static void group_ports(bstate *B, const group *x)
+{
+    int n = B->n;
     for (int s = 0; s < n; s++) {
-        icap[s] = gpu_cap(t, s, 0);
-        ocap[s] = gpu_cap(t, s, 1);
-    }
-    for (int k = 0; k < ng; k++) {
-        group *x = &g[k];
-        if (x->atom < 0)
-            continue;
-        memset(held, 0, (size_t)n);
-        int nh = 0, nd = 0, meet = x->nunres > 0;
-        for (int i = 0; i < p->nin; i++)
-            if (xp_set_has(x->set, i) && !held[p->in[i].site]) {
-                held[p->in[i].site] = 1;
-                nh++;
-            }
-        for (int s = 0; s < n; s++)
-            if (x->dst[s]) {
-                nd++;
-                meet |= held[s];
-            }
-        if (x->nunres > nd)
-            nd = x->nunres;
-        /* Gossip: every holder but the first site to complete X sends at
-         * least one block, every target but that site receives one later. */
-        double cnt = nh + nd - (meet ? 2 : 1);
-        if (cnt * x->bytes > atom_vol[x->atom])
-            atom_vol[x->atom] = cnt * x->bytes;
-        for (int s = 0; s < n; s++) {
-            size_t at = (size_t)x->atom * (size_t)n + (size_t)s;
-            /* Ingress: a target missing some copy receives a block. */
-            int missing = 0;
-            for (int h = 0; h < n; h++)
-                missing |= held[h] && h != s;
-            if (x->dst[s] && missing && !seen_in[at]) {
-                seen_in[at] = 1;
-                need_in[s] += x->bytes;
-            }
-            /* Egress: a holder with a target elsewhere sends a block. */
-            int elsewhere = x->unres_multi;
-            for (int d = 0; d < n; d++)
-                elsewhere |= x->dst[d] && d != s;
-            if (held[s] && elsewhere && !seen_out[at]) {
-                seen_out[at] = 1;
-                need_out[s] += x->bytes;
-            }
+        size_t at = (size_t)x->atom * (size_t)n + (size_t)s;
+        /* Ingress: a target missing some copy receives a block. */
+        int missing = 0;
+        for (int h = 0; h < n; h++)
+            missing |= B->held[h] && h != s;
+        if (x->dst[s] && missing && !B->seen_in[at]) {
+            B->seen_in[at] = 1;
+            B->need_in[s] += x->bytes;
+        }
+        /* Egress: a holder with a target elsewhere sends a block. */
+        int elsewhere = x->unres_multi;
+        for (int d = 0; d < n; d++)
+            elsewhere |= x->dst[d] && d != s;
+        if (B->held[s] && elsewhere && !B->seen_out[at]) {
+            B->seen_out[at] = 1;
+            B->need_out[s] += x->bytes;
         }
     }
-    for (int s = 0; s < n; s++) {
-        double terms[3] = {need_in[s] > 0 ? need_in[s] / icap[s] : 0,
-                           need_out[s] > 0 ? need_out[s] / ocap[s] : 0,
-                           (need_in[s] + need_out[s]) / t->hbm};
+}
+
+/* Group x's traffic: its gossip volume (atom_vol) and per-site ports. */
+static void group_traffic(bstate *B, const group *x)
+{
+    const xp_program *p = B->p;
+    int n = B->n;
+    memset(B->held, 0, (size_t)n);
+    int nh = 0, nd = 0, meet = x->nunres > 0;
+    for (int i = 0; i < p->nin; i++)
+        if (xp_set_has(x->set, i) && !B->held[p->in[i].site]) {
+            B->held[p->in[i].site] = 1;
+            nh++;
+        }
+    for (int s = 0; s < n; s++)
+        if (x->dst[s]) {
+            nd++;
+            meet |= B->held[s];
+        }
+    if (x->nunres > nd)
+        nd = x->nunres;
+    /* Gossip: every holder but the first site to complete X sends at
+     * least one block, every target but that site receives one later. */
+    double cnt = nh + nd - (meet ? 2 : 1);
+    if (cnt * x->bytes > B->atom_vol[x->atom])
+        B->atom_vol[x->atom] = cnt * x->bytes;
+    group_ports(B, x);
+}
+
+/* The bound from the tallies: per GPU, volume, cut, latency. */
+static void bound_terms(bstate *B, xp_bound *b)
+{
+    const xp_topology *t = B->t;
+    for (int s = 0; s < B->n; s++) {
+        double terms[3] = {B->need_in[s] > 0 ? B->need_in[s] / B->icap[s] : 0,
+                           B->need_out[s] > 0 ? B->need_out[s] / B->ocap[s] : 0,
+                           (B->need_in[s] + B->need_out[s]) / t->hbm};
         for (int k = 0; k < 3; k++)
-            if (terms[k] > b.per_gpu) {
-                b.per_gpu = terms[k];
-                b.per_gpu_site = s;
+            if (terms[k] > b->per_gpu) {
+                b->per_gpu = terms[k];
+                b->per_gpu_site = s;
             }
     }
-    for (int a = 0; a < natom; a++)
-        b.volume_bytes += atom_vol[a];
-    b.volume = b.volume_bytes > 0 ? b.volume_bytes / total_rate(t, icap, ocap) : 0;
-    if (n <= 16 && n >= 2)
-        b.cut = cut_bound(p, t, g, ng, in, icap, ocap, atom_vol /* reused per cut */);
-    double best = b.per_gpu;
-    if (b.volume > best)
-        best = b.volume;
-    if (b.cut > best)
-        best = b.cut;
+    for (int a = 0; a < B->natom; a++)
+        b->volume_bytes += B->atom_vol[a];
+    b->volume = b->volume_bytes > 0 ? b->volume_bytes / total_rate(t, B->icap, B->ocap) : 0;
+    if (B->n <= 16 && B->n >= 2)
+        b->cut = cut_bound(B->p, t, B->g, B->ng, B->in, B->icap, B->ocap,
+                           B->atom_vol /* reused per cut */);
+    double best = b->per_gpu;
+    if (b->volume > best)
+        best = b->volume;
+    if (b->cut > best)
+        best = b->cut;
     if (best > 0)
-        b.latency = t->latency;
-    b.seconds = best + b.latency;
+        b->latency = t->latency;
+    b->seconds = best + b->latency;
+}
+
+int xp_bound_compute(const xp_program *p, const xp_topology *t, xp_bound *out, ein_error *err)
+{
+    bstate B = {.p = p, .t = t, .n = t->ngpus, .natom = p->nin};
+    int rc;
+    if (p->ngpus > B.n)
+        return ein_fail(err, EIN_EINVAL, "bound: the program uses %d sites, %s has %d GPUs",
+                        p->ngpus, t->name, B.n);
+    if ((rc = bound_alloc(&B, err)) < 0)
+        goto done;
+    xp_bound b = {.per_gpu_site = -1};
+    group_outs(&B);
+    group_unresolved(&B);
+    for (int s = 0; s < B.n; s++) {
+        B.icap[s] = gpu_cap(t, s, 0);
+        B.ocap[s] = gpu_cap(t, s, 1);
+    }
+    for (int k = 0; k < B.ng; k++)
+        if (B.g[k].atom >= 0)
+            group_traffic(&B, &B.g[k]);
+    bound_terms(&B, &b);
     *out = b;
 done:
-    free(cls);
-    free(g);
-    free(flags);
-    free(held);
-    free(in);
-    free(need_in);
-    free(need_out);
-    free(icap);
-    free(ocap);
-    free(atom_vol);
-    free(seen_in);
-    free(seen_out);
-    free(unres);
+    bound_free(&B);
     return rc;
 }
 

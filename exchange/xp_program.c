@@ -381,10 +381,8 @@ int xp_program_add_partition(xp_program *p, const char *name, int size, const in
     for (int i = 0; i < p->npart; i++)
         if (strcmp(p->part[i].name, name) == 0)
             return ein_fail(err, EIN_EINVAL, "partition %s declared twice", name);
-    xp_partition *np = realloc(p->part, sizeof *np * (size_t)(p->npart + 1));
-    if (!np)
+    if (ein_vec_reserve(&p->part, &p->cap_part, (int64_t)p->npart + 1, sizeof *p->part) < 0)
         return ein_fail(err, EIN_ENOMEM, "out of memory");
-    p->part = np;
     xp_partition *g = &p->part[p->npart];
     memset(g, 0, sizeof *g);
     strcpy(g->name, name);
@@ -569,11 +567,15 @@ int xp_partition_find(const xp_program *p, const xp_word *x, xp_word *const *hav
  * each with the parts of the atom held as sorted disjoint intervals
  * [lo, hi) (touching ones merged), in units of 1/L (L: the chunk units;
  * [0, 1) with L = 1 when nothing is chunked). */
+typedef struct held_set {
+    xp_word *set;        /* owned */
+    int span[2];         /* its span (xp_set_span) */
+    int64_t *iv;         /* 2 * niv bounds, capiv pairs (ein_vec) */
+    int niv, capiv;
+} held_set;
+
 typedef struct held {
-    xp_word **set;
-    int *span;           /* per set: its span (xp_set_span), 2 ints */
-    int64_t **iv;        /* per set: 2 * niv[i] bounds */
-    int *niv, *capiv;
+    held_set *e;         /* n sets, cap (ein_vec) */
     int n, cap;
 } held;
 
@@ -582,8 +584,8 @@ static int held_find(const xp_program *p, const held *h, const xp_word *x)
     int f, l;
     xp_set_span(p, x, &f, &l);
     for (int i = 0; i < h->n; i++)
-        if (h->span[2 * i] == f && h->span[2 * i + 1] == l &&
-            xp_set_equal_span(h->set[i], x, f, l))
+        if (h->e[i].span[0] == f && h->e[i].span[1] == l &&
+            xp_set_equal_span(h->e[i].set, x, f, l))
             return i;
     return -1;
 }
@@ -606,46 +608,26 @@ static int iv_covers(const int64_t *iv, int n, int64_t lo, int64_t hi)
 static int held_add(const xp_program *p, held *h, const xp_word *x, int64_t lo, int64_t hi)
 {
     int i = held_find(p, h, x);
-    if (i >= 0 && iv_covers(h->iv[i], h->niv[i], lo, hi))
+    if (i >= 0 && iv_covers(h->e[i].iv, h->e[i].niv, lo, hi))
         return 0;
     if (i < 0) {
-        if (h->n == h->cap) {
-            int cap = h->cap ? 2 * h->cap : 16;
-            xp_word **s = realloc(h->set, sizeof *s * (size_t)cap);
-            if (!s)
-                return EIN_ENOMEM;
-            h->set = s;
-            int64_t **v = realloc(h->iv, sizeof *v * (size_t)cap);
-            if (!v)
-                return EIN_ENOMEM;
-            h->iv = v;
-            int *a = realloc(h->niv, sizeof *a * (size_t)cap);
-            if (!a)
-                return EIN_ENOMEM;
-            h->niv = a;
-            int *c = realloc(h->capiv, sizeof *c * (size_t)cap);
-            if (!c)
-                return EIN_ENOMEM;
-            h->capiv = c;
-            int *sp = realloc(h->span, sizeof *sp * 2 * (size_t)cap);
-            if (!sp)
-                return EIN_ENOMEM;
-            h->span = sp;
-            h->cap = cap;
-        }
-        i = h->n;
-        h->iv[i] = NULL;
-        h->niv[i] = h->capiv[i] = 0;
-        if (!(h->set[i] = set_dup(p, x)))
+        if (ein_vec_reserve(&h->e, &h->cap, (int64_t)h->n + 1, sizeof *h->e) < 0)
             return EIN_ENOMEM;
-        xp_set_span(p, x, &h->span[2 * i], &h->span[2 * i + 1]);
+        i = h->n;
+        held_set *e = &h->e[i];
+        e->iv = NULL;
+        e->niv = e->capiv = 0;
+        if (!(e->set = set_dup(p, x)))
+            return EIN_ENOMEM;
+        xp_set_span(p, x, &e->span[0], &e->span[1]);
         h->n++;
     }
     /* iv[i] holds [lo, hi) pairs: the capacity counts pairs */
-    if (ein_vec_reserve(&h->iv[i], &h->capiv[i], (int64_t)h->niv[i] + 1, 2 * sizeof *h->iv[i]) < 0)
+    held_set *e = &h->e[i];
+    if (ein_vec_reserve(&e->iv, &e->capiv, (int64_t)e->niv + 1, 2 * sizeof *e->iv) < 0)
         return EIN_ENOMEM;
-    int64_t *v = h->iv[i];
-    int n = h->niv[i], k = 0;
+    int64_t *v = e->iv;
+    int n = e->niv, k = 0;
     while (k < n && v[2 * k] < lo)
         k++;
     memmove(&v[2 * k + 2], &v[2 * k], sizeof(int64_t) * 2 * (size_t)(n - k));
@@ -663,7 +645,7 @@ static int held_add(const xp_program *p, held *h, const xp_word *x, int64_t lo, 
             v[2 * w + 1] = v[2 * r + 1];
         }
     }
-    h->niv[i] = w + 1;
+    e->niv = w + 1;
     return 1;
 }
 
@@ -672,7 +654,7 @@ static int held_has(const xp_program *p, const held *h, const xp_word *x, int64_
                     int64_t hi)
 {
     int i = held_find(p, h, x);
-    return i >= 0 && iv_covers(h->iv[i], h->niv[i], lo, hi);
+    return i >= 0 && iv_covers(h->e[i].iv, h->e[i].niv, lo, hi);
 }
 
 /* Is [lo, hi) of x partitioned by aggregates held at the site? `cand`,
@@ -682,9 +664,9 @@ static int held_partitions(const xp_program *p, const held *h, const xp_word *x,
 {
     int nc = 0;
     for (int i = 0; i < h->n; i++)
-        if (iv_covers(h->iv[i], h->niv[i], lo, hi) &&
-            xp_set_subset_span(h->set[i], x, h->span[2 * i], h->span[2 * i + 1]))
-            cand[nc++] = h->set[i];
+        if (iv_covers(h->e[i].iv, h->e[i].niv, lo, hi) &&
+            xp_set_subset_span(h->e[i].set, x, h->e[i].span[0], h->e[i].span[1]))
+            cand[nc++] = h->e[i].set;
     return nc > 0 && xp_partition_find(p, x, cand, nc, pick) >= 0;
 }
 
@@ -739,122 +721,164 @@ static int check_resolved(const xp_program *p, ein_error *err)
     return rc;
 }
 
-static int check_closure(const xp_program *p, const int *orig, ein_error *err)
+/* The state of one closure check: per site what it holds (st), per
+ * action whether it fired and the source version it was last tried at
+ * (an action not enabled is tried again only once its source holds more;
+ * the closure is the same in any order). All arrays owned (closure_free). */
+typedef struct closure {
+    const xp_program *p;
+    ein_error *err;
+    int64_t L;              /* chunk units */
+    held *st;
+    char *fired;
+    long *ver, *tried;
+    xp_word *one;           /* scratch set */
+    int *pick;              /* held_partitions scratch, nin + 1 */
+    xp_word **cand;         /* held_partitions scratch, ncand (ein_vec) */
+    int ncand;
+} closure;
+
+static void closure_free(closure *C)
 {
-    int rc = 0, ns = p->ngpus;
-    int64_t L = 1;
-    held *st = calloc((size_t)ns, sizeof *st);
-    char *fired = calloc((size_t)p->nact + 1, 1);
-    /* An action not enabled is tried again only once its source holds
-     * more (the closure is the same in any order). */
-    long *ver = calloc((size_t)ns + 1, sizeof(long));
-    long *tried = malloc(sizeof(long) * (size_t)(p->nact + 1));
-    xp_word *one = xp_set_new(p);
-    int *pick = malloc(sizeof(int) * (size_t)(p->nin + 1));
-    xp_word **cand = NULL;
-    int ncand = 0;
-    if (!st || !fired || !one || !pick || !ver || !tried) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto done;
-    }
+    if (C->st)
+        for (int s = 0; s < C->p->ngpus; s++) {
+            for (int i = 0; i < C->st[s].n; i++) {
+                free(C->st[s].e[i].set);
+                free(C->st[s].e[i].iv);
+            }
+            free(C->st[s].e);
+        }
+    free(C->st);
+    free(C->cand);
+    free(C->pick);
+    free(C->fired);
+    free(C->ver);
+    free(C->tried);
+    free(C->one);
+}
+
+static int closure_alloc(closure *C)
+{
+    const xp_program *p = C->p;
+    C->st = calloc((size_t)p->ngpus, sizeof *C->st);
+    C->fired = calloc((size_t)p->nact + 1, 1);
+    C->ver = calloc((size_t)p->ngpus + 1, sizeof(long));
+    C->tried = malloc(sizeof(long) * (size_t)(p->nact + 1));
+    C->one = xp_set_new(p);
+    C->pick = malloc(sizeof(int) * (size_t)(p->nin + 1));
+    if (!C->st || !C->fired || !C->one || !C->pick || !C->ver || !C->tried)
+        return ein_fail(C->err, EIN_ENOMEM, "out of memory");
+    for (int a = 0; a < p->nact; a++)
+        C->tried[a] = -1;
+    return 0;
+}
+
+/* Every action's source and destinations are sites (no unresolved
+ * partition). */
+static int check_actions_resolved(const xp_program *p, ein_error *err)
+{
     for (int a = 0; a < p->nact; a++) {
         const xp_action *ac = &p->act[a];
         int bad = ac->src < 0;
         for (int d = 0; d < ac->ndst; d++)
             bad |= ac->dst[d] < 0;
-        if (bad) {
-            rc = ein_fail(err, EIN_EINVAL, "action %d names an unresolved partition", a);
-            goto done;
-        }
+        if (bad)
+            return ein_fail(err, EIN_EINVAL, "action %d names an unresolved partition", a);
     }
-    if ((rc = check_paths(p, err)) < 0 || (rc = xp_program_chunk_units(p, &L, err)) < 0)
-        goto done;
+    return 0;
+}
+
+/* Every IN atom, whole, at its site. */
+static int closure_seed_ins(closure *C)
+{
+    const xp_program *p = C->p;
     for (int i = 0; i < p->nin; i++) {
-        memset(one, 0, sizeof(xp_word) * (size_t)p->nwords);
-        xp_set_add(one, i);
-        if (held_add(p, &st[p->in[i].site], one, 0, L) < 0) {
-            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-            goto done;
-        }
+        memset(C->one, 0, sizeof(xp_word) * (size_t)p->nwords);
+        xp_set_add(C->one, i);
+        if (held_add(p, &C->st[p->in[i].site], C->one, 0, C->L) < 0)
+            return ein_fail(C->err, EIN_ENOMEM, "out of memory");
     }
-    for (int a = 0; a < p->nact; a++)
-        tried[a] = -1;
-    /* Closure: fire enabled actions until nothing changes. */
+    return 0;
+}
+
+/* Fire action a if its source holds a partition of its part: it and
+ * every site on its path then hold the part. 1 fired, 0 not enabled,
+ * < 0 failure. */
+static int closure_fire(closure *C, int a)
+{
+    const xp_program *p = C->p;
+    const xp_action *ac = &p->act[a];
+    C->tried[a] = C->ver[ac->src];
+    held *h = &C->st[ac->src];
+    if (ein_vec_reserve(&C->cand, &C->ncand, h->n, sizeof *C->cand) < 0)
+        return ein_fail(C->err, EIN_ENOMEM, "out of memory");
+    int64_t k = ac->nchunks > 0 ? ac->nchunks : 1;
+    int64_t lo = C->L / k * ac->chunk, hi = lo + C->L / k;
+    if (!held_partitions(p, h, ac->set, lo, hi, C->cand, C->pick))
+        return 0;
+    C->fired[a] = 1;
+    int r = held_add(p, h, ac->set, lo, hi);
+    C->ver[ac->src] += r > 0;
+    for (int d = 0; r >= 0 && d < ac->nrelay; d++)
+        if ((r = held_add(p, &C->st[ac->relay[d]], ac->set, lo, hi)) > 0)
+            C->ver[ac->relay[d]]++;
+    for (int d = 0; r >= 0 && d < ac->ndst; d++)
+        if ((r = held_add(p, &C->st[ac->dst[d]], ac->set, lo, hi)) > 0)
+            C->ver[ac->dst[d]]++;
+    if (r < 0)
+        return ein_fail(C->err, EIN_ENOMEM, "out of memory");
+    return 1;
+}
+
+/* Closure: fire enabled actions until nothing changes. */
+static int closure_run(closure *C)
+{
+    const xp_program *p = C->p;
     for (int changed = 1; changed;) {
         changed = 0;
         for (int a = 0; a < p->nact; a++) {
-            const xp_action *ac = &p->act[a];
-            if (fired[a] || tried[a] == ver[ac->src])
+            if (C->fired[a] || C->tried[a] == C->ver[p->act[a].src])
                 continue;
-            tried[a] = ver[ac->src];
-            held *h = &st[ac->src];
-            if (h->n > ncand) {
-                free(cand);
-                ncand = h->n * 2;
-                if (!(cand = malloc(sizeof *cand * (size_t)ncand))) {
-                    rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-                    goto done;
-                }
-            }
-            int64_t k = ac->nchunks > 0 ? ac->nchunks : 1;
-            int64_t lo = L / k * ac->chunk, hi = lo + L / k;
-            if (!held_partitions(p, h, ac->set, lo, hi, cand, pick))
-                continue;
-            fired[a] = 1;
-            changed = 1;
-            int r = held_add(p, h, ac->set, lo, hi);
-            ver[ac->src] += r > 0;
-            for (int d = 0; r >= 0 && d < ac->nrelay; d++)
-                if ((r = held_add(p, &st[ac->relay[d]], ac->set, lo, hi)) > 0)
-                    ver[ac->relay[d]]++;
-            for (int d = 0; r >= 0 && d < ac->ndst; d++)
-                if ((r = held_add(p, &st[ac->dst[d]], ac->set, lo, hi)) > 0)
-                    ver[ac->dst[d]]++;
-            if (r < 0) {
-                rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-                goto done;
-            }
+            int r = closure_fire(C, a);
+            if (r < 0)
+                return r;
+            changed |= r;
         }
     }
+    return 0;
+}
+
+/* After the closure: every action fired (well-formed), every OUT held
+ * (valid). orig: as for check_closure. */
+static int closure_verdict(const closure *C, const int *orig)
+{
+    const xp_program *p = C->p;
     for (int a = 0; a < p->nact; a++)
-        if (!fired[a]) {
+        if (!C->fired[a]) {
             if (p->act[a].line)
-                rc = ein_fail(err, EIN_EINVAL,
-                              "not well-formed: the action at line %d:%d (at site %d) is never "
-                              "enabled", p->act[a].line, p->act[a].col, p->act[a].src);
-            else
-                rc = ein_fail(err, EIN_EINVAL,
-                              "not well-formed: action %d (at site %d) is never enabled",
-                              orig ? orig[a] : a, p->act[a].src);
-            goto done;
+                return ein_fail(C->err, EIN_EINVAL,
+                                "not well-formed: the action at line %d:%d (at site %d) is "
+                                "never enabled", p->act[a].line, p->act[a].col, p->act[a].src);
+            return ein_fail(C->err, EIN_EINVAL,
+                            "not well-formed: action %d (at site %d) is never enabled",
+                            orig ? orig[a] : a, p->act[a].src);
         }
     for (int o = 0; o < p->nout; o++)
-        if (p->out[o].site < 0 || !held_has(p, &st[p->out[o].site], p->out[o].set, 0, L)) {
-            rc = ein_fail(err, EIN_EINVAL, "not valid: OUT %d is never reached at site %d", o,
-                          p->out[o].site);
-            goto done;
-        }
-done:
-    if (st) {
-        for (int s = 0; s < ns; s++) {
-            for (int i = 0; i < st[s].n; i++) {
-                free(st[s].set[i]);
-                free(st[s].iv[i]);
-            }
-            free(st[s].set);
-            free(st[s].span);
-            free(st[s].iv);
-            free(st[s].niv);
-            free(st[s].capiv);
-        }
-    }
-    free(st);
-    free(cand);
-    free(pick);
-    free(fired);
-    free(ver);
-    free(tried);
-    free(one);
+        if (p->out[o].site < 0 || !held_has(p, &C->st[p->out[o].site], p->out[o].set, 0, C->L))
+            return ein_fail(C->err, EIN_EINVAL, "not valid: OUT %d is never reached at site %d",
+                            o, p->out[o].site);
+    return 0;
+}
+
+static int check_closure(const xp_program *p, const int *orig, ein_error *err)
+{
+    closure C = {.p = p, .err = err, .L = 1};
+    int rc;
+    if ((rc = closure_alloc(&C)) == 0 && (rc = check_actions_resolved(p, err)) == 0 &&
+        (rc = check_paths(p, err)) == 0 && (rc = xp_program_chunk_units(p, &C.L, err)) == 0 &&
+        (rc = closure_seed_ins(&C)) == 0 && (rc = closure_run(&C)) == 0)
+        rc = closure_verdict(&C, orig);
+    closure_free(&C);
     return rc;
 }
 

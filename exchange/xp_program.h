@@ -107,7 +107,7 @@ typedef struct xp_program {
     xp_action *act;
     int nact, cap_act;
     xp_partition *part;
-    int npart;
+    int npart, cap_part;
 } xp_program;
 
 /* A program over sites 0..ngpus-1 with room for `nin` IN entries (sets

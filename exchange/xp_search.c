@@ -8,6 +8,7 @@
 
 #include "common/ein_clock.h"
 #include "common/ein_rand.h"
+#include "common/ein_vec.h"
 #include "exchange/xp_baseline.h"
 #include "exchange/xp_naive.h"
 #include "exchange/xp_sim.h"
@@ -142,24 +143,16 @@ static int cmp_int(const void *a, const void *b)
     return *(const int *)a - *(const int *)b;
 }
 
-/* Step 1: members for the size-declared partitions. */
-static int choose_membership(xp_program *q, const xp_topology *t, ein_error *err)
+/* Mark the sites taken (not a GPU, or a member of a resolved partition)
+ * and the partitions to place (todo); fails when they need more sites
+ * than are free. */
+static int membership_sites(const xp_program *q, char *used, char *todo, ein_error *err)
 {
-    int n = q->ngpus, np = q->npart, rc = 0;
-    if (xp_program_resolved(q))
-        return 0;
-    double *score = calloc((size_t)np * (size_t)n + 1, sizeof(double));
-    char *used = calloc((size_t)n + 1, 1), *todo = calloc((size_t)np + 1, 1);
-    int *mem = malloc(sizeof(int) * (size_t)(n + 1));
-    if (!score || !used || !todo || !mem) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto done;
-    }
-    int need = 0, avail = 0;
+    int n = q->ngpus, need = 0, avail = 0;
     for (int s = 0; s < n; s++)
         if (q->gpu_ok && !q->gpu_ok[s])
             used[s] = 1;
-    for (int g = 0; g < np; g++) {
+    for (int g = 0; g < q->npart; g++) {
         if (q->part[g].member[0] >= 0) {
             for (int k = 0; k < q->part[g].size; k++)
                 used[q->part[g].member[k]] = 1;
@@ -170,11 +163,18 @@ static int choose_membership(xp_program *q, const xp_topology *t, ein_error *err
     }
     for (int s = 0; s < n; s++)
         avail += !used[s];
-    if (need > avail) {
-        rc = ein_fail(err, EIN_EINVAL, "size-declared partitions need %d sites, %d are free",
-                      need, avail);
-        goto done;
-    }
+    if (need > avail)
+        return ein_fail(err, EIN_EINVAL, "size-declared partitions need %d sites, %d are free",
+                        need, avail);
+    return 0;
+}
+
+/* Greedy by locality: score[g * n + s] is the bytes partition g's OUT
+ * entries find at site s; the partition with the strongest claim takes
+ * its best free sites first. mem: scratch, n + 1. */
+static void membership_greedy(xp_program *q, char *used, char *todo, double *score, int *mem)
+{
+    int n = q->ngpus, np = q->npart;
     for (int o = 0; o < q->nout; o++) {
         if (q->out[o].part < 0 || !todo[q->out[o].part])
             continue;
@@ -182,7 +182,6 @@ static int choose_membership(xp_program *q, const xp_topology *t, ein_error *err
             if (xp_set_has(q->out[o].set, i))
                 score[q->out[o].part * n + q->in[i].site] += q->in[i].bytes;
     }
-    /* Greedy by locality: the partition with the strongest claim first. */
     for (;;) {
         int bg = -1;
         double bs = -1;
@@ -210,35 +209,65 @@ static int choose_membership(xp_program *q, const xp_topology *t, ein_error *err
         xp_program_assign(q, bg, mem, NULL);
         todo[bg] = 0;
     }
-    /* Pairwise swaps between size-declared partitions while naive improves. */
+}
+
+/* Try swapping member i of g with member j of h: kept when the naive
+ * program gets faster than *cur (within MEMBER_EVALS evaluations). */
+static int membership_try_swap(xp_program *q, const xp_topology *t, int g, int i, int h, int j,
+                               double *cur, long *evals)
+{
+    int *mg = q->part[g].member, *mh = q->part[h].member;
+    int a = mg[i], b = mh[j];
+    mg[i] = b, mh[j] = a;
+    xp_program_assign(q, g, mg, NULL);
+    xp_program_assign(q, h, mh, NULL);
+    double c = (*evals)++ < MEMBER_EVALS ? naive_cost(q, t) : INFINITY;
+    if (c < *cur * (1 - 1e-9)) {
+        *cur = c;
+        return 1;
+    }
+    mg[i] = a, mh[j] = b;
+    xp_program_assign(q, g, mg, NULL);
+    xp_program_assign(q, h, mh, NULL);
+    return 0;
+}
+
+/* Pairwise swaps between size-declared partitions while naive improves. */
+static void membership_swaps(xp_program *q, const xp_topology *t)
+{
     double cur = naive_cost(q, t);
     long evals = 0;
     for (int improved = 1; improved && evals < MEMBER_EVALS;) {
         improved = 0;
-        for (int g = 0; g < np; g++) {
-            for (int h = g + 1; h < np; h++) {
+        for (int g = 0; g < q->npart; g++)
+            for (int h = g + 1; h < q->npart; h++) {
                 if (!q->part[g].by_size || !q->part[h].by_size)
                     continue;
                 for (int i = 0; i < q->part[g].size; i++)
-                    for (int j = 0; j < q->part[h].size; j++) {
-                        int *mg = q->part[g].member, *mh = q->part[h].member;
-                        int a = mg[i], b = mh[j];
-                        mg[i] = b, mh[j] = a;
-                        xp_program_assign(q, g, mg, NULL);
-                        xp_program_assign(q, h, mh, NULL);
-                        double c = evals++ < MEMBER_EVALS ? naive_cost(q, t) : INFINITY;
-                        if (c < cur * (1 - 1e-9)) {
-                            cur = c;
-                            improved = 1;
-                        } else {
-                            mg[i] = a, mh[j] = b;
-                            xp_program_assign(q, g, mg, NULL);
-                            xp_program_assign(q, h, mh, NULL);
-                        }
-                    }
+                    for (int j = 0; j < q->part[h].size; j++)
+                        improved |= membership_try_swap(q, t, g, i, h, j, &cur, &evals);
             }
-        }
     }
+}
+
+/* Step 1: members for the size-declared partitions: the sites, greedy by
+ * locality, then pairwise swaps; members sorted. */
+static int choose_membership(xp_program *q, const xp_topology *t, ein_error *err)
+{
+    int n = q->ngpus, np = q->npart, rc = 0;
+    if (xp_program_resolved(q))
+        return 0;
+    double *score = calloc((size_t)np * (size_t)n + 1, sizeof(double));
+    char *used = calloc((size_t)n + 1, 1), *todo = calloc((size_t)np + 1, 1);
+    int *mem = malloc(sizeof(int) * (size_t)(n + 1));
+    if (!score || !used || !todo || !mem) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = membership_sites(q, used, todo, err)) < 0)
+        goto done;
+    membership_greedy(q, used, todo, score, mem);
+    membership_swaps(q, t);
     for (int g = 0; g < np; g++) {
         qsort(q->part[g].member, (size_t)q->part[g].size, sizeof(int), cmp_int);
         xp_program_assign(q, g, q->part[g].member, NULL);
@@ -282,18 +311,13 @@ static int dst_add(xp_action *a, int site)
 {
     if (dst_index(a, site) >= 0 || site == a->src)
         return 0;
-    int *nd = realloc(a->dst, sizeof(int) * (size_t)(a->ndst + 1));
-    if (!nd)
+    /* The three arrays are allocated to ndst entries (the program keeps
+     * no capacity for them): each grows by one. */
+    int cd = a->ndst, cp = a->ndst, cs = a->ndst;
+    if (ein_vec_reserve(&a->dst, &cd, (int64_t)a->ndst + 1, sizeof *a->dst) < 0 ||
+        ein_vec_reserve(&a->dst_part, &cp, (int64_t)a->ndst + 1, sizeof *a->dst_part) < 0 ||
+        ein_vec_reserve(&a->dst_slot, &cs, (int64_t)a->ndst + 1, sizeof *a->dst_slot) < 0)
         return -1;
-    a->dst = nd;
-    int *np = realloc(a->dst_part, sizeof(int) * (size_t)(a->ndst + 1));
-    if (!np)
-        return -1;
-    a->dst_part = np;
-    int *ns = realloc(a->dst_slot, sizeof(int) * (size_t)(a->ndst + 1));
-    if (!ns)
-        return -1;
-    a->dst_slot = ns;
     a->dst[a->ndst] = site;
     a->dst_part[a->ndst] = a->dst_slot[a->ndst] = -1;
     a->ndst++;
@@ -767,162 +791,241 @@ static double match_blocks(const xp_topology *t, const int *sa, int ka, const in
     return neck;
 }
 
-/* Adds to q the structured body for aggregate x wanted at sites D[0..nd). */
-static int struct_group(xp_program *q, const xp_topology *t, const xp_word *x, const int *D,
-                        int nd, uint64_t *rng, double amp)
+/* The blocks struct_group merges: block b (b < nb) holds the sites
+ * bsite[b * nd .. b * nd + bk[b]) and, when ye[b], the aggregate y[b] of
+ * the atoms of x gathered there so far. All arrays are owned (sg_free). */
+typedef struct sg {
+    xp_program *q;
+    const xp_topology *t;
+    const xp_word *x;         /* the aggregate wanted */
+    const int *D;             /* at sites D[0..nd) */
+    int nd, nb;
+    uint64_t *rng;
+    double amp;
+    xp_word **y;              /* per block: its aggregate */
+    int *bsite, *bk, *ye;
+    int *bpart, *best_part;   /* block matchings (match_blocks) */
+    int *dst;                 /* scratch: an action's destinations */
+    xp_word *z;               /* scratch set */
+} sg;
+
+static void sg_free(sg *G)
 {
-    int n = q->ngpus, rc = -1, nb = nd, *nat = NULL; /* nat: atoms of x per site */
-    xp_word **y = calloc((size_t)nd, sizeof *y);      /* per block: its aggregate */
-    int *bsite = malloc(sizeof(int) * (size_t)nd * (size_t)nd); /* block b: sites */
-    int *bk = calloc((size_t)nd, sizeof(int)), *ye = calloc((size_t)nd, sizeof(int));
-    int *bpart = malloc(sizeof(int) * (size_t)nd), *best_part = malloc(sizeof(int) * (size_t)nd);
-    int *dst = malloc(sizeof(int) * (size_t)(nd + 1));
-    xp_word *z = xp_set_new(q);
-    if (!y || !bsite || !bk || !ye || !bpart || !best_part || !dst || !z)
-        goto out;
+    if (G->y)
+        for (int b = 0; b < G->nd; b++)
+            free(G->y[b]);
+    free(G->y), free(G->bsite), free(G->bk), free(G->ye), free(G->bpart), free(G->best_part);
+    free(G->dst), free(G->z);
+}
+
+/* One block per site of D, each empty. -1 when out of memory. */
+static int sg_alloc(sg *G)
+{
+    int nd = G->nd;
+    G->nb = nd;
+    G->y = calloc((size_t)nd, sizeof *G->y);
+    G->bsite = malloc(sizeof(int) * (size_t)nd * (size_t)nd);
+    G->bk = calloc((size_t)nd, sizeof(int));
+    G->ye = calloc((size_t)nd, sizeof(int));
+    G->bpart = malloc(sizeof(int) * (size_t)nd);
+    G->best_part = malloc(sizeof(int) * (size_t)nd);
+    G->dst = malloc(sizeof(int) * (size_t)(nd + 1));
+    G->z = xp_set_new(G->q);
+    if (!G->y || !G->bsite || !G->bk || !G->ye || !G->bpart || !G->best_part || !G->dst || !G->z)
+        return -1;
     for (int b = 0; b < nd; b++) {
-        if (!(y[b] = xp_set_new(q)))
-            goto out;
-        bsite[b * nd] = D[b];
-        bk[b] = 1;
+        if (!(G->y[b] = xp_set_new(G->q)))
+            return -1;
+        G->bsite[b * nd] = G->D[b];
+        G->bk[b] = 1;
     }
-    /* Copies outside D: per source site, aggregated, to the best site of D
-     * (the sites holding atoms of x found from x's atoms, not all INs). */
-    if (!(nat = calloc((size_t)n, sizeof(int))))
-        goto out;
+    return 0;
+}
+
+/* z := the atoms of x held at site s. */
+static void sg_atoms_at(sg *G, int s)
+{
+    const xp_program *q = G->q;
+    memset(G->z, 0, sizeof(xp_word) * (size_t)q->nwords);
     for (int w = 0; w < q->nwords; w++)
-        for (xp_word m = x[w]; m; m &= m - 1) {
+        for (xp_word m = G->x[w]; m; m &= m - 1) {
+            int i = w * 64 + __builtin_ctzll(m);
+            if (i < q->nin && q->in[i].site == s)
+                xp_set_add(G->z, i);
+        }
+}
+
+/* Site s's atoms of x (in z) join block b's aggregate. */
+static void sg_join(sg *G, int b)
+{
+    for (int w = 0; w < G->q->nwords; w++)
+        G->y[b][w] |= G->z[w];
+    G->ye[b] = 1;
+}
+
+/* Copies outside D: per source site, aggregated, to the best site of D
+ * (the sites holding atoms of x found from x's atoms, not all INs). */
+static int sg_gather(sg *G)
+{
+    xp_program *q = G->q;
+    int n = q->ngpus, rc = -1, *nat = calloc((size_t)n, sizeof(int)); /* atoms of x per site */
+    if (!nat)
+        return -1;
+    for (int w = 0; w < q->nwords; w++)
+        for (xp_word m = G->x[w]; m; m &= m - 1) {
             int i = w * 64 + __builtin_ctzll(m);
             if (i < q->nin)
                 nat[q->in[i].site]++;
         }
     for (int s = 0; s < n; s++) {
-        int inD = -1, cnt = nat[s];
-        if (!cnt)
+        int inD = -1;
+        if (!nat[s])
             continue;
-        for (int b = 0; b < nd; b++)
-            if (D[b] == s)
+        for (int b = 0; b < G->nd; b++)
+            if (G->D[b] == s)
                 inD = b;
-        memset(z, 0, sizeof(xp_word) * (size_t)q->nwords);
-        for (int w = 0; w < q->nwords; w++)
-            for (xp_word m = x[w]; m; m &= m - 1) {
-                int i = w * 64 + __builtin_ctzll(m);
-                if (i < q->nin && q->in[i].site == s)
-                    xp_set_add(z, i);
-            }
+        sg_atoms_at(G, s);
         if (inD >= 0) {
-            for (int w = 0; w < q->nwords; w++)
-                y[inD][w] |= z[w];
-            ye[inD] = 1;
+            sg_join(G, inD);
             continue;
         }
         int bd = -1;
         double bw = 0;
-        for (int b = 0; b < nd; b++) {
-            double k = route_bw(t, s, D[b]) * jitter(rng, amp * 0.5) / (1 + ye[b]);
+        for (int b = 0; b < G->nd; b++) {
+            double k = route_bw(G->t, s, G->D[b]) * jitter(G->rng, G->amp * 0.5) / (1 + G->ye[b]);
             if (k > bw)
                 bw = k, bd = b;
         }
-        if (bd < 0)
+        if (bd < 0 || xp_program_add_action(q, G->z, s, &G->D[bd], 1, NULL) < 0)
             goto out;
-        if (xp_program_add_action(q, z, s, &D[bd], 1, NULL) < 0)
-            goto out;
-        for (int w = 0; w < q->nwords; w++)
-            y[bd][w] |= z[w];
-        ye[bd] = 1;
+        sg_join(G, bd);
     }
-    /* Merge blocks two at a time. */
-    while (nb > 1) {
-        int ba = -1, bb = -1;
-        double bkey = -1;
-        long bsz = 0;
-        for (int a = 0; a < nb; a++)
-            for (int b = 0; b < nb; b++) {
-                if (a == b || bk[a] < bk[b] || (bk[a] == bk[b] && a > b))
-                    continue;
-                long sz = (long)bk[a] * 1000 + bk[b];
-                if (ba >= 0 && sz > bsz)
-                    continue;
-                double neck = match_blocks(t, &bsite[a * nd], bk[a], &bsite[b * nd], bk[b],
-                                           bpart, rng, amp);
-                double key = neck * jitter(rng, amp);
-                if (ba < 0 || sz < bsz || key > bkey) {
-                    ba = a, bb = b, bkey = key, bsz = sz;
-                    memcpy(best_part, bpart, sizeof(int) * (size_t)bk[b]);
-                }
-            }
-        int *sa = &bsite[ba * nd], *sb = &bsite[bb * nd], ka = bk[ba], kb = bk[bb];
-        char hit[XP_STRUCT_MAXS] = {0};
-        for (int v = 0; v < kb; v++)
-            hit[best_part[v]] = 1;
-        /* a -> b: each site of a sends to its partner(s) in b. */
-        if (ye[ba])
-            for (int u = 0; u < ka; u++) {
-                int k = 0;
-                for (int v = 0; v < kb; v++)
-                    if (best_part[v] == u)
-                        dst[k++] = sb[v];
-                if (k && xp_program_add_action(q, y[ba], sa[u], dst, k, NULL) < 0)
-                    goto out;
-            }
-        /* b -> a: to its partner, and the unmatched sites of a from the
-         * site of b with the best route to them. */
-        if (ye[bb]) {
-            int *extra = calloc((size_t)ka, sizeof(int));
-            if (!extra)
-                goto out;
-            for (int u = 0; u < ka; u++) {
-                extra[u] = -1;
-                if (hit[u])
-                    continue;
-                double bw = -1;
-                for (int v = 0; v < kb; v++) {
-                    double k = route_bw(t, sb[v], sa[u]);
-                    if (k > bw)
-                        bw = k, extra[u] = v;
-                }
-            }
-            for (int v = 0; v < kb && rc != -2; v++) {
-                int k = 0;
-                dst[k++] = sa[best_part[v]];
-                for (int u = 0; u < ka; u++)
-                    if (extra[u] == v)
-                        dst[k++] = sa[u];
-                if (xp_program_add_action(q, y[bb], sb[v], dst, k, NULL) < 0)
-                    rc = -2;
-            }
-            free(extra);
-            if (rc == -2) {
-                rc = -1;
-                goto out;
+    rc = 0;
+out:
+    free(nat);
+    return rc;
+}
+
+/* The next two blocks to merge (*ba the larger): the smallest pair, ties
+ * to the best bottleneck; their matching in best_part. */
+static void sg_pick_pair(sg *G, int *ba, int *bb)
+{
+    int nd = G->nd;
+    double bkey = -1;
+    long bsz = 0;
+    *ba = *bb = -1;
+    for (int a = 0; a < G->nb; a++)
+        for (int b = 0; b < G->nb; b++) {
+            if (a == b || G->bk[a] < G->bk[b] || (G->bk[a] == G->bk[b] && a > b))
+                continue;
+            long sz = (long)G->bk[a] * 1000 + G->bk[b];
+            if (*ba >= 0 && sz > bsz)
+                continue;
+            double neck = match_blocks(G->t, &G->bsite[a * nd], G->bk[a], &G->bsite[b * nd],
+                                       G->bk[b], G->bpart, G->rng, G->amp);
+            double key = neck * jitter(G->rng, G->amp);
+            if (*ba < 0 || sz < bsz || key > bkey) {
+                *ba = a, *bb = b, bkey = key, bsz = sz;
+                memcpy(G->best_part, G->bpart, sizeof(int) * (size_t)G->bk[b]);
             }
         }
-        /* Block a becomes the union; block b is removed. */
-        for (int w = 0; w < q->nwords; w++)
-            y[ba][w] |= y[bb][w];
-        ye[ba] |= ye[bb];
-        memcpy(&sa[ka], sb, sizeof(int) * (size_t)kb);
-        bk[ba] = ka + kb;
-        nb--;
-        if (bb != nb) {
-            xp_word *tmp = y[bb];
-            y[bb] = y[nb];
-            y[nb] = tmp;
-            memcpy(&bsite[bb * nd], &bsite[nb * nd], sizeof(int) * (size_t)bk[nb]);
-            bk[bb] = bk[nb];
-            ye[bb] = ye[nb];
+}
+
+/* a -> b: each site of a sends a's aggregate to its partner(s) in b. */
+static int sg_send_ab(sg *G, int ba, int bb)
+{
+    int *sa = &G->bsite[ba * G->nd], *sb = &G->bsite[bb * G->nd];
+    for (int u = 0; u < G->bk[ba]; u++) {
+        int k = 0;
+        for (int v = 0; v < G->bk[bb]; v++)
+            if (G->best_part[v] == u)
+                G->dst[k++] = sb[v];
+        if (k && xp_program_add_action(G->q, G->y[ba], sa[u], G->dst, k, NULL) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* b -> a: each site of b to its partner, and the unmatched sites of a
+ * from the site of b with the best route to them. */
+static int sg_send_ba(sg *G, int ba, int bb)
+{
+    int *sa = &G->bsite[ba * G->nd], *sb = &G->bsite[bb * G->nd], ka = G->bk[ba], kb = G->bk[bb];
+    int rc = 0, *extra = calloc((size_t)ka, sizeof(int));
+    char hit[XP_STRUCT_MAXS] = {0};
+    if (!extra)
+        return -1;
+    for (int v = 0; v < kb; v++)
+        hit[G->best_part[v]] = 1;
+    for (int u = 0; u < ka; u++) {
+        extra[u] = -1;
+        if (hit[u])
+            continue;
+        double bw = -1;
+        for (int v = 0; v < kb; v++) {
+            double k = route_bw(G->t, sb[v], sa[u]);
+            if (k > bw)
+                bw = k, extra[u] = v;
         }
+    }
+    for (int v = 0; v < kb && rc == 0; v++) {
+        int k = 0;
+        G->dst[k++] = sa[G->best_part[v]];
+        for (int u = 0; u < ka; u++)
+            if (extra[u] == v)
+                G->dst[k++] = sa[u];
+        if (xp_program_add_action(G->q, G->y[bb], sb[v], G->dst, k, NULL) < 0)
+            rc = -1;
+    }
+    free(extra);
+    return rc;
+}
+
+/* Block a becomes the union of a and b; block b is removed (the last
+ * block takes its place). */
+static void sg_merge(sg *G, int ba, int bb)
+{
+    int nd = G->nd, *sa = &G->bsite[ba * nd], ka = G->bk[ba], kb = G->bk[bb];
+    for (int w = 0; w < G->q->nwords; w++)
+        G->y[ba][w] |= G->y[bb][w];
+    G->ye[ba] |= G->ye[bb];
+    memcpy(&sa[ka], &G->bsite[bb * nd], sizeof(int) * (size_t)kb);
+    G->bk[ba] = ka + kb;
+    int nb = --G->nb;
+    if (bb != nb) {
+        xp_word *tmp = G->y[bb];
+        G->y[bb] = G->y[nb];
+        G->y[nb] = tmp;
+        memcpy(&G->bsite[bb * nd], &G->bsite[nb * nd], sizeof(int) * (size_t)G->bk[nb]);
+        G->bk[bb] = G->bk[nb];
+        G->ye[bb] = G->ye[nb];
+    }
+}
+
+/* Adds to q the structured body for aggregate x wanted at sites D[0..nd):
+ * gather the atoms outside D into blocks (one per site of D), merge the
+ * blocks two at a time (exchanging their aggregates), then aggregate at
+ * each site of D. 0, or -1 on failure. */
+static int struct_group(xp_program *q, const xp_topology *t, const xp_word *x, const int *D,
+                        int nd, uint64_t *rng, double amp)
+{
+    sg G = {.q = q, .t = t, .x = x, .D = D, .nd = nd, .rng = rng, .amp = amp};
+    int rc = -1;
+    if (sg_alloc(&G) < 0 || sg_gather(&G) < 0)
+        goto out;
+    while (G.nb > 1) {
+        int ba, bb;
+        sg_pick_pair(&G, &ba, &bb);
+        if ((G.ye[ba] && sg_send_ab(&G, ba, bb) < 0) || (G.ye[bb] && sg_send_ba(&G, ba, bb) < 0))
+            goto out;
+        sg_merge(&G, ba, bb);
     }
     rc = 0;
     if (xp_set_count(q, x) > 1)
         for (int d = 0; d < nd && rc == 0; d++)
             rc = xp_program_add_action(q, x, D[d], NULL, 0, NULL) < 0 ? -1 : 0;
 out:
-    if (y)
-        for (int b = 0; b < nd; b++)
-            free(y[b]);
-    free(y), free(bsite), free(bk), free(ye), free(bpart), free(best_part), free(dst), free(z);
-    free(nat);
+    sg_free(&G);
     return rc;
 }
 
@@ -1007,17 +1110,18 @@ static xp_program *member_move(const xp_program *p, const xp_topology *t, uint64
     return q;
 }
 
-/* Flag the actions of p that complete in the last third of its makespan. */
-static int mark_late(const xp_program *p, const xp_topology *t, char **buf)
+/* Flag the actions of p that complete in the last third of its makespan,
+ * in *buf (cap bytes, grown as needed; the caller frees it), and publish
+ * the flags as `late`. -1 when *buf cannot grow (late is then unset). */
+static int mark_late(const xp_program *p, const xp_topology *t, char **buf, int *cap)
 {
     xp_timeline *tl = NULL;
     double ms;
     late = NULL;
     nlate_act = 0;
-    char *nb = realloc(*buf, (size_t)p->nact + 1);
-    if (!nb)
+    if (ein_vec_reserve(buf, cap, (int64_t)p->nact + 1, 1) < 0)
         return -1;
-    *buf = nb;
+    char *nb = *buf;
     if (xp_sim_run(p, t, &ms, &tl, NULL) < 0)
         return 0;
     for (int a = 0; a < p->nact; a++)
@@ -1250,6 +1354,220 @@ static xp_program *cleanup_pass(xp_program *best, double *best_cost, const xp_to
     return best;
 }
 
+/* The state of one search: the programs it holds (all owned; freed by
+ * search_free), their costs and the run's counters. */
+typedef struct search {
+    const xp_topology *t;
+    const xp_search_opts *o;
+    ein_error *err;
+    xp_search_stats st;
+    double t0;                  /* start, ms */
+    xp_program *cur, *best;     /* the current and best programs */
+    xp_program *naive, *plain;  /* restart points (see search_restart) */
+    double best_cost, cur_cost, naive_score, run_best;
+    long since, run_since, restarts;
+    int nby_size;               /* size-declared partitions */
+    uint64_t rng;
+    char *late_buf;             /* mark_late's flags, late_cap bytes */
+    int late_cap;
+} search;
+
+static void search_free(search *S)
+{
+    late = NULL;
+    nlate_act = 0;
+    free(S->late_buf);
+    xp_program_free(S->cur);
+    xp_program_free(S->naive);
+    xp_program_free(S->plain);
+    xp_program_free(S->best);
+}
+
+/* The naive program for the preamble (membership chosen) is cur, best and
+ * naive; st.naive_s its makespan. */
+static int search_init(search *S, const xp_program *preamble)
+{
+    int rc;
+    if (!(S->cur = strip(preamble)))
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+    if ((rc = choose_membership(S->cur, S->t, S->err)) < 0 ||
+        (rc = xp_naive_synthesize(S->cur, S->err)) < 0 ||
+        (rc = xp_program_check(S->cur, S->err)) < 0 ||
+        (rc = xp_sim_run(S->cur, S->t, &S->st.naive_s, NULL, S->err)) < 0)
+        return rc;
+    S->best_cost = S->st.naive_s;
+    /* cur's score: computed once the starts are chosen */
+    S->cur_cost = S->naive_score = S->run_best = INFINITY;
+    for (int g = 0; g < S->cur->npart; g++)
+        S->nby_size += S->cur->part[g].by_size;
+    if (!(S->best = xp_program_copy(S->cur)) || !(S->naive = xp_program_copy(S->cur)))
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+    S->rng = S->o->seed * 0x2545f4914f6cdd1dULL + 0x9e3779b97f4a7c15ULL;
+    return 0;
+}
+
+/* Structured starting programs (variant 0 the same for every seed, the
+ * others from a stream derived from the seed): the fastest valid one, if
+ * faster than naive, is where the search starts and restarts. Then the
+ * chunked starts: the collective generators on this membership, each at
+ * the pipeline depth the simulator prefers. */
+static int search_starts(search *S)
+{
+    int rc;
+    double start_cost;
+    xp_program *start = best_structured(S->cur, S->t, S->o->seed, &start_cost);
+    if (start && start_cost < S->best_cost * (1 - 1e-9)) {
+        if ((rc = adopt_start(start, start_cost, &S->naive, &S->plain, &S->cur, &S->best,
+                              &S->best_cost, S->err)) < 0)
+            return rc;
+    } else {
+        xp_program_free(start);
+    }
+    if (S->o->chunks && S->naive->nout <= 4096) {
+        double cbest;
+        xp_program *cstart = best_chunked(S->cur, S->t, &S->st, &cbest);
+        /* A faster chunked start is the best program so far, but the
+         * local search goes on from the whole-atom start: its moves
+         * rarely improve a pipelined collective, and on a whole-atom
+         * body they are cheap (one unit per action) and often win for
+         * small transfers. */
+        if (cstart && cbest < S->best_cost * (1 - 1e-9) && xp_program_check(cstart, NULL) == 0) {
+            xp_program_free(S->best);
+            S->best = cstart;
+            S->best_cost = cbest;
+        } else {
+            xp_program_free(cstart);
+        }
+    }
+    return 0;
+}
+
+/* Whether a budget is spent (st.stop says which). */
+static int search_should_stop(search *S)
+{
+    const xp_search_opts *o = S->o;
+    if (o->max_work > 0 && S->st.work >= o->max_work) {
+        S->st.stop = "work";
+        return 1;
+    }
+    if (o->max_steps > 0 && S->st.steps >= o->max_steps) {
+        S->st.stop = "steps";
+        return 1;
+    }
+    if (o->patience > 0 && S->since >= o->patience) {
+        S->st.stop = "patience";
+        return 1;
+    }
+    /* The safety net: the only stop that depends on the machine. */
+    if (o->cap_ms > 0 && (S->st.steps & 7) == 0 && 1e3 * ein_now_s() - S->t0 >= o->cap_ms) {
+        S->st.stop = "cap";
+        S->st.capped = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Make c (valid, score cc, makespan cms) the current program; a new best
+ * when its makespan is. Takes c. */
+static int search_accept(search *S, xp_program *c, double cc, double cms)
+{
+    S->st.accepted++;
+    xp_program_free(S->cur);
+    S->cur = c;
+    S->cur_cost = cc;
+    mark_late(S->cur, S->t, &S->late_buf, &S->late_cap);
+    if (cc < S->run_best * (1 - 1e-9)) {
+        S->run_best = cc;
+        S->run_since = 0;
+    }
+    if (cms < S->best_cost * (1 - 1e-9)) {
+        S->st.improved++;
+        S->since = 0;
+        S->best_cost = cms;
+        xp_program_free(S->best);
+        if (!(S->best = xp_program_copy(S->cur)))
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* One proposal on a copy of cur: kept when valid and mostly downhill;
+ * now and then a step a little uphill, so that two-step rewrites
+ * (substitute, then fuse) can pass. 1: the proposal was not usable (the
+ * step ends there), 0: judged, < 0: failure. */
+static int search_propose(search *S)
+{
+    S->st.steps++;
+    S->st.work += prog_work(S->cur, S->t);
+    S->since++;
+    xp_program *c = xp_program_copy(S->cur);
+    if (!c)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+    if (propose(c, S->t, &S->rng) < 0 || !sets_wanted(c)) {
+        xp_program_free(c);
+        return 1;
+    }
+    double cms, cc = score(c, S->t, &cms);
+    if (isinf(cc)) {
+        xp_program_free(c);
+        return 1;
+    }
+    S->st.valid++;
+    int uphill = cc <= S->cur_cost * 1.08 && rnd(&S->rng, 16) == 0;
+    if ((cc <= S->cur_cost * (1 + 1e-12) || uphill) && xp_program_check(c, NULL) == 0)
+        return search_accept(S, c, cc, cms);
+    xp_program_free(c);
+    return 0;
+}
+
+/* Stuck in this run: restart, in turn, from the starting program
+ * (`naive`: the structured one when it won), from the best program, and
+ * (with size-declared partitions) from the faster of the naive and
+ * structured bodies for a membership one swap away from the best one;
+ * every fourth restart, when the start was structured, from the plain
+ * naive program instead. The best program so far is kept. */
+static void search_restart(search *S)
+{
+    double ignored;
+    int kind = (int)(++S->restarts % (S->nby_size >= 2 ? 3 : 2));
+    if (S->plain && S->restarts % 4 == 3)
+        kind = 3;
+    xp_program *b = kind == 3   ? xp_program_copy(S->plain)
+                    : kind == 2 ? member_move(S->best, S->t, &S->rng)
+                                : xp_program_copy(kind ? S->best : S->naive);
+    if (b) {
+        xp_program_free(S->cur);
+        S->cur = b;
+        S->cur_cost = kind == 0 ? S->naive_score : score(S->cur, S->t, &ignored);
+        S->run_best = S->cur_cost;
+        S->run_since = 0;
+        mark_late(S->cur, S->t, &S->late_buf, &S->late_cap);
+    }
+}
+
+/* The local search from cur until a budget is spent. */
+static int search_run(search *S)
+{
+    int rc;
+    double ignored;
+    /* The search starts from cur (the start chosen), unless the starts
+     * spent the whole budget. */
+    int spent = S->o->max_work > 0 && S->st.work >= S->o->max_work;
+    if (!spent)
+        S->cur_cost = S->naive_score = S->run_best = score(S->cur, S->t, &ignored);
+    if (!spent && mark_late(S->cur, S->t, &S->late_buf, &S->late_cap) < 0)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+    while (!search_should_stop(S)) {
+        if ((rc = search_propose(S)) < 0)
+            return rc;
+        if (rc == 1)
+            continue;
+        if (++S->run_since >= RESTART_AFTER)
+            search_restart(S);
+    }
+    return 0;
+}
+
 int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_opts *o,
               xp_program **out, xp_search_stats *stats, ein_error *err)
 {
@@ -1258,10 +1576,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         xp_search_opts_default(&def);
         o = &def;
     }
-    double t0 = 1e3 * ein_now_s();
-    xp_search_stats st = {0};
-    xp_program *cur = NULL, *best = NULL, *naive = NULL, *plain = NULL;
-    char *late_buf = NULL;
+    search S = {.t = t, .o = o, .err = err, .t0 = 1e3 * ein_now_s()};
     int rc;
     if (preamble->ngpus > t->ngpus)
         return ein_fail(err, EIN_EINVAL, "the program uses %d sites, %s has %d GPUs",
@@ -1269,171 +1584,20 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
     if (o->max_work <= 0 && o->max_steps <= 0 && o->patience <= 0 && o->cap_ms <= 0)
         return ein_fail(err, EIN_EINVAL, "exchange search without a bound: give a work or "
                                          "step budget, a patience or a wall-clock cap");
-    if (!(cur = strip(preamble)))
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
-    if ((rc = choose_membership(cur, t, err)) < 0 ||
-        (rc = xp_naive_synthesize(cur, err)) < 0 || (rc = xp_program_check(cur, err)) < 0 ||
-        (rc = xp_sim_run(cur, t, &st.naive_s, NULL, err)) < 0)
-        goto fail;
-    double best_cost = st.naive_s, ignored;
-    /* cur's score: computed once the starts are chosen (below) */
-    double cur_cost = INFINITY, naive_score = INFINITY, run_best = INFINITY;
-    long run_since = 0, restarts = 0;
-    int nby_size = 0;
-    for (int g = 0; g < cur->npart; g++)
-        nby_size += cur->part[g].by_size;
-    if (!(best = xp_program_copy(cur)) || !(naive = xp_program_copy(cur))) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto fail;
-    }
-    uint64_t rng = o->seed * 0x2545f4914f6cdd1dULL + 0x9e3779b97f4a7c15ULL;
-    /* Structured starting programs (variant 0 the same for every seed,
-     * the others from a stream derived from the seed): the fastest valid
-     * one, if faster than naive, is where the search starts and restarts. */
-    double start_cost;
-    xp_program *start = best_structured(cur, t, o->seed, &start_cost);
-    if (start && start_cost < best_cost * (1 - 1e-9)) {
-        if ((rc = adopt_start(start, start_cost, &naive, &plain, &cur, &best, &best_cost,
-                              err)) < 0)
-            goto fail;
-    } else {
-        xp_program_free(start);
-    }
-    /* Chunked starts: the collective generators on this membership, each
-     * at the pipeline depth the simulator prefers. */
-    if (o->chunks && naive->nout <= 4096) {
-        double cbest;
-        xp_program *cstart = best_chunked(cur, t, &st, &cbest);
-        /* A faster chunked start is the best program so far, but the
-         * local search goes on from the whole-atom start: its moves
-         * rarely improve a pipelined collective, and on a whole-atom
-         * body they are cheap (one unit per action) and often win for
-         * small transfers. */
-        if (cstart && cbest < best_cost * (1 - 1e-9) && xp_program_check(cstart, NULL) == 0) {
-            xp_program_free(best);
-            best = cstart;
-            best_cost = cbest;
-        } else {
-            xp_program_free(cstart);
-        }
-    }
-    long since = 0;
-    /* The search starts from cur (the start chosen), unless the starts
-     * spent the whole budget. */
-    int spent = o->max_work > 0 && st.work >= o->max_work;
-    if (!spent)
-        cur_cost = naive_score = run_best = score(cur, t, &ignored);
-    if (!spent && mark_late(cur, t, &late_buf) < 0) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto fail;
-    }
-    for (;;) {
-        if (o->max_work > 0 && st.work >= o->max_work) {
-            st.stop = "work";
-            break;
-        }
-        if (o->max_steps > 0 && st.steps >= o->max_steps) {
-            st.stop = "steps";
-            break;
-        }
-        if (o->patience > 0 && since >= o->patience) {
-            st.stop = "patience";
-            break;
-        }
-        /* The safety net: the only stop that depends on the machine. */
-        if (o->cap_ms > 0 && (st.steps & 7) == 0 && 1e3 * ein_now_s() - t0 >= o->cap_ms) {
-            st.stop = "cap";
-            st.capped = 1;
-            break;
-        }
-        st.steps++;
-        st.work += prog_work(cur, t);
-        since++;
-        xp_program *c = xp_program_copy(cur);
-        if (!c) {
-            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-            goto fail;
-        }
-        if (propose(c, t, &rng) < 0 || !sets_wanted(c)) {
-            xp_program_free(c);
-            continue;
-        }
-        double cms, cc = score(c, t, &cms);
-        if (isinf(cc)) {
-            xp_program_free(c);
-            continue;
-        }
-        st.valid++;
-        /* Mostly downhill; now and then a step a little uphill, so that
-         * two-step rewrites (substitute, then fuse) can pass. */
-        int uphill = cc <= cur_cost * 1.08 && rnd(&rng, 16) == 0;
-        if ((cc <= cur_cost * (1 + 1e-12) || uphill) && xp_program_check(c, NULL) == 0) {
-            st.accepted++;
-            xp_program_free(cur);
-            cur = c;
-            cur_cost = cc;
-            mark_late(cur, t, &late_buf);
-            if (cc < run_best * (1 - 1e-9)) {
-                run_best = cc;
-                run_since = 0;
-            }
-            if (cms < best_cost * (1 - 1e-9)) {
-                st.improved++;
-                since = 0;
-                best_cost = cms;
-                xp_program_free(best);
-                if (!(best = xp_program_copy(cur))) {
-                    rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-                    goto fail;
-                }
-            }
-        } else {
-            xp_program_free(c);
-        }
-        /* Stuck in this run: restart, in turn, from the starting program
-         * (`naive`: the structured one when it won), from the best
-         * program, and (with size-declared partitions) from the faster of
-         * the naive and structured bodies for a membership one swap away
-         * from the best one; every fourth restart, when the start was
-         * structured, from the plain naive program instead. The best
-         * program so far is kept. */
-        if (++run_since >= RESTART_AFTER) {
-            int kind = (int)(++restarts % (nby_size >= 2 ? 3 : 2));
-            if (plain && restarts % 4 == 3)
-                kind = 3;
-            xp_program *b = kind == 3   ? xp_program_copy(plain)
-                            : kind == 2 ? member_move(best, t, &rng)
-                                        : xp_program_copy(kind ? best : naive);
-            if (b) {
-                xp_program_free(cur);
-                cur = b;
-                cur_cost = kind == 0 ? naive_score : score(cur, t, &ignored);
-                run_best = cur_cost;
-                run_since = 0;
-                mark_late(cur, t, &late_buf);
-            }
-        }
+    if ((rc = search_init(&S, preamble)) < 0 || (rc = search_starts(&S)) < 0 ||
+        (rc = search_run(&S)) < 0) {
+        search_free(&S);
+        return rc;
     }
     late = NULL;
     nlate_act = 0;
-    free(late_buf);
-    best = cleanup_pass(best, &best_cost, t);
-    st.best_s = best_cost;
-    st.elapsed_ms = 1e3 * ein_now_s() - t0;
+    S.best = cleanup_pass(S.best, &S.best_cost, t);
+    S.st.best_s = S.best_cost;
+    S.st.elapsed_ms = 1e3 * ein_now_s() - S.t0;
     if (stats)
-        *stats = st;
-    xp_program_free(cur);
-    xp_program_free(naive);
-    xp_program_free(plain);
-    *out = best;
+        *stats = S.st;
+    *out = S.best;
+    S.best = NULL;
+    search_free(&S);
     return 0;
-fail:
-    xp_program_free(naive);
-    xp_program_free(plain);
-    late = NULL;
-    nlate_act = 0;
-    free(late_buf);
-    xp_program_free(cur);
-    xp_program_free(best);
-    return rc;
 }

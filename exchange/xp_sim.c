@@ -83,6 +83,7 @@ typedef struct sim {
     int *bysrc, *srcoff, *srcend;
     int *touch;              /* scan scratch: the actions to try, nact */
     int *meet;               /* scan scratch: the new parts meeting a range */
+    int capmeet;
     int *inc, capinc;
     xp_timeline *tl;
     double makespan, sum_end;
@@ -396,17 +397,9 @@ static int scan(sim *S)
                 continue;
             site_held *h = &S->held[s];
             int nn = h->nnew;
-            if (nn > S->capscr) {
-                held_new *ns = realloc(S->scr, sizeof *ns * (size_t)(2 * nn));
-                if (!ns)
-                    return ein_fail(S->err, EIN_ENOMEM, "out of memory");
-                S->scr = ns;
-                int *nm = realloc(S->meet, sizeof *nm * (size_t)(2 * nn));
-                if (!nm)
-                    return ein_fail(S->err, EIN_ENOMEM, "out of memory");
-                S->meet = nm;
-                S->capscr = 2 * nn;
-            }
+            if (ein_vec_reserve(&S->scr, &S->capscr, nn, sizeof *S->scr) < 0 ||
+                ein_vec_reserve(&S->meet, &S->capmeet, nn, sizeof *S->meet) < 0)
+                return ein_fail(S->err, EIN_ENOMEM, "out of memory");
             memcpy(S->scr, h->nw, sizeof *h->nw * (size_t)nn);
             h->nnew = 0;
             /* The waiting actions of s that a new part may have enabled
@@ -668,11 +661,215 @@ int xp_sim_run_ex(const xp_program *p, const xp_topology *t, double *makespan,
     return rc;
 }
 
+/* The per-site, per-action and per-resource arrays every run needs. */
+static int sim_alloc(sim *S, int nres)
+{
+    const xp_program *p = S->p;
+    S->held = calloc((size_t)p->ngpus, sizeof *S->held);
+    S->dirty = calloc((size_t)p->ngpus, 1);
+    S->was = calloc((size_t)p->ngpus, 1);
+    S->single_words = calloc((size_t)(p->nin + 1) * (size_t)p->nwords, sizeof(xp_word));
+    S->status = calloc((size_t)p->nact + 1, sizeof(int));
+    S->hop = calloc((size_t)p->nact + 1, sizeof(int));
+    S->outstanding = calloc((size_t)p->nact + 1, sizeof(int));
+    S->single = calloc((size_t)p->nin + 1, sizeof *S->single);
+    S->pick = malloc(sizeof(int) * (size_t)(p->nin + 1));
+    S->cap = calloc((size_t)nres, sizeof(double));
+    S->cnt = calloc((size_t)nres, sizeof(int));
+    S->used = calloc((size_t)nres, sizeof(int));
+    S->start = calloc((size_t)nres, sizeof(int));
+    S->fill = calloc((size_t)nres, sizeof(int));
+    if (!S->held || !S->dirty || !S->status || !S->hop || !S->outstanding || !S->single ||
+        !S->pick || !S->cap || !S->cnt || !S->used || !S->was || !S->single_words || !S->start ||
+        !S->fill)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* An expanded program (orig: each action's original): consecutive chunks
+ * of one original action with destinations form a stream (prevc, nextc). */
+static int sim_chain_chunks(sim *S, const int *orig)
+{
+    const xp_program *p = S->p;
+    S->prevc = malloc(sizeof(int) * (size_t)(p->nact + 1));
+    S->nextc = malloc(sizeof(int) * (size_t)(p->nact + 1));
+    S->hopdone = calloc((size_t)p->nact + 1, sizeof(int));
+    S->blocked = calloc((size_t)p->nact + 1, 1);
+    if (!S->prevc || !S->nextc || !S->hopdone || !S->blocked)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+    for (int a = 0; a < p->nact; a++) {
+        int chained = a > 0 && orig[a - 1] == orig[a] && p->act[a].ndst > 0;
+        S->prevc[a] = chained ? a - 1 : -1;
+        S->nextc[a] = -1;
+        if (chained)
+            S->nextc[a - 1] = a;
+    }
+    return 0;
+}
+
+/* The timeline the run fills in (S->tl, owned by S until handed out). */
+static int sim_timeline_new(sim *S)
+{
+    S->tl = calloc(1, sizeof *S->tl);
+    if (!S->tl || !(S->tl->act_start = calloc((size_t)S->p->nact + 1, sizeof(double))) ||
+        !(S->tl->act_end = calloc((size_t)S->p->nact + 1, sizeof(double))))
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+    S->tl->nact = S->p->nact;
+    return 0;
+}
+
+/* The distinct action ranges: S->rng sorted, S->nrng of them (needs
+ * S->arange). */
+static void sim_ranges(sim *S)
+{
+    const xp_program *p = S->p;
+    memcpy(S->rng, S->arange, sizeof(int64_t) * 2 * (size_t)p->nact);
+    qsort(S->rng, (size_t)p->nact, 2 * sizeof(int64_t), cmp_range);
+    for (int a = 0; a < p->nact; a++)
+        if (S->nrng == 0 || cmp_range(&S->rng[2 * a], &S->rng[2 * (S->nrng - 1)]) != 0) {
+            S->rng[2 * S->nrng] = S->rng[2 * a];
+            S->rng[2 * S->nrng + 1] = S->rng[2 * a + 1];
+            S->nrng++;
+        }
+}
+
+/* Waiting actions by source and range (see the sim struct): each action's
+ * range, the distinct ranges, and the buckets bysrc[srcoff .. srcend), in
+ * program order within a bucket (the order the scan has always tried them
+ * in). */
+static int sim_buckets(sim *S)
+{
+    const xp_program *p = S->p;
+    /* act_range reads S->arange once it is set: fill it first. */
+    int64_t *arange = malloc(sizeof(int64_t) * 2 * (size_t)(p->nact + 1));
+    S->rng = malloc(sizeof(int64_t) * 2 * (size_t)(p->nact + 1));
+    S->touch = malloc(sizeof(int) * (size_t)(p->nact + 1));
+    S->bysrc = malloc(sizeof(int) * (size_t)(p->nact + 1));
+    if (!arange || !S->rng || !S->touch || !S->bysrc) {
+        free(arange);
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+    }
+    for (int a = 0; a < p->nact; a++)
+        act_range(S, a, &arange[2 * a], &arange[2 * a + 1]);
+    S->arange = arange;
+    sim_ranges(S);
+    size_t nb = (size_t)p->ngpus * (size_t)(S->nrng > 0 ? S->nrng : 1);
+    S->srcoff = calloc(nb + 2, sizeof(int));
+    S->srcend = calloc(nb + 1, sizeof(int));
+    if (!S->srcoff || !S->srcend)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory");
+    for (int a = 0; a < p->nact; a++) {
+        int lo = 0, hi = S->nrng; /* the action's range: its index in rng */
+        while (hi - lo > 1) {
+            int m = (lo + hi) / 2;
+            if (cmp_range(&S->rng[2 * m], &S->arange[2 * a]) <= 0)
+                lo = m;
+            else
+                hi = m;
+        }
+        S->touch[a] = p->act[a].src * S->nrng + lo; /* its bucket, for now */
+        S->srcoff[S->touch[a] + 2]++;
+    }
+    for (size_t b = 0; b < nb; b++)
+        S->srcoff[b + 2] += S->srcoff[b + 1];
+    for (int a = 0; a < p->nact; a++)
+        S->bysrc[S->srcoff[S->touch[a] + 1]++] = a;
+    for (size_t b = 0; b < nb; b++)
+        S->srcend[b] = S->srcoff[b + 1];
+    return 0;
+}
+
+/* Every IN atom, whole, at its site. */
+static int sim_seed_ins(sim *S)
+{
+    const xp_program *p = S->p;
+    int rc;
+    for (int i = 0; i < p->nin; i++) {
+        S->single[i] = S->single_words + (size_t)i * (size_t)p->nwords;
+        xp_set_add(S->single[i], i);
+        if ((rc = held_add(S, p->in[i].site, S->single[i], 0, S->L)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Advance to the next flow completion: rates, the step dt, drain every
+ * flow and complete those that are done. *xfer_busy grows by dt when a
+ * transfer was running. */
+static int sim_step(sim *S, double *xfer_busy)
+{
+    int rc;
+    if ((rc = rates(S)) < 0)
+        return rc;
+    double dt = INFINITY;
+    int nx = 0;
+    for (int i = 0; i < S->nfl; i++) {
+        double d = S->fl[i].rate > 0 ? S->fl[i].rem / S->fl[i].rate : INFINITY;
+        if (isinf(S->fl[i].rate))
+            d = 0;
+        if (d < dt)
+            dt = d;
+        nx += S->fl[i].kind == XP_SPAN_XFER;
+    }
+    if (isinf(dt))
+        return ein_fail(S->err, EIN_EINVAL, "simulate: a transfer has no bandwidth on %s",
+                        S->t->name);
+    S->now += dt;
+    if (nx)
+        *xfer_busy += dt;
+    for (int i = 0; i < S->nfl; i++)
+        S->fl[i].rem -= isinf(S->fl[i].rate) ? S->fl[i].rem : S->fl[i].rate * dt;
+    for (int i = 0; i < S->nfl;) {
+        double eps = S->fl[i].kind == FLOW_WAIT ? 1e-15 : 1e-9 * S->fl[i].bytes + 1e-6;
+        if (S->fl[i].rem <= eps) {
+            if ((rc = complete(S, i)) < 0)
+                return rc;
+        } else {
+            i++;
+        }
+    }
+    return 0;
+}
+
+/* After the run: every action done (well-formed), every OUT held (valid). */
+static int sim_check_end(const sim *S)
+{
+    const xp_program *p = S->p;
+    for (int a = 0; a < p->nact; a++)
+        if (S->status[a] != DONE) {
+            char buf[256];
+            return ein_fail(S->err, EIN_EINVAL, "not well-formed: action %d (%s) is never enabled",
+                            a, xp_action_format(p, a, buf, sizeof buf));
+        }
+    for (int o = 0; o < p->nout; o++)
+        if (!held_has(S, p->out[o].site, p->out[o].set, 0, S->L))
+            return ein_fail(S->err, EIN_EINVAL, "not valid: OUT %d is never reached at site %d",
+                            o, p->out[o].site);
+    return 0;
+}
+
+/* Everything before the first scan: checks, arrays, buckets, the INs. */
+static int sim_setup(sim *S, const int *orig, int want_tl)
+{
+    const xp_program *p = S->p;
+    int rc;
+    if ((rc = sim_alloc(S, xp_topo_nres(S->t))) < 0 ||
+        (orig && (rc = sim_chain_chunks(S, orig)) < 0) ||
+        (want_tl && (rc = sim_timeline_new(S)) < 0))
+        return rc;
+    for (int a = 0; a < p->nact; a++)
+        if (p->act[a].src < 0)
+            return ein_fail(S->err, EIN_EINVAL, "action %d has no site", a);
+    if ((rc = sim_buckets(S)) < 0)
+        return rc;
+    return sim_seed_ins(S);
+}
+
 static int sim_core(const xp_program *p, const int *orig, const xp_topology *t,
                     double *makespan, double *mean_end, xp_timeline **tl_out, ein_error *err)
 {
     sim S = {0};
-    int rc = 0, nres = xp_topo_nres(t);
+    int rc = 0;
     S.p = p;
     S.t = t;
     S.err = err;
@@ -683,160 +880,19 @@ static int sim_core(const xp_program *p, const int *orig, const xp_topology *t,
                         t->name, t->ngpus);
     if (!xp_program_resolved(p))
         return ein_fail(err, EIN_EINVAL, "simulate: resolve the size-declared partitions first");
-    S.held = calloc((size_t)p->ngpus, sizeof *S.held);
-    S.dirty = calloc((size_t)p->ngpus, 1);
-    S.was = calloc((size_t)p->ngpus, 1);
-    S.single_words = calloc((size_t)(p->nin + 1) * (size_t)p->nwords, sizeof(xp_word));
-    S.status = calloc((size_t)p->nact + 1, sizeof(int));
-    S.hop = calloc((size_t)p->nact + 1, sizeof(int));
-    S.outstanding = calloc((size_t)p->nact + 1, sizeof(int));
-    S.single = calloc((size_t)p->nin + 1, sizeof *S.single);
-    S.pick = malloc(sizeof(int) * (size_t)(p->nin + 1));
-    S.cap = calloc((size_t)nres, sizeof(double));
-    S.cnt = calloc((size_t)nres, sizeof(int));
-    S.used = calloc((size_t)nres, sizeof(int));
-    S.start = calloc((size_t)nres, sizeof(int));
-    S.fill = calloc((size_t)nres, sizeof(int));
-    if (!S.held || !S.dirty || !S.status || !S.hop || !S.outstanding || !S.single || !S.pick ||
-        !S.cap || !S.cnt || !S.used || !S.was || !S.single_words || !S.start || !S.fill) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto done;
-    }
-    if (orig) {
-        S.prevc = malloc(sizeof(int) * (size_t)(p->nact + 1));
-        S.nextc = malloc(sizeof(int) * (size_t)(p->nact + 1));
-        S.hopdone = calloc((size_t)p->nact + 1, sizeof(int));
-        S.blocked = calloc((size_t)p->nact + 1, 1);
-        if (!S.prevc || !S.nextc || !S.hopdone || !S.blocked) {
-            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-            goto done;
-        }
-        for (int a = 0; a < p->nact; a++) {
-            int chained = a > 0 && orig[a - 1] == orig[a] && p->act[a].ndst > 0;
-            S.prevc[a] = chained ? a - 1 : -1;
-            S.nextc[a] = -1;
-            if (chained)
-                S.nextc[a - 1] = a;
-        }
-    }
-    if (tl_out) {
-        S.tl = calloc(1, sizeof *S.tl);
-        if (!S.tl || !(S.tl->act_start = calloc((size_t)p->nact + 1, sizeof(double))) ||
-            !(S.tl->act_end = calloc((size_t)p->nact + 1, sizeof(double)))) {
-            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-            goto done;
-        }
-        S.tl->nact = p->nact;
-    }
-    for (int a = 0; a < p->nact; a++)
-        if (p->act[a].src < 0) {
-            rc = ein_fail(err, EIN_EINVAL, "action %d has no site", a);
-            goto done;
-        }
-    /* Actions by source, in program order within a site (the order the
-     * scan has always tried them in). */
-    int64_t *arange = malloc(sizeof(int64_t) * 2 * (size_t)(p->nact + 1));
-    S.rng = malloc(sizeof(int64_t) * 2 * (size_t)(p->nact + 1));
-    S.touch = malloc(sizeof(int) * (size_t)(p->nact + 1));
-    S.bysrc = malloc(sizeof(int) * (size_t)(p->nact + 1));
-    if (!arange || !S.rng || !S.touch || !S.bysrc) {
-        free(arange);
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto done;
-    }
-    for (int a = 0; a < p->nact; a++)
-        act_range(&S, a, &arange[2 * a], &arange[2 * a + 1]);
-    S.arange = arange;
-    memcpy(S.rng, arange, sizeof(int64_t) * 2 * (size_t)p->nact);
-    qsort(S.rng, (size_t)p->nact, 2 * sizeof(int64_t), cmp_range);
-    for (int a = 0; a < p->nact; a++)
-        if (S.nrng == 0 || cmp_range(&S.rng[2 * a], &S.rng[2 * (S.nrng - 1)]) != 0) {
-            S.rng[2 * S.nrng] = S.rng[2 * a];
-            S.rng[2 * S.nrng + 1] = S.rng[2 * a + 1];
-            S.nrng++;
-        }
-    size_t nb = (size_t)p->ngpus * (size_t)(S.nrng > 0 ? S.nrng : 1);
-    S.srcoff = calloc(nb + 2, sizeof(int));
-    S.srcend = calloc(nb + 1, sizeof(int));
-    if (!S.srcoff || !S.srcend) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto done;
-    }
-    for (int a = 0; a < p->nact; a++) {
-        int lo = 0, hi = S.nrng; /* the action's range: its index in rng */
-        while (hi - lo > 1) {
-            int m = (lo + hi) / 2;
-            if (cmp_range(&S.rng[2 * m], &arange[2 * a]) <= 0)
-                lo = m;
-            else
-                hi = m;
-        }
-        S.touch[a] = p->act[a].src * S.nrng + lo; /* its bucket, for now */
-        S.srcoff[S.touch[a] + 2]++;
-    }
-    for (size_t b = 0; b < nb; b++)
-        S.srcoff[b + 2] += S.srcoff[b + 1];
-    for (int a = 0; a < p->nact; a++)
-        S.bysrc[S.srcoff[S.touch[a] + 1]++] = a;
-    for (size_t b = 0; b < nb; b++)
-        S.srcend[b] = S.srcoff[b + 1];
-    for (int i = 0; i < p->nin; i++) {
-        S.single[i] = S.single_words + (size_t)i * (size_t)p->nwords;
-        xp_set_add(S.single[i], i);
-        if ((rc = held_add(&S, p->in[i].site, S.single[i], 0, S.L)) < 0)
-            goto done;
-    }
     double xfer_busy = 0;
+    if ((rc = sim_setup(&S, orig, tl_out != NULL)) < 0)
+        goto done;
     for (;;) {
         if ((rc = scan(&S)) < 0)
             goto done;
         if (S.nfl == 0)
             break;
-        if ((rc = rates(&S)) < 0)
+        if ((rc = sim_step(&S, &xfer_busy)) < 0)
             goto done;
-        double dt = INFINITY;
-        int nx = 0;
-        for (int i = 0; i < S.nfl; i++) {
-            double d = S.fl[i].rate > 0 ? S.fl[i].rem / S.fl[i].rate : INFINITY;
-            if (isinf(S.fl[i].rate))
-                d = 0;
-            if (d < dt)
-                dt = d;
-            nx += S.fl[i].kind == XP_SPAN_XFER;
-        }
-        if (isinf(dt)) {
-            rc = ein_fail(err, EIN_EINVAL, "simulate: a transfer has no bandwidth on %s",
-                          t->name);
-            goto done;
-        }
-        S.now += dt;
-        if (nx)
-            xfer_busy += dt;
-        for (int i = 0; i < S.nfl; i++)
-            S.fl[i].rem -= isinf(S.fl[i].rate) ? S.fl[i].rem : S.fl[i].rate * dt;
-        for (int i = 0; i < S.nfl;) {
-            double eps = S.fl[i].kind == FLOW_WAIT ? 1e-15 : 1e-9 * S.fl[i].bytes + 1e-6;
-            if (S.fl[i].rem <= eps) {
-                if ((rc = complete(&S, i)) < 0)
-                    goto done;
-            } else {
-                i++;
-            }
-        }
     }
-    for (int a = 0; a < p->nact; a++)
-        if (S.status[a] != DONE) {
-            char buf[256];
-            rc = ein_fail(err, EIN_EINVAL, "not well-formed: action %d (%s) is never enabled", a,
-                          xp_action_format(p, a, buf, sizeof buf));
-            goto done;
-        }
-    for (int o = 0; o < p->nout; o++)
-        if (!held_has(&S, p->out[o].site, p->out[o].set, 0, S.L)) {
-            rc = ein_fail(err, EIN_EINVAL, "not valid: OUT %d is never reached at site %d", o,
-                          p->out[o].site);
-            goto done;
-        }
+    if ((rc = sim_check_end(&S)) < 0)
+        goto done;
     *makespan = S.makespan;
     if (mean_end)
         *mean_end = p->nact ? S.sum_end / p->nact : 0;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -163,26 +164,178 @@ static int parse_int(const char *s, int *v)
     return 0;
 }
 
+/* The state of one topology parse: the topology being filled (owned by
+ * xp_topo_parse) and where the statement being read is. */
+typedef struct tparse {
+    xp_topology *t;
+    const char *file;
+    ein_error *err;
+    int line, col;          /* the statement's first word */
+    char rest_name[32];     /* rest via NAME, resolved at the end */
+    int rest_line;
+} tparse;
+
+/* Fail the statement being read (a parse error at its first word). */
+#define BAD(...) return ein_fail_at(T->err, EIN_EPARSE, T->file, T->line, T->col, __VA_ARGS__)
+
+static int topo_gpus(tparse *T, char **w, int nw)
+{
+    xp_topology *t = T->t;
+    if (t->ngpus)
+        BAD("'gpus' given twice; expected one gpus statement");
+    if (nw != 2 || parse_int(w[1], &t->ngpus) < 0 || t->ngpus < 1 || t->ngpus > 4096)
+        BAD("bad 'gpus' statement; expected: gpus N (1..4096)");
+    if (!(t->link = calloc((size_t)t->ngpus * (size_t)t->ngpus, sizeof *t->link)))
+        BAD("out of memory");
+    return 0;
+}
+
+static int topo_link(tparse *T, char **w, int nw)
+{
+    xp_topology *t = T->t;
+    int a, b;
+    double bw;
+    if (!t->ngpus)
+        BAD("'link' before 'gpus'; expected the gpus statement first");
+    if (nw != 5 || parse_int(w[1], &a) < 0 || parse_int(w[2], &b) < 0 ||
+        parse_bw(w[3], w[4], &bw) < 0)
+        BAD("bad 'link' statement; expected: link A B BANDWIDTH UNIT");
+    if (a >= t->ngpus || b >= t->ngpus || a == b)
+        BAD("link %d %d: GPUs are 0..%d; expected two distinct GPUs of them", a, b,
+            t->ngpus - 1);
+    if (t->link[a * t->ngpus + b] > 0)
+        BAD("link %d %d given twice; expected one link statement per pair", a, b);
+    t->link[a * t->ngpus + b] = t->link[b * t->ngpus + a] = bw;
+    return 0;
+}
+
+static int topo_shared(tparse *T, char **w, int nw)
+{
+    xp_topology *t = T->t;
+    double bw;
+    if (nw != 4 || parse_bw(w[2], w[3], &bw) < 0 || strlen(w[1]) >= 32)
+        BAD("bad 'shared' statement; expected: shared NAME BANDWIDTH UNIT (a name under "
+            "32 bytes)");
+    if (t->nshared == XP_TOPO_MAX_SHARED)
+        BAD("too many shared resources; expected at most %d", XP_TOPO_MAX_SHARED);
+    for (int i = 0; i < t->nshared; i++)
+        if (strcmp(t->shared_name[i], w[1]) == 0)
+            BAD("shared resource %s given twice; expected distinct names", w[1]);
+    strcpy(t->shared_name[t->nshared], w[1]);
+    t->shared_bw[t->nshared++] = bw;
+    return 0;
+}
+
+static int topo_rest(tparse *T, char **w, int nw)
+{
+    if (nw == 2 && strcmp(w[1], "direct") == 0)
+        T->t->rest = -1;
+    else if (nw == 2 && strcmp(w[1], "none") == 0)
+        T->t->rest = -2;
+    else if (nw == 3 && strcmp(w[1], "via") == 0 && strlen(w[2]) < 32) {
+        strcpy(T->rest_name, w[2]);
+        T->rest_line = T->line;
+        T->t->rest = -3; /* resolved at the end: shared may come later */
+    } else
+        BAD("bad 'rest' statement; expected: rest direct | rest none | rest via NAME");
+    return 0;
+}
+
+/* The statements that set one number: KEYWORD VALUE UNIT. */
+static const struct {
+    const char *kw;
+    int (*parse)(const char *num, const char *unit, double *v);
+    size_t off;             /* the double in xp_topology */
+    const char *usage;
+} topo_numbers[] = {
+    {"peak", parse_flops, offsetof(xp_topology, peak), "RATE UNIT (PFLOP/s, TFLOP/s or GFLOP/s)"},
+    {"memory", parse_bytes, offsetof(xp_topology, memory), "SIZE UNIT (TB, GB or MB)"},
+    {"latency", parse_time, offsetof(xp_topology, latency), "TIME UNIT (s, ms, us or ns)"},
+    {"hbm", parse_bw, offsetof(xp_topology, hbm), "BANDWIDTH UNIT (TB/s, GB/s or MB/s)"},
+    {"port", parse_bw, offsetof(xp_topology, port), "BANDWIDTH UNIT (TB/s, GB/s or MB/s)"},
+};
+
+/* KEYWORD NAME into dst (size bytes, 64: one word under 64 bytes). */
+static int topo_word(tparse *T, char **w, int nw, char *dst, size_t size)
+{
+    if (nw != 2 || strlen(w[1]) >= size)
+        BAD("bad '%s' statement; expected: %s NAME (one word under %d bytes)", w[0], w[0],
+            (int)size);
+    strcpy(dst, w[1]);
+    return 0;
+}
+
+/* One statement, its words w[0..nw) (nw >= 1). */
+static int topo_statement(tparse *T, char **w, int nw)
+{
+    xp_topology *t = T->t;
+    for (size_t k = 0; k < sizeof topo_numbers / sizeof *topo_numbers; k++)
+        if (strcmp(w[0], topo_numbers[k].kw) == 0) {
+            double *v = (double *)((char *)t + topo_numbers[k].off);
+            if (nw != 3 || topo_numbers[k].parse(w[1], w[2], v) < 0)
+                BAD("bad '%s' statement; expected: %s %s", w[0], w[0], topo_numbers[k].usage);
+            return 0;
+        }
+    if (strcmp(w[0], "name") == 0)
+        return topo_word(T, w, nw, t->name, sizeof t->name);
+    if (strcmp(w[0], "calibration") == 0)
+        return topo_word(T, w, nw, t->calibration, sizeof t->calibration);
+    if (strcmp(w[0], "gpus") == 0)
+        return topo_gpus(T, w, nw);
+    if (strcmp(w[0], "link") == 0)
+        return topo_link(T, w, nw);
+    if (strcmp(w[0], "shared") == 0)
+        return topo_shared(T, w, nw);
+    if (strcmp(w[0], "rest") == 0)
+        return topo_rest(T, w, nw);
+    BAD("unknown statement '%s'; expected name, gpus, hbm, peak, port, link, shared, "
+        "rest, latency, memory or calibration", w[0]);
+}
+#undef BAD
+
+/* After the last line: the required statements, rest via NAME resolved,
+ * the name defaulted to the file's. */
+static int topo_finish(tparse *T)
+{
+    xp_topology *t = T->t;
+    if (!t->ngpus)
+        return ein_fail_at(T->err, EIN_EPARSE, T->file, T->line, 1,
+                           "no 'gpus' statement; expected: gpus N");
+    if (!(t->hbm > 0))
+        return ein_fail_at(T->err, EIN_EPARSE, T->file, T->line, 1,
+                           "no 'hbm' statement; expected: hbm BANDWIDTH UNIT");
+    if (t->rest == -3) {
+        t->rest = -2;
+        for (int i = 0; i < t->nshared; i++)
+            if (strcmp(t->shared_name[i], T->rest_name) == 0)
+                t->rest = i;
+        if (t->rest == -2)
+            return ein_fail_at(T->err, EIN_EPARSE, T->file, T->rest_line, 1,
+                               "rest via %s: no shared resource of that name; expected the "
+                               "name of a shared statement", T->rest_name);
+    }
+    if (!t->name[0])
+        snprintf(t->name, sizeof t->name, "%s", T->file);
+    return 0;
+}
+
 int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_error *err)
 {
-    xp_topology *t = calloc(1, sizeof *t);
-    int rc = 0, line = 0;
+    tparse T = {.t = calloc(1, sizeof *T.t), .file = file ? file : "<topology>", .err = err};
+    int rc = 0;
     const char *p = text;
-    char rest_name[32] = "";
-    int rest_line = 0;
-    if (!t)
+    if (!T.t)
         return ein_fail(err, EIN_ENOMEM, "out of memory");
-    t->rest = -2;
-    file = file ? file : "<topology>";
-    while (*p) {
+    T.t->rest = -2;
+    while (*p && rc == 0) {
         char buf[512];
         const char *nl = strchr(p, '\n');
         size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        line++;
+        T.line++;
         if (len >= sizeof buf) {
-            rc = ein_fail_at(err, EIN_EPARSE, file, line, 1,
+            rc = ein_fail_at(err, EIN_EPARSE, T.file, T.line, 1,
                              "line too long; expected at most %d bytes", (int)sizeof buf - 1);
-            goto fail;
+            break;
         }
         memcpy(buf, p, len);
         buf[len] = 0;
@@ -196,109 +349,17 @@ int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_err
             w[nw++] = tok;
         if (nw == 0)
             continue;
-        int col = (int)(w[0] - buf) + 1;
-#define BAD(...) do { rc = ein_fail_at(err, EIN_EPARSE, file, line, col, __VA_ARGS__); goto fail; } while (0)
-        if (strcmp(w[0], "name") == 0) {
-            if (nw != 2 || strlen(w[1]) >= sizeof t->name)
-                BAD("bad 'name' statement; expected: name NAME (one word under 64 bytes)");
-            strcpy(t->name, w[1]);
-        } else if (strcmp(w[0], "gpus") == 0) {
-            if (t->ngpus)
-                BAD("'gpus' given twice; expected one gpus statement");
-            if (nw != 2 || parse_int(w[1], &t->ngpus) < 0 || t->ngpus < 1 || t->ngpus > 4096)
-                BAD("bad 'gpus' statement; expected: gpus N (1..4096)");
-            if (!(t->link = calloc((size_t)t->ngpus * (size_t)t->ngpus, sizeof *t->link)))
-                BAD("out of memory");
-        } else if (strcmp(w[0], "peak") == 0) {
-            if (nw != 3 || parse_flops(w[1], w[2], &t->peak) < 0)
-                BAD("bad 'peak' statement; expected: peak RATE UNIT (PFLOP/s, TFLOP/s or GFLOP/s)");
-        } else if (strcmp(w[0], "memory") == 0) {
-            if (nw != 3 || parse_bytes(w[1], w[2], &t->memory) < 0)
-                BAD("bad 'memory' statement; expected: memory SIZE UNIT (TB, GB or MB)");
-        } else if (strcmp(w[0], "latency") == 0) {
-            if (nw != 3 || parse_time(w[1], w[2], &t->latency) < 0)
-                BAD("bad 'latency' statement; expected: latency TIME UNIT (s, ms, us or ns)");
-        } else if (strcmp(w[0], "calibration") == 0) {
-            if (nw != 2 || strlen(w[1]) >= sizeof t->calibration)
-                BAD("bad 'calibration' statement; expected: calibration NAME (one word under "
-                    "64 bytes)");
-            strcpy(t->calibration, w[1]);
-        } else if (strcmp(w[0], "hbm") == 0) {
-            if (nw != 3 || parse_bw(w[1], w[2], &t->hbm) < 0)
-                BAD("bad 'hbm' statement; expected: hbm BANDWIDTH UNIT (TB/s, GB/s or MB/s)");
-        } else if (strcmp(w[0], "port") == 0) {
-            if (nw != 3 || parse_bw(w[1], w[2], &t->port) < 0)
-                BAD("bad 'port' statement; expected: port BANDWIDTH UNIT (TB/s, GB/s or MB/s)");
-        } else if (strcmp(w[0], "link") == 0) {
-            int a, b;
-            double bw;
-            if (!t->ngpus)
-                BAD("'link' before 'gpus'; expected the gpus statement first");
-            if (nw != 5 || parse_int(w[1], &a) < 0 || parse_int(w[2], &b) < 0 ||
-                parse_bw(w[3], w[4], &bw) < 0)
-                BAD("bad 'link' statement; expected: link A B BANDWIDTH UNIT");
-            if (a >= t->ngpus || b >= t->ngpus || a == b)
-                BAD("link %d %d: GPUs are 0..%d; expected two distinct GPUs of them", a, b,
-                    t->ngpus - 1);
-            if (t->link[a * t->ngpus + b] > 0)
-                BAD("link %d %d given twice; expected one link statement per pair", a, b);
-            t->link[a * t->ngpus + b] = t->link[b * t->ngpus + a] = bw;
-        } else if (strcmp(w[0], "shared") == 0) {
-            double bw;
-            if (nw != 4 || parse_bw(w[2], w[3], &bw) < 0 || strlen(w[1]) >= 32)
-                BAD("bad 'shared' statement; expected: shared NAME BANDWIDTH UNIT (a name under "
-                    "32 bytes)");
-            if (t->nshared == XP_TOPO_MAX_SHARED)
-                BAD("too many shared resources; expected at most %d", XP_TOPO_MAX_SHARED);
-            for (int i = 0; i < t->nshared; i++)
-                if (strcmp(t->shared_name[i], w[1]) == 0)
-                    BAD("shared resource %s given twice; expected distinct names", w[1]);
-            strcpy(t->shared_name[t->nshared], w[1]);
-            t->shared_bw[t->nshared++] = bw;
-        } else if (strcmp(w[0], "rest") == 0) {
-            if (nw == 2 && strcmp(w[1], "direct") == 0)
-                t->rest = -1;
-            else if (nw == 2 && strcmp(w[1], "none") == 0)
-                t->rest = -2;
-            else if (nw == 3 && strcmp(w[1], "via") == 0 && strlen(w[2]) < 32) {
-                strcpy(rest_name, w[2]);
-                rest_line = line;
-                t->rest = -3; /* resolved below: shared may come later */
-            } else
-                BAD("bad 'rest' statement; expected: rest direct | rest none | rest via NAME");
-        } else {
-            BAD("unknown statement '%s'; expected name, gpus, hbm, peak, port, link, shared, "
-                "rest, latency, memory or calibration", w[0]);
-        }
-#undef BAD
+        T.col = (int)(w[0] - buf) + 1;
+        rc = topo_statement(&T, w, nw);
     }
-    if (!t->ngpus) {
-        rc = ein_fail_at(err, EIN_EPARSE, file, line, 1, "no 'gpus' statement; expected: gpus N");
-        goto fail;
+    if (rc == 0)
+        rc = topo_finish(&T);
+    if (rc < 0) {
+        xp_topo_free(T.t);
+        return rc;
     }
-    if (!(t->hbm > 0)) {
-        rc = ein_fail_at(err, EIN_EPARSE, file, line, 1, "no 'hbm' statement; expected: hbm BANDWIDTH UNIT");
-        goto fail;
-    }
-    if (t->rest == -3) {
-        t->rest = -2;
-        for (int i = 0; i < t->nshared; i++)
-            if (strcmp(t->shared_name[i], rest_name) == 0)
-                t->rest = i;
-        if (t->rest == -2) {
-            rc = ein_fail_at(err, EIN_EPARSE, file, rest_line, 1,
-                             "rest via %s: no shared resource of that name; expected the "
-                             "name of a shared statement", rest_name);
-            goto fail;
-        }
-    }
-    if (!t->name[0])
-        snprintf(t->name, sizeof t->name, "%s", file);
-    *out = t;
+    *out = T.t;
     return 0;
-fail:
-    xp_topo_free(t);
-    return rc;
 }
 
 int xp_topo_load_file(const char *path, xp_topology **out, ein_error *err)
