@@ -66,16 +66,34 @@ static int add_bench(ein_program *p, ein_instr *ins, int prev, int nb, bench *b,
     return id;
 }
 
-static int build(ein_program **progs, int ndev, bench *b, int *nb, ein_error *err)
+/* The benchmarks being built: device 0's chain (`prev`: its last
+ * instruction, -1 none) and the table they fill (n entries so far). */
+typedef struct bench_build {
+    ein_program *p;
+    bench *b;
+    int n, prev;
+} bench_build;
+
+/* Append kernel `ins` to device 0's chain as benchmark n of kind w. */
+static int chain(bench_build *B, ein_instr *ins, co_work w, double size, double bytes,
+                 ein_error *err)
 {
-    ein_program *p = progs[0];
-    int prev = -1, rc, n = 0;
-    /* GEMMs n x n x n. */
+    B->b[B->n] = (bench){.work = w, .size = size, .bytes = bytes};
+    if ((B->prev = add_bench(B->p, ins, B->prev, B->n, &B->b[B->n], err)) < 0)
+        return B->prev;
+    B->n++;
+    return 0;
+}
+
+/* GEMMs n x n x n. */
+static int build_gemms(bench_build *B, ein_error *err)
+{
     static const int64_t gemm_n[] = {16, 64, 128, 256, 512, 1024};
+    ein_program *p = B->p;
     for (size_t k = 0; k < sizeof gemm_n / sizeof gemm_n[0]; k++) {
         int64_t sh[2] = {gemm_n[k], gemm_n[k]};
         int a = add_buf(p, 2, sh, err), c = a >= 0 ? add_buf(p, 2, sh, err) : a;
-        int o = c >= 0 ? add_buf(p, 2, sh, err) : c;
+        int o = c >= 0 ? add_buf(p, 2, sh, err) : c, rc;
         if (o < 0)
             return o;
         int la = add_load(p, a, 2, sh, 11, err), lc = la >= 0 ? add_load(p, c, 2, sh, 12, err) : la;
@@ -86,13 +104,18 @@ static int build(ein_program **progs, int ndev, bench *b, int *nb, ein_error *er
         ins.kernel.kind = EIN_KERNEL_EINSUM;
         strcpy(ins.kernel.subscripts, "ij,jk->ik");
         double m = (double)gemm_n[k];
-        b[n] = (bench){.work = CO_WORK_GEMM, .size = 2 * m * m * m, .bytes = 12 * m * m};
-        if ((prev = add_bench(p, &ins, prev, n, &b[n], err)) < 0)
-            return prev;
-        n++;
+        if ((rc = chain(B, &ins, CO_WORK_GEMM, 2 * m * m * m, 12 * m * m, err)) < 0)
+            return rc;
     }
-    /* Attention: 4 heads of 64, one causal sequence of T tokens. */
+    return 0;
+}
+
+/* Attention: 4 heads of 64, one causal sequence of T tokens. */
+static int build_attention(bench_build *B, ein_error *err)
+{
     static const int64_t attn_t[] = {64, 256, 1024};
+    ein_program *p = B->p;
+    int rc;
     for (size_t k = 0; k < sizeof attn_t / sizeof attn_t[0]; k++) {
         int64_t sh[3] = {4, attn_t[k], 64};
         int bq = add_buf(p, 3, sh, err), bk = bq >= 0 ? add_buf(p, 3, sh, err) : bq;
@@ -107,15 +130,20 @@ static int build(ein_program **progs, int ndev, bench *b, int *nb, ein_error *er
         ins.kernel.kind = EIN_KERNEL_ATTENTION;
         ins.kernel.group = 1;
         double t = (double)attn_t[k];
-        b[n] = (bench){.work = CO_WORK_ATTENTION, .size = 4.0 * 4 * 64 * t * (t + 1) / 2,
-                       .bytes = 16.0 * 4 * t * 64};
-        if ((prev = add_bench(p, &ins, prev, n, &b[n], err)) < 0)
-            return prev;
-        n++;
+        if ((rc = chain(B, &ins, CO_WORK_ATTENTION, 4.0 * 4 * 64 * t * (t + 1) / 2,
+                        16.0 * 4 * t * 64, err)) < 0)
+            return rc;
     }
-    /* Per size: relu (unary; the smallest gives the overhead), add
-     * (elementwise) and a SLICE of the first half (layout), over n floats. */
+    return 0;
+}
+
+/* Per size: relu (unary; the smallest gives the overhead), add
+ * (elementwise) and a SLICE of the first half (layout), over n floats. */
+static int build_elementwise(bench_build *B, ein_error *err)
+{
     static const int64_t elem_n[] = {1, 1024, 16384, 262144, 2097152, 8388608};
+    ein_program *p = B->p;
+    int rc;
     for (size_t k = 0; k < sizeof elem_n / sizeof elem_n[0]; k++) {
         int64_t sh[1] = {elem_n[k]}, half[1] = {elem_n[k] > 1 ? elem_n[k] / 2 : 1};
         int x = add_buf(p, 1, sh, err), y = x >= 0 ? add_buf(p, 1, sh, err) : x;
@@ -128,55 +156,64 @@ static int build(ein_program **progs, int ndev, bench *b, int *nb, ein_error *er
         ein_instr un = {.kind = EIN_I_KERNEL, .srcs = &x, .nsrcs = 1, .dst = y};
         un.kernel.kind = EIN_KERNEL_UNARY;
         un.kernel.unary = EIN_UN_RELU;
-        b[n] = (bench){.work = CO_WORK_UNARY, .size = 2 * bytes, .bytes = 2 * bytes};
-        if ((prev = add_bench(p, &un, prev, n, &b[n], err)) < 0)
-            return prev;
-        n++;
+        if ((rc = chain(B, &un, CO_WORK_UNARY, 2 * bytes, 2 * bytes, err)) < 0)
+            return rc;
         if (elem_n[k] == 1)
             continue;
         int srcs[2] = {x, y};
         ein_instr bi = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = 2, .dst = z};
         bi.kernel.kind = EIN_KERNEL_BINARY;
         bi.kernel.binary = EIN_BIN_ADD;
-        b[n] = (bench){.work = CO_WORK_ELEMENTWISE, .size = 3 * bytes, .bytes = 3 * bytes};
-        if ((prev = add_bench(p, &bi, prev, n, &b[n], err)) < 0)
-            return prev;
-        n++;
+        if ((rc = chain(B, &bi, CO_WORK_ELEMENTWISE, 3 * bytes, 3 * bytes, err)) < 0)
+            return rc;
         ein_instr sl = {.kind = EIN_I_SLICE, .srcs = &z, .nsrcs = 1, .dst = h};
-        b[n] = (bench){.work = CO_WORK_LAYOUT, .size = bytes, .bytes = bytes};
-        if ((prev = add_bench(p, &sl, prev, n, &b[n], err)) < 0)
-            return prev;
-        n++;
+        if ((rc = chain(B, &sl, CO_WORK_LAYOUT, bytes, bytes, err)) < 0)
+            return rc;
     }
-    if (ndev >= 2) {
-        /* Copies device 0 -> device 1, in increasing size, all announced
-         * after device 0's kernels (the first gives the READY latency). */
-        static const int64_t copy_n[] = {256, 1024, 65536, 1048576, 8388608};
-        int nc = (int)(sizeof copy_n / sizeof copy_n[0]), cprev = -1;
-        for (int k = 0; k < nc; k++) {
-            int64_t sh[1] = {copy_n[k]};
-            int x = add_buf(p, 1, sh, err), y = x >= 0 ? add_buf(progs[1], 1, sh, err) : x;
-            if (y < 0)
-                return y;
-            int lx = add_load(p, x, 1, sh, 41, err);
-            if (lx < 0)
-                return lx;
-            int deps[2] = {lx, prev};
-            ein_instr nt = {.kind = EIN_I_NOTIFY, .srcs = &x, .nsrcs = 1, .dst = -1, .peer = 1,
-                            .deps = deps, .ndeps = prev >= 0 ? 2 : 1};
-            snprintf(nt.op, sizeof nt.op, "cal_notify_%d", k);
-            if ((rc = ein_program_add_instr(p, &nt, err)) < 0)
-                return rc;
-            ein_instr cp = {.kind = EIN_I_COPY, .dst = y, .peer = 0, .peer_buf = x,
-                            .peer_offset = p->buffers[x].offset};
-            b[n] = (bench){.work = CO_WORK_COPY, .size = 4.0 * (double)copy_n[k],
-                           .bytes = 4.0 * (double)copy_n[k]};
-            if ((cprev = add_bench(progs[1], &cp, cprev, n, &b[n], err)) < 0)
-                return cprev;
-            n++;
-        }
+    return 0;
+}
+
+/* Copies device 0 -> device 1 (`q`), in increasing size, all announced
+ * after device 0's kernels (the first gives the READY latency). */
+static int build_copies(bench_build *B, ein_program *q, ein_error *err)
+{
+    static const int64_t copy_n[] = {256, 1024, 65536, 1048576, 8388608};
+    ein_program *p = B->p;
+    int nc = (int)(sizeof copy_n / sizeof copy_n[0]), cprev = -1, rc;
+    for (int k = 0; k < nc; k++) {
+        int64_t sh[1] = {copy_n[k]};
+        int x = add_buf(p, 1, sh, err), y = x >= 0 ? add_buf(q, 1, sh, err) : x;
+        if (y < 0)
+            return y;
+        int lx = add_load(p, x, 1, sh, 41, err);
+        if (lx < 0)
+            return lx;
+        int deps[2] = {lx, B->prev};
+        ein_instr nt = {.kind = EIN_I_NOTIFY, .srcs = &x, .nsrcs = 1, .dst = -1, .peer = 1,
+                        .deps = deps, .ndeps = B->prev >= 0 ? 2 : 1};
+        snprintf(nt.op, sizeof nt.op, "cal_notify_%d", k);
+        if ((rc = ein_program_add_instr(p, &nt, err)) < 0)
+            return rc;
+        ein_instr cp = {.kind = EIN_I_COPY, .dst = y, .peer = 0, .peer_buf = x,
+                        .peer_offset = p->buffers[x].offset};
+        double bytes = 4.0 * (double)copy_n[k];
+        B->b[B->n] = (bench){.work = CO_WORK_COPY, .size = bytes, .bytes = bytes};
+        if ((cprev = add_bench(q, &cp, cprev, B->n, &B->b[B->n], err)) < 0)
+            return cprev;
+        B->n++;
     }
-    *nb = n;
+    return 0;
+}
+
+static int build(ein_program **progs, int ndev, bench *b, int *nb, ein_error *err)
+{
+    bench_build B = {.p = progs[0], .b = b, .n = 0, .prev = -1};
+    int rc;
+    if ((rc = build_gemms(&B, err)) < 0 || (rc = build_attention(&B, err)) < 0 ||
+        (rc = build_elementwise(&B, err)) < 0 ||
+        (ndev >= 2 && (rc = build_copies(&B, progs[1], err)) < 0))
+        return rc;
+    *nb = B.n;
     return 0;
 }
 
