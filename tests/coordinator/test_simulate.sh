@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/coordinator/test_simulate.sh — einplan --simulate, --objective,
 # --strategy and their errors from the command line (TAP). Needs the built
-# einplan and eingen in the build directory; /usr/bin/python3 checks JSON
+# einplan, eingen, einrun and einworker in the build directory; /usr/bin/python3 checks JSON
 # where present.
 src=${EIN_SRCDIR:-..}
 EINPLAN=./einplan
@@ -23,7 +23,7 @@ check() {   # check NAME COMMAND...: ok when the command succeeds
     fi
 }
 PY=/usr/bin/python3
-echo "1..12"
+echo "1..14"
 $EINGEN llama --seqs 8 --tokens 8192 > "$tmp/l8.ein"
 $EINGEN llama --seqs 1 --tokens 1024 > "$tmp/l1.ein"
 check "text report: time, devices, critical path" sh -c "$EINPLAN --devices 8 --simulate --topology dgx-a100 $tmp/l8.ein > $tmp/t && grep -q '^predicted iteration on dgx-a100 (calibration a100): ' $tmp/t && grep -q '^7 ' $tmp/t && grep -q '^critical path: ' $tmp/t && grep -q 'memory per device: 40.00 GB' $tmp/t"
@@ -38,4 +38,9 @@ check "bad --objective, --strategy, --calibration exit 2" sh -c "$EINPLAN --devi
 check "--trace without --simulate exits 2" sh -c "$EINPLAN --devices 2 --trace $tmp/x.json $src/examples/ffn.ein 2> $tmp/e; test \$? -eq 2 && grep -q 'need --simulate' $tmp/e"
 check "topology with fewer GPUs than devices exits 2" sh -c "$EINPLAN --devices 16 --simulate --topology dgx-a100 $src/examples/ffn.ein 2> $tmp/e; test \$? -eq 2 && grep -q 'has 8 GPUs but the plan has 16 devices' $tmp/e"
 check "a calibration file is used" sh -c "printf 'name slow\noverhead 0 us\nlatency 0 us\niteration 1 s\n' > $tmp/slow.cal; $EINPLAN --devices 2 --simulate --calibration $tmp/slow.cal $src/examples/ffn.ein | grep -q '(calibration slow): [0-9.]* ms (makespan [0-9.]* ms + 1000.000 ms per iteration)'"
+# einrun --calibrate on 2 CPU devices: a table einplan reads back, with
+# every figure the simulator uses (the busy ones from the ring run), each
+# a positive time, and efficiency points for every kind of work.
+check "einrun --calibrate writes a complete table" sh -c "./einrun --cpu 2 --calibrate --out $tmp/m.cal && for k in overhead latency iteration latency-busy notify-busy; do grep -q \"^\$k [0-9.e+-]* us\$\" $tmp/m.cal || { echo \"no \$k\"; exit 1; }; done && for w in gemm attention elementwise copy unary layout; do grep -q \"^eff \$w \" $tmp/m.cal || { echo \"no eff \$w\"; exit 1; }; done && grep -q '^cores [1-9]' $tmp/m.cal && $EINPLAN --devices 4 --simulate --calibration $tmp/m.cal $src/examples/ffn.ein | grep -q 'predicted iteration'"
+check "einrun --calibrate --out into a missing directory exits 2" sh -c "./einrun --cpu 2 --calibrate --out $tmp/no/such/m.cal 2> $tmp/e; test \$? -eq 2 && grep -q 'cannot write' $tmp/e"
 test $fails -eq 0
