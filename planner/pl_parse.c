@@ -819,115 +819,136 @@ static int parse_block_op(parser *p, const op_def *op, const char *name, const t
     return perr(p, EIN_EPARSE, args[0]->col, "internal: operator %s has no parser", op->name);
 }
 
-static int parse_assign(parser *p)
+/* An operator call as written: the operator, its positional arguments and
+ * rope's style= keyword, each token kept for its column. */
+typedef struct op_call {
+    const op_def *op;
+    const tok *args[PL_ARGS_MAX];
+    int nargs;
+    const tok *rp;      /* the closing ')' */
+    const tok *style;   /* the value of style=, or NULL */
+} op_call;
+
+/* The operator named by `ot` (an identifier after '='), into *op. */
+static int find_op(parser *p, const tok *ot, const op_def **op)
 {
-    int rc, id = -1, x, y;
-    char name[EIN_NAME_MAX];
-    const tok *nt = next(p);
-    if ((rc = tok_new_tensor(p, nt, name)) < 0)
-        return rc;
-    next(p);                                    /* '=', checked by the caller */
-    const tok *ot = next(p);
     if (ot->kind == T_EOL)
         return perr(p, EIN_EPARSE, ot->col, "expected an operator call after '=', e.g. relu(x)");
     if (ot->kind != T_IDENT)
         return perr(p, EIN_EPARSE, ot->col, "expected an operator call after '=', e.g. relu(x); "
                     "got %s", DESC(ot));
-    const op_def *op = NULL;
-    for (int i = 0; i < NOPS && !op; i++)
+    *op = NULL;
+    for (int i = 0; i < NOPS && !*op; i++)
         if (tok_is(ot, ops[i].name))
-            op = &ops[i];
-    if (!op) {
+            *op = &ops[i];
+    if (!*op) {
         char list[512];
         return perr(p, EIN_EPARSE, ot->col, "unknown operator %s; expected one of %s", DESC(ot),
                     op_list(list, sizeof list));
     }
-    const tok *lp = next(p);
-    if (!tok_punct(lp, '('))
-        return perr(p, EIN_EPARSE, lp->col, "expected '(' after '%s', got %s", op->name, DESC(lp));
+    return 0;
+}
 
-    const tok *args[PL_ARGS_MAX], *rp, *style = NULL;
-    int nargs = 0;
+/* One argument `a` of the call (its ',' or ')' not yet read): NAME=VALUE
+ * (only rope's style) or a positional one. */
+static int call_arg(parser *p, op_call *c, const tok *a)
+{
+    const op_def *op = c->op;
+    if (a->kind != T_IDENT && a->kind != T_NUM && a->kind != T_STR)
+        return perr(p, EIN_EPARSE, a->col, "expected an argument of %s, got %s; "
+                    "usage: %s", op->name, DESC(a), op->usage);
+    if (c->nargs == PL_ARGS_MAX)
+        return perr(p, EIN_EPARSE, a->col, "too many arguments; usage: %s", op->usage);
+    if (a->kind == T_IDENT && tok_punct(peek(p), '=')) {
+        /* NAME=VALUE: the only keyword argument is rope's style. */
+        next(p);
+        const tok *v = next(p);
+        if (op->kind != OP_ROPE || !tok_is(a, "style"))
+            return perr(p, EIN_EPARSE, a->col, "%s takes no keyword argument '%.*s'; "
+                        "usage: %s", op->name, a->len, a->s, op->usage);
+        if (c->style)
+            return perr(p, EIN_EPARSE, a->col, "style given twice; usage: %s", op->usage);
+        if (v->kind != T_IDENT || !(tok_is(v, "half") || tok_is(v, "interleaved")))
+            return perr(p, EIN_EPARSE, v->col, "rope style %s; expected half or "
+                        "interleaved", DESC(v));
+        c->style = v;
+    } else if (c->style) {
+        return perr(p, EIN_EPARSE, a->col, "a positional argument after style=; usage: %s",
+                    op->usage);
+    } else {
+        c->args[c->nargs++] = a;
+    }
+    return 0;
+}
+
+/* The arguments after '(' up to ')' and the end of the line, checked
+ * against the operator's arity. */
+static int call_args(parser *p, op_call *c)
+{
+    const op_def *op = c->op;
+    int rc;
     if (tok_punct(peek(p), ')')) {
-        rp = next(p);
+        c->rp = next(p);
     } else {
         for (;;) {
-            const tok *a = next(p);
-            if (a->kind != T_IDENT && a->kind != T_NUM && a->kind != T_STR)
-                return perr(p, EIN_EPARSE, a->col, "expected an argument of %s, got %s; "
-                            "usage: %s", op->name, DESC(a), op->usage);
-            if (nargs == PL_ARGS_MAX)
-                return perr(p, EIN_EPARSE, a->col, "too many arguments; usage: %s", op->usage);
-            if (a->kind == T_IDENT && tok_punct(peek(p), '=')) {
-                /* NAME=VALUE: the only keyword argument is rope's style. */
-                next(p);
-                const tok *v = next(p);
-                if (op->kind != OP_ROPE || !tok_is(a, "style"))
-                    return perr(p, EIN_EPARSE, a->col, "%s takes no keyword argument '%.*s'; "
-                                "usage: %s", op->name, a->len, a->s, op->usage);
-                if (style)
-                    return perr(p, EIN_EPARSE, a->col, "style given twice; usage: %s", op->usage);
-                if (v->kind != T_IDENT || !(tok_is(v, "half") || tok_is(v, "interleaved")))
-                    return perr(p, EIN_EPARSE, v->col, "rope style %s; expected half or "
-                                "interleaved", DESC(v));
-                style = v;
-            } else if (style) {
-                return perr(p, EIN_EPARSE, a->col, "a positional argument after style=; usage: %s",
-                            op->usage);
-            } else {
-                args[nargs++] = a;
-            }
+            if ((rc = call_arg(p, c, next(p))) < 0)
+                return rc;
             const tok *sep = next(p);
             if (tok_punct(sep, ')')) {
-                rp = sep;
+                c->rp = sep;
                 break;
             }
             if (!tok_punct(sep, ','))
                 return perr(p, EIN_EPARSE, sep->col, "expected ',' or ')' after argument %d of "
-                            "%s, got %s", nargs, op->name, DESC(sep));
+                            "%s, got %s", c->nargs, op->name, DESC(sep));
         }
     }
     if ((rc = expect_eol(p, "')'")) < 0)
         return rc;
-    if (nargs < op->min_args)
-        return perr(p, EIN_EPARSE, rp->col, "%s takes %d argument%s, got %d; usage: %s",
-                    op->name, op->min_args, op->min_args == 1 ? "" : "s", nargs, op->usage);
-    if (nargs > op->max_args)
-        return perr(p, EIN_EPARSE, args[op->max_args]->col, "%s takes %s%d argument%s, got %d; "
+    if (c->nargs < op->min_args)
+        return perr(p, EIN_EPARSE, c->rp->col, "%s takes %d argument%s, got %d; usage: %s",
+                    op->name, op->min_args, op->min_args == 1 ? "" : "s", c->nargs, op->usage);
+    if (c->nargs > op->max_args)
+        return perr(p, EIN_EPARSE, c->args[op->max_args]->col, "%s takes %s%d argument%s, got %d; "
                     "usage: %s", op->name, op->min_args < op->max_args ? "at most " : "",
-                    op->max_args, op->max_args == 1 ? "" : "s", nargs, op->usage);
+                    op->max_args, op->max_args == 1 ? "" : "s", c->nargs, op->usage);
+    return 0;
+}
 
-    ein_error e;
+/* Build the call's node `name` in the graph: *id, or -1 with *e set. */
+static int build_call(parser *p, const op_call *c, const char *name, int *id, ein_error *e)
+{
+    const op_def *op = c->op;
+    const tok *const *args = c->args;
+    int rc, x, y, nargs = c->nargs;
     double factor = 0.0;
     switch (op->kind) {
     case OP_MATMUL:
         if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &y)) < 0)
             return rc;
-        id = ein_graph_matmul(p->g, name, x, y, &e);
-        break;
+        *id = ein_graph_matmul(p->g, name, x, y, e);
+        return 0;
     case OP_EINSUM:
-        if ((rc = parse_einsum(p, name, args, nargs, &id, &e)) < 0)
-            return rc;
-        break;
+        return parse_einsum(p, name, args, nargs, id, e);
     case OP_UNARY:
         if ((rc = tok_tensor(p, args[0], &x)) < 0)
             return rc;
-        id = ein_graph_unary(p->g, name, op->name, 0.0, x, &e);
-        break;
+        *id = ein_graph_unary(p->g, name, op->name, 0.0, x, e);
+        return 0;
     case OP_SCALE:
         if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
             (rc = op->code == EIN_UN_SCALE ? tok_float(p, args[1], &factor)
                                            : tok_number(p, args[1], "constant", &factor)) < 0)
             return rc;
-        id = ein_graph_unary(p->g, name, op->name, factor, x, &e);
-        break;
+        *id = ein_graph_unary(p->g, name, op->name, factor, x, e);
+        return 0;
     case OP_BINARY:
         if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &y)) < 0)
             return rc;
-        id = ein_graph_binary(p->g, name, op->name, x, y, &e);
-        break;
+        *id = ein_graph_binary(p->g, name, op->name, x, y, e);
+        return 0;
     case OP_ROPE:
-        if (style && tok_is(style, "half")) {
+        if (c->style && tok_is(c->style, "half")) {
             double theta = 10000.0;
             int64_t hd;
             if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
@@ -935,18 +956,37 @@ static int parse_assign(parser *p)
                 return rc;
             if (nargs == 3 && (rc = tok_number(p, args[2], "rope theta", &theta)) < 0)
                 return rc;
-            id = ein_graph_rope_ex(p->g, name, x, hd, theta, p->seq_ends, p->nseq, EIN_ROPE_HALF,
-                                   &e);
-            break;
+            *id = ein_graph_rope_ex(p->g, name, x, hd, theta, p->seq_ends, p->nseq,
+                                    EIN_ROPE_HALF, e);
+            return 0;
         }
-        if ((rc = parse_block_op(p, op, name, args, nargs, &id, &e)) < 0)
-            return rc;
-        break;
+        return parse_block_op(p, op, name, args, nargs, id, e);
     default:
-        if ((rc = parse_block_op(p, op, name, args, nargs, &id, &e)) < 0)
-            return rc;
-        break;
+        return parse_block_op(p, op, name, args, nargs, id, e);
     }
+}
+
+/* NAME = OP(ARGS...): a new tensor from an operator call. */
+static int parse_assign(parser *p)
+{
+    int rc, id = -1;
+    char name[EIN_NAME_MAX];
+    const tok *nt = next(p);
+    if ((rc = tok_new_tensor(p, nt, name)) < 0)
+        return rc;
+    next(p);                                    /* '=', checked by the caller */
+    const tok *ot = next(p);
+    op_call c = {0};
+    if ((rc = find_op(p, ot, &c.op)) < 0)
+        return rc;
+    const tok *lp = next(p);
+    if (!tok_punct(lp, '('))
+        return perr(p, EIN_EPARSE, lp->col, "expected '(' after '%s', got %s", c.op->name, DESC(lp));
+    if ((rc = call_args(p, &c)) < 0)
+        return rc;
+    ein_error e;
+    if ((rc = build_call(p, &c, name, &id, &e)) < 0)
+        return rc;
     if (id < 0)
         return build_error(p, id, &e, ot->col);
     pl_graph_set_pos(p->g, id, p->line, nt->col);

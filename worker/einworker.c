@@ -1,6 +1,7 @@
 /* worker/einworker.c — one worker process per device, started by einrun. */
 #include <getopt.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,71 +139,119 @@ static void usage(FILE *f)
             "(default 32 MiB; each slab counts as progress for the heartbeat).\n");
 }
 
-int main(int argc, char **argv)
+/* What the command line asks for, besides the worker's configuration. */
+typedef struct worker_args {
+    wk_config cfg;
+    long parent;              /* --parent-pid, 0: not checked */
+    int do_pause, use_cuda, gpu;
+    const char *log_path;
+} worker_args;
+
+/* How an option's argument is stored (Redis-style option table). */
+typedef enum opt_kind {
+    OPT_INT,       /* atoi into an int field */
+    OPT_LONG,      /* atol into a long field */
+    OPT_DOUBLE,    /* atof into a double field */
+    OPT_STR,       /* the argument itself into a const char * field */
+    OPT_FLAG,      /* 1 into an int field */
+    OPT_BACKEND,   /* cpu or cuda, into use_cuda */
+    OPT_PROBE,     /* --probe: run the probe and exit */
+    OPT_HELP,      /* --help: usage on stdout, exit 0 */
+} opt_kind;
+
+typedef struct worker_opt {
+    const char *name;
+    int has_arg;              /* getopt's required_argument or no_argument */
+    opt_kind kind;
+    size_t offset;            /* of the field in worker_args */
+} worker_opt;
+
+#define ARG(field) offsetof(worker_args, field)
+
+/* In the order getopt lists them when a prefix is ambiguous. */
+static const worker_opt worker_opts[] = {
+    {"device", required_argument, OPT_INT, ARG(cfg.device)},
+    {"ndevices", required_argument, OPT_INT, ARG(cfg.ndevices)},
+    {"run-dir", required_argument, OPT_STR, ARG(cfg.run_dir)},
+    {"run-id", required_argument, OPT_STR, ARG(cfg.run_id)},
+    {"coordinator", required_argument, OPT_STR, ARG(cfg.coordinator)},
+    {"parent-pid", required_argument, OPT_LONG, ARG(parent)},
+    {"iterations", required_argument, OPT_INT, ARG(cfg.iterations)},
+    {"log", required_argument, OPT_STR, ARG(log_path)},
+    {"log-level", required_argument, OPT_INT, ARG(cfg.log_level)},
+    {"trace", required_argument, OPT_STR, ARG(cfg.trace_path)},
+    {"pause", no_argument, OPT_FLAG, ARG(do_pause)},
+    {"backend", required_argument, OPT_BACKEND, 0},
+    {"gpu", required_argument, OPT_INT, ARG(gpu)},
+    {"graphs", no_argument, OPT_FLAG, ARG(cfg.graphs)},
+    {"instr-timeout", required_argument, OPT_DOUBLE, ARG(cfg.instr_timeout_s)},
+    {"probe", no_argument, OPT_PROBE, 0},
+    {"help", no_argument, OPT_HELP, 0},
+};
+#define NOPTS ((int)(sizeof worker_opts / sizeof *worker_opts))
+#define OPT_VAL0 0x100     /* getopt returns OPT_VAL0 + the option's index */
+#define OPT_GO (-1)        /* an option handler's "carry on" */
+
+/* Apply one option to *a: OPT_GO, or the exit status to leave with. */
+static int apply_opt(worker_args *a, const worker_opt *o, const char *arg)
 {
-    wk_config cfg = {.device = -1, .ndevices = 0, .heartbeat_s = 0.5, .instr_timeout_s = 600,
-                     .iterations = 1,
-                     .log_level = 1, .fault_instr = -1};
-    long parent = 0;
-    int do_pause = 0, use_cuda = 0, gpu = 0;
-    const char *log_path = NULL;
-    static const struct option opts[] = {
-        {"device", required_argument, 0, 'd'},
-        {"ndevices", required_argument, 0, 'n'},
-        {"run-dir", required_argument, 0, 'r'},
-        {"run-id", required_argument, 0, 'i'},
-        {"coordinator", required_argument, 0, 'c'},
-        {"parent-pid", required_argument, 0, 'p'},
-        {"iterations", required_argument, 0, 'I'},
-        {"log", required_argument, 0, 'l'},
-        {"log-level", required_argument, 0, 'L'},
-        {"trace", required_argument, 0, 't'},
-        {"pause", no_argument, 0, 'P'},
-        {"backend", required_argument, 0, 'b'},
-        {"gpu", required_argument, 0, 'g'},
-        {"graphs", no_argument, 0, 'G'},
-        {"instr-timeout", required_argument, 0, 'X'},
-        {"probe", no_argument, 0, 0x100},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd': cfg.device = atoi(optarg); break;
-        case 'n': cfg.ndevices = atoi(optarg); break;
-        case 'r': cfg.run_dir = optarg; break;
-        case 'i': cfg.run_id = optarg; break;
-        case 'c': cfg.coordinator = optarg; break;
-        case 'p': parent = atol(optarg); break;
-        case 'I': cfg.iterations = atoi(optarg); break;
-        case 'l': log_path = optarg; break;
-        case 'L': cfg.log_level = atoi(optarg); break;
-        case 't': cfg.trace_path = optarg; break;
-        case 'P': do_pause = 1; break;
-        case 'b':
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
-                fprintf(stderr, "einworker: --backend '%s': expected cpu or cuda\n", optarg);
-                return 2;
-            }
-            use_cuda = !strcmp(optarg, "cuda");
-            break;
-        case 'g': gpu = atoi(optarg); break;
-        case 'G': cfg.graphs = 1; break;
-        case 'X': cfg.instr_timeout_s = atof(optarg); break;
-        case 0x100: return probe_main();
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+    char *field = (char *)a + o->offset;
+    switch (o->kind) {
+    case OPT_INT: *(int *)field = atoi(arg); break;
+    case OPT_LONG: *(long *)field = atol(arg); break;
+    case OPT_DOUBLE: *(double *)field = atof(arg); break;
+    case OPT_STR: *(const char **)field = arg; break;
+    case OPT_FLAG: *(int *)field = 1; break;
+    case OPT_BACKEND:
+        if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
+            fprintf(stderr, "einworker: --backend '%s': expected cpu or cuda\n", arg);
+            return 2;
         }
+        a->use_cuda = !strcmp(arg, "cuda");
+        break;
+    case OPT_PROBE: return probe_main();
+    case OPT_HELP: usage(stdout); return 0;
     }
-    if (cfg.device < 0 || cfg.ndevices < 1 || cfg.device >= cfg.ndevices || !cfg.run_dir ||
-        !cfg.run_id || !cfg.coordinator || strchr(cfg.run_id, '/') || cfg.iterations < 0) {
+    return OPT_GO;
+}
+
+/* Read the command line into *a and check it: OPT_GO, or the exit status
+ * to leave with (usage or an error already printed). */
+static int parse_args(int argc, char **argv, worker_args *a)
+{
+    struct option longopts[NOPTS + 1];
+    for (int k = 0; k < NOPTS; k++)
+        longopts[k] = (struct option){worker_opts[k].name, worker_opts[k].has_arg, 0, OPT_VAL0 + k};
+    longopts[NOPTS] = (struct option){0, 0, 0, 0};
+    int c, rc;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (c == 'h') {
+            usage(stdout);
+            return 0;
+        }
+        if (c < OPT_VAL0 || c >= OPT_VAL0 + NOPTS) {
+            usage(stderr);
+            return 2;
+        }
+        if ((rc = apply_opt(a, &worker_opts[c - OPT_VAL0], optarg)) != OPT_GO)
+            return rc;
+    }
+    const wk_config *cfg = &a->cfg;
+    if (cfg->device < 0 || cfg->ndevices < 1 || cfg->device >= cfg->ndevices || !cfg->run_dir ||
+        !cfg->run_id || !cfg->coordinator || strchr(cfg->run_id, '/') || cfg->iterations < 0) {
         fprintf(stderr, "einworker: missing or invalid arguments\n");
         usage(stderr);
         return 2;
     }
-    snprintf(shm_path, sizeof shm_path, "/dev/shm/ein-%s-%d", cfg.run_id, cfg.device);
-    snprintf(sock_path, sizeof sock_path, "%s/w%d.sock", cfg.run_dir, cfg.device);
+    return OPT_GO;
+}
+
+/* Remove our segment and socket on SIGTERM, SIGINT, SIGHUP, and take
+ * SIGTERM when the coordinator dies. */
+static void install_signals(const wk_config *cfg)
+{
+    snprintf(shm_path, sizeof shm_path, "/dev/shm/ein-%s-%d", cfg->run_id, cfg->device);
+    snprintf(sock_path, sizeof sock_path, "%s/w%d.sock", cfg->run_dir, cfg->device);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_term;
@@ -211,63 +260,87 @@ int main(int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
     /* A lost coordinator must not leave us running. */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (parent > 0 && getppid() != (pid_t)parent) {
-        fprintf(stderr, "einworker %d: coordinator %ld is gone\n", cfg.device, parent);
-        return 3;
-    }
+}
+
+/* The test hooks EIN_POISON, EIN_SLAB_BYTES and EIN_FAULT (see usage()). */
+static void read_test_hooks(wk_config *cfg)
+{
     /* EIN_POISON=1 — see usage(). */
     const char *poison = getenv("EIN_POISON");
-    cfg.poison = poison && *poison && strcmp(poison, "0") != 0;
+    cfg->poison = poison && *poison && strcmp(poison, "0") != 0;
     /* EIN_SLAB_BYTES=N — see usage(). */
     const char *slab = getenv("EIN_SLAB_BYTES");
     if (slab && *slab)
-        cfg.slab_bytes = (size_t)strtoull(slab, NULL, 10);
+        cfg->slab_bytes = (size_t)strtoull(slab, NULL, 10);
     /* EIN_FAULT=DEV:KIND[:INSTR] — see usage(). */
     static char fault[32];
     const char *fe = getenv("EIN_FAULT");
     if (fe && *fe) {
         int dev = -1, instr = -1;
-        if (sscanf(fe, "%d:%31[a-z-]:%d", &dev, fault, &instr) >= 2 && dev == cfg.device) {
-            cfg.fault = fault;
-            cfg.fault_instr = instr;
+        if (sscanf(fe, "%d:%31[a-z-]:%d", &dev, fault, &instr) >= 2 && dev == cfg->device) {
+            cfg->fault = fault;
+            cfg->fault_instr = instr;
         }
     }
-    if (log_path && !(cfg.log = fopen(log_path, "w"))) {
-        fprintf(stderr, "einworker %d: cannot write %s\n", cfg.device, log_path);
+}
+
+/* The backend the command line chose, or NULL with the reason in *err. */
+static wk_backend *make_backend(const worker_args *a, ein_error *err)
+{
+    wk_backend *be = NULL;
+    if (a->use_cuda) {
+#ifdef EIN_WORKER_CUDA
+        be = wk_backend_cuda_new(a->cfg.ndevices, a->gpu, err);
+#else
+        ein_fail(err, EIN_EUNSUPPORTED, "einworker has no CUDA backend (einworker-cuda has)");
+#endif
+    } else if (!(be = wk_backend_cpu_new(a->cfg.ndevices, a->cfg.graphs))) {
+        ein_fail(err, EIN_ENOMEM, "out of memory");
+    }
+    return be;
+}
+
+int main(int argc, char **argv)
+{
+    worker_args a = {.cfg = {.device = -1, .ndevices = 0, .heartbeat_s = 0.5,
+                             .instr_timeout_s = 600, .iterations = 1, .log_level = 1,
+                             .fault_instr = -1}};
+    wk_config *cfg = &a.cfg;
+    int rc = parse_args(argc, argv, &a);
+    if (rc != OPT_GO)
+        return rc;
+    install_signals(cfg);
+    if (a.parent > 0 && getppid() != (pid_t)a.parent) {
+        fprintf(stderr, "einworker %d: coordinator %ld is gone\n", cfg->device, a.parent);
+        return 3;
+    }
+    read_test_hooks(cfg);
+    if (a.log_path && !(cfg->log = fopen(a.log_path, "w"))) {
+        fprintf(stderr, "einworker %d: cannot write %s\n", cfg->device, a.log_path);
         return 1;
     }
-    if (do_pause) {
+    if (a.do_pause) {
         struct sigaction su;
         memset(&su, 0, sizeof su);
         su.sa_handler = on_usr1;
         sigaction(SIGUSR1, &su, NULL);
-        pause_for_debugger(cfg.device);
+        pause_for_debugger(cfg->device);
     }
-    cfg.status = map_status(&cfg);
+    cfg->status = map_status(cfg);
     ein_error err = {0};
-    wk_backend *be = NULL;
-    if (use_cuda) {
-#ifdef EIN_WORKER_CUDA
-        be = wk_backend_cuda_new(cfg.ndevices, gpu, &err);
-#else
-        (void)gpu;
-        ein_fail(&err, EIN_EUNSUPPORTED, "einworker has no CUDA backend (einworker-cuda has)");
-#endif
-    } else if (!(be = wk_backend_cpu_new(cfg.ndevices, cfg.graphs))) {
-        ein_fail(&err, EIN_ENOMEM, "out of memory");
-    }
+    wk_backend *be = make_backend(&a, &err);
     if (!be) {
         /* Say why where the coordinator looks: it reports our exit. */
-        fprintf(stderr, "einworker %d: %s\n", cfg.device, err.msg);
+        fprintf(stderr, "einworker %d: %s\n", cfg->device, err.msg);
         return 1;
     }
-    int rc = wk_worker_main(&cfg, be, &err);
+    rc = wk_worker_main(cfg, be, &err);
     be->destroy(be);
-    if (rc < 0 && cfg.log)
-        fprintf(cfg.log, "device %d failed: %s\n", cfg.device, err.msg);
-    if (cfg.log)
-        fclose(cfg.log);
+    if (rc < 0 && cfg->log)
+        fprintf(cfg->log, "device %d failed: %s\n", cfg->device, err.msg);
+    if (cfg->log)
+        fclose(cfg->log);
     if (rc < 0 && getenv("EIN_WORKER_VERBOSE"))
-        fprintf(stderr, "einworker %d: %s\n", cfg.device, err.msg);
+        fprintf(stderr, "einworker %d: %s\n", cfg->device, err.msg);
     return rc < 0 ? 1 : 0;
 }

@@ -39,6 +39,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/ein_vec.h"
 #include "kernels/cuda/kn_cuda.h"
 
 #define SEGMENT_ALIGN (2u << 20)           /* IPC handles cover whole allocations */
@@ -74,6 +75,7 @@ typedef struct cuda_backend {
      * while capturing; reused every iteration). */
     ev_pair *ev;
     int nev, ncreated;
+    int evcap;                 /* ev's capacity (common/ein_vec.h) */
     int capturing;             /* between graph_begin and graph_end */
     int timing_lost;           /* an event call failed: report no device times */
     void *base;
@@ -102,14 +104,14 @@ static int ev_begin(cuda_backend *c, int copy)
     if (c->capturing || c->timing_lost)
         return -1;
     if (c->nev == c->ncreated) {
-        int cap = c->ncreated ? 2 * c->ncreated : 256;
-        ev_pair *nv = realloc(c->ev, sizeof *nv * (size_t)cap);
-        if (!nv) {
+        /* 256 pairs first, then twice as many each time they run out */
+        int want = c->ncreated ? 2 * c->ncreated : 256;
+        if (ein_vec_reserve(&c->ev, &c->evcap, want, sizeof *c->ev) < 0) {
             c->timing_lost = 1;
             return -1;
         }
-        c->ev = nv;
-        for (; c->ncreated < cap; c->ncreated++) {
+        ev_pair *nv = c->ev;
+        for (; c->ncreated < want; c->ncreated++) {
             if (cudaEventCreate(&nv[c->ncreated].start) != cudaSuccess) {
                 (void)cudaGetLastError();
                 c->timing_lost = 1;

@@ -1035,143 +1035,194 @@ static void teardown(wk *w)
     ein_program_free(w->prog);
 }
 
-int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
+/* Everything before the first START: the trace, the sockets, the program,
+ * the segment, the graphs' stretches; then HELLO. */
+static int worker_start(wk *w, ein_error *err)
 {
-    wk w = {.cfg = cfg, .be = be, .current = -1, .status = cfg->status};
-    int rc, started = 0;
-    wk_pulse_init(&w.pulse);
-    if (cfg->trace_path && !(w.trace = fopen(cfg->trace_path, "w"))) {
-        rc = ein_fail(err, EIN_EIO, "cannot write the trace %s: %s", cfg->trace_path,
-                      strerror(errno));
-        goto fail;
-    }
-    w.t_start = ein_now_s();
-    if ((rc = setup_sockets(&w, err)) < 0)
-        goto fail;
-    if ((rc = beat(&w, err)) < 0 || (rc = receive_program(&w, err)) < 0)
-        goto fail;
+    const wk_config *cfg = w->cfg;
+    wk_backend *be = w->be;
+    int rc;
+    if (cfg->trace_path && !(w->trace = fopen(cfg->trace_path, "w")))
+        return ein_fail(err, EIN_EIO, "cannot write the trace %s: %s", cfg->trace_path,
+                        strerror(errno));
+    w->t_start = ein_now_s();
+    if ((rc = setup_sockets(w, err)) < 0)
+        return rc;
+    if ((rc = beat(w, err)) < 0 || (rc = receive_program(w, err)) < 0)
+        return rc;
     char seg[160];
     ein_segment_name(seg, sizeof seg, cfg->run_id, cfg->device);
     void *base;
-    if (cfg->fault && !strcmp(cfg->fault, "alloc")) {
-        rc = ein_fail(err, EIN_ENOMEM, "cannot allocate %llu bytes of device memory (injected fault)",
-                      (unsigned long long)w.prog->segment_bytes);
-        goto fail;
-    }
+    if (cfg->fault && !strcmp(cfg->fault, "alloc"))
+        return ein_fail(err, EIN_ENOMEM, "cannot allocate %llu bytes of device memory (injected fault)",
+                        (unsigned long long)w->prog->segment_bytes);
     /* From here on one step can outlast --worker-timeout: beat from a thread. */
-    if ((rc = wk_beat_start(w.zctx, cfg->coordinator, cfg->device, cfg->heartbeat_s,
-                            cfg->instr_timeout_s, &w.pulse, &w.beater, err)) < 0)
-        goto fail;
-    wk_pulse_set(&w.pulse, WK_PULSE_BUSY);
-    rc = be->segment_create(be, seg, w.prog->segment_bytes, &base, err);
-    wk_pulse_set(&w.pulse, WK_PULSE_MAIN);
+    if ((rc = wk_beat_start(w->zctx, cfg->coordinator, cfg->device, cfg->heartbeat_s,
+                            cfg->instr_timeout_s, &w->pulse, &w->beater, err)) < 0)
+        return rc;
+    wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
+    rc = be->segment_create(be, seg, w->prog->segment_bytes, &base, err);
+    wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
     if (rc < 0)
-        goto fail;
-    w.base = base;
-    if (!(w.reload = calloc((size_t)w.prog->ninstrs + 1, 1))) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto fail;
-    }
-    if ((rc = setup_graphs(&w, err)) < 0)
-        goto fail;
+        return rc;
+    w->base = base;
+    if (!(w->reload = calloc((size_t)w->prog->ninstrs + 1, 1)))
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    if ((rc = setup_graphs(w, err)) < 0)
+        return rc;
     ein_msg hello = {.type = EIN_MSG_HELLO, .device = cfg->device, .pid = (int64_t)getpid()};
-    if ((rc = send_msg(w.dealer, &hello, err)) < 0)
-        goto fail;
-    wlog(&w, 1, "program of %d instructions, %d buffers, %llu bytes; waiting for START",
-         w.prog->ninstrs, w.prog->nbuffers, (unsigned long long)w.prog->segment_bytes);
-    /* iterations 0: a session's worker, run until SHUTDOWN */
-    for (w.iter = 0; !cfg->iterations || w.iter < cfg->iterations; w.iter++) {
-        for (started = 0; !started;) {
-            if ((rc = pump(&w, (int)(cfg->heartbeat_s * 1000), &started, err)) < 0)
-                goto fail;
-            if (w.shutdown && !started && !cfg->iterations)
-                goto finished;
-            if (w.shutdown) {
-                rc = ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
-                goto fail;
-            }
-            if (ein_now_s() - w.last_beat > cfg->heartbeat_s && (rc = beat(&w, err)) < 0)
-                goto fail;
-        }
-        if (cfg->poison && w.iter > 0) {
-            wk_pulse_set(&w.pulse, WK_PULSE_BUSY);
-            rc = poison(&w, err);
-            wk_pulse_set(&w.pulse, WK_PULSE_MAIN);
-            if (rc < 0)
-                goto fail;
-        }
-        wlog(&w, 1, "iteration %d started", w.iter);
-        w.t_start = ein_now_s();
-        w.t_kernel = w.t_copy = w.t_wait = 0;
-        if ((rc = reload(&w, err)) < 0)
-            goto fail;
-        if ((rc = execute(&w, err)) < 0)
-            goto fail;
-        wk_pulse_set(&w.pulse, WK_PULSE_BUSY);
-        rc = be->sync(be, err);
-        wk_pulse_set(&w.pulse, WK_PULSE_MAIN);
-        if (rc < 0)
-            goto fail;
-        /* LOADs run in the first iteration, STOREs in the last: do not hold
-         * (pinned) host memory through the ones between. */
-        stage_drop(&w);
-        /* Every READY of this iteration has been used; the next ones come
-         * only after the next START, so the set can be emptied now. */
-        w.nready = 0;
-        /* Kernel and copy times: the device's own where the backend
-         * measures them (CUDA events), else the host's. */
-        double dk = 0, dc = 0;
-        ein_error terr = {0};
-        int dev_timed = be->device_times && be->device_times(be, &dk, &dc, &terr) == 0;
-        if (be->device_times && !dev_timed)
-            wlog(&w, 1, "no device times this iteration (host times sent): %s", terr.msg);
-        ein_msg done = {.type = EIN_MSG_DONE, .device = cfg->device,
-                        .t_total = ein_now_s() - w.t_start, .t_kernel = w.t_kernel,
-                        .t_copy = w.t_copy, .t_wait = w.t_wait,
-                        .graphs_captured = w.ncaptured, .graphs_launched = w.nlaunched,
-                        .graphs_failed = w.nfailed, .graphs_short = w.nskipped};
-        snprintf(done.graph_error, sizeof done.graph_error, "%s", w.graph_error);
-        if (dev_timed) {
-            done.t_kernel = dk;
-            done.t_copy = dc;
-            done.t_device = 1;
-        }
-        wlog(&w, 1, "iteration %d done in %.6f s (graphs: %d captured, %d launches so far, "
-             "%d too short)", w.iter, done.t_total, w.ncaptured, w.nlaunched, w.nskipped);
-        if ((rc = send_msg(w.dealer, &done, err)) < 0)
-            goto fail;
-        char what[640];
-        if (be->describe && (w.iter == 0 || w.iter + 1 == cfg->iterations) &&
-            be->describe(be, what, sizeof what) == 0)
-            wlog(&w, 1, "%s", what);
-    }
-finished:
-    /* Peers may still copy from our segment: keep it until SHUTDOWN. */
-    while (!w.shutdown) {
-        if ((rc = pump(&w, (int)(cfg->heartbeat_s * 1000), NULL, err)) < 0)
-            goto fail;
-        if (ein_now_s() - w.last_beat > cfg->heartbeat_s && (rc = beat(&w, err)) < 0)
-            goto fail;
-    }
-    teardown(&w);
+    if ((rc = send_msg(w->dealer, &hello, err)) < 0)
+        return rc;
+    wlog(w, 1, "program of %d instructions, %d buffers, %llu bytes; waiting for START",
+         w->prog->ninstrs, w->prog->nbuffers, (unsigned long long)w->prog->segment_bytes);
     return 0;
-fail:
+}
+
+/* Serve messages until START: 0 started, 1 a session's SHUTDOWN (done),
+ * or a negative code (a SHUTDOWN in a counted run is a failure). */
+static int wait_for_start(wk *w, ein_error *err)
+{
+    const wk_config *cfg = w->cfg;
+    int rc, started = 0;
+    while (!started) {
+        if ((rc = pump(w, (int)(cfg->heartbeat_s * 1000), &started, err)) < 0)
+            return rc;
+        if (w->shutdown && !started && !cfg->iterations)
+            return 1;
+        if (w->shutdown)
+            return ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
+        if (ein_now_s() - w->last_beat > cfg->heartbeat_s && (rc = beat(w, err)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* DONE for the iteration just run: its times (the device's where the
+ * backend measures them) and graph counts. */
+static int send_done(wk *w, ein_error *err)
+{
+    const wk_config *cfg = w->cfg;
+    wk_backend *be = w->be;
+    /* Kernel and copy times: the device's own where the backend
+     * measures them (CUDA events), else the host's. */
+    double dk = 0, dc = 0;
+    ein_error terr = {0};
+    int dev_timed = be->device_times && be->device_times(be, &dk, &dc, &terr) == 0;
+    if (be->device_times && !dev_timed)
+        wlog(w, 1, "no device times this iteration (host times sent): %s", terr.msg);
+    ein_msg done = {.type = EIN_MSG_DONE, .device = cfg->device,
+                    .t_total = ein_now_s() - w->t_start, .t_kernel = w->t_kernel,
+                    .t_copy = w->t_copy, .t_wait = w->t_wait,
+                    .graphs_captured = w->ncaptured, .graphs_launched = w->nlaunched,
+                    .graphs_failed = w->nfailed, .graphs_short = w->nskipped};
+    snprintf(done.graph_error, sizeof done.graph_error, "%s", w->graph_error);
+    if (dev_timed) {
+        done.t_kernel = dk;
+        done.t_copy = dc;
+        done.t_device = 1;
+    }
+    wlog(w, 1, "iteration %d done in %.6f s (graphs: %d captured, %d launches so far, "
+         "%d too short)", w->iter, done.t_total, w->ncaptured, w->nlaunched, w->nskipped);
+    return send_msg(w->dealer, &done, err);
+}
+
+/* One iteration after its START: poison, reload, execute, sync, DONE. */
+static int run_iteration(wk *w, ein_error *err)
+{
+    const wk_config *cfg = w->cfg;
+    wk_backend *be = w->be;
+    int rc;
+    if (cfg->poison && w->iter > 0) {
+        wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
+        rc = poison(w, err);
+        wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
+        if (rc < 0)
+            return rc;
+    }
+    wlog(w, 1, "iteration %d started", w->iter);
+    w->t_start = ein_now_s();
+    w->t_kernel = w->t_copy = w->t_wait = 0;
+    if ((rc = reload(w, err)) < 0)
+        return rc;
+    if ((rc = execute(w, err)) < 0)
+        return rc;
+    wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
+    rc = be->sync(be, err);
+    wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
+    if (rc < 0)
+        return rc;
+    /* LOADs run in the first iteration, STOREs in the last: do not hold
+     * (pinned) host memory through the ones between. */
+    stage_drop(w);
+    /* Every READY of this iteration has been used; the next ones come
+     * only after the next START, so the set can be emptied now. */
+    w->nready = 0;
+    if ((rc = send_done(w, err)) < 0)
+        return rc;
+    char what[640];
+    if (be->describe && (w->iter == 0 || w->iter + 1 == cfg->iterations) &&
+        be->describe(be, what, sizeof what) == 0)
+        wlog(w, 1, "%s", what);
+    return 0;
+}
+
+/* Peers may still copy from our segment: keep it, serving, until SHUTDOWN. */
+static int linger_until_shutdown(wk *w, ein_error *err)
+{
+    int rc;
+    while (!w->shutdown) {
+        if ((rc = pump(w, (int)(w->cfg->heartbeat_s * 1000), NULL, err)) < 0)
+            return rc;
+        if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Say why we failed: on the status page, and to the coordinator in ERROR
+ * unless it already said SHUTDOWN. */
+static void report_failure(wk *w, int rc, const ein_error *err)
+{
     /* The status page says why, even after SHUTDOWN (a malformed peer message
      * read in the same pump as SHUTDOWN fails us then): the coordinator
      * reads it when it reaps a non-zero exit. */
-    if (w.status)
-        snprintf(w.status->error, sizeof w.status->error, "%.*s",
-                 (int)sizeof w.status->error - 1, err ? err->msg : ein_strerror(rc));
-    if (w.dealer && !w.shutdown) {
-        const ein_instr *ins = w.prog && w.current >= 0 ? &w.prog->instrs[w.current] : NULL;
-        ein_msg m = {.type = EIN_MSG_ERROR, .device = cfg->device, .instr = w.current,
+    if (w->status)
+        snprintf(w->status->error, sizeof w->status->error, "%.*s",
+                 (int)sizeof w->status->error - 1, err ? err->msg : ein_strerror(rc));
+    if (w->dealer && !w->shutdown) {
+        const ein_instr *ins = w->prog && w->current >= 0 ? &w->prog->instrs[w->current] : NULL;
+        ein_msg m = {.type = EIN_MSG_ERROR, .device = w->cfg->device, .instr = w->current,
                      .code = err ? err->code : rc};
         if (ins)
             snprintf(m.op, sizeof m.op, "%s", ins->op);
         snprintf(m.text, sizeof m.text, "%.*s", (int)sizeof m.text - 1,
                  err ? err->msg : ein_strerror(rc));
-        send_msg(w.dealer, &m, NULL);
+        send_msg(w->dealer, &m, NULL);
     }
+}
+
+int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
+{
+    wk w = {.cfg = cfg, .be = be, .current = -1, .status = cfg->status};
+    int rc;
+    wk_pulse_init(&w.pulse);
+    if ((rc = worker_start(&w, err)) < 0)
+        goto fail;
+    /* iterations 0: a session's worker, run until SHUTDOWN */
+    for (w.iter = 0; !cfg->iterations || w.iter < cfg->iterations; w.iter++) {
+        if ((rc = wait_for_start(&w, err)) < 0)
+            goto fail;
+        if (rc == 1)
+            break;
+        if ((rc = run_iteration(&w, err)) < 0)
+            goto fail;
+    }
+    if ((rc = linger_until_shutdown(&w, err)) < 0)
+        goto fail;
+    teardown(&w);
+    return 0;
+fail:
+    report_failure(&w, rc, err);
     teardown(&w);
     return rc;
 }
