@@ -543,6 +543,8 @@ out:
     return rc;
 }
 
+/* Improve the greedy choice best[] by the local search above, then by
+ * group switches; 0 or EIN_ENOMEM. */
 static int improve(const rw_egraph *eg, const rw_roof *r, const uint8_t *black, int *best,
                    const int *roots, int nroots, ein_error *err)
 {
