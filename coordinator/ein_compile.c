@@ -169,6 +169,108 @@ static int keep_body(void *ctx, const char *tensor, const char *consumer, xp_pro
     return 0;
 }
 
+/* Check a compile's device count and options; chunked exchanges come from
+ * $EIN_EXCHANGE_CHUNKS when o leaves them at 0. 0 or a negative code. */
+static int compile_check(ein_compile_options *o, int ndev, ein_error *err)
+{
+    int max = o->plan_only ? 4096 : EIN_MAX_DEVICES;
+    if (ndev < 1 || ndev > max)
+        return ein_fail(err, EIN_EINVAL, "compile: %d devices (expected 1 to %d%s)", ndev, max,
+                        o->plan_only ? "" : "; planning alone allows 4096");
+    if (o->search_work < 0 || o->search_work > 1000000000)
+        return ein_fail(err, EIN_EINVAL, "compile: search work %ld (expected 0 for the default, "
+                        "or 1 to 1000000000)", o->search_work);
+    /* Chunked exchanges: the option, else $EIN_EXCHANGE_CHUNKS, else off. */
+    const char *env = getenv("EIN_EXCHANGE_CHUNKS");
+    if (o->exchange_chunks == 0 && env && *env &&
+        co_exchange_chunks_parse(env, &o->exchange_chunks, err) < 0)
+        return ein_error_prefix(err, "compile: $EIN_EXCHANGE_CHUNKS");
+    if (o->exchange_chunks < EIN_EXCHANGE_CHUNKS_AUTO || o->exchange_chunks > XP_CHUNKS_MAX)
+        return ein_fail(err, EIN_EINVAL, "compile: exchange chunks %d (expected 0 for the "
+                        "default, %d for auto, 1 for off or 2 to %d)", o->exchange_chunks,
+                        EIN_EXCHANGE_CHUNKS_AUTO, XP_CHUNKS_MAX);
+    return 0;
+}
+
+/* Replace c->g by its rewrite (o->rewrite set), priced with the roofline
+ * of c->topo's peak and HBM bandwidth. 0 or a negative code. */
+static int compile_rewrite(ein_compiled *c, const ein_compile_options *o, ein_error *err)
+{
+    pl_rewrite_opts rwo = {.ilp = o->ilp, .peak_flops = c->topo->peak, .hbm_bw = c->topo->hbm};
+    char **w = NULL;
+    pl_graph *rg = NULL;
+    int rc = o->rewrite_weights ? pl_rewrite_weights_parse(o->rewrite_weights, &w, err) : 0;
+    rwo.weights = (const char *const *)w;
+    if (rc == 0)
+        rc = pl_rewrite(c->g, &rwo, &rg, &c->rewrite_stats, err);
+    pl_rewrite_weights_free(w);
+    if (rc < 0) {
+        ein_error_prefix(err, "rewrite");
+        return rc;
+    }
+    c->rewritten = 1;
+    pl_graph_free(c->g);
+    c->g = rg;
+    return 0;
+}
+
+/* c->plan: c->g planned on c->ndev devices, for communication or (another
+ * objective) predicted time on the topology with its calibration (issue
+ * 12; coordinator/co_sim.h). 0 or a negative code. */
+static int compile_plan(ein_compiled *c, const ein_compile_options *o, ein_error *err)
+{
+    int rc;
+    ein_progress pg;
+    ein_progress_begin(&pg, o->progress && ein_progress_wanted(0), "planning", 0);
+    if (o->objective && strcmp(o->objective, "comm")) {
+        pl_selector sel = PL_SELECT_DP;
+        pl_plan *pp = NULL;
+        if (o->selector && pl_selector_parse(o->selector, &sel) < 0)
+            rc = ein_fail(err, EIN_EINVAL, "unknown selector '%s'; expected dp, greedy or random",
+                          o->selector);
+        else if ((rc = co_sim_plan_make(c->g, c->ndev, sel, o->plan_seed, o->objective,
+                                        o->topology, &pp, err)) == 0)
+            rc = ein_plan_wrap(c->g, pp, &c->plan, err);
+    } else {
+        ein_plan_options po = {.selector = o->selector, .seed = o->plan_seed,
+                               .linear_paths = o->linear_paths};
+        rc = ein_graph_plan(c->g, c->ndev, &po, &c->plan, err);
+    }
+    ein_progress_end(&pg);
+    return rc;
+}
+
+/* c->progs: the plan lowered to one program per device, exchanges
+ * synthesised (or naive) as o asks, their bodies kept (keep_body). 0 or a
+ * negative code. */
+static int compile_lower(ein_compiled *c, const ein_compile_options *o, ein_error *err)
+{
+    co_lower_opts lo = {.ndev = c->ndev, .seed = o->seed, .topo = c->topo,
+                        .search = !o->naive_exchanges, .body_hook = keep_body, .body_ctx = c};
+    xp_search_opts_default(&lo.search_opts);
+    if (o->search_work > 0)
+        lo.search_opts.max_work = o->search_work;
+    if (o->search_cap_ms > 0)
+        lo.search_opts.cap_ms = o->search_cap_ms;
+    else if (o->search_cap_ms < 0)
+        lo.search_opts.cap_ms = 0;
+    lo.search_opts.seed = o->plan_seed;
+    lo.search_opts.chunks = o->exchange_chunks == EIN_EXCHANGE_CHUNKS_AUTO;
+    lo.exchange_chunks = o->exchange_chunks > 1 ? o->exchange_chunks : 0;
+    c->search_work = lo.search_opts.max_work;
+    c->search_cap_ms = lo.search_opts.cap_ms;
+    c->searched = !o->naive_exchanges;
+    ein_progress pg;
+    ein_progress_begin(&pg, o->progress && ein_progress_wanted(0),
+                       "lowering, synthesising exchanges", c->g->nnodes);
+    lo.progress = &pg;
+    int rc = co_lower(c->g, ein_plan_internal(c->plan), &lo, &c->progs, &c->ls, err);
+    ein_progress_end(&pg);
+    if (rc < 0)
+        ein_error_prefix(err, "cannot lower the plan");
+    return rc;
+}
+
 int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, ein_compiled **out,
                 ein_error *err)
 {
@@ -179,102 +281,24 @@ int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, e
         ein_compile_options_init(&o);
     if (!g || !out)
         return ein_fail(err, EIN_EINVAL, "compile: NULL graph or output");
-    int max = o.plan_only ? 4096 : EIN_MAX_DEVICES;
-    if (ndev < 1 || ndev > max)
-        return ein_fail(err, EIN_EINVAL, "compile: %d devices (expected 1 to %d%s)", ndev, max,
-                        o.plan_only ? "" : "; planning alone allows 4096");
-    if (o.search_work < 0 || o.search_work > 1000000000)
-        return ein_fail(err, EIN_EINVAL, "compile: search work %ld (expected 0 for the default, "
-                        "or 1 to 1000000000)", o.search_work);
-    /* Chunked exchanges: the option, else $EIN_EXCHANGE_CHUNKS, else off. */
-    const char *env = getenv("EIN_EXCHANGE_CHUNKS");
-    if (o.exchange_chunks == 0 && env && *env &&
-        co_exchange_chunks_parse(env, &o.exchange_chunks, err) < 0)
-        return ein_error_prefix(err, "compile: $EIN_EXCHANGE_CHUNKS");
-    if (o.exchange_chunks < EIN_EXCHANGE_CHUNKS_AUTO || o.exchange_chunks > XP_CHUNKS_MAX)
-        return ein_fail(err, EIN_EINVAL, "compile: exchange chunks %d (expected 0 for the "
-                        "default, %d for auto, 1 for off or 2 to %d)", o.exchange_chunks,
-                        EIN_EXCHANGE_CHUNKS_AUTO, XP_CHUNKS_MAX);
+    int rc = compile_check(&o, ndev, err);
+    if (rc < 0)
+        return rc;
     ein_compiled *c = calloc(1, sizeof *c);
     if (!c)
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     c->ndev = ndev;
     c->seed = o.seed;
-    int rc = 0;
     if (!(c->g = pl_graph_copy(g))) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto fail;
     }
-    if ((rc = co_topology_for(&o, ndev, &c->topo, c->topo_desc, sizeof c->topo_desc, c->topo_why,
-                              sizeof c->topo_why, err)) < 0)
+    if ((rc = co_topology_for(&o, ndev, &c->topo, c->topo_desc, sizeof c->topo_desc,
+                              c->topo_why, sizeof c->topo_why, err)) < 0 ||
+        (o.rewrite && (rc = compile_rewrite(c, &o, err)) < 0) ||
+        (rc = compile_plan(c, &o, err)) < 0 ||
+        (!o.plan_only && (rc = compile_lower(c, &o, err)) < 0))
         goto fail;
-    if (o.rewrite) {
-        /* The rewriter's roofline uses the machine's peak and HBM bandwidth. */
-        pl_rewrite_opts rwo = {.ilp = o.ilp, .peak_flops = c->topo->peak, .hbm_bw = c->topo->hbm};
-        char **w = NULL;
-        pl_graph *rg = NULL;
-        rc = o.rewrite_weights ? pl_rewrite_weights_parse(o.rewrite_weights, &w, err) : 0;
-        rwo.weights = (const char *const *)w;
-        if (rc == 0)
-            rc = pl_rewrite(c->g, &rwo, &rg, &c->rewrite_stats, err);
-        pl_rewrite_weights_free(w);
-        if (rc < 0) {
-            ein_error_prefix(err, "rewrite");
-            goto fail;
-        }
-        c->rewritten = 1;
-        pl_graph_free(c->g);
-        c->g = rg;
-    }
-    ein_plan_options po = {.selector = o.selector, .seed = o.plan_seed,
-                           .linear_paths = o.linear_paths};
-    ein_progress pg;
-    ein_progress_begin(&pg, o.progress && ein_progress_wanted(0), "planning", 0);
-    if (o.objective && strcmp(o.objective, "comm")) {
-        /* Predicted time on the topology with its calibration (issue 12;
-         * coordinator/co_sim.h). */
-        pl_selector sel = PL_SELECT_DP;
-        pl_plan *pp = NULL;
-        if (o.selector && pl_selector_parse(o.selector, &sel) < 0)
-            rc = ein_fail(err, EIN_EINVAL, "unknown selector '%s'; expected dp, greedy or random",
-                          o.selector);
-        else if ((rc = co_sim_plan_make(c->g, ndev, sel, o.plan_seed, o.objective, o.topology, &pp,
-                                        err)) == 0)
-            rc = ein_plan_wrap(c->g, pp, &c->plan, err);
-    } else {
-        rc = ein_graph_plan(c->g, ndev, &po, &c->plan, err);
-    }
-    ein_progress_end(&pg);
-    if (rc < 0)
-        goto fail;
-    if (o.plan_only) {
-        *out = c;
-        return 0;
-    }
-    co_lower_opts lo = {.ndev = ndev, .seed = o.seed, .topo = c->topo,
-                        .search = !o.naive_exchanges, .body_hook = keep_body, .body_ctx = c};
-    xp_search_opts_default(&lo.search_opts);
-    if (o.search_work > 0)
-        lo.search_opts.max_work = o.search_work;
-    if (o.search_cap_ms > 0)
-        lo.search_opts.cap_ms = o.search_cap_ms;
-    else if (o.search_cap_ms < 0)
-        lo.search_opts.cap_ms = 0;
-    lo.search_opts.seed = o.plan_seed;
-    lo.search_opts.chunks = o.exchange_chunks == EIN_EXCHANGE_CHUNKS_AUTO;
-    lo.exchange_chunks = o.exchange_chunks > 1 ? o.exchange_chunks : 0;
-    c->search_work = lo.search_opts.max_work;
-    c->search_cap_ms = lo.search_opts.cap_ms;
-    c->searched = !o.naive_exchanges;
-    ein_progress_begin(&pg, o.progress && ein_progress_wanted(0),
-                       "lowering, synthesising exchanges", c->g->nnodes);
-    lo.progress = &pg;
-    rc = co_lower(c->g, ein_plan_internal(c->plan), &lo, &c->progs, &c->ls, err);
-    ein_progress_end(&pg);
-    if (rc < 0) {
-        ein_error_prefix(err, "cannot lower the plan");
-        goto fail;
-    }
     *out = c;
     return 0;
 fail:

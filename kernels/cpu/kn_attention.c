@@ -149,6 +149,161 @@ static int kn_att_check(int64_t group, const int64_t *ends, int nseq, const kn_b
     return 0;
 }
 
+/* One kn_att_core call: the checked blocks, the tile geometry and the
+ * scratch. Q, O (rows x d), S (rows x KN_ATT_BK), m and l (rows) are one
+ * query tile's; kbuf/vbuf hold one kv head's K and V when they need
+ * conversion (conv); start[i] is the sequence start of the tile's query
+ * token i. */
+typedef struct kn_att {
+    const char *what;
+    int64_t group;
+    const int64_t *seq_ends;
+    int nseq;
+    const kn_block *q, *k, *v;
+    kn_block *out;
+    int lse;
+    int64_t d, t0, t1, u0, u1, tk, tq, hk;
+    int64_t bq;                 /* query tokens per tile */
+    int conv;
+    float scale;                /* 1/sqrt(d), applied to Q on load */
+    float *mem, *Q, *O, *S, *m, *l, *kbuf, *vbuf;
+    int64_t *start;
+} kn_att;
+
+/* Choose the tile height and allocate the scratch of *a (blocks and
+ * extents set); 0, or a negative code with nothing left allocated. */
+static int kn_att_alloc(kn_att *a, ein_error *err)
+{
+    int64_t bq = KN_ATT_ROWS / a->group;
+    if (bq < 16)
+        bq = 16;
+    if (bq > a->tq)
+        bq = a->tq;
+    const int64_t rows = a->group * bq, d = a->d, tk = a->tk;
+    const int conv = a->k->dtype != EIN_F32 || a->v->dtype != EIN_F32;
+    /* Scratch: Q tile, O tile, S/P tile, m, l, per-token starts, and K/V
+     * of one head when they need conversion. */
+    int64_t nf = rows * d * 2 + rows * KN_ATT_BK + rows * 2 + (conv ? 2 * tk * d : 0);
+    float *mem = kn_falloc(a->what, nf, err);
+    int64_t *start = malloc((size_t)bq * sizeof *start);
+    if (!mem || !start) {
+        free(mem);
+        free(start);
+        return mem ? ein_fail(err, EIN_ENOMEM, "%s: out of memory", a->what) : EIN_ENOMEM;
+    }
+    a->bq = bq;
+    a->conv = conv;
+    a->mem = mem;
+    a->start = start;
+    a->Q = mem;
+    a->O = a->Q + rows * d;
+    a->S = a->O + rows * d;
+    a->m = a->S + rows * KN_ATT_BK;
+    a->l = a->m + rows;
+    a->kbuf = a->l + rows;
+    a->vbuf = a->kbuf + (conv ? tk * d : 0);
+    a->scale = (float)(1.0 / sqrt((double)d));
+    return 0;
+}
+
+/* Start the query tile [qs, qs + nq) of kv head g: the tokens' sequence
+ * starts, the group's scaled Q rows stacked head by head, O = 0, m = -inf,
+ * l = 0. */
+static inline void kn_att_tile_begin(kn_att *a, int64_t g, int64_t qs, int64_t nq)
+{
+    const int64_t d = a->d, group = a->group, nr = group * nq;
+    float *Q = a->Q, *O = a->O, *m = a->m, *l = a->l;
+    for (int64_t i = 0; i < nq; i++)
+        a->start[i] = kn_seq_start(a->seq_ends, a->nseq, qs + i);
+    for (int64_t j = 0; j < group; j++) {
+        int64_t h = g * group + j;   /* local q head */
+        kn_load(a->q, (h * a->tq + (qs - a->t0)) * d, Q + j * nq * d, nq * d);
+    }
+    for (int64_t i = 0; i < nr * d; i++)
+        Q[i] *= a->scale;
+    memset(O, 0, (size_t)(nr * d) * sizeof *O);
+    for (int64_t r = 0; r < nr; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+}
+
+/* One key tile [ks, ke) against the query tile [qs, qs + nq): S = Q K^T,
+ * the online softmax of every row over its visible keys (S becomes P, m
+ * and l advance, O rescales), then O += P V. K and V are the kv head's,
+ * starting at token u0. */
+static inline void kn_att_key_tile(kn_att *a, const float *K, const float *V, int64_t qs,
+                                   int64_t nq, int64_t ks, int64_t ke)
+{
+    const int64_t d = a->d, nr = a->group * nq, nk = ke - ks, u0 = a->u0;
+    const int64_t *start = a->start;
+    float *S = a->S, *O = a->O, *m = a->m, *l = a->l;
+    /* No mask when every key is visible to every query. */
+    const int full = ke - 1 <= qs && ks >= start[nq - 1];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nk, (int)d,
+                1.0f, a->Q, (int)d, K + (ks - u0) * d, (int)d, 0.0f, S, (int)nk);
+    for (int64_t r = 0; r < nr; r++) {
+        float *s = S + r * nk;
+        int64_t i = r % nq, t = qs + i;
+        int64_t lo = 0, hi = nk;   /* visible keys [ks+lo, ks+hi) */
+        if (!full) {
+            lo = start[i] > ks ? start[i] - ks : 0;
+            hi = t + 1 < ke ? t + 1 - ks : nk;
+            if (lo > nk)
+                lo = nk;
+            if (hi < lo)
+                hi = lo;
+        }
+        float mx = kn_max_row(s + lo, hi - lo, m[r]);
+        if (mx == -INFINITY) {   /* nothing visible yet */
+            memset(s, 0, (size_t)nk * sizeof *s);
+            continue;
+        }
+        float alpha = expf(m[r] - mx);
+        for (int64_t c = 0; c < lo; c++)
+            s[c] = 0.0f;
+        float sum = kn_exp_row(s + lo, hi - lo, mx);
+        for (int64_t c = hi; c < nk; c++)
+            s[c] = 0.0f;
+        m[r] = mx;
+        l[r] = l[r] * alpha + sum;
+        if (alpha != 1.0f) {
+            float *o = O + r * d;
+            for (int64_t c = 0; c < d; c++)
+                o[c] *= alpha;
+        }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)d, (int)nk,
+                1.0f, S, (int)nk, V + (ks - u0) * d, (int)d, 1.0f, O, (int)d);
+}
+
+/* Finish the query tile [qs, qs + nq) of kv head g: O /= l, then into out
+ * (lse: rows of d + 1 with m + log(l) last; else each head's rows). */
+static inline void kn_att_tile_end(kn_att *a, int64_t g, int64_t qs, int64_t nq)
+{
+    const int64_t d = a->d, group = a->group, nr = group * nq, tq = a->tq, t0 = a->t0;
+    float *O = a->O, *m = a->m, *l = a->l;
+    for (int64_t r = 0; r < nr; r++) {
+        float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        for (int64_t c = 0; c < d; c++)
+            O[r * d + c] *= inv;
+    }
+    if (a->lse) {
+        float *y = a->out->data;
+        for (int64_t r = 0; r < nr; r++) {
+            int64_t h = g * group + r / nq, t = qs - t0 + r % nq;
+            float *row = y + (h * tq + t) * (d + 1);
+            memcpy(row, O + r * d, (size_t)d * sizeof *row);
+            row[d] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+        }
+        return;
+    }
+    for (int64_t j = 0; j < group; j++) {
+        int64_t h = g * group + j;
+        kn_store(a->out, (h * tq + (qs - t0)) * d, O + j * nq * d, nq * d);
+    }
+}
+
 /* The FlashAttention loop over checked blocks. Keys are those of k's
  * token interval [u0, u1) that a query sees; `lse` 0: out is q's box,
  * normalised (every query sees itself, so l > 0); `lse` 1: out is f32 rows
@@ -158,127 +313,47 @@ static int kn_att_core(const char *what, int64_t group, const int64_t *seq_ends,
                        const kn_block *q, const kn_block *k, const kn_block *v, kn_block *out,
                        int lse, ein_error *err)
 {
-    const int64_t d = q->box.hi[2], t0 = q->box.lo[1], t1 = q->box.hi[1];
-    const int64_t u0 = k->box.lo[1], u1 = k->box.hi[1], tk = u1 - u0, tq = t1 - t0;
-    const int64_t hk = k->box.hi[0] - k->box.lo[0];
-    if (tq == 0 || hk == 0)
+    kn_att a = {.what = what, .group = group, .seq_ends = seq_ends, .nseq = nseq,
+                .q = q, .k = k, .v = v, .out = out, .lse = lse,
+                .d = q->box.hi[2], .t0 = q->box.lo[1], .t1 = q->box.hi[1],
+                .u0 = k->box.lo[1], .u1 = k->box.hi[1], .hk = k->box.hi[0] - k->box.lo[0]};
+    a.tk = a.u1 - a.u0;
+    a.tq = a.t1 - a.t0;
+    if (a.tq == 0 || a.hk == 0)
         return 0;
-    if (d > INT_MAX / KN_ATT_BK || tk > INT_MAX)
+    if (a.d > INT_MAX / KN_ATT_BK || a.tk > INT_MAX)
         return ein_fail(err, EIN_EUNSUPPORTED, "%s: head dim %" PRId64 " too large for BLAS",
-                        what, d);
-    int64_t bq = KN_ATT_ROWS / group;
-    if (bq < 16)
-        bq = 16;
-    if (bq > tq)
-        bq = tq;
-    const int64_t rows = group * bq;
-    const int conv = k->dtype != EIN_F32 || v->dtype != EIN_F32;
-    /* Scratch: Q tile, O tile, S/P tile, m, l, per-token starts, and K/V
-     * of one head when they need conversion. */
-    int64_t nf = rows * d * 2 + rows * KN_ATT_BK + rows * 2 + (conv ? 2 * tk * d : 0);
-    float *mem = kn_falloc(what, nf, err);
-    int64_t *start = malloc((size_t)bq * sizeof *start);
-    if (!mem || !start) {
-        free(mem);
-        free(start);
-        return mem ? ein_fail(err, EIN_ENOMEM, "%s: out of memory", what) : EIN_ENOMEM;
-    }
-    float *Q = mem, *O = Q + rows * d, *S = O + rows * d, *m = S + rows * KN_ATT_BK;
-    float *l = m + rows, *kbuf = l + rows, *vbuf = kbuf + (conv ? tk * d : 0);
-    const float scale = (float)(1.0 / sqrt((double)d));
-
-    for (int64_t g = 0; g < hk; g++) {
+                        what, a.d);
+    int rc = kn_att_alloc(&a, err);
+    if (rc < 0)
+        return rc;
+    const int64_t d = a.d, tk = a.tk, t1 = a.t1, u0 = a.u0, u1 = a.u1;
+    for (int64_t g = 0; g < a.hk; g++) {
         const float *K, *V;
-        if (conv) {
-            kn_load(k, g * tk * d, kbuf, tk * d);
-            kn_load(v, g * tk * d, vbuf, tk * d);
-            K = kbuf;
-            V = vbuf;
+        if (a.conv) {
+            kn_load(k, g * tk * d, a.kbuf, tk * d);
+            kn_load(v, g * tk * d, a.vbuf, tk * d);
+            K = a.kbuf;
+            V = a.vbuf;
         } else {
             K = (const float *)k->data + g * tk * d;
             V = (const float *)v->data + g * tk * d;
         }
-        for (int64_t qs = t0; qs < t1; qs += bq) {
-            const int64_t qe = qs + bq < t1 ? qs + bq : t1, nq = qe - qs, nr = group * nq;
-            for (int64_t i = 0; i < nq; i++)
-                start[i] = kn_seq_start(seq_ends, nseq, qs + i);
-            for (int64_t j = 0; j < group; j++) {
-                int64_t h = g * group + j;   /* local q head */
-                kn_load(q, (h * tq + (qs - t0)) * d, Q + j * nq * d, nq * d);
-            }
-            for (int64_t i = 0; i < nr * d; i++)
-                Q[i] *= scale;
-            memset(O, 0, (size_t)(nr * d) * sizeof *O);
-            for (int64_t r = 0; r < nr; r++) {
-                m[r] = -INFINITY;
-                l[r] = 0.0f;
-            }
+        for (int64_t qs = a.t0; qs < t1; qs += a.bq) {
+            const int64_t qe = qs + a.bq < t1 ? qs + a.bq : t1, nq = qe - qs;
+            kn_att_tile_begin(&a, g, qs, nq);
             /* Keys [start(qs), qe) within [u0, u1): every key of the block
              * some query of the tile sees. */
             const int64_t kend = qe < u1 ? qe : u1;
-            for (int64_t ks = start[0] > u0 ? start[0] : u0; ks < kend; ks += KN_ATT_BK) {
-                const int64_t ke = ks + KN_ATT_BK < kend ? ks + KN_ATT_BK : kend, nk = ke - ks;
-                /* No mask when every key is visible to every query. */
-                const int full = ke - 1 <= qs && ks >= start[nq - 1];
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nk, (int)d,
-                            1.0f, Q, (int)d, K + (ks - u0) * d, (int)d, 0.0f, S, (int)nk);
-                for (int64_t r = 0; r < nr; r++) {
-                    float *s = S + r * nk;
-                    int64_t i = r % nq, t = qs + i;
-                    int64_t a = 0, b = nk;   /* visible keys [ks+a, ks+b) */
-                    if (!full) {
-                        a = start[i] > ks ? start[i] - ks : 0;
-                        b = t + 1 < ke ? t + 1 - ks : nk;
-                        if (a > nk)
-                            a = nk;
-                        if (b < a)
-                            b = a;
-                    }
-                    float mx = kn_max_row(s + a, b - a, m[r]);
-                    if (mx == -INFINITY) {   /* nothing visible yet */
-                        memset(s, 0, (size_t)nk * sizeof *s);
-                        continue;
-                    }
-                    float alpha = expf(m[r] - mx);
-                    for (int64_t c = 0; c < a; c++)
-                        s[c] = 0.0f;
-                    float sum = kn_exp_row(s + a, b - a, mx);
-                    for (int64_t c = b; c < nk; c++)
-                        s[c] = 0.0f;
-                    m[r] = mx;
-                    l[r] = l[r] * alpha + sum;
-                    if (alpha != 1.0f) {
-                        float *o = O + r * d;
-                        for (int64_t c = 0; c < d; c++)
-                            o[c] *= alpha;
-                    }
-                }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)d, (int)nk,
-                            1.0f, S, (int)nk, V + (ks - u0) * d, (int)d, 1.0f, O, (int)d);
+            for (int64_t ks = a.start[0] > u0 ? a.start[0] : u0; ks < kend; ks += KN_ATT_BK) {
+                const int64_t ke = ks + KN_ATT_BK < kend ? ks + KN_ATT_BK : kend;
+                kn_att_key_tile(&a, K, V, qs, nq, ks, ke);
             }
-            for (int64_t r = 0; r < nr; r++) {
-                float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-                for (int64_t c = 0; c < d; c++)
-                    O[r * d + c] *= inv;
-            }
-            if (lse) {
-                float *y = out->data;
-                for (int64_t r = 0; r < nr; r++) {
-                    int64_t h = g * group + r / nq, t = qs - t0 + r % nq;
-                    float *row = y + (h * tq + t) * (d + 1);
-                    memcpy(row, O + r * d, (size_t)d * sizeof *row);
-                    row[d] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
-                }
-                continue;
-            }
-            for (int64_t j = 0; j < group; j++) {
-                int64_t h = g * group + j;
-                kn_store(out, (h * tq + (qs - t0)) * d, O + j * nq * d, nq * d);
-            }
+            kn_att_tile_end(&a, g, qs, nq);
         }
     }
-    free(mem);
-    free(start);
+    free(a.mem);
+    free(a.start);
     return 0;
 }
 

@@ -453,22 +453,39 @@ done:
     return rc;
 }
 
-static int kn_einsum2(const kn_es *e, ein_error *err)
+/* A two-operand einsum as batched GEMMs: the letter classes (batch, M and
+ * N in out's order; K in a's or b's order), the matrix sizes, both
+ * operands as BLAS sees them and where C goes (out's f32 target, or a
+ * dense [batch, M, N] scratch with canonical strides cstc). */
+typedef struct kn_gemm {
+    int batch[EIN_MAX_RANK], M[EIN_MAX_RANK], N[EIN_MAX_RANK], K[EIN_MAX_RANK];
+    int nbt, nm, nn, nk;
+    int64_t m, n, k;
+    int64_t csta[KN_NLET], cstb[KN_NLET], cstc[KN_NLET];
+    kn_mat a, b;
+    float *pc;
+    const int64_t *stc;
+    int ctrans;
+    int64_t ldc;
+} kn_gemm;
+
+/* Sort the active letters of e into gm's batch, M, N and K and set m, n
+ * and k. */
+static void kn_classify(const kn_es *e, kn_gemm *gm)
 {
     unsigned A = e->act[0], B = e->act[1], O = e->act[2];
-    int batch[EIN_MAX_RANK], M[EIN_MAX_RANK], N[EIN_MAX_RANK], K[EIN_MAX_RANK];
-    int nbt = 0, nm = 0, nn = 0, nk = 0;
+    gm->nbt = gm->nm = gm->nn = gm->nk = 0;
     for (int d = 0; d < e->sp.rank[2]; d++) {
         int L = e->sp.let[2][d];
         unsigned bit = 1u << L;
         if (!(O & bit))
             continue;
         if ((A & bit) && (B & bit))
-            batch[nbt++] = L;
+            gm->batch[gm->nbt++] = L;
         else if (A & bit)
-            M[nm++] = L;
+            gm->M[gm->nm++] = L;
         else
-            N[nn++] = L;
+            gm->N[gm->nn++] = L;
     }
     /* K in a's order, unless a is copied anyway (it has letters to
      * pre-sum): then b's order spares b a copy. */
@@ -477,92 +494,118 @@ static int kn_einsum2(const kn_es *e, ein_error *err)
         int L = e->sp.let[kfrom][d];
         unsigned bit = 1u << L;
         if ((A & bit) && (B & bit) && !(O & bit))
-            K[nk++] = L;
+            gm->K[gm->nk++] = L;
     }
-    int64_t m = kn_prod(M, nm, e->ext), n = kn_prod(N, nn, e->ext), k = kn_prod(K, nk, e->ext);
+    gm->m = kn_prod(gm->M, gm->nm, e->ext);
+    gm->n = kn_prod(gm->N, gm->nn, e->ext);
+    gm->k = kn_prod(gm->K, gm->nk, e->ext);
+}
+
+/* Where C goes: the f32 target t itself when out's letters fit a matrix
+ * [M, N], else a dense [batch, M, N] scratch returned in *cs for the
+ * caller to scatter and free. 0 or EIN_ENOMEM. */
+static int kn_out_matrix(const kn_es *e, kn_gemm *gm, float *t, float **cs, ein_error *err)
+{
+    *cs = NULL;
+    if (kn_fit(e, e->st[2], gm->M, gm->nm, gm->N, gm->nn, &gm->ctrans, &gm->ldc)) {
+        gm->pc = t;
+        gm->stc = e->st[2];
+        return 0;
+    }
+    int g[EIN_MAX_RANK], ng = kn_order(g, gm->batch, gm->nbt, gm->M, gm->nm, gm->N, gm->nn);
+    memset(gm->cstc, 0, sizeof gm->cstc);
+    if (!(*cs = kn_alloc(kn_canon(e, g, ng, gm->cstc), e->subs, err)))
+        return EIN_ENOMEM;
+    gm->pc = *cs;
+    gm->stc = gm->cstc;
+    gm->ctrans = 0;
+    gm->ldc = gm->n > 1 ? gm->n : 1;
+    return 0;
+}
+
+/* One sgemm per batch index (batch letters odometer-style, last fastest). */
+static void kn_gemm_batches(const kn_es *e, const kn_gemm *gm)
+{
+    const kn_mat *ma = &gm->a, *mb = &gm->b;
+    const int m = (int)gm->m, n = (int)gm->n, k = (int)gm->k;
+    const int64_t *stc = gm->stc;
+    float *pc = gm->pc;
+    enum CBLAS_TRANSPOSE opa = ma->trans ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE opb = mb->trans ? CblasTrans : CblasNoTrans;
+    int64_t idx[EIN_MAX_RANK] = {0}, oa = 0, ob = 0, oc = 0;
+    for (;;) {
+        if (!gm->ctrans)
+            cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, 1.0f, ma->p + oa,
+                        (int)ma->ld, mb->p + ob, (int)mb->ld, 0.0f, pc + oc, (int)gm->ldc);
+        else /* out is stored [N, M]: C^T = B^T A^T */
+            cblas_sgemm(CblasRowMajor, mb->trans ? CblasNoTrans : CblasTrans,
+                        ma->trans ? CblasNoTrans : CblasTrans, n, m, k, 1.0f,
+                        mb->p + ob, (int)mb->ld, ma->p + oa, (int)ma->ld, 0.0f, pc + oc,
+                        (int)gm->ldc);
+        int d = gm->nbt - 1;
+        for (; d >= 0; d--) {
+            int L = gm->batch[d];
+            if (++idx[d] < e->ext[L]) {
+                oa += ma->st[L];
+                ob += mb->st[L];
+                oc += stc[L];
+                break;
+            }
+            oa -= ma->st[L] * (e->ext[L] - 1);
+            ob -= mb->st[L] * (e->ext[L] - 1);
+            oc -= stc[L] * (e->ext[L] - 1);
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
+/* Scatter the dense [batch, M, N] product cs into t in out's letter order. */
+static void kn_scatter_out(const kn_es *e, const kn_gemm *gm, const float *cs, float *t)
+{
+    int64_t ext[EIN_MAX_RANK], sx[EIN_MAX_RANK], sy[EIN_MAX_RANK];
+    int nd = 0;
+    const int *grp[3] = {gm->batch, gm->M, gm->N};
+    const int ngrp[3] = {gm->nbt, gm->nm, gm->nn};
+    for (int gi = 0; gi < 3; gi++)
+        for (int i = 0; i < ngrp[gi]; i++) {
+            int L = grp[gi][i];
+            ext[nd] = e->ext[L];
+            sx[nd] = gm->cstc[L];
+            sy[nd] = e->st[2][L];
+            nd++;
+        }
+    kn_strided(nd, ext, cs, sx, t, sy, 0);
+}
+
+static int kn_einsum2(const kn_es *e, ein_error *err)
+{
+    kn_gemm gm;
+    kn_classify(e, &gm);
+    const int64_t m = gm.m, n = gm.n, k = gm.k;
     if (m * n * k < KN_SMALL_GEMM)
         return kn_einsum2_naive(e, err);
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
         return ein_fail(err, EIN_EUNSUPPORTED,
                         "einsum %s: GEMM of %" PRId64 "x%" PRId64 "x%" PRId64 " exceeds BLAS int",
                         e->subs, m, n, k);
-
-    int64_t csta[KN_NLET], cstb[KN_NLET], cstc[KN_NLET];
-    kn_mat ma, mb;
     float *ta = NULL, *tb = NULL, *t = NULL, *cs = NULL;
     int rc;
-    if ((rc = kn_prep(e, 0, batch, nbt, M, nm, K, nk, csta, &ma, &ta, err)) < 0 ||
-        (rc = kn_prep(e, 1, batch, nbt, K, nk, N, nn, cstb, &mb, &tb, err)) < 0 ||
-        (rc = kn_out_target(e, &t, err)) < 0)
+    if ((rc = kn_prep(e, 0, gm.batch, gm.nbt, gm.M, gm.nm, gm.K, gm.nk, gm.csta, &gm.a, &ta,
+                      err)) < 0 ||
+        (rc = kn_prep(e, 1, gm.batch, gm.nbt, gm.K, gm.nk, gm.N, gm.nn, gm.cstb, &gm.b, &tb,
+                      err)) < 0 ||
+        (rc = kn_out_target(e, &t, err)) < 0 || (rc = kn_out_matrix(e, &gm, t, &cs, err)) < 0)
         goto done;
-    int ctrans;
-    int64_t ldc;
-    float *pc;
-    const int64_t *stc;
-    if (kn_fit(e, e->st[2], M, nm, N, nn, &ctrans, &ldc)) {
-        pc = t;
-        stc = e->st[2];
-    } else {
-        int g[EIN_MAX_RANK], ng = kn_order(g, batch, nbt, M, nm, N, nn);
-        memset(cstc, 0, sizeof cstc);
-        if (!(cs = kn_alloc(kn_canon(e, g, ng, cstc), e->subs, err))) {
-            rc = EIN_ENOMEM;
-            goto done;
-        }
-        pc = cs;
-        stc = cstc;
-        ctrans = 0;
-        ldc = n > 1 ? n : 1;
-    }
-    if (ma.ld > INT_MAX || mb.ld > INT_MAX || ldc > INT_MAX) {
+    if (gm.a.ld > INT_MAX || gm.b.ld > INT_MAX || gm.ldc > INT_MAX) {
         rc = ein_fail(err, EIN_EUNSUPPORTED, "einsum %s: leading dimension exceeds BLAS int",
                       e->subs);
         goto done;
     }
-    enum CBLAS_TRANSPOSE opa = ma.trans ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE opb = mb.trans ? CblasTrans : CblasNoTrans;
-    int64_t idx[EIN_MAX_RANK] = {0}, oa = 0, ob = 0, oc = 0;
-    for (;;) {
-        if (!ctrans)
-            cblas_sgemm(CblasRowMajor, opa, opb, (int)m, (int)n, (int)k, 1.0f, ma.p + oa,
-                        (int)ma.ld, mb.p + ob, (int)mb.ld, 0.0f, pc + oc, (int)ldc);
-        else /* out is stored [N, M]: C^T = B^T A^T */
-            cblas_sgemm(CblasRowMajor, mb.trans ? CblasNoTrans : CblasTrans,
-                        ma.trans ? CblasNoTrans : CblasTrans, (int)n, (int)m, (int)k, 1.0f,
-                        mb.p + ob, (int)mb.ld, ma.p + oa, (int)ma.ld, 0.0f, pc + oc, (int)ldc);
-        int d = nbt - 1;
-        for (; d >= 0; d--) {
-            int L = batch[d];
-            if (++idx[d] < e->ext[L]) {
-                oa += ma.st[L];
-                ob += mb.st[L];
-                oc += stc[L];
-                break;
-            }
-            oa -= ma.st[L] * (e->ext[L] - 1);
-            ob -= mb.st[L] * (e->ext[L] - 1);
-            oc -= stc[L] * (e->ext[L] - 1);
-            idx[d] = 0;
-        }
-        if (d < 0)
-            break;
-    }
-    if (cs) {
-        /* Scatter the dense [batch, M, N] product into out's letter order. */
-        int64_t ext[EIN_MAX_RANK], sx[EIN_MAX_RANK], sy[EIN_MAX_RANK];
-        int nd = 0;
-        const int *grp[3] = {batch, M, N};
-        const int ngrp[3] = {nbt, nm, nn};
-        for (int gi = 0; gi < 3; gi++)
-            for (int i = 0; i < ngrp[gi]; i++) {
-                int L = grp[gi][i];
-                ext[nd] = e->ext[L];
-                sx[nd] = cstc[L];
-                sy[nd] = e->st[2][L];
-                nd++;
-            }
-        kn_strided(nd, ext, cs, sx, t, sy, 0);
-    }
+    kn_gemm_batches(e, &gm);
+    if (cs)
+        kn_scatter_out(e, &gm, cs, t);
     kn_out_finish(e, t);
     t = NULL;
 done:

@@ -346,12 +346,36 @@ static int greedy(const rw_egraph *eg, const rw_roof *r, const uint8_t *black, i
 
 typedef struct rw_dag {
     const rw_egraph *eg;
-    const rw_cost *nc;
+    rw_cost *nc;          /* per node: enode_cost (owned) */
     int *best;
     int *mark, stamp;     /* visited in this evaluation: mark == stamp */
     int *state;           /* 1 on the DFS stack, 2 done (per evaluation) */
     int *stack;
 } rw_dag;
+
+/* Set up d to price the choice best[] of eg under roofline r: scratch and
+ * every node's own cost. 0 or EIN_ENOMEM; dag_free() either way. */
+static int dag_init(rw_dag *d, const rw_egraph *eg, const rw_roof *r, int *best, ein_error *err)
+{
+    *d = (rw_dag){.eg = eg, .best = best};
+    d->nc = malloc(((size_t)eg->nnodes + 1) * sizeof *d->nc);
+    d->mark = calloc((size_t)eg->nclasses + 1, sizeof *d->mark);
+    d->state = calloc((size_t)eg->nclasses + 1, sizeof *d->state);
+    d->stack = malloc(((size_t)eg->nclasses + 1) * sizeof *d->stack);
+    if (!d->nc || !d->mark || !d->state || !d->stack)
+        return ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
+    for (int i = 0; i < eg->nnodes; i++)
+        d->nc[i] = enode_cost(eg, &eg->nodes[i], r);
+    return 0;
+}
+
+static void dag_free(rw_dag *d)
+{
+    free(d->nc);
+    free(d->mark);
+    free(d->state);
+    free(d->stack);
+}
 
 static rw_cost dag_cost(rw_dag *d, const int *roots, int nroots)
 {
@@ -395,25 +419,15 @@ static rw_cost dag_cost(rw_dag *d, const int *roots, int nroots)
     return c;
 }
 
-static int improve(const rw_egraph *eg, const rw_roof *r, const uint8_t *black, int *best,
-                   const int *roots, int nroots, ein_error *err)
+/* Switch one class's choice at a time, up to 8 passes: improvements
+ * always, a non-improving switch once per e-node (tie[]). best[] ends as
+ * the cheapest choice seen (keep[] is scratch), whose cost is returned. */
+static rw_cost switch_singles(rw_dag *d, const uint8_t *black, const int *roots, int nroots,
+                              int *keep, uint8_t *tie)
 {
-    rw_dag d = {.eg = eg, .best = best};
-    rw_cost *nc = malloc(((size_t)eg->nnodes + 1) * sizeof *nc);
-    d.mark = calloc((size_t)eg->nclasses + 1, sizeof *d.mark);
-    d.state = calloc((size_t)eg->nclasses + 1, sizeof *d.state);
-    d.stack = malloc(((size_t)eg->nclasses + 1) * sizeof *d.stack);
-    int *keep = malloc(((size_t)eg->nclasses + 1) * sizeof *keep);
-    uint8_t *tie = calloc((size_t)eg->nnodes + 1, 1);
-    int rc = 0;
-    if (!nc || !d.mark || !d.state || !d.stack || !keep || !tie) {
-        rc = ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
-        goto out;
-    }
-    for (int i = 0; i < eg->nnodes; i++)
-        nc[i] = enode_cost(eg, &eg->nodes[i], r);
-    d.nc = nc;
-    rw_cost cur = dag_cost(&d, roots, nroots), top = cur;
+    const rw_egraph *eg = d->eg;
+    int *best = d->best;
+    rw_cost cur = dag_cost(d, roots, nroots), top = cur;
     memcpy(keep, best, (size_t)eg->nclasses * sizeof *keep);
     for (int pass = 0; pass < 8; pass++) {
         int better = 0;
@@ -429,7 +443,7 @@ static int improve(const rw_egraph *eg, const rw_roof *r, const uint8_t *black, 
                 continue;
             int old = best[cl];
             best[cl] = i;
-            rw_cost c = dag_cost(&d, roots, nroots);
+            rw_cost c = dag_cost(d, roots, nroots);
             if (cost_lt(c, cur)) {
                 cur = c;
                 better = 1;
@@ -448,67 +462,103 @@ static int improve(const rw_egraph *eg, const rw_roof *r, const uint8_t *black, 
             break;
     }
     memcpy(best, keep, (size_t)eg->nclasses * sizeof *keep);
-    cur = top;
-    /* Group switch: for a class X outside the DAG, every DAG class with a
-     * node that reads X switches to that node at once (two slices of one
-     * merged matmul only pay off together). */
+    return top;
+}
+
+/* in_dag[c]: class c is in the DAG of the current choice. */
+static void dag_members(rw_dag *d, const int *roots, int nroots, int *in_dag)
+{
+    dag_cost(d, roots, nroots);
+    for (int c = 0; c < d->eg->nclasses; c++)
+        in_dag[c] = d->mark[c] == d->stamp;
+}
+
+/* Switch every DAG class with a usable node that reads class x to that
+ * node (each class once); the classes go to moved[], their old choices to
+ * old[]; returns how many. */
+static int switch_readers(rw_dag *d, const uint8_t *black, int x, const int *in_dag, int *moved,
+                          int *old)
+{
+    const rw_egraph *eg = d->eg;
+    int *best = d->best;
+    const rw_ivec *ps = &eg->classes[x].parents;
+    int nm = 0;
+    for (int k = 0; k < ps->n; k++) {
+        int pn = ps->v[k], cl = rw_find_const(eg, eg->nodes[pn].cls), dup = 0;
+        if (eg->nodes[pn].dead || black[pn] || !in_dag[cl] || best[cl] == pn)
+            continue;
+        for (int j = 0; j < nm && !dup; j++)
+            dup = moved[j] == cl;
+        if (dup)
+            continue;
+        moved[nm] = cl;
+        old[nm++] = best[cl];
+        best[cl] = pn;
+    }
+    return nm;
+}
+
+/* Group switch, up to 4 passes from the choice of cost cur: for a class X
+ * outside the DAG, every DAG class with a node that reads X switches to
+ * that node at once (two slices of one merged matmul only pay off
+ * together); kept when it prices lower. 0 or EIN_ENOMEM. */
+static int switch_groups(rw_dag *d, const uint8_t *black, const int *roots, int nroots,
+                         rw_cost cur, ein_error *err)
+{
+    const rw_egraph *eg = d->eg;
     int *in_dag = malloc(((size_t)eg->nclasses + 1) * sizeof *in_dag);
     int *moved = malloc(((size_t)eg->nclasses + 1) * sizeof *moved);
     int *old = malloc(((size_t)eg->nclasses + 1) * sizeof *old);
+    int rc = 0;
     if (!in_dag || !moved || !old) {
-        free(in_dag);
-        free(moved);
-        free(old);
         rc = ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
         goto out;
     }
     for (int pass = 0, better = 1; pass < 4 && better; pass++) {
         better = 0;
-        dag_cost(&d, roots, nroots);
-        for (int c = 0; c < eg->nclasses; c++)
-            in_dag[c] = d.mark[c] == d.stamp;
+        dag_members(d, roots, nroots, in_dag);
         for (int x = 0; x < eg->nclasses; x++) {
             if (eg->uf[x] != x || in_dag[x])
                 continue;
-            const rw_ivec *ps = &eg->classes[x].parents;
-            int nm = 0;
-            for (int k = 0; k < ps->n; k++) {
-                int pn = ps->v[k], cl = rw_find_const(eg, eg->nodes[pn].cls), dup = 0;
-                if (eg->nodes[pn].dead || black[pn] || !in_dag[cl] || best[cl] == pn)
-                    continue;
-                for (int j = 0; j < nm && !dup; j++)
-                    dup = moved[j] == cl;
-                if (dup)
-                    continue;
-                moved[nm] = cl;
-                old[nm++] = best[cl];
-                best[cl] = pn;
-            }
+            int nm = switch_readers(d, black, x, in_dag, moved, old);
             if (nm >= 2) {
-                rw_cost c = dag_cost(&d, roots, nroots);
+                rw_cost c = dag_cost(d, roots, nroots);
                 if (cost_lt(c, cur)) {
                     cur = c;
                     better = 1;
-                    dag_cost(&d, roots, nroots);
-                    for (int k = 0; k < eg->nclasses; k++)
-                        in_dag[k] = d.mark[k] == d.stamp;
+                    dag_members(d, roots, nroots, in_dag);
                     continue;
                 }
             }
             while (nm > 0) {
                 nm--;
-                best[moved[nm]] = old[nm];
+                d->best[moved[nm]] = old[nm];
             }
         }
     }
+out:
     free(in_dag);
     free(moved);
     free(old);
-out:
-    free(nc);
-    free(d.mark);
-    free(d.state);
-    free(d.stack);
+    return rc;
+}
+
+/* Improve the greedy choice best[] by the local search above, then by
+ * group switches; 0 or EIN_ENOMEM. */
+static int improve(const rw_egraph *eg, const rw_roof *r, const uint8_t *black, int *best,
+                   const int *roots, int nroots, ein_error *err)
+{
+    rw_dag d;
+    int rc = dag_init(&d, eg, r, best, err);
+    int *keep = malloc(((size_t)eg->nclasses + 1) * sizeof *keep);
+    uint8_t *tie = calloc((size_t)eg->nnodes + 1, 1);
+    if (rc == 0 && (!keep || !tie))
+        rc = ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
+    if (rc == 0) {
+        rw_cost top = switch_singles(&d, black, roots, nroots, keep, tie);
+        rc = switch_groups(&d, black, roots, nroots, top, err);
+    }
+    dag_free(&d);
     free(keep);
     free(tie);
     return rc;
@@ -518,24 +568,11 @@ out:
 static int price(const rw_egraph *eg, const rw_roof *r, int *best, const int *roots, int nroots,
                  rw_cost *out, ein_error *err)
 {
-    rw_dag d = {.eg = eg, .best = best};
-    rw_cost *nc = malloc(((size_t)eg->nnodes + 1) * sizeof *nc);
-    d.mark = calloc((size_t)eg->nclasses + 1, sizeof *d.mark);
-    d.state = calloc((size_t)eg->nclasses + 1, sizeof *d.state);
-    d.stack = malloc(((size_t)eg->nclasses + 1) * sizeof *d.stack);
-    int rc = 0;
-    if (!nc || !d.mark || !d.state || !d.stack)
-        rc = ein_fail(err, EIN_ENOMEM, "rewrite: out of memory");
-    else {
-        for (int i = 0; i < eg->nnodes; i++)
-            nc[i] = enode_cost(eg, &eg->nodes[i], r);
-        d.nc = nc;
+    rw_dag d;
+    int rc = dag_init(&d, eg, r, best, err);
+    if (rc == 0)
         *out = dag_cost(&d, roots, nroots);
-    }
-    free(nc);
-    free(d.mark);
-    free(d.state);
-    free(d.stack);
+    dag_free(&d);
     return rc;
 }
 
