@@ -644,6 +644,8 @@ static int check_peer(const ein_program *p, int i, const ein_instr *ins, ein_err
     return 0;
 }
 
+/* Instruction i of p is well formed for its kind: the common checks, its
+ * arity, then the kind's own. */
 static int check_instr(const ein_program *p, int i, ein_error *err)
 {
     const ein_instr *ins = &p->instrs[i];

@@ -607,6 +607,8 @@ static int unpack_run_fields(const msgpack_object *const v[F_COUNT], ein_msg *m,
     return 0;
 }
 
+/* Decode the message map root into *m: its type and version, the fields
+ * its type allows, then each field's type and range, in field order. */
 static int unpack_msg(const msgpack_object *root, ein_msg *m, ein_error *err)
 {
     const msgpack_object *v[F_COUNT];

@@ -1176,6 +1176,9 @@ static int store_saved(lw *L, int v, node_scratch *ns)
     return 0;
 }
 
+/* Lower node v: its inputs' blocks brought to the devices that need
+ * them, one kernel per function specification, and a saved node's output
+ * stored. Returns 0 or a negative code. */
 static int lower_node(lw *L, int v)
 {
     const pl_node *nd = pl_graph_node(L->g, v);

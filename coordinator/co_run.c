@@ -223,15 +223,16 @@ static int device_of(const run *r, const char *id, size_t len)
     return d < r->ndev ? d : -1;
 }
 
-/* Handle one waiting message: 1 handled, 0 none waiting, < 0 failure. */
 /* Receive one message from the router without waiting: the sender's
- * identity into id[0..*idlen) and the body into *zm (initialised; the
- * caller closes it), dropping any frames after the body; *extra is set
- * when there were such frames. Returns 1 when a message came, 0 when none
- * was waiting (*zm then untouched), or a negative code. */
-static int recv_message(run *r, char id[64], size_t *idlen, zmq_msg_t *zm, int *extra, ein_error *err)
+ * identity into id[0..*idlen) (at most idcap bytes) and the body into *zm
+ * (initialised; the caller closes it), dropping any frames after the
+ * body; *extra is set when there were such frames. Returns 1 when a
+ * message came, 0 when none was waiting (*zm then untouched), or a
+ * negative code. */
+static int recv_message(run *r, char *id, size_t idcap, size_t *idlen, zmq_msg_t *zm, int *extra,
+                        ein_error *err)
 {
-    int n = zmq_recv(r->router, id, 64, ZMQ_DONTWAIT);
+    int n = zmq_recv(r->router, id, idcap, ZMQ_DONTWAIT);
     if (n < 0)
         return errno == EAGAIN ? 0 : ein_fail(err, EIN_EIO, "zmq_recv: %s", zmq_strerror(errno));
     int more = 0;
@@ -250,7 +251,7 @@ static int recv_message(run *r, char id[64], size_t *idlen, zmq_msg_t *zm, int *
         zmq_msg_recv(&junk, r->router, 0);
         zmq_msg_close(&junk);
     }
-    *idlen = (size_t)(n < 64 ? n : 64);
+    *idlen = (size_t)n < idcap ? (size_t)n : idcap;
     return 1;
 }
 
@@ -333,13 +334,14 @@ static int on_error(run *r, int d, const ein_msg *m, ein_error *err)
                     m->text);
 }
 
+/* Handle one waiting message: 1 handled, 0 none waiting, < 0 failure. */
 static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
 {
     char id[64];
     size_t idlen = 0;
     zmq_msg_t zm;
     int extra = 0;
-    int rc = recv_message(r, id, &idlen, &zm, &extra, err);
+    int rc = recv_message(r, id, sizeof id, &idlen, &zm, &extra, err);
     if (rc <= 0)
         return rc;
     int d = device_of(r, id, idlen);
