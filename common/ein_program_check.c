@@ -535,10 +535,11 @@ static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_e
     return ifail(err, i, ins, "invalid kernel kind %d", (int)k->kind);
 }
 
-static int check_instr(const ein_program *p, int i, ein_error *err)
+/* What holds for every kind: a terminated op name, a known kind, deps on
+ * earlier instructions, buffer ids in range and a kernel list only on a
+ * KERNEL, of a sane length. */
+static int check_instr_common(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
 {
-    const ein_instr *ins = &p->instrs[i];
-    int rc;
     if (!memchr(ins->op, '\0', EIN_NAME_MAX))
         return ein_fail(err, EIN_EPROTO, "program: instr %d: op name not NUL-terminated", i);
     if ((int)ins->kind < 0 || ins->kind >= EIN_I_COUNT)
@@ -563,7 +564,12 @@ static int check_instr(const ein_program *p, int i, ein_error *err)
                      ins->kernel.nlist);
     if (ins->kind != EIN_I_KERNEL && ins->kernel.nlist)
         return ifail(err, i, ins, "a %s instruction carries a kernel list", ein_instr_kind_name(ins->kind));
+    return 0;
+}
 
+/* The source count and dst presence the kind calls for (kind is valid). */
+static int check_arity(int i, const ein_instr *ins, ein_error *err)
+{
     /* Source count and dst presence per kind: {min srcs, max srcs, has dst}. */
     static const struct { int lo, hi, dst; } arity[EIN_I_COUNT] = {
         [EIN_I_LOAD] = {0, 0, 1},   [EIN_I_STORE] = {1, 1, 0},
@@ -578,8 +584,74 @@ static int check_instr(const ein_program *p, int i, ein_error *err)
         return ifail(err, i, ins, "needs a dst buffer");
     if (!arity[ins->kind].dst && ins->dst != -1)
         return ifail(err, i, ins, "dst must be -1, is %d", ins->dst);
+    return 0;
+}
 
-    const ein_pbuffer *dst = ins->dst >= 0 ? &p->buffers[ins->dst] : NULL;
+/* SLICE: the source's box contains dst's, same dtype. */
+static int check_slice(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_pbuffer *dst = &p->buffers[ins->dst];
+    const ein_pbuffer *s = &p->buffers[ins->srcs[0]];
+    if (!ein_box_contains(&s->box, &dst->box))
+        return ifail(err, i, ins, "source buffer %d's box does not contain dst's", ins->srcs[0]);
+    if (s->dtype != dst->dtype)
+        return ifail(err, i, ins, "source and dst dtypes differ");
+    return 0;
+}
+
+/* CONCAT: every source's box lies inside dst's, same dtype. */
+static int check_concat(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_pbuffer *dst = &p->buffers[ins->dst];
+    for (int j = 0; j < ins->nsrcs; j++) {
+        const ein_pbuffer *s = &p->buffers[ins->srcs[j]];
+        if (!ein_box_contains(&dst->box, &s->box))
+            return ifail(err, i, ins, "source buffer %d's box is not inside dst's", ins->srcs[j]);
+        if (s->dtype != dst->dtype)
+            return ifail(err, i, ins, "source buffer %d's dtype differs from dst's", ins->srcs[j]);
+    }
+    return 0;
+}
+
+/* AGG: a known aggregation (lse on f32 rows [0, d + 1)), sources of dst's
+ * box and dtype. */
+static int check_agg(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_pbuffer *dst = &p->buffers[ins->dst];
+    if (ins->agg != EIN_AGG_SUM && ins->agg != EIN_AGG_MAX && ins->agg != EIN_AGG_LSE)
+        return ifail(err, i, ins, "invalid aggregation %d", (int)ins->agg);
+    if (ins->agg == EIN_AGG_LSE &&
+        (dst->box.rank < 1 || dst->box.lo[dst->box.rank - 1] != 0 ||
+         dst->box.hi[dst->box.rank - 1] < 2 || dst->dtype != EIN_F32))
+        return ifail(err, i, ins, "lse aggregation needs f32 rows [0, d + 1) with d >= 1");
+    for (int j = 0; j < ins->nsrcs; j++) {
+        const ein_pbuffer *s = &p->buffers[ins->srcs[j]];
+        if (!ein_box_equal(&dst->box, &s->box) || s->dtype != dst->dtype)
+            return ifail(err, i, ins, "source buffer %d's box or dtype differs from dst's", ins->srcs[j]);
+    }
+    return 0;
+}
+
+/* COPY and NOTIFY: another device in range; a COPY names a peer buffer. */
+static int check_peer(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    if (ins->peer < 0 || ins->peer >= p->ndevices)
+        return ifail(err, i, ins, "peer %d out of range (%d devices)", ins->peer, p->ndevices);
+    if (ins->peer == p->device)
+        return ifail(err, i, ins, "peer %d is this device", ins->peer);
+    if (ins->kind == EIN_I_COPY && ins->peer_buf < 0)
+        return ifail(err, i, ins, "negative peer buffer id %d", ins->peer_buf);
+    return 0;
+}
+
+/* Instruction i of p is well formed for its kind: the common checks, its
+ * arity, then the kind's own. */
+static int check_instr(const ein_program *p, int i, ein_error *err)
+{
+    const ein_instr *ins = &p->instrs[i];
+    int rc;
+    if ((rc = check_instr_common(p, i, ins, err)) < 0 || (rc = check_arity(i, ins, err)) < 0)
+        return rc;
     switch (ins->kind) {
     case EIN_I_LOAD:
         if ((rc = check_path(i, ins, 0, err)) < 0)
@@ -593,45 +665,15 @@ static int check_instr(const ein_program *p, int i, ein_error *err)
         return check_file_shape(p, i, ins, ins->srcs[0], err);
     case EIN_I_KERNEL:
         return check_kernel(p, i, ins, err);
-    case EIN_I_SLICE: {
-        const ein_pbuffer *s = &p->buffers[ins->srcs[0]];
-        if (!ein_box_contains(&s->box, &dst->box))
-            return ifail(err, i, ins, "source buffer %d's box does not contain dst's", ins->srcs[0]);
-        if (s->dtype != dst->dtype)
-            return ifail(err, i, ins, "source and dst dtypes differ");
-        return 0;
-    }
+    case EIN_I_SLICE:
+        return check_slice(p, i, ins, err);
     case EIN_I_CONCAT:
-        for (int j = 0; j < ins->nsrcs; j++) {
-            const ein_pbuffer *s = &p->buffers[ins->srcs[j]];
-            if (!ein_box_contains(&dst->box, &s->box))
-                return ifail(err, i, ins, "source buffer %d's box is not inside dst's", ins->srcs[j]);
-            if (s->dtype != dst->dtype)
-                return ifail(err, i, ins, "source buffer %d's dtype differs from dst's", ins->srcs[j]);
-        }
-        return 0;
+        return check_concat(p, i, ins, err);
     case EIN_I_AGG:
-        if (ins->agg != EIN_AGG_SUM && ins->agg != EIN_AGG_MAX && ins->agg != EIN_AGG_LSE)
-            return ifail(err, i, ins, "invalid aggregation %d", (int)ins->agg);
-        if (ins->agg == EIN_AGG_LSE &&
-            (dst->box.rank < 1 || dst->box.lo[dst->box.rank - 1] != 0 ||
-             dst->box.hi[dst->box.rank - 1] < 2 || dst->dtype != EIN_F32))
-            return ifail(err, i, ins, "lse aggregation needs f32 rows [0, d + 1) with d >= 1");
-        for (int j = 0; j < ins->nsrcs; j++) {
-            const ein_pbuffer *s = &p->buffers[ins->srcs[j]];
-            if (!ein_box_equal(&dst->box, &s->box) || s->dtype != dst->dtype)
-                return ifail(err, i, ins, "source buffer %d's box or dtype differs from dst's", ins->srcs[j]);
-        }
-        return 0;
+        return check_agg(p, i, ins, err);
     case EIN_I_COPY:
     case EIN_I_NOTIFY:
-        if (ins->peer < 0 || ins->peer >= p->ndevices)
-            return ifail(err, i, ins, "peer %d out of range (%d devices)", ins->peer, p->ndevices);
-        if (ins->peer == p->device)
-            return ifail(err, i, ins, "peer %d is this device", ins->peer);
-        if (ins->kind == EIN_I_COPY && ins->peer_buf < 0)
-            return ifail(err, i, ins, "negative peer buffer id %d", ins->peer_buf);
-        return 0;
+        return check_peer(p, i, ins, err);
     default:
         return 0;
     }

@@ -25,6 +25,99 @@ static uint64_t be_uint(const unsigned char *p, int n)
     return v;
 }
 
+/* One value's header as the type byte and its length field describe it. */
+typedef struct mp_head {
+    int hdr;        /* bytes of length field after the type byte */
+    uint64_t skip;  /* payload bytes after the header */
+    uint64_t items; /* contained values, for arrays and maps */
+    int container, blob, map;
+} mp_head;
+
+/* Classify type byte c (read at byte `at`) into *h; fails on 0xc1 and on
+ * the bytes msgpack does not define. */
+static int prescan_type(unsigned c, size_t at, mp_head *h, ein_error *err)
+{
+    *h = (mp_head){0};
+    if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
+        /* fixint, nil, bool: the type byte is the value */
+    } else if (c >= 0x80 && c <= 0x8f) {
+        h->container = h->map = 1;
+        h->items = c & 0x0f;
+    } else if (c >= 0x90 && c <= 0x9f) {
+        h->container = 1;
+        h->items = c & 0x0f;
+    } else if (c >= 0xa0 && c <= 0xbf) {
+        h->blob = 1;
+        h->skip = c & 0x1f;
+    } else {
+        switch (c) {
+        case 0xc1:
+            return ein_fail(err, EIN_EPROTO, "msgpack: invalid type byte 0xc1 at byte %zu", at);
+        case 0xc4: case 0xd9: h->hdr = 1; h->blob = 1; break;            /* bin8, str8 */
+        case 0xc5: case 0xda: h->hdr = 2; h->blob = 1; break;            /* bin16, str16 */
+        case 0xc6: case 0xdb: h->hdr = 4; h->blob = 1; break;            /* bin32, str32 */
+        case 0xc7: h->hdr = 1; h->blob = 1; h->skip = 1; break;          /* ext8 (+ type) */
+        case 0xc8: h->hdr = 2; h->blob = 1; h->skip = 1; break;          /* ext16 */
+        case 0xc9: h->hdr = 4; h->blob = 1; h->skip = 1; break;          /* ext32 */
+        case 0xca: h->skip = 4; break;                                   /* float32 */
+        case 0xcb: h->skip = 8; break;                                   /* float64 */
+        case 0xcc: case 0xd0: h->skip = 1; break;
+        case 0xcd: case 0xd1: h->skip = 2; break;
+        case 0xce: case 0xd2: h->skip = 4; break;
+        case 0xcf: case 0xd3: h->skip = 8; break;
+        case 0xd4: h->skip = 2; break;                                   /* fixext1 */
+        case 0xd5: h->skip = 3; break;
+        case 0xd6: h->skip = 5; break;
+        case 0xd7: h->skip = 9; break;
+        case 0xd8: h->skip = 17; break;                                  /* fixext16 */
+        case 0xdc: h->hdr = 2; h->container = 1; break;                  /* array16 */
+        case 0xdd: h->hdr = 4; h->container = 1; break;                  /* array32 */
+        case 0xde: h->hdr = 2; h->container = h->map = 1; break;         /* map16 */
+        case 0xdf: h->hdr = 4; h->container = h->map = 1; break;         /* map32 */
+        default:
+            return ein_fail(err, EIN_EPROTO, "msgpack: invalid type byte 0x%02x at byte %zu", c, at);
+        }
+    }
+    return 0;
+}
+
+/* Read h's length field at *pos and check that what it announces fits in
+ * the len - *pos bytes that remain (a container's entries take at least a
+ * byte each); advances *pos past the length field and a blob's or
+ * scalar's payload. The value's type byte was at `at`. */
+static int prescan_length(const unsigned char *b, size_t len, size_t *pos, size_t at, mp_head *h,
+                          ein_error *err)
+{
+    if (h->hdr) {
+        if (len - *pos < (size_t)h->hdr)
+            return ein_fail(err, EIN_EPROTO, "msgpack: truncated at byte %zu", at);
+        uint64_t n = be_uint(b + *pos, h->hdr);
+        *pos += (size_t)h->hdr;
+        if (h->container)
+            h->items = n;
+        else
+            h->skip += n;
+    }
+    if (h->container && h->map)
+        h->items *= 2;
+    if (h->container) {
+        /* Every value takes at least one byte. */
+        if (h->items > len - *pos)
+            return ein_fail(err, EIN_EPROTO,
+                            "msgpack: %s of %llu entries at byte %zu exceeds the %zu bytes that remain",
+                            h->map ? "map" : "array",
+                            (unsigned long long)(h->map ? h->items / 2 : h->items), at, len - *pos);
+    } else if (h->skip > len - *pos) {
+        return ein_fail(err, EIN_EPROTO,
+                        h->blob ? "msgpack: length %llu at byte %zu exceeds the %zu bytes that remain"
+                                : "msgpack: value needs %llu bytes at byte %zu, %zu remain",
+                        (unsigned long long)h->skip, at, len - *pos);
+    } else {
+        *pos += (size_t)h->skip;
+    }
+    return 0;
+}
+
 int ein_msgpack_prescan(const void *buf, size_t len, ein_error *err)
 {
     const unsigned char *b = buf;
@@ -32,7 +125,7 @@ int ein_msgpack_prescan(const void *buf, size_t len, ein_error *err)
     /* left[d]: values still to read at nesting level d; level 0 is the
      * single top-level value. */
     uint64_t left[EIN_MSGPACK_MAX_DEPTH + 1];
-    int depth = 0;
+    int depth = 0, rc;
     if (len == 0)
         return ein_fail(err, EIN_EPROTO, "msgpack: empty message");
     left[0] = 1;
@@ -40,85 +133,17 @@ int ein_msgpack_prescan(const void *buf, size_t len, ein_error *err)
         if (pos >= len)
             return ein_fail(err, EIN_EPROTO, "msgpack: truncated at byte %zu", pos);
         size_t at = pos;
-        unsigned c = b[pos++];
-        int hdr = 0;          /* bytes of length field after the type byte */
-        uint64_t skip = 0;    /* payload bytes after the header */
-        uint64_t items = 0;   /* contained values, for arrays and maps */
-        int container = 0, blob = 0, map = 0;
-        if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
-            /* fixint, nil, bool: the type byte is the value */
-        } else if (c >= 0x80 && c <= 0x8f) {
-            container = map = 1;
-            items = c & 0x0f;
-        } else if (c >= 0x90 && c <= 0x9f) {
-            container = 1;
-            items = c & 0x0f;
-        } else if (c >= 0xa0 && c <= 0xbf) {
-            blob = 1;
-            skip = c & 0x1f;
-        } else {
-            switch (c) {
-            case 0xc1:
-                return ein_fail(err, EIN_EPROTO, "msgpack: invalid type byte 0xc1 at byte %zu", at);
-            case 0xc4: case 0xd9: hdr = 1; blob = 1; break;            /* bin8, str8 */
-            case 0xc5: case 0xda: hdr = 2; blob = 1; break;            /* bin16, str16 */
-            case 0xc6: case 0xdb: hdr = 4; blob = 1; break;            /* bin32, str32 */
-            case 0xc7: hdr = 1; blob = 1; skip = 1; break;             /* ext8 (+ type) */
-            case 0xc8: hdr = 2; blob = 1; skip = 1; break;             /* ext16 */
-            case 0xc9: hdr = 4; blob = 1; skip = 1; break;             /* ext32 */
-            case 0xca: skip = 4; break;                                /* float32 */
-            case 0xcb: skip = 8; break;                                /* float64 */
-            case 0xcc: case 0xd0: skip = 1; break;
-            case 0xcd: case 0xd1: skip = 2; break;
-            case 0xce: case 0xd2: skip = 4; break;
-            case 0xcf: case 0xd3: skip = 8; break;
-            case 0xd4: skip = 2; break;                                /* fixext1 */
-            case 0xd5: skip = 3; break;
-            case 0xd6: skip = 5; break;
-            case 0xd7: skip = 9; break;
-            case 0xd8: skip = 17; break;                               /* fixext16 */
-            case 0xdc: hdr = 2; container = 1; break;                  /* array16 */
-            case 0xdd: hdr = 4; container = 1; break;                  /* array32 */
-            case 0xde: hdr = 2; container = map = 1; break;            /* map16 */
-            case 0xdf: hdr = 4; container = map = 1; break;            /* map32 */
-            default:
-                return ein_fail(err, EIN_EPROTO, "msgpack: invalid type byte 0x%02x at byte %zu", c, at);
-            }
-        }
-        if (hdr) {
-            if (len - pos < (size_t)hdr)
-                return ein_fail(err, EIN_EPROTO, "msgpack: truncated at byte %zu", at);
-            uint64_t n = be_uint(b + pos, hdr);
-            pos += (size_t)hdr;
-            if (container)
-                items = n;
-            else
-                skip += n;
-        }
-        if (container && map)
-            items *= 2;
-        if (container) {
-            /* Every value takes at least one byte. */
-            if (items > len - pos)
-                return ein_fail(err, EIN_EPROTO,
-                                "msgpack: %s of %llu entries at byte %zu exceeds the %zu bytes that remain",
-                                map ? "map" : "array", (unsigned long long)(map ? items / 2 : items), at,
-                                len - pos);
-        } else if (skip > len - pos) {
-            return ein_fail(err, EIN_EPROTO,
-                            blob ? "msgpack: length %llu at byte %zu exceeds the %zu bytes that remain"
-                                 : "msgpack: value needs %llu bytes at byte %zu, %zu remain",
-                            (unsigned long long)skip, at, len - pos);
-        } else {
-            pos += (size_t)skip;
-        }
+        mp_head h;
+        if ((rc = prescan_type(b[pos++], at, &h, err)) < 0 ||
+            (rc = prescan_length(b, len, &pos, at, &h, err)) < 0)
+            return rc;
         left[depth]--;
-        if (container) {
+        if (h.container) {
             if (depth + 1 > EIN_MSGPACK_MAX_DEPTH)
                 return ein_fail(err, EIN_EPROTO, "msgpack: nesting deeper than %d at byte %zu",
                                 EIN_MSGPACK_MAX_DEPTH, at);
-            if (items > 0)
-                left[++depth] = items;
+            if (h.items > 0)
+                left[++depth] = h.items;
         }
         while (depth > 0 && left[depth] == 0)
             depth--;
@@ -460,13 +485,12 @@ static int unpack_reload(const msgpack_object *o, ein_msg *m, ein_error *err)
     return 0;
 }
 
-static int unpack_msg(const msgpack_object *root, ein_msg *m, ein_error *err)
+/* The message's type and protocol version: sets m->type; fails on a
+ * missing or unknown type or a version other than EIN_PROTOCOL_VERSION. */
+static int unpack_header(const msgpack_object *const v[F_COUNT], ein_msg *m, ein_error *err)
 {
-    const msgpack_object *v[F_COUNT];
     int64_t iv;
     int rc;
-    if ((rc = ein_mp_fields(root, field_names, v, F_COUNT, "message", err)) < 0)
-        return rc;
     if (!v[F_TYPE])
         return ein_fail(err, EIN_EPROTO, "message: missing field 'type'");
     if (v[F_TYPE]->type != MSGPACK_OBJECT_STR)
@@ -487,6 +511,12 @@ static int unpack_msg(const msgpack_object *root, ein_msg *m, ein_error *err)
     if (iv != EIN_PROTOCOL_VERSION)
         return ein_fail(err, EIN_EPROTO, "%s message: protocol version %lld, expected %d",
                         msg_names[type], (long long)iv, EIN_PROTOCOL_VERSION);
+    return 0;
+}
+
+/* Every field the type requires is there and none it does not allow. */
+static int check_field_set(const msgpack_object *const v[F_COUNT], ein_msg_type type, ein_error *err)
+{
     unsigned want = msg_fields[type], may = want | msg_optional[type];
     for (int i = F_DEVICE; i < F_COUNT; i++) {
         if ((want & B(i)) && !v[i])
@@ -495,31 +525,47 @@ static int unpack_msg(const msgpack_object *root, ein_msg *m, ein_error *err)
             return ein_fail(err, EIN_EPROTO, "%s message: unexpected field '%s'", msg_names[type],
                             field_names[i]);
     }
-    if (v[F_DEVICE]) {
-        if ((rc = check_int_field(v[F_DEVICE], 0, INT32_MAX, &iv, "device", err)) < 0)
-            return rc;
-        m->device = (int32_t)iv;
-    }
+    return 0;
+}
+
+/* An optional int32 field: when present, checked against [min, max] and
+ * stored in *out; absent leaves *out alone. */
+static int unpack_i32(const msgpack_object *o, int64_t min, int64_t max, int32_t *out, const char *name,
+                      ein_error *err)
+{
+    int64_t iv;
+    int rc;
+    if (!o)
+        return 0;
+    if ((rc = check_int_field(o, min, max, &iv, name, err)) < 0)
+        return rc;
+    *out = (int32_t)iv;
+    return 0;
+}
+
+/* The identifying fields: device, pid, buffer, instr, code (in that order). */
+static int unpack_ids(const msgpack_object *const v[F_COUNT], ein_msg *m, ein_error *err)
+{
+    int64_t iv;
+    int rc;
+    if ((rc = unpack_i32(v[F_DEVICE], 0, INT32_MAX, &m->device, "device", err)) < 0)
+        return rc;
     if (v[F_PID]) {
         if ((rc = check_int_field(v[F_PID], 1, INT64_MAX, &iv, "pid", err)) < 0)
             return rc;
         m->pid = iv;
     }
-    if (v[F_BUFFER]) {
-        if ((rc = check_int_field(v[F_BUFFER], 0, INT32_MAX, &iv, "buffer", err)) < 0)
-            return rc;
-        m->buffer = (int32_t)iv;
-    }
-    if (v[F_INSTR]) {
-        if ((rc = check_int_field(v[F_INSTR], -1, INT32_MAX, &iv, "instr", err)) < 0)
-            return rc;
-        m->instr = (int32_t)iv;
-    }
-    if (v[F_CODE]) {
-        if ((rc = check_int_field(v[F_CODE], INT32_MIN, -1, &iv, "code", err)) < 0)
-            return rc;
-        m->code = (int32_t)iv;
-    }
+    if ((rc = unpack_i32(v[F_BUFFER], 0, INT32_MAX, &m->buffer, "buffer", err)) < 0 ||
+        (rc = unpack_i32(v[F_INSTR], -1, INT32_MAX, &m->instr, "instr", err)) < 0 ||
+        (rc = unpack_i32(v[F_CODE], INT32_MIN, -1, &m->code, "code", err)) < 0)
+        return rc;
+    return 0;
+}
+
+/* op, text and the four times, in that order. */
+static int unpack_texts_times(const msgpack_object *const v[F_COUNT], ein_msg *m, ein_error *err)
+{
+    int rc;
     if (v[F_OP] && (rc = ein_mp_get_str(v[F_OP], m->op, sizeof m->op, "message: field 'op'", err)) < 0)
         return rc;
     if (v[F_TEXT] &&
@@ -533,32 +579,44 @@ static int unpack_msg(const msgpack_object *root, ein_msg *m, ein_error *err)
         return rc;
     if (v[F_T_WAIT] && (rc = check_double_field(v[F_T_WAIT], &m->t_wait, "t_wait", err)) < 0)
         return rc;
+    return 0;
+}
+
+/* The program, store, reload, graph counters, t_device and graph_error
+ * fields, in that order. */
+static int unpack_run_fields(const msgpack_object *const v[F_COUNT], ein_msg *m, ein_error *err)
+{
+    int rc;
     if (v[F_PROGRAM] && (rc = ein_program_unpack(v[F_PROGRAM], &m->program, err)) < 0)
         return rc;
-    if (v[F_STORE]) {
-        if ((rc = check_int_field(v[F_STORE], 0, 1, &iv, "store", err)) < 0)
-            return rc;
-        m->store = (int32_t)iv;
-    }
+    if ((rc = unpack_i32(v[F_STORE], 0, 1, &m->store, "store", err)) < 0)
+        return rc;
     if (v[F_RELOAD] && (rc = unpack_reload(v[F_RELOAD], m, err)) < 0)
         return rc;
     const int gfield[4] = {F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED, F_G_SHORT};
     int32_t *gval[4] = {&m->graphs_captured, &m->graphs_launched, &m->graphs_failed,
                         &m->graphs_short};
-    for (int g = 0; g < 4; g++) {
-        if (!v[gfield[g]])
-            continue;
-        if ((rc = check_int_field(v[gfield[g]], 0, INT32_MAX, &iv, field_names[gfield[g]], err)) < 0)
+    for (int g = 0; g < 4; g++)
+        if ((rc = unpack_i32(v[gfield[g]], 0, INT32_MAX, gval[g], field_names[gfield[g]], err)) < 0)
             return rc;
-        *gval[g] = (int32_t)iv;
-    }
-    if (v[F_T_DEVICE]) {
-        if ((rc = check_int_field(v[F_T_DEVICE], 0, 1, &iv, "t_device", err)) < 0)
-            return rc;
-        m->t_device = (int32_t)iv;
-    }
+    if ((rc = unpack_i32(v[F_T_DEVICE], 0, 1, &m->t_device, "t_device", err)) < 0)
+        return rc;
     if (v[F_G_ERROR] && (rc = ein_mp_get_str(v[F_G_ERROR], m->graph_error, sizeof m->graph_error,
                                              "message: field 'graph_error'", err)) < 0)
+        return rc;
+    return 0;
+}
+
+/* Decode the message map root into *m: its type and version, the fields
+ * its type allows, then each field's type and range, in field order. */
+static int unpack_msg(const msgpack_object *root, ein_msg *m, ein_error *err)
+{
+    const msgpack_object *v[F_COUNT];
+    int rc;
+    if ((rc = ein_mp_fields(root, field_names, v, F_COUNT, "message", err)) < 0 ||
+        (rc = unpack_header(v, m, err)) < 0 || (rc = check_field_set(v, m->type, err)) < 0 ||
+        (rc = unpack_ids(v, m, err)) < 0 || (rc = unpack_texts_times(v, m, err)) < 0 ||
+        (rc = unpack_run_fields(v, m, err)) < 0)
         return rc;
     return 0;
 }

@@ -1070,103 +1070,141 @@ done:
     return rc;
 }
 
-static int lower_node(lw *L, int v)
+/* lower_node's scratch, sized for a node of p function specifications:
+ * inbuf[f * PL_MAX_INPUTS + k], the buffer of input k at specification f
+ * (-1: none); need/site/nbuf, a list of boxes, the devices that need them
+ * and the buffers they arrived in. */
+typedef struct node_scratch {
+    int *inbuf;
+    ein_box *need;
+    int *site, *nbuf;
+} node_scratch;
+
+/* Fill ns->inbuf for node v: an input's blocks are loaded (a graph input)
+ * or exchanged from its producer's partials to the devices that need
+ * them. Returns 0 or a negative code. */
+static int gather_inputs(lw *L, int v, node_scratch *ns)
 {
     const pl_node *nd = pl_graph_node(L->g, v);
     const pl_choice *c = &L->plan->nodes[v];
-    int p = c->spec.nparts, rc = 0;
-    int *inbuf = malloc(sizeof(int) * (size_t)p * PL_MAX_INPUTS);
-    ein_box *need = malloc(sizeof *need * (size_t)p);
-    int *site = malloc(sizeof(int) * (size_t)p), *nbuf = malloc(sizeof(int) * (size_t)p);
-    if (!inbuf || !need || !site || !nbuf) {
-        rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
-        goto done;
-    }
+    int p = c->spec.nparts, rc;
     /* A function specification may need nothing of an input (a concat
      * block that does not overlap it): that input gets no block, no
      * transfer, and is left out of the kernel's operands (-1 below). */
     for (int k = 0; k < nd->ninputs; k++) {
         int u = nd->inputs[k], nn = 0;
         for (int f = 0; f < p; f++) {
-            inbuf[f * PL_MAX_INPUTS + k] = -1;
+            ns->inbuf[f * PL_MAX_INPUTS + k] = -1;
             if (ein_box_empty(&c->spec.f[f].in[k]))
                 continue;
-            need[nn] = c->spec.f[f].in[k];
-            site[nn++] = f;
+            ns->need[nn] = c->spec.f[f].in[k];
+            ns->site[nn++] = f;
         }
         if (pl_graph_node(L->g, u)->kind == PL_INPUT) {
             for (int i = 0; i < nn; i++) {
-                int b = load_block(L, u, &need[i], site[i]);
-                if (b < 0) {
-                    rc = b;
-                    goto done;
-                }
-                inbuf[site[i] * PL_MAX_INPUTS + k] = b;
+                int b = load_block(L, u, &ns->need[i], ns->site[i]);
+                if (b < 0)
+                    return b;
+                ns->inbuf[ns->site[i] * PL_MAX_INPUTS + k] = b;
             }
             continue;
         }
-        if (nn && (rc = lower_exchange(L, u, nd->name, need, site, nn, nbuf)) < 0)
-            goto done;
+        if (nn && (rc = lower_exchange(L, u, nd->name, ns->need, ns->site, nn, ns->nbuf)) < 0)
+            return rc;
         for (int i = 0; i < nn; i++)
-            inbuf[site[i] * PL_MAX_INPUTS + k] = nbuf[i];
+            ns->inbuf[ns->site[i] * PL_MAX_INPUTS + k] = ns->nbuf[i];
     }
+    return 0;
+}
+
+/* Emit node v's kernel at function specification f over the input
+ * buffers in[0..ninputs) into a new partial buffer (L->partial). */
+static int emit_node_kernel(lw *L, int v, int f, const int *in)
+{
+    const pl_node *nd = pl_graph_node(L->g, v);
+    const pl_choice *c = &L->plan->nodes[v];
     /* Keys split (EIN_AGG_LSE): each function specification computes one
      * key block's partial, over ein_agg_box; one whose key block is empty
      * gets q alone (its partial is the merge's identity). */
     int lse = c->spec.agg == EIN_AGG_LSE && nd->kernel.kind == EIN_KERNEL_ATTENTION;
-    for (int f = 0; f < p; f++) {
-        ein_box obox = ein_agg_box(c->spec.agg, &c->spec.f[f].out);
-        int out = new_buf(L, f, L->xdt[v], &obox);
-        if (out < 0) {
-            rc = out;
-            goto done;
-        }
-        int32_t srcs[PL_MAX_INPUTS];
-        int64_t offsets[PL_MAX_INPUTS];
-        int ns = 0;
-        ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .dst = out, .kernel = nd->kernel};
-        if (lse)
-            ins.kernel.kind = EIN_KERNEL_ATTENTION_PARTIAL;
-        for (int k = 0; k < nd->ninputs; k++) {
-            int b = inbuf[f * PL_MAX_INPUTS + k];
-            if (b < 0) {
-                if (lse && k > 0 && inbuf[f * PL_MAX_INPUTS + 1] < 0 &&
-                    inbuf[f * PL_MAX_INPUTS + 2] < 0)
-                    continue;
-                if (nd->kernel.kind != EIN_KERNEL_CONCAT) {
-                    rc = ein_fail(L->err, EIN_EINVAL, "%s: function specification %d needs "
-                                  "nothing of input %d", nd->name, f, k);
-                    goto done;
-                }
+    ein_box obox = ein_agg_box(c->spec.agg, &c->spec.f[f].out);
+    int out = new_buf(L, f, L->xdt[v], &obox), rc;
+    if (out < 0)
+        return out;
+    int32_t srcs[PL_MAX_INPUTS];
+    int64_t offsets[PL_MAX_INPUTS];
+    int ns = 0;
+    ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .dst = out, .kernel = nd->kernel};
+    if (lse)
+        ins.kernel.kind = EIN_KERNEL_ATTENTION_PARTIAL;
+    for (int k = 0; k < nd->ninputs; k++) {
+        int b = in[k];
+        if (b < 0) {
+            if (lse && k > 0 && in[1] < 0 && in[2] < 0)
                 continue;
-            }
-            if (nd->kernel.kind == EIN_KERNEL_CONCAT)
-                offsets[ns] = nd->kernel.list[k];
-            srcs[ns++] = b;
+            if (nd->kernel.kind != EIN_KERNEL_CONCAT)
+                return ein_fail(L->err, EIN_EINVAL, "%s: function specification %d needs "
+                                "nothing of input %d", nd->name, f, k);
+            continue;
         }
-        if (nd->kernel.kind == EIN_KERNEL_CONCAT) {
-            ins.kernel.list = offsets; /* the kept inputs' offsets; copied by add_instr */
-            ins.kernel.nlist = ns;
-        }
-        ins.nsrcs = ns;
-        set_op(&ins, nd->name, NULL);
-        if ((rc = emit(L, f, &ins)) < 0)
-            goto done;
-        L->partial[v * L->ndev + f] = out;
+        if (nd->kernel.kind == EIN_KERNEL_CONCAT)
+            offsets[ns] = nd->kernel.list[k];
+        srcs[ns++] = b;
     }
-    if (nd->saved) {
-        int n = output_blocks(c, need, site);
-        if ((rc = lower_exchange(L, v, "save", need, site, n, nbuf)) < 0)
-            goto done;
-        for (int b = 0; b < n; b++)
-            if ((rc = store_block(L, v, nbuf[b], site[b])) < 0)
-                goto done;
+    if (nd->kernel.kind == EIN_KERNEL_CONCAT) {
+        ins.kernel.list = offsets; /* the kept inputs' offsets; copied by add_instr */
+        ins.kernel.nlist = ns;
     }
+    ins.nsrcs = ns;
+    set_op(&ins, nd->name, NULL);
+    if ((rc = emit(L, f, &ins)) < 0)
+        return rc;
+    L->partial[v * L->ndev + f] = out;
+    return 0;
+}
+
+/* A saved node's output blocks: exchanged to their storing devices and
+ * stored. */
+static int store_saved(lw *L, int v, node_scratch *ns)
+{
+    int n = output_blocks(&L->plan->nodes[v], ns->need, ns->site), rc;
+    if ((rc = lower_exchange(L, v, "save", ns->need, ns->site, n, ns->nbuf)) < 0)
+        return rc;
+    for (int b = 0; b < n; b++)
+        if ((rc = store_block(L, v, ns->nbuf[b], ns->site[b])) < 0)
+            return rc;
+    return 0;
+}
+
+/* Lower node v: its inputs' blocks brought to the devices that need
+ * them, one kernel per function specification, and a saved node's output
+ * stored. Returns 0 or a negative code. */
+static int lower_node(lw *L, int v)
+{
+    const pl_node *nd = pl_graph_node(L->g, v);
+    int p = L->plan->nodes[v].spec.nparts, rc = 0;
+    node_scratch ns = {
+        .inbuf = malloc(sizeof(int) * (size_t)p * PL_MAX_INPUTS),
+        .need = malloc(sizeof(ein_box) * (size_t)p),
+        .site = malloc(sizeof(int) * (size_t)p),
+        .nbuf = malloc(sizeof(int) * (size_t)p),
+    };
+    if (!ns.inbuf || !ns.need || !ns.site || !ns.nbuf) {
+        rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
+        goto done;
+    }
+    if ((rc = gather_inputs(L, v, &ns)) < 0)
+        goto done;
+    for (int f = 0; f < p; f++)
+        if ((rc = emit_node_kernel(L, v, f, &ns.inbuf[f * PL_MAX_INPUTS])) < 0)
+            goto done;
+    if (nd->saved)
+        rc = store_saved(L, v, &ns);
 done:
-    free(inbuf);
-    free(need);
-    free(site);
-    free(nbuf);
+    free(ns.inbuf);
+    free(ns.need);
+    free(ns.site);
+    free(ns.nbuf);
     return rc < 0 ? rc : 0;
 }
 

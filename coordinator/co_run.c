@@ -223,50 +223,139 @@ static int device_of(const run *r, const char *id, size_t len)
     return d < r->ndev ? d : -1;
 }
 
-/* Handle one waiting message: 1 handled, 0 none waiting, < 0 failure. */
-static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
+/* Receive one message from the router without waiting: the sender's
+ * identity into id[0..*idlen) (at most idcap bytes) and the body into *zm
+ * (initialised; the caller closes it), dropping any frames after the
+ * body; *extra is set when there were such frames. Returns 1 when a
+ * message came, 0 when none was waiting (*zm then untouched), or a
+ * negative code. */
+static int recv_message(run *r, char *id, size_t idcap, size_t *idlen, zmq_msg_t *zm, int *extra,
+                        ein_error *err)
 {
-    char id[64];
-    int n = zmq_recv(r->router, id, sizeof id, ZMQ_DONTWAIT);
+    int n = zmq_recv(r->router, id, idcap, ZMQ_DONTWAIT);
     if (n < 0)
         return errno == EAGAIN ? 0 : ein_fail(err, EIN_EIO, "zmq_recv: %s", zmq_strerror(errno));
     int more = 0;
     size_t ml = sizeof more;
     zmq_getsockopt(r->router, ZMQ_RCVMORE, &more, &ml);
-    zmq_msg_t zm;
-    zmq_msg_init(&zm);
-    if (!more || zmq_msg_recv(&zm, r->router, 0) < 0) {
-        zmq_msg_close(&zm);
+    zmq_msg_init(zm);
+    if (!more || zmq_msg_recv(zm, r->router, 0) < 0) {
+        zmq_msg_close(zm);
         return ein_fail(err, EIN_EPROTO, "a peer sent a message without a body");
     }
     /* Drop any further frames of a malformed multipart message. */
-    int extra = zmq_msg_more(&zm);
+    *extra = zmq_msg_more(zm);
     while (zmq_getsockopt(r->router, ZMQ_RCVMORE, &more, &ml) == 0 && more) {
         zmq_msg_t junk;
         zmq_msg_init(&junk);
         zmq_msg_recv(&junk, r->router, 0);
         zmq_msg_close(&junk);
     }
-    int d = device_of(r, id, (size_t)(n < (int)sizeof id ? n : (int)sizeof id));
+    *idlen = (size_t)n < idcap ? (size_t)n : idcap;
+    return 1;
+}
+
+/* A decoded message from device d's socket `sock` ('w' main, 'b' the
+ * heartbeat thread) is one the coordinator accepts: no extra frame, a
+ * worker-to-coordinator type, d's own device, only HEARTBEATs from 'b'. */
+static int check_message(const ein_msg *m, int d, char sock, int extra, ein_error *err)
+{
+    if (extra)
+        return ein_fail(err, EIN_EPROTO, "unexpected extra frame");
+    if (m->type != EIN_MSG_HEARTBEAT && m->type != EIN_MSG_HELLO && m->type != EIN_MSG_DONE &&
+        m->type != EIN_MSG_ERROR)
+        return ein_fail(err, EIN_EPROTO, "unexpected %s message", ein_msg_type_name(m->type));
+    if (m->device != d)
+        return ein_fail(err, EIN_EPROTO, "message claims to come from device %d", m->device);
+    if (sock == 'b' && m->type != EIN_MSG_HEARTBEAT)
+        return ein_fail(err, EIN_EPROTO, "%s message from the heartbeat thread",
+                        ein_msg_type_name(m->type));
+    return 0;
+}
+
+/* HEARTBEAT: note the instruction; the first one from the main socket of
+ * a spawned worker gets it its program. */
+static int on_heartbeat(run *r, int d, char sock, const ein_msg *m, ein_error *err)
+{
+    worker *w = &r->w[d];
+    int rc;
+    w->instr = m->instr;
+    if (w->phase == W_SPAWNED && sock == 'w') {
+        ein_msg pm = {.type = EIN_MSG_PROGRAM, .program = r->progs[d]};
+        if ((rc = send_to(r, d, &pm, err)) < 0)
+            return rc;
+        w->phase = W_PROGRAM_SENT;
+    }
+    return 0;
+}
+
+/* HELLO: the worker loaded its program (a manual worker tells its pid). */
+static int on_hello(run *r, int d, const ein_msg *m, ein_error *err)
+{
+    worker *w = &r->w[d];
+    if (w->phase != W_PROGRAM_SENT)
+        return ein_fail(err, EIN_EPROTO, "device %d (pid %ld) said HELLO out of turn", d, (long)w->pid);
+    w->phase = W_LOADED;
+    if (r->o->manual && m->pid > 0) {
+        w->pid = (pid_t)m->pid;
+        co_guard_add_pid(&r->guard, w->pid);
+    }
+    return 0;
+}
+
+/* DONE: the worker ran its program; its figures go to stats[d] if asked. */
+static int on_done(run *r, int d, const ein_msg *m, co_worker_stats *stats, ein_error *err)
+{
+    worker *w = &r->w[d];
+    if (w->phase != W_STARTED)
+        return ein_fail(err, EIN_EPROTO, "device %d (pid %ld) said DONE out of turn", d, (long)w->pid);
+    w->phase = W_DONE;
+    if (stats) {
+        stats[d] = (co_worker_stats){.pid = (long)w->pid, .total = m->t_total,
+                                     .kernel = m->t_kernel, .copy = m->t_copy, .wait = m->t_wait,
+                                     .graphs_captured = m->graphs_captured,
+                                     .graphs_launched = m->graphs_launched,
+                                     .graphs_failed = m->graphs_failed,
+                                     .graphs_short = m->graphs_short,
+                                     .device_timed = m->t_device};
+        snprintf(stats[d].graph_error, sizeof stats[d].graph_error, "%s", m->graph_error);
+    }
+    return 0;
+}
+
+/* ERROR: always fails, EIN_EWORKER naming the instruction that failed. */
+static int on_error(run *r, int d, const ein_msg *m, ein_error *err)
+{
+    worker *w = &r->w[d];
+    char where[200];
+    int instr = m->instr >= 0 && m->instr < r->progs[d]->ninstrs ? m->instr : w->instr;
+    describe_instr(r, d, instr, where, sizeof where);
+    return ein_fail(err, EIN_EWORKER, "device %d (pid %ld) failed %s: %s", d, (long)w->pid, where,
+                    m->text);
+}
+
+/* Handle one waiting message: 1 handled, 0 none waiting, < 0 failure. */
+static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
+{
+    char id[64];
+    size_t idlen = 0;
+    zmq_msg_t zm;
+    int extra = 0;
+    int rc = recv_message(r, id, sizeof id, &idlen, &zm, &extra, err);
+    if (rc <= 0)
+        return rc;
+    int d = device_of(r, id, idlen);
     if (d < 0) {
         zmq_msg_close(&zm);
         return ein_fail(err, EIN_EPROTO, "message from an unknown peer identity");
     }
     ein_msg m;
-    int rc = ein_msg_decode(zmq_msg_data(&zm), zmq_msg_size(&zm), &m, err);
+    rc = ein_msg_decode(zmq_msg_data(&zm), zmq_msg_size(&zm), &m, err);
     int decoded = rc == 0;
     zmq_msg_close(&zm);
     worker *w = &r->w[d];
-    if (rc == 0 && extra)
-        rc = ein_fail(err, EIN_EPROTO, "unexpected extra frame");
-    if (rc == 0 && m.type != EIN_MSG_HEARTBEAT && m.type != EIN_MSG_HELLO &&
-        m.type != EIN_MSG_DONE && m.type != EIN_MSG_ERROR)
-        rc = ein_fail(err, EIN_EPROTO, "unexpected %s message", ein_msg_type_name(m.type));
-    if (rc == 0 && m.device != d)
-        rc = ein_fail(err, EIN_EPROTO, "message claims to come from device %d", m.device);
-    if (rc == 0 && id[0] == 'b' && m.type != EIN_MSG_HEARTBEAT)
-        rc = ein_fail(err, EIN_EPROTO, "%s message from the heartbeat thread",
-                      ein_msg_type_name(m.type));
+    if (rc == 0)
+        rc = check_message(&m, d, id[0], extra, err);
     if (rc < 0) {
         if (decoded)
             ein_msg_clear(&m);
@@ -275,53 +364,11 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
     w->last_seen = ein_now_s();
     w->spoke = 1;
     switch (m.type) {
-    case EIN_MSG_HEARTBEAT:
-        w->instr = m.instr;
-        if (w->phase == W_SPAWNED && id[0] == 'w') {
-            ein_msg pm = {.type = EIN_MSG_PROGRAM, .program = r->progs[d]};
-            if ((rc = send_to(r, d, &pm, err)) < 0)
-                break;
-            w->phase = W_PROGRAM_SENT;
-        }
-        break;
-    case EIN_MSG_HELLO:
-        if (w->phase != W_PROGRAM_SENT) {
-            rc = ein_fail(err, EIN_EPROTO, "device %d (pid %ld) said HELLO out of turn", d, (long)w->pid);
-            break;
-        }
-        w->phase = W_LOADED;
-        if (r->o->manual && m.pid > 0) {
-            w->pid = (pid_t)m.pid;
-            co_guard_add_pid(&r->guard, w->pid);
-        }
-        break;
-    case EIN_MSG_DONE:
-        if (w->phase != W_STARTED) {
-            rc = ein_fail(err, EIN_EPROTO, "device %d (pid %ld) said DONE out of turn", d, (long)w->pid);
-            break;
-        }
-        w->phase = W_DONE;
-        if (stats) {
-            stats[d] = (co_worker_stats){.pid = (long)w->pid, .total = m.t_total,
-                                         .kernel = m.t_kernel, .copy = m.t_copy, .wait = m.t_wait,
-                                         .graphs_captured = m.graphs_captured,
-                                         .graphs_launched = m.graphs_launched,
-                                         .graphs_failed = m.graphs_failed,
-                                         .graphs_short = m.graphs_short,
-                                         .device_timed = m.t_device};
-            snprintf(stats[d].graph_error, sizeof stats[d].graph_error, "%s", m.graph_error);
-        }
-        break;
-    case EIN_MSG_ERROR: {
-        char where[200];
-        int instr = m.instr >= 0 && m.instr < r->progs[d]->ninstrs ? m.instr : w->instr;
-        describe_instr(r, d, instr, where, sizeof where);
-        rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld) failed %s: %s", d, (long)w->pid,
-                      where, m.text);
-        break;
-    }
-    default:
-        break;
+    case EIN_MSG_HEARTBEAT: rc = on_heartbeat(r, d, id[0], &m, err); break;
+    case EIN_MSG_HELLO: rc = on_hello(r, d, &m, err); break;
+    case EIN_MSG_DONE: rc = on_done(r, d, &m, stats, err); break;
+    case EIN_MSG_ERROR: rc = on_error(r, d, &m, err); break;
+    default: break;
     }
     ein_msg_clear(&m);
     return rc < 0 ? rc : 1;

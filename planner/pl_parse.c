@@ -716,103 +716,172 @@ static int parse_einsum(parser *p, const char *name, const tok *const *args, int
     return 0;
 }
 
-/* The operators of a transformer block (softmax ... merge_heads). */
-static int parse_block_op(parser *p, const op_def *op, const char *name, const tok *const *args,
-                          int nargs, int *id, ein_error *e)
+/* One block operator call being parsed: the operator, the name of the
+ * node it adds and its arguments args[0..nargs) (their count already
+ * checked against op). */
+typedef struct block_call {
+    parser *p;
+    const op_def *op;
+    const char *name;
+    const tok *const *args;
+    int nargs;
+} block_call;
+
+/* The block operators' parsers: each reads c's arguments, adds the node
+ * and sets *id to it (negative when the graph builder failed, detail in
+ * e); returns 0, or a negative code for an argument that does not parse. */
+
+/* softmax(x[, axis]); the axis defaults to the last. */
+static int parse_softmax_op(const block_call *c, int *id, ein_error *e)
 {
-    int rc, x, w, b;
+    parser *p = c->p;
+    const tok *const *args = c->args;
+    int rc, x;
+    int64_t v1;
+    if ((rc = tok_tensor(p, args[0], &x)) < 0)
+        return rc;
+    v1 = pl_graph_node(p->g, x)->rank - 1;
+    if (c->nargs == 2 && (rc = tok_index(p, args[1], "softmax axis", &v1)) < 0)
+        return rc;
+    if (v1 > EIN_MAX_RANK)
+        v1 = EIN_MAX_RANK;
+    *id = ein_graph_softmax(p->g, c->name, x, (int)v1, e);
+    return 0;
+}
+
+/* rmsnorm(x, w[, eps]) and layernorm(x, w, b[, eps]). */
+static int parse_norm_op(const block_call *c, int *id, ein_error *e)
+{
+    parser *p = c->p;
+    const tok *const *args = c->args;
+    int rc, x, w, b = -1;
+    double eps = 1e-5;
+    int nt = c->op->kind == OP_RMSNORM ? 2 : 3;
+    if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &w)) < 0)
+        return rc;
+    if (nt == 3 && (rc = tok_tensor(p, args[2], &b)) < 0)
+        return rc;
+    if (c->nargs > nt && (rc = tok_number(p, args[nt], "eps", &eps)) < 0)
+        return rc;
+    *id = b >= 0 ? ein_graph_layernorm(p->g, c->name, x, w, b, eps, e)
+                 : ein_graph_rmsnorm(p->g, c->name, x, w, eps, e);
+    return 0;
+}
+
+/* sum/max(x, axis...): distinct axes, each within x's rank. */
+static int parse_reduce_op(const block_call *c, int *id, ein_error *e)
+{
+    parser *p = c->p;
+    const tok *const *args = c->args;
+    int rc, x;
+    int64_t v1;
+    uint32_t axes = 0;
+    if ((rc = tok_tensor(p, args[0], &x)) < 0)
+        return rc;
+    for (int i = 1; i < c->nargs; i++) {
+        if ((rc = tok_index(p, args[i], "reduced axis", &v1)) < 0)
+            return rc;
+        if (v1 >= pl_graph_node(p->g, x)->rank)
+            return perr(p, EIN_ESHAPE, args[i]->col, "%s: axis %lld is out of range for "
+                        "'%s' of rank %d; expected an axis from 0 to %d", c->op->name,
+                        (long long)v1, pl_graph_node(p->g, x)->name,
+                        pl_graph_node(p->g, x)->rank, pl_graph_node(p->g, x)->rank - 1);
+        if (axes >> v1 & 1)
+            return perr(p, EIN_ESHAPE, args[i]->col, "%s: axis %lld is named twice; expected "
+                        "distinct axes", c->op->name, (long long)v1);
+        axes |= 1u << v1;
+    }
+    *id = ein_graph_reduce(p->g, c->name, c->op->code == EIN_AGG_SUM ? "sum" : "max", axes, x, e);
+    return 0;
+}
+
+/* concat(x..., axis) and slice(x, axis, start, end). */
+static int parse_concat_slice_op(const block_call *c, int *id, ein_error *e)
+{
+    parser *p = c->p;
+    const tok *const *args = c->args;
+    int rc, x;
     int64_t v1 = 0, v2 = 0, v3 = 0;
-    double eps = 1e-5, theta = 10000.0;
-    switch (op->kind) {
-    case OP_SOFTMAX:
-        if ((rc = tok_tensor(p, args[0], &x)) < 0)
+    if (c->op->kind == OP_CONCAT) {
+        int xs[PL_MAX_INPUTS];
+        for (int i = 0; i < c->nargs - 1; i++)
+            if ((rc = tok_tensor(p, args[i], &xs[i])) < 0)
+                return rc;
+        if ((rc = tok_index(p, args[c->nargs - 1], "concat axis", &v1)) < 0)
             return rc;
-        v1 = pl_graph_node(p->g, x)->rank - 1;
-        if (nargs == 2 && (rc = tok_index(p, args[1], "softmax axis", &v1)) < 0)
-            return rc;
-        if (v1 > EIN_MAX_RANK)
-            v1 = EIN_MAX_RANK;
-        *id = ein_graph_softmax(p->g, name, x, (int)v1, e);
-        return 0;
-    case OP_RMSNORM:
-    case OP_LAYERNORM: {
-        int nt = op->kind == OP_RMSNORM ? 2 : 3;
-        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &w)) < 0)
-            return rc;
-        b = -1;
-        if (nt == 3 && (rc = tok_tensor(p, args[2], &b)) < 0)
-            return rc;
-        if (nargs > nt && (rc = tok_number(p, args[nt], "eps", &eps)) < 0)
-            return rc;
-        *id = b >= 0 ? ein_graph_layernorm(p->g, name, x, w, b, eps, e)
-                     : ein_graph_rmsnorm(p->g, name, x, w, eps, e);
+        *id = ein_graph_concat(p->g, c->name, (int)(v1 > EIN_MAX_RANK ? EIN_MAX_RANK : v1), xs,
+                                  c->nargs - 1, e);
         return 0;
     }
+    if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
+        (rc = tok_index(p, args[1], "slice axis", &v1)) < 0 ||
+        (rc = tok_index(p, args[2], "slice start", &v2)) < 0 ||
+        (rc = tok_size(p, args[3], "slice end", &v3)) < 0)
+        return rc;
+    *id = ein_graph_slice(p->g, c->name, x, (int)(v1 > EIN_MAX_RANK ? EIN_MAX_RANK : v1), v2,
+                             v3, e);
+    return 0;
+}
+
+/* rope(x, head_dim[, theta]), attention(q, k, v), split_heads(x, head_dim)
+ * and merge_heads(x). */
+static int parse_heads_op(const block_call *c, int *id, ein_error *e)
+{
+    parser *p = c->p;
+    const tok *const *args = c->args;
+    int rc, x, w, b;
+    int64_t v1 = 0;
+    double theta = 10000.0;
+    switch (c->op->kind) {
     case OP_ROPE:
         if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
             (rc = tok_size(p, args[1], "the head dim", &v1)) < 0)
             return rc;
-        if (nargs == 3 && (rc = tok_number(p, args[2], "rope theta", &theta)) < 0)
+        if (c->nargs == 3 && (rc = tok_number(p, args[2], "rope theta", &theta)) < 0)
             return rc;
-        *id = ein_graph_rope(p->g, name, x, v1, theta, p->seq_ends, p->nseq, e);
+        *id = ein_graph_rope(p->g, c->name, x, v1, theta, p->seq_ends, p->nseq, e);
         return 0;
     case OP_ATTENTION:
         if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &w)) < 0 ||
             (rc = tok_tensor(p, args[2], &b)) < 0)
             return rc;
-        *id = ein_graph_attention(p->g, name, x, w, b, p->seq_ends, p->nseq, e);
-        return 0;
-    case OP_REDUCE: {
-        uint32_t axes = 0;
-        if ((rc = tok_tensor(p, args[0], &x)) < 0)
-            return rc;
-        for (int i = 1; i < nargs; i++) {
-            if ((rc = tok_index(p, args[i], "reduced axis", &v1)) < 0)
-                return rc;
-            if (v1 >= pl_graph_node(p->g, x)->rank)
-                return perr(p, EIN_ESHAPE, args[i]->col, "%s: axis %lld is out of range for "
-                            "'%s' of rank %d; expected an axis from 0 to %d", op->name,
-                            (long long)v1, pl_graph_node(p->g, x)->name,
-                            pl_graph_node(p->g, x)->rank, pl_graph_node(p->g, x)->rank - 1);
-            if (axes >> v1 & 1)
-                return perr(p, EIN_ESHAPE, args[i]->col, "%s: axis %lld is named twice; expected "
-                            "distinct axes", op->name, (long long)v1);
-            axes |= 1u << v1;
-        }
-        *id = ein_graph_reduce(p->g, name, op->code == EIN_AGG_SUM ? "sum" : "max", axes, x, e);
-        return 0;
-    }
-    case OP_CONCAT: {
-        int xs[PL_MAX_INPUTS];
-        for (int i = 0; i < nargs - 1; i++)
-            if ((rc = tok_tensor(p, args[i], &xs[i])) < 0)
-                return rc;
-        if ((rc = tok_index(p, args[nargs - 1], "concat axis", &v1)) < 0)
-            return rc;
-        *id = ein_graph_concat(p->g, name, (int)(v1 > EIN_MAX_RANK ? EIN_MAX_RANK : v1), xs,
-                                  nargs - 1, e);
-        return 0;
-    }
-    case OP_SLICE:
-        if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
-            (rc = tok_index(p, args[1], "slice axis", &v1)) < 0 ||
-            (rc = tok_index(p, args[2], "slice start", &v2)) < 0 ||
-            (rc = tok_size(p, args[3], "slice end", &v3)) < 0)
-            return rc;
-        *id = ein_graph_slice(p->g, name, x, (int)(v1 > EIN_MAX_RANK ? EIN_MAX_RANK : v1), v2,
-                                 v3, e);
+        *id = ein_graph_attention(p->g, c->name, x, w, b, p->seq_ends, p->nseq, e);
         return 0;
     case OP_SPLIT_HEADS:
         if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
             (rc = tok_size(p, args[1], "the head dim", &v1)) < 0)
             return rc;
-        *id = ein_graph_split_heads(p->g, name, x, v1, e);
+        *id = ein_graph_split_heads(p->g, c->name, x, v1, e);
         return 0;
-    case OP_MERGE_HEADS:
+    default: /* OP_MERGE_HEADS */
         if ((rc = tok_tensor(p, args[0], &x)) < 0)
             return rc;
-        *id = ein_graph_merge_heads(p->g, name, x, e);
+        *id = ein_graph_merge_heads(p->g, c->name, x, e);
         return 0;
+    }
+}
+
+/* The operators of a transformer block (softmax ... merge_heads). */
+static int parse_block_op(parser *p, const op_def *op, const char *name, const tok *const *args,
+                          int nargs, int *id, ein_error *e)
+{
+    const block_call c = {.p = p, .op = op, .name = name, .args = args, .nargs = nargs};
+    switch (op->kind) {
+    case OP_SOFTMAX:
+        return parse_softmax_op(&c, id, e);
+    case OP_RMSNORM:
+    case OP_LAYERNORM:
+        return parse_norm_op(&c, id, e);
+    case OP_REDUCE:
+        return parse_reduce_op(&c, id, e);
+    case OP_CONCAT:
+    case OP_SLICE:
+        return parse_concat_slice_op(&c, id, e);
+    case OP_ROPE:
+    case OP_ATTENTION:
+    case OP_SPLIT_HEADS:
+    case OP_MERGE_HEADS:
+        return parse_heads_op(&c, id, e);
     default:
         break;
     }
