@@ -66,7 +66,14 @@ static void usage(FILE *f)
             "              choose bodies that move chunks of blocks (pipelined relays,\n"
             "              rings), off moves whole blocks only, K makes every action of\n"
             "              every exchange a stream of K chunks (for testing); default off,\n"
-            "              or $EIN_EXCHANGE_CHUNKS.\n");
+            "              or $EIN_EXCHANGE_CHUNKS.\n"
+            "  --simulate  predict one iteration on --topology T (default host) with its\n"
+            "              calibration (or --calibration FILE): time, per-device compute /\n"
+            "              communication / idle, peak memory, critical path; --json,\n"
+            "              --trace FILE (docs/simulator.md).\n"
+            "  --objective comm|time  comm (default): the DP minimises the paper's\n"
+            "              elements moved; time: the DP's plans under a cost in predicted\n"
+            "              seconds and under comm, of which the simulator's faster.\n");
 }
 
 /* "8x1" grid of the output tiling: distinct intervals per dim. */
