@@ -169,8 +169,10 @@ typedef struct ein_compile_options {
     uint64_t plan_seed;       /* random selector and exchange search (default 1) */
     int linear_paths;         /* the planner's linear-path tactic (paper §4.5) */
     const char *objective;    /* "comm" (default: the paper's elements moved) or
-                                 "time": predicted seconds on the topology with its
-                                 calibration (docs/simulator.md) */
+                                 "time": the DP's plans under predicted seconds and
+                                 under comm, of which the plan simulator's faster
+                                 on the topology with its calibration
+                                 (docs/simulator.md) */
     int plan_only;            /* stop after planning: no exchanges, no programs
                                  (einplan; such a value cannot be run) */
     int naive_exchanges;      /* 1: the naive exchange bodies, no synthesis */
