@@ -228,6 +228,16 @@ static sess_input *find_input(ein_session *s, const char *name, ein_error *err)
     return NULL;
 }
 
+/* The input `name` of a live session, through *in; 0 or a negative
+ * code (the session's failure, or EIN_EINVAL for no such input). */
+static int live_input(ein_session *s, const char *name, sess_input **in, ein_error *err)
+{
+    int rc = check_alive(s, err);
+    if (rc < 0)
+        return rc;
+    return (*in = find_input(s, name, err)) ? 0 : EIN_EINVAL;
+}
+
 /* Point input `in` at `path` (copied) in `format` at `offset`; it is
  * loaded again at the next run. */
 static int input_point(sess_input *in, const char *path, ein_load_format format,
@@ -247,12 +257,10 @@ static int input_point(sess_input *in, const char *path, ein_load_format format,
 int ein_session_set_input(ein_session *s, const char *name, const void *data, size_t bytes,
                           ein_error *err)
 {
-    int rc = check_alive(s, err);
+    sess_input *in;
+    int rc = live_input(s, name, &in, err);
     if (rc < 0)
         return rc;
-    sess_input *in = find_input(s, name, err);
-    if (!in)
-        return EIN_EINVAL;
     const pl_node *nd = pl_graph_node(s->c->g, in->node);
     size_t want = ein_dtype_size(nd->dtype);
     for (int a = 0; a < nd->rank; a++)
@@ -272,12 +280,10 @@ int ein_session_set_input(ein_session *s, const char *name, const void *data, si
 
 int ein_session_set_input_npy(ein_session *s, const char *name, const char *path, ein_error *err)
 {
-    int rc = check_alive(s, err);
+    sess_input *in;
+    int rc = live_input(s, name, &in, err);
     if (rc < 0)
         return rc;
-    sess_input *in = find_input(s, name, err);
-    if (!in)
-        return EIN_EINVAL;
     if (!path)
         return ein_fail(err, EIN_EINVAL, "input %s: NULL path", name);
     const pl_node *nd = pl_graph_node(s->c->g, in->node);
@@ -305,12 +311,10 @@ int ein_session_set_input_source(ein_session *s, const char *name, const char *p
 {
     if (format == EIN_LOAD_NPY)
         return ein_session_set_input_npy(s, name, path, err);
-    int rc = check_alive(s, err);
+    sess_input *in;
+    int rc = live_input(s, name, &in, err);
     if (rc < 0)
         return rc;
-    sess_input *in = find_input(s, name, err);
-    if (!in)
-        return EIN_EINVAL;
     char abs[PATH_MAX];
     return input_point(in, realpath(path, abs) ? abs : path, format, offset, err);
 }
