@@ -209,8 +209,10 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  * a path, offset 0 unless RAW and offset + the tensor's bytes below 2^63;
  * STORE: one src inside [0, shape),
  * dst -1, a non-empty path; KERNEL: a dst; EINSUM 1-2 srcs and subscripts
- * "ab,bc->ac" (explicit "->", letters only) whose letters match the
- * operands' ranks and agree on extents; UNARY 1 src with dst's box;
+ * "ab,bc->ac" that ein_einsum_parse_flags(EIN_EINSUM_SCALARS) accepts
+ * (common/ein_einsum.h: letters a-z, none repeated within an operand or
+ * the output) whose letters match the operands' ranks and agree on
+ * extents; UNARY 1 src with dst's box;
  * BINARY 2 srcs of rank <= dst's, each right-aligned dim either dst's
  * interval or of extent 1; SOFTMAX 1 src, axis < rank, dst box == src
  * box; RMSNORM 2 / LAYERNORM 3 srcs, eps finite >= 0, x rank >= 1, dst

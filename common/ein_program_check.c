@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/ein_einsum.h"
 #include "common/ein_program_int.h"
 
 /* ---- validation ------------------------------------------------------- */
@@ -105,74 +106,49 @@ static int check_path(int i, const ein_instr *ins, int required, ein_error *err)
     return 0;
 }
 
-static int letter_index(char c)
-{
-    if (c >= 'a' && c <= 'z')
-        return c - 'a';
-    if (c >= 'A' && c <= 'Z')
-        return 26 + c - 'A';
-    return -1;
-}
-
-/* "ab,bc->ac": one operand per source, one letter per dim of its buffer,
- * every letter with one extent; the output's letters appear in the inputs,
- * once each, and match dst's box. Kernels rely on this for bounds. */
+/* "ab,bc->ac": subscripts that ein_einsum_parse accepts (rank-0 operands
+ * and outputs too), one operand per source, one letter per dim of its
+ * buffer, every letter with one extent; the output's letters match dst's
+ * box. Kernels rely on this for bounds. */
 static int check_einsum(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
 {
     const char *s = ins->kernel.subscripts;
-    int64_t ext[52];
-    for (int c = 0; c < 52; c++)
-        ext[c] = -1;
     if (!memchr(s, '\0', EIN_NAME_MAX))
         return ifail(err, i, ins, "einsum subscripts not NUL-terminated");
-    const char *arrow = strstr(s, "->");
-    if (!arrow)
-        return ifail(err, i, ins, "einsum subscripts '%s' lack '->'", s);
-    const char *q = s;
-    int k = 0;
-    for (;; k++) {
-        const char *start = q;
-        while (q < arrow && *q != ',')
-            q++;
+    ein_einsum_sub sub;
+    ein_error perr = {0};
+    if (ein_einsum_parse_flags(s, EIN_EINSUM_SCALARS, &sub, &perr) < 0)
+        return ifail(err, i, ins, "%s", perr.msg);
+    int64_t ext[26]; /* of letter 'a' + c, -1 until an operand has it */
+    for (int c = 0; c < 26; c++)
+        ext[c] = -1;
+    for (int k = 0; k < sub.nops; k++) {
         if (k >= ins->nsrcs)
             return ifail(err, i, ins, "einsum '%s' has more operands than its %d sources", s, ins->nsrcs);
         const ein_box *b = &p->buffers[ins->srcs[k]].box;
-        if (q - start != b->rank)
+        if (sub.rank[k] != b->rank)
             return ifail(err, i, ins, "einsum '%s': operand %d has %d letters but its buffer rank %d", s, k,
-                         (int)(q - start), b->rank);
+                         sub.rank[k], b->rank);
         for (int d = 0; d < b->rank; d++) {
-            int c = letter_index(start[d]);
-            if (c < 0)
-                return ifail(err, i, ins, "einsum '%s': bad character '%c'", s, start[d]);
+            char l = sub.ops[k][d];
             int64_t e = b->hi[d] - b->lo[d];
-            if (ext[c] >= 0 && ext[c] != e)
-                return ifail(err, i, ins, "einsum '%s': index '%c' has extents %lld and %lld", s, start[d],
-                             (long long)ext[c], (long long)e);
-            ext[c] = e;
+            if (ext[l - 'a'] >= 0 && ext[l - 'a'] != e)
+                return ifail(err, i, ins, "einsum '%s': index '%c' has extents %lld and %lld", s, l,
+                             (long long)ext[l - 'a'], (long long)e);
+            ext[l - 'a'] = e;
         }
-        if (q == arrow)
-            break;
-        q++; /* ',' */
     }
-    if (k + 1 != ins->nsrcs)
-        return ifail(err, i, ins, "einsum '%s' has %d operands but %d sources", s, k + 1, ins->nsrcs);
-    const char *out = arrow + 2;
+    if (sub.nops != ins->nsrcs)
+        return ifail(err, i, ins, "einsum '%s' has %d operands but %d sources", s, sub.nops, ins->nsrcs);
     const ein_box *ob = &p->buffers[ins->dst].box;
-    if ((int)strlen(out) != ob->rank)
-        return ifail(err, i, ins, "einsum '%s': output has %d letters but dst rank %d", s, (int)strlen(out),
+    if (sub.out_rank != ob->rank)
+        return ifail(err, i, ins, "einsum '%s': output has %d letters but dst rank %d", s, sub.out_rank,
                      ob->rank);
-    int seen[52] = {0};
     for (int d = 0; d < ob->rank; d++) {
-        int c = letter_index(out[d]);
-        if (c < 0)
-            return ifail(err, i, ins, "einsum '%s': bad character '%c'", s, out[d]);
-        if (ext[c] < 0)
-            return ifail(err, i, ins, "einsum '%s': output index '%c' is in no input", s, out[d]);
-        if (seen[c]++)
-            return ifail(err, i, ins, "einsum '%s': output index '%c' repeated", s, out[d]);
-        if (ob->hi[d] - ob->lo[d] != ext[c])
-            return ifail(err, i, ins, "einsum '%s': output index '%c' has extent %lld, inputs %lld", s, out[d],
-                         (long long)(ob->hi[d] - ob->lo[d]), (long long)ext[c]);
+        char l = sub.out[d];
+        if (ob->hi[d] - ob->lo[d] != ext[l - 'a'])
+            return ifail(err, i, ins, "einsum '%s': output index '%c' has extent %lld, inputs %lld", s, l,
+                         (long long)(ob->hi[d] - ob->lo[d]), (long long)ext[l - 'a']);
     }
     return 0;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_einsum.h"
 #include "common/ein_json.h"
 #include "common/ein_vec.h"
 
@@ -100,26 +101,18 @@ static co_work instr_work(const ein_program *p, const ein_instr *ins, double *fl
     if (k->kind == EIN_KERNEL_SLICE || k->kind == EIN_KERNEL_CONCAT ||
         k->kind == EIN_KERNEL_SPLIT_HEADS || k->kind == EIN_KERNEL_MERGE_HEADS)
         return CO_WORK_LAYOUT;
-    if (k->kind == EIN_KERNEL_EINSUM && ins->nsrcs == 2) {
-        /* 2 x the product of every letter's extent. */
-        double ext[128] = {0};
-        const char *sub = k->subscripts;
-        int op = 0, ax = 0;
-        for (const char *c = sub; *c && *c != '-'; c++) {
-            if (*c == ',') {
-                op++;
-                ax = 0;
-                continue;
-            }
-            if (op < 2 && (unsigned char)*c < 128) {
-                const ein_box *b = &p->buffers[ins->srcs[op]].box;
-                if (ax < b->rank)
-                    ext[(unsigned char)*c] = (double)(b->hi[ax] - b->lo[ax]);
-                ax++;
-            }
+    ein_einsum_sub sub;
+    if (k->kind == EIN_KERNEL_EINSUM && ins->nsrcs == 2 &&
+        ein_einsum_parse_flags(k->subscripts, EIN_EINSUM_SCALARS, &sub, NULL) == 0) {
+        /* 2 x the product of every letter's extent (extents 0 left out). */
+        double ext[26] = {0};
+        for (int op = 0; op < sub.nops; op++) {
+            const ein_box *b = &p->buffers[ins->srcs[op]].box;
+            for (int ax = 0; ax < sub.rank[op] && ax < b->rank; ax++)
+                ext[sub.ops[op][ax] - 'a'] = (double)(b->hi[ax] - b->lo[ax]);
         }
         double f = 2.0;
-        for (int c = 0; c < 128; c++)
+        for (int c = 0; c < 26; c++)
             if (ext[c] > 0)
                 f *= ext[c];
         *flops = f;

@@ -17,6 +17,7 @@
 
 #include "common/ein_box.h"
 #include "common/ein_dtype.h"
+#include "common/ein_einsum.h"
 #include "common/ein_error.h"
 #include "common/ein_nameidx.h"
 #include "common/ein_program.h"
@@ -64,21 +65,7 @@ typedef struct pl_graph {
     ein_nameidx index;
 } pl_graph;
 
-/* Einsum subscripts split into letters, e.g. "bij,bjk->bik". */
-typedef struct pl_einsum_sub {
-    int nops;                       /* 1 or 2 operands */
-    int rank[2];                    /* letters per operand */
-    char ops[2][EIN_MAX_RANK];      /* 'a'..'z', not NUL-terminated */
-    int out_rank;
-    char out[EIN_MAX_RANK];
-} pl_einsum_sub;
-
-/* Check and split subscripts: explicit "->", letters a-z only (no spaces),
- * 1 or 2 operands of 1..EIN_MAX_RANK letters, no letter repeated within an
- * operand or within the output, every output letter in some operand, and
- * 1..EIN_MAX_RANK output letters (rank-0 results are not supported). Fails
- * with EIN_EINVAL and a message quoting the subscripts; *out untouched. */
-int pl_einsum_parse(const char *subscripts, pl_einsum_sub *out, ein_error *err);
+/* Einsum subscripts are parsed by ein_einsum_parse (common/ein_einsum.h). */
 
 pl_graph *pl_graph_new(void);               /* NULL on allocation failure */
 void pl_graph_free(pl_graph *g);

@@ -692,7 +692,7 @@ static int parse_einsum(parser *p, const char *name, const tok *const *args, int
     int rc, a, b = -1;
     const tok *s = args[0];
     char subs[EIN_NAME_MAX];
-    pl_einsum_sub sub;
+    ein_einsum_sub sub;
     if (s->kind != T_STR)
         return perr(p, EIN_EPARSE, s->col, "expected the subscripts of einsum as a string like "
                     "\"ij,jk->ik\", got %s", DESC(s));
@@ -701,7 +701,7 @@ static int parse_einsum(parser *p, const char *name, const tok *const *args, int
                     "at most %d", s->len, EIN_NAME_MAX - 1);
     memcpy(subs, s->s, (size_t)s->len);
     subs[s->len] = '\0';
-    if ((rc = pl_einsum_parse(subs, &sub, e)) < 0)
+    if ((rc = ein_einsum_parse(subs, &sub, e)) < 0)
         return perr(p, EIN_EPARSE, s->col, "%s", e->msg);
     if (sub.nops != nargs - 1)
         return perr(p, EIN_EPARSE, s->col, "einsum '%s' has %d operand%s but %d tensor%s given; "

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_einsum.h"
+
 #define KN_NLET 26
 #define KN_SMALL_GEMM 256
 /* Distinct letters of a two-operand einsum: at most the letters of a and b. */
@@ -55,57 +57,21 @@ typedef struct kn_mat {
 
 static const char *const kn_opname[3] = {"a", "b", "out"};
 
+/* The letters of subscripts as numbers: ein_einsum_parse's rules, rank-0
+ * operands and outputs allowed. */
 static int kn_subs_parse(const char *s, kn_subs *sp, ein_error *err)
 {
     memset(sp, 0, sizeof *sp);
-    if (!s)
-        return ein_fail(err, EIN_EINVAL, "einsum: no subscripts");
-    const char *arrow = strstr(s, "->");
-    if (!arrow)
-        return ein_fail(err, EIN_EINVAL, "einsum %s: missing \"->\"", s);
-    int op = 0;
-    unsigned seen = 0, inputs = 0;
-    for (const char *p = s; p < arrow; p++) {
-        if (*p == ',') {
-            if (op == 1)
-                return ein_fail(err, EIN_EINVAL, "einsum %s: more than 2 operands", s);
-            op++;
-            seen = 0;
-            continue;
-        }
-        if (*p < 'a' || *p > 'z')
-            return ein_fail(err, EIN_EINVAL,
-                            "einsum %s: character %d (0x%02x) is not a letter a-z",
-                            s, (int)(p - s), (unsigned char)*p);
-        unsigned bit = 1u << (*p - 'a');
-        if (seen & bit)
-            return ein_fail(err, EIN_EINVAL, "einsum %s: letter %c repeats in %s",
-                            s, *p, kn_opname[op]);
-        if (sp->rank[op] == EIN_MAX_RANK)
-            return ein_fail(err, EIN_EINVAL, "einsum %s: %s has more than %d letters",
-                            s, kn_opname[op], EIN_MAX_RANK);
-        seen |= bit;
-        inputs |= bit;
-        sp->let[op][sp->rank[op]++] = *p - 'a';
-    }
-    sp->nin = op + 1;
-    seen = 0;
-    for (const char *p = arrow + 2; *p; p++) {
-        if (*p < 'a' || *p > 'z')
-            return ein_fail(err, EIN_EINVAL,
-                            "einsum %s: character %d (0x%02x) is not a letter a-z",
-                            s, (int)(p - s), (unsigned char)*p);
-        unsigned bit = 1u << (*p - 'a');
-        if (seen & bit)
-            return ein_fail(err, EIN_EINVAL, "einsum %s: output letter %c repeats", s, *p);
-        if (!(inputs & bit))
-            return ein_fail(err, EIN_EINVAL, "einsum %s: output letter %c is in no input",
-                            s, *p);
-        if (sp->rank[2] == EIN_MAX_RANK)
-            return ein_fail(err, EIN_EINVAL, "einsum %s: output has more than %d letters",
-                            s, EIN_MAX_RANK);
-        seen |= bit;
-        sp->let[2][sp->rank[2]++] = *p - 'a';
+    ein_einsum_sub sub;
+    int rc = ein_einsum_parse_flags(s, EIN_EINSUM_SCALARS, &sub, err);
+    if (rc < 0)
+        return rc;
+    sp->nin = sub.nops;
+    for (int op = 0; op < 3; op++) {
+        const char *let = op < 2 ? sub.ops[op] : sub.out;
+        sp->rank[op] = op < 2 ? sub.rank[op] : sub.out_rank;
+        for (int i = 0; i < sp->rank[op]; i++)
+            sp->let[op][i] = let[i] - 'a';
     }
     return 0;
 }

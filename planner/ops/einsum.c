@@ -6,7 +6,8 @@
  * intervals of the output letters. Contracted letters split k ways give k
  * function specifications with the same output type, summed (Ex. 3.8).
  * Also the builders pl_graph_add_einsum / pl_graph_add_matmul (shape
- * inference) and pl_einsum_parse. */
+ * inference). The subscripts are parsed by ein_einsum_parse
+ * (common/ein_einsum.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,105 +15,14 @@
 #include "planner/ops/pl_ops.h"
 #include "planner/pl_graph_int.h"
 
-int pl_einsum_parse(const char *s, pl_einsum_sub *out, ein_error *err)
-{
-    if (!s || !s[0])
-        return ein_fail(err, EIN_EINVAL, "einsum subscripts are empty; expected e.g. 'ij,jk->ik'");
-    size_t len = strnlen(s, EIN_NAME_MAX);
-    if (len >= EIN_NAME_MAX)
-        return ein_fail(err, EIN_EINVAL, "einsum subscripts '%.32s...' are too long (at most %d characters)",
-                        s, EIN_NAME_MAX - 1);
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if ((c >= 'a' && c <= 'z') || c == ',')
-            continue;
-        if (c == '-' && s[i + 1] == '>') {
-            i++;
-            continue;
-        }
-        if (c >= ' ' && c < 127)
-            return ein_fail(err, EIN_EINVAL,
-                            "einsum '%s': unexpected character '%c' at position %zu; expected "
-                            "letters a-z, ',' and '->'", s, c, i + 1);
-        return ein_fail(err, EIN_EINVAL,
-                        "einsum '%s': unexpected byte 0x%02x at position %zu; expected "
-                        "letters a-z, ',' and '->'", s, (unsigned char)c, i + 1);
-    }
-    const char *arrow = strstr(s, "->");
-    if (!arrow)
-        return ein_fail(err, EIN_EINVAL, "einsum '%s': missing '->'; expected an explicit output "
-                        "such as 'ij,jk->ik'", s);
-    if (strstr(arrow + 2, "->"))
-        return ein_fail(err, EIN_EINVAL, "einsum '%s': more than one '->'; expected one", s);
-    if (strchr(arrow + 2, ','))
-        return ein_fail(err, EIN_EINVAL, "einsum '%s': ',' after '->'; expected one output "
-                        "operand", s);
-
-    pl_einsum_sub r;
-    memset(&r, 0, sizeof r);
-    const char *p = s;
-    for (;;) {
-        const char *end = p;
-        while (end < arrow && *end != ',')
-            end++;
-        if (r.nops == 2)
-            return ein_fail(err, EIN_EINVAL, "einsum '%s': more than 2 operands; expected 1 or 2", s);
-        int k = r.nops++;
-        int n = (int)(end - p);
-        if (n == 0)
-            return ein_fail(err, EIN_EINVAL, "einsum '%s': operand %d has no indices "
-                            "(rank-0 tensors are not supported); expected at least one",
-                            s, k + 1);
-        if (n > EIN_MAX_RANK)
-            return ein_fail(err, EIN_EINVAL, "einsum '%s': operand %d has %d indices; expected at "
-                            "most %d",
-                            s, k + 1, n, EIN_MAX_RANK);
-        for (int i = 0; i < n; i++) {
-            if (memchr(p, p[i], (size_t)i))
-                return ein_fail(err, EIN_EINVAL, "einsum '%s': index %c repeated in operand %d "
-                                "(diagonals are not supported); expected distinct indices",
-                                s, p[i], k + 1);
-            r.ops[k][i] = p[i];
-        }
-        r.rank[k] = n;
-        if (end == arrow)
-            break;
-        p = end + 1;
-    }
-    const char *o = arrow + 2;
-    int n = (int)strlen(o);
-    if (n == 0)
-        return ein_fail(err, EIN_EINVAL, "einsum '%s': the output has no indices "
-                        "(rank-0 results are not supported); expected at least one", s);
-    if (n > EIN_MAX_RANK)
-        return ein_fail(err, EIN_EINVAL, "einsum '%s': the output has %d indices; expected at most %d",
-                        s, n, EIN_MAX_RANK);
-    for (int i = 0; i < n; i++) {
-        if (memchr(o, o[i], (size_t)i))
-            return ein_fail(err, EIN_EINVAL, "einsum '%s': index %c repeated in the output; "
-                            "expected distinct indices", s, o[i]);
-        int found = 0;
-        for (int k = 0; k < r.nops; k++)
-            found |= memchr(r.ops[k], o[i], (size_t)r.rank[k]) != NULL;
-        if (!found)
-            return ein_fail(err, EIN_EINVAL, "einsum '%s': output index %c appears in no operand; "
-                            "expected indices of the operands",
-                            s, o[i]);
-        r.out[i] = o[i];
-    }
-    r.out_rank = n;
-    *out = r;
-    return 0;
-}
-
 int pl_graph_add_einsum(pl_graph *g, const char *name, const char *subscripts,
                         int a, int b, ein_error *err)
 {
     int rc;
-    pl_einsum_sub sub;
+    ein_einsum_sub sub;
     if (!g)
         return ein_fail(err, EIN_EINVAL, "einsum: NULL graph");
-    if ((rc = pl_einsum_parse(subscripts, &sub, err)) < 0)
+    if ((rc = ein_einsum_parse(subscripts, &sub, err)) < 0)
         return rc;
     int ids[2] = {a, b};
     int ntensors = b >= 0 ? 2 : 1;
@@ -202,8 +112,8 @@ int pl_graph_add_matmul(pl_graph *g, const char *name, int a, int b, ein_error *
 
 static int einsum_indices(const pl_graph *g, const pl_node *nd, pl_index *idx)
 {
-    pl_einsum_sub sub;
-    if (pl_einsum_parse(nd->kernel.subscripts, &sub, NULL) < 0 || sub.nops != nd->ninputs)
+    ein_einsum_sub sub;
+    if (ein_einsum_parse(nd->kernel.subscripts, &sub, NULL) < 0 || sub.nops != nd->ninputs)
         return -1;
     int n = 0;
     for (int k = 0; k < sub.nops; k++) {
@@ -238,8 +148,8 @@ static void einsum_fspec(const pl_graph *g, const pl_node *nd, const pl_index *i
                          const int64_t *lo, const int64_t *hi, ein_box *in, ein_box *out)
 {
     (void)g;
-    pl_einsum_sub sub;
-    pl_einsum_parse(nd->kernel.subscripts, &sub, NULL);
+    ein_einsum_sub sub;
+    ein_einsum_parse(nd->kernel.subscripts, &sub, NULL);
     for (int k = 0; k < sub.nops; k++)
         in[k] = letters_box(sub.ops[k], sub.rank[k], idx, nidx, lo, hi);
     *out = letters_box(sub.out, sub.out_rank, idx, nidx, lo, hi);
@@ -249,8 +159,8 @@ static ein_agg einsum_agg(const pl_graph *g, const pl_node *nd, const pl_index *
                           const int *counts)
 {
     (void)g;
-    pl_einsum_sub sub;
-    pl_einsum_parse(nd->kernel.subscripts, &sub, NULL);
+    ein_einsum_sub sub;
+    ein_einsum_parse(nd->kernel.subscripts, &sub, NULL);
     for (int i = 0; i < nidx; i++)
         if (counts[i] > 1 && !memchr(sub.out, idx[i].name, (size_t)sub.out_rank))
             return EIN_AGG_SUM;

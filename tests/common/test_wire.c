@@ -542,7 +542,11 @@ static void m_slice_outside(ein_program *p) { p->buffers[5].box.hi[1] = 7; p->bu
 static void m_concat_outside(ein_program *p) { p->buffers[7].box.lo[0] = 1; p->buffers[7].bytes -= 24; }
 static void m_agg_box(ein_program *p) { p->instrs[10].srcs[1] = 5; }
 static void m_agg_none(ein_program *p) { p->instrs[10].agg = EIN_AGG_NONE; }
-static void m_einsum_extent(ein_program *p) { strcpy(p->instrs[2].kernel.subscripts, "ij,jj->ij"); }
+static void m_einsum_extent(ein_program *p) { strcpy(p->instrs[2].kernel.subscripts, "ij,kj->ik"); }
+static void m_einsum_repeat(ein_program *p) { strcpy(p->instrs[2].kernel.subscripts, "ij,jj->ij"); }
+static void m_einsum_upper(ein_program *p) { strcpy(p->instrs[2].kernel.subscripts, "Ij,jk->Ik"); }
+static void m_einsum_nops(ein_program *p) { strcpy(p->instrs[2].kernel.subscripts, "ij->ij"); }
+static void m_einsum_out_extent(ein_program *p) { strcpy(p->instrs[2].kernel.subscripts, "ij,jk->ki"); }
 static void m_einsum_arrow(ein_program *p) { strcpy(p->instrs[2].kernel.subscripts, "ij,jk"); }
 static void m_einsum_rank(ein_program *p) { strcpy(p->instrs[2].kernel.subscripts, "ijk,jk->ik"); }
 static void m_einsum_out(ein_program *p) { strcpy(p->instrs[2].kernel.subscripts, "ij,jk->iz"); }
@@ -574,10 +578,15 @@ static void test_validate_rejects(void **state)
     expect_invalid(m_concat_outside, "not inside dst");
     expect_invalid(m_agg_box, "differs from dst");
     expect_invalid(m_agg_none, "invalid aggregation");
-    expect_invalid(m_einsum_extent, "index 'j' has extents");
-    expect_invalid(m_einsum_arrow, "lack '->'");
-    expect_invalid(m_einsum_rank, "operand 0 has 3 letters");
-    expect_invalid(m_einsum_out, "output index 'z'");
+    expect_invalid(m_einsum_extent, "(kernel 'mm'): einsum 'ij,kj->ik': index 'j' has extents 8 and 6");
+    /* Syntax errors: ein_einsum_parse's message after the instruction. */
+    expect_invalid(m_einsum_repeat, "(kernel 'mm'): einsum 'ij,jj->ij': index j repeated in operand 2");
+    expect_invalid(m_einsum_upper, "(kernel 'mm'): einsum 'Ij,jk->Ik': unexpected character 'I'");
+    expect_invalid(m_einsum_arrow, "(kernel 'mm'): einsum 'ij,jk': missing '->'");
+    expect_invalid(m_einsum_out, "einsum 'ij,jk->iz': output index z appears in no operand");
+    expect_invalid(m_einsum_rank, "operand 0 has 3 letters but its buffer rank 2");
+    expect_invalid(m_einsum_nops, "einsum 'ij->ij' has 1 operands but 2 sources");
+    expect_invalid(m_einsum_out_extent, "output index 'k' has extent 4, inputs 6");
     expect_invalid(m_unary_box, "box differs");
     expect_invalid(m_store_shape, "not inside the tensor's shape");
     expect_invalid(m_load_rank, "rank 2 but the tensor has rank 3");

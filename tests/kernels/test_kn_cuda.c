@@ -678,6 +678,15 @@ static void test_reduce_einsum_run(void **state)
     hd o = hd_out(EIN_F32, &ob);
     assert_int_equal(kn_cuda_einsum(ctx, "ij,jk->i", &a.d, &b.d, &o.d, stream, &err),
                      EIN_EUNSUPPORTED);
+    /* one operand is not a GEMM either; malformed subscripts are EIN_EINVAL */
+    assert_int_equal(kn_cuda_einsum(ctx, "ij->i", &a.d, &b.d, &o.d, stream, &err),
+                     EIN_EUNSUPPORTED);
+    assert_int_equal(kn_cuda_einsum(ctx, "iJ,jk->i", &a.d, &b.d, &o.d, stream, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "unexpected character 'J'"));
+    assert_int_equal(kn_cuda_einsum(ctx, "ii,jk->i", &a.d, &b.d, &o.d, stream, &err), EIN_EINVAL);
+    assert_int_equal(kn_cuda_einsum(ctx, "ij,jk,k->i", &a.d, &b.d, &o.d, stream, &err),
+                     EIN_EINVAL);
+    assert_int_equal(kn_cuda_einsum(ctx, "ij,jk->z", &a.d, &b.d, &o.d, stream, &err), EIN_EINVAL);
     /* dispatch of a few kinds */
     ein_kernel k;
     memset(&k, 0, sizeof k);

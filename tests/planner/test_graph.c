@@ -1,5 +1,5 @@
 /* tests/planner/test_graph.c — the graph builder: shape inference, the
- * einsum subscript rules, and that every rejected add names what was wrong
+ * einsum builder (the subscript rules are tests/common/test_einsum.c), and that every rejected add names what was wrong
  * and leaves the graph unchanged. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -124,54 +124,6 @@ static void test_input_errors(void **state)
     /* A failed add does not reserve the name. */
     ein_error e = {0};
     assert_int_equal(pl_graph_add_input(g, "z", EIN_F32, 1, s, &e), 1);
-}
-
-static void test_einsum_parse(void **state)
-{
-    ein_error err = {0};
-    pl_einsum_sub s;
-    assert_int_equal(pl_einsum_parse("bij,bjk->bik", &s, &err), 0);
-    assert_int_equal(s.nops, 2);
-    assert_int_equal(s.rank[0], 3);
-    assert_int_equal(s.rank[1], 3);
-    assert_memory_equal(s.ops[0], "bij", 3);
-    assert_memory_equal(s.ops[1], "bjk", 3);
-    assert_int_equal(s.out_rank, 3);
-    assert_memory_equal(s.out, "bik", 3);
-    assert_int_equal(pl_einsum_parse("ij->j", &s, &err), 0);
-    assert_int_equal(s.nops, 1);
-    assert_int_equal(s.out_rank, 1);
-    assert_int_equal(s.out[0], 'j');
-    assert_int_equal(pl_einsum_parse("abcdefgh,hijklmno->abcdefgo", &s, &err), 0);
-
-    static const struct { const char *subs, *msg; } bad[] = {
-        {"", "empty"},
-        {"ij,jk", "missing '->'"},
-        {"ij,jk>ik", "unexpected character '>'"},
-        {"ij-jk->ik", "unexpected character '-'"},
-        {"iJ->i", "unexpected character 'J'"},
-        {"i j->i", "unexpected character ' '"},
-        {"ij->j->j", "more than one '->'"},
-        {"ij->i,j", "',' after '->'"},
-        {"i,j,k->ijk", "more than 2 operands"},
-        {"->i", "operand 1 has no indices"},
-        {"i,->i", "operand 2 has no indices"},
-        {"ij->", "the output has no indices"},
-        {"iji->i", "index i repeated in operand 1"},
-        {"ij,kk->ij", "index k repeated in operand 2"},
-        {"ij->jj", "index j repeated in the output"},
-        {"ij->ik", "output index k appears in no operand"},
-        {"abcdefghi->a", "operand 1 has 9 indices; expected at most 8"},
-        {"abcde,fghi->abcdefghi", "the output has 9 indices; expected at most 8"},
-        {"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmn", "too long"},
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ein_error e = {0};
-        if (pl_einsum_parse(bad[i].subs, &s, &e) != EIN_EINVAL || !strstr(e.msg, bad[i].msg))
-            fail_msg("'%s': got \"%s\", expected \"%s\"", bad[i].subs, e.msg, bad[i].msg);
-    }
-    assert_int_equal(pl_einsum_parse(NULL, &s, &err), EIN_EINVAL);
-    assert_int_equal(pl_einsum_parse("ij->k", &s, NULL), EIN_EINVAL);
 }
 
 static void test_einsum(void **state)
@@ -417,7 +369,6 @@ int main(void)
         T(test_new_free),
         T(test_input),
         T(test_input_errors),
-        cmocka_unit_test(test_einsum_parse),
         T(test_einsum),
         T(test_matmul),
         T(test_unary),

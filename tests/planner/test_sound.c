@@ -276,8 +276,8 @@ static int b_einsum(pl_graph *g)
     static const char *subs[] = {"bij,bjk->bik", "ji,jk->ik", "ij->j", "ijk->ik", "ij,kj->ik",
                                  "abc,cd->abd"};
     const char *s = subs[rnd() % 6];
-    pl_einsum_sub sub;
-    pl_einsum_parse(s, &sub, NULL);
+    ein_einsum_sub sub;
+    ein_einsum_parse(s, &sub, NULL);
     int64_t size[26];
     for (int l = 0; l < 26; l++)
         size[l] = rint_in(1, 7);
