@@ -671,6 +671,7 @@ typedef struct run_state {
     pl_graph *g;
     const char **in_path, **out_path; /* --input file / output file of node v */
     char **tmp_path, **owned;         /* temporary of a saved node; default names */
+    const char **store_path;          /* tmp_path by node of the COMPILED graph */
     co_input_src *in_src;
     ein_safetensors **wopen;
     co_output *outs;
@@ -692,6 +693,7 @@ static void run_state_free(run_state *s)
     for (int v = 0; s->g && s->owned && v < s->g->nnodes; v++)
         free(s->owned[v]);
     free(s->tmp_path);
+    free(s->store_path);
     free(s->owned);
     if (s->sess) {
         ein_error ignored;
@@ -872,6 +874,27 @@ static void explain(const pl_graph *g, const pl_plan *plan)
     }
 }
 
+/* The session's store paths are by tensor of the compiled graph, which
+ * after --rewrite is another graph than the parsed one (other nodes, other
+ * order): every saved tensor is found there by name. */
+static int map_store_paths(run_state *s)
+{
+    const pl_graph *cg = s->comp->g;
+    if (!(s->store_path = calloc((size_t)cg->nnodes, sizeof *s->store_path)))
+        return fail(1, "out of memory");
+    for (int v = 0; v < s->g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(s->g, v);
+        if (!nd->saved)
+            continue;
+        int cv = pl_graph_find(cg, nd->name);
+        if (cv < 0 || !pl_graph_node(cg, cv)->saved)
+            return fail(1, "internal error: saved tensor '%s' is not saved by the compiled "
+                           "program%s", nd->name, s->comp->rewritten ? " (after --rewrite)" : "");
+        s->store_path[cv] = s->tmp_path[v];
+    }
+    return 0;
+}
+
 /* Plan, synthesise and lower (--rewrite first if asked). */
 static int compile_program(run_state *s, ein_compile_options *co)
 {
@@ -889,6 +912,9 @@ static int compile_program(run_state *s, ein_compile_options *co)
     }
     if (s->comp->topo_why[0])
         fprintf(stderr, "einrun: topology: %s\n", s->comp->topo_why);
+    int rc = map_store_paths(s);
+    if (rc)
+        return rc;
     if (s->comp->rewritten)
         pl_rewrite_report(stderr, s->comp->g, &s->comp->rewrite_stats);
     if (o->explain)
@@ -943,7 +969,7 @@ static void session_options_from(const run_state *s, ein_session_options *so)
     so->debug_device = o->debug_device;
     so->manual = o->manual;
     so->handle_signals = 1;
-    so->store_paths = (const char *const *)s->tmp_path;
+    so->store_paths = s->store_path;
 }
 
 /* Create the temporaries, start the workers and give them the input files
@@ -1029,8 +1055,9 @@ static void report_outputs(run_state *s)
             continue;
         char shape[256], devs[256];
         ein_shape_format(nd->rank, nd->shape, shape, sizeof shape);
-        devices_text(co_output_devices(s->comp->g, ein_plan_internal(s->comp->plan), v), devs,
-                     sizeof devs);
+        devices_text(co_output_devices(s->comp->g, ein_plan_internal(s->comp->plan),
+                                       pl_graph_find(s->comp->g, nd->name)),
+                     devs, sizeof devs);
         fprintf(stdout, "saved %s [%s] %s to %s (blocks written by device%s %s)\n", nd->name, shape,
                 ein_dtype_name(nd->dtype), s->out_path[v], strchr(devs, ',') ? "s" : "", devs);
     }

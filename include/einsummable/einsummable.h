@@ -269,9 +269,13 @@ typedef struct ein_session_options {
     int debug_device;         /* -1, or a worker started paused for a debugger */
     int manual;               /* the user starts the workers (printed commands) */
     int handle_signals;       /* SIGINT/SIGTERM during a run end it (einrun) */
-    const char *const *store_paths; /* NULL, or by tensor id: the .npy file a
-                                 saved tensor is written to (NULL entries: the
-                                 session's private directory) */
+    const char *const *store_paths; /* NULL, or by tensor id OF THE COMPILED
+                                 GRAPH (ein_compiled_graph(c): after a rewrite
+                                 not the graph given to ein_compile; find
+                                 tensors there by name), one entry per tensor
+                                 of it: the .npy file a saved tensor is
+                                 written to (NULL entries: the session's
+                                 private directory) */
 } ein_session_options;
 
 void ein_session_options_init(ein_session_options *o);
