@@ -100,3 +100,15 @@ const char *ein_strerror(int code)
     default: return "unknown error";
     }
 }
+
+void ein_msg_list_add(char *buf, size_t size, const char *item)
+{
+    size_t len = strlen(buf), n = strlen(item);
+    if (len >= 3 && !strcmp(buf + len - 3, "..."))
+        return;
+    const char *sep = len ? ", " : "";
+    if (len + strlen(sep) + n + 6 <= size)   /* room for ", ..." after it */
+        snprintf(buf + len, size - len, "%s%s", sep, item);
+    else
+        snprintf(buf + len, size - len, "%s...", sep);
+}

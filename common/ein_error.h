@@ -29,5 +29,10 @@ int ein_error_prefix(ein_error *err, const char *fmt, ...)
 
 void ein_error_clear(ein_error *err);
 
+/* Append `item` to the ", "-separated list in `buf` (a string of capacity
+ * `size`, "" to start), or ", ..." once when it would not fit: lists of
+ * names in messages, cut short rather than overflowing. */
+void ein_msg_list_add(char *buf, size_t size, const char *item);
+
 
 #endif

@@ -66,8 +66,9 @@ int co_weights_bind(const pl_graph *g, const ein_safetensors *const *files, int 
         int v = pl_graph_find(g, map[i].input);
         const pl_node *nd = v >= 0 ? pl_graph_node(g, v) : NULL;
         if (!nd || nd->kind != PL_INPUT) {
-            rc = ein_fail(err, EIN_EINVAL, "map %s=%s: the program has no input named '%s'",
-                          map[i].input, map[i].tensor, map[i].input);
+            rc = ein_fail(err, EIN_EINVAL, "map %s=%s: the program has no input named '%s'%s",
+                          map[i].input, map[i].tensor, map[i].input,
+                          nd ? " (it is computed, not an input)" : "");
             goto done;
         }
         if (pick[v] || src[v].path) {
@@ -121,6 +122,24 @@ done:
     return rc;
 }
 
+int co_weights_none_bound(const pl_graph *g, const ein_safetensors *const *files, int nfiles,
+                          ein_error *err)
+{
+    char names[300] = "", tensors[300] = "";
+    for (int v = 0; v < g->nnodes; v++)
+        if (pl_graph_node(g, v)->kind == PL_INPUT)
+            ein_msg_list_add(names, sizeof names, pl_graph_node(g, v)->name);
+    for (int f = 0; f < nfiles; f++)
+        for (int t = 0; t < files[f]->ntensors; t++)
+            ein_msg_list_add(tensors, sizeof tensors, files[f]->tensors[t].name);
+    return ein_fail(err, EIN_EINVAL, "%s: no tensor of %s is named like an input of the "
+                    "program, and no map binds one (the inputs: %s; the tensors: %s); map them "
+                    "INPUT=TENSOR",
+                    nfiles == 1 ? files[0]->path : "the weights files",
+                    nfiles == 1 ? "the file" : "them", names[0] ? names : "none",
+                    tensors[0] ? tensors : "none");
+}
+
 int co_weight_map_parse(const char *arg, co_weight_map *out, char **owned, ein_error *err)
 {
     const char *eq = strchr(arg, '=');
@@ -166,7 +185,12 @@ int co_weights_load(const pl_graph *g, const char *const *paths, int npaths,
     for (int i = 0; i < nmaps; i++)
         if ((rc = co_weight_map_parse(maps[i], &m[i], &owned[i], err)) < 0)
             goto done;
-    rc = co_weights_bind(g, (const ein_safetensors *const *)f, npaths, m, nmaps, src, nbound, err);
+    int n = 0;
+    rc = co_weights_bind(g, (const ein_safetensors *const *)f, npaths, m, nmaps, src, &n, err);
+    if (rc == 0 && n == 0 && npaths)
+        rc = co_weights_none_bound(g, (const ein_safetensors *const *)f, npaths, err);
+    if (rc == 0 && nbound)
+        *nbound = n;
 done:
     for (int i = 0; owned && i < nmaps; i++)
         free(owned[i]);

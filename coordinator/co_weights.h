@@ -44,13 +44,21 @@ int co_weights_bind(const pl_graph *g, const ein_safetensors *const *files, int 
                     const co_weight_map *map, int nmap, co_input_src *src, int *nbound,
                     ein_error *err);
 
+/* The error for weights files of which co_weights_bind bound nothing
+ * (*nbound 0: a misspelt map, the wrong file, a program whose inputs are
+ * named otherwise): EIN_EINVAL naming the files, the program's inputs and
+ * the files' tensors (both lists cut short where long). Never 0. */
+int co_weights_none_bound(const pl_graph *g, const ein_safetensors *const *files, int nfiles,
+                          ein_error *err);
+
 /* Parse "INPUT=TENSOR" (an --map argument) into *out, pointing into `arg`'s
  * copy `*owned` (malloc'd, the caller frees it). EIN_EINVAL with a message
  * when there is no '=' or either side is empty. */
 int co_weight_map_parse(const char *arg, co_weight_map *out, char **owned, ein_error *err);
 
 /* einrun's --weights FILE ... --map INPUT=TENSOR ...: open every file
- * (ein_safetensors_open), parse the maps and co_weights_bind them. On
+ * (ein_safetensors_open), parse the maps and co_weights_bind them; files
+ * that bind no input at all are an error (co_weights_none_bound). On
  * success *files (nfiles entries, free with co_weights_files_free) holds
  * the open files the paths in `src` point into; on error (the message
  * names the file and the tensor) *files is NULL and src is unchanged. */

@@ -38,6 +38,7 @@ struct ein_session {
     int nin;
     char **out_path;        /* by node id: where STORE writes (saved nodes) */
     int stored;             /* a run has stored the outputs */
+    int generate_missing;   /* the options' */
     int dead;               /* a run failed: the workers are gone */
     ein_error why;
 };
@@ -175,6 +176,7 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
         if (pl_graph_node(g, v)->kind == PL_INPUT)
             s->in[s->nin++] = (sess_input){.node = v};
     s->store_paths = o.store_paths;
+    s->generate_missing = o.generate_missing;
     if ((rc = copy_programs(s, err)) < 0)
         goto fail;
     co_run_opts ro = {.worker_path = worker, .worker_timeout = o.worker_timeout,
@@ -345,6 +347,10 @@ int ein_session_load_safetensors(ein_session *s, const char *path, const char *c
     const ein_safetensors *files[1] = {st};
     if ((rc = co_weights_bind(g, files, 1, wm, nmap, src, &n, err)) < 0)
         goto out;
+    if (n == 0) {
+        rc = co_weights_none_bound(g, files, 1, err);
+        goto out;
+    }
     for (int v = 0; v < g->nnodes && rc == 0; v++)
         if (src[v].path)
             rc = ein_session_set_input_source(s, pl_graph_node(g, v)->name, src[v].path,
@@ -361,10 +367,45 @@ out:
     return rc;
 }
 
+int ein_session_input_is_set(const ein_session *s, const char *name)
+{
+    const pl_graph *g = s && name ? s->c->g : NULL;
+    int v = g ? pl_graph_find(g, name) : -1;
+    for (int i = 0; v >= 0 && i < s->nin; i++)
+        if (s->in[i].node == v)
+            return s->in[i].path != NULL;
+    return EIN_EINVAL;
+}
+
+/* Inputs are generated only in a demo run (none set at all) or when the
+ * options ask for it; otherwise an input never set is an error that names
+ * every such input. */
+static int check_inputs_set(const ein_session *s, ein_error *err)
+{
+    int nset = 0;
+    for (int i = 0; i < s->nin; i++)
+        nset += s->in[i].path != NULL;
+    if (s->generate_missing || nset == 0 || nset == s->nin)
+        return 0;
+    char names[400] = "";
+    int nmiss = 0;
+    for (int i = 0; i < s->nin; i++)
+        if (!s->in[i].path) {
+            ein_msg_list_add(names, sizeof names, pl_graph_node(s->c->g, s->in[i].node)->name);
+            nmiss++;
+        }
+    return ein_fail(err, EIN_EINVAL, "input%s %s %s no value (%d of %d inputs were set, %s "
+                    "never): set %s, or ask for generated values (generate_missing)",
+                    nmiss == 1 ? "" : "s", names, nmiss == 1 ? "has" : "have", nset, s->nin,
+                    nmiss == 1 ? "this one" : "these", nmiss == 1 ? "it" : "them");
+}
+
 int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_error *err)
 {
     int rc = check_alive(s, err);
     if (rc < 0)
+        return rc;
+    if ((rc = check_inputs_set(s, err)) < 0)
         return rc;
     int ndev = s->c->ndev, n = 0;
     ein_reload *rl = calloc((size_t)s->nin + 1, sizeof *rl);

@@ -65,8 +65,14 @@ static void usage(FILE *f)
 "                       so --gpus runs CPU devices unless --backend cuda.\n"
 "Data:\n"
 "  --input NAME=FILE    read input NAME from FILE.npy (shape and dtype must\n"
-"                       match the program). Inputs not given are generated from\n"
-"                       --seed, the same values whatever the device count.\n"
+"                       match the program). Every input needs a value (from\n"
+"                       --input or --weights) unless none is given at all:\n"
+"                       then all are generated from --seed (a demo run, and\n"
+"                       einrun says so), the same values whatever the device\n"
+"                       count.\n"
+"  --generate-missing   generate, from --seed, the inputs that neither --input\n"
+"                       nor --weights gives (einrun names them); without it\n"
+"                       such an input is an error (exit 2).\n"
 "  --output NAME=FILE   write saved tensor NAME to FILE (default: NAME.npy in\n"
 "                       the current directory). Files appear only if the run\n"
 "                       succeeds, all of them or none; an existing FILE must\n"
@@ -77,7 +83,8 @@ static void usage(FILE *f)
 "                       ones included), to DIR/NAME.npy (DIR is created), so\n"
 "                       a result can be checked with NumPy.\n"
 "  --weights FILE.safetensors  read every input named like a tensor of FILE\n"
-"                       from it (dtype and shape must match); repeat for a\n"
+"                       from it (dtype and shape must match; a file that binds\n"
+"                       no input is an error); repeat for a\n"
 "                       sharded checkpoint. Each device maps only the bytes of\n"
 "                       its own blocks. A bad file stops einrun before anything\n"
 "                       runs (exit 2). --input wins over a same-named tensor.\n"
@@ -191,6 +198,7 @@ typedef struct run_opts {
     int search_work, iterations, warmup, log_level, debug_device, wrapper_device;
     int exchange_chunks; /* ein_compile_options.exchange_chunks; 0: default */
     int explain, verbose, quiet, manual, rewrite, ilp, calibrate, show_topo;
+    int generate_missing; /* --generate-missing */
     int search;         /* --schedule: index in naive|search */
     int cuda;           /* --backend: index in cpu|cuda */
     int graphs;         /* --graphs: index in auto|on|off */
@@ -511,6 +519,7 @@ static const run_opt run_opt_table[] = {
     {"map",              0, 1, opt_name,     F(wmaps),           0, 0, NULL},
     {"quiet",          'q', 0, opt_flag,     F(quiet),           0, 0, NULL},
     {"dump-inputs",      0, 1, opt_string,   F(dump_dir),        0, 0, NULL},
+    {"generate-missing", 0, 0, opt_flag,     F(generate_missing),0, 0, NULL},
     {"ilp",              0, 0, opt_flag,     F(ilp),             0, 0, NULL},
     {"topology",         0, 1, opt_string,   F(topo_arg),        0, 0, NULL},
     {"gpu-probe",        0, 1, opt_string,   F(probe_file),      0, 0, NULL},
@@ -683,6 +692,7 @@ typedef struct run_state {
     int show;                         /* progress lines */
     double *iter_s, t_plan, t_run;
     ein_run_stats rs;
+    char generated[700];              /* "generating NAMES from --seed S (why)", or "" */
 } run_state;
 
 static void run_state_free(run_state *s)
@@ -718,7 +728,8 @@ static int bind_inputs(run_state *s)
         int v = pl_graph_find(s->g, b->name);
         const pl_node *nd = v >= 0 ? pl_graph_node(s->g, v) : NULL;
         if (!nd || nd->kind != PL_INPUT)
-            return fail(2, "--input %s: %s has no input named '%s'", b->name, o->path, b->name);
+            return fail(2, "--input %s: %s has no input named '%s'%s", b->name, o->path, b->name,
+                        nd ? " (it is computed, not an input)" : "");
         ein_npy_info info;
         if (ein_npy_read_info(b->path, &info, &s->err) < 0)
             return fail(2, "--input %s: %s", b->name, s->err.msg);
@@ -786,6 +797,38 @@ static int prepare_outputs(run_state *s)
     return 0;
 }
 
+/* Every input has a value, or none has (a demo: all generated from --seed,
+ * said in one line), or --generate-missing generates the rest (named). */
+static int check_missing_inputs(run_state *s)
+{
+    const run_opts *o = s->o;
+    char missing[600] = "";
+    int nin = 0, nmiss = 0;
+    for (int v = 0; v < s->g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(s->g, v);
+        if (nd->kind != PL_INPUT)
+            continue;
+        nin++;
+        if (!s->in_src[v].path) {
+            ein_msg_list_add(missing, sizeof missing, nd->name);
+            nmiss++;
+        }
+    }
+    if (nmiss == 0)
+        return 0;
+    if ((nmiss == nin && !o->inputs.n && !o->wfiles.n) || o->generate_missing) {
+        /* Said once the run starts: an error before it stays one line. */
+        snprintf(s->generated, sizeof s->generated, "generating %s from --seed %llu (%s)",
+                 missing, (unsigned long long)o->seed,
+                 nmiss < nin ? "--generate-missing" : "no input given");
+        return 0;
+    }
+    return fail(2, "%s: input%s %s %s no value: give --input NAME=FILE.npy, a --weights "
+                   "tensor of that name (or --map NAME=TENSOR), or --generate-missing to "
+                   "generate %s from --seed", o->path, nmiss == 1 ? "" : "s", missing,
+                nmiss == 1 ? "has" : "have", nmiss == 1 ? "it" : "them");
+}
+
 /* Parse PLAN.ein and bind its inputs (--input, --weights) and outputs. */
 static int load_program(run_state *s)
 {
@@ -811,6 +854,8 @@ static int load_program(run_state *s)
         co_weights_load(s->g, o->wfiles.v, o->wfiles.n, o->wmaps.v, o->wmaps.n, s->in_src, NULL,
                         &s->wopen, &s->err) < 0)
         return fail(2, "--weights: %s", s->err.msg);
+    if ((rc = check_missing_inputs(s)))
+        return rc;
     if ((rc = bind_outputs(s)))
         return rc;
     return prepare_outputs(s);
@@ -970,6 +1015,7 @@ static void session_options_from(const run_state *s, ein_session_options *so)
     so->manual = o->manual;
     so->handle_signals = 1;
     so->store_paths = s->store_path;
+    so->generate_missing = o->generate_missing;
 }
 
 /* Create the temporaries, start the workers and give them the input files
@@ -987,6 +1033,8 @@ static int start_session(run_state *s)
      * killed from then on. */
     if (co_outputs_create(s->outs, s->nouts, &s->err) < 0)
         return fail(2, "%s", s->err.msg);
+    if (s->generated[0])
+        fprintf(stderr, "einrun: %s\n", s->generated);
     if (!(s->iter_s = calloc((size_t)(o->warmup + o->iterations), sizeof *s->iter_s)))
         return fail(1, "out of memory");
     session_options_from(s, &s->so);

@@ -336,11 +336,13 @@ static int dim_add(parser *p, const char *name, int64_t size)
     return 0;
 }
 
-/* A dim size: decimal digits only, 1..2^40. */
-static int tok_int(parser *p, const tok *t, const char *what, int64_t *out)
+/* An integer from `min` (0 or 1) to 2^40, decimal digits only: a dim size
+ * (from 1), an axis or a start (from 0). */
+static int tok_int_from(parser *p, const tok *t, const char *what, int min, int64_t *out)
 {
+    const char *kind = min ? "a positive integer" : "a non-negative integer";
     if (t->kind != T_NUM)
-        return perr(p, EIN_EPARSE, t->col, "expected %s (a positive integer), got %s", what, DESC(t));
+        return perr(p, EIN_EPARSE, t->col, "expected %s (%s), got %s", what, kind, DESC(t));
     int neg = t->s[0] == '-', digits = 1, big = 0;
     int64_t v = 0;
     for (int i = neg; i < t->len; i++) {
@@ -354,18 +356,23 @@ static int tok_int(parser *p, const tok *t, const char *what, int64_t *out)
     }
     int shown = t->len > 40 ? 40 : t->len;
     if (!digits || neg == t->len)
-        return perr(p, EIN_EPARSE, t->col, "bad %s '%.*s'; expected a positive decimal integer",
-                    what, shown, t->s);
+        return perr(p, EIN_EPARSE, t->col, "bad %s '%.*s'; expected %s in decimal", what,
+                    shown, t->s, kind);
     if (neg)
-        return perr(p, EIN_EPARSE, t->col, "%s '%.*s' is negative; expected an integer from 1 "
-                    "to 2^40", what, shown, t->s);
+        return perr(p, EIN_EPARSE, t->col, "%s '%.*s' is negative; expected an integer from %d "
+                    "to 2^40", what, shown, t->s, min);
     if (big)
         return perr(p, EIN_EPARSE, t->col, "%s '%.*s%s' is too large; expected at most 2^40 (%lld)",
                     what, shown, t->s, t->len > shown ? "..." : "", (long long)PL_DIM_MAX);
-    if (v == 0)
+    if (v < min)
         return perr(p, EIN_EPARSE, t->col, "%s is 0; expected an integer from 1 to 2^40", what);
     *out = v;
     return 0;
+}
+
+static int tok_int(parser *p, const tok *t, const char *what, int64_t *out)
+{
+    return tok_int_from(p, t, what, 1, out);
 }
 
 static int nonfinite_word(const tok *t)
@@ -430,11 +437,7 @@ static int tok_float(parser *p, const tok *t, double *out)
 /* A non-negative integer argument (axis, start): digits, at most 2^40. */
 static int tok_index(parser *p, const tok *t, const char *what, int64_t *out)
 {
-    if (t->kind == T_NUM && t->len == 1 && t->s[0] == '0') {
-        *out = 0;
-        return 0;
-    }
-    return tok_int(p, t, what, out);
+    return tok_int_from(p, t, what, 0, out);
 }
 
 /* A size argument: an integer or a dim name. */

@@ -276,6 +276,14 @@ typedef struct ein_session_options {
                                  of it: the .npy file a saved tensor is
                                  written to (NULL entries: the session's
                                  private directory) */
+    int generate_missing;     /* 1: an input never set is generated from the
+                                 compile seed. 0 (default): generated only
+                                 while NO input of the program has been set
+                                 (a demo run); once one is set, a run with
+                                 another never set fails with EIN_EINVAL
+                                 naming it, so a misspelt name or a weights
+                                 file that binds too little never runs on
+                                 made-up values */
 } ein_session_options;
 
 void ein_session_options_init(ein_session_options *o);
@@ -303,8 +311,10 @@ int ein_session_set_input_npy(ein_session *s, const char *name, const char *path
  * worker then maps only the bytes of its own blocks; the file must stay in
  * place while the session may load it. *nbound (may be NULL) gets the
  * number of inputs bound. Errors (EIN_EIO, EIN_EPARSE for a bad file;
- * EIN_EINVAL, EIN_ESHAPE for a bad binding) are one line naming the file
- * and the tensor, and bind nothing that the error concerns. */
+ * EIN_EINVAL, EIN_ESHAPE for a bad binding; EIN_EINVAL for a file of which
+ * no tensor binds to any input: a misspelt map or the wrong file) are one
+ * line naming the file and the tensor, and bind nothing that the error
+ * concerns. */
 int ein_session_load_safetensors(ein_session *s, const char *path, const char *const *map,
                                  int nmap, int *nbound, ein_error *err);
 
@@ -326,6 +336,11 @@ typedef struct ein_run_stats {
      * peers. */
     int device_timed[64];
 } ein_run_stats;
+
+/* Whether input `name` has a value set (1), or would be generated from
+ * the compile seed at the next run (0); EIN_EINVAL if the program has no
+ * input of that name. Front ends use it to say what they generate. */
+int ein_session_input_is_set(const ein_session *s, const char *name);
 
 /* Run the program once (stats may be NULL). With `store` 0 the outputs are
  * not written back (warm-up and timing runs); ein_session_run stores. */

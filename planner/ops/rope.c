@@ -39,7 +39,8 @@ int pl_graph_add_rope_style(pl_graph *g, const char *name, int x, int64_t head_d
         return ein_fail(err, EIN_ESHAPE, "rope: head_dim %lld must be even and divide %s's "
                         "hidden size %lld", (long long)head_dim, t->name, (long long)t->shape[1]);
     if (!(theta > 1) || theta > 1e12)
-        return ein_fail(err, EIN_EINVAL, "rope: theta %g must be in (1, 1e12]", theta);
+        return ein_fail(err, EIN_EINVAL, "rope: theta %g must be in (1, 1e12]; expected the "
+                        "rotary base of the model, e.g. 10000 (LLaMA 2) or 500000 (LLaMA 3)", theta);
     pl_node n;
     pl_node_init_like(&n, g, PL_ROPE, x);   /* rank 2, checked above */
     if ((rc = pl_seq_ends_copy("rope", seq_ends, nseq, t->shape[0], &n.kernel.list, err)) < 0)

@@ -6,6 +6,7 @@ import ctypes
 import os
 import sys
 import threading
+import warnings
 import weakref
 
 import numpy
@@ -586,7 +587,8 @@ class Program:
     harmless."""
 
     def __init__(self, graph, devices, schedule_mode, backend, selector, seed, search_work,
-                 topology, rewrite, worker_timeout, run_timeout, verbose):
+                 topology, rewrite, worker_timeout, run_timeout, verbose,
+                 generate_missing=False):
         self._c = None
         self._s = None
         self._state = "compiled"  # -> "open" -> "failed" / "closed"
@@ -597,6 +599,8 @@ class Program:
         self.backend = backend
         self._gpu_ids = (ctypes.c_int * len(devices))(*devices)
         self._session_args = (worker_timeout, run_timeout, verbose)
+        self._generate_missing = bool(generate_missing)
+        self._seed = 1 if seed is None else seed
 
         o = L.ein_compile_options()
         _lib.ein_compile_options_init(ctypes.byref(o))
@@ -735,6 +739,7 @@ class Program:
         if run_timeout is not None:
             o.run_timeout = float(run_timeout)
         o.verbose = 1 if verbose else 0
+        o.generate_missing = 1 if self._generate_missing else 0
         out, err = ctypes.c_void_p(), L.ein_error()
         _check(_lib.ein_session_open(self._c, ctypes.byref(o), ctypes.byref(out),
                                      ctypes.byref(err)), err, "session")
@@ -825,14 +830,31 @@ class Program:
         return numpy.ascontiguousarray(a, dtype=want)
 
     def execute(self):
-        """Run the program once with the inputs loaded so far (inputs never
-        loaded are generated from the compile seed)."""
+        """Run the program once with the inputs loaded so far. Every input
+        needs a value (load, load_safetensors) unless none was loaded at
+        all: then every input is generated from the compile seed (a demo
+        run) and a warning names them. compileGraph(..., generate_missing=
+        True) generates the inputs never loaded instead of raising."""
         self._need_session("execute")
+        self._warn_generated()
         stats = L.ein_run_stats()
         self._call("execute", _lib.ein_session_run, ctypes.byref(stats))
         self._ran = True
         self.last_run_seconds = stats.wall_s
         self.last_pids = [int(stats.dev[d].pid) for d in range(min(stats.ndev, 64))]
+
+    def _warn_generated(self):
+        """Say which inputs a run generates (the library refuses a run with
+        some inputs set and others not, unless generate_missing)."""
+        names = [n for n in self.inputs()
+                 if _lib.ein_session_input_is_set(self._s, n.encode()) == 0]
+        if names and (self._generate_missing or len(names) == len(self.inputs())):
+            if names != getattr(self, "_warned_generated", None):
+                warnings.warn("einsummable: generating input%s %s from seed %d (%s)" % (
+                    "" if len(names) == 1 else "s", ", ".join(names), self._seed,
+                    "generate_missing=True" if len(names) < len(self.inputs())
+                    else "no input was loaded"), stacklevel=3)
+                self._warned_generated = names
 
     def offload(self, tensor, raw=False):
         """A saved tensor's value as of the last execute(), as a new NumPy
@@ -875,7 +897,8 @@ _SCHEDULES = ("naive", "ai")
 
 def compileGraph(graph, device=None, schedule_mode="naive", backend=None, selector="dp",
                  seed=None, search_work=None, topology=None, rewrite=False,
-                 worker_timeout=None, run_timeout=None, verbose=False):
+                 worker_timeout=None, run_timeout=None, verbose=False,
+                 generate_missing=False):
     """The paper's es.compileGraph: plan `graph` over the devices listed in
     `device` (default: every visible GPU, or one device when none is
     visible), make every exchange program (schedule_mode "naive": the naive
@@ -913,4 +936,5 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
                      if _gpu_visible() else "no GPU visible",
                      n, "" if n == 1 else "s", list(device)))
     return Program(graph, device, schedule_mode, backend, selector, seed, search_work,
-                   topology, rewrite, worker_timeout, run_timeout, verbose)
+                   topology, rewrite, worker_timeout, run_timeout, verbose,
+                   generate_missing)

@@ -121,6 +121,7 @@ class ein_session_options(ctypes.Structure):
         ("manual", ctypes.c_int),
         ("handle_signals", ctypes.c_int),
         ("store_paths", _c_char_pp),
+        ("generate_missing", ctypes.c_int),
         ("_spare", ctypes.c_char * 256),
     ]
 
@@ -211,6 +212,7 @@ _PROTOS = {
     "ein_session_set_input_npy": (_I, [_P, _S, _S, _E]),
     "ein_session_load_safetensors": (_I, [_P, _S, ctypes.POINTER(_S), _I,
                                           ctypes.POINTER(_I), _E]),
+    "ein_session_input_is_set": (_I, [_P, _S]),
     "ein_session_run": (_I, [_P, ctypes.POINTER(ein_run_stats), _E]),
     "ein_session_run_ex": (_I, [_P, _I, ctypes.POINTER(ein_run_stats), _E]),
     "ein_session_get_output": (_I, [_P, _S, _P, ctypes.c_size_t,

@@ -88,6 +88,6 @@ took=$(( $(date +%s) - start ))
 # The worker sleeps 30 s: detection well before that is the heartbeat (a
 # loaded 2-core machine needs a wide margin over the 1 s timeout).
 if [ "$took" -le 25 ]; then ok "hang detected in ${took}s (<= 25)"; else not_ok "hang detected in ${took}s, expected <= 25"; fi
-expect "success with file"    0 "saved y \[37, 24\] f32 to y.npy"    -- --cpu 3 --input x=x_ok.npy ffn.ein
+expect "success with file"    0 "saved y \[37, 24\] f32 to y.npy"    -- --cpu 3 --input x=x_ok.npy --generate-missing ffn.ein
 [ "$n" -eq 33 ] || echo "# planned 33 tests but ran $n"
 exit 0

@@ -88,5 +88,5 @@ bad "--map of an input given by --input" 2 "input w1 already has a source" \
     --weights good.safetensors --input w1=w1.npy --map w1=w2
 # A good file binds and the run reaches the workers (which mark.sh fails).
 rm -f started
-"$EINRUN" --cpu 2 --worker "$S/mark.sh" --weights good.safetensors ffn.ein > out.txt 2>&1
+"$EINRUN" --cpu 2 --worker "$S/mark.sh" --weights good.safetensors --generate-missing ffn.ein > out.txt 2>&1
 if [ -e started ]; then ok "a good file gets to the workers"; else not_ok "a good file gets to the workers" "$(cat out.txt)"; fi

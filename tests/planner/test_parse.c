@@ -427,7 +427,12 @@ static const bad_case bad[] = {
     {"negative_dim", "input x[-4]\nsave x\n", 0, EIN_EPARSE, "1:9",
      "dim size '-4' is negative"},
     {"bad_integer", "dims n=12x\n", 0, EIN_EPARSE, "1:8",
-     "bad dim size '12x'; expected a positive decimal integer"},
+     "bad dim size '12x'; expected a positive integer in decimal"},
+    /* An axis or a start counts from 0, and the message says so. */
+    {"negative_axis", "input x[4, 4]\ny = softmax(x, -1)\nsave y\n", 0, EIN_EPARSE, "2:16",
+     "softmax axis '-1' is negative; expected an integer from 0 to 2^40"},
+    {"bad_slice_start", "input x[4, 4]\ny = slice(x, 0, 3x, 4)\nsave y\n", 0, EIN_EPARSE,
+     "2:17", "bad slice start '3x'; expected a non-negative integer in decimal"},
     {"float_dim", "input x[2.5]\nsave x\n", 0, EIN_EPARSE, "1:9", "bad dim size '2.5'"},
     {"volume_overflow", "dims a=1099511627776\ninput x[a, a]\nsave x\n", 0, EIN_ESHAPE, "2:7",
      "more than 2^63-1 elements"},

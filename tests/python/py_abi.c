@@ -40,7 +40,8 @@ int main(void)
     F(ein_session_options, trace_path); F(ein_session_options, wrapper);
     F(ein_session_options, wrapper_device); F(ein_session_options, debug_device);
     F(ein_session_options, manual); F(ein_session_options, handle_signals);
-    F(ein_session_options, store_paths); Z(ein_session_options);
+    F(ein_session_options, store_paths); F(ein_session_options, generate_missing);
+    Z(ein_session_options);
     F(ein_run_stats, wall_s); F(ein_run_stats, ndev); F(ein_run_stats, dev);
     F(ein_run_stats, graphs); F(ein_run_stats, device_timed);
     Z(ein_run_stats);
