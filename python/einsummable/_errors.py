@@ -16,7 +16,7 @@ NumPy or JAX user expects, so `except ValueError` works:
     └── EinRuntimeError(EinError, RuntimeError)  EIN_EPROTO, EIN_EDEVICE
         ├── EinUnsupportedError(.., NotImplementedError)  EIN_EUNSUPPORTED
         └── WorkerError                          EIN_EWORKER: a worker failed during a run
-            └── EinTimeoutError(WorkerError, TimeoutError)  EIN_ETIMEOUT
+            └── EinTimeoutError                      EIN_ETIMEOUT: a worker or run over its timeout
 
 EinError(code, message) itself makes the subclass of its code, so code that
 raises or catches EinError keeps working.
@@ -54,7 +54,11 @@ class EinError(Exception):
     def __new__(cls, code: int, message: str = "") -> "EinError":
         if cls is EinError:
             cls = _BY_CODE.get(code, EinRuntimeError)
-        return super().__new__(cls)  # type: ignore[call-arg]
+        # The builtin base whose memory layout the class has: OSError for
+        # EinIOError, Exception for every other (MemoryError's own __new__
+        # refuses a subclass that also derives from Exception).
+        base: Any = OSError if issubclass(cls, OSError) else Exception
+        return base.__new__(cls)  # type: ignore[no-any-return]
 
     def __init__(self, code: int, message: str = "") -> None:
         super().__init__(message)
@@ -123,7 +127,7 @@ class WorkerError(EinRuntimeError):
     program's workers are gone; compile again for a new session."""
 
 
-class EinTimeoutError(WorkerError, TimeoutError):
+class EinTimeoutError(WorkerError):
     """A worker or a run took longer than its timeout (EIN_ETIMEOUT)."""
 
 
