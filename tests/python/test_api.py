@@ -309,3 +309,15 @@ def test_type_stub_matches_the_code():
     for f in ("createGraph", "tensorDesc", "compileGraph"):
         assert f in stub
     assert checked > 40
+
+
+def test_explain_names_splits_in_the_users_dimension_names():
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc([64, 32], dim_names=["tokens", "d_model"]), name="x")
+    w = g.insertTensor(es.tensorDesc([32, 96], dim_names=["d_model", "d_ff"]), name="w")
+    g.save(g.relu(x @ w, name="y"))
+    with es.compileGraph(g, device=[0, 1, 2, 3]) as p:
+        text = p.explain(exchanges=False)
+        _, ops = p.plan()
+    assert re.search(r"\btokens:\d", text) and re.search(r"\bd_ff:\d", text), text
+    assert all("tokens" in op["split"] for op in ops)
