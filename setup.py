@@ -120,6 +120,8 @@ class BuildPyNative(build_py):
         super().run()
         pkg = os.path.join(self.build_lib, "einsummable")
         os.makedirs(pkg, exist_ok=True)
+        # A build/ left by an earlier pip run may hold the other mode's parts.
+        shutil.rmtree(os.path.join(pkg, "_native"), ignore_errors=True)
         mode = os.environ.get("EIN_PIP_LIBRARY", "build")
         if mode == "system":
             libdir, bindir = _system_paths()
