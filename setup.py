@@ -64,8 +64,8 @@ def _pkg_config(var):
 
 def _system_paths():
     """(libdir, bindir) of an installed libeinsummable, absolute."""
-    libdir = _pkg_config("libdir")
-    bindir = os.path.join(_pkg_config("exec_prefix"), "bin")
+    libdir = os.path.normpath(_pkg_config("libdir"))
+    bindir = os.path.normpath(os.path.join(_pkg_config("exec_prefix"), "bin"))
     if not os.path.isfile(os.path.join(libdir, "libeinsummable.so")):
         raise SystemExit("einsummable: pkg-config says libdir %s, which has no "
                          "libeinsummable.so" % libdir)
