@@ -3,8 +3,14 @@
  * inputs in one session (the weights stay on the devices), print a
  * checksum of each result. Outside the source tree:
  *
- *     cc ffn_session.c $(pkg-config --cflags --libs einsummable) -o ffn_session
+ *     export PKG_CONFIG_PATH=$HOME/ein/lib/pkgconfig   (the --prefix of make install)
+ *     cc ffn_session.c $(pkg-config --cflags --libs einsummable) \
+ *         -Wl,-rpath,$(pkg-config --variable=libdir einsummable) -o ffn_session
  *     ./ffn_session
+ *
+ * The rpath lets the program find libeinsummable.so where it was installed
+ * (without it, outside /usr/lib, it exits 127: "cannot open shared object
+ * file"); LD_LIBRARY_PATH=$HOME/ein/lib would do the same.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -239,6 +239,30 @@ void ein_compiled_exchange_time(const ein_compiled *c, double *chosen_s, double 
  * Returns a malloc'd string the caller free()s, or NULL (out of memory). */
 char *ein_compiled_explain(const ein_compiled *c, int exchanges);
 
+/* Predict one iteration of `c` with the simulator of einplan --simulate
+ * (docs/simulator.md): its per-device programs replayed as the workers
+ * order them on c's topology, with the roofline `calibration` (a built-in
+ * name such as "host", or a file written by einrun --calibrate; NULL: the
+ * topology's own `calibration`, else "host"). Times in seconds. Fills *out
+ * and returns 0; EIN_EINVAL for a plan_only program, EIN_EIO / EIN_EPARSE
+ * for a calibration that cannot be read, EIN_ENOMEM. Deterministic. */
+typedef struct ein_prediction {
+    double time;               /* the iteration: makespan + calibration's per-iteration cost */
+    double makespan;
+    double path_compute, path_comm, path_wait; /* the critical path's split */
+    int ndev;
+    struct {
+        double compute;        /* kernels, aggregations, slices, concats */
+        double comm;           /* copies and notifications */
+        double idle;           /* makespan - compute - comm */
+        double end;            /* when its last instruction ends */
+        uint64_t peak_bytes;   /* its memory: every buffer of its program */
+    } dev[EIN_MAX_DEVICES];
+    char calibration[64];      /* the calibration's name */
+} ein_prediction;
+int ein_compiled_predict(const ein_compiled *c, const char *calibration, ein_prediction *out,
+                         ein_error *err);
+
 /* ---- sessions: workers kept alive across runs -------------------------
  * A session starts one worker process per device for a compiled program
  * and keeps them, with every input resident in device memory, until it is

@@ -12,7 +12,8 @@ import weakref
 import numpy
 
 from . import _lib as L
-from ._lib import EinError
+from . import _stats
+from ._errors import EinError, EinTypeError
 
 _lib = L.lib
 
@@ -71,6 +72,11 @@ def _fail(code, msg):
     raise EinError(code, msg)
 
 
+def _fail_type(msg):
+    """An argument of the wrong Python type: EinTypeError (a TypeError)."""
+    raise EinTypeError(L.EIN_EINVAL, msg)
+
+
 def _check(rc, err, what=None):
     """Raise the library's error for a negative return code."""
     if rc < 0:
@@ -85,7 +91,9 @@ def _check(rc, err, what=None):
 def _name_arg(name):
     if name is None:
         return None
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str):
+        _fail_type("name must be a non-empty string, not %r" % (name,))
+    if not name:
         _fail(L.EIN_EINVAL, "name must be a non-empty string, not %r" % (name,))
     b = name.encode("utf-8")
     if len(b) > 63:
@@ -95,7 +103,7 @@ def _name_arg(name):
 
 def _int(v, what):
     if isinstance(v, (bool, numpy.bool_)) or not isinstance(v, (int, numpy.integer)):
-        _fail(L.EIN_EINVAL, "%s must be an integer, not %r" % (what, v))
+        _fail_type("%s must be an integer, not %r" % (what, v))
     return int(v)
 
 
@@ -112,7 +120,7 @@ class TensorDesc:
         try:
             shape = tuple(shape)
         except TypeError:
-            _fail(L.EIN_ESHAPE, "tensorDesc: shape must be a list of sizes, not %r" % (shape,))
+            _fail_type("tensorDesc: shape must be a list of sizes, not %r" % (shape,))
         if not 1 <= len(shape) <= L.EIN_DESC_MAX_RANK:
             _fail(L.EIN_ESHAPE, "tensorDesc: rank %d; expected 1..%d"
                   % (len(shape), L.EIN_DESC_MAX_RANK))
@@ -164,15 +172,50 @@ class Tensor:
 
     @property
     def rank(self):
+        """The number of axes (len(shape))."""
         return len(self.shape)
 
     def __repr__(self):
         return "<einsummable.Tensor %s %s %s>" % (self.name, list(self.shape), self.dtype)
 
+    # Operators build the graph: x @ w is graph.matmul(x, w), x + y is
+    # graph.add(x, y) (NumPy broadcasting), ... Both sides must be tensors
+    # of the same graph.
+    def _other(self, other, op):
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return other
+
+    def __matmul__(self, other):
+        """x @ w: graph.matmul(x, w)."""
+        o = self._other(other, "@")
+        return o if o is NotImplemented else self.graph.matmul(self, o)
+
+    def __add__(self, other):
+        """x + y: graph.add(x, y)."""
+        o = self._other(other, "+")
+        return o if o is NotImplemented else self.graph.add(self, o)
+
+    def __sub__(self, other):
+        """x - y: graph.sub(x, y)."""
+        o = self._other(other, "-")
+        return o if o is NotImplemented else self.graph.sub(self, o)
+
+    def __mul__(self, other):
+        """x * y: graph.mul(x, y) (elementwise)."""
+        o = self._other(other, "*")
+        return o if o is NotImplemented else self.graph.mul(self, o)
+
+    def __truediv__(self, other):
+        """x / y: graph.div(x, y)."""
+        o = self._other(other, "/")
+        return o if o is NotImplemented else self.graph.div(self, o)
+
 
 _UNARY = ("relu", "silu", "gelu", "exp", "neg", "sigmoid", "tanh", "square", "gelu_exact",
           "scale", "addc")
 _BINARY = ("add", "sub", "mul", "div", "maximum")
+_ROPE_STYLES = {"interleaved": 0, "half": 1}  # ein_rope_style (ein_types.h)
 
 
 def _read_tensor(gp, tid):
@@ -195,6 +238,13 @@ class Graph:
     1..63 bytes) names it, otherwise the library makes one ("t17"). Errors
     raise EinError and leave the graph unchanged."""
 
+    def __repr__(self):
+        ts = self.tensors() if self._p is not None else []
+        ins = [t.name for t in ts if _read_tensor(self._p, t.id)[3]]
+        return "<einsummable.Graph: %d tensor%s, inputs %s, saved %s>" % (
+            len(ts), "" if len(ts) == 1 else "s", ins,
+            [t.name for t in ts if t.id in self._saved])
+
     def __init__(self):
         p = _lib.ein_graph_create()
         if not p:
@@ -214,7 +264,7 @@ class Graph:
         if isinstance(x, str):
             return self.tensor(x)
         if not isinstance(x, Tensor):
-            _fail(L.EIN_EINVAL, "%s: expected a Tensor of this graph, not %r" % (what, x))
+            _fail_type("%s: expected a Tensor of this graph, not %r" % (what, x))
         if x.graph is not self:
             _fail(L.EIN_EINVAL, "%s: tensor %s belongs to another graph" % (what, x.name))
         return x
@@ -257,7 +307,7 @@ class Graph:
     def tensor(self, name):
         """The tensor called `name` (EinError if none)."""
         if not isinstance(name, str):
-            _fail(L.EIN_EINVAL, "tensor: expected a name, not %r" % (name,))
+            _fail_type("tensor: expected a name, not %r" % (name,))
         err = L.ein_error()
         tid = _lib.ein_graph_find(self._p, name.encode("utf-8"), ctypes.byref(err))
         if tid < 0:
@@ -276,7 +326,7 @@ class Graph:
     def insertTensor(self, desc, name=None):
         """A graph input of type `desc` (es.tensorDesc(shape, dtype))."""
         if not isinstance(desc, TensorDesc):
-            _fail(L.EIN_EINVAL, "insertTensor: expected es.tensorDesc(shape, dtype), not %r"
+            _fail_type("insertTensor: expected es.tensorDesc(shape, dtype), not %r"
                   % (desc,))
         err, keep = L.ein_error(), []
         tid = _lib.ein_graph_insert_tensor(self._p, _name_arg(name), desc._c(keep),
@@ -295,6 +345,7 @@ class Graph:
 
     # -- operators
     def matmul(self, a, b, name=None):
+        """a [i, j] x b [j, k] -> [i, k] (also written a @ b)."""
         a, b = self._t(a, "matmul"), self._t(b, "matmul")
         if a.rank != 2 or b.rank != 2 or a.shape[1] != b.shape[0]:
             _fail(L.EIN_ESHAPE, "matmul: %s is %s but %s is %s; expected [i, j] x [j, k]"
@@ -306,7 +357,7 @@ class Graph:
     def einsum(self, subscripts, a, b=None, name=None):
         """Explicit subscripts: "bij,bjk->bik" (two operands) or "ij->j"."""
         if not isinstance(subscripts, str):
-            _fail(L.EIN_EINVAL, "einsum: subscripts must be a string like 'ij,jk->ik'")
+            _fail_type("einsum: subscripts must be a string like 'ij,jk->ik'")
         a = self._t(a, "einsum")
         bid = -1 if b is None else self._t(b, "einsum").id
         err = L.ein_error()
@@ -343,6 +394,7 @@ class Graph:
                                                b.id, ctypes.byref(err)), err, "binary")
 
     def softmax(self, x, axis=-1, name=None):
+        """exp(x) / sum(exp(x)) along `axis` (default: the last)."""
         x = self._t(x, "softmax")
         axis = self._axis(x, axis, "softmax")
         err = L.ein_error()
@@ -360,6 +412,7 @@ class Graph:
                                                 float(eps), ctypes.byref(err)), err, "rmsnorm")
 
     def layernorm(self, x, w, b, eps=1e-5, name=None):
+        """(x - mean) / sqrt(var + eps) * w + b over the last axis."""
         x, w, b = self._t(x, "layernorm"), self._t(w, "layernorm"), self._t(b, "layernorm")
         for t in (w, b):
             if t.shape != x.shape[-1:]:
@@ -370,16 +423,22 @@ class Graph:
                                                   float(eps), ctypes.byref(err)), err,
                          "layernorm")
 
-    def rope(self, x, head_dim, theta=10000.0, seqs=None, name=None):
-        """Rotary embedding of x [tokens, heads*head_dim], interleaved pairs;
-        positions restart at each packed sequence (seqs: their lengths,
-        default one sequence)."""
+    def rope(self, x, head_dim, theta=10000.0, seqs=None, name=None, style="interleaved"):
+        """Rotary embedding of x [tokens, heads*head_dim]; positions restart
+        at each packed sequence (seqs: their lengths, default one sequence).
+        style "interleaved" rotates the pairs (2i, 2i+1) of each head (Meta's
+        LLaMA code); "half" the pairs (i, i + head_dim/2), Hugging Face's
+        rotate_half, which every transformers checkpoint expects
+        (docs/hf-llama.md)."""
         x = self._t(x, "rope")
+        if style not in _ROPE_STYLES:
+            _fail(L.EIN_EINVAL, "rope: style %r; expected 'interleaved' or 'half'" % (style,))
         ends, n = self._seq_ends(seqs, x.shape[0], "rope")
         err = L.ein_error()
-        return self._add(_lib.ein_graph_rope(self._p, _name_arg(name), x.id,
-                                             _int(head_dim, "rope: head_dim"), float(theta),
-                                             ends, n, ctypes.byref(err)), err, "rope")
+        return self._add(_lib.ein_graph_rope_ex(self._p, _name_arg(name), x.id,
+                                                _int(head_dim, "rope: head_dim"), float(theta),
+                                                ends, n, _ROPE_STYLES[style],
+                                                ctypes.byref(err)), err, "rope")
 
     def attention(self, q, k, v, seqs=None, name=None):
         """Causal grouped-query attention: q [heads_q, tokens, d], k and v
@@ -407,6 +466,7 @@ class Graph:
                                                x.id, ctypes.byref(err)), err, "reduce")
 
     def concat(self, xs, axis=0, name=None):
+        """The tensors of `xs` one after another along `axis`."""
         xs = [self._t(t, "concat") for t in xs]
         if not xs:
             _fail(L.EIN_EINVAL, "concat: no tensor given")
@@ -445,27 +505,35 @@ class Graph:
 
     # -- shorthands for unary and binary operators
     def relu(self, x, name=None):
+        """max(x, 0): unary(x, "relu")."""
         return self.unary(x, "relu", 0.0, name)
 
     def silu(self, x, name=None):
+        """x * sigmoid(x): unary(x, "silu")."""
         return self.unary(x, "silu", 0.0, name)
 
     def gelu(self, x, name=None):
+        """GELU, tanh approximation: unary(x, "gelu")."""
         return self.unary(x, "gelu", 0.0, name)
 
     def add(self, a, b, name=None):
+        """a + b with broadcasting: binary(a, b, "add")."""
         return self.binary(a, b, "add", name)
 
     def sub(self, a, b, name=None):
+        """a - b with broadcasting: binary(a, b, "sub")."""
         return self.binary(a, b, "sub", name)
 
     def mul(self, a, b, name=None):
+        """a * b (elementwise) with broadcasting: binary(a, b, "mul")."""
         return self.binary(a, b, "mul", name)
 
     def div(self, a, b, name=None):
+        """a / b with broadcasting: binary(a, b, "div")."""
         return self.binary(a, b, "div", name)
 
     def maximum(self, a, b, name=None):
+        """max(a, b) elementwise with broadcasting: binary(a, b, "maximum")."""
         return self.binary(a, b, "maximum", name)
 
     # -- planning only
@@ -540,6 +608,20 @@ def _say_once(msg):
 _open_programs = weakref.WeakSet()
 
 
+def _keep_bytes(keep, s):
+    b = os.fsencode(s)
+    keep.append(b)
+    return b
+
+
+def _progress_flag(progress):
+    """ein_compile_options.progress: 1 shows progress lines when stderr is a
+    terminal; None (the default) is that too, False never."""
+    if progress is None:
+        return 1
+    return 1 if progress else 0
+
+
 @atexit.register
 def _close_all():
     for p in list(_open_programs):
@@ -588,7 +670,7 @@ class Program:
 
     def __init__(self, graph, devices, schedule_mode, backend, selector, seed, search_work,
                  topology, rewrite, worker_timeout, run_timeout, verbose,
-                 generate_missing=False):
+                 generate_missing=False, trace=None, progress=None):
         self._c = None
         self._s = None
         self._state = "compiled"  # -> "open" -> "failed" / "closed"
@@ -601,6 +683,8 @@ class Program:
         self._session_args = (worker_timeout, run_timeout, verbose)
         self._generate_missing = bool(generate_missing)
         self._seed = 1 if seed is None else seed
+        self.trace = trace
+        self.last_stats = None
 
         o = L.ein_compile_options()
         _lib.ein_compile_options_init(ctypes.byref(o))
@@ -624,6 +708,7 @@ class Program:
             o.cuda = 1
             o.gpu_ids = self._gpu_ids
         o.rewrite = 1 if rewrite else 0
+        o.progress = _progress_flag(progress)
         self._compile_keep = keep
         out, err = ctypes.c_void_p(), L.ein_error()
         _check(_lib.ein_compile(graph._p, len(devices), ctypes.byref(o), ctypes.byref(out),
@@ -657,6 +742,7 @@ class Program:
     # -- inspection
     @property
     def ndevices(self):
+        """The number of devices the program was compiled for."""
         self._need_compiled("ndevices")
         return _lib.ein_compiled_ndevices(self._c)
 
@@ -705,6 +791,29 @@ class Program:
         self._need_compiled("plan")
         return _read_plan(_lib.ein_compiled_plan(self._c))
 
+    def predict(self, calibration=None):
+        """Predict one iteration without running it: the simulator of
+        einplan --simulate replays every device's compiled program on the
+        topology with a calibrated roofline (calibration: a built-in name
+        such as "host" or a file from einrun --calibrate; default: the
+        topology's own). Returns a Prediction: .time (s), per-device
+        .devices[d].compute / .comm / .idle and .peak_bytes, the critical
+        path's split; str() of it is a short report."""
+        self._need_compiled("predict")
+        out, err = L.ein_prediction(), L.ein_error()
+        cal = None if calibration is None else os.fsencode(calibration)
+        _check(_lib.ein_compiled_predict(self._c, cal, ctypes.byref(out), ctypes.byref(err)),
+               err, "predict")
+        devs = [_stats.DevicePrediction(device=d, compute=out.dev[d].compute,
+                                        comm=out.dev[d].comm, idle=out.dev[d].idle,
+                                        end=out.dev[d].end, peak_bytes=int(out.dev[d].peak_bytes))
+                for d in range(out.ndev)]
+        return _stats.Prediction(time=out.time, makespan=out.makespan,
+                                 path_compute=out.path_compute, path_comm=out.path_comm,
+                                 path_wait=out.path_wait,
+                                 calibration=out.calibration.decode("utf-8", "replace"),
+                                 devices=devs)
+
     # -- running
     def _need_compiled(self, what):
         if self._c is None:
@@ -740,6 +849,8 @@ class Program:
             o.run_timeout = float(run_timeout)
         o.verbose = 1 if verbose else 0
         o.generate_missing = 1 if self._generate_missing else 0
+        if self.trace is not None:
+            o.trace_path = _keep_bytes(keep, self.trace)
         out, err = ctypes.c_void_p(), L.ein_error()
         _check(_lib.ein_session_open(self._c, ctypes.byref(o), ctypes.byref(out),
                                      ctypes.byref(err)), err, "session")
@@ -754,7 +865,7 @@ class Program:
         elif isinstance(tensor, str):
             name = tensor
         else:
-            _fail(L.EIN_EINVAL, "%s: expected a Tensor or a tensor name, not %r"
+            _fail_type("%s: expected a Tensor or a tensor name, not %r"
                   % (what, tensor))
         e = self._tensors.get(name)
         if e is None:
@@ -808,7 +919,7 @@ class Program:
     @staticmethod
     def _to_bytes(name, shape, dtype, array):
         if not isinstance(array, numpy.ndarray):
-            _fail(L.EIN_EINVAL, "load: %s needs a numpy.ndarray, not %s"
+            _fail_type("load: %s needs a numpy.ndarray, not %s"
                   % (name, type(array).__name__))
         if tuple(array.shape) != shape:
             _fail(L.EIN_ESHAPE, "load: %s is %s %s but the array's shape is %s"
@@ -842,6 +953,7 @@ class Program:
         self._ran = True
         self.last_run_seconds = stats.wall_s
         self.last_pids = [int(stats.dev[d].pid) for d in range(min(stats.ndev, 64))]
+        self.last_stats = _stats.run_stats(stats)
 
     def _warn_generated(self):
         """Say which inputs a run generates (the library refuses a run with
@@ -892,33 +1004,47 @@ class Program:
             _check(rc, err, "close")
 
 
-_SCHEDULES = ("naive", "ai")
+# schedule_mode: einrun's --schedule vocabulary; "ai" (the paper's name) is
+# an alias of "search".
+_SCHEDULES = {"naive": "naive", "search": "search", "ai": "search"}
 
 
 def compileGraph(graph, device=None, schedule_mode="naive", backend=None, selector="dp",
                  seed=None, search_work=None, topology=None, rewrite=False,
                  worker_timeout=None, run_timeout=None, verbose=False,
-                 generate_missing=False):
+                 generate_missing=False, trace=None, progress=None):
     """The paper's es.compileGraph: plan `graph` over the devices listed in
     `device` (default: every visible GPU, or one device when none is
     visible), make every exchange program (schedule_mode "naive": the naive
-    bodies; "ai": synthesised on the topology's simulator) and lower each
-    device's part. Returns a Program (load / execute / offload / explain /
+    bodies; "search", or the paper's "ai": synthesised on the topology's
+    simulator, einrun --schedule search) and lower each device's part.
+    Returns a Program (load / execute / offload / explain / predict /
     close). Without backend="cuda" the devices are CPU devices (one worker
     process each), and when device= names GPUs this says so once on stderr,
-    as einrun does. The CUDA backend has not run on a GPU yet."""
+    as einrun does. The CUDA backend has not run on a GPU yet.
+
+    trace: a path; the session writes a Chrome trace (Perfetto) of every
+    device's runs there when the program is closed (einrun --trace).
+    progress: show progress lines on stderr while compiling (True, False;
+    default None: only when stderr is a terminal, as einrun does)."""
     if not isinstance(graph, Graph):
-        _fail(L.EIN_EINVAL, "compileGraph: expected a graph from es.createGraph(), not %r"
+        _fail_type("compileGraph: expected a graph from es.createGraph(), not %r"
               % (graph,))
     if schedule_mode not in _SCHEDULES:
-        _fail(L.EIN_EINVAL, "compileGraph: schedule_mode %r; expected 'naive' or 'ai'"
-              % (schedule_mode,))
+        _fail(L.EIN_EINVAL, "compileGraph: schedule_mode %r; expected 'naive' or 'search' "
+              "('ai' is another name of 'search')" % (schedule_mode,))
     if backend not in (None, "cpu", "cuda"):
         _fail(L.EIN_EINVAL, "compileGraph: backend %r; expected 'cpu' or 'cuda'" % (backend,))
     if device is None:
         device = list(range(max(1, _gpu_count())))
-    elif isinstance(device, (int, numpy.integer)):
-        device = [device]
+    elif isinstance(device, (int, numpy.integer)) and not isinstance(device, bool):
+        d = int(device)
+        _fail_type("compileGraph: device=%d is one number; give the list of devices, e.g. "
+                   "device=%r for %d devices, or device=[%d] for device %d alone"
+                   % (d, list(range(max(d, 1))), max(d, 1), d, d))
+    elif isinstance(device, (str, bytes)) or not hasattr(device, "__iter__"):
+        _fail_type("compileGraph: device=%r; give the list of devices, e.g. device=[0, 1, 2, 3]"
+                   % (device,))
     device = [_int(d, "compileGraph: device id") for d in device]
     if not 1 <= len(device) <= 64:
         _fail(L.EIN_EINVAL, "compileGraph: %d devices; expected 1..64" % len(device))
@@ -935,6 +1061,9 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
                   % ("the CUDA backend is not verified yet (backend='cuda' to try it)"
                      if _gpu_visible() else "no GPU visible",
                      n, "" if n == 1 else "s", list(device)))
-    return Program(graph, device, schedule_mode, backend, selector, seed, search_work,
-                   topology, rewrite, worker_timeout, run_timeout, verbose,
-                   generate_missing)
+    if trace is not None and not isinstance(trace, (str, os.PathLike)):
+        _fail_type("compileGraph: trace=%r; expected the path of a .json file" % (trace,))
+    return Program(graph, device, _SCHEDULES[schedule_mode], backend, selector, seed,
+                   search_work, topology, rewrite, worker_timeout, run_timeout, verbose,
+                   generate_missing, trace=None if trace is None else os.fspath(trace),
+                   progress=progress)

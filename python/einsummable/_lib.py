@@ -23,40 +23,15 @@ here (a field inserted in the middle would need this file updated).
 import ctypes
 import os
 
-# Error codes (ein_types.h).
-EIN_OK = 0
-EIN_EINVAL = -1
-EIN_ENOMEM = -2
-EIN_EIO = -3
-EIN_EPARSE = -4
-EIN_ESHAPE = -5
-EIN_EPROTO = -6
-EIN_ENOPLAN = -7
-EIN_ETIMEOUT = -8
-EIN_EWORKER = -9
-EIN_EUNSUPPORTED = -10
-EIN_EDEVICE = -11
-EIN_ELIMIT = -12
+# Error codes and exceptions: _errors.py.
+from ._errors import (EIN_EDEVICE, EIN_EINVAL, EIN_EIO, EIN_ELIMIT,  # noqa: F401
+                      EIN_ENOMEM, EIN_ENOPLAN, EIN_EPARSE, EIN_EPROTO, EIN_ESHAPE,
+                      EIN_ETIMEOUT, EIN_EUNSUPPORTED, EIN_EWORKER, EIN_OK, EinError)
 
 EIN_DESC_MAX_RANK = 8
 EIN_ERROR_MSG_MAX = 1024
 
 _c_char_pp = ctypes.POINTER(ctypes.c_char_p)
-
-
-class EinError(Exception):
-    """An Einsummable failure: .code is the library's negative EIN_E* code
-    (einsummable.EIN_ESHAPE, ...), .message its one-line message. Raised
-    for the library's errors and for the checks this package makes before
-    calling it."""
-
-    def __init__(self, code, message):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    def __repr__(self):
-        return "EinError(%d, %r)" % (self.code, self.message)
 
 
 class ein_error(ctypes.Structure):
@@ -151,6 +126,19 @@ class ein_run_stats(ctypes.Structure):
                 ("graphs", _graph_stats * 64), ("device_timed", ctypes.c_int * 64)]
 
 
+class _dev_prediction(ctypes.Structure):
+    _fields_ = [("compute", ctypes.c_double), ("comm", ctypes.c_double),
+                ("idle", ctypes.c_double), ("end", ctypes.c_double),
+                ("peak_bytes", ctypes.c_uint64)]
+
+
+class ein_prediction(ctypes.Structure):
+    _fields_ = [("time", ctypes.c_double), ("makespan", ctypes.c_double),
+                ("path_compute", ctypes.c_double), ("path_comm", ctypes.c_double),
+                ("path_wait", ctypes.c_double), ("ndev", ctypes.c_int),
+                ("dev", _dev_prediction * 64), ("calibration", ctypes.c_char * 64)]
+
+
 _P = ctypes.c_void_p
 _I = ctypes.c_int
 _E = ctypes.POINTER(ein_error)
@@ -173,6 +161,8 @@ _PROTOS = {
     "ein_graph_layernorm": (_T, [_P, _S, _T, _T, _T, ctypes.c_double, _E]),
     "ein_graph_rope": (_T, [_P, _S, _T, ctypes.c_int64, ctypes.c_double,
                             ctypes.POINTER(ctypes.c_int64), _I, _E]),
+    "ein_graph_rope_ex": (_T, [_P, _S, _T, ctypes.c_int64, ctypes.c_double,
+                               ctypes.POINTER(ctypes.c_int64), _I, _I, _E]),
     "ein_graph_attention": (_T, [_P, _S, _T, _T, _T, ctypes.POINTER(ctypes.c_int64), _I, _E]),
     "ein_graph_reduce": (_T, [_P, _S, _S, ctypes.c_uint32, _T, _E]),
     "ein_graph_concat": (_T, [_P, _S, _I, ctypes.POINTER(_T), _I, _E]),
@@ -206,6 +196,7 @@ _PROTOS = {
                                           ctypes.POINTER(ctypes.c_double)]),
     # Returns malloc'd text: kept as a raw pointer so that it can be freed.
     "ein_compiled_explain": (_P, [_P, _I]),
+    "ein_compiled_predict": (_I, [_P, _S, ctypes.POINTER(ein_prediction), _E]),
     "ein_session_options_init": (None, [ctypes.POINTER(ein_session_options)]),
     "ein_session_open": (_I, [_P, ctypes.POINTER(ein_session_options), ctypes.POINTER(_P), _E]),
     "ein_session_set_input": (_I, [_P, _S, _P, ctypes.c_size_t, _E]),

@@ -45,12 +45,15 @@ int main(void)
     F(ein_run_stats, wall_s); F(ein_run_stats, ndev); F(ein_run_stats, dev);
     F(ein_run_stats, graphs); F(ein_run_stats, device_timed);
     Z(ein_run_stats);
+    F(ein_prediction, time); F(ein_prediction, makespan); F(ein_prediction, path_compute);
+    F(ein_prediction, path_comm); F(ein_prediction, path_wait); F(ein_prediction, ndev);
+    F(ein_prediction, dev); F(ein_prediction, calibration); Z(ein_prediction);
     printf("ein_dtype sizeof %zu\n", sizeof(ein_dtype));
     /* Constants: "const NAME VALUE". */
 #define K(n) printf("const %s %d\n", #n, (int)(n))
     K(EIN_F32); K(EIN_F16); K(EIN_BF16); K(EIN_DESC_MAX_RANK); K(EIN_ERROR_MSG_MAX);
     K(EIN_EINVAL); K(EIN_ENOMEM); K(EIN_EIO); K(EIN_EPARSE); K(EIN_ESHAPE); K(EIN_EPROTO);
     K(EIN_ENOPLAN); K(EIN_ETIMEOUT); K(EIN_EWORKER); K(EIN_EUNSUPPORTED); K(EIN_EDEVICE);
-    K(EIN_ELIMIT);
+    K(EIN_ELIMIT); K(EIN_ROPE_INTERLEAVED); K(EIN_ROPE_HALF);
     return 0;
 }

@@ -15,6 +15,7 @@ STRUCTS = {
     "ein_error": L.ein_error, "ein_tensor_desc": L.ein_tensor_desc,
     "ein_plan_options": L.ein_plan_options, "ein_compile_options": L.ein_compile_options,
     "ein_session_options": L.ein_session_options, "ein_run_stats": L.ein_run_stats,
+    "ein_prediction": L.ein_prediction,
 }
 
 
@@ -39,9 +40,12 @@ def test_constants_match_the_header():
     _, _, consts = c_layout()
     from einsummable import _core
     dt = {"EIN_F32": "f32", "EIN_F16": "f16", "EIN_BF16": "bf16"}
+    rope = {"EIN_ROPE_INTERLEAVED": "interleaved", "EIN_ROPE_HALF": "half"}
     for name, value in consts.items():
         if name in dt:
             assert _core._DTYPES[dt[name]][0] == value, name
+        elif name in rope:
+            assert _core._ROPE_STYLES[rope[name]] == value, name
         else:
             assert getattr(L, name) == value, name
 
