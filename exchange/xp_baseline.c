@@ -648,7 +648,10 @@ int xp_baseline_best(const xp_program *pre, const xp_topology *t, xp_base_kind k
             bp = pipe;
         } else {
             xp_program_free(q);
-            break; /* deeper pipelines stopped helping */
+            /* deeper pipelines stopped helping; hier's three phases may
+             * balance again deeper (it tries every depth in the limit) */
+            if (kind != XP_BASE_HIER)
+                break;
         }
     }
     if (!best)

@@ -1282,7 +1282,17 @@ static xp_program *best_chunked(const xp_program *cur, const xp_topology *t,
     xp_program *pre = strip(cur);
     xp_program *cstart = NULL;
     double cbest = INFINITY;
-    for (int k = XP_BASE_RING; pre && k <= XP_BASE_DIRECT; k++) {
+    /* Several hosts: the hierarchical decomposition first. On a large
+     * machine (more than 64 sites) only it: the flat generators over every
+     * GPU cost far more work than the per-level program and cannot beat it
+     * across the NICs. */
+    int multi = t->nodes > 1, large = multi && cur->ngpus > 64;
+    static const int order_flat[] = {XP_BASE_RING, XP_BASE_TREE, XP_BASE_DIRECT};
+    static const int order_multi[] = {XP_BASE_HIER, XP_BASE_RING, XP_BASE_TREE, XP_BASE_DIRECT};
+    const int *kinds = multi ? order_multi : order_flat;
+    int nkinds = large ? 1 : multi ? 4 : 3;
+    for (int ki = 0; pre && ki < nkinds; ki++) {
+        int k = kinds[ki];
         double prev = INFINITY;
         long kwork = 0;
         for (int pipe = 1; pipe <= 64; pipe *= 2) {
@@ -1298,8 +1308,9 @@ static xp_program *best_chunked(const xp_program *cur, const xp_topology *t,
             st->work += w;
             double c = sim_cost(q, t);
             keep_faster(q, c, &cstart, &cbest);
-            if (!(c < prev * (1 - 1e-9)))
-                break; /* deeper pipelines stopped helping */
+            if (!(c < prev * (1 - 1e-9)) && k != XP_BASE_HIER)
+                break; /* deeper pipelines stopped helping (hier's phases
+                          may balance again deeper: it goes on to the limit) */
             if (pipe == 1 && c > 1.5 * cbest)
                 break; /* far behind: pipelining will not catch up */
             prev = c;
