@@ -439,7 +439,10 @@ static int gen_hier(gen *G, const group *g)
                 if (s == own || !holds(G, g, s))
                     continue;
                 copies_at(p, g->set, s, G->tmp);
-                if ((rc = emit(G, G->tmp, s, NULL, 0, &own, 1, k * nh * P, nh * P, (int)K)) < 0)
+                /* pipeline 1: the piece in one go (no alpha per chunk) */
+                rc = P == 1 ? emit(G, G->tmp, s, NULL, 0, &own, 1, k, 1, m)
+                            : emit(G, G->tmp, s, NULL, 0, &own, 1, k * nh * P, nh * P, (int)K);
+                if (rc < 0)
                     goto done;
             }
         }
@@ -478,7 +481,9 @@ static int gen_hier(gen *G, const group *g)
                 continue;
             /* One stream per piece: its chunks in the order the NICs
              * deliver them, and no more flows on the port than phase 1's. */
-            if ((rc = emit(G, g->set, own, NULL, 0, dst, nd, k * nh * P, nh * P, (int)K)) < 0)
+            rc = P == 1 ? emit(G, g->set, own, NULL, 0, dst, nd, k, 1, m)
+                        : emit(G, g->set, own, NULL, 0, dst, nd, k * nh * P, nh * P, (int)K);
+            if (rc < 0)
                 goto done;
         }
     rc = 0;

@@ -1283,14 +1283,18 @@ static xp_program *best_chunked(const xp_program *cur, const xp_topology *t,
     xp_program *cstart = NULL;
     double cbest = INFINITY;
     /* Several hosts: the hierarchical decomposition first. On a large
-     * machine (more than 64 sites) only it: the flat generators over every
+     * machine (more than 64 sites) no flat ring: its relays through every
      * GPU cost far more work than the per-level program and cannot beat it
-     * across the NICs. */
+     * across the NICs (direct and tree stay: cheap, and for small
+     * messages direct may win). */
     int multi = t->nodes > 1, large = multi && cur->ngpus > 64;
     static const int order_flat[] = {XP_BASE_RING, XP_BASE_TREE, XP_BASE_DIRECT};
     static const int order_multi[] = {XP_BASE_HIER, XP_BASE_RING, XP_BASE_TREE, XP_BASE_DIRECT};
     const int *kinds = multi ? order_multi : order_flat;
-    int nkinds = large ? 1 : multi ? 4 : 3;
+    static const int order_large[] = {XP_BASE_HIER, XP_BASE_DIRECT, XP_BASE_TREE};
+    if (large) /* not the flat rings: 1024 chunks relayed through 128 GPUs */
+        kinds = order_large;
+    int nkinds = large ? 3 : multi ? 4 : 3;
     for (int ki = 0; pre && ki < nkinds; ki++) {
         int k = kinds[ki];
         double prev = INFINITY;
