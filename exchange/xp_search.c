@@ -31,6 +31,9 @@
  * all three. */
 #define STRUCT_WORK 8000
 #define CHUNK_KIND_WORK 100000
+/* The hierarchical start on a machine of several hosts: its share (the
+ * start that matters most there; pipeline 2 on 16 x 8 GPUs fits). */
+#define CHUNK_HIER_WORK 400000
 #define CLEANUP_WORK 30000
 /* Sites a structured program handles (more: it is skipped). */
 #define XP_STRUCT_MAXS 256
@@ -1304,7 +1307,7 @@ static xp_program *best_chunked(const xp_program *cur, const xp_topology *t,
             if (xp_baseline_unchecked(pre, t, (xp_base_kind)k, pipe, &q, NULL) < 0)
                 break;
             long w = prog_work(q, t);
-            if (pipe > 1 && kwork + w > CHUNK_KIND_WORK) {
+            if (pipe > 1 && kwork + w > (k == XP_BASE_HIER ? CHUNK_HIER_WORK : CHUNK_KIND_WORK)) {
                 xp_program_free(q); /* deeper: beyond this generator's share */
                 break;
             }

@@ -84,8 +84,8 @@ static int row(const char *topo, double S, int flat)
     if ((rc = xp_search(pre, t, &o, &out, &st, &err)) < 0)
         goto fail;
     double synth_cpu = cpu_s() - c0;
-    printf("  synthesised  %9.3f ms  (%.2f s CPU, stop: %s)\n", st.best_s * 1e3, synth_cpu,
-           st.stop);
+    printf("  synthesised  %9.3f ms  (%.2f s CPU, work %ld, stop: %s)\n", st.best_s * 1e3,
+           synth_cpu, st.work, st.stop);
     printf("  synth/bound %.3f", st.best_s / b.seconds);
     if (isfinite(base[XP_BASE_RING]))
         printf("  ring/synth %.3f", base[XP_BASE_RING] / st.best_s);
