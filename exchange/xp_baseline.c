@@ -139,7 +139,7 @@ static int make_rings(const xp_topology *t, const int *node, int n, ring *r)
     int has_links = 0;
     for (int i = 0; i < ns * ns && !has_links; i++)
         has_links = t->link[i] > 0;
-    double bwr[RINGS_MAX];
+    double bwr[RINGS_MAX] = {0};
     if (has_links && t->port <= 0 && n >= 3 && n <= 16) {
         double *bw = malloc(sizeof(double) * (size_t)ns * (size_t)ns);
         if (!bw)
