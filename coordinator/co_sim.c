@@ -275,6 +275,8 @@ static int finish(sim *s, int d, int i, ein_error *err)
         if (ein_vec_reserve(&u->inbox, &u->capinbox, (int64_t)u->ninbox + 1, sizeof *u->inbox) < 0)
             return ein_fail(err, EIN_ENOMEM, "out of memory");
         double at = s->t + s->cal->latency;
+        if (!xp_topo_same_host(s->topo, d, ins->peer) && s->topo->latency_inter > s->cal->latency)
+            at = s->t + s->topo->latency_inter; /* between hosts: the topology's alpha */
         if (s->oversub) {
             /* The receiver takes in one message per wake-up, each a wait
              * for a core: its READYs arrive one after another. */

@@ -60,6 +60,10 @@ void co_sim_objective_rates(const xp_topology *topo, const co_calib *cal, pl_pla
     if (cal->copy_bw > 0 && cal->copy_bw < net)
         net = cal->copy_bw;
     o->net_bw = net * co_calib_eff(cal, CO_WORK_COPY, 1e7);
+    if (topo->nodes > 1) { /* bytes between hosts at the NIC rate */
+        o->host_gpus = topo->local;
+        o->nic_bw = topo->nic * co_calib_eff(cal, CO_WORK_COPY, 1e7);
+    }
 }
 
 /* Predicted iteration time of `plan`; EIN_ELIMIT when it does not fit. */

@@ -8,7 +8,7 @@
 
 #include "exchange/xp_sim.h"
 
-#define RINGS_MAX 4
+#define RINGS_MAX 8   /* 4 on link machines; one per rail across hosts */
 #define XP_BASE_SITES 128   /* sites one aggregate may span */
 
 /* One distinct OUT aggregate and where its copies and targets are. */
@@ -28,16 +28,16 @@ typedef struct gen {
     int pipe;
 } gen;
 
-static const char *const kind_names[] = {"ring", "tree", "direct"};
+static const char *const kind_names[] = {"ring", "tree", "direct", "hier"};
 
 const char *xp_base_name(xp_base_kind kind)
 {
-    return kind >= XP_BASE_RING && kind <= XP_BASE_DIRECT ? kind_names[kind] : "?";
+    return kind >= XP_BASE_RING && kind <= XP_BASE_HIER ? kind_names[kind] : "?";
 }
 
 int xp_base_parse(const char *name)
 {
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         if (strcmp(name, kind_names[k]) == 0)
             return k;
     return -1;
@@ -104,13 +104,42 @@ static int ham(const double *bw, int nsites, const int *node, int n, double th, 
  * have left (at most RINGS_MAX); on a switch machine (or when no cycle of
  * links exists) one ring in site order. Weights: bandwidth in units of
  * the smallest ring's. */
+/* Several hosts: one ring per rail (NCCL's rings on rail-optimised
+ * machines): ring q goes through the hosts in order and visits a host's
+ * sites by local rank from q on (so it leaves the host from rank q - 1,
+ * and every ring uses other NICs). 0 when the nodes are on one host. */
+static int rail_rings(const xp_topology *t, const int *node, int n, ring *r)
+{
+    int G = t->local, nr = G < RINGS_MAX ? G : RINGS_MAX;
+    if (t->nodes <= 1 || xp_topo_same_host(t, node[0], node[n - 1]))
+        return 0;
+    for (int q = 0; q < nr; q++) {
+        int k = 0;
+        for (int i = 0; i < n;) { /* node[] ascends: hosts are runs */
+            int j = i;
+            while (j < n && xp_topo_same_host(t, node[i], node[j]))
+                j++;
+            for (int off = 0; off < G; off++)
+                for (int m = i; m < j; m++)
+                    if (node[m] % G == (q + off) % G)
+                        r[q].order[k++] = node[m];
+            i = j;
+        }
+        r[q].n = n;
+        r[q].weight = 1;
+    }
+    return nr;
+}
+
 static int make_rings(const xp_topology *t, const int *node, int n, ring *r)
 {
-    int ns = t->ngpus, nr = 0;
+    int ns = t->ngpus, nr = rail_rings(t, node, n, r);
+    if (nr > 0)
+        return nr;
     int has_links = 0;
     for (int i = 0; i < ns * ns && !has_links; i++)
         has_links = t->link[i] > 0;
-    double bwr[RINGS_MAX];
+    double bwr[RINGS_MAX] = {0};
     if (has_links && t->port <= 0 && n >= 3 && n <= 16) {
         double *bw = malloc(sizeof(double) * (size_t)ns * (size_t)ns);
         if (!bw)
@@ -340,6 +369,130 @@ static int gen_tree(gen *G, const group *g)
     return 0;
 }
 
+/* ---- hierarchical ---- */
+
+/* Whether site s holds a copy of X. */
+static int holds(gen *G, const group *g, int s)
+{
+    copies_at(G->p, g->set, s, G->tmp);
+    return !set_empty(G->p, G->tmp);
+}
+
+/* The sites of g on each host: host[h] (nh hosts), m sites each,
+ * loc[h * m + k] ascending. EIN_EUNSUPPORTED when the hosts have
+ * different numbers of them. */
+static int hier_layout(gen *G, const group *g, int *hostv, int *nh, int *m, int *loc)
+{
+    const xp_topology *t = G->t;
+    int h = 0, mm = -1;
+    for (int i = 0; i < g->nnode;) {
+        int j = i;
+        while (j < g->nnode && xp_topo_same_host(t, g->node[i], g->node[j]))
+            j++;
+        if (mm >= 0 && j - i != mm)
+            return ein_fail(G->err, EIN_EUNSUPPORTED, "hier: hosts with %d and %d of the "
+                            "aggregate's sites", mm, j - i);
+        mm = j - i;
+        hostv[h] = xp_topo_host(t, g->node[i]);
+        for (int k = 0; k < mm; k++)
+            loc[h * mm + k] = g->node[i + k];
+        h++;
+        i = j;
+    }
+    *nh = h;
+    *m = mm;
+    return 0;
+}
+
+static int gen_hier(gen *G, const group *g)
+{
+    const xp_program *p = G->p;
+    int hostv[XP_BASE_SITES], loc[XP_BASE_SITES], nh = 0, m = 0, rc, P = G->pipe;
+    if ((rc = hier_layout(G, g, hostv, &nh, &m, loc)) < 0)
+        return rc;
+    long K = (long)m * nh * P;
+    if (K > XP_CHUNKS_MAX)
+        return ein_fail(G->err, EIN_EUNSUPPORTED, "hier: %ld chunks, over %d", K, XP_CHUNKS_MAX);
+    /* xh[h]: the copies on host h (what its k-th GPU holds after phase 1). */
+    xp_word *xh = calloc((size_t)nh * (size_t)p->nwords, sizeof(xp_word));
+    char *full = calloc((size_t)nh, 1);
+    if (!xh || !full) {
+        rc = ein_fail(G->err, EIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int h = 0; h < nh; h++) {
+        xp_word *x = xh + (size_t)h * (size_t)p->nwords;
+        for (int k = 0; k < m; k++) {
+            copies_at(p, g->set, loc[h * m + k], G->tmp);
+            for (int w = 0; w < p->nwords; w++)
+                x[w] |= G->tmp[w];
+        }
+        full[h] = xp_set_equal(p, x, g->set);
+    }
+    /* Phase 1: reduce-scatter inside each host, piece k to its k-th site,
+     * one stream per (sender, piece) over the piece's sub-pieces. */
+    for (int h = 0; h < nh; h++)
+        for (int k = 0; k < m; k++) {
+            int own = loc[h * m + k];
+            for (int i = 0; i < m; i++) {
+                int s = loc[h * m + i];
+                if (s == own || !holds(G, g, s))
+                    continue;
+                copies_at(p, g->set, s, G->tmp);
+                /* pipeline 1: the piece in one go (no alpha per chunk) */
+                rc = P == 1 ? emit(G, G->tmp, s, NULL, 0, &own, 1, k, 1, m)
+                            : emit(G, G->tmp, s, NULL, 0, &own, 1, k * nh * P, nh * P, (int)K);
+                if (rc < 0)
+                    goto done;
+            }
+        }
+    /* Phase 2: across hosts on rail k. Chunk q of piece k belongs to host
+     * q mod nh (interleaved, so that every host has chunks to send as soon
+     * as phase 1 starts delivering): it is summed at that host's k-th site,
+     * which multicasts the sum to the hosts that lack it. Each chunk is an
+     * action of its own. */
+    for (int k = 0; k < m; k++)
+        for (int q = 0; q < nh * P; q++) {
+            int j = q % nh, c = k * nh * P + q, oj = loc[j * m + k];
+            for (int h = 0; h < nh; h++) {
+                const xp_word *x = xh + (size_t)h * (size_t)p->nwords;
+                if (h == j || set_empty(p, x) || full[j])
+                    continue;
+                int oh = loc[h * m + k];
+                if ((rc = emit(G, x, oh, NULL, 0, &oj, 1, c, 1, (int)K)) < 0)
+                    goto done;
+            }
+            int dst[XP_BASE_SITES], nd = 0;
+            for (int h = 0; h < nh; h++)
+                if (h != j && !full[h])
+                    dst[nd++] = loc[h * m + k];
+            if (nd && (rc = emit(G, g->set, oj, NULL, 0, dst, nd, c, 1, (int)K)) < 0)
+                goto done;
+        }
+    /* Phase 3: all-gather inside each host; a target that is the k-th
+     * site itself aggregates there. */
+    for (int h = 0; h < nh; h++)
+        for (int k = 0; k < m; k++) {
+            int own = loc[h * m + k], dst[XP_BASE_SITES], nd = 0;
+            for (int i = 0; i < m; i++)
+                if (i != k && g->dst[loc[h * m + i]])
+                    dst[nd++] = loc[h * m + i];
+            if (!nd && !g->dst[own])
+                continue;
+            /* One stream per piece: its chunks in the order the NICs
+             * deliver them, and no more flows on the port than phase 1's. */
+            rc = P == 1 ? emit(G, g->set, own, NULL, 0, dst, nd, k, 1, m)
+                        : emit(G, g->set, own, NULL, 0, dst, nd, k * nh * P, nh * P, (int)K);
+            if (rc < 0)
+                goto done;
+        }
+    rc = 0;
+done:
+    free(xh);
+    free(full);
+    return rc;
+}
+
 /* ---- direct ---- */
 
 static int gen_direct(gen *G, const group *g)
@@ -452,7 +605,8 @@ static int baseline(const xp_program *pre, const xp_topology *t, xp_base_kind ki
             continue;
         }
         rc = kind == XP_BASE_RING ? gen_ring(&G, &g)
-             : kind == XP_BASE_TREE ? gen_tree(&G, &g) : gen_direct(&G, &g);
+             : kind == XP_BASE_TREE ? gen_tree(&G, &g)
+             : kind == XP_BASE_HIER ? gen_hier(&G, &g) : gen_direct(&G, &g);
         if (rc < 0)
             goto done;
     }
@@ -499,7 +653,10 @@ int xp_baseline_best(const xp_program *pre, const xp_topology *t, xp_base_kind k
             bp = pipe;
         } else {
             xp_program_free(q);
-            break; /* deeper pipelines stopped helping */
+            /* deeper pipelines stopped helping; hier's three phases may
+             * balance again deeper (it tries every depth in the limit) */
+            if (kind != XP_BASE_HIER)
+                break;
         }
     }
     if (!best)

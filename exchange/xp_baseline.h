@@ -19,12 +19,29 @@
  *                   chunk i's owner, which multicasts the sum (direct
  *                   reduce-scatter + all-gather); a single copy goes
  *                   straight to its targets (direct all-to-all, all-gather).
+ *   XP_BASE_HIER    hierarchical (UCC's split rail) on a machine of several
+ *                   hosts: X cut into one piece per local rank, each
+ *                   piece into one sub-piece per host; reduce-scatter
+ *                   inside every host (direct: each GPU sends piece k to
+ *                   the host's k-th GPU), all-reduce of piece k across
+ *                   the hosts among the k-th GPUs, on rail k (direct:
+ *                   sub-piece j reduced at host j's k-th GPU, which
+ *                   multicasts the sum to the other hosts' k-th GPUs),
+ *                   then all-gather inside every host (each k-th GPU
+ *                   multicasts what it has); the three phases pipelined
+ *                   chunk by chunk. On one host it is direct. Needs the
+ *                   same number of the aggregate's sites on every host it
+ *                   spans (EIN_EUNSUPPORTED otherwise).
+ * On a machine of several hosts XP_BASE_RING is NCCL's multi-ring: one
+ * ring per rail (ring r visits each host's sites from local rank r on and
+ * leaves the host from rank r - 1), the data shared equally.
  * `pipe` chunks each piece further into a stream of that many chunks
  * (pipelining). The result is a valid program (Def. 5.5) over the same
  * preamble. Partitions must be resolved.
  *
  * xp_baseline_best tries pipe = 1, 2, 4, ..., 64 while the simulated
- * makespan improves and returns the fastest, its makespan and depth.
+ * makespan improves (hier: every depth within XP_CHUNKS_MAX chunks) and
+ * returns the fastest, its makespan and depth.
  *
  * Ownership: *out is a new program (xp_program_free). On error returns a
  * negative EIN_E* code (EIN_EUNSUPPORTED: too many chunks for the shape)
@@ -36,7 +53,12 @@
 #include "exchange/xp_program.h"
 #include "exchange/xp_topo.h"
 
-typedef enum xp_base_kind { XP_BASE_RING, XP_BASE_TREE, XP_BASE_DIRECT } xp_base_kind;
+typedef enum xp_base_kind {
+    XP_BASE_RING,
+    XP_BASE_TREE,
+    XP_BASE_DIRECT,
+    XP_BASE_HIER
+} xp_base_kind;
 
 int xp_baseline(const xp_program *pre, const xp_topology *t, xp_base_kind kind, int pipe,
                 xp_program **out, ein_error *err);
@@ -73,7 +95,7 @@ typedef enum xp_coll_kind {
 int xp_collective_preamble(xp_coll_kind kind, int n, double S, xp_program **out,
                            ein_error *err);
 
-/* "ring", "tree", "direct"; and back (-1: unknown). */
+/* "ring", "tree", "direct", "hier"; and back (-1: unknown). */
 const char *xp_base_name(xp_base_kind kind);
 int xp_base_parse(const char *name);
 

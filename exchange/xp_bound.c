@@ -2,6 +2,7 @@
 #include "exchange/xp_bound.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +13,7 @@ static double gpu_cap(const xp_topology *t, int g, int dir)
     int n = t->ngpus, unlinked = 0;
     double sum = 0;
     for (int h = 0; h < n; h++) {
-        if (h == g)
+        if (h == g || !xp_topo_same_host(t, g, h))
             continue;
         double bw = dir ? t->link[g * n + h] : t->link[h * n + g];
         if (bw > 0)
@@ -26,7 +27,10 @@ static double gpu_cap(const xp_topology *t, int g, int dir)
         else if (t->rest >= 0)
             sum += t->shared_bw[t->rest];
     }
-    return t->port > 0 && t->port < sum ? t->port : sum;
+    if (t->local == 1) /* nothing else on its host */
+        sum = 0;
+    double in_host = t->port > 0 && t->port < sum ? t->port : sum;
+    return in_host + (t->nodes > 1 ? t->nic : 0); /* and its NIC to other hosts */
 }
 
 /* Capacity from the sites in `in` (in[g] = 1) to the others. */
@@ -35,6 +39,15 @@ static double cut_cap(const xp_topology *t, const char *in, const double *icap,
 {
     int n = t->ngpus, unlinked = 0;
     double out = 0, inn = 0, net = 0;
+    if (t->nodes > 1) { /* the GPUs' own capacities bound any cut */
+        for (int s = 0; s < n; s++) {
+            if (in[s])
+                out += ocap[s];
+            else
+                inn += icap[s];
+        }
+        return out < inn ? out : inn;
+    }
     for (int s = 0; s < n; s++) {
         if (in[s])
             out += ocap[s];
@@ -113,6 +126,8 @@ static double total_rate(const xp_topology *t, const double *icap, const double 
         sum_out += ocap[s];
     }
     double total = sum_in < sum_out ? sum_in : sum_out;
+    if (t->nodes > 1) /* icap/ocap already count the host's routes and the NIC */
+        return total;
     int unlinked = 0;
     double links = 0;
     for (int s = 0; s < n; s++)
@@ -324,6 +339,79 @@ static void group_traffic(bstate *B, const group *x)
     group_ports(B, x);
 }
 
+/* The host level (several hosts): each host a site, the NICs the only
+ * links. Per group: the hosts holding copies, the hosts of resolved
+ * targets (an unresolved target counts as meeting: fewer blocks, still
+ * sound). Host volume: per atom the largest gossip count over hosts, over
+ * all NICs. Host cuts (at most 16 hosts, bounded work): per split, per
+ * atom the largest group with a copy inside and a target outside, over
+ * the NICs of the smaller side. */
+static void host_terms(bstate *B, xp_bound *b)
+{
+    const xp_program *p = B->p;
+    const xp_topology *t = B->t;
+    int H = t->nodes;
+    if (H < 2 || B->ng == 0)
+        return;
+    uint32_t *hm = calloc((size_t)B->ng * 2, sizeof *hm);
+    double *vol = calloc((size_t)B->natom + 1, sizeof(double));
+    if (!hm || !vol)
+        goto done;
+    double hv = 0;
+    for (int k = 0; k < B->ng; k++) {
+        const group *x = &B->g[k];
+        if (x->atom < 0)
+            continue;
+        char held[4096] = {0}, want[4096] = {0};
+        int nh = 0, nd = 0, meet = x->nunres > 0;
+        for (int i = 0; i < p->nin; i++)
+            if (xp_set_has(x->set, i)) {
+                int h = xp_topo_host(t, p->in[i].site);
+                nh += !held[h];
+                held[h] = 1;
+                if (h < 32)
+                    hm[2 * k] |= 1u << h;
+            }
+        for (int s = 0; s < B->n; s++)
+            if (x->dst[s]) {
+                int h = xp_topo_host(t, s);
+                nd += !want[h];
+                want[h] = 1;
+                meet |= held[h];
+                if (h < 32)
+                    hm[2 * k + 1] |= 1u << h;
+            }
+        double cnt = nh + nd - (meet ? 2 : 1);
+        if (cnt > 0 && cnt * x->bytes > vol[x->atom])
+            vol[x->atom] = cnt * x->bytes;
+    }
+    for (int a = 0; a < B->natom; a++)
+        hv += vol[a];
+    b->host_volume_bytes = hv;
+    b->host_volume = hv > 0 ? hv / ((double)t->ngpus * t->nic) : 0;
+    if (H > 16 || (double)B->ng * (double)(1u << H) > 5e7)
+        goto done;
+    for (uint32_t m = 1; m + 1 < (1u << H); m++) {
+        memset(vol, 0, sizeof(double) * (size_t)(B->natom + 1));
+        for (int k = 0; k < B->ng; k++) {
+            const group *x = &B->g[k];
+            if (x->atom >= 0 && (hm[2 * k] & m) && (hm[2 * k + 1] & ~m) &&
+                x->bytes > vol[x->atom])
+                vol[x->atom] = x->bytes;
+        }
+        double need = 0;
+        for (int a = 0; a < B->natom; a++)
+            need += vol[a];
+        int inside = __builtin_popcount(m), side = inside < H - inside ? inside : H - inside;
+        double c = need / ((double)side * t->local * t->nic);
+        if (c > b->host_cut)
+            b->host_cut = c;
+    }
+done:
+    free(hm);
+    free(vol);
+}
+
 /* The bound from the tallies: per GPU, volume, cut, latency. */
 static void bound_terms(bstate *B, xp_bound *b)
 {
@@ -341,6 +429,7 @@ static void bound_terms(bstate *B, xp_bound *b)
     for (int a = 0; a < B->natom; a++)
         b->volume_bytes += B->atom_vol[a];
     b->volume = b->volume_bytes > 0 ? b->volume_bytes / total_rate(t, B->icap, B->ocap) : 0;
+    host_terms(B, b);
     if (B->n <= 16 && B->n >= 2)
         b->cut = cut_bound(B->p, t, B->g, B->ng, B->in, B->icap, B->ocap,
                            B->atom_vol /* reused per cut */);
@@ -349,8 +438,13 @@ static void bound_terms(bstate *B, xp_bound *b)
         best = b->volume;
     if (b->cut > best)
         best = b->cut;
+    if (b->host_volume > best)
+        best = b->host_volume;
+    if (b->host_cut > best)
+        best = b->host_cut;
     if (best > 0)
-        b->latency = t->latency;
+        b->latency = b->host_volume_bytes > 0 && t->latency_inter > t->latency
+                         ? t->latency_inter : t->latency;
     b->seconds = best + b->latency;
 }
 
@@ -389,6 +483,11 @@ void xp_bound_print(const xp_bound *b, FILE *f)
         fprintf(f, "per-GPU ingress/egress/HBM: 0 ms\n");
     fprintf(f, "total volume: %.6g GB, %.3f ms\n", b->volume_bytes / 1e9, b->volume * 1e3);
     fprintf(f, "cuts: %.3f ms\n", b->cut * 1e3);
+    if (b->host_volume > 0 || b->host_cut > 0) {
+        fprintf(f, "host volume: %.6g GB, %.3f ms\n", b->host_volume_bytes / 1e9,
+                b->host_volume * 1e3);
+        fprintf(f, "host cuts: %.3f ms\n", b->host_cut * 1e3);
+    }
     fprintf(f, "latency: %.3f ms\n", b->latency * 1e3);
     fprintf(f, "bound: %.3f ms\n", b->seconds * 1e3);
 }

@@ -17,6 +17,13 @@
  *   - cuts (machines of at most 16 GPUs): for each split of the GPUs into
  *     S and its complement, the blocks that must cross from S over the
  *     capacity from S to the rest;
+ *   - on machines of several hosts, the same two arguments one level up,
+ *     each host a site and the NICs the only way between hosts: the host
+ *     volume (the gossip count over hosts, holder hosts + target hosts - 2
+ *     blocks, or - 1, per atom, over the NICs of all GPUs), and the host
+ *     cuts (at most 16 hosts): for each split of the hosts into S and the
+ *     rest, the blocks that must leave S over the NICs of the smaller side
+ *     (|side| x GPUs per host x nic);
  * plus the topology's latency once when anything moves at all.
  *
  * The program's actions are ignored. Size-declared partitions that are not
@@ -40,6 +47,9 @@ typedef struct xp_bound {
     double volume;       /* the total-volume term (s) */
     double volume_bytes; /* bytes that must be transferred in all */
     double cut;          /* the largest cut term (s; 0 when not computed) */
+    double host_volume;  /* the host-level volume term (s; 0 on one host) */
+    double host_volume_bytes; /* bytes that must cross between hosts */
+    double host_cut;     /* the largest host cut (s; 0 on one host or > 16 hosts) */
     double latency;      /* latency added (s) */
 } xp_bound;
 

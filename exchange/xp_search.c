@@ -31,6 +31,9 @@
  * all three. */
 #define STRUCT_WORK 8000
 #define CHUNK_KIND_WORK 100000
+/* The hierarchical start on a machine of several hosts: its share (the
+ * start that matters most there; pipeline 2 on 16 x 8 GPUs fits). */
+#define CHUNK_HIER_WORK 400000
 #define CLEANUP_WORK 30000
 /* Sites a structured program handles (more: it is skipped). */
 #define XP_STRUCT_MAXS 256
@@ -1282,7 +1285,21 @@ static xp_program *best_chunked(const xp_program *cur, const xp_topology *t,
     xp_program *pre = strip(cur);
     xp_program *cstart = NULL;
     double cbest = INFINITY;
-    for (int k = XP_BASE_RING; pre && k <= XP_BASE_DIRECT; k++) {
+    /* Several hosts: the hierarchical decomposition first. On a large
+     * machine (more than 64 sites) no flat ring: its relays through every
+     * GPU cost far more work than the per-level program and cannot beat it
+     * across the NICs (direct and tree stay: cheap, and for small
+     * messages direct may win). */
+    int multi = t->nodes > 1, large = multi && cur->ngpus > 64;
+    static const int order_flat[] = {XP_BASE_RING, XP_BASE_TREE, XP_BASE_DIRECT};
+    static const int order_multi[] = {XP_BASE_HIER, XP_BASE_RING, XP_BASE_TREE, XP_BASE_DIRECT};
+    const int *kinds = multi ? order_multi : order_flat;
+    static const int order_large[] = {XP_BASE_HIER, XP_BASE_DIRECT, XP_BASE_TREE};
+    if (large) /* not the flat rings: 1024 chunks relayed through 128 GPUs */
+        kinds = order_large;
+    int nkinds = large ? 3 : multi ? 4 : 3;
+    for (int ki = 0; pre && ki < nkinds; ki++) {
+        int k = kinds[ki];
         double prev = INFINITY;
         long kwork = 0;
         for (int pipe = 1; pipe <= 64; pipe *= 2) {
@@ -1290,7 +1307,7 @@ static xp_program *best_chunked(const xp_program *cur, const xp_topology *t,
             if (xp_baseline_unchecked(pre, t, (xp_base_kind)k, pipe, &q, NULL) < 0)
                 break;
             long w = prog_work(q, t);
-            if (pipe > 1 && kwork + w > CHUNK_KIND_WORK) {
+            if (pipe > 1 && kwork + w > (k == XP_BASE_HIER ? CHUNK_HIER_WORK : CHUNK_KIND_WORK)) {
                 xp_program_free(q); /* deeper: beyond this generator's share */
                 break;
             }
@@ -1298,8 +1315,9 @@ static xp_program *best_chunked(const xp_program *cur, const xp_topology *t,
             st->work += w;
             double c = sim_cost(q, t);
             keep_faster(q, c, &cstart, &cbest);
-            if (!(c < prev * (1 - 1e-9)))
-                break; /* deeper pipelines stopped helping */
+            if (!(c < prev * (1 - 1e-9)) && k != XP_BASE_HIER)
+                break; /* deeper pipelines stopped helping (hier's phases
+                          may balance again deeper: it goes on to the limit) */
             if (pipe == 1 && c > 1.5 * cbest)
                 break; /* far behind: pipelining will not catch up */
             prev = c;

@@ -22,7 +22,9 @@
  *      stays within a cap of its own); the fastest start is the best
  *      program so far (so the result is never slower than any of these
  *      baselines), but the local search goes on from the fastest
- *      whole-atom start;
+ *      whole-atom start; on machines of several hosts the hierarchical
+ *      body (XP_BASE_HIER) comes first, at every depth within its work
+ *      share, and above 64 sites the flat ring is not tried;
  *   3. body: starting from the better of naive and structured, apply the guarded
  *      transformations of §5.4 — relay introduction / elimination, source
  *      substitution, aggregation pullup (X@r->s, Y@r->s => X+Y@r->s) and

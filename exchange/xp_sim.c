@@ -258,9 +258,21 @@ static int start_hop(sim *S, int a)
         S->blocked[a] = 1;
         return 0;
     }
-    if (S->t->latency > 0) {
+    /* Alpha by level: a hop with a destination on another host waits the
+     * latency between hosts. */
+    const xp_action *ac = &S->p->act[a];
+    int h = S->hop[a], from = h == 0 ? ac->src : ac->relay[h - 1];
+    const int *to = h < ac->nrelay ? &ac->relay[h] : ac->dst;
+    int nto = h < ac->nrelay ? 1 : ac->ndst;
+    double alpha = S->t->latency;
+    for (int d = 0; d < nto && S->t->nodes > 1; d++) {
+        double l = xp_topo_hop_latency(S->t, from, to[d]);
+        if (l > alpha)
+            alpha = l;
+    }
+    if (alpha > 0) {
         S->outstanding[a] = 1;
-        return flow_add(S, a, FLOW_WAIT, -1, -1, S->t->latency, 0, NULL, 0, 0);
+        return flow_add(S, a, FLOW_WAIT, -1, -1, alpha, 0, NULL, 0, 0);
     }
     return start_flows(S, a);
 }

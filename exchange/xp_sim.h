@@ -6,8 +6,10 @@
  * m >= 2 pieces, reads them and writes the result at the source's HBM
  * bandwidth (bytes = sum of pieces + result; aggregations on one GPU share
  * its HBM). Its transfer stage, on every hop, first waits the topology's
- * latency (alpha), then runs one flow per destination along the topology's
- * route (egress port, link or shared bridge, ingress port), which also
+ * latency (alpha; latency-inter when a destination is on another host),
+ * then runs one flow per destination along the topology's route (egress
+ * port, link or shared bridge, ingress port; NIC tx, spine, NIC rx between
+ * hosts), which also
  * crosses the HBM of both ends; a relay's next hop starts when the relay
  * has received the whole aggregate (or chunk). Chunked actions move their
  * share of the bytes; a run of chunks is a stream (on every hop chunk c+1

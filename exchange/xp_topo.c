@@ -15,24 +15,35 @@
 int xp_topo_nres(const xp_topology *t)
 {
     int n = t->ngpus;
-    return 3 * n + n * n + t->nshared;
+    return 3 * n + n * n + t->nodes * t->nshared + (t->nic > 0 ? 2 * n : 0) +
+           (t->spine > 0 ? 1 : 0);
+}
+
+int xp_topo_nic_base(const xp_topology *t)
+{
+    int n = t->ngpus;
+    return t->nic > 0 ? 3 * n + n * n + t->nodes * t->nshared : -1;
 }
 
 double xp_topo_res_bw(const xp_topology *t, int r)
 {
-    int n = t->ngpus;
+    int n = t->ngpus, x = 3 * n + n * n + t->nodes * t->nshared;
     if (r < n)
         return t->hbm;
     if (r < 3 * n)
         return t->port;
     if (r < 3 * n + n * n)
         return t->link[r - 3 * n];
-    return t->shared_bw[r - 3 * n - n * n];
+    if (r < x)
+        return t->shared_bw[(r - 3 * n - n * n) % t->nshared];
+    if (t->nic > 0 && r < x + 2 * n)
+        return t->nic;
+    return t->spine;
 }
 
 void xp_topo_res_name(const xp_topology *t, int r, char *buf, int len)
 {
-    int n = t->ngpus;
+    int n = t->ngpus, x = 3 * n + n * n + t->nodes * t->nshared;
     if (r < n)
         snprintf(buf, (size_t)len, "hbm %d", r);
     else if (r < 2 * n)
@@ -41,8 +52,24 @@ void xp_topo_res_name(const xp_topology *t, int r, char *buf, int len)
         snprintf(buf, (size_t)len, "ingress %d", r - 2 * n);
     else if (r < 3 * n + n * n)
         snprintf(buf, (size_t)len, "link %d->%d", (r - 3 * n) / n, (r - 3 * n) % n);
-    else
+    else if (r < x && t->nodes == 1)
         snprintf(buf, (size_t)len, "%s", t->shared_name[r - 3 * n - n * n]);
+    else if (r < x)
+        snprintf(buf, (size_t)len, "%s of host %d", t->shared_name[(r - 3 * n - n * n) % t->nshared],
+                 (r - 3 * n - n * n) / t->nshared);
+    else if (t->nic > 0 && r < x + n)
+        snprintf(buf, (size_t)len, "nic-tx %d", r - x);
+    else if (t->nic > 0 && r < x + 2 * n)
+        snprintf(buf, (size_t)len, "nic-rx %d", r - x - n);
+    else
+        snprintf(buf, (size_t)len, "spine");
+}
+
+double xp_topo_hop_latency(const xp_topology *t, int s, int d)
+{
+    if (t->latency_inter > 0 && !xp_topo_same_host(t, s, d))
+        return t->latency_inter;
+    return t->latency;
 }
 
 int xp_topo_route(const xp_topology *t, int s, int d, int *res, ein_error *err)
@@ -50,12 +77,23 @@ int xp_topo_route(const xp_topology *t, int s, int d, int *res, ein_error *err)
     int n = t->ngpus, k = 0;
     if (s < 0 || d < 0 || s >= n || d >= n || s == d)
         return ein_fail(err, EIN_EINVAL, "%s: no route from %d to %d", t->name, s, d);
+    if (!xp_topo_same_host(t, s, d)) {
+        int x = xp_topo_nic_base(t);
+        if (x < 0)
+            return ein_fail(err, EIN_EINVAL, "%s: GPUs %d and %d are on different hosts and "
+                            "the topology has no nic", t->name, s, d);
+        res[k++] = x + s;
+        if (t->spine > 0 && s % t->local != d % t->local)
+            res[k++] = x + 2 * n;
+        res[k++] = x + n + d;
+        return k;
+    }
     if (t->port > 0)
         res[k++] = n + s;
     if (t->link[s * n + d] > 0)
         res[k++] = 3 * n + s * n + d;
     else if (t->rest >= 0)
-        res[k++] = 3 * n + n * n + t->rest;
+        res[k++] = 3 * n + n * n + xp_topo_host(t, s) * t->nshared + t->rest;
     else if (t->rest == -2)
         return ein_fail(err, EIN_EINVAL, "%s: GPUs %d and %d are not connected", t->name, s, d);
     if (t->port > 0)
@@ -173,7 +211,13 @@ typedef struct tparse {
     int line, col;          /* the statement's first word */
     char rest_name[32];     /* rest via NAME, resolved at the end */
     int rest_line;
+    int machine_line;       /* the first statement of the host's machine (0: none) */
+    const char *machine_kw; /* its keyword */
+    int node_line;          /* the `node` statement (0: none) */
+    int depth;              /* 1: parsing the machine a `node` statement names */
 } tparse;
+
+static int topo_load(const char *name_or_path, xp_topology **out, ein_error *err, int depth);
 
 /* Fail the statement being read (a parse error at its first word). */
 #define BAD(...) return ein_fail_at(T->err, EIN_EPARSE, T->file, T->line, T->col, __VA_ARGS__)
@@ -181,6 +225,9 @@ typedef struct tparse {
 static int topo_gpus(tparse *T, char **w, int nw)
 {
     xp_topology *t = T->t;
+    if (t->ngpus && T->node_line)
+        BAD("'gpus' after 'node' (line %d); expected either node NAME or the machine's own "
+            "gpus statement", T->node_line);
     if (t->ngpus)
         BAD("'gpus' given twice; expected one gpus statement");
     if (nw != 2 || parse_int(w[1], &t->ngpus) < 0 || t->ngpus < 1 || t->ngpus > 4096)
@@ -247,13 +294,68 @@ static const struct {
     int (*parse)(const char *num, const char *unit, double *v);
     size_t off;             /* the double in xp_topology */
     const char *usage;
+    int machine;            /* 1: describes the machine inside a host */
 } topo_numbers[] = {
-    {"peak", parse_flops, offsetof(xp_topology, peak), "RATE UNIT (PFLOP/s, TFLOP/s or GFLOP/s)"},
-    {"memory", parse_bytes, offsetof(xp_topology, memory), "SIZE UNIT (TB, GB or MB)"},
-    {"latency", parse_time, offsetof(xp_topology, latency), "TIME UNIT (s, ms, us or ns)"},
-    {"hbm", parse_bw, offsetof(xp_topology, hbm), "BANDWIDTH UNIT (TB/s, GB/s or MB/s)"},
-    {"port", parse_bw, offsetof(xp_topology, port), "BANDWIDTH UNIT (TB/s, GB/s or MB/s)"},
+    {"peak", parse_flops, offsetof(xp_topology, peak), "RATE UNIT (PFLOP/s, TFLOP/s or GFLOP/s)", 1},
+    {"memory", parse_bytes, offsetof(xp_topology, memory), "SIZE UNIT (TB, GB or MB)", 1},
+    {"latency", parse_time, offsetof(xp_topology, latency), "TIME UNIT (s, ms, us or ns)", 1},
+    {"hbm", parse_bw, offsetof(xp_topology, hbm), "BANDWIDTH UNIT (TB/s, GB/s or MB/s)", 1},
+    {"port", parse_bw, offsetof(xp_topology, port), "BANDWIDTH UNIT (TB/s, GB/s or MB/s)", 1},
+    {"nic", parse_bw, offsetof(xp_topology, nic), "BANDWIDTH UNIT (TB/s, GB/s or MB/s), per GPU "
+     "and direction", 0},
+    {"spine", parse_bw, offsetof(xp_topology, spine), "BANDWIDTH UNIT (TB/s, GB/s or MB/s)", 0},
+    {"latency-inter", parse_time, offsetof(xp_topology, latency_inter),
+     "TIME UNIT (s, ms, us or ns)", 0},
 };
+
+/* nodes N: the number of hosts. */
+static int topo_nodes(tparse *T, char **w, int nw)
+{
+    if (T->t->nodes)
+        BAD("'nodes' given twice; expected one nodes statement");
+    if (nw != 2 || parse_int(w[1], &T->t->nodes) < 0 || T->t->nodes < 1 || T->t->nodes > 4096)
+        BAD("bad 'nodes' statement; expected: nodes N (1..4096 hosts)");
+    return 0;
+}
+
+/* node NAME|FILE: the machine inside a host, copied from a built-in or a
+ * one-host topology file (before any statement of the machine's own). */
+static int topo_node(tparse *T, char **w, int nw)
+{
+    xp_topology *t = T->t, *m = NULL;
+    if (nw != 2)
+        BAD("bad 'node' statement; expected: node NAME|FILE (the machine inside a host)");
+    if (T->node_line)
+        BAD("'node' given twice (first on line %d); expected one node statement", T->node_line);
+    if (T->machine_line)
+        BAD("'node' after '%s' (line %d); expected node before the machine's own statements",
+            T->machine_kw, T->machine_line);
+    ein_error sub = {0};
+    if (T->depth > 0)
+        BAD("'node' inside the machine a 'node' statement names; expected a one-host machine "
+            "described by its own statements");
+    if (topo_load(w[1], &m, &sub, T->depth + 1) < 0)
+        BAD("node %s: %s", w[1], sub.msg);
+    if (m->nodes > 1) {
+        int mn = m->nodes;
+        xp_topo_free(m);
+        BAD("node %s: a machine of %d hosts; expected a one-host machine", w[1], mn);
+    }
+    char name[sizeof t->name];
+    memcpy(name, t->name, sizeof name);
+    int nodes = t->nodes;
+    double nic = t->nic, spine = t->spine, li = t->latency_inter;
+    free(t->link);
+    *t = *m;
+    free(m); /* its link matrix now belongs to t */
+    memcpy(t->name, name, sizeof name);
+    t->nodes = nodes;
+    t->nic = nic;
+    t->spine = spine;
+    t->latency_inter = li;
+    T->node_line = T->line;
+    return 0;
+}
 
 /* KEYWORD NAME into dst (size bytes, 64: one word under 64 bytes). */
 static int topo_word(tparse *T, char **w, int nw, char *dst, size_t size)
@@ -269,6 +371,17 @@ static int topo_word(tparse *T, char **w, int nw, char *dst, size_t size)
 static int topo_statement(tparse *T, char **w, int nw)
 {
     xp_topology *t = T->t;
+    static const char *const machine_kw[] = {"gpus", "link", "shared", "rest", "calibration",
+                                             "peak", "memory", "latency", "hbm", "port"};
+    for (size_t k = 0; k < sizeof machine_kw / sizeof *machine_kw; k++)
+        if (strcmp(w[0], machine_kw[k]) == 0 && !T->machine_line) {
+            T->machine_line = T->line;
+            T->machine_kw = machine_kw[k];
+        }
+    if (strcmp(w[0], "nodes") == 0)
+        return topo_nodes(T, w, nw);
+    if (strcmp(w[0], "node") == 0)
+        return topo_node(T, w, nw);
     for (size_t k = 0; k < sizeof topo_numbers / sizeof *topo_numbers; k++)
         if (strcmp(w[0], topo_numbers[k].kw) == 0) {
             double *v = (double *)((char *)t + topo_numbers[k].off);
@@ -289,9 +402,41 @@ static int topo_statement(tparse *T, char **w, int nw)
     if (strcmp(w[0], "rest") == 0)
         return topo_rest(T, w, nw);
     BAD("unknown statement '%s'; expected name, gpus, hbm, peak, port, link, shared, "
-        "rest, latency, memory or calibration", w[0]);
+        "rest, latency, memory, calibration, nodes, node, nic, spine or latency-inter", w[0]);
 }
 #undef BAD
+
+/* The hosts: `gpus` and `link` were per host; the link matrix becomes
+ * the block-diagonal one over nodes * local devices. */
+static int topo_expand(tparse *T)
+{
+    xp_topology *t = T->t;
+    if (!t->nodes)
+        t->nodes = 1;
+    t->local = t->ngpus;
+    if (t->nodes == 1)
+        return 0;
+    if (!(t->nic > 0))
+        return ein_fail_at(T->err, EIN_EPARSE, T->file, T->line, 1,
+                           "nodes %d without 'nic'; expected: nic BANDWIDTH UNIT (per GPU)",
+                           t->nodes);
+    if ((long)t->nodes * t->local > 4096)
+        return ein_fail_at(T->err, EIN_EPARSE, T->file, T->line, 1,
+                           "%d hosts of %d GPUs: %ld devices; expected at most 4096", t->nodes,
+                           t->local, (long)t->nodes * t->local);
+    int g = t->local, n = t->nodes * g;
+    double *link = calloc((size_t)n * (size_t)n, sizeof *link);
+    if (!link)
+        return ein_fail(T->err, EIN_ENOMEM, "out of memory");
+    for (int h = 0; h < t->nodes; h++)
+        for (int a = 0; a < g; a++)
+            for (int b = 0; b < g; b++)
+                link[(size_t)(h * g + a) * (size_t)n + (size_t)(h * g + b)] = t->link[a * g + b];
+    free(t->link);
+    t->link = link;
+    t->ngpus = n;
+    return 0;
+}
 
 /* After the last line: the required statements, rest via NAME resolved,
  * the name defaulted to the file's. */
@@ -300,7 +445,7 @@ static int topo_finish(tparse *T)
     xp_topology *t = T->t;
     if (!t->ngpus)
         return ein_fail_at(T->err, EIN_EPARSE, T->file, T->line, 1,
-                           "no 'gpus' statement; expected: gpus N");
+                           "no 'gpus' statement; expected: gpus N (or node NAME)");
     if (!(t->hbm > 0))
         return ein_fail_at(T->err, EIN_EPARSE, T->file, T->line, 1,
                            "no 'hbm' statement; expected: hbm BANDWIDTH UNIT");
@@ -316,12 +461,14 @@ static int topo_finish(tparse *T)
     }
     if (!t->name[0])
         snprintf(t->name, sizeof t->name, "%s", T->file);
-    return 0;
+    return topo_expand(T);
 }
 
-int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_error *err)
+static int topo_parse(const char *text, const char *file, xp_topology **out, ein_error *err,
+                      int depth)
 {
-    tparse T = {.t = calloc(1, sizeof *T.t), .file = file ? file : "<topology>", .err = err};
+    tparse T = {.t = calloc(1, sizeof *T.t), .file = file ? file : "<topology>", .err = err,
+                .depth = depth};
     int rc = 0;
     const char *p = text;
     if (!T.t)
@@ -362,33 +509,83 @@ int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_err
     return 0;
 }
 
-int xp_topo_load_file(const char *path, xp_topology **out, ein_error *err)
+int xp_topo_parse(const char *text, const char *file, xp_topology **out, ein_error *err)
+{
+    return topo_parse(text, file, out, err, 0);
+}
+
+static int topo_load_file(const char *path, xp_topology **out, ein_error *err, int depth)
 {
     char *buf;
     size_t n;
     int rc = ein_file_read_all(path, XP_TOPO_FILE_MAX, "a topology file", &buf, &n, err);
     if (rc < 0)
         return rc;
-    rc = xp_topo_parse(buf, path, out, err);
+    rc = topo_parse(buf, path, out, err, depth);
     free(buf);
     return rc;
 }
 
-int xp_topo_load(const char *name_or_path, xp_topology **out, ein_error *err)
+int xp_topo_load_file(const char *path, xp_topology **out, ein_error *err)
+{
+    return topo_load_file(path, out, err, 0);
+}
+
+/* The generated multi-host built-ins: N x one of these machines. */
+static const struct {
+    const char *node, *nic, *latency_inter, *why;
+} multi_nodes[] = {
+    {"dgx-h100", "50 GB/s", "10 us", "8 x ConnectX-7 400 Gb/s"},
+    {"hgx-h200", "50 GB/s", "10 us", "8 x ConnectX-7 400 Gb/s"},
+    {"dgx-a100", "25 GB/s", "10 us", "8 x ConnectX-6 200 Gb/s"},
+    {"host", "1.25 GB/s", "50 us", "10 Gb/s Ethernet per CPU device, TCP"},
+};
+
+int xp_topo_multi_text(const char *name, char *buf, int len)
+{
+    char *end;
+    long nodes = strtol(name, &end, 10);
+    if (name[0] < '0' || name[0] > '9' || end[0] != 'x' || end[1] != '-' || nodes < 1 ||
+        nodes > 512)
+        return -1;
+    for (size_t k = 0; k < sizeof multi_nodes / sizeof *multi_nodes; k++)
+        if (strcmp(end + 2, multi_nodes[k].node) == 0) {
+            /* Latency between hosts: an estimate (the inter-node small-message
+             * floor of nccl-tests over InfiniBand is about 5-15 us). */
+            snprintf(buf, (size_t)len,
+                     "# %ld x %s, GPU i of every host on NIC i (rail-optimised): %s.\n"
+                     "name %s\nnodes %ld\nnode %s\nnic %s\nlatency-inter %s\n",
+                     nodes, multi_nodes[k].node, multi_nodes[k].why, name, nodes,
+                     multi_nodes[k].node, multi_nodes[k].nic, multi_nodes[k].latency_inter);
+            return 0;
+        }
+    return -1;
+}
+
+static int topo_load(const char *name_or_path, xp_topology **out, ein_error *err, int depth)
 {
     const char *text = xp_topo_builtin_text(name_or_path);
     if (text)
-        return xp_topo_parse(text, name_or_path, out, err);
+        return topo_parse(text, name_or_path, out, err, depth);
+    char multi[512];
+    if (xp_topo_multi_text(name_or_path, multi, sizeof multi) == 0)
+        return topo_parse(multi, name_or_path, out, err, depth);
     if (!strchr(name_or_path, '/') && !strchr(name_or_path, '.')) {
-        char names[256] = "";
+        char names[512] = "";
         for (int i = 0; xp_topo_builtin_names[i]; i++) {
             strcat(names, i ? ", " : "");
             strcat(names, xp_topo_builtin_names[i]);
         }
+        strcat(names, "; Nx-dgx-h100, Nx-hgx-h200, Nx-dgx-a100, Nx-host for N hosts");
         return ein_fail(err, EIN_EINVAL, "unknown topology '%s' (built in: %s; or a file path)",
                         name_or_path, names);
     }
-    return xp_topo_load_file(name_or_path, out, err);
+    return topo_load_file(name_or_path, out, err, depth);
+}
+
+int xp_topo_load(const char *name_or_path, xp_topology **out, ein_error *err)
+{
+    return topo_load(name_or_path, out, err, 0);
 }
 
 /* The shortest "NUM UNIT" that the parser reads back to exactly `v`:
@@ -429,7 +626,7 @@ int xp_topo_format(const xp_topology *t, char **text, ein_error *err)
 {
     static const char *const funits[] = {"PFLOP/s", "TFLOP/s", "GFLOP/s"};
     static const double fscale[] = {1e15, 1e12, 1e9};
-    int n = t->ngpus;
+    int n = t->ngpus, g = t->local;
     for (int a = 0; a < n; a++)
         for (int b = a + 1; b < n; b++)
             if (t->link[a * n + b] != t->link[b * n + a])
@@ -446,7 +643,10 @@ int xp_topo_format(const xp_topology *t, char **text, ein_error *err)
     for (char *c = name; *c; c++)
         if (*c == ' ' || *c == '\t' || *c == '\r' || *c == '\n' || *c == '#')
             *c = '_';
-    fprintf(f, "name %s\ngpus %d\nhbm ", name, n);
+    fprintf(f, "name %s\n", name);
+    if (t->nodes > 1)
+        fprintf(f, "nodes %d\n", t->nodes);
+    fprintf(f, "gpus %d\nhbm ", g);
     format_bw(f, t->hbm);
     if (t->peak > 0) {
         fputs("\npeak ", f);
@@ -457,8 +657,8 @@ int xp_topo_format(const xp_topology *t, char **text, ein_error *err)
         format_bw(f, t->port);
     }
     fputc('\n', f);
-    for (int a = 0; a < n; a++)
-        for (int b = a + 1; b < n; b++)
+    for (int a = 0; a < g; a++) /* per host: host 0's block (all are alike) */
+        for (int b = a + 1; b < g; b++)
             if (t->link[a * n + b] > 0) {
                 fprintf(f, "link %d %d ", a, b);
                 format_bw(f, t->link[a * n + b]);
@@ -489,6 +689,23 @@ int xp_topo_format(const xp_topology *t, char **text, ein_error *err)
     }
     if (t->calibration[0])
         fprintf(f, "calibration %s\n", t->calibration);
+    if (t->nic > 0) {
+        fputs("nic ", f);
+        format_bw(f, t->nic);
+        fputc('\n', f);
+    }
+    if (t->spine > 0) {
+        fputs("spine ", f);
+        format_bw(f, t->spine);
+        fputc('\n', f);
+    }
+    if (t->latency_inter > 0) {
+        static const char *const tunits[] = {"s", "ms", "us", "ns"};
+        static const double tscale[] = {1, 1e-3, 1e-6, 1e-9};
+        fputs("latency-inter ", f);
+        format_rate(f, t->latency_inter, tunits, tscale, 4);
+        fputc('\n', f);
+    }
     if (fclose(f) != 0 || !buf) {
         free(buf);
         return ein_fail(err, EIN_ENOMEM, "out of memory");

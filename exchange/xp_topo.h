@@ -24,6 +24,27 @@
  *                           # simulator uses (coordinator/co_calib.h): a
  *                           # built-in name or a file path
  *
+ * Several hosts (two levels; a file without `nodes` is one host):
+ *
+ *   name 2x-dgx-h100
+ *   nodes 2                 # hosts; device d is GPU d mod G of host d div G
+ *   node dgx-h100           # the machine inside a host: a built-in or a
+ *                           # file; or its statements inline (gpus G, hbm,
+ *                           # port, link, shared, ...: per host, local ids)
+ *   nic 50 GB/s             # per GPU, each direction; GPU i on NIC i (rail i)
+ *   spine 3.2 TB/s          # optional: capacity of the spine that carries
+ *                           # cross-rail traffic (default: non-blocking)
+ *   latency-inter 10 us     # optional: alpha of a hop between hosts
+ *                           # (default: the host's latency)
+ *
+ * A transfer between hosts takes nic-tx(s), the spine if the rails differ
+ * and the spine is finite, nic-rx(d); inside a host the routes are the
+ * host's own (its shared resources are one per host). `node` comes before
+ * the machine's own statements (which then override the node's values).
+ * Built-ins `Nx-NAME` (N hosts of NAME: dgx-h100 and hgx-h200 with
+ * 8 x 400 Gb/s, dgx-a100 with 8 x 200 Gb/s, host with 10 Gb/s per device)
+ * are generated for any N >= 1.
+ *
  * Units: TB/s, GB/s, MB/s (powers of 10). Built-in machines are also
  * shipped as files in topologies/ (xp_topo_builtin_text gives the text).
  * Ownership: xp_topo_free releases a topology. */
@@ -49,11 +70,29 @@ typedef struct xp_topology {
     double memory;       /* bytes of memory per GPU (optional, 0: unknown) */
     double latency;      /* seconds per action hop (alpha; optional, 0: none) */
     char calibration[64]; /* calibration table name or path ("": none) */
+    /* Two levels (nodes = 1, local = ngpus: one host, as before). */
+    int nodes;           /* hosts */
+    int local;           /* GPUs per host; ngpus = nodes * local */
+    double nic;          /* bytes/s per GPU per direction between hosts (0: none) */
+    double spine;        /* bytes/s of the spine for cross-rail traffic (0: non-blocking) */
+    double latency_inter; /* seconds per hop between hosts (0: as `latency`) */
 } xp_topology;
 
 /* Resource ids: hbm(g) = g, egress(g) = n+g, ingress(g) = 2n+g,
- * link(s,d) = 3n + s*n + d, shared k = 3n + n*n + k. */
+ * link(s,d) = 3n + s*n + d, shared k of host h = 3n + n*n + h*nshared + k,
+ * then (nic > 0) nic-tx(g) = X + g and nic-rx(g) = X + n + g with
+ * X = 3n + n*n + nodes*nshared, then (spine > 0) the spine = X + 2n. */
 int xp_topo_nres(const xp_topology *t);
+/* The host of device d, and whether two devices share one. */
+static inline int xp_topo_host(const xp_topology *t, int d) { return d / t->local; }
+static inline int xp_topo_same_host(const xp_topology *t, int a, int b)
+{
+    return a / t->local == b / t->local;
+}
+/* The alpha of a hop s -> d: latency_inter between hosts (if set), else latency. */
+double xp_topo_hop_latency(const xp_topology *t, int s, int d);
+/* Id of the first NIC resource (nic-tx of device 0), -1 without NICs. */
+int xp_topo_nic_base(const xp_topology *t);
 double xp_topo_res_bw(const xp_topology *t, int r);
 /* Human name of a resource ("NVLink 0->3", "pcie", "egress 2"). */
 void xp_topo_res_name(const xp_topology *t, int r, char *buf, int len);
@@ -75,7 +114,10 @@ int xp_topo_load(const char *name_or_path, xp_topology **out, ein_error *err);
  * one bandwidth per pair). */
 int xp_topo_format(const xp_topology *t, char **text, ein_error *err);
 /* The text of a built-in machine (NULL if unknown), and their names
- * (NULL-terminated). */
+ * (NULL-terminated). The generated `Nx-NAME` machines are not listed;
+ * xp_topo_multi_text writes one's text into buf (len bytes) and returns
+ * 0, or -1 when `name` is not of that form. */
+int xp_topo_multi_text(const char *name, char *buf, int len);
 const char *xp_topo_builtin_text(const char *name);
 extern const char *const xp_topo_builtin_names[];
 void xp_topo_free(xp_topology *t);

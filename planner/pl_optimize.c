@@ -123,12 +123,26 @@ static void nstate_clear(nstate *s)
 
 /* Enumerate node v's requests and keep only what the DP needs; the specs
  * are built one at a time into one reused buffer. */
+/* Seconds for `bytes` between p devices over the network: inside one
+ * host at p x net_bw; over H hosts (pl_plan_opts.host_gpus) (H-1)/H of
+ * them through the NICs at p x nic_bw, the rest inside, whichever is
+ * longer. */
+static double net_time(double bytes, int p, const pl_plan_opts *o)
+{
+    int hosts = o->host_gpus > 0 ? (p + o->host_gpus - 1) / o->host_gpus : 1;
+    if (hosts <= 1 || !(o->nic_bw > 0))
+        return bytes / ((double)p * o->net_bw);
+    double inter = bytes * (hosts - 1) / hosts / ((double)p * o->nic_bw);
+    double intra = bytes / hosts / ((double)p * o->net_bw);
+    return inter > intra ? inter : intra;
+}
+
 /* Seconds to move all of node v's tensor once (PL_OBJECTIVE_TIME). */
 static double move_time(const pl_graph *g, int v, int p, const pl_plan_opts *o)
 {
     const pl_node *n = pl_graph_node(g, v);
     double bytes = node_volume(g, v) * (double)ein_dtype_size(n->dtype);
-    return bytes / ((double)p * o->net_bw) + 2 * bytes / ((double)p * o->hbm_bw);
+    return net_time(bytes, p, o) + 2 * bytes / ((double)p * o->hbm_bw);
 }
 
 /* PL_OBJECTIVE_TIME's join + aggregation of node v under spec s, from its
@@ -140,7 +154,7 @@ static double spec_time(const pl_graph *g, int v, int p, const pl_spec *s, doubl
     double esize = (double)ein_dtype_size(n->dtype), parts = s->nparts > 0 ? s->nparts : 1;
     double tc = pl_op_flops(g, v) / parts / o->peak_flops;
     double tm = (join + node_volume(g, v)) * esize / parts / o->hbm_bw;
-    return (tc > tm ? tc : tm) + agg * esize / ((double)p * o->net_bw) +
+    return (tc > tm ? tc : tm) + net_time(agg * esize, p, o) +
            2 * agg * esize / ((double)p * o->hbm_bw);
 }
 

@@ -93,6 +93,16 @@ typedef struct pl_plan_opts {
      * three must be > 0. */
     pl_objective objective;
     double peak_flops, hbm_bw, net_bw;
+    /* Several hosts (PL_OBJECTIVE_TIME): devices d and e share a host when
+     * d / host_gpus == e / host_gpus (host_gpus 0: one host). Devices are
+     * numbered hosts x local, and spec i runs on device i, row-major with
+     * the last index fastest: the innermost split lands inside a host.
+     * The bytes of an aggregation or repartition over the H hosts its p
+     * devices span are taken as spread evenly, (H-1)/H of them crossing
+     * hosts at p x nic_bw and the rest inside at p x net_bw, whichever
+     * takes longer. */
+    int host_gpus;
+    double nic_bw;
     /* Forced plans (baseline strategies, planner/pl_strategy.h): when set,
      * every operator takes, of its specs, the one `force` scores highest
      * (the first of equals), whatever the selector. */

@@ -5,13 +5,14 @@
  *   exprog synth --topology T [--work N] [--steps N] [--patience N]
  *                [--cap-ms N] [--seed S] [--trace out.json] FILE
  *   exprog bound --topology T FILE
- *   exprog baseline ring|tree|direct --topology T [--pipe N] FILE
+ *   exprog baseline ring|tree|direct|hier --topology T [--pipe N] FILE
  *
  * --latency-us N (any command with a topology) replaces the topology's
  * per-action latency (0: the bandwidth-only model of the paper).
  *
  * T is a built-in machine (dgx-a100, dgx-h100, hgx-h200, dgx-v100,
- * gb200-nvl72, host) or a topology file. `simulate` prints the timeline;
+ * gb200-nvl72, host; N hosts of one: Nx-dgx-h100, Nx-hgx-h200, Nx-dgx-a100,
+ * Nx-host) or a topology file. `simulate` prints the timeline;
  * its last line is `makespan: X ms`. `synth` reads a preamble (actions in
  * the file are ignored), prints the synthesised program, the naive
  * program's makespan and, last, its own. Exit status, like einrun's: 0 ok;
@@ -54,9 +55,10 @@ static int usage(void)
             "       exprog synth --topology T [--work N | --steps N] [--patience N]\n"
             "                    [--cap-ms N] [--seed S] [--no-chunks] [--trace OUT.json] FILE\n"
             "       exprog bound --topology T FILE\n"
-            "       exprog baseline ring|tree|direct --topology T [--pipe N] FILE\n"
+            "       exprog baseline ring|tree|direct|hier --topology T [--pipe N] FILE\n"
             "       (--latency-us N replaces the topology's per-action latency)\n"
-            "topologies: dgx-a100, dgx-h100, hgx-h200, dgx-v100, gb200-nvl72, host, or a "
+            "topologies: dgx-a100, dgx-h100, hgx-h200, dgx-v100, gb200-nvl72, host, Nx-dgx-h100,\n"
+            "  Nx-hgx-h200, Nx-dgx-a100, Nx-host (N hosts), or a "
             "file\n");
     return 2;
 }

@@ -23,7 +23,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_check(rc == 0, "formatted topology does not parse: %s\n%s", err.msg, out);
         fuzz_check(u->ngpus == t->ngpus && u->hbm == t->hbm && u->port == t->port &&
                        u->peak == t->peak && u->rest == t->rest && u->nshared == t->nshared &&
-                       u->memory == t->memory && strcmp(u->calibration, t->calibration) == 0,
+                       u->memory == t->memory && strcmp(u->calibration, t->calibration) == 0 &&
+                       u->nodes == t->nodes && u->local == t->local && u->nic == t->nic &&
+                       u->spine == t->spine && u->latency_inter == t->latency_inter,
                    "format/parse round trip differs:\n%s", out);
         for (int i = 0; i < t->ngpus * t->ngpus; i++)
             fuzz_check(u->link[i] == t->link[i], "link %d differs", i);
