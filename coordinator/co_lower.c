@@ -1,6 +1,7 @@
 /* coordinator/co_lower.c — from a logical plan to per-device Programs. */
 #include "coordinator/co_lower.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,10 +10,6 @@
 #include "common/ein_rand.h"
 #include "common/ein_vec.h"
 #include "common/ein_wire.h"
-#include "exchange/xp_atoms.h"
-#include "exchange/xp_naive.h"
-#include "exchange/xp_search.h"
-#include "exchange/xp_sim.h"
 
 typedef struct load_key {
     int node, dev, buf;
@@ -22,6 +19,8 @@ typedef struct load_key {
 typedef struct lw {
     const pl_graph *g;
     const pl_plan *plan;
+    const co_physical *ph;
+    int next_ex;            /* the next exchange of ph to lower */
     const co_lower_opts *o;
     ein_program **progs;
     int ndev;
@@ -33,8 +32,6 @@ typedef struct lw {
     int nloads, cap_loads;
     co_lower_stats *st;
     ein_error *err;
-    struct xcache *cache;   /* searched exchanges, by preamble (see xcache_find) */
-    int cap_cache, ncache;
     struct wset *ws;        /* writer sets (see producer_of) */
     int nws, cap_ws;
     struct vkey *views;     /* this exchange's views (see view_of) */
@@ -54,17 +51,6 @@ typedef struct vkey {
     int dev, parent, view;
     int64_t r0, r1;
 } vkey;
-
-/* The dtype node v's kernel outputs and exchange buffers are in: the
- * accumulation dtype when its spec aggregates partials (cast to the node's
- * dtype once aggregated, see lower_exchange), else the node's own. */
-static ein_dtype partial_dtype(const pl_graph *g, const pl_plan *plan, int v)
-{
-    const pl_node *nd = pl_graph_node(g, v);
-    if (nd->kind == PL_INPUT || !plan->nodes[v].planned || plan->nodes[v].spec.agg == EIN_AGG_NONE)
-        return nd->dtype;
-    return ein_dtype_accum(nd->dtype);
-}
 
 /* Room for entry n of the array *a (of *cap entries of `size` bytes). */
 static int grow(lw *L, void *a, int *cap, int n, size_t size)
@@ -275,8 +261,8 @@ typedef struct held {
 } held;
 
 typedef struct xstate {
-    xp_program *p;
-    ein_box *atoms;
+    const xp_program *p;
+    const ein_box *atoms;
     held *h;
     int nh, cap;
 } xstate;
@@ -592,185 +578,6 @@ static int skip_dead(lw *L, xstate *X, char *fired, int *left, const char *tenso
     return 0;
 }
 
-/* Move node u's partial blocks to the blocks `need` at `need_site`,
- * aggregating on the way; need_buf[b] receives the buffer of block b. */
-/* ---- searched exchanges, remembered -------------------------------------
- *
- * A model repeats itself (layers, chains): many exchanges have the same
- * preamble up to the atoms' labels (same sites, sizes, OUT sets), so the same
- * search problem. The first search's result is kept and copied for the
- * others, which turns the lowering's cost from one search per exchange into
- * one per distinct exchange. The search keeps the preamble's IN and OUT in
- * order, so a copy only needs the new preamble's atom labels. */
-#define XCACHE_MAX 4096     /* entries; past this, new exchanges are searched */
-
-typedef struct xcache {
-    uint64_t hash;
-    xp_program *pre;        /* NULL: empty slot */
-    xp_program *synth;
-    double naive_s, best_s;
-} xcache;
-
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    return h * 0x100000001b3ULL;
-}
-
-/* Hash of what xp_program_equal compares in a preamble (no actions). */
-static uint64_t preamble_hash(const xp_program *p)
-{
-    uint64_t h = mix(mix(mix(0, (uint64_t)p->ngpus), (uint64_t)p->nin), (uint64_t)p->nout);
-    h = mix(h, (uint64_t)p->npart);
-    for (int i = 0; i < p->nin; i++) {
-        uint64_t b;
-        memcpy(&b, &p->in[i].bytes, sizeof b);
-        h = mix(mix(h, (uint64_t)p->in[i].site), b);
-    }
-    for (int o = 0; o < p->nout; o++) {
-        h = mix(mix(h, (uint64_t)(int64_t)p->out[o].site), (uint64_t)(int64_t)p->out[o].part);
-        for (int w = 0; w < p->nwords; w++)
-            h = mix(h, p->out[o].set[w]);
-    }
-    for (int g = 0; g < p->npart; g++)
-        h = mix(mix(h, (uint64_t)p->part[g].size), (uint64_t)p->part[g].by_size);
-    return h;
-}
-
-static void xcache_free(lw *L)
-{
-    for (int i = 0; i < L->cap_cache; i++) {
-        xp_program_free(L->cache[i].pre);
-        xp_program_free(L->cache[i].synth);
-    }
-    free(L->cache);
-}
-
-/* The slot of a preamble equal to `p` (hash h), or of the empty slot where
- * it would go; NULL when there is no table. */
-static xcache *xcache_slot(lw *L, const xp_program *p, uint64_t h)
-{
-    if (!L->cache)
-        return NULL;
-    uint64_t mask = (uint64_t)L->cap_cache - 1;
-    for (uint64_t i = h & mask;; i = (i + 1) & mask) {
-        xcache *e = &L->cache[i];
-        if (!e->pre || (e->hash == h && xp_program_equal(e->pre, p)))
-            return e;
-    }
-}
-
-/* A copy of the remembered body for preamble `p`, or NULL (none, or out of
- * memory: then the caller searches). */
-static xp_program *xcache_find(lw *L, const xp_program *p, uint64_t h, double *naive_s,
-                               double *best_s)
-{
-    xcache *e = xcache_slot(L, p, h);
-    if (!e || !e->pre)
-        return NULL;
-    xp_program *q = xp_program_copy(e->synth);
-    if (!q)
-        return NULL;
-    for (int i = 0; i < p->nin; i++)
-        q->in[i].atom = p->in[i].atom;
-    *naive_s = e->naive_s;
-    *best_s = e->best_s;
-    return q;
-}
-
-/* Remember `synth` for preamble `p` (copies both); silently skipped when
- * the table is full or memory is short: it is only a shortcut. */
-static void xcache_put(lw *L, const xp_program *p, uint64_t h, const xp_program *synth,
-                       double naive_s, double best_s)
-{
-    if (L->ncache >= XCACHE_MAX)
-        return;
-    if (!L->cache) {
-        if (!(L->cache = calloc(2 * XCACHE_MAX, sizeof *L->cache)))
-            return;
-        L->cap_cache = 2 * XCACHE_MAX;
-    }
-    xcache *e = xcache_slot(L, p, h);
-    if (e->pre)
-        return;
-    xp_program *a = xp_program_copy(p), *b = xp_program_copy(synth);
-    if (!a || !b) {
-        xp_program_free(a);
-        xp_program_free(b);
-        return;
-    }
-    *e = (xcache){.hash = h, .pre = a, .synth = b, .naive_s = naive_s, .best_s = best_s};
-    L->ncache++;
-}
-
-/* 1 if every OUT of the preamble `p` is an aggregate of copies on its own
- * site: nothing crosses devices, the naive program is already the best one,
- * and a search (whose budget is per exchange) would only spend time. A chain
- * of elementwise operators keeping one layout is all such exchanges. */
-static int exchange_is_local(const xp_program *p)
-{
-    for (int o = 0; o < p->nout; o++) {
-        if (p->out[o].site < 0)
-            return 0;
-        for (int w = 0; w < p->nwords; w++)
-            for (xp_word x = p->out[o].set[w]; x; x &= x - 1)
-                if (p->in[w * 64 + __builtin_ctzll(x)].site != p->out[o].site)
-                    return 0;
-    }
-    return 1;
-}
-
-/* The body of exchange X.p: synthesised on the topology (or reused from
- * the cache) unless the exchange is local or the schedule is naive; then
- * forced chunks (testing), the body hook, and the Def. 5.5 check. */
-static int choose_body(lw *L, xstate *X, int local, const pl_node *nd, const char *opname)
-{
-    int rc = 0;
-    if (L->o->topo && L->o->search && !local) {
-        /* Synthesise the body on the machine's topology; the result keeps
-         * the preamble's IN and OUT, so the lowering below is the same. */
-        uint64_t h = preamble_hash(X->p);
-        xp_search_stats ss = {0};
-        xp_program *synth = xcache_find(L, X->p, h, &ss.naive_s, &ss.best_s);
-        if (synth) {
-            L->st->nreused++;
-        } else {
-            if ((rc = xp_search(X->p, L->o->topo, &L->o->search_opts, &synth, &ss, L->err)) < 0) {
-                ein_error_prefix(L->err, "exchange of '%s' for '%s'", nd->name, opname);
-                return rc;
-            }
-            L->st->nsearched++;
-            xcache_put(L, X->p, h, synth, ss.naive_s, ss.best_s);
-        }
-        xp_program_free(X->p);
-        X->p = synth;
-        L->st->naive_s += ss.naive_s;
-        L->st->synth_s += ss.best_s;
-        L->st->search_steps += ss.steps;
-        L->st->search_ms += ss.elapsed_ms;
-        L->st->ncapped += ss.capped;
-    } else if ((rc = xp_naive_synthesize(X->p, L->err)) >= 0 && L->o->topo) {
-        double t = 0;
-        if ((rc = xp_sim_run(X->p, L->o->topo, &t, NULL, L->err)) >= 0) {
-            L->st->naive_s += t;
-            L->st->synth_s += t;
-        }
-    }
-    /* Forced chunks (testing): every whole action of a body that moves
-     * data becomes a stream of K chunks. */
-    for (int a = 0; rc >= 0 && !local && L->o->exchange_chunks > 1 && a < X->p->nact; a++)
-        if (X->p->act[a].nchunks == 1)
-            rc = xp_action_set_chunk(X->p, a, 0, L->o->exchange_chunks, L->o->exchange_chunks,
-                                     L->err);
-    if (rc >= 0 && L->o->body_hook)
-        rc = L->o->body_hook(L->o->body_ctx, nd->name, opname, &X->p, L->err);
-    if (rc < 0 || (rc = xp_program_check(X->p, L->err)) < 0) {
-        ein_error_prefix(L->err, "exchange of '%s' for '%s'", nd->name, opname);
-        return rc;
-    }
-    return 0;
-}
-
 /* Fire the actions of X->p in an order where each is enabled (the
  * program is a set), emitting their copies and aggregations. */
 static int fire_all(lw *L, xstate *X, int u, const pl_node *nd, const char *opname)
@@ -893,48 +700,23 @@ static int recompose(lw *L, xstate *X, int u, ein_agg agg, const ein_box *need,
     return 0;
 }
 
-static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
-                          const int *need_site, int nneed, int *need_buf)
+/* Lower exchange e (node u's partial blocks to the blocks e->need at
+ * e->need_site, aggregating on the way) as its body says; need_buf[b]
+ * receives the buffer of the block the consumer reads. */
+static int lower_exchange(lw *L, const co_exchange *e, int *need_buf)
 {
-    const pl_choice *cu = &L->plan->nodes[u];
+    int u = e->tensor, rc = 0;
     const pl_node *nd = pl_graph_node(L->g, u);
-    int p = cu->spec.nparts, rc = 0, natoms = 0;
-    xstate X = {0};
-    ein_box *xneed = NULL;
-    ein_box *have = malloc(sizeof *have * (size_t)p);
-    int *have_site = malloc(sizeof(int) * (size_t)p);
-    if (!have || !have_site) {
-        rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
-        goto done;
+    const char *opname = co_exchange_consumer_name(L->g, e);
+    /* The body's streams of chunks become their chunks, in order; an
+     * unchunked body is lowered as it is (X.p is then not ours). */
+    xstate X = {.p = e->body, .atoms = e->atoms};
+    xp_program *own = NULL;
+    if (xp_program_chunked(e->body)) {
+        if ((rc = xp_program_expand_chunks(e->body, &own, NULL, L->err)) < 0)
+            return rc;
+        X.p = own;
     }
-    /* Partials travel over ein_agg_box (LSE: with their per-row
-     * log-sum-exp), so atoms, copies and merges carry it; the blocks the
-     * consumer wants are cut out of the merged rows at the end. */
-    ein_agg agg = cu->spec.agg;
-    const ein_box *want = need;
-    if (agg == EIN_AGG_LSE) {
-        if (!(xneed = malloc(sizeof *xneed * (size_t)(nneed ? nneed : 1)))) {
-            rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
-            goto done;
-        }
-        for (int b = 0; b < nneed; b++)
-            xneed[b] = ein_agg_box(agg, &need[b]);
-        need = xneed;
-    }
-    for (int j = 0; j < p; j++) {
-        have[j] = ein_agg_box(agg, &cu->spec.f[j].out);
-        have_site[j] = j;
-    }
-    if ((rc = xp_preamble_make(have, have_site, p, need, need_site, nneed,
-                               ein_dtype_size(L->xdt[u]), L->ndev, &X.atoms, &natoms, &X.p,
-                               L->err)) < 0)
-        goto done;
-    int local = exchange_is_local(X.p);
-    L->st->nlocal += local;
-    if ((rc = choose_body(L, &X, local, nd, opname)) < 0)
-        goto done;
-    L->st->nexchanges++;
-    L->st->nchunked += xp_program_chunked(X.p);
     xp_word *one = xp_set_new(X.p);
     if (!one) {
         rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
@@ -949,47 +731,29 @@ static int lower_exchange(lw *L, int u, const char *opname, const ein_box *need,
     free(one);
     if (rc < 0)
         goto done;
-    /* Streams of chunks become their chunks, in order. */
-    if (xp_program_chunked(X.p)) {
-        xp_program *q = NULL;
-        if ((rc = xp_program_expand_chunks(X.p, &q, NULL, L->err)) < 0)
-            goto done;
-        xp_program_free(X.p);
-        X.p = q;
-    }
     L->nviews = 0;
-
     if ((rc = fire_all(L, &X, u, nd, opname)) < 0)
         goto done;
-    rc = recompose(L, &X, u, agg, need, want, need_site, nneed, need_buf, opname);
+    rc = recompose(L, &X, u, e->agg, e->need, e->want, e->need_site, e->nneed, need_buf, opname);
 done:
-    free(xneed);
     for (int i = 0; i < X.nh; i++) {
         free(X.h[i].set);
         free(X.h[i].pc);
     }
     free(X.h);
-    free(X.atoms);
-    xp_program_free(X.p);
-    free(have);
-    free(have_site);
+    xp_program_free(own);
     return rc < 0 ? rc : 0;
 }
 
-/* Distinct output blocks of a plan node and the device storing each. */
-static int output_blocks(const pl_choice *c, ein_box *boxes, int *sites)
+/* The next exchange of the physical plan, which must be node u's for
+ * input k of `consumer` (-1: saved) towards n blocks. */
+static const co_exchange *next_exchange(lw *L, int u, int consumer, int k, int n)
 {
-    int n = 0;
-    for (int f = 0; f < c->spec.nparts; f++) {
-        int dup = 0;
-        for (int i = 0; i < n && !dup; i++)
-            dup = ein_box_equal(&boxes[i], &c->spec.f[f].out);
-        if (!dup) {
-            boxes[n] = c->spec.f[f].out;
-            sites[n++] = f;
-        }
-    }
-    return n;
+    assert(L->next_ex < L->ph->nex);
+    const co_exchange *e = &L->ph->ex[L->next_ex++];
+    assert(e->tensor == u && e->consumer == consumer && e->input == k && e->nneed == n);
+    (void)u, (void)consumer, (void)k, (void)n;
+    return e;
 }
 
 /* A saved graph input is never an operator's output, so it has no plan of
@@ -1072,12 +836,12 @@ done:
 
 /* lower_node's scratch, sized for a node of p function specifications:
  * inbuf[f * PL_MAX_INPUTS + k], the buffer of input k at specification f
- * (-1: none); need/site/nbuf, a list of boxes, the devices that need them
- * and the buffers they arrived in. */
+ * (-1: none); need/tup/nbuf, a list of boxes, the specifications that need
+ * them and the buffers they arrived in. */
 typedef struct node_scratch {
     int *inbuf;
     ein_box *need;
-    int *site, *nbuf;
+    int *tup, *nbuf;
 } node_scratch;
 
 /* Fill ns->inbuf for node v: an input's blocks are loaded (a graph input)
@@ -1098,21 +862,27 @@ static int gather_inputs(lw *L, int v, node_scratch *ns)
             if (ein_box_empty(&c->spec.f[f].in[k]))
                 continue;
             ns->need[nn] = c->spec.f[f].in[k];
-            ns->site[nn++] = f;
+            ns->tup[nn++] = f;
         }
         if (pl_graph_node(L->g, u)->kind == PL_INPUT) {
             for (int i = 0; i < nn; i++) {
-                int b = load_block(L, u, &ns->need[i], ns->site[i]);
+                int b = load_block(L, u, &ns->need[i], co_physical_place(L->ph, v, ns->tup[i]));
                 if (b < 0)
                     return b;
-                ns->inbuf[ns->site[i] * PL_MAX_INPUTS + k] = b;
+                ns->inbuf[ns->tup[i] * PL_MAX_INPUTS + k] = b;
             }
             continue;
         }
-        if (nn && (rc = lower_exchange(L, u, nd->name, ns->need, ns->site, nn, ns->nbuf)) < 0)
+        if (!nn)
+            continue;
+        const co_exchange *e = next_exchange(L, u, v, k, nn);
+        for (int i = 0; i < nn; i++)
+            assert(e->need_site[i] == co_physical_place(L->ph, v, ns->tup[i]) &&
+                   ein_box_equal(&e->want[i], &ns->need[i]));
+        if ((rc = lower_exchange(L, e, ns->nbuf)) < 0)
             return rc;
         for (int i = 0; i < nn; i++)
-            ns->inbuf[ns->site[i] * PL_MAX_INPUTS + k] = ns->nbuf[i];
+            ns->inbuf[ns->tup[i] * PL_MAX_INPUTS + k] = ns->nbuf[i];
     }
     return 0;
 }
@@ -1128,7 +898,8 @@ static int emit_node_kernel(lw *L, int v, int f, const int *in)
      * gets q alone (its partial is the merge's identity). */
     int lse = c->spec.agg == EIN_AGG_LSE && nd->kernel.kind == EIN_KERNEL_ATTENTION;
     ein_box obox = ein_agg_box(c->spec.agg, &c->spec.f[f].out);
-    int out = new_buf(L, f, L->xdt[v], &obox), rc;
+    int dev = co_physical_place(L->ph, v, f);
+    int out = new_buf(L, dev, L->xdt[v], &obox), rc;
     if (out < 0)
         return out;
     int32_t srcs[PL_MAX_INPUTS];
@@ -1157,9 +928,9 @@ static int emit_node_kernel(lw *L, int v, int f, const int *in)
     }
     ins.nsrcs = ns;
     set_op(&ins, nd->name, NULL);
-    if ((rc = emit(L, f, &ins)) < 0)
+    if ((rc = emit(L, dev, &ins)) < 0)
         return rc;
-    L->partial[v * L->ndev + f] = out;
+    L->partial[v * L->ndev + dev] = out;
     return 0;
 }
 
@@ -1167,11 +938,13 @@ static int emit_node_kernel(lw *L, int v, int f, const int *in)
  * stored. */
 static int store_saved(lw *L, int v, node_scratch *ns)
 {
-    int n = output_blocks(&L->plan->nodes[v], ns->need, ns->site), rc;
-    if ((rc = lower_exchange(L, v, "save", ns->need, ns->site, n, ns->nbuf)) < 0)
+    assert(L->next_ex < L->ph->nex);
+    const co_exchange *e = next_exchange(L, v, -1, 0, L->ph->ex[L->next_ex].nneed);
+    int rc;
+    if ((rc = lower_exchange(L, e, ns->nbuf)) < 0)
         return rc;
-    for (int b = 0; b < n; b++)
-        if ((rc = store_block(L, v, ns->nbuf[b], ns->site[b])) < 0)
+    for (int b = 0; b < e->nneed; b++)
+        if ((rc = store_block(L, v, ns->nbuf[b], e->need_site[b])) < 0)
             return rc;
     return 0;
 }
@@ -1186,10 +959,10 @@ static int lower_node(lw *L, int v)
     node_scratch ns = {
         .inbuf = malloc(sizeof(int) * (size_t)p * PL_MAX_INPUTS),
         .need = malloc(sizeof(ein_box) * (size_t)p),
-        .site = malloc(sizeof(int) * (size_t)p),
+        .tup = malloc(sizeof(int) * (size_t)p),
         .nbuf = malloc(sizeof(int) * (size_t)p),
     };
-    if (!ns.inbuf || !ns.need || !ns.site || !ns.nbuf) {
+    if (!ns.inbuf || !ns.need || !ns.tup || !ns.nbuf) {
         rc = ein_fail(L->err, EIN_ENOMEM, "out of memory while lowering");
         goto done;
     }
@@ -1203,7 +976,7 @@ static int lower_node(lw *L, int v)
 done:
     free(ns.inbuf);
     free(ns.need);
-    free(ns.site);
+    free(ns.tup);
     free(ns.nbuf);
     return rc < 0 ? rc : 0;
 }
@@ -1230,16 +1003,17 @@ static int check_size(lw *L, int d)
     return 0;
 }
 
-int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
-             ein_program ***progs_out, co_lower_stats *stats, ein_error *err)
+int co_lower(const pl_graph *g, const pl_plan *plan, const co_physical *ph,
+             const co_lower_opts *opts, ein_program ***progs_out, co_lower_stats *stats,
+             ein_error *err)
 {
     co_lower_stats st_local = {0};
-    lw L = {.g = g, .plan = plan, .o = opts, .ndev = opts->ndev, .err = err,
+    lw L = {.g = g, .plan = plan, .ph = ph, .o = opts, .ndev = ph->ndev, .err = err,
             .st = stats ? stats : &st_local};
     memset(L.st, 0, sizeof *L.st);
     int rc = 0;
-    if (plan->p != opts->ndev)
-        return ein_fail(err, EIN_EINVAL, "plan for %d devices lowered onto %d", plan->p, opts->ndev);
+    if (plan->p != ph->ndev || ph->nnodes != g->nnodes)
+        return ein_fail(err, EIN_EINVAL, "plan for %d devices lowered onto %d", plan->p, ph->ndev);
     L.progs = calloc((size_t)L.ndev, sizeof *L.progs);
     L.producer = calloc((size_t)L.ndev, sizeof *L.producer);
     L.cap_producer = calloc((size_t)L.ndev, sizeof(int));
@@ -1255,7 +1029,7 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
         goto done;
     }
     for (int v = 0; v < g->nnodes; v++)
-        L.xdt[v] = partial_dtype(g, plan, v);
+        L.xdt[v] = co_partial_dtype(g, plan, v);
     for (int d = 0; d < L.ndev; d++)
         if (!(L.progs[d] = ein_program_new(d, L.ndev))) {
             rc = ein_fail(err, EIN_ENOMEM, "out of memory while lowering");
@@ -1268,6 +1042,18 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
             rc = lower_saved_input(&L, v);
         ein_progress_step(opts->progress, v + 1);
     }
+    /* Every exchange of the physical plan lowered, in its order. */
+    assert(rc < 0 || L.next_ex == ph->nex);
+    L.st->nexchanges = ph->st.nexchanges;
+    L.st->nlocal = ph->st.nlocal;
+    L.st->nsearched = ph->st.nsearched;
+    L.st->nreused = ph->st.nreused;
+    L.st->nchunked = ph->st.nchunked;
+    L.st->naive_s = ph->st.naive_s;
+    L.st->synth_s = ph->st.synth_s;
+    L.st->search_steps = ph->st.search_steps;
+    L.st->search_ms = ph->st.search_ms;
+    L.st->ncapped = ph->st.ncapped;
     for (int d = 0; d < L.ndev && rc == 0; d++)
         if ((rc = ein_program_validate(L.progs[d], err)) < 0)
             ein_error_prefix(err, "internal error: program of device %d", d);
@@ -1286,7 +1072,6 @@ done:
         free(L.ws[i].id);
     free(L.ws);
     free(L.views);
-    xcache_free(&L);
     if (rc < 0) {
         co_programs_free(L.progs, L.ndev);
         return rc;

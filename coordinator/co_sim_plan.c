@@ -1,11 +1,12 @@
-/* coordinator/co_sim_plan.c — from a plan to a prediction: lowering as
- * einrun does, then co_sim_run; and einplan --simulate's front end. */
+/* coordinator/co_sim_plan.c — from a plan to a prediction: lowering through
+ * ein_compile's own steps (co_compile_lower), then co_sim_run; and einplan --simulate's front end. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coordinator/co_lower.h"
 #include "coordinator/co_sim.h"
+#include "coordinator/ein_compile_int.h"
 #include "planner/pl_graph.h"
 #include "planner/pl_optimize.h"
 
@@ -17,20 +18,17 @@ int co_sim_plan(const pl_graph *g, const pl_plan *plan, const xp_topology *topo,
     if (topo->ngpus < ndev)
         return ein_fail(err, EIN_EINVAL, "topology %s has %d GPUs but the plan has %d devices",
                         topo->name, topo->ngpus, ndev);
-    const char **paths = malloc(sizeof *paths * (size_t)(g->nnodes + 1));
-    if (!paths)
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
-    for (int v = 0; v < g->nnodes; v++)
-        paths[v] = "predicted.npy"; /* STOREs take no time and write nothing here */
-    co_lower_opts lo = {.ndev = ndev, .seed = 1, .output_path = paths, .topo = topo,
-                        .search = 1};
-    xp_search_opts_default(&lo.search_opts);
-    lo.search_opts.seed = seed;
-    lo.search_opts.cap_ms = 0; /* the work budget alone: deterministic */
+    /* Lowered as ein_compile lowers (STOREs take no time and write nothing
+     * here), the work budget alone bounding the searches. */
+    ein_compile_options o;
+    ein_compile_options_init(&o);
+    o.plan_seed = seed;
+    o.search_cap_ms = -1;
     ein_program **p = NULL;
+    co_physical *ph = NULL;
     co_sim_result *r = NULL;
-    rc = co_lower(g, plan, &lo, &p, NULL, err);
-    free(paths);
+    rc = co_compile_lower(g, plan, topo, &o, &ph, &p, NULL, err);
+    co_physical_free(ph);
     if (rc < 0)
         return ein_error_prefix(err, "lowering");
     if ((rc = co_sim_run(p, ndev, topo, cal, &r, err)) == 0 && check_memory)

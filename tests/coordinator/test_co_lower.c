@@ -117,11 +117,15 @@ static int lower_with(const char *text, int ndev, fixed_body *fb, ein_program **
     assert_non_null(outp);
     for (int v = 0; v < g->nnodes; v++)
         outp[v] = "y.npy";
-    co_lower_opts lo = {.ndev = ndev, .seed = 1, .topo = t, .search = 1, .output_path = outp,
-                        .body_hook = use_fixed, .body_ctx = fb};
-    xp_search_opts_default(&lo.search_opts);
+    co_physical_opts po = {.ndev = ndev, .topo = t, .search = 1, .body_hook = use_fixed,
+                           .body_ctx = fb};
+    xp_search_opts_default(&po.search_opts);
+    co_lower_opts lo = {.seed = 1, .output_path = outp};
     co_lower_stats st;
-    rc = co_lower(g, plan, &lo, progs, &st, err);
+    co_physical *ph = NULL;
+    if ((rc = co_physical_make(g, plan, &po, &ph, err)) == 0)
+        rc = co_lower(g, plan, ph, &lo, progs, &st, err);
+    co_physical_free(ph);
 done:
     free(outp);
     xp_topo_free(t);
@@ -334,12 +338,15 @@ static void test_forced_chunks(void **state)
     assert_int_equal(xp_topo_load("dgx-v100", &t, &err), 0);
     co_lower_stats st[2];
     for (int k = 0; k < 2; k++) {
-        co_lower_opts lo = {.ndev = 8, .seed = 1, .topo = t, .search = 1,
-                            .exchange_chunks = k ? 4 : 0};
-        xp_search_opts_default(&lo.search_opts);
+        co_physical_opts po = {.ndev = 8, .topo = t, .search = 1, .exchange_chunks = k ? 4 : 0};
+        xp_search_opts_default(&po.search_opts);
+        co_lower_opts lo = {.seed = 1};
         ein_program **progs = NULL;
-        if (co_lower(g, plan, &lo, &progs, &st[k], &err) < 0)
+        co_physical *ph = NULL;
+        if (co_physical_make(g, plan, &po, &ph, &err) < 0 ||
+            co_lower(g, plan, ph, &lo, &progs, &st[k], &err) < 0)
             fail_msg("chunks %d: %s", k ? 4 : 0, err.msg);
+        co_physical_free(ph);
         co_programs_free(progs, 8);
     }
     assert_int_equal(st[0].nchunked, 0);
