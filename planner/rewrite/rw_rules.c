@@ -1006,13 +1006,13 @@ const char *pl_rewrite_stop_name(pl_rewrite_stop s)
     case PL_RW_SATURATED: return "saturated";
     case PL_RW_ITER_LIMIT: return "iteration limit";
     case PL_RW_NODE_LIMIT: return "e-node limit";
-    case PL_RW_TIME_LIMIT: return "time limit";
+    case PL_RW_WORK_LIMIT: return "work limit";
     }
     return "?";
 }
 
 /* The saturation loop's state, passed explicitly (egg's Runner and
- * BackoffScheduler): its limits and clock, and the backoff statistics of
+ * BackoffScheduler): its limits and work, and the backoff statistics of
  * each rule, which are the run's, not the rules' (a rule set is read-only
  * here and can be shared between runs). */
 typedef struct rw_ban {
@@ -1021,7 +1021,8 @@ typedef struct rw_ban {
 
 typedef struct rw_runner {
     int iter_limit, node_limit, k_multi, match_limit, ban_length;
-    double time_limit_s, t0;
+    long work_limit, work;  /* see pl_rewrite_opts.work_limit */
+    double t0;              /* for the report only */
     rw_ban *ban;            /* one per rule */
     rw_mvec *m;             /* the matches of each rule's lhs[0], lhs[1] */
 } rw_runner;
@@ -1030,7 +1031,8 @@ static int runner_init(rw_runner *run, const pl_rw_rules *r, const pl_rewrite_op
 {
     run->iter_limit = o->iter_limit > 0 ? o->iter_limit : 30;
     run->node_limit = o->node_limit > 0 ? o->node_limit : 100000;
-    run->time_limit_s = o->time_limit_s > 0 ? o->time_limit_s : 1.0;
+    run->work_limit = o->work_limit > 0 ? o->work_limit : PL_REWRITE_DEFAULT_WORK;
+    run->work = 0;
     run->k_multi = o->k_multi == 0 ? 1 : o->k_multi < 0 ? 0 : o->k_multi;
     run->match_limit = o->match_limit > 0 ? o->match_limit : 1000;
     run->ban_length = o->ban_length > 0 ? o->ban_length : 5;
@@ -1054,13 +1056,13 @@ static void runner_release(rw_runner *run, const pl_rw_rules *r)
 }
 
 /* The one limits check: the limit the run has passed (e-nodes, then
- * time), or -1 while it may go on. */
+ * work), or -1 while it may go on. */
 static int runner_limit(const rw_runner *run, const rw_egraph *eg)
 {
     if (eg->nlive > run->node_limit)
         return PL_RW_NODE_LIMIT;
-    if (ein_now_s() - run->t0 > run->time_limit_s)
-        return PL_RW_TIME_LIMIT;
+    if (run->work > run->work_limit)
+        return PL_RW_WORK_LIMIT;
     return -1;
 }
 
@@ -1090,6 +1092,8 @@ static int runner_search(rw_runner *run, rw_egraph *eg, const pl_rw_rules *r, in
         long count = m[0].n;
         if (ru->multi && rc == 0)
             rc = apply_multi(eg, ru, r, &m[0], &m[1], threshold, 1, &count, st, err);
+        /* The scan of every class, and each match (or joined pair) found. */
+        run->work += eg->nclasses + m[0].n + m[1].n + (ru->multi ? count : 0);
         if (count > threshold) { /* backoff: ban, longer each time */
             b->banned_until = iter + (run->ban_length << b->times_banned);
             b->times_banned++;
@@ -1150,6 +1154,7 @@ int rw_saturate(rw_egraph *eg, const pl_rw_rules *r, const pl_rewrite_opts *o, p
         }
     }
     st->iterations = iter;
+    st->work = run.work;
     st->saturate_s = ein_now_s() - run.t0;
     runner_release(&run, r);
     return rc;
