@@ -203,6 +203,7 @@ static int64_t box_rows(const ein_box *b)
  * when k does not divide n, at most one row apart otherwise). */
 static void chunk_rows(int64_t n, int c, int k, int64_t *r0, int64_t *r1)
 {
+    assert(k >= 1 && c >= 0 && c < k && n >= 0);
     *r0 = n * c / k;
     *r1 = n * (c + 1) / k;
 }
@@ -216,6 +217,7 @@ static int view_of(lw *L, int dev, int parent, int64_t r0, int64_t r1, int *fres
     ein_program *p = L->progs[dev];
     ein_pbuffer pb = p->buffers[parent];
     int64_t n = box_rows(&pb.box);
+    assert(0 <= r0 && r0 <= r1 && r1 <= n);
     *fresh = 0;
     if (r0 == 0 && r1 == n)
         return parent;
@@ -282,6 +284,7 @@ static int held_add(lw *L, xstate *X, const xp_word *set, int site, int buf, int
 
 static int piece_add(lw *L, held *h, int64_t lo, int64_t hi, int writer)
 {
+    assert(lo <= hi);
     if (grow(L, &h->pc, &h->cap_pc, h->npc, sizeof *h->pc) < 0)
         return L->err->code;
     int k = h->npc;
@@ -343,11 +346,14 @@ static int held_gaps(const xstate *X, int k, int64_t lo, int64_t hi, int64_t **g
     return 0;
 }
 
+/* The atom of the copies in `set`; every set of a checked program names
+ * at least one IN (xp_program_check), so never -1 where it indexes atoms. */
 static int atom_of(const xstate *X, const xp_word *set)
 {
     for (int i = 0; i < X->p->nin; i++)
         if (xp_set_has(set, i))
             return X->p->in[i].atom;
+    assert(!"an aggregate of no copies");
     return -1;
 }
 
