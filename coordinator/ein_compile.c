@@ -51,7 +51,7 @@ int co_find_worker(const char *name, const char *given, char *out, size_t len, e
             return 0;
     }
     return ein_fail(err, EIN_EINVAL, "cannot find the %s binary next to this program or library; "
-                    "name it (einrun --worker PATH, or $EINWORKER)", name);
+                    "name it (the worker option, or $EINWORKER)", name);
 }
 
 int co_gpu_visible(void)
@@ -157,9 +157,8 @@ static int compiled_exchange_texts(ein_compiled *c, ein_error *err)
     return 0;
 }
 
-/* Check a compile's device count and options; chunked exchanges come from
- * $EIN_EXCHANGE_CHUNKS when o leaves them at 0. 0 or a negative code. */
-static int compile_check(ein_compile_options *o, int ndev, ein_error *err)
+/* Check a compile's device count and options. 0 or a negative code. */
+static int compile_check(const ein_compile_options *o, int ndev, ein_error *err)
 {
     int max = o->plan_only ? 4096 : EIN_MAX_DEVICES;
     if (ndev < 1 || ndev > max)
@@ -168,11 +167,6 @@ static int compile_check(ein_compile_options *o, int ndev, ein_error *err)
     if (o->search_work < 0 || o->search_work > 1000000000)
         return ein_fail(err, EIN_EINVAL, "compile: search work %ld (expected 0 for the default, "
                         "or 1 to 1000000000)", o->search_work);
-    /* Chunked exchanges: the option, else $EIN_EXCHANGE_CHUNKS, else off. */
-    const char *env = getenv("EIN_EXCHANGE_CHUNKS");
-    if (o->exchange_chunks == 0 && env && *env &&
-        co_exchange_chunks_parse(env, &o->exchange_chunks, err) < 0)
-        return ein_error_prefix(err, "compile: $EIN_EXCHANGE_CHUNKS");
     if (o->exchange_chunks < EIN_EXCHANGE_CHUNKS_AUTO || o->exchange_chunks > XP_CHUNKS_MAX)
         return ein_fail(err, EIN_EINVAL, "compile: exchange chunks %d (expected 0 for the "
                         "default, %d for auto, 1 for off or 2 to %d)", o->exchange_chunks,
