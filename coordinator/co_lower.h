@@ -2,13 +2,13 @@
  * Program per device: it only emits what the physical plan decided.
  *
  * Function specification i of every operator runs on the device the
- * physical plan places it on (device i); an operator
- * with fewer function specifications than devices (too small to split p
- * ways) leaves the other devices idle for it, its output has as many
- * blocks as it has distinct output boxes, and everything below works on
- * those blocks and their sites as on any other. For each
- * operator input produced by another operator, the tensor's exchange (its
- * preamble and body, from the physical plan) is lowered: SLICE (decompose) producer blocks into atoms,
+ * physical plan places it on (device i); an operator with fewer function
+ * specifications than devices (too small to split p ways) leaves the other
+ * devices idle for it, its output has as many blocks as it has distinct
+ * output boxes, and everything below works on those blocks and their sites
+ * as on any other. For each operator input produced by another operator,
+ * the tensor's exchange (its preamble and body, from the physical plan) is
+ * lowered: SLICE (decompose) producer blocks into atoms,
  * NOTIFY + COPY for each transfer (hop by hop through relays, to every
  * destination of a multicast), AGG for each aggregation, CONCAT
  * (recompose) atoms into the blocks the kernel reads. A chunked action

@@ -83,7 +83,8 @@ typedef struct co_exchange {
     xp_program *body;
     int local;                  /* nothing crosses devices: not searched */
     int reused;                 /* body copied from an identical earlier exchange */
-    double naive_s, chosen_s;   /* predicted time of the naive and the chosen body; 0 without a topology */
+    double naive_s, chosen_s;   /* predicted time of the naive and the chosen body
+                                   (0 without a topology) */
 } co_exchange;
 
 typedef struct co_physical_stats {
