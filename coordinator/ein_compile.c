@@ -245,7 +245,8 @@ int co_compile_lower(const pl_graph *g, const pl_plan *plan, const xp_topology *
     co_physical_opts po;
     co_compile_physical_opts(o, plan->p, topo, &po);
     ein_progress pg;
-    ein_progress_begin(&pg, o->progress && ein_progress_wanted(0), "synthesising exchanges",
+    ein_progress_begin(&pg, o->progress && ein_progress_wanted(0),
+                       "lowering, synthesising exchanges",
                        g->nnodes);
     po.progress = &pg;
     int rc = co_physical_make(g, plan, &po, ph, err);
