@@ -42,6 +42,32 @@ _Static_assert(sizeof kernel_kind_names / sizeof *kernel_kind_names == EIN_KERNE
                "a kernel kind lacks a name");
 static const char *const agg_names[] = {"none", "sum", "max", "lse"};
 
+/* Sources each kernel kind takes, {min, max}. */
+static const struct { int lo, hi; } kernel_arity[] = {
+#define EIN_KERNEL(kind, name, min_srcs, max_srcs, fields) [EIN_KERNEL_##kind] = {min_srcs, max_srcs},
+#include "common/ein_ops.def"
+};
+_Static_assert(sizeof kernel_arity / sizeof *kernel_arity == EIN_KERNEL_COUNT,
+               "a kernel kind lacks an arity");
+
+int ein_kernel_check_arity(ein_kernel_kind k, int n, ein_error *err)
+{
+    if ((int)k < 0 || k >= EIN_KERNEL_COUNT)
+        return ein_fail(err, EIN_EINVAL, "invalid kernel kind %d", (int)k);
+    int lo = kernel_arity[k].lo, hi = kernel_arity[k].hi;
+    const char *name = kernel_kind_names[k];
+    if (lo == hi && n != lo)
+        return ein_fail(err, EIN_EINVAL, "%s kernel takes %d source%s, has %d", name, lo,
+                        lo == 1 ? "" : "s", n);
+    if (n < lo || n > hi)
+        return ein_fail(err, EIN_EINVAL, "%s kernel takes %d to %d sources, has %d", name, lo, hi,
+                        n);
+    if (k == EIN_KERNEL_ATTENTION_PARTIAL && n == 2)
+        return ein_fail(err, EIN_EINVAL, "%s kernel takes q alone or q, k, v, has 2 sources",
+                        name);
+    return 0;
+}
+
 const char *ein_instr_kind_name(ein_instr_kind k)
 {
     return (int)k >= 0 && k < EIN_I_COUNT ? kind_names[k] : "?";

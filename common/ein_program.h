@@ -183,6 +183,12 @@ int ein_binary_by_op_name(const char *op);
 const char *ein_kernel_kind_name(ein_kernel_kind k);
 const char *ein_agg_name(ein_agg a);
 
+/* The one arity check of a kernel (the validator and both kernel sets use
+ * it): `n` sources for kind k, as the registry (common/ein_ops.def) says;
+ * ATTENTION_PARTIAL takes q alone or q, k, v. Returns 0, or EIN_EINVAL with
+ * "<kind> kernel takes N source(s), has M" in `err` (an unknown kind too). */
+int ein_kernel_check_arity(ein_kernel_kind k, int n, ein_error *err);
+
 /* Builders. ein_program_new returns NULL on allocation failure. */
 ein_program *ein_program_new(int32_t device, int32_t ndevices);
 void ein_program_free(ein_program *p);

@@ -153,13 +153,6 @@ static int check_einsum(const ein_program *p, int i, const ein_instr *ins, ein_e
     return 0;
 }
 
-/* Sources each kernel kind takes, {min, max}. */
-static const struct { int lo, hi; } kernel_arity[] = {
-#define EIN_KERNEL(kind, name, min_srcs, max_srcs, fields) [EIN_KERNEL_##kind] = {min_srcs, max_srcs},
-#include "common/ein_ops.def"
-};
-_Static_assert(sizeof kernel_arity / sizeof *kernel_arity == EIN_KERNEL_COUNT, "a kernel kind lacks an arity");
-
 
 /* The kinds that carry ein_kernel.list: those with the wire field. */
 static int kernel_has_list(ein_kernel_kind k)
@@ -466,13 +459,9 @@ static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_e
     if ((int)k->kind < 0 || k->kind >= EIN_KERNEL_COUNT)
         return ifail(err, i, ins, "invalid kernel kind %d", (int)k->kind);
     const char *name = ein_kernel_kind_name(k->kind);
-    if (n < kernel_arity[k->kind].lo || n > kernel_arity[k->kind].hi) {
-        if (kernel_arity[k->kind].lo == kernel_arity[k->kind].hi)
-            return ifail(err, i, ins, "%s kernel takes %d source%s, has %d", name, kernel_arity[k->kind].lo,
-                         kernel_arity[k->kind].lo == 1 ? "" : "s", n);
-        return ifail(err, i, ins, "%s kernel takes %d to %d sources, has %d", name, kernel_arity[k->kind].lo,
-                     kernel_arity[k->kind].hi, n);
-    }
+    ein_error ae = {0};
+    if (ein_kernel_check_arity(k->kind, n, &ae) < 0)
+        return ifail(err, i, ins, "%s", ae.msg);
     /* nlist's range and list's presence were checked for every instruction. */
     if (k->nlist && !kernel_has_list(k->kind))
         return ifail(err, i, ins, "%s kernel takes no list, has %d entries", name, k->nlist);

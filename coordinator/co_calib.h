@@ -59,6 +59,7 @@
 #include <stdio.h>
 
 #include "common/ein_error.h"
+#include "exchange/xp_topo.h"
 
 #define CO_CALIB_MAX_POINTS 16
 
@@ -98,12 +99,22 @@ int co_calib_load(const char *name_or_path, co_calib *out, ein_error *err);
 void co_calib_write(const co_calib *c, FILE *f);
 const char *co_calib_builtin_text(const char *name);
 
+/* What a measurement was, for the table's comment lines. */
+typedef struct co_calib_notes {
+    int ndev;                   /* devices used (at most 2) */
+    int iterations;             /* best of this many (a warm-up before them) */
+    int par;                    /* devices busy at once when measuring the cores */
+    double eff_cores;           /* cores they got (other users' load); 0: not measured */
+    int ring_per_core;          /* devices per core in the busy ring */
+} co_calib_notes;
+
 /* einrun --calibrate (co_calib_run.c): run benchmark Programs on `ndev`
  * CPU devices (at most 2 used: 0 computes, 1 copies) with the einworker
- * at `worker` (NULL: next to this executable), and write the measured
- * table, relative to topology `topo_arg` (NULL: host), to `out_path`
- * (NULL: stdout). Returns an exit status (0, 1 run failed, 2 bad input)
- * after printing any error on stderr. */
-int co_calib_cli(int ndev, const char *worker, const char *out_path, const char *topo_arg);
+ * at `worker` (NULL: next to this executable) and fill *out with the
+ * measured table, relative to `topo`, and *notes. On failure returns a
+ * negative EIN_E* code with `err` filled ("run failed: ..." for a run that
+ * failed) and leaves *out untouched. */
+int co_calib_measure(int ndev, const char *worker, const xp_topology *topo, co_calib *out,
+                     co_calib_notes *notes, ein_error *err);
 
 #endif

@@ -615,66 +615,29 @@ static const char *worker_beside(char *wpath, size_t size)
     return wpath;
 }
 
-/* Write the table with its comment lines; 0 or an exit status (2). */
-static int write_table(const co_calib *c, const char *out_path, int ndev,
-                       const xp_topology *topo, double eff_cores)
+int co_calib_measure(int ndev, const char *worker, const xp_topology *topo, co_calib *out,
+                     co_calib_notes *notes, ein_error *err)
 {
-    FILE *f = out_path ? fopen(out_path, "w") : stdout;
-    if (!f) {
-        fprintf(stderr, "einrun: --out %s: cannot write it\n", out_path);
-        return 2;
-    }
-    fprintf(f, "# measured by einrun --calibrate on %d device%s, against topology %s "
-               "(peak %.4g FLOP/s, hbm %.4g B/s); best of %d iterations\n",
-            ndev, ndev == 1 ? "" : "s", topo->name, topo->peak, topo->hbm, CO_CALIB_ITERS - 1);
-    /* The table keeps the processors online: the model is the machine's
-     * own. What other users' load left during calibration is a comment. */
-    if (eff_cores > 0)
-        fprintf(f, "# %d devices busy at once got %.3g cores of %.4g (other users' load)\n",
-                CO_CALIB_PAR, eff_cores, c->cores);
-    if (c->latency_busy != c->latency)
-        fprintf(f, "# busy figures: %d devices per core in a ring, computing and messaging\n",
-                CO_CALIB_RING_PER_CORE);
-    co_calib_write(c, f);
-    if (out_path && fclose(f) != 0) {
-        fprintf(stderr, "einrun: --out %s: cannot write it\n", out_path);
-        return 2;
-    }
-    return 0;
-}
-
-int co_calib_cli(int ndev, const char *worker, const char *out_path, const char *topo_arg)
-{
-    ein_error err = {0};
-    xp_topology *topo = NULL;
     ein_program *progs[2] = {NULL, NULL};
     bench b[MAXB];
-    int nb = 0, status = 1;
+    int nb = 0, rc = 0;
     char wpath[PATH_MAX];
     double iter_s[CO_CALIB_ITERS];
     if (ndev > 2)
         ndev = 2; /* device 0 computes, device 1 copies */
-    if (xp_topo_load(topo_arg ? topo_arg : "host", &topo, &err) < 0) {
-        fprintf(stderr, "einrun: --calibrate: %s\n", err.msg);
-        return 2;
-    }
-    if (!worker && !(worker = worker_beside(wpath, sizeof wpath))) {
-        fprintf(stderr, "einrun: --calibrate: cannot find einworker; use --worker PATH\n");
-        goto done;
-    }
+    if (!worker && !(worker = worker_beside(wpath, sizeof wpath)))
+        return ein_fail(err, EIN_EINVAL, "cannot find einworker next to this program");
     for (int d = 0; d < ndev; d++)
         if (!(progs[d] = ein_program_new(d, ndev))) {
-            fprintf(stderr, "einrun: out of memory\n");
+            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
             goto done;
         }
-    if (build(progs, ndev, b, &nb, &err) < 0) {
-        fprintf(stderr, "einrun: --calibrate: %s\n", err.msg);
+    if ((rc = build(progs, ndev, b, &nb, err)) < 0)
         goto done;
-    }
     trace_sums t = {0};
     trace_arg arg = {b, nb, &t};
-    if (run_traced(progs, ndev, worker, iter_s, read_trace, &arg, &err) < 0) {
-        fprintf(stderr, "einrun: --calibrate: run failed: %s\n", err.msg);
+    if ((rc = run_traced(progs, ndev, worker, iter_s, read_trace, &arg, err)) < 0) {
+        ein_error_prefix(err, "run failed");
         goto done;
     }
     co_calib c;
@@ -696,13 +659,13 @@ int co_calib_cli(int ndev, const char *worker, const char *out_path, const char 
     double eff_cores = 0, nb_s = 0, lb_s = 0;
     for (int k = 0; k < nb; k++)
         if (b[k].work == CO_WORK_GEMM && b[k].size == 2.0 * 512 * 512 * 512 && b[k].nt > 0 &&
-            measure_cores(worker, best(b[k].t, b[k].nt), &eff_cores, &err) < 0) {
-            fprintf(stderr, "einrun: --calibrate: run failed: %s\n", err.msg);
+            (rc = measure_cores(worker, best(b[k].t, b[k].nt), &eff_cores, err)) < 0) {
+            ein_error_prefix(err, "run failed");
             goto done;
         }
     if (ndev >= 2) {
-        if (measure_busy(worker, &nb_s, &lb_s, &err) < 0) {
-            fprintf(stderr, "einrun: --calibrate: run failed: %s\n", err.msg);
+        if ((rc = measure_busy(worker, &nb_s, &lb_s, err)) < 0) {
+            ein_error_prefix(err, "run failed");
             goto done;
         }
         if (lb_s > 0) {
@@ -710,10 +673,12 @@ int co_calib_cli(int ndev, const char *worker, const char *out_path, const char 
             c.notify_busy = nb_s > c.overhead ? nb_s - c.overhead : 0;
         }
     }
-    status = write_table(&c, out_path, ndev, topo, eff_cores);
+    *out = c;
+    *notes = (co_calib_notes){.ndev = ndev, .iterations = CO_CALIB_ITERS - 1,
+                              .par = CO_CALIB_PAR, .eff_cores = eff_cores,
+                              .ring_per_core = CO_CALIB_RING_PER_CORE};
 done:
     for (int d = 0; d < 2; d++)
         ein_program_free(progs[d]);
-    xp_topo_free(topo);
-    return status;
+    return rc < 0 ? rc : 0;
 }

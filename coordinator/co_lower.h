@@ -1,14 +1,14 @@
-/* coordinator/co_lower.h — lowering a logical plan to one Program per device.
+/* coordinator/co_lower.h — lowering a physical plan (co_physical.h) to one
+ * Program per device: it only emits what the physical plan decided.
  *
- * Function specification i of every operator runs on device i; an operator
- * with fewer function specifications than devices (too small to split p
- * ways) leaves the other devices idle for it, its output has as many
- * blocks as it has distinct output boxes, and everything below works on
- * those blocks and their sites as on any other. For each
- * operator input produced by another operator, the tensor's exchange is
- * built in three steps: the preamble (atoms of the producer's partial
- * blocks against the blocks this operator needs), the program body (the
- * naive one, or one synthesised on the topology), and its lowering: SLICE (decompose) producer blocks into atoms,
+ * Function specification i of every operator runs on the device the
+ * physical plan places it on (device i); an operator with fewer function
+ * specifications than devices (too small to split p ways) leaves the other
+ * devices idle for it, its output has as many blocks as it has distinct
+ * output boxes, and everything below works on those blocks and their sites
+ * as on any other. For each operator input produced by another operator,
+ * the tensor's exchange (its preamble and body, from the physical plan) is
+ * lowered: SLICE (decompose) producer blocks into atoms,
  * NOTIFY + COPY for each transfer (hop by hop through relays, to every
  * destination of a multicast), AGG for each aggregation, CONCAT
  * (recompose) atoms into the blocks the kernel reads. A chunked action
@@ -20,8 +20,7 @@
  * loaded directly in the blocks their consumers want. A saved tensor gets
  * the same exchange towards one site per distinct output block, then STORE.
  * An action whose aggregate no OUT contains feeds no OUT and is not lowered.
- * With a work budget in search_opts (the default) the Programs depend only
- * on the graph, the plan and the options, never on the machine's load.
+ * The Programs depend only on the graph, the plans and the options.
  *
  * Ownership: on success *progs is a malloc'd array of `ndev` Programs, all
  * owned by the caller (co_programs_free). On failure nothing is returned
@@ -29,10 +28,8 @@
  * would not fit in one PROGRAM message (the input is too large; einrun
  * exits 2), anything else an internal error or lack of memory.
  *
- * Cost: linear in the operators, plus one exchange search per distinct
- * exchange (an exchange that moves nothing between devices is not searched;
- * one identical to an earlier one, up to its atoms' labels, reuses that
- * body; see co_lower_stats). */
+ * Cost: linear in the operators and the exchange bodies' actions. `ph` must
+ * have been made from the same graph and plan (asserted). */
 #ifndef CO_LOWER_H
 #define CO_LOWER_H
 
@@ -42,7 +39,7 @@
 #include "common/ein_program.h"
 #include "planner/pl_graph.h"
 #include "planner/pl_optimize.h"
-#include "exchange/xp_search.h"
+#include "coordinator/co_physical.h"
 
 /* Where a graph input is read from (by node id; path NULL: generated from
  * the seed, or input_path decides). Filled by einrun's --input and by
@@ -54,27 +51,6 @@ typedef struct co_input_src {
 } co_input_src;
 
 typedef struct co_lower_opts {
-    int ndev;
-    /* Exchange bodies: with `search` and a topology, synthesised by
-     * xp_search under search_opts; otherwise the naive program (simulated
-     * on `topo`, if given, for the statistics). */
-    const xp_topology *topo;
-    int search;
-    xp_search_opts search_opts;     /* .chunks: the search may pick chunked bodies */
-    /* K >= 2: every whole action of every body that moves data between
-     * devices (searched or naive) is made a stream of K chunks (`[0..K-1/K]`)
-     * before body_hook sees it (tests of the chunked lowering); 0 or 1:
-     * the bodies as chosen. */
-    int exchange_chunks;
-    /* Optional: called with each exchange's body once chosen (`tensor` is
-     * moved for `consumer`, or "save"); it may replace *body with another
-     * program over the same preamble (IN and OUT in the same order) — a
-     * test lowering a fixed body, a tool printing the bodies. The hook
-     * owns what it replaces. A negative EIN_E* return (with `err` filled)
-     * stops the lowering. */
-    int (*body_hook)(void *ctx, const char *tensor, const char *consumer, xp_program **body,
-                     ein_error *err);
-    void *body_ctx;
     uint64_t seed;              /* for generated inputs */
     const char *const *input_path;  /* by node id: .npy path, or NULL to generate */
     const char *const *output_path; /* by node id: file STORE writes (saved nodes);
@@ -86,6 +62,8 @@ typedef struct co_lower_opts {
     struct ein_progress *progress;  /* NULL, or stepped with the nodes lowered (of nnodes) */
 } co_lower_opts;
 
+/* What co_lower emitted, and (copied from the physical plan's
+ * co_physical_stats) what its exchanges are. */
 typedef struct co_lower_stats {
     int ninstrs, ncopies, nexchanges;
     int nlocal;                 /* exchanges moving nothing between devices: no search */
@@ -98,8 +76,9 @@ typedef struct co_lower_stats {
     int ncapped;                /* searches stopped by the wall-clock cap (not reproducible) */
 } co_lower_stats;
 
-int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
-             ein_program ***progs, co_lower_stats *stats, ein_error *err);
+int co_lower(const pl_graph *g, const pl_plan *plan, const co_physical *ph,
+             const co_lower_opts *opts, ein_program ***progs, co_lower_stats *stats,
+             ein_error *err);
 void co_programs_free(ein_program **progs, int ndev);
 
 /* The value of --exchange-chunks / $EIN_EXCHANGE_CHUNKS: "auto" ->

@@ -157,7 +157,7 @@ int co_outputs_prepare(co_output *o, int n, int verbose, ein_error *err)
         if (!seen_dir) {
             int k = co_outputs_sweep(real);
             if (k > 0 && verbose)
-                fprintf(stderr, "einrun: removed %d temporary file%s of runs that are gone from "
+                fprintf(stderr, "einsummable: removed %d temporary file%s of runs that are gone from "
                                 "%s\n", k, k == 1 ? "" : "s", real);
         }
     }

@@ -178,7 +178,7 @@ static int spawn(run *r, int d, ein_error *err)
     r->w[d].last_seen = ein_now_s();
     if (r->o->manual) {
         /* The user starts it (under a debugger, say); we only wait for it. */
-        fprintf(stderr, "einrun: start device %d with:\n ", d);
+        fprintf(stderr, "einsummable: start device %d with:\n ", d);
         for (int i = 0; i < n; i++)
             fprintf(stderr, " %s", argv[i]);
         fprintf(stderr, "\n");
@@ -202,7 +202,7 @@ static int spawn(run *r, int d, ein_error *err)
     r->w[d].pid = pid;
     co_guard_add_pid(&r->guard, pid);
     if (r->o->debug_device == d)
-        fprintf(stderr, "einrun: device %d is paused as pid %ld; attach with:  gdb -p %ld  "
+        fprintf(stderr, "einsummable: device %d is paused as pid %ld; attach with:  gdb -p %ld  "
                         "(or cuda-gdb -p %ld); it continues once a debugger is attached "
                         "or after: kill -USR1 %ld\n",
                 d, (long)pid, (long)pid, (long)pid, (long)pid);
@@ -692,7 +692,7 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
      * pid in every name says whose they were. */
     int swept = co_guard_sweep_stale(tmp);
     if (swept > 0 && o->verbose)
-        fprintf(stderr, "einrun: removed %d run director%s and shared-memory object%s of runs "
+        fprintf(stderr, "einsummable: removed %d run director%s and shared-memory object%s of runs "
                         "that are gone\n", swept, swept == 1 ? "y" : "ies", swept == 1 ? "" : "s");
     snprintf(r->dir, sizeof r->dir, "%s/einrun.%ld.XXXXXX", tmp, (long)getpid());
     if (!mkdtemp(r->dir)) {

@@ -136,12 +136,6 @@ struct pl_plan_opts;
 void co_sim_objective_rates(const xp_topology *topo, const co_calib *cal,
                             struct pl_plan_opts *o);
 
-/* Load a topology (`topo_arg`, NULL: host) and its calibration (`cal_arg`,
- * NULL: the topology's own, else host); an exit status (2) after one line
- * on stderr prefixed by `prog`, or 0. */
-int co_sim_load(const char *prog, const char *topo_arg, const char *cal_arg,
-                xp_topology **topo, co_calib *cal);
-
 /* --objective time: the plan of selector `sel` under the DP's time cost
  * (co_sim_objective_rates) and, for the DP without forced specs, also
  * under its comm cost; of the two, the one co_sim_plan predicts faster
@@ -160,15 +154,5 @@ int co_sim_plan_time(const struct pl_graph *g, int p, int sel, uint64_t seed,
 int co_sim_plan_make(const struct pl_graph *g, int p, int sel, uint64_t seed,
                      const char *objective, const char *topo_arg, struct pl_plan **out,
                      ein_error *err);
-
-/* einplan --simulate: simulate `plan` (made with `popts`, selector `sel`,
- * seed `seed`) on the topology and calibration, print text, --json or
- * write --trace. Memory is a constraint: if the plan's peak exceeds some
- * device's memory, the DP plan of the other objective is tried; if none
- * fits, the memory error. Returns 0, or an exit status (2 bad input, 1
- * other) after printing one line on stderr prefixed by `prog`. */
-int co_sim_cli(const char *prog, const struct pl_graph *g, const struct pl_plan *plan,
-               const struct pl_plan_opts *popts, const xp_topology *topo, const co_calib *cal,
-               const char *trace_path, int json, uint64_t seed);
 
 #endif

@@ -51,7 +51,7 @@ int co_find_worker(const char *name, const char *given, char *out, size_t len, e
             return 0;
     }
     return ein_fail(err, EIN_EINVAL, "cannot find the %s binary next to this program or library; "
-                    "name it (einrun --worker PATH, or $EINWORKER)", name);
+                    "name it (the worker option, or $EINWORKER)", name);
 }
 
 int co_gpu_visible(void)
@@ -133,45 +133,32 @@ int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, c
 
 static void compiled_free_exchanges(ein_compiled *c)
 {
-    for (int i = 0; i < c->nex; i++) {
-        free(c->ex[i].tensor);
-        free(c->ex[i].consumer);
-        free(c->ex[i].body);
-    }
-    free(c->ex);
-    c->ex = NULL;
-    c->nex = c->cap_ex = 0;
+    for (int i = 0; c->ex_text && i < c->nex; i++)
+        free(c->ex_text[i]);
+    free(c->ex_text);
+    c->ex_text = NULL;
 }
 
-/* co_lower's body hook: keep each chosen body as text. */
-static int keep_body(void *ctx, const char *tensor, const char *consumer, xp_program **body,
-                     ein_error *err)
+/* The text of every exchange body of c->phys (ein_compiled_exchange). */
+static int compiled_exchange_texts(ein_compiled *c, ein_error *err)
 {
-    ein_compiled *c = ctx;
-    if (ein_vec_reserve(&c->ex, &c->cap_ex, (int64_t)c->nex + 1, sizeof *c->ex) < 0)
+    c->nex = c->phys->nex;
+    if (!(c->ex_text = calloc((size_t)c->nex + 1, sizeof *c->ex_text)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
-    xp_program_print(*body, f, NULL, NULL);
-    if (fclose(f) != 0 || !text) {
-        free(text);
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    for (int i = 0; i < c->nex; i++) {
+        size_t len = 0;
+        FILE *f = open_memstream(&c->ex_text[i], &len);
+        if (!f)
+            return ein_fail(err, EIN_ENOMEM, "out of memory");
+        xp_program_print(c->phys->ex[i].body, f, NULL, NULL);
+        if (fclose(f) != 0 || !c->ex_text[i])
+            return ein_fail(err, EIN_ENOMEM, "out of memory");
     }
-    c->ex[c->nex].tensor = strdup(tensor);
-    c->ex[c->nex].consumer = strdup(consumer);
-    c->ex[c->nex].body = text;
-    c->nex++;
-    if (!c->ex[c->nex - 1].tensor || !c->ex[c->nex - 1].consumer)
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
     return 0;
 }
 
-/* Check a compile's device count and options; chunked exchanges come from
- * $EIN_EXCHANGE_CHUNKS when o leaves them at 0. 0 or a negative code. */
-static int compile_check(ein_compile_options *o, int ndev, ein_error *err)
+/* Check a compile's device count and options. 0 or a negative code. */
+static int compile_check(const ein_compile_options *o, int ndev, ein_error *err)
 {
     int max = o->plan_only ? 4096 : EIN_MAX_DEVICES;
     if (ndev < 1 || ndev > max)
@@ -180,11 +167,6 @@ static int compile_check(ein_compile_options *o, int ndev, ein_error *err)
     if (o->search_work < 0 || o->search_work > 1000000000)
         return ein_fail(err, EIN_EINVAL, "compile: search work %ld (expected 0 for the default, "
                         "or 1 to 1000000000)", o->search_work);
-    /* Chunked exchanges: the option, else $EIN_EXCHANGE_CHUNKS, else off. */
-    const char *env = getenv("EIN_EXCHANGE_CHUNKS");
-    if (o->exchange_chunks == 0 && env && *env &&
-        co_exchange_chunks_parse(env, &o->exchange_chunks, err) < 0)
-        return ein_error_prefix(err, "compile: $EIN_EXCHANGE_CHUNKS");
     if (o->exchange_chunks < EIN_EXCHANGE_CHUNKS_AUTO || o->exchange_chunks > XP_CHUNKS_MAX)
         return ein_fail(err, EIN_EINVAL, "compile: exchange chunks %d (expected 0 for the "
                         "default, %d for auto, 1 for off or 2 to %d)", o->exchange_chunks,
@@ -240,35 +222,63 @@ static int compile_plan(ein_compiled *c, const ein_compile_options *o, ein_error
     return rc;
 }
 
-/* c->progs: the plan lowered to one program per device, exchanges
- * synthesised (or naive) as o asks, their bodies kept (keep_body). 0 or a
- * negative code. */
-static int compile_lower(ein_compiled *c, const ein_compile_options *o, ein_error *err)
+void co_compile_physical_opts(const ein_compile_options *o, int ndev, const xp_topology *topo,
+                              co_physical_opts *po)
 {
-    co_lower_opts lo = {.ndev = c->ndev, .seed = o->seed, .topo = c->topo,
-                        .search = !o->naive_exchanges, .body_hook = keep_body, .body_ctx = c};
-    xp_search_opts_default(&lo.search_opts);
+    *po = (co_physical_opts){.ndev = ndev, .topo = topo, .search = !o->naive_exchanges};
+    xp_search_opts_default(&po->search_opts);
     if (o->search_work > 0)
-        lo.search_opts.max_work = o->search_work;
+        po->search_opts.max_work = o->search_work;
     if (o->search_cap_ms > 0)
-        lo.search_opts.cap_ms = o->search_cap_ms;
+        po->search_opts.cap_ms = o->search_cap_ms;
     else if (o->search_cap_ms < 0)
-        lo.search_opts.cap_ms = 0;
-    lo.search_opts.seed = o->plan_seed;
-    lo.search_opts.chunks = o->exchange_chunks == EIN_EXCHANGE_CHUNKS_AUTO;
-    lo.exchange_chunks = o->exchange_chunks > 1 ? o->exchange_chunks : 0;
-    c->search_work = lo.search_opts.max_work;
-    c->search_cap_ms = lo.search_opts.cap_ms;
-    c->searched = !o->naive_exchanges;
+        po->search_opts.cap_ms = 0;
+    po->search_opts.seed = o->plan_seed;
+    po->search_opts.chunks = o->exchange_chunks == EIN_EXCHANGE_CHUNKS_AUTO;
+    po->exchange_chunks = o->exchange_chunks > 1 ? o->exchange_chunks : 0;
+}
+
+int co_compile_lower(const pl_graph *g, const pl_plan *plan, const xp_topology *topo,
+                     const ein_compile_options *o, co_physical **ph, ein_program ***progs,
+                     co_lower_stats *ls, ein_error *err)
+{
+    co_physical_opts po;
+    co_compile_physical_opts(o, plan->p, topo, &po);
     ein_progress pg;
     ein_progress_begin(&pg, o->progress && ein_progress_wanted(0),
-                       "lowering, synthesising exchanges", c->g->nnodes);
-    lo.progress = &pg;
-    int rc = co_lower(c->g, ein_plan_internal(c->plan), &lo, &c->progs, &c->ls, err);
+                       "lowering, synthesising exchanges",
+                       g->nnodes);
+    po.progress = &pg;
+    int rc = co_physical_make(g, plan, &po, ph, err);
     ein_progress_end(&pg);
     if (rc < 0)
-        ein_error_prefix(err, "cannot lower the plan");
+        return rc;
+    co_lower_opts lo = {.seed = o->seed};
+    ein_progress_begin(&pg, o->progress && ein_progress_wanted(0), "lowering", g->nnodes);
+    lo.progress = &pg;
+    rc = co_lower(g, plan, *ph, &lo, progs, ls, err);
+    ein_progress_end(&pg);
+    if (rc < 0) {
+        co_physical_free(*ph);
+        *ph = NULL;
+    }
     return rc;
+}
+
+/* c->phys and c->progs: the plan's exchanges synthesised (or naive) as o
+ * asks, and lowered to one program per device. 0 or a negative code. */
+static int compile_lower(ein_compiled *c, const ein_compile_options *o, ein_error *err)
+{
+    co_physical_opts po;
+    co_compile_physical_opts(o, c->ndev, c->topo, &po);
+    c->search_work = po.search_opts.max_work;
+    c->search_cap_ms = po.search_opts.cap_ms;
+    c->searched = !o->naive_exchanges;
+    int rc = co_compile_lower(c->g, ein_plan_internal(c->plan), c->topo, o, &c->phys, &c->progs,
+                              &c->ls, err);
+    if (rc < 0)
+        return ein_error_prefix(err, "cannot lower the plan");
+    return compiled_exchange_texts(c, err);
 }
 
 int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, ein_compiled **out,
@@ -312,6 +322,7 @@ void ein_compiled_free(ein_compiled *c)
         return;
     co_programs_free(c->progs, c->ndev);
     compiled_free_exchanges(c);
+    co_physical_free(c->phys);
     ein_plan_free(c->plan);
     xp_topo_free(c->topo);
     pl_graph_free(c->g);
@@ -350,12 +361,13 @@ int ein_compiled_exchange(const ein_compiled *c, int i, const char **tensor, con
 {
     if (!c || i < 0 || i >= c->nex)
         return EIN_EINVAL;
+    const co_exchange *e = &c->phys->ex[i];
     if (tensor)
-        *tensor = c->ex[i].tensor;
+        *tensor = pl_graph_node(c->g, e->tensor)->name;
     if (consumer)
-        *consumer = c->ex[i].consumer;
+        *consumer = co_exchange_consumer_name(c->g, e);
     if (body)
-        *body = c->ex[i].body;
+        *body = c->ex_text[i];
     return 0;
 }
 
@@ -412,11 +424,13 @@ char *ein_compiled_explain(const ein_compiled *c, int exchanges)
             fprintf(f, "  device %d: %d instructions, %d buffers, %llu bytes\n", d,
                     c->progs[d]->ninstrs, c->progs[d]->nbuffers,
                     (unsigned long long)c->progs[d]->segment_bytes);
-        for (int i = 0; exchanges && i < c->nex; i++)
-            fprintf(f, "\n# exchange %d: %s for %s\n%s", i, c->ex[i].tensor, c->ex[i].consumer,
-                    c->ex[i].body);
+        for (int i = 0; exchanges && i < c->phys->nex; i++) {
+            const co_exchange *e = &c->phys->ex[i];
+            fprintf(f, "\n# exchange %d: %s for %s\n", i, pl_graph_node(g, e->tensor)->name,
+                    co_exchange_consumer_name(g, e));
+            xp_program_print(e->body, f, NULL, NULL);
+        }
     }
-    (void)g;
     if (fclose(f) != 0) {
         free(text);
         return NULL;

@@ -28,9 +28,24 @@ struct ein_compiled {
     double search_cap_ms;
     int searched;
     uint64_t seed;
-    struct { char *tensor, *consumer, *body; } *ex; /* every exchange body, as text */
-    int nex, cap_ex;
+    co_physical *phys;          /* placement and every exchange body (NULL: plan_only) */
+    char **ex_text;             /* nex: phys's bodies as text (ein_compiled_exchange) */
+    int nex;
 };
+
+/* ein_compile's exchange options (o's search budget, cap, seed and chunks)
+ * for a compile onto `ndev` devices of `topo`. */
+void co_compile_physical_opts(const ein_compile_options *o, int ndev, const xp_topology *topo,
+                              co_physical_opts *po);
+/* ein_compile's last two steps for a graph and a plan already made: the
+ * physical plan on `topo` (co_compile_physical_opts) and its lowering
+ * (LOAD paths NULL, generated from o->seed; STORE paths "<name>.npy").
+ * Every compile and every prediction (co_sim_plan) lowers through here.
+ * On success *ph and *progs are the caller's (co_physical_free,
+ * co_programs_free); on failure nothing is returned. */
+int co_compile_lower(const pl_graph *g, const pl_plan *plan, const xp_topology *topo,
+                     const ein_compile_options *o, co_physical **ph, ein_program ***progs,
+                     co_lower_stats *ls, ein_error *err);
 
 /* The worker binary `name`: `given`, else $EINWORKER, else next to this
  * program or library (ein_self.h): NAME, ../NAME, ../bin/NAME. Fails with

@@ -584,6 +584,14 @@ static int run_opts_check(run_opts *o, int argc, char **argv)
         return 2;
     }
     o->path = argv[optind];
+    /* Chunked exchanges: --exchange-chunks, else $EIN_EXCHANGE_CHUNKS. */
+    const char *env = getenv("EIN_EXCHANGE_CHUNKS");
+    ein_error e = {0};
+    if (!o->exchange_chunks && env && *env &&
+        co_exchange_chunks_parse(env, &o->exchange_chunks, &e) < 0) {
+        fprintf(stderr, "einrun: $EIN_EXCHANGE_CHUNKS: %s\n", e.msg);
+        return 2;
+    }
     if (o->probe_file && (o->use_cpu || o->topo_arg)) {
         fprintf(stderr, "einrun: --gpu-probe %s: %s\n", o->probe_file,
                 o->use_cpu ? "it describes GPUs: use --gpus, not --cpu"
@@ -1222,11 +1230,58 @@ static int run_plan(const run_opts *o, ein_compile_options *co)
     return status;
 }
 
+/* --calibrate [--out FILE]: measure (co_calib_measure) against --topology
+ * (default host) and write the table with its comment lines. Returns an
+ * exit status: 0, 1 (the run failed), 2 (bad input). */
+static int calibrate(const run_opts *o)
+{
+    ein_error err = {0};
+    xp_topology *topo = NULL;
+    co_calib c;
+    co_calib_notes n;
+    int status = 1;
+    FILE *f = NULL;
+    if (xp_topo_load(o->topo_arg ? o->topo_arg : "host", &topo, &err) < 0) {
+        fprintf(stderr, "einrun: --calibrate: %s\n", err.msg);
+        return 2;
+    }
+    if (co_calib_measure(o->ndev, o->worker, topo, &c, &n, &err) < 0) {
+        fprintf(stderr, "einrun: --calibrate: %s%s\n", err.msg,
+                o->worker ? "" : err.code == EIN_EINVAL ? "; use --worker PATH" : "");
+        goto done;
+    }
+    status = 2;
+    if (!(f = o->calib_out ? fopen(o->calib_out, "w") : stdout)) {
+        fprintf(stderr, "einrun: --out %s: cannot write it\n", o->calib_out);
+        goto done;
+    }
+    fprintf(f, "# measured by einrun --calibrate on %d device%s, against topology %s "
+               "(peak %.4g FLOP/s, hbm %.4g B/s); best of %d iterations\n",
+            n.ndev, n.ndev == 1 ? "" : "s", topo->name, topo->peak, topo->hbm, n.iterations);
+    /* The table keeps the processors online: the model is the machine's
+     * own. What other users' load left during calibration is a comment. */
+    if (n.eff_cores > 0)
+        fprintf(f, "# %d devices busy at once got %.3g cores of %.4g (other users' load)\n",
+                n.par, n.eff_cores, c.cores);
+    if (c.latency_busy != c.latency)
+        fprintf(f, "# busy figures: %d devices per core in a ring, computing and messaging\n",
+                n.ring_per_core);
+    co_calib_write(&c, f);
+    if (o->calib_out && fclose(f) != 0) {
+        fprintf(stderr, "einrun: --out %s: cannot write it\n", o->calib_out);
+        goto done;
+    }
+    status = 0;
+done:
+    xp_topo_free(topo);
+    return status;
+}
+
 static int run_command(run_opts *o, int argc, char **argv)
 {
     int rc;
     if (o->calibrate)
-        return co_calib_cli(o->ndev, o->worker, o->calib_out, o->topo_arg);
+        return calibrate(o);
     if ((rc = run_opts_check(o, argc, argv)))
         return rc;
     ein_compile_options co;

@@ -192,6 +192,94 @@ static void print_dot(const pl_graph *g, const pl_plan *plan)
     printf("}\n");
 }
 
+/* --simulate's front end, over co_sim.h. */
+
+/* Load a topology (`topo_arg`, NULL: host) and its calibration (`cal_arg`,
+ * NULL: the topology's own, else host); an exit status (2) after one line
+ * on stderr prefixed by `prog`, or 0. */
+static int sim_load(const char *prog, const char *topo_arg, const char *cal_arg,
+                    xp_topology **topo, co_calib *cal)
+{
+    ein_error err = {0};
+    const char *name = topo_arg ? topo_arg : "host";
+    if (xp_topo_load(name, topo, &err) < 0) {
+        fprintf(stderr, "%s: --topology %s: %s\n", prog, name, err.msg);
+        return 2;
+    }
+    if ((cal_arg ? co_calib_load(cal_arg, cal, &err) : co_sim_calib_of(*topo, "host", cal, &err)) < 0) {
+        fprintf(stderr, "%s: %s%s%s%s\n", prog, cal_arg ? "--calibration " : "",
+                cal_arg ? cal_arg : "", cal_arg ? ": " : "", err.msg);
+        xp_topo_free(*topo);
+        *topo = NULL;
+        return 2;
+    }
+    return 0;
+}
+
+/* --simulate: simulate `plan` (made with `popts`, selector `sel`, seed
+ * `seed`) on the topology and calibration, print text, --json or write
+ * --trace. Memory is a constraint: if the plan's peak exceeds some
+ * device's memory, the DP plan of the other objective is tried; if none
+ * fits, the memory error. Returns 0, or an exit status (2 bad input, 1
+ * other) after printing one line on stderr prefixed by `prog`. */
+static int sim_cli(const char *prog, const pl_graph *g, const pl_plan *plan,
+                   const pl_plan_opts *popts, const xp_topology *topo, const co_calib *cal,
+                   const char *trace_path, int json, uint64_t seed)
+{
+    ein_error err = {0}, merr = {0};
+    ein_program **progs = NULL;
+    co_sim_result *r = NULL;
+    pl_plan *other = NULL;
+    int status = 2;
+    if (co_sim_plan(g, plan, topo, cal, seed, 1, &progs, &r, &err) < 0) {
+        if (err.code != EIN_ELIMIT || plan->selector != PL_SELECT_DP) {
+            fprintf(stderr, "%s: --simulate: %s\n", prog, err.msg);
+            status = err.code == EIN_EINVAL || err.code == EIN_ELIMIT ? 2 : 1;
+            goto done;
+        }
+        /* Memory is a constraint: try the other objective's plan. */
+        merr = err;
+        pl_plan_opts o = popts ? *popts : (pl_plan_opts){0};
+        o.objective = o.objective == PL_OBJECTIVE_TIME ? PL_OBJECTIVE_COMM : PL_OBJECTIVE_TIME;
+        if (o.objective == PL_OBJECTIVE_TIME)
+            co_sim_objective_rates(topo, cal, &o);
+        if (pl_plan_make_opts(g, plan->p, plan->selector, seed, &o, &other, &err) < 0 ||
+            co_sim_plan(g, other, topo, cal, seed, 1, &progs, &r, &err) < 0) {
+            fprintf(stderr, "%s: --simulate: no plan fits: %s\n", prog, merr.msg);
+            goto done;
+        }
+        fprintf(stderr, "%s: the plan of objective %s does not fit (%s); showing objective %s's\n",
+                prog, o.objective == PL_OBJECTIVE_TIME ? "comm" : "time", merr.msg,
+                o.objective == PL_OBJECTIVE_TIME ? "time" : "comm");
+    }
+    status = 1;
+    if ((json ? co_sim_json(progs, r, topo, cal, stdout)
+              : co_sim_print(progs, r, topo, cal, stdout)) < 0) {
+        fprintf(stderr, "%s: cannot write the report\n", prog);
+        goto done;
+    }
+    if (trace_path) {
+        FILE *f = fopen(trace_path, "w");
+        int rc = f ? co_sim_trace(progs, r, f) : EIN_EIO;
+        if (f && fclose(f) != 0)
+            rc = EIN_EIO;
+        if (rc < 0) {
+            fprintf(stderr, "%s: --trace %s: cannot write it\n", prog, trace_path);
+            status = 2;
+            goto done;
+        }
+        if (!json)
+            printf("predicted timeline written to %s\n", trace_path);
+    }
+    status = 0;
+done:
+    co_sim_result_free(r);
+    if (progs)
+        co_programs_free(progs, plan->p);
+    pl_plan_free(other);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option lopts[] = {
@@ -289,6 +377,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "einplan: --trace and --calibration need --simulate (or --objective time)\n");
         return 2;
     }
+    /* Chunked exchanges: --exchange-chunks, else $EIN_EXCHANGE_CHUNKS
+     * (with --exchanges, the only compile that synthesises bodies). */
+    const char *chunks_env = getenv("EIN_EXCHANGE_CHUNKS");
+    if (!chunks && exchanges && chunks_env && *chunks_env) {
+        ein_error e = {0};
+        if (co_exchange_chunks_parse(chunks_env, &chunks, &e) < 0) {
+            fprintf(stderr, "einplan: $EIN_EXCHANGE_CHUNKS: %s\n", e.msg);
+            return 2;
+        }
+    }
     if (chunks && !exchanges) {
         fprintf(stderr, "einplan: --exchange-chunks needs --exchanges\n");
         return 2;
@@ -347,7 +445,7 @@ int main(int argc, char **argv)
         xp_topology *sim_topo = NULL;
         co_calib sim_cal;
         if ((simulate || opts.objective == PL_OBJECTIVE_TIME) &&
-            co_sim_load("einplan", topo_arg, cal_arg, &sim_topo, &sim_cal) != 0) {
+            sim_load("einplan", topo_arg, cal_arg, &sim_topo, &sim_cal) != 0) {
             pl_graph_free(g);
             return 2;
         }
@@ -362,7 +460,7 @@ int main(int argc, char **argv)
             return exit_status(err.code);
         }
         if (simulate) {
-            int st = co_sim_cli("einplan", g, plan, &opts, sim_topo, &sim_cal, trace_path, json, seed);
+            int st = sim_cli("einplan", g, plan, &opts, sim_topo, &sim_cal, trace_path, json, seed);
             xp_topo_free(sim_topo);
             pl_plan_free(plan);
             pl_graph_free(g);

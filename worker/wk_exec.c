@@ -1,4 +1,5 @@
-/* worker/wk_exec.c — the executor and its ZeroMQ synchronisation. */
+/* worker/wk_exec.c — the executor and its ZeroMQ synchronisation (LOAD and
+ * STORE: wk_io.c; messages and the log: wk_msg.c). */
 #include "worker/wk_exec.h"
 
 #include <assert.h>
@@ -22,61 +23,9 @@
 #include "common/ein_wire.h"
 #include "worker/wk_beat.h"
 #include "worker/wk_stretch.h"
+#include "worker/wk_exec_int.h"
 
-typedef struct wk {
-    const wk_config *cfg;
-    wk_backend *be;
-    ein_program *prog;
-    char *base;                 /* this device's segment */
-    void *zctx, *dealer, *pull;
-    void **push;                /* per peer, connected on first NOTIFY */
-    uint64_t *ready;            /* received READY (peer << 32 | buffer), sorted set */
-    int nready, cap_ready;
-    char *done;
-    int current;                /* instruction being executed, -1 */
-    double last_beat;
-    double t_kernel, t_copy, t_wait, t_start;
-    int shutdown;               /* SHUTDOWN received */
-    int iter;                   /* current iteration */
-    FILE *trace;                /* Chrome-trace events, or NULL */
-    int ntrace;
-    ein_status_slot *status;    /* our slot of the run's status page, or NULL */
-    /* Graphs (cfg->graphs and a backend that has them), else NULL: */
-    int *head, *next;           /* wk_stretch_find's stretches */
-    void **graph;               /* per head: its stretch's captured graph */
-    char *graph_off;            /* per head: capture failed or skipped, run one by one */
-    int ncaptured, nlaunched;
-    int nfailed;                /* stretches that could not be captured */
-    int nskipped;               /* stretches too short to capture (graph_min) */
-    int graph_min;              /* fewest instructions worth a graph */
-    char graph_error[EIN_MSG_TEXT_MAX]; /* why the first of them failed */
-    wk_pulse pulse;             /* progress, for the heartbeat thread */
-    wk_beat *beater;            /* the heartbeat thread (wk_beat.h), or NULL */
-    int slow_pending, slow_fired; /* EIN_FAULT slow: the next body is slow */
-    int garbage_sent;           /* EIN_FAULT peer-garbage: sent once */
-    kn_block *blk;              /* operands of the KERNEL/AGG being run (heap, */
-    int cap_blk;                /* not 150 KB of stack), grown to the widest */
-    int store_now;              /* this iteration's START asked for the STOREs */
-    char *reload;               /* per instruction: a LOAD to run again before
-                                   this iteration (its START named its input) */
-    void *stage;                /* LOAD/STORE staging (stage_get), or NULL */
-    size_t stage_bytes;
-    int stage_pinned;           /* from be->host_alloc, else malloc */
-} wk;
 
-static void wlog(wk *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void wlog(wk *w, int level, const char *fmt, ...)
-{
-    if (!w->cfg->log || w->cfg->log_level < level)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(w->cfg->log, "%.6f device %d: ", ein_now_s(), w->cfg->device);
-    vfprintf(w->cfg->log, fmt, ap);
-    fputc('\n', w->cfg->log);
-    fflush(w->cfg->log);
-    va_end(ap);
-}
 
 /* One complete event (Chrome trace "X"): timestamps in microseconds of
  * CLOCK_MONOTONIC, which every process of the machine shares. */
@@ -95,25 +44,12 @@ static void trace_event(wk *w, const char *cat, const char *name, const char *op
             cat, t0 * 1e6, (t1 - t0) * 1e6, w->cfg->device, w->iter);
 }
 
-static int send_msg(void *sock, const ein_msg *m, ein_error *err)
-{
-    void *buf = NULL;
-    size_t len = 0;
-    int rc = ein_msg_encode(m, &buf, &len, err);
-    if (rc < 0)
-        return rc;
-    if (zmq_send(sock, buf, len, 0) < 0)
-        rc = ein_fail(err, EIN_EIO, "cannot send %s: %s", ein_msg_type_name(m->type),
-                      zmq_strerror(errno));
-    free(buf);
-    return rc;
-}
 
 static int beat(wk *w, ein_error *err)
 {
     ein_msg m = {.type = EIN_MSG_HEARTBEAT, .device = w->cfg->device, .instr = w->current};
     w->last_beat = ein_now_s();
-    return send_msg(w->dealer, &m, err);
+    return wk_msg_send(w->dealer, &m, err);
 }
 
 static int ready_has(const wk *w, uint64_t key)
@@ -144,27 +80,6 @@ static int ready_add(wk *w, uint64_t key, ein_error *err)
     return 0;
 }
 
-/* Receive one message from `sock` if one is waiting (timeout_ms, -1 none). */
-static int recv_msg(void *sock, ein_msg *m, const char *from, ein_error *err)
-{
-    zmq_msg_t zm;
-    zmq_msg_init(&zm);
-    int n = zmq_msg_recv(&zm, sock, ZMQ_DONTWAIT);
-    if (n < 0) {
-        zmq_msg_close(&zm);
-        if (errno == EAGAIN)
-            return 0;
-        return ein_fail(err, EIN_EIO, "receive from %s: %s", from, zmq_strerror(errno));
-    }
-    int more = zmq_msg_more(&zm);
-    int rc = ein_msg_decode(zmq_msg_data(&zm), zmq_msg_size(&zm), m, err);
-    zmq_msg_close(&zm);
-    if (rc < 0)
-        return ein_error_prefix(err, "malformed message from %s", from);
-    if (more)
-        return ein_fail(err, EIN_EPROTO, "malformed message from %s: unexpected extra frame", from);
-    return 1;
-}
 
 /* A START: whether this iteration stores, and the inputs whose LOADs read
  * a new source from now on (the path is replaced; the LOAD runs again
@@ -202,7 +117,7 @@ static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
         return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
     for (;;) {
         ein_msg m;
-        int got = recv_msg(w->dealer, &m, "the coordinator", err);
+        int got = wk_msg_recv(w->dealer, &m, "the coordinator", err);
         if (got < 0)
             return got;
         if (!got)
@@ -226,7 +141,7 @@ static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
     }
     for (; w->pull;) {
         ein_msg m;
-        int got = recv_msg(w->pull, &m, "a peer", err);
+        int got = wk_msg_recv(w->pull, &m, "a peer", err);
         if (got < 0)
             return got;
         if (!got)
@@ -247,37 +162,6 @@ static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
     return 0;
 }
 
-static kn_block block_of(wk *w, int buf)
-{
-    /* ein_program_validate checked every buffer id before anything ran */
-    assert(buf >= 0 && buf < w->prog->nbuffers);
-    const ein_pbuffer *b = &w->prog->buffers[buf];
-    return (kn_block){.data = w->base + b->offset, .dtype = b->dtype, .box = b->box};
-}
-
-/* LOAD and STORE move a buffer in slabs of about this many bytes (unless
- * wk_config.slab_bytes says otherwise) and count each one as progress, so
- * that the heartbeat thread keeps beating through a long one (wk_beat.h). */
-#define WK_SLAB_BYTES ((size_t)32 << 20)
-
-/* The slabs of a dense block over `box`: ranges of index `*axis` (the first
- * dimension longer than 1; the ones before it have extent 1, so each slab is
- * contiguous), `*rows` of them per slab, `*stride` bytes per row. */
-static void slabs_of(const wk *w, const ein_box *box, size_t elem, int *axis, int64_t *rows,
-                     size_t *stride)
-{
-    size_t want = w->cfg->slab_bytes ? w->cfg->slab_bytes : WK_SLAB_BYTES;
-    int ax = 0;
-    while (ax < box->rank - 1 && box->hi[ax] - box->lo[ax] <= 1)
-        ax++;
-    size_t row = elem;
-    for (int k = ax + 1; k < box->rank; k++)
-        row *= (size_t)(box->hi[k] - box->lo[k]);
-    int64_t n = row ? (int64_t)(want / row) : 1;
-    *axis = ax;
-    *rows = n > 0 ? n : 1;
-    *stride = row;
-}
 
 /* The test hook EIN_FAULT=DEV:slow: a slow body. A LOAD or STORE is slow
  * but makes progress (slab by slab); any other body is one long call. */
@@ -292,156 +176,6 @@ static void slow_down(wk *w, const ein_instr *ins)
     } else {
         nanosleep(&(struct timespec){.tv_sec = 4}, NULL);
     }
-}
-
-/* Fill `dst` (host memory, dense over the buffer's box) from the input. */
-static int load_host(wk *w, const ein_instr *ins, const ein_pbuffer *b, void *dst,
-                     ein_error *err)
-{
-    ein_npy_info info;
-    int rc;
-    int raw = ins->format == EIN_LOAD_RAW;
-    if (ins->path && !raw) {
-        if ((rc = ein_npy_read_info(ins->path, &info, err)) < 0)
-            return rc;
-        if (info.dtype != b->dtype || info.rank != ins->rank ||
-            memcmp(info.shape, ins->shape, sizeof(int64_t) * (size_t)ins->rank) != 0)
-            return ein_fail(err, EIN_ESHAPE, "%s changed since the run was planned", ins->path);
-    }
-    if (b->box.rank == 0 || ein_box_empty(&b->box)) {
-        if (!ins->path) {
-            ein_rand_fill_box(ins->seed, ins->key, ins->shape, &b->box, b->dtype, dst);
-            return 0;
-        }
-        if (raw)
-            return ein_raw_read_box(ins->path, ins->offset, b->dtype, ins->rank, ins->shape,
-                                    &b->box, dst, NULL, err);
-        return ein_npy_read_box(ins->path, &info, &b->box, dst, err);
-    }
-    int ax;
-    int64_t rows;
-    size_t stride;
-    slabs_of(w, &b->box, ein_dtype_size(b->dtype), &ax, &rows, &stride);
-    for (int64_t lo = b->box.lo[ax]; lo < b->box.hi[ax]; lo += rows) {
-        ein_box s = b->box;
-        s.lo[ax] = lo;
-        s.hi[ax] = b->box.hi[ax] - lo > rows ? lo + rows : b->box.hi[ax];
-        char *p = (char *)dst + (size_t)(lo - b->box.lo[ax]) * stride;
-        if (!ins->path)
-            ein_rand_fill_box(ins->seed, ins->key, ins->shape, &s, b->dtype, p);
-        else if (raw && (rc = ein_raw_read_box(ins->path, ins->offset, b->dtype, ins->rank,
-                                               ins->shape, &s, p, NULL, err)) < 0)
-            return rc;
-        else if (!raw && (rc = ein_npy_read_box(ins->path, &info, &s, p, err)) < 0)
-            return rc;
-        wk_pulse_bump(&w->pulse);
-    }
-    return 0;
-}
-
-/* Write `src` (host memory, dense over box) into `path`, slab by slab. */
-static int store_host(wk *w, const char *path, const ein_box *box, ein_dtype dtype,
-                      const void *src, ein_error *err)
-{
-    if (box->rank == 0 || ein_box_empty(box))
-        return ein_npy_write_box(path, box, src, err);
-    int ax, rc;
-    int64_t rows;
-    size_t stride;
-    slabs_of(w, box, ein_dtype_size(dtype), &ax, &rows, &stride);
-    for (int64_t lo = box->lo[ax]; lo < box->hi[ax]; lo += rows) {
-        ein_box s = *box;
-        s.lo[ax] = lo;
-        s.hi[ax] = box->hi[ax] - lo > rows ? lo + rows : box->hi[ax];
-        const char *p = (const char *)src + (size_t)(lo - box->lo[ax]) * stride;
-        if ((rc = ein_npy_write_box(path, &s, p, err)) < 0)
-            return rc;
-        wk_pulse_bump(&w->pulse);
-    }
-    return 0;
-}
-
-/* Release the staging buffer (end of an iteration, teardown). */
-static void stage_drop(wk *w)
-{
-    if (!w->stage)
-        return;
-    if (w->stage_pinned)
-        w->be->host_free(w->be, w->stage);
-    else
-        free(w->stage);
-    w->stage = NULL;
-    w->stage_bytes = 0;
-    w->stage_pinned = 0;
-}
-
-/* The staging buffer, at least `bytes` long: the one kept from an earlier
- * LOAD or STORE of this iteration if large enough, else a new one, pinned
- * where the backend offers it. Returns NULL (err filled) if out of memory. */
-static void *stage_get(wk *w, uint64_t bytes, ein_error *err)
-{
-    size_t want = bytes ? (size_t)bytes : 1;
-    if ((uint64_t)want != (bytes ? bytes : 1)) {
-        ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes", (unsigned long long)bytes);
-        return NULL;
-    }
-    if (w->stage && w->stage_bytes >= want)
-        return w->stage;
-    stage_drop(w);
-    ein_error why = {0};
-    int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY); /* pinning GiBs takes a while */
-    if (w->be->host_alloc && w->be->host_alloc(w->be, want, &w->stage, &why) == 0) {
-        w->stage_pinned = 1;
-    } else {
-        w->stage = NULL;
-        if (w->be->host_alloc)
-            wlog(w, 1, "staging %zu bytes in pageable memory: %s", want, why.msg);
-        w->stage = malloc(want);
-    }
-    wk_pulse_set(&w->pulse, prev);
-    if (!w->stage) {
-        ein_fail(err, EIN_ENOMEM, "no host memory to stage %llu bytes", (unsigned long long)bytes);
-        return NULL;
-    }
-    w->stage_bytes = want;
-    return w->stage;
-}
-
-/* Device memory that is not host memory is filled through a staging copy. */
-static int load(wk *w, const ein_instr *ins, ein_error *err)
-{
-    const ein_pbuffer *b = &w->prog->buffers[ins->dst];
-    if (w->be->host_visible)
-        return load_host(w, ins, b, w->base + b->offset, err);
-    void *stage = stage_get(w, b->bytes, err);
-    if (!stage)
-        return EIN_ENOMEM;
-    int rc = load_host(w, ins, b, stage, err);
-    if (rc == 0) {
-        int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
-        rc = w->be->upload(w->be, w->base + b->offset, stage, b->bytes, err);
-        wk_pulse_set(&w->pulse, prev);
-    }
-    return rc;
-}
-
-static int store(wk *w, const ein_instr *ins, ein_error *err)
-{
-    kn_block s = block_of(w, ins->srcs[0]);
-    const ein_pbuffer *b = &w->prog->buffers[ins->srcs[0]];
-    if (w->be->host_visible)
-        return store_host(w, ins->path, &s.box, b->dtype, s.data, err);
-    void *stage = stage_get(w, b->bytes, err);
-    if (!stage)
-        return EIN_ENOMEM;
-    int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
-    int rc = w->be->sync(w->be, err);
-    if (rc == 0)
-        rc = w->be->download(w->be, stage, s.data, b->bytes, err);
-    wk_pulse_set(&w->pulse, prev);
-    if (rc == 0)
-        rc = store_host(w, ins->path, &s.box, b->dtype, stage, err);
-    return rc;
 }
 
 static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
@@ -502,7 +236,7 @@ static int notify(wk *w, const ein_instr *ins, ein_error *err)
     if (!s)
         return err->code;
     ein_msg m = {.type = EIN_MSG_READY, .device = w->cfg->device, .buffer = ins->srcs[0]};
-    return send_msg(s, &m, err);
+    return wk_msg_send(s, &m, err);
 }
 
 static void fault_fire(wk *w, ein_error *err);
@@ -526,7 +260,7 @@ static int run_instr(wk *w, int i, ein_error *err)
         if (err && err->code)
             return err->code;
     }
-    wlog(w, 2, "start %d %s %s", i, ein_instr_kind_name(ins->kind), ins->op);
+    wk_log(w, 2, "start %d %s %s", i, ein_instr_kind_name(ins->kind), ins->op);
     double t0 = ein_now_s();
     int rc = run_instr_body(w, ins, err);
     double t1 = ein_now_s();
@@ -534,7 +268,7 @@ static int run_instr(wk *w, int i, ein_error *err)
         w->status->instr = -1; /* between instructions */
     if (rc == 0)
         atomic_store(&w->pulse.instr, -1);
-    wlog(w, 2, "finish %d %s %s%s", i, ein_instr_kind_name(ins->kind), ins->op,
+    wk_log(w, 2, "finish %d %s %s%s", i, ein_instr_kind_name(ins->kind), ins->op,
          rc < 0 ? " (failed)" : "");
     const char *cat = ins->kind == EIN_I_KERNEL || ins->kind == EIN_I_AGG ? "kernel" : "copy";
     trace_event(w, cat, ein_instr_kind_name(ins->kind), ins->op, t0, t1);
@@ -561,10 +295,10 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
     const ein_pbuffer *d = ins->dst >= 0 ? &w->prog->buffers[ins->dst] : NULL;
     switch (ins->kind) {
     case EIN_I_LOAD:
-        rc = load(w, ins, err);
+        rc = wk_io_load(w, ins, err);
         break;
     case EIN_I_STORE:
-        rc = store(w, ins, err);
+        rc = wk_io_store(w, ins, err);
         break;
     case EIN_I_KERNEL:
     case EIN_I_AGG: {
@@ -574,8 +308,8 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
             return ein_fail(err, EIN_ENOMEM, "out of memory for %d operands", ins->nsrcs);
         kn_block *blk = w->blk;
         for (int i = 0; i < ins->nsrcs; i++)
-            blk[i] = block_of(w, ins->srcs[i]);
-        kn_block out = block_of(w, ins->dst);
+            blk[i] = wk_block_of(w, ins->srcs[i]);
+        kn_block out = wk_block_of(w, ins->dst);
         rc = ins->kind == EIN_I_KERNEL
                  ? w->be->kernel(w->be, &ins->kernel, blk, ins->nsrcs, &out, err)
                  : w->be->agg(w->be, ins->agg, blk, ins->nsrcs, &out, err);
@@ -585,7 +319,7 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
     case EIN_I_SLICE:
     case EIN_I_CONCAT:
         for (int i = 0; i < ins->nsrcs && rc == 0; i++) {
-            kn_block s = block_of(w, ins->srcs[i]);
+            kn_block s = wk_block_of(w, ins->srcs[i]);
             const ein_box *region = ins->kind == EIN_I_SLICE ? &d->box : &s.box;
             rc = w->be->copy_box(w->be, w->base + d->offset, &d->box, s.data, &s.box, region,
                                  ein_dtype_size(d->dtype), err);
@@ -608,7 +342,7 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
 static void fault_fire(wk *w, ein_error *err)
 {
     const char *f = w->cfg->fault;
-    wlog(w, 1, "injecting fault '%s'", f);
+    wk_log(w, 1, "injecting fault '%s'", f);
     if (!strcmp(f, "crash")) {
         raise(SIGSEGV);
     } else if (!strcmp(f, "exit")) {
@@ -669,7 +403,7 @@ static void capture(wk *w, int i)
         /* Too short to gain (WK_GRAPH_MIN): not a failure, not counted as one. */
         w->graph_off[i] = 1;
         w->nskipped++;
-        wlog(w, 2, "the %d instructions %d..%d run without a graph: fewer than %d", count, i, j,
+        wk_log(w, 2, "the %d instructions %d..%d run without a graph: fewer than %d", count, i, j,
              w->graph_min);
         return;
     }
@@ -701,12 +435,12 @@ static void capture(wk *w, int i)
         if (!w->nfailed++)
             snprintf(w->graph_error, sizeof w->graph_error, "instructions %d..%d: %.*s", i, j,
                      (int)sizeof w->graph_error - 48, cerr.msg);
-        wlog(w, 1, "the %d instructions %d..%d run without a graph: %s", count, i, j, cerr.msg);
+        wk_log(w, 1, "the %d instructions %d..%d run without a graph: %s", count, i, j, cerr.msg);
         return;
     }
     w->graph[i] = g;
     w->ncaptured++;
-    wlog(w, 1, "captured %d instructions %d..%d (%s .. %s) as a graph", count, i, j,
+    wk_log(w, 1, "captured %d instructions %d..%d (%s .. %s) as a graph", count, i, j,
          w->prog->instrs[i].op, w->prog->instrs[j].op);
 }
 
@@ -729,7 +463,7 @@ static int run_stretch(wk *w, int i, ein_error *err)
         w->status->instr = i;
     }
     atomic_store(&w->pulse.instr, i);
-    wlog(w, 2, "start graph %d..%d", i, j);
+    wk_log(w, 2, "start graph %d..%d", i, j);
     double t0 = ein_now_s();
     wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
     int rc = w->be->graph_launch(w->be, w->graph[i], err);
@@ -741,7 +475,7 @@ static int run_stretch(wk *w, int i, ein_error *err)
     w->nlaunched++;
     if (w->status && rc == 0)
         w->status->instr = -1;
-    wlog(w, 2, "finish graph %d..%d%s", i, j, rc < 0 ? " (failed)" : "");
+    wk_log(w, 2, "finish graph %d..%d%s", i, j, rc < 0 ? " (failed)" : "");
     char label[sizeof w->prog->instrs[i].op + 32];
     snprintf(label, sizeof label, "%s +%d", w->prog->instrs[i].op, count - 1);
     trace_event(w, "kernel", "GRAPH", label, t0, t1);
@@ -855,7 +589,7 @@ static int receive_program(wk *w, ein_error *err)
         if (zmq_poll(&it, 1, (long)(w->cfg->heartbeat_s * 1000)) < 0 && errno != EINTR)
             return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
         ein_msg m;
-        int got = recv_msg(w->dealer, &m, "the coordinator", err);
+        int got = wk_msg_recv(w->dealer, &m, "the coordinator", err);
         if (got < 0)
             return got;
         if (!got) {
@@ -983,7 +717,7 @@ static int setup_graphs(wk *w, ein_error *err)
     if (!w->cfg->graphs || n == 0)
         return 0;
     if (!w->be->graph_begin) {
-        wlog(w, 1, "the %s backend has no graphs: every instruction runs on its own",
+        wk_log(w, 1, "the %s backend has no graphs: every instruction runs on its own",
              w->be->name);
         return 0;
     }
@@ -996,7 +730,7 @@ static int setup_graphs(wk *w, ein_error *err)
     int count = wk_stretch_find(w->prog, w->head, w->next, err);
     if (count < 0)
         return count;
-    wlog(w, 1, "%d local stretches, captured as graphs in iteration 2 and replayed after "
+    wk_log(w, 1, "%d local stretches, captured as graphs in iteration 2 and replayed after "
          "(those of fewer than %d instructions run one by one)", count, w->graph_min);
     return 0;
 }
@@ -1005,7 +739,7 @@ static void teardown(wk *w)
 {
     wk_beat_stop(w->beater); /* before the context goes */
     w->beater = NULL;
-    stage_drop(w); /* before the backend goes */
+    wk_stage_drop(w); /* before the backend goes */
     if (w->graph)
         for (int i = 0; i < w->prog->ninstrs; i++)
             if (w->graph[i])
@@ -1071,9 +805,9 @@ static int worker_start(wk *w, ein_error *err)
     if ((rc = setup_graphs(w, err)) < 0)
         return rc;
     ein_msg hello = {.type = EIN_MSG_HELLO, .device = cfg->device, .pid = (int64_t)getpid()};
-    if ((rc = send_msg(w->dealer, &hello, err)) < 0)
+    if ((rc = wk_msg_send(w->dealer, &hello, err)) < 0)
         return rc;
-    wlog(w, 1, "program of %d instructions, %d buffers, %llu bytes; waiting for START",
+    wk_log(w, 1, "program of %d instructions, %d buffers, %llu bytes; waiting for START",
          w->prog->ninstrs, w->prog->nbuffers, (unsigned long long)w->prog->segment_bytes);
     return 0;
 }
@@ -1109,7 +843,7 @@ static int send_done(wk *w, ein_error *err)
     ein_error terr = {0};
     int dev_timed = be->device_times && be->device_times(be, &dk, &dc, &terr) == 0;
     if (be->device_times && !dev_timed)
-        wlog(w, 1, "no device times this iteration (host times sent): %s", terr.msg);
+        wk_log(w, 1, "no device times this iteration (host times sent): %s", terr.msg);
     ein_msg done = {.type = EIN_MSG_DONE, .device = cfg->device,
                     .t_total = ein_now_s() - w->t_start, .t_kernel = w->t_kernel,
                     .t_copy = w->t_copy, .t_wait = w->t_wait,
@@ -1121,9 +855,9 @@ static int send_done(wk *w, ein_error *err)
         done.t_copy = dc;
         done.t_device = 1;
     }
-    wlog(w, 1, "iteration %d done in %.6f s (graphs: %d captured, %d launches so far, "
+    wk_log(w, 1, "iteration %d done in %.6f s (graphs: %d captured, %d launches so far, "
          "%d too short)", w->iter, done.t_total, w->ncaptured, w->nlaunched, w->nskipped);
-    return send_msg(w->dealer, &done, err);
+    return wk_msg_send(w->dealer, &done, err);
 }
 
 /* One iteration after its START: poison, reload, execute, sync, DONE. */
@@ -1139,7 +873,7 @@ static int run_iteration(wk *w, ein_error *err)
         if (rc < 0)
             return rc;
     }
-    wlog(w, 1, "iteration %d started", w->iter);
+    wk_log(w, 1, "iteration %d started", w->iter);
     w->t_start = ein_now_s();
     w->t_kernel = w->t_copy = w->t_wait = 0;
     if ((rc = reload(w, err)) < 0)
@@ -1153,7 +887,7 @@ static int run_iteration(wk *w, ein_error *err)
         return rc;
     /* LOADs run in the first iteration, STOREs in the last: do not hold
      * (pinned) host memory through the ones between. */
-    stage_drop(w);
+    wk_stage_drop(w);
     /* Every READY of this iteration has been used; the next ones come
      * only after the next START, so the set can be emptied now. */
     w->nready = 0;
@@ -1162,7 +896,7 @@ static int run_iteration(wk *w, ein_error *err)
     char what[640];
     if (be->describe && (w->iter == 0 || w->iter + 1 == cfg->iterations) &&
         be->describe(be, what, sizeof what) == 0)
-        wlog(w, 1, "%s", what);
+        wk_log(w, 1, "%s", what);
     return 0;
 }
 
@@ -1197,7 +931,7 @@ static void report_failure(wk *w, int rc, const ein_error *err)
             snprintf(m.op, sizeof m.op, "%s", ins->op);
         snprintf(m.text, sizeof m.text, "%.*s", (int)sizeof m.text - 1,
                  err ? err->msg : ein_strerror(rc));
-        send_msg(w->dealer, &m, NULL);
+        wk_msg_send(w->dealer, &m, NULL);
     }
 }
 

@@ -191,8 +191,8 @@ typedef struct ein_compile_options {
     uint64_t seed;            /* values of inputs never set (default 1) */
     int progress;             /* 1: progress on stderr when it is a terminal */
     int exchange_chunks;      /* exchanges moving chunks of blocks (docs/exprog.md):
-                                 0 the default ($EIN_EXCHANGE_CHUNKS if set: auto,
-                                 off or K; else off), EIN_EXCHANGE_CHUNKS_AUTO: the
+                                 0 the default (off; einrun, einplan and Python
+                                 read $EIN_EXCHANGE_CHUNKS), EIN_EXCHANGE_CHUNKS_AUTO: the
                                  synthesis may choose chunked bodies, 1 off: whole
                                  blocks only, K in 2..1024: every action of every
                                  exchange that moves data is a stream of K chunks

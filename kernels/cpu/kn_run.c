@@ -2,7 +2,8 @@
  *
  * The Program validator already checked counts and boxes, but a kernel is
  * also called directly (tests, planner reference runs), so the operand count
- * is checked here again and the kernels check everything else. */
+ * is checked here again (ein_kernel_check_arity, the validator's own check)
+ * and the kernels check everything else. */
 #include "kernels/kn_cpu.h"
 
 #include <string.h>
@@ -16,82 +17,51 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
         return ein_fail(err, EIN_EINVAL, "kernel: no output block");
     if (nin > 0 && !ins)
         return ein_fail(err, EIN_EINVAL, "kernel: %d inputs announced but none given", nin);
+    /* The registry's arity, as the validator checks it. */
+    if (ein_kernel_check_arity(k->kind, nin, err) < 0)
+        return EIN_EINVAL;
     switch (k->kind) {
     case EIN_KERNEL_EINSUM:
         /* The IR keeps subscripts in a fixed array: never read past it. */
         if (!memchr(k->subscripts, '\0', sizeof k->subscripts))
             return ein_fail(err, EIN_EINVAL, "kernel einsum: subscripts are not terminated");
-        if (nin < 1 || nin > 2)
-            return ein_fail(err, EIN_EINVAL, "kernel einsum %s: takes 1 or 2 inputs, got %d",
-                            k->subscripts, nin);
         return kn_cpu_einsum(k->subscripts, &ins[0], nin == 2 ? &ins[1] : NULL, out, err);
     case EIN_KERNEL_UNARY:
-        if (nin != 1)
-            return ein_fail(err, EIN_EINVAL, "kernel unary: takes 1 input, got %d", nin);
         return kn_cpu_unary(k->unary, k->scalar, &ins[0], out, err);
     case EIN_KERNEL_BINARY:
-        if (nin != 2)
-            return ein_fail(err, EIN_EINVAL, "kernel binary: takes 2 inputs, got %d", nin);
         return kn_cpu_binary(k->binary, &ins[0], &ins[1], out, err);
     case EIN_KERNEL_SOFTMAX:
-        if (nin != 1)
-            return ein_fail(err, EIN_EINVAL, "kernel softmax: takes 1 input, got %d", nin);
         return kn_cpu_softmax(k->axis, &ins[0], out, err);
     case EIN_KERNEL_RMSNORM:
-        if (nin != 2)
-            return ein_fail(err, EIN_EINVAL, "kernel rmsnorm: takes 2 inputs (x, weight), got %d",
-                            nin);
         return kn_cpu_rmsnorm(k->eps, &ins[0], &ins[1], out, err);
     case EIN_KERNEL_LAYERNORM:
-        if (nin != 3)
-            return ein_fail(err, EIN_EINVAL,
-                            "kernel layernorm: takes 3 inputs (x, weight, bias), got %d", nin);
         return kn_cpu_layernorm(k->eps, &ins[0], &ins[1], &ins[2], out, err);
     case EIN_KERNEL_ROPE:
-        if (nin != 1)
-            return ein_fail(err, EIN_EINVAL, "kernel rope: takes 1 input, got %d", nin);
         if (k->nlist < 0 || (k->nlist > 0 && !k->list))
             return ein_fail(err, EIN_EINVAL, "kernel rope: bad sequence list (%d)", (int)k->nlist);
         return kn_cpu_rope_style(k->style, k->head_dim, k->theta, k->list, k->nlist, &ins[0], out,
                                  err);
     case EIN_KERNEL_ATTENTION:
-        if (nin != 3)
-            return ein_fail(err, EIN_EINVAL, "kernel attention: takes 3 inputs (q, k, v), got %d",
-                            nin);
         if (k->nlist < 0 || (k->nlist > 0 && !k->list))
             return ein_fail(err, EIN_EINVAL, "kernel attention: bad sequence list (%d)",
                             (int)k->nlist);
         return kn_cpu_attention(k->group, k->list, k->nlist, &ins[0], &ins[1], &ins[2], out,
                                 err);
     case EIN_KERNEL_REDUCE:
-        if (nin != 1)
-            return ein_fail(err, EIN_EINVAL, "kernel reduce: takes 1 input, got %d", nin);
         return kn_cpu_reduce(k->reduce, k->axes, &ins[0], out, err);
     case EIN_KERNEL_CONCAT:
-        if (nin < 1 || nin > EIN_KERNEL_MAX_INPUTS)
-            return ein_fail(err, EIN_EINVAL, "kernel concat: takes 1 to %d inputs, got %d",
-                            EIN_KERNEL_MAX_INPUTS, nin);
         /* One offset per input; a trailing total extent is accepted too. */
         if (!k->list || (k->nlist != nin && k->nlist != nin + 1))
             return ein_fail(err, EIN_EINVAL, "kernel concat: %d offsets for %d inputs",
                             (int)k->nlist, nin);
         return kn_cpu_concat(k->axis, k->list, ins, nin, out, err);
     case EIN_KERNEL_SLICE:
-        if (nin != 1)
-            return ein_fail(err, EIN_EINVAL, "kernel slice: takes 1 input, got %d", nin);
         return kn_cpu_slice(k->axis, k->start, &ins[0], out, err);
     case EIN_KERNEL_SPLIT_HEADS:
-        if (nin != 1)
-            return ein_fail(err, EIN_EINVAL, "kernel split_heads: takes 1 input, got %d", nin);
         return kn_cpu_split_heads(k->head_dim, &ins[0], out, err);
     case EIN_KERNEL_MERGE_HEADS:
-        if (nin != 1)
-            return ein_fail(err, EIN_EINVAL, "kernel merge_heads: takes 1 input, got %d", nin);
         return kn_cpu_merge_heads(k->head_dim, &ins[0], out, err);
     case EIN_KERNEL_ATTENTION_PARTIAL:
-        if (nin != 1 && nin != 3)
-            return ein_fail(err, EIN_EINVAL, "kernel attention_partial: takes q or q, k, v, got "
-                            "%d inputs", nin);
         if (k->nlist < 0 || (k->nlist > 0 && !k->list))
             return ein_fail(err, EIN_EINVAL, "kernel attention_partial: bad sequence list (%d)",
                             (int)k->nlist);

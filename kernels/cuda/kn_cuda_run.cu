@@ -175,26 +175,6 @@ extern "C" int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn
     return kn_cuda_gemm(ctx, &g, stream, err);
 }
 
-/* Inputs of a kind (-1: any number, CONCAT). */
-static int kn_cu_inputs(ein_kernel_kind k)
-{
-    switch (k) {
-    case EIN_KERNEL_EINSUM:
-    case EIN_KERNEL_BINARY:
-    case EIN_KERNEL_RMSNORM:
-        return 2;
-    case EIN_KERNEL_LAYERNORM:
-    case EIN_KERNEL_ATTENTION:
-        return 3;
-    case EIN_KERNEL_ATTENTION_PARTIAL:
-        return -1;
-    case EIN_KERNEL_CONCAT:
-        return -1;
-    default:
-        return 1;
-    }
-}
-
 extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block *ins, int nin,
                            kn_block *out, void *stream, ein_error *err)
 {
@@ -202,11 +182,14 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
         return kn_cu_fail(err, EIN_EINVAL, "cuda kernel: missing kernel, inputs or output");
     if ((int)k->kind < 0 || k->kind >= EIN_KERNEL_COUNT)
         return kn_cu_fail(err, EIN_EINVAL, "cuda kernel: unknown kind %d", (int)k->kind);
-    int need = kn_cu_inputs(k->kind);
-    if (need >= 0 && nin != need)
-        return kn_cu_fail(err, k->kind == EIN_KERNEL_EINSUM && nin == 1 ? EIN_EUNSUPPORTED
-                                                                         : EIN_EINVAL,
-                          "cuda kernel %d: takes %d inputs, got %d", (int)k->kind, need, nin);
+    /* The registry's arity (ein_kernel_check_arity), as the validator and
+     * the CPU kernels check it; an einsum of one operand has no CUDA
+     * kernel yet. */
+    if (ein_kernel_check_arity(k->kind, nin, err) < 0)
+        return EIN_EINVAL;
+    if (k->kind == EIN_KERNEL_EINSUM && nin == 1)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "cuda kernel einsum %s: one operand is not "
+                          "supported on CUDA", k->subscripts);
     if (k->nlist < 0 || (k->nlist > 0 && !k->list))
         return kn_cu_fail(err, EIN_EINVAL, "cuda kernel: bad list");
     switch (k->kind) {

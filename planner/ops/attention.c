@@ -10,6 +10,7 @@
  * head dim is never split. Beyond the paper (issue 13): query blocks and
  * key blocks inside a block of sequences, balanced by causal work, with
  * the log-sum-exp merge when keys are split (see attention_indices). */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +196,9 @@ static int64_t att_search(att_fn f, const int64_t *ends, int n, int64_t a, int64
 static void att_cuts(att_fn f, const int64_t *ends, int n, int64_t a, int64_t b, int64_t lo,
                      int64_t hi, int parts, int64_t *cut)
 {
+    /* cut[] has room for PL_ATT_MAX_BLOCKS + 1 bounds (attention_fspec). */
+    assert(parts >= 1 && parts <= PL_ATT_MAX_BLOCKS);
+    assert(lo <= hi && n >= 1);
     double total = f(ends, n, a, b, hi) - f(ends, n, a, b, lo);
     double base = f(ends, n, a, b, lo);
     int strict = hi - lo >= parts;
@@ -217,8 +221,18 @@ static void attention_fspec(const pl_graph *g, const pl_node *nd, const pl_index
     int64_t one, qc[PL_ATT_MAX_BLOCKS + 1], kc[PL_ATT_MAX_BLOCKS + 1];
     att_seqs(nd, &ends, &n, &one);
     int64_t A = lo[1], B = hi[1];
+    /* The block indices are `any` fractions of PL_ATT_FRACTION cut into at
+     * most PL_ATT_MAX_BLOCKS equal parts (attention_indices' maxcount):
+     * interval [lo, hi) is part lo/(hi-lo) of PL_ATT_FRACTION/(hi-lo). */
+    for (int x = 2; x < 4; x++) {
+        assert(hi[x] > lo[x] && PL_ATT_FRACTION % (hi[x] - lo[x]) == 0);
+        assert(lo[x] % (hi[x] - lo[x]) == 0);
+    }
     int nq = (int)(PL_ATT_FRACTION / (hi[2] - lo[2])), iq = (int)(lo[2] / (hi[2] - lo[2]));
     int nk = (int)(PL_ATT_FRACTION / (hi[3] - lo[3])), ik = (int)(lo[3] / (hi[3] - lo[3]));
+    assert(nq >= 1 && nq <= PL_ATT_MAX_BLOCKS && iq >= 0 && iq < nq);
+    assert(nk >= 1 && nk <= PL_ATT_MAX_BLOCKS && ik >= 0 && ik < nk);
+    assert(A <= B);
     int64_t qa = A, qb = B, ka, kb;
     if (nq > 1) {
         att_cuts(att_queries_before, ends, n, A, B, A, B, nq, qc);
@@ -236,6 +250,7 @@ static void attention_fspec(const pl_graph *g, const pl_node *nd, const pl_index
         ka = kc[ik];
         kb = kc[ik + 1];
     }
+    assert(A <= qa && qa <= qb && qb <= B && ka <= kb);
     ein_box kv = pl_node_box(pl_graph_node(g, nd->inputs[1]));
     kv.lo[0] = lo[0];
     kv.hi[0] = hi[0];

@@ -4,7 +4,7 @@
  *
  * pl_rewrite() loads the rules (S-expressions under planner/rewrite/rules/),
  * puts `in` into an e-graph, applies every rule until saturation or a limit
- * (iterations, e-nodes, time; the reason is in the stats), extracts the
+ * (iterations, e-nodes, work; the reason is in the stats), extracts the
  * cheapest equivalent graph under a roofline cost and returns it as a new
  * graph in *out (caller frees with pl_graph_free). `in` is not modified.
  * Inputs keep their names and order; saved outputs keep their names.
@@ -24,7 +24,10 @@ typedef struct pl_rewrite_opts {
                                    weights (weight-only subgraphs are free) */
     int iter_limit;             /* 0: 30 */
     int node_limit;             /* 0: 100000 live e-nodes */
-    double time_limit_s;        /* 0: 1.0 s for saturation */
+    long work_limit;            /* saturation work: e-classes scanned plus matches
+                                   found, summed over the rules searched; 0:
+                                   PL_REWRITE_DEFAULT_WORK. Work, not time, so
+                                   the result never depends on the machine's load */
     int k_multi;                /* iterations with multi-pattern rules; 0: 1;
                                    negative: none */
     int match_limit;            /* backoff: matches before a rule is banned; 0: 1000 */
@@ -48,12 +51,15 @@ typedef enum pl_rewrite_stop {
     PL_RW_SATURATED = 0,
     PL_RW_ITER_LIMIT,
     PL_RW_NODE_LIMIT,
-    PL_RW_TIME_LIMIT,
+    PL_RW_WORK_LIMIT,
 } pl_rewrite_stop;
+
+#define PL_REWRITE_DEFAULT_WORK 20000000L
 
 typedef struct pl_rewrite_stats {
     pl_rewrite_stop stop;
     int iterations;
+    long work;                  /* saturation work spent (see work_limit) */
     int nrules;
     int enodes, eclasses;       /* live e-nodes and classes at the end */
     long applied;               /* rule applications that changed the e-graph */

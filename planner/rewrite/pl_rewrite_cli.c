@@ -39,9 +39,9 @@ void pl_rewrite_weights_free(char **w)
 
 void pl_rewrite_report(FILE *f, const pl_graph *after, const pl_rewrite_stats *st)
 {
-    fprintf(f, "rewrite: %s after %d iterations, %d e-nodes in %d e-classes, "
+    fprintf(f, "rewrite: %s after %d iterations (work %ld), %d e-nodes in %d e-classes, "
                "%.1f ms saturating, %.1f ms extracting%s\n",
-            pl_rewrite_stop_name(st->stop), st->iterations, st->enodes, st->eclasses,
+            pl_rewrite_stop_name(st->stop), st->iterations, st->work, st->enodes, st->eclasses,
             1e3 * st->saturate_s, 1e3 * st->extract_s,
             st->ilp_optimal ? " (ILP: optimal)" : st->ilp_improved ? " (ILP improved)" : "");
     fprintf(f, "rewrite: roofline cost %.4g ms -> %.4g ms, %.4g -> %.4g GFLOP at run time\n",

@@ -107,6 +107,19 @@ def _int(v, what):
     return int(v)
 
 
+def _exchange_chunks(text):
+    """$EIN_EXCHANGE_CHUNKS as ein_compile_options.exchange_chunks: auto,
+    off or a chunk count K from 1 to 1024 (the library's XP_CHUNKS_MAX)."""
+    if text == "auto":
+        return -1
+    if text == "off":
+        return 1
+    if text.isdigit() and 1 <= int(text) <= 1024:
+        return int(text)
+    _fail(L.EIN_EINVAL, "$EIN_EXCHANGE_CHUNKS '%s': expected auto, off or a chunk count "
+          "from 1 to 1024" % text[:64])
+
+
 # ---- tensor descriptions and tensors -------------------------------------
 class TensorDesc:
     """A zero-bounded tensor type: shape (a tuple of positive ints, rank
@@ -709,6 +722,9 @@ class Program:
             o.gpu_ids = self._gpu_ids
         o.rewrite = 1 if rewrite else 0
         o.progress = _progress_flag(progress)
+        chunks = os.environ.get("EIN_EXCHANGE_CHUNKS", "")
+        if chunks:
+            o.exchange_chunks = _exchange_chunks(chunks)
         self._compile_keep = keep
         out, err = ctypes.c_void_p(), L.ein_error()
         _check(_lib.ein_compile(graph._p, len(devices), ctypes.byref(o), ctypes.byref(out),

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <math.h>
 
 #include "coordinator/co_lower.h"
 #include "exchange/xp_topo.h"
@@ -117,11 +118,15 @@ static int lower_with(const char *text, int ndev, fixed_body *fb, ein_program **
     assert_non_null(outp);
     for (int v = 0; v < g->nnodes; v++)
         outp[v] = "y.npy";
-    co_lower_opts lo = {.ndev = ndev, .seed = 1, .topo = t, .search = 1, .output_path = outp,
-                        .body_hook = use_fixed, .body_ctx = fb};
-    xp_search_opts_default(&lo.search_opts);
+    co_physical_opts po = {.ndev = ndev, .topo = t, .search = 1, .body_hook = use_fixed,
+                           .body_ctx = fb};
+    xp_search_opts_default(&po.search_opts);
+    co_lower_opts lo = {.seed = 1, .output_path = outp};
     co_lower_stats st;
-    rc = co_lower(g, plan, &lo, progs, &st, err);
+    co_physical *ph = NULL;
+    if ((rc = co_physical_make(g, plan, &po, &ph, err)) == 0)
+        rc = co_lower(g, plan, ph, &lo, progs, &st, err);
+    co_physical_free(ph);
 done:
     free(outp);
     xp_topo_free(t);
@@ -334,18 +339,99 @@ static void test_forced_chunks(void **state)
     assert_int_equal(xp_topo_load("dgx-v100", &t, &err), 0);
     co_lower_stats st[2];
     for (int k = 0; k < 2; k++) {
-        co_lower_opts lo = {.ndev = 8, .seed = 1, .topo = t, .search = 1,
-                            .exchange_chunks = k ? 4 : 0};
-        xp_search_opts_default(&lo.search_opts);
+        co_physical_opts po = {.ndev = 8, .topo = t, .search = 1, .exchange_chunks = k ? 4 : 0};
+        xp_search_opts_default(&po.search_opts);
+        co_lower_opts lo = {.seed = 1};
         ein_program **progs = NULL;
-        if (co_lower(g, plan, &lo, &progs, &st[k], &err) < 0)
+        co_physical *ph = NULL;
+        if (co_physical_make(g, plan, &po, &ph, &err) < 0 ||
+            co_lower(g, plan, ph, &lo, &progs, &st[k], &err) < 0)
             fail_msg("chunks %d: %s", k ? 4 : 0, err.msg);
+        co_physical_free(ph);
         co_programs_free(progs, 8);
     }
     assert_int_equal(st[0].nchunked, 0);
     assert_true(st[1].nchunked >= 1);
     assert_true(st[1].ncopies > st[0].ncopies);
     assert_true(st[1].copy_bytes == st[0].copy_bytes);
+    xp_topo_free(t);
+    pl_plan_free(plan);
+    pl_graph_free(g);
+}
+
+/* The physical plan is a value: one exchange per operator input produced
+ * by an operator (and per saved operator), in node order, each with a
+ * checked body over its preamble, sites on real devices, times that add
+ * up to the statistics, and co_lower emitting from it alone. */
+static void test_physical_plan(void **state)
+{
+    (void)state;
+    pl_graph *g = NULL;
+    pl_plan *plan = NULL;
+    xp_topology *t = NULL;
+    ein_error err = {0};
+    assert_int_equal(pl_ein_parse("relu_mm.ein", RELU_MM, strlen(RELU_MM), &g, &err), 0);
+    assert_int_equal(pl_plan_make(g, 8, PL_SELECT_DP, 1, &plan, &err), 0);
+    assert_int_equal(xp_topo_load("dgx-v100", &t, &err), 0);
+    co_physical_opts po = {.ndev = 8, .topo = t, .search = 1};
+    xp_search_opts_default(&po.search_opts);
+    po.search_opts.cap_ms = 0;
+    co_physical *ph = NULL;
+    if (co_physical_make(g, plan, &po, &ph, &err) < 0)
+        fail_msg("%s", err.msg);
+    int want = 0, prev = -1;
+    for (int v = 0; v < g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(g, v);
+        if (!plan->nodes[v].planned)
+            continue;
+        for (int f = 0; f < plan->nodes[v].spec.nparts; f++)
+            assert_int_equal(co_physical_place(ph, v, f), f);
+        for (int k = 0; k < nd->ninputs; k++)
+            want += pl_graph_node(g, nd->inputs[k])->kind != PL_INPUT;
+        want += nd->saved;
+    }
+    assert_int_equal(ph->nex, want);
+    assert_int_equal(ph->st.nexchanges, want);
+    double naive = 0, chosen = 0;
+    for (int i = 0; i < ph->nex; i++) {
+        const co_exchange *e = &ph->ex[i];
+        int at = e->consumer >= 0 ? e->consumer : e->tensor;
+        assert_true(at >= prev); /* emission order: by node */
+        prev = at;
+        assert_int_equal(xp_program_check(e->body, &err), 0);
+        assert_true(e->nneed >= 1 && e->natoms >= 1);
+        for (int b = 0; b < e->nneed; b++)
+            assert_true(e->need_site[b] >= 0 && e->need_site[b] < 8);
+        assert_true(e->chosen_s >= 0 && !(e->chosen_s > e->naive_s * (1 + 1e-9)));
+        assert_string_equal(co_exchange_consumer_name(g, e),
+                            e->consumer >= 0 ? pl_graph_node(g, e->consumer)->name : "save");
+        naive += e->naive_s;
+        chosen += e->chosen_s;
+    }
+    assert_true(!(fabs(naive - ph->st.naive_s) > 1e-12 * (1 + naive)));
+    assert_true(!(fabs(chosen - ph->st.synth_s) > 1e-12 * (1 + chosen)));
+    /* Lowered twice from the same value: the same Programs, the same
+     * exchange statistics as the value's. */
+    ein_program **p1 = NULL, **p2 = NULL;
+    co_lower_opts lo = {.seed = 1};
+    co_lower_stats s1, s2;
+    assert_int_equal(co_lower(g, plan, ph, &lo, &p1, &s1, &err), 0);
+    assert_int_equal(co_lower(g, plan, ph, &lo, &p2, &s2, &err), 0);
+    assert_int_equal(s1.nexchanges, ph->st.nexchanges);
+    assert_int_equal(s1.ninstrs, s2.ninstrs);
+    for (int d = 0; d < 8; d++) {
+        void *b1 = NULL, *b2 = NULL;
+        size_t l1 = 0, l2 = 0;
+        assert_int_equal(ein_program_encode(p1[d], &b1, &l1, &err), 0);
+        assert_int_equal(ein_program_encode(p2[d], &b2, &l2, &err), 0);
+        assert_int_equal(l1, l2);
+        assert_memory_equal(b1, b2, l1);
+        free(b1);
+        free(b2);
+    }
+    co_programs_free(p1, 8);
+    co_programs_free(p2, 8);
+    co_physical_free(ph);
     xp_topo_free(t);
     pl_plan_free(plan);
     pl_graph_free(g);
@@ -377,6 +463,7 @@ int main(void)
         cmocka_unit_test(test_chunked_body_lowers),
         cmocka_unit_test(test_forced_chunks),
         cmocka_unit_test(test_chunks_parse),
+        cmocka_unit_test(test_physical_plan),
     };
     return cmocka_run_group_tests_name("coordinator-lower", tests, NULL, NULL);
 }

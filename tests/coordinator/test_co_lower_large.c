@@ -75,14 +75,18 @@ static void lower(lowered *L, const char *text, int ndev, long long max_bytes)
     for (int v = 0; v < L->g->nnodes; v++)
         if (pl_graph_node(L->g, v)->saved)
             L->out[v] = "unused.npy";
-    co_lower_opts o = {.ndev = ndev, .topo = L->topo, .search = 1, .seed = 1,
-                       .input_path = L->in, .output_path = L->out,
+    co_physical_opts po = {.ndev = ndev, .topo = L->topo, .search = 1};
+    xp_search_opts_default(&po.search_opts);
+    po.search_opts.cap_ms = 0;          /* work budgets only: no wall-clock cap */
+    po.search_opts.max_steps = 200;
+    po.search_opts.patience = 100;
+    co_lower_opts o = {.seed = 1, .input_path = L->in, .output_path = L->out,
                        .max_program_bytes = max_bytes};
-    xp_search_opts_default(&o.search_opts);
-    o.search_opts.cap_ms = 0;           /* work budgets only: no wall-clock cap */
-    o.search_opts.max_steps = 200;
-    o.search_opts.patience = 100;
-    L->rc = co_lower(L->g, L->plan, &o, &L->progs, &L->st, &L->err);
+    co_physical *ph = NULL;
+    L->rc = co_physical_make(L->g, L->plan, &po, &ph, &L->err);
+    if (L->rc == 0)
+        L->rc = co_lower(L->g, L->plan, ph, &o, &L->progs, &L->st, &L->err);
+    co_physical_free(ph);
 }
 
 static void lowered_free(lowered *L)

@@ -138,10 +138,14 @@ static void test_random_small_programs_lower(void **state)
             int fewer = 0;
             for (int v = 0; v < g->nnodes; v++)
                 fewer |= plan->nodes[v].planned && plan->nodes[v].spec.nparts < p;
-            co_lower_opts o = {.ndev = p, .seed = 1, .output_path = paths};
+            co_physical_opts po = {.ndev = p};
+            co_lower_opts o = {.seed = 1, .output_path = paths};
             ein_program **progs = NULL;
-            if (co_lower(g, plan, &o, &progs, NULL, &err) < 0)
+            co_physical *ph = NULL;
+            if (co_physical_make(g, plan, &po, &ph, &err) < 0 ||
+                co_lower(g, plan, ph, &o, &progs, NULL, &err) < 0)
                 fail_msg("trial %d p=%d: lowering failed: %s", trial, p, err.msg);
+            co_physical_free(ph);
             check_lowering(g, plan, progs, p);
             co_programs_free(progs, p);
             pl_plan_free(plan);

@@ -80,16 +80,20 @@ static void compile(int prog, const xp_topology *t, int ndev, const xp_search_op
     assert_non_null(outp);
     for (int v = 0; v < g->nnodes; v++)
         outp[v] = "out.npy";
-    co_lower_opts lo = {.ndev = ndev, .seed = 1, .topo = t, .search = 1, .output_path = outp};
+    co_physical_opts po = {.ndev = ndev, .topo = t, .search = 1};
+    co_lower_opts lo = {.seed = 1, .output_path = outp};
     if (so) {
-        lo.search_opts = *so;
+        po.search_opts = *so;
     } else {
-        xp_search_opts_default(&lo.search_opts);
-        lo.search_opts.cap_ms = 0;
+        xp_search_opts_default(&po.search_opts);
+        po.search_opts.cap_ms = 0;
     }
-    if (co_lower(g, plan, &lo, &progs, st, &err) < 0)
+    co_physical *ph = NULL;
+    if (co_physical_make(g, plan, &po, &ph, &err) < 0 ||
+        co_lower(g, plan, ph, &lo, &progs, st, &err) < 0)
         fail_msg("%s on %s, %d devices: cannot lower: %s", programs[prog].name, t->name, ndev,
                  err.msg);
+    co_physical_free(ph);
     out->ndev = ndev;
     for (int d = 0; d < ndev; d++)
         if (ein_program_encode(progs[d], &out->buf[d], &out->len[d], &err) < 0)

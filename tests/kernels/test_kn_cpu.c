@@ -622,6 +622,40 @@ static void test_einsum_mismatch(void **state)
     tb_free(&out);
 }
 
+/* One arity check for the validator and both kernel sets: the registry's
+ * range for every kind, ATTENTION_PARTIAL q alone or q, k, v. */
+static void test_arity_registry(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    assert_int_equal(ein_kernel_check_arity(EIN_KERNEL_EINSUM, 1, &err), 0);
+    assert_int_equal(ein_kernel_check_arity(EIN_KERNEL_EINSUM, 2, &err), 0);
+    assert_int_equal(ein_kernel_check_arity(EIN_KERNEL_EINSUM, 3, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "einsum kernel takes 1 to 2 sources, has 3"));
+    assert_int_equal(ein_kernel_check_arity(EIN_KERNEL_LAYERNORM, 2, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "layernorm kernel takes 3 sources, has 2"));
+    assert_int_equal(ein_kernel_check_arity(EIN_KERNEL_ATTENTION_PARTIAL, 1, &err), 0);
+    assert_int_equal(ein_kernel_check_arity(EIN_KERNEL_ATTENTION_PARTIAL, 3, &err), 0);
+    assert_int_equal(ein_kernel_check_arity(EIN_KERNEL_ATTENTION_PARTIAL, 2, &err), EIN_EINVAL);
+    assert_int_equal(ein_kernel_check_arity(EIN_KERNEL_CONCAT, 0, &err), EIN_EINVAL);
+    assert_int_equal(ein_kernel_check_arity(EIN_KERNEL_CONCAT, EIN_KERNEL_MAX_INPUTS, &err), 0);
+    assert_int_equal(ein_kernel_check_arity(EIN_KERNEL_COUNT, 1, &err), EIN_EINVAL);
+    assert_int_equal(ein_kernel_check_arity((ein_kernel_kind)-1, 1, &err), EIN_EINVAL);
+    /* The dispatcher says what the registry says. */
+    ein_box box = {1, {0}, {4}};
+    tblock x, y;
+    tb_rand(&x, EIN_F32, &box, 1.0f);
+    tb_out(&y, EIN_F32, &box);
+    kn_block two[2] = {x.b, x.b};
+    ein_kernel k;
+    memset(&k, 0, sizeof k);
+    k.kind = EIN_KERNEL_SOFTMAX;
+    assert_int_equal(kn_cpu_run(&k, two, 2, &y.b, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "softmax kernel takes 1 source, has 2"));
+    tb_free(&x);
+    tb_free(&y);
+}
+
 static void test_run_errors(void **state)
 {
     (void)state;
@@ -710,6 +744,7 @@ int main(void)
         cmocka_unit_test(test_einsum_check),
         cmocka_unit_test(test_einsum_mismatch),
         cmocka_unit_test(test_run_errors),
+        cmocka_unit_test(test_arity_registry),
     };
     size_t nt = NE;
     for (size_t i = 0; i < sizeof rest / sizeof *rest; i++)

@@ -1,0 +1,76 @@
+/* worker/wk_exec_int.h — the executor's state, shared by wk_exec.c (the
+ * instruction loop and its synchronisation), wk_io.c (LOAD/STORE and their
+ * staging) and wk_msg.c (one message over a socket, the log); private to
+ * the worker. Functions return 0 or a negative EIN_E* code with `err`
+ * filled unless said otherwise. */
+#ifndef WK_EXEC_INT_H
+#define WK_EXEC_INT_H
+
+#include <stdio.h>
+
+#include "common/ein_program.h"
+#include "common/ein_status.h"
+#include "common/ein_wire.h"
+#include "worker/wk_beat.h"
+#include "worker/wk_exec.h"
+
+typedef struct wk {
+    const wk_config *cfg;
+    wk_backend *be;
+    ein_program *prog;
+    char *base;                 /* this device's segment */
+    void *zctx, *dealer, *pull;
+    void **push;                /* per peer, connected on first NOTIFY */
+    uint64_t *ready;            /* received READY (peer << 32 | buffer), sorted set */
+    int nready, cap_ready;
+    char *done;
+    int current;                /* instruction being executed, -1 */
+    double last_beat;
+    double t_kernel, t_copy, t_wait, t_start;
+    int shutdown;               /* SHUTDOWN received */
+    int iter;                   /* current iteration */
+    FILE *trace;                /* Chrome-trace events, or NULL */
+    int ntrace;
+    ein_status_slot *status;    /* our slot of the run's status page, or NULL */
+    /* Graphs (cfg->graphs and a backend that has them), else NULL: */
+    int *head, *next;           /* wk_stretch_find's stretches */
+    void **graph;               /* per head: its stretch's captured graph */
+    char *graph_off;            /* per head: capture failed or skipped, run one by one */
+    int ncaptured, nlaunched;
+    int nfailed;                /* stretches that could not be captured */
+    int nskipped;               /* stretches too short to capture (graph_min) */
+    int graph_min;              /* fewest instructions worth a graph */
+    char graph_error[EIN_MSG_TEXT_MAX]; /* why the first of them failed */
+    wk_pulse pulse;             /* progress, for the heartbeat thread */
+    wk_beat *beater;            /* the heartbeat thread (wk_beat.h), or NULL */
+    int slow_pending, slow_fired; /* EIN_FAULT slow: the next body is slow */
+    int garbage_sent;           /* EIN_FAULT peer-garbage: sent once */
+    kn_block *blk;              /* operands of the KERNEL/AGG being run (heap, */
+    int cap_blk;                /* not 150 KB of stack), grown to the widest */
+    int store_now;              /* this iteration's START asked for the STOREs */
+    char *reload;               /* per instruction: a LOAD to run again before
+                                   this iteration (its START named its input) */
+    void *stage;                /* LOAD/STORE staging (stage_get), or NULL */
+    size_t stage_bytes;
+    int stage_pinned;           /* from be->host_alloc, else malloc */
+} wk;
+
+/* A line on the worker's log (cfg->log) at `level` (cfg->log_level). */
+void wk_log(wk *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Encode and send `m` on `sock`. */
+int wk_msg_send(void *sock, const ein_msg *m, ein_error *err);
+/* Receive one message from `sock` if one is waiting: 1 (in *m), 0 (none),
+ * or a negative code (a malformed message names `from`). */
+int wk_msg_recv(void *sock, ein_msg *m, const char *from, ein_error *err);
+
+/* The block of buffer `buf` of this device's segment. */
+kn_block wk_block_of(wk *w, int buf);
+/* Run a LOAD / a STORE instruction (wk_io.c): slab by slab, counted as
+ * progress for the heartbeat, through a staging buffer where the device
+ * memory is not host memory. */
+int wk_io_load(wk *w, const ein_instr *ins, ein_error *err);
+int wk_io_store(wk *w, const ein_instr *ins, ein_error *err);
+/* Release the staging buffer (end of an iteration, teardown). */
+void wk_stage_drop(wk *w);
+
+#endif
