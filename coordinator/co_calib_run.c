@@ -258,7 +258,7 @@ static void read_trace(const char *path, void *arg)
     bench *b = a->b;
     int nb = a->nb;
     trace_sums *ts = a->t;
-    FILE *f = fopen(path, "r");
+    FILE *f = fopen(path, "re");
     char line[1024];
     if (!f)
         return;
@@ -416,7 +416,7 @@ typedef struct ring_trace {
 static void read_ring(const char *path, void *arg)
 {
     ring_trace *t = arg;
-    FILE *f = fopen(path, "r");
+    FILE *f = fopen(path, "re");
     char line[1024];
     if (!f)
         return;
@@ -619,7 +619,7 @@ static const char *worker_beside(char *wpath, size_t size)
 static int write_table(const co_calib *c, const char *out_path, int ndev,
                        const xp_topology *topo, double eff_cores)
 {
-    FILE *f = out_path ? fopen(out_path, "w") : stdout;
+    FILE *f = out_path ? fopen(out_path, "we") : stdout;
     if (!f) {
         fprintf(stderr, "einrun: --out %s: cannot write it\n", out_path);
         return 2;
