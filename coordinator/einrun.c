@@ -952,7 +952,7 @@ static int start_session(run_state *s)
 {
     const run_opts *o = s->o;
     /* Saved tensors go to temporary files, created only now and renamed
-     * only on success. From here to the end a SIGINT or SIGTERM is held
+     * only on success. From here to the end a SIGINT, SIGTERM or SIGHUP is held
      * back: the session turns it into a failed run, and einrun removes the
      * temporaries before it dies of one that came afterwards. */
     sigprocmask(SIG_BLOCK, &s->stop_signals, NULL);
@@ -1088,7 +1088,8 @@ static void report_verbose(run_state *s)
     }
 }
 
-/* SIGINT and SIGTERM belong to the main thread. Libraries start threads
+/* SIGINT, SIGTERM and SIGHUP (a closed terminal: a stop like SIGTERM)
+ * belong to the main thread. Libraries start threads
  * before main runs (OpenBLAS, loaded through CBC's LAPACK, starts its pool
  * when it is loaded), and those threads do not block the signals that main
  * blocks while temporaries exist: the kernel would hand a SIGTERM to one of
@@ -1115,6 +1116,7 @@ static void stop_signals_to_main(void)
     main_thread = pthread_self();
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 /* PLAN.ein from file to results: the steps in order, each returning 0 or
@@ -1126,6 +1128,7 @@ static int run_plan(const run_opts *o, ein_compile_options *co)
     sigemptyset(&s.stop_signals);
     sigaddset(&s.stop_signals, SIGINT);
     sigaddset(&s.stop_signals, SIGTERM);
+    sigaddset(&s.stop_signals, SIGHUP);
     sigprocmask(SIG_SETMASK, NULL, &old_mask);
     stop_signals_to_main();
     int status = load_program(&s);

@@ -31,7 +31,7 @@ back. dtypes: "f32", "f16", "bf16" or numpy.float32 / numpy.float16.
 
 from ._lib import (EIN_EDEVICE, EIN_EINVAL, EIN_EIO, EIN_ELIMIT, EIN_ENOMEM, EIN_ENOPLAN,
                    EIN_EPARSE, EIN_EPROTO, EIN_ESHAPE, EIN_ETIMEOUT, EIN_EUNSUPPORTED,
-                   EIN_EWORKER, EinError)
+                   EIN_EWORKER, EIN_ECANCELED, EinError)
 from ._lib import lib as _lib_handle
 from ._core import (Graph, Program, Tensor, TensorDesc, compileGraph, createGraph,
                     tensorDesc)
@@ -42,5 +42,5 @@ __all__ = [
     "createGraph", "tensorDesc", "compileGraph", "Graph", "Tensor", "TensorDesc", "Program",
     "EinError", "library_path", "EIN_EINVAL", "EIN_ENOMEM", "EIN_EIO", "EIN_EPARSE",
     "EIN_ESHAPE", "EIN_EPROTO", "EIN_ENOPLAN", "EIN_ETIMEOUT", "EIN_EWORKER",
-    "EIN_EUNSUPPORTED", "EIN_EDEVICE", "EIN_ELIMIT",
+    "EIN_EUNSUPPORTED", "EIN_EDEVICE", "EIN_ELIMIT", "EIN_ECANCELED",
 ]

@@ -37,6 +37,7 @@ EIN_EWORKER = -9
 EIN_EUNSUPPORTED = -10
 EIN_EDEVICE = -11
 EIN_ELIMIT = -12
+EIN_ECANCELED = -13
 
 EIN_DESC_MAX_RANK = 8
 EIN_ERROR_MSG_MAX = 1024
@@ -217,6 +218,7 @@ _PROTOS = {
                                     ctypes.POINTER(ctypes.c_size_t), _E]),
     "ein_session_output_path": (_S, [_P, _S]),
     "ein_session_close": (_I, [_P, _E]),
+    "ein_session_cancel": (None, [_P]),
 }
 
 _SONAME = "libeinsummable.so"
