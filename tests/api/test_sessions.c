@@ -362,7 +362,7 @@ static void test_four_threads_one_session(void **state)
  * A chain of L matmuls by one identity matrix w: long enough to cancel (a
  * few GFLOP), and y == x exactly (every product is x times ones and
  * zeros). */
-enum { CT = 512, CD = 512, CL = 80 };
+enum { CT = 384, CD = 384, CL = 80 };
 
 static ein_compiled *chain(int ndev)
 {
@@ -426,7 +426,7 @@ static void test_cancel(void **state)
     int rc = ein_session_run(s, NULL, &err);
     double took = now_s() - t0;
     pthread_join(th, NULL);
-    if (rc == 0 && full > 0.4)
+    if (rc == 0 && full > 0.1)
         fail_msg("a run of %.2f s was not cancelled after %.2f s", full, k.after_s);
     if (rc != 0) {
         if (rc != EIN_ECANCELED)

@@ -187,7 +187,7 @@ def test_threads_share_programs():
 
 
 CHAIN = """
-T, L = 512, 80
+T, L = 384, 80
 def chain():
     g = es.createGraph()
     t = g.insertTensor(es.tensorDesc([T, T]), name="x")
@@ -205,39 +205,13 @@ def right(prog):
 """
 
 
-def test_cancel_from_another_thread(tmp_path):
-    """cancel() stops another thread's execute() (EinError EIN_ECANCELED);
-    the program runs right afterwards."""
-    p = child(tmp_path, CHAIN + """
-prog = es.compileGraph(chain(), device=[0, 1])
-ready(prog)
-prog.execute()
-t0 = time.monotonic(); prog.execute(); full = time.monotonic() - t0
-box = {}
-def runner():
-    try:
-        prog.execute(); box["rc"] = 0
-    except es.EinError as e:
-        box["rc"] = e.code
-th = threading.Thread(target=runner); th.start()
-time.sleep(min(0.2, full / 4))
-prog.cancel()
-th.join()
-print("rc", box["rc"], "full", full, flush=True)
-assert box["rc"] == es.EIN_ECANCELED or full < 0.3, box
-prog.execute()
-print("right", right(prog), flush=True)
-""")
-    out, err = p.communicate(timeout=120)
-    assert p.returncode == 0, err[-2000:]
-    assert "right True" in out, out + err[-2000:]
-
-
-def test_ctrl_c(tmp_path):
+def test_ctrl_c_and_cancel(tmp_path):
     """SIGINT to the script's process group (what a terminal's Ctrl-C
     does): at the prompt the workers survive; during execute() the run is
     cancelled within a second, KeyboardInterrupt is raised, and the
-    program is still usable and right."""
+    program is still usable and right. Then cancel() stops another
+    thread's execute() (EinError EIN_ECANCELED), and the program runs right
+    afterwards."""
     p = child(tmp_path, CHAIN + """
 prog = es.compileGraph(chain(), device=[0, 1])
 ready(prog)
@@ -260,6 +234,21 @@ except KeyboardInterrupt:
     print("run-interrupt", inside, time.monotonic(), flush=True)
 prog.execute()
 print("after-run", right(prog), flush=True)
+box = {}
+def runner():
+    try:
+        t0 = time.monotonic()
+        prog.execute()
+        box["rc"], box["took"] = 0, time.monotonic() - t0
+    except es.EinError as e:
+        box["rc"] = e.code
+th = threading.Thread(target=runner); th.start()
+time.sleep(0.1)
+prog.cancel()
+th.join()
+print("thread-cancel", box["rc"] == es.EIN_ECANCELED or box["took"] < 0.15, flush=True)
+prog.execute()
+print("after-cancel", right(prog), flush=True)
 """)
     lines = []
     sent = None
@@ -285,17 +274,20 @@ print("after-run", right(prog), flush=True)
     assert ri and ri[0].split()[1] == "True", text  # it came during execute()
     assert float(ri[0].split()[2]) - sent < 1.0, text
     assert "after-run True" in lines, text
+    assert "thread-cancel True" in lines and "after-cancel True" in lines, text
     left = wait_no_leftovers(str(tmp_path), p.pid)
     assert not left, left
 
 
-@pytest.mark.parametrize("bad", [-1, -0.5, float("nan"), "10"])
-def test_bad_worker_timeout(bad):
+def test_bad_timeouts():
+    """Negative, NaN or non-numeric timeouts are refused, naming the
+    option; 0 is the documented default."""
+    for bad in (-1, -0.5, float("nan"), "10"):
+        with pytest.raises(es.EinError) as e:
+            es.compileGraph(build_ffn(), device=[0], worker_timeout=bad)
+        assert e.value.code == es.EIN_EINVAL and "worker_timeout" in str(e.value), bad
     with pytest.raises(es.EinError) as e:
-        es.compileGraph(build_ffn(), device=[0], worker_timeout=bad)
-    assert e.value.code == es.EIN_EINVAL and "worker_timeout" in str(e.value)
-    with pytest.raises(es.EinError):
         es.compileGraph(build_ffn(), device=[0], run_timeout=-1)
-    # 0 is the documented default
+    assert "run_timeout" in str(e.value)
     with es.compileGraph(build_ffn(), device=[0], worker_timeout=0) as prog:
         run_checked(prog, 4)
