@@ -290,11 +290,11 @@ static void start_parent_watch(pid_t parent)
     watched_parent = parent;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&at, 64 * 1024);
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old); /* signals stay with the main thread */
-    if (pthread_create(&th, &at, watch_parent, NULL) != 0)
-        fprintf(stderr, "einworker: cannot watch the coordinator's process\n");
+    int e = pthread_create(&th, &at, watch_parent, NULL);
+    if (e != 0)
+        fprintf(stderr, "einworker: cannot watch the coordinator's process: %s\n", strerror(e));
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&at);
 }
