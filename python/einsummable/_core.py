@@ -4,6 +4,7 @@ libeinsummable (see the package's docstring for the API)."""
 import atexit
 import ctypes
 import os
+import signal
 import sys
 import threading
 import weakref
@@ -553,6 +554,14 @@ def _close_all():
             pass
 
 
+# Signals the helper thread of an interruptible execute() blocks, so that
+# the kernel hands them to the main thread (which runs Python's handlers).
+_ASYNC_SIGNALS = ({getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT",
+                                                "SIGALRM", "SIGUSR1", "SIGUSR2", "SIGCHLD",
+                                                "SIGWINCH") if hasattr(signal, n)}
+                  if hasattr(signal, "pthread_sigmask") else set())
+
+
 def _find_worker(name):
     env = os.environ.get("EINWORKER")
     if env:
@@ -898,6 +907,9 @@ class Program:
 
         def run():
             try:
+                # Signals go to the main thread, which waits to act on them.
+                if _ASYNC_SIGNALS:
+                    signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
                 err = L.ein_error()
                 out["rc"] = _lib.ein_session_run(s, ctypes.byref(stats), ctypes.byref(err))
                 out["err"] = err
