@@ -930,11 +930,9 @@ class Program:
                 _lib.ein_session_cancel(s)
         th.join()
         rc, err = out.get("rc", L.EIN_EIO), out.get("err", L.ein_error())
-        if rc < 0 and rc != L.EIN_ECANCELED:
-            self._failed_call(rc, err, "execute")
+        if rc < 0:
+            self._failed_call(rc, err, "execute")  # cancelled: outputs unset
         if raised is not None:
-            if rc == L.EIN_ECANCELED:
-                self._ran = False  # the cancelled run's outputs are unset
             raise raised
         if rc < 0:
             _check(rc, err, "execute")
