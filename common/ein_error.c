@@ -97,6 +97,7 @@ const char *ein_strerror(int code)
     case EIN_EUNSUPPORTED: return "not supported";
     case EIN_EDEVICE: return "device error";
     case EIN_ELIMIT: return "past a size limit";
+    case EIN_ECANCELED: return "cancelled";
     default: return "unknown error";
     }
 }

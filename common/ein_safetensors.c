@@ -360,7 +360,7 @@ int ein_safetensors_write(const char *path, const ein_st_write_tensor *t, int n,
     unsigned char b8[8];
     for (int i = 0; i < 8; i++)
         b8[i] = (unsigned char)((uint64_t)(hl + pad) >> (8 * i));
-    if (!(f = fopen(path, "wb"))) {
+    if (!(f = fopen(path, "wbe"))) {
         rc = ein_fail(err, EIN_EIO, "%s: cannot create: %s", path, strerror(errno));
         goto done;
     }

@@ -259,6 +259,7 @@ int ein_mp_pack_cstr(msgpack_packer *pk, const char *s)
 
 static const char *const msg_names[EIN_MSG_COUNT] = {
     "hello", "program", "start", "ready", "heartbeat", "done", "error", "shutdown",
+    "cancel", "cancelled",
 };
 
 const char *ein_msg_type_name(ein_msg_type t)
@@ -291,6 +292,8 @@ static const unsigned msg_fields[EIN_MSG_COUNT] = {
     [EIN_MSG_DONE] = B(F_DEVICE) | B(F_T_TOTAL) | B(F_T_KERNEL) | B(F_T_COPY) | B(F_T_WAIT),
     [EIN_MSG_ERROR] = B(F_DEVICE) | B(F_INSTR) | B(F_OP) | B(F_CODE) | B(F_TEXT),
     [EIN_MSG_SHUTDOWN] = 0,
+    [EIN_MSG_CANCEL] = 0,
+    [EIN_MSG_CANCELLED] = B(F_DEVICE),
 };
 
 /* Optional fields: allowed, not required; encoded only when set. */

@@ -39,6 +39,10 @@ typedef enum ein_msg_type {
     EIN_MSG_DONE,       /* worker -> coordinator: device, timings */
     EIN_MSG_ERROR,      /* worker -> coordinator: device, instr, op, code, text */
     EIN_MSG_SHUTDOWN,   /* coordinator -> worker: release everything and exit */
+    EIN_MSG_CANCEL,     /* coordinator -> worker: abandon the run in progress */
+    EIN_MSG_CANCELLED,  /* worker -> coordinator and every peer: device has stopped
+                           the run CANCEL abandoned; nothing more of that run
+                           follows from it on that socket */
     EIN_MSG_COUNT
 } ein_msg_type;
 
@@ -58,7 +62,8 @@ typedef struct ein_reload {
 
 typedef struct ein_msg {
     ein_msg_type type;
-    int32_t device;                 /* sender's device (HELLO, READY, HEARTBEAT, DONE, ERROR) */
+    int32_t device;                 /* sender's device (HELLO, READY, HEARTBEAT, DONE, ERROR,
+                                       CANCELLED) */
     int64_t pid;                    /* HELLO */
     int32_t buffer;                 /* READY */
     int32_t instr;                  /* HEARTBEAT, ERROR: instruction id or -1 */

@@ -258,7 +258,7 @@ static void read_trace(const char *path, void *arg)
     bench *b = a->b;
     int nb = a->nb;
     trace_sums *ts = a->t;
-    FILE *f = fopen(path, "r");
+    FILE *f = fopen(path, "re");
     char line[1024];
     if (!f)
         return;
@@ -416,7 +416,7 @@ typedef struct ring_trace {
 static void read_ring(const char *path, void *arg)
 {
     ring_trace *t = arg;
-    FILE *f = fopen(path, "r");
+    FILE *f = fopen(path, "re");
     char line[1024];
     if (!f)
         return;

@@ -1,9 +1,12 @@
 /* coordinator/co_guard.c — see co_guard.h. */
+#include "config.h"
+
 #include "coordinator/co_guard.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,31 +50,70 @@ static void remove_run(const char *run_dir, const char *run_id, int ndev,
             unlink(paths[i]);
 }
 
-/* The guard process: collect pids until the pipe closes. */
-static void guard_main(int fd, const char *run_dir, const char *run_id, int ndev,
+/* The guard process: collect pids until the pipe closes, or until the
+ * coordinator's process is gone while the pipe is still open somewhere
+ * else (a child the owner forked without exec, a multiprocessing worker,
+ * holds a copy of the write end): then this process is re-parented, and
+ * getppid() no longer names `owner` (a thread of the owner that forks
+ * and ends does not count: the thread group keeps its children). */
+static void guard_main(int fd, pid_t owner, const char *run_dir, const char *run_id, int ndev,
                        const char *const *paths, int npaths)
 {
     pid_t pids[4096];
-    int npids = 0, done = 0;
+    int npids = 0;
     int64_t v;
     for (;;) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int ready = poll(&pf, 1, 200);
+        if (ready < 0 && errno != EINTR)
+            break;
+        if (ready <= 0) {
+            if (getppid() != owner)
+                break;
+            continue;
+        }
         ssize_t n = read(fd, &v, sizeof v);
         if (n < 0 && errno == EINTR)
             continue;
         if (n != (ssize_t)sizeof v)
             break;
+        /* The coordinator cleaned up: leave at once, not at EOF, which a
+         * child the owner forked without exec may hold back for long. */
         if (v == GUARD_DONE)
-            done = 1;
-        else if (npids < 4096)
+            _exit(0);
+        if (npids < 4096)
             pids[npids++] = (pid_t)v;
     }
-    if (done)
-        _exit(0);
     for (int i = 0; i < npids; i++)
         kill(pids[i], SIGKILL);
     usleep(100000); /* let the kernel tear their mappings down */
     remove_run(run_dir, run_id, ndev, paths, npaths);
     _exit(0);
+}
+
+/* In the guard, just after fork: keep only `keep` of the descriptors the
+ * owner had (its other sessions' guard pipes, sockets and files), with
+ * stdin, stdout and stderr on /dev/null: a guard that held a copy of a
+ * pipe's write end would keep its reader (another session's guard, or a
+ * caller waiting for our output to end) waiting. */
+static void guard_close_inherited(int keep)
+{
+    int null = open("/dev/null", O_RDWR);
+    for (int i = 0; i < 3 && null >= 0; i++)
+        if (i != keep)
+            dup2(null, i);
+    int lo = 3;
+#ifdef SYS_close_range
+    if ((keep < lo || syscall(SYS_close_range, lo, keep - 1, 0) == 0) &&
+        syscall(SYS_close_range, keep + 1 > lo ? keep + 1 : lo, ~0U, 0) == 0)
+        return;
+#endif
+    long max = sysconf(_SC_OPEN_MAX);
+    if (max < 0 || max > 65536)
+        max = 65536;
+    for (int f = lo; f < max; f++)
+        if (f != keep)
+            close(f);
 }
 
 int co_guard_start(co_guard *g, const char *run_dir, const char *run_id, int ndev,
@@ -79,8 +122,12 @@ int co_guard_start(co_guard *g, const char *run_dir, const char *run_id, int nde
     int p[2];
     g->fd = -1;
     g->pid = -1;
-    if (pipe(p) < 0)
+    /* Close-on-exec: a worker (of this or another session) or any program
+     * the caller runs must never hold the write end, or this guard would
+     * never see it close (and a session's close waits for its guard). */
+    if (pipe2(p, O_CLOEXEC) < 0)
         return ein_fail(err, EIN_EIO, "pipe: %s", strerror(errno));
+    pid_t owner = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         close(p[0]);
@@ -88,14 +135,18 @@ int co_guard_start(co_guard *g, const char *run_dir, const char *run_id, int nde
         return ein_fail(err, EIN_EIO, "cannot start the run's guard: %s", strerror(errno));
     }
     if (pid == 0) {
-        close(p[1]);
-        /* Its own session: a Ctrl-C aimed at einrun must not kill the guard
-         * before einrun has had the chance to clean up or die. */
+        /* Its own session: a Ctrl-C aimed at einrun (or at a Python
+         * prompt) must not kill the guard before the owner has had the
+         * chance to clean up or die. */
         setsid();
+        guard_close_inherited(p[0]);
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        guard_main(p[0], run_dir, run_id, ndev, paths, npaths);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        guard_main(p[0], owner, run_dir, run_id, ndev, paths, npaths);
     }
     close(p[0]);
     g->fd = p[1];

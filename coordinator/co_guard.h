@@ -7,10 +7,22 @@
  * without that mark, the coordinator is gone: the guard kills the workers
  * it was told about and removes the run's shared memory (segments and status
  * page), the run directory with its sockets, and the temporary output files.
- * Workers also die with their coordinator (PR_SET_PDEATHSIG), but only the
- * guard sees the whole run, including files no worker knows of.
+ * The guard also watches its parent: once the coordinator's process is
+ * gone (the guard is re-parented) it cleans up even if a copy of the
+ * pipe's write end lives on in a child the owner forked without exec.
+ * Workers also die with their coordinator (einworker watches its parent
+ * process), but only the guard sees the whole run, including files no
+ * worker knows of.
  *
- * Start it before any ZeroMQ context exists (it forks). */
+ * Descriptors: the pipe is close-on-exec, and the guard closes every
+ * descriptor it inherited except its read end (stdio goes to /dev/null),
+ * so no session's guard or worker keeps another session's pipe open:
+ * sessions open and close in any order. It runs in its own session
+ * (setsid): a terminal's Ctrl-C or hang-up does not reach it.
+ *
+ * Fork-safety: the guard calls only async-signal-safe functions and
+ * opendir/readdir after fork, so it may be started while other sessions'
+ * ZeroMQ contexts exist (it never touches them). */
 #ifndef CO_GUARD_H
 #define CO_GUARD_H
 

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <stdatomic.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -21,7 +23,7 @@
 #include "common/ein_wire.h"
 #include "coordinator/co_guard.h"
 
-enum { W_SPAWNED, W_PROGRAM_SENT, W_LOADED, W_STARTED, W_DONE };
+enum { W_SPAWNED, W_PROGRAM_SENT, W_LOADED, W_STARTED, W_DONE, W_CANCELLED };
 
 typedef struct worker {
     pid_t pid;
@@ -48,7 +50,13 @@ struct co_session {
     double deadline;    /* the current wait's end (opts timeout), 0: none */
     ein_status_slot *status;    /* the run's status page (see ein_status.h) */
     co_guard guard;
-    int masked;         /* SIGCHLD/SIGINT/SIGTERM blocked and read from sfd */
+    int masked;         /* SIGCHLD/SIGINT/SIGTERM/SIGHUP blocked and read from sfd */
+    /* Cancelling (co_session_cancel, from any thread or a signal handler):
+     * step `gen` is cancelled once cancel_gen equals it; cfd (an eventfd)
+     * wakes the poll. */
+    atomic_uint gen, cancel_gen;
+    int cfd;
+    int cancelling;     /* CANCEL sent: DONE and CANCELLED are both in turn */
     int dead;           /* failed or stopped: nothing runs any more */
     ein_error why;      /* why it died */
 };
@@ -113,7 +121,8 @@ static int send_to(run *r, int d, const ein_msg *m, ein_error *err)
  * a tool and its options). Returns -1 if there are too many words. */
 static int split_words(char *cmd, char **argv, int *n, int max)
 {
-    for (char *t = strtok(cmd, " \t"); t; t = strtok(NULL, " \t")) {
+    char *save = NULL;
+    for (char *t = strtok_r(cmd, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
         if (*n >= max)
             return -1;
         argv[(*n)++] = t;
@@ -188,14 +197,24 @@ static int spawn(run *r, int d, ein_error *err)
     if (pid < 0)
         return ein_fail(err, EIN_EIO, "cannot start worker for device %d: %s", d, strerror(errno));
     if (pid == 0) {
-        /* The caller's mask, but a worker must always see SIGTERM (its
-         * parent-death signal, and how it is stopped) even if the caller
-         * holds it back around the run (einrun does). */
+        /* The caller's mask, but a worker must always see SIGTERM (how it
+         * is stopped) even if the caller holds it back around the run
+         * (einrun does). */
         sigset_t m = r->oldmask;
         sigdelset(&m, SIGTERM);
         sigdelset(&m, SIGINT);
+        sigdelset(&m, SIGHUP);
         sigdelset(&m, SIGCHLD);
         sigprocmask(SIG_SETMASK, &m, NULL);
+        /* Its own session, out of the terminal's process group: a Ctrl-C
+         * at the caller's prompt (Python's) must not kill the workers of
+         * its open sessions; the coordinator stops them itself (einrun on
+         * SIGINT, a session on close or ein_session_cancel). They still
+         * die with the coordinator's process: einworker --parent-pid
+         * watches it. A worker under a wrapper (gdb, valgrind) stays in
+         * the terminal's session, which an interactive wrapper needs. */
+        if (!(r->o->wrapper && (r->o->wrapper_device < 0 || r->o->wrapper_device == d)))
+            setsid();
         execvp(argv[0], argv);
         _exit(127); /* reported by the coordinator as "could not execute" */
     }
@@ -263,7 +282,7 @@ static int check_message(const ein_msg *m, int d, char sock, int extra, ein_erro
     if (extra)
         return ein_fail(err, EIN_EPROTO, "unexpected extra frame");
     if (m->type != EIN_MSG_HEARTBEAT && m->type != EIN_MSG_HELLO && m->type != EIN_MSG_DONE &&
-        m->type != EIN_MSG_ERROR)
+        m->type != EIN_MSG_ERROR && m->type != EIN_MSG_CANCELLED)
         return ein_fail(err, EIN_EPROTO, "unexpected %s message", ein_msg_type_name(m->type));
     if (m->device != d)
         return ein_fail(err, EIN_EPROTO, "message claims to come from device %d", m->device);
@@ -323,6 +342,18 @@ static int on_done(run *r, int d, const ein_msg *m, co_worker_stats *stats, ein_
     return 0;
 }
 
+/* CANCELLED: the worker has stopped the run CANCEL abandoned (or had
+ * finished it: then its DONE came first), and so have all its peers. */
+static int on_cancelled(run *r, int d, ein_error *err)
+{
+    worker *w = &r->w[d];
+    if (!r->cancelling || (w->phase != W_STARTED && w->phase != W_DONE))
+        return ein_fail(err, EIN_EPROTO, "device %d (pid %ld) said CANCELLED out of turn", d,
+                        (long)w->pid);
+    w->phase = W_CANCELLED;
+    return 0;
+}
+
 /* ERROR: always fails, EIN_EWORKER naming the instruction that failed. */
 static int on_error(run *r, int d, const ein_msg *m, ein_error *err)
 {
@@ -368,6 +399,7 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
     case EIN_MSG_HELLO: rc = on_hello(r, d, &m, err); break;
     case EIN_MSG_DONE: rc = on_done(r, d, &m, stats, err); break;
     case EIN_MSG_ERROR: rc = on_error(r, d, &m, err); break;
+    case EIN_MSG_CANCELLED: rc = on_cancelled(r, d, err); break;
     default: break;
     }
     ein_msg_clear(&m);
@@ -387,7 +419,7 @@ static int reap(run *r, int shutting_down, ein_error *err)
 {
     struct signalfd_siginfo si;
     while (r->sfd >= 0 && read(r->sfd, &si, sizeof si) == (ssize_t)sizeof si)
-        if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM)
+        if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM || si.ssi_signo == SIGHUP)
             return ein_fail(err, EIN_EWORKER, "interrupted by signal %u; stopping all workers",
                             si.ssi_signo);
     int rc = 0, status = 0;
@@ -479,6 +511,8 @@ static void cleanup(run *r)
         zmq_ctx_term(r->zctx);
     if (r->sfd >= 0)
         close(r->sfd);
+    /* cfd stays open until the session is freed: co_session_cancel may
+     * write to it from another thread at any time before that. */
     for (int d = 0; d < r->ndev && r->run_id[0]; d++) {
         char name[160];
         ein_segment_name(name, sizeof name, r->run_id, d);
@@ -550,7 +584,7 @@ static void explain_failure(run *r, co_worker_stats *stats, int shutting_down, e
  * run gets a trace too: it shows where each device was). */
 static int merge_trace(run *r, ein_error *err)
 {
-    FILE *out = fopen(r->o->trace_path, "w");
+    FILE *out = fopen(r->o->trace_path, "we");
     if (!out)
         return ein_fail(err, EIN_EIO, "cannot write the trace %s: %s", r->o->trace_path,
                         strerror(errno));
@@ -563,7 +597,7 @@ static int merge_trace(run *r, ein_error *err)
         first = 0;
         char p[600];
         snprintf(p, sizeof p, "%s/trace-%d.json", r->dir, d);
-        FILE *in = fopen(p, "r");
+        FILE *in = fopen(p, "re");
         if (!in)
             continue;
         char buf[65536];
@@ -583,17 +617,31 @@ static int merge_trace(run *r, ein_error *err)
 }
 
 
+/* Has co_session_cancel asked to cancel the step now running? */
+static int cancel_asked(run *r)
+{
+    uint64_t v;
+    if (r->cfd >= 0)
+        while (read(r->cfd, &v, sizeof v) == (ssize_t)sizeof v)
+            ; /* drain the wake-ups */
+    return atomic_load(&r->cancel_gen) == atomic_load(&r->gen);
+}
+
 /* Serve the workers until every one is in `phase`: messages (a worker's
- * ERROR first: it explains its exit best), exits, heartbeats, deadline. */
-static int wait_all(run *r, int phase, co_worker_stats *stats, ein_error *err)
+ * ERROR first: it explains its exit best), exits, heartbeats, deadline;
+ * with `cancellable`, EIN_ECANCELED as soon as co_session_cancel asks
+ * (unless every worker got there first). */
+static int wait_all(run *r, int phase, int cancellable, co_worker_stats *stats, ein_error *err)
 {
     int rc;
     for (;;) {
-        zmq_pollitem_t items[2] = {
-            {.socket = r->router, .events = ZMQ_POLLIN},
-            {.fd = r->sfd, .events = ZMQ_POLLIN},
-        };
-        if (zmq_poll(items, r->sfd >= 0 ? 2 : 1, 100) < 0 && errno != EINTR)
+        zmq_pollitem_t items[3] = {{.socket = r->router, .events = ZMQ_POLLIN}};
+        int nitems = 1;
+        if (r->sfd >= 0)
+            items[nitems++] = (zmq_pollitem_t){.fd = r->sfd, .events = ZMQ_POLLIN};
+        if (cancellable && r->cfd >= 0)
+            items[nitems++] = (zmq_pollitem_t){.fd = r->cfd, .events = ZMQ_POLLIN};
+        if (zmq_poll(items, nitems, 100) < 0 && errno != EINTR)
             return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
         int got;
         while ((got = handle_message(r, stats, err)) != 0)
@@ -610,6 +658,8 @@ static int wait_all(run *r, int phase, co_worker_stats *stats, ein_error *err)
             all &= r->w[d].phase == phase;
         if (all)
             return 0;
+        if (cancellable && cancel_asked(r))
+            return ein_fail(err, EIN_ECANCELED, "the run was cancelled");
         double t = ein_now_s();
         for (int d = 0; d < r->ndev; d++) {
             if (r->w[d].exited || t - r->w[d].last_seen <= r->o->worker_timeout)
@@ -664,6 +714,9 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
     r->progs = progs;
     r->ndev = ndev;
     r->sfd = -1;
+    r->cfd = -1;
+    atomic_init(&r->gen, 0);
+    atomic_init(&r->cancel_gen, (unsigned)-1);
     r->guard = (co_guard){.fd = -1, .pid = -1};
     int rc = 0, zero = 0, one = 1;
     int64_t maxsize = EIN_MSG_MAX_BYTES;
@@ -673,6 +726,7 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         sigaddset(&mask, SIGCHLD);
         sigaddset(&mask, SIGINT);
         sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGHUP);
         sigprocmask(SIG_BLOCK, &mask, &r->oldmask);
         r->masked = 1;
         if ((r->sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0) {
@@ -681,6 +735,10 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         }
     } else {
         sigprocmask(SIG_SETMASK, NULL, &r->oldmask);
+    }
+    if ((r->cfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+        rc = ein_fail(err, EIN_EIO, "eventfd: %s", strerror(errno));
+        goto out;
     }
     if (!(r->w = calloc((size_t)ndev, sizeof *r->w))) {
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
@@ -724,15 +782,36 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         if ((rc = spawn(r, d, err)) < 0)
             goto out;
     r->deadline = o->timeout > 0 ? ein_now_s() + o->timeout : 0;
-    rc = wait_all(r, W_LOADED, NULL, err);
+    rc = wait_all(r, W_LOADED, 0, NULL, err);
 out:
     if (rc < 0) {
         finish(r, rc, err);
+        if (r->cfd >= 0)
+            close(r->cfd);
         free(r);
         return rc;
     }
     *out = r;
     return 0;
+}
+
+/* The step now running was cancelled: CANCEL to every worker, then wait
+ * until each has said CANCELLED (a worker says it once it and all its
+ * peers have stopped, so that nothing of the abandoned run is in flight
+ * when the next START goes out). The session stays usable. */
+static int cancel_step(run *r, ein_error *err)
+{
+    ein_msg cm = {.type = EIN_MSG_CANCEL};
+    int rc = 0;
+    r->cancelling = 1;
+    for (int d = 0; d < r->ndev && rc == 0; d++)
+        rc = send_to(r, d, &cm, err);
+    if (rc < 0)
+        explain_failure(r, NULL, 0, err);
+    else
+        rc = wait_all(r, W_CANCELLED, 0, NULL, err);
+    r->cancelling = 0;
+    return rc;
 }
 
 int co_session_step(co_session *r, int store, const ein_reload *reload, int nreload,
@@ -741,6 +820,10 @@ int co_session_step(co_session *r, int store, const ein_reload *reload, int nrel
     if (r->dead)
         return ein_fail(err, EIN_EINVAL, "the workers are gone (%s)",
                         r->why.code ? r->why.msg : "the session was stopped");
+    /* From here co_session_cancel cancels this step (and no other). */
+    atomic_fetch_add(&r->gen, 1);
+    if (cancel_asked(r))
+        return ein_fail(err, EIN_ECANCELED, "the run was cancelled");
     /* A barrier between iterations: START goes out only once every worker
      * is DONE (or loaded), so no buffer is rewritten while a peer may still
      * be copying it. */
@@ -759,13 +842,34 @@ int co_session_step(co_session *r, int store, const ein_reload *reload, int nrel
     if (rc < 0)
         explain_failure(r, stats, 0, err);
     else
-        rc = wait_all(r, W_DONE, stats, err);
+        rc = wait_all(r, W_DONE, 1, stats, err);
+    if (rc == EIN_ECANCELED) {
+        ein_error cerr = {0};
+        int crc = cancel_step(r, &cerr);
+        if (crc < 0) {
+            if (err)
+                *err = cerr;
+            return finish(r, crc, err);
+        }
+        return rc;
+    }
     if (rc < 0)
         return finish(r, rc, err);
     r->iter++;
     if (wall_s)
         *wall_s = ein_now_s() - t0;
     return 0;
+}
+
+void co_session_cancel(co_session *r)
+{
+    if (!r)
+        return;
+    atomic_store(&r->cancel_gen, atomic_load(&r->gen));
+    uint64_t one = 1;
+    if (r->cfd >= 0 && write(r->cfd, &one, sizeof one) < 0) {
+        /* the counter is full: a wake-up is pending anyway */
+    }
 }
 
 int co_session_stop(co_session *r, ein_error *err)
@@ -801,6 +905,8 @@ int co_session_stop(co_session *r, ein_error *err)
         }
         rc = finish(r, rc, err);
     }
+    if (r->cfd >= 0)
+        close(r->cfd);
     free(r);
     return rc;
 }

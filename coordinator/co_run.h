@@ -1,5 +1,12 @@
 /* coordinator/co_run.h — spawn one worker per device, dispatch, supervise.
  *
+ * Processes: every worker runs in its own session (setsid; not under a
+ * --worker-wrapper), so a Ctrl-C at the caller's terminal does not reach
+ * it, and watches the coordinator's process (einworker --parent-pid), so
+ * it ends when that process ends, never when only the thread that started
+ * it does (PR_SET_PDEATHSIG would: it is tied to a thread). Descriptors
+ * the session opens are close-on-exec.
+ *
  * co_run() creates a private run directory (mode 0700) holding every ipc://
  * socket, binds a ROUTER there, starts `ndev` einworker processes, sends
  * each its Program when it first speaks, starts them together once all have
@@ -27,10 +34,11 @@ typedef struct co_run_opts {
     double timeout;             /* whole run (per step with per_run_timeout), seconds; 0 = none */
     int per_run_timeout;
     const char *timeout_name;   /* how the caller calls it in errors ("--timeout") */
-    int handle_signals;         /* block SIGCHLD/SIGINT/SIGTERM while the session lives
-                                   and read them from a signalfd: SIGINT/SIGTERM end
-                                   the run (einrun). 0: the caller's signals are left
-                                   alone and exits are polled (a library) */
+    int handle_signals;         /* block SIGCHLD/SIGINT/SIGTERM/SIGHUP while the session
+                                   lives and read them from a signalfd: SIGINT, SIGTERM
+                                   and SIGHUP end the run (einrun). 0: the caller's
+                                   signals are left alone and exits are polled (a
+                                   library) */
     double instr_timeout;       /* passed to einworker --instr-timeout (wk_beat.h) */
     int verbose;
     int iterations;             /* co_run: runs of the whole plan, warm-up included
@@ -94,6 +102,16 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *opt
 int co_session_step(co_session *s, int store, const ein_reload *reload, int nreload,
                     co_worker_stats *stats, double *wall_s, ein_error *err);
 int co_session_stop(co_session *s, ein_error *err);
+/* Cancel the step running now, if any (else nothing happens): its
+ * co_session_step sends CANCEL to every worker, waits until all have
+ * stopped that run (wk_exec.c: each says CANCELLED once it and all its
+ * peers have stopped), and returns EIN_ECANCELED; the session stays
+ * usable, with its inputs resident, and the outputs of a cancelled storing
+ * step are undefined. A worker checks for CANCEL between instructions, so
+ * a cancel takes effect after the instructions running then. Safe from any
+ * thread and from a signal handler (an atomic store and an eventfd write),
+ * at any time between co_session_start and co_session_stop. */
+void co_session_cancel(co_session *s);
 /* The session's private directory (mode 0700, removed with it), or NULL
  * once it is dead. */
 const char *co_session_dir(const co_session *s);

@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,11 @@ typedef struct sess_input {
 } sess_input;
 
 struct ein_session {
+    /* Every call but ein_session_cancel holds it: calls from several
+     * threads run one after the other (einsummable.h, "Threads"). */
+    pthread_mutex_t lock;
+    pid_t owner;            /* the process that opened it (a forked child
+                               must not drive, nor stop, its workers) */
     const ein_compiled *c;
     ein_program **progs;    /* the compiled programs with this session's STORE paths */
     co_session *cs;
@@ -66,6 +73,7 @@ static void session_free(ein_session *s)
         free(s->in[i].path);
     free(s->in);
     co_programs_free(s->progs, s->c->ndev);
+    pthread_mutex_destroy(&s->lock);
     free(s);
 }
 
@@ -138,6 +146,16 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
         ein_session_options_init(&o);
     if (!c || !out)
         return ein_fail(err, EIN_EINVAL, "session: NULL compiled program or output");
+    /* 0 means the default; a negative or NaN time is a mistake, not "none". */
+    if (!(o.worker_timeout >= 0) || !isfinite(o.worker_timeout))
+        return ein_fail(err, EIN_EINVAL, "session: worker_timeout %g: expected seconds >= 0 "
+                        "(0: the default, 60)", o.worker_timeout);
+    if (!(o.run_timeout >= 0) || !isfinite(o.run_timeout))
+        return ein_fail(err, EIN_EINVAL, "session: run_timeout %g: expected seconds >= 0 "
+                        "(0: none)", o.run_timeout);
+    if (!(o.instr_timeout >= 0) || !isfinite(o.instr_timeout))
+        return ein_fail(err, EIN_EINVAL, "session: instr_timeout %g: expected seconds >= 0 "
+                        "(0: no limit)", o.instr_timeout);
     if (!c->progs)
         return ein_fail(err, EIN_EINVAL, "session: this program was compiled with plan_only "
                                          "and cannot run");
@@ -165,6 +183,8 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
     ein_session *s = calloc(1, sizeof *s);
     if (!s)
         return ein_fail(err, EIN_ENOMEM, "out of memory");
+    pthread_mutex_init(&s->lock, NULL);
+    s->owner = getpid();
     s->c = c;
     const pl_graph *g = c->g;
     if (!(s->out_path = calloc((size_t)g->nnodes, sizeof *s->out_path)) ||
@@ -211,6 +231,9 @@ static int check_alive(ein_session *s, ein_error *err)
 {
     if (!s)
         return ein_fail(err, EIN_EINVAL, "session: NULL");
+    if (getpid() != s->owner)
+        return ein_fail(err, EIN_EINVAL, "the session belongs to process %ld; process %ld "
+                        "(a fork of it) cannot use it", (long)s->owner, (long)getpid());
     if (s->dead)
         return ein_fail(err, EIN_EINVAL, "the session's workers are gone after an earlier "
                         "failure (%s); close it", s->why.msg);
@@ -256,7 +279,7 @@ static int input_point(sess_input *in, const char *path, ein_load_format format,
     return 0;
 }
 
-int ein_session_set_input(ein_session *s, const char *name, const void *data, size_t bytes,
+static int session_set_input(ein_session *s, const char *name, const void *data, size_t bytes,
                           ein_error *err)
 {
     sess_input *in;
@@ -280,7 +303,7 @@ int ein_session_set_input(ein_session *s, const char *name, const void *data, si
     return input_point(in, p, EIN_LOAD_NPY, 0, err);
 }
 
-int ein_session_set_input_npy(ein_session *s, const char *name, const char *path, ein_error *err)
+static int session_set_input_npy(ein_session *s, const char *name, const char *path, ein_error *err)
 {
     sess_input *in;
     int rc = live_input(s, name, &in, err);
@@ -308,11 +331,11 @@ int ein_session_set_input_npy(ein_session *s, const char *name, const char *path
     return input_point(in, realpath(path, abs) ? abs : path, EIN_LOAD_NPY, 0, err);
 }
 
-int ein_session_set_input_source(ein_session *s, const char *name, const char *path,
+static int session_set_input_source(ein_session *s, const char *name, const char *path,
                                  ein_load_format format, uint64_t offset, ein_error *err)
 {
     if (format == EIN_LOAD_NPY)
-        return ein_session_set_input_npy(s, name, path, err);
+        return session_set_input_npy(s, name, path, err);
     sess_input *in;
     int rc = live_input(s, name, &in, err);
     if (rc < 0)
@@ -321,7 +344,7 @@ int ein_session_set_input_source(ein_session *s, const char *name, const char *p
     return input_point(in, realpath(path, abs) ? abs : path, format, offset, err);
 }
 
-int ein_session_load_safetensors(ein_session *s, const char *path, const char *const *map,
+static int session_load_safetensors(ein_session *s, const char *path, const char *const *map,
                                  int nmap, int *nbound, ein_error *err)
 {
     int rc = check_alive(s, err);
@@ -353,7 +376,7 @@ int ein_session_load_safetensors(ein_session *s, const char *path, const char *c
     }
     for (int v = 0; v < g->nnodes && rc == 0; v++)
         if (src[v].path)
-            rc = ein_session_set_input_source(s, pl_graph_node(g, v)->name, src[v].path,
+            rc = session_set_input_source(s, pl_graph_node(g, v)->name, src[v].path,
                                               src[v].format, src[v].offset, err);
     if (rc == 0 && nbound)
         *nbound = n;
@@ -367,7 +390,7 @@ out:
     return rc;
 }
 
-int ein_session_input_is_set(const ein_session *s, const char *name)
+static int input_is_set(const ein_session *s, const char *name)
 {
     const pl_graph *g = s && name ? s->c->g : NULL;
     int v = g ? pl_graph_find(g, name) : -1;
@@ -400,7 +423,7 @@ static int check_inputs_set(const ein_session *s, ein_error *err)
                     nmiss == 1 ? "this one" : "these", nmiss == 1 ? "it" : "them");
 }
 
-int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_error *err)
+static int session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_error *err)
 {
     int rc = check_alive(s, err);
     if (rc < 0)
@@ -426,6 +449,14 @@ int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_erro
     double wall = 0;
     rc = co_session_step(s->cs, store, rl, n, ws, &wall, err);
     free(rl);
+    if (rc == EIN_ECANCELED) {
+        /* The workers live on; inputs set for this run stay marked (sent
+         * again), and a storing run's outputs may be half written. */
+        if (store)
+            s->stored = 0;
+        free(ws);
+        return rc;
+    }
     if (rc < 0) {
         s->dead = 1;
         s->why = err ? *err : (ein_error){.code = rc};
@@ -459,11 +490,6 @@ int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_erro
     return 0;
 }
 
-int ein_session_run(ein_session *s, ein_run_stats *stats, ein_error *err)
-{
-    return ein_session_run_ex(s, 1, stats, err);
-}
-
 static int find_output(const ein_session *s, const char *name, ein_error *err)
 {
     const pl_graph *g = s->c->g;
@@ -474,13 +500,13 @@ static int find_output(const ein_session *s, const char *name, ein_error *err)
     return v;
 }
 
-const char *ein_session_output_path(const ein_session *s, const char *name)
+static const char *session_output_path(const ein_session *s, const char *name)
 {
     int v = s && !s->dead && s->stored ? find_output(s, name, NULL) : -1;
     return v >= 0 ? s->out_path[v] : NULL;
 }
 
-int ein_session_get_output(ein_session *s, const char *name, void *dst, size_t bytes,
+static int session_get_output(ein_session *s, const char *name, void *dst, size_t bytes,
                            size_t *bytes_out, ein_error *err)
 {
     int rc = check_alive(s, err);
@@ -513,7 +539,92 @@ int ein_session_close(ein_session *s, ein_error *err)
 {
     if (!s)
         return 0;
-    int rc = co_session_stop(s->cs, err);
+    pthread_mutex_lock(&s->lock);
+    int rc = 0;
+    if (getpid() == s->owner)
+        rc = co_session_stop(s->cs, err);
+    /* else: a forked child's copy. The workers, their files and the
+     * ZeroMQ context are the parent's: only this copy's memory is freed. */
+    pthread_mutex_unlock(&s->lock);
     session_free(s);
+    return rc;
+}
+
+void ein_session_cancel(ein_session *s)
+{
+    /* No lock: the run being cancelled holds it. */
+    if (s && s->cs && getpid() == s->owner)
+        co_session_cancel(s->cs);
+}
+
+/* The public calls: one at a time per session (the lock). */
+#define LOCKED(call)                          \
+    do {                                      \
+        if (!s)                               \
+            return check_alive(s, err);       \
+        pthread_mutex_lock(&s->lock);         \
+        int rc_ = (call);                     \
+        pthread_mutex_unlock(&s->lock);       \
+        return rc_;                           \
+    } while (0)
+
+int ein_session_set_input(ein_session *s, const char *name, const void *data, size_t bytes,
+                          ein_error *err)
+{
+    LOCKED(session_set_input(s, name, data, bytes, err));
+}
+
+int ein_session_set_input_npy(ein_session *s, const char *name, const char *path, ein_error *err)
+{
+    LOCKED(session_set_input_npy(s, name, path, err));
+}
+
+int ein_session_set_input_source(ein_session *s, const char *name, const char *path,
+                                 ein_load_format format, uint64_t offset, ein_error *err)
+{
+    LOCKED(session_set_input_source(s, name, path, format, offset, err));
+}
+
+int ein_session_load_safetensors(ein_session *s, const char *path, const char *const *map,
+                                 int nmap, int *nbound, ein_error *err)
+{
+    LOCKED(session_load_safetensors(s, path, map, nmap, nbound, err));
+}
+
+int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_error *err)
+{
+    LOCKED(session_run_ex(s, store, stats, err));
+}
+
+int ein_session_run(ein_session *s, ein_run_stats *stats, ein_error *err)
+{
+    LOCKED(session_run_ex(s, 1, stats, err));
+}
+
+int ein_session_get_output(ein_session *s, const char *name, void *dst, size_t bytes,
+                           size_t *bytes_out, ein_error *err)
+{
+    LOCKED(session_get_output(s, name, dst, bytes, bytes_out, err));
+}
+
+const char *ein_session_output_path(const ein_session *s, const char *name)
+{
+    if (!s)
+        return NULL;
+    ein_session *m = (ein_session *)s; /* the lock is not part of its value */
+    pthread_mutex_lock(&m->lock);
+    const char *p = getpid() == s->owner ? session_output_path(s, name) : NULL;
+    pthread_mutex_unlock(&m->lock);
+    return p;
+}
+
+int ein_session_input_is_set(const ein_session *s, const char *name)
+{
+    if (!s)
+        return EIN_EINVAL;
+    ein_session *m = (ein_session *)s; /* the lock is not part of its value */
+    pthread_mutex_lock(&m->lock);
+    int rc = input_is_set(s, name);
+    pthread_mutex_unlock(&m->lock);
     return rc;
 }

@@ -1032,7 +1032,7 @@ static int start_session(run_state *s)
 {
     const run_opts *o = s->o;
     /* Saved tensors go to temporary files, created only now and renamed
-     * only on success. From here to the end a SIGINT or SIGTERM is held
+     * only on success. From here to the end a SIGINT, SIGTERM or SIGHUP is held
      * back: the session turns it into a failed run, and einrun removes the
      * temporaries before it dies of one that came afterwards. */
     sigprocmask(SIG_BLOCK, &s->stop_signals, NULL);
@@ -1171,7 +1171,8 @@ static void report_verbose(run_state *s)
     }
 }
 
-/* SIGINT and SIGTERM belong to the main thread. Libraries start threads
+/* SIGINT, SIGTERM and SIGHUP (a closed terminal: a stop like SIGTERM)
+ * belong to the main thread. Libraries start threads
  * before main runs (OpenBLAS, loaded through CBC's LAPACK, starts its pool
  * when it is loaded), and those threads do not block the signals that main
  * blocks while temporaries exist: the kernel would hand a SIGTERM to one of
@@ -1198,6 +1199,7 @@ static void stop_signals_to_main(void)
     main_thread = pthread_self();
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 /* PLAN.ein from file to results: the steps in order, each returning 0 or
@@ -1209,6 +1211,7 @@ static int run_plan(const run_opts *o, ein_compile_options *co)
     sigemptyset(&s.stop_signals);
     sigaddset(&s.stop_signals, SIGINT);
     sigaddset(&s.stop_signals, SIGTERM);
+    sigaddset(&s.stop_signals, SIGHUP);
     sigprocmask(SIG_SETMASK, NULL, &old_mask);
     stop_signals_to_main();
     int status = load_program(&s);
@@ -1251,7 +1254,7 @@ static int calibrate(const run_opts *o)
         goto done;
     }
     status = 2;
-    if (!(f = o->calib_out ? fopen(o->calib_out, "w") : stdout)) {
+    if (!(f = o->calib_out ? fopen(o->calib_out, "we") : stdout)) {
         fprintf(stderr, "einrun: --out %s: cannot write it\n", o->calib_out);
         goto done;
     }

@@ -259,7 +259,7 @@ static int sim_cli(const char *prog, const pl_graph *g, const pl_plan *plan,
         goto done;
     }
     if (trace_path) {
-        FILE *f = fopen(trace_path, "w");
+        FILE *f = fopen(trace_path, "we");
         int rc = f ? co_sim_trace(progs, r, f) : EIN_EIO;
         if (f && fclose(f) != 0)
             rc = EIN_EIO;

@@ -1,5 +1,6 @@
 /* worker/einworker.c — one worker process per device, started by einrun. */
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -7,7 +8,6 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -19,8 +19,7 @@
 
 static char shm_path[256], sock_path[4200];
 
-/* On SIGTERM (the coordinator's stop, or its death through
- * PR_SET_PDEATHSIG) remove our segment and socket and leave at once; the
+/* On SIGTERM (the coordinator's stop, or its death: watch_parent) remove our segment and socket and leave at once; the
  * coordinator, or its guard if it died (co_guard.h), removes the rest.
  * unlink and _exit are async-signal-safe. */
 static void on_term(int sig)
@@ -113,6 +112,8 @@ static void usage(FILE *f)
             "\n"
             "  --iterations N run the program N times, each on a START (default 1);\n"
             "                 0: until SHUTDOWN (a library session keeps it)\n"
+            "  --parent-pid PID  the coordinator's process: exit (status 3) when it is\n"
+            "                 gone (checked at start, then every 0.1 s)\n"
             "  --probe        print every visible GPU and which pairs have peer access\n"
             "                 (einrun's topology detection; einworker-cuda only), exit\n"
             "  --pause        wait for a debugger to attach (or SIGUSR1) before starting\n"
@@ -246,8 +247,7 @@ static int parse_args(int argc, char **argv, worker_args *a)
     return OPT_GO;
 }
 
-/* Remove our segment and socket on SIGTERM, SIGINT, SIGHUP, and take
- * SIGTERM when the coordinator dies. */
+/* Remove our segment and socket on SIGTERM, SIGINT, SIGHUP. */
 static void install_signals(const wk_config *cfg)
 {
     snprintf(shm_path, sizeof shm_path, "/dev/shm/ein-%s-%d", cfg->run_id, cfg->device);
@@ -258,8 +258,45 @@ static void install_signals(const wk_config *cfg)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
-    /* A lost coordinator must not leave us running. */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
+}
+
+/* A lost coordinator must not leave us running. PR_SET_PDEATHSIG cannot
+ * say so: it fires when the *thread* that forked us ends, and a library
+ * session may be opened by a thread that ends long before the process
+ * (a Python thread). So a thread watches the parent process instead:
+ * once it is gone we are re-parented (to init or a subreaper) and
+ * getppid() changes; then SIGTERM takes the usual way out (on_term).
+ * Its latency (0.1 s) only matters when the coordinator was killed
+ * outright; its guard (coordinator/co_guard.h) kills us at once anyway. */
+static pid_t watched_parent;
+
+static void *watch_parent(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        usleep(100000);
+        if (getppid() != watched_parent) {
+            kill(getpid(), SIGTERM);
+            return NULL;
+        }
+    }
+}
+
+static void start_parent_watch(pid_t parent)
+{
+    pthread_t th;
+    pthread_attr_t at;
+    sigset_t all, old;
+    watched_parent = parent;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old); /* signals stay with the main thread */
+    int e = pthread_create(&th, &at, watch_parent, NULL);
+    if (e != 0)
+        fprintf(stderr, "einworker: cannot watch the coordinator's process: %s\n", strerror(e));
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&at);
 }
 
 /* The test hooks EIN_POISON, EIN_SLAB_BYTES and EIN_FAULT (see usage()). */
@@ -314,6 +351,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "einworker %d: coordinator %ld is gone\n", cfg->device, a.parent);
         return 3;
     }
+    if (a.parent > 0)
+        start_parent_watch((pid_t)a.parent);
     read_test_hooks(cfg);
     if (a.log_path && !(cfg->log = fopen(a.log_path, "w"))) {
         fprintf(stderr, "einworker %d: cannot write %s\n", cfg->device, a.log_path);

@@ -115,6 +115,7 @@ static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
     int nitems = w->pull ? 2 : 1;
     if (zmq_poll(items, nitems, timeout_ms) < 0 && errno != EINTR)
         return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
+    w->last_pump = ein_now_s();
     for (;;) {
         ein_msg m;
         int got = wk_msg_recv(w->dealer, &m, "the coordinator", err);
@@ -124,6 +125,8 @@ static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
             break;
         if (m.type == EIN_MSG_SHUTDOWN)
             w->shutdown = 1;
+        else if (m.type == EIN_MSG_CANCEL)
+            w->cancel = 1;
         else if (m.type == EIN_MSG_START && started) {
             int rc = take_start(w, &m, err);
             if (rc < 0) {
@@ -147,11 +150,19 @@ static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
         if (!got)
             break;
         int rc = 0;
-        if (m.type != EIN_MSG_READY)
+        if (m.type != EIN_MSG_READY && m.type != EIN_MSG_CANCELLED)
             rc = ein_fail(err, EIN_EPROTO, "unexpected %s message from a peer",
                           ein_msg_type_name(m.type));
-        else if (m.device < 0 || m.device >= w->cfg->ndevices || m.device == w->cfg->device ||
-                 m.buffer < 0)
+        else if (m.device < 0 || m.device >= w->cfg->ndevices || m.device == w->cfg->device)
+            rc = ein_fail(err, EIN_EPROTO, "%s names device %d", ein_msg_type_name(m.type),
+                          m.device);
+        else if (m.type == EIN_MSG_CANCELLED) {
+            if (!w->peer_cancelled[m.device]) {
+                w->peer_cancelled[m.device] = 1;
+                w->npeer_cancelled++;
+            }
+        }
+        else if (m.buffer < 0)
             rc = ein_fail(err, EIN_EPROTO, "READY names device %d buffer %d", m.device, m.buffer);
         else
             rc = ready_add(w, ((uint64_t)m.device << 32) | (uint32_t)m.buffer, err);
@@ -494,7 +505,8 @@ static int runnable(const wk *w, int i)
 }
 
 /* Run the DAG: any runnable instruction in array order; wait for peers when
- * nothing can run. */
+ * nothing can run. Returns 0, 1 when a CANCEL came (the run is abandoned
+ * between two instructions: cancel_run), or a negative code. */
 static int execute(wk *w, ein_error *err)
 {
     int n = w->prog->ninstrs, left = n, first = 0, rc;
@@ -503,6 +515,8 @@ static int execute(wk *w, ein_error *err)
     memset(w->done, 0, (size_t)n + 1);
     while (left > 0) {
         int progress = 0;
+        if (w->cancel)
+            return 1;
         for (int i = first; i < n; i++) {
             /* The first iteration runs one instruction at a time (it also
              * warms up what capture must not do, such as cuBLAS's first
@@ -525,6 +539,14 @@ static int execute(wk *w, ein_error *err)
             progress = 1;
             if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
                 return rc;
+            /* A long stretch of runnable instructions still hears a CANCEL
+             * (or SHUTDOWN) within about 50 ms of an instruction's end. */
+            if (ein_now_s() - w->last_pump > 0.05) {
+                if ((rc = pump(w, 0, NULL, err)) < 0)
+                    return rc;
+                if (w->cancel || w->shutdown)
+                    break;
+            }
         }
         while (first < n && w->done[first])
             first++;
@@ -539,10 +561,60 @@ static int execute(wk *w, ein_error *err)
         }
         if (w->shutdown)
             return ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
+        if (w->cancel)
+            return 1;
         if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
             return rc;
     }
     return 0;
+}
+
+/* After a CANCEL: stop the run where it is, and say CANCELLED once nothing
+ * of it can be in flight any more. The device finishes what it started
+ * (sync), then says CANCELLED to every peer (on the socket its READYs
+ * travel: whatever it sent before comes first) and waits for every peer's
+ * CANCELLED; the READYs received until then belong to the abandoned run
+ * and are dropped. Then CANCELLED to the coordinator, which starts no new
+ * run before every worker has said it, so no peer copies from a buffer
+ * that the next run rewrites, and no stale READY is taken for a new one.
+ * Returns 1 (cancelled) or a negative code. */
+static int cancel_run(wk *w, ein_error *err)
+{
+    int n = w->cfg->ndevices, me = w->cfg->device, rc;
+    wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
+    rc = w->be->sync(w->be, err);
+    wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
+    if (rc < 0)
+        return rc;
+    wk_stage_drop(w);
+    w->current = -1;
+    if (w->status)
+        w->status->instr = -1;
+    atomic_store(&w->pulse.instr, -1);
+    ein_msg cm = {.type = EIN_MSG_CANCELLED, .device = me};
+    for (int p = 0; p < n; p++) {
+        if (p == me)
+            continue;
+        void *s = peer_socket(w, p, err);
+        if (!s)
+            return err->code;
+        if ((rc = wk_msg_send(s, &cm, err)) < 0)
+            return rc;
+    }
+    while (w->npeer_cancelled < n - 1) {
+        if ((rc = pump(w, (int)(w->cfg->heartbeat_s * 1000), NULL, err)) < 0)
+            return rc;
+        if (w->shutdown)
+            return ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
+        if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
+            return rc;
+    }
+    w->nready = 0;
+    memset(w->peer_cancelled, 0, (size_t)n);
+    w->npeer_cancelled = 0;
+    w->cancel = 0;
+    wk_log(w, 1, "iteration %d cancelled", w->iter);
+    return (rc = wk_msg_send(w->dealer, &cm, err)) < 0 ? rc : 1;
 }
 
 /* Before an iteration after the first: run again the LOADs whose input
@@ -647,7 +719,8 @@ static int setup_sockets(wk *w, ein_error *err)
     if (zmq_bind(w->pull, ep) < 0)
         return ein_fail(err, EIN_EIO, "bind %s: %s", ep, zmq_strerror(errno));
     w->push = calloc((size_t)w->cfg->ndevices, sizeof *w->push);
-    if (!w->push)
+    w->peer_cancelled = calloc((size_t)w->cfg->ndevices, 1);
+    if (!w->push || !w->peer_cancelled)
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     return 0;
 }
@@ -762,6 +835,7 @@ static void teardown(wk *w)
     if (w->zctx)
         zmq_ctx_term(w->zctx);
     free(w->push);
+    free(w->peer_cancelled);
     free(w->blk);
     free(w->ready);
     free(w->done);
@@ -825,6 +899,10 @@ static int wait_for_start(wk *w, ein_error *err)
             return 1;
         if (w->shutdown)
             return ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
+        /* A CANCEL after our DONE: the peers may still need us to say so.
+         * (One that came with the START is execute's.) */
+        if (w->cancel && !started && (rc = cancel_run(w, err)) < 0)
+            return rc;
         if (ein_now_s() - w->last_beat > cfg->heartbeat_s && (rc = beat(w, err)) < 0)
             return rc;
     }
@@ -860,7 +938,8 @@ static int send_done(wk *w, ein_error *err)
     return wk_msg_send(w->dealer, &done, err);
 }
 
-/* One iteration after its START: poison, reload, execute, sync, DONE. */
+/* One iteration after its START: poison, reload, execute, sync, DONE.
+ * Returns 0, 1 if it was cancelled (cancel_run), or a negative code. */
 static int run_iteration(wk *w, ein_error *err)
 {
     const wk_config *cfg = w->cfg;
@@ -880,6 +959,8 @@ static int run_iteration(wk *w, ein_error *err)
         return rc;
     if ((rc = execute(w, err)) < 0)
         return rc;
+    if (rc == 1)
+        return cancel_run(w, err);
     wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
     rc = be->sync(be, err);
     wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
@@ -950,6 +1031,10 @@ int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
             break;
         if ((rc = run_iteration(&w, err)) < 0)
             goto fail;
+        /* A cancelled first iteration may not have run every LOAD: the
+         * next one is a first iteration again. */
+        if (rc == 1 && w.iter == 0)
+            w.iter = -1;
     }
     if ((rc = linger_until_shutdown(&w, err)) < 0)
         goto fail;

@@ -53,6 +53,11 @@ typedef struct wk {
     void *stage;                /* LOAD/STORE staging (stage_get), or NULL */
     size_t stage_bytes;
     int stage_pinned;           /* from be->host_alloc, else malloc */
+    /* Cancelling (coordinator CANCEL, see cancel_run): */
+    int cancel;                 /* CANCEL received: abandon the run */
+    char *peer_cancelled;       /* per device: its CANCELLED has arrived */
+    int npeer_cancelled;
+    double last_pump;           /* when pump() last looked, for execute() */
 } wk;
 
 /* A line on the worker's log (cfg->log) at `level` (cfg->log_level). */

@@ -46,6 +46,7 @@ enum {
     EIN_EUNSUPPORTED = -10, /* valid but not implemented yet */
     EIN_EDEVICE = -11,   /* missing or failing device */
     EIN_ELIMIT = -12,    /* valid, but past a documented size limit (bad input) */
+    EIN_ECANCELED = -13, /* cancelled by the caller (ein_session_cancel) */
 };
 
 #define EIN_ERROR_MSG_MAX 1024

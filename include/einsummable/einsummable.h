@@ -272,7 +272,33 @@ int ein_compiled_predict(const ein_compiled *c, const char *calibration, ein_pre
  * process, instruction and operator (EIN_EWORKER / EIN_ETIMEOUT), stops
  * every worker and removes everything of the session's (the session is
  * then closed: every later call fails with EIN_EINVAL until
- * ein_session_close); a call never hangs past the timeouts below. */
+ * ein_session_close); a call never hangs past the timeouts below.
+ *
+ * Several sessions: any number may be open in one process, of the same
+ * compiled program or of others, and be closed in any order. Every
+ * descriptor the library opens is close-on-exec, and each session's
+ * watchdog (its guard process) keeps none of another session's, so
+ * closing one never waits for another, for a child the caller started,
+ * or for a fork of the caller.
+ *
+ * Threads: a session may be used from any thread, and from several. Each
+ * session has one lock: a call made while another thread's call on the
+ * same session runs waits for it (runs are never interleaved); calls on
+ * different sessions run in parallel. Nothing of a session belongs to the
+ * thread that opened it: that thread may end and the session lives on
+ * (its workers watch the process, not the thread). Two exceptions:
+ * ein_session_cancel takes no lock (it is how another thread, or a signal
+ * handler, stops a run in progress), and ein_session_close must not race
+ * any other call on the same session (it frees it). A forked child cannot
+ * use its parent's sessions (EIN_EINVAL); its ein_session_close only frees
+ * its copy's memory.
+ *
+ * Signals: the library installs no signal handler and leaves the caller's
+ * signals alone (unless handle_signals). Workers run in their own session
+ * (setsid), so a Ctrl-C at the caller's terminal reaches the caller only:
+ * an interactive program turns it into ein_session_cancel (the Python
+ * package does) and the session stays usable. Workers end when the
+ * caller's process ends, however it ends. */
 typedef struct ein_session ein_session;
 
 typedef struct ein_session_options {
@@ -280,9 +306,11 @@ typedef struct ein_session_options {
     const int *gpu_ids;       /* cuda: the GPU of each device (NULL: 0..ndev-1) */
     const char *worker;       /* worker binary; NULL: $EINWORKER, next to the program,
                                  or the installed one */
-    double worker_timeout;    /* seconds of silence before a worker counts as hung (60) */
+    double worker_timeout;    /* seconds of silence before a worker counts as hung
+                                 (0: the default, 60) */
     double run_timeout;       /* seconds per run, 0 = none (default) */
-    double instr_timeout;     /* one instruction, seconds (600) */
+    double instr_timeout;     /* one instruction, seconds (600; 0: no limit).
+                                 A negative or NaN time is refused (EIN_EINVAL) */
     int graphs;               /* -1 auto (cuda only), 0 off, 1 on */
     int verbose;              /* worker events on stderr */
     const char *log_dir;      /* NULL, or a directory for worker-<d>.log */
@@ -292,7 +320,10 @@ typedef struct ein_session_options {
     int wrapper_device;       /* -1 all, else only that device */
     int debug_device;         /* -1, or a worker started paused for a debugger */
     int manual;               /* the user starts the workers (printed commands) */
-    int handle_signals;       /* SIGINT/SIGTERM during a run end it (einrun) */
+    int handle_signals;       /* SIGINT/SIGTERM/SIGHUP during a run end it and close
+                                 the session (einrun: blocks them while the session
+                                 lives and reads them from a signalfd; the calling
+                                 thread's mask, so for single-threaded programs) */
     const char *const *store_paths; /* NULL, or by tensor id OF THE COMPILED
                                  GRAPH (ein_compiled_graph(c): after a rewrite
                                  not the graph given to ein_compile; find
@@ -367,9 +398,22 @@ typedef struct ein_run_stats {
 int ein_session_input_is_set(const ein_session *s, const char *name);
 
 /* Run the program once (stats may be NULL). With `store` 0 the outputs are
- * not written back (warm-up and timing runs); ein_session_run stores. */
+ * not written back (warm-up and timing runs); ein_session_run stores.
+ * EIN_ECANCELED: ein_session_cancel stopped it; the session stays open and
+ * usable, with its inputs resident, but the outputs of a cancelled storing
+ * run are unset (ein_session_get_output fails until a run stores again). */
 int ein_session_run(ein_session *s, ein_run_stats *stats, ein_error *err);
 int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_error *err);
+
+/* Cancel the run in progress on `s`, if any; nothing happens when none is
+ * (a run that starts later is not cancelled). Every worker stops between
+ * two instructions (within about 50 ms of the instruction it is in, on
+ * CPU devices; a CUDA worker waits for what it queued) and its
+ * ein_session_run returns EIN_ECANCELED. Takes no lock and only stores a
+ * flag and writes an eventfd: safe from any thread and from a signal
+ * handler, at any time while `s` is open (not during or after
+ * ein_session_close). */
+void ein_session_cancel(ein_session *s);
 
 /* Copy saved tensor `name`, as of the last storing run, into dst (bytes =
  * its size), or learn its size with dst NULL (*bytes_out). EIN_EINVAL if no

@@ -35,12 +35,12 @@ mul, div, maximum); tensor(name), tensors() and plan(devices) read a graph
 back. dtypes: "f32", "f16", "bf16" or numpy.float32 / numpy.float16.
 """
 
-from ._errors import (EIN_EDEVICE, EIN_EINVAL, EIN_EIO, EIN_ELIMIT, EIN_ENOMEM, EIN_ENOPLAN,
-                      EIN_EPARSE, EIN_EPROTO, EIN_ESHAPE, EIN_ETIMEOUT, EIN_EUNSUPPORTED,
-                      EIN_EWORKER, EinError, EinIOError, EinLimitError, EinMemoryError,
-                      EinNoPlanError, EinParseError, EinRuntimeError, EinShapeError,
-                      EinTimeoutError, EinTypeError, EinUnsupportedError, EinValueError,
-                      WorkerError)
+from ._errors import (EIN_ECANCELED, EIN_EDEVICE, EIN_EINVAL, EIN_EIO, EIN_ELIMIT,
+                      EIN_ENOMEM, EIN_ENOPLAN, EIN_EPARSE, EIN_EPROTO, EIN_ESHAPE,
+                      EIN_ETIMEOUT, EIN_EUNSUPPORTED, EIN_EWORKER, EinCancelledError, EinError,
+                      EinIOError, EinLimitError, EinMemoryError, EinNoPlanError, EinParseError,
+                      EinRuntimeError, EinShapeError, EinTimeoutError, EinTypeError,
+                      EinUnsupportedError, EinValueError, WorkerError)
 from ._lib import lib as _lib_handle
 from ._core import (Graph, Program, Tensor, TensorDesc, compileGraph, createGraph,
                     tensorDesc)
@@ -55,8 +55,8 @@ __all__ = [
     "RunStats", "DeviceStats", "Prediction", "DevicePrediction",
     "EinError", "EinValueError", "EinShapeError", "EinParseError", "EinLimitError",
     "EinNoPlanError", "EinTypeError", "EinIOError", "EinMemoryError", "EinRuntimeError",
-    "EinUnsupportedError", "WorkerError", "EinTimeoutError",
+    "EinUnsupportedError", "WorkerError", "EinTimeoutError", "EinCancelledError",
     "library_path", "__version__", "EIN_EINVAL", "EIN_ENOMEM", "EIN_EIO", "EIN_EPARSE",
     "EIN_ESHAPE", "EIN_EPROTO", "EIN_ENOPLAN", "EIN_ETIMEOUT", "EIN_EWORKER",
-    "EIN_EUNSUPPORTED", "EIN_EDEVICE", "EIN_ELIMIT",
+    "EIN_EUNSUPPORTED", "EIN_EDEVICE", "EIN_ELIMIT", "EIN_ECANCELED",
 ]

@@ -4,6 +4,7 @@ libeinsummable (see the package's docstring for the API)."""
 import atexit
 import ctypes
 import os
+import signal
 import sys
 import threading
 import warnings
@@ -637,11 +638,24 @@ def _progress_flag(progress):
 
 @atexit.register
 def _close_all():
-    for p in list(_open_programs):
+    # A run of another (daemon) thread is cancelled first: close() waits
+    # for the program's lock, which that run holds.
+    progs = list(_open_programs)
+    for p in progs:
+        p.cancel()
+    for p in progs:
         try:
             p.close()
         except Exception:
             pass
+
+
+# Signals the helper thread of an interruptible execute() blocks, so that
+# the kernel hands them to the main thread (which runs Python's handlers).
+_ASYNC_SIGNALS = ({getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT",
+                                                "SIGALRM", "SIGUSR1", "SIGUSR2", "SIGCHLD",
+                                                "SIGWINCH") if hasattr(signal, n)}
+                  if hasattr(signal, "pthread_sigmask") else set())
 
 
 def _find_worker(name):
@@ -679,13 +693,32 @@ class Program:
     A worker failure during execute() raises EinError (code EIN_EWORKER or
     EIN_ETIMEOUT) with the one-line report; the program's workers are then
     gone and every later load/execute/offload raises; close() stays
-    harmless."""
+    harmless.
+
+    Threads: a Program may be used from several threads; its calls run
+    one at a time (a second thread's call waits for the first; the GIL is
+    released while a run goes on, so other Python threads keep running).
+    cancel() stops the execute() of another thread (which then raises
+    EinError with code EIN_ECANCELED). The thread that compiled or first
+    ran a program may end: the program lives on.
+
+    Ctrl-C: the workers do not see a Ctrl-C at the prompt (they run in
+    their own session), so open programs survive it. A Ctrl-C during
+    execute() in the main thread cancels the run within about a second
+    (between two instructions of each device), keeps the program usable
+    (inputs stay loaded; outputs of the cancelled run are unset) and raises
+    KeyboardInterrupt. Programs still open at exit are closed, whatever
+    their number; their workers end with the process in any case."""
 
     def __init__(self, graph, devices, schedule_mode, backend, selector, seed, search_work,
                  topology, rewrite, worker_timeout, run_timeout, verbose,
                  generate_missing=False, trace=None, progress=None):
         self._c = None
         self._s = None
+        # One call at a time (Threads, above); re-entrant so that a close()
+        # from __del__ or atexit in the same thread cannot deadlock.
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
         self._state = "compiled"  # -> "open" -> "failed" / "closed"
         self._failure = None
         self._ran = False
@@ -693,6 +726,12 @@ class Program:
         self.schedule_mode = schedule_mode
         self.backend = backend
         self._gpu_ids = (ctypes.c_int * len(devices))(*devices)
+        for what, v in (("worker_timeout", worker_timeout), ("run_timeout", run_timeout)):
+            if v is not None and not (isinstance(v, (int, float, numpy.integer, numpy.floating))
+                                      and not isinstance(v, bool) and float(v) >= 0
+                                      and float(v) != float("inf")):
+                _fail(L.EIN_EINVAL, "compileGraph: %s=%r; expected seconds >= 0 (0: %s)"
+                      % (what, v, "the default, 60" if what == "worker_timeout" else "none"))
         self._session_args = (worker_timeout, run_timeout, verbose)
         self._generate_missing = bool(generate_missing)
         self._seed = 1 if seed is None else seed
@@ -759,8 +798,9 @@ class Program:
     @property
     def ndevices(self):
         """The number of devices the program was compiled for."""
-        self._need_compiled("ndevices")
-        return _lib.ein_compiled_ndevices(self._c)
+        with self._lock:
+            self._need_compiled("ndevices")
+            return _lib.ein_compiled_ndevices(self._c)
 
     def inputs(self):
         """{name: (shape, dtype)} of the graph inputs."""
@@ -773,8 +813,9 @@ class Program:
     def explain(self, exchanges=True):
         """The compiled program as text: one line per operator, every
         device's program and (with exchanges) every exchange body."""
-        self._need_compiled("explain")
-        p = _lib.ein_compiled_explain(self._c, 1 if exchanges else 0)
+        with self._lock:
+            self._need_compiled("explain")
+            p = _lib.ein_compiled_explain(self._c, 1 if exchanges else 0)
         if not p:
             _fail(L.EIN_ENOMEM, "explain: out of memory")
         try:
@@ -784,13 +825,18 @@ class Program:
 
     def topology(self):
         """(name, description) of the topology the exchanges were made for."""
-        self._need_compiled("topology")
         d = ctypes.c_char_p()
-        n = _lib.ein_compiled_topology(self._c, ctypes.byref(d))
-        return ((n or b"").decode(), (d.value or b"").decode())
+        with self._lock:
+            self._need_compiled("topology")
+            n = _lib.ein_compiled_topology(self._c, ctypes.byref(d))
+            return ((n or b"").decode(), (d.value or b"").decode())
 
     def exchanges(self):
         """Every exchange as (tensor, consumer, ExProg body text)."""
+        with self._lock:
+            return self._exchanges()
+
+    def _exchanges(self):
         self._need_compiled("exchanges")
         out = []
         for i in range(_lib.ein_compiled_nexchanges(self._c)):
@@ -804,8 +850,9 @@ class Program:
 
     def plan(self):
         """The logical plan: (total cost, [per-operator dicts])."""
-        self._need_compiled("plan")
-        return _read_plan(_lib.ein_compiled_plan(self._c))
+        with self._lock:
+            self._need_compiled("plan")
+            return _read_plan(_lib.ein_compiled_plan(self._c))
 
     def predict(self, calibration=None):
         """Predict one iteration without running it: the simulator of
@@ -893,12 +940,16 @@ class Program:
         err = L.ein_error()
         rc = fn(self._s, *args, ctypes.byref(err))
         if rc < 0:
-            msg = err.msg.decode("utf-8", "replace") or what
-            if rc in (L.EIN_EWORKER, L.EIN_ETIMEOUT, L.EIN_EPROTO, L.EIN_EDEVICE):
-                self._failure = msg
-                self._state = "failed"
+            self._failed_call(rc, err, what)
             _check(rc, err, what)
         return rc
+
+    def _failed_call(self, rc, err, what):
+        if rc in (L.EIN_EWORKER, L.EIN_ETIMEOUT, L.EIN_EPROTO, L.EIN_EDEVICE):
+            self._failure = err.msg.decode("utf-8", "replace") or what
+            self._state = "failed"
+        elif rc == L.EIN_ECANCELED:
+            self._ran = False
 
     def load(self, tensor, array):
         """Set input `tensor` for the next runs: a NumPy array of exactly
@@ -910,13 +961,16 @@ class Program:
                   % name)
         if isinstance(array, (str, os.PathLike)):
             path = os.fspath(array)
-            self._need_session("load")
-            self._call("load", _lib.ein_session_set_input_npy, name.encode(), path.encode())
+            with self._lock:
+                self._need_session("load")
+                self._call("load", _lib.ein_session_set_input_npy, name.encode(),
+                           path.encode())
             return
         data = self._to_bytes(name, shape, dtype, array)
-        self._need_session("load")
-        self._call("load", _lib.ein_session_set_input, name.encode(),
-                   data.ctypes.data_as(ctypes.c_void_p), data.nbytes)
+        with self._lock:
+            self._need_session("load")
+            self._call("load", _lib.ein_session_set_input, name.encode(),
+                       data.ctypes.data_as(ctypes.c_void_p), data.nbytes)
 
     def load_safetensors(self, path, mapping=None):
         """Bind the tensors of a .safetensors file to inputs for the next
@@ -926,10 +980,11 @@ class Program:
         mapping = mapping or {}
         pairs = [("%s=%s" % (k, v)).encode() for k, v in mapping.items()]
         arr = (ctypes.c_char_p * (len(pairs) + 1))(*pairs) if pairs else None
-        self._need_session("load_safetensors")
         nb = ctypes.c_int(0)
-        self._call("load_safetensors", _lib.ein_session_load_safetensors,
-                   os.fspath(path).encode(), arr, len(pairs), ctypes.byref(nb))
+        with self._lock:
+            self._need_session("load_safetensors")
+            self._call("load_safetensors", _lib.ein_session_load_safetensors,
+                       os.fspath(path).encode(), arr, len(pairs), ctypes.byref(nb))
         return nb.value
 
     @staticmethod
@@ -961,15 +1016,22 @@ class Program:
         needs a value (load, load_safetensors) unless none was loaded at
         all: then every input is generated from the compile seed (a demo
         run) and a warning names them. compileGraph(..., generate_missing=
-        True) generates the inputs never loaded instead of raising."""
-        self._need_session("execute")
-        self._warn_generated()
-        stats = L.ein_run_stats()
-        self._call("execute", _lib.ein_session_run, ctypes.byref(stats))
-        self._ran = True
-        self.last_run_seconds = stats.wall_s
-        self.last_pids = [int(stats.dev[d].pid) for d in range(min(stats.ndev, 64))]
-        self.last_stats = _stats.run_stats(stats)
+        True) generates the inputs never loaded instead of raising. In the
+        main thread, a Ctrl-C (any exception a signal handler raises)
+        cancels the run, keeps the program usable and is raised once the
+        workers have stopped."""
+        with self._lock:
+            self._need_session("execute")
+            self._warn_generated()
+            stats = L.ein_run_stats()
+            if threading.current_thread() is threading.main_thread():
+                self._run_interruptible(stats)
+            else:
+                self._call("execute", _lib.ein_session_run, ctypes.byref(stats))
+            self._ran = True
+            self.last_run_seconds = stats.wall_s
+            self.last_pids = [int(stats.dev[d].pid) for d in range(min(stats.ndev, 64))]
+            self.last_stats = _stats.run_stats(stats)
 
     def _warn_generated(self):
         """Say which inputs a run generates (the library refuses a run with
@@ -984,6 +1046,55 @@ class Program:
                     else "no input was loaded"), stacklevel=3)
                 self._warned_generated = names
 
+    def _run_interruptible(self, stats):
+        """ein_session_run in a helper thread while this (the main) thread
+        waits in short, interruptible steps: Python runs signal handlers in
+        the main thread only, between bytecodes, never inside a foreign
+        call. An exception from a handler (KeyboardInterrupt) cancels the
+        run (ein_session_cancel, again each step until the run returns: a
+        cancel before the run began would not count), then is raised."""
+        s, out, done = self._s, {}, threading.Event()
+
+        def run():
+            try:
+                # Signals go to the main thread, which waits to act on them.
+                if _ASYNC_SIGNALS:
+                    signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
+                err = L.ein_error()
+                out["rc"] = _lib.ein_session_run(s, ctypes.byref(stats), ctypes.byref(err))
+                out["err"] = err
+            finally:
+                done.set()
+
+        th = threading.Thread(target=run, name="einsummable-execute", daemon=True)
+        th.start()
+        raised = None
+        while not done.is_set():
+            try:
+                done.wait(0.05)
+                if raised is not None and not done.is_set():
+                    _lib.ein_session_cancel(s)
+            except BaseException as e:  # re-raised once the run has returned
+                if raised is None:
+                    raised = e
+                _lib.ein_session_cancel(s)
+        th.join()
+        rc, err = out.get("rc", L.EIN_EIO), out.get("err", L.ein_error())
+        if rc < 0:
+            self._failed_call(rc, err, "execute")  # cancelled: outputs unset
+        if raised is not None:
+            raise raised
+        if rc < 0:
+            _check(rc, err, "execute")
+
+    def cancel(self):
+        """Cancel the execute() running in another thread, if any (it
+        raises EinError with code EIN_ECANCELED; the program stays usable).
+        Harmless when nothing runs. Takes no lock."""
+        s = self._s
+        if s is not None and self._pid == os.getpid():
+            _lib.ein_session_cancel(s)
+
     def offload(self, tensor, raw=False):
         """A saved tensor's value as of the last execute(), as a new NumPy
         array (bf16: float32, or uint16 bits with raw=True)."""
@@ -991,13 +1102,15 @@ class Program:
         if not is_saved:
             _fail(L.EIN_EINVAL, "offload: '%s' is not saved (graph.save it before compiling)"
                   % name)
-        self._need_session("offload")
-        if not self._ran:
-            _fail(L.EIN_EINVAL, "offload: '%s' has no value yet; call execute() first" % name)
         out = numpy.empty(shape, dtype=_DTYPES[dtype][1])
         got = ctypes.c_size_t()
-        self._call("offload", _lib.ein_session_get_output, name.encode(),
-                   out.ctypes.data_as(ctypes.c_void_p), out.nbytes, ctypes.byref(got))
+        with self._lock:
+            self._need_session("offload")
+            if not self._ran:
+                _fail(L.EIN_EINVAL, "offload: '%s' has no value yet; call execute() first"
+                      % name)
+            self._call("offload", _lib.ein_session_get_output, name.encode(),
+                       out.ctypes.data_as(ctypes.c_void_p), out.nbytes, ctypes.byref(got))
         if dtype == "bf16" and not raw:
             return _f32_from_bf16(out)
         return out
@@ -1005,17 +1118,23 @@ class Program:
     def close(self):
         """Stop the workers and free the compiled program; harmless when
         already closed. Raises EinError only if a worker failed while
-        stopping (everything is freed anyway)."""
-        s, c = self._s, self._c
-        self._s, self._c = None, None
-        if self._state != "failed":
-            self._state = "closed"
-        _open_programs.discard(self)
-        rc, err = 0, L.ein_error()
-        if s is not None:
-            rc = _lib.ein_session_close(s, ctypes.byref(err))
-        if c is not None:
-            _lib.ein_compiled_free(c)
+        stopping (everything is freed anyway). Waits for a call of another
+        thread to end; in a forked child it only forgets the parent's
+        workers (they are the parent's)."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ failed before the lock existed
+            return
+        with lock:
+            s, c = self._s, self._c
+            self._s, self._c = None, None
+            if self._state != "failed":
+                self._state = "closed"
+            _open_programs.discard(self)
+            rc, err = 0, L.ein_error()
+            if s is not None:
+                rc = _lib.ein_session_close(s, ctypes.byref(err))
+            if c is not None:
+                _lib.ein_compiled_free(c)
         if rc < 0 and self._failure is None:
             _check(rc, err, "close")
 

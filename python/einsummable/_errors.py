@@ -15,6 +15,7 @@ NumPy or JAX user expects, so `except ValueError` works:
     ├── EinMemoryError(EinError, MemoryError)    EIN_ENOMEM
     └── EinRuntimeError(EinError, RuntimeError)  EIN_EPROTO, EIN_EDEVICE
         ├── EinUnsupportedError(.., NotImplementedError)  EIN_EUNSUPPORTED
+        ├── EinCancelledError                    EIN_ECANCELED: a run cancelled (Program.cancel)
         └── WorkerError                          EIN_EWORKER: a worker failed during a run
             └── EinTimeoutError                      EIN_ETIMEOUT: a worker or run over its timeout
 
@@ -38,6 +39,7 @@ EIN_EWORKER = -9
 EIN_EUNSUPPORTED = -10
 EIN_EDEVICE = -11
 EIN_ELIMIT = -12
+EIN_ECANCELED = -13
 
 
 class EinError(Exception):
@@ -131,6 +133,11 @@ class EinTimeoutError(WorkerError):
     """A worker or a run took longer than its timeout (EIN_ETIMEOUT)."""
 
 
+class EinCancelledError(EinRuntimeError):
+    """A run was cancelled (EIN_ECANCELED: Program.cancel() from another
+    thread); the program stays usable and its outputs are unset."""
+
+
 _BY_CODE: Dict[int, Type[EinError]] = {
     EIN_EINVAL: EinValueError,
     EIN_ESHAPE: EinShapeError,
@@ -144,8 +151,9 @@ _BY_CODE: Dict[int, Type[EinError]] = {
     EIN_EUNSUPPORTED: EinUnsupportedError,
     EIN_EWORKER: WorkerError,
     EIN_ETIMEOUT: EinTimeoutError,
+    EIN_ECANCELED: EinCancelledError,
 }
 
 ERRORS = ("EinError", "EinValueError", "EinShapeError", "EinParseError", "EinLimitError",
           "EinNoPlanError", "EinTypeError", "EinIOError", "EinMemoryError", "EinRuntimeError",
-          "EinUnsupportedError", "WorkerError", "EinTimeoutError")
+          "EinUnsupportedError", "WorkerError", "EinTimeoutError", "EinCancelledError")

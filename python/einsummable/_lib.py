@@ -26,7 +26,7 @@ import os
 # Error codes and exceptions: _errors.py.
 from ._errors import (EIN_EDEVICE, EIN_EINVAL, EIN_EIO, EIN_ELIMIT,  # noqa: F401
                       EIN_ENOMEM, EIN_ENOPLAN, EIN_EPARSE, EIN_EPROTO, EIN_ESHAPE,
-                      EIN_ETIMEOUT, EIN_EUNSUPPORTED, EIN_EWORKER, EIN_OK, EinError)
+                      EIN_ETIMEOUT, EIN_EUNSUPPORTED, EIN_EWORKER, EIN_ECANCELED, EIN_OK, EinError)
 
 EIN_DESC_MAX_RANK = 8
 EIN_ERROR_MSG_MAX = 1024
@@ -210,6 +210,7 @@ _PROTOS = {
                                     ctypes.POINTER(ctypes.c_size_t), _E]),
     "ein_session_output_path": (_S, [_P, _S]),
     "ein_session_close": (_I, [_P, _E]),
+    "ein_session_cancel": (None, [_P]),
 }
 
 _SONAME = "libeinsummable.so"

@@ -943,7 +943,7 @@ static void test_program_roundtrip(void **state)
 static int sample_messages(ein_msg *ms)
 {
     int n = 0;
-    memset(ms, 0, sizeof(ein_msg) * 10);
+    memset(ms, 0, sizeof(ein_msg) * 16);
     ms[n].type = EIN_MSG_HELLO, ms[n].device = 3, ms[n].pid = 123456789012LL, n++;
     ms[n].type = EIN_MSG_PROGRAM, ms[n].program = sample_program(), n++;
     ms[n].type = EIN_MSG_START, n++;
@@ -962,6 +962,8 @@ static int sample_messages(ein_msg *ms)
     strcpy(ms[n].text, "cudaMemcpyAsync: an illegal memory access was encountered");
     n++;
     ms[n].type = EIN_MSG_SHUTDOWN, n++;
+    ms[n].type = EIN_MSG_CANCEL, n++;
+    ms[n].type = EIN_MSG_CANCELLED, ms[n].device = 4, n++;
     return n;
 }
 
@@ -993,7 +995,7 @@ static void assert_msgs_equal(const ein_msg *a, const ein_msg *b)
 static void test_message_roundtrip(void **state)
 {
     (void)state;
-    ein_msg ms[10];
+    ein_msg ms[16];
     int n = sample_messages(ms);
     for (int i = 0; i < n; i++) {
         ein_error err = {0};
@@ -1533,7 +1535,7 @@ static void test_garbage(void **state)
 static void test_every_truncation(void **state)
 {
     (void)state;
-    ein_msg ms[10];
+    ein_msg ms[16];
     int n = sample_messages(ms);
     for (int i = 0; i < n; i++) {
         ein_error err = {0};
@@ -1558,9 +1560,9 @@ static void test_every_truncation(void **state)
 static void test_mutation_fuzz(void **state)
 {
     (void)state;
-    ein_msg ms[10];
-    void *bufs[10];
-    size_t lens[10];
+    ein_msg ms[16];
+    void *bufs[16];
+    size_t lens[16];
     int n = sample_messages(ms);
     for (int i = 0; i < n; i++) {
         ein_error err = {0};

@@ -61,7 +61,7 @@ check() {
 victim_ok() { [ "$(cat victim)" = victim ] || echo "victim was overwritten"; }
 left() { l=$(leftovers "$1"); [ -z "$l" ] || echo "left behind:$l"; }
 
-echo "1..23"
+echo "1..24"
 
 # A link planted at the name the temporary had before (OUT.einrun-tmp-PID):
 # the run succeeds and the file the link points to is untouched.
@@ -187,6 +187,23 @@ wait $pid
 rc=$?
 check "SIGTERM with library threads: einrun's own exit, nothing left" \
     "$([ $rc = 1 ] || echo "exit $rc, not 1: $(cat out.txt)")" "$(left $pid)"
+
+# SIGHUP (the terminal went away) while the workers start: the same as
+# SIGTERM, a failed run (exit 1) that leaves nothing; it used to kill
+# einrun outright (exit 129).
+"$EINRUN" --cpu 2 --worker-timeout 60 --worker ./hang.sh ffn.ein > out.txt 2>&1 &
+pid=$!
+for i in $(seq 100); do
+    [ -n "$(ls /dev/shm/ein-$pid-* 2>/dev/null)" ] && break
+    sleep 0.1
+done
+kill -HUP $pid
+wait $pid
+rc=$?
+check "SIGHUP ends the run like SIGTERM, nothing left" \
+    "$([ $rc = 1 ] || echo "exit $rc, not 1: $(cat out.txt)")" \
+    "$(grep -q 'interrupted by signal 1' out.txt || echo "no 'interrupted': $(cat out.txt)")" \
+    "$(sleep 0.3; left $pid)"
 
 # Inputs: FIFOs and devices are refused, never waited on.
 run 2 "fifo: a FIFO, not a regular file" --cpu 2 fifo
