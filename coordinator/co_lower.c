@@ -637,6 +637,17 @@ static uint64_t preamble_hash(const xp_program *p)
     return h;
 }
 
+static void xcache_free(lw *L);
+
+void co_xcache_free(co_xcache *c)
+{
+    if (!c)
+        return;
+    lw L = {.cache = c->cache, .cap_cache = c->cap_cache};
+    xcache_free(&L);
+    free(c);
+}
+
 static void xcache_free(lw *L)
 {
     for (int i = 0; i < L->cap_cache; i++) {
@@ -1237,6 +1248,11 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_lower_opts *opts,
     lw L = {.g = g, .plan = plan, .o = opts, .ndev = opts->ndev, .err = err,
             .st = stats ? stats : &st_local};
     memset(L.st, 0, sizeof *L.st);
+    if (opts->xcache) { /* the caller's bodies, shared across lowerings */
+        L.cache = opts->xcache->cache;
+        L.cap_cache = opts->xcache->cap_cache;
+        L.ncache = opts->xcache->ncache;
+    }
     int rc = 0;
     if (plan->p != opts->ndev)
         return ein_fail(err, EIN_EINVAL, "plan for %d devices lowered onto %d", plan->p, opts->ndev);
@@ -1286,7 +1302,13 @@ done:
         free(L.ws[i].id);
     free(L.ws);
     free(L.views);
-    xcache_free(&L);
+    if (opts->xcache) {
+        opts->xcache->cache = L.cache;
+        opts->xcache->cap_cache = L.cap_cache;
+        opts->xcache->ncache = L.ncache;
+    } else {
+        xcache_free(&L);
+    }
     if (rc < 0) {
         co_programs_free(L.progs, L.ndev);
         return rc;

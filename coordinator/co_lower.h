@@ -53,6 +53,19 @@ typedef struct co_input_src {
     uint64_t offset;            /* RAW: byte offset of element 0 in path */
 } co_input_src;
 
+/* Synthesised exchange bodies kept across lowerings (the plan search,
+ * coordinator/co_search.h, lowers many candidate plans that share most
+ * exchanges). A body depends on its preamble, the topology and the search
+ * options, so one cache must only serve lowerings with the same `topo`
+ * and `search_opts`; then a lowering with the cache gives the same
+ * Programs as one without. Allocate with calloc(1, sizeof(co_xcache)),
+ * free with co_xcache_free (NULL is fine). Not thread-safe. */
+typedef struct co_xcache {
+    struct xcache *cache;
+    int cap_cache, ncache;
+} co_xcache;
+void co_xcache_free(co_xcache *c);
+
 typedef struct co_lower_opts {
     int ndev;
     /* Exchange bodies: with `search` and a topology, synthesised by
@@ -84,6 +97,7 @@ typedef struct co_lower_opts {
     long long max_program_bytes;    /* a device's PROGRAM message; <= 0: EIN_MSG_MAX_BYTES.
                                        Past it co_lower fails with EIN_ELIMIT */
     struct ein_progress *progress;  /* NULL, or stepped with the nodes lowered (of nnodes) */
+    co_xcache *xcache;              /* NULL, or bodies shared across lowerings (above) */
 } co_lower_opts;
 
 typedef struct co_lower_stats {
