@@ -148,7 +148,7 @@ static int evaluate(srch *S, const int *ch, const char *what, double *time)
     }
     co_search_report *rep = S->rep;
     rep->nevals++;
-    rep->work += S->nops;
+    rep->work += (long)S->nops * S->p;
     if (S->so->record) {
         co_search_cand *c = realloc(rep->cands, sizeof *c * (size_t)(rep->ncands + 1));
         if (!c)
@@ -535,7 +535,7 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
         }
     }
     int tries = 0;
-    while (rep->work - start + S.nops <= rep->budget && tries < 100000) {
+    while (rep->work - start + (long)S.nops * p <= rep->budget && tries < 100000) {
         char what[96];
         int changed = 0;
         tries++;

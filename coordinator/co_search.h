@@ -42,10 +42,10 @@
 #include "planner/pl_graph.h"
 #include "planner/pl_optimize.h"
 
-#define CO_SEARCH_WORK_DEFAULT 1500 /* operator-simulations beyond the seeds */
+#define CO_SEARCH_WORK_DEFAULT 12000 /* operators x devices simulated beyond the seeds */
 
 typedef struct co_search_opts {
-    long work;          /* budget beyond the seeds, in operators simulated; 0: default,
+    long work;          /* budget beyond the seeds, in operators x devices simulated; 0: default,
                            < 0: seeds only */
     uint64_t seed;      /* moves and random seeds */
     int nrandom;        /* random seed plans; < 0: none, 0: 2 */

@@ -78,7 +78,7 @@ static void usage(FILE *f)
             "              moves, each simulated; the fastest plan that fits in memory;\n"
             "              docs/planner.md). It prints which objective and work budget\n"
             "              chose the plan; -v also every candidate and its prediction.\n"
-            "  --plan-work N  the search's budget beyond its seeds, in operators\n"
+            "  --plan-work N  the search's budget beyond its seeds, in operators x devices\n"
             "              simulated (0: the default, %d; -1: seeds only).\n", CO_SEARCH_WORK_DEFAULT);
 }
 
@@ -390,7 +390,7 @@ int main(int argc, char **argv)
             if (rep.period)
                 snprintf(blocks, sizeof blocks, ", blocks of %d nodes", rep.period);
             fprintf(rf, "objective time: plan search on %s, seed %" PRIu64 ", budget %ld "
-                        "operator-simulations beyond the seeds (spent %ld in %d simulations, %d "
+                        "operator x device simulations beyond the seeds (spent %ld in %d simulations, %d "
                         "seeds, %d choices%s); chosen: %s, predicted %.4f ms (best seed %s "
                         "%.4f ms)\n",
                     sim_topo->name, seed, rep.budget, rep.work, rep.nevals, rep.nseeds,
