@@ -472,6 +472,7 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
             (rc = add_seed(&S, dp, pl_strategy_names[i])) < 0)
             goto done;
     }
+    int nfixed = S.nseeds; /* random seeds after these are paid from the budget */
     for (int i = 0; i < so.nrandom; i++) {
         pl_plan_free(dp);
         dp = NULL;
@@ -490,9 +491,17 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
         rep->nclasses += S.live[v] && S.cls[v] == v;
     /* Every seed simulated: the result is never slower than any. */
     double best_t = INFINITY;
-    int best_i = 0;
+    int best_i = 0, nevaluated = 0;
+    long start = 0;
     for (int i = 0; i < S.nseeds; i++) {
         char what[64];
+        if (i == nfixed)
+            start = rep->work;
+        if (i >= nfixed && rep->work - start + (long)S.nops * p > rep->budget) {
+            S.seed_t[i] = INFINITY; /* no budget left for this random seed */
+            continue;
+        }
+        nevaluated++;
         snprintf(what, sizeof what, "seed %s", S.seed_name[i]);
         int dup = -1;
         for (int j = 0; j < i && dup < 0; j++)
@@ -507,14 +516,15 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
             best_i = i;
         }
     }
-    rep->nseeds = S.nseeds;
+    rep->nseeds = nevaluated;
+    if (nfixed == S.nseeds)
+        start = rep->work;
     rep->best_seed_time = best_t;
     snprintf(rep->best_seed, sizeof rep->best_seed, "%s", S.seed_name[best_i]);
     snprintf(rep->best_from, sizeof rep->best_from, "seed %s", S.seed_name[best_i]);
     memcpy(best, S.seeds[best_i], sizeof(int) * (size_t)n);
     memcpy(cur, best, sizeof(int) * (size_t)n);
     double cur_t = best_t;
-    long start = rep->work;
     if (rep->budget > 0 && rep->period > 0) {
         /* The best seed with one block's choices everywhere. */
         memcpy(nx, cur, sizeof(int) * (size_t)n);

@@ -6,7 +6,8 @@
  * plans that fit in the topology's memory:
  *  - seeds: the DP plan under the time cost and under the comm cost, every
  *    named strategy that applies (planner/pl_strategy.h: megatron,
- *    ulysses, sequence, data) and `nrandom` random plans; every seed is
+ *    ulysses, sequence, data) and `nrandom` random plans (those paid from
+ *    the budget, while it lasts); every seed but a random one is
  *    simulated, so the result is never predicted slower than any of them;
  *  - moves from the current plan, each simulated: change one operator's
  *    spec; copy a seed's specs onto a connected region of operators that
@@ -48,7 +49,7 @@ typedef struct co_search_opts {
     long work;          /* budget beyond the seeds, in operators x devices simulated; 0: default,
                            < 0: seeds only */
     uint64_t seed;      /* moves and random seeds */
-    int nrandom;        /* random seed plans; < 0: none, 0: 2 */
+    int nrandom;        /* random seed plans (paid from the budget); < 0: none, 0: 2 */
     double alpha;       /* Metropolis; 0: 20 */
     int record;         /* keep every candidate in the report */
 } co_search_opts;
