@@ -497,8 +497,11 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
         char what[64];
         if (i == nfixed)
             start = rep->work;
-        if (i >= nfixed && rep->work - start + (long)S.nops * p > rep->budget) {
-            S.seed_t[i] = INFINITY; /* no budget left for this random seed */
+        if (i >= nfixed && (rep->work - start + (long)S.nops * p > rep->budget ||
+                            8 * (long)S.nops * p > rep->budget)) {
+            /* Random seeds only where one costs at most 1/8 of the
+             * budget: on a large model the moves use it better. */
+            S.seed_t[i] = INFINITY;
             continue;
         }
         nevaluated++;
@@ -525,7 +528,7 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
     memcpy(best, S.seeds[best_i], sizeof(int) * (size_t)n);
     memcpy(cur, best, sizeof(int) * (size_t)n);
     double cur_t = best_t;
-    if (rep->budget > 0 && rep->period > 0) {
+    if (rep->period > 0 && rep->work - start + (long)S.nops * p <= rep->budget) {
         /* The best seed with one block's choices everywhere. */
         memcpy(nx, cur, sizeof(int) * (size_t)n);
         project(&S, nx);
