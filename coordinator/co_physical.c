@@ -96,6 +96,15 @@ static void xcache_free(pb *B)
     free(B->cache);
 }
 
+void co_xcache_free(co_xcache *c)
+{
+    if (!c)
+        return;
+    pb B = {.cache = c->cache, .cap_cache = c->cap_cache};
+    xcache_free(&B);
+    free(c);
+}
+
 /* The slot of a preamble equal to `p` (hash h), or of the empty slot where
  * it would go; NULL when there is no table. */
 static xcache *xcache_slot(pb *B, const xp_program *p, uint64_t h)
@@ -376,6 +385,11 @@ int co_physical_make(const pl_graph *g, const pl_plan *plan, const co_physical_o
     ph->ndev = o->ndev;
     ph->nnodes = g->nnodes;
     pb B = {.g = g, .plan = plan, .o = o, .ph = ph, .err = err};
+    if (o->xcache) { /* the caller's bodies, shared across calls */
+        B.cache = o->xcache->cache;
+        B.cap_cache = o->xcache->cap_cache;
+        B.ncache = o->xcache->ncache;
+    }
     ein_box *need = malloc(sizeof *need * ((size_t)o->ndev + 1));
     int *site = malloc(sizeof *site * ((size_t)o->ndev + 1)), rc;
     if (!need || !site) {
@@ -394,7 +408,13 @@ int co_physical_make(const pl_graph *g, const pl_plan *plan, const co_physical_o
 done:
     free(need);
     free(site);
-    xcache_free(&B);
+    if (o->xcache) {
+        o->xcache->cache = B.cache;
+        o->xcache->cap_cache = B.cap_cache;
+        o->xcache->ncache = B.ncache;
+    } else {
+        xcache_free(&B);
+    }
     if (rc < 0) {
         co_physical_free(ph);
         return rc;

@@ -38,6 +38,19 @@
 
 struct ein_progress;
 
+/* Synthesised exchange bodies kept across physical plans (the plan search,
+ * coordinator/co_search.h, plans many candidates that share most
+ * exchanges). A body depends on its preamble, the topology and the search
+ * options, so one cache must only serve co_physical_make calls with the
+ * same `topo` and `search_opts`; then a plan made with the cache is the
+ * same as one made without. Allocate with calloc(1, sizeof(co_xcache)),
+ * free with co_xcache_free (NULL is fine). Not thread-safe. */
+typedef struct co_xcache {
+    struct xcache *cache;
+    int cap_cache, ncache;
+} co_xcache;
+void co_xcache_free(co_xcache *c);
+
 typedef struct co_physical_opts {
     int ndev;
     /* Exchange bodies: with `search` and a topology, synthesised by
@@ -60,6 +73,7 @@ typedef struct co_physical_opts {
                      ein_error *err);
     void *body_ctx;
     struct ein_progress *progress;  /* NULL, or stepped with the nodes done (of nnodes) */
+    co_xcache *xcache;              /* NULL, or bodies shared across calls (above) */
 } co_physical_opts;
 
 /* One exchange: node `tensor`'s partial blocks (over ein_agg_box of the

@@ -127,6 +127,14 @@ int co_sim_plan(const struct pl_graph *g, const struct pl_plan *plan, const xp_t
                 const co_calib *cal, uint64_t seed, int check_memory, ein_program ***progs,
                 co_sim_result **out, ein_error *err);
 
+/* The same, the exchange bodies kept in (and taken from) `xc` across calls
+ * (coordinator/co_lower.h; NULL: none): one cache per topology and seed. */
+struct co_xcache;
+int co_sim_plan_cached(const struct pl_graph *g, const struct pl_plan *plan,
+                       const xp_topology *topo, const co_calib *cal, uint64_t seed,
+                       int check_memory, struct co_xcache *xc, ein_program ***progs,
+                       co_sim_result **out, ein_error *err);
+
 /* The rates --objective time plans with (pl_plan_opts): the topology's
  * peak x the calibration's gemm efficiency at 1 GFLOP, its hbm x the
  * elementwise efficiency at 10 MB, and the bottleneck of the route

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "coordinator/co_lower.h"
+#include "coordinator/co_search.h"
 #include "coordinator/co_sim.h"
 #include "coordinator/ein_compile_int.h"
 #include "planner/pl_graph.h"
@@ -13,6 +14,13 @@
 int co_sim_plan(const pl_graph *g, const pl_plan *plan, const xp_topology *topo,
                 const co_calib *cal, uint64_t seed, int check_memory, ein_program ***progs,
                 co_sim_result **out, ein_error *err)
+{
+    return co_sim_plan_cached(g, plan, topo, cal, seed, check_memory, NULL, progs, out, err);
+}
+
+int co_sim_plan_cached(const pl_graph *g, const pl_plan *plan, const xp_topology *topo,
+                       const co_calib *cal, uint64_t seed, int check_memory, co_xcache *xc,
+                       ein_program ***progs, co_sim_result **out, ein_error *err)
 {
     int ndev = plan->p, rc;
     if (topo->ngpus < ndev)
@@ -27,7 +35,7 @@ int co_sim_plan(const pl_graph *g, const pl_plan *plan, const xp_topology *topo,
     ein_program **p = NULL;
     co_physical *ph = NULL;
     co_sim_result *r = NULL;
-    rc = co_compile_lower(g, plan, topo, &o, &ph, &p, NULL, err);
+    rc = co_compile_lower(g, plan, topo, &o, xc, &ph, &p, NULL, err);
     co_physical_free(ph);
     if (rc < 0)
         return ein_error_prefix(err, "lowering");
@@ -83,6 +91,11 @@ int co_sim_plan_time(const pl_graph *g, int p, int sel, uint64_t seed, const pl_
                      const xp_topology *topo, const co_calib *cal, pl_plan **out, ein_error *err)
 {
     pl_plan_opts o = base ? *base : (pl_plan_opts){0};
+    if (sel == PL_SELECT_DP && !o.force) {
+        /* The plan search (issue 21): seeds, moves, the simulator. */
+        co_search_opts so = {.seed = seed};
+        return co_plan_search(g, p, &o, topo, cal, &so, out, NULL, err);
+    }
     o.objective = PL_OBJECTIVE_TIME;
     co_sim_objective_rates(topo, cal, &o);
     pl_plan *t = NULL, *c = NULL;

@@ -239,11 +239,12 @@ void co_compile_physical_opts(const ein_compile_options *o, int ndev, const xp_t
 }
 
 int co_compile_lower(const pl_graph *g, const pl_plan *plan, const xp_topology *topo,
-                     const ein_compile_options *o, co_physical **ph, ein_program ***progs,
-                     co_lower_stats *ls, ein_error *err)
+                     const ein_compile_options *o, co_xcache *xc, co_physical **ph,
+                     ein_program ***progs, co_lower_stats *ls, ein_error *err)
 {
     co_physical_opts po;
     co_compile_physical_opts(o, plan->p, topo, &po);
+    po.xcache = xc;
     ein_progress pg;
     ein_progress_begin(&pg, o->progress && ein_progress_wanted(0),
                        "lowering, synthesising exchanges",
@@ -274,8 +275,8 @@ static int compile_lower(ein_compiled *c, const ein_compile_options *o, ein_erro
     c->search_work = po.search_opts.max_work;
     c->search_cap_ms = po.search_opts.cap_ms;
     c->searched = !o->naive_exchanges;
-    int rc = co_compile_lower(c->g, ein_plan_internal(c->plan), c->topo, o, &c->phys, &c->progs,
-                              &c->ls, err);
+    int rc = co_compile_lower(c->g, ein_plan_internal(c->plan), c->topo, o, NULL, &c->phys,
+                              &c->progs, &c->ls, err);
     if (rc < 0)
         return ein_error_prefix(err, "cannot lower the plan");
     return compiled_exchange_texts(c, err);

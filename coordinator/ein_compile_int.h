@@ -39,13 +39,14 @@ void co_compile_physical_opts(const ein_compile_options *o, int ndev, const xp_t
                               co_physical_opts *po);
 /* ein_compile's last two steps for a graph and a plan already made: the
  * physical plan on `topo` (co_compile_physical_opts) and its lowering
- * (LOAD paths NULL, generated from o->seed; STORE paths "<name>.npy").
+ * (LOAD paths NULL, generated from o->seed; STORE paths "<name>.npy");
+ * xc (NULL: none) shares synthesised bodies across calls (co_physical.h).
  * Every compile and every prediction (co_sim_plan) lowers through here.
  * On success *ph and *progs are the caller's (co_physical_free,
  * co_programs_free); on failure nothing is returned. */
 int co_compile_lower(const pl_graph *g, const pl_plan *plan, const xp_topology *topo,
-                     const ein_compile_options *o, co_physical **ph, ein_program ***progs,
-                     co_lower_stats *ls, ein_error *err);
+                     const ein_compile_options *o, co_xcache *xc, co_physical **ph,
+                     ein_program ***progs, co_lower_stats *ls, ein_error *err);
 
 /* The worker binary `name`: `given`, else $EINWORKER, else next to this
  * program or library (ein_self.h): NAME, ../NAME, ../bin/NAME. Fails with

@@ -531,20 +531,115 @@ static int consumers_build(const pl_graph *g, const char *live, int n, int *cons
     return 0;
 }
 
-/* The specs of every live operator (none chosen yet). */
+/* Everything nstate_fill reads about node v: its kind, dtype, shape and
+ * kernel (the list by value), and per input the input's shape and dtype
+ * and which earlier input it repeats. Two nodes equal under node_same get
+ * identical spec tables (the 32 blocks of a model: issue 21). */
+static uint64_t node_sig(const pl_graph *g, int v)
+{
+    const pl_node *nd = pl_graph_node(g, v);
+    const ein_kernel *k = &nd->kernel;
+    uint64_t h = mix(mix(mix(0x51u, (uint64_t)nd->kind), (uint64_t)nd->dtype), (uint64_t)nd->rank);
+    for (int a = 0; a < nd->rank; a++)
+        h = mix(h, (uint64_t)nd->shape[a]);
+    for (const char *c = k->subscripts; *c; c++)
+        h = mix(h, (uint64_t)(unsigned char)*c);
+    h = mix(mix(mix(h, (uint64_t)k->axis), (uint64_t)k->axes), (uint64_t)k->start);
+    h = mix(mix(mix(h, (uint64_t)k->head_dim), (uint64_t)k->group), (uint64_t)k->nlist);
+    for (int i = 0; i < k->nlist; i++)
+        h = mix(h, (uint64_t)k->list[i]);
+    h = mix(h, (uint64_t)nd->ninputs);
+    for (int i = 0; i < nd->ninputs; i++) {
+        const pl_node *u = pl_graph_node(g, nd->inputs[i]);
+        h = mix(mix(h, (uint64_t)u->rank), (uint64_t)u->dtype);
+        for (int a = 0; a < u->rank; a++)
+            h = mix(h, (uint64_t)u->shape[a]);
+    }
+    return h;
+}
+
+static int kernel_same(const ein_kernel *a, const ein_kernel *b)
+{
+    if (a->kind != b->kind || strcmp(a->subscripts, b->subscripts) || a->unary != b->unary ||
+        memcmp(&a->scalar, &b->scalar, sizeof a->scalar) || a->binary != b->binary ||
+        a->axis != b->axis || a->axes != b->axes || a->reduce != b->reduce ||
+        a->start != b->start || memcmp(&a->eps, &b->eps, sizeof a->eps) ||
+        memcmp(&a->theta, &b->theta, sizeof a->theta) || a->head_dim != b->head_dim ||
+        a->group != b->group || a->style != b->style || a->nlist != b->nlist)
+        return 0;
+    /* CONCAT's list holds nlist offsets and the total after them. */
+    int nl = a->nlist + (a->kind == EIN_KERNEL_CONCAT && a->nlist > 0);
+    return nl == 0 || memcmp(a->list, b->list, sizeof *a->list * (size_t)nl) == 0;
+}
+
+static int node_same(const pl_graph *g, int u, int v)
+{
+    const pl_node *a = pl_graph_node(g, u), *b = pl_graph_node(g, v);
+    if (a->kind != b->kind || a->dtype != b->dtype || a->rank != b->rank ||
+        a->ninputs != b->ninputs || memcmp(a->shape, b->shape, sizeof a->shape[0] * (size_t)a->rank) ||
+        !kernel_same(&a->kernel, &b->kernel))
+        return 0;
+    for (int i = 0; i < a->ninputs; i++) {
+        const pl_node *x = pl_graph_node(g, a->inputs[i]), *y = pl_graph_node(g, b->inputs[i]);
+        if (x->rank != y->rank || x->dtype != y->dtype ||
+            memcmp(x->shape, y->shape, sizeof x->shape[0] * (size_t)x->rank))
+            return 0;
+        for (int j = 0; j < i; j++)
+            if ((a->inputs[j] == a->inputs[i]) != (b->inputs[j] == b->inputs[i]))
+                return 0;
+    }
+    return 1;
+}
+
+/* nstate u's spec tables copied into the empty nstate s. */
+static int nstate_copy(const nstate *u, nstate *s, ein_error *err)
+{
+    int n = u->nspecs;
+    s->nspecs = n;
+    s->nidx = u->nidx;
+    s->nin = u->nin;
+    s->counts = malloc(sizeof(int) * (size_t)(n * u->nidx + 1));
+    s->local = malloc(sizeof(double) * (size_t)(n + 1));
+    s->out_h = malloc(sizeof(uint64_t) * (size_t)(n + 1));
+    s->in_h = malloc(sizeof(uint64_t) * (size_t)(n * s->nin + 1));
+    s->e = calloc((size_t)(n + 1), sizeof *s->e);
+    s->in_store = malloc(sizeof(int) * (size_t)(n * s->nin + 1));
+    if (!s->counts || !s->local || !s->out_h || !s->in_h || !s->e || !s->in_store)
+        return ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
+    memcpy(s->counts, u->counts, sizeof(int) * (size_t)(n * u->nidx));
+    memcpy(s->local, u->local, sizeof(double) * (size_t)n);
+    memcpy(s->out_h, u->out_h, sizeof(uint64_t) * (size_t)n);
+    memcpy(s->in_h, u->in_h, sizeof(uint64_t) * (size_t)(n * s->nin));
+    return 0;
+}
+
+/* The specs of every live operator (none chosen yet). An operator equal
+ * (node_same) to an earlier one copies its tables instead of enumerating:
+ * a model's identical blocks are enumerated once. */
 static int specs_fill(const pl_graph *g, const char *live, int n, int p, nstate *st,
                       const pl_plan_opts *opts, ein_error *err)
 {
     int rc = 0;
     pl_spec buf = {0};
+    uint64_t *sig = malloc(sizeof *sig * ((size_t)n + 1));
+    if (!sig)
+        return ein_fail(err, EIN_ENOMEM, "out of memory in the optimizer");
     for (int v = 0; v < n && rc == 0; v++) {
         st[v].chosen = -1;
         st[v].parent = -1;
         if (!is_op(g, live, v))
             continue;
-        if ((rc = nstate_fill(g, v, p, &st[v], &buf, opts, err)) == 0 && st[v].nspecs == 0)
+        sig[v] = node_sig(g, v);
+        int twin = -1;
+        for (int u = 0; u < v && twin < 0; u++)
+            if (is_op(g, live, u) && sig[u] == sig[v] && node_same(g, u, v))
+                twin = u;
+        if (twin >= 0)
+            rc = nstate_copy(&st[twin], &st[v], err);
+        else if ((rc = nstate_fill(g, v, p, &st[v], &buf, opts, err)) == 0 && st[v].nspecs == 0)
             rc = no_spec_error(g, v, p, err);
     }
+    free(sig);
     pl_spec_clear(&buf);
     return rc;
 }

@@ -21,6 +21,7 @@
 
 #include "common/ein_json.h"
 #include "coordinator/co_lower.h"
+#include "coordinator/co_search.h"
 #include "coordinator/co_sim.h"
 #include "exchange/xp_topo.h"
 #include "planner/rewrite/pl_rewrite.h"
@@ -72,8 +73,13 @@ static void usage(FILE *f)
             "              communication / idle, peak memory, critical path; --json,\n"
             "              --trace FILE (docs/simulator.md).\n"
             "  --objective comm|time  comm (default): the DP minimises the paper's\n"
-            "              elements moved; time: the DP's plans under a cost in predicted\n"
-            "              seconds and under comm, of which the simulator's faster.\n");
+            "              elements moved; time: a plan search by predicted time (seeds:\n"
+            "              the DP under both costs, every --strategy, random plans; then\n"
+            "              moves, each simulated; the fastest plan that fits in memory;\n"
+            "              docs/planner.md). It prints which objective and work budget\n"
+            "              chose the plan; -v also every candidate and its prediction.\n"
+            "  --plan-work N  the search's budget beyond its seeds, in operators x devices\n"
+            "              simulated (0: the default, %d; -1: seeds only).\n", CO_SEARCH_WORK_DEFAULT);
 }
 
 /* "8x1" grid of the output tiling: distinct intervals per dim. */
@@ -301,19 +307,22 @@ int main(int argc, char **argv)
         {"calibration", required_argument, NULL, 0x122},
         {"objective", required_argument, NULL, 0x123},
         {"strategy", required_argument, NULL, 0x124},
+        {"plan-work", required_argument, NULL, 0x126},
+        {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int p = 0, json = 0, dot = 0, rewrite = 0, ilp = 0, exchanges = 0, c;
     const char *weights = NULL, *topo_arg = NULL;
     const char *trace_path = NULL, *cal_arg = NULL;
-    int simulate = 0, chunks = 0;
+    int simulate = 0, chunks = 0, verbose = 0;
+    long plan_work = 0;
     const char *strategy = NULL;
     pl_selector sel = PL_SELECT_DP;
     pl_plan_opts opts = {0};
     uint64_t seed = 1;
     char *end;
-    while ((c = getopt_long(argc, argv, "p:s:S:jdlh", lopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "p:s:S:jdlhv", lopts, NULL)) != -1) {
         switch (c) {
         case 'p':
             p = (int)strtol(optarg, &end, 10);
@@ -366,6 +375,15 @@ int main(int argc, char **argv)
         case 0x123:
             if (pl_objective_parse(optarg, &opts.objective) < 0) {
                 fprintf(stderr, "einplan: --objective '%s': expected comm or time\n", optarg);
+                return 2;
+            }
+            break;
+        case 'v': verbose = 1; break;
+        case 0x126:
+            plan_work = strtol(optarg, &end, 10);
+            if (*end || !*optarg || plan_work < -1 || plan_work > 100000000) {
+                fprintf(stderr, "einplan: --plan-work '%s': expected -1 (seeds only), 0 (the "
+                                "default) or a count up to 100000000\n", optarg);
                 return 2;
             }
             break;
@@ -451,13 +469,35 @@ int main(int argc, char **argv)
         }
         if (opts.objective == PL_OBJECTIVE_TIME)
             co_sim_objective_rates(sim_topo, &sim_cal, &opts);
-        if ((opts.objective == PL_OBJECTIVE_TIME
+        int searched = opts.objective == PL_OBJECTIVE_TIME && sel == PL_SELECT_DP && !strategy;
+        co_search_opts so = {.work = plan_work, .seed = seed, .record = verbose};
+        co_search_report rep = {0};
+        if ((searched ? co_plan_search(g, p, &opts, sim_topo, &sim_cal, &so, &plan, &rep, &err)
+             : opts.objective == PL_OBJECTIVE_TIME
                  ? co_sim_plan_time(g, p, sel, seed, &opts, sim_topo, &sim_cal, &plan, &err)
                  : pl_plan_make_opts(g, p, sel, seed, &opts, &plan, &err)) < 0) {
             xp_topo_free(sim_topo);
             fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
             pl_graph_free(g);
             return exit_status(err.code);
+        }
+        if (searched) {
+            /* Which objective and budget chose the plan (stderr with --json). */
+            FILE *rf = json ? stderr : stdout;
+            char blocks[48] = "";
+            if (rep.period)
+                snprintf(blocks, sizeof blocks, ", blocks of %d nodes", rep.period);
+            fprintf(rf, "objective time: plan search on %s, seed %" PRIu64 ", budget %ld "
+                        "operator x device simulations beyond the seeds (spent %ld in %d simulations, %d "
+                        "seeds, %d choices%s); chosen: %s, predicted %.4f ms (best seed %s "
+                        "%.4f ms)\n",
+                    sim_topo->name, seed, rep.budget, rep.work, rep.nevals, rep.nseeds,
+                    rep.nclasses, blocks, rep.best_from, 1e3 * rep.best_time, rep.best_seed,
+                    1e3 * rep.best_seed_time);
+            for (int i = 0; verbose && i < rep.ncands; i++)
+                fprintf(rf, "  candidate %4d  %10.4f ms  %s\n", i + 1, 1e3 * rep.cands[i].time,
+                        rep.cands[i].what);
+            co_search_report_free(&rep);
         }
         if (simulate) {
             int st = sim_cli("einplan", g, plan, &opts, sim_topo, &sim_cal, trace_path, json, seed);

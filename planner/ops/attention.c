@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "planner/ops/pl_ops.h"
 #include "planner/pl_graph_int.h"
@@ -143,10 +144,18 @@ static double att_pairs_seq(int64_t s, int64_t e, int64_t qa, int64_t qb, int64_
 static double att_pairs(const int64_t *ends, int n, int64_t qa, int64_t qb, int64_t y)
 {
     double w = 0;
-    for (int i = 0; i < n; i++) {
+    /* The first sequence ending after qa, by bisection (ends increase):
+     * with many short sequences a linear scan dominated planning. */
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (ends[mid] <= qa)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (int i = lo; i < n; i++) {
         int64_t s = i ? ends[i - 1] : 0, e = ends[i];
-        if (e <= qa)
-            continue;
         if (s >= qb)
             break;
         w += att_pairs_seq(s, e, qa, qb, y);
@@ -211,6 +220,51 @@ static void att_cuts(att_fn f, const int64_t *ends, int n, int64_t a, int64_t b,
     }
 }
 
+/* att_cuts remembered: every function specification of one spec (and the
+ * specs sharing a token block) asks for the same cuts, and with many short
+ * sequences recomputing them dominated planning (issue 21: 32 blocks of
+ * 128x1K at P = 72). A small direct-mapped table per thread, keyed by
+ * everything the cuts depend on (the sequence ends by a hash of their
+ * values and their count, never by address), so a hit is exactly the
+ * recomputed value. */
+#define ATT_MEMO 64
+typedef struct att_memo {
+    int used, parts, keys;
+    int n;
+    uint64_t ends_h;
+    int64_t a, b, lo, hi;
+    int64_t cut[PL_ATT_MAX_BLOCKS + 1];
+} att_memo;
+
+static _Thread_local att_memo att_memo_tab[ATT_MEMO];
+
+static uint64_t att_ends_hash(const int64_t *ends, int n)
+{
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
+    for (int i = 0; i < n; i++)
+        h = (h ^ (uint64_t)ends[i]) * 1099511628211ULL;
+    return h;
+}
+
+static void att_cuts_memo(int keys, uint64_t eh, const int64_t *ends, int n, int64_t a,
+                          int64_t b, int64_t lo, int64_t hi, int parts, int64_t *cut)
+{
+    uint64_t k = eh ^ ((uint64_t)a * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)b * 0xbf58476d1ce4e5b9ULL) ^
+                 ((uint64_t)lo * 0x94d049bb133111ebULL) ^ ((uint64_t)hi << 7) ^
+                 ((uint64_t)parts << 1) ^ (uint64_t)keys;
+    k ^= k >> 29;
+    att_memo *m = &att_memo_tab[k % ATT_MEMO];
+    if (m->used && m->keys == keys && m->n == n && m->ends_h == eh && m->a == a && m->b == b &&
+        m->lo == lo && m->hi == hi && m->parts == parts) {
+        memcpy(cut, m->cut, sizeof(int64_t) * (size_t)(parts + 1));
+        return;
+    }
+    att_cuts(keys ? att_keys_before : att_queries_before, ends, n, a, b, lo, hi, parts, cut);
+    *m = (att_memo){.used = 1, .parts = parts, .keys = keys, .n = n, .ends_h = eh, .a = a,
+                    .b = b, .lo = lo, .hi = hi};
+    memcpy(m->cut, cut, sizeof(int64_t) * (size_t)(parts + 1));
+}
+
 static void attention_fspec(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
                             const int64_t *lo, const int64_t *hi, ein_box *in, ein_box *out)
 {
@@ -234,8 +288,9 @@ static void attention_fspec(const pl_graph *g, const pl_node *nd, const pl_index
     assert(nk >= 1 && nk <= PL_ATT_MAX_BLOCKS && ik >= 0 && ik < nk);
     assert(A <= B);
     int64_t qa = A, qb = B, ka, kb;
+    uint64_t eh = nq > 1 || nk > 1 ? att_ends_hash(ends, n) : 0;
     if (nq > 1) {
-        att_cuts(att_queries_before, ends, n, A, B, A, B, nq, qc);
+        att_cuts_memo(0, eh, ends, n, A, B, A, B, nq, qc);
         qa = qc[iq];
         qb = qc[iq + 1];
     }
@@ -246,7 +301,7 @@ static void attention_fspec(const pl_graph *g, const pl_node *nd, const pl_index
     ka = s0;
     kb = qb;
     if (nk > 1) {
-        att_cuts(att_keys_before, ends, n, qa, qb, s0, qb, nk, kc);
+        att_cuts_memo(1, eh, ends, n, qa, qb, s0, qb, nk, kc);
         ka = kc[ik];
         kb = kc[ik + 1];
     }
