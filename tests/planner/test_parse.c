@@ -399,7 +399,7 @@ static const bad_case bad[] = {
     {"dim_as_tensor", "dims n=4\ninput x[n]\ny = relu(n)\nsave y\n", 0, EIN_EPARSE, "3:10",
      "'n' is a dim, not a tensor"},
     {"bad_dtype", "dtype f64\ninput x[4]\nsave x\n", 0, EIN_EPARSE, "1:7",
-     "unknown dtype 'f64'; expected f32, f16 or bf16"},
+     "unknown dtype 'f64'; expected f32, f16, bf16, i32 or i64"},
     {"dtype_no_value", "dtype\ninput x[4]\nsave x\n", 0, EIN_EPARSE, "1:6",
      "expected a dtype after 'dtype'"},
     {"dtype_no_value_comment", "dtype   # nothing\n", 0, EIN_EPARSE, "1:6",
