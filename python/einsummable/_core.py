@@ -377,16 +377,21 @@ class Graph:
                                                   float(eps), ctypes.byref(err)), err,
                          "layernorm")
 
-    def rope(self, x, head_dim, theta=10000.0, seqs=None, name=None):
-        """Rotary embedding of x [tokens, heads*head_dim], interleaved pairs;
-        positions restart at each packed sequence (seqs: their lengths,
-        default one sequence)."""
+    def rope(self, x, head_dim, theta=10000.0, seqs=None, name=None, style="interleaved"):
+        """Rotary embedding of x [tokens, heads*head_dim], interleaved pairs
+        (style="half": Hugging Face's rotate_half pairs); positions restart
+        at each packed sequence (seqs: their lengths, default one
+        sequence)."""
         x = self._t(x, "rope")
         ends, n = self._seq_ends(seqs, x.shape[0], "rope")
+        styles = {"interleaved": 0, "half": 1}
+        if style not in styles:
+            _fail(L.EIN_EINVAL, "rope: style %r; expected 'interleaved' or 'half'" % (style,))
         err = L.ein_error()
-        return self._add(_lib.ein_graph_rope(self._p, _name_arg(name), x.id,
-                                             _int(head_dim, "rope: head_dim"), float(theta),
-                                             ends, n, ctypes.byref(err)), err, "rope")
+        return self._add(_lib.ein_graph_rope_ex(self._p, _name_arg(name), x.id,
+                                                _int(head_dim, "rope: head_dim"), float(theta),
+                                                ends, n, styles[style], ctypes.byref(err)),
+                         err, "rope")
 
     def attention(self, q, k, v, seqs=None, name=None):
         """Causal grouped-query attention: q [heads_q, tokens, d], k and v

@@ -172,6 +172,8 @@ _PROTOS = {
     "ein_graph_layernorm": (_T, [_P, _S, _T, _T, _T, ctypes.c_double, _E]),
     "ein_graph_rope": (_T, [_P, _S, _T, ctypes.c_int64, ctypes.c_double,
                             ctypes.POINTER(ctypes.c_int64), _I, _E]),
+    "ein_graph_rope_ex": (_T, [_P, _S, _T, ctypes.c_int64, ctypes.c_double,
+                               ctypes.POINTER(ctypes.c_int64), _I, _I, _E]),
     "ein_graph_attention": (_T, [_P, _S, _T, _T, _T, ctypes.POINTER(ctypes.c_int64), _I, _E]),
     "ein_graph_reduce": (_T, [_P, _S, _S, ctypes.c_uint32, _T, _E]),
     "ein_graph_concat": (_T, [_P, _S, _I, ctypes.POINTER(_T), _I, _E]),
