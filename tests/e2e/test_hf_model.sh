@@ -26,7 +26,7 @@ if ! "$PY" -c 'import numpy' 2>/dev/null; then
     echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
     exit 0
 fi
-echo "1..10"
+echo "1..11"
 mkdir untied tied
 "$PY" "$GEN" gen untied 0 5,9,3 && "$PY" "$GEN" gen tied 1 7,2,11,4 || exit 1
 
@@ -53,6 +53,19 @@ for p in 1 2 3 4; do run untied last $p ref_last.npy; done
 run tied last 2 ref_last.npy
 run tied last 3 ref_last.npy
 run tied all 4 ref_all.npy
+
+# A random plan (plan seed 1) splits the embedding by vocabulary four ways
+# (Megatron's vocabulary-parallel embedding: zero rows elsewhere, summed).
+"$EINGEN" llama --config untied/config.json --seq-lens 5,9,3 --model --hf > m.ein
+maps=$(sed -n "s/^#   \(--map '[^']*'\)\$/\1/p" m.ein | tr '\n' ' ')
+rm -f logits.npy
+if eval "\"\$EINRUN\" --cpu 4 --selector random --plan-seed 1 --explain --weights untied/model.safetensors $maps --input ids=untied/ids.npy m.ein" \
+        > out.txt 2>&1 && grep -q "^  x  *tokens:1 d_model:1 vocab:4 " out.txt &&
+        msg=$("$PY" "$GEN" check logits.npy untied/ref_last.npy 1e-4); then
+    ok "vocabulary-parallel embedding (vocab:4) on 4 devices matches NumPy ($msg)"
+else
+    not_ok "vocabulary-parallel embedding (vocab:4) on 4 devices matches NumPy" "$(cat out.txt)" "${msg:-}"
+fi
 
 # The header names every checkpoint tensor the model reads, once.
 "$EINGEN" llama --config untied/config.json --seq-lens 5,9,3 --model --hf > m.ein
