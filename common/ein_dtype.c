@@ -61,6 +61,7 @@ int ein_dtype_kernel_ok(int t, int kind)
     return d && kind >= 0 && kind < EIN_KERNEL_COUNT && (d->kernels >> kind & 1u);
 }
 
+/* Kept equal to the table's names by tests/common/test_dtype.c. */
 const char *ein_dtype_names(void)
 {
     return "f32, f16, bf16, i32 or i64";

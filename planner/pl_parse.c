@@ -543,9 +543,10 @@ static int parse_dtype(parser *p)
     next(p);
     const tok *t = next(p);
     if (t->kind == T_EOL)
-        return perr(p, EIN_EPARSE, t->col, "expected a dtype after 'dtype': f32, f16, bf16, i32 or i64");
+        return perr(p, EIN_EPARSE, t->col, "expected a dtype after 'dtype': %s", ein_dtype_names());
     if (t->kind != T_IDENT || ein_dtype_parse(t->s, (size_t)t->len, &p->dtype) < 0)
-        return perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected f32, f16, bf16, i32 or i64", DESC(t));
+        return perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected %s", DESC(t),
+                    ein_dtype_names());
     return expect_eol(p, "the dtype");
 }
 
@@ -596,8 +597,8 @@ static int parse_input(parser *p)
     if (peek(p)->kind == T_IDENT) {
         const tok *t = next(p);
         if (ein_dtype_parse(t->s, (size_t)t->len, &dtype) < 0)
-            return perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected f32, f16, bf16, i32 or i64",
-                        DESC(t));
+            return perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected %s",
+                        DESC(t), ein_dtype_names());
     }
     if ((rc = expect_eol(p, "the input declaration")) < 0)
         return rc;

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/ein_dtype.h"
@@ -273,6 +274,12 @@ static void test_table(void **state)
             assert_int_equal(ein_dtype_kernel_ok(t, k), want);
         }
     }
+    /* ein_dtype_names() lists every row, in order */
+    char names[128] = "";
+    for (int t = 0; t < EIN_DTYPE_COUNT; t++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                 t == 0 ? "" : t + 1 == EIN_DTYPE_COUNT ? " or " : ", ", ein_dtype_info_of(t)->name);
+    assert_string_equal(ein_dtype_names(), names);
     assert_null(ein_dtype_info_of(EIN_DTYPE_COUNT));
     assert_null(ein_dtype_info_of(-1));
     assert_false(ein_dtype_kernel_ok(EIN_DTYPE_COUNT, EIN_KERNEL_SLICE));
