@@ -26,7 +26,7 @@ if ! "$PY" -c 'import numpy' 2>/dev/null; then
     echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
     exit 0
 fi
-echo "1..11"
+echo "1..12"
 mkdir untied tied
 "$PY" "$GEN" gen untied 0 5,9,3 && "$PY" "$GEN" gen tied 1 7,2,11,4 || exit 1
 
@@ -102,4 +102,14 @@ if [ $rc -ne 0 ] && grep -q "relu: ids is i32; relu computes on f32, f16 or bf16
     ok "arithmetic on an i32 tensor is refused naming the operator and tensor"
 else
     not_ok "arithmetic on an i32 tensor is refused naming the operator and tensor" "exit $rc" "$(cat out.txt)"
+fi
+
+# eingen --config: sizes that do not fit are refused by name.
+sed 's/"hidden_size": 32/"hidden_size": 30/' untied/config.json > bad.json
+"$EINGEN" llama --config bad.json --seq-lens 5 --model > /dev/null 2> gen.txt
+rc=$?
+if [ $rc -eq 2 ] && grep -q "hidden_size 30 is not num_attention_heads 4 x head_dim 8" gen.txt; then
+    ok "eingen --config refuses a hidden_size that is not heads x head_dim"
+else
+    not_ok "eingen --config refuses a hidden_size that is not heads x head_dim" "exit $rc" "$(cat gen.txt)"
 fi
