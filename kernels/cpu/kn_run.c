@@ -7,6 +7,12 @@
 
 #include <string.h>
 
+/* Sources each kind takes (common/ein_ops.def). */
+static const struct { int lo, hi; } arity[] = {
+#define EIN_KERNEL(kind, name, min_srcs, max_srcs, fields) [EIN_KERNEL_##kind] = {min_srcs, max_srcs},
+#include "common/ein_ops.def"
+};
+
 int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
                ein_error *err)
 {
@@ -17,8 +23,11 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
     if (nin > 0 && !ins)
         return ein_fail(err, EIN_EINVAL, "kernel: %d inputs announced but none given", nin);
     /* The dtype table says which kinds take which dtypes (integers: only
-     * layout kernels and an embedding's ids). */
-    for (int i = -1; i < nin && (int)k->kind >= 0 && k->kind < EIN_KERNEL_COUNT; i++) {
+     * layout kernels and an embedding's ids). A wrong count is the
+     * switch's to report. */
+    int known = (int)k->kind >= 0 && k->kind < EIN_KERNEL_COUNT && nin >= arity[k->kind].lo &&
+                nin <= arity[k->kind].hi;
+    for (int i = -1; known && i < nin; i++) {
         const kn_block *b = i < 0 ? out : &ins[i];
         if (ein_dtype_valid((int)b->dtype) && !ein_dtype_kernel_ok((int)b->dtype, (int)k->kind))
             return ein_fail(err, EIN_EINVAL, "kernel %s: %s is %s, which this kernel does not take",
