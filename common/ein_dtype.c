@@ -1,45 +1,106 @@
 /* common/ein_dtype.c — see ein_dtype.h. */
 #include "common/ein_dtype.h"
 
+#include <math.h>
 #include <string.h>
 
-size_t ein_dtype_size(ein_dtype t)
-{
-    return t == EIN_F32 ? 4 : 2;
-}
+#include "common/ein_program.h"
 
-ein_dtype ein_dtype_accum(ein_dtype t)
-{
-    (void)t;
-    return EIN_F32;
-}
+#define KBIT(kind) (1u << EIN_KERNEL_##kind)
+_Static_assert(EIN_KERNEL_COUNT <= 32, "ein_dtype_info.kernels holds one bit per kernel kind");
 
-const char *ein_dtype_name(ein_dtype t)
+/* The dtype table: one row per ein_dtype, in enum order. */
+static const ein_dtype_info dtypes[EIN_DTYPE_COUNT] = {
+    [EIN_F32] = {"f32", 4, "<f4", NULL, "F32", EIN_F32, 1, ~0u},
+    [EIN_F16] = {"f16", 2, "<f2", NULL, "F16", EIN_F32, 1, ~0u},
+    /* bf16 has no NumPy dtype: raw bits, as ml_dtypes saves them */
+    [EIN_BF16] = {"bf16", 2, "|V2", "<V2", "BF16", EIN_F32, 1, ~0u},
+    [EIN_I32] = {"i32", 4, "<i4", NULL, "I32", EIN_I32, 0, KBIT(SLICE) | KBIT(CONCAT) | KBIT(EMBEDDING)},
+    [EIN_I64] = {"i64", 8, "<i8", NULL, "I64", EIN_I64, 0, KBIT(SLICE) | KBIT(CONCAT) | KBIT(EMBEDDING)},
+};
+
+const ein_dtype_info *ein_dtype_info_of(int t)
 {
-    switch (t) {
-    case EIN_F32: return "f32";
-    case EIN_F16: return "f16";
-    case EIN_BF16: return "bf16";
-    }
-    return "?";
+    if (t < 0 || t >= EIN_DTYPE_COUNT)
+        return NULL;
+    return &dtypes[t];
 }
 
 int ein_dtype_valid(int t)
 {
-    return t >= 0 && t < EIN_DTYPE_COUNT;
+    return ein_dtype_info_of(t) != NULL;
+}
+
+size_t ein_dtype_size(ein_dtype t)
+{
+    const ein_dtype_info *d = ein_dtype_info_of((int)t);
+    return d ? d->size : 0;
+}
+
+const char *ein_dtype_name(ein_dtype t)
+{
+    const ein_dtype_info *d = ein_dtype_info_of((int)t);
+    return d ? d->name : "?";
+}
+
+ein_dtype ein_dtype_accum(ein_dtype t)
+{
+    const ein_dtype_info *d = ein_dtype_info_of((int)t);
+    return d ? d->accum : EIN_F32;
+}
+
+int ein_dtype_is_float(int t)
+{
+    const ein_dtype_info *d = ein_dtype_info_of(t);
+    return d && d->is_float;
+}
+
+int ein_dtype_kernel_ok(int t, int kind)
+{
+    const ein_dtype_info *d = ein_dtype_info_of(t);
+    return d && kind >= 0 && kind < EIN_KERNEL_COUNT && (d->kernels >> kind & 1u);
+}
+
+/* Kept equal to the table's names by tests/common/test_dtype.c. */
+const char *ein_dtype_names(void)
+{
+    return "f32, f16, bf16, i32 or i64";
+}
+
+static int eq(const char *a, const char *s, size_t n)
+{
+    return a && strlen(a) == n && memcmp(a, s, n) == 0;
 }
 
 int ein_dtype_parse(const char *s, size_t len, ein_dtype *out)
 {
-    static const char *names[] = {"f32", "f16", "bf16"};
     for (int i = 0; i < EIN_DTYPE_COUNT; i++)
-        if (strlen(names[i]) == len && memcmp(names[i], s, len) == 0) {
+        if (eq(dtypes[i].name, s, len)) {
             *out = (ein_dtype)i;
             return 0;
         }
     return -1;
 }
 
+int ein_dtype_from_npy(const char *descr, size_t n, ein_dtype *out)
+{
+    for (int i = 0; i < EIN_DTYPE_COUNT; i++)
+        if (eq(dtypes[i].npy, descr, n) || eq(dtypes[i].npy_alt, descr, n)) {
+            *out = (ein_dtype)i;
+            return 0;
+        }
+    return -1;
+}
+
+int ein_dtype_from_safetensors(const char *name, size_t n, ein_dtype *out)
+{
+    for (int i = 0; i < EIN_DTYPE_COUNT; i++)
+        if (eq(dtypes[i].st, name, n)) {
+            *out = (ein_dtype)i;
+            return 0;
+        }
+    return -1;
+}
 static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
@@ -109,7 +170,16 @@ void ein_dtype_to_f32(ein_dtype t, const void *src, float *dst, size_t n)
     case EIN_F32: memmove(dst, src, n * 4); break;
     case EIN_F16: for (size_t i = 0; i < n; i++) dst[i] = ein_f16_to_f32(h[i]); break;
     case EIN_BF16: for (size_t i = 0; i < n; i++) dst[i] = ein_bf16_to_f32(h[i]); break;
+    case EIN_I32: for (size_t i = 0; i < n; i++) dst[i] = (float)((const int32_t *)src)[i]; break;
+    case EIN_I64: for (size_t i = 0; i < n; i++) dst[i] = (float)((const int64_t *)src)[i]; break;
     }
+}
+
+/* f32 to an integer of [lo, hi]: rounded to nearest, NaN 0, saturated. */
+static double to_int(float f, double lo, double hi)
+{
+    double v = nearbyint((double)f);
+    return v != v ? 0 : v < lo ? lo : v > hi ? hi : v;
 }
 
 void ein_dtype_from_f32(ein_dtype t, const float *src, void *dst, size_t n)
@@ -119,5 +189,14 @@ void ein_dtype_from_f32(ein_dtype t, const float *src, void *dst, size_t n)
     case EIN_F32: memmove(dst, src, n * 4); break;
     case EIN_F16: for (size_t i = 0; i < n; i++) h[i] = ein_f32_to_f16(src[i]); break;
     case EIN_BF16: for (size_t i = 0; i < n; i++) h[i] = ein_f32_to_bf16(src[i]); break;
+    case EIN_I32:
+        for (size_t i = 0; i < n; i++)
+            ((int32_t *)dst)[i] = (int32_t)to_int(src[i], INT32_MIN, INT32_MAX);
+        break;
+    case EIN_I64:
+        /* 2^63 is not an int64: saturate below it */
+        for (size_t i = 0; i < n; i++)
+            ((int64_t *)dst)[i] = (int64_t)to_int(src[i], -9223372036854775808.0, 9223372036854774784.0);
+        break;
     }
 }

@@ -1,8 +1,16 @@
-/* common/ein_dtype.h — element types.
+/* common/ein_dtype.h — element types: one table row per dtype.
+ *
+ * common/ein_dtype.c holds the table (name, size, .npy and safetensors
+ * codes, accumulation dtype, which kernel kinds accept it); everything that
+ * needs a fact about a dtype asks it here, so adding a dtype is one row
+ * plus its kernels, and an invalid dtype is refused (0, NULL, -1), never
+ * taken for another.
  *
  * f16 and bf16 are stored as such (2 bytes); CPU code computes in f32 and
  * converts on load and store with the functions below (round to nearest
- * even; NaN stays NaN). */
+ * even; NaN stays NaN). i32 and i64 are integers: layout kernels (slice,
+ * concat) move them, an embedding reads them as row ids, and no kernel
+ * computes on them. */
 #ifndef EIN_DTYPE_H
 #define EIN_DTYPE_H
 
@@ -11,9 +19,37 @@
 
 #include "include/einsummable/ein_types.h" /* ein_dtype, ein_dtype_size, ein_dtype_name */
 
-/* Parse "f32" / "f16" / "bf16"; returns 0 or -1. */
+/* One row of the dtype table. Static storage; never freed. */
+typedef struct ein_dtype_info {
+    const char *name;     /* "f32": .ein, C API, Python, messages */
+    size_t size;          /* bytes per element */
+    const char *npy;      /* .npy descr written ("<f4") */
+    const char *npy_alt;  /* another descr read as this dtype, or NULL */
+    const char *st;       /* safetensors dtype ("F32") */
+    ein_dtype accum;      /* what kernels accumulate in (ein_dtype_accum) */
+    int is_float;         /* 1: arithmetic kernels accept it */
+    uint32_t kernels;     /* bit k set: kernel kind k accepts buffers of it */
+} ein_dtype_info;
+
+/* The row of dtype t, or NULL when t is not an ein_dtype. */
+const ein_dtype_info *ein_dtype_info_of(int t);
+
+/* Parse a dtype name ("f32", "i32", ...); returns 0 or -1. */
 int ein_dtype_parse(const char *s, size_t len, ein_dtype *out);
 int ein_dtype_valid(int t);
+/* 1 for f32, f16, bf16; 0 for the integer dtypes and invalid values. */
+int ein_dtype_is_float(int t);
+/* 1 when a KERNEL of kind `kind` (ein_kernel_kind) may read or write a
+ * buffer of dtype t: float dtypes every kind; integer dtypes only SLICE,
+ * CONCAT and EMBEDDING (whose block rules say which operand; see
+ * ein_program_check.c). 0 for an invalid dtype or kind. */
+int ein_dtype_kernel_ok(int t, int kind);
+/* "f32, f16, bf16, i32 or i64": every name, for messages. */
+const char *ein_dtype_names(void);
+/* The dtype of a .npy descr ("<f4", "<i8", ...) or a safetensors dtype
+ * name ("BF16", "I32", ...) of length n; 0, or -1 when no dtype has it. */
+int ein_dtype_from_npy(const char *descr, size_t n, ein_dtype *out);
+int ein_dtype_from_safetensors(const char *name, size_t n, ein_dtype *out);
 
 float ein_f16_to_f32(uint16_t h);
 uint16_t ein_f32_to_f16(float f);
@@ -22,11 +58,14 @@ uint16_t ein_f32_to_bf16(float f);
 
 /* The dtype a kernel accumulates in, and in which partial results that are
  * still to be aggregated are kept until their final cast: f32 for every
- * dtype, so f16/bf16 partial sums neither overflow nor lose precision
- * before the aggregation. */
+ * float dtype, so f16/bf16 partial sums neither overflow nor lose
+ * precision before the aggregation; an integer dtype is its own (it is
+ * never aggregated). An invalid dtype gives f32. */
 ein_dtype ein_dtype_accum(ein_dtype t);
 
-/* Convert n elements between a buffer of dtype `t` and f32. */
+/* Convert n elements between a buffer of dtype `t` and f32 (integers:
+ * exact below 2^24; from f32 rounded to nearest and saturated). An invalid
+ * dtype converts nothing (a caller validates dtypes first). */
 void ein_dtype_to_f32(ein_dtype t, const void *src, float *dst, size_t n);
 void ein_dtype_from_f32(ein_dtype t, const float *src, void *dst, size_t n);
 

@@ -129,15 +129,9 @@ static int parse_descr(npy_parser *ps, ein_dtype *out)
     int rc = parse_str(ps, &d, &n, "for 'descr'");
     if (rc < 0)
         return rc;
-    if (n == 3 && memcmp(d, "<f4", 3) == 0)
-        *out = EIN_F32;
-    else if (n == 3 && memcmp(d, "<f2", 3) == 0)
-        *out = EIN_F16;
-    else if (n == 3 && (memcmp(d, "<V2", 3) == 0 || memcmp(d, "|V2", 3) == 0))
-        *out = EIN_BF16;
-    else
-        return ein_fail(ps->err, EIN_EPARSE, "%s: dtype '%.*s' not supported (want <f4, <f2 or bf16)",
-                        ps->path, (int)(n > 32 ? 32 : n), d);
+    if (ein_dtype_from_npy(d, n, out) < 0)
+        return ein_fail(ps->err, EIN_EPARSE, "%s: dtype '%.*s' not supported (want <f4, <f2, bf16 "
+                        "as |V2, <i4 or <i8)", ps->path, (int)(n > 32 ? 32 : n), d);
     return 0;
 }
 
@@ -476,7 +470,6 @@ int ein_npy_read_box(const char *path, const ein_npy_info *info,
 static int format_header(ein_dtype dtype, int rank, const int64_t *shape, char *buf, size_t cap,
                          size_t *len)
 {
-    static const char *descr[] = {"<f4", "<f2", "|V2"};
     char dims[EIN_MAX_RANK * 24 + 4];
     size_t n = 0;
     dims[0] = '\0';
@@ -485,7 +478,7 @@ static int format_header(ein_dtype dtype, int rank, const int64_t *shape, char *
     if (rank == 1)
         snprintf(dims + n, sizeof dims - n, ",");
     int h = snprintf(buf + 10, cap - 10, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
-                     descr[dtype], dims);
+                     ein_dtype_info_of((int)dtype)->npy, dims);
     if (h < 0 || (size_t)h + 10 + 1 + 64 > cap)
         return -1;
     size_t total = 10 + (size_t)h + 1;

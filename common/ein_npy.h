@@ -1,9 +1,10 @@
 /* common/ein_npy.h — .npy files (NumPy format 1.0/2.0/3.0), read and written
  * one box at a time, so that each worker touches only its own blocks.
  *
- * Supported: little-endian, C order, dtypes '<f4' (f32), '<f2' (f16) and
+ * Supported: little-endian, C order, dtypes '<f4' (f32), '<f2' (f16),
  * bf16 as '<V2' or '|V2' (raw bfloat16 bits, as ml_dtypes saves them; we
- * write '|V2'). Any other header is an EIN_EPARSE error naming the file and
+ * write '|V2'), '<i4' (i32) and '<i8' (i64); the codes are the dtype
+ * table's (common/ein_dtype.h). Any other header is an EIN_EPARSE error naming the file and
  * what was found. The header parser is strict: it checks the magic, the
  * declared header length against the file size, the dict keys, and that
  * the data section holds exactly prod(shape) elements. */

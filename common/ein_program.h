@@ -101,6 +101,8 @@ typedef struct ein_kernel {
     int64_t head_dim;              /* ROPE, SPLIT_HEADS, MERGE_HEADS */
     int64_t group;                 /* ATTENTION: query heads per kv head */
     int32_t style;                 /* ROPE: an ein_rope_style */
+    int64_t rows;                  /* EMBEDDING: rows of the whole table (ids
+                                      outside [0, rows) are an error) */
     int64_t *list;                 /* ROPE/ATTENTION: sorted sequence ends, the
                                       last = total tokens (none: one sequence);
                                       CONCAT: offset of input i along axis */

@@ -450,6 +450,28 @@ static int check_slice_kernel(const ein_program *p, int i, const ein_instr *ins,
     return 0;
 }
 
+/* The block rules of an EMBEDDING kernel: table [v0,v1) x [d0,d1) (float)
+ * inside `rows` rows, ids [t0,t1) (i32/i64), dst [t0,t1) x [d0,d1). */
+static int check_embedding_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_pbuffer *tb = &p->buffers[ins->srcs[0]], *ib = &p->buffers[ins->srcs[1]];
+    const ein_pbuffer *ob = &p->buffers[ins->dst];
+    if (tb->box.rank != 2 || ib->box.rank != 1 || ob->box.rank != 2)
+        return ifail(err, i, ins, "embedding: needs a rank-2 table, rank-1 ids and a rank-2 dst, has "
+                     "ranks %d, %d and %d", tb->box.rank, ib->box.rank, ob->box.rank);
+    if (!ein_dtype_is_float((int)tb->dtype) || ein_dtype_is_float((int)ib->dtype) ||
+        !ein_dtype_is_float((int)ob->dtype))
+        return ifail(err, i, ins, "embedding: table %s, ids %s, dst %s; want a float table and dst and "
+                     "integer ids", ein_dtype_name(tb->dtype), ein_dtype_name(ib->dtype),
+                     ein_dtype_name(ob->dtype));
+    if (ins->kernel.rows < 1 || tb->box.hi[0] > ins->kernel.rows)
+        return ifail(err, i, ins, "embedding: table rows up to %lld but the table has %lld rows",
+                     (long long)tb->box.hi[0], (long long)ins->kernel.rows);
+    if (!same_interval(&ib->box, 0, &ob->box, 0) || !same_interval(&tb->box, 1, &ob->box, 1))
+        return ifail(err, i, ins, "embedding: dst's box is not the ids' tokens by the table's columns");
+    return 0;
+}
+
 static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
 {
     const ein_kernel *k = &ins->kernel;
@@ -462,6 +484,13 @@ static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_e
     ein_error ae = {0};
     if (ein_kernel_check_arity(k->kind, n, &ae) < 0)
         return ifail(err, i, ins, "%s", ae.msg);
+    /* The dtype table says which kinds take which dtypes. */
+    for (int j = -1; j < n; j++) {
+        int b = j < 0 ? ins->dst : ins->srcs[j];
+        if (!ein_dtype_kernel_ok((int)p->buffers[b].dtype, (int)k->kind))
+            return ifail(err, i, ins, "%s kernel does not take %s buffer %d", name,
+                         ein_dtype_name(p->buffers[b].dtype), b);
+    }
     /* nlist's range and list's presence were checked for every instruction. */
     if (k->nlist && !kernel_has_list(k->kind))
         return ifail(err, i, ins, "%s kernel takes no list, has %d entries", name, k->nlist);
@@ -494,6 +523,8 @@ static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_e
         return check_heads(i, ins, x, out, err);
     case EIN_KERNEL_MERGE_HEADS:
         return check_heads(i, ins, out, x, err);
+    case EIN_KERNEL_EMBEDDING:
+        return check_embedding_kernel(p, i, ins, err);
     case EIN_KERNEL_COUNT:
         break;
     }
@@ -585,6 +616,9 @@ static int check_agg(const ein_program *p, int i, const ein_instr *ins, ein_erro
     const ein_pbuffer *dst = &p->buffers[ins->dst];
     if (ins->agg != EIN_AGG_SUM && ins->agg != EIN_AGG_MAX && ins->agg != EIN_AGG_LSE)
         return ifail(err, i, ins, "invalid aggregation %d", (int)ins->agg);
+    if (!ein_dtype_is_float((int)dst->dtype))
+        return ifail(err, i, ins, "aggregation of %s buffers (only float dtypes aggregate)",
+                     ein_dtype_name(dst->dtype));
     if (ins->agg == EIN_AGG_LSE &&
         (dst->box.rank < 1 || dst->box.lo[dst->box.rank - 1] != 0 ||
          dst->box.hi[dst->box.rank - 1] < 2 || dst->dtype != EIN_F32))

@@ -38,6 +38,16 @@ float ein_rand_value(uint64_t seed, uint64_t key, uint64_t flat_index)
     return (float)(int32_t)(h >> 40) * (1.0f / 8388608.0f) - 1.0f;
 }
 
+/* An integer tensor gets 0 or 1 (value >= 0): valid ids for any table of
+ * at least 2 rows, so a program that embeds random ids runs. */
+static void int_values(ein_dtype t, float *v, int64_t n)
+{
+    if (ein_dtype_is_float((int)t))
+        return;
+    for (int64_t i = 0; i < n; i++)
+        v[i] = v[i] >= 0.0f ? 1.0f : 0.0f;
+}
+
 /* One innermost row of the box: its values, converted chunk by chunk. */
 typedef struct fill_ctx {
     uint64_t seed, key;
@@ -57,6 +67,7 @@ static int fill_row(int64_t dst_off, int64_t flat, void *vctx)
         int64_t n = c->row - j < CHUNK ? c->row - j : CHUNK;
         for (int64_t t = 0; t < n; t++)
             tmp[t] = ein_rand_value(c->seed, c->key, (uint64_t)flat + (uint64_t)(j + t));
+        int_values(c->dtype, tmp, n);
         ein_dtype_from_f32(c->dtype, tmp, out, (size_t)n);
         out += (size_t)n * c->elem;
     }
@@ -71,6 +82,7 @@ void ein_rand_fill_box(uint64_t seed, uint64_t key, const int64_t *shape,
         return;
     if (r == 0) {
         float v = ein_rand_value(seed, key, 0);
+        int_values(dtype, &v, 1);
         ein_dtype_from_f32(dtype, &v, dst, 1);
         return;
     }

@@ -2,7 +2,8 @@
  *
  * A value depends only on (seed, tensor key, global flat index), never on
  * how the tensor is decomposed, so every worker can fill its own boxes and
- * any test can recompute the same tensor. Values are uniform in [-1, 1). */
+ * any test can recompute the same tensor. Values are uniform in [-1, 1)
+ * (integer dtypes: 0 or 1, valid ids of any table of 2 rows or more). */
 #ifndef EIN_RAND_H
 #define EIN_RAND_H
 

@@ -11,22 +11,20 @@
 
 #include "common/ein_file.h"
 
-/* Every dtype of the safetensors format, with its element size. */
+/* Every dtype of the safetensors format, with its element size; which of
+ * them are ein_dtypes is the dtype table's (ein_dtype_from_safetensors). */
 static const struct {
     const char *name;
     unsigned size;
-    int dtype;
 } st_dtypes[] = {
-    {"F32", 4, EIN_F32},  {"F16", 2, EIN_F16},  {"BF16", 2, EIN_BF16},
-    {"F64", 8, -1},       {"I64", 8, -1},       {"I32", 4, -1},
-    {"I16", 2, -1},       {"I8", 1, -1},        {"U64", 8, -1},
-    {"U32", 4, -1},       {"U16", 2, -1},       {"U8", 1, -1},
-    {"BOOL", 1, -1},      {"F8_E4M3", 1, -1},   {"F8_E5M2", 1, -1},
+    {"F32", 4},  {"F16", 2},  {"BF16", 2}, {"F64", 8},     {"I64", 8},
+    {"I32", 4},  {"I16", 2},  {"I8", 1},   {"U64", 8},     {"U32", 4},
+    {"U16", 2},  {"U8", 1},   {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
 };
 
 static const char *st_name_of(ein_dtype t)
 {
-    return t == EIN_F32 ? "F32" : t == EIN_F16 ? "F16" : "BF16";
+    return ein_dtype_info_of((int)t)->st;
 }
 
 void ein_safetensors_free(ein_safetensors *st)
@@ -81,7 +79,8 @@ static int parse_entry(const char *path, const char *name, json_t *v, uint64_t d
     for (size_t k = 0; k < sizeof st_dtypes / sizeof st_dtypes[0]; k++)
         if (strlen(ds) == json_string_length(dt) && !strcmp(ds, st_dtypes[k].name)) {
             esize = st_dtypes[k].size;
-            t->dtype = st_dtypes[k].dtype;
+            ein_dtype known;
+            t->dtype = ein_dtype_from_safetensors(ds, strlen(ds), &known) < 0 ? -1 : (int)known;
             snprintf(t->dtype_name, sizeof t->dtype_name, "%s", st_dtypes[k].name);
         }
     if (!esize)

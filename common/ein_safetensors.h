@@ -16,7 +16,7 @@
  * and e - b == the dtype's size x the shape's volume; the ranges do not
  * overlap, leave no hole and end exactly at the end of the file.
  * "__metadata__" is ignored, as are unknown fields of a tensor entry.
- * Tensors of a dtype we do not compute in (anything but F32, F16, BF16) are
+ * Tensors of a dtype that is no ein_dtype (anything but F32, F16, BF16, I32, I64) are
  * kept, with `dtype` -1, so that a checkpoint carrying e.g. an I64 buffer
  * still opens; binding one to an input is refused by name (co_weights.h).
  *

@@ -101,6 +101,11 @@ static co_work instr_work(const ein_program *p, const ein_instr *ins, double *fl
     if (k->kind == EIN_KERNEL_SLICE || k->kind == EIN_KERNEL_CONCAT ||
         k->kind == EIN_KERNEL_SPLIT_HEADS || k->kind == EIN_KERNEL_MERGE_HEADS)
         return CO_WORK_LAYOUT;
+    if (k->kind == EIN_KERNEL_EMBEDDING && ins->nsrcs == 2 && dst) {
+        /* reads only the rows it gathers (and the ids), not the table */
+        *bytes = 2.0 * (double)dst->bytes + (double)p->buffers[ins->srcs[1]].bytes;
+        return CO_WORK_LAYOUT;
+    }
     ein_einsum_sub sub;
     if (k->kind == EIN_KERNEL_EINSUM && ins->nsrcs == 2 &&
         ein_einsum_parse_flags(k->subscripts, EIN_EINSUM_SCALARS, &sub, NULL) == 0) {

@@ -37,7 +37,7 @@ static int check_pair(const pl_node *nd, const ein_safetensors *file, const ein_
     ein_shape_format(t->rank, t->shape, got, sizeof got);
     if (t->dtype < 0)
         return ein_fail(err, EIN_ESHAPE, "%s: tensor '%s' is %s, which einsummable does not "
-                                         "compute in (F32, F16 or BF16), for input %s (%s [%s])",
+                                         "compute in (F32, F16, BF16, I32 or I64), for input %s (%s [%s])",
                         file->path, t->name, t->dtype_name, nd->name, ein_dtype_name(nd->dtype),
                         want);
     int same = t->rank == nd->rank && t->dtype == (int)nd->dtype;

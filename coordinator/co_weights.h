@@ -13,7 +13,8 @@
  *     same name, if one file has it (default: same name); inputs no file
  *     names are left alone (generated, or whatever `src` already says).
  * Every bound pair is checked: the tensor's dtype must be the input's
- * (F32 = f32, F16 = f16, BF16 = bf16; any other safetensors dtype is
+ * (F32 = f32, F16 = f16, BF16 = bf16, I32 = i32, I64 = i64; any other
+ * safetensors dtype is
  * refused by name) and its shape exactly the input's shape (no implicit
  * transpose: docs/hf-llama.md says which checkpoint tensors need one).
  *

@@ -140,6 +140,15 @@ int kn_cpu_concat(int axis, const int64_t *offsets, const kn_block *ins, int n,
 int kn_cpu_slice(int axis, int64_t start, const kn_block *x, kn_block *out,
                  ein_error *err);
 
+/* Row gather: out[t, :] = table[ids[t], :]. table [v0,v1) x [d0,d1) is a
+ * block of a table of `rows` rows (f32/f16/bf16), ids [t0,t1) (i32 or
+ * i64), out [t0,t1) x [d0,d1) in any float dtype. An id in [0, rows) but
+ * outside [v0, v1) gives a zero row (the vocabulary-parallel split: the
+ * blocks' outputs are summed); an id outside [0, rows) fails with
+ * EIN_EINVAL naming the token and the id, before out is written. */
+int kn_cpu_embedding(int64_t rows, const kn_block *table, const kn_block *ids, kn_block *out,
+                     ein_error *err);
+
 /* [T, H*D] <-> [H, T, D] with D = head_dim. A block maps box to box:
  * out [h0,h1) x [t0,t1) x [0,D) <- x [t0,t1) x [h0*D, h1*D). */
 int kn_cpu_split_heads(int64_t head_dim, const kn_block *x, kn_block *out, ein_error *err);

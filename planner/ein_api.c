@@ -212,6 +212,12 @@ ein_tensor ein_graph_merge_heads(ein_graph *g, const char *name, ein_tensor x, e
     return pl_graph_add_merge_heads(g, NAME(g, name), x, err);
 }
 
+ein_tensor ein_graph_embedding(ein_graph *g, const char *name, ein_tensor table, ein_tensor ids,
+                               ein_error *err)
+{
+    return pl_graph_add_embedding(g, NAME(g, name), table, ids, err);
+}
+
 int ein_graph_plan(const ein_graph *g, int devices, const ein_plan_options *opts,
                    ein_plan **out, ein_error *err)
 {

@@ -183,6 +183,16 @@ int pl_graph_append(pl_graph *g, const char *name, const pl_node *proto, ein_err
     int rc;
     if ((rc = check_name(g, name, err)) < 0)
         return rc;
+    /* Integer tensors only move (slice, concat) or index (embedding's ids);
+     * the dtype table says which kernel kinds take them. */
+    for (int i = 0; i < proto->ninputs; i++) {
+        const pl_node *x = pl_graph_node(g, proto->inputs[i]);
+        if (x && !ein_dtype_kernel_ok((int)x->dtype, (int)proto->kernel.kind))
+            return ein_fail(err, EIN_ESHAPE, "%s: %s is %s; %s computes on f32, f16 or bf16 "
+                            "tensors (integer tensors can only be sliced, concatenated or used "
+                            "as embedding ids)", pl_node_op_name(proto), x->name,
+                            ein_dtype_name(x->dtype), pl_node_op_name(proto));
+    }
     if (g->nnodes >= PL_GRAPH_NODES_MAX)
         return ein_fail(err, EIN_EINVAL, "graph: too many nodes (at most %d)", PL_GRAPH_NODES_MAX);
     if ((rc = index_reserve(g, err)) < 0)

@@ -123,6 +123,9 @@ int pl_graph_add_slice(pl_graph *g, const char *name, int x, int axis, int64_t s
 int pl_graph_add_split_heads(pl_graph *g, const char *name, int x, int64_t head_dim,
                              ein_error *err);
 int pl_graph_add_merge_heads(pl_graph *g, const char *name, int x, ein_error *err);
+/* out[t, :] = table[ids[t], :]: table [rows, dim] f32/f16/bf16, ids [tokens]
+ * i32 or i64; out [tokens, dim] in the table's dtype. */
+int pl_graph_add_embedding(pl_graph *g, const char *name, int table, int ids, ein_error *err);
 
 /* Name the axes of node `id` (labels for reports; NULL entries skipped). */
 void pl_graph_set_axis_name(pl_graph *g, int id, int axis, const char *name);

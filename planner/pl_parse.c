@@ -64,7 +64,8 @@ typedef struct parser {
 
 typedef enum op_kind {
     OP_MATMUL, OP_EINSUM, OP_UNARY, OP_SCALE, OP_BINARY, OP_SOFTMAX, OP_RMSNORM, OP_LAYERNORM,
-    OP_ROPE, OP_ATTENTION, OP_REDUCE, OP_CONCAT, OP_SLICE, OP_SPLIT_HEADS, OP_MERGE_HEADS
+    OP_ROPE, OP_ATTENTION, OP_REDUCE, OP_CONCAT, OP_SLICE, OP_SPLIT_HEADS, OP_MERGE_HEADS,
+    OP_EMBEDDING
 } op_kind;
 
 typedef struct op_def {
@@ -95,6 +96,7 @@ static const op_def ops[] = {
     {"slice", OP_SLICE, 0, 4, 4, "slice(x, AXIS, START, END)"},
     {"split_heads", OP_SPLIT_HEADS, 0, 2, 2, "split_heads(x, HEAD_DIM)"},
     {"merge_heads", OP_MERGE_HEADS, 0, 1, 1, "merge_heads(x)"},
+    {"embedding", OP_EMBEDDING, 0, 2, 2, "embedding(table, ids)"},
 };
 #define NOPS ((int)(sizeof ops / sizeof ops[0]))
 
@@ -544,9 +546,10 @@ static int parse_dtype(parser *p)
     next(p);
     const tok *t = next(p);
     if (t->kind == T_EOL)
-        return perr(p, EIN_EPARSE, t->col, "expected a dtype after 'dtype': f32, f16 or bf16");
+        return perr(p, EIN_EPARSE, t->col, "expected a dtype after 'dtype': %s", ein_dtype_names());
     if (t->kind != T_IDENT || ein_dtype_parse(t->s, (size_t)t->len, &p->dtype) < 0)
-        return perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected f32, f16 or bf16", DESC(t));
+        return perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected %s", DESC(t),
+                    ein_dtype_names());
     return expect_eol(p, "the dtype");
 }
 
@@ -597,8 +600,8 @@ static int parse_input(parser *p)
     if (peek(p)->kind == T_IDENT) {
         const tok *t = next(p);
         if (ein_dtype_parse(t->s, (size_t)t->len, &dtype) < 0)
-            return perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected f32, f16 or bf16",
-                        DESC(t));
+            return perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected %s",
+                        DESC(t), ein_dtype_names());
     }
     if ((rc = expect_eol(p, "the input declaration")) < 0)
         return rc;
@@ -826,8 +829,8 @@ static int parse_concat_slice_op(const block_call *c, int *id, ein_error *e)
     return 0;
 }
 
-/* rope(x, head_dim[, theta]), attention(q, k, v), split_heads(x, head_dim)
- * and merge_heads(x). */
+/* rope(x, head_dim[, theta]), attention(q, k, v), split_heads(x, head_dim),
+ * merge_heads(x) and embedding(table, ids). */
 static int parse_heads_op(const block_call *c, int *id, ein_error *e)
 {
     parser *p = c->p;
@@ -855,6 +858,11 @@ static int parse_heads_op(const block_call *c, int *id, ein_error *e)
             (rc = tok_size(p, args[1], "the head dim", &v1)) < 0)
             return rc;
         *id = ein_graph_split_heads(p->g, c->name, x, v1, e);
+        return 0;
+    case OP_EMBEDDING:
+        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &w)) < 0)
+            return rc;
+        *id = ein_graph_embedding(p->g, c->name, x, w, e);
         return 0;
     default: /* OP_MERGE_HEADS */
         if ((rc = tok_tensor(p, args[0], &x)) < 0)
@@ -884,6 +892,7 @@ static int parse_block_op(parser *p, const op_def *op, const char *name, const t
     case OP_ATTENTION:
     case OP_SPLIT_HEADS:
     case OP_MERGE_HEADS:
+    case OP_EMBEDDING:
         return parse_heads_op(&c, id, e);
     default:
         break;

@@ -1,8 +1,10 @@
 /* tools/eingen.c — write the paper's workloads (§6) as .ein programs.
  *
- *   eingen llama --seqs S --tokens T [--blocks B] [--dtype f16|bf16|f32]
+ *   eingen llama (--seqs S --tokens T | --seq-lens L1,L2,...) [--blocks B]
+ *                [--dtype f16|bf16|f32]
  *                [--scale F | --heads H --kv-heads K --head-dim D --d-ff N]
- *                [--theta X] [--eps E] [--hf]
+ *                [--theta X] [--eps E] [--hf] [--config config.json]
+ *                [--model [--vocab V] [--tied] [--logits last|all]]
  *   eingen chain A|B|C|D|E [--dtype ...] [--scale F]
  *
  * llama: B LLaMA blocks (d_model 4096, 32 query heads, 8 kv heads, head
@@ -11,18 +13,23 @@
  * 1x128K, 8x1K and 128x1K are --seqs 1 --tokens 1024, ...).
  * chain: the matrix chains A..E of PAPER_NOTES §5 with their exact dims
  * and parenthesisations. --scale shrinks either to laptop size; --hf writes
- * llama in Hugging Face's layout (docs/hf-llama.md). The program goes to
- * stdout. */
+ * llama in Hugging Face's layout (docs/hf-llama.md); --model writes the
+ * whole decoder (token ids in, logits out); --config takes the sizes from a
+ * transformers config.json. The program goes to stdout. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
 
+#include <jansson.h>
+
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: eingen llama --seqs S --tokens T [--blocks B] [--dtype f16|bf16|f32]\n"
+    fprintf(f, "usage: eingen llama (--seqs S --tokens T | --seq-lens L1,L2,...) [--blocks B]\n"
+               "                   [--dtype f16|bf16|f32]\n"
                "                   [--scale F | --heads H --kv-heads K --head-dim D --d-ff N]\n"
-               "                   [--theta X] [--eps E] [--hf]\n"
+               "                   [--theta X] [--eps E] [--hf] [--config config.json]\n"
+               "                   [--model [--vocab V] [--tied] [--logits last|all]]\n"
                "       eingen chain A|B|C|D|E [--dtype f16|bf16|f32] [--scale F]\n"
                "\n"
                "--scale F   shrink the model so it runs in seconds on a laptop: llama keeps\n"
@@ -36,26 +43,92 @@ static void usage(FILE *f)
                "            rope(..., style=half); the header lists the --map arguments that\n"
                "            bind a checkpoint's tensors (docs/hf-llama.md).\n"
                "--theta X   rope base (default 500000, LLaMA 3; LLaMA 2 uses 10000).\n"
-               "--eps E     rmsnorm epsilon (default 1e-5).\n");
+               "--eps E     rmsnorm epsilon (default 1e-5).\n"
+               "--seq-lens  packed sequences of these lengths (tokens = their sum), instead\n"
+               "            of --seqs S equal ones.\n"
+               "--model     the whole decoder: i32 token ids `ids[tokens]`, embedding\n"
+               "            `embed[vocab, d_model]`, the blocks, a final rmsnorm\n"
+               "            (`final_norm`) and lm_head; saves `logits`, of each sequence's\n"
+               "            last token ([S, vocab], --logits last, the default) or of\n"
+               "            every token ([tokens, vocab], --logits all).\n"
+               "--vocab V   vocabulary rows (default 128256, LLaMA 3).\n"
+               "--tied      lm_head is the embedding (tie_word_embeddings); otherwise an\n"
+               "            input `lm_head` ([vocab, d_model] with --hf, else [d_model, vocab]).\n"
+               "--config F  sizes from a transformers config.json: hidden_size,\n"
+               "            intermediate_size, num_attention_heads, num_key_value_heads,\n"
+               "            head_dim, num_hidden_layers (blocks), vocab_size, rms_norm_eps,\n"
+               "            rope_theta, tie_word_embeddings, torch_dtype; options given on\n"
+               "            the command line win.\n");
 }
+
+#define MAX_SEQS 512
 
 typedef struct llama_cfg {
     long seqs, tokens;
+    long lens[MAX_SEQS];    /* with --seq-lens: each sequence's length */
+    int have_lens;
     int blocks;
     const char *dtype;
     long heads, kv_heads, head_dim, d_ff;
     double theta, eps;
     int hf;
+    int model, tied, all_logits;
+    long vocab;
 } llama_cfg;
+
+/* The rows of each sequence's last token, gathered into `lastx` [S, d_model]
+ * by slices and concats (at most 16 inputs each, a tree above that). */
+static void gather_last(const llama_cfg *c, const char *x)
+{
+    long n = c->seqs, end = 0;
+    char (*names)[40] = malloc((size_t)n * sizeof *names);
+    for (long i = 0; i < n; i++) {
+        end += c->lens[i];
+        snprintf(names[i], sizeof names[i], n == 1 ? "lastx" : "last_%ld", i);
+        printf("%s = slice(%s, 0, %ld, %ld)\n", names[i], x, end - 1, end);
+    }
+    for (int level = 0; n > 1; level++) {
+        long m = 0;
+        for (long i = 0; i < n; i += 16, m++) {
+            long k = n - i < 16 ? n - i : 16;
+            char out[40];
+            if (n <= 16)
+                snprintf(out, sizeof out, "lastx");
+            else
+                snprintf(out, sizeof out, "cat%d_%ld", level, m);
+            if (k == 1) {
+                memcpy(names[m], names[i], sizeof names[m]);
+                continue;
+            }
+            printf("%s = concat(", out);
+            for (long j = 0; j < k; j++)
+                printf("%s, ", names[i + j]);
+            printf("0)\n");
+            memcpy(names[m], out, sizeof out);
+        }
+        n = m;
+    }
+    free(names);
+}
 
 static int llama(const llama_cfg *c)
 {
     long seqs = c->seqs, tokens = c->tokens;
     int blocks = c->blocks;
     long d_model = c->heads * c->head_dim, d_kv = c->kv_heads * c->head_dim;
-    printf("# %d LLaMA block%s (paper section 6): %ldx%ld tokens (sequences x tokens each).\n",
-           blocks, blocks == 1 ? "" : "s", seqs, tokens / seqs);
-    printf("# Generated by: eingen llama --seqs %ld --tokens %ld --blocks %d", seqs, tokens, blocks);
+    if (c->have_lens)
+        printf("# %d LLaMA block%s%s: %ld tokens in %ld packed sequences.\n", blocks,
+               blocks == 1 ? "" : "s", c->model ? " (a whole model)" : "", tokens, seqs);
+    else
+        printf("# %d LLaMA block%s%s (paper section 6): %ldx%ld tokens (sequences x tokens each).\n",
+               blocks, blocks == 1 ? "" : "s", c->model ? " (a whole model)" : "", seqs, tokens / seqs);
+    if (c->have_lens) {
+        printf("# Generated by: eingen llama --seq-lens ");
+        for (long i = 0; i < seqs; i++)
+            printf("%s%ld", i ? "," : "", c->lens[i]);
+        printf(" --blocks %d", blocks);
+    } else
+        printf("# Generated by: eingen llama --seqs %ld --tokens %ld --blocks %d", seqs, tokens, blocks);
     if (c->heads != 32 || c->kv_heads != 8 || c->head_dim != 128 || c->d_ff != 14336)
         printf(" --heads %ld --kv-heads %ld --head-dim %ld --d-ff %ld", c->heads, c->kv_heads,
                c->head_dim, c->d_ff);
@@ -63,18 +136,39 @@ static int llama(const llama_cfg *c)
         printf(" --theta %g", c->theta);
     if (c->eps != 1e-5)
         printf(" --eps %g", c->eps);
+    if (strcmp(c->dtype, "f16"))
+        printf(" --dtype %s", c->dtype);
+    if (c->model)
+        printf(" --model --vocab %ld%s%s", c->vocab, c->tied ? " --tied" : "",
+               c->all_logits ? " --logits all" : "");
     printf("%s\n", c->hf ? " --hf" : "");
-    if (c->hf) {
+    static const char *const map[][2] = {
+        {"attn_norm", "input_layernorm.weight"}, {"wq", "self_attn.q_proj.weight"},
+        {"wk", "self_attn.k_proj.weight"},       {"wv", "self_attn.v_proj.weight"},
+        {"wo", "self_attn.o_proj.weight"},       {"ffn_norm", "post_attention_layernorm.weight"},
+        {"w1", "mlp.gate_proj.weight"},          {"w3", "mlp.up_proj.weight"},
+        {"w2", "mlp.down_proj.weight"},
+    };
+    if (c->hf && c->model) {
+        printf("# Hugging Face layout: run a transformers checkpoint with\n"
+               "#   einrun --weights model.safetensors --input ids=IDS.npy (i32 token ids)\n");
+        printf("#   --map 'embed=model.embed_tokens.weight'\n");
+        for (int b = 0; b < blocks; b++)
+            for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+                char s[16] = "";
+                if (blocks > 1)
+                    snprintf(s, sizeof s, "_%d", b);
+                printf("#   --map '%s%s=model.layers.%d.%s'\n", map[i][0], s, b, map[i][1]);
+            }
+        printf("#   --map 'final_norm=model.norm.weight'\n");
+        if (!c->tied)
+            printf("#   --map 'lm_head=lm_head.weight'\n");
+        else
+            printf("# (tied: lm_head is model.embed_tokens.weight, no lm_head.weight)\n");
+    } else if (c->hf) {
         printf("# Hugging Face layout: bind a transformers checkpoint with einrun --weights\n"
                "# model.safetensors and, for block b (inputs suffixed _b when there are\n"
                "# several blocks):\n");
-        static const char *const map[][2] = {
-            {"attn_norm", "input_layernorm.weight"}, {"wq", "self_attn.q_proj.weight"},
-            {"wk", "self_attn.k_proj.weight"},       {"wv", "self_attn.v_proj.weight"},
-            {"wo", "self_attn.o_proj.weight"},       {"ffn_norm", "post_attention_layernorm.weight"},
-            {"w1", "mlp.gate_proj.weight"},          {"w3", "mlp.up_proj.weight"},
-            {"w2", "mlp.down_proj.weight"},
-        };
         for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
             printf("#   --map '%s%s=model.layers.b.%s'\n", map[i][0], blocks > 1 ? "_b" : "",
                    map[i][1]);
@@ -88,10 +182,14 @@ static int llama(const llama_cfg *c)
     printf("dtype %s\n", c->dtype);
     printf("seqs [");
     for (long i = 0; i < seqs; i++)
-        printf("%s%ld", i ? ", " : "", tokens / seqs);
+        printf("%s%ld", i ? ", " : "", c->lens[i]);
     printf("]\n");
-    printf("input x[tokens, d_model]\n");
     const char *prev = "x";
+    if (c->model) {
+        printf("dims vocab=%ld\n", c->vocab);
+        printf("input ids[tokens] i32\ninput embed[vocab, d_model]\nx = embedding(embed, ids)\n");
+    } else
+        printf("input x[tokens, d_model]\n");
     char cur[32], eps[32], rope[64];
     if (c->eps == 1e-5)
         snprintf(eps, sizeof eps, "1e-5");
@@ -134,8 +232,99 @@ static int llama(const llama_cfg *c)
         memcpy(keep, cur, sizeof keep);
         prev = keep;
     }
+    if (c->model) {
+        printf("\n# final norm and lm_head\ninput final_norm[d_model]\n");
+        printf("xf = rmsnorm(%s, final_norm, %s)\n", prev, eps);
+        const char *xl = "xf";
+        if (!c->all_logits) {
+            printf("# the last token of each sequence\n");
+            gather_last(c, "xf");
+            xl = "lastx";
+        }
+        if (c->tied)
+            printf("logits = einsum(\"ij,kj->ik\", %s, embed)\n", xl);
+        else if (c->hf)
+            printf("input lm_head[vocab, d_model]\nlogits = einsum(\"ij,kj->ik\", %s, lm_head)\n", xl);
+        else
+            printf("input lm_head[d_model, vocab]\nlogits = matmul(%s, lm_head)\n", xl);
+        printf("save logits\n");
+        return 0;
+    }
     printf("save %s\n", prev);
     return 0;
+}
+
+/* Sizes from a transformers config.json into c (only the keys present);
+ * 0, or -1 with a message. */
+static int read_config(const char *path, llama_cfg *c)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) {
+        fprintf(stderr, "eingen: --config %s: %s (line %d)\n", path, je.text, je.line);
+        return -1;
+    }
+    if (!json_is_object(root)) {
+        fprintf(stderr, "eingen: --config %s: expected a JSON object\n", path);
+        json_decref(root);
+        return -1;
+    }
+    static const struct { const char *key; size_t off; long lo, hi; } ints[] = {
+        {"hidden_size", 0, 1, 1 << 20}, {"intermediate_size", 0, 1, 1 << 22},
+        {"num_attention_heads", 0, 1, 1 << 12}, {"num_key_value_heads", 0, 1, 1 << 12},
+        {"head_dim", 0, 2, 1 << 12}, {"num_hidden_layers", 0, 1, 4096},
+        {"vocab_size", 0, 1, 1L << 24},
+    };
+    long v[7] = {0};
+    int rc = 0;
+    for (int i = 0; i < 7 && rc == 0; i++) {
+        json_t *x = json_object_get(root, ints[i].key);
+        if (!x || json_is_null(x))
+            continue;
+        if (!json_is_integer(x) || json_integer_value(x) < ints[i].lo ||
+            json_integer_value(x) > ints[i].hi) {
+            fprintf(stderr, "eingen: --config %s: %s must be a whole number from %ld to %ld\n",
+                    path, ints[i].key, ints[i].lo, ints[i].hi);
+            rc = -1;
+        } else
+            v[i] = (long)json_integer_value(x);
+    }
+    json_t *x;
+    if (rc == 0 && (x = json_object_get(root, "rms_norm_eps")) && json_is_number(x))
+        c->eps = json_number_value(x);
+    if (rc == 0 && (x = json_object_get(root, "rope_theta")) && json_is_number(x))
+        c->theta = json_number_value(x);
+    if (rc == 0 && (x = json_object_get(root, "tie_word_embeddings")) && json_is_boolean(x))
+        c->tied = json_is_true(x);
+    if (rc == 0 && (x = json_object_get(root, "torch_dtype")) && json_is_string(x)) {
+        const char *d = json_string_value(x);
+        c->dtype = !strcmp(d, "bfloat16") ? "bf16" : !strcmp(d, "float16") ? "f16"
+                 : !strcmp(d, "float32") ? "f32" : c->dtype;
+    }
+    if (rc == 0 && (x = json_object_get(root, "rope_scaling")) && !json_is_null(x))
+        fprintf(stderr, "eingen: --config %s: rope_scaling is not supported and is ignored\n", path);
+    if (rc == 0) {
+        if (v[2])
+            c->heads = v[2];
+        c->kv_heads = v[3] ? v[3] : v[2] ? v[2] : c->kv_heads;
+        if (v[4])
+            c->head_dim = v[4];
+        else if (v[0] && c->heads && v[0] % c->heads == 0)
+            c->head_dim = v[0] / c->heads;
+        if (v[0] && v[0] != c->heads * c->head_dim) {
+            fprintf(stderr, "eingen: --config %s: hidden_size %ld is not num_attention_heads %ld "
+                            "x head_dim %ld (not supported)\n", path, v[0], c->heads, c->head_dim);
+            rc = -1;
+        }
+        if (v[1])
+            c->d_ff = v[1];
+        if (v[5])
+            c->blocks = (int)v[5];
+        if (v[6])
+            c->vocab = v[6];
+    }
+    json_decref(root);
+    return rc;
 }
 
 typedef struct chain_def {
@@ -229,8 +418,8 @@ static long whole(const char *opt, const char *v, long lo, long hi)
 
 int main(int argc, char **argv)
 {
-    llama_cfg c = {.blocks = 1, .dtype = "f16", .heads = 32, .kv_heads = 8, .head_dim = 128,
-                   .d_ff = 14336, .theta = 500000, .eps = 1e-5};
+    static llama_cfg c = {.blocks = 1, .dtype = "f16", .heads = 32, .kv_heads = 8, .head_dim = 128,
+                          .d_ff = 14336, .theta = 500000, .eps = 1e-5, .vocab = 128256};
     double scale = 1.0;
     int explicit_dims = 0;
     if (argc < 2) {
@@ -241,6 +430,13 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    /* --config first: the command line's own options override it. */
+    for (int i = 2; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--config")) {
+            if (read_config(argv[i + 1], &c) < 0)
+                return 2;
+            explicit_dims = 1;
+        }
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long *dim = !strcmp(a, "--heads") ? &c.heads : !strcmp(a, "--kv-heads") ? &c.kv_heads
@@ -279,6 +475,36 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(a, "--hf")) {
             c.hf = 1;
+        } else if (!strcmp(a, "--config") && v) {
+            i++; /* read above */
+        } else if (!strcmp(a, "--model")) {
+            c.model = 1;
+        } else if (!strcmp(a, "--tied")) {
+            c.tied = 1;
+        } else if (!strcmp(a, "--logits") && v && (!strcmp(v, "last") || !strcmp(v, "all"))) {
+            c.all_logits = !strcmp(argv[++i], "all");
+        } else if (!strcmp(a, "--vocab") && v) {
+            if ((c.vocab = whole(a, argv[++i], 1, 1L << 24)) < 0)
+                return 2;
+        } else if (!strcmp(a, "--seq-lens") && v) {
+            const char *p = argv[++i];
+            c.seqs = c.tokens = 0;
+            c.have_lens = 1;
+            for (;;) {
+                char *end;
+                long x = strtol(p, &end, 10);
+                if (end == p || x < 1 || x > (1L << 24) || c.seqs == MAX_SEQS ||
+                    (*end && *end != ',')) {
+                    fprintf(stderr, "eingen: --seq-lens '%s': expected up to %d lengths from 1 "
+                                    "to 2^24 separated by commas, e.g. 5,9,3\n", argv[i], MAX_SEQS);
+                    return 2;
+                }
+                c.lens[c.seqs++] = x;
+                c.tokens += x;
+                if (!*end)
+                    break;
+                p = end + 1;
+            }
         } else if (!strcmp(argv[1], "chain") && i == 2 && strlen(a) == 1) {
             continue;
         } else {
@@ -288,10 +514,17 @@ int main(int argc, char **argv)
         }
     }
     if (!strcmp(argv[1], "llama")) {
-        if (c.seqs < 1 || c.tokens < 1 || c.tokens % c.seqs || c.seqs > 512 || c.blocks < 1 ||
+        if (c.seqs < 1 || c.tokens < 1 || (!c.have_lens && c.tokens % c.seqs) || c.seqs > MAX_SEQS || c.blocks < 1 ||
             c.blocks > 4096) {
             fprintf(stderr, "eingen: llama needs --seqs S and --tokens T with S in 1..512 "
-                            "dividing T, and --blocks in 1..4096\n");
+                            "dividing T (or --seq-lens), and --blocks in 1..4096\n");
+            return 2;
+        }
+        if (!c.have_lens)
+            for (long i = 0; i < c.seqs; i++)
+                c.lens[i] = c.tokens / c.seqs;
+        if ((c.tied || c.all_logits) && !c.model) {
+            fprintf(stderr, "eingen: --tied and --logits need --model\n");
             return 2;
         }
         if (scale != 1.0) {
@@ -314,7 +547,7 @@ int main(int argc, char **argv)
         return llama(&c);
     }
     if (!strcmp(argv[1], "chain") && argc >= 3 && strlen(argv[2]) == 1) {
-        if (explicit_dims || c.hf) {
+        if (explicit_dims || c.hf || c.model) {
             fprintf(stderr, "eingen: chain takes --dtype and --scale only\n");
             return 2;
         }

@@ -13,14 +13,19 @@
 extern "C" {
 #endif
 
-/* Element types. f16 and bf16 are stored as such (2 bytes). */
+/* Element types. f16 and bf16 are stored as such (2 bytes). i32 and i64
+ * are integer tensors (token ids, row indices): they can be inputs,
+ * outputs, split and moved (slice, concat, copy) and index an embedding,
+ * but no arithmetic operator takes them. */
 typedef enum ein_dtype {
     EIN_F32 = 0,
     EIN_F16 = 1,
     EIN_BF16 = 2,
+    EIN_I32 = 3,
+    EIN_I64 = 4,
 } ein_dtype;
 
-#define EIN_DTYPE_COUNT 3
+#define EIN_DTYPE_COUNT 5
 
 /* Which elements of a head rotary position embedding rotates together, by
  * the same angle p * theta^(-2i/head_dim) for pair i (ein_graph_rope_ex). */
@@ -60,7 +65,8 @@ typedef struct ein_error {
 
 /* A short name for a code ("parse error", "shape error", ...). */
 const char *ein_strerror(int code);
-/* Bytes per element (4 or 2), and the name ("f32", "f16", "bf16"). */
+/* Bytes per element (4, 2 or 8), and the name ("f32", "f16", "bf16",
+ * "i32", "i64"); 0 and "?" for a value that is not an ein_dtype. */
 size_t ein_dtype_size(ein_dtype t);
 const char *ein_dtype_name(ein_dtype t);
 

@@ -118,6 +118,14 @@ ein_tensor ein_graph_split_heads(ein_graph *g, const char *name, ein_tensor x,
                                  int64_t head_dim, ein_error *err);
 ein_tensor ein_graph_merge_heads(ein_graph *g, const char *name, ein_tensor x,
                                  ein_error *err);
+/* Row gather out[t, :] = table[ids[t], :]: table [rows, dim] (f32, f16 or
+ * bf16), ids [tokens] (EIN_I32 or EIN_I64); out [tokens, dim] in the
+ * table's dtype. A token embedding (table = the embedding weights, ids =
+ * token ids) or a pick of activation rows (table = hidden states, ids =
+ * positions). An id outside [0, rows) fails the run with a message naming
+ * the tensor, the token and the id. */
+ein_tensor ein_graph_embedding(ein_graph *g, const char *name, ein_tensor table, ein_tensor ids,
+                               ein_error *err);
 
 /* ---- planning (the logical half of the paper's compileGraph) ---------- */
 typedef struct ein_plan_options {

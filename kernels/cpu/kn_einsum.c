@@ -610,9 +610,10 @@ int kn_cpu_einsum(const char *subscripts, const kn_block *a, const kn_block *b,
         const kn_block *k = e.blk[x];
         if (!k)
             continue;
-        if (!ein_dtype_valid((int)k->dtype))
-            return ein_fail(err, EIN_EINVAL, "einsum %s: %s has invalid dtype %d", subscripts,
-                            kn_opname[x], (int)k->dtype);
+        if (!ein_dtype_is_float((int)k->dtype))
+            return ein_fail(err, EIN_EINVAL, "einsum %s: %s has dtype %s (%d); einsum computes "
+                            "on f32, f16 or bf16 only", subscripts, kn_opname[x],
+                            ein_dtype_name(k->dtype), (int)k->dtype);
         if (k->box.rank != e.sp.rank[x])
             return ein_fail(err, EIN_ESHAPE, "einsum %s: %s has %d letters but its box has rank %d",
                             subscripts, kn_opname[x], e.sp.rank[x], k->box.rank);

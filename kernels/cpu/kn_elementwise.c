@@ -73,7 +73,7 @@ static const void *kn_at(const kn_block *k, int64_t i)
     return (const char *)k->data + i * (int64_t)ein_dtype_size(k->dtype);
 }
 
-/* Common checks: a valid dtype, data present, and the box of `out`. */
+/* Common checks: a float dtype, data present, and the box of `out`. */
 static int kn_check(const char *what, const char *name, const kn_block *k, const kn_block *out,
                     ein_error *err)
 {
@@ -83,6 +83,9 @@ static int kn_check(const char *what, const char *name, const kn_block *k, const
     if (!ein_dtype_valid((int)k->dtype))
         return ein_fail(err, EIN_EINVAL, "%s: %s has invalid dtype %d", what, name,
                         (int)k->dtype);
+    if (!ein_dtype_is_float((int)k->dtype))
+        return ein_fail(err, EIN_EINVAL, "%s: %s is %s; this kernel computes on f32, f16 or "
+                        "bf16 only", what, name, ein_dtype_name(k->dtype));
     if (k != out && !ein_box_equal(&k->box, &out->box))
         return ein_fail(err, EIN_ESHAPE, "%s: out box %s differs from %s box %s", what,
                         ein_box_format(&out->box, b1, sizeof b1), name,

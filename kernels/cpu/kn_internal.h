@@ -14,9 +14,16 @@
 #define KN_CHUNK 1024
 
 /* A block is usable: non-NULL, valid dtype, rank `rank` (-1: any rank in
- * 0..EIN_MAX_RANK), lo <= hi in every dimension, data unless empty. */
+ * 0..EIN_MAX_RANK), lo <= hi in every dimension, data unless empty.
+ * kn_blk_check also wants a float dtype (the kernels that compute);
+ * kn_blk_check_any takes integers too (layout kernels, embedding ids). */
 int kn_blk_check(const char *what, const char *name, const kn_block *k, int rank,
                  ein_error *err);
+int kn_blk_check_any(const char *what, const char *name, const kn_block *k, int rank,
+                     ein_error *err);
+/* src can be copied into dst: same dtype, or both float (converted). */
+int kn_dtype_copyable(const char *what, const kn_block *src, const kn_block *dst,
+                      ein_error *err);
 
 /* Row-major element strides of a box. */
 void kn_box_strides(const ein_box *b, int64_t *st);

@@ -15,7 +15,7 @@ int kn_cpu_concat(int axis, const int64_t *offsets, const kn_block *ins, int n,
     const char *what = "concat";
     char b1[256], b2[256];
     int rc;
-    if ((rc = kn_blk_check(what, "out", out, -1, err)) < 0)
+    if ((rc = kn_blk_check_any(what, "out", out, -1, err)) < 0)
         return rc;
     if (n < 1 || !ins || !offsets)
         return ein_fail(err, EIN_EINVAL, "%s: needs at least one input and its offset, got %d",
@@ -31,7 +31,8 @@ int kn_cpu_concat(int axis, const int64_t *offsets, const kn_block *ins, int n,
     for (int i = 0; i < n; i++) {
         char name[32];
         snprintf(name, sizeof name, "input %d", i);
-        if ((rc = kn_blk_check(what, name, &ins[i], r, err)) < 0)
+        if ((rc = kn_blk_check_any(what, name, &ins[i], r, err)) < 0 ||
+            (rc = kn_dtype_copyable(what, &ins[i], out, err)) < 0)
             return rc;
         const ein_box *ib = &ins[i].box;
         int64_t extent = i + 1 < n ? offsets[i + 1] - offsets[i] : INT64_MAX;
@@ -63,8 +64,9 @@ int kn_cpu_slice(int axis, int64_t start, const kn_block *x, kn_block *out, ein_
     const char *what = "slice";
     char b1[256], b2[256], b3[256];
     int rc;
-    if ((rc = kn_blk_check(what, "x", x, -1, err)) < 0 ||
-        (rc = kn_blk_check(what, "out", out, x->box.rank, err)) < 0)
+    if ((rc = kn_blk_check_any(what, "x", x, -1, err)) < 0 ||
+        (rc = kn_blk_check_any(what, "out", out, x->box.rank, err)) < 0 ||
+        (rc = kn_dtype_copyable(what, x, out, err)) < 0)
         return rc;
     if (axis < 0 || axis >= x->box.rank)
         return ein_fail(err, EIN_EINVAL, "%s: axis %d is outside rank %d", what, axis,

@@ -8,6 +8,7 @@
 
 #include <string.h>
 
+
 int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
                ein_error *err)
 {
@@ -20,6 +21,15 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
     /* The registry's arity, as the validator checks it. */
     if (ein_kernel_check_arity(k->kind, nin, err) < 0)
         return EIN_EINVAL;
+    /* The dtype table says which kinds take which dtypes (integers: only
+     * layout kernels and an embedding's ids). */
+    for (int i = -1; i < nin; i++) {
+        const kn_block *b = i < 0 ? out : &ins[i];
+        if (ein_dtype_valid((int)b->dtype) && !ein_dtype_kernel_ok((int)b->dtype, (int)k->kind))
+            return ein_fail(err, EIN_EINVAL, "kernel %s: %s is %s, which this kernel does not take",
+                            ein_kernel_kind_name(k->kind), i < 0 ? "out" : "an input",
+                            ein_dtype_name(b->dtype));
+    }
     switch (k->kind) {
     case EIN_KERNEL_EINSUM:
         /* The IR keeps subscripts in a fixed array: never read past it. */
@@ -68,6 +78,11 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
         return kn_cpu_attention_partial(k->group, k->list, k->nlist, &ins[0],
                                         nin == 3 ? &ins[1] : NULL, nin == 3 ? &ins[2] : NULL,
                                         out, err);
+    case EIN_KERNEL_EMBEDDING:
+        if (nin != 2)
+            return ein_fail(err, EIN_EINVAL, "kernel embedding: takes 2 inputs (table, ids), got %d",
+                            nin);
+        return kn_cpu_embedding(k->rows, &ins[0], &ins[1], out, err);
     case EIN_KERNEL_COUNT:
         break;
     }

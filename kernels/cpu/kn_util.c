@@ -13,6 +13,16 @@ const char *kn_fmt(const ein_box *b, char *buf, size_t len)
 int kn_blk_check(const char *what, const char *name, const kn_block *k, int rank,
                  ein_error *err)
 {
+    int rc = kn_blk_check_any(what, name, k, rank, err);
+    if (rc == 0 && !ein_dtype_is_float((int)k->dtype))
+        return ein_fail(err, EIN_EINVAL, "%s: %s is %s; this kernel computes on f32, f16 or "
+                        "bf16 only", what, name, ein_dtype_name(k->dtype));
+    return rc;
+}
+
+int kn_blk_check_any(const char *what, const char *name, const kn_block *k, int rank,
+                     ein_error *err)
+{
     if (!k)
         return ein_fail(err, EIN_EINVAL, "%s: missing %s", what, name);
     if (!ein_dtype_valid((int)k->dtype))
@@ -31,6 +41,16 @@ int kn_blk_check(const char *what, const char *name, const kn_block *k, int rank
     if (!k->data && ein_box_volume(&k->box) > 0)
         return ein_fail(err, EIN_EINVAL, "%s: %s has no data", what, name);
     return 0;
+}
+
+int kn_dtype_copyable(const char *what, const kn_block *src, const kn_block *dst,
+                      ein_error *err)
+{
+    if (src->dtype == dst->dtype ||
+        (ein_dtype_is_float((int)src->dtype) && ein_dtype_is_float((int)dst->dtype)))
+        return 0;
+    return ein_fail(err, EIN_EINVAL, "%s: cannot copy %s into %s (integers are never converted)",
+                    what, ein_dtype_name(src->dtype), ein_dtype_name(dst->dtype));
 }
 
 void kn_box_strides(const ein_box *b, int64_t *st)

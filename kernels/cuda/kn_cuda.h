@@ -90,6 +90,11 @@ int kn_cuda_split_heads(int64_t head_dim, const kn_block *x, kn_block *out, void
                         ein_error *err);
 int kn_cuda_merge_heads(int64_t head_dim, const kn_block *x, kn_block *out, void *stream,
                         ein_error *err);
+/* kn_cpu_embedding's rules; an id outside [0, rows) traps the kernel (a
+ * device error reported at the next synchronisation, after a printf of
+ * the token and id) and is never read through. */
+int kn_cuda_embedding(int64_t rows, const kn_block *table, const kn_block *ids, kn_block *out,
+                      void *stream, ein_error *err);
 
 /* Causal GQA attention over packed sequences (kn_cpu_attention). f16 and
  * bf16 with head dim 64 or 128 and all of q, k, v, out in that dtype run a

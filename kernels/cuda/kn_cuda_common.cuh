@@ -103,12 +103,14 @@ static inline void kn_cu_strides(const ein_box *b, int64_t *st)
     }
 }
 
-static inline int kn_cu_blk(const char *what, const char *name, const kn_block *k, int rank,
-                            ein_error *err)
+/* A usable block (kn_blk_check_any's rules): any valid dtype, integers
+ * included (layout kernels, embedding ids). */
+static inline int kn_cu_blk_any(const char *what, const char *name, const kn_block *k, int rank,
+                                ein_error *err)
 {
     if (!k)
         return kn_cu_fail(err, EIN_EINVAL, "%s: missing %s", what, name);
-    if ((int)k->dtype < 0 || (int)k->dtype >= EIN_DTYPE_COUNT)
+    if (!ein_dtype_valid((int)k->dtype))
         return kn_cu_fail(err, EIN_EINVAL, "%s: %s has invalid dtype %d", what, name,
                           (int)k->dtype);
     if (k->box.rank < 0 || k->box.rank > EIN_MAX_RANK || (rank >= 0 && k->box.rank != rank))
@@ -120,6 +122,18 @@ static inline int kn_cu_blk(const char *what, const char *name, const kn_block *
     if (!k->data && kn_cu_vol(&k->box) > 0)
         return kn_cu_fail(err, EIN_EINVAL, "%s: %s has no data", what, name);
     return 0;
+}
+
+/* A usable block of a float dtype: what every computing kernel takes, so
+ * that KN_CU_DISPATCH below only ever sees f32, f16 or bf16. */
+static inline int kn_cu_blk(const char *what, const char *name, const kn_block *k, int rank,
+                            ein_error *err)
+{
+    int rc = kn_cu_blk_any(what, name, k, rank, err);
+    if (rc == 0 && !ein_dtype_is_float((int)k->dtype))
+        return kn_cu_fail(err, EIN_EINVAL, "%s: %s is %s; this kernel computes on f32, f16 or "
+                          "bf16 only", what, name, ein_dtype_name(k->dtype));
+    return rc;
 }
 
 /* ---- device dtype access ---- */
@@ -145,13 +159,15 @@ template <> __device__ __forceinline__ void st<__nv_bfloat16>(__nv_bfloat16 *p, 
     p[i] = __float2bfloat16_rn(v);
 }
 
-/* Run F<T>(args) with T the C type of dtype dt. */
+/* Run F<T>(args) with T the C type of float dtype dt. Callers check their
+ * blocks with kn_cu_blk first; any other dtype runs nothing. */
 #define KN_CU_DISPATCH(dt, T, ...)                                                         \
     do {                                                                                   \
         switch (dt) {                                                                      \
         case EIN_F32: { typedef float T; __VA_ARGS__; } break;                             \
         case EIN_F16: { typedef __half T; __VA_ARGS__; } break;                            \
-        default: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;                          \
+        case EIN_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;                    \
+        default: break;                                                                    \
         }                                                                                  \
     } while (0)
 

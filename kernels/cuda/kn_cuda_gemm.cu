@@ -113,7 +113,7 @@ extern "C" int kn_cuda_gemm(kn_cuda_ctx *c, const kn_cuda_gemm_args *g, void *st
     const char *what = "cuda gemm";
     if (!c || !g)
         return kn_cu_fail(err, EIN_EINVAL, "%s: no context or arguments", what);
-    if ((int)g->ab_dtype < 0 || (int)g->ab_dtype >= EIN_DTYPE_COUNT ||
+    if (!ein_dtype_is_float((int)g->ab_dtype) ||
         (g->c_dtype != EIN_F32 && g->c_dtype != g->ab_dtype))
         return kn_cu_fail(err, EIN_EINVAL, "%s: C must be f32 or A's dtype", what);
     if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0)

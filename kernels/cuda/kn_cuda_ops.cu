@@ -632,6 +632,15 @@ static int kn_cu_walk16(const kn_cu_walk &m, size_t es, const void *x, const voi
     return 1;
 }
 
+/* x can be copied into y: same dtype, or both float (converted). */
+static int kn_cu_copyable(const char *what, const kn_block *x, const kn_block *y, ein_error *err)
+{
+    if (x->dtype == y->dtype || (ein_dtype_is_float((int)x->dtype) && ein_dtype_is_float((int)y->dtype)))
+        return 0;
+    return kn_cu_fail(err, EIN_EINVAL, "%s: cannot copy %s into %s (integers are never converted)",
+                      what, ein_dtype_name(x->dtype), ein_dtype_name(y->dtype));
+}
+
 static int kn_cu_copy(const char *what, const kn_cu_walk &w, const kn_block *x, kn_block *y,
                       cudaStream_t s, ein_error *err)
 {
@@ -711,8 +720,9 @@ extern "C" int kn_cuda_slice(int axis, int64_t start, const kn_block *x, kn_bloc
 {
     const char *what = "cuda slice";
     int rc;
-    if ((rc = kn_cu_blk(what, "x", x, -1, err)) < 0 ||
-        (rc = kn_cu_blk(what, "out", out, x->box.rank, err)) < 0)
+    if ((rc = kn_cu_blk_any(what, "x", x, -1, err)) < 0 ||
+        (rc = kn_cu_blk_any(what, "out", out, x->box.rank, err)) < 0 ||
+        (rc = kn_cu_copyable(what, x, out, err)) < 0)
         return rc;
     if (axis < 0 || axis >= x->box.rank || start < 0)
         return kn_cu_fail(err, EIN_EINVAL, "%s: bad axis %d or start", what, axis);
@@ -734,7 +744,7 @@ extern "C" int kn_cuda_concat(int axis, const int64_t *offsets, const kn_block *
 {
     const char *what = "cuda concat";
     int rc;
-    if ((rc = kn_cu_blk(what, "out", out, -1, err)) < 0)
+    if ((rc = kn_cu_blk_any(what, "out", out, -1, err)) < 0)
         return rc;
     if (n < 1 || !ins || !offsets || axis < 0 || axis >= out->box.rank)
         return kn_cu_fail(err, EIN_EINVAL, "%s: bad inputs, offsets or axis", what);
@@ -743,7 +753,8 @@ extern "C" int kn_cuda_concat(int axis, const int64_t *offsets, const kn_block *
             return kn_cu_fail(err, EIN_EINVAL, "%s: offsets are not ascending", what);
     int64_t covered = 0;
     for (int i = 0; i < n; i++) {
-        if ((rc = kn_cu_blk(what, "input", &ins[i], out->box.rank, err)) < 0)
+        if ((rc = kn_cu_blk_any(what, "input", &ins[i], out->box.rank, err)) < 0 ||
+            (rc = kn_cu_copyable(what, &ins[i], out, err)) < 0)
             return rc;
         const ein_box *ib = &ins[i].box;
         int64_t extent = i + 1 < n ? offsets[i + 1] - offsets[i] : INT64_MAX;

@@ -192,6 +192,14 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
                           "supported on CUDA", k->subscripts);
     if (k->nlist < 0 || (k->nlist > 0 && !k->list))
         return kn_cu_fail(err, EIN_EINVAL, "cuda kernel: bad list");
+    /* The dtype table says which kinds take which dtypes. */
+    for (int i = -1; i < nin; i++) {
+        const kn_block *b = i < 0 ? out : &ins[i];
+        if (!ein_dtype_kernel_ok((int)b->dtype, (int)k->kind))
+            return kn_cu_fail(err, EIN_EINVAL, "cuda kernel %s: %s is %s, which it does not take",
+                              ein_kernel_kind_name(k->kind), i < 0 ? "out" : "an input",
+                              ein_dtype_name(b->dtype));
+    }
     switch (k->kind) {
     case EIN_KERNEL_EINSUM:
         if (!memchr(k->subscripts, '\0', sizeof k->subscripts))
@@ -233,6 +241,8 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
         return kn_cuda_attention_partial(k->group, k->list, k->nlist, &ins[0],
                                          nin == 3 ? &ins[1] : NULL, nin == 3 ? &ins[2] : NULL,
                                          out, stream, err);
+    case EIN_KERNEL_EMBEDDING:
+        return kn_cuda_embedding(k->rows, &ins[0], &ins[1], out, stream, err);
     case EIN_KERNEL_COUNT:
         break;
     }

@@ -24,19 +24,23 @@ _DTYPES = {
     "f32": (0, numpy.dtype(numpy.float32)),
     "f16": (1, numpy.dtype(numpy.float16)),
     "bf16": (2, numpy.dtype(numpy.uint16)),  # no NumPy dtype: the bit patterns
+    "i32": (3, numpy.dtype(numpy.int32)),
+    "i64": (4, numpy.dtype(numpy.int64)),
 }
 _DTYPE_BY_CODE = {v[0]: k for k, v in _DTYPES.items()}
-_DTYPE_ALIASES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+_DTYPE_ALIASES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "i32",
+                  "int64": "i64"}
 
 
 def _dtype_name(dtype, what):
-    """'f32' | 'f16' | 'bf16' from a name, a NumPy dtype or a scalar type."""
+    """'f32' | 'f16' | 'bf16' | 'i32' | 'i64' from a name, a NumPy dtype or a
+    scalar type."""
     if isinstance(dtype, str):
         name = _DTYPE_ALIASES.get(dtype, dtype)
         if name in _DTYPES:
             return name
         raise EinError(L.EIN_EINVAL, "%s: unknown dtype '%s'; expected f32, f16, bf16, "
-                       "numpy.float32 or numpy.float16" % (what, dtype))
+                       "i32, i64 or a NumPy float32, float16, int32 or int64" % (what, dtype))
     try:
         nd = numpy.dtype(dtype)
     except TypeError:
@@ -46,10 +50,14 @@ def _dtype_name(dtype, what):
             return "f32"
         if nd == numpy.float16:
             return "f16"
+        if nd == numpy.int32:
+            return "i32"
+        if nd == numpy.int64:
+            return "i64"
         if nd.name == "bfloat16":  # ml_dtypes, when a user has it
             return "bf16"
-    raise EinError(L.EIN_EINVAL, "%s: unsupported dtype %r; expected f32, f16, bf16, "
-                   "numpy.float32 or numpy.float16" % (what, dtype))
+    raise EinError(L.EIN_EINVAL, "%s: unsupported dtype %r; expected f32, f16, bf16, i32, "
+                   "i64 or a NumPy float32, float16, int32 or int64" % (what, dtype))
 
 
 def _bf16_from_f32(a):
@@ -124,7 +132,7 @@ def _exchange_chunks(text):
 # ---- tensor descriptions and tensors -------------------------------------
 class TensorDesc:
     """A zero-bounded tensor type: shape (a tuple of positive ints, rank
-    1..8), dtype ('f32', 'f16' or 'bf16') and optional dim names."""
+    1..8), dtype ('f32', 'f16', 'bf16', 'i32' or 'i64') and optional dim names."""
 
     __slots__ = ("shape", "dtype", "dim_names")
 
@@ -516,6 +524,14 @@ class Graph:
         err = L.ein_error()
         return self._add(_lib.ein_graph_merge_heads(self._p, _name_arg(name), x.id,
                                                     ctypes.byref(err)), err, "merge_heads")
+
+    def embedding(self, table, ids, name=None):
+        """out[t, :] = table[ids[t], :]: table [rows, dim] (float), ids
+        [tokens] (i32 or i64) -> [tokens, dim]."""
+        table, ids = self._t(table, "embedding"), self._t(ids, "embedding")
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_embedding(self._p, _name_arg(name), table.id, ids.id,
+                                                  ctypes.byref(err)), err, "embedding")
 
     # -- shorthands for unary and binary operators
     def relu(self, x, name=None):

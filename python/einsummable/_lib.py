@@ -169,6 +169,7 @@ _PROTOS = {
     "ein_graph_slice": (_T, [_P, _S, _T, _I, ctypes.c_int64, ctypes.c_int64, _E]),
     "ein_graph_split_heads": (_T, [_P, _S, _T, ctypes.c_int64, _E]),
     "ein_graph_merge_heads": (_T, [_P, _S, _T, _E]),
+    "ein_graph_embedding": (_T, [_P, _S, _T, _T, _E]),
     "ein_graph_ntensors": (_I, [_P]),
     "ein_graph_find": (_T, [_P, _S, _E]),
     "ein_graph_tensor": (_I, [_P, _T, ctypes.POINTER(_S), ctypes.POINTER(ein_tensor_desc),

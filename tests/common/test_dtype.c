@@ -8,9 +8,11 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/ein_dtype.h"
+#include "common/ein_program.h"
 
 static uint64_t rng_state = 0x1234567887654321ull;
 static uint64_t rng(void)
@@ -214,7 +216,7 @@ static void test_bulk_conversions(void **state)
 {
     (void)state;
     float src[257], back[257];
-    uint16_t h[257];
+    int64_t h[257]; /* room for any dtype */
     for (int i = 0; i < 257; i++)
         src[i] = (float)(i - 128) * 0.37f;
     for (int t = 0; t < EIN_DTYPE_COUNT; t++) {
@@ -225,21 +227,70 @@ static void test_bulk_conversions(void **state)
         for (int i = 0; i < 257; i++) {
             float want = dt == EIN_F32 ? src[i]
                          : dt == EIN_F16 ? ein_f16_to_f32(ein_f32_to_f16(src[i]))
-                                         : ein_bf16_to_f32(ein_f32_to_bf16(src[i]));
+                         : dt == EIN_BF16 ? ein_bf16_to_f32(ein_f32_to_bf16(src[i]))
+                                          : nearbyintf(src[i]);
             assert_true(back[i] == want);
         }
     }
     assert_int_equal(ein_dtype_size(EIN_F32), 4);
     assert_int_equal(ein_dtype_size(EIN_F16), 2);
     assert_int_equal(ein_dtype_size(EIN_BF16), 2);
+    assert_int_equal(ein_dtype_size(EIN_I32), 4);
+    assert_int_equal(ein_dtype_size(EIN_I64), 8);
+    assert_int_equal(ein_dtype_size((ein_dtype)EIN_DTYPE_COUNT), 0);
     ein_dtype d;
     assert_int_equal(ein_dtype_parse("bf16", 4, &d), 0);
     assert_int_equal(d, EIN_BF16);
+    assert_int_equal(ein_dtype_parse("i64", 3, &d), 0);
+    assert_int_equal(d, EIN_I64);
     assert_int_equal(ein_dtype_parse("f64", 3, &d), -1);
     assert_string_equal(ein_dtype_name(EIN_F16), "f16");
+    assert_string_equal(ein_dtype_name((ein_dtype)EIN_DTYPE_COUNT), "?");
     assert_true(ein_dtype_valid(2));
-    assert_false(ein_dtype_valid(3));
+    assert_true(ein_dtype_valid(4));
+    assert_false(ein_dtype_valid(EIN_DTYPE_COUNT));
     assert_false(ein_dtype_valid(-1));
+}
+
+/* The table: every row complete, codes unique and found again, integers
+ * only in layout kernels and embedding, nothing for an invalid dtype. */
+static void test_table(void **state)
+{
+    (void)state;
+    for (int t = 0; t < EIN_DTYPE_COUNT; t++) {
+        const ein_dtype_info *r = ein_dtype_info_of(t);
+        assert_non_null(r);
+        assert_non_null(r->name);
+        assert_true(r->size == 2 || r->size == 4 || r->size == 8);
+        ein_dtype d;
+        assert_int_equal(ein_dtype_from_npy(r->npy, strlen(r->npy), &d), 0);
+        assert_int_equal(d, t);
+        assert_int_equal(ein_dtype_from_safetensors(r->st, strlen(r->st), &d), 0);
+        assert_int_equal(d, t);
+        assert_int_equal(ein_dtype_accum((ein_dtype)t), r->is_float ? EIN_F32 : (ein_dtype)t);
+        for (int k = 0; k < EIN_KERNEL_COUNT; k++) {
+            int want = r->is_float || k == EIN_KERNEL_SLICE || k == EIN_KERNEL_CONCAT ||
+                       k == EIN_KERNEL_EMBEDDING;
+            assert_int_equal(ein_dtype_kernel_ok(t, k), want);
+        }
+    }
+    /* ein_dtype_names() lists every row, in order */
+    char names[128] = "";
+    for (int t = 0; t < EIN_DTYPE_COUNT; t++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                 t == 0 ? "" : t + 1 == EIN_DTYPE_COUNT ? " or " : ", ", ein_dtype_info_of(t)->name);
+    assert_string_equal(ein_dtype_names(), names);
+    assert_null(ein_dtype_info_of(EIN_DTYPE_COUNT));
+    assert_null(ein_dtype_info_of(-1));
+    assert_false(ein_dtype_kernel_ok(EIN_DTYPE_COUNT, EIN_KERNEL_SLICE));
+    assert_false(ein_dtype_kernel_ok(EIN_F32, EIN_KERNEL_COUNT));
+    assert_false(ein_dtype_is_float(EIN_I32));
+    assert_true(ein_dtype_is_float(EIN_BF16));
+    ein_dtype d;
+    assert_int_equal(ein_dtype_from_npy("<V2", 3, &d), 0);
+    assert_int_equal(d, EIN_BF16);
+    assert_int_equal(ein_dtype_from_npy("<f8", 3, &d), -1);
+    assert_int_equal(ein_dtype_from_safetensors("U8", 2, &d), -1);
 }
 
 int main(void)
@@ -253,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_bf16_known),
         cmocka_unit_test(test_bf16_encode_vs_reference),
         cmocka_unit_test(test_bulk_conversions),
+        cmocka_unit_test(test_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

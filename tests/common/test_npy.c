@@ -508,7 +508,7 @@ static void test_malformed(void **state)
         {"version 4", 4, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", 4, NULL, 0, EIN_EPARSE,
          "version 4.0"},
         {"unsupported descr", 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", 16, NULL, 0,
-         EIN_EPARSE, "dtype '<f8' not supported (want <f4, <f2 or bf16)"},
+         EIN_EPARSE, "dtype '<f8' not supported (want <f4, <f2, bf16 as |V2, <i4 or <i8)"},
         {"big-endian", 1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", 8, NULL, 0, EIN_EPARSE,
          "'>f4' not supported"},
         {"structured descr", 1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", 8, NULL, 0,

@@ -116,7 +116,9 @@ static void test_box_independence(void **state)
         /* the definition, element by element */
         for (size_t i = 0; i < n; i++) {
             float v = ein_rand_value(seed, key, i);
-            unsigned char want[4];
+            unsigned char want[8];
+            if (!ein_dtype_is_float(dt)) /* integers: 0 or 1 (ein_rand.h) */
+                v = v >= 0.0f ? 1.0f : 0.0f;
             ein_dtype_from_f32(dt, &v, want, 1);
             assert_memory_equal(whole + i * elem, want, elem);
         }

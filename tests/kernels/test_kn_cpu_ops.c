@@ -1021,6 +1021,115 @@ static void test_errors(void **state)
         free(all[i]->data);
 }
 
+/* embedding: rows gathered, a row block's zeros, i64 ids, f16 table into
+ * f32 out, an out-of-range id refused by name before out is written. */
+static void test_embedding(void **state)
+{
+    (void)state;
+    enum { V = 7, D = 5, T = 4 };
+    float table[V * D], out[T * D];
+    uint16_t t16[V * D];
+    for (int i = 0; i < V * D; i++)
+        table[i] = (float)i * 0.25f - 3.0f;
+    ein_dtype_from_f32(EIN_F16, table, t16, V * D);
+    int32_t ids[T] = {6, 0, 3, 3};
+    int64_t ids64[T] = {6, 0, 3, 3};
+    ein_error err = {0};
+    ein_kernel k = {.kind = EIN_KERNEL_EMBEDDING, .rows = V};
+    /* whole table, tokens [2, 6), columns [0, D) */
+    kn_block in[2] = {{table, EIN_F32, {2, {0, 0}, {V, D}}}, {ids, EIN_I32, {1, {2}, {2 + T}}}};
+    kn_block o = {out, EIN_F32, {2, {2, 0}, {2 + T, D}}};
+    assert_int_equal(kn_cpu_run(&k, in, 2, &o, &err), 0);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < D; j++)
+            assert_true(out[t * D + j] == table[ids[t] * D + j]);
+    /* rows [3, 7) and columns [1, 4) of an f16 table, i64 ids: ids 0 gives zeros */
+    uint16_t b16[4 * 3];
+    for (int r = 3; r < 7; r++)
+        for (int j = 1; j < 4; j++)
+            b16[(r - 3) * 3 + (j - 1)] = t16[r * D + j];
+    kn_block in2[2] = {{b16, EIN_F16, {2, {3, 1}, {7, 4}}}, {ids64, EIN_I64, {1, {0}, {T}}}};
+    kn_block o2 = {out, EIN_F32, {2, {0, 1}, {T, 4}}};
+    assert_int_equal(kn_cpu_run(&k, in2, 2, &o2, &err), 0);
+    for (int t = 0; t < T; t++)
+        for (int j = 1; j < 4; j++) {
+            float want = ids[t] >= 3 ? ein_f16_to_f32(t16[ids[t] * D + j]) : 0.0f;
+            assert_true(out[t * 3 + (j - 1)] == want);
+        }
+    /* an id outside [0, rows): an error naming the token and the id */
+    ids[2] = V;
+    for (int i = 0; i < T * D; i++)
+        out[i] = 42.0f;
+    assert_int_equal(kn_cpu_run(&k, in, 2, &o, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "token 4 has id 7, outside the table's rows [0, 7)"));
+    assert_true(out[0] == 42.0f); /* nothing written */
+    ids[2] = -1;
+    assert_int_equal(kn_cpu_run(&k, in, 2, &o, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "has id -1"));
+    ids[2] = 3;
+    /* float ids, integer table, a table block past rows: refused */
+    kn_block bad[2] = {in[0], {table, EIN_F32, {1, {2}, {2 + T}}}};
+    assert_true(kn_cpu_run(&k, bad, 2, &o, &err) < 0);
+    bad[0].dtype = EIN_I32, bad[1] = in[1];
+    assert_true(kn_cpu_run(&k, bad, 2, &o, &err) < 0);
+    k.rows = V - 1;
+    assert_int_equal(kn_cpu_run(&k, in, 2, &o, &err), EIN_ESHAPE);
+}
+
+/* Integer blocks: slice and concat move them bit for bit; arithmetic
+ * kernels and conversions to floats refuse them; the validator refuses an
+ * integer AGG and an integer operand of a computing kernel. */
+static void test_integer_blocks(void **state)
+{
+    (void)state;
+    int64_t x[6] = {1, -2, (int64_t)1 << 40, 4, 5, 6}, y[3] = {0};
+    ein_error err = {0};
+    kn_block bx = {x, EIN_I64, {1, {0}, {6}}}, by = {y, EIN_I64, {1, {0}, {3}}};
+    assert_int_equal(kn_cpu_slice(0, 1, &bx, &by, &err), 0);
+    assert_true(y[0] == -2 && y[1] == ((int64_t)1 << 40) && y[2] == 4);
+    int64_t offs[2] = {0, 3};
+    kn_block parts[2] = {{x, EIN_I64, {1, {0}, {3}}}, {x + 3, EIN_I64, {1, {0}, {3}}}};
+    int64_t cat[6] = {0};
+    kn_block bc = {cat, EIN_I64, {1, {0}, {6}}};
+    assert_int_equal(kn_cpu_concat(0, offs, parts, 2, &bc, &err), 0);
+    assert_memory_equal(cat, x, sizeof x);
+    float f[3];
+    kn_block bf = {f, EIN_F32, {1, {0}, {3}}};
+    assert_true(kn_cpu_slice(0, 1, &bx, &bf, &err) < 0);
+    assert_non_null(strstr(err.msg, "cannot copy i64 into f32"));
+    ein_kernel relu = {.kind = EIN_KERNEL_UNARY, .unary = EIN_UN_RELU};
+    assert_true(kn_cpu_run(&relu, &bx, 1, &bx, &err) < 0);
+    assert_non_null(strstr(err.msg, "i64"));
+    assert_true(kn_cpu_unary(EIN_UN_RELU, 0, &bx, &bx, &err) < 0);
+    assert_true(kn_cpu_agg(EIN_AGG_SUM, &bx, 1, &bx, &err) < 0);
+
+    /* The validator: LOAD an i32 block, then an AGG or a kernel on it. */
+    int32_t src = 0, dep = 0;
+    ein_instr agg = {.kind = EIN_I_AGG, .dst = 1, .srcs = &src, .nsrcs = 1, .deps = &dep,
+                     .ndeps = 1, .agg = EIN_AGG_SUM};
+    ein_instr un = {.kind = EIN_I_KERNEL, .dst = 1, .srcs = &src, .nsrcs = 1, .deps = &dep,
+                    .ndeps = 1, .kernel = {.kind = EIN_KERNEL_UNARY, .unary = EIN_UN_NEG}};
+    const ein_instr *second[2] = {&agg, &un};
+    const char *why[2] = {"aggregation of i32 buffers", "unary kernel does not take i32 buffer"};
+    for (int c = 0; c < 2; c++) {
+        ein_program *p = ein_program_new(0, 1);
+        assert_non_null(p);
+        ein_box b = {1, {0}, {4}};
+        assert_int_equal(ein_program_add_buffer(p, EIN_I32, &b, &err), 0);
+        assert_int_equal(ein_program_add_buffer(p, EIN_I32, &b, &err), 1);
+        ein_instr ld = {.kind = EIN_I_LOAD, .dst = 0, .rank = 1, .shape = {4}};
+        strcpy(ld.op, "ids");
+        assert_int_equal(ein_program_add_instr(p, &ld, &err), 0);
+        ein_instr two = *second[c];
+        strcpy(two.op, "x");
+        assert_int_equal(ein_program_add_instr(p, &two, &err), 1);
+        assert_int_equal(ein_program_validate(p, &err), EIN_EPROTO);
+        if (!strstr(err.msg, why[c]))
+            fail_msg("validator: '%s' lacks '%s'", err.msg, why[c]);
+        ein_program_free(p);
+    }
+}
+
 int main(void)
 {
     const char *seed = getenv("EIN_TEST_SEED");
@@ -1040,6 +1149,8 @@ int main(void)
         cmocka_unit_test(test_heads),
         cmocka_unit_test(test_run_all_kinds),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_integer_blocks),
     };
     return cmocka_run_group_tests_name("kn_cpu_ops", tests, NULL, NULL);
 }

@@ -708,6 +708,59 @@ static void test_reduce_einsum_run(void **state)
 
 /* Attention and a GEMM captured into a CUDA graph and replayed: nothing
  * inside them may allocate or synchronise. */
+/* embedding on the device equals the CPU kernel: every float table dtype,
+ * a block of rows and columns (ids outside it give zeros), i32 and i64
+ * ids; integer blocks slice bit for bit and a computing kernel refuses
+ * them. (An id outside [0, rows) traps the kernel, which would end this
+ * process's context: not run here.) */
+static void test_embedding(void **state)
+{
+    (void)state;
+    ein_error err;
+    const int64_t V = 300, T = 70;
+    for (int di = 0; di < 3; di++)
+        for (int wide = 0; wide < 2; wide++) {
+            ein_dtype dt = dts[di], it = wide ? EIN_I64 : EIN_I32;
+            ein_box tb = {2, {40, 3}, {250, 67}}, ib = {1, {5}, {5 + T}}, ob = {2, {5, 3}, {5 + T, 67}};
+            hd t = hd_rand(dt, &tb, 1.0f, 0.0f);
+            size_t es = ein_dtype_size(it);
+            void *ids = malloc((size_t)T * es);
+            assert_non_null(ids);
+            for (int64_t i = 0; i < T; i++) {
+                int64_t id = (i * 37 + 11) % V;
+                if (wide)
+                    ((int64_t *)ids)[i] = id;
+                else
+                    ((int32_t *)ids)[i] = (int32_t)id;
+            }
+            kn_block ih = {ids, it, ib}, id = {NULL, it, ib};
+            cuda_ok(cudaMalloc(&id.data, (size_t)T * es), "cudaMalloc");
+            cuda_ok(cudaMemcpy(id.data, ids, (size_t)T * es, cudaMemcpyHostToDevice), "upload");
+            hd o = hd_out(EIN_F32, &ob);
+            ein_kernel k = {.kind = EIN_KERNEL_EMBEDDING, .rows = V};
+            kn_block hin[2] = {t.h, ih}, din[2] = {t.d, id};
+            assert_int_equal(kn_cpu_run(&k, hin, 2, &o.h, &err), 0);
+            assert_int_equal(kn_cuda_run(NULL, &k, din, 2, &o.d, stream, &err), 0);
+            hd_compare("cuda embedding", &o, 1e-6);
+            /* the integer ids sliced on the device */
+            ein_box sb = {1, {9}, {30}};
+            kn_block sd = {NULL, it, sb};
+            cuda_ok(cudaMalloc(&sd.data, 21 * es), "cudaMalloc");
+            assert_int_equal(kn_cuda_slice(0, 0, &id, &sd, stream, &err), 0);
+            char got[21 * 8];
+            cuda_ok(cudaStreamSynchronize(stream), "sync");
+            cuda_ok(cudaMemcpy(got, sd.data, 21 * es, cudaMemcpyDeviceToHost), "download");
+            assert_memory_equal(got, (char *)ids + 4 * es, 21 * es);
+            ein_kernel neg = {.kind = EIN_KERNEL_UNARY, .unary = EIN_UN_NEG};
+            assert_int_equal(kn_cuda_run(NULL, &neg, &id, 1, &id, stream, &err), EIN_EINVAL);
+            cudaFree(sd.data);
+            cudaFree(id.data);
+            free(ids);
+            hd_free(&o);
+            hd_free(&t);
+        }
+}
+
 static void test_graph_capture(void **state)
 {
     (void)state;
@@ -793,6 +846,7 @@ int main(void)
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_reduce_einsum_run),
         cmocka_unit_test(test_graph_capture),
+        cmocka_unit_test(test_embedding),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

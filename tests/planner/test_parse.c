@@ -230,6 +230,18 @@ static void test_dtype_rules(void **state)
     assert_int_equal(node(g, "d")->dtype, EIN_F16);
     assert_int_equal(node(g, "e")->dtype, EIN_BF16);
     pl_graph_free(g);
+    /* integers: inputs, slice, concat, embedding ids */
+    g = parse_ok("dims v=9 d=4 t=6\ndtype bf16\ninput ids[t] i64\ninput emb[v, d]\n"
+                 "input pos[2] i32\na = slice(ids, 0, 0, 2)\nb = slice(ids, 0, 2, 6)\n"
+                 "c = concat(b, a, 0)\nx = embedding(emb, c)\ny = embedding(x, pos)\n"
+                 "save c, y\n");
+    assert_int_equal(node(g, "c")->dtype, EIN_I64);
+    assert_int_equal(node(g, "x")->dtype, EIN_BF16);
+    assert_int_equal(node(g, "x")->shape[0], 6);
+    assert_int_equal(node(g, "x")->shape[1], 4);
+    assert_int_equal(node(g, "y")->shape[0], 2);
+    assert_int_equal(node(g, "y")->kernel.rows, 6);
+    pl_graph_free(g);
 }
 
 /* ---- the operators of a transformer block ---------------------------------- */
@@ -390,6 +402,16 @@ static const bad_case bad[] = {
      "add: x is 8x16 but w is 16x8"},
     {"binary_dtype", "input a[4]\ninput b[4] f16\nc = mul(a, b)\nsave c\n", 0, EIN_ESHAPE, "3:5",
      "mul: a is f32 but b is f16"},
+    {"int_arith", "input a[4] i32\nc = exp(a)\nsave c\n", 0, EIN_ESHAPE, "2:5",
+     "exp: a is i32; exp computes on f32, f16 or bf16"},
+    {"int_matmul", "dtype i64\ninput a[4, 4]\nc = matmul(a, a)\nsave c\n", 0, EIN_ESHAPE, "3:5",
+     "matmul: a is i64; matmul computes on f32"},
+    {"embedding_float_ids", "input t[5, 3]\ninput i[4]\ne = embedding(t, i)\nsave e\n", 0,
+     EIN_ESHAPE, "3:5", "embedding: ids i is f32; expected i32 or i64"},
+    {"embedding_int_table", "input t[5, 3] i32\ninput i[4] i32\ne = embedding(t, i)\nsave e\n", 0,
+     EIN_ESHAPE, "3:5", "embedding: table t is i32; expected f32, f16 or bf16"},
+    {"embedding_rank", "input t[5] \ninput i[4] i32\ne = embedding(t, i)\nsave e\n", 0,
+     EIN_ESHAPE, "3:5", "embedding: table t is 5; expected a matrix [rows, dim]"},
     {"duplicate_name", H3 "x = relu(w)\nsave x\n", 0, EIN_EPARSE, "4:1",
      "duplicate name 'x' (defined at line 2)"},
     {"duplicate_input", "input x[4]\ninput x[5]\nsave x\n", 0, EIN_EPARSE, "2:7",
@@ -399,7 +421,7 @@ static const bad_case bad[] = {
     {"dim_as_tensor", "dims n=4\ninput x[n]\ny = relu(n)\nsave y\n", 0, EIN_EPARSE, "3:10",
      "'n' is a dim, not a tensor"},
     {"bad_dtype", "dtype f64\ninput x[4]\nsave x\n", 0, EIN_EPARSE, "1:7",
-     "unknown dtype 'f64'; expected f32, f16 or bf16"},
+     "unknown dtype 'f64'; expected f32, f16, bf16, i32 or i64"},
     {"dtype_no_value", "dtype\ninput x[4]\nsave x\n", 0, EIN_EPARSE, "1:6",
      "expected a dtype after 'dtype'"},
     {"dtype_no_value_comment", "dtype   # nothing\n", 0, EIN_EPARSE, "1:6",

@@ -63,7 +63,7 @@ static float *run_whole(const pl_graph *g, int node, float **in)
     kn_block ins[PL_MAX_INPUTS];
     for (int k = 0; k < nd->ninputs; k++) {
         const pl_node *u = pl_graph_node(g, nd->inputs[k]);
-        ins[k] = (kn_block){.data = in[k], .dtype = EIN_F32,
+        ins[k] = (kn_block){.data = in[k], .dtype = u->dtype,
                             .box = ein_box_of_shape(u->rank, u->shape)};
     }
     float *want = calloc((size_t)nvol(nd), sizeof(float));
@@ -125,7 +125,7 @@ static void check_spec(const pl_graph *g, int node, const pl_spec *s, float **in
             const ein_box *b = &s->f[f].in[k];
             if (!ein_box_empty(b) && !ein_box_contains(&ub, b))
                 fail_msg("%s [%s]: input %d block outside the input", nd->name, spec, k);
-            ins[k].dtype = EIN_F32;
+            ins[k].dtype = u->dtype; /* f32, or i32 ids: 4 bytes each */
             ins[k].box = *b;
             ins[k].data = malloc(sizeof(float) * (size_t)ein_box_volume(b) + 4);
             if (!ein_box_empty(b))
@@ -200,8 +200,15 @@ static long check_all(const pl_graph *g, int node)
 {
     const pl_node *nd = pl_graph_node(g, node);
     float *in[PL_MAX_INPUTS];
-    for (int k = 0; k < nd->ninputs; k++)
-        in[k] = rand_data(nvol(pl_graph_node(g, nd->inputs[k])));
+    for (int k = 0; k < nd->ninputs; k++) {
+        const pl_node *u = pl_graph_node(g, nd->inputs[k]);
+        in[k] = rand_data(nvol(u));
+        if (u->dtype == EIN_I32) /* ids of an embedding: valid rows */
+            for (int64_t i = 0; i < nvol(u); i++) {
+                int32_t id = (int32_t)rint_in(0, nd->kernel.rows - 1);
+                memcpy(&in[k][i], &id, sizeof id);
+            }
+    }
     float *want = run_whole(g, node, in);
     long cases = 0;
     ein_error err = {0};
@@ -232,6 +239,15 @@ static long check_all(const pl_graph *g, int node)
         free(in[k]);
     free(want);
     return cases;
+}
+
+static int input_dt(pl_graph *g, const char *name, ein_dtype dt, int rank, const int64_t *shape)
+{
+    ein_error err = {0};
+    int id = pl_graph_add_input(g, name, dt, rank, shape, &err);
+    if (id < 0)
+        fail_msg("input %s: %s", name, err.msg);
+    return id;
 }
 
 static int input(pl_graph *g, const char *name, int rank, const int64_t *shape)
@@ -412,6 +428,14 @@ static int b_merge_heads(pl_graph *g)
     return pl_graph_add_merge_heads(g, "y", x, NULL);
 }
 
+/* A token embedding: ids [T] i32 into a table [V, D]. */
+static int b_embedding(pl_graph *g)
+{
+    int t = input(g, "table", 2, (int64_t[]){rint_in(1, 11), rdim()});
+    int ids = input_dt(g, "ids", EIN_I32, 1, (int64_t[]){rdim()});
+    return pl_graph_add_embedding(g, "y", t, ids, NULL);
+}
+
 static void run_op(const char *name, build_fn build)
 {
     long cases = 0;
@@ -449,6 +473,7 @@ OP_TEST(concat)
 OP_TEST(slice)
 OP_TEST(split_heads)
 OP_TEST(merge_heads)
+OP_TEST(embedding)
 
 /* Position lists: attention's seq splits only at sequence ends, at most
  * one interval per sequence, and the split points are sequence ends. */
@@ -613,6 +638,7 @@ int main(void)
         cmocka_unit_test(test_attention),   cmocka_unit_test(test_reduce),
         cmocka_unit_test(test_concat),      cmocka_unit_test(test_slice),
         cmocka_unit_test(test_split_heads), cmocka_unit_test(test_merge_heads),
+        cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_positions),
         cmocka_unit_test(test_attention_large_p),
         cmocka_unit_test(test_attention_balance),
