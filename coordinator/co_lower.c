@@ -418,11 +418,6 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_physical *ph,
     lw L = {.g = g, .plan = plan, .ph = ph, .o = opts, .ndev = ph->ndev, .err = err,
             .st = stats ? stats : &st_local};
     memset(L.st, 0, sizeof *L.st);
-    if (opts->xcache) { /* the caller's bodies, shared across lowerings */
-        L.cache = opts->xcache->cache;
-        L.cap_cache = opts->xcache->cap_cache;
-        L.ncache = opts->xcache->ncache;
-    }
     int rc = 0;
     if (plan->p != ph->ndev || ph->nnodes != g->nnodes)
         return ein_fail(err, EIN_EINVAL, "plan for %d devices lowered onto %d", plan->p, ph->ndev);
