@@ -10,7 +10,7 @@ import numpy.typing
 
 from ._stats import Prediction, RunStats
 
-DType = Literal["f32", "f16", "bf16", "float32", "float16", "bfloat16"]
+DType = Literal["f32", "f16", "bf16", "i32", "i64", "float32", "float16", "bfloat16", "int32", "int64"]
 DTypeLike = Union[DType, str, "numpy.dtype[Any]", type]
 TensorRef = Union["Tensor", str]
 PathLike = Union[str, "os.PathLike[str]"]
@@ -68,6 +68,8 @@ class Graph:
     def rope(self, x: TensorRef, head_dim: int, theta: float = ...,
              seqs: Optional[Sequence[int]] = ..., name: Optional[str] = ...,
              style: Literal["interleaved", "half"] = ...) -> Tensor: ...
+    def embedding(self, table: TensorRef, ids: TensorRef,
+                  name: Optional[str] = ...) -> Tensor: ...
     def attention(self, q: TensorRef, k: TensorRef, v: TensorRef,
                   seqs: Optional[Sequence[int]] = ..., name: Optional[str] = ...) -> Tensor: ...
     def reduce(self, x: TensorRef, op: Literal["sum", "max"], axes: Union[int, Iterable[int]],

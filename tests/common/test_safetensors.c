@@ -223,16 +223,23 @@ static void test_bad_files(void **state)
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
                "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 16,
                EIN_EPARSE, "overlap tensor");
-    /* dtype: unknown names are refused by name; I64 opens (bound inputs refuse it). */
+    /* dtype: unknown names are refused by name; F64, which no tensor of a
+     * program has, opens (bound inputs refuse it); I64 is an integer dtype. */
     expect_bad("{\"wq\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
                EIN_EPARSE, "tensor 'wq': unknown dtype 'Q7'");
     expect_bad("{\"wq\":{\"dtype\":5,\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
                EIN_EPARSE, "tensor 'wq': dtype is not a string");
+    path_of(p, sizeof p, "f64.safetensors");
+    write_raw(p, "{\"pos\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 0, 16);
+    assert_int_equal(ein_safetensors_open(p, &st, &err), 0);
+    assert_int_equal(st->tensors[0].dtype, -1);
+    assert_string_equal(st->tensors[0].dtype_name, "F64");
+    ein_safetensors_free(st);
+    st = NULL;
     path_of(p, sizeof p, "i64.safetensors");
     write_raw(p, "{\"pos\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 0, 16);
     assert_int_equal(ein_safetensors_open(p, &st, &err), 0);
-    assert_int_equal(st->tensors[0].dtype, -1);
-    assert_string_equal(st->tensors[0].dtype_name, "I64");
+    assert_int_equal(st->tensors[0].dtype, EIN_I64);
     ein_safetensors_free(st);
     st = NULL;
     /* Shape does not match the bytes. */
