@@ -31,7 +31,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ein_box box = ein_box_of_shape(info.rank, info.shape);
     int64_t n = ein_box_volume(&box);
     if (n >= 0 && n <= (1 << 20)) {
-        void *buf = malloc((size_t)(n ? n : 1) * 4);
+        /* Sized by the file's dtype: i64 elements are 8 bytes. */
+        size_t esz = ein_dtype_size(info.dtype);
+        fuzz_check(esz >= 1 && esz <= 8, "element size %zu", esz);
+        void *buf = malloc((size_t)(n ? n : 1) * esz);
         if (!buf)
             abort();
         if (ein_npy_read_box(path, &info, &box, buf, &err) < 0)
