@@ -271,4 +271,14 @@ struct msgpack_object;
 int ein_program_pack(struct msgpack_packer *pk, const ein_program *p, ein_error *err);
 int ein_program_unpack(const struct msgpack_object *o, ein_program **out, ein_error *err);
 
+/* One kernel the same way (a graph node's kernel in a saved program,
+ * coordinator/ein_compiled_file.c): ein_kernel_pack appends its map
+ * ("kind" and the fields of that kind) and returns msgpack's 0 / -1;
+ * ein_kernel_unpack fills *k (zeroed by the caller; k->list is the
+ * caller's to free, even on failure) and returns 0 or EIN_EPROTO /
+ * EIN_ENOMEM naming `what`. */
+int ein_kernel_pack(struct msgpack_packer *pk, const ein_kernel *k);
+int ein_kernel_unpack(const struct msgpack_object *o, ein_kernel *k, const char *what,
+                      ein_error *err);
+
 #endif

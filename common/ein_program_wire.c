@@ -585,6 +585,16 @@ fail:
     return rc;
 }
 
+int ein_kernel_pack(msgpack_packer *pk, const ein_kernel *k)
+{
+    return pack_kernel(pk, k);
+}
+
+int ein_kernel_unpack(const msgpack_object *o, ein_kernel *k, const char *what, ein_error *err)
+{
+    return unpack_kernel(o, k, what, err);
+}
+
 int ein_program_decode(const void *buf, size_t len, ein_program **out, ein_error *err)
 {
     msgpack_unpacked up;

@@ -37,15 +37,22 @@ static void draw(ein_progress *p, double now)
     p->last = now;
 }
 
-void ein_progress_begin(ein_progress *p, int enabled, const char *what, int64_t total)
+void ein_progress_begin_after(ein_progress *p, int enabled, const char *what, int64_t total,
+                              double after)
 {
     memset(p, 0, sizeof *p);
     p->out = enabled ? stderr : NULL;
     snprintf(p->what, sizeof p->what, "%s", what);
     p->total = total > 0 ? total : 0;
     p->t0 = ein_now_s();
-    if (p->out)
+    p->after = after > 0 ? after : 0;
+    if (p->out && p->after == 0)
         draw(p, p->t0);
+}
+
+void ein_progress_begin(ein_progress *p, int enabled, const char *what, int64_t total)
+{
+    ein_progress_begin_after(p, enabled, what, total, 0);
 }
 
 void ein_progress_step(ein_progress *p, int64_t done)
@@ -54,8 +61,15 @@ void ein_progress_step(ein_progress *p, int64_t done)
         return;
     p->done = done;
     double now = ein_now_s();
-    if (now - p->last >= 0.1 || (p->total && done >= p->total))
+    if (now - p->t0 >= p->after &&
+        (now - p->last >= 0.1 || (p->total && done >= p->total)))
         draw(p, now);
+}
+
+void ein_progress_tick(ein_progress *p)
+{
+    if (p)
+        ein_progress_step(p, p->done);
 }
 
 void ein_progress_end(ein_progress *p)

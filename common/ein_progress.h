@@ -24,6 +24,7 @@ typedef struct ein_progress {
     int64_t total;      /* 0: unknown (elapsed time only) */
     int64_t done;
     double t0, last;    /* start, last redraw (ein_now_s) */
+    double after;       /* nothing is drawn before t0 + after */
     int drawn;          /* something is on the line */
 } ein_progress;
 
@@ -33,6 +34,14 @@ int ein_progress_wanted(int quiet);
 /* Start a stretch of work of `total` steps (0: unknown). `enabled` 0 makes
  * it silent. Draws the first line at once when enabled. */
 void ein_progress_begin(ein_progress *p, int enabled, const char *what, int64_t total);
+/* The same for work that is usually short: nothing shows until it has
+ * taken `after` seconds (a run of a session: 1 s), so a quick step never
+ * flickers; then as above. */
+void ein_progress_begin_after(ein_progress *p, int enabled, const char *what, int64_t total,
+                              double after);
+/* Redraw with the steps done so far (the elapsed time moves on): for work
+ * whose caller wakes up now and then without a step to count. */
+void ein_progress_tick(ein_progress *p);
 /* `done` steps of `total` are finished; redraws if 0.1 s passed since the
  * last line (or when done == total). */
 void ein_progress_step(ein_progress *p, int64_t done);

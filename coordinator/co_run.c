@@ -58,6 +58,7 @@ struct co_session {
     int cfd;
     int cancelling;     /* CANCEL sent: DONE and CANCELLED are both in turn */
     int dead;           /* failed or stopped: nothing runs any more */
+    ein_progress *step_pg; /* the step's progress line (NULL: none) */
     ein_error why;      /* why it died */
 };
 typedef struct co_session run;
@@ -643,6 +644,7 @@ static int wait_all(run *r, int phase, int cancellable, co_worker_stats *stats, 
             items[nitems++] = (zmq_pollitem_t){.fd = r->cfd, .events = ZMQ_POLLIN};
         if (zmq_poll(items, nitems, 100) < 0 && errno != EINTR)
             return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
+        ein_progress_tick(r->step_pg);
         int got;
         while ((got = handle_message(r, stats, err)) != 0)
             if (got < 0) {
@@ -839,10 +841,17 @@ int co_session_step(co_session *r, int store, const ein_reload *reload, int nrel
         r->w[d].phase = W_STARTED;
         rc = send_to(r, d, &st, err);
     }
-    if (rc < 0)
+    if (rc < 0) {
         explain_failure(r, stats, 0, err);
-    else
+    } else {
+        ein_progress pg;
+        ein_progress_begin_after(&pg, r->o->step_progress && ein_progress_wanted(0), "running",
+                                 0, r->o->step_progress_after);
+        r->step_pg = &pg;
         rc = wait_all(r, W_DONE, 1, stats, err);
+        ein_progress_end(&pg);
+        r->step_pg = NULL;
+    }
     if (rc == EIN_ECANCELED) {
         ein_error cerr = {0};
         int crc = cancel_step(r, &cerr);

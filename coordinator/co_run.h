@@ -63,6 +63,11 @@ typedef struct co_run_opts {
     int (*prepare)(void *ctx, const char *dir, ein_error *err);
     void *prepare_ctx;
     struct ein_progress *progress; /* NULL, or stepped with the iterations done */
+    /* co_session_step: a step that takes longer than step_progress_after
+     * seconds shows "running: E s" on stderr while it lasts, when
+     * step_progress is set and stderr is a terminal (ein_progress.h). */
+    int step_progress;
+    double step_progress_after;
 } co_run_opts;
 
 typedef struct co_worker_stats {

@@ -133,27 +133,62 @@ int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, c
 
 static void compiled_free_exchanges(ein_compiled *c)
 {
-    for (int i = 0; c->ex_text && i < c->nex; i++)
-        free(c->ex_text[i]);
+    for (int i = 0; i < c->nex; i++) {
+        if (c->ex_text)
+            free(c->ex_text[i]);
+        if (c->ex_tensor)
+            free(c->ex_tensor[i]);
+        if (c->ex_consumer)
+            free(c->ex_consumer[i]);
+    }
     free(c->ex_text);
-    c->ex_text = NULL;
+    free(c->ex_tensor);
+    free(c->ex_consumer);
+    c->ex_text = c->ex_tensor = c->ex_consumer = NULL;
+    c->nex = 0;
 }
 
-/* The text of every exchange body of c->phys (ein_compiled_exchange). */
+int co_compiled_exchanges_alloc(ein_compiled *c, int n, ein_error *err)
+{
+    c->nex = n;
+    c->ex_text = calloc((size_t)n + 1, sizeof *c->ex_text);
+    c->ex_tensor = calloc((size_t)n + 1, sizeof *c->ex_tensor);
+    c->ex_consumer = calloc((size_t)n + 1, sizeof *c->ex_consumer);
+    if (!c->ex_text || !c->ex_tensor || !c->ex_consumer)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* The text and names of every exchange of c->phys (ein_compiled_exchange). */
 static int compiled_exchange_texts(ein_compiled *c, ein_error *err)
 {
-    c->nex = c->phys->nex;
-    if (!(c->ex_text = calloc((size_t)c->nex + 1, sizeof *c->ex_text)))
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    if (co_compiled_exchanges_alloc(c, c->phys->nex, err) < 0)
+        return EIN_ENOMEM;
     for (int i = 0; i < c->nex; i++) {
+        const co_exchange *e = &c->phys->ex[i];
         size_t len = 0;
         FILE *f = open_memstream(&c->ex_text[i], &len);
         if (!f)
             return ein_fail(err, EIN_ENOMEM, "out of memory");
-        xp_program_print(c->phys->ex[i].body, f, NULL, NULL);
-        if (fclose(f) != 0 || !c->ex_text[i])
+        xp_program_print(e->body, f, NULL, NULL);
+        if (fclose(f) != 0 || !c->ex_text[i] ||
+            !(c->ex_tensor[i] = strdup(pl_graph_node(c->g, e->tensor)->name)) ||
+            !(c->ex_consumer[i] = strdup(co_exchange_consumer_name(c->g, e))))
             return ein_fail(err, EIN_ENOMEM, "out of memory");
     }
+    return 0;
+}
+
+/* Remember how o finds the topology (saved with the program). */
+static int compiled_topology_source(ein_compiled *c, const ein_compile_options *o,
+                                    ein_error *err)
+{
+    c->src_cuda = o->cuda ? 1 : 0;
+    for (int d = 0; d < c->ndev && d < EIN_MAX_DEVICES; d++)
+        c->src_gpu_ids[d] = o->gpu_ids ? o->gpu_ids[d] : d;
+    if ((o->topology && !(c->src_topology = strdup(o->topology))) ||
+        (o->gpu_probe && !(c->src_gpu_probe = strdup(o->gpu_probe))))
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
     return 0;
 }
 
@@ -304,7 +339,8 @@ int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, e
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto fail;
     }
-    if ((rc = co_topology_for(&o, ndev, &c->topo, c->topo_desc, sizeof c->topo_desc,
+    if ((rc = compiled_topology_source(c, &o, err)) < 0 ||
+        (rc = co_topology_for(&o, ndev, &c->topo, c->topo_desc, sizeof c->topo_desc,
                               c->topo_why, sizeof c->topo_why, err)) < 0 ||
         (o.rewrite && (rc = compile_rewrite(c, &o, err)) < 0) ||
         (rc = compile_plan(c, &o, err)) < 0 ||
@@ -327,6 +363,8 @@ void ein_compiled_free(ein_compiled *c)
     ein_plan_free(c->plan);
     xp_topo_free(c->topo);
     pl_graph_free(c->g);
+    free(c->src_topology);
+    free(c->src_gpu_probe);
     free(c);
 }
 
@@ -362,11 +400,10 @@ int ein_compiled_exchange(const ein_compiled *c, int i, const char **tensor, con
 {
     if (!c || i < 0 || i >= c->nex)
         return EIN_EINVAL;
-    const co_exchange *e = &c->phys->ex[i];
     if (tensor)
-        *tensor = pl_graph_node(c->g, e->tensor)->name;
+        *tensor = c->ex_tensor[i];
     if (consumer)
-        *consumer = co_exchange_consumer_name(c->g, e);
+        *consumer = c->ex_consumer[i];
     if (body)
         *body = c->ex_text[i];
     return 0;
@@ -401,7 +438,6 @@ char *ein_compiled_explain(const ein_compiled *c, int exchanges)
     FILE *f = open_memstream(&text, &len);
     if (!f)
         return NULL;
-    const pl_graph *g = c->g;
     fprintf(f, "compiled for %d device%s on topology %s (%s)\n", c->ndev, c->ndev == 1 ? "" : "s",
             c->topo->name, c->topo_desc);
     fprintf(f, "plan: total cost %.6g\n", ein_plan_total_cost(c->plan));
@@ -425,12 +461,9 @@ char *ein_compiled_explain(const ein_compiled *c, int exchanges)
             fprintf(f, "  device %d: %d instructions, %d buffers, %llu bytes\n", d,
                     c->progs[d]->ninstrs, c->progs[d]->nbuffers,
                     (unsigned long long)c->progs[d]->segment_bytes);
-        for (int i = 0; exchanges && i < c->phys->nex; i++) {
-            const co_exchange *e = &c->phys->ex[i];
-            fprintf(f, "\n# exchange %d: %s for %s\n", i, pl_graph_node(g, e->tensor)->name,
-                    co_exchange_consumer_name(g, e));
-            xp_program_print(e->body, f, NULL, NULL);
-        }
+        for (int i = 0; exchanges && i < c->nex; i++)
+            fprintf(f, "\n# exchange %d: %s for %s\n%s", i, c->ex_tensor[i], c->ex_consumer[i],
+                    c->ex_text[i]);
     }
     if (fclose(f) != 0) {
         free(text);

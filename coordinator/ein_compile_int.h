@@ -30,8 +30,24 @@ struct ein_compiled {
     uint64_t seed;
     co_physical *phys;          /* placement and every exchange body (NULL: plan_only) */
     char **ex_text;             /* nex: phys's bodies as text (ein_compiled_exchange) */
+    char **ex_tensor, **ex_consumer; /* nex: each exchange's tensor and consumer names */
     int nex;
+    /* How the topology was found (ein_compile_options' topology, cuda,
+     * gpu_ids, gpu_probe), so that loading a saved program can find this
+     * machine's the same way and compare (ein_compiled_file.c). */
+    char *src_topology, *src_gpu_probe;
+    int src_cuda;
+    int src_gpu_ids[EIN_MAX_DEVICES];
+    int loaded;                 /* read by ein_compiled_load: phys is NULL */
 };
+
+/* 1 if `path` is a regular file that starts like a saved program
+ * (ein_compiled_save), else 0; never blocks (a FIFO is 0). */
+int co_saved_program_is(const char *path);
+
+/* Fill c's exchange texts and names from c->phys (ein_compile), or NULL
+ * arrays of `n` entries for a loaded program to fill. */
+int co_compiled_exchanges_alloc(ein_compiled *c, int n, ein_error *err);
 
 /* ein_compile's exchange options (o's search budget, cap, seed and chunks)
  * for a compile onto `ndev` devices of `topo`. */

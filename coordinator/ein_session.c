@@ -216,6 +216,15 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
     }
     if (o.worker_timeout <= 0)
         ro.worker_timeout = 60;
+    ro.step_progress = o.progress;
+    ro.step_progress_after = 1.0;
+    const char *after = getenv("EIN_PROGRESS_AFTER");
+    if (after && *after) {
+        char *end;
+        double a = strtod(after, &end);
+        if (*end == '\0' && a >= 0 && a <= 3600)
+            ro.step_progress_after = a;
+    }
     rc = co_session_start(s->progs, c->ndev, &ro, &s->cs, err);
     s->store_paths = NULL;
     if (rc < 0)

@@ -46,11 +46,15 @@ static void usage(FILE *f)
 {
     fprintf(f,
 "usage: einrun [options] PLAN.ein\n"
+"       einrun [options] SAVED.einprog\n"
 "       einrun [options] --show-topology\n"
 "\n"
 "Plan the computation in PLAN.ein over N devices (join-agg specs chosen by a\n"
 "dynamic program, exchanges synthesised per tensor), run it with one worker\n"
 "process per device, and write every saved tensor to a .npy file.\n"
+"A program saved with --save-program runs without compiling again: the\n"
+"library version, the device count and the topology must be its own (found\n"
+"as --topology / --backend cuda say, else as when it was compiled).\n"
 "\n"
 "Devices:\n"
 "  --gpus LIST          devices to use, e.g. 0-3, 0,2,5 or 0-1,4 (default: 0).\n"
@@ -79,6 +83,8 @@ static void usage(FILE *f)
 "                       be a regular file (not a link, FIFO or device), and\n"
 "                       no two outputs may be the same file.\n"
 "  --seed S             seed for generated inputs (default: 1).\n"
+"  --save-program FILE  write the compiled program to FILE (conventionally\n"
+"                       .einprog), to be run later as einrun FILE.\n"
 "  --dump-inputs DIR    write every input, as the workers load it (generated\n"
 "                       ones included), to DIR/NAME.npy (DIR is created), so\n"
 "                       a result can be checked with NumPy.\n"
@@ -205,6 +211,7 @@ typedef struct run_opts {
     int time_objective; /* --objective: index in comm|time */
     const char *worker, *trace_path, *log_dir, *wrapper, *calib_out, *rewrite_weights;
     const char *topo_arg, *probe_file, *dump_dir;
+    const char *save_program; /* --save-program */
     names wfiles, wmaps;
     bindings inputs, outputs;
     const char *path;   /* PLAN.ein */
@@ -519,6 +526,7 @@ static const run_opt run_opt_table[] = {
     {"map",              0, 1, opt_name,     F(wmaps),           0, 0, NULL},
     {"quiet",          'q', 0, opt_flag,     F(quiet),           0, 0, NULL},
     {"dump-inputs",      0, 1, opt_string,   F(dump_dir),        0, 0, NULL},
+    {"save-program",     0, 1, opt_string,   F(save_program),    0, 0, NULL},
     {"generate-missing", 0, 0, opt_flag,     F(generate_missing),0, 0, NULL},
     {"ilp",              0, 0, opt_flag,     F(ilp),             0, 0, NULL},
     {"topology",         0, 1, opt_string,   F(topo_arg),        0, 0, NULL},
@@ -837,13 +845,21 @@ static int check_missing_inputs(run_state *s)
                 nmiss == 1 ? "has" : "have", nmiss == 1 ? "it" : "them");
 }
 
-/* Parse PLAN.ein and bind its inputs (--input, --weights) and outputs. */
-static int load_program(run_state *s)
+/* Parse PLAN.ein (or load a saved program: s->comp) and bind its inputs
+ * (--input, --weights) and outputs. */
+static int load_program(run_state *s, const ein_compile_options *co)
 {
     const run_opts *o = s->o;
     int rc;
-    if (pl_ein_parse_file(o->path, &s->g, &s->err) < 0)
+    if (co_saved_program_is(o->path)) {
+        int named = o->topo_arg || o->cuda || o->probe_file;
+        if (ein_compiled_load_ex(o->path, o->ndev, named ? co : NULL, &s->comp, &s->err) < 0)
+            return fail(2, "%s", s->err.msg);
+        if (!(s->g = pl_graph_copy(s->comp->g)))
+            return fail(2, "out of memory");
+    } else if (pl_ein_parse_file(o->path, &s->g, &s->err) < 0) {
         return fail(2, "%s", s->err.msg);
+    }
     size_t n = (size_t)s->g->nnodes;
     s->in_path = calloc(n, sizeof *s->in_path);
     s->out_path = calloc(n, sizeof *s->out_path);
@@ -955,7 +971,7 @@ static int compile_program(run_state *s, ein_compile_options *co)
     double t0 = ein_now_s();
     s->show = ein_progress_wanted(o->quiet);
     co->progress = s->show;
-    if (ein_compile(s->g, o->ndev, co, &s->comp, &s->err) < 0) {
+    if (!s->comp && ein_compile(s->g, o->ndev, co, &s->comp, &s->err) < 0) {
         if (s->err.code == EIN_ENOPLAN)
             fprintf(stderr, "einrun: cannot plan %s for %d devices: %s\n", o->path, o->ndev,
                     s->err.msg);
@@ -968,10 +984,12 @@ static int compile_program(run_state *s, ein_compile_options *co)
     int rc = map_store_paths(s);
     if (rc)
         return rc;
-    if (s->comp->rewritten)
+    if (s->comp->rewritten && !s->comp->loaded)
         pl_rewrite_report(stderr, s->comp->g, &s->comp->rewrite_stats);
     if (o->explain)
         explain(s->comp->g, ein_plan_internal(s->comp->plan));
+    if (o->save_program && ein_compiled_save(s->comp, o->save_program, &s->err) < 0)
+        return fail(2, "--save-program: %s", s->err.msg);
     s->t_plan = ein_now_s() - t0;
     return 0;
 }
@@ -1214,7 +1232,7 @@ static int run_plan(const run_opts *o, ein_compile_options *co)
     sigaddset(&s.stop_signals, SIGHUP);
     sigprocmask(SIG_SETMASK, NULL, &old_mask);
     stop_signals_to_main();
-    int status = load_program(&s);
+    int status = load_program(&s, co);
     if (!status)
         status = check_backend(&s);
     if (!status)

@@ -271,6 +271,48 @@ typedef struct ein_prediction {
 int ein_compiled_predict(const ein_compiled *c, const char *calibration, ein_prediction *out,
                          ein_error *err);
 
+/* ---- saved programs ---------------------------------------------------
+ * A compiled program written to a file holds everything a session needs
+ * to run it without compiling again: the graph, the plan, every exchange
+ * body, each device's program, the topology it was compiled for (and how
+ * that topology was found), a format magic and version and the library
+ * version. The file is a few header bytes and one msgpack map
+ * (coordinator/ein_compiled_file.c); the same compiled program always
+ * gives the same bytes.
+ *
+ * ein_compiled_save writes `c` to `path` (a temporary file next to it,
+ * renamed over it: a failed save leaves an older file untouched).
+ * Failure: EIN_EINVAL (a plan_only program), EIN_EUNSUPPORTED (a topology
+ * the text format cannot describe: an asymmetric link), EIN_EIO, EIN_ENOMEM.
+ *
+ * ein_compiled_load reads one back and checks, in this order: that it is
+ * a saved program of this format (EIN_EPARSE "not a saved einsummable
+ * program", or EIN_EINVAL for another format version), made by this
+ * library version (EIN_EINVAL "library version differs: saved by X, this
+ * is Y"), for as many devices as asked (ein_compiled_load_ex's ndev > 0:
+ * EIN_EINVAL "device count differs"), that every part is well formed
+ * (EIN_EPARSE naming the part: a truncated or damaged file, garbage, a
+ * graph its operators would not make), and last that this machine's
+ * topology is the one the program was compiled for (EIN_EDEVICE
+ * "topology differs: ... compiled for A (...), this machine is B (...):
+ * the first differing statement"). The machine's topology is found as `o`
+ * says (its topology, cuda, gpu_ids, worker and gpu_probe fields, as for
+ * ein_compile; the others are ignored), or with o NULL (and always with
+ * ein_compiled_load) the way the program's own compile found it: the
+ * same --topology name or file, the same GPUs probed, or `host` sized to
+ * its device count. A FIFO, device node or directory in place of the file
+ * is refused unread (EIN_EIO). On success *out is the caller's
+ * (ein_compiled_free) and behaves like the compiled original: same
+ * explain text, plan, exchanges, prediction, and a session on it gives
+ * the same outputs. On failure *out is untouched. */
+int ein_compiled_save(const ein_compiled *c, const char *path, ein_error *err);
+int ein_compiled_load(const char *path, ein_compiled **out, ein_error *err);
+int ein_compiled_load_ex(const char *path, int ndev, const ein_compile_options *o,
+                         ein_compiled **out, ein_error *err);
+
+/* The library's version ("0.1.0"), static. */
+const char *ein_version(void);
+
 /* ---- sessions: workers kept alive across runs -------------------------
  * A session starts one worker process per device for a compiled program
  * and keeps them, with every input resident in device memory, until it is
@@ -347,6 +389,11 @@ typedef struct ein_session_options {
                                  naming it, so a misspelt name or a weights
                                  file that binds too little never runs on
                                  made-up values */
+    int progress;             /* 1: a run that takes longer than a second shows
+                                 "running: 2.3 s" on stderr, redrawn in place and
+                                 erased when it ends, when stderr is a terminal
+                                 (never into a file or pipe); 0 (default): silent.
+                                 $EIN_PROGRESS_AFTER (seconds) changes the second */
 } ein_session_options;
 
 void ein_session_options_init(ein_session_options *o);

@@ -17,6 +17,7 @@
         Y = prog.offload(y)          # a numpy.ndarray
         print(prog.last_stats)       # per-device times of the run
         print(prog.predict())        # the simulator's prediction
+        prog.save("ffn.einprog")     # es.load_program("ffn.einprog") elsewhere
 
 A thin ctypes layer over libeinsummable (include/einsummable/einsummable.h):
 no compiled extension, NumPy arrays in and out. Every failure raises
@@ -25,7 +26,7 @@ subclass that is also a ValueError (EinValueError, EinShapeError, ...),
 TypeError (EinTypeError), OSError, MemoryError or RuntimeError
 (EinRuntimeError, WorkerError, ...): see einsummable._errors.
 
-Public names: createGraph, tensorDesc, compileGraph, Graph, Tensor,
+Public names: createGraph, tensorDesc, compileGraph, load_program, Graph, Tensor,
 TensorDesc, Program, RunStats, DeviceStats, Prediction, DevicePrediction,
 the exceptions, the EIN_E* codes, library_path, __version__.
 The operators (Graph methods): insertTensor, save, matmul, einsum, unary,
@@ -43,7 +44,7 @@ from ._errors import (EIN_ECANCELED, EIN_EDEVICE, EIN_EINVAL, EIN_EIO, EIN_ELIMI
                       EinUnsupportedError, EinValueError, WorkerError)
 from ._lib import lib as _lib_handle
 from ._core import (Graph, Program, Tensor, TensorDesc, compileGraph, createGraph,
-                    tensorDesc)
+                    load_program, tensorDesc)
 from ._stats import DevicePrediction, DeviceStats, Prediction, RunStats
 from ._version import __version__
 
@@ -51,7 +52,7 @@ library_path: str = _lib_handle.path
 """The path of the libeinsummable that was loaded."""
 
 __all__ = [
-    "createGraph", "tensorDesc", "compileGraph", "Graph", "Tensor", "TensorDesc", "Program",
+    "createGraph", "tensorDesc", "compileGraph", "load_program", "Graph", "Tensor", "TensorDesc", "Program",
     "RunStats", "DeviceStats", "Prediction", "DevicePrediction",
     "EinError", "EinValueError", "EinShapeError", "EinParseError", "EinLimitError",
     "EinNoPlanError", "EinTypeError", "EinIOError", "EinMemoryError", "EinRuntimeError",

@@ -728,7 +728,7 @@ class Program:
 
     def __init__(self, graph, devices, schedule_mode, backend, selector, seed, search_work,
                  topology, rewrite, worker_timeout, run_timeout, verbose,
-                 generate_missing=False, trace=None, progress=None):
+                 generate_missing=False, trace=None, progress=None, _load=None):
         self._c = None
         self._s = None
         # One call at a time (Threads, above); re-entrant so that a close()
@@ -753,6 +753,10 @@ class Program:
         self._seed = 1 if seed is None else seed
         self.trace = trace
         self.last_stats = None
+        self._progress = progress
+        if _load is not None:
+            self._load_saved(_load, topology)
+            return
 
         o = L.ein_compile_options()
         _lib.ein_compile_options_init(ctypes.byref(o))
@@ -785,6 +789,35 @@ class Program:
         _check(_lib.ein_compile(graph._p, len(devices), ctypes.byref(o), ctypes.byref(out),
                                 ctypes.byref(err)), err, "compileGraph")
         self._c = out
+        self._read_tensors()
+
+    def _load_saved(self, path, topology):
+        """ein_compiled_load_ex: the saved program at `path` for
+        len(self.devices) devices (0: as saved), checked against this
+        machine's topology as `topology` / the backend say, else as the
+        program's compile found it."""
+        o, keep = None, []
+        if topology is not None or self.backend == "cuda":
+            o = L.ein_compile_options()
+            _lib.ein_compile_options_init(ctypes.byref(o))
+            if topology is not None:
+                o.topology = _keep_bytes(keep, topology)
+            if self.backend == "cuda":
+                o.cuda = 1
+                o.gpu_ids = self._gpu_ids
+        out, err = ctypes.c_void_p(), L.ein_error()
+        _check(_lib.ein_compiled_load_ex(_keep_bytes(keep, path), len(self.devices),
+                                         None if o is None else ctypes.byref(o),
+                                         ctypes.byref(out), ctypes.byref(err)),
+               err, "load_program")
+        self._c = out
+        if not self.devices:
+            n = _lib.ein_compiled_ndevices(self._c)
+            self.devices = list(range(n))
+            self._gpu_ids = (ctypes.c_int * n)(*self.devices)
+        self._read_tensors()
+
+    def _read_tensors(self):
         # The compiled program's own graph (after a rewrite): names, types,
         # which are inputs and which are saved.
         gp = _lib.ein_compiled_graph(self._c)
@@ -893,6 +926,22 @@ class Program:
                                  calibration=out.calibration.decode("utf-8", "replace"),
                                  devices=devs)
 
+    def save(self, path):
+        """Write the compiled program to `path` (conventionally *.einprog)
+        so that es.load_program(path) runs it in another process without
+        compiling again. The file holds the graph, plan, exchanges and every
+        device's program, the library version and the topology it was
+        compiled for (loading checks both). The same program always gives
+        the same bytes. Raises EinError (EinIOError for a path that cannot
+        be written)."""
+        if not isinstance(path, (str, os.PathLike)):
+            _fail_type("save: path=%r; expected a file path" % (path,))
+        err = L.ein_error()
+        with self._lock:
+            self._need_compiled("save")
+            _check(_lib.ein_compiled_save(self._c, os.fsencode(path), ctypes.byref(err)),
+                   err, "save")
+
     # -- running
     def _need_compiled(self, what):
         if self._c is None:
@@ -928,6 +977,7 @@ class Program:
             o.run_timeout = float(run_timeout)
         o.verbose = 1 if verbose else 0
         o.generate_missing = 1 if self._generate_missing else 0
+        o.progress = _progress_flag(self._progress)
         if self.trace is not None:
             o.trace_path = _keep_bytes(keep, self.trace)
         out, err = ctypes.c_void_p(), L.ein_error()
@@ -1155,6 +1205,24 @@ class Program:
             _check(rc, err, "close")
 
 
+def _device_list(device, what):
+    """device= as a list of ids (the paper's form), refusing one int."""
+    if isinstance(device, (int, numpy.integer)) and not isinstance(device, bool):
+        d = int(device)
+        _fail_type("%s: device=%d is one number; give the list of devices, e.g. "
+                   "device=%r for %d devices, or device=[%d] for device %d alone"
+                   % (what, d, list(range(max(d, 1))), max(d, 1), d, d))
+    elif isinstance(device, (str, bytes)) or not hasattr(device, "__iter__"):
+        _fail_type("%s: device=%r; give the list of devices, e.g. device=[0, 1, 2, 3]"
+                   % (what, device))
+    device = [_int(d, "%s: device id" % what) for d in device]
+    if not 1 <= len(device) <= 64:
+        _fail(L.EIN_EINVAL, "%s: %d devices; expected 1..64" % (what, len(device)))
+    if any(d < 0 for d in device):
+        _fail(L.EIN_EINVAL, "%s: device ids must be >= 0, not %r" % (what, device))
+    return device
+
+
 # schedule_mode: einrun's --schedule vocabulary; "ai" (the paper's name) is
 # an alias of "search".
 _SCHEDULES = {"naive": "naive", "search": "search", "ai": "search"}
@@ -1176,8 +1244,10 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
 
     trace: a path; the session writes a Chrome trace (Perfetto) of every
     device's runs there when the program is closed (einrun --trace).
-    progress: show progress lines on stderr while compiling (True, False;
-    default None: only when stderr is a terminal, as einrun does)."""
+    progress: show a progress line on stderr while compiling, and while a
+    run of execute() takes longer than a second (True or None, the
+    default: only when stderr is a terminal, as einrun does; the line is
+    erased when the work ends; False: never)."""
     if not isinstance(graph, Graph):
         _fail_type("compileGraph: expected a graph from es.createGraph(), not %r"
               % (graph,))
@@ -1188,19 +1258,7 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
         _fail(L.EIN_EINVAL, "compileGraph: backend %r; expected 'cpu' or 'cuda'" % (backend,))
     if device is None:
         device = list(range(max(1, _gpu_count())))
-    elif isinstance(device, (int, numpy.integer)) and not isinstance(device, bool):
-        d = int(device)
-        _fail_type("compileGraph: device=%d is one number; give the list of devices, e.g. "
-                   "device=%r for %d devices, or device=[%d] for device %d alone"
-                   % (d, list(range(max(d, 1))), max(d, 1), d, d))
-    elif isinstance(device, (str, bytes)) or not hasattr(device, "__iter__"):
-        _fail_type("compileGraph: device=%r; give the list of devices, e.g. device=[0, 1, 2, 3]"
-                   % (device,))
-    device = [_int(d, "compileGraph: device id") for d in device]
-    if not 1 <= len(device) <= 64:
-        _fail(L.EIN_EINVAL, "compileGraph: %d devices; expected 1..64" % len(device))
-    if any(d < 0 for d in device):
-        _fail(L.EIN_EINVAL, "compileGraph: device ids must be >= 0, not %r" % (device,))
+    device = _device_list(device, "compileGraph")
     if not graph._saved:
         _fail(L.EIN_EINVAL, "compileGraph: the graph saves no tensor; call graph.save(y)")
     if backend == "cuda" and not _gpu_visible():
@@ -1218,3 +1276,34 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
                    search_work, topology, rewrite, worker_timeout, run_timeout, verbose,
                    generate_missing, trace=None if trace is None else os.fspath(trace),
                    progress=progress)
+
+
+def load_program(path, device=None, backend=None, topology=None, worker_timeout=None,
+                 run_timeout=None, verbose=False, generate_missing=False, trace=None,
+                 progress=None):
+    """A program saved with Program.save(path), ready to run without
+    compiling again (in this or any other process). device: the list of
+    devices, as for compileGraph; its length must be the saved program's
+    device count (default: that many, 0..n-1). The file must come from
+    this library version and have been compiled for this machine's
+    topology: found as `topology` (a built-in name or .topo file) or
+    backend="cuda" (probing the GPUs in device) say, else the way the
+    original compile found it. A mismatch raises EinError naming what
+    differs (EinValueError: the library version or the device count;
+    EinRuntimeError, code EIN_EDEVICE: the topology); a file that is not a
+    saved program raises EinParseError; a missing one, or a FIFO or
+    directory in its place, EinIOError. The other arguments are
+    compileGraph's."""
+    if not isinstance(path, (str, os.PathLike)):
+        _fail_type("load_program: path=%r; expected the path of a saved program" % (path,))
+    if backend not in (None, "cpu", "cuda"):
+        _fail(L.EIN_EINVAL, "load_program: backend %r; expected 'cpu' or 'cuda'" % (backend,))
+    devices = [] if device is None else _device_list(device, "load_program")
+    if backend == "cuda" and not _gpu_visible():
+        _fail(L.EIN_EDEVICE, "load_program: backend='cuda': no GPU visible")
+    if trace is not None and not isinstance(trace, (str, os.PathLike)):
+        _fail_type("load_program: trace=%r; expected the path of a .json file" % (trace,))
+    return Program(None, devices, None, backend or "cpu", None, None, None, topology, False,
+                   worker_timeout, run_timeout, verbose, generate_missing,
+                   trace=None if trace is None else os.fspath(trace), progress=progress,
+                   _load=os.fspath(path))

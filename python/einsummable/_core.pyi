@@ -95,7 +95,7 @@ def createGraph() -> Graph: ...
 
 class Program:
     devices: List[int]
-    schedule_mode: str
+    schedule_mode: Optional[str]
     backend: str
     trace: Optional[str]
     last_run_seconds: float
@@ -120,6 +120,7 @@ class Program:
     def cancel(self) -> None: ...
     def offload(self, tensor: TensorRef, raw: bool = ...) -> numpy.typing.NDArray[Any]: ...
     def close(self) -> None: ...
+    def save(self, path: PathLike) -> None: ...
 
 def compileGraph(graph: Graph, device: Optional[Sequence[int]] = ...,
                  schedule_mode: Literal["naive", "search", "ai"] = ...,
@@ -127,6 +128,14 @@ def compileGraph(graph: Graph, device: Optional[Sequence[int]] = ...,
                  selector: Literal["dp", "greedy", "random"] = ...,
                  seed: Optional[int] = ..., search_work: Optional[int] = ...,
                  topology: Optional[str] = ..., rewrite: bool = ...,
+                 worker_timeout: Optional[float] = ..., run_timeout: Optional[float] = ...,
+                 verbose: bool = ..., generate_missing: bool = ...,
+                 trace: Optional[PathLike] = ...,
+                 progress: Optional[bool] = ...) -> Program: ...
+
+def load_program(path: PathLike, device: Optional[Sequence[int]] = ...,
+                 backend: Optional[Literal["cpu", "cuda"]] = ...,
+                 topology: Optional[str] = ...,
                  worker_timeout: Optional[float] = ..., run_timeout: Optional[float] = ...,
                  verbose: bool = ..., generate_missing: bool = ...,
                  trace: Optional[PathLike] = ...,

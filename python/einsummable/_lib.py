@@ -97,6 +97,7 @@ class ein_session_options(ctypes.Structure):
         ("handle_signals", ctypes.c_int),
         ("store_paths", _c_char_pp),
         ("generate_missing", ctypes.c_int),
+        ("progress", ctypes.c_int),
         ("_spare", ctypes.c_char * 256),
     ]
 
@@ -198,6 +199,10 @@ _PROTOS = {
     # Returns malloc'd text: kept as a raw pointer so that it can be freed.
     "ein_compiled_explain": (_P, [_P, _I]),
     "ein_compiled_predict": (_I, [_P, _S, ctypes.POINTER(ein_prediction), _E]),
+    "ein_compiled_save": (_I, [_P, _S, _E]),
+    "ein_compiled_load_ex": (_I, [_S, _I, ctypes.POINTER(ein_compile_options),
+                                  ctypes.POINTER(_P), _E]),
+    "ein_version": (_S, []),
     "ein_session_options_init": (None, [ctypes.POINTER(ein_session_options)]),
     "ein_session_open": (_I, [_P, ctypes.POINTER(ein_session_options), ctypes.POINTER(_P), _E]),
     "ein_session_set_input": (_I, [_P, _S, _P, ctypes.c_size_t, _E]),
