@@ -37,6 +37,13 @@ def main() -> float:
         assert stats is not None and len(stats.devices) == 2
         pred: es.Prediction = program.predict()
         assert pred.time > 0.0
+        program.save("ffn.einprog")
+    again: es.Program = es.load_program("ffn.einprog", device=[0, 1], progress=False)
+    with again:
+        for name, value in inputs.items():
+            again.load(name, value)
+        again.execute()
+        assert np.array_equal(again.offload(y), out)
     want = np.maximum(inputs["x"] @ inputs["w1"], 0.0) @ inputs["w2"]
     return float(np.max(np.abs(out - want)))
 
