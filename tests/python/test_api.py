@@ -306,7 +306,7 @@ def test_type_stub_matches_the_code():
             if m != "__init__" or cls in (es.Graph, es.TensorDesc):
                 assert "%s.%s" % (cls.__name__, m) in stub, "%s.%s not in _core.pyi" % (
                     cls.__name__, m)
-    for f in ("createGraph", "tensorDesc", "compileGraph"):
+    for f in ("createGraph", "tensorDesc", "compileGraph", "load_program"):
         assert f in stub
     assert checked > 40
 
