@@ -11,7 +11,8 @@
 # exprog (ExProg parse, print + parse back, validate, simulate), wire
 # (msgpack messages), npy (.npy headers and box reads), rules (rewrite
 # rules), probe (GPU probe text, topology detection), topo (topology files),
-# safetensors (.safetensors headers, raw box reads by mmap).
+# safetensors (.safetensors headers, raw box reads by mmap), saved (the
+# graph, plan and programs of a saved program file).
 # FUZZ_TARGETS="exprog topo" picks some.
 #
 # The library sources are compiled directly with clang
@@ -29,7 +30,7 @@ secs=${2:-30}
 cc=${CC_FUZZ:-clang}
 out=${FUZZ_OUT:-$PWD/fuzz-build}
 jobs=${FUZZ_JOBS:-2}
-targets=${FUZZ_TARGETS:-ein exprog wire npy rules probe topo safetensors}
+targets=${FUZZ_TARGETS:-ein exprog wire npy rules probe topo safetensors saved}
 limits="-timeout=2 -rss_limit_mb=2048 -malloc_limit_mb=2048 -max_len=4096"
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 
@@ -63,7 +64,7 @@ if [ ! -f "$stamp" ] || [ -n "$( (find "$src/common" "$src/planner" "$src/exchan
     for f in $lib_srcs; do echo "$f"; done | xargs -P "$jobs" -I{} sh -c \
         'o="$1/obj/$(echo "$2" | tr / _ | sed "s/\.c$/.o/")"; $3 $4 -fsanitize=fuzzer-no-link -c "$5/$2" -o "$o" || exit 255' \
         sh "$out" {} "$cc" "$cflags $san" "$src" || { echo "fuzz: compile failed"; exit 1; }
-    for t in ein exprog wire npy rules probe topo safetensors; do
+    for t in ein exprog wire npy rules probe topo safetensors saved; do
         $cc $cflags $san -fsanitize=fuzzer "$here/fuzz_$t.c" "$out"/obj/*.o $deps_libs \
             -o "$out/fuzz_$t" || { echo "fuzz: link of fuzz_$t failed"; exit 1; }
     done
@@ -98,7 +99,7 @@ fi
 seeds="$out/seeds"
 rm -rf "$seeds" && mkdir -p "$seeds" || exit 1
 "$out/fuzz_seeds" "$seeds" || exit 1
-mkdir -p "$seeds/ein" "$seeds/exprog" "$seeds/rules" "$seeds/probe" "$seeds/topo"
+mkdir -p "$seeds/ein" "$seeds/exprog" "$seeds/rules" "$seeds/probe" "$seeds/topo" "$seeds/saved"
 cp "$src"/examples/*.ein "$seeds/ein/"
 cp "$src"/tests/exchange/programs/*.xp "$seeds/exprog/"
 # One rule a seed: every rule is shape-checked over many shapes, so whole
