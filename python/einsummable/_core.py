@@ -697,6 +697,8 @@ class Program:
       offload(tensor)       a saved tensor's value after the last run, as a
                             new NumPy array
       explain()             the compiled program as text
+      save(path)            write it to a file that es.load_program(path)
+                            runs in another process, not compiled again
       close()               stop the workers (again: harmless)
 
     After execute(), last_run_seconds is the run's wall time and last_pids
@@ -804,7 +806,8 @@ class Program:
                 o.topology = _keep_bytes(keep, topology)
             if self.backend == "cuda":
                 o.cuda = 1
-                o.gpu_ids = self._gpu_ids
+                if self.devices:  # else the GPUs 0..n-1 of the saved count
+                    o.gpu_ids = self._gpu_ids
         out, err = ctypes.c_void_p(), L.ein_error()
         _check(_lib.ein_compiled_load_ex(_keep_bytes(keep, path), len(self.devices),
                                          None if o is None else ctypes.byref(o),
