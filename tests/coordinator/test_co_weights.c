@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/types.h>
 
 #include "common/ein_progress.h"
 #include "coordinator/co_weights.h"
@@ -160,11 +161,46 @@ static void test_progress_line(void **state)
     ein_progress_end(NULL);
 }
 
+/* begin_after: nothing before `after` seconds (a quick step never
+ * flickers), the line at once with 0, and erased at the end. stderr is
+ * sent to a file for the test (enabled = 1 draws whatever stderr is). */
+static void test_progress_after(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/ein-progress.XXXXXX", buf[256];
+    int fd = mkstemp(path), saved = dup(2);
+    assert_true(fd >= 0 && saved >= 0);
+    fflush(stderr);
+    assert_true(dup2(fd, 2) == 2);
+    ein_progress p;
+    ein_progress_begin_after(&p, 1, "running", 0, 3600);
+    ein_progress_tick(&p);
+    ein_progress_step(&p, 5);
+    ein_progress_end(&p);
+    fflush(stderr);
+    off_t quiet = lseek(fd, 0, SEEK_END);
+    ein_progress_begin_after(&p, 1, "running", 0, 0);
+    ein_progress_tick(&p);
+    ein_progress_end(&p);
+    fflush(stderr);
+    assert_true(dup2(saved, 2) == 2);
+    close(saved);
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    close(fd);
+    unlink(path);
+    assert_int_equal(quiet, 0);
+    assert_true(n > 0);
+    buf[n] = '\0';
+    assert_true(strncmp(buf, "\r\033[Krunning: ", 13) == 0);
+    assert_true(n >= 4 && strcmp(buf + n - 4, "\r\033[K") == 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bind),
         cmocka_unit_test(test_progress_line),
+        cmocka_unit_test(test_progress_after),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
