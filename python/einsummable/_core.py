@@ -929,6 +929,10 @@ class Program:
                                  calibration=out.calibration.decode("utf-8", "replace"),
                                  devices=devs)
 
+    def __reduce__(self):
+        _fail_type("a Program cannot be pickled (it owns worker processes); write it with "
+                   "program.save(path) and read it with es.load_program(path)")
+
     def save(self, path):
         """Write the compiled program to `path` (conventionally *.einprog)
         so that es.load_program(path) runs it in another process without

@@ -109,6 +109,9 @@ def test_load_checks(tmp_path):
     with pytest.raises(es.EinTypeError):
         es.load_program(None)  # type: ignore[arg-type]
     prog = es.compileGraph(ffn(), device=[0])
+    import pickle
+    with pytest.raises(es.EinTypeError, match="program.save"):
+        pickle.dumps(prog)
     prog.close()
     with pytest.raises(es.EinValueError, match="closed"):
         prog.save(path)
