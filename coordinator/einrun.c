@@ -835,7 +835,7 @@ static int check_missing_inputs(run_state *s)
     if ((nmiss == nin && !o->inputs.n && !o->wfiles.n) || o->generate_missing) {
         /* Said once the run starts: an error before it stays one line. */
         snprintf(s->generated, sizeof s->generated, "generating %s from --seed %llu (%s)",
-                 missing, (unsigned long long)o->seed,
+                 missing, (unsigned long long)(s->comp ? s->comp->seed : o->seed),
                  nmiss < nin ? "--generate-missing" : "no input given");
         return 0;
     }
@@ -1006,7 +1006,7 @@ static int dump_inputs(run_state *s)
         for (int v = 0; v < s->g->nnodes; v++)
             ninp += pl_graph_node(s->g, v)->kind == PL_INPUT;
         ein_progress_begin(&pg, s->show, "writing inputs", ninp);
-        int rc = co_dump_inputs(s->g, s->in_src, o->seed, o->dump_dir, &pg, &nd, &s->err);
+        int rc = co_dump_inputs(s->g, s->in_src, s->comp->seed, o->dump_dir, &pg, &nd, &s->err);
         ein_progress_end(&pg);
         if (rc < 0)
             return fail(2, "%s", s->err.msg);
