@@ -254,7 +254,11 @@ int co_compile_lower(const pl_graph *g, const pl_plan *plan, const xp_topology *
     ein_progress_end(&pg);
     if (rc < 0)
         return rc;
-    co_lower_opts lo = {.seed = o->seed};
+    /* $EIN_NO_REUSE=1: the debugging switch for every front end, the
+     * simulator's own lowering (co_sim_plan) included. */
+    const char *nr = getenv("EIN_NO_REUSE");
+    co_lower_opts lo = {.seed = o->seed,
+                        .no_reuse = o->no_reuse || (nr && *nr && strcmp(nr, "0") != 0)};
     ein_progress_begin(&pg, o->progress && ein_progress_wanted(0), "lowering", g->nnodes);
     lo.progress = &pg;
     rc = co_lower(g, plan, *ph, &lo, progs, ls, err);
