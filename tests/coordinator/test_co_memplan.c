@@ -136,6 +136,21 @@ static int uses(const ein_instr *ins, const int *root, int r)
     return 0;
 }
 
+/* An acknowledgement: a NOTIFY of a COPY's dst back to the device copied
+ * from. It reads nothing (it only says the COPY is done), so the bytes may
+ * be reused before it runs. */
+static int is_ack(const ein_program *q, int i)
+{
+    const ein_instr *nt = &q->instrs[i];
+    if (nt->kind != EIN_I_NOTIFY)
+        return 0;
+    for (int c = 0; c < i; c++)
+        if (q->instrs[c].kind == EIN_I_COPY && q->instrs[c].dst == nt->srcs[0] &&
+            q->instrs[c].peer == nt->peer)
+            return 1;
+    return 0;
+}
+
 static int overlap(const ein_pbuffer *x, const ein_pbuffer *y)
 {
     return x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes;
@@ -176,7 +191,7 @@ static void check_plan(ein_program **p, ein_program **u, int ndev, int *reused, 
             first[r] = last[r] = -1;
         for (int i = 0; i < n; i++)
             for (int r = 0; r < nb; r++)
-                if (root[r] == r && uses(&q->instrs[i], root, r)) {
+                if (root[r] == r && !is_ack(q, i) && uses(&q->instrs[i], root, r)) {
                     if (first[r] < 0)
                         first[r] = i;
                     last[r] = i;
@@ -197,7 +212,8 @@ static void check_plan(ein_program **p, ein_program **u, int ndev, int *reused, 
                     if (q->instrs[w].dst < 0 || root[q->instrs[w].dst] != r2)
                         continue;
                     for (int i = 0; i < n; i++)
-                        if (uses(&q->instrs[i], root, r1) && !anc[(size_t)w * n + i])
+                        if (uses(&q->instrs[i], root, r1) && !is_ack(q, i) &&
+                            !anc[(size_t)w * n + i])
                             fail_msg("device %d: instruction %d writes buffer %d over buffer %d "
                                      "without depending on its user %d", d, w, r2, r1, i);
                     /* a peer's COPY of r1: acknowledged before w */
