@@ -634,6 +634,9 @@ int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
             dv->idle = 0;
         dv->peak = progs[d]->segment_bytes;
         dv->unplanned = progs[d]->unplanned_bytes ? progs[d]->unplanned_bytes : dv->peak;
+        for (int i = 0; i < progs[d]->ninstrs; i++)
+            if (progs[d]->instrs[i].kind == EIN_I_LOAD && progs[d]->instrs[i].dst >= 0)
+                dv->loaded += progs[d]->buffers[progs[d]->instrs[i].dst].bytes;
         largest(progs[d], dv->largest);
     }
     if (critical_path(&s) < 0)
@@ -731,15 +734,16 @@ int co_sim_print(ein_program *const *progs, const co_sim_result *r, const xp_top
     fprintf(f, "predicted iteration on %s (calibration %s): %.3f ms (makespan %.3f ms + "
                "%.3f ms per iteration)\n",
             topo->name, cal->name, 1e3 * r->time, 1e3 * r->makespan, 1e3 * cal->iteration);
-    fprintf(f, "%-7s %12s %12s %12s %14s %14s\n", "device", "compute ms", "comm ms", "idle ms",
-            "peak memory", "without reuse");
+    fprintf(f, "%-7s %12s %12s %12s %14s %14s %14s\n", "device", "compute ms", "comm ms",
+            "idle ms", "peak memory", "without reuse", "inputs");
     double before = 0, after = 0;
     for (int d = 0; d < r->ndev; d++) {
-        char peak[32], unpl[32];
+        char peak[32], unpl[32], ld[32];
         bytes_text((double)r->dev[d].peak, peak, sizeof peak);
         bytes_text((double)r->dev[d].unplanned, unpl, sizeof unpl);
-        fprintf(f, "%-7d %12.3f %12.3f %12.3f %14s %14s\n", d, 1e3 * r->dev[d].compute,
-                1e3 * r->dev[d].comm, 1e3 * r->dev[d].idle, peak, unpl);
+        bytes_text((double)r->dev[d].loaded, ld, sizeof ld);
+        fprintf(f, "%-7d %12.3f %12.3f %12.3f %14s %14s %14s\n", d, 1e3 * r->dev[d].compute,
+                1e3 * r->dev[d].comm, 1e3 * r->dev[d].idle, peak, unpl, ld);
         if ((double)r->dev[d].peak > after)
             after = (double)r->dev[d].peak;
         if ((double)r->dev[d].unplanned > before)
@@ -755,6 +759,18 @@ int co_sim_print(ein_program *const *progs, const co_sim_result *r, const xp_top
     } else {
         fprintf(f, "memory reuse: none (every buffer in a place of its own)\n");
     }
+    int top = 0;
+    for (int d = 1; d < r->ndev; d++)
+        if (r->dev[d].peak > r->dev[top].peak)
+            top = d;
+    fprintf(f, "largest tensors alive at device %d's busiest instruction:", top);
+    for (int k = 0; k < CO_SIM_LARGEST && r->dev[top].largest[k] >= 0; k++) {
+        char b[32];
+        int id = r->dev[top].largest[k];
+        bytes_text((double)progs[top]->buffers[id].bytes, b, sizeof b);
+        fprintf(f, "%s %s (%s)", k ? "," : "", buffer_op(progs[top], id), b);
+    }
+    fprintf(f, "\n");
     if (topo->memory > 0) {
         char cap[32];
         bytes_text(topo->memory, cap, sizeof cap);
@@ -808,9 +824,10 @@ int co_sim_json(ein_program *const *progs, const co_sim_result *r, const xp_topo
     for (int d = 0; d < r->ndev; d++) {
         fprintf(f, "%s\n  {\"device\": %d, \"compute_s\": %.9g, \"comm_s\": %.9g, "
                    "\"idle_s\": %.9g, \"peak_bytes\": %llu, \"unplanned_bytes\": %llu, "
-                   "\"largest\": [",
+                   "\"input_bytes\": %llu, \"largest\": [",
                 d ? "," : "", d, r->dev[d].compute, r->dev[d].comm, r->dev[d].idle,
-                (unsigned long long)r->dev[d].peak, (unsigned long long)r->dev[d].unplanned);
+                (unsigned long long)r->dev[d].peak, (unsigned long long)r->dev[d].unplanned,
+                (unsigned long long)r->dev[d].loaded);
         for (int k = 0; k < CO_SIM_LARGEST && r->dev[d].largest[k] >= 0; k++) {
             int id = r->dev[d].largest[k];
             fprintf(f, "%s{\"op\": ", k ? ", " : "");

@@ -73,6 +73,7 @@ typedef struct co_sim_device {
     double end;         /* when its last instruction ended */
     uint64_t peak;      /* bytes: the segment */
     uint64_t unplanned; /* bytes: the segment without reuse */
+    uint64_t loaded;    /* bytes: of which inputs and weights (LOAD-written buffers) */
     int largest[CO_SIM_LARGEST]; /* its largest buffers, -1 past the last */
 } co_sim_device;
 
