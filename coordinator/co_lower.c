@@ -462,7 +462,7 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_physical *ph,
     L.st->search_steps = ph->st.search_steps;
     L.st->search_ms = ph->st.search_ms;
     L.st->ncapped = ph->st.ncapped;
-    if (rc == 0 && !opts->no_reuse && (rc = co_memplan(L.progs, L.ndev, NULL, err)) < 0)
+    if (rc == 0 && !opts->no_reuse && (rc = co_memplan(L.progs, L.ndev, opts->memplan, NULL, err)) < 0)
         ein_error_prefix(err, "internal error");
     for (int d = 0; d < L.ndev && rc == 0; d++)
         if ((rc = ein_program_validate(L.progs[d], err)) < 0)

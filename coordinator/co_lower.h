@@ -66,6 +66,7 @@ typedef struct co_lower_opts {
     int no_reuse;                   /* 1: every buffer in a place of its own for the whole
                                        run (debugging); 0: buffers placed by liveness
                                        (co_memplan.h), the default */
+    const struct co_memplan_opts *memplan; /* NULL: co_memplan's defaults */
 } co_lower_opts;
 
 /* What co_lower emitted, and (copied from the physical plan's

@@ -49,6 +49,7 @@ typedef struct mdev {
     int *root;              /* [nb] the root of each buffer (itself for a root) */
     uint64_t *oldoff;       /* [nb] offsets before planning */
     int *first, *last;      /* [nb] per root: its life, -1 if unused */
+    int *rel;               /* [nb] per root: when its bytes may be taken (last + delay) */
     char *pinned;           /* [nb] per root */
     int *acc_at, *acc;      /* per root: instructions using it (CSR over roots) */
     int *wr_at, *wr;        /* per root: instructions writing it */
@@ -78,6 +79,7 @@ static void mdev_free(mdev *v)
     free(v->oldoff);
     free(v->first);
     free(v->last);
+    free(v->rel);
     free(v->pinned);
     free(v->acc_at);
     free(v->acc);
@@ -442,7 +444,7 @@ static int place(mp *m, mdev *v, uint64_t *newoff, co_memplan_dev *st)
     int n, nfl = 0, capfl = 0, rc = 0;
     int *ord = dynamic_order(v, &n);
     range *fl = NULL;
-    heap h = {.id = malloc(sizeof(int) * ((size_t)v->nb + 1)), .key = v->last};
+    heap h = {.id = malloc(sizeof(int) * ((size_t)v->nb + 1)), .key = v->rel};
     if (!ord || !h.id) {
         rc = oom(m);
         goto done;
@@ -450,7 +452,7 @@ static int place(mp *m, mdev *v, uint64_t *newoff, co_memplan_dev *st)
     for (int k = 0; k < n; k++) {
         int r = ord[k];
         uint64_t need = align_up(v->p->buffers[r].bytes);
-        while (h.n > 0 && v->last[h.id[0]] < v->first[r]) {
+        while (h.n > 0 && v->rel[h.id[0]] < v->first[r]) {
             int f = heap_pop(&h);
             if (free_put(&fl, &nfl, &capfl, newoff[f] - base,
                          newoff[f] - base + align_up(v->p->buffers[f].bytes)) < 0) {
@@ -789,7 +791,8 @@ static void live_peak(const mdev *v, co_memplan_dev *st)
     free(delta);
 }
 
-int co_memplan(ein_program **progs, int ndev, co_memplan_dev *st_out, ein_error *err)
+int co_memplan(ein_program **progs, int ndev, const co_memplan_opts *o, co_memplan_dev *st_out,
+               ein_error *err)
 {
     mp m = {.ndev = ndev, .err = err};
     co_memplan_dev *st = calloc((size_t)ndev + 1, sizeof *st);
@@ -819,13 +822,24 @@ int co_memplan(ein_program **progs, int ndev, co_memplan_dev *st_out, ein_error 
         }
         if ((rc = find_roots(&m, v)) == 0)
             rc = find_users(&m, v);
+        if (rc == 0 && !(v->rel = malloc(sizeof(int) * nb)))
+            rc = oom(&m);
     }
     if (rc == 0)
         rc = find_remote(&m);
     if (rc == 0)
         rc = pin_ambiguous(&m, nkept);
+    co_memplan_opts def = {.delay_local = CO_MEMPLAN_DELAY_LOCAL,
+                           .delay_remote = CO_MEMPLAN_DELAY_REMOTE};
+    if (!o)
+        o = &def;
+    int delay_local = o->delay_local > 0 ? o->delay_local : 0;
+    int delay_remote = o->delay_remote > 0 ? o->delay_remote : 0;
     for (int d = 0; d < ndev && rc == 0; d++) {
         mdev *v = &m.d[d];
+        for (int b = 0; b < v->nb; b++)
+            v->rel[b] = v->last[b] < 0 ? v->last[b]
+                        : v->last[b] + (v->rc_at[b + 1] > v->rc_at[b] ? delay_remote : delay_local);
         st[d].before = v->p->unplanned_bytes ? v->p->unplanned_bytes : v->p->segment_bytes;
         st[d].nkept = nkept[d];
         live_peak(v, &st[d]);

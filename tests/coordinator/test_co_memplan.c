@@ -8,7 +8,8 @@
  *    one is an ancestor of every writer of the later one in the DAG; a peer's
  *    COPY of a buffer whose bytes are reused is acknowledged (a NOTIFY back
  *    after the COPY, a WAIT before the writer); the plan uses less than
- *    every buffer in a place of its own;
+ *    every buffer in a place of its own (no delay before reuse, small
+ *    delays, the defaults);
  *  - a buffer overlapping another without lying inside it is refused. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -75,7 +76,8 @@ static void test_chain_by_hand(void **state)
     instr(p, EIN_I_STORE, -1, c, kc);
     ein_error err = {0};
     co_memplan_dev st;
-    if (co_memplan(&p, 1, &st, &err) < 0)
+    co_memplan_opts o = {0}; /* no delay: reuse as soon as possible */
+    if (co_memplan(&p, 1, &o, &st, &err) < 0)
         fail_msg("%s", err.msg);
     assert_int_equal(ein_program_validate(p, &err), 0);
     assert_int_equal(st.before, 4096);
@@ -102,7 +104,7 @@ static void test_partial_overlap(void **state)
     int b = buf(p, 16, 16);
     p->buffers[b].offset = 512;
     ein_error err = {0};
-    assert_int_equal(co_memplan(&p, 1, NULL, &err), EIN_EINVAL);
+    assert_int_equal(co_memplan(&p, 1, NULL, NULL, &err), EIN_EINVAL);
     assert_non_null(strstr(err.msg, "overlaps"));
     ein_program_free(p);
 }
@@ -285,7 +287,10 @@ static void lower(const pl_graph *g, const pl_plan *plan, const xp_topology *t, 
     co_physical_free(ph);
 }
 
-static void check_lowered(int ndev, int chunks, pl_selector sel)
+/* Lower the chain on ndev devices twice without reuse, plan one copy with
+ * delays `o` (NULL: the defaults), check it against the other. */
+static void check_lowered(int ndev, int chunks, pl_selector sel, const co_memplan_opts *o,
+                          int want_acks)
 {
     pl_graph *g = NULL;
     pl_plan *plan = NULL;
@@ -294,13 +299,18 @@ static void check_lowered(int ndev, int chunks, pl_selector sel)
     assert_int_equal(pl_plan_make(g, ndev, sel, 3, &plan, &err), 0);
     xp_topology *t = topo(ndev);
     ein_program **p = NULL, **u = NULL;
-    lower(g, plan, t, chunks, 0, &p);
+    lower(g, plan, t, chunks, 1, &p);
     lower(g, plan, t, chunks, 1, &u);
+    if (co_memplan(p, ndev, o, NULL, &err) < 0)
+        fail_msg("%s", err.msg);
     int reused = 0, acked = 0;
     check_plan(p, u, ndev, &reused, &acked);
-    print_message("# %d devices, chunks %d: %d pairs share bytes, %d peer copies acknowledged\n",
-                  ndev, chunks, reused, acked);
+    print_message("# %d devices, chunks %d, delays %d/%d: %d pairs share bytes, %d peer copies "
+                  "acknowledged\n", ndev, chunks, o ? o->delay_local : CO_MEMPLAN_DELAY_LOCAL,
+                  o ? o->delay_remote : CO_MEMPLAN_DELAY_REMOTE, reused, acked);
     assert_true(reused > 0);
+    if (want_acks)
+        assert_true(acked > 0);
     co_programs_free(p, ndev);
     co_programs_free(u, ndev);
     xp_topo_free(t);
@@ -308,17 +318,22 @@ static void check_lowered(int ndev, int chunks, pl_selector sel)
     pl_graph_free(g);
 }
 
+static const co_memplan_opts NODELAY = {0, 0}, SOME = {3, 7};
+
 static void test_lowered_dp(void **state)
 {
     (void)state;
-    check_lowered(3, 0, PL_SELECT_DP);
+    check_lowered(3, 0, PL_SELECT_DP, &NODELAY, 1);
+    check_lowered(3, 0, PL_SELECT_DP, &SOME, 0);
+    check_lowered(3, 0, PL_SELECT_DP, NULL, 0);
 }
 
 static void test_lowered_random_chunked(void **state)
 {
     (void)state;
-    check_lowered(3, 3, PL_SELECT_RANDOM);
-    check_lowered(4, 2, PL_SELECT_RANDOM);
+    check_lowered(3, 3, PL_SELECT_RANDOM, &NODELAY, 1);
+    check_lowered(4, 2, PL_SELECT_RANDOM, &NODELAY, 1);
+    check_lowered(4, 2, PL_SELECT_RANDOM, &SOME, 0);
 }
 
 int main(void)

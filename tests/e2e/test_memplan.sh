@@ -4,10 +4,12 @@
 # test_hf_model.sh (tests/e2e/hf_model.py: 2 layers, Hugging Face layout,
 # token ids to logits) run through einrun --weights on 1..8 CPU devices,
 # 3 iterations with every buffer that no LOAD fills poisoned (NaN) before
-# iterations 2 and 3 (EIN_POISON), must equal the independent NumPy
-# forward pass to 1e-4: a buffer overwritten before its last reader, or
-# a peer copy from bytes already reused, shows as NaN or a wrong value.
-# With --no-reuse the logits are the same bytes. einplan --simulate of a
+# iterations 2 and 3 (EIN_POISON), bytes reused as soon as they are free
+# (EIN_REUSE_DELAY=0,0: peer copies acknowledged too), must equal the
+# independent NumPy forward pass to 1e-4: a buffer overwritten before its
+# last reader, or a peer copy from bytes already reused, shows as NaN or a
+# wrong value. With the default delays and with --no-reuse the logits are
+# the same bytes. einplan --simulate of a
 # 4-block model predicts a smaller peak than every buffer in a place of
 # its own, on every device. (TAP)
 set -u
@@ -28,7 +30,7 @@ if ! "$PY" -c 'import numpy' 2>/dev/null; then
     echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
     exit 0
 fi
-echo "1..10"
+echo "1..11"
 mkdir m
 "$PY" "$GEN" gen m 0 5,9,3 || exit 1
 "$EINGEN" llama --config m/config.json --seq-lens 5,9,3 --model --hf --logits all > m.ein || exit 1
@@ -39,7 +41,7 @@ run() {
     p=$1 out=$2
     shift 2
     rm -f logits.npy
-    EIN_POISON=1 eval "\"\$EINRUN\" --cpu $p --iterations 3 $* --weights m/model.safetensors $maps --input ids=m/ids.npy m.ein" \
+    EIN_POISON=1 EIN_REUSE_DELAY=${DELAY:-0,0} eval "\"\$EINRUN\" --cpu $p --iterations 3 $* --weights m/model.safetensors $maps --input ids=m/ids.npy m.ein" \
         > out.txt 2>&1 && mv logits.npy "$out"
 }
 for p in 1 2 3 4 5 6 7 8; do
@@ -50,6 +52,11 @@ for p in 1 2 3 4 5 6 7 8; do
         not_ok "$what: logits match NumPy" "$(cat out.txt)" "${msg:-}"
     fi
 done
+if DELAY=default run 4 dd.npy && cmp -s dd.npy l4.npy; then
+    ok "4 devices: the default delays give the same logits, byte for byte"
+else
+    not_ok "4 devices: the default delays give the same logits, byte for byte" "$(cat out.txt)"
+fi
 if run 4 nr.npy --no-reuse && cmp -s nr.npy l4.npy; then
     ok "4 devices: --no-reuse gives the same logits, byte for byte"
 else
