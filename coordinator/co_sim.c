@@ -473,8 +473,9 @@ static int loop(sim *s, ein_error *err)
 /* The largest buffers alive where the most bytes are: a buffer lives from
  * its first to its last user (a loaded one always); views count twice,
  * which only shifts the instruction chosen. Out of memory: none listed. */
-static void largest(const ein_program *p, int *out)
+static void largest(const ein_program *p, int *out, uint64_t *live)
 {
+    *live = 0;
     for (int k = 0; k < CO_SIM_LARGEST; k++)
         out[k] = -1;
     int n = p->ninstrs, nb = p->nbuffers, at = -1;
@@ -508,6 +509,7 @@ static void largest(const ein_program *p, int *out)
             at = i;
         }
     }
+    *live = most > 0 ? (uint64_t)(most + 0.5) : 0;
     for (int b = 0; b < nb; b++) {
         if (at >= 0 && !(first[b] <= at && at <= last[b]))
             continue;
@@ -637,7 +639,7 @@ int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
         for (int i = 0; i < progs[d]->ninstrs; i++)
             if (progs[d]->instrs[i].kind == EIN_I_LOAD && progs[d]->instrs[i].dst >= 0)
                 dv->loaded += progs[d]->buffers[progs[d]->instrs[i].dst].bytes;
-        largest(progs[d], dv->largest);
+        largest(progs[d], dv->largest, &dv->live);
     }
     if (critical_path(&s) < 0)
         goto fail;
@@ -763,7 +765,9 @@ int co_sim_print(ein_program *const *progs, const co_sim_result *r, const xp_top
     for (int d = 1; d < r->ndev; d++)
         if (r->dev[d].peak > r->dev[top].peak)
             top = d;
-    fprintf(f, "largest tensors alive at device %d's busiest instruction:", top);
+    char lv[32];
+    bytes_text((double)r->dev[top].live, lv, sizeof lv);
+    fprintf(f, "device %d's busiest instruction has %s alive; the largest:", top, lv);
     for (int k = 0; k < CO_SIM_LARGEST && r->dev[top].largest[k] >= 0; k++) {
         char b[32];
         int id = r->dev[top].largest[k];
@@ -824,10 +828,10 @@ int co_sim_json(ein_program *const *progs, const co_sim_result *r, const xp_topo
     for (int d = 0; d < r->ndev; d++) {
         fprintf(f, "%s\n  {\"device\": %d, \"compute_s\": %.9g, \"comm_s\": %.9g, "
                    "\"idle_s\": %.9g, \"peak_bytes\": %llu, \"unplanned_bytes\": %llu, "
-                   "\"input_bytes\": %llu, \"largest\": [",
+                   "\"input_bytes\": %llu, \"live_bytes\": %llu, \"largest\": [",
                 d ? "," : "", d, r->dev[d].compute, r->dev[d].comm, r->dev[d].idle,
                 (unsigned long long)r->dev[d].peak, (unsigned long long)r->dev[d].unplanned,
-                (unsigned long long)r->dev[d].loaded);
+                (unsigned long long)r->dev[d].loaded, (unsigned long long)r->dev[d].live);
         for (int k = 0; k < CO_SIM_LARGEST && r->dev[d].largest[k] >= 0; k++) {
             int id = r->dev[d].largest[k];
             fprintf(f, "%s{\"op\": ", k ? ", " : "");

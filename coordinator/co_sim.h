@@ -74,6 +74,9 @@ typedef struct co_sim_device {
     uint64_t peak;      /* bytes: the segment */
     uint64_t unplanned; /* bytes: the segment without reuse */
     uint64_t loaded;    /* bytes: of which inputs and weights (LOAD-written buffers) */
+    uint64_t live;      /* bytes alive at the busiest instruction (inputs included;
+                           a view of an exchange buffer counts on its own): what
+                           any placement needs at least */
     int largest[CO_SIM_LARGEST]; /* its largest buffers, -1 past the last */
 } co_sim_device;
 
