@@ -579,13 +579,14 @@ static int order_after(mp *m, int d, int b, int p)
 }
 
 /* Walk the dynamic roots in order of first use over a map of the latest
- * holder of each byte range; order each after the holders it displaces. */
+ * holder of each byte range (sorted, disjoint ranges); order each after
+ * the holders it displaces. */
 static int order_reuse(mp *m, int d, const uint64_t *newoff)
 {
     mdev *v = &m->d[d];
     int n, nmap = 0, cap = 0, rc = 0, *prev = NULL, nprev;
     int *ord = dynamic_order(v, &n);
-    range *map = NULL, *tmp = NULL;
+    range *map = NULL;
     if (!ord || !(prev = malloc(sizeof(int) * ((size_t)v->nb + 1)))) {
         rc = oom(m);
         goto done;
@@ -595,55 +596,48 @@ static int order_reuse(mp *m, int d, const uint64_t *newoff)
         if (v->first[b] < 0)
             continue; /* never used: holds nothing anyone waits for */
         uint64_t lo = newoff[b], hi = lo + align_up(v->p->buffers[b].bytes);
+        /* the ranges [j0, j1) of the map that meet [lo, hi) */
+        int j0 = 0, j1, top = nmap;
+        while (j0 < top) {
+            int mid = (j0 + top) / 2;
+            if (map[mid].hi <= lo)
+                j0 = mid + 1;
+            else
+                top = mid;
+        }
+        for (j1 = j0; j1 < nmap && map[j1].lo < hi; j1++)
+            ;
         nprev = 0;
-        int ntmp = 0, captmp = 0;
-        for (int j = 0; j < nmap; j++) {
-            const range *g = &map[j];
-            if (g->hi <= lo || g->lo >= hi) {
-                if (ein_vec_reserve(&tmp, &captmp, (int64_t)ntmp + 1, sizeof *tmp) < 0)
-                    goto nomem;
-                tmp[ntmp++] = *g;
-                continue;
-            }
+        for (int j = j0; j < j1; j++) {
             int dup = 0;
             for (int q = 0; q < nprev && !dup; q++)
-                dup = prev[q] == g->root;
+                dup = prev[q] == map[j].root;
             if (!dup)
-                prev[nprev++] = g->root;
-            if (ein_vec_reserve(&tmp, &captmp, (int64_t)ntmp + 3, sizeof *tmp) < 0)
-                goto nomem;
-            if (g->lo < lo)
-                tmp[ntmp++] = (range){.lo = g->lo, .hi = lo, .root = g->root};
-            if (g->hi > hi)
-                tmp[ntmp++] = (range){.lo = hi, .hi = g->hi, .root = g->root};
+                prev[nprev++] = map[j].root;
         }
-        if (ein_vec_reserve(&tmp, &captmp, (int64_t)ntmp + 1, sizeof *tmp) < 0)
-            goto nomem;
-        tmp[ntmp++] = (range){.lo = lo, .hi = hi, .root = b};
-        /* keep the map sorted by offset */
-        for (int i = 1; i < ntmp; i++)
-            for (int j = i; j > 0 && tmp[j - 1].lo > tmp[j].lo; j--) {
-                range t = tmp[j];
-                tmp[j] = tmp[j - 1];
-                tmp[j - 1] = t;
-            }
-        free(map);
-        map = tmp;
-        nmap = ntmp;
-        cap = captmp;
-        tmp = NULL;
+        /* replace them by: the part before lo, b, the part after hi */
+        range rep[3];
+        int nrep = 0;
+        if (j0 < j1 && map[j0].lo < lo)
+            rep[nrep++] = (range){.lo = map[j0].lo, .hi = lo, .root = map[j0].root};
+        rep[nrep++] = (range){.lo = lo, .hi = hi, .root = b};
+        if (j0 < j1 && map[j1 - 1].hi > hi)
+            rep[nrep++] = (range){.lo = hi, .hi = map[j1 - 1].hi, .root = map[j1 - 1].root};
+        int nn = nmap - (j1 - j0) + nrep;
+        if (ein_vec_reserve(&map, &cap, (int64_t)nn + 1, sizeof *map) < 0) {
+            rc = oom(m);
+            break;
+        }
+        memmove(&map[j0 + nrep], &map[j1], sizeof *map * (size_t)(nmap - j1));
+        memcpy(&map[j0], rep, sizeof *rep * (size_t)nrep);
+        nmap = nn;
         for (int q = 0; q < nprev && rc == 0; q++)
             rc = order_after(m, d, b, prev[q]);
     }
-    (void)cap;
-    goto done;
-nomem:
-    rc = oom(m);
 done:
     free(ord);
     free(prev);
     free(map);
-    free(tmp);
     return rc;
 }
 
