@@ -98,7 +98,8 @@ static void mdev_free(mdev *v)
 
 /* ---- roots and aliases ------------------------------------------------ */
 
-static const ein_program *sort_prog;
+/* qsort contexts: per thread (compiles may run in several threads). */
+static _Thread_local const ein_program *sort_prog;
 static int by_offset(const void *a, const void *b)
 {
     const ein_pbuffer *x = &sort_prog->buffers[*(const int *)a];
@@ -409,7 +410,7 @@ static int by_first(const void *a, const void *b, const mdev *v)
         return v->first[x] < v->first[y] ? -1 : 1;
     return x - y;
 }
-static const mdev *sort_dev;
+static _Thread_local const mdev *sort_dev;
 static int by_first_q(const void *a, const void *b)
 {
     return by_first(a, b, sort_dev);
@@ -649,7 +650,7 @@ static int cmp_int(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static const extra *sort_x;
+static _Thread_local const extra *sort_x;
 static int by_place(const void *a, const void *b)
 {
     const extra *x = &sort_x[*(const int *)a], *y = &sort_x[*(const int *)b];
