@@ -128,9 +128,10 @@ static int find_roots(mp *m, mdev *v)
             cur = ord[k];
             end = pb->offset + pb->bytes;
         } else if (pb->offset + pb->bytes > end) {
+            int bad = ord[k];
             free(ord);
             return ein_fail(m->err, EIN_EINVAL, "memory plan: device %d: buffer %d overlaps "
-                            "buffer %d without lying inside it", v->p->device, ord[k], cur);
+                            "buffer %d without lying inside it", v->p->device, bad, cur);
         }
         v->root[ord[k]] = cur;
     }
@@ -309,7 +310,8 @@ static int pin_ambiguous(mp *m, int *nkept)
             }
         }
     }
-    qsort(k, (size_t)n, sizeof *k, by_key);
+    if (n > 1)
+        qsort(k, (size_t)n, sizeof *k, by_key);
     for (int a = 0, b; a < n; a = b) {
         for (b = a + 1; b < n && k[b].key == k[a].key; b++)
             ;
@@ -693,7 +695,8 @@ static int rebuild(mp *m, mdev *v)
             xid[xo[k]] = pos++;
     }
     assert(k == v->nx && pos == nn);
-    qsort(v->ad, (size_t)v->nad, sizeof *v->ad, by_instr);
+    if (v->nad > 1)
+        qsort(v->ad, (size_t)v->nad, sizeof *v->ad, by_instr);
     for (int i = 0, a = 0; i < n; i++) {
         ein_instr *ins = &p->instrs[i];
         int na = 0;
