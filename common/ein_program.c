@@ -11,7 +11,7 @@
 #include "common/ein_vec.h"
 
 static const char *const kind_names[] = {
-    "load", "store", "kernel", "slice", "concat", "agg", "copy", "notify",
+    "load", "store", "kernel", "slice", "concat", "agg", "copy", "notify", "wait",
 };
 /* Generated from common/ein_ops.def, sized by their initialisers and
  * checked against the enums. */

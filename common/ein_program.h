@@ -26,7 +26,7 @@
 #include "common/ein_error.h"
 #include "common/ein_rope.h"
 
-#define EIN_PROTOCOL_VERSION 2
+#define EIN_PROTOCOL_VERSION 3
 #define EIN_NAME_MAX 64         /* operator names, einsum subscripts */
 #define EIN_PATH_MAX 4096
 
@@ -134,6 +134,14 @@ typedef enum ein_instr_kind {
     EIN_I_AGG,      /* dst <- agg(srcs), all of dst's box */
     EIN_I_COPY,     /* dst <- buffer `peer_buf` of device `peer`, once the peer said ready */
     EIN_I_NOTIFY,   /* tell device `peer` that buffer srcs[0] is ready to be copied */
+    EIN_I_WAIT,     /* wait until device `peer` said its buffer `peer_buf` is ready (a
+                       NOTIFY of it); moves nothing. The memory planner
+                       (coordinator/co_memplan.h) uses it as the acknowledgement
+                       that a peer's COPY from this device is complete: the peer
+                       NOTIFYs the COPY's dst back, and what overwrites the copied
+                       bytes here depends on this WAIT. A backend orders the
+                       device work after it behind the peer's completed work, as
+                       for a COPY */
     EIN_I_COUNT
 } ein_instr_kind;
 
@@ -162,6 +170,9 @@ typedef struct ein_program {
     int32_t device;         /* this worker's device index, 0..ndevices-1 */
     int32_t ndevices;
     uint64_t segment_bytes; /* size of this device's buffer segment */
+    uint64_t unplanned_bytes; /* the segment every buffer would need in a place of
+                                 its own (the memory planner's "before"; reports
+                                 only, not on the wire; 0: not planned) */
     ein_pbuffer *buffers;
     int32_t nbuffers;
     ein_instr *instrs;
@@ -248,7 +259,11 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  * interval [0, w) with w >= 2, f32); COPY: no srcs, a dst, peer in
  * range and not this device, peer_buf >= 0 (peer_offset is checked by the
  * worker against the peer's exported segment); NOTIFY: one src, dst -1,
- * peer in range and not this device. */
+ * peer in range and not this device; WAIT: no srcs, dst -1, peer in range
+ * and not this device, peer_buf >= 0. Buffers may share bytes (a view of
+ * a buffer's rows, or buffers the memory planner placed in the same bytes
+ * at different times): nothing here checks which overlap, the DAG orders
+ * their users. */
 int ein_program_validate(const ein_program *p, ein_error *err);
 
 /* msgpack encoding (a map; see ein_wire.h for the envelope). The encoded

@@ -572,6 +572,7 @@ static int check_arity(int i, const ein_instr *ins, ein_error *err)
         [EIN_I_KERNEL] = {1, EIN_KERNEL_MAX_INPUTS, 1}, [EIN_I_SLICE] = {1, 1, 1},
         [EIN_I_CONCAT] = {1, INT32_MAX, 1}, [EIN_I_AGG] = {1, INT32_MAX, 1},
         [EIN_I_COPY] = {0, 0, 1},   [EIN_I_NOTIFY] = {1, 1, 0},
+        [EIN_I_WAIT] = {0, 0, 0},
     };
     if (ins->nsrcs < arity[ins->kind].lo || ins->nsrcs > arity[ins->kind].hi)
         return ifail(err, i, ins, "%d sources (want %d..%d)", ins->nsrcs, arity[ins->kind].lo,
@@ -631,14 +632,15 @@ static int check_agg(const ein_program *p, int i, const ein_instr *ins, ein_erro
     return 0;
 }
 
-/* COPY and NOTIFY: another device in range; a COPY names a peer buffer. */
+/* COPY, NOTIFY and WAIT: another device in range; a COPY or WAIT names a
+ * peer buffer. */
 static int check_peer(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
 {
     if (ins->peer < 0 || ins->peer >= p->ndevices)
         return ifail(err, i, ins, "peer %d out of range (%d devices)", ins->peer, p->ndevices);
     if (ins->peer == p->device)
         return ifail(err, i, ins, "peer %d is this device", ins->peer);
-    if (ins->kind == EIN_I_COPY && ins->peer_buf < 0)
+    if ((ins->kind == EIN_I_COPY || ins->kind == EIN_I_WAIT) && ins->peer_buf < 0)
         return ifail(err, i, ins, "negative peer buffer id %d", ins->peer_buf);
     return 0;
 }
@@ -672,6 +674,7 @@ static int check_instr(const ein_program *p, int i, ein_error *err)
         return check_agg(p, i, ins, err);
     case EIN_I_COPY:
     case EIN_I_NOTIFY:
+    case EIN_I_WAIT:
         return check_peer(p, i, ins, err);
     default:
         return 0;

@@ -11,7 +11,7 @@
  *   below): "subscripts" | "unary","scalar" | "binary" | "axis" | "eps" |
  *   "head_dim","theta","list" | "group","list" | "axes","reduce" |
  *   "axis","list" | "axis","start" | "head_dim"}, "list" an int array;
- *   AGG "agg"; COPY "peer", "peer_buf", "peer_offset"; NOTIFY "peer", "peer_buf".
+ *   AGG "agg"; COPY "peer", "peer_buf", "peer_offset"; NOTIFY and WAIT "peer", "peer_buf".
  * Enums travel as their integer values (the protocol version "v" of the
  * envelope guards their meaning). Unknown or duplicate keys are errors. */
 #include "common/ein_program.h"
@@ -121,6 +121,7 @@ static int pack_instr(msgpack_packer *pk, const ein_instr *ins)
     case EIN_I_AGG: extra = 1; break;
     case EIN_I_COPY: extra = 3; break;
     case EIN_I_NOTIFY: extra = 2; break;
+    case EIN_I_WAIT: extra = 2; break;
     default: extra = 0; break;
     }
     e |= msgpack_pack_map(pk, 5 + extra);
@@ -154,6 +155,7 @@ static int pack_instr(msgpack_packer *pk, const ein_instr *ins)
         break;
     case EIN_I_COPY:
     case EIN_I_NOTIFY:
+    case EIN_I_WAIT:
         KEY("peer"); e |= msgpack_pack_int32(pk, ins->peer);
         KEY("peer_buf"); e |= msgpack_pack_int32(pk, ins->peer_buf);
         if (ins->kind == EIN_I_COPY) {
@@ -463,6 +465,7 @@ static int unpack_instr(const msgpack_object *o, ein_instr *ins, int id, ein_err
     case EIN_I_AGG: need = 1u << I_AGG; break;
     case EIN_I_COPY: need = 1u << I_PEER | 1u << I_PEER_BUF | 1u << I_PEER_OFFSET; break;
     case EIN_I_NOTIFY: need = 1u << I_PEER | 1u << I_PEER_BUF; break;
+    case EIN_I_WAIT: need = 1u << I_PEER | 1u << I_PEER_BUF; break;
     default: break;
     }
     for (int k = I_KERNEL; k < I_COUNT; k++) {

@@ -12,6 +12,7 @@
 #include "common/ein_vec.h"
 #include "common/ein_wire.h"
 #include "coordinator/co_lower_int.h"
+#include "coordinator/co_memplan.h"
 
 /* Room for entry n of the array *a (of *cap entries of `size` bytes). */
 int co_lw_grow(lw *L, void *a, int *cap, int n, size_t size)
@@ -461,6 +462,8 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_physical *ph,
     L.st->search_steps = ph->st.search_steps;
     L.st->search_ms = ph->st.search_ms;
     L.st->ncapped = ph->st.ncapped;
+    if (rc == 0 && !opts->no_reuse && (rc = co_memplan(L.progs, L.ndev, opts->memplan, NULL, err)) < 0)
+        ein_error_prefix(err, "internal error");
     for (int d = 0; d < L.ndev && rc == 0; d++)
         if ((rc = ein_program_validate(L.progs[d], err)) < 0)
             ein_error_prefix(err, "internal error: program of device %d", d);

@@ -20,6 +20,9 @@
  * loaded directly in the blocks their consumers want. A saved tensor gets
  * the same exchange towards one site per distinct output block, then STORE.
  * An action whose aggregate no OUT contains feeds no OUT and is not lowered.
+ * Buffers are then placed by liveness (co_memplan.h: a buffer's bytes are
+ * reused after its last reader, with the dependencies and peer
+ * acknowledgements that makes safe) unless opts->no_reuse.
  * The Programs depend only on the graph, the plans and the options.
  *
  * Ownership: on success *progs is a malloc'd array of `ndev` Programs, all
@@ -60,6 +63,10 @@ typedef struct co_lower_opts {
     long long max_program_bytes;    /* a device's PROGRAM message; <= 0: EIN_MSG_MAX_BYTES.
                                        Past it co_lower fails with EIN_ELIMIT */
     struct ein_progress *progress;  /* NULL, or stepped with the nodes lowered (of nnodes) */
+    int no_reuse;                   /* 1: every buffer in a place of its own for the whole
+                                       run (debugging); 0: buffers placed by liveness
+                                       (co_memplan.h), the default */
+    const struct co_memplan_opts *memplan; /* NULL: co_memplan's defaults */
 } co_lower_opts;
 
 /* What co_lower emitted, and (copied from the physical plan's

@@ -164,7 +164,7 @@ static int runnable(const sim *s, const sim_dev *v, int i)
     for (int k = 0; k < ins->ndeps; k++)
         if (!v->done[ins->deps[k]])
             return 0;
-    if (ins->kind == EIN_I_COPY)
+    if (ins->kind == EIN_I_COPY || ins->kind == EIN_I_WAIT)
         return v->ready[s->bufbase[ins->peer] + ins->peer_buf];
     return 1;
 }
@@ -206,6 +206,7 @@ static int start(sim *s, int d, int i, ein_error *err)
     switch (ins->kind) {
     case EIN_I_LOAD:
     case EIN_I_STORE:
+    case EIN_I_WAIT: /* the READY is there: nothing more to wait for */
         return finish(s, d, i, err);
     case EIN_I_NOTIFY:
         v->lat += s->oversub ? s->cal->notify_busy : s->cal->notify;
@@ -469,11 +470,49 @@ static int loop(sim *s, ein_error *err)
     }
 }
 
-static void largest(const ein_program *p, int *out)
+/* The largest buffers alive where the most bytes are: a buffer lives from
+ * its first to its last user (a loaded one always); views count twice,
+ * which only shifts the instruction chosen. Out of memory: none listed. */
+static void largest(const ein_program *p, int *out, uint64_t *live)
 {
+    *live = 0;
     for (int k = 0; k < CO_SIM_LARGEST; k++)
         out[k] = -1;
-    for (int b = 0; b < p->nbuffers; b++) {
+    int n = p->ninstrs, nb = p->nbuffers, at = -1;
+    int *first = malloc(sizeof(int) * ((size_t)nb + 1)), *last = malloc(sizeof(int) * ((size_t)nb + 1));
+    double *delta = calloc((size_t)n + 2, sizeof *delta);
+    if (!first || !last || !delta)
+        goto done;
+    for (int b = 0; b < nb; b++)
+        first[b] = last[b] = -1;
+    for (int i = 0; i < n; i++) {
+        const ein_instr *ins = &p->instrs[i];
+        for (int s = -1; s < ins->nsrcs; s++) {
+            int b = s < 0 ? ins->dst : ins->srcs[s];
+            if (b < 0)
+                continue;
+            if (first[b] < 0)
+                first[b] = ins->kind == EIN_I_LOAD ? 0 : i;
+            last[b] = ins->kind == EIN_I_LOAD ? n - 1 : i > last[b] ? i : last[b];
+        }
+    }
+    for (int b = 0; b < nb; b++)
+        if (first[b] >= 0) {
+            delta[first[b]] += (double)p->buffers[b].bytes;
+            delta[last[b] + 1] -= (double)p->buffers[b].bytes;
+        }
+    double cur = 0, most = -1;
+    for (int i = 0; i < n; i++) {
+        cur += delta[i];
+        if (cur > most) {
+            most = cur;
+            at = i;
+        }
+    }
+    *live = most > 0 ? (uint64_t)(most + 0.5) : 0;
+    for (int b = 0; b < nb; b++) {
+        if (at >= 0 && !(first[b] <= at && at <= last[b]))
+            continue;
         for (int k = 0; k < CO_SIM_LARGEST; k++) {
             if (out[k] < 0 || p->buffers[b].bytes > p->buffers[out[k]].bytes) {
                 for (int j = CO_SIM_LARGEST - 1; j > k; j--)
@@ -483,6 +522,10 @@ static void largest(const ein_program *p, int *out)
             }
         }
     }
+done:
+    free(first);
+    free(last);
+    free(delta);
 }
 
 static int critical_path(sim *s)
@@ -592,7 +635,11 @@ int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
         if (dv->idle < 0)
             dv->idle = 0;
         dv->peak = progs[d]->segment_bytes;
-        largest(progs[d], dv->largest);
+        dv->unplanned = progs[d]->unplanned_bytes ? progs[d]->unplanned_bytes : dv->peak;
+        for (int i = 0; i < progs[d]->ninstrs; i++)
+            if (progs[d]->instrs[i].kind == EIN_I_LOAD && progs[d]->instrs[i].dst >= 0)
+                dv->loaded += progs[d]->buffers[progs[d]->instrs[i].dst].bytes;
+        largest(progs[d], dv->largest, &dv->live);
     }
     if (critical_path(&s) < 0)
         goto fail;
@@ -689,14 +736,45 @@ int co_sim_print(ein_program *const *progs, const co_sim_result *r, const xp_top
     fprintf(f, "predicted iteration on %s (calibration %s): %.3f ms (makespan %.3f ms + "
                "%.3f ms per iteration)\n",
             topo->name, cal->name, 1e3 * r->time, 1e3 * r->makespan, 1e3 * cal->iteration);
-    fprintf(f, "%-7s %12s %12s %12s %14s\n", "device", "compute ms", "comm ms", "idle ms",
-            "peak memory");
+    fprintf(f, "%-7s %12s %12s %12s %14s %14s %14s\n", "device", "compute ms", "comm ms",
+            "idle ms", "peak memory", "without reuse", "inputs");
+    double before = 0, after = 0;
     for (int d = 0; d < r->ndev; d++) {
-        char peak[32];
+        char peak[32], unpl[32], ld[32];
         bytes_text((double)r->dev[d].peak, peak, sizeof peak);
-        fprintf(f, "%-7d %12.3f %12.3f %12.3f %14s\n", d, 1e3 * r->dev[d].compute,
-                1e3 * r->dev[d].comm, 1e3 * r->dev[d].idle, peak);
+        bytes_text((double)r->dev[d].unplanned, unpl, sizeof unpl);
+        bytes_text((double)r->dev[d].loaded, ld, sizeof ld);
+        fprintf(f, "%-7d %12.3f %12.3f %12.3f %14s %14s %14s\n", d, 1e3 * r->dev[d].compute,
+                1e3 * r->dev[d].comm, 1e3 * r->dev[d].idle, peak, unpl, ld);
+        if ((double)r->dev[d].peak > after)
+            after = (double)r->dev[d].peak;
+        if ((double)r->dev[d].unplanned > before)
+            before = (double)r->dev[d].unplanned;
     }
+    if (before > after) {
+        char a[32], b[32], c[32];
+        bytes_text(after, a, sizeof a);
+        bytes_text(before, b, sizeof b);
+        bytes_text(before - after, c, sizeof c);
+        fprintf(f, "memory reuse: largest peak %s instead of %s (saves %s, %.0f%%)\n", a, b, c,
+                100.0 * (before - after) / before);
+    } else {
+        fprintf(f, "memory reuse: none (every buffer in a place of its own)\n");
+    }
+    int top = 0;
+    for (int d = 1; d < r->ndev; d++)
+        if (r->dev[d].peak > r->dev[top].peak)
+            top = d;
+    char lv[32];
+    bytes_text((double)r->dev[top].live, lv, sizeof lv);
+    fprintf(f, "device %d's busiest instruction has %s alive; the largest:", top, lv);
+    for (int k = 0; k < CO_SIM_LARGEST && r->dev[top].largest[k] >= 0; k++) {
+        char b[32];
+        int id = r->dev[top].largest[k];
+        bytes_text((double)progs[top]->buffers[id].bytes, b, sizeof b);
+        fprintf(f, "%s %s (%s)", k ? "," : "", buffer_op(progs[top], id), b);
+    }
+    fprintf(f, "\n");
     if (topo->memory > 0) {
         char cap[32];
         bytes_text(topo->memory, cap, sizeof cap);
@@ -749,9 +827,11 @@ int co_sim_json(ein_program *const *progs, const co_sim_result *r, const xp_topo
             r->time, r->makespan, topo->memory);
     for (int d = 0; d < r->ndev; d++) {
         fprintf(f, "%s\n  {\"device\": %d, \"compute_s\": %.9g, \"comm_s\": %.9g, "
-                   "\"idle_s\": %.9g, \"peak_bytes\": %llu, \"largest\": [",
+                   "\"idle_s\": %.9g, \"peak_bytes\": %llu, \"unplanned_bytes\": %llu, "
+                   "\"input_bytes\": %llu, \"live_bytes\": %llu, \"largest\": [",
                 d ? "," : "", d, r->dev[d].compute, r->dev[d].comm, r->dev[d].idle,
-                (unsigned long long)r->dev[d].peak);
+                (unsigned long long)r->dev[d].peak, (unsigned long long)r->dev[d].unplanned,
+                (unsigned long long)r->dev[d].loaded, (unsigned long long)r->dev[d].live);
         for (int k = 0; k < CO_SIM_LARGEST && r->dev[d].largest[k] >= 0; k++) {
             int id = r->dev[d].largest[k];
             fprintf(f, "%s{\"op\": ", k ? ", " : "");

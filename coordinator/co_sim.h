@@ -38,10 +38,14 @@
  *    --calibrate);
  *  - the iteration costs the calibration's `iteration` on top of the
  *    makespan.
- * Peak memory: every buffer of a Program has its own place in the device
- * segment (ein_program_add_buffer appends; nothing is reused or freed
- * during a run), so the high-water mark is the segment size, reached when
- * the segment is created; every tensor is alive for the whole run.
+ * Peak memory: the device segment, which the worker allocates once; the
+ * lowering places buffers in it by liveness (coordinator/co_memplan.h: a
+ * buffer's bytes are reused after its last reader), so it holds the
+ * pinned inputs and weights plus the most bytes the planner needed alive
+ * at once. `unplanned` is what the segment would be with every buffer in a
+ * place of its own (the Program's unplanned_bytes; the segment itself when
+ * it was lowered with --no-reuse). The largest tensors reported are the
+ * largest alive at the instruction where the most bytes are.
  *
  * Ownership: *out is allocated by co_sim_run and freed with
  * co_sim_result_free; the Programs, topology and calibration are only
@@ -68,6 +72,11 @@ typedef struct co_sim_device {
     double idle;        /* makespan - compute - comm */
     double end;         /* when its last instruction ended */
     uint64_t peak;      /* bytes: the segment */
+    uint64_t unplanned; /* bytes: the segment without reuse */
+    uint64_t loaded;    /* bytes: of which inputs and weights (LOAD-written buffers) */
+    uint64_t live;      /* bytes alive at the busiest instruction (inputs included;
+                           a view of an exchange buffer counts on its own): what
+                           any placement needs at least */
     int largest[CO_SIM_LARGEST]; /* its largest buffers, -1 past the last */
 } co_sim_device;
 

@@ -13,6 +13,7 @@
 #include "common/ein_self.h"
 #include "common/ein_vec.h"
 #include "coordinator/co_lower.h"
+#include "coordinator/co_memplan.h"
 #include "coordinator/co_probe.h"
 #include "coordinator/co_run.h"
 #include "coordinator/co_sim.h"
@@ -289,7 +290,17 @@ int co_compile_lower(const pl_graph *g, const pl_plan *plan, const xp_topology *
     ein_progress_end(&pg);
     if (rc < 0)
         return rc;
-    co_lower_opts lo = {.seed = o->seed};
+    /* $EIN_NO_REUSE=1: the debugging switch for every front end, the
+     * simulator's own lowering (co_sim_plan) included. */
+    const char *nr = getenv("EIN_NO_REUSE");
+    co_lower_opts lo = {.seed = o->seed,
+                        .no_reuse = o->no_reuse || (nr && *nr && strcmp(nr, "0") != 0)};
+    /* $EIN_REUSE_DELAY=L,R: co_memplan's delays (tests use 0,0 to reuse as
+     * soon as possible, acknowledgements included); malformed: defaults. */
+    const char *rd = getenv("EIN_REUSE_DELAY");
+    co_memplan_opts mo;
+    if (rd && sscanf(rd, "%d,%d", &mo.delay_local, &mo.delay_remote) == 2)
+        lo.memplan = &mo;
     ein_progress_begin(&pg, o->progress && ein_progress_wanted(0), "lowering", g->nnodes);
     lo.progress = &pg;
     rc = co_lower(g, plan, *ph, &lo, progs, ls, err);

@@ -119,6 +119,9 @@ static void usage(FILE *f)
 "                       (pipelined relays, rings), off moves whole blocks\n"
 "                       only (default; or $EIN_EXCHANGE_CHUNKS), K makes every\n"
 "                       action of every exchange a stream of K chunks (tests).\n"
+"  --no-reuse           give every buffer a place of its own for the whole run\n"
+"                       (debugging; or $EIN_NO_REUSE=1). By default a buffer's\n"
+"                       bytes are reused after its last reader (docs/runtime.md).\n"
 "  --search-work N      work budget of the synthesis of each exchange: the\n"
 "                       actions of the candidates it simulates (default: 30000,\n"
 "                       10-60 ms of CPU for 8 devices). It counts work, not\n"
@@ -203,6 +206,7 @@ typedef struct run_opts {
     double worker_timeout, timeout, instr_timeout, cap_ms;
     int search_work, iterations, warmup, log_level, debug_device, wrapper_device;
     int exchange_chunks; /* ein_compile_options.exchange_chunks; 0: default */
+    int no_reuse;        /* --no-reuse */
     int explain, verbose, quiet, manual, rewrite, ilp, calibrate, show_topo;
     int generate_missing; /* --generate-missing */
     int search;         /* --schedule: index in naive|search */
@@ -533,6 +537,7 @@ static const run_opt run_opt_table[] = {
     {"gpu-probe",        0, 1, opt_string,   F(probe_file),      0, 0, NULL},
     {"show-topology",    0, 0, opt_flag,     F(show_topo),       0, 0, NULL},
     {"exchange-chunks",  0, 1, opt_chunks,   0,                  0, 0, NULL},
+    {"no-reuse",         0, 0, opt_flag,     F(no_reuse),        0, 0, NULL},
     {"search-work",      0, 1, opt_int,      F(search_work),     1, 1e9,
      "a whole number from 1 to 1000000000"},
     {"search-cap-ms",    0, 1, opt_double,   F(cap_ms),          0, 1e9,
@@ -639,6 +644,7 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     co->naive_exchanges = !o->search;
     co->search_work = o->search_work;
     co->exchange_chunks = o->exchange_chunks;
+    co->no_reuse = o->no_reuse;
     co->search_cap_ms = o->cap_ms > 0 ? o->cap_ms : -1;
     co->topology = o->topo_arg;
     co->gpu_probe = o->probe_file;

@@ -71,7 +71,10 @@ static void usage(FILE *f)
             "  --simulate  predict one iteration on --topology T (default host) with its\n"
             "              calibration (or --calibration FILE): time, per-device compute /\n"
             "              communication / idle, peak memory, critical path; --json,\n"
-            "              --trace FILE (docs/simulator.md).\n"
+            "              --trace FILE (docs/simulator.md). Peak memory is with buffers\n"
+            "              placed by liveness, and what every buffer in a place of its\n"
+            "              own would need.\n"
+            "  --no-reuse  lower without reusing buffers' bytes (as $EIN_NO_REUSE=1).\n"
             "  --objective comm|time  comm (default): the DP minimises the paper's\n"
             "              elements moved; time: a plan search by predicted time (seeds:\n"
             "              the DP under both costs, every --strategy, random plans; then\n"
@@ -308,6 +311,7 @@ int main(int argc, char **argv)
         {"objective", required_argument, NULL, 0x123},
         {"strategy", required_argument, NULL, 0x124},
         {"plan-work", required_argument, NULL, 0x126},
+        {"no-reuse", no_argument, NULL, 0x127},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -362,6 +366,7 @@ int main(int argc, char **argv)
             break;
         }
         case 0x120: simulate = 1; break;
+        case 0x127: setenv("EIN_NO_REUSE", "1", 1); break; /* read by the lowering */
         case 0x121: trace_path = optarg; break;
         case 0x122: cal_arg = optarg; break;
         case 0x124:

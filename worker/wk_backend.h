@@ -54,7 +54,8 @@ struct wk_backend {
      * called before READY is sent, and must return only once a peer_wait()
      * that starts after it will see the mark. peer_wait(peer) makes this
      * backend's stream wait, on the device, for the latest mark of `peer`
-     * (called after peer_open, before the copy from it). A backend may
+     * (called after peer_open, before the copy from it, and by a WAIT,
+     * so that writes after an acknowledged peer copy follow it). A backend may
      * implement signal() as sync() (CUDA with EIN_CUDA_IPC_SYNC=stream);
      * peer_wait() then does nothing. docs/runtime.md, "Cross-process
      * ordering", says why a later mark standing in for an earlier one is

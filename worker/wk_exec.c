@@ -235,6 +235,21 @@ static void *peer_socket(wk *w, int peer, ein_error *err)
     return w->push[peer];
 }
 
+/* WAIT: the peer said its buffer is ready (runnable checked it); order
+ * what this device does next behind what the peer finished (on CUDA the
+ * peer's recorded event, as a COPY does; on CPU that is already so). */
+static int peer_ack(wk *w, const ein_instr *ins, ein_error *err)
+{
+    if (!w->be->peer_wait)
+        return 0;
+    char name[160];
+    const void *pbase;
+    size_t pbytes;
+    ein_segment_name(name, sizeof name, w->cfg->run_id, ins->peer);
+    int rc = w->be->peer_open(w->be, ins->peer, name, &pbase, &pbytes, err);
+    return rc < 0 ? rc : w->be->peer_wait(w->be, ins->peer, err);
+}
+
 static int notify(wk *w, const ein_instr *ins, ein_error *err)
 {
     int peer = ins->peer;
@@ -341,6 +356,9 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
         break;
     case EIN_I_NOTIFY:
         rc = notify(w, ins, err);
+        break;
+    case EIN_I_WAIT:
+        rc = peer_ack(w, ins, err);
         break;
     default:
         rc = ein_fail(err, EIN_EPROTO, "unknown instruction kind %d", (int)ins->kind);
@@ -499,7 +517,7 @@ static int runnable(const wk *w, int i)
     for (int k = 0; k < ins->ndeps; k++)
         if (!w->done[ins->deps[k]])
             return 0;
-    if (ins->kind == EIN_I_COPY)
+    if (ins->kind == EIN_I_COPY || ins->kind == EIN_I_WAIT)
         return ready_has(w, ((uint64_t)ins->peer << 32) | (uint32_t)ins->peer_buf);
     return 1;
 }

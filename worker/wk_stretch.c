@@ -95,7 +95,7 @@ int wk_stretch_find(const ein_program *p, int *head, int *next, ein_error *err)
         f.walked = 0;
         int last = i;
         for (int k = i + 1; k < n && k - i <= WK_STRETCH_SPAN; k++) {
-            if (p->instrs[k].kind == EIN_I_COPY)
+            if (p->instrs[k].kind == EIN_I_COPY || p->instrs[k].kind == EIN_I_WAIT)
                 break; /* a wait on a peer ends the stretch */
             if (head[k] != -2 || !joins(&f, i, k))
                 continue;

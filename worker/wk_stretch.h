@@ -5,7 +5,8 @@
  * A stretch is a set of local device instructions (KERNEL, AGG, SLICE,
  * CONCAT) that run back to back, in array order, as soon as the first one
  * (the head) can run. It never contains a LOAD or STORE (host work), a COPY
- * (it waits for a peer's READY) or a NOTIFY (the buffer must be finished
+ * or WAIT (they wait for a peer's READY; a WAIT also ends the collection
+ * like a COPY) or a NOTIFY (the buffer must be finished
  * before a peer hears of it); it is collected from the head up to the next
  * COPY, over NOTIFY, LOAD and STORE instructions, which then run after the
  * stretch. An instruction k joins the stretch of head i only if

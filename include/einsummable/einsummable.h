@@ -205,6 +205,10 @@ typedef struct ein_compile_options {
                                  blocks only, K in 2..1024: every action of every
                                  exchange that moves data is a stream of K chunks
                                  (for testing) */
+    int no_reuse;             /* 1: every buffer of a device in a place of its own for
+                                 the whole run (debugging; also $EIN_NO_REUSE=1);
+                                 0: buffers placed by liveness, their bytes reused
+                                 after their last reader (docs/runtime.md) */
 } ein_compile_options;
 
 #define EIN_EXCHANGE_CHUNKS_AUTO (-1)

@@ -73,6 +73,7 @@ class ein_compile_options(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("progress", ctypes.c_int),
         ("exchange_chunks", ctypes.c_int),
+        ("no_reuse", ctypes.c_int),
         ("_spare", ctypes.c_char * 256),
     ]
 
