@@ -61,7 +61,9 @@ typedef struct sim {
     int oversub;        /* more devices than the calibration's cores */
     int capwaits;
     double *left;       /* [nres]: bandwidth not yet given out (rates) */
-    int *users;         /* [nres]: unfrozen copies crossing each resource */
+    int *users;         /* [nres]: unfrozen copies crossing each resource (0 between calls) */
+    int *tres;          /* [4 ndev]: the resources the running copies cross */
+    int dirty;          /* an instruction started or finished since the last rates() */
 } sim;
 
 /* Causal (query, key) pairs of an attention block: query t attends keys u
@@ -286,6 +288,7 @@ static int start(sim *s, int d, int i, ein_error *err)
     }
     v->rem0 = v->rem;
     v->state = ST_RUN;
+    s->dirty = 1;
     return 0;
 }
 
@@ -334,6 +337,7 @@ static int finish(sim *s, int d, int i, ein_error *err)
     double dur = s->t - s->r->start[g];
     s->r->end[g] = s->t;
     v->done[i] = 1;
+    s->dirty = 1;
     for (int k = v->rdep_at[i]; k < v->rdep_at[i + 1]; k++)
         need_dec(v, v->rdep[k]);
     v->pred = g;
@@ -367,13 +371,17 @@ static int finish(sim *s, int d, int i, ein_error *err)
  * copy rate times its processor share). */
 static void rates(sim *s)
 {
+    /* The rates depend only on which instructions run: unchanged since
+     * the last call unless one started or finished. */
+    if (!s->dirty)
+        return;
+    s->dirty = 0;
     int busy = 0;
     for (int d = 0; d < s->ndev; d++)
         busy += computing(&s->d[d]);
     double share = s->cal->cores > 0 && busy > s->cal->cores ? s->cal->cores / busy : 1.0;
-    int nres = xp_topo_nres(s->topo);
     double *left = s->left;
-    int *users = s->users;
+    int *users = s->users, *tres = s->tres, ntres = 0;
     int nflows = 0;
     for (int d = 0; d < s->ndev; d++) {
         sim_dev *v = &s->d[d];
@@ -383,13 +391,32 @@ static void rates(sim *s)
         nflows += v->is_copy;
     }
     if (nflows > 0) {
-        for (int r = 0; r < nres; r++)
-            left[r] = xp_topo_res_bw(s->topo, r);
+        /* The resources the copies cross, in increasing order (the
+         * tightest is the first of the lowest fair share, as over all). */
+        for (int d = 0; d < s->ndev; d++) {
+            sim_dev *v = &s->d[d];
+            if (v->state != ST_RUN || !v->is_copy)
+                continue;
+            for (int k = 0; k < v->nres; k++) {
+                int r = v->res[k], j = ntres;
+                if (users[r] < 0)
+                    continue;
+                users[r] = -1; /* listed */
+                while (j > 0 && tres[j - 1] > r) {
+                    tres[j] = tres[j - 1];
+                    j--;
+                }
+                tres[j] = r;
+                ntres++;
+            }
+        }
+        for (int j = 0; j < ntres; j++)
+            left[tres[j]] = xp_topo_res_bw(s->topo, tres[j]);
         double cap = s->cal->copy_bw > 0 ? s->cal->copy_bw * share : INFINITY;
         for (;;) {
             /* The tightest resource (or cap) among unfrozen flows. */
-            for (int r = 0; r < nres; r++)
-                users[r] = 0;
+            for (int j = 0; j < ntres; j++)
+                users[tres[j]] = 0;
             int unfrozen = 0;
             for (int d = 0; d < s->ndev; d++) {
                 sim_dev *v = &s->d[d];
@@ -403,11 +430,13 @@ static void rates(sim *s)
                 break;
             double fair = cap;
             int tight = -1;
-            for (int r = 0; r < nres; r++)
+            for (int j = 0; j < ntres; j++) {
+                int r = tres[j];
                 if (users[r] && left[r] / users[r] < fair) {
                     fair = left[r] / users[r];
                     tight = r;
                 }
+            }
             for (int d = 0; d < s->ndev; d++) {
                 sim_dev *v = &s->d[d];
                 if (!(v->state == ST_RUN && v->is_copy && v->rate < 0))
@@ -422,6 +451,8 @@ static void rates(sim *s)
                     left[v->res[k]] -= fair;
             }
         }
+        for (int j = 0; j < ntres; j++)
+            users[tres[j]] = 0;
         for (int d = 0; d < s->ndev; d++) {
             sim_dev *v = &s->d[d];
             if (v->state == ST_RUN && v->is_copy) {
@@ -664,6 +695,7 @@ static void sim_free(sim *s)
     free(s->pred);
     free(s->left);
     free(s->users);
+    free(s->tres);
 }
 
 int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
@@ -694,7 +726,8 @@ int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
     r->first[ndev] = total;
     s.bufbase[ndev] = tbuf;
     if (!(s.left = malloc(sizeof *s.left * ((size_t)xp_topo_nres(topo) + 1))) ||
-        !(s.users = malloc(sizeof *s.users * ((size_t)xp_topo_nres(topo) + 1))) ||
+        !(s.users = calloc((size_t)xp_topo_nres(topo) + 1, sizeof *s.users)) ||
+        !(s.tres = malloc(sizeof *s.tres * (4 * (size_t)ndev + 1))) ||
         !(r->start = malloc(sizeof *r->start * ((size_t)total + 1))) ||
         !(r->end = malloc(sizeof *r->end * ((size_t)total + 1))) ||
         !(s.pred = malloc(sizeof *s.pred * ((size_t)total + 1))))
