@@ -464,6 +464,8 @@ int main(int argc, char **argv)
     co.topology = topo_arg;
     co.plan_only = !exchanges;
     co.exchange_chunks = chunks;
+    if (objective_given) /* else the library's default: time where calibrated */
+        co.objective = opts.objective == PL_OBJECTIVE_TIME ? "time" : "comm";
     ein_compiled *comp = NULL;
     if (exchanges && p > EIN_MAX_DEVICES) {
         fprintf(stderr, "einplan: --exchanges: at most %d devices\n", EIN_MAX_DEVICES);
