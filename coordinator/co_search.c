@@ -496,6 +496,71 @@ static int add_seed(srch *S, const pl_plan *plan, const char *name)
     return 0;
 }
 
+/* The search on a prefix of the graph (co_search.h): nodes before
+ * v0 + T, where v0 is the first node with a twin T earlier (the start of
+ * the second block). Every operator of the prefix read by a later one is
+ * saved there, so that it stays planned. The whole graph's choice vector
+ * in `ch`: the prefix's, then each later node that of its twin k x T
+ * earlier in the prefix's last block, else the time DP's (seed 0). */
+static int prefix_search(srch *S, const pl_plan_opts *base, int *ch, pl_plan **sub_out)
+{
+    int v0 = -1, T = S->rep->period;
+    for (int v = 0; v < S->n && v0 < 0; v++)
+        if (S->live[v] && S->cls[v] != v)
+            v0 = v;
+    int N = v0 + T, rc;
+    pl_graph *gp = pl_graph_copy_prefix(S->g, N);
+    if (!gp)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+    for (int v = N; v < S->n; v++) {
+        const pl_node *nd = pl_graph_node(S->g, v);
+        for (int k = 0; k < nd->ninputs; k++)
+            if (nd->inputs[k] < N && gp->nodes[nd->inputs[k]].kind != PL_INPUT)
+                gp->nodes[nd->inputs[k]].saved = 1;
+    }
+    co_search_opts so = *S->so;
+    so.whole = 1;
+    co_search_report sub = {0};
+    pl_plan *pp = NULL;
+    rc = co_plan_search(gp, S->p, base, S->topo, S->cal, &so, &pp, &sub, S->err);
+    if (rc == 0) {
+        for (int v = 0; v < S->n && rc == 0; v++) {
+            ch[v] = S->seeds[0][v];
+            if (!S->live[v])
+                continue;
+            int u = v;
+            while (u >= N)
+                u -= T;
+            if (u != v && (u < 0 || !S->live[u] || S->cls[u] != S->cls[v]))
+                continue; /* after the last block: the time DP's */
+            if (!pp->nodes[u].planned)
+                continue;
+            const opreq *r = &S->req[v];
+            int found = -1;
+            for (int i = 0; i < r->nreq && found < 0; i++)
+                if (memcmp(r->counts + (size_t)i * (size_t)r->nidx, pp->nodes[u].spec.counts,
+                           sizeof(int) * (size_t)r->nidx) == 0)
+                    found = i;
+            if (found >= 0)
+                ch[v] = found;
+        }
+        co_search_report *rep = S->rep;
+        int period = rep->period, nclasses = rep->nclasses;
+        co_search_report_free(rep);
+        *rep = sub;
+        rep->period = period;
+        rep->nclasses = nclasses;
+        rep->prefix_nodes = N;
+        rep->nblocks = 1 + (S->n - v0) / T;
+    } else {
+        co_search_report_free(&sub);
+    }
+    pl_plan_free(pp);
+    pl_graph_free(gp);
+    (void)sub_out;
+    return rc;
+}
+
 int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_topology *topo,
                    const co_calib *cal, const co_search_opts *so_in, pl_plan **out,
                    co_search_report *rep_out, ein_error *err)
@@ -580,6 +645,18 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
         goto done;
     for (int v = 0; v < n; v++)
         rep->nclasses += S.live[v] && S.cls[v] == v;
+    if (!so.whole && rep->period > 0) {
+        int v0 = -1;
+        for (int v = 0; v < n && v0 < 0; v++)
+            if (S.live[v] && S.cls[v] != v)
+                v0 = v;
+        if (v0 >= 0 && (n - v0) / rep->period + 1 >= CO_SEARCH_PREFIX_BLOCKS) {
+            if ((rc = prefix_search(&S, base, best, NULL)) < 0)
+                goto done;
+            rc = plan_build(&S, best, out);
+            goto done;
+        }
+    }
     /* Every seed simulated: the result is never slower than any. */
     double best_t = INFINITY;
     int best_i = 0, nevaluated = 0;
