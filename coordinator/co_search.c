@@ -502,7 +502,7 @@ static int add_seed(srch *S, const pl_plan *plan, const char *name)
  * saved there, so that it stays planned. The whole graph's choice vector
  * in `ch`: the prefix's, then each later node that of its twin k x T
  * earlier in the prefix's last block, else the time DP's (seed 0). */
-static int prefix_search(srch *S, const pl_plan_opts *base, int *ch, pl_plan **sub_out)
+static int prefix_search(srch *S, const pl_plan_opts *base, int *ch)
 {
     int v0 = -1, T = S->rep->period;
     for (int v = 0; v < S->n && v0 < 0; v++)
@@ -551,13 +551,12 @@ static int prefix_search(srch *S, const pl_plan_opts *base, int *ch, pl_plan **s
         rep->period = period;
         rep->nclasses = nclasses;
         rep->prefix_nodes = N;
-        rep->nblocks = 1 + (S->n - v0) / T;
+        rep->nblocks = 1 + (S->n - v0 + T - 1) / T;
     } else {
         co_search_report_free(&sub);
     }
     pl_plan_free(pp);
     pl_graph_free(gp);
-    (void)sub_out;
     return rc;
 }
 
@@ -650,8 +649,8 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
         for (int v = 0; v < n && v0 < 0; v++)
             if (S.live[v] && S.cls[v] != v)
                 v0 = v;
-        if (v0 >= 0 && (n - v0) / rep->period + 1 >= CO_SEARCH_PREFIX_BLOCKS) {
-            if ((rc = prefix_search(&S, base, best, NULL)) < 0)
+        if (v0 >= 0 && (n - v0 + rep->period - 1) / rep->period + 1 >= CO_SEARCH_PREFIX_BLOCKS) {
+            if ((rc = prefix_search(&S, base, best)) < 0)
                 goto done;
             rc = plan_build(&S, best, out);
             goto done;

@@ -512,6 +512,11 @@ int main(int argc, char **argv)
             char blocks[48] = "";
             if (rep.period)
                 snprintf(blocks, sizeof blocks, ", blocks of %d nodes", rep.period);
+            if (rep.prefix_nodes)
+                fprintf(rf, "objective time: %d repeated blocks: searched on the first %d nodes "
+                            "(up to the second block's end), their choices reused for every "
+                            "block; the times below are that prefix's\n",
+                        rep.nblocks, rep.prefix_nodes);
             fprintf(rf, "objective time: plan search on %s, seed %" PRIu64 ", budget %ld "
                         "operator x device simulations beyond the seeds (spent %ld in %d simulations, %d "
                         "seeds, %d choices%s); chosen: %s, predicted %.4f ms (best seed %s "
