@@ -14,6 +14,8 @@
 #include "planner/pl_spec.h"
 #include "planner/pl_strategy.h"
 
+#define CO_SEARCH_STALE 300 /* moves in a row that simulate nothing new: the search ends */
+
 /* Per operator: its requests (interval counts per index, as
  * pl_spec_requests enumerates them) and, lazily, each request's tiling
  * hashes (output, and per input). */
@@ -42,6 +44,13 @@ typedef struct srch {
     co_search_report *rep;
     const co_search_opts *so;
     ein_error *err;
+    /* Candidates already simulated: choice vectors and their times, in
+     * an open-addressing table keyed by the vector's hash (a move that
+     * returns to a plan seen before costs nothing). */
+    int **memo_ch;
+    double *memo_t;
+    uint64_t *memo_h;
+    int nmemo, capmemo;     /* capmemo: a power of two, or 0 */
 } srch;
 
 static uint64_t mix(uint64_t h, uint64_t x)
@@ -123,10 +132,89 @@ static int plan_choices(srch *S, const pl_plan *plan, int *ch)
     return 0;
 }
 
+static uint64_t choice_hash(const srch *S, const int *ch)
+{
+    uint64_t h = 0x21u;
+    for (int v = 0; v < S->n; v++)
+        if (S->live[v])
+            h = mix(h, (uint64_t)ch[v]);
+    return h ? h : 1;
+}
+
+/* The slot of ch in the memo table: where it is, or the empty one where
+ * it goes. */
+static int memo_slot(const srch *S, const int *ch, uint64_t h)
+{
+    int mask = S->capmemo - 1, i = (int)(h & (uint64_t)mask);
+    while (S->memo_h[i] &&
+           (S->memo_h[i] != h || memcmp(S->memo_ch[i], ch, sizeof(int) * (size_t)S->n)))
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* ch was simulated before: *time set, 1; else 0. */
+static int memo_find(const srch *S, const int *ch, double *time)
+{
+    if (!S->capmemo)
+        return 0;
+    int i = memo_slot(S, ch, choice_hash(S, ch));
+    if (!S->memo_h[i])
+        return 0;
+    *time = S->memo_t[i];
+    return 1;
+}
+
+static int memo_add(srch *S, const int *ch, double time)
+{
+    if (2 * (S->nmemo + 1) > S->capmemo) {
+        int cap = S->capmemo ? 2 * S->capmemo : 256;
+        int **och = S->memo_ch, ocap = S->capmemo;
+        double *ot = S->memo_t;
+        uint64_t *oh = S->memo_h;
+        S->memo_ch = calloc((size_t)cap, sizeof *S->memo_ch);
+        S->memo_t = calloc((size_t)cap, sizeof *S->memo_t);
+        S->memo_h = calloc((size_t)cap, sizeof *S->memo_h);
+        if (!S->memo_ch || !S->memo_t || !S->memo_h) {
+            free(S->memo_ch);
+            free(S->memo_t);
+            free(S->memo_h);
+            S->memo_ch = och;
+            S->memo_t = ot;
+            S->memo_h = oh;
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+        }
+        S->capmemo = cap;
+        for (int i = 0; i < ocap; i++)
+            if (oh[i]) {
+                int j = memo_slot(S, och[i], oh[i]);
+                S->memo_h[j] = oh[i];
+                S->memo_ch[j] = och[i];
+                S->memo_t[j] = ot[i];
+            }
+        free(och);
+        free(ot);
+        free(oh);
+    }
+    uint64_t h = choice_hash(S, ch);
+    int i = memo_slot(S, ch, h);
+    if (S->memo_h[i])
+        return 0;
+    if (!(S->memo_ch[i] = malloc(sizeof(int) * ((size_t)S->n + 1))))
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+    memcpy(S->memo_ch[i], ch, sizeof(int) * (size_t)S->n);
+    S->memo_h[i] = h;
+    S->memo_t[i] = time;
+    S->nmemo++;
+    return 0;
+}
+
 /* Predicted time of choice vector ch (INFINITY when it does not fit);
- * counts the work and records the candidate. */
+ * counts the work and records the candidate. A vector simulated before
+ * takes its time from the memo: no work, not recorded again. */
 static int evaluate(srch *S, const int *ch, const char *what, double *time)
 {
+    if (memo_find(S, ch, time))
+        return 0;
     pl_plan *plan = NULL;
     int rc = plan_build(S, ch, &plan);
     if (rc < 0)
@@ -147,6 +235,8 @@ static int evaluate(srch *S, const int *ch, const char *what, double *time)
         co_sim_result_free(r);
         co_programs_free(progs, S->p);
     }
+    if ((rc = memo_add(S, ch, *time)) < 0)
+        return rc;
     co_search_report *rep = S->rep;
     rep->nevals++;
     rep->work += (long)S->nops * S->p;
@@ -406,6 +496,70 @@ static int add_seed(srch *S, const pl_plan *plan, const char *name)
     return 0;
 }
 
+/* The search on a prefix of the graph (co_search.h): nodes before
+ * v0 + T, where v0 is the first node with a twin T earlier (the start of
+ * the second block). Every operator of the prefix read by a later one is
+ * saved there, so that it stays planned. The whole graph's choice vector
+ * in `ch`: the prefix's, then each later node that of its twin k x T
+ * earlier in the prefix's last block, else the time DP's (seed 0). */
+static int prefix_search(srch *S, const pl_plan_opts *base, int *ch)
+{
+    int v0 = -1, T = S->rep->period;
+    for (int v = 0; v < S->n && v0 < 0; v++)
+        if (S->live[v] && S->cls[v] != v)
+            v0 = v;
+    int N = v0 + T, rc;
+    pl_graph *gp = pl_graph_copy_prefix(S->g, N);
+    if (!gp)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+    for (int v = N; v < S->n; v++) {
+        const pl_node *nd = pl_graph_node(S->g, v);
+        for (int k = 0; k < nd->ninputs; k++)
+            if (nd->inputs[k] < N && gp->nodes[nd->inputs[k]].kind != PL_INPUT)
+                gp->nodes[nd->inputs[k]].saved = 1;
+    }
+    co_search_opts so = *S->so;
+    so.whole = 1;
+    co_search_report sub = {0};
+    pl_plan *pp = NULL;
+    rc = co_plan_search(gp, S->p, base, S->topo, S->cal, &so, &pp, &sub, S->err);
+    if (rc == 0) {
+        for (int v = 0; v < S->n && rc == 0; v++) {
+            ch[v] = S->seeds[0][v];
+            if (!S->live[v])
+                continue;
+            int u = v;
+            while (u >= N)
+                u -= T;
+            if (u != v && (u < 0 || !S->live[u] || S->cls[u] != S->cls[v]))
+                continue; /* after the last block: the time DP's */
+            if (!pp->nodes[u].planned)
+                continue;
+            const opreq *r = &S->req[v];
+            int found = -1;
+            for (int i = 0; i < r->nreq && found < 0; i++)
+                if (memcmp(r->counts + (size_t)i * (size_t)r->nidx, pp->nodes[u].spec.counts,
+                           sizeof(int) * (size_t)r->nidx) == 0)
+                    found = i;
+            if (found >= 0)
+                ch[v] = found;
+        }
+        co_search_report *rep = S->rep;
+        int period = rep->period, nclasses = rep->nclasses;
+        co_search_report_free(rep);
+        *rep = sub;
+        rep->period = period;
+        rep->nclasses = nclasses;
+        rep->prefix_nodes = N;
+        rep->nblocks = 1 + (S->n - v0 + T - 1) / T;
+    } else {
+        co_search_report_free(&sub);
+    }
+    pl_plan_free(pp);
+    pl_graph_free(gp);
+    return rc;
+}
+
 int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_topology *topo,
                    const co_calib *cal, const co_search_opts *so_in, pl_plan **out,
                    co_search_report *rep_out, ein_error *err)
@@ -490,6 +644,18 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
         goto done;
     for (int v = 0; v < n; v++)
         rep->nclasses += S.live[v] && S.cls[v] == v;
+    if (!so.whole && rep->period > 0) {
+        int v0 = -1;
+        for (int v = 0; v < n && v0 < 0; v++)
+            if (S.live[v] && S.cls[v] != v)
+                v0 = v;
+        if (v0 >= 0 && (n - v0 + rep->period - 1) / rep->period + 1 >= CO_SEARCH_PREFIX_BLOCKS) {
+            if ((rc = prefix_search(&S, base, best)) < 0)
+                goto done;
+            rc = plan_build(&S, best, out);
+            goto done;
+        }
+    }
     /* Every seed simulated: the result is never slower than any. */
     double best_t = INFINITY;
     int best_i = 0, nevaluated = 0;
@@ -548,11 +714,15 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
             }
         }
     }
-    int tries = 0;
-    while (rep->work - start + (long)S.nops * p <= rep->budget && tries < 100000) {
+    /* Moves until the budget is spent, or until CO_SEARCH_STALE moves in a
+     * row found nothing new (a small program's space is exhausted). */
+    int tries = 0, stale = 0;
+    while (rep->work - start + (long)S.nops * p <= rep->budget && tries < 100000 &&
+           stale < CO_SEARCH_STALE) {
         char what[96];
-        int changed = 0;
+        int changed = 0, before = rep->nevals;
         tries++;
+        stale++;
         if ((rc = propose(&S, cur, nx, what, sizeof what, &changed)) < 0)
             goto done;
         if (!changed)
@@ -560,6 +730,8 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
         double t;
         if ((rc = evaluate(&S, nx, what, &t)) < 0)
             goto done;
+        if (rep->nevals > before)
+            stale = 0;
         double u = (double)(ein_rand_next(&S.rng) >> 11) / 9007199254740992.0;
         int accept = t < cur_t || (t < INFINITY && u < exp(-so.alpha * (t / cur_t - 1)));
         if (accept) {
@@ -592,6 +764,11 @@ done:
     free(S.live);
     free(S.cls);
     co_xcache_free(S.xc);
+    for (int i = 0; i < S.capmemo; i++)
+        free(S.memo_ch[i]);
+    free(S.memo_ch);
+    free(S.memo_t);
+    free(S.memo_h);
     free(cur);
     free(nx);
     free(best);

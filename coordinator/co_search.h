@@ -18,8 +18,14 @@
  *    (Metropolis, as FlexFlow), the fastest plan seen is returned.
  * Identical blocks (a model's layers): operators whose node, kernel,
  * shapes and input offsets repeat with a period of the node ids share one
- * choice in the moves, so the search space is one block's; seeds are
- * simulated as they are.
+ * choice in the moves, so the search space is one block's. With at least
+ * CO_SEARCH_PREFIX_BLOCKS blocks (and without opts.whole) the whole search
+ * (seeds, moves) runs on a prefix of the graph: what comes before the
+ * second block and one more block (the boundary between two blocks is in
+ * it); the plan takes the prefix's choices and every later block those of
+ * the prefix's last block; operators after the last block take the time
+ * DP's. The prefix is simulated, never the whole graph: the predicted
+ * times and the memory check are the prefix's.
  * Evaluation cost: the synthesised exchange bodies are kept across
  * candidates (co_xcache, keyed by preamble for this topology and search
  * options), so a move pays only for the exchanges it creates; the
@@ -43,6 +49,7 @@
 #include "planner/pl_graph.h"
 #include "planner/pl_optimize.h"
 
+#define CO_SEARCH_PREFIX_BLOCKS 4 /* blocks from which the search runs on a prefix */
 #define CO_SEARCH_WORK_DEFAULT 12000 /* operators x devices simulated beyond the seeds */
 
 typedef struct co_search_opts {
@@ -52,6 +59,7 @@ typedef struct co_search_opts {
     int nrandom;        /* random seed plans (paid from the budget); < 0: none, 0: 2 */
     double alpha;       /* Metropolis; 0: 20 */
     int record;         /* keep every candidate in the report */
+    int whole;          /* search the whole graph even when its blocks repeat (no prefix) */
 } co_search_opts;
 
 typedef struct co_search_cand {
@@ -71,6 +79,10 @@ typedef struct co_search_report {
     int fits;           /* the result fits in memory */
     co_search_cand *cands;  /* with opts.record */
     int ncands;
+    int prefix_nodes;   /* > 0: searched on the graph's first prefix_nodes nodes (the
+                           blocks before the first repeated one and two blocks), the
+                           times are that prefix's, its choices reused for every block */
+    int nblocks;        /* repeated blocks found (0: none) */
 } co_search_report;
 
 int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_topology *topo,

@@ -32,6 +32,16 @@ typedef struct sim_dev {
     int pos, first, progress;
     unsigned char *done;
     unsigned char *ready; /* [global buffer id of a peer] */
+    /* Ready queue (the worker's scan without scanning): need[i] counts
+     * what instruction i still waits for (unfinished deps, and for a COPY
+     * the peer's READY); rq holds the instructions not yet started whose
+     * need is 0, a bitset with a summary level so that the first one from
+     * a position is found in a few word operations. */
+    int *need;
+    uint64_t *rq, *rq2;
+    int *rdep_at, *rdep;  /* CSR: the instructions that depend on i */
+    int *cw_buf, *cw_ins; /* COPYs and WAITs by the global peer buffer they wait for, sorted */
+    int ncw;
     sim_msg *inbox;
     int ninbox, capinbox;
     double last_at;     /* the latest arrival of an oversubscribed READY */
@@ -51,7 +61,9 @@ typedef struct sim {
     int oversub;        /* more devices than the calibration's cores */
     int capwaits;
     double *left;       /* [nres]: bandwidth not yet given out (rates) */
-    int *users;         /* [nres]: unfrozen copies crossing each resource */
+    int *users;         /* [nres]: unfrozen copies crossing each resource (0 between calls) */
+    int *tres;          /* [4 ndev]: the resources the running copies cross */
+    int dirty;          /* an instruction started or finished since the last rates() */
 } sim;
 
 /* Causal (query, key) pairs of an attention block: query t attends keys u
@@ -158,15 +170,65 @@ static int gid(const sim *s, int d, int i)
     return s->r->first[d] + i;
 }
 
-static int runnable(const sim *s, const sim_dev *v, int i)
+static void rq_set(sim_dev *v, int i)
 {
-    const ein_instr *ins = &v->p->instrs[i];
-    for (int k = 0; k < ins->ndeps; k++)
-        if (!v->done[ins->deps[k]])
-            return 0;
-    if (ins->kind == EIN_I_COPY || ins->kind == EIN_I_WAIT)
-        return v->ready[s->bufbase[ins->peer] + ins->peer_buf];
-    return 1;
+    v->rq[i >> 6] |= 1ULL << (i & 63);
+    v->rq2[i >> 12] |= 1ULL << ((i >> 6) & 63);
+}
+
+static void rq_clear(sim_dev *v, int i)
+{
+    if (!(v->rq[i >> 6] &= ~(1ULL << (i & 63))))
+        v->rq2[i >> 12] &= ~(1ULL << ((i >> 6) & 63));
+}
+
+/* The first queued instruction at or after pos, or n. */
+static int rq_next(const sim_dev *v, int pos)
+{
+    int n = v->p->ninstrs;
+    if (pos >= n)
+        return n;
+    int w = pos >> 6;
+    uint64_t m = v->rq[w] & (~0ULL << (pos & 63));
+    if (m)
+        return (w << 6) + __builtin_ctzll(m);
+    /* the next non-empty word from the summary */
+    int nw = (n + 63) >> 6;
+    for (int w2 = w + 1; w2 < nw;) {
+        int sw = w2 >> 6;
+        uint64_t sm = v->rq2[sw] & (~0ULL << (w2 & 63));
+        if (sm) {
+            int wi = (sw << 6) + __builtin_ctzll(sm);
+            return (wi << 6) + __builtin_ctzll(v->rq[wi]);
+        }
+        w2 = (sw + 1) << 6;
+    }
+    return n;
+}
+
+/* One thing instruction i waited for is there. */
+static void need_dec(sim_dev *v, int i)
+{
+    if (--v->need[i] == 0)
+        rq_set(v, i);
+}
+
+/* The peer buffer `gb` is READY on v: the COPYs waiting for it. */
+static void ready_set(sim_dev *v, int gb)
+{
+    if (v->ready[gb])
+        return;
+    v->ready[gb] = 1;
+    int lo = 0, hi = v->ncw;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (v->cw_buf[mid] < gb)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (int k = lo; k < v->ncw && v->cw_buf[k] == gb; k++)
+        need_dec(v, v->cw_ins[k]);
 }
 
 static void pump(sim *s, sim_dev *v)
@@ -174,7 +236,7 @@ static void pump(sim *s, sim_dev *v)
     int k = 0;
     for (int m = 0; m < v->ninbox; m++) {
         if (v->inbox[m].at <= s->t)
-            v->ready[s->bufbase[v->inbox[m].from] + v->inbox[m].buf] = 1;
+            ready_set(v, s->bufbase[v->inbox[m].from] + v->inbox[m].buf);
         else
             v->inbox[k++] = v->inbox[m];
     }
@@ -227,6 +289,7 @@ static int start(sim *s, int d, int i, ein_error *err)
     }
     v->rem0 = v->rem;
     v->state = ST_RUN;
+    s->dirty = 1;
     return 0;
 }
 
@@ -237,16 +300,16 @@ static int schedule(sim *s, int d, ein_error *err)
     sim_dev *v = &s->d[d];
     int n = v->p->ninstrs, rc;
     for (;;) {
-        for (int i = v->pos; i < n; i++) {
-            if (v->done[i] || !runnable(s, v, i))
-                continue;
+        /* The worker's scan from pos: the first runnable instruction. */
+        for (int i = rq_next(v, v->pos); i < n; i = rq_next(v, v->pos)) {
             v->pos = i + 1;
             v->progress = 1;
+            rq_clear(v, i);
             if ((rc = start(s, d, i, err)) < 0)
                 return rc;
             if (v->state == ST_RUN)
                 return 0;
-            i = v->pos - 1; /* finished at once: the scan goes on */
+            /* finished at once: the scan goes on */
         }
         pump(s, v);
         while (v->first < n && v->done[v->first])
@@ -275,6 +338,9 @@ static int finish(sim *s, int d, int i, ein_error *err)
     double dur = s->t - s->r->start[g];
     s->r->end[g] = s->t;
     v->done[i] = 1;
+    s->dirty = 1;
+    for (int k = v->rdep_at[i]; k < v->rdep_at[i + 1]; k++)
+        need_dec(v, v->rdep[k]);
     v->pred = g;
     v->state = ST_FREE;
     if (ins->kind == EIN_I_COPY || ins->kind == EIN_I_NOTIFY)
@@ -306,13 +372,17 @@ static int finish(sim *s, int d, int i, ein_error *err)
  * copy rate times its processor share). */
 static void rates(sim *s)
 {
+    /* The rates depend only on which instructions run: unchanged since
+     * the last call unless one started or finished. */
+    if (!s->dirty)
+        return;
+    s->dirty = 0;
     int busy = 0;
     for (int d = 0; d < s->ndev; d++)
         busy += computing(&s->d[d]);
     double share = s->cal->cores > 0 && busy > s->cal->cores ? s->cal->cores / busy : 1.0;
-    int nres = xp_topo_nres(s->topo);
     double *left = s->left;
-    int *users = s->users;
+    int *users = s->users, *tres = s->tres, ntres = 0;
     int nflows = 0;
     for (int d = 0; d < s->ndev; d++) {
         sim_dev *v = &s->d[d];
@@ -322,13 +392,32 @@ static void rates(sim *s)
         nflows += v->is_copy;
     }
     if (nflows > 0) {
-        for (int r = 0; r < nres; r++)
-            left[r] = xp_topo_res_bw(s->topo, r);
+        /* The resources the copies cross, in increasing order (the
+         * tightest is the first of the lowest fair share, as over all). */
+        for (int d = 0; d < s->ndev; d++) {
+            sim_dev *v = &s->d[d];
+            if (v->state != ST_RUN || !v->is_copy)
+                continue;
+            for (int k = 0; k < v->nres; k++) {
+                int r = v->res[k], j = ntres;
+                if (users[r] < 0)
+                    continue;
+                users[r] = -1; /* listed */
+                while (j > 0 && tres[j - 1] > r) {
+                    tres[j] = tres[j - 1];
+                    j--;
+                }
+                tres[j] = r;
+                ntres++;
+            }
+        }
+        for (int j = 0; j < ntres; j++)
+            left[tres[j]] = xp_topo_res_bw(s->topo, tres[j]);
         double cap = s->cal->copy_bw > 0 ? s->cal->copy_bw * share : INFINITY;
         for (;;) {
             /* The tightest resource (or cap) among unfrozen flows. */
-            for (int r = 0; r < nres; r++)
-                users[r] = 0;
+            for (int j = 0; j < ntres; j++)
+                users[tres[j]] = 0;
             int unfrozen = 0;
             for (int d = 0; d < s->ndev; d++) {
                 sim_dev *v = &s->d[d];
@@ -342,11 +431,13 @@ static void rates(sim *s)
                 break;
             double fair = cap;
             int tight = -1;
-            for (int r = 0; r < nres; r++)
+            for (int j = 0; j < ntres; j++) {
+                int r = tres[j];
                 if (users[r] && left[r] / users[r] < fair) {
                     fair = left[r] / users[r];
                     tight = r;
                 }
+            }
             for (int d = 0; d < s->ndev; d++) {
                 sim_dev *v = &s->d[d];
                 if (!(v->state == ST_RUN && v->is_copy && v->rate < 0))
@@ -361,6 +452,8 @@ static void rates(sim *s)
                     left[v->res[k]] -= fair;
             }
         }
+        for (int j = 0; j < ntres; j++)
+            users[tres[j]] = 0;
         for (int d = 0; d < s->ndev; d++) {
             sim_dev *v = &s->d[d];
             if (v->state == ST_RUN && v->is_copy) {
@@ -563,12 +656,81 @@ static int critical_path(sim *s)
     return 0;
 }
 
+static int cw_cmp(const void *a, const void *b)
+{
+    const int *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* v's ready queue: need counts, reverse deps, COPYs by peer buffer, and
+ * the instructions runnable at the start. 0 or EIN_ENOMEM. */
+static int queue_init(sim *s, sim_dev *v)
+{
+    const ein_program *p = v->p;
+    int n = p->ninstrs, nw = (n + 63) / 64, ndeps = 0, ncopy = 0;
+    for (int i = 0; i < n; i++) {
+        ndeps += p->instrs[i].ndeps;
+        ncopy += p->instrs[i].kind == EIN_I_COPY || p->instrs[i].kind == EIN_I_WAIT;
+    }
+    int *pairs = NULL;
+    if (!(v->need = calloc((size_t)n + 1, sizeof *v->need)) ||
+        !(v->rq = calloc((size_t)nw + 1, sizeof *v->rq)) ||
+        !(v->rq2 = calloc((size_t)nw / 64 + 2, sizeof *v->rq2)) ||
+        !(v->rdep_at = calloc((size_t)n + 2, sizeof *v->rdep_at)) ||
+        !(v->rdep = malloc(sizeof *v->rdep * ((size_t)ndeps + 1))) ||
+        !(v->cw_buf = malloc(sizeof *v->cw_buf * ((size_t)ncopy + 1))) ||
+        !(v->cw_ins = malloc(sizeof *v->cw_ins * ((size_t)ncopy + 1))) ||
+        !(pairs = malloc(2 * sizeof *pairs * ((size_t)ncopy + 1))))
+        return EIN_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        const ein_instr *ins = &p->instrs[i];
+        for (int k = 0; k < ins->ndeps; k++)
+            v->rdep_at[ins->deps[k] + 1]++;
+        v->need[i] = ins->ndeps;
+        if (ins->kind == EIN_I_COPY || ins->kind == EIN_I_WAIT) {
+            pairs[2 * v->ncw] = s->bufbase[ins->peer] + ins->peer_buf;
+            pairs[2 * v->ncw + 1] = i;
+            v->ncw++;
+            v->need[i]++;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        v->rdep_at[i + 1] += v->rdep_at[i];
+    int *fill = v->rdep_at; /* filled from the back, restoring the offsets */
+    for (int i = n - 1; i >= 0; i--) {
+        const ein_instr *ins = &p->instrs[i];
+        for (int k = ins->ndeps - 1; k >= 0; k--)
+            v->rdep[--fill[ins->deps[k] + 1]] = i;
+    }
+    /* fill[j + 1] now holds rdep_at[j]: shift back */
+    for (int i = 0; i < n; i++)
+        v->rdep_at[i] = v->rdep_at[i + 1];
+    v->rdep_at[n] = ndeps;
+    qsort(pairs, (size_t)v->ncw, 2 * sizeof *pairs, cw_cmp);
+    for (int k = 0; k < v->ncw; k++) {
+        v->cw_buf[k] = pairs[2 * k];
+        v->cw_ins[k] = pairs[2 * k + 1];
+    }
+    free(pairs);
+    for (int i = 0; i < n; i++)
+        if (v->need[i] == 0)
+            rq_set(v, i);
+    return 0;
+}
+
 /* The simulation's own memory (not the result). */
 static void sim_free(sim *s)
 {
     for (int d = 0; s->d && d < s->ndev; d++) {
         free(s->d[d].done);
         free(s->d[d].ready);
+        free(s->d[d].need);
+        free(s->d[d].rq);
+        free(s->d[d].rq2);
+        free(s->d[d].rdep_at);
+        free(s->d[d].rdep);
+        free(s->d[d].cw_buf);
+        free(s->d[d].cw_ins);
         free(s->d[d].inbox);
     }
     free(s->d);
@@ -576,6 +738,7 @@ static void sim_free(sim *s)
     free(s->pred);
     free(s->left);
     free(s->users);
+    free(s->tres);
 }
 
 int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
@@ -606,7 +769,8 @@ int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
     r->first[ndev] = total;
     s.bufbase[ndev] = tbuf;
     if (!(s.left = malloc(sizeof *s.left * ((size_t)xp_topo_nres(topo) + 1))) ||
-        !(s.users = malloc(sizeof *s.users * ((size_t)xp_topo_nres(topo) + 1))) ||
+        !(s.users = calloc((size_t)xp_topo_nres(topo) + 1, sizeof *s.users)) ||
+        !(s.tres = malloc(sizeof *s.tres * (4 * (size_t)ndev + 1))) ||
         !(r->start = malloc(sizeof *r->start * ((size_t)total + 1))) ||
         !(r->end = malloc(sizeof *r->end * ((size_t)total + 1))) ||
         !(s.pred = malloc(sizeof *s.pred * ((size_t)total + 1))))
@@ -621,6 +785,8 @@ int co_sim_run(ein_program *const *progs, int ndev, const xp_topology *topo,
         v->pred = -1;
         if (!(v->done = calloc((size_t)progs[d]->ninstrs + 1, 1)) ||
             !(v->ready = calloc((size_t)tbuf + 1, 1)))
+            goto fail;
+        if (queue_init(&s, v) < 0)
             goto fail;
     }
     if ((rc = loop(&s, err)) < 0)

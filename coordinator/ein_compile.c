@@ -232,22 +232,41 @@ static int compile_rewrite(ein_compiled *c, const ein_compile_options *o, ein_er
     return 0;
 }
 
-/* c->plan: c->g planned on c->ndev devices, for communication or (another
- * objective) predicted time on the topology with its calibration (issue
- * 12; coordinator/co_sim.h). 0 or a negative code. */
+/* The objective a compile plans with: o->objective when given, else
+ * time where c->topo has a calibration, the selector is the DP and the
+ * devices are at most CO_AUTO_TIME_MAX_DEVICES (the search simulates
+ * every candidate), else comm. 1 for time. */
+#define CO_AUTO_TIME_MAX_DEVICES 128
+static int compile_time_objective(const ein_compiled *c, const ein_compile_options *o)
+{
+    if (o->objective)
+        return strcmp(o->objective, "comm") != 0;
+    return c->topo && c->topo->calibration[0] && c->ndev <= CO_AUTO_TIME_MAX_DEVICES &&
+           c->topo->ngpus >= c->ndev && (!o->selector || !strcmp(o->selector, "dp"));
+}
+
+/* c->plan: c->g planned on c->ndev devices, for communication or
+ * predicted time on the topology with its calibration (issues 12, 21;
+ * coordinator/co_sim.h, co_search.h). 0 or a negative code. */
 static int compile_plan(ein_compiled *c, const ein_compile_options *o, ein_error *err)
 {
     int rc;
     ein_progress pg;
     ein_progress_begin(&pg, o->progress && ein_progress_wanted(0), "planning", 0);
-    if (o->objective && strcmp(o->objective, "comm")) {
+    if (o->objective && strcmp(o->objective, "comm") && strcmp(o->objective, "time")) {
+        rc = ein_fail(err, EIN_EINVAL, "objective '%s': expected comm or time", o->objective);
+    } else if (compile_time_objective(c, o)) {
         pl_selector sel = PL_SELECT_DP;
         pl_plan *pp = NULL;
+        pl_plan_opts base = {.linear_paths = o->linear_paths};
+        co_calib cal;
         if (o->selector && pl_selector_parse(o->selector, &sel) < 0)
             rc = ein_fail(err, EIN_EINVAL, "unknown selector '%s'; expected dp, greedy or random",
                           o->selector);
-        else if ((rc = co_sim_plan_make(c->g, c->ndev, sel, o->plan_seed, o->objective,
-                                        o->topology, &pp, err)) == 0)
+        else if ((rc = co_sim_calib_of(c->topo, "host", &cal, err)) < 0)
+            rc = err ? (err->code = EIN_EINVAL) : EIN_EINVAL; /* bad input, whatever the cause */
+        else if ((rc = co_sim_plan_time(c->g, c->ndev, sel, o->plan_seed, &base, c->topo, &cal,
+                                        &pp, err)) == 0)
             rc = ein_plan_wrap(c->g, pp, &c->plan, err);
     } else {
         ein_plan_options po = {.selector = o->selector, .seed = o->plan_seed,

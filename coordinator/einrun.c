@@ -131,11 +131,13 @@ static void usage(FILE *f)
 "                       0: none). If it stops a search, einrun says so: that\n"
 "                       plan depends on the machine's speed.\n"
 "  --plan-seed S        seed of the random selector (default: 1).\n"
-"  --objective comm|time  the DP minimises the paper's elements moved (comm,\n"
-"                       default); time: a plan search by the plan simulator's\n"
-"                       prediction on the --topology (default host) with its\n"
-"                       calibration, from the DP's plans, every strategy and\n"
-"                       random plans, under a work budget (docs/planner.md).\n"
+"  --objective comm|time  time (the default where the --topology, default\n"
+"                       host, has a calibration; every built-in has one): a\n"
+"                       plan search by the plan simulator's prediction with\n"
+"                       that calibration, from the DP's plans, every strategy\n"
+"                       and random plans, under a work budget\n"
+"                       (docs/planner.md); comm: the paper's DP, minimising\n"
+"                       the elements moved (the default otherwise).\n"
 "  --explain            print the chosen spec and costs of every operator.\n"
 "  --rewrite            rewrite the graph by equality saturation first (matmul\n"
 "                       order, merged projections), then plan the cheapest\n"
@@ -212,7 +214,7 @@ typedef struct run_opts {
     int search;         /* --schedule: index in naive|search */
     int cuda;           /* --backend: index in cpu|cuda */
     int graphs;         /* --graphs: index in auto|on|off */
-    int time_objective; /* --objective: index in comm|time */
+    int time_objective; /* --objective: index in comm|time; -1: not given */
     const char *worker, *trace_path, *log_dir, *wrapper, *calib_out, *rewrite_weights;
     const char *topo_arg, *probe_file, *dump_dir;
     const char *save_program; /* --save-program */
@@ -236,6 +238,7 @@ static void run_opts_init(run_opts *o)
     o->log_level = 1;
     o->debug_device = o->wrapper_device = -1;
     o->search = 1;
+    o->time_objective = -1; /* unset: the library's default (time where calibrated) */
 }
 
 static void run_opts_free(run_opts *o)
@@ -654,7 +657,9 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     co->rewrite = o->rewrite;
     co->rewrite_weights = o->rewrite_weights;
     co->ilp = o->ilp;
-    co->objective = o->time_objective ? "time" : NULL; /* NULL: comm, the default */
+    /* NULL: the library's default, time where the topology has a
+     * calibration (ein_compile_options) */
+    co->objective = o->time_objective < 0 ? NULL : o->time_objective ? "time" : "comm";
 }
 
 /* --show-topology: the topology a run would use, as text, on stdout. */

@@ -37,15 +37,22 @@ void pl_graph_free(pl_graph *g)
 
 pl_graph *pl_graph_copy(const pl_graph *g)
 {
+    return pl_graph_copy_prefix(g, g->nnodes);
+}
+
+pl_graph *pl_graph_copy_prefix(const pl_graph *g, int n)
+{
+    if (n < 0 || n > g->nnodes)
+        n = g->nnodes;
     pl_graph *c = pl_graph_new();
     if (!c)
         return NULL;
-    if (g->nnodes && !(c->nodes = malloc(sizeof *c->nodes * (size_t)g->nnodes))) {
+    if (n && !(c->nodes = malloc(sizeof *c->nodes * (size_t)n))) {
         free(c);
         return NULL;
     }
-    c->cap = g->nnodes;
-    for (int i = 0; i < g->nnodes; i++) {
+    c->cap = n;
+    for (int i = 0; i < n; i++) {
         pl_node *n = &c->nodes[i];
         *n = g->nodes[i];
         n->kernel.list = NULL;

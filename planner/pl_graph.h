@@ -72,6 +72,10 @@ void pl_graph_free(pl_graph *g);
 /* A deep copy (its own kernel lists and name index), or NULL when out of
  * memory. */
 pl_graph *pl_graph_copy(const pl_graph *g);
+/* A copy of nodes 0..n-1 only (n clamped to the graph; inputs of a node
+ * always have lower ids, so the prefix is a graph); NULL on allocation
+ * failure. Nodes keep their `saved` flags and no other is saved. */
+pl_graph *pl_graph_copy_prefix(const pl_graph *g, int n);
 
 const pl_node *pl_graph_node(const pl_graph *g, int id);
 int pl_graph_find(const pl_graph *g, const char *name);   /* id or -1 */

@@ -75,12 +75,15 @@ static void usage(FILE *f)
             "              placed by liveness, and what every buffer in a place of its\n"
             "              own would need.\n"
             "  --no-reuse  lower without reusing buffers' bytes (as $EIN_NO_REUSE=1).\n"
-            "  --objective comm|time  comm (default): the DP minimises the paper's\n"
-            "              elements moved; time: a plan search by predicted time (seeds:\n"
-            "              the DP under both costs, every --strategy, random plans; then\n"
-            "              moves, each simulated; the fastest plan that fits in memory;\n"
-            "              docs/planner.md). It prints which objective and work budget\n"
-            "              chose the plan; -v also every candidate and its prediction.\n"
+            "  --objective comm|time  time (the default where the topology, default\n"
+            "              host, has a calibration: every built-in has one): a plan\n"
+            "              search by predicted time (seeds: the DP under both costs,\n"
+            "              every --strategy, random plans; then moves, each simulated;\n"
+            "              the fastest plan that fits in memory; docs/planner.md);\n"
+            "              comm: the paper's DP, minimising the elements moved (the\n"
+            "              default otherwise). It prints which objective and work\n"
+            "              budget chose the plan; -v also every candidate and its\n"
+            "              predicted time.\n"
             "  --plan-work N  the search's budget beyond its seeds, in operators x devices\n"
             "              simulated (0: the default, %d; -1: seeds only).\n", CO_SEARCH_WORK_DEFAULT);
 }
@@ -225,6 +228,21 @@ static int sim_load(const char *prog, const char *topo_arg, const char *cal_arg,
     return 0;
 }
 
+/* The default objective is time (the plan search) where the topology
+ * (default host) has a calibration, or --calibration gives one, and it
+ * has the P devices, as ein_compile decides (at most 128 devices: the
+ * search simulates every candidate); comm otherwise. A topology that does
+ * not load is reported later, where it is used. */
+static int default_time(const char *topo_arg, const char *cal_arg, int p)
+{
+    xp_topology *t = NULL;
+    if (p < 1 || p > 128 || xp_topo_load(topo_arg ? topo_arg : "host", &t, NULL) < 0)
+        return 0;
+    int yes = (t->calibration[0] || cal_arg) && t->ngpus >= p;
+    xp_topo_free(t);
+    return yes;
+}
+
 /* --simulate: simulate `plan` (made with `popts`, selector `sel`, seed
  * `seed`) on the topology and calibration, print text, --json or write
  * --trace. Memory is a constraint: if the plan's peak exceeds some
@@ -322,6 +340,7 @@ int main(int argc, char **argv)
     int simulate = 0, chunks = 0, verbose = 0;
     long plan_work = 0;
     const char *strategy = NULL;
+    int objective_given = 0;
     pl_selector sel = PL_SELECT_DP;
     pl_plan_opts opts = {0};
     uint64_t seed = 1;
@@ -382,6 +401,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "einplan: --objective '%s': expected comm or time\n", optarg);
                 return 2;
             }
+            objective_given = 1;
             break;
         case 'v': verbose = 1; break;
         case 0x126:
@@ -396,6 +416,9 @@ int main(int argc, char **argv)
         default: usage(stderr); return 2;
         }
     }
+    if (!objective_given && sel == PL_SELECT_DP && !strategy && !rewrite && !exchanges &&
+        default_time(topo_arg, cal_arg, p))
+        opts.objective = PL_OBJECTIVE_TIME; /* the default where calibrated */
     if ((trace_path || (cal_arg && opts.objective != PL_OBJECTIVE_TIME)) && !simulate) {
         fprintf(stderr, "einplan: --trace and --calibration need --simulate (or --objective time)\n");
         return 2;
@@ -446,6 +469,8 @@ int main(int argc, char **argv)
     co.topology = topo_arg;
     co.plan_only = !exchanges;
     co.exchange_chunks = chunks;
+    if (objective_given) /* else the library's default: time where calibrated */
+        co.objective = opts.objective == PL_OBJECTIVE_TIME ? "time" : "comm";
     ein_compiled *comp = NULL;
     if (exchanges && p > EIN_MAX_DEVICES) {
         fprintf(stderr, "einplan: --exchanges: at most %d devices\n", EIN_MAX_DEVICES);
@@ -492,6 +517,11 @@ int main(int argc, char **argv)
             char blocks[48] = "";
             if (rep.period)
                 snprintf(blocks, sizeof blocks, ", blocks of %d nodes", rep.period);
+            if (rep.prefix_nodes)
+                fprintf(rf, "objective time: %d repeated blocks: searched on the first %d nodes "
+                            "(up to the second block's end), their choices reused for every "
+                            "block; the times below are that prefix's\n",
+                        rep.nblocks, rep.prefix_nodes);
             fprintf(rf, "objective time: plan search on %s, seed %" PRIu64 ", budget %ld "
                         "operator x device simulations beyond the seeds (spent %ld in %d simulations, %d "
                         "seeds, %d choices%s); chosen: %s, predicted %.4f ms (best seed %s "

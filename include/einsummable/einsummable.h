@@ -176,11 +176,13 @@ typedef struct ein_compile_options {
     const char *selector;     /* "dp" (default), "greedy" or "random" */
     uint64_t plan_seed;       /* random selector and exchange search (default 1) */
     int linear_paths;         /* the planner's linear-path tactic (paper §4.5) */
-    const char *objective;    /* "comm" (default: the paper's elements moved) or
-                                 "time": the DP's plans under predicted seconds and
-                                 under comm, of which the plan simulator's faster
-                                 on the topology with its calibration
-                                 (docs/simulator.md) */
+    const char *objective;    /* "time": a plan search by the plan simulator's
+                                 prediction on the topology with its calibration
+                                 (docs/planner.md); "comm": the paper's DP
+                                 (elements moved); NULL (default): time where the
+                                 topology has a calibration (every built-in has
+                                 one), the selector is dp and ndev <= 128, else
+                                 comm */
     int plan_only;            /* stop after planning: no exchanges, no programs
                                  (einplan; such a value cannot be run) */
     int naive_exchanges;      /* 1: the naive exchange bodies, no synthesis */

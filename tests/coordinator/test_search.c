@@ -269,6 +269,60 @@ static void test_memory_cap(void **state)
     xp_topo_free(t);
 }
 
+/* Four identical MLP blocks: the search runs on a prefix (up to the end of
+ * the second block) and every later block takes the choices of the
+ * prefix's last block, so blocks 2, 3 and 4 have the same specs; the
+ * result is deterministic and simulates on the whole graph. */
+static void test_prefix_blocks(void **state)
+{
+    (void)state;
+    char text[2048];
+    size_t n = (size_t)snprintf(text, sizeof text,
+                                "dims tokens=512 d=128 f=256\ninput x0[tokens, d]\n");
+    for (int l = 1; l <= 4; l++)
+        n += (size_t)snprintf(text + n, sizeof text - n,
+                              "input w1_%d[d, f]\ninput w2_%d[f, d]\n"
+                              "a_%d = matmul(x%d, w1_%d)\nh_%d = relu(a_%d)\n"
+                              "x%d = matmul(h_%d, w2_%d)\n",
+                              l, l, l, l - 1, l, l, l, l, l, l);
+    snprintf(text + n, sizeof text - n, "save x4\n");
+    pl_graph *g = parse(text);
+    xp_topology *t = NULL;
+    co_calib c;
+    load("dgx-a100", &t, &c);
+    pl_plan *a = NULL, *b = NULL;
+    co_search_report ra, rb;
+    co_search_opts so = {.work = 600, .seed = 3};
+    ein_error err = {0};
+    assert_int_equal(co_plan_search(g, 4, NULL, t, &c, &so, &a, &ra, &err), 0);
+    assert_int_equal(co_plan_search(g, 4, NULL, t, &c, &so, &b, &rb, &err), 0);
+    if (!(ra.prefix_nodes > 0 && ra.prefix_nodes < g->nnodes) || ra.nblocks != 4)
+        fail_msg("expected a prefix search of 4 blocks: prefix %d of %d nodes, %d blocks",
+                 ra.prefix_nodes, g->nnodes, ra.nblocks);
+    int T = ra.period;
+    assert_int_equal(T, 5); /* two weights and three operators per block */
+    for (int v = 0; v < a->nnodes; v++) {
+        assert_int_equal(a->nodes[v].planned, b->nodes[v].planned);
+        if (!a->nodes[v].planned)
+            continue;
+        assert_memory_equal(a->nodes[v].spec.counts, b->nodes[v].spec.counts,
+                            sizeof a->nodes[v].spec.counts);
+        int u = v - T; /* blocks 3 and 4 against the block before */
+        if (v >= ra.prefix_nodes && u >= 0 && a->nodes[u].planned &&
+            memcmp(a->nodes[v].spec.counts, a->nodes[u].spec.counts,
+                   sizeof a->nodes[v].spec.counts))
+            fail_msg("%s does not reuse the spec of %s", pl_graph_node(g, v)->name,
+                     pl_graph_node(g, u)->name);
+    }
+    assert_memory_equal(&ra.best_time, &rb.best_time, sizeof ra.best_time);
+    if (!(predict(g, a, t, &c) < INFINITY))
+        fail_msg("the plan of the prefix search does not simulate on the whole graph");
+    pl_plan_free(a);
+    pl_plan_free(b);
+    pl_graph_free(g);
+    xp_topo_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -276,6 +330,7 @@ int main(void)
         cmocka_unit_test(test_never_slower_than_seeds),
         cmocka_unit_test(test_beats_dp),
         cmocka_unit_test(test_memory_cap),
+        cmocka_unit_test(test_prefix_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -94,6 +94,9 @@ static void check_output(const char *path, const double *ref, int r, int c)
 /* --schedule for the next runs (NULL: einrun's default, search), and one
  * more option (NULL: none). */
 static const char *schedule, *extra;
+/* --objective for einrun: the exchange tests below need the paper's plan
+ * (comm), whose exchanges they inspect; the default (time) may have none. */
+static const char *objective;
 static char last_out[8192];     /* what the last einrun printed */
 
 static void run_einrun(const char *program, int ndev, int as_file, const char **names,
@@ -122,6 +125,10 @@ static void run_einrun(const char *program, int ndev, int as_file, const char **
     }
     if (extra)
         argv[a++] = (char *)extra;
+    if (objective) {
+        argv[a++] = "--objective";
+        argv[a++] = (char *)objective;
+    }
     char bind[8][64];
     for (int i = 0; as_file && i < nin; i++) {
         snprintf(bind[i], sizeof bind[i], "%s=%s.npy", names[i], names[i]);
@@ -288,6 +295,7 @@ static void ffn_layers(void **s)
     char path[600];
     snprintf(path, sizeof path, "%s/y.npy", e2e_scratch());
     extra = "--verbose";
+    objective = "comm";
     for (int p = 2; p <= 5; p++) {
         run_einrun(prog, p, 1, names, 3, 0);
         check_output(path, y, T, DM);
@@ -300,6 +308,7 @@ static void ffn_layers(void **s)
             fail_msg("on %d devices no exchange was copied from an identical one:\n%s", p, st);
     }
     extra = NULL;
+    objective = NULL;
     free(x), free(w1), free(w2), free(act), free(y);
 }
 
@@ -311,7 +320,7 @@ static int bodies_have_chunks(const char *prog, int ndev, const char *topology)
     snprintf(ndevs, sizeof ndevs, "%d", ndev);
     snprintf(topo, sizeof topo, "--topology=%s", topology ? topology : "host");
     char *argv[] = {(char *)e2e_bin("einplan"), "--devices", ndevs, topo, "--seed", "1",
-                    "--exchanges", (char *)prog, NULL};
+                    "--objective", "comm", "--exchanges", (char *)prog, NULL};
     int rc = e2e_run(argv, out, sizeof out);
     if (rc != 0)
         fail_msg("einplan --exchanges exited %d:\n%s", rc, out);
@@ -324,11 +333,13 @@ static void ffn_chunked(const char *chunks, int ndev, const char *topology, int 
     snprintf(topo, sizeof topo, "--topology=%s", topology ? topology : "host");
     setenv("EIN_EXCHANGE_CHUNKS", chunks, 1);
     extra = topo;
+    objective = "comm";
     if (!bodies_have_chunks(e2e_write_file("ffn.ein", FFN), ndev, topology))
         fail_msg("EIN_EXCHANGE_CHUNKS=%s on %d devices: no exchange body moves chunks", chunks,
                  ndev);
     ffn_case(ndev, as_file, 0);
     extra = NULL;
+    objective = NULL;
     unsetenv("EIN_EXCHANGE_CHUNKS");
 }
 
@@ -398,8 +409,10 @@ static void reduce_chunks_auto(void **s)
         y[i] = y[i] > 0 ? y[i] : 0;
     snprintf(topo, sizeof topo, "--topology=%s", tfile);
     extra = topo;
+    objective = "comm";
     run_einrun(prog, 8, 0, NULL, 0, 0);
     extra = NULL;
+    objective = NULL;
     unsetenv("EIN_EXCHANGE_CHUNKS");
     char path[600];
     snprintf(path, sizeof path, "%s/y.npy", e2e_scratch());
