@@ -234,6 +234,18 @@ int pl_graph_add_input(pl_graph *g, const char *name, ein_dtype dtype, int rank,
     return pl_graph_append(g, name, &n, err);
 }
 
+int pl_graph_add_state(pl_graph *g, const char *name, ein_dtype dtype, int rank,
+                       const int64_t *shape, ein_error *err)
+{
+    if (g && !ein_dtype_is_float((int)dtype))
+        return ein_fail(err, EIN_EINVAL, "state %s: %s; a state holds f32, f16 or bf16",
+                        name ? name : "?", ein_dtype_name(dtype));
+    int id = pl_graph_add_input(g, name, dtype, rank, shape, err);
+    if (id >= 0)
+        g->nodes[id].state = 1;
+    return id;
+}
+
 int pl_graph_save(pl_graph *g, int id, ein_error *err)
 {
     int rc;
@@ -243,6 +255,9 @@ int pl_graph_save(pl_graph *g, int id, ein_error *err)
         return rc;
     if (g->nodes[id].saved)
         return ein_fail(err, EIN_EINVAL, "save: '%s' is already saved", g->nodes[id].name);
+    if (g->nodes[id].state || (g->nodes[id].kind == PL_CACHE_WRITE))
+        return ein_fail(err, EIN_EINVAL, "save: '%s' is a state (it stays on the devices; "
+                        "save what reads it)", g->nodes[id].name);
     g->nodes[id].saved = 1;
     return 0;
 }
