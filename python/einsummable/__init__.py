@@ -46,6 +46,7 @@ from ._core import (Graph, Program, Tensor, TensorDesc, compileGraph, createGrap
                     tensorDesc)
 from ._stats import DevicePrediction, DeviceStats, Prediction, RunStats
 from ._version import __version__
+from . import llama
 
 library_path: str = _lib_handle.path
 """The path of the libeinsummable that was loaded."""
@@ -56,7 +57,7 @@ __all__ = [
     "EinError", "EinValueError", "EinShapeError", "EinParseError", "EinLimitError",
     "EinNoPlanError", "EinTypeError", "EinIOError", "EinMemoryError", "EinRuntimeError",
     "EinUnsupportedError", "WorkerError", "EinTimeoutError", "EinCancelledError",
-    "library_path", "__version__", "EIN_EINVAL", "EIN_ENOMEM", "EIN_EIO", "EIN_EPARSE",
+    "library_path", "__version__", "llama", "EIN_EINVAL", "EIN_ENOMEM", "EIN_EIO", "EIN_EPARSE",
     "EIN_ESHAPE", "EIN_EPROTO", "EIN_ENOPLAN", "EIN_ETIMEOUT", "EIN_EWORKER",
     "EIN_EUNSUPPORTED", "EIN_EDEVICE", "EIN_ELIMIT", "EIN_ECANCELED",
 ]

@@ -17,7 +17,11 @@
 #include "include/einsummable/einsummable.h"
 #include "tests/e2e/e2e_util.h"
 
-enum { B = 3, KVH = 2, H = 4, D = 8, S = 12, STEPS = 6 };
+enum { BMAX = 3, KVHMAX = 2, D = 8, S = 12, STEPS = 6 };
+/* The shape of one case: B sequences, KVH kv heads, H = 2 KVH query
+ * heads. B = KVH = 1 on 2 devices leaves the cached keys as the only
+ * index to split: key blocks merged by log-sum-exp. */
+static int B = BMAX, KVH = KVHMAX, H = 2 * KVHMAX;
 
 static ein_graph *decoder(void)
 {
@@ -25,6 +29,10 @@ static ein_graph *decoder(void)
     ein_graph *g = ein_graph_create();
     assert_non_null(g);
     ein_tensor_desc cd = {.rank = 4, .shape = {KVH, B, S, D}, .dtype = EIN_F32};
+    ein_error e0 = {0};
+    /* a state is float */
+    ein_tensor_desc bad = {.rank = 1, .shape = {4}, .dtype = EIN_I32};
+    assert_true(ein_graph_state(g, "bad", bad, &e0) < 0);
     ein_tensor kc = ein_graph_state(g, "kc", cd, &err);
     ein_tensor vc = ein_graph_state(g, "vc", cd, &err);
     assert_true(kc >= 0 && vc >= 0);
@@ -64,47 +72,60 @@ static void setup_env(void)
     e2e_scratch();
 }
 
-static void runs_on(int ndev)
+static void runs_on(int ndev, int b, int kvh)
 {
+    B = b;
+    KVH = kvh;
+    H = 2 * kvh;
     ein_error err = {0};
     ein_graph *g = decoder();
     ein_compiled *c = NULL;
     if (ein_compile(g, ndev, NULL, &c, &err) < 0)
         fail_msg("compile on %d devices: %s", ndev, err.msg);
     ein_graph_destroy(g);
+    if (b == 1 && kvh == 1) {   /* the keys are split: the LSE merge runs */
+        char *ex = ein_compiled_explain(c, 0);
+        assert_non_null(ex);
+        if (!strstr(ex, "k_blocks:2"))
+            fail_msg("decode_attention on 2 devices with one sequence and one kv head does not "
+                     "split the keys:\n%s", ex);
+        free(ex);
+    }
     ein_session *s = NULL;
     if (ein_session_open(c, NULL, &s, &err) < 0)
         fail_msg("open: %s", err.msg);
-    float kz[KVH * B * S * D] = {0};
-    assert_int_equal(ein_session_set_input(s, "kc", kz, sizeof kz, &err), EIN_EINVAL);
+    static float kz[KVHMAX * BMAX * S * D];
+    assert_int_equal(ein_session_set_input(s, "kc", kz, sizeof(float) * KVH * B * S * D, &err),
+                     EIN_EINVAL);
     assert_non_null(strstr(err.msg, "state"));
     /* The reference caches start at zero, as the states do; sequence b
      * starts at position 2b, so rows below it are read as zeros. */
-    static double rk[KVH][B][S][D], rv[KVH][B][S][D];
+    static double rk[KVHMAX][BMAX][S][D], rv[KVHMAX][BMAX][S][D];
     memset(rk, 0, sizeof rk);
     memset(rv, 0, sizeof rv);
     for (int step = 0; step < STEPS; step++) {
-        float q[H * B * D], k[KVH * B * D], v[KVH * B * D], x[B * H * D];
-        float o[H * B * D], r[B * H * D];
-        int32_t pos[B];
+        float q[2 * KVHMAX * BMAX * D], k[KVHMAX * BMAX * D], v[KVHMAX * BMAX * D];
+        float x[BMAX * 2 * KVHMAX * D], o[2 * KVHMAX * BMAX * D], r[BMAX * 2 * KVHMAX * D];
+        int32_t pos[BMAX];
+        size_t nq = sizeof(float) * (size_t)(H * B * D), nk = sizeof(float) * (size_t)(KVH * B * D);
         fill(q, H * B * D, 100u + (unsigned)step);
         fill(k, KVH * B * D, 200u + (unsigned)step);
         fill(v, KVH * B * D, 300u + (unsigned)step);
         fill(x, B * H * D, 400u + (unsigned)step);
         for (int b = 0; b < B; b++)
             pos[b] = step + 2 * b;
-        if (ein_session_set_input(s, "q", q, sizeof q, &err) < 0 ||
-            ein_session_set_input(s, "k", k, sizeof k, &err) < 0 ||
-            ein_session_set_input(s, "v", v, sizeof v, &err) < 0 ||
-            ein_session_set_input(s, "x", x, sizeof x, &err) < 0 ||
-            ein_session_set_input(s, "pos", pos, sizeof pos, &err) < 0)
+        if (ein_session_set_input(s, "q", q, nq, &err) < 0 ||
+            ein_session_set_input(s, "k", k, nk, &err) < 0 ||
+            ein_session_set_input(s, "v", v, nk, &err) < 0 ||
+            ein_session_set_input(s, "x", x, nq, &err) < 0 ||
+            ein_session_set_input(s, "pos", pos, sizeof(int32_t) * (size_t)B, &err) < 0)
             fail_msg("set: %s", err.msg);
         if (ein_session_run(s, NULL, &err) < 0)
             fail_msg("step %d on %d devices: %s", step, ndev, err.msg);
         memset(o, 0xff, sizeof o);
         memset(r, 0xff, sizeof r);
-        if (ein_session_get_output(s, "o", o, sizeof o, NULL, &err) < 0 ||
-            ein_session_get_output(s, "r", r, sizeof r, NULL, &err) < 0)
+        if (ein_session_get_output(s, "o", o, nq, NULL, &err) < 0 ||
+            ein_session_get_output(s, "r", r, nq, NULL, &err) < 0)
             fail_msg("get: %s", err.msg);
         for (int h = 0; h < KVH; h++)
             for (int b = 0; b < B; b++)
@@ -150,17 +171,18 @@ static void runs_on(int ndev)
                 }
     }
     /* A position past the cache fails the run with a message naming it. */
-    int32_t bad[B] = {0, S, 1};
-    assert_int_equal(ein_session_set_input(s, "pos", bad, sizeof bad, &err), 0);
+    int32_t bad[BMAX] = {S, 0, 1};
+    assert_int_equal(ein_session_set_input(s, "pos", bad, sizeof(int32_t) * (size_t)B, &err), 0);
     assert_true(ein_session_run(s, NULL, &err) < 0);
     assert_non_null(strstr(err.msg, "position 12"));
     ein_session_close(s, &err);
     ein_compiled_free(c);
 }
 
-static void test_runs_1(void **state) { (void)state; runs_on(1); }
-static void test_runs_2(void **state) { (void)state; runs_on(2); }
-static void test_runs_3(void **state) { (void)state; runs_on(3); }
+static void test_runs_1(void **state) { (void)state; runs_on(1, 3, 2); }
+static void test_runs_2(void **state) { (void)state; runs_on(2, 3, 2); }
+static void test_runs_3(void **state) { (void)state; runs_on(3, 3, 2); }
+static void test_key_blocks(void **state) { (void)state; runs_on(2, 1, 1); }
 
 int main(void)
 {
@@ -169,6 +191,7 @@ int main(void)
         cmocka_unit_test(test_runs_1),
         cmocka_unit_test(test_runs_2),
         cmocka_unit_test(test_runs_3),
+        cmocka_unit_test(test_key_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
