@@ -238,7 +238,7 @@ int pl_graph_add_state(pl_graph *g, const char *name, ein_dtype dtype, int rank,
                        const int64_t *shape, ein_error *err)
 {
     if (g && !ein_dtype_is_float((int)dtype))
-        return ein_fail(err, EIN_EINVAL, "state %s: %s; a state holds f32, f16 or bf16",
+        return ein_fail(err, EIN_EINVAL, "state %s: %s; expected f32, f16 or bf16 (a state holds floats)",
                         name ? name : "?", ein_dtype_name(dtype));
     int id = pl_graph_add_input(g, name, dtype, rank, shape, err);
     if (id >= 0)

@@ -52,8 +52,8 @@ int pl_graph_add_cache_write(pl_graph *g, const char *name, int state, int x, in
         return rc;
     const pl_node *s = pl_graph_node(g, state), *n = pl_graph_node(g, x);
     if (s->kind != PL_INPUT || !s->state)
-        return ein_fail(err, EIN_EINVAL, "%s: %s is not a state tensor (declare it with "
-                        "`state`)", what, s->name);
+        return ein_fail(err, EIN_EINVAL, "%s: %s is not a state tensor; expected one "
+                        "declared with `state`", what, s->name);
     for (int v = 0; v < g->nnodes; v++) {
         const pl_node *o = pl_graph_node(g, v);
         for (int k = 0; k < o->ninputs; k++)
