@@ -205,6 +205,9 @@ int pl_graph_add_rope_at(pl_graph *g, const char *name, int x, int pos, int64_t 
         return ein_fail(err, EIN_ESHAPE, "%s: %s is %s with head_dim %lld; expected [tokens, "
                         "heads*head_dim] with an even head_dim", what, t->name,
                         pl_shape_str(sb, sizeof sb, t->rank, t->shape), (long long)head_dim);
+    if (!ein_dtype_is_float((int)t->dtype))
+        return ein_fail(err, EIN_ESHAPE, "%s: %s is %s; expected f32, f16 or bf16", what,
+                        t->name, ein_dtype_name(t->dtype));
     if (!(theta > 0) || !isfinite(theta))
         return ein_fail(err, EIN_EINVAL, "%s: theta %g is not a positive number", what, theta);
     if (style != EIN_ROPE_INTERLEAVED && style != EIN_ROPE_HALF)

@@ -23,6 +23,7 @@ at different steps. The plan never changes between steps.
 
 import json
 import os
+import time
 
 import numpy
 
@@ -77,6 +78,7 @@ class Llama:
         self.device = list(device) if device is not None else [0]
         self.backend = backend
         self._progs = {}
+        self.last_stats = None      # generate()'s step counts and times
 
     # -- the decode step program
     def _graph(self, B):
@@ -209,6 +211,9 @@ class Llama:
             else {int(eos_token_id)})
         rng = numpy.random.default_rng(seed)
         B = len(ps)
+        self._program(B)            # compiled and weights bound outside the timing
+        t_start = time.perf_counter()
+        t_pre, shortest = None, min(len(p) for p in ps)
         new = [[] for _ in ps]
         done = [max_new_tokens <= 0] * B
         t = 0
@@ -225,6 +230,16 @@ class Llama:
                 new[b].append(tok)
                 done[b] = len(new[b]) >= max_new_tokens or tok in eos
             t += 1
+            if t == shortest:
+                t_pre = time.perf_counter()
+        t_end = time.perf_counter()
+        t_pre = t_pre if t_pre is not None else t_end
+        # the steps up to the shortest prompt's end feed only prompt tokens
+        self.last_stats = {"steps": t, "seconds": t_end - t_start,
+                           "prefill_steps": min(t, shortest), "prefill_seconds": t_pre - t_start,
+                           "decode_steps": t - min(t, shortest),
+                           "decode_seconds": t_end - t_pre,
+                           "new_tokens": sum(len(n) for n in new)}
         return new
 
     @staticmethod
