@@ -183,6 +183,14 @@ int pl_graph_append(pl_graph *g, const char *name, const pl_node *proto, ein_err
     int rc;
     if ((rc = check_name(g, name, err)) < 0)
         return rc;
+    /* A state is read and written only by its cache_write (as input 0):
+     * anything else would read its buffer unordered with the write. */
+    for (int i = 0; i < proto->ninputs; i++) {
+        const pl_node *x = pl_graph_node(g, proto->inputs[i]);
+        if (x && x->state && (proto->kind != PL_CACHE_WRITE || i != 0))
+            return ein_fail(err, EIN_EINVAL, "%s: %s is a state; only its cache_write takes it "
+                            "(read the cache_write's result)", pl_node_op_name(proto), x->name);
+    }
     /* Integer tensors only move (slice, concat) or index (embedding's ids);
      * the dtype table says which kernel kinds take them. */
     for (int i = 0; i < proto->ninputs; i++) {

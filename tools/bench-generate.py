@@ -7,11 +7,13 @@ make check (it writes a ~440 MB checkpoint and takes minutes).
         [--d 768] [--layers 12] [--vocab 32000] [--ff 2048] [--heads 12] \\
         [--devices 2] [--batch 1] [--prompt 8] [--new 32]
 
-Prints the copy bandwidth (NumPy copy of a 256 MiB array, best of 5: one
-read and one write per byte), the bytes one decode step must read (every
-weight once, plus the key/value cache up to the last position), the bound
-(bytes / bandwidth, counting the read half of the copy rate) and the
-measured decode steps per second with its ratio to the bound."""
+Prints the copy bandwidth (one thread per device copying its share of 256
+MiB at once, best of 5: bytes copied per second), the bytes one decode
+step must read (every weight but the embedding table once, plus the
+key/value cache up to the middle of the decode), the bound (those bytes
+read at the copy rate) and the measured decode steps per second with its
+ratio to the bound. On a machine shared with other work every number
+moves: run it twice."""
 import argparse
 import json
 import os
@@ -62,11 +64,21 @@ def main():
     params = sum(x.size for _, x in t)
     hf_model.write(d + "/model.safetensors", t)
     del t
-    # copy bandwidth: bytes read per second (a copy reads and writes each byte)
-    src = np.ones(64 << 20, np.float32)
-    dst = np.empty_like(src)
-    best = min(_timed(lambda: np.copyto(dst, src)) for _ in range(5))
-    copy_bw = src.nbytes / best                   # bytes copied per second
+    # copy bandwidth of `devices` threads at once (NumPy releases the GIL),
+    # each copying its share of 256 MiB: bytes copied per second
+    import threading
+    P = a.devices
+    srcs = [np.ones((64 << 20) // P, np.float32) for _ in range(P)]
+    dsts = [np.empty_like(x) for x in srcs]
+
+    def copy_all():
+        th = [threading.Thread(target=np.copyto, args=(dsts[i], srcs[i])) for i in range(P)]
+        for x in th:
+            x.start()
+        for x in th:
+            x.join()
+    best = min(_timed(copy_all) for _ in range(5))
+    copy_bw = sum(x.nbytes for x in srcs) / best  # bytes copied per second
     # a decode step reads every weight but the embedding table (one row) once,
     # and the cache up to the position (at the middle of the decode, on average)
     wbytes = 4 * (params - V * dm)
@@ -82,7 +94,8 @@ def main():
     steps_s = st["decode_steps"] / st["decode_seconds"]
     print("model: %.1fM parameters (d %d, %d layers, vocab %d, ff %d, %d heads), f32, %d devices, "
           "batch %d" % (params / 1e6, dm, L, V, FF, H, a.devices, a.batch))
-    print("copy bandwidth: %.2f GB/s (NumPy copy of 256 MiB, best of 5)" % (copy_bw / 1e9))
+    print("copy bandwidth: %.2f GB/s (%d threads copying 256 MiB, best of 5)"
+          % (copy_bw / 1e9, P))
     print("bytes per decode step: weights %.1f MB + cache %.1f MB" % (wbytes / 1e6, cbytes / 1e6))
     print("bound: %.1f steps/s; measured %.1f steps/s (%.1f ms/step, %d steps): %.0f%% of the bound"
           % (bound, steps_s, 1e3 / steps_s, st["decode_steps"], 100 * steps_s / bound))

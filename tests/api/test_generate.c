@@ -48,6 +48,9 @@ static ein_graph *decoder(void)
     /* one cache_write per state */
     assert_true(ein_graph_cache_write(g, "kw2", kc, k, pos, &err) < 0);
     assert_non_null(strstr(err.msg, "already written"));
+    /* the raw state is not readable: only through its cache_write */
+    assert_true(ein_graph_decode_attention(g, "o0", q, kc, vw, pos, &err) < 0);
+    assert_non_null(strstr(err.msg, "kc is a state"));
     ein_tensor o = ein_graph_decode_attention(g, "o", q, kw, vw, pos, &err);
     ein_tensor r = ein_graph_rope_at(g, "r", x, pos, D, 10000.0, EIN_ROPE_HALF, &err);
     if (o < 0 || r < 0)
