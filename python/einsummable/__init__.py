@@ -25,12 +25,16 @@ subclass that is also a ValueError (EinValueError, EinShapeError, ...),
 TypeError (EinTypeError), OSError, MemoryError or RuntimeError
 (EinRuntimeError, WorkerError, ...): see einsummable._errors.
 
+Generation with a Hugging Face LLaMA checkpoint: es.llama.load(files,
+"config.json", device=[0, 1]).generate(prompt_ids) (docs/generation.md).
+
 Public names: createGraph, tensorDesc, compileGraph, Graph, Tensor,
 TensorDesc, Program, RunStats, DeviceStats, Prediction, DevicePrediction,
 the exceptions, the EIN_E* codes, library_path, __version__.
 The operators (Graph methods): insertTensor, save, matmul, einsum, unary,
 binary, softmax, rmsnorm, layernorm, rope, attention, reduce, concat, slice,
-split_heads, merge_heads (and the shorthands relu, silu, gelu, add, sub,
+split_heads, merge_heads, embedding, state, cache_write, decode_attention,
+rope_at (and the shorthands relu, silu, gelu, add, sub,
 mul, div, maximum); tensor(name), tensors() and plan(devices) read a graph
 back. dtypes: "f32", "f16", "bf16" or numpy.float32 / numpy.float16.
 """
