@@ -11,7 +11,8 @@ Prints the copy bandwidth (one thread per device copying its share of 256
 MiB at once, best of 5: bytes copied per second), the bytes one decode
 step must read (every weight but the embedding table once, plus the
 key/value cache up to the middle of the decode), the bound (those bytes
-read at the copy rate) and the measured decode steps per second with its
+read at the copy's memory traffic, twice the bytes copied: a copy reads
+and writes each byte) and the measured decode steps per second with its
 ratio to the bound. On a machine shared with other work every number
 moves: run it twice."""
 import argparse
@@ -84,7 +85,9 @@ def main():
     wbytes = 4 * (params - V * dm)
     avg_pos = a.prompt + a.new / 2
     cbytes = 4 * 2 * L * a.batch * avg_pos * H * D
-    bound = copy_bw / (wbytes + cbytes)           # steps per second
+    # a copy moves each byte twice (read, write); a decode step only reads
+    read_bw = 2 * copy_bw
+    bound = read_bw / (wbytes + cbytes)           # steps per second
     prompts = [list(rng.integers(0, V, a.prompt)) for _ in range(a.batch)]
     with es.llama.load([d + "/model.safetensors"], d + "/config.json",
                        device=list(range(a.devices))) as m:
@@ -94,8 +97,8 @@ def main():
     steps_s = st["decode_steps"] / st["decode_seconds"]
     print("model: %.1fM parameters (d %d, %d layers, vocab %d, ff %d, %d heads), f32, %d devices, "
           "batch %d" % (params / 1e6, dm, L, V, FF, H, a.devices, a.batch))
-    print("copy bandwidth: %.2f GB/s (%d threads copying 256 MiB, best of 5)"
-          % (copy_bw / 1e9, P))
+    print("copy bandwidth: %.2f GB/s copied (%d threads copying 256 MiB, best of 5): %.2f GB/s "
+          "of memory traffic" % (copy_bw / 1e9, P, read_bw / 1e9))
     print("bytes per decode step: weights %.1f MB + cache %.1f MB" % (wbytes / 1e6, cbytes / 1e6))
     print("bound: %.1f steps/s; measured %.1f steps/s (%.1f ms/step, %d steps): %.0f%% of the bound"
           % (bound, steps_s, 1e3 / steps_s, st["decode_steps"], 100 * steps_s / bound))
