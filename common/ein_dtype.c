@@ -9,14 +9,19 @@
 #define KBIT(kind) (1u << EIN_KERNEL_##kind)
 _Static_assert(EIN_KERNEL_COUNT <= 32, "ein_dtype_info.kernels holds one bit per kernel kind");
 
+/* Kernels that take run-time positions (an integer operand) besides float
+ * data; each checks which operand may be integer. */
+#define GEN_POS (KBIT(CACHE_WRITE) | KBIT(DECODE_ATTENTION) | KBIT(DECODE_ATTENTION_PARTIAL) | \
+                 KBIT(ROPE_AT))
+
 /* The dtype table: one row per ein_dtype, in enum order. */
 static const ein_dtype_info dtypes[EIN_DTYPE_COUNT] = {
     [EIN_F32] = {"f32", 4, "<f4", NULL, "F32", EIN_F32, 1, ~0u},
     [EIN_F16] = {"f16", 2, "<f2", NULL, "F16", EIN_F32, 1, ~0u},
     /* bf16 has no NumPy dtype: raw bits, as ml_dtypes saves them */
     [EIN_BF16] = {"bf16", 2, "|V2", "<V2", "BF16", EIN_F32, 1, ~0u},
-    [EIN_I32] = {"i32", 4, "<i4", NULL, "I32", EIN_I32, 0, KBIT(SLICE) | KBIT(CONCAT) | KBIT(EMBEDDING)},
-    [EIN_I64] = {"i64", 8, "<i8", NULL, "I64", EIN_I64, 0, KBIT(SLICE) | KBIT(CONCAT) | KBIT(EMBEDDING)},
+    [EIN_I32] = {"i32", 4, "<i4", NULL, "I32", EIN_I32, 0, KBIT(SLICE) | KBIT(CONCAT) | KBIT(EMBEDDING) | GEN_POS},
+    [EIN_I64] = {"i64", 8, "<i8", NULL, "I64", EIN_I64, 0, KBIT(SLICE) | KBIT(CONCAT) | KBIT(EMBEDDING) | GEN_POS},
 };
 
 const ein_dtype_info *ein_dtype_info_of(int t)

@@ -122,6 +122,11 @@ typedef enum ein_load_format {
     EIN_LOAD_RAW = 1,   /* dense row-major little-endian at byte `offset` of `path`
                            (a tensor of a .safetensors file): read by mmap of the
                            block's own bytes (ein_raw_read_box) */
+    EIN_LOAD_ZERO = 2,  /* no path: zeros (a state tensor, issue 25: loaded once,
+                           then written in place by the program's cache_write
+                           KERNEL, whose dst IS that LOAD's dst (== srcs[0]).
+                           Like every buffer a LOAD fills, it lives as long as
+                           the session: a memory planner never reuses its bytes) */
     EIN_LOAD_FORMAT_COUNT
 } ein_load_format;
 

@@ -79,6 +79,8 @@ static int check_load_source(const ein_program *p, int i, const ein_instr *ins, 
         return ifail(err, i, ins, "load format %d out of range", (int)ins->format);
     if (ins->format == EIN_LOAD_RAW && !ins->path)
         return ifail(err, i, ins, "a raw load needs a path");
+    if (ins->format == EIN_LOAD_ZERO && ins->path)
+        return ifail(err, i, ins, "a zero load (a state) takes no path");
     if (ins->format != EIN_LOAD_RAW && ins->offset)
         return ifail(err, i, ins, "offset %llu given to a load that is not raw",
                      (unsigned long long)ins->offset);
@@ -472,6 +474,55 @@ static int check_embedding_kernel(const ein_program *p, int i, const ein_instr *
     return 0;
 }
 
+/* Positions: a rank-1 integer buffer over the interval `ax` of `b`. */
+static int pos_ok(const ein_pbuffer *pb, const ein_box *b, int ax)
+{
+    return pb->box.rank == 1 && !ein_dtype_is_float((int)pb->dtype) &&
+           same_interval(&pb->box, 0, b, ax);
+}
+
+/* The block rules of the generation kernels (kernels/kn_cpu.h). */
+static int check_generate_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_pbuffer *ob = &p->buffers[ins->dst], *x = &p->buffers[ins->srcs[0]];
+    const ein_box *o = &ob->box;
+    int ok = ein_dtype_is_float((int)ob->dtype) && ein_dtype_is_float((int)x->dtype);
+    if (k->kind == EIN_KERNEL_CACHE_WRITE) {
+        const ein_pbuffer *nw = &p->buffers[ins->srcs[1]], *ps = &p->buffers[ins->srcs[2]];
+        ok = ok && o->rank == 4 && ein_box_equal(o, &x->box) && x->dtype == ob->dtype &&
+             nw->box.rank == 3 && ein_dtype_is_float((int)nw->dtype) &&
+             same_interval(&nw->box, 0, o, 0) && same_interval(&nw->box, 1, o, 1) &&
+             same_interval(&nw->box, 2, o, 3) && pos_ok(ps, o, 1) && k->rows >= o->hi[2];
+        return ok ? 0 : ifail(err, i, ins, "cache_write: state, x, pos and dst blocks do not match");
+    }
+    if (k->kind == EIN_KERNEL_ROPE_AT) {
+        const ein_pbuffer *ps = &p->buffers[ins->srcs[1]];
+        ok = ok && o->rank == 2 && ein_box_equal(o, &x->box) && pos_ok(ps, o, 0) &&
+             k->head_dim > 0 && k->head_dim % 2 == 0 && o->lo[1] % k->head_dim == 0 &&
+             o->hi[1] % k->head_dim == 0 && k->theta > 0 && isfinite(k->theta) &&
+             (k->style == EIN_ROPE_INTERLEAVED || k->style == EIN_ROPE_HALF);
+        return ok ? 0 : ifail(err, i, ins, "rope_at: x, pos and dst blocks or parameters do not match");
+    }
+    /* DECODE_ATTENTION(_PARTIAL): q, k, v, pos. */
+    const ein_pbuffer *kb = &p->buffers[ins->srcs[1]], *vb = &p->buffers[ins->srcs[2]];
+    const ein_pbuffer *ps = &p->buffers[ins->srcs[3]];
+    const ein_box *q = &x->box, *kx = &kb->box;
+    ok = ok && q->rank == 3 && kx->rank == 4 && ein_box_equal(kx, &vb->box) &&
+         ein_dtype_is_float((int)kb->dtype) && ein_dtype_is_float((int)vb->dtype) &&
+         k->group >= 1 && k->group <= (int64_t)1 << 32 &&
+         q->lo[0] == k->group * kx->lo[0] && q->hi[0] == k->group * kx->hi[0] &&
+         same_interval(q, 1, kx, 1) && q->lo[2] == 0 && same_interval(q, 2, kx, 3) &&
+         pos_ok(ps, q, 1);
+    if (ok) {
+        int partial = k->kind == EIN_KERNEL_DECODE_ATTENTION_PARTIAL;
+        ein_box want = partial ? ein_agg_box(EIN_AGG_LSE, q) : *q;
+        ok = ein_box_equal(o, &want) && (!partial || ob->dtype == EIN_F32);
+    }
+    return ok ? 0 : ifail(err, i, ins, "%s: q, k, v, pos and dst blocks do not match",
+                          ein_kernel_kind_name(k->kind));
+}
+
 static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
 {
     const ein_kernel *k = &ins->kernel;
@@ -525,6 +576,11 @@ static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_e
         return check_heads(i, ins, out, x, err);
     case EIN_KERNEL_EMBEDDING:
         return check_embedding_kernel(p, i, ins, err);
+    case EIN_KERNEL_CACHE_WRITE:
+    case EIN_KERNEL_DECODE_ATTENTION:
+    case EIN_KERNEL_DECODE_ATTENTION_PARTIAL:
+    case EIN_KERNEL_ROPE_AT:
+        return check_generate_kernel(p, i, ins, err);
     case EIN_KERNEL_COUNT:
         break;
     }

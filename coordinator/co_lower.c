@@ -140,6 +140,14 @@ static int load_block(lw *L, int node, const ein_box *box, int dev)
         ins.format = L->o->input_src[node].format;
         ins.offset = L->o->input_src[node].offset;
     }
+    if (nd->state) {
+        /* A state: zeros once, then only its cache_write writes it, in
+         * place (emit_node_kernel), and no LOAD ever runs again: the buffer
+         * lives, with its contents, as long as the session. */
+        ins.path = NULL;
+        ins.format = EIN_LOAD_ZERO;
+        ins.offset = 0;
+    }
     ins.seed = L->o->seed;
     ins.key = ein_rand_key(nd->name);
     ins.rank = nd->rank;
@@ -307,7 +315,14 @@ static int emit_node_kernel(lw *L, int v, int f, const int *in)
     int lse = c->spec.agg == EIN_AGG_LSE && nd->kernel.kind == EIN_KERNEL_ATTENTION;
     ein_box obox = ein_agg_box(c->spec.agg, &c->spec.f[f].out);
     int dev = co_physical_place(L->ph, v, f);
-    int out = co_lw_new_buf(L, dev, L->xdt[v], &obox), rc;
+    int out, rc;
+    if (nd->kernel.kind == EIN_KERNEL_CACHE_WRITE) {
+        /* In place: the output block is the state's own (persistent) LOAD
+         * buffer of that box, so what this run writes the next run reads. */
+        out = in[0];
+        assert(out >= 0 && c->spec.agg == EIN_AGG_NONE);
+    } else
+        out = co_lw_new_buf(L, dev, L->xdt[v], &obox);
     if (out < 0)
         return out;
     int32_t srcs[PL_MAX_INPUTS];
@@ -316,6 +331,8 @@ static int emit_node_kernel(lw *L, int v, int f, const int *in)
     ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .dst = out, .kernel = nd->kernel};
     if (lse)
         ins.kernel.kind = EIN_KERNEL_ATTENTION_PARTIAL;
+    if (c->spec.agg == EIN_AGG_LSE && nd->kernel.kind == EIN_KERNEL_DECODE_ATTENTION)
+        ins.kernel.kind = EIN_KERNEL_DECODE_ATTENTION_PARTIAL;
     for (int k = 0; k < nd->ninputs; k++) {
         int b = in[k];
         if (b < 0) {

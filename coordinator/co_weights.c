@@ -95,7 +95,7 @@ int co_weights_bind(const pl_graph *g, const ein_safetensors *const *files, int 
     }
     for (int v = 0; v < g->nnodes; v++) {
         const pl_node *nd = pl_graph_node(g, v);
-        if (nd->kind != PL_INPUT || pick[v] || src[v].path)
+        if (nd->kind != PL_INPUT || nd->state || pick[v] || src[v].path)
             continue;
         const ein_safetensors *f = NULL;
         const ein_st_tensor *t = find(files, nfiles, nd->name, &f, &rc, err);

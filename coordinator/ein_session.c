@@ -192,8 +192,9 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto fail;
     }
+    /* States are not inputs: nothing sets them, they start at zero. */
     for (int v = 0; v < g->nnodes; v++)
-        if (pl_graph_node(g, v)->kind == PL_INPUT)
+        if (pl_graph_node(g, v)->kind == PL_INPUT && !pl_graph_node(g, v)->state)
             s->in[s->nin++] = (sess_input){.node = v};
     s->store_paths = o.store_paths;
     s->generate_missing = o.generate_missing;
@@ -258,7 +259,8 @@ static sess_input *find_input(ein_session *s, const char *name, ein_error *err)
             return &s->in[i];
     ein_fail(err, EIN_EINVAL, "%s '%s': the program has no input of that name%s",
              v >= 0 ? "tensor" : "input", name ? name : "(null)",
-             v >= 0 ? " (it is computed, not an input)" : "");
+             v < 0 ? "" : pl_graph_node(g, v)->state ? " (it is a state: zero at the start, "
+             "then written by the program only)" : " (it is computed, not an input)");
     return NULL;
 }
 

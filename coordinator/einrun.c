@@ -754,9 +754,10 @@ static int bind_inputs(run_state *s)
         const binding *b = &o->inputs.b[i];
         int v = pl_graph_find(s->g, b->name);
         const pl_node *nd = v >= 0 ? pl_graph_node(s->g, v) : NULL;
-        if (!nd || nd->kind != PL_INPUT)
+        if (!nd || nd->kind != PL_INPUT || nd->state)
             return fail(2, "--input %s: %s has no input named '%s'%s", b->name, o->path, b->name,
-                        nd ? " (it is computed, not an input)" : "");
+                        !nd ? "" : nd->state ? " (it is a state: zero at the start, then "
+                        "written by the program only)" : " (it is computed, not an input)");
         ein_npy_info info;
         if (ein_npy_read_info(b->path, &info, &s->err) < 0)
             return fail(2, "--input %s: %s", b->name, s->err.msg);
@@ -833,7 +834,7 @@ static int check_missing_inputs(run_state *s)
     int nin = 0, nmiss = 0;
     for (int v = 0; v < s->g->nnodes; v++) {
         const pl_node *nd = pl_graph_node(s->g, v);
-        if (nd->kind != PL_INPUT)
+        if (nd->kind != PL_INPUT || nd->state) /* a state starts at zero */
             continue;
         nin++;
         if (!s->in_src[v].path) {

@@ -149,6 +149,31 @@ int kn_cpu_slice(int axis, int64_t start, const kn_block *x, kn_block *out,
 int kn_cpu_embedding(int64_t rows, const kn_block *table, const kn_block *ids, kn_block *out,
                      ein_error *err);
 
+/* Generation (issue 25). Positions `pos` are i32 or i64, one per sequence
+ * (batch index) or token, over the same interval as the block's batch or
+ * tokens.
+ * cache_write: state and out [h0,h1) x [b0,b1) x [s0,s1) x [0,D) (out may
+ * be state: in place; else state is copied first), x [h0,h1) x [b0,b1) x
+ * [0,D), pos [b0,b1): out[h, b, pos[b], :] = x[h, b, :] where pos[b] lies
+ * in [s0, s1). A pos outside [0, rows) (rows = the cache length) fails
+ * with EIN_EINVAL naming the sequence, before out is written.
+ * decode_attention: q [g*h0,g*h1) x [b0,b1) x [0,D) (g = group), k and v
+ * [h0,h1) x [b0,b1) x [s0,s1) x [0,D), pos [b0,b1): query row (qh, b)
+ * attends keys [s0, min(s1, pos[b] + 1)) of kv head qh / g, scale
+ * 1/sqrt(D). With partial 0 out is q's box (a row with no key fails);
+ * with partial 1 out is f32 over ein_agg_box(EIN_AGG_LSE, q box) as for
+ * kn_cpu_attention_partial (a row with no key, a block past pos, is the
+ * merge's identity and reads no key). A negative pos fails.
+ * rope_at: kn_cpu_rope_style with token t at position pos[t] (x, out
+ * [t0,t1) x [c0,c1), pos [t0,t1)); out may be x. */
+int kn_cpu_cache_write(int64_t rows, const kn_block *state, const kn_block *x,
+                       const kn_block *pos, kn_block *out, ein_error *err);
+int kn_cpu_decode_attention(int64_t group, int partial, const kn_block *q, const kn_block *k,
+                            const kn_block *v, const kn_block *pos, kn_block *out,
+                            ein_error *err);
+int kn_cpu_rope_at(int style, int64_t head_dim, double theta, const kn_block *x,
+                   const kn_block *pos, kn_block *out, ein_error *err);
+
 /* [T, H*D] <-> [H, T, D] with D = head_dim. A block maps box to box:
  * out [h0,h1) x [t0,t1) x [0,D) <- x [t0,t1) x [h0*D, h1*D). */
 int kn_cpu_split_heads(int64_t head_dim, const kn_block *x, kn_block *out, ein_error *err);

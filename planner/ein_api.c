@@ -218,6 +218,35 @@ ein_tensor ein_graph_embedding(ein_graph *g, const char *name, ein_tensor table,
     return pl_graph_add_embedding(g, NAME(g, name), table, ids, err);
 }
 
+ein_tensor ein_graph_state(ein_graph *g, const char *name, ein_tensor_desc desc, ein_error *err)
+{
+    int id = pl_graph_add_state(g, NAME(g, name), desc.dtype, desc.rank, desc.shape, err);
+    if (id >= 0)
+        for (int i = 0; i < desc.rank && i < EIN_DESC_MAX_RANK; i++)
+            if (desc.dim_names[i])
+                pl_graph_set_axis_name(g, id, i, desc.dim_names[i]);
+    return id;
+}
+
+ein_tensor ein_graph_cache_write(ein_graph *g, const char *name, ein_tensor state, ein_tensor x,
+                                 ein_tensor pos, ein_error *err)
+{
+    return pl_graph_add_cache_write(g, NAME(g, name), state, x, pos, err);
+}
+
+ein_tensor ein_graph_decode_attention(ein_graph *g, const char *name, ein_tensor q,
+                                      ein_tensor k, ein_tensor v, ein_tensor pos, ein_error *err)
+{
+    return pl_graph_add_decode_attention(g, NAME(g, name), q, k, v, pos, err);
+}
+
+ein_tensor ein_graph_rope_at(ein_graph *g, const char *name, ein_tensor x, ein_tensor pos,
+                             int64_t head_dim, double theta, ein_rope_style style,
+                             ein_error *err)
+{
+    return pl_graph_add_rope_at(g, NAME(g, name), x, pos, head_dim, theta, (int)style, err);
+}
+
 int ein_graph_plan(const ein_graph *g, int devices, const ein_plan_options *opts,
                    ein_plan **out, ein_error *err)
 {
@@ -337,7 +366,7 @@ int ein_graph_tensor(const ein_graph *g, ein_tensor t, const char **name, ein_te
             desc->dim_names[a] = nd->axis_name[a][0] ? nd->axis_name[a] : NULL;
     }
     if (is_input)
-        *is_input = nd->kind == PL_INPUT;
+        *is_input = nd->kind == PL_INPUT && !nd->state; /* a state is set by nothing */
     if (is_saved)
         *is_saved = nd->saved;
     return 0;

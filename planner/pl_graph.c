@@ -190,6 +190,14 @@ int pl_graph_append(pl_graph *g, const char *name, const pl_node *proto, ein_err
     int rc;
     if ((rc = check_name(g, name, err)) < 0)
         return rc;
+    /* A state is read and written only by its cache_write (as input 0):
+     * anything else would read its buffer unordered with the write. */
+    for (int i = 0; i < proto->ninputs; i++) {
+        const pl_node *x = pl_graph_node(g, proto->inputs[i]);
+        if (x && x->state && (proto->kind != PL_CACHE_WRITE || i != 0))
+            return ein_fail(err, EIN_EINVAL, "%s: %s is a state; only its cache_write takes it "
+                            "(read the cache_write's result)", pl_node_op_name(proto), x->name);
+    }
     /* Integer tensors only move (slice, concat) or index (embedding's ids);
      * the dtype table says which kernel kinds take them. */
     for (int i = 0; i < proto->ninputs; i++) {
@@ -241,6 +249,18 @@ int pl_graph_add_input(pl_graph *g, const char *name, ein_dtype dtype, int rank,
     return pl_graph_append(g, name, &n, err);
 }
 
+int pl_graph_add_state(pl_graph *g, const char *name, ein_dtype dtype, int rank,
+                       const int64_t *shape, ein_error *err)
+{
+    if (g && !ein_dtype_is_float((int)dtype))
+        return ein_fail(err, EIN_EINVAL, "state %s: %s; expected f32, f16 or bf16 (a state holds floats)",
+                        name ? name : "?", ein_dtype_name(dtype));
+    int id = pl_graph_add_input(g, name, dtype, rank, shape, err);
+    if (id >= 0)
+        g->nodes[id].state = 1;
+    return id;
+}
+
 int pl_graph_save(pl_graph *g, int id, ein_error *err)
 {
     int rc;
@@ -250,6 +270,9 @@ int pl_graph_save(pl_graph *g, int id, ein_error *err)
         return rc;
     if (g->nodes[id].saved)
         return ein_fail(err, EIN_EINVAL, "save: '%s' is already saved", g->nodes[id].name);
+    if (g->nodes[id].state || (g->nodes[id].kind == PL_CACHE_WRITE))
+        return ein_fail(err, EIN_EINVAL, "save: '%s' is a state (it stays on the devices; "
+                        "save what reads it)", g->nodes[id].name);
     g->nodes[id].saved = 1;
     return 0;
 }

@@ -53,6 +53,9 @@ typedef struct pl_node {
                                kernel.list is owned by the node */
     char axis_name[EIN_MAX_RANK][PL_AXIS_NAME_MAX]; /* dim names, "" unknown */
     int saved;              /* `save NAME` seen */
+    int state;              /* PL_INPUT only: a state tensor (issue 25): zeros when a
+                               session starts, never loaded, written in place by
+                               its one cache_write, kept across runs */
     int line, col;          /* source position, 0 when built through the API */
 } pl_node;
 
@@ -94,6 +97,10 @@ int pl_graph_add_unary(pl_graph *g, const char *name, ein_unary op, double scala
 int pl_graph_add_binary(pl_graph *g, const char *name, ein_binary op, int a, int b,
                         ein_error *err);
 int pl_graph_save(pl_graph *g, int id, ein_error *err);
+/* A state tensor (a key/value cache): an input the session keeps on the
+ * devices, zero at the start, written only by one cache_write. */
+int pl_graph_add_state(pl_graph *g, const char *name, ein_dtype dtype, int rank,
+                       const int64_t *shape, ein_error *err);
 
 /* ---- The operators of a transformer block (planner/ops/). ----------
  * Each checks its inputs' shapes and dtypes and fails with EIN_ESHAPE and
@@ -130,6 +137,18 @@ int pl_graph_add_merge_heads(pl_graph *g, const char *name, int x, ein_error *er
 /* out[t, :] = table[ids[t], :]: table [rows, dim] f32/f16/bf16, ids [tokens]
  * i32 or i64; out [tokens, dim] in the table's dtype. */
 int pl_graph_add_embedding(pl_graph *g, const char *name, int table, int ids, ein_error *err);
+/* Generation (planner/ops/generate.c). cache_write: state [KVH, B, S, D]
+ * (pl_graph_add_state, not yet written by another cache_write), x [KVH, B,
+ * D], pos [B] (i32/i64): the state with x[:, b] at row pos[b] of sequence
+ * b; the output IS the state (same buffers). decode_attention: q [H, B, D],
+ * k, v [KVH, B, S, D], pos [B]: query b attends to keys [0, pos[b]].
+ * rope_at: x [T, H*head_dim] rotated at positions pos [T]. */
+int pl_graph_add_cache_write(pl_graph *g, const char *name, int state, int x, int pos,
+                             ein_error *err);
+int pl_graph_add_decode_attention(pl_graph *g, const char *name, int q, int k, int v, int pos,
+                                  ein_error *err);
+int pl_graph_add_rope_at(pl_graph *g, const char *name, int x, int pos, int64_t head_dim,
+                         double theta, int style, ein_error *err);
 
 /* Name the axes of node `id` (labels for reports; NULL entries skipped). */
 void pl_graph_set_axis_name(pl_graph *g, int id, int axis, const char *name);

@@ -65,7 +65,7 @@ typedef struct parser {
 typedef enum op_kind {
     OP_MATMUL, OP_EINSUM, OP_UNARY, OP_SCALE, OP_BINARY, OP_SOFTMAX, OP_RMSNORM, OP_LAYERNORM,
     OP_ROPE, OP_ATTENTION, OP_REDUCE, OP_CONCAT, OP_SLICE, OP_SPLIT_HEADS, OP_MERGE_HEADS,
-    OP_EMBEDDING
+    OP_EMBEDDING, OP_CACHE_WRITE, OP_DECODE_ATTENTION, OP_ROPE_AT
 } op_kind;
 
 typedef struct op_def {
@@ -97,6 +97,10 @@ static const op_def ops[] = {
     {"split_heads", OP_SPLIT_HEADS, 0, 2, 2, "split_heads(x, HEAD_DIM)"},
     {"merge_heads", OP_MERGE_HEADS, 0, 1, 1, "merge_heads(x)"},
     {"embedding", OP_EMBEDDING, 0, 2, 2, "embedding(table, ids)"},
+    {"cache_write", OP_CACHE_WRITE, 0, 3, 3, "cache_write(state, x, pos)"},
+    {"decode_attention", OP_DECODE_ATTENTION, 0, 4, 4, "decode_attention(q, k, v, pos)"},
+    {"rope_at", OP_ROPE_AT, 0, 3, 4, "rope_at(x, pos, HEAD_DIM) or rope_at(x, pos, HEAD_DIM, "
+                                     "10000), then optionally style=half"},
 };
 #define NOPS ((int)(sizeof ops / sizeof ops[0]))
 
@@ -110,7 +114,7 @@ static const char *op_list(char *buf, size_t cap)
     return buf;
 }
 
-static const char *const keywords[] = {"dims", "dtype", "input", "save", "seqs"};
+static const char *const keywords[] = {"dims", "dtype", "input", "save", "seqs", "state"};
 
 /* ---- errors and tokens --------------------------------------------------- */
 
@@ -553,7 +557,8 @@ static int parse_dtype(parser *p)
     return expect_eol(p, "the dtype");
 }
 
-static int parse_input(parser *p)
+/* input NAME[dims] [dtype], or (state) state NAME[dims] [dtype]. */
+static int parse_input(parser *p, int state)
 {
     int rc, rank = 0;
     int64_t shape[EIN_MAX_RANK];
@@ -614,7 +619,8 @@ static int parse_input(parser *p)
         desc.shape[i] = shape[i];
         desc.dim_names[i] = axis[i][0] ? axis[i] : NULL;
     }
-    int id = ein_graph_insert_tensor(p->g, name, desc, &e);
+    int id = state ? ein_graph_state(p->g, name, desc, &e)
+                   : ein_graph_insert_tensor(p->g, name, desc, &e);
     if (id < 0)
         return build_error(p, id, &e, nt->col);
     pl_graph_set_pos(p->g, id, p->line, nt->col);
@@ -944,7 +950,7 @@ static int call_arg(parser *p, op_call *c, const tok *a)
         /* NAME=VALUE: the only keyword argument is rope's style. */
         next(p);
         const tok *v = next(p);
-        if (op->kind != OP_ROPE || !tok_is(a, "style"))
+        if ((op->kind != OP_ROPE && op->kind != OP_ROPE_AT) || !tok_is(a, "style"))
             return perr(p, EIN_EPARSE, a->col, "%s takes no keyword argument '%.*s'; "
                         "usage: %s", op->name, a->len, a->s, op->usage);
         if (c->style)
@@ -1042,6 +1048,31 @@ static int build_call(parser *p, const op_call *c, const char *name, int *id, ei
             return 0;
         }
         return parse_block_op(p, op, name, args, nargs, id, e);
+    case OP_ROPE_AT: {
+        double theta = 10000.0;
+        int64_t hd;
+        int pos;
+        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &pos)) < 0 ||
+            (rc = tok_size(p, args[2], "the head dim", &hd)) < 0)
+            return rc;
+        if (nargs == 4 && (rc = tok_number(p, args[3], "rope theta", &theta)) < 0)
+            return rc;
+        *id = ein_graph_rope_at(p->g, name, x, pos, hd, theta,
+                                c->style && tok_is(c->style, "half") ? EIN_ROPE_HALF
+                                                                     : EIN_ROPE_INTERLEAVED, e);
+        return 0;
+    }
+    case OP_CACHE_WRITE:
+    case OP_DECODE_ATTENTION: {
+        int t[4];
+        for (int i = 0; i < nargs; i++)
+            if ((rc = tok_tensor(p, args[i], &t[i])) < 0)
+                return rc;
+        *id = op->kind == OP_CACHE_WRITE
+                  ? ein_graph_cache_write(p->g, name, t[0], t[1], t[2], e)
+                  : ein_graph_decode_attention(p->g, name, t[0], t[1], t[2], t[3], e);
+        return 0;
+    }
     default:
         return parse_block_op(p, op, name, args, nargs, id, e);
     }
@@ -1087,16 +1118,18 @@ static int parse_statement(parser *p)
     if (tok_is(t, "dtype"))
         return parse_dtype(p);
     if (tok_is(t, "input"))
-        return parse_input(p);
+        return parse_input(p, 0);
+    if (tok_is(t, "state"))
+        return parse_input(p, 1);
     if (tok_is(t, "save"))
         return parse_save(p);
     if (tok_is(t, "seqs"))
         return parse_seqs(p);
     if (t->kind == T_IDENT)
         return perr(p, EIN_EPARSE, t->col, "unknown statement %s; expected dims, dtype, input, "
-                    "seqs, save or NAME = OP(...)", DESC(t));
-    return perr(p, EIN_EPARSE, t->col, "expected a statement (dims, dtype, input, save or "
-                "NAME = OP(...)), got %s", DESC(t));
+                    "state, seqs, save or NAME = OP(...)", DESC(t));
+    return perr(p, EIN_EPARSE, t->col, "expected a statement (dims, dtype, input, state, save "
+                "or NAME = OP(...)), got %s", DESC(t));
 }
 
 /* ---- entry points -------------------------------------------------------- */

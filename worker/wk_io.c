@@ -51,6 +51,10 @@ static int load_host(wk *w, const ein_instr *ins, const ein_pbuffer *b, void *ds
     ein_npy_info info;
     int rc;
     int raw = ins->format == EIN_LOAD_RAW;
+    if (ins->format == EIN_LOAD_ZERO) {   /* a state: zeros, then written in place */
+        memset(dst, 0, (size_t)b->bytes);
+        return 0;
+    }
     if (ins->path && !raw) {
         if ((rc = ein_npy_read_info(ins->path, &info, err)) < 0)
             return rc;

@@ -127,6 +127,32 @@ ein_tensor ein_graph_merge_heads(ein_graph *g, const char *name, ein_tensor x,
 ein_tensor ein_graph_embedding(ein_graph *g, const char *name, ein_tensor table, ein_tensor ids,
                                ein_error *err);
 
+/* ---- generation (issue 25; docs/generation.md) ------------------------ */
+/* A state tensor (a key/value cache) [heads_kv, batch, len, d] in a float
+ * dtype: a session keeps it on the devices for its whole life, it is zero
+ * when the session opens, never set or loaded, and only its one
+ * cache_write changes it, in place, run after run. */
+ein_tensor ein_graph_state(ein_graph *g, const char *name, ein_tensor_desc desc,
+                           ein_error *err);
+/* The state with x [heads_kv, batch, d] written at row pos[b] of sequence
+ * b (pos [batch], EIN_I32 or EIN_I64, given at each run); what reads the
+ * result reads the cache as of after the write. A pos outside [0, len)
+ * fails the run naming the sequence. */
+ein_tensor ein_graph_cache_write(ein_graph *g, const char *name, ein_tensor state, ein_tensor x,
+                                 ein_tensor pos, ein_error *err);
+/* One new token per sequence: q [heads_q, batch, d] attends to the keys and
+ * values [0, pos[b]] of caches k, v [heads_kv, batch, len, d] (heads_q a
+ * multiple of heads_kv, grouped as in ein_graph_attention; scale
+ * 1/sqrt(d)); out [heads_q, batch, d]. */
+ein_tensor ein_graph_decode_attention(ein_graph *g, const char *name, ein_tensor q,
+                                      ein_tensor k, ein_tensor v, ein_tensor pos,
+                                      ein_error *err);
+/* Rotary embedding of x [tokens, H*head_dim] with token t at position
+ * pos[t] (pos [tokens], EIN_I32 or EIN_I64, given at each run). */
+ein_tensor ein_graph_rope_at(ein_graph *g, const char *name, ein_tensor x, ein_tensor pos,
+                             int64_t head_dim, double theta, ein_rope_style style,
+                             ein_error *err);
+
 /* ---- planning (the logical half of the paper's compileGraph) ---------- */
 typedef struct ein_plan_options {
     const char *selector;   /* "dp" (default), "greedy" or "random" */
@@ -158,8 +184,8 @@ int ein_graph_ntensors(const ein_graph *g);
 /* The tensor named `name`, or EIN_EINVAL (message names it) if none. */
 ein_tensor ein_graph_find(const ein_graph *g, const char *name, ein_error *err);
 /* Tensor t's name (owned by the graph), type, and whether it is a graph
- * input (1) or an operator's result (0) and saved (any pointer may be
- * NULL). Returns 0, or EIN_EINVAL for a t out of range. */
+ * input (1) or an operator's result or a state (0) and saved (any
+ * pointer may be NULL). Returns 0, or EIN_EINVAL for a t out of range. */
 int ein_graph_tensor(const ein_graph *g, ein_tensor t, const char **name, ein_tensor_desc *desc,
                      int *is_input, int *is_saved);
 

@@ -500,7 +500,14 @@ static void kn_gemm_batches(const kn_es *e, const kn_gemm *gm)
     enum CBLAS_TRANSPOSE opb = mb->trans ? CblasTrans : CblasNoTrans;
     int64_t idx[EIN_MAX_RANK] = {0}, oa = 0, ob = 0, oc = 0;
     for (;;) {
-        if (!gm->ctrans)
+        if (!gm->ctrans && m == 1)
+            /* One row (a decode step's activations): sgemv reads B once in
+             * place, where sgemm (OpenBLAS before 0.3.27) first packs a
+             * copy of B, doubling the memory traffic that bounds it. */
+            cblas_sgemv(CblasRowMajor, mb->trans ? CblasNoTrans : CblasTrans,
+                        mb->trans ? n : k, mb->trans ? k : n, 1.0f, mb->p + ob, (int)mb->ld,
+                        ma->p + oa, ma->trans ? (int)ma->ld : 1, 0.0f, pc + oc, 1);
+        else if (!gm->ctrans)
             cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, 1.0f, ma->p + oa,
                         (int)ma->ld, mb->p + ob, (int)mb->ld, 0.0f, pc + oc, (int)gm->ldc);
         else /* out is stored [N, M]: C^T = B^T A^T */

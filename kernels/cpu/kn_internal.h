@@ -54,6 +54,15 @@ int kn_seq_check(const char *what, const int64_t *ends, int n, ein_error *err);
  * if none). -1 if t is negative or not before the last end (n > 0). */
 int64_t kn_seq_start(const int64_t *ends, int n, int64_t t);
 
+/* Element i of an integer block (i32 or i64; kn_pos_check says which). */
+static inline int64_t kn_int_at(const kn_block *b, int64_t i)
+{
+    return b->dtype == EIN_I32 ? (int64_t)((const int32_t *)b->data)[i]
+                               : ((const int64_t *)b->data)[i];
+}
+/* A rank-1 i32/i64 block over [lo, hi) (positions of a batch or tokens). */
+int kn_pos_check(const char *what, const kn_block *pos, int64_t lo, int64_t hi, ein_error *err);
+
 /* "[0:128, 64:96]" of a block's box, in a caller buffer. */
 const char *kn_fmt(const ein_box *b, char *buf, size_t len);
 

@@ -19,10 +19,44 @@ int kn_cpu_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nse
     return kn_cpu_rope_style(EIN_ROPE_INTERLEAVED, head_dim, theta, seq_ends, nseq, x, out, err);
 }
 
-int kn_cpu_rope_style(int style, int64_t head_dim, double theta, const int64_t *seq_ends,
-                      int nseq, const kn_block *x, kn_block *out, ein_error *err)
+/* Rotate one token row at position p: x's row at element offset `off`
+ * (w values) through the f32 scratch s into out. */
+static void rope_row(int style, int64_t head_dim, double p, const double *freq, float *cs,
+                     float *sn, const kn_block *x, kn_block *out, int64_t off, int64_t w,
+                     float *s)
 {
-    const char *what = "rope";
+    int64_t half = head_dim / 2;
+    for (int64_t i = 0; i < half; i++) {
+        double a = p * freq[i];
+        cs[i] = (float)cos(a);
+        sn[i] = (float)sin(a);
+    }
+    kn_load(x, off, s, w);
+    for (int64_t h = 0; h < w && style == EIN_ROPE_HALF; h += head_dim) {
+        float *v = s + h;
+        for (int64_t i = 0; i < half; i++) {
+            float x0 = v[i], x1 = v[i + half];
+            v[i] = x0 * cs[i] - x1 * sn[i];
+            v[i + half] = x1 * cs[i] + x0 * sn[i];
+        }
+    }
+    for (int64_t h = 0; h < w && style == EIN_ROPE_INTERLEAVED; h += head_dim) {
+        float *v = s + h;
+        for (int64_t i = 0; i < half; i++) {
+            float x0 = v[2 * i], x1 = v[2 * i + 1];
+            v[2 * i] = x0 * cs[i] - x1 * sn[i];
+            v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+        }
+    }
+    kn_store(out, off, s, w);
+}
+
+/* Positions from the sequence ends, or (pos non-NULL, checked by the
+ * caller) pos[t]. */
+static int rope_run(const char *what, int style, int64_t head_dim, double theta,
+                    const int64_t *seq_ends, int nseq, const kn_block *pos, const kn_block *x,
+                    kn_block *out, ein_error *err)
+{
     char b1[256], b2[256];
     int rc;
     if ((rc = kn_blk_check(what, "x", x, 2, err)) < 0 ||
@@ -43,7 +77,7 @@ int kn_cpu_rope_style(int style, int64_t head_dim, double theta, const int64_t *
     if (c0 % head_dim || c1 % head_dim)
         return ein_fail(err, EIN_ESHAPE, "%s: hidden interval [%" PRId64 ":%" PRId64 ") is not "
                         "at head boundaries (head_dim %" PRId64 ")", what, c0, c1, head_dim);
-    if (t1 > t0 && (kn_seq_start(seq_ends, nseq, t0) < 0 || kn_seq_start(seq_ends, nseq, t1 - 1) < 0))
+    if (!pos && t1 > t0 && (kn_seq_start(seq_ends, nseq, t0) < 0 || kn_seq_start(seq_ends, nseq, t1 - 1) < 0))
         return ein_fail(err, EIN_ESHAPE, "%s: tokens [%" PRId64 ":%" PRId64 ") are outside the "
                         "sequences (last end %" PRId64 ")", what, t0, t1,
                         nseq > 0 ? seq_ends[nseq - 1] : 0);
@@ -61,32 +95,30 @@ int kn_cpu_rope_style(int style, int64_t head_dim, double theta, const int64_t *
     for (int64_t i = 0; i < half; i++)
         freq[i] = pow(theta, -2.0 * (double)i / (double)head_dim);
     for (int64_t t = t0; t < t1; t++) {
-        double p = (double)(t - kn_seq_start(seq_ends, nseq, t));
-        for (int64_t i = 0; i < half; i++) {
-            double a = p * freq[i];
-            cs[i] = (float)cos(a);
-            sn[i] = (float)sin(a);
-        }
-        kn_load(x, (t - t0) * w, s, w);
-        for (int64_t h = 0; h < w && style == EIN_ROPE_HALF; h += head_dim) {
-            float *v = s + h;
-            for (int64_t i = 0; i < half; i++) {
-                float x0 = v[i], x1 = v[i + half];
-                v[i] = x0 * cs[i] - x1 * sn[i];
-                v[i + half] = x1 * cs[i] + x0 * sn[i];
-            }
-        }
-        for (int64_t h = 0; h < w && style == EIN_ROPE_INTERLEAVED; h += head_dim) {
-            float *v = s + h;
-            for (int64_t i = 0; i < half; i++) {
-                float x0 = v[2 * i], x1 = v[2 * i + 1];
-                v[2 * i] = x0 * cs[i] - x1 * sn[i];
-                v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
-            }
-        }
-        kn_store(out, (t - t0) * w, s, w);
+        double p = pos ? (double)kn_int_at(pos, t - t0)
+                       : (double)(t - kn_seq_start(seq_ends, nseq, t));
+        rope_row(style, head_dim, p, freq, cs, sn, x, out, (t - t0) * w, w, s);
     }
     free(s);
     free(freq);
     return 0;
+}
+
+int kn_cpu_rope_style(int style, int64_t head_dim, double theta, const int64_t *seq_ends,
+                      int nseq, const kn_block *x, kn_block *out, ein_error *err)
+{
+    return rope_run("rope", style, head_dim, theta, seq_ends, nseq, NULL, x, out, err);
+}
+
+int kn_cpu_rope_at(int style, int64_t head_dim, double theta, const kn_block *x,
+                   const kn_block *pos, kn_block *out, ein_error *err)
+{
+    int rc = kn_blk_check("rope_at", "x", x, 2, err);
+    if (rc < 0 || (rc = kn_pos_check("rope_at", pos, x->box.lo[0], x->box.hi[0], err)) < 0)
+        return rc;
+    for (int64_t t = 0; t < x->box.hi[0] - x->box.lo[0]; t++)
+        if (kn_int_at(pos, t) < 0)
+            return ein_fail(err, EIN_EINVAL, "rope_at: token %" PRId64 " has the negative "
+                            "position %" PRId64, x->box.lo[0] + t, kn_int_at(pos, t));
+    return rope_run("rope_at", style, head_dim, theta, NULL, 0, pos, x, out, err);
 }

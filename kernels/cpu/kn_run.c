@@ -83,6 +83,23 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
             return ein_fail(err, EIN_EINVAL, "kernel embedding: takes 2 inputs (table, ids), got %d",
                             nin);
         return kn_cpu_embedding(k->rows, &ins[0], &ins[1], out, err);
+    case EIN_KERNEL_CACHE_WRITE:
+        if (nin != 3)
+            return ein_fail(err, EIN_EINVAL, "kernel cache_write: takes 3 inputs (state, x, pos), "
+                            "got %d", nin);
+        return kn_cpu_cache_write(k->rows, &ins[0], &ins[1], &ins[2], out, err);
+    case EIN_KERNEL_DECODE_ATTENTION:
+    case EIN_KERNEL_DECODE_ATTENTION_PARTIAL:
+        if (nin != 4)
+            return ein_fail(err, EIN_EINVAL, "kernel %s: takes 4 inputs (q, k, v, pos), got %d",
+                            ein_kernel_kind_name(k->kind), nin);
+        return kn_cpu_decode_attention(k->group, k->kind == EIN_KERNEL_DECODE_ATTENTION_PARTIAL,
+                                       &ins[0], &ins[1], &ins[2], &ins[3], out, err);
+    case EIN_KERNEL_ROPE_AT:
+        if (nin != 2)
+            return ein_fail(err, EIN_EINVAL, "kernel rope_at: takes 2 inputs (x, pos), got %d",
+                            nin);
+        return kn_cpu_rope_at(k->style, k->head_dim, k->theta, &ins[0], &ins[1], out, err);
     case EIN_KERNEL_COUNT:
         break;
     }

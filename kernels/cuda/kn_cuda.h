@@ -95,6 +95,17 @@ int kn_cuda_merge_heads(int64_t head_dim, const kn_block *x, kn_block *out, void
  * the token and id) and is never read through. */
 int kn_cuda_embedding(int64_t rows, const kn_block *table, const kn_block *ids, kn_block *out,
                       void *stream, ein_error *err);
+/* Generation (issue 25): kn_cpu_cache_write, kn_cpu_decode_attention and
+ * kn_cpu_rope_at's rules; a position outside the cache traps the kernel (a
+ * device error, after a printf naming the sequence). decode_attention
+ * takes head dims up to 256. */
+int kn_cuda_cache_write(int64_t rows, const kn_block *state, const kn_block *x,
+                        const kn_block *pos, kn_block *out, void *stream, ein_error *err);
+int kn_cuda_decode_attention(int64_t group, int partial, const kn_block *q, const kn_block *k,
+                             const kn_block *v, const kn_block *pos, kn_block *out, void *stream,
+                             ein_error *err);
+int kn_cuda_rope_at(int style, int64_t head_dim, double theta, const kn_block *x,
+                    const kn_block *pos, kn_block *out, void *stream, ein_error *err);
 
 /* Causal GQA attention over packed sequences (kn_cpu_attention). f16 and
  * bf16 with head dim 64 or 128 and all of q, k, v, out in that dtype run a

@@ -243,6 +243,14 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
                                          out, stream, err);
     case EIN_KERNEL_EMBEDDING:
         return kn_cuda_embedding(k->rows, &ins[0], &ins[1], out, stream, err);
+    case EIN_KERNEL_CACHE_WRITE:
+        return kn_cuda_cache_write(k->rows, &ins[0], &ins[1], &ins[2], out, stream, err);
+    case EIN_KERNEL_DECODE_ATTENTION:
+    case EIN_KERNEL_DECODE_ATTENTION_PARTIAL:
+        return kn_cuda_decode_attention(k->group, k->kind == EIN_KERNEL_DECODE_ATTENTION_PARTIAL,
+                                        &ins[0], &ins[1], &ins[2], &ins[3], out, stream, err);
+    case EIN_KERNEL_ROPE_AT:
+        return kn_cuda_rope_at(k->style, k->head_dim, k->theta, &ins[0], &ins[1], out, stream, err);
     case EIN_KERNEL_COUNT:
         break;
     }

@@ -735,7 +735,8 @@ static int extract(const rw_egraph *eg, const pl_graph *src, const int *cls, con
         const pl_node *s = &src->nodes[i];
         if (s->kind != PL_INPUT)
             continue;
-        int id = pl_graph_add_input(e.out, s->name, s->dtype, s->rank, s->shape, err);
+        int id = s->state ? pl_graph_add_state(e.out, s->name, s->dtype, s->rank, s->shape, err)
+                          : pl_graph_add_input(e.out, s->name, s->dtype, s->rank, s->shape, err);
         if (id < 0) {
             rc = id;
             break;

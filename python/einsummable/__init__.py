@@ -26,12 +26,16 @@ subclass that is also a ValueError (EinValueError, EinShapeError, ...),
 TypeError (EinTypeError), OSError, MemoryError or RuntimeError
 (EinRuntimeError, WorkerError, ...): see einsummable._errors.
 
+Generation with a Hugging Face LLaMA checkpoint: es.llama.load(files,
+"config.json", device=[0, 1]).generate(prompt_ids) (docs/generation.md).
+
 Public names: createGraph, tensorDesc, compileGraph, load_program, Graph, Tensor,
 TensorDesc, Program, RunStats, DeviceStats, Prediction, DevicePrediction,
 the exceptions, the EIN_E* codes, library_path, __version__.
 The operators (Graph methods): insertTensor, save, matmul, einsum, unary,
 binary, softmax, rmsnorm, layernorm, rope, attention, reduce, concat, slice,
-split_heads, merge_heads (and the shorthands relu, silu, gelu, add, sub,
+split_heads, merge_heads, embedding, state, cache_write, decode_attention,
+rope_at (and the shorthands relu, silu, gelu, add, sub,
 mul, div, maximum); tensor(name), tensors() and plan(devices) read a graph
 back. dtypes: "f32", "f16", "bf16" or numpy.float32 / numpy.float16.
 """
@@ -47,6 +51,7 @@ from ._core import (Graph, Program, Tensor, TensorDesc, compileGraph, createGrap
                     load_program, tensorDesc)
 from ._stats import DevicePrediction, DeviceStats, Prediction, RunStats
 from ._version import __version__
+from . import llama
 
 library_path: str = _lib_handle.path
 """The path of the libeinsummable that was loaded."""
@@ -57,7 +62,7 @@ __all__ = [
     "EinError", "EinValueError", "EinShapeError", "EinParseError", "EinLimitError",
     "EinNoPlanError", "EinTypeError", "EinIOError", "EinMemoryError", "EinRuntimeError",
     "EinUnsupportedError", "WorkerError", "EinTimeoutError", "EinCancelledError",
-    "library_path", "__version__", "EIN_EINVAL", "EIN_ENOMEM", "EIN_EIO", "EIN_EPARSE",
+    "library_path", "__version__", "llama", "EIN_EINVAL", "EIN_ENOMEM", "EIN_EIO", "EIN_EPARSE",
     "EIN_ESHAPE", "EIN_EPROTO", "EIN_ENOPLAN", "EIN_ETIMEOUT", "EIN_EWORKER",
     "EIN_EUNSUPPORTED", "EIN_EDEVICE", "EIN_ELIMIT", "EIN_ECANCELED",
 ]

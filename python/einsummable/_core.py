@@ -533,6 +533,49 @@ class Graph:
         return self._add(_lib.ein_graph_embedding(self._p, _name_arg(name), table.id, ids.id,
                                                   ctypes.byref(err)), err, "embedding")
 
+    # -- generation (issue 25; docs/generation.md)
+    def state(self, desc, name=None):
+        """A state tensor (a key/value cache, [heads_kv, batch, len, d], a
+        float dtype): kept on the devices by the program's session, zero at
+        the start, changed only by its one cache_write, run after run."""
+        if not isinstance(desc, TensorDesc):
+            _fail_type("state: expected es.tensorDesc(shape, dtype), not %r" % (desc,))
+        err, keep = L.ein_error(), []
+        tid = _lib.ein_graph_state(self._p, _name_arg(name), desc._c(keep), ctypes.byref(err))
+        return self._add(tid, err, "state")
+
+    def cache_write(self, state, x, pos, name=None):
+        """The state with x [heads_kv, batch, d] written at row pos[b] of
+        sequence b (pos [batch], i32 or i64, an input of each run); read
+        the result, not the state, to see the cache after the write."""
+        state, x, pos = (self._t(t, "cache_write") for t in (state, x, pos))
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_cache_write(self._p, _name_arg(name), state.id, x.id,
+                                                    pos.id, ctypes.byref(err)), err,
+                         "cache_write")
+
+    def decode_attention(self, q, k, v, pos, name=None):
+        """One new token per sequence: q [heads_q, batch, d] attends to keys
+        and values [0, pos[b]] of the caches k, v [heads_kv, batch, len, d]
+        (results of cache_write) -> [heads_q, batch, d]."""
+        q, k, v, pos = (self._t(t, "decode_attention") for t in (q, k, v, pos))
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_decode_attention(self._p, _name_arg(name), q.id, k.id,
+                                                         v.id, pos.id, ctypes.byref(err)), err,
+                         "decode_attention")
+
+    def rope_at(self, x, pos, head_dim, theta=10000.0, style="interleaved", name=None):
+        """Rotary embedding of x [tokens, heads*head_dim] with token t at
+        position pos[t] (pos [tokens], i32 or i64, an input of each run)."""
+        x, pos = self._t(x, "rope_at"), self._t(pos, "rope_at")
+        if style not in _ROPE_STYLES:
+            _fail(L.EIN_EINVAL, "rope_at: style %r; expected 'interleaved' or 'half'" % (style,))
+        err = L.ein_error()
+        return self._add(_lib.ein_graph_rope_at(self._p, _name_arg(name), x.id, pos.id,
+                                                _int(head_dim, "rope_at: head_dim"),
+                                                float(theta), _ROPE_STYLES[style],
+                                                ctypes.byref(err)), err, "rope_at")
+
     # -- shorthands for unary and binary operators
     def relu(self, x, name=None):
         """max(x, 0): unary(x, "relu")."""

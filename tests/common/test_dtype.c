@@ -269,8 +269,12 @@ static void test_table(void **state)
         assert_int_equal(d, t);
         assert_int_equal(ein_dtype_accum((ein_dtype)t), r->is_float ? EIN_F32 : (ein_dtype)t);
         for (int k = 0; k < EIN_KERNEL_COUNT; k++) {
+            /* integers: layout, embedding ids, and the positions of the
+             * generation kernels (issue 25) */
             int want = r->is_float || k == EIN_KERNEL_SLICE || k == EIN_KERNEL_CONCAT ||
-                       k == EIN_KERNEL_EMBEDDING;
+                       k == EIN_KERNEL_EMBEDDING || k == EIN_KERNEL_CACHE_WRITE ||
+                       k == EIN_KERNEL_DECODE_ATTENTION ||
+                       k == EIN_KERNEL_DECODE_ATTENTION_PARTIAL || k == EIN_KERNEL_ROPE_AT;
             assert_int_equal(ein_dtype_kernel_ok(t, k), want);
         }
     }

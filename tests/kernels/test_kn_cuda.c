@@ -761,6 +761,77 @@ static void test_embedding(void **state)
         }
 }
 
+/* Issue 25: cache_write (in place and copying), decode_attention (whole
+ * keys and a key block: LSE partials, rows past pos the identity) and
+ * rope_at on the device equal the CPU kernels; i32 and i64 positions. */
+static void test_generate(void **state)
+{
+    (void)state;
+    ein_error err;
+    for (int di = 0; di < 3; di++)
+        for (int wide = 0; wide < 2; wide++) {
+            ein_dtype dt = dts[di], it = wide ? EIN_I64 : EIN_I32;
+            const int64_t KV = 2, G = 3, B = 5, S = 40, D = 64;
+            size_t es = ein_dtype_size(it);
+            int64_t p[5] = {0, 7, 39, 21, 12};
+            char pos_h[5 * 8];
+            for (int b = 0; b < B; b++) {
+                if (wide)
+                    ((int64_t *)pos_h)[b] = p[b];
+                else
+                    ((int32_t *)pos_h)[b] = (int32_t)p[b];
+            }
+            ein_box pb = {1, {0}, {B}};
+            kn_block ph = {pos_h, it, pb}, pd = {NULL, it, pb};
+            cuda_ok(cudaMalloc(&pd.data, (size_t)B * es), "cudaMalloc");
+            cuda_ok(cudaMemcpy(pd.data, pos_h, (size_t)B * es, cudaMemcpyHostToDevice), "upload");
+            /* cache_write in place on both sides, then read back */
+            ein_box cb = {4, {0, 0, 0, 0}, {KV, B, S, D}}, xb = {3, {0, 0, 0}, {KV, B, D}};
+            hd c = hd_rand(dt, &cb, 1.0f, 0.0f), x = hd_rand(dt, &xb, 1.0f, 0.0f);
+            ein_kernel kw = {.kind = EIN_KERNEL_CACHE_WRITE, .rows = S};
+            kn_block hin[4] = {c.h, x.h, ph}, din[4] = {c.d, x.d, pd};
+            assert_int_equal(kn_cpu_run(&kw, hin, 3, &c.h, &err), 0);
+            assert_int_equal(kn_cuda_run(NULL, &kw, din, 3, &c.d, stream, &err), 0);
+            hd_compare("cuda cache_write", &c, 1e-6);
+            /* decode attention over the whole cache */
+            ein_box qb = {3, {0, 0, 0}, {KV * G, B, D}};
+            hd q = hd_rand(dt, &qb, 1.0f, 0.0f), o = hd_out(dt, &qb);
+            ein_kernel da = {.kind = EIN_KERNEL_DECODE_ATTENTION, .group = G};
+            kn_block qh[4] = {q.h, c.h, c.h, ph}, qd[4] = {q.d, c.d, c.d, pd};
+            assert_int_equal(kn_cpu_run(&da, qh, 4, &o.h, &err), 0);
+            assert_int_equal(kn_cuda_run(NULL, &da, qd, 4, &o.d, stream, &err), 0);
+            hd_compare("cuda decode_attention", &o, dt_tol(dt));
+            /* a key block [16, 32): partials, sequences 0 and 1 see none */
+            ein_box kb = {4, {0, 0, 16, 0}, {KV, B, 32, D}};
+            hd k = hd_rand(dt, &kb, 1.0f, 0.0f);
+            ein_box lb = ein_agg_box(EIN_AGG_LSE, &qb);
+            hd l = hd_out(EIN_F32, &lb);
+            ein_kernel dp = {.kind = EIN_KERNEL_DECODE_ATTENTION_PARTIAL, .group = G};
+            kn_block kh[4] = {q.h, k.h, k.h, ph}, kd[4] = {q.d, k.d, k.d, pd};
+            assert_int_equal(kn_cpu_run(&dp, kh, 4, &l.h, &err), 0);
+            assert_int_equal(kn_cuda_run(NULL, &dp, kd, 4, &l.d, stream, &err), 0);
+            lse_compare("cuda decode_attention_partial", &l);
+            /* rope_at, half pairs, on [B, 3 heads of D] */
+            ein_box rb = {2, {0, 0}, {B, 3 * D}};
+            hd r = hd_rand(dt, &rb, 1.0f, 0.0f), ro = hd_out(dt, &rb);
+            ein_kernel ra = {.kind = EIN_KERNEL_ROPE_AT, .head_dim = D, .theta = 10000.0,
+                             .style = EIN_ROPE_HALF};
+            kn_block rh[2] = {r.h, ph}, rd[2] = {r.d, pd};
+            assert_int_equal(kn_cpu_run(&ra, rh, 2, &ro.h, &err), 0);
+            assert_int_equal(kn_cuda_run(NULL, &ra, rd, 2, &ro.d, stream, &err), 0);
+            hd_compare("cuda rope_at", &ro, dt_tol(dt));
+            hd_free(&c);
+            hd_free(&x);
+            hd_free(&q);
+            hd_free(&o);
+            hd_free(&k);
+            hd_free(&l);
+            hd_free(&r);
+            hd_free(&ro);
+            cudaFree(pd.data);
+        }
+}
+
 static void test_graph_capture(void **state)
 {
     (void)state;
@@ -847,6 +918,7 @@ int main(void)
         cmocka_unit_test(test_reduce_einsum_run),
         cmocka_unit_test(test_graph_capture),
         cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_generate),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -242,6 +242,19 @@ static void test_dtype_rules(void **state)
     assert_int_equal(node(g, "y")->shape[0], 2);
     assert_int_equal(node(g, "y")->kernel.rows, 6);
     pl_graph_free(g);
+    /* generation (issue 25): states, cache_write, decode_attention, rope_at */
+    g = parse_ok("dims kv=2 b=3 s=16 hd=4\ninput pos[b] i32\nstate kc[kv, b, s, hd]\n"
+                 "state vc[kv, b, s, hd]\ninput x[b, 16]\ninput q[4, b, hd]\n"
+                 "input k[kv, b, hd]\nr = rope_at(x, pos, 4, 500000, style=half)\n"
+                 "kw = cache_write(kc, k, pos)\nvw = cache_write(vc, k, pos)\n"
+                 "o = decode_attention(q, kw, vw, pos)\nsave o, r\n");
+    assert_true(node(g, "kc")->state && node(g, "kc")->kind == PL_INPUT);
+    assert_false(node(g, "x")->state);
+    assert_int_equal(node(g, "kw")->kernel.rows, 16);
+    assert_int_equal(node(g, "o")->kernel.group, 2);
+    assert_int_equal(node(g, "r")->kernel.style, EIN_ROPE_HALF);
+    assert_true(node(g, "r")->kernel.theta == 500000.0);
+    pl_graph_free(g);
 }
 
 /* ---- the operators of a transformer block ---------------------------------- */
@@ -412,6 +425,14 @@ static const bad_case bad[] = {
      EIN_ESHAPE, "3:5", "embedding: table t is i32; expected f32, f16 or bf16"},
     {"embedding_rank", "input t[5] \ninput i[4] i32\ne = embedding(t, i)\nsave e\n", 0,
      EIN_ESHAPE, "3:5", "embedding: table t is 5; expected a matrix [rows, dim]"},
+    {"cache_write_input", "input kc[1, 1, 4, 2]\ninput x[1, 1, 2]\ninput p[1] i32\n"
+     "w = cache_write(kc, x, p)\nsave p\n", 0, EIN_EPARSE, "4:5",
+     "cache_write: kc is not a state tensor"},
+    {"state_int", "state kc[1, 1, 4, 2] i32\nsave kc\n", 0, EIN_EPARSE, "1:7",
+     "state kc: i32; expected f32, f16 or bf16"},
+    {"decode_pos_float", "state kc[1, 2, 4, 2]\ninput q[2, 2, 2]\ninput p[2]\n"
+     "o = decode_attention(q, kc, kc, p)\nsave o\n", 0, EIN_ESHAPE, "4:5",
+     "decode_attention: positions p are f32; expected i32 or i64"},
     {"duplicate_name", H3 "x = relu(w)\nsave x\n", 0, EIN_EPARSE, "4:1",
      "duplicate name 'x' (defined at line 2)"},
     {"duplicate_input", "input x[4]\ninput x[5]\nsave x\n", 0, EIN_EPARSE, "2:7",

@@ -114,7 +114,8 @@ static void check_spec(const pl_graph *g, int node, const pl_spec *s, float **in
     int lse = s->agg == EIN_AGG_LSE;
     ein_box wholex = ein_agg_box(s->agg, &whole);
     float *gotx = lse ? calloc((size_t)ein_box_volume(&wholex), sizeof(float)) : NULL;
-    if (lse && nd->kernel.kind != EIN_KERNEL_ATTENTION)
+    if (lse && nd->kernel.kind != EIN_KERNEL_ATTENTION &&
+        nd->kernel.kind != EIN_KERNEL_DECODE_ATTENTION)
         fail_msg("%s [%s]: lse aggregation on a %s", nd->name, spec,
                  ein_kernel_kind_name(nd->kernel.kind));
     for (int f = 0; f < s->nparts; f++) {
@@ -138,7 +139,9 @@ static void check_spec(const pl_graph *g, int node, const pl_spec *s, float **in
         out.data = malloc(sizeof(float) * (size_t)n + 4);
         ein_kernel kern = nd->kernel;
         int nin = nd->ninputs;
-        if (lse) {
+        if (lse && nd->kernel.kind == EIN_KERNEL_DECODE_ATTENTION) {
+            kern.kind = EIN_KERNEL_DECODE_ATTENTION_PARTIAL;
+        } else if (lse) {
             kern.kind = EIN_KERNEL_ATTENTION_PARTIAL;
             if (ein_box_empty(&s->f[f].in[1]) != ein_box_empty(&s->f[f].in[2]))
                 fail_msg("%s [%s]: k and v blocks differ in emptiness", nd->name, spec);
@@ -203,9 +206,16 @@ static long check_all(const pl_graph *g, int node)
     for (int k = 0; k < nd->ninputs; k++) {
         const pl_node *u = pl_graph_node(g, nd->inputs[k]);
         in[k] = rand_data(nvol(u));
-        if (u->dtype == EIN_I32) /* ids of an embedding: valid rows */
+        /* ids of an embedding, positions of a cache (kernel.rows: its
+         * length), of an attention over one, or of rope_at: valid ones */
+        int64_t rows = nd->kernel.rows;
+        if (nd->kind == PL_DECODE_ATTENTION)
+            rows = pl_graph_node(g, nd->inputs[1])->shape[2];
+        if (nd->kind == PL_ROPE_AT)
+            rows = 100;
+        if (u->dtype == EIN_I32)
             for (int64_t i = 0; i < nvol(u); i++) {
-                int32_t id = (int32_t)rint_in(0, nd->kernel.rows - 1);
+                int32_t id = (int32_t)rint_in(0, rows - 1);
                 memcpy(&in[k][i], &id, sizeof id);
             }
     }
@@ -436,6 +446,37 @@ static int b_embedding(pl_graph *g)
     return pl_graph_add_embedding(g, "y", t, ids, NULL);
 }
 
+/* Generation (issue 25): a cache [KVH, B, S, D] written at positions,
+ * attention of one token per sequence over it, rope at positions. */
+static int b_cache_write(pl_graph *g)
+{
+    int64_t kvh = rint_in(1, 3), b = rint_in(1, 5), len = rdim(), d = rint_in(1, 6);
+    ein_error err = {0};
+    int st = pl_graph_add_state(g, "cache", EIN_F32, 4, (int64_t[]){kvh, b, len, d}, &err);
+    int x = input(g, "x", 3, (int64_t[]){kvh, b, d});
+    int pos = input_dt(g, "pos", EIN_I32, 1, (int64_t[]){b});
+    return pl_graph_add_cache_write(g, "y", st, x, pos, NULL);
+}
+
+static int b_decode_attention(pl_graph *g)
+{
+    int64_t kvh = rint_in(1, 3), grp = rint_in(1, 3), b = rint_in(1, 4), len = rdim();
+    int64_t d = rint_in(1, 6);
+    int q = input(g, "q", 3, (int64_t[]){kvh * grp, b, d});
+    int k = input(g, "k", 4, (int64_t[]){kvh, b, len, d});
+    int v = input(g, "v", 4, (int64_t[]){kvh, b, len, d});
+    int pos = input_dt(g, "pos", EIN_I32, 1, (int64_t[]){b});
+    return pl_graph_add_decode_attention(g, "y", q, k, v, pos, NULL);
+}
+
+static int b_rope_at(pl_graph *g)
+{
+    int64_t hd = 2 * rint_in(1, 3), t = rdim();
+    int x = input(g, "x", 2, (int64_t[]){t, hd * rint_in(1, 4)});
+    int pos = input_dt(g, "pos", EIN_I32, 1, (int64_t[]){t});
+    return pl_graph_add_rope_at(g, "y", x, pos, hd, 10000.0, EIN_ROPE_HALF, NULL);
+}
+
 static void run_op(const char *name, build_fn build)
 {
     long cases = 0;
@@ -474,6 +515,9 @@ OP_TEST(slice)
 OP_TEST(split_heads)
 OP_TEST(merge_heads)
 OP_TEST(embedding)
+OP_TEST(cache_write)
+OP_TEST(decode_attention)
+OP_TEST(rope_at)
 
 /* Position lists: attention's seq splits only at sequence ends, at most
  * one interval per sequence, and the split points are sequence ends. */
@@ -639,6 +683,8 @@ int main(void)
         cmocka_unit_test(test_concat),      cmocka_unit_test(test_slice),
         cmocka_unit_test(test_split_heads), cmocka_unit_test(test_merge_heads),
         cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_cache_write), cmocka_unit_test(test_decode_attention),
+        cmocka_unit_test(test_rope_at),
         cmocka_unit_test(test_positions),
         cmocka_unit_test(test_attention_large_p),
         cmocka_unit_test(test_attention_balance),

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""tools/bench-generate.py — decode tokens per second of a random LLaMA
+(issue 25) against this machine's memory-bandwidth bound. Never run by
+make check (it writes a ~440 MB checkpoint and takes minutes).
+
+    PYTHONPATH=python EIN_BUILDDIR=$PWD /usr/bin/python3 tools/bench-generate.py \\
+        [--d 768] [--layers 12] [--vocab 32000] [--ff 2048] [--heads 12] \\
+        [--devices 2] [--batch 1] [--prompt 8] [--new 32]
+
+Prints the copy bandwidth (one thread per device copying its share of 256
+MiB at once, best of 5: bytes copied per second), the bytes one decode
+step must read (every weight but the embedding table once, plus the
+key/value cache up to the middle of the decode), the bound (those bytes
+read at the copy's memory traffic, twice the bytes copied: a copy reads
+and writes each byte) and the measured decode steps per second with its
+ratio to the bound. On a machine shared with other work every number
+moves: run it twice."""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e"))
+import hf_model  # noqa: E402  (its safetensors writer)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--d", type=int, default=768)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--ff", type=int, default=2048)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--devices", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--prompt", type=int, default=8)
+    ap.add_argument("--new", type=int, default=32)
+    a = ap.parse_args()
+    import einsummable as es
+    dm, L, V, FF, H = a.d, a.layers, a.vocab, a.ff, a.heads
+    D = dm // H
+    rng = np.random.default_rng(1)
+    d = tempfile.mkdtemp(prefix="bench-gen-")
+    cfg = {"hidden_size": dm, "intermediate_size": FF, "num_attention_heads": H,
+           "num_key_value_heads": H, "head_dim": D, "num_hidden_layers": L, "vocab_size": V,
+           "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+           "max_position_embeddings": a.prompt + a.new}
+    with open(d + "/config.json", "w") as f:
+        json.dump(cfg, f)
+    w = lambda *s: (rng.standard_normal(s, dtype=np.float32) / np.sqrt(s[-1])).astype(np.float32)
+    t = [("model.embed_tokens.weight", w(V, dm)), ("lm_head.weight", w(V, dm)),
+         ("model.norm.weight", np.ones(dm, np.float32))]
+    for l in range(L):
+        p = "model.layers.%d." % l
+        t += [(p + "input_layernorm.weight", np.ones(dm, np.float32)),
+              (p + "post_attention_layernorm.weight", np.ones(dm, np.float32)),
+              (p + "self_attn.q_proj.weight", w(dm, dm)), (p + "self_attn.k_proj.weight", w(dm, dm)),
+              (p + "self_attn.v_proj.weight", w(dm, dm)), (p + "self_attn.o_proj.weight", w(dm, dm)),
+              (p + "mlp.gate_proj.weight", w(FF, dm)), (p + "mlp.up_proj.weight", w(FF, dm)),
+              (p + "mlp.down_proj.weight", w(dm, FF))]
+    params = sum(x.size for _, x in t)
+    hf_model.write(d + "/model.safetensors", t)
+    del t
+    # copy bandwidth of `devices` threads at once (NumPy releases the GIL),
+    # each copying its share of 256 MiB: bytes copied per second
+    import threading
+    P = a.devices
+    srcs = [np.ones((64 << 20) // P, np.float32) for _ in range(P)]
+    dsts = [np.empty_like(x) for x in srcs]
+
+    def copy_all():
+        th = [threading.Thread(target=np.copyto, args=(dsts[i], srcs[i])) for i in range(P)]
+        for x in th:
+            x.start()
+        for x in th:
+            x.join()
+    best = min(_timed(copy_all) for _ in range(5))
+    copy_bw = sum(x.nbytes for x in srcs) / best  # bytes copied per second
+    # a decode step reads every weight but the embedding table (one row) once,
+    # and the cache up to the position (at the middle of the decode, on average)
+    wbytes = 4 * (params - V * dm)
+    avg_pos = a.prompt + a.new / 2
+    cbytes = 4 * 2 * L * a.batch * avg_pos * H * D
+    # a copy moves each byte twice (read, write); a decode step only reads
+    read_bw = 2 * copy_bw
+    bound = read_bw / (wbytes + cbytes)           # steps per second
+    prompts = [list(rng.integers(0, V, a.prompt)) for _ in range(a.batch)]
+    with es.llama.load([d + "/model.safetensors"], d + "/config.json",
+                       device=list(range(a.devices))) as m:
+        m.generate(prompts, max_new_tokens=2)     # compile, bind, warm up
+        m.generate(prompts, max_new_tokens=a.new)
+        st = m.last_stats
+    steps_s = st["decode_steps"] / st["decode_seconds"]
+    print("model: %.1fM parameters (d %d, %d layers, vocab %d, ff %d, %d heads), f32, %d devices, "
+          "batch %d" % (params / 1e6, dm, L, V, FF, H, a.devices, a.batch))
+    print("copy bandwidth: %.2f GB/s copied (%d threads copying 256 MiB, best of 5): %.2f GB/s "
+          "of memory traffic" % (copy_bw / 1e9, P, read_bw / 1e9))
+    print("bytes per decode step: weights %.1f MB + cache %.1f MB" % (wbytes / 1e6, cbytes / 1e6))
+    print("bound: %.1f steps/s; measured %.1f steps/s (%.1f ms/step, %d steps): %.0f%% of the bound"
+          % (bound, steps_s, 1e3 / steps_s, st["decode_steps"], 100 * steps_s / bound))
+    print("decode tokens/s: %.1f" % (steps_s * a.batch))
+    os.remove(d + "/model.safetensors")
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":
+    main()
