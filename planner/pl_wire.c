@@ -24,7 +24,7 @@ int pl_graph_pack(msgpack_packer *pk, const pl_graph *g, ein_error *err)
     int e = msgpack_pack_array(pk, (size_t)g->nnodes);
     for (int v = 0; v < g->nnodes && !e; v++) {
         const pl_node *nd = &g->nodes[v];
-        e |= msgpack_pack_map(pk, 9);
+        e |= msgpack_pack_map(pk, 10);
         KEY("name"); e |= ein_mp_pack_cstr(pk, nd->name);
         KEY("kind"); e |= msgpack_pack_int(pk, (int)nd->kind);
         KEY("dtype"); e |= msgpack_pack_int(pk, (int)nd->dtype);
@@ -42,6 +42,7 @@ int pl_graph_pack(msgpack_packer *pk, const pl_graph *g, ein_error *err)
             e |= msgpack_pack_str(pk, n) | msgpack_pack_str_body(pk, nd->axis_name[a], n);
         }
         KEY("saved"); e |= msgpack_pack_int(pk, nd->saved ? 1 : 0);
+        KEY("state"); e |= msgpack_pack_int(pk, nd->state ? 1 : 0);
         KEY("pos");
         e |= msgpack_pack_array(pk, 2) | msgpack_pack_int(pk, nd->line) |
              msgpack_pack_int(pk, nd->col);
@@ -51,16 +52,17 @@ int pl_graph_pack(msgpack_packer *pk, const pl_graph *g, ein_error *err)
 
 /* ---- decoding --------------------------------------------------------- */
 
-enum { N_NAME, N_KIND, N_DTYPE, N_SHAPE, N_INPUTS, N_KERNEL, N_AXES, N_SAVED, N_POS, N_COUNT };
+enum { N_NAME, N_KIND, N_DTYPE, N_SHAPE, N_INPUTS, N_KERNEL, N_AXES, N_SAVED, N_STATE, N_POS,
+       N_COUNT };
 static const char *const node_keys[N_COUNT] = {
-    "name", "kind", "dtype", "shape", "inputs", "kernel", "axes", "saved", "pos",
+    "name", "kind", "dtype", "shape", "inputs", "kernel", "axes", "saved", "state", "pos",
 };
 
 /* The operator saved as kind/inputs/kernel, added to g through its
  * builder. Returns the new id or a negative code. */
 static int rebuild(pl_graph *g, const char *name, pl_node_kind kind, const int *in, int nin,
                    const ein_kernel *k, const int64_t *shape, int rank, ein_dtype dt,
-                   ein_error *err)
+                   int state, ein_error *err)
 {
     /* Inputs each kind takes (the builders read only that many). */
     int want = -1;
@@ -68,10 +70,13 @@ static int rebuild(pl_graph *g, const char *name, pl_node_kind kind, const int *
     case PL_EINSUM: if (nin == 1 || nin == 2) want = nin; break;
     case PL_UNARY: case PL_SOFTMAX: case PL_ROPE: case PL_REDUCE: case PL_SLICE:
     case PL_SPLIT_HEADS: case PL_MERGE_HEADS: want = 1; break;
-    case PL_BINARY: case PL_RMSNORM: case PL_EMBEDDING: want = 2; break;
-    case PL_LAYERNORM: case PL_ATTENTION: want = 3; break;
+    case PL_BINARY: case PL_RMSNORM: case PL_EMBEDDING: case PL_ROPE_AT: want = 2; break;
+    case PL_LAYERNORM: case PL_ATTENTION: case PL_CACHE_WRITE: want = 3; break;
+    case PL_DECODE_ATTENTION: want = 4; break;
     case PL_CONCAT: if (nin >= 1) want = nin; break;
-    case PL_INPUT: return pl_graph_add_input(g, name, dt, rank, shape, err);
+    case PL_INPUT:
+        return state ? pl_graph_add_state(g, name, dt, rank, shape, err)
+                     : pl_graph_add_input(g, name, dt, rank, shape, err);
     default: break;
     }
     if (want < 0 || nin != want)
@@ -102,6 +107,11 @@ static int rebuild(pl_graph *g, const char *name, pl_node_kind kind, const int *
     case PL_SPLIT_HEADS: return pl_graph_add_split_heads(g, name, in[0], k->head_dim, err);
     case PL_MERGE_HEADS: return pl_graph_add_merge_heads(g, name, in[0], err);
     case PL_EMBEDDING: return pl_graph_add_embedding(g, name, in[0], in[1], err);
+    case PL_CACHE_WRITE: return pl_graph_add_cache_write(g, name, in[0], in[1], in[2], err);
+    case PL_DECODE_ATTENTION:
+        return pl_graph_add_decode_attention(g, name, in[0], in[1], in[2], in[3], err);
+    case PL_ROPE_AT:
+        return pl_graph_add_rope_at(g, name, in[0], in[1], k->head_dim, k->theta, k->style, err);
     default: return ein_fail(err, EIN_EPROTO, "graph: node '%s': unknown kind", name);
     }
 }
@@ -172,7 +182,14 @@ static int unpack_node(pl_graph *g, const msgpack_object *o, int v, ein_error *e
         if ((rc = ein_kernel_unpack(f[N_KERNEL], &k, w, err)) < 0)
             goto out;
     }
-    int id = rebuild(g, name, kind, in, nin, &k, shape, rank, dt, err);
+    int64_t state;
+    if ((rc = ein_mp_get_int(f[N_STATE], 0, 1, &state, what, err)) < 0)
+        goto out;
+    if (state && kind != PL_INPUT) {
+        rc = ein_fail(err, EIN_EPROTO, "%s: a state that is not an input", what);
+        goto out;
+    }
+    int id = rebuild(g, name, kind, in, nin, &k, shape, rank, dt, (int)state, err);
     if (id < 0) {
         rc = id;
         ein_error_prefix(err, "saved graph");

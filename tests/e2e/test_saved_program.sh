@@ -14,7 +14,7 @@ export TMPDIR="$S"
 trap 'rm -rf "$S"' EXIT
 cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
-echo "1..6"
+echo "1..9"
 n=0
 
 write_ffn ffn.ein
@@ -51,3 +51,14 @@ check "another topology is refused" 2 "topology differs" \
 head -c 300 ffn.einprog > cut.einprog
 check "a truncated file is refused" 2 "not a valid saved program" \
     --cpu 3 $ins cut.einprog
+
+# A decode step (states, cache_write, rope_at, decode_attention) saved and
+# run again: the graph's state flags and the generation operators survive.
+check "a decode step with states is saved" 0 "" \
+    --cpu 2 --output y=d1.npy --save-program dec.einprog "$SRC/examples/decode.ein"
+check "the saved decode step runs" 0 "" --cpu 2 --output y=d2.npy dec.einprog
+if "$NPY" compare d2.npy d1.npy 0 | grep -q "bytes identical"; then
+    ok "the saved decode step gives the same output"
+else
+    not_ok "decode outputs" "$("$NPY" compare d2.npy d1.npy 0 2>&1)"
+fi
