@@ -22,6 +22,7 @@
 #include "common/ein_status.h"
 #include "common/ein_wire.h"
 #include "coordinator/co_guard.h"
+#include "coordinator/co_hosts.h"
 
 enum { W_SPAWNED, W_PROGRAM_SENT, W_LOADED, W_STARTED, W_DONE, W_CANCELLED };
 
@@ -59,6 +60,11 @@ struct co_session {
     int cancelling;     /* CANCEL sent: DONE and CANCELLED are both in turn */
     int dead;           /* failed or stopped: nothing runs any more */
     ein_error why;      /* why it died */
+    /* Several hosts (o->nhosts > 0): the agents, and each device's UCX
+     * address from its HELLO. */
+    pid_t *agent;
+    char *agent_exited;
+    ein_bytes *addr;
 };
 typedef struct co_session run;
 
@@ -109,7 +115,15 @@ static int send_to(run *r, int d, const ein_msg *m, ein_error *err)
     if (rc < 0)
         return rc;
     snprintf(id, sizeof id, "w%d", d);
-    if (zmq_send(r->router, id, strlen(id), ZMQ_SNDMORE) < 0 ||
+    if (r->o->nhosts > 0) {
+        char aid[16];
+        snprintf(aid, sizeof aid, "n%d", r->o->host_of[d]);
+        if (zmq_send(r->router, aid, strlen(aid), ZMQ_SNDMORE) < 0)
+            rc = ein_fail(err, EIN_EWORKER, "device %d: cannot reach the agent of host %d: %s",
+                          d, r->o->host_of[d], zmq_strerror(errno));
+    }
+    if (rc < 0) {
+    } else if (zmq_send(r->router, id, strlen(id), ZMQ_SNDMORE) < 0 ||
         zmq_send(r->router, buf, len, 0) < 0)
         rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld): cannot send %s: %s", d,
                       (long)r->w[d].pid, ein_msg_type_name(m->type), zmq_strerror(errno));
@@ -249,13 +263,35 @@ static int device_of(const run *r, const char *id, size_t len)
  * message came, 0 when none was waiting (*zm then untouched), or a
  * negative code. */
 static int recv_message(run *r, char *id, size_t idcap, size_t *idlen, zmq_msg_t *zm, int *extra,
-                        ein_error *err)
+                        int *host, ein_error *err)
 {
-    int n = zmq_recv(r->router, id, idcap, ZMQ_DONTWAIT);
-    if (n < 0)
-        return errno == EAGAIN ? 0 : ein_fail(err, EIN_EIO, "zmq_recv: %s", zmq_strerror(errno));
     int more = 0;
     size_t ml = sizeof more;
+    *host = -1;
+    if (r->o->nhosts > 0) {
+        /* From an agent: its identity "n<h>" first (node/nd_agent.h). */
+        char aid[16];
+        int an = zmq_recv(r->router, aid, sizeof aid - 1, ZMQ_DONTWAIT);
+        if (an < 0)
+            return errno == EAGAIN ? 0 : ein_fail(err, EIN_EIO, "zmq_recv: %s", zmq_strerror(errno));
+        aid[an < (int)sizeof aid - 1 ? an : (int)sizeof aid - 1] = '\0';
+        zmq_getsockopt(r->router, ZMQ_RCVMORE, &more, &ml);
+        char *end;
+        long h = aid[0] == 'n' ? strtol(aid + 1, &end, 10) : -1;
+        if (h < 0 || h >= r->o->nhosts || *end || !more) {
+            while (more && zmq_getsockopt(r->router, ZMQ_RCVMORE, &more, &ml) == 0 && more) {
+                zmq_msg_t junk;
+                zmq_msg_init(&junk);
+                zmq_msg_recv(&junk, r->router, 0);
+                zmq_msg_close(&junk);
+            }
+            return ein_fail(err, EIN_EPROTO, "a message from a peer that is no host's agent");
+        }
+        *host = (int)h;
+    }
+    int n = zmq_recv(r->router, id, idcap, r->o->nhosts > 0 ? 0 : ZMQ_DONTWAIT);
+    if (n < 0)
+        return errno == EAGAIN ? 0 : ein_fail(err, EIN_EIO, "zmq_recv: %s", zmq_strerror(errno));
     zmq_getsockopt(r->router, ZMQ_RCVMORE, &more, &ml);
     zmq_msg_init(zm);
     if (!more || zmq_msg_recv(zm, r->router, 0) < 0) {
@@ -315,6 +351,16 @@ static int on_hello(run *r, int d, const ein_msg *m, ein_error *err)
     if (w->phase != W_PROGRAM_SENT)
         return ein_fail(err, EIN_EPROTO, "device %d (pid %ld) said HELLO out of turn", d, (long)w->pid);
     w->phase = W_LOADED;
+    if (r->o->nhosts > 0) {
+        /* Not our child (its agent's): its pid names it in reports. */
+        w->pid = (pid_t)m->pid;
+        if (m->naddrs != 1 || !m->addrs[0].len)
+            return ein_fail(err, EIN_EPROTO, "device %d (pid %ld) said HELLO without its UCX "
+                            "address", d, (long)w->pid);
+        r->addr[d] = m->addrs[0];
+        ((ein_msg *)m)->addrs[0] = (ein_bytes){0}; /* taken */
+        return 0;
+    }
     if (r->o->manual && m->pid > 0) {
         w->pid = (pid_t)m->pid;
         co_guard_add_pid(&r->guard, w->pid);
@@ -371,13 +417,16 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
     char id[64];
     size_t idlen = 0;
     zmq_msg_t zm;
-    int extra = 0;
-    int rc = recv_message(r, id, sizeof id, &idlen, &zm, &extra, err);
+    int extra = 0, host = -1;
+    int rc = recv_message(r, id, sizeof id, &idlen, &zm, &extra, &host, err);
     if (rc <= 0)
         return rc;
     int d = device_of(r, id, idlen);
-    if (d < 0) {
+    if (d < 0 || (r->o->nhosts > 0 && r->o->host_of[d] != host)) {
         zmq_msg_close(&zm);
+        if (d >= 0)
+            return ein_fail(err, EIN_EPROTO, "the agent of host %d relayed a message of device %d "
+                            "(on host %d)", host, d, r->o->host_of[d]);
         return ein_fail(err, EIN_EPROTO, "message from an unknown peer identity");
     }
     ein_msg m;
@@ -414,6 +463,41 @@ static const char *o_wrapper_or_worker(const run *r, int d)
     return r->o->worker_path;
 }
 
+/* Several hosts: reap exited agents (a worker's death is its agent's
+ * ERROR). An agent that ends before the run is over fails it, naming the
+ * host; its workers count as exited with it. */
+static int reap_agents(run *r, int shutting_down, ein_error *err)
+{
+    int rc = 0;
+    for (int h = 0; h < r->o->nhosts; h++) {
+        int status = 0;
+        if (r->agent[h] <= 0 || r->agent_exited[h])
+            continue;
+        pid_t got = waitpid(r->agent[h], &status, WNOHANG);
+        if (got == 0 || (got < 0 && errno != ECHILD))
+            continue;
+        r->agent_exited[h] = 1;
+        for (int d = 0; d < r->ndev; d++)
+            if (r->o->host_of[d] == h)
+                r->w[d].exited = 1;
+        if (rc < 0 || (shutting_down && got > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0))
+            continue;
+        char devs[256], how[128];
+        co_hosts_devices(r->o, h, r->ndev, devs, sizeof devs);
+        if (got > 0 && WIFSIGNALED(status))
+            snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(status),
+                     strsignal(WTERMSIG(status)));
+        else if (got > 0 && WEXITSTATUS(status) == 127)
+            snprintf(how, sizeof how, "exited with status 127 (could not execute %s)",
+                     r->o->node_path);
+        else
+            snprintf(how, sizeof how, "exited with status %d", got > 0 ? WEXITSTATUS(status) : -1);
+        rc = ein_fail(err, EIN_EWORKER, "host %d (agent einnode pid %ld, devices %s) %s", h,
+                      (long)r->agent[h], devs, how);
+    }
+    return rc;
+}
+
 /* Reap exited workers; an exit before DONE is a failure. */
 static int reap(run *r, int shutting_down, ein_error *err)
 {
@@ -423,6 +507,8 @@ static int reap(run *r, int shutting_down, ein_error *err)
             return ein_fail(err, EIN_EWORKER, "interrupted by signal %u; stopping all workers",
                             si.ssi_signo);
     int rc = 0, status = 0;
+    if (r->o->nhosts > 0)
+        return reap_agents(r, shutting_down, err);
     /* Each worker by its pid: a library must not reap its host's children. */
     for (int d0 = 0; d0 < r->ndev && !r->o->manual; d0++) {
         pid_t pid = r->w[d0].pid;
@@ -460,12 +546,46 @@ static int reap(run *r, int shutting_down, ein_error *err)
     return rc;
 }
 
+/* Several hosts: SIGTERM to every agent (each stops its workers and
+ * cleans its host), SIGKILL after 3 s (their guards clean then). */
+static void stop_agents(run *r)
+{
+    for (int h = 0; h < r->o->nhosts; h++)
+        if (r->agent[h] > 0 && !r->agent_exited[h])
+            kill(r->agent[h], SIGTERM);
+    double deadline = ein_now_s() + 3.0;
+    for (;;) {
+        int alive = 0;
+        for (int h = 0; h < r->o->nhosts; h++) {
+            if (r->agent[h] <= 0 || r->agent_exited[h])
+                continue;
+            if (waitpid(r->agent[h], NULL, WNOHANG) == r->agent[h])
+                r->agent_exited[h] = 1;
+            else if (ein_now_s() > deadline) {
+                kill(r->agent[h], SIGKILL);
+                waitpid(r->agent[h], NULL, 0);
+                r->agent_exited[h] = 1;
+            } else
+                alive++;
+        }
+        if (!alive)
+            break;
+        usleep(10000);
+    }
+    for (int d = 0; d < r->ndev; d++)
+        r->w[d].exited = 1;
+}
+
 static void stop_all(run *r)
 {
     ein_msg sd = {.type = EIN_MSG_SHUTDOWN};
     for (int d = 0; d < r->ndev; d++)
         if (r->w[d].spoke && !r->w[d].exited)
             send_to(r, d, &sd, NULL);
+    if (r->o->nhosts > 0) {
+        stop_agents(r);
+        return;
+    }
     if (r->o->manual) {
         /* Not our children: ask, then make sure. */
         usleep(200000);
@@ -545,6 +665,14 @@ static void cleanup(run *r)
     r->masked = 0;
     free(r->w);
     r->w = NULL;
+    for (int d = 0; r->addr && d < r->ndev; d++)
+        free(r->addr[d].data);
+    free(r->addr);
+    free(r->agent);
+    free(r->agent_exited);
+    r->addr = NULL;
+    r->agent = NULL;
+    r->agent_exited = NULL;
     r->router = r->zctx = NULL;
     r->sfd = -1;
     r->status = NULL;
@@ -703,6 +831,56 @@ static int finish(run *r, int rc, ein_error *err)
     return rc;
 }
 
+/* Several hosts: one agent per host; each worker's program goes out on
+ * its first heartbeat, relayed by its agent, as on one host. */
+static int start_hosts(run *r, ein_error *err)
+{
+    const co_run_opts *o = r->o;
+    if (o->manual || o->wrapper || o->debug_device >= 0 || o->cuda || o->trace_path)
+        return ein_fail(err, EIN_EUNSUPPORTED, "a run on several hosts takes no --manual-workers, "
+                        "--worker-wrapper, --debug-device, --trace or CUDA devices yet");
+    if (!o->node_path || !o->host_of)
+        return ein_fail(err, EIN_EINVAL, "a run on several hosts without its agents");
+    for (int d = 0; d < r->ndev; d++)
+        if (o->host_of[d] < 0 || o->host_of[d] >= o->nhosts)
+            return ein_fail(err, EIN_EINVAL, "device %d is on host %d of %d", d, o->host_of[d],
+                            o->nhosts);
+    if (!(r->agent = calloc((size_t)o->nhosts, sizeof *r->agent)) ||
+        !(r->agent_exited = calloc((size_t)o->nhosts, 1)) ||
+        !(r->addr = calloc((size_t)r->ndev, sizeof *r->addr)))
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    for (int d = 0; d < r->ndev; d++) {
+        r->w[d].phase = W_SPAWNED;
+        r->w[d].instr = -1;
+        r->w[d].last_seen = ein_now_s();
+    }
+    for (int h = 0; h < o->nhosts; h++) {
+        int rc = co_hosts_spawn_agent(o, h, r->ndev, r->endpoint, &r->oldmask, &r->agent[h], err);
+        if (rc < 0)
+            return rc;
+        co_guard_add_pid(&r->guard, r->agent[h]);
+    }
+    return 0;
+}
+
+/* Several hosts: every worker has loaded; tell each the UCX addresses of
+ * the devices of other hosts (empty: same host, shared memory). */
+static int send_peers(run *r, ein_error *err)
+{
+    ein_bytes *a = calloc((size_t)r->ndev, sizeof *a);
+    int rc = 0;
+    if (!a)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    for (int d = 0; d < r->ndev && rc == 0; d++) {
+        for (int p = 0; p < r->ndev; p++)
+            a[p] = r->o->host_of[p] != r->o->host_of[d] ? r->addr[p] : (ein_bytes){0};
+        ein_msg m = {.type = EIN_MSG_PEERS, .addrs = a, .naddrs = r->ndev};
+        rc = send_to(r, d, &m, err);
+    }
+    free(a);
+    return rc;
+}
+
 int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
                      co_session **out, ein_error *err)
 {
@@ -759,7 +937,10 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         goto out;
     }
     snprintf(r->run_id, sizeof r->run_id, "%ld-%s", (long)getpid(), strrchr(r->dir, '.') + 1);
-    snprintf(r->endpoint, sizeof r->endpoint, "ipc://%s/coord.sock", r->dir);
+    snprintf(r->endpoint, sizeof r->endpoint, "%s",
+             o->nhosts > 0 ? "tcp://127.0.0.1:*" : "");
+    if (!o->nhosts)
+        snprintf(r->endpoint, sizeof r->endpoint, "ipc://%s/coord.sock", r->dir);
     if ((rc = co_guard_start(&r->guard, r->dir, r->run_id, ndev, o->cleanup_paths, o->ncleanup,
                              err)) < 0)
         goto out;
@@ -774,15 +955,28 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         rc = ein_fail(err, EIN_EIO, "bind %s: %s", r->endpoint, zmq_strerror(errno));
         goto out;
     }
+    if (o->nhosts > 0) {
+        size_t elen = sizeof r->endpoint;
+        zmq_getsockopt(r->router, ZMQ_LAST_ENDPOINT, r->endpoint, &elen);
+        if (o->verbose)
+            fprintf(stderr, "einsummable: coordinator at %s, %d hosts\n", r->endpoint, o->nhosts);
+    }
     if ((rc = status_create(r, err)) < 0)
         goto out;
     if (o->prepare && (rc = o->prepare(o->prepare_ctx, r->dir, err)) < 0)
         goto out;
-    for (int d = 0; d < ndev; d++)
-        if ((rc = spawn(r, d, err)) < 0)
+    if (o->nhosts > 0) {
+        if ((rc = start_hosts(r, err)) < 0)
             goto out;
+    } else {
+        for (int d = 0; d < ndev; d++)
+            if ((rc = spawn(r, d, err)) < 0)
+                goto out;
+    }
     r->deadline = o->timeout > 0 ? ein_now_s() + o->timeout : 0;
     rc = wait_all(r, W_LOADED, 0, NULL, err);
+    if (rc == 0 && o->nhosts > 0)
+        rc = send_peers(r, err);
 out:
     if (rc < 0) {
         finish(r, rc, err);
