@@ -4,7 +4,9 @@
  * co_hosts_spawn_agent starts the agent of host `h` on this machine (the
  * pseudo-hosts of einrun --fake-hosts; ssh, srun and mpirun launchers are
  * not written yet): einnode with the devices d whose host_of[d] is h,
- * connecting to `endpoint`, watching this process. The child gets `mask`
+ * connecting to `endpoint`, watching this process, with the variables
+ * `env` (NULL-terminated "NAME=VALUE"s: its CURVE keys) added to its
+ * environment (never its command line). The child gets `mask`
  * as its signal mask, SIGTERM/SIGINT/SIGHUP/SIGCHLD unblocked. Returns 0
  * with *pid set, or a negative code (err filled). */
 #ifndef CO_HOSTS_H
@@ -17,7 +19,8 @@
 #include "coordinator/co_run.h"
 
 int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endpoint,
-                         const sigset_t *mask, pid_t *pid, ein_error *err);
+                         const char *const *env, const sigset_t *mask, pid_t *pid,
+                         ein_error *err);
 
 /* "2-3" or "0,2": the devices of host h, into buf. */
 void co_hosts_devices(const co_run_opts *o, int h, int ndev, char *buf, size_t len);

@@ -22,6 +22,7 @@
 #include "common/ein_status.h"
 #include "common/ein_wire.h"
 #include "coordinator/co_guard.h"
+#include "coordinator/co_curve.h"
 #include "coordinator/co_hosts.h"
 
 enum { W_SPAWNED, W_PROGRAM_SENT, W_LOADED, W_STARTED, W_DONE, W_CANCELLED };
@@ -65,6 +66,7 @@ struct co_session {
     pid_t *agent;
     char *agent_exited;
     ein_bytes *addr;
+    co_curve *curve;    /* the agents' keys (co_curve.h) */
 };
 typedef struct co_session run;
 
@@ -271,13 +273,19 @@ static int recv_message(run *r, char *id, size_t idcap, size_t *idlen, zmq_msg_t
     if (r->o->nhosts > 0) {
         /* From an agent: its identity "n<h>" first (node/nd_agent.h). */
         char aid[16];
-        int an = zmq_recv(r->router, aid, sizeof aid - 1, ZMQ_DONTWAIT);
-        if (an < 0)
+        zmq_msg_t am;
+        zmq_msg_init(&am);
+        if (zmq_msg_recv(&am, r->router, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&am);
             return errno == EAGAIN ? 0 : ein_fail(err, EIN_EIO, "zmq_recv: %s", zmq_strerror(errno));
-        aid[an < (int)sizeof aid - 1 ? an : (int)sizeof aid - 1] = '\0';
-        zmq_getsockopt(r->router, ZMQ_RCVMORE, &more, &ml);
-        char *end;
+        }
+        size_t an = zmq_msg_size(&am) < sizeof aid - 1 ? zmq_msg_size(&am) : sizeof aid - 1;
+        memcpy(aid, zmq_msg_data(&am), an);
+        aid[an] = '\0';
+        more = zmq_msg_more(&am);
+        char *end = aid;
         long h = aid[0] == 'n' ? strtol(aid + 1, &end, 10) : -1;
+        zmq_msg_close(&am);
         if (h < 0 || h >= r->o->nhosts || *end || !more) {
             while (more && zmq_getsockopt(r->router, ZMQ_RCVMORE, &more, &ml) == 0 && more) {
                 zmq_msg_t junk;
@@ -285,7 +293,9 @@ static int recv_message(run *r, char *id, size_t idcap, size_t *idlen, zmq_msg_t
                 zmq_msg_recv(&junk, r->router, 0);
                 zmq_msg_close(&junk);
             }
-            return ein_fail(err, EIN_EPROTO, "a message from a peer that is no host's agent");
+            fprintf(stderr, "einsummable: dropped a message from a peer that is not the agent it "
+                            "claims to be ('%s')\n", aid);
+            return 0;
         }
         *host = (int)h;
     }
@@ -305,6 +315,14 @@ static int recv_message(run *r, char *id, size_t idcap, size_t *idlen, zmq_msg_t
         zmq_msg_init(&junk);
         zmq_msg_recv(&junk, r->router, 0);
         zmq_msg_close(&junk);
+    }
+    /* Several hosts: the sender's CURVE key must be that host's agent's
+     * (its ZAP User-Id, co_curve.h), whatever identity it claims. */
+    if (*host >= 0 && !co_curve_user_ok(zm, *host)) {
+        zmq_msg_close(zm);
+        fprintf(stderr, "einsummable: dropped a message from a peer that is not the agent of "
+                        "host %d it claims to be\n", *host);
+        return 0;
     }
     *idlen = (size_t)n < idcap ? (size_t)n : idcap;
     return 1;
@@ -627,6 +645,8 @@ static void cleanup(run *r)
 {
     if (r->router)
         zmq_close(r->router);
+    co_curve_stop(r->curve);
+    r->curve = NULL;
     if (r->zctx)
         zmq_ctx_term(r->zctx);
     if (r->sfd >= 0)
@@ -855,7 +875,11 @@ static int start_hosts(run *r, ein_error *err)
         r->w[d].last_seen = ein_now_s();
     }
     for (int h = 0; h < o->nhosts; h++) {
-        int rc = co_hosts_spawn_agent(o, h, r->ndev, r->endpoint, &r->oldmask, &r->agent[h], err);
+        char env[3][64];
+        co_curve_env(r->curve, h, env[0], env[1], env[2]);
+        const char *extra[] = {env[0], env[1], env[2], NULL};
+        int rc = co_hosts_spawn_agent(o, h, r->ndev, r->endpoint, extra, &r->oldmask,
+                                      &r->agent[h], err);
         if (rc < 0)
             return rc;
         co_guard_add_pid(&r->guard, r->agent[h]);
@@ -951,6 +975,10 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
     zmq_setsockopt(r->router, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(r->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     zmq_setsockopt(r->router, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
+    /* Several hosts: TCP, which anyone can reach: only this run's agents
+     * may speak (co_curve.h). */
+    if (o->nhosts > 0 && (rc = co_curve_start(r->zctx, r->router, o->nhosts, &r->curve, err)) < 0)
+        goto out;
     if (zmq_bind(r->router, r->endpoint) < 0) {
         rc = ein_fail(err, EIN_EIO, "bind %s: %s", r->endpoint, zmq_strerror(errno));
         goto out;

@@ -83,7 +83,8 @@ static void report(nd *a, int d, const char *fmt, ...)
     va_end(ap);
     if (a->status && a->status[d].instr >= 0)
         m.instr = a->status[d].instr;
-    say(a, "%s", m.text);
+    if (a->cfg->verbose || !a->dealer)
+        say(a, "%s", m.text);
     void *buf = NULL;
     size_t len = 0;
     char id[16];
@@ -321,9 +322,31 @@ static int setup(nd *a, ein_error *err)
     zmq_setsockopt(a->dealer, ZMQ_ROUTING_ID, a->ident, strlen(a->ident));
     zmq_setsockopt(a->dealer, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(a->dealer, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
+    /* The run's CURVE keys (coordinator/co_curve.h), from the launcher;
+     * the workers never see them. */
+    const char *srv = getenv("EIN_CURVE_SERVER"), *pub = getenv("EIN_CURVE_PUBLIC"),
+               *sec = getenv("EIN_CURVE_SECRET");
+    if (srv && pub && sec) {
+        if (strlen(srv) != 40 || strlen(pub) != 40 || strlen(sec) != 40 ||
+            zmq_setsockopt(a->dealer, ZMQ_CURVE_SERVERKEY, srv, 40) < 0 ||
+            zmq_setsockopt(a->dealer, ZMQ_CURVE_PUBLICKEY, pub, 40) < 0 ||
+            zmq_setsockopt(a->dealer, ZMQ_CURVE_SECRETKEY, sec, 40) < 0)
+            return ein_fail(err, EIN_EINVAL, "the CURVE keys in the environment are not valid");
+    } else {
+        return ein_fail(err, EIN_EINVAL, "no CURVE keys (EIN_CURVE_SERVER, EIN_CURVE_PUBLIC, "
+                        "EIN_CURVE_SECRET): the coordinator's launcher passes them");
+    }
+    unsetenv("EIN_CURVE_SERVER");
+    unsetenv("EIN_CURVE_PUBLIC");
+    unsetenv("EIN_CURVE_SECRET");
     if (zmq_connect(a->dealer, c->coordinator) < 0)
         return ein_fail(err, EIN_EIO, "connect to the coordinator at %s: %s", c->coordinator,
                         zmq_strerror(errno));
+    /* A worker's crash is the coordinator's to report (its signal, its
+     * instruction): UCX's own handler (read when libucs loads) would catch
+     * it and print a trace instead. */
+    if (!getenv("UCX_HANDLE_ERRORS"))
+        setenv("UCX_HANDLE_ERRORS", "none", 1);
     /* A pseudo-host: over TCP, as between hosts, on the loopback only. */
     if (c->fake && !getenv("UCX_TLS"))
         setenv("UCX_TLS", "tcp", 1);

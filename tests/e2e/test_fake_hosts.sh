@@ -11,6 +11,7 @@ B=${EIN_BUILDDIR:-.}
 EINRUN="$B/einrun"
 EINGEN="$B/eingen"
 NPYTOOL="$B/tests/e2e/npytool"
+ROGUE="$B/tests/e2e/zmq_rogue"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 S=$(mktemp -d "${TMPDIR:-/tmp}/ein-fh.XXXXXX") || exit 1
 export TMPDIR="$S"
@@ -26,7 +27,7 @@ fi
 shm_before=$(ls /dev/shm | grep '^ein-' | sort)
 
 # leftovers_fh: agents or workers of this scratch directory still running,
-# run directories, shared memory that was not there before.
+# run directories, shared memory of an agent that is gone.
 leftovers_fh() {
     l=""
     for p in /proc/[0-9]*; do
@@ -35,8 +36,11 @@ leftovers_fh() {
     done
     for f in "$S"/einrun.*; do [ -e "$f" ] && l="$l $f;"; done
 
+    # New shared memory whose owner (the pid in its name: an agent's) is
+    # gone; other runs on the machine may come and go meanwhile.
     for f in $(ls /dev/shm | grep '^ein-' | sort); do
-        echo "$shm_before" | grep -qx "$f" || l="$l /dev/shm/$f;"
+        o=${f#ein-}; o=${o%%-*}
+        echo "$shm_before" | grep -qx "$f" || [ -d "/proc/$o" ] || l="$l /dev/shm/$f;"
     done
     echo "$l"
 }
@@ -63,7 +67,7 @@ same() {
     fi
 }
 
-echo "1..4"
+echo "1..7"
 write_ffn ffn.ein
 # The FFN's plan aggregates inside a host at P = 4 over 2 hosts; over 4
 # hosts every block that moves crosses hosts.
@@ -82,3 +86,66 @@ if [ "$rc" -ne 0 ] && grep -q "fake hosts: 3 for 2 devices" bad.txt; then
 else
     not_ok "more fake hosts than devices is refused" "exit $rc" "$(cat bad.txt)"
 fi
+
+# wait_for FILE PATTERN: until a line of FILE matches (at most 10 s).
+wait_for() {
+    i=0
+    while ! grep -q -- "$2" "$1" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+}
+
+# Control is CURVE-authenticated: a peer without the run's keys that
+# claims to be an agent is dropped and reported; the run goes on.
+rm -f one.npy two.npy
+"$EINRUN" -q --cpu 4 --output y=one.npy --seed 3 ffn.ein > one.txt 2>&1
+EIN_FAULT=0:slow:3 "$EINRUN" -v --cpu 4 --fake-hosts 2 --output y=two.npy --seed 3 ffn.ein \
+    > curve.txt 2>&1 &
+pid=$!
+wait_for curve.txt "coordinator at tcp://"
+ep=$(sed -n 's/.*coordinator at \(tcp:\/\/[0-9.:]*\),.*/\1/p' curve.txt | head -1)
+[ -n "$ep" ] && "$ROGUE" "$ep"
+wait $pid
+rc=$?
+if [ "$rc" -ne 0 ]; then not_ok "an unauthenticated peer is dropped" "exit $rc" "$(cat curve.txt)"
+elif ! grep -q "dropped a peer that connected to tcp://.*CURVE handshake" curve.txt; then
+    not_ok "an unauthenticated peer is dropped" "not reported:" "$(cat curve.txt)"
+elif ! "$NPYTOOL" compare one.npy two.npy 1e-5 > cmp.txt 2>&1; then
+    not_ok "an unauthenticated peer is dropped" "wrong result:" "$(cat cmp.txt)"
+else ok "an unauthenticated peer is dropped and reported; the run is right"
+fi
+
+# check_fault NAME PATTERN RC MS LIMIT: exit status 1 within LIMIT ms,
+# PATTERN in the report, nothing left on either pseudo-host.
+check_fault() {
+    name=$1; pat=$2; rc=$3; ms=$4; limit=$5
+    left=$(leftovers_fh)
+    if [ "$rc" -ne 1 ]; then not_ok "$name" "exit status $rc, expected 1" "$(cat out.txt)"
+    elif ! grep -q -- "$pat" out.txt; then not_ok "$name" "message does not match '$pat':" "$(cat out.txt)"
+    elif [ "$ms" -gt "$limit" ]; then not_ok "$name" "took $ms ms, more than $limit"
+    elif [ -n "$left" ]; then not_ok "$name" "left behind:$left"
+    else ok "$name ($ms ms)"
+    fi
+}
+
+t0=$(date +%s%N)
+EIN_FAULT=3:crash:2 "$EINRUN" -q --cpu 4 --fake-hosts 2 ffn.ein > out.txt 2>&1
+rc=$?
+check_fault "a remote worker killed is reported naming host, device, operator" \
+    "device 3 (pid [0-9]*) failed in instruction 2 (.*operator '.*'): on host 1, einworker pid [0-9]* was killed by signal 11" \
+    $rc $(( ($(date +%s%N) - t0) / 1000000 )) 15000
+
+# kill -9 of the agent of host 1 in the middle of a run (device 0 is slow).
+EIN_FAULT=0:slow:3 "$EINRUN" -q --cpu 4 --fake-hosts 2 ffn.ein > out.txt 2>&1 &
+pid=$!
+agent=""
+i=0
+while [ -z "$agent" ] && [ $i -lt 100 ]; do
+    agent=$(pgrep -P $pid -f "einnode .*--host 1 " | head -1); i=$((i + 1)); sleep 0.1
+done
+sleep 1
+t0=$(date +%s%N)
+[ -n "$agent" ] && kill -9 "$agent"
+wait $pid
+rc=$?
+check_fault "a remote agent killed is reported naming the host and its devices" \
+    "host 1 (agent einnode pid $agent, devices 2-3) was killed by signal 9" \
+    $rc $(( ($(date +%s%N) - t0) / 1000000 )) 5000
