@@ -117,16 +117,14 @@ static int send_to(run *r, int d, const ein_msg *m, ein_error *err)
     if (rc < 0)
         return rc;
     snprintf(id, sizeof id, "w%d", d);
-    if (r->o->nhosts > 0) {
-        char aid[16];
-        snprintf(aid, sizeof aid, "n%d", r->o->host_of[d]);
-        if (zmq_send(r->router, aid, strlen(aid), ZMQ_SNDMORE) < 0)
-            rc = ein_fail(err, EIN_EWORKER, "device %d: cannot reach the agent of host %d: %s",
-                          d, r->o->host_of[d], zmq_strerror(errno));
-    }
-    if (rc < 0) {
-    } else if (zmq_send(r->router, id, strlen(id), ZMQ_SNDMORE) < 0 ||
-        zmq_send(r->router, buf, len, 0) < 0)
+    /* Several hosts: through the agent of d's host ("n<h>", then d's identity). */
+    char aid[16];
+    snprintf(aid, sizeof aid, "n%d", r->o->nhosts > 0 ? r->o->host_of[d] : 0);
+    if (r->o->nhosts > 0 && zmq_send(r->router, aid, strlen(aid), ZMQ_SNDMORE) < 0)
+        rc = ein_fail(err, EIN_EWORKER, "device %d: cannot reach the agent of host %d: %s", d,
+                      r->o->host_of[d], zmq_strerror(errno));
+    else if (zmq_send(r->router, id, strlen(id), ZMQ_SNDMORE) < 0 ||
+             zmq_send(r->router, buf, len, 0) < 0)
         rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld): cannot send %s: %s", d,
                       (long)r->w[d].pid, ein_msg_type_name(m->type), zmq_strerror(errno));
     free(buf);
