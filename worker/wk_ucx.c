@@ -47,7 +47,65 @@ int wk_ucx_drain(wk_ucx *u, ein_error *err) { (void)u, (void)err; return 0; }
 
 #else
 
+#include <dlfcn.h>
 #include <ucp/api/ucp.h>
+
+/* UCX is loaded (dlopen) by the workers of a run on several hosts only:
+ * linked in, its libucs would install its own SIGSEGV handler in every
+ * worker (and print a backtrace instead of dying of the signal, which the
+ * coordinator reports), and every worker would pay for loading it. */
+#define UCX_FUNCS(X)                                                                         \
+    X(ucp_cleanup) X(ucp_config_read) X(ucp_config_release) X(ucp_ep_close_nbx)              \
+    X(ucp_ep_create) X(ucp_init_version) X(ucp_request_cancel) X(ucp_request_check_status)  \
+    X(ucp_request_free) X(ucp_tag_msg_recv_nbx) X(ucp_tag_probe_nb) X(ucp_tag_recv_nbx)     \
+    X(ucp_tag_send_nbx) X(ucp_worker_create) X(ucp_worker_destroy) X(ucp_worker_get_address) \
+    X(ucp_worker_progress) X(ucp_worker_release_address) X(ucs_status_string)
+
+static struct {
+#define X(f) __typeof__(&f) f;
+    UCX_FUNCS(X)
+#undef X
+} ucx;
+
+/* Load libucp once; fails naming what is missing. */
+static int ucx_load(ein_error *err)
+{
+    static void *lib;
+    if (lib)
+        return 0;
+    void *h = dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return ein_fail(err, EIN_EUNSUPPORTED, "cannot load UCX (libucp.so.0: %s): install "
+                        "libucx0 to take part in a run on several hosts", dlerror());
+#define X(f)                                                                                 \
+    if (!(*(void **)&ucx.f = dlsym(h, #f))) {                                                \
+        dlclose(h);                                                                          \
+        return ein_fail(err, EIN_EUNSUPPORTED, "UCX (libucp.so.0) has no %s", #f);           \
+    }
+    UCX_FUNCS(X)
+#undef X
+    lib = h;
+    return 0;
+}
+
+#define ucp_cleanup ucx.ucp_cleanup
+#define ucp_config_read ucx.ucp_config_read
+#define ucp_config_release ucx.ucp_config_release
+#define ucp_ep_close_nbx ucx.ucp_ep_close_nbx
+#define ucp_ep_create ucx.ucp_ep_create
+#define ucp_request_cancel ucx.ucp_request_cancel
+#define ucp_request_check_status ucx.ucp_request_check_status
+#define ucp_request_free ucx.ucp_request_free
+#define ucp_tag_msg_recv_nbx ucx.ucp_tag_msg_recv_nbx
+#define ucp_tag_probe_nb ucx.ucp_tag_probe_nb
+#define ucp_tag_recv_nbx ucx.ucp_tag_recv_nbx
+#define ucp_tag_send_nbx ucx.ucp_tag_send_nbx
+#define ucp_worker_create ucx.ucp_worker_create
+#define ucp_worker_destroy ucx.ucp_worker_destroy
+#define ucp_worker_get_address ucx.ucp_worker_get_address
+#define ucp_worker_progress ucx.ucp_worker_progress
+#define ucp_worker_release_address ucx.ucp_worker_release_address
+#define ucs_status_string ucx.ucs_status_string
 
 /* Tags: bit 63 clear, (device << 32 | buffer) for a block; bit 63 set,
  * (device << 32) for a CANCELLED. */
@@ -80,6 +138,9 @@ static uint64_t tag_of(int dev, int buffer)
 
 int wk_ucx_new(int ndevices, int device, wk_ucx **out, ein_error *err)
 {
+    int rc = ucx_load(err);
+    if (rc < 0)
+        return rc;
     wk_ucx *u = calloc(1, sizeof *u);
     ucs_status_t st;
     if (!u || !(u->ep = calloc((size_t)ndevices, sizeof *u->ep))) {
@@ -94,7 +155,7 @@ int wk_ucx_new(int ndevices, int device, wk_ucx **out, ein_error *err)
         wk_ucx_free(u);
         return ein_fail(err, EIN_EIO, "UCX configuration: %s", ucs_status_string(st));
     }
-    st = ucp_init(&p, cfg, &u->ctx);
+    st = ucx.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &p, cfg, &u->ctx);
     ucp_config_release(cfg);
     if (st != UCS_OK) {
         u->ctx = NULL;
