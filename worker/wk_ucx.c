@@ -190,8 +190,8 @@ static ucs_status_t wait_req(wk_ucx *u, void *req)
     for (int idle = 0; (st = ucp_request_check_status(req)) == UCS_INPROGRESS;) {
         if (ucp_worker_progress(u->worker))
             idle = 0;
-        else if (++idle > 1000)
-            nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL); /* 20 us */
+        else if (++idle > 50)
+            nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL); /* 20 us: spinning starves the peer on a loaded machine */
     }
     ucp_request_free(req);
     return st;
@@ -347,7 +347,7 @@ int wk_ucx_flush(wk_ucx *u, ein_error *err)
     for (int idle = 0; u->ninflight > 0;)
         if (wk_ucx_progress(u))
             idle = 0;
-        else if (++idle > 1000)
+        else if (++idle > 50)
             nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL);
     return 0;
 }
