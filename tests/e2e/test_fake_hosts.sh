@@ -67,7 +67,7 @@ same() {
     fi
 }
 
-echo "1..7"
+echo "1..8"
 write_ffn ffn.ein
 # The FFN's plan aggregates inside a host at P = 4 over 2 hosts; over 4
 # hosts every block that moves crosses hosts.
@@ -149,3 +149,29 @@ rc=$?
 check_fault "a remote agent killed is reported naming the host and its devices" \
     "host 1 (agent einnode pid $agent, devices 2-3) was killed by signal 9" \
     $rc $(( ($(date +%s%N) - t0) / 1000000 )) 5000
+
+# kill -9 of the coordinator mid-run: both pseudo-hosts clean themselves
+# (the agents die with their guard's kill or watching einrun; their
+# workers with them; each agent's guard removes its files) within 5 s.
+EIN_FAULT=0:slow:3 "$EINRUN" -q --cpu 4 --fake-hosts 2 ffn.ein > out.txt 2>&1 &
+pid=$!
+agents=""
+i=0
+while [ "$(echo $agents | wc -w)" -lt 2 ] && [ $i -lt 100 ]; do
+    agents=$(pgrep -P $pid -f "einnode "); i=$((i + 1)); sleep 0.1
+done
+sleep 1
+kill -9 $pid
+wait $pid 2>/dev/null
+i=0
+while [ $i -lt 50 ]; do
+    alive=""
+    for a in $agents; do [ -d "/proc/$a" ] && alive="$alive $a"; done
+    left="$alive$(leftovers_fh)"
+    [ -z "$left" ] && break
+    i=$((i + 1)); sleep 0.1
+done
+if [ -z "$agents" ]; then not_ok "the coordinator killed leaves both hosts clean" "no agent seen"
+elif [ -n "$left" ]; then not_ok "the coordinator killed leaves both hosts clean" "after 5 s:$left"
+else ok "the coordinator killed leaves both hosts clean ($((i * 100)) ms)"
+fi
