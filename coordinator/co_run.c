@@ -702,8 +702,31 @@ static void cleanup(run *r)
  * an ERROR it sent before exiting beats its exit status, and its death
  * beats a failed send. Look for either for up to a second. Failures that
  * already carry a worker's own account are left alone. */
+/* Several hosts: a worker's failure that is only the consequence of a
+ * peer's death (a peer it cannot reach any more) is explained better by
+ * that death, which its agent reports as an ERROR saying how the worker
+ * ended ("was killed by", "exited with"): look for one for half a second. */
+static void explain_by_death(run *r, co_worker_stats *stats, ein_error *err)
+{
+    double until = ein_now_s() + 0.5;
+    for (double left = 0.5; left > 0; left = until - ein_now_s()) {
+        zmq_pollitem_t it = {.socket = r->router, .events = ZMQ_POLLIN};
+        if (zmq_poll(&it, 1, (long)((left < 0.05 ? left : 0.05) * 1000) + 1) <= 0)
+            continue;
+        ein_error late = {0};
+        if (handle_message(r, stats, &late) < 0 && late.code == EIN_EWORKER &&
+            (strstr(late.msg, " was killed by ") || strstr(late.msg, " exited with "))) {
+            *err = late;
+            return;
+        }
+    }
+}
+
 static void explain_failure(run *r, co_worker_stats *stats, int shutting_down, ein_error *err)
 {
+    if (err && r->o->nhosts > 0 && strstr(err->msg, ") failed ") &&
+        !strstr(err->msg, " was killed by ") && !strstr(err->msg, " exited with "))
+        explain_by_death(r, stats, err);
     if (!err || strstr(err->msg, ") failed ") || strstr(err->msg, "malformed"))
         return;
     int have_death = strstr(err->msg, ") was killed") || strstr(err->msg, ") exited with");
