@@ -485,6 +485,8 @@ static const char *o_wrapper_or_worker(const run *r, int d)
 static int reap_agents(run *r, int shutting_down, ein_error *err)
 {
     int rc = 0;
+    if (!r->agent)
+        return 0;
     for (int h = 0; h < r->o->nhosts; h++) {
         int status = 0;
         if (r->agent[h] <= 0 || r->agent_exited[h])
@@ -566,6 +568,8 @@ static int reap(run *r, int shutting_down, ein_error *err)
  * cleans its host), SIGKILL after 3 s (their guards clean then). */
 static void stop_agents(run *r)
 {
+    if (!r->agent)
+        return; /* none started */
     for (int h = 0; h < r->o->nhosts; h++)
         if (r->agent[h] > 0 && !r->agent_exited[h])
             kill(r->agent[h], SIGTERM);

@@ -248,7 +248,8 @@ static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts 
                     "libucx-dev and configure again): runs on several hosts are refused");
 #else
     if (n < 2 || n > ndev)
-        return ein_fail(err, EIN_EINVAL, "fake hosts: %d for %d devices (2 to %d)", n, ndev, ndev);
+        return ein_fail(err, EIN_EINVAL, "fake hosts: %d for %d device%s (from 2 to one per "
+                        "device)", n, ndev, ndev == 1 ? "" : "s");
     if (!(s->host_of = calloc((size_t)ndev, sizeof *s->host_of)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     for (int d = 0; d < ndev; d++)

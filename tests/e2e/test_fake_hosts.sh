@@ -79,13 +79,17 @@ same "FFN at P = 4 over 4 fake hosts equals one host" 4 ffn.ein y 1e-5 --seed 3
 same "LLaMA block at P = 4 over 2 fake hosts equals one host" 2 llama.ein \
     "$(sed -n 's/^save \([A-Za-z0-9_]*\).*/\1/p' llama.ein | tail -1)" 1e-4 --seed 5
 
-# Bad use is refused, naming what is wrong.
+# Bad use is refused, naming what is wrong (exit 1, no crash).
 "$EINRUN" -q --cpu 2 --fake-hosts 3 ffn.ein > bad.txt 2>&1
-rc=$?
-if [ "$rc" -ne 0 ] && grep -q "fake hosts: 3 for 2 devices" bad.txt; then
-    ok "more fake hosts than devices is refused"
+rc1=$?
+"$EINRUN" -q --cpu 2 --fake-hosts 2 --trace t.json ffn.ein > bad2.txt 2>&1
+rc2=$?
+if [ "$rc1" -eq 1 ] && grep -q "fake hosts: 3 for 2 devices" bad.txt &&
+   [ "$rc2" -eq 1 ] && grep -q "several hosts takes no .*--trace" bad2.txt; then
+    ok "more fake hosts than devices, or --trace, is refused"
 else
-    not_ok "more fake hosts than devices is refused" "exit $rc" "$(cat bad.txt)"
+    not_ok "more fake hosts than devices, or --trace, is refused" "exit $rc1, $rc2" \
+        "$(cat bad.txt bad2.txt)"
 fi
 
 # wait_for FILE PATTERN: until a line of FILE matches (at most 10 s).
