@@ -131,8 +131,12 @@ check_fault() {
     fi
 }
 
+# Under AddressSanitizer the SIGSEGV must kill the worker as it would in a
+# normal build, not be caught and reported by ASan (as in test_faults.sh).
+saved_asan=${ASAN_OPTIONS-}
 t0=$(date +%s%N)
-EIN_FAULT=3:crash:2 "$EINRUN" -q --cpu 4 --fake-hosts 2 ffn.ein > out.txt 2>&1
+ASAN_OPTIONS="${saved_asan:+$saved_asan:}handle_segv=0" EIN_FAULT=3:crash:2 \
+    "$EINRUN" -q --cpu 4 --fake-hosts 2 ffn.ein > out.txt 2>&1
 rc=$?
 check_fault "a remote worker killed is reported naming host, device, operator" \
     "device 3 (pid [0-9]*) failed in instruction 2 (.*operator '.*'): on host 1, einworker pid [0-9]* was killed by signal 11" \
