@@ -964,6 +964,26 @@ static int sample_messages(ein_msg *ms)
     ms[n].type = EIN_MSG_SHUTDOWN, n++;
     ms[n].type = EIN_MSG_CANCEL, n++;
     ms[n].type = EIN_MSG_CANCELLED, ms[n].device = 4, n++;
+    /* Runs on several hosts: HELLO with its UCX address, PEERS (owned by
+     * the message, as a decoded one's: ein_msg_clear frees them). */
+    for (int k = 0; k < 2; k++) {
+        int na = k ? 3 : 1;
+        ein_bytes *b = calloc((size_t)na, sizeof *b);
+        assert_non_null(b);
+        for (int a = 0; a < na; a++) {
+            b[a].len = a == 1 ? 0 : (uint32_t)(40 - 37 * (a / 2));
+            if (b[a].len) {
+                b[a].data = malloc(b[a].len);
+                assert_non_null(b[a].data);
+                for (uint32_t i = 0; i < b[a].len; i++)
+                    ((unsigned char *)b[a].data)[i] = (unsigned char)(250 - 3 * i - a);
+            }
+        }
+        ms[n].type = k ? EIN_MSG_PEERS : EIN_MSG_HELLO;
+        if (!k)
+            ms[n].device = 2, ms[n].pid = 77;
+        ms[n].addrs = b, ms[n].naddrs = na, n++;
+    }
     return n;
 }
 
