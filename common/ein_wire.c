@@ -259,7 +259,7 @@ int ein_mp_pack_cstr(msgpack_packer *pk, const char *s)
 
 static const char *const msg_names[EIN_MSG_COUNT] = {
     "hello", "program", "start", "ready", "heartbeat", "done", "error", "shutdown",
-    "cancel", "cancelled",
+    "cancel", "cancelled", "peers",
 };
 
 const char *ein_msg_type_name(ein_msg_type t)
@@ -270,14 +270,14 @@ const char *ein_msg_type_name(ein_msg_type t)
 enum {
     F_TYPE, F_V, F_DEVICE, F_PID, F_BUFFER, F_INSTR, F_CODE, F_OP, F_TEXT,
     F_T_TOTAL, F_T_KERNEL, F_T_COPY, F_T_WAIT, F_PROGRAM, F_STORE, F_RELOAD,
-    F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED, F_G_ERROR, F_T_DEVICE, F_G_SHORT, F_COUNT
+    F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED, F_G_ERROR, F_T_DEVICE, F_G_SHORT, F_ADDRS, F_COUNT
 };
 
 static const char *const field_names[F_COUNT] = {
     "type", "v", "device", "pid", "buffer", "instr", "code", "op", "text",
     "t_total", "t_kernel", "t_copy", "t_wait", "program", "store", "reload",
     "graphs_captured", "graphs_launched", "graphs_failed", "graph_error", "t_device",
-    "graphs_short",
+    "graphs_short", "addrs",
 };
 
 #define B(f) (1u << (f))
@@ -294,12 +294,14 @@ static const unsigned msg_fields[EIN_MSG_COUNT] = {
     [EIN_MSG_SHUTDOWN] = 0,
     [EIN_MSG_CANCEL] = 0,
     [EIN_MSG_CANCELLED] = B(F_DEVICE),
+    [EIN_MSG_PEERS] = B(F_ADDRS),
 };
 
 /* Optional fields: allowed, not required; encoded only when set. */
 static const unsigned msg_optional[EIN_MSG_COUNT] = {
     [EIN_MSG_DONE] = B(F_G_CAPTURED) | B(F_G_LAUNCHED) | B(F_G_FAILED) | B(F_G_ERROR) |
                      B(F_T_DEVICE) | B(F_G_SHORT),
+    [EIN_MSG_HELLO] = B(F_ADDRS),
 };
 
 /* Whether optional field i of m carries something. */
@@ -312,6 +314,7 @@ static int optional_set(const ein_msg *m, int i)
     case F_G_SHORT: return m->graphs_short != 0;
     case F_G_ERROR: return m->graph_error[0] != '\0';
     case F_T_DEVICE: return m->t_device != 0;
+    case F_ADDRS: return m->naddrs > 0;
     default: return 0;
     }
 }
@@ -367,6 +370,20 @@ static int pack_msg(msgpack_packer *pk, const ein_msg *m, ein_error *err)
         case F_G_SHORT: e |= msgpack_pack_int32(pk, m->graphs_short); break;
         case F_G_ERROR: e |= pack_fixed_str(pk, m->graph_error, sizeof m->graph_error); break;
         case F_T_DEVICE: e |= msgpack_pack_int32(pk, m->t_device ? 1 : 0); break;
+        case F_ADDRS:
+            if (m->naddrs < 0 || m->naddrs > EIN_ADDRS_MAX || (m->naddrs && !m->addrs))
+                return ein_fail(err, EIN_EINVAL, "%s message: %d addresses (at most %d)",
+                                msg_names[m->type], m->naddrs, EIN_ADDRS_MAX);
+            e |= msgpack_pack_array(pk, (size_t)m->naddrs);
+            for (int a = 0; a < m->naddrs && !e; a++) {
+                if (m->addrs[a].len > EIN_ADDR_MAX)
+                    return ein_fail(err, EIN_EINVAL, "%s message: an address of %u bytes "
+                                    "(at most %d)", msg_names[m->type], m->addrs[a].len,
+                                    EIN_ADDR_MAX);
+                e |= msgpack_pack_bin(pk, m->addrs[a].len);
+                e |= msgpack_pack_bin_body(pk, m->addrs[a].data, m->addrs[a].len);
+            }
+            break;
         case F_RELOAD:
             if (m->nreload < 0 || m->nreload > EIN_RELOAD_MAX || (m->nreload && !m->reload))
                 return ein_fail(err, EIN_EINVAL, "start message: %d inputs to reload (at most %d)",
@@ -484,6 +501,36 @@ static int unpack_reload(const msgpack_object *o, ein_msg *m, ein_error *err)
         m->reload[r].offset = off;
         if (path[0] && !(m->reload[r].path = strdup(path)))
             return ein_fail(err, EIN_ENOMEM, "start message: out of memory");
+    }
+    return 0;
+}
+
+/* HELLO's or PEERS' addrs: an array of bin, each at most EIN_ADDR_MAX
+ * bytes; HELLO carries exactly one. */
+static int unpack_addrs(const msgpack_object *o, ein_msg *m, ein_error *err)
+{
+    const char *what = msg_names[m->type];
+    if (o->type != MSGPACK_OBJECT_ARRAY)
+        return ein_fail(err, EIN_EPROTO, "%s message: field 'addrs': expected an array", what);
+    uint32_t n = o->via.array.size;
+    if (n > EIN_ADDRS_MAX || (m->type == EIN_MSG_HELLO && n != 1))
+        return ein_fail(err, EIN_EPROTO, "%s message: field 'addrs': %u entries", what, n);
+    if (!n)
+        return 0;
+    if (!(m->addrs = calloc(n, sizeof *m->addrs)))
+        return ein_fail(err, EIN_ENOMEM, "%s message: out of memory", what);
+    for (uint32_t a = 0; a < n; a++) {
+        const msgpack_object *e = &o->via.array.ptr[a];
+        m->naddrs = (int32_t)a + 1; /* so that ein_msg_clear frees what is there */
+        if (e->type != MSGPACK_OBJECT_BIN || e->via.bin.size > EIN_ADDR_MAX)
+            return ein_fail(err, EIN_EPROTO, "%s message: address %u: expected at most %d "
+                            "bytes of bin", what, a, EIN_ADDR_MAX);
+        m->addrs[a].len = e->via.bin.size;
+        if (!e->via.bin.size)
+            continue;
+        if (!(m->addrs[a].data = malloc(e->via.bin.size)))
+            return ein_fail(err, EIN_ENOMEM, "%s message: out of memory", what);
+        memcpy(m->addrs[a].data, e->via.bin.ptr, e->via.bin.size);
     }
     return 0;
 }
@@ -607,6 +654,8 @@ static int unpack_run_fields(const msgpack_object *const v[F_COUNT], ein_msg *m,
     if (v[F_G_ERROR] && (rc = ein_mp_get_str(v[F_G_ERROR], m->graph_error, sizeof m->graph_error,
                                              "message: field 'graph_error'", err)) < 0)
         return rc;
+    if (v[F_ADDRS] && (rc = unpack_addrs(v[F_ADDRS], m, err)) < 0)
+        return rc;
     return 0;
 }
 
@@ -672,5 +721,8 @@ void ein_msg_clear(ein_msg *m)
     for (int r = 0; m->reload && r < m->nreload; r++)
         free(m->reload[r].path);
     free(m->reload);
+    for (int a = 0; m->addrs && a < m->naddrs; a++)
+        free(m->addrs[a].data);
+    free(m->addrs);
     memset(m, 0, sizeof *m);
 }

@@ -43,6 +43,10 @@ typedef enum ein_msg_type {
     EIN_MSG_CANCELLED,  /* worker -> coordinator and every peer: device has stopped
                            the run CANCEL abandoned; nothing more of that run
                            follows from it on that socket */
+    EIN_MSG_PEERS,      /* coordinator -> worker, runs on several hosts: for every
+                           device, the transport address (UCX worker address)
+                           through which to reach it, empty for a device on the
+                           same host (shared memory); before the first START */
     EIN_MSG_COUNT
 } ein_msg_type;
 
@@ -59,6 +63,14 @@ typedef struct ein_reload {
 
 #define EIN_RELOAD_MAX 4096         /* entries in one START */
 #define EIN_PATH_MAX 4096           /* bytes of a reload path, NUL included */
+
+/* An opaque byte string (a UCX worker address), owned by its message. */
+typedef struct ein_bytes {
+    void *data;
+    uint32_t len;
+} ein_bytes;
+#define EIN_ADDR_MAX 65536          /* bytes of one address */
+#define EIN_ADDRS_MAX 4096          /* addresses in one PEERS */
 
 typedef struct ein_msg {
     ein_msg_type type;
@@ -87,6 +99,11 @@ typedef struct ein_msg {
     int32_t store;                  /* START: run the STOREs this time (0/1) */
     ein_reload *reload;             /* START: inputs to load again (owned) */
     int32_t nreload;
+    /* HELLO, optional (a worker of a run on several hosts): one entry, its
+     * own transport address; PEERS: one per device (empty: same host).
+     * Owned by a decoded message; an encoded one only reads them. */
+    ein_bytes *addrs;
+    int32_t naddrs;
 } ein_msg;
 
 const char *ein_msg_type_name(ein_msg_type t);

@@ -22,6 +22,8 @@
 #include "common/ein_status.h"
 #include "common/ein_wire.h"
 #include "coordinator/co_guard.h"
+#include "coordinator/co_curve.h"
+#include "coordinator/co_hosts.h"
 
 enum { W_SPAWNED, W_PROGRAM_SENT, W_LOADED, W_STARTED, W_DONE, W_CANCELLED };
 
@@ -60,6 +62,12 @@ struct co_session {
     int dead;           /* failed or stopped: nothing runs any more */
     ein_progress *step_pg; /* the step's progress line (NULL: none) */
     ein_error why;      /* why it died */
+    /* Several hosts (o->nhosts > 0): the agents, and each device's UCX
+     * address from its HELLO. */
+    pid_t *agent;
+    char *agent_exited;
+    ein_bytes *addr;
+    co_curve *curve;    /* the agents' keys (co_curve.h) */
 };
 typedef struct co_session run;
 
@@ -110,8 +118,14 @@ static int send_to(run *r, int d, const ein_msg *m, ein_error *err)
     if (rc < 0)
         return rc;
     snprintf(id, sizeof id, "w%d", d);
-    if (zmq_send(r->router, id, strlen(id), ZMQ_SNDMORE) < 0 ||
-        zmq_send(r->router, buf, len, 0) < 0)
+    /* Several hosts: through the agent of d's host ("n<h>", then d's identity). */
+    char aid[16];
+    snprintf(aid, sizeof aid, "n%d", r->o->nhosts > 0 ? r->o->host_of[d] : 0);
+    if (r->o->nhosts > 0 && zmq_send(r->router, aid, strlen(aid), ZMQ_SNDMORE) < 0)
+        rc = ein_fail(err, EIN_EWORKER, "device %d: cannot reach the agent of host %d: %s", d,
+                      r->o->host_of[d], zmq_strerror(errno));
+    else if (zmq_send(r->router, id, strlen(id), ZMQ_SNDMORE) < 0 ||
+             zmq_send(r->router, buf, len, 0) < 0)
         rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld): cannot send %s: %s", d,
                       (long)r->w[d].pid, ein_msg_type_name(m->type), zmq_strerror(errno));
     free(buf);
@@ -250,13 +264,43 @@ static int device_of(const run *r, const char *id, size_t len)
  * message came, 0 when none was waiting (*zm then untouched), or a
  * negative code. */
 static int recv_message(run *r, char *id, size_t idcap, size_t *idlen, zmq_msg_t *zm, int *extra,
-                        ein_error *err)
+                        int *host, ein_error *err)
 {
-    int n = zmq_recv(r->router, id, idcap, ZMQ_DONTWAIT);
-    if (n < 0)
-        return errno == EAGAIN ? 0 : ein_fail(err, EIN_EIO, "zmq_recv: %s", zmq_strerror(errno));
     int more = 0;
     size_t ml = sizeof more;
+    *host = -1;
+    if (r->o->nhosts > 0) {
+        /* From an agent: its identity "n<h>" first (node/nd_agent.h). */
+        char aid[16];
+        zmq_msg_t am;
+        zmq_msg_init(&am);
+        if (zmq_msg_recv(&am, r->router, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&am);
+            return errno == EAGAIN ? 0 : ein_fail(err, EIN_EIO, "zmq_recv: %s", zmq_strerror(errno));
+        }
+        size_t an = zmq_msg_size(&am) < sizeof aid - 1 ? zmq_msg_size(&am) : sizeof aid - 1;
+        memcpy(aid, zmq_msg_data(&am), an);
+        aid[an] = '\0';
+        more = zmq_msg_more(&am);
+        char *end = aid;
+        long h = aid[0] == 'n' ? strtol(aid + 1, &end, 10) : -1;
+        zmq_msg_close(&am);
+        if (h < 0 || h >= r->o->nhosts || *end || !more) {
+            while (more && zmq_getsockopt(r->router, ZMQ_RCVMORE, &more, &ml) == 0 && more) {
+                zmq_msg_t junk;
+                zmq_msg_init(&junk);
+                zmq_msg_recv(&junk, r->router, 0);
+                zmq_msg_close(&junk);
+            }
+            fprintf(stderr, "einsummable: dropped a message from a peer that is not the agent it "
+                            "claims to be ('%s')\n", aid);
+            return 0;
+        }
+        *host = (int)h;
+    }
+    int n = zmq_recv(r->router, id, idcap, r->o->nhosts > 0 ? 0 : ZMQ_DONTWAIT);
+    if (n < 0)
+        return errno == EAGAIN ? 0 : ein_fail(err, EIN_EIO, "zmq_recv: %s", zmq_strerror(errno));
     zmq_getsockopt(r->router, ZMQ_RCVMORE, &more, &ml);
     zmq_msg_init(zm);
     if (!more || zmq_msg_recv(zm, r->router, 0) < 0) {
@@ -270,6 +314,14 @@ static int recv_message(run *r, char *id, size_t idcap, size_t *idlen, zmq_msg_t
         zmq_msg_init(&junk);
         zmq_msg_recv(&junk, r->router, 0);
         zmq_msg_close(&junk);
+    }
+    /* Several hosts: the sender's CURVE key must be that host's agent's
+     * (its ZAP User-Id, co_curve.h), whatever identity it claims. */
+    if (*host >= 0 && !co_curve_user_ok(zm, *host)) {
+        zmq_msg_close(zm);
+        fprintf(stderr, "einsummable: dropped a message from a peer that is not the agent of "
+                        "host %d it claims to be\n", *host);
+        return 0;
     }
     *idlen = (size_t)n < idcap ? (size_t)n : idcap;
     return 1;
@@ -316,6 +368,16 @@ static int on_hello(run *r, int d, const ein_msg *m, ein_error *err)
     if (w->phase != W_PROGRAM_SENT)
         return ein_fail(err, EIN_EPROTO, "device %d (pid %ld) said HELLO out of turn", d, (long)w->pid);
     w->phase = W_LOADED;
+    if (r->o->nhosts > 0) {
+        /* Not our child (its agent's): its pid names it in reports. */
+        w->pid = (pid_t)m->pid;
+        if (m->naddrs != 1 || !m->addrs[0].len)
+            return ein_fail(err, EIN_EPROTO, "device %d (pid %ld) said HELLO without its UCX "
+                            "address", d, (long)w->pid);
+        r->addr[d] = m->addrs[0];
+        ((ein_msg *)m)->addrs[0] = (ein_bytes){0}; /* taken */
+        return 0;
+    }
     if (r->o->manual && m->pid > 0) {
         w->pid = (pid_t)m->pid;
         co_guard_add_pid(&r->guard, w->pid);
@@ -372,13 +434,16 @@ static int handle_message(run *r, co_worker_stats *stats, ein_error *err)
     char id[64];
     size_t idlen = 0;
     zmq_msg_t zm;
-    int extra = 0;
-    int rc = recv_message(r, id, sizeof id, &idlen, &zm, &extra, err);
+    int extra = 0, host = -1;
+    int rc = recv_message(r, id, sizeof id, &idlen, &zm, &extra, &host, err);
     if (rc <= 0)
         return rc;
     int d = device_of(r, id, idlen);
-    if (d < 0) {
+    if (d < 0 || (r->o->nhosts > 0 && r->o->host_of[d] != host)) {
         zmq_msg_close(&zm);
+        if (d >= 0)
+            return ein_fail(err, EIN_EPROTO, "the agent of host %d relayed a message of device %d "
+                            "(on host %d)", host, d, r->o->host_of[d]);
         return ein_fail(err, EIN_EPROTO, "message from an unknown peer identity");
     }
     ein_msg m;
@@ -415,6 +480,43 @@ static const char *o_wrapper_or_worker(const run *r, int d)
     return r->o->worker_path;
 }
 
+/* Several hosts: reap exited agents (a worker's death is its agent's
+ * ERROR). An agent that ends before the run is over fails it, naming the
+ * host; its workers count as exited with it. */
+static int reap_agents(run *r, int shutting_down, ein_error *err)
+{
+    int rc = 0;
+    if (!r->agent)
+        return 0;
+    for (int h = 0; h < r->o->nhosts; h++) {
+        int status = 0;
+        if (r->agent[h] <= 0 || r->agent_exited[h])
+            continue;
+        pid_t got = waitpid(r->agent[h], &status, WNOHANG);
+        if (got == 0 || (got < 0 && errno != ECHILD))
+            continue;
+        r->agent_exited[h] = 1;
+        for (int d = 0; d < r->ndev; d++)
+            if (r->o->host_of[d] == h)
+                r->w[d].exited = 1;
+        if (rc < 0 || (shutting_down && got > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0))
+            continue;
+        char devs[256], how[128];
+        co_hosts_devices(r->o, h, r->ndev, devs, sizeof devs);
+        if (got > 0 && WIFSIGNALED(status))
+            snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(status),
+                     strsignal(WTERMSIG(status)));
+        else if (got > 0 && WEXITSTATUS(status) == 127)
+            snprintf(how, sizeof how, "exited with status 127 (could not execute %s)",
+                     r->o->node_path);
+        else
+            snprintf(how, sizeof how, "exited with status %d", got > 0 ? WEXITSTATUS(status) : -1);
+        rc = ein_fail(err, EIN_EWORKER, "host %d (agent einnode pid %ld, devices %s) %s", h,
+                      (long)r->agent[h], devs, how);
+    }
+    return rc;
+}
+
 /* Reap exited workers; an exit before DONE is a failure. */
 static int reap(run *r, int shutting_down, ein_error *err)
 {
@@ -424,6 +526,8 @@ static int reap(run *r, int shutting_down, ein_error *err)
             return ein_fail(err, EIN_EWORKER, "interrupted by signal %u; stopping all workers",
                             si.ssi_signo);
     int rc = 0, status = 0;
+    if (r->o->nhosts > 0)
+        return reap_agents(r, shutting_down, err);
     /* Each worker by its pid: a library must not reap its host's children. */
     for (int d0 = 0; d0 < r->ndev && !r->o->manual; d0++) {
         pid_t pid = r->w[d0].pid;
@@ -461,12 +565,48 @@ static int reap(run *r, int shutting_down, ein_error *err)
     return rc;
 }
 
+/* Several hosts: SIGTERM to every agent (each stops its workers and
+ * cleans its host), SIGKILL after 3 s (their guards clean then). */
+static void stop_agents(run *r)
+{
+    if (!r->agent)
+        return; /* none started */
+    for (int h = 0; h < r->o->nhosts; h++)
+        if (r->agent[h] > 0 && !r->agent_exited[h])
+            kill(r->agent[h], SIGTERM);
+    double deadline = ein_now_s() + 3.0;
+    for (;;) {
+        int alive = 0;
+        for (int h = 0; h < r->o->nhosts; h++) {
+            if (r->agent[h] <= 0 || r->agent_exited[h])
+                continue;
+            if (waitpid(r->agent[h], NULL, WNOHANG) == r->agent[h])
+                r->agent_exited[h] = 1;
+            else if (ein_now_s() > deadline) {
+                kill(r->agent[h], SIGKILL);
+                waitpid(r->agent[h], NULL, 0);
+                r->agent_exited[h] = 1;
+            } else
+                alive++;
+        }
+        if (!alive)
+            break;
+        usleep(10000);
+    }
+    for (int d = 0; d < r->ndev; d++)
+        r->w[d].exited = 1;
+}
+
 static void stop_all(run *r)
 {
     ein_msg sd = {.type = EIN_MSG_SHUTDOWN};
     for (int d = 0; d < r->ndev; d++)
         if (r->w[d].spoke && !r->w[d].exited)
             send_to(r, d, &sd, NULL);
+    if (r->o->nhosts > 0) {
+        stop_agents(r);
+        return;
+    }
     if (r->o->manual) {
         /* Not our children: ask, then make sure. */
         usleep(200000);
@@ -508,6 +648,8 @@ static void cleanup(run *r)
 {
     if (r->router)
         zmq_close(r->router);
+    co_curve_stop(r->curve);
+    r->curve = NULL;
     if (r->zctx)
         zmq_ctx_term(r->zctx);
     if (r->sfd >= 0)
@@ -546,6 +688,14 @@ static void cleanup(run *r)
     r->masked = 0;
     free(r->w);
     r->w = NULL;
+    for (int d = 0; r->addr && d < r->ndev; d++)
+        free(r->addr[d].data);
+    free(r->addr);
+    free(r->agent);
+    free(r->agent_exited);
+    r->addr = NULL;
+    r->agent = NULL;
+    r->agent_exited = NULL;
     r->router = r->zctx = NULL;
     r->sfd = -1;
     r->status = NULL;
@@ -557,8 +707,31 @@ static void cleanup(run *r)
  * an ERROR it sent before exiting beats its exit status, and its death
  * beats a failed send. Look for either for up to a second. Failures that
  * already carry a worker's own account are left alone. */
+/* Several hosts: a worker's failure that is only the consequence of a
+ * peer's death (a peer it cannot reach any more) is explained better by
+ * that death, which its agent reports as an ERROR saying how the worker
+ * ended ("was killed by", "exited with"): look for one for half a second. */
+static void explain_by_death(run *r, co_worker_stats *stats, ein_error *err)
+{
+    double until = ein_now_s() + 0.5;
+    for (double left = 0.5; left > 0; left = until - ein_now_s()) {
+        zmq_pollitem_t it = {.socket = r->router, .events = ZMQ_POLLIN};
+        if (zmq_poll(&it, 1, (long)((left < 0.05 ? left : 0.05) * 1000) + 1) <= 0)
+            continue;
+        ein_error late = {0};
+        if (handle_message(r, stats, &late) < 0 && late.code == EIN_EWORKER &&
+            (strstr(late.msg, " was killed by ") || strstr(late.msg, " exited with "))) {
+            *err = late;
+            return;
+        }
+    }
+}
+
 static void explain_failure(run *r, co_worker_stats *stats, int shutting_down, ein_error *err)
 {
+    if (err && r->o->nhosts > 0 && strstr(err->msg, ") failed ") &&
+        !strstr(err->msg, " was killed by ") && !strstr(err->msg, " exited with "))
+        explain_by_death(r, stats, err);
     if (!err || strstr(err->msg, ") failed ") || strstr(err->msg, "malformed"))
         return;
     int have_death = strstr(err->msg, ") was killed") || strstr(err->msg, ") exited with");
@@ -705,6 +878,60 @@ static int finish(run *r, int rc, ein_error *err)
     return rc;
 }
 
+/* Several hosts: one agent per host; each worker's program goes out on
+ * its first heartbeat, relayed by its agent, as on one host. */
+static int start_hosts(run *r, ein_error *err)
+{
+    const co_run_opts *o = r->o;
+    if (o->manual || o->wrapper || o->debug_device >= 0 || o->cuda || o->trace_path)
+        return ein_fail(err, EIN_EUNSUPPORTED, "a run on several hosts takes no --manual-workers, "
+                        "--worker-wrapper, --debug-device, --trace or CUDA devices yet");
+    if (!o->node_path || !o->host_of)
+        return ein_fail(err, EIN_EINVAL, "a run on several hosts without its agents");
+    for (int d = 0; d < r->ndev; d++)
+        if (o->host_of[d] < 0 || o->host_of[d] >= o->nhosts)
+            return ein_fail(err, EIN_EINVAL, "device %d is on host %d of %d", d, o->host_of[d],
+                            o->nhosts);
+    if (!(r->agent = calloc((size_t)o->nhosts, sizeof *r->agent)) ||
+        !(r->agent_exited = calloc((size_t)o->nhosts, 1)) ||
+        !(r->addr = calloc((size_t)r->ndev, sizeof *r->addr)))
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    for (int d = 0; d < r->ndev; d++) {
+        r->w[d].phase = W_SPAWNED;
+        r->w[d].instr = -1;
+        r->w[d].last_seen = ein_now_s();
+    }
+    for (int h = 0; h < o->nhosts; h++) {
+        char env[3][64];
+        co_curve_env(r->curve, h, env[0], env[1], env[2]);
+        const char *extra[] = {env[0], env[1], env[2], NULL};
+        int rc = co_hosts_spawn_agent(o, h, r->ndev, r->endpoint, extra, &r->oldmask,
+                                      &r->agent[h], err);
+        if (rc < 0)
+            return rc;
+        co_guard_add_pid(&r->guard, r->agent[h]);
+    }
+    return 0;
+}
+
+/* Several hosts: every worker has loaded; tell each the UCX addresses of
+ * the devices of other hosts (empty: same host, shared memory). */
+static int send_peers(run *r, ein_error *err)
+{
+    ein_bytes *a = calloc((size_t)r->ndev, sizeof *a);
+    int rc = 0;
+    if (!a)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    for (int d = 0; d < r->ndev && rc == 0; d++) {
+        for (int p = 0; p < r->ndev; p++)
+            a[p] = r->o->host_of[p] != r->o->host_of[d] ? r->addr[p] : (ein_bytes){0};
+        ein_msg m = {.type = EIN_MSG_PEERS, .addrs = a, .naddrs = r->ndev};
+        rc = send_to(r, d, &m, err);
+    }
+    free(a);
+    return rc;
+}
+
 int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
                      co_session **out, ein_error *err)
 {
@@ -761,7 +988,10 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         goto out;
     }
     snprintf(r->run_id, sizeof r->run_id, "%ld-%s", (long)getpid(), strrchr(r->dir, '.') + 1);
-    snprintf(r->endpoint, sizeof r->endpoint, "ipc://%s/coord.sock", r->dir);
+    snprintf(r->endpoint, sizeof r->endpoint, "%s",
+             o->nhosts > 0 ? "tcp://127.0.0.1:*" : "");
+    if (!o->nhosts)
+        snprintf(r->endpoint, sizeof r->endpoint, "ipc://%s/coord.sock", r->dir);
     if ((rc = co_guard_start(&r->guard, r->dir, r->run_id, ndev, o->cleanup_paths, o->ncleanup,
                              err)) < 0)
         goto out;
@@ -772,19 +1002,36 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
     zmq_setsockopt(r->router, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(r->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     zmq_setsockopt(r->router, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
+    /* Several hosts: TCP, which anyone can reach: only this run's agents
+     * may speak (co_curve.h). */
+    if (o->nhosts > 0 && (rc = co_curve_start(r->zctx, r->router, o->nhosts, &r->curve, err)) < 0)
+        goto out;
     if (zmq_bind(r->router, r->endpoint) < 0) {
         rc = ein_fail(err, EIN_EIO, "bind %s: %s", r->endpoint, zmq_strerror(errno));
         goto out;
+    }
+    if (o->nhosts > 0) {
+        size_t elen = sizeof r->endpoint;
+        zmq_getsockopt(r->router, ZMQ_LAST_ENDPOINT, r->endpoint, &elen);
+        if (o->verbose)
+            fprintf(stderr, "einsummable: coordinator at %s, %d hosts\n", r->endpoint, o->nhosts);
     }
     if ((rc = status_create(r, err)) < 0)
         goto out;
     if (o->prepare && (rc = o->prepare(o->prepare_ctx, r->dir, err)) < 0)
         goto out;
-    for (int d = 0; d < ndev; d++)
-        if ((rc = spawn(r, d, err)) < 0)
+    if (o->nhosts > 0) {
+        if ((rc = start_hosts(r, err)) < 0)
             goto out;
+    } else {
+        for (int d = 0; d < ndev; d++)
+            if ((rc = spawn(r, d, err)) < 0)
+                goto out;
+    }
     r->deadline = o->timeout > 0 ? ein_now_s() + o->timeout : 0;
     rc = wait_all(r, W_LOADED, 0, NULL, err);
+    if (rc == 0 && o->nhosts > 0)
+        rc = send_peers(r, err);
 out:
     if (rc < 0) {
         finish(r, rc, err);

@@ -68,6 +68,19 @@ typedef struct co_run_opts {
      * step_progress is set and stderr is a terminal (ein_progress.h). */
     int step_progress;
     double step_progress_after;
+    /* A run on several hosts (issue 26; nhosts 0: one host). Device d runs
+     * on host host_of[d] (0..nhosts-1), whose agent (einnode at node_path,
+     * node/nd_agent.h) starts and watches its workers and relays their
+     * messages; the ROUTER is bound on TCP (127.0.0.1 for the pseudo-hosts
+     * of einrun --fake-hosts, the only launcher so far), messages from an
+     * agent carry the worker's identity in a second frame, and before the
+     * first START every worker gets PEERS: the UCX addresses of the
+     * devices of other hosts. The agents are this process's children: one
+     * that ends before the run does fails it, naming the host. Not with
+     * manual, a wrapper, debug_device, cuda or a trace. */
+    int nhosts;
+    const int *host_of;
+    const char *node_path;
 } co_run_opts;
 
 typedef struct co_worker_stats {

@@ -17,6 +17,7 @@
 #include "common/ein_box.h"
 #include "common/ein_npy.h"
 #include "common/ein_safetensors.h"
+#include "common/ein_self.h"
 #include "coordinator/co_run.h"
 #include "coordinator/co_weights.h"
 #include "coordinator/ein_compile_int.h"
@@ -48,7 +49,12 @@ struct ein_session {
     int generate_missing;   /* the options' */
     int dead;               /* a run failed: the workers are gone */
     ein_error why;
+    int *host_of;           /* fake_hosts: each device's pseudo-host */
+    char node_path[PATH_MAX]; /* fake_hosts: einnode */
 };
+
+static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts *ro,
+                      ein_error *err);
 
 void ein_session_options_init(ein_session_options *o)
 {
@@ -73,6 +79,7 @@ static void session_free(ein_session *s)
         free(s->in[i].path);
     free(s->in);
     co_programs_free(s->progs, s->c->ndev);
+    free(s->host_of);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -226,6 +233,8 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
         if (*end == '\0' && a >= 0 && a <= 3600)
             ro.step_progress_after = a;
     }
+    if (o.fake_hosts && (rc = fake_hosts(s, &o, &ro, err)) < 0)
+        goto fail;
     rc = co_session_start(s->progs, c->ndev, &ro, &s->cs, err);
     s->store_paths = NULL;
     if (rc < 0)
@@ -235,6 +244,60 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
 fail:
     session_free(s);
     return rc;
+}
+
+/* fake_hosts: the devices split into contiguous pseudo-hosts, each with
+ * its agent (einnode, found like the worker; $EINNODE names another). */
+static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts *ro,
+                      ein_error *err)
+{
+    int n = o->fake_hosts, ndev = s->c->ndev;
+#ifndef HAVE_UCX
+    (void)n, (void)ndev, (void)ro;
+    return ein_fail(err, EIN_EUNSUPPORTED, "fake hosts: this build has no UCX (install "
+                    "libucx-dev and configure again): runs on several hosts are refused");
+#else
+    if (n < 2 || n > ndev)
+        return ein_fail(err, EIN_EINVAL, "fake hosts: %d for %d device%s (from 2 to one per "
+                        "device)", n, ndev, ndev == 1 ? "" : "s");
+    if (!(s->host_of = calloc((size_t)ndev, sizeof *s->host_of)))
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    for (int d = 0; d < ndev; d++)
+        s->host_of[d] = (int)((int64_t)d * n / ndev);
+    /* A WAIT (memory reuse's acknowledgement of a peer's copy, co_memplan.h)
+     * between hosts has no UCX form yet: such a program is refused. */
+    for (int d = 0; d < ndev; d++) {
+        const ein_program *p = s->progs[d];
+        for (int i = 0; i < p->ninstrs; i++)
+            if (p->instrs[i].kind == EIN_I_WAIT &&
+                s->host_of[p->instrs[i].peer] != s->host_of[d])
+                return ein_fail(err, EIN_EUNSUPPORTED,
+                                "fake hosts: device %d instruction %d (%s) waits for device %d "
+                                "on another host before reusing a buffer's bytes, which runs "
+                                "on one host only so far: compile with memory reuse off "
+                                "(no_reuse) for runs on several hosts", d, i,
+                                p->instrs[i].op, p->instrs[i].peer);
+    }
+    const char *env = getenv("EINNODE");
+    int rc;
+    if (env && *env) {
+        snprintf(s->node_path, sizeof s->node_path, "%s", env);
+        if (access(s->node_path, X_OK) < 0)
+            return ein_fail(err, EIN_EINVAL, "$EINNODE %s: %s", env, strerror(errno));
+    } else {
+        const char *rels[] = {"einnode", "../einnode", "../bin/einnode"};
+        rc = -1;
+        for (size_t i = 0; i < sizeof rels / sizeof *rels && rc < 0; i++)
+            rc = ein_self_find(rels[i], X_OK, s->node_path, sizeof s->node_path);
+        if (rc < 0)
+            return ein_fail(err, EIN_EINVAL, "fake hosts: cannot find the einnode binary next "
+                            "to this program or library ($EINNODE names it)");
+    }
+    ro->nhosts = n;
+    ro->host_of = s->host_of;
+    ro->node_path = s->node_path;
+    return 0;
+#endif
 }
 
 static int check_alive(ein_session *s, ein_error *err)

@@ -174,6 +174,10 @@ static void usage(FILE *f)
 "  --manual-workers     start no worker: print each worker's command line and\n"
 "                       wait for you to start them (to step through one device).\n"
 "  --worker PATH        the einworker binary (default: next to einrun).\n"
+"Several hosts (needs UCX, libucx-dev, at build time):\n"
+"  --fake-hosts N       split the devices into N pseudo-hosts of this machine,\n"
+"                       each with its own agent (einnode): blocks between them\n"
+"                       move over UCX on the loopback, as between hosts.\n"
 "Other:\n"
 "  -v, --verbose        per-device timings and lowering statistics.\n"
 "  -q, --quiet          no progress lines (they show only when stderr is a\n"
@@ -211,6 +215,7 @@ typedef struct run_opts {
     int no_reuse;        /* --no-reuse */
     int explain, verbose, quiet, manual, rewrite, ilp, calibrate, show_topo;
     int generate_missing; /* --generate-missing */
+    int fake_hosts;     /* --fake-hosts N (issue 26) */
     int search;         /* --schedule: index in naive|search */
     int cuda;           /* --backend: index in cpu|cuda */
     int graphs;         /* --graphs: index in auto|on|off */
@@ -551,6 +556,7 @@ static const run_opt run_opt_table[] = {
     {"calibrate",        0, 0, opt_flag,     F(calibrate),       0, 0, NULL},
     {"out",              0, 1, opt_string,   F(calib_out),       0, 0, NULL},
     {"objective",        0, 1, opt_choice,   F(time_objective),  0, 0, "comm|time"},
+    {"fake-hosts",       0, 1, opt_int,      F(fake_hosts),      2, MAX_DEVICES, NULL},
     {"help",           'h', 0, opt_help,     0,                  0, 0, NULL},
     {"version",          0, 0, opt_version,  0,                  0, 0, NULL},
 };
@@ -647,7 +653,8 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     co->naive_exchanges = !o->search;
     co->search_work = o->search_work;
     co->exchange_chunks = o->exchange_chunks;
-    co->no_reuse = o->no_reuse;
+    /* Memory reuse's acknowledgements stay on one host so far (ein_session.c) */
+    co->no_reuse = o->no_reuse || o->fake_hosts > 0;
     co->search_cap_ms = o->cap_ms > 0 ? o->cap_ms : -1;
     co->topology = o->topo_arg;
     co->gpu_probe = o->probe_file;
@@ -1054,6 +1061,7 @@ static void session_options_from(const run_state *s, ein_session_options *so)
     so->handle_signals = 1;
     so->store_paths = s->store_path;
     so->generate_missing = o->generate_missing;
+    so->fake_hosts = o->fake_hosts;
 }
 
 /* Create the temporaries, start the workers and give them the input files

@@ -103,7 +103,7 @@ static void usage(FILE *f)
             "                 --coordinator ENDPOINT [--parent-pid PID] [--iterations N]\n"
             "                 [--log FILE] [--log-level 1|2] [--trace FILE] [--pause]\n"
             "                 [--backend cpu|cuda] [--gpu N] [--graphs]\n"
-            "                 [--instr-timeout S]\n"
+            "                 [--instr-timeout S] [--ucx]\n"
             "       einworker-cuda --probe\n"
             "\n"
             "Executes one device's Program for einrun. einrun starts one per device;\n"
@@ -122,6 +122,8 @@ static void usage(FILE *f)
             "  --instr-timeout S  stop the heartbeat after S seconds inside one kernel\n"
             "                 (or another instruction that reports no progress), so that\n"
             "                 einrun reports it as hung; 0: never (default: 600)\n"
+            "  --ucx          a run on several hosts (started by einnode): blocks to and\n"
+            "                 from devices of other hosts move over UCX\n"
             "  --graphs       from the second iteration on, run each local stretch of\n"
             "                 the program as a graph captured once (CUDA graphs; on CPU\n"
             "                 devices a recording of the calls)\n"
@@ -186,6 +188,7 @@ static const worker_opt worker_opts[] = {
     {"gpu", required_argument, OPT_INT, ARG(gpu)},
     {"graphs", no_argument, OPT_FLAG, ARG(cfg.graphs)},
     {"instr-timeout", required_argument, OPT_DOUBLE, ARG(cfg.instr_timeout_s)},
+    {"ucx", no_argument, OPT_FLAG, ARG(cfg.ucx)},
     {"probe", no_argument, OPT_PROBE, 0},
     {"help", no_argument, OPT_HELP, 0},
 };

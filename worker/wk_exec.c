@@ -24,6 +24,7 @@
 #include "worker/wk_beat.h"
 #include "worker/wk_stretch.h"
 #include "worker/wk_exec_int.h"
+#include "worker/wk_ucx.h"
 
 
 
@@ -104,6 +105,20 @@ static int take_start(wk *w, const ein_msg *m, ein_error *err)
     return 0;
 }
 
+/* UCX (a run on several hosts): progress, and a remote peer's CANCELLED. */
+static int pump_ucx(wk *w, ein_error *err)
+{
+    int d;
+    (void)err;
+    wk_ucx_progress(w->ucx);
+    while ((d = wk_ucx_poll_cancelled(w->ucx)) >= 0)
+        if (!w->peer_cancelled[d]) {
+            w->peer_cancelled[d] = 1;
+            w->npeer_cancelled++;
+        }
+    return 0;
+}
+
 /* Wait up to timeout_ms for messages and handle them: READY from peers,
  * START / SHUTDOWN from the coordinator (START sets *started). */
 static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
@@ -113,9 +128,15 @@ static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
         {.socket = w->pull, .events = ZMQ_POLLIN},
     };
     int nitems = w->pull ? 2 : 1;
+    /* UCX's wake-ups are unreliable (wk_ucx.h): poll it, briefly. */
+    if (w->ucx && timeout_ms > 1)
+        timeout_ms = wk_ucx_progress(w->ucx) ? 0 : 1;
     if (zmq_poll(items, nitems, timeout_ms) < 0 && errno != EINTR)
         return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
     w->last_pump = ein_now_s();
+    int rc0;
+    if (w->ucx && (rc0 = pump_ucx(w, err)) < 0)
+        return rc0;
     for (;;) {
         ein_msg m;
         int got = wk_msg_recv(w->dealer, &m, "the coordinator", err);
@@ -127,7 +148,12 @@ static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
             w->shutdown = 1;
         else if (m.type == EIN_MSG_CANCEL)
             w->cancel = 1;
-        else if (m.type == EIN_MSG_START && started) {
+        else if (m.type == EIN_MSG_PEERS && w->ucx) {
+            int rc = wk_ucx_set_peers(w->ucx, m.addrs, m.naddrs, err);
+            ein_msg_clear(&m);
+            if (rc < 0)
+                return rc;
+        } else if (m.type == EIN_MSG_START && started) {
             int rc = take_start(w, &m, err);
             if (rc < 0) {
                 ein_msg_clear(&m);
@@ -189,12 +215,44 @@ static void slow_down(wk *w, const ein_instr *ins)
     }
 }
 
+/* A COPY from a device of another host: the block came by UCX
+ * (wk_ucx.h); receive it into the destination buffer. */
+static int copy_remote(wk *w, const ein_instr *ins, ein_error *err)
+{
+    const ein_pbuffer *b = &w->prog->buffers[ins->dst];
+    if (!w->be->host_visible)
+        return ein_fail(err, EIN_EUNSUPPORTED, "a copy from another host into %s memory "
+                        "(only CPU devices take part in runs on several hosts so far)",
+                        w->be->name);
+    int rc = w->be->sync(w->be, err);
+    if (rc < 0)
+        return rc;
+    return wk_ucx_recv(w->ucx, ins->peer, ins->peer_buf, w->base + b->offset, b->bytes, err);
+}
+
+/* A NOTIFY to a device of another host: send it the block itself. */
+static int notify_remote(wk *w, const ein_instr *ins, ein_error *err)
+{
+    if (!w->be->host_visible)
+        return ein_fail(err, EIN_EUNSUPPORTED, "a block to another host from %s memory "
+                        "(only CPU devices take part in runs on several hosts so far)",
+                        w->be->name);
+    int rc = w->be->sync(w->be, err);
+    if (rc < 0)
+        return rc;
+    kn_block blk = wk_block_of(w, ins->srcs[0]);
+    return wk_ucx_send(w->ucx, ins->peer, ins->srcs[0], blk.data,
+                       w->prog->buffers[ins->srcs[0]].bytes, err);
+}
+
 static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
 {
     char name[160];
     const void *pbase;
     size_t pbytes;
     const ein_pbuffer *b = &w->prog->buffers[ins->dst];
+    if (wk_ucx_remote(w->ucx, ins->peer))
+        return copy_remote(w, ins, err);
     ein_segment_name(name, sizeof name, w->cfg->run_id, ins->peer);
     int rc = w->be->peer_open(w->be, ins->peer, name, &pbase, &pbytes, err);
     if (rc < 0)
@@ -253,6 +311,8 @@ static int peer_ack(wk *w, const ein_instr *ins, ein_error *err)
 static int notify(wk *w, const ein_instr *ins, ein_error *err)
 {
     int peer = ins->peer;
+    if (wk_ucx_remote(w->ucx, peer))
+        return notify_remote(w, ins, err);
     /* The peer may copy as soon as it hears: the buffer must be complete,
      * or (signal) the peer's copy ordered after what completes it. */
     int rc = w->be->signal ? w->be->signal(w->be, err) : w->be->sync(w->be, err);
@@ -517,6 +577,8 @@ static int runnable(const wk *w, int i)
     for (int k = 0; k < ins->ndeps; k++)
         if (!w->done[ins->deps[k]])
             return 0;
+    if (ins->kind == EIN_I_COPY && wk_ucx_remote(w->ucx, ins->peer))
+        return wk_ucx_arrived(w->ucx, ins->peer, ins->peer_buf);
     if (ins->kind == EIN_I_COPY || ins->kind == EIN_I_WAIT)
         return ready_has(w, ((uint64_t)ins->peer << 32) | (uint32_t)ins->peer_buf);
     return 1;
@@ -613,6 +675,11 @@ static int cancel_run(wk *w, ein_error *err)
     for (int p = 0; p < n; p++) {
         if (p == me)
             continue;
+        if (wk_ucx_remote(w->ucx, p)) {
+            if ((rc = wk_ucx_send_cancelled(w->ucx, p, err)) < 0)
+                return rc;
+            continue;
+        }
         void *s = peer_socket(w, p, err);
         if (!s)
             return err->code;
@@ -620,6 +687,9 @@ static int cancel_run(wk *w, ein_error *err)
             return rc;
     }
     while (w->npeer_cancelled < n - 1) {
+        /* Blocks of the abandoned run still coming from other hosts are dropped. */
+        if (w->ucx && (rc = wk_ucx_drain(w->ucx, err)) < 0)
+            return rc;
         if ((rc = pump(w, (int)(w->cfg->heartbeat_s * 1000), NULL, err)) < 0)
             return rc;
         if (w->shutdown)
@@ -627,6 +697,8 @@ static int cancel_run(wk *w, ein_error *err)
         if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
             return rc;
     }
+    if (w->ucx && ((rc = wk_ucx_drain(w->ucx, err)) < 0 || (rc = wk_ucx_flush(w->ucx, err)) < 0))
+        return rc;
     w->nready = 0;
     memset(w->peer_cancelled, 0, (size_t)n);
     w->npeer_cancelled = 0;
@@ -842,6 +914,7 @@ static void teardown(wk *w)
 
     if (w->trace)
         fclose(w->trace);
+    wk_ucx_free(w->ucx);
     if (w->push)
         for (int i = 0; i < w->cfg->ndevices; i++)
             if (w->push[i])
@@ -897,6 +970,17 @@ static int worker_start(wk *w, ein_error *err)
     if ((rc = setup_graphs(w, err)) < 0)
         return rc;
     ein_msg hello = {.type = EIN_MSG_HELLO, .device = cfg->device, .pid = (int64_t)getpid()};
+    ein_bytes addr;
+    if (cfg->ucx) {
+        const void *a;
+        size_t alen;
+        if ((rc = wk_ucx_new(cfg->ndevices, cfg->device, &w->ucx, err)) < 0)
+            return rc;
+        wk_ucx_address(w->ucx, &a, &alen);
+        addr = (ein_bytes){.data = (void *)a, .len = (uint32_t)alen};
+        hello.addrs = &addr;
+        hello.naddrs = 1;
+    }
     if ((rc = wk_msg_send(w->dealer, &hello, err)) < 0)
         return rc;
     wk_log(w, 1, "program of %d instructions, %d buffers, %llu bytes; waiting for START",
@@ -981,6 +1065,9 @@ static int run_iteration(wk *w, ein_error *err)
         return cancel_run(w, err);
     wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
     rc = be->sync(be, err);
+    /* Our blocks to other hosts must be there before DONE (wk_ucx.h). */
+    if (rc == 0 && w->ucx)
+        rc = wk_ucx_flush(w->ucx, err);
     wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
     if (rc < 0)
         return rc;

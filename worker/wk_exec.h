@@ -54,6 +54,10 @@ typedef struct wk_config {
                                  fill every buffer no LOAD fills with NaN, so an
                                  instruction run too early reads NaN, not the
                                  previous iteration's (equal) values */
+    int ucx;                  /* a run on several hosts (einnode): blocks to and
+                                 from devices of other hosts move over UCX
+                                 (wk_ucx.h); HELLO carries our UCX address and
+                                 PEERS, before the first START, the peers' */
 } wk_config;
 
 int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err);

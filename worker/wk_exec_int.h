@@ -58,6 +58,7 @@ typedef struct wk {
     char *peer_cancelled;       /* per device: its CANCELLED has arrived */
     int npeer_cancelled;
     double last_pump;           /* when pump() last looked, for execute() */
+    struct wk_ucx *ucx;         /* cfg->ucx: peers on other hosts (wk_ucx.h), else NULL */
 } wk;
 
 /* A line on the worker's log (cfg->log) at `level` (cfg->log_level). */

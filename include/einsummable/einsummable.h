@@ -426,6 +426,13 @@ typedef struct ein_session_options {
                                  erased when it ends, when stderr is a terminal
                                  (never into a file or pipe); 0 (default): silent.
                                  $EIN_PROGRESS_AFTER (seconds) changes the second */
+    int fake_hosts;           /* 0: one host (default). N >= 2: split the devices
+                                 into N pseudo-hosts of this machine (contiguous,
+                                 as equal as can be), each with its own agent
+                                 (einnode), blocks between them over UCX on the
+                                 loopback: a test of runs on several hosts.
+                                 EIN_EUNSUPPORTED where the library was built
+                                 without UCX (libucx-dev) */
 } ein_session_options;
 
 void ein_session_options_init(ein_session_options *o);

@@ -99,6 +99,7 @@ class ein_session_options(ctypes.Structure):
         ("store_paths", _c_char_pp),
         ("generate_missing", ctypes.c_int),
         ("progress", ctypes.c_int),
+        ("fake_hosts", ctypes.c_int),
         ("_spare", ctypes.c_char * 256),
     ]
 

@@ -964,6 +964,26 @@ static int sample_messages(ein_msg *ms)
     ms[n].type = EIN_MSG_SHUTDOWN, n++;
     ms[n].type = EIN_MSG_CANCEL, n++;
     ms[n].type = EIN_MSG_CANCELLED, ms[n].device = 4, n++;
+    /* Runs on several hosts: HELLO with its UCX address, PEERS (owned by
+     * the message, as a decoded one's: ein_msg_clear frees them). */
+    for (int k = 0; k < 2; k++) {
+        int na = k ? 3 : 1;
+        ein_bytes *b = calloc((size_t)na, sizeof *b);
+        assert_non_null(b);
+        for (int a = 0; a < na; a++) {
+            b[a].len = a == 1 ? 0 : (uint32_t)(40 - 37 * (a / 2));
+            if (b[a].len) {
+                b[a].data = malloc(b[a].len);
+                assert_non_null(b[a].data);
+                for (uint32_t i = 0; i < b[a].len; i++)
+                    ((unsigned char *)b[a].data)[i] = (unsigned char)(250 - 3 * i - a);
+            }
+        }
+        ms[n].type = k ? EIN_MSG_PEERS : EIN_MSG_HELLO;
+        if (!k)
+            ms[n].device = 2, ms[n].pid = 77;
+        ms[n].addrs = b, ms[n].naddrs = na, n++;
+    }
     return n;
 }
 
@@ -990,6 +1010,60 @@ static void assert_msgs_equal(const ein_msg *a, const ein_msg *b)
     assert_int_equal(!a->program, !b->program);
     if (a->program)
         assert_programs_equal(a->program, b->program);
+}
+
+/* HELLO's optional address and PEERS (runs on several hosts): bytes
+ * survive the trip, empty entries stay empty, HELLO carries exactly one,
+ * PEERS needs its list. */
+static void test_peer_addresses(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    unsigned char a0[300], a2[5] = {0, 1, 2, 0, 255};
+    for (int i = 0; i < 300; i++)
+        a0[i] = (unsigned char)(i * 7);
+    ein_bytes addrs[3] = {{a0, 300}, {NULL, 0}, {a2, 5}};
+    ein_msg m = {.type = EIN_MSG_PEERS, .addrs = addrs, .naddrs = 3}, d;
+    void *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(ein_msg_encode(&m, &buf, &len, &err), 0);
+    assert_int_equal(ein_msg_decode(buf, len, &d, &err), 0);
+    free(buf);
+    assert_int_equal(d.type, EIN_MSG_PEERS);
+    assert_int_equal(d.naddrs, 3);
+    assert_int_equal(d.addrs[0].len, 300);
+    assert_memory_equal(d.addrs[0].data, a0, 300);
+    assert_int_equal(d.addrs[1].len, 0);
+    assert_int_equal(d.addrs[2].len, 5);
+    assert_memory_equal(d.addrs[2].data, a2, 5);
+    ein_msg_clear(&d);
+    /* HELLO with its address, and without (one host): both decode. */
+    ein_msg h = {.type = EIN_MSG_HELLO, .device = 2, .pid = 99, .addrs = addrs, .naddrs = 1};
+    assert_int_equal(ein_msg_encode(&h, &buf, &len, &err), 0);
+    assert_int_equal(ein_msg_decode(buf, len, &d, &err), 0);
+    free(buf);
+    assert_int_equal(d.naddrs, 1);
+    assert_memory_equal(d.addrs[0].data, a0, 300);
+    ein_msg_clear(&d);
+    h.naddrs = 0;
+    assert_int_equal(ein_msg_encode(&h, &buf, &len, &err), 0);
+    assert_int_equal(ein_msg_decode(buf, len, &d, &err), 0);
+    free(buf);
+    assert_int_equal(d.naddrs, 0);
+    assert_null(d.addrs);
+    ein_msg_clear(&d);
+    /* HELLO with two addresses: refused. */
+    h.naddrs = 2;
+    assert_int_equal(ein_msg_encode(&h, &buf, &len, &err), 0);
+    assert_int_equal(ein_msg_decode(buf, len, &d, &err), EIN_EPROTO);
+    assert_non_null(strstr(err.msg, "addrs"));
+    free(buf);
+    /* PEERS whose list is not an array of bin: refused. */
+    static const unsigned char bad[] = {0x83, 0xa4, 't', 'y', 'p', 'e', 0xa5, 'p', 'e', 'e', 'r',
+                                        's', 0xa1, 'v', EIN_PROTOCOL_VERSION, 0xa5, 'a', 'd',
+                                        'd', 'r', 's', 0x91, 0xa1, 'x'};
+    assert_int_equal(ein_msg_decode(bad, sizeof bad, &d, &err), EIN_EPROTO);
+    assert_non_null(strstr(err.msg, "address 0"));
 }
 
 static void test_message_roundtrip(void **state)
@@ -1823,6 +1897,7 @@ int main(void)
         cmocka_unit_test(test_mutation_fuzz),
         cmocka_unit_test(test_start_reload),
         cmocka_unit_test(test_done_graph_fields),
+        cmocka_unit_test(test_peer_addresses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,110 @@
+/* node/einnode.c — the agent of one host in a run on several hosts
+ * (nd_agent.h); started by einrun, never by hand in normal use. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "node/nd_agent.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: einnode --coordinator ENDPOINT --host H --devices LIST --ndevices N\n"
+            "               --worker PATH [--iterations N] [--instr-timeout S]\n"
+            "               [--parent-pid PID] [--fake] [--verbose]\n"
+            "\n"
+            "The agent of one host in a run on several hosts: einrun (the coordinator)\n"
+            "starts one per host. It starts and supervises the einworker of each device\n"
+            "of LIST (comma-separated device numbers, or ranges A-B) on this host, relays\n"
+            "their messages to and from the coordinator at ENDPOINT (tcp://ADDR:PORT),\n"
+            "reports a worker that dies, and removes everything of its own at the end.\n"
+            "Blocks between hosts move over UCX (einworker --ucx).\n"
+            "\n"
+            "  --parent-pid PID  stop once process PID (the coordinator) is gone\n"
+            "  --fake        a pseudo-host of einrun --fake-hosts: UCX over TCP\n"
+            "                (UCX_TLS=tcp unless UCX_TLS is set)\n");
+}
+
+/* "0,2-3" into devs[]: the count, or -1 when malformed or out of range. */
+static int parse_devices(const char *s, int ndev, int *devs, int cap)
+{
+    int n = 0;
+    while (*s) {
+        char *end;
+        long a = strtol(s, &end, 10), b = a;
+        if (end == s)
+            return -1;
+        if (*end == '-') {
+            s = end + 1;
+            b = strtol(s, &end, 10);
+            if (end == s)
+                return -1;
+        }
+        if (a < 0 || b < a || b >= ndev)
+            return -1;
+        for (long d = a; d <= b; d++) {
+            if (n >= cap)
+                return -1;
+            devs[n++] = (int)d;
+        }
+        s = end;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return -1;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"coordinator", required_argument, 0, 'c'}, {"host", required_argument, 0, 'H'},
+        {"devices", required_argument, 0, 'd'},     {"ndevices", required_argument, 0, 'n'},
+        {"worker", required_argument, 0, 'w'},      {"iterations", required_argument, 0, 'i'},
+        {"instr-timeout", required_argument, 0, 't'}, {"parent-pid", required_argument, 0, 'p'},
+        {"fake", no_argument, 0, 'f'},              {"verbose", no_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+    nd_config c = {.host = -1, .iterations = 0, .instr_timeout = 600};
+    const char *devs = NULL;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c': c.coordinator = optarg; break;
+        case 'H': c.host = atoi(optarg); break;
+        case 'd': devs = optarg; break;
+        case 'n': c.ndevices = atoi(optarg); break;
+        case 'w': c.worker_path = optarg; break;
+        case 'i': c.iterations = atoi(optarg); break;
+        case 't': c.instr_timeout = atof(optarg); break;
+        case 'p': c.parent = atol(optarg); break;
+        case 'f': c.fake = 1; break;
+        case 'v': c.verbose = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!c.coordinator || c.host < 0 || !devs || c.ndevices < 1 || c.ndevices > 4096 ||
+        !c.worker_path || c.iterations < 0) {
+        fprintf(stderr, "einnode: missing or invalid arguments\n");
+        usage(stderr);
+        return 2;
+    }
+    int *list = malloc(sizeof *list * (size_t)c.ndevices);
+    if (!list)
+        return 1;
+    int n = parse_devices(devs, c.ndevices, list, c.ndevices);
+    if (n < 1) {
+        fprintf(stderr, "einnode: --devices '%s': expected device numbers below %d "
+                        "(such as 0,2-3)\n", devs, c.ndevices);
+        free(list);
+        return 2;
+    }
+    c.devices = list;
+    c.ndev_here = n;
+    int rc = nd_agent_run(&c);
+    free(list);
+    return rc;
+}

@@ -1,0 +1,406 @@
+/* node/nd_agent.c — einnode's work: start, relay, supervise, clean (nd_agent.h). */
+#include "node/nd_agent.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/ein_clock.h"
+#include "common/ein_error.h"
+#include "common/ein_status.h"
+#include "common/ein_wire.h"
+#include "coordinator/co_guard.h"
+
+typedef struct nd_worker {
+    int device;
+    pid_t pid;
+    int exited, status;
+} nd_worker;
+
+typedef struct nd {
+    const nd_config *cfg;
+    char dir[256], run_id[64], endpoint[320], ident[16];
+    co_guard guard;
+    ein_status_slot *status;
+    void *zctx, *router, *dealer;
+    int sfd;
+    sigset_t oldmask;
+    nd_worker *w;
+    int failed;
+} nd;
+
+static void say(const nd *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const nd *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "einnode (host %d): ", a->cfg->host);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static int status_create(nd *a, ein_error *err)
+{
+    char name[160];
+    size_t bytes = sizeof(ein_status_slot) * (size_t)a->cfg->ndevices;
+    ein_status_name(name, sizeof name, a->run_id);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0)
+        return ein_fail(err, EIN_EIO, "shm_open %s: %s", name, strerror(errno));
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)bytes) == 0)
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return ein_fail(err, EIN_EIO, "cannot map the status page %s: %s", name, strerror(errno));
+    a->status = p;
+    for (int d = 0; d < a->cfg->ndevices; d++) {
+        a->status[d].instr = -1;
+        a->status[d].error[0] = '\0';
+    }
+    return 0;
+}
+
+/* Tell the coordinator, as an ERROR of device d's worker. */
+static void report(nd *a, int d, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void report(nd *a, int d, const char *fmt, ...)
+{
+    ein_msg m = {.type = EIN_MSG_ERROR, .device = d, .code = EIN_EWORKER, .instr = -1};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m.text, sizeof m.text, fmt, ap);
+    va_end(ap);
+    if (a->status && a->status[d].instr >= 0)
+        m.instr = a->status[d].instr;
+    if (a->cfg->verbose || !a->dealer)
+        say(a, "%s", m.text);
+    void *buf = NULL;
+    size_t len = 0;
+    char id[16];
+    snprintf(id, sizeof id, "w%d", d);
+    if (a->dealer && ein_msg_encode(&m, &buf, &len, NULL) == 0) {
+        zmq_send(a->dealer, id, strlen(id), ZMQ_SNDMORE);
+        zmq_send(a->dealer, buf, len, 0);
+    }
+    free(buf);
+}
+
+static int spawn(nd *a, nd_worker *w, ein_error *err)
+{
+    const nd_config *c = a->cfg;
+    char dev[16], nd_[16], ppid[32], iters[16], itmo[32];
+    snprintf(dev, sizeof dev, "%d", w->device);
+    snprintf(nd_, sizeof nd_, "%d", c->ndevices);
+    snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
+    snprintf(iters, sizeof iters, "%d", c->iterations);
+    snprintf(itmo, sizeof itmo, "%g", c->instr_timeout);
+    char *argv[] = {(char *)c->worker_path, "--device", dev, "--ndevices", nd_, "--run-dir",
+                    a->dir, "--run-id", a->run_id, "--coordinator", a->endpoint,
+                    "--iterations", iters, "--parent-pid", ppid, "--instr-timeout", itmo,
+                    "--ucx", NULL};
+    pid_t pid = fork();
+    if (pid < 0)
+        return ein_fail(err, EIN_EIO, "cannot start the worker of device %d: %s", w->device,
+                        strerror(errno));
+    if (pid == 0) {
+        sigset_t m = a->oldmask;
+        sigdelset(&m, SIGTERM);
+        sigdelset(&m, SIGINT);
+        sigdelset(&m, SIGHUP);
+        sigdelset(&m, SIGCHLD);
+        sigprocmask(SIG_SETMASK, &m, NULL);
+        setsid();
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    w->pid = pid;
+    co_guard_add_pid(&a->guard, pid);
+    return 0;
+}
+
+/* Relay every message waiting on `from` to `to`, all frames unchanged.
+ * From the coordinator, only to one of our workers ("w<d>"/"b<d>" of a
+ * device of this host); anything else is dropped and reported. */
+static void relay(nd *a, void *from, void *to, int check)
+{
+    for (;;) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        if (zmq_msg_recv(&part, from, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&part);
+            return;
+        }
+        int first = 1, drop = 0, more;
+        do {
+            more = zmq_msg_more(&part);
+            if (first && check) {
+                const char *id = zmq_msg_data(&part);
+                size_t n = zmq_msg_size(&part);
+                int d = -1;
+                if (n >= 2 && n < 10 && id[0] == 'w') {
+                    d = 0;
+                    for (size_t i = 1; i < n && d >= 0; i++)
+                        d = id[i] >= '0' && id[i] <= '9' ? d * 10 + (id[i] - '0') : -1;
+                }
+                int ours = 0;
+                for (int k = 0; k < a->cfg->ndev_here && d >= 0; k++)
+                    ours |= a->w[k].device == d;
+                if (!ours) {
+                    drop = 1;
+                    say(a, "dropped a message from the coordinator for an identity that is "
+                           "not a worker of this host");
+                }
+            }
+            first = 0;
+            if (drop || zmq_msg_send(&part, to, more ? ZMQ_SNDMORE : 0) < 0)
+                zmq_msg_close(&part);
+            if (!more)
+                break;
+            zmq_msg_init(&part);
+            if (zmq_msg_recv(&part, from, 0) < 0) {
+                zmq_msg_close(&part);
+                break;
+            }
+        } while (1);
+    }
+}
+
+/* Reap what ended; report a worker that failed. Returns the workers left. */
+static int reap(nd *a)
+{
+    int left = 0;
+    for (int k = 0; k < a->cfg->ndev_here; k++) {
+        nd_worker *w = &a->w[k];
+        if (w->pid <= 0 || w->exited)
+            continue;
+        int st = 0;
+        pid_t got = waitpid(w->pid, &st, WNOHANG);
+        if (got == 0) {
+            left++;
+            continue;
+        }
+        w->exited = 1;
+        w->status = st;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+            continue;
+        a->failed = 1;
+        int d = w->device;
+        char how[160];
+        if (WIFSIGNALED(st))
+            snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(st),
+                     strsignal(WTERMSIG(st)));
+        else if (WEXITSTATUS(st) == 127)
+            snprintf(how, sizeof how, "exited with status 127 (could not execute %s)",
+                     a->cfg->worker_path);
+        else
+            snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(st));
+        if (a->status && a->status[d].error[0])
+            report(a, d, "on host %d, einworker pid %ld %s: %.*s", a->cfg->host, (long)w->pid, how,
+                   EIN_STATUS_ERROR_MAX - 1, a->status[d].error);
+        else
+            report(a, d, "on host %d, einworker pid %ld %s", a->cfg->host, (long)w->pid, how);
+    }
+    return left;
+}
+
+/* Stop every worker still running: SIGTERM, then SIGKILL after 2 s. */
+static void stop_workers(nd *a)
+{
+    for (int k = 0; k < a->cfg->ndev_here; k++)
+        if (a->w[k].pid > 0 && !a->w[k].exited)
+            kill(a->w[k].pid, SIGTERM);
+    double deadline = ein_now_s() + 2.0;
+    for (;;) {
+        int alive = 0;
+        for (int k = 0; k < a->cfg->ndev_here; k++) {
+            nd_worker *w = &a->w[k];
+            if (w->pid <= 0 || w->exited)
+                continue;
+            if (waitpid(w->pid, NULL, WNOHANG) == w->pid)
+                w->exited = 1;
+            else if (ein_now_s() > deadline) {
+                kill(w->pid, SIGKILL);
+                waitpid(w->pid, NULL, 0);
+                w->exited = 1;
+            } else
+                alive++;
+        }
+        if (!alive)
+            return;
+        usleep(10000);
+    }
+}
+
+static void cleanup(nd *a)
+{
+    if (a->router)
+        zmq_close(a->router);
+    if (a->dealer)
+        zmq_close(a->dealer);
+    if (a->zctx)
+        zmq_ctx_term(a->zctx);
+    if (a->sfd >= 0)
+        close(a->sfd);
+    char name[160];
+    for (int d = 0; d < a->cfg->ndevices && a->run_id[0]; d++) {
+        ein_segment_name(name, sizeof name, a->run_id, d);
+        shm_unlink(name);
+    }
+    if (a->run_id[0]) {
+        ein_status_name(name, sizeof name, a->run_id);
+        shm_unlink(name);
+    }
+    if (a->status)
+        munmap(a->status, sizeof(ein_status_slot) * (size_t)a->cfg->ndevices);
+    if (a->dir[0]) {
+        DIR *dp = opendir(a->dir);
+        struct dirent *de;
+        while (dp && (de = readdir(dp))) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+                continue;
+            char p[600];
+            snprintf(p, sizeof p, "%s/%s", a->dir, de->d_name);
+            unlink(p);
+        }
+        if (dp)
+            closedir(dp);
+        rmdir(a->dir);
+    }
+    co_guard_stop(&a->guard);
+}
+
+static int setup(nd *a, ein_error *err)
+{
+    const nd_config *c = a->cfg;
+    int zero = 0, one = 1, linger = 1000;
+    int64_t maxsize = EIN_MSG_MAX_BYTES;
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, &a->oldmask);
+    if ((a->sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
+        return ein_fail(err, EIN_EIO, "signalfd: %s", strerror(errno));
+    const char *tmp = getenv("TMPDIR");
+    tmp = tmp && *tmp ? tmp : "/tmp";
+    co_guard_sweep_stale(tmp);
+    snprintf(a->dir, sizeof a->dir, "%s/einrun.%ld.XXXXXX", tmp, (long)getpid());
+    if (!mkdtemp(a->dir)) {
+        a->dir[0] = '\0';
+        return ein_fail(err, EIN_EIO, "cannot create a run directory in %s: %s", tmp,
+                        strerror(errno));
+    }
+    snprintf(a->run_id, sizeof a->run_id, "%ld-%s", (long)getpid(), strrchr(a->dir, '.') + 1);
+    snprintf(a->endpoint, sizeof a->endpoint, "ipc://%s/coord.sock", a->dir);
+    int rc;
+    if ((rc = co_guard_start(&a->guard, a->dir, a->run_id, c->ndevices, NULL, 0, err)) < 0)
+        return rc;
+    if ((rc = status_create(a, err)) < 0)
+        return rc;
+    if (!(a->zctx = zmq_ctx_new()) || !(a->router = zmq_socket(a->zctx, ZMQ_ROUTER)) ||
+        !(a->dealer = zmq_socket(a->zctx, ZMQ_DEALER)))
+        return ein_fail(err, EIN_EIO, "zmq: %s", zmq_strerror(errno));
+    zmq_setsockopt(a->router, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(a->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(a->router, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
+    if (zmq_bind(a->router, a->endpoint) < 0)
+        return ein_fail(err, EIN_EIO, "bind %s: %s", a->endpoint, zmq_strerror(errno));
+    snprintf(a->ident, sizeof a->ident, "n%d", c->host);
+    zmq_setsockopt(a->dealer, ZMQ_ROUTING_ID, a->ident, strlen(a->ident));
+    zmq_setsockopt(a->dealer, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(a->dealer, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
+    /* The run's CURVE keys (coordinator/co_curve.h), from the launcher;
+     * the workers never see them. */
+    const char *srv = getenv("EIN_CURVE_SERVER"), *pub = getenv("EIN_CURVE_PUBLIC"),
+               *sec = getenv("EIN_CURVE_SECRET");
+    if (srv && pub && sec) {
+        if (strlen(srv) != 40 || strlen(pub) != 40 || strlen(sec) != 40 ||
+            zmq_setsockopt(a->dealer, ZMQ_CURVE_SERVERKEY, srv, 40) < 0 ||
+            zmq_setsockopt(a->dealer, ZMQ_CURVE_PUBLICKEY, pub, 40) < 0 ||
+            zmq_setsockopt(a->dealer, ZMQ_CURVE_SECRETKEY, sec, 40) < 0)
+            return ein_fail(err, EIN_EINVAL, "the CURVE keys in the environment are not valid");
+    } else {
+        return ein_fail(err, EIN_EINVAL, "no CURVE keys (EIN_CURVE_SERVER, EIN_CURVE_PUBLIC, "
+                        "EIN_CURVE_SECRET): the coordinator's launcher passes them");
+    }
+    unsetenv("EIN_CURVE_SERVER");
+    unsetenv("EIN_CURVE_PUBLIC");
+    unsetenv("EIN_CURVE_SECRET");
+    if (zmq_connect(a->dealer, c->coordinator) < 0)
+        return ein_fail(err, EIN_EIO, "connect to the coordinator at %s: %s", c->coordinator,
+                        zmq_strerror(errno));
+    /* A worker's crash is the coordinator's to report (its signal, its
+     * instruction): UCX's own handler (read when libucs loads) would catch
+     * it and print a trace instead. */
+    if (!getenv("UCX_HANDLE_ERRORS"))
+        setenv("UCX_HANDLE_ERRORS", "none", 1);
+    /* A pseudo-host: over TCP, as between hosts, on the loopback only. */
+    if (c->fake && !getenv("UCX_TLS"))
+        setenv("UCX_TLS", "tcp", 1);
+    if (c->fake && !getenv("UCX_NET_DEVICES"))
+        setenv("UCX_NET_DEVICES", "lo", 1);
+    for (int k = 0; k < c->ndev_here; k++)
+        if ((rc = spawn(a, &a->w[k], err)) < 0)
+            return rc;
+    return 0;
+}
+
+int nd_agent_run(const nd_config *c)
+{
+    nd a = {.cfg = c, .sfd = -1, .guard = {.fd = -1, .pid = -1}};
+    ein_error err = {0};
+    int rc = 0, stop = 0;
+    if (!(a.w = calloc((size_t)c->ndev_here, sizeof *a.w)))
+        return 1;
+    for (int k = 0; k < c->ndev_here; k++)
+        a.w[k].device = c->devices[k];
+    if ((rc = setup(&a, &err)) < 0) {
+        say(&a, "%s", err.msg);
+        for (int k = 0; k < c->ndev_here; k++)
+            if (!a.w[k].pid)
+                report(&a, a.w[k].device, "on host %d: %s", c->host, err.msg);
+        a.failed = 1;
+        stop = 1;
+    }
+    while (!stop) {
+        zmq_pollitem_t it[3] = {{.socket = a.router, .events = ZMQ_POLLIN},
+                                {.socket = a.dealer, .events = ZMQ_POLLIN},
+                                {.fd = a.sfd, .events = ZMQ_POLLIN}};
+        if (zmq_poll(it, 3, 100) < 0 && errno != EINTR)
+            break;
+        relay(&a, a.router, a.dealer, 0);
+        relay(&a, a.dealer, a.router, 1);
+        struct signalfd_siginfo si;
+        while (read(a.sfd, &si, sizeof si) == (ssize_t)sizeof si)
+            if (si.ssi_signo != SIGCHLD) {
+                if (c->verbose)
+                    say(&a, "stopping on signal %u", si.ssi_signo);
+                stop = 1;
+            }
+        if (c->parent > 0 && getppid() != (pid_t)c->parent) {
+            say(&a, "the coordinator (pid %ld) is gone: stopping", c->parent);
+            a.failed = stop = 1;
+        }
+        if (reap(&a) == 0)
+            break;
+    }
+    /* A last word of the workers (their DONE, ERROR) still goes out. */
+    relay(&a, a.router, a.dealer, 0);
+    stop_workers(&a);
+    cleanup(&a);
+    free(a.w);
+    return a.failed ? 1 : 0;
+}

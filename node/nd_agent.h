@@ -1,0 +1,51 @@
+/* node/nd_agent.h — einnode: the agent that runs one host's part of a run
+ * on several hosts (issue 26).
+ *
+ * The coordinator (einrun) is the rendezvous: it binds a ROUTER on TCP and
+ * starts one agent per host (itself for --fake-hosts, later through ssh,
+ * srun or mpirun). nd_agent_run() then does on its host what co_run.c
+ * does on one machine, with the same pieces: a private run directory
+ * (mode 0700), the guard process (coordinator/co_guard.h) that removes
+ * everything if the agent dies, the status page (common/ein_status.h),
+ * one einworker per device of the host (--ucx: blocks from and to other
+ * hosts move over UCX, worker/wk_ucx.h), watched through SIGCHLD on a
+ * signalfd. Its workers connect to the agent's ROUTER on ipc:// in the run
+ * directory exactly as they connect to einrun on one host; the agent
+ * relays every message between them and the coordinator unchanged, over
+ * one DEALER (identity "n<host>") whose frames carry the worker's identity
+ * ("w<d>", "b<d>"). So the Program of a worker comes from the coordinator
+ * through its agent, and the coordinator validates every message as for
+ * one host.
+ *
+ * A worker that dies is reported to the coordinator as an ERROR from that
+ * worker, naming this host, the worker's pid, how it ended, and the
+ * instruction on the status page (from which the coordinator names the
+ * operator). The agent ends once every worker has ended, on SIGTERM
+ * (stopping them), or when the coordinator's process is gone (--parent-pid,
+ * fake hosts) — and whatever happens, no worker, segment, status page or
+ * run directory of its own is left.
+ *
+ * Returns the agent's exit status: 0 when every worker ended cleanly
+ * (after the coordinator's SHUTDOWN), 1 otherwise (the reason on stderr
+ * and, where it could be sent, to the coordinator). */
+#ifndef ND_AGENT_H
+#define ND_AGENT_H
+
+typedef struct nd_config {
+    const char *coordinator;    /* the coordinator's endpoint (tcp://host:port) */
+    int host;                   /* this host's index */
+    int ndevices;               /* devices of the whole run */
+    const int *devices;         /* this host's devices */
+    int ndev_here;
+    const char *worker_path;    /* einworker */
+    int iterations;             /* passed to einworker --iterations */
+    double instr_timeout;       /* passed to einworker --instr-timeout */
+    long parent;                /* the coordinator's pid (fake hosts), 0: not watched */
+    int fake;                   /* a pseudo-host of einrun --fake-hosts: UCX over TCP on
+                                   the loopback (UCX_TLS=tcp unless set) */
+    int verbose;
+} nd_config;
+
+int nd_agent_run(const nd_config *cfg);
+
+#endif

@@ -1,0 +1,186 @@
+#!/bin/sh
+# tests/e2e/test_fake_hosts.sh — a run on several hosts, without root:
+# einrun --fake-hosts 2 splits 4 CPU devices into two pseudo-hosts, each
+# with its own agent (einnode); blocks between them move over UCX on the
+# loopback. The FFN and a LLaMA block (eingen llama) must give what the
+# single-host run gives, with every buffer poisoned between iterations
+# (EIN_POISON), and leave nothing behind. Skipped (with the reason) where
+# einrun was built without UCX.
+set -u
+B=${EIN_BUILDDIR:-.}
+EINRUN="$B/einrun"
+EINGEN="$B/eingen"
+NPYTOOL="$B/tests/e2e/npytool"
+ROGUE="$B/tests/e2e/zmq_rogue"
+SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+S=$(mktemp -d "${TMPDIR:-/tmp}/ein-fh.XXXXXX") || exit 1
+export TMPDIR="$S"
+trap 'rm -rf "$S"' EXIT
+cd "$S" || exit 1
+. "$SRC/tests/e2e/lib.sh"
+
+if ! grep -q '^#define HAVE_UCX 1' "$B/config.h" 2>/dev/null; then
+    echo "1..0 # SKIP built without UCX (libucx-dev)"
+    exit 0
+fi
+
+shm_before=$(ls /dev/shm | grep '^ein-' | sort)
+
+# leftovers_fh: agents or workers of this scratch directory still running,
+# run directories, shared memory of an agent that is gone.
+leftovers_fh() {
+    l=""
+    # (one grep over every command line: a process per /proc entry is slow)
+    for f in $(grep -lsaE "einworker|einnode" $(grep -lsaF -- "$S" /proc/[0-9]*/cmdline) \
+               /dev/null); do
+        f=${f#/proc/}; l="$l process ${f%/cmdline};"
+    done
+    for f in "$S"/einrun.*; do [ -e "$f" ] && l="$l $f;"; done
+
+    # New shared memory whose owner (the pid in its name: an agent's) is
+    # gone; other runs on the machine may come and go meanwhile.
+    for f in $(ls /dev/shm | grep '^ein-' | sort); do
+        o=${f#ein-}; o=${o%%-*}
+        echo "$shm_before" | grep -qx "$f" || [ -d "/proc/$o" ] || l="$l /dev/shm/$f;"
+    done
+    echo "$l"
+}
+
+# same NAME HOSTS PLAN OUT TOL [einrun args]: the run on HOSTS fake hosts
+# equals the one-host run.
+same() {
+    name=$1; hosts=$2; plan=$3; out=$4; tol=$5; shift 5
+    rm -f one.npy two.npy
+    if ! "$EINRUN" -q --cpu 4 --output "$out=one.npy" "$@" "$plan" > one.txt 2>&1; then
+        not_ok "$name" "the one-host run failed:" "$(cat one.txt)"; return
+    fi
+    t0=$(date +%s%N)
+    EIN_POISON=1 "$EINRUN" -q --cpu 4 --fake-hosts "$hosts" --iterations 3 --output "$out=two.npy" \
+        "$@" "$plan" > two.txt 2>&1
+    rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    left=$(leftovers_fh)
+    if [ "$rc" -ne 0 ]; then not_ok "$name" "exit status $rc" "$(cat two.txt)"
+    elif ! "$NPYTOOL" compare one.npy two.npy "$tol" > cmp.txt 2>&1; then
+        not_ok "$name" "differs from the one-host run:" "$(cat cmp.txt)"
+    elif [ -n "$left" ]; then not_ok "$name" "left behind:$left"
+    else ok "$name ($ms ms)"
+    fi
+}
+
+echo "1..8"
+write_ffn ffn.ein
+# The FFN's plan aggregates inside a host at P = 4 over 2 hosts; over 4
+# hosts every block that moves crosses hosts.
+same "FFN at P = 4 over 2 fake hosts equals one host" 2 ffn.ein y 1e-5 --seed 3
+same "FFN at P = 4 over 4 fake hosts equals one host" 4 ffn.ein y 1e-5 --seed 3
+"$EINGEN" llama --seqs 2 --tokens 16 --scale 0.0625 --dtype f32 > llama.ein 2> gen.txt ||
+    { cat gen.txt; exit 1; }
+same "LLaMA block at P = 4 over 2 fake hosts equals one host" 2 llama.ein \
+    "$(sed -n 's/^save \([A-Za-z0-9_]*\).*/\1/p' llama.ein | tail -1)" 1e-4 --seed 5
+
+# Bad use is refused, naming what is wrong (exit 1, no crash).
+"$EINRUN" -q --cpu 2 --fake-hosts 3 ffn.ein > bad.txt 2>&1
+rc1=$?
+"$EINRUN" -q --cpu 2 --fake-hosts 2 --trace t.json ffn.ein > bad2.txt 2>&1
+rc2=$?
+if [ "$rc1" -eq 1 ] && grep -q "fake hosts: 3 for 2 devices" bad.txt &&
+   [ "$rc2" -eq 1 ] && grep -q "several hosts takes no .*--trace" bad2.txt; then
+    ok "more fake hosts than devices, or --trace, is refused"
+else
+    not_ok "more fake hosts than devices, or --trace, is refused" "exit $rc1, $rc2" \
+        "$(cat bad.txt bad2.txt)"
+fi
+
+# wait_for FILE PATTERN: until a line of FILE matches (at most 10 s).
+wait_for() {
+    i=0
+    while ! grep -q -- "$2" "$1" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+}
+
+# Control is CURVE-authenticated: a peer without the run's keys that
+# claims to be an agent is dropped and reported; the run goes on.
+rm -f one.npy two.npy
+"$EINRUN" -q --cpu 4 --output y=one.npy --seed 3 ffn.ein > one.txt 2>&1
+EIN_FAULT=0:slow:3 "$EINRUN" -v --cpu 4 --fake-hosts 2 --output y=two.npy --seed 3 ffn.ein \
+    > curve.txt 2>&1 &
+pid=$!
+wait_for curve.txt "coordinator at tcp://"
+ep=$(sed -n 's/.*coordinator at \(tcp:\/\/[0-9.:]*\),.*/\1/p' curve.txt | head -1)
+[ -n "$ep" ] && "$ROGUE" "$ep"
+wait $pid
+rc=$?
+if [ "$rc" -ne 0 ]; then not_ok "an unauthenticated peer is dropped" "exit $rc" "$(cat curve.txt)"
+elif ! grep -q "dropped a peer that connected to tcp://.*CURVE handshake" curve.txt; then
+    not_ok "an unauthenticated peer is dropped" "not reported:" "$(cat curve.txt)"
+elif ! "$NPYTOOL" compare one.npy two.npy 1e-5 > cmp.txt 2>&1; then
+    not_ok "an unauthenticated peer is dropped" "wrong result:" "$(cat cmp.txt)"
+else ok "an unauthenticated peer is dropped and reported; the run is right"
+fi
+
+# check_fault NAME PATTERN RC MS LIMIT: exit status 1 within LIMIT ms,
+# PATTERN in the report, nothing left on either pseudo-host.
+check_fault() {
+    name=$1; pat=$2; rc=$3; ms=$4; limit=$5
+    left=$(leftovers_fh)
+    if [ "$rc" -ne 1 ]; then not_ok "$name" "exit status $rc, expected 1" "$(cat out.txt)"
+    elif ! grep -q -- "$pat" out.txt; then not_ok "$name" "message does not match '$pat':" "$(cat out.txt)"
+    elif [ "$ms" -gt "$limit" ]; then not_ok "$name" "took $ms ms, more than $limit"
+    elif [ -n "$left" ]; then not_ok "$name" "left behind:$left"
+    else ok "$name ($ms ms)"
+    fi
+}
+
+# Under AddressSanitizer the SIGSEGV must kill the worker as it would in a
+# normal build, not be caught and reported by ASan (as in test_faults.sh).
+saved_asan=${ASAN_OPTIONS-}
+t0=$(date +%s%N)
+ASAN_OPTIONS="${saved_asan:+$saved_asan:}handle_segv=0" EIN_FAULT=3:crash:2 \
+    "$EINRUN" -q --cpu 4 --fake-hosts 2 ffn.ein > out.txt 2>&1
+rc=$?
+check_fault "a remote worker killed is reported naming host, device, operator" \
+    "device 3 (pid [0-9]*) failed in instruction 2 (.*operator '.*'): on host 1, einworker pid [0-9]* was killed by signal 11" \
+    $rc $(( ($(date +%s%N) - t0) / 1000000 )) 15000
+
+# kill -9 of the agent of host 1 in the middle of a run (device 0 is slow).
+EIN_FAULT=0:slow:3 "$EINRUN" -q --cpu 4 --fake-hosts 2 ffn.ein > out.txt 2>&1 &
+pid=$!
+agent=""
+i=0
+while [ -z "$agent" ] && [ $i -lt 100 ]; do
+    agent=$(pgrep -P $pid -f "einnode .*--host 1 " | head -1); i=$((i + 1)); sleep 0.1
+done
+sleep 1
+t0=$(date +%s%N)
+[ -n "$agent" ] && kill -9 "$agent"
+wait $pid
+rc=$?
+check_fault "a remote agent killed is reported naming the host and its devices" \
+    "host 1 (agent einnode pid $agent, devices 2-3) was killed by signal 9" \
+    $rc $(( ($(date +%s%N) - t0) / 1000000 )) 5000
+
+# kill -9 of the coordinator mid-run: both pseudo-hosts clean themselves
+# (the agents die with their guard's kill or watching einrun; their
+# workers with them; each agent's guard removes its files) within 5 s.
+EIN_FAULT=0:slow:3 "$EINRUN" -q --cpu 4 --fake-hosts 2 ffn.ein > out.txt 2>&1 &
+pid=$!
+agents=""
+i=0
+while [ "$(echo $agents | wc -w)" -lt 2 ] && [ $i -lt 100 ]; do
+    agents=$(pgrep -P $pid -f "einnode "); i=$((i + 1)); sleep 0.1
+done
+sleep 1
+kill -9 $pid
+wait $pid 2>/dev/null
+i=0
+while [ $i -lt 50 ]; do
+    alive=""
+    for a in $agents; do [ -d "/proc/$a" ] && alive="$alive $a"; done
+    left="$alive$(leftovers_fh)"
+    [ -z "$left" ] && break
+    i=$((i + 1)); sleep 0.1
+done
+if [ -z "$agents" ]; then not_ok "the coordinator killed leaves both hosts clean" "no agent seen"
+elif [ -n "$left" ]; then not_ok "the coordinator killed leaves both hosts clean" "after 5 s:$left"
+else ok "the coordinator killed leaves both hosts clean ($((i * 100)) ms)"
+fi

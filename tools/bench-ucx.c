@@ -1,0 +1,182 @@
+/* tools/bench-ucx.c — a block between two processes over the loopback:
+ * UCX tagged send/receive (worker/wk_ucx.c, what a run on several hosts
+ * uses, UCX_TLS=tcp and UCX_NET_DEVICES=lo unless set) against a raw TCP
+ * socket (write/read loop, the floor any TCP transport pays).
+ *   bench-ucx [--mib N] [--reps R]      (default 64 MiB, 10 repetitions)
+ * Each repetition moves the block from the parent to the child, which
+ * answers with a small block (TCP: one byte); the median time gives the
+ * rate. Prints both rates in GB/s and their ratio (UCX / TCP). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/ein_clock.h"
+#include "worker/wk_ucx.h"
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int full_io(int fd, void *p, size_t n, int wr)
+{
+    char *c = p;
+    while (n) {
+        ssize_t k = wr ? write(fd, c, n) : read(fd, c, n);
+        if (k <= 0)
+            return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Raw TCP: the median seconds per block. */
+static double bench_tcp(char *buf, size_t bytes, int reps)
+{
+    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) < 0 || listen(ls, 1) < 0 ||
+        getsockname(ls, (struct sockaddr *)&a, &al) < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int s = accept(ls, NULL, NULL);
+        char ack = 1;
+        for (int r = 0; r < reps; r++)
+            if (full_io(s, buf, bytes, 0) < 0 || full_io(s, &ack, 1, 1) < 0)
+                _exit(1);
+        _exit(0);
+    }
+    close(ls);
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(s, (struct sockaddr *)&a, sizeof a) < 0)
+        return -1;
+    double *t = calloc((size_t)reps, sizeof *t), med;
+    char ack;
+    for (int r = 0; r < reps; r++) {
+        double t0 = ein_now_s();
+        if (full_io(s, buf, bytes, 1) < 0 || full_io(s, &ack, 1, 0) < 0)
+            return -1;
+        t[r] = ein_now_s() - t0;
+    }
+    close(s);
+    waitpid(pid, NULL, 0);
+    qsort(t, (size_t)reps, sizeof *t, cmp_d);
+    med = t[reps / 2];
+    free(t);
+    return med;
+}
+
+/* UCX through wk_ucx: device 0 (parent) sends buffer 0, device 1 (child)
+ * answers with its buffer 1 (8 bytes). Addresses go over a socketpair. */
+static double bench_ucx(char *buf, size_t bytes, int reps)
+{
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) < 0)
+        return -1;
+    pid_t pid = fork();
+    int me = pid == 0;
+    int fd = sp[me ? 1 : 0];
+    ein_error err = {0};
+    wk_ucx *u = NULL;
+    if (wk_ucx_new(2, me, &u, &err) < 0) {
+        fprintf(stderr, "bench-ucx: %s\n", err.msg);
+        if (me)
+            _exit(1);
+        return -1;
+    }
+    const void *addr;
+    size_t alen, plen;
+    wk_ucx_address(u, &addr, &alen);
+    char peer[65536];
+    uint64_t ack = 0;
+    if (full_io(fd, &alen, sizeof alen, 1) < 0 || full_io(fd, (void *)addr, alen, 1) < 0 ||
+        full_io(fd, &plen, sizeof plen, 0) < 0 || plen > sizeof peer ||
+        full_io(fd, peer, plen, 0) < 0)
+        return -1;
+    ein_bytes addrs[2] = {{0}};
+    addrs[!me] = (ein_bytes){.data = peer, .len = (uint32_t)plen};
+    if (wk_ucx_set_peers(u, addrs, 2, &err) < 0) {
+        fprintf(stderr, "bench-ucx: %s\n", err.msg);
+        return -1;
+    }
+    double *t = calloc((size_t)reps, sizeof *t), med = -1;
+    for (int r = 0; r < reps; r++) {
+        double t0 = ein_now_s();
+        int rc;
+        if (me)
+            rc = wk_ucx_recv(u, 0, 0, buf, bytes, &err) < 0 ||
+                 wk_ucx_send(u, 0, 1, &ack, sizeof ack, &err) < 0 || wk_ucx_flush(u, &err) < 0;
+        else
+            rc = wk_ucx_send(u, 1, 0, buf, bytes, &err) < 0 ||
+                 wk_ucx_recv(u, 1, 1, &ack, sizeof ack, &err) < 0 || wk_ucx_flush(u, &err) < 0;
+        if (rc) {
+            fprintf(stderr, "bench-ucx: %s\n", err.msg);
+            break;
+        }
+        t[r] = ein_now_s() - t0;
+    }
+    /* The child must stay until the parent's last send has completed. */
+    char bye = 0;
+    if (me) {
+        full_io(fd, &bye, 1, 0);
+        wk_ucx_free(u);
+        _exit(0);
+    }
+    full_io(fd, &bye, 1, 1);
+    waitpid(pid, NULL, 0);
+    wk_ucx_free(u);
+    qsort(t, (size_t)reps, sizeof *t, cmp_d);
+    med = t[reps / 2];
+    free(t);
+    return med;
+}
+
+int main(int argc, char **argv)
+{
+    long mib = 64;
+    int reps = 10;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--mib") && i + 1 < argc)
+            mib = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench-ucx [--mib N] [--reps R]\n");
+            return 2;
+        }
+    }
+    if (mib < 1 || mib > 4096 || reps < 1 || reps > 1000) {
+        fprintf(stderr, "bench-ucx: --mib 1..4096, --reps 1..1000\n");
+        return 2;
+    }
+    setenv("UCX_TLS", getenv("UCX_TLS") ? getenv("UCX_TLS") : "tcp", 1);
+    setenv("UCX_NET_DEVICES", getenv("UCX_NET_DEVICES") ? getenv("UCX_NET_DEVICES") : "lo", 1);
+    size_t bytes = (size_t)mib << 20;
+    char *buf = malloc(bytes);
+    if (!buf)
+        return 1;
+    memset(buf, 7, bytes);
+    double tcp = bench_tcp(buf, bytes, reps), ucx = bench_ucx(buf, bytes, reps);
+    if (tcp <= 0 || ucx <= 0) {
+        fprintf(stderr, "bench-ucx: a transfer failed\n");
+        return 1;
+    }
+    printf("%ld MiB over the loopback, median of %d (UCX_TLS=%s):\n", mib, reps,
+           getenv("UCX_TLS"));
+    printf("  raw TCP        %8.3f GB/s  (%.2f ms)\n", bytes / tcp / 1e9, tcp * 1e3);
+    printf("  UCX tagged     %8.3f GB/s  (%.2f ms)\n", bytes / ucx / 1e9, ucx * 1e3);
+    printf("  UCX / TCP      %8.2f\n", tcp / ucx);
+    free(buf);
+    return 0;
+}

@@ -1,0 +1,68 @@
+/* worker/wk_ucx.h — blocks between hosts: UCX tagged send and receive.
+ *
+ * A run on several hosts (einnode, einrun --fake-hosts) moves a block
+ * between devices of different hosts this way; devices of one host keep
+ * shared memory. A cross-host NOTIFY of buffer B to device D becomes
+ * wk_ucx_send (a tagged send of the whole block, tag = (this device, B)),
+ * and the matching COPY on D becomes wk_ucx_recv into its destination
+ * buffer, runnable once wk_ucx_arrived says the block (or, for a large
+ * one, its rendezvous request) is there: the arrival is the READY.
+ * A CANCELLED to a remote peer is a tagged message too (wk_ucx_send_cancelled,
+ * seen by wk_ucx_poll_cancelled).
+ *
+ * Progress: UCX's wake-ups on small messages are unreliable over TCP (UCX
+ * 1.13: missed wake-ups), so nothing here waits on one: every call that
+ * waits drives ucp_worker_progress itself in a bounded loop, and the
+ * executor calls wk_ucx_progress from its poll loop, which then polls
+ * with a short timeout.
+ *
+ * Ordering: UCX matches messages of one tag from one sender in the order
+ * they were sent, and the coordinator's barrier between iterations
+ * (START only once every device is DONE, and a device is DONE only once
+ * its sends completed: wk_ucx_flush) keeps iterations apart.
+ *
+ * Ownership: wk_ucx_new returns a context freed with wk_ucx_free (which
+ * cancels what is still in flight). Functions return 0 or a negative
+ * EIN_E* code with err filled. Without UCX (configure found no
+ * libucx-dev) wk_ucx_new fails with EIN_EUNSUPPORTED and saying so. */
+#ifndef WK_UCX_H
+#define WK_UCX_H
+
+#include <stddef.h>
+
+#include "common/ein_error.h"
+#include "common/ein_wire.h"
+
+typedef struct wk_ucx wk_ucx;
+
+int wk_ucx_new(int ndevices, int device, wk_ucx **out, ein_error *err);
+void wk_ucx_free(wk_ucx *u);
+/* This worker's address, for HELLO (owned by u). */
+void wk_ucx_address(const wk_ucx *u, const void **addr, size_t *len);
+/* PEERS: connect to every device with a non-empty address (a remote one). */
+int wk_ucx_set_peers(wk_ucx *u, const ein_bytes *addrs, int n, ein_error *err);
+/* Is `peer` on another host (reached through UCX)? */
+int wk_ucx_remote(const wk_ucx *u, int peer);
+/* Start sending buf[0..len) as (this device, buffer) to peer; the memory
+ * must stay unchanged until wk_ucx_flush returns. */
+int wk_ucx_send(wk_ucx *u, int peer, int buffer, const void *buf, size_t len, ein_error *err);
+/* Has peer's block `buffer` arrived (or begun to)? */
+int wk_ucx_arrived(wk_ucx *u, int peer, int buffer);
+/* Receive peer's block `buffer` into buf[0..len): returns once it is
+ * there; a block of another size is an error. */
+int wk_ucx_recv(wk_ucx *u, int peer, int buffer, void *buf, size_t len, ein_error *err);
+/* Drive UCX a bounded number of steps; completed sends are released.
+ * Returns 1 when something progressed. */
+int wk_ucx_progress(wk_ucx *u);
+/* Wait until every send has completed. */
+int wk_ucx_flush(wk_ucx *u, ein_error *err);
+/* Something is in flight (a send not yet complete). */
+int wk_ucx_busy(const wk_ucx *u);
+/* CANCELLED to a remote peer, and: which peer's CANCELLED has come (-1:
+ * none). While cancelling, wk_ucx_drain drops every block that arrives
+ * (they belong to the abandoned run). */
+int wk_ucx_send_cancelled(wk_ucx *u, int peer, ein_error *err);
+int wk_ucx_poll_cancelled(wk_ucx *u);
+int wk_ucx_drain(wk_ucx *u, ein_error *err);
+
+#endif
