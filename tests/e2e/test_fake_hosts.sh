@@ -39,10 +39,15 @@ leftovers_fh() {
 
     # New shared memory whose owner (the pid in its name: an agent's) is
     # gone; other runs on the machine may come and go meanwhile.
+    # A run of another test ends at the same time: its guard removes its
+    # files right after its owner is gone, so look twice, 1 s apart.
+    cand=""
     for f in $(ls /dev/shm | grep '^ein-' | sort); do
         o=${f#ein-}; o=${o%%-*}
-        echo "$shm_before" | grep -qx "$f" || [ -d "/proc/$o" ] || l="$l /dev/shm/$f;"
+        echo "$shm_before" | grep -qx "$f" || [ -d "/proc/$o" ] || cand="$cand $f"
     done
+    [ -n "$cand" ] && sleep 1
+    for f in $cand; do [ -e "/dev/shm/$f" ] && l="$l /dev/shm/$f;"; done
     echo "$l"
 }
 
