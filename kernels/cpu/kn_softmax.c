@@ -19,11 +19,8 @@ int kn_cpu_softmax(int axis, const kn_block *x, kn_block *out, ein_error *err)
         return rc;
     if ((rc = ein_kernel_rules_softmax(axis, &x->box, &out->box, err)) < 0)
         return rc;
-    int64_t outer = 1, inner = 1, n = x->box.hi[axis] - x->box.lo[axis];
-    for (int d = 0; d < axis; d++)
-        outer *= x->box.hi[d] - x->box.lo[d];
-    for (int d = axis + 1; d < x->box.rank; d++)
-        inner *= x->box.hi[d] - x->box.lo[d];
+    int64_t outer, n, inner;
+    ein_box_axis_split(&x->box, axis, &outer, &n, &inner);
     if (outer * n * inner == 0)
         return 0;
     float *s = kn_falloc(what, n * inner + inner, err);

@@ -362,11 +362,8 @@ extern "C" int kn_cuda_softmax(int axis, const kn_block *x, kn_block *out, void 
     ein_error re = {0, {0}};
     if ((rc = ein_kernel_rules_softmax(axis, &x->box, &out->box, &re)) < 0)
         return kn_cu_fail(err, rc, "cuda %s", re.msg);
-    int64_t outer = 1, inner = 1, n = x->box.hi[axis] - x->box.lo[axis];
-    for (int d = 0; d < axis; d++)
-        outer *= x->box.hi[d] - x->box.lo[d];
-    for (int d = axis + 1; d < x->box.rank; d++)
-        inner *= x->box.hi[d] - x->box.lo[d];
+    int64_t outer, n, inner;
+    ein_box_axis_split(&x->box, axis, &outer, &n, &inner);
     if (outer * n * inner == 0)
         return 0;
     if (inner == 1 && outer > (int64_t)0x7fffffff)
