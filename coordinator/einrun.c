@@ -643,6 +643,17 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     co->objective = o->time_objective ? "time" : NULL; /* NULL: comm, the default */
 }
 
+/* The flags that name a topology, said after the library's message when
+ * it could not detect one (EIN_EDEVICE without --topology). */
+static const char *topology_advice(const ein_compile_options *co, int code)
+{
+    if (code != EIN_EDEVICE || co->topology)
+        return "";
+    return co->gpu_probe ? "; give --topology NAME|FILE"
+                         : "; give --topology NAME|FILE, or --gpu-probe FILE saved from "
+                           "einworker-cuda --probe";
+}
+
 /* --show-topology: the topology a run would use, as text, on stdout. */
 static int show_topology(const ein_compile_options *co, int ndev)
 {
@@ -650,7 +661,7 @@ static int show_topology(const ein_compile_options *co, int ndev)
     char desc[700], why[512], *text = NULL;
     ein_error err = {0};
     if (co_topology_for(co, ndev, &t, desc, sizeof desc, why, sizeof why, &err) < 0) {
-        fprintf(stderr, "einrun: %s\n", err.msg);
+        fprintf(stderr, "einrun: %s%s\n", err.msg, topology_advice(co, err.code));
         return 2;
     }
     if (why[0])
@@ -960,7 +971,7 @@ static int compile_program(run_state *s, ein_compile_options *co)
             fprintf(stderr, "einrun: cannot plan %s for %d devices: %s\n", o->path, o->ndev,
                     s->err.msg);
         else
-            fprintf(stderr, "einrun: %s\n", s->err.msg);
+            fprintf(stderr, "einrun: %s%s\n", s->err.msg, topology_advice(co, s->err.code));
         return compile_status(s->err.code);
     }
     if (s->comp->topo_why[0])
