@@ -24,6 +24,7 @@ static double seq_pairs(int64_t a, int64_t b, int64_t lo, int64_t khi)
 double ein_causal_pairs(const int64_t *ends, int nends, int64_t qlo, int64_t qhi, int64_t klo,
                         int64_t khi)
 {
+    assert(nends >= 0 && (nends == 0 || ends));
     double pairs = 0;
     int64_t start = 0;
     /* sequence j is [start, ends[j]); tokens past the last end belong to
@@ -48,8 +49,10 @@ static double einsum_flops(const ein_kernel *k, const ein_box *const *srcs, int 
     double ext[26] = {0};
     for (int op = 0; op < sub.nops; op++) {
         const ein_box *b = srcs[op];
-        for (int ax = 0; ax < sub.rank[op] && ax < b->rank; ax++)
+        for (int ax = 0; ax < sub.rank[op] && ax < b->rank; ax++) {
+            assert(sub.ops[op][ax] >= 'a' && sub.ops[op][ax] <= 'z'); /* ein_einsum_parse's letters */
             ext[sub.ops[op][ax] - 'a'] = (double)(b->hi[ax] - b->lo[ax]);
+        }
     }
     double f = nsrcs == 2 ? 2.0 : 1.0;
     for (int c = 0; c < 26; c++)

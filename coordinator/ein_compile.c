@@ -98,8 +98,13 @@ int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, c
                 rc = co_topo_probe_parse(text, name, &pr, err);
             free(text);
         }
-        int ids[64];
-        for (int d = 0; d < ndev && d < 64; d++)
+        /* co_topo_detect reads ndev ids; planning alone allows more
+         * devices than a machine's GPUs can be named for. */
+        int ids[EIN_MAX_DEVICES];
+        if (rc == 0 && ndev > EIN_MAX_DEVICES)
+            rc = ein_fail(err, EIN_EINVAL, "%d devices: a detected topology names at most %d GPUs",
+                          ndev, EIN_MAX_DEVICES);
+        for (int d = 0; d < ndev && d < EIN_MAX_DEVICES; d++)
             ids[d] = o->gpu_ids ? o->gpu_ids[d] : d;
         if (rc == 0)
             rc = co_topo_detect(pr, ids, ndev, out, why, sizeof why, err);
