@@ -1002,7 +1002,7 @@ static int dump_inputs(run_state *s)
         int rc = co_dump_inputs(s->g, s->in_src, o->seed, o->dump_dir, &pg, &nd, &s->err);
         ein_progress_end(&pg);
         if (rc < 0)
-            return fail(2, "%s", s->err.msg);
+            return fail(2, "--dump-inputs %s", s->err.msg);
         fprintf(stderr, "einrun: wrote %d input%s to %s/\n", nd, nd == 1 ? "" : "s", o->dump_dir);
     }
     if (ls->ncapped)
