@@ -181,3 +181,16 @@ void ein_box_copy(void *dst, const ein_box *dst_box, const void *src,
                   .run = (size_t)(region->hi[r - 1] - region->lo[r - 1]) * elem};
     ein_box_walk(dst_box, src_box, region, r - 1, copy_run, &c);
 }
+
+void ein_box_axis_split(const ein_box *b, int axis, int64_t *outer, int64_t *n, int64_t *inner)
+{
+    assert(axis >= 0 && axis < b->rank);
+    int64_t o = 1, i = 1;
+    for (int d = 0; d < axis; d++)
+        o *= b->hi[d] - b->lo[d];
+    for (int d = axis + 1; d < b->rank; d++)
+        i *= b->hi[d] - b->lo[d];
+    *outer = o;
+    *n = b->hi[axis] - b->lo[axis];
+    *inner = i;
+}

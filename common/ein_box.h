@@ -44,6 +44,9 @@ void ein_box_copy(void *dst, const ein_box *dst_box, const void *src,
 
 /* Row-major element strides of a dense block over `b`. */
 void ein_box_strides(const ein_box *b, int64_t *st);
+/* The box viewed as [outer, n, inner] around `axis` (0 <= axis < rank):
+ * the extents before it, its own, and those after it, multiplied. */
+void ein_box_axis_split(const ein_box *b, int axis, int64_t *outer, int64_t *n, int64_t *inner);
 
 /* Visit `region` as runs: for every index of its first `outer` dimensions,
  * call fn with the element offsets, in the dst and src blocks, of the

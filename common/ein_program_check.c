@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/ein_einsum.h"
+#include "common/ein_kernel_rules.h"
 #include "common/ein_program_int.h"
 
 /* ---- validation ------------------------------------------------------- */
@@ -256,13 +257,10 @@ static int check_binary_kernel(const ein_program *p, int i, const ein_instr *ins
 /* The block rules of a SOFTMAX kernel (arity and kind already checked). */
 static int check_softmax_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
 {
-    const ein_kernel *k = &ins->kernel;
-    const ein_box *out = &p->buffers[ins->dst].box;
-    const ein_box *x = &p->buffers[ins->srcs[0]].box;
-    if (k->axis < 0 || k->axis >= x->rank)
-        return ifail(err, i, ins, "softmax: axis %d out of range for rank %d", k->axis, x->rank);
-    if (!ein_box_equal(x, out))
-        return ifail(err, i, ins, "softmax: source buffer %d's box differs from dst's", ins->srcs[0]);
+    ein_error re = {0};
+    if (ein_kernel_rules_softmax(ins->kernel.axis, &p->buffers[ins->srcs[0]].box,
+                                 &p->buffers[ins->dst].box, &re) < 0)
+        return ifail(err, i, ins, "%s", re.msg);
     return 0;
 }
 

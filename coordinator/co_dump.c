@@ -74,17 +74,17 @@ int co_dump_inputs(const pl_graph *g, const co_input_src *src, uint64_t seed, co
     struct stat st;
     int rc = 0, n = 0;
     if (mkdir(dir, 0777) < 0 && errno != EEXIST)
-        return ein_fail(err, EIN_EIO, "--dump-inputs %s: cannot create the directory: %s", dir,
+        return ein_fail(err, EIN_EIO, "%s: cannot create the directory: %s", dir,
                         strerror(errno));
     if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
-        return ein_fail(err, EIN_EIO, "--dump-inputs %s: not a directory", dir);
+        return ein_fail(err, EIN_EIO, "%s: not a directory", dir);
     for (int v = 0; v < g->nnodes; v++) {
         const pl_node *nd = pl_graph_node(g, v);
         if (nd->kind != PL_INPUT)
             continue;
         if (!nd->name[0] || strchr(nd->name, '/') || !strcmp(nd->name, ".") ||
             !strcmp(nd->name, ".."))
-            return ein_fail(err, EIN_EINVAL, "--dump-inputs: input '%s' cannot be a file name",
+            return ein_fail(err, EIN_EINVAL, "%s: input '%s' cannot be a file name", dir,
                             nd->name);
         size_t len = strlen(dir) + strlen(nd->name) + 6;
         char *path = malloc(len);

@@ -159,7 +159,7 @@ static int spawn(run *r, int d, ein_error *err)
     if (r->o->wrapper && (r->o->wrapper_device < 0 || r->o->wrapper_device == d)) {
         snprintf(wrap, sizeof wrap, "%s", r->o->wrapper);
         if (split_words(wrap, argv, &n, 40) < 0)
-            return ein_fail(err, EIN_EINVAL, "--worker-wrapper has too many words");
+            return ein_fail(err, EIN_EINVAL, "the worker wrapper has too many words");
     }
     argv[n++] = (char *)r->o->worker_path;
     char *fixed[] = {"--device", dev, "--ndevices", nd, "--run-dir", r->dir, "--run-id",

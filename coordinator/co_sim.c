@@ -1,12 +1,14 @@
 /* coordinator/co_sim.c — plan simulator (model in co_sim.h). */
 #include "coordinator/co_sim.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/ein_einsum.h"
 #include "common/ein_json.h"
+#include "common/ein_kernel_cost.h"
 #include "common/ein_vec.h"
 
 enum { ST_FREE = 0, ST_RUN, ST_WAIT, ST_DONE };
@@ -66,26 +68,6 @@ typedef struct sim {
     int dirty;          /* an instruction started or finished since the last rates() */
 } sim;
 
-/* Causal (query, key) pairs of an attention block: query t attends keys u
- * in [start(t), t] within the key interval [klo, khi). */
-static double causal_pairs(const ein_kernel *k, int64_t qlo, int64_t qhi, int64_t klo,
-                           int64_t khi)
-{
-    double pairs = 0;
-    int s = 0;
-    for (int64_t t = qlo; t < qhi; t++) {
-        while (s < k->nlist && k->list[s] <= t)
-            s++;
-        int64_t start = s > 0 && s <= k->nlist ? k->list[s - 1] : 0;
-        if (k->nlist == 0)
-            start = 0;
-        int64_t lo = start > klo ? start : klo, hi = t + 1 < khi ? t + 1 : khi;
-        if (hi > lo)
-            pairs += (double)(hi - lo);
-    }
-    return pairs;
-}
-
 /* FLOPs and bytes of an instruction, and its kind of work. */
 static co_work instr_work(const ein_program *p, const ein_instr *ins, double *flops,
                           double *bytes)
@@ -118,21 +100,16 @@ static co_work instr_work(const ein_program *p, const ein_instr *ins, double *fl
         *bytes = 2.0 * (double)dst->bytes + (double)p->buffers[ins->srcs[1]].bytes;
         return CO_WORK_LAYOUT;
     }
+    /* The FLOPs are the registry's (common/ein_kernel_cost.h); only GEMMs
+     * and attention are priced by them, the rest by bytes. */
+    assert(dst); /* a validated KERNEL has one */
+    const ein_box *src[EIN_KERNEL_COST_SRCS];
+    for (int j = 0; j < ins->nsrcs && j < EIN_KERNEL_COST_SRCS; j++)
+        src[j] = &p->buffers[ins->srcs[j]].box;
     ein_einsum_sub sub;
     if (k->kind == EIN_KERNEL_EINSUM && ins->nsrcs == 2 &&
         ein_einsum_parse_flags(k->subscripts, EIN_EINSUM_SCALARS, &sub, NULL) == 0) {
-        /* 2 x the product of every letter's extent (extents 0 left out). */
-        double ext[26] = {0};
-        for (int op = 0; op < sub.nops; op++) {
-            const ein_box *b = &p->buffers[ins->srcs[op]].box;
-            for (int ax = 0; ax < sub.rank[op] && ax < b->rank; ax++)
-                ext[sub.ops[op][ax] - 'a'] = (double)(b->hi[ax] - b->lo[ax]);
-        }
-        double f = 2.0;
-        for (int c = 0; c < 26; c++)
-            if (ext[c] > 0)
-                f *= ext[c];
-        *flops = f;
+        *flops = ein_kernel_flops(k, &dst->box, src, ins->nsrcs);
         return CO_WORK_GEMM;
     }
     /* ATTENTION_PARTIAL (a key block, log-sum-exp partials) does the same
@@ -140,14 +117,9 @@ static co_work instr_work(const ein_program *p, const ein_instr *ins, double *fl
      * the plan search found and exploited (1x128K at P = 8 predicted 2.7x
      * faster with key blocks). */
     if ((k->kind == EIN_KERNEL_ATTENTION || k->kind == EIN_KERNEL_ATTENTION_PARTIAL) &&
-        ins->nsrcs == 3) {
-        const ein_box *q = &p->buffers[ins->srcs[0]].box, *kb = &p->buffers[ins->srcs[1]].box;
-        if (q->rank == 3 && kb->rank == 3) {
-            double heads = (double)(q->hi[0] - q->lo[0]), d = (double)(q->hi[2] - q->lo[2]);
-            /* QK^T and PV: 2 x 2 FLOPs per pair, head and dim. */
-            *flops = 4.0 * heads * d * causal_pairs(k, q->lo[1], q->hi[1], kb->lo[1], kb->hi[1]);
-            return CO_WORK_ATTENTION;
-        }
+        ins->nsrcs == 3 && src[0]->rank == 3 && src[1]->rank == 3) {
+        *flops = ein_kernel_flops(k, &dst->box, src, ins->nsrcs);
+        return CO_WORK_ATTENTION;
     }
     return CO_WORK_ELEMENTWISE;
 }

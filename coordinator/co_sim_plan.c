@@ -148,7 +148,7 @@ int co_sim_plan_make(const pl_graph *g, int p, int sel, uint64_t seed, const cha
             rc = co_sim_calib_of(topo, "host", &cal, err);
         if (rc < 0) {
             xp_topo_free(topo);
-            ein_error_prefix(err, "--topology %s", name);
+            ein_error_prefix(err, "topology %s", name);
             if (err)
                 err->code = EIN_EINVAL; /* bad input, whatever the cause */
             return EIN_EINVAL;

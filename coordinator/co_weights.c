@@ -144,7 +144,7 @@ int co_weight_map_parse(const char *arg, co_weight_map *out, char **owned, ein_e
 {
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg || !eq[1])
-        return ein_fail(err, EIN_EINVAL, "--map '%s': expected INPUT=TENSOR", arg);
+        return ein_fail(err, EIN_EINVAL, "map '%s': expected INPUT=TENSOR", arg);
     char *s = strdup(arg);
     if (!s)
         return ein_fail(err, EIN_ENOMEM, "out of memory");

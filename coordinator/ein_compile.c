@@ -62,7 +62,9 @@ int co_gpu_visible(void)
 
 /* The topology exchanges are synthesised for: o->topology; else, for the
  * CUDA backend, a probe of the GPUs; else `host` with exactly ndev CPU
- * devices. `desc` says where it came from. */
+ * devices. `desc` says where it came from. The messages name the options
+ * by their meaning, never a front end's flags: a failed detection is
+ * EIN_EDEVICE, after which a front end says how to name a topology. */
 int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, char *desc,
                     size_t desclen, char *why_out, size_t whylen, ein_error *err)
 {
@@ -71,15 +73,15 @@ int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, c
         why_out[0] = '\0';
     if (o->topology) {
         if ((rc = xp_topo_load(o->topology, out, err)) < 0)
-            return ein_error_prefix(err, "--topology %s", o->topology);
+            return ein_error_prefix(err, "topology %s", o->topology);
         if ((*out)->ngpus < ndev) {
-            rc = ein_fail(err, EIN_EINVAL, "--topology %s: %s has %d GPUs but the run has %d devices",
+            rc = ein_fail(err, EIN_EINVAL, "topology %s: %s has %d GPUs but the run has %d devices",
                           o->topology, (*out)->name, (*out)->ngpus, ndev);
             xp_topo_free(*out);
             *out = NULL;
             return rc;
         }
-        snprintf(desc, desclen, "--topology %s", o->topology);
+        snprintf(desc, desclen, "given as %s", o->topology);
         return 0;
     }
     if (o->cuda || o->gpu_probe) {
@@ -89,8 +91,7 @@ int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, c
             rc = co_topo_probe_load(o->gpu_probe, &pr, err);
         } else if ((rc = co_find_worker("einworker-cuda", o->worker, worker, sizeof worker,
                                         err)) < 0) {
-            ein_fail(err, EIN_EINVAL, "cannot find einworker-cuda next to einrun to probe the GPUs "
-                     "(--worker PATH names it)");
+            ein_error_prefix(err, "to probe the GPUs");
         } else {
             char *text = NULL, name[PATH_MAX + 16];
             snprintf(name, sizeof name, "%s --probe", worker);
@@ -98,8 +99,13 @@ int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, c
                 rc = co_topo_probe_parse(text, name, &pr, err);
             free(text);
         }
-        int ids[64];
-        for (int d = 0; d < ndev && d < 64; d++)
+        /* co_topo_detect reads ndev ids; planning alone allows more
+         * devices than a machine's GPUs can be named for. */
+        int ids[EIN_MAX_DEVICES];
+        if (rc == 0 && ndev > EIN_MAX_DEVICES)
+            rc = ein_fail(err, EIN_EINVAL, "%d devices: a detected topology names at most %d GPUs",
+                          ndev, EIN_MAX_DEVICES);
+        for (int d = 0; d < ndev && d < EIN_MAX_DEVICES; d++)
             ids[d] = o->gpu_ids ? o->gpu_ids[d] : d;
         if (rc == 0)
             rc = co_topo_detect(pr, ids, ndev, out, why, sizeof why, err);
@@ -108,9 +114,7 @@ int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, c
             if (err) {
                 char msg[EIN_ERROR_MSG_MAX];
                 snprintf(msg, sizeof msg, "%s", err->msg);
-                ein_fail(err, EIN_EDEVICE, "cannot detect the GPU topology: %s; give --topology "
-                         "NAME|FILE%s", msg, o->gpu_probe ? ""
-                         : ", or --gpu-probe FILE saved from einworker-cuda --probe");
+                ein_fail(err, EIN_EDEVICE, "cannot detect the GPU topology: %s", msg);
             }
             return EIN_EDEVICE;
         }

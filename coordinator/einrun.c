@@ -669,6 +669,17 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     co->objective = o->time_objective < 0 ? NULL : o->time_objective ? "time" : "comm";
 }
 
+/* The flags that name a topology, said after the library's message when
+ * it could not detect one (EIN_EDEVICE without --topology). */
+static const char *topology_advice(const ein_compile_options *co, int code)
+{
+    if (code != EIN_EDEVICE || co->topology)
+        return "";
+    return co->gpu_probe ? "; give --topology NAME|FILE"
+                         : "; give --topology NAME|FILE, or --gpu-probe FILE saved from "
+                           "einworker-cuda --probe";
+}
+
 /* --show-topology: the topology a run would use, as text, on stdout. */
 static int show_topology(const ein_compile_options *co, int ndev)
 {
@@ -676,7 +687,7 @@ static int show_topology(const ein_compile_options *co, int ndev)
     char desc[700], why[512], *text = NULL;
     ein_error err = {0};
     if (co_topology_for(co, ndev, &t, desc, sizeof desc, why, sizeof why, &err) < 0) {
-        fprintf(stderr, "einrun: %s\n", err.msg);
+        fprintf(stderr, "einrun: %s%s\n", err.msg, topology_advice(co, err.code));
         return 2;
     }
     if (why[0])
@@ -995,7 +1006,7 @@ static int compile_program(run_state *s, ein_compile_options *co)
             fprintf(stderr, "einrun: cannot plan %s for %d devices: %s\n", o->path, o->ndev,
                     s->err.msg);
         else
-            fprintf(stderr, "einrun: %s\n", s->err.msg);
+            fprintf(stderr, "einrun: %s%s\n", s->err.msg, topology_advice(co, s->err.code));
         return compile_status(s->err.code);
     }
     if (s->comp->topo_why[0])
@@ -1028,7 +1039,7 @@ static int dump_inputs(run_state *s)
         int rc = co_dump_inputs(s->g, s->in_src, s->comp->seed, o->dump_dir, &pg, &nd, &s->err);
         ein_progress_end(&pg);
         if (rc < 0)
-            return fail(2, "%s", s->err.msg);
+            return fail(2, "--dump-inputs %s", s->err.msg);
         fprintf(stderr, "einrun: wrote %d input%s to %s/\n", nd, nd == 1 ? "" : "s", o->dump_dir);
     }
     if (ls->ncapped)

@@ -108,76 +108,132 @@ done:
     return 0;
 }
 
+/* What both preambles share: the atoms, a program with one IN entry per
+ * copy of each atom (atom by atom, copies in producer-block order, when
+ * `atom_major`; else producer block by block, atoms within), in_of[h *
+ * natoms + a] = the IN entry of atom a in block h or -1, and a scratch set.
+ * Fails when an atom lies in no producer block. On error nothing is left
+ * allocated. */
+typedef struct preamble {
+    ein_box *atoms;
+    int natoms;
+    xp_program *p;
+    int *in_of;
+    xp_word *x;
+} preamble;
+
+static void preamble_free(preamble *pr)
+{
+    free(pr->atoms);
+    xp_program_free(pr->p);
+    free(pr->in_of);
+    free(pr->x);
+    memset(pr, 0, sizeof *pr);
+}
+
+static int preamble_in(const ein_box *have, const int *have_site, int nhave, preamble *pr,
+                       int h, int a, size_t elem_bytes, ein_error *err)
+{
+    pr->in_of[h * pr->natoms + a] = -1;
+    if (!ein_box_contains(&have[h], &pr->atoms[a]))
+        return 0;
+    int rc = xp_program_add_in(pr->p, a, have_site[h],
+                               (double)ein_box_volume(&pr->atoms[a]) * (double)elem_bytes, err);
+    if (rc < 0)
+        return rc;
+    pr->in_of[h * pr->natoms + a] = rc;
+    return 0;
+}
+
+static int preamble_begin(const ein_box *have, const int *have_site, int nhave,
+                          const ein_box *need, int nneed, size_t elem_bytes, int ngpus,
+                          int atom_major, preamble *pr, ein_error *err)
+{
+    int rc;
+    memset(pr, 0, sizeof *pr);
+    if ((rc = xp_atoms_overlay(have, nhave, need, nneed, &pr->atoms, &pr->natoms, err)) < 0)
+        return rc;
+    int natoms = pr->natoms, nin = 0;
+    for (int a = 0; a < natoms; a++)
+        for (int h = 0; h < nhave; h++)
+            nin += ein_box_contains(&have[h], &pr->atoms[a]);
+    pr->p = xp_program_new(ngpus, nin);
+    pr->in_of = malloc(sizeof(int) * ((size_t)nhave * (size_t)natoms + 1));
+    if (!pr->p || !pr->in_of || !(pr->x = xp_set_new(pr->p))) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < (atom_major ? natoms : nhave); i++)
+        for (int j = 0; j < (atom_major ? nhave : natoms); j++)
+            if ((rc = preamble_in(have, have_site, nhave, pr, atom_major ? j : i,
+                                  atom_major ? i : j, elem_bytes, err)) < 0)
+                goto fail;
+    for (int a = 0; a < natoms; a++) {
+        int copies = 0;
+        for (int h = 0; h < nhave; h++)
+            copies += pr->in_of[h * natoms + a] >= 0;
+        if (copies == 0) {
+            char buf[256];
+            rc = ein_fail(err, EIN_EINVAL, "atom %s lies in no producer block",
+                          ein_box_format(&pr->atoms[a], buf, sizeof buf));
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    preamble_free(pr);
+    return rc;
+}
+
+/* The scratch set := every copy of atom a. */
+static const xp_word *preamble_copies(preamble *pr, int nhave, int a)
+{
+    memset(pr->x, 0, sizeof(xp_word) * (size_t)pr->p->nwords);
+    for (int h = 0; h < nhave; h++)
+        if (pr->in_of[h * pr->natoms + a] >= 0)
+            xp_set_add(pr->x, pr->in_of[h * pr->natoms + a]);
+    return pr->x;
+}
+
+/* Hand the atoms and the program to the caller; free the rest. */
+static void preamble_end(preamble *pr, ein_box **atoms_out, int *natoms_out,
+                         xp_program **prog_out)
+{
+    *atoms_out = pr->atoms;
+    *natoms_out = pr->natoms;
+    *prog_out = pr->p;
+    pr->atoms = NULL;
+    pr->p = NULL;
+    preamble_free(pr);
+}
+
 int xp_preamble_make(const ein_box *have, const int *have_site, int nhave,
                      const ein_box *need, const int *need_site, int nneed,
                      size_t elem_bytes, int ngpus, ein_box **atoms_out, int *natoms_out,
                      xp_program **prog_out, ein_error *err)
 {
-    ein_box *atoms = NULL;
-    int natoms = 0, rc;
-    xp_program *p = NULL;
-    int *first_in = NULL, *ncopies = NULL;
-    xp_word *x = NULL;
-    if ((rc = xp_atoms_overlay(have, nhave, need, nneed, &atoms, &natoms, err)) < 0)
+    preamble pr;
+    int rc = preamble_begin(have, have_site, nhave, need, nneed, elem_bytes, ngpus, 1, &pr, err);
+    if (rc < 0)
         return rc;
-    /* IN: one entry per (atom, producer block containing it). */
-    int nin = 0;
-    for (int a = 0; a < natoms; a++)
-        for (int h = 0; h < nhave; h++)
-            nin += ein_box_contains(&have[h], &atoms[a]);
-    p = xp_program_new(ngpus, nin);
-    first_in = calloc((size_t)natoms + 1, sizeof(int));
-    ncopies = calloc((size_t)natoms + 1, sizeof(int));
-    if (!p || !first_in || !ncopies || !(x = xp_set_new(p))) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto fail;
-    }
-    for (int a = 0; a < natoms; a++) {
-        first_in[a] = p->nin;
-        for (int h = 0; h < nhave; h++) {
-            if (!ein_box_contains(&have[h], &atoms[a]))
-                continue;
-            rc = xp_program_add_in(p, a, have_site[h],
-                                   (double)ein_box_volume(&atoms[a]) * (double)elem_bytes, err);
-            if (rc < 0)
-                goto fail;
-            ncopies[a]++;
-        }
-        if (ncopies[a] == 0) {
-            char buf[256];
-            rc = ein_fail(err, EIN_EINVAL, "atom %s lies in no producer block",
-                          ein_box_format(&atoms[a], buf, sizeof buf));
-            goto fail;
-        }
-    }
-    /* OUT: each required block wants every one of its atoms, aggregated. */
+    xp_program *p = pr.p;
+    /* OUT: each required block wants every one of its atoms, aggregated;
+     * a block on a site that already has that OUT adds nothing. */
     for (int b = 0; b < nneed; b++)
-        for (int a = 0; a < natoms; a++) {
-            if (!ein_box_contains(&need[b], &atoms[a]))
+        for (int a = 0; a < pr.natoms; a++) {
+            if (!ein_box_contains(&need[b], &pr.atoms[a]))
                 continue;
-            memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
-            for (int c = 0; c < ncopies[a]; c++)
-                xp_set_add(x, first_in[a] + c);
+            const xp_word *x = preamble_copies(&pr, nhave, a);
             int dup = 0;
             for (int o = 0; o < p->nout && !dup; o++)
                 dup = p->out[o].site == need_site[b] && xp_set_equal(p, p->out[o].set, x);
-            if (!dup && (rc = xp_program_add_out(p, x, need_site[b], err)) < 0)
-                goto fail;
+            if (!dup && (rc = xp_program_add_out(p, x, need_site[b], err)) < 0) {
+                preamble_free(&pr);
+                return rc;
+            }
         }
-    free(first_in);
-    free(ncopies);
-    free(x);
-    *atoms_out = atoms;
-    *natoms_out = natoms;
-    *prog_out = p;
+    preamble_end(&pr, atoms_out, natoms_out, prog_out);
     return 0;
-fail:
-    free(first_in);
-    free(ncopies);
-    free(x);
-    free(atoms);
-    xp_program_free(p);
-    return rc;
 }
 
 int xp_preamble_make_placed(const ein_box *have, const int *have_site, int nhave,
@@ -185,75 +241,29 @@ int xp_preamble_make_placed(const ein_box *have, const int *have_site, int nhave
                             ein_box **atoms_out, int *natoms_out, xp_program **prog_out,
                             ein_error *err)
 {
-    ein_box *atoms = NULL;
-    int natoms = 0, rc;
-    xp_program *p = NULL;
-    int *in_of = NULL;   /* [h * natoms + a]: IN entry of atom a in block h, or -1 */
-    xp_word *x = NULL;
-    if ((rc = xp_atoms_overlay(have, nhave, need, nneed, &atoms, &natoms, err)) < 0)
-        return rc;
-    int nin = 0;
-    for (int h = 0; h < nhave; h++)
-        for (int a = 0; a < natoms; a++)
-            nin += ein_box_contains(&have[h], &atoms[a]);
-    p = xp_program_new(ngpus, nin);
-    in_of = malloc(sizeof(int) * ((size_t)nhave * (size_t)natoms + 1));
-    if (!p || !in_of || !(x = xp_set_new(p))) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        goto fail;
-    }
+    preamble pr;
     /* IN in the paper's order: producer block by block, atoms within. */
-    for (int h = 0; h < nhave; h++)
-        for (int a = 0; a < natoms; a++) {
-            in_of[h * natoms + a] = -1;
-            if (!ein_box_contains(&have[h], &atoms[a]))
-                continue;
-            rc = xp_program_add_in(p, a, have_site[h],
-                                   (double)ein_box_volume(&atoms[a]) * (double)elem_bytes, err);
-            if (rc < 0)
-                goto fail;
-            in_of[h * natoms + a] = rc;
-        }
-    for (int a = 0; a < natoms; a++) {
-        int copies = 0;
-        for (int h = 0; h < nhave; h++)
-            copies += in_of[h * natoms + a] >= 0;
-        if (copies == 0) {
-            char buf[256];
-            rc = ein_fail(err, EIN_EINVAL, "atom %s lies in no producer block",
-                          ein_box_format(&atoms[a], buf, sizeof buf));
-            goto fail;
-        }
-    }
+    int rc = preamble_begin(have, have_site, nhave, need, nneed, elem_bytes, ngpus, 0, &pr, err);
+    if (rc < 0)
+        return rc;
     /* One size-1 partition per consumer block; OUT: each of its atoms,
      * aggregated over all copies, at its partition. */
     for (int b = 0; b < nneed; b++) {
         char name[32];
         snprintf(name, sizeof name, "S%d", b + 1);
-        if ((rc = xp_program_add_partition(p, name, 1, NULL, err)) < 0)
+        if ((rc = xp_program_add_partition(pr.p, name, 1, NULL, err)) < 0)
             goto fail;
     }
     for (int b = 0; b < nneed; b++)
-        for (int a = 0; a < natoms; a++) {
-            if (!ein_box_contains(&need[b], &atoms[a]))
+        for (int a = 0; a < pr.natoms; a++) {
+            if (!ein_box_contains(&need[b], &pr.atoms[a]))
                 continue;
-            memset(x, 0, sizeof(xp_word) * (size_t)p->nwords);
-            for (int h = 0; h < nhave; h++)
-                if (in_of[h * natoms + a] >= 0)
-                    xp_set_add(x, in_of[h * natoms + a]);
-            if ((rc = xp_program_add_out_part(p, x, b, err)) < 0)
+            if ((rc = xp_program_add_out_part(pr.p, preamble_copies(&pr, nhave, a), b, err)) < 0)
                 goto fail;
         }
-    free(in_of);
-    free(x);
-    *atoms_out = atoms;
-    *natoms_out = natoms;
-    *prog_out = p;
+    preamble_end(&pr, atoms_out, natoms_out, prog_out);
     return 0;
 fail:
-    free(in_of);
-    free(x);
-    free(atoms);
-    xp_program_free(p);
+    preamble_free(&pr);
     return rc;
 }

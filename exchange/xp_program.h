@@ -159,6 +159,7 @@ int xp_program_resolved(const xp_program *p);   /* every partition has members *
 
 /* Set helpers (sets of p->nwords words). */
 xp_word *xp_set_new(const xp_program *p);          /* zeroed, malloc'd */
+xp_word *xp_set_dup(const xp_program *p, const xp_word *s); /* a malloc'd copy, or NULL */
 void xp_set_add(xp_word *s, int i);
 int xp_set_has(const xp_word *s, int i);
 int xp_set_count(const xp_program *p, const xp_word *s);

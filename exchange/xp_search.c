@@ -1,6 +1,10 @@
 /* exchange/xp_search.c — membership choice and guarded local search over
- * program bodies (see xp_search.h). */
+ * program bodies (see xp_search.h): the costs every phase uses, the
+ * membership choice, the start phases and the search loop. The body edits
+ * are in xp_search_moves.c, the structured starting programs in
+ * xp_search_starts.c (xp_search_int.h joins them). */
 #include "exchange/xp_search.h"
+#include "exchange/xp_search_int.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -35,8 +39,6 @@
  * start that matters most there; pipeline 2 on 16 x 8 GPUs fits). */
 #define CHUNK_HIER_WORK 400000
 #define CLEANUP_WORK 30000
-/* Sites a structured program handles (more: it is skipped). */
-#define XP_STRUCT_MAXS 256
 
 void xp_search_opts_default(xp_search_opts *o)
 {
@@ -63,17 +65,12 @@ static long prog_work(const xp_program *p, const xp_topology *t)
 }
 
 /* A hash of an aggregate at a site (for tables of sets). */
-static unsigned set_hash(const xp_program *p, const xp_word *x, int site)
+unsigned xp_search_set_hash(const xp_program *p, const xp_word *x, int site)
 {
     uint64_t h = 0x9e3779b97f4a7c15ULL * (uint64_t)(site + 1);
     for (int w = 0; w < p->nwords; w++)
         h = (h ^ x[w]) * 0x100000001b3ULL;
     return (unsigned)(h ^ (h >> 29));
-}
-
-static int rnd(uint64_t *s, int n)
-{
-    return n > 0 ? (int)(ein_rand_next(s) % (uint64_t)n) : 0;
 }
 
 /* Whether every action moves part of an aggregate some OUT wants. An
@@ -97,7 +94,7 @@ static int sets_wanted(const xp_program *p)
  * fires exactly the closure of Def. 5.5 (it fails on an action never
  * enabled or an OUT never reached), so it screens candidates; every
  * program the search accepts is also checked by xp_program_check. */
-static double sim_cost(const xp_program *p, const xp_topology *t)
+double xp_search_sim_cost(const xp_program *p, const xp_topology *t)
 {
     double ms;
     if (xp_sim_run(p, t, &ms, NULL, NULL) < 0)
@@ -116,14 +113,14 @@ static double score(const xp_program *p, const xp_topology *t, double *ms)
     return *ms + SCORE_MEAN_WEIGHT * mean;
 }
 
-static double cost(const xp_program *p, const xp_topology *t)
+double xp_search_cost(const xp_program *p, const xp_topology *t)
 {
     if (xp_program_check(p, NULL) < 0)
         return INFINITY;
-    return sim_cost(p, t);
+    return xp_search_sim_cost(p, t);
 }
 
-static xp_program *strip(const xp_program *pre)
+xp_program *xp_search_strip(const xp_program *pre)
 {
     xp_program *q = xp_program_copy(pre);
     while (q && q->nact)
@@ -136,12 +133,12 @@ static double naive_cost(const xp_program *q, const xp_topology *t)
     xp_program *c = xp_program_copy(q);
     double ms = INFINITY;
     if (c && xp_naive_synthesize(c, NULL) == 0)
-        ms = cost(c, t);
+        ms = xp_search_cost(c, t);
     xp_program_free(c);
     return ms;
 }
 
-static int cmp_int(const void *a, const void *b)
+int xp_search_cmp_int(const void *a, const void *b)
 {
     return *(const int *)a - *(const int *)b;
 }
@@ -208,7 +205,7 @@ static void membership_greedy(xp_program *q, char *used, char *todo, double *sco
             used[best] = 1;
             mem[j] = best;
         }
-        qsort(mem, (size_t)k, sizeof(int), cmp_int);
+        qsort(mem, (size_t)k, sizeof(int), xp_search_cmp_int);
         xp_program_assign(q, bg, mem, NULL);
         todo[bg] = 0;
     }
@@ -272,7 +269,7 @@ static int choose_membership(xp_program *q, const xp_topology *t, ein_error *err
     membership_greedy(q, used, todo, score, mem);
     membership_swaps(q, t);
     for (int g = 0; g < np; g++) {
-        qsort(q->part[g].member, (size_t)q->part[g].size, sizeof(int), cmp_int);
+        qsort(q->part[g].member, (size_t)q->part[g].size, sizeof(int), xp_search_cmp_int);
         xp_program_assign(q, g, q->part[g].member, NULL);
     }
 done:
@@ -283,796 +280,6 @@ done:
     return rc;
 }
 
-/* ---- body edits (on a private copy; the caller checks validity) ---- */
-
-static void forget_parts(xp_action *a)
-{
-    a->src_part = a->src_slot = -1;
-    for (int d = 0; d < a->ndst; d++)
-        a->dst_part[d] = a->dst_slot[d] = -1;
-}
-
-static void dst_remove(xp_action *a, int k)
-{
-    for (int d = k; d + 1 < a->ndst; d++) {
-        a->dst[d] = a->dst[d + 1];
-        a->dst_part[d] = a->dst_part[d + 1];
-        a->dst_slot[d] = a->dst_slot[d + 1];
-    }
-    a->ndst--;
-}
-
-static int dst_index(const xp_action *a, int site)
-{
-    for (int d = 0; d < a->ndst; d++)
-        if (a->dst[d] == site)
-            return d;
-    return -1;
-}
-
-static int dst_add(xp_action *a, int site)
-{
-    if (dst_index(a, site) >= 0 || site == a->src)
-        return 0;
-    /* The three arrays are allocated to ndst entries (the program keeps
-     * no capacity for them): each grows by one. */
-    int cd = a->ndst, cp = a->ndst, cs = a->ndst;
-    if (ein_vec_reserve(&a->dst, &cd, (int64_t)a->ndst + 1, sizeof *a->dst) < 0 ||
-        ein_vec_reserve(&a->dst_part, &cp, (int64_t)a->ndst + 1, sizeof *a->dst_part) < 0 ||
-        ein_vec_reserve(&a->dst_slot, &cs, (int64_t)a->ndst + 1, sizeof *a->dst_slot) < 0)
-        return -1;
-    a->dst[a->ndst] = site;
-    a->dst_part[a->ndst] = a->dst_slot[a->ndst] = -1;
-    a->ndst++;
-    return 0;
-}
-
-/* Actions of the current program that end late (on or near the critical
- * path): half of the picks are among them. Set per search, per thread. */
-static _Thread_local const char *late;
-static _Thread_local int nlate_act;
-
-static int pick_action(xp_program *c, uint64_t *rng, int (*ok)(const xp_program *, int))
-{
-    int n = c->nact, start = rnd(rng, n);
-    if (late && nlate_act == n && rnd(rng, 2)) {
-        for (int k = 0; k < n; k++) {
-            int a = (start + k) % n;
-            if (late[a] && ok(c, a))
-                return a;
-        }
-    }
-    for (int k = 0; k < n; k++) {
-        int a = (start + k) % n;
-        if (ok(c, a))
-            return a;
-    }
-    return -1;
-}
-
-static int is_direct1(const xp_program *c, int a)
-{
-    return c->act[a].ndst == 1 && c->act[a].nrelay == 0;
-}
-static int is_relay(const xp_program *c, int a) { return c->act[a].nrelay > 0; }
-static int is_xfer(const xp_program *c, int a) { return c->act[a].ndst > 0; }
-static int is_direct(const xp_program *c, int a)
-{
-    return c->act[a].ndst > 0 && c->act[a].nrelay == 0;
-}
-static int is_multi(const xp_program *c, int a) { return c->act[a].ndst > 1; }
-static int is_big(const xp_program *c, int a) { return xp_set_count(c, c->act[a].set) >= 3; }
-static int is_split(const xp_program *c, int a)
-{
-    return is_direct(c, a) && xp_set_count(c, c->act[a].set) >= 2;
-}
-static int any(const xp_program *c, int a) { (void)c, (void)a; return 1; }
-
-static int shared_route(const xp_topology *t, int s, int d)
-{
-    return t->link[s * t->ngpus + d] == 0 && t->rest >= 0;
-}
-
-/* Relay introduction: X @ s -> d  =>  X @ s -> r -> d. */
-static int mv_relay(xp_program *c, const xp_topology *t, uint64_t *rng)
-{
-    int a = -1;
-    if (rnd(rng, 4) != 0) { /* mostly: a transfer over a shared resource */
-        int n = c->nact, start = rnd(rng, n);
-        for (int k = 0; k < n && a < 0; k++) {
-            int b = (start + k) % n;
-            if (is_direct1(c, b) && shared_route(t, c->act[b].src, c->act[b].dst[0]))
-                a = b;
-        }
-    }
-    if (a < 0)
-        a = pick_action(c, rng, is_direct1);
-    if (a < 0)
-        return -1;
-    xp_action *ac = &c->act[a];
-    int s = ac->src, d = ac->dst[0], n = c->ngpus, nr = 0;
-    int *cand = malloc(sizeof(int) * (size_t)n);
-    if (!cand)
-        return -1;
-    for (int r = 0; r < n; r++) {
-        if (r == s || r == d || (c->gpu_ok && !c->gpu_ok[r]))
-            continue;
-        if (t->rest >= 0 && (t->link[s * t->ngpus + r] == 0 || t->link[r * t->ngpus + d] == 0))
-            continue;
-        cand[nr++] = r;
-    }
-    int r = nr ? cand[rnd(rng, nr)] : -1;
-    free(cand);
-    if (r < 0 || !(ac->relay = malloc(sizeof(int))))
-        return -1;
-    ac->relay[0] = r;
-    ac->nrelay = 1;
-    forget_parts(ac);
-    return 0;
-}
-
-static int mv_unrelay(xp_program *c, uint64_t *rng)
-{
-    int a = pick_action(c, rng, is_relay);
-    if (a < 0)
-        return -1;
-    xp_action *ac = &c->act[a];
-    /* Drop one hop (the last, or all when there is one). */
-    ac->nrelay--;
-    if (ac->nrelay == 0) {
-        free(ac->relay);
-        ac->relay = NULL;
-    }
-    int k = dst_index(ac, ac->nrelay ? ac->relay[ac->nrelay - 1] : ac->src);
-    if (k >= 0)
-        dst_remove(ac, k);
-    return ac->ndst ? 0 : -1;
-}
-
-/* Source substitution: X @ s -> D  =>  X @ h -> D, where h holds X by
- * another action (or as an IN copy). */
-static int mv_src(xp_program *c, uint64_t *rng)
-{
-    int a = pick_action(c, rng, is_xfer);
-    if (a < 0)
-        return -1;
-    xp_action *ac = &c->act[a];
-    int n = c->ngpus, nh = 0;
-    int *h = malloc(sizeof(int) * (size_t)(n + 1));
-    char *seen = calloc((size_t)n, 1);
-    if (!h || !seen) {
-        free(h), free(seen);
-        return -1;
-    }
-    seen[ac->src] = 1;
-    if (xp_set_count(c, ac->set) == 1)
-        for (int i = 0; i < c->nin; i++)
-            if (xp_set_has(ac->set, i) && !seen[c->in[i].site])
-                seen[c->in[i].site] = 1, h[nh++] = c->in[i].site;
-    for (int b = 0; b < c->nact; b++) {
-        const xp_action *bc = &c->act[b];
-        if (b == a || !xp_set_equal(c, bc->set, ac->set))
-            continue;
-        if (!seen[bc->src])
-            seen[bc->src] = 1, h[nh++] = bc->src;
-        for (int r = 0; r < bc->nrelay; r++)
-            if (!seen[bc->relay[r]])
-                seen[bc->relay[r]] = 1, h[nh++] = bc->relay[r];
-        for (int d = 0; d < bc->ndst; d++)
-            if (!seen[bc->dst[d]])
-                seen[bc->dst[d]] = 1, h[nh++] = bc->dst[d];
-    }
-    int ns = nh ? h[rnd(rng, nh)] : -1;
-    free(h), free(seen);
-    if (ns < 0)
-        return -1;
-    ac->src = ns;
-    for (int r = 0; r < ac->nrelay; r++)
-        if (ac->relay[r] == ns) { /* the hops before the new source are moot */
-            memmove(ac->relay, ac->relay + r + 1, sizeof(int) * (size_t)(ac->nrelay - r - 1));
-            ac->nrelay -= r + 1;
-            r = -1;
-        }
-    int k = dst_index(ac, ns);
-    if (k >= 0)
-        dst_remove(ac, k);
-    forget_parts(ac);
-    if (ac->ndst == 0)
-        xp_program_remove_action(c, a);
-    return 0;
-}
-
-/* Aggregation pullup: X @ r -> d and Y @ r' -> d  =>  X+Y @ r -> d.
- * With r' = r this is the paper's pullup; with r' != r it also
- * substitutes r as Y's source (guarded: valid only if Y reaches r). */
-static int mv_fuse(xp_program *c, uint64_t *rng)
-{
-    int a = pick_action(c, rng, is_direct);
-    if (a < 0)
-        return -1;
-    const xp_action *ac = &c->act[a];
-    int same = rnd(rng, 2);
-    int nb = 0, *cand = malloc(sizeof(int) * (size_t)c->nact);
-    if (!cand)
-        return -1;
-    for (int b = 0; b < c->nact; b++) {
-        const xp_action *bc = &c->act[b];
-        if (b == a || bc->ndst == 0 || (same && (bc->src != ac->src || bc->nrelay)) ||
-            !xp_set_disjoint(c, bc->set, ac->set))
-            continue;
-        int common = 0;
-        for (int d = 0; d < bc->ndst; d++)
-            common |= dst_index(ac, bc->dst[d]) >= 0;
-        if (common)
-            cand[nb++] = b;
-    }
-    int b = nb ? cand[rnd(rng, nb)] : -1;
-    free(cand);
-    if (b < 0)
-        return -1;
-    xp_action *A = &c->act[a], *B = &c->act[b];
-    int nd = 0, dd[64];
-    for (int d = 0; d < B->ndst && nd < 64; d++)
-        if (dst_index(A, B->dst[d]) >= 0)
-            dd[nd++] = B->dst[d];
-    int d = dd[rnd(rng, nd)], src = A->src;
-    xp_word *u = xp_set_new(c);
-    if (!u)
-        return -1;
-    for (int w = 0; w < c->nwords; w++)
-        u[w] = A->set[w] | B->set[w];
-    dst_remove(A, dst_index(A, d));
-    dst_remove(B, dst_index(B, d));
-    int ea = A->ndst == 0, eb = B->ndst == 0;
-    if (eb)
-        xp_program_remove_action(c, b);
-    if (ea)
-        xp_program_remove_action(c, b < a && eb ? a - 1 : a);
-    int rc = xp_program_add_action(c, u, src, &d, 1, NULL);
-    free(u);
-    return rc < 0 ? -1 : 0;
-}
-
-/* Relay elimination into two actions: X @ s -> r -> D  =>  X @ s -> r;
- * X @ r -> D (the same movement, now open to the other moves). */
-static int mv_relay_split(xp_program *c, uint64_t *rng)
-{
-    int a = pick_action(c, rng, is_relay);
-    if (a < 0)
-        return -1;
-    xp_action *A = &c->act[a];
-    int r = A->relay[A->nrelay - 1], nd = A->ndst;
-    int *dst = malloc(sizeof(int) * (size_t)nd);
-    xp_word *x = xp_set_new(c);
-    if (!dst || !x) {
-        free(dst), free(x);
-        return -1;
-    }
-    memcpy(dst, A->dst, sizeof(int) * (size_t)nd);
-    memcpy(x, A->set, sizeof(xp_word) * (size_t)c->nwords);
-    A->nrelay--;
-    A->ndst = 1;
-    A->dst[0] = r;
-    forget_parts(A);
-    int rc = xp_program_add_action(c, x, r, dst, nd, NULL);
-    free(dst), free(x);
-    return rc < 0 ? -1 : 0;
-}
-
-/* Aggregation pushdown: X+Y @ r -> D  =>  X @ r -> D; Y @ r -> D. */
-static int mv_split(xp_program *c, uint64_t *rng)
-{
-    int a = pick_action(c, rng, is_split);
-    if (a < 0)
-        return -1;
-    xp_word *x = xp_set_new(c), *y = xp_set_new(c);
-    if (!x || !y) {
-        free(x), free(y);
-        return -1;
-    }
-    int nx = 0, ny = 0;
-    for (int i = 0; i < c->nin; i++) {
-        if (!xp_set_has(c->act[a].set, i))
-            continue;
-        if (nx == 0 || (ny > 0 && rnd(rng, 2)))
-            xp_set_add(x, i), nx++;
-        else
-            xp_set_add(y, i), ny++;
-    }
-    int rc = -1;
-    if (nx && ny) {
-        int src = c->act[a].src, nd = c->act[a].ndst;
-        int *dst = malloc(sizeof(int) * (size_t)nd);
-        if (dst) {
-            memcpy(dst, c->act[a].dst, sizeof(int) * (size_t)nd);
-            xp_program_remove_action(c, a);
-            rc = xp_program_add_action(c, x, src, dst, nd, NULL) < 0 ||
-                         xp_program_add_action(c, y, src, dst, nd, NULL) < 0
-                     ? -1
-                     : 0;
-            free(dst);
-        }
-    }
-    free(x), free(y);
-    return rc;
-}
-
-/* Multicast fusion: X @ s -> D1; X @ s -> D2  =>  X @ s -> D1, D2. */
-static int mv_mfuse(xp_program *c, uint64_t *rng)
-{
-    int a = pick_action(c, rng, is_direct);
-    if (a < 0)
-        return -1;
-    for (int k = 0, n = c->nact, st = rnd(rng, n); k < n; k++) {
-        int b = (st + k) % n;
-        xp_action *A = &c->act[a], *B = &c->act[b];
-        if (b == a || B->nrelay || B->ndst == 0 || B->src != A->src ||
-            !xp_set_equal(c, A->set, B->set))
-            continue;
-        for (int d = 0; d < B->ndst; d++)
-            if (dst_add(A, B->dst[d]) < 0)
-                return -1;
-        forget_parts(A);
-        xp_program_remove_action(c, b);
-        return 0;
-    }
-    return -1;
-}
-
-/* Multicast fission: X @ s -> d1, d2  =>  X @ s -> d1; X @ s -> d2. */
-static int mv_mfission(xp_program *c, uint64_t *rng)
-{
-    int a = pick_action(c, rng, is_multi);
-    if (a < 0)
-        return -1;
-    xp_action *A = &c->act[a];
-    int k = rnd(rng, A->ndst), d = A->dst[k], src = A->src;
-    dst_remove(A, k);
-    forget_parts(A);
-    xp_word *x = xp_set_new(c);
-    if (!x)
-        return -1;
-    memcpy(x, A->set, sizeof(xp_word) * (size_t)c->nwords);
-    int rc = xp_program_add_action(c, x, src, &d, 1, NULL);
-    free(x);
-    return rc < 0 ? -1 : 0;
-}
-
-/* Partial local aggregation: where X (3+ atoms) is formed at s, first
- * form Y1+Y2 there from two of the pieces that reach s. */
-static int mv_local(xp_program *c, uint64_t *rng)
-{
-    int a = pick_action(c, rng, is_big);
-    if (a < 0)
-        return -1;
-    int s = c->act[a].src, np = 0;
-    const xp_word *x = c->act[a].set;
-    const xp_word **pc = malloc(sizeof *pc * (size_t)(c->nact + c->nin + 1));
-    xp_word **single = calloc((size_t)c->nin + 1, sizeof *single);
-    int rc = -1;
-    if (!pc || !single)
-        goto out;
-    for (int i = 0; i < c->nin; i++)
-        if (c->in[i].site == s && xp_set_has(x, i)) {
-            if (!(single[i] = xp_set_new(c)))
-                goto out;
-            xp_set_add(single[i], i);
-            pc[np++] = single[i];
-        }
-    for (int b = 0; b < c->nact; b++) {
-        const xp_action *bc = &c->act[b];
-        int here = bc->src == s || dst_index(bc, s) >= 0;
-        for (int r = 0; r < bc->nrelay; r++)
-            here |= bc->relay[r] == s;
-        if (here && xp_set_subset(c, bc->set, x) && !xp_set_equal(c, bc->set, x))
-            pc[np++] = bc->set;
-    }
-    if (np < 2)
-        goto out;
-    int i = rnd(rng, np), j = rnd(rng, np - 1);
-    if (j >= i)
-        j++;
-    if (!xp_set_disjoint(c, pc[i], pc[j]))
-        goto out;
-    xp_word *u = xp_set_new(c);
-    if (!u)
-        goto out;
-    for (int w = 0; w < c->nwords; w++)
-        u[w] = pc[i][w] | pc[j][w];
-    int dup = xp_set_equal(c, u, x);
-    for (int b = 0; b < c->nact && !dup; b++)
-        dup = c->act[b].src == s && xp_set_equal(c, c->act[b].set, u);
-    if (!dup)
-        rc = xp_program_add_action(c, u, s, NULL, 0, NULL) < 0 ? -1 : 0;
-    free(u);
-out:
-    if (single)
-        for (int k = 0; k < c->nin; k++)
-            free(single[k]);
-    free(single);
-    free(pc);
-    return rc;
-}
-
-static int mv_delete(xp_program *c, uint64_t *rng)
-{
-    int a = pick_action(c, rng, any);
-    if (a < 0)
-        return -1;
-    xp_program_remove_action(c, a);
-    return 0;
-}
-
-static int propose(xp_program *c, const xp_topology *t, uint64_t *rng)
-{
-    static const int w[] = {3, 1, 4, 5, 1, 1, 1, 2, 2, 2};
-    int total = 0;
-    for (size_t i = 0; i < sizeof w / sizeof *w; i++)
-        total += w[i];
-    int r = rnd(rng, total), k = 0;
-    while (r >= w[k])
-        r -= w[k++];
-    switch (k) {
-    case 0: return mv_relay(c, t, rng);
-    case 1: return mv_unrelay(c, rng);
-    case 2: return mv_src(c, rng);
-    case 3: return mv_fuse(c, rng);
-    case 4: return mv_split(c, rng);
-    case 5: return mv_mfuse(c, rng);
-    case 6: return mv_mfission(c, rng);
-    case 7: return mv_local(c, rng);
-    case 8: return mv_relay_split(c, rng);
-    default: return mv_delete(c, rng);
-    }
-}
-
-/* ---- structured starting programs ----
- *
- * For each distinct OUT aggregate X wanted at the sites D: every copy of an
- * atom of X held outside D is sent (aggregated per source) to the site of D
- * with the best route from it; then the sites of D merge pairwise like
- * recursive doubling: blocks of sites holding the same partial aggregate
- * (at first one block per site), two blocks at a time — the smallest
- * blocks first, then the pair whose sites match over the fastest routes —
- * each site sending its block's aggregate to its partner in the other
- * block; last, X is formed at every site of D. This is the shape of the
- * paper's Ex. 5.3 program (exchange over the best links of a partition,
- * then across), found from the topology alone. Variants break ties at
- * random (and, some, choose a little below the best) so that different
- * pairings of equal local quality are tried; the caller keeps the fastest. */
-
-/* Rough bandwidth of the route s -> d, for ranking pairings only. */
-static double route_bw(const xp_topology *t, int s, int d)
-{
-    double b = t->link[s * t->ngpus + d];
-    if (b <= 0) {
-        if (t->rest >= 0)
-            b = t->shared_bw[t->rest] / 4; /* shared by every such route */
-        else if (t->rest == -1)
-            b = t->port > 0 ? t->port : 1e15;
-        else
-            return 0;
-    }
-    if (t->port > 0 && b > t->port)
-        b = t->port;
-    return b;
-}
-
-static double jitter(uint64_t *rng, double amp)
-{
-    return amp > 0 ? 1 + amp * (double)(ein_rand_next(rng) >> 11) / 9007199254740992.0 : 1;
-}
-
-/* Greedy matching of the sites of block b (kb sites) to those of block a
- * (ka >= kb sites): part[v] for v in b's sites is its partner in a.
- * Returns the bottleneck (slowest route of the pairs, both ways). */
-static double match_blocks(const xp_topology *t, const int *sa, int ka, const int *sb, int kb,
-                           int *part, uint64_t *rng, double amp)
-{
-    char used_a[XP_STRUCT_MAXS] = {0}, used_b[XP_STRUCT_MAXS] = {0};
-    double neck = INFINITY;
-    for (int m = 0; m < kb; m++) {
-        int bu = -1, bv = -1;
-        double bk = -1, bb = 0;
-        for (int v = 0; v < kb; v++) {
-            if (used_b[v])
-                continue;
-            for (int u = 0; u < ka; u++) {
-                if (used_a[u])
-                    continue;
-                double f = route_bw(t, sa[u], sb[v]), g = route_bw(t, sb[v], sa[u]);
-                double b = f < g ? f : g, k = b * jitter(rng, amp);
-                if (k > bk)
-                    bk = k, bb = b, bu = u, bv = v;
-            }
-        }
-        used_a[bu] = used_b[bv] = 1;
-        part[bv] = bu;
-        if (bb < neck)
-            neck = bb;
-    }
-    return neck;
-}
-
-/* The blocks struct_group merges: block b (b < nb) holds the sites
- * bsite[b * nd .. b * nd + bk[b]) and, when ye[b], the aggregate y[b] of
- * the atoms of x gathered there so far. All arrays are owned (sg_free). */
-typedef struct sg {
-    xp_program *q;
-    const xp_topology *t;
-    const xp_word *x;         /* the aggregate wanted */
-    const int *D;             /* at sites D[0..nd) */
-    int nd, nb;
-    uint64_t *rng;
-    double amp;
-    xp_word **y;              /* per block: its aggregate */
-    int *bsite, *bk, *ye;
-    int *bpart, *best_part;   /* block matchings (match_blocks) */
-    int *dst;                 /* scratch: an action's destinations */
-    xp_word *z;               /* scratch set */
-} sg;
-
-static void sg_free(sg *G)
-{
-    if (G->y)
-        for (int b = 0; b < G->nd; b++)
-            free(G->y[b]);
-    free(G->y), free(G->bsite), free(G->bk), free(G->ye), free(G->bpart), free(G->best_part);
-    free(G->dst), free(G->z);
-}
-
-/* One block per site of D, each empty. -1 when out of memory. */
-static int sg_alloc(sg *G)
-{
-    int nd = G->nd;
-    G->nb = nd;
-    G->y = calloc((size_t)nd, sizeof *G->y);
-    G->bsite = malloc(sizeof(int) * (size_t)nd * (size_t)nd);
-    G->bk = calloc((size_t)nd, sizeof(int));
-    G->ye = calloc((size_t)nd, sizeof(int));
-    G->bpart = malloc(sizeof(int) * (size_t)nd);
-    G->best_part = malloc(sizeof(int) * (size_t)nd);
-    G->dst = malloc(sizeof(int) * (size_t)(nd + 1));
-    G->z = xp_set_new(G->q);
-    if (!G->y || !G->bsite || !G->bk || !G->ye || !G->bpart || !G->best_part || !G->dst || !G->z)
-        return -1;
-    for (int b = 0; b < nd; b++) {
-        if (!(G->y[b] = xp_set_new(G->q)))
-            return -1;
-        G->bsite[b * nd] = G->D[b];
-        G->bk[b] = 1;
-    }
-    return 0;
-}
-
-/* z := the atoms of x held at site s. */
-static void sg_atoms_at(sg *G, int s)
-{
-    const xp_program *q = G->q;
-    memset(G->z, 0, sizeof(xp_word) * (size_t)q->nwords);
-    for (int w = 0; w < q->nwords; w++)
-        for (xp_word m = G->x[w]; m; m &= m - 1) {
-            int i = w * 64 + __builtin_ctzll(m);
-            if (i < q->nin && q->in[i].site == s)
-                xp_set_add(G->z, i);
-        }
-}
-
-/* Site s's atoms of x (in z) join block b's aggregate. */
-static void sg_join(sg *G, int b)
-{
-    for (int w = 0; w < G->q->nwords; w++)
-        G->y[b][w] |= G->z[w];
-    G->ye[b] = 1;
-}
-
-/* Copies outside D: per source site, aggregated, to the best site of D
- * (the sites holding atoms of x found from x's atoms, not all INs). */
-static int sg_gather(sg *G)
-{
-    xp_program *q = G->q;
-    int n = q->ngpus, rc = -1, *nat = calloc((size_t)n, sizeof(int)); /* atoms of x per site */
-    if (!nat)
-        return -1;
-    for (int w = 0; w < q->nwords; w++)
-        for (xp_word m = G->x[w]; m; m &= m - 1) {
-            int i = w * 64 + __builtin_ctzll(m);
-            if (i < q->nin)
-                nat[q->in[i].site]++;
-        }
-    for (int s = 0; s < n; s++) {
-        int inD = -1;
-        if (!nat[s])
-            continue;
-        for (int b = 0; b < G->nd; b++)
-            if (G->D[b] == s)
-                inD = b;
-        sg_atoms_at(G, s);
-        if (inD >= 0) {
-            sg_join(G, inD);
-            continue;
-        }
-        int bd = -1;
-        double bw = 0;
-        for (int b = 0; b < G->nd; b++) {
-            double k = route_bw(G->t, s, G->D[b]) * jitter(G->rng, G->amp * 0.5) / (1 + G->ye[b]);
-            if (k > bw)
-                bw = k, bd = b;
-        }
-        if (bd < 0 || xp_program_add_action(q, G->z, s, &G->D[bd], 1, NULL) < 0)
-            goto out;
-        sg_join(G, bd);
-    }
-    rc = 0;
-out:
-    free(nat);
-    return rc;
-}
-
-/* The next two blocks to merge (*ba the larger): the smallest pair, ties
- * to the best bottleneck; their matching in best_part. */
-static void sg_pick_pair(sg *G, int *ba, int *bb)
-{
-    int nd = G->nd;
-    double bkey = -1;
-    long bsz = 0;
-    *ba = *bb = -1;
-    for (int a = 0; a < G->nb; a++)
-        for (int b = 0; b < G->nb; b++) {
-            if (a == b || G->bk[a] < G->bk[b] || (G->bk[a] == G->bk[b] && a > b))
-                continue;
-            long sz = (long)G->bk[a] * 1000 + G->bk[b];
-            if (*ba >= 0 && sz > bsz)
-                continue;
-            double neck = match_blocks(G->t, &G->bsite[a * nd], G->bk[a], &G->bsite[b * nd],
-                                       G->bk[b], G->bpart, G->rng, G->amp);
-            double key = neck * jitter(G->rng, G->amp);
-            if (*ba < 0 || sz < bsz || key > bkey) {
-                *ba = a, *bb = b, bkey = key, bsz = sz;
-                memcpy(G->best_part, G->bpart, sizeof(int) * (size_t)G->bk[b]);
-            }
-        }
-}
-
-/* a -> b: each site of a sends a's aggregate to its partner(s) in b. */
-static int sg_send_ab(sg *G, int ba, int bb)
-{
-    int *sa = &G->bsite[ba * G->nd], *sb = &G->bsite[bb * G->nd];
-    for (int u = 0; u < G->bk[ba]; u++) {
-        int k = 0;
-        for (int v = 0; v < G->bk[bb]; v++)
-            if (G->best_part[v] == u)
-                G->dst[k++] = sb[v];
-        if (k && xp_program_add_action(G->q, G->y[ba], sa[u], G->dst, k, NULL) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-/* b -> a: each site of b to its partner, and the unmatched sites of a
- * from the site of b with the best route to them. */
-static int sg_send_ba(sg *G, int ba, int bb)
-{
-    int *sa = &G->bsite[ba * G->nd], *sb = &G->bsite[bb * G->nd], ka = G->bk[ba], kb = G->bk[bb];
-    int rc = 0, *extra = calloc((size_t)ka, sizeof(int));
-    char hit[XP_STRUCT_MAXS] = {0};
-    if (!extra)
-        return -1;
-    for (int v = 0; v < kb; v++)
-        hit[G->best_part[v]] = 1;
-    for (int u = 0; u < ka; u++) {
-        extra[u] = -1;
-        if (hit[u])
-            continue;
-        double bw = -1;
-        for (int v = 0; v < kb; v++) {
-            double k = route_bw(G->t, sb[v], sa[u]);
-            if (k > bw)
-                bw = k, extra[u] = v;
-        }
-    }
-    for (int v = 0; v < kb && rc == 0; v++) {
-        int k = 0;
-        G->dst[k++] = sa[G->best_part[v]];
-        for (int u = 0; u < ka; u++)
-            if (extra[u] == v)
-                G->dst[k++] = sa[u];
-        if (xp_program_add_action(G->q, G->y[bb], sb[v], G->dst, k, NULL) < 0)
-            rc = -1;
-    }
-    free(extra);
-    return rc;
-}
-
-/* Block a becomes the union of a and b; block b is removed (the last
- * block takes its place). */
-static void sg_merge(sg *G, int ba, int bb)
-{
-    int nd = G->nd, *sa = &G->bsite[ba * nd], ka = G->bk[ba], kb = G->bk[bb];
-    for (int w = 0; w < G->q->nwords; w++)
-        G->y[ba][w] |= G->y[bb][w];
-    G->ye[ba] |= G->ye[bb];
-    memcpy(&sa[ka], &G->bsite[bb * nd], sizeof(int) * (size_t)kb);
-    G->bk[ba] = ka + kb;
-    int nb = --G->nb;
-    if (bb != nb) {
-        xp_word *tmp = G->y[bb];
-        G->y[bb] = G->y[nb];
-        G->y[nb] = tmp;
-        memcpy(&G->bsite[bb * nd], &G->bsite[nb * nd], sizeof(int) * (size_t)G->bk[nb]);
-        G->bk[bb] = G->bk[nb];
-        G->ye[bb] = G->ye[nb];
-    }
-}
-
-/* Adds to q the structured body for aggregate x wanted at sites D[0..nd):
- * gather the atoms outside D into blocks (one per site of D), merge the
- * blocks two at a time (exchanging their aggregates), then aggregate at
- * each site of D. 0, or -1 on failure. */
-static int struct_group(xp_program *q, const xp_topology *t, const xp_word *x, const int *D,
-                        int nd, uint64_t *rng, double amp)
-{
-    sg G = {.q = q, .t = t, .x = x, .D = D, .nd = nd, .rng = rng, .amp = amp};
-    int rc = -1;
-    if (sg_alloc(&G) < 0 || sg_gather(&G) < 0)
-        goto out;
-    while (G.nb > 1) {
-        int ba, bb;
-        sg_pick_pair(&G, &ba, &bb);
-        if ((G.ye[ba] && sg_send_ab(&G, ba, bb) < 0) || (G.ye[bb] && sg_send_ba(&G, ba, bb) < 0))
-            goto out;
-        sg_merge(&G, ba, bb);
-    }
-    rc = 0;
-    if (xp_set_count(q, x) > 1)
-        for (int d = 0; d < nd && rc == 0; d++)
-            rc = xp_program_add_action(q, x, D[d], NULL, 0, NULL) < 0 ? -1 : 0;
-out:
-    sg_free(&G);
-    return rc;
-}
-
-/* The structured body for q's preamble (membership resolved), or NULL
- * (too many sites, no route, or no memory). `variant` 0 is the plain
- * greedy construction; the others break ties with the generator. */
-static xp_program *structured(const xp_program *q, const xp_topology *t, uint64_t *rng,
-                              int variant)
-{
-    if (q->ngpus > XP_STRUCT_MAXS)
-        return NULL;
-    double amp = variant == 0 ? 0 : 1e-6;
-    xp_program *c = strip(q);
-    char *done = calloc((size_t)q->nout + 1, 1);
-    int *D = malloc(sizeof(int) * (size_t)(q->nout + 1));
-    unsigned *hs = malloc(sizeof(unsigned) * (size_t)(q->nout + 1)); /* OUT sets, hashed */
-    int ok = c && done && D && hs;
-    for (int o = 0; o < q->nout && ok; o++)
-        hs[o] = set_hash(q, q->out[o].set, 0);
-    for (int o = 0; o < q->nout && ok; o++) {
-        if (done[o])
-            continue;
-        int nd = 0;
-        for (int p = o; p < q->nout; p++) {
-            if (done[p] || hs[p] != hs[o] || !xp_set_equal(q, q->out[p].set, q->out[o].set))
-                continue;
-            done[p] = 1;
-            int dup = 0;
-            for (int k = 0; k < nd; k++)
-                dup |= D[k] == q->out[p].site;
-            if (!dup && q->out[p].site >= 0)
-                D[nd++] = q->out[p].site;
-        }
-        if (nd)
-            ok = struct_group(c, t, q->out[o].set, D, nd, rng, amp) == 0;
-    }
-    free(done), free(D), free(hs);
-    if (!ok) {
-        xp_program_free(c);
-        return NULL;
-    }
-    return c;
-}
-
 /* A membership move: swap one member between two size-declared
  * partitions of p and start over from the naive body for it. NULL if p
  * has fewer than two such partitions (or on failure). */
@@ -1080,32 +287,32 @@ static xp_program *member_move(const xp_program *p, const xp_topology *t, uint64
 {
     int g = -1, h = -1, n = 0;
     for (int i = 0; i < p->npart; i++)
-        if (p->part[i].by_size && rnd(rng, ++n) == 0)
+        if (p->part[i].by_size && xp_rnd(rng, ++n) == 0)
             g = i;
     n = 0;
     for (int i = 0; i < p->npart; i++)
-        if (i != g && p->part[i].by_size && rnd(rng, ++n) == 0)
+        if (i != g && p->part[i].by_size && xp_rnd(rng, ++n) == 0)
             h = i;
     if (g < 0 || h < 0)
         return NULL;
-    xp_program *q = strip(p);
+    xp_program *q = xp_search_strip(p);
     if (!q)
         return NULL;
     int *mg = q->part[g].member, *mh = q->part[h].member;
-    int i = rnd(rng, q->part[g].size), j = rnd(rng, q->part[h].size), a = mg[i];
+    int i = xp_rnd(rng, q->part[g].size), j = xp_rnd(rng, q->part[h].size), a = mg[i];
     mg[i] = mh[j];
     mh[j] = a;
-    qsort(mg, (size_t)q->part[g].size, sizeof(int), cmp_int);
-    qsort(mh, (size_t)q->part[h].size, sizeof(int), cmp_int);
+    qsort(mg, (size_t)q->part[g].size, sizeof(int), xp_search_cmp_int);
+    qsort(mh, (size_t)q->part[h].size, sizeof(int), xp_search_cmp_int);
     xp_program_assign(q, g, mg, NULL);
     xp_program_assign(q, h, mh, NULL);
     /* The faster of the naive and the plain structured body for it. */
-    xp_program *s = structured(q, t, rng, 0);
+    xp_program *s = xp_search_structured(q, t, rng, 0);
     if (xp_naive_synthesize(q, NULL) < 0) {
         xp_program_free(q);
         q = NULL;
     }
-    if (s && (!q || cost(s, t) < (q ? sim_cost(q, t) : INFINITY))) {
+    if (s && (!q || xp_search_cost(s, t) < (q ? xp_search_sim_cost(q, t) : INFINITY))) {
         xp_program_free(q);
         return s;
     }
@@ -1113,33 +320,11 @@ static xp_program *member_move(const xp_program *p, const xp_topology *t, uint64
     return q;
 }
 
-/* Flag the actions of p that complete in the last third of its makespan,
- * in *buf (cap bytes, grown as needed; the caller frees it), and publish
- * the flags as `late`. -1 when *buf cannot grow (late is then unset). */
-static int mark_late(const xp_program *p, const xp_topology *t, char **buf, int *cap)
-{
-    xp_timeline *tl = NULL;
-    double ms;
-    late = NULL;
-    nlate_act = 0;
-    if (ein_vec_reserve(buf, cap, (int64_t)p->nact + 1, 1) < 0)
-        return -1;
-    char *nb = *buf;
-    if (xp_sim_run(p, t, &ms, &tl, NULL) < 0)
-        return 0;
-    for (int a = 0; a < p->nact; a++)
-        nb[a] = tl->act_end[a] >= ms * (2.0 / 3.0);
-    xp_timeline_free(tl);
-    late = nb;
-    nlate_act = p->nact;
-    return 0;
-}
-
 int xp_search_naive(const xp_program *preamble, const xp_topology *t, xp_program **out,
                     double *makespan, ein_error *err)
 {
     int rc;
-    xp_program *q = strip(preamble);
+    xp_program *q = xp_search_strip(preamble);
     if (!q)
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     if ((rc = choose_membership(q, t, err)) < 0 || (rc = xp_naive_synthesize(q, err)) < 0 ||
@@ -1177,7 +362,7 @@ static int sup_visit(out_suppliers *u, const xp_program *p, int a, int delta)
     const xp_action *ac = &p->act[a];
     for (int k = -1; k < ac->nrelay + ac->ndst; k++) {
         int v = k < 0 ? ac->src : k < ac->nrelay ? ac->relay[k] : ac->dst[k - ac->nrelay];
-        for (unsigned i = set_hash(p, ac->set, v) & (u->cap - 1); u->slot[i];
+        for (unsigned i = xp_search_set_hash(p, ac->set, v) & (u->cap - 1); u->slot[i];
              i = (i + 1) & (u->cap - 1)) {
             int o = u->slot[i] - 1;
             if (p->out[o].site != v || !xp_set_equal(p, p->out[o].set, ac->set))
@@ -1200,7 +385,7 @@ static int sup_build(out_suppliers *u, const xp_program *p)
     if (!u->slot || !u->nsup)
         return -1;
     for (int o = 0; o < p->nout; o++) {
-        unsigned i = set_hash(p, p->out[o].set, p->out[o].site) & (u->cap - 1);
+        unsigned i = xp_search_set_hash(p, p->out[o].set, p->out[o].site) & (u->cap - 1);
         while (u->slot[i])
             i = (i + 1) & (u->cap - 1);
         u->slot[i] = o + 1;
@@ -1247,8 +432,8 @@ static xp_program *best_structured(const xp_program *cur, const xp_topology *t, 
     double start_cost = INFINITY;
     long swork = 0;
     for (int v = 0; v < STRUCT_VARIANTS && (v == 0 || swork < STRUCT_WORK); v++) {
-        xp_program *s = structured(cur, t, &srng, v);
-        double c = s ? cost(s, t) : INFINITY;
+        xp_program *s = xp_search_structured(cur, t, &srng, v);
+        double c = s ? xp_search_cost(s, t) : INFINITY;
         swork += s ? prog_work(s, t) : 1;
         if (c < start_cost * (1 - 1e-9)) {
             xp_program_free(start);
@@ -1282,7 +467,7 @@ static void keep_faster(xp_program *q, double c, xp_program **best, double *best
 static xp_program *best_chunked(const xp_program *cur, const xp_topology *t,
                                 xp_search_stats *st, double *cost_out)
 {
-    xp_program *pre = strip(cur);
+    xp_program *pre = xp_search_strip(cur);
     xp_program *cstart = NULL;
     double cbest = INFINITY;
     /* Several hosts: the hierarchical decomposition first. On a large
@@ -1313,7 +498,7 @@ static xp_program *best_chunked(const xp_program *cur, const xp_topology *t,
             }
             kwork += w;
             st->work += w;
-            double c = sim_cost(q, t);
+            double c = xp_search_sim_cost(q, t);
             keep_faster(q, c, &cstart, &cbest);
             if (!(c < prev * (1 - 1e-9)) && k != XP_BASE_HIER)
                 break; /* deeper pipelines stopped helping (hier's phases
@@ -1331,7 +516,7 @@ static xp_program *best_chunked(const xp_program *cur, const xp_topology *t,
             break;
         mwork += prog_work(q, t);
         st->work += prog_work(q, t);
-        keep_faster(q, sim_cost(q, t), &cstart, &cbest);
+        keep_faster(q, xp_search_sim_cost(q, t), &cstart, &cbest);
     }
     xp_program_free(pre);
     *cost_out = cbest;
@@ -1357,7 +542,7 @@ static xp_program *cleanup_pass(xp_program *best, double *best_cost, const xp_to
         if (!c)
             break;
         xp_program_remove_action(c, a);
-        double cc = cost(c, t);
+        double cc = xp_search_cost(c, t);
         if (cc <= *best_cost * (1 + 1e-12)) {
             if (nsup_ok)
                 sup_visit(&sup, best, a, -1);
@@ -1392,8 +577,7 @@ typedef struct search {
 
 static void search_free(search *S)
 {
-    late = NULL;
-    nlate_act = 0;
+    xp_search_late_clear();
     free(S->late_buf);
     xp_program_free(S->cur);
     xp_program_free(S->naive);
@@ -1406,7 +590,7 @@ static void search_free(search *S)
 static int search_init(search *S, const xp_program *preamble)
 {
     int rc;
-    if (!(S->cur = strip(preamble)))
+    if (!(S->cur = xp_search_strip(preamble)))
         return ein_fail(S->err, EIN_ENOMEM, "out of memory");
     if ((rc = choose_membership(S->cur, S->t, S->err)) < 0 ||
         (rc = xp_naive_synthesize(S->cur, S->err)) < 0 ||
@@ -1493,7 +677,7 @@ static int search_accept(search *S, xp_program *c, double cc, double cms)
     xp_program_free(S->cur);
     S->cur = c;
     S->cur_cost = cc;
-    mark_late(S->cur, S->t, &S->late_buf, &S->late_cap);
+    xp_search_mark_late(S->cur, S->t, &S->late_buf, &S->late_cap);
     if (cc < S->run_best * (1 - 1e-9)) {
         S->run_best = cc;
         S->run_since = 0;
@@ -1521,7 +705,7 @@ static int search_propose(search *S)
     xp_program *c = xp_program_copy(S->cur);
     if (!c)
         return ein_fail(S->err, EIN_ENOMEM, "out of memory");
-    if (propose(c, S->t, &S->rng) < 0 || !sets_wanted(c)) {
+    if (xp_search_propose(c, S->t, &S->rng) < 0 || !sets_wanted(c)) {
         xp_program_free(c);
         return 1;
     }
@@ -1531,7 +715,7 @@ static int search_propose(search *S)
         return 1;
     }
     S->st.valid++;
-    int uphill = cc <= S->cur_cost * 1.08 && rnd(&S->rng, 16) == 0;
+    int uphill = cc <= S->cur_cost * 1.08 && xp_rnd(&S->rng, 16) == 0;
     if ((cc <= S->cur_cost * (1 + 1e-12) || uphill) && xp_program_check(c, NULL) == 0)
         return search_accept(S, c, cc, cms);
     xp_program_free(c);
@@ -1559,7 +743,7 @@ static void search_restart(search *S)
         S->cur_cost = kind == 0 ? S->naive_score : score(S->cur, S->t, &ignored);
         S->run_best = S->cur_cost;
         S->run_since = 0;
-        mark_late(S->cur, S->t, &S->late_buf, &S->late_cap);
+        xp_search_mark_late(S->cur, S->t, &S->late_buf, &S->late_cap);
     }
 }
 
@@ -1573,7 +757,7 @@ static int search_run(search *S)
     int spent = S->o->max_work > 0 && S->st.work >= S->o->max_work;
     if (!spent)
         S->cur_cost = S->naive_score = S->run_best = score(S->cur, S->t, &ignored);
-    if (!spent && mark_late(S->cur, S->t, &S->late_buf, &S->late_cap) < 0)
+    if (!spent && xp_search_mark_late(S->cur, S->t, &S->late_buf, &S->late_cap) < 0)
         return ein_fail(S->err, EIN_ENOMEM, "out of memory");
     while (!search_should_stop(S)) {
         if ((rc = search_propose(S)) < 0)
@@ -1607,8 +791,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         search_free(&S);
         return rc;
     }
-    late = NULL;
-    nlate_act = 0;
+    xp_search_late_clear();
     S.best = cleanup_pass(S.best, &S.best_cost, t);
     S.st.best_s = S.best_cost;
     S.st.elapsed_ms = 1e3 * ein_now_s() - S.t0;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_kernel_cost.h"
 #include "common/ein_vec.h"
 #include "planner/ops/pl_ops.h"
 
@@ -65,6 +66,18 @@ double pl_flops_zero(const pl_graph *g, const pl_node *nd)
 {
     (void)g, (void)nd;
     return 0;
+}
+
+double pl_flops_kernel(const pl_graph *g, const pl_node *nd)
+{
+    ein_box out = pl_node_box(nd), in[EIN_KERNEL_COST_SRCS];
+    const ein_box *src[EIN_KERNEL_COST_SRCS];
+    int n = nd->ninputs;
+    for (int j = 0; j < n && j < EIN_KERNEL_COST_SRCS; j++) {
+        in[j] = pl_node_box(pl_graph_node(g, nd->inputs[j]));
+        src[j] = &in[j];
+    }
+    return ein_kernel_flops(&nd->kernel, &out, src, n);
 }
 
 int pl_op_indices(const pl_graph *g, int node, pl_index *idx, ein_error *err)

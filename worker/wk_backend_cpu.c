@@ -11,19 +11,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "worker/wk_peer.h"
 #include "worker/wk_record.h"
-
-typedef struct peer_map {
-    const void *base;
-    size_t bytes;
-} peer_map;
 
 typedef struct cpu_backend {
     wk_backend be;
     char own_name[128];
     void *own_base;
     size_t own_bytes;
-    peer_map *peers;
+    wk_peer *peers;
     int npeers;
     wk_record *recording; /* between graph_begin and graph_end */
 } cpu_backend;
@@ -33,10 +29,9 @@ static int cpu_segment_create(wk_backend *be, const char *name, size_t bytes, vo
 {
     cpu_backend *c = (cpu_backend *)be;
     size_t map = bytes ? bytes : 1;
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0)
-        return ein_fail(err, EIN_EIO, "shm_open %s: %s", name, strerror(errno));
-    snprintf(c->own_name, sizeof c->own_name, "%s", name);
+    int fd, rc = wk_shm_create(name, c->own_name, sizeof c->own_name, &fd, err);
+    if (rc < 0)
+        return rc;
     if (ftruncate(fd, (off_t)map) < 0) {
         int e = errno;
         close(fd);
@@ -57,17 +52,9 @@ static int cpu_peer_open(wk_backend *be, int peer, const char *name, const void 
                          size_t *bytes, ein_error *err)
 {
     cpu_backend *c = (cpu_backend *)be;
-    if (peer < 0 || peer >= c->npeers)
-        return ein_fail(err, EIN_EINVAL, "peer %d out of range", peer);
-    if (c->peers[peer].base) {
-        *base = c->peers[peer].base;
-        *bytes = c->peers[peer].bytes;
-        return 0;
-    }
-    int fd = shm_open(name, O_RDONLY, 0);
-    if (fd < 0)
-        return ein_fail(err, EIN_EIO, "cannot open device %d's memory %s: %s", peer, name,
-                        strerror(errno));
+    int fd, rc = wk_peer_lookup(c->peers, c->npeers, peer, name, "memory", base, bytes, &fd, err);
+    if (rc != 0)
+        return rc < 0 ? rc : 0;
     struct stat st;
     if (fstat(fd, &st) < 0 || st.st_size <= 0) {
         close(fd);
@@ -77,10 +64,7 @@ static int cpu_peer_open(wk_backend *be, int peer, const char *name, const void 
     close(fd);
     if (p == MAP_FAILED)
         return ein_fail(err, EIN_EIO, "mmap of device %d's memory: %s", peer, strerror(errno));
-    c->peers[peer].base = p;
-    c->peers[peer].bytes = (size_t)st.st_size;
-    *base = p;
-    *bytes = (size_t)st.st_size;
+    wk_peer_set(&c->peers[peer], p, (size_t)st.st_size, base, bytes);
     return 0;
 }
 

@@ -41,6 +41,7 @@
 
 #include "common/ein_vec.h"
 #include "kernels/cuda/kn_cuda.h"
+#include "worker/wk_peer.h"
 
 #define SEGMENT_ALIGN (2u << 20)           /* IPC handles cover whole allocations */
 #define WORKSPACE_BYTES (64u << 20)        /* cuBLAS workspace, fixed before capture */
@@ -53,12 +54,6 @@ typedef struct published {
     uint64_t has_event;        /* 1: wait for `event`; 0: the owner drains */
     cudaIpcEventHandle_t event;
 } published;
-
-typedef struct peer_map {
-    void *base;
-    size_t bytes;
-    cudaEvent_t event;         /* the peer's imported event, or NULL */
-} peer_map;
 
 /* An event pair around one operation on the stream: its device time. */
 typedef struct ev_pair {
@@ -87,7 +82,7 @@ typedef struct cuda_backend {
     void *workspace;
     kn_cuda_ctx *ctx;
     char own_name[128];
-    peer_map *peers;
+    wk_peer *peers;            /* sync: the peer's imported cudaEvent_t, or NULL */
     int npeers;
 } cuda_backend;
 
@@ -195,10 +190,9 @@ static int cu_segment_create(wk_backend *be, const char *name, size_t bytes, voi
             c->ipc_sync = "stream (cudaIpcGetEventHandle failed)";
         }
     }
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0)
-        return ein_fail(err, EIN_EIO, "shm_open %s: %s", name, strerror(errno));
-    snprintf(c->own_name, sizeof c->own_name, "%s", name);
+    int fd, rc = wk_shm_create(name, c->own_name, sizeof c->own_name, &fd, err);
+    if (rc < 0)
+        return rc;
     ssize_t n = write(fd, &pub, sizeof pub);
     close(fd);
     if (n != (ssize_t)sizeof pub)
@@ -211,17 +205,10 @@ static int cu_peer_open(wk_backend *be, int peer, const char *name, const void *
                         size_t *bytes, ein_error *err)
 {
     cuda_backend *c = (cuda_backend *)be;
-    if (peer < 0 || peer >= c->npeers)
-        return ein_fail(err, EIN_EINVAL, "peer %d out of range", peer);
-    if (c->peers[peer].base) {
-        *base = c->peers[peer].base;
-        *bytes = c->peers[peer].bytes;
-        return 0;
-    }
-    int fd = shm_open(name, O_RDONLY, 0);
-    if (fd < 0)
-        return ein_fail(err, EIN_EIO, "cannot find device %d's IPC handle %s: %s", peer, name,
-                        strerror(errno));
+    int fd, rc = wk_peer_lookup(c->peers, c->npeers, peer, name, "IPC handle", base, bytes, &fd,
+                                err);
+    if (rc != 0)
+        return rc < 0 ? rc : 0;
     published pub;
     ssize_t n = read(fd, &pub, sizeof pub);
     close(fd);
@@ -248,11 +235,8 @@ static int cu_peer_open(wk_backend *be, int peer, const char *name, const void *
             cudaEventDestroy(ev);
         return cu_fail(err, e, "cudaIpcOpenMemHandle");
     }
-    c->peers[peer].event = ev;
-    c->peers[peer].base = p;
-    c->peers[peer].bytes = pub.bytes;
-    *base = p;
-    *bytes = pub.bytes;
+    c->peers[peer].sync = ev;
+    wk_peer_set(&c->peers[peer], p, pub.bytes, base, bytes);
     return 0;
 }
 
@@ -354,9 +338,9 @@ static int cu_peer_wait(wk_backend *be, int peer, ein_error *err)
     cuda_backend *c = (cuda_backend *)be;
     if (peer < 0 || peer >= c->npeers || !c->peers[peer].base)
         return ein_fail(err, EIN_EINVAL, "peer %d waited for before it was opened", peer);
-    if (!c->peers[peer].event)
+    if (!c->peers[peer].sync)
         return 0; /* the peer drained its stream before READY */
-    cudaError_t e = cudaStreamWaitEvent(c->stream, c->peers[peer].event, 0);
+    cudaError_t e = cudaStreamWaitEvent(c->stream, (cudaEvent_t)c->peers[peer].sync, 0);
     return e == cudaSuccess ? 0 : cu_fail(err, e, "cudaStreamWaitEvent (peer event)");
 }
 
@@ -473,10 +457,10 @@ static void cu_destroy(wk_backend *be)
     if (c->stream)
         cudaStreamSynchronize(c->stream);
     for (int i = 0; i < c->npeers; i++) {
-        if (c->peers[i].event)
-            cudaEventDestroy(c->peers[i].event);
+        if (c->peers[i].sync)
+            cudaEventDestroy((cudaEvent_t)c->peers[i].sync);
         if (c->peers[i].base)
-            cudaIpcCloseMemHandle(c->peers[i].base);
+            cudaIpcCloseMemHandle((void *)c->peers[i].base);
     }
     if (c->ipc_event)
         cudaEventDestroy(c->ipc_event);

@@ -5,28 +5,22 @@
  * (max-subtracted, in f32) and stored, so out may be x (in place). */
 #include "kernels/cpu/kn_internal.h"
 
+#include "common/ein_kernel_rules.h"
+
 #include <math.h>
 #include <stdlib.h>
 
 int kn_cpu_softmax(int axis, const kn_block *x, kn_block *out, ein_error *err)
 {
     const char *what = "softmax";
-    char b1[256], b2[256];
     int rc;
     if ((rc = kn_blk_check(what, "x", x, -1, err)) < 0 ||
         (rc = kn_blk_check(what, "out", out, -1, err)) < 0)
         return rc;
-    if (!ein_box_equal(&x->box, &out->box))
-        return ein_fail(err, EIN_ESHAPE, "%s: out box %s differs from x box %s", what,
-                        kn_fmt(&out->box, b1, sizeof b1), kn_fmt(&x->box, b2, sizeof b2));
-    if (axis < 0 || axis >= x->box.rank)
-        return ein_fail(err, EIN_EINVAL, "%s: axis %d is outside rank %d", what, axis,
-                        x->box.rank);
-    int64_t outer = 1, inner = 1, n = x->box.hi[axis] - x->box.lo[axis];
-    for (int d = 0; d < axis; d++)
-        outer *= x->box.hi[d] - x->box.lo[d];
-    for (int d = axis + 1; d < x->box.rank; d++)
-        inner *= x->box.hi[d] - x->box.lo[d];
+    if ((rc = ein_kernel_rules_softmax(axis, &x->box, &out->box, err)) < 0)
+        return rc;
+    int64_t outer, n, inner;
+    ein_box_axis_split(&x->box, axis, &outer, &n, &inner);
     if (outer * n * inner == 0)
         return 0;
     float *s = kn_falloc(what, n * inner + inner, err);

@@ -1,8 +1,9 @@
 /* kernels/cuda/kn_cuda_common.cuh — helpers shared by the .cu files of
  * kernels/cuda (not a public header).
  *
- * The CUDA library is self-contained: it fills ein_error itself rather
- * than calling libeincommon, so it links in any order. Device code loads
+ * The CUDA library fills ein_error itself (kn_cu_fail, which also keeps
+ * the thread's last message); from libeincommon it calls only the
+ * registry's checks (arity, block rules), so it links before it. Device code loads
  * and stores every dtype through ld<T>/st<T> and computes in f32. */
 #ifndef KN_CUDA_COMMON_CUH
 #define KN_CUDA_COMMON_CUH

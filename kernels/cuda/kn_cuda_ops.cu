@@ -7,6 +7,10 @@
  * is allocated or copied to the device. */
 #include "kernels/cuda/kn_cuda_common.cuh"
 
+extern "C" {
+#include "common/ein_kernel_rules.h"
+}
+
 #include <math.h>
 #include <string.h>
 
@@ -355,16 +359,11 @@ extern "C" int kn_cuda_softmax(int axis, const kn_block *x, kn_block *out, void 
     if ((rc = kn_cu_blk(what, "x", x, -1, err)) < 0 ||
         (rc = kn_cu_blk(what, "out", out, -1, err)) < 0)
         return rc;
-    if (!kn_cu_box_eq(&x->box, &out->box))
-        return kn_cu_fail(err, EIN_ESHAPE, "%s: out box differs from x box", what);
-    if (axis < 0 || axis >= x->box.rank)
-        return kn_cu_fail(err, EIN_EINVAL, "%s: axis %d is outside rank %d", what, axis,
-                          x->box.rank);
-    int64_t outer = 1, inner = 1, n = x->box.hi[axis] - x->box.lo[axis];
-    for (int d = 0; d < axis; d++)
-        outer *= x->box.hi[d] - x->box.lo[d];
-    for (int d = axis + 1; d < x->box.rank; d++)
-        inner *= x->box.hi[d] - x->box.lo[d];
+    ein_error re = {0, {0}};
+    if ((rc = ein_kernel_rules_softmax(axis, &x->box, &out->box, &re)) < 0)
+        return kn_cu_fail(err, rc, "cuda %s", re.msg);
+    int64_t outer, n, inner;
+    ein_box_axis_split(&x->box, axis, &outer, &n, &inner);
     if (outer * n * inner == 0)
         return 0;
     if (inner == 1 && outer > (int64_t)0x7fffffff)

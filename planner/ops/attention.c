@@ -333,23 +333,5 @@ static ein_agg attention_agg(const pl_graph *g, const pl_node *nd, const pl_inde
     return nidx > 3 && counts[3] > 1 ? EIN_AGG_LSE : EIN_AGG_NONE;
 }
 
-/* Causal: per query head, per sequence of length L, about L^2/2 scores and
- * as many weighted values, each 2*d flops. */
-static double attention_flops(const pl_graph *g, const pl_node *nd)
-{
-    (void)g;
-    double pairs = 0, prev = 0;
-    if (nd->kernel.nlist == 0) {
-        double l = (double)nd->shape[1];
-        pairs = l * (l + 1) / 2;
-    }
-    for (int i = 0; i < nd->kernel.nlist; i++) {
-        double l = (double)nd->kernel.list[i] - prev;
-        pairs += l * (l + 1) / 2;
-        prev = (double)nd->kernel.list[i];
-    }
-    return 4.0 * (double)nd->shape[2] * pairs * (double)nd->shape[0];
-}
-
 const pl_op_def pl_op_attention = {"attention", attention_indices, attention_fspec, attention_agg,
-                                   attention_flops};
+                                   pl_flops_kernel};

@@ -88,11 +88,4 @@ static void binary_fspec(const pl_graph *g, const pl_node *nd, const pl_index *i
     }
 }
 
-static double binary_flops(const pl_graph *g, const pl_node *nd)
-{
-    (void)g;
-    ein_box b = pl_node_box(nd);
-    return (double)ein_box_volume(&b);
-}
-
-const pl_op_def pl_op_binary = {"binary", pl_indices_every_axis, binary_fspec, pl_agg_none, binary_flops};
+const pl_op_def pl_op_binary = {"binary", pl_indices_every_axis, binary_fspec, pl_agg_none, pl_flops_kernel};

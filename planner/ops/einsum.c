@@ -167,16 +167,4 @@ static ein_agg einsum_agg(const pl_graph *g, const pl_node *nd, const pl_index *
     return EIN_AGG_NONE;
 }
 
-/* One multiply-add per point of the index space (2 flops); a one-operand
- * einsum is one add per input element. */
-static double einsum_flops(const pl_graph *g, const pl_node *nd)
-{
-    pl_index idx[PL_MAX_INDICES];
-    int n = einsum_indices(g, nd, idx);
-    double v = 1;
-    for (int i = 0; i < n; i++)
-        v *= (double)idx[i].size;
-    return nd->ninputs == 2 ? 2 * v : v;
-}
-
-const pl_op_def pl_op_einsum = {"einsum", einsum_indices, einsum_fspec, einsum_agg, einsum_flops};
+const pl_op_def pl_op_einsum = {"einsum", einsum_indices, einsum_fspec, einsum_agg, pl_flops_kernel};

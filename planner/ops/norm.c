@@ -71,12 +71,5 @@ static void norm_fspec(const pl_graph *g, const pl_node *nd, const pl_index *idx
         in[k] = ein_box_of_shape(1, &d);
 }
 
-static double norm_flops(const pl_graph *g, const pl_node *nd)
-{
-    (void)g;
-    ein_box b = pl_node_box(nd);
-    return (nd->kind == PL_LAYERNORM ? 7.0 : 4.0) * (double)ein_box_volume(&b);
-}
-
-const pl_op_def pl_op_rmsnorm = {"rmsnorm", norm_indices, norm_fspec, pl_agg_none, norm_flops};
-const pl_op_def pl_op_layernorm = {"layernorm", norm_indices, norm_fspec, pl_agg_none, norm_flops};
+const pl_op_def pl_op_rmsnorm = {"rmsnorm", norm_indices, norm_fspec, pl_agg_none, pl_flops_kernel};
+const pl_op_def pl_op_layernorm = {"layernorm", norm_indices, norm_fspec, pl_agg_none, pl_flops_kernel};

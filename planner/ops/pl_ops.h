@@ -65,6 +65,9 @@ ein_agg pl_agg_none(const pl_graph *g, const pl_node *nd, const pl_index *idx, i
                     const int *counts);
 /* 0 flops: data movement only (concat, slice, reshapes). */
 double pl_flops_zero(const pl_graph *g, const pl_node *nd);
+/* The FLOPs of the node's kernel over its whole shapes: the one cost model
+ * the simulator prices blocks with (common/ein_kernel_cost.h). */
+double pl_flops_kernel(const pl_graph *g, const pl_node *nd);
 /* Every output axis shardable anywhere (elementwise, concat, slice). */
 int pl_indices_every_axis(const pl_graph *g, const pl_node *nd, pl_index *idx);
 /* The box [lo, hi) of rank `rank` (one interval per index, in order). */

@@ -80,10 +80,4 @@ static ein_agg reduce_agg(const pl_graph *g, const pl_node *nd, const pl_index *
     return EIN_AGG_NONE;
 }
 
-static double reduce_flops(const pl_graph *g, const pl_node *nd)
-{
-    ein_box b = pl_node_box(pl_graph_node(g, nd->inputs[0]));
-    return (double)ein_box_volume(&b);
-}
-
-const pl_op_def pl_op_reduce = {"reduce", reduce_indices, reduce_fspec, reduce_agg, reduce_flops};
+const pl_op_def pl_op_reduce = {"reduce", reduce_indices, reduce_fspec, reduce_agg, pl_flops_kernel};

@@ -77,12 +77,4 @@ static void rope_fspec(const pl_graph *g, const pl_node *nd, const pl_index *idx
     in[0] = *out;
 }
 
-/* Per pair: two multiplies and an add per element, plus the angle. */
-static double rope_flops(const pl_graph *g, const pl_node *nd)
-{
-    (void)g;
-    ein_box b = pl_node_box(nd);
-    return 4.0 * (double)ein_box_volume(&b);
-}
-
-const pl_op_def pl_op_rope = {"rope", rope_indices, rope_fspec, pl_agg_none, rope_flops};
+const pl_op_def pl_op_rope = {"rope", rope_indices, rope_fspec, pl_agg_none, pl_flops_kernel};

@@ -51,13 +51,5 @@ static void softmax_fspec(const pl_graph *g, const pl_node *nd, const pl_index *
     in[0] = *out;
 }
 
-/* max, subtract, exp, sum, divide. */
-static double softmax_flops(const pl_graph *g, const pl_node *nd)
-{
-    (void)g;
-    ein_box b = pl_node_box(nd);
-    return 5.0 * (double)ein_box_volume(&b);
-}
-
 const pl_op_def pl_op_softmax = {"softmax", softmax_indices, softmax_fspec, pl_agg_none,
-                                 softmax_flops};
+                                 pl_flops_kernel};

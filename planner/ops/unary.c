@@ -43,11 +43,4 @@ static void unary_fspec(const pl_graph *g, const pl_node *nd, const pl_index *id
     in[0] = *out;
 }
 
-static double unary_flops(const pl_graph *g, const pl_node *nd)
-{
-    (void)g;
-    ein_box b = pl_node_box(nd);
-    return (double)ein_box_volume(&b);
-}
-
-const pl_op_def pl_op_unary = {"unary", pl_indices_every_axis, unary_fspec, pl_agg_none, unary_flops};
+const pl_op_def pl_op_unary = {"unary", pl_indices_every_axis, unary_fspec, pl_agg_none, pl_flops_kernel};
