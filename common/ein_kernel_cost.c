@@ -91,6 +91,17 @@ double ein_kernel_flops(const ein_kernel *k, const ein_box *out, const ein_box *
         return vol;
     case EIN_KERNEL_REDUCE:
         return nsrcs >= 1 ? (double)ein_box_volume(srcs[0]) : 0;
+    case EIN_KERNEL_DECODE_ATTENTION:
+    case EIN_KERNEL_DECODE_ATTENTION_PARTIAL:
+        /* at most every cached key of the block: QK^T and PV, 2 x 2 FLOPs
+         * per key, query head and dim (out is q's box [H, B, D]) */
+        if (nsrcs < 2 || srcs[1]->rank != 4)
+            return 0;
+        return 4.0 * vol * (double)(srcs[1]->hi[2] - srcs[1]->lo[2]);
+    case EIN_KERNEL_ROPE_AT:      /* per element: a multiply-add, plus the angle */
+        return 3.0 * vol;
+    case EIN_KERNEL_CACHE_WRITE:  /* copies only */
+    case EIN_KERNEL_EMBEDDING:
     default:
         return 0;
     }

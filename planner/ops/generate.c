@@ -178,17 +178,9 @@ static ein_agg decode_attention_agg(const pl_graph *g, const pl_node *nd, const 
     return counts[2] > 1 ? EIN_AGG_LSE : EIN_AGG_NONE;
 }
 
-/* At most every cached key: QK^T and PV, 2 x 2 FLOPs per key, head and dim. */
-static double decode_attention_flops(const pl_graph *g, const pl_node *nd)
-{
-    const pl_node *k = pl_graph_node(g, nd->inputs[1]);
-    return 4.0 * (double)nd->shape[0] * (double)nd->shape[1] * (double)nd->shape[2] *
-           (double)k->shape[2];
-}
-
 const pl_op_def pl_op_decode_attention = {"decode_attention", decode_attention_indices,
                                           decode_attention_fspec, decode_attention_agg,
-                                          decode_attention_flops};
+                                          pl_flops_kernel};
 
 int pl_graph_add_rope_at(pl_graph *g, const char *name, int x, int pos, int64_t head_dim,
                          double theta, int style, ein_error *err)
@@ -243,11 +235,5 @@ static void rope_at_fspec(const pl_graph *g, const pl_node *nd, const pl_index *
     in[1] = pl_box_of_intervals(1, &lo[0], &hi[0]);
 }
 
-static double rope_at_flops(const pl_graph *g, const pl_node *nd)
-{
-    (void)g;
-    return 3.0 * (double)nd->shape[0] * (double)nd->shape[1];
-}
-
 const pl_op_def pl_op_rope_at = {"rope_at", rope_at_indices, rope_at_fspec, pl_agg_none,
-                                 rope_at_flops};
+                                 pl_flops_kernel};
