@@ -533,7 +533,7 @@ class Graph:
         return self._add(_lib.ein_graph_embedding(self._p, _name_arg(name), table.id, ids.id,
                                                   ctypes.byref(err)), err, "embedding")
 
-    # -- generation (issue 25; docs/generation.md)
+    # -- generation (docs/generation.md)
     def state(self, desc, name=None):
         """A state tensor (a key/value cache, [heads_kv, batch, len, d], a
         float dtype): kept on the devices by the program's session, zero at

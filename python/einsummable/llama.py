@@ -1,5 +1,5 @@
 """einsummable.llama — generation with a Hugging Face LLaMA checkpoint
-(issue 25; docs/generation.md).
+(docs/generation.md).
 
     import einsummable as es
     model = es.llama.load(["model-00001-of-00002.safetensors", ...], "config.json",
