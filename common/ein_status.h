@@ -32,4 +32,12 @@ void ein_segment_name(char *buf, size_t len, const char *run_id, int device);
 /* "/ein-<run_id>-status". */
 void ein_status_name(char *buf, size_t len, const char *run_id);
 
+struct ein_error;
+/* Create the status page of `ndev` slots for run_id (exclusively: an
+ * existing page is an error), every slot -1 with no message, and map it
+ * into *out. The caller owns the mapping (munmap of ndev slots) and the
+ * name (shm_unlink at the end of the run). 0, or EIN_EIO naming the page. */
+int ein_status_create(const char *run_id, int ndev, ein_status_slot **out,
+                      struct ein_error *err);
+
 #endif

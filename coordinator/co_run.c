@@ -87,28 +87,6 @@ static void describe_instr(const run *r, int d, int instr, char *buf, size_t len
              ein_instr_kind_name(ins->kind), ins->op);
 }
 
-static int status_create(run *r, ein_error *err)
-{
-    char name[160];
-    size_t bytes = sizeof(ein_status_slot) * (size_t)r->ndev;
-    ein_status_name(name, sizeof name, r->run_id);
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0)
-        return ein_fail(err, EIN_EIO, "shm_open %s: %s", name, strerror(errno));
-    void *p = MAP_FAILED;
-    if (ftruncate(fd, (off_t)bytes) == 0)
-        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED)
-        return ein_fail(err, EIN_EIO, "cannot map the status page %s: %s", name, strerror(errno));
-    r->status = p;
-    for (int d = 0; d < r->ndev; d++) {
-        r->status[d].instr = -1;
-        r->status[d].error[0] = '\0';
-    }
-    return 0;
-}
-
 static int send_to(run *r, int d, const ein_msg *m, ein_error *err)
 {
     char id[32];
@@ -1016,7 +994,7 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         if (o->verbose)
             fprintf(stderr, "einsummable: coordinator at %s, %d hosts\n", r->endpoint, o->nhosts);
     }
-    if ((rc = status_create(r, err)) < 0)
+    if ((rc = ein_status_create(r->run_id, r->ndev, &r->status, err)) < 0)
         goto out;
     if (o->prepare && (rc = o->prepare(o->prepare_ctx, r->dir, err)) < 0)
         goto out;

@@ -50,28 +50,6 @@ static void say(const nd *a, const char *fmt, ...)
     va_end(ap);
 }
 
-static int status_create(nd *a, ein_error *err)
-{
-    char name[160];
-    size_t bytes = sizeof(ein_status_slot) * (size_t)a->cfg->ndevices;
-    ein_status_name(name, sizeof name, a->run_id);
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0)
-        return ein_fail(err, EIN_EIO, "shm_open %s: %s", name, strerror(errno));
-    void *p = MAP_FAILED;
-    if (ftruncate(fd, (off_t)bytes) == 0)
-        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED)
-        return ein_fail(err, EIN_EIO, "cannot map the status page %s: %s", name, strerror(errno));
-    a->status = p;
-    for (int d = 0; d < a->cfg->ndevices; d++) {
-        a->status[d].instr = -1;
-        a->status[d].error[0] = '\0';
-    }
-    return 0;
-}
-
 /* Tell the coordinator, as an ERROR of device d's worker. */
 static void report(nd *a, int d, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void report(nd *a, int d, const char *fmt, ...)
@@ -308,7 +286,7 @@ static int setup(nd *a, ein_error *err)
     int rc;
     if ((rc = co_guard_start(&a->guard, a->dir, a->run_id, c->ndevices, NULL, 0, err)) < 0)
         return rc;
-    if ((rc = status_create(a, err)) < 0)
+    if ((rc = ein_status_create(a->run_id, a->cfg->ndevices, &a->status, err)) < 0)
         return rc;
     if (!(a->zctx = zmq_ctx_new()) || !(a->router = zmq_socket(a->zctx, ZMQ_ROUTER)) ||
         !(a->dealer = zmq_socket(a->zctx, ZMQ_DEALER)))
