@@ -36,6 +36,7 @@
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 #include "planner/rewrite/pl_rewrite.h"
+#include "tools/rewrite_report.h"
 #include "coordinator/einrun_int.h"
 
 /* Everything about compiling, in the library's terms (einplan and the API
@@ -411,7 +412,7 @@ static int compile_program(run_state *s, ein_compile_options *co)
     if (rc)
         return rc;
     if (s->comp->rewritten && !s->comp->loaded)
-        pl_rewrite_report(stderr, s->comp->g, &s->comp->rewrite_stats);
+        rewrite_report(stderr, s->comp->g, &s->comp->rewrite_stats);
     if (o->explain)
         explain(s->comp->g, ein_plan_internal(s->comp->plan));
     if (o->save_program && ein_compiled_save(s->comp, o->save_program, &s->err) < 0)

@@ -25,6 +25,7 @@
 #include "coordinator/co_sim.h"
 #include "exchange/xp_topo.h"
 #include "planner/rewrite/pl_rewrite.h"
+#include "tools/rewrite_report.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 #include "coordinator/ein_compile_int.h"
@@ -564,7 +565,7 @@ int main(int argc, char **argv)
     g = comp->g;
     plan = (pl_plan *)ein_plan_internal(comp->plan);
     if (comp->rewritten)
-        pl_rewrite_report(json || dot ? stderr : stdout, g, &comp->rewrite_stats);
+        rewrite_report(json || dot ? stderr : stdout, g, &comp->rewrite_stats);
     if (json)
         print_json(path, g, plan);
     else if (dot)
