@@ -138,6 +138,11 @@ static void usage(FILE *f)
 "                       and random plans, under a work budget\n"
 "                       (docs/planner.md); comm: the paper's DP, minimising\n"
 "                       the elements moved (the default otherwise).\n"
+"  --partials f32|native  the dtype partial sums of a split contraction are\n"
+"                       moved and aggregated in: f32 (default; bf16/f16 results\n"
+"                       rounded once, as on one device) or native, the tensor's\n"
+"                       dtype (half the bytes, rounded at each step, as\n"
+"                       NCCL-based systems do). The planner counts either.\n"
 "  --explain            print the chosen spec and costs of every operator.\n"
 "  --rewrite            rewrite the graph by equality saturation first (matmul\n"
 "                       order, merged projections), then plan the cheapest\n"
@@ -220,6 +225,7 @@ typedef struct run_opts {
     int cuda;           /* --backend: index in cpu|cuda */
     int graphs;         /* --graphs: index in auto|on|off */
     int time_objective; /* --objective: index in comm|time; -1: not given */
+    int native_partials; /* --partials: index in f32|native */
     const char *worker, *trace_path, *log_dir, *wrapper, *calib_out, *rewrite_weights;
     const char *topo_arg, *probe_file, *dump_dir;
     const char *save_program; /* --save-program */
@@ -556,6 +562,7 @@ static const run_opt run_opt_table[] = {
     {"calibrate",        0, 0, opt_flag,     F(calibrate),       0, 0, NULL},
     {"out",              0, 1, opt_string,   F(calib_out),       0, 0, NULL},
     {"objective",        0, 1, opt_choice,   F(time_objective),  0, 0, "comm|time"},
+    {"partials",         0, 1, opt_choice,   F(native_partials), 0, 0, "f32|native"},
     {"fake-hosts",       0, 1, opt_int,      F(fake_hosts),      2, MAX_DEVICES, NULL},
     {"help",           'h', 0, opt_help,     0,                  0, 0, NULL},
     {"version",          0, 0, opt_version,  0,                  0, 0, NULL},
@@ -667,6 +674,7 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     /* NULL: the library's default, time where the topology has a
      * calibration (ein_compile_options) */
     co->objective = o->time_objective < 0 ? NULL : o->time_objective ? "time" : "comm";
+    co->partials = o->native_partials ? "native" : "f32";
 }
 
 /* The flags that name a topology, said after the library's message when
