@@ -45,11 +45,47 @@ ein_dtype pl_partial_dtype(ein_dtype dt, ein_agg agg, pl_partials m)
     return ein_dtype_accum(dt);
 }
 
+/* Elements of node v (the DP asks for it in its inner loops: no box). */
 static double node_volume(const pl_graph *g, int v)
 {
     const pl_node *n = pl_graph_node(g, v);
-    ein_box whole = ein_box_of_shape(n->rank, n->shape);
-    return (double)ein_box_volume(&whole);
+    int64_t vol = 1;
+    for (int a = 0; a < n->rank; a++)
+        vol *= n->shape[a] > 0 ? n->shape[a] : 0;
+    return (double)vol;
+}
+
+#define PL_SEEN_SLOTS 1024
+
+static uint64_t box_hash(const ein_box *b)
+{
+    uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)b->rank;
+    for (int i = 0; i < b->rank; i++) {
+        h = (h ^ (uint64_t)b->lo[i]) * 0x100000001b3ULL;
+        h = (h ^ (uint64_t)b->hi[i]) * 0x100000001b3ULL;
+    }
+    return h ^ (h >> 29);
+}
+
+/* Whether function specification f's output equals an earlier one's. With
+ * nseen > 0, `seen` is an open-addressing set (nseen slots, a power of
+ * two) of the outputs of 0..f-1, to which f's is added; called for f = 0,
+ * 1, ... in order. Else the earlier outputs are compared one by one. */
+static int repeats_earlier(const pl_spec *s, int f, int *seen, int nseen)
+{
+    const ein_box *b = &s->f[f].out;
+    if (nseen == 0) {
+        for (int e = 0; e < f; e++)
+            if (ein_box_equal(&s->f[e].out, b))
+                return 1;
+        return 0;
+    }
+    size_t mask = (size_t)nseen - 1, i = (size_t)box_hash(b) & mask;
+    for (; seen[i]; i = (i + 1) & mask)
+        if (ein_box_equal(&s->f[seen[i] - 1].out, b))
+            return 1;
+    seen[i] = f + 1;
+    return 0;
 }
 
 void pl_cost(const pl_graph *g, int node, const pl_spec *s,
@@ -85,15 +121,22 @@ void pl_cost_partials(const pl_graph *g, int node, const pl_spec *s,
      * tensor's own (twice); native partials weigh one. */
     double partial = (double)ein_dtype_size(pl_partial_dtype(nd->dtype, s->agg, m)) /
                      (double)ein_dtype_size(nd->dtype);
+    /* Which outputs repeat an earlier one: a hash set of the outputs seen
+     * (function specification indices + 1, 0 empty) where it fits on the
+     * stack, else the pairwise comparison. */
+    int seen[PL_SEEN_SLOTS], nseen = 0;
+    if (s->nparts > 8 && 2 * s->nparts <= PL_SEEN_SLOTS) {
+        for (nseen = 16; nseen < 2 * s->nparts; nseen *= 2)
+            ;
+        memset(seen, 0, sizeof(int) * (size_t)nseen);
+    }
     for (int f = 0; f < s->nparts; f++) {
-        int first = 1;
-        for (int e = 0; e < f && first; e++)
-            first = !ein_box_equal(&s->f[e].out, &s->f[f].out);
+        if (!repeats_earlier(s, f, seen, nseen))
+            continue;
         /* A partial is stored over ein_agg_box: LSE partials carry one
          * log-sum-exp per row beside the row's d values. */
         ein_box pb = ein_agg_box(s->agg, &s->f[f].out);
-        if (!first)
-            *agg += partial * (double)ein_box_volume(&pb);
+        *agg += partial * (double)ein_box_volume(&pb);
     }
 }
 
