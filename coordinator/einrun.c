@@ -64,6 +64,7 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     /* NULL: the library's default, time where the topology has a
      * calibration (ein_compile_options) */
     co->objective = o->time_objective < 0 ? NULL : o->time_objective ? "time" : "comm";
+    co->partials = o->native_partials ? "native" : "f32";
 }
 
 /* The flags that name a topology, said after the library's message when

@@ -773,7 +773,8 @@ class Program:
 
     def __init__(self, graph, devices, schedule_mode, backend, selector, seed, search_work,
                  topology, rewrite, worker_timeout, run_timeout, verbose,
-                 generate_missing=False, trace=None, progress=None, _load=None):
+                 generate_missing=False, trace=None, progress=None, _load=None,
+                 partials="f32"):
         self._c = None
         self._s = None
         # One call at a time (Threads, above); re-entrant so that a close()
@@ -825,6 +826,10 @@ class Program:
             o.cuda = 1
             o.gpu_ids = self._gpu_ids
         o.rewrite = 1 if rewrite else 0
+        if partials not in ("f32", "native"):
+            _fail(L.EIN_EINVAL, "compileGraph: partials=%r; expected 'f32' or 'native'"
+                  % (partials,))
+        o.partials = cstr(partials)
         o.progress = _progress_flag(progress)
         chunks = os.environ.get("EIN_EXCHANGE_CHUNKS", "")
         if chunks:
@@ -1281,7 +1286,7 @@ _SCHEDULES = {"naive": "naive", "search": "search", "ai": "search"}
 def compileGraph(graph, device=None, schedule_mode="naive", backend=None, selector="dp",
                  seed=None, search_work=None, topology=None, rewrite=False,
                  worker_timeout=None, run_timeout=None, verbose=False,
-                 generate_missing=False, trace=None, progress=None):
+                 generate_missing=False, trace=None, progress=None, partials="f32"):
     """The paper's es.compileGraph: plan `graph` over the devices listed in
     `device` (default: every visible GPU, or one device when none is
     visible), make every exchange program (schedule_mode "naive": the naive
@@ -1297,7 +1302,10 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     progress: show a progress line on stderr while compiling, and while a
     run of execute() takes longer than a second (True or None, the
     default: only when stderr is a terminal, as einrun does; the line is
-    erased when the work ends; False: never)."""
+    erased when the work ends; False: never).
+    partials: "f32" (the default) moves and aggregates the partial sums of
+    a split contraction in f32; "native" in the tensor's dtype (half the
+    bytes for bf16/f16, rounded at each step), as einrun --partials."""
     if not isinstance(graph, Graph):
         _fail_type("compileGraph: expected a graph from es.createGraph(), not %r"
               % (graph,))
@@ -1325,7 +1333,7 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     return Program(graph, device, _SCHEDULES[schedule_mode], backend, selector, seed,
                    search_work, topology, rewrite, worker_timeout, run_timeout, verbose,
                    generate_missing, trace=None if trace is None else os.fspath(trace),
-                   progress=progress)
+                   progress=progress, partials=partials)
 
 
 def load_program(path, device=None, backend=None, topology=None, worker_timeout=None,
