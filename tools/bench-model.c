@@ -4,6 +4,7 @@
  *   tools/bench-model [--pairs N] [--iters K] [--devices P] [--threads T]
  *                     [--tokens N] [--blocks B] [--gemm M,N,K] [--trace FILE]
  *                     [--eingen PATH] [--keep DIR] [--no-reuse]
+ *                     [--profile | --profile-only]
  *
  * Builds the ~100M-parameter LLaMA (d 768, 12 blocks, 12 heads, d_ff 2048,
  * vocab 32000, tied lm_head, f32) prefilling 512 tokens with
@@ -36,7 +37,14 @@
  * Also printed: the plan simulator's prediction of an iteration (host
  * calibration) and, from the last timed run, each device's time in kernels,
  * copies and waiting. --trace writes the session's Chrome trace (every
- * instruction of every run) at the end. Not run by `make check`. */
+ * instruction of every run) at the end.
+ *
+ * --profile (after the pairs) or --profile-only (instead of them) replays
+ * each device's program in this process on one thread, timing every
+ * instruction in thread CPU time, and prints the time per operator kind
+ * against what a one-thread sgemm would take for the same FLOPs (see
+ * profile_device): where the work itself loses against sgemm, measurable
+ * on a loaded machine. Not run by `make check`. */
 #include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -232,12 +240,158 @@ static double program_flops(const ein_compiled *c, double *gemm)
     return all;
 }
 
+/* ---- --profile: each device's program replayed here, one thread ------
+ * Every KERNEL, AGG, SLICE, CONCAT and COPY instruction of device d's
+ * program, in program order, on a segment of its size (values 0.01, id
+ * inputs 0), timed in this thread's CPU time (best of `passes`; a COPY is a
+ * memcpy of its bytes). What a loaded machine does to wall-clock time does
+ * not show, and neither do waits, messages and dispatch: this is the work
+ * itself, grouped by operator kind, against a one-thread sgemm per CPU
+ * second. */
+typedef struct prof_row {
+    char what[48];
+    double s, flops;
+    int n;
+} prof_row;
+
+static prof_row *prof_row_of(prof_row *rows, int *nrows, int cap, const char *what)
+{
+    for (int i = 0; i < *nrows; i++)
+        if (!strcmp(rows[i].what, what))
+            return &rows[i];
+    if (*nrows == cap)
+        return &rows[cap - 1];
+    prof_row *r = &rows[(*nrows)++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->what, sizeof r->what, "%s", what);
+    return r;
+}
+
+static int cmp_row(const void *a, const void *b)
+{
+    double x = ((const prof_row *)a)->s, y = ((const prof_row *)b)->s;
+    return x > y ? -1 : x < y;
+}
+
+static int profile_device(const ein_compiled *c, int d, int passes, double sgemm_cpu_rate)
+{
+    const ein_program *p = c->progs[d];
+    char *seg = aligned_alloc(64, (p->segment_bytes + 63) / 64 * 64 + 64);
+    size_t scratch_bytes = 0;
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].kind == EIN_I_COPY && p->buffers[p->instrs[i].dst].bytes > scratch_bytes)
+            scratch_bytes = p->buffers[p->instrs[i].dst].bytes;
+    char *scratch = malloc(scratch_bytes + 64);
+    double *best = malloc((size_t)p->ninstrs * sizeof *best);
+    kn_block *blk = malloc(1024 * sizeof *blk);
+    if (!seg || !scratch || !best || !blk) {
+        fprintf(stderr, "bench-model: out of memory for the profile\n");
+        return -1;
+    }
+    float *f = (float *)seg;
+    for (uint64_t i = 0; i < p->segment_bytes / 4; i++)
+        f[i] = 0.01f;
+    memset(scratch, 0, scratch_bytes + 64);
+    for (int i = 0; i < p->ninstrs; i++) {
+        const ein_instr *ins = &p->instrs[i];
+        if (ins->kind == EIN_I_LOAD && ins->dst >= 0 &&
+            (p->buffers[ins->dst].dtype == EIN_I32 || p->buffers[ins->dst].dtype == EIN_I64))
+            memset(seg + p->buffers[ins->dst].offset, 0, p->buffers[ins->dst].bytes);
+        best[i] = INFINITY;
+    }
+    kn_cpu_set_threads(1);
+    ein_error err = {0};
+    for (int pass = 0; pass <= passes; pass++)
+        for (int i = 0; i < p->ninstrs; i++) {
+            const ein_instr *ins = &p->instrs[i];
+            if (ins->nsrcs > 1024)
+                continue;
+            for (int j = 0; j < ins->nsrcs; j++) {
+                const ein_pbuffer *b = &p->buffers[ins->srcs[j]];
+                blk[j] = (kn_block){seg + b->offset, b->dtype, b->box};
+            }
+            const ein_pbuffer *db = ins->dst >= 0 ? &p->buffers[ins->dst] : NULL;
+            kn_block out = db ? (kn_block){seg + db->offset, db->dtype, db->box} : (kn_block){0};
+            double t = cpu_now(CLOCK_THREAD_CPUTIME_ID);
+            int rc = 0;
+            switch (ins->kind) {
+            case EIN_I_KERNEL: rc = kn_cpu_run(&ins->kernel, blk, ins->nsrcs, &out, &err); break;
+            case EIN_I_AGG: rc = kn_cpu_agg(ins->agg, blk, ins->nsrcs, &out, &err); break;
+            case EIN_I_SLICE:
+            case EIN_I_CONCAT:
+                for (int j = 0; j < ins->nsrcs; j++)
+                    ein_box_copy(out.data, &db->box, blk[j].data, &blk[j].box,
+                                 ins->kind == EIN_I_SLICE ? &db->box : &blk[j].box,
+                                 ein_dtype_size(db->dtype));
+                break;
+            case EIN_I_COPY: memcpy(out.data, scratch, db->bytes); break;
+            default: continue;
+            }
+            t = cpu_now(CLOCK_THREAD_CPUTIME_ID) - t;
+            if (rc < 0) {
+                fprintf(stderr, "bench-model: profile: device %d instruction %d (%s): %s\n", d,
+                        i, ins->op, err.msg);
+                return -1;
+            }
+            if (pass > 0 && t < best[i])   /* pass 0 warms up */
+                best[i] = t;
+        }
+    prof_row rows[64];
+    int nrows = 0;
+    double total = 0, flops = 0;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const ein_instr *ins = &p->instrs[i];
+        if (!isfinite(best[i]))
+            continue;
+        char what[48];
+        if (ins->kind == EIN_I_KERNEL) {
+            int id = pl_graph_find(c->g, ins->op);
+            const char *op = id >= 0 ? pl_node_op_name(pl_graph_node(c->g, id)) : "?";
+            snprintf(what, sizeof what, "%s (%s)", op, ein_kernel_kind_name(ins->kernel.kind));
+        } else
+            snprintf(what, sizeof what, "%s", ein_instr_kind_name(ins->kind));
+        prof_row *r = prof_row_of(rows, &nrows, 64, what);
+        double fl = 0;
+        if (ins->kind == EIN_I_KERNEL) {
+            const ein_box *src[EIN_KERNEL_COST_SRCS];
+            int ns = ins->nsrcs < EIN_KERNEL_COST_SRCS ? ins->nsrcs : EIN_KERNEL_COST_SRCS;
+            for (int j = 0; j < ns; j++)
+                src[j] = &p->buffers[ins->srcs[j]].box;
+            fl = ein_kernel_flops(&ins->kernel, &p->buffers[ins->dst].box, src, ns);
+        }
+        r->s += best[i];
+        r->flops += fl;
+        r->n++;
+        total += best[i];
+        flops += fl;
+    }
+    qsort(rows, (size_t)nrows, sizeof *rows, cmp_row);
+    double ideal = flops / (sgemm_cpu_rate * 1e9);
+    printf("profile of device %d (one thread, CPU time, best of %d): %.1f ms of work for %.2f "
+           "GFLOP: %.1f GFLOP/s, %.1f%% of the one-thread sgemm's %.1f GFLOP/s\n", d, passes,
+           total * 1e3, flops * 1e-9, flops / total * 1e-9, 100.0 * ideal / total,
+           sgemm_cpu_rate);
+    printf("  %-34s %5s %10s %7s %9s %14s\n", "operator (kernel) / instruction", "count", "ms",
+           "share", "GFLOP/s", "ms over sgemm");
+    for (int i = 0; i < nrows; i++)
+        printf("  %-34s %5d %10.2f %6.1f%% %9.1f %14.2f\n", rows[i].what, rows[i].n,
+               rows[i].s * 1e3, 100.0 * rows[i].s / total,
+               rows[i].flops > 0 ? rows[i].flops / rows[i].s * 1e-9 : 0.0,
+               (rows[i].s - rows[i].flops / (sgemm_cpu_rate * 1e9)) * 1e3);
+    free(seg);
+    free(scratch);
+    free(best);
+    free(blk);
+    return 0;
+}
+
 static int usage(int rc)
 {
     fprintf(rc ? stderr : stdout,
             "usage: bench-model [--pairs N] [--iters K] [--devices P] [--threads T]\n"
             "                   [--tokens N] [--blocks B] [--gemm M,N,K] [--trace FILE]\n"
-            "                   [--eingen PATH] [--keep DIR] [--no-reuse]\n");
+            "                   [--eingen PATH] [--keep DIR] [--no-reuse]\n"
+            "                   [--profile | --profile-only]\n");
     return rc;
 }
 
@@ -247,14 +401,15 @@ int main(int argc, char **argv)
         return sgemm_child(atoi(argv[2]), atoll(argv[3]), atoll(argv[4]), atoll(argv[5]),
                            atoi(argv[6]));
     int pairs = 5, iters = 2, ndev = 2, threads = 0, tokens = 512, blocks = 12, no_reuse = 0;
+    int profile = 0;
     int64_t mnk[3] = {2048, 2048, 2048};
     const char *trace = NULL, *eingen = NULL, *keep = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help"))
             return usage(0);
-        if (!strcmp(a, "--no-reuse")) {
-            no_reuse = 1;
+        if (!strcmp(a, "--no-reuse") || !strcmp(a, "--profile") || !strcmp(a, "--profile-only")) {
+            *(a[2] == 'n' ? &no_reuse : &profile) = strcmp(a, "--profile-only") ? 1 : 2;
             continue;
         }
         if (!v)
@@ -363,6 +518,8 @@ int main(int argc, char **argv)
         printf("  predicted (simulator, %s calibration): %.1f ms per iteration, %.1f GFLOP/s\n",
                pred.calibration, pred.time * 1e3, model_fl / pred.time * 1e-9);
 
+    if (profile == 2)
+        goto profile;
     ein_session_options so;
     ein_session_options_init(&so);
     so.trace_path = trace;
@@ -435,6 +592,17 @@ int main(int argc, char **argv)
            ndev, median(prate, pairs), median(pratio, pairs), median(cratio, pairs));
     if (ein_session_close(s, &err) < 0)
         fprintf(stderr, "bench-model: close: %s\n", err.msg);
+profile:
+    if (profile) {
+        double w1, c1;
+        if (sgemm_rates(1, 1, mnk, &w1, &c1) < 0) {
+            fprintf(stderr, "bench-model: the sgemm child failed\n");
+            return 1;
+        }
+        for (int d = 0; d < ndev; d++)
+            if (profile_device(c, d, 2, c1) < 0)
+                return 1;
+    }
     ein_compiled_free(c);
     ein_graph_destroy(g);
     if (!keep) {

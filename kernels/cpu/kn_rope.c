@@ -7,6 +7,7 @@
  * inside the whole tensor. Angles are computed in double: p * theta^(-2i/D)
  * reaches 1e5 radians, where f32 would lose the phase. One token row at a
  * time through f32 scratch, so out may be x. */
+#define _GNU_SOURCE /* sincos */
 #include "kernels/cpu/kn_internal.h"
 
 #include <inttypes.h>
@@ -27,9 +28,10 @@ static void rope_row(int style, int64_t head_dim, double p, const double *freq, 
 {
     int64_t half = head_dim / 2;
     for (int64_t i = 0; i < half; i++) {
-        double a = p * freq[i];
-        cs[i] = (float)cos(a);
-        sn[i] = (float)sin(a);
+        double c, sv;
+        sincos(p * freq[i], &sv, &c); /* one reduction of the angle for both */
+        cs[i] = (float)c;
+        sn[i] = (float)sv;
     }
     kn_load(x, off, s, w);
     for (int64_t h = 0; h < w && style == EIN_ROPE_HALF; h += head_dim) {
