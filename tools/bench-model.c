@@ -400,6 +400,7 @@ int main(int argc, char **argv)
     if (argc == 7 && !strcmp(argv[1], "--sgemm-child"))
         return sgemm_child(atoi(argv[2]), atoll(argv[3]), atoll(argv[4]), atoll(argv[5]),
                            atoi(argv[6]));
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* lines in order with errors, as they come */
     int pairs = 5, iters = 2, ndev = 2, threads = 0, tokens = 512, blocks = 12, no_reuse = 0;
     int profile = 0;
     int64_t mnk[3] = {2048, 2048, 2048};
