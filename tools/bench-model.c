@@ -13,14 +13,21 @@
  *                --tied --dtype f32
  * compiles it for P CPU devices (default 2, default options: the plan
  * einrun --cpu P chooses), opens a session (workers and weights stay
- * resident) and then, N times (default 5), alternately:
+ * resident) and then, N times (default 5), in turns (which goes first
+ * rotates from one turn to the next):
  *   - the model: K iterations (default 2) of the session, the best one;
  *   - sgemm: a child process (this binary, --sgemm-child) times an M x N x K
  *     cblas_sgemm (default 2048 cubed) on T OpenBLAS threads (default P),
- *     best of 3 after one warm-up, and prints its rate.
- * The sgemm runs in its own process so that no OpenBLAS thread of it spins
- * while the workers run. Each pair gives a ratio (model GFLOP/s over sgemm
- * GFLOP/s); the result is the median over the pairs.
+ *     best of 3 after one warm-up, and prints its rate (the target's rate);
+ *   - P such children of one thread each at once (their rates summed): the
+ *     shape of the model's run, P processes of one thread.
+ * The sgemm runs in its own processes so that no OpenBLAS thread of it
+ * spins while the workers run. Each turn (a "pair") gives a ratio, model
+ * GFLOP/s over the T-thread sgemm's GFLOP/s; the result is the median over
+ * the turns. On a loaded machine T threads of one sgemm wait for each
+ * other's share and lose more than P independent processes do, so there
+ * the ratio comes out above what a quiet machine gives; read the CPU-time
+ * ratio (below) then.
  *
  * The model's FLOPs per iteration are the graph's (each operator priced by
  * common/ein_kernel_cost.c through the planner, pl_op_flops), not the
