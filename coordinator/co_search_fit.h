@@ -5,9 +5,10 @@
  * co_plan_search on a model of many identical blocks searches a prefix of
  * two blocks, so its memory check is the prefix's: a plan that keeps every
  * weight on every device fits there and not over 32 blocks.
- * co_plan_search_fit runs co_plan_search and, when it searched a prefix
- * and the topology states a memory, lowers and simulates the plan it
- * returned on the whole graph; if that does not fit, it searches again on
+ * co_plan_search_fit runs co_plan_search and, when it searched a prefix,
+ * the topology states a memory and a generous bound of a device's bytes
+ * (every input twice, the prefix's outputs whole) exceeds it, lowers and
+ * simulates the plan it returned on the whole graph; if that does not fit, it searches again on
  * the whole graph (co_search_opts.whole), where every candidate is checked
  * whole, and returns that search's plan (which may still not fit: then the
  * fastest seed, as co_plan_search says). *whole_search (may be NULL) is 1
