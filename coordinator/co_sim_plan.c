@@ -6,6 +6,7 @@
 
 #include "coordinator/co_lower.h"
 #include "coordinator/co_search.h"
+#include "coordinator/co_search_fit.h"
 #include "coordinator/co_sim.h"
 #include "coordinator/ein_compile_int.h"
 #include "planner/pl_graph.h"
@@ -94,7 +95,7 @@ int co_sim_plan_time(const pl_graph *g, int p, int sel, uint64_t seed, const pl_
     if (sel == PL_SELECT_DP && !o.force) {
         /* The plan search (issue 21): seeds, moves, the simulator. */
         co_search_opts so = {.seed = seed};
-        return co_plan_search(g, p, &o, topo, cal, &so, out, NULL, err);
+        return co_plan_search_fit(g, p, &o, topo, cal, &so, out, NULL, NULL, err);
     }
     o.objective = PL_OBJECTIVE_TIME;
     co_sim_objective_rates(topo, cal, &o);

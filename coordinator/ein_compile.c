@@ -16,6 +16,7 @@
 #include "coordinator/co_memplan.h"
 #include "coordinator/co_probe.h"
 #include "coordinator/co_run.h"
+#include "coordinator/co_search_fit.h"
 #include "coordinator/co_sim.h"
 #include "coordinator/co_topo.h"
 #include "coordinator/ein_compile_int.h"
@@ -261,7 +262,10 @@ static int compile_plan(ein_compiled *c, const ein_compile_options *o, ein_error
     int rc;
     ein_progress pg;
     ein_progress_begin(&pg, o->progress && ein_progress_wanted(0), "planning", 0);
-    if (o->objective && strcmp(o->objective, "comm") && strcmp(o->objective, "time")) {
+    if (!(o->memory_limit >= 0)) {
+        rc = ein_fail(err, EIN_EINVAL, "memory limit %g: expected 0 (none) or a positive number "
+                      "of bytes", o->memory_limit);
+    } else if (o->objective && strcmp(o->objective, "comm") && strcmp(o->objective, "time")) {
         rc = ein_fail(err, EIN_EINVAL, "objective '%s': expected comm or time", o->objective);
     } else if (compile_time_objective(c, o)) {
         pl_selector sel = PL_SELECT_DP;
@@ -275,9 +279,15 @@ static int compile_plan(ein_compiled *c, const ein_compile_options *o, ein_error
                           o->selector);
         else if ((rc = co_sim_calib_of(c->topo, "host", &cal, err)) < 0)
             rc = err ? (err->code = EIN_EINVAL) : EIN_EINVAL; /* bad input, whatever the cause */
-        else if ((rc = co_sim_plan_time(c->g, c->ndev, sel, o->plan_seed, &base, c->topo, &cal,
-                                        &pp, err)) == 0)
-            rc = ein_plan_wrap(c->g, pp, &c->plan, err);
+        else {
+            /* The user's memory limit caps the topology's for the search
+             * (a shallow copy, read only; c->topo stays the machine's). */
+            xp_topology lim = *c->topo;
+            co_topo_limit_memory(&lim, o->memory_limit);
+            if ((rc = co_sim_plan_time(c->g, c->ndev, sel, o->plan_seed, &base, &lim, &cal,
+                                       &pp, err)) == 0)
+                rc = ein_plan_wrap(c->g, pp, &c->plan, err);
+        }
     } else if (o->partials && !strcmp(o->partials, "native")) {
         /* The paper's DP counting native partials (ein_graph_plan's f32). */
         pl_selector sel = PL_SELECT_DP;

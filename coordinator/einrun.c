@@ -52,6 +52,7 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     co->exchange_chunks = o->exchange_chunks;
     /* Memory reuse's acknowledgements stay on one host so far (ein_session.c) */
     co->no_reuse = o->no_reuse || o->fake_hosts > 0;
+    co->memory_limit = o->memory_limit;
     co->search_cap_ms = o->cap_ms > 0 ? o->cap_ms : -1;
     co->topology = o->topo_arg;
     co->gpu_probe = o->probe_file;

@@ -69,6 +69,7 @@ typedef struct run_opts {
     int search_work, iterations, warmup, log_level, debug_device, wrapper_device;
     int exchange_chunks; /* ein_compile_options.exchange_chunks; 0: default */
     int no_reuse;        /* --no-reuse */
+    double memory_limit; /* --memory-limit, bytes (0: none) */
     int explain, verbose, quiet, manual, rewrite, ilp, calibrate, show_topo;
     int generate_missing; /* --generate-missing */
     int fake_hosts;     /* --fake-hosts N (issue 26) */

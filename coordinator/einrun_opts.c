@@ -1,6 +1,7 @@
 /* coordinator/einrun_opts.c — einrun's command line: --help, one table row
  * per option, the parsing and the checks no single option can make
  * (einrun_int.h). */
+#include "coordinator/co_search_fit.h"
 #include "coordinator/einrun_int.h"
 
 static void usage(FILE *f)
@@ -83,6 +84,11 @@ static void usage(FILE *f)
 "  --no-reuse           give every buffer a place of its own for the whole run\n"
 "                       (debugging; or $EIN_NO_REUSE=1). By default a buffer's\n"
 "                       bytes are reused after its last reader (docs/runtime.md).\n"
+"  --memory-limit SIZE  memory per device the plan must fit in, e.g. 4.75GB,\n"
+"                       5000MiB or bytes (the topology's memory if smaller):\n"
+"                       the plan search (--objective time) keeps only plans\n"
+"                       whose predicted peak fits, checked on the whole graph\n"
+"                       (docs/planner.md).\n"
 "  --search-work N      work budget of the synthesis of each exchange: the\n"
 "                       actions of the candidates it simulates (default: 30000,\n"
 "                       10-60 ms of CPU for 8 devices). It counts work, not\n"
@@ -407,6 +413,17 @@ static int opt_chunks(run_opts *o, const run_opt *d, const char *arg)
     return OPT_NEXT;
 }
 
+static int opt_memory(run_opts *o, const run_opt *d, const char *arg)
+{
+    ein_error e = {0};
+    (void)d;
+    if (co_memory_limit_parse(arg, &o->memory_limit, &e) < 0) {
+        fprintf(stderr, "einrun: --memory-limit: %s\n", e.msg);
+        return 2;
+    }
+    return OPT_NEXT;
+}
+
 static int opt_gone(run_opts *o, const run_opt *d, const char *arg)
 {
     (void)o, (void)d, (void)arg;
@@ -472,6 +489,7 @@ static const run_opt run_opt_table[] = {
     {"show-topology",    0, 0, opt_flag,     F(show_topo),       0, 0, NULL},
     {"exchange-chunks",  0, 1, opt_chunks,   0,                  0, 0, NULL},
     {"no-reuse",         0, 0, opt_flag,     F(no_reuse),        0, 0, NULL},
+    {"memory-limit",     0, 1, opt_memory,   0,                  0, 0, NULL},
     {"search-work",      0, 1, opt_int,      F(search_work),     1, 1e9,
      "a whole number from 1 to 1000000000"},
     {"search-cap-ms",    0, 1, opt_double,   F(cap_ms),          0, 1e9,

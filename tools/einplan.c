@@ -22,6 +22,7 @@
 #include "common/ein_json.h"
 #include "coordinator/co_lower.h"
 #include "coordinator/co_search.h"
+#include "coordinator/co_search_fit.h"
 #include "coordinator/co_sim.h"
 #include "exchange/xp_topo.h"
 #include "planner/rewrite/pl_rewrite.h"
@@ -49,8 +50,8 @@ static void usage(FILE *f)
             "               [--topology T] [--exchanges [--exchange-chunks auto|off|K]]\n"
             "               [--json | --dot] plan.ein\n"
             "       einplan --devices P --simulate [--topology T] [--calibration C]\n"
-            "               [--objective comm|time] [--strategy S] [--trace FILE] [--json]\n"
-            "               [--partials f32|native] plan.ein\n"
+            "               [--objective comm|time] [--strategy S] [--memory-limit SIZE]\n"
+            "               [--partials f32|native] [--trace FILE] [--json] plan.ein\n"
             "\n"
             "Prints the plan for P devices: per operator its split (interval counts per\n"
             "dim), the output tiling and the repartition / join / aggregation costs.\n"
@@ -90,7 +91,12 @@ static void usage(FILE *f)
             "  --partials f32|native  the dtype partial sums of a split contraction are\n"
             "              moved and aggregated in: f32 (default) or native, the tensor's\n"
             "              dtype (half the bytes for bf16/f16); the costs, the simulator\n"
-            "              and the search count whichever is chosen (as einrun).\n",
+            "              and the search count whichever is chosen (as einrun).\n"
+
+            "  --memory-limit SIZE  memory per device the plan must fit in, e.g. 4.75GB,\n"
+            "              5000MiB or bytes (the topology's memory if that is smaller):\n"
+            "              the search keeps only plans whose predicted peak fits, checked\n"
+            "              on the whole graph; --simulate reports against it.\n",
             CO_SEARCH_WORK_DEFAULT);
 }
 
@@ -338,6 +344,7 @@ int main(int argc, char **argv)
         {"plan-work", required_argument, NULL, 0x126},
         {"no-reuse", no_argument, NULL, 0x127},
         {"partials", required_argument, NULL, 0x128},
+        {"memory-limit", required_argument, NULL, 0x129},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -347,6 +354,7 @@ int main(int argc, char **argv)
     const char *trace_path = NULL, *cal_arg = NULL;
     int simulate = 0, chunks = 0, verbose = 0;
     long plan_work = 0;
+    double mem_limit = 0;
     const char *strategy = NULL;
     int objective_given = 0;
     pl_selector sel = PL_SELECT_DP;
@@ -394,6 +402,14 @@ int main(int argc, char **argv)
         }
         case 0x120: simulate = 1; break;
         case 0x127: setenv("EIN_NO_REUSE", "1", 1); break; /* read by the lowering */
+        case 0x129: {
+            ein_error e = {0};
+            if (co_memory_limit_parse(optarg, &mem_limit, &e) < 0) {
+                fprintf(stderr, "einplan: --memory-limit: %s\n", e.msg);
+                return 2;
+            }
+            break;
+        }
         case 0x121: trace_path = optarg; break;
         case 0x122: cal_arg = optarg; break;
         case 0x124:
@@ -484,6 +500,7 @@ int main(int argc, char **argv)
     co.plan_only = !exchanges;
     co.exchange_chunks = chunks;
     co.partials = pl_partials_name(opts.partials);
+    co.memory_limit = mem_limit;
     if (objective_given) /* else the library's default: time where calibrated */
         co.objective = opts.objective == PL_OBJECTIVE_TIME ? "time" : "comm";
     ein_compiled *comp = NULL;
@@ -512,12 +529,16 @@ int main(int argc, char **argv)
             pl_graph_free(g);
             return 2;
         }
+        if (sim_topo)
+            co_topo_limit_memory(sim_topo, mem_limit);
         if (opts.objective == PL_OBJECTIVE_TIME)
             co_sim_objective_rates(sim_topo, &sim_cal, &opts);
+        int whole_search = 0;
         int searched = opts.objective == PL_OBJECTIVE_TIME && sel == PL_SELECT_DP && !strategy;
         co_search_opts so = {.work = plan_work, .seed = seed, .record = verbose};
         co_search_report rep = {0};
-        if ((searched ? co_plan_search(g, p, &opts, sim_topo, &sim_cal, &so, &plan, &rep, &err)
+        if ((searched ? co_plan_search_fit(g, p, &opts, sim_topo, &sim_cal, &so, &plan, &rep,
+                                           &whole_search, &err)
              : opts.objective == PL_OBJECTIVE_TIME
                  ? co_sim_plan_time(g, p, sel, seed, &opts, sim_topo, &sim_cal, &plan, &err)
                  : pl_plan_make_opts(g, p, sel, seed, &opts, &plan, &err)) < 0) {
@@ -532,6 +553,11 @@ int main(int argc, char **argv)
             char blocks[48] = "";
             if (rep.period)
                 snprintf(blocks, sizeof blocks, ", blocks of %d nodes", rep.period);
+            if (whole_search)
+                fprintf(rf, "objective time: the plan searched on the first two blocks does "
+                            "not fit in %.2f %s per device over the whole graph: searched the "
+                            "whole graph\n", sim_topo->memory * (sim_topo->memory < 1e9 ? 1e-6 : 1e-9),
+                        sim_topo->memory < 1e9 ? "MB" : "GB");
             if (rep.prefix_nodes)
                 fprintf(rf, "objective time: %d repeated blocks: searched on the first %d nodes "
                             "(up to the second block's end), their choices reused for every "

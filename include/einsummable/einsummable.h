@@ -243,6 +243,14 @@ typedef struct ein_compile_options {
                                  "native" (the tensor's dtype: half the bytes for
                                  f16/bf16, each partial and aggregation step rounded);
                                  the planner and its search count whichever it is */
+    double memory_limit;      /* bytes per device the plan must fit in (0: none): the
+                                 plan search with the time objective counts a plan
+                                 whose predicted peak (ein_compiled_predict) exceeds
+                                 it, or the topology's memory if smaller, as not
+                                 fitting, and checks the whole graph, not only a
+                                 prefix of repeated blocks (docs/planner.md). The
+                                 comm objective ignores it. Negative or NaN:
+                                 EIN_EINVAL */
 } ein_compile_options;
 
 #define EIN_EXCHANGE_CHUNKS_AUTO (-1)

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/cpu/kn_vexp.h"
+
 #define KN_CHUNK 1024
 
 /* Our own names, so messages do not depend on the IR's printers; names
@@ -24,8 +26,9 @@ static const char *const kn_binary_names[EIN_BIN_COUNT] = {
 #include "common/ein_ops.def"
 };
 
-/* One loop per function, so that each is a plain vectorisable loop. */
-static void kn_unary_f32(ein_unary op, float s, const float *x, float *y, int64_t n)
+/* One loop per function, so that each is a plain vectorisable loop: the
+ * registry's formulas as they are. */
+static void kn_unary_ref_f32(ein_unary op, float s, const float *x, float *y, int64_t n)
 {
     switch (op) {
 #define EIN_UNARY(kind, name, nargs, usage, formula) \
@@ -39,6 +42,45 @@ static void kn_unary_f32(ein_unary op, float s, const float *x, float *y, int64_
     case EIN_UN_COUNT:
         break;
     }
+}
+
+/* silu and sigmoid 4 lanes at a time with kn_exp_v: the formulas' expf
+ * does not vectorise, and at 2 ns an element silu was 2.3% of a
+ * 100M-parameter LLaMA's work on CPU devices (tools/bench-model --profile).
+ * sigmoid(x) = 1/(1+t) for x >= 0 and t/(1+t) below, with t = exp(-|x|)
+ * in (0, 1], so exp only ever sees arguments <= 0. Lanes below -80, where
+ * kn_exp_v clamps, and the tail take the registry's formula (NaN and
+ * infinities come out as they do there). */
+KN_CLONES static void kn_sigmoid_f32(ein_unary op, const float *x, float *y, int64_t n)
+{
+    const kn_v4i absmask = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
+    const kn_v4f one = {1.0f, 1.0f, 1.0f, 1.0f};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        kn_v4f v, r;
+        memcpy(&v, x + i, sizeof v);
+        kn_v4i neg = v < 0.0f;
+        kn_v4f t = kn_exp_v(-(kn_v4f)((kn_v4i)v & absmask));
+        kn_v4f inv = one / (one + t);
+        kn_v4f sg = (kn_v4f)(((kn_v4i)(t * inv) & neg) | ((kn_v4i)inv & ~neg));
+        r = op == EIN_UN_SILU ? v * sg : sg;
+        memcpy(y + i, &r, sizeof r);
+        for (int j = 0; j < 4; j++)
+            if (v[j] < -80.0f) {
+                float xj = v[j];   /* x may be y: x[i + j] is already overwritten */
+                kn_unary_ref_f32(op, 0.0f, &xj, y + i + j, 1);
+            }
+    }
+    if (i < n)
+        kn_unary_ref_f32(op, 0.0f, x + i, y + i, n - i);
+}
+
+static void kn_unary_f32(ein_unary op, float s, const float *x, float *y, int64_t n)
+{
+    if (op == EIN_UN_SILU || op == EIN_UN_SIGMOID)
+        kn_sigmoid_f32(op, x, y, n);
+    else
+        kn_unary_ref_f32(op, s, x, y, n);
 }
 
 static void kn_binary_f32(ein_binary op, const float *x, const float *w, float *y, int64_t n)

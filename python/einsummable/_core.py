@@ -774,7 +774,7 @@ class Program:
     def __init__(self, graph, devices, schedule_mode, backend, selector, seed, search_work,
                  topology, rewrite, worker_timeout, run_timeout, verbose,
                  generate_missing=False, trace=None, progress=None, _load=None,
-                 partials="f32"):
+                 partials="f32", memory_limit=None):
         self._c = None
         self._s = None
         # One call at a time (Threads, above); re-entrant so that a close()
@@ -820,6 +820,13 @@ class Program:
             o.seed = _int(seed, "compileGraph: seed")
         if search_work is not None:
             o.search_work = _int(search_work, "compileGraph: search_work")
+        if memory_limit is not None:
+            if (isinstance(memory_limit, bool)
+                    or not isinstance(memory_limit, (int, float, numpy.integer, numpy.floating))
+                    or not float(memory_limit) > 0 or float(memory_limit) == float("inf")):
+                _fail(L.EIN_EINVAL, "compileGraph: memory_limit=%r; expected bytes per device, "
+                      "a number > 0" % (memory_limit,))
+            o.memory_limit = float(memory_limit)
         if topology is not None:
             o.topology = cstr(topology)
         if backend == "cuda":
@@ -1286,7 +1293,8 @@ _SCHEDULES = {"naive": "naive", "search": "search", "ai": "search"}
 def compileGraph(graph, device=None, schedule_mode="naive", backend=None, selector="dp",
                  seed=None, search_work=None, topology=None, rewrite=False,
                  worker_timeout=None, run_timeout=None, verbose=False,
-                 generate_missing=False, trace=None, progress=None, partials="f32"):
+                 generate_missing=False, trace=None, progress=None, partials="f32",
+                 memory_limit=None):
     """The paper's es.compileGraph: plan `graph` over the devices listed in
     `device` (default: every visible GPU, or one device when none is
     visible), make every exchange program (schedule_mode "naive": the naive
@@ -1305,7 +1313,11 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     erased when the work ends; False: never).
     partials: "f32" (the default) moves and aggregates the partial sums of
     a split contraction in f32; "native" in the tensor's dtype (half the
-    bytes for bf16/f16, rounded at each step), as einrun --partials."""
+    bytes for bf16/f16, rounded at each step), as einrun --partials.
+    memory_limit: bytes per device the plan must fit in (einrun
+    --memory-limit): the plan search keeps only plans whose predicted peak
+    fits it (or the topology's memory, if smaller), checked on the whole
+    graph; None (default): the topology's memory."""
     if not isinstance(graph, Graph):
         _fail_type("compileGraph: expected a graph from es.createGraph(), not %r"
               % (graph,))
@@ -1333,7 +1345,7 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     return Program(graph, device, _SCHEDULES[schedule_mode], backend, selector, seed,
                    search_work, topology, rewrite, worker_timeout, run_timeout, verbose,
                    generate_missing, trace=None if trace is None else os.fspath(trace),
-                   progress=progress, partials=partials)
+                   progress=progress, partials=partials, memory_limit=memory_limit)
 
 
 def load_program(path, device=None, backend=None, topology=None, worker_timeout=None,

@@ -75,6 +75,7 @@ class ein_compile_options(ctypes.Structure):
         ("exchange_chunks", ctypes.c_int),
         ("no_reuse", ctypes.c_int),
         ("partials", ctypes.c_char_p),
+        ("memory_limit", ctypes.c_double),
         ("_spare", ctypes.c_char * 256),
     ]
 

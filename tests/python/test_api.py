@@ -244,6 +244,19 @@ def test_predict_is_deterministic_and_names_every_device():
             p.predict(calibration="no-such-calibration")
 
 
+def test_memory_limit_bounds_the_predicted_peak():
+    # 8 MB of weights on 2 CPU devices: the default plan keeps them whole
+    # on both; under 6 MB the search must return one that splits them.
+    g = small_ffn(64, 512, 2048)[0]
+    with es.compileGraph(g, device=[0, 1], schedule_mode="search") as p:
+        assert p.predict().peak_bytes > 6e6
+    with es.compileGraph(g, device=[0, 1], schedule_mode="search", memory_limit=6e6) as p:
+        assert 0 < p.predict().peak_bytes <= 6e6
+    for bad in (0, -1.0, float("inf"), "6MB", True):
+        with pytest.raises(es.EinValueError):
+            es.compileGraph(g, device=[0, 1], memory_limit=bad)
+
+
 # ---- version, docstrings ---------------------------------------------------------
 def test_version_is_configure_acs():
     path = os.path.join(SRC, "configure.ac")

@@ -1,0 +1,63 @@
+#!/bin/sh
+# tests/planner/test_memory_limit.sh — --memory-limit in einplan and einrun
+# (issue 24, TAP). A 4-block LLaMA on 2 host devices: the default plan keeps
+# every weight on both devices (peak about 22 MB); under a 17 MB limit the
+# search must return a plan whose whole-graph peak fits (the prefix of two
+# blocks it searches first fits either way), below what any plan needs it
+# must fail naming the capacity, and bad sizes are refused.
+EINPLAN=./einplan
+EINGEN=./eingen
+EINRUN=./einrun
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+n=0
+fails=0
+check() {   # check NAME COMMAND...: ok when the command succeeds
+    n=$((n + 1))
+    name=$1
+    shift
+    if "$@" >"$tmp/out" 2>"$tmp/err"; then
+        echo "ok $n - $name"
+    else
+        echo "not ok $n - $name"
+        sed 's/^/# /' "$tmp/out" "$tmp/err" | head -20
+        fails=$((fails + 1))
+    fi
+}
+# peak MB of `einplan --simulate` output in file $1 ("largest peak X MB")
+peak() { sed -n 's/^memory reuse: largest peak \([0-9.]*\) MB.*/\1/p' "$1"; }
+echo "1..7"
+$EINGEN llama --blocks 4 --seqs 1 --tokens 256 --heads 4 --kv-heads 4 --head-dim 64 \
+    --d-ff 1024 --dtype f32 > "$tmp/m.ein" || exit 1
+
+check "default plan needs more than 17 MB (the limit binds)" sh -c "
+    $EINPLAN --devices 2 --simulate $tmp/m.ein > $tmp/d.txt &&
+    p=\$(sed -n 's/^memory reuse: largest peak \([0-9.]*\) MB.*/\1/p' $tmp/d.txt) &&
+    test -n \"\$p\" && awk -v p=\"\$p\" 'BEGIN { exit !(p > 17.0) }'"
+check "under 17MB the whole graph is searched and its peak fits" sh -c "
+    $EINPLAN --devices 2 --simulate --memory-limit 17MB $tmp/m.ein > $tmp/l.txt &&
+    grep -q 'searched the whole graph' $tmp/l.txt &&
+    grep -q '^memory per device: 17.00 MB' $tmp/l.txt &&
+    p=\$(sed -n 's/^memory reuse: largest peak \([0-9.]*\) MB.*/\1/p' $tmp/l.txt) &&
+    test -n \"\$p\" && awk -v p=\"\$p\" 'BEGIN { exit !(p <= 17.0) }'"
+check "a size in bytes is the same limit" sh -c "
+    $EINPLAN --devices 2 --simulate --memory-limit 17000000 $tmp/m.ein > $tmp/b.txt &&
+    cmp -s $tmp/l.txt $tmp/b.txt"
+check "a limit no plan fits: exit 2 naming the capacity" sh -c "
+    $EINPLAN --devices 2 --simulate --memory-limit 8MB $tmp/m.ein 2> $tmp/e;
+    test \$? -eq 2 && grep -q 'no plan fits' $tmp/e && grep -q 'capacity 8.00 MB' $tmp/e"
+check "bad sizes exit 2 with the text" sh -c "
+    for v in 0 -5GB abc 5XB; do
+        $EINPLAN --devices 2 --simulate --memory-limit \"\$v\" $tmp/m.ein 2> $tmp/e;
+        test \$? -eq 2 && grep -q \"memory limit '\$v'\" $tmp/e || exit 1;
+    done"
+check "einrun refuses a bad size" sh -c "
+    $EINRUN --cpu 2 --memory-limit 5XB $tmp/m.ein 2> $tmp/e;
+    test \$? -eq 2 && grep -q \"memory limit '5XB': unknown unit\" $tmp/e"
+# The library's compile (einrun --explain prints its plan): the limit
+# splits the weights of the projections where the default splits tokens.
+check "einrun's compile takes the limit" sh -c "
+    $EINRUN --cpu 2 -q --explain $tmp/m.ein > $tmp/x0 2>&1 &&
+    $EINRUN --cpu 2 -q --explain --memory-limit 17MB $tmp/m.ein > $tmp/x1 2>&1 &&
+    grep -q '^  q_0  *tokens:2 ' $tmp/x0 && grep -q '^  q_0  *tokens:1 d_model:1 d_q:2 ' $tmp/x1"
+exit $((fails > 0))
