@@ -140,7 +140,8 @@ def compileGraph(graph: Graph, device: Optional[Sequence[int]] = ...,
                  verbose: bool = ..., generate_missing: bool = ...,
                  trace: Optional[PathLike] = ...,
                  progress: Optional[bool] = ...,
-                 partials: Literal["f32", "native"] = ...) -> Program: ...
+                 partials: Literal["f32", "native"] = ...,
+                 memory_limit: Optional[float] = ...) -> Program: ...
 
 def load_program(path: PathLike, device: Optional[Sequence[int]] = ...,
                  backend: Optional[Literal["cpu", "cuda"]] = ...,
