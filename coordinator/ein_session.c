@@ -18,6 +18,7 @@
 #include "common/ein_npy.h"
 #include "common/ein_safetensors.h"
 #include "common/ein_self.h"
+#include "coordinator/co_entries.h"
 #include "coordinator/co_run.h"
 #include "coordinator/co_weights.h"
 #include "coordinator/ein_compile_int.h"
@@ -48,6 +49,8 @@ struct ein_session {
     int stored;             /* a run has stored the outputs */
     int generate_missing;   /* the options' */
     int dead;               /* a run failed: the workers are gone */
+    int shared_state;       /* a state written by several cache_writes (-1: none):
+                               only entry points may run */
     ein_error why;
     int *host_of;           /* fake_hosts: each device's pseudo-host */
     char node_path[PATH_MAX]; /* fake_hosts: einnode */
@@ -203,6 +206,7 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
     for (int v = 0; v < g->nnodes; v++)
         if (pl_graph_node(g, v)->kind == PL_INPUT && !pl_graph_node(g, v)->state)
             s->in[s->nin++] = (sess_input){.node = v};
+    s->shared_state = co_entries_shared_state(g);
     s->store_paths = o.store_paths;
     s->generate_missing = o.generate_missing;
     if ((rc = copy_programs(s, err)) < 0)
@@ -497,11 +501,17 @@ static int check_inputs_set(const ein_session *s, ein_error *err)
                     nmiss == 1 ? "this one" : "these", nmiss == 1 ? "it" : "them");
 }
 
-static int session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_error *err)
+static int session_run_ex(ein_session *s, int entry, int store, ein_run_stats *stats,
+                          ein_error *err)
 {
     int rc = check_alive(s, err);
     if (rc < 0)
         return rc;
+    if (entry == 0 && s->shared_state >= 0)
+        return ein_fail(err, EIN_EINVAL, "state %s is written by several cache_writes: run "
+                        "one entry point (ein_session_run_entry), not the whole program",
+                        pl_graph_node(s->c->g, s->shared_state)->name);
+    co_session_set_entry(s->cs, entry);
     if ((rc = check_inputs_set(s, err)) < 0)
         return rc;
     int ndev = s->c->ndev, n = 0;
@@ -667,12 +677,28 @@ int ein_session_load_safetensors(ein_session *s, const char *path, const char *c
 
 int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_error *err)
 {
-    LOCKED(session_run_ex(s, store, stats, err));
+    LOCKED(session_run_ex(s, 0, store, stats, err));
 }
 
 int ein_session_run(ein_session *s, ein_run_stats *stats, ein_error *err)
 {
-    LOCKED(session_run_ex(s, 1, stats, err));
+    LOCKED(session_run_ex(s, 0, 1, stats, err));
+}
+
+static int session_run_entry(ein_session *s, const char *entry, int store, ein_run_stats *stats,
+                             ein_error *err)
+{
+    int e = s->c ? ein_compiled_entry(s->c, entry) : EIN_EINVAL;
+    if (e < 0)
+        return ein_fail(err, EIN_EINVAL, "run: the program has no entry point '%s' "
+                        "(ein_compiled_add_entry)", entry ? entry : "(null)");
+    return session_run_ex(s, e, store, stats, err);
+}
+
+int ein_session_run_entry(ein_session *s, const char *entry, int store, ein_run_stats *stats,
+                          ein_error *err)
+{
+    LOCKED(session_run_entry(s, entry, store, stats, err));
 }
 
 int ein_session_get_output(ein_session *s, const char *name, void *dst, size_t bytes,

@@ -773,7 +773,8 @@ class Program:
 
     def __init__(self, graph, devices, schedule_mode, backend, selector, seed, search_work,
                  topology, rewrite, worker_timeout, run_timeout, verbose,
-                 generate_missing=False, trace=None, progress=None, _load=None):
+                 generate_missing=False, trace=None, progress=None, _load=None,
+                 no_reuse=False):
         self._c = None
         self._s = None
         # One call at a time (Threads, above); re-entrant so that a close()
@@ -825,6 +826,7 @@ class Program:
             o.cuda = 1
             o.gpu_ids = self._gpu_ids
         o.rewrite = 1 if rewrite else 0
+        o.no_reuse = 1 if no_reuse else 0
         o.progress = _progress_flag(progress)
         chunks = os.environ.get("EIN_EXCHANGE_CHUNKS", "")
         if chunks:
@@ -993,6 +995,21 @@ class Program:
                    err, "save")
 
     # -- running
+    def add_entry(self, name, outputs):
+        """Entry point `name`: the saved `outputs` (a list of names) and
+        only what they need (ein_compiled_add_entry). Call it before the
+        first load or run; the program must be compiled with no_reuse."""
+        with self._lock:
+            self._need_compiled("add_entry")
+            if self._s is not None:
+                _fail(L.EIN_EINVAL, "add_entry: the program's session is open already; add "
+                      "entry points before the first load or run")
+            names = [o.encode("utf-8") for o in outputs]
+            arr = (ctypes.c_char_p * max(1, len(names)))(*names)
+            err = L.ein_error()
+            _check(_lib.ein_compiled_add_entry(self._c, name.encode("utf-8"), arr, len(names),
+                                               ctypes.byref(err)), err, "add_entry")
+
     def _need_compiled(self, what):
         if self._c is None:
             _fail(L.EIN_EINVAL, "%s: the program is closed" % what)
@@ -1281,7 +1298,7 @@ _SCHEDULES = {"naive": "naive", "search": "search", "ai": "search"}
 def compileGraph(graph, device=None, schedule_mode="naive", backend=None, selector="dp",
                  seed=None, search_work=None, topology=None, rewrite=False,
                  worker_timeout=None, run_timeout=None, verbose=False,
-                 generate_missing=False, trace=None, progress=None):
+                 generate_missing=False, trace=None, progress=None, no_reuse=False):
     """The paper's es.compileGraph: plan `graph` over the devices listed in
     `device` (default: every visible GPU, or one device when none is
     visible), make every exchange program (schedule_mode "naive": the naive
@@ -1297,7 +1314,9 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     progress: show a progress line on stderr while compiling, and while a
     run of execute() takes longer than a second (True or None, the
     default: only when stderr is a terminal, as einrun does; the line is
-    erased when the work ends; False: never)."""
+    erased when the work ends; False: never).
+    no_reuse: every buffer in a place of its own (no memory reuse), which
+    entry points (Program.add_entry) need."""
     if not isinstance(graph, Graph):
         _fail_type("compileGraph: expected a graph from es.createGraph(), not %r"
               % (graph,))
@@ -1325,7 +1344,7 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     return Program(graph, device, _SCHEDULES[schedule_mode], backend, selector, seed,
                    search_work, topology, rewrite, worker_timeout, run_timeout, verbose,
                    generate_missing, trace=None if trace is None else os.fspath(trace),
-                   progress=progress)
+                   progress=progress, no_reuse=no_reuse)
 
 
 def load_program(path, device=None, backend=None, topology=None, worker_timeout=None,
