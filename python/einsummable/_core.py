@@ -537,7 +537,8 @@ class Graph:
     def state(self, desc, name=None):
         """A state tensor (a key/value cache, [heads_kv, batch, len, d], a
         float dtype): kept on the devices by the program's session, zero at
-        the start, changed only by its one cache_write, run after run."""
+        the start, changed only by its cache_write, run after run (several
+        cache_writes of one state need entry points: Program.add_entry)."""
         if not isinstance(desc, TensorDesc):
             _fail_type("state: expected es.tensorDesc(shape, dtype), not %r" % (desc,))
         err, keep = L.ein_error(), []
@@ -545,9 +546,10 @@ class Graph:
         return self._add(tid, err, "state")
 
     def cache_write(self, state, x, pos, name=None):
-        """The state with x [heads_kv, batch, d] written at row pos[b] of
-        sequence b (pos [batch], i32 or i64, an input of each run); read
-        the result, not the state, to see the cache after the write."""
+        """The state with x [heads_kv, batch*C, d] (C >= 1 new tokens per
+        sequence) written: token t of sequence b at row pos[b] + t (pos
+        [batch], i32 or i64, an input of each run); read the result, not
+        the state, to see the cache after the write."""
         state, x, pos = (self._t(t, "cache_write") for t in (state, x, pos))
         err = L.ein_error()
         return self._add(_lib.ein_graph_cache_write(self._p, _name_arg(name), state.id, x.id,
@@ -555,9 +557,10 @@ class Graph:
                          "cache_write")
 
     def decode_attention(self, q, k, v, pos, name=None):
-        """One new token per sequence: q [heads_q, batch, d] attends to keys
-        and values [0, pos[b]] of the caches k, v [heads_kv, batch, len, d]
-        (results of cache_write) -> [heads_q, batch, d]."""
+        """C >= 1 new tokens per sequence: row b*C + t of q [heads_q,
+        batch*C, d] attends to keys and values [0, pos[b] + t] of the caches
+        k, v [heads_kv, batch, len, d] (results of cache_write) ->
+        [heads_q, batch*C, d]."""
         q, k, v, pos = (self._t(t, "decode_attention") for t in (q, k, v, pos))
         err = L.ein_error()
         return self._add(_lib.ein_graph_decode_attention(self._p, _name_arg(name), q.id, k.id,
