@@ -52,6 +52,9 @@ struct ein_compiled {
  * (ein_compiled_save), else 0; never blocks (a FIFO is 0). */
 int co_saved_program_is(const char *path);
 
+/* The compiled program a session runs (NULL for NULL). */
+const ein_compiled *ein_session_compiled(const ein_session *s);
+
 /* Entry point `name` of c (ein_compiled_add_entry): its number (>= 1), or
  * EIN_EINVAL for none. */
 int ein_compiled_entry(const ein_compiled *c, const char *name);

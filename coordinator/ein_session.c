@@ -718,6 +718,11 @@ const char *ein_session_output_path(const ein_session *s, const char *name)
     return p;
 }
 
+const ein_compiled *ein_session_compiled(const ein_session *s)
+{
+    return s ? s->c : NULL;
+}
+
 int ein_session_input_is_set(const ein_session *s, const char *name)
 {
     if (!s)

@@ -543,6 +543,45 @@ void ein_session_cancel(ein_session *s);
 int ein_session_run_entry(ein_session *s, const char *entry, int store, ein_run_stats *stats,
                           ein_error *err);
 
+/* ---- generation through a session (docs/generation.md) ----------------
+ * On a session whose program has es.llama's entry points and names: entry
+ * "decode" with inputs ids [B] and pos [B] (i32) and output logits [B, V]
+ * (f32); entry "prefill" with inputs ids_p [B*C], pos_p [B] (each
+ * sequence's first position) and, if the program has it, rpos_p [B*C]
+ * (the rotary positions, pos_p[b] + t: filled here), and output logits_p
+ * [B*C, V]; the key/value caches are states. B, C and V are read from
+ * the program. Weights are the caller's to bind (ein_session_load_safetensors).
+ * Failures: EIN_EINVAL naming what does not match, or the run's error.
+ *
+ * ein_session_decode_step: one token per sequence, ids[b] at pos[b];
+ * logits [B*V] (nlogits = B*V) receive the step's logits.
+ * ein_session_prefill: ids [B*C] (token t of sequence b at b*C + t, at
+ * position pos[b] + t); logits [B*C*V] (nlogits = B*C*V), or NULL not to
+ * store them.
+ * ein_session_generate: es.llama's generate. Every prompt token but the
+ * last is prefilled in chunks, then each sequence decodes at its own
+ * position until max_new_tokens or an eos id (kept); out[b] (room for
+ * max_new_tokens ids) receives prompt b's nout[b] new ids. Greedy at
+ * temperature 0, else sampled from softmax(logits / temperature) over the
+ * top_k most likely (0: all) with ein's splitmix64 from `seed` (the same
+ * seed gives the same ids). Prompt plus new tokens must fit the cache. */
+typedef struct ein_generate_options {
+    int max_new_tokens;     /* default 32 */
+    double temperature;     /* 0 (default): greedy */
+    int top_k;              /* 0 (default): every id */
+    uint64_t seed;
+    const int32_t *eos;     /* end-of-sequence ids (neos of them; NULL: none) */
+    int neos;
+} ein_generate_options;
+void ein_generate_options_init(ein_generate_options *o);
+int ein_session_decode_step(ein_session *s, const int32_t *ids, const int32_t *pos, int batch,
+                            float *logits, size_t nlogits, ein_error *err);
+int ein_session_prefill(ein_session *s, const int32_t *ids, const int32_t *pos, int batch,
+                        float *logits, size_t nlogits, ein_error *err);
+int ein_session_generate(ein_session *s, const int32_t *const *prompts, const int *lens,
+                         int batch, const ein_generate_options *o, int32_t *const *out,
+                         int *nout, ein_error *err);
+
 /* Copy saved tensor `name`, as of the last storing run, into dst (bytes =
  * its size), or learn its size with dst NULL (*bytes_out). EIN_EINVAL if no
  * run stored it yet or it is not saved. */
