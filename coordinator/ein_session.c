@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -29,6 +30,12 @@ typedef struct sess_input {
     ein_load_format format; /* NPY, or RAW at `offset` (a .safetensors tensor) */
     uint64_t offset;
     int dirty;              /* changed since the workers last loaded it */
+    /* Set from memory: the session's own .npy (path), kept open, its data
+     * at byte mem_off; a later set of the same input rewrites only the data
+     * (one pwrite: a step's small inputs, up to 64 KiB, cost no file
+     * creation). */
+    int mem_fd;             /* -1: none */
+    uint64_t mem_off;
 } sess_input;
 
 struct ein_session {
@@ -78,8 +85,11 @@ static void session_free(ein_session *s)
     for (int v = 0; s->out_path && v < g->nnodes; v++)
         free(s->out_path[v]);
     free(s->out_path);
-    for (int i = 0; i < s->nin; i++)
+    for (int i = 0; i < s->nin; i++) {
         free(s->in[i].path);
+        if (s->in[i].mem_fd >= 0)
+            close(s->in[i].mem_fd);
+    }
     free(s->in);
     co_programs_free(s->progs, s->c->ndev);
     free(s->host_of);
@@ -205,7 +215,7 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
     /* States are not inputs: nothing sets them, they start at zero. */
     for (int v = 0; v < g->nnodes; v++)
         if (pl_graph_node(g, v)->kind == PL_INPUT && !pl_graph_node(g, v)->state)
-            s->in[s->nin++] = (sess_input){.node = v};
+            s->in[s->nin++] = (sess_input){.node = v, .mem_fd = -1};
     s->shared_state = co_entries_shared_state(g);
     s->store_paths = o.store_paths;
     s->generate_missing = o.generate_missing;
@@ -376,8 +386,26 @@ static int session_set_input(ein_session *s, const char *name, const void *data,
     }
     char p[PATH_MAX + 64];
     snprintf(p, sizeof p, "%s/in-%d.npy", s->dir, in->node);
+    if (in->mem_fd >= 0 && in->path && !strcmp(in->path, p) && in->format == EIN_LOAD_NPY) {
+        /* the same file as last time: its data bytes only */
+        ssize_t w = want ? pwrite(in->mem_fd, data, want, (off_t)in->mem_off) : 0;
+        if (w == (ssize_t)want) {
+            in->dirty = 1;
+            return 0;
+        }
+        close(in->mem_fd);   /* written partly, or not: made again below */
+        in->mem_fd = -1;
+    }
     if ((rc = ein_npy_save(p, nd->dtype, nd->rank, nd->shape, data, err)) < 0)
         return rc;
+    if (in->mem_fd < 0 && want <= 65536) { /* small per-step inputs only: an fd each */
+        ein_npy_info info;
+        int fd = ein_npy_read_info(p, &info, NULL) == 0 ? open(p, O_WRONLY | O_CLOEXEC) : -1;
+        if (fd >= 0) {
+            in->mem_fd = fd;
+            in->mem_off = info.data_offset;
+        }
+    }
     return input_point(in, p, EIN_LOAD_NPY, 0, err);
 }
 
