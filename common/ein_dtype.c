@@ -2,6 +2,8 @@
 #include "common/ein_dtype.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/ein_program.h"
@@ -66,10 +68,49 @@ int ein_dtype_kernel_ok(int t, int kind)
     return d && kind >= 0 && kind < EIN_KERNEL_COUNT && (d->kernels >> kind & 1u);
 }
 
-/* Kept equal to the table's names by tests/common/test_dtype.c. */
+const char *ein_dtype_list(char *buf, size_t cap, int floats, int kind, int by)
+{
+    int pick[EIN_DTYPE_COUNT], n = 0;
+    for (int i = 0; i < EIN_DTYPE_COUNT; i++)
+        if ((floats < 0 || dtypes[i].is_float == floats) &&
+            (kind < 0 || ein_dtype_kernel_ok(i, kind)))
+            pick[n++] = i;
+    size_t at = 0;
+    if (cap)
+        buf[0] = '\0';
+    for (int k = 0; k < n && at < cap; k++) {
+        const ein_dtype_info *d = &dtypes[pick[k]];
+        const char *sep = k == 0 ? "" : k + 1 == n ? " or " : ", ";
+        int w = by == EIN_DTYPE_BY_ST ? snprintf(buf + at, cap - at, "%s%s", sep, d->st)
+                : by == EIN_DTYPE_BY_NPY && d->npy_alt
+                    ? snprintf(buf + at, cap - at, "%s%s as %s", sep, d->name, d->npy)
+                : by == EIN_DTYPE_BY_NPY ? snprintf(buf + at, cap - at, "%s%s", sep, d->npy)
+                                         : snprintf(buf + at, cap - at, "%s%s", sep, d->name);
+        at = w < 0 ? cap : at + (size_t)w;
+    }
+    return buf;
+}
+
+/* Built once from the table (tests/common/test_dtype.c checks them). */
+static char all_names[128], float_names[128];
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+static void names_make(void)
+{
+    ein_dtype_list(all_names, sizeof all_names, -1, -1, EIN_DTYPE_BY_NAME);
+    ein_dtype_list(float_names, sizeof float_names, 1, -1, EIN_DTYPE_BY_NAME);
+}
+
 const char *ein_dtype_names(void)
 {
-    return "f32, f16, bf16, i32 or i64";
+    pthread_once(&names_once, names_make);
+    return all_names;
+}
+
+const char *ein_dtype_float_names(void)
+{
+    pthread_once(&names_once, names_make);
+    return float_names;
 }
 
 static int eq(const char *a, const char *s, size_t n)

@@ -46,6 +46,16 @@ int ein_dtype_is_float(int t);
 int ein_dtype_kernel_ok(int t, int kind);
 /* "f32, f16, bf16, i32 or i64": every name, for messages. */
 const char *ein_dtype_names(void);
+/* The rows that a message lists, from the table: `floats` 1 the float
+ * dtypes, 0 the integer ones, -1 both; `kind` an ein_kernel_kind that must
+ * accept them, or -1. `by` says what names a row: EIN_DTYPE_BY_NAME ("f32"),
+ * EIN_DTYPE_BY_ST (safetensors "F32") or EIN_DTYPE_BY_NPY (".npy" "<f4"; a
+ * row read from two descrs, bf16's raw bits, as "bf16 as |V2"). Written
+ * into buf as "a, b or c" (cut to cap); returns buf. */
+enum { EIN_DTYPE_BY_NAME, EIN_DTYPE_BY_ST, EIN_DTYPE_BY_NPY };
+const char *ein_dtype_list(char *buf, size_t cap, int floats, int kind, int by);
+/* "f32, f16 or bf16": the float dtypes, for messages (a static string). */
+const char *ein_dtype_float_names(void);
 /* The dtype of a .npy descr ("<f4", "<i8", ...) or a safetensors dtype
  * name ("BF16", "I32", ...) of length n; 0, or -1 when no dtype has it. */
 int ein_dtype_from_npy(const char *descr, size_t n, ein_dtype *out);

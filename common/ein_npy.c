@@ -130,8 +130,9 @@ static int parse_descr(npy_parser *ps, ein_dtype *out)
     if (rc < 0)
         return rc;
     if (ein_dtype_from_npy(d, n, out) < 0)
-        return ein_fail(ps->err, EIN_EPARSE, "%s: dtype '%.*s' not supported (want <f4, <f2, bf16 "
-                        "as |V2, <i4 or <i8)", ps->path, (int)(n > 32 ? 32 : n), d);
+        return ein_fail(ps->err, EIN_EPARSE, "%s: dtype '%.*s' not supported (want %s)", ps->path,
+                        (int)(n > 32 ? 32 : n), d,
+                        ein_dtype_list((char[96]){0}, 96, -1, -1, EIN_DTYPE_BY_NPY));
     return 0;
 }
 

@@ -127,8 +127,8 @@ int co_outputs_prepare(co_output *o, int n, int verbose, ein_error *err)
                             o[i].path);
         if (lstat(o[i].path, &st) == 0) {
             if (!S_ISREG(st.st_mode))
-                return ein_fail(err, EIN_EINVAL, "cannot write %s: it exists and is %s; einrun "
-                                "replaces only regular files", o[i].path,
+                return ein_fail(err, EIN_EINVAL, "cannot write %s: it exists and is %s; only "
+                                "regular files are replaced", o[i].path,
                                 ein_file_kind(st.st_mode));
         } else if (errno != ENOENT) {
             return ein_fail(err, EIN_EINVAL, "cannot write %s: %s", o[i].path, strerror(errno));
@@ -230,8 +230,8 @@ int co_outputs_publish(co_output *o, int n, ein_error *err)
         }
         if (lstat(o[i].path, &st) == 0) {
             if (!S_ISREG(st.st_mode)) {
-                rc = ein_fail(err, EIN_EIO, "cannot write %s: it is now %s; einrun replaces only "
-                              "regular files", o[i].path, ein_file_kind(st.st_mode));
+                rc = ein_fail(err, EIN_EIO, "cannot write %s: it is now %s; only regular files "
+                              "are replaced", o[i].path, ein_file_kind(st.st_mode));
                 break;
             }
             /* Keep the old file under another name until every output is in

@@ -27,9 +27,9 @@ typedef struct pb {
 ein_dtype co_partial_dtype(const pl_graph *g, const pl_plan *plan, int v)
 {
     const pl_node *nd = pl_graph_node(g, v);
-    if (nd->kind == PL_INPUT || !plan->nodes[v].planned || plan->nodes[v].spec.agg == EIN_AGG_NONE)
+    if (nd->kind == PL_INPUT || !plan->nodes[v].planned)
         return nd->dtype;
-    return ein_dtype_accum(nd->dtype);
+    return pl_partial_dtype(nd->dtype, plan->nodes[v].spec.agg, plan->partials);
 }
 
 int co_physical_place(const co_physical *ph, int v, int f)

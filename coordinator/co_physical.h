@@ -133,9 +133,11 @@ int co_physical_place(const co_physical *ph, int v, int f);
  * node's name, or "save". Owned by `g`. */
 const char *co_exchange_consumer_name(const pl_graph *g, const co_exchange *e);
 
-/* The dtype node v's kernel outputs and exchange buffers are in: the
- * accumulation dtype when its spec aggregates partials (cast to the node's
- * dtype once aggregated), else the node's own. */
+/* The dtype node v's kernel outputs and exchange buffers are in: when its
+ * spec aggregates partials, pl_partial_dtype under the plan's partials
+ * (the accumulation dtype with f32 partials, cast to the node's dtype once
+ * aggregated; the node's own with native ones, LSE excepted), else the
+ * node's own. */
 ein_dtype co_partial_dtype(const pl_graph *g, const pl_plan *plan, int v);
 
 #endif

@@ -576,7 +576,7 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
     ro.handle_signals = 1;
     ro.per_run_timeout = 0;
     if (!ro.timeout_name)
-        ro.timeout_name = "--timeout";
+        ro.timeout_name = "the run timeout";
     int rc = co_session_start(progs, ndev, &ro, &s, err);
     for (int i = 0; rc == 0 && i < o->iterations; i++) {
         rc = co_session_step(s, i == o->iterations - 1, NULL, 0, stats, iter_s ? &iter_s[i] : NULL,

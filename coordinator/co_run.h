@@ -33,7 +33,7 @@ typedef struct co_run_opts {
     double worker_timeout;      /* seconds of silence before a worker counts as hung */
     double timeout;             /* whole run (per step with per_run_timeout), seconds; 0 = none */
     int per_run_timeout;
-    const char *timeout_name;   /* how the caller calls it in errors ("--timeout") */
+    const char *timeout_name;   /* how the caller calls it in errors ("the run timeout") */
     int handle_signals;         /* block SIGCHLD/SIGINT/SIGTERM/SIGHUP while the session
                                    lives and read them from a signalfd: SIGINT, SIGTERM
                                    and SIGHUP end the run (einrun). 0: the caller's

@@ -33,6 +33,7 @@ typedef struct srch {
     const co_calib *cal;
     co_xcache *xc;
     uint64_t seed, rng;
+    pl_partials partials;   /* the plans' (base->partials) */
     char *live;             /* live operators (planned in the seeds) */
     int nops;
     opreq *req;             /* by node */
@@ -82,6 +83,7 @@ static int plan_build(srch *S, const int *ch, pl_plan **out)
     plan->p = S->p;
     plan->nnodes = S->n;
     plan->selector = PL_SELECT_DP;
+    plan->partials = S->partials;
     for (int v = 0; v < S->n && rc == 0; v++) {
         if (!S->live[v])
             continue;
@@ -100,7 +102,7 @@ static int plan_build(srch *S, const int *ch, pl_plan **out)
         for (int k = 0; k < nd->ninputs; k++)
             if (plan->nodes[nd->inputs[k]].planned)
                 tin[k] = &plan->nodes[nd->inputs[k]].out_tiling;
-        pl_cost(S->g, v, &c->spec, tin, &c->repart, &c->join, &c->agg);
+        pl_cost_partials(S->g, v, &c->spec, tin, S->partials, &c->repart, &c->join, &c->agg);
         plan->total += c->repart + c->join + c->agg;
     }
     if (rc < 0) {
@@ -574,7 +576,8 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
     rep->budget = so.work == 0 ? CO_SEARCH_WORK_DEFAULT : so.work < 0 ? 0 : so.work;
     int n = g->nnodes, rc = 0;
     srch S = {.g = g, .p = p, .n = n, .topo = topo, .cal = cal, .seed = so.seed,
-              .rng = so.seed * 0x9e3779b97f4a7c15ULL + 21, .rep = rep, .so = &so, .err = err};
+              .rng = so.seed * 0x9e3779b97f4a7c15ULL + 21, .rep = rep, .so = &so, .err = err,
+              .partials = base ? base->partials : PL_PARTIALS_F32};
     int nslots = 4 + 4 + (so.nrandom > 0 ? so.nrandom : 0) + 1;
     S.live = calloc((size_t)n + 1, 1);
     S.req = calloc((size_t)n + 1, sizeof *S.req);

@@ -170,7 +170,7 @@ static int probe_statement(probe_reader *r, char **w, int nw, char *rest, char *
         if (nw != 2)
             return PROBE_BAD(r, "expected: einprobe VERSION");
         if (strcmp(w[1], "1") != 0)
-            return PROBE_BAD(r, "probe format version '%s'; this einrun reads version 1", w[1]);
+            return PROBE_BAD(r, "probe format version '%s'; expected version 1", w[1]);
         r->version = 1;
         return 0;
     }

@@ -37,9 +37,10 @@ static int check_pair(const pl_node *nd, const ein_safetensors *file, const ein_
     ein_shape_format(t->rank, t->shape, got, sizeof got);
     if (t->dtype < 0)
         return ein_fail(err, EIN_ESHAPE, "%s: tensor '%s' is %s, which einsummable does not "
-                                         "compute in (F32, F16, BF16, I32 or I64), for input %s (%s [%s])",
-                        file->path, t->name, t->dtype_name, nd->name, ein_dtype_name(nd->dtype),
-                        want);
+                                         "compute in (%s), for input %s (%s [%s])",
+                        file->path, t->name, t->dtype_name,
+                        ein_dtype_list((char[96]){0}, 96, -1, -1, EIN_DTYPE_BY_ST), nd->name,
+                        ein_dtype_name(nd->dtype), want);
     int same = t->rank == nd->rank && t->dtype == (int)nd->dtype;
     for (int d = 0; same && d < nd->rank; d++)
         same = t->shape[d] == nd->shape[d];
@@ -176,7 +177,7 @@ int co_weights_load(const pl_graph *g, const char *const *paths, int npaths,
         goto done;
     }
     if (nmaps && !npaths) {
-        rc = ein_fail(err, EIN_EINVAL, "--map %s: no --weights file to take it from", maps[0]);
+        rc = ein_fail(err, EIN_EINVAL, "map %s: no weights file to take it from", maps[0]);
         goto done;
     }
     for (int i = 0; i < npaths; i++)

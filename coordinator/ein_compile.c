@@ -211,6 +211,10 @@ static int compile_check(const ein_compile_options *o, int ndev, ein_error *err)
         return ein_fail(err, EIN_EINVAL, "compile: exchange chunks %d (expected 0 for the "
                         "default, %d for auto, 1 for off or 2 to %d)", o->exchange_chunks,
                         EIN_EXCHANGE_CHUNKS_AUTO, XP_CHUNKS_MAX);
+    pl_partials pm;
+    if (o->partials && pl_partials_parse(o->partials, &pm) < 0)
+        return ein_fail(err, EIN_EINVAL, "compile: partials '%s' (expected f32 or native)",
+                        o->partials);
     return 0;
 }
 
@@ -264,6 +268,8 @@ static int compile_plan(ein_compiled *c, const ein_compile_options *o, ein_error
         pl_plan *pp = NULL;
         pl_plan_opts base = {.linear_paths = o->linear_paths};
         co_calib cal;
+        if (o->partials)
+            pl_partials_parse(o->partials, &base.partials); /* checked by compile_check */
         if (o->selector && pl_selector_parse(o->selector, &sel) < 0)
             rc = ein_fail(err, EIN_EINVAL, "unknown selector '%s'; expected dp, greedy or random",
                           o->selector);
@@ -271,6 +277,16 @@ static int compile_plan(ein_compiled *c, const ein_compile_options *o, ein_error
             rc = err ? (err->code = EIN_EINVAL) : EIN_EINVAL; /* bad input, whatever the cause */
         else if ((rc = co_sim_plan_time(c->g, c->ndev, sel, o->plan_seed, &base, c->topo, &cal,
                                         &pp, err)) == 0)
+            rc = ein_plan_wrap(c->g, pp, &c->plan, err);
+    } else if (o->partials && !strcmp(o->partials, "native")) {
+        /* The paper's DP counting native partials (ein_graph_plan's f32). */
+        pl_selector sel = PL_SELECT_DP;
+        pl_plan_opts po = {.linear_paths = o->linear_paths, .partials = PL_PARTIALS_NATIVE};
+        pl_plan *pp = NULL;
+        if (o->selector && pl_selector_parse(o->selector, &sel) < 0)
+            rc = ein_fail(err, EIN_EINVAL, "plan: unknown selector '%s'; expected dp, greedy or "
+                          "random", o->selector);
+        else if ((rc = pl_plan_make_opts(c->g, c->ndev, sel, o->plan_seed, &po, &pp, err)) == 0)
             rc = ein_plan_wrap(c->g, pp, &c->plan, err);
     } else {
         ein_plan_options po = {.selector = o->selector, .seed = o->plan_seed,

@@ -36,6 +36,7 @@
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 #include "planner/rewrite/pl_rewrite.h"
+#include "tools/rewrite_report.h"
 #include "coordinator/einrun_int.h"
 
 /* Everything about compiling, in the library's terms (einplan and the API
@@ -63,6 +64,7 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     /* NULL: the library's default, time where the topology has a
      * calibration (ein_compile_options) */
     co->objective = o->time_objective < 0 ? NULL : o->time_objective ? "time" : "comm";
+    co->partials = o->native_partials ? "native" : "f32";
 }
 
 /* The flags that name a topology, said after the library's message when
@@ -411,7 +413,7 @@ static int compile_program(run_state *s, ein_compile_options *co)
     if (rc)
         return rc;
     if (s->comp->rewritten && !s->comp->loaded)
-        pl_rewrite_report(stderr, s->comp->g, &s->comp->rewrite_stats);
+        rewrite_report(stderr, s->comp->g, &s->comp->rewrite_stats);
     if (o->explain)
         explain(s->comp->g, ein_plan_internal(s->comp->plan));
     if (o->save_program && ein_compiled_save(s->comp, o->save_program, &s->err) < 0)

@@ -76,6 +76,7 @@ typedef struct run_opts {
     int cuda;           /* --backend: index in cpu|cuda */
     int graphs;         /* --graphs: index in auto|on|off */
     int time_objective; /* --objective: index in comm|time; -1: not given */
+    int native_partials; /* --partials: index in f32|native */
     const char *worker, *trace_path, *log_dir, *wrapper, *calib_out, *rewrite_weights;
     const char *topo_arg, *probe_file, *dump_dir;
     const char *save_program; /* --save-program */

@@ -99,6 +99,11 @@ static void usage(FILE *f)
 "                       and random plans, under a work budget\n"
 "                       (docs/planner.md); comm: the paper's DP, minimising\n"
 "                       the elements moved (the default otherwise).\n"
+"  --partials f32|native  the dtype partial sums of a split contraction are\n"
+"                       moved and aggregated in: f32 (default; bf16/f16 results\n"
+"                       rounded once, as on one device) or native, the tensor's\n"
+"                       dtype (half the bytes, rounded at each step, as\n"
+"                       NCCL-based systems do). The planner counts either.\n"
 "  --explain            print the chosen spec and costs of every operator.\n"
 "  --rewrite            rewrite the graph by equality saturation first (matmul\n"
 "                       order, merged projections), then plan the cheapest\n"
@@ -477,6 +482,7 @@ static const run_opt run_opt_table[] = {
     {"calibrate",        0, 0, opt_flag,     F(calibrate),       0, 0, NULL},
     {"out",              0, 1, opt_string,   F(calib_out),       0, 0, NULL},
     {"objective",        0, 1, opt_choice,   F(time_objective),  0, 0, "comm|time"},
+    {"partials",         0, 1, opt_choice,   F(native_partials), 0, 0, "f32|native"},
     {"fake-hosts",       0, 1, opt_int,      F(fake_hosts),      2, MAX_DEVICES, NULL},
     {"help",           'h', 0, opt_help,     0,                  0, 0, NULL},
     {"version",          0, 0, opt_version,  0,                  0, 0, NULL},

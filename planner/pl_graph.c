@@ -203,10 +203,11 @@ int pl_graph_append(pl_graph *g, const char *name, const pl_node *proto, ein_err
     for (int i = 0; i < proto->ninputs; i++) {
         const pl_node *x = pl_graph_node(g, proto->inputs[i]);
         if (x && !ein_dtype_kernel_ok((int)x->dtype, (int)proto->kernel.kind))
-            return ein_fail(err, EIN_ESHAPE, "%s: %s is %s; %s computes on f32, f16 or bf16 "
+            return ein_fail(err, EIN_ESHAPE, "%s: %s is %s; %s computes on %s "
                             "tensors (integer tensors can only be sliced, concatenated or used "
                             "as embedding ids)", pl_node_op_name(proto), x->name,
-                            ein_dtype_name(x->dtype), pl_node_op_name(proto));
+                            ein_dtype_name(x->dtype), pl_node_op_name(proto),
+                            ein_dtype_float_names());
     }
     if (g->nnodes >= PL_GRAPH_NODES_MAX)
         return ein_fail(err, EIN_EINVAL, "graph: too many nodes (at most %d)", PL_GRAPH_NODES_MAX);
@@ -253,8 +254,8 @@ int pl_graph_add_state(pl_graph *g, const char *name, ein_dtype dtype, int rank,
                        const int64_t *shape, ein_error *err)
 {
     if (g && !ein_dtype_is_float((int)dtype))
-        return ein_fail(err, EIN_EINVAL, "state %s: %s; expected f32, f16 or bf16 (a state holds floats)",
-                        name ? name : "?", ein_dtype_name(dtype));
+        return ein_fail(err, EIN_EINVAL, "state %s: %s; expected %s (a state holds floats)",
+                        name ? name : "?", ein_dtype_name(dtype), ein_dtype_float_names());
     int id = pl_graph_add_input(g, name, dtype, rank, shape, err);
     if (id >= 0)
         g->nodes[id].state = 1;

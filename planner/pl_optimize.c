@@ -25,16 +25,79 @@ const char *pl_selector_name(pl_selector s)
     return s == PL_SELECT_DP ? "dp" : s == PL_SELECT_GREEDY ? "greedy" : "random";
 }
 
+int pl_partials_parse(const char *s, pl_partials *out)
+{
+    if (!strcmp(s, "f32")) *out = PL_PARTIALS_F32;
+    else if (!strcmp(s, "native")) *out = PL_PARTIALS_NATIVE;
+    else return -1;
+    return 0;
+}
+
+const char *pl_partials_name(pl_partials m)
+{
+    return m == PL_PARTIALS_NATIVE ? "native" : "f32";
+}
+
+ein_dtype pl_partial_dtype(ein_dtype dt, ein_agg agg, pl_partials m)
+{
+    if (agg == EIN_AGG_NONE || (m == PL_PARTIALS_NATIVE && agg != EIN_AGG_LSE))
+        return dt;
+    return ein_dtype_accum(dt);
+}
+
+/* Elements of node v (the DP asks for it in its inner loops: no box). */
 static double node_volume(const pl_graph *g, int v)
 {
     const pl_node *n = pl_graph_node(g, v);
-    ein_box whole = ein_box_of_shape(n->rank, n->shape);
-    return (double)ein_box_volume(&whole);
+    int64_t vol = 1;
+    for (int a = 0; a < n->rank; a++)
+        vol *= n->shape[a] > 0 ? n->shape[a] : 0;
+    return (double)vol;
+}
+
+#define PL_SEEN_SLOTS 1024
+
+static uint64_t box_hash(const ein_box *b)
+{
+    uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)b->rank;
+    for (int i = 0; i < b->rank; i++) {
+        h = (h ^ (uint64_t)b->lo[i]) * 0x100000001b3ULL;
+        h = (h ^ (uint64_t)b->hi[i]) * 0x100000001b3ULL;
+    }
+    return h ^ (h >> 29);
+}
+
+/* Whether function specification f's output equals an earlier one's. With
+ * nseen > 0, `seen` is an open-addressing set (nseen slots, a power of
+ * two) of the outputs of 0..f-1, to which f's is added; called for f = 0,
+ * 1, ... in order. Else the earlier outputs are compared one by one. */
+static int repeats_earlier(const pl_spec *s, int f, int *seen, int nseen)
+{
+    const ein_box *b = &s->f[f].out;
+    if (nseen == 0) {
+        for (int e = 0; e < f; e++)
+            if (ein_box_equal(&s->f[e].out, b))
+                return 1;
+        return 0;
+    }
+    size_t mask = (size_t)nseen - 1, i = (size_t)box_hash(b) & mask;
+    for (; seen[i]; i = (i + 1) & mask)
+        if (ein_box_equal(&s->f[seen[i] - 1].out, b))
+            return 1;
+    seen[i] = f + 1;
+    return 0;
 }
 
 void pl_cost(const pl_graph *g, int node, const pl_spec *s,
              const pl_tiling *const *in_tilings, double *repart, double *join,
              double *agg)
+{
+    pl_cost_partials(g, node, s, in_tilings, PL_PARTIALS_F32, repart, join, agg);
+}
+
+void pl_cost_partials(const pl_graph *g, int node, const pl_spec *s,
+                      const pl_tiling *const *in_tilings, pl_partials m, double *repart,
+                      double *join, double *agg)
 {
     const pl_node *nd = pl_graph_node(g, node);
     *repart = *join = *agg = 0;
@@ -52,20 +115,28 @@ void pl_cost(const pl_graph *g, int node, const pl_spec *s,
         for (int k = 0; k < s->ninputs; k++)
             *join += (double)ein_box_volume(&s->f[f].in[k]);
     /* Each distinct output type appearing m times costs (m-1) x its size.
-     * Partials are kept in the accumulation dtype (f32) until aggregated,
-     * so for an f16/bf16 tensor each partial element weighs as much as
-     * ein_dtype_accum's element over the tensor's own (twice). */
-    double partial = (double)ein_dtype_size(ein_dtype_accum(nd->dtype)) /
+     * With f32 partials (the default) partials are kept in the
+     * accumulation dtype until aggregated, so for an f16/bf16 tensor each
+     * partial element weighs as much as ein_dtype_accum's element over the
+     * tensor's own (twice); native partials weigh one. */
+    double partial = (double)ein_dtype_size(pl_partial_dtype(nd->dtype, s->agg, m)) /
                      (double)ein_dtype_size(nd->dtype);
+    /* Which outputs repeat an earlier one: a hash set of the outputs seen
+     * (function specification indices + 1, 0 empty) where it fits on the
+     * stack, else the pairwise comparison. */
+    int seen[PL_SEEN_SLOTS], nseen = 0;
+    if (s->nparts > 8 && 2 * s->nparts <= PL_SEEN_SLOTS) {
+        for (nseen = 16; nseen < 2 * s->nparts; nseen *= 2)
+            ;
+        memset(seen, 0, sizeof(int) * (size_t)nseen);
+    }
     for (int f = 0; f < s->nparts; f++) {
-        int first = 1;
-        for (int e = 0; e < f && first; e++)
-            first = !ein_box_equal(&s->f[e].out, &s->f[f].out);
+        if (!repeats_earlier(s, f, seen, nseen))
+            continue;
         /* A partial is stored over ein_agg_box: LSE partials carry one
          * log-sum-exp per row beside the row's d values. */
         ein_box pb = ein_agg_box(s->agg, &s->f[f].out);
-        if (!first)
-            *agg += partial * (double)ein_box_volume(&pb);
+        *agg += partial * (double)ein_box_volume(&pb);
     }
 }
 
@@ -179,7 +250,7 @@ static int nstate_fill(const pl_graph *g, int v, int p, nstate *s, pl_spec *buf,
         double r, j, a;
         if ((rc = pl_spec_remake(g, v, s->counts + i * s->nidx, buf, err)) < 0)
             return rc;
-        pl_cost(g, v, buf, NULL, &r, &j, &a);
+        pl_cost_partials(g, v, buf, NULL, o ? o->partials : PL_PARTIALS_F32, &r, &j, &a);
         s->local[i] = o && o->objective == PL_OBJECTIVE_TIME ? spec_time(g, v, p, buf, j, a, o)
                                                              : j + a;
         if (pl_tiling_of_outputs(buf, &t) < 0)
@@ -768,7 +839,7 @@ static int plan_record(const pl_graph *g, int n, const nstate *st, pl_plan *plan
         for (int k = 0; k < nd->ninputs; k++)
             if (plan->nodes[nd->inputs[k]].planned)
                 tin[k] = &plan->nodes[nd->inputs[k]].out_tiling;
-        pl_cost(g, v, &c->spec, tin, &c->repart, &c->join, &c->agg);
+        pl_cost_partials(g, v, &c->spec, tin, plan->partials, &c->repart, &c->join, &c->agg);
         plan->total += c->repart + c->join + c->agg;
     }
     return 0;
@@ -802,6 +873,7 @@ int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
     plan->p = p;
     plan->nnodes = n;
     plan->selector = sel;
+    plan->partials = opts ? opts->partials : PL_PARTIALS_F32;
     mark_live(g, live);
     if ((rc = consumers_build(g, live, n, cons_off, &consumers, err)) < 0 ||
         (rc = specs_fill(g, live, n, p, st, opts, err)) < 0)

@@ -64,10 +64,29 @@ typedef struct pl_choice {
     double repart, join, agg; /* its three sub-costs, in elements */
 } pl_choice;
 
+/* The dtype partial sums of a split contraction or reduction are moved
+ * and aggregated in (--partials): PL_PARTIALS_F32, the accumulation dtype
+ * (ein_dtype_accum: f16/bf16 results rounded once, as on one device), or
+ * PL_PARTIALS_NATIVE, the tensor's own dtype (each partial rounded, then
+ * every aggregation step: half the bytes of f32 for f16/bf16, as
+ * NCCL-based systems move them). Log-sum-exp partials (split attention
+ * keys) stay f32 either way; f32 and integer tensors are unaffected. */
+typedef enum pl_partials {
+    PL_PARTIALS_F32 = 0,
+    PL_PARTIALS_NATIVE,
+} pl_partials;
+
+int pl_partials_parse(const char *s, pl_partials *out);   /* "f32", "native"; -1 else */
+const char *pl_partials_name(pl_partials m);
+/* The dtype in which node dtype `dt`'s partials under aggregation `agg`
+ * are stored and moved (dt itself for EIN_AGG_NONE). */
+ein_dtype pl_partial_dtype(ein_dtype dt, ein_agg agg, pl_partials m);
+
 typedef struct pl_plan {
     int p;
     int nnodes;
     pl_selector selector;
+    pl_partials partials;   /* what its aggregations move (set from the options) */
     pl_choice *nodes;       /* indexed by node id */
     double total;           /* sum of all sub-costs */
 } pl_plan;
@@ -109,6 +128,7 @@ typedef struct pl_plan_opts {
     double (*force)(const void *ctx, const pl_graph *g, int node, const pl_index *idx,
                     int nidx, const int *counts);
     const void *force_ctx;
+    pl_partials partials;   /* counted in the aggregation cost; copied to the plan */
 } pl_plan_opts;
 
 int pl_objective_parse(const char *s, pl_objective *out);
@@ -121,9 +141,15 @@ int pl_plan_make_opts(const pl_graph *g, int p, pl_selector sel, uint64_t seed,
 void pl_plan_free(pl_plan *plan);
 
 /* Cost(J, T1..Tn) of node `node` using spec `s`, given the output tilings
- * of its producers (NULL for a graph input). */
+ * of its producers (NULL for a graph input), partials in f32. The
+ * aggregation is in elements of the node's dtype: a partial element
+ * weighs size(pl_partial_dtype) / size(dtype). */
 void pl_cost(const pl_graph *g, int node, const pl_spec *s,
              const pl_tiling *const *in_tilings, double *repart, double *join,
              double *agg);
+/* The same with partials moved as `m` says. */
+void pl_cost_partials(const pl_graph *g, int node, const pl_spec *s,
+                      const pl_tiling *const *in_tilings, pl_partials m, double *repart,
+                      double *join, double *agg);
 
 #endif

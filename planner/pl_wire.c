@@ -260,9 +260,14 @@ int pl_plan_pack(msgpack_packer *pk, const pl_graph *g, const pl_plan *plan, ein
     if (plan->nnodes != g->nnodes)
         return ein_fail(err, EIN_EINVAL, "plan: %d nodes for a graph of %d", plan->nnodes,
                         g->nnodes);
-    e |= msgpack_pack_map(pk, 4);
+    /* "partials" only when native: files of f32 plans stay as they were. */
+    int native = plan->partials == PL_PARTIALS_NATIVE;
+    e |= msgpack_pack_map(pk, 4 + (size_t)native);
     KEY("p"); e |= msgpack_pack_int(pk, plan->p);
     KEY("selector"); e |= msgpack_pack_int(pk, (int)plan->selector);
+    if (native) {
+        KEY("partials"); e |= msgpack_pack_int(pk, (int)plan->partials);
+    }
     KEY("total"); e |= msgpack_pack_double(pk, plan->total);
     KEY("nodes");
     e |= msgpack_pack_array(pk, (size_t)plan->nnodes);
@@ -337,12 +342,15 @@ static int unpack_choice(const msgpack_object *o, const pl_graph *g, int v, int 
 
 int pl_plan_unpack(const msgpack_object *o, const pl_graph *g, pl_plan **out, ein_error *err)
 {
-    static const char *const keys[] = {"p", "selector", "total", "nodes"};
-    const msgpack_object *f[4];
-    int64_t p, sel;
+    static const char *const keys[] = {"p", "selector", "total", "nodes", "partials"};
+    const msgpack_object *f[5];
+    int64_t p, sel, partials = PL_PARTIALS_F32;
     double total;
     int rc;
-    if ((rc = ein_mp_fields(o, keys, f, 4, "plan", err)) < 0)
+    if ((rc = ein_mp_fields(o, keys, f, 5, "plan", err)) < 0)
+        return rc;
+    if (f[4] && (rc = ein_mp_get_int(f[4], PL_PARTIALS_F32, PL_PARTIALS_NATIVE, &partials,
+                                     "plan.partials", err)) < 0)
         return rc;
     for (int i = 0; i < 4; i++)
         if (!f[i])
@@ -363,6 +371,7 @@ int pl_plan_unpack(const msgpack_object *o, const pl_graph *g, pl_plan **out, ei
     plan->p = (int)p;
     plan->nnodes = g->nnodes;
     plan->selector = (pl_selector)sel;
+    plan->partials = (pl_partials)partials;
     plan->total = total;
     for (int v = 0; v < g->nnodes; v++) {
         const msgpack_object *c = &f[3]->via.array.ptr[v];

@@ -25,6 +25,7 @@
 #include "coordinator/co_sim.h"
 #include "exchange/xp_topo.h"
 #include "planner/rewrite/pl_rewrite.h"
+#include "tools/rewrite_report.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 #include "coordinator/ein_compile_int.h"
@@ -49,7 +50,7 @@ static void usage(FILE *f)
             "               [--json | --dot] plan.ein\n"
             "       einplan --devices P --simulate [--topology T] [--calibration C]\n"
             "               [--objective comm|time] [--strategy S] [--trace FILE] [--json]\n"
-            "               plan.ein\n"
+            "               [--partials f32|native] plan.ein\n"
             "\n"
             "Prints the plan for P devices: per operator its split (interval counts per\n"
             "dim), the output tiling and the repartition / join / aggregation costs.\n"
@@ -85,7 +86,12 @@ static void usage(FILE *f)
             "              budget chose the plan; -v also every candidate and its\n"
             "              predicted time.\n"
             "  --plan-work N  the search's budget beyond its seeds, in operators x devices\n"
-            "              simulated (0: the default, %d; -1: seeds only).\n", CO_SEARCH_WORK_DEFAULT);
+            "              simulated (0: the default, %d; -1: seeds only).\n"
+            "  --partials f32|native  the dtype partial sums of a split contraction are\n"
+            "              moved and aggregated in: f32 (default) or native, the tensor's\n"
+            "              dtype (half the bytes for bf16/f16); the costs, the simulator\n"
+            "              and the search count whichever is chosen (as einrun).\n",
+            CO_SEARCH_WORK_DEFAULT);
 }
 
 /* "8x1" grid of the output tiling: distinct intervals per dim. */
@@ -108,8 +114,9 @@ static void tiling_grid(const pl_tiling *t, int rank, char *buf, size_t len)
 
 static void print_text(const char *path, const pl_graph *g, const pl_plan *plan)
 {
-    printf("plan of %s on %d devices (selector %s)\n", path, plan->p,
-           pl_selector_name(plan->selector));
+    printf("plan of %s on %d devices (selector %s%s)\n", path, plan->p,
+           pl_selector_name(plan->selector),
+           plan->partials == PL_PARTIALS_NATIVE ? ", partials native" : "");
     printf("%-14s %-12s %-34s %-10s %14s %14s %14s\n", "operator", "op", "split", "tiling",
            "repartition", "join", "aggregation");
     for (int v = 0; v < g->nnodes; v++) {
@@ -330,6 +337,7 @@ int main(int argc, char **argv)
         {"strategy", required_argument, NULL, 0x124},
         {"plan-work", required_argument, NULL, 0x126},
         {"no-reuse", no_argument, NULL, 0x127},
+        {"partials", required_argument, NULL, 0x128},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -403,6 +411,12 @@ int main(int argc, char **argv)
             }
             objective_given = 1;
             break;
+        case 0x128:
+            if (pl_partials_parse(optarg, &opts.partials) < 0) {
+                fprintf(stderr, "einplan: --partials '%s': expected f32 or native\n", optarg);
+                return 2;
+            }
+            break;
         case 'v': verbose = 1; break;
         case 0x126:
             plan_work = strtol(optarg, &end, 10);
@@ -469,6 +483,7 @@ int main(int argc, char **argv)
     co.topology = topo_arg;
     co.plan_only = !exchanges;
     co.exchange_chunks = chunks;
+    co.partials = pl_partials_name(opts.partials);
     if (objective_given) /* else the library's default: time where calibrated */
         co.objective = opts.objective == PL_OBJECTIVE_TIME ? "time" : "comm";
     ein_compiled *comp = NULL;
@@ -564,7 +579,7 @@ int main(int argc, char **argv)
     g = comp->g;
     plan = (pl_plan *)ein_plan_internal(comp->plan);
     if (comp->rewritten)
-        pl_rewrite_report(json || dot ? stderr : stdout, g, &comp->rewrite_stats);
+        rewrite_report(json || dot ? stderr : stdout, g, &comp->rewrite_stats);
     if (json)
         print_json(path, g, plan);
     else if (dot)

@@ -245,6 +245,12 @@ typedef struct ein_compile_options {
                                  the whole run (debugging; also $EIN_NO_REUSE=1);
                                  0: buffers placed by liveness, their bytes reused
                                  after their last reader (docs/runtime.md) */
+    const char *partials;     /* partial sums of a split contraction or reduction are
+                                 moved and aggregated in "f32" (NULL, the default:
+                                 f16/bf16 results rounded once, as on one device) or
+                                 "native" (the tensor's dtype: half the bytes for
+                                 f16/bf16, each partial and aggregation step rounded);
+                                 the planner and its search count whichever it is */
 } ein_compile_options;
 
 #define EIN_EXCHANGE_CHUNKS_AUTO (-1)

@@ -15,8 +15,8 @@ int kn_blk_check(const char *what, const char *name, const kn_block *k, int rank
 {
     int rc = kn_blk_check_any(what, name, k, rank, err);
     if (rc == 0 && !ein_dtype_is_float((int)k->dtype))
-        return ein_fail(err, EIN_EINVAL, "%s: %s is %s; this kernel computes on f32, f16 or "
-                        "bf16 only", what, name, ein_dtype_name(k->dtype));
+        return ein_fail(err, EIN_EINVAL, "%s: %s is %s; this kernel computes on %s only", what,
+                        name, ein_dtype_name(k->dtype), ein_dtype_float_names());
     return rc;
 }
 

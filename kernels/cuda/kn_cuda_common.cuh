@@ -125,15 +125,41 @@ static inline int kn_cu_blk_any(const char *what, const char *name, const kn_blo
     return 0;
 }
 
-/* A usable block of a float dtype: what every computing kernel takes, so
- * that KN_CU_DISPATCH below only ever sees f32, f16 or bf16. */
+/* Run the statements with T the C type of float dtype dt. Callers check
+ * their blocks with kn_cu_blk first, which refuses every dtype without a
+ * case here (kn_cu_float_ok), so the default is never taken. A float dtype
+ * gets its CUDA kernels by a case here. */
+#define KN_CU_DISPATCH(dt, T, ...)                                                         \
+    do {                                                                                   \
+        switch (dt) {                                                                      \
+        case EIN_F32: { typedef float T; __VA_ARGS__; } break;                             \
+        case EIN_F16: { typedef __half T; __VA_ARGS__; } break;                            \
+        case EIN_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;                    \
+        default: break;                                                                    \
+        }                                                                                  \
+    } while (0)
+
+/* 1 when KN_CU_DISPATCH has a case for dt. */
+static inline int kn_cu_float_ok(int dt)
+{
+    int ok = 0;
+    KN_CU_DISPATCH(dt, T, ok = sizeof(T) > 0);
+    return ok;
+}
+
+/* A usable block of a float dtype that the CUDA kernels implement: what
+ * every computing kernel takes, so that KN_CU_DISPATCH only ever sees a
+ * dtype it has a case for. */
 static inline int kn_cu_blk(const char *what, const char *name, const kn_block *k, int rank,
                             ein_error *err)
 {
     int rc = kn_cu_blk_any(what, name, k, rank, err);
     if (rc == 0 && !ein_dtype_is_float((int)k->dtype))
-        return kn_cu_fail(err, EIN_EINVAL, "%s: %s is %s; this kernel computes on f32, f16 or "
-                          "bf16 only", what, name, ein_dtype_name(k->dtype));
+        return kn_cu_fail(err, EIN_EINVAL, "%s: %s is %s; this kernel computes on %s only", what,
+                          name, ein_dtype_name(k->dtype), ein_dtype_float_names());
+    if (rc == 0 && !kn_cu_float_ok((int)k->dtype))
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: %s is %s, which has no CUDA kernels yet",
+                          what, name, ein_dtype_name(k->dtype));
     return rc;
 }
 
@@ -160,17 +186,6 @@ template <> __device__ __forceinline__ void st<__nv_bfloat16>(__nv_bfloat16 *p, 
     p[i] = __float2bfloat16_rn(v);
 }
 
-/* Run F<T>(args) with T the C type of float dtype dt. Callers check their
- * blocks with kn_cu_blk first; any other dtype runs nothing. */
-#define KN_CU_DISPATCH(dt, T, ...)                                                         \
-    do {                                                                                   \
-        switch (dt) {                                                                      \
-        case EIN_F32: { typedef float T; __VA_ARGS__; } break;                             \
-        case EIN_F16: { typedef __half T; __VA_ARGS__; } break;                            \
-        case EIN_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;                    \
-        default: break;                                                                    \
-        }                                                                                  \
-    } while (0)
 
 /* A strided walk of up to EIN_MAX_RANK dimensions, passed by value. */
 struct kn_cu_walk {

@@ -55,9 +55,18 @@ extern "C" int kn_cuda_ctx_attention_report(const kn_cuda_ctx *c, char *buf, siz
     return 0;
 }
 
-static cudaDataType kn_cu_dt(ein_dtype t)
+/* cuBLAS's type of a float dtype: 0, or -1 for a dtype cuBLAS is not
+ * given here (never another type in its place). */
+static int kn_cu_dt(ein_dtype t, cudaDataType *out)
 {
-    return t == EIN_F16 ? CUDA_R_16F : t == EIN_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    switch (t) {
+    case EIN_F32: *out = CUDA_R_32F; return 0;
+    case EIN_F16: *out = CUDA_R_16F; return 0;
+    case EIN_BF16: *out = CUDA_R_16BF; return 0;
+    case EIN_I32:
+    case EIN_I64: break;
+    }
+    return -1;
 }
 
 extern "C" int kn_cuda_ctx_create(void *workspace, size_t workspace_bytes, kn_cuda_ctx **out,
@@ -129,6 +138,10 @@ extern "C" int kn_cuda_gemm(kn_cuda_ctx *c, const kn_cuda_gemm_args *g, void *st
         return kn_cu_fail(err, EIN_EINVAL, "%s: leading dimension below the row length", what);
     if (!g->a || !g->b || !g->c)
         return kn_cu_fail(err, EIN_EINVAL, "%s: NULL operand", what);
+    cudaDataType abt, ctt;
+    if (kn_cu_dt(g->ab_dtype, &abt) < 0 || kn_cu_dt(g->c_dtype, &ctt) < 0)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: %s x %s: not a dtype cuBLAS multiplies here",
+                          what, ein_dtype_name(g->ab_dtype), ein_dtype_name(g->c_dtype));
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     if (!c->stream_set || c->stream != (cudaStream_t)stream) {
         st = cublasSetStream(c->h, (cudaStream_t)stream);
@@ -149,9 +162,9 @@ extern "C" int kn_cuda_gemm(kn_cuda_ctx *c, const kn_cuda_gemm_args *g, void *st
     float alpha = g->alpha, beta = g->beta;
     st = cublasGemmStridedBatchedEx(
         c->h, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-        (int)g->n, (int)g->m, (int)g->k, &alpha, g->b, kn_cu_dt(g->ab_dtype), (int)g->ldb,
-        g->stride_b, g->a, kn_cu_dt(g->ab_dtype), (int)g->lda, g->stride_a, &beta, g->c,
-        kn_cu_dt(g->c_dtype), (int)g->ldc, g->stride_c, (int)g->batch, ct, CUBLAS_GEMM_DEFAULT);
+        (int)g->n, (int)g->m, (int)g->k, &alpha, g->b, abt, (int)g->ldb,
+        g->stride_b, g->a, abt, (int)g->lda, g->stride_a, &beta, g->c,
+        ctt, (int)g->ldc, g->stride_c, (int)g->batch, ct, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)
         return kn_cu_fail(err, EIN_EDEVICE, "%s: cublasGemmStridedBatchedEx: %s", what,
                           cublasGetStatusString(st));

@@ -134,7 +134,7 @@ extern "C" int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn
     if (e.empty) {
         /* out is not empty, so an empty letter is summed over: zeros */
         cudaError_t ce = cudaMemsetAsync(out->data, 0, (size_t)kn_cu_vol(&out->box) *
-                                         (out->dtype == EIN_F32 ? 4 : 2), (cudaStream_t)stream);
+                                         ein_dtype_size(out->dtype), (cudaStream_t)stream);
         return ce == cudaSuccess ? 0 : kn_cu_fail(err, EIN_EDEVICE, "%s: %s", what,
                                                   cudaGetErrorString(ce));
     }

@@ -30,14 +30,16 @@ int pl_graph_add_embedding(pl_graph *g, const char *name, int table, int ids, ei
         return ein_fail(err, EIN_ESHAPE, "embedding: table %s is %s; expected a matrix [rows, dim]",
                         t->name, pl_shape_str(sb, sizeof sb, t->rank, t->shape));
     if (!ein_dtype_is_float((int)t->dtype))
-        return ein_fail(err, EIN_ESHAPE, "embedding: table %s is %s; expected f32, f16 or bf16",
-                        t->name, ein_dtype_name(t->dtype));
+        return ein_fail(err, EIN_ESHAPE, "embedding: table %s is %s; expected %s",
+                        t->name, ein_dtype_name(t->dtype), ein_dtype_float_names());
     if (x->rank != 1)
         return ein_fail(err, EIN_ESHAPE, "embedding: ids %s is %s; expected a vector [tokens]",
                         x->name, pl_shape_str(sb, sizeof sb, x->rank, x->shape));
-    if (x->dtype != EIN_I32 && x->dtype != EIN_I64)
-        return ein_fail(err, EIN_ESHAPE, "embedding: ids %s is %s; expected i32 or i64",
-                        x->name, ein_dtype_name(x->dtype));
+    /* ids: the integer dtypes the table lets an embedding read */
+    if (ein_dtype_is_float((int)x->dtype) || !ein_dtype_kernel_ok((int)x->dtype, EIN_KERNEL_EMBEDDING))
+        return ein_fail(err, EIN_ESHAPE, "embedding: ids %s is %s; expected %s",
+                        x->name, ein_dtype_name(x->dtype),
+                        ein_dtype_list((char[64]){0}, 64, 0, EIN_KERNEL_EMBEDDING, EIN_DTYPE_BY_NAME));
     pl_node n;
     pl_node_init_like(&n, g, PL_EMBEDDING, table);
     n.ninputs = 2;

@@ -30,16 +30,18 @@
 
 #define PL_DECODE_MAX_KBLOCKS 16
 
-static int pos_check(const char *what, const pl_node *p, int64_t batch, ein_error *err)
+static int pos_check(const char *what, int kind, const pl_node *p, int64_t batch, ein_error *err)
 {
     char sb[160];
     if (p->rank != 1 || p->shape[0] != batch)
         return ein_fail(err, EIN_ESHAPE, "%s: positions %s are %s; expected [%lld] (one per "
                         "sequence)", what, p->name, pl_shape_str(sb, sizeof sb, p->rank, p->shape),
                         (long long)batch);
-    if (p->dtype != EIN_I32 && p->dtype != EIN_I64)
-        return ein_fail(err, EIN_ESHAPE, "%s: positions %s are %s; expected i32 or i64", what,
-                        p->name, ein_dtype_name(p->dtype));
+    /* the integer dtypes the table lets kernel `kind` read positions in */
+    if (ein_dtype_is_float((int)p->dtype) || !ein_dtype_kernel_ok((int)p->dtype, kind))
+        return ein_fail(err, EIN_ESHAPE, "%s: positions %s are %s; expected %s", what,
+                        p->name, ein_dtype_name(p->dtype),
+                        ein_dtype_list((char[64]){0}, 64, 0, kind, EIN_DTYPE_BY_NAME));
     return 0;
 }
 
@@ -70,9 +72,9 @@ int pl_graph_add_cache_write(pl_graph *g, const char *name, int state, int x, in
                         pl_shape_str(s1, sizeof s1, s->rank, s->shape), n->name,
                         pl_shape_str(s2, sizeof s2, n->rank, n->shape));
     if (!ein_dtype_is_float((int)n->dtype))
-        return ein_fail(err, EIN_ESHAPE, "%s: new %s is %s; expected f32, f16 or bf16", what,
-                        n->name, ein_dtype_name(n->dtype));
-    if ((rc = pos_check(what, pl_graph_node(g, pos), s->shape[1], err)) < 0)
+        return ein_fail(err, EIN_ESHAPE, "%s: new %s is %s; expected %s", what,
+                        n->name, ein_dtype_name(n->dtype), ein_dtype_float_names());
+    if ((rc = pos_check(what, EIN_KERNEL_CACHE_WRITE, pl_graph_node(g, pos), s->shape[1], err)) < 0)
         return rc;
     pl_node nd;
     pl_node_init_like(&nd, g, PL_CACHE_WRITE, state);
@@ -136,7 +138,8 @@ int pl_graph_add_decode_attention(pl_graph *g, const char *name, int q, int k, i
                         pl_shape_str(s3, sizeof s3, tv->rank, tv->shape));
     if (tq->dtype != tk->dtype || tq->dtype != tv->dtype || !ein_dtype_is_float((int)tq->dtype))
         return ein_fail(err, EIN_ESHAPE, "%s: q, k and v need one float dtype", what);
-    if ((rc = pos_check(what, pl_graph_node(g, pos), tk->shape[1], err)) < 0)
+    if ((rc = pos_check(what, EIN_KERNEL_DECODE_ATTENTION, pl_graph_node(g, pos), tk->shape[1],
+                        err)) < 0)
         return rc;
     pl_node nd;
     pl_node_init_like(&nd, g, PL_DECODE_ATTENTION, q);
@@ -204,13 +207,13 @@ int pl_graph_add_rope_at(pl_graph *g, const char *name, int x, int pos, int64_t 
                         "heads*head_dim] with an even head_dim", what, t->name,
                         pl_shape_str(sb, sizeof sb, t->rank, t->shape), (long long)head_dim);
     if (!ein_dtype_is_float((int)t->dtype))
-        return ein_fail(err, EIN_ESHAPE, "%s: %s is %s; expected f32, f16 or bf16", what,
-                        t->name, ein_dtype_name(t->dtype));
+        return ein_fail(err, EIN_ESHAPE, "%s: %s is %s; expected %s", what,
+                        t->name, ein_dtype_name(t->dtype), ein_dtype_float_names());
     if (!(theta > 0) || !isfinite(theta))
         return ein_fail(err, EIN_EINVAL, "%s: theta %g is not a positive number", what, theta);
     if (style != EIN_ROPE_INTERLEAVED && style != EIN_ROPE_HALF)
         return ein_fail(err, EIN_EINVAL, "%s: unknown style %d", what, style);
-    if ((rc = pos_check(what, pl_graph_node(g, pos), t->shape[0], err)) < 0)
+    if ((rc = pos_check(what, EIN_KERNEL_ROPE_AT, pl_graph_node(g, pos), t->shape[0], err)) < 0)
         return rc;
     pl_node nd;
     pl_node_init_like(&nd, g, PL_ROPE_AT, x);

@@ -87,13 +87,11 @@ int pl_rewrite_graph_cost(const pl_graph *g, const pl_rewrite_opts *o, double *s
  * chain, "((M1 M2) (M3 M4))". Truncated with "..." to fit `len`. */
 int pl_rewrite_expr(const pl_graph *g, int id, char *buf, size_t len);
 
-/* For the command lines (einplan, einrun --rewrite): "wq,wk,wv" into a
- * NULL-terminated array for pl_rewrite_opts.weights, freed with
- * pl_rewrite_weights_free; and a report: stop reason, e-graph size, times,
- * cost and FLOPs before and after, and each saved tensor's expression. */
+/* "wq,wk,wv" (ein_compile_options.rewrite_weights) into a NULL-terminated
+ * array for pl_rewrite_opts.weights, freed with pl_rewrite_weights_free.
+ * (The front ends' report of a rewrite: tools/rewrite_report.h.) */
 int pl_rewrite_weights_parse(const char *list, char ***out, ein_error *err);
 void pl_rewrite_weights_free(char **w);
-void pl_rewrite_report(FILE *f, const pl_graph *after, const pl_rewrite_stats *st);
 
 /* ---- rules ---------------------------------------------------------------
  * A rule set, parsed and compiled. Parsing checks the syntax, the operator

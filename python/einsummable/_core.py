@@ -777,7 +777,7 @@ class Program:
     def __init__(self, graph, devices, schedule_mode, backend, selector, seed, search_work,
                  topology, rewrite, worker_timeout, run_timeout, verbose,
                  generate_missing=False, trace=None, progress=None, _load=None,
-                 no_reuse=False):
+                 partials="f32", no_reuse=False):
         self._c = None
         self._s = None
         # One call at a time (Threads, above); re-entrant so that a close()
@@ -829,6 +829,10 @@ class Program:
             o.cuda = 1
             o.gpu_ids = self._gpu_ids
         o.rewrite = 1 if rewrite else 0
+        if partials not in ("f32", "native"):
+            _fail(L.EIN_EINVAL, "compileGraph: partials=%r; expected 'f32' or 'native'"
+                  % (partials,))
+        o.partials = cstr(partials)
         o.no_reuse = 1 if no_reuse else 0
         o.progress = _progress_flag(progress)
         chunks = os.environ.get("EIN_EXCHANGE_CHUNKS", "")
@@ -1301,7 +1305,8 @@ _SCHEDULES = {"naive": "naive", "search": "search", "ai": "search"}
 def compileGraph(graph, device=None, schedule_mode="naive", backend=None, selector="dp",
                  seed=None, search_work=None, topology=None, rewrite=False,
                  worker_timeout=None, run_timeout=None, verbose=False,
-                 generate_missing=False, trace=None, progress=None, no_reuse=False):
+                 generate_missing=False, trace=None, progress=None, partials="f32",
+                 no_reuse=False):
     """The paper's es.compileGraph: plan `graph` over the devices listed in
     `device` (default: every visible GPU, or one device when none is
     visible), make every exchange program (schedule_mode "naive": the naive
@@ -1318,6 +1323,9 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     run of execute() takes longer than a second (True or None, the
     default: only when stderr is a terminal, as einrun does; the line is
     erased when the work ends; False: never).
+    partials: "f32" (the default) moves and aggregates the partial sums of
+    a split contraction in f32; "native" in the tensor's dtype (half the
+    bytes for bf16/f16, rounded at each step), as einrun --partials.
     no_reuse: every buffer in a place of its own (no memory reuse), which
     entry points (Program.add_entry) need."""
     if not isinstance(graph, Graph):
@@ -1347,7 +1355,7 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     return Program(graph, device, _SCHEDULES[schedule_mode], backend, selector, seed,
                    search_work, topology, rewrite, worker_timeout, run_timeout, verbose,
                    generate_missing, trace=None if trace is None else os.fspath(trace),
-                   progress=progress, no_reuse=no_reuse)
+                   progress=progress, partials=partials, no_reuse=no_reuse)
 
 
 def load_program(path, device=None, backend=None, topology=None, worker_timeout=None,

@@ -140,7 +140,9 @@ def compileGraph(graph: Graph, device: Optional[Sequence[int]] = ...,
                  worker_timeout: Optional[float] = ..., run_timeout: Optional[float] = ...,
                  verbose: bool = ..., generate_missing: bool = ...,
                  trace: Optional[PathLike] = ...,
-                 progress: Optional[bool] = ..., no_reuse: bool = ...) -> Program: ...
+                 progress: Optional[bool] = ...,
+                 partials: Literal["f32", "native"] = ...,
+                 no_reuse: bool = ...) -> Program: ...
 
 def load_program(path: PathLike, device: Optional[Sequence[int]] = ...,
                  backend: Optional[Literal["cpu", "cuda"]] = ...,

@@ -74,6 +74,7 @@ class ein_compile_options(ctypes.Structure):
         ("progress", ctypes.c_int),
         ("exchange_chunks", ctypes.c_int),
         ("no_reuse", ctypes.c_int),
+        ("partials", ctypes.c_char_p),
         ("_spare", ctypes.c_char * 256),
     ]
 

@@ -284,6 +284,18 @@ static void test_table(void **state)
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
                  t == 0 ? "" : t + 1 == EIN_DTYPE_COUNT ? " or " : ", ", ein_dtype_info_of(t)->name);
     assert_string_equal(ein_dtype_names(), names);
+    /* the lists for messages: the float rows; the integer rows an
+     * embedding reads ids in; the safetensors and .npy codes */
+    char buf[128];
+    assert_string_equal(ein_dtype_float_names(), "f32, f16 or bf16");
+    assert_string_equal(ein_dtype_list(buf, sizeof buf, 0, EIN_KERNEL_EMBEDDING, EIN_DTYPE_BY_NAME),
+                        "i32 or i64");
+    assert_string_equal(ein_dtype_list(buf, sizeof buf, 0, EIN_KERNEL_EINSUM, EIN_DTYPE_BY_NAME), "");
+    assert_string_equal(ein_dtype_list(buf, sizeof buf, -1, -1, EIN_DTYPE_BY_ST),
+                        "F32, F16, BF16, I32 or I64");
+    assert_string_equal(ein_dtype_list(buf, sizeof buf, -1, -1, EIN_DTYPE_BY_NPY),
+                        "<f4, <f2, bf16 as |V2, <i4 or <i8");
+    assert_string_equal(ein_dtype_list(buf, 8, -1, -1, EIN_DTYPE_BY_NAME), "f32, f1"); /* cut */
     assert_null(ein_dtype_info_of(EIN_DTYPE_COUNT));
     assert_null(ein_dtype_info_of(-1));
     assert_false(ein_dtype_kernel_ok(EIN_DTYPE_COUNT, EIN_KERNEL_SLICE));

@@ -6,7 +6,8 @@
  * - f16/bf16 partial sums are kept in f32 until they are aggregated: a
  *   contraction whose halves overflow f16 (but whose total fits) is exact
  *   on 2 and 4 devices as on 1, and a bf16 contraction split 8 ways is as
- *   accurate as the unsplit one (both compared with a double reference).
+ *   accurate as the unsplit one (both compared with a double reference);
+ *   with --partials native (bf16 partials) it stays within bf16 tolerance.
  * Inputs are written by this test; references are computed here. */
 #include <math.h>
 #include <setjmp.h>
@@ -150,9 +151,10 @@ static void test_f16_partials_do_not_overflow(void **state)
 /* 64 bf16 dot products of 4096 terms in [-1, 1], unsplit and split 8 ways
  * over the contraction. With f32 partials both round one f32 sum (in a
  * different order) to bf16 once, so they agree except where the sums
- * straddle a rounding midpoint; with bf16 partials each partial was rounded
- * on its own and many results moved by an ulp. Both are also held against
- * a double reference. */
+ * straddle a rounding midpoint; with bf16 partials (--partials native,
+ * the third run) each partial was rounded on its own and many results
+ * moved by an ulp, but stay within bf16 tolerance of the f32-partials
+ * run. All are also held against a double reference. */
 static void test_bf16_split_precision(void **state)
 {
     (void)state;
@@ -189,19 +191,20 @@ static void test_bf16_split_precision(void **state)
     assert_int_equal(ein_npy_save(path, EIN_BF16, 2, (int64_t[]){1, K}, ah, &err), 0);
     snprintf(path, sizeof path, "%s/b.npy", e2e_scratch());
     assert_int_equal(ein_npy_save(path, EIN_BF16, 2, (int64_t[]){K, N}, bh, &err), 0);
-    static float y[2][N];
-    double maxerr[2] = {0, 0};
-    int ps[2] = {1, 8};
-    for (int r = 0; r < 2; r++) {
+    static float y[3][N];
+    double maxerr[3] = {0, 0, 0};
+    int ps[3] = {1, 8, 8};
+    for (int r = 0; r < 3; r++) {
         /* the paper's plan (comm) splits the contraction; the default
          * (time) need not */
         const char *bind[] = {"--input", "a=a.npy", "--input", "b=b.npy",
-                              "--output", "y=y.npy", "--explain", "--objective", "comm"};
+                              "--output", "y=y.npy", "--explain", "--objective", "comm",
+                              "--partials", r == 2 ? "native" : "f32"};
         char out[8192];
-        int rc = run_einrun(ps[r], ein, bind, 9, out, sizeof out);
+        int rc = run_einrun(ps[r], ein, bind, 11, out, sizeof out);
         if (rc != 0)
             fail_msg("P=%d: einrun exit %d: %s", ps[r], rc, out);
-        if (r == 1 && !strstr(out, "k:8"))
+        if (r >= 1 && !strstr(out, "k:8"))
             fail_msg("P=8: the plan does not split the contraction 8 ways: %s", out);
         snprintf(path, sizeof path, "%s/y.npy", e2e_scratch());
         ein_npy_info info;
@@ -213,19 +216,33 @@ static void test_bf16_split_precision(void **state)
             /* Relative to the sum of |terms|: sums cancel, partials do not. */
             double e = fabs((double)y[r][j] - ref[j]) / mag[j];
             if (!(e <= 1.0 / 128)) /* NaN or garbage */
-                fail_msg("P=%d: y[%d] = %g, reference %g", ps[r], j, (double)y[r][j], ref[j]);
+                fail_msg("P=%d run %d: y[%d] = %g, reference %g", ps[r], r, j, (double)y[r][j],
+                         ref[j]);
             if (e > maxerr[r])
                 maxerr[r] = e;
+            /* native partials: within bf16 tolerance of the f32-partials
+             * run (each of the 8 partials and each aggregation step
+             * rounds by at most 2^-9 of what it holds) */
+            double d = fabs((double)y[2][j] - (double)y[1][j]) / mag[j];
+            if (r == 2 && !(d <= 1.0 / 64))
+                fail_msg("native partials: y[%d] = %g, with f32 partials %g", j,
+                         (double)y[2][j], (double)y[1][j]);
         }
         assert_clean();
     }
-    int differ = 0;
-    for (int j = 0; j < N; j++)
+    int differ = 0, native = 0;
+    for (int j = 0; j < N; j++) {
         differ += y[0][j] != y[1][j];
-    print_message("# bf16 relative error: P=1 %.3g, P=8 %.3g; %d of %d results differ\n",
-                  maxerr[0], maxerr[1], differ, N);
+        native += y[2][j] != y[1][j];
+    }
+    print_message("# bf16 relative error: P=1 %.3g, P=8 %.3g, P=8 native partials %.3g; "
+                  "of %d results, P=8 differs from P=1 in %d, native from f32 partials in %d\n",
+                  maxerr[0], maxerr[1], maxerr[2], N, differ, native);
     if (differ > 2)
         fail_msg("P=8 differs from P=1 in %d of %d results: partials lost precision", differ, N);
+    /* bf16 partials really were rounded: some results moved */
+    if (native == 0)
+        fail_msg("--partials native gives the f32-partials results exactly: not bf16 partials?");
 }
 
 int main(void)

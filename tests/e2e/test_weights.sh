@@ -81,7 +81,7 @@ bad "--map to a missing tensor" 2 "no tensor named 'nope' in good.safetensors" \
     --weights good.safetensors --map w1=nope
 bad "--map to a missing input" 2 "the program has no input named 'wz'" \
     --weights good.safetensors --map wz=w1
-bad "--map without --weights" 2 "no --weights file" --map w1=w1
+bad "--map without --weights" 2 "no weights file" --map w1=w1
 bad "--weights of a directory" 2 "$S: " --weights "$S"
 # --input wins over a same-named tensor; --map of it is refused.
 bad "--map of an input given by --input" 2 "input w1 already has a source" \

@@ -111,6 +111,28 @@ def test_schedule_mode_search_and_its_alias_ai():
         es.compileGraph(g, device=[0, 1], schedule_mode="fast")
 
 
+def test_partials_native_and_f32(rng):
+    # A bf16 contraction: native partials (half the bytes) stay within
+    # bf16 tolerance of f32 partials; another word is refused.
+    g = es.createGraph()
+    a = g.insertTensor(es.tensorDesc([4, 512], "bf16"), name="a")
+    b = g.insertTensor(es.tensorDesc([512, 4], "bf16"), name="b")
+    y = a @ b
+    g.save(y)
+    va, vb = rng.uniform(-1, 1, (4, 512)), rng.uniform(-1, 1, (512, 4))
+    got = {}
+    for mode in ("f32", "native"):
+        with es.compileGraph(g, device=[0, 1], partials=mode) as p:
+            p.load(a, va.astype(np.float32))
+            p.load(b, vb.astype(np.float32))
+            p.execute()
+            got[mode] = np.asarray(p.offload(y), dtype=np.float64)
+    mag = np.abs(va) @ np.abs(vb)
+    assert np.all(np.abs(got["native"] - got["f32"]) <= mag / 64)
+    with pytest.raises(ValueError, match="'f32' or 'native'"):
+        es.compileGraph(g, device=[0, 1], partials="bf16")
+
+
 # ---- operators ----------------------------------------------------------------
 def test_at_and_arithmetic_operators_build_the_graph(rng):
     g = es.createGraph()
