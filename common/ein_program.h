@@ -169,6 +169,10 @@ typedef struct ein_instr {
     int32_t peer;           /* COPY: source device; NOTIFY: device told */
     int32_t peer_buf;       /* COPY / NOTIFY: buffer id on the source device */
     uint64_t peer_offset;   /* COPY: byte offset of that buffer in the peer's segment */
+    /* Entry points (coordinator/co_entries.h): bit e set = a run of entry
+     * e + 1 runs this instruction; 0 (every program without entry points)
+     * = every run runs it. A run of entry 0 runs everything. */
+    uint32_t entries;
 } ein_instr;
 
 typedef struct ein_program {

@@ -479,6 +479,17 @@ static int pos_ok(const ein_pbuffer *pb, const ein_box *b, int ax)
            same_interval(&pb->box, 0, b, ax);
 }
 
+/* Token interval `t` of box `a` is C times sequence interval `s` of box
+ * `b` for one whole C >= 1 (C new tokens per sequence: kernels/kn_cpu.h). */
+static int chunk_interval(const ein_box *a, int t, const ein_box *b, int s)
+{
+    int64_t nb = b->hi[s] - b->lo[s], nt = a->hi[t] - a->lo[t];
+    if (nb <= 0 || nt <= 0 || nt % nb)
+        return 0;
+    int64_t c = nt / nb;
+    return a->lo[t] / c == b->lo[s] && a->lo[t] % c == 0;
+}
+
 /* The block rules of the generation kernels (kernels/kn_cpu.h). */
 static int check_generate_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
 {
@@ -490,7 +501,7 @@ static int check_generate_kernel(const ein_program *p, int i, const ein_instr *i
         const ein_pbuffer *nw = &p->buffers[ins->srcs[1]], *ps = &p->buffers[ins->srcs[2]];
         ok = ok && o->rank == 4 && ein_box_equal(o, &x->box) && x->dtype == ob->dtype &&
              nw->box.rank == 3 && ein_dtype_is_float((int)nw->dtype) &&
-             same_interval(&nw->box, 0, o, 0) && same_interval(&nw->box, 1, o, 1) &&
+             same_interval(&nw->box, 0, o, 0) && chunk_interval(&nw->box, 1, o, 1) &&
              same_interval(&nw->box, 2, o, 3) && pos_ok(ps, o, 1) && k->rows >= o->hi[2];
         return ok ? 0 : ifail(err, i, ins, "cache_write: state, x, pos and dst blocks do not match");
     }
@@ -510,8 +521,8 @@ static int check_generate_kernel(const ein_program *p, int i, const ein_instr *i
          ein_dtype_is_float((int)kb->dtype) && ein_dtype_is_float((int)vb->dtype) &&
          k->group >= 1 && k->group <= (int64_t)1 << 32 &&
          q->lo[0] == k->group * kx->lo[0] && q->hi[0] == k->group * kx->hi[0] &&
-         same_interval(q, 1, kx, 1) && q->lo[2] == 0 && same_interval(q, 2, kx, 3) &&
-         pos_ok(ps, q, 1);
+         chunk_interval(q, 1, kx, 1) && q->lo[2] == 0 && same_interval(q, 2, kx, 3) &&
+         pos_ok(ps, kx, 1);
     if (ok) {
         int partial = k->kind == EIN_KERNEL_DECODE_ATTENTION_PARTIAL;
         ein_box want = partial ? ein_agg_box(EIN_AGG_LSE, q) : *q;

@@ -11,7 +11,8 @@
  *   below): "subscripts" | "unary","scalar" | "binary" | "axis" | "eps" |
  *   "head_dim","theta","list" | "group","list" | "axes","reduce" |
  *   "axis","list" | "axis","start" | "head_dim"}, "list" an int array;
- *   AGG "agg"; COPY "peer", "peer_buf", "peer_offset"; NOTIFY and WAIT "peer", "peer_buf".
+ *   AGG "agg"; COPY "peer", "peer_buf", "peer_offset"; NOTIFY and WAIT "peer", "peer_buf";
+ *   any kind "entries" (u32), only when non-zero (entry points).
  * Enums travel as their integer values (the protocol version "v" of the
  * envelope guards their meaning). Unknown or duplicate keys are errors. */
 #include "common/ein_program.h"
@@ -124,12 +125,17 @@ static int pack_instr(msgpack_packer *pk, const ein_instr *ins)
     case EIN_I_WAIT: extra = 2; break;
     default: extra = 0; break;
     }
+    if (ins->entries)
+        extra++;
     e |= msgpack_pack_map(pk, 5 + extra);
     KEY("kind"); e |= msgpack_pack_int(pk, (int)ins->kind);
     KEY("deps"); e |= pack_ids(pk, ins->deps, ins->ndeps);
     KEY("srcs"); e |= pack_ids(pk, ins->srcs, ins->nsrcs);
     KEY("dst"); e |= msgpack_pack_int32(pk, ins->dst);
     KEY("op"); e |= pack_bounded_str(pk, ins->op, EIN_NAME_MAX);
+    if (ins->entries) {
+        KEY("entries"); e |= msgpack_pack_uint32(pk, ins->entries);
+    }
     switch (ins->kind) {
     case EIN_I_LOAD:
     case EIN_I_STORE:
@@ -430,11 +436,11 @@ static int unpack_kernel(const msgpack_object *o, ein_kernel *k, const char *wha
 
 enum {
     I_KIND, I_DEPS, I_SRCS, I_DST, I_OP, I_KERNEL, I_AGG, I_PATH, I_SEED, I_KEY, I_SHAPE,
-    I_PEER, I_PEER_BUF, I_PEER_OFFSET, I_FORMAT, I_OFFSET, I_COUNT
+    I_PEER, I_PEER_BUF, I_PEER_OFFSET, I_FORMAT, I_OFFSET, I_ENTRIES, I_COUNT
 };
 static const char *const instr_keys[I_COUNT] = {
     "kind", "deps", "srcs", "dst", "op", "kernel", "agg", "path", "seed", "key", "shape",
-    "peer", "peer_buf", "peer_offset", "format", "offset",
+    "peer", "peer_buf", "peer_offset", "format", "offset", "entries",
 };
 
 /* Fill *ins (zeroed by the caller; its arrays are the caller's to free
@@ -469,6 +475,8 @@ static int unpack_instr(const msgpack_object *o, ein_instr *ins, int id, ein_err
     default: break;
     }
     for (int k = I_KERNEL; k < I_COUNT; k++) {
+        if (k == I_ENTRIES) /* optional for every kind */
+            continue;
         if ((need & 1u << k) && !v[k])
             return missing(err, what, instr_keys[k]);
         if (!(need & 1u << k) && v[k])
@@ -527,6 +535,15 @@ static int unpack_instr(const msgpack_object *o, ein_instr *ins, int id, ein_err
         (rc = ein_mp_get_uint(v[I_PEER_OFFSET], &ins->peer_offset, fmt_what(w, sizeof w, "%s.peer_offset", what),
                               err)) < 0)
         return rc;
+    if (v[I_ENTRIES]) {
+        uint64_t ev;
+        if ((rc = ein_mp_get_uint(v[I_ENTRIES], &ev, fmt_what(w, sizeof w, "%s.entries", what), err)) < 0)
+            return rc;
+        if (ev > UINT32_MAX)
+            return ein_fail(err, EIN_EPROTO, "%s: entries %llu above 32 bits", w,
+                            (unsigned long long)ev);
+        ins->entries = (uint32_t)ev;
+    }
     return 0;
 }
 

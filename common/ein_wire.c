@@ -270,14 +270,15 @@ const char *ein_msg_type_name(ein_msg_type t)
 enum {
     F_TYPE, F_V, F_DEVICE, F_PID, F_BUFFER, F_INSTR, F_CODE, F_OP, F_TEXT,
     F_T_TOTAL, F_T_KERNEL, F_T_COPY, F_T_WAIT, F_PROGRAM, F_STORE, F_RELOAD,
-    F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED, F_G_ERROR, F_T_DEVICE, F_G_SHORT, F_ADDRS, F_COUNT
+    F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED, F_G_ERROR, F_T_DEVICE, F_G_SHORT, F_ADDRS, F_ENTRY,
+    F_COUNT
 };
 
 static const char *const field_names[F_COUNT] = {
     "type", "v", "device", "pid", "buffer", "instr", "code", "op", "text",
     "t_total", "t_kernel", "t_copy", "t_wait", "program", "store", "reload",
     "graphs_captured", "graphs_launched", "graphs_failed", "graph_error", "t_device",
-    "graphs_short", "addrs",
+    "graphs_short", "addrs", "entry",
 };
 
 #define B(f) (1u << (f))
@@ -302,6 +303,7 @@ static const unsigned msg_optional[EIN_MSG_COUNT] = {
     [EIN_MSG_DONE] = B(F_G_CAPTURED) | B(F_G_LAUNCHED) | B(F_G_FAILED) | B(F_G_ERROR) |
                      B(F_T_DEVICE) | B(F_G_SHORT),
     [EIN_MSG_HELLO] = B(F_ADDRS),
+    [EIN_MSG_START] = B(F_ENTRY),
 };
 
 /* Whether optional field i of m carries something. */
@@ -315,6 +317,7 @@ static int optional_set(const ein_msg *m, int i)
     case F_G_ERROR: return m->graph_error[0] != '\0';
     case F_T_DEVICE: return m->t_device != 0;
     case F_ADDRS: return m->naddrs > 0;
+    case F_ENTRY: return m->entry != 0;
     default: return 0;
     }
 }
@@ -370,6 +373,7 @@ static int pack_msg(msgpack_packer *pk, const ein_msg *m, ein_error *err)
         case F_G_SHORT: e |= msgpack_pack_int32(pk, m->graphs_short); break;
         case F_G_ERROR: e |= pack_fixed_str(pk, m->graph_error, sizeof m->graph_error); break;
         case F_T_DEVICE: e |= msgpack_pack_int32(pk, m->t_device ? 1 : 0); break;
+        case F_ENTRY: e |= msgpack_pack_int32(pk, m->entry); break;
         case F_ADDRS:
             if (m->naddrs < 0 || m->naddrs > EIN_ADDRS_MAX || (m->naddrs && !m->addrs))
                 return ein_fail(err, EIN_EINVAL, "%s message: %d addresses (at most %d)",
@@ -642,6 +646,8 @@ static int unpack_run_fields(const msgpack_object *const v[F_COUNT], ein_msg *m,
     if ((rc = unpack_i32(v[F_STORE], 0, 1, &m->store, "store", err)) < 0)
         return rc;
     if (v[F_RELOAD] && (rc = unpack_reload(v[F_RELOAD], m, err)) < 0)
+        return rc;
+    if ((rc = unpack_i32(v[F_ENTRY], 0, EIN_ENTRY_MAX, &m->entry, "entry", err)) < 0)
         return rc;
     const int gfield[4] = {F_G_CAPTURED, F_G_LAUNCHED, F_G_FAILED, F_G_SHORT};
     int32_t *gval[4] = {&m->graphs_captured, &m->graphs_launched, &m->graphs_failed,

@@ -62,6 +62,7 @@ typedef struct ein_reload {
 } ein_reload;
 
 #define EIN_RELOAD_MAX 4096         /* entries in one START */
+#define EIN_ENTRY_MAX 32            /* entry points of one program (ein_instr.entries' bits) */
 #define EIN_PATH_MAX 4096           /* bytes of a reload path, NUL included */
 
 /* An opaque byte string (a UCX worker address), owned by its message. */
@@ -97,6 +98,9 @@ typedef struct ein_msg {
     int32_t t_device;
     ein_program *program;           /* PROGRAM (owned) */
     int32_t store;                  /* START: run the STOREs this time (0/1) */
+    int32_t entry;                  /* START, optional: 0 every instruction, e in
+                                       1..EIN_ENTRY_MAX only those whose `entries`
+                                       has bit e - 1 (or is 0) (ein_program.h) */
     ein_reload *reload;             /* START: inputs to load again (owned) */
     int32_t nreload;
     /* HELLO, optional (a worker of a run on several hosts): one entry, its

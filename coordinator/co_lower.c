@@ -129,6 +129,16 @@ static int load_block(lw *L, int node, const ein_box *box, int dev)
             ein_box_equal(&L->loads[i].box, box))
             return L->loads[i].buf;
     const pl_node *nd = pl_graph_node(L->g, node);
+    /* A state's blocks are its cache_writes' own buffers: two cache_writes
+     * of it (entry points) must write the same blocks, never overlapping
+     * ones (pl_spec_enumerate gives them one spec). */
+    for (int i = 0; nd->state && i < L->nloads; i++) {
+        ein_box common;
+        if (L->loads[i].node == node && ein_box_intersect(&L->loads[i].box, box, &common))
+            return ein_fail(L->err, EIN_EINVAL, "state %s: its cache_writes tile it differently "
+                            "(blocks on devices %d and %d overlap)", nd->name, L->loads[i].dev,
+                            dev);
+    }
     int buf = co_lw_new_buf(L, dev, nd->dtype, box);
     if (buf < 0)
         return buf;

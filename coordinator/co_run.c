@@ -448,6 +448,11 @@ static int cancel_step(run *r, ein_error *err)
     return rc;
 }
 
+void co_session_set_entry(co_session *r, int entry)
+{
+    r->entry = entry;
+}
+
 int co_session_step(co_session *r, int store, const ein_reload *reload, int nreload,
                     co_worker_stats *stats, double *wall_s, ein_error *err)
 {
@@ -462,7 +467,7 @@ int co_session_step(co_session *r, int store, const ein_reload *reload, int nrel
      * is DONE (or loaded), so no buffer is rewritten while a peer may still
      * be copying it. */
     ein_msg st = {.type = EIN_MSG_START, .store = store, .reload = (ein_reload *)reload,
-                  .nreload = nreload};
+                  .nreload = nreload, .entry = r->entry};
     double t0 = ein_now_s();
     if (!r->o->per_run_timeout && r->o->timeout > 0 && !r->deadline)
         r->deadline = t0 + r->o->timeout;

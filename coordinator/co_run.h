@@ -120,6 +120,10 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *opt
 int co_session_step(co_session *s, int store, const ein_reload *reload, int nreload,
                     co_worker_stats *stats, double *wall_s, ein_error *err);
 int co_session_stop(co_session *s, ein_error *err);
+/* The entry point the next co_session_step runs (the START's `entry`,
+ * common/ein_wire.h): 0 every instruction (the default), e >= 1 those of
+ * entry e (coordinator/co_entries.h). */
+void co_session_set_entry(co_session *s, int entry);
 /* Cancel the step running now, if any (else nothing happens): its
  * co_session_step sends CANCEL to every worker, waits until all have
  * stopped that run (wk_exec.c: each says CANCELLED once it and all its

@@ -56,6 +56,7 @@ struct co_session {
     sigset_t oldmask;
     worker *w;
     int iter;           /* iterations started */
+    int entry;          /* the next steps' entry point (co_session_set_entry) */
     double deadline;    /* the current wait's end (opts timeout), 0: none */
     ein_status_slot *status;    /* the run's status page (see ein_status.h) */
     co_guard guard;

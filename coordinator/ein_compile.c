@@ -425,6 +425,8 @@ void ein_compiled_free(ein_compiled *c)
     pl_graph_free(c->g);
     free(c->src_topology);
     free(c->src_gpu_probe);
+    for (int e = 0; e < c->nentries; e++)
+        free(c->entries[e].out);
     free(c);
 }
 

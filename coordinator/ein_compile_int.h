@@ -39,11 +39,25 @@ struct ein_compiled {
     int src_cuda;
     int src_gpu_ids[EIN_MAX_DEVICES];
     int loaded;                 /* read by ein_compiled_load: phys is NULL */
+    /* Entry points (ein_compiled_add_entry, coordinator/co_entries.h):
+     * entry e + 1 is entries[e], the saved outputs out[0..nout) (node ids). */
+    struct {
+        char name[64];
+        int *out, nout;
+    } entries[32];
+    int nentries;
 };
 
 /* 1 if `path` is a regular file that starts like a saved program
  * (ein_compiled_save), else 0; never blocks (a FIFO is 0). */
 int co_saved_program_is(const char *path);
+
+/* The compiled program a session runs (NULL for NULL). */
+const ein_compiled *ein_session_compiled(const ein_session *s);
+
+/* Entry point `name` of c (ein_compiled_add_entry): its number (>= 1), or
+ * EIN_EINVAL for none. */
+int ein_compiled_entry(const ein_compiled *c, const char *name);
 
 /* Fill c's exchange texts and names from c->phys (ein_compile), or NULL
  * arrays of `n` entries for a loaded program to fill. */

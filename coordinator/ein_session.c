@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -18,6 +19,7 @@
 #include "common/ein_npy.h"
 #include "common/ein_safetensors.h"
 #include "common/ein_self.h"
+#include "coordinator/co_entries.h"
 #include "coordinator/co_run.h"
 #include "coordinator/co_weights.h"
 #include "coordinator/ein_compile_int.h"
@@ -28,6 +30,12 @@ typedef struct sess_input {
     ein_load_format format; /* NPY, or RAW at `offset` (a .safetensors tensor) */
     uint64_t offset;
     int dirty;              /* changed since the workers last loaded it */
+    /* Set from memory: the session's own .npy (path), kept open, its data
+     * at byte mem_off; a later set of the same input rewrites only the data
+     * (one pwrite: a step's small inputs, up to 64 KiB, cost no file
+     * creation). */
+    int mem_fd;             /* -1: none */
+    uint64_t mem_off;
 } sess_input;
 
 struct ein_session {
@@ -48,6 +56,8 @@ struct ein_session {
     int stored;             /* a run has stored the outputs */
     int generate_missing;   /* the options' */
     int dead;               /* a run failed: the workers are gone */
+    int shared_state;       /* a state written by several cache_writes (-1: none):
+                               only entry points may run */
     ein_error why;
     int *host_of;           /* fake_hosts: each device's pseudo-host */
     char node_path[PATH_MAX]; /* fake_hosts: einnode */
@@ -75,8 +85,11 @@ static void session_free(ein_session *s)
     for (int v = 0; s->out_path && v < g->nnodes; v++)
         free(s->out_path[v]);
     free(s->out_path);
-    for (int i = 0; i < s->nin; i++)
+    for (int i = 0; i < s->nin; i++) {
         free(s->in[i].path);
+        if (s->in[i].mem_fd >= 0)
+            close(s->in[i].mem_fd);
+    }
     free(s->in);
     co_programs_free(s->progs, s->c->ndev);
     free(s->host_of);
@@ -202,7 +215,8 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
     /* States are not inputs: nothing sets them, they start at zero. */
     for (int v = 0; v < g->nnodes; v++)
         if (pl_graph_node(g, v)->kind == PL_INPUT && !pl_graph_node(g, v)->state)
-            s->in[s->nin++] = (sess_input){.node = v};
+            s->in[s->nin++] = (sess_input){.node = v, .mem_fd = -1};
+    s->shared_state = co_entries_shared_state(g);
     s->store_paths = o.store_paths;
     s->generate_missing = o.generate_missing;
     if ((rc = copy_programs(s, err)) < 0)
@@ -372,8 +386,26 @@ static int session_set_input(ein_session *s, const char *name, const void *data,
     }
     char p[PATH_MAX + 64];
     snprintf(p, sizeof p, "%s/in-%d.npy", s->dir, in->node);
+    if (in->mem_fd >= 0 && in->path && !strcmp(in->path, p) && in->format == EIN_LOAD_NPY) {
+        /* the same file as last time: its data bytes only */
+        ssize_t w = want ? pwrite(in->mem_fd, data, want, (off_t)in->mem_off) : 0;
+        if (w == (ssize_t)want) {
+            in->dirty = 1;
+            return 0;
+        }
+        close(in->mem_fd);   /* written partly, or not: made again below */
+        in->mem_fd = -1;
+    }
     if ((rc = ein_npy_save(p, nd->dtype, nd->rank, nd->shape, data, err)) < 0)
         return rc;
+    if (in->mem_fd < 0 && want <= 65536) { /* small per-step inputs only: an fd each */
+        ein_npy_info info;
+        int fd = ein_npy_read_info(p, &info, NULL) == 0 ? open(p, O_WRONLY | O_CLOEXEC) : -1;
+        if (fd >= 0) {
+            in->mem_fd = fd;
+            in->mem_off = info.data_offset;
+        }
+    }
     return input_point(in, p, EIN_LOAD_NPY, 0, err);
 }
 
@@ -497,11 +529,17 @@ static int check_inputs_set(const ein_session *s, ein_error *err)
                     nmiss == 1 ? "this one" : "these", nmiss == 1 ? "it" : "them");
 }
 
-static int session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_error *err)
+static int session_run_ex(ein_session *s, int entry, int store, ein_run_stats *stats,
+                          ein_error *err)
 {
     int rc = check_alive(s, err);
     if (rc < 0)
         return rc;
+    if (entry == 0 && s->shared_state >= 0)
+        return ein_fail(err, EIN_EINVAL, "state %s is written by several cache_writes: run "
+                        "one entry point (ein_session_run_entry), not the whole program",
+                        pl_graph_node(s->c->g, s->shared_state)->name);
+    co_session_set_entry(s->cs, entry);
     if ((rc = check_inputs_set(s, err)) < 0)
         return rc;
     int ndev = s->c->ndev, n = 0;
@@ -667,12 +705,28 @@ int ein_session_load_safetensors(ein_session *s, const char *path, const char *c
 
 int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_error *err)
 {
-    LOCKED(session_run_ex(s, store, stats, err));
+    LOCKED(session_run_ex(s, 0, store, stats, err));
 }
 
 int ein_session_run(ein_session *s, ein_run_stats *stats, ein_error *err)
 {
-    LOCKED(session_run_ex(s, 1, stats, err));
+    LOCKED(session_run_ex(s, 0, 1, stats, err));
+}
+
+static int session_run_entry(ein_session *s, const char *entry, int store, ein_run_stats *stats,
+                             ein_error *err)
+{
+    int e = s->c ? ein_compiled_entry(s->c, entry) : EIN_EINVAL;
+    if (e < 0)
+        return ein_fail(err, EIN_EINVAL, "run: the program has no entry point '%s' "
+                        "(ein_compiled_add_entry)", entry ? entry : "(null)");
+    return session_run_ex(s, e, store, stats, err);
+}
+
+int ein_session_run_entry(ein_session *s, const char *entry, int store, ein_run_stats *stats,
+                          ein_error *err)
+{
+    LOCKED(session_run_entry(s, entry, store, stats, err));
 }
 
 int ein_session_get_output(ein_session *s, const char *name, void *dst, size_t bytes,
@@ -690,6 +744,11 @@ const char *ein_session_output_path(const ein_session *s, const char *name)
     const char *p = getpid() == s->owner ? session_output_path(s, name) : NULL;
     pthread_mutex_unlock(&m->lock);
     return p;
+}
+
+const ein_compiled *ein_session_compiled(const ein_session *s)
+{
+    return s ? s->c : NULL;
 }
 
 int ein_session_input_is_set(const ein_session *s, const char *name)

@@ -152,15 +152,19 @@ int kn_cpu_embedding(int64_t rows, const kn_block *table, const kn_block *ids, k
 /* Generation (issue 25). Positions `pos` are i32 or i64, one per sequence
  * (batch index) or token, over the same interval as the block's batch or
  * tokens.
+ * C >= 1 new tokens per sequence (C = 1: a decode step; C > 1: a prefill
+ * chunk): token rows [C*b0, C*b1), token C*b + t of sequence b at position
+ * pos[b] + t.
  * cache_write: state and out [h0,h1) x [b0,b1) x [s0,s1) x [0,D) (out may
- * be state: in place; else state is copied first), x [h0,h1) x [b0,b1) x
- * [0,D), pos [b0,b1): out[h, b, pos[b], :] = x[h, b, :] where pos[b] lies
- * in [s0, s1). A pos outside [0, rows) (rows = the cache length) fails
- * with EIN_EINVAL naming the sequence, before out is written.
- * decode_attention: q [g*h0,g*h1) x [b0,b1) x [0,D) (g = group), k and v
- * [h0,h1) x [b0,b1) x [s0,s1) x [0,D), pos [b0,b1): query row (qh, b)
- * attends keys [s0, min(s1, pos[b] + 1)) of kv head qh / g, scale
- * 1/sqrt(D). With partial 0 out is q's box (a row with no key fails);
+ * be state: in place; else state is copied first), x [h0,h1) x
+ * [C*b0,C*b1) x [0,D), pos [b0,b1): out[h, b, pos[b] + t, :] =
+ * x[h, C*b + t, :] where pos[b] + t lies in [s0, s1). A pos[b] outside
+ * [0, rows - C] (rows = the cache length) fails with EIN_EINVAL naming the
+ * sequence, before out is written.
+ * decode_attention: q [g*h0,g*h1) x [C*b0,C*b1) x [0,D) (g = group), k and
+ * v [h0,h1) x [b0,b1) x [s0,s1) x [0,D), pos [b0,b1): query row
+ * (qh, C*b + t) attends keys [s0, min(s1, pos[b] + t + 1)) of kv head
+ * qh / g (causal within the chunk), scale 1/sqrt(D). With partial 0 out is q's box (a row with no key fails);
  * with partial 1 out is f32 over ein_agg_box(EIN_AGG_LSE, q box) as for
  * kn_cpu_attention_partial (a row with no key, a block past pos, is the
  * merge's identity and reads no key). A negative pos fails.

@@ -363,6 +363,23 @@ static int enumerate_k(const pl_graph *g, int node, const pl_index *idx, int nid
     return rc;
 }
 
+/* A cache_write of a state that other cache_writes write too: all of them
+ * must write the same blocks on the same devices (the state's buffers are
+ * theirs), so each gets only the first spec (the same for all: they have
+ * the state's indices). */
+static int shared_state_writer(const pl_graph *g, int node)
+{
+    const pl_node *nd = pl_graph_node(g, node);
+    if (nd->kind != PL_CACHE_WRITE)
+        return 0;
+    for (int v = 0; v < g->nnodes; v++) {
+        const pl_node *o = pl_graph_node(g, v);
+        if (v != node && o->kind == PL_CACHE_WRITE && o->inputs[0] == nd->inputs[0])
+            return 1;
+    }
+    return 0;
+}
+
 /* The paper's exactly-p specs when there are any; otherwise those of the
  * largest k < p the operator allows (k = 1, one device, always exists). */
 static int enumerate_fit(const pl_graph *g, int node, int p, spec_list *list, int *nidx_out,
@@ -381,8 +398,14 @@ static int enumerate_fit(const pl_graph *g, int node, int p, spec_list *list, in
         most *= pl_index_max_count(&idx[i]);
     for (int k = most < p ? (int)most : p; k >= 1; k--) {
         int rc = enumerate_k(g, node, idx, nidx, k, list, err);
-        if (rc < 0 || list->n > 0)
+        if (rc < 0 || list->n > 0) {
+            if (rc == 0 && list->n > 1 && shared_state_writer(g, node)) {
+                for (int i = 1; list->want_specs && i < list->n; i++)
+                    pl_spec_clear(&list->v[i]);
+                list->n = 1;
+            }
             return rc;
+        }
     }
     return 0;
 }

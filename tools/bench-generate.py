@@ -5,7 +5,7 @@ make check (it writes a ~440 MB checkpoint and takes minutes).
 
     PYTHONPATH=python EIN_BUILDDIR=$PWD /usr/bin/python3 tools/bench-generate.py \\
         [--d 768] [--layers 12] [--vocab 32000] [--ff 2048] [--heads 12] \\
-        [--devices 2] [--batch 1] [--prompt 8] [--new 32]
+        [--devices 2] [--batch 1] [--prompt 8] [--new 32] [--torch] [--rounds 3]
 
 Prints the copy bandwidth (one thread per device copying its share of 256
 MiB at once, best of 5: bytes copied per second), the bytes one decode
@@ -14,7 +14,14 @@ key/value cache up to the middle of the decode), the bound (those bytes
 read at the copy's memory traffic, twice the bytes copied: a copy reads
 and writes each byte) and the measured decode steps per second with its
 ratio to the bound. On a machine shared with other work every number
-moves: run it twice."""
+moves: run it twice.
+
+--torch (batch 1): the same model and greedy decode in plain PyTorch on the
+CPU (Debian's python3-torch: not a dependency of the package or of CI), a
+key/value cache per layer and torch.set_num_threads(devices), measured in
+the same run, interleaved with einsummable's (--rounds rounds of each);
+prints each round's decode steps per second and the ratio einsummable /
+PyTorch."""
 import argparse
 import json
 import os
@@ -39,6 +46,8 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--prompt", type=int, default=8)
     ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--torch", action="store_true", help="compare with plain PyTorch (batch 1)")
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     import einsummable as es
     dm, L, V, FF, H = a.d, a.layers, a.vocab, a.ff, a.heads
@@ -64,6 +73,7 @@ def main():
               (p + "mlp.down_proj.weight", w(dm, FF))]
     params = sum(x.size for _, x in t)
     hf_model.write(d + "/model.safetensors", t)
+    weights = dict(t) if a.torch else None
     del t
     # copy bandwidth of `devices` threads at once (NumPy releases the GIL),
     # each copying its share of 256 MiB: bytes copied per second
@@ -89,11 +99,20 @@ def main():
     read_bw = 2 * copy_bw
     bound = read_bw / (wbytes + cbytes)           # steps per second
     prompts = [list(rng.integers(0, V, a.prompt)) for _ in range(a.batch)]
+    rounds = []
     with es.llama.load([d + "/model.safetensors"], d + "/config.json",
                        device=list(range(a.devices))) as m:
         m.generate(prompts, max_new_tokens=2)     # compile, bind, warm up
-        m.generate(prompts, max_new_tokens=a.new)
-        st = m.last_stats
+        for r in range(a.rounds if a.torch else 1):
+            got = m.generate(prompts, max_new_tokens=a.new)
+            st = m.last_stats
+            ours = st["decode_steps"] / st["decode_seconds"]
+            if a.torch:
+                theirs, tids = _torch_decode(weights, cfg, prompts[0], a.new, a.devices)
+                rounds.append((ours, theirs))
+                print("round %d: einsummable %.2f steps/s, PyTorch %.2f steps/s: ratio %.2f%s"
+                      % (r + 1, ours, theirs, ours / theirs,
+                         "" if tids == got[0] else " (the ids differ)"))
     steps_s = st["decode_steps"] / st["decode_seconds"]
     print("model: %.1fM parameters (d %d, %d layers, vocab %d, ff %d, %d heads), f32, %d devices, "
           "batch %d" % (params / 1e6, dm, L, V, FF, H, a.devices, a.batch))
@@ -103,7 +122,60 @@ def main():
     print("bound: %.1f steps/s; measured %.1f steps/s (%.1f ms/step, %d steps): %.0f%% of the bound"
           % (bound, steps_s, 1e3 / steps_s, st["decode_steps"], 100 * steps_s / bound))
     print("decode tokens/s: %.1f" % (steps_s * a.batch))
+    if rounds:
+        rs = sorted(o / t for o, t in rounds)
+        print("einsummable / PyTorch (%d threads), median of %d interleaved rounds: %.2f"
+              % (a.devices, len(rs), rs[len(rs) // 2]))
     os.remove(d + "/model.safetensors")
+
+
+def _torch_decode(w, cfg, prompt, n_new, threads):
+    """Greedy decode of one prompt in plain PyTorch (f32, CPU, a key/value
+    cache per layer): decode steps per second and the new ids."""
+    import torch
+    torch.set_num_threads(threads)
+    T = {k: torch.from_numpy(v) for k, v in w.items()}
+    dm, H, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+    D, eps, S = cfg["head_dim"], cfg["rms_norm_eps"], len(prompt) + n_new
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+    kc = [torch.zeros(H, S, D) for _ in range(L)]
+    vc = [torch.zeros(H, S, D) for _ in range(L)]
+
+    def norm(x, g):
+        return g * x * torch.rsqrt(x.pow(2).mean() + eps)
+
+    def rope(v, p):
+        a = torch.cat([p * inv, p * inv])
+        rh = torch.cat([-v[:, D // 2:], v[:, :D // 2]], dim=1)
+        return v * torch.cos(a) + rh * torch.sin(a)
+
+    def step(tok, p):
+        x = T["model.embed_tokens.weight"][tok]
+        for l in range(L):
+            pre = "model.layers.%d." % l
+            h = norm(x, T[pre + "input_layernorm.weight"])
+            q = rope((T[pre + "self_attn.q_proj.weight"] @ h).view(H, D), p)
+            kc[l][:, p] = rope((T[pre + "self_attn.k_proj.weight"] @ h).view(H, D), p)
+            vc[l][:, p] = (T[pre + "self_attn.v_proj.weight"] @ h).view(H, D)
+            s = torch.einsum("hd,hsd->hs", q, kc[l][:, :p + 1]) / D ** 0.5
+            o = torch.einsum("hs,hsd->hd", torch.softmax(s, -1), vc[l][:, :p + 1])
+            x = x + T[pre + "self_attn.o_proj.weight"] @ o.reshape(-1)
+            f = norm(x, T[pre + "post_attention_layernorm.weight"])
+            g = T[pre + "mlp.gate_proj.weight"] @ f
+            x = x + T[pre + "mlp.down_proj.weight"] @ (
+                torch.nn.functional.silu(g) * (T[pre + "mlp.up_proj.weight"] @ f))
+        return T["lm_head.weight"] @ norm(x, T["model.norm.weight"])
+
+    with torch.inference_mode():
+        for p, tok in enumerate(prompt):
+            lg = step(int(tok), p)
+        out = []
+        t0 = time.perf_counter()
+        for i in range(n_new):
+            out.append(int(torch.argmax(lg)))
+            lg = step(out[-1], len(prompt) + i)
+        dt = time.perf_counter() - t0
+    return n_new / dt, out
 
 
 def _timed(fn):

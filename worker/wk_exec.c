@@ -84,6 +84,7 @@ static int ready_add(wk *w, uint64_t key, ein_error *err)
 static int take_start(wk *w, const ein_msg *m, ein_error *err)
 {
     w->store_now = m->store;
+    w->entry_now = m->entry;
     for (int r = 0; r < m->nreload; r++)
         for (int i = 0; i < w->prog->ninstrs; i++) {
             ein_instr *ins = &w->prog->instrs[i];
@@ -588,6 +589,14 @@ int wk_exec_execute(wk *w, ein_error *err)
     if (!w->done && !(w->done = calloc((size_t)n + 1, 1)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     memset(w->done, 0, (size_t)n + 1);
+    /* An entry point's run: the instructions of other entries count as done. */
+    for (int i = 0; w->entry_now > 0 && i < n; i++) {
+        uint32_t en = w->prog->instrs[i].entries;
+        if (en && !(en & 1u << (w->entry_now - 1))) {
+            w->done[i] = 1;
+            left--;
+        }
+    }
     while (left > 0) {
         int progress = 0;
         if (w->cancel)

@@ -48,6 +48,7 @@ typedef struct wk {
     kn_block *blk;              /* operands of the KERNEL/AGG being run (heap, */
     int cap_blk;                /* not 150 KB of stack), grown to the widest */
     int store_now;              /* this iteration's START asked for the STOREs */
+    int entry_now;              /* this iteration's entry point (0: everything) */
     char *reload;               /* per instruction: a LOAD to run again before
                                    this iteration (its START named its input) */
     void *stage;                /* LOAD/STORE staging (stage_get), or NULL */

@@ -97,8 +97,9 @@ int wk_stretch_find(const ein_program *p, int *head, int *next, ein_error *err)
         for (int k = i + 1; k < n && k - i <= WK_STRETCH_SPAN; k++) {
             if (p->instrs[k].kind == EIN_I_COPY || p->instrs[k].kind == EIN_I_WAIT)
                 break; /* a wait on a peer ends the stretch */
-            if (head[k] != -2 || !joins(&f, i, k))
-                continue;
+            if (head[k] != -2 || p->instrs[k].entries != p->instrs[i].entries ||
+                !joins(&f, i, k))
+                continue; /* (a stretch runs for one set of entry points) */
             head[k] = i;
             next[last] = k;
             last = k;

@@ -130,20 +130,28 @@ ein_tensor ein_graph_embedding(ein_graph *g, const char *name, ein_tensor table,
 /* ---- generation (issue 25; docs/generation.md) ------------------------ */
 /* A state tensor (a key/value cache) [heads_kv, batch, len, d] in a float
  * dtype: a session keeps it on the devices for its whole life, it is zero
- * when the session opens, never set or loaded, and only its one
- * cache_write changes it, in place, run after run. */
+ * when the session opens, never set or loaded, and only its cache_write
+ * changes it, in place, run after run. A state may have several
+ * cache_writes (a prefill chunk's and a decode step's, sharing the cache):
+ * then each run must be an entry point (ein_compiled_add_entry) that needs
+ * at most one of them, and the planner gives all of them one tiling (the
+ * first of cache_write's specs), so that they write the same blocks on the
+ * same devices. */
 ein_tensor ein_graph_state(ein_graph *g, const char *name, ein_tensor_desc desc,
                            ein_error *err);
-/* The state with x [heads_kv, batch, d] written at row pos[b] of sequence
- * b (pos [batch], EIN_I32 or EIN_I64, given at each run); what reads the
- * result reads the cache as of after the write. A pos outside [0, len)
+/* The state with x [heads_kv, batch*C, d] written: C >= 1 new tokens per
+ * sequence (C = 1: a decode step; C > 1: a prefill chunk), token t of
+ * sequence b (row b*C + t of x) at row pos[b] + t of sequence b (pos
+ * [batch], EIN_I32 or EIN_I64, given at each run); what reads the result
+ * reads the cache as of after the write. A pos[b] outside [0, len - C]
  * fails the run naming the sequence. */
 ein_tensor ein_graph_cache_write(ein_graph *g, const char *name, ein_tensor state, ein_tensor x,
                                  ein_tensor pos, ein_error *err);
-/* One new token per sequence: q [heads_q, batch, d] attends to the keys and
- * values [0, pos[b]] of caches k, v [heads_kv, batch, len, d] (heads_q a
- * multiple of heads_kv, grouped as in ein_graph_attention; scale
- * 1/sqrt(d)); out [heads_q, batch, d]. */
+/* C >= 1 new tokens per sequence: q [heads_q, batch*C, d], row b*C + t
+ * (token t of sequence b, at position pos[b] + t) attends to the keys and
+ * values [0, pos[b] + t] of caches k, v [heads_kv, batch, len, d] (causal
+ * within the chunk; heads_q a multiple of heads_kv, grouped as in
+ * ein_graph_attention; scale 1/sqrt(d)); out [heads_q, batch*C, d]. */
 ein_tensor ein_graph_decode_attention(ein_graph *g, const char *name, ein_tensor q,
                                       ein_tensor k, ein_tensor v, ein_tensor pos,
                                       ein_error *err);
@@ -356,6 +364,25 @@ int ein_compiled_load(const char *path, ein_compiled **out, ein_error *err);
 int ein_compiled_load_ex(const char *path, int ndev, const ein_compile_options *o,
                          ein_compiled **out, ein_error *err);
 
+/* ---- entry points ----------------------------------------------------
+ * One compiled program may hold several computations over the same weights
+ * and state tensors, for example a prefill chunk and a decode step whose
+ * cache_writes write the same key/value caches (docs/generation.md). An
+ * entry point `name` is the set of saved `outputs`: a run of it
+ * (ein_session_run_entry) runs, on every device, only what those outputs
+ * need (and loads what changed), so the caches one entry writes are what
+ * the other reads, on the same devices, with no copy. Outputs of other
+ * entries keep what their last run stored.
+ *
+ * Add entry points before opening a session on c (a session copies the
+ * program when it opens). The program must be compiled with no_reuse.
+ * Failure: EIN_EINVAL (no such saved output, a name used twice, more than
+ * 32 entries, memory reuse on, an entry that needs two cache_writes of one
+ * state), EIN_ENOMEM. A program saved with entry points (ein_compiled_save)
+ * loads without their names. */
+int ein_compiled_add_entry(ein_compiled *c, const char *name, const char *const *outputs,
+                           int noutputs, ein_error *err);
+
 /* The library's version ("0.1.0"), static. */
 const char *ein_version(void);
 
@@ -522,6 +549,52 @@ int ein_session_run_ex(ein_session *s, int store, ein_run_stats *stats, ein_erro
  * handler, at any time while `s` is open (not during or after
  * ein_session_close). */
 void ein_session_cancel(ein_session *s);
+
+/* Run entry point `entry` (ein_compiled_add_entry) once, as
+ * ein_session_run_ex. EIN_EINVAL for no such entry. A program with a
+ * state written by several cache_writes runs only this way (plain runs
+ * fail with EIN_EINVAL). */
+int ein_session_run_entry(ein_session *s, const char *entry, int store, ein_run_stats *stats,
+                          ein_error *err);
+
+/* ---- generation through a session (docs/generation.md) ----------------
+ * On a session whose program has es.llama's entry points and names: entry
+ * "decode" with inputs ids [B] and pos [B] (i32) and output logits [B, V]
+ * (f32); entry "prefill" with inputs ids_p [B*C], pos_p [B] (each
+ * sequence's first position) and, if the program has it, rpos_p [B*C]
+ * (the rotary positions, pos_p[b] + t: filled here), and output logits_p
+ * [B*C, V]; the key/value caches are states. B, C and V are read from
+ * the program. Weights are the caller's to bind (ein_session_load_safetensors).
+ * Failures: EIN_EINVAL naming what does not match, or the run's error.
+ *
+ * ein_session_decode_step: one token per sequence, ids[b] at pos[b];
+ * logits [B*V] (nlogits = B*V) receive the step's logits.
+ * ein_session_prefill: ids [B*C] (token t of sequence b at b*C + t, at
+ * position pos[b] + t); logits [B*C*V] (nlogits = B*C*V), or NULL not to
+ * store them.
+ * ein_session_generate: es.llama's generate. Every prompt token but the
+ * last is prefilled in chunks, then each sequence decodes at its own
+ * position until max_new_tokens or an eos id (kept); out[b] (room for
+ * max_new_tokens ids) receives prompt b's nout[b] new ids. Greedy at
+ * temperature 0, else sampled from softmax(logits / temperature) over the
+ * top_k most likely (0: all) with ein's splitmix64 from `seed` (the same
+ * seed gives the same ids). Prompt plus new tokens must fit the cache. */
+typedef struct ein_generate_options {
+    int max_new_tokens;     /* default 32 */
+    double temperature;     /* 0 (default): greedy */
+    int top_k;              /* 0 (default): every id */
+    uint64_t seed;
+    const int32_t *eos;     /* end-of-sequence ids (neos of them; NULL: none) */
+    int neos;
+} ein_generate_options;
+void ein_generate_options_init(ein_generate_options *o);
+int ein_session_decode_step(ein_session *s, const int32_t *ids, const int32_t *pos, int batch,
+                            float *logits, size_t nlogits, ein_error *err);
+int ein_session_prefill(ein_session *s, const int32_t *ids, const int32_t *pos, int batch,
+                        float *logits, size_t nlogits, ein_error *err);
+int ein_session_generate(ein_session *s, const int32_t *const *prompts, const int *lens,
+                         int batch, const ein_generate_options *o, int32_t *const *out,
+                         int *nout, ein_error *err);
 
 /* Copy saved tensor `name`, as of the last storing run, into dst (bytes =
  * its size), or learn its size with dst NULL (*bytes_out). EIN_EINVAL if no

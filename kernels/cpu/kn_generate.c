@@ -39,29 +39,32 @@ int kn_cpu_cache_write(int64_t rows, const kn_block *state, const kn_block *x,
         return ein_fail(err, EIN_ESHAPE, "%s: out %s %s differs from state %s %s", what,
                         ein_dtype_name(out->dtype), kn_fmt(ob, b1, sizeof b1),
                         ein_dtype_name(state->dtype), kn_fmt(&state->box, b2, sizeof b2));
-    if (x->box.lo[0] != ob->lo[0] || x->box.hi[0] != ob->hi[0] || x->box.lo[1] != ob->lo[1] ||
-        x->box.hi[1] != ob->hi[1] || x->box.lo[2] != ob->lo[3] || x->box.hi[2] != ob->hi[3])
-        return ein_fail(err, EIN_ESHAPE, "%s: x %s is not the state's heads, sequences and "
-                        "dim (%s)", what, kn_fmt(&x->box, b1, sizeof b1), kn_fmt(ob, b2, sizeof b2));
-    if ((rc = kn_pos_check(what, pos, ob->lo[1], ob->hi[1], err)) < 0)
-        return rc;
     int64_t nh = ob->hi[0] - ob->lo[0], nb = ob->hi[1] - ob->lo[1];
     int64_t ns = ob->hi[2] - ob->lo[2], d = ob->hi[3] - ob->lo[3];
+    int64_t nt = x->box.hi[1] - x->box.lo[1], c = nb > 0 ? nt / nb : 0; /* tokens per sequence */
+    if (x->box.lo[0] != ob->lo[0] || x->box.hi[0] != ob->hi[0] || c < 1 || nt != c * nb ||
+        x->box.lo[1] != c * ob->lo[1] || x->box.lo[2] != ob->lo[3] || x->box.hi[2] != ob->hi[3])
+        return ein_fail(err, EIN_ESHAPE, "%s: x %s is not the state's heads, sequences (times "
+                        "the tokens per sequence) and dim (%s)", what,
+                        kn_fmt(&x->box, b1, sizeof b1), kn_fmt(ob, b2, sizeof b2));
+    if ((rc = kn_pos_check(what, pos, ob->lo[1], ob->hi[1], err)) < 0)
+        return rc;
     for (int64_t b = 0; b < nb; b++) {
         int64_t p = kn_int_at(pos, b);
-        if (p < 0 || p >= rows)
+        if (p < 0 || p > rows - c)
             return ein_fail(err, EIN_EINVAL, "%s: sequence %" PRId64 " is at position %" PRId64
-                            ", outside the cache [0, %" PRId64 ")", what, ob->lo[1] + b, p, rows);
+                            "%s, outside the cache [0, %" PRId64 ")", what, ob->lo[1] + b, p,
+                            c > 1 ? " (the first of a chunk of several tokens)" : "", rows);
     }
     if (out->data != state->data && ein_box_volume(ob) > 0)
         memcpy(out->data, state->data, (size_t)ein_box_volume(ob) * ein_dtype_size(out->dtype));
     float buf[KN_CHUNK];
-    for (int64_t b = 0; b < nb; b++) {
-        int64_t p = kn_int_at(pos, b);
+    for (int64_t bt = 0; bt < nt; bt++) {
+        int64_t b = bt / c, p = kn_int_at(pos, b) + bt % c;
         if (p < ob->lo[2] || p >= ob->hi[2])
             continue;
         for (int64_t h = 0; h < nh; h++) {
-            int64_t xo = (h * nb + b) * d, oo = ((h * nb + b) * ns + (p - ob->lo[2])) * d;
+            int64_t xo = (h * nt + bt) * d, oo = ((h * nb + b) * ns + (p - ob->lo[2])) * d;
             for (int64_t j = 0; j < d; j += KN_CHUNK) {
                 int64_t c = d - j < KN_CHUNK ? d - j : KN_CHUNK;
                 kn_load(x, xo + j, buf, c);
@@ -88,8 +91,10 @@ int kn_cpu_decode_attention(int64_t group, int partial, const kn_block *q, const
         return ein_fail(err, EIN_EINVAL, "%s: group %" PRId64 " < 1", what, group);
     const ein_box *qb = &q->box, *kb = &k->box;
     int64_t d = qb->hi[2] - qb->lo[2];
+    int64_t nb = kb->hi[1] - kb->lo[1], nt = qb->hi[1] - qb->lo[1];
+    int64_t c = nb > 0 ? nt / nb : 0;   /* query tokens per sequence */
     if (!ein_box_equal(kb, &v->box) || qb->lo[0] != group * kb->lo[0] ||
-        qb->hi[0] != group * kb->hi[0] || qb->lo[1] != kb->lo[1] || qb->hi[1] != kb->hi[1] ||
+        qb->hi[0] != group * kb->hi[0] || c < 1 || nt != c * nb || qb->lo[1] != c * kb->lo[1] ||
         qb->lo[2] != 0 || kb->lo[3] != 0 || kb->hi[3] != d)
         return ein_fail(err, EIN_ESHAPE, "%s: q %s and k %s (group %" PRId64 ") do not match, or "
                         "v differs from k", what, kn_fmt(qb, b1, sizeof b1),
@@ -99,16 +104,16 @@ int kn_cpu_decode_attention(int64_t group, int partial, const kn_block *q, const
         return ein_fail(err, EIN_ESHAPE, "%s: out %s %s; expected %s%s", what,
                         ein_dtype_name(out->dtype), kn_fmt(&out->box, b1, sizeof b1),
                         kn_fmt(&want, b2, sizeof b2), partial ? " in f32" : "");
-    if ((rc = kn_pos_check(what, pos, qb->lo[1], qb->hi[1], err)) < 0)
+    if ((rc = kn_pos_check(what, pos, kb->lo[1], kb->hi[1], err)) < 0)
         return rc;
-    int64_t nqh = qb->hi[0] - qb->lo[0], nb = qb->hi[1] - qb->lo[1];
+    int64_t nqh = qb->hi[0] - qb->lo[0];
     int64_t s0 = kb->lo[2], ns = kb->hi[2] - kb->lo[2];
     for (int64_t b = 0; b < nb; b++) {
         int64_t p = kn_int_at(pos, b);
         if (p < 0 || (!partial && p < s0))
             return ein_fail(err, EIN_EINVAL, "%s: sequence %" PRId64 " is at position %" PRId64
                             ", which sees no key of [%" PRId64 ", %" PRId64 ")", what,
-                            qb->lo[1] + b, p, s0, s0 + ns);
+                            kb->lo[1] + b, p, s0, s0 + ns);
     }
     int64_t w = partial ? d + 1 : d;
     float *qs = kn_falloc(what, 3 * d + (ns > 0 ? ns : 1), err);
@@ -118,10 +123,10 @@ int kn_cpu_decode_attention(int64_t group, int partial, const kn_block *q, const
     float scale = (float)(1.0 / sqrt((double)d));
     for (int64_t qh = 0; qh < nqh; qh++) {
         int64_t h = qh / group;
-        for (int64_t b = 0; b < nb; b++) {
-            int64_t p = kn_int_at(pos, b);
+        for (int64_t bt = 0; bt < nt; bt++) {
+            int64_t b = bt / c, p = kn_int_at(pos, b) + bt % c; /* token bt % c of the chunk */
             int64_t n = p + 1 - s0 < ns ? p + 1 - s0 : ns;   /* keys seen in this block */
-            int64_t row = (qh * nb + b) * w;
+            int64_t row = (qh * nt + bt) * w;
             memset(o, 0, sizeof(float) * (size_t)d);
             if (n <= 0) {   /* skipped: the identity of the merge (partial only) */
                 kn_store(out, row, o, d);
@@ -129,7 +134,7 @@ int kn_cpu_decode_attention(int64_t group, int partial, const kn_block *q, const
                 kn_store(out, row + d, &ninf, 1);
                 continue;
             }
-            kn_load(q, (qh * nb + b) * d, qs, d);
+            kn_load(q, (qh * nt + bt) * d, qs, d);
             float m = -INFINITY;
             int64_t kbase = (h * nb + b) * ns * d;
             for (int64_t s = 0; s < n; s++) {

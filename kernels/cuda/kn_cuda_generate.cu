@@ -15,19 +15,21 @@
 /* ---- cache_write: one thread per element of the new rows ---- */
 template <typename TI, typename TX, typename TY>
 __global__ void kn_cu_cache_write_k(const TX *x, const TI *pos, TY *out, int64_t nh, int64_t nb,
-                                    int64_t ns, int64_t d, int64_t s0, int64_t rows, int64_t b0)
+                                    int64_t ns, int64_t d, int64_t s0, int64_t rows, int64_t b0,
+                                    int64_t c)
 {
-    int64_t n = nh * nb * d;
+    int64_t nt = nb * c, n = nh * nt * d;   /* c new tokens per sequence */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t j = i % d, b = (i / d) % nb, h = i / (d * nb);
+        int64_t j = i % d, bt = (i / d) % nt, h = i / (d * nt), b = bt / c;
         int64_t p = (int64_t)pos[b];
-        if (p < 0 || p >= rows) {
-            if (j == 0 && h == 0)
+        if (p < 0 || p > rows - c) {
+            if (j == 0 && h == 0 && bt % c == 0)
                 printf("cache_write: sequence %lld is at position %lld, outside the cache [0, "
                        "%lld)\n", (long long)(b0 + b), (long long)p, (long long)rows);
             __trap();
         }
+        p += bt % c;
         if (p < s0 || p >= s0 + ns)
             continue;
         st<TY>(out, ((h * nb + b) * ns + (p - s0)) * d + j, ld<TX>(x, i));
@@ -49,9 +51,11 @@ extern "C" int kn_cuda_cache_write(int64_t rows, const kn_block *state, const kn
     if (pos->dtype != EIN_I32 && pos->dtype != EIN_I64)
         return kn_cu_fail(err, EIN_EINVAL, "%s: positions are %s; expected i32 or i64", what,
                           ein_dtype_name(pos->dtype));
+    int64_t nbs = ob->hi[1] - ob->lo[1], ntx = x->box.hi[1] - x->box.lo[1];
+    int64_t c = nbs > 0 ? ntx / nbs : 0;   /* new tokens per sequence */
     if (!kn_cu_box_eq(&state->box, ob) || state->dtype != out->dtype ||
-        x->box.lo[0] != ob->lo[0] || x->box.hi[0] != ob->hi[0] || x->box.lo[1] != ob->lo[1] ||
-        x->box.hi[1] != ob->hi[1] || x->box.lo[2] != ob->lo[3] || x->box.hi[2] != ob->hi[3] ||
+        x->box.lo[0] != ob->lo[0] || x->box.hi[0] != ob->hi[0] || c < 1 || ntx != c * nbs ||
+        x->box.lo[1] != c * ob->lo[1] || x->box.lo[2] != ob->lo[3] || x->box.hi[2] != ob->hi[3] ||
         pos->box.lo[0] != ob->lo[1] || pos->box.hi[0] != ob->hi[1])
         return kn_cu_fail(err, EIN_ESHAPE, "%s: state, x, pos and out blocks do not match", what);
     cudaStream_t s = (cudaStream_t)stream;
@@ -61,18 +65,18 @@ extern "C" int kn_cuda_cache_write(int64_t rows, const kn_block *state, const kn
         return kn_cu_launched(what, err);
     int64_t nh = ob->hi[0] - ob->lo[0], nb = ob->hi[1] - ob->lo[1];
     int64_t ns = ob->hi[2] - ob->lo[2], d = ob->hi[3] - ob->lo[3];
-    if (nh * nb * d == 0)
+    if (nh * nb * c * d == 0)
         return 0;
-    unsigned grid = kn_cu_grid(nh * nb * d, KN_CU_BLOCK);
+    unsigned grid = kn_cu_grid(nh * nb * c * d, KN_CU_BLOCK);
     KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(out->dtype, TY,
         if (pos->dtype == EIN_I32)
             kn_cu_cache_write_k<int32_t, TX, TY><<<grid, KN_CU_BLOCK, 0, s>>>(
                 (const TX *)x->data, (const int32_t *)pos->data, (TY *)out->data, nh, nb, ns, d,
-                ob->lo[2], rows, ob->lo[1]);
+                ob->lo[2], rows, ob->lo[1], c);
         else
             kn_cu_cache_write_k<int64_t, TX, TY><<<grid, KN_CU_BLOCK, 0, s>>>(
                 (const TX *)x->data, (const int64_t *)pos->data, (TY *)out->data, nh, nb, ns, d,
-                ob->lo[2], rows, ob->lo[1])));
+                ob->lo[2], rows, ob->lo[1], c)));
     return kn_cu_launched(what, err);
 }
 
@@ -84,14 +88,15 @@ extern "C" int kn_cuda_cache_write(int64_t rows, const kn_block *state, const kn
 template <typename TI, typename T, typename TY>
 __global__ void kn_cu_decode_k(const T *q, const T *k, const T *v, const TI *pos, TY *out,
                                int64_t nqh, int64_t nb, int64_t ns, int64_t d, int64_t s0,
-                               int64_t group, int partial, float scale, int64_t b0)
+                               int64_t group, int partial, float scale, int64_t b0, int64_t c)
 {
     int lane = threadIdx.x & 31;
-    int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
-    if (row >= nqh * nb)
+    int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5, nt = nb * c;
+    if (row >= nqh * nt)
         return;
-    int64_t qh = row / nb, b = row % nb, h = qh / group;
-    int64_t p = (int64_t)pos[b];
+    /* query row (qh, bt): token bt % c of sequence bt / c, at pos + bt % c */
+    int64_t qh = row / nt, bt = row % nt, b = bt / c, h = qh / group;
+    int64_t p = (int64_t)pos[b] + bt % c;
     if (p < 0 || (!partial && p < s0)) {
         if (lane == 0)
             printf("decode_attention: sequence %lld is at position %lld, which sees no key\n",
@@ -153,8 +158,10 @@ extern "C" int kn_cuda_decode_attention(int64_t group, int partial, const kn_blo
                           ein_dtype_name(pos->dtype));
     if (group < 1 || !kn_cu_box_eq(kx, &v->box) || k->dtype != q->dtype || v->dtype != q->dtype ||
         qb->lo[0] != group * kx->lo[0] || qb->hi[0] != group * kx->hi[0] ||
-        qb->lo[1] != kx->lo[1] || qb->hi[1] != kx->hi[1] || qb->lo[2] != 0 || kx->lo[3] != 0 ||
-        kx->hi[3] != d || pos->box.lo[0] != qb->lo[1] || pos->box.hi[0] != qb->hi[1])
+        kx->hi[1] <= kx->lo[1] || (qb->hi[1] - qb->lo[1]) % (kx->hi[1] - kx->lo[1]) ||
+        qb->lo[1] != (qb->hi[1] - qb->lo[1]) / (kx->hi[1] - kx->lo[1]) * kx->lo[1] ||
+        qb->lo[2] != 0 || kx->lo[3] != 0 ||
+        kx->hi[3] != d || pos->box.lo[0] != kx->lo[1] || pos->box.hi[0] != kx->hi[1])
         return kn_cu_fail(err, EIN_ESHAPE, "%s: q, k, v and pos blocks do not match", what);
     if (d > KN_CU_DEC_MAXD)
         return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: head dim %lld above %d", what,
@@ -165,24 +172,25 @@ extern "C" int kn_cuda_decode_attention(int64_t group, int partial, const kn_blo
     if (!kn_cu_box_eq(&out->box, &want) || (partial && out->dtype != EIN_F32))
         return kn_cu_fail(err, EIN_ESHAPE, "%s: out block does not match q%s", what,
                           partial ? " (f32, d + 1 columns)" : "");
-    int64_t nqh = qb->hi[0] - qb->lo[0], nb = qb->hi[1] - qb->lo[1];
+    int64_t nqh = qb->hi[0] - qb->lo[0], nb = kx->hi[1] - kx->lo[1];
+    int64_t c = (qb->hi[1] - qb->lo[1]) / nb;   /* query tokens per sequence */
     if (nqh * nb == 0 || d == 0)
         return 0;
     cudaStream_t s = (cudaStream_t)stream;
-    unsigned grid = kn_cu_grid(nqh * nb * 32, KN_CU_BLOCK);
+    unsigned grid = kn_cu_grid(nqh * nb * c * 32, KN_CU_BLOCK);
     float scale = (float)(1.0 / sqrt((double)d));
-    int64_t ns = kx->hi[2] - kx->lo[2], s0 = kx->lo[2], b0 = qb->lo[1];
+    int64_t ns = kx->hi[2] - kx->lo[2], s0 = kx->lo[2], b0 = kx->lo[1];
     KN_CU_DISPATCH(q->dtype, T, KN_CU_DISPATCH(out->dtype, TY,
         if (pos->dtype == EIN_I32)
             kn_cu_decode_k<int32_t, T, TY><<<grid, KN_CU_BLOCK, 0, s>>>(
                 (const T *)q->data, (const T *)k->data, (const T *)v->data,
                 (const int32_t *)pos->data, (TY *)out->data, nqh, nb, ns, d, s0, group, partial,
-                scale, b0);
+                scale, b0, c);
         else
             kn_cu_decode_k<int64_t, T, TY><<<grid, KN_CU_BLOCK, 0, s>>>(
                 (const T *)q->data, (const T *)k->data, (const T *)v->data,
                 (const int64_t *)pos->data, (TY *)out->data, nqh, nb, ns, d, s0, group, partial,
-                scale, b0)));
+                scale, b0, c)));
     return kn_cu_launched(what, err);
 }
 

@@ -3,15 +3,19 @@
  * per sequence over that cache, and rotary embedding at run-time positions.
  *
  * Layouts: a cache is [heads_kv, batch, len, d] (a state tensor, written in
- * place: pl_graph_add_state); new keys or values are [heads_kv, batch, d]
- * (split_heads of [batch, heads_kv*d]); queries [heads_q, batch, d]; pos
- * [batch] (i32 or i64) is each sequence's position of the new token, so
- * its keys are [0, pos] after the write.
+ * place: pl_graph_add_state); new keys or values are [heads_kv, batch*C, d]
+ * (split_heads of [batch*C, heads_kv*d]): C new tokens per sequence, C = 1
+ * for a decode step, C > 1 for a prefill chunk, sequence b's tokens at rows
+ * [b*C, (b+1)*C); queries [heads_q, batch*C, d]; pos [batch] (i32 or i64)
+ * is each sequence's position of its first new token, so token t of the
+ * chunk sits at pos + t and its keys are [0, pos + t] after the write
+ * (causal within the chunk).
  *
  * cache_write: shardable heads_kv, batch and len (a block writes the new
- * row only where pos falls inside its len interval). Its output is the
+ * rows only where they fall inside its len interval). Its output is the
  * state's own buffer (co_lower), so the state's tiling on the devices is
- * cache_write's spec.
+ * cache_write's spec; a state with several cache_writes gets one spec for
+ * all of them, the first enumerated (pl_spec.c).
  * decode_attention: shardable heads_kv (query heads follow in groups),
  * batch, and the cached keys (FlashDecoding's split-K): key blocks give
  * log-sum-exp partials merged by EIN_AGG_LSE; a block whose keys all lie
@@ -56,17 +60,15 @@ int pl_graph_add_cache_write(pl_graph *g, const char *name, int state, int x, in
     if (s->kind != PL_INPUT || !s->state)
         return ein_fail(err, EIN_EINVAL, "%s: %s is not a state tensor; expected one "
                         "declared with `state`", what, s->name);
-    for (int v = 0; v < g->nnodes; v++) {
-        const pl_node *o = pl_graph_node(g, v);
-        for (int k = 0; k < o->ninputs; k++)
-            if (o->inputs[k] == state)
-                return ein_fail(err, EIN_EINVAL, "%s: state %s is already written by %s (a "
-                                "state has one cache_write per program)", what, s->name, o->name);
-    }
-    if (s->rank != 4 || n->rank != 3 || n->shape[0] != s->shape[0] ||
-        n->shape[1] != s->shape[1] || n->shape[2] != s->shape[3])
+    /* Several cache_writes of one state (a prefill chunk's and a decode
+     * step's) are allowed: each run is then one entry point that needs at
+     * most one of them (coordinator/co_entries.h), and they share one
+     * tiling (pl_spec_enumerate). */
+    if (s->rank != 4 || n->rank != 3 || n->shape[0] != s->shape[0] || s->shape[1] <= 0 ||
+        n->shape[1] <= 0 || n->shape[1] % s->shape[1] || n->shape[2] != s->shape[3])
         return ein_fail(err, EIN_ESHAPE, "%s: state %s is %s and new %s is %s; expected "
-                        "[heads_kv, batch, len, d] and [heads_kv, batch, d]", what, s->name,
+                        "[heads_kv, batch, len, d] and [heads_kv, batch*C, d] (C new tokens "
+                        "per sequence)", what, s->name,
                         pl_shape_str(s1, sizeof s1, s->rank, s->shape), n->name,
                         pl_shape_str(s2, sizeof s2, n->rank, n->shape));
     if (!ein_dtype_is_float((int)n->dtype))
@@ -96,12 +98,14 @@ static int cache_write_indices(const pl_graph *g, const pl_node *nd, pl_index *i
 static void cache_write_fspec(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
                               const int64_t *lo, const int64_t *hi, ein_box *in, ein_box *out)
 {
-    (void)g, (void)idx, (void)nidx;
+    (void)idx, (void)nidx;
     int64_t d = nd->shape[3];
+    int64_t c = pl_graph_node(g, nd->inputs[1])->shape[1] / nd->shape[1]; /* tokens per sequence */
     *out = pl_box_of_intervals(4, (int64_t[]){lo[0], lo[1], lo[2], 0},
                                (int64_t[]){hi[0], hi[1], hi[2], d});
     in[0] = *out;
-    in[1] = pl_box_of_intervals(3, (int64_t[]){lo[0], lo[1], 0}, (int64_t[]){hi[0], hi[1], d});
+    in[1] = pl_box_of_intervals(3, (int64_t[]){lo[0], c * lo[1], 0},
+                                (int64_t[]){hi[0], c * hi[1], d});
     in[2] = pl_box_of_intervals(1, &lo[1], &hi[1]);
 }
 
@@ -123,18 +127,19 @@ int pl_graph_add_decode_attention(pl_graph *g, const char *name, int q, int k, i
     int ok = tq->rank == 3 && tk->rank == 4 && tv->rank == 4;
     for (int a = 0; ok && a < 4; a++)
         ok = tk->shape[a] == tv->shape[a];
-    ok = ok && tq->shape[1] == tk->shape[1] && tq->shape[2] == tk->shape[3] &&
-         tq->shape[0] % tk->shape[0] == 0;
+    ok = ok && tk->shape[1] > 0 && tq->shape[1] > 0 && tq->shape[1] % tk->shape[1] == 0 &&
+         tq->shape[2] == tk->shape[3] && tk->shape[0] > 0 && tq->shape[0] % tk->shape[0] == 0;
     if (!ok)
         return ein_fail(err, EIN_ESHAPE, "%s: q %s is %s, k %s is %s, v %s is %s; expected q "
-                        "[heads_q, batch, d] and k, v [heads_kv, batch, len, d] with heads_q a "
-                        "multiple of heads_kv", what, tq->name,
+                        "[heads_q, batch*C, d] (C new tokens per sequence) and k, v [heads_kv, "
+                        "batch, len, d] with heads_q a multiple of heads_kv", what, tq->name,
                         pl_shape_str(s1, sizeof s1, tq->rank, tq->shape), tk->name,
                         pl_shape_str(s2, sizeof s2, tk->rank, tk->shape), tv->name,
                         pl_shape_str(s3, sizeof s3, tv->rank, tv->shape));
     if (tq->dtype != tk->dtype || tq->dtype != tv->dtype || !ein_dtype_is_float((int)tq->dtype))
         return ein_fail(err, EIN_ESHAPE, "%s: q, k and v need one float dtype", what);
-    if ((rc = pos_check(what, EIN_KERNEL_DECODE_ATTENTION, pl_graph_node(g, pos), tq->shape[1], err)) < 0)
+    if ((rc = pos_check(what, EIN_KERNEL_DECODE_ATTENTION, pl_graph_node(g, pos), tk->shape[1],
+                        err)) < 0)
         return rc;
     pl_node nd;
     pl_node_init_like(&nd, g, PL_DECODE_ATTENTION, q);
@@ -151,7 +156,9 @@ static int decode_attention_indices(const pl_graph *g, const pl_node *nd, pl_ind
 {
     const pl_node *k = pl_graph_node(g, nd->inputs[1]);
     idx[0] = pl_index_any('a', "heads_kv", k->shape[0]);
-    idx[1] = pl_index_any('b', nd->axis_name[1][0] ? nd->axis_name[1] : "batch", nd->shape[1]);
+    /* One token per sequence: q's own name for the batch axis, as before. */
+    const char *bn = nd->shape[1] == k->shape[1] && nd->axis_name[1][0] ? nd->axis_name[1] : "batch";
+    idx[1] = pl_index_any('b', bn, k->shape[1]);
     idx[2] = pl_index_any('c', "k_blocks", k->shape[2]);
     idx[2].maxcount = PL_DECODE_MAX_KBLOCKS;
     return 3;
@@ -163,10 +170,10 @@ static void decode_attention_fspec(const pl_graph *g, const pl_node *nd, const p
 {
     (void)idx, (void)nidx;
     int64_t grp = nd->kernel.group, d = nd->shape[2];
-    *out = pl_box_of_intervals(3, (int64_t[]){grp * lo[0], lo[1], 0},
-                               (int64_t[]){grp * hi[0], hi[1], d});
+    int64_t c = nd->shape[1] / pl_graph_node(g, nd->inputs[1])->shape[1]; /* tokens per sequence */
+    *out = pl_box_of_intervals(3, (int64_t[]){grp * lo[0], c * lo[1], 0},
+                               (int64_t[]){grp * hi[0], c * hi[1], d});
     in[0] = *out;
-    (void)g;
     in[1] = pl_box_of_intervals(4, (int64_t[]){lo[0], lo[1], lo[2], 0},
                                 (int64_t[]){hi[0], hi[1], hi[2], d});
     in[2] = in[1];

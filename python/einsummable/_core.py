@@ -537,7 +537,8 @@ class Graph:
     def state(self, desc, name=None):
         """A state tensor (a key/value cache, [heads_kv, batch, len, d], a
         float dtype): kept on the devices by the program's session, zero at
-        the start, changed only by its one cache_write, run after run."""
+        the start, changed only by its cache_write, run after run (several
+        cache_writes of one state need entry points: Program.add_entry)."""
         if not isinstance(desc, TensorDesc):
             _fail_type("state: expected es.tensorDesc(shape, dtype), not %r" % (desc,))
         err, keep = L.ein_error(), []
@@ -545,9 +546,10 @@ class Graph:
         return self._add(tid, err, "state")
 
     def cache_write(self, state, x, pos, name=None):
-        """The state with x [heads_kv, batch, d] written at row pos[b] of
-        sequence b (pos [batch], i32 or i64, an input of each run); read
-        the result, not the state, to see the cache after the write."""
+        """The state with x [heads_kv, batch*C, d] (C >= 1 new tokens per
+        sequence) written: token t of sequence b at row pos[b] + t (pos
+        [batch], i32 or i64, an input of each run); read the result, not
+        the state, to see the cache after the write."""
         state, x, pos = (self._t(t, "cache_write") for t in (state, x, pos))
         err = L.ein_error()
         return self._add(_lib.ein_graph_cache_write(self._p, _name_arg(name), state.id, x.id,
@@ -555,9 +557,10 @@ class Graph:
                          "cache_write")
 
     def decode_attention(self, q, k, v, pos, name=None):
-        """One new token per sequence: q [heads_q, batch, d] attends to keys
-        and values [0, pos[b]] of the caches k, v [heads_kv, batch, len, d]
-        (results of cache_write) -> [heads_q, batch, d]."""
+        """C >= 1 new tokens per sequence: row b*C + t of q [heads_q,
+        batch*C, d] attends to keys and values [0, pos[b] + t] of the caches
+        k, v [heads_kv, batch, len, d] (results of cache_write) ->
+        [heads_q, batch*C, d]."""
         q, k, v, pos = (self._t(t, "decode_attention") for t in (q, k, v, pos))
         err = L.ein_error()
         return self._add(_lib.ein_graph_decode_attention(self._p, _name_arg(name), q.id, k.id,
@@ -774,7 +777,7 @@ class Program:
     def __init__(self, graph, devices, schedule_mode, backend, selector, seed, search_work,
                  topology, rewrite, worker_timeout, run_timeout, verbose,
                  generate_missing=False, trace=None, progress=None, _load=None,
-                 partials="f32", memory_limit=None):
+                 partials="f32", memory_limit=None, no_reuse=False):
         self._c = None
         self._s = None
         # One call at a time (Threads, above); re-entrant so that a close()
@@ -837,6 +840,7 @@ class Program:
             _fail(L.EIN_EINVAL, "compileGraph: partials=%r; expected 'f32' or 'native'"
                   % (partials,))
         o.partials = cstr(partials)
+        o.no_reuse = 1 if no_reuse else 0
         o.progress = _progress_flag(progress)
         chunks = os.environ.get("EIN_EXCHANGE_CHUNKS", "")
         if chunks:
@@ -1005,6 +1009,21 @@ class Program:
                    err, "save")
 
     # -- running
+    def add_entry(self, name, outputs):
+        """Entry point `name`: the saved `outputs` (a list of names) and
+        only what they need (ein_compiled_add_entry). Call it before the
+        first load or run; the program must be compiled with no_reuse."""
+        with self._lock:
+            self._need_compiled("add_entry")
+            if self._s is not None:
+                _fail(L.EIN_EINVAL, "add_entry: the program's session is open already; add "
+                      "entry points before the first load or run")
+            names = [o.encode("utf-8") for o in outputs]
+            arr = (ctypes.c_char_p * max(1, len(names)))(*names)
+            err = L.ein_error()
+            _check(_lib.ein_compiled_add_entry(self._c, name.encode("utf-8"), arr, len(names),
+                                               ctypes.byref(err)), err, "add_entry")
+
     def _need_compiled(self, what):
         if self._c is None:
             _fail(L.EIN_EINVAL, "%s: the program is closed" % what)
@@ -1294,7 +1313,7 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
                  seed=None, search_work=None, topology=None, rewrite=False,
                  worker_timeout=None, run_timeout=None, verbose=False,
                  generate_missing=False, trace=None, progress=None, partials="f32",
-                 memory_limit=None):
+                 memory_limit=None, no_reuse=False):
     """The paper's es.compileGraph: plan `graph` over the devices listed in
     `device` (default: every visible GPU, or one device when none is
     visible), make every exchange program (schedule_mode "naive": the naive
@@ -1317,7 +1336,10 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     memory_limit: bytes per device the plan must fit in (einrun
     --memory-limit): the plan search keeps only plans whose predicted peak
     fits it (or the topology's memory, if smaller), checked on the whole
-    graph; None (default): the topology's memory."""
+    graph; None (default): the topology's memory.
+
+    no_reuse: every buffer in a place of its own (no memory reuse), which
+    entry points (Program.add_entry) need."""
     if not isinstance(graph, Graph):
         _fail_type("compileGraph: expected a graph from es.createGraph(), not %r"
               % (graph,))
@@ -1345,7 +1367,8 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     return Program(graph, device, _SCHEDULES[schedule_mode], backend, selector, seed,
                    search_work, topology, rewrite, worker_timeout, run_timeout, verbose,
                    generate_missing, trace=None if trace is None else os.fspath(trace),
-                   progress=progress, partials=partials, memory_limit=memory_limit)
+                   progress=progress, partials=partials, memory_limit=memory_limit,
+                   no_reuse=no_reuse)
 
 
 def load_program(path, device=None, backend=None, topology=None, worker_timeout=None,

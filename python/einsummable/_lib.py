@@ -220,6 +220,8 @@ _PROTOS = {
     "ein_session_input_is_set": (_I, [_P, _S]),
     "ein_session_run": (_I, [_P, ctypes.POINTER(ein_run_stats), _E]),
     "ein_session_run_ex": (_I, [_P, _I, ctypes.POINTER(ein_run_stats), _E]),
+    "ein_session_run_entry": (_I, [_P, _S, _I, ctypes.POINTER(ein_run_stats), _E]),
+    "ein_compiled_add_entry": (_I, [_P, _S, _c_char_pp, _I, _E]),
     "ein_session_get_output": (_I, [_P, _S, _P, ctypes.c_size_t,
                                     ctypes.POINTER(ctypes.c_size_t), _E]),
     "ein_session_output_path": (_S, [_P, _S]),

@@ -1805,6 +1805,50 @@ static void test_done_graph_fields(void **state)
     free(buf);
 }
 
+/* Entry points (coordinator/co_entries.h): an instruction's entries and a
+ * START's entry travel, only when non-zero; an entry past EIN_ENTRY_MAX is
+ * refused. */
+static void test_entries(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    ein_program *p = sample_program(), *q = NULL;
+    p->instrs[0].entries = 5;
+    p->instrs[p->ninstrs - 1].entries = 0x80000000u;
+    void *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(ein_program_encode(p, &buf, &len, &err), 0);
+    if (ein_program_decode(buf, len, &q, &err) != 0)
+        fail_msg("decode: %s", err.msg);
+    free(buf);
+    for (int i = 0; i < p->ninstrs; i++)
+        assert_int_equal(q->instrs[i].entries, p->instrs[i].entries);
+    ein_program_free(p);
+    ein_program_free(q);
+
+    ein_msg m = {.type = EIN_MSG_START, .store = 1, .entry = 3}, out;
+    assert_int_equal(ein_msg_encode(&m, &buf, &len, &err), 0);
+    assert_true(has_text(buf, len, "entry"));
+    assert_int_equal(ein_msg_decode(buf, len, &out, &err), 0);
+    free(buf);
+    assert_int_equal(out.entry, 3);
+    ein_msg_clear(&out);
+    m.entry = 0;   /* not sent */
+    assert_int_equal(ein_msg_encode(&m, &buf, &len, &err), 0);
+    assert_false(has_text(buf, len, "entry"));
+    free(buf);
+
+    packed pk;
+    pk_begin(&pk);
+    msgpack_pack_map(&pk.pk, 5);
+    pk_str(&pk, "type"); pk_str(&pk, "start");
+    pk_str(&pk, "v"); msgpack_pack_int(&pk.pk, EIN_PROTOCOL_VERSION);
+    pk_str(&pk, "store"); msgpack_pack_int(&pk.pk, 0);
+    pk_str(&pk, "reload"); msgpack_pack_array(&pk.pk, 0);
+    pk_str(&pk, "entry"); msgpack_pack_int(&pk.pk, EIN_ENTRY_MAX + 1);
+    pk_expect(&pk, "entry");
+}
+
 static void test_start_reload(void **state)
 {
     (void)state;
@@ -1896,6 +1940,7 @@ int main(void)
         cmocka_unit_test(test_every_truncation),
         cmocka_unit_test(test_mutation_fuzz),
         cmocka_unit_test(test_start_reload),
+        cmocka_unit_test(test_entries),
         cmocka_unit_test(test_done_graph_fields),
         cmocka_unit_test(test_peer_addresses),
     };

@@ -211,6 +211,8 @@ static long check_all(const pl_graph *g, int node)
         int64_t rows = nd->kernel.rows;
         if (nd->kind == PL_DECODE_ATTENTION)
             rows = pl_graph_node(g, nd->inputs[1])->shape[2];
+        if (nd->kind == PL_CACHE_WRITE) /* a chunk of C tokens fits from pos on */
+            rows -= pl_graph_node(g, nd->inputs[1])->shape[1] / nd->shape[1] - 1;
         if (nd->kind == PL_ROPE_AT)
             rows = 100;
         if (u->dtype == EIN_I32)
@@ -469,6 +471,29 @@ static int b_decode_attention(pl_graph *g)
     return pl_graph_add_decode_attention(g, "y", q, k, v, pos, NULL);
 }
 
+/* Prefill chunks: C new tokens per sequence (x and q [.., B*C, D]). */
+static int b_cache_write_chunk(pl_graph *g)
+{
+    int64_t kvh = rint_in(1, 3), b = rint_in(1, 4), c = rint_in(2, 3), d = rint_in(1, 6);
+    int64_t len = rdim() + c;
+    ein_error err = {0};
+    int st = pl_graph_add_state(g, "cache", EIN_F32, 4, (int64_t[]){kvh, b, len, d}, &err);
+    int x = input(g, "x", 3, (int64_t[]){kvh, b * c, d});
+    int pos = input_dt(g, "pos", EIN_I32, 1, (int64_t[]){b});
+    return pl_graph_add_cache_write(g, "y", st, x, pos, NULL);
+}
+
+static int b_decode_attention_chunk(pl_graph *g)
+{
+    int64_t kvh = rint_in(1, 3), grp = rint_in(1, 2), b = rint_in(1, 3), len = rdim();
+    int64_t d = rint_in(1, 6), c = rint_in(2, 3);
+    int q = input(g, "q", 3, (int64_t[]){kvh * grp, b * c, d});
+    int k = input(g, "k", 4, (int64_t[]){kvh, b, len, d});
+    int v = input(g, "v", 4, (int64_t[]){kvh, b, len, d});
+    int pos = input_dt(g, "pos", EIN_I32, 1, (int64_t[]){b});
+    return pl_graph_add_decode_attention(g, "y", q, k, v, pos, NULL);
+}
+
 static int b_rope_at(pl_graph *g)
 {
     int64_t hd = 2 * rint_in(1, 3), t = rdim();
@@ -517,6 +542,8 @@ OP_TEST(merge_heads)
 OP_TEST(embedding)
 OP_TEST(cache_write)
 OP_TEST(decode_attention)
+OP_TEST(cache_write_chunk)
+OP_TEST(decode_attention_chunk)
 OP_TEST(rope_at)
 
 /* Position lists: attention's seq splits only at sequence ends, at most
@@ -684,6 +711,7 @@ int main(void)
         cmocka_unit_test(test_split_heads), cmocka_unit_test(test_merge_heads),
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_cache_write), cmocka_unit_test(test_decode_attention),
+        cmocka_unit_test(test_cache_write_chunk), cmocka_unit_test(test_decode_attention_chunk),
         cmocka_unit_test(test_rope_at),
         cmocka_unit_test(test_positions),
         cmocka_unit_test(test_attention_large_p),

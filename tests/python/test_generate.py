@@ -5,7 +5,10 @@ tokens for a batch of 3 prompts of different lengths equals an independent
 NumPy greedy generation with a key/value cache (float64), on 1 to 4
 CPU devices; the logits of every prompt position equal hf_model.py's
 full-sequence forward pass to 1e-4; sampling with a seed is reproducible;
-an end-of-sequence id stops a sequence."""
+an end-of-sequence id stops a sequence. Prompts are prefilled in chunks of
+4 tokens (the 9-token prompt takes several) through the prefill entry point,
+which shares its caches with the decode step; the chunked logits equal the
+token-by-token ones of the decode step."""
 
 import json
 import os
@@ -108,15 +111,25 @@ def tiny(tmp_path_factory):
 def test_greedy(tiny, ndev):
     d, cfg, prompts, want = tiny
     with es.llama.load([os.path.join(d, "model.safetensors")], os.path.join(d, "config.json"),
-                       device=list(range(ndev)), max_len=48) as model:
+                       device=list(range(ndev)), max_len=48, prefill_chunk=4) as model:
         got = model.generate(prompts, max_new_tokens=NEW, temperature=0.0)
         assert got == want
+        assert model.last_stats["prefill_steps"] == 2   # 8 tokens of the longest prompt
         if ndev == 2:
             # every prompt position's logits against the full forward pass
             ref = np.split(np.load(os.path.join(d, "ref_all.npy")), np.cumsum(LENS)[:-1])
-            for lg, r in zip(model.logits(prompts), ref):
+            chunked = model.logits(prompts)
+            for lg, r in zip(chunked, ref):
                 err = np.max(np.abs(lg - r) / np.maximum(1.0, np.abs(r)))
                 assert err <= 1e-4, "max relative error %g" % err
+            # the same positions token by token through the decode step
+            for t in range(max(LENS)):
+                ids = [p[t] if t < len(p) else 0 for p in prompts]
+                lg = model.step(ids, [t] * len(prompts))
+                for b, p in enumerate(prompts):
+                    if t < len(p):
+                        err = np.max(np.abs(lg[b] - chunked[b][t]))
+                        assert err <= 1e-5, "position %d of prompt %d: %g" % (t, b, err)
             # sampling: the same seed gives the same ids, another seed others
             a = model.generate(prompts, max_new_tokens=8, temperature=1.0, top_k=5, seed=7)
             b = model.generate(prompts, max_new_tokens=8, temperature=1.0, top_k=5, seed=7)
