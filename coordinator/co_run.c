@@ -65,6 +65,7 @@ struct co_session {
     /* Several hosts (o->nhosts > 0): the agents, and each device's UCX
      * address from its HELLO. */
     pid_t *agent;
+    int *agent_fd;      /* co_hosts_spawn_agent's keys_fd (-1: none) */
     char *agent_exited;
     ein_bytes *addr;
     co_curve *curve;    /* the agents' keys (co_curve.h) */
@@ -489,8 +490,12 @@ static int reap_agents(run *r, int shutting_down, ein_error *err)
                      r->o->node_path);
         else
             snprintf(how, sizeof how, "exited with status %d", got > 0 ? WEXITSTATUS(status) : -1);
-        rc = ein_fail(err, EIN_EWORKER, "host %d (agent einnode pid %ld, devices %s) %s", h,
-                      (long)r->agent[h], devs, how);
+        if (r->o->hosts)
+            rc = ein_fail(err, EIN_EWORKER, "host %d (%s; agent pid %ld, devices %s) %s", h,
+                          r->o->hosts[h].addr, (long)r->agent[h], devs, how);
+        else
+            rc = ein_fail(err, EIN_EWORKER, "host %d (agent einnode pid %ld, devices %s) %s", h,
+                          (long)r->agent[h], devs, how);
     }
     return rc;
 }
@@ -549,9 +554,13 @@ static void stop_agents(run *r)
 {
     if (!r->agent)
         return; /* none started */
-    for (int h = 0; h < r->o->nhosts; h++)
+    for (int h = 0; h < r->o->nhosts; h++) {
+        if (r->agent_fd[h] >= 0) /* a launched agent stops at its end too */
+            close(r->agent_fd[h]);
+        r->agent_fd[h] = -1;
         if (r->agent[h] > 0 && !r->agent_exited[h])
             kill(r->agent[h], SIGTERM);
+    }
     double deadline = ein_now_s() + 3.0;
     for (;;) {
         int alive = 0;
@@ -670,9 +679,11 @@ static void cleanup(run *r)
         free(r->addr[d].data);
     free(r->addr);
     free(r->agent);
+    free(r->agent_fd);
     free(r->agent_exited);
     r->addr = NULL;
     r->agent = NULL;
+    r->agent_fd = NULL;
     r->agent_exited = NULL;
     r->router = r->zctx = NULL;
     r->sfd = -1;
@@ -815,8 +826,19 @@ static int wait_all(run *r, int phase, int cancellable, co_worker_stats *stats, 
             return ein_fail(err, EIN_ECANCELED, "the run was cancelled");
         double t = ein_now_s();
         for (int d = 0; d < r->ndev; d++) {
-            if (r->w[d].exited || t - r->w[d].last_seen <= r->o->worker_timeout)
+            /* Several hosts: a host (or its link) that stops answering. */
+            double limit = r->o->nhosts > 0 && r->o->host_timeout > 0 && r->w[d].spoke
+                               ? r->o->host_timeout : r->o->worker_timeout;
+            if (r->w[d].exited || t - r->w[d].last_seen <= limit)
                 continue;
+            if (limit < r->o->worker_timeout) {
+                char where[200], hn[300];
+                describe_instr(r, d, r->w[d].instr, where, sizeof where);
+                co_hosts_name(r->o, r->o->host_of[d], hn, sizeof hn);
+                return ein_fail(err, EIN_EWORKER, "%s stopped answering, or the link to it is "
+                                "down: nothing from device %d for %.1f s (limit %.1f s); it was "
+                                "last seen %s", hn, d, t - r->w[d].last_seen, limit, where);
+            }
             /* A worker paused for a debugger, or one the user has not started
              * yet, is not silent until it has spoken once. */
             if (!r->w[d].spoke && (r->o->debug_device == d || r->o->manual))
@@ -871,6 +893,7 @@ static int start_hosts(run *r, ein_error *err)
             return ein_fail(err, EIN_EINVAL, "device %d is on host %d of %d", d, o->host_of[d],
                             o->nhosts);
     if (!(r->agent = calloc((size_t)o->nhosts, sizeof *r->agent)) ||
+        !(r->agent_fd = calloc((size_t)o->nhosts, sizeof *r->agent_fd)) ||
         !(r->agent_exited = calloc((size_t)o->nhosts, 1)) ||
         !(r->addr = calloc((size_t)r->ndev, sizeof *r->addr)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
@@ -879,12 +902,14 @@ static int start_hosts(run *r, ein_error *err)
         r->w[d].instr = -1;
         r->w[d].last_seen = ein_now_s();
     }
+    for (int h = 0; h < o->nhosts; h++)
+        r->agent_fd[h] = -1;
     for (int h = 0; h < o->nhosts; h++) {
         char env[3][64];
         co_curve_env(r->curve, h, env[0], env[1], env[2]);
         const char *extra[] = {env[0], env[1], env[2], NULL};
         int rc = co_hosts_spawn_agent(o, h, r->ndev, r->endpoint, extra, &r->oldmask,
-                                      &r->agent[h], err);
+                                      &r->agent[h], &r->agent_fd[h], err);
         if (rc < 0)
             return rc;
         co_guard_add_pid(&r->guard, r->agent[h]);
@@ -966,8 +991,8 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         goto out;
     }
     snprintf(r->run_id, sizeof r->run_id, "%ld-%s", (long)getpid(), strrchr(r->dir, '.') + 1);
-    snprintf(r->endpoint, sizeof r->endpoint, "%s",
-             o->nhosts > 0 ? "tcp://127.0.0.1:*" : "");
+    snprintf(r->endpoint, sizeof r->endpoint, "tcp://%s:*",
+             o->hosts ? o->hosts[0].addr : "127.0.0.1");
     if (!o->nhosts)
         snprintf(r->endpoint, sizeof r->endpoint, "ipc://%s/coord.sock", r->dir);
     if ((rc = co_guard_start(&r->guard, r->dir, r->run_id, ndev, o->cleanup_paths, o->ncleanup,
@@ -991,7 +1016,7 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
     if (o->nhosts > 0) {
         size_t elen = sizeof r->endpoint;
         zmq_getsockopt(r->router, ZMQ_LAST_ENDPOINT, r->endpoint, &elen);
-        if (o->verbose)
+        if (o->verbose || o->hosts)
             fprintf(stderr, "einsummable: coordinator at %s, %d hosts\n", r->endpoint, o->nhosts);
     }
     if ((rc = ein_status_create(r->run_id, r->ndev, &r->status, err)) < 0)

@@ -178,6 +178,11 @@ static void usage(FILE *f)
 "  --fake-hosts N       split the devices into N pseudo-hosts of this machine,\n"
 "                       each with its own agent (einnode): blocks between them\n"
 "                       move over UCX on the loopback, as between hosts.\n"
+"  --hosts FILE         run on the hosts FILE lists, one line each:\n"
+"                       ADDRESS DEVICES [LAUNCH...] (docs/hosts.md); LAUNCH\n"
+"                       starts that host's agent (`ssh`, `ip netns exec NS`,\n"
+"                       ...; none: this machine); einrun listens on the first\n"
+"                       ADDRESS. A host silent for ~3 s is reported.\n"
 "Other:\n"
 "  -v, --verbose        per-device timings and lowering statistics.\n"
 "  -q, --quiet          no progress lines (they show only when stderr is a\n"
@@ -216,6 +221,7 @@ typedef struct run_opts {
     int explain, verbose, quiet, manual, rewrite, ilp, calibrate, show_topo;
     int generate_missing; /* --generate-missing */
     int fake_hosts;     /* --fake-hosts N (issue 26) */
+    const char *hosts_file; /* --hosts FILE (co_hosts.h) */
     int search;         /* --schedule: index in naive|search */
     int cuda;           /* --backend: index in cpu|cuda */
     int graphs;         /* --graphs: index in auto|on|off */
@@ -557,6 +563,7 @@ static const run_opt run_opt_table[] = {
     {"out",              0, 1, opt_string,   F(calib_out),       0, 0, NULL},
     {"objective",        0, 1, opt_choice,   F(time_objective),  0, 0, "comm|time"},
     {"fake-hosts",       0, 1, opt_int,      F(fake_hosts),      2, MAX_DEVICES, NULL},
+    {"hosts",            0, 1, opt_string,   F(hosts_file),      0, 0, NULL},
     {"help",           'h', 0, opt_help,     0,                  0, 0, NULL},
     {"version",          0, 0, opt_version,  0,                  0, 0, NULL},
 };
@@ -654,7 +661,7 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     co->search_work = o->search_work;
     co->exchange_chunks = o->exchange_chunks;
     /* Memory reuse's acknowledgements stay on one host so far (ein_session.c) */
-    co->no_reuse = o->no_reuse || o->fake_hosts > 0;
+    co->no_reuse = o->no_reuse || o->fake_hosts > 0 || o->hosts_file;
     co->search_cap_ms = o->cap_ms > 0 ? o->cap_ms : -1;
     co->topology = o->topo_arg;
     co->gpu_probe = o->probe_file;
@@ -1073,6 +1080,7 @@ static void session_options_from(const run_state *s, ein_session_options *so)
     so->store_paths = s->store_path;
     so->generate_missing = o->generate_missing;
     so->fake_hosts = o->fake_hosts;
+    so->hosts_file = o->hosts_file;
 }
 
 /* Create the temporaries, start the workers and give them the input files

@@ -13,7 +13,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: einnode --coordinator ENDPOINT --host H --devices LIST --ndevices N\n"
             "               --worker PATH [--iterations N] [--instr-timeout S]\n"
-            "               [--parent-pid PID] [--fake] [--verbose]\n"
+            "               [--parent-pid PID] [--keys-stdin] [--link-bw B] [--fake]\n"
+            "               [--verbose]\n"
             "\n"
             "The agent of one host in a run on several hosts: einrun (the coordinator)\n"
             "starts one per host. It starts and supervises the einworker of each device\n"
@@ -23,6 +24,13 @@ static void usage(FILE *f)
             "Blocks between hosts move over UCX (einworker --ucx).\n"
             "\n"
             "  --parent-pid PID  stop once process PID (the coordinator) is gone\n"
+            "  --keys-stdin  read the run's CURVE keys from standard input (three lines\n"
+            "                EIN_CURVE_SERVER=..., EIN_CURVE_PUBLIC=..., EIN_CURVE_SECRET=...,\n"
+            "                as a launcher over ssh passes them), then stop once standard\n"
+            "                input ends (the coordinator or its connection is gone);\n"
+            "                without it the keys are read from those environment variables\n"
+            "  --link-bw B   bytes/s between hosts (the topology's nic; 0: none): passed to\n"
+            "                the workers' deadlines of transfers between hosts\n"
             "  --fake        a pseudo-host of einrun --fake-hosts: UCX over TCP\n"
             "                (UCX_TLS=tcp unless UCX_TLS is set)\n");
 }
@@ -66,6 +74,7 @@ int main(int argc, char **argv)
         {"worker", required_argument, 0, 'w'},      {"iterations", required_argument, 0, 'i'},
         {"instr-timeout", required_argument, 0, 't'}, {"parent-pid", required_argument, 0, 'p'},
         {"fake", no_argument, 0, 'f'},              {"verbose", no_argument, 0, 'v'},
+        {"keys-stdin", no_argument, 0, 'k'},        {"link-bw", required_argument, 0, 'b'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     nd_config c = {.host = -1, .iterations = 0, .instr_timeout = 600};
     const char *devs = NULL;
@@ -81,13 +90,15 @@ int main(int argc, char **argv)
         case 't': c.instr_timeout = atof(optarg); break;
         case 'p': c.parent = atol(optarg); break;
         case 'f': c.fake = 1; break;
+        case 'k': c.keys_stdin = 1; break;
+        case 'b': c.link_bw = atof(optarg); break;
         case 'v': c.verbose = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
     if (!c.coordinator || c.host < 0 || !devs || c.ndevices < 1 || c.ndevices > 4096 ||
-        !c.worker_path || c.iterations < 0) {
+        !c.worker_path || c.iterations < 0 || !(c.link_bw >= 0 && c.link_bw < 1e15)) {
         fprintf(stderr, "einnode: missing or invalid arguments\n");
         usage(stderr);
         return 2;

@@ -77,16 +77,17 @@ static void report(nd *a, int d, const char *fmt, ...)
 static int spawn(nd *a, nd_worker *w, ein_error *err)
 {
     const nd_config *c = a->cfg;
-    char dev[16], nd_[16], ppid[32], iters[16], itmo[32];
+    char dev[16], nd_[16], ppid[32], iters[16], itmo[32], bw[32];
     snprintf(dev, sizeof dev, "%d", w->device);
     snprintf(nd_, sizeof nd_, "%d", c->ndevices);
     snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
     snprintf(iters, sizeof iters, "%d", c->iterations);
     snprintf(itmo, sizeof itmo, "%g", c->instr_timeout);
+    snprintf(bw, sizeof bw, "%.6g", c->link_bw);
     char *argv[] = {(char *)c->worker_path, "--device", dev, "--ndevices", nd_, "--run-dir",
                     a->dir, "--run-id", a->run_id, "--coordinator", a->endpoint,
                     "--iterations", iters, "--parent-pid", ppid, "--instr-timeout", itmo,
-                    "--ucx", NULL};
+                    "--ucx", "--link-bw", bw, NULL};
     pid_t pid = fork();
     if (pid < 0)
         return ein_fail(err, EIN_EIO, "cannot start the worker of device %d: %s", w->device,
@@ -258,6 +259,39 @@ static void cleanup(nd *a)
     co_guard_stop(&a->guard);
 }
 
+/* --keys-stdin: three lines NAME=VALUE (the EIN_CURVE_ variables) into
+ * the environment, read byte by byte so that nothing after them is
+ * consumed; standard input then stays open (its end: nd_agent_run). */
+static int keys_from_stdin(ein_error *err)
+{
+    for (int k = 0; k < 3; k++) {
+        char line[128];
+        size_t n = 0;
+        for (;;) {
+            char ch;
+            ssize_t got = read(0, &ch, 1);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got <= 0)
+                return ein_fail(err, EIN_EIO, "--keys-stdin: standard input ended before the "
+                                "three CURVE keys (is einnode started by einrun?)");
+            if (ch == '\n')
+                break;
+            if (n + 1 >= sizeof line)
+                return ein_fail(err, EIN_EINVAL, "--keys-stdin: a line longer than %zu bytes",
+                                sizeof line - 1);
+            line[n++] = ch;
+        }
+        line[n] = '\0';
+        char *eq = strchr(line, '=');
+        if (!eq || strncmp(line, "EIN_CURVE_", 10) != 0)
+            return ein_fail(err, EIN_EINVAL, "--keys-stdin: expected EIN_CURVE_NAME=KEY lines");
+        *eq = '\0';
+        setenv(line, eq + 1, 1);
+    }
+    return 0;
+}
+
 static int setup(nd *a, ein_error *err)
 {
     const nd_config *c = a->cfg;
@@ -302,6 +336,8 @@ static int setup(nd *a, ein_error *err)
     zmq_setsockopt(a->dealer, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
     /* The run's CURVE keys (coordinator/co_curve.h), from the launcher;
      * the workers never see them. */
+    if (c->keys_stdin && (rc = keys_from_stdin(err)) < 0)
+        return rc;
     const char *srv = getenv("EIN_CURVE_SERVER"), *pub = getenv("EIN_CURVE_PUBLIC"),
                *sec = getenv("EIN_CURVE_SECRET");
     if (srv && pub && sec) {
@@ -354,11 +390,19 @@ int nd_agent_run(const nd_config *c)
         stop = 1;
     }
     while (!stop) {
-        zmq_pollitem_t it[3] = {{.socket = a.router, .events = ZMQ_POLLIN},
+        zmq_pollitem_t it[4] = {{.socket = a.router, .events = ZMQ_POLLIN},
                                 {.socket = a.dealer, .events = ZMQ_POLLIN},
-                                {.fd = a.sfd, .events = ZMQ_POLLIN}};
-        if (zmq_poll(it, 3, 100) < 0 && errno != EINTR)
+                                {.fd = a.sfd, .events = ZMQ_POLLIN},
+                                {.fd = 0, .events = ZMQ_POLLIN}};
+        if (zmq_poll(it, c->keys_stdin ? 4 : 3, 100) < 0 && errno != EINTR)
             break;
+        /* --keys-stdin: the end of standard input is the coordinator's. */
+        char junk[64];
+        if (c->keys_stdin && (it[3].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) &&
+            read(0, junk, sizeof junk) <= 0) {
+            say(&a, "the coordinator's connection ended: stopping");
+            a.failed = stop = 1;
+        }
         relay(&a, a.router, a.dealer, 0);
         relay(&a, a.dealer, a.router, 1);
         struct signalfd_siginfo si;

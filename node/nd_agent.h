@@ -21,8 +21,11 @@
  * worker, naming this host, the worker's pid, how it ended, and the
  * instruction on the status page (from which the coordinator names the
  * operator). The agent ends once every worker has ended, on SIGTERM
- * (stopping them), or when the coordinator's process is gone (--parent-pid,
- * fake hosts) — and whatever happens, no worker, segment, status page or
+ * (stopping them), when the coordinator's process is gone (--parent-pid,
+ * fake hosts), or when its standard input ends (--keys-stdin: a launcher
+ * such as ssh forwards the end of the coordinator's socket, so the agent
+ * stops when the coordinator or the launcher's connection is gone) — and
+ * whatever happens, no worker, segment, status page or
  * run directory of its own is left.
  *
  * Returns the agent's exit status: 0 when every worker ended cleanly
@@ -43,6 +46,9 @@ typedef struct nd_config {
     long parent;                /* the coordinator's pid (fake hosts), 0: not watched */
     int fake;                   /* a pseudo-host of einrun --fake-hosts: UCX over TCP on
                                    the loopback (UCX_TLS=tcp unless set) */
+    int keys_stdin;             /* the CURVE keys come on stdin (a launcher's), whose end
+                                   then means the coordinator is gone */
+    double link_bw;             /* bytes/s between hosts, 0: none (einworker --link-bw) */
     int verbose;
 } nd_config;
 

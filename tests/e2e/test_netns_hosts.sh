@@ -1,0 +1,237 @@
+#!/bin/sh
+# tests/e2e/test_netns_hosts.sh — a run on two "hosts" that share nothing
+# on the network: two network namespaces joined by a veth pair, one agent
+# (einnode) in each, started from a hosts file (einrun --hosts, the second
+# host's launch command `ip netns exec NS`). Needs root (CI runs as root);
+# skipped with the reason where it cannot create namespaces.
+#
+# The coordinator (einrun) runs in the first namespace, as it would on the
+# first host of a cluster: the second host reaches it only over the veth,
+# so control (ZeroMQ + CURVE) and data (UCX over TCP) between the hosts
+# both cross the link that the last check takes down.
+#
+# Checks: the FFN and a LLaMA block at P = 4 over the two hosts equal the
+# one-host run (buffers poisoned between iterations); kill -9 of a remote
+# worker and of the remote agent are reported (with times); the
+# coordinator killed leaves both hosts clean (processes, shared memory,
+# run directories); `ip link set down` of the veth mid-iteration is
+# reported within 5 s naming the host, a device and the operator.
+set -u
+B=${EIN_BUILDDIR:-.}
+B=$(cd "$B" && pwd)
+EINRUN="$B/einrun"
+EINGEN="$B/eingen"
+NPYTOOL="$B/tests/e2e/npytool"
+SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+S=$(mktemp -d "${TMPDIR:-/tmp}/ein-ns.XXXXXX") || exit 1
+export TMPDIR="$S"
+NA=ein-a-$$
+NB=ein-b-$$
+started=""
+
+# Whatever happens: our processes, the namespaces (with the veth), the
+# scratch directory.
+cleanup() {
+    for p in $started; do kill -9 "$p" 2>/dev/null; done
+    for ns in $NA $NB; do
+        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+    done
+    sleep 0.2
+    ip netns del "$NA" 2>/dev/null
+    ip netns del "$NB" 2>/dev/null
+    rm -rf "$S"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+cd "$S" || exit 1
+. "$SRC/tests/e2e/lib.sh"
+
+skip() { echo "1..0 # SKIP $1"; exit 0; }
+grep -q '^#define HAVE_UCX 1' "$B/config.h" 2>/dev/null || skip "built without UCX (libucx-dev)"
+[ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces"
+command -v ip > /dev/null 2>&1 || skip "no ip command (iproute2)"
+ip netns add "$NA" 2> ns.txt || skip "cannot create a network namespace: $(cat ns.txt)"
+if ! ip netns add "$NB" 2> ns.txt ||
+   ! ip link add "ea$$" type veth peer name "eb$$" 2> ns.txt ||
+   ! ip link set "ea$$" netns "$NA" 2> ns.txt || ! ip link set "eb$$" netns "$NB" 2> ns.txt ||
+   ! ip -n "$NA" link set "ea$$" name ein0 2> ns.txt ||
+   ! ip -n "$NB" link set "eb$$" name ein0 2> ns.txt ||
+   ! ip -n "$NA" addr add 10.77.0.1/24 dev ein0 2> ns.txt ||
+   ! ip -n "$NB" addr add 10.77.0.2/24 dev ein0 2> ns.txt ||
+   ! ip -n "$NA" link set ein0 up 2> ns.txt || ! ip -n "$NB" link set ein0 up 2> ns.txt ||
+   ! ip -n "$NA" link set lo up 2> ns.txt || ! ip -n "$NB" link set lo up 2> ns.txt; then
+    skip "cannot join two network namespaces with a veth pair: $(cat ns.txt)"
+fi
+
+# In a sanitizer build, LeakSanitizer's exit-time tracer crashes now and
+# then in a worker that has run UCX's threads (as in test_fake_hosts.sh).
+ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+export ASAN_OPTIONS
+# UCX between the namespaces over TCP on the veth only (both ends are
+# named ein0): not shared memory, which the two "hosts" could still use.
+UCX_TLS=tcp
+UCX_NET_DEVICES=ein0
+export UCX_TLS UCX_NET_DEVICES
+
+cat > hosts <<EOF
+# address   devices  launch
+10.77.0.1   2                            # the coordinator's host
+10.77.0.2   2        ip netns exec $NB   # the other "host"
+EOF
+shm_before=$(ls /dev/shm | grep '^ein-' | sort)
+
+# Processes in either namespace, run directories, new shared memory of
+# owners that are gone (looked at twice, 1 s apart, as test_fake_hosts).
+leftovers_ns() {
+    l=""
+    for ns in $NA $NB; do
+        for p in $(ip netns pids "$ns" 2>/dev/null); do l="$l $ns: process $p;"; done
+    done
+    for f in "$S"/einrun.*; do [ -e "$f" ] && l="$l $f;"; done
+    cand=""
+    for f in $(ls /dev/shm | grep '^ein-' | sort); do
+        o=${f#ein-}; o=${o%%-*}
+        echo "$shm_before" | grep -qx "$f" || [ -d "/proc/$o" ] || cand="$cand $f"
+    done
+    [ -n "$cand" ] && sleep 1
+    for f in $cand; do [ -e "/dev/shm/$f" ] && l="$l /dev/shm/$f;"; done
+    echo "$l"
+}
+# until_clean: wait up to 5 s for leftovers_ns to be empty; its ms in $clean_ms.
+until_clean() {
+    i=0
+    while [ $i -lt 50 ]; do
+        left=$(leftovers_ns)
+        [ -z "$left" ] && break
+        i=$((i + 1)); sleep 0.1
+    done
+    clean_ms=$((i * 100))
+}
+ms_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+# wait_for FILE PATTERN: until a line of FILE matches (at most 10 s).
+wait_for() {
+    i=0
+    while ! grep -q -- "$2" "$1" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+}
+# in_a CMD...: run CMD in the coordinator's namespace.
+in_a() { ip netns exec "$NA" "$@"; }
+
+echo "1..6"
+
+# same NAME PLAN OUT TOL [einrun args]: the run over the two namespaces
+# equals the one-host run.
+same() {
+    name=$1; plan=$2; out=$3; tol=$4; shift 4
+    rm -f one.npy two.npy
+    if ! "$EINRUN" -q --cpu 4 --output "$out=one.npy" "$@" "$plan" > one.txt 2>&1; then
+        not_ok "$name" "the one-host run failed:" "$(cat one.txt)"; return
+    fi
+    t0=$(date +%s%N)
+    EIN_POISON=1 in_a "$EINRUN" -q --cpu 4 --hosts hosts --iterations 3 \
+        --output "$out=two.npy" "$@" "$plan" > two.txt 2>&1
+    rc=$?
+    ms=$(ms_since "$t0")
+    until_clean
+    if [ "$rc" -ne 0 ]; then not_ok "$name" "exit status $rc" "$(cat two.txt)"
+    elif ! grep -q "coordinator at tcp://10.77.0.1:" two.txt; then
+        not_ok "$name" "the coordinator's address is not reported:" "$(cat two.txt)"
+    elif ! "$NPYTOOL" compare one.npy two.npy "$tol" > cmp.txt 2>&1; then
+        not_ok "$name" "differs from the one-host run:" "$(cat cmp.txt)"
+    elif [ -n "$left" ]; then not_ok "$name" "left behind:$left"
+    else ok "$name ($ms ms)"
+    fi
+}
+
+write_ffn ffn.ein
+same "FFN at P = 4 over two namespaces equals one host" ffn.ein y 1e-5 --seed 3
+"$EINGEN" llama --seqs 2 --tokens 16 --scale 0.0625 --dtype f32 > llama.ein 2> gen.txt ||
+    { cat gen.txt; exit 1; }
+same "LLaMA block at P = 4 over two namespaces equals one host" llama.ein \
+    "$(sed -n 's/^save \([A-Za-z0-9_]*\).*/\1/p' llama.ein | tail -1)" 1e-4 --seed 5
+
+# check_fault NAME PATTERN RC MS LIMIT: exit status 1 within LIMIT ms,
+# PATTERN in the report, both hosts clean.
+check_fault() {
+    name=$1; pat=$2; rc=$3; ms=$4; limit=$5
+    until_clean
+    if [ "$rc" -ne 1 ]; then not_ok "$name" "exit status $rc, expected 1" "$(cat out.txt)"
+    elif ! grep -q -- "$pat" out.txt; then not_ok "$name" "message does not match '$pat':" "$(cat out.txt)"
+    elif [ "$ms" -gt "$limit" ]; then not_ok "$name" "took $ms ms, more than $limit" "$(cat out.txt)"
+    elif [ -n "$left" ]; then not_ok "$name" "left behind:$left"
+    else ok "$name ($ms ms)"
+    fi
+}
+
+# A worker of the remote host crashes (as kill -9 would end it; SIGSEGV so
+# that the instruction is known): its agent reports it.
+saved_asan=${ASAN_OPTIONS-}
+t0=$(date +%s%N)
+ASAN_OPTIONS="${saved_asan:+$saved_asan:}handle_segv=0" EIN_FAULT=3:crash:2 \
+    in_a "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1
+rc=$?
+check_fault "a remote worker killed is reported naming host, device, operator" \
+    "device 3 (pid [0-9]*) failed in instruction 2 (.*operator '.*'): on host 1, einworker pid [0-9]* was killed by signal 11" \
+    $rc "$(ms_since "$t0")" 15000
+
+# remote_agent: the pid of the agent in the second namespace (10 s at most).
+remote_agent() {
+    agent=""
+    i=0
+    while [ -z "$agent" ] && [ $i -lt 100 ]; do
+        for p in $(ip netns pids "$NB" 2>/dev/null); do
+            [ "$(cat /proc/$p/comm 2>/dev/null)" = einnode ] && agent=$p
+        done
+        [ -z "$agent" ] && { i=$((i + 1)); sleep 0.1; }
+    done
+}
+
+# kill -9 of the remote agent mid-run (device 0 is slow).
+EIN_FAULT=0:slow:3 in_a "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
+pid=$!
+started="$pid"
+remote_agent
+sleep 1
+t0=$(date +%s%N)
+[ -n "$agent" ] && kill -9 "$agent"
+wait $pid
+rc=$?
+check_fault "the remote agent killed is reported naming the host and its devices" \
+    "host 1 (10.77.0.2; agent pid $agent, devices 2-3) was killed by signal 9" \
+    $rc "$(ms_since "$t0")" 5000
+
+# kill -9 of the coordinator mid-run: both hosts clean themselves.
+EIN_FAULT=0:slow:3 in_a "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
+pid=$!
+started="$pid"
+remote_agent
+sleep 1
+kill -9 $pid
+wait $pid 2>/dev/null
+until_clean
+if [ -z "$agent" ]; then not_ok "the coordinator killed leaves both hosts clean" "no remote agent seen"
+elif [ -n "$left" ]; then not_ok "the coordinator killed leaves both hosts clean" "after 5 s:$left"
+else ok "the coordinator killed leaves both hosts clean ($clean_ms ms)"
+fi
+
+# The link goes down mid-iteration: reported within 5 s (the time from
+# `ip link set down` to the report), naming the host, a device and the
+# operator it was in; then both hosts are clean.
+EIN_FAULT=0:slow:3 in_a "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
+pid=$!
+started="$pid"
+remote_agent
+sleep 1.5
+t0=$(date +%s%N)
+ip -n "$NB" link set ein0 down
+pat="host 1 (10.77.0.2) stopped answering, or the link to it is down: nothing from device [23] for [0-9.]* s (limit [0-9.]* s); it was last seen in instruction [0-9]* (.*operator '.*')"
+i=0
+while ! grep -q -- "$pat" out.txt && [ -d /proc/$pid ] && [ $i -lt 150 ]; do
+    sleep 0.05; i=$((i + 1))
+done
+ms=$(ms_since "$t0")
+wait $pid
+rc=$?
+started=""
+ip -n "$NB" link set ein0 up
+check_fault "the link down mid-iteration is reported naming host, device, operator" \
+    "$pat" $rc "$ms" 5000
