@@ -490,9 +490,13 @@ static int reap_agents(run *r, int shutting_down, ein_error *err)
                      r->o->node_path);
         else
             snprintf(how, sizeof how, "exited with status %d", got > 0 ? WEXITSTATUS(status) : -1);
-        if (r->o->hosts)
-            rc = ein_fail(err, EIN_EWORKER, "host %d (%s; agent pid %ld, devices %s) %s", h,
-                          r->o->hosts[h].addr, (long)r->agent[h], devs, how);
+        if (r->o->hosts && r->o->hosts[h].launch) /* its launcher's status */
+            rc = ein_fail(err, EIN_EWORKER, "host %d (%s; devices %s): its agent ended; its "
+                          "launcher (%s, pid %ld) %s", h, r->o->hosts[h].addr, devs,
+                          r->o->hosts[h].launch[0], (long)r->agent[h], how);
+        else if (r->o->hosts)
+            rc = ein_fail(err, EIN_EWORKER, "host %d (%s; agent einnode pid %ld, devices %s) %s",
+                          h, r->o->hosts[h].addr, (long)r->agent[h], devs, how);
         else
             rc = ein_fail(err, EIN_EWORKER, "host %d (agent einnode pid %ld, devices %s) %s", h,
                           (long)r->agent[h], devs, how);
@@ -832,12 +836,20 @@ static int wait_all(run *r, int phase, int cancellable, co_worker_stats *stats, 
             if (r->w[d].exited || t - r->w[d].last_seen <= limit)
                 continue;
             if (limit < r->o->worker_timeout) {
-                char where[200], hn[300];
-                describe_instr(r, d, r->w[d].instr, where, sizeof where);
-                co_hosts_name(r->o, r->o->host_of[d], hn, sizeof hn);
+                /* Where each device of that host was last seen. */
+                char where[200], hn[300], all[600] = "";
+                int h = r->o->host_of[d];
+                for (int e = 0; e < r->ndev; e++) {
+                    size_t k = strlen(all);
+                    if (r->o->host_of[e] != h || r->w[e].exited || k + 1 >= sizeof all)
+                        continue;
+                    describe_instr(r, e, r->w[e].instr, where, sizeof where);
+                    snprintf(all + k, sizeof all - k, "%sdevice %d %s", k ? "; " : "", e, where);
+                }
+                co_hosts_name(r->o, h, hn, sizeof hn);
                 return ein_fail(err, EIN_EWORKER, "%s stopped answering, or the link to it is "
-                                "down: nothing from device %d for %.1f s (limit %.1f s); it was "
-                                "last seen %s", hn, d, t - r->w[d].last_seen, limit, where);
+                                "down: nothing from device %d for %.1f s (limit %.1f s); last "
+                                "seen: %s", hn, d, t - r->w[d].last_seen, limit, all);
             }
             /* A worker paused for a debugger, or one the user has not started
              * yet, is not silent until it has spoken once. */

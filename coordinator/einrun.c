@@ -179,7 +179,7 @@ static void usage(FILE *f)
 "                       each with its own agent (einnode): blocks between them\n"
 "                       move over UCX on the loopback, as between hosts.\n"
 "  --hosts FILE         run on the hosts FILE lists, one line each:\n"
-"                       ADDRESS DEVICES [LAUNCH...] (docs/hosts.md); LAUNCH\n"
+"                       ADDRESS DEVICES [LAUNCH...] (docs/runtime.md); LAUNCH\n"
 "                       starts that host's agent (`ssh`, `ip netns exec NS`,\n"
 "                       ...; none: this machine); einrun listens on the first\n"
 "                       ADDRESS. A host silent for ~3 s is reported.\n"

@@ -435,7 +435,7 @@ typedef struct ein_session_options {
                                  without UCX (libucx-dev) */
     const char *hosts_file;   /* NULL: one host (default). A file of one line
                                  per host, "ADDRESS DEVICES [LAUNCH...]"
-                                 (docs/hosts.md): each host's agent (einnode)
+                                 (docs/runtime.md): each host's agent (einnode)
                                  is started with LAUNCH (such as `ssh` or
                                  `ip netns exec NS`), the coordinator listens
                                  on the first ADDRESS. Not with fake_hosts;
