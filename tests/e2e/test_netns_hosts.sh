@@ -15,7 +15,9 @@
 # worker and of the remote agent are reported (with times); the
 # coordinator killed leaves both hosts clean (processes, shared memory,
 # run directories); `ip link set down` of the veth mid-iteration is
-# reported within 5 s naming the host, a device and the operator.
+# reported within 5 s naming the host, a device and the operator; and the
+# FFN again with the second host's agent started over ssh (a key-only
+# sshd in the second namespace, keys made here; skipped without sshd).
 set -u
 B=${EIN_BUILDDIR:-.}
 B=$(cd "$B" && pwd)
@@ -28,6 +30,7 @@ export TMPDIR="$S"
 NA=ein-a-$$
 NB=ein-b-$$
 started=""
+made_run_sshd=""
 
 # Whatever happens: our processes, the namespaces (with the veth), the
 # scratch directory.
@@ -39,10 +42,11 @@ cleanup() {
     sleep 0.2
     ip netns del "$NA" 2>/dev/null
     ip netns del "$NB" 2>/dev/null
+    [ -n "$made_run_sshd" ] && rmdir /run/sshd 2>/dev/null
     rm -rf "$S"
 }
 trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
+trap 'exit 1' INT TERM HUP PIPE
 cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
 
@@ -85,7 +89,10 @@ shm_before=$(ls /dev/shm | grep '^ein-' | sort)
 leftovers_ns() {
     l=""
     for ns in $NA $NB; do
-        for p in $(ip netns pids "$ns" 2>/dev/null); do l="$l $ns: process $p;"; done
+        for p in $(ip netns pids "$ns" 2>/dev/null); do
+            # (the sshd of the last check, and its sessions, are not the run's)
+            [ "$(cat /proc/$p/comm 2>/dev/null)" = sshd ] || l="$l $ns: process $p;"
+        done
     done
     for f in "$S"/einrun.*; do [ -e "$f" ] && l="$l $f;"; done
     cand=""
@@ -113,10 +120,19 @@ wait_for() {
     i=0
     while ! grep -q -- "$2" "$1" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 }
+# report_ms PATTERN PID T0: ms from T0 until PATTERN is in out.txt (or
+# process PID has ended; at most 7.5 s).
+report_ms() {
+    i=0
+    while ! grep -q -- "$1" out.txt && [ -d "/proc/$2" ] && [ $i -lt 150 ]; do
+        sleep 0.05; i=$((i + 1))
+    done
+    ms_since "$3"
+}
 # in_a CMD...: run CMD in the coordinator's namespace.
 in_a() { ip netns exec "$NA" "$@"; }
 
-echo "1..6"
+echo "1..7"
 
 # same NAME PLAN OUT TOL [einrun args]: the run over the two namespaces
 # equals the one-host run.
@@ -185,19 +201,21 @@ remote_agent() {
     done
 }
 
-# kill -9 of the remote agent mid-run (device 0 is slow).
-EIN_FAULT=0:slow:3 in_a "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
+# kill -9 of the remote agent mid-run (device 2, its own, is slow: the
+# devices of the first host wait for it, and stop at once).
+EIN_FAULT=2:slow:3 in_a "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
 pid=$!
 started="$pid"
 remote_agent
 sleep 0.5
 t0=$(date +%s%N)
 [ -n "$agent" ] && kill -9 "$agent"
+pat="host 1 (10.77.0.2; devices 2-3): its agent ended; its launcher (ip, pid [0-9]*) "
+ms=$(report_ms "$pat" $pid "$t0")
 wait $pid
 rc=$?
 check_fault "the remote agent killed is reported naming the host and its devices" \
-    "host 1 (10.77.0.2; devices 2-3): its agent ended; its launcher (ip, pid [0-9]*) " \
-    $rc "$(ms_since "$t0")" 5000
+    "$pat" $rc "$ms" 5000
 
 # kill -9 of the coordinator mid-run: both hosts clean themselves.
 EIN_FAULT=0:slow:3 in_a "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
@@ -224,14 +242,67 @@ sleep 1.5
 t0=$(date +%s%N)
 ip -n "$NB" link set ein0 down
 pat="host 1 (10.77.0.2) stopped answering, or the link to it is down: nothing from device [23] for [0-9.]* s (limit [0-9.]* s); last seen: .*device [23] in instruction [0-9]* (.*operator '.*')"
-i=0
-while ! grep -q -- "$pat" out.txt && [ -d /proc/$pid ] && [ $i -lt 150 ]; do
-    sleep 0.05; i=$((i + 1))
-done
-ms=$(ms_since "$t0")
+ms=$(report_ms "$pat" $pid "$t0")
 wait $pid
 rc=$?
 started=""
 ip -n "$NB" link set ein0 up
 check_fault "the link down mid-iteration is reported naming host, device, operator" \
     "$pat" $rc "$ms" 5000
+
+# The second host's agent started over ssh: sshd (key-only, on the veth
+# address of the second namespace) with keys made here; the launch line
+# passes the UCX settings and TMPDIR (AcceptEnv), as a cluster's
+# environment would set them.
+SSHD=$(command -v sshd || echo /usr/sbin/sshd)
+name="FFN at P = 4 with the second host's agent started over ssh equals one host"
+if [ ! -x "$SSHD" ] || ! command -v ssh > /dev/null 2>&1 ||
+   ! command -v ssh-keygen > /dev/null 2>&1; then
+    ok "$name # SKIP no sshd or ssh (Debian openssh-server, openssh-client)"
+    exit 0
+fi
+K="$S/ssh"
+mkdir -m 700 "$K"
+{ ssh-keygen -q -t ed25519 -N '' -f "$K/host" && ssh-keygen -q -t ed25519 -N '' -f "$K/id"; } ||
+    exit 1
+cat > "$K/sshd_config" <<EOF
+Port 2222
+ListenAddress 10.77.0.2
+HostKey $K/host
+AuthorizedKeysFile $K/id.pub
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+StrictModes no
+PidFile $K/sshd.pid
+AcceptEnv UCX_* ASAN_OPTIONS UBSAN_OPTIONS TMPDIR EIN_*
+EOF
+[ -d /run/sshd ] || { mkdir -p /run/sshd && made_run_sshd=1; }
+ip netns exec "$NB" "$SSHD" -D -e -f "$K/sshd_config" 2> "$K/sshd.log" &
+started="$!"
+SSH="ssh -F /dev/null -i $K/id -p 2222 -o BatchMode=yes -o StrictHostKeyChecking=no"
+SSH="$SSH -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o SendEnv=UCX_*"
+SSH="$SSH -o SendEnv=ASAN_OPTIONS -o SendEnv=UBSAN_OPTIONS -o SendEnv=TMPDIR -o SendEnv=EIN_*"
+i=0
+while ! in_a $SSH root@10.77.0.2 true 2> ssh.txt && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+cat > hosts-ssh <<EOF
+10.77.0.1   2
+10.77.0.2   2   $SSH root@10.77.0.2
+EOF
+rm -f one.npy two.npy
+"$EINRUN" -q --cpu 4 --output y=one.npy --seed 3 ffn.ein > one.txt 2>&1
+t0=$(date +%s%N)
+EIN_POISON=1 in_a "$EINRUN" -q --cpu 4 --hosts hosts-ssh --iterations 3 --output y="$S/two.npy" \
+    --seed 3 ffn.ein > two.txt 2>&1
+rc=$?
+ms=$(ms_since "$t0")
+until_clean
+if [ $i -ge 50 ]; then not_ok "$name" "sshd did not answer:" "$(cat ssh.txt "$K/sshd.log")"
+elif [ "$rc" -ne 0 ]; then not_ok "$name" "exit status $rc" "$(cat two.txt "$K/sshd.log")"
+elif ! "$NPYTOOL" compare one.npy two.npy 1e-5 > cmp.txt 2>&1; then
+    not_ok "$name" "differs from the one-host run:" "$(cat cmp.txt)"
+elif [ -n "$left" ]; then not_ok "$name" "left behind:$left"
+else ok "$name ($ms ms)"
+fi
