@@ -125,6 +125,28 @@ int co_hosts_parse(const char *path, co_host **out, int *n, ein_error *err)
     return 0;
 }
 
+/* s in single quotes for a POSIX shell ('\'' for each quote), or NULL. */
+static char *sh_quote(const char *s)
+{
+    size_t n = 3;
+    for (const char *c = s; *c; c++)
+        n += *c == '\'' ? 4 : 1;
+    char *q = malloc(n), *o = q;
+    if (!q)
+        return NULL;
+    *o++ = '\'';
+    for (const char *c = s; *c; c++) {
+        if (*c == '\'') {
+            memcpy(o, "'\\''", 4);
+            o += 4;
+        } else
+            *o++ = *c;
+    }
+    *o++ = '\'';
+    *o = '\0';
+    return q;
+}
+
 void co_hosts_deadlines(const struct xp_topology *t, co_run_opts *o)
 {
     int two = t && t->nodes > 1;
@@ -201,7 +223,7 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
                           "--devices", devs, "--ndevices", nd, "--worker", o->worker_path,
                           "--iterations", iters, "--instr-timeout", itmo, "--link-bw", bw};
     int nargs = (int)(sizeof args / sizeof *args);
-    char **argv = calloc((size_t)(nlaunch + nargs + 5), sizeof *argv);
+    char **argv = calloc((size_t)(nlaunch + nargs + 7), sizeof *argv);
     int kp[2] = {-1, -1};
     if (!argv || (launch && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, kp) < 0)) {
         int e = errno;
@@ -224,8 +246,29 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
     }
     if (o->verbose)
         argv[na++] = "--verbose";
+    char cwd[4096];
+    if (launch && getcwd(cwd, sizeof cwd)) {
+        argv[na++] = "--cwd"; /* relative paths mean what they mean here */
+        argv[na++] = cwd;
+    }
     argv[na] = NULL;
+    /* ssh hands its command to the remote user's shell: every word of
+     * ours quoted (paths with blanks or quotes stay one word). */
+    const char *l0 = launch ? strrchr(launch[0], '/') : NULL;
+    int quote = launch && !strcmp(l0 ? l0 + 1 : launch[0], "ssh");
+    for (int i = nlaunch; quote && i < na; i++)
+        if (!(argv[i] = sh_quote(argv[i]))) {
+            for (int j = nlaunch; j < i; j++)
+                free(argv[j]);
+            free(envp);
+            free(argv);
+            close(kp[0]);
+            close(kp[1]);
+            return ein_fail(err, EIN_ENOMEM, "out of memory");
+        }
     pid_t p = fork();
+    for (int i = nlaunch; quote && p != 0 && i < na; i++)
+        free(argv[i]);
     if (p < 0) {
         int e = errno;
         free(envp);

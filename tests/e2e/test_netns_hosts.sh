@@ -294,7 +294,7 @@ EOF
 rm -f one.npy two.npy
 "$EINRUN" -q --cpu 4 --output y=one.npy --seed 3 ffn.ein > one.txt 2>&1
 t0=$(date +%s%N)
-EIN_POISON=1 in_a "$EINRUN" -q --cpu 4 --hosts hosts-ssh --iterations 3 --output y="$S/two.npy" \
+EIN_POISON=1 in_a "$EINRUN" -q --cpu 4 --hosts hosts-ssh --iterations 3 --output y=two.npy \
     --seed 3 ffn.ein > two.txt 2>&1
 rc=$?
 ms=$(ms_since "$t0")
