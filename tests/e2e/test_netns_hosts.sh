@@ -129,7 +129,8 @@ report_ms() {
     done
     ms_since "$3"
 }
-# in_a CMD...: run CMD in the coordinator's namespace.
+# in_a CMD...: run CMD in the coordinator's namespace (in the foreground:
+# a background run is `ip netns exec` itself, so that $! is einrun's pid).
 in_a() { ip netns exec "$NA" "$@"; }
 
 echo "1..7"
@@ -207,7 +208,7 @@ remote_agent() {
 
 # kill -9 of the remote agent mid-run (device 2, its own, is slow: the
 # devices of the first host wait for it, and stop at once).
-EIN_FAULT=2:slow:3 in_a "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
+EIN_FAULT=2:slow:3 ip netns exec "$NA" "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
 pid=$!
 started="$pid"
 remote_agent
@@ -222,11 +223,12 @@ check_fault "the remote agent killed is reported naming the host and its devices
     "$pat" $rc "$ms" 5000
 
 # kill -9 of the coordinator mid-run: both hosts clean themselves.
-EIN_FAULT=0:slow:3 in_a "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
+EIN_FAULT=0:slow:3 ip netns exec "$NA" "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
 pid=$!
 started="$pid"
 remote_agent
 sleep 0.5
+[ "$(cat /proc/$pid/comm 2>/dev/null)" = einrun ] || echo "# $pid is not einrun"
 kill -9 $pid
 wait $pid 2>/dev/null
 until_clean
@@ -238,7 +240,7 @@ fi
 # The link goes down mid-iteration: reported within 5 s (the time from
 # `ip link set down` to the report), naming the host, a device and the
 # operator it was in; then both hosts are clean.
-EIN_FAULT=2:slow:3 in_a "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
+EIN_FAULT=2:slow:3 ip netns exec "$NA" "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
 pid=$!
 started="$pid"
 remote_agent
