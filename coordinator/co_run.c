@@ -562,8 +562,10 @@ static void stop_agents(run *r)
         if (r->agent_fd[h] >= 0) /* a launched agent stops at its end too */
             close(r->agent_fd[h]);
         r->agent_fd[h] = -1;
-        if (r->agent[h] > 0 && !r->agent_exited[h])
+        if (r->agent[h] > 0 && !r->agent_exited[h]) {
             kill(r->agent[h], SIGTERM);
+            kill(r->agent[h], SIGCONT); /* a stopped one ends now, not after 3 s */
+        }
     }
     double deadline = ein_now_s() + 3.0;
     for (;;) {
