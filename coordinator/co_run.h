@@ -74,7 +74,7 @@ typedef struct co_run_opts {
      * on host host_of[d] (0..nhosts-1), whose agent (einnode at node_path,
      * node/nd_agent.h) starts and watches its workers and relays their
      * messages; the ROUTER is bound on TCP (127.0.0.1 for the pseudo-hosts
-     * of einrun --fake-hosts, the only launcher so far), messages from an
+     * of einrun --fake-hosts; else the first host's address), messages from an
      * agent carry the worker's identity in a second frame, and before the
      * first START every worker gets PEERS: the UCX addresses of the
      * devices of other hosts. The agents are this process's children: one

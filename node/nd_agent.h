@@ -2,7 +2,8 @@
  * on several hosts (issue 26).
  *
  * The coordinator (einrun) is the rendezvous: it binds a ROUTER on TCP and
- * starts one agent per host (itself for --fake-hosts, later through ssh,
+ * starts one agent per host (itself for --fake-hosts; through the launch
+ * command of each host of einrun --hosts, such as ssh; later through
  * srun or mpirun). nd_agent_run() then does on its host what co_run.c
  * does on one machine, with the same pieces: a private run directory
  * (mode 0700), the guard process (coordinator/co_guard.h) that removes
