@@ -133,6 +133,59 @@ report_ms() {
 # a background run is `ip netns exec` itself, so that $! is einrun's pid).
 in_a() { ip netns exec "$NA" "$@"; }
 
+# For the last two checks, the second host's agent started over ssh: sshd
+# (key-only, on the veth address of the second namespace) with keys made
+# here; the launch line passes the UCX settings and TMPDIR (AcceptEnv), as
+# a cluster's environment would set them. Without sshd, the link check
+# launches with ip netns exec and the ssh check is skipped.
+SSHD=$(command -v sshd || echo /usr/sbin/sshd)
+have_ssh=""
+sshd_started=""
+start_sshd() {
+[ -x "$SSHD" ] && command -v ssh > /dev/null 2>&1 && command -v ssh-keygen > /dev/null 2>&1 ||
+    return
+K="$S/ssh"
+mkdir -m 700 "$K"
+{ ssh-keygen -q -t ed25519 -N '' -f "$K/host" && ssh-keygen -q -t ed25519 -N '' -f "$K/id"; } ||
+    return
+cat > "$K/sshd_config" <<EOF
+Port 2222
+ListenAddress 10.77.0.2
+HostKey $K/host
+AuthorizedKeysFile $K/id.pub
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+StrictModes no
+PidFile $K/sshd.pid
+AcceptEnv UCX_* ASAN_OPTIONS UBSAN_OPTIONS TMPDIR EIN_*
+EOF
+[ -d /run/sshd ] || { mkdir -p /run/sshd && made_run_sshd=1; }
+ip netns exec "$NB" "$SSHD" -D -e -f "$K/sshd_config" 2> "$K/sshd.log" &
+started="$!"
+sshd_started=1
+}
+# ssh_ready: sshd listens (5 s at most); then have_ssh=1 and hosts-ssh.
+ssh_ready() {
+[ -n "$sshd_started" ] || return
+SSH="ssh -F /dev/null -i $K/id -p 2222 -o BatchMode=yes -o StrictHostKeyChecking=no"
+SSH="$SSH -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o SendEnv=UCX_*"
+SSH="$SSH -o SendEnv=ASAN_OPTIONS -o SendEnv=UBSAN_OPTIONS -o SendEnv=TMPDIR -o SendEnv=EIN_*"
+i=0
+while ! grep -q "Server listening on 10.77.0.2" "$K/sshd.log" && [ $i -lt 50 ]; do
+    sleep 0.1; i=$((i + 1))
+done
+[ $i -lt 50 ] || { echo "# sshd did not start: $(cat "$K/sshd.log")"; return; }
+cat > hosts-ssh <<EOF
+10.77.0.1   2
+10.77.0.2   2   $SSH root@10.77.0.2
+EOF
+have_ssh=1
+}
+start_sshd   # now: it starts while the first checks run
+
 echo "1..7"
 
 # same NAME PLAN OUT TOL [einrun args]: the run over the two namespaces
@@ -237,50 +290,7 @@ elif [ -n "$left" ]; then not_ok "the coordinator killed leaves both hosts clean
 else ok "the coordinator killed leaves both hosts clean ($clean_ms ms)"
 fi
 
-# For the last two checks, the second host's agent started over ssh: sshd
-# (key-only, on the veth address of the second namespace) with keys made
-# here; the launch line passes the UCX settings and TMPDIR (AcceptEnv), as
-# a cluster's environment would set them. Without sshd, the link check
-# launches with ip netns exec and the ssh check is skipped.
-SSHD=$(command -v sshd || echo /usr/sbin/sshd)
-have_ssh=""
-start_sshd() {
-[ -x "$SSHD" ] && command -v ssh > /dev/null 2>&1 && command -v ssh-keygen > /dev/null 2>&1 ||
-    return
-K="$S/ssh"
-mkdir -m 700 "$K"
-{ ssh-keygen -q -t ed25519 -N '' -f "$K/host" && ssh-keygen -q -t ed25519 -N '' -f "$K/id"; } ||
-    return
-cat > "$K/sshd_config" <<EOF
-Port 2222
-ListenAddress 10.77.0.2
-HostKey $K/host
-AuthorizedKeysFile $K/id.pub
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-UsePAM no
-StrictModes no
-PidFile $K/sshd.pid
-AcceptEnv UCX_* ASAN_OPTIONS UBSAN_OPTIONS TMPDIR EIN_*
-EOF
-[ -d /run/sshd ] || { mkdir -p /run/sshd && made_run_sshd=1; }
-ip netns exec "$NB" "$SSHD" -D -e -f "$K/sshd_config" 2> "$K/sshd.log" &
-started="$!"
-SSH="ssh -F /dev/null -i $K/id -p 2222 -o BatchMode=yes -o StrictHostKeyChecking=no"
-SSH="$SSH -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o SendEnv=UCX_*"
-SSH="$SSH -o SendEnv=ASAN_OPTIONS -o SendEnv=UBSAN_OPTIONS -o SendEnv=TMPDIR -o SendEnv=EIN_*"
-i=0
-while ! in_a $SSH root@10.77.0.2 true 2> ssh.txt && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-[ $i -lt 50 ] || { echo "# sshd did not answer: $(cat ssh.txt "$K/sshd.log")"; return; }
-cat > hosts-ssh <<EOF
-10.77.0.1   2
-10.77.0.2   2   $SSH root@10.77.0.2
-EOF
-have_ssh=1
-}
-start_sshd
+ssh_ready
 # The link goes down mid-iteration: reported within 5 s (the time from
 # `ip link set down` to the report), naming the host, a device and the
 # operator it was in; then both hosts are clean: over ssh, the remote
