@@ -24,43 +24,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define PL_LINE_MAX 4096                    /* bytes per line, newline excluded */
-#define PL_PROGRAM_NODES_MAX 100000         /* tensors per program */
-#define PL_TEXT_MAX ((size_t)16 << 20)      /* bytes per program */
-#define PL_ARGS_MAX 24                      /* more than any operator takes */
-
-typedef enum tok_kind { T_EOL, T_IDENT, T_NUM, T_STR, T_PUNCT } tok_kind;
-
-typedef struct tok {
-    tok_kind kind;
-    const char *s;      /* the text; for T_STR the contents, quotes excluded */
-    int len;
-    int col;            /* 1-based column of the first byte (the quote of a string) */
-} tok;
-
-typedef struct dim_def {
-    char name[EIN_NAME_MAX];
-    int64_t size;
-    int line;
-} dim_def;
-
-typedef struct parser {
-    const char *file;
-    ein_error *err;
-    pl_graph *g;
-    int line;
-    tok *toks;          /* the current line: at most one token per byte, then T_EOL */
-    int ntok, pos;
-    dim_def *dims;      /* dims table, indexed by name in dim_index */
-    int ndims, capdims;
-    ein_nameidx dim_index; /* names -> dims[] (common/ein_nameidx.h) */
-    ein_dtype dtype;    /* for later inputs, set by `dtype` */
-    int64_t *seq_ends;  /* set by `seqs`, for later rope/attention */
-    int nseq;
-    int nstatements, nsaves;
-    char scratch[PL_LINE_MAX + 1];
-} parser;
+#include "planner/pl_parse_int.h"
 
 typedef enum op_kind {
     OP_MATMUL, OP_EINSUM, OP_UNARY, OP_SCALE, OP_BINARY, OP_SOFTMAX, OP_RMSNORM, OP_LAYERNORM,
@@ -118,10 +82,7 @@ static const char *const keywords[] = {"dims", "dtype", "input", "save", "seqs",
 
 /* ---- errors and tokens --------------------------------------------------- */
 
-static int perr(parser *p, int code, int col, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int perr(parser *p, int code, int col, const char *fmt, ...)
+int pl_perr(parser *p, int code, int col, const char *fmt, ...)
 {
     char msg[EIN_ERROR_MSG_MAX];
     va_list ap;
@@ -132,7 +93,7 @@ static int perr(parser *p, int code, int col, const char *fmt, ...)
 }
 
 /* How a token reads in a message; long tokens are cut. */
-static const char *tok_desc(const tok *t, char *buf, size_t n)
+const char *pl_tok_desc(const tok *t, char *buf, size_t n)
 {
     int len = t->len > 40 ? 40 : t->len;
     const char *more = t->len > 40 ? "..." : "";
@@ -145,7 +106,6 @@ static const char *tok_desc(const tok *t, char *buf, size_t n)
     }
     return buf;
 }
-#define DESC(t) tok_desc((t), (char[64]){0}, 64)
 
 static int tok_is(const tok *t, const char *word)
 {
@@ -157,7 +117,7 @@ static int tok_punct(const tok *t, char c)
     return t->kind == T_PUNCT && t->s[0] == c;
 }
 
-static const tok *peek(const parser *p)
+const tok *pl_peek(const parser *p)
 {
     return &p->toks[p->pos];
 }
@@ -171,7 +131,7 @@ static const tok *next(parser *p)
     return t;
 }
 
-static int is_reserved(const tok *t)
+int pl_is_reserved(const tok *t)
 {
     for (size_t i = 0; i < sizeof keywords / sizeof keywords[0]; i++)
         if (tok_is(t, keywords[i]))
@@ -182,364 +142,32 @@ static int is_reserved(const tok *t)
     return 0;
 }
 
-/* ---- bytes and tokens of one line ---------------------------------------- */
-
-static int is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-static int is_digit(char c) { return c >= '0' && c <= '9'; }
-static int is_alnum(char c) { return is_alpha(c) || is_digit(c); }
-
-/* Reject NUL bytes, invalid UTF-8 (overlong forms, surrogates, > U+10FFFF,
- * truncated sequences) and over-long lines. Valid non-ASCII text passes
- * here; the lexer then allows it only in comments. */
-static int check_line_bytes(parser *p, const unsigned char *b, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        unsigned c = b[i];
-        if (c == 0)
-            return perr(p, EIN_EPARSE, (int)i + 1, "NUL byte; expected text (a .ein program is UTF-8 text)");
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t need = 0;
-        uint32_t cp = 0, min = 0;
-        if (c >= 0xc2 && c <= 0xdf)
-            need = 1, cp = c & 0x1f, min = 0x80;
-        else if (c >= 0xe0 && c <= 0xef)
-            need = 2, cp = c & 0x0f, min = 0x800;
-        else if (c >= 0xf0 && c <= 0xf4)
-            need = 3, cp = c & 0x07, min = 0x10000;
-        int ok = need > 0;
-        for (size_t k = 1; ok && k <= need; k++) {
-            if (i + k >= n || (b[i + k] & 0xc0) != 0x80)
-                ok = 0;
-            else
-                cp = (cp << 6) | (b[i + k] & 0x3f);
-        }
-        if (ok && (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)))
-            ok = 0;
-        if (!ok)
-            return perr(p, EIN_EPARSE, (int)i + 1,
-                        "invalid UTF-8 byte 0x%02x; expected valid UTF-8", c);
-        i += need + 1;
-    }
-    if (n > PL_LINE_MAX)
-        return perr(p, EIN_EPARSE, PL_LINE_MAX + 1,
-                    "line is %zu bytes long; expected at most %d bytes per line", n, PL_LINE_MAX);
-    return 0;
-}
-
-static int lex_line(parser *p, const char *b, int n)
-{
-    int i = 0, last_end = 0;
-    p->ntok = p->pos = 0;
-    while (i < n) {
-        char c = b[i];
-        if (c == ' ' || c == '\t') {
-            i++;
-            continue;
-        }
-        if (c == '#')
-            break;
-        tok *t = &p->toks[p->ntok];
-        int j = i + 1;
-        t->col = i + 1;
-        t->s = b + i;
-        if ((unsigned char)c >= 0x80)
-            return perr(p, EIN_EPARSE, i + 1, "non-ASCII character outside a comment; "
-                        "expected ASCII (only comments may contain other text)");
-        if (is_alpha(c)) {
-            while (j < n && is_alnum(b[j]))
-                j++;
-            t->kind = T_IDENT;
-        } else if (is_digit(c) || c == '.' ||
-                   ((c == '+' || c == '-') && i + 1 < n && (is_digit(b[i + 1]) || b[i + 1] == '.'))) {
-            /* Take the whole run, letters included, so "12x" or "1e999" is one
-             * token that the integer / number checks reject with its text. */
-            while (j < n && (is_alnum(b[j]) || b[j] == '.' ||
-                             ((b[j] == '+' || b[j] == '-') && (b[j - 1] == 'e' || b[j - 1] == 'E'))))
-                j++;
-            t->kind = T_NUM;
-        } else if (c == '"') {
-            while (j < n && b[j] != '"') {
-                unsigned char d = (unsigned char)b[j];
-                if (d >= 0x80)
-                    return perr(p, EIN_EPARSE, j + 1, "non-ASCII character in a string; "
-                                "expected einsum subscripts like \"ij,jk->ik\"");
-                if (d < 0x20 || d == 0x7f)
-                    return perr(p, EIN_EPARSE, j + 1, "unexpected byte 0x%02x in a string; "
-                                "expected einsum subscripts like \"ij,jk->ik\"", d);
-                j++;
-            }
-            if (j >= n)
-                return perr(p, EIN_EPARSE, i + 1, "unterminated string; expected a closing '\"' "
-                            "on the same line");
-            t->kind = T_STR;
-            t->s = b + i + 1;
-            t->len = j - i - 1;
-            j++;
-        } else if (strchr("=[](),", c)) {
-            t->kind = T_PUNCT;
-        } else if (c > ' ' && c < 0x7f) {
-            return perr(p, EIN_EPARSE, i + 1, "unexpected character '%c'; expected a name, a "
-                        "number, a string or one of = [ ] ( ) ,", c);
-        } else {
-            return perr(p, EIN_EPARSE, i + 1, "unexpected byte 0x%02x; expected a name, a "
-                        "number, a string or one of = [ ] ( ) ,", (unsigned char)c);
-        }
-        if (t->kind != T_STR)
-            t->len = j - i;
-        p->ntok++;
-        i = last_end = j;
-    }
-    tok *eol = &p->toks[p->ntok];
-    eol->kind = T_EOL;
-    eol->s = b + last_end;
-    eol->len = 0;
-    eol->col = last_end + 1;    /* just after the last token: where more was expected */
-    return 0;
-}
-
-/* ---- names, dims, numbers ------------------------------------------------ */
-
-/* An identifier usable as a tensor or dim name, copied into buf. */
-static int tok_name(parser *p, const tok *t, const char *what, char *buf)
-{
-    if (t->kind != T_IDENT)
-        return perr(p, EIN_EPARSE, t->col, "expected %s, got %s", what, DESC(t));
-    if (is_reserved(t))
-        return perr(p, EIN_EPARSE, t->col, "'%.*s' is a reserved word; expected %s (dims, "
-                    "dtype, input, save and operator names cannot be names)", t->len, t->s, what);
-    if (t->len >= EIN_NAME_MAX)
-        return perr(p, EIN_EPARSE, t->col, "name '%.32s...' is %d characters long; expected "
-                    "at most %d", t->s, t->len, EIN_NAME_MAX - 1);
-    memcpy(buf, t->s, (size_t)t->len);
-    buf[t->len] = '\0';
-    return 0;
-}
-
-static const char *dim_name(const void *p, int k)
-{
-    return ((const parser *)p)->dims[k].name;
-}
-
-static int dim_find(const parser *p, const char *name)
-{
-    return ein_nameidx_find(&p->dim_index, name, dim_name, p);
-}
-
-static int dim_add(parser *p, const char *name, int64_t size)
-{
-    if (ein_vec_reserve(&p->dims, &p->capdims, (int64_t)p->ndims + 1, sizeof *p->dims) < 0)
-        return ein_fail(p->err, EIN_ENOMEM, "%s: out of memory for dims", p->file);
-    dim_def *d = &p->dims[p->ndims];
-    snprintf(d->name, sizeof d->name, "%s", name);
-    d->size = size;
-    d->line = p->line;
-    if (ein_nameidx_add(&p->dim_index, dim_name, p) < 0)
-        return ein_fail(p->err, EIN_ENOMEM, "%s: out of memory for dims", p->file);
-    p->ndims++;
-    return 0;
-}
-
-/* An integer from `min` (0 or 1) to 2^40, decimal digits only: a dim size
- * (from 1), an axis or a start (from 0). */
-static int tok_int_from(parser *p, const tok *t, const char *what, int min, int64_t *out)
-{
-    const char *kind = min ? "a positive integer" : "a non-negative integer";
-    if (t->kind != T_NUM)
-        return perr(p, EIN_EPARSE, t->col, "expected %s (%s), got %s", what, kind, DESC(t));
-    int neg = t->s[0] == '-', digits = 1, big = 0;
-    int64_t v = 0;
-    for (int i = neg; i < t->len; i++) {
-        if (!is_digit(t->s[i])) {
-            digits = 0;
-            break;
-        }
-        v = v * 10 + (t->s[i] - '0');
-        if (v > PL_DIM_MAX)
-            big = 1, v = PL_DIM_MAX + 1;    /* stop growing: no overflow */
-    }
-    int shown = t->len > 40 ? 40 : t->len;
-    if (!digits || neg == t->len)
-        return perr(p, EIN_EPARSE, t->col, "bad %s '%.*s'; expected %s in decimal", what,
-                    shown, t->s, kind);
-    if (neg)
-        return perr(p, EIN_EPARSE, t->col, "%s '%.*s' is negative; expected an integer from %d "
-                    "to 2^40", what, shown, t->s, min);
-    if (big)
-        return perr(p, EIN_EPARSE, t->col, "%s '%.*s%s' is too large; expected at most 2^40 (%lld)",
-                    what, shown, t->s, t->len > shown ? "..." : "", (long long)PL_DIM_MAX);
-    if (v < min)
-        return perr(p, EIN_EPARSE, t->col, "%s is 0; expected an integer from 1 to 2^40", what);
-    *out = v;
-    return 0;
-}
-
-static int tok_int(parser *p, const tok *t, const char *what, int64_t *out)
-{
-    return tok_int_from(p, t, what, 1, out);
-}
-
-static int nonfinite_word(const tok *t)
-{
-    static const char *const words[] = {"inf", "infinity", "nan"};
-    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        if ((size_t)t->len == strlen(words[i]) && strncasecmp(t->s, words[i], (size_t)t->len) == 0)
-            return 1;
-    return 0;
-}
-
-/* A finite decimal number: [+-] digits [. digits] [e [+-] digits]. */
-static int tok_number(parser *p, const tok *t, const char *what, double *out)
-{
-    if (t->kind == T_IDENT && nonfinite_word(t))
-        return perr(p, EIN_EPARSE, t->col, "%s '%.*s' is not finite; expected a "
-                    "finite number", what, t->len, t->s);
-    if (t->kind != T_NUM)
-        return perr(p, EIN_EPARSE, t->col, "expected a number as the %s, got %s",
-                    what, DESC(t));
-    const char *s = t->s;
-    int i = 0, n = t->len, mant = 0;
-    if (i < n && (s[i] == '+' || s[i] == '-'))
-        i++;
-    while (i < n && is_digit(s[i]))
-        i++, mant++;
-    if (i < n && s[i] == '.') {
-        i++;
-        while (i < n && is_digit(s[i]))
-            i++, mant++;
-    }
-    int ok = mant > 0;
-    if (ok && i < n && (s[i] == 'e' || s[i] == 'E')) {
-        int exp = 0;
-        i++;
-        if (i < n && (s[i] == '+' || s[i] == '-'))
-            i++;
-        while (i < n && is_digit(s[i]))
-            i++, exp++;
-        ok = exp > 0;
-    }
-    if (!ok || i != n)
-        return perr(p, EIN_EPARSE, t->col, "bad number '%.*s'; expected a decimal number such "
-                    "as 0.125 or -1e-3", t->len > 40 ? 40 : t->len, t->s);
-    /* The grammar above is a subset of strtod's in the C locale, which the
-     * tools never change; strtod only supplies correct rounding. */
-    memcpy(p->scratch, s, (size_t)n);
-    p->scratch[n] = '\0';
-    double v = strtod(p->scratch, NULL);
-    if (!isfinite(v))
-        return perr(p, EIN_EPARSE, t->col, "%s '%.*s' is not finite; expected a "
-                    "finite number", what, t->len > 40 ? 40 : t->len, t->s);
-    *out = v;
-    return 0;
-}
-
-static int tok_float(parser *p, const tok *t, double *out)
-{
-    return tok_number(p, t, "scale factor", out);
-}
-
-/* A non-negative integer argument (axis, start): digits, at most 2^40. */
-static int tok_index(parser *p, const tok *t, const char *what, int64_t *out)
-{
-    return tok_int_from(p, t, what, 0, out);
-}
-
-/* A size argument: an integer or a dim name. */
-static int tok_size(parser *p, const tok *t, const char *what, int64_t *out)
-{
-    if (t->kind == T_IDENT) {
-        char dn[EIN_NAME_MAX];
-        int rc = tok_name(p, t, what, dn);
-        if (rc < 0)
-            return rc;
-        int k = dim_find(p, dn);
-        if (k < 0)
-            return perr(p, EIN_EPARSE, t->col, "unknown dim '%s'; expected %s (a dim or an "
-                        "integer)", dn, what);
-        *out = p->dims[k].size;
-        return 0;
-    }
-    return tok_int(p, t, what, out);
-}
-
-/* A reference to an existing tensor. */
-static int tok_tensor(parser *p, const tok *t, int *id)
-{
-    char name[EIN_NAME_MAX];
-    int rc = tok_name(p, t, "a tensor name", name);
-    if (rc < 0)
-        return rc;
-    *id = pl_graph_find(p->g, name);
-    if (*id >= 0)
-        return 0;
-    if (dim_find(p, name) >= 0)
-        return perr(p, EIN_EPARSE, t->col, "'%s' is a dim, not a tensor; expected a tensor name",
-                    name);
-    return perr(p, EIN_EPARSE, t->col, "'%s' is not defined; expected a tensor defined on an earlier line",
-                name);
-}
-
-/* A name for a new tensor: not taken, and room for one more node. */
-static int tok_new_tensor(parser *p, const tok *t, char *name)
-{
-    int rc = tok_name(p, t, "a tensor name", name);
-    if (rc < 0)
-        return rc;
-    int id = pl_graph_find(p->g, name);
-    if (id >= 0)
-        return perr(p, EIN_EPARSE, t->col, "duplicate name '%s' (defined at line %d); expected "
-                    "a new name", name, pl_graph_node(p->g, id)->line);
-    if (p->g->nnodes >= PL_PROGRAM_NODES_MAX)
-        return perr(p, EIN_EPARSE, t->col, "too many tensors; expected at most %d",
-                    PL_PROGRAM_NODES_MAX);
-    return 0;
-}
-
-static int expect_eol(parser *p, const char *after)
-{
-    const tok *t = peek(p);
-    if (t->kind != T_EOL)
-        return perr(p, EIN_EPARSE, t->col, "unexpected %s after %s; expected end of line",
-                    DESC(t), after);
-    return 0;
-}
-
-/* A builder failed: give its message the position of the statement. */
-static int build_error(parser *p, int rc, const ein_error *e, int col)
-{
-    if (rc == EIN_ENOMEM)
-        return ein_fail(p->err, rc, "%s: %s", p->file, e->msg);
-    return perr(p, rc == EIN_ESHAPE ? EIN_ESHAPE : EIN_EPARSE, col, "%s", e->msg);
-}
-
 /* ---- statements ---------------------------------------------------------- */
 
 static int parse_dims(parser *p)
 {
     int rc;
     next(p);
-    if (peek(p)->kind == T_EOL)
-        return perr(p, EIN_EPARSE, peek(p)->col, "expected NAME=SIZE after 'dims', e.g. "
+    if (pl_peek(p)->kind == T_EOL)
+        return pl_perr(p, EIN_EPARSE, pl_peek(p)->col, "expected NAME=SIZE after 'dims', e.g. "
                     "dims rows=1024");
-    while (peek(p)->kind != T_EOL) {
+    while (pl_peek(p)->kind != T_EOL) {
         char name[EIN_NAME_MAX];
         int64_t size;
         const tok *t = next(p);
-        if ((rc = tok_name(p, t, "a dim name", name)) < 0)
+        if ((rc = pl_tok_name(p, t, "a dim name", name)) < 0)
             return rc;
-        int k = dim_find(p, name);
+        int k = pl_dim_find(p, name);
         if (k >= 0)
-            return perr(p, EIN_EPARSE, t->col, "dim '%s' is already defined at line %d; "
+            return pl_perr(p, EIN_EPARSE, t->col, "dim '%s' is already defined at line %d; "
                         "expected a new name", name, p->dims[k].line);
         const tok *eq = next(p);
         if (!tok_punct(eq, '='))
-            return perr(p, EIN_EPARSE, eq->col, "expected '=' after dim name '%s', got %s",
+            return pl_perr(p, EIN_EPARSE, eq->col, "expected '=' after dim name '%s', got %s",
                         name, DESC(eq));
-        if ((rc = tok_int(p, next(p), "dim size", &size)) < 0)
+        if ((rc = pl_tok_int(p, next(p), "dim size", &size)) < 0)
             return rc;
-        if ((rc = dim_add(p, name, size)) < 0)
+        if ((rc = pl_dim_add(p, name, size)) < 0)
             return rc;
     }
     return 0;
@@ -550,11 +178,11 @@ static int parse_dtype(parser *p)
     next(p);
     const tok *t = next(p);
     if (t->kind == T_EOL)
-        return perr(p, EIN_EPARSE, t->col, "expected a dtype after 'dtype': %s", ein_dtype_names());
+        return pl_perr(p, EIN_EPARSE, t->col, "expected a dtype after 'dtype': %s", ein_dtype_names());
     if (t->kind != T_IDENT || ein_dtype_parse(t->s, (size_t)t->len, &p->dtype) < 0)
-        return perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected %s", DESC(t),
+        return pl_perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected %s", DESC(t),
                     ein_dtype_names());
-    return expect_eol(p, "the dtype");
+    return pl_expect_eol(p, "the dtype");
 }
 
 /* input NAME[dims] [dtype], or (state) state NAME[dims] [dtype]. */
@@ -565,50 +193,50 @@ static int parse_input(parser *p, int state)
     char name[EIN_NAME_MAX], axis[EIN_MAX_RANK][EIN_NAME_MAX];
     next(p);
     const tok *nt = next(p);
-    if ((rc = tok_new_tensor(p, nt, name)) < 0)
+    if ((rc = pl_tok_new_tensor(p, nt, name)) < 0)
         return rc;
     const tok *lb = next(p);
     if (!tok_punct(lb, '['))
-        return perr(p, EIN_EPARSE, lb->col, "expected '[' and a shape after '%s', e.g. "
+        return pl_perr(p, EIN_EPARSE, lb->col, "expected '[' and a shape after '%s', e.g. "
                     "%s[rows, cols]; got %s", name, name, DESC(lb));
     for (;;) {
         const tok *d = next(p);
         if ((d->kind == T_IDENT || d->kind == T_NUM) && rank == EIN_MAX_RANK)
-            return perr(p, EIN_EPARSE, d->col, "too many dims; expected at most %d",
+            return pl_perr(p, EIN_EPARSE, d->col, "too many dims; expected at most %d",
                         EIN_MAX_RANK);
         if (d->kind == T_IDENT) {
             char dn[EIN_NAME_MAX];
-            if ((rc = tok_name(p, d, "a dim name or an integer size", dn)) < 0)
+            if ((rc = pl_tok_name(p, d, "a dim name or an integer size", dn)) < 0)
                 return rc;
-            int k = dim_find(p, dn);
+            int k = pl_dim_find(p, dn);
             if (k < 0)
-                return perr(p, EIN_EPARSE, d->col, "unknown dim '%s'; expected a dim defined "
+                return pl_perr(p, EIN_EPARSE, d->col, "unknown dim '%s'; expected a dim defined "
                             "by 'dims' or an integer size", dn);
             memcpy(axis[rank], dn, sizeof dn);
             shape[rank++] = p->dims[k].size;
         } else if (d->kind == T_NUM) {
             axis[rank][0] = '\0';
-            if ((rc = tok_int(p, d, "dim size", &shape[rank++])) < 0)
+            if ((rc = pl_tok_int(p, d, "dim size", &shape[rank++])) < 0)
                 return rc;
         } else {
-            return perr(p, EIN_EPARSE, d->col, "expected a dim name or an integer size, got %s",
+            return pl_perr(p, EIN_EPARSE, d->col, "expected a dim name or an integer size, got %s",
                         DESC(d));
         }
         const tok *sep = next(p);
         if (tok_punct(sep, ']'))
             break;
         if (!tok_punct(sep, ','))
-            return perr(p, EIN_EPARSE, sep->col, "expected ',' or ']' in the shape of '%s', "
+            return pl_perr(p, EIN_EPARSE, sep->col, "expected ',' or ']' in the shape of '%s', "
                         "got %s", name, DESC(sep));
     }
     ein_dtype dtype = p->dtype;
-    if (peek(p)->kind == T_IDENT) {
+    if (pl_peek(p)->kind == T_IDENT) {
         const tok *t = next(p);
         if (ein_dtype_parse(t->s, (size_t)t->len, &dtype) < 0)
-            return perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected %s",
+            return pl_perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected %s",
                         DESC(t), ein_dtype_names());
     }
-    if ((rc = expect_eol(p, "the input declaration")) < 0)
+    if ((rc = pl_expect_eol(p, "the input declaration")) < 0)
         return rc;
     ein_error e;
     ein_tensor_desc desc;
@@ -622,7 +250,7 @@ static int parse_input(parser *p, int state)
     int id = state ? ein_graph_state(p->g, name, desc, &e)
                    : ein_graph_insert_tensor(p->g, name, desc, &e);
     if (id < 0)
-        return build_error(p, id, &e, nt->col);
+        return pl_build_error(p, id, &e, nt->col);
     pl_graph_set_pos(p->g, id, p->line, nt->col);
     return 0;
 }
@@ -634,7 +262,7 @@ static int parse_seqs(parser *p)
     next(p);
     const tok *lb = next(p);
     if (!tok_punct(lb, '['))
-        return perr(p, EIN_EPARSE, lb->col, "expected '[' and sequence lengths after 'seqs', "
+        return pl_perr(p, EIN_EPARSE, lb->col, "expected '[' and sequence lengths after 'seqs', "
                     "e.g. seqs [1024, 1024]; got %s", DESC(lb));
     int n = 0;
     int64_t *ends = malloc(sizeof(int64_t) * (PL_LINE_MAX / 2 + 1));
@@ -643,11 +271,11 @@ static int parse_seqs(parser *p)
     for (;;) {
         const tok *t = next(p);
         int64_t len;
-        if ((rc = tok_size(p, t, "a sequence length", &len)) < 0)
+        if ((rc = pl_tok_size(p, t, "a sequence length", &len)) < 0)
             goto fail;
         ends[n] = (n ? ends[n - 1] : 0) + len;
         if (ends[n] > PL_DIM_MAX) {
-            rc = perr(p, EIN_EPARSE, t->col, "the sequences hold more than 2^40 tokens; expected at most 2^40 in all");
+            rc = pl_perr(p, EIN_EPARSE, t->col, "the sequences hold more than 2^40 tokens; expected at most 2^40 in all");
             goto fail;
         }
         n++;
@@ -655,12 +283,12 @@ static int parse_seqs(parser *p)
         if (tok_punct(sep, ']'))
             break;
         if (!tok_punct(sep, ',')) {
-            rc = perr(p, EIN_EPARSE, sep->col, "expected ',' or ']' in the sequence lengths, "
+            rc = pl_perr(p, EIN_EPARSE, sep->col, "expected ',' or ']' in the sequence lengths, "
                       "got %s", DESC(sep));
             goto fail;
         }
     }
-    if ((rc = expect_eol(p, "the sequence lengths")) < 0)
+    if ((rc = pl_expect_eol(p, "the sequence lengths")) < 0)
         goto fail;
     free(p->seq_ends);
     p->seq_ends = ends;
@@ -675,25 +303,25 @@ static int parse_save(parser *p)
 {
     int rc, id;
     next(p);
-    if (peek(p)->kind == T_EOL)
-        return perr(p, EIN_EPARSE, peek(p)->col, "expected a tensor name after 'save'");
+    if (pl_peek(p)->kind == T_EOL)
+        return pl_perr(p, EIN_EPARSE, pl_peek(p)->col, "expected a tensor name after 'save'");
     for (;;) {
         const tok *t = next(p);
-        if ((rc = tok_tensor(p, t, &id)) < 0)
+        if ((rc = pl_tok_tensor(p, t, &id)) < 0)
             return rc;
         const pl_node *n = pl_graph_node(p->g, id);
         if (n->saved)
-            return perr(p, EIN_EPARSE, t->col, "'%s' is already saved; expected each tensor "
+            return pl_perr(p, EIN_EPARSE, t->col, "'%s' is already saved; expected each tensor "
                         "to be saved once", n->name);
         ein_error e;
         if ((rc = ein_graph_save(p->g, id, &e)) < 0)
-            return build_error(p, rc, &e, t->col);
+            return pl_build_error(p, rc, &e, t->col);
         p->nsaves++;
         const tok *sep = next(p);
         if (sep->kind == T_EOL)
             return 0;
         if (!tok_punct(sep, ','))
-            return perr(p, EIN_EPARSE, sep->col, "expected ',' or end of line after '%s', got %s",
+            return pl_perr(p, EIN_EPARSE, sep->col, "expected ',' or end of line after '%s', got %s",
                         n->name, DESC(sep));
     }
 }
@@ -706,23 +334,23 @@ static int parse_einsum(parser *p, const char *name, const tok *const *args, int
     char subs[EIN_NAME_MAX];
     ein_einsum_sub sub;
     if (s->kind != T_STR)
-        return perr(p, EIN_EPARSE, s->col, "expected the subscripts of einsum as a string like "
+        return pl_perr(p, EIN_EPARSE, s->col, "expected the subscripts of einsum as a string like "
                     "\"ij,jk->ik\", got %s", DESC(s));
     if (s->len >= EIN_NAME_MAX)
-        return perr(p, EIN_EPARSE, s->col, "einsum subscripts are %d characters long; expected "
+        return pl_perr(p, EIN_EPARSE, s->col, "einsum subscripts are %d characters long; expected "
                     "at most %d", s->len, EIN_NAME_MAX - 1);
     memcpy(subs, s->s, (size_t)s->len);
     subs[s->len] = '\0';
     if ((rc = ein_einsum_parse(subs, &sub, e)) < 0)
-        return perr(p, EIN_EPARSE, s->col, "%s", e->msg);
+        return pl_perr(p, EIN_EPARSE, s->col, "%s", e->msg);
     if (sub.nops != nargs - 1)
-        return perr(p, EIN_EPARSE, s->col, "einsum '%s' has %d operand%s but %d tensor%s given; "
+        return pl_perr(p, EIN_EPARSE, s->col, "einsum '%s' has %d operand%s but %d tensor%s given; "
                     "expected one tensor per operand",
                     subs, sub.nops, sub.nops == 1 ? "" : "s", nargs - 1,
                     nargs == 2 ? " was" : "s were");
-    if ((rc = tok_tensor(p, args[1], &a)) < 0)
+    if ((rc = pl_tok_tensor(p, args[1], &a)) < 0)
         return rc;
-    if (nargs == 3 && (rc = tok_tensor(p, args[2], &b)) < 0)
+    if (nargs == 3 && (rc = pl_tok_tensor(p, args[2], &b)) < 0)
         return rc;
     *id = ein_graph_einsum(p->g, name, subs, a, b, e);
     return 0;
@@ -750,10 +378,10 @@ static int parse_softmax_op(const block_call *c, int *id, ein_error *e)
     const tok *const *args = c->args;
     int rc, x;
     int64_t v1;
-    if ((rc = tok_tensor(p, args[0], &x)) < 0)
+    if ((rc = pl_tok_tensor(p, args[0], &x)) < 0)
         return rc;
     v1 = pl_graph_node(p->g, x)->rank - 1;
-    if (c->nargs == 2 && (rc = tok_index(p, args[1], "softmax axis", &v1)) < 0)
+    if (c->nargs == 2 && (rc = pl_tok_index(p, args[1], "softmax axis", &v1)) < 0)
         return rc;
     if (v1 > EIN_MAX_RANK)
         v1 = EIN_MAX_RANK;
@@ -769,11 +397,11 @@ static int parse_norm_op(const block_call *c, int *id, ein_error *e)
     int rc, x, w, b = -1;
     double eps = 1e-5;
     int nt = c->op->kind == OP_RMSNORM ? 2 : 3;
-    if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &w)) < 0)
+    if ((rc = pl_tok_tensor(p, args[0], &x)) < 0 || (rc = pl_tok_tensor(p, args[1], &w)) < 0)
         return rc;
-    if (nt == 3 && (rc = tok_tensor(p, args[2], &b)) < 0)
+    if (nt == 3 && (rc = pl_tok_tensor(p, args[2], &b)) < 0)
         return rc;
-    if (c->nargs > nt && (rc = tok_number(p, args[nt], "eps", &eps)) < 0)
+    if (c->nargs > nt && (rc = pl_tok_number(p, args[nt], "eps", &eps)) < 0)
         return rc;
     *id = b >= 0 ? ein_graph_layernorm(p->g, c->name, x, w, b, eps, e)
                  : ein_graph_rmsnorm(p->g, c->name, x, w, eps, e);
@@ -788,18 +416,18 @@ static int parse_reduce_op(const block_call *c, int *id, ein_error *e)
     int rc, x;
     int64_t v1;
     uint32_t axes = 0;
-    if ((rc = tok_tensor(p, args[0], &x)) < 0)
+    if ((rc = pl_tok_tensor(p, args[0], &x)) < 0)
         return rc;
     for (int i = 1; i < c->nargs; i++) {
-        if ((rc = tok_index(p, args[i], "reduced axis", &v1)) < 0)
+        if ((rc = pl_tok_index(p, args[i], "reduced axis", &v1)) < 0)
             return rc;
         if (v1 >= pl_graph_node(p->g, x)->rank)
-            return perr(p, EIN_ESHAPE, args[i]->col, "%s: axis %lld is out of range for "
+            return pl_perr(p, EIN_ESHAPE, args[i]->col, "%s: axis %lld is out of range for "
                         "'%s' of rank %d; expected an axis from 0 to %d", c->op->name,
                         (long long)v1, pl_graph_node(p->g, x)->name,
                         pl_graph_node(p->g, x)->rank, pl_graph_node(p->g, x)->rank - 1);
         if (axes >> v1 & 1)
-            return perr(p, EIN_ESHAPE, args[i]->col, "%s: axis %lld is named twice; expected "
+            return pl_perr(p, EIN_ESHAPE, args[i]->col, "%s: axis %lld is named twice; expected "
                         "distinct axes", c->op->name, (long long)v1);
         axes |= 1u << v1;
     }
@@ -817,18 +445,18 @@ static int parse_concat_slice_op(const block_call *c, int *id, ein_error *e)
     if (c->op->kind == OP_CONCAT) {
         int xs[PL_MAX_INPUTS];
         for (int i = 0; i < c->nargs - 1; i++)
-            if ((rc = tok_tensor(p, args[i], &xs[i])) < 0)
+            if ((rc = pl_tok_tensor(p, args[i], &xs[i])) < 0)
                 return rc;
-        if ((rc = tok_index(p, args[c->nargs - 1], "concat axis", &v1)) < 0)
+        if ((rc = pl_tok_index(p, args[c->nargs - 1], "concat axis", &v1)) < 0)
             return rc;
         *id = ein_graph_concat(p->g, c->name, (int)(v1 > EIN_MAX_RANK ? EIN_MAX_RANK : v1), xs,
                                   c->nargs - 1, e);
         return 0;
     }
-    if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
-        (rc = tok_index(p, args[1], "slice axis", &v1)) < 0 ||
-        (rc = tok_index(p, args[2], "slice start", &v2)) < 0 ||
-        (rc = tok_size(p, args[3], "slice end", &v3)) < 0)
+    if ((rc = pl_tok_tensor(p, args[0], &x)) < 0 ||
+        (rc = pl_tok_index(p, args[1], "slice axis", &v1)) < 0 ||
+        (rc = pl_tok_index(p, args[2], "slice start", &v2)) < 0 ||
+        (rc = pl_tok_size(p, args[3], "slice end", &v3)) < 0)
         return rc;
     *id = ein_graph_slice(p->g, c->name, x, (int)(v1 > EIN_MAX_RANK ? EIN_MAX_RANK : v1), v2,
                              v3, e);
@@ -846,32 +474,32 @@ static int parse_heads_op(const block_call *c, int *id, ein_error *e)
     double theta = 10000.0;
     switch (c->op->kind) {
     case OP_ROPE:
-        if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
-            (rc = tok_size(p, args[1], "the head dim", &v1)) < 0)
+        if ((rc = pl_tok_tensor(p, args[0], &x)) < 0 ||
+            (rc = pl_tok_size(p, args[1], "the head dim", &v1)) < 0)
             return rc;
-        if (c->nargs == 3 && (rc = tok_number(p, args[2], "rope theta", &theta)) < 0)
+        if (c->nargs == 3 && (rc = pl_tok_number(p, args[2], "rope theta", &theta)) < 0)
             return rc;
         *id = ein_graph_rope(p->g, c->name, x, v1, theta, p->seq_ends, p->nseq, e);
         return 0;
     case OP_ATTENTION:
-        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &w)) < 0 ||
-            (rc = tok_tensor(p, args[2], &b)) < 0)
+        if ((rc = pl_tok_tensor(p, args[0], &x)) < 0 || (rc = pl_tok_tensor(p, args[1], &w)) < 0 ||
+            (rc = pl_tok_tensor(p, args[2], &b)) < 0)
             return rc;
         *id = ein_graph_attention(p->g, c->name, x, w, b, p->seq_ends, p->nseq, e);
         return 0;
     case OP_SPLIT_HEADS:
-        if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
-            (rc = tok_size(p, args[1], "the head dim", &v1)) < 0)
+        if ((rc = pl_tok_tensor(p, args[0], &x)) < 0 ||
+            (rc = pl_tok_size(p, args[1], "the head dim", &v1)) < 0)
             return rc;
         *id = ein_graph_split_heads(p->g, c->name, x, v1, e);
         return 0;
     case OP_EMBEDDING:
-        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &w)) < 0)
+        if ((rc = pl_tok_tensor(p, args[0], &x)) < 0 || (rc = pl_tok_tensor(p, args[1], &w)) < 0)
             return rc;
         *id = ein_graph_embedding(p->g, c->name, x, w, e);
         return 0;
     default: /* OP_MERGE_HEADS */
-        if ((rc = tok_tensor(p, args[0], &x)) < 0)
+        if ((rc = pl_tok_tensor(p, args[0], &x)) < 0)
             return rc;
         *id = ein_graph_merge_heads(p->g, c->name, x, e);
         return 0;
@@ -903,7 +531,7 @@ static int parse_block_op(parser *p, const op_def *op, const char *name, const t
     default:
         break;
     }
-    return perr(p, EIN_EPARSE, args[0]->col, "internal: operator %s has no parser", op->name);
+    return pl_perr(p, EIN_EPARSE, args[0]->col, "internal: operator %s has no parser", op->name);
 }
 
 /* An operator call as written: the operator, its positional arguments and
@@ -920,9 +548,9 @@ typedef struct op_call {
 static int find_op(parser *p, const tok *ot, const op_def **op)
 {
     if (ot->kind == T_EOL)
-        return perr(p, EIN_EPARSE, ot->col, "expected an operator call after '=', e.g. relu(x)");
+        return pl_perr(p, EIN_EPARSE, ot->col, "expected an operator call after '=', e.g. relu(x)");
     if (ot->kind != T_IDENT)
-        return perr(p, EIN_EPARSE, ot->col, "expected an operator call after '=', e.g. relu(x); "
+        return pl_perr(p, EIN_EPARSE, ot->col, "expected an operator call after '=', e.g. relu(x); "
                     "got %s", DESC(ot));
     *op = NULL;
     for (int i = 0; i < NOPS && !*op; i++)
@@ -930,7 +558,7 @@ static int find_op(parser *p, const tok *ot, const op_def **op)
             *op = &ops[i];
     if (!*op) {
         char list[512];
-        return perr(p, EIN_EPARSE, ot->col, "unknown operator %s; expected one of %s", DESC(ot),
+        return pl_perr(p, EIN_EPARSE, ot->col, "unknown operator %s; expected one of %s", DESC(ot),
                     op_list(list, sizeof list));
     }
     return 0;
@@ -942,25 +570,25 @@ static int call_arg(parser *p, op_call *c, const tok *a)
 {
     const op_def *op = c->op;
     if (a->kind != T_IDENT && a->kind != T_NUM && a->kind != T_STR)
-        return perr(p, EIN_EPARSE, a->col, "expected an argument of %s, got %s; "
+        return pl_perr(p, EIN_EPARSE, a->col, "expected an argument of %s, got %s; "
                     "usage: %s", op->name, DESC(a), op->usage);
     if (c->nargs == PL_ARGS_MAX)
-        return perr(p, EIN_EPARSE, a->col, "too many arguments; usage: %s", op->usage);
-    if (a->kind == T_IDENT && tok_punct(peek(p), '=')) {
+        return pl_perr(p, EIN_EPARSE, a->col, "too many arguments; usage: %s", op->usage);
+    if (a->kind == T_IDENT && tok_punct(pl_peek(p), '=')) {
         /* NAME=VALUE: the only keyword argument is rope's style. */
         next(p);
         const tok *v = next(p);
         if ((op->kind != OP_ROPE && op->kind != OP_ROPE_AT) || !tok_is(a, "style"))
-            return perr(p, EIN_EPARSE, a->col, "%s takes no keyword argument '%.*s'; "
+            return pl_perr(p, EIN_EPARSE, a->col, "%s takes no keyword argument '%.*s'; "
                         "usage: %s", op->name, a->len, a->s, op->usage);
         if (c->style)
-            return perr(p, EIN_EPARSE, a->col, "style given twice; usage: %s", op->usage);
+            return pl_perr(p, EIN_EPARSE, a->col, "style given twice; usage: %s", op->usage);
         if (v->kind != T_IDENT || !(tok_is(v, "half") || tok_is(v, "interleaved")))
-            return perr(p, EIN_EPARSE, v->col, "rope style %s; expected half or "
+            return pl_perr(p, EIN_EPARSE, v->col, "rope style %s; expected half or "
                         "interleaved", DESC(v));
         c->style = v;
     } else if (c->style) {
-        return perr(p, EIN_EPARSE, a->col, "a positional argument after style=; usage: %s",
+        return pl_perr(p, EIN_EPARSE, a->col, "a positional argument after style=; usage: %s",
                     op->usage);
     } else {
         c->args[c->nargs++] = a;
@@ -974,7 +602,7 @@ static int call_args(parser *p, op_call *c)
 {
     const op_def *op = c->op;
     int rc;
-    if (tok_punct(peek(p), ')')) {
+    if (tok_punct(pl_peek(p), ')')) {
         c->rp = next(p);
     } else {
         for (;;) {
@@ -986,17 +614,17 @@ static int call_args(parser *p, op_call *c)
                 break;
             }
             if (!tok_punct(sep, ','))
-                return perr(p, EIN_EPARSE, sep->col, "expected ',' or ')' after argument %d of "
+                return pl_perr(p, EIN_EPARSE, sep->col, "expected ',' or ')' after argument %d of "
                             "%s, got %s", c->nargs, op->name, DESC(sep));
         }
     }
-    if ((rc = expect_eol(p, "')'")) < 0)
+    if ((rc = pl_expect_eol(p, "')'")) < 0)
         return rc;
     if (c->nargs < op->min_args)
-        return perr(p, EIN_EPARSE, c->rp->col, "%s takes %d argument%s, got %d; usage: %s",
+        return pl_perr(p, EIN_EPARSE, c->rp->col, "%s takes %d argument%s, got %d; usage: %s",
                     op->name, op->min_args, op->min_args == 1 ? "" : "s", c->nargs, op->usage);
     if (c->nargs > op->max_args)
-        return perr(p, EIN_EPARSE, c->args[op->max_args]->col, "%s takes %s%d argument%s, got %d; "
+        return pl_perr(p, EIN_EPARSE, c->args[op->max_args]->col, "%s takes %s%d argument%s, got %d; "
                     "usage: %s", op->name, op->min_args < op->max_args ? "at most " : "",
                     op->max_args, op->max_args == 1 ? "" : "s", c->nargs, op->usage);
     return 0;
@@ -1011,26 +639,26 @@ static int build_call(parser *p, const op_call *c, const char *name, int *id, ei
     double factor = 0.0;
     switch (op->kind) {
     case OP_MATMUL:
-        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &y)) < 0)
+        if ((rc = pl_tok_tensor(p, args[0], &x)) < 0 || (rc = pl_tok_tensor(p, args[1], &y)) < 0)
             return rc;
         *id = ein_graph_matmul(p->g, name, x, y, e);
         return 0;
     case OP_EINSUM:
         return parse_einsum(p, name, args, nargs, id, e);
     case OP_UNARY:
-        if ((rc = tok_tensor(p, args[0], &x)) < 0)
+        if ((rc = pl_tok_tensor(p, args[0], &x)) < 0)
             return rc;
         *id = ein_graph_unary(p->g, name, op->name, 0.0, x, e);
         return 0;
     case OP_SCALE:
-        if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
-            (rc = op->code == EIN_UN_SCALE ? tok_float(p, args[1], &factor)
-                                           : tok_number(p, args[1], "constant", &factor)) < 0)
+        if ((rc = pl_tok_tensor(p, args[0], &x)) < 0 ||
+            (rc = op->code == EIN_UN_SCALE ? pl_tok_float(p, args[1], &factor)
+                                           : pl_tok_number(p, args[1], "constant", &factor)) < 0)
             return rc;
         *id = ein_graph_unary(p->g, name, op->name, factor, x, e);
         return 0;
     case OP_BINARY:
-        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &y)) < 0)
+        if ((rc = pl_tok_tensor(p, args[0], &x)) < 0 || (rc = pl_tok_tensor(p, args[1], &y)) < 0)
             return rc;
         *id = ein_graph_binary(p->g, name, op->name, x, y, e);
         return 0;
@@ -1038,10 +666,10 @@ static int build_call(parser *p, const op_call *c, const char *name, int *id, ei
         if (c->style && tok_is(c->style, "half")) {
             double theta = 10000.0;
             int64_t hd;
-            if ((rc = tok_tensor(p, args[0], &x)) < 0 ||
-                (rc = tok_size(p, args[1], "the head dim", &hd)) < 0)
+            if ((rc = pl_tok_tensor(p, args[0], &x)) < 0 ||
+                (rc = pl_tok_size(p, args[1], "the head dim", &hd)) < 0)
                 return rc;
-            if (nargs == 3 && (rc = tok_number(p, args[2], "rope theta", &theta)) < 0)
+            if (nargs == 3 && (rc = pl_tok_number(p, args[2], "rope theta", &theta)) < 0)
                 return rc;
             *id = ein_graph_rope_ex(p->g, name, x, hd, theta, p->seq_ends, p->nseq,
                                     EIN_ROPE_HALF, e);
@@ -1052,10 +680,10 @@ static int build_call(parser *p, const op_call *c, const char *name, int *id, ei
         double theta = 10000.0;
         int64_t hd;
         int pos;
-        if ((rc = tok_tensor(p, args[0], &x)) < 0 || (rc = tok_tensor(p, args[1], &pos)) < 0 ||
-            (rc = tok_size(p, args[2], "the head dim", &hd)) < 0)
+        if ((rc = pl_tok_tensor(p, args[0], &x)) < 0 || (rc = pl_tok_tensor(p, args[1], &pos)) < 0 ||
+            (rc = pl_tok_size(p, args[2], "the head dim", &hd)) < 0)
             return rc;
-        if (nargs == 4 && (rc = tok_number(p, args[3], "rope theta", &theta)) < 0)
+        if (nargs == 4 && (rc = pl_tok_number(p, args[3], "rope theta", &theta)) < 0)
             return rc;
         *id = ein_graph_rope_at(p->g, name, x, pos, hd, theta,
                                 c->style && tok_is(c->style, "half") ? EIN_ROPE_HALF
@@ -1066,7 +694,7 @@ static int build_call(parser *p, const op_call *c, const char *name, int *id, ei
     case OP_DECODE_ATTENTION: {
         int t[4];
         for (int i = 0; i < nargs; i++)
-            if ((rc = tok_tensor(p, args[i], &t[i])) < 0)
+            if ((rc = pl_tok_tensor(p, args[i], &t[i])) < 0)
                 return rc;
         *id = op->kind == OP_CACHE_WRITE
                   ? ein_graph_cache_write(p->g, name, t[0], t[1], t[2], e)
@@ -1084,7 +712,7 @@ static int parse_assign(parser *p)
     int rc, id = -1;
     char name[EIN_NAME_MAX];
     const tok *nt = next(p);
-    if ((rc = tok_new_tensor(p, nt, name)) < 0)
+    if ((rc = pl_tok_new_tensor(p, nt, name)) < 0)
         return rc;
     next(p);                                    /* '=', checked by the caller */
     const tok *ot = next(p);
@@ -1093,21 +721,21 @@ static int parse_assign(parser *p)
         return rc;
     const tok *lp = next(p);
     if (!tok_punct(lp, '('))
-        return perr(p, EIN_EPARSE, lp->col, "expected '(' after '%s', got %s", c.op->name, DESC(lp));
+        return pl_perr(p, EIN_EPARSE, lp->col, "expected '(' after '%s', got %s", c.op->name, DESC(lp));
     if ((rc = call_args(p, &c)) < 0)
         return rc;
     ein_error e;
     if ((rc = build_call(p, &c, name, &id, &e)) < 0)
         return rc;
     if (id < 0)
-        return build_error(p, id, &e, ot->col);
+        return pl_build_error(p, id, &e, ot->col);
     pl_graph_set_pos(p->g, id, p->line, nt->col);
     return 0;
 }
 
 static int parse_statement(parser *p)
 {
-    const tok *t = peek(p);
+    const tok *t = pl_peek(p);
     if (t->kind == T_EOL)
         return 0;                               /* blank or comment-only line */
     p->nstatements++;
@@ -1126,9 +754,9 @@ static int parse_statement(parser *p)
     if (tok_is(t, "seqs"))
         return parse_seqs(p);
     if (t->kind == T_IDENT)
-        return perr(p, EIN_EPARSE, t->col, "unknown statement %s; expected dims, dtype, input, "
+        return pl_perr(p, EIN_EPARSE, t->col, "unknown statement %s; expected dims, dtype, input, "
                     "state, seqs, save or NAME = OP(...)", DESC(t));
-    return perr(p, EIN_EPARSE, t->col, "expected a statement (dims, dtype, input, state, save "
+    return pl_perr(p, EIN_EPARSE, t->col, "expected a statement (dims, dtype, input, state, save "
                 "or NAME = OP(...)), got %s", DESC(t));
 }
 
@@ -1168,8 +796,8 @@ int pl_ein_parse(const char *filename, const char *text, size_t len,
             n--;
         p->line++;
         last = n;
-        if ((rc = check_line_bytes(p, (const unsigned char *)b, n)) < 0 ||
-            (rc = lex_line(p, b, (int)n)) < 0 || (rc = parse_statement(p)) < 0)
+        if ((rc = pl_check_line_bytes(p, (const unsigned char *)b, n)) < 0 ||
+            (rc = pl_lex_line(p, b, (int)n)) < 0 || (rc = parse_statement(p)) < 0)
             goto done;
     }
     if (p->nsaves == 0) {

@@ -26,12 +26,10 @@
 #include "worker/wk_exec_int.h"
 #include "worker/wk_ucx.h"
 
-
-
 /* One complete event (Chrome trace "X"): timestamps in microseconds of
  * CLOCK_MONOTONIC, which every process of the machine shares. */
-static void trace_event(wk *w, const char *cat, const char *name, const char *op, double t0,
-                        double t1)
+void wk_exec_trace_event(wk *w, const char *cat, const char *name, const char *op, double t0,
+                         double t1)
 {
     if (!w->trace)
         return;
@@ -45,8 +43,7 @@ static void trace_event(wk *w, const char *cat, const char *name, const char *op
             cat, t0 * 1e6, (t1 - t0) * 1e6, w->cfg->device, w->iter);
 }
 
-
-static int beat(wk *w, ein_error *err)
+int wk_exec_beat(wk *w, ein_error *err)
 {
     ein_msg m = {.type = EIN_MSG_HEARTBEAT, .device = w->cfg->device, .instr = w->current};
     w->last_beat = ein_now_s();
@@ -80,7 +77,6 @@ static int ready_add(wk *w, uint64_t key, ein_error *err)
     w->ready[i] = key;
     return 0;
 }
-
 
 /* A START: whether this iteration stores, and the inputs whose LOADs read
  * a new source from now on (the path is replaced; the LOAD runs again
@@ -121,7 +117,7 @@ static int pump_ucx(wk *w, ein_error *err)
 
 /* Wait up to timeout_ms for messages and handle them: READY from peers,
  * START / SHUTDOWN from the coordinator (START sets *started). */
-static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
+int wk_exec_pump(wk *w, int timeout_ms, int *started, ein_error *err)
 {
     zmq_pollitem_t items[2] = {
         {.socket = w->dealer, .events = ZMQ_POLLIN},
@@ -198,7 +194,6 @@ static int pump(wk *w, int timeout_ms, int *started, ein_error *err)
     }
     return 0;
 }
-
 
 /* The test hook EIN_FAULT=DEV:slow: a slow body. A LOAD or STORE is slow
  * but makes progress (slab by slab); any other body is one long call. */
@@ -327,7 +322,7 @@ static int notify(wk *w, const ein_instr *ins, ein_error *err)
 
 static void fault_fire(wk *w, ein_error *err);
 
-static int run_instr_body(wk *w, const ein_instr *ins, ein_error *err);
+int wk_exec_run_instr_body(wk *w, const ein_instr *ins, ein_error *err);
 static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err);
 
 static int run_instr(wk *w, int i, ein_error *err)
@@ -348,7 +343,7 @@ static int run_instr(wk *w, int i, ein_error *err)
     }
     wk_log(w, 2, "start %d %s %s", i, ein_instr_kind_name(ins->kind), ins->op);
     double t0 = ein_now_s();
-    int rc = run_instr_body(w, ins, err);
+    int rc = wk_exec_run_instr_body(w, ins, err);
     double t1 = ein_now_s();
     if (w->status && rc == 0)
         w->status->instr = -1; /* between instructions */
@@ -357,13 +352,13 @@ static int run_instr(wk *w, int i, ein_error *err)
     wk_log(w, 2, "finish %d %s %s%s", i, ein_instr_kind_name(ins->kind), ins->op,
          rc < 0 ? " (failed)" : "");
     const char *cat = ins->kind == EIN_I_KERNEL || ins->kind == EIN_I_AGG ? "kernel" : "copy";
-    trace_event(w, cat, ein_instr_kind_name(ins->kind), ins->op, t0, t1);
+    wk_exec_trace_event(w, cat, ein_instr_kind_name(ins->kind), ins->op, t0, t1);
     return rc;
 }
 
 /* The body of one instruction. LOAD and STORE report their own progress;
  * every other kind counts as busy for the heartbeat thread (wk_beat.h). */
-static int run_instr_body(wk *w, const ein_instr *ins, ein_error *err)
+int wk_exec_run_instr_body(wk *w, const ein_instr *ins, ein_error *err)
 {
     int slabs = ins->kind == EIN_I_LOAD || ins->kind == EIN_I_STORE;
     int prev = wk_pulse_set(&w->pulse, slabs ? WK_PULSE_SLABS : WK_PULSE_BUSY);
@@ -507,7 +502,7 @@ static void capture(wk *w, int i)
                 w->status->instr = k;
             }
             atomic_store(&w->pulse.instr, k);
-            rc = run_instr_body(w, &w->prog->instrs[k], &cerr);
+            rc = wk_exec_run_instr_body(w, &w->prog->instrs[k], &cerr);
         }
         if (w->status && rc == 0)
             w->status->instr = -1;
@@ -567,7 +562,7 @@ static int run_stretch(wk *w, int i, ein_error *err)
     wk_log(w, 2, "finish graph %d..%d%s", i, j, rc < 0 ? " (failed)" : "");
     char label[sizeof w->prog->instrs[i].op + 32];
     snprintf(label, sizeof label, "%s +%d", w->prog->instrs[i].op, count - 1);
-    trace_event(w, "kernel", "GRAPH", label, t0, t1);
+    wk_exec_trace_event(w, "kernel", "GRAPH", label, t0, t1);
     return rc < 0 ? ein_error_prefix(err, "graph of instructions %d..%d", i, j) : 0;
 }
 
@@ -587,7 +582,7 @@ static int runnable(const wk *w, int i)
 /* Run the DAG: any runnable instruction in array order; wait for peers when
  * nothing can run. Returns 0, 1 when a CANCEL came (the run is abandoned
  * between two instructions: cancel_run), or a negative code. */
-static int execute(wk *w, ein_error *err)
+int wk_exec_execute(wk *w, ein_error *err)
 {
     int n = w->prog->ninstrs, left = n, first = 0, rc;
     if (!w->done && !(w->done = calloc((size_t)n + 1, 1)))
@@ -617,12 +612,12 @@ static int execute(wk *w, ein_error *err)
                 left--;
             }
             progress = 1;
-            if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
+            if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = wk_exec_beat(w, err)) < 0)
                 return rc;
             /* A long stretch of runnable instructions still hears a CANCEL
              * (or SHUTDOWN) within about 50 ms of an instruction's end. */
             if (ein_now_s() - w->last_pump > 0.05) {
-                if ((rc = pump(w, 0, NULL, err)) < 0)
+                if ((rc = wk_exec_pump(w, 0, NULL, err)) < 0)
                     return rc;
                 if (w->cancel || w->shutdown)
                     break;
@@ -632,18 +627,18 @@ static int execute(wk *w, ein_error *err)
             first++;
         w->current = -1;
         double t0 = ein_now_s();
-        if ((rc = pump(w, progress ? 0 : 50, NULL, err)) < 0)
+        if ((rc = wk_exec_pump(w, progress ? 0 : 50, NULL, err)) < 0)
             return rc;
         if (!progress) {
             double t1 = ein_now_s();
             w->t_wait += t1 - t0;
-            trace_event(w, "wait", "wait", "peers", t0, t1);
+            wk_exec_trace_event(w, "wait", "wait", "peers", t0, t1);
         }
         if (w->shutdown)
             return ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
         if (w->cancel)
             return 1;
-        if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
+        if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = wk_exec_beat(w, err)) < 0)
             return rc;
     }
     return 0;
@@ -658,7 +653,7 @@ static int execute(wk *w, ein_error *err)
  * run before every worker has said it, so no peer copies from a buffer
  * that the next run rewrites, and no stale READY is taken for a new one.
  * Returns 1 (cancelled) or a negative code. */
-static int cancel_run(wk *w, ein_error *err)
+int wk_exec_cancel_run(wk *w, ein_error *err)
 {
     int n = w->cfg->ndevices, me = w->cfg->device, rc;
     wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
@@ -690,11 +685,11 @@ static int cancel_run(wk *w, ein_error *err)
         /* Blocks of the abandoned run still coming from other hosts are dropped. */
         if (w->ucx && (rc = wk_ucx_drain(w->ucx, err)) < 0)
             return rc;
-        if ((rc = pump(w, (int)(w->cfg->heartbeat_s * 1000), NULL, err)) < 0)
+        if ((rc = wk_exec_pump(w, (int)(w->cfg->heartbeat_s * 1000), NULL, err)) < 0)
             return rc;
         if (w->shutdown)
             return ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
-        if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
+        if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = wk_exec_beat(w, err)) < 0)
             return rc;
     }
     if (w->ucx && ((rc = wk_ucx_drain(w->ucx, err)) < 0 || (rc = wk_ucx_flush(w->ucx, err)) < 0))
@@ -705,448 +700,4 @@ static int cancel_run(wk *w, ein_error *err)
     w->cancel = 0;
     wk_log(w, 1, "iteration %d cancelled", w->iter);
     return (rc = wk_msg_send(w->dealer, &cm, err)) < 0 ? rc : 1;
-}
-
-/* Before an iteration after the first: run again the LOADs whose input
- * START named, and wait for them, so that no stretch (which never waits
- * for a LOAD: wk_stretch.h) reads the old values. */
-static int reload(wk *w, ein_error *err)
-{
-    int any = 0, rc;
-    for (int i = 0; i < w->prog->ninstrs; i++) {
-        if (!w->reload[i])
-            continue;
-        w->reload[i] = 0;
-        if (w->iter == 0)
-            continue; /* the first iteration runs every LOAD anyway */
-        w->current = i;
-        if (w->status) {
-            w->status->iteration = w->iter;
-            w->status->instr = i;
-        }
-        atomic_store(&w->pulse.instr, i);
-        double t0 = ein_now_s();
-        if ((rc = run_instr_body(w, &w->prog->instrs[i], err)) < 0)
-            return rc;
-        trace_event(w, "copy", "LOAD", w->prog->instrs[i].op, t0, ein_now_s());
-        any = 1;
-    }
-    w->current = -1;
-    if (w->status)
-        w->status->instr = -1;
-    atomic_store(&w->pulse.instr, -1);
-    if (!any)
-        return 0;
-    int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
-    rc = w->be->sync(w->be, err);
-    wk_pulse_set(&w->pulse, prev);
-    return rc;
-}
-
-/* Wait for a PROGRAM (first message after our announcement). */
-static int receive_program(wk *w, ein_error *err)
-{
-    for (;;) {
-        zmq_pollitem_t it = {.socket = w->dealer, .events = ZMQ_POLLIN};
-        if (zmq_poll(&it, 1, (long)(w->cfg->heartbeat_s * 1000)) < 0 && errno != EINTR)
-            return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
-        ein_msg m;
-        int got = wk_msg_recv(w->dealer, &m, "the coordinator", err);
-        if (got < 0)
-            return got;
-        if (!got) {
-            int rc = beat(w, err);
-            if (rc < 0)
-                return rc;
-            continue;
-        }
-        if (m.type == EIN_MSG_SHUTDOWN) {
-            ein_msg_clear(&m);
-            w->shutdown = 1;
-            return ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
-        }
-        if (m.type != EIN_MSG_PROGRAM) {
-            int rc = ein_fail(err, EIN_EPROTO, "expected a program, got %s",
-                              ein_msg_type_name(m.type));
-            ein_msg_clear(&m);
-            return rc;
-        }
-        w->prog = m.program;
-        m.program = NULL;
-        if (w->prog->device != w->cfg->device || w->prog->ndevices != w->cfg->ndevices)
-            return ein_fail(err, EIN_EPROTO, "program for device %d of %d sent to device %d of %d",
-                            w->prog->device, w->prog->ndevices, w->cfg->device,
-                            w->cfg->ndevices);
-        return 0;
-    }
-}
-
-static int setup_sockets(wk *w, ein_error *err)
-{
-    int zero = 0, linger = 1000;
-    int64_t maxsize = EIN_MSG_MAX_BYTES;
-    char id[32];
-    if (!(w->zctx = zmq_ctx_new()))
-        return ein_fail(err, EIN_EIO, "zmq_ctx_new: %s", zmq_strerror(errno));
-    zmq_ctx_set(w->zctx, ZMQ_BLOCKY, 0);
-    if (!(w->dealer = zmq_socket(w->zctx, ZMQ_DEALER)))
-        return ein_fail(err, EIN_EIO, "zmq_socket: %s", zmq_strerror(errno));
-    snprintf(id, sizeof id, "w%d", w->cfg->device);
-    zmq_setsockopt(w->dealer, ZMQ_ROUTING_ID, id, strlen(id));
-    /* Bounded linger: the last ERROR or DONE must reach the coordinator, but
-     * a dead coordinator must not keep us forever. */
-    zmq_setsockopt(w->dealer, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(w->dealer, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
-    if (zmq_connect(w->dealer, w->cfg->coordinator) < 0)
-        return ein_fail(err, EIN_EIO, "connect to the coordinator at %s: %s", w->cfg->coordinator,
-                        zmq_strerror(errno));
-    if (!(w->pull = zmq_socket(w->zctx, ZMQ_PULL)))
-        return ein_fail(err, EIN_EIO, "zmq_socket: %s", zmq_strerror(errno));
-    zmq_setsockopt(w->pull, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(w->pull, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
-    char ep[EIN_PATH_MAX + 32];
-    snprintf(ep, sizeof ep, "ipc://%s/w%d.sock", w->cfg->run_dir, w->cfg->device);
-    if (zmq_bind(w->pull, ep) < 0)
-        return ein_fail(err, EIN_EIO, "bind %s: %s", ep, zmq_strerror(errno));
-    w->push = calloc((size_t)w->cfg->ndevices, sizeof *w->push);
-    w->peer_cancelled = calloc((size_t)w->cfg->ndevices, 1);
-    if (!w->push || !w->peer_cancelled)
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
-    return 0;
-}
-
-/* Test hook (wk_config.poison): before each iteration after the first,
- * fill every buffer that no LOAD fills with 0xff bytes (NaN in every float
- * dtype). Each iteration computes the same values, so an instruction that
- * read a buffer before this iteration wrote it would otherwise go unseen. */
-static int poison(wk *w, ein_error *err)
-{
-    const ein_program *p = w->prog;
-    char *loaded = calloc((size_t)p->nbuffers + 1, 1);
-    uint64_t most = 0;
-    void *stage = NULL;
-    int rc = 0;
-    if (!loaded)
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
-    for (int i = 0; i < p->ninstrs; i++)
-        if (p->instrs[i].kind == EIN_I_LOAD && p->instrs[i].dst >= 0)
-            loaded[p->instrs[i].dst] = 1;
-    for (int b = 0; b < p->nbuffers; b++)
-        if (!loaded[b] && p->buffers[b].bytes > most)
-            most = p->buffers[b].bytes;
-    if (!w->be->host_visible && most > 0) {
-        if (!(stage = malloc(most)))
-            rc = ein_fail(err, EIN_ENOMEM, "out of memory");
-        else
-            memset(stage, 0xff, most);
-    }
-    for (int b = 0; b < p->nbuffers && rc == 0; b++) {
-        const ein_pbuffer *pb = &p->buffers[b];
-        if (loaded[b] || pb->bytes == 0)
-            continue;
-        if (w->be->host_visible)
-            memset(w->base + pb->offset, 0xff, pb->bytes);
-        else
-            rc = w->be->upload(w->be, w->base + pb->offset, stage, pb->bytes, err);
-    }
-    free(stage);
-    free(loaded);
-    return rc;
-}
-
-/* Stretches of fewer instructions are not captured. One instruction is
- * one to a few kernel launches; replaying it as a graph replaces those
- * with one cudaGraphLaunch, which costs the host about as much as a
- * kernel launch or two (a few microseconds either way on current drivers,
- * by NVIDIA's published figures, not measured here), so a one-instruction
- * graph saves nothing worth its capture, instantiation and device memory,
- * while from two instructions on every replay saves at least one launch.
- * EIN_GRAPH_MIN=N (N >= 1) overrides it, to measure on a GPU. */
-#define WK_GRAPH_MIN 2
-
-/* Find the stretches once the program is known (see wk_stretch.h). */
-static int setup_graphs(wk *w, ein_error *err)
-{
-    int n = w->prog->ninstrs;
-    w->graph_min = WK_GRAPH_MIN;
-    const char *env = getenv("EIN_GRAPH_MIN");
-    if (env && *env) {
-        char *end;
-        long v = strtol(env, &end, 10);
-        if (*end || v < 1 || v > 1000000)
-            return ein_fail(err, EIN_EINVAL, "EIN_GRAPH_MIN=%s: expected an integer >= 1", env);
-        w->graph_min = (int)v;
-    }
-    if (!w->cfg->graphs || n == 0)
-        return 0;
-    if (!w->be->graph_begin) {
-        wk_log(w, 1, "the %s backend has no graphs: every instruction runs on its own",
-             w->be->name);
-        return 0;
-    }
-    w->head = malloc(sizeof *w->head * (size_t)n);
-    w->next = malloc(sizeof *w->next * (size_t)n);
-    w->graph = calloc((size_t)n, sizeof *w->graph);
-    w->graph_off = calloc((size_t)n, 1);
-    if (!w->head || !w->next || !w->graph || !w->graph_off)
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
-    int count = wk_stretch_find(w->prog, w->head, w->next, err);
-    if (count < 0)
-        return count;
-    wk_log(w, 1, "%d local stretches, captured as graphs in iteration 2 and replayed after "
-         "(those of fewer than %d instructions run one by one)", count, w->graph_min);
-    return 0;
-}
-
-static void teardown(wk *w)
-{
-    wk_beat_stop(w->beater); /* before the context goes */
-    w->beater = NULL;
-    wk_stage_drop(w); /* before the backend goes */
-    if (w->graph)
-        for (int i = 0; i < w->prog->ninstrs; i++)
-            if (w->graph[i])
-                w->be->graph_free(w->be, w->graph[i]);
-    free(w->graph);
-    free(w->graph_off);
-    free(w->head);
-    free(w->next);
-
-    if (w->trace)
-        fclose(w->trace);
-    wk_ucx_free(w->ucx);
-    if (w->push)
-        for (int i = 0; i < w->cfg->ndevices; i++)
-            if (w->push[i])
-                zmq_close(w->push[i]);
-    if (w->pull)
-        zmq_close(w->pull);
-    if (w->dealer)
-        zmq_close(w->dealer);
-    if (w->zctx)
-        zmq_ctx_term(w->zctx);
-    free(w->push);
-    free(w->peer_cancelled);
-    free(w->blk);
-    free(w->ready);
-    free(w->done);
-    free(w->reload);
-    ein_program_free(w->prog);
-}
-
-/* Everything before the first START: the trace, the sockets, the program,
- * the segment, the graphs' stretches; then HELLO. */
-static int worker_start(wk *w, ein_error *err)
-{
-    const wk_config *cfg = w->cfg;
-    wk_backend *be = w->be;
-    int rc;
-    if (cfg->trace_path && !(w->trace = fopen(cfg->trace_path, "w")))
-        return ein_fail(err, EIN_EIO, "cannot write the trace %s: %s", cfg->trace_path,
-                        strerror(errno));
-    w->t_start = ein_now_s();
-    if ((rc = setup_sockets(w, err)) < 0)
-        return rc;
-    if ((rc = beat(w, err)) < 0 || (rc = receive_program(w, err)) < 0)
-        return rc;
-    char seg[160];
-    ein_segment_name(seg, sizeof seg, cfg->run_id, cfg->device);
-    void *base;
-    if (cfg->fault && !strcmp(cfg->fault, "alloc"))
-        return ein_fail(err, EIN_ENOMEM, "cannot allocate %llu bytes of device memory (injected fault)",
-                        (unsigned long long)w->prog->segment_bytes);
-    /* From here on one step can outlast --worker-timeout: beat from a thread. */
-    if ((rc = wk_beat_start(w->zctx, cfg->coordinator, cfg->device, cfg->heartbeat_s,
-                            cfg->instr_timeout_s, &w->pulse, &w->beater, err)) < 0)
-        return rc;
-    wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
-    rc = be->segment_create(be, seg, w->prog->segment_bytes, &base, err);
-    wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
-    if (rc < 0)
-        return rc;
-    w->base = base;
-    if (!(w->reload = calloc((size_t)w->prog->ninstrs + 1, 1)))
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
-    if ((rc = setup_graphs(w, err)) < 0)
-        return rc;
-    ein_msg hello = {.type = EIN_MSG_HELLO, .device = cfg->device, .pid = (int64_t)getpid()};
-    ein_bytes addr;
-    if (cfg->ucx) {
-        const void *a;
-        size_t alen;
-        if ((rc = wk_ucx_new(cfg->ndevices, cfg->device, &w->ucx, err)) < 0)
-            return rc;
-        wk_ucx_address(w->ucx, &a, &alen);
-        addr = (ein_bytes){.data = (void *)a, .len = (uint32_t)alen};
-        hello.addrs = &addr;
-        hello.naddrs = 1;
-    }
-    if ((rc = wk_msg_send(w->dealer, &hello, err)) < 0)
-        return rc;
-    wk_log(w, 1, "program of %d instructions, %d buffers, %llu bytes; waiting for START",
-         w->prog->ninstrs, w->prog->nbuffers, (unsigned long long)w->prog->segment_bytes);
-    return 0;
-}
-
-/* Serve messages until START: 0 started, 1 a session's SHUTDOWN (done),
- * or a negative code (a SHUTDOWN in a counted run is a failure). */
-static int wait_for_start(wk *w, ein_error *err)
-{
-    const wk_config *cfg = w->cfg;
-    int rc, started = 0;
-    while (!started) {
-        if ((rc = pump(w, (int)(cfg->heartbeat_s * 1000), &started, err)) < 0)
-            return rc;
-        if (w->shutdown && !started && !cfg->iterations)
-            return 1;
-        if (w->shutdown)
-            return ein_fail(err, EIN_EWORKER, "stopped by the coordinator");
-        /* A CANCEL after our DONE: the peers may still need us to say so.
-         * (One that came with the START is execute's.) */
-        if (w->cancel && !started && (rc = cancel_run(w, err)) < 0)
-            return rc;
-        if (ein_now_s() - w->last_beat > cfg->heartbeat_s && (rc = beat(w, err)) < 0)
-            return rc;
-    }
-    return 0;
-}
-
-/* DONE for the iteration just run: its times (the device's where the
- * backend measures them) and graph counts. */
-static int send_done(wk *w, ein_error *err)
-{
-    const wk_config *cfg = w->cfg;
-    wk_backend *be = w->be;
-    /* Kernel and copy times: the device's own where the backend
-     * measures them (CUDA events), else the host's. */
-    double dk = 0, dc = 0;
-    ein_error terr = {0};
-    int dev_timed = be->device_times && be->device_times(be, &dk, &dc, &terr) == 0;
-    if (be->device_times && !dev_timed)
-        wk_log(w, 1, "no device times this iteration (host times sent): %s", terr.msg);
-    ein_msg done = {.type = EIN_MSG_DONE, .device = cfg->device,
-                    .t_total = ein_now_s() - w->t_start, .t_kernel = w->t_kernel,
-                    .t_copy = w->t_copy, .t_wait = w->t_wait,
-                    .graphs_captured = w->ncaptured, .graphs_launched = w->nlaunched,
-                    .graphs_failed = w->nfailed, .graphs_short = w->nskipped};
-    snprintf(done.graph_error, sizeof done.graph_error, "%s", w->graph_error);
-    if (dev_timed) {
-        done.t_kernel = dk;
-        done.t_copy = dc;
-        done.t_device = 1;
-    }
-    wk_log(w, 1, "iteration %d done in %.6f s (graphs: %d captured, %d launches so far, "
-         "%d too short)", w->iter, done.t_total, w->ncaptured, w->nlaunched, w->nskipped);
-    return wk_msg_send(w->dealer, &done, err);
-}
-
-/* One iteration after its START: poison, reload, execute, sync, DONE.
- * Returns 0, 1 if it was cancelled (cancel_run), or a negative code. */
-static int run_iteration(wk *w, ein_error *err)
-{
-    const wk_config *cfg = w->cfg;
-    wk_backend *be = w->be;
-    int rc;
-    if (cfg->poison && w->iter > 0) {
-        wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
-        rc = poison(w, err);
-        wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
-        if (rc < 0)
-            return rc;
-    }
-    wk_log(w, 1, "iteration %d started", w->iter);
-    w->t_start = ein_now_s();
-    w->t_kernel = w->t_copy = w->t_wait = 0;
-    if ((rc = reload(w, err)) < 0)
-        return rc;
-    if ((rc = execute(w, err)) < 0)
-        return rc;
-    if (rc == 1)
-        return cancel_run(w, err);
-    wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
-    rc = be->sync(be, err);
-    /* Our blocks to other hosts must be there before DONE (wk_ucx.h). */
-    if (rc == 0 && w->ucx)
-        rc = wk_ucx_flush(w->ucx, err);
-    wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
-    if (rc < 0)
-        return rc;
-    /* LOADs run in the first iteration, STOREs in the last: do not hold
-     * (pinned) host memory through the ones between. */
-    wk_stage_drop(w);
-    /* Every READY of this iteration has been used; the next ones come
-     * only after the next START, so the set can be emptied now. */
-    w->nready = 0;
-    if ((rc = send_done(w, err)) < 0)
-        return rc;
-    char what[640];
-    if (be->describe && (w->iter == 0 || w->iter + 1 == cfg->iterations) &&
-        be->describe(be, what, sizeof what) == 0)
-        wk_log(w, 1, "%s", what);
-    return 0;
-}
-
-/* Peers may still copy from our segment: keep it, serving, until SHUTDOWN. */
-static int linger_until_shutdown(wk *w, ein_error *err)
-{
-    int rc;
-    while (!w->shutdown) {
-        if ((rc = pump(w, (int)(w->cfg->heartbeat_s * 1000), NULL, err)) < 0)
-            return rc;
-        if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = beat(w, err)) < 0)
-            return rc;
-    }
-    return 0;
-}
-
-/* Say why we failed: on the status page, and to the coordinator in ERROR
- * unless it already said SHUTDOWN. */
-static void report_failure(wk *w, int rc, const ein_error *err)
-{
-    /* The status page says why, even after SHUTDOWN (a malformed peer message
-     * read in the same pump as SHUTDOWN fails us then): the coordinator
-     * reads it when it reaps a non-zero exit. */
-    if (w->status)
-        snprintf(w->status->error, sizeof w->status->error, "%.*s",
-                 (int)sizeof w->status->error - 1, err ? err->msg : ein_strerror(rc));
-    if (w->dealer && !w->shutdown) {
-        const ein_instr *ins = w->prog && w->current >= 0 ? &w->prog->instrs[w->current] : NULL;
-        ein_msg m = {.type = EIN_MSG_ERROR, .device = w->cfg->device, .instr = w->current,
-                     .code = err ? err->code : rc};
-        if (ins)
-            snprintf(m.op, sizeof m.op, "%s", ins->op);
-        snprintf(m.text, sizeof m.text, "%.*s", (int)sizeof m.text - 1,
-                 err ? err->msg : ein_strerror(rc));
-        wk_msg_send(w->dealer, &m, NULL);
-    }
-}
-
-int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
-{
-    wk w = {.cfg = cfg, .be = be, .current = -1, .status = cfg->status};
-    int rc;
-    wk_pulse_init(&w.pulse);
-    if ((rc = worker_start(&w, err)) < 0)
-        goto fail;
-    /* iterations 0: a session's worker, run until SHUTDOWN */
-    for (w.iter = 0; !cfg->iterations || w.iter < cfg->iterations; w.iter++) {
-        if ((rc = wait_for_start(&w, err)) < 0)
-            goto fail;
-        if (rc == 1)
-            break;
-        if ((rc = run_iteration(&w, err)) < 0)
-            goto fail;
-        /* A cancelled first iteration may not have run every LOAD: the
-         * next one is a first iteration again. */
-        if (rc == 1 && w.iter == 0)
-            w.iter = -1;
-    }
-    if ((rc = linger_until_shutdown(&w, err)) < 0)
-        goto fail;
-    teardown(&w);
-    return 0;
-fail:
-    report_failure(&w, rc, err);
-    teardown(&w);
-    return rc;
 }

@@ -79,4 +79,13 @@ int wk_io_store(wk *w, const ein_instr *ins, ein_error *err);
 /* Release the staging buffer (end of an iteration, teardown). */
 void wk_stage_drop(wk *w);
 
+/* The instruction loop (wk_exec.c), used by the worker's life (wk_main.c). */
+void wk_exec_trace_event(wk *w, const char *cat, const char *name, const char *op, double t0,
+                         double t1);
+int wk_exec_beat(wk *w, ein_error *err);
+int wk_exec_pump(wk *w, int timeout_ms, int *started, ein_error *err);
+int wk_exec_run_instr_body(wk *w, const ein_instr *ins, ein_error *err);
+int wk_exec_execute(wk *w, ein_error *err);
+int wk_exec_cancel_run(wk *w, ein_error *err);
+
 #endif
