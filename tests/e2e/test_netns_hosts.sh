@@ -193,12 +193,16 @@ echo "1..7"
 same() {
     name=$1; plan=$2; out=$3; tol=$4; shift 4
     rm -f one.npy two.npy
-    if ! "$EINRUN" -q --cpu 4 --output "$out=one.npy" "$@" "$plan" > one.txt 2>&1; then
+    # (compiled once, without memory reuse as for several hosts; every
+    # later run loads the saved program: compiling is the slow part of a
+    # run in a sanitizer build)
+    if ! "$EINRUN" -q --cpu 4 --no-reuse --output "$out=one.npy" --save-program "$plan.einprog" \
+         "$@" "$plan" > one.txt 2>&1; then
         not_ok "$name" "the one-host run failed:" "$(cat one.txt)"; return
     fi
     t0=$(date +%s%N)
     EIN_POISON=1 in_a "$EINRUN" -q --cpu 4 --hosts hosts --iterations 3 \
-        --output "$out=two.npy" "$@" "$plan" > two.txt 2>&1
+        --output "$out=two.npy" "$@" "$plan.einprog" > two.txt 2>&1
     rc=$?
     ms=$(ms_since "$t0")
     until_clean
@@ -238,7 +242,7 @@ check_fault() {
 saved_asan=${ASAN_OPTIONS-}
 t0=$(date +%s%N)
 ASAN_OPTIONS="${saved_asan:+$saved_asan:}handle_segv=0" EIN_FAULT=3:crash:2 \
-    in_a "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1
+    in_a "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein.einprog > out.txt 2>&1
 rc=$?
 check_fault "a remote worker killed is reported naming host, device, operator" \
     "device 3 (pid [0-9]*) failed in instruction 2 (.*operator '.*'): on host 1, einworker pid [0-9]* was killed by signal 11" \
@@ -261,7 +265,7 @@ remote_agent() {
 
 # kill -9 of the remote agent mid-run (device 2, its own, is slow: the
 # devices of the first host wait for it, and stop at once).
-EIN_FAULT=2:slow:3 ip netns exec "$NA" "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
+EIN_FAULT=2:slow:3 ip netns exec "$NA" "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein.einprog > out.txt 2>&1 &
 pid=$!
 started="$pid"
 remote_agent
@@ -276,7 +280,7 @@ check_fault "the remote agent killed is reported naming the host and its devices
     "$pat" $rc "$ms" 5000
 
 # kill -9 of the coordinator mid-run: both hosts clean themselves.
-EIN_FAULT=0:slow:3 ip netns exec "$NA" "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein > out.txt 2>&1 &
+EIN_FAULT=0:slow:3 ip netns exec "$NA" "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein.einprog > out.txt 2>&1 &
 pid=$!
 started="$pid"
 remote_agent
@@ -298,7 +302,7 @@ ssh_ready
 # heartbeats with the coordinator go unanswered (einnode --keys-stdin).
 hf=hosts
 [ -n "$have_ssh" ] && hf=hosts-ssh
-EIN_FAULT=2:slow:3 ip netns exec "$NA" "$EINRUN" -q --cpu 4 --hosts $hf ffn.ein > out.txt 2>&1 &
+EIN_FAULT=2:slow:3 ip netns exec "$NA" "$EINRUN" -q --cpu 4 --hosts $hf ffn.ein.einprog > out.txt 2>&1 &
 pid=$!
 started="$pid"
 remote_agent
@@ -323,7 +327,7 @@ fi
 rm -f two.npy
 t0=$(date +%s%N)
 EIN_POISON=1 in_a "$EINRUN" -q --cpu 4 --hosts hosts-ssh --iterations 3 --output y=two.npy \
-    --seed 3 ffn.ein > two.txt 2>&1
+    --seed 3 ffn.ein.einprog > two.txt 2>&1
 rc=$?
 ms=$(ms_since "$t0")
 until_clean
