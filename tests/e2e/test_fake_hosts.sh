@@ -79,7 +79,7 @@ same() {
     fi
 }
 
-echo "1..10"
+echo "1..9"
 write_ffn ffn.ein
 # The FFN's plan aggregates inside a host at P = 4 over 2 hosts; over 4
 # hosts every block that moves crosses hosts.
@@ -105,11 +105,13 @@ fi
 
 # A hosts file (einrun --hosts) that is malformed, or whose devices do not
 # add up to the program's, is refused naming the file and line (exit 1).
+# (a program that compiles at once: the file is read when the run starts)
 printf '# test\n127.0.0.1 2\n127.0.0.2 two ssh\n' > bad-hosts
 printf '127.0.0.1 1\n127.0.0.2 1 ip netns exec x\n' > few-hosts
-"$EINRUN" -q --cpu 4 --hosts bad-hosts ffn.ein > bad.txt 2>&1
+printf 'dims n=8\ninput x[n]\ny = relu(x)\nsave y\n' > tiny.ein
+"$EINRUN" -q --cpu 4 --hosts bad-hosts tiny.ein > bad.txt 2>&1
 rc1=$?
-"$EINRUN" -q --cpu 4 --hosts few-hosts ffn.ein > bad2.txt 2>&1
+"$EINRUN" -q --cpu 4 --hosts few-hosts tiny.ein > bad2.txt 2>&1
 rc2=$?
 if [ "$rc1" -eq 1 ] && grep -q "bad-hosts:3: expected ADDRESS DEVICES \[LAUNCH...\]" bad.txt &&
    [ "$rc2" -eq 1 ] && grep -q "hosts file few-hosts: 2 hosts with 2 devices in all, for a program on 4 devices" bad2.txt; then
@@ -184,26 +186,6 @@ wait $pid
 rc=$?
 check_fault "a remote agent killed is reported naming the host and its devices" \
     "host 1 (agent einnode pid $agent, devices 2-3) was killed by signal 9" \
-    $rc $(( ($(date +%s%N) - t0) / 1000000 )) 5000
-
-# A host that stops answering (its agent stopped with SIGSTOP: nothing it
-# relays arrives any more, as when the host hangs or its link is down) is
-# reported after the silence its heartbeats allow (about 3 s), naming the
-# host and where each of its devices was; then everything is cleaned.
-EIN_FAULT=2:slow:3 "$EINRUN" -q --cpu 4 --fake-hosts 2 ffn.ein > out.txt 2>&1 &
-pid=$!
-agent=""
-i=0
-while [ -z "$agent" ] && [ $i -lt 100 ]; do
-    agent=$(pgrep -P $pid -f "einnode .*--host 1 " | head -1); i=$((i + 1)); sleep 0.1
-done
-sleep 1
-t0=$(date +%s%N)
-[ -n "$agent" ] && kill -STOP "$agent"
-wait $pid
-rc=$?
-check_fault "a host that stops answering is reported within 5 s" \
-    "host 1 stopped answering, or the link to it is down: nothing from device [23] for [0-9.]* s (limit [0-9.]* s); last seen: device 2 " \
     $rc $(( ($(date +%s%N) - t0) / 1000000 )) 5000
 
 # kill -9 of the coordinator mid-run: both pseudo-hosts clean themselves

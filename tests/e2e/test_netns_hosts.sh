@@ -12,7 +12,8 @@
 #
 # Checks: the FFN and a LLaMA block at P = 4 over the two hosts equal the
 # one-host run (buffers poisoned between iterations); kill -9 of a remote
-# worker and of the remote agent are reported (with times); the
+# worker and of the remote agent, and the remote agent stopped (SIGSTOP:
+# a host that stops answering), are reported (with times); the
 # coordinator killed leaves both hosts clean (processes, shared memory,
 # run directories); `ip link set down` of the veth mid-iteration is
 # reported within 5 s naming the host, a device and the operator; and the
@@ -186,7 +187,7 @@ have_ssh=1
 }
 start_sshd   # now: it starts while the first checks run
 
-echo "1..7"
+echo "1..8"
 
 # same NAME PLAN OUT TOL [einrun args]: the run over the two namespaces
 # equals the one-host run.
@@ -277,6 +278,24 @@ ms=$(report_ms "$pat" $pid "$t0")
 wait $pid
 rc=$?
 check_fault "the remote agent killed is reported naming the host and its devices" \
+    "$pat" $rc "$ms" 5000
+
+# A host that stops answering (its agent stopped with SIGSTOP: nothing it
+# relays arrives any more, its workers wait) is reported after the silence
+# the heartbeats allow (about 3 s), naming the host and where each of its
+# devices was; then both hosts are clean.
+EIN_FAULT=2:slow:3 ip netns exec "$NA" "$EINRUN" -q --cpu 4 --hosts hosts ffn.ein.einprog > out.txt 2>&1 &
+pid=$!
+started="$pid"
+remote_agent
+sleep 0.5
+t0=$(date +%s%N)
+[ -n "$agent" ] && kill -STOP "$agent"
+pat="host 1 (10.77.0.2) stopped answering, or the link to it is down: nothing from device [23] for [0-9.]* s (limit [0-9.]* s); last seen: device 2 "
+ms=$(report_ms "$pat" $pid "$t0")
+wait $pid
+rc=$?
+check_fault "a host that stops answering is reported within 5 s naming host and devices" \
     "$pat" $rc "$ms" 5000
 
 # kill -9 of the coordinator mid-run: both hosts clean themselves.
