@@ -13,7 +13,9 @@
  * stderr (one line per peer address, naming it and why). The agent of
  * host h gets its keys through co_curve_env (environment variables
  * EIN_CURVE_SERVER, EIN_CURVE_PUBLIC, EIN_CURVE_SECRET; never on a
- * command line, where ps shows them); einnode applies and removes them.
+ * command line, where ps shows them): in its environment, or for an agent
+ * started by a launch command (ssh) as lines on its standard input
+ * (co_hosts.h); einnode applies and removes them.
  *
  * Ownership: *out is freed by co_curve_stop (before zmq_ctx_term of zctx:
  * it closes the thread's sockets), which also joins the thread. Returns 0

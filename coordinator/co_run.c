@@ -222,8 +222,27 @@ static int wait_all(run *r, int phase, int cancellable, co_worker_stats *stats, 
             return ein_fail(err, EIN_ECANCELED, "the run was cancelled");
         double t = ein_now_s();
         for (int d = 0; d < r->ndev; d++) {
-            if (r->w[d].exited || t - r->w[d].last_seen <= r->o->worker_timeout)
+            /* Several hosts: a host (or its link) that stops answering. */
+            double limit = r->o->nhosts > 0 && r->o->host_timeout > 0 && r->w[d].spoke
+                               ? r->o->host_timeout : r->o->worker_timeout;
+            if (r->w[d].exited || t - r->w[d].last_seen <= limit)
                 continue;
+            if (limit < r->o->worker_timeout) {
+                /* Where each device of that host was last seen. */
+                char where[200], hn[300], all[600] = "";
+                int h = r->o->host_of[d];
+                for (int e = 0; e < r->ndev; e++) {
+                    size_t k = strlen(all);
+                    if (r->o->host_of[e] != h || r->w[e].exited || k + 1 >= sizeof all)
+                        continue;
+                    co_run_describe_instr(r, e, r->w[e].instr, where, sizeof where);
+                    snprintf(all + k, sizeof all - k, "%sdevice %d %s", k ? "; " : "", e, where);
+                }
+                co_hosts_name(r->o, h, hn, sizeof hn);
+                return ein_fail(err, EIN_EWORKER, "%s stopped answering, or the link to it is "
+                                "down: nothing from device %d for %.1f s (limit %.1f s); last "
+                                "seen: %s", hn, d, t - r->w[d].last_seen, limit, all);
+            }
             /* A worker paused for a debugger, or one the user has not started
              * yet, is not silent until it has spoken once. */
             if (!r->w[d].spoke && (r->o->debug_device == d || r->o->manual))
@@ -278,6 +297,7 @@ static int start_hosts(run *r, ein_error *err)
             return ein_fail(err, EIN_EINVAL, "device %d is on host %d of %d", d, o->host_of[d],
                             o->nhosts);
     if (!(r->agent = calloc((size_t)o->nhosts, sizeof *r->agent)) ||
+        !(r->agent_fd = calloc((size_t)o->nhosts, sizeof *r->agent_fd)) ||
         !(r->agent_exited = calloc((size_t)o->nhosts, 1)) ||
         !(r->addr = calloc((size_t)r->ndev, sizeof *r->addr)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
@@ -286,12 +306,14 @@ static int start_hosts(run *r, ein_error *err)
         r->w[d].instr = -1;
         r->w[d].last_seen = ein_now_s();
     }
+    for (int h = 0; h < o->nhosts; h++)
+        r->agent_fd[h] = -1;
     for (int h = 0; h < o->nhosts; h++) {
         char env[3][64];
         co_curve_env(r->curve, h, env[0], env[1], env[2]);
         const char *extra[] = {env[0], env[1], env[2], NULL};
         int rc = co_hosts_spawn_agent(o, h, r->ndev, r->endpoint, extra, &r->oldmask,
-                                      &r->agent[h], err);
+                                      &r->agent[h], &r->agent_fd[h], err);
         if (rc < 0)
             return rc;
         co_guard_add_pid(&r->guard, r->agent[h]);
@@ -373,8 +395,8 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         goto out;
     }
     snprintf(r->run_id, sizeof r->run_id, "%ld-%s", (long)getpid(), strrchr(r->dir, '.') + 1);
-    snprintf(r->endpoint, sizeof r->endpoint, "%s",
-             o->nhosts > 0 ? "tcp://127.0.0.1:*" : "");
+    snprintf(r->endpoint, sizeof r->endpoint, "tcp://%s:*",
+             o->hosts ? o->hosts[0].addr : "127.0.0.1");
     if (!o->nhosts)
         snprintf(r->endpoint, sizeof r->endpoint, "ipc://%s/coord.sock", r->dir);
     if ((rc = co_guard_start(&r->guard, r->dir, r->run_id, ndev, o->cleanup_paths, o->ncleanup,
@@ -398,7 +420,7 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
     if (o->nhosts > 0) {
         size_t elen = sizeof r->endpoint;
         zmq_getsockopt(r->router, ZMQ_LAST_ENDPOINT, r->endpoint, &elen);
-        if (o->verbose)
+        if (o->verbose || o->hosts)
             fprintf(stderr, "einsummable: coordinator at %s, %d hosts\n", r->endpoint, o->nhosts);
     }
     if ((rc = ein_status_create(r->run_id, r->ndev, &r->status, err)) < 0)

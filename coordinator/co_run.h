@@ -28,6 +28,8 @@
 #include "common/ein_program.h"
 #include "common/ein_wire.h"
 
+struct co_host; /* co_hosts.h */
+
 typedef struct co_run_opts {
     const char *worker_path;    /* einworker binary */
     double worker_timeout;      /* seconds of silence before a worker counts as hung */
@@ -72,7 +74,7 @@ typedef struct co_run_opts {
      * on host host_of[d] (0..nhosts-1), whose agent (einnode at node_path,
      * node/nd_agent.h) starts and watches its workers and relays their
      * messages; the ROUTER is bound on TCP (127.0.0.1 for the pseudo-hosts
-     * of einrun --fake-hosts, the only launcher so far), messages from an
+     * of einrun --fake-hosts; else the first host's address), messages from an
      * agent carry the worker's identity in a second frame, and before the
      * first START every worker gets PEERS: the UCX addresses of the
      * devices of other hosts. The agents are this process's children: one
@@ -81,6 +83,17 @@ typedef struct co_run_opts {
     int nhosts;
     const int *host_of;
     const char *node_path;
+    /* The hosts file's hosts (co_hosts.h; NULL: the pseudo-hosts of
+     * --fake-hosts): the ROUTER binds on hosts[0].addr, each agent starts
+     * with its launch command. */
+    const struct co_host *hosts;
+    /* Several hosts: a device that has spoken and then stays silent for
+     * host_timeout seconds (0: worker_timeout) counts as its host having
+     * stopped answering (or the link to it being down). */
+    double host_timeout;
+    /* Bytes/s between hosts (the topology's nic; 0: none): the workers'
+     * deadline of a transfer between hosts (wk_ucx.h). */
+    double link_bw;
 } co_run_opts;
 
 typedef struct co_worker_stats {

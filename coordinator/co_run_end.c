@@ -42,8 +42,16 @@ static int reap_agents(run *r, int shutting_down, ein_error *err)
                      r->o->node_path);
         else
             snprintf(how, sizeof how, "exited with status %d", got > 0 ? WEXITSTATUS(status) : -1);
-        rc = ein_fail(err, EIN_EWORKER, "host %d (agent einnode pid %ld, devices %s) %s", h,
-                      (long)r->agent[h], devs, how);
+        if (r->o->hosts && r->o->hosts[h].launch) /* its launcher's status */
+            rc = ein_fail(err, EIN_EWORKER, "host %d (%s; devices %s): its agent ended; its "
+                          "launcher (%s, pid %ld) %s", h, r->o->hosts[h].addr, devs,
+                          r->o->hosts[h].launch[0], (long)r->agent[h], how);
+        else if (r->o->hosts)
+            rc = ein_fail(err, EIN_EWORKER, "host %d (%s; agent einnode pid %ld, devices %s) %s",
+                          h, r->o->hosts[h].addr, (long)r->agent[h], devs, how);
+        else
+            rc = ein_fail(err, EIN_EWORKER, "host %d (agent einnode pid %ld, devices %s) %s", h,
+                          (long)r->agent[h], devs, how);
     }
     return rc;
 }
@@ -102,9 +110,15 @@ static void stop_agents(run *r)
 {
     if (!r->agent)
         return; /* none started */
-    for (int h = 0; h < r->o->nhosts; h++)
-        if (r->agent[h] > 0 && !r->agent_exited[h])
+    for (int h = 0; h < r->o->nhosts; h++) {
+        if (r->agent_fd[h] >= 0) /* a launched agent stops at its end too */
+            close(r->agent_fd[h]);
+        r->agent_fd[h] = -1;
+        if (r->agent[h] > 0 && !r->agent_exited[h]) {
             kill(r->agent[h], SIGTERM);
+            kill(r->agent[h], SIGCONT); /* a stopped one ends now, not after 3 s */
+        }
+    }
     double deadline = ein_now_s() + 3.0;
     for (;;) {
         int alive = 0;
@@ -223,9 +237,11 @@ void co_run_cleanup(run *r)
         free(r->addr[d].data);
     free(r->addr);
     free(r->agent);
+    free(r->agent_fd);
     free(r->agent_exited);
     r->addr = NULL;
     r->agent = NULL;
+    r->agent_fd = NULL;
     r->agent_exited = NULL;
     r->router = r->zctx = NULL;
     r->sfd = -1;

@@ -73,6 +73,7 @@ struct co_session {
     /* Several hosts (o->nhosts > 0): the agents, and each device's UCX
      * address from its HELLO. */
     pid_t *agent;
+    int *agent_fd;      /* co_hosts_spawn_agent's keys_fd (-1: none) */
     char *agent_exited;
     ein_bytes *addr;
     co_curve *curve;    /* the agents' keys (co_curve.h) */

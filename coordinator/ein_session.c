@@ -20,6 +20,7 @@
 #include "common/ein_safetensors.h"
 #include "common/ein_self.h"
 #include "coordinator/co_entries.h"
+#include "coordinator/co_hosts.h"
 #include "coordinator/co_run.h"
 #include "coordinator/co_weights.h"
 #include "coordinator/ein_compile_int.h"
@@ -59,8 +60,10 @@ struct ein_session {
     int shared_state;       /* a state written by several cache_writes (-1: none):
                                only entry points may run */
     ein_error why;
-    int *host_of;           /* fake_hosts: each device's pseudo-host */
-    char node_path[PATH_MAX]; /* fake_hosts: einnode */
+    int *host_of;           /* fake_hosts, hosts_file: each device's host */
+    char node_path[PATH_MAX]; /* fake_hosts, hosts_file: einnode */
+    struct co_host *hosts;  /* hosts_file (co_hosts.h) */
+    int nhosts;
 };
 
 static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts *ro,
@@ -93,6 +96,7 @@ static void session_free(ein_session *s)
     free(s->in);
     co_programs_free(s->progs, s->c->ndev);
     free(s->host_of);
+    co_hosts_free(s->hosts, s->nhosts);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -247,7 +251,11 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
         if (*end == '\0' && a >= 0 && a <= 3600)
             ro.step_progress_after = a;
     }
-    if (o.fake_hosts && (rc = fake_hosts(s, &o, &ro, err)) < 0)
+    if (o.fake_hosts && o.hosts_file) {
+        rc = ein_fail(err, EIN_EINVAL, "session: fake_hosts and hosts_file together");
+        goto fail;
+    }
+    if ((o.fake_hosts || o.hosts_file) && (rc = fake_hosts(s, &o, &ro, err)) < 0)
         goto fail;
     rc = co_session_start(s->progs, c->ndev, &ro, &s->cs, err);
     s->store_paths = NULL;
@@ -266,18 +274,40 @@ static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts 
                       ein_error *err)
 {
     int n = o->fake_hosts, ndev = s->c->ndev;
+    const char *what = o->hosts_file ? "hosts file" : "fake hosts";
 #ifndef HAVE_UCX
     (void)n, (void)ndev, (void)ro;
-    return ein_fail(err, EIN_EUNSUPPORTED, "fake hosts: this build has no UCX (install "
-                    "libucx-dev and configure again): runs on several hosts are refused");
+    return ein_fail(err, EIN_EUNSUPPORTED, "%s: this build has no UCX (install "
+                    "libucx-dev and configure again): runs on several hosts are refused", what);
 #else
-    if (n < 2 || n > ndev)
+    int rc;
+    if (o->hosts_file &&
+        (rc = co_hosts_parse(o->hosts_file, &s->hosts, &s->nhosts, err)) < 0)
+        return rc;
+    if (o->hosts_file) {
+        int total = 0;
+        for (int h = 0; h < s->nhosts; h++)
+            total += s->hosts[h].ndev;
+        n = s->nhosts;
+        if (total != ndev || n < 2)
+            return ein_fail(err, EIN_EINVAL, "hosts file %s: %d host%s with %d devices in all, "
+                            "for a program on %d devices (at least 2 hosts, devices adding up)",
+                            o->hosts_file, n, n == 1 ? "" : "s", total, ndev);
+    } else if (n < 2 || n > ndev)
         return ein_fail(err, EIN_EINVAL, "fake hosts: %d for %d device%s (from 2 to one per "
                         "device)", n, ndev, ndev == 1 ? "" : "s");
     if (!(s->host_of = calloc((size_t)ndev, sizeof *s->host_of)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
-    for (int d = 0; d < ndev; d++)
-        s->host_of[d] = (int)((int64_t)d * n / ndev);
+    for (int d = 0, h = 0, k = 0; d < ndev; d++) {
+        if (!o->hosts_file) {
+            s->host_of[d] = (int)((int64_t)d * n / ndev);
+            continue;
+        }
+        while (k == s->hosts[h].ndev)
+            h++, k = 0;
+        s->host_of[d] = h;
+        k++;
+    }
     /* A WAIT (memory reuse's acknowledgement of a peer's copy, co_memplan.h)
      * between hosts has no UCX form yet: such a program is refused. */
     for (int d = 0; d < ndev; d++) {
@@ -286,14 +316,13 @@ static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts 
             if (p->instrs[i].kind == EIN_I_WAIT &&
                 s->host_of[p->instrs[i].peer] != s->host_of[d])
                 return ein_fail(err, EIN_EUNSUPPORTED,
-                                "fake hosts: device %d instruction %d (%s) waits for device %d "
+                                "%s: device %d instruction %d (%s) waits for device %d "
                                 "on another host before reusing a buffer's bytes, which runs "
                                 "on one host only so far: compile with memory reuse off "
-                                "(no_reuse) for runs on several hosts", d, i,
+                                "(no_reuse) for runs on several hosts", what, d, i,
                                 p->instrs[i].op, p->instrs[i].peer);
     }
     const char *env = getenv("EINNODE");
-    int rc;
     if (env && *env) {
         snprintf(s->node_path, sizeof s->node_path, "%s", env);
         if (access(s->node_path, X_OK) < 0)
@@ -304,9 +333,11 @@ static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts 
         for (size_t i = 0; i < sizeof rels / sizeof *rels && rc < 0; i++)
             rc = ein_self_find(rels[i], X_OK, s->node_path, sizeof s->node_path);
         if (rc < 0)
-            return ein_fail(err, EIN_EINVAL, "fake hosts: cannot find the einnode binary next "
-                            "to this program or library ($EINNODE names it)");
+            return ein_fail(err, EIN_EINVAL, "%s: cannot find the einnode binary next "
+                            "to this program or library ($EINNODE names it)", what);
     }
+    co_hosts_deadlines(s->c->topo, ro);
+    ro->hosts = s->hosts;
     ro->nhosts = n;
     ro->host_of = s->host_of;
     ro->node_path = s->node_path;

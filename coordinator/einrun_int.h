@@ -73,6 +73,7 @@ typedef struct run_opts {
     int explain, verbose, quiet, manual, rewrite, ilp, calibrate, show_topo;
     int generate_missing; /* --generate-missing */
     int fake_hosts;     /* --fake-hosts N (issue 26) */
+    const char *hosts_file; /* --hosts FILE (co_hosts.h) */
     int search;         /* --schedule: index in naive|search */
     int cuda;           /* --backend: index in cpu|cuda */
     int graphs;         /* --graphs: index in auto|on|off */

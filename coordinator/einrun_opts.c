@@ -150,6 +150,11 @@ static void usage(FILE *f)
 "  --fake-hosts N       split the devices into N pseudo-hosts of this machine,\n"
 "                       each with its own agent (einnode): blocks between them\n"
 "                       move over UCX on the loopback, as between hosts.\n"
+"  --hosts FILE         run on the hosts FILE lists, one line each:\n"
+"                       ADDRESS DEVICES [LAUNCH...] (docs/runtime.md); LAUNCH\n"
+"                       starts that host's agent (`ssh`, `ip netns exec NS`,\n"
+"                       ...; none: this machine); einrun listens on the first\n"
+"                       ADDRESS. A host silent for ~3 s is reported.\n"
 "Other:\n"
 "  -v, --verbose        per-device timings and lowering statistics.\n"
 "  -q, --quiet          no progress lines (they show only when stderr is a\n"
@@ -502,6 +507,7 @@ static const run_opt run_opt_table[] = {
     {"objective",        0, 1, opt_choice,   F(time_objective),  0, 0, "comm|time"},
     {"partials",         0, 1, opt_choice,   F(native_partials), 0, 0, "f32|native"},
     {"fake-hosts",       0, 1, opt_int,      F(fake_hosts),      2, MAX_DEVICES, NULL},
+    {"hosts",            0, 1, opt_string,   F(hosts_file),      0, 0, NULL},
     {"help",           'h', 0, opt_help,     0,                  0, 0, NULL},
     {"version",          0, 0, opt_version,  0,                  0, 0, NULL},
 };

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,10 @@
 #include "common/ein_wire.h"
 #include "coordinator/co_guard.h"
 
+/* A launched agent's link to the coordinator: silent this long, it is
+ * down (ZeroMQ heartbeats, every sixth of it). */
+#define ND_LINK_TIMEOUT_MS 3000
+
 typedef struct nd_worker {
     int device;
     pid_t pid;
@@ -33,6 +38,8 @@ typedef struct nd {
     co_guard guard;
     ein_status_slot *status;
     void *zctx, *router, *dealer;
+    void *mon;          /* --keys-stdin: the dealer's connection events */
+    int connected;      /* the dealer has been connected (mon) */
     int sfd;
     sigset_t oldmask;
     nd_worker *w;
@@ -77,16 +84,17 @@ static void report(nd *a, int d, const char *fmt, ...)
 static int spawn(nd *a, nd_worker *w, ein_error *err)
 {
     const nd_config *c = a->cfg;
-    char dev[16], nd_[16], ppid[32], iters[16], itmo[32];
+    char dev[16], nd_[16], ppid[32], iters[16], itmo[32], bw[32];
     snprintf(dev, sizeof dev, "%d", w->device);
     snprintf(nd_, sizeof nd_, "%d", c->ndevices);
     snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
     snprintf(iters, sizeof iters, "%d", c->iterations);
     snprintf(itmo, sizeof itmo, "%g", c->instr_timeout);
+    snprintf(bw, sizeof bw, "%.6g", c->link_bw);
     char *argv[] = {(char *)c->worker_path, "--device", dev, "--ndevices", nd_, "--run-dir",
                     a->dir, "--run-id", a->run_id, "--coordinator", a->endpoint,
                     "--iterations", iters, "--parent-pid", ppid, "--instr-timeout", itmo,
-                    "--ucx", NULL};
+                    "--ucx", "--link-bw", bw, NULL};
     pid_t pid = fork();
     if (pid < 0)
         return ein_fail(err, EIN_EIO, "cannot start the worker of device %d: %s", w->device,
@@ -226,6 +234,8 @@ static void cleanup(nd *a)
         zmq_close(a->router);
     if (a->dealer)
         zmq_close(a->dealer);
+    if (a->mon)
+        zmq_close(a->mon);
     if (a->zctx)
         zmq_ctx_term(a->zctx);
     if (a->sfd >= 0)
@@ -256,6 +266,68 @@ static void cleanup(nd *a)
         rmdir(a->dir);
     }
     co_guard_stop(&a->guard);
+}
+
+/* --keys-stdin: three lines NAME=VALUE (the EIN_CURVE_ variables) into
+ * the environment, read byte by byte so that nothing after them is
+ * consumed; standard input then stays open (its end: nd_agent_run). */
+static int keys_from_stdin(ein_error *err)
+{
+    for (int k = 0; k < 3; k++) {
+        char line[128];
+        size_t n = 0;
+        for (;;) {
+            char ch;
+            ssize_t got = read(0, &ch, 1);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got <= 0)
+                return ein_fail(err, EIN_EIO, "--keys-stdin: standard input ended before the "
+                                "three CURVE keys (is einnode started by einrun?)");
+            if (ch == '\n')
+                break;
+            if (n + 1 >= sizeof line)
+                return ein_fail(err, EIN_EINVAL, "--keys-stdin: a line longer than %zu bytes",
+                                sizeof line - 1);
+            line[n++] = ch;
+        }
+        line[n] = '\0';
+        char *eq = strchr(line, '=');
+        if (!eq || strncmp(line, "EIN_CURVE_", 10) != 0)
+            return ein_fail(err, EIN_EINVAL, "--keys-stdin: expected EIN_CURVE_NAME=KEY lines");
+        *eq = '\0';
+        setenv(line, eq + 1, 1);
+    }
+    return 0;
+}
+
+/* The connection events waiting on a->mon: 1 once the connection to the
+ * coordinator, made before, is lost. */
+static int link_lost(nd *a)
+{
+    int lost = 0;
+    for (;;) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, a->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return lost;
+        }
+        uint16_t what = 0;
+        if (zmq_msg_size(&ev) >= 2)
+            memcpy(&what, zmq_msg_data(&ev), 2);
+        int more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        if (more) {
+            zmq_msg_init(&addr);
+            zmq_msg_recv(&addr, a->mon, 0);
+            zmq_msg_close(&addr);
+        }
+        if (what == ZMQ_EVENT_CONNECTED)
+            a->connected = 1;
+        else if (what == ZMQ_EVENT_DISCONNECTED && a->connected)
+            lost = 1;
+    }
 }
 
 static int setup(nd *a, ein_error *err)
@@ -302,6 +374,8 @@ static int setup(nd *a, ein_error *err)
     zmq_setsockopt(a->dealer, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
     /* The run's CURVE keys (coordinator/co_curve.h), from the launcher;
      * the workers never see them. */
+    if (c->keys_stdin && (rc = keys_from_stdin(err)) < 0)
+        return rc;
     const char *srv = getenv("EIN_CURVE_SERVER"), *pub = getenv("EIN_CURVE_PUBLIC"),
                *sec = getenv("EIN_CURVE_SECRET");
     if (srv && pub && sec) {
@@ -317,6 +391,21 @@ static int setup(nd *a, ein_error *err)
     unsetenv("EIN_CURVE_SERVER");
     unsetenv("EIN_CURVE_PUBLIC");
     unsetenv("EIN_CURVE_SECRET");
+    /* A launched agent (another host): ZeroMQ heartbeats on the link to
+     * the coordinator, so that a link that goes down (which TCP and ssh
+     * may not see for minutes) ends the connection within
+     * ND_LINK_TIMEOUT_MS, and the monitor tells us (nd_agent_run). */
+    if (c->keys_stdin) {
+        int ivl = ND_LINK_TIMEOUT_MS / 6, tmo = ND_LINK_TIMEOUT_MS;
+        char mon_ep[64];
+        snprintf(mon_ep, sizeof mon_ep, "inproc://nd-mon-%p", (void *)a);
+        if (zmq_setsockopt(a->dealer, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl) < 0 ||
+            zmq_setsockopt(a->dealer, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo) < 0 ||
+            zmq_socket_monitor(a->dealer, mon_ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) < 0 ||
+            !(a->mon = zmq_socket(a->zctx, ZMQ_PAIR)) || zmq_connect(a->mon, mon_ep) < 0)
+            return ein_fail(err, EIN_EIO, "watching the link to the coordinator: %s",
+                            zmq_strerror(errno));
+    }
     if (zmq_connect(a->dealer, c->coordinator) < 0)
         return ein_fail(err, EIN_EIO, "connect to the coordinator at %s: %s", c->coordinator,
                         zmq_strerror(errno));
@@ -354,11 +443,25 @@ int nd_agent_run(const nd_config *c)
         stop = 1;
     }
     while (!stop) {
-        zmq_pollitem_t it[3] = {{.socket = a.router, .events = ZMQ_POLLIN},
+        zmq_pollitem_t it[5] = {{.socket = a.router, .events = ZMQ_POLLIN},
                                 {.socket = a.dealer, .events = ZMQ_POLLIN},
-                                {.fd = a.sfd, .events = ZMQ_POLLIN}};
-        if (zmq_poll(it, 3, 100) < 0 && errno != EINTR)
+                                {.fd = a.sfd, .events = ZMQ_POLLIN},
+                                {.fd = 0, .events = ZMQ_POLLIN},
+                                {.socket = a.mon, .events = ZMQ_POLLIN}};
+        if (zmq_poll(it, c->keys_stdin ? 5 : 3, 100) < 0 && errno != EINTR)
             break;
+        if (a.mon && link_lost(&a)) {
+            say(&a, "lost the coordinator at %s (no answer for %.1f s, or it closed): stopping",
+                c->coordinator, ND_LINK_TIMEOUT_MS / 1e3);
+            a.failed = stop = 1;
+        }
+        /* --keys-stdin: the end of standard input is the coordinator's. */
+        char junk[64];
+        if (c->keys_stdin && (it[3].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) &&
+            read(0, junk, sizeof junk) <= 0) {
+            say(&a, "the coordinator's connection ended: stopping");
+            a.failed = stop = 1;
+        }
         relay(&a, a.router, a.dealer, 0);
         relay(&a, a.dealer, a.router, 1);
         struct signalfd_siginfo si;

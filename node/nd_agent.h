@@ -2,7 +2,8 @@
  * on several hosts (issue 26).
  *
  * The coordinator (einrun) is the rendezvous: it binds a ROUTER on TCP and
- * starts one agent per host (itself for --fake-hosts, later through ssh,
+ * starts one agent per host (itself for --fake-hosts; through the launch
+ * command of each host of einrun --hosts, such as ssh; later through
  * srun or mpirun). nd_agent_run() then does on its host what co_run.c
  * does on one machine, with the same pieces: a private run directory
  * (mode 0700), the guard process (coordinator/co_guard.h) that removes
@@ -21,8 +22,11 @@
  * worker, naming this host, the worker's pid, how it ended, and the
  * instruction on the status page (from which the coordinator names the
  * operator). The agent ends once every worker has ended, on SIGTERM
- * (stopping them), or when the coordinator's process is gone (--parent-pid,
- * fake hosts) — and whatever happens, no worker, segment, status page or
+ * (stopping them), when the coordinator's process is gone (--parent-pid,
+ * fake hosts), or when its standard input ends (--keys-stdin: a launcher
+ * such as ssh forwards the end of the coordinator's socket, so the agent
+ * stops when the coordinator or the launcher's connection is gone) — and
+ * whatever happens, no worker, segment, status page or
  * run directory of its own is left.
  *
  * Returns the agent's exit status: 0 when every worker ended cleanly
@@ -43,6 +47,9 @@ typedef struct nd_config {
     long parent;                /* the coordinator's pid (fake hosts), 0: not watched */
     int fake;                   /* a pseudo-host of einrun --fake-hosts: UCX over TCP on
                                    the loopback (UCX_TLS=tcp unless set) */
+    int keys_stdin;             /* the CURVE keys come on stdin (a launcher's), whose end
+                                   then means the coordinator is gone */
+    double link_bw;             /* bytes/s between hosts, 0: none (einworker --link-bw) */
     int verbose;
 } nd_config;
 

@@ -5,8 +5,16 @@
  *   bench-ucx [--mib N] [--reps R]      (default 64 MiB, 10 repetitions)
  * Each repetition moves the block from the parent to the child, which
  * answers with a small block (TCP: one byte); the median time gives the
- * rate. Prints both rates in GB/s and their ratio (UCX / TCP). */
+ * rate. Prints both rates in GB/s and their ratio (UCX / TCP).
+ *   bench-ucx --netns NS --addr A [--mib N] [--reps R]
+ * moves it between network namespaces instead (root): the child enters
+ * the namespace NS (ip netns) before it opens anything, the parent listens
+ * on its address A (say both ends of a veth pair: set UCX_NET_DEVICES to
+ * the veth's name), so both transfers cross the link. */
+#define _GNU_SOURCE /* setns, CLONE_NEWNET */
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -38,29 +46,50 @@ static int full_io(int fd, void *p, size_t n, int wr)
     return 0;
 }
 
+static const char *netns;      /* --netns: the child's network namespace */
+static struct in_addr listen_at; /* --addr: the parent's address (default loopback) */
+
+/* In the child: enter --netns (before any socket or UCX context). */
+static void child_enter(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "/run/netns/%s", netns ? netns : "");
+    int fd = netns ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (netns && (fd < 0 || setns(fd, CLONE_NEWNET) < 0)) {
+        perror(path);
+        _exit(1);
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
 /* Raw TCP: the median seconds per block. */
 static double bench_tcp(char *buf, size_t bytes, int reps)
 {
     int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr = listen_at};
     socklen_t al = sizeof a;
     if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) < 0 || listen(ls, 1) < 0 ||
         getsockname(ls, (struct sockaddr *)&a, &al) < 0)
         return -1;
     pid_t pid = fork();
     if (pid == 0) {
-        int s = accept(ls, NULL, NULL);
+        close(ls);
+        child_enter();
+        int c = socket(AF_INET, SOCK_STREAM, 0);
+        if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof a) < 0)
+            _exit(1);
         char ack = 1;
         for (int r = 0; r < reps; r++)
-            if (full_io(s, buf, bytes, 0) < 0 || full_io(s, &ack, 1, 1) < 0)
+            if (full_io(c, buf, bytes, 0) < 0 || full_io(c, &ack, 1, 1) < 0)
                 _exit(1);
         _exit(0);
     }
+    int s = accept(ls, NULL, NULL);
     close(ls);
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (connect(s, (struct sockaddr *)&a, sizeof a) < 0)
+    if (s < 0)
         return -1;
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     double *t = calloc((size_t)reps, sizeof *t), med;
     char ack;
     for (int r = 0; r < reps; r++) {
@@ -87,6 +116,8 @@ static double bench_ucx(char *buf, size_t bytes, int reps)
     pid_t pid = fork();
     int me = pid == 0;
     int fd = sp[me ? 1 : 0];
+    if (me)
+        child_enter();
     ein_error err = {0};
     wk_ucx *u = NULL;
     if (wk_ucx_new(2, me, &u, &err) < 0) {
@@ -151,11 +182,18 @@ int main(int argc, char **argv)
             mib = atol(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--netns") && i + 1 < argc)
+            netns = argv[++i];
+        else if (!strcmp(argv[i], "--addr") && i + 1 < argc &&
+                 inet_pton(AF_INET, argv[i + 1], &listen_at) == 1)
+            i++;
         else {
-            fprintf(stderr, "usage: bench-ucx [--mib N] [--reps R]\n");
+            fprintf(stderr, "usage: bench-ucx [--mib N] [--reps R] [--netns NS --addr A]\n");
             return 2;
         }
     }
+    if (!listen_at.s_addr)
+        listen_at.s_addr = htonl(INADDR_LOOPBACK);
     if (mib < 1 || mib > 4096 || reps < 1 || reps > 1000) {
         fprintf(stderr, "bench-ucx: --mib 1..4096, --reps 1..1000\n");
         return 2;
@@ -172,8 +210,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-ucx: a transfer failed\n");
         return 1;
     }
-    printf("%ld MiB over the loopback, median of %d (UCX_TLS=%s):\n", mib, reps,
-           getenv("UCX_TLS"));
+    printf("%ld MiB %s%s, median of %d (UCX_TLS=%s, UCX_NET_DEVICES=%s):\n", mib,
+           netns ? "into the network namespace " : "over the loopback", netns ? netns : "",
+           reps, getenv("UCX_TLS"), getenv("UCX_NET_DEVICES"));
     printf("  raw TCP        %8.3f GB/s  (%.2f ms)\n", bytes / tcp / 1e9, tcp * 1e3);
     printf("  UCX tagged     %8.3f GB/s  (%.2f ms)\n", bytes / ucx / 1e9, ucx * 1e3);
     printf("  UCX / TCP      %8.2f\n", tcp / ucx);

@@ -15,6 +15,7 @@
 #include "config.h"
 #include "common/ein_status.h"
 #include "worker/wk_exec.h"
+#include "worker/wk_ucx.h"
 #include "worker/wk_probe.h"
 
 static char shm_path[256], sock_path[4200];
@@ -103,7 +104,7 @@ static void usage(FILE *f)
             "                 --coordinator ENDPOINT [--parent-pid PID] [--iterations N]\n"
             "                 [--log FILE] [--log-level 1|2] [--trace FILE] [--pause]\n"
             "                 [--backend cpu|cuda] [--gpu N] [--graphs]\n"
-            "                 [--instr-timeout S] [--ucx]\n"
+            "                 [--instr-timeout S] [--ucx [--link-bw B]]\n"
             "       einworker-cuda --probe\n"
             "\n"
             "Executes one device's Program for einrun. einrun starts one per device;\n"
@@ -124,6 +125,9 @@ static void usage(FILE *f)
             "                 einrun reports it as hung; 0: never (default: 600)\n"
             "  --ucx          a run on several hosts (started by einnode): blocks to and\n"
             "                 from devices of other hosts move over UCX\n"
+            "  --link-bw B    bytes/s between hosts (the topology model's): a block from\n"
+            "                 another host that began to arrive must end within 4 x its\n"
+            "                 transfer time + 2 s, else the link counts as down; 0: none\n"
             "  --graphs       from the second iteration on, run each local stretch of\n"
             "                 the program as a graph captured once (CUDA graphs; on CPU\n"
             "                 devices a recording of the calls)\n"
@@ -148,6 +152,7 @@ typedef struct worker_args {
     long parent;              /* --parent-pid, 0: not checked */
     int do_pause, use_cuda, gpu;
     const char *log_path;
+    double link_bw;           /* --link-bw (wk_ucx_set_link) */
 } worker_args;
 
 /* How an option's argument is stored (Redis-style option table). */
@@ -189,6 +194,7 @@ static const worker_opt worker_opts[] = {
     {"graphs", no_argument, OPT_FLAG, ARG(cfg.graphs)},
     {"instr-timeout", required_argument, OPT_DOUBLE, ARG(cfg.instr_timeout_s)},
     {"ucx", no_argument, OPT_FLAG, ARG(cfg.ucx)},
+    {"link-bw", required_argument, OPT_DOUBLE, ARG(link_bw)},
     {"probe", no_argument, OPT_PROBE, 0},
     {"help", no_argument, OPT_HELP, 0},
 };
@@ -376,6 +382,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "einworker %d: %s\n", cfg->device, err.msg);
         return 1;
     }
+    wk_ucx_set_link(a.link_bw);
     rc = wk_worker_main(cfg, be, &err);
     be->destroy(be);
     if (rc < 0 && cfg->log)

@@ -7,6 +7,17 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/ein_clock.h"
+
+static double link_bw; /* wk_ucx_set_link */
+
+void wk_ucx_set_link(double bytes_per_s) { link_bw = bytes_per_s > 0 ? bytes_per_s : 0; }
+
+double wk_ucx_deadline(size_t bytes)
+{
+    return link_bw > 0 ? WK_UCX_MARGIN * (double)bytes / link_bw + WK_UCX_SLACK_S : 0;
+}
+
 #ifndef HAVE_UCX
 
 int wk_ucx_new(int ndevices, int device, wk_ucx **out, ein_error *err)
@@ -179,19 +190,28 @@ int wk_ucx_new(int ndevices, int device, wk_ucx **out, ein_error *err)
 }
 
 /* Wait for request `req` (from an nbx call) with a bounded progress loop,
- * then release it. */
-static ucs_status_t wait_req(wk_ucx *u, void *req)
+ * then release it. With limit_s > 0, a request not complete after that
+ * many seconds is cancelled: UCS_ERR_TIMED_OUT. */
+static ucs_status_t wait_req(wk_ucx *u, void *req, double limit_s)
 {
     if (req == NULL)
         return UCS_OK;
     if (UCS_PTR_IS_ERR(req))
         return UCS_PTR_STATUS(req);
     ucs_status_t st;
+    double end = limit_s > 0 ? ein_now_s() + limit_s : 0;
     for (int idle = 0; (st = ucp_request_check_status(req)) == UCS_INPROGRESS;) {
         if (ucp_worker_progress(u->worker))
             idle = 0;
         else if (++idle > 50)
             nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL); /* 20 us: spinning starves the peer on a loaded machine */
+        if (end > 0 && (idle & 255) == 0 && ein_now_s() > end) {
+            ucp_request_cancel(u->worker, req);
+            for (int k = 0; k < 100000 && ucp_request_check_status(req) == UCS_INPROGRESS; k++)
+                ucp_worker_progress(u->worker);
+            st = UCS_ERR_TIMED_OUT;
+            break;
+        }
     }
     ucp_request_free(req);
     return st;
@@ -308,7 +328,16 @@ int wk_ucx_recv(wk_ucx *u, int peer, int buffer, void *buf, size_t len, ein_erro
                         peer, info.length, buffer, len);
     ucp_request_param_t rp = {.op_attr_mask = 0};
     void *req = ucp_tag_recv_nbx(u->worker, buf, len, tag_of(peer, buffer), TAG_FULL, &rp);
-    ucs_status_t st = wait_req(u, req);
+    /* Once the block has begun to arrive (wk_ucx_arrived), it takes its
+     * bytes over the link: a link that went down shows as no end. */
+    double limit = wk_ucx_deadline(len);
+    ucs_status_t st = wait_req(u, req, limit);
+    if (st == UCS_ERR_TIMED_OUT)
+        return ein_fail(err, EIN_ETIMEOUT, "the block of %zu bytes from device %d (another host, "
+                        "its buffer %d) began to arrive but did not end within %.1f s (%.3f s "
+                        "expected at %.3g MB/s between hosts): the link to that host is down "
+                        "or the host stopped answering", len, peer, buffer, limit,
+                        (double)len / link_bw, link_bw / 1e6);
     if (st != UCS_OK)
         return ein_fail(err, EIN_EIO, "UCX receive of device %d's buffer %d: %s", peer, buffer,
                         ucs_status_string(st));
@@ -367,7 +396,7 @@ int wk_ucx_poll_cancelled(wk_ucx *u)
         return -1;
     ucp_request_param_t rp = {.op_attr_mask = 0};
     void *req = ucp_tag_msg_recv_nbx(u->worker, &u->cancel_in, sizeof u->cancel_in, msg, &rp);
-    if (wait_req(u, req) != UCS_OK)
+    if (wait_req(u, req, 0) != UCS_OK)
         return -1;
     int dev = (int)((info.sender_tag & ~TAG_CANCEL) >> 32);
     return dev >= 0 && dev < u->ndev ? dev : -1;

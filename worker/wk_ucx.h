@@ -36,6 +36,18 @@
 typedef struct wk_ucx wk_ucx;
 
 int wk_ucx_new(int ndevices, int device, wk_ucx **out, ein_error *err);
+/* Deadlines (a link that goes down mid-transfer, which UCX over TCP does
+ * not report for about 100 s): the bytes/s between hosts of the topology
+ * model (einworker --link-bw; 0, the default: no deadline), for every
+ * context of this process. A receive whose block has begun to arrive
+ * must end within wk_ucx_deadline(bytes) = WK_UCX_MARGIN x the model's
+ * transfer time + WK_UCX_SLACK_S (four heartbeats: a loaded machine's
+ * pauses), else it is cancelled and fails with EIN_ETIMEOUT naming the
+ * peer. Only receives: a send waits for its receiver, which may be busy. */
+enum { WK_UCX_MARGIN = 4 };
+#define WK_UCX_SLACK_S 2.0
+void wk_ucx_set_link(double bytes_per_s);
+double wk_ucx_deadline(size_t bytes);
 void wk_ucx_free(wk_ucx *u);
 /* This worker's address, for HELLO (owned by u). */
 void wk_ucx_address(const wk_ucx *u, const void **addr, size_t *len);

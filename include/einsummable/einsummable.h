@@ -474,6 +474,13 @@ typedef struct ein_session_options {
                                  loopback: a test of runs on several hosts.
                                  EIN_EUNSUPPORTED where the library was built
                                  without UCX (libucx-dev) */
+    const char *hosts_file;   /* NULL: one host (default). A file of one line
+                                 per host, "ADDRESS DEVICES [LAUNCH...]"
+                                 (docs/runtime.md): each host's agent (einnode)
+                                 is started with LAUNCH (such as `ssh` or
+                                 `ip netns exec NS`), the coordinator listens
+                                 on the first ADDRESS. Not with fake_hosts;
+                                 EIN_EUNSUPPORTED without UCX */
 } ein_session_options;
 
 void ein_session_options_init(ein_session_options *o);

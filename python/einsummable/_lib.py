@@ -102,6 +102,7 @@ class ein_session_options(ctypes.Structure):
         ("generate_missing", ctypes.c_int),
         ("progress", ctypes.c_int),
         ("fake_hosts", ctypes.c_int),
+        ("hosts_file", ctypes.c_char_p),
         ("_spare", ctypes.c_char * 256),
     ]
 

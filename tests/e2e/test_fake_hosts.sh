@@ -79,7 +79,7 @@ same() {
     fi
 }
 
-echo "1..8"
+echo "1..9"
 write_ffn ffn.ein
 # The FFN's plan aggregates inside a host at P = 4 over 2 hosts; over 4
 # hosts every block that moves crosses hosts.
@@ -101,6 +101,24 @@ if [ "$rc1" -eq 1 ] && grep -q "fake hosts: 3 for 2 devices" bad.txt &&
 else
     not_ok "more fake hosts than devices, or --trace, is refused" "exit $rc1, $rc2" \
         "$(cat bad.txt bad2.txt)"
+fi
+
+# A hosts file (einrun --hosts) that is malformed, or whose devices do not
+# add up to the program's, is refused naming the file and line (exit 1).
+# (a program that compiles at once: the file is read when the run starts)
+printf '# test\n127.0.0.1 2\n127.0.0.2 two ssh\n' > bad-hosts
+printf '127.0.0.1 1\n127.0.0.2 1 ip netns exec x\n' > few-hosts
+printf 'dims n=8\ninput x[n]\ny = relu(x)\nsave y\n' > tiny.ein
+"$EINRUN" -q --cpu 4 --hosts bad-hosts tiny.ein > bad.txt 2>&1
+rc1=$?
+"$EINRUN" -q --cpu 4 --hosts few-hosts tiny.ein > bad2.txt 2>&1
+rc2=$?
+if [ "$rc1" -eq 1 ] && grep -q "bad-hosts:3: expected ADDRESS DEVICES \[LAUNCH...\]" bad.txt &&
+   [ "$rc2" -eq 1 ] && grep -q "hosts file few-hosts: 2 hosts with 2 devices in all, for a program on 4 devices" bad2.txt; then
+    ok "a malformed hosts file, or one whose devices do not add up, is refused"
+else
+    not_ok "a malformed hosts file, or one whose devices do not add up, is refused" \
+        "exit $rc1, $rc2" "$(cat bad.txt bad2.txt)"
 fi
 
 # wait_for FILE PATTERN: until a line of FILE matches (at most 10 s).

@@ -1,0 +1,117 @@
+#!/bin/sh
+# tools/netns-predict.sh — predicted against measured iteration time of a
+# transfer-bound plan between two "hosts" joined by a 1 Gbit/s link.
+#
+# Two network namespaces joined by a veth pair, each end limited to
+# 1 Gbit/s with `tc` (a token bucket), one CPU device and one agent
+# (einnode) in each (einrun --hosts). The topology says the same: two
+# hosts of one device each, `nic 125 MB/s` (1 Gbit/s). The plan: a matmul
+# whose contraction is split over the two devices (einrun's random
+# selector, seed 2 on this workload), so half of the 16 MB output crosses
+# the link to be summed. It prints the plan simulator's prediction
+# (einplan --simulate on that topology) and the median of the measured
+# iterations (einrun --iterations), and their ratio; exit status 1 when
+# they differ by more than 30% (or something fails), else 0.
+#
+# Needs root (namespaces, tc) and a build with UCX. Not part of make check
+# (a timing on a loaded machine): run it by hand from the build directory:
+#   sudo sh tools/netns-predict.sh [--iterations N] [--seed S]
+set -u
+B=$(pwd)
+ITER=5
+SEED=2
+while [ $# -gt 0 ]; do
+    case $1 in
+    --iterations) ITER=$2; shift 2 ;;
+    --seed) SEED=$2; shift 2 ;;
+    *) echo "usage: $0 [--iterations N] [--seed S]" >&2; exit 2 ;;
+    esac
+done
+for p in einrun einplan einnode einworker; do
+    [ -x "$B/$p" ] || { echo "netns-predict: no $B/$p: run it from the build directory" >&2; exit 2; }
+done
+[ "$(id -u)" -eq 0 ] || { echo "netns-predict: needs root (network namespaces, tc)" >&2; exit 2; }
+grep -q '^#define HAVE_UCX 1' "$B/config.h" 2>/dev/null ||
+    { echo "netns-predict: built without UCX" >&2; exit 2; }
+S=$(mktemp -d /tmp/ein-np.XXXXXX) || exit 1
+NA=ein-pa-$$
+NB=ein-pb-$$
+cleanup() {
+    for ns in $NA $NB; do
+        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+    done
+    sleep 0.2
+    ip netns del "$NA" 2>/dev/null
+    ip netns del "$NB" 2>/dev/null
+    rm -rf "$S"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP PIPE
+cd "$S" || exit 1
+export TMPDIR="$S"
+set -e
+ip netns add "$NA"
+ip netns add "$NB"
+ip link add "pa$$" type veth peer name "pb$$"
+ip link set "pa$$" netns "$NA"
+ip link set "pb$$" netns "$NB"
+ip -n "$NA" link set "pa$$" name ein0
+ip -n "$NB" link set "pb$$" name ein0
+ip -n "$NA" addr add 10.78.0.1/24 dev ein0
+ip -n "$NB" addr add 10.78.0.2/24 dev ein0
+for ns in $NA $NB; do
+    ip -n "$ns" link set ein0 up
+    ip -n "$ns" link set lo up
+    # 1 Gbit/s out of each end: both directions of the link.
+    ip netns exec "$ns" tc qdisc add dev ein0 root tbf rate 1gbit burst 128kb latency 100ms
+done
+set +e
+export UCX_TLS=tcp UCX_NET_DEVICES=ein0
+
+cat > host1 <<'EOF'
+name host1
+gpus 1
+hbm 20 GB/s
+peak 80 GFLOP/s
+port 20 GB/s
+shared membus 80 GB/s
+rest via membus
+latency 30 us
+memory 2 GB
+calibration host
+EOF
+cat > topo <<EOF
+name 2x-host1-1gbit
+nodes 2
+node $S/host1
+nic 117.7 MB/s
+latency-inter 50 us
+EOF
+cat > agg.ein <<'EOF'
+dims t=1024 k=64 m=4096
+dtype f32
+input x[t, k]
+input w[k, m]
+y = matmul(x, w)
+save y
+EOF
+printf '10.78.0.1 1\n10.78.0.2 1 ip netns exec %s\n' "$NB" > hosts
+
+"$B/einplan" --devices 2 --selector random --seed "$SEED" --simulate --topology "$S/topo" \
+    agg.ein > pred.txt 2>&1 || { cat pred.txt; exit 1; }
+pred=$(sed -n 's/^predicted iteration on [^:]*: \([0-9.]*\) ms.*/\1/p' pred.txt)
+comm=$(sed -n 's/^critical path: .* \([0-9.]*\) ms communication.*/\1/p' pred.txt)
+ip netns exec "$NA" "$B/einrun" --cpu 2 --hosts hosts --topology "$S/topo" --selector random \
+    --plan-seed "$SEED" --warmup 1 --iterations "$ITER" agg.ein > run.txt 2>&1 ||
+    { cat run.txt; exit 1; }
+meas=$(sed -n 's/.*iterations (after [0-9]* warm-up): min [0-9.]* ms, median \([0-9.]*\) ms.*/\1/p' run.txt)
+if [ -z "$pred" ] || [ -z "$meas" ]; then
+    echo "netns-predict: no prediction or measurement:"; cat pred.txt run.txt; exit 1
+fi
+awk -v p="$pred" -v m="$meas" -v c="$comm" -v it="$ITER" 'BEGIN {
+    printf "transfer-bound plan over a 1 Gbit/s veth (tc), 2 hosts x 1 CPU device:\n"
+    printf "  predicted %.1f ms per iteration (%.1f ms of it communication on the critical path)\n", p, c
+    printf "  measured  %.1f ms (median of %d iterations)\n", m, it
+    r = m / p
+    printf "  measured / predicted = %.2f (%s 30%%)\n", r, (r >= 0.7 && r <= 1.3) ? "within" : "NOT within"
+    exit (r >= 0.7 && r <= 1.3) ? 0 : 1 }'
