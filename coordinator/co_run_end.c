@@ -267,7 +267,8 @@ static void explain_by_death(run *r, co_worker_stats *stats, ein_error *err)
             continue;
         ein_error late = {0};
         if (co_run_handle_message(r, stats, &late) < 0 && late.code == EIN_EWORKER &&
-            (strstr(late.msg, " was killed by ") || strstr(late.msg, " exited with "))) {
+            (strstr(late.msg, " was killed by ") || strstr(late.msg, " exited with ")) &&
+            !strstr(late.msg, "cannot reach device")) {
             *err = late;
             return;
         }
@@ -277,7 +278,9 @@ static void explain_by_death(run *r, co_worker_stats *stats, ein_error *err)
 void co_run_explain_failure(run *r, co_worker_stats *stats, int shutting_down, ein_error *err)
 {
     if (err && r->o->nhosts > 0 && strstr(err->msg, ") failed ") &&
-        !strstr(err->msg, " was killed by ") && !strstr(err->msg, " exited with "))
+        ((!strstr(err->msg, " was killed by ") && !strstr(err->msg, " exited with ")) ||
+         strstr(err->msg, "cannot reach device"))) /* a worker that exited because a
+                                                       peer died: that death explains it */
         explain_by_death(r, stats, err);
     if (!err || strstr(err->msg, ") failed ") || strstr(err->msg, "malformed"))
         return;
