@@ -5,8 +5,11 @@
 
 #include "exchange/xp_topo.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +156,36 @@ void co_hosts_deadlines(const struct xp_topology *t, co_run_opts *o)
     double lat = two ? xp_topo_hop_latency(t, 0, t->local) : 0;
     o->host_timeout = CO_HOSTS_BEATS * CO_HOSTS_BEAT_S + CO_HOSTS_PAUSE_S + 2 * lat;
     o->link_bw = two && t->nic > 0 ? t->nic : 0;
+}
+
+double co_hosts_connect_limit(const co_run_opts *o, int h)
+{
+    if (o->connect_timeout > 0)
+        return o->connect_timeout;
+    return CO_HOSTS_CONNECT_S + (o->hosts && o->hosts[h].launch ? CO_HOSTS_LAUNCH_S : 0);
+}
+
+void co_hosts_interface(const char *endpoint, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    char ip[64];
+    const char *a = strncmp(endpoint, "tcp://", 6) ? NULL : endpoint + 6;
+    const char *colon = a ? strrchr(a, ':') : NULL;
+    if (!colon || (size_t)(colon - a) >= sizeof ip)
+        return;
+    memcpy(ip, a, (size_t)(colon - a));
+    ip[colon - a] = '\0';
+    struct in_addr want;
+    struct ifaddrs *ifs = NULL;
+    if (inet_pton(AF_INET, ip, &want) != 1 || getifaddrs(&ifs) < 0)
+        return;
+    for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+            ((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr.s_addr == want.s_addr) {
+            snprintf(buf, len, "%s", i->ifa_name);
+            break;
+        }
+    freeifaddrs(ifs);
 }
 
 void co_hosts_name(const co_run_opts *o, int h, char *buf, size_t len)

@@ -76,6 +76,22 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
 struct xp_topology;
 void co_hosts_deadlines(const struct xp_topology *t, co_run_opts *o);
 
+/* How long host h may take to connect (its first message, relayed by its
+ * agent, reaching the coordinator) after its agent was started:
+ * o->connect_timeout when set (einrun --connect-timeout,
+ * ein_session_options.connect_timeout), else CO_HOSTS_CONNECT_S (an agent
+ * starting its workers and their UCX, on a loaded machine) plus, for an
+ * agent started through a launch command, CO_HOSTS_LAUNCH_S (ssh's
+ * connection and login, or srun's step on another node). */
+#define CO_HOSTS_CONNECT_S 10.0
+#define CO_HOSTS_LAUNCH_S 10.0
+double co_hosts_connect_limit(const co_run_opts *o, int h);
+
+/* The interface of this machine that holds the address of `endpoint`
+ * ("tcp://10.0.0.1:40123"), such as "eth0", into buf ("" when none does:
+ * an address of another machine, or getifaddrs failed). */
+void co_hosts_interface(const char *endpoint, char *buf, size_t len);
+
 /* "host 1 (10.0.0.2)" or "host 1": how messages name host h. */
 void co_hosts_name(const co_run_opts *o, int h, char *buf, size_t len);
 

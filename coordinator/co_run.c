@@ -186,6 +186,39 @@ static int cancel_asked(run *r)
     return atomic_load(&r->cancel_gen) == atomic_load(&r->gen);
 }
 
+/* Several hosts: the first host that has not connected within its limit
+ * (co_hosts_connect_limit), reported by name with the address its agent
+ * had to reach; 0 if none. */
+static int check_connected(run *r, double t, ein_error *err)
+{
+    const co_run_opts *o = r->o;
+    for (int h = 0; h < o->nhosts && r->host_heard; h++) {
+        double limit = co_hosts_connect_limit(o, h);
+        if (r->host_heard[h] || r->agent_exited[h] || t - r->t_agents <= limit)
+            continue;
+        char hn[300], devs[256], ifc[64], how[600];
+        co_hosts_devices(o, h, r->ndev, devs, sizeof devs);
+        if (o->hosts)
+            snprintf(hn, sizeof hn, "host %d (%s; devices %s)", h, o->hosts[h].addr, devs);
+        else
+            snprintf(hn, sizeof hn, "host %d (devices %s)", h, devs);
+        co_hosts_interface(r->endpoint, ifc, sizeof ifc);
+        if (o->hosts && o->hosts[h].launch)
+            snprintf(how, sizeof how, "its launcher (%s, pid %ld) is still running, but neither "
+                     "its agent nor a worker of it has reached the coordinator",
+                     o->hosts[h].launch[0], (long)r->agent[h]);
+        else
+            snprintf(how, sizeof how, "its agent (einnode pid %ld) is still running, but no "
+                     "worker of it has reached the coordinator", (long)r->agent[h]);
+        return ein_fail(err, EIN_ETIMEOUT, "%s did not connect within %.1f s "
+                        "(%s): %s at %s%s%s%s; can that host reach it?", hn, limit,
+                        o->connect_timeout > 0 ? "the connect timeout" : "the default connect "
+                        "timeout; --connect-timeout sets it", how, r->endpoint,
+                        ifc[0] ? " (interface " : "", ifc, ifc[0] ? ")" : "");
+    }
+    return 0;
+}
+
 /* Serve the workers until every one is in `phase`: messages (a worker's
  * ERROR first: it explains its exit best), exits, heartbeats, deadline;
  * with `cancellable`, EIN_ECANCELED as soon as co_session_cancel asks
@@ -221,7 +254,13 @@ static int wait_all(run *r, int phase, int cancellable, co_worker_stats *stats, 
         if (cancellable && cancel_asked(r))
             return ein_fail(err, EIN_ECANCELED, "the run was cancelled");
         double t = ein_now_s();
+        if (r->o->nhosts > 0 && (rc = check_connected(r, t, err)) < 0)
+            return rc;
         for (int d = 0; d < r->ndev; d++) {
+            /* Several hosts: a host that has not connected yet is
+             * check_connected's. */
+            if (r->o->nhosts > 0 && r->host_heard && !r->host_heard[r->o->host_of[d]])
+                continue;
             /* Several hosts: a host (or its link) that stops answering. */
             double limit = r->o->nhosts > 0 && r->o->host_timeout > 0 && r->w[d].spoke
                                ? r->o->host_timeout : r->o->worker_timeout;
@@ -299,6 +338,7 @@ static int start_hosts(run *r, ein_error *err)
     if (!(r->agent = calloc((size_t)o->nhosts, sizeof *r->agent)) ||
         !(r->agent_fd = calloc((size_t)o->nhosts, sizeof *r->agent_fd)) ||
         !(r->agent_exited = calloc((size_t)o->nhosts, 1)) ||
+        !(r->host_heard = calloc((size_t)o->nhosts, 1)) ||
         !(r->addr = calloc((size_t)r->ndev, sizeof *r->addr)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     for (int d = 0; d < r->ndev; d++) {
@@ -318,6 +358,7 @@ static int start_hosts(run *r, ein_error *err)
             return rc;
         co_guard_add_pid(&r->guard, r->agent[h]);
     }
+    r->t_agents = ein_now_s();
     return 0;
 }
 
@@ -420,8 +461,11 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
     if (o->nhosts > 0) {
         size_t elen = sizeof r->endpoint;
         zmq_getsockopt(r->router, ZMQ_LAST_ENDPOINT, r->endpoint, &elen);
+        char ifc[64];
+        co_hosts_interface(r->endpoint, ifc, sizeof ifc);
         if (o->verbose || o->hosts)
-            fprintf(stderr, "einsummable: coordinator at %s, %d hosts\n", r->endpoint, o->nhosts);
+            fprintf(stderr, "einsummable: coordinator at %s, %d hosts%s%s\n", r->endpoint,
+                    o->nhosts, ifc[0] ? ", interface " : "", ifc);
     }
     if ((rc = ein_status_create(r->run_id, r->ndev, &r->status, err)) < 0)
         goto out;

@@ -94,6 +94,10 @@ typedef struct co_run_opts {
     /* Bytes/s between hosts (the topology's nic; 0: none): the workers'
      * deadline of a transfer between hosts (wk_ucx.h). */
     double link_bw;
+    /* Several hosts: a host none of whose messages has come this many
+     * seconds after its agent was started did not connect; the run fails
+     * naming it (0: the default of co_hosts_connect_limit). */
+    double connect_timeout;
 } co_run_opts;
 
 typedef struct co_worker_stats {

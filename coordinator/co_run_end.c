@@ -115,8 +115,13 @@ static void stop_agents(run *r)
             close(r->agent_fd[h]);
         r->agent_fd[h] = -1;
         if (r->agent[h] > 0 && !r->agent_exited[h]) {
-            kill(r->agent[h], SIGTERM);
-            kill(r->agent[h], SIGCONT); /* a stopped one ends now, not after 3 s */
+            /* Its process group (it called setsid; not yet reaped, so the
+             * id is still its own): a launch command's children too (a
+             * script that runs ssh). Its workers have their own sessions. */
+            if (kill(-r->agent[h], SIGTERM) < 0)
+                kill(r->agent[h], SIGTERM);
+            kill(-r->agent[h], SIGCONT); /* a stopped one ends now, not after 3 s */
+            kill(r->agent[h], SIGCONT);
         }
     }
     double deadline = ein_now_s() + 3.0;
@@ -128,6 +133,7 @@ static void stop_agents(run *r)
             if (waitpid(r->agent[h], NULL, WNOHANG) == r->agent[h])
                 r->agent_exited[h] = 1;
             else if (ein_now_s() > deadline) {
+                kill(-r->agent[h], SIGKILL);
                 kill(r->agent[h], SIGKILL);
                 waitpid(r->agent[h], NULL, 0);
                 r->agent_exited[h] = 1;
@@ -239,6 +245,8 @@ void co_run_cleanup(run *r)
     free(r->agent);
     free(r->agent_fd);
     free(r->agent_exited);
+    free(r->host_heard);
+    r->host_heard = NULL;
     r->addr = NULL;
     r->agent = NULL;
     r->agent_fd = NULL;

@@ -75,6 +75,8 @@ struct co_session {
     pid_t *agent;
     int *agent_fd;      /* co_hosts_spawn_agent's keys_fd (-1: none) */
     char *agent_exited;
+    char *host_heard;   /* a message of host h has come (it connected) */
+    double t_agents;    /* when the agents were started (connect deadlines) */
     ein_bytes *addr;
     co_curve *curve;    /* the agents' keys (co_curve.h) */
 };

@@ -82,6 +82,8 @@ static int recv_message(run *r, char *id, size_t idcap, size_t *idlen, zmq_msg_t
                         "host %d it claims to be\n", *host);
         return 0;
     }
+    if (*host >= 0 && r->host_heard)
+        r->host_heard[*host] = 1;
     *idlen = (size_t)n < idcap ? (size_t)n : idcap;
     return 1;
 }

@@ -177,6 +177,9 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
     if (!(o.run_timeout >= 0) || !isfinite(o.run_timeout))
         return ein_fail(err, EIN_EINVAL, "session: run_timeout %g: expected seconds >= 0 "
                         "(0: none)", o.run_timeout);
+    if (!(o.connect_timeout >= 0) || !isfinite(o.connect_timeout))
+        return ein_fail(err, EIN_EINVAL, "session: connect_timeout %g: expected seconds >= 0 "
+                        "(0: the default)", o.connect_timeout);
     if (!(o.instr_timeout >= 0) || !isfinite(o.instr_timeout))
         return ein_fail(err, EIN_EINVAL, "session: instr_timeout %g: expected seconds >= 0 "
                         "(0: no limit)", o.instr_timeout);
@@ -234,7 +237,8 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
                       .debug_device = o.debug_device, .manual = o.manual, .cuda = cuda,
                       .gpu_ids = o.gpu_ids, .graphs = o.graphs < 0 ? cuda : o.graphs,
                       .handle_signals = o.handle_signals, .iterations = 0,
-                      .prepare = prepare, .prepare_ctx = s};
+                      .prepare = prepare, .prepare_ctx = s,
+                      .connect_timeout = o.connect_timeout};
     /* The guard also removes the caller's output files if we die. */
     if (o.store_paths) {
         ro.cleanup_paths = o.store_paths;

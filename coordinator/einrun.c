@@ -473,6 +473,7 @@ static void session_options_from(const run_state *s, ein_session_options *so)
     so->generate_missing = o->generate_missing;
     so->fake_hosts = o->fake_hosts;
     so->hosts_file = o->hosts_file;
+    so->connect_timeout = o->connect_timeout;
 }
 
 /* Create the temporaries, start the workers and give them the input files

@@ -74,6 +74,7 @@ typedef struct run_opts {
     int generate_missing; /* --generate-missing */
     int fake_hosts;     /* --fake-hosts N (issue 26) */
     const char *hosts_file; /* --hosts FILE (co_hosts.h) */
+    double connect_timeout; /* --connect-timeout S (0: co_hosts_connect_limit's default) */
     int search;         /* --schedule: index in naive|search */
     int cuda;           /* --backend: index in cpu|cuda */
     int graphs;         /* --graphs: index in auto|on|off */

@@ -155,6 +155,9 @@ static void usage(FILE *f)
 "                       starts that host's agent (`ssh`, `ip netns exec NS`,\n"
 "                       ...; none: this machine); einrun listens on the first\n"
 "                       ADDRESS. A host silent for ~3 s is reported.\n"
+"  --connect-timeout S  a host none of whose messages has reached einrun S s\n"
+"                       after its agent was started is reported by name\n"
+"                       (default: 10; 20 for one started by a LAUNCH command).\n"
 "Other:\n"
 "  -v, --verbose        per-device timings and lowering statistics.\n"
 "  -q, --quiet          no progress lines (they show only when stderr is a\n"
@@ -508,6 +511,7 @@ static const run_opt run_opt_table[] = {
     {"partials",         0, 1, opt_choice,   F(native_partials), 0, 0, "f32|native"},
     {"fake-hosts",       0, 1, opt_int,      F(fake_hosts),      2, MAX_DEVICES, NULL},
     {"hosts",            0, 1, opt_string,   F(hosts_file),      0, 0, NULL},
+    {"connect-timeout",  0, 1, opt_double,   F(connect_timeout), 0, 1e7, "seconds"},
     {"help",           'h', 0, opt_help,     0,                  0, 0, NULL},
     {"version",          0, 0, opt_version,  0,                  0, 0, NULL},
 };

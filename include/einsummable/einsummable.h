@@ -481,6 +481,12 @@ typedef struct ein_session_options {
                                  `ip netns exec NS`), the coordinator listens
                                  on the first ADDRESS. Not with fake_hosts;
                                  EIN_EUNSUPPORTED without UCX */
+    double connect_timeout;   /* several hosts: seconds from starting a host's
+                                 agent until its first message must reach the
+                                 coordinator, else the run fails naming the
+                                 host (0: the default, 10, plus 10 for an agent
+                                 started by a launch command such as ssh).
+                                 A negative or NaN time is refused */
 } ein_session_options;
 
 void ein_session_options_init(ein_session_options *o);

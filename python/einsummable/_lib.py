@@ -103,6 +103,7 @@ class ein_session_options(ctypes.Structure):
         ("progress", ctypes.c_int),
         ("fake_hosts", ctypes.c_int),
         ("hosts_file", ctypes.c_char_p),
+        ("connect_timeout", ctypes.c_double),
         ("_spare", ctypes.c_char * 256),
     ]
 

@@ -79,7 +79,7 @@ same() {
     fi
 }
 
-echo "1..9"
+echo "1..10"
 write_ffn ffn.ein
 # The FFN's plan aggregates inside a host at P = 4 over 2 hosts; over 4
 # hosts every block that moves crosses hosts.
@@ -159,6 +159,32 @@ check_fault() {
     else ok "$name ($ms ms)"
     fi
 }
+
+# A host that never connects (its launch command hangs, as ssh does on an
+# unreachable host) is reported by name, with the coordinator's address
+# and interface, within the connect timeout (+ 2 s); the launcher (a
+# script whose child sleeps) and the other host are cleaned up.
+printf '#!/bin/sh\nsleep 617\n' > hang.sh
+chmod +x hang.sh
+printf '127.0.0.1 2\n127.0.0.2 2 %s/hang.sh\n' "$S" > hang-hosts
+t0=$(date +%s%N)
+"$EINRUN" -v --cpu 4 --hosts hang-hosts --connect-timeout 3 tiny.ein > out.txt 2>&1 &
+pid=$!
+i=0
+while ! grep -q "did not connect" out.txt && [ $i -lt 300 ]; do sleep 0.05; i=$((i + 1)); done
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+wait $pid
+rc=$?
+sleepers=$(pgrep -f "sleep 617" | tr '\n' ' ')
+name="a host that never connects is reported by name within the connect timeout"
+if [ -n "$sleepers" ]; then
+    not_ok "$name" "its launcher's child is left: $sleepers"; kill $sleepers 2>/dev/null
+elif ! grep -q "coordinator at tcp://127.0.0.1:[0-9]*, 2 hosts, interface lo" out.txt; then
+    not_ok "$name" "-v does not print the coordinator's address and interface:" "$(cat out.txt)"
+else
+    check_fault "$name" "host 1 (127.0.0.2; devices 2-3) did not connect within 3.0 s .*$S/hang.sh.*coordinator at tcp://127.0.0.1:[0-9]* (interface lo)" \
+        $rc $ms 5000
+fi
 
 # Under AddressSanitizer the SIGSEGV must kill the worker as it would in a
 # normal build, not be caught and reported by ASan (as in test_faults.sh).
