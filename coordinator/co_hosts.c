@@ -156,6 +156,7 @@ void co_hosts_deadlines(const struct xp_topology *t, co_run_opts *o)
     double lat = two ? xp_topo_hop_latency(t, 0, t->local) : 0;
     o->host_timeout = CO_HOSTS_BEATS * CO_HOSTS_BEAT_S + CO_HOSTS_PAUSE_S + 2 * lat;
     o->link_bw = two && t->nic > 0 ? t->nic : 0;
+    o->link_lat = two ? lat : 0;
 }
 
 double co_hosts_connect_limit(const co_run_opts *o, int h)
@@ -240,7 +241,7 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
     for (int i = 0; i < nextra; i++)
         envp[k++] = (char *)env[i];
     envp[k] = NULL;
-    char host[16], devs[4096], nd[16], iters[16], itmo[32], ppid[32], bw[32];
+    char host[16], devs[4096], nd[16], iters[16], itmo[32], ppid[32], bw[32], lat[32];
     snprintf(host, sizeof host, "%d", h);
     co_hosts_devices(o, h, ndev, devs, sizeof devs);
     snprintf(nd, sizeof nd, "%d", ndev);
@@ -248,13 +249,15 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
     snprintf(itmo, sizeof itmo, "%g", o->instr_timeout);
     snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
     snprintf(bw, sizeof bw, "%.6g", o->link_bw > 0 ? o->link_bw : 0.0);
+    snprintf(lat, sizeof lat, "%.6g", o->link_bw > 0 && o->link_lat > 0 ? o->link_lat : 0.0);
     if (!devs[0]) {
         free(envp);
         return ein_fail(err, EIN_EINVAL, "host %d has no device", h);
     }
     const char *args[] = {o->node_path, "--coordinator", endpoint, "--host", host,
                           "--devices", devs, "--ndevices", nd, "--worker", o->worker_path,
-                          "--iterations", iters, "--instr-timeout", itmo, "--link-bw", bw};
+                          "--iterations", iters, "--instr-timeout", itmo, "--link-bw", bw,
+                          "--link-latency", lat};
     int nargs = (int)(sizeof args / sizeof *args);
     char **argv = calloc((size_t)(nlaunch + nargs + 7), sizeof *argv);
     int kp[2] = {-1, -1};

@@ -33,8 +33,9 @@
  * forwards), whose other end is returned in *keys_fd: the caller keeps it
  * open for the run and closes it at the end; the agent stops when it sees
  * its end (this process gone, or the launcher's connection lost).
- * `link_bw` (bytes/s, 0: none) goes to the agent's --link-bw (worker
- * deadlines of transfers between hosts, worker/wk_ucx.h). The child gets
+ * o->link_bw (bytes/s, 0: none) and o->link_lat (seconds) go to the
+ * agent's --link-bw and --link-latency (worker deadlines of transfers
+ * between hosts, worker/wk_ucx.h). The child gets
  * `mask` as its signal mask, SIGTERM/SIGINT/SIGHUP/SIGCHLD unblocked.
  * Returns 0 with *pid set, or a negative code (err filled). */
 #ifndef CO_HOSTS_H
@@ -69,7 +70,9 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
  * instruction: worker/wk_beat.h) + CO_HOSTS_PAUSE_S (a loaded machine's
  * pause) + a round trip between hosts (latency-inter); o->link_bw, the
  * topology's nic bytes/s when it has several hosts (else 0: the workers
- * set no transfer deadline, worker/wk_ucx.h). */
+ * set no transfer deadline, worker/wk_ucx.h), and o->link_lat, its
+ * one-way latency between hosts (the deadline of a block of B bytes is
+ * then WK_UCX_MARGIN x (link_lat + B / link_bw) + WK_UCX_SLACK_S). */
 #define CO_HOSTS_BEAT_S 0.5
 #define CO_HOSTS_BEATS 4
 #define CO_HOSTS_PAUSE_S 1.0

@@ -91,9 +91,10 @@ typedef struct co_run_opts {
      * host_timeout seconds (0: worker_timeout) counts as its host having
      * stopped answering (or the link to it being down). */
     double host_timeout;
-    /* Bytes/s between hosts (the topology's nic; 0: none): the workers'
+    /* Bytes/s between hosts (the topology's nic; 0: none) and the one-way
+     * latency between them (latency-inter, seconds): the workers'
      * deadline of a transfer between hosts (wk_ucx.h). */
-    double link_bw;
+    double link_bw, link_lat;
     /* Several hosts: a host none of whose messages has come this many
      * seconds after its agent was started did not connect; the run fails
      * naming it (0: the default of co_hosts_connect_limit). */

@@ -185,6 +185,18 @@ static int on_error(run *r, int d, const ein_msg *m, ein_error *err)
     char where[200];
     int instr = m->instr >= 0 && m->instr < r->progs[d]->ninstrs ? m->instr : w->instr;
     co_run_describe_instr(r, d, instr, where, sizeof where);
+    /* Several hosts: a transfer from another host that failed (its
+     * deadline, wk_ucx.h) names both hosts. */
+    const char *from = r->o->nhosts > 0 ? strstr(m->text, "from device ") : NULL;
+    int p = -1;
+    if (from && sscanf(from, "from device %d (another host", &p) == 1 && p >= 0 &&
+        p < r->ndev && strstr(from, "(another host")) {
+        char hp[300], hd[300];
+        co_hosts_name(r->o, r->o->host_of[p], hp, sizeof hp);
+        co_hosts_name(r->o, r->o->host_of[d], hd, sizeof hd);
+        return ein_fail(err, EIN_EWORKER, "device %d (pid %ld, %s) failed %s: %s [device %d is "
+                        "on %s]", d, (long)w->pid, hd, where, m->text, p, hp);
+    }
     return ein_fail(err, EIN_EWORKER, "device %d (pid %ld) failed %s: %s", d, (long)w->pid, where,
                     m->text);
 }

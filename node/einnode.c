@@ -16,6 +16,7 @@ static void usage(FILE *f)
             "usage: einnode --coordinator ENDPOINT --host H --devices LIST --ndevices N\n"
             "               --worker PATH [--iterations N] [--instr-timeout S]\n"
             "               [--parent-pid PID] [--keys-stdin] [--link-bw B] [--cwd DIR]\n"
+            "               [--link-latency S]\n"
             "               [--fake] [--verbose]\n"
             "\n"
             "The agent of one host in a run on several hosts: einrun (the coordinator)\n"
@@ -35,6 +36,8 @@ static void usage(FILE *f)
             "                shares it), so that relative paths mean the same\n"
             "  --link-bw B   bytes/s between hosts (the topology's nic; 0: none): passed to\n"
             "                the workers' deadlines of transfers between hosts\n"
+            "  --link-latency S  one-way latency between hosts, seconds (latency-inter):\n"
+            "                passed to the same deadlines\n"
             "  --fake        a pseudo-host of einrun --fake-hosts: UCX over TCP\n"
             "                (UCX_TLS=tcp unless UCX_TLS is set)\n");
 }
@@ -79,7 +82,7 @@ int main(int argc, char **argv)
         {"instr-timeout", required_argument, 0, 't'}, {"parent-pid", required_argument, 0, 'p'},
         {"fake", no_argument, 0, 'f'},              {"verbose", no_argument, 0, 'v'},
         {"keys-stdin", no_argument, 0, 'k'},        {"link-bw", required_argument, 0, 'b'},
-        {"cwd", required_argument, 0, 'C'},
+        {"cwd", required_argument, 0, 'C'},         {"link-latency", required_argument, 0, 'L'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     nd_config c = {.host = -1, .iterations = 0, .instr_timeout = 600};
     const char *devs = NULL;
@@ -104,13 +107,15 @@ int main(int argc, char **argv)
                                 "from %s\n", optarg, strerror(errno), getenv("PWD") ? getenv("PWD") : "here");
             break;
         case 'b': c.link_bw = atof(optarg); break;
+        case 'L': c.link_lat = atof(optarg); break;
         case 'v': c.verbose = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
     if (!c.coordinator || c.host < 0 || !devs || c.ndevices < 1 || c.ndevices > 4096 ||
-        !c.worker_path || c.iterations < 0 || !(c.link_bw >= 0 && c.link_bw < 1e15)) {
+        !c.worker_path || c.iterations < 0 || !(c.link_bw >= 0 && c.link_bw < 1e15) ||
+        !(c.link_lat >= 0 && c.link_lat < 1e3)) {
         fprintf(stderr, "einnode: missing or invalid arguments\n");
         usage(stderr);
         return 2;

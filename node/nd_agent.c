@@ -84,17 +84,18 @@ static void report(nd *a, int d, const char *fmt, ...)
 static int spawn(nd *a, nd_worker *w, ein_error *err)
 {
     const nd_config *c = a->cfg;
-    char dev[16], nd_[16], ppid[32], iters[16], itmo[32], bw[32];
+    char dev[16], nd_[16], ppid[32], iters[16], itmo[32], bw[32], lat[32];
     snprintf(dev, sizeof dev, "%d", w->device);
     snprintf(nd_, sizeof nd_, "%d", c->ndevices);
     snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
     snprintf(iters, sizeof iters, "%d", c->iterations);
     snprintf(itmo, sizeof itmo, "%g", c->instr_timeout);
     snprintf(bw, sizeof bw, "%.6g", c->link_bw);
+    snprintf(lat, sizeof lat, "%.6g", c->link_lat);
     char *argv[] = {(char *)c->worker_path, "--device", dev, "--ndevices", nd_, "--run-dir",
                     a->dir, "--run-id", a->run_id, "--coordinator", a->endpoint,
                     "--iterations", iters, "--parent-pid", ppid, "--instr-timeout", itmo,
-                    "--ucx", "--link-bw", bw, NULL};
+                    "--ucx", "--link-bw", bw, "--link-latency", lat, NULL};
     pid_t pid = fork();
     if (pid < 0)
         return ein_fail(err, EIN_EIO, "cannot start the worker of device %d: %s", w->device,

@@ -50,6 +50,7 @@ typedef struct nd_config {
     int keys_stdin;             /* the CURVE keys come on stdin (a launcher's), whose end
                                    then means the coordinator is gone */
     double link_bw;             /* bytes/s between hosts, 0: none (einworker --link-bw) */
+    double link_lat;            /* seconds, one way (einworker --link-latency) */
     int verbose;
 } nd_config;
 

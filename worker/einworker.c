@@ -104,7 +104,7 @@ static void usage(FILE *f)
             "                 --coordinator ENDPOINT [--parent-pid PID] [--iterations N]\n"
             "                 [--log FILE] [--log-level 1|2] [--trace FILE] [--pause]\n"
             "                 [--backend cpu|cuda] [--gpu N] [--graphs]\n"
-            "                 [--instr-timeout S] [--ucx [--link-bw B]]\n"
+            "                 [--instr-timeout S] [--ucx [--link-bw B] [--link-latency S]]\n"
             "       einworker-cuda --probe\n"
             "\n"
             "Executes one device's Program for einrun. einrun starts one per device;\n"
@@ -127,7 +127,9 @@ static void usage(FILE *f)
             "                 from devices of other hosts move over UCX\n"
             "  --link-bw B    bytes/s between hosts (the topology model's): a block from\n"
             "                 another host that began to arrive must end within 4 x its\n"
-            "                 transfer time + 2 s, else the link counts as down; 0: none\n"
+            "                 transfer time (latency + bytes / B) + 2 s, else the link\n"
+            "                 counts as down; 0: none (worker/wk_ucx.h)\n"
+            "  --link-latency S  one-way latency between hosts, seconds (the model's)\n"
             "  --graphs       from the second iteration on, run each local stretch of\n"
             "                 the program as a graph captured once (CUDA graphs; on CPU\n"
             "                 devices a recording of the calls)\n"
@@ -153,6 +155,7 @@ typedef struct worker_args {
     int do_pause, use_cuda, gpu;
     const char *log_path;
     double link_bw;           /* --link-bw (wk_ucx_set_link) */
+    double link_lat;          /* --link-latency (wk_ucx_set_link) */
 } worker_args;
 
 /* How an option's argument is stored (Redis-style option table). */
@@ -195,6 +198,7 @@ static const worker_opt worker_opts[] = {
     {"instr-timeout", required_argument, OPT_DOUBLE, ARG(cfg.instr_timeout_s)},
     {"ucx", no_argument, OPT_FLAG, ARG(cfg.ucx)},
     {"link-bw", required_argument, OPT_DOUBLE, ARG(link_bw)},
+    {"link-latency", required_argument, OPT_DOUBLE, ARG(link_lat)},
     {"probe", no_argument, OPT_PROBE, 0},
     {"help", no_argument, OPT_HELP, 0},
 };
@@ -382,7 +386,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "einworker %d: %s\n", cfg->device, err.msg);
         return 1;
     }
-    wk_ucx_set_link(a.link_bw);
+    wk_ucx_set_link(a.link_bw, a.link_lat);
     rc = wk_worker_main(cfg, be, &err);
     be->destroy(be);
     if (rc < 0 && cfg->log)

@@ -3,19 +3,32 @@
 
 #include "worker/wk_ucx.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/ein_clock.h"
 
-static double link_bw; /* wk_ucx_set_link */
+static double link_bw, link_lat; /* wk_ucx_set_link */
 
-void wk_ucx_set_link(double bytes_per_s) { link_bw = bytes_per_s > 0 ? bytes_per_s : 0; }
+double wk_ucx_deadline_for(size_t bytes, double bytes_per_s, double latency_s)
+{
+    if (!(bytes_per_s > 0) || isinf(bytes_per_s))
+        return 0;
+    double lat = latency_s >= 0 && isfinite(latency_s) ? latency_s : 0;
+    return WK_UCX_MARGIN * (lat + (double)bytes / bytes_per_s) + WK_UCX_SLACK_S;
+}
+
+void wk_ucx_set_link(double bytes_per_s, double latency_s)
+{
+    link_bw = bytes_per_s > 0 && isfinite(bytes_per_s) ? bytes_per_s : 0;
+    link_lat = latency_s >= 0 && isfinite(latency_s) ? latency_s : 0;
+}
 
 double wk_ucx_deadline(size_t bytes)
 {
-    return link_bw > 0 ? WK_UCX_MARGIN * (double)bytes / link_bw + WK_UCX_SLACK_S : 0;
+    return wk_ucx_deadline_for(bytes, link_bw, link_lat);
 }
 
 #ifndef HAVE_UCX
@@ -334,10 +347,11 @@ int wk_ucx_recv(wk_ucx *u, int peer, int buffer, void *buf, size_t len, ein_erro
     ucs_status_t st = wait_req(u, req, limit);
     if (st == UCS_ERR_TIMED_OUT)
         return ein_fail(err, EIN_ETIMEOUT, "the block of %zu bytes from device %d (another host, "
-                        "its buffer %d) began to arrive but did not end within %.1f s (%.3f s "
-                        "expected at %.3g MB/s between hosts): the link to that host is down "
-                        "or the host stopped answering", len, peer, buffer, limit,
-                        (double)len / link_bw, link_bw / 1e6);
+                        "its buffer %d) began to arrive but did not end within %.1f s (the "
+                        "model's %.3f s at %.3g MB/s and %.3g us between hosts, x %d + %.1f s): "
+                        "the link to that host is down or the host stopped answering", len, peer,
+                        buffer, limit, link_lat + (double)len / link_bw, link_bw / 1e6,
+                        link_lat * 1e6, WK_UCX_MARGIN, WK_UCX_SLACK_S);
     if (st != UCS_OK)
         return ein_fail(err, EIN_EIO, "UCX receive of device %d's buffer %d: %s", peer, buffer,
                         ucs_status_string(st));

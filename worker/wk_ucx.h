@@ -37,16 +37,30 @@ typedef struct wk_ucx wk_ucx;
 
 int wk_ucx_new(int ndevices, int device, wk_ucx **out, ein_error *err);
 /* Deadlines (a link that goes down mid-transfer, which UCX over TCP does
- * not report for about 100 s): the bytes/s between hosts of the topology
- * model (einworker --link-bw; 0, the default: no deadline), for every
- * context of this process. A receive whose block has begun to arrive
- * must end within wk_ucx_deadline(bytes) = WK_UCX_MARGIN x the model's
- * transfer time + WK_UCX_SLACK_S (four heartbeats: a loaded machine's
- * pauses), else it is cancelled and fails with EIN_ETIMEOUT naming the
- * peer. Only receives: a send waits for its receiver, which may be busy. */
+ * not report for about 100 s, and which the heartbeats do not see when
+ * control and data take different links): the link between hosts of the
+ * topology model, its bytes/s (the topology's nic, per device and
+ * direction: einworker --link-bw; 0, the default: no deadline) and its
+ * one-way latency (latency-inter: --link-latency), for every context of
+ * this process. A receive whose block has begun to arrive must end
+ * within
+ *
+ *     wk_ucx_deadline(bytes) = WK_UCX_MARGIN x (latency + bytes / bytes_per_s)
+ *                              + WK_UCX_SLACK_S
+ *
+ * — the model's transfer time with room for a link shared by a few
+ * transfers at once (the margin), plus four heartbeats (a loaded
+ * machine's pauses, the slack) — else it is cancelled and fails with
+ * EIN_ETIMEOUT naming the peer device, the bytes, the deadline and the
+ * model's time. A 64 MiB block at 125 MB/s (1 Gbit/s) gets 4 x 0.537 s +
+ * 2 s = 4.1 s; a 1 MiB one 2.03 s. Only receives: a send waits for its
+ * receiver, which may be busy. wk_ucx_deadline_for is the formula itself
+ * (0 when bytes_per_s is not a positive number; a latency that is not a
+ * non-negative number counts as 0). */
 enum { WK_UCX_MARGIN = 4 };
 #define WK_UCX_SLACK_S 2.0
-void wk_ucx_set_link(double bytes_per_s);
+double wk_ucx_deadline_for(size_t bytes, double bytes_per_s, double latency_s);
+void wk_ucx_set_link(double bytes_per_s, double latency_s);
 double wk_ucx_deadline(size_t bytes);
 void wk_ucx_free(wk_ucx *u);
 /* This worker's address, for HELLO (owned by u). */
