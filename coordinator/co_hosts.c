@@ -242,6 +242,7 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
         envp[k++] = (char *)env[i];
     envp[k] = NULL;
     char host[16], devs[4096], nd[16], iters[16], itmo[32], ppid[32], bw[32], lat[32];
+    char gpus[4096] = "";
     snprintf(host, sizeof host, "%d", h);
     co_hosts_devices(o, h, ndev, devs, sizeof devs);
     snprintf(nd, sizeof nd, "%d", ndev);
@@ -250,6 +251,19 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
     snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
     snprintf(bw, sizeof bw, "%.6g", o->link_bw > 0 ? o->link_bw : 0.0);
     snprintf(lat, sizeof lat, "%.6g", o->link_bw > 0 && o->link_lat > 0 ? o->link_lat : 0.0);
+    /* GPU devices: the GPU of each of the host's devices, in order (einrun
+     * --gpus; else, on this machine, GPU d, and on a launched host its
+     * k-th device on GPU k). */
+    for (int d = 0, k = 0, n = 0; o->cuda && d < ndev; d++) {
+        if (o->host_of[d] != h)
+            continue;
+        int g = o->gpu_ids ? o->gpu_ids[d] : launch ? k : d;
+        int m = snprintf(gpus + n, sizeof gpus - (size_t)n, "%s%d", n ? "," : "", g);
+        if (m < 0 || (size_t)m >= sizeof gpus - (size_t)n)
+            break;
+        n += m;
+        k++;
+    }
     if (!devs[0]) {
         free(envp);
         return ein_fail(err, EIN_EINVAL, "host %d has no device", h);
@@ -259,7 +273,7 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
                           "--iterations", iters, "--instr-timeout", itmo, "--link-bw", bw,
                           "--link-latency", lat};
     int nargs = (int)(sizeof args / sizeof *args);
-    char **argv = calloc((size_t)(nlaunch + nargs + 7), sizeof *argv);
+    char **argv = calloc((size_t)(nlaunch + nargs + 9), sizeof *argv);
     int kp[2] = {-1, -1};
     if (!argv || (launch && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, kp) < 0)) {
         int e = errno;
@@ -282,6 +296,10 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
     }
     if (o->verbose)
         argv[na++] = "--verbose";
+    if (gpus[0]) {
+        argv[na++] = "--gpus";
+        argv[na++] = gpus;
+    }
     char cwd[4096];
     if (launch && getcwd(cwd, sizeof cwd)) {
         argv[na++] = "--cwd"; /* relative paths mean what they mean here */

@@ -79,7 +79,7 @@ typedef struct co_run_opts {
      * first START every worker gets PEERS: the UCX addresses of the
      * devices of other hosts. The agents are this process's children: one
      * that ends before the run does fails it, naming the host. Not with
-     * manual, a wrapper, debug_device, cuda or a trace. */
+     * manual, a wrapper, debug_device or a trace. */
     int nhosts;
     const int *host_of;
     const char *node_path;

@@ -16,7 +16,7 @@ static void usage(FILE *f)
             "usage: einnode --coordinator ENDPOINT --host H --devices LIST --ndevices N\n"
             "               --worker PATH [--iterations N] [--instr-timeout S]\n"
             "               [--parent-pid PID] [--keys-stdin] [--link-bw B] [--cwd DIR]\n"
-            "               [--link-latency S]\n"
+            "               [--link-latency S] [--gpus LIST]\n"
             "               [--fake] [--verbose]\n"
             "\n"
             "The agent of one host in a run on several hosts: einrun (the coordinator)\n"
@@ -38,6 +38,10 @@ static void usage(FILE *f)
             "                the workers' deadlines of transfers between hosts\n"
             "  --link-latency S  one-way latency between hosts, seconds (latency-inter):\n"
             "                passed to the same deadlines\n"
+            "  --gpus LIST   GPU devices: the GPU of each device of --devices, in order\n"
+            "                (comma-separated; the workers are then einworker-cuda\n"
+            "                --backend cuda --gpu G; blocks between hosts are staged\n"
+            "                through pinned host memory, worker/wk_staged.h)\n"
             "  --fake        a pseudo-host of einrun --fake-hosts: UCX over TCP\n"
             "                (UCX_TLS=tcp unless UCX_TLS is set)\n");
 }
@@ -83,9 +87,10 @@ int main(int argc, char **argv)
         {"fake", no_argument, 0, 'f'},              {"verbose", no_argument, 0, 'v'},
         {"keys-stdin", no_argument, 0, 'k'},        {"link-bw", required_argument, 0, 'b'},
         {"cwd", required_argument, 0, 'C'},         {"link-latency", required_argument, 0, 'L'},
+        {"gpus", required_argument, 0, 'g'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     nd_config c = {.host = -1, .iterations = 0, .instr_timeout = 600};
-    const char *devs = NULL;
+    const char *devs = NULL, *gpus = NULL;
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
@@ -108,6 +113,7 @@ int main(int argc, char **argv)
             break;
         case 'b': c.link_bw = atof(optarg); break;
         case 'L': c.link_lat = atof(optarg); break;
+        case 'g': gpus = optarg; break;
         case 'v': c.verbose = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -132,7 +138,23 @@ int main(int argc, char **argv)
     }
     c.devices = list;
     c.ndev_here = n;
+    int *glist = NULL;
+    if (gpus) {
+        if (!(glist = malloc(sizeof *glist * (size_t)n))) {
+            free(list);
+            return 1;
+        }
+        if (parse_devices(gpus, 4096, glist, n) != n) {
+            fprintf(stderr, "einnode: --gpus '%s': expected %d GPU number%s (one per device of "
+                            "--devices, below 4096)\n", gpus, n, n == 1 ? "" : "s");
+            free(glist);
+            free(list);
+            return 2;
+        }
+        c.gpus = glist;
+    }
     int rc = nd_agent_run(&c);
+    free(glist);
     free(list);
     return rc;
 }

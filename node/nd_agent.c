@@ -84,7 +84,7 @@ static void report(nd *a, int d, const char *fmt, ...)
 static int spawn(nd *a, nd_worker *w, ein_error *err)
 {
     const nd_config *c = a->cfg;
-    char dev[16], nd_[16], ppid[32], iters[16], itmo[32], bw[32], lat[32];
+    char dev[16], nd_[16], ppid[32], iters[16], itmo[32], bw[32], lat[32], gpu[16];
     snprintf(dev, sizeof dev, "%d", w->device);
     snprintf(nd_, sizeof nd_, "%d", c->ndevices);
     snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
@@ -95,7 +95,18 @@ static int spawn(nd *a, nd_worker *w, ein_error *err)
     char *argv[] = {(char *)c->worker_path, "--device", dev, "--ndevices", nd_, "--run-dir",
                     a->dir, "--run-id", a->run_id, "--coordinator", a->endpoint,
                     "--iterations", iters, "--parent-pid", ppid, "--instr-timeout", itmo,
-                    "--ucx", "--link-bw", bw, "--link-latency", lat, NULL};
+                    "--ucx", "--link-bw", bw, "--link-latency", lat, NULL, NULL, NULL, NULL,
+                    NULL};
+    if (c->gpus) { /* GPU devices: the CUDA backend on this device's GPU */
+        int na = 0;
+        while (argv[na])
+            na++;
+        snprintf(gpu, sizeof gpu, "%d", c->gpus[w - a->w]);
+        argv[na++] = "--backend";
+        argv[na++] = "cuda";
+        argv[na++] = "--gpu";
+        argv[na] = gpu;
+    }
     pid_t pid = fork();
     if (pid < 0)
         return ein_fail(err, EIN_EIO, "cannot start the worker of device %d: %s", w->device,

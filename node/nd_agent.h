@@ -51,6 +51,9 @@ typedef struct nd_config {
                                    then means the coordinator is gone */
     double link_bw;             /* bytes/s between hosts, 0: none (einworker --link-bw) */
     double link_lat;            /* seconds, one way (einworker --link-latency) */
+    const int *gpus;            /* NULL: CPU devices; else the GPU of each of devices[]:
+                                   einworker --backend cuda --gpu G (worker_path is then
+                                   einworker-cuda) */
     int verbose;
 } nd_config;
 

@@ -19,6 +19,7 @@
 #include "kernels/kn_cpu.h"
 
 typedef struct wk_backend wk_backend;
+struct wk_staged_ops; /* worker/wk_staged.h */
 
 struct wk_backend {
     const char *name;
@@ -92,6 +93,12 @@ struct wk_backend {
      * end of every iteration; it falls back to malloc if this fails. */
     int (*host_alloc)(wk_backend *be, size_t bytes, void **p, ein_error *err);
     void (*host_free)(wk_backend *be, void *p);
+    /* Optional (NULL where host_visible, or where there is none): the
+     * device side of blocks to and from other hosts staged through pinned
+     * host memory (worker/wk_staged.h; CUDA: cudaMemcpyAsync on the stream,
+     * an event per slot, cudaHostAlloc), filled into *ops with ctx = be.
+     * Used when UCX cannot read device memory itself (wk_ucx_cuda). */
+    int (*staged_ops)(wk_backend *be, struct wk_staged_ops *ops, ein_error *err);
     void (*destroy)(wk_backend *be);
 };
 

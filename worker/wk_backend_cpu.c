@@ -1,5 +1,6 @@
 /* worker/wk_backend_cpu.c — CPU devices: shared-memory segments, OpenBLAS.
  * With graphs on, a "graph" is a recording of the calls (wk_record.h). */
+#include "worker/wk_staged.h"
 #include "worker/wk_backend.h"
 
 #include <errno.h>
@@ -171,6 +172,42 @@ static void cpu_destroy(wk_backend *be)
     free(c);
 }
 
+/* Blocks between hosts staged through host buffers (wk_staged.h), as a
+ * GPU's are: only with EIN_UCX_STAGED=1, a test of that path without a
+ * GPU (CPU memory needs no staging). The copies are done at once. */
+static int cst_copy(void *ctx, int slot, void *dst, const void *src, size_t n, ein_error *err)
+{
+    (void)ctx, (void)slot, (void)err;
+    memcpy(dst, src, n);
+    return 0;
+}
+
+static int cst_wait(void *ctx, int slot, ein_error *err)
+{
+    (void)ctx, (void)slot, (void)err;
+    return 0;
+}
+
+static int cst_alloc(void *ctx, size_t n, void **p, ein_error *err)
+{
+    (void)ctx;
+    return (*p = malloc(n)) ? 0 : ein_fail(err, EIN_ENOMEM, "out of memory");
+}
+
+static void cst_free(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+static int cpu_staged_ops(wk_backend *be, wk_staged_ops *ops, ein_error *err)
+{
+    (void)err;
+    *ops = (wk_staged_ops){.ctx = be, .to_host = cst_copy, .to_device = cst_copy,
+                           .wait = cst_wait, .host_alloc = cst_alloc, .host_free = cst_free};
+    return 0;
+}
+
 wk_backend *wk_backend_cpu_new(int ndevices, int graphs)
 {
     cpu_backend *c = calloc(1, sizeof *c);
@@ -195,6 +232,7 @@ wk_backend *wk_backend_cpu_new(int ndevices, int graphs)
         .sync = cpu_sync,
         .kernel = cpu_kernel,
         .agg = cpu_agg,
+        .staged_ops = cpu_staged_ops,
         .destroy = cpu_destroy,
     };
     if (graphs) {

@@ -42,6 +42,7 @@
 #include "common/ein_vec.h"
 #include "kernels/cuda/kn_cuda.h"
 #include "worker/wk_peer.h"
+#include "worker/wk_staged.h"
 
 #define SEGMENT_ALIGN (2u << 20)           /* IPC handles cover whole allocations */
 #define WORKSPACE_BYTES (64u << 20)        /* cuBLAS workspace, fixed before capture */
@@ -84,6 +85,9 @@ typedef struct cuda_backend {
     char own_name[128];
     wk_peer *peers;            /* sync: the peer's imported cudaEvent_t, or NULL */
     int npeers;
+    /* Blocks between hosts staged through pinned memory (staged_ops):
+     * the mark recorded after each slot's latest copy (made on first use). */
+    cudaEvent_t st_ev[WK_STAGED_SLOTS];
 } cuda_backend;
 
 static int cu_fail(ein_error *err, cudaError_t e, const char *what)
@@ -435,6 +439,70 @@ static void cu_host_free(wk_backend *be, void *p)
         cudaFreeHost(p);
 }
 
+/* Blocks between hosts through pinned host memory (wk_staged.h): copies
+ * on the stream, in order after the kernels that wrote the block (a send)
+ * and before those that read it (a receive), each followed by its slot's
+ * event, which wait() synchronises with. */
+static int st_copy(void *ctx, int slot, void *dst, const void *src, size_t n,
+                   enum cudaMemcpyKind kind, ein_error *err)
+{
+    cuda_backend *c = ctx;
+    cudaError_t e = cudaSuccess;
+    if (slot < 0 || slot >= WK_STAGED_SLOTS)
+        return ein_fail(err, EIN_EINVAL, "staging slot %d", slot);
+    if (!c->st_ev[slot])
+        e = cudaEventCreateWithFlags(&c->st_ev[slot], cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+        int ev = ev_begin(c, 1);
+        e = cudaMemcpyAsync(dst, src, n, kind, c->stream);
+        ev_end(c, ev);
+    }
+    if (e == cudaSuccess)
+        e = cudaEventRecord(c->st_ev[slot], c->stream);
+    return e == cudaSuccess ? 0 : cu_fail(err, e, kind == cudaMemcpyDeviceToHost
+                                                       ? "staging a block to another host"
+                                                       : "staging a block from another host");
+}
+
+static int st_to_host(void *ctx, int slot, void *host, const void *dev, size_t n, ein_error *err)
+{
+    return st_copy(ctx, slot, host, dev, n, cudaMemcpyDeviceToHost, err);
+}
+
+static int st_to_device(void *ctx, int slot, void *dev, const void *host, size_t n,
+                        ein_error *err)
+{
+    return st_copy(ctx, slot, dev, host, n, cudaMemcpyHostToDevice, err);
+}
+
+static int st_wait(void *ctx, int slot, ein_error *err)
+{
+    cuda_backend *c = ctx;
+    if (slot < 0 || slot >= WK_STAGED_SLOTS || !c->st_ev[slot])
+        return 0;
+    cudaError_t e = cudaEventSynchronize(c->st_ev[slot]);
+    return e == cudaSuccess ? 0 : cu_fail(err, e, "staging between hosts");
+}
+
+static int st_host_alloc(void *ctx, size_t n, void **p, ein_error *err)
+{
+    return cu_host_alloc(ctx, n, p, err);
+}
+
+static void st_host_free(void *ctx, void *p)
+{
+    cu_host_free(ctx, p);
+}
+
+static int cu_staged_ops(wk_backend *be, wk_staged_ops *ops, ein_error *err)
+{
+    (void)err;
+    *ops = (wk_staged_ops){.ctx = be, .to_host = st_to_host, .to_device = st_to_device,
+                           .wait = st_wait, .host_alloc = st_host_alloc,
+                           .host_free = st_host_free};
+    return 0;
+}
+
 static int cu_describe(wk_backend *be, char *buf, size_t cap)
 {
     cuda_backend *c = (cuda_backend *)be;
@@ -464,6 +532,9 @@ static void cu_destroy(wk_backend *be)
     }
     if (c->ipc_event)
         cudaEventDestroy(c->ipc_event);
+    for (int i = 0; i < WK_STAGED_SLOTS; i++)
+        if (c->st_ev[i])
+            cudaEventDestroy(c->st_ev[i]);
     for (int i = 0; i < c->ncreated; i++) {
         cudaEventDestroy(c->ev[i].start);
         cudaEventDestroy(c->ev[i].end);
@@ -515,6 +586,7 @@ wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err)
         .describe = cu_describe,
         .host_alloc = cu_host_alloc,
         .host_free = cu_host_free,
+        .staged_ops = cu_staged_ops,
         .destroy = cu_destroy,
     };
     cudaError_t e;

@@ -24,6 +24,7 @@
 #include "worker/wk_beat.h"
 #include "worker/wk_stretch.h"
 #include "worker/wk_exec_int.h"
+#include "worker/wk_staged.h"
 #include "worker/wk_ucx.h"
 
 /* One complete event (Chrome trace "X"): timestamps in microseconds of
@@ -211,15 +212,39 @@ static void slow_down(wk *w, const ein_instr *ins)
     }
 }
 
+/* Device memory to and from other hosts: 1 staged through pinned host
+ * buffers (w->xstage, made here on first use), 0 handed to UCX directly
+ * (host memory, or a UCX that reads CUDA memory itself, unless
+ * EIN_UCX_STAGED=1 asks for staging), or a negative code. */
+static int staged(wk *w, ein_error *err)
+{
+    const char *f = getenv("EIN_UCX_STAGED");
+    int force = f && !strcmp(f, "1"); /* a test of the staged path on CPU devices too */
+    if ((w->be->host_visible || wk_ucx_cuda(w->ucx)) && !force)
+        return 0;
+    if (w->xstage)
+        return 1;
+    wk_staged_ops ops;
+    if (!w->be->staged_ops)
+        return ein_fail(err, EIN_EUNSUPPORTED, "blocks between hosts in %s memory: this UCX "
+                        "cannot reach it and the backend cannot stage it", w->be->name);
+    int rc = w->be->staged_ops(w->be, &ops, err);
+    if (rc == 0)
+        rc = wk_staged_new(&ops, wk_ucx_chunk(), &w->xstage, err);
+    return rc < 0 ? rc : 1;
+}
+
 /* A COPY from a device of another host: the block came by UCX
  * (wk_ucx.h); receive it into the destination buffer. */
 static int copy_remote(wk *w, const ein_instr *ins, ein_error *err)
 {
     const ein_pbuffer *b = &w->prog->buffers[ins->dst];
-    if (!w->be->host_visible)
-        return ein_fail(err, EIN_EUNSUPPORTED, "a copy from another host into %s memory "
-                        "(only CPU devices take part in runs on several hosts so far)",
-                        w->be->name);
+    int st = staged(w, err);
+    if (st < 0)
+        return st;
+    if (st) /* in stream order: the copies into device memory follow what came before */
+        return wk_ucx_recv_staged(w->ucx, ins->peer, ins->peer_buf, w->xstage,
+                                  w->base + b->offset, b->bytes, err);
     int rc = w->be->sync(w->be, err);
     if (rc < 0)
         return rc;
@@ -229,16 +254,18 @@ static int copy_remote(wk *w, const ein_instr *ins, ein_error *err)
 /* A NOTIFY to a device of another host: send it the block itself. */
 static int notify_remote(wk *w, const ein_instr *ins, ein_error *err)
 {
-    if (!w->be->host_visible)
-        return ein_fail(err, EIN_EUNSUPPORTED, "a block to another host from %s memory "
-                        "(only CPU devices take part in runs on several hosts so far)",
-                        w->be->name);
+    int st = staged(w, err);
+    if (st < 0)
+        return st;
+    kn_block blk = wk_block_of(w, ins->srcs[0]);
+    size_t bytes = w->prog->buffers[ins->srcs[0]].bytes;
+    if (st) /* in stream order: the copies out follow the kernels that wrote it */
+        return wk_ucx_send_staged(w->ucx, ins->peer, ins->srcs[0], w->xstage, blk.data, bytes,
+                                  err);
     int rc = w->be->sync(w->be, err);
     if (rc < 0)
         return rc;
-    kn_block blk = wk_block_of(w, ins->srcs[0]);
-    return wk_ucx_send(w->ucx, ins->peer, ins->srcs[0], blk.data,
-                       w->prog->buffers[ins->srcs[0]].bytes, err);
+    return wk_ucx_send(w->ucx, ins->peer, ins->srcs[0], blk.data, bytes, err);
 }
 
 static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)

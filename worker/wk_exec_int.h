@@ -60,6 +60,8 @@ typedef struct wk {
     int npeer_cancelled;
     double last_pump;           /* when pump() last looked, for execute() */
     struct wk_ucx *ucx;         /* cfg->ucx: peers on other hosts (wk_ucx.h), else NULL */
+    struct wk_staged *xstage;   /* device memory to and from other hosts through pinned
+                                   buffers (wk_staged.h), made on first use, else NULL */
 } wk;
 
 /* A line on the worker's log (cfg->log) at `level` (cfg->log_level). */

@@ -25,6 +25,7 @@
 #include "worker/wk_beat.h"
 #include "worker/wk_stretch.h"
 #include "worker/wk_exec_int.h"
+#include "worker/wk_staged.h"
 #include "worker/wk_ucx.h"
 
 /* Before an iteration after the first: run again the LOADs whose input
@@ -235,6 +236,7 @@ static void teardown(wk *w)
     if (w->trace)
         fclose(w->trace);
     wk_ucx_free(w->ucx);
+    wk_staged_free(w->xstage); /* after UCX: its sends held the buffers */
     if (w->push)
         for (int i = 0; i < w->cfg->ndevices; i++)
             if (w->push[i])

@@ -9,8 +9,24 @@
 #include <time.h>
 
 #include "common/ein_clock.h"
+#include "worker/wk_staged.h"
 
 static double link_bw, link_lat; /* wk_ucx_set_link */
+static size_t wire_chunk = WK_STAGED_CHUNK; /* wk_ucx_chunk */
+
+size_t wk_ucx_chunk(void)
+{
+    static int read;
+    if (!read) {
+        read = 1;
+        const char *e = getenv("EIN_UCX_CHUNK");
+        char *end;
+        unsigned long long v = e && *e ? strtoull(e, &end, 10) : 0;
+        if (e && *e && !*end && v >= 64 && v <= ((size_t)1 << 30))
+            wire_chunk = (size_t)v;
+    }
+    return wire_chunk;
+}
 
 double wk_ucx_deadline_for(size_t bytes, double bytes_per_s, double latency_s)
 {
@@ -52,6 +68,19 @@ int wk_ucx_send(wk_ucx *u, int p, int b, const void *buf, size_t len, ein_error 
     (void)u, (void)p, (void)b, (void)buf, (void)len;
     return ein_fail(err, EIN_EUNSUPPORTED, "no UCX");
 }
+int wk_ucx_send_staged(wk_ucx *u, int p, int b, struct wk_staged *s, const void *dev, size_t len,
+                       ein_error *err)
+{
+    (void)u, (void)p, (void)b, (void)s, (void)dev, (void)len;
+    return ein_fail(err, EIN_EUNSUPPORTED, "no UCX");
+}
+int wk_ucx_recv_staged(wk_ucx *u, int p, int b, struct wk_staged *s, void *dev, size_t len,
+                       ein_error *err)
+{
+    (void)u, (void)p, (void)b, (void)s, (void)dev, (void)len;
+    return ein_fail(err, EIN_EUNSUPPORTED, "no UCX");
+}
+int wk_ucx_cuda(const wk_ucx *u) { (void)u; return 0; }
 int wk_ucx_arrived(wk_ucx *u, int p, int b) { (void)u, (void)p, (void)b; return 0; }
 int wk_ucx_recv(wk_ucx *u, int p, int b, void *buf, size_t len, ein_error *err)
 {
@@ -79,7 +108,7 @@ int wk_ucx_drain(wk_ucx *u, ein_error *err) { (void)u, (void)err; return 0; }
  * worker (and print a backtrace instead of dying of the signal, which the
  * coordinator reports), and every worker would pay for loading it. */
 #define UCX_FUNCS(X)                                                                         \
-    X(ucp_cleanup) X(ucp_config_read) X(ucp_config_release) X(ucp_ep_close_nbx)              \
+    X(ucp_cleanup) X(ucp_config_read) X(ucp_context_query) X(ucp_config_release) X(ucp_ep_close_nbx)              \
     X(ucp_ep_create) X(ucp_init_version) X(ucp_request_cancel) X(ucp_request_check_status)  \
     X(ucp_request_free) X(ucp_tag_msg_recv_nbx) X(ucp_tag_probe_nb) X(ucp_tag_recv_nbx)     \
     X(ucp_tag_send_nbx) X(ucp_worker_create) X(ucp_worker_destroy) X(ucp_worker_get_address) \
@@ -114,6 +143,7 @@ static int ucx_load(ein_error *err)
 
 #define ucp_cleanup ucx.ucp_cleanup
 #define ucp_config_read ucx.ucp_config_read
+#define ucp_context_query ucx.ucp_context_query
 #define ucp_config_release ucx.ucp_config_release
 #define ucp_ep_close_nbx ucx.ucp_ep_close_nbx
 #define ucp_ep_create ucx.ucp_ep_create
@@ -140,6 +170,8 @@ static int ucx_load(ein_error *err)
 typedef struct pending {
     void *req;
     void *scratch;          /* a drained block's memory, freed on completion */
+    void (*done)(void *);   /* a staged chunk's buffer released on completion */
+    void *arg;
 } pending;
 
 struct wk_ucx {
@@ -153,6 +185,7 @@ struct wk_ucx {
     int ninflight, cap;
     uint64_t cancel_msg;    /* payload of our CANCELLED (the tag carries all) */
     uint64_t cancel_in;     /* receive buffer for a peer's */
+    int cuda;               /* this UCX reads and writes CUDA memory itself */
 };
 
 static uint64_t tag_of(int dev, int buffer)
@@ -162,6 +195,7 @@ static uint64_t tag_of(int dev, int buffer)
 
 int wk_ucx_new(int ndevices, int device, wk_ucx **out, ein_error *err)
 {
+    wk_ucx_chunk();
     int rc = ucx_load(err);
     if (rc < 0)
         return rc;
@@ -186,6 +220,10 @@ int wk_ucx_new(int ndevices, int device, wk_ucx **out, ein_error *err)
         wk_ucx_free(u);
         return ein_fail(err, EIN_EIO, "ucp_init: %s", ucs_status_string(st));
     }
+    ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    if (ucp_context_query(u->ctx, &ca) == UCS_OK &&
+        (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)))
+        u->cuda = 1;
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                               .thread_mode = UCS_THREAD_MODE_SINGLE};
     if ((st = ucp_worker_create(u->ctx, &wp, &u->worker)) != UCS_OK) {
@@ -294,7 +332,8 @@ int wk_ucx_remote(const wk_ucx *u, int peer)
     return u && peer >= 0 && peer < u->ndev && u->ep[peer] != NULL;
 }
 
-static int add_inflight(wk_ucx *u, void *req, void *scratch, ein_error *err)
+static int add_inflight(wk_ucx *u, void *req, void *scratch, void (*done)(void *), void *arg,
+                        ein_error *err)
 {
     if (u->ninflight == u->cap) {
         int cap = u->cap ? 2 * u->cap : 16;
@@ -304,12 +343,12 @@ static int add_inflight(wk_ucx *u, void *req, void *scratch, ein_error *err)
         u->inflight = p;
         u->cap = cap;
     }
-    u->inflight[u->ninflight++] = (pending){req, scratch};
+    u->inflight[u->ninflight++] = (pending){req, scratch, done, arg};
     return 0;
 }
 
 static int send_tagged(wk_ucx *u, int peer, uint64_t tag, const void *buf, size_t len,
-                       ein_error *err)
+                       void (*done)(void *), void *arg, ein_error *err)
 {
     if (!wk_ucx_remote(u, peer))
         return ein_fail(err, EIN_EPROTO, "device %d is not reached through UCX", peer);
@@ -318,12 +357,32 @@ static int send_tagged(wk_ucx *u, int peer, uint64_t tag, const void *buf, size_
     if (UCS_PTR_IS_ERR(req))
         return ein_fail(err, EIN_EIO, "UCX send to device %d: %s", peer,
                         ucs_status_string(UCS_PTR_STATUS(req)));
-    return req ? add_inflight(u, req, NULL, err) : 0;
+    if (!req) {
+        if (done)
+            done(arg);
+        return 0;
+    }
+    int rc = add_inflight(u, req, NULL, done, arg, err);
+    if (rc < 0) { /* still sending: wait here rather than lose track */
+        wait_req(u, req, 0);
+        if (done)
+            done(arg);
+    }
+    return rc;
 }
 
 int wk_ucx_send(wk_ucx *u, int peer, int buffer, const void *buf, size_t len, ein_error *err)
 {
-    return send_tagged(u, peer, tag_of(u->me, buffer), buf, len, err);
+    /* On the wire: chunks (wk_staged.h), whatever the memory at either end. */
+    size_t n = wk_staged_nchunks(len, wire_chunk);
+    for (size_t i = 0; i < n; i++) {
+        int rc = send_tagged(u, peer, tag_of(u->me, buffer),
+                             (const char *)buf + i * wire_chunk,
+                             wk_staged_chunk_len(len, wire_chunk, i), NULL, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }
 
 int wk_ucx_arrived(wk_ucx *u, int peer, int buffer)
@@ -332,30 +391,102 @@ int wk_ucx_arrived(wk_ucx *u, int peer, int buffer)
     return ucp_tag_probe_nb(u->worker, tag_of(peer, buffer), TAG_FULL, 0, &info) != NULL;
 }
 
-int wk_ucx_recv(wk_ucx *u, int peer, int buffer, void *buf, size_t len, ein_error *err)
+/* One block being received: its chunks in order, against one deadline
+ * (the whole block's, from when its first chunk is received). */
+typedef struct rblock {
+    wk_ucx *u;
+    int peer, buffer;
+    size_t total;
+    double limit, end;      /* wk_ucx_deadline(total), its end (0: none) */
+} rblock;
+
+static int recv_chunk(rblock *rb, void *p, size_t n, ein_error *err)
 {
+    wk_ucx *u = rb->u;
+    uint64_t tag = tag_of(rb->peer, rb->buffer);
     ucp_tag_recv_info_t info;
-    ucp_tag_message_h msg = ucp_tag_probe_nb(u->worker, tag_of(peer, buffer), TAG_FULL, 0, &info);
-    if (msg && info.length != len)
-        return ein_fail(err, EIN_EPROTO, "device %d sent %zu bytes of its buffer %d, %zu expected",
-                        peer, info.length, buffer, len);
+    ucp_tag_message_h msg = ucp_tag_probe_nb(u->worker, tag, TAG_FULL, 0, &info);
+    if (msg && info.length != n)
+        return ein_fail(err, EIN_EPROTO, "device %d sent a part of %zu bytes of its buffer %d "
+                        "(%zu bytes), %zu expected", rb->peer, info.length, rb->buffer, rb->total,
+                        n);
     ucp_request_param_t rp = {.op_attr_mask = 0};
-    void *req = ucp_tag_recv_nbx(u->worker, buf, len, tag_of(peer, buffer), TAG_FULL, &rp);
+    void *req = ucp_tag_recv_nbx(u->worker, p, n, tag, TAG_FULL, &rp);
     /* Once the block has begun to arrive (wk_ucx_arrived), it takes its
      * bytes over the link: a link that went down shows as no end. */
-    double limit = wk_ucx_deadline(len);
-    ucs_status_t st = wait_req(u, req, limit);
+    double left = 0;
+    if (rb->end > 0 && !((left = rb->end - ein_now_s()) > 0))
+        left = 1e-6;
+    ucs_status_t st = wait_req(u, req, left);
     if (st == UCS_ERR_TIMED_OUT)
         return ein_fail(err, EIN_ETIMEOUT, "the block of %zu bytes from device %d (another host, "
                         "its buffer %d) began to arrive but did not end within %.1f s (the "
                         "model's %.3f s at %.3g MB/s and %.3g us between hosts, x %d + %.1f s): "
-                        "the link to that host is down or the host stopped answering", len, peer,
-                        buffer, limit, link_lat + (double)len / link_bw, link_bw / 1e6,
-                        link_lat * 1e6, WK_UCX_MARGIN, WK_UCX_SLACK_S);
+                        "the link to that host is down or the host stopped answering", rb->total,
+                        rb->peer, rb->buffer, rb->limit,
+                        link_lat + (double)rb->total / link_bw, link_bw / 1e6, link_lat * 1e6,
+                        WK_UCX_MARGIN, WK_UCX_SLACK_S);
     if (st != UCS_OK)
-        return ein_fail(err, EIN_EIO, "UCX receive of device %d's buffer %d: %s", peer, buffer,
-                        ucs_status_string(st));
+        return ein_fail(err, EIN_EIO, "UCX receive of device %d's buffer %d: %s", rb->peer,
+                        rb->buffer, ucs_status_string(st));
     return 0;
+}
+
+static int rb_recv(void *ctx, void *p, size_t n, ein_error *err)
+{
+    return recv_chunk(ctx, p, n, err);
+}
+
+static rblock rblock_of(wk_ucx *u, int peer, int buffer, size_t len)
+{
+    double limit = wk_ucx_deadline(len);
+    return (rblock){u, peer, buffer, len, limit, limit > 0 ? ein_now_s() + limit : 0};
+}
+
+int wk_ucx_recv(wk_ucx *u, int peer, int buffer, void *buf, size_t len, ein_error *err)
+{
+    rblock rb = rblock_of(u, peer, buffer, len);
+    size_t n = wk_staged_nchunks(len, wire_chunk);
+    for (size_t i = 0; i < n; i++) {
+        int rc = recv_chunk(&rb, (char *)buf + i * wire_chunk,
+                            wk_staged_chunk_len(len, wire_chunk, i), err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+typedef struct sblock {
+    wk_ucx *u;
+    int peer, buffer;
+} sblock;
+
+static int sb_send(void *ctx, const void *p, size_t n, void (*done)(void *), void *arg,
+                   ein_error *err)
+{
+    sblock *sb = ctx;
+    return send_tagged(sb->u, sb->peer, tag_of(sb->u->me, sb->buffer), p, n, done, arg, err);
+}
+
+int wk_ucx_send_staged(wk_ucx *u, int peer, int buffer, wk_staged *s, const void *dev,
+                       size_t len, ein_error *err)
+{
+    sblock sb = {u, peer, buffer};
+    wk_staged_net net = {&sb, sb_send, NULL};
+    return wk_staged_send(s, dev, len, &net, err);
+}
+
+int wk_ucx_recv_staged(wk_ucx *u, int peer, int buffer, wk_staged *s, void *dev, size_t len,
+                       ein_error *err)
+{
+    rblock rb = rblock_of(u, peer, buffer, len);
+    wk_staged_net net = {&rb, NULL, rb_recv};
+    return wk_staged_recv(s, dev, len, &net, err);
+}
+
+int wk_ucx_cuda(const wk_ucx *u)
+{
+    return u && u->cuda;
 }
 
 int wk_ucx_progress(wk_ucx *u)
@@ -373,6 +504,8 @@ int wk_ucx_progress(wk_ucx *u)
          * sees its host or worker go): nothing to add here. */
         ucp_request_free(u->inflight[i].req);
         free(u->inflight[i].scratch);
+        if (u->inflight[i].done)
+            u->inflight[i].done(u->inflight[i].arg);
         u->inflight[i] = u->inflight[--u->ninflight];
         any = 1;
     }
@@ -398,7 +531,7 @@ int wk_ucx_flush(wk_ucx *u, ein_error *err)
 int wk_ucx_send_cancelled(wk_ucx *u, int peer, ein_error *err)
 {
     return send_tagged(u, peer, TAG_CANCEL | tag_of(u->me, 0), &u->cancel_msg,
-                       sizeof u->cancel_msg, err);
+                       sizeof u->cancel_msg, NULL, NULL, err);
 }
 
 int wk_ucx_poll_cancelled(wk_ucx *u)
@@ -431,7 +564,7 @@ int wk_ucx_drain(wk_ucx *u, ein_error *err)
             free(scratch);
             continue;
         }
-        if (add_inflight(u, req, scratch, err) < 0) {
+        if (add_inflight(u, req, scratch, NULL, NULL, err) < 0) {
             free(scratch);
             return err ? err->code : EIN_ENOMEM;
         }

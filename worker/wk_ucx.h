@@ -10,6 +10,13 @@
  * A CANCELLED to a remote peer is a tagged message too (wk_ucx_send_cancelled,
  * seen by wk_ucx_poll_cancelled).
  *
+ * On the wire a block is ceil(bytes / WK_STAGED_CHUNK) tagged messages of
+ * one tag (at least one; worker/wk_staged.h), received in the order sent,
+ * whatever memory either end keeps it in. Device memory (GPU) that this
+ * UCX cannot read or write itself (wk_ucx_cuda 0: Debian's UCX has no CUDA
+ * support) goes through pinned host buffers: wk_ucx_send_staged and
+ * wk_ucx_recv_staged, with the backend's copies (wk_staged.h).
+ *
  * Progress: UCX's wake-ups on small messages are unreliable over TCP (UCX
  * 1.13: missed wake-ups), so nothing here waits on one: every call that
  * waits drives ucp_worker_progress itself in a bounded loop, and the
@@ -72,6 +79,24 @@ int wk_ucx_remote(const wk_ucx *u, int peer);
 /* Start sending buf[0..len) as (this device, buffer) to peer; the memory
  * must stay unchanged until wk_ucx_flush returns. */
 int wk_ucx_send(wk_ucx *u, int peer, int buffer, const void *buf, size_t len, ein_error *err);
+/* The same from and into device memory, through s's pinned buffers
+ * (wk_staged_send/recv): a staged send's buffer is held until its chunks'
+ * sends complete (wk_ucx_progress, wk_ucx_flush); a staged receive returns
+ * once the block is in device memory. The receive's deadline is the
+ * block's, as for wk_ucx_recv. s must outlive u's sends (free u first). */
+struct wk_staged;
+int wk_ucx_send_staged(wk_ucx *u, int peer, int buffer, struct wk_staged *s, const void *dev,
+                       size_t len, ein_error *err);
+int wk_ucx_recv_staged(wk_ucx *u, int peer, int buffer, struct wk_staged *s, void *dev,
+                       size_t len, ein_error *err);
+/* The size of a block's messages on the wire: WK_STAGED_CHUNK, or
+ * $EIN_UCX_CHUNK bytes (64 to 1 GiB; a test hook: every worker of the run
+ * must see the same), read once. */
+size_t wk_ucx_chunk(void);
+/* 1 when this UCX reads and writes CUDA memory itself (built with CUDA
+ * support: ucp_context_query's memory types), so device memory needs no
+ * staging. */
+int wk_ucx_cuda(const wk_ucx *u);
 /* Has peer's block `buffer` arrived (or begun to)? */
 int wk_ucx_arrived(wk_ucx *u, int peer, int buffer);
 /* Receive peer's block `buffer` into buf[0..len): returns once it is

@@ -79,12 +79,21 @@ same() {
     fi
 }
 
-echo "1..10"
+echo "1..11"
 write_ffn ffn.ein
 # The FFN's plan aggregates inside a host at P = 4 over 2 hosts; over 4
 # hosts every block that moves crosses hosts.
 same "FFN at P = 4 over 2 fake hosts equals one host" 2 ffn.ein y 1e-5 --seed 3
 same "FFN at P = 4 over 4 fake hosts equals one host" 4 ffn.ein y 1e-5 --seed 3
+# Blocks between hosts staged through host buffers as a GPU's are
+# (worker/wk_staged.h; EIN_UCX_STAGED=1 makes CPU devices take that path)
+# in 100-byte messages (EIN_UCX_CHUNK): a plan that moves 27 blocks (the
+# random selector's), every one between pseudo-hosts.
+EIN_UCX_STAGED=1 EIN_UCX_CHUNK=100
+export EIN_UCX_STAGED EIN_UCX_CHUNK
+same "FFN over 4 fake hosts, blocks staged in 100-byte chunks, equals one host" 4 ffn.ein y \
+    1e-5 --seed 3 --selector random --plan-seed 3
+unset EIN_UCX_STAGED EIN_UCX_CHUNK
 "$EINGEN" llama --seqs 2 --tokens 16 --scale 0.0625 --dtype f32 > llama.ein 2> gen.txt ||
     { cat gen.txt; exit 1; }
 same "LLaMA block at P = 4 over 2 fake hosts equals one host" 2 llama.ein \
