@@ -176,8 +176,8 @@ mock() { # DIR SEED_FOR_0,0
     cat "$m/.gpu/einsummable-c-0.1.0.tar.gz" "$m/.gpu/debs/libzmq5_1_amd64.deb" | cksum \
         > "$m/_build-gpucheck/inputs.cksum"
     : > "$mb/config.status"
-    printf '%s:\n\t@:\n.PHONY: %s\n' "einrun einworker einworker-cuda eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" \
-        "einrun einworker einworker-cuda eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" > "$mb/Makefile"
+    printf '%s:\n\t@:\n.PHONY: %s\n' "einrun einworker einworker-cuda einnode eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" \
+        "einrun einworker einworker-cuda einnode eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" > "$mb/Makefile"
     ln -s "$NPY" "$mb/tests/e2e/npytool"
     printf '#!/bin/sh\nprintf "1..2\\nok 1 - a\\nok 2 - b\\n"\n' > "$mb/tests/kernels/test_kn_cuda"
     printf '#!/bin/sh\necho "gpu 0 NVIDIA H200"\n' > "$mb/einworker-cuda"
@@ -215,7 +215,8 @@ EOF2
 mock "$S/m1" 1
 rc=$?
 l="$S/m1/log"
-if [ $rc = 0 ] && grep -q '^VERDICT: PASS (8 checks)$' "$l" &&
+if [ $rc = 0 ] && grep -q '^VERDICT: PASS (9 checks)$' "$l" &&
+    grep -q '^  PASS  fake-hosts-gpu    2 pseudo-hosts on GPU 0 vs --gpus 0,0 (? copies): 32 elements, bytes identical' "$l" &&
     grep -q '^  PASS  graphs-identical  --graphs on vs off: 32 elements, bytes identical' "$l" &&
     grep -q '^  PASS  graphs-captured   small block, --gpus 0: 3 captured, 6 launches, 0 not captured, 2 too short$' "$l" &&
     grep -q '^  GEMM bf16 8192x8192x8192  *651.0 TFLOP/s vs cublasGemmEx 661.0 (98.5%)$' "$l" &&
@@ -232,7 +233,7 @@ fi
 mock "$S/m2" 2
 rc=$?
 l="$S/m2/log"
-if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 8 checks did not pass)$' "$l" &&
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 9 checks did not pass)$' "$l" &&
     grep -q '^  FAIL  gpus-0-vs-00  *exit 0 / 0: 32 elements, bytes differ, max abs err [0-9.]*, scaled [0-9.]* (tol 0.05): MISMATCH$' "$l"; then
     ok "mock GPU run: --gpus 0,0 disagreeing is a FAIL with the max error"
 else
