@@ -451,8 +451,8 @@ static void test_cancel(void **state)
     alarm(0);
 }
 
-/* worker_timeout, run_timeout and instr_timeout: negative or NaN refused,
- * naming the option; 0 is the documented default. */
+/* worker_timeout, run_timeout, instr_timeout and connect_timeout: negative
+ * or NaN refused, naming the option; 0 is the documented default. */
 static void test_bad_timeouts(void **state)
 {
     (void)state;
@@ -476,6 +476,14 @@ static void test_bad_timeouts(void **state)
     o.instr_timeout = -1;
     assert_int_equal(ein_session_open(c, &o, &s, &err), EIN_EINVAL);
     assert_non_null(strstr(err.msg, "instr_timeout"));
+    ein_session_options_init(&o);
+    o.connect_timeout = -2;
+    assert_int_equal(ein_session_open(c, &o, &s, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "connect_timeout -2"));
+    o.connect_timeout = NAN;
+    assert_int_equal(ein_session_open(c, &o, &s, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "connect_timeout"));
+    assert_null(s);
     ein_session_options_init(&o);
     o.worker_timeout = 0; /* the default */
     assert_int_equal(ein_session_open(c, &o, &s, &err), 0);
