@@ -176,9 +176,14 @@ check_fault() {
 printf '#!/bin/sh\nsleep 617\n' > hang.sh
 chmod +x hang.sh
 printf '127.0.0.1 2\n127.0.0.2 2 %s/hang.sh\n' "$S" > hang-hosts
-t0=$(date +%s%N)
 "$EINRUN" -v --cpu 4 --hosts hang-hosts --connect-timeout 3 tiny.ein > out.txt 2>&1 &
 pid=$!
+# (timed from the coordinator's start: the agents are started right after)
+i=0
+while ! grep -q "coordinator at" out.txt && [ -d "/proc/$pid" ] && [ $i -lt 600 ]; do
+    sleep 0.02; i=$((i + 1))
+done
+t0=$(date +%s%N)
 i=0
 while ! grep -q "did not connect" out.txt && [ $i -lt 300 ]; do sleep 0.05; i=$((i + 1)); done
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
