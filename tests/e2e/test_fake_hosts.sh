@@ -81,10 +81,11 @@ same() {
 
 echo "1..11"
 write_ffn ffn.ein
-# The FFN's plan aggregates inside a host at P = 4 over 2 hosts; over 4
-# hosts every block that moves crosses hosts.
-same "FFN at P = 4 over 2 fake hosts equals one host" 2 ffn.ein y 1e-5 --seed 3
-same "FFN at P = 4 over 4 fake hosts equals one host" 4 ffn.ein y 1e-5 --seed 3
+# The default (time) plan of this small FFN moves nothing at P = 4; the
+# comm plan moves 2 blocks, which cross hosts over 4 hosts (one device
+# each). The LLaMA block below moves blocks with the default plan.
+same "FFN at P = 4 over 2 fake hosts equals one host" 2 ffn.ein y 1e-5 --seed 3 --objective comm
+same "FFN at P = 4 over 4 fake hosts equals one host" 4 ffn.ein y 1e-5 --seed 3 --objective comm
 # Blocks between hosts staged through host buffers as a GPU's are
 # (worker/wk_staged.h; EIN_UCX_STAGED=1 makes CPU devices take that path)
 # in 100-byte messages (EIN_UCX_CHUNK): a plan that moves 27 blocks (the

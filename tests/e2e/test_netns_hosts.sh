@@ -218,7 +218,7 @@ same() {
 }
 
 write_ffn ffn.ein
-same "FFN at P = 4 over two namespaces equals one host" ffn.ein y 1e-5 --seed 3
+same "FFN at P = 4 over two namespaces equals one host" ffn.ein y 1e-5 --seed 3 --objective comm
 cp one.npy ffn-one.npy 2>/dev/null
 "$EINGEN" llama --seqs 2 --tokens 16 --scale 0.0625 --dtype f32 > llama.ein 2> gen.txt ||
     { cat gen.txt; exit 1; }
