@@ -21,7 +21,16 @@ CPU (Debian's python3-torch: not a dependency of the package or of CI), a
 key/value cache per layer and torch.set_num_threads(devices), measured in
 the same run, interleaved with einsummable's (--rounds rounds of each);
 prints each round's decode steps per second and the ratio einsummable /
-PyTorch."""
+PyTorch.
+
+--profile N: after the generation, N more decode steps called one by one
+as es.llama does (set ids and pos, run the decode entry, read the logits),
+each with the run's statistics; prints the medians of each part seen from
+Python (set, run, get), of the run's own wall time (START to the last
+DONE) and, per device, the worker's total, kernel, copy and wait (for
+peers) times, and the run's overhead (run minus the slowest device's
+total: the START and DONE messages and Python's calls). EIN_SPIN_US (see
+einworker --help) sets the workers' spin before they block."""
 import argparse
 import json
 import os
@@ -48,6 +57,8 @@ def main():
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--torch", action="store_true", help="compare with plain PyTorch (batch 1)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="then N decode steps with each run's statistics")
     a = ap.parse_args()
     import einsummable as es
     dm, L, V, FF, H = a.d, a.layers, a.vocab, a.ff, a.heads
@@ -113,6 +124,7 @@ def main():
                 print("round %d: einsummable %.2f steps/s, PyTorch %.2f steps/s: ratio %.2f%s"
                       % (r + 1, ours, theirs, ours / theirs,
                          "" if tids == got[0] else " (the ids differ)"))
+        prof = _profile(m, a.profile, a.prompt, V, a.devices) if a.profile > 0 else None
     steps_s = st["decode_steps"] / st["decode_seconds"]
     print("model: %.1fM parameters (d %d, %d layers, vocab %d, ff %d, %d heads), f32, %d devices, "
           "batch %d" % (params / 1e6, dm, L, V, FF, H, a.devices, a.batch))
@@ -126,7 +138,45 @@ def main():
         rs = sorted(o / t for o, t in rounds)
         print("einsummable / PyTorch (%d threads), median of %d interleaved rounds: %.2f"
               % (a.devices, len(rs), rs[len(rs) // 2]))
+    if prof:
+        print(prof)
     os.remove(d + "/model.safetensors")
+
+
+def _profile(m, n, prompt, V, P):
+    """n decode steps as es.llama's step() makes them, timed part by part,
+    with each run's statistics: a report of the medians."""
+    import ctypes
+    from einsummable import _lib as L
+    from einsummable import llama as LL
+    prog = m._program(1)
+    st = L.ein_run_stats()
+    ids = np.array([1], np.int32)
+    out = np.empty((1, V), np.float32)
+    rows = []
+    for i in range(n):
+        pos = np.array([prompt + i % 16], np.int32)
+        t0 = time.perf_counter()
+        with prog._lock:
+            LL._set_inputs(prog, {"ids": ids, "pos": pos})
+            t1 = time.perf_counter()
+            prog._call("generate", L.lib.ein_session_run_entry, b"decode", 1, ctypes.byref(st))
+            t2 = time.perf_counter()
+            prog._call("generate", L.lib.ein_session_get_output, b"logits",
+                       out.ctypes.data_as(ctypes.c_void_p), out.nbytes, None)
+        t3 = time.perf_counter()
+        dev = [(st.dev[d].total, st.dev[d].kernel, st.dev[d].copy, st.dev[d].wait)
+               for d in range(P)]
+        rows.append([t1 - t0, t2 - t1, t3 - t2, st.wall_s, t2 - t1 - max(x[0] for x in dev)]
+                    + [x for dv in dev for x in dv])
+    med = np.median(np.array(rows) * 1e3, 0)
+    lines = ["profile of %d decode steps (medians, ms): set inputs %.3f, run %.3f, get logits "
+             "%.3f; the run's wall %.3f; overhead (run - slowest device) %.3f"
+             % (n, med[0], med[1], med[2], med[3], med[4])]
+    for d in range(P):
+        lines.append("  device %d: total %.3f, kernel %.3f, copy %.3f, wait %.3f"
+                     % ((d,) + tuple(med[5 + 4 * d:9 + 4 * d])))
+    return "\n".join(lines)
 
 
 def _torch_decode(w, cfg, prompt, n_new, threads):

@@ -129,7 +129,17 @@ int wk_exec_pump(wk *w, int timeout_ms, int *started, ein_error *err)
     /* UCX's wake-ups are unreliable (wk_ucx.h): poll it, briefly. */
     if (w->ucx && timeout_ms > 1)
         timeout_ms = wk_ucx_progress(w->ucx) ? 0 : 1;
-    if (zmq_poll(items, nitems, timeout_ms) < 0 && errno != EINTR)
+    /* A bounded spin first (wk_config.spin_s): a READY or START due within
+     * it is taken without waking from a blocked poll. */
+    int ready = 0;
+    if (timeout_ms > 0 && w->cfg->spin_s > 0) {
+        double until = ein_now_s() + w->cfg->spin_s;
+        while ((ready = zmq_poll(items, nitems, 0)) == 0 && ein_now_s() < until)
+            ;
+        if (ready < 0 && errno != EINTR)
+            return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
+    }
+    if (ready == 0 && zmq_poll(items, nitems, timeout_ms) < 0 && errno != EINTR)
         return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
     w->last_pump = ein_now_s();
     int rc0;

@@ -58,6 +58,13 @@ typedef struct wk_config {
                                  from devices of other hosts move over UCX
                                  (wk_ucx.h); HELLO carries our UCX address and
                                  PEERS, before the first START, the peers' */
+    double spin_s;            /* before blocking for a message (a peer's READY,
+                                 the next START), poll without blocking for
+                                 this long first: a message due within it is
+                                 seen without the wake-up of a blocked
+                                 process (tens of microseconds to
+                                 milliseconds on a loaded machine); 0: block
+                                 at once. EIN_SPIN_US sets it (einworker) */
 } wk_config;
 
 int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err);
