@@ -24,6 +24,7 @@
 #include "coordinator/co_guard.h"
 #include "coordinator/co_curve.h"
 #include "coordinator/co_hosts.h"
+#include "coordinator/co_launch.h"
 #include "coordinator/co_run_int.h"
 
 /* "instruction 17 (KERNEL, operator 'y')", or "startup" before any. */
@@ -396,7 +397,7 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
     }
     snprintf(r->run_id, sizeof r->run_id, "%ld-%s", (long)getpid(), strrchr(r->dir, '.') + 1);
     snprintf(r->endpoint, sizeof r->endpoint, "tcp://%s:*",
-             o->hosts ? o->hosts[0].addr : "127.0.0.1");
+             o->listen ? o->listen : o->hosts ? o->hosts[0].addr : "127.0.0.1");
     if (!o->nhosts)
         snprintf(r->endpoint, sizeof r->endpoint, "ipc://%s/coord.sock", r->dir);
     if ((rc = co_guard_start(&r->guard, r->dir, r->run_id, ndev, o->cleanup_paths, o->ncleanup,
@@ -420,8 +421,11 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
     if (o->nhosts > 0) {
         size_t elen = sizeof r->endpoint;
         zmq_getsockopt(r->router, ZMQ_LAST_ENDPOINT, r->endpoint, &elen);
+        char ifname[64];
+        co_launch_iface(r->endpoint, ifname, sizeof ifname);
         if (o->verbose || o->hosts)
-            fprintf(stderr, "einsummable: coordinator at %s, %d hosts\n", r->endpoint, o->nhosts);
+            fprintf(stderr, "einsummable: coordinator at %s, interface %s, %d hosts\n",
+                    r->endpoint, ifname, o->nhosts);
     }
     if ((rc = ein_status_create(r->run_id, r->ndev, &r->status, err)) < 0)
         goto out;
