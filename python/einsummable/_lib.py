@@ -103,6 +103,9 @@ class ein_session_options(ctypes.Structure):
         ("progress", ctypes.c_int),
         ("fake_hosts", ctypes.c_int),
         ("hosts_file", ctypes.c_char_p),
+        ("launcher", ctypes.c_char_p),
+        ("devices_per_host", ctypes.c_int),
+        ("listen", ctypes.c_char_p),
         ("_spare", ctypes.c_char * 256),
     ]
 

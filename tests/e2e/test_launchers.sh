@@ -120,11 +120,20 @@ if ! "$EINRUN" -q --cpu 4 --seed 3 --output y=one.npy ffn.ein > one.txt 2>&1; th
     exit 0
 fi
 
-# same NAME [env ...] -- einrun args: the run equals the one-host run.
+# einrun_env VAR=VALUE... -- ARGS: einrun ARGS with those variables set.
+einrun_env() {
+    (
+        while [ "$1" != -- ]; do export "$1"; shift; done
+        shift
+        exec "$EINRUN" "$@"
+    )
+}
+
+# same NAME VAR=VALUE... -- einrun args: the run equals the one-host run.
 same() {
     name=$1; shift
     rm -f two.npy launch.log
-    EIN_POISON=1 env "$@" "$EINRUN" -q --cpu 4 --seed 3 --iterations 2 --output y=two.npy \
+    EIN_POISON=1 einrun_env "$@" -q --cpu 4 --seed 3 --iterations 2 --output y=two.npy \
         ffn.ein > two.txt 2>&1
     rc=$?
     if [ "$rc" -ne 0 ]; then not_ok "$name" "exit status $rc" "$(cat two.txt launch.log 2>/dev/null)"
@@ -136,9 +145,10 @@ same() {
 
 same "srun in an allocation: FFN at P = 4 over 2 nodes equals one host" \
     PATH="$S/bin:$PATH" SLURM_JOB_ID=42 SLURM_JOB_NODELIST='node[1-2]' SLURM_NNODES=2 \
-    EIN_SRUN="$S/fake-srun" --launcher srun --listen 127.0.0.1
+    EIN_SRUN="$S/fake-srun" -- --launcher srun --listen 127.0.0.1
 name="srun: one step per node, coordinator address and interface reported"
-if [ "$(grep -c -- '--nodes=1 --ntasks=1 --nodelist=node[12] ' launch.log 2>/dev/null)" -ne 2 ] ||
+steps=$(grep -c -- '--nodes=1 --ntasks=1 --nodelist=node[12] ' launch.log 2>/dev/null)
+if [ "${steps:-0}" -ne 2 ] ||
    ! grep -q -- '--nodelist=node1 .*--host 0 ' launch.log ||
    ! grep -q -- '--nodelist=node2 .*--host 1 ' launch.log; then
     not_ok "$name" "the launches:" "$(cat launch.log 2>/dev/null)"
@@ -149,40 +159,41 @@ fi
 
 printf '127.0.0.1 2\nnodeB 2\n' > hosts-mpi
 same "mpirun over a hosts file: FFN at P = 4 over 2 hosts equals one host" \
-    EIN_MPIRUN="$S/fake-mpirun" --launcher mpirun --hosts hosts-mpi
+    EIN_MPIRUN="$S/fake-mpirun" -- --launcher mpirun --hosts hosts-mpi
 same "mpirun in a Slurm allocation, 2 devices per host: equals one host" \
     SLURM_JOB_ID=43 SLURM_JOB_NODELIST=nodeA,nodeB EIN_MPIRUN="$S/fake-mpirun" \
-    --launcher mpirun --devices-per-host 2 --listen lo
+    -- --launcher mpirun --devices-per-host 2 --listen lo
 
-# refused NAME PATTERN [env ...] -- einrun args: fails, PATTERN in its message.
+# refused NAME PATTERN VAR=VALUE... -- einrun args: fails, PATTERN in its message.
 refused() {
     name=$1; pat=$2; shift 2
-    env "$@" "$EINRUN" -q --cpu 4 --seed 3 ffn.ein > bad.txt 2>&1
+    einrun_env "$@" -q --cpu 4 --seed 3 ffn.ein > bad.txt 2>&1
     rc=$?
     if [ "$rc" -eq 0 ]; then not_ok "$name" "it ran"
     elif ! grep -q -- "$pat" bad.txt; then not_ok "$name" "(status $rc) no '$pat' in:" "$(cat bad.txt)"
+    elif [ -n "${EIN_TEST_SHOW:-}" ]; then ok "$name"; sed "s/^/#   /" bad.txt
     else ok "$name"
     fi
 }
 refused "srun outside an allocation is refused" "srun: not inside a Slurm allocation" \
-    EIN_SRUN="$S/fake-srun" --launcher srun
+    EIN_SRUN="$S/fake-srun" -- --launcher srun
 refused "a launcher that fails at once is reported naming the host" \
     "host 1 (nodeB; devices 2-3): its agent ended; its launcher ($S/fake-srun, pid [0-9]*) exited with status 1" \
     SLURM_JOB_ID=44 SLURM_JOB_NODELIST=nodeA,nodeB FAKE_FAIL=nodeB EIN_SRUN="$S/fake-srun" \
-    --launcher srun --listen 127.0.0.1
+    -- --launcher srun --listen 127.0.0.1
 refused "devices that do not divide among the nodes are refused" \
     "srun: 3 nodes in the allocation, so 1 devices each, for a program on 4 devices" \
-    SLURM_JOB_ID=45 SLURM_JOB_NODELIST=a,b,c EIN_SRUN="$S/fake-srun" --launcher srun
+    SLURM_JOB_ID=45 SLURM_JOB_NODELIST=a,b,c EIN_SRUN="$S/fake-srun" -- --launcher srun
 refused "a listen address not of this machine is refused" \
     "listen address '192.0.2.7': not an IPv4 address or interface of this machine" \
-    SLURM_JOB_ID=46 SLURM_JOB_NODELIST=a,b EIN_SRUN="$S/fake-srun" --launcher srun \
+    SLURM_JOB_ID=46 SLURM_JOB_NODELIST=a,b EIN_SRUN="$S/fake-srun" -- --launcher srun \
     --listen 192.0.2.7
 printf '127.0.0.1 2\nnodeB 2 ssh\n' > hosts-bad
 refused "mpirun with a LAUNCH in the hosts file is refused" \
     "hosts-bad:2: a LAUNCH command (ssh) with --launcher mpirun" \
-    EIN_MPIRUN="$S/fake-mpirun" --launcher mpirun --hosts hosts-bad
+    EIN_MPIRUN="$S/fake-mpirun" -- --launcher mpirun --hosts hosts-bad
 refused "an unknown launcher is refused" "--launcher 'pbs': expected ssh, srun or mpirun" \
-    --launcher pbs
+    -- --launcher pbs
 
 # ---- A real Slurm cluster in two network namespaces (root). ----
 real_skip() { ok "$1 # SKIP $2"; }
@@ -305,6 +316,9 @@ else
         not_ok "$SL" "differs from the one-host run:" "$(cat cmp.txt)"
     elif ! grep -q 'coordinator at tcp://10.79.0.1:[0-9]*, interface ein0, 2 hosts' two.txt; then
         not_ok "$SL" "no coordinator line:" "$(cat two.txt)"
+    elif ! grep -q 'launch task StepId=[0-9]*\.0 ' "$SD/slurmd.einA.log" ||
+         ! grep -q 'launch task StepId=[0-9]*\.1 ' "$SD/slurmd.einB.log"; then
+        not_ok "$SL" "no step 0 on einA and step 1 on einB:" "$(slurm_logs)"
     else ok "$SL"
     fi
 fi
@@ -321,6 +335,7 @@ else
 #!/bin/sh
 # Open MPI's rsh agent: HOST COMMAND... -> the command in HOST's namespace.
 h=\$1; shift
+echo "\$h" >> "$S/rsh.log"
 case "\$h" in 10.79.0.1) ns=$NA ;; 10.79.0.2) ns=$NB ;; *) echo "rsh: unknown host \$h" >&2; exit 1 ;; esac
 exec ip netns exec "\$ns" sh -c "\$*"
 EOF
@@ -334,6 +349,8 @@ EOF
     if [ "$rc" -ne 0 ]; then not_ok "$MP" "exit status $rc" "$(cat two.txt)"
     elif ! "$NPYTOOL" compare one.npy two.npy 1e-5 > cmp.txt 2>&1; then
         not_ok "$MP" "differs from the one-host run:" "$(cat cmp.txt)"
+    elif ! grep -qx 10.79.0.2 rsh.log; then
+        not_ok "$MP" "mpirun did not start a daemon in the second namespace"
     else ok "$MP"
     fi
 fi
