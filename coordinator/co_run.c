@@ -437,7 +437,7 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
     }
     snprintf(r->run_id, sizeof r->run_id, "%ld-%s", (long)getpid(), strrchr(r->dir, '.') + 1);
     snprintf(r->endpoint, sizeof r->endpoint, "tcp://%s:*",
-             o->hosts ? o->hosts[0].addr : "127.0.0.1");
+             o->listen ? o->listen : o->hosts ? o->hosts[0].addr : "127.0.0.1");
     if (!o->nhosts)
         snprintf(r->endpoint, sizeof r->endpoint, "ipc://%s/coord.sock", r->dir);
     if ((rc = co_guard_start(&r->guard, r->dir, r->run_id, ndev, o->cleanup_paths, o->ncleanup,
@@ -464,8 +464,8 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         char ifc[64];
         co_hosts_interface(r->endpoint, ifc, sizeof ifc);
         if (o->verbose || o->hosts)
-            fprintf(stderr, "einsummable: coordinator at %s, %d hosts%s%s\n", r->endpoint,
-                    o->nhosts, ifc[0] ? ", interface " : "", ifc);
+            fprintf(stderr, "einsummable: coordinator at %s, interface %s, %d hosts\n",
+                    r->endpoint, ifc[0] ? ifc : "?", o->nhosts);
     }
     if ((rc = ein_status_create(r->run_id, r->ndev, &r->status, err)) < 0)
         goto out;

@@ -87,6 +87,9 @@ typedef struct co_run_opts {
      * --fake-hosts): the ROUTER binds on hosts[0].addr, each agent starts
      * with its launch command. */
     const struct co_host *hosts;
+    /* Where the ROUTER listens for the hosts' agents (an IPv4 address or
+     * interface name of this machine; NULL: hosts[0].addr, co_launch.h). */
+    const char *listen;
     /* Several hosts: a device that has spoken and then stays silent for
      * host_timeout seconds (0: worker_timeout) counts as its host having
      * stopped answering (or the link to it being down). */

@@ -21,6 +21,7 @@
 #include "common/ein_self.h"
 #include "coordinator/co_entries.h"
 #include "coordinator/co_hosts.h"
+#include "coordinator/co_launch.h"
 #include "coordinator/co_run.h"
 #include "coordinator/co_weights.h"
 #include "coordinator/ein_compile_int.h"
@@ -62,7 +63,8 @@ struct ein_session {
     ein_error why;
     int *host_of;           /* fake_hosts, hosts_file: each device's host */
     char node_path[PATH_MAX]; /* fake_hosts, hosts_file: einnode */
-    struct co_host *hosts;  /* hosts_file (co_hosts.h) */
+    struct co_host *hosts;  /* hosts_file, launcher (co_hosts.h, co_launch.h) */
+    char listen[256];       /* hosts_file, launcher: where the coordinator listens */
     int nhosts;
 };
 
@@ -255,11 +257,12 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
         if (*end == '\0' && a >= 0 && a <= 3600)
             ro.step_progress_after = a;
     }
-    if (o.fake_hosts && o.hosts_file) {
-        rc = ein_fail(err, EIN_EINVAL, "session: fake_hosts and hosts_file together");
+    if (o.fake_hosts && (o.hosts_file || o.launcher)) {
+        rc = ein_fail(err, EIN_EINVAL, "session: fake_hosts and %s together",
+                      o.hosts_file ? "hosts_file" : "a launcher");
         goto fail;
     }
-    if ((o.fake_hosts || o.hosts_file) && (rc = fake_hosts(s, &o, &ro, err)) < 0)
+    if ((o.fake_hosts || o.hosts_file || o.launcher) && (rc = fake_hosts(s, &o, &ro, err)) < 0)
         goto fail;
     rc = co_session_start(s->progs, c->ndev, &ro, &s->cs, err);
     s->store_paths = NULL;
@@ -285,10 +288,18 @@ static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts 
                     "libucx-dev and configure again): runs on several hosts are refused", what);
 #else
     int rc;
-    if (o->hosts_file &&
-        (rc = co_hosts_parse(o->hosts_file, &s->hosts, &s->nhosts, err)) < 0)
+    int many = o->hosts_file || o->launcher; /* real hosts (co_launch.h) */
+    if (o->launcher && !strcmp(o->launcher, "srun"))
+        what = "srun";
+    else if (o->launcher && !strcmp(o->launcher, "mpirun"))
+        what = "mpirun";
+    if (many && (rc = co_launch_hosts(o->launcher, o->hosts_file, ndev, o->devices_per_host,
+                                      &s->hosts, &s->nhosts, err)) < 0)
         return rc;
-    if (o->hosts_file) {
+    if (many && (rc = co_launch_listen(o->listen, &s->hosts[0], s->listen,
+                                       sizeof s->listen, err)) < 0)
+        return rc;
+    if (many) {
         int total = 0;
         for (int h = 0; h < s->nhosts; h++)
             total += s->hosts[h].ndev;
@@ -296,14 +307,15 @@ static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts 
         if (total != ndev || n < 2)
             return ein_fail(err, EIN_EINVAL, "hosts file %s: %d host%s with %d devices in all, "
                             "for a program on %d devices (at least 2 hosts, devices adding up)",
-                            o->hosts_file, n, n == 1 ? "" : "s", total, ndev);
+                            o->hosts_file ? o->hosts_file : what, n, n == 1 ? "" : "s", total,
+                            ndev);
     } else if (n < 2 || n > ndev)
         return ein_fail(err, EIN_EINVAL, "fake hosts: %d for %d device%s (from 2 to one per "
                         "device)", n, ndev, ndev == 1 ? "" : "s");
     if (!(s->host_of = calloc((size_t)ndev, sizeof *s->host_of)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     for (int d = 0, h = 0, k = 0; d < ndev; d++) {
-        if (!o->hosts_file) {
+        if (!many) {
             s->host_of[d] = (int)((int64_t)d * n / ndev);
             continue;
         }
@@ -342,6 +354,7 @@ static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts 
     }
     co_hosts_deadlines(s->c->topo, ro);
     ro->hosts = s->hosts;
+    ro->listen = many ? s->listen : NULL;
     ro->nhosts = n;
     ro->host_of = s->host_of;
     ro->node_path = s->node_path;

@@ -51,7 +51,7 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     co->search_work = o->search_work;
     co->exchange_chunks = o->exchange_chunks;
     /* Memory reuse's acknowledgements stay on one host so far (ein_session.c) */
-    co->no_reuse = o->no_reuse || o->fake_hosts > 0 || o->hosts_file;
+    co->no_reuse = o->no_reuse || o->fake_hosts > 0 || o->hosts_file || o->launcher;
     co->memory_limit = o->memory_limit;
     co->search_cap_ms = o->cap_ms > 0 ? o->cap_ms : -1;
     co->topology = o->topo_arg;
@@ -474,6 +474,9 @@ static void session_options_from(const run_state *s, ein_session_options *so)
     so->fake_hosts = o->fake_hosts;
     so->hosts_file = o->hosts_file;
     so->connect_timeout = o->connect_timeout;
+    so->launcher = o->launcher;
+    so->listen = o->listen;
+    so->devices_per_host = o->devices_per_host;
 }
 
 /* Create the temporaries, start the workers and give them the input files

@@ -75,6 +75,9 @@ typedef struct run_opts {
     int fake_hosts;     /* --fake-hosts N (issue 26) */
     const char *hosts_file; /* --hosts FILE (co_hosts.h) */
     double connect_timeout; /* --connect-timeout S (0: co_hosts_connect_limit's default) */
+    const char *launcher; /* --launcher ssh|srun|mpirun (co_launch.h) */
+    const char *listen;   /* --listen ADDR */
+    int devices_per_host; /* --devices-per-host K */
     int search;         /* --schedule: index in naive|search */
     int cuda;           /* --backend: index in cpu|cuda */
     int graphs;         /* --graphs: index in auto|on|off */

@@ -158,6 +158,16 @@ static void usage(FILE *f)
 "  --connect-timeout S  a host none of whose messages has reached einrun S s\n"
 "                       after its agent was started is reported by name\n"
 "                       (default: 10; 20 for one started by a LAUNCH command).\n"
+"  --launcher L         how the hosts' agents start: ssh (default: the LAUNCH\n"
+"                       of each --hosts line); srun (inside a Slurm allocation,\n"
+"                       salloc/sbatch: one job step per node, which sees all\n"
+"                       the node's GPUs; no --hosts); mpirun (Open MPI, one per\n"
+"                       host of --hosts, lines without LAUNCH, or of the Slurm\n"
+"                       allocation). $EIN_SRUN / $EIN_MPIRUN replace the command.\n"
+"  --devices-per-host K srun/mpirun over an allocation: devices of each node\n"
+"                       (default: the devices shared evenly among the nodes).\n"
+"  --listen ADDR        the address or interface of this machine the hosts\n"
+"                       reach the coordinator at (default: the first host's).\n"
 "Other:\n"
 "  -v, --verbose        per-device timings and lowering statistics.\n"
 "  -q, --quiet          no progress lines (they show only when stderr is a\n"
@@ -237,6 +247,15 @@ static int opt_flag(run_opts *o, const run_opt *d, const char *arg)
 
 static int opt_string(run_opts *o, const run_opt *d, const char *arg)
 {
+    *FIELD(o, d, const char *) = arg;
+    return OPT_NEXT;
+}
+
+/* --launcher: ssh, srun or mpirun (co_launch.h). */
+static int opt_launcher(run_opts *o, const run_opt *d, const char *arg)
+{
+    if (strcmp(arg, "ssh") && strcmp(arg, "srun") && strcmp(arg, "mpirun"))
+        return bad_value(d, arg, d->expect);
     *FIELD(o, d, const char *) = arg;
     return OPT_NEXT;
 }
@@ -512,6 +531,9 @@ static const run_opt run_opt_table[] = {
     {"fake-hosts",       0, 1, opt_int,      F(fake_hosts),      2, MAX_DEVICES, NULL},
     {"hosts",            0, 1, opt_string,   F(hosts_file),      0, 0, NULL},
     {"connect-timeout",  0, 1, opt_double,   F(connect_timeout), 0, 1e7, "seconds"},
+    {"launcher",         0, 1, opt_launcher, F(launcher),        0, 0, "ssh, srun or mpirun"},
+    {"listen",           0, 1, opt_string,   F(listen),          0, 0, NULL},
+    {"devices-per-host", 0, 1, opt_int,      F(devices_per_host), 1, MAX_DEVICES, NULL},
     {"help",           'h', 0, opt_help,     0,                  0, 0, NULL},
     {"version",          0, 0, opt_version,  0,                  0, 0, NULL},
 };

@@ -487,6 +487,22 @@ typedef struct ein_session_options {
                                  host (0: the default, 10, plus 10 for an agent
                                  started by a launch command such as ssh).
                                  A negative or NaN time is refused */
+    const char *launcher;     /* how the hosts' agents start (docs/runtime.md,
+                                 "Launchers"): NULL or "ssh" (default): each
+                                 with the LAUNCH of its hosts_file line;
+                                 "srun": inside a Slurm allocation, one job
+                                 step per node of it (no hosts_file; refused
+                                 with EIN_EINVAL outside one); "mpirun": Open
+                                 MPI's, one per host of hosts_file (lines
+                                 without LAUNCH) or of the Slurm allocation.
+                                 $EIN_SRUN / $EIN_MPIRUN replace the command */
+    int devices_per_host;     /* srun, mpirun over an allocation: devices of
+                                 each node; 0 (default): the program's devices
+                                 shared evenly among the nodes */
+    const char *listen;       /* NULL: the coordinator listens on the first
+                                 host's address; else an IPv4 address or
+                                 interface name of this machine that every
+                                 host reaches */
 } ein_session_options;
 
 void ein_session_options_init(ein_session_options *o);

@@ -104,6 +104,9 @@ class ein_session_options(ctypes.Structure):
         ("fake_hosts", ctypes.c_int),
         ("hosts_file", ctypes.c_char_p),
         ("connect_timeout", ctypes.c_double),
+        ("launcher", ctypes.c_char_p),
+        ("devices_per_host", ctypes.c_int),
+        ("listen", ctypes.c_char_p),
         ("_spare", ctypes.c_char * 256),
     ]
 

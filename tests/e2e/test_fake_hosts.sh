@@ -194,7 +194,7 @@ sleepers=$(pgrep -f "sleep 617" | tr '\n' ' ')
 name="a host that never connects is reported by name within the connect timeout"
 if [ -n "$sleepers" ]; then
     not_ok "$name" "its launcher's child is left: $sleepers"; kill $sleepers 2>/dev/null
-elif ! grep -q "coordinator at tcp://127.0.0.1:[0-9]*, 2 hosts, interface lo" out.txt; then
+elif ! grep -q "coordinator at tcp://127.0.0.1:[0-9]*, interface lo, 2 hosts" out.txt; then
     not_ok "$name" "-v does not print the coordinator's address and interface:" "$(cat out.txt)"
 else
     check_fault "$name" "host 1 (127.0.0.2; devices 2-3) did not connect within 3.0 s .*$S/hang.sh.*coordinator at tcp://127.0.0.1:[0-9]* (interface lo)" \

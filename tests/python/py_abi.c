@@ -46,6 +46,8 @@ int main(void)
     F(ein_session_options, progress);
     F(ein_session_options, fake_hosts); F(ein_session_options, hosts_file);
     F(ein_session_options, connect_timeout);
+    F(ein_session_options, launcher); F(ein_session_options, devices_per_host);
+    F(ein_session_options, listen);
     Z(ein_session_options);
     F(ein_run_stats, wall_s); F(ein_run_stats, ndev); F(ein_run_stats, dev);
     F(ein_run_stats, graphs); F(ein_run_stats, device_timed);
