@@ -124,8 +124,10 @@ int co_sim_json(ein_program *const *progs, const co_sim_result *r, const xp_topo
                 const co_calib *cal, FILE *f);
 int co_sim_trace(ein_program *const *progs, const co_sim_result *r, FILE *f);
 
-/* The pipeline from a plan: lower it as einrun does (exchange bodies
- * synthesised on `topo` with the default work budget, search seed `seed`,
+/* The pipeline from a plan (the plan search's per-candidate step): lower
+ * it through ein_compile's own lowering step (co_compile_lower in
+ * ein_compile_int.h: exchange bodies synthesised on `topo` with the
+ * default work budget and no wall-clock cap, search seed `seed`,
  * generated inputs), simulate it with `cal`, and with `check_memory` fail
  * as co_sim_check_memory does. *progs (ndev Programs, co_programs_free)
  * and *out (co_sim_result_free) are the caller's on success; on failure
@@ -163,13 +165,5 @@ void co_sim_objective_rates(const xp_topology *topo, const co_calib *cal,
 int co_sim_plan_time(const struct pl_graph *g, int p, int sel, uint64_t seed,
                      const struct pl_plan_opts *base, const xp_topology *topo,
                      const co_calib *cal, struct pl_plan **out, ein_error *err);
-
-/* einrun --objective time: plan g for p devices by predicted time on
- * topology `topo_arg` (NULL: host) and its calibration. `objective` is
- * "time" (or "comm": pl_plan_make). Returns 0 or a negative code with
- * `err` filled (a bad topology or calibration is EIN_EINVAL). */
-int co_sim_plan_make(const struct pl_graph *g, int p, int sel, uint64_t seed,
-                     const char *objective, const char *topo_arg, struct pl_plan **out,
-                     ein_error *err);
 
 #endif

@@ -1,5 +1,6 @@
 /* coordinator/co_sim_plan.c — from a plan to a prediction: lowering through
- * ein_compile's own steps (co_compile_lower), then co_sim_run; and einplan --simulate's front end. */
+ * ein_compile's own steps (co_compile_lower), then co_sim_run; the
+ * choice of a plan by predicted time (ein_compile's compile_plan). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,31 +133,4 @@ fail:
     pl_plan_free(t);
     pl_plan_free(c);
     return rc;
-}
-
-int co_sim_plan_make(const pl_graph *g, int p, int sel, uint64_t seed, const char *objective,
-                     const char *topo_arg, pl_plan **out, ein_error *err)
-{
-    pl_plan_opts o = {0};
-    if (pl_objective_parse(objective, &o.objective) < 0)
-        return ein_fail(err, EIN_EINVAL, "objective '%s': expected comm or time", objective);
-    if (o.objective == PL_OBJECTIVE_TIME) {
-        xp_topology *topo = NULL;
-        co_calib cal;
-        const char *name = topo_arg ? topo_arg : "host";
-        int rc = xp_topo_load(name, &topo, err);
-        if (rc == 0)
-            rc = co_sim_calib_of(topo, "host", &cal, err);
-        if (rc < 0) {
-            xp_topo_free(topo);
-            ein_error_prefix(err, "topology %s", name);
-            if (err)
-                err->code = EIN_EINVAL; /* bad input, whatever the cause */
-            return EIN_EINVAL;
-        }
-        rc = co_sim_plan_time(g, p, sel, seed, &o, topo, &cal, out, err);
-        xp_topo_free(topo);
-        return rc;
-    }
-    return pl_plan_make_opts(g, p, (pl_selector)sel, seed, &o, out, err);
 }

@@ -23,6 +23,7 @@
 #include "exchange/xp_program.h"
 #include "exchange/xp_topo.h"
 #include "planner/ein_api_int.h"
+#include "planner/pl_strategy.h"
 #include "planner/rewrite/pl_rewrite.h"
 
 void ein_compile_options_init(ein_compile_options *o)
@@ -199,9 +200,10 @@ static int compiled_topology_source(ein_compiled *c, const ein_compile_options *
 }
 
 /* Check a compile's device count and options. 0 or a negative code. */
-static int compile_check(const ein_compile_options *o, int ndev, ein_error *err)
+static int compile_check(const ein_compile_options *o, int predict_only, int ndev,
+                         ein_error *err)
 {
-    int max = o->plan_only ? 4096 : EIN_MAX_DEVICES;
+    int max = o->plan_only || predict_only ? 4096 : EIN_MAX_DEVICES;
     if (ndev < 1 || ndev > max)
         return ein_fail(err, EIN_EINVAL, "compile: %d devices (expected 1 to %d%s)", ndev, max,
                         o->plan_only ? "" : "; planning alone allows 4096");
@@ -242,67 +244,105 @@ static int compile_rewrite(ein_compiled *c, const ein_compile_options *o, ein_er
 }
 
 /* The objective a compile plans with: o->objective when given, else
- * time where c->topo has a calibration, the selector is the DP and the
- * devices are at most CO_AUTO_TIME_MAX_DEVICES (the search simulates
- * every candidate), else comm. 1 for time. */
+ * time where c->topo has a calibration (or o->calibration gives one), the
+ * selector is the DP, no strategy is forced and the devices are at most
+ * CO_AUTO_TIME_MAX_DEVICES (the search simulates every candidate), else
+ * comm. 1 for time. */
 #define CO_AUTO_TIME_MAX_DEVICES 128
 static int compile_time_objective(const ein_compiled *c, const ein_compile_options *o)
 {
     if (o->objective)
         return strcmp(o->objective, "comm") != 0;
-    return c->topo && c->topo->calibration[0] && c->ndev <= CO_AUTO_TIME_MAX_DEVICES &&
-           c->topo->ngpus >= c->ndev && (!o->selector || !strcmp(o->selector, "dp"));
+    return c->topo && (c->topo->calibration[0] || o->calibration) && !o->strategy &&
+           c->ndev <= CO_AUTO_TIME_MAX_DEVICES && c->topo->ngpus >= c->ndev &&
+           (!o->selector || !strcmp(o->selector, "dp"));
+}
+
+/* c->cal: o->calibration, else c->topo's own, else host's. Any failure is
+ * bad input (EIN_EINVAL). */
+static int compile_calibration(ein_compiled *c, const ein_compile_options *o, ein_error *err)
+{
+    int rc = o->calibration ? co_calib_load(o->calibration, &c->cal, err)
+                            : co_sim_calib_of(c->topo, "host", &c->cal, err);
+    if (rc < 0) {
+        if (o->calibration)
+            ein_error_prefix(err, "calibration %s", o->calibration);
+        return err ? (err->code = EIN_EINVAL) : EIN_EINVAL;
+    }
+    c->have_cal = 1;
+    return 0;
+}
+
+/* *pp for the time objective (issues 12, 21): the plan search for the DP
+ * with no strategy forced (its report in c->search_rep), else the
+ * selector's plan by predicted time (co_sim_plan_time); on c->topo capped
+ * by the memory limit (c->topo_limited). */
+static int compile_plan_time(ein_compiled *c, const ein_compile_options *o,
+                             const co_compile_extra *x, pl_selector sel, pl_plan_opts *base,
+                             pl_plan **pp, ein_error *err)
+{
+    int rc = c->have_cal ? 0 : compile_calibration(c, o, err);
+    if (rc < 0)
+        return rc;
+    c->time_objective = 1;
+    if (sel == PL_SELECT_DP && !base->force) {
+        co_search_opts so = {.work = x ? x->plan_work : 0, .seed = o->plan_seed,
+                             .record = x ? x->record : 0};
+        c->plan_searched = 1;
+        return co_plan_search_fit(c->g, c->ndev, base, &c->topo_limited, &c->cal, &so, pp,
+                                  &c->search_rep, &c->whole_search, err);
+    }
+    return co_sim_plan_time(c->g, c->ndev, sel, o->plan_seed, base, &c->topo_limited, &c->cal,
+                            pp, err);
 }
 
 /* c->plan: c->g planned on c->ndev devices, for communication or
  * predicted time on the topology with its calibration (issues 12, 21;
- * coordinator/co_sim.h, co_search.h). 0 or a negative code. */
-static int compile_plan(ein_compiled *c, const ein_compile_options *o, ein_error *err)
+ * coordinator/co_sim.h, co_search.h), following o->strategy if given.
+ * 0 or a negative code. */
+static int compile_plan(ein_compiled *c, const ein_compile_options *o, const co_compile_extra *x,
+                        ein_error *err)
 {
-    int rc;
+    int rc = 0;
+    pl_selector sel = PL_SELECT_DP;
+    pl_plan_opts base = {.linear_paths = o->linear_paths};
+    pl_plan *pp = NULL;
     ein_progress pg;
     ein_progress_begin(&pg, o->progress && ein_progress_wanted(0), "planning", 0);
+    /* The user's memory limit caps the topology's for the plans (a
+     * shallow copy, read only; c->topo stays the machine's). */
+    c->topo_limited = *c->topo;
+    co_topo_limit_memory(&c->topo_limited, o->memory_limit);
+    if (o->partials)
+        pl_partials_parse(o->partials, &base.partials); /* checked by compile_check */
     if (!(o->memory_limit >= 0)) {
         rc = ein_fail(err, EIN_EINVAL, "memory limit %g: expected 0 (none) or a positive number "
                       "of bytes", o->memory_limit);
     } else if (o->objective && strcmp(o->objective, "comm") && strcmp(o->objective, "time")) {
         rc = ein_fail(err, EIN_EINVAL, "objective '%s': expected comm or time", o->objective);
+    } else if (o->selector && pl_selector_parse(o->selector, &sel) < 0) {
+        rc = ein_fail(err, EIN_EINVAL, "plan: unknown selector '%s'; expected dp, greedy or "
+                      "random", o->selector);
+    } else if (o->strategy && pl_strategy_set(o->strategy, &base) < 0) {
+        rc = ein_fail(err, EIN_EINVAL, "strategy '%s': expected megatron, ulysses, sequence or "
+                      "data", o->strategy);
+    } else if (o->strategy && pl_strategy_check(o->strategy, c->g, c->ndev, err) < 0) {
+        rc = err ? (err->code = EIN_ENOPLAN) : EIN_ENOPLAN; /* the message names the operator */
+    } else if (x && x->predict_only && (rc = compile_calibration(c, o, err)) < 0) {
+        ;
     } else if (compile_time_objective(c, o)) {
-        pl_selector sel = PL_SELECT_DP;
-        pl_plan *pp = NULL;
-        pl_plan_opts base = {.linear_paths = o->linear_paths};
-        co_calib cal;
-        if (o->partials)
-            pl_partials_parse(o->partials, &base.partials); /* checked by compile_check */
-        if (o->selector && pl_selector_parse(o->selector, &sel) < 0)
-            rc = ein_fail(err, EIN_EINVAL, "unknown selector '%s'; expected dp, greedy or random",
-                          o->selector);
-        else if ((rc = co_sim_calib_of(c->topo, "host", &cal, err)) < 0)
-            rc = err ? (err->code = EIN_EINVAL) : EIN_EINVAL; /* bad input, whatever the cause */
-        else {
-            /* The user's memory limit caps the topology's for the search
-             * (a shallow copy, read only; c->topo stays the machine's). */
-            xp_topology lim = *c->topo;
-            co_topo_limit_memory(&lim, o->memory_limit);
-            if ((rc = co_sim_plan_time(c->g, c->ndev, sel, o->plan_seed, &base, &lim, &cal,
-                                       &pp, err)) == 0)
-                rc = ein_plan_wrap(c->g, pp, &c->plan, err);
-        }
-    } else if (o->partials && !strcmp(o->partials, "native")) {
-        /* The paper's DP counting native partials (ein_graph_plan's f32). */
-        pl_selector sel = PL_SELECT_DP;
-        pl_plan_opts po = {.linear_paths = o->linear_paths, .partials = PL_PARTIALS_NATIVE};
-        pl_plan *pp = NULL;
-        if (o->selector && pl_selector_parse(o->selector, &sel) < 0)
-            rc = ein_fail(err, EIN_EINVAL, "plan: unknown selector '%s'; expected dp, greedy or "
-                          "random", o->selector);
-        else if ((rc = pl_plan_make_opts(c->g, c->ndev, sel, o->plan_seed, &po, &pp, err)) == 0)
-            rc = ein_plan_wrap(c->g, pp, &c->plan, err);
+        rc = compile_plan_time(c, o, x, sel, &base, &pp, err);
+    } else if (base.force || base.partials == PL_PARTIALS_NATIVE) {
+        /* The paper's DP counting native partials (ein_graph_plan's f32),
+         * or a strategy's. */
+        rc = pl_plan_make_opts(c->g, c->ndev, sel, o->plan_seed, &base, &pp, err);
     } else {
         ein_plan_options po = {.selector = o->selector, .seed = o->plan_seed,
                                .linear_paths = o->linear_paths};
         rc = ein_graph_plan(c->g, c->ndev, &po, &c->plan, err);
     }
+    if (rc == 0 && pp)
+        rc = ein_plan_wrap(c->g, pp, &c->plan, err);
     ein_progress_end(&pg);
     return rc;
 }
@@ -380,6 +420,12 @@ static int compile_lower(ein_compiled *c, const ein_compile_options *o, ein_erro
 int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, ein_compiled **out,
                 ein_error *err)
 {
+    return co_compile(g, ndev, opts, NULL, out, err);
+}
+
+int co_compile(const ein_graph *g, int ndev, const ein_compile_options *opts,
+               const co_compile_extra *x, ein_compiled **out, ein_error *err)
+{
     ein_compile_options o;
     if (opts)
         o = *opts;
@@ -387,7 +433,7 @@ int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, e
         ein_compile_options_init(&o);
     if (!g || !out)
         return ein_fail(err, EIN_EINVAL, "compile: NULL graph or output");
-    int rc = compile_check(&o, ndev, err);
+    int rc = compile_check(&o, x && x->predict_only, ndev, err);
     if (rc < 0)
         return rc;
     ein_compiled *c = calloc(1, sizeof *c);
@@ -403,7 +449,7 @@ int ein_compile(const ein_graph *g, int ndev, const ein_compile_options *opts, e
         (rc = co_topology_for(&o, ndev, &c->topo, c->topo_desc, sizeof c->topo_desc,
                               c->topo_why, sizeof c->topo_why, err)) < 0 ||
         (o.rewrite && (rc = compile_rewrite(c, &o, err)) < 0) ||
-        (rc = compile_plan(c, &o, err)) < 0 ||
+        (rc = compile_plan(c, &o, x, err)) < 0 ||
         (!o.plan_only && (rc = compile_lower(c, &o, err)) < 0))
         goto fail;
     *out = c;
@@ -420,6 +466,7 @@ void ein_compiled_free(ein_compiled *c)
     co_programs_free(c->progs, c->ndev);
     compiled_free_exchanges(c);
     co_physical_free(c->phys);
+    co_search_report_free(&c->search_rep);
     ein_plan_free(c->plan);
     xp_topo_free(c->topo);
     pl_graph_free(c->g);

@@ -5,7 +5,10 @@
 #define EIN_COMPILE_INT_H
 
 #include "common/ein_program.h"
+#include "coordinator/co_calib.h"
 #include "coordinator/co_lower.h"
+#include "coordinator/co_search.h"
+#include "coordinator/co_sim.h"
 #include "exchange/xp_topo.h"
 #include "include/einsummable/einsummable.h"
 #include "planner/pl_graph.h"
@@ -39,6 +42,15 @@ struct ein_compiled {
     int src_cuda;
     int src_gpu_ids[EIN_MAX_DEVICES];
     int loaded;                 /* read by ein_compiled_load: phys is NULL */
+    /* How the plan was chosen (compile_plan): by predicted time with `cal`
+     * (time_objective), by the plan search (plan_searched: its report,
+     * whole_search when the prefix's plan did not fit the whole graph). */
+    int time_objective, plan_searched, whole_search;
+    co_search_report search_rep;
+    co_calib cal;               /* time_objective or predict_only: the calibration */
+    int have_cal;
+    xp_topology topo_limited;   /* *topo with the memory limit (a shallow copy,
+                                   valid while topo is): what plans must fit in */
     /* Entry points (ein_compiled_add_entry, coordinator/co_entries.h):
      * entry e + 1 is entries[e], the saved outputs out[0..nout) (node ids). */
     struct {
@@ -47,6 +59,26 @@ struct ein_compiled {
     } entries[32];
     int nentries;
 };
+
+/* What a front end asks of a compile beyond the public options (einplan,
+ * tools/einplan.c: the one compile of einrun and the library, with these). */
+typedef struct co_compile_extra {
+    long plan_work;    /* the plan search's budget (co_search_opts.work: 0 the
+                          default, -1 seeds only) */
+    int record;        /* keep every candidate in c->search_rep */
+    int predict_only;  /* per-device programs for the simulator only (never run):
+                          up to 4096 devices; the calibration is loaded (c->cal) */
+} co_compile_extra;
+
+/* ein_compile with `x` (NULL: ein_compile). Same ownership and failures. */
+int co_compile(const ein_graph *g, int ndev, const ein_compile_options *o,
+               const co_compile_extra *x, ein_compiled **out, ein_error *err);
+
+/* Simulate c's programs (not plan_only) on its topology with its memory
+ * limit (topo_limited) and calibration (c->cal, loaded by the compile):
+ * co_sim_run, then co_sim_check_memory (EIN_ELIMIT). *out is the
+ * caller's (co_sim_result_free). */
+int co_compiled_simulate(const ein_compiled *c, co_sim_result **out, ein_error *err);
 
 /* 1 if `path` is a regular file that starts like a saved program
  * (ein_compiled_save), else 0; never blocks (a FIFO is 0). */

@@ -44,3 +44,20 @@ int ein_compiled_predict(const ein_compiled *c, const char *calibration, ein_pre
     co_sim_result_free(r);
     return 0;
 }
+
+int co_compiled_simulate(const ein_compiled *c, co_sim_result **out, ein_error *err)
+{
+    if (!c || !c->progs || !c->have_cal)
+        return ein_fail(err, EIN_EINVAL, "simulate: a program compiled without per-device "
+                        "programs or a calibration");
+    co_sim_result *r = NULL;
+    int rc = co_sim_run(c->progs, c->ndev, &c->topo_limited, &c->cal, &r, err);
+    if (rc == 0)
+        rc = co_sim_check_memory(c->progs, r, &c->topo_limited, err);
+    if (rc < 0) {
+        co_sim_result_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}

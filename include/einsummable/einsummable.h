@@ -259,6 +259,15 @@ typedef struct ein_compile_options {
                                  prefix of repeated blocks (docs/planner.md). The
                                  comm objective ignores it. Negative or NaN:
                                  EIN_EINVAL */
+    const char *strategy;     /* NULL, or a hand-written strategy the planner follows
+                                 ("megatron", "ulysses", "sequence" or "data",
+                                 docs/planner.md); the objective then defaults to
+                                 comm. Unknown: EIN_EINVAL; one that does not
+                                 apply to the graph: EIN_ENOPLAN */
+    const char *calibration;  /* a calibration file (einrun --calibrate) the time
+                                 objective predicts with; NULL: the topology's own,
+                                 else host's. A topology without one counts as
+                                 calibrated when this is given */
 } ein_compile_options;
 
 #define EIN_EXCHANGE_CHUNKS_AUTO (-1)
