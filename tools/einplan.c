@@ -20,16 +20,16 @@
 #include <string.h>
 
 #include "common/ein_json.h"
-#include "coordinator/co_lower.h"
-#include "coordinator/co_search.h"
-#include "coordinator/co_search_fit.h"
-#include "coordinator/co_sim.h"
+#include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_search.h"
+#include "coordinator/compile/co_search_fit.h"
+#include "coordinator/predict/co_sim.h"
 #include "exchange/xp_topo.h"
 #include "planner/rewrite/pl_rewrite.h"
 #include "tools/rewrite_report.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
-#include "coordinator/ein_compile_int.h"
+#include "coordinator/compile/ein_compile_int.h"
 #include "planner/ein_api_int.h"
 #include "planner/pl_strategy.h"
 

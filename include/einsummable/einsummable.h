@@ -340,7 +340,7 @@ int ein_compiled_predict(const ein_compiled *c, const char *calibration, ein_pre
  * body, each device's program, the topology it was compiled for (and how
  * that topology was found), a format magic and version and the library
  * version. The file is a few header bytes and one msgpack map
- * (coordinator/ein_compiled_file.c); the same compiled program always
+ * (coordinator/compile/ein_compiled_file.c); the same compiled program always
  * gives the same bytes.
  *
  * ein_compiled_save writes `c` to `path` (a temporary file next to it,
