@@ -1,7 +1,7 @@
 /* common/ein_kernel_cost.h — the FLOPs of a kernel, stated once.
  *
  * The planner prices whole operators (planner/ops: the node's shapes as
- * boxes) and the simulator prices Program blocks (coordinator/co_sim.c:
+ * boxes) and the simulator prices Program blocks (coordinator/predict/co_sim.c:
  * the buffers' boxes); both ask here, so an operator's cost model lives in
  * one place and a new kernel kind adds one case.
  *

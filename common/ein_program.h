@@ -141,7 +141,7 @@ typedef enum ein_instr_kind {
     EIN_I_NOTIFY,   /* tell device `peer` that buffer srcs[0] is ready to be copied */
     EIN_I_WAIT,     /* wait until device `peer` said its buffer `peer_buf` is ready (a
                        NOTIFY of it); moves nothing. The memory planner
-                       (coordinator/co_memplan.h) uses it as the acknowledgement
+                       (coordinator/compile/co_memplan.h) uses it as the acknowledgement
                        that a peer's COPY from this device is complete: the peer
                        NOTIFYs the COPY's dst back, and what overwrites the copied
                        bytes here depends on this WAIT. A backend orders the
@@ -169,7 +169,7 @@ typedef struct ein_instr {
     int32_t peer;           /* COPY: source device; NOTIFY: device told */
     int32_t peer_buf;       /* COPY / NOTIFY: buffer id on the source device */
     uint64_t peer_offset;   /* COPY: byte offset of that buffer in the peer's segment */
-    /* Entry points (coordinator/co_entries.h): bit e set = a run of entry
+    /* Entry points (coordinator/compile/co_entries.h): bit e set = a run of entry
      * e + 1 runs this instruction; 0 (every program without entry points)
      * = every run runs it. A run of entry 0 runs everything. */
     uint32_t entries;
@@ -296,7 +296,7 @@ int ein_program_pack(struct msgpack_packer *pk, const ein_program *p, ein_error 
 int ein_program_unpack(const struct msgpack_object *o, ein_program **out, ein_error *err);
 
 /* One kernel the same way (a graph node's kernel in a saved program,
- * coordinator/ein_compiled_file.c): ein_kernel_pack appends its map
+ * coordinator/compile/ein_compiled_file.c): ein_kernel_pack appends its map
  * ("kind" and the fields of that kind) and returns msgpack's 0 / -1;
  * ein_kernel_unpack fills *k (zeroed by the caller; k->list is the
  * caller's to free, even on failure) and returns 0 or EIN_EPROTO /

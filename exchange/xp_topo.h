@@ -21,7 +21,7 @@
  *                           # launch, notification and synchronisation
  *   memory 80 GB            # optional: device memory capacity (TB, GB, MB)
  *   calibration host        # optional: the kernel-rate table the plan
- *                           # simulator uses (coordinator/co_calib.h): a
+ *                           # simulator uses (coordinator/predict/co_calib.h): a
  *                           # built-in name or a file path
  *
  * Several hosts (two levels; a file without `nodes` is one host):

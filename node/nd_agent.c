@@ -20,7 +20,7 @@
 #include "common/ein_error.h"
 #include "common/ein_status.h"
 #include "common/ein_wire.h"
-#include "coordinator/co_guard.h"
+#include "coordinator/run/co_guard.h"
 
 /* A launched agent's link to the coordinator: silent this long, it is
  * down (ZeroMQ heartbeats, every sixth of it). */
@@ -384,7 +384,7 @@ static int setup(nd *a, ein_error *err)
     zmq_setsockopt(a->dealer, ZMQ_ROUTING_ID, a->ident, strlen(a->ident));
     zmq_setsockopt(a->dealer, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(a->dealer, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
-    /* The run's CURVE keys (coordinator/co_curve.h), from the launcher;
+    /* The run's CURVE keys (coordinator/run/co_curve.h), from the launcher;
      * the workers never see them. */
     if (c->keys_stdin && (rc = keys_from_stdin(err)) < 0)
         return rc;

@@ -6,7 +6,7 @@
  * command of each host of einrun --hosts, such as ssh; later through
  * srun or mpirun). nd_agent_run() then does on its host what co_run.c
  * does on one machine, with the same pieces: a private run directory
- * (mode 0700), the guard process (coordinator/co_guard.h) that removes
+ * (mode 0700), the guard process (coordinator/run/co_guard.h) that removes
  * everything if the agent dies, the status page (common/ein_status.h),
  * one einworker per device of the host (--ucx: blocks from and to other
  * hosts move over UCX, worker/wk_ucx.h), watched through SIGCHLD on a

@@ -1,5 +1,5 @@
 /* planner/ein_api_int.h — what the library's other public calls (the
- * compiler and the session, coordinator/ein_compile.c) need of the public
+ * compiler and the session, coordinator/compile/ein_compile.c) need of the public
  * plan object; private to the library. */
 #ifndef EIN_API_INT_H
 #define EIN_API_INT_H

@@ -108,7 +108,7 @@ typedef struct pl_plan_opts {
      * repartition the tensor's bytes over p x net_bw (every device
      * receiving at once); both also pass twice through memory (slices,
      * then concatenation or aggregation) at p x hbm_bw. The rates come from the
-     * caller (a topology and its calibration, coordinator/co_sim.h); all
+     * caller (a topology and its calibration, coordinator/predict/co_sim.h); all
      * three must be > 0. */
     pl_objective objective;
     double peak_flops, hbm_bw, net_bw;

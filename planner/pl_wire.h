@@ -1,5 +1,5 @@
 /* planner/pl_wire.h — a graph and its plan in MessagePack, for saved
- * programs (coordinator/ein_compiled_file.c).
+ * programs (coordinator/compile/ein_compiled_file.c).
  *
  * A graph is an array of nodes, each a map {"name", "kind", "dtype",
  * "shape", "inputs", "kernel" (ein_kernel_pack's map; nil for an input),

@@ -68,7 +68,7 @@
 #include "common/ein_clock.h"
 #include "common/ein_kernel_cost.h"
 #include "common/ein_self.h"
-#include "coordinator/ein_compile_int.h"
+#include "coordinator/compile/ein_compile_int.h"
 #include "include/einsummable/einsummable.h"
 #include "kernels/kn_cpu.h"
 #include "planner/pl_spec.h"

@@ -20,16 +20,16 @@
 #include <string.h>
 
 #include "common/ein_json.h"
-#include "coordinator/co_lower.h"
-#include "coordinator/co_search.h"
-#include "coordinator/co_search_fit.h"
-#include "coordinator/co_sim.h"
+#include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_search.h"
+#include "coordinator/compile/co_search_fit.h"
+#include "coordinator/predict/co_sim.h"
 #include "exchange/xp_topo.h"
 #include "planner/rewrite/pl_rewrite.h"
 #include "tools/rewrite_report.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
-#include "coordinator/ein_compile_int.h"
+#include "coordinator/compile/ein_compile_int.h"
 #include "planner/ein_api_int.h"
 #include "planner/pl_strategy.h"
 
@@ -217,90 +217,72 @@ static void print_dot(const pl_graph *g, const pl_plan *plan)
     printf("}\n");
 }
 
-/* --simulate's front end, over co_sim.h. */
+/* --simulate's front end: the compiled value's programs simulated
+ * (co_compiled_simulate), printed with co_sim.h. */
 
-/* Load a topology (`topo_arg`, NULL: host) and its calibration (`cal_arg`,
- * NULL: the topology's own, else host); an exit status (2) after one line
- * on stderr prefixed by `prog`, or 0. */
-static int sim_load(const char *prog, const char *topo_arg, const char *cal_arg,
-                    xp_topology **topo, co_calib *cal)
+/* Compile as `co` and `x` say; on failure print one line prefixed by
+ * `prog` (naming `path` for a plan that cannot be made) and return an
+ * exit status, else 0. */
+static int compile(const char *prog, const char *path, const pl_graph *g, int p,
+                   const ein_compile_options *co, const co_compile_extra *x,
+                   ein_compiled **out)
 {
     ein_error err = {0};
-    const char *name = topo_arg ? topo_arg : "host";
-    if (xp_topo_load(name, topo, &err) < 0) {
-        fprintf(stderr, "%s: --topology %s: %s\n", prog, name, err.msg);
-        return 2;
-    }
-    if ((cal_arg ? co_calib_load(cal_arg, cal, &err) : co_sim_calib_of(*topo, "host", cal, &err)) < 0) {
-        fprintf(stderr, "%s: %s%s%s%s\n", prog, cal_arg ? "--calibration " : "",
-                cal_arg ? cal_arg : "", cal_arg ? ": " : "", err.msg);
-        xp_topo_free(*topo);
-        *topo = NULL;
-        return 2;
-    }
-    return 0;
-}
-
-/* The default objective is time (the plan search) where the topology
- * (default host) has a calibration, or --calibration gives one, and it
- * has the P devices, as ein_compile decides (at most 128 devices: the
- * search simulates every candidate); comm otherwise. A topology that does
- * not load is reported later, where it is used. */
-static int default_time(const char *topo_arg, const char *cal_arg, int p)
-{
-    xp_topology *t = NULL;
-    if (p < 1 || p > 128 || xp_topo_load(topo_arg ? topo_arg : "host", &t, NULL) < 0)
+    if (co_compile(g, p, co, x, out, &err) == 0)
         return 0;
-    int yes = (t->calibration[0] || cal_arg) && t->ngpus >= p;
-    xp_topo_free(t);
-    return yes;
+    if (err.code == EIN_ENOPLAN || err.code == EIN_ESHAPE)
+        fprintf(stderr, "%s: %s: %s\n", prog, path, err.msg);
+    else
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+    return exit_status(err.code);
 }
 
-/* --simulate: simulate `plan` (made with `popts`, selector `sel`, seed
- * `seed`) on the topology and calibration, print text, --json or write
+/* --simulate: simulate the compiled `*comp`, print text, --json or write
  * --trace. Memory is a constraint: if the plan's peak exceeds some
- * device's memory, the DP plan of the other objective is tried; if none
- * fits, the memory error. Returns 0, or an exit status (2 bad input, 1
- * other) after printing one line on stderr prefixed by `prog`. */
-static int sim_cli(const char *prog, const pl_graph *g, const pl_plan *plan,
-                   const pl_plan_opts *popts, const xp_topology *topo, const co_calib *cal,
-                   const char *trace_path, int json, uint64_t seed)
+ * device's memory, the DP's program compiled for the other objective is
+ * tried (it replaces *comp); if none fits, the memory error. Returns 0, or
+ * an exit status (2 bad input, 1 other) after printing one line on stderr
+ * prefixed by `prog`. */
+static int sim_cli(const char *prog, const char *path, const pl_graph *g, int p,
+                   const ein_compile_options *co, const co_compile_extra *x, ein_compiled **comp,
+                   const char *trace_path, int json)
 {
     ein_error err = {0}, merr = {0};
-    ein_program **progs = NULL;
     co_sim_result *r = NULL;
-    pl_plan *other = NULL;
+    ein_compiled *c = *comp, *other = NULL;
     int status = 2;
-    if (co_sim_plan(g, plan, topo, cal, seed, 1, &progs, &r, &err) < 0) {
-        if (err.code != EIN_ELIMIT || plan->selector != PL_SELECT_DP) {
+    if (co_compiled_simulate(c, &r, &err) < 0) {
+        if (err.code != EIN_ELIMIT || ein_plan_internal(c->plan)->selector != PL_SELECT_DP) {
             fprintf(stderr, "%s: --simulate: %s\n", prog, err.msg);
             status = err.code == EIN_EINVAL || err.code == EIN_ELIMIT ? 2 : 1;
             goto done;
         }
-        /* Memory is a constraint: try the other objective's plan. */
+        /* Memory is a constraint: try the other objective's program. */
         merr = err;
-        pl_plan_opts o = popts ? *popts : (pl_plan_opts){0};
-        o.objective = o.objective == PL_OBJECTIVE_TIME ? PL_OBJECTIVE_COMM : PL_OBJECTIVE_TIME;
-        if (o.objective == PL_OBJECTIVE_TIME)
-            co_sim_objective_rates(topo, cal, &o);
-        if (pl_plan_make_opts(g, plan->p, plan->selector, seed, &o, &other, &err) < 0 ||
-            co_sim_plan(g, other, topo, cal, seed, 1, &progs, &r, &err) < 0) {
+        ein_compile_options o2 = *co;
+        int time = !c->time_objective;
+        o2.objective = time ? "time" : "comm";
+        if (co_compile(g, p, &o2, x, &other, &err) < 0 ||
+            co_compiled_simulate(other, &r, &err) < 0) {
             fprintf(stderr, "%s: --simulate: no plan fits: %s\n", prog, merr.msg);
             goto done;
         }
         fprintf(stderr, "%s: the plan of objective %s does not fit (%s); showing objective %s's\n",
-                prog, o.objective == PL_OBJECTIVE_TIME ? "comm" : "time", merr.msg,
-                o.objective == PL_OBJECTIVE_TIME ? "time" : "comm");
+                prog, time ? "comm" : "time", merr.msg, time ? "time" : "comm");
+        ein_compiled_free(c);
+        *comp = c = other;
+        other = NULL;
     }
+    (void)path;
     status = 1;
-    if ((json ? co_sim_json(progs, r, topo, cal, stdout)
-              : co_sim_print(progs, r, topo, cal, stdout)) < 0) {
+    if ((json ? co_sim_json(c->progs, r, &c->topo_limited, &c->cal, stdout)
+              : co_sim_print(c->progs, r, &c->topo_limited, &c->cal, stdout)) < 0) {
         fprintf(stderr, "%s: cannot write the report\n", prog);
         goto done;
     }
     if (trace_path) {
         FILE *f = fopen(trace_path, "we");
-        int rc = f ? co_sim_trace(progs, r, f) : EIN_EIO;
+        int rc = f ? co_sim_trace(c->progs, r, f) : EIN_EIO;
         if (f && fclose(f) != 0)
             rc = EIN_EIO;
         if (rc < 0) {
@@ -314,10 +296,38 @@ static int sim_cli(const char *prog, const pl_graph *g, const pl_plan *plan,
     status = 0;
 done:
     co_sim_result_free(r);
-    if (progs)
-        co_programs_free(progs, plan->p);
-    pl_plan_free(other);
+    ein_compiled_free(other);
     return status;
+}
+
+/* Which objective and budget chose c's plan (the plan search's report). */
+static void search_report(FILE *rf, const ein_compiled *c, uint64_t seed, int verbose)
+{
+    const co_search_report *rep = &c->search_rep;
+    const xp_topology *t = &c->topo_limited;
+    char blocks[48] = "";
+    if (rep->period)
+        snprintf(blocks, sizeof blocks, ", blocks of %d nodes", rep->period);
+    if (c->whole_search)
+        fprintf(rf, "objective time: the plan searched on the first two blocks does "
+                    "not fit in %.2f %s per device over the whole graph: searched the "
+                    "whole graph\n", t->memory * (t->memory < 1e9 ? 1e-6 : 1e-9),
+                t->memory < 1e9 ? "MB" : "GB");
+    if (rep->prefix_nodes)
+        fprintf(rf, "objective time: %d repeated blocks: searched on the first %d nodes "
+                    "(up to the second block's end), their choices reused for every "
+                    "block; the times below are that prefix's\n",
+                rep->nblocks, rep->prefix_nodes);
+    fprintf(rf, "objective time: plan search on %s, seed %" PRIu64 ", budget %ld "
+                "operator x device simulations beyond the seeds (spent %ld in %d simulations, %d "
+                "seeds, %d choices%s); chosen: %s, predicted %.4f ms (best seed %s "
+                "%.4f ms)\n",
+            t->name, seed, rep->budget, rep->work, rep->nevals, rep->nseeds,
+            rep->nclasses, blocks, rep->best_from, 1e3 * rep->best_time, rep->best_seed,
+            1e3 * rep->best_seed_time);
+    for (int i = 0; verbose && i < rep->ncands; i++)
+        fprintf(rf, "  candidate %4d  %10.4f ms  %s\n", i + 1, 1e3 * rep->cands[i].time,
+                rep->cands[i].what);
 }
 
 int main(int argc, char **argv)
@@ -446,10 +456,7 @@ int main(int argc, char **argv)
         default: usage(stderr); return 2;
         }
     }
-    if (!objective_given && sel == PL_SELECT_DP && !strategy && !rewrite && !exchanges &&
-        default_time(topo_arg, cal_arg, p))
-        opts.objective = PL_OBJECTIVE_TIME; /* the default where calibrated */
-    if ((trace_path || (cal_arg && opts.objective != PL_OBJECTIVE_TIME)) && !simulate) {
+    if (trace_path && !simulate) {
         fprintf(stderr, "einplan: --trace and --calibration need --simulate (or --objective time)\n");
         return 2;
     }
@@ -485,9 +492,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "einplan: %s\n", err.msg);
         return exit_status(err.code);
     }
-    /* The same compile as einrun's and the library's: a --rewrite uses the
-     * same topology (the `host` machine sized to P unless --topology), so
-     * the two can no longer rewrite differently. */
+    /* The one compile of einrun and the library (ein_compile's steps): a
+     * --rewrite uses the same topology (the `host` machine sized to P
+     * unless --topology), the plan is chosen by the objective (the
+     * library's default: time where calibrated, comm with a --strategy),
+     * and --simulate and --exchanges read the programs it lowered. */
     ein_compile_options co;
     ein_compile_options_init(&co);
     co.selector = pl_selector_name(sel);
@@ -497,115 +506,47 @@ int main(int argc, char **argv)
     co.rewrite_weights = weights;
     co.ilp = ilp;
     co.topology = topo_arg;
-    co.plan_only = !exchanges;
+    co.plan_only = !exchanges && !simulate;
     co.exchange_chunks = chunks;
     co.partials = pl_partials_name(opts.partials);
     co.memory_limit = mem_limit;
-    if (objective_given) /* else the library's default: time where calibrated */
+    co.strategy = strategy;
+    co.calibration = cal_arg;
+    if (simulate && !exchanges)
+        co.search_cap_ms = -1; /* the simulator's lowering: the work budget alone */
+    if (objective_given)
         co.objective = opts.objective == PL_OBJECTIVE_TIME ? "time" : "comm";
+    co_compile_extra x = {.plan_work = plan_work, .record = verbose,
+                          .predict_only = simulate && !exchanges};
     ein_compiled *comp = NULL;
     if (exchanges && p > EIN_MAX_DEVICES) {
         fprintf(stderr, "einplan: --exchanges: at most %d devices\n", EIN_MAX_DEVICES);
         pl_graph_free(g);
         return 2;
     }
-    if (simulate || strategy || opts.objective == PL_OBJECTIVE_TIME) {
-        /* The plan simulator's path (issue 12): not yet over ein_compile. */
-        if (rewrite || exchanges) {
-            fprintf(stderr, "einplan: --rewrite and --exchanges do not combine with --simulate, "
-                            "--strategy or --objective time yet\n");
-            pl_graph_free(g);
-            return 2;
-        }
-        if (strategy && pl_strategy_check(strategy, g, p, &err) < 0) {
-            fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
-            pl_graph_free(g);
-            return 2;
-        }
-        xp_topology *sim_topo = NULL;
-        co_calib sim_cal;
-        if ((simulate || opts.objective == PL_OBJECTIVE_TIME) &&
-            sim_load("einplan", topo_arg, cal_arg, &sim_topo, &sim_cal) != 0) {
-            pl_graph_free(g);
-            return 2;
-        }
-        if (sim_topo)
-            co_topo_limit_memory(sim_topo, mem_limit);
-        if (opts.objective == PL_OBJECTIVE_TIME)
-            co_sim_objective_rates(sim_topo, &sim_cal, &opts);
-        int whole_search = 0;
-        int searched = opts.objective == PL_OBJECTIVE_TIME && sel == PL_SELECT_DP && !strategy;
-        co_search_opts so = {.work = plan_work, .seed = seed, .record = verbose};
-        co_search_report rep = {0};
-        if ((searched ? co_plan_search_fit(g, p, &opts, sim_topo, &sim_cal, &so, &plan, &rep,
-                                           &whole_search, &err)
-             : opts.objective == PL_OBJECTIVE_TIME
-                 ? co_sim_plan_time(g, p, sel, seed, &opts, sim_topo, &sim_cal, &plan, &err)
-                 : pl_plan_make_opts(g, p, sel, seed, &opts, &plan, &err)) < 0) {
-            xp_topo_free(sim_topo);
-            fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
-            pl_graph_free(g);
-            return exit_status(err.code);
-        }
-        if (searched) {
-            /* Which objective and budget chose the plan (stderr with --json). */
-            FILE *rf = json ? stderr : stdout;
-            char blocks[48] = "";
-            if (rep.period)
-                snprintf(blocks, sizeof blocks, ", blocks of %d nodes", rep.period);
-            if (whole_search)
-                fprintf(rf, "objective time: the plan searched on the first two blocks does "
-                            "not fit in %.2f %s per device over the whole graph: searched the "
-                            "whole graph\n", sim_topo->memory * (sim_topo->memory < 1e9 ? 1e-6 : 1e-9),
-                        sim_topo->memory < 1e9 ? "MB" : "GB");
-            if (rep.prefix_nodes)
-                fprintf(rf, "objective time: %d repeated blocks: searched on the first %d nodes "
-                            "(up to the second block's end), their choices reused for every "
-                            "block; the times below are that prefix's\n",
-                        rep.nblocks, rep.prefix_nodes);
-            fprintf(rf, "objective time: plan search on %s, seed %" PRIu64 ", budget %ld "
-                        "operator x device simulations beyond the seeds (spent %ld in %d simulations, %d "
-                        "seeds, %d choices%s); chosen: %s, predicted %.4f ms (best seed %s "
-                        "%.4f ms)\n",
-                    sim_topo->name, seed, rep.budget, rep.work, rep.nevals, rep.nseeds,
-                    rep.nclasses, blocks, rep.best_from, 1e3 * rep.best_time, rep.best_seed,
-                    1e3 * rep.best_seed_time);
-            for (int i = 0; verbose && i < rep.ncands; i++)
-                fprintf(rf, "  candidate %4d  %10.4f ms  %s\n", i + 1, 1e3 * rep.cands[i].time,
-                        rep.cands[i].what);
-            co_search_report_free(&rep);
-        }
-        if (simulate) {
-            int st = sim_cli("einplan", g, plan, &opts, sim_topo, &sim_cal, trace_path, json, seed);
-            xp_topo_free(sim_topo);
-            pl_plan_free(plan);
-            pl_graph_free(g);
-            return st;
-        }
-        xp_topo_free(sim_topo);
-        if (json)
-            print_json(path, g, plan);
-        else if (dot)
-            print_dot(g, plan);
-        else
-            print_text(path, g, plan);
-        pl_plan_free(plan);
-        pl_graph_free(g);
-        return 0;
+    int st = compile("einplan", path, g, p, &co, &x, &comp);
+    if (st == 0 && cal_arg && !simulate && !comp->time_objective) {
+        fprintf(stderr, "einplan: --trace and --calibration need --simulate (or --objective time)\n");
+        st = 2;
     }
-    if (ein_compile(g, p, &co, &comp, &err) < 0) {
-        if (err.code == EIN_ENOPLAN || err.code == EIN_ESHAPE)
-            fprintf(stderr, "einplan: %s: %s\n", path, err.msg);
-        else
-            fprintf(stderr, "einplan: %s\n", err.msg);
+    if (st != 0) {
+        ein_compiled_free(comp);
         pl_graph_free(g);
-        return exit_status(err.code);
+        return st;
+    }
+    if (comp->rewritten)
+        rewrite_report(json || dot ? stderr : stdout, comp->g, &comp->rewrite_stats);
+    if (comp->plan_searched && !rewrite && !exchanges)
+        search_report(json ? stderr : stdout, comp, seed, verbose);
+    if (simulate) {
+        st = sim_cli("einplan", path, g, p, &co, &x, &comp, trace_path, json);
+        ein_compiled_free(comp);
+        pl_graph_free(g);
+        return st;
     }
     pl_graph_free(g);
     g = comp->g;
     plan = (pl_plan *)ein_plan_internal(comp->plan);
-    if (comp->rewritten)
-        rewrite_report(json || dot ? stderr : stdout, g, &comp->rewrite_stats);
     if (json)
         print_json(path, g, plan);
     else if (dot)

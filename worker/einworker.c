@@ -283,7 +283,7 @@ static void install_signals(const wk_config *cfg)
  * once it is gone we are re-parented (to init or a subreaper) and
  * getppid() changes; then SIGTERM takes the usual way out (on_term).
  * Its latency (0.1 s) only matters when the coordinator was killed
- * outright; its guard (coordinator/co_guard.h) kills us at once anyway. */
+ * outright; its guard (coordinator/run/co_guard.h) kills us at once anyway. */
 static pid_t watched_parent;
 
 static void *watch_parent(void *arg)

@@ -1,5 +1,5 @@
 /* worker/wk_probe_cuda.c — the GPU probe (wk_probe.h). It only gathers
- * facts; what they mean for the topology is coordinator/co_topo.c's
+ * facts; what they mean for the topology is coordinator/compile/co_topo.c's
  * business, where it can be tested without a GPU.
  *
  * STATUS: compiled, never run on a GPU yet. */

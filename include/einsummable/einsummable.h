@@ -259,6 +259,15 @@ typedef struct ein_compile_options {
                                  prefix of repeated blocks (docs/planner.md). The
                                  comm objective ignores it. Negative or NaN:
                                  EIN_EINVAL */
+    const char *strategy;     /* NULL, or a hand-written strategy the planner follows
+                                 ("megatron", "ulysses", "sequence" or "data",
+                                 docs/planner.md); the objective then defaults to
+                                 comm. Unknown: EIN_EINVAL; one that does not
+                                 apply to the graph: EIN_ENOPLAN */
+    const char *calibration;  /* a calibration file (einrun --calibrate) the time
+                                 objective predicts with; NULL: the topology's own,
+                                 else host's. A topology without one counts as
+                                 calibrated when this is given */
 } ein_compile_options;
 
 #define EIN_EXCHANGE_CHUNKS_AUTO (-1)
@@ -331,7 +340,7 @@ int ein_compiled_predict(const ein_compiled *c, const char *calibration, ein_pre
  * body, each device's program, the topology it was compiled for (and how
  * that topology was found), a format magic and version and the library
  * version. The file is a few header bytes and one msgpack map
- * (coordinator/ein_compiled_file.c); the same compiled program always
+ * (coordinator/compile/ein_compiled_file.c); the same compiled program always
  * gives the same bytes.
  *
  * ein_compiled_save writes `c` to `path` (a temporary file next to it,

@@ -62,7 +62,7 @@ int pl_graph_add_cache_write(pl_graph *g, const char *name, int state, int x, in
                         "declared with `state`", what, s->name);
     /* Several cache_writes of one state (a prefill chunk's and a decode
      * step's) are allowed: each run is then one entry point that needs at
-     * most one of them (coordinator/co_entries.h), and they share one
+     * most one of them (coordinator/compile/co_entries.h), and they share one
      * tiling (pl_spec_enumerate). */
     if (s->rank != 4 || n->rank != 3 || n->shape[0] != s->shape[0] || s->shape[1] <= 0 ||
         n->shape[1] <= 0 || n->shape[1] % s->shape[1] || n->shape[2] != s->shape[3])

@@ -76,6 +76,8 @@ class ein_compile_options(ctypes.Structure):
         ("no_reuse", ctypes.c_int),
         ("partials", ctypes.c_char_p),
         ("memory_limit", ctypes.c_double),
+        ("strategy", ctypes.c_char_p),
+        ("calibration", ctypes.c_char_p),
         ("_spare", ctypes.c_char * 256),
     ]
 

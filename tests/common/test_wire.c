@@ -1805,7 +1805,7 @@ static void test_done_graph_fields(void **state)
     free(buf);
 }
 
-/* Entry points (coordinator/co_entries.h): an instruction's entries and a
+/* Entry points (coordinator/compile/co_entries.h): an instruction's entries and a
  * START's entry travel, only when non-zero; an entry past EIN_ENTRY_MAX is
  * refused. */
 static void test_entries(void **state)

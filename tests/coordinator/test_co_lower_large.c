@@ -14,7 +14,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "coordinator/co_lower.h"
+#include "coordinator/compile/co_lower.h"
 #include "exchange/xp_topo.h"
 #include "planner/pl_parse.h"
 

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "coordinator/co_lower.h"
+#include "coordinator/compile/co_lower.h"
 
 static uint64_t rng = 0x51a11;
 

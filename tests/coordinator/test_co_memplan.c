@@ -1,5 +1,5 @@
 /* tests/coordinator/test_co_memplan.c — buffer placement by liveness
- * (coordinator/co_memplan.h):
+ * (coordinator/compile/co_memplan.h):
  *  - a hand-made chain whose placement, peak and added dependency are
  *    worked out by hand;
  *  - lowered Programs (a 6-layer chain of matmuls on 3 devices, whole and
@@ -20,8 +20,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "coordinator/co_memplan.h"
-#include "coordinator/ein_compile_int.h"
+#include "coordinator/compile/co_memplan.h"
+#include "coordinator/compile/ein_compile_int.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 

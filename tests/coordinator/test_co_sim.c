@@ -14,9 +14,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "coordinator/co_calib.h"
-#include "coordinator/co_lower.h"
-#include "coordinator/co_sim.h"
+#include "coordinator/predict/co_calib.h"
+#include "coordinator/compile/co_lower.h"
+#include "coordinator/predict/co_sim.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "coordinator/co_topo.h"
+#include "coordinator/compile/co_topo.h"
 #include "exchange/xp_program.h"
 #include "exchange/xp_sim.h"
 

@@ -15,7 +15,7 @@
 #include <sys/types.h>
 
 #include "common/ein_progress.h"
-#include "coordinator/co_weights.h"
+#include "coordinator/run/co_weights.h"
 
 static char dir[64];
 

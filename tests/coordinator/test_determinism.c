@@ -24,7 +24,7 @@
 #include <cmocka.h>
 
 #include "common/ein_clock.h"
-#include "coordinator/co_lower.h"
+#include "coordinator/compile/co_lower.h"
 #include "exchange/xp_topo.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"

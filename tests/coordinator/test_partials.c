@@ -23,10 +23,10 @@
 #include <cmocka.h>
 
 #include "common/ein_dtype.h"
-#include "coordinator/co_calib.h"
-#include "coordinator/co_lower.h"
-#include "coordinator/co_search.h"
-#include "coordinator/co_sim.h"
+#include "coordinator/predict/co_calib.h"
+#include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_search.h"
+#include "coordinator/predict/co_sim.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 

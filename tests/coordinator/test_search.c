@@ -1,5 +1,5 @@
 /* tests/coordinator/test_search.c — the plan search by predicted time
- * (coordinator/co_search.h, issue 21): deterministic; never predicted
+ * (coordinator/compile/co_search.h, issue 21): deterministic; never predicted
  * slower than any of its seeds (checked against plans made and simulated
  * here, not the search's own numbers); better than the DP where the DP's
  * cost misranks; better than the DP where its cut rule is provably
@@ -15,10 +15,10 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "coordinator/co_calib.h"
-#include "coordinator/co_lower.h"
-#include "coordinator/co_search.h"
-#include "coordinator/co_sim.h"
+#include "coordinator/predict/co_calib.h"
+#include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_search.h"
+#include "coordinator/predict/co_sim.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 #include "planner/pl_strategy.h"

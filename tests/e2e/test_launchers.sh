@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/e2e/test_launchers.sh — einrun --launcher srun|mpirun (issue 26,
-# coordinator/co_launch.h).
+# coordinator/run/co_launch.h).
 #
 # Without root (every make check): a fake srun and a fake mpirun ($EIN_SRUN,
 # $EIN_MPIRUN) check the arguments they are given (one task on the named

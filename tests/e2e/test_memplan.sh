@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/e2e/test_memplan.sh — buffers placed by liveness (issue 24;
-# coordinator/co_memplan.h) on a whole LLaMA: the tiny random model of
+# coordinator/compile/co_memplan.h) on a whole LLaMA: the tiny random model of
 # test_hf_model.sh (tests/e2e/hf_model.py: 2 layers, Hugging Face layout,
 # token ids to logits) run through einrun --weights on 1..8 CPU devices,
 # 3 iterations with every buffer that no LOAD fills poisoned (NaN) before

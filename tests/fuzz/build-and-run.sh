@@ -51,7 +51,7 @@ cflags="-std=gnu11 -g -O1 -I$src $deps_cflags -DPL_REWRITE_RULES_DIR=\"$src/plan
 lib_srcs=$(cd "$src" && ls common/*.c planner/*.c planner/ops/*.c exchange/*.c \
     planner/rewrite/pl_rewrite.c planner/rewrite/rw_egraph.c planner/rewrite/rw_rules.c \
     planner/rewrite/rw_saturate.c \
-    planner/rewrite/rw_ilp.c coordinator/co_topo.c)
+    planner/rewrite/rw_ilp.c coordinator/compile/co_topo.c)
 
 # Rebuild everything when any source or header is newer than the last build.
 stamp="$out/obj/.stamp"

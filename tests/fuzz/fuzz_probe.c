@@ -1,7 +1,7 @@
 /* tests/fuzz/fuzz_probe.c — the GPU probe text and topology detection. */
 #include "tests/fuzz/fuzz_util.h"
 
-#include "coordinator/co_topo.h"
+#include "coordinator/compile/co_topo.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

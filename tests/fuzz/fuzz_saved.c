@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_saved.c — the parts of a saved program
- * (coordinator/ein_compiled_file.c) that rebuild library values: the
+ * (coordinator/compile/ein_compiled_file.c) that rebuild library values: the
  * graph (pl_graph_unpack: every node through its builder), the plan
  * (pl_plan_unpack: splits the planner offers) and each device's Program
  * (ein_program_unpack). The input is a saved program file (the magic, then

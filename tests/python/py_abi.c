@@ -32,7 +32,8 @@ int main(void)
     F(ein_compile_options, seed); F(ein_compile_options, progress);
     F(ein_compile_options, exchange_chunks);
     F(ein_compile_options, no_reuse); F(ein_compile_options, partials);
-    F(ein_compile_options, memory_limit);
+    F(ein_compile_options, memory_limit); F(ein_compile_options, strategy);
+    F(ein_compile_options, calibration);
     Z(ein_compile_options);
     F(ein_session_options, backend); F(ein_session_options, gpu_ids);
     F(ein_session_options, worker); F(ein_session_options, worker_timeout);

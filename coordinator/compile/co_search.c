@@ -1,0 +1,790 @@
+/* coordinator/compile/co_search.c — plan search by predicted time (see co_search.h). */
+#include "coordinator/compile/co_search.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ein_rand.h"
+#include "common/ein_vec.h"
+#include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_physical.h"
+#include "coordinator/predict/co_sim.h"
+#include "planner/pl_spec.h"
+#include "planner/pl_strategy.h"
+
+#define CO_SEARCH_STALE 300 /* moves in a row that simulate nothing new: the search ends */
+
+/* Per operator: its requests (interval counts per index, as
+ * pl_spec_requests enumerates them) and, lazily, each request's tiling
+ * hashes (output, and per input). */
+typedef struct opreq {
+    int nreq, nidx, nin;
+    int *counts;            /* nreq x nidx */
+    uint64_t *out_h;        /* nreq, NULL until needed */
+    uint64_t *in_h;         /* nreq x nin */
+} opreq;
+
+typedef struct srch {
+    const pl_graph *g;
+    int p, n;
+    const xp_topology *topo;
+    const co_calib *cal;
+    co_xcache *xc;
+    uint64_t seed, rng;
+    pl_partials partials;   /* the plans' (base->partials) */
+    char *live;             /* live operators (planned in the seeds) */
+    int nops;
+    opreq *req;             /* by node */
+    int *cls;               /* by node: the node whose choice it takes */
+    int **seeds;            /* choice vectors of the seeds */
+    double *seed_t;
+    char (*seed_name)[48];
+    int nseeds;
+    co_search_report *rep;
+    const co_search_opts *so;
+    ein_error *err;
+    /* Candidates already simulated: choice vectors and their times, in
+     * an open-addressing table keyed by the vector's hash (a move that
+     * returns to a plan seen before costs nothing). */
+    int **memo_ch;
+    double *memo_t;
+    uint64_t *memo_h;
+    int nmemo, capmemo;     /* capmemo: a power of two, or 0 */
+} srch;
+
+static uint64_t mix(uint64_t h, uint64_t x)
+{
+    h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h *= 0xbf58476d1ce4e5b9ULL;
+    return h ^ (h >> 31);
+}
+
+static uint64_t tiling_hash(const pl_tiling *t)
+{
+    uint64_t h = mix(0x77u, (uint64_t)t->n);
+    for (int i = 0; i < t->n; i++)
+        for (int a = 0; a < t->boxes[i].rank; a++)
+            h = mix(mix(h, (uint64_t)t->boxes[i].lo[a]), (uint64_t)t->boxes[i].hi[a]);
+    return h;
+}
+
+/* A plan from a choice vector: spec, tiling and sub-costs of every live
+ * operator. */
+static int plan_build(srch *S, const int *ch, pl_plan **out)
+{
+    pl_plan *plan = calloc(1, sizeof *plan);
+    int rc = 0;
+    if (!plan || !(plan->nodes = calloc((size_t)S->n + 1, sizeof *plan->nodes))) {
+        free(plan);
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+    }
+    plan->p = S->p;
+    plan->nnodes = S->n;
+    plan->selector = PL_SELECT_DP;
+    plan->partials = S->partials;
+    for (int v = 0; v < S->n && rc == 0; v++) {
+        if (!S->live[v])
+            continue;
+        pl_choice *c = &plan->nodes[v];
+        const opreq *r = &S->req[v];
+        if ((rc = pl_spec_make(S->g, v, r->counts + (size_t)ch[v] * (size_t)r->nidx, &c->spec,
+                               S->err)) < 0)
+            break;
+        if (pl_tiling_of_outputs(&c->spec, &c->out_tiling) < 0) {
+            rc = ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+            break;
+        }
+        c->planned = 1;
+        const pl_node *nd = pl_graph_node(S->g, v);
+        const pl_tiling *tin[PL_MAX_INPUTS] = {NULL};
+        for (int k = 0; k < nd->ninputs; k++)
+            if (plan->nodes[nd->inputs[k]].planned)
+                tin[k] = &plan->nodes[nd->inputs[k]].out_tiling;
+        pl_cost_partials(S->g, v, &c->spec, tin, S->partials, &c->repart, &c->join, &c->agg);
+        plan->total += c->repart + c->join + c->agg;
+    }
+    if (rc < 0) {
+        pl_plan_free(plan);
+        return rc;
+    }
+    *out = plan;
+    return 0;
+}
+
+/* The choice vector of a plan (each live operator's request index). */
+static int plan_choices(srch *S, const pl_plan *plan, int *ch)
+{
+    for (int v = 0; v < S->n; v++) {
+        ch[v] = 0;
+        if (!S->live[v])
+            continue;
+        const opreq *r = &S->req[v];
+        int found = -1;
+        for (int i = 0; i < r->nreq && found < 0; i++)
+            if (memcmp(r->counts + (size_t)i * (size_t)r->nidx, plan->nodes[v].spec.counts,
+                       sizeof(int) * (size_t)r->nidx) == 0)
+                found = i;
+        if (found < 0)
+            return ein_fail(S->err, EIN_EINVAL, "internal error: the spec of '%s' is not one "
+                            "of its requests", pl_graph_node(S->g, v)->name);
+        ch[v] = found;
+    }
+    return 0;
+}
+
+static uint64_t choice_hash(const srch *S, const int *ch)
+{
+    uint64_t h = 0x21u;
+    for (int v = 0; v < S->n; v++)
+        if (S->live[v])
+            h = mix(h, (uint64_t)ch[v]);
+    return h ? h : 1;
+}
+
+/* The slot of ch in the memo table: where it is, or the empty one where
+ * it goes. */
+static int memo_slot(const srch *S, const int *ch, uint64_t h)
+{
+    int mask = S->capmemo - 1, i = (int)(h & (uint64_t)mask);
+    while (S->memo_h[i] &&
+           (S->memo_h[i] != h || memcmp(S->memo_ch[i], ch, sizeof(int) * (size_t)S->n)))
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* ch was simulated before: *time set, 1; else 0. */
+static int memo_find(const srch *S, const int *ch, double *time)
+{
+    if (!S->capmemo)
+        return 0;
+    int i = memo_slot(S, ch, choice_hash(S, ch));
+    if (!S->memo_h[i])
+        return 0;
+    *time = S->memo_t[i];
+    return 1;
+}
+
+static int memo_add(srch *S, const int *ch, double time)
+{
+    if (2 * (S->nmemo + 1) > S->capmemo) {
+        int cap = S->capmemo ? 2 * S->capmemo : 256;
+        int **och = S->memo_ch, ocap = S->capmemo;
+        double *ot = S->memo_t;
+        uint64_t *oh = S->memo_h;
+        S->memo_ch = calloc((size_t)cap, sizeof *S->memo_ch);
+        S->memo_t = calloc((size_t)cap, sizeof *S->memo_t);
+        S->memo_h = calloc((size_t)cap, sizeof *S->memo_h);
+        if (!S->memo_ch || !S->memo_t || !S->memo_h) {
+            free(S->memo_ch);
+            free(S->memo_t);
+            free(S->memo_h);
+            S->memo_ch = och;
+            S->memo_t = ot;
+            S->memo_h = oh;
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+        }
+        S->capmemo = cap;
+        for (int i = 0; i < ocap; i++)
+            if (oh[i]) {
+                int j = memo_slot(S, och[i], oh[i]);
+                S->memo_h[j] = oh[i];
+                S->memo_ch[j] = och[i];
+                S->memo_t[j] = ot[i];
+            }
+        free(och);
+        free(ot);
+        free(oh);
+    }
+    uint64_t h = choice_hash(S, ch);
+    int i = memo_slot(S, ch, h);
+    if (S->memo_h[i])
+        return 0;
+    if (!(S->memo_ch[i] = malloc(sizeof(int) * ((size_t)S->n + 1))))
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+    memcpy(S->memo_ch[i], ch, sizeof(int) * (size_t)S->n);
+    S->memo_h[i] = h;
+    S->memo_t[i] = time;
+    S->nmemo++;
+    return 0;
+}
+
+/* Predicted time of choice vector ch (INFINITY when it does not fit);
+ * counts the work and records the candidate. A vector simulated before
+ * takes its time from the memo: no work, not recorded again. */
+static int evaluate(srch *S, const int *ch, const char *what, double *time)
+{
+    if (memo_find(S, ch, time))
+        return 0;
+    pl_plan *plan = NULL;
+    int rc = plan_build(S, ch, &plan);
+    if (rc < 0)
+        return rc;
+    ein_program **progs = NULL;
+    co_sim_result *r = NULL;
+    ein_error e2 = {0};
+    rc = co_sim_plan_cached(S->g, plan, S->topo, S->cal, S->seed, 1, S->xc, &progs, &r, &e2);
+    pl_plan_free(plan);
+    if (rc == EIN_ELIMIT) {
+        *time = INFINITY;
+    } else if (rc < 0) {
+        if (S->err)
+            *S->err = e2;
+        return rc;
+    } else {
+        *time = r->time;
+        co_sim_result_free(r);
+        co_programs_free(progs, S->p);
+    }
+    if ((rc = memo_add(S, ch, *time)) < 0)
+        return rc;
+    co_search_report *rep = S->rep;
+    rep->nevals++;
+    rep->work += (long)S->nops * S->p;
+    if (S->so->record) {
+        co_search_cand *c = realloc(rep->cands, sizeof *c * (size_t)(rep->ncands + 1));
+        if (!c)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+        rep->cands = c;
+        snprintf(c[rep->ncands].what, sizeof c[rep->ncands].what, "%s", what);
+        c[rep->ncands].time = *time;
+        rep->ncands++;
+    }
+    return 0;
+}
+
+/* Tiling hashes of every request of v (computed once). */
+static int req_hashes(srch *S, int v)
+{
+    opreq *r = &S->req[v];
+    if (r->out_h)
+        return 0;
+    r->out_h = malloc(sizeof(uint64_t) * (size_t)(r->nreq + 1));
+    r->in_h = malloc(sizeof(uint64_t) * (size_t)(r->nreq * r->nin + 1));
+    if (!r->out_h || !r->in_h)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+    pl_spec sp = {0};
+    pl_tiling t = {0};
+    int rc = 0;
+    for (int i = 0; i < r->nreq && rc == 0; i++) {
+        if ((rc = pl_spec_make(S->g, v, r->counts + (size_t)i * (size_t)r->nidx, &sp, S->err)) < 0)
+            break;
+        if (pl_tiling_of_outputs(&sp, &t) < 0) {
+            rc = ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+            break;
+        }
+        r->out_h[i] = tiling_hash(&t);
+        pl_tiling_clear(&t);
+        for (int k = 0; k < r->nin && rc == 0; k++) {
+            if (pl_tiling_of_input(&sp, k, &t) < 0)
+                rc = ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+            r->in_h[(size_t)i * (size_t)r->nin + k] = tiling_hash(&t);
+            pl_tiling_clear(&t);
+        }
+        pl_spec_clear(&sp);
+    }
+    pl_spec_clear(&sp);
+    if (rc < 0) {
+        free(r->out_h);
+        r->out_h = NULL;
+    }
+    return rc;
+}
+
+/* Which indices request i of v splits, as a set of labels (hashed). */
+static uint64_t split_sig(srch *S, int v, int i)
+{
+    pl_index idx[PL_MAX_INDICES];
+    int n = pl_op_indices(S->g, v, idx, NULL);
+    const opreq *r = &S->req[v];
+    uint64_t h = 0;
+    for (int k = 0; k < n && k < r->nidx; k++)
+        if (r->counts[(size_t)i * (size_t)r->nidx + k] > 1)
+            for (const char *c = idx[k].label; *c; c++)
+                h = mix(h, (uint64_t)(unsigned char)*c);
+    return h;
+}
+
+/* Set node v's class to request i in ch (every node of the class). */
+static void set_class(srch *S, int *ch, int v, int i)
+{
+    int c = S->cls[v];
+    for (int u = 0; u < S->n; u++)
+        if (S->live[u] && S->cls[u] == c)
+            ch[u] = i;
+}
+
+static int rnd(srch *S, int n)
+{
+    return n > 0 ? (int)(ein_rand_next(&S->rng) % (uint64_t)n) : 0;
+}
+
+/* The live operators adjacent to v (producers and consumers). */
+static int neighbours(srch *S, int v, int *out, int cap)
+{
+    int m = 0;
+    const pl_node *nd = pl_graph_node(S->g, v);
+    for (int k = 0; k < nd->ninputs && m < cap; k++)
+        if (S->live[nd->inputs[k]])
+            out[m++] = nd->inputs[k];
+    for (int u = v + 1; u < S->n && m < cap; u++) {
+        if (!S->live[u])
+            continue;
+        const pl_node *un = pl_graph_node(S->g, u);
+        for (int k = 0; k < un->ninputs; k++)
+            if (un->inputs[k] == v) {
+                out[m++] = u;
+                break;
+            }
+    }
+    return m;
+}
+
+/* One move from `cur` into `nx`; its description in `what`. 0, or a
+ * negative code; *changed 0 when the move changed nothing. */
+static int propose(srch *S, const int *cur, int *nx, char *what, size_t wlen, int *changed)
+{
+    memcpy(nx, cur, sizeof(int) * (size_t)S->n);
+    int *ops = malloc(sizeof(int) * (size_t)S->n), nops = 0, rc = 0;
+    int *queue = malloc(sizeof(int) * (size_t)S->n);
+    char *seen = calloc((size_t)S->n + 1, 1);
+    if (!ops || !queue || !seen) {
+        rc = ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+        goto done;
+    }
+    for (int v = 0; v < S->n; v++)
+        if (S->live[v] && S->cls[v] == v && S->req[v].nreq > 1)
+            ops[nops++] = v;
+    if (nops == 0)
+        goto done;
+    int kind = rnd(S, 10), v = ops[rnd(S, nops)];
+    const char *name = pl_graph_node(S->g, v)->name;
+    if (kind < 4) {
+        /* One operator (its class) to another spec. */
+        int i = rnd(S, S->req[v].nreq - 1);
+        if (i >= cur[v])
+            i++;
+        set_class(S, nx, v, i);
+        snprintf(what, wlen, "op %.32s", name);
+    } else if (kind < 7 && S->nseeds > 0) {
+        /* A region sharing v's split takes a seed's specs. */
+        int s = rnd(S, S->nseeds);
+        uint64_t sig = split_sig(S, v, cur[v]);
+        int qh = 0, qt = 0;
+        queue[qt++] = v;
+        seen[v] = 1;
+        while (qh < qt) {
+            int u = queue[qh++], nb[64];
+            set_class(S, nx, u, S->seeds[s][u]);
+            int m = neighbours(S, u, nb, 64);
+            for (int j = 0; j < m; j++) {
+                int w = nb[j];
+                if (seen[w] || !S->live[w] || split_sig(S, w, cur[w]) != sig)
+                    continue;
+                seen[w] = 1;
+                queue[qt++] = w;
+            }
+        }
+        snprintf(what, wlen, "region %.32s (%d ops) from %.16s", name, qt, S->seed_name[s]);
+    } else {
+        /* A producer/consumer pair: v to another spec, its producer to
+         * one whose output tiling is what v now wants (no repartition). */
+        const pl_node *nd = pl_graph_node(S->g, v);
+        int ins[PL_MAX_INPUTS], nin = 0;
+        for (int k = 0; k < nd->ninputs; k++)
+            if (S->live[nd->inputs[k]])
+                ins[nin++] = k;
+        int i = rnd(S, S->req[v].nreq);
+        set_class(S, nx, v, i);
+        if (nin > 0) {
+            int k = ins[rnd(S, nin)], u = nd->inputs[k];
+            if ((rc = req_hashes(S, v)) < 0 || (rc = req_hashes(S, u)) < 0)
+                goto done;
+            uint64_t want = S->req[v].in_h[(size_t)i * (size_t)S->req[v].nin + k];
+            int pick = -1, nmatch = 0;
+            for (int j = 0; j < S->req[u].nreq; j++)
+                if (S->req[u].out_h[j] == want && rnd(S, ++nmatch) == 0)
+                    pick = j;
+            if (pick >= 0)
+                set_class(S, nx, u, pick);
+            snprintf(what, wlen, "pair %.32s<-%.32s", name, pl_graph_node(S->g, u)->name);
+        } else {
+            snprintf(what, wlen, "op %.32s", name);
+        }
+    }
+    *changed = memcmp(nx, cur, sizeof(int) * (size_t)S->n) != 0;
+done:
+    free(ops);
+    free(queue);
+    free(seen);
+    return rc;
+}
+
+/* Repeated blocks: the smallest period T of node ids for which at least
+ * half of the operators have a twin T earlier (same node, kernel and
+ * shapes; each input either a graph input on both or T apart); cls[v] is
+ * the first node of v's chain of twins. */
+static int same_node(const pl_graph *g, int u, int v, int T)
+{
+    const pl_node *a = pl_graph_node(g, u), *b = pl_graph_node(g, v);
+    if (a->kind != b->kind || a->dtype != b->dtype || a->rank != b->rank ||
+        a->ninputs != b->ninputs || memcmp(a->shape, b->shape, sizeof a->shape[0] * (size_t)a->rank) ||
+        a->kernel.kind != b->kernel.kind || strcmp(a->kernel.subscripts, b->kernel.subscripts) ||
+        a->kernel.axis != b->kernel.axis || a->kernel.axes != b->kernel.axes ||
+        a->kernel.start != b->kernel.start || a->kernel.head_dim != b->kernel.head_dim ||
+        a->kernel.group != b->kernel.group || a->kernel.nlist != b->kernel.nlist ||
+        a->kernel.unary != b->kernel.unary || a->kernel.binary != b->kernel.binary)
+        return 0;
+    if (a->kernel.nlist > 0 && memcmp(a->kernel.list, b->kernel.list,
+                                      sizeof *a->kernel.list * (size_t)a->kernel.nlist))
+        return 0;
+    for (int k = 0; k < a->ninputs; k++) {
+        const pl_node *x = pl_graph_node(g, a->inputs[k]), *y = pl_graph_node(g, b->inputs[k]);
+        int xi = x->kind == PL_INPUT, yi = y->kind == PL_INPUT;
+        if (xi != yi || x->rank != y->rank ||
+            memcmp(x->shape, y->shape, sizeof x->shape[0] * (size_t)x->rank))
+            return 0;
+        if (!xi && b->inputs[k] - a->inputs[k] != T)
+            return 0;
+    }
+    return 1;
+}
+
+static int blocks_find(srch *S)
+{
+    for (int v = 0; v < S->n; v++)
+        S->cls[v] = v;
+    S->rep->period = 0;
+    if (S->nops < 8)
+        return 0;
+    for (int T = 1; T <= S->n / 2; T++) {
+        int tw = 0;
+        for (int v = T; v < S->n; v++)
+            tw += S->live[v] && S->live[v - T] && same_node(S->g, v - T, v, T);
+        if (2 * tw < S->nops)
+            continue;
+        for (int v = T; v < S->n; v++)
+            if (S->live[v] && S->live[v - T] && same_node(S->g, v - T, v, T) &&
+                S->req[v].nreq == S->req[v - T].nreq)
+                S->cls[v] = S->cls[v - T];
+        S->rep->period = T;
+        return 0;
+    }
+    return 0;
+}
+
+/* Project a choice vector onto the classes: every node takes its class
+ * head's choice. */
+static void project(srch *S, int *ch)
+{
+    for (int v = 0; v < S->n; v++)
+        if (S->live[v])
+            ch[v] = ch[S->cls[v]];
+}
+
+static int add_seed(srch *S, const pl_plan *plan, const char *name)
+{
+    int *ch = malloc(sizeof(int) * ((size_t)S->n + 1)), rc;
+    if (!ch)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+    if ((rc = plan_choices(S, plan, ch)) < 0) {
+        free(ch);
+        return rc;
+    }
+    S->seeds[S->nseeds] = ch;
+    snprintf(S->seed_name[S->nseeds], sizeof S->seed_name[0], "%s", name);
+    S->nseeds++;
+    return 0;
+}
+
+/* The search on a prefix of the graph (co_search.h): nodes before
+ * v0 + T, where v0 is the first node with a twin T earlier (the start of
+ * the second block). Every operator of the prefix read by a later one is
+ * saved there, so that it stays planned. The whole graph's choice vector
+ * in `ch`: the prefix's, then each later node that of its twin k x T
+ * earlier in the prefix's last block, else the time DP's (seed 0). */
+static int prefix_search(srch *S, const pl_plan_opts *base, int *ch)
+{
+    int v0 = -1, T = S->rep->period;
+    for (int v = 0; v < S->n && v0 < 0; v++)
+        if (S->live[v] && S->cls[v] != v)
+            v0 = v;
+    int N = v0 + T, rc;
+    pl_graph *gp = pl_graph_copy_prefix(S->g, N);
+    if (!gp)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+    for (int v = N; v < S->n; v++) {
+        const pl_node *nd = pl_graph_node(S->g, v);
+        for (int k = 0; k < nd->ninputs; k++)
+            if (nd->inputs[k] < N && gp->nodes[nd->inputs[k]].kind != PL_INPUT)
+                gp->nodes[nd->inputs[k]].saved = 1;
+    }
+    co_search_opts so = *S->so;
+    so.whole = 1;
+    co_search_report sub = {0};
+    pl_plan *pp = NULL;
+    rc = co_plan_search(gp, S->p, base, S->topo, S->cal, &so, &pp, &sub, S->err);
+    if (rc == 0) {
+        for (int v = 0; v < S->n && rc == 0; v++) {
+            ch[v] = S->seeds[0][v];
+            if (!S->live[v])
+                continue;
+            int u = v;
+            while (u >= N)
+                u -= T;
+            if (u != v && (u < 0 || !S->live[u] || S->cls[u] != S->cls[v]))
+                continue; /* after the last block: the time DP's */
+            if (!pp->nodes[u].planned)
+                continue;
+            const opreq *r = &S->req[v];
+            int found = -1;
+            for (int i = 0; i < r->nreq && found < 0; i++)
+                if (memcmp(r->counts + (size_t)i * (size_t)r->nidx, pp->nodes[u].spec.counts,
+                           sizeof(int) * (size_t)r->nidx) == 0)
+                    found = i;
+            if (found >= 0)
+                ch[v] = found;
+        }
+        co_search_report *rep = S->rep;
+        int period = rep->period, nclasses = rep->nclasses;
+        co_search_report_free(rep);
+        *rep = sub;
+        rep->period = period;
+        rep->nclasses = nclasses;
+        rep->prefix_nodes = N;
+        rep->nblocks = 1 + (S->n - v0 + T - 1) / T;
+    } else {
+        co_search_report_free(&sub);
+    }
+    pl_plan_free(pp);
+    pl_graph_free(gp);
+    return rc;
+}
+
+int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_topology *topo,
+                   const co_calib *cal, const co_search_opts *so_in, pl_plan **out,
+                   co_search_report *rep_out, ein_error *err)
+{
+    co_search_opts so = so_in ? *so_in : (co_search_opts){0};
+    if (so.nrandom == 0)
+        so.nrandom = 2;
+    if (so.alpha <= 0)
+        so.alpha = 20;
+    co_search_report rep_local = {0}, *rep = rep_out ? rep_out : &rep_local;
+    memset(rep, 0, sizeof *rep);
+    rep->budget = so.work == 0 ? CO_SEARCH_WORK_DEFAULT : so.work < 0 ? 0 : so.work;
+    int n = g->nnodes, rc = 0;
+    srch S = {.g = g, .p = p, .n = n, .topo = topo, .cal = cal, .seed = so.seed,
+              .rng = so.seed * 0x9e3779b97f4a7c15ULL + 21, .rep = rep, .so = &so, .err = err,
+              .partials = base ? base->partials : PL_PARTIALS_F32};
+    int nslots = 4 + 4 + (so.nrandom > 0 ? so.nrandom : 0) + 1;
+    S.live = calloc((size_t)n + 1, 1);
+    S.req = calloc((size_t)n + 1, sizeof *S.req);
+    S.cls = malloc(sizeof(int) * ((size_t)n + 1));
+    S.seeds = calloc((size_t)nslots, sizeof *S.seeds);
+    S.seed_t = calloc((size_t)nslots, sizeof *S.seed_t);
+    S.seed_name = calloc((size_t)nslots, sizeof *S.seed_name);
+    S.xc = calloc(1, sizeof *S.xc);
+    int *cur = malloc(sizeof(int) * ((size_t)n + 1)), *nx = malloc(sizeof(int) * ((size_t)n + 1));
+    int *best = malloc(sizeof(int) * ((size_t)n + 1));
+    pl_plan *dp = NULL;
+    if (!S.live || !S.req || !S.cls || !S.seeds || !S.seed_t || !S.seed_name || !S.xc || !cur ||
+        !nx || !best) {
+        rc = ein_fail(err, EIN_ENOMEM, "out of memory in the plan search");
+        goto done;
+    }
+    /* The time DP first: its live operators are every plan's. */
+    pl_plan_opts o = base ? *base : (pl_plan_opts){0};
+    o.force = NULL;
+    o.objective = PL_OBJECTIVE_TIME;
+    co_sim_objective_rates(topo, cal, &o);
+    if ((rc = pl_plan_make_opts(g, p, PL_SELECT_DP, so.seed, &o, &dp, err)) < 0)
+        goto done;
+    for (int v = 0; v < n; v++)
+        if (dp->nodes[v].planned) {
+            S.live[v] = 1;
+            S.nops++;
+            opreq *r = &S.req[v];
+            r->nin = pl_graph_node(g, v)->ninputs;
+            if ((rc = pl_spec_requests(g, v, p, &r->counts, &r->nreq, &r->nidx, err)) < 0)
+                goto done;
+        }
+    if ((rc = add_seed(&S, dp, "dp-time")) < 0)
+        goto done;
+    pl_plan_free(dp);
+    dp = NULL;
+    o.objective = PL_OBJECTIVE_COMM;
+    if ((rc = pl_plan_make_opts(g, p, PL_SELECT_DP, so.seed, &o, &dp, err)) < 0 ||
+        (rc = add_seed(&S, dp, "dp-comm")) < 0)
+        goto done;
+    for (int i = 0; pl_strategy_names[i]; i++) {
+        pl_plan_free(dp);
+        dp = NULL;
+        pl_plan_opts fo = o;
+        ein_error e2 = {0};
+        if (pl_strategy_check(pl_strategy_names[i], g, p, &e2) < 0)
+            continue;
+        pl_strategy_set(pl_strategy_names[i], &fo);
+        if ((rc = pl_plan_make_opts(g, p, PL_SELECT_DP, so.seed, &fo, &dp, err)) < 0 ||
+            (rc = add_seed(&S, dp, pl_strategy_names[i])) < 0)
+            goto done;
+    }
+    int nfixed = S.nseeds; /* random seeds after these are paid from the budget */
+    for (int i = 0; i < so.nrandom; i++) {
+        pl_plan_free(dp);
+        dp = NULL;
+        char name[32];
+        snprintf(name, sizeof name, "random-%d", i + 1);
+        if ((rc = pl_plan_make_opts(g, p, PL_SELECT_RANDOM, so.seed + 1000003u * (uint64_t)(i + 1),
+                                    &o, &dp, err)) < 0 ||
+            (rc = add_seed(&S, dp, name)) < 0)
+            goto done;
+    }
+    pl_plan_free(dp);
+    dp = NULL;
+    if ((rc = blocks_find(&S)) < 0)
+        goto done;
+    for (int v = 0; v < n; v++)
+        rep->nclasses += S.live[v] && S.cls[v] == v;
+    if (!so.whole && rep->period > 0) {
+        int v0 = -1;
+        for (int v = 0; v < n && v0 < 0; v++)
+            if (S.live[v] && S.cls[v] != v)
+                v0 = v;
+        if (v0 >= 0 && (n - v0 + rep->period - 1) / rep->period + 1 >= CO_SEARCH_PREFIX_BLOCKS) {
+            if ((rc = prefix_search(&S, base, best)) < 0)
+                goto done;
+            rc = plan_build(&S, best, out);
+            goto done;
+        }
+    }
+    /* Every seed simulated: the result is never slower than any. */
+    double best_t = INFINITY;
+    int best_i = 0, nevaluated = 0;
+    long start = 0;
+    for (int i = 0; i < S.nseeds; i++) {
+        char what[64];
+        if (i == nfixed)
+            start = rep->work;
+        if (i >= nfixed && (rep->work - start + (long)S.nops * p > rep->budget ||
+                            8 * (long)S.nops * p > rep->budget)) {
+            /* Random seeds only where one costs at most 1/8 of the
+             * budget: on a large model the moves use it better. */
+            S.seed_t[i] = INFINITY;
+            continue;
+        }
+        nevaluated++;
+        snprintf(what, sizeof what, "seed %s", S.seed_name[i]);
+        int dup = -1;
+        for (int j = 0; j < i && dup < 0; j++)
+            if (!memcmp(S.seeds[i], S.seeds[j], sizeof(int) * (size_t)n))
+                dup = j;
+        if (dup >= 0)
+            S.seed_t[i] = S.seed_t[dup];
+        else if ((rc = evaluate(&S, S.seeds[i], what, &S.seed_t[i])) < 0)
+            goto done;
+        if (S.seed_t[i] < best_t) {
+            best_t = S.seed_t[i];
+            best_i = i;
+        }
+    }
+    rep->nseeds = nevaluated;
+    if (nfixed == S.nseeds)
+        start = rep->work;
+    rep->best_seed_time = best_t;
+    snprintf(rep->best_seed, sizeof rep->best_seed, "%s", S.seed_name[best_i]);
+    snprintf(rep->best_from, sizeof rep->best_from, "seed %s", S.seed_name[best_i]);
+    memcpy(best, S.seeds[best_i], sizeof(int) * (size_t)n);
+    memcpy(cur, best, sizeof(int) * (size_t)n);
+    double cur_t = best_t;
+    if (rep->period > 0 && rep->work - start + (long)S.nops * p <= rep->budget) {
+        /* The best seed with one block's choices everywhere. */
+        memcpy(nx, cur, sizeof(int) * (size_t)n);
+        project(&S, nx);
+        if (memcmp(nx, cur, sizeof(int) * (size_t)n)) {
+            double t;
+            if ((rc = evaluate(&S, nx, "projected best seed", &t)) < 0)
+                goto done;
+            if (t < best_t) {
+                best_t = t;
+                memcpy(best, nx, sizeof(int) * (size_t)n);
+                snprintf(rep->best_from, sizeof rep->best_from, "projected best seed");
+            }
+            if (t < INFINITY) {
+                memcpy(cur, nx, sizeof(int) * (size_t)n);
+                cur_t = t;
+            }
+        }
+    }
+    /* Moves until the budget is spent, or until CO_SEARCH_STALE moves in a
+     * row found nothing new (a small program's space is exhausted). */
+    int tries = 0, stale = 0;
+    while (rep->work - start + (long)S.nops * p <= rep->budget && tries < 100000 &&
+           stale < CO_SEARCH_STALE) {
+        char what[96];
+        int changed = 0, before = rep->nevals;
+        tries++;
+        stale++;
+        if ((rc = propose(&S, cur, nx, what, sizeof what, &changed)) < 0)
+            goto done;
+        if (!changed)
+            continue;
+        double t;
+        if ((rc = evaluate(&S, nx, what, &t)) < 0)
+            goto done;
+        if (rep->nevals > before)
+            stale = 0;
+        double u = (double)(ein_rand_next(&S.rng) >> 11) / 9007199254740992.0;
+        int accept = t < cur_t || (t < INFINITY && u < exp(-so.alpha * (t / cur_t - 1)));
+        if (accept) {
+            memcpy(cur, nx, sizeof(int) * (size_t)n);
+            cur_t = t;
+            rep->naccepted++;
+        }
+        if (t < best_t) {
+            best_t = t;
+            memcpy(best, nx, sizeof(int) * (size_t)n);
+            snprintf(rep->best_from, sizeof rep->best_from, "%s", what);
+        }
+    }
+    rep->best_time = best_t;
+    rep->fits = best_t < INFINITY;
+    rc = plan_build(&S, best, out);
+done:
+    pl_plan_free(dp);
+    for (int v = 0; S.req && v < n; v++) {
+        free(S.req[v].counts);
+        free(S.req[v].out_h);
+        free(S.req[v].in_h);
+    }
+    for (int i = 0; S.seeds && i < S.nseeds; i++)
+        free(S.seeds[i]);
+    free(S.seeds);
+    free(S.seed_t);
+    free(S.seed_name);
+    free(S.req);
+    free(S.live);
+    free(S.cls);
+    co_xcache_free(S.xc);
+    for (int i = 0; i < S.capmemo; i++)
+        free(S.memo_ch[i]);
+    free(S.memo_ch);
+    free(S.memo_t);
+    free(S.memo_h);
+    free(cur);
+    free(nx);
+    free(best);
+    if (rep == &rep_local)
+        co_search_report_free(rep);
+    return rc;
+}
+
+void co_search_report_free(co_search_report *r)
+{
+    if (!r)
+        return;
+    free(r->cands);
+    r->cands = NULL;
+    r->ncands = 0;
+}

@@ -1,0 +1,761 @@
+/* coordinator/run/einrun.c — the main command: plan a .ein program over N
+ * devices, run it with one worker per device, save the results.
+ *
+ * main() is a driver over named steps: read the options (one table row per
+ * option), check them, bind the program's inputs and outputs, compile, run,
+ * report. A step prints its own message and returns 0 to go on or the exit
+ * status: 1 the run failed, 2 bad usage or bad input. */
+#include <errno.h>
+#include <getopt.h>
+#include <stddef.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "common/ein_box.h"
+#include "common/ein_clock.h"
+#include "common/ein_npy.h"
+#include "coordinator/predict/co_calib.h"
+#include "coordinator/predict/co_sim.h"
+#include "coordinator/compile/co_lower.h"
+#include "coordinator/run/co_output.h"
+#include "coordinator/run/co_dump.h"
+#include "coordinator/run/co_weights.h"
+#include "coordinator/compile/ein_compile_int.h"
+#include "common/ein_progress.h"
+#include "planner/ein_api_int.h"
+#include "exchange/xp_topo.h"
+#include "planner/pl_optimize.h"
+#include "planner/pl_parse.h"
+#include "planner/rewrite/pl_rewrite.h"
+#include "tools/rewrite_report.h"
+#include "coordinator/run/einrun_int.h"
+
+/* Everything about compiling, in the library's terms (einplan and the API
+ * compile the same way). */
+static void compile_options_from(const run_opts *o, ein_compile_options *co)
+{
+    ein_compile_options_init(co);
+    co->selector = pl_selector_name(o->sel);
+    co->plan_seed = o->plan_seed;
+    co->seed = o->seed;
+    co->naive_exchanges = !o->search;
+    co->search_work = o->search_work;
+    co->exchange_chunks = o->exchange_chunks;
+    /* Memory reuse's acknowledgements stay on one host so far (ein_session.c) */
+    co->no_reuse = o->no_reuse || o->fake_hosts > 0 || o->hosts_file || o->launcher;
+    co->memory_limit = o->memory_limit;
+    co->search_cap_ms = o->cap_ms > 0 ? o->cap_ms : -1;
+    co->topology = o->topo_arg;
+    co->gpu_probe = o->probe_file;
+    co->cuda = o->cuda && !o->use_cpu;
+    co->gpu_ids = o->ids;
+    co->worker = o->worker;
+    co->rewrite = o->rewrite;
+    co->rewrite_weights = o->rewrite_weights;
+    co->ilp = o->ilp;
+    /* NULL: the library's default, time where the topology has a
+     * calibration (ein_compile_options) */
+    co->objective = o->time_objective < 0 ? NULL : o->time_objective ? "time" : "comm";
+    co->partials = o->native_partials ? "native" : "f32";
+}
+
+/* The flags that name a topology, said after the library's message when
+ * it could not detect one (EIN_EDEVICE without --topology). */
+static const char *topology_advice(const ein_compile_options *co, int code)
+{
+    if (code != EIN_EDEVICE || co->topology)
+        return "";
+    return co->gpu_probe ? "; give --topology NAME|FILE"
+                         : "; give --topology NAME|FILE, or --gpu-probe FILE saved from "
+                           "einworker-cuda --probe";
+}
+
+/* --show-topology: the topology a run would use, as text, on stdout. */
+static int show_topology(const ein_compile_options *co, int ndev)
+{
+    xp_topology *t = NULL;
+    char desc[700], why[512], *text = NULL;
+    ein_error err = {0};
+    if (co_topology_for(co, ndev, &t, desc, sizeof desc, why, sizeof why, &err) < 0) {
+        fprintf(stderr, "einrun: %s%s\n", err.msg, topology_advice(co, err.code));
+        return 2;
+    }
+    if (why[0])
+        fprintf(stderr, "einrun: topology: %s\n", why);
+    int rc = xp_topo_format(t, &text, &err);
+    xp_topo_free(t);
+    if (rc < 0) {
+        fprintf(stderr, "einrun: --show-topology: %s\n", err.msg);
+        return 2;
+    }
+    printf("# topology: %s\n%s", desc, text);
+    free(text);
+    return fflush(stdout) == 0 ? 0 : 2;
+}
+
+/* Prints "einrun: MESSAGE" and returns `status`. */
+static int fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("einrun: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return status;
+}
+
+/* One run: what the steps share, freed by run_state_free. Arrays indexed
+ * by node are over the parsed graph `g` (the compiled one may be the
+ * rewritten graph). */
+typedef struct run_state {
+    const run_opts *o;
+    ein_error err;
+    pl_graph *g;
+    const char **in_path, **out_path; /* --input file / output file of node v */
+    char **tmp_path, **owned;         /* temporary of a saved node; default names */
+    const char **store_path;          /* tmp_path by node of the COMPILED graph */
+    co_input_src *in_src;
+    ein_safetensors **wopen;
+    co_output *outs;
+    int nouts;
+    ein_compiled *comp;
+    ein_session_options so;
+    ein_session *sess;
+    sigset_t stop_signals;
+    int show;                         /* progress lines */
+    double *iter_s, t_plan, t_run;
+    ein_run_stats rs;
+    char generated[700];              /* "generating NAMES from --seed S (why)", or "" */
+} run_state;
+
+static void run_state_free(run_state *s)
+{
+    if (s->outs)
+        co_outputs_discard(s->outs, s->nouts);
+    free(s->outs);
+    for (int v = 0; s->g && s->owned && v < s->g->nnodes; v++)
+        free(s->owned[v]);
+    free(s->tmp_path);
+    free(s->store_path);
+    free(s->owned);
+    if (s->sess) {
+        ein_error ignored;
+        ein_session_close(s->sess, &ignored);
+    }
+    ein_compiled_free(s->comp);
+    pl_graph_free(s->g);
+    free(s->in_path);
+    free(s->in_src);
+    co_weights_files_free(s->wopen, s->o->wfiles.n);
+    free(s->out_path);
+    free(s->iter_s);
+}
+
+/* --input NAME=FILE: an input of the program, given once, whose file has
+ * the input's dtype and shape. */
+static int bind_inputs(run_state *s)
+{
+    const run_opts *o = s->o;
+    for (int i = 0; i < o->inputs.n; i++) {
+        const binding *b = &o->inputs.b[i];
+        int v = pl_graph_find(s->g, b->name);
+        const pl_node *nd = v >= 0 ? pl_graph_node(s->g, v) : NULL;
+        if (!nd || nd->kind != PL_INPUT || nd->state)
+            return fail(2, "--input %s: %s has no input named '%s'%s", b->name, o->path, b->name,
+                        !nd ? "" : nd->state ? " (it is a state: zero at the start, then "
+                        "written by the program only)" : " (it is computed, not an input)");
+        ein_npy_info info;
+        if (ein_npy_read_info(b->path, &info, &s->err) < 0)
+            return fail(2, "--input %s: %s", b->name, s->err.msg);
+        int same = info.rank == nd->rank;
+        for (int a = 0; same && a < nd->rank; a++)
+            same = info.shape[a] == nd->shape[a];
+        if (!same || info.dtype != nd->dtype) {
+            char want[256], got[256];
+            ein_shape_format(nd->rank, nd->shape, want, sizeof want);
+            ein_shape_format(info.rank, info.shape, got, sizeof got);
+            return fail(2, "--input %s: %s is %s [%s] but input %s is %s [%s]", b->name, b->path,
+                        ein_dtype_name(info.dtype), got, nd->name, ein_dtype_name(nd->dtype),
+                        want);
+        }
+        if (s->in_path[v])
+            return fail(2, "--input %s: given twice (%s and %s)", b->name, s->in_path[v], b->path);
+        s->in_path[v] = b->path;
+    }
+    return 0;
+}
+
+/* --output NAME=FILE: a tensor the program saves, given once. */
+static int bind_outputs(run_state *s)
+{
+    const run_opts *o = s->o;
+    for (int i = 0; i < o->outputs.n; i++) {
+        const binding *b = &o->outputs.b[i];
+        int v = pl_graph_find(s->g, b->name);
+        if (v < 0 || !pl_graph_node(s->g, v)->saved)
+            return fail(2, "--output %s: %s saves no tensor named '%s'", b->name, o->path, b->name);
+        if (s->out_path[v])
+            return fail(2, "--output %s: given twice (%s and %s)", b->name, s->out_path[v], b->path);
+        s->out_path[v] = b->path;
+    }
+    return 0;
+}
+
+/* Every output is checked (kind, directory, duplicates) before any work;
+ * the temporaries are only named here and created after planning. */
+static int prepare_outputs(run_state *s)
+{
+    for (int v = 0; v < s->g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(s->g, v);
+        if (!nd->saved)
+            continue;
+        if (!s->out_path[v]) {
+            if (!(s->owned[v] = malloc(strlen(nd->name) + 5)))
+                return fail(2, "out of memory");
+            sprintf(s->owned[v], "%s.npy", nd->name);
+            s->out_path[v] = s->owned[v];
+        }
+        co_output *out = &s->outs[s->nouts++];
+        out->name = nd->name;
+        out->path = s->out_path[v];
+        out->dtype = nd->dtype;
+        out->rank = nd->rank;
+        for (int a = 0; a < nd->rank; a++)
+            out->shape[a] = nd->shape[a];
+    }
+    if (co_outputs_prepare(s->outs, s->nouts, s->o->verbose, &s->err) < 0)
+        return fail(2, "%s", s->err.msg);
+    for (int v = 0, k = 0; v < s->g->nnodes; v++)
+        if (pl_graph_node(s->g, v)->saved)
+            s->tmp_path[v] = s->outs[k++].tmp;
+    return 0;
+}
+
+/* Every input has a value, or none has (a demo: all generated from --seed,
+ * said in one line), or --generate-missing generates the rest (named). */
+static int check_missing_inputs(run_state *s)
+{
+    const run_opts *o = s->o;
+    char missing[600] = "";
+    int nin = 0, nmiss = 0;
+    for (int v = 0; v < s->g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(s->g, v);
+        if (nd->kind != PL_INPUT || nd->state) /* a state starts at zero */
+            continue;
+        nin++;
+        if (!s->in_src[v].path) {
+            ein_msg_list_add(missing, sizeof missing, nd->name);
+            nmiss++;
+        }
+    }
+    if (nmiss == 0)
+        return 0;
+    if ((nmiss == nin && !o->inputs.n && !o->wfiles.n) || o->generate_missing) {
+        /* Said once the run starts: an error before it stays one line. */
+        snprintf(s->generated, sizeof s->generated, "generating %s from --seed %llu (%s)",
+                 missing, (unsigned long long)(s->comp ? s->comp->seed : o->seed),
+                 nmiss < nin ? "--generate-missing" : "no input given");
+        return 0;
+    }
+    return fail(2, "%s: input%s %s %s no value: give --input NAME=FILE.npy, a --weights "
+                   "tensor of that name (or --map NAME=TENSOR), or --generate-missing to "
+                   "generate %s from --seed", o->path, nmiss == 1 ? "" : "s", missing,
+                nmiss == 1 ? "has" : "have", nmiss == 1 ? "it" : "them");
+}
+
+/* Parse PLAN.ein (or load a saved program: s->comp) and bind its inputs
+ * (--input, --weights) and outputs. */
+static int load_program(run_state *s, const ein_compile_options *co)
+{
+    const run_opts *o = s->o;
+    int rc;
+    if (co_saved_program_is(o->path)) {
+        int named = o->topo_arg || o->cuda || o->probe_file;
+        if (ein_compiled_load_ex(o->path, o->ndev, named ? co : NULL, &s->comp, &s->err) < 0)
+            return fail(2, "%s", s->err.msg);
+        if (!(s->g = pl_graph_copy(s->comp->g)))
+            return fail(2, "out of memory");
+    } else if (pl_ein_parse_file(o->path, &s->g, &s->err) < 0) {
+        return fail(2, "%s", s->err.msg);
+    }
+    size_t n = (size_t)s->g->nnodes;
+    s->in_path = calloc(n, sizeof *s->in_path);
+    s->out_path = calloc(n, sizeof *s->out_path);
+    s->tmp_path = calloc(n, sizeof *s->tmp_path);
+    s->owned = calloc(n, sizeof *s->owned);
+    s->outs = calloc(n, sizeof *s->outs);
+    if (!s->in_path || !s->out_path || !s->tmp_path || !s->owned || !s->outs)
+        return fail(2, "out of memory");
+    if ((rc = bind_inputs(s)))
+        return rc;
+    if (!(s->in_src = calloc(n, sizeof *s->in_src)))
+        return fail(2, "out of memory");
+    for (size_t v = 0; v < n; v++)
+        s->in_src[v].path = s->in_path[v];
+    if ((o->wfiles.n || o->wmaps.n) &&
+        co_weights_load(s->g, o->wfiles.v, o->wfiles.n, o->wmaps.v, o->wmaps.n, s->in_src, NULL,
+                        &s->wopen, &s->err) < 0)
+        return fail(2, "--weights: %s", s->err.msg);
+    if ((rc = check_missing_inputs(s)))
+        return rc;
+    if ((rc = bind_outputs(s)))
+        return rc;
+    return prepare_outputs(s);
+}
+
+/* The backend asked for exists here; --gpus without --backend cuda runs
+ * CPU devices, and says so. Then the worker binary, before the long work. */
+static int check_backend(run_state *s)
+{
+    const run_opts *o = s->o;
+    if (o->cuda && o->use_cpu)
+        return fail(2, "--backend cuda needs --gpus, not --cpu");
+#ifndef HAVE_CUDA
+    if (o->cuda)
+        return fail(2, "--backend cuda: this einrun was built without CUDA");
+#endif
+    if (o->cuda && !co_gpu_visible())
+        return fail(2, "--backend cuda: no GPU visible");
+    if (!o->use_cpu && !o->cuda)
+        fprintf(stderr, "einrun: %s; running %d CPU device%s for --gpus %s\n",
+                co_gpu_visible() ? "the CUDA backend is not verified yet (--backend cuda to try it)"
+                                 : "no GPU visible",
+                o->ndev, o->ndev == 1 ? "" : "s", o->gpus_arg);
+    char worker[PATH_MAX];
+    if (co_find_worker(o->cuda ? "einworker-cuda" : "einworker", o->worker, worker, sizeof worker,
+                       &s->err) < 0)
+        return fail(2, "%s", s->err.msg);
+    return 0;
+}
+
+/* Exit status for a failure to compile: bad input (the program, its
+ * options, a topology, a program too large) is 2, the rest 1. */
+static int compile_status(int code)
+{
+    switch (code) {
+    case EIN_EINVAL: case EIN_EIO: case EIN_EPARSE: case EIN_ESHAPE: case EIN_ENOPLAN:
+    case EIN_ELIMIT: case EIN_EDEVICE: return 2;
+    default: return 1;
+    }
+}
+
+static void explain(const pl_graph *g, const pl_plan *plan)
+{
+    fprintf(stderr, "plan for %d devices (selector %s), cost %.0f elements:\n", plan->p,
+            pl_selector_name(plan->selector), plan->total);
+    for (int v = 0; v < g->nnodes; v++) {
+        const pl_choice *c = &plan->nodes[v];
+        if (!c->planned)
+            continue;
+        pl_index idx[PL_MAX_INDICES];
+        char spec[256];
+        pl_op_indices(g, v, idx, NULL);
+        pl_spec_format_labels(&c->spec, idx, spec, sizeof spec);
+        if (c->spec.nparts < plan->p) {     /* too small for p devices */
+            size_t l = strlen(spec);
+            snprintf(spec + l, sizeof spec - l, "%son %d of %d devices", l ? " " : "",
+                     c->spec.nparts, plan->p);
+        }
+        fprintf(stderr, "  %-12s %-32s repartition %.0f  join %.0f  aggregation %.0f\n",
+                pl_graph_node(g, v)->name, spec, c->repart, c->join, c->agg);
+    }
+}
+
+/* The session's store paths are by tensor of the compiled graph, which
+ * after --rewrite is another graph than the parsed one (other nodes, other
+ * order): every saved tensor is found there by name. */
+static int map_store_paths(run_state *s)
+{
+    const pl_graph *cg = s->comp->g;
+    if (!(s->store_path = calloc((size_t)cg->nnodes, sizeof *s->store_path)))
+        return fail(1, "out of memory");
+    for (int v = 0; v < s->g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(s->g, v);
+        if (!nd->saved)
+            continue;
+        int cv = pl_graph_find(cg, nd->name);
+        if (cv < 0 || !pl_graph_node(cg, cv)->saved)
+            return fail(1, "internal error: saved tensor '%s' is not saved by the compiled "
+                           "program%s", nd->name, s->comp->rewritten ? " (after --rewrite)" : "");
+        s->store_path[cv] = s->tmp_path[v];
+    }
+    return 0;
+}
+
+/* Plan, synthesise and lower (--rewrite first if asked). */
+static int compile_program(run_state *s, ein_compile_options *co)
+{
+    const run_opts *o = s->o;
+    double t0 = ein_now_s();
+    s->show = ein_progress_wanted(o->quiet);
+    co->progress = s->show;
+    if (!s->comp && ein_compile(s->g, o->ndev, co, &s->comp, &s->err) < 0) {
+        if (s->err.code == EIN_ENOPLAN)
+            fprintf(stderr, "einrun: cannot plan %s for %d devices: %s\n", o->path, o->ndev,
+                    s->err.msg);
+        else
+            fprintf(stderr, "einrun: %s%s\n", s->err.msg, topology_advice(co, s->err.code));
+        return compile_status(s->err.code);
+    }
+    if (s->comp->topo_why[0])
+        fprintf(stderr, "einrun: topology: %s\n", s->comp->topo_why);
+    int rc = map_store_paths(s);
+    if (rc)
+        return rc;
+    if (s->comp->rewritten && !s->comp->loaded)
+        rewrite_report(stderr, s->comp->g, &s->comp->rewrite_stats);
+    if (o->explain)
+        explain(s->comp->g, ein_plan_internal(s->comp->plan));
+    if (o->save_program && ein_compiled_save(s->comp, o->save_program, &s->err) < 0)
+        return fail(2, "--save-program: %s", s->err.msg);
+    s->t_plan = ein_now_s() - t0;
+    return 0;
+}
+
+/* --dump-inputs DIR; then a word if the search's wall-clock cap made the
+ * plan depend on the machine's speed. */
+static int dump_inputs(run_state *s)
+{
+    const run_opts *o = s->o;
+    const co_lower_stats *ls = &s->comp->ls;
+    if (o->dump_dir) {
+        int ninp = 0, nd = 0;
+        ein_progress pg;
+        for (int v = 0; v < s->g->nnodes; v++)
+            ninp += pl_graph_node(s->g, v)->kind == PL_INPUT;
+        ein_progress_begin(&pg, s->show, "writing inputs", ninp);
+        int rc = co_dump_inputs(s->g, s->in_src, s->comp->seed, o->dump_dir, &pg, &nd, &s->err);
+        ein_progress_end(&pg);
+        if (rc < 0)
+            return fail(2, "--dump-inputs %s", s->err.msg);
+        fprintf(stderr, "einrun: wrote %d input%s to %s/\n", nd, nd == 1 ? "" : "s", o->dump_dir);
+    }
+    if (ls->ncapped)
+        fprintf(stderr, "einrun: the exchange search hit its wall-clock cap (%g ms) in %d of %d "
+                        "exchanges: this plan depends on the machine's speed (raise "
+                        "--search-cap-ms, or lower --search-work)\n",
+                o->cap_ms, ls->ncapped, ls->nexchanges);
+    return 0;
+}
+
+static void session_options_from(const run_state *s, ein_session_options *so)
+{
+    const run_opts *o = s->o;
+    ein_session_options_init(so);
+    so->backend = o->cuda ? "cuda" : "cpu";
+    so->gpu_ids = o->ids;
+    so->worker = o->worker;
+    so->worker_timeout = o->worker_timeout;
+    so->run_timeout = o->timeout;
+    so->instr_timeout = o->instr_timeout;
+    so->graphs = graphs_mode(o);
+    so->verbose = o->verbose;
+    so->log_dir = o->log_dir;
+    so->log_level = o->log_level;
+    so->trace_path = o->trace_path;
+    so->wrapper = o->wrapper;
+    so->wrapper_device = o->wrapper_device;
+    so->debug_device = o->debug_device;
+    so->manual = o->manual;
+    so->handle_signals = 1;
+    so->store_paths = s->store_path;
+    so->generate_missing = o->generate_missing;
+    so->fake_hosts = o->fake_hosts;
+    so->hosts_file = o->hosts_file;
+    so->connect_timeout = o->connect_timeout;
+    so->launcher = o->launcher;
+    so->listen = o->listen;
+    so->devices_per_host = o->devices_per_host;
+}
+
+/* Create the temporaries, start the workers and give them the input files
+ * (by name: the compiled graph may be the rewritten one). */
+static int start_session(run_state *s)
+{
+    const run_opts *o = s->o;
+    /* Saved tensors go to temporary files, created only now and renamed
+     * only on success. From here to the end a SIGINT, SIGTERM or SIGHUP is held
+     * back: the session turns it into a failed run, and einrun removes the
+     * temporaries before it dies of one that came afterwards. */
+    sigprocmask(SIG_BLOCK, &s->stop_signals, NULL);
+    /* Before the workers start (they must find them, and never a link put
+     * in their place); the session's guard removes them if einrun is
+     * killed from then on. */
+    if (co_outputs_create(s->outs, s->nouts, &s->err) < 0)
+        return fail(2, "%s", s->err.msg);
+    if (s->generated[0])
+        fprintf(stderr, "einrun: %s\n", s->generated);
+    if (!(s->iter_s = calloc((size_t)(o->warmup + o->iterations), sizeof *s->iter_s)))
+        return fail(1, "out of memory");
+    session_options_from(s, &s->so);
+    if (ein_session_open(s->comp, &s->so, &s->sess, &s->err) < 0)
+        return fail(1, "run failed: %s", s->err.msg);
+    for (int v = 0; v < s->g->nnodes; v++)
+        if (s->in_src[v].path &&
+            ein_session_set_input_source(s->sess, pl_graph_node(s->g, v)->name, s->in_src[v].path,
+                                         s->in_src[v].format, s->in_src[v].offset, &s->err) < 0)
+            return fail(2, "input %s: %s", pl_graph_node(s->g, v)->name, s->err.msg);
+    return 0;
+}
+
+/* --warmup and --iterations runs, then the outputs published. */
+static int run_program(run_state *s)
+{
+    const run_opts *o = s->o;
+    int n = o->warmup + o->iterations, rc;
+    double t1 = ein_now_s();
+    ein_progress pg;
+    if ((rc = start_session(s)))
+        return rc;
+    ein_progress_begin(&pg, s->show, "running (iterations)", n);
+    for (int i = 0; i < n; i++) {
+        rc = ein_session_run_ex(s->sess, i == n - 1, &s->rs, &s->err);
+        ein_progress_step(&pg, i + 1);
+        if (rc < 0) {
+            ein_progress_end(&pg);
+            return fail(1, "run failed: %s", s->err.msg);
+        }
+        s->iter_s[i] = s->rs.wall_s;
+    }
+    ein_progress_end(&pg);
+    rc = ein_session_close(s->sess, &s->err);
+    s->sess = NULL;
+    if (rc < 0)
+        return fail(1, "run failed: %s", s->err.msg);
+    s->t_run = ein_now_s() - t1;
+    if (co_outputs_publish(s->outs, s->nouts, &s->err) < 0)
+        return fail(1, "%s", s->err.msg);
+    return 0;
+}
+
+static void devices_text(uint64_t mask, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int d = 0; d < 64 && n < len; d++)
+        if (mask & (1ULL << d))
+            n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? ", " : "", d);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* On stdout: every saved tensor, the iteration times, the trace. */
+static void report_outputs(run_state *s)
+{
+    const run_opts *o = s->o;
+    for (int v = 0; v < s->g->nnodes; v++) {
+        const pl_node *nd = pl_graph_node(s->g, v);
+        if (!nd->saved)
+            continue;
+        char shape[256], devs[256];
+        ein_shape_format(nd->rank, nd->shape, shape, sizeof shape);
+        devices_text(co_output_devices(s->comp->g, ein_plan_internal(s->comp->plan),
+                                       pl_graph_find(s->comp->g, nd->name)),
+                     devs, sizeof devs);
+        fprintf(stdout, "saved %s [%s] %s to %s (blocks written by device%s %s)\n", nd->name, shape,
+                ein_dtype_name(nd->dtype), s->out_path[v], strchr(devs, ',') ? "s" : "", devs);
+    }
+    if (o->iterations > 1 || o->warmup > 0) {
+        double *t = s->iter_s + o->warmup;
+        const ein_run_stats *rs = &s->rs;
+        qsort(t, (size_t)o->iterations, sizeof *t, cmp_double);
+        fprintf(stdout, "%d iterations (after %d warm-up): min %.3f ms, median %.3f ms\n",
+                o->iterations, o->warmup, 1e3 * t[0], 1e3 * t[o->iterations / 2]);
+        /* Say what the times are: on GPUs without device timing they are
+         * only the host's time to enqueue the work. */
+        for (int d = 0; d < o->ndev; d++)
+            fprintf(stdout, "  device %d: %.3f ms kernels, %.3f ms copies, %.3f ms waiting (last "
+                            "iteration%s)\n", d, 1e3 * rs->dev[d].kernel, 1e3 * rs->dev[d].copy,
+                    1e3 * rs->dev[d].wait,
+                    rs->device_timed[d] ? "; kernels, copies: GPU time (CUDA events); waiting: "
+                                          "host time waiting for peers"
+                    : o->cuda ? "; host time to enqueue, not GPU time" : "");
+    }
+    if (o->trace_path)
+        fprintf(stdout, "trace of every device written to %s\n", o->trace_path);
+}
+
+/* -v: planning and lowering figures, per-device times, on stderr. */
+static void report_verbose(run_state *s)
+{
+    const run_opts *o = s->o;
+    const co_lower_stats *ls = &s->comp->ls;
+    const ein_run_stats *rs = &s->rs;
+    fprintf(stderr, "planned and lowered in %.3f s: %d instructions, %d exchanges, %d copies (%.0f bytes)\n",
+            s->t_plan, ls->ninstrs, ls->nexchanges, ls->ncopies, ls->copy_bytes);
+    fprintf(stderr, "exchanges on topology %s: simulated %.3f ms with naive bodies, %.3f ms %s\n",
+            s->comp->topo->name, 1e3 * ls->naive_s, 1e3 * ls->synth_s,
+            o->search ? "as synthesised" : "(naive schedule)");
+    if (o->search)
+        fprintf(stderr, "exchange search: %ld candidates (work budget %ld per exchange) in "
+                        "%.1f ms, wall-clock cap hit in %d of %d exchanges\n",
+                ls->search_steps, (long)o->search_work, ls->search_ms, ls->ncapped,
+                ls->nexchanges);
+    fprintf(stderr, "exchange bodies: %d searched, %d copied from an identical exchange, "
+                    "%d local (nothing to move)\n", ls->nsearched, ls->nreused, ls->nlocal);
+    fprintf(stderr, "ran in %.3f s\n", s->t_run);
+    for (int d = 0; d < o->ndev; d++) {
+        fprintf(stderr, "  device %d (pid %ld): %.3f s total, %.3f kernels, %.3f copies, %.3f waiting%s\n",
+                d, rs->dev[d].pid, rs->dev[d].total, rs->dev[d].kernel, rs->dev[d].copy,
+                rs->dev[d].wait, rs->device_timed[d] ? " (kernels, copies: GPU time)" : "");
+        /* Graph counts are what makes "graphs on" checkable: a stretch
+         * that silently fell back to one instruction at a time shows. */
+        if (graphs_mode(o) > 0 || (graphs_mode(o) < 0 && o->cuda))
+            fprintf(stderr, "  device %d graphs: %d captured, %d launches, %d not captured, %d too "
+                            "short%s%s\n",
+                    d, rs->graphs[d].captured, rs->graphs[d].launched, rs->graphs[d].failed,
+                    rs->graphs[d].too_short, rs->graphs[d].error[0] ? ": " : "",
+                    rs->graphs[d].error);
+    }
+}
+
+/* SIGINT, SIGTERM and SIGHUP (a closed terminal: a stop like SIGTERM)
+ * belong to the main thread. Libraries start threads
+ * before main runs (OpenBLAS, loaded through CBC's LAPACK, starts its pool
+ * when it is loaded), and those threads do not block the signals that main
+ * blocks while temporaries exist: the kernel would hand a SIGTERM to one of
+ * them and kill einrun with its temporaries in place. This handler passes a
+ * signal taken by any other thread on to the main thread, where it is held
+ * back (and read by the session) or, while nothing needs cleaning up, takes
+ * its default action. */
+static pthread_t main_thread;
+
+static void stop_signal_to_main(int sig)
+{
+    if (!pthread_equal(pthread_self(), main_thread)) {
+        pthread_kill(main_thread, sig);
+        return;
+    }
+    signal(sig, SIG_DFL);
+    raise(sig); /* delivered, with its default action, once this returns */
+}
+
+static void stop_signals_to_main(void)
+{
+    struct sigaction sa = {.sa_handler = stop_signal_to_main, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    main_thread = pthread_self();
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+/* PLAN.ein from file to results: the steps in order, each returning 0 or
+ * the exit status; the signal mask is as it was on return. */
+static int run_plan(const run_opts *o, ein_compile_options *co)
+{
+    run_state s = {.o = o};
+    sigset_t old_mask;
+    sigemptyset(&s.stop_signals);
+    sigaddset(&s.stop_signals, SIGINT);
+    sigaddset(&s.stop_signals, SIGTERM);
+    sigaddset(&s.stop_signals, SIGHUP);
+    sigprocmask(SIG_SETMASK, NULL, &old_mask);
+    stop_signals_to_main();
+    int status = load_program(&s, co);
+    if (!status)
+        status = check_backend(&s);
+    if (!status)
+        status = compile_program(&s, co);
+    if (!status)
+        status = dump_inputs(&s);
+    if (!status)
+        status = run_program(&s);
+    if (!status) {
+        report_outputs(&s);
+        if (o->verbose)
+            report_verbose(&s);
+    }
+    run_state_free(&s);
+    sigprocmask(SIG_SETMASK, &old_mask, NULL);
+    return status;
+}
+
+/* --calibrate [--out FILE]: measure (co_calib_measure) against --topology
+ * (default host) and write the table with its comment lines. Returns an
+ * exit status: 0, 1 (the run failed), 2 (bad input). */
+static int calibrate(const run_opts *o)
+{
+    ein_error err = {0};
+    xp_topology *topo = NULL;
+    co_calib c;
+    co_calib_notes n;
+    int status = 1;
+    FILE *f = NULL;
+    if (xp_topo_load(o->topo_arg ? o->topo_arg : "host", &topo, &err) < 0) {
+        fprintf(stderr, "einrun: --calibrate: %s\n", err.msg);
+        return 2;
+    }
+    if (co_calib_measure(o->ndev, o->worker, topo, &c, &n, &err) < 0) {
+        fprintf(stderr, "einrun: --calibrate: %s%s\n", err.msg,
+                o->worker ? "" : err.code == EIN_EINVAL ? "; use --worker PATH" : "");
+        goto done;
+    }
+    status = 2;
+    if (!(f = o->calib_out ? fopen(o->calib_out, "we") : stdout)) {
+        fprintf(stderr, "einrun: --out %s: cannot write it\n", o->calib_out);
+        goto done;
+    }
+    fprintf(f, "# measured by einrun --calibrate on %d device%s, against topology %s "
+               "(peak %.4g FLOP/s, hbm %.4g B/s); best of %d iterations\n",
+            n.ndev, n.ndev == 1 ? "" : "s", topo->name, topo->peak, topo->hbm, n.iterations);
+    /* The table keeps the processors online: the model is the machine's
+     * own. What other users' load left during calibration is a comment. */
+    if (n.eff_cores > 0)
+        fprintf(f, "# %d devices busy at once got %.3g cores of %.4g (other users' load)\n",
+                n.par, n.eff_cores, c.cores);
+    if (c.latency_busy != c.latency)
+        fprintf(f, "# busy figures: %d devices per core in a ring, computing and messaging\n",
+                n.ring_per_core);
+    co_calib_write(&c, f);
+    if (o->calib_out && fclose(f) != 0) {
+        fprintf(stderr, "einrun: --out %s: cannot write it\n", o->calib_out);
+        goto done;
+    }
+    status = 0;
+done:
+    xp_topo_free(topo);
+    return status;
+}
+
+static int run_command(run_opts *o, int argc, char **argv)
+{
+    int rc;
+    if (o->calibrate)
+        return calibrate(o);
+    if ((rc = run_opts_check(o, argc, argv)))
+        return rc;
+    ein_compile_options co;
+    compile_options_from(o, &co);
+    if (o->show_topo)
+        return show_topology(&co, o->ndev);
+    if ((rc = run_opts_check_run(o)))
+        return rc;
+    return run_plan(o, &co);
+}
+
+int main(int argc, char **argv)
+{
+    static run_opts o; /* 12 KiB of bindings: not on the stack */
+    run_opts_init(&o);
+    int status = run_opts_parse(&o, argc, argv);
+    if (status == OPT_NEXT)
+        status = run_command(&o, argc, argv);
+    run_opts_free(&o);
+    return status;
+}

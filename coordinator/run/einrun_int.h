@@ -1,0 +1,104 @@
+/* coordinator/run/einrun_int.h — einrun's command line, shared by einrun.c (the
+ * run: bind, compile, run, report) and einrun_opts.c (--help, the option
+ * table, its parsing and checks); private to the einrun program. Strings in
+ * run_opts point into argv; run_opts_free frees the bindings. A step
+ * returns OPT_NEXT (parsing) or 0 to go on, else the exit status: 1 the run
+ * failed, 2 bad usage or bad input. */
+#ifndef EINRUN_INT_H
+#define EINRUN_INT_H
+
+#include <errno.h>
+#include <getopt.h>
+#include <stddef.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "common/ein_box.h"
+#include "common/ein_clock.h"
+#include "common/ein_npy.h"
+#include "coordinator/predict/co_calib.h"
+#include "coordinator/predict/co_sim.h"
+#include "coordinator/compile/co_lower.h"
+#include "coordinator/run/co_output.h"
+#include "coordinator/run/co_dump.h"
+#include "coordinator/run/co_weights.h"
+#include "coordinator/compile/ein_compile_int.h"
+#include "common/ein_progress.h"
+#include "planner/ein_api_int.h"
+#include "exchange/xp_topo.h"
+#include "planner/pl_optimize.h"
+#include "planner/pl_parse.h"
+#include "planner/rewrite/pl_rewrite.h"
+
+#define MAX_DEVICES 64
+#define MAX_BINDINGS 256
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+typedef struct binding {
+    char *name;
+    char *path;
+} binding;
+
+typedef struct bindings {       /* --input or --output NAME=FILE */
+    binding b[MAX_BINDINGS];
+    int n;
+} bindings;
+
+typedef struct names {          /* --weights FILE or --map INPUT=TENSOR */
+    const char *v[MAX_BINDINGS];
+    int n;
+} names;
+
+/* Everything the command line says; strings point into argv. */
+typedef struct run_opts {
+    int ids[MAX_DEVICES], ndev, use_cpu;
+    const char *gpus_arg;
+    uint64_t seed, plan_seed;
+    pl_selector sel;
+    double worker_timeout, timeout, instr_timeout, cap_ms;
+    int search_work, iterations, warmup, log_level, debug_device, wrapper_device;
+    int exchange_chunks; /* ein_compile_options.exchange_chunks; 0: default */
+    int no_reuse;        /* --no-reuse */
+    double memory_limit; /* --memory-limit, bytes (0: none) */
+    int explain, verbose, quiet, manual, rewrite, ilp, calibrate, show_topo;
+    int generate_missing; /* --generate-missing */
+    int fake_hosts;     /* --fake-hosts N (issue 26) */
+    const char *hosts_file; /* --hosts FILE (co_hosts.h) */
+    double connect_timeout; /* --connect-timeout S (0: co_hosts_connect_limit's default) */
+    const char *launcher; /* --launcher ssh|srun|mpirun (co_launch.h) */
+    const char *listen;   /* --listen ADDR */
+    int devices_per_host; /* --devices-per-host K */
+    int search;         /* --schedule: index in naive|search */
+    int cuda;           /* --backend: index in cpu|cuda */
+    int graphs;         /* --graphs: index in auto|on|off */
+    int time_objective; /* --objective: index in comm|time; -1: not given */
+    int native_partials; /* --partials: index in f32|native */
+    const char *worker, *trace_path, *log_dir, *wrapper, *calib_out, *rewrite_weights;
+    const char *topo_arg, *probe_file, *dump_dir;
+    const char *save_program; /* --save-program */
+    names wfiles, wmaps;
+    bindings inputs, outputs;
+    const char *path;   /* PLAN.ein */
+} run_opts;
+
+#define OPT_NEXT (-1)
+
+/* Defined in one file of the module, used in another. */
+void run_opts_init(run_opts *o);
+void run_opts_free(run_opts *o);
+int graphs_mode(const run_opts *o);
+int run_opts_parse(run_opts *o, int argc, char **argv);
+int run_opts_check(run_opts *o, int argc, char **argv);
+int run_opts_check_run(const run_opts *o);
+
+#endif
