@@ -66,6 +66,7 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
      * calibration (ein_compile_options) */
     co->objective = o->time_objective < 0 ? NULL : o->time_objective ? "time" : "comm";
     co->partials = o->native_partials ? "native" : "f32";
+    co->strategy = o->strategy;
 }
 
 /* The flags that name a topology, said after the library's message when

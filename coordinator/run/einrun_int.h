@@ -74,6 +74,7 @@ typedef struct run_opts {
     int generate_missing; /* --generate-missing */
     int fake_hosts;     /* --fake-hosts N (issue 26) */
     const char *hosts_file; /* --hosts FILE (co_hosts.h) */
+    const char *strategy; /* --strategy S (planner/pl_strategy.h) */
     double connect_timeout; /* --connect-timeout S (0: co_hosts_connect_limit's default) */
     const char *launcher; /* --launcher ssh|srun|mpirun (co_launch.h) */
     const char *listen;   /* --listen ADDR */

@@ -105,6 +105,9 @@ static void usage(FILE *f)
 "                       and random plans, under a work budget\n"
 "                       (docs/planner.md); comm: the paper's DP, minimising\n"
 "                       the elements moved (the default otherwise).\n"
+"  --strategy S         follow a hand-written strategy instead of planning:\n"
+"                       megatron, ulysses, sequence or data (as einplan's;\n"
+"                       the objective is then comm unless --objective is given).\n"
 "  --partials f32|native  the dtype partial sums of a split contraction are\n"
 "                       moved and aggregated in: f32 (default; bf16/f16 results\n"
 "                       rounded once, as on one device) or native, the tensor's\n"
@@ -528,6 +531,7 @@ static const run_opt run_opt_table[] = {
     {"out",              0, 1, opt_string,   F(calib_out),       0, 0, NULL},
     {"objective",        0, 1, opt_choice,   F(time_objective),  0, 0, "comm|time"},
     {"partials",         0, 1, opt_choice,   F(native_partials), 0, 0, "f32|native"},
+    {"strategy",         0, 1, opt_string,   F(strategy),        0, 0, NULL},
     {"fake-hosts",       0, 1, opt_int,      F(fake_hosts),      2, MAX_DEVICES, NULL},
     {"hosts",            0, 1, opt_string,   F(hosts_file),      0, 0, NULL},
     {"connect-timeout",  0, 1, opt_double,   F(connect_timeout), 0, 1e7, "seconds"},
