@@ -14,6 +14,8 @@ cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
 
 write_ffn ffn.ein
+"$B/eingen" llama --seqs 2 --tokens 16 --scale 0.0625 --dtype f32 > llama.ein 2> gen.txt ||
+    { cat gen.txt; exit 1; }
 printf 'dims a=4\ninput x[a, a]\ny = matmull(x, x)\nsave y\n' > bad.ein
 printf 'dims a=1\ninput x[a, a]\ny = matmul(x, x)\nsave y\n' > tiny.ein
 "$NPY" write x_ok.npy f32 1 37 24 || exit 1
@@ -50,7 +52,7 @@ expect() {
     fi
 }
 
-echo "1..33"
+echo "1..35"
 expect "help"                 0 "usage: einrun"                     -- --help
 expect "no program"           2 "no program given"                  --
 expect "missing program"      2 "nosuch.ein"                        -- --cpu 2 nosuch.ein
@@ -60,6 +62,8 @@ expect "gpus letters"         2 "--gpus 'x': expected a device list" -- --gpus x
 expect "gpus reversed"        2 "--gpus '3-1': expected"            -- --gpus 3-1 ffn.ein
 expect "gpus empty item"      2 "--gpus '0,,1': expected"           -- --gpus 0,,1 ffn.ein
 expect "gpus too many"        2 "at most 64 devices"                -- --gpus 0-99 ffn.ein
+expect "unknown strategy"     2 "strategy 'bogus': expected megatron, ulysses, sequence or data" -- --cpu 2 --strategy bogus ffn.ein
+expect "strategy that does not apply" 2 "strategy data: attention .* has 2 sequences, fewer than the 4 devices" -- --cpu 4 --strategy data llama.ein
 expect "cpu zero"             2 "--cpu '0': expected a device count" -- --cpu 0 ffn.ein
 # 2^32 + 2 once wrapped to 2 devices when narrowed to int before the range check
 expect "cpu past int"         2 "--cpu '4294967298': expected a device count" -- --cpu 4294967298 ffn.ein
