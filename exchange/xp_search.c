@@ -571,14 +571,12 @@ typedef struct search {
     long since, run_since, restarts;
     int nby_size;               /* size-declared partitions */
     uint64_t rng;
-    char *late_buf;             /* mark_late's flags, late_cap bytes */
-    int late_cap;
+    xp_late late;               /* the current program's late actions */
 } search;
 
 static void search_free(search *S)
 {
-    xp_search_late_clear();
-    free(S->late_buf);
+    free(S->late.flags);
     xp_program_free(S->cur);
     xp_program_free(S->naive);
     xp_program_free(S->plain);
@@ -677,7 +675,7 @@ static int search_accept(search *S, xp_program *c, double cc, double cms)
     xp_program_free(S->cur);
     S->cur = c;
     S->cur_cost = cc;
-    xp_search_mark_late(S->cur, S->t, &S->late_buf, &S->late_cap);
+    xp_search_mark_late(S->cur, S->t, &S->late);
     if (cc < S->run_best * (1 - 1e-9)) {
         S->run_best = cc;
         S->run_since = 0;
@@ -705,7 +703,7 @@ static int search_propose(search *S)
     xp_program *c = xp_program_copy(S->cur);
     if (!c)
         return ein_fail(S->err, EIN_ENOMEM, "out of memory");
-    if (xp_search_propose(c, S->t, &S->rng) < 0 || !sets_wanted(c)) {
+    if (xp_search_propose(&S->late, c, S->t, &S->rng) < 0 || !sets_wanted(c)) {
         xp_program_free(c);
         return 1;
     }
@@ -743,7 +741,7 @@ static void search_restart(search *S)
         S->cur_cost = kind == 0 ? S->naive_score : score(S->cur, S->t, &ignored);
         S->run_best = S->cur_cost;
         S->run_since = 0;
-        xp_search_mark_late(S->cur, S->t, &S->late_buf, &S->late_cap);
+        xp_search_mark_late(S->cur, S->t, &S->late);
     }
 }
 
@@ -757,7 +755,7 @@ static int search_run(search *S)
     int spent = S->o->max_work > 0 && S->st.work >= S->o->max_work;
     if (!spent)
         S->cur_cost = S->naive_score = S->run_best = score(S->cur, S->t, &ignored);
-    if (!spent && xp_search_mark_late(S->cur, S->t, &S->late_buf, &S->late_cap) < 0)
+    if (!spent && xp_search_mark_late(S->cur, S->t, &S->late) < 0)
         return ein_fail(S->err, EIN_ENOMEM, "out of memory");
     while (!search_should_stop(S)) {
         if ((rc = search_propose(S)) < 0)
@@ -778,7 +776,7 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         xp_search_opts_default(&def);
         o = &def;
     }
-    search S = {.t = t, .o = o, .err = err, .t0 = 1e3 * ein_now_s()};
+    search S = {.t = t, .o = o, .err = err, .t0 = 1e3 * ein_now_s(), .late = {.n = -1}};
     int rc;
     if (preamble->ngpus > t->ngpus)
         return ein_fail(err, EIN_EINVAL, "the program uses %d sites, %s has %d GPUs",
@@ -791,7 +789,6 @@ int xp_search(const xp_program *preamble, const xp_topology *t, const xp_search_
         search_free(&S);
         return rc;
     }
-    xp_search_late_clear();
     S.best = cleanup_pass(S.best, &S.best_cost, t);
     S.st.best_s = S.best_cost;
     S.st.elapsed_ms = 1e3 * ein_now_s() - S.t0;

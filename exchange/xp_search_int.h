@@ -35,15 +35,25 @@ xp_program *xp_search_strip(const xp_program *pre);
 int xp_search_cmp_int(const void *a, const void *b);
 
 /* ---- xp_search_moves.c ---- */
-/* One random edit of c's body, in place: 0 when made (or nothing to
- * edit), negative when the edit does not apply or memory ran out. */
-int xp_search_propose(xp_program *c, const xp_topology *t, uint64_t *rng);
+/* The actions of the current program that end late (on or near its
+ * critical path), for the edits to favour: flags[a] for a < n, or n = -1
+ * when unknown. Held by the search (struct search); flags grown by
+ * xp_search_mark_late, freed by the holder. */
+typedef struct xp_late {
+    char *flags;
+    int cap;   /* bytes of flags */
+    int n;     /* actions flagged: the program's nact when they were
+                  marked; -1 when none are (not marked, or p not simulated) */
+} xp_late;
+/* One random edit of c's body, in place, favouring late->flags' actions
+ * half of the time when late->n is c's action count: 0 when made (or
+ * nothing to edit), negative when the edit does not apply or memory ran
+ * out. */
+int xp_search_propose(const xp_late *late, xp_program *c, const xp_topology *t, uint64_t *rng);
 /* Flag the actions of p that end in the last third of its makespan in
- * *buf (grown; the caller frees it), for the edits to favour (per
- * thread); -1 when *buf cannot grow. */
-int xp_search_mark_late(const xp_program *p, const xp_topology *t, char **buf, int *cap);
-/* Forget the flags (before *buf is freed). */
-void xp_search_late_clear(void);
+ * late (grown); late->n = -1 when p cannot be simulated. -1 when the flags
+ * cannot grow (late->n is then -1). */
+int xp_search_mark_late(const xp_program *p, const xp_topology *t, xp_late *late);
 
 /* ---- xp_search_starts.c ---- */
 /* The structured body for q's preamble (membership resolved), or NULL. */

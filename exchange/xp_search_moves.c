@@ -51,18 +51,16 @@ static int dst_add(xp_action *a, int site)
     return 0;
 }
 
-/* Actions of the current program that end late (on or near the critical
- * path): half of the picks are among them. Set per search, per thread. */
-static _Thread_local const char *late;
-static _Thread_local int nlate_act;
-
-static int pick_action(xp_program *c, uint64_t *rng, int (*ok)(const xp_program *, int))
+/* An action of c satisfying ok, at random: half of the time among the
+ * late ones when their flags are c's; -1 if none. */
+static int pick_action(const xp_late *late, xp_program *c, uint64_t *rng,
+                       int (*ok)(const xp_program *, int))
 {
     int n = c->nact, start = xp_rnd(rng, n);
-    if (late && nlate_act == n && xp_rnd(rng, 2)) {
+    if (late->n == n && xp_rnd(rng, 2)) {
         for (int k = 0; k < n; k++) {
             int a = (start + k) % n;
-            if (late[a] && ok(c, a))
+            if (late->flags[a] && ok(c, a))
                 return a;
         }
     }
@@ -98,7 +96,7 @@ static int shared_route(const xp_topology *t, int s, int d)
 }
 
 /* Relay introduction: X @ s -> d  =>  X @ s -> r -> d. */
-static int mv_relay(xp_program *c, const xp_topology *t, uint64_t *rng)
+static int mv_relay(const xp_late *L, xp_program *c, const xp_topology *t, uint64_t *rng)
 {
     int a = -1;
     if (xp_rnd(rng, 4) != 0) { /* mostly: a transfer over a shared resource */
@@ -110,7 +108,7 @@ static int mv_relay(xp_program *c, const xp_topology *t, uint64_t *rng)
         }
     }
     if (a < 0)
-        a = pick_action(c, rng, is_direct1);
+        a = pick_action(L, c, rng, is_direct1);
     if (a < 0)
         return -1;
     xp_action *ac = &c->act[a];
@@ -135,9 +133,9 @@ static int mv_relay(xp_program *c, const xp_topology *t, uint64_t *rng)
     return 0;
 }
 
-static int mv_unrelay(xp_program *c, uint64_t *rng)
+static int mv_unrelay(const xp_late *L, xp_program *c, uint64_t *rng)
 {
-    int a = pick_action(c, rng, is_relay);
+    int a = pick_action(L, c, rng, is_relay);
     if (a < 0)
         return -1;
     xp_action *ac = &c->act[a];
@@ -155,9 +153,9 @@ static int mv_unrelay(xp_program *c, uint64_t *rng)
 
 /* Source substitution: X @ s -> D  =>  X @ h -> D, where h holds X by
  * another action (or as an IN copy). */
-static int mv_src(xp_program *c, uint64_t *rng)
+static int mv_src(const xp_late *L, xp_program *c, uint64_t *rng)
 {
-    int a = pick_action(c, rng, is_xfer);
+    int a = pick_action(L, c, rng, is_xfer);
     if (a < 0)
         return -1;
     xp_action *ac = &c->act[a];
@@ -209,9 +207,9 @@ static int mv_src(xp_program *c, uint64_t *rng)
 /* Aggregation pullup: X @ r -> d and Y @ r' -> d  =>  X+Y @ r -> d.
  * With r' = r this is the paper's pullup; with r' != r it also
  * substitutes r as Y's source (guarded: valid only if Y reaches r). */
-static int mv_fuse(xp_program *c, uint64_t *rng)
+static int mv_fuse(const xp_late *L, xp_program *c, uint64_t *rng)
 {
-    int a = pick_action(c, rng, is_direct);
+    int a = pick_action(L, c, rng, is_direct);
     if (a < 0)
         return -1;
     const xp_action *ac = &c->act[a];
@@ -259,9 +257,9 @@ static int mv_fuse(xp_program *c, uint64_t *rng)
 
 /* Relay elimination into two actions: X @ s -> r -> D  =>  X @ s -> r;
  * X @ r -> D (the same movement, now open to the other moves). */
-static int mv_relay_split(xp_program *c, uint64_t *rng)
+static int mv_relay_split(const xp_late *L, xp_program *c, uint64_t *rng)
 {
-    int a = pick_action(c, rng, is_relay);
+    int a = pick_action(L, c, rng, is_relay);
     if (a < 0)
         return -1;
     xp_action *A = &c->act[a];
@@ -284,9 +282,9 @@ static int mv_relay_split(xp_program *c, uint64_t *rng)
 }
 
 /* Aggregation pushdown: X+Y @ r -> D  =>  X @ r -> D; Y @ r -> D. */
-static int mv_split(xp_program *c, uint64_t *rng)
+static int mv_split(const xp_late *L, xp_program *c, uint64_t *rng)
 {
-    int a = pick_action(c, rng, is_split);
+    int a = pick_action(L, c, rng, is_split);
     if (a < 0)
         return -1;
     xp_word *x = xp_set_new(c), *y = xp_set_new(c);
@@ -322,9 +320,9 @@ static int mv_split(xp_program *c, uint64_t *rng)
 }
 
 /* Multicast fusion: X @ s -> D1; X @ s -> D2  =>  X @ s -> D1, D2. */
-static int mv_mfuse(xp_program *c, uint64_t *rng)
+static int mv_mfuse(const xp_late *L, xp_program *c, uint64_t *rng)
 {
-    int a = pick_action(c, rng, is_direct);
+    int a = pick_action(L, c, rng, is_direct);
     if (a < 0)
         return -1;
     for (int k = 0, n = c->nact, st = xp_rnd(rng, n); k < n; k++) {
@@ -344,9 +342,9 @@ static int mv_mfuse(xp_program *c, uint64_t *rng)
 }
 
 /* Multicast fission: X @ s -> d1, d2  =>  X @ s -> d1; X @ s -> d2. */
-static int mv_mfission(xp_program *c, uint64_t *rng)
+static int mv_mfission(const xp_late *L, xp_program *c, uint64_t *rng)
 {
-    int a = pick_action(c, rng, is_multi);
+    int a = pick_action(L, c, rng, is_multi);
     if (a < 0)
         return -1;
     xp_action *A = &c->act[a];
@@ -364,9 +362,9 @@ static int mv_mfission(xp_program *c, uint64_t *rng)
 
 /* Partial local aggregation: where X (3+ atoms) is formed at s, first
  * form Y1+Y2 there from two of the pieces that reach s. */
-static int mv_local(xp_program *c, uint64_t *rng)
+static int mv_local(const xp_late *L, xp_program *c, uint64_t *rng)
 {
-    int a = pick_action(c, rng, is_big);
+    int a = pick_action(L, c, rng, is_big);
     if (a < 0)
         return -1;
     int s = c->act[a].src, np = 0;
@@ -418,16 +416,16 @@ out:
     return rc;
 }
 
-static int mv_delete(xp_program *c, uint64_t *rng)
+static int mv_delete(const xp_late *L, xp_program *c, uint64_t *rng)
 {
-    int a = pick_action(c, rng, any);
+    int a = pick_action(L, c, rng, any);
     if (a < 0)
         return -1;
     xp_program_remove_action(c, a);
     return 0;
 }
 
-int xp_search_propose(xp_program *c, const xp_topology *t, uint64_t *rng)
+int xp_search_propose(const xp_late *L, xp_program *c, const xp_topology *t, uint64_t *rng)
 {
     static const int w[] = {3, 1, 4, 5, 1, 1, 1, 2, 2, 2};
     int total = 0;
@@ -437,43 +435,33 @@ int xp_search_propose(xp_program *c, const xp_topology *t, uint64_t *rng)
     while (r >= w[k])
         r -= w[k++];
     switch (k) {
-    case 0: return mv_relay(c, t, rng);
-    case 1: return mv_unrelay(c, rng);
-    case 2: return mv_src(c, rng);
-    case 3: return mv_fuse(c, rng);
-    case 4: return mv_split(c, rng);
-    case 5: return mv_mfuse(c, rng);
-    case 6: return mv_mfission(c, rng);
-    case 7: return mv_local(c, rng);
-    case 8: return mv_relay_split(c, rng);
-    default: return mv_delete(c, rng);
+    case 0: return mv_relay(L, c, t, rng);
+    case 1: return mv_unrelay(L, c, rng);
+    case 2: return mv_src(L, c, rng);
+    case 3: return mv_fuse(L, c, rng);
+    case 4: return mv_split(L, c, rng);
+    case 5: return mv_mfuse(L, c, rng);
+    case 6: return mv_mfission(L, c, rng);
+    case 7: return mv_local(L, c, rng);
+    case 8: return mv_relay_split(L, c, rng);
+    default: return mv_delete(L, c, rng);
     }
 }
 
-/* Flag the actions of p that complete in the last third of its makespan,
- * in *buf (cap bytes, grown as needed; the caller frees it), and publish
- * the flags as `late`. -1 when *buf cannot grow (late is then unset). */
-int xp_search_mark_late(const xp_program *p, const xp_topology *t, char **buf, int *cap)
+/* Flag the actions of p that complete in the last third of its makespan
+ * (xp_search_int.h). */
+int xp_search_mark_late(const xp_program *p, const xp_topology *t, xp_late *late)
 {
     xp_timeline *tl = NULL;
     double ms;
-    late = NULL;
-    nlate_act = 0;
-    if (ein_vec_reserve(buf, cap, (int64_t)p->nact + 1, 1) < 0)
+    late->n = -1;
+    if (ein_vec_reserve(&late->flags, &late->cap, (int64_t)p->nact + 1, 1) < 0)
         return -1;
-    char *nb = *buf;
     if (xp_sim_run(p, t, &ms, &tl, NULL) < 0)
         return 0;
     for (int a = 0; a < p->nact; a++)
-        nb[a] = tl->act_end[a] >= ms * (2.0 / 3.0);
+        late->flags[a] = tl->act_end[a] >= ms * (2.0 / 3.0);
     xp_timeline_free(tl);
-    late = nb;
-    nlate_act = p->nact;
+    late->n = p->nact;
     return 0;
-}
-
-void xp_search_late_clear(void)
-{
-    late = NULL;
-    nlate_act = 0;
 }
