@@ -146,7 +146,25 @@ static void test_one_gemm(void **state)
     co_calib half = calib("eff gemm 1 0.5\n");
     co_sim_result *r2 = run(p, 1, t, &half);
     near(r2->makespan, 24e-6);
-    /* Memory-bound: a 1x4000x1 product moves 32 kB (0.32 us) for 8 kFLOP. */
+    /* gemm-operands 10 GB/s: the operands A 100x200 and B 200x300 are
+     * 80 kB + 240 kB = 320 kB, 32 us at 10 GB/s, ON TOP of the 12 us of
+     * FLOPs (not max: a CPU BLAS packs them first): 5 + 12 + 32 = 49 us. */
+    co_calib packs = calib("overhead 5 us\ngemm-operands 10 GB/s\n");
+    co_sim_result *r3 = run(p, 1, t, &packs);
+    near(r3->makespan, 49e-6);
+    co_sim_result_free(r3);
+    /* Same FLOPs, thinner: 25x800x300 has operands 80 kB + 960 kB = 1040 kB,
+     * 104 us: 5 + 12 + 104 = 121 us, the weight packed for 25 rows only. */
+    ein_program **q = progs_new(1);
+    gemm(q[0], 25, 800, 300, NULL, 0);
+    co_sim_result *r4 = run(q, 1, t, &packs);
+    near(r4->makespan, 121e-6);
+    co_sim_result *r5 = run(q, 1, t, &c); /* without: only the FLOPs, 17 us */
+    near(r5->makespan, 17e-6);
+    co_sim_result_free(r4);
+    co_sim_result_free(r5);
+    ein_program_free(q[0]);
+    free(q);
     co_sim_result_free(r);
     co_sim_result_free(r2);
     ein_program_free(p[0]);
@@ -496,6 +514,7 @@ static void test_calib_format(void **state)
         "eff gemm 1e6 0.2\neff gemm 1e5 0.3\n", "eff nope 1 1\n", "eff gemm 1 0\n",
         "overhead 3 weeks\n", "cores -1\n", "frobnicate\n", "copy 0 GB/s\n", "eff gemm nan 1\n",
         "notify-busy 3 weeks\n", "latency-busy -1 us\n", "notify\n",
+        "gemm-operands 0 GB/s\n", "gemm-operands 5\n", "gemm-operands 5 GB/s x\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(co_calib_parse(bad[i], "bad.cal", &c, &err), EIN_EPARSE);
@@ -515,8 +534,9 @@ static void test_calib_format(void **state)
     near(d.latency_busy, c.latency);
     assert_int_equal(d.npts[CO_WORK_GEMM], 2);
     /* The busy figures round-trip too. */
+    near(d.gemm_operand_bw, 0); /* absent: a GEMM is priced by the roofline */
     const char *busy = "name y\ncores 2\nlatency 10 us\nnotify 4 us\nlatency-busy 0.5 ms\n"
-                       "notify-busy 90 us\n";
+                       "notify-busy 90 us\ngemm-operands 12.5 GB/s\n";
     assert_int_equal(co_calib_parse(busy, "y.cal", &c, &err), 0);
     near(c.notify, 4e-6);
     near(c.latency_busy, 5e-4);
@@ -530,6 +550,7 @@ static void test_calib_format(void **state)
     near(d.notify, 4e-6);
     near(d.latency_busy, 5e-4);
     near(d.notify_busy, 9e-5);
+    near(d.gemm_operand_bw, 12.5e9);
     /* Every built-in table parses; the host one is topologies/host.cal. */
     static const char *const names[] = {"host", "a100", "h100", "h200", "v100", "b200"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
