@@ -400,6 +400,62 @@ static void test_objective_time(void **state)
  * READYs arrive one after the other, at 72 and 122 us; the first COPY
  * runs 72..174 (2 us overhead, then 100 us alone on device 1's port), the
  * second starts at 174 and ends at 276. */
+/* Operand elements one device's blocks of node `name` read (its first
+ * block's inputs: every block of these specs is the same size). */
+static double block_operands(const pl_graph *g, const pl_plan *plan, const char *name)
+{
+    for (int v = 0; v < g->nnodes; v++)
+        if (strcmp(g->nodes[v].name, name) == 0) {
+            const pl_spec *s = &plan->nodes[v].spec;
+            double e = 0;
+            for (int k = 0; k < s->ninputs; k++)
+                e += (double)ein_box_volume(&s->f[0].in[k]);
+            return e;
+        }
+    fail_msg("no node %s", name);
+    return 0;
+}
+
+/* The DP's time cost with a gemm-operands rate (a CPU BLAS packing both
+ * operands): h = x[512, 512] w1[512, 2048] on 8 devices. Split by tokens
+ * (t:8) each block reads 64 x 512 + 512 x 2048 = 1,081,344 operand
+ * elements; the fewest without splitting the contraction is t:1 x f:8 or
+ * t:2 x f:4, 512 x 512 / a + 512 x 2048 / b = 393,216. At 1 GB/s the
+ * operands cost 4.3 ms against 1.6 ms, far more than any repartition at
+ * 8 x 10 GB/s (4 MB: 0.05 ms), so the DP must read at most 393,216 per
+ * block; without the rate every split of h has the same FLOPs. */
+static void test_objective_time_operands(void **state)
+{
+    (void)state;
+    static const char prog[] = "dims t=512 d=512 f=2048\ndtype f32\ninput x[t, d]\n"
+                               "input w1[d, f]\ninput w2[f, d]\nh = matmul(x, w1)\n"
+                               "r = relu(h)\ny = matmul(r, w2)\nsave y\n";
+    pl_graph *g = NULL;
+    pl_plan *plain = NULL, *packed = NULL;
+    ein_error err = {0};
+    assert_int_equal(pl_ein_parse("ffn.ein", prog, strlen(prog), &g, &err), 0);
+    xp_topology *t = topo(8);
+    t->memory = 1e9;
+    co_calib c = calib("overhead 5 us\nlatency 20 us\n");
+    co_calib cp = calib("overhead 5 us\nlatency 20 us\ngemm-operands 1 GB/s\n");
+    pl_plan_opts o = {.objective = PL_OBJECTIVE_TIME}, op = o;
+    co_sim_objective_rates(t, &c, &o);
+    co_sim_objective_rates(t, &cp, &op);
+    near(o.gemm_operand_bw, 0);
+    near(op.gemm_operand_bw, 1e9);
+    assert_int_equal(pl_plan_make_opts(g, 8, PL_SELECT_DP, 1, &o, &plain, &err), 0);
+    assert_int_equal(pl_plan_make_opts(g, 8, PL_SELECT_DP, 1, &op, &packed, &err), 0);
+    double e = block_operands(g, packed, "h");
+    if (!(e <= 393216))
+        fail_msg("with gemm-operands h's block reads %.0f operand elements (at most 393216)", e);
+    fprintf(stderr, "# h's block operands: %.0f without the rate, %.0f with it\n",
+            block_operands(g, plain, "h"), e);
+    pl_plan_free(plain);
+    pl_plan_free(packed);
+    pl_graph_free(g);
+    xp_topo_free(t);
+}
+
 static void test_oversubscribed(void **state)
 {
     (void)state;
@@ -603,6 +659,7 @@ int main(void)
         cmocka_unit_test(test_overlap),      cmocka_unit_test(test_shared_port),
         cmocka_unit_test(test_shared_cores), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_memory_plan),  cmocka_unit_test(test_objective_time),
+        cmocka_unit_test(test_objective_time_operands),
         cmocka_unit_test(test_oversubscribed), cmocka_unit_test(test_objective_choice),
         cmocka_unit_test(test_calib_format),
         cmocka_unit_test(test_topology_memory),
