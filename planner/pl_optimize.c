@@ -224,6 +224,8 @@ static double spec_time(const pl_graph *g, int v, int p, const pl_spec *s, doubl
     const pl_node *n = pl_graph_node(g, v);
     double esize = (double)ein_dtype_size(n->dtype), parts = s->nparts > 0 ? s->nparts : 1;
     double tc = pl_op_flops(g, v) / parts / o->peak_flops;
+    if (n->kind == PL_EINSUM && n->ninputs == 2 && o->gemm_operand_bw > 0)
+        tc += join * esize / parts / o->gemm_operand_bw; /* packed operands (co_calib.h) */
     double tm = (join + node_volume(g, v)) * esize / parts / o->hbm_bw;
     return (tc > tm ? tc : tm) + net_time(agg * esize, p, o) +
            2 * agg * esize / ((double)p * o->hbm_bw);

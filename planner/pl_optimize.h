@@ -112,6 +112,10 @@ typedef struct pl_plan_opts {
      * three must be > 0. */
     pl_objective objective;
     double peak_flops, hbm_bw, net_bw;
+    /* > 0: a two-operand EINSUM's join also streams its input blocks at
+     * this rate, added to its FLOPs' time (a CPU BLAS packs both
+     * operands; the calibration's gemm-operands, co_calib.h); 0: not. */
+    double gemm_operand_bw;
     /* Several hosts (PL_OBJECTIVE_TIME): devices d and e share a host when
      * d / host_gpus == e / host_gpus (host_gpus 0: one host). Devices are
      * numbered hosts x local, and spec i runs on device i, row-major with

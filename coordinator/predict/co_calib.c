@@ -188,6 +188,10 @@ int co_calib_parse(const char *text, const char *file, co_calib *out, ein_error 
         } else if (strcmp(w[0], "copy") == 0) {
             if (nw != 3 || parse_rate(w[1], w[2], &c.copy_bw) < 0)
                 BAD("bad 'copy' statement; expected: copy RATE UNIT (TB/s, GB/s or MB/s)");
+        } else if (strcmp(w[0], "gemm-operands") == 0) {
+            if (nw != 3 || parse_rate(w[1], w[2], &c.gemm_operand_bw) < 0)
+                BAD("bad 'gemm-operands' statement; expected: gemm-operands RATE UNIT (TB/s, GB/s "
+                    "or MB/s)");
         } else if (strcmp(w[0], "eff") == 0) {
             int k = -1;
             double size, eff;
@@ -207,7 +211,7 @@ int co_calib_parse(const char *text, const char *file, co_calib *out, ein_error 
             c.eff[k][c.npts[k]++] = eff;
         } else {
             BAD("unknown statement '%s'; expected name, cores, overhead, latency, iteration, "
-                "notify, latency-busy, notify-busy, copy or eff", w[0]);
+                "notify, latency-busy, notify-busy, copy, gemm-operands or eff", w[0]);
         }
 #undef BAD
     }
@@ -258,6 +262,8 @@ void co_calib_write(const co_calib *c, FILE *f)
         fprintf(f, "notify-busy %.6g us\n", c->notify_busy * 1e6);
     if (c->copy_bw > 0)
         fprintf(f, "copy %.6g GB/s\n", c->copy_bw / 1e9);
+    if (c->gemm_operand_bw > 0)
+        fprintf(f, "gemm-operands %.6g GB/s\n", c->gemm_operand_bw / 1e9);
     for (int k = 0; k < CO_WORK_COUNT; k++)
         for (int i = 0; i < c->npts[k]; i++)
             fprintf(f, "eff %s %.6g %.6g\n", work_names[k], c->size[k][i], c->eff[k][i]);

@@ -26,6 +26,13 @@
  *   iteration 300 us     # fixed cost of one iteration (START/DONE round trip)
  *   copy 6 GB/s          # optional: the most one device's COPY moves, whatever
  *                        # the route allows (a CPU worker's memcpy)
+ *   gemm-operands 20 GB/s # optional: a GEMM also streams its two operands
+ *                        # through memory at this rate, ON TOP of its FLOPs
+ *                        # (a CPU BLAS packs both operands into its own
+ *                        # buffers before it multiplies, so a thin GEMM,
+ *                        # whose weight is packed for few rows, runs slower
+ *                        # than a square one of the same FLOPs); absent: a
+ *                        # GEMM costs max(FLOPs, bytes) as on a GPU
  *   eff gemm 1e6 0.25    # KIND SIZE EFFICIENCY: at SIZE (FLOPs for gemm and
  *   eff gemm 1e9 0.8     # attention, bytes for the others) the work runs
  *                        # at EFFICIENCY x peak (gemm, attention), x hbm
@@ -83,6 +90,7 @@ typedef struct co_calib {
     double notify_busy;      /* notify with the cores oversubscribed */
     double iteration;        /* s per iteration */
     double copy_bw;          /* bytes/s one device's COPY can move; 0: no cap */
+    double gemm_operand_bw;  /* bytes/s a GEMM's operands add to its time; 0: roofline */
     int npts[CO_WORK_COUNT];
     double size[CO_WORK_COUNT][CO_CALIB_MAX_POINTS];
     double eff[CO_WORK_COUNT][CO_CALIB_MAX_POINTS];

@@ -29,6 +29,8 @@ typedef struct bench {
     co_work work;
     double size;        /* FLOPs or bytes */
     double bytes;       /* for the roofline's memory side */
+    double operands;    /* GEMM: bytes of its two operands */
+    int point;          /* GEMM: gives an `eff gemm` point */
     int dev, instr;
     double t[CO_CALIB_ITERS];
     int nt;
@@ -85,28 +87,49 @@ static int chain(bench_build *B, ein_instr *ins, co_work w, double size, double 
     return 0;
 }
 
-/* GEMMs n x n x n. */
+/* One GEMM m x k x n ("ij,jk->ik") on device 0's chain; `point`: it
+ * gives an `eff gemm` point (the squares), else it serves only the
+ * operands' fit (efficiencies()). */
+static int add_gemm(bench_build *B, int64_t m, int64_t k, int64_t n, int point, ein_error *err)
+{
+    ein_program *p = B->p;
+    int64_t sa[2] = {m, k}, sb[2] = {k, n}, so[2] = {m, n};
+    int a = add_buf(p, 2, sa, err), c = a >= 0 ? add_buf(p, 2, sb, err) : a;
+    int o = c >= 0 ? add_buf(p, 2, so, err) : c, rc;
+    if (o < 0)
+        return o;
+    int la = add_load(p, a, 2, sa, 11, err), lc = la >= 0 ? add_load(p, c, 2, sb, 12, err) : la;
+    if (lc < 0)
+        return lc;
+    int srcs[2] = {a, c};
+    ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = 2, .dst = o};
+    ins.kernel.kind = EIN_KERNEL_EINSUM;
+    strcpy(ins.kernel.subscripts, "ij,jk->ik");
+    double fm = (double)m, fk = (double)k, fn = (double)n;
+    if ((rc = chain(B, &ins, CO_WORK_GEMM, 2 * fm * fk * fn, 4 * (fm * fk + fk * fn + fm * fn),
+                    err)) < 0)
+        return rc;
+    B->b[B->n - 1].operands = 4 * (fm * fk + fk * fn);
+    B->b[B->n - 1].point = point;
+    return 0;
+}
+
+/* GEMMs n x n x n (the efficiency points), then thin ones (m rows
+ * against a k x n weight: what a token split gives each device) for the
+ * operands' rate. */
 static int build_gemms(bench_build *B, ein_error *err)
 {
     static const int64_t gemm_n[] = {16, 64, 128, 256, 512, 1024};
-    ein_program *p = B->p;
-    for (size_t k = 0; k < sizeof gemm_n / sizeof gemm_n[0]; k++) {
-        int64_t sh[2] = {gemm_n[k], gemm_n[k]};
-        int a = add_buf(p, 2, sh, err), c = a >= 0 ? add_buf(p, 2, sh, err) : a;
-        int o = c >= 0 ? add_buf(p, 2, sh, err) : c, rc;
-        if (o < 0)
-            return o;
-        int la = add_load(p, a, 2, sh, 11, err), lc = la >= 0 ? add_load(p, c, 2, sh, 12, err) : la;
-        if (lc < 0)
-            return lc;
-        int srcs[2] = {a, c};
-        ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = 2, .dst = o};
-        ins.kernel.kind = EIN_KERNEL_EINSUM;
-        strcpy(ins.kernel.subscripts, "ij,jk->ik");
-        double m = (double)gemm_n[k];
-        if ((rc = chain(B, &ins, CO_WORK_GEMM, 2 * m * m * m, 12 * m * m, err)) < 0)
+    static const int64_t thin[][3] = {{16, 512, 2048}, {32, 512, 2048}, {64, 512, 2048},
+                                      {128, 512, 2048}, {32, 2048, 512}, {64, 2048, 512},
+                                      {64, 256, 1024},  {128, 1024, 256}};
+    int rc;
+    for (size_t k = 0; k < sizeof gemm_n / sizeof gemm_n[0]; k++)
+        if ((rc = add_gemm(B, gemm_n[k], gemm_n[k], gemm_n[k], 1, err)) < 0)
             return rc;
-    }
+    for (size_t k = 0; k < sizeof thin / sizeof thin[0]; k++)
+        if ((rc = add_gemm(B, thin[k][0], thin[k][1], thin[k][2], 0, err)) < 0)
+            return rc;
     return 0;
 }
 
@@ -565,12 +588,41 @@ static void quiet_figures(const trace_sums *t, const double *iter_s, int ndev, c
     c->notify = nnt && best(nt, nnt) > 0 ? best(nt, nnt) : 0;
 }
 
+/* The GEMMs' operand rate (co_calib.h, gemm-operands): the least-squares
+ * fit, in relative error, of t = a x FLOPs + b x operand bytes over the
+ * GEMMs of at least CO_CALIB_FIT_FLOPS (below it the fixed costs
+ * dominate); 1 / b, or 0 when the fit gives no positive b. */
+#define CO_CALIB_FIT_FLOPS 1e7
+static double operand_rate(bench *b, int nb, double overhead)
+{
+    double ff = 0, fo = 0, oo = 0, sf = 0, so = 0;
+    int n = 0;
+    for (int k = 0; k < nb; k++) {
+        double t = best(b[k].t, b[k].nt) - overhead;
+        if (b[k].work != CO_WORK_GEMM || b[k].size < CO_CALIB_FIT_FLOPS || !(t > 0))
+            continue;
+        double f = b[k].size / t, o = b[k].operands / t;
+        ff += f * f, fo += f * o, oo += o * o, sf += f, so += o;
+        n++;
+    }
+    double det = ff * oo - fo * fo;
+    if (n < 3 || !(fabs(det) > 0))
+        return 0;
+    double bcoef = (ff * so - fo * sf) / det;
+    return bcoef > 0 ? 1 / bcoef : 0;
+}
+
 /* Efficiencies from each benchmark's best time, and the copy cap. */
 static void efficiencies(bench *b, int nb, const xp_topology *topo, co_calib *c)
 {
     double best_copy = 0;
+    c->gemm_operand_bw = operand_rate(b, nb, c->overhead);
     for (int k = 0; k < nb; k++) {
         double t = best(b[k].t, b[k].nt) - c->overhead;
+        if (b[k].work == CO_WORK_GEMM && !b[k].point)
+            continue; /* the operands' fit only */
+        if (b[k].work == CO_WORK_GEMM && c->gemm_operand_bw > 0)
+            t -= b[k].operands / c->gemm_operand_bw; /* the FLOPs' share */
         if (!(t > 0) || (b[k].work == CO_WORK_UNARY && b[k].size <= 8))
             continue;
         double e;

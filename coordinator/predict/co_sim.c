@@ -130,6 +130,14 @@ static double work_time(const sim *s, const ein_program *p, const ein_instr *ins
     double hbm = s->topo->hbm, peak = s->topo->peak > 0 ? s->topo->peak : 1e15;
     if (w == CO_WORK_GEMM || w == CO_WORK_ATTENTION) {
         double tc = flops / (peak * co_calib_eff(s->cal, w, flops)), tb = bytes / hbm;
+        if (w == CO_WORK_GEMM && s->cal->gemm_operand_bw > 0) {
+            /* A CPU BLAS packs both operands before it multiplies
+             * (co_calib.h, gemm-operands): their bytes add to the FLOPs. */
+            double ops = 0;
+            for (int k = 0; k < ins->nsrcs; k++)
+                ops += (double)p->buffers[ins->srcs[k]].bytes;
+            return tc + ops / s->cal->gemm_operand_bw;
+        }
         return tc > tb ? tc : tb;
     }
     return bytes / (hbm * co_calib_eff(s->cal, w, bytes));

@@ -17,7 +17,10 @@
  *    --iterations) loads inputs only in the first one and stores only in
  *    the last;
  *  - an instruction costs the calibration's `overhead`, then its work: a
- *    KERNEL max(FLOPs / (peak x eff), bytes / hbm) for gemm and attention,
+ *    KERNEL max(FLOPs / (peak x eff), bytes / hbm) for gemm and attention
+ *    (a gemm with the calibration's `gemm-operands` rate instead costs
+ *    FLOPs / (peak x eff) + its two operands' bytes / that rate: a CPU
+ *    BLAS packs both operands, so thin GEMMs run slower),
  *    bytes / (hbm x eff) for every other kernel and for AGG, SLICE and
  *    CONCAT (bytes read + written); a COPY is a flow along the topology's
  *    route (xp_topo_route: the resources xp_sim uses), every resource's

@@ -58,6 +58,7 @@ void co_sim_objective_rates(const xp_topology *topo, const co_calib *cal, pl_pla
     double peak = topo->peak > 0 ? topo->peak : 1e15;
     o->peak_flops = peak * co_calib_eff(cal, CO_WORK_GEMM, 1e9);
     o->hbm_bw = topo->hbm * co_calib_eff(cal, CO_WORK_ELEMENTWISE, 1e7);
+    o->gemm_operand_bw = cal->gemm_operand_bw;
     double net = INFINITY;
     int res[4], n = topo->ngpus > 1 ? xp_topo_route(topo, 0, 1, res, NULL) : 0;
     for (int k = 0; k < n; k++)

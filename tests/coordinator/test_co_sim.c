@@ -146,7 +146,25 @@ static void test_one_gemm(void **state)
     co_calib half = calib("eff gemm 1 0.5\n");
     co_sim_result *r2 = run(p, 1, t, &half);
     near(r2->makespan, 24e-6);
-    /* Memory-bound: a 1x4000x1 product moves 32 kB (0.32 us) for 8 kFLOP. */
+    /* gemm-operands 10 GB/s: the operands A 100x200 and B 200x300 are
+     * 80 kB + 240 kB = 320 kB, 32 us at 10 GB/s, ON TOP of the 12 us of
+     * FLOPs (not max: a CPU BLAS packs them first): 5 + 12 + 32 = 49 us. */
+    co_calib packs = calib("overhead 5 us\ngemm-operands 10 GB/s\n");
+    co_sim_result *r3 = run(p, 1, t, &packs);
+    near(r3->makespan, 49e-6);
+    co_sim_result_free(r3);
+    /* Same FLOPs, thinner: 25x800x300 has operands 80 kB + 960 kB = 1040 kB,
+     * 104 us: 5 + 12 + 104 = 121 us, the weight packed for 25 rows only. */
+    ein_program **q = progs_new(1);
+    gemm(q[0], 25, 800, 300, NULL, 0);
+    co_sim_result *r4 = run(q, 1, t, &packs);
+    near(r4->makespan, 121e-6);
+    co_sim_result *r5 = run(q, 1, t, &c); /* without: only the FLOPs, 17 us */
+    near(r5->makespan, 17e-6);
+    co_sim_result_free(r4);
+    co_sim_result_free(r5);
+    ein_program_free(q[0]);
+    free(q);
     co_sim_result_free(r);
     co_sim_result_free(r2);
     ein_program_free(p[0]);
@@ -382,6 +400,62 @@ static void test_objective_time(void **state)
  * READYs arrive one after the other, at 72 and 122 us; the first COPY
  * runs 72..174 (2 us overhead, then 100 us alone on device 1's port), the
  * second starts at 174 and ends at 276. */
+/* Operand elements one device's blocks of node `name` read (its first
+ * block's inputs: every block of these specs is the same size). */
+static double block_operands(const pl_graph *g, const pl_plan *plan, const char *name)
+{
+    for (int v = 0; v < g->nnodes; v++)
+        if (strcmp(g->nodes[v].name, name) == 0) {
+            const pl_spec *s = &plan->nodes[v].spec;
+            double e = 0;
+            for (int k = 0; k < s->ninputs; k++)
+                e += (double)ein_box_volume(&s->f[0].in[k]);
+            return e;
+        }
+    fail_msg("no node %s", name);
+    return 0;
+}
+
+/* The DP's time cost with a gemm-operands rate (a CPU BLAS packing both
+ * operands): h = x[512, 512] w1[512, 2048] on 8 devices. Split by tokens
+ * (t:8) each block reads 64 x 512 + 512 x 2048 = 1,081,344 operand
+ * elements; the fewest without splitting the contraction is t:1 x f:8 or
+ * t:2 x f:4, 512 x 512 / a + 512 x 2048 / b = 393,216. At 1 GB/s the
+ * operands cost 4.3 ms against 1.6 ms, far more than any repartition at
+ * 8 x 10 GB/s (4 MB: 0.05 ms), so the DP must read at most 393,216 per
+ * block; without the rate every split of h has the same FLOPs. */
+static void test_objective_time_operands(void **state)
+{
+    (void)state;
+    static const char prog[] = "dims t=512 d=512 f=2048\ndtype f32\ninput x[t, d]\n"
+                               "input w1[d, f]\ninput w2[f, d]\nh = matmul(x, w1)\n"
+                               "r = relu(h)\ny = matmul(r, w2)\nsave y\n";
+    pl_graph *g = NULL;
+    pl_plan *plain = NULL, *packed = NULL;
+    ein_error err = {0};
+    assert_int_equal(pl_ein_parse("ffn.ein", prog, strlen(prog), &g, &err), 0);
+    xp_topology *t = topo(8);
+    t->memory = 1e9;
+    co_calib c = calib("overhead 5 us\nlatency 20 us\n");
+    co_calib cp = calib("overhead 5 us\nlatency 20 us\ngemm-operands 1 GB/s\n");
+    pl_plan_opts o = {.objective = PL_OBJECTIVE_TIME}, op = o;
+    co_sim_objective_rates(t, &c, &o);
+    co_sim_objective_rates(t, &cp, &op);
+    near(o.gemm_operand_bw, 0);
+    near(op.gemm_operand_bw, 1e9);
+    assert_int_equal(pl_plan_make_opts(g, 8, PL_SELECT_DP, 1, &o, &plain, &err), 0);
+    assert_int_equal(pl_plan_make_opts(g, 8, PL_SELECT_DP, 1, &op, &packed, &err), 0);
+    double e = block_operands(g, packed, "h");
+    if (!(e <= 393216))
+        fail_msg("with gemm-operands h's block reads %.0f operand elements (at most 393216)", e);
+    fprintf(stderr, "# h's block operands: %.0f without the rate, %.0f with it\n",
+            block_operands(g, plain, "h"), e);
+    pl_plan_free(plain);
+    pl_plan_free(packed);
+    pl_graph_free(g);
+    xp_topo_free(t);
+}
+
 static void test_oversubscribed(void **state)
 {
     (void)state;
@@ -496,6 +570,7 @@ static void test_calib_format(void **state)
         "eff gemm 1e6 0.2\neff gemm 1e5 0.3\n", "eff nope 1 1\n", "eff gemm 1 0\n",
         "overhead 3 weeks\n", "cores -1\n", "frobnicate\n", "copy 0 GB/s\n", "eff gemm nan 1\n",
         "notify-busy 3 weeks\n", "latency-busy -1 us\n", "notify\n",
+        "gemm-operands 0 GB/s\n", "gemm-operands 5\n", "gemm-operands 5 GB/s x\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(co_calib_parse(bad[i], "bad.cal", &c, &err), EIN_EPARSE);
@@ -515,8 +590,9 @@ static void test_calib_format(void **state)
     near(d.latency_busy, c.latency);
     assert_int_equal(d.npts[CO_WORK_GEMM], 2);
     /* The busy figures round-trip too. */
+    near(d.gemm_operand_bw, 0); /* absent: a GEMM is priced by the roofline */
     const char *busy = "name y\ncores 2\nlatency 10 us\nnotify 4 us\nlatency-busy 0.5 ms\n"
-                       "notify-busy 90 us\n";
+                       "notify-busy 90 us\ngemm-operands 12.5 GB/s\n";
     assert_int_equal(co_calib_parse(busy, "y.cal", &c, &err), 0);
     near(c.notify, 4e-6);
     near(c.latency_busy, 5e-4);
@@ -530,6 +606,7 @@ static void test_calib_format(void **state)
     near(d.notify, 4e-6);
     near(d.latency_busy, 5e-4);
     near(d.notify_busy, 9e-5);
+    near(d.gemm_operand_bw, 12.5e9);
     /* Every built-in table parses; the host one is topologies/host.cal. */
     static const char *const names[] = {"host", "a100", "h100", "h200", "v100", "b200"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -582,6 +659,7 @@ int main(void)
         cmocka_unit_test(test_overlap),      cmocka_unit_test(test_shared_port),
         cmocka_unit_test(test_shared_cores), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_memory_plan),  cmocka_unit_test(test_objective_time),
+        cmocka_unit_test(test_objective_time_operands),
         cmocka_unit_test(test_oversubscribed), cmocka_unit_test(test_objective_choice),
         cmocka_unit_test(test_calib_format),
         cmocka_unit_test(test_topology_memory),
