@@ -36,8 +36,11 @@
 #define STRUCT_WORK 8000
 #define CHUNK_KIND_WORK 100000
 /* The hierarchical start on a machine of several hosts: its share (the
- * start that matters most there; pipeline 2 on 16 x 8 GPUs fits). */
-#define CHUNK_HIER_WORK 400000
+ * start that matters most there). Every depth up to the chunk limit on
+ * 16 x 8 GPUs fits: pipelines 1, 2, 4 and 8 cost 11,265 + 130,049 +
+ * 260,097 + 520,193 = 921,604 units (about 0.8 s of CPU); depth 8 is
+ * the one that pipelines the three phases there (issue 26). */
+#define CHUNK_HIER_WORK 1000000
 #define CLEANUP_WORK 30000
 
 void xp_search_opts_default(xp_search_opts *o)
