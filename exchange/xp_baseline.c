@@ -669,10 +669,7 @@ int xp_baseline_best(const xp_program *pre, const xp_topology *t, xp_base_kind k
             bp = pipe;
         } else {
             xp_program_free(q);
-            /* deeper pipelines stopped helping; hier's three phases may
-             * balance again deeper (it tries every depth in the limit) */
-            if (kind != XP_BASE_HIER)
-                break;
+            break; /* deeper pipelines stopped helping */
         }
     }
     if (!best)

@@ -42,9 +42,9 @@
  * (pipelining). The result is a valid program (Def. 5.5) over the same
  * preamble. Partitions must be resolved.
  *
- * xp_baseline_best tries pipe = 1, 2, 4, ..., 64 while the simulated
- * makespan improves (hier: every depth within XP_CHUNKS_MAX chunks) and
- * returns the fastest, its makespan and depth.
+ * xp_baseline_best tries pipe = 1, 2, 4, ..., 64 (within XP_CHUNKS_MAX
+ * chunks) while the simulated makespan improves and returns the fastest,
+ * its makespan and depth.
  *
  * Ownership: *out is a new program (xp_program_free). On error returns a
  * negative EIN_E* code (EIN_EUNSUPPORTED: too many chunks for the shape)
