@@ -429,8 +429,17 @@ static int gen_hier(gen *G, const group *g)
         }
         full[h] = xp_set_equal(p, x, g->set);
     }
-    /* Phase 1: reduce-scatter inside each host, piece k to its k-th site,
-     * one stream per (sender, piece) over the piece's sub-pieces. */
+    /* Chunk c = k * nh * P + j * P + r of the aggregate (r < P): the r-th
+     * of the P chunks of sub-piece j of piece k, which host j sums (its
+     * k-th site) and multicasts on rail k. A sub-piece moves as a stream
+     * on every phase, so its chunks land in order: chunk r of every
+     * sub-piece is summed, multicast and gathered while chunk r + 1 is
+     * still crossing the NICs (the phases overlap), rather than all of
+     * them sharing the NICs until the end. Pipeline 1: phases 1 and 3 move
+     * a piece in one go (no alpha per chunk). */
+    /* Phase 1: reduce-scatter inside each host, piece k to its k-th site:
+     * per (sender, piece), one stream per sub-piece (all sub-pieces
+     * advance together, so every host's NIC has work from the start). */
     for (int h = 0; h < nh; h++)
         for (int k = 0; k < m; k++) {
             int own = loc[h * m + k];
@@ -439,37 +448,41 @@ static int gen_hier(gen *G, const group *g)
                 if (s == own || !holds(G, g, s))
                     continue;
                 copies_at(p, g->set, s, G->tmp);
-                /* pipeline 1: the piece in one go (no alpha per chunk) */
-                rc = P == 1 ? emit(G, G->tmp, s, NULL, 0, &own, 1, k, 1, m)
-                            : emit(G, G->tmp, s, NULL, 0, &own, 1, k * nh * P, nh * P, (int)K);
-                if (rc < 0)
-                    goto done;
+                if (P == 1) {
+                    if ((rc = emit(G, G->tmp, s, NULL, 0, &own, 1, k, 1, m)) < 0)
+                        goto done;
+                    continue;
+                }
+                for (int j = 0; j < nh; j++)
+                    if ((rc = emit(G, G->tmp, s, NULL, 0, &own, 1, (k * nh + j) * P, P,
+                                   (int)K)) < 0)
+                        goto done;
             }
         }
-    /* Phase 2: across hosts on rail k. Chunk q of piece k belongs to host
-     * q mod nh (interleaved, so that every host has chunks to send as soon
-     * as phase 1 starts delivering): it is summed at that host's k-th site,
-     * which multicasts the sum to the hosts that lack it. Each chunk is an
-     * action of its own. */
+    /* Phase 2: across hosts on rail k. Sub-piece j of piece k is summed at
+     * host j's k-th site (every other host sends it its copy, a stream of
+     * P chunks), which multicasts the sum, chunk by chunk, to the hosts
+     * that lack it. */
     for (int k = 0; k < m; k++)
-        for (int q = 0; q < nh * P; q++) {
-            int j = q % nh, c = k * nh * P + q, oj = loc[j * m + k];
+        for (int j = 0; j < nh; j++) {
+            int c = (k * nh + j) * P, oj = loc[j * m + k];
             for (int h = 0; h < nh; h++) {
                 const xp_word *x = xh + (size_t)h * (size_t)p->nwords;
                 if (h == j || set_empty(p, x) || full[j])
                     continue;
                 int oh = loc[h * m + k];
-                if ((rc = emit(G, x, oh, NULL, 0, &oj, 1, c, 1, (int)K)) < 0)
+                if ((rc = emit(G, x, oh, NULL, 0, &oj, 1, c, P, (int)K)) < 0)
                     goto done;
             }
             int dst[XP_BASE_SITES], nd = 0;
             for (int h = 0; h < nh; h++)
                 if (h != j && !full[h])
                     dst[nd++] = loc[h * m + k];
-            if (nd && (rc = emit(G, g->set, oj, NULL, 0, dst, nd, c, 1, (int)K)) < 0)
+            if (nd && (rc = emit(G, g->set, oj, NULL, 0, dst, nd, c, P, (int)K)) < 0)
                 goto done;
         }
-    /* Phase 3: all-gather inside each host; a target that is the k-th
+    /* Phase 3: all-gather inside each host, one stream per sub-piece (in
+     * the order its chunks come off the NICs); a target that is the k-th
      * site itself aggregates there. */
     for (int h = 0; h < nh; h++)
         for (int k = 0; k < m; k++) {
@@ -479,12 +492,15 @@ static int gen_hier(gen *G, const group *g)
                     dst[nd++] = loc[h * m + i];
             if (!nd && !g->dst[own])
                 continue;
-            /* One stream per piece: its chunks in the order the NICs
-             * deliver them, and no more flows on the port than phase 1's. */
-            rc = P == 1 ? emit(G, g->set, own, NULL, 0, dst, nd, k, 1, m)
-                        : emit(G, g->set, own, NULL, 0, dst, nd, k * nh * P, nh * P, (int)K);
-            if (rc < 0)
-                goto done;
+            if (P == 1) {
+                if ((rc = emit(G, g->set, own, NULL, 0, dst, nd, k, 1, m)) < 0)
+                    goto done;
+                continue;
+            }
+            for (int j = 0; j < nh; j++)
+                if ((rc = emit(G, g->set, own, NULL, 0, dst, nd, (k * nh + j) * P, P,
+                               (int)K)) < 0)
+                    goto done;
         }
     rc = 0;
 done:
@@ -653,10 +669,7 @@ int xp_baseline_best(const xp_program *pre, const xp_topology *t, xp_base_kind k
             bp = pipe;
         } else {
             xp_program_free(q);
-            /* deeper pipelines stopped helping; hier's three phases may
-             * balance again deeper (it tries every depth in the limit) */
-            if (kind != XP_BASE_HIER)
-                break;
+            break; /* deeper pipelines stopped helping */
         }
     }
     if (!best)

@@ -21,15 +21,18 @@
  *                   straight to its targets (direct all-to-all, all-gather).
  *   XP_BASE_HIER    hierarchical (UCC's split rail) on a machine of several
  *                   hosts: X cut into one piece per local rank, each
- *                   piece into one sub-piece per host; reduce-scatter
+ *                   piece into one sub-piece per host, each sub-piece
+ *                   into a stream of `pipe` chunks; reduce-scatter
  *                   inside every host (direct: each GPU sends piece k to
  *                   the host's k-th GPU), all-reduce of piece k across
  *                   the hosts among the k-th GPUs, on rail k (direct:
  *                   sub-piece j reduced at host j's k-th GPU, which
  *                   multicasts the sum to the other hosts' k-th GPUs),
  *                   then all-gather inside every host (each k-th GPU
- *                   multicasts what it has); the three phases pipelined
- *                   chunk by chunk. On one host it is direct. Needs the
+ *                   multicasts what it has); every phase moves a
+ *                   sub-piece as a stream, so its chunks land in order
+ *                   and the three phases pipeline chunk by chunk. On one
+ *                   host it is direct. Needs the
  *                   same number of the aggregate's sites on every host it
  *                   spans (EIN_EUNSUPPORTED otherwise).
  * On a machine of several hosts XP_BASE_RING is NCCL's multi-ring: one
@@ -39,9 +42,9 @@
  * (pipelining). The result is a valid program (Def. 5.5) over the same
  * preamble. Partitions must be resolved.
  *
- * xp_baseline_best tries pipe = 1, 2, 4, ..., 64 while the simulated
- * makespan improves (hier: every depth within XP_CHUNKS_MAX chunks) and
- * returns the fastest, its makespan and depth.
+ * xp_baseline_best tries pipe = 1, 2, 4, ..., 64 (within XP_CHUNKS_MAX
+ * chunks) while the simulated makespan improves and returns the fastest,
+ * its makespan and depth.
  *
  * Ownership: *out is a new program (xp_program_free). On error returns a
  * negative EIN_E* code (EIN_EUNSUPPORTED: too many chunks for the shape)

@@ -36,8 +36,14 @@
 #define STRUCT_WORK 8000
 #define CHUNK_KIND_WORK 100000
 /* The hierarchical start on a machine of several hosts: its share (the
- * start that matters most there; pipeline 2 on 16 x 8 GPUs fits). */
-#define CHUNK_HIER_WORK 400000
+ * start that matters most there). Every depth up to the chunk limit on
+ * 16 x 8 GPUs fits: pipelines 1, 2, 4 and 8 cost 11,265 + 130,049 +
+ * 260,097 + 520,193 = 921,604 units (about 0.8 s of CPU); depth 8 is
+ * the one that pipelines the three phases of a 1 GB all-reduce there
+ * (issue 26). Like the other generators it stops deepening when a depth
+ * is no faster (its makespan over depth has one minimum: each sub-piece
+ * is a stream, so deeper only trades fill time for alpha per chunk). */
+#define CHUNK_HIER_WORK 1000000
 #define CLEANUP_WORK 30000
 
 void xp_search_opts_default(xp_search_opts *o)
@@ -500,9 +506,8 @@ static xp_program *best_chunked(const xp_program *cur, const xp_topology *t,
             st->work += w;
             double c = xp_search_sim_cost(q, t);
             keep_faster(q, c, &cstart, &cbest);
-            if (!(c < prev * (1 - 1e-9)) && k != XP_BASE_HIER)
-                break; /* deeper pipelines stopped helping (hier's phases
-                          may balance again deeper: it goes on to the limit) */
+            if (!(c < prev * (1 - 1e-9)))
+                break; /* deeper pipelines stopped helping */
             if (pipe == 1 && c > 1.5 * cbest)
                 break; /* far behind: pipelining will not catch up */
             prev = c;

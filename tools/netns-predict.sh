@@ -33,39 +33,27 @@ done
 [ "$(id -u)" -eq 0 ] || { echo "netns-predict: needs root (network namespaces, tc)" >&2; exit 2; }
 grep -q '^#define HAVE_UCX 1' "$B/config.h" 2>/dev/null ||
     { echo "netns-predict: built without UCX" >&2; exit 2; }
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+[ -r "$SRC/tests/e2e/lib.sh" ] ||
+    { echo "netns-predict: no $SRC/tests/e2e/lib.sh (the source tree)" >&2; exit 2; }
+. "$SRC/tests/e2e/lib.sh"    # ns_add, ns_veth, ns_limit, ns_del
 S=$(mktemp -d /tmp/ein-np.XXXXXX) || exit 1
 NA=ein-pa-$$
 NB=ein-pb-$$
 cleanup() {
-    for ns in $NA $NB; do
-        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    done
-    sleep 0.2
-    ip netns del "$NA" 2>/dev/null
-    ip netns del "$NB" 2>/dev/null
+    ns_del "$NA" "$NB"
     rm -rf "$S"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP PIPE
 cd "$S" || exit 1
 export TMPDIR="$S"
-set -e
-ip netns add "$NA"
-ip netns add "$NB"
-ip link add "pa$$" type veth peer name "pb$$"
-ip link set "pa$$" netns "$NA"
-ip link set "pb$$" netns "$NB"
-ip -n "$NA" link set "pa$$" name ein0
-ip -n "$NB" link set "pb$$" name ein0
-ip -n "$NA" addr add 10.78.0.1/24 dev ein0
-ip -n "$NB" addr add 10.78.0.2/24 dev ein0
-for ns in $NA $NB; do
-    ip -n "$ns" link set ein0 up
-    ip -n "$ns" link set lo up
-    # 1 Gbit/s out of each end: both directions of the link.
-    ip netns exec "$ns" tc qdisc add dev ein0 root tbf rate 1gbit burst 128kb latency 100ms
-done
-set +e
+# 1 Gbit/s out of each end: both directions of the link.
+if ! ns_add "$NA" || ! ns_add "$NB" || ! ns_veth "$NA" "$NB" ein0 10.78.0.1 10.78.0.2 ||
+   ! ns_limit "$NA" ein0 1gbit || ! ns_limit "$NB" ein0 1gbit; then
+    echo "netns-predict: cannot join two network namespaces by a 1 Gbit/s veth" >&2
+    exit 1
+fi
 export UCX_TLS=tcp UCX_NET_DEVICES=ein0
 
 cat > host1 <<'EOF'

@@ -777,7 +777,7 @@ class Program:
     def __init__(self, graph, devices, schedule_mode, backend, selector, seed, search_work,
                  topology, rewrite, worker_timeout, run_timeout, verbose,
                  generate_missing=False, trace=None, progress=None, _load=None,
-                 partials="f32", memory_limit=None, no_reuse=False):
+                 partials="f32", memory_limit=None, no_reuse=False, connect_timeout=None):
         self._c = None
         self._s = None
         # One call at a time (Threads, above); re-entrant so that a close()
@@ -791,13 +791,16 @@ class Program:
         self.schedule_mode = schedule_mode
         self.backend = backend
         self._gpu_ids = (ctypes.c_int * len(devices))(*devices)
-        for what, v in (("worker_timeout", worker_timeout), ("run_timeout", run_timeout)):
+        dflt = {"worker_timeout": "the default, 60", "run_timeout": "none",
+                "connect_timeout": "the default, 10 s a host (+ 10 s started over ssh)"}
+        for what, v in (("worker_timeout", worker_timeout), ("run_timeout", run_timeout),
+                        ("connect_timeout", connect_timeout)):
             if v is not None and not (isinstance(v, (int, float, numpy.integer, numpy.floating))
                                       and not isinstance(v, bool) and float(v) >= 0
                                       and float(v) != float("inf")):
                 _fail(L.EIN_EINVAL, "compileGraph: %s=%r; expected seconds >= 0 (0: %s)"
-                      % (what, v, "the default, 60" if what == "worker_timeout" else "none"))
-        self._session_args = (worker_timeout, run_timeout, verbose)
+                      % (what, v, dflt[what]))
+        self._session_args = (worker_timeout, run_timeout, verbose, connect_timeout)
         self._generate_missing = bool(generate_missing)
         self._seed = 1 if seed is None else seed
         self.trace = trace
@@ -1041,7 +1044,7 @@ class Program:
         o = L.ein_session_options()
         _lib.ein_session_options_init(ctypes.byref(o))
         keep = []
-        worker_timeout, run_timeout, verbose = self._session_args
+        worker_timeout, run_timeout, verbose, connect_timeout = self._session_args
         if self.backend == "cuda":
             o.backend = b"cuda"
             o.gpu_ids = self._gpu_ids
@@ -1056,6 +1059,8 @@ class Program:
             o.worker_timeout = float(worker_timeout)
         if run_timeout is not None:
             o.run_timeout = float(run_timeout)
+        if connect_timeout is not None:
+            o.connect_timeout = float(connect_timeout)
         o.verbose = 1 if verbose else 0
         o.generate_missing = 1 if self._generate_missing else 0
         o.progress = _progress_flag(self._progress)
@@ -1313,7 +1318,7 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
                  seed=None, search_work=None, topology=None, rewrite=False,
                  worker_timeout=None, run_timeout=None, verbose=False,
                  generate_missing=False, trace=None, progress=None, partials="f32",
-                 memory_limit=None, no_reuse=False):
+                 memory_limit=None, no_reuse=False, connect_timeout=None):
     """The paper's es.compileGraph: plan `graph` over the devices listed in
     `device` (default: every visible GPU, or one device when none is
     visible), make every exchange program (schedule_mode "naive": the naive
@@ -1339,7 +1344,13 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     graph; None (default): the topology's memory.
 
     no_reuse: every buffer in a place of its own (no memory reuse), which
-    entry points (Program.add_entry) need."""
+    entry points (Program.add_entry) need.
+
+    connect_timeout: seconds from starting a host's agent until it must
+    reach the coordinator, on a session of several hosts (einrun
+    --connect-timeout, ein_session_options.connect_timeout); None or 0:
+    the default (10 s, + 10 s for an agent started over ssh). Negative,
+    NaN or non-numeric: EinValueError naming it."""
     if not isinstance(graph, Graph):
         _fail_type("compileGraph: expected a graph from es.createGraph(), not %r"
               % (graph,))
@@ -1368,12 +1379,12 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
                    search_work, topology, rewrite, worker_timeout, run_timeout, verbose,
                    generate_missing, trace=None if trace is None else os.fspath(trace),
                    progress=progress, partials=partials, memory_limit=memory_limit,
-                   no_reuse=no_reuse)
+                   no_reuse=no_reuse, connect_timeout=connect_timeout)
 
 
 def load_program(path, device=None, backend=None, topology=None, worker_timeout=None,
                  run_timeout=None, verbose=False, generate_missing=False, trace=None,
-                 progress=None):
+                 progress=None, connect_timeout=None):
     """A program saved with Program.save(path), ready to run without
     compiling again (in this or any other process). device: the list of
     devices, as for compileGraph; its length must be the saved program's
@@ -1399,4 +1410,4 @@ def load_program(path, device=None, backend=None, topology=None, worker_timeout=
     return Program(None, devices, None, backend or "cpu", None, None, None, topology, False,
                    worker_timeout, run_timeout, verbose, generate_missing,
                    trace=None if trace is None else os.fspath(trace), progress=progress,
-                   _load=os.fspath(path))
+                   _load=os.fspath(path), connect_timeout=connect_timeout)

@@ -143,7 +143,8 @@ def compileGraph(graph: Graph, device: Optional[Sequence[int]] = ...,
                  progress: Optional[bool] = ...,
                  partials: Literal["f32", "native"] = ...,
                  memory_limit: Optional[float] = ...,
-                 no_reuse: bool = ...) -> Program: ...
+                 no_reuse: bool = ...,
+                 connect_timeout: Optional[float] = ...) -> Program: ...
 
 def load_program(path: PathLike, device: Optional[Sequence[int]] = ...,
                  backend: Optional[Literal["cpu", "cuda"]] = ...,
@@ -151,4 +152,5 @@ def load_program(path: PathLike, device: Optional[Sequence[int]] = ...,
                  worker_timeout: Optional[float] = ..., run_timeout: Optional[float] = ...,
                  verbose: bool = ..., generate_missing: bool = ...,
                  trace: Optional[PathLike] = ...,
-                 progress: Optional[bool] = ...) -> Program: ...
+                 progress: Optional[bool] = ...,
+                 connect_timeout: Optional[float] = ...) -> Program: ...

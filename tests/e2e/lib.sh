@@ -43,3 +43,36 @@ out_lines() {
         -e '^For details see https://github.com/google/sanitizers' \
         -e '^einrun: generating .* from --seed [0-9]* (no input given)$' "$1" | grep -c .
 }
+
+# Network namespaces (the tests of several "hosts"; they need root). Each
+# function reports ip's own message on stderr and fails with it, so that a
+# caller can skip naming the reason.
+# ns_add NS: a namespace with its loopback up.
+ns_add() {
+    ip netns add "$1" && ip -n "$1" link set lo up
+}
+# ns_veth NSA NSB LINK ADDR_A ADDR_B: a veth pair joining the two, named
+# LINK in both, ADDR_A/24 and ADDR_B/24, up (the ends are created as
+# xLINKPID and yLINKPID in the root namespace, then moved and renamed).
+ns_veth() {
+    ip link add "x$3$$" type veth peer name "y$3$$" &&
+    ip link set "x$3$$" netns "$1" && ip link set "y$3$$" netns "$2" &&
+    ip -n "$1" link set "x$3$$" name "$3" && ip -n "$2" link set "y$3$$" name "$3" &&
+    ip -n "$1" addr add "$4/24" dev "$3" && ip -n "$2" addr add "$5/24" dev "$3" &&
+    ip -n "$1" link set "$3" up && ip -n "$2" link set "$3" up
+}
+# ns_limit NS DEV RATE: at most RATE (tc's units: 1gbit) out of DEV in NS
+# (a token bucket; on both ends, both directions of the link).
+ns_limit() {
+    ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$3" burst 128kb latency 100ms
+}
+# ns_del NS...: every process left in the namespaces killed, then the
+# namespaces deleted (with the veth ends in them). Quiet; for cleanup.
+ns_del() {
+    for ns in "$@"; do
+        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+    done
+    sleep 0.2
+    for ns in "$@"; do ip netns del "$ns" 2>/dev/null; done
+    return 0
+}

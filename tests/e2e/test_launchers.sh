@@ -38,14 +38,7 @@ daemons=""
 
 cleanup() {
     for f in $daemons; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
-    if [ -n "$netns" ]; then
-        for ns in $NA $NB; do
-            for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-        done
-        sleep 0.2
-        ip netns del "$NA" 2>/dev/null
-        ip netns del "$NB" 2>/dev/null
-    fi
+    [ -n "$netns" ] && ns_del "$NA" "$NB"
     rm -rf "$S"
 }
 trap cleanup EXIT
@@ -204,15 +197,8 @@ why=""
 [ -z "$why" ] && ! command -v ip > /dev/null 2>&1 && why="no ip command (iproute2)"
 if [ -z "$why" ]; then
     netns=1
-    if ! ip netns add "$NA" 2> ns.txt || ! ip netns add "$NB" 2> ns.txt ||
-       ! ip link add "la$$" type veth peer name "lb$$" 2> ns.txt ||
-       ! ip link set "la$$" netns "$NA" 2> ns.txt || ! ip link set "lb$$" netns "$NB" 2> ns.txt ||
-       ! ip -n "$NA" link set "la$$" name ein0 2> ns.txt ||
-       ! ip -n "$NB" link set "lb$$" name ein0 2> ns.txt ||
-       ! ip -n "$NA" addr add 10.79.0.1/24 dev ein0 2> ns.txt ||
-       ! ip -n "$NB" addr add 10.79.0.2/24 dev ein0 2> ns.txt ||
-       ! ip -n "$NA" link set ein0 up 2> ns.txt || ! ip -n "$NB" link set ein0 up 2> ns.txt ||
-       ! ip -n "$NA" link set lo up 2> ns.txt || ! ip -n "$NB" link set lo up 2> ns.txt; then
+    if ! ns_add "$NA" 2> ns.txt || ! ns_add "$NB" 2> ns.txt ||
+       ! ns_veth "$NA" "$NB" ein0 10.79.0.1 10.79.0.2 2> ns.txt; then
         why="cannot join two network namespaces with a veth pair: $(cat ns.txt)"
     fi
 fi

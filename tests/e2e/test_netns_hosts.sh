@@ -37,12 +37,7 @@ made_run_sshd=""
 # scratch directory.
 cleanup() {
     for p in $started; do kill -9 "$p" 2>/dev/null; done
-    for ns in $NA $NB; do
-        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    done
-    sleep 0.2
-    ip netns del "$NA" 2>/dev/null
-    ip netns del "$NB" 2>/dev/null
+    ns_del "$NA" "$NB"
     [ -n "$made_run_sshd" ] && rmdir /run/sshd 2>/dev/null
     rm -rf "$S"
 }
@@ -55,16 +50,8 @@ skip() { echo "1..0 # SKIP $1"; exit 0; }
 grep -q '^#define HAVE_UCX 1' "$B/config.h" 2>/dev/null || skip "built without UCX (libucx-dev)"
 [ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces"
 command -v ip > /dev/null 2>&1 || skip "no ip command (iproute2)"
-ip netns add "$NA" 2> ns.txt || skip "cannot create a network namespace: $(cat ns.txt)"
-if ! ip netns add "$NB" 2> ns.txt ||
-   ! ip link add "ea$$" type veth peer name "eb$$" 2> ns.txt ||
-   ! ip link set "ea$$" netns "$NA" 2> ns.txt || ! ip link set "eb$$" netns "$NB" 2> ns.txt ||
-   ! ip -n "$NA" link set "ea$$" name ein0 2> ns.txt ||
-   ! ip -n "$NB" link set "eb$$" name ein0 2> ns.txt ||
-   ! ip -n "$NA" addr add 10.77.0.1/24 dev ein0 2> ns.txt ||
-   ! ip -n "$NB" addr add 10.77.0.2/24 dev ein0 2> ns.txt ||
-   ! ip -n "$NA" link set ein0 up 2> ns.txt || ! ip -n "$NB" link set ein0 up 2> ns.txt ||
-   ! ip -n "$NA" link set lo up 2> ns.txt || ! ip -n "$NB" link set lo up 2> ns.txt; then
+ns_add "$NA" 2> ns.txt || skip "cannot create a network namespace: $(cat ns.txt)"
+if ! ns_add "$NB" 2> ns.txt || ! ns_veth "$NA" "$NB" ein0 10.77.0.1 10.77.0.2 2> ns.txt; then
     skip "cannot join two network namespaces with a veth pair: $(cat ns.txt)"
 fi
 

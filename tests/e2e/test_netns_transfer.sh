@@ -28,12 +28,7 @@ NB=ein-tb-$$
 started=""
 cleanup() {
     for p in $started; do kill -9 "$p" 2>/dev/null; done
-    for ns in $NA $NB; do
-        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    done
-    sleep 0.2
-    ip netns del "$NA" 2>/dev/null
-    ip netns del "$NB" 2>/dev/null
+    ns_del "$NA" "$NB"
     rm -rf "$S"
 }
 trap cleanup EXIT
@@ -46,23 +41,13 @@ grep -q '^#define HAVE_UCX 1' "$B/config.h" 2>/dev/null || skip "built without U
 [ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces"
 command -v ip > /dev/null 2>&1 || skip "no ip command (iproute2)"
 command -v tc > /dev/null 2>&1 || skip "no tc command (iproute2)"
-ip netns add "$NA" 2> ns.txt || skip "cannot create a network namespace: $(cat ns.txt)"
-# veth LINK A-ADDR B-ADDR: a pair named LINK in both namespaces.
-veth() {
-    ip link add "x$1$$" type veth peer name "y$1$$" &&
-    ip link set "x$1$$" netns "$NA" && ip link set "y$1$$" netns "$NB" &&
-    ip -n "$NA" link set "x$1$$" name "$1" && ip -n "$NB" link set "y$1$$" name "$1" &&
-    ip -n "$NA" addr add "$2/24" dev "$1" && ip -n "$NB" addr add "$3/24" dev "$1" &&
-    ip -n "$NA" link set "$1" up && ip -n "$NB" link set "$1" up
-}
-if ! ip netns add "$NB" 2> ns.txt || ! veth ctl0 10.81.0.1 10.81.0.2 2>> ns.txt ||
-   ! veth data0 10.82.0.1 10.82.0.2 2>> ns.txt ||
-   ! ip -n "$NA" link set lo up 2>> ns.txt || ! ip -n "$NB" link set lo up 2>> ns.txt; then
+ns_add "$NA" 2> ns.txt || skip "cannot create a network namespace: $(cat ns.txt)"
+if ! ns_add "$NB" 2> ns.txt || ! ns_veth "$NA" "$NB" ctl0 10.81.0.1 10.81.0.2 2>> ns.txt ||
+   ! ns_veth "$NA" "$NB" data0 10.82.0.1 10.82.0.2 2>> ns.txt; then
     skip "cannot join two network namespaces with veth pairs: $(cat ns.txt)"
 fi
 for ns in $NA $NB; do
-    ip netns exec "$ns" tc qdisc add dev data0 root tbf rate 1gbit burst 128kb latency 100ms \
-        2> ns.txt || skip "tc cannot limit the veth (sch_tbf): $(cat ns.txt)"
+    ns_limit "$ns" data0 1gbit 2> ns.txt || skip "tc cannot limit the veth (sch_tbf): $(cat ns.txt)"
 done
 
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"

@@ -291,3 +291,28 @@ def test_bad_timeouts():
     assert "run_timeout" in str(e.value)
     with es.compileGraph(build_ffn(), device=[0], worker_timeout=0) as prog:
         run_checked(prog, 4)
+
+
+def test_connect_timeout(monkeypatch):
+    """connect_timeout (seconds for a host's agent to reach the
+    coordinator, ein_session_options.connect_timeout) is refused as the
+    other timeouts are, naming it, and reaches the C session options as
+    given (0 and None: the C default, 0)."""
+    for bad in (-1, float("nan"), float("inf"), "10", True):
+        with pytest.raises(es.EinError) as e:
+            es.compileGraph(build_ffn(), device=[0], connect_timeout=bad)
+        assert e.value.code == es.EIN_EINVAL and "connect_timeout" in str(e.value), bad
+    from einsummable import _core
+    real = _core._lib.ein_session_open
+    seen = []
+
+    def spy(c, o, out, err):
+        seen.append(o._obj.connect_timeout)  # o: ctypes.byref(options)
+        return real(c, o, out, err)
+
+    monkeypatch.setattr(_core._lib, "ein_session_open", spy)
+    for given, want in ((2.5, 2.5), (7, 7.0), (None, 0.0)):
+        with es.compileGraph(build_ffn(), device=[0, 1], connect_timeout=given) as prog:
+            run_checked(prog, 5)
+        assert seen[-1] == want, (given, seen)
+    assert len(seen) == 3, seen
