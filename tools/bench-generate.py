@@ -6,6 +6,7 @@ make check (it writes a ~440 MB checkpoint and takes minutes).
     PYTHONPATH=python EIN_BUILDDIR=$PWD /usr/bin/python3 tools/bench-generate.py \\
         [--d 768] [--layers 12] [--vocab 32000] [--ff 2048] [--heads 12] \\
         [--devices 2] [--batch 1] [--prompt 8] [--new 32] [--torch] [--rounds 3]
+        [--strategy megatron] [--profile N]
 
 Prints the copy bandwidth (one thread per device copying its share of 256
 MiB at once, best of 5: bytes copied per second), the bytes one decode
@@ -30,7 +31,12 @@ Python (set, run, get), of the run's own wall time (START to the last
 DONE) and, per device, the worker's total, kernel, copy and wait (for
 peers) times, and the run's overhead (run minus the slowest device's
 total: the START and DONE messages and Python's calls). EIN_SPIN_US (see
-einworker --help) sets the workers' spin before they block."""
+einworker --help) sets the workers' spin before they block.
+
+--strategy S: es.llama.load's strategy (compileGraph's: megatron), instead
+of the plan the planner chooses. EIN_READY=zmq (einworker --help) sends a
+READY between workers of this host through ZeroMQ, as before issue 25's
+channel, to compare."""
 import argparse
 import json
 import os
@@ -57,6 +63,8 @@ def main():
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--torch", action="store_true", help="compare with plain PyTorch (batch 1)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--strategy", default=None, metavar="S",
+                    help="es.llama.load's strategy (megatron; default: the planner's plan)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="then N decode steps with each run's statistics")
     a = ap.parse_args()
@@ -112,7 +120,7 @@ def main():
     prompts = [list(rng.integers(0, V, a.prompt)) for _ in range(a.batch)]
     rounds = []
     with es.llama.load([d + "/model.safetensors"], d + "/config.json",
-                       device=list(range(a.devices))) as m:
+                       device=list(range(a.devices)), strategy=a.strategy) as m:
         m.generate(prompts, max_new_tokens=2)     # compile, bind, warm up
         for r in range(a.rounds if a.torch else 1):
             got = m.generate(prompts, max_new_tokens=a.new)
@@ -127,7 +135,8 @@ def main():
         prof = _profile(m, a.profile, a.prompt, V, a.devices) if a.profile > 0 else None
     steps_s = st["decode_steps"] / st["decode_seconds"]
     print("model: %.1fM parameters (d %d, %d layers, vocab %d, ff %d, %d heads), f32, %d devices, "
-          "batch %d" % (params / 1e6, dm, L, V, FF, H, a.devices, a.batch))
+          "batch %d, plan %s" % (params / 1e6, dm, L, V, FF, H, a.devices, a.batch,
+                                 a.strategy or "the planner's"))
     print("copy bandwidth: %.2f GB/s copied (%d threads copying 256 MiB, best of 5): %.2f GB/s "
           "of memory traffic" % (copy_bw / 1e9, P, read_bw / 1e9))
     print("bytes per decode step: weights %.1f MB + cache %.1f MB" % (wbytes / 1e6, cbytes / 1e6))

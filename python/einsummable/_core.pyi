@@ -143,7 +143,9 @@ def compileGraph(graph: Graph, device: Optional[Sequence[int]] = ...,
                  progress: Optional[bool] = ...,
                  partials: Literal["f32", "native"] = ...,
                  memory_limit: Optional[float] = ...,
-                 no_reuse: bool = ...) -> Program: ...
+                 no_reuse: bool = ...,
+                 strategy: Optional[Literal["megatron", "ulysses", "sequence",
+                                            "data"]] = ...) -> Program: ...
 
 def load_program(path: PathLike, device: Optional[Sequence[int]] = ...,
                  backend: Optional[Literal["cpu", "cuda"]] = ...,
