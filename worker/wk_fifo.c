@@ -1,6 +1,8 @@
 /* worker/wk_fifo.c — messages between the workers of one host through a
  * FIFO per receiving device (wk_fifo.h). */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "worker/wk_fifo.h"
 
 #include <errno.h>
