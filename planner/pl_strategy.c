@@ -8,20 +8,26 @@
 
 typedef struct strategy {
     const char *name;
-    const char *const *prefer;      /* every operator but attention */
+    const char *const *prefer;      /* every operator but attention and einsums */
     const char *const *attention;   /* attention */
+    const char *const *einsum;      /* einsums (products, the projections) */
 } strategy;
 
 static const char *const heads_first[] = {"heads_kv", "heads", "d_q", "d_kv", "d_ff",
                                           "hidden", "tokens", NULL};
+/* The head's vocabulary last: split only where tokens cannot be (a decode
+ * step's one row per sequence), as Megatron-LM's vocab-parallel head. Not
+ * the embedding's: a lookup reads one row, replicated it needs no sum. */
+static const char *const heads_first_vocab[] = {"heads_kv", "heads", "d_q", "d_kv", "d_ff",
+                                                "hidden", "tokens", "vocab", NULL};
 static const char *const heads_only[] = {"heads_kv", "heads", NULL};
 static const char *const tokens_only[] = {"tokens", NULL};
 
 static const strategy strategies[] = {
-    {"megatron", heads_first, heads_first},
-    {"ulysses", tokens_only, heads_only},
-    {"sequence", tokens_only, tokens_only},
-    {"data", tokens_only, tokens_only},
+    {"megatron", heads_first, heads_first, heads_first_vocab},
+    {"ulysses", tokens_only, heads_only, tokens_only},
+    {"sequence", tokens_only, tokens_only, tokens_only},
+    {"data", tokens_only, tokens_only, tokens_only},
 };
 
 const char *const pl_strategy_names[] = {"megatron", "ulysses", "sequence", "data", NULL};
@@ -32,8 +38,10 @@ static double score(const void *ctx, const pl_graph *g, int node, const pl_index
                     const int *counts)
 {
     const strategy *s = ctx;
-    const char *const *pref = pl_graph_node(g, node)->kind == PL_ATTENTION ? s->attention
-                                                                            : s->prefer;
+    pl_node_kind kind = pl_graph_node(g, node)->kind;
+    const char *const *pref = kind == PL_ATTENTION ? s->attention
+                              : kind == PL_EINSUM  ? s->einsum
+                                                   : s->prefer;
     double sc = 0;
     for (int i = 0; pref[i]; i++) {
         int c = 1;

@@ -9,7 +9,8 @@
  *    for the norms and residual adds: attention and its projections by
  *    heads (heads_kv, heads, d_q, d_kv), the FFN by d_ff (w1/w3 by
  *    columns, w2 by rows: an aggregation after it, and after wo, whose
- *    contraction `hidden` is split), everything else by tokens;
+ *    contraction `hidden` is split), everything else by tokens; an
+ *    einsum without tokens to split (a decode step's head) by `vocab`;
  *  - ulysses: DeepSpeed-Ulysses: everything by tokens except attention,
  *    by heads (an all-to-all before and after it);
  *  - sequence: everything by tokens (attention too: each device its

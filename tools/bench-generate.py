@@ -6,6 +6,7 @@ make check (it writes a ~440 MB checkpoint and takes minutes).
     PYTHONPATH=python EIN_BUILDDIR=$PWD /usr/bin/python3 tools/bench-generate.py \\
         [--d 768] [--layers 12] [--vocab 32000] [--ff 2048] [--heads 12] \\
         [--devices 2] [--batch 1] [--prompt 8] [--new 32] [--torch] [--rounds 3]
+        [--strategy megatron] [--profile N]
 
 Prints the copy bandwidth (one thread per device copying its share of 256
 MiB at once, best of 5: bytes copied per second), the bytes one decode
@@ -30,7 +31,12 @@ Python (set, run, get), of the run's own wall time (START to the last
 DONE) and, per device, the worker's total, kernel, copy and wait (for
 peers) times, and the run's overhead (run minus the slowest device's
 total: the START and DONE messages and Python's calls). EIN_SPIN_US (see
-einworker --help) sets the workers' spin before they block."""
+einworker --help) sets the workers' spin before they block.
+
+--strategy S: es.llama.load's strategy (compileGraph's: megatron), instead
+of the plan the planner chooses. EIN_READY=zmq (einworker --help) sends a
+READY between workers of this host through ZeroMQ, as before issue 25's
+channel, to compare."""
 import argparse
 import json
 import os
@@ -57,9 +63,17 @@ def main():
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--torch", action="store_true", help="compare with plain PyTorch (batch 1)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--strategy", default=None, metavar="S",
+                    help="es.llama.load's strategy (megatron; default: the planner's plan)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="then N decode steps with each run's statistics")
+    ap.add_argument("--write-ein", default=None, metavar="PATH",
+                    help="write the decode step as a .ein program (for einplan -v) and stop")
     a = ap.parse_args()
+    if a.write_ein:
+        with open(a.write_ein, "w") as f:
+            f.write(_decode_ein(a))
+        return
     import einsummable as es
     dm, L, V, FF, H = a.d, a.layers, a.vocab, a.ff, a.heads
     D = dm // H
@@ -112,7 +126,7 @@ def main():
     prompts = [list(rng.integers(0, V, a.prompt)) for _ in range(a.batch)]
     rounds = []
     with es.llama.load([d + "/model.safetensors"], d + "/config.json",
-                       device=list(range(a.devices))) as m:
+                       device=list(range(a.devices)), strategy=a.strategy) as m:
         m.generate(prompts, max_new_tokens=2)     # compile, bind, warm up
         for r in range(a.rounds if a.torch else 1):
             got = m.generate(prompts, max_new_tokens=a.new)
@@ -127,7 +141,8 @@ def main():
         prof = _profile(m, a.profile, a.prompt, V, a.devices) if a.profile > 0 else None
     steps_s = st["decode_steps"] / st["decode_seconds"]
     print("model: %.1fM parameters (d %d, %d layers, vocab %d, ff %d, %d heads), f32, %d devices, "
-          "batch %d" % (params / 1e6, dm, L, V, FF, H, a.devices, a.batch))
+          "batch %d, plan %s" % (params / 1e6, dm, L, V, FF, H, a.devices, a.batch,
+                                 a.strategy or "the planner's"))
     print("copy bandwidth: %.2f GB/s copied (%d threads copying 256 MiB, best of 5): %.2f GB/s "
           "of memory traffic" % (copy_bw / 1e9, P, read_bw / 1e9))
     print("bytes per decode step: weights %.1f MB + cache %.1f MB" % (wbytes / 1e6, cbytes / 1e6))
@@ -141,6 +156,58 @@ def main():
     if prof:
         print(prof)
     os.remove(d + "/model.safetensors")
+
+
+def _decode_ein(a):
+    """es.llama's decode step (batch a.batch, one token per sequence) as a
+    .ein program with the dim names llama.py gives its tensors, so that
+    einplan can show its plans (`einplan --devices 2 --simulate -v`).
+    Weights are [in, out] here (matmul), the transposes of the
+    checkpoint's: the same splits and bytes."""
+    dm, L, V, FF, H = a.d, a.layers, a.vocab, a.ff, a.heads
+    D, B, S = dm // H, a.batch, a.prompt + a.new
+    t = ["# es.llama's decode step (tools/bench-generate.py --write-ein): d %d, %d layers, "
+         "vocab %d, ff %d, %d heads, batch %d, cache %d" % (dm, L, V, FF, H, B, S),
+         "dims tokens=%d d_model=%d d_q=%d d_kv=%d d_ff=%d vocab=%d kv=%d b=%d len=%d hd=%d"
+         % (B, dm, H * D, H * D, FF, V, H, B, S, D),
+         "input ids[tokens] i32", "input pos[tokens] i32", "input embed[vocab, d_model]",
+         "xe = embedding(embed, ids)"]
+    x = "xe"
+    for l in range(L):
+        t += ["input an%d[d_model]" % l, "input wq%d[d_model, d_q]" % l,
+              "input wk%d[d_model, d_kv]" % l, "input wv%d[d_model, d_kv]" % l,
+              "input wo%d[d_q, d_model]" % l, "input fn%d[d_model]" % l,
+              "input w1%d[d_model, d_ff]" % l, "input w3%d[d_model, d_ff]" % l,
+              "input w2%d[d_ff, d_model]" % l,
+              "state kc%d[kv, b, len, hd]" % l, "state vc%d[kv, b, len, hd]" % l]
+        r = lambda n: "%s_%d" % (n, l)
+        t += ["%s = rmsnorm(%s, an%d, 1e-5)" % (r("h"), x, l),
+              "%s = matmul(%s, wq%d)" % (r("qx"), r("h"), l),
+              "%s = matmul(%s, wk%d)" % (r("kx"), r("h"), l),
+              "%s = matmul(%s, wv%d)" % (r("v"), r("h"), l),
+              "%s = rope_at(%s, pos, %d, style=half)" % (r("q"), r("qx"), D),
+              "%s = rope_at(%s, pos, %d, style=half)" % (r("k"), r("kx"), D),
+              "%s = split_heads(%s, %d)" % (r("kh"), r("k"), D),
+              "%s = split_heads(%s, %d)" % (r("vh"), r("v"), D),
+              "%s = split_heads(%s, %d)" % (r("qh"), r("q"), D),
+              "%s = cache_write(kc%d, %s, pos)" % (r("kw"), l, r("kh")),
+              "%s = cache_write(vc%d, %s, pos)" % (r("vw"), l, r("vh")),
+              "%s = decode_attention(%s, %s, %s, pos)" % (r("a"), r("qh"), r("kw"), r("vw")),
+              "%s = merge_heads(%s)" % (r("am"), r("a")),
+              "%s = matmul(%s, wo%d)" % (r("o"), r("am"), l),
+              "%s = add(%s, %s)" % (r("x"), x, r("o")),
+              "%s = rmsnorm(%s, fn%d, 1e-5)" % (r("f"), r("x"), l),
+              "%s = matmul(%s, w1%d)" % (r("g1"), r("f"), l),
+              "%s = matmul(%s, w3%d)" % (r("g3"), r("f"), l),
+              "%s = silu(%s)" % (r("sg"), r("g1")),
+              "%s = mul(%s, %s)" % (r("g"), r("sg"), r("g3")),
+              "%s = matmul(%s, w2%d)" % (r("d"), r("g"), l),
+              "%s = add(%s, %s)" % (r("y"), r("x"), r("d"))]
+        x = r("y")
+    t += ["input final_norm[d_model]", "input lm_head[d_model, vocab]",
+          "xf = rmsnorm(%s, final_norm, 1e-5)" % x, "logits = matmul(xf, lm_head)",
+          "save logits"]
+    return "\n".join(t) + "\n"
 
 
 def _profile(m, n, prompt, V, P):

@@ -148,7 +148,10 @@ static void usage(FILE *f)
             "(default 32 MiB; each slab counts as progress for the heartbeat).\n"
             "EIN_SPIN_US=N: before blocking for a peer's READY or the next START, poll\n"
             "without blocking for up to N microseconds (default 0: block at once; at\n"
-            "most 1000000), which saves a wake-up per message where cores are free.\n");
+            "most 1000000), which saves a wake-up per message where cores are free.\n"
+            "EIN_READY=zmq: a READY to a worker of this host goes through ZeroMQ (two\n"
+            "I/O threads) instead of that worker's FIFO in the run directory (one\n"
+            "system call and one wake-up), to compare.\n");
 }
 
 /* What the command line asks for, besides the worker's configuration. */
@@ -331,6 +334,9 @@ static void read_test_hooks(wk_config *cfg)
         double us = strtod(spin, NULL);
         cfg->spin_s = us > 0 && us <= 1e6 ? us * 1e-6 : 0;
     }
+    /* EIN_READY=zmq — see usage(). */
+    const char *ready = getenv("EIN_READY");
+    cfg->ready_zmq = ready && !strcmp(ready, "zmq");
     /* EIN_FAULT=DEV:KIND[:INSTR] — see usage(). */
     static char fault[32];
     const char *fe = getenv("EIN_FAULT");

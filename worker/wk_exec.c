@@ -1,5 +1,6 @@
-/* worker/wk_exec.c — the executor and its ZeroMQ synchronisation (LOAD and
- * STORE: wk_io.c; messages and the log: wk_msg.c). */
+/* worker/wk_exec.c — the executor and its synchronisation (LOAD and
+ * STORE: wk_io.c; messages and the log: wk_msg.c; the channel of READY
+ * between the workers of one host: wk_ready.c). */
 #include "worker/wk_exec.h"
 
 #include <assert.h>
@@ -123,9 +124,11 @@ int wk_exec_pump(wk *w, int timeout_ms, int *started, ein_error *err)
 {
     zmq_pollitem_t items[2] = {
         {.socket = w->dealer, .events = ZMQ_POLLIN},
-        {.socket = w->pull, .events = ZMQ_POLLIN},
+        {.events = ZMQ_POLLIN},
     };
-    int nitems = w->pull ? 2 : 1;
+    int nitems = w->rdy ? 2 : 1;
+    if (w->rdy)
+        w->rdy->poll_on(w, &items[1].socket, &items[1].fd);
     /* UCX's wake-ups are unreliable (wk_ucx.h): poll it, briefly. */
     if (w->ucx && timeout_ms > 1)
         timeout_ms = wk_ucx_progress(w->ucx) ? 0 : 1;
@@ -176,9 +179,9 @@ int wk_exec_pump(wk *w, int timeout_ms, int *started, ein_error *err)
         }
         ein_msg_clear(&m);
     }
-    for (; w->pull;) {
+    for (; w->rdy;) {
         ein_msg m;
-        int got = wk_msg_recv(w->pull, &m, "a peer", err);
+        int got = w->rdy->recv(w, &m, err);
         if (got < 0)
             return got;
         if (!got)
@@ -302,30 +305,6 @@ static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
                        b->bytes, err);
 }
 
-/* The PUSH socket to device peer's PULL socket, made on first use; every
- * message to that peer goes through it, so the peer reads them in order. */
-static void *peer_socket(wk *w, int peer, ein_error *err)
-{
-    if (!w->push[peer]) {
-        char ep[EIN_PATH_MAX + 32];
-        snprintf(ep, sizeof ep, "ipc://%s/w%d.sock", w->cfg->run_dir, peer);
-        void *s = zmq_socket(w->zctx, ZMQ_PUSH);
-        int zero = 0;
-        if (!s) {
-            ein_fail(err, EIN_EIO, "zmq_socket: %s", zmq_strerror(errno));
-            return NULL;
-        }
-        zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-        if (zmq_connect(s, ep) < 0) {
-            ein_fail(err, EIN_EIO, "connect to device %d: %s", peer, zmq_strerror(errno));
-            zmq_close(s);
-            return NULL;
-        }
-        w->push[peer] = s;
-    }
-    return w->push[peer];
-}
-
 /* WAIT: the peer said its buffer is ready (runnable checked it); order
  * what this device does next behind what the peer finished (on CUDA the
  * peer's recorded event, as a COPY does; on CPU that is already so). */
@@ -351,11 +330,8 @@ static int notify(wk *w, const ein_instr *ins, ein_error *err)
     int rc = w->be->signal ? w->be->signal(w->be, err) : w->be->sync(w->be, err);
     if (rc < 0)
         return rc;
-    void *s = peer_socket(w, peer, err);
-    if (!s)
-        return err->code;
     ein_msg m = {.type = EIN_MSG_READY, .device = w->cfg->device, .buffer = ins->srcs[0]};
-    return wk_msg_send(s, &m, err);
+    return wk_ready_send(w, peer, &m, err);
 }
 
 static void fault_fire(wk *w, ein_error *err);
@@ -492,10 +468,8 @@ static void fault_fire(wk *w, ein_error *err)
         for (int d = 0; d < w->cfg->ndevices; d++) {
             if (d == w->cfg->device)
                 continue;
-            void *s = peer_socket(w, d, err);
-            if (!s)
+            if (w->rdy->send(w, d, junk, sizeof junk, err) < 0)
                 return;
-            zmq_send(s, junk, sizeof junk, 0);
         }
     } else {
         ein_fail(err, EIN_EINVAL, "unknown injected fault '%s'", f);
@@ -721,10 +695,7 @@ int wk_exec_cancel_run(wk *w, ein_error *err)
                 return rc;
             continue;
         }
-        void *s = peer_socket(w, p, err);
-        if (!s)
-            return err->code;
-        if ((rc = wk_msg_send(s, &cm, err)) < 0)
+        if ((rc = wk_ready_send(w, p, &cm, err)) < 0)
             return rc;
     }
     while (w->npeer_cancelled < n - 1) {

@@ -65,6 +65,9 @@ typedef struct wk_config {
                                  process (tens of microseconds to
                                  milliseconds on a loaded machine); 0: block
                                  at once. EIN_SPIN_US sets it (einworker) */
+    int ready_zmq;            /* READY and CANCELLED to peers of this host
+                                 through ZeroMQ, not FIFOs (wk_exec_int.h's
+                                 wk_ready_ops); EIN_READY=zmq sets it */
 } wk_config;
 
 int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err);

@@ -14,13 +14,18 @@
 #include "worker/wk_beat.h"
 #include "worker/wk_exec.h"
 
+struct wk_ready_ops;
+
 typedef struct wk {
     const wk_config *cfg;
     wk_backend *be;
     ein_program *prog;
     char *base;                 /* this device's segment */
-    void *zctx, *dealer, *pull;
-    void **push;                /* per peer, connected on first NOTIFY */
+    void *zctx, *dealer;
+    const struct wk_ready_ops *rdy; /* READY and CANCELLED to peers of this host */
+    void *pull;                 /* zmq channel: ours, bound */
+    void **push;                /* zmq channel: per peer, connected on first use */
+    struct wk_fifo *fifo;       /* fifo channel (wk_fifo.h) */
     uint64_t *ready;            /* received READY (peer << 32 | buffer), sorted set */
     int nready, cap_ready;
     char *done;
@@ -63,6 +68,29 @@ typedef struct wk {
     struct wk_staged *xstage;   /* device memory to and from other hosts through pinned
                                    buffers (wk_staged.h), made on first use, else NULL */
 } wk;
+
+/* The channel of READY and CANCELLED between the workers of one host
+ * (wk_ready.c): one FIFO per receiving worker (wk_fifo.h: a system call
+ * and a wake-up per message), or ZeroMQ's PUSH/PULL (wk_config.ready_zmq,
+ * EIN_READY=zmq; also where a FIFO cannot be made). Messages to one peer
+ * arrive in the order sent. Peers on other hosts use UCX (wk_ucx.h). */
+typedef struct wk_ready_ops {
+    const char *name;                  /* "fifo", "zmq" */
+    int (*open)(struct wk *w, ein_error *err);   /* before HELLO */
+    /* Send the encoded message buf[len] to device `peer` (a dead peer's
+     * message is dropped: the coordinator reports it). */
+    int (*send)(struct wk *w, int peer, const void *buf, size_t len, ein_error *err);
+    /* The next message from a peer: 1 (in *m), 0 none, or a negative code. */
+    int (*recv)(struct wk *w, ein_msg *m, ein_error *err);
+    /* What zmq_poll waits on: a socket, or (socket NULL) a descriptor. */
+    void (*poll_on)(struct wk *w, void **socket, int *fd);
+    void (*close)(struct wk *w);       /* idempotent */
+} wk_ready_ops;
+
+/* Choose and open w->rdy (the FIFOs unless cfg->ready_zmq). */
+int wk_ready_open(struct wk *w, ein_error *err);
+/* Encode `m` and send it to `peer` through w->rdy. */
+int wk_ready_send(struct wk *w, int peer, const ein_msg *m, ein_error *err);
 
 /* A line on the worker's log (cfg->log) at `level` (cfg->log_level). */
 void wk_log(wk *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

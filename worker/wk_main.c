@@ -104,7 +104,7 @@ static int receive_program(wk *w, ein_error *err)
 
 static int setup_sockets(wk *w, ein_error *err)
 {
-    int zero = 0, linger = 1000;
+    int linger = 1000;
     int64_t maxsize = EIN_MSG_MAX_BYTES;
     char id[32];
     if (!(w->zctx = zmq_ctx_new()))
@@ -121,17 +121,11 @@ static int setup_sockets(wk *w, ein_error *err)
     if (zmq_connect(w->dealer, w->cfg->coordinator) < 0)
         return ein_fail(err, EIN_EIO, "connect to the coordinator at %s: %s", w->cfg->coordinator,
                         zmq_strerror(errno));
-    if (!(w->pull = zmq_socket(w->zctx, ZMQ_PULL)))
-        return ein_fail(err, EIN_EIO, "zmq_socket: %s", zmq_strerror(errno));
-    zmq_setsockopt(w->pull, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(w->pull, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
-    char ep[EIN_PATH_MAX + 32];
-    snprintf(ep, sizeof ep, "ipc://%s/w%d.sock", w->cfg->run_dir, w->cfg->device);
-    if (zmq_bind(w->pull, ep) < 0)
-        return ein_fail(err, EIN_EIO, "bind %s: %s", ep, zmq_strerror(errno));
-    w->push = calloc((size_t)w->cfg->ndevices, sizeof *w->push);
+    int rc = wk_ready_open(w, err);
+    if (rc < 0)
+        return rc;
     w->peer_cancelled = calloc((size_t)w->cfg->ndevices, 1);
-    if (!w->push || !w->peer_cancelled)
+    if (!w->peer_cancelled)
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     return 0;
 }
@@ -237,17 +231,12 @@ static void teardown(wk *w)
         fclose(w->trace);
     wk_ucx_free(w->ucx);
     wk_staged_free(w->xstage); /* after UCX: its sends held the buffers */
-    if (w->push)
-        for (int i = 0; i < w->cfg->ndevices; i++)
-            if (w->push[i])
-                zmq_close(w->push[i]);
-    if (w->pull)
-        zmq_close(w->pull);
+    if (w->rdy)
+        w->rdy->close(w);
     if (w->dealer)
         zmq_close(w->dealer);
     if (w->zctx)
         zmq_ctx_term(w->zctx);
-    free(w->push);
     free(w->peer_cancelled);
     free(w->blk);
     free(w->ready);

@@ -777,7 +777,8 @@ class Program:
     def __init__(self, graph, devices, schedule_mode, backend, selector, seed, search_work,
                  topology, rewrite, worker_timeout, run_timeout, verbose,
                  generate_missing=False, trace=None, progress=None, _load=None,
-                 partials="f32", memory_limit=None, no_reuse=False, connect_timeout=None):
+                 partials="f32", memory_limit=None, no_reuse=False, connect_timeout=None,
+                 strategy=None):
         self._c = None
         self._s = None
         # One call at a time (Threads, above); re-entrant so that a close()
@@ -843,6 +844,11 @@ class Program:
             _fail(L.EIN_EINVAL, "compileGraph: partials=%r; expected 'f32' or 'native'"
                   % (partials,))
         o.partials = cstr(partials)
+        if strategy is not None:
+            if not isinstance(strategy, str):
+                _fail(L.EIN_EINVAL, "compileGraph: strategy=%r; expected megatron, ulysses, "
+                      "sequence or data" % (strategy,))
+            o.strategy = cstr(strategy)
         o.no_reuse = 1 if no_reuse else 0
         o.progress = _progress_flag(progress)
         chunks = os.environ.get("EIN_EXCHANGE_CHUNKS", "")
@@ -1318,7 +1324,7 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
                  seed=None, search_work=None, topology=None, rewrite=False,
                  worker_timeout=None, run_timeout=None, verbose=False,
                  generate_missing=False, trace=None, progress=None, partials="f32",
-                 memory_limit=None, no_reuse=False, connect_timeout=None):
+                 memory_limit=None, no_reuse=False, connect_timeout=None, strategy=None):
     """The paper's es.compileGraph: plan `graph` over the devices listed in
     `device` (default: every visible GPU, or one device when none is
     visible), make every exchange program (schedule_mode "naive": the naive
@@ -1350,7 +1356,12 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     reach the coordinator, on a session of several hosts (einrun
     --connect-timeout, ein_session_options.connect_timeout); None or 0:
     the default (10 s, + 10 s for an agent started over ssh). Negative,
-    NaN or non-numeric: EinValueError naming it."""
+    NaN or non-numeric: EinValueError naming it.
+
+    strategy: None (the planner chooses), or a hand-written strategy the
+    plan follows (einrun --strategy: "megatron", "ulysses", "sequence",
+    "data"; planner/pl_strategy.h); the labels it ranks are the tensors'
+    dim_names."""
     if not isinstance(graph, Graph):
         _fail_type("compileGraph: expected a graph from es.createGraph(), not %r"
               % (graph,))
@@ -1379,7 +1390,8 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
                    search_work, topology, rewrite, worker_timeout, run_timeout, verbose,
                    generate_missing, trace=None if trace is None else os.fspath(trace),
                    progress=progress, partials=partials, memory_limit=memory_limit,
-                   no_reuse=no_reuse, connect_timeout=connect_timeout)
+                   no_reuse=no_reuse, connect_timeout=connect_timeout,
+                   strategy=strategy)
 
 
 def load_program(path, device=None, backend=None, topology=None, worker_timeout=None,

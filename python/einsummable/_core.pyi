@@ -144,7 +144,9 @@ def compileGraph(graph: Graph, device: Optional[Sequence[int]] = ...,
                  partials: Literal["f32", "native"] = ...,
                  memory_limit: Optional[float] = ...,
                  no_reuse: bool = ...,
-                 connect_timeout: Optional[float] = ...) -> Program: ...
+                 connect_timeout: Optional[float] = ...,
+                 strategy: Optional[Literal["megatron", "ulysses", "sequence",
+                                            "data"]] = ...) -> Program: ...
 
 def load_program(path: PathLike, device: Optional[Sequence[int]] = ...,
                  backend: Optional[Literal["cpu", "cuda"]] = ...,

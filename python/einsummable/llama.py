@@ -45,7 +45,7 @@ class Llama:
     on `device` (a list, as compileGraph's)."""
 
     def __init__(self, files, config, device=None, max_len=None, backend=None,
-                 prefill_chunk=16):
+                 prefill_chunk=16, strategy=None):
         if isinstance(files, (str, os.PathLike)):
             files = [files]
         self.files = [os.fspath(f) for f in files]
@@ -84,6 +84,7 @@ class Llama:
             _fail("llama.load: prefill_chunk %r; expected 1 to max_len (%d)"
                   % (prefill_chunk, self.max_len))
         self.backend = backend
+        self.strategy = strategy
         self._progs = {}
         self.last_stats = None      # generate()'s step counts and times
 
@@ -93,35 +94,39 @@ class Llama:
         g = createGraph()
         m, w = {}, {}
 
-        def inp(name, shape, tensor):
+        def inp(name, shape, tensor, dims):
+            # dims: the labels a strategy ranks (planner/pl_strategy.h)
             if name not in w:
                 m[name] = tensor
-                w[name] = g.insertTensor(tensorDesc(shape, "f32"), name=name)
+                w[name] = g.insertTensor(tensorDesc(shape, "f32", dims), name=name)
             return w[name]
 
         lin = lambda a, wt: g.einsum("ij,kj->ik", a, wt)   # weights are [out, in]
         caches = {}
+        DQ, DKV, DFF = ["d_q", "d_model"], ["d_kv", "d_model"], ["d_ff", "d_model"]
 
         def part(C, sfx):
             # C tokens per sequence: ids [B*C], pos [B] (each sequence's first
             # position), rope positions [B*C] (pos[b] + t; pos itself when C is 1)
-            ids = g.insertTensor(tensorDesc([B * C], "i32"), name="ids" + sfx)
+            ids = g.insertTensor(tensorDesc([B * C], "i32", ["tokens"]), name="ids" + sfx)
             pos = g.insertTensor(tensorDesc([B], "i32"), name="pos" + sfx)
-            rpos = pos if C == 1 else g.insertTensor(tensorDesc([B * C], "i32"),
+            rpos = pos if C == 1 else g.insertTensor(tensorDesc([B * C], "i32", ["tokens"]),
                                                      name="rpos" + sfx)
-            embed = inp("embed", [V, dm], "model.embed_tokens.weight")
+            embed = inp("embed", [V, dm], "model.embed_tokens.weight", ["vocab", "d_model"])
             x = g.embedding(embed, ids)
             for l in range(self.L):
                 p = "model.layers.%d." % l
-                an = inp("an%d" % l, [dm], p + "input_layernorm.weight")
-                wq = inp("wq%d" % l, [H * D, dm], p + "self_attn.q_proj.weight")
-                wk = inp("wk%d" % l, [KV * D, dm], p + "self_attn.k_proj.weight")
-                wv = inp("wv%d" % l, [KV * D, dm], p + "self_attn.v_proj.weight")
-                wo = inp("wo%d" % l, [dm, H * D], p + "self_attn.o_proj.weight")
-                fn = inp("fn%d" % l, [dm], p + "post_attention_layernorm.weight")
-                w1 = inp("w1%d" % l, [FF, dm], p + "mlp.gate_proj.weight")
-                w3 = inp("w3%d" % l, [FF, dm], p + "mlp.up_proj.weight")
-                w2 = inp("w2%d" % l, [dm, FF], p + "mlp.down_proj.weight")
+                an = inp("an%d" % l, [dm], p + "input_layernorm.weight", ["d_model"])
+                wq = inp("wq%d" % l, [H * D, dm], p + "self_attn.q_proj.weight", DQ)
+                wk = inp("wk%d" % l, [KV * D, dm], p + "self_attn.k_proj.weight", DKV)
+                wv = inp("wv%d" % l, [KV * D, dm], p + "self_attn.v_proj.weight", DKV)
+                wo = inp("wo%d" % l, [dm, H * D], p + "self_attn.o_proj.weight",
+                         ["d_model", "d_q"])
+                fn = inp("fn%d" % l, [dm], p + "post_attention_layernorm.weight", ["d_model"])
+                w1 = inp("w1%d" % l, [FF, dm], p + "mlp.gate_proj.weight", DFF)
+                w3 = inp("w3%d" % l, [FF, dm], p + "mlp.up_proj.weight", DFF)
+                w2 = inp("w2%d" % l, [dm, FF], p + "mlp.down_proj.weight",
+                         ["d_model", "d_ff"])
                 if l not in caches:
                     caches[l] = (g.state(tensorDesc([KV, B, S, D], "f32"), name="kcache_%d" % l),
                                  g.state(tensorDesc([KV, B, S, D], "f32"), name="vcache_%d" % l))
@@ -136,8 +141,9 @@ class Llama:
                 x = g.add(x, lin(g.merge_heads(a), wo))
                 f = g.rmsnorm(x, fn, self.eps)
                 x = g.add(x, lin(g.mul(g.silu(lin(f, w1)), lin(f, w3)), w2))
-            x = g.rmsnorm(x, inp("final_norm", [dm], "model.norm.weight"), self.eps)
-            head = embed if self.tied else inp("lm_head", [V, dm], "lm_head.weight")
+            x = g.rmsnorm(x, inp("final_norm", [dm], "model.norm.weight", ["d_model"]), self.eps)
+            head = embed if self.tied else inp("lm_head", [V, dm], "lm_head.weight",
+                                                      ["vocab", "d_model"])
             g.save(g.einsum("ij,kj->ik", x, head, name="logits" + sfx))
 
         part(1, "")
@@ -148,7 +154,8 @@ class Llama:
         prog = self._progs.get(B)
         if prog is None:
             g, m = self._graph(B)
-            prog = compileGraph(g, device=self.device, backend=self.backend, no_reuse=True)
+            prog = compileGraph(g, device=self.device, backend=self.backend, no_reuse=True,
+                                strategy=self.strategy)
             prog.add_entry("decode", ["logits"])
             prog.add_entry("prefill", ["logits_p"])
             bound = set()
@@ -367,12 +374,17 @@ def _run(prog, entry, feed, output, shape):
     return out
 
 
-def load(files, config, device=None, max_len=None, backend=None, prefill_chunk=16):
+def load(files, config, device=None, max_len=None, backend=None, prefill_chunk=16,
+         strategy=None):
     """A Llama over `files` (safetensors paths) and `config` (config.json's
     path or its dict), run on `device` (a list of devices, as compileGraph;
     default one). max_len: the cache length (default the config's
     max_position_embeddings, at most 2048): prompt plus new tokens must
     fit. prefill_chunk: prompt tokens per sequence and prefill run (at
-    most max_len; 1 prefills token by token)."""
+    most max_len; 1 prefills token by token). strategy: None (the planner
+    chooses the plan), or "megatron" (compileGraph's strategy): tensor
+    parallelism over heads, d_ff and the vocabulary, two exchanges per layer
+    in a decode step (o_proj and down_proj split on their contraction, each
+    followed by one aggregation; rmsnorm and the residual replicated)."""
     return Llama(files, config, device=device, max_len=max_len, backend=backend,
-                 prefill_chunk=prefill_chunk)
+                 prefill_chunk=prefill_chunk, strategy=strategy)

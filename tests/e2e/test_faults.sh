@@ -38,7 +38,7 @@ fault() {
     fi
 }
 
-echo "1..16"
+echo "1..18"
 # Under AddressSanitizer a SIGSEGV would be caught and reported by ASan
 # itself; let it kill the worker as it would in a normal build.
 saved_asan=${ASAN_OPTIONS-}
@@ -60,6 +60,15 @@ fault "malformed message to the coordinator" 0:garbage \
 # of this small FFN with no message between the devices at all).
 fault "malformed message to a peer" 1:peer-garbage \
     "device 0 (pid [0-9]*) failed .*malformed message from a peer" -- --cpu 2 --objective comm ffn.ein
+# The same through ZeroMQ (EIN_READY=zmq: the channel before the FIFOs),
+# and a receiver that dies while its peer may still send it READYs
+# through its FIFO (dropped by the sender, reported by the coordinator).
+export EIN_READY=zmq
+fault "malformed message to a peer (ZeroMQ)" 1:peer-garbage \
+    "device 0 (pid [0-9]*) failed .*malformed message from a peer" -- --cpu 2 --objective comm ffn.ein
+unset EIN_READY
+fault "a receiver of READYs exits mid-run" 0:exit:4 \
+    "device 0 (pid [0-9]*) exited with status 7 in instruction 4 (" -- --cpu 2 --objective comm ffn.ein
 
 # The coordinator itself killed: its workers notice and exit, and clean up.
 EIN_FAULT=0:hang:1 "$EINRUN" --cpu 3 ffn.ein > out.txt 2>&1 &

@@ -141,3 +141,20 @@ def test_greedy(tiny, ndev):
             assert all(len(s) <= NEW for s in e)
             with pytest.raises(es.EinValueError):
                 model.generate([[0] * 40], max_new_tokens=9)   # past max_len
+
+
+@pytest.mark.parametrize("ndev", [2, 3])
+def test_greedy_megatron(tiny, ndev):
+    """strategy="megatron" (o_proj and down_proj split on their
+    contraction, the head on the vocabulary): the same ids, and the decode
+    entry's plan has two aggregations per layer."""
+    d, cfg, prompts, want = tiny
+    with es.llama.load([os.path.join(d, "model.safetensors")], os.path.join(d, "config.json"),
+                       device=list(range(ndev)), max_len=48, prefill_chunk=4,
+                       strategy="megatron") as model:
+        got = model.generate(prompts, max_new_tokens=NEW, temperature=0.0)
+        assert got == want
+    with pytest.raises(es.EinValueError):
+        es.llama.load([os.path.join(d, "model.safetensors")], os.path.join(d, "config.json"),
+                      device=[0, 1], max_len=48, strategy="nonesuch").generate(
+                          prompts, max_new_tokens=1)
