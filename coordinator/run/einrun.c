@@ -36,7 +36,7 @@
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 #include "planner/rewrite/pl_rewrite.h"
-#include "tools/rewrite_report.h"
+#include "coordinator/ein_frontend.h"
 #include "coordinator/run/einrun_int.h"
 
 /* Everything about compiling, in the library's terms (einplan and the API
@@ -351,28 +351,6 @@ static int compile_status(int code)
     }
 }
 
-static void explain(const pl_graph *g, const pl_plan *plan)
-{
-    fprintf(stderr, "plan for %d devices (selector %s), cost %.0f elements:\n", plan->p,
-            pl_selector_name(plan->selector), plan->total);
-    for (int v = 0; v < g->nnodes; v++) {
-        const pl_choice *c = &plan->nodes[v];
-        if (!c->planned)
-            continue;
-        pl_index idx[PL_MAX_INDICES];
-        char spec[256];
-        pl_op_indices(g, v, idx, NULL);
-        pl_spec_format_labels(&c->spec, idx, spec, sizeof spec);
-        if (c->spec.nparts < plan->p) {     /* too small for p devices */
-            size_t l = strlen(spec);
-            snprintf(spec + l, sizeof spec - l, "%son %d of %d devices", l ? " " : "",
-                     c->spec.nparts, plan->p);
-        }
-        fprintf(stderr, "  %-12s %-32s repartition %.0f  join %.0f  aggregation %.0f\n",
-                pl_graph_node(g, v)->name, spec, c->repart, c->join, c->agg);
-    }
-}
-
 /* The session's store paths are by tensor of the compiled graph, which
  * after --rewrite is another graph than the parsed one (other nodes, other
  * order): every saved tensor is found there by name. */
@@ -409,15 +387,17 @@ static int compile_program(run_state *s, ein_compile_options *co)
             fprintf(stderr, "einrun: %s%s\n", s->err.msg, topology_advice(co, s->err.code));
         return compile_status(s->err.code);
     }
-    if (s->comp->topo_why[0])
-        fprintf(stderr, "einrun: topology: %s\n", s->comp->topo_why);
+    ein_fe_info info;
+    ein_fe_compiled_info(s->comp, &info);
+    if (info.topo_why[0])
+        fprintf(stderr, "einrun: topology: %s\n", info.topo_why);
     int rc = map_store_paths(s);
     if (rc)
         return rc;
-    if (s->comp->rewritten && !s->comp->loaded)
-        rewrite_report(stderr, s->comp->g, &s->comp->rewrite_stats);
+    if (info.rewritten && !info.loaded)
+        ein_fe_print_rewrite(stderr, s->comp);
     if (o->explain)
-        explain(s->comp->g, ein_plan_internal(s->comp->plan));
+        ein_fe_print_plan(stderr, s->comp, o->path, EIN_FE_PLAN_EXPLAIN);
     if (o->save_program && ein_compiled_save(s->comp, o->save_program, &s->err) < 0)
         return fail(2, "--save-program: %s", s->err.msg);
     s->t_plan = ein_now_s() - t0;
