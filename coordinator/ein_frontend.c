@@ -13,6 +13,7 @@
 #include "coordinator/compile/co_search_fit.h"
 #include "coordinator/compile/ein_compile_int.h"
 #include "coordinator/predict/co_sim.h"
+#include "exchange/xp_search.h"
 #include "planner/ein_api_int.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_strategy.h"
@@ -20,6 +21,10 @@
 
 _Static_assert(EIN_FE_PLAN_WORK_DEFAULT == CO_SEARCH_WORK_DEFAULT,
                "ein_frontend.h's plan work default is co_search.h's");
+_Static_assert(EIN_FE_SEARCH_WORK_DEFAULT == XP_SEARCH_DEFAULT_WORK,
+               "ein_frontend.h's exchange search work default is xp_search.h's");
+_Static_assert(EIN_FE_SEARCH_CAP_MS_DEFAULT == XP_SEARCH_DEFAULT_CAP_MS,
+               "ein_frontend.h's exchange search cap default is xp_search.h's");
 
 static int written(FILE *f)
 {
