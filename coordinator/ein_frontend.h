@@ -22,7 +22,7 @@
  * Conventions, as the public API's: a call that can fail returns 0 or a
  * negative EIN_E* code with the message in *err (may be NULL); library
  * messages never name a front end or its flags (the front end prefixes
- * "einplan: " or "einrun: " and the flag). Printing calls write to the
+ * its own name and the flag). Printing calls write to the
  * FILE given and return EIN_EIO when writing failed; they read `c` only.
  * Nothing returned needs freeing unless the call says so. */
 #ifndef EIN_FRONTEND_H
