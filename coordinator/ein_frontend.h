@@ -2,8 +2,8 @@
  * coordinator/run/einrun*.c; einplan, tools/einplan.c) need beyond the
  * public API (include/einsummable/einsummable.h), and nothing else.
  *
- * Who: einrun and einplan only (tests/check-frontend-includes.sh fails if
- * they include any other internal header). Why not public: these calls
+ * Who: einrun and einplan only (tests/coordinator/test_frontend_includes.sh
+ * fails if they include any other internal header). Why not public: these calls
  * print reports whose wording is the front ends' (and `tools/check-outputs`
  * records it), take the front ends' extra compile knobs (the plan search's
  * budget, recording every candidate, programs made only to be simulated)

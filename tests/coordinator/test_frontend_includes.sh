@@ -55,9 +55,10 @@ bad_includes() {
 }
 
 # The front ends' sources, as the build lists them.
-sources() {   # sources PROGRAM FRAGMENT
-    sed -n "/^$1_SOURCES *=/,/[^\\\\]\$/p" "$src/$2" | tr ' \t\\' '\n\n\n' |
-        grep -E '\.(c|h)$' | sed "s|^|$src/|"
+sources() {   # sources PROGRAM FRAGMENT: the words of PROGRAM_SOURCES (with its
+              # continuation lines) that name .c and .h files
+    awk -v v="$1_SOURCES" '$1 == v { on = 1 } on { print; if ($0 !~ /\\$/) on = 0 }' \
+        "$src/$2" | tr ' \t\\' '\n\n\n' | grep -E '\.(c|h)$' | sed "s|^|$src/|"
 }
 srcs="$(sources einrun coordinator/local.am) $(sources einplan tools/planner.am)"
 
