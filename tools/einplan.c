@@ -19,19 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_json.h"
-#include "coordinator/compile/co_lower.h"
-#include "coordinator/compile/co_search.h"
-#include "coordinator/compile/co_search_fit.h"
-#include "coordinator/predict/co_sim.h"
-#include "exchange/xp_topo.h"
-#include "planner/rewrite/pl_rewrite.h"
-#include "tools/rewrite_report.h"
-#include "planner/pl_optimize.h"
-#include "planner/pl_parse.h"
-#include "coordinator/compile/ein_compile_int.h"
-#include "planner/ein_api_int.h"
-#include "planner/pl_strategy.h"
+#include "include/einsummable/einsummable.h"
+#include "coordinator/ein_frontend.h"
 
 /* Exit status for an error code: bad input is 2, the rest 1. */
 static int exit_status(int code)
@@ -97,138 +86,21 @@ static void usage(FILE *f)
             "              5000MiB or bytes (the topology's memory if that is smaller):\n"
             "              the search keeps only plans whose predicted peak fits, checked\n"
             "              on the whole graph; --simulate reports against it.\n",
-            CO_SEARCH_WORK_DEFAULT);
-}
-
-/* "8x1" grid of the output tiling: distinct intervals per dim. */
-static void tiling_grid(const pl_tiling *t, int rank, char *buf, size_t len)
-{
-    size_t n = 0;
-    buf[0] = '\0';
-    for (int a = 0; a < rank && n < len; a++) {
-        int distinct = 0;
-        for (int i = 0; i < t->n; i++) {
-            int seen = 0;
-            for (int j = 0; j < i && !seen; j++)
-                seen = t->boxes[j].lo[a] == t->boxes[i].lo[a] &&
-                       t->boxes[j].hi[a] == t->boxes[i].hi[a];
-            distinct += !seen;
-        }
-        n += (size_t)snprintf(buf + n, len - n, "%s%d", a ? "x" : "", distinct);
-    }
-}
-
-static void print_text(const char *path, const pl_graph *g, const pl_plan *plan)
-{
-    printf("plan of %s on %d devices (selector %s%s)\n", path, plan->p,
-           pl_selector_name(plan->selector),
-           plan->partials == PL_PARTIALS_NATIVE ? ", partials native" : "");
-    printf("%-14s %-12s %-34s %-10s %14s %14s %14s\n", "operator", "op", "split", "tiling",
-           "repartition", "join", "aggregation");
-    for (int v = 0; v < g->nnodes; v++) {
-        const pl_choice *c = &plan->nodes[v];
-        if (!c->planned)
-            continue;
-        const pl_node *nd = pl_graph_node(g, v);
-        pl_index idx[PL_MAX_INDICES];
-        char split[512], grid[64];
-        pl_op_indices(g, v, idx, NULL);
-        pl_spec_format_labels(&c->spec, idx, split, sizeof split);
-        if (c->spec.nparts < plan->p) {     /* too small for p devices */
-            size_t l = strlen(split);
-            snprintf(split + l, sizeof split - l, "%son %d of %d devices", l ? " " : "",
-                     c->spec.nparts, plan->p);
-        }
-        tiling_grid(&c->out_tiling, nd->rank, grid, sizeof grid);
-        printf("%-14s %-12s %-34s %-10s %14.0f %14.0f %14.0f%s%s\n", nd->name,
-               pl_node_op_name(nd), split, grid, c->repart, c->join, c->agg,
-               c->spec.agg != EIN_AGG_NONE ? "  agg " : "",
-               c->spec.agg != EIN_AGG_NONE ? ein_agg_name(c->spec.agg) : "");
-    }
-    printf("total cost: %.0f elements\n", plan->total);
-}
-
-static void print_json(const char *path, const pl_graph *g, const pl_plan *plan)
-{
-    printf("{\"program\": ");
-    ein_json_str(stdout, path);
-    printf(", \"devices\": %d, \"selector\": \"%s\", \"total_cost\": %.0f, \"ops\": [",
-           plan->p, pl_selector_name(plan->selector), plan->total);
-    int first = 1;
-    for (int v = 0; v < g->nnodes; v++) {
-        const pl_choice *c = &plan->nodes[v];
-        if (!c->planned)
-            continue;
-        const pl_node *nd = pl_graph_node(g, v);
-        pl_index idx[PL_MAX_INDICES];
-        int n = pl_op_indices(g, v, idx, NULL);
-        char grid[64];
-        tiling_grid(&c->out_tiling, nd->rank, grid, sizeof grid);
-        printf("%s\n  {\"name\": ", first ? "" : ",");
-        first = 0;
-        ein_json_str(stdout, nd->name);
-        printf(", \"op\": \"%s\", \"line\": %d, \"split\": {", pl_node_op_name(nd), nd->line);
-        for (int i = 0; i < n; i++) {
-            printf("%s", i ? ", " : "");
-            ein_json_str(stdout, idx[i].label);
-            printf(": %d", c->spec.counts[i]);
-        }
-        printf("}, \"agg\": \"%s\", \"tiling\": {\"blocks\": %d, \"grid\": \"%s\"}, "
-               "\"flops\": %.0f, \"cost\": {\"repartition\": %.0f, \"join\": %.0f, "
-               "\"aggregation\": %.0f}}",
-               c->spec.agg == EIN_AGG_NONE ? "none" : ein_agg_name(c->spec.agg),
-               c->out_tiling.n, grid, pl_op_flops(g, v), c->repart, c->join, c->agg);
-    }
-    printf("\n]}\n");
-}
-
-static void print_dot(const pl_graph *g, const pl_plan *plan)
-{
-    printf("digraph plan {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n");
-    printf("  label=\"%d devices, %s, total cost %.0f\";\n", plan->p,
-           pl_selector_name(plan->selector), plan->total);
-    for (int v = 0; v < g->nnodes; v++) {
-        const pl_node *nd = pl_graph_node(g, v);
-        const pl_choice *c = &plan->nodes[v];
-        if (nd->kind == PL_INPUT) {
-            printf("  n%d [shape=box, style=dashed, label=\"%s\"];\n", v, nd->name);
-            continue;
-        }
-        if (!c->planned)
-            continue;
-        pl_index idx[PL_MAX_INDICES];
-        char split[512];
-        pl_op_indices(g, v, idx, NULL);
-        pl_spec_format_labels(&c->spec, idx, split, sizeof split);
-        printf("  n%d [shape=ellipse, label=\"%s = %s\\n%s\"];\n", v, nd->name,
-               pl_node_op_name(nd), split);
-        /* Red: the operator wants this input in another tiling (repartition). */
-        for (int k = 0; k < nd->ninputs; k++) {
-            const pl_choice *u = &plan->nodes[nd->inputs[k]];
-            int moved = 0;
-            pl_tiling want;
-            if (u->planned && pl_tiling_of_input(&c->spec, k, &want) == 0) {
-                moved = !pl_tiling_equal(&want, &u->out_tiling);
-                pl_tiling_clear(&want);
-            }
-            printf("  n%d -> n%d%s;\n", nd->inputs[k], v, moved ? " [color=red, label=\"repartition\"]" : "");
-        }
-    }
-    printf("}\n");
+            EIN_FE_PLAN_WORK_DEFAULT);
 }
 
 /* --simulate's front end: the compiled value's programs simulated
- * (co_compiled_simulate), printed with co_sim.h. */
+ * (ein_fe_simulate), printed by ein_fe_print_sim. */
 
 /* Compile as `co` and `x` say; on failure print one line prefixed by
  * `prog` (naming `path` for a plan that cannot be made) and return an
  * exit status, else 0. */
-static int compile(const char *prog, const char *path, const pl_graph *g, int p,
-                   const ein_compile_options *co, const co_compile_extra *x,
+static int compile(const char *prog, const char *path, const ein_graph *g, int p,
+                   const ein_compile_options *co, const ein_fe_compile_extra *x,
                    ein_compiled **out)
 {
     ein_error err = {0};
-    if (co_compile(g, p, co, x, out, &err) == 0)
+    if (ein_fe_compile(g, p, co, x, out, &err) == 0)
         return 0;
     if (err.code == EIN_ENOPLAN || err.code == EIN_ESHAPE)
         fprintf(stderr, "%s: %s: %s\n", prog, path, err.msg);
@@ -243,16 +115,18 @@ static int compile(const char *prog, const char *path, const pl_graph *g, int p,
  * tried (it replaces *comp); if none fits, the memory error. Returns 0, or
  * an exit status (2 bad input, 1 other) after printing one line on stderr
  * prefixed by `prog`. */
-static int sim_cli(const char *prog, const char *path, const pl_graph *g, int p,
-                   const ein_compile_options *co, const co_compile_extra *x, ein_compiled **comp,
-                   const char *trace_path, int json)
+static int simulate_cmd(const char *prog, const char *path, const ein_graph *g, int p,
+                        const ein_compile_options *co, const ein_fe_compile_extra *x,
+                        ein_compiled **comp, const char *trace_path, int json)
 {
     ein_error err = {0}, merr = {0};
-    co_sim_result *r = NULL;
+    ein_fe_sim *r = NULL;
     ein_compiled *c = *comp, *other = NULL;
     int status = 2;
-    if (co_compiled_simulate(c, &r, &err) < 0) {
-        if (err.code != EIN_ELIMIT || ein_plan_internal(c->plan)->selector != PL_SELECT_DP) {
+    ein_fe_info info;
+    ein_fe_compiled_info(c, &info);
+    if (ein_fe_simulate(c, &r, &err) < 0) {
+        if (err.code != EIN_ELIMIT || !info.selector_dp) {
             fprintf(stderr, "%s: --simulate: %s\n", prog, err.msg);
             status = err.code == EIN_EINVAL || err.code == EIN_ELIMIT ? 2 : 1;
             goto done;
@@ -260,10 +134,10 @@ static int sim_cli(const char *prog, const char *path, const pl_graph *g, int p,
         /* Memory is a constraint: try the other objective's program. */
         merr = err;
         ein_compile_options o2 = *co;
-        int time = !c->time_objective;
+        int time = !info.time_objective;
         o2.objective = time ? "time" : "comm";
-        if (co_compile(g, p, &o2, x, &other, &err) < 0 ||
-            co_compiled_simulate(other, &r, &err) < 0) {
+        if (ein_fe_compile(g, p, &o2, x, &other, &err) < 0 ||
+            ein_fe_simulate(other, &r, &err) < 0) {
             fprintf(stderr, "%s: --simulate: no plan fits: %s\n", prog, merr.msg);
             goto done;
         }
@@ -275,14 +149,13 @@ static int sim_cli(const char *prog, const char *path, const pl_graph *g, int p,
     }
     (void)path;
     status = 1;
-    if ((json ? co_sim_json(c->progs, r, &c->topo_limited, &c->cal, stdout)
-              : co_sim_print(c->progs, r, &c->topo_limited, &c->cal, stdout)) < 0) {
+    if (ein_fe_print_sim(stdout, c, r, json) < 0) {
         fprintf(stderr, "%s: cannot write the report\n", prog);
         goto done;
     }
     if (trace_path) {
         FILE *f = fopen(trace_path, "we");
-        int rc = f ? co_sim_trace(c->progs, r, f) : EIN_EIO;
+        int rc = f ? ein_fe_write_sim_trace(f, c, r) : EIN_EIO;
         if (f && fclose(f) != 0)
             rc = EIN_EIO;
         if (rc < 0) {
@@ -295,39 +168,9 @@ static int sim_cli(const char *prog, const char *path, const pl_graph *g, int p,
     }
     status = 0;
 done:
-    co_sim_result_free(r);
+    ein_fe_sim_free(r);
     ein_compiled_free(other);
     return status;
-}
-
-/* Which objective and budget chose c's plan (the plan search's report). */
-static void search_report(FILE *rf, const ein_compiled *c, uint64_t seed, int verbose)
-{
-    const co_search_report *rep = &c->search_rep;
-    const xp_topology *t = &c->topo_limited;
-    char blocks[48] = "";
-    if (rep->period)
-        snprintf(blocks, sizeof blocks, ", blocks of %d nodes", rep->period);
-    if (c->whole_search)
-        fprintf(rf, "objective time: the plan searched on the first two blocks does "
-                    "not fit in %.2f %s per device over the whole graph: searched the "
-                    "whole graph\n", t->memory * (t->memory < 1e9 ? 1e-6 : 1e-9),
-                t->memory < 1e9 ? "MB" : "GB");
-    if (rep->prefix_nodes)
-        fprintf(rf, "objective time: %d repeated blocks: searched on the first %d nodes "
-                    "(up to the second block's end), their choices reused for every "
-                    "block; the times below are that prefix's\n",
-                rep->nblocks, rep->prefix_nodes);
-    fprintf(rf, "objective time: plan search on %s, seed %" PRIu64 ", budget %ld "
-                "operator x device simulations beyond the seeds (spent %ld in %d simulations, %d "
-                "seeds, %d choices%s); chosen: %s, predicted %.4f ms (best seed %s "
-                "%.4f ms)\n",
-            t->name, seed, rep->budget, rep->work, rep->nevals, rep->nseeds,
-            rep->nclasses, blocks, rep->best_from, 1e3 * rep->best_time, rep->best_seed,
-            1e3 * rep->best_seed_time);
-    for (int i = 0; verbose && i < rep->ncands; i++)
-        fprintf(rf, "  candidate %4d  %10.4f ms  %s\n", i + 1, 1e3 * rep->cands[i].time,
-                rep->cands[i].what);
 }
 
 int main(int argc, char **argv)
@@ -367,8 +210,8 @@ int main(int argc, char **argv)
     double mem_limit = 0;
     const char *strategy = NULL;
     int objective_given = 0;
-    pl_selector sel = PL_SELECT_DP;
-    pl_plan_opts opts = {0};
+    const char *selector = "dp", *objective = NULL, *partials = "f32";
+    int linear_paths = 0;
     uint64_t seed = 1;
     char *end;
     while ((c = getopt_long(argc, argv, "p:s:S:jdlhv", lopts, NULL)) != -1) {
@@ -382,10 +225,11 @@ int main(int argc, char **argv)
             }
             break;
         case 's':
-            if (pl_selector_parse(optarg, &sel) < 0) {
+            if (ein_fe_choice_check(EIN_FE_SELECTOR, optarg) < 0) {
                 fprintf(stderr, "einplan: --selector '%s': expected dp, greedy or random\n", optarg);
                 return 2;
             }
+            selector = optarg;
             break;
         case 'S':
             seed = strtoull(optarg, &end, 10);
@@ -396,7 +240,7 @@ int main(int argc, char **argv)
             break;
         case 'j': json = 1; break;
         case 'd': dot = 1; break;
-        case 'l': opts.linear_paths = 1; break;
+        case 'l': linear_paths = 1; break;
         case 'r': rewrite = 1; break;
         case 'w': weights = optarg; break;
         case 'i': ilp = 1; break;
@@ -404,7 +248,7 @@ int main(int argc, char **argv)
         case 'x': exchanges = 1; break;
         case 0x125: {
             ein_error e = {0};
-            if (co_exchange_chunks_parse(optarg, &chunks, &e) < 0) {
+            if (ein_fe_parse_exchange_chunks(optarg, &chunks, &e) < 0) {
                 fprintf(stderr, "einplan: --exchange-chunks %s\n", e.msg);
                 return 2;
             }
@@ -414,7 +258,7 @@ int main(int argc, char **argv)
         case 0x127: setenv("EIN_NO_REUSE", "1", 1); break; /* read by the lowering */
         case 0x129: {
             ein_error e = {0};
-            if (co_memory_limit_parse(optarg, &mem_limit, &e) < 0) {
+            if (ein_fe_parse_memory_limit(optarg, &mem_limit, &e) < 0) {
                 fprintf(stderr, "einplan: --memory-limit: %s\n", e.msg);
                 return 2;
             }
@@ -423,7 +267,7 @@ int main(int argc, char **argv)
         case 0x121: trace_path = optarg; break;
         case 0x122: cal_arg = optarg; break;
         case 0x124:
-            if (pl_strategy_set(optarg, &opts) < 0) {
+            if (ein_fe_choice_check(EIN_FE_STRATEGY, optarg) < 0) {
                 fprintf(stderr, "einplan: --strategy '%s': expected megatron, ulysses, sequence "
                                 "or data\n", optarg);
                 return 2;
@@ -431,17 +275,19 @@ int main(int argc, char **argv)
             strategy = optarg;
             break;
         case 0x123:
-            if (pl_objective_parse(optarg, &opts.objective) < 0) {
+            if (ein_fe_choice_check(EIN_FE_OBJECTIVE, optarg) < 0) {
                 fprintf(stderr, "einplan: --objective '%s': expected comm or time\n", optarg);
                 return 2;
             }
+            objective = optarg;
             objective_given = 1;
             break;
         case 0x128:
-            if (pl_partials_parse(optarg, &opts.partials) < 0) {
+            if (ein_fe_choice_check(EIN_FE_PARTIALS, optarg) < 0) {
                 fprintf(stderr, "einplan: --partials '%s': expected f32 or native\n", optarg);
                 return 2;
             }
+            partials = optarg;
             break;
         case 'v': verbose = 1; break;
         case 0x126:
@@ -465,7 +311,7 @@ int main(int argc, char **argv)
     const char *chunks_env = getenv("EIN_EXCHANGE_CHUNKS");
     if (!chunks && exchanges && chunks_env && *chunks_env) {
         ein_error e = {0};
-        if (co_exchange_chunks_parse(chunks_env, &chunks, &e) < 0) {
+        if (ein_fe_parse_exchange_chunks(chunks_env, &chunks, &e) < 0) {
             fprintf(stderr, "einplan: $EIN_EXCHANGE_CHUNKS: %s\n", e.msg);
             return 2;
         }
@@ -486,9 +332,8 @@ int main(int argc, char **argv)
     }
     const char *path = argv[optind];
     ein_error err = {0};
-    pl_graph *g = NULL;
-    pl_plan *plan = NULL;
-    if (pl_ein_parse_file(path, &g, &err) < 0) {
+    ein_graph *g = NULL;
+    if (ein_graph_parse_file(path, &g, &err) < 0) {
         fprintf(stderr, "einplan: %s\n", err.msg);
         return exit_status(err.code);
     }
@@ -499,60 +344,57 @@ int main(int argc, char **argv)
      * and --simulate and --exchanges read the programs it lowered. */
     ein_compile_options co;
     ein_compile_options_init(&co);
-    co.selector = pl_selector_name(sel);
+    co.selector = selector;
     co.plan_seed = seed;
-    co.linear_paths = opts.linear_paths;
+    co.linear_paths = linear_paths;
     co.rewrite = rewrite;
     co.rewrite_weights = weights;
     co.ilp = ilp;
     co.topology = topo_arg;
     co.plan_only = !exchanges && !simulate;
     co.exchange_chunks = chunks;
-    co.partials = pl_partials_name(opts.partials);
+    co.partials = partials;
     co.memory_limit = mem_limit;
     co.strategy = strategy;
     co.calibration = cal_arg;
     if (simulate && !exchanges)
         co.search_cap_ms = -1; /* the simulator's lowering: the work budget alone */
     if (objective_given)
-        co.objective = opts.objective == PL_OBJECTIVE_TIME ? "time" : "comm";
-    co_compile_extra x = {.plan_work = plan_work, .record = verbose,
+        co.objective = objective;
+    ein_fe_compile_extra x = {.plan_work = plan_work, .record = verbose,
                           .predict_only = simulate && !exchanges};
     ein_compiled *comp = NULL;
     if (exchanges && p > EIN_MAX_DEVICES) {
         fprintf(stderr, "einplan: --exchanges: at most %d devices\n", EIN_MAX_DEVICES);
-        pl_graph_free(g);
+        ein_graph_destroy(g);
         return 2;
     }
     int st = compile("einplan", path, g, p, &co, &x, &comp);
-    if (st == 0 && cal_arg && !simulate && !comp->time_objective) {
+    ein_fe_info info = {0};
+    if (st == 0)
+        ein_fe_compiled_info(comp, &info);
+    if (st == 0 && cal_arg && !simulate && !info.time_objective) {
         fprintf(stderr, "einplan: --trace and --calibration need --simulate (or --objective time)\n");
         st = 2;
     }
     if (st != 0) {
         ein_compiled_free(comp);
-        pl_graph_free(g);
+        ein_graph_destroy(g);
         return st;
     }
-    if (comp->rewritten)
-        rewrite_report(json || dot ? stderr : stdout, comp->g, &comp->rewrite_stats);
-    if (comp->plan_searched && !rewrite && !exchanges)
-        search_report(json ? stderr : stdout, comp, seed, verbose);
+    if (info.rewritten)
+        ein_fe_print_rewrite(json || dot ? stderr : stdout, comp);
+    if (info.plan_searched && !rewrite && !exchanges)
+        ein_fe_print_search(json ? stderr : stdout, comp, seed, verbose);
     if (simulate) {
-        st = sim_cli("einplan", path, g, p, &co, &x, &comp, trace_path, json);
+        st = simulate_cmd("einplan", path, g, p, &co, &x, &comp, trace_path, json);
         ein_compiled_free(comp);
-        pl_graph_free(g);
+        ein_graph_destroy(g);
         return st;
     }
-    pl_graph_free(g);
-    g = comp->g;
-    plan = (pl_plan *)ein_plan_internal(comp->plan);
-    if (json)
-        print_json(path, g, plan);
-    else if (dot)
-        print_dot(g, plan);
-    else
-        print_text(path, g, plan);
+    ein_graph_destroy(g);
+    ein_fe_print_plan(stdout, comp, path,
+                      json ? EIN_FE_PLAN_JSON : dot ? EIN_FE_PLAN_DOT : EIN_FE_PLAN_TEXT);
     if (exchanges && !json && !dot) {
         char *text = ein_compiled_explain(comp, 1);
         if (!text) {

@@ -61,7 +61,8 @@ struct ein_compiled {
 };
 
 /* What a front end asks of a compile beyond the public options (einplan,
- * tools/einplan.c: the one compile of einrun and the library, with these). */
+ * through ein_fe_compile in coordinator/ein_frontend.h: the one compile of
+ * einrun and the library, with these). */
 typedef struct co_compile_extra {
     long plan_work;    /* the plan search's budget (co_search_opts.work: 0 the
                           default, -1 seeds only) */

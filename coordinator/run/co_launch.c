@@ -108,9 +108,9 @@ static int slurm_nodes(const char *who, char ***names, int *n, ein_error *err)
         list = getenv("SLURM_NODELIST");
     if (!job || !*job || !list || !*list)
         return ein_fail(err, EIN_EINVAL, "%s: not inside a Slurm allocation ($SLURM_JOB_ID and "
-                        "$SLURM_JOB_NODELIST are not set): run einrun from `salloc -N HOSTS` or "
+                        "$SLURM_JOB_NODELIST are not set): run from `salloc -N HOSTS` or "
                         "an `sbatch` script%s", who,
-                        strcmp(who, "srun") ? ", or give the hosts with --hosts FILE" : "");
+                        strcmp(who, "srun") ? ", or give a hosts file" : "");
     int rc;
     if (strchr(list, '[')) {
         if ((rc = scontrol_hostnames(list, names, n, err)) < 0)
@@ -197,7 +197,7 @@ int co_launch_hosts(const char *launcher, const char *hosts_file, int ndev, int 
         return ein_fail(err, EIN_EINVAL, "launcher '%s': expected ssh, srun or mpirun", l);
     if (!strcmp(l, "ssh") || (!strcmp(l, "mpirun") && hosts_file)) {
         if (!hosts_file)
-            return ein_fail(err, EIN_EINVAL, "launcher ssh: no hosts file (--hosts FILE)");
+            return ein_fail(err, EIN_EINVAL, "launcher ssh: no hosts file given");
         if (per_host)
             return ein_fail(err, EIN_EINVAL, "devices per host: the hosts file gives them");
         int rc = co_hosts_parse(hosts_file, out, n, err);
@@ -205,7 +205,7 @@ int co_launch_hosts(const char *launcher, const char *hosts_file, int ndev, int 
             return rc;
         for (int h = 0; h < *n; h++) {
             if ((*out)[h].launch) {
-                rc = ein_fail(err, EIN_EINVAL, "%s:%d: a LAUNCH command (%s) with --launcher "
+                rc = ein_fail(err, EIN_EINVAL, "%s:%d: a LAUNCH command (%s) with launcher "
                               "mpirun, which starts every host's agent itself", hosts_file,
                               (*out)[h].line, (*out)[h].launch[0]);
                 break;
@@ -221,7 +221,7 @@ int co_launch_hosts(const char *launcher, const char *hosts_file, int ndev, int 
     }
     if (hosts_file)
         return ein_fail(err, EIN_EINVAL, "launcher srun: the hosts are the Slurm allocation's; "
-                        "no hosts file (--hosts %s)", hosts_file);
+                        "no hosts file (%s)", hosts_file);
     char **names = NULL;
     int nn = 0, rc = slurm_nodes(l, &names, &nn, err);
     if (rc < 0)
@@ -303,5 +303,5 @@ int co_launch_listen(const char *listen, const co_host *first, char *buf, size_t
     }
     return ein_fail(err, EIN_EINVAL, "the coordinator listens on the first host's address, "
                     "but '%s' is no address of this machine: give the address or interface "
-                    "the hosts reach this machine at (einrun --listen ADDR)", first->addr);
+                    "the hosts reach this machine at as the listen address", first->addr);
 }

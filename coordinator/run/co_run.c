@@ -327,8 +327,8 @@ static int start_hosts(run *r, ein_error *err)
 {
     const co_run_opts *o = r->o;
     if (o->manual || o->wrapper || o->debug_device >= 0 || o->trace_path)
-        return ein_fail(err, EIN_EUNSUPPORTED, "a run on several hosts takes no --manual-workers, "
-                        "--worker-wrapper, --debug-device or --trace yet");
+        return ein_fail(err, EIN_EUNSUPPORTED, "a run on several hosts takes no manual workers, "
+                        "worker wrapper, debug device or trace yet");
     if (!o->node_path || !o->host_of)
         return ein_fail(err, EIN_EINVAL, "a run on several hosts without its agents");
     for (int d = 0; d < r->ndev; d++)

@@ -22,21 +22,11 @@
 #include "config.h"
 #include "common/ein_box.h"
 #include "common/ein_clock.h"
+#include "common/ein_error.h"
 #include "common/ein_npy.h"
-#include "coordinator/predict/co_calib.h"
-#include "coordinator/predict/co_sim.h"
-#include "coordinator/compile/co_lower.h"
-#include "coordinator/run/co_output.h"
-#include "coordinator/run/co_dump.h"
-#include "coordinator/run/co_weights.h"
-#include "coordinator/compile/ein_compile_int.h"
 #include "common/ein_progress.h"
-#include "planner/ein_api_int.h"
-#include "exchange/xp_topo.h"
-#include "planner/pl_optimize.h"
-#include "planner/pl_parse.h"
-#include "planner/rewrite/pl_rewrite.h"
-#include "tools/rewrite_report.h"
+#include "coordinator/ein_frontend.h"
+#include "include/einsummable/einsummable.h"
 #include "coordinator/run/einrun_int.h"
 
 /* Everything about compiling, in the library's terms (einplan and the API
@@ -44,7 +34,7 @@
 static void compile_options_from(const run_opts *o, ein_compile_options *co)
 {
     ein_compile_options_init(co);
-    co->selector = pl_selector_name(o->sel);
+    co->selector = o->selector;
     co->plan_seed = o->plan_seed;
     co->seed = o->seed;
     co->naive_exchanges = !o->search;
@@ -83,21 +73,14 @@ static const char *topology_advice(const ein_compile_options *co, int code)
 /* --show-topology: the topology a run would use, as text, on stdout. */
 static int show_topology(const ein_compile_options *co, int ndev)
 {
-    xp_topology *t = NULL;
-    char desc[700], why[512], *text = NULL;
+    char desc[700] = "", why[512] = "", *text = NULL;
     ein_error err = {0};
-    if (co_topology_for(co, ndev, &t, desc, sizeof desc, why, sizeof why, &err) < 0) {
+    if (ein_fe_topology_text(co, ndev, &text, desc, sizeof desc, why, sizeof why, &err) < 0) {
         fprintf(stderr, "einrun: %s%s\n", err.msg, topology_advice(co, err.code));
         return 2;
     }
     if (why[0])
         fprintf(stderr, "einrun: topology: %s\n", why);
-    int rc = xp_topo_format(t, &text, &err);
-    xp_topo_free(t);
-    if (rc < 0) {
-        fprintf(stderr, "einrun: --show-topology: %s\n", err.msg);
-        return 2;
-    }
     printf("# topology: %s\n%s", desc, text);
     free(text);
     return fflush(stdout) == 0 ? 0 : 2;
@@ -122,14 +105,15 @@ static int fail(int status, const char *fmt, ...)
 typedef struct run_state {
     const run_opts *o;
     ein_error err;
-    pl_graph *g;
+    const ein_graph *g;               /* g_parsed, or the loaded program's */
+    ein_graph *g_parsed;
+    int nnodes;
     const char **in_path, **out_path; /* --input file / output file of node v */
-    char **tmp_path, **owned;         /* temporary of a saved node; default names */
+    char **owned;                     /* default output names */
+    const char **tmp_path;            /* temporary of a saved node (owned by outs) */
     const char **store_path;          /* tmp_path by node of the COMPILED graph */
-    co_input_src *in_src;
-    ein_safetensors **wopen;
-    co_output *outs;
-    int nouts;
+    ein_fe_inputs *inputs;
+    ein_fe_outputs *outs;
     ein_compiled *comp;
     ein_session_options so;
     ein_session *sess;
@@ -142,10 +126,8 @@ typedef struct run_state {
 
 static void run_state_free(run_state *s)
 {
-    if (s->outs)
-        co_outputs_discard(s->outs, s->nouts);
-    free(s->outs);
-    for (int v = 0; s->g && s->owned && v < s->g->nnodes; v++)
+    ein_fe_outputs_free(s->outs);
+    for (int v = 0; s->owned && v < s->nnodes; v++)
         free(s->owned[v]);
     free(s->tmp_path);
     free(s->store_path);
@@ -154,11 +136,10 @@ static void run_state_free(run_state *s)
         ein_error ignored;
         ein_session_close(s->sess, &ignored);
     }
+    ein_fe_inputs_free(s->inputs);
     ein_compiled_free(s->comp);
-    pl_graph_free(s->g);
+    ein_graph_destroy(s->g_parsed);
     free(s->in_path);
-    free(s->in_src);
-    co_weights_files_free(s->wopen, s->o->wfiles.n);
     free(s->out_path);
     free(s->iter_s);
 }
@@ -170,24 +151,29 @@ static int bind_inputs(run_state *s)
     const run_opts *o = s->o;
     for (int i = 0; i < o->inputs.n; i++) {
         const binding *b = &o->inputs.b[i];
-        int v = pl_graph_find(s->g, b->name);
-        const pl_node *nd = v >= 0 ? pl_graph_node(s->g, v) : NULL;
-        if (!nd || nd->kind != PL_INPUT || nd->state)
+        int v = ein_graph_find(s->g, b->name, NULL), is_input = 0, state = 0;
+        const char *name = NULL;
+        ein_tensor_desc nd;
+        if (v >= 0) {
+            ein_graph_tensor(s->g, v, &name, &nd, &is_input, NULL);
+            state = ein_fe_tensor_is_state(s->g, v);
+        }
+        if (!is_input)
             return fail(2, "--input %s: %s has no input named '%s'%s", b->name, o->path, b->name,
-                        !nd ? "" : nd->state ? " (it is a state: zero at the start, then "
+                        v < 0 ? "" : state ? " (it is a state: zero at the start, then "
                         "written by the program only)" : " (it is computed, not an input)");
         ein_npy_info info;
         if (ein_npy_read_info(b->path, &info, &s->err) < 0)
             return fail(2, "--input %s: %s", b->name, s->err.msg);
-        int same = info.rank == nd->rank;
-        for (int a = 0; same && a < nd->rank; a++)
-            same = info.shape[a] == nd->shape[a];
-        if (!same || info.dtype != nd->dtype) {
+        int same = info.rank == nd.rank;
+        for (int a = 0; same && a < nd.rank; a++)
+            same = info.shape[a] == nd.shape[a];
+        if (!same || info.dtype != nd.dtype) {
             char want[256], got[256];
-            ein_shape_format(nd->rank, nd->shape, want, sizeof want);
+            ein_shape_format(nd.rank, nd.shape, want, sizeof want);
             ein_shape_format(info.rank, info.shape, got, sizeof got);
             return fail(2, "--input %s: %s is %s [%s] but input %s is %s [%s]", b->name, b->path,
-                        ein_dtype_name(info.dtype), got, nd->name, ein_dtype_name(nd->dtype),
+                        ein_dtype_name(info.dtype), got, name, ein_dtype_name(nd.dtype),
                         want);
         }
         if (s->in_path[v])
@@ -203,8 +189,10 @@ static int bind_outputs(run_state *s)
     const run_opts *o = s->o;
     for (int i = 0; i < o->outputs.n; i++) {
         const binding *b = &o->outputs.b[i];
-        int v = pl_graph_find(s->g, b->name);
-        if (v < 0 || !pl_graph_node(s->g, v)->saved)
+        int v = ein_graph_find(s->g, b->name, NULL), saved = 0;
+        if (v >= 0)
+            ein_graph_tensor(s->g, v, NULL, NULL, NULL, &saved);
+        if (!saved)
             return fail(2, "--output %s: %s saves no tensor named '%s'", b->name, o->path, b->name);
         if (s->out_path[v])
             return fail(2, "--output %s: given twice (%s and %s)", b->name, s->out_path[v], b->path);
@@ -217,30 +205,48 @@ static int bind_outputs(run_state *s)
  * the temporaries are only named here and created after planning. */
 static int prepare_outputs(run_state *s)
 {
-    for (int v = 0; v < s->g->nnodes; v++) {
-        const pl_node *nd = pl_graph_node(s->g, v);
-        if (!nd->saved)
+    int *index = calloc((size_t)s->nnodes + 1, sizeof *index);
+    if (!index || ein_fe_outputs_create(s->nnodes, &s->outs, &s->err) < 0) {
+        free(index);
+        return fail(2, "out of memory");
+    }
+    for (int v = 0; v < s->nnodes; v++) {
+        const char *name;
+        ein_tensor_desc nd;
+        int saved;
+        index[v] = -1;
+        ein_graph_tensor(s->g, v, &name, &nd, NULL, &saved);
+        if (!saved)
             continue;
         if (!s->out_path[v]) {
-            if (!(s->owned[v] = malloc(strlen(nd->name) + 5)))
+            if (!(s->owned[v] = malloc(strlen(name) + 5))) {
+                free(index);
                 return fail(2, "out of memory");
-            sprintf(s->owned[v], "%s.npy", nd->name);
+            }
+            sprintf(s->owned[v], "%s.npy", name);
             s->out_path[v] = s->owned[v];
         }
-        co_output *out = &s->outs[s->nouts++];
-        out->name = nd->name;
-        out->path = s->out_path[v];
-        out->dtype = nd->dtype;
-        out->rank = nd->rank;
-        for (int a = 0; a < nd->rank; a++)
-            out->shape[a] = nd->shape[a];
+        index[v] = ein_fe_outputs_add(s->outs, name, s->out_path[v], &nd);
     }
-    if (co_outputs_prepare(s->outs, s->nouts, s->o->verbose, &s->err) < 0)
+    if (ein_fe_outputs_prepare(s->outs, s->o->verbose, &s->err) < 0) {
+        free(index);
         return fail(2, "%s", s->err.msg);
-    for (int v = 0, k = 0; v < s->g->nnodes; v++)
-        if (pl_graph_node(s->g, v)->saved)
-            s->tmp_path[v] = s->outs[k++].tmp;
+    }
+    for (int v = 0; v < s->nnodes; v++)
+        if (index[v] >= 0)
+            s->tmp_path[v] = ein_fe_outputs_tmp(s->outs, index[v]);
+    free(index);
     return 0;
+}
+
+/* The seed of inputs never set: the loaded program's, else --seed. */
+static uint64_t compile_seed(const run_state *s)
+{
+    ein_fe_info info;
+    if (!s->comp)
+        return s->o->seed;
+    ein_fe_compiled_info(s->comp, &info);
+    return info.seed;
 }
 
 /* Every input has a value, or none has (a demo: all generated from --seed,
@@ -250,13 +256,15 @@ static int check_missing_inputs(run_state *s)
     const run_opts *o = s->o;
     char missing[600] = "";
     int nin = 0, nmiss = 0;
-    for (int v = 0; v < s->g->nnodes; v++) {
-        const pl_node *nd = pl_graph_node(s->g, v);
-        if (nd->kind != PL_INPUT || nd->state) /* a state starts at zero */
+    for (int v = 0; v < s->nnodes; v++) {
+        const char *name;
+        int is_input;
+        ein_graph_tensor(s->g, v, &name, NULL, &is_input, NULL);
+        if (!is_input) /* a state starts at zero */
             continue;
         nin++;
-        if (!s->in_src[v].path) {
-            ein_msg_list_add(missing, sizeof missing, nd->name);
+        if (!ein_fe_inputs_has_value(s->inputs, v)) {
+            ein_msg_list_add(missing, sizeof missing, name);
             nmiss++;
         }
     }
@@ -265,7 +273,7 @@ static int check_missing_inputs(run_state *s)
     if ((nmiss == nin && !o->inputs.n && !o->wfiles.n) || o->generate_missing) {
         /* Said once the run starts: an error before it stays one line. */
         snprintf(s->generated, sizeof s->generated, "generating %s from --seed %llu (%s)",
-                 missing, (unsigned long long)(s->comp ? s->comp->seed : o->seed),
+                 missing, (unsigned long long)compile_seed(s),
                  nmiss < nin ? "--generate-missing" : "no input given");
         return 0;
     }
@@ -281,32 +289,33 @@ static int load_program(run_state *s, const ein_compile_options *co)
 {
     const run_opts *o = s->o;
     int rc;
-    if (co_saved_program_is(o->path)) {
+    if (ein_fe_is_saved_program(o->path)) {
         int named = o->topo_arg || o->cuda || o->probe_file;
         if (ein_compiled_load_ex(o->path, o->ndev, named ? co : NULL, &s->comp, &s->err) < 0)
             return fail(2, "%s", s->err.msg);
-        if (!(s->g = pl_graph_copy(s->comp->g)))
-            return fail(2, "out of memory");
-    } else if (pl_ein_parse_file(o->path, &s->g, &s->err) < 0) {
+        s->g = ein_compiled_graph(s->comp);
+    } else if (ein_graph_parse_file(o->path, &s->g_parsed, &s->err) < 0) {
         return fail(2, "%s", s->err.msg);
+    } else {
+        s->g = s->g_parsed;
     }
-    size_t n = (size_t)s->g->nnodes;
+    s->nnodes = ein_graph_ntensors(s->g);
+    size_t n = (size_t)s->nnodes + 1;
     s->in_path = calloc(n, sizeof *s->in_path);
     s->out_path = calloc(n, sizeof *s->out_path);
     s->tmp_path = calloc(n, sizeof *s->tmp_path);
     s->owned = calloc(n, sizeof *s->owned);
-    s->outs = calloc(n, sizeof *s->outs);
-    if (!s->in_path || !s->out_path || !s->tmp_path || !s->owned || !s->outs)
+    if (!s->in_path || !s->out_path || !s->tmp_path || !s->owned)
         return fail(2, "out of memory");
     if ((rc = bind_inputs(s)))
         return rc;
-    if (!(s->in_src = calloc(n, sizeof *s->in_src)))
+    if (ein_fe_inputs_create(s->g, &s->inputs, &s->err) < 0)
         return fail(2, "out of memory");
-    for (size_t v = 0; v < n; v++)
-        s->in_src[v].path = s->in_path[v];
+    for (int v = 0; v < s->nnodes; v++)
+        ein_fe_inputs_set_npy(s->inputs, v, s->in_path[v]);
     if ((o->wfiles.n || o->wmaps.n) &&
-        co_weights_load(s->g, o->wfiles.v, o->wfiles.n, o->wmaps.v, o->wmaps.n, s->in_src, NULL,
-                        &s->wopen, &s->err) < 0)
+        ein_fe_inputs_load_weights(s->inputs, o->wfiles.v, o->wfiles.n, o->wmaps.v, o->wmaps.n,
+                                   &s->err) < 0)
         return fail(2, "--weights: %s", s->err.msg);
     if ((rc = check_missing_inputs(s)))
         return rc;
@@ -326,16 +335,16 @@ static int check_backend(run_state *s)
     if (o->cuda)
         return fail(2, "--backend cuda: this einrun was built without CUDA");
 #endif
-    if (o->cuda && !co_gpu_visible())
+    if (o->cuda && !ein_fe_gpu_visible())
         return fail(2, "--backend cuda: no GPU visible");
     if (!o->use_cpu && !o->cuda)
         fprintf(stderr, "einrun: %s; running %d CPU device%s for --gpus %s\n",
-                co_gpu_visible() ? "the CUDA backend is not verified yet (--backend cuda to try it)"
+                ein_fe_gpu_visible() ? "the CUDA backend is not verified yet (--backend cuda to try it)"
                                  : "no GPU visible",
                 o->ndev, o->ndev == 1 ? "" : "s", o->gpus_arg);
     char worker[PATH_MAX];
-    if (co_find_worker(o->cuda ? "einworker-cuda" : "einworker", o->worker, worker, sizeof worker,
-                       &s->err) < 0)
+    if (ein_fe_find_worker(o->cuda ? "einworker-cuda" : "einworker", o->worker, worker,
+                           sizeof worker, &s->err) < 0)
         return fail(2, "%s", s->err.msg);
     return 0;
 }
@@ -351,44 +360,28 @@ static int compile_status(int code)
     }
 }
 
-static void explain(const pl_graph *g, const pl_plan *plan)
-{
-    fprintf(stderr, "plan for %d devices (selector %s), cost %.0f elements:\n", plan->p,
-            pl_selector_name(plan->selector), plan->total);
-    for (int v = 0; v < g->nnodes; v++) {
-        const pl_choice *c = &plan->nodes[v];
-        if (!c->planned)
-            continue;
-        pl_index idx[PL_MAX_INDICES];
-        char spec[256];
-        pl_op_indices(g, v, idx, NULL);
-        pl_spec_format_labels(&c->spec, idx, spec, sizeof spec);
-        if (c->spec.nparts < plan->p) {     /* too small for p devices */
-            size_t l = strlen(spec);
-            snprintf(spec + l, sizeof spec - l, "%son %d of %d devices", l ? " " : "",
-                     c->spec.nparts, plan->p);
-        }
-        fprintf(stderr, "  %-12s %-32s repartition %.0f  join %.0f  aggregation %.0f\n",
-                pl_graph_node(g, v)->name, spec, c->repart, c->join, c->agg);
-    }
-}
-
 /* The session's store paths are by tensor of the compiled graph, which
  * after --rewrite is another graph than the parsed one (other nodes, other
  * order): every saved tensor is found there by name. */
 static int map_store_paths(run_state *s)
 {
-    const pl_graph *cg = s->comp->g;
-    if (!(s->store_path = calloc((size_t)cg->nnodes, sizeof *s->store_path)))
+    const ein_graph *cg = ein_compiled_graph(s->comp);
+    ein_fe_info info;
+    ein_fe_compiled_info(s->comp, &info);
+    if (!(s->store_path = calloc((size_t)ein_graph_ntensors(cg) + 1, sizeof *s->store_path)))
         return fail(1, "out of memory");
-    for (int v = 0; v < s->g->nnodes; v++) {
-        const pl_node *nd = pl_graph_node(s->g, v);
-        if (!nd->saved)
+    for (int v = 0; v < s->nnodes; v++) {
+        const char *name;
+        int saved, csaved = 0;
+        ein_graph_tensor(s->g, v, &name, NULL, NULL, &saved);
+        if (!saved)
             continue;
-        int cv = pl_graph_find(cg, nd->name);
-        if (cv < 0 || !pl_graph_node(cg, cv)->saved)
+        int cv = ein_graph_find(cg, name, NULL);
+        if (cv >= 0)
+            ein_graph_tensor(cg, cv, NULL, NULL, NULL, &csaved);
+        if (!csaved)
             return fail(1, "internal error: saved tensor '%s' is not saved by the compiled "
-                           "program%s", nd->name, s->comp->rewritten ? " (after --rewrite)" : "");
+                           "program%s", name, info.rewritten ? " (after --rewrite)" : "");
         s->store_path[cv] = s->tmp_path[v];
     }
     return 0;
@@ -409,15 +402,17 @@ static int compile_program(run_state *s, ein_compile_options *co)
             fprintf(stderr, "einrun: %s%s\n", s->err.msg, topology_advice(co, s->err.code));
         return compile_status(s->err.code);
     }
-    if (s->comp->topo_why[0])
-        fprintf(stderr, "einrun: topology: %s\n", s->comp->topo_why);
+    ein_fe_info info;
+    ein_fe_compiled_info(s->comp, &info);
+    if (info.topo_why[0])
+        fprintf(stderr, "einrun: topology: %s\n", info.topo_why);
     int rc = map_store_paths(s);
     if (rc)
         return rc;
-    if (s->comp->rewritten && !s->comp->loaded)
-        rewrite_report(stderr, s->comp->g, &s->comp->rewrite_stats);
+    if (info.rewritten && !info.loaded)
+        ein_fe_print_rewrite(stderr, s->comp);
     if (o->explain)
-        explain(s->comp->g, ein_plan_internal(s->comp->plan));
+        ein_fe_print_plan(stderr, s->comp, o->path, EIN_FE_PLAN_EXPLAIN);
     if (o->save_program && ein_compiled_save(s->comp, o->save_program, &s->err) < 0)
         return fail(2, "--save-program: %s", s->err.msg);
     s->t_plan = ein_now_s() - t0;
@@ -429,14 +424,18 @@ static int compile_program(run_state *s, ein_compile_options *co)
 static int dump_inputs(run_state *s)
 {
     const run_opts *o = s->o;
-    const co_lower_stats *ls = &s->comp->ls;
+    ein_fe_lower_stats lstats, *ls = &lstats;
+    ein_fe_compiled_lower_stats(s->comp, ls);
     if (o->dump_dir) {
         int ninp = 0, nd = 0;
         ein_progress pg;
-        for (int v = 0; v < s->g->nnodes; v++)
-            ninp += pl_graph_node(s->g, v)->kind == PL_INPUT;
+        for (int v = 0; v < s->nnodes; v++) {
+            int is_input;
+            ein_graph_tensor(s->g, v, NULL, NULL, &is_input, NULL);
+            ninp += is_input || ein_fe_tensor_is_state(s->g, v);
+        }
         ein_progress_begin(&pg, s->show, "writing inputs", ninp);
-        int rc = co_dump_inputs(s->g, s->in_src, s->comp->seed, o->dump_dir, &pg, &nd, &s->err);
+        int rc = ein_fe_inputs_dump(s->inputs, compile_seed(s), o->dump_dir, &pg, &nd, &s->err);
         ein_progress_end(&pg);
         if (rc < 0)
             return fail(2, "--dump-inputs %s", s->err.msg);
@@ -493,7 +492,7 @@ static int start_session(run_state *s)
     /* Before the workers start (they must find them, and never a link put
      * in their place); the session's guard removes them if einrun is
      * killed from then on. */
-    if (co_outputs_create(s->outs, s->nouts, &s->err) < 0)
+    if (ein_fe_outputs_open(s->outs, &s->err) < 0)
         return fail(2, "%s", s->err.msg);
     if (s->generated[0])
         fprintf(stderr, "einrun: %s\n", s->generated);
@@ -502,11 +501,12 @@ static int start_session(run_state *s)
     session_options_from(s, &s->so);
     if (ein_session_open(s->comp, &s->so, &s->sess, &s->err) < 0)
         return fail(1, "run failed: %s", s->err.msg);
-    for (int v = 0; v < s->g->nnodes; v++)
-        if (s->in_src[v].path &&
-            ein_session_set_input_source(s->sess, pl_graph_node(s->g, v)->name, s->in_src[v].path,
-                                         s->in_src[v].format, s->in_src[v].offset, &s->err) < 0)
-            return fail(2, "input %s: %s", pl_graph_node(s->g, v)->name, s->err.msg);
+    ein_tensor bad = -1;
+    if (ein_fe_inputs_apply(s->inputs, s->sess, &bad, &s->err) < 0) {
+        const char *name = "?";
+        ein_graph_tensor(s->g, bad, &name, NULL, NULL, NULL);
+        return fail(2, "input %s: %s", name, s->err.msg);
+    }
     return 0;
 }
 
@@ -535,7 +535,7 @@ static int run_program(run_state *s)
     if (rc < 0)
         return fail(1, "run failed: %s", s->err.msg);
     s->t_run = ein_now_s() - t1;
-    if (co_outputs_publish(s->outs, s->nouts, &s->err) < 0)
+    if (ein_fe_outputs_publish(s->outs, &s->err) < 0)
         return fail(1, "%s", s->err.msg);
     return 0;
 }
@@ -559,17 +559,18 @@ static int cmp_double(const void *a, const void *b)
 static void report_outputs(run_state *s)
 {
     const run_opts *o = s->o;
-    for (int v = 0; v < s->g->nnodes; v++) {
-        const pl_node *nd = pl_graph_node(s->g, v);
-        if (!nd->saved)
+    for (int v = 0; v < s->nnodes; v++) {
+        const char *name;
+        ein_tensor_desc nd;
+        int saved;
+        ein_graph_tensor(s->g, v, &name, &nd, NULL, &saved);
+        if (!saved)
             continue;
         char shape[256], devs[256];
-        ein_shape_format(nd->rank, nd->shape, shape, sizeof shape);
-        devices_text(co_output_devices(s->comp->g, ein_plan_internal(s->comp->plan),
-                                       pl_graph_find(s->comp->g, nd->name)),
-                     devs, sizeof devs);
-        fprintf(stdout, "saved %s [%s] %s to %s (blocks written by device%s %s)\n", nd->name, shape,
-                ein_dtype_name(nd->dtype), s->out_path[v], strchr(devs, ',') ? "s" : "", devs);
+        ein_shape_format(nd.rank, nd.shape, shape, sizeof shape);
+        devices_text(ein_fe_output_devices(s->comp, name), devs, sizeof devs);
+        fprintf(stdout, "saved %s [%s] %s to %s (blocks written by device%s %s)\n", name, shape,
+                ein_dtype_name(nd.dtype), s->out_path[v], strchr(devs, ',') ? "s" : "", devs);
     }
     if (o->iterations > 1 || o->warmup > 0) {
         double *t = s->iter_s + o->warmup;
@@ -595,12 +596,13 @@ static void report_outputs(run_state *s)
 static void report_verbose(run_state *s)
 {
     const run_opts *o = s->o;
-    const co_lower_stats *ls = &s->comp->ls;
+    ein_fe_lower_stats lstats, *ls = &lstats;
     const ein_run_stats *rs = &s->rs;
+    ein_fe_compiled_lower_stats(s->comp, ls);
     fprintf(stderr, "planned and lowered in %.3f s: %d instructions, %d exchanges, %d copies (%.0f bytes)\n",
             s->t_plan, ls->ninstrs, ls->nexchanges, ls->ncopies, ls->copy_bytes);
     fprintf(stderr, "exchanges on topology %s: simulated %.3f ms with naive bodies, %.3f ms %s\n",
-            s->comp->topo->name, 1e3 * ls->naive_s, 1e3 * ls->synth_s,
+            ein_compiled_topology(s->comp, NULL), 1e3 * ls->naive_s, 1e3 * ls->synth_s,
             o->search ? "as synthesised" : "(naive schedule)");
     if (o->search)
         fprintf(stderr, "exchange search: %ld candidates (work budget %ld per exchange) in "
@@ -687,22 +689,20 @@ static int run_plan(const run_opts *o, ein_compile_options *co)
     return status;
 }
 
-/* --calibrate [--out FILE]: measure (co_calib_measure) against --topology
+/* --calibrate [--out FILE]: measure (ein_fe_calibration_measure) against --topology
  * (default host) and write the table with its comment lines. Returns an
  * exit status: 0, 1 (the run failed), 2 (bad input). */
 static int calibrate(const run_opts *o)
 {
     ein_error err = {0};
-    xp_topology *topo = NULL;
-    co_calib c;
-    co_calib_notes n;
+    ein_fe_calibration *c = NULL;
     int status = 1;
     FILE *f = NULL;
-    if (xp_topo_load(o->topo_arg ? o->topo_arg : "host", &topo, &err) < 0) {
+    if (ein_fe_calibration_create(o->topo_arg, &c, &err) < 0) {
         fprintf(stderr, "einrun: --calibrate: %s\n", err.msg);
         return 2;
     }
-    if (co_calib_measure(o->ndev, o->worker, topo, &c, &n, &err) < 0) {
+    if (ein_fe_calibration_measure(c, o->ndev, o->worker, &err) < 0) {
         fprintf(stderr, "einrun: --calibrate: %s%s\n", err.msg,
                 o->worker ? "" : err.code == EIN_EINVAL ? "; use --worker PATH" : "");
         goto done;
@@ -712,25 +712,14 @@ static int calibrate(const run_opts *o)
         fprintf(stderr, "einrun: --out %s: cannot write it\n", o->calib_out);
         goto done;
     }
-    fprintf(f, "# measured by einrun --calibrate on %d device%s, against topology %s "
-               "(peak %.4g FLOP/s, hbm %.4g B/s); best of %d iterations\n",
-            n.ndev, n.ndev == 1 ? "" : "s", topo->name, topo->peak, topo->hbm, n.iterations);
-    /* The table keeps the processors online: the model is the machine's
-     * own. What other users' load left during calibration is a comment. */
-    if (n.eff_cores > 0)
-        fprintf(f, "# %d devices busy at once got %.3g cores of %.4g (other users' load)\n",
-                n.par, n.eff_cores, c.cores);
-    if (c.latency_busy != c.latency)
-        fprintf(f, "# busy figures: %d devices per core in a ring, computing and messaging\n",
-                n.ring_per_core);
-    co_calib_write(&c, f);
+    ein_fe_calibration_write(f, c, "einrun --calibrate");
     if (o->calib_out && fclose(f) != 0) {
         fprintf(stderr, "einrun: --out %s: cannot write it\n", o->calib_out);
         goto done;
     }
     status = 0;
 done:
-    xp_topo_free(topo);
+    ein_fe_calibration_free(c);
     return status;
 }
 

@@ -24,20 +24,11 @@
 #include "config.h"
 #include "common/ein_box.h"
 #include "common/ein_clock.h"
+#include "common/ein_error.h"
 #include "common/ein_npy.h"
-#include "coordinator/predict/co_calib.h"
-#include "coordinator/predict/co_sim.h"
-#include "coordinator/compile/co_lower.h"
-#include "coordinator/run/co_output.h"
-#include "coordinator/run/co_dump.h"
-#include "coordinator/run/co_weights.h"
-#include "coordinator/compile/ein_compile_int.h"
 #include "common/ein_progress.h"
-#include "planner/ein_api_int.h"
-#include "exchange/xp_topo.h"
-#include "planner/pl_optimize.h"
-#include "planner/pl_parse.h"
-#include "planner/rewrite/pl_rewrite.h"
+#include "coordinator/ein_frontend.h"
+#include "include/einsummable/einsummable.h"
 
 #define MAX_DEVICES 64
 #define MAX_BINDINGS 256
@@ -64,7 +55,7 @@ typedef struct run_opts {
     int ids[MAX_DEVICES], ndev, use_cpu;
     const char *gpus_arg;
     uint64_t seed, plan_seed;
-    pl_selector sel;
+    const char *selector; /* --selector: dp, greedy or random */
     double worker_timeout, timeout, instr_timeout, cap_ms;
     int search_work, iterations, warmup, log_level, debug_device, wrapper_device;
     int exchange_chunks; /* ein_compile_options.exchange_chunks; 0: default */

@@ -1,7 +1,6 @@
 /* coordinator/run/einrun_opts.c — einrun's command line: --help, one table row
  * per option, the parsing and the checks no single option can make
  * (einrun_int.h). */
-#include "coordinator/compile/co_search_fit.h"
 #include "coordinator/run/einrun_int.h"
 
 static void usage(FILE *f)
@@ -188,11 +187,11 @@ void run_opts_init(run_opts *o)
     o->ndev = 1;
     o->gpus_arg = "0";
     o->seed = o->plan_seed = 1;
-    o->sel = PL_SELECT_DP;
+    o->selector = "dp";
     o->worker_timeout = 60;
     o->instr_timeout = 600;
-    o->cap_ms = XP_SEARCH_DEFAULT_CAP_MS;
-    o->search_work = XP_SEARCH_DEFAULT_WORK;
+    o->cap_ms = EIN_FE_SEARCH_CAP_MS_DEFAULT;
+    o->search_work = EIN_FE_SEARCH_WORK_DEFAULT;
     o->iterations = 1;
     o->log_level = 1;
     o->debug_device = o->wrapper_device = -1;
@@ -323,8 +322,9 @@ static int opt_choice(run_opts *o, const run_opt *d, const char *arg)
 
 static int opt_selector(run_opts *o, const run_opt *d, const char *arg)
 {
-    if (pl_selector_parse(arg, FIELD(o, d, pl_selector)) < 0)
+    if (ein_fe_choice_check(EIN_FE_SELECTOR, arg) < 0)
         return bad_value(d, arg, d->expect);
+    *FIELD(o, d, const char *) = arg;
     return OPT_NEXT;
 }
 
@@ -436,7 +436,7 @@ static int opt_chunks(run_opts *o, const run_opt *d, const char *arg)
 {
     ein_error e = {0};
     (void)d;
-    if (co_exchange_chunks_parse(arg, &o->exchange_chunks, &e) < 0) {
+    if (ein_fe_parse_exchange_chunks(arg, &o->exchange_chunks, &e) < 0) {
         fprintf(stderr, "einrun: --exchange-chunks %s\n", e.msg);
         return 2;
     }
@@ -447,7 +447,7 @@ static int opt_memory(run_opts *o, const run_opt *d, const char *arg)
 {
     ein_error e = {0};
     (void)d;
-    if (co_memory_limit_parse(arg, &o->memory_limit, &e) < 0) {
+    if (ein_fe_parse_memory_limit(arg, &o->memory_limit, &e) < 0) {
         fprintf(stderr, "einrun: --memory-limit: %s\n", e.msg);
         return 2;
     }
@@ -460,7 +460,7 @@ static int opt_gone(run_opts *o, const run_opt *d, const char *arg)
     fprintf(stderr, "einrun: --search-budget-ms is gone: the search budget counts "
                     "work (--search-work N, default %d) so that plans are "
                     "reproducible; --search-cap-ms N is a wall-clock safety cap\n",
-            XP_SEARCH_DEFAULT_WORK);
+            EIN_FE_SEARCH_WORK_DEFAULT);
     return 2;
 }
 
@@ -488,7 +488,7 @@ static const run_opt run_opt_table[] = {
     {"input",            0, 1, opt_binding,  F(inputs),          0, 0, "NAME=FILE.npy"},
     {"output",           0, 1, opt_binding,  F(outputs),         0, 0, "NAME=FILE.npy"},
     {"seed",             0, 1, opt_u64,      F(seed),            0, 0, "a non-negative integer"},
-    {"selector",         0, 1, opt_selector, F(sel),             0, 0, "dp, greedy or random"},
+    {"selector",         0, 1, opt_selector, F(selector),        0, 0, "dp, greedy or random"},
     {"plan-seed",        0, 1, opt_u64,      F(plan_seed),       0, 0, "a non-negative integer"},
     {"explain",          0, 0, opt_flag,     F(explain),         0, 0, NULL},
     {"worker-timeout",   0, 1, opt_double,   F(worker_timeout),  0, 1e7, "seconds"},
@@ -591,7 +591,7 @@ int run_opts_check(run_opts *o, int argc, char **argv)
     const char *env = getenv("EIN_EXCHANGE_CHUNKS");
     ein_error e = {0};
     if (!o->exchange_chunks && env && *env &&
-        co_exchange_chunks_parse(env, &o->exchange_chunks, &e) < 0) {
+        ein_fe_parse_exchange_chunks(env, &o->exchange_chunks, &e) < 0) {
         fprintf(stderr, "einrun: $EIN_EXCHANGE_CHUNKS: %s\n", e.msg);
         return 2;
     }

@@ -89,7 +89,7 @@ int pl_rewrite_expr(const pl_graph *g, int id, char *buf, size_t len);
 
 /* "wq,wk,wv" (ein_compile_options.rewrite_weights) into a NULL-terminated
  * array for pl_rewrite_opts.weights, freed with pl_rewrite_weights_free.
- * (The front ends' report of a rewrite: tools/rewrite_report.h.) */
+ * (The front ends' report of a rewrite: ein_fe_print_rewrite, coordinator/ein_frontend.h.) */
 int pl_rewrite_weights_parse(const char *list, char ***out, ein_error *err);
 void pl_rewrite_weights_free(char **w);
 

@@ -106,7 +106,7 @@ rc1=$?
 "$EINRUN" -q --cpu 2 --fake-hosts 2 --trace t.json ffn.ein > bad2.txt 2>&1
 rc2=$?
 if [ "$rc1" -eq 1 ] && grep -q "fake hosts: 3 for 2 devices" bad.txt &&
-   [ "$rc2" -eq 1 ] && grep -q "several hosts takes no .*--trace" bad2.txt; then
+   [ "$rc2" -eq 1 ] && grep -q "several hosts takes no .*trace" bad2.txt; then
     ok "more fake hosts than devices, or --trace, is refused"
 else
     not_ok "more fake hosts than devices, or --trace, is refused" "exit $rc1, $rc2" \

@@ -183,7 +183,7 @@ refused "a listen address not of this machine is refused" \
     --listen 192.0.2.7
 printf '127.0.0.1 2\nnodeB 2 ssh\n' > hosts-bad
 refused "mpirun with a LAUNCH in the hosts file is refused" \
-    "hosts-bad:2: a LAUNCH command (ssh) with --launcher mpirun" \
+    "hosts-bad:2: a LAUNCH command (ssh) with launcher mpirun" \
     EIN_MPIRUN="$S/fake-mpirun" -- --launcher mpirun --hosts hosts-bad
 refused "an unknown launcher is refused" "--launcher 'pbs': expected ssh, srun or mpirun" \
     -- --launcher pbs
