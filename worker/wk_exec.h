@@ -64,7 +64,8 @@ typedef struct wk_config {
                                  seen without the wake-up of a blocked
                                  process (tens of microseconds to
                                  milliseconds on a loaded machine); 0: block
-                                 at once. EIN_SPIN_US sets it (einworker) */
+                                 at once. EIN_SPIN_US sets it, else einworker's
+                                 default_spin (spin where cores are free) */
     int ready_zmq;            /* READY and CANCELLED to peers of this host
                                  through ZeroMQ, not FIFOs (wk_exec_int.h's
                                  wk_ready_ops); EIN_READY=zmq sets it */
