@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -133,12 +134,13 @@ int wk_exec_pump(wk *w, int timeout_ms, int *started, ein_error *err)
     if (w->ucx && timeout_ms > 1)
         timeout_ms = wk_ucx_progress(w->ucx) ? 0 : 1;
     /* A bounded spin first (wk_config.spin_s): a READY or START due within
-     * it is taken without waking from a blocked poll. */
+     * it is taken without waking from a blocked poll. Each turn yields, so
+     * on a core another process wants the spin gives way to it. */
     int ready = 0;
     if (timeout_ms > 0 && w->cfg->spin_s > 0) {
         double until = ein_now_s() + w->cfg->spin_s;
         while ((ready = zmq_poll(items, nitems, 0)) == 0 && ein_now_s() < until)
-            ;
+            sched_yield();
         if (ready < 0 && errno != EINTR)
             return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
     }
