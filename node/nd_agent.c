@@ -1,5 +1,6 @@
 /* node/nd_agent.c — einnode's work: start, relay, supervise, clean (nd_agent.h). */
 #include "node/nd_agent.h"
+#include "common/ein_child.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -112,12 +113,7 @@ static int spawn(nd *a, nd_worker *w, ein_error *err)
         return ein_fail(err, EIN_EIO, "cannot start the worker of device %d: %s", w->device,
                         strerror(errno));
     if (pid == 0) {
-        sigset_t m = a->oldmask;
-        sigdelset(&m, SIGTERM);
-        sigdelset(&m, SIGINT);
-        sigdelset(&m, SIGHUP);
-        sigdelset(&m, SIGCHLD);
-        sigprocmask(SIG_SETMASK, &m, NULL);
+        ein_child_signals(&a->oldmask);
         setsid();
         execvp(argv[0], argv);
         _exit(127);

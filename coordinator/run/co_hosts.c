@@ -1,5 +1,6 @@
 /* coordinator/run/co_hosts.c — start the agents of a run on several hosts. */
 #include "config.h"
+#include "common/ein_child.h"
 
 #include "coordinator/run/co_hosts.h"
 
@@ -334,12 +335,7 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
         return ein_fail(err, EIN_EIO, "cannot start the agent of host %d: %s", h, strerror(e));
     }
     if (p == 0) {
-        sigset_t m = *mask;
-        sigdelset(&m, SIGTERM);
-        sigdelset(&m, SIGINT);
-        sigdelset(&m, SIGHUP);
-        sigdelset(&m, SIGCHLD);
-        sigprocmask(SIG_SETMASK, &m, NULL);
+        ein_child_signals(mask);
         setsid();
         if (launch && dup2(kp[0], 0) < 0)
             _exit(127);

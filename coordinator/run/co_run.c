@@ -1,5 +1,6 @@
 /* coordinator/run/co_run.c — worker processes: spawn, dispatch, supervise, clean. */
 #include "coordinator/run/co_run.h"
+#include "common/ein_child.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -148,12 +149,7 @@ static int spawn(run *r, int d, ein_error *err)
         /* The caller's mask, but a worker must always see SIGTERM (how it
          * is stopped) even if the caller holds it back around the run
          * (einrun does). */
-        sigset_t m = r->oldmask;
-        sigdelset(&m, SIGTERM);
-        sigdelset(&m, SIGINT);
-        sigdelset(&m, SIGHUP);
-        sigdelset(&m, SIGCHLD);
-        sigprocmask(SIG_SETMASK, &m, NULL);
+        ein_child_signals(&r->oldmask);
         /* Its own session, out of the terminal's process group: a Ctrl-C
          * at the caller's prompt (Python's) must not kill the workers of
          * its open sessions; the coordinator stops them itself (einrun on

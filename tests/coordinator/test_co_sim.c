@@ -348,14 +348,16 @@ static void test_memory_plan(void **state)
     pl_graph_free(g);
 }
 
+/* The FFN of the objective tests: 512 tokens, d 512, d_ff 2048. */
+static const char FFN_PROG[] = "dims t=512 d=512 f=2048\ndtype f32\ninput x[t, d]\n"
+                               "input w1[d, f]\ninput w2[f, d]\nh = matmul(x, w1)\n"
+                               "r = relu(h)\ny = matmul(r, w2)\nsave y\n";
+
 /* --objective time: refuses missing rates; on the FFN over 4 devices of
  * the test machine its plan is predicted no slower than the comm plan. */
 static void test_objective_time(void **state)
 {
     (void)state;
-    static const char prog[] = "dims t=512 d=512 f=2048\ndtype f32\ninput x[t, d]\n"
-                               "input w1[d, f]\ninput w2[f, d]\nh = matmul(x, w1)\n"
-                               "r = relu(h)\ny = matmul(r, w2)\nsave y\n";
     pl_graph *g = NULL;
     pl_plan *comm = NULL, *time = NULL;
     ein_error err = {0};
@@ -363,7 +365,7 @@ static void test_objective_time(void **state)
     assert_int_equal(pl_objective_parse("time", &ob), 0);
     assert_int_equal(ob, PL_OBJECTIVE_TIME);
     assert_int_equal(pl_objective_parse("fast", &ob), -1);
-    assert_int_equal(pl_ein_parse("ffn.ein", prog, strlen(prog), &g, &err), 0);
+    assert_int_equal(pl_ein_parse("ffn.ein", FFN_PROG, strlen(FFN_PROG), &g, &err), 0);
     pl_plan_opts o = {.objective = PL_OBJECTIVE_TIME};
     assert_int_equal(pl_plan_make_opts(g, 4, PL_SELECT_DP, 1, &o, &time, &err), EIN_EINVAL);
     assert_non_null(strstr(err.msg, "objective time needs"));
@@ -427,13 +429,10 @@ static double block_operands(const pl_graph *g, const pl_plan *plan, const char 
 static void test_objective_time_operands(void **state)
 {
     (void)state;
-    static const char prog[] = "dims t=512 d=512 f=2048\ndtype f32\ninput x[t, d]\n"
-                               "input w1[d, f]\ninput w2[f, d]\nh = matmul(x, w1)\n"
-                               "r = relu(h)\ny = matmul(r, w2)\nsave y\n";
     pl_graph *g = NULL;
     pl_plan *plain = NULL, *packed = NULL;
     ein_error err = {0};
-    assert_int_equal(pl_ein_parse("ffn.ein", prog, strlen(prog), &g, &err), 0);
+    assert_int_equal(pl_ein_parse("ffn.ein", FFN_PROG, strlen(FFN_PROG), &g, &err), 0);
     xp_topology *t = topo(8);
     t->memory = 1e9;
     co_calib c = calib("overhead 5 us\nlatency 20 us\n");
