@@ -56,25 +56,7 @@ if ! ns_add "$NA" || ! ns_add "$NB" || ! ns_veth "$NA" "$NB" ein0 10.78.0.1 10.7
 fi
 export UCX_TLS=tcp UCX_NET_DEVICES=ein0
 
-cat > host1 <<'EOF'
-name host1
-gpus 1
-hbm 20 GB/s
-peak 80 GFLOP/s
-port 20 GB/s
-shared membus 80 GB/s
-rest via membus
-latency 30 us
-memory 2 GB
-calibration host
-EOF
-cat > topo <<EOF
-name 2x-host1-1gbit
-nodes 2
-node $S/host1
-nic 117.7 MB/s
-latency-inter 50 us
-EOF
+write_two_hosts '2 GB'
 cat > agg.ein <<'EOF'
 dims t=1024 k=64 m=4096
 dtype f32

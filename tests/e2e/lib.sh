@@ -76,3 +76,45 @@ ns_del() {
     for ns in "$@"; do ip netns del "$ns" 2>/dev/null; done
     return 0
 }
+
+# ns_require [CMD...]: a namespace test's requirements (UCX, root, ip and
+# each CMD given, e.g. tc); prints the TAP skip naming the first one
+# missing and exits.
+ns_require() {
+    if ! grep -q '^#define HAVE_UCX 1' "$B/config.h" 2>/dev/null; then
+        echo "1..0 # SKIP built without UCX (libucx-dev)"; exit 0
+    fi
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "1..0 # SKIP needs root to create network namespaces"; exit 0
+    fi
+    for c in ip "$@"; do
+        if ! command -v "$c" > /dev/null 2>&1; then
+            echo "1..0 # SKIP no $c command (iproute2)"; exit 0
+        fi
+    done
+}
+
+# write_two_hosts MEMORY: in the current directory, `host1` (one CPU device
+# of the host topology with MEMORY) and `topo`: two of them joined by a
+# 1 Gbit/s NIC (117.7 MB/s, 50 us), as a veth limited by ns_limit 1gbit is.
+write_two_hosts() {
+    cat > host1 <<TOPO
+name host1
+gpus 1
+hbm 20 GB/s
+peak 80 GFLOP/s
+port 20 GB/s
+shared membus 80 GB/s
+rest via membus
+latency 30 us
+memory $1
+calibration host
+TOPO
+    cat > topo <<TOPO
+name 2x-host1-1gbit
+nodes 2
+node $(pwd)/host1
+nic 117.7 MB/s
+latency-inter 50 us
+TOPO
+}

@@ -47,9 +47,7 @@ cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
 
 skip() { echo "1..0 # SKIP $1"; exit 0; }
-grep -q '^#define HAVE_UCX 1' "$B/config.h" 2>/dev/null || skip "built without UCX (libucx-dev)"
-[ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces"
-command -v ip > /dev/null 2>&1 || skip "no ip command (iproute2)"
+ns_require
 ns_add "$NA" 2> ns.txt || skip "cannot create a network namespace: $(cat ns.txt)"
 if ! ns_add "$NB" 2> ns.txt || ! ns_veth "$NA" "$NB" ein0 10.77.0.1 10.77.0.2 2> ns.txt; then
     skip "cannot join two network namespaces with a veth pair: $(cat ns.txt)"

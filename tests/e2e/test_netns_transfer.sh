@@ -37,10 +37,7 @@ cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
 
 skip() { echo "1..0 # SKIP $1"; exit 0; }
-grep -q '^#define HAVE_UCX 1' "$B/config.h" 2>/dev/null || skip "built without UCX (libucx-dev)"
-[ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces"
-command -v ip > /dev/null 2>&1 || skip "no ip command (iproute2)"
-command -v tc > /dev/null 2>&1 || skip "no tc command (iproute2)"
+ns_require tc
 ns_add "$NA" 2> ns.txt || skip "cannot create a network namespace: $(cat ns.txt)"
 if ! ns_add "$NB" 2> ns.txt || ! ns_veth "$NA" "$NB" ctl0 10.81.0.1 10.81.0.2 2>> ns.txt ||
    ! ns_veth "$NA" "$NB" data0 10.82.0.1 10.82.0.2 2>> ns.txt; then
@@ -56,25 +53,7 @@ UCX_TLS=tcp
 UCX_NET_DEVICES=data0
 export UCX_TLS UCX_NET_DEVICES
 
-cat > host1 <<'EOF'
-name host1
-gpus 1
-hbm 20 GB/s
-peak 80 GFLOP/s
-port 20 GB/s
-shared membus 80 GB/s
-rest via membus
-latency 30 us
-memory 4 GB
-calibration host
-EOF
-cat > topo <<EOF
-name 2x-host1-1gbit
-nodes 2
-node $S/host1
-nic 117.7 MB/s
-latency-inter 50 us
-EOF
+write_two_hosts '4 GB'
 cat > big.ein <<'EOF'
 dims t=4096 k=64 m=4096
 dtype f32
