@@ -1,16 +1,24 @@
-/* common/ein_child.c — the signal mask of a forked child (ein_child.h). */
+/* common/ein_child.c — a supervisor's signals and its children's mask
+ * (ein_child.h). */
 #include "config.h"
 
 #include "common/ein_child.h"
 
 #include <stddef.h>
 
+static const int run_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+
+void ein_run_signals(sigset_t *set)
+{
+    sigemptyset(set);
+    for (size_t i = 0; i < sizeof run_signals / sizeof run_signals[0]; i++)
+        sigaddset(set, run_signals[i]);
+}
+
 void ein_child_signals(const sigset_t *parent)
 {
     sigset_t m = *parent;
-    sigdelset(&m, SIGTERM);
-    sigdelset(&m, SIGINT);
-    sigdelset(&m, SIGHUP);
-    sigdelset(&m, SIGCHLD);
+    for (size_t i = 0; i < sizeof run_signals / sizeof run_signals[0]; i++)
+        sigdelset(&m, run_signals[i]);
     sigprocmask(SIG_SETMASK, &m, NULL);
 }

@@ -344,11 +344,7 @@ static int setup(nd *a, ein_error *err)
     int zero = 0, one = 1, linger = 1000;
     int64_t maxsize = EIN_MSG_MAX_BYTES;
     sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGHUP);
+    ein_run_signals(&mask);
     sigprocmask(SIG_BLOCK, &mask, &a->oldmask);
     if ((a->sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
         return ein_fail(err, EIN_EIO, "signalfd: %s", strerror(errno));

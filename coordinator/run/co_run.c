@@ -395,11 +395,7 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
     int64_t maxsize = EIN_MSG_MAX_BYTES;
     if (o->handle_signals) {
         sigset_t mask;
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGCHLD);
-        sigaddset(&mask, SIGINT);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGHUP);
+        ein_run_signals(&mask);
         sigprocmask(SIG_BLOCK, &mask, &r->oldmask);
         r->masked = 1;
         if ((r->sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0) {
