@@ -2,7 +2,8 @@
  * facts; what they mean for the topology is coordinator/compile/co_topo.c's
  * business, where it can be tested without a GPU.
  *
- * STATUS: compiled, never run on a GPU yet. */
+ * STATUS: run on one H200 by tools/gpu-check (2026-12-04): it found the
+ * GPU and einrun detected "1 x NVIDIA H200" (hgx-h200 figures). */
 #include "worker/wk_probe.h"
 
 #include <cuda_runtime_api.h>

@@ -2,8 +2,16 @@
  * scaled-dot-product attention (cuDNN 9 backend C API), with our own kernel
  * (kn_cuda_attention) as the fallback; see kn_cuda.h.
  *
- * STATUS: compiled, NEVER RUN (no GPU was available when it was written).
- * Everything here is behind a runtime check: any cuDNN error while building
+ * STATUS: does not work yet. Run on an H200 with cuDNN 9.19.0 (PyTorch's
+ * nvidia-cudnn-cu13 wheel; tools/gpu-check, 2026-12-04): the operation
+ * graph finalizes, but heuristics return no engine that supports it: the
+ * SDPA engines reject it in their pattern tagger ("tag_mha_graph: Dropout
+ * set of ops not configured correctly", cuDNN's log at
+ * CUDNN_LOGLEVEL_DBG=2). The same answer came with the mask's GEN_INDEX
+ * computed in f32 as well as int32, P in bf16 as well as f32, and
+ * heuristics mode FALLBACK as well as A. So every call runs our kernel
+ * (the attention report says why), and test_kn_cuda's cuDNN cases fail on
+ * a GPU. Everything here is behind a runtime check: any cuDNN error while building
  * a plan marks that shape as unsupported (remembered, with the reason) and
  * kn_cuda_attention_auto runs our kernel instead; an error at execution
  * does the same for the call that failed. EIN_ATTENTION=ours turns cuDNN

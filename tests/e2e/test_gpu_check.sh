@@ -11,7 +11,8 @@
 # on a mock GPU machine (fake nvidia-smi, a configured tree of stand-in
 # programs that print what the real ones print), once all right (PASS with
 # every number parsed) and once with two workers disagreeing (FAIL with
-# the max error). Skipped on a machine with a GPU (tools/gpu-check runs for real there).
+# the max error); GPU_CHECK_BUNDLE packing the logs into one .tar.gz.
+# Skipped on a machine with a GPU (tools/gpu-check runs for real there).
 set -u
 B=${EIN_BUILDDIR:-.}
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -28,7 +29,7 @@ if [ -e /dev/nvidia0 ] || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi 
     echo "1..0 # SKIP a GPU is here (this test checks the verdicts without one)"
     exit 0
 fi
-echo "1..13"
+echo "1..14"
 unset OUT GPU_CHECK_OUT GPU_CHECK_BUDGET
 
 # 1: no GPU, quick: the verdict, exit 3, the files in the output folder.
@@ -44,6 +45,18 @@ fi
 # 2: $OUT is the output folder when GPU_CHECK_OUT is not set.
 mkdir o && (cd o && GPU_CHECK_QUICK=1 OUT="$S/o/dev-out" "$GC" run > log 2>&1)
 if [ -s o/dev-out/summary.txt ]; then ok "\$OUT receives the logs"; else not_ok "\$OUT unused" "$(cat o/log)"; fi
+
+# 14: GPU_CHECK_BUNDLE packs the output folder (the device tool brings
+# back 8 files) and copies the summary beside it; the exit status stays.
+mkdir -p bu/dev && (cd bu && GPU_CHECK_QUICK=1 GPU_CHECK_OUT="$S/bu/out" \
+    GPU_CHECK_BUNDLE="$S/bu/dev/logs.tar.gz" "$GC" run > log 2>&1)
+rc=$?
+if [ $rc = 3 ] && tar -tzf bu/dev/logs.tar.gz 2>/dev/null | grep -q 'results.tsv$' &&
+    cmp -s bu/dev/summary.txt bu/out/summary.txt; then
+    ok "GPU_CHECK_BUNDLE: the logs in one .tar.gz, summary.txt beside it, exit 3 kept"
+else
+    not_ok "GPU_CHECK_BUNDLE: exit $rc" "$(cat bu/log; ls -l bu/dev)"
+fi
 
 # 3: a GPU the driver shows (a fake nvidia-smi), nothing prepared: FAIL.
 mkdir -p f/bin
