@@ -231,6 +231,21 @@ static int computing(const sim_dev *v)
     return v->state == ST_RUN && v->p->instrs[v->cur].kind != EIN_I_NOTIFY;
 }
 
+/* The busy figures (latency-busy, notify-busy) apply when a message must
+ * wait for a core: the run has more devices than cores and, now, as many
+ * devices compute as there are cores. When fewer compute, a woken device
+ * finds a core free and the quiet figures apply (the calibration measures
+ * the busy ones with every core taken, a ring of 3 devices per core). */
+static int cores_taken(const sim *s)
+{
+    if (!s->oversub)
+        return 0;
+    int busy = 0;
+    for (int d = 0; d < s->ndev; d++)
+        busy += computing(&s->d[d]);
+    return busy >= s->cal->cores;
+}
+
 /* Start instruction i of device d now. Zero-time instructions finish at once. */
 static int start(sim *s, int d, int i, ein_error *err)
 {
@@ -249,7 +264,7 @@ static int start(sim *s, int d, int i, ein_error *err)
     case EIN_I_WAIT: /* the READY is there: nothing more to wait for */
         return finish(s, d, i, err);
     case EIN_I_NOTIFY:
-        v->lat += s->oversub ? s->cal->notify_busy : s->cal->notify;
+        v->lat += cores_taken(s) ? s->cal->notify_busy : s->cal->notify;
         break;
     case EIN_I_COPY: {
         int rc = xp_topo_route(s->topo, ins->peer, d, v->res, err);
@@ -332,7 +347,7 @@ static int finish(sim *s, int d, int i, ein_error *err)
         double at = s->t + s->cal->latency;
         if (!xp_topo_same_host(s->topo, d, ins->peer) && s->topo->latency_inter > s->cal->latency)
             at = s->t + s->topo->latency_inter; /* between hosts: the topology's alpha */
-        if (s->oversub) {
+        if (cores_taken(s)) {
             /* The receiver takes in one message per wake-up, each a wait
              * for a core: its READYs arrive one after another. */
             at = (u->last_at > s->t ? u->last_at : s->t) + s->cal->latency_busy;

@@ -393,15 +393,6 @@ static void test_objective_time(void **state)
     xp_topo_free(t);
 }
 
-/* One 1 MB transfer 0 -> 1 (100 us on the 10 GB/s ports), overhead 2 us,
- * notify 5 us, latency 10 us; busy figures notify 20 us, latency 50 us.
- * With 2 cores (2 devices: not oversubscribed) the quiet figures: 2 + 5,
- * + 10, + 2 + 100 = 119 us. With 1 core the busy ones: 2 + 20, + 50,
- * + 2 + 100 = 174 us. A third device sending device 1 another 1 MB at
- * the same time (1 core, 3 devices): both NOTIFYs end at 22 us, the
- * READYs arrive one after the other, at 72 and 122 us; the first COPY
- * runs 72..174 (2 us overhead, then 100 us alone on device 1's port), the
- * second starts at 174 and ends at 276. */
 /* Operand elements one device's blocks of node `name` read (its first
  * block's inputs: every block of these specs is the same size). */
 static double block_operands(const pl_graph *g, const pl_plan *plan, const char *name)
@@ -455,6 +446,22 @@ static void test_objective_time_operands(void **state)
     xp_topo_free(t);
 }
 
+/* One 1 MB transfer 0 -> 1 (100 us on the 10 GB/s ports), overhead 2 us,
+ * notify 5 us, latency 10 us; busy figures notify 20 us, latency 50 us,
+ * which apply only while every core computes (co_sim.c, cores_taken).
+ * - 2 cores, 2 devices: the quiet figures: 2 + 5, + 10, + 2 + 100 =
+ *   119 us, device 0's NOTIFY 7 us.
+ * - 1 core, 2 devices, nothing computing: a free core, so the same 119 us.
+ * - 1 core, 3 devices, 0 -> 1 and 2 -> 1 at once, nothing computing: both
+ *   READYs at 2 + 5 + 10 = 17 us; device 1 copies one (17..119: 2 us
+ *   overhead, 100 us), then the other (119..221).
+ * - 1 core, 3 devices, device 2 multiplying 1000^3 (2000 us alone) while
+ *   device 0 multiplies 100 x 200 x 300 (12 us alone), then sends the
+ *   product:
+ *   both GEMMs share the core after their 2 us overhead, so device 0's
+ *   ends at 2 + 24 = 26 us; its NOTIFY finds the core taken: 2 + 20 =
+ *   22 us, to 48; the READY arrives 50 us later, at 98, when device 1's
+ *   COPY starts (the core still taken by device 2). */
 static void test_oversubscribed(void **state)
 {
     (void)state;
@@ -473,9 +480,9 @@ static void test_oversubscribed(void **state)
     near(r->dev[0].comm, 7e-6);
     co_sim_result_free(r);
     r = run(p, 2, t, &one);
-    near(r->makespan, 174e-6);
-    near(r->dev[0].comm, 22e-6);
-    near(r->start[r->first[1] + cp], 72e-6);
+    near(r->makespan, 119e-6);
+    near(r->dev[0].comm, 7e-6);
+    near(r->start[r->first[1] + cp], 17e-6);
     co_sim_result_free(r);
     for (int d = 0; d < 2; d++)
         ein_program_free(p[d]);
@@ -485,9 +492,21 @@ static void test_oversubscribed(void **state)
     transfer(p[0], p[1], a, load(p[0], a), &nt, &cp, NULL, 0);
     transfer(p[2], p[1], b, load(p[2], b), &n2, &c2, NULL, 0);
     r = run(p, 3, t, &one);
-    near(r->start[r->first[1] + cp], 72e-6);
-    near(r->start[r->first[1] + c2], 174e-6);
-    near(r->makespan, 276e-6);
+    near(r->start[r->first[1] + cp], 17e-6);
+    near(r->start[r->first[1] + c2], 119e-6);
+    near(r->makespan, 221e-6);
+    co_sim_result_free(r);
+    for (int d = 0; d < 3; d++)
+        ein_program_free(p[d]);
+    free(p);
+    p = progs_new(3);
+    int g0 = gemm(p[0], 100, 200, 300, NULL, 0);
+    gemm(p[2], 1000, 1000, 1000, NULL, 0);
+    transfer(p[0], p[1], p[0]->instrs[g0].dst, g0, &nt, &cp, NULL, 0);
+    r = run(p, 3, t, &one);
+    near(r->end[r->first[0] + g0], 26e-6);
+    near(r->dev[0].comm, 22e-6);
+    near(r->start[r->first[1] + cp], 98e-6);
     co_sim_result_free(r);
     for (int d = 0; d < 3; d++)
         ein_program_free(p[d]);
