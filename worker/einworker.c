@@ -453,7 +453,7 @@ int main(int argc, char **argv)
         pause_for_debugger(cfg->device);
     }
     if (cfg->log && cpu >= 0)
-        fprintf(cfg->log, "device %d pinned to CPU %d (EIN_PIN=0: not pinned)\n", cfg->device,
+        fprintf(cfg->log, "device %d pinned to CPU %d (EIN_PIN=0 turns this off)\n", cfg->device,
                 cpu);
     cfg->status = map_status(cfg);
     ein_error err = {0};
