@@ -350,6 +350,22 @@ static int start_hosts(run *r, ein_error *err)
         const char *extra[] = {env[0], env[1], env[2], NULL};
         int rc = co_hosts_spawn_agent(o, h, r->ndev, r->endpoint, extra, &r->oldmask,
                                       &r->agent[h], &r->agent_fd[h], err);
+        if (rc < 0 && r->agent[h] > 0) {
+            /* Started, but the keys could not be handed over: a launcher
+             * that failed at once has closed its end. Its exit status says
+             * more than EPIPE: wait for it a little (2 s at most). */
+            co_guard_add_pid(&r->guard, r->agent[h]);
+            ein_error why = *err;
+            for (double t0 = ein_now_s(); ein_now_s() - t0 < 2;) {
+                if (co_run_reap(r, 0, err) < 0)
+                    return err->code;
+                if (r->agent_exited[h])
+                    break;
+                usleep(10000);
+            }
+            *err = why;
+            return rc;
+        }
         if (rc < 0)
             return rc;
         co_guard_add_pid(&r->guard, r->agent[h]);
