@@ -70,6 +70,11 @@ int kn_cuda_agg_blk(ein_agg op, const kn_block *srcs, int n, kn_block *out, void
 int kn_cuda_attention_partial(int64_t group, const int64_t *seq_ends, int nseq,
                               const kn_block *q, const kn_block *k, const kn_block *v,
                               kn_block *out, void *stream, ein_error *err);
+/* With a sliding window W >= 0 (kn_cpu_attention_partial_window's rule). */
+int kn_cuda_attention_partial_window(int64_t group, int64_t window, const int64_t *seq_ends,
+                                     int nseq, const kn_block *q, const kn_block *k,
+                                     const kn_block *v, kn_block *out, void *stream,
+                                     ein_error *err);
 int kn_cuda_agg_lse_blk(const kn_block *srcs, int n, kn_block *out, void *stream,
                         ein_error *err);
 int kn_cuda_softmax(int axis, const kn_block *x, kn_block *out, void *stream, ein_error *err);
@@ -104,6 +109,11 @@ int kn_cuda_cache_write(int64_t rows, const kn_block *state, const kn_block *x,
 int kn_cuda_decode_attention(int64_t group, int partial, const kn_block *q, const kn_block *k,
                              const kn_block *v, const kn_block *pos, kn_block *out, void *stream,
                              ein_error *err);
+/* With a sliding window W >= 0 (kn_cpu_decode_attention_window's rule). */
+int kn_cuda_decode_attention_window(int64_t group, int64_t window, int partial,
+                                    const kn_block *q, const kn_block *k, const kn_block *v,
+                                    const kn_block *pos, kn_block *out, void *stream,
+                                    ein_error *err);
 int kn_cuda_rope_at(int style, int64_t head_dim, double theta, const kn_block *x,
                     const kn_block *pos, kn_block *out, void *stream, ein_error *err);
 
@@ -116,6 +126,13 @@ int kn_cuda_rope_at(int style, int64_t head_dim, double theta, const kn_block *x
 int kn_cuda_attention(int64_t group, const int64_t *seq_ends, int nseq, const kn_block *q,
                       const kn_block *k, const kn_block *v, kn_block *out, void *stream,
                       ein_error *err);
+/* With a sliding window W >= 0 (kn_cpu_attention_window's rule; both paths
+ * mask each row at its window and start key tiles at the first query's
+ * window). cuDNN never runs a windowed attention: kn_cuda_run calls this
+ * directly when W > 0. */
+int kn_cuda_attention_window(int64_t group, int64_t window, const int64_t *seq_ends, int nseq,
+                             const kn_block *q, const kn_block *k, const kn_block *v,
+                             kn_block *out, void *stream, ein_error *err);
 
 /* Per-process setup of the fused attention kernels (their shared-memory
  * opt-in); kn_cuda_ctx_create() calls it. Call it (or create a context)

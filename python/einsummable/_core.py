@@ -116,6 +116,15 @@ def _int(v, what):
     return int(v)
 
 
+def _window(v, what):
+    """An attention's sliding window: an integer W >= 0 (0: none); a
+    negative one is refused by the library, naming it."""
+    w = _int(v, "%s: window" % what)
+    if w >= 1 << 62:
+        _fail(L.EIN_EINVAL, "%s: window %d is too large" % (what, w))
+    return w
+
+
 def _exchange_chunks(text):
     """$EIN_EXCHANGE_CHUNKS as ein_compile_options.exchange_chunks: auto,
     off or a chunk count K from 1 to 1024 (the library's XP_CHUNKS_MAX)."""
@@ -462,16 +471,19 @@ class Graph:
                                                 ends, n, _ROPE_STYLES[style],
                                                 ctypes.byref(err)), err, "rope")
 
-    def attention(self, q, k, v, seqs=None, name=None):
+    def attention(self, q, k, v, seqs=None, window=0, name=None):
         """Causal grouped-query attention: q [heads_q, tokens, d], k and v
         [heads_kv, tokens, d]; each packed sequence (seqs: lengths) attends
-        within itself."""
+        within itself. window=W >= 1: a sliding window (Mistral's
+        sliding_window), query t attends only keys u with t - W < u <= t;
+        0: full causal attention."""
         q, k, v = (self._t(t, "attention") for t in (q, k, v))
+        w = _window(window, "attention")
         ends, n = self._seq_ends(seqs, q.shape[1] if q.rank == 3 else 0, "attention")
         err = L.ein_error()
-        return self._add(_lib.ein_graph_attention(self._p, _name_arg(name), q.id, k.id, v.id,
-                                                  ends, n, ctypes.byref(err)), err,
-                         "attention")
+        return self._add(_lib.ein_graph_attention_window(self._p, _name_arg(name), q.id, k.id,
+                                                         v.id, ends, n, w, ctypes.byref(err)),
+                         err, "attention")
 
     def reduce(self, x, op, axes, name=None):
         """op: "sum" or "max" over `axes` (an int or a list of ints)."""
@@ -556,15 +568,18 @@ class Graph:
                                                     pos.id, ctypes.byref(err)), err,
                          "cache_write")
 
-    def decode_attention(self, q, k, v, pos, name=None):
+    def decode_attention(self, q, k, v, pos, window=0, name=None):
         """C >= 1 new tokens per sequence: row b*C + t of q [heads_q,
         batch*C, d] attends to keys and values [0, pos[b] + t] of the caches
         k, v [heads_kv, batch, len, d] (results of cache_write) ->
-        [heads_q, batch*C, d]."""
+        [heads_q, batch*C, d]. window=W >= 1: only the keys
+        [pos[b] + t - W + 1, pos[b] + t] (as attention's window)."""
         q, k, v, pos = (self._t(t, "decode_attention") for t in (q, k, v, pos))
+        w = _window(window, "decode_attention")
         err = L.ein_error()
-        return self._add(_lib.ein_graph_decode_attention(self._p, _name_arg(name), q.id, k.id,
-                                                         v.id, pos.id, ctypes.byref(err)), err,
+        return self._add(_lib.ein_graph_decode_attention_window(self._p, _name_arg(name), q.id,
+                                                                k.id, v.id, pos.id, w,
+                                                                ctypes.byref(err)), err,
                          "decode_attention")
 
     def rope_at(self, x, pos, head_dim, theta=10000.0, style="interleaved", name=None):

@@ -766,6 +766,90 @@ static void test_embedding(void **state)
 /* Issue 25: cache_write (in place and copying), decode_attention (whole
  * keys and a key block: LSE partials, rows past pos the identity) and
  * rope_at on the device equal the CPU kernels; i32 and i64 positions. */
+/* Sliding window (issue 34) against the CPU kernels: attention through
+ * kn_cuda_run (both the tensor-core path, f16/bf16 d 64/128, and the warp
+ * path), with k/v blocks of the windowed keys only; partials of key blocks;
+ * decode over a cache longer than the window. */
+static void window_case(ein_dtype dt, int64_t group, int64_t D, int64_t W, int64_t t0, int64_t t1,
+                        const int64_t *ends, int nseq)
+{
+    ein_error err;
+    int64_t s0 = 0;
+    for (int i = 0; i < nseq; i++)
+        s0 = ends[i] <= t0 ? ends[i] : s0;
+    int64_t u0 = W > 0 && t0 - W + 1 > s0 ? t0 - W + 1 : s0;
+    ein_box qb = {3, {0, t0, 0}, {2 * group, t1, D}}, kb = {3, {0, u0, 0}, {2, t1, D}};
+    hd q = hd_rand(dt, &qb, 2.0f, 0.0f), k = hd_rand(dt, &kb, 2.0f, 0.0f);
+    hd v = hd_rand(dt, &kb, 1.0f, 0.0f), o = hd_out(dt, &qb);
+    ein_kernel ak = {.kind = EIN_KERNEL_ATTENTION, .group = group, .window = W,
+                     .list = (int64_t *)ends, .nlist = nseq};
+    kn_block hin[3] = {q.h, k.h, v.h}, din[3] = {q.d, k.d, v.d};
+    int rc = kn_cpu_run(&ak, hin, 3, &o.h, &err);
+    if (rc)
+        print_error("%s\n", err.msg);
+    assert_int_equal(rc, 0);
+    rc = kn_cuda_run(NULL, &ak, din, 3, &o.d, stream, &err);
+    if (rc)
+        print_error("%s\n", err.msg);
+    assert_int_equal(rc, 0);
+    hd_compare("cuda windowed attention", &o, dt_tol(dt) * 2);
+    /* the partial over the same keys, split in two */
+    ein_box ob = ein_agg_box(EIN_AGG_LSE, &qb);
+    int64_t cut = (u0 + t1) / 2;
+    ein_box k1 = {3, {0, u0, 0}, {2, cut, D}};
+    hd kk = hd_rand(dt, &k1, 2.0f, 0.0f), vv = hd_rand(dt, &k1, 1.0f, 0.0f);
+    hd l = hd_out(EIN_F32, &ob);
+    assert_int_equal(kn_cpu_attention_partial_window(group, W, ends, nseq, &q.h, &kk.h, &vv.h,
+                                                     &l.h, &err), 0);
+    assert_int_equal(kn_cuda_attention_partial_window(group, W, ends, nseq, &q.d, &kk.d, &vv.d,
+                                                      &l.d, stream, &err), 0);
+    lse_compare("cuda windowed attention_partial", &l);
+    hd_free(&q), hd_free(&k), hd_free(&v), hd_free(&o), hd_free(&kk), hd_free(&vv), hd_free(&l);
+}
+
+static void test_attention_window(void **state)
+{
+    (void)state;
+    int64_t ends[3] = {100, 250, 333};
+    for (int di = 0; di < 3; di++) {
+        ein_dtype dt = dts[di];
+        int64_t ws[] = {1, 17, 64, 100, 500};
+        for (size_t wi = 0; wi < sizeof ws / sizeof *ws; wi++) {
+            window_case(dt, 4, 128, ws[wi], 0, 333, ends, 3);
+            window_case(dt, 2, 64, ws[wi], 130, 300, ends, 3);
+            window_case(dt, 3, 9, ws[wi], 77, 211, ends, 3);     /* warp path */
+        }
+    }
+    ein_error err;
+    int32_t ph32[3] = {3, 30, 39};
+    ein_box pb = {1, {0}, {3}};
+    kn_block ph = {ph32, EIN_I32, pb}, pd = {NULL, EIN_I32, pb};
+    cuda_ok(cudaMalloc(&pd.data, sizeof ph32), "cudaMalloc");
+    cuda_ok(cudaMemcpy(pd.data, ph32, sizeof ph32, cudaMemcpyHostToDevice), "upload");
+    ein_box cb = {4, {0, 0, 0, 0}, {2, 3, 40, 64}}, qb = {3, {0, 0, 0}, {4, 3, 64}};
+    hd c = hd_rand(EIN_BF16, &cb, 1.0f, 0.0f), q = hd_rand(EIN_BF16, &qb, 1.0f, 0.0f);
+    hd o = hd_out(EIN_BF16, &qb);
+    ein_kernel da = {.kind = EIN_KERNEL_DECODE_ATTENTION, .group = 2, .window = 8};
+    kn_block qh[4] = {q.h, c.h, c.h, ph}, qd[4] = {q.d, c.d, c.d, pd};
+    assert_int_equal(kn_cpu_run(&da, qh, 4, &o.h, &err), 0);
+    assert_int_equal(kn_cuda_run(NULL, &da, qd, 4, &o.d, stream, &err), 0);
+    hd_compare("cuda windowed decode_attention", &o, dt_tol(EIN_BF16));
+    /* a block [8, 24): sequence 2 at 39 (window 32..39) sees none of it */
+    ein_box kb = {4, {0, 0, 8, 0}, {2, 3, 24, 64}};
+    hd k = hd_rand(EIN_BF16, &kb, 1.0f, 0.0f);
+    ein_box lb = ein_agg_box(EIN_AGG_LSE, &qb);
+    hd l = hd_out(EIN_F32, &lb);
+    ein_kernel dp = {.kind = EIN_KERNEL_DECODE_ATTENTION_PARTIAL, .group = 2, .window = 8};
+    kn_block kh[4] = {q.h, k.h, k.h, ph}, kd[4] = {q.d, k.d, k.d, pd};
+    assert_int_equal(kn_cpu_run(&dp, kh, 4, &l.h, &err), 0);
+    assert_int_equal(kn_cuda_run(NULL, &dp, kd, 4, &l.d, stream, &err), 0);
+    lse_compare("cuda windowed decode_attention_partial", &l);
+    da.window = -1;
+    assert_int_equal(kn_cuda_run(NULL, &da, qd, 4, &o.d, stream, &err), EIN_EINVAL);
+    hd_free(&c), hd_free(&q), hd_free(&o), hd_free(&k), hd_free(&l);
+    cudaFree(pd.data);
+}
+
 static void test_generate(void **state)
 {
     (void)state;
@@ -916,6 +1000,7 @@ int main(void)
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_cudnn),
         cmocka_unit_test(test_attention_partial),
+        cmocka_unit_test(test_attention_window),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_reduce_einsum_run),
         cmocka_unit_test(test_graph_capture),
