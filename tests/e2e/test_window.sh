@@ -23,7 +23,7 @@ if ! "$PY" -c 'import numpy' 2>/dev/null; then
     echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
     exit 0
 fi
-echo "1..18"
+echo "1..20"
 
 cat > ref.py <<'PY'
 import sys
@@ -65,10 +65,13 @@ else:   # check Y LENS W TOL: max error relative to max(1, |ref|)
     sys.exit(0 if err <= float(sys.argv[5]) else 1)
 PY
 
-# run NAME NDEV LENS W [EXTRA]: y.npy of attention(..., window=W) vs the reference.
+# run NAME NDEV LENS W [EXTRA]: y.npy of attention(..., window=W) vs the
+# reference ($ARGS: more einrun options).
+ARGS=""
 run() {
     rm -f y.npy
-    if "$EINRUN" --cpu "$2" --explain --input q=q.npy --input k=k.npy --input v=v.npy \
+    # shellcheck disable=SC2086
+    if "$EINRUN" --cpu "$2" --explain $ARGS --input q=q.npy --input k=k.npy --input v=v.npy \
             "$1.ein" > out.txt 2>&1 && msg=$("$PY" ref.py check y.npy "$3" "$4" 1e-5); then
         ok "window $4 over sequences [$3] on $2 device(s)${5:-}"
     else
@@ -93,8 +96,8 @@ EIN
     done
 done
 
-# One sequence and one kv head: on 3 devices only the tokens split, into
-# query or key blocks (the explain output says which the plan took).
+# One sequence and one kv head: on 2 and 3 devices only the tokens split,
+# into query or key blocks (the default plan takes query blocks).
 "$PY" ref.py gen 2 2 1 96 8 || exit 1
 cat > one.ein <<'EIN'
 dims hq=2 hkv=1 tokens=96 d=8
@@ -107,8 +110,18 @@ EIN
 for nd in 1 2 3; do
     run one $nd 96 10
 done
-# Forced key blocks: --strategy sequence over one sequence leaves q_blocks
-# and k_blocks; einplan's choice aside, a dim name as the window.
+# Key blocks merged by log-sum-exp: the random selector's seed 1 splits
+# the keys 3 ways (checked from --explain), each block only the window's
+# keys.
+ARGS="--selector=random --plan-seed 1"
+run one 3 96 10 " (key blocks)"
+if grep -q "^  y .*q_blocks:1 k_blocks:3" out.txt; then
+    ok "that plan split the keys into 3 blocks"
+else
+    not_ok "that plan split the keys into 3 blocks" "$(grep '^  y ' out.txt)"
+fi
+ARGS=""
+# A dim name as the window.
 sed -e 's/^dims hq=2/dims win=10 hq=2/' -e 's/window=10/window=win/' one.ein > named.ein
 run named 2 96 10 " (window given as a dim name)"
 
