@@ -255,7 +255,8 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  * hidden bounds, theta finite > 0, style an ein_rope_style; ATTENTION q, k, v of rank 3, dst box
  * == q box, k box == v box, group >= 1, window >= 0, q heads == group * k
  * heads, d interval equal and starting at 0, k/v tokens covering every key
- * of the q tokens (inside their window when window > 0); ATTENTION_PARTIAL 1 or 3 srcs, the same rules for q, k, v
+ * of the q tokens (inside their window when window > 0); ATTENTION_PARTIAL
+ * 1 or 3 srcs, the same rules for q, k, v
  * except that the k/v tokens may be any interval (1 src: no keys), and
  * dst box == ein_agg_box(EIN_AGG_LSE, q box) in f32; ROPE/ATTENTION sequence ends positive, strictly ascending, the
  * last >= the block's token end; REDUCE 1 src, reduce SUM or MAX, axes a

@@ -371,7 +371,8 @@ static int check_attention_partial_kernel(const ein_program *p, int i, const ein
     if (n == 2)
         return ifail(err, i, ins, "attention_partial takes q alone or q, k and v");
     if (k->window < 0)
-        return ifail(err, i, ins, "attention_partial: window %lld is negative", (long long)k->window);
+        return ifail(err, i, ins, "attention_partial: window %lld is negative",
+                     (long long)k->window);
     if (n == 3) {
         const ein_box *kb = &p->buffers[ins->srcs[1]].box, *vb = &p->buffers[ins->srcs[2]].box;
         int64_t hlo, hhi;

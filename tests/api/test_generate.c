@@ -173,7 +173,8 @@ static void runs_on(int ndev, int b, int kvh, int chunk)
                     double e = fabs(want - o[(qh * T + bt) * D + j]);
                     if (!(e <= 1e-5))
                         fail_msg("step %d, %d devices, chunk %d, window %d: o[%d, %d, %d] = %g, "
-                                 "expected %g", step, ndev, C, W, qh, bt, j, (double)o[(qh * T + bt) * D + j], want);
+                                 "expected %g", step, ndev, C, W, qh, bt, j,
+                                 (double)o[(qh * T + bt) * D + j], want);
                 }
             }
         /* rope_at, rotate_half pairs (i, i + D/2) at position pos[b] */
