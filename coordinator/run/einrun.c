@@ -736,6 +736,20 @@ static int run_command(run_opts *o, int argc, char **argv)
         return show_topology(&co, o->ndev);
     if ((rc = run_opts_check_run(o)))
         return rc;
+    /* Several hosts: the hosts file and the device counts before planning
+     * (usage errors, exit 2). */
+    ein_session_options so;
+    ein_session_options_init(&so);
+    so.fake_hosts = o->fake_hosts;
+    so.hosts_file = o->hosts_file;
+    so.launcher = o->launcher;
+    so.listen = o->listen;
+    so.devices_per_host = o->devices_per_host;
+    ein_error e = {0};
+    if (ein_fe_hosts_check(&so, o->ndev, &e) < 0) {
+        fprintf(stderr, "einrun: %s\n", e.msg);
+        return 2;
+    }
     return run_plan(o, &co);
 }
 

@@ -81,6 +81,8 @@ typedef struct run_opts {
     names wfiles, wmaps;
     bindings inputs, outputs;
     const char *path;   /* PLAN.ein */
+    int ndev_given;     /* --gpus or --cpu given (else a saved program's count) */
+    unsigned char given[128]; /* by row of the option table: given on the line */
 } run_opts;
 
 #define OPT_NEXT (-1)

@@ -44,8 +44,8 @@ if ! "$cc" -fsanitize=fuzzer,address,undefined "$out/probe.c" -o "$out/probe" >/
 fi
 
 pc() { pkg-config "$@" 2>/dev/null; }
-deps_cflags="$(pc --cflags libzmq) $(pc --cflags msgpack-c || pc --cflags msgpack) $(pc --cflags openblas) $(pc --cflags jansson)"
-deps_libs="$(pc --libs libzmq) $(pc --libs msgpack-c || pc --libs msgpack) $(pc --libs openblas) $(pc --libs jansson) -lpthread -lm"
+deps_cflags="$(pc --cflags libsodium) $(pc --cflags libzmq) $(pc --cflags msgpack-c || pc --cflags msgpack) $(pc --cflags openblas) $(pc --cflags jansson)"
+deps_libs="$(pc --libs libsodium) $(pc --libs libzmq) $(pc --libs msgpack-c || pc --libs msgpack) $(pc --libs openblas) $(pc --libs jansson) -lpthread -lm"
 cflags="-std=gnu11 -g -O1 -I$src $deps_cflags -DPL_REWRITE_RULES_DIR=\"$src/planner/rewrite/rules\" \
  -DPL_REWRITE_RULES_SRCDIR=\"$src/planner/rewrite/rules\""
 lib_srcs=$(cd "$src" && ls common/*.c planner/*.c planner/ops/*.c exchange/*.c \
