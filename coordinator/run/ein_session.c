@@ -320,6 +320,10 @@ int co_session_hosts_check(const ein_session_options *o, int ndev, ein_error *er
     if (o->fake_hosts && (o->hosts_file || o->launcher))
         return ein_fail(err, EIN_EINVAL, "fake hosts and %s together",
                         o->hosts_file ? "a hosts file" : "a launcher");
+    /* (co_run's start_hosts refuses the same) */
+    if (o->manual || o->wrapper || o->debug_device >= 0 || o->trace_path)
+        return ein_fail(err, EIN_EUNSUPPORTED, "a run on several hosts takes no manual workers, "
+                        "worker wrapper, debug device or trace yet");
 #ifndef HAVE_UCX
     (void)ndev;
     return ein_fail(err, EIN_EUNSUPPORTED, "%s: this build has no UCX (install libucx-dev "

@@ -745,6 +745,10 @@ static int run_command(run_opts *o, int argc, char **argv)
     so.launcher = o->launcher;
     so.listen = o->listen;
     so.devices_per_host = o->devices_per_host;
+    so.manual = o->manual;
+    so.wrapper = o->wrapper;
+    so.debug_device = o->debug_device;
+    so.trace_path = o->trace_path;
     ein_error e = {0};
     if (ein_fe_hosts_check(&so, o->ndev, &e) < 0) {
         fprintf(stderr, "einrun: %s\n", e.msg);
