@@ -294,6 +294,14 @@ static int load_program(run_state *s, const ein_compile_options *co)
         if (ein_compiled_load_ex(o->path, o->ndev, named ? co : NULL, &s->comp, &s->err) < 0)
             return fail(2, "%s", s->err.msg);
         s->g = ein_compiled_graph(s->comp);
+        /* Its generated inputs come from the seed it was compiled with. */
+        ein_fe_info info;
+        ein_fe_compiled_info(s->comp, &info);
+        if (run_opts_given(o, "seed") && info.seed != o->seed)
+            return fail(2, "--seed: %s is a saved program compiled with seed %llu, not %llu: "
+                        "its generated inputs come from that seed (compile it again with "
+                        "--seed %llu for others)", o->path, (unsigned long long)info.seed,
+                        (unsigned long long)o->seed, (unsigned long long)o->seed);
     } else if (ein_graph_parse_file(o->path, &s->g_parsed, &s->err) < 0) {
         return fail(2, "%s", s->err.msg);
     } else {

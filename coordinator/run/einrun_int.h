@@ -94,5 +94,7 @@ int graphs_mode(const run_opts *o);
 int run_opts_parse(run_opts *o, int argc, char **argv);
 int run_opts_check(run_opts *o, int argc, char **argv);
 int run_opts_check_run(const run_opts *o);
+/* Option --`name` was given on the command line. */
+int run_opts_given(const run_opts *o, const char *name);
 
 #endif

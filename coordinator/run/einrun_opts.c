@@ -17,7 +17,8 @@ static void usage(FILE *f)
 "library version, the device count and the topology must be its own (found\n"
 "as --topology / --backend cuda say, else as when it was compiled); without\n"
 "--cpu/--gpus it runs on the devices it was compiled for, and options that\n"
-"only steer compiling (--seed, --rewrite, --objective, ...) are refused.\n"
+"only steer compiling (--rewrite, --objective, ...; --seed other than its\n"
+"own) are refused.\n"
 "\n"
 "Devices:\n"
 "  --gpus LIST          devices to use, e.g. 0-3, 0,2,5 or 0-1,4 (default: 0).\n"
@@ -552,12 +553,21 @@ static const run_opt run_opt_table[] = {
 _Static_assert(NOPTS <= (int)sizeof ((run_opts *)0)->given, "run_opts.given is too small");
 
 /* Options that only steer compiling: a saved program was compiled
- * already, so each is refused by name with one (never ignored). */
+ * already, so each is refused by name with one (never ignored). --seed is
+ * checked against the program's own once it is loaded (einrun.c). */
 static const char *const compile_only[] = {
-    "seed", "selector", "plan-seed", "schedule", "rewrite", "rewrite-weights", "ilp",
+    "selector", "plan-seed", "schedule", "rewrite", "rewrite-weights", "ilp",
     "exchange-chunks", "no-reuse", "memory-limit", "search-work", "search-cap-ms",
     "objective", "partials", "strategy",
 };
+
+int run_opts_given(const run_opts *o, const char *name)
+{
+    for (int i = 0; i < NOPTS; i++)
+        if (o->given[i] && !strcmp(run_opt_table[i].name, name))
+            return 1;
+    return 0;
+}
 
 /* A saved program given with a compile-time option: exit 2 naming it. */
 static int check_saved_flags(const run_opts *o)
@@ -567,10 +577,8 @@ static int check_saved_flags(const run_opts *o)
             if (o->given[i] && !strcmp(run_opt_table[i].name, compile_only[k])) {
                 fprintf(stderr, "einrun: --%s: %s is a saved program, compiled already; "
                         "--%s only applies when compiling (give it with --save-program "
-                        "when compiling PLAN.ein)%s\n", compile_only[k], o->path,
-                        compile_only[k], !strcmp(compile_only[k], "seed")
-                        ? "; its generated inputs come from the seed it was compiled with"
-                        : "");
+                        "when compiling PLAN.ein)\n", compile_only[k], o->path,
+                        compile_only[k]);
                 return 2;
             }
     if (getenv("EIN_EXCHANGE_CHUNKS") && *getenv("EIN_EXCHANGE_CHUNKS"))

@@ -17,7 +17,7 @@ export TMPDIR="$S"
 trap 'rm -rf "$S"' EXIT
 cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
-echo "1..18"
+echo "1..19"
 n=0
 
 write_ffn ffn.ein
@@ -72,11 +72,13 @@ else
     not_ok "default device count" "$("$NPY" compare y3.npy y1.npy 0 2>&1)"
 fi
 # Compile-time flags are refused by name, not ignored.
+# (--seed only when it is not the seed it was compiled with, 1.)
 for flag in "--rewrite" "--objective time" "--exchange-chunks 2" "--seed 5" "--no-reuse"; do
     name=${flag%% *}
     check "$name with a saved program is refused" 2 "^einrun: $name: .*saved program" \
         $flag $ins ffn.einprog
 done
+check "its own --seed is accepted" 0 "" --seed 1 $ins --output y=y4.npy ffn.einprog
 # A damaged file's bytes are escaped in the message, never raw (a .npy
 # header whose dtype holds 0xff and an escape sequence).
 python3 - <<'PY' || exit 1
