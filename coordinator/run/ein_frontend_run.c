@@ -20,6 +20,16 @@ int ein_fe_is_saved_program(const char *path)
     return co_saved_program_is(path);
 }
 
+int ein_fe_hosts_check(const ein_session_options *o, int ndev, ein_error *err)
+{
+    return co_session_hosts_check(o, ndev, err);
+}
+
+int ein_fe_saved_program_ndev(const char *path, int *ndev, ein_error *err)
+{
+    return co_saved_program_ndev(path, ndev, err);
+}
+
 int ein_fe_find_worker(const char *name, const char *given, char *out, size_t len,
                        ein_error *err)
 {

@@ -81,6 +81,8 @@ typedef struct run_opts {
     names wfiles, wmaps;
     bindings inputs, outputs;
     const char *path;   /* PLAN.ein */
+    int ndev_given;     /* --gpus or --cpu given (else a saved program's count) */
+    unsigned char given[128]; /* by row of the option table: given on the line */
 } run_opts;
 
 #define OPT_NEXT (-1)
@@ -92,5 +94,7 @@ int graphs_mode(const run_opts *o);
 int run_opts_parse(run_opts *o, int argc, char **argv);
 int run_opts_check(run_opts *o, int argc, char **argv);
 int run_opts_check_run(const run_opts *o);
+/* Option --`name` was given on the command line. */
+int run_opts_given(const run_opts *o, const char *name);
 
 #endif
