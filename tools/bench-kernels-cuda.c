@@ -179,7 +179,7 @@ static void probe_variants(kn_cuda_ctx *ctx, size_t version)
         const char *name;
         int causal, stats, nseq, no_stats_ops, p_f32, gen_index_f32;
     } v[] = {
-        {"V0 (before issue 33: no LOG/ADD, P f32)", 1, 0, 0, 1, 1, 0},
+        {"V0 (before issue 33, no LOG/ADD, P f32)", 1, 0, 0, 1, 1, 0},
         {"V1 (+ LOG/ADD, P f32)", 1, 0, 0, 0, 1, 0},
         {"V2 (canonical)", 1, 0, 0, 0, 0, 0},
         {"V3 (canonical + Stats output)", 1, 1, 0, 0, 0, 0},
