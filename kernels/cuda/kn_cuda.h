@@ -168,13 +168,15 @@ int kn_cuda_reduce(ein_agg op, uint32_t axes, const kn_block *x, kn_block *out, 
 int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
                    const kn_block *b, kn_block *out, void *stream, ein_error *err);
 
-/* Attention as kn_cuda_run runs it (kernels/cuda/kn_cuda_cudnn.cu, NEVER
- * RUN on a GPU yet): through cuDNN's fused SDPA (cuDNN 9 backend API, one
- * plan per shape, built on first use: so call it once outside a graph
- * capture first) where cuDNN is built in and covers the blocks — all f16 or
- * all bf16, head dim 64 or 128, one sequence, q and k/v blocks over the same
- * tokens [0, T), 16-byte aligned — and our kn_cuda_attention otherwise or
- * when cuDNN fails (the shape is then remembered as unsupported).
+/* Attention as kn_cuda_run runs it (kernels/cuda/kn_cuda_cudnn.cu; the
+ * graph of kn_sdpa_graph.h has not run on a GPU yet): through cuDNN's fused
+ * SDPA (cuDNN 9 backend API, one plan per shape, built on first use: so
+ * call it once outside a graph capture first; packed sequences in one plan)
+ * where cuDNN is built in and covers the blocks — all f16 or all bf16, head
+ * dim 64 or 128, q and k/v blocks over the same tokens [0, T), at most 64
+ * sequences, 16-byte aligned — and our kn_cuda_attention otherwise or when
+ * cuDNN fails (the shape is then remembered as unsupported; the reason is
+ * reported once, kn_cuda_ctx_attention_report).
  * EIN_ATTENTION=ours never uses cuDNN; EIN_ATTENTION=cudnn makes "cuDNN
  * did not run" an EIN_EUNSUPPORTED error (tests). ctx may be NULL (ours). */
 int kn_cuda_attention_auto(kn_cuda_ctx *ctx, int64_t group, const int64_t *seq_ends, int nseq,
