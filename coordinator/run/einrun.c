@@ -290,7 +290,8 @@ static int load_program(run_state *s, const ein_compile_options *co)
     const run_opts *o = s->o;
     int rc;
     if (ein_fe_is_saved_program(o->path)) {
-        int named = o->topo_arg || o->cuda || o->probe_file;
+        /* the topology as named, else as when it was compiled */
+        int named = o->topo_arg || (o->cuda && !o->backend_auto) || o->probe_file;
         if (ein_compiled_load_ex(o->path, o->ndev, named ? co : NULL, &s->comp, &s->err) < 0)
             return fail(2, "%s", s->err.msg);
         s->g = ein_compiled_graph(s->comp);

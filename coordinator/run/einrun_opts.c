@@ -604,6 +604,7 @@ int run_opts_check(run_opts *o, int argc, char **argv)
      * sees GPUs, else CPU devices (check_backend says so); --cpu is CPU. */
     if (o->cuda < 0) {
         o->cuda = 0;
+        o->backend_auto = 1;
         if (!o->use_cpu) {
             int rc = ein_fe_backend_auto(o->cpu_why, sizeof o->cpu_why, &e);
             if (rc < 0) {

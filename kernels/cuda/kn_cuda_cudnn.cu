@@ -18,7 +18,7 @@
  * Runtime: a plan per shape (kn_sg_params: dtype, heads, head dim, block
  * tokens, sequence bucket, number of packed sequences, causal, stats),
  * built on first use outside graph capture and cached (KN_DNN_SHAPES,
- * replaced round-robin). Packed sequences run as ONE plan per block: the
+ * replaced round-robin, except those holding a partial's buffers). Packed sequences run as ONE plan per block: the
  * padding mask over SEQ_LEN_Q / SEQ_LEN_KV and ragged offsets, whose
  * int32 values live in device memory uploaded once per layout (never
  * freed while the context lives, so captured CUDA graphs replay them).
@@ -169,8 +169,18 @@ static kn_dnn_plan *dnn_plan_for(struct kn_cudnn *c, const kn_sg_params *key, vo
         snprintf(why, cap, "no cuDNN plan for this shape before the graph capture");
         return NULL;
     }
-    kn_dnn_plan *p = &c->plans[c->next];
-    c->next = (c->next + 1) % KN_DNN_SHAPES;
+    /* Round-robin replacement, but never of a plan holding the partials'
+     * buffers: a captured graph may still write them. */
+    kn_dnn_plan *p = NULL;
+    for (int i = 0; i < KN_DNN_SHAPES && !p; i++) {
+        kn_dnn_plan *x = &c->plans[(c->next + i) % KN_DNN_SHAPES];
+        if (!x->tmp)
+            p = x, c->next = (c->next + i + 1) % KN_DNN_SHAPES;
+    }
+    if (!p) {
+        snprintf(why, cap, "no room for another cuDNN plan (%d kept)", KN_DNN_SHAPES);
+        return NULL;
+    }
     dnn_plan_clear(p);
     p->used = 1;
     p->key = *key;

@@ -804,7 +804,7 @@ class Program:
                  topology, rewrite, worker_timeout, run_timeout, verbose,
                  generate_missing=False, trace=None, progress=None, _load=None,
                  partials="f32", memory_limit=None, no_reuse=False, connect_timeout=None,
-                 strategy=None):
+                 strategy=None, named_backend=True):
         self._c = None
         self._s = None
         # One call at a time (Threads, above); re-entrant so that a close()
@@ -834,7 +834,7 @@ class Program:
         self.last_stats = None
         self._progress = progress
         if _load is not None:
-            self._load_saved(_load, topology)
+            self._load_saved(_load, topology, named_backend)
             return
 
         o = L.ein_compile_options()
@@ -887,13 +887,13 @@ class Program:
         self._c = out
         self._read_tensors()
 
-    def _load_saved(self, path, topology):
+    def _load_saved(self, path, topology, named_backend):
         """ein_compiled_load_ex: the saved program at `path` for
         len(self.devices) devices (0: as saved), checked against this
-        machine's topology as `topology` / the backend say, else as the
-        program's compile found it."""
+        machine's topology as `topology` / a backend="cuda" the caller
+        named say, else as the program's compile found it."""
         o, keep = None, []
-        if topology is not None or self.backend == "cuda":
+        if topology is not None or (self.backend == "cuda" and named_backend):
             o = L.ein_compile_options()
             _lib.ein_compile_options_init(ctypes.byref(o))
             if topology is not None:
@@ -1442,9 +1442,11 @@ def load_program(path, device=None, backend=None, topology=None, worker_timeout=
         _fail(L.EIN_EDEVICE, "load_program: backend='cuda': no GPU visible")
     if trace is not None and not isinstance(trace, (str, os.PathLike)):
         _fail_type("load_program: trace=%r; expected the path of a .json file" % (trace,))
+    named = backend is not None
     if backend is None:
         backend = _default_backend(devices)
     return Program(None, devices, None, backend, None, None, None, topology, False,
                    worker_timeout, run_timeout, verbose, generate_missing,
                    trace=None if trace is None else os.fspath(trace), progress=progress,
-                   _load=os.fspath(path), connect_timeout=connect_timeout)
+                   _load=os.fspath(path), connect_timeout=connect_timeout,
+                   named_backend=named)

@@ -30,7 +30,7 @@ if [ -e /dev/nvidia0 ] || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi 
     echo "1..0 # SKIP a GPU is here (this test checks the verdicts without one)"
     exit 0
 fi
-echo "1..14"
+echo "1..15"
 unset OUT GPU_CHECK_OUT GPU_CHECK_BUDGET
 
 # 1: no GPU, quick: the verdict, exit 3, the files in the output folder.
@@ -198,6 +198,14 @@ mock() { # DIR SEED_FOR_0,0
     printf '#!/bin/sh\necho "# LLaMA"\n' > "$mb/eingen"
     cat > "$mb/tools/bench-kernels-cuda" <<'EOF2'
 #!/bin/sh
+if [ "$1" = -P ] && [ -n "${MOCK_CUDNN_REJECT:-}" ]; then
+echo "cudnn-probe: NVIDIA H200, sm_90, cuDNN 91900"
+echo "variant V2 (canonical): 14 ops: graph finalized; engines 0 of 40 finalize []; error: cuDNN heuristics found no engine for this graph"
+echo "correct O bf16 T 128: not run: cuda attention: EIN_ATTENTION=cudnn: cuDNN heuristics found no engine for this graph"
+echo "attention causal bf16 (cuDNN SDPA): not run: cuda attention: EIN_ATTENTION=cudnn: cuDNN heuristics found no engine for this graph"
+echo "attention causal bf16 (our kernel): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 3.000 ms, 183.3 TFLOP/s"
+exit 0
+fi
 if [ "$1" = -P ]; then
 echo "cudnn-probe: NVIDIA H200, sm_90, cuDNN 91900"
 echo "variant V0 (before issue 33, no LOG/ADD, P f32): 12 ops: graph finalized; engines 0 of 40 finalize []; error: cuDNN heuristics found no engine for this graph"
@@ -211,7 +219,11 @@ fi
 echo "gemm f16 8192x8192x8192: cublasGemmEx 660.0 TFLOP/s, kn_cuda_gemm 650.0 TFLOP/s (98.5%)"
 echo "gemm bf16 8192x8192x8192: cublasGemmEx 661.0 TFLOP/s, kn_cuda_gemm 651.0 TFLOP/s (98.5%)"
 echo "attention causal bf16 (our kernel): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 3.000 ms, 183.3 TFLOP/s"
+if [ -n "${MOCK_CUDNN_REJECT:-}" ]; then
+echo "attention causal bf16 (cuDNN SDPA): not run: cuda attention: EIN_ATTENTION=cudnn: cuDNN heuristics found no engine for this graph"
+else
 echo "attention causal bf16 (cuDNN SDPA): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 1.000 ms, 550.0 TFLOP/s"
+fi
 EOF2
     cat > "$mb/tools/bench-copy-cuda" <<'EOF2'
 #!/bin/sh
@@ -273,4 +285,15 @@ if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 13 checks did not pass)$' "$l" &
     ok "mock GPU run: --gpus 0,0 disagreeing is a FAIL with the max error"
 else
     not_ok "mock GPU run, disagreement: exit $rc" "$(cat "$l")"
+fi
+MOCK_CUDNN_REJECT=1 mock "$S/m3" 1
+rc=$?
+l="$S/m3/log"
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (2 of 13 checks did not pass)$' "$l" &&
+    grep -q '^  FAIL  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized; engines 0 of 40 finalize \[\]; error: cuDNN heuristics found no engine' "$l" &&
+    grep -q '^  FAIL  cudnn-correct  *0 agree, 0 mismatch, 1 not run: O bf16 T 128: not run: ' "$l" &&
+    grep -q '^  NOT MEASURED  *attention-cudnn  *attention causal bf16 (cuDNN SDPA): not run: ' "$l"; then
+    ok "mock GPU run: cuDNN rejecting the canonical graph fails cudnn-graph and cudnn-correct, the target is not measured"
+else
+    not_ok "mock GPU run, cuDNN rejects: exit $rc" "$(cat "$l")"
 fi
