@@ -462,43 +462,62 @@ extern "C" int kn_cudnn_attention_partial(struct kn_cudnn *c, int64_t group,
 
 /* The probe (tools/gpu-check, bench-kernels-cuda --cudnn-probe): one line
  * per graph variant. */
+/* line[cap] += printf(fmt, ...), never past cap (*n: its length so far). */
+static void dnn_append(char *line, size_t cap, size_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void dnn_append(char *line, size_t cap, size_t *n, const char *fmt, ...)
+{
+    if (*n + 1 >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(line + *n, cap - *n, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        *n = *n + (size_t)k < cap ? *n + (size_t)k : cap - 1;
+}
+
+static double dnn_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
 extern "C" int kn_cudnn_probe_variant(struct kn_cudnn *c, const kn_sg_params *p, char *line,
                                       size_t cap)
 {
     kn_sdpa_graph g;
     static kn_sdpa_built b; /* large: not on the stack */
     char why[256] = "";
+    if (!cap)
+        return EIN_EINVAL;
+    line[0] = '\0';
     if (kn_sdpa_graph_build(p, &g, why, sizeof why) < 0)
         return snprintf(line, cap, "graph: %s", why), EIN_EUNSUPPORTED;
-    double t0 = 0;
-    {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        t0 = ts.tv_sec + ts.tv_nsec * 1e-9;
-    }
+    size_t n = 0;
+    double t0 = dnn_now_ms();
     int rc = kn_sdpa_emit_graph(&dnn_api, c->h, &g, &b);
-    int n = snprintf(line, cap, "%d ops: graph %s", g.nop, rc < 0 ? "REJECTED" : "finalized");
+    dnn_append(line, cap, &n, "%d ops: graph %s (%.1f ms)", g.nop,
+               rc < 0 ? "REJECTED" : "finalized", dnn_now_ms() - t0);
     if (rc == 0) {
         int ok[16];
         int64_t count = -1;
         int nok = kn_sdpa_engines(&dnn_api, &b, ok, 16, &count);
-        n += snprintf(line + n, cap - (size_t)n, "; engines %d of %lld finalize [", nok,
-                      (long long)count);
-        for (int i = 0; i < nok && (size_t)n < cap; i++)
-            n += snprintf(line + n, cap - (size_t)n, "%s%d", i ? " " : "", ok[i]);
-        n += snprintf(line + n, cap - (size_t)n, "]");
+        dnn_append(line, cap, &n, "; engines %d of %lld finalize [", nok, (long long)count);
+        for (int i = 0; i < nok; i++)
+            dnn_append(line, cap, &n, "%s%d", i ? " " : "", ok[i]);
+        dnn_append(line, cap, &n, "]");
+        double t1 = dnn_now_ms();
         rc = kn_sdpa_emit_plan(&dnn_api, c->h, &b, CUDNN_HEUR_MODE_A,
                                (int64_t)c->workspace_bytes);
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        double ms = (ts.tv_sec + ts.tv_nsec * 1e-9 - t0) * 1e3;
-        if ((size_t)n < cap && rc == 0)
-            n += snprintf(line + n, cap - (size_t)n, "; heuristics %lld configs; plan cfg %d "
-                          "workspace %lld bytes, built in %.1f ms", (long long)b.ncfg, b.cfg,
-                          (long long)b.workspace, ms);
+        if (rc == 0)
+            dnn_append(line, cap, &n, "; heuristics %lld configs; plan cfg %d workspace %lld "
+                       "bytes, built in %.1f ms", (long long)b.ncfg, b.cfg,
+                       (long long)b.workspace, dnn_now_ms() - t1);
     }
-    if (rc < 0 && (size_t)n < cap)
-        snprintf(line + n, cap - (size_t)n, "; error: %s", b.why);
+    if (rc < 0)
+        dnn_append(line, cap, &n, "; error: %s", b.why);
     kn_sdpa_built_free(&dnn_api, &b);
     (void)cudaGetLastError();
     return rc < 0 ? EIN_EUNSUPPORTED : 0;

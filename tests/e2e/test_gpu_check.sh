@@ -200,7 +200,7 @@ mock() { # DIR SEED_FOR_0,0
 #!/bin/sh
 if [ "$1" = -P ] && [ -n "${MOCK_CUDNN_REJECT:-}" ]; then
 echo "cudnn-probe: NVIDIA H200, sm_90, cuDNN 91900"
-echo "variant V2 (canonical): 14 ops: graph finalized; engines 0 of 40 finalize []; error: cuDNN heuristics found no engine for this graph"
+echo "variant V2 (canonical): 14 ops: graph finalized (12.0 ms); engines 0 of 40 finalize []; error: cuDNN heuristics found no engine for this graph"
 echo "correct O bf16 T 128: not run: cuda attention: EIN_ATTENTION=cudnn: cuDNN heuristics found no engine for this graph"
 echo "attention causal bf16 (cuDNN SDPA): not run: cuda attention: EIN_ATTENTION=cudnn: cuDNN heuristics found no engine for this graph"
 echo "attention causal bf16 (our kernel): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 3.000 ms, 183.3 TFLOP/s"
@@ -208,8 +208,8 @@ exit 0
 fi
 if [ "$1" = -P ]; then
 echo "cudnn-probe: NVIDIA H200, sm_90, cuDNN 91900"
-echo "variant V0 (before issue 33, no LOG/ADD, P f32): 12 ops: graph finalized; engines 0 of 40 finalize []; error: cuDNN heuristics found no engine for this graph"
-echo "variant V2 (canonical): 14 ops: graph finalized; engines 2 of 40 finalize [7 9]; heuristics 2 configs; plan cfg 0 workspace 0 bytes, built in 210.5 ms"
+echo "variant V0 (before issue 33, no LOG/ADD, P f32): 12 ops: graph finalized (12.0 ms); engines 0 of 40 finalize []; error: cuDNN heuristics found no engine for this graph"
+echo "variant V2 (canonical): 14 ops: graph finalized (12.0 ms); engines 2 of 40 finalize [7 9]; heuristics 2 configs; plan cfg 0 workspace 0 bytes, built in 210.5 ms"
 echo "correct O bf16 T 128: max abs err 0.00391, scaled err 0.0042 (tol 0.03): ok"
 echo "correct Stats (lse) bf16 T 128: max abs err 0.0001, scaled err 2e-05 (tol 0.001): ok"
 echo "attention causal bf16 (cuDNN SDPA): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 1.000 ms, 550.0 TFLOP/s"
@@ -254,7 +254,7 @@ mock "$S/m1" 1
 rc=$?
 l="$S/m1/log"
 if [ $rc = 0 ] && grep -q '^VERDICT: PASS (13 checks)$' "$l" &&
-    grep -q '^  PASS  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized; engines 2 of 40 finalize \[7 9\]' "$l" &&
+    grep -q '^  PASS  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized (12.0 ms); engines 2 of 40 finalize \[7 9\]' "$l" &&
     grep -q '^  PASS  cudnn-correct  *2 comparisons with our kernel agree' "$l" &&
     grep -q '^  PASS  gpus-default  *einrun --gpus 0 examples/llama_block.ein ran on the GPU' "$l" &&
     grep -q '^  PASS  gpus-0000-vs-0  *LLaMA 1x8K, --gpus 0,0,0,0 vs --gpus 0: 32 elements, bytes identical.*median 11.000 ms' "$l" &&
@@ -290,7 +290,7 @@ MOCK_CUDNN_REJECT=1 mock "$S/m3" 1
 rc=$?
 l="$S/m3/log"
 if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (2 of 13 checks did not pass)$' "$l" &&
-    grep -q '^  FAIL  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized; engines 0 of 40 finalize \[\]; error: cuDNN heuristics found no engine' "$l" &&
+    grep -q '^  FAIL  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized (12.0 ms); engines 0 of 40 finalize \[\]; error: cuDNN heuristics found no engine' "$l" &&
     grep -q '^  FAIL  cudnn-correct  *0 agree, 0 mismatch, 1 not run: O bf16 T 128: not run: ' "$l" &&
     grep -q '^  NOT MEASURED  *attention-cudnn  *attention causal bf16 (cuDNN SDPA): not run: ' "$l"; then
     ok "mock GPU run: cuDNN rejecting the canonical graph fails cudnn-graph and cudnn-correct, the target is not measured"
