@@ -460,8 +460,9 @@ extern "C" int kn_cudnn_attention_partial(struct kn_cudnn *c, int64_t group,
     return 0;
 }
 
-/* The probe (tools/gpu-check, bench-kernels-cuda --cudnn-probe): one line
- * per graph variant. */
+/* ---- the probe (tools/gpu-check, bench-kernels-cuda -P): one line per
+ * graph variant ---- */
+
 /* line[cap] += printf(fmt, ...), never past cap (*n: its length so far). */
 static void dnn_append(char *line, size_t cap, size_t *n, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
