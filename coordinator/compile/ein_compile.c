@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "common/ein_progress.h"
 #include "common/ein_self.h"
 #include "common/ein_vec.h"
@@ -57,9 +58,54 @@ int co_find_worker(const char *name, const char *given, char *out, size_t len, e
                     "name it (the worker option, or $EINWORKER)", name);
 }
 
-int co_gpu_visible(void)
+int co_gpu_visible(ein_error *err)
 {
+    const char *knob = getenv("EIN_GPU_VISIBLE");
+    if (knob && *knob) {
+        if (!strcmp(knob, "0") || !strcmp(knob, "1"))
+            return knob[0] == '1';
+        return ein_fail(err, EIN_EINVAL, "$EIN_GPU_VISIBLE '%s': expected 0 or 1", knob);
+    }
+    /* CUDA_VISIBLE_DEVICES hides every GPU when it names none ("", "-1") */
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd) {
+        int named = 0;
+        for (const char *p = cvd; *p; p += strcspn(p, ","), p += *p == ',') {
+            p += strspn(p, " ");
+            named |= *p && *p != ',' && *p != '-';
+            if (*p == '-')
+                break; /* CUDA stops at the first invalid id */
+        }
+        if (!named)
+            return 0;
+    }
     return access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
+}
+
+int co_backend_auto(char *why, size_t cap, ein_error *err)
+{
+    int vis = co_gpu_visible(err);
+    if (vis < 0)
+        return vis;
+#ifdef HAVE_CUDA
+    if (vis) {
+        snprintf(why, cap, "GPUs visible");
+        return 1;
+    }
+    snprintf(why, cap, "no GPU visible");
+#else
+    snprintf(why, cap, vis ? "built without CUDA" : "no GPU visible");
+#endif
+    return 0;
+}
+
+int ein_backend_auto(char *why, size_t cap, ein_error *err)
+{
+    char buf[64];
+    int rc = co_backend_auto(buf, sizeof buf, err);
+    if (rc >= 0 && why && cap)
+        snprintf(why, cap, "%s", buf);
+    return rc;
 }
 
 /* The topology exchanges are synthesised for: o->topology; else, for the

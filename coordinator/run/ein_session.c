@@ -189,7 +189,11 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
         return ein_fail(err, EIN_EINVAL, "session: this program was compiled with plan_only "
                                          "and cannot run");
     int cuda = 0;
-    if (o.backend && strcmp(o.backend, "cpu")) {
+    if (!o.backend) { /* GPUs where there are GPUs */
+        char why[64];
+        if ((cuda = co_backend_auto(why, sizeof why, err)) < 0)
+            return cuda;
+    } else if (strcmp(o.backend, "cpu")) {
         if (strcmp(o.backend, "cuda"))
             return ein_fail(err, EIN_EINVAL, "session: backend '%s': expected cpu or cuda",
                             o.backend);
@@ -197,7 +201,10 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
 #ifndef HAVE_CUDA
         return ein_fail(err, EIN_EDEVICE, "backend cuda: this library was built without CUDA");
 #endif
-        if (!co_gpu_visible())
+        int vis = co_gpu_visible(err);
+        if (vis < 0)
+            return vis;
+        if (!vis)
             return ein_fail(err, EIN_EDEVICE, "backend cuda: no GPU visible");
     }
     if (o.debug_device >= c->ndev || o.wrapper_device >= c->ndev)

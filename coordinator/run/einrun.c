@@ -290,7 +290,8 @@ static int load_program(run_state *s, const ein_compile_options *co)
     const run_opts *o = s->o;
     int rc;
     if (ein_fe_is_saved_program(o->path)) {
-        int named = o->topo_arg || o->cuda || o->probe_file;
+        /* the topology as named, else as when it was compiled */
+        int named = o->topo_arg || (o->cuda && !o->backend_auto) || o->probe_file;
         if (ein_compiled_load_ex(o->path, o->ndev, named ? co : NULL, &s->comp, &s->err) < 0)
             return fail(2, "%s", s->err.msg);
         s->g = ein_compiled_graph(s->comp);
@@ -343,12 +344,13 @@ static int check_backend(run_state *s)
     if (o->cuda)
         return fail(2, "--backend cuda: this einrun was built without CUDA");
 #endif
-    if (o->cuda && !ein_fe_gpu_visible())
+    int vis = o->cuda ? ein_fe_gpu_visible(&s->err) : 1;
+    if (vis < 0)
+        return fail(2, "%s", s->err.msg);
+    if (!vis)
         return fail(2, "--backend cuda: no GPU visible");
-    if (!o->use_cpu && !o->cuda)
-        fprintf(stderr, "einrun: %s; running %d CPU device%s for --gpus %s\n",
-                ein_fe_gpu_visible() ? "the CUDA backend is not verified yet (--backend cuda to try it)"
-                                 : "no GPU visible",
+    if (!o->use_cpu && !o->cuda && o->cpu_why[0])
+        fprintf(stderr, "einrun: %s; running %d CPU device%s for --gpus %s\n", o->cpu_why,
                 o->ndev, o->ndev == 1 ? "" : "s", o->gpus_arg);
     char worker[PATH_MAX];
     if (ein_fe_find_worker(o->cuda ? "einworker-cuda" : "einworker", o->worker, worker,

@@ -71,7 +71,10 @@ typedef struct run_opts {
     const char *listen;   /* --listen ADDR */
     int devices_per_host; /* --devices-per-host K */
     int search;         /* --schedule: index in naive|search */
-    int cuda;           /* --backend: index in cpu|cuda */
+    int cuda;           /* --backend: index in cpu|cuda; -1 not given (run_opts_check
+                           resolves it: cuda for --gpus where GPUs are visible) */
+    char cpu_why[64];   /* why --gpus runs CPU devices without --backend, else "" */
+    int backend_auto;   /* 1: no --backend, cuda chosen by run_opts_check */
     int graphs;         /* --graphs: index in auto|on|off */
     int time_objective; /* --objective: index in comm|time; -1: not given */
     int native_partials; /* --partials: index in f32|native */

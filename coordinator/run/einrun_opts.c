@@ -22,15 +22,18 @@ static void usage(FILE *f)
 "\n"
 "Devices:\n"
 "  --gpus LIST          devices to use, e.g. 0-3, 0,2,5 or 0-1,4 (default: 0).\n"
-"                       Without a visible GPU, or without --backend cuda, the\n"
-"                       same number of CPU devices runs instead, and einrun\n"
-"                       says so on stderr. An id may repeat (--gpus 0,0) to\n"
-"                       run several workers on one GPU.\n"
+"                       They run the CUDA backend (CUDA IPC peer copies,\n"
+"                       cuBLAS, cuDNN and our kernels) when einrun was built\n"
+"                       with CUDA and GPUs are visible; else the same number\n"
+"                       of CPU devices runs instead, and einrun says why on\n"
+"                       stderr. An id may repeat (--gpus 0,0) to run several\n"
+"                       workers on one GPU.\n"
 "  --cpu N              run on N CPU devices (worker processes, shared memory).\n"
-"  --backend cpu|cuda   force a backend for --gpus. The CUDA backend (CUDA IPC\n"
-"                       peer copies, cuBLAS and our kernels) is built when\n"
-"                       nvcc is found but has not been verified on a GPU yet,\n"
-"                       so --gpus runs CPU devices unless --backend cuda.\n"
+"  --backend cpu|cuda   force a backend for --gpus: cpu runs CPU devices even\n"
+"                       where there are GPUs; cuda is an error (exit 2) without\n"
+"                       a visible GPU or CUDA. GPUs are visible unless\n"
+"                       CUDA_VISIBLE_DEVICES names none or no /dev/nvidia*\n"
+"                       exists ($EIN_GPU_VISIBLE=0|1 overrides, for tests).\n"
 "Data:\n"
 "  --input NAME=FILE    read input NAME from FILE.npy (shape and dtype must\n"
 "                       match the program). Every input needs a value (from\n"
@@ -69,13 +72,14 @@ static void usage(FILE *f)
 "                       built-in (dgx-a100, dgx-h100, hgx-h200, dgx-v100,\n"
 "                       gb200-nvl72, host) or a topology file. Default: for\n"
 "                       CPU devices host, sized to the device count; with\n"
-"                       --backend cuda, detected from the GPUs' names and peer\n"
-"                       access, as 'einworker-cuda --probe' prints them (never\n"
-"                       run on a GPU yet); einrun says what it found.\n"
+"                       the CUDA backend, detected from the GPUs' names and\n"
+"                       peer access, as 'einworker-cuda --probe' prints them;\n"
+"                       einrun says what it found.\n"
 "  --gpu-probe FILE     detect it for the --gpus list from a probe saved with\n"
 "                       'einworker-cuda --probe > FILE' (on the target machine)\n"
-"                       instead of running one; the run itself still uses CPU\n"
-"                       devices unless --backend cuda.\n"
+"                       instead of running one; the run itself takes the\n"
+"                       backend --gpus takes (CPU devices where no GPU is\n"
+"                       visible).\n"
 "  --show-topology      print the topology that would be used, as a topology\n"
 "                       file, and exit without running (no PLAN.ein needed).\n"
 "  --exchange-chunks auto|off|K  exchanges that move chunks of blocks\n"
@@ -202,6 +206,7 @@ void run_opts_init(run_opts *o)
     o->debug_device = o->wrapper_device = -1;
     o->search = 1;
     o->time_objective = -1; /* unset: the library's default (time where calibrated) */
+    o->cuda = -1;           /* unset: GPUs where there are GPUs (run_opts_check) */
 }
 
 void run_opts_free(run_opts *o)
@@ -655,6 +660,22 @@ int run_opts_check(run_opts *o, int argc, char **argv)
         ein_fe_parse_exchange_chunks(env, &o->exchange_chunks, &e) < 0) {
         fprintf(stderr, "einrun: $EIN_EXCHANGE_CHUNKS: %s\n", e.msg);
         return 2;
+    }
+    /* No --backend: --gpus runs the CUDA backend on a CUDA build that
+     * sees GPUs, else CPU devices (check_backend says so); --cpu is CPU. */
+    if (o->cuda < 0) {
+        o->cuda = 0;
+        o->backend_auto = 1;
+        if (!o->use_cpu) {
+            int rc = ein_fe_backend_auto(o->cpu_why, sizeof o->cpu_why, &e);
+            if (rc < 0) {
+                fprintf(stderr, "einrun: %s\n", e.msg);
+                return 2;
+            }
+            o->cuda = rc;
+            if (rc)
+                o->cpu_why[0] = '\0';
+        }
     }
     if (o->probe_file && (o->use_cpu || o->topo_arg)) {
         fprintf(stderr, "einrun: --gpu-probe %s: %s\n", o->probe_file,

@@ -451,7 +451,9 @@ const char *ein_version(void);
 typedef struct ein_session ein_session;
 
 typedef struct ein_session_options {
-    const char *backend;      /* "cpu" (default) or "cuda" */
+    const char *backend;      /* "cpu", "cuda", or NULL (default): "cuda" when this
+                                 library was built with CUDA and GPUs are visible
+                                 (ein_backend_auto), else "cpu" */
     const int *gpu_ids;       /* cuda: the GPU of each device (NULL: 0..ndev-1) */
     const char *worker;       /* worker binary; NULL: $EINWORKER, next to the program,
                                  or the installed one */
@@ -532,6 +534,15 @@ typedef struct ein_session_options {
 } ein_session_options;
 
 void ein_session_options_init(ein_session_options *o);
+/* The backend a session takes when ein_session_options.backend is NULL
+ * (einrun --gpus without --backend, Python's backend=None): 1 "cuda" when
+ * this library was built with CUDA and GPUs are visible, else 0 "cpu".
+ * GPUs are visible when $EIN_GPU_VISIBLE is 1 (0: none; a stand-in for
+ * tests), else unless CUDA_VISIBLE_DEVICES names none ("" or "-1"), when
+ * /dev/nvidia0 or /dev/nvidiactl exists. `why` (cap bytes, may be NULL)
+ * gets the reason: "GPUs visible", "no GPU visible" or "built without
+ * CUDA". EIN_EINVAL for a $EIN_GPU_VISIBLE other than 0 or 1. */
+int ein_backend_auto(char *why, size_t cap, ein_error *err);
 
 /* Start the workers for `c` and send each its program; returns once all
  * have allocated their memory. `c` must outlive the session. On failure

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kernels/kn_cpu.h"
+#include "kernels/cuda/kn_sdpa_graph.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -184,22 +185,41 @@ int kn_cuda_reduce(ein_agg op, uint32_t axes, const kn_block *x, kn_block *out, 
 int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
                    const kn_block *b, kn_block *out, void *stream, ein_error *err);
 
-/* Attention as kn_cuda_run runs it (kernels/cuda/kn_cuda_cudnn.cu, NEVER
- * RUN on a GPU yet): through cuDNN's fused SDPA (cuDNN 9 backend API, one
- * plan per shape, built on first use: so call it once outside a graph
- * capture first) where cuDNN is built in and covers the blocks — all f16 or
- * all bf16, head dim 64 or 128, one sequence, q and k/v blocks over the same
- * tokens [0, T), 16-byte aligned — and our kn_cuda_attention otherwise or
- * when cuDNN fails (the shape is then remembered as unsupported).
+/* Attention as kn_cuda_run runs it (kernels/cuda/kn_cuda_cudnn.cu; the
+ * graph of kn_sdpa_graph.h has not run on a GPU yet): through cuDNN's fused
+ * SDPA (cuDNN 9 backend API, one plan per shape, built on first use: so
+ * call it once outside a graph capture first; packed sequences in one plan)
+ * where cuDNN is built in and covers the blocks — all f16 or all bf16, head
+ * dim 64 or 128, q and k/v blocks over the same tokens [0, T), at most 64
+ * sequences, 16-byte aligned — and our kn_cuda_attention otherwise or when
+ * cuDNN fails (the shape is then remembered as unsupported; the reason is
+ * reported once, kn_cuda_ctx_attention_report).
  * EIN_ATTENTION=ours never uses cuDNN; EIN_ATTENTION=cudnn makes "cuDNN
  * did not run" an EIN_EUNSUPPORTED error (tests). ctx may be NULL (ours). */
 int kn_cuda_attention_auto(kn_cuda_ctx *ctx, int64_t group, const int64_t *seq_ends, int nseq,
                            const kn_block *q, const kn_block *k, const kn_block *v,
                            kn_block *out, void *stream, ein_error *err);
+/* attention_partial as kn_cuda_run runs it: through cuDNN with its
+ * statistics as a real output where the key block is the query block
+ * (causal) or lies wholly before it (same length, no sequence boundary in
+ * the rows), else kn_cuda_attention_partial; EIN_ATTENTION as above. */
+int kn_cuda_attention_partial_auto(kn_cuda_ctx *ctx, int64_t group, const int64_t *seq_ends,
+                                   int nseq, const kn_block *q, const kn_block *k,
+                                   const kn_block *v, kn_block *out, void *stream,
+                                   ein_error *err);
 /* "attention: N calls through cuDNN SDPA, M through our kernel (cuDNN:
- * available | why not; last: why the last call ran where it did)" into
- * buf[cap]. Returns 0 or EIN_EINVAL. */
+ * available | why not; last: why the last call ran where it did)", then
+ * each cuDNN decline not reported before ("cuDNN declined SHAPE: WHY"),
+ * once per shape and reason, into buf[cap]. Returns 0 or EIN_EINVAL. */
 int kn_cuda_ctx_attention_report(const kn_cuda_ctx *ctx, char *buf, size_t cap);
+/* The cuDNN probe of one graph variant (tools/gpu-check): "N ops: graph
+ * finalized; engines K of E finalize [..]; heuristics ..; plan cfg ..
+ * workspace .. built in .. ms" or the error, into line[cap]. 0 when a
+ * plan was built, else EIN_EUNSUPPORTED. */
+int kn_cuda_ctx_cudnn_probe(kn_cuda_ctx *ctx, const kn_sg_params *p, char *line, size_t cap);
+/* cudnnGetVersion() of the context's cuDNN into *version and "cuDNN N"
+ * into line[cap]: 0; without cuDNN EIN_EUNSUPPORTED, line saying why. */
+int kn_cuda_cudnn_version(kn_cuda_ctx *ctx, size_t *version, char *line, size_t cap);
 
 /* One Program KERNEL instruction on device blocks (dispatch on kind, the
  * same fields as kn_cpu_run). ctx is needed for EINSUM only, and for

@@ -243,9 +243,13 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
         if (nin != 1 && nin != 3)
             return kn_cu_fail(err, EIN_EINVAL, "cuda attention_partial: takes q or q, k, v, got "
                               "%d inputs", nin);
-        return kn_cuda_attention_partial_window(k->group, k->window, k->list, k->nlist, &ins[0],
-                                         nin == 3 ? &ins[1] : NULL, nin == 3 ? &ins[2] : NULL,
-                                         out, stream, err);
+        if (k->window != 0)
+            return kn_cuda_attention_partial_window(k->group, k->window, k->list, k->nlist,
+                                                    &ins[0], nin == 3 ? &ins[1] : NULL,
+                                                    nin == 3 ? &ins[2] : NULL, out, stream, err);
+        return kn_cuda_attention_partial_auto(ctx, k->group, k->list, k->nlist, &ins[0],
+                                              nin == 3 ? &ins[1] : NULL,
+                                              nin == 3 ? &ins[2] : NULL, out, stream, err);
     case EIN_KERNEL_EMBEDDING:
         return kn_cuda_embedding(k->rows, &ins[0], &ins[1], out, stream, err);
     case EIN_KERNEL_CACHE_WRITE:

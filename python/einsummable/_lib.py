@@ -222,6 +222,7 @@ _PROTOS = {
                                   ctypes.POINTER(_P), _E]),
     "ein_version": (_S, []),
     "ein_session_options_init": (None, [ctypes.POINTER(ein_session_options)]),
+    "ein_backend_auto": (_I, [ctypes.c_char_p, ctypes.c_size_t, _E]),
     "ein_session_open": (_I, [_P, ctypes.POINTER(ein_session_options), ctypes.POINTER(_P), _E]),
     "ein_session_set_input": (_I, [_P, _S, _P, ctypes.c_size_t, _E]),
     "ein_session_set_input_npy": (_I, [_P, _S, _S, _E]),
