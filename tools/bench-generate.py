@@ -30,7 +30,9 @@ each with the run's statistics; prints the medians of each part seen from
 Python (set, run, get), of the run's own wall time (START to the last
 DONE) and, per device, the worker's total, kernel, copy and wait (for
 peers) times, and the run's overhead (run minus the slowest device's
-total: the START and DONE messages and Python's calls). EIN_SPIN_US (see
+total: the START and DONE messages and Python's calls); then the
+workers' CPU time per step (from /proc), which other processes on a
+shared machine do not inflate as they do the wall times. EIN_SPIN_US (see
 einworker --help) sets the workers' spin before they block.
 
 --strategy S: es.llama.load's strategy (compileGraph's: megatron), instead
@@ -221,6 +223,8 @@ def _profile(m, n, prompt, V, P):
     ids = np.array([1], np.int32)
     out = np.empty((1, V), np.float32)
     rows = []
+    cpu0 = _workers_cpu()
+    w0 = time.perf_counter()
     for i in range(n):
         pos = np.array([prompt + i % 16], np.int32)
         t0 = time.perf_counter()
@@ -236,14 +240,52 @@ def _profile(m, n, prompt, V, P):
                for d in range(P)]
         rows.append([t1 - t0, t2 - t1, t3 - t2, st.wall_s, t2 - t1 - max(x[0] for x in dev)]
                     + [x for dv in dev for x in dv])
+    wall = time.perf_counter() - w0
+    cpu1 = _workers_cpu()
     med = np.median(np.array(rows) * 1e3, 0)
     lines = ["profile of %d decode steps (medians, ms): set inputs %.3f, run %.3f, get logits "
              "%.3f; the run's wall %.3f; overhead (run - slowest device) %.3f"
              % (n, med[0], med[1], med[2], med[3], med[4])]
+    if cpu0 is not None and cpu1 is not None:
+        lines.append("  the workers' CPU time per step (all of them, from /proc): %.3f ms; "
+                     "wall time per step %.3f ms" % (1e3 * (cpu1 - cpu0) / n, 1e3 * wall / n))
     for d in range(P):
         lines.append("  device %d: total %.3f, kernel %.3f, copy %.3f, wait %.3f"
                      % ((d,) + tuple(med[5 + 4 * d:9 + 4 * d])))
     return "\n".join(lines)
+
+
+def _workers_cpu():
+    """User + system CPU seconds of this process's einworker descendants
+    (Linux /proc; None elsewhere): a step's CPU time, which other
+    processes on a shared machine do not inflate as they do its wall time."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        par, cpu, comm = {}, {}, {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    st = f.read()
+            except OSError:
+                continue
+            r = st.rfind(")")
+            f = st[r + 2:].split()
+            pid = int(d)
+            comm[pid] = st[st.find("(") + 1:r]
+            par[pid] = int(f[1])
+            cpu[pid] = (int(f[11]) + int(f[12])) / tick
+    except (OSError, ValueError, AttributeError):
+        return None
+    me, tot = os.getpid(), 0.0
+    for pid in cpu:
+        p, seen = par.get(pid), 0
+        while p and p != me and seen < 64:
+            p, seen = par.get(p), seen + 1
+        if p == me and comm[pid].startswith("einworker"):
+            tot += cpu[pid]
+    return tot
 
 
 def _torch_decode(w, cfg, prompt, n_new, threads):

@@ -173,7 +173,8 @@ static void test_sizes(void **state)
                     }
 }
 
-/* A decode step's shapes: one and a few rows of 768 by 2048 outputs. */
+/* A decode step's shapes (one and a few rows of 768 by 2048 outputs) and
+ * more columns than one block of the [k, n] loop. */
 static void test_model_shapes(void **state)
 {
     (void)state;
@@ -181,6 +182,8 @@ static void test_model_shapes(void **state)
         for (int nk = 0; nk < 2; nk++) {
             check_mm(1, 2048, 768, dts[di], nk, 0, 0);
             check_mm(4, 768, 2048, dts[di], nk, 0, 1);
+            /* past one block of columns of a [k, n] weight (2048) */
+            check_mm(3, 4111, 13, dts[di], nk, 1, 1);
         }
 }
 
