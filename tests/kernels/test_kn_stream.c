@@ -206,35 +206,40 @@ static void test_empty(void **state)
     }
 }
 
-/* Every 16-bit pattern (NaN aside) widened exactly: a one-hot row picks
- * one weight, so C is that weight's value (subnormals, zeros of both
- * signs, the largest finite values, infinities). */
+/* Every 16-bit pattern (NaN aside) widened exactly, at positions in both
+ * halves of a vector and in the tail: a one-hot row picks the one nonzero
+ * weight of each row, so C is its value (subnormals, zeros of both signs,
+ * the largest finite values, infinities). */
 static void test_widen_exact(void **state)
 {
     (void)state;
-    enum { N = 1024, K = 9 };
+    enum { N = 1024, K = 17 };   /* 16 in vectors, 1 in the tail */
+    static const int picks[] = {0, 5, 10, 15, 16};
     uint16_t *w = malloc((size_t)N * K * sizeof *w);
     float a[K], c[N];
     assert_non_null(w);
     for (int di = 1; di < 3; di++) {
         ein_dtype dt = dts[di];
         for (uint32_t base = 0; base < 65536; base += N) {
-            for (int j = 0; j < N; j++)
-                for (int i = 0; i < K; i++)
-                    w[j * K + i] = (uint16_t)(base + (uint32_t)j);
-            for (int pick = 0; pick < K; pick += 4) {
+            for (size_t pi = 0; pi < sizeof picks / sizeof *picks; pi++) {
+                int pick = picks[pi];
+                /* row j holds the pattern base + j at `pick`, zeros elsewhere */
+                for (int j = 0; j < N; j++)
+                    for (int i = 0; i < K; i++)
+                        w[j * K + i] = i == pick ? (uint16_t)(base + (uint32_t)j) : 0;
                 for (int i = 0; i < K; i++)
                     a[i] = i == pick ? 1.0f : 0.0f;
                 kn_stream_mm(1, N, K, a, K, w, dt, 1, K, c, N);
                 for (int j = 0; j < N; j++) {
-                    double want = dt == EIN_F16 ? ref_f16(w[j * K]) : ref_bf16(w[j * K]);
-                    if (isnan(want) || isinf(want))
-                        continue;   /* 0 * inf in the other terms is NaN */
+                    uint16_t h = w[j * K + pick];
+                    double want = dt == EIN_F16 ? ref_f16(h) : ref_bf16(h);
+                    if (isnan(want))
+                        continue;
                     /* (a zero's sign is the sum's: +0 + -0 is +0) */
                     if (!((double)c[j] == want) ||
                         (want != 0.0 && !signbit(c[j]) != !signbit(want))) {
-                        print_error("%s 0x%04x widened to %.9g, expected %.9g%s\n",
-                                    ein_dtype_name(dt), w[j * K], c[j], want,
+                        print_error("%s 0x%04x at %d widened to %.9g, expected %.9g%s\n",
+                                    ein_dtype_name(dt), h, pick, c[j], want,
                                     forced_portable ? " (portable)" : "");
                         fail();
                     }
