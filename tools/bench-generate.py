@@ -6,7 +6,7 @@ make check (it writes a ~440 MB checkpoint and takes minutes).
     PYTHONPATH=python EIN_BUILDDIR=$PWD /usr/bin/python3 tools/bench-generate.py \\
         [--d 768] [--layers 12] [--vocab 32000] [--ff 2048] [--heads 12] \\
         [--devices 2] [--batch 1] [--prompt 8] [--new 32] [--torch] [--rounds 3]
-        [--strategy megatron] [--profile N]
+        [--strategy megatron] [--profile N] [--dtype f32|bf16|f16]
 
 Prints the copy bandwidth (one thread per device copying its share of 256
 MiB at once, best of 5: bytes copied per second), the bytes one decode
@@ -34,6 +34,10 @@ total: the START and DONE messages and Python's calls); then the
 workers' CPU time per step (from /proc), which other processes on a
 shared machine do not inflate as they do the wall times. EIN_SPIN_US (see
 einworker --help) sets the workers' spin before they block.
+
+--dtype bf16|f16: the checkpoint's tensors in that dtype (default f32);
+es.llama then computes in it (weights, activations and caches: it takes
+the checkpoint's dtype), and the bound counts its bytes.
 
 --strategy S: es.llama.load's strategy (compileGraph's: megatron), instead
 of the plan the planner chooses. EIN_READY=zmq (einworker --help) sends a
@@ -69,9 +73,14 @@ def main():
                     help="es.llama.load's strategy (megatron; default: the planner's plan)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="then N decode steps with each run's statistics")
+    ap.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"],
+                    help="the checkpoint's dtype (every tensor), which es.llama's program "
+                         "then computes in")
     ap.add_argument("--write-ein", default=None, metavar="PATH",
                     help="write the decode step as a .ein program (for einplan -v) and stop")
     a = ap.parse_args()
+    if a.torch and a.dtype != "f32":
+        ap.error("--torch compares f32 only")
     if a.write_ein:
         with open(a.write_ein, "w") as f:
             f.write(_decode_ein(a))
@@ -99,7 +108,10 @@ def main():
               (p + "mlp.gate_proj.weight", w(FF, dm)), (p + "mlp.up_proj.weight", w(FF, dm)),
               (p + "mlp.down_proj.weight", w(dm, FF))]
     params = sum(x.size for _, x in t)
-    hf_model.write(d + "/model.safetensors", t)
+    if a.dtype == "f32":
+        hf_model.write(d + "/model.safetensors", t)
+    else:
+        _write_16(d + "/model.safetensors", t, a.dtype)
     weights = dict(t) if a.torch else None
     del t
     # copy bandwidth of `devices` threads at once (NumPy releases the GIL),
@@ -119,9 +131,10 @@ def main():
     copy_bw = sum(x.nbytes for x in srcs) / best  # bytes copied per second
     # a decode step reads every weight but the embedding table (one row) once,
     # and the cache up to the position (at the middle of the decode, on average)
-    wbytes = 4 * (params - V * dm)
+    esz = 4 if a.dtype == "f32" else 2
+    wbytes = esz * (params - V * dm)
     avg_pos = a.prompt + a.new / 2
-    cbytes = 4 * 2 * L * a.batch * avg_pos * H * D
+    cbytes = esz * 2 * L * a.batch * avg_pos * H * D
     # a copy moves each byte twice (read, write); a decode step only reads
     read_bw = 2 * copy_bw
     bound = read_bw / (wbytes + cbytes)           # steps per second
@@ -140,10 +153,10 @@ def main():
                 print("round %d: einsummable %.2f steps/s, PyTorch %.2f steps/s: ratio %.2f%s"
                       % (r + 1, ours, theirs, ours / theirs,
                          "" if tids == got[0] else " (the ids differ)"))
-        prof = _profile(m, a.profile, a.prompt, V, a.devices) if a.profile > 0 else None
+        prof = _profile(m, a.profile, a.prompt, V, a.devices, a.dtype) if a.profile > 0 else None
     steps_s = st["decode_steps"] / st["decode_seconds"]
-    print("model: %.1fM parameters (d %d, %d layers, vocab %d, ff %d, %d heads), f32, %d devices, "
-          "batch %d, plan %s" % (params / 1e6, dm, L, V, FF, H, a.devices, a.batch,
+    print("model: %.1fM parameters (d %d, %d layers, vocab %d, ff %d, %d heads), %s, %d devices, "
+          "batch %d, plan %s" % (params / 1e6, dm, L, V, FF, H, a.dtype, a.devices, a.batch,
                                  a.strategy or "the planner's"))
     print("copy bandwidth: %.2f GB/s copied (%d threads copying 256 MiB, best of 5): %.2f GB/s "
           "of memory traffic" % (copy_bw / 1e9, P, read_bw / 1e9))
@@ -212,7 +225,30 @@ def _decode_ein(a):
     return "\n".join(t) + "\n"
 
 
-def _profile(m, n, prompt, V, P):
+def _write_16(path, tensors, dtype):
+    """tensors [(name, float32 array)] as a .safetensors file of BF16
+    (rounded to nearest even) or F16 tensors."""
+    header, blobs, off = {}, [], 0
+    for name, x in tensors:
+        if dtype == "bf16":
+            u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+            b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
+        else:
+            b = np.ascontiguousarray(x, np.float32).astype(np.float16).tobytes()
+        header[name] = {"dtype": dtype.upper(), "shape": list(x.shape),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    header["__metadata__"] = {"format": "pt"}
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h)
+        for b in blobs:
+            f.write(b)
+
+
+def _profile(m, n, prompt, V, P, dtype="f32"):
     """n decode steps as es.llama's step() makes them, timed part by part,
     with each run's statistics: a report of the medians."""
     import ctypes
@@ -221,7 +257,7 @@ def _profile(m, n, prompt, V, P):
     prog = m._program(1)
     st = L.ein_run_stats()
     ids = np.array([1], np.int32)
-    out = np.empty((1, V), np.float32)
+    out = np.empty((1, V), np.float32 if dtype == "f32" else np.uint16)   # the logits' dtype
     rows = []
     cpu0 = _workers_cpu()
     w0 = time.perf_counter()
