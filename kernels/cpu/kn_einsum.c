@@ -526,8 +526,8 @@ static void kn_gemm_batches(const kn_es *e, const kn_gemm *gm)
             kn_stream_mm(m, n, k, ma->p + oa, ma->ld, (const char *)mb->raw + ob * bsz,
                          mb->dt, mb->trans, mb->ld, pc + oc, gm->ldc);
         else if (!gm->ctrans && m == 1)
-            /* One row of f32 weights, or one whose elements are strided
-             * (a transposed): sgemv, which reads B once in place. */
+            /* One row by f32 weights [k, n], or one whose elements are
+             * strided (a transposed): sgemv, which reads B once in place. */
             cblas_sgemv(CblasRowMajor, mb->trans ? CblasNoTrans : CblasTrans,
                         mb->trans ? n : k, mb->trans ? k : n, 1.0f, mb->p + ob, (int)mb->ld,
                         ma->p + oa, ma->trans ? (int)ma->ld : 1, 0.0f, pc + oc, 1);
@@ -595,14 +595,16 @@ static int kn_einsum2(const kn_es *e, ein_error *err)
         goto done;
     /* A few rows of a (rows contiguous) into rows of C: kn_stream_mm reads
      * b once, in place in its own dtype when it fits. One row by f32
-     * weights stays with sgemv, which reads them as fast (71-73% of
-     * memcpy's traffic on [out, in] against kn_stream_mm's 72-76%) or
-     * faster (87% on [in, out] against 78-81%; tools/bench-kernels -s). */
-    gm.stream = m <= KN_STREAM_ROWS && !gm.ctrans && !gm.a.trans &&
-                !(m == 1 && e->blk[1]->dtype == EIN_F32);
+     * weights stored [k, n] stays with sgemv, which reads them faster
+     * (86-88% of memcpy's traffic against 76-81%); on [n, k] (a
+     * checkpoint's [out, in]) kn_stream_mm reads 86-90% against sgemv's
+     * 67-72% (tools/bench-kernels -s). */
+    gm.stream = m <= KN_STREAM_ROWS && !gm.ctrans && !gm.a.trans;
     if ((rc = kn_prep(e, 1, gm.batch, gm.nbt, gm.K, gm.nk, gm.N, gm.nn, gm.stream, gm.cstb,
                       &gm.b, &tb, err)) < 0)
         goto done;
+    if (gm.stream && m == 1 && gm.b.dt == EIN_F32 && !gm.b.trans)
+        gm.stream = 0;   /* gm.b.p is the f32 data in place or a dense copy */
     if (gm.a.ld > INT_MAX || gm.b.ld > INT_MAX || gm.ldc > INT_MAX) {
         rc = ein_fail(err, EIN_EUNSUPPORTED, "einsum %s: leading dimension exceeds BLAS int",
                       e->subs);

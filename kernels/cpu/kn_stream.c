@@ -133,11 +133,11 @@ KN_INL void kn_pf(const void *b, ein_dtype dt, int64_t i)
  * an [n, k] weight (Q = 4; fewer at the end: q). The four weight rows are
  * widened once per 8 elements and used for both activation rows. */
 KN_INL void kn_nk_tile(const int R, const int q, int64_t k, const float *x0, const float *x1,
-                       const void *b, const ein_dtype dt, int64_t ldb, int64_t j, float *c0,
-                       float *c1)
+                       const void *b, const ein_dtype dt, int64_t ldb, int64_t j, int64_t rs,
+                       float *c0, float *c1)
 {
-    const int64_t k8 = k & ~(int64_t)7;
-    const int64_t o0 = j * ldb, o1 = o0 + ldb, o2 = o1 + ldb, o3 = o2 + ldb;
+    const int64_t k8 = k & ~(int64_t)7, st = rs * ldb;
+    const int64_t o0 = j * ldb, o1 = o0 + st, o2 = o1 + st, o3 = o2 + st;
     __m256 s00 = _mm256_setzero_ps(), s01 = s00, s02 = s00, s03 = s00;
     __m256 s10 = s00, s11 = s00, s12 = s00, s13 = s00;
     for (int64_t i = 0; i < k8; i += 8) {
@@ -184,9 +184,9 @@ KN_INL void kn_nk_tile(const int R, const int q, int64_t k, const float *x0, con
                 t1[u] += x1[i] * w;
         }
     for (int u = 0; u < q; u++) {
-        c0[u] = t0[u];
+        c0[u * rs] = t0[u];
         if (R > 1)
-            c1[u] = t1[u];
+            c1[u * rs] = t1[u];
     }
 }
 
@@ -197,12 +197,12 @@ KN_INL void kn_nk_tile(const int R, const int q, int64_t k, const float *x0, con
  * come in any order). In cache it widens 10.6 G weights/s against 6.2
  * for kn_ld8's zero-extend and shift (a Zen 1). */
 KN_INL void kn_nk_tile_bf16(const int R, const int q, int64_t k, const float *x0,
-                            const float *x1, const void *b, int64_t ldb, int64_t j, float *c0,
-                            float *c1)
+                            const float *x1, const void *b, int64_t ldb, int64_t j, int64_t rs,
+                            float *c0, float *c1)
 {
     const uint16_t *w = b;
-    const int64_t k16 = k & ~(int64_t)15;
-    const int64_t o0 = j * ldb, o1 = o0 + ldb, o2 = o1 + ldb, o3 = o2 + ldb;
+    const int64_t k16 = k & ~(int64_t)15, st = rs * ldb;
+    const int64_t o0 = j * ldb, o1 = o0 + st, o2 = o1 + st, o3 = o2 + st;
     const __m256i z = _mm256_setzero_si256();
     __m256 s00 = _mm256_setzero_ps(), s01 = s00, s02 = s00, s03 = s00;
     __m256 s10 = s00, s11 = s00, s12 = s00, s13 = s00;
@@ -258,46 +258,52 @@ KN_INL void kn_nk_tile_bf16(const int R, const int q, int64_t k, const float *x0
                 t1[u] += x1[i] * wv;
         }
     for (int u = 0; u < q; u++) {
-        c0[u] = t0[u];
+        c0[u * rs] = t0[u];
         if (R > 1)
-            c1[u] = t1[u];
+            c1[u * rs] = t1[u];
     }
 }
 
 KN_INL void kn_nk_tile_any(const int R, const int q, int64_t k, const float *x0,
                            const float *x1, const void *b, const ein_dtype dt, int64_t ldb,
-                           int64_t j, float *c0, float *c1)
+                           int64_t j, int64_t rs, float *c0, float *c1)
 {
     if (dt == EIN_BF16)
-        kn_nk_tile_bf16(R, q, k, x0, x1, b, ldb, j, c0, c1);
+        kn_nk_tile_bf16(R, q, k, x0, x1, b, ldb, j, rs, c0, c1);
     else
-        kn_nk_tile(R, q, k, x0, x1, b, dt, ldb, j, c0, c1);
+        kn_nk_tile(R, q, k, x0, x1, b, dt, ldb, j, rs, c0, c1);
 }
 
-/* Every weight row j (four at a time) against the rows of a, two at a time:
- * the four rows stay in L1 across the pairs, so memory sees them once. */
+/* Every weight row against the rows of a, two at a time. The four rows of
+ * a pass are a quarter of the matrix apart (j, j + n/4, j + n/2,
+ * j + 3n/4), so that memory sees four long sequential streams: four
+ * adjacent rows (four short streams, 3 KiB each for k = 768) read 72-76%
+ * of memcpy's traffic here, four far apart 88-90% (tools/bench-kernels
+ * -s). The four rows stay in L1 across the pairs of a's rows, so memory
+ * sees them once. */
 KN_INL void kn_nk_body(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                        const void *b, const ein_dtype dt, int64_t ldb, float *c, int64_t ldc)
 {
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
+    const int64_t q4 = n / 4;
+    for (int64_t j = 0; j < q4; j++) {
         int64_t r = 0;
         for (; r + 2 <= m; r += 2)
-            kn_nk_tile_any(2, 4, k, a + r * lda, a + (r + 1) * lda, b, dt, ldb, j, c + r * ldc + j,
-                       c + (r + 1) * ldc + j);
+            kn_nk_tile_any(2, 4, k, a + r * lda, a + (r + 1) * lda, b, dt, ldb, j, q4,
+                           c + r * ldc + j, c + (r + 1) * ldc + j);
         if (r < m)
-            kn_nk_tile_any(1, 4, k, a + r * lda, NULL, b, dt, ldb, j, c + r * ldc + j, NULL);
+            kn_nk_tile_any(1, 4, k, a + r * lda, NULL, b, dt, ldb, j, q4, c + r * ldc + j, NULL);
     }
-    for (; j < n; j++)
+    for (int64_t j = 4 * q4; j < n; j++)
         for (int64_t r = 0; r < m; r++)
-            kn_nk_tile_any(1, 1, k, a + r * lda, NULL, b, dt, ldb, j, c + r * ldc + j, NULL);
+            kn_nk_tile_any(1, 1, k, a + r * lda, NULL, b, dt, ldb, j, 1, c + r * ldc + j, NULL);
 }
 
 /* [k, n]: up to KN_KN_ROWS output rows and a block of columns at a time,
  * summed in a contiguous buffer (rows of C a power of two apart would all
  * fall in one set of L1: 16 rows by 2048 columns ran 35x slower), four
- * weight rows of the block widened once per 8 columns and added into
- * every buffered row. */
+ * weight rows of the block (a quarter of k apart: four long streams, as
+ * for [n, k]) widened once per 8 columns and added into every buffered
+ * row. */
 #define KN_KN_ROWS 16
 #define KN_KN_BUF 4096
 KN_INL void kn_kn_body(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
@@ -312,9 +318,9 @@ KN_INL void kn_kn_body(int64_t m, int64_t n, int64_t k, const float *a, int64_t 
         for (int64_t c0 = 0; c0 < n; c0 += nbm) {
             int64_t nb = n - c0 < nbm ? n - c0 : nbm, nb8 = nb & ~(int64_t)7;
             memset(ys, 0, (size_t)(mm * nbm) * sizeof(float));
-            int64_t i = 0;
-            for (; i + 4 <= k; i += 4) {
-                const int64_t o0 = i * ldb + c0, o1 = o0 + ldb, o2 = o1 + ldb, o3 = o2 + ldb;
+            const int64_t q4 = k / 4, st = q4 * ldb;
+            for (int64_t i = 0; i < q4; i++) {
+                const int64_t o0 = i * ldb + c0, o1 = o0 + st, o2 = o1 + st, o3 = o2 + st;
                 for (int64_t j = 0; j < nb8; j += 8) {
                     if ((j & 31) == 0) {
                         kn_pf(b, dt, o0 + j);
@@ -329,9 +335,9 @@ KN_INL void kn_kn_body(int64_t m, int64_t n, int64_t k, const float *a, int64_t 
                         float *y = ys + r * nbm + j;
                         __m256 s = _mm256_loadu_ps(y);
                         s = _mm256_fmadd_ps(w0, _mm256_broadcast_ss(x), s);
-                        s = _mm256_fmadd_ps(w1, _mm256_broadcast_ss(x + 1), s);
-                        s = _mm256_fmadd_ps(w2, _mm256_broadcast_ss(x + 2), s);
-                        s = _mm256_fmadd_ps(w3, _mm256_broadcast_ss(x + 3), s);
+                        s = _mm256_fmadd_ps(w1, _mm256_broadcast_ss(x + q4), s);
+                        s = _mm256_fmadd_ps(w2, _mm256_broadcast_ss(x + 2 * q4), s);
+                        s = _mm256_fmadd_ps(w3, _mm256_broadcast_ss(x + 3 * q4), s);
                         _mm256_storeu_ps(y, s);
                     }
                 }
@@ -339,11 +345,11 @@ KN_INL void kn_kn_body(int64_t m, int64_t n, int64_t k, const float *a, int64_t 
                     const float *x = ar + r * lda + i;
                     float *y = ys + r * nbm;
                     for (int64_t j = nb8; j < nb; j++)
-                        y[j] += x[0] * kn_w(b, dt, o0 + j) + x[1] * kn_w(b, dt, o1 + j) +
-                                x[2] * kn_w(b, dt, o2 + j) + x[3] * kn_w(b, dt, o3 + j);
+                        y[j] += x[0] * kn_w(b, dt, o0 + j) + x[q4] * kn_w(b, dt, o1 + j) +
+                                x[2 * q4] * kn_w(b, dt, o2 + j) + x[3 * q4] * kn_w(b, dt, o3 + j);
                 }
             }
-            for (; i < k; i++) {
+            for (int64_t i = 4 * q4; i < k; i++) {
                 const int64_t o0 = i * ldb + c0;
                 for (int64_t r = 0; r < mm; r++) {
                     float *y = ys + r * nbm;
