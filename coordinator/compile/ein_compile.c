@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/ein_knob.h"
 #include "common/ein_progress.h"
 #include "common/ein_self.h"
 #include "common/ein_vec.h"
@@ -35,7 +36,7 @@ void ein_compile_options_init(ein_compile_options *o)
 
 int co_find_worker(const char *name, const char *given, char *out, size_t len, ein_error *err)
 {
-    const char *env = getenv("EINWORKER");
+    const char *env = ein_knob_get(EIN_KNOB_EINWORKER);
     if (given || (env && *env)) {
         snprintf(out, len, "%s", given ? given : env);
         if (access(out, X_OK) < 0)
@@ -381,12 +382,12 @@ int co_compile_lower(const pl_graph *g, const pl_plan *plan, const xp_topology *
         return rc;
     /* $EIN_NO_REUSE=1: the debugging switch for every front end, the
      * simulator's own lowering (co_sim_plan) included. */
-    const char *nr = getenv("EIN_NO_REUSE");
+    const char *nr = ein_knob_get(EIN_KNOB_NO_REUSE);
     co_lower_opts lo = {.seed = o->seed,
                         .no_reuse = o->no_reuse || (nr && *nr && strcmp(nr, "0") != 0)};
     /* $EIN_REUSE_DELAY=L,R: co_memplan's delays (tests use 0,0 to reuse as
      * soon as possible, acknowledgements included); malformed: defaults. */
-    const char *rd = getenv("EIN_REUSE_DELAY");
+    const char *rd = ein_knob_get(EIN_KNOB_REUSE_DELAY);
     co_memplan_opts mo;
     if (rd && sscanf(rd, "%d,%d", &mo.delay_local, &mo.delay_remote) == 2)
         lo.memplan = &mo;

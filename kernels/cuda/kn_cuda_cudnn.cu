@@ -40,6 +40,7 @@
  * documents them for token-major (THD) packing; ours is head-major.
  * Offset token blocks (q over [t0, t1) with t0 > 0) are left to our kernel. */
 #include "kernels/cuda/kn_cuda_common.cuh"
+#include "common/ein_knob.h"
 
 #include "config.h"
 
@@ -580,7 +581,7 @@ extern "C" int kn_cudnn_attention(struct kn_cudnn *c, int64_t group, const int64
  * error), anything else or unset: cuDNN where it applies, else ours. */
 static int kn_attention_mode(void)
 {
-    const char *m = getenv("EIN_ATTENTION");
+    const char *m = ein_knob_get(EIN_KNOB_ATTENTION);
     if (m && !strcmp(m, "ours"))
         return 0;
     if (m && !strcmp(m, "cudnn"))
