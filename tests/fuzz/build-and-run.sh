@@ -53,12 +53,13 @@ lib_srcs=$(cd "$src" && ls common/*.c planner/*.c planner/ops/*.c exchange/*.c \
     planner/rewrite/pl_rewrite.c planner/rewrite/rw_egraph.c planner/rewrite/rw_rules.c \
     planner/rewrite/rw_saturate.c \
     planner/rewrite/rw_ilp.c planner/rewrite/pl_rewrite_weights.c coordinator/compile/*.c \
-    $(ls coordinator/predict/*.c | grep -v co_calib_run.c))
+    $(ls coordinator/predict/*.c | grep -v co_calib_run.c) | grep -v '^exchange/xp_topo_builtin\.c$')
 
 # Rebuild everything when any source or header is newer than the last build.
 stamp="$out/obj/.stamp"
 if [ ! -f "$stamp" ] || [ -n "$( (find "$src/common" "$src/planner" "$src/exchange" \
-        "$src/coordinator" -newer "$stamp" \( -name '*.c' -o -name '*.h' -o -name '*.def' \);
+        "$src/coordinator" "$src/topologies" -newer "$stamp" \( -name '*.c' -o -name '*.h' \
+        -o -name '*.def' -o -name '*.awk' -o -name '*.topo' -o -name '*.cal' \);
         find "$here" -maxdepth 1 -newer "$stamp" \( -name '*.c' -o -name '*.h' \)) | head -n 1)" ]; then
     echo "fuzz: compiling $(echo $lib_srcs | wc -w) library sources with $cc"
     rm -f "$out"/obj/*.o
@@ -66,6 +67,11 @@ if [ ! -f "$stamp" ] || [ -n "$( (find "$src/common" "$src/planner" "$src/exchan
     for f in $lib_srcs; do echo "$f"; done | xargs -P "$jobs" -I{} sh -c \
         'o="$1/obj/$(echo "$2" | tr / _ | sed "s/\.c$/.o/")"; $3 $4 -fsanitize=fuzzer-no-link -c "$5/$2" -o "$o" || exit 255' \
         sh "$out" {} "$cc" "$cflags $san" "$src" || { echo "fuzz: compile failed"; exit 1; }
+    # The built-in machines are generated from topologies/ (exchange/local.am).
+    LC_ALL=C awk -f "$src/exchange/xp_machines.awk" $(LC_ALL=C ls "$src"/topologies/*.topo) \
+        > "$out/xp_topo_builtin.c" &&
+        $cc $cflags $san -fsanitize=fuzzer-no-link -c "$out/xp_topo_builtin.c" \
+            -o "$out/obj/exchange_xp_topo_builtin.o" || { echo "fuzz: compile failed"; exit 1; }
     for t in ein exprog wire npy rules probe topo safetensors saved load; do
         $cc $cflags $san -fsanitize=fuzzer "$here/fuzz_$t.c" "$out"/obj/*.o $deps_libs \
             -o "$out/fuzz_$t" || { echo "fuzz: link of fuzz_$t failed"; exit 1; }
