@@ -259,6 +259,15 @@ def _max_tokens(b, names, default):
     return default
 
 
+def _flag(b, name):
+    v = b.take(name)
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise _bad("%s: %s; expected true or false" % (name, json.dumps(v)), param=name)
+    return v
+
+
 def _stream_opts(b, stream):
     so = b.take("stream_options")
     if so is None:
@@ -517,9 +526,9 @@ def build_app(state):
         eng = ready()
         check_model(b)
         prompt = b.take("prompt")
-        stream = bool(b.take("stream", False))
+        stream = _flag(b, "stream")
         include_usage = _stream_opts(b, stream)
-        want_ids = bool(b.take("return_token_ids", False))
+        want_ids = _flag(b, "return_token_ids")
         mt = _max_tokens(b, ["max_tokens"], 16)
         kw = _common(b, eng, "completions")
         lp = b.num("logprobs", None, 0, 20, integer=True)
@@ -561,9 +570,9 @@ def build_app(state):
         eng = ready()
         check_model(b)
         msgs = b.take("messages")
-        stream = bool(b.take("stream", False))
+        stream = _flag(b, "stream")
         include_usage = _stream_opts(b, stream)
-        want_ids = bool(b.take("return_token_ids", False))
+        want_ids = _flag(b, "return_token_ids")
         mt = _max_tokens(b, ["max_completion_tokens", "max_tokens"], None)
         kw = _common(b, eng, "chat")
         lp_on = b.take("logprobs", False)

@@ -444,3 +444,103 @@ def test_worker_killed_exits(tiny, tmp_path):
         assert "cannot go on" in s.text()
     finally:
         s.stop()
+
+
+class PieceTokenizer:
+    """A stand-in tokenizer: id t is the text "<t>"; a chat template that
+    puts id 1 first and each message's ids after it."""
+
+    def encode(self, text, add_special_tokens=True):
+        return ([1] if add_special_tokens else []) + \
+            [int(p) for p in text.replace(">", "").split("<")[1:]]
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join("<%d>" % i for i in ids)
+
+    def stream(self):
+        class S:
+            def push(self, i):
+                return "<%d>" % i
+        return S()
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        out = [1]
+        for m in messages:
+            out += self.encode(m["content"], add_special_tokens=False)
+        return out + ([2] if add_generation_prompt else [])
+
+
+def test_text_and_chat_with_a_stand_in_tokenizer(tiny):
+    """Text prompts, chat (streaming and not), stop strings and logprobs'
+    token strings through the app in this process, with PieceTokenizer."""
+    import uvicorn
+    import einsummable as es
+    from einsummable import engine as E, serve as S
+    d, cfg, w = tiny
+    tok = PieceTokenizer()
+    model = es.llama.load([os.path.join(d, "model.safetensors")], cfg, device=[0],
+                          max_len=64 + 4, prefill_chunk=4)
+    eng = E.Engine(model, slots=2, tokenizer=tok)
+    st = S.State(NAME)
+    st.engine, st.tokenizer = eng, tok
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(S.build_app(st), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    th = threading.Thread(target=server.run, daemon=True)
+    th.start()
+    try:
+        end = time.time() + 30
+        while not server.started and time.time() < end:
+            time.sleep(0.02)
+
+        class Srv(Server):
+            def __init__(self):
+                self.port = port
+        s = Srv()
+        text = lambda ids: "".join("<%d>" % t for t in ids)
+        # a text prompt (encoded with the bos id 1)
+        want = greedy_ref(w, cfg, [1, 3, 4, 5], 8)
+        code, b = s.call("POST", "/v1/completions", dict(comp("<3><4><5>", 8), logprobs=1))
+        assert code == 200, b
+        assert b["choices"][0]["text"] == text(want)
+        assert b["choices"][0]["logprobs"]["tokens"] == ["<%d>" % t for t in want]
+        assert b["choices"][0]["logprobs"]["text_offset"][1] == len("<%d>" % want[0])
+        # chat: the template's ids, the answer as text
+        msgs = [{"role": "user", "content": "<7><8>"}]
+        want = greedy_ref(w, cfg, [1, 7, 8, 2], 10)
+        body = {"model": NAME, "messages": msgs, "max_tokens": 10, "temperature": 0,
+                "ignore_eos": True}
+        code, b = s.call("POST", "/v1/chat/completions", dict(body, logprobs=True,
+                                                               top_logprobs=2))
+        assert code == 200, b
+        m = b["choices"][0]
+        assert m["message"] == {"role": "assistant", "content": text(want)}
+        assert [c["token"] for c in m["logprobs"]["content"]] == ["<%d>" % t for t in want]
+        assert len(m["logprobs"]["content"][0]["top_logprobs"]) == 2
+        assert b["object"] == "chat.completion" and b["usage"]["prompt_tokens"] == 4
+        evs, done = stream(s, body, path="/v1/chat/completions")
+        assert done and evs[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert "".join(e["choices"][0]["delta"].get("content") or "" for e in evs) == text(want)
+        assert evs[-1]["choices"][0]["finish_reason"] == "length"
+        assert all(e["object"] == "chat.completion.chunk" for e in evs)
+        # a stop string across two tokens: cut before it, streamed or not
+        full = text(want)
+        stop = ("<%d>" % want[3])[2:] + "<%d" % want[4]
+        cut = full.find(stop)
+        code, b = s.call("POST", "/v1/chat/completions", dict(body, stop=stop))
+        assert b["choices"][0]["message"]["content"] == full[:cut]
+        assert b["choices"][0]["finish_reason"] == "stop"
+        evs, done = stream(s, dict(body, stop=[stop, "never"]), path="/v1/chat/completions")
+        assert "".join(e["choices"][0]["delta"].get("content") or "" for e in evs) == full[:cut]
+        # refused fields of chat
+        code, b = s.call("POST", "/v1/chat/completions", dict(body, response_format={
+            "type": "json_object"}))
+        assert code == 400 and b["error"]["param"] == "response_format"
+        code, b = s.call("POST", "/v1/chat/completions", dict(body, stream="yes"))
+        assert code == 400 and b["error"]["param"] == "stream"
+        code, b = s.call("POST", "/v1/chat/completions", dict(body, max_tokens=64))
+        assert code == 400 and b["error"]["code"] == "context_length_exceeded"
+    finally:
+        server.should_exit = True
+        th.join(30)
+        eng.close()
