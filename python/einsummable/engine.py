@@ -312,7 +312,10 @@ class Engine:
             r = Request(self._nid, [int(t) for t in prompt], params, sink)
             r._engine = self
             if self.tokenizer is not None:
-                r._dec = self.tokenizer.stream()
+                try:                     # the text leaves special tokens out, as OpenAI's
+                    r._dec = self.tokenizer.stream(skip_special_tokens=True)
+                except TypeError:
+                    r._dec = self.tokenizer.stream()
                 r.text = ""
             self._waiting.append(r)
             self.stats["requests"] += 1
@@ -436,7 +439,13 @@ class Engine:
             r = slots[b]
             if r._cancel:
                 continue                 # freed by the next _admit
-            self._advance(b, r, lg[b])
+            try:
+                self._advance(b, r, lg[b])
+            except Exception as e:       # this request's (a tokenizer's) failure, not the model's
+                with self._cv:
+                    if self._slots[b] is r:
+                        self._slots[b] = None
+                self._finish(r, "error", "request %d: %s: %s" % (r.id, type(e).__name__, e))
 
     def _advance(self, b, r, logits):
         p = r.params
@@ -458,17 +467,20 @@ class Engine:
         if r.first_token_at is None:
             r.first_token_at = time.perf_counter()
         stop_id = tok in p.stop_token_ids or (not p.ignore_eos and tok in self.eos)
+        ending = stop_id or len(r.token_ids) >= (p.max_tokens or math.inf) \
+            or r._pos + 1 >= self.context
         reason = None
         text = None
         if r._dec is not None:
             r._text += r._dec.push(tok)
+            if ending and hasattr(r._dec, "flush"):
+                r._text += r._dec.flush()        # bytes held for a character never completed
             cut, hold = _stop_scan(r._text, p.stop, r._out)
             if cut is not None:
                 r._text = r._text[:cut]
                 reason = "stop"
                 hold = len(r._text)
-            elif stop_id or len(r.token_ids) >= (p.max_tokens or math.inf) \
-                    or r._pos + 1 >= self.context:
+            elif ending:
                 hold = len(r._text)      # the end: nothing more can complete a stop string
             text = r._text[r._out:hold]
             r._out = hold

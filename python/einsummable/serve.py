@@ -15,6 +15,7 @@ answers 503, and /health does too.
 
 import argparse
 import asyncio
+import hmac
 import json
 import os
 import sys
@@ -321,7 +322,7 @@ def build_app(state):
     async def _auth(request, call_next):
         if state.api_key is not None and request.url.path != "/health":
             h = request.headers.get("authorization", "")
-            if h != "Bearer " + state.api_key:
+            if not hmac.compare_digest(h.encode(), ("Bearer " + state.api_key).encode()):
                 return err(ApiError(401, "Incorrect API key provided" if h else
                                     "No API key provided: send Authorization: Bearer KEY",
                                     code="invalid_api_key"))

@@ -232,3 +232,17 @@ def test_stop_strings_need_tokenizer(tiny):
         r = e.submit([1, 2], E.SamplingParams(max_tokens=3)).wait(60)
         assert r.text is None and len(r.token_ids) == 3
         assert r.tokens[0].text is None
+
+        class Broken(PieceTokenizer):
+            def stream(self):
+                class S:
+                    def push(self, i):
+                        raise ValueError("no text for id %d" % i)
+                return S()
+        # a tokenizer failing on one request ends that request, not the engine
+        e.tokenizer = Broken()
+        r = e.submit([1, 2], E.SamplingParams(max_tokens=3)).wait(60)
+        assert r.finish_reason == "error" and "no text for id" in r.error
+        e.tokenizer = None
+        r = e.submit([1, 2], E.SamplingParams(max_tokens=3)).wait(60)
+        assert r.finish_reason == "length" and e.recoveries == 0 and e.state == "ready"

@@ -544,3 +544,31 @@ def test_text_and_chat_with_a_stand_in_tokenizer(tiny):
         server.should_exit = True
         th.join(30)
         eng.close()
+
+
+def test_cli_refusals(tiny, tmp_path):
+    d = tiny[0]
+    run = lambda *a: subprocess.run([sys.executable, "-m", "einsummable.serve"] + list(a),
+                                    capture_output=True, text=True, timeout=120,
+                                    stdin=subprocess.DEVNULL)
+    r = run("--model", str(tmp_path / "none"))
+    assert r.returncode == 2 and "not a folder" in r.stderr
+    r = run("--model", d, "--bogus")
+    assert r.returncode == 2 and "--bogus" in r.stderr
+    r = run("--model", d, "--gpus", "0", "--cpu", "2")
+    assert r.returncode == 2 and "not allowed with" in r.stderr
+    r = run("--model", d, "--gpus", "3-1")
+    assert r.returncode == 2 and "3-1" in r.stderr
+    port = str(free_port())
+    r = run("--model", d, "--port", port, "--max-len", "5000")
+    assert r.returncode == 1 and "max_position_embeddings 1024" in r.stderr
+    m = tmp_path / "mistral"
+    m.mkdir()
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["architectures"] = ["MistralForCausalLM"]
+    cfg["model_type"] = "mistral"
+    (m / "config.json").write_text(json.dumps(cfg))
+    shutil.copy(os.path.join(d, "model.safetensors"), m / "model.safetensors")
+    r = run("--model", str(m), "--port", port)
+    assert r.returncode == 1 and "LlamaForCausalLM" in r.stderr, r.stderr
