@@ -695,7 +695,7 @@ def main(argv=None):
     state = State(name, a.api_key)
     app = build_app(state)
     config = uvicorn.Config(app, host=a.host, port=a.port, log_level=a.log_level,
-                            timeout_keep_alive=30)
+                            lifespan="off", timeout_keep_alive=30)
     server = uvicorn.Server(config)
     state.server = server
 
@@ -729,6 +729,8 @@ def main(argv=None):
         eng.on_failure = failed
         eng.on_recovered = lambda: _say("recovered: serving again")
         state.engine = eng
+        while not server.started:          # bound: say where (a failed bind exits the process)
+            time.sleep(0.05)
         _say("serving %r on http://%s:%d (/v1/completions, /v1/chat/completions, "
              "/v1/models, /health)" % (name, a.host, a.port))
 
