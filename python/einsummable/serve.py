@@ -58,16 +58,45 @@ def _say(msg):
 
 
 def load_tokenizer(folder):
-    """einsummable.tokenizer.Tokenizer of folder/tokenizer.json, or None
-    (with the reason) when there is none or the module is not there."""
+    """(tokenizer or None, why not): einsummable.tokenizer.Tokenizer of
+    folder/tokenizer.json (with tokenizer_config.json's and
+    generation_config.json's bos/eos)."""
     path = os.path.join(folder, "tokenizer.json")
     if not os.path.isfile(path):
         return None, "the model folder has no tokenizer.json"
     try:
-        from . import tokenizer as _tok            # issue 37's tokenizer
-    except ImportError:
-        return None, "this einsummable has no tokenizer module"
-    return _tok.Tokenizer.from_file(path), None
+        from . import tokenizer as _tok
+    except ImportError as e:
+        return None, "this einsummable has no tokenizer module (%s)" % e
+    return _tok.Tokenizer.from_file(folder), None
+
+
+class ChatTemplate:
+    """The folder's chat template (einsummable.chat) rendered and encoded
+    as transformers' apply_chat_template(tokenize=True) does: the text of
+    the template (which writes the bos itself) encoded without special
+    tokens added."""
+
+    def __init__(self, template, tokenizer):
+        self.template, self.tokenizer = template, tokenizer
+
+    def __call__(self, messages):
+        text = self.template.render(messages, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+
+def load_chat(folder, tok):
+    """(ChatTemplate or None, why not)."""
+    if tok is None:
+        return None, "no tokenizer"
+    try:
+        from . import chat as _chat
+    except ImportError as e:
+        return None, "this einsummable has no chat template module (%s)" % e
+    try:
+        return ChatTemplate(_chat.ChatTemplate.from_dir(folder), tok), None
+    except EinError as e:
+        return None, e.message
 
 
 def weight_files(folder):
@@ -92,7 +121,8 @@ def weight_files(folder):
 
 def load_folder(folder, device, backend=None, slots=8, max_len=None, prefill_chunk=16,
                 strategy=None, tokenizer=True):
-    """(engine, tokenizer or None, why no tokenizer) for a Hugging Face
+    """(engine, tokenizer or None, why not, chat template or None, why not)
+    for a Hugging Face
     LLaMA folder, compiled for `slots` sequences of up to max_len tokens
     (default the config's max_position_embeddings, at most 2048)."""
     from . import llama
@@ -115,6 +145,7 @@ def load_folder(folder, device, backend=None, slots=8, max_len=None, prefill_chu
     tok, why = (None, "--no-tokenizer")
     if tokenizer:
         tok, why = load_tokenizer(folder)
+    chat, chat_why = load_chat(folder, tok)
     _say("loading %s (%d safetensors file%s, %d layers, vocab %d); compiling for %d slots "
          "of %d tokens on %s" % (folder, len(files), "" if len(files) == 1 else "s",
                                   cfg.get("num_hidden_layers", 0), cfg.get("vocab_size", 0),
@@ -127,9 +158,10 @@ def load_folder(folder, device, backend=None, slots=8, max_len=None, prefill_chu
     except BaseException:
         model.close()
         raise
-    _say("ready in %.1f s%s" % (time.time() - t0, "" if tok else " (no tokenizer: %s; "
-                                 "token-id prompts only)" % why))
-    return eng, tok, why
+    _say("ready in %.1f s%s%s" % (time.time() - t0, "" if tok else " (no tokenizer: %s; "
+                                   "token-id prompts only)" % why,
+                                   "" if chat or not tok else " (no chat: %s)" % chat_why))
+    return eng, tok, why, chat, chat_why
 
 
 def _devices_words(device, backend):
@@ -292,6 +324,8 @@ class State:
         self.engine = None
         self.tokenizer = None
         self.no_tok_why = None
+        self.chat = None             # messages -> ids (ChatTemplate), or None
+        self.no_chat_why = "no tokenizer"
         self.error = None            # loading failed or the engine died: why
         self.created = int(time.time())
         self.server = None           # uvicorn.Server, to stop it when the engine dies
@@ -605,15 +639,14 @@ def build_app(state):
                 m["content"] = "".join(p["text"] for p in c)
             elif not isinstance(c, str):
                 raise _bad("messages: each content must be a string", param="messages")
-        tk = state.tokenizer
-        if tk is None or not hasattr(tk, "apply_chat_template"):
+        if state.chat is None:
             raise _bad("chat needs the model's tokenizer and chat template, which this server "
-                       "has not (%s); use /v1/completions with token ids"
-                       % (state.no_tok_why or "no chat template support"), param="messages")
+                       "has not (%s); use /v1/completions" % state.no_chat_why, param="messages")
         try:
-            ids = _chat_ids(tk, msgs)
-        except (ValueError, LookupError) as e:
-            raise _bad("the chat template failed: %s" % e, param="messages")
+            ids = list(state.chat(msgs))
+        except (EinError, ValueError, LookupError) as e:
+            raise _bad("the chat template failed: %s" % (getattr(e, "message", None) or e),
+                       param="messages")
         params = _engine.SamplingParams(max_tokens=mt, logprobs=(top if lp_on else None), **kw)
         loop = asyncio.get_running_loop()
         q = asyncio.Queue()
@@ -622,15 +655,6 @@ def build_app(state):
                          "chatcmpl-" + uuid.uuid4().hex, lp_on)
 
     return app
-
-
-def _chat_ids(tk, msgs):
-    """Token ids of a conversation through the tokenizer's chat template,
-    with the generation prompt."""
-    out = tk.apply_chat_template(msgs, add_generation_prompt=True)
-    if isinstance(out, str):
-        out = tk.encode(out, add_special_tokens=False)
-    return list(out)
 
 
 # -- the command line ------------------------------------------------------
@@ -709,14 +733,15 @@ def main(argv=None):
         if delay > 0:
             time.sleep(delay)
         try:
-            eng, tok, why = load_folder(a.model, device, backend=backend, slots=a.slots,
-                                        max_len=a.max_len, prefill_chunk=a.prefill_chunk,
-                                        strategy=a.strategy)
+            eng, tok, why, chat, chat_why = load_folder(
+                a.model, device, backend=backend, slots=a.slots, max_len=a.max_len,
+                prefill_chunk=a.prefill_chunk, strategy=a.strategy)
         except (EinError, OSError, ValueError) as e:
             _say("loading failed: %s" % (getattr(e, "message", None) or e))
             stop(1, "loading failed: %s" % (getattr(e, "message", None) or e))
             return
         state.tokenizer, state.no_tok_why = tok, why
+        state.chat, state.no_chat_why = chat, chat_why
 
         def failed(msg):
             _say(msg)

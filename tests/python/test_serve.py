@@ -463,11 +463,11 @@ class PieceTokenizer:
                 return "<%d>" % i
         return S()
 
-    def apply_chat_template(self, messages, add_generation_prompt=True):
+    def chat(self, messages):
         out = [1]
         for m in messages:
             out += self.encode(m["content"], add_special_tokens=False)
-        return out + ([2] if add_generation_prompt else [])
+        return out + [2]
 
 
 def test_text_and_chat_with_a_stand_in_tokenizer(tiny):
@@ -482,7 +482,7 @@ def test_text_and_chat_with_a_stand_in_tokenizer(tiny):
                           max_len=64 + 4, prefill_chunk=4)
     eng = E.Engine(model, slots=2, tokenizer=tok)
     st = S.State(NAME)
-    st.engine, st.tokenizer = eng, tok
+    st.engine, st.tokenizer, st.chat = eng, tok, tok.chat
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(S.build_app(st), host="127.0.0.1", port=port,
                                            log_level="warning"))
@@ -572,3 +572,104 @@ def test_cli_refusals(tiny, tmp_path):
     shutil.copy(os.path.join(d, "model.safetensors"), m / "model.safetensors")
     r = run("--model", str(m), "--port", port)
     assert r.returncode == 1 and "LlamaForCausalLM" in r.stderr, r.stderr
+
+
+LLAMA3_CHAT = ("{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + "
+               "message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + "
+               "'<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
+               "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
+
+
+def model_of_vocab(d, V, seed=5):
+    """A tiny random LLaMA as hf_model.py's, with vocab V (config.json,
+    model.safetensors); returns (cfg, float64 weights)."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
+           "intermediate_size": 40, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 8, "num_hidden_layers": 2, "vocab_size": V, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "float32",
+           "max_position_embeddings": 1024, "hidden_act": "silu", "rope_scaling": None}
+    rng = np.random.default_rng(seed)
+    w = lambda *s: (rng.standard_normal(s) / np.sqrt(s[-1])).astype(np.float32)
+    t = {"model.embed_tokens.weight": rng.standard_normal((V, 32)).astype(np.float32),
+         "model.norm.weight": np.ones(32, np.float32), "lm_head.weight": w(V, 32)}
+    for l in range(2):
+        p = "model.layers.%d." % l
+        t.update({p + "input_layernorm.weight": np.ones(32, np.float32),
+                  p + "post_attention_layernorm.weight": np.ones(32, np.float32),
+                  p + "self_attn.q_proj.weight": w(32, 32), p + "self_attn.k_proj.weight": w(16, 32),
+                  p + "self_attn.v_proj.weight": w(16, 32), p + "self_attn.o_proj.weight": w(32, 32),
+                  p + "mlp.gate_proj.weight": w(40, 32), p + "mlp.up_proj.weight": w(40, 32),
+                  p + "mlp.down_proj.weight": w(32, 40)})
+    hf_model.write(os.path.join(d, "model.safetensors"), sorted(t.items()))
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return cfg, {k: v.astype(np.float64) for k, v in t.items()}
+
+
+@pytest.fixture(scope="module")
+def worded(tmp_path_factory):
+    """einserve over a folder with a tokenizer: tokgen's byte-level BPE in
+    Llama 3's layout, tokenizer_config.json with a Llama 3 chat template, a
+    random model of its vocabulary."""
+    try:
+        from einsummable.tokenizer import Tokenizer
+    except ImportError:
+        pytest.skip("no einsummable.tokenizer in this tree")
+    import tokgen
+    d = str(tmp_path_factory.mktemp("worded"))
+    with open(os.path.join(d, "tokenizer.json"), "w") as f:
+        json.dump(tokgen.bytelevel(tokgen.corpus(300, 5), 60, "llama3"), f)
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+                   "chat_template": LLAMA3_CHAT}, f)
+    tok = Tokenizer.from_file(d)
+    cfg, w = model_of_vocab(d, tok.vocab_size)
+    s = Server(d, str(tmp_path_factory.mktemp("logs-worded")), extra=["--cpu", "1"])
+    try:
+        s.wait_ready()
+        yield s, tok, cfg, w
+    finally:
+        s.stop()
+
+
+def test_text_in_text_out(worded):
+    s, tok, cfg, w = worded
+    ids = tok.encode("Hello world, the café")
+    assert ids[0] == tok.bos_token_id
+    want = greedy_ref(w, cfg, ids, 12)
+    text = tok.decode(want, skip_special_tokens=True)
+    code, b = s.call("POST", "/v1/completions", comp("Hello world, the café", 12))
+    assert code == 200, b
+    assert b["choices"][0]["token_ids"] == want and b["choices"][0]["text"] == text
+    assert b["usage"]["prompt_tokens"] == len(ids)
+    evs, done = stream(s, comp("Hello world, the café", 12))
+    assert done and "".join(e["choices"][0]["text"] for e in evs) == text
+    # a stop string taken from the text: the text ends before it
+    stop = text[4:7]
+    if stop.strip() and "\ufffd" not in stop:
+        code, b = s.call("POST", "/v1/completions", comp("Hello world, the café", 12, stop=stop))
+        assert b["choices"][0]["text"] == text[:text.find(stop)]
+        assert b["choices"][0]["finish_reason"] == "stop"
+
+
+def test_chat_template(worded):
+    s, tok, cfg, w = worded
+    msgs = [{"role": "system", "content": "Be brief. "}, {"role": "user", "content": "Hi there"}]
+    body = {"model": NAME, "messages": msgs, "max_tokens": 10, "temperature": 0,
+            "ignore_eos": True}
+    code, b = s.call("POST", "/v1/chat/completions", body)
+    try:
+        import einsummable.chat  # noqa: F401
+    except ImportError:
+        assert code == 400 and "chat template" in b["error"]["message"]
+        pytest.skip("no einsummable.chat in this tree: chat refused, as it should be")
+    import jinja2
+    text = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(
+        LLAMA3_CHAT).render(messages=msgs, add_generation_prompt=True,
+                            bos_token="<|begin_of_text|>")
+    ids = tok.encode(text, add_special_tokens=False)
+    assert ids.count(tok.bos_token_id) == 1
+    want = greedy_ref(w, cfg, ids, 10)
+    assert code == 200, b
+    assert b["choices"][0]["message"]["content"] == tok.decode(want, skip_special_tokens=True)
+    assert b["usage"]["prompt_tokens"] == len(ids)
