@@ -352,15 +352,26 @@ def build_app(state):
     async def _api(request, exc):
         return err(exc)
 
-    @app.middleware("http")
-    async def _auth(request, call_next):
-        if state.api_key is not None and request.url.path != "/health":
-            h = request.headers.get("authorization", "")
-            if not hmac.compare_digest(h.encode(), ("Bearer " + state.api_key).encode()):
-                return err(ApiError(401, "Incorrect API key provided" if h else
-                                    "No API key provided: send Authorization: Bearer KEY",
-                                    code="invalid_api_key"))
-        return await call_next(request)
+    class Auth:
+        """The API key, checked before anything else (a plain ASGI
+        middleware: Starlette's BaseHTTPMiddleware would hide a client's
+        disconnect from the endpoints)."""
+
+        def __init__(self, app):
+            self.inner = app
+
+        async def __call__(self, scope, receive, send):
+            if scope["type"] == "http" and state.api_key is not None \
+                    and scope["path"] != "/health":
+                h = dict(scope["headers"]).get(b"authorization", b"")
+                if not hmac.compare_digest(h, b"Bearer " + state.api_key.encode()):
+                    await err(ApiError(401, "Incorrect API key provided" if h else
+                                       "No API key provided: send Authorization: Bearer KEY",
+                                       code="invalid_api_key"))(scope, receive, send)
+                    return
+            await self.inner(scope, receive, send)
+
+    app.add_middleware(Auth)
 
     def ready():
         if state.error is not None:
@@ -469,19 +480,26 @@ def build_app(state):
 
         if not stream:
             left = n
+
+            async def gone():               # http.disconnect: the client went away
+                while (await request.receive())["type"] != "http.disconnect":
+                    pass
+
+            watch = asyncio.ensure_future(gone())
             try:
                 while left:
-                    try:
-                        i, ev = await asyncio.wait_for(q.get(), 0.25)
-                    except asyncio.TimeoutError:
-                        if await request.is_disconnected():
-                            return None
-                        continue
+                    get = asyncio.ensure_future(q.get())
+                    await asyncio.wait([get, watch], return_when=asyncio.FIRST_COMPLETED)
+                    if not get.done():
+                        get.cancel()
+                        return None          # its sequences are cancelled below
+                    i, ev = get.result()
                     if ev[0] == "error":
                         raise ApiError(500, ev[1], "server_error", code="model_failed")
                     if ev[0] == "done":
                         left -= 1
             finally:
+                watch.cancel()
                 for r in reqs:
                     r.cancel()
             choices = []

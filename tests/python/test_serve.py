@@ -307,6 +307,31 @@ def test_disconnect_cancels(srv):
     assert h["tokens"] - before["tokens"] < CTX - 30, (h, before)
 
 
+def test_disconnect_cancels_non_streaming(srv):
+    """Eight long non-streaming requests (four wait for a slot) whose
+    clients go away: their sequences are cancelled, not run to the end."""
+    before = srv.call("GET", "/health")[1]
+    conns = []
+    for i in range(8):
+        c = srv.conn()
+        c.request("POST", "/v1/completions", body=json.dumps(comp(prompt(3, 60 + i), CTX - 10)),
+                  headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+        conns.append(c)
+    time.sleep(0.3)
+    for c in conns:
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.close()
+    end = time.time() + 20
+    while time.time() < end:
+        h = srv.call("GET", "/health")[1]
+        if h["active"] == 0 and h["waiting"] == 0:
+            break
+        time.sleep(0.05)
+    assert h["active"] == 0 and h["waiting"] == 0, h
+    assert h["cancelled"] - before["cancelled"] >= 4, (h, before)
+    assert h["tokens"] - before["tokens"] < 8 * (CTX - 10) // 2, (h, before)
+
+
 def test_openai_npm_client(srv, tiny, tmp_path):
     node = shutil.which("node")
     mod = os.path.join(NPM_DIR, "node_modules", "openai")
@@ -673,3 +698,52 @@ def test_chat_template(worded):
     assert code == 200, b
     assert b["choices"][0]["message"]["content"] == tok.decode(want, skip_special_tokens=True)
     assert b["usage"]["prompt_tokens"] == len(ids)
+
+
+def test_openai_npm_client_text_and_chat(worded, tmp_path):
+    node = shutil.which("node")
+    if node is None or not os.path.isdir(os.path.join(NPM_DIR, "node_modules", "openai")):
+        pytest.skip("the openai npm client is not installed in %s (.ci/run) or no node" % NPM_DIR)
+    s, tok, cfg, w = worded
+    try:
+        import einsummable.chat  # noqa: F401
+        has_chat = True
+    except ImportError:
+        has_chat = False
+    js = tmp_path / "client.mjs"
+    js.write_text("""
+import OpenAI from 'openai';
+const c = new OpenAI({baseURL: process.argv[2], apiKey: process.argv[3]});
+const out = {};
+const one = await c.completions.create({model: 'tiny', prompt: 'Hello world, the café',
+                                        max_tokens: 12, temperature: 0, ignore_eos: true});
+out.text = one.choices[0].text;
+let t = '';
+const s = await c.completions.create({model: 'tiny', prompt: 'Hello world, the café',
+                                      max_tokens: 12, temperature: 0, ignore_eos: true,
+                                      stream: true});
+for await (const ch of s) t += ch.choices[0]?.text || '';
+out.streamed = t;
+if (process.argv[4] === '1') {
+  const msgs = [{role: 'user', content: 'Hi there'}];
+  const r = await c.chat.completions.create({model: 'tiny', messages: msgs, max_tokens: 8,
+                                             temperature: 0, ignore_eos: true});
+  out.chat = r.choices[0].message.content;
+  let u = '';
+  const cs = await c.chat.completions.create({model: 'tiny', messages: msgs, max_tokens: 8,
+                                              temperature: 0, ignore_eos: true, stream: true});
+  for await (const ch of cs) u += ch.choices[0]?.delta?.content || '';
+  out.chat_streamed = u;
+}
+console.log(JSON.stringify(out));
+""")
+    os.symlink(os.path.join(NPM_DIR, "node_modules"), tmp_path / "node_modules")
+    r = subprocess.run([node, str(js), "http://127.0.0.1:%d/v1" % s.port, KEY,
+                        "1" if has_chat else "0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    want = tok.decode(greedy_ref(w, cfg, tok.encode("Hello world, the café"), 12),
+                      skip_special_tokens=True)
+    assert out["text"] == want and out["streamed"] == want
+    if has_chat:
+        assert out["chat"] and out["chat_streamed"] == out["chat"]
