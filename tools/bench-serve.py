@@ -45,8 +45,10 @@ def checkpoint(d, dm=768, L=12, V=32000, FF=2048, H=12, ctx=512):
         p = "model.layers.%d." % l
         t += [(p + "input_layernorm.weight", np.ones(dm, np.float32)),
               (p + "post_attention_layernorm.weight", np.ones(dm, np.float32)),
-              (p + "self_attn.q_proj.weight", w(dm, dm)), (p + "self_attn.k_proj.weight", w(dm, dm)),
-              (p + "self_attn.v_proj.weight", w(dm, dm)), (p + "self_attn.o_proj.weight", w(dm, dm)),
+              (p + "self_attn.q_proj.weight", w(dm, dm)),
+              (p + "self_attn.k_proj.weight", w(dm, dm)),
+              (p + "self_attn.v_proj.weight", w(dm, dm)),
+              (p + "self_attn.o_proj.weight", w(dm, dm)),
               (p + "mlp.gate_proj.weight", w(FF, dm)), (p + "mlp.up_proj.weight", w(FF, dm)),
               (p + "mlp.down_proj.weight", w(dm, FF))]
     hf_model.write(d + "/model.safetensors", t)

@@ -37,7 +37,7 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy
 
@@ -236,7 +236,8 @@ class Engine:
         self.on_recovered: Optional[Callable[[], None]] = None
         self.state = "starting"                 # "ready", "recovering", "dead"
         self.stats = {"decode_steps": 0, "prefill_runs": 0, "tokens": 0, "requests": 0,
-                      "mixed_prefill_runs": 0, "cancelled": 0, "decode_seconds": 0.0, "prefill_seconds": 0.0}
+                      "mixed_prefill_runs": 0, "cancelled": 0, "decode_seconds": 0.0,
+                      "prefill_seconds": 0.0}
         self._thread: Optional[threading.Thread] = None
         if start:
             self.start()

@@ -22,7 +22,6 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, Optional
 
 from ._errors import EIN_EINVAL, EinError, EinValueError
 from . import engine as _engine
@@ -139,7 +138,8 @@ def load_folder(folder, device, backend=None, slots=8, max_len=None, prefill_chu
     files = weight_files(folder)
     mpe = int(cfg.get("max_position_embeddings", 2048))
     if max_len and int(max_len) > mpe:
-        raise EinValueError(EIN_EINVAL, "--max-len %d exceeds the model's max_position_embeddings %d"
+        raise EinValueError(EIN_EINVAL, "--max-len %d exceeds the model's "
+                            "max_position_embeddings %d"
                             % (max_len, mpe))
     ctx = int(max_len) if max_len else min(mpe, 2048)
     tok, why = (None, "--no-tokenizer")

@@ -12,7 +12,6 @@ bad requests are refused."""
 
 import os
 import sys
-import threading
 import time
 
 import numpy as np
@@ -31,8 +30,7 @@ CTX = 40        # context tokens; the cache holds CTX + the chunk
 def forward(w, cfg, ids):
     """Logits [len, vocab] of a whole sequence (float64, transformers'
     LlamaForCausalLM), for the log-probabilities."""
-    dm, H, KV, D = (cfg["hidden_size"], cfg["num_attention_heads"],
-                    cfg["num_key_value_heads"], cfg["head_dim"])
+    H, KV, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     eps, base = cfg["rms_norm_eps"], cfg["rope_theta"]
     S = len(ids)
     x = w["model.embed_tokens.weight"][ids]
@@ -120,7 +118,8 @@ def test_batched_equals_alone_and_numpy(eng, tiny):
     for i, (g, wt) in enumerate(zip(got, want)):
         assert g == wt, "request %d (prompt %d tokens): %s, NumPy %s" % (i, len(ps[i]), g, wt)
     assert all(r.finish_reason == "length" for r in reqs)
-    assert eng.stats["mixed_prefill_runs"] > mixed0, "no prefill ran while another slot was decoding"
+    assert eng.stats["mixed_prefill_runs"] > mixed0, \
+        "no prefill ran while another slot was decoding"
     # alone, one at a time, in the same engine
     for i, (p, n) in enumerate(zip(ps, news)):
         r = eng.submit(p, E.SamplingParams(max_tokens=n, ignore_eos=True)).wait(60)

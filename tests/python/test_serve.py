@@ -621,8 +621,10 @@ def model_of_vocab(d, V, seed=5):
         p = "model.layers.%d." % l
         t.update({p + "input_layernorm.weight": np.ones(32, np.float32),
                   p + "post_attention_layernorm.weight": np.ones(32, np.float32),
-                  p + "self_attn.q_proj.weight": w(32, 32), p + "self_attn.k_proj.weight": w(16, 32),
-                  p + "self_attn.v_proj.weight": w(16, 32), p + "self_attn.o_proj.weight": w(32, 32),
+                  p + "self_attn.q_proj.weight": w(32, 32),
+                  p + "self_attn.k_proj.weight": w(16, 32),
+                  p + "self_attn.v_proj.weight": w(16, 32),
+                  p + "self_attn.o_proj.weight": w(32, 32),
                   p + "mlp.gate_proj.weight": w(40, 32), p + "mlp.up_proj.weight": w(40, 32),
                   p + "mlp.down_proj.weight": w(32, 40)})
     hf_model.write(os.path.join(d, "model.safetensors"), sorted(t.items()))
