@@ -9,17 +9,14 @@ refusals) needs nothing but the library."""
 import json
 import os
 import random
-import shutil
-import subprocess
 
 import pytest
 
 import tokgen
+from tokgen import _node, run_js
 from einsummable import EinError
 from einsummable.tokenizer import Tokenizer
 
-SRC = os.environ.get("EIN_SRCDIR") or os.path.join(os.path.dirname(__file__), "..", "..")
-JS_DIR = os.environ.get("EIN_JS_DIR") or os.path.join(SRC, "tests", "js")
 N_TEXTS = int(os.environ.get("EIN_TOK_TEXTS", "3000"))
 
 
@@ -51,29 +48,6 @@ def tokenizers(texts, tmp_path_factory):
             json.dump(tj, f, ensure_ascii=False)
         out[name] = (tj, Tokenizer.from_file(str(p)))
     return out
-
-
-def _node():
-    node = shutil.which("node")
-    if not node:
-        pytest.skip("node is not installed (Debian: nodejs): no reference implementation")
-    if not os.path.isdir(os.path.join(JS_DIR, "node_modules")):
-        pytest.skip("the references are not installed in %s/node_modules (npm ci --prefix "
-                    "tests/js, as .ci/run does)" % JS_DIR)
-    return node
-
-
-def run_js(payload, tmp_path):
-    """tests/js/tok_ref.mjs on `payload`; its JSON answer."""
-    node = _node()
-    inp, outp = tmp_path / "in.json", tmp_path / "out.json"
-    with open(inp, "w", encoding="utf-8") as f:
-        json.dump(payload, f, ensure_ascii=False)
-    r = subprocess.run([node, os.path.join(JS_DIR, "tok_ref.mjs"), str(inp), str(outp)],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    with open(outp, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def _random_ids(tok, rng, n):

@@ -5,8 +5,18 @@ byte-level BPE; Llama 2 / Mistral SentencePiece-style BPE with byte
 fallback, in the legacy Prepend+Replace and the Metaspace forms)."""
 
 import collections
+import json
+import os
 import random
 import re
+import shutil
+import subprocess
+
+import pytest
+
+SRC = os.environ.get("EIN_SRCDIR") or os.path.join(os.path.dirname(__file__), "..", "..")
+# tests/js: the references (npm ci --prefix tests/js) and tok_ref.mjs.
+JS_DIR = os.environ.get("EIN_JS_DIR") or os.path.join(SRC, "tests", "js")
 
 LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
              r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -255,3 +265,26 @@ def sentencepiece(texts, n_merges, style, byte_fallback=True, fuse_unk=True, min
     return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
             "normalizer": norm, "pre_tokenizer": pre, "post_processor": post, "decoder": dec,
             "model": model}
+
+
+def _node():
+    node = shutil.which("node")
+    if not node:
+        pytest.skip("node is not installed (Debian: nodejs): no reference implementation")
+    if not os.path.isdir(os.path.join(JS_DIR, "node_modules")):
+        pytest.skip("the references are not installed in %s/node_modules (npm ci --prefix "
+                    "tests/js, as .ci/run does)" % JS_DIR)
+    return node
+
+
+def run_js(payload, tmp_path):
+    """tests/js/tok_ref.mjs on `payload`; its JSON answer."""
+    node = _node()
+    inp, outp = tmp_path / "in.json", tmp_path / "out.json"
+    with open(inp, "w", encoding="utf-8") as f:
+        json.dump(payload, f, ensure_ascii=False)
+    r = subprocess.run([node, os.path.join(JS_DIR, "tok_ref.mjs"), str(inp), str(outp)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open(outp, encoding="utf-8") as f:
+        return json.load(f)
