@@ -252,6 +252,26 @@ def test_stream_python_and_curl(srv, tiny):
     assert json.loads(out.stdout)["choices"][0]["token_ids"] == want
 
 
+def test_several_prompts(srv, tiny):
+    """A list of prompts: one choice each, by index, streamed or not."""
+    d, cfg, w = tiny
+    ps = [prompt(2, 11), prompt(6, 12), prompt(1, 13)]
+    want = [greedy_ref(w, cfg, p, 5) for p in ps]
+    st, b = srv.call("POST", "/v1/completions", comp(ps, 5))
+    assert st == 200 and [c["index"] for c in b["choices"]] == [0, 1, 2]
+    assert [c["token_ids"] for c in b["choices"]] == want
+    assert b["usage"]["prompt_tokens"] == 9 and b["usage"]["completion_tokens"] == 15
+    evs, done = stream(srv, comp(ps, 5))
+    got = [[], [], []]
+    ends = []
+    for e in evs:
+        for c in e["choices"]:
+            got[c["index"]] += c.get("token_ids", [])
+            if c["finish_reason"]:
+                ends.append(c["index"])
+    assert done and got == want and sorted(ends) == [0, 1, 2]
+
+
 @pytest.mark.parametrize("body,status,what", [
     (dict(min_p=0.1), 400, "min_p"),
     (dict(frequency_penalty=0.5), 400, "frequency_penalty"),
