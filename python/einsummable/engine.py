@@ -234,7 +234,7 @@ class Engine:
         self.recoveries = 0
         self.on_failure: Optional[Callable[[str], None]] = None
         self.on_recovered: Optional[Callable[[], None]] = None
-        self.state = "starting"                 # "ready", "recovering", "dead"
+        self.state = "starting"     # "ready", "recovering" (compiling again), "failing", "dead"
         self.stats = {"decode_steps": 0, "prefill_runs": 0, "tokens": 0, "requests": 0,
                       "mixed_prefill_runs": 0, "cancelled": 0, "decode_seconds": 0.0,
                       "prefill_seconds": 0.0}
@@ -390,7 +390,7 @@ class Engine:
                 else:
                     self._decode(slots, dec)
                     self._last = "decode"
-            except EinError as e:
+            except Exception as e:       # a worker died, a device failed: never hang
                 if not self._recover(e):
                     return
 
@@ -507,33 +507,35 @@ class Engine:
         with self._cv:
             held = [r for r in self._slots if r is not None]
             self._slots = [None] * self.B
-        self.state = "recovering"
+        limit = int(os.environ.get("EIN_SERVE_RECOVERIES") or 3)
+        self.state = "recovering" if self.recoveries < limit else "failing"
         for r in held:
             self._finish(r, "error", msg)
         if self.on_failure is not None:
             self.on_failure(msg)
-        try:
-            if self.recoveries >= int(os.environ.get("EIN_SERVE_RECOVERIES", "3")):
-                raise e
-            self.recoveries += 1
-            self.model.close()
-            self.model._program(self.B)
-            self.state = "ready"
-            if self.on_recovered is not None:
-                self.on_recovered()
-            return True
-        except EinError as e2:
-            why = "%s; recompiling failed: %s" % (msg, getattr(e2, "message", None) or e2) \
-                if e2 is not e else msg + " (no recovery left)"
-            with self._cv:
-                self.dead = why
-                self.state = "dead"
-                waiting, self._waiting = self._waiting, []
-            for r in waiting:
-                self._finish(r, "error", why)
-            if self.on_failure is not None:
-                self.on_failure(why)
-            return False
+        if self.recoveries >= limit:
+            why = "%s (no recovery left: %d of EIN_SERVE_RECOVERIES=%d made)" % (
+                msg, self.recoveries, limit)
+        else:
+            try:
+                self.recoveries += 1
+                self.model.close()
+                self.model._program(self.B)
+                self.state = "ready"
+                if self.on_recovered is not None:
+                    self.on_recovered()
+                return True
+            except Exception as e2:
+                why = "%s; compiling again failed: %s" % (msg, getattr(e2, "message", None) or e2)
+        with self._cv:
+            self.dead = why
+            self.state = "dead"
+            waiting, self._waiting = self._waiting, []
+        for r in waiting:
+            self._finish(r, "error", why)
+        if self.on_failure is not None:
+            self.on_failure(why)
+        return False
 
 
 class ContextError(EinValueError):

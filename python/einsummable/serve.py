@@ -380,8 +380,10 @@ def build_app(state):
                            code="model_failed")
         eng = state.engine
         if eng is None or eng.state != "ready":
-            raise ApiError(503, "the model is %s; try again shortly" % (
-                "loading" if eng is None else "recompiling after a failure"), "server_error",
+            raise ApiError(503, "the model is %s" % (
+                "loading; try again shortly" if eng is None else
+                "compiling again after a failure; try again shortly"
+                if eng.state == "recovering" else "failing: %s" % eng.dead), "server_error",
                 code="model_not_ready")
         return eng
 
@@ -762,12 +764,11 @@ def main(argv=None):
         state.chat, state.no_chat_why = chat, chat_why
 
         def failed(msg):
-            _say(msg)
             if eng.dead:
-                _say("the engine cannot go on; exiting")
+                _say("the engine cannot go on (%s); exiting" % msg)
                 stop(1, eng.dead)
             else:
-                _say("compiling again")
+                _say(msg + ("; compiling again" if eng.state == "recovering" else ""))
 
         eng.on_failure = failed
         eng.on_recovered = lambda: _say("recovered: serving again")
