@@ -604,7 +604,10 @@ def build_app(state):
                     raise _bad("text prompts need the model's tokenizer, which this server has "
                                "not (%s): send the prompt as a list of token ids"
                                % state.no_tok_why, param="prompt")
-                ids.append(state.tokenizer.encode(p, add_special_tokens=True))
+                try:
+                    ids.append(state.tokenizer.encode(p, add_special_tokens=True))
+                except EinError as e:
+                    raise _bad("the prompt cannot be encoded: %s" % e.message, param="prompt")
             elif isinstance(p, list) and all(isinstance(t, int) and not isinstance(t, bool)
                                              for t in p):
                 ids.append(p)
@@ -630,7 +633,7 @@ def build_app(state):
         want_ids = _flag(b, "return_token_ids")
         mt = _max_tokens(b, ["max_completion_tokens", "max_tokens"], None)
         kw = _common(b, eng, "chat")
-        lp_on = b.take("logprobs", False)
+        lp_on = _flag(b, "logprobs")
         if not isinstance(lp_on, bool):
             raise _bad("logprobs: expected true or false", param="logprobs")
         top = b.num("top_logprobs", 0, 0, 20, integer=True)
