@@ -216,7 +216,9 @@ def sentencepiece(texts, n_merges, style, byte_fallback=True, fuse_unk=True, min
         chars.update(t)
         for w in re.findall(r"▁*[^▁]+|▁+", t):
             words[tuple(w)] += 1
-    alphabet = sorted(c for c, k in chars.items() if k >= min_count)
+    # NUL is left to byte fallback: JSON object keys cannot hold it in jansson
+    # (a vocabulary key "\u0000" is refused as a parse error)
+    alphabet = sorted(c for c, k in chars.items() if k >= min_count and c != "\x00")
     aset = set(alphabet)
     words = collections.Counter({w: c for w, c in words.items() if all(ch in aset for ch in w)})
     merges = _train(words, alphabet, n_merges)
