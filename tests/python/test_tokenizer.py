@@ -17,13 +17,16 @@ from tokgen import _node, run_js
 from einsummable import EinError
 from einsummable.tokenizer import Tokenizer
 
-N_TEXTS = int(os.environ.get("EIN_TOK_TEXTS", "3000"))
+# Under the sanitizers (an ASan runtime preloaded into Python) a third of the
+# corpus: that run looks for memory errors, the plain one for differences.
+N_TEXTS = int(os.environ.get("EIN_TOK_TEXTS") or
+              (1000 if "asan" in os.environ.get("LD_PRELOAD", "") else 3000))
 
 
 @pytest.fixture(scope="module")
 def texts():
     specials = tokgen.LLAMA3_SPECIAL + ["<tool>", "<|endoftext|>", "<s>", "</s>", "<unk>"] + \
-        tokgen.SP_SPECIAL
+        tokgen.SP_SPECIAL + tokgen.SP_ADDED
     return tokgen.corpus(N_TEXTS, 37, specials)
 
 
@@ -139,7 +142,9 @@ def test_against_js(texts, tokenizers, refs):
 def test_roundtrip(texts, tokenizers):
     """Byte-level and byte-fallback tokenizers lose nothing: decode(encode(t))
     is t (the SentencePiece ones drop nothing but the one leading space
-    their decoder strips)."""
+    their decoder strips; texts with added tokens are left out: "<tool>"
+    takes the spaces around it, "<mark>" is matched after normalization
+    with the "▁" before it, and specials decode as their content)."""
     for name in ("llama3", "gpt2", "llama2", "metaspace"):
         tok = tokenizers[name][1]
         for t in texts:
@@ -147,7 +152,7 @@ def test_roundtrip(texts, tokenizers):
             if name == "gpt2" or (name == "llama3" and "<tool>" not in t):
                 assert back == t, (name, t, back)
             elif name in ("llama2", "metaspace") and not t.startswith(" ") and not any(
-                    s in t for s in ("<s>", "</s>", "<unk>", "[INST]", "[/INST]")):
+                    s in t for s in ("<s>", "</s>", "<unk>", "[INST]", "[/INST]", "<mark>")):
                 assert back == t, (name, t, back)
 
 

@@ -24,6 +24,7 @@ LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 LLAMA3_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                   "<|end_header_id|>", "<|eot_id|>"]
 SP_SPECIAL = ["[INST]", "[/INST]"]
+SP_ADDED = ["<mark>", " <mark>"]
 
 _WORDS = ("the of and to in is was for on that with as by at from it an be this are or "
           "have not but what all were when we there can your which their said if do will "
@@ -235,6 +236,9 @@ def sentencepiece(texts, n_merges, style, byte_fallback=True, fuse_unk=True, min
     for s in SP_SPECIAL:
         added.append({"id": len(vocab) + len(added) - 3, "content": s, "single_word": False,
                       "lstrip": False, "rstrip": False, "normalized": False, "special": True})
+    # an added token matched in the normalized text (normalized: true)
+    added.append({"id": len(vocab) + len(added) - 3, "content": "<mark>", "single_word": False,
+                  "lstrip": False, "rstrip": False, "normalized": True, "special": False})
     model = {"type": "BPE", "dropout": None, "unk_token": "<unk>",
              "continuing_subword_prefix": None, "end_of_word_suffix": None,
              "fuse_unk": fuse_unk, "byte_fallback": byte_fallback, "vocab": vocab}
