@@ -25,7 +25,7 @@ N_TEXTS = int(os.environ.get("EIN_TOK_TEXTS") or
 
 @pytest.fixture(scope="module")
 def texts():
-    specials = tokgen.LLAMA3_SPECIAL + ["<tool>", "<|endoftext|>", "<s>", "</s>", "<unk>"] + \
+    specials = tokgen.LLAMA3_SPECIAL + tokgen.QWEN2_SPECIAL + ["<tool>", "<s>", "</s>", "<unk>"] + \
         tokgen.SP_SPECIAL + tokgen.SP_ADDED
     return tokgen.corpus(N_TEXTS, 37, specials)
 
@@ -37,9 +37,10 @@ def tokenizers(texts, tmp_path_factory):
     tjs = {
         "llama3": tokgen.bytelevel(train, 400, "llama3"),
         "gpt2": tokgen.bytelevel(train, 300, "gpt2"),
+        "qwen2": tokgen.bytelevel(train, 300, "qwen2"),
         "llama2": tokgen.sentencepiece(train, 300, "legacy"),
         "metaspace": tokgen.sentencepiece(train, 300, "metaspace"),
-        "sp_unk": tokgen.sentencepiece(train, 200, "legacy", byte_fallback=False),
+        "sp_unk": tokgen.sentencepiece(train, 200, "legacy", byte_fallback=False, nfkc=True),
         "sp_unk_nofuse": tokgen.sentencepiece(train, 200, "metaspace", byte_fallback=False,
                                               fuse_unk=False),
     }
@@ -262,7 +263,8 @@ def test_refusals(tokenizers, tmp_path):
         return d
 
     cases = [
-        (variant(normalizer={"type": "NFC"}), "normalizer \"NFC\" is not supported"),
+        (variant(normalizer={"type": "Lowercase"}), "normalizer \"Lowercase\" is not supported"),
+        (variant(normalizer={"type": "NFKC", "x": 1}), "NFKC: field \"x\""),
         (variant(pre_tokenizer={"type": "Whitespace"}), "pre_tokenizer \"Whitespace\""),
         (variant(decoder={"type": "WordPiece", "prefix": "##", "cleanup": True}),
          "decoder \"WordPiece\""),
@@ -285,6 +287,9 @@ def test_refusals(tokenizers, tmp_path):
         (variant(added_tokens=[{"id": 0, "content": "<unk>", "single_word": True,
                                 "lstrip": False, "rstrip": False, "normalized": False,
                                 "special": True}]), "single_word is not supported"),
+        (variant(added_tokens=[{"id": 5, "content": "<s>", "single_word": False,
+                                "lstrip": False, "rstrip": False, "normalized": False,
+                                "special": True}]), "has id 5 but the vocabulary gives it 1"),
         ("{\"model\": ", "line 1"),
         ("[1, 2]", "not a JSON object"),
     ]
