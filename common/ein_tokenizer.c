@@ -444,7 +444,7 @@ static int tk_split_added(const ein_tokenizer *tk, tk_pieces *ps, int normalized
                     if (a->normalized != normalized) continue;
                     const char *c = normalized ? a->norm : a->content;
                     size_t cl = normalized ? a->norm_len : a->len;
-                    if (cl && cl <= n - at && cl > blen && !memcmp(s + at, c, cl)) {
+                    if (cl && cl <= n - at && cl > blen && s[at] == c[0] && !memcmp(s + at, c, cl)) {
                         best = k;
                         blen = cl;
                     }
