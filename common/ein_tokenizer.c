@@ -14,6 +14,7 @@
  * Decoding maps ids to token strings and runs the decoder chain. */
 #include <jansson.h>
 #include <stdint.h>
+#include <utf8proc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -365,6 +366,20 @@ static int tk_normalize(const ein_tokenizer *tk, const char *s, size_t n, tk_buf
         } else if (st->kind == TK_N_REPLACE) {
             if ((rc = tk_pat_replace(&st->pat, out->p, out->n, st->str, st->str_len, &tmp, err)) < 0)
                 goto done;
+        } else if (st->kind == TK_N_UNICODE) { /* NFC, NFD, NFKC, NFKD: st->a is the options */
+            utf8proc_uint8_t *dst = NULL;
+            utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)out->p,
+                                              (utf8proc_ssize_t)out->n, &dst,
+                                              (utf8proc_option_t)st->a);
+            if (m < 0) {
+                free(dst);
+                rc = ein_fail(err, m == UTF8PROC_ERROR_NOMEM ? EIN_ENOMEM : EIN_EINVAL,
+                              "tokenizer: Unicode normalization: %s", utf8proc_errmsg(m));
+                goto done;
+            }
+            rc = tk_buf_add(&tmp, (const char *)dst, (size_t)m);
+            free(dst);
+            if (rc < 0) goto nomem;
         } else { /* Strip: Unicode whitespace at either end */
             size_t lo = 0, hi = out->n;
             const unsigned char *u = (const unsigned char *)out->p;
@@ -429,7 +444,7 @@ static int tk_split_added(const ein_tokenizer *tk, tk_pieces *ps, int normalized
                     if (a->normalized != normalized) continue;
                     const char *c = normalized ? a->norm : a->content;
                     size_t cl = normalized ? a->norm_len : a->len;
-                    if (cl && cl <= n - at && cl > blen && !memcmp(s + at, c, cl)) {
+                    if (cl && cl <= n - at && cl > blen && s[at] == c[0] && !memcmp(s + at, c, cl)) {
                         best = k;
                         blen = cl;
                     }

@@ -37,7 +37,7 @@ typedef struct tk_added {
     int lstrip, rstrip, normalized, special;
 } tk_added;
 
-enum { TK_N_PREPEND, TK_N_REPLACE, TK_N_STRIP };
+enum { TK_N_PREPEND, TK_N_REPLACE, TK_N_STRIP, TK_N_UNICODE };
 enum { TK_P_SPLIT, TK_P_BYTELEVEL, TK_P_METASPACE };
 enum { TK_B_REMOVED, TK_B_ISOLATED, TK_B_PREV, TK_B_NEXT, TK_B_CONTIG };
 enum { TK_S_ALWAYS, TK_S_FIRST, TK_S_NEVER };

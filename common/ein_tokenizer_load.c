@@ -3,6 +3,7 @@
  * do not know, a component type we do not implement, or a value that would
  * change the result in a way we do not reproduce is refused by name. */
 #include <jansson.h>
+#include <utf8proc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,9 +173,22 @@ static int tk_load_norm(ein_tokenizer *tk, json_t *j, ein_error *err)
         st.kind = TK_N_STRIP;
         return tk_step_add(&tk->norm, &tk->nnorm, st, err);
     }
+    static const char *const forms[] = {"NFC", "NFD", "NFKC", "NFKD"};
+    static const int opts[] = {
+        UTF8PROC_STABLE | UTF8PROC_COMPOSE, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE,
+        UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
+        UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT};
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(t, forms[i])) continue;
+        static const char *const k[] = {"type", NULL};
+        if ((rc = tk_keys(j, forms[i], k, err)) < 0) return rc;
+        st.kind = TK_N_UNICODE;
+        st.a = opts[i];
+        return tk_step_add(&tk->norm, &tk->nnorm, st, err);
+    }
     return ein_fail(err, EIN_EUNSUPPORTED,
                     "tokenizer.json: normalizer \"%s\" is not supported (Sequence, Prepend, "
-                    "Replace, Strip)", t);
+                    "Replace, Strip, NFC, NFD, NFKC, NFKD)", t);
 }
 
 /* ---- pre-tokenizer ---- */
@@ -565,6 +579,13 @@ static int tk_load_added(ein_tokenizer *tk, json_t *added, ein_error *err)
         if ((rc = tk_dup(s, n, &a->content, &a->len, err)) < 0) return rc;
         tk->nadded++;
         a->id = (int32_t)json_integer_value(json_object_get(x, "id"));
+        /* The crate gives an added token that is also in the vocabulary the
+         * vocabulary's id, whatever the file says: a file where the two differ
+         * was not written by it, and which id is meant cannot be told. */
+        int32_t vid = tk_smap_find(&tk->vocab, tk->vstr, tk->vlen, s, n);
+        if (vid >= 0 && vid != a->id)
+            return ein_fail(err, EIN_EPARSE, "tokenizer.json: %s: \"%.64s\" has id %ld but the "
+                            "vocabulary gives it %ld", where, s, (long)a->id, (long)vid);
         if (tk_smap_find(&tk->addmap, tk->tok, tk->toklen, s, n) >= 0)
             return ein_fail(err, EIN_EPARSE, "tokenizer.json: %s: \"%.64s\" is added twice", where, s);
         if (tk->tok[a->id] && tk->tok[a->id] != tk->vstr[a->id])

@@ -5,12 +5,13 @@
  * GPT-2 / Llama 3, SentencePiece-style with byte_fallback and fuse_unk as in
  * Llama 2 / Mistral, merges as "a b" strings or [a, b] pairs, ignore_merges);
  * added and special tokens with their lstrip/rstrip/normalized flags; the
- * normalizers Sequence, Prepend, Replace, Strip; the pre-tokenizers
+ * normalizers Sequence, Prepend, Replace, Strip, NFC, NFD, NFKC, NFKD
+ * (utf8proc); the pre-tokenizers
  * Sequence, Split (Regex through PCRE2 with UTF and UCP, or String; every
  * behavior, invert), ByteLevel, Metaspace; the post-processors
  * TemplateProcessing, ByteLevel and Sequence; the decoders ByteLevel,
  * Metaspace, Replace, ByteFallback, Fuse, Strip and Sequence. Anything else
- * in the file (another model type, a normalizer such as NFC, a BPE dropout,
+ * in the file (another model type, a normalizer such as Lowercase, a BPE dropout,
  * a single_word added token, ...) is refused by name when loading.
  *
  * Ownership and lifetime: ein_tokenizer_load*() allocate a tokenizer freed

@@ -21,9 +21,14 @@ JS_DIR = os.environ.get("EIN_JS_DIR") or os.path.join(SRC, "tests", "js")
 LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
              r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
+QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+            r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
 LLAMA3_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                   "<|end_header_id|>", "<|eot_id|>"]
 SP_SPECIAL = ["[INST]", "[/INST]"]
+SP_ADDED = ["<mark>", " <mark>"]
 
 _WORDS = ("the of and to in is was for on that with as by at from it an be this are or "
           "have not but what all were when we there can your which their said if do will "
@@ -41,7 +46,8 @@ _EMOJI = ["😀", "🎉", "👍🏽", "👨‍👩‍👧‍👦", "🇫🇷", "
           "😀😀😀"]
 _ODD = ["\u00a0", "\u0085", "\u3000", "\ufeff", "\u200b", "\u2028", "e\u0301", "\u202f",
         "\t", "\r\n", "\v", "\f", "\u1680", "ﬁ", "Ⅻ", "½", "²", "٣", "𝟘", "\x00", "\x7f",
-        "\u0300", "\U0010fffd", "\ue000"]
+        "\u0300", "\U0010fffd", "\ue000", "\u212b", "n\u0303", "\u1100\u1161", "\u00c5\u0301",
+        "\uff21\uff22", "\u2460", "\u3231"]
 _PUNCT = list(".,;:!?-—–()[]{}<>\"'`~@#$%^&*_+=/\\|…«»“”‘’") + ["...", "!!", "?!", "--", "''",
                                                                "->", "=>", "::", "//"]
 
@@ -89,6 +95,17 @@ def corpus(n, seed, specials=()):
         sep = rng.choice(["", " ", " ", " ", "\n"])
         out.append(sep.join(parts) if rng.random() < 0.8 else "".join(parts))
     return out[:n]
+
+
+def _add(added, vocab, content, special, normalized=False, lstrip=False, rstrip=False):
+    """An added token: the vocabulary's id where the content is in it (as the
+    crate assigns it), else the next free id."""
+    used = set(vocab.values()) | {a["id"] for a in added}
+    tid = vocab.get(content)
+    if tid is None:
+        tid = max(used) + 1
+    added.append({"id": tid, "content": content, "single_word": False, "lstrip": lstrip,
+                  "rstrip": rstrip, "normalized": normalized, "special": special})
 
 
 def bytes_to_unicode():
@@ -162,14 +179,25 @@ def bytelevel(texts, n_merges, style):
              "continuing_subword_prefix": None, "end_of_word_suffix": None, "fuse_unk": False,
              "byte_fallback": False, "ignore_merges": style == "llama3", "vocab": vocab}
     added = []
-    if style == "llama3":
+    norm = None
+    if style == "qwen2":  # NFC, Qwen2's regex (one digit a piece), no bos template
+        model["merges"] = ["%s %s" % (a, b) for a, b in merges]
+        for s in QWEN2_SPECIAL:
+            _add(added, vocab, s, True)
+        norm = {"type": "NFC"}
+        pre = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": QWEN2_RE}, "behavior": "Isolated",
+             "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+             "use_regex": False}]}
+        post = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                "use_regex": False}
+    elif style == "llama3":
         model["merges"] = [[a, b] for a, b in merges]
         for s in LLAMA3_SPECIAL:
-            added.append({"id": len(vocab) + len(added), "content": s, "single_word": False,
-                          "lstrip": False, "rstrip": False, "normalized": False, "special": True})
+            _add(added, vocab, s, True)
         # a non-special added token that eats the spaces around it
-        added.append({"id": len(vocab) + len(added), "content": "<tool>", "single_word": False,
-                      "lstrip": True, "rstrip": True, "normalized": False, "special": False})
+        _add(added, vocab, "<tool>", False, lstrip=True, rstrip=True)
         pre = {"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": LLAMA3_RE}, "behavior": "Isolated",
              "invert": False},
@@ -186,23 +214,23 @@ def bytelevel(texts, n_merges, style):
                       {"Sequence": {"id": "A", "type_id": 0}},
                       {"SpecialToken": {"id": bos, "type_id": 1}},
                       {"Sequence": {"id": "B", "type_id": 1}}],
-             "special_tokens": {bos: {"id": bos, "ids": [len(vocab)], "tokens": [bos]}}}]}
+             "special_tokens": {bos: {"id": bos, "ids": [added[0]["id"]], "tokens": [bos]}}}]}
     else:
         model["merges"] = ["%s %s" % (a, b) for a, b in merges]
-        added.append({"id": len(vocab), "content": "<|endoftext|>", "single_word": False,
-                      "lstrip": False, "rstrip": False, "normalized": False, "special": True})
+        _add(added, vocab, "<|endoftext|>", True)
         pre = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                "use_regex": True}
         post = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
                 "use_regex": True}
     return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-            "normalizer": None, "pre_tokenizer": pre, "post_processor": post,
+            "normalizer": norm, "pre_tokenizer": pre, "post_processor": post,
             "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
                         "use_regex": True},
             "model": model}
 
 
-def sentencepiece(texts, n_merges, style, byte_fallback=True, fuse_unk=True, min_count=4):
+def sentencepiece(texts, n_merges, style, byte_fallback=True, fuse_unk=True, min_count=4,
+                  nfkc=False):
     """A SentencePiece-style BPE over characters ("▁" for spaces): style
     "legacy" (Llama 2: Prepend + Replace normalizers, Replace/ByteFallback/
     Fuse/Strip decoders, merges as "a b") or "metaspace" (Metaspace
@@ -216,7 +244,9 @@ def sentencepiece(texts, n_merges, style, byte_fallback=True, fuse_unk=True, min
         chars.update(t)
         for w in re.findall(r"▁*[^▁]+|▁+", t):
             words[tuple(w)] += 1
-    alphabet = sorted(c for c, k in chars.items() if k >= min_count)
+    # NUL is left to byte fallback: JSON object keys cannot hold it in jansson
+    # (a vocabulary key "\u0000" is refused as a parse error)
+    alphabet = sorted(c for c, k in chars.items() if k >= min_count and c != "\x00")
     aset = set(alphabet)
     words = collections.Counter({w: c for w, c in words.items() if all(ch in aset for ch in w)})
     merges = _train(words, alphabet, n_merges)
@@ -231,8 +261,9 @@ def sentencepiece(texts, n_merges, style, byte_fallback=True, fuse_unk=True, min
     added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for i, s in enumerate(["<unk>", "<s>", "</s>"])]
     for s in SP_SPECIAL:
-        added.append({"id": len(vocab) + len(added) - 3, "content": s, "single_word": False,
-                      "lstrip": False, "rstrip": False, "normalized": False, "special": True})
+        _add(added, vocab, s, True)
+    # an added token matched in the normalized text (normalized: true)
+    _add(added, vocab, "<mark>", False, normalized=True)
     model = {"type": "BPE", "dropout": None, "unk_token": "<unk>",
              "continuing_subword_prefix": None, "end_of_word_suffix": None,
              "fuse_unk": fuse_unk, "byte_fallback": byte_fallback, "vocab": vocab}
@@ -249,6 +280,8 @@ def sentencepiece(texts, n_merges, style, byte_fallback=True, fuse_unk=True, min
         norm = {"type": "Sequence", "normalizers": [
             {"type": "Prepend", "prepend": "▁"},
             {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}
+        if nfkc:
+            norm["normalizers"].insert(0, {"type": "NFKC"})
         pre = None
         dec = {"type": "Sequence", "decoders": [
             {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
