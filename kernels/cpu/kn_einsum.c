@@ -506,6 +506,35 @@ static int kn_out_matrix(const kn_es *e, kn_gemm *gm, float *t, float **cs, ein_
     return 0;
 }
 
+/* A few rows of A (a batch of decode steps, up to KN_FEW_ROWS): B in
+ * blocks of about KN_FEW_BYTES, each block read from memory once by the
+ * first row's sgemv and from cache by the others', where sgemm (OpenBLAS
+ * before 0.3.27) first packs a copy of all of B. */
+#define KN_FEW_ROWS 16
+#define KN_FEW_BYTES (256 << 10)
+
+static void kn_gemm_few_rows(const kn_mat *ma, const kn_mat *mb, int64_t oa, int64_t ob,
+                             float *c, int64_t ldc, int m, int n, int k)
+{
+    int nb = (int)(KN_FEW_BYTES / ((int64_t)sizeof(float) * (k > 0 ? k : 1)));
+    if (nb < 16)
+        nb = 16;
+    for (int j0 = 0; j0 < n; j0 += nb) {
+        const int w = n - j0 < nb ? n - j0 : nb;
+        for (int i = 0; i < m; i++) {
+            const float *x = ma->trans ? ma->p + oa + i : ma->p + oa + (int64_t)i * ma->ld;
+            const int incx = ma->trans ? (int)ma->ld : 1;
+            float *y = c + (int64_t)i * ldc + j0;
+            if (mb->trans) /* B stored [n, k]: rows j0.. of it */
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, w, k, 1.0f,
+                            mb->p + ob + (int64_t)j0 * mb->ld, (int)mb->ld, x, incx, 0.0f, y, 1);
+            else /* B stored [k, n]: columns j0.. of it */
+                cblas_sgemv(CblasRowMajor, CblasTrans, k, w, 1.0f, mb->p + ob + j0,
+                            (int)mb->ld, x, incx, 0.0f, y, 1);
+        }
+    }
+}
+
 /* One sgemm per batch index (batch letters odometer-style, last fastest). */
 static void kn_gemm_batches(const kn_es *e, const kn_gemm *gm)
 {
@@ -531,6 +560,8 @@ static void kn_gemm_batches(const kn_es *e, const kn_gemm *gm)
             cblas_sgemv(CblasRowMajor, mb->trans ? CblasNoTrans : CblasTrans,
                         mb->trans ? n : k, mb->trans ? k : n, 1.0f, mb->p + ob, (int)mb->ld,
                         ma->p + oa, ma->trans ? (int)ma->ld : 1, 0.0f, pc + oc, 1);
+        else if (!gm->ctrans && m <= KN_FEW_ROWS && k > 0)
+            kn_gemm_few_rows(ma, mb, oa, ob, pc + oc, gm->ldc, m, n, k);
         else if (!gm->ctrans)
             cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, 1.0f, ma->p + oa,
                         (int)ma->ld, mb->p + ob, (int)mb->ld, 0.0f, pc + oc, (int)gm->ldc);
