@@ -370,6 +370,7 @@ static void bench_attention_fa2(cudaStream_t s, ein_dtype dt, int64_t hq, int64_
     float ms;
     ck(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
     ms /= (float)reps;
+    unsetenv("EIN_CUDA_ATTENTION"); /* the reference is the wmma kernel */
     ckk(kn_cuda_attention(hq / hkv, NULL, 0, &bq, &bk, &bv, &bw, s, &err), &err);
     ck(cudaStreamSynchronize(s), "sync");
     h = malloc(nq * 2), hw = malloc(nq * 2), f = malloc(nq * sizeof *f), fw = malloc(nq * sizeof *fw);
