@@ -26,6 +26,7 @@
  *   variant writes f32 rows of d + 1 (normalised O, then m + log l; zeros
  *   and -inf for a row that sees no key of the block), the layout
  *   kn_cuda_agg_lse_blk merges. */
+#include "common/ein_knob.h"
 #include "kernels/cuda/kn_cuda_attn.cuh"
 
 #include <math.h>
@@ -414,7 +415,7 @@ kn_cu_fa2(kn_cu_seqs seqs, kn_cu_ageom g, const T *__restrict__ q, const T *__re
 /* Which attention kernel EIN_CUDA_ATTENTION names. */
 extern "C" int kn_cuda_attention_impl(ein_error *err)
 {
-    const char *m = getenv("EIN_CUDA_ATTENTION");
+    const char *m = ein_knob_get(EIN_KNOB_CUDA_ATTENTION);
     if (!m || !*m || !strcmp(m, "wmma"))
         return 0;
     if (!strcmp(m, "fa2"))
