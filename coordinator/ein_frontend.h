@@ -15,8 +15,9 @@
  *
  * Also part of the front-end toolkit, and included by the front ends
  * directly: common/ein_clock.h (ein_now_s), common/ein_npy.h (reading a
- * .npy header), common/ein_box.h (shapes as text) and common/ein_progress.h
- * (the progress line): small generic utilities of common/ with no
+ * .npy header), common/ein_box.h (shapes as text), common/ein_progress.h
+ * (the progress line) and common/ein_knob.h (environment variables, read
+ * only through the knob table common/ein_knobs.def): small generic utilities of common/ with no
  * planner, exchange or coordinator types.
  *
  * Conventions, as the public API's: a call that can fail returns 0 or a

@@ -28,6 +28,7 @@ coordinator/run/einrun_int.h
 common/ein_box.h
 common/ein_clock.h
 common/ein_error.h
+common/ein_knob.h
 common/ein_npy.h
 common/ein_progress.h'
 
