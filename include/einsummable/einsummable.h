@@ -647,6 +647,46 @@ const char *ein_session_output_path(const ein_session *s, const char *name);
  * the error of a worker that failed while stopping (s is freed anyway). */
 int ein_session_close(ein_session *s, ein_error *err);
 
+/* ---- model configs (issue 34) ------------------------------------------
+ * A transformers config.json, read by the one reader that eingen --config,
+ * es.llama and C callers share (docs/hf-llama.md lists the keys): every key
+ * is implemented, known not to change the logits (transformers_version,
+ * use_cache, bos_token_id, ...), or refused (EIN_EUNSUPPORTED) by a message
+ * naming the key, its value and what is supported. Keys a config leaves out
+ * take transformers' defaults for its model_type ("llama", "mistral",
+ * "qwen2"). Nothing to free. */
+#define EIN_MODEL_MAX_EOS 8
+typedef struct ein_model_config {
+    char model_type[16];        /* "llama", "mistral" or "qwen2" */
+    int64_t hidden_size, intermediate_size, heads, kv_heads, head_dim, layers, vocab;
+    int64_t max_position_embeddings;
+    double rms_norm_eps, rope_theta;
+    ein_rope_scaling rope_scaling;
+    char act[16];               /* the MLP's unary: "silu", "gelu" (tanh
+                                   approximation), "gelu_exact" or "relu" */
+    int tied;                   /* lm_head is the embedding */
+    int qkv_bias, o_bias, mlp_bias; /* which projections carry a .bias */
+    int64_t sliding_window;     /* 0: none (ein_model_config_check_context) */
+    int has_dtype;              /* torch_dtype given: */
+    ein_dtype dtype;            /*   its dtype (F32, F16 or BF16) */
+    int neos;                   /* eos_token_id: none, one or a list */
+    int64_t eos[EIN_MODEL_MAX_EOS];
+} ein_model_config;
+
+/* Read config.json at `path`, or the JSON `text` when path is NULL, into
+ * *out. EIN_EIO (unreadable), EIN_EPARSE (not JSON), EIN_EUNSUPPORTED (a
+ * key or value not implemented), EIN_EINVAL (inconsistent sizes). */
+int ein_model_config_read(const char *path, const char *text, ein_model_config *out,
+                          ein_error *err);
+/* EIN_EUNSUPPORTED when a sequence of `context` tokens would feel the
+ * config's sliding window (window attention is not implemented), else 0. */
+int ein_model_config_check_context(const ein_model_config *c, int64_t context, ein_error *err);
+/* The same as ein_model_config_read, returning the resolved config as a
+ * malloc'd JSON object the caller free()s (the struct's fields by name;
+ * rope_scaling as {"type": "none"|"linear"|"llama3", ...}, dtype as
+ * "f32"/"f16"/"bf16" or null), or NULL with err set. */
+char *ein_model_config_json(const char *path, const char *text, ein_error *err);
+
 #ifdef __cplusplus
 }
 #endif

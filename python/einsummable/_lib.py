@@ -234,6 +234,8 @@ _PROTOS = {
     "ein_session_output_path": (_S, [_P, _S]),
     "ein_session_close": (_I, [_P, _E]),
     "ein_session_cancel": (None, [_P]),
+    # Returns malloc'd JSON text: kept as a raw pointer so that it can be freed.
+    "ein_model_config_json": (_P, [_S, _S, _E]),
 }
 
 _SONAME = "libeinsummable.so"
