@@ -26,7 +26,7 @@
 #include "common/ein_error.h"
 #include "common/ein_rope.h"
 
-#define EIN_PROTOCOL_VERSION 3
+#define EIN_PROTOCOL_VERSION 4
 #define EIN_NAME_MAX 64         /* operator names, einsum subscripts */
 #define EIN_PATH_MAX 4096
 
@@ -101,6 +101,8 @@ typedef struct ein_kernel {
     int64_t head_dim;              /* ROPE, SPLIT_HEADS, MERGE_HEADS */
     int64_t group;                 /* ATTENTION: query heads per kv head */
     int32_t style;                 /* ROPE: an ein_rope_style */
+    ein_rope_scaling scaling;      /* ROPE, ROPE_AT: frequency rescaling
+                                      (common/ein_rope.h; zero: none) */
     int64_t rows;                  /* EMBEDDING: rows of the whole table (ids
                                       outside [0, rows) are an error) */
     int64_t *list;                 /* ROPE/ATTENTION: sorted sequence ends, the

@@ -638,7 +638,8 @@ static int kernel_same(const ein_kernel *a, const ein_kernel *b)
         a->axis != b->axis || a->axes != b->axes || a->reduce != b->reduce ||
         a->start != b->start || memcmp(&a->eps, &b->eps, sizeof a->eps) ||
         memcmp(&a->theta, &b->theta, sizeof a->theta) || a->head_dim != b->head_dim ||
-        a->group != b->group || a->style != b->style || a->nlist != b->nlist)
+        a->group != b->group || a->style != b->style || a->nlist != b->nlist ||
+        memcmp(&a->scaling, &b->scaling, sizeof a->scaling))
         return 0;
     /* CONCAT's list holds nlist offsets and the total after them. */
     int nl = a->nlist + (a->kind == EIN_KERNEL_CONCAT && a->nlist > 0);

@@ -174,17 +174,17 @@ static int llama(const llama_cfg *c)
         printf("# Hugging Face layout: run a transformers checkpoint with\n"
                "#   einrun --weights model.safetensors --input ids=IDS.npy (i32 token ids)\n");
         printf("#   --map 'embed=model.embed_tokens.weight'\n");
-        for (int b = 0; b < blocks; b++)
-            for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
-                char s[16] = "";
-                if (blocks > 1)
-                    snprintf(s, sizeof s, "_%d", b);
+        for (int b = 0; b < blocks; b++) {
+            char s[16] = "";
+            if (blocks > 1)
+                snprintf(s, sizeof s, "_%d", b);
+            for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
                 printf("#   --map '%s%s=model.layers.%d.%s'\n", map[i][0], s, b, map[i][1]);
-                for (size_t i = 0; i < sizeof bias / sizeof bias[0]; i++)
-                    if (bias_on(c, i))
-                        printf("#   --map '%s%s=model.layers.%d.%s'\n", bias[i][0], s, b,
-                               bias[i][1]);
-            }
+            for (size_t i = 0; i < sizeof bias / sizeof bias[0]; i++)
+                if (bias_on(c, i))
+                    printf("#   --map '%s%s=model.layers.%d.%s'\n", bias[i][0], s, b,
+                           bias[i][1]);
+        }
         printf("#   --map 'final_norm=model.norm.weight'\n");
         if (!c->tied)
             printf("#   --map 'lm_head=lm_head.weight'\n");
@@ -220,12 +220,22 @@ static int llama(const llama_cfg *c)
         printf("input ids[tokens] i32\ninput embed[vocab, d_model]\nx = embedding(embed, ids)\n");
     } else
         printf("input x[tokens, d_model]\n");
-    char cur[32], eps[32], rope[64];
+    char cur[32], eps[32], rope[320];
     if (c->eps == 1e-5)
         snprintf(eps, sizeof eps, "1e-5");
     else
         snprintf(eps, sizeof eps, "%g", c->eps);
-    snprintf(rope, sizeof rope, "head_dim, %g%s", c->theta, c->hf ? ", style=half" : "");
+    const ein_rope_scaling *rs = &c->scaling;
+    if (rs->type == EIN_ROPE_SCALING_LINEAR)
+        snprintf(rope, sizeof rope, "head_dim, %g%s, scaling=linear, factor=%.17g", c->theta,
+                 c->hf ? ", style=half" : "", rs->factor);
+    else if (rs->type == EIN_ROPE_SCALING_LLAMA3)
+        snprintf(rope, sizeof rope, "head_dim, %g%s, scaling=llama3, factor=%.17g, "
+                 "low_freq_factor=%.17g, high_freq_factor=%.17g, original_max_position=%.17g",
+                 c->theta, c->hf ? ", style=half" : "", rs->factor, rs->low_freq_factor,
+                 rs->high_freq_factor, rs->original_max_position);
+    else
+        snprintf(rope, sizeof rope, "head_dim, %g%s", c->theta, c->hf ? ", style=half" : "");
     /* x times a weight: [in, out] (matmul) or Hugging Face's [out, in]. */
     const char *mm = c->hf ? "einsum(\"ij,kj->ik\", " : "matmul(";
     for (int b = 0; b < blocks; b++) {
@@ -539,10 +549,6 @@ int main(int argc, char **argv)
         if (!c.have_lens)
             for (long i = 0; i < c.seqs; i++)
                 c.lens[i] = c.tokens / c.seqs;
-        if (c.scaling.type != EIN_ROPE_SCALING_NONE) {
-            fprintf(stderr, "eingen: --config %s: rope_scaling is not supported yet\n", c.config);
-            return 2;
-        }
         long longest = 0;
         for (long i = 0; i < c.seqs; i++)
             longest = c.lens[i] > longest ? c.lens[i] : longest;

@@ -160,6 +160,11 @@ ein_tensor ein_graph_decode_attention(ein_graph *g, const char *name, ein_tensor
 ein_tensor ein_graph_rope_at(ein_graph *g, const char *name, ein_tensor x, ein_tensor pos,
                              int64_t head_dim, double theta, ein_rope_style style,
                              ein_error *err);
+/* Rescale the frequencies of rope or rope_at tensor t as transformers'
+ * rope_scaling does (ein_rope_scaling, ein_types.h; issue 34): 0, or
+ * EIN_EINVAL for another operator or invalid factors (t unchanged). */
+int ein_graph_rope_scaling(ein_graph *g, ein_tensor t, const ein_rope_scaling *s,
+                           ein_error *err);
 
 /* ---- planning (the logical half of the paper's compileGraph) ---------- */
 typedef struct ein_plan_options {
