@@ -11,6 +11,8 @@
 #   hf_zoo.py refused              NAME<TAB>config JSON<TAB>words the refusal
 #       must contain, one a line: configs both paths must refuse by name
 #   hf_zoo.py check GOT REF TOL    max |got - ref| / max(1, |ref|) <= TOL
+#   hf_zoo.py greedy NAME DIR N    N greedy new ids of each sequence of DIR
+#       (transformers' loop: the whole sequence again for each token)
 #
 # The reference is written from transformers' modeling code, not from this
 # project's: LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM in
@@ -289,5 +291,13 @@ if __name__ == "__main__":
             print("%s\t%s\t%s" % (n, json.dumps(c), "|".join(words)))
     elif sys.argv[1] == "check":
         sys.exit(check(sys.argv[2], sys.argv[3], sys.argv[4]))
+    elif sys.argv[1] == "greedy":
+        # greedy NAME DIR N: N new ids of each sequence of DIR/ids.npy, one line each
+        name, d, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+        t = weights(ZOO[name], sorted(ZOO).index(name) + 101)
+        lens = [int(v) for v in open(d + "/lens").read().split(",")]
+        for s in np.split(np.load(d + "/ids.npy"), np.cumsum(lens)[:-1]):
+            print(" ".join(str(i) for i in greedy(ZOO[name], t, s, n)))
     else:
-        sys.exit("usage: hf_zoo.py list | gen NAME DIR L1,L2,... | refused | check GOT REF TOL")
+        sys.exit("usage: hf_zoo.py list | gen NAME DIR L1,L2,... | refused | "
+                 "check GOT REF TOL | greedy NAME DIR N")
