@@ -94,7 +94,8 @@ static int rebuild(pl_graph *g, const char *name, pl_node_kind kind, const int *
     case PL_ROPE: {
         int v = pl_graph_add_rope_style(g, name, in[0], k->head_dim, k->theta, k->list, k->nlist,
                                         k->style, err);
-        return v < 0 ? v : pl_graph_set_rope_scaling(g, v, &k->scaling, err);
+        int rc = v < 0 ? v : pl_graph_set_rope_scaling(g, v, &k->scaling, err);
+        return rc < 0 ? rc : v;
     }
     case PL_ATTENTION:
         return pl_graph_add_attention(g, name, in[0], in[1], in[2], k->list, k->nlist, err);
@@ -114,7 +115,8 @@ static int rebuild(pl_graph *g, const char *name, pl_node_kind kind, const int *
         return pl_graph_add_decode_attention(g, name, in[0], in[1], in[2], in[3], err);
     case PL_ROPE_AT: {
         int v = pl_graph_add_rope_at(g, name, in[0], in[1], k->head_dim, k->theta, k->style, err);
-        return v < 0 ? v : pl_graph_set_rope_scaling(g, v, &k->scaling, err);
+        int rc = v < 0 ? v : pl_graph_set_rope_scaling(g, v, &k->scaling, err);
+        return rc < 0 ? rc : v;
     }
     default: return ein_fail(err, EIN_EPROTO, "graph: node '%s': unknown kind", name);
     }
