@@ -31,7 +31,7 @@ fi
 models=$("$PY" "$ZOO" list) || exit 1
 nm=$(echo "$models" | wc -l)
 nr=$("$PY" "$ZOO" refused | wc -l)
-echo "1..$((nm * 3 + 1 + nr))"
+echo "1..$((nm * 3 + 2 + nr))"
 
 for m in $models; do
     mkdir "$m" && "$PY" "$ZOO" gen "$m" "$m" 5,9,3 || exit 1
@@ -69,6 +69,19 @@ if PYTHONPATH="$SRC/python${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$SRC/tools/generat
 else
     not_ok "tools/generate: Llama 3.1 (llama3 rope scaling) greedy ids equal transformers' loop" \
         "got: $(cat got.txt)" "want: $(cat want.txt)" "$(cat out.txt)"
+fi
+
+# docs/hf-llama.md's whole-model commands, as written (eingen and einrun
+# from the build tree), on a LLaMA 2 of the page's sequence lengths.
+mkdir doc && "$PY" "$ZOO" gen llama2 doc 512,300,212 || exit 1
+sed -n '/^## A whole model/,/^`--model`/p' "$SRC/docs/hf-llama.md" | sed -n 's/^    //p' \
+    | sed 's/   *# .*$//' > doc/run.sh
+if (cd doc && PATH="$(cd "$B" && pwd):$PATH" sh run.sh) > out.txt 2>&1 &&
+        msg=$("$PY" "$ZOO" check doc/logits.npy doc/ref_last.npy 1e-4); then
+    ok "docs/hf-llama.md's whole-model commands run as written ($msg)"
+else
+    not_ok "docs/hf-llama.md's whole-model commands run as written" "$(cat doc/run.sh)" \
+        "$(cat out.txt)" "${msg:-}"
 fi
 
 # Configs both paths must refuse, by name (the Python side: test_zoo.py).
