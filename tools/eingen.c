@@ -42,8 +42,10 @@ static void usage(FILE *f)
                "            transformers checkpoints (x times w transposed, an einsum), and\n"
                "            rope(..., style=half); the header lists the --map arguments that\n"
                "            bind a checkpoint's tensors (docs/hf-llama.md).\n"
-               "--theta X   rope base (default 500000, LLaMA 3; LLaMA 2 uses 10000).\n"
-               "--eps E     rmsnorm epsilon (default 1e-5).\n"
+               "--theta X   rope base (default 500000, LLaMA 3; LLaMA 2 uses 10000; with\n"
+               "            --config, the config's, by default transformers' 10000).\n"
+               "--eps E     rmsnorm epsilon (default 1e-5; with --config, the config's,\n"
+               "            by default transformers' 1e-6).\n"
                "--seq-lens  packed sequences of these lengths (tokens = their sum), instead\n"
                "            of --seqs S equal ones.\n"
                "--model     the whole decoder: i32 token ids `ids[tokens]`, embedding\n"
@@ -54,11 +56,12 @@ static void usage(FILE *f)
                "--vocab V   vocabulary rows (default 128256, LLaMA 3).\n"
                "--tied      lm_head is the embedding (tie_word_embeddings); otherwise an\n"
                "            input `lm_head` ([vocab, d_model] with --hf, else [d_model, vocab]).\n"
-               "--config F  sizes from a transformers config.json: hidden_size,\n"
-               "            intermediate_size, num_attention_heads, num_key_value_heads,\n"
-               "            head_dim, num_hidden_layers (blocks), vocab_size, rms_norm_eps,\n"
-               "            rope_theta, tie_word_embeddings, torch_dtype; options given on\n"
-               "            the command line win.\n");
+               "--config F  the model of a transformers config.json, read by the library's\n"
+               "            one reader (es.llama's too): LLaMA, Mistral, Qwen2 with their\n"
+               "            sizes, rope_theta and rope_scaling (linear, llama3), biases,\n"
+               "            hidden_act, tied heads, rms_norm_eps, torch_dtype; transformers'\n"
+               "            defaults for keys left out; any key not implemented is refused\n"
+               "            by name (docs/hf-llama.md). Options on the command line win.\n");
 }
 
 #define MAX_SEQS 512
