@@ -64,6 +64,23 @@ static const char *mc_val(const json_t *v, char *buf, size_t n)
     return buf;
 }
 
+/* A key as it may appear in a message: itself when printable ASCII, else
+ * as an escaped JSON string. */
+static const char *mc_key(const char *key, char *buf, size_t n)
+{
+    int plain = 1;
+    for (const unsigned char *c = (const unsigned char *)key; *c && plain; c++)
+        plain = *c >= 0x20 && *c < 0x7f;
+    if (plain && strlen(key) < n) {
+        snprintf(buf, n, "%s", key);
+        return buf;
+    }
+    json_t *s = json_string(key);
+    mc_val(s, buf, n);
+    json_decref(s);
+    return buf;
+}
+
 static int mc_refuse(ein_error *err, const char *key, const json_t *v, const char *supported)
 {
     char b[96];
@@ -139,9 +156,11 @@ static int mc_rope_scaling(json_t *x, ein_rope_scaling *rs, ein_error *err)
         rs->type = EIN_ROPE_SCALING_LINEAR;
     else if (!strcmp(ty, "llama3"))
         rs->type = EIN_ROPE_SCALING_LLAMA3;
-    else
-        return ein_fail(err, EIN_EUNSUPPORTED, "config: rope_scaling type \"%s\" (%s) is not "
-                        "supported (%s)", ty, mc_val(x, b, sizeof b), sup);
+    else {
+        char tb[96];
+        return ein_fail(err, EIN_EUNSUPPORTED, "config: rope_scaling type %s (%s) is not "
+                        "supported (%s)", mc_val(t, tb, sizeof tb), mc_val(x, b, sizeof b), sup);
+    }
     struct { const char *key; double *dst; int need; } f[] = {
         {"factor", &rs->factor, rs->type != EIN_ROPE_SCALING_NONE},
         {"low_freq_factor", &rs->low_freq_factor, rs->type == EIN_ROPE_SCALING_LLAMA3},
@@ -162,10 +181,11 @@ static int mc_rope_scaling(json_t *x, ein_rope_scaling *rs, ein_error *err)
                 *f[i].dst = json_number_value(v);
                 ok = 1;
             }
+        char kb[96];
         if (!ok)
             return ein_fail(err, EIN_EUNSUPPORTED, "config: rope_scaling key %s %s is not "
-                            "supported with type \"%s\" (%s)", key, mc_val(v, b, sizeof b), ty,
-                            sup);
+                            "supported with type \"%s\" (%s)", mc_key(key, kb, sizeof kb),
+                            mc_val(v, b, sizeof b), ty, sup);
     }
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].need && *f[i].dst == 0)
@@ -236,10 +256,11 @@ static int mc_read(json_t *root, ein_model_config *c, ein_error *err)
             return ein_fail(err, EIN_EUNSUPPORTED, "config: quantization_config %s is not "
                             "supported (checkpoints of f32, f16 or bf16 tensors only)",
                             mc_val(v, b, sizeof b));
+        char kb[96];
         if (!known)
             return ein_fail(err, EIN_EUNSUPPORTED, "config: key %s %s is not supported for "
-                            "model_type %s (docs/hf-llama.md lists the supported keys)", key,
-                            mc_val(v, b, sizeof b), ty->name);
+                            "model_type %s (docs/hf-llama.md lists the supported keys)",
+                            mc_key(key, kb, sizeof kb), mc_val(v, b, sizeof b), ty->name);
     }
 
     memset(c, 0, sizeof *c);
