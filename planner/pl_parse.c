@@ -610,8 +610,8 @@ static int call_arg(parser *p, op_call *c, const tok *a)
                         "interleaved", DESC(v));
         c->style = v;
     } else if (c->style || c->kw[0] || c->kw[1] || c->kw[2] || c->kw[3] || c->kw[4]) {
-        return pl_perr(p, EIN_EPARSE, a->col, "a positional argument after a keyword one; "
-                       "usage: %s", op->usage);
+        return pl_perr(p, EIN_EPARSE, a->col, "a positional argument after %s=; usage: %s",
+                       c->style ? "style" : "a scaling keyword", op->usage);
     } else {
         c->args[c->nargs++] = a;
     }

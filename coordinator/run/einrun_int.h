@@ -79,6 +79,7 @@ typedef struct run_opts {
     const char *topo_arg, *probe_file, *dump_dir;
     const char *save_program; /* --save-program */
     names wfiles, wmaps;
+    int allow_unused;   /* --allow-unused-weights */
     bindings inputs, outputs;
     const char *path;   /* PLAN.ein */
 } run_opts;

@@ -31,7 +31,7 @@ fi
 models=$("$PY" "$ZOO" list) || exit 1
 nm=$(echo "$models" | wc -l)
 nr=$("$PY" "$ZOO" refused | wc -l)
-echo "1..$((nm * 3 + 2 + nr))"
+echo "1..$((nm * 3 + 4 + nr))"
 
 for m in $models; do
     mkdir "$m" && "$PY" "$ZOO" gen "$m" "$m" 5,9,3 || exit 1
@@ -82,6 +82,39 @@ if (cd doc && PATH="$(cd "$B" && pwd):$PATH" sh run.sh) > out.txt 2>&1 &&
 else
     not_ok "docs/hf-llama.md's whole-model commands run as written" "$(cat doc/run.sh)" \
         "$(cat out.txt)" "${msg:-}"
+fi
+
+# A config that says fewer layers than the checkpoint holds, and one that
+# lacks the checkpoint's biases: einrun refuses the tensors nothing binds.
+sed 's/"num_hidden_layers": 2/"num_hidden_layers": 1/' llama2/config.json > l1.json
+"$EINGEN" llama --config l1.json --seq-lens 5,9,3 --model --hf > l1.ein
+maps=$(sed -n "s/^#   \(--map '[^']*'\)\$/\1/p" l1.ein | tr '\n' ' ')
+eval "\"\$EINRUN\" --cpu 2 --weights llama2/model.safetensors $maps --input ids=llama2/ids.npy l1.ein" \
+    > out.txt 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "tensor 'model.layers.1.[a-z_.]*' is bound to no input" out.txt; then
+    ok "num_hidden_layers 1 with a 2-layer checkpoint: einrun refuses layer 1's tensors by name"
+else
+    not_ok "num_hidden_layers 1 with a 2-layer checkpoint: einrun refuses layer 1's tensors by name" \
+        "exit $rc" "$(cat out.txt)"
+fi
+"$PY" -c "
+import json
+c = json.load(open('qwen2/config.json'))
+c.update(model_type='llama', architectures=['LlamaForCausalLM'])
+for k in ('use_sliding_window', 'sliding_window', 'max_window_layers'):
+    c.pop(k)
+json.dump(c, open('nobias.json', 'w'))"
+"$EINGEN" llama --config nobias.json --seq-lens 5,9,3 --model --hf > nb.ein
+maps=$(sed -n "s/^#   \(--map '[^']*'\)\$/\1/p" nb.ein | tr '\n' ' ')
+eval "\"\$EINRUN\" --cpu 2 --weights qwen2/model.safetensors $maps --input ids=qwen2/ids.npy nb.ein" \
+    > out.txt 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "tensor 'model.layers.[0-9].self_attn.[qkv]_proj.bias' is bound to no input" out.txt; then
+    ok "a Qwen2 checkpoint under a LLaMA config: einrun refuses the unread biases by name"
+else
+    not_ok "a Qwen2 checkpoint under a LLaMA config: einrun refuses the unread biases by name" \
+        "exit $rc" "$(cat out.txt)"
 fi
 
 # Configs both paths must refuse, by name (the Python side: test_zoo.py).
