@@ -4,13 +4,72 @@
 #include <stdio.h>
 #include <string.h>
 
-/* A message is one line: control bytes that came in with echoed input (a
- * field name from a message, a token of a file) are shown as '?'. */
+/* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    size_t len;
+    unsigned min;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf)
+        len = 2, min = 0x80;
+    else if (s[0] >= 0xe0 && s[0] <= 0xef)
+        len = 3, min = 0x800;
+    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+        len = 4, min = 0x10000;
+    else
+        return 0;
+    if (len > n)
+        return 0;
+    unsigned cp = s[0] & (0x7f >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+size_t ein_escape(char *out, size_t size, const char *in, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *s = (const unsigned char *)in;
+    size_t o = 0, i = 0;
+    if (size == 0)
+        return 0;
+    while (i < len) {
+        size_t u = s[i] >= 0x80 ? utf8_len(s + i, len - i) : 0;
+        if (u) {
+            if (o + u >= size)
+                break;
+            memcpy(out + o, s + i, u);
+            o += u, i += u;
+        } else if (s[i] < 0x20 || s[i] >= 0x7f) {
+            if (o + 4 >= size)
+                break;
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[s[i] >> 4];
+            out[o++] = hex[s[i] & 15];
+            i++;
+        } else {
+            if (o + 1 >= size)
+                break;
+            out[o++] = (char)s[i++];
+        }
+    }
+    out[o] = '\0';
+    return i;
+}
+
+/* A message is one line of text: control bytes and bytes that are not
+ * UTF-8, come in with echoed input (a field name from a message, a token
+ * of a damaged file), are shown escaped as \xNN, never raw. */
 static void one_line(char *s)
 {
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f)
-            *s = '?';
+    char tmp[EIN_ERROR_MSG_MAX];
+    ein_escape(tmp, sizeof tmp, s, strlen(s));
+    memcpy(s, tmp, strlen(tmp) + 1);
 }
 
 int ein_failv(ein_error *err, int code, const char *fmt, va_list ap)
@@ -70,6 +129,7 @@ int ein_error_prefix(ein_error *err, const char *fmt, ...)
         memcpy(err->msg + n + 2, old, len);
         err->msg[n + 2 + len] = '\0';
     }
+    one_line(err->msg);
     return err->code;
 }
 

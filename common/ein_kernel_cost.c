@@ -39,6 +39,27 @@ double ein_causal_pairs(const int64_t *ends, int nends, int64_t qlo, int64_t qhi
     return pairs;
 }
 
+double ein_window_pairs(const int64_t *ends, int nends, int64_t window, int64_t qlo,
+                        int64_t qhi, int64_t klo, int64_t khi)
+{
+    double all = ein_causal_pairs(ends, nends, qlo, qhi, klo, khi);
+    if (window <= 0)
+        return all;
+    /* The keys before t's window, u < t - W + 1, are the causal keys of
+     * query t - W: subtract the causal pairs of the queries shifted back by
+     * W, each kept in its own sequence (its start, not the shifted one). */
+    double before = 0;
+    int64_t start = 0;
+    for (int j = 0; j <= nends && start < qhi; j++) {
+        int64_t end = j < nends ? ends[j] : INT64_MAX;
+        int64_t a = qlo > start ? qlo : start, b = qhi < end ? qhi : end;
+        if (b > a)
+            before += seq_pairs(a - window, b - window, start > klo ? start : klo, khi);
+        start = end;
+    }
+    return all - before;
+}
+
 static double einsum_flops(const ein_kernel *k, const ein_box *const *srcs, int nsrcs)
 {
     ein_einsum_sub sub;
@@ -76,7 +97,8 @@ double ein_kernel_flops(const ein_kernel *k, const ein_box *out, const ein_box *
         double heads = (double)(q->hi[0] - q->lo[0]), d = (double)(q->hi[2] - q->lo[2]);
         /* QK^T and PV: 2 x 2 FLOPs per pair, head and dim. */
         return 4.0 * heads * d *
-               ein_causal_pairs(k->list, k->nlist, q->lo[1], q->hi[1], kb->lo[1], kb->hi[1]);
+               ein_window_pairs(k->list, k->nlist, k->window, q->lo[1], q->hi[1], kb->lo[1],
+                                kb->hi[1]);
     }
     case EIN_KERNEL_SOFTMAX:      /* max, subtract, exp, sum, divide */
         return 5.0 * vol;
@@ -93,11 +115,17 @@ double ein_kernel_flops(const ein_kernel *k, const ein_box *out, const ein_box *
         return nsrcs >= 1 ? (double)ein_box_volume(srcs[0]) : 0;
     case EIN_KERNEL_DECODE_ATTENTION:
     case EIN_KERNEL_DECODE_ATTENTION_PARTIAL:
-        /* at most every cached key of the block: QK^T and PV, 2 x 2 FLOPs
-         * per key, query head and dim (out is q's box [H, B, D]) */
+        /* at most every cached key of the block, or of the window if
+         * shorter: QK^T and PV, 2 x 2 FLOPs per key, query head and dim
+         * (out is q's box [H, B, D]) */
         if (nsrcs < 2 || srcs[1]->rank != 4)
             return 0;
-        return 4.0 * vol * (double)(srcs[1]->hi[2] - srcs[1]->lo[2]);
+        {
+            double keys = (double)(srcs[1]->hi[2] - srcs[1]->lo[2]);
+            if (k->window > 0 && (double)k->window < keys)
+                keys = (double)k->window;
+            return 4.0 * vol * keys;
+        }
     case EIN_KERNEL_ROPE_AT:      /* per element: a multiply-add, plus the angle */
         return 3.0 * vol;
     case EIN_KERNEL_CACHE_WRITE:  /* copies only */

@@ -26,7 +26,8 @@
 #include "common/ein_error.h"
 #include "common/ein_rope.h"
 
-#define EIN_PROTOCOL_VERSION 4
+#define EIN_PROTOCOL_VERSION 5   /* 4: attention kernels carry "window" (issue 34);
+                                    5: rope kernels carry "scaling" (issue 34) */
 #define EIN_NAME_MAX 64         /* operator names, einsum subscripts */
 #define EIN_PATH_MAX 4096
 
@@ -100,6 +101,11 @@ typedef struct ein_kernel {
     double theta;                  /* ROPE base (10000 for LLaMA) */
     int64_t head_dim;              /* ROPE, SPLIT_HEADS, MERGE_HEADS */
     int64_t group;                 /* ATTENTION: query heads per kv head */
+    int64_t window;                /* ATTENTION(_PARTIAL), DECODE_ATTENTION(_PARTIAL):
+                                      sliding window W >= 0; 0 = none. Query at
+                                      position i attends keys j of its sequence
+                                      with i - W < j <= i (transformers' rule:
+                                      masked when i - j >= W) */
     int32_t style;                 /* ROPE: an ein_rope_style */
     ein_rope_scaling scaling;      /* ROPE, ROPE_AT: frequency rescaling
                                       (common/ein_rope.h; zero: none) */
@@ -250,9 +256,10 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  * is whole ([0, d)); ROPE 1
  * src of rank 2, dst box == x box, head_dim > 0 and even dividing both
  * hidden bounds, theta finite > 0, style an ein_rope_style; ATTENTION q, k, v of rank 3, dst box
- * == q box, k box == v box, group >= 1, q heads == group * k heads, d
- * interval equal and starting at 0, k/v tokens covering every key of the
- * q tokens; ATTENTION_PARTIAL 1 or 3 srcs, the same rules for q, k, v
+ * == q box, k box == v box, group >= 1, window >= 0, q heads == group * k
+ * heads, d interval equal and starting at 0, k/v tokens covering every key
+ * of the q tokens (inside their window when window > 0); ATTENTION_PARTIAL
+ * 1 or 3 srcs, the same rules for q, k, v
  * except that the k/v tokens may be any interval (1 src: no keys), and
  * dst box == ein_agg_box(EIN_AGG_LSE, q box) in f32; ROPE/ATTENTION sequence ends positive, strictly ascending, the
  * last >= the block's token end; REDUCE 1 src, reduce SUM or MAX, axes a

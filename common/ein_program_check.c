@@ -339,8 +339,14 @@ static int check_attention_kernel(const ein_program *p, int i, const ein_instr *
         return ifail(err, i, ins, "attention: d is not whole and equal in q, k and v");
     if ((rc = check_seq_ends(i, ins, q->hi[1], err)) < 0)
         return rc;
-    /* every key of every query: from its sequence's start to itself */
-    if (kb->lo[1] > seq_start(k, q->lo[1]) || kb->hi[1] < q->hi[1])
+    if (k->window < 0)
+        return ifail(err, i, ins, "attention: window %lld is negative", (long long)k->window);
+    /* every key of every query: from its sequence's start (or its window's,
+     * if later) to itself */
+    int64_t need = seq_start(k, q->lo[1]);
+    if (k->window > 0 && q->lo[1] - k->window + 1 > need)
+        need = q->lo[1] - k->window + 1;
+    if (kb->lo[1] > need || kb->hi[1] < q->hi[1])
         return ifail(err, i, ins, "attention: k/v tokens [%lld, %lld) miss keys of queries [%lld, %lld)",
                      (long long)kb->lo[1], (long long)kb->hi[1], (long long)q->lo[1], (long long)q->hi[1]);
     return 0;
@@ -366,6 +372,9 @@ static int check_attention_partial_kernel(const ein_program *p, int i, const ein
         return ifail(err, i, ins, "attention_partial: d is not whole in q");
     if (n == 2)
         return ifail(err, i, ins, "attention_partial takes q alone or q, k and v");
+    if (k->window < 0)
+        return ifail(err, i, ins, "attention_partial: window %lld is negative",
+                     (long long)k->window);
     if (n == 3) {
         const ein_box *kb = &p->buffers[ins->srcs[1]].box, *vb = &p->buffers[ins->srcs[2]].box;
         int64_t hlo, hhi;
@@ -522,7 +531,7 @@ static int check_generate_kernel(const ein_program *p, int i, const ein_instr *i
     const ein_box *q = &x->box, *kx = &kb->box;
     ok = ok && q->rank == 3 && kx->rank == 4 && ein_box_equal(kx, &vb->box) &&
          ein_dtype_is_float((int)kb->dtype) && ein_dtype_is_float((int)vb->dtype) &&
-         k->group >= 1 && k->group <= (int64_t)1 << 32 &&
+         k->group >= 1 && k->group <= (int64_t)1 << 32 && k->window >= 0 &&
          q->lo[0] == k->group * kx->lo[0] && q->hi[0] == k->group * kx->hi[0] &&
          chunk_interval(q, 1, kx, 1) && q->lo[2] == 0 && same_interval(q, 2, kx, 3) &&
          pos_ok(ps, kx, 1);

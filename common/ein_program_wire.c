@@ -9,7 +9,7 @@
  *   STORE "path", "shape";
  *   KERNEL "kernel": {"kind", and the fields of that kind (kernel_fields
  *   below): "subscripts" | "unary","scalar" | "binary" | "axis" | "eps" |
- *   "head_dim","theta","list" | "group","list" | "axes","reduce" |
+ *   "head_dim","theta","list" | "group","list","window" | "group","window" | "axes","reduce" |
  *   "axis","list" | "axis","start" | "head_dim"}, "list" an int array;
  *   AGG "agg"; COPY "peer", "peer_buf", "peer_offset"; NOTIFY and WAIT "peer", "peer_buf";
  *   any kind "entries" (u32), only when non-zero (entry points).
@@ -100,6 +100,7 @@ static int pack_kernel(msgpack_packer *pk, const ein_kernel *k)
         case K_GROUP: e |= msgpack_pack_int64(pk, k->group); break;
         case K_STYLE: e |= msgpack_pack_int32(pk, k->style); break;
         case K_ROWS: e |= msgpack_pack_int64(pk, k->rows); break;
+        case K_WINDOW: e |= msgpack_pack_int64(pk, k->window); break;
         case K_SCALING:
             e |= msgpack_pack_array(pk, 5);
             e |= msgpack_pack_double(pk, (double)k->scaling.type);
@@ -409,6 +410,7 @@ static int unpack_kernel(const msgpack_object *o, ein_kernel *k, const char *wha
         case K_HEAD_DIM: rc = ein_mp_get_int(v[key], INT64_MIN, INT64_MAX, &k->head_dim, w, err); break;
         case K_GROUP: rc = ein_mp_get_int(v[key], INT64_MIN, INT64_MAX, &k->group, w, err); break;
         case K_ROWS: rc = ein_mp_get_int(v[key], INT64_MIN, INT64_MAX, &k->rows, w, err); break;
+        case K_WINDOW: rc = ein_mp_get_int(v[key], INT64_MIN, INT64_MAX, &k->window, w, err); break;
         case K_STYLE:
             if ((rc = ein_mp_get_int(v[key], INT32_MIN, INT32_MAX, &iv, w, err)) == 0)
                 k->style = (int32_t)iv;

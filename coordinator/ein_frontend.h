@@ -128,12 +128,24 @@ void ein_fe_sim_free(ein_fe_sim *r);
 /* 1 if `path` is a regular file that starts like a saved program
  * (ein_compiled_save), else 0; never blocks (a FIFO is 0). */
 int ein_fe_is_saved_program(const char *path);
+/* The device count the saved program at `path` was compiled for;
+ * EIN_EPARSE (err filled) for a damaged or foreign file. */
+int ein_fe_saved_program_ndev(const char *path, int *ndev, ein_error *err);
+/* The hosts a session with `o` would run on (fake_hosts, hosts_file,
+ * launcher) for `ndev` devices, checked before any planning: a malformed
+ * hosts file, a first host that is not this machine, device counts that
+ * do not fit. 0 or a negative code (err filled): all usage errors. */
+int ein_fe_hosts_check(const ein_session_options *o, int ndev, ein_error *err);
 /* The worker binary `name`: `given`, else $EINWORKER, else next to this
  * program: written to out (len bytes). EIN_EINVAL saying how to name it. */
 int ein_fe_find_worker(const char *name, const char *given, char *out, size_t len,
                        ein_error *err);
-/* A GPU device node exists (/dev/nvidia0 or /dev/nvidiactl). */
-int ein_fe_gpu_visible(void);
+/* The backend a run takes when none is named: 1 cuda, 0 cpu with `why`
+ * (ein_backend_auto, its stand-in $EIN_GPU_VISIBLE included). */
+int ein_fe_backend_auto(char *why, size_t cap, ein_error *err);
+/* 1 when GPUs are visible, 0 when not, EIN_EINVAL for a bad
+ * $EIN_GPU_VISIBLE (ein_backend_auto). */
+int ein_fe_gpu_visible(ein_error *err);
 /* The topology a compile with `o` on `ndev` devices would use, as the
  * text of a .topo file: *text is the caller's (free); `desc` says where it
  * came from, `why` (detected ones) what the probe saw, else "". */

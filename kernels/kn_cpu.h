@@ -120,6 +120,19 @@ int kn_cpu_attention_partial(int64_t group, const int64_t *seq_ends, int nseq,
                              const kn_block *q, const kn_block *k, const kn_block *v,
                              kn_block *out, ein_error *err);
 
+/* kn_cpu_attention and kn_cpu_attention_partial with a sliding window
+ * W >= 0 (issue 34; 0: none, the functions above; negative: EIN_EINVAL):
+ * query t attends keys u of its sequence with t - W < u <= t, i.e.
+ * max(start(t), t - W + 1) <= u <= t (transformers' Mistral/Qwen2 rule: a
+ * key is masked when t - u >= W). kn_cpu_attention_window's k/v blocks
+ * need only the keys inside the windows. */
+int kn_cpu_attention_window(int64_t group, int64_t window, const int64_t *seq_ends, int nseq,
+                            const kn_block *q, const kn_block *k, const kn_block *v,
+                            kn_block *out, ein_error *err);
+int kn_cpu_attention_partial_window(int64_t group, int64_t window, const int64_t *seq_ends,
+                                    int nseq, const kn_block *q, const kn_block *k,
+                                    const kn_block *v, kn_block *out, ein_error *err);
+
 /* The EIN_AGG_LSE merge (see ein_program.h): srcs and out f32 over one
  * box whose last interval is [0, d + 1); out may alias a source. Also
  * reached through kn_cpu_agg(EIN_AGG_LSE, ...). */
@@ -180,6 +193,13 @@ int kn_cpu_cache_write(int64_t rows, const kn_block *state, const kn_block *x,
 int kn_cpu_decode_attention(int64_t group, int partial, const kn_block *q, const kn_block *k,
                             const kn_block *v, const kn_block *pos, kn_block *out,
                             ein_error *err);
+/* The same with a sliding window W >= 0 (0: none, as above; negative:
+ * EIN_EINVAL): row (qh, C*b + t) at position p = pos[b] + t attends keys
+ * [max(s0, p - W + 1), min(s1, p + 1)) — transformers' rule, a key j is
+ * masked when p - j >= W. With partial 0 a row with no such key fails. */
+int kn_cpu_decode_attention_window(int64_t group, int64_t window, int partial, const kn_block *q,
+                                   const kn_block *k, const kn_block *v, const kn_block *pos,
+                                   kn_block *out, ein_error *err);
 int kn_cpu_rope_at(int style, int64_t head_dim, double theta, const kn_block *x,
                    const kn_block *pos, kn_block *out, ein_error *err);
 /* kn_cpu_rope_at with frequencies rescaled as `sc` says (kn_cpu_rope_scaled). */

@@ -75,10 +75,11 @@ static void report(nd *a, int d, const char *fmt, ...)
     size_t len = 0;
     char id[16];
     snprintf(id, sizeof id, "w%d", d);
-    if (a->dealer && ein_msg_encode(&m, &buf, &len, NULL) == 0) {
-        zmq_send(a->dealer, id, strlen(id), ZMQ_SNDMORE);
-        zmq_send(a->dealer, buf, len, 0);
-    }
+    /* Never blocking: a DEALER that was never connected (setup failed
+     * before its zmq_connect) would block a send for ever. */
+    if (a->dealer && ein_msg_encode(&m, &buf, &len, NULL) == 0 &&
+        zmq_send(a->dealer, id, strlen(id), ZMQ_SNDMORE | ZMQ_DONTWAIT) == (int)strlen(id))
+        zmq_send(a->dealer, buf, len, ZMQ_DONTWAIT);
     free(buf);
 }
 
@@ -343,6 +344,14 @@ static int setup(nd *a, ein_error *err)
     const nd_config *c = a->cfg;
     int zero = 0, one = 1, linger = 1000;
     int64_t maxsize = EIN_MSG_MAX_BYTES;
+    int rc;
+    /* The run's CURVE keys (coordinator/run/co_curve.h), from the launcher,
+     * first: until they are read nothing exists to clean up, so a SIGTERM
+     * (not yet blocked for the signalfd) ends einnode at once, and an input
+     * that ends before them ends it with that message. The workers never
+     * see them. */
+    if (c->keys_stdin && (rc = keys_from_stdin(err)) < 0)
+        return rc;
     sigset_t mask;
     ein_run_signals(&mask);
     sigprocmask(SIG_BLOCK, &mask, &a->oldmask);
@@ -359,7 +368,6 @@ static int setup(nd *a, ein_error *err)
     }
     snprintf(a->run_id, sizeof a->run_id, "%ld-%s", (long)getpid(), strrchr(a->dir, '.') + 1);
     snprintf(a->endpoint, sizeof a->endpoint, "ipc://%s/coord.sock", a->dir);
-    int rc;
     if ((rc = co_guard_start(&a->guard, a->dir, a->run_id, c->ndevices, NULL, 0, err)) < 0)
         return rc;
     if ((rc = ein_status_create(a->run_id, a->cfg->ndevices, &a->status, err)) < 0)
@@ -376,10 +384,6 @@ static int setup(nd *a, ein_error *err)
     zmq_setsockopt(a->dealer, ZMQ_ROUTING_ID, a->ident, strlen(a->ident));
     zmq_setsockopt(a->dealer, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(a->dealer, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
-    /* The run's CURVE keys (coordinator/run/co_curve.h), from the launcher;
-     * the workers never see them. */
-    if (c->keys_stdin && (rc = keys_from_stdin(err)) < 0)
-        return rc;
     const char *srv = getenv("EIN_CURVE_SERVER"), *pub = getenv("EIN_CURVE_PUBLIC"),
                *sec = getenv("EIN_CURVE_SECRET");
     if (srv && pub && sec) {
@@ -440,7 +444,7 @@ int nd_agent_run(const nd_config *c)
         a.w[k].device = c->devices[k];
     if ((rc = setup(&a, &err)) < 0) {
         say(&a, "%s", err.msg);
-        for (int k = 0; k < c->ndev_here; k++)
+        for (int k = 0; k < c->ndev_here && a.dealer; k++)
             if (!a.w[k].pid)
                 report(&a, a.w[k].device, "on host %d: %s", c->host, err.msg);
         a.failed = 1;

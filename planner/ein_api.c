@@ -175,7 +175,14 @@ ein_tensor ein_graph_attention(ein_graph *g, const char *name, ein_tensor q, ein
                                ein_tensor v, const int64_t *seq_ends, int nseq,
                                ein_error *err)
 {
-    return pl_graph_add_attention(g, NAME(g, name), q, k, v, seq_ends, nseq, err);
+    return pl_graph_add_attention(g, NAME(g, name), q, k, v, seq_ends, nseq, 0, err);
+}
+
+ein_tensor ein_graph_attention_window(ein_graph *g, const char *name, ein_tensor q, ein_tensor k,
+                                      ein_tensor v, const int64_t *seq_ends, int nseq,
+                                      int64_t window, ein_error *err)
+{
+    return pl_graph_add_attention(g, NAME(g, name), q, k, v, seq_ends, nseq, window, err);
 }
 
 ein_tensor ein_graph_reduce(ein_graph *g, const char *name, const char *op, uint32_t axes,
@@ -237,7 +244,14 @@ ein_tensor ein_graph_cache_write(ein_graph *g, const char *name, ein_tensor stat
 ein_tensor ein_graph_decode_attention(ein_graph *g, const char *name, ein_tensor q,
                                       ein_tensor k, ein_tensor v, ein_tensor pos, ein_error *err)
 {
-    return pl_graph_add_decode_attention(g, NAME(g, name), q, k, v, pos, err);
+    return pl_graph_add_decode_attention(g, NAME(g, name), q, k, v, pos, 0, err);
+}
+
+ein_tensor ein_graph_decode_attention_window(ein_graph *g, const char *name, ein_tensor q,
+                                             ein_tensor k, ein_tensor v, ein_tensor pos,
+                                             int64_t window, ein_error *err)
+{
+    return pl_graph_add_decode_attention(g, NAME(g, name), q, k, v, pos, window, err);
 }
 
 int ein_graph_rope_scaling(ein_graph *g, ein_tensor t, const ein_rope_scaling *s,

@@ -118,9 +118,11 @@ int pl_graph_add_rope(pl_graph *g, const char *name, int x, int64_t head_dim, do
 /* The same with a pairing style (ein_rope_style; others are EIN_EINVAL). */
 int pl_graph_add_rope_style(pl_graph *g, const char *name, int x, int64_t head_dim, double theta,
                             const int64_t *seq_ends, int nseq, int style, ein_error *err);
-/* q [Hq, S, D], k and v [Hkv, S, D], Hq a multiple of Hkv. */
+/* q [Hq, S, D], k and v [Hkv, S, D], Hq a multiple of Hkv; window W >= 0
+ * (0: full causal; else query t sees keys u with t - W < u <= t;
+ * negative: EIN_EINVAL). */
 int pl_graph_add_attention(pl_graph *g, const char *name, int q, int k, int v,
-                           const int64_t *seq_ends, int nseq, ein_error *err);
+                           const int64_t *seq_ends, int nseq, int64_t window, ein_error *err);
 /* Reduce with EIN_AGG_SUM or EIN_AGG_MAX over the axes in mask `axes`
  * (at least one axis must remain). */
 int pl_graph_add_reduce(pl_graph *g, const char *name, ein_agg op, uint32_t axes, int x,
@@ -141,12 +143,13 @@ int pl_graph_add_embedding(pl_graph *g, const char *name, int table, int ids, ei
  * (pl_graph_add_state, not yet written by another cache_write), x [KVH, B,
  * D], pos [B] (i32/i64): the state with x[:, b] at row pos[b] of sequence
  * b; the output IS the state (same buffers). decode_attention: q [H, B, D],
- * k, v [KVH, B, S, D], pos [B]: query b attends to keys [0, pos[b]].
+ * k, v [KVH, B, S, D], pos [B]: query b attends to keys [0, pos[b]], or
+ * [pos[b] - W + 1, pos[b]] with a window W > 0 (negative: EIN_EINVAL).
  * rope_at: x [T, H*head_dim] rotated at positions pos [T]. */
 int pl_graph_add_cache_write(pl_graph *g, const char *name, int state, int x, int pos,
                              ein_error *err);
 int pl_graph_add_decode_attention(pl_graph *g, const char *name, int q, int k, int v, int pos,
-                                  ein_error *err);
+                                  int64_t window, ein_error *err);
 int pl_graph_add_rope_at(pl_graph *g, const char *name, int x, int pos, int64_t head_dim,
                          double theta, int style, ein_error *err);
 /* Set the frequency scaling (common/ein_rope.h) of rope or rope_at node id:

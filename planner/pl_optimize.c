@@ -619,6 +619,7 @@ static uint64_t node_sig(const pl_graph *g, int v)
         h = mix(h, (uint64_t)(unsigned char)*c);
     h = mix(mix(mix(h, (uint64_t)k->axis), (uint64_t)k->axes), (uint64_t)k->start);
     h = mix(mix(mix(h, (uint64_t)k->head_dim), (uint64_t)k->group), (uint64_t)k->nlist);
+    h = mix(h, (uint64_t)k->window);
     for (int i = 0; i < k->nlist; i++)
         h = mix(h, (uint64_t)k->list[i]);
     h = mix(h, (uint64_t)nd->ninputs);
@@ -638,8 +639,8 @@ static int kernel_same(const ein_kernel *a, const ein_kernel *b)
         a->axis != b->axis || a->axes != b->axes || a->reduce != b->reduce ||
         a->start != b->start || memcmp(&a->eps, &b->eps, sizeof a->eps) ||
         memcmp(&a->theta, &b->theta, sizeof a->theta) || a->head_dim != b->head_dim ||
-        a->group != b->group || a->style != b->style || a->nlist != b->nlist ||
-        memcmp(&a->scaling, &b->scaling, sizeof a->scaling))
+        a->group != b->group || a->window != b->window || a->style != b->style ||
+        a->nlist != b->nlist || memcmp(&a->scaling, &b->scaling, sizeof a->scaling))
         return 0;
     /* CONCAT's list holds nlist offsets and the total after them. */
     int nl = a->nlist + (a->kind == EIN_KERNEL_CONCAT && a->nlist > 0);

@@ -55,7 +55,8 @@ static const op_def ops[] = {
                                "style=half (Hugging Face's rotate_half) or style=interleaved, "
                                "and scaling=linear, factor=F or scaling=llama3, factor=F, "
                                "low_freq_factor=F, high_freq_factor=F, original_max_position=N"},
-    {"attention", OP_ATTENTION, 0, 3, 3, "attention(q, k, v)"},
+    {"attention", OP_ATTENTION, 0, 3, 3, "attention(q, k, v), then optionally window=W (a "
+                                         "sliding window of W keys)"},
     {"reduce_sum", OP_REDUCE, EIN_AGG_SUM, 2, 9, "reduce_sum(x, AXIS, ...)"},
     {"reduce_max", OP_REDUCE, EIN_AGG_MAX, 2, 9, "reduce_max(x, AXIS, ...)"},
     {"concat", OP_CONCAT, 0, 2, 17, "concat(a, b, ..., AXIS)"},
@@ -64,7 +65,8 @@ static const op_def ops[] = {
     {"merge_heads", OP_MERGE_HEADS, 0, 1, 1, "merge_heads(x)"},
     {"embedding", OP_EMBEDDING, 0, 2, 2, "embedding(table, ids)"},
     {"cache_write", OP_CACHE_WRITE, 0, 3, 3, "cache_write(state, x, pos)"},
-    {"decode_attention", OP_DECODE_ATTENTION, 0, 4, 4, "decode_attention(q, k, v, pos)"},
+    {"decode_attention", OP_DECODE_ATTENTION, 0, 4, 4, "decode_attention(q, k, v, pos), then "
+                                                       "optionally window=W"},
     {"rope_at", OP_ROPE_AT, 0, 3, 4, "rope_at(x, pos, HEAD_DIM) or rope_at(x, pos, HEAD_DIM, "
                                      "10000), then optionally style=half and rope's scaling= "
                                      "keywords"},
@@ -368,6 +370,7 @@ typedef struct block_call {
     const char *name;
     const tok *const *args;
     int nargs;
+    int64_t window;     /* attention's window= (0: none) */
 } block_call;
 
 /* The block operators' parsers: each reads c's arguments, adds the node
@@ -488,7 +491,8 @@ static int parse_heads_op(const block_call *c, int *id, ein_error *e)
         if ((rc = pl_tok_tensor(p, args[0], &x)) < 0 || (rc = pl_tok_tensor(p, args[1], &w)) < 0 ||
             (rc = pl_tok_tensor(p, args[2], &b)) < 0)
             return rc;
-        *id = ein_graph_attention(p->g, c->name, x, w, b, p->seq_ends, p->nseq, e);
+        *id = ein_graph_attention_window(p->g, c->name, x, w, b, p->seq_ends, p->nseq,
+                                         c->window, e);
         return 0;
     case OP_SPLIT_HEADS:
         if ((rc = pl_tok_tensor(p, args[0], &x)) < 0 ||
@@ -511,9 +515,10 @@ static int parse_heads_op(const block_call *c, int *id, ein_error *e)
 
 /* The operators of a transformer block (softmax ... merge_heads). */
 static int parse_block_op(parser *p, const op_def *op, const char *name, const tok *const *args,
-                          int nargs, int *id, ein_error *e)
+                          int nargs, int64_t window, int *id, ein_error *e)
 {
-    const block_call c = {.p = p, .op = op, .name = name, .args = args, .nargs = nargs};
+    const block_call c = {.p = p, .op = op, .name = name, .args = args, .nargs = nargs,
+                          .window = window};
     switch (op->kind) {
     case OP_SOFTMAX:
         return parse_softmax_op(&c, id, e);
@@ -537,8 +542,9 @@ static int parse_block_op(parser *p, const op_def *op, const char *name, const t
     return pl_perr(p, EIN_EPARSE, args[0]->col, "internal: operator %s has no parser", op->name);
 }
 
-/* An operator call as written: the operator, its positional arguments and
- * rope's style= keyword, each token kept for its column. */
+/* An operator call as written: the operator, its positional arguments,
+ * rope's style= and attention's window= keywords, each token kept for its
+ * column. */
 typedef struct op_call {
     const op_def *op;
     const tok *args[PL_ARGS_MAX];
@@ -547,6 +553,8 @@ typedef struct op_call {
     const tok *style;   /* the value of style=, or NULL */
     const tok *kw[5];   /* rope's scaling=, factor=, low_freq_factor=,
                            high_freq_factor=, original_max_position= */
+    const tok *wtok;    /* window=, or NULL */
+    int64_t window;     /* its value (0: none) */
 } op_call;
 
 /* rope's frequency-scaling keywords (ein_rope_scaling), in op_call.kw order. */
@@ -574,7 +582,7 @@ static int find_op(parser *p, const tok *ot, const op_def **op)
 }
 
 /* One argument `a` of the call (its ',' or ')' not yet read): NAME=VALUE
- * (only rope's style) or a positional one. */
+ * (rope's style, attention's window) or a positional one. */
 static int call_arg(parser *p, op_call *c, const tok *a)
 {
     const op_def *op = c->op;
@@ -584,7 +592,7 @@ static int call_arg(parser *p, op_call *c, const tok *a)
     if (c->nargs == PL_ARGS_MAX)
         return pl_perr(p, EIN_EPARSE, a->col, "too many arguments; usage: %s", op->usage);
     if (a->kind == T_IDENT && tok_punct(pl_peek(p), '=')) {
-        /* NAME=VALUE: rope's style and frequency scaling. */
+        /* NAME=VALUE: rope's style and frequency scaling, attention's window. */
         next(p);
         const tok *v = next(p);
         for (int k = 0; k < 5 && (op->kind == OP_ROPE || op->kind == OP_ROPE_AT); k++)
@@ -600,6 +608,17 @@ static int call_arg(parser *p, op_call *c, const tok *a)
                 c->kw[k] = v;
                 return 0;
             }
+        if ((op->kind == OP_ATTENTION || op->kind == OP_DECODE_ATTENTION) &&
+            tok_is(a, "window")) {
+            if (c->wtok)
+                return pl_perr(p, EIN_EPARSE, a->col, "window given twice; usage: %s", op->usage);
+            int rc = v->kind == T_IDENT ? pl_tok_size(p, v, "attention window", &c->window)
+                                        : pl_tok_index(p, v, "attention window", &c->window);
+            if (rc < 0)
+                return rc;
+            c->wtok = v;
+            return 0;
+        }
         if ((op->kind != OP_ROPE && op->kind != OP_ROPE_AT) || !tok_is(a, "style"))
             return pl_perr(p, EIN_EPARSE, a->col, "%s takes no keyword argument '%.*s'; "
                         "usage: %s", op->name, a->len, a->s, op->usage);
@@ -609,9 +628,10 @@ static int call_arg(parser *p, op_call *c, const tok *a)
             return pl_perr(p, EIN_EPARSE, v->col, "rope style %s; expected half or "
                         "interleaved", DESC(v));
         c->style = v;
-    } else if (c->style || c->kw[0] || c->kw[1] || c->kw[2] || c->kw[3] || c->kw[4]) {
+    } else if (c->style || c->wtok || c->kw[0] || c->kw[1] || c->kw[2] || c->kw[3] ||
+               c->kw[4]) {
         return pl_perr(p, EIN_EPARSE, a->col, "a positional argument after %s=; usage: %s",
-                       c->style ? "style" : "a scaling keyword", op->usage);
+                       c->style ? "style" : c->wtok ? "window" : "a scaling keyword", op->usage);
     } else {
         c->args[c->nargs++] = a;
     }
@@ -725,7 +745,7 @@ static int build_call(parser *p, const op_call *c, const char *name, int *id, ei
                                     EIN_ROPE_HALF, e);
             return 0;
         }
-        return parse_block_op(p, op, name, args, nargs, id, e);
+        return parse_block_op(p, op, name, args, nargs, c->window, id, e);
     case OP_ROPE_AT: {
         double theta = 10000.0;
         int64_t hd;
@@ -748,11 +768,12 @@ static int build_call(parser *p, const op_call *c, const char *name, int *id, ei
                 return rc;
         *id = op->kind == OP_CACHE_WRITE
                   ? ein_graph_cache_write(p->g, name, t[0], t[1], t[2], e)
-                  : ein_graph_decode_attention(p->g, name, t[0], t[1], t[2], t[3], e);
+                  : ein_graph_decode_attention_window(p->g, name, t[0], t[1], t[2], t[3],
+                                                      c->window, e);
         return 0;
     }
     default:
-        return parse_block_op(p, op, name, args, nargs, id, e);
+        return parse_block_op(p, op, name, args, nargs, c->window, id, e);
     }
 }
 

@@ -98,7 +98,8 @@ static int rebuild(pl_graph *g, const char *name, pl_node_kind kind, const int *
         return rc < 0 ? rc : v;
     }
     case PL_ATTENTION:
-        return pl_graph_add_attention(g, name, in[0], in[1], in[2], k->list, k->nlist, err);
+        return pl_graph_add_attention(g, name, in[0], in[1], in[2], k->list, k->nlist, k->window,
+                                      err);
     case PL_REDUCE: return pl_graph_add_reduce(g, name, k->reduce, k->axes, in[0], err);
     case PL_CONCAT: return pl_graph_add_concat(g, name, k->axis, in, nin, err);
     case PL_SLICE:
@@ -112,7 +113,8 @@ static int rebuild(pl_graph *g, const char *name, pl_node_kind kind, const int *
     case PL_EMBEDDING: return pl_graph_add_embedding(g, name, in[0], in[1], err);
     case PL_CACHE_WRITE: return pl_graph_add_cache_write(g, name, in[0], in[1], in[2], err);
     case PL_DECODE_ATTENTION:
-        return pl_graph_add_decode_attention(g, name, in[0], in[1], in[2], in[3], err);
+        return pl_graph_add_decode_attention(g, name, in[0], in[1], in[2], in[3], k->window,
+                                             err);
     case PL_ROPE_AT: {
         int v = pl_graph_add_rope_at(g, name, in[0], in[1], k->head_dim, k->theta, k->style, err);
         int rc = v < 0 ? v : pl_graph_set_rope_scaling(g, v, &k->scaling, err);

@@ -7,9 +7,22 @@
  * Usage: bench-kernels-cuda [-n GEMM_SIZE] [-t TOKENS] [-r REPS]
  * Times are CUDA events around REPS back-to-back launches after a warm-up.
  * Attention FLOPs count the causal half: 4 * heads_q * d * T(T+1)/2.
- * Attention runs twice: our fused kernel, then cuDNN's SDPA (or why not). */
+ * Attention runs twice: our fused kernel, then cuDNN's SDPA (or why not).
+ *
+ * bench-kernels-cuda -P [-t TOKENS] [-r REPS]: the cuDNN probe of
+ * tools/gpu-check (well under a minute): the cuDNN version and device;
+ * one line per graph variant of ../shared/notes/gpu-attention.md §4
+ * (V0 the graph before issue 33, V1 + LOG/ADD, V2 canonical, V3 + Stats
+ * output, V4 no mask, V5 f32 GEN_INDEX, V6 packed, V7 packed + Stats):
+ * operation graph finalized or not, the engines that finalize, the plan,
+ * its build time, cuDNN's error; then O (and the statistics, through the
+ * key-block partial) from cuDNN against our kernel at several lengths,
+ * packed sequences in one plan, and the 8K speed of both.
+ * Lines: "variant NAME: ...", "correct WHAT: max abs err A, scaled err E:
+ * ok|MISMATCH" or "correct WHAT: not run: WHY", "attention causal ...". */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,17 +171,183 @@ out:
     cudaEventDestroy(e1);
 }
 
+/* ---- the cuDNN probe (-P) --------------------------------------------- */
+
+static void probe_variants(kn_cuda_ctx *ctx, size_t version)
+{
+    static const struct {
+        const char *name;
+        int causal, stats, nseq, no_stats_ops, p_f32, gen_index_f32;
+    } v[] = {
+        {"V0 (before issue 33, no LOG/ADD, P f32)", 1, 0, 0, 1, 1, 0},
+        {"V1 (+ LOG/ADD, P f32)", 1, 0, 0, 0, 1, 0},
+        {"V2 (canonical)", 1, 0, 0, 0, 0, 0},
+        {"V3 (canonical + Stats output)", 1, 1, 0, 0, 0, 0},
+        {"V4 (canonical, no mask)", 0, 0, 0, 0, 0, 0},
+        {"V5 (canonical, f32 GEN_INDEX)", 1, 0, 0, 0, 0, 1},
+        {"V6 (packed 4 sequences, padding + ragged)", 1, 0, 4, 0, 0, 0},
+        {"V7 (packed 4 sequences + Stats output)", 1, 1, 4, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        kn_sg_params p;
+        memset(&p, 0, sizeof p);
+        p.io = KN_SG_BF16;
+        p.hq = 32, p.hkv = 8, p.d = 128, p.t = 8192;
+        p.s = v[i].nseq ? 3072 : 8192;
+        p.nseq = v[i].nseq;
+        p.causal = v[i].causal, p.stats = v[i].stats;
+        p.no_stats_ops = v[i].no_stats_ops, p.p_f32 = v[i].p_f32;
+        p.gen_index_f32 = v[i].gen_index_f32;
+        p.cudnn_version = version;
+        char line[1024];
+        kn_cuda_ctx_cudnn_probe(ctx, &p, line, sizeof line);
+        printf("variant %s: %s\n", v[i].name, line);
+        fflush(stdout);
+    }
+}
+
+/* max |a - b| and that over max |b| of n values of two device arrays of
+ * dtype dt. */
+static void dev_diff(ein_dtype dt, const void *a, const void *b, size_t n, double *abs_err,
+                     double *scaled)
+{
+    size_t esz = ein_dtype_size(dt);
+    void *ha = malloc(n * esz), *hb = malloc(n * esz);
+    float *fa = malloc(n * sizeof *fa), *fb = malloc(n * sizeof *fb);
+    if (!ha || !hb || !fa || !fb) {
+        fprintf(stderr, "bench-kernels-cuda: out of host memory\n");
+        exit(1);
+    }
+    ck(cudaMemcpy(ha, a, n * esz, cudaMemcpyDeviceToHost), "download");
+    ck(cudaMemcpy(hb, b, n * esz, cudaMemcpyDeviceToHost), "download");
+    ein_dtype_to_f32(dt, ha, fa, n);
+    ein_dtype_to_f32(dt, hb, fb, n);
+    double m = 0, e = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)fa[i] - (double)fb[i]);
+        if (!(d <= e)) /* NaN counts */
+            e = isnan(d) ? INFINITY : d;
+        if (fabs((double)fb[i]) > m)
+            m = fabs((double)fb[i]);
+    }
+    *abs_err = e;
+    *scaled = m > 0 ? e / m : e;
+    free(ha), free(hb), free(fa), free(fb);
+}
+
+static void say_diff(const char *what, double e, double sc, double tol)
+{
+    printf("correct %s: max abs err %.3g, scaled err %.3g (tol %g): %s\n", what, e, sc, tol,
+           sc <= tol ? "ok" : "MISMATCH");
+    fflush(stdout);
+}
+
+/* cuDNN (EIN_ATTENTION=cudnn) against our kernel, causal GQA 32/8 d 128:
+ * full attention over T tokens holding the sequences `ends`, and (no
+ * ends) the diagonal key-block partial, whose rows carry the statistics. */
+static void probe_correct(kn_cuda_ctx *ctx, cudaStream_t s, ein_dtype dt, int64_t T,
+                          const int64_t *ends, int nends)
+{
+    int64_t hq = 32, hkv = 8, d = 128;
+    size_t nq = (size_t)(hq * T * d), nk = (size_t)(hkv * T * d), np = (size_t)(hq * T * (d + 1));
+    void *q = dev_rand16(dt, nq, 7), *k = dev_rand16(dt, nk, 8), *v = dev_rand16(dt, nk, 9);
+    void *o1, *o2, *p1, *p2;
+    ck(cudaMalloc(&o1, nq * 2), "cudaMalloc");
+    ck(cudaMalloc(&o2, nq * 2), "cudaMalloc");
+    ck(cudaMalloc(&p1, np * 4), "cudaMalloc");
+    ck(cudaMalloc(&p2, np * 4), "cudaMalloc");
+    kn_block bq = {q, dt, {3, {0, 0, 0}, {hq, T, d}}}, bk = {k, dt, {3, {0, 0, 0}, {hkv, T, d}}};
+    kn_block bv = {v, dt, bk.box}, bo1 = {o1, dt, bq.box}, bo2 = {o2, dt, bq.box};
+    kn_block bp1 = {p1, EIN_F32, {3, {0, 0, 0}, {hq, T, d + 1}}}, bp2 = bp1;
+    bp2.data = p2;
+    ein_error err = {0};
+    char what[160];
+    snprintf(what, sizeof what, "%s T %lld%s%s", ein_dtype_name(dt), (long long)T,
+             nends ? ", packed " : "", nends ? "sequences" : "");
+    double tol = dt == EIN_BF16 ? 0.03 : 0.01, e, sc;
+    if (kn_cuda_attention_auto(ctx, hq / hkv, ends, nends, &bq, &bk, &bv, &bo1, s, &err) < 0) {
+        printf("correct O %s: not run: %s\n", what, err.msg);
+    } else {
+        ckk(kn_cuda_attention(hq / hkv, ends, nends, &bq, &bk, &bv, &bo2, s, &err), &err);
+        ck(cudaStreamSynchronize(s), "sync");
+        dev_diff(dt, o1, o2, nq, &e, &sc);
+        char w[200];
+        snprintf(w, sizeof w, "O %s", what);
+        say_diff(w, e, sc, tol);
+    }
+    if (!nends) {
+        if (kn_cuda_attention_partial_auto(ctx, hq / hkv, NULL, 0, &bq, &bk, &bv, &bp1, s,
+                                           &err) < 0) {
+            printf("correct partial+stats %s: not run: %s\n", what, err.msg);
+        } else {
+            ckk(kn_cuda_attention_partial(hq / hkv, NULL, 0, &bq, &bk, &bv, &bp2, s, &err),
+                &err);
+            ck(cudaStreamSynchronize(s), "sync");
+            /* the statistics column alone, then every value */
+            float *h1 = malloc(np * 4), *h2 = malloc(np * 4);
+            if (!h1 || !h2)
+                exit(1);
+            ck(cudaMemcpy(h1, p1, np * 4, cudaMemcpyDeviceToHost), "download");
+            ck(cudaMemcpy(h2, p2, np * 4, cudaMemcpyDeviceToHost), "download");
+            double es = 0, m = 0;
+            for (size_t r = 0; r < (size_t)(hq * T); r++) {
+                double dd = fabs((double)h1[r * (d + 1) + d] - (double)h2[r * (d + 1) + d]);
+                if (!(dd <= es))
+                    es = isnan(dd) ? INFINITY : dd;
+                m = fabs((double)h2[r * (d + 1) + d]) > m ? fabs((double)h2[r * (d + 1) + d]) : m;
+            }
+            char w[200];
+            snprintf(w, sizeof w, "Stats (lse) %s", what);
+            say_diff(w, es, m > 0 ? es / m : es, 1e-3);
+            free(h1), free(h2);
+            dev_diff(EIN_F32, p1, p2, np, &e, &sc);
+            snprintf(w, sizeof w, "partial rows %s", what);
+            say_diff(w, e, sc, tol);
+        }
+    }
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o1), cudaFree(o2), cudaFree(p1), cudaFree(p2);
+}
+
+static int probe(kn_cuda_ctx *ctx, cudaStream_t s, int64_t T, int reps)
+{
+    size_t version = 0;
+    char line[256];
+    int have = kn_cuda_cudnn_version(ctx, &version, line, sizeof line);
+    struct cudaDeviceProp prop;
+    ck(cudaGetDeviceProperties(&prop, 0), "device properties");
+    printf("cudnn-probe: %s, sm_%d%d, %s\n", prop.name, prop.major, prop.minor, line);
+    if (have < 0)
+        return 0;
+    probe_variants(ctx, version);
+    setenv("EIN_ATTENTION", "cudnn", 1);
+    const int64_t lens[] = {128, 1000, 4096};
+    for (int i = 0; i < 3; i++) {
+        probe_correct(ctx, s, EIN_BF16, lens[i], NULL, 0);
+        probe_correct(ctx, s, EIN_F16, lens[i], NULL, 0);
+    }
+    const int64_t ends[] = {3000, 5500, 7200, 8192}; /* 3000 + 2500 + 1700 + 992 */
+    probe_correct(ctx, s, EIN_BF16, 8192, ends, 4);
+    bench_attention(ctx, s, EIN_BF16, 32, 8, T, 128, reps);
+    unsetenv("EIN_ATTENTION");
+    bench_attention(NULL, s, EIN_BF16, 32, 8, T, 128, reps);
+    char note[2048];
+    kn_cuda_ctx_attention_report(ctx, note, sizeof note);
+    printf("%s\n", note);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int64_t n = 8192, T = 8192;
-    int reps = 10, opt;
-    while ((opt = getopt(argc, argv, "n:t:r:h")) != -1) {
+    int reps = 10, opt, do_probe = 0;
+    while ((opt = getopt(argc, argv, "n:t:r:Ph")) != -1) {
         switch (opt) {
         case 'n': n = atoll(optarg); break;
         case 't': T = atoll(optarg); break;
         case 'r': reps = atoi(optarg); break;
+        case 'P': do_probe = 1; break;
         default:
-            fprintf(stderr, "usage: %s [-n GEMM_SIZE] [-t TOKENS] [-r REPS]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-n GEMM_SIZE] [-t TOKENS] [-r REPS] [-P]\n", argv[0]);
             return opt == 'h' ? 0 : 2;
         }
     }
@@ -194,6 +373,13 @@ int main(int argc, char **argv)
     kn_cuda_ctx *ctx;
     ein_error err = {0};
     ckk(kn_cuda_ctx_create(ws, wsb, &ctx, &err), &err);
+    if (do_probe) {
+        probe(ctx, s, T, reps);
+        kn_cuda_ctx_destroy(ctx);
+        cudaFree(ws);
+        cudaStreamDestroy(s);
+        return 0;
+    }
     cublasHandle_t hb;
     ckb(cublasCreate(&hb), "cublasCreate");
     bench_gemm(ctx, hb, s, EIN_F16, n, reps);

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """tools/llama_torch.py — the LLaMA block of examples/llama_block.ein in plain
 PyTorch (bf16, SDPA), on one GPU: the baseline tools/gpu-check compares
-einrun with. Prints the median iteration time in ms.
+einrun with. Prints the median iteration time in ms, eager (PyTorch's own
+SDPA backend choice) and, with --compile, torch.compile's (a line saying
+why not when it cannot compile here).
 
-    python3 tools/llama_torch.py [--tokens 8192] [--iters 20]
+    python3 tools/llama_torch.py [--tokens 8192] [--iters 20] [--compile]
 """
 import argparse
 import time
@@ -43,6 +45,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--compile", action="store_true",
+                    help="also time torch.compile(block)")
     a = ap.parse_args()
     dev, dt = "cuda", torch.bfloat16
     dm, dq, dkv, dff = 4096, 4096, 1024, 14336
@@ -52,18 +56,27 @@ def main():
          "wq": r(dm, dq), "wk": r(dm, dkv), "wv": r(dm, dkv), "wo": r(dq, dm),
          "w1": r(dm, dff), "w3": r(dm, dff), "w2": r(dff, dm)}
     x = r(a.tokens, dm)
-    for _ in range(3):
-        block(x, w)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(a.iters):
-        t0 = time.perf_counter()
-        block(x, w)
+
+    def timed(f, what):
+        for _ in range(3):
+            f(x, w)
         torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    print(f"pytorch llama block 1x{a.tokens} bf16: median {1e3 * times[len(times) // 2]:.3f} ms, "
-          f"min {1e3 * times[0]:.3f} ms")
+        times = []
+        for _ in range(a.iters):
+            t0 = time.perf_counter()
+            f(x, w)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        times.sort()
+        print(f"pytorch{what} llama block 1x{a.tokens} bf16: median "
+              f"{1e3 * times[len(times) // 2]:.3f} ms, min {1e3 * times[0]:.3f} ms", flush=True)
+
+    timed(block, "")
+    if a.compile:
+        try:
+            timed(torch.compile(block), " compile")
+        except Exception as e:  # a machine without a working inductor: say so
+            print(f"pytorch compile: not run: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
 
 
 if __name__ == "__main__":

@@ -433,7 +433,8 @@ static int same_node(const pl_graph *g, int u, int v, int T)
         a->kernel.kind != b->kernel.kind || strcmp(a->kernel.subscripts, b->kernel.subscripts) ||
         a->kernel.axis != b->kernel.axis || a->kernel.axes != b->kernel.axes ||
         a->kernel.start != b->kernel.start || a->kernel.head_dim != b->kernel.head_dim ||
-        a->kernel.group != b->kernel.group || a->kernel.nlist != b->kernel.nlist ||
+        a->kernel.group != b->kernel.group || a->kernel.window != b->kernel.window ||
+        a->kernel.nlist != b->kernel.nlist ||
         a->kernel.unary != b->kernel.unary || a->kernel.binary != b->kernel.binary)
         return 0;
     if (a->kernel.nlist > 0 && memcmp(a->kernel.list, b->kernel.list,

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "common/ein_progress.h"
 #include "common/ein_self.h"
 #include "common/ein_vec.h"
@@ -57,9 +58,54 @@ int co_find_worker(const char *name, const char *given, char *out, size_t len, e
                     "name it (the worker option, or $EINWORKER)", name);
 }
 
-int co_gpu_visible(void)
+int co_gpu_visible(ein_error *err)
 {
+    const char *knob = getenv("EIN_GPU_VISIBLE");
+    if (knob && *knob) {
+        if (!strcmp(knob, "0") || !strcmp(knob, "1"))
+            return knob[0] == '1';
+        return ein_fail(err, EIN_EINVAL, "$EIN_GPU_VISIBLE '%s': expected 0 or 1", knob);
+    }
+    /* CUDA_VISIBLE_DEVICES hides every GPU when it names none ("", "-1") */
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd) {
+        int named = 0;
+        for (const char *p = cvd; *p; p += strcspn(p, ","), p += *p == ',') {
+            p += strspn(p, " ");
+            named |= *p && *p != ',' && *p != '-';
+            if (*p == '-')
+                break; /* CUDA stops at the first invalid id */
+        }
+        if (!named)
+            return 0;
+    }
     return access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
+}
+
+int co_backend_auto(char *why, size_t cap, ein_error *err)
+{
+    int vis = co_gpu_visible(err);
+    if (vis < 0)
+        return vis;
+#ifdef HAVE_CUDA
+    if (vis) {
+        snprintf(why, cap, "GPUs visible");
+        return 1;
+    }
+    snprintf(why, cap, "no GPU visible");
+#else
+    snprintf(why, cap, vis ? "built without CUDA" : "no GPU visible");
+#endif
+    return 0;
+}
+
+int ein_backend_auto(char *why, size_t cap, ein_error *err)
+{
+    char buf[64];
+    int rc = co_backend_auto(buf, sizeof buf, err);
+    if (rc >= 0 && why && cap)
+        snprintf(why, cap, "%s", buf);
+    return rc;
 }
 
 /* The topology exchanges are synthesised for: o->topology; else, for the
@@ -363,6 +409,48 @@ void co_compile_physical_opts(const ein_compile_options *o, int ndev, const xp_t
     po->exchange_chunks = o->exchange_chunks > 1 ? o->exchange_chunks : 0;
 }
 
+/* The lowering options `o` asks for: its seed and no_reuse, with the
+ * debugging switches $EIN_NO_REUSE=1 (for every front end, the simulator's
+ * own lowering, co_sim_plan, included) and $EIN_REUSE_DELAY=L,R (co_memplan's
+ * delays: tests use 0,0 to reuse as soon as possible, acknowledgements
+ * included; malformed: the defaults). lo->memplan points at *mo or is NULL. */
+static void lower_opts_for(const ein_compile_options *o, co_lower_opts *lo, co_memplan_opts *mo)
+{
+    const char *nr = getenv("EIN_NO_REUSE");
+    *lo = (co_lower_opts){.seed = o->seed,
+                          .no_reuse = o->no_reuse || (nr && *nr && strcmp(nr, "0") != 0)};
+    const char *rd = getenv("EIN_REUSE_DELAY");
+    if (rd && sscanf(rd, "%d,%d", &mo->delay_local, &mo->delay_remote) == 2)
+        lo->memplan = mo;
+}
+
+/* co_physical_make under `po`, then co_lower under `lo` (progress shown
+ * when `progress`). */
+static int lower_with(const pl_graph *g, const pl_plan *plan, co_physical_opts *po,
+                      co_lower_opts *lo, int progress, co_physical **ph, ein_program ***progs,
+                      co_lower_stats *ls, ein_error *err)
+{
+    ein_progress pg;
+    ein_progress_begin(&pg, progress && ein_progress_wanted(0),
+                       "lowering, synthesising exchanges", g->nnodes);
+    po->progress = &pg;
+    int rc = co_physical_make(g, plan, po, ph, err);
+    ein_progress_end(&pg);
+    po->progress = NULL;
+    if (rc < 0)
+        return rc;
+    ein_progress_begin(&pg, progress && ein_progress_wanted(0), "lowering", g->nnodes);
+    lo->progress = &pg;
+    rc = co_lower(g, plan, *ph, lo, progs, ls, err);
+    ein_progress_end(&pg);
+    lo->progress = NULL;
+    if (rc < 0) {
+        co_physical_free(*ph);
+        *ph = NULL;
+    }
+    return rc;
+}
+
 int co_compile_lower(const pl_graph *g, const pl_plan *plan, const xp_topology *topo,
                      const ein_compile_options *o, co_xcache *xc, co_physical **ph,
                      ein_program ***progs, co_lower_stats *ls, ein_error *err)
@@ -370,35 +458,10 @@ int co_compile_lower(const pl_graph *g, const pl_plan *plan, const xp_topology *
     co_physical_opts po;
     co_compile_physical_opts(o, plan->p, topo, &po);
     po.xcache = xc;
-    ein_progress pg;
-    ein_progress_begin(&pg, o->progress && ein_progress_wanted(0),
-                       "lowering, synthesising exchanges",
-                       g->nnodes);
-    po.progress = &pg;
-    int rc = co_physical_make(g, plan, &po, ph, err);
-    ein_progress_end(&pg);
-    if (rc < 0)
-        return rc;
-    /* $EIN_NO_REUSE=1: the debugging switch for every front end, the
-     * simulator's own lowering (co_sim_plan) included. */
-    const char *nr = getenv("EIN_NO_REUSE");
-    co_lower_opts lo = {.seed = o->seed,
-                        .no_reuse = o->no_reuse || (nr && *nr && strcmp(nr, "0") != 0)};
-    /* $EIN_REUSE_DELAY=L,R: co_memplan's delays (tests use 0,0 to reuse as
-     * soon as possible, acknowledgements included); malformed: defaults. */
-    const char *rd = getenv("EIN_REUSE_DELAY");
+    co_lower_opts lo;
     co_memplan_opts mo;
-    if (rd && sscanf(rd, "%d,%d", &mo.delay_local, &mo.delay_remote) == 2)
-        lo.memplan = &mo;
-    ein_progress_begin(&pg, o->progress && ein_progress_wanted(0), "lowering", g->nnodes);
-    lo.progress = &pg;
-    rc = co_lower(g, plan, *ph, &lo, progs, ls, err);
-    ein_progress_end(&pg);
-    if (rc < 0) {
-        co_physical_free(*ph);
-        *ph = NULL;
-    }
-    return rc;
+    lower_opts_for(o, &lo, &mo);
+    return lower_with(g, plan, &po, &lo, o->progress, ph, progs, ls, err);
 }
 
 /* c->phys and c->progs: the plan's exchanges synthesised (or naive) as o
@@ -410,10 +473,108 @@ static int compile_lower(ein_compiled *c, const ein_compile_options *o, ein_erro
     c->search_work = po.search_opts.max_work;
     c->search_cap_ms = po.search_opts.cap_ms;
     c->searched = !o->naive_exchanges;
-    int rc = co_compile_lower(c->g, ein_plan_internal(c->plan), c->topo, o, NULL, &c->phys,
-                              &c->progs, &c->ls, err);
+    co_lower_opts lo;
+    co_memplan_opts mo;
+    lower_opts_for(o, &lo, &mo);
+    c->no_reuse = lo.no_reuse;
+    c->reuse_delay_set = lo.memplan != NULL;
+    if (lo.memplan)
+        c->reuse_delay = mo;
+    int rc = lower_with(c->g, ein_plan_internal(c->plan), &po, &lo, o->progress, &c->phys,
+                        &c->progs, &c->ls, err);
     if (rc < 0)
         return ein_error_prefix(err, "cannot lower the plan");
+    return compiled_exchange_texts(c, err);
+}
+
+/* Re-deriving a loaded program (co_compiled_rederive): the saved bodies,
+ * in emission order, in place of the naive ones. */
+typedef struct saved_bodies {
+    const ein_compiled *c;
+    int next;
+} saved_bodies;
+
+/* Does `body` (parsed) declare exactly the preamble `pre`: the same IN
+ * entries (sites and sizes, in order) and OUT requirements (sets and
+ * sites, in order)? Its IN entries then take the preamble's atoms. */
+static int same_preamble(xp_program *body, const xp_program *pre, ein_error *err)
+{
+    if (body->nin != pre->nin || body->nout != pre->nout || body->nwords != pre->nwords)
+        return ein_fail(err, EIN_EPROTO, "its IN or OUT differ from the exchange's (%d and %d "
+                        "entries saved, %d and %d needed)", body->nin, body->nout, pre->nin,
+                        pre->nout);
+    for (int i = 0; i < pre->nin; i++) {
+        if (body->in[i].site != pre->in[i].site || body->in[i].bytes != pre->in[i].bytes)
+            return ein_fail(err, EIN_EPROTO, "IN entry %d differs from the exchange's", i);
+        body->in[i].atom = pre->in[i].atom;
+    }
+    for (int k = 0; k < pre->nout; k++)
+        if (body->out[k].site != pre->out[k].site ||
+            !xp_set_equal(pre, body->out[k].set, pre->out[k].set))
+            return ein_fail(err, EIN_EPROTO, "OUT entry %d differs from the exchange's", k);
+    return 0;
+}
+
+static int saved_body_hook(void *ctx, const char *tensor, const char *consumer,
+                           xp_program **body, ein_error *err)
+{
+    saved_bodies *sb = ctx;
+    const ein_compiled *c = sb->c;
+    int i = sb->next++;
+    if (i >= c->nex)
+        return ein_fail(err, EIN_EPROTO, "more exchanges than the %d saved", c->nex);
+    if (strcmp(c->ex_tensor[i], tensor) != 0 || strcmp(c->ex_consumer[i], consumer) != 0)
+        return ein_fail(err, EIN_EPROTO, "exchange %d is of '%s' for '%s', saved as of '%s' "
+                        "for '%s'", i, tensor, consumer, c->ex_tensor[i], c->ex_consumer[i]);
+    xp_program *p = NULL;
+    int rc = xp_program_parse(c->ex_text[i], "saved exchange", &p, err);
+    if (rc == 0 && !xp_program_resolved(p))
+        rc = ein_fail(err, EIN_EPROTO, "a partition without members");
+    if (rc == 0)
+        rc = same_preamble(p, *body, err);
+    if (rc < 0) {
+        xp_program_free(p);
+        return rc;
+    }
+    xp_program_free(*body);
+    *body = p;
+    return 0;
+}
+
+int co_compiled_rederive(ein_compiled *c, ein_error *err)
+{
+    co_physical_opts po = {.ndev = c->ndev, .topo = NULL, .search = 0,
+                           .body_hook = saved_body_hook};
+    saved_bodies sb = {.c = c};
+    po.body_ctx = &sb;
+    xp_search_opts_default(&po.search_opts);
+    co_lower_opts lo = {.seed = c->seed, .no_reuse = c->no_reuse,
+                        .memplan = c->reuse_delay_set ? &c->reuse_delay : NULL};
+    co_lower_stats ls;
+    co_physical *ph = NULL;
+    ein_program **progs = NULL;
+    int rc = lower_with(c->g, ein_plan_internal(c->plan), &po, &lo, 0, &ph, &progs, &ls, err);
+    if (rc < 0)
+        return rc;
+    if (sb.next != c->nex) {
+        co_physical_free(ph);
+        co_programs_free(progs, c->ndev);
+        return ein_fail(err, EIN_EPROTO, "%d exchanges saved, %d made", c->nex, sb.next);
+    }
+    /* The exchange texts again from the bodies used, the programs and
+     * what the lowering counts from this derivation; the search's report
+     * (searched, reused, predicted times, steps, capped) stays as saved. */
+    compiled_free_exchanges(c);
+    co_programs_free(c->progs, c->ndev);
+    co_physical_free(c->phys);
+    c->phys = ph;
+    c->progs = progs;
+    c->ls.ninstrs = ls.ninstrs;
+    c->ls.ncopies = ls.ncopies;
+    c->ls.nexchanges = ls.nexchanges;
+    c->ls.nlocal = ls.nlocal;
+    c->ls.nchunked = ls.nchunked;
+    c->ls.copy_bytes = ls.copy_bytes;
     return compiled_exchange_texts(c, err);
 }
 

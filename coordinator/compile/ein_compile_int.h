@@ -7,6 +7,7 @@
 #include "common/ein_program.h"
 #include "coordinator/predict/co_calib.h"
 #include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_memplan.h"
 #include "coordinator/compile/co_search.h"
 #include "coordinator/predict/co_sim.h"
 #include "exchange/xp_topo.h"
@@ -41,7 +42,11 @@ struct ein_compiled {
     char *src_topology, *src_gpu_probe;
     int src_cuda;
     int src_gpu_ids[EIN_MAX_DEVICES];
-    int loaded;                 /* read by ein_compiled_load: phys is NULL */
+    int loaded;                 /* read by ein_compiled_load (co_compiled_rederive) */
+    /* How the programs were lowered (co_lower_opts, saved with them): no
+     * buffer reuse; co_memplan's delays when reuse_delay_set. */
+    int no_reuse, reuse_delay_set;
+    co_memplan_opts reuse_delay;
     /* How the plan was chosen (compile_plan): by predicted time with `cal`
      * (time_objective), by the plan search (plan_searched: its report,
      * whole_search when the prefix's plan did not fit the whole graph). */
@@ -84,6 +89,16 @@ int co_compiled_simulate(const ein_compiled *c, co_sim_result **out, ein_error *
 /* 1 if `path` is a regular file that starts like a saved program
  * (ein_compiled_save), else 0; never blocks (a FIFO is 0). */
 int co_saved_program_is(const char *path);
+/* The device count of the saved program at `path` (its magic and digest
+ * checked first); EIN_EPARSE for a damaged or foreign file. */
+int co_saved_program_ndev(const char *path, int *ndev, ein_error *err);
+
+/* The hosts of a session opened with `o` for a program on `ndev` devices
+ * (fake_hosts, hosts_file, launcher), checked as ein_session_open checks
+ * them (the hosts file parsed, the first host this machine, the device
+ * counts), without opening anything: 0, or EIN_EINVAL / EIN_EPARSE /
+ * EIN_EUNSUPPORTED with err filled. */
+int co_session_hosts_check(const ein_session_options *o, int ndev, ein_error *err);
 
 /* The compiled program a session runs (NULL for NULL). */
 const ein_compiled *ein_session_compiled(const ein_session *s);
@@ -111,12 +126,26 @@ int co_compile_lower(const pl_graph *g, const pl_plan *plan, const xp_topology *
                      const ein_compile_options *o, co_xcache *xc, co_physical **ph,
                      ein_program ***progs, co_lower_stats *ls, ein_error *err);
 
+/* A loaded program's exchanges, physical plan and per-device programs
+ * derived again from its graph, plan, seed and lowering options, with the
+ * saved exchange bodies (each parsed, over exactly the preamble of its
+ * exchange, and checked: xp_program_check) in place of a search; the
+ * derived programs, texts and lowering counts replace what was read.
+ * EIN_EPROTO (the file's fault) when a saved body does not fit. */
+int co_compiled_rederive(ein_compiled *c, ein_error *err);
+
 /* The worker binary `name`: `given`, else $EINWORKER, else next to this
  * program or library (ein_self.h): NAME, ../NAME, ../bin/NAME. Fails with
  * EIN_EINVAL and a message saying how to name it. */
 int co_find_worker(const char *name, const char *given, char *out, size_t len, ein_error *err);
-/* A GPU device node exists (/dev/nvidia0 or /dev/nvidiactl). */
-int co_gpu_visible(void);
+/* 1 when GPUs are visible to this process, else 0: $EIN_GPU_VISIBLE=0|1
+ * when set (tests stand in for a GPU machine with it), else none when
+ * CUDA_VISIBLE_DEVICES names none ("" or "-1"), else a GPU device node
+ * exists (/dev/nvidia0 or /dev/nvidiactl). EIN_EINVAL for another
+ * $EIN_GPU_VISIBLE. */
+int co_gpu_visible(ein_error *err);
+/* The backend a run takes when none is named (ein_backend_auto). */
+int co_backend_auto(char *why, size_t cap, ein_error *err);
 /* The topology a compile uses (see ein_compile_options.topology); `desc`
  * says where it came from, `why` (detected ones) what the probe saw.
  * *out is the caller's (xp_topo_free). */

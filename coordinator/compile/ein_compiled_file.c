@@ -1,8 +1,11 @@
 /* coordinator/compile/ein_compiled_file.c — saved compiled programs
  * (ein_compiled_save / ein_compiled_load, include/einsummable/einsummable.h).
  *
- * A saved program is the 8 bytes EIN_SAVED_MAGIC, then one msgpack map:
- *   {"format": 1, "library": "0.1.0", "ndev": n, "seed": u,
+ * A saved program is the 8 bytes EIN_SAVED_MAGIC, then one msgpack map,
+ * then the 32-byte BLAKE2b digest (libsodium's crypto_generichash) of all
+ * that comes before it. The map:
+ *   {"format": 2, "library": "0.1.0", "ndev": n, "seed": u,
+ *    "lowering": [no_reuse 0|1, delays set 0|1, delay_local, delay_remote],
  *    "topology": {"text": xp_topo_format's text, "desc": "...", "why": "...",
  *                 "source": {"topology": str|nil, "cuda": 0|1,
  *                            "gpu_ids": [...], "gpu_probe": str|nil}},
@@ -16,18 +19,26 @@
  * nothing that depends on the clock (the search's wall time is not kept),
  * so the same compiled program always gives the same bytes.
  *
- * Loading checks, in this order: the magic, the format, the library
- * version (the header fields are read before anything else of the map),
- * the device count, then every part strictly (unknown keys are errors;
- * the graph is rebuilt through its builders, the plan's splits must be
- * ones the planner offers, the programs pass ein_program_validate), and
- * last the topology: this machine's, found as the options say (or as the
- * program was compiled), must format to the same text. */
+ * Loading checks, in this order: the magic and the digest (any damage is
+ * refused before anything else is read), the format, the library version
+ * (the header fields are read before anything else of the map), the device
+ * count, then every part strictly (unknown keys are errors; the graph is
+ * rebuilt through its builders, the plan's splits must be ones the planner
+ * offers). Nothing the workers run is taken from the file as it is: each
+ * saved exchange body must declare exactly its exchange's preamble and pass
+ * xp_program_check, the per-device programs are lowered again from the
+ * graph, plan, seed and lowering options (co_compiled_rederive; lowering
+ * is deterministic), and the whole map encoded again from what was derived
+ * must be the file's bytes, so a program, path, seed or constant that is
+ * not what the graph and plan give is refused. Last the topology: this
+ * machine's, found as the options say (or as the program was compiled),
+ * must format to the same text. */
 #include "config.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <msgpack.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +52,8 @@
 
 #define EIN_SAVED_MAGIC "EINPROG\n"
 #define EIN_SAVED_MAGIC_LEN 8
-#define EIN_SAVED_FORMAT 1
+#define EIN_SAVED_FORMAT 2
+#define EIN_SAVED_DIGEST_LEN 32 /* crypto_generichash_BYTES */
 /* Largest saved program read (a 32-block model's programs are far below). */
 #define EIN_SAVED_MAX ((size_t)1 << 32)
 
@@ -61,11 +73,17 @@ static int pack_compiled(msgpack_packer *pk, const ein_compiled *c, const char *
                          ein_error *err)
 {
     int e = 0, rc;
-    e |= msgpack_pack_map(pk, 12);
+    e |= msgpack_pack_map(pk, 13);
     KEY("format"); e |= msgpack_pack_int(pk, EIN_SAVED_FORMAT);
     KEY("library"); e |= ein_mp_pack_cstr(pk, PACKAGE_VERSION);
     KEY("ndev"); e |= msgpack_pack_int(pk, c->ndev);
     KEY("seed"); e |= msgpack_pack_uint64(pk, c->seed);
+    KEY("lowering");
+    e |= msgpack_pack_array(pk, 4);
+    e |= msgpack_pack_int(pk, c->no_reuse ? 1 : 0) |
+         msgpack_pack_int(pk, c->reuse_delay_set ? 1 : 0) |
+         msgpack_pack_int(pk, c->reuse_delay_set ? c->reuse_delay.delay_local : 0) |
+         msgpack_pack_int(pk, c->reuse_delay_set ? c->reuse_delay.delay_remote : 0);
     KEY("topology");
     e |= msgpack_pack_map(pk, 4);
     KEY("text"); e |= ein_mp_pack_cstr(pk, topo_text);
@@ -139,6 +157,15 @@ int ein_compiled_save(const ein_compiled *c, const char *path, ein_error *err)
     else
         rc = pack_compiled(&pk, c, topo_text, err);
     free(topo_text);
+    if (rc == 0) {
+        unsigned char digest[EIN_SAVED_DIGEST_LEN];
+        if (sodium_init() < 0 ||
+            crypto_generichash(digest, sizeof digest, (const unsigned char *)sb.data, sb.size,
+                               NULL, 0) != 0)
+            rc = ein_fail(err, EIN_EINVAL, "save: cannot compute the digest (libsodium)");
+        else if (msgpack_sbuffer_write(&sb, (const char *)digest, sizeof digest) != 0)
+            rc = ein_fail(err, EIN_ENOMEM, "save: out of memory");
+    }
     if (rc < 0) {
         msgpack_sbuffer_destroy(&sb);
         return rc;
@@ -313,20 +340,20 @@ static int unpack_stats(const msgpack_object *st, const msgpack_object *se, ein_
     return 0;
 }
 
-static int unpack_programs(const msgpack_object *o, ein_compiled *c, ein_error *err)
+/* The lowering options (co_compiled_rederive lowers with them). */
+static int unpack_lowering(const msgpack_object *o, ein_compiled *c, ein_error *err)
 {
-    int rc = get_array(o, (uint32_t)c->ndev, "programs", err);
+    int64_t v[4];
+    int rc = get_array(o, 4, "lowering", err);
+    for (int i = 0; rc == 0 && i < 4; i++)
+        rc = ein_mp_get_int(&o->via.array.ptr[i], 0, i < 2 ? 1 : INT32_MAX, &v[i], "lowering",
+                            err);
     if (rc < 0)
         return rc;
-    if (!(c->progs = calloc((size_t)c->ndev, sizeof *c->progs)))
-        return ein_fail(err, EIN_ENOMEM, "out of memory");
-    for (int d = 0; d < c->ndev; d++) {
-        if ((rc = ein_program_unpack(&o->via.array.ptr[d], &c->progs[d], err)) < 0)
-            return ein_error_prefix(err, "device %d", d);
-        if (c->progs[d]->device != d || c->progs[d]->ndevices != c->ndev)
-            return ein_fail(err, EIN_EPROTO, "programs[%d]: a program of device %d of %d", d,
-                            c->progs[d]->device, c->progs[d]->ndevices);
-    }
+    c->no_reuse = (int)v[0];
+    c->reuse_delay_set = (int)v[1];
+    c->reuse_delay.delay_local = (int)v[2];
+    c->reuse_delay.delay_remote = (int)v[3];
     return 0;
 }
 
@@ -334,11 +361,11 @@ static int unpack_programs(const msgpack_object *o, ein_compiled *c, ein_error *
 static int unpack_body(const msgpack_object *root, ein_compiled *c, char **topo_text,
                        ein_error *err)
 {
-    static const char *const keys[] = {"format", "library", "ndev", "seed", "topology",
-                                       "graph", "rewritten", "plan", "exchanges", "stats",
-                                       "search", "programs"};
-    enum { F_FORMAT, F_LIBRARY, F_NDEV, F_SEED, F_TOPO, F_GRAPH, F_REWRITTEN, F_PLAN, F_EX,
-           F_STATS, F_SEARCH, F_PROGS, F_COUNT };
+    static const char *const keys[] = {"format", "library", "ndev", "seed", "lowering",
+                                       "topology", "graph", "rewritten", "plan", "exchanges",
+                                       "stats", "search", "programs"};
+    enum { F_FORMAT, F_LIBRARY, F_NDEV, F_SEED, F_LOWERING, F_TOPO, F_GRAPH, F_REWRITTEN,
+           F_PLAN, F_EX, F_STATS, F_SEARCH, F_PROGS, F_COUNT };
     const msgpack_object *f[F_COUNT];
     int64_t iv;
     int rc;
@@ -349,6 +376,7 @@ static int unpack_body(const msgpack_object *root, ein_compiled *c, char **topo_
             return ein_fail(err, EIN_EPROTO, "missing field '%s'", keys[i]);
     pl_plan *pp = NULL;
     if ((rc = ein_mp_get_uint(f[F_SEED], &c->seed, "seed", err)) < 0 ||
+        (rc = unpack_lowering(f[F_LOWERING], c, err)) < 0 ||
         (rc = unpack_topology(f[F_TOPO], c, topo_text, err)) < 0 ||
         (rc = pl_graph_unpack(f[F_GRAPH], &c->g, err)) < 0 ||
         (rc = ein_mp_get_int(f[F_REWRITTEN], 0, 1, &iv, "rewritten", err)) < 0)
@@ -364,7 +392,34 @@ static int unpack_body(const msgpack_object *root, ein_compiled *c, char **topo_
         (rc = unpack_exchanges(f[F_EX], c, err)) < 0 ||
         (rc = unpack_stats(f[F_STATS], f[F_SEARCH], c, err)) < 0)
         return rc;
-    return unpack_programs(f[F_PROGS], c, err);
+    /* The programs are derived again (co_compiled_rederive) and compared
+     * as bytes with the whole file; here only their count. */
+    return get_array(f[F_PROGS], (uint32_t)c->ndev, "programs", err);
+}
+
+/* c's map encoded again must be the file's bytes `body` (blen). */
+static int check_encoding(const ein_compiled *c, const char *body, size_t blen, ein_error *err)
+{
+    char *topo_text = NULL;
+    int rc = xp_topo_format(c->topo, &topo_text, err);
+    if (rc < 0)
+        return rc;
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    rc = pack_compiled(&pk, c, topo_text, err);
+    free(topo_text);
+    if (rc == 0 && (sb.size != blen || memcmp(sb.data, body, blen) != 0)) {
+        size_t at = 0;
+        while (at < blen && at < sb.size && sb.data[at] == body[at])
+            at++;
+        rc = ein_fail(err, EIN_EPROTO, "its contents are not what its graph, plan and "
+                      "exchanges give (the per-device programs, exchanges or counts were "
+                      "changed; first difference at byte %zu of the map)", at);
+    }
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
 }
 
 /* The first line where a and b differ, as "'A' here, 'B' saved". */
@@ -420,6 +475,67 @@ static int check_topology(ein_compiled *c, const ein_compile_options *opts, cons
     return rc;
 }
 
+/* The file at `path` read whole (*bufp, *lenp: the caller's, free) once
+ * its magic and digest are right: EIN_EPARSE otherwise, before anything
+ * else of it is read. */
+static int read_checked(const char *path, char **bufp, size_t *lenp, ein_error *err)
+{
+    int rc = ein_file_read_all(path, EIN_SAVED_MAX, "a saved program", bufp, lenp, err);
+    if (rc < 0)
+        return rc;
+    if (*lenp < EIN_SAVED_MAGIC_LEN || memcmp(*bufp, EIN_SAVED_MAGIC, EIN_SAVED_MAGIC_LEN) != 0) {
+        free(*bufp);
+        *bufp = NULL;
+        return ein_fail(err, EIN_EPARSE, "%s: not a saved einsummable program (it does not "
+                        "start with the magic \"EINPROG\")", path);
+    }
+    /* The digest before anything else of the file is read. */
+    unsigned char digest[EIN_SAVED_DIGEST_LEN];
+    if (*lenp < EIN_SAVED_MAGIC_LEN + EIN_SAVED_DIGEST_LEN || sodium_init() < 0 ||
+        crypto_generichash(digest, sizeof digest, (const unsigned char *)*bufp,
+                           *lenp - EIN_SAVED_DIGEST_LEN, NULL, 0) != 0 ||
+        sodium_memcmp(digest, *bufp + *lenp - EIN_SAVED_DIGEST_LEN, EIN_SAVED_DIGEST_LEN) != 0) {
+        free(*bufp);
+        *bufp = NULL;
+        return ein_fail(err, EIN_EPARSE, "%s: not a valid saved program: its checksum does "
+                        "not match its contents (the file is damaged or was changed, or was "
+                        "saved by an older einsummable); compile it again", path);
+    }
+    return 0;
+}
+
+int co_saved_program_ndev(const char *path, int *ndev, ein_error *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = read_checked(path, &buf, &len, err);
+    if (rc < 0)
+        return rc;
+    const char *body = buf + EIN_SAVED_MAGIC_LEN;
+    size_t blen = len - EIN_SAVED_MAGIC_LEN - EIN_SAVED_DIGEST_LEN, off = 0;
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    const msgpack_object *nd = NULL;
+    int64_t v = 0;
+    if ((rc = ein_msgpack_prescan(body, blen, err)) == 0) {
+        if (msgpack_unpack_next(&up, body, blen, &off) != MSGPACK_UNPACK_SUCCESS ||
+            up.data.type != MSGPACK_OBJECT_MAP || !(nd = lookup(&up.data, "ndev")))
+            rc = ein_fail(err, EIN_EPROTO, "no ndev field");
+        else
+            rc = ein_mp_get_int(nd, 1, EIN_MAX_DEVICES, &v, "ndev", err);
+    }
+    if (rc < 0) {
+        char msg[EIN_ERROR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+        rc = ein_fail(err, EIN_EPARSE, "%s: not a valid saved program: %s", path, msg);
+    } else {
+        *ndev = (int)v;
+    }
+    msgpack_unpacked_destroy(&up);
+    free(buf);
+    return rc;
+}
+
 int ein_compiled_load_ex(const char *path, int ndev, const ein_compile_options *o,
                          ein_compiled **out, ein_error *err)
 {
@@ -427,16 +543,11 @@ int ein_compiled_load_ex(const char *path, int ndev, const ein_compile_options *
         return ein_fail(err, EIN_EINVAL, "load: NULL path or output");
     char *buf = NULL, *topo_text = NULL;
     size_t len = 0;
-    int rc = ein_file_read_all(path, EIN_SAVED_MAX, "a saved program", &buf, &len, err);
+    int rc = read_checked(path, &buf, &len, err);
     if (rc < 0)
         return rc;
-    if (len < EIN_SAVED_MAGIC_LEN || memcmp(buf, EIN_SAVED_MAGIC, EIN_SAVED_MAGIC_LEN) != 0) {
-        free(buf);
-        return ein_fail(err, EIN_EPARSE, "%s: not a saved einsummable program (it does not "
-                        "start with the magic \"EINPROG\")", path);
-    }
     const char *body = buf + EIN_SAVED_MAGIC_LEN;
-    size_t blen = len - EIN_SAVED_MAGIC_LEN;
+    size_t blen = len - EIN_SAVED_MAGIC_LEN - EIN_SAVED_DIGEST_LEN;
     msgpack_unpacked up;
     msgpack_unpacked_init(&up);
     ein_compiled *c = calloc(1, sizeof *c);
@@ -499,6 +610,8 @@ int ein_compiled_load_ex(const char *path, int ndev, const ein_compile_options *
                       c->topo->ngpus, c->ndev);
         goto bad;
     }
+    if ((rc = co_compiled_rederive(c, err)) < 0 || (rc = check_encoding(c, body, blen, err)) < 0)
+        goto bad;
     rc = check_topology(c, o, topo_text, path, err);
     goto done;
 bad:

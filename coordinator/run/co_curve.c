@@ -9,6 +9,9 @@
 #include <zmq.h>
 
 #define KEY_Z85 41  /* 40 characters and a NUL */
+#define CURVE_SEEN_MAX 32 /* peer addresses reported by name */
+static const char WHY_KEY[] = "its CURVE key is not one of this run's agents";
+static const char WHY_HANDSHAKE[] = "it failed the CURVE handshake (not one of this run's agents)";
 
 struct co_curve {
     char server_pub[KEY_Z85], server_sec[KEY_Z85];
@@ -20,7 +23,44 @@ struct co_curve {
     pthread_t th;
     int running;
     atomic_int dropped;
+    /* Peers reported (the serving thread's, read after it is joined): one
+     * line the first time an address is seen, then counted. */
+    struct {
+        char addr[64];
+        const char *why;
+        int n;
+    } seen[CURVE_SEEN_MAX];
+    int nseen, unlisted;        /* addresses beyond the table: counted only */
 };
+
+/* A peer dropped: counted, and reported on its address's first drop only,
+ * so a peer that retries (ZeroMQ reconnects every 100 ms) or a connect loop
+ * keeps the log bounded: at most CURVE_SEEN_MAX lines, then the summary of
+ * co_curve_stop. */
+static void dropped(co_curve *c, const char *addr, const char *why)
+{
+    atomic_fetch_add(&c->dropped, 1);
+    for (int i = 0; i < c->nseen; i++)
+        if (!strcmp(c->seen[i].addr, addr) && c->seen[i].why == why) {
+            c->seen[i].n++;
+            return;
+        }
+    if (c->nseen == CURVE_SEEN_MAX) {
+        if (c->unlisted++ == 0)
+            fprintf(stderr, "einsummable: dropped connections from more than %d addresses: "
+                            "further ones are counted only (a summary at the end)\n",
+                    CURVE_SEEN_MAX);
+        return;
+    }
+    snprintf(c->seen[c->nseen].addr, sizeof c->seen[c->nseen].addr, "%s", addr);
+    c->seen[c->nseen].why = why;
+    c->seen[c->nseen].n = 1;
+    c->nseen++;
+    fprintf(stderr, "einsummable: %s %s: %s (reported once; further ones are counted and "
+                    "summed up at the end of the run)\n",
+            why == WHY_KEY ? "dropped a connection from" : "dropped a peer that connected to",
+            addr, why);
+}
 
 static void send_str(void *s, const char *v, int more)
 {
@@ -64,11 +104,8 @@ static void zap_answer(co_curve *c)
     char user[16] = "";
     if (host >= 0)
         snprintf(user, sizeof user, "n%d", host);
-    else {
-        atomic_fetch_add(&c->dropped, 1);
-        fprintf(stderr, "einsummable: dropped a connection from %s: its CURVE key is not one of "
-                        "this run's agents\n", addr);
-    }
+    else
+        dropped(c, addr, WHY_KEY);
     send_str(c->zap, "1.0", 1);
     if (n >= 2)
         zmq_send(c->zap, zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), ZMQ_SNDMORE);
@@ -98,10 +135,12 @@ static void monitor_event(co_curve *c)
     if (zmq_msg_size(&ev) >= 6)
         memcpy(&event, zmq_msg_data(&ev), 2);
     if (event & (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)) {
-        atomic_fetch_add(&c->dropped, 1);
-        fprintf(stderr, "einsummable: dropped a peer that connected to %.*s: it failed the "
-                        "CURVE handshake (not one of this run's agents)\n",
-                (int)zmq_msg_size(&addr), (const char *)zmq_msg_data(&addr));
+        /* ZeroMQ's monitor names the endpoint connected to, not the peer. */
+        char a[64];
+        size_t al = zmq_msg_size(&addr) < sizeof a - 1 ? zmq_msg_size(&addr) : sizeof a - 1;
+        memcpy(a, zmq_msg_data(&addr), al);
+        a[al] = '\0';
+        dropped(c, a, WHY_HANDSHAKE);
     }
     zmq_msg_close(&ev);
     zmq_msg_close(&addr);
@@ -201,6 +240,23 @@ void co_curve_stop(co_curve *c)
     if (c->running) {
         zmq_send(c->stop_tx, "", 0, 0);
         pthread_join(c->th, NULL);
+    }
+    /* The summary: every drop counted, by address, on one line. */
+    int n = atomic_load(&c->dropped);
+    if (n > c->nseen) {
+        char list[1024] = "";
+        for (int i = 0; i < c->nseen; i++) {
+            char item[128];
+            snprintf(item, sizeof item, "%s %d", c->seen[i].addr, c->seen[i].n);
+            ein_msg_list_add(list, sizeof list, item);
+        }
+        if (c->unlisted) {
+            char item[64];
+            snprintf(item, sizeof item, "other addresses %d", c->unlisted);
+            ein_msg_list_add(list, sizeof list, item);
+        }
+        fprintf(stderr, "einsummable: dropped %d unauthenticated connection%s in all (%s)\n", n,
+                n == 1 ? "" : "s", list);
     }
     close_all(c);
 }

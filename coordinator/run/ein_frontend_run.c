@@ -20,15 +20,30 @@ int ein_fe_is_saved_program(const char *path)
     return co_saved_program_is(path);
 }
 
+int ein_fe_hosts_check(const ein_session_options *o, int ndev, ein_error *err)
+{
+    return co_session_hosts_check(o, ndev, err);
+}
+
+int ein_fe_saved_program_ndev(const char *path, int *ndev, ein_error *err)
+{
+    return co_saved_program_ndev(path, ndev, err);
+}
+
 int ein_fe_find_worker(const char *name, const char *given, char *out, size_t len,
                        ein_error *err)
 {
     return co_find_worker(name, given, out, len, err);
 }
 
-int ein_fe_gpu_visible(void)
+int ein_fe_gpu_visible(ein_error *err)
 {
-    return co_gpu_visible();
+    return co_gpu_visible(err);
+}
+
+int ein_fe_backend_auto(char *why, size_t cap, ein_error *err)
+{
+    return co_backend_auto(why, cap, err);
 }
 
 int ein_fe_topology_text(const ein_compile_options *o, int ndev, char **text, char *desc,

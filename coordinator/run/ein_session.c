@@ -189,7 +189,11 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
         return ein_fail(err, EIN_EINVAL, "session: this program was compiled with plan_only "
                                          "and cannot run");
     int cuda = 0;
-    if (o.backend && strcmp(o.backend, "cpu")) {
+    if (!o.backend) { /* GPUs where there are GPUs */
+        char why[64];
+        if ((cuda = co_backend_auto(why, sizeof why, err)) < 0)
+            return cuda;
+    } else if (strcmp(o.backend, "cpu")) {
         if (strcmp(o.backend, "cuda"))
             return ein_fail(err, EIN_EINVAL, "session: backend '%s': expected cpu or cuda",
                             o.backend);
@@ -197,7 +201,10 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
 #ifndef HAVE_CUDA
         return ein_fail(err, EIN_EDEVICE, "backend cuda: this library was built without CUDA");
 #endif
-        if (!co_gpu_visible())
+        int vis = co_gpu_visible(err);
+        if (vis < 0)
+            return vis;
+        if (!vis)
             return ein_fail(err, EIN_EDEVICE, "backend cuda: no GPU visible");
     }
     if (o.debug_device >= c->ndev || o.wrapper_device >= c->ndev)
@@ -275,6 +282,70 @@ fail:
     return rc;
 }
 
+#ifdef HAVE_UCX
+/* The hosts of a run on several hosts (o->fake_hosts, hosts_file, launcher)
+ * for a program on `ndev` devices, checked: *hosts, *nhosts (the caller's,
+ * co_hosts_free; none for fake hosts) and where the coordinator listens.
+ * EIN_EINVAL or EIN_EPARSE for usage errors (ein_fe_hosts_check: before
+ * any planning). */
+static int hosts_plan(const ein_session_options *o, int ndev, co_host **hosts, int *nhosts,
+                      char *listen, size_t listen_len, ein_error *err)
+{
+    int rc, n = o->fake_hosts;
+    const char *what = "fake hosts";
+    int many = o->hosts_file || o->launcher; /* real hosts (co_launch.h) */
+    if (o->launcher && !strcmp(o->launcher, "srun"))
+        what = "srun";
+    else if (o->launcher && !strcmp(o->launcher, "mpirun"))
+        what = "mpirun";
+    if (many && (rc = co_launch_hosts(o->launcher, o->hosts_file, ndev, o->devices_per_host,
+                                      hosts, nhosts, err)) < 0)
+        return rc;
+    if (many && (rc = co_launch_listen(o->listen, &(*hosts)[0], listen, listen_len, err)) < 0)
+        return rc;
+    if (many) {
+        int total = 0;
+        for (int h = 0; h < *nhosts; h++)
+            total += (*hosts)[h].ndev;
+        n = *nhosts;
+        if (total != ndev || n < 2)
+            return ein_fail(err, EIN_EINVAL, "hosts file %s: %d host%s with %d devices in all, "
+                            "for a program on %d devices (at least 2 hosts, devices adding up)",
+                            o->hosts_file ? o->hosts_file : what, n, n == 1 ? "" : "s", total,
+                            ndev);
+    } else if (n < 2 || n > ndev)
+        return ein_fail(err, EIN_EINVAL, "fake hosts: %d for %d device%s (from 2 to one per "
+                        "device)", n, ndev, ndev == 1 ? "" : "s");
+    return 0;
+}
+#endif
+
+int co_session_hosts_check(const ein_session_options *o, int ndev, ein_error *err)
+{
+    if (!o->fake_hosts && !o->hosts_file && !o->launcher)
+        return 0;
+    if (o->fake_hosts && (o->hosts_file || o->launcher))
+        return ein_fail(err, EIN_EINVAL, "fake hosts and %s together",
+                        o->hosts_file ? "a hosts file" : "a launcher");
+    /* (co_run's start_hosts refuses the same) */
+    if (o->manual || o->wrapper || o->debug_device >= 0 || o->trace_path)
+        return ein_fail(err, EIN_EUNSUPPORTED, "a run on several hosts takes no manual workers, "
+                        "worker wrapper, debug device or trace yet");
+#ifndef HAVE_UCX
+    (void)ndev;
+    return ein_fail(err, EIN_EUNSUPPORTED, "%s: this build has no UCX (install libucx-dev "
+                    "and configure again): runs on several hosts are refused",
+                    o->hosts_file ? "hosts file" : "fake hosts");
+#else
+    co_host *hosts = NULL;
+    int nhosts = 0;
+    char listen[256];
+    int rc = hosts_plan(o, ndev, &hosts, &nhosts, listen, sizeof listen, err);
+    co_hosts_free(hosts, nhosts);
+    return rc;
+#endif
+}
+
 /* fake_hosts: the devices split into contiguous pseudo-hosts, each with
  * its agent (einnode, found like the worker; $EINNODE names another). */
 static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts *ro,
@@ -293,25 +364,10 @@ static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts 
         what = "srun";
     else if (o->launcher && !strcmp(o->launcher, "mpirun"))
         what = "mpirun";
-    if (many && (rc = co_launch_hosts(o->launcher, o->hosts_file, ndev, o->devices_per_host,
-                                      &s->hosts, &s->nhosts, err)) < 0)
+    if ((rc = hosts_plan(o, ndev, &s->hosts, &s->nhosts, s->listen, sizeof s->listen, err)) < 0)
         return rc;
-    if (many && (rc = co_launch_listen(o->listen, &s->hosts[0], s->listen,
-                                       sizeof s->listen, err)) < 0)
-        return rc;
-    if (many) {
-        int total = 0;
-        for (int h = 0; h < s->nhosts; h++)
-            total += s->hosts[h].ndev;
+    if (many)
         n = s->nhosts;
-        if (total != ndev || n < 2)
-            return ein_fail(err, EIN_EINVAL, "hosts file %s: %d host%s with %d devices in all, "
-                            "for a program on %d devices (at least 2 hosts, devices adding up)",
-                            o->hosts_file ? o->hosts_file : what, n, n == 1 ? "" : "s", total,
-                            ndev);
-    } else if (n < 2 || n > ndev)
-        return ein_fail(err, EIN_EINVAL, "fake hosts: %d for %d device%s (from 2 to one per "
-                        "device)", n, ndev, ndev == 1 ? "" : "s");
     if (!(s->host_of = calloc((size_t)ndev, sizeof *s->host_of)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     for (int d = 0, h = 0, k = 0; d < ndev; d++) {

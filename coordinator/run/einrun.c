@@ -290,10 +290,19 @@ static int load_program(run_state *s, const ein_compile_options *co)
     const run_opts *o = s->o;
     int rc;
     if (ein_fe_is_saved_program(o->path)) {
-        int named = o->topo_arg || o->cuda || o->probe_file;
+        /* the topology as named, else as when it was compiled */
+        int named = o->topo_arg || (o->cuda && !o->backend_auto) || o->probe_file;
         if (ein_compiled_load_ex(o->path, o->ndev, named ? co : NULL, &s->comp, &s->err) < 0)
             return fail(2, "%s", s->err.msg);
         s->g = ein_compiled_graph(s->comp);
+        /* Its generated inputs come from the seed it was compiled with. */
+        ein_fe_info info;
+        ein_fe_compiled_info(s->comp, &info);
+        if (run_opts_given(o, "seed") && info.seed != o->seed)
+            return fail(2, "--seed: %s is a saved program compiled with seed %llu, not %llu: "
+                        "its generated inputs come from that seed (compile it again with "
+                        "--seed %llu for others)", o->path, (unsigned long long)info.seed,
+                        (unsigned long long)o->seed, (unsigned long long)o->seed);
     } else if (ein_graph_parse_file(o->path, &s->g_parsed, &s->err) < 0) {
         return fail(2, "%s", s->err.msg);
     } else {
@@ -335,12 +344,13 @@ static int check_backend(run_state *s)
     if (o->cuda)
         return fail(2, "--backend cuda: this einrun was built without CUDA");
 #endif
-    if (o->cuda && !ein_fe_gpu_visible())
+    int vis = o->cuda ? ein_fe_gpu_visible(&s->err) : 1;
+    if (vis < 0)
+        return fail(2, "%s", s->err.msg);
+    if (!vis)
         return fail(2, "--backend cuda: no GPU visible");
-    if (!o->use_cpu && !o->cuda)
-        fprintf(stderr, "einrun: %s; running %d CPU device%s for --gpus %s\n",
-                ein_fe_gpu_visible() ? "the CUDA backend is not verified yet (--backend cuda to try it)"
-                                 : "no GPU visible",
+    if (!o->use_cpu && !o->cuda && o->cpu_why[0])
+        fprintf(stderr, "einrun: %s; running %d CPU device%s for --gpus %s\n", o->cpu_why,
                 o->ndev, o->ndev == 1 ? "" : "s", o->gpus_arg);
     char worker[PATH_MAX];
     if (ein_fe_find_worker(o->cuda ? "einworker-cuda" : "einworker", o->worker, worker,
@@ -736,6 +746,24 @@ static int run_command(run_opts *o, int argc, char **argv)
         return show_topology(&co, o->ndev);
     if ((rc = run_opts_check_run(o)))
         return rc;
+    /* Several hosts: the hosts file and the device counts before planning
+     * (usage errors, exit 2). */
+    ein_session_options so;
+    ein_session_options_init(&so);
+    so.fake_hosts = o->fake_hosts;
+    so.hosts_file = o->hosts_file;
+    so.launcher = o->launcher;
+    so.listen = o->listen;
+    so.devices_per_host = o->devices_per_host;
+    so.manual = o->manual;
+    so.wrapper = o->wrapper;
+    so.debug_device = o->debug_device;
+    so.trace_path = o->trace_path;
+    ein_error e = {0};
+    if (ein_fe_hosts_check(&so, o->ndev, &e) < 0) {
+        fprintf(stderr, "einrun: %s\n", e.msg);
+        return 2;
+    }
     return run_plan(o, &co);
 }
 

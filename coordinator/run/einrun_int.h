@@ -71,7 +71,10 @@ typedef struct run_opts {
     const char *listen;   /* --listen ADDR */
     int devices_per_host; /* --devices-per-host K */
     int search;         /* --schedule: index in naive|search */
-    int cuda;           /* --backend: index in cpu|cuda */
+    int cuda;           /* --backend: index in cpu|cuda; -1 not given (run_opts_check
+                           resolves it: cuda for --gpus where GPUs are visible) */
+    char cpu_why[64];   /* why --gpus runs CPU devices without --backend, else "" */
+    int backend_auto;   /* 1: no --backend, cuda chosen by run_opts_check */
     int graphs;         /* --graphs: index in auto|on|off */
     int time_objective; /* --objective: index in comm|time; -1: not given */
     int native_partials; /* --partials: index in f32|native */
@@ -82,6 +85,8 @@ typedef struct run_opts {
     int allow_unused;   /* --allow-unused-weights */
     bindings inputs, outputs;
     const char *path;   /* PLAN.ein */
+    int ndev_given;     /* --gpus or --cpu given (else a saved program's count) */
+    unsigned char given[128]; /* by row of the option table: given on the line */
 } run_opts;
 
 #define OPT_NEXT (-1)
@@ -93,5 +98,7 @@ int graphs_mode(const run_opts *o);
 int run_opts_parse(run_opts *o, int argc, char **argv);
 int run_opts_check(run_opts *o, int argc, char **argv);
 int run_opts_check_run(const run_opts *o);
+/* Option --`name` was given on the command line. */
+int run_opts_given(const run_opts *o, const char *name);
 
 #endif

@@ -15,19 +15,25 @@ static void usage(FILE *f)
 "process per device, and write every saved tensor to a .npy file.\n"
 "A program saved with --save-program runs without compiling again: the\n"
 "library version, the device count and the topology must be its own (found\n"
-"as --topology / --backend cuda say, else as when it was compiled).\n"
+"as --topology / --backend cuda say, else as when it was compiled); without\n"
+"--cpu/--gpus it runs on the devices it was compiled for, and options that\n"
+"only steer compiling (--rewrite, --objective, ...; --seed other than its\n"
+"own) are refused.\n"
 "\n"
 "Devices:\n"
 "  --gpus LIST          devices to use, e.g. 0-3, 0,2,5 or 0-1,4 (default: 0).\n"
-"                       Without a visible GPU, or without --backend cuda, the\n"
-"                       same number of CPU devices runs instead, and einrun\n"
-"                       says so on stderr. An id may repeat (--gpus 0,0) to\n"
-"                       run several workers on one GPU.\n"
+"                       They run the CUDA backend (CUDA IPC peer copies,\n"
+"                       cuBLAS, cuDNN and our kernels) when einrun was built\n"
+"                       with CUDA and GPUs are visible; else the same number\n"
+"                       of CPU devices runs instead, and einrun says why on\n"
+"                       stderr. An id may repeat (--gpus 0,0) to run several\n"
+"                       workers on one GPU.\n"
 "  --cpu N              run on N CPU devices (worker processes, shared memory).\n"
-"  --backend cpu|cuda   force a backend for --gpus. The CUDA backend (CUDA IPC\n"
-"                       peer copies, cuBLAS and our kernels) is built when\n"
-"                       nvcc is found but has not been verified on a GPU yet,\n"
-"                       so --gpus runs CPU devices unless --backend cuda.\n"
+"  --backend cpu|cuda   force a backend for --gpus: cpu runs CPU devices even\n"
+"                       where there are GPUs; cuda is an error (exit 2) without\n"
+"                       a visible GPU or CUDA. GPUs are visible unless\n"
+"                       CUDA_VISIBLE_DEVICES names none or no /dev/nvidia*\n"
+"                       exists ($EIN_GPU_VISIBLE=0|1 overrides, for tests).\n"
 "Data:\n"
 "  --input NAME=FILE    read input NAME from FILE.npy (shape and dtype must\n"
 "                       match the program). Every input needs a value (from\n"
@@ -70,13 +76,14 @@ static void usage(FILE *f)
 "                       built-in (dgx-a100, dgx-h100, hgx-h200, dgx-v100,\n"
 "                       gb200-nvl72, host) or a topology file. Default: for\n"
 "                       CPU devices host, sized to the device count; with\n"
-"                       --backend cuda, detected from the GPUs' names and peer\n"
-"                       access, as 'einworker-cuda --probe' prints them (never\n"
-"                       run on a GPU yet); einrun says what it found.\n"
+"                       the CUDA backend, detected from the GPUs' names and\n"
+"                       peer access, as 'einworker-cuda --probe' prints them;\n"
+"                       einrun says what it found.\n"
 "  --gpu-probe FILE     detect it for the --gpus list from a probe saved with\n"
 "                       'einworker-cuda --probe > FILE' (on the target machine)\n"
-"                       instead of running one; the run itself still uses CPU\n"
-"                       devices unless --backend cuda.\n"
+"                       instead of running one; the run itself takes the\n"
+"                       backend --gpus takes (CPU devices where no GPU is\n"
+"                       visible).\n"
 "  --show-topology      print the topology that would be used, as a topology\n"
 "                       file, and exit without running (no PLAN.ein needed).\n"
 "  --exchange-chunks auto|off|K  exchanges that move chunks of blocks\n"
@@ -190,6 +197,8 @@ void run_opts_init(run_opts *o)
     memset(o, 0, sizeof *o);
     o->ndev = 1;
     o->gpus_arg = "0";
+    for (int d = 0; d < MAX_DEVICES; d++)
+        o->ids[d] = d; /* a saved program's devices without --gpus */
     o->seed = o->plan_seed = 1;
     o->selector = "dp";
     o->worker_timeout = 60;
@@ -201,6 +210,7 @@ void run_opts_init(run_opts *o)
     o->debug_device = o->wrapper_device = -1;
     o->search = 1;
     o->time_objective = -1; /* unset: the library's default (time where calibrated) */
+    o->cuda = -1;           /* unset: GPUs where there are GPUs (run_opts_check) */
 }
 
 void run_opts_free(run_opts *o)
@@ -408,6 +418,7 @@ static int opt_gpus(run_opts *o, const run_opt *d, const char *arg)
 {
     o->gpus_arg = arg;
     o->use_cpu = 0;
+    o->ndev_given = 1;
     o->ndev = parse_devices(arg, o->ids, MAX_DEVICES);
     if (o->ndev == -2) {
         fprintf(stderr, "einrun: --gpus '%s': at most %d devices\n", arg, MAX_DEVICES);
@@ -420,7 +431,7 @@ static int opt_cpu(run_opts *o, const run_opt *d, const char *arg)
 {
     int rc = opt_int(o, d, arg);
     if (rc == OPT_NEXT)
-        o->use_cpu = 1;
+        o->use_cpu = o->ndev_given = 1;
     return rc;
 }
 
@@ -549,6 +560,42 @@ static const run_opt run_opt_table[] = {
 #undef F
 #define NOPTS ((int)(sizeof run_opt_table / sizeof *run_opt_table))
 #define OPT_VAL 0x100 /* getopt's value for row i: OPT_VAL + i */
+_Static_assert(NOPTS <= (int)sizeof ((run_opts *)0)->given, "run_opts.given is too small");
+
+/* Options that only steer compiling: a saved program was compiled
+ * already, so each is refused by name with one (never ignored). --seed is
+ * checked against the program's own once it is loaded (einrun.c). */
+static const char *const compile_only[] = {
+    "selector", "plan-seed", "schedule", "rewrite", "rewrite-weights", "ilp",
+    "exchange-chunks", "no-reuse", "memory-limit", "search-work", "search-cap-ms",
+    "objective", "partials", "strategy",
+};
+
+int run_opts_given(const run_opts *o, const char *name)
+{
+    for (int i = 0; i < NOPTS; i++)
+        if (o->given[i] && !strcmp(run_opt_table[i].name, name))
+            return 1;
+    return 0;
+}
+
+/* A saved program given with a compile-time option: exit 2 naming it. */
+static int check_saved_flags(const run_opts *o)
+{
+    for (size_t k = 0; k < sizeof compile_only / sizeof *compile_only; k++)
+        for (int i = 0; i < NOPTS; i++)
+            if (o->given[i] && !strcmp(run_opt_table[i].name, compile_only[k])) {
+                fprintf(stderr, "einrun: --%s: %s is a saved program, compiled already; "
+                        "--%s only applies when compiling (give it with --save-program "
+                        "when compiling PLAN.ein)\n", compile_only[k], o->path,
+                        compile_only[k]);
+                return 2;
+            }
+    if (getenv("EIN_EXCHANGE_CHUNKS") && *getenv("EIN_EXCHANGE_CHUNKS"))
+        fprintf(stderr, "einrun: $EIN_EXCHANGE_CHUNKS is not used: %s is a saved program, "
+                "compiled already\n", o->path);
+    return 0;
+}
 
 /* The options, in order, through the table; PLAN.ein is left at optind.
  * Returns OPT_NEXT or the exit status. */
@@ -578,6 +625,7 @@ int run_opts_parse(run_opts *o, int argc, char **argv)
         int rc = d->set(o, d, optarg);
         if (rc != OPT_NEXT)
             return rc;
+        o->given[d - run_opt_table] = 1;
     }
     return OPT_NEXT;
 }
@@ -592,13 +640,47 @@ int run_opts_check(run_opts *o, int argc, char **argv)
         return 2;
     }
     o->path = argv[optind];
+    int saved = o->path && ein_fe_is_saved_program(o->path);
+    if (saved) {
+        int rc = check_saved_flags(o);
+        if (rc)
+            return rc;
+        /* Without --gpus or --cpu, the devices it was compiled for. */
+        ein_error e = {0};
+        if (!o->ndev_given && ein_fe_saved_program_ndev(o->path, &o->ndev, &e) < 0) {
+            fprintf(stderr, "einrun: %s\n", e.msg);
+            return 2;
+        }
+        if (!o->ndev_given) {
+            static char ids[32];
+            snprintf(ids, sizeof ids, o->ndev == 1 ? "0" : "0-%d", o->ndev - 1);
+            o->gpus_arg = ids;
+            o->use_cpu = !o->cuda; /* as --cpu N, or --gpus 0-(N-1) with --backend cuda */
+        }
+    }
     /* Chunked exchanges: --exchange-chunks, else $EIN_EXCHANGE_CHUNKS. */
     const char *env = getenv("EIN_EXCHANGE_CHUNKS");
     ein_error e = {0};
-    if (!o->exchange_chunks && env && *env &&
+    if (!saved && !o->exchange_chunks && env && *env &&
         ein_fe_parse_exchange_chunks(env, &o->exchange_chunks, &e) < 0) {
         fprintf(stderr, "einrun: $EIN_EXCHANGE_CHUNKS: %s\n", e.msg);
         return 2;
+    }
+    /* No --backend: --gpus runs the CUDA backend on a CUDA build that
+     * sees GPUs, else CPU devices (check_backend says so); --cpu is CPU. */
+    if (o->cuda < 0) {
+        o->cuda = 0;
+        o->backend_auto = 1;
+        if (!o->use_cpu) {
+            int rc = ein_fe_backend_auto(o->cpu_why, sizeof o->cpu_why, &e);
+            if (rc < 0) {
+                fprintf(stderr, "einrun: %s\n", e.msg);
+                return 2;
+            }
+            o->cuda = rc;
+            if (rc)
+                o->cpu_why[0] = '\0';
+        }
     }
     if (o->probe_file && (o->use_cpu || o->topo_arg)) {
         fprintf(stderr, "einrun: --gpu-probe %s: %s\n", o->probe_file,

@@ -107,6 +107,15 @@ ein_tensor ein_graph_rope_ex(ein_graph *g, const char *name, ein_tensor x, int64
 ein_tensor ein_graph_attention(ein_graph *g, const char *name, ein_tensor q, ein_tensor k,
                                ein_tensor v, const int64_t *seq_ends, int nseq,
                                ein_error *err);
+/* ein_graph_attention with a sliding window (Mistral's and Qwen2's
+ * `sliding_window`, issue 34): window W >= 1 lets query t attend only keys
+ * u of its sequence with t - W < u <= t (exactly transformers' rule: key u
+ * is masked when t - u >= W, so a query sees at most W keys, itself
+ * included). window 0 is full causal attention (ein_graph_attention); a
+ * negative window is EIN_EINVAL. */
+ein_tensor ein_graph_attention_window(ein_graph *g, const char *name, ein_tensor q, ein_tensor k,
+                                      ein_tensor v, const int64_t *seq_ends, int nseq,
+                                      int64_t window, ein_error *err);
 /* op: "sum" or "max"; axes: bit i = axis i. */
 ein_tensor ein_graph_reduce(ein_graph *g, const char *name, const char *op, uint32_t axes,
                             ein_tensor x, ein_error *err);
@@ -155,6 +164,14 @@ ein_tensor ein_graph_cache_write(ein_graph *g, const char *name, ein_tensor stat
 ein_tensor ein_graph_decode_attention(ein_graph *g, const char *name, ein_tensor q,
                                       ein_tensor k, ein_tensor v, ein_tensor pos,
                                       ein_error *err);
+/* The same with a sliding window W >= 1: the token at position p attends
+ * the cached keys [max(0, p - W + 1), p] only (the rule of
+ * ein_graph_attention_window); 0: none (ein_graph_decode_attention);
+ * negative: EIN_EINVAL. The cache keeps every position (it is not a ring
+ * of W rows). */
+ein_tensor ein_graph_decode_attention_window(ein_graph *g, const char *name, ein_tensor q,
+                                             ein_tensor k, ein_tensor v, ein_tensor pos,
+                                             int64_t window, ein_error *err);
 /* Rotary embedding of x [tokens, H*head_dim] with token t at position
  * pos[t] (pos [tokens], EIN_I32 or EIN_I64, given at each run). */
 ein_tensor ein_graph_rope_at(ein_graph *g, const char *name, ein_tensor x, ein_tensor pos,
@@ -439,7 +456,9 @@ const char *ein_version(void);
 typedef struct ein_session ein_session;
 
 typedef struct ein_session_options {
-    const char *backend;      /* "cpu" (default) or "cuda" */
+    const char *backend;      /* "cpu", "cuda", or NULL (default): "cuda" when this
+                                 library was built with CUDA and GPUs are visible
+                                 (ein_backend_auto), else "cpu" */
     const int *gpu_ids;       /* cuda: the GPU of each device (NULL: 0..ndev-1) */
     const char *worker;       /* worker binary; NULL: $EINWORKER, next to the program,
                                  or the installed one */
@@ -520,6 +539,15 @@ typedef struct ein_session_options {
 } ein_session_options;
 
 void ein_session_options_init(ein_session_options *o);
+/* The backend a session takes when ein_session_options.backend is NULL
+ * (einrun --gpus without --backend, Python's backend=None): 1 "cuda" when
+ * this library was built with CUDA and GPUs are visible, else 0 "cpu".
+ * GPUs are visible when $EIN_GPU_VISIBLE is 1 (0: none; a stand-in for
+ * tests), else unless CUDA_VISIBLE_DEVICES names none ("" or "-1"), when
+ * /dev/nvidia0 or /dev/nvidiactl exists. `why` (cap bytes, may be NULL)
+ * gets the reason: "GPUs visible", "no GPU visible" or "built without
+ * CUDA". EIN_EINVAL for a $EIN_GPU_VISIBLE other than 0 or 1. */
+int ein_backend_auto(char *why, size_t cap, ein_error *err);
 
 /* Start the workers for `c` and send each its program; returns once all
  * have allocated their memory. `c` must outlive the session. On failure

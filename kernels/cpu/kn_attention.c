@@ -12,7 +12,13 @@
  * sees at least itself, so l > 0 at the end.
  *
  * Q is scaled by 1/sqrt(d) on load. K and V are used in place when f32,
- * else converted once per kv head. */
+ * else converted once per kv head.
+ *
+ * Sliding window W > 0 (issue 34; transformers' Mistral/Qwen2 rule): query
+ * t sees keys u of its sequence with t - W < u <= t. Key tiles then start
+ * at max(start(qs), qs - W + 1), so keys before every query's window are
+ * never touched either, and the mask also cuts each row's keys at its
+ * window. */
 #include "kernels/cpu/kn_internal.h"
 #include "kernels/cpu/kn_vexp.h"
 
@@ -80,9 +86,15 @@ KN_CLONES static float kn_max_row(const float *s, int64_t n, float m)
     return m;
 }
 
-static int kn_att_check(int64_t group, const int64_t *ends, int nseq, const kn_block *q,
-                        const kn_block *k, const kn_block *v, const kn_block *out,
-                        ein_error *err)
+/* The first key query t of the sequence starting at s sees. */
+static inline int64_t kn_att_first_key(int64_t s, int64_t t, int64_t window)
+{
+    return window > 0 && t - window + 1 > s ? t - window + 1 : s;
+}
+
+static int kn_att_check(int64_t group, int64_t window, const int64_t *ends, int nseq,
+                        const kn_block *q, const kn_block *k, const kn_block *v,
+                        const kn_block *out, ein_error *err)
 {
     const char *what = "attention";
     char b1[256], b2[256];
@@ -95,6 +107,9 @@ static int kn_att_check(int64_t group, const int64_t *ends, int nseq, const kn_b
         return rc;
     if (group < 1)
         return ein_fail(err, EIN_EINVAL, "%s: group %" PRId64 " is not positive", what, group);
+    if (window < 0)
+        return ein_fail(err, EIN_EINVAL, "%s: window %" PRId64 " is negative (0 = no window)",
+                        what, window);
     if (!ein_box_equal(&q->box, &out->box))
         return ein_fail(err, EIN_ESHAPE, "%s: out box %s differs from q box %s", what,
                         kn_fmt(&out->box, b1, sizeof b1), kn_fmt(&q->box, b2, sizeof b2));
@@ -117,6 +132,7 @@ static int kn_att_check(int64_t group, const int64_t *ends, int nseq, const kn_b
         return ein_fail(err, EIN_ESHAPE, "%s: query tokens [%" PRId64 ":%" PRId64 ") are outside "
                         "the sequences (last end %" PRId64 ")", what, t0, t1,
                         nseq > 0 ? ends[nseq - 1] : 0);
+    s0 = kn_att_first_key(s0, t0, window);
     if (k->box.lo[1] > s0 || k->box.hi[1] < t1)
         return ein_fail(err, EIN_ESHAPE, "%s: keys %s do not hold [%" PRId64 ":%" PRId64 "), "
                         "the keys the queries %s attend to", what,
@@ -132,6 +148,7 @@ static int kn_att_check(int64_t group, const int64_t *ends, int nseq, const kn_b
 typedef struct kn_att {
     const char *what;
     int64_t group;
+    int64_t window;             /* 0: none */
     const int64_t *seq_ends;
     int nseq;
     const kn_block *q, *k, *v;
@@ -213,8 +230,10 @@ static inline void kn_att_key_tile(kn_att *a, const float *K, const float *V, in
     const int64_t d = a->d, nr = a->group * nq, nk = ke - ks, u0 = a->u0;
     const int64_t *start = a->start;
     float *S = a->S, *O = a->O, *m = a->m, *l = a->l;
-    /* No mask when every key is visible to every query. */
-    const int full = ke - 1 <= qs && ks >= start[nq - 1];
+    const int64_t w = a->window;
+    /* No mask when every key is visible to every query (the last query's
+     * window included). */
+    const int full = ke - 1 <= qs && ks >= start[nq - 1] && (w == 0 || ks > qs + nq - 1 - w);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nk, (int)d,
                 1.0f, a->Q, (int)d, K + (ks - u0) * d, (int)d, 0.0f, S, (int)nk);
     for (int64_t r = 0; r < nr; r++) {
@@ -222,7 +241,8 @@ static inline void kn_att_key_tile(kn_att *a, const float *K, const float *V, in
         int64_t i = r % nq, t = qs + i;
         int64_t lo = 0, hi = nk;   /* visible keys [ks+lo, ks+hi) */
         if (!full) {
-            lo = start[i] > ks ? start[i] - ks : 0;
+            int64_t first = kn_att_first_key(start[i], t, w);
+            lo = first > ks ? first - ks : 0;
             hi = t + 1 < ke ? t + 1 - ks : nk;
             if (lo > nk)
                 lo = nk;
@@ -284,11 +304,11 @@ static inline void kn_att_tile_end(kn_att *a, int64_t g, int64_t qs, int64_t nq)
  * normalised (every query sees itself, so l > 0); `lse` 1: out is f32 rows
  * of d + 1, the normalised partial output then m + log(l) (scaled
  * scores), a row without keys 0 and -inf. */
-static int kn_att_core(const char *what, int64_t group, const int64_t *seq_ends, int nseq,
-                       const kn_block *q, const kn_block *k, const kn_block *v, kn_block *out,
-                       int lse, ein_error *err)
+static int kn_att_core(const char *what, int64_t group, int64_t window, const int64_t *seq_ends,
+                       int nseq, const kn_block *q, const kn_block *k, const kn_block *v,
+                       kn_block *out, int lse, ein_error *err)
 {
-    kn_att a = {.what = what, .group = group, .seq_ends = seq_ends, .nseq = nseq,
+    kn_att a = {.what = what, .group = group, .window = window, .seq_ends = seq_ends, .nseq = nseq,
                 .q = q, .k = k, .v = v, .out = out, .lse = lse,
                 .d = q->box.hi[2], .t0 = q->box.lo[1], .t1 = q->box.hi[1],
                 .u0 = k->box.lo[1], .u1 = k->box.hi[1], .hk = k->box.hi[0] - k->box.lo[0]};
@@ -317,10 +337,11 @@ static int kn_att_core(const char *what, int64_t group, const int64_t *seq_ends,
         for (int64_t qs = a.t0; qs < t1; qs += a.bq) {
             const int64_t qe = qs + a.bq < t1 ? qs + a.bq : t1, nq = qe - qs;
             kn_att_tile_begin(&a, g, qs, nq);
-            /* Keys [start(qs), qe) within [u0, u1): every key of the block
-             * some query of the tile sees. */
+            /* Keys [start(qs), qe) within [u0, u1), from qs's window on:
+             * every key of the block some query of the tile sees. */
             const int64_t kend = qe < u1 ? qe : u1;
-            for (int64_t ks = a.start[0] > u0 ? a.start[0] : u0; ks < kend; ks += KN_ATT_BK) {
+            const int64_t kbeg = kn_att_first_key(a.start[0], qs, window);
+            for (int64_t ks = kbeg > u0 ? kbeg : u0; ks < kend; ks += KN_ATT_BK) {
                 const int64_t ke = ks + KN_ATT_BK < kend ? ks + KN_ATT_BK : kend;
                 kn_att_key_tile(&a, K, V, qs, nq, ks, ke);
             }
@@ -332,18 +353,32 @@ static int kn_att_core(const char *what, int64_t group, const int64_t *seq_ends,
     return 0;
 }
 
+int kn_cpu_attention_window(int64_t group, int64_t window, const int64_t *seq_ends, int nseq,
+                            const kn_block *q, const kn_block *k, const kn_block *v,
+                            kn_block *out, ein_error *err)
+{
+    int rc = kn_att_check(group, window, seq_ends, nseq, q, k, v, out, err);
+    if (rc < 0)
+        return rc;
+    return kn_att_core("attention", group, window, seq_ends, nseq, q, k, v, out, 0, err);
+}
+
 int kn_cpu_attention(int64_t group, const int64_t *seq_ends, int nseq, const kn_block *q,
                      const kn_block *k, const kn_block *v, kn_block *out, ein_error *err)
 {
-    int rc = kn_att_check(group, seq_ends, nseq, q, k, v, out, err);
-    if (rc < 0)
-        return rc;
-    return kn_att_core("attention", group, seq_ends, nseq, q, k, v, out, 0, err);
+    return kn_cpu_attention_window(group, 0, seq_ends, nseq, q, k, v, out, err);
 }
 
 int kn_cpu_attention_partial(int64_t group, const int64_t *seq_ends, int nseq,
                              const kn_block *q, const kn_block *k, const kn_block *v,
                              kn_block *out, ein_error *err)
+{
+    return kn_cpu_attention_partial_window(group, 0, seq_ends, nseq, q, k, v, out, err);
+}
+
+int kn_cpu_attention_partial_window(int64_t group, int64_t window, const int64_t *seq_ends,
+                                    int nseq, const kn_block *q, const kn_block *k,
+                                    const kn_block *v, kn_block *out, ein_error *err)
 {
     const char *what = "attention_partial";
     char b1[256], b2[256];
@@ -354,6 +389,9 @@ int kn_cpu_attention_partial(int64_t group, const int64_t *seq_ends, int nseq,
         return rc;
     if (!k != !v)
         return ein_fail(err, EIN_EINVAL, "%s: k and v must both be given or both be NULL", what);
+    if (window < 0)
+        return ein_fail(err, EIN_EINVAL, "%s: window %" PRId64 " is negative (0 = no window)",
+                        what, window);
     ein_box want = ein_agg_box(EIN_AGG_LSE, &q->box);
     if (out->dtype != EIN_F32 || !ein_box_equal(&want, &out->box))
         return ein_fail(err, EIN_ESHAPE, "%s: out must be f32 over %s (q's box with d + 1 "
@@ -396,7 +434,7 @@ int kn_cpu_attention_partial(int64_t group, const int64_t *seq_ends, int nseq,
     }
     if (nokeys || rows == 0)
         return 0;
-    return kn_att_core(what, group, seq_ends, nseq, q, k, v, out, 1, err);
+    return kn_att_core(what, group, window, seq_ends, nseq, q, k, v, out, 1, err);
 }
 
 int kn_cpu_agg_lse(const kn_block *srcs, int n, kn_block *out, ein_error *err)

@@ -79,6 +79,13 @@ int kn_cpu_decode_attention(int64_t group, int partial, const kn_block *q, const
                             const kn_block *v, const kn_block *pos, kn_block *out,
                             ein_error *err)
 {
+    return kn_cpu_decode_attention_window(group, 0, partial, q, k, v, pos, out, err);
+}
+
+int kn_cpu_decode_attention_window(int64_t group, int64_t window, int partial, const kn_block *q,
+                                   const kn_block *k, const kn_block *v, const kn_block *pos,
+                                   kn_block *out, ein_error *err)
+{
     const char *what = partial ? "decode_attention_partial" : "decode_attention";
     char b1[256], b2[256];
     int rc;
@@ -89,6 +96,9 @@ int kn_cpu_decode_attention(int64_t group, int partial, const kn_block *q, const
         return rc;
     if (group < 1)
         return ein_fail(err, EIN_EINVAL, "%s: group %" PRId64 " < 1", what, group);
+    if (window < 0)
+        return ein_fail(err, EIN_EINVAL, "%s: window %" PRId64 " is negative (0 = no window)",
+                        what, window);
     const ein_box *qb = &q->box, *kb = &k->box;
     int64_t d = qb->hi[2] - qb->lo[2];
     int64_t nb = kb->hi[1] - kb->lo[1], nt = qb->hi[1] - qb->lo[1];
@@ -125,9 +135,17 @@ int kn_cpu_decode_attention(int64_t group, int partial, const kn_block *q, const
         int64_t h = qh / group;
         for (int64_t bt = 0; bt < nt; bt++) {
             int64_t b = bt / c, p = kn_int_at(pos, b) + bt % c; /* token bt % c of the chunk */
-            int64_t n = p + 1 - s0 < ns ? p + 1 - s0 : ns;   /* keys seen in this block */
+            /* keys seen in this block: [k0, k0 + n), inside the window */
+            int64_t k0 = window > 0 && p - window + 1 > s0 ? p - window + 1 : s0;
+            int64_t n = (p + 1 < s0 + ns ? p + 1 : s0 + ns) - k0;
             int64_t row = (qh * nt + bt) * w;
             memset(o, 0, sizeof(float) * (size_t)d);
+            if (n <= 0 && !partial) {
+                free(qs);
+                return ein_fail(err, EIN_EINVAL, "%s: sequence %" PRId64 " at position %" PRId64
+                                " sees no key of [%" PRId64 ", %" PRId64 ") (window %" PRId64 ")",
+                                what, kb->lo[1] + b, p, s0, s0 + ns, window);
+            }
             if (n <= 0) {   /* skipped: the identity of the merge (partial only) */
                 kn_store(out, row, o, d);
                 float ninf = -INFINITY;
@@ -136,7 +154,7 @@ int kn_cpu_decode_attention(int64_t group, int partial, const kn_block *q, const
             }
             kn_load(q, (qh * nt + bt) * d, qs, d);
             float m = -INFINITY;
-            int64_t kbase = (h * nb + b) * ns * d;
+            int64_t kbase = ((h * nb + b) * ns + (k0 - s0)) * d;
             for (int64_t s = 0; s < n; s++) {
                 kn_load(k, kbase + s * d, ks, d);
                 float dot = 0;

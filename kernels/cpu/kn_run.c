@@ -55,8 +55,8 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
         if (k->nlist < 0 || (k->nlist > 0 && !k->list))
             return ein_fail(err, EIN_EINVAL, "kernel attention: bad sequence list (%d)",
                             (int)k->nlist);
-        return kn_cpu_attention(k->group, k->list, k->nlist, &ins[0], &ins[1], &ins[2], out,
-                                err);
+        return kn_cpu_attention_window(k->group, k->window, k->list, k->nlist, &ins[0], &ins[1],
+                                       &ins[2], out, err);
     case EIN_KERNEL_REDUCE:
         return kn_cpu_reduce(k->reduce, k->axes, &ins[0], out, err);
     case EIN_KERNEL_CONCAT:
@@ -75,9 +75,9 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
         if (k->nlist < 0 || (k->nlist > 0 && !k->list))
             return ein_fail(err, EIN_EINVAL, "kernel attention_partial: bad sequence list (%d)",
                             (int)k->nlist);
-        return kn_cpu_attention_partial(k->group, k->list, k->nlist, &ins[0],
-                                        nin == 3 ? &ins[1] : NULL, nin == 3 ? &ins[2] : NULL,
-                                        out, err);
+        return kn_cpu_attention_partial_window(k->group, k->window, k->list, k->nlist, &ins[0],
+                                               nin == 3 ? &ins[1] : NULL,
+                                               nin == 3 ? &ins[2] : NULL, out, err);
     case EIN_KERNEL_EMBEDDING:
         if (nin != 2)
             return ein_fail(err, EIN_EINVAL, "kernel embedding: takes 2 inputs (table, ids), got %d",
@@ -93,8 +93,9 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
         if (nin != 4)
             return ein_fail(err, EIN_EINVAL, "kernel %s: takes 4 inputs (q, k, v, pos), got %d",
                             ein_kernel_kind_name(k->kind), nin);
-        return kn_cpu_decode_attention(k->group, k->kind == EIN_KERNEL_DECODE_ATTENTION_PARTIAL,
-                                       &ins[0], &ins[1], &ins[2], &ins[3], out, err);
+        return kn_cpu_decode_attention_window(k->group, k->window,
+                                              k->kind == EIN_KERNEL_DECODE_ATTENTION_PARTIAL,
+                                              &ins[0], &ins[1], &ins[2], &ins[3], out, err);
     case EIN_KERNEL_ROPE_AT:
         if (nin != 2)
             return ein_fail(err, EIN_EINVAL, "kernel rope_at: takes 2 inputs (x, pos), got %d",

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kernels/kn_cpu.h"
+#include "kernels/cuda/kn_sdpa_graph.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,6 +71,11 @@ int kn_cuda_agg_blk(ein_agg op, const kn_block *srcs, int n, kn_block *out, void
 int kn_cuda_attention_partial(int64_t group, const int64_t *seq_ends, int nseq,
                               const kn_block *q, const kn_block *k, const kn_block *v,
                               kn_block *out, void *stream, ein_error *err);
+/* With a sliding window W >= 0 (kn_cpu_attention_partial_window's rule). */
+int kn_cuda_attention_partial_window(int64_t group, int64_t window, const int64_t *seq_ends,
+                                     int nseq, const kn_block *q, const kn_block *k,
+                                     const kn_block *v, kn_block *out, void *stream,
+                                     ein_error *err);
 int kn_cuda_agg_lse_blk(const kn_block *srcs, int n, kn_block *out, void *stream,
                         ein_error *err);
 int kn_cuda_softmax(int axis, const kn_block *x, kn_block *out, void *stream, ein_error *err);
@@ -108,6 +114,11 @@ int kn_cuda_cache_write(int64_t rows, const kn_block *state, const kn_block *x,
 int kn_cuda_decode_attention(int64_t group, int partial, const kn_block *q, const kn_block *k,
                              const kn_block *v, const kn_block *pos, kn_block *out, void *stream,
                              ein_error *err);
+/* With a sliding window W >= 0 (kn_cpu_decode_attention_window's rule). */
+int kn_cuda_decode_attention_window(int64_t group, int64_t window, int partial,
+                                    const kn_block *q, const kn_block *k, const kn_block *v,
+                                    const kn_block *pos, kn_block *out, void *stream,
+                                    ein_error *err);
 int kn_cuda_rope_at(int style, int64_t head_dim, double theta, const kn_block *x,
                     const kn_block *pos, kn_block *out, void *stream, ein_error *err);
 int kn_cuda_rope_at_scaled(int style, int64_t head_dim, double theta, const ein_rope_scaling *sc,
@@ -123,6 +134,13 @@ int kn_cuda_rope_at_scaled(int style, int64_t head_dim, double theta, const ein_
 int kn_cuda_attention(int64_t group, const int64_t *seq_ends, int nseq, const kn_block *q,
                       const kn_block *k, const kn_block *v, kn_block *out, void *stream,
                       ein_error *err);
+/* With a sliding window W >= 0 (kn_cpu_attention_window's rule; both paths
+ * mask each row at its window and start key tiles at the first query's
+ * window). cuDNN never runs a windowed attention: kn_cuda_run calls this
+ * directly when W > 0. */
+int kn_cuda_attention_window(int64_t group, int64_t window, const int64_t *seq_ends, int nseq,
+                             const kn_block *q, const kn_block *k, const kn_block *v,
+                             kn_block *out, void *stream, ein_error *err);
 
 /* Per-process setup of the fused attention kernels (their shared-memory
  * opt-in); kn_cuda_ctx_create() calls it. Call it (or create a context)
@@ -174,22 +192,41 @@ int kn_cuda_reduce(ein_agg op, uint32_t axes, const kn_block *x, kn_block *out, 
 int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
                    const kn_block *b, kn_block *out, void *stream, ein_error *err);
 
-/* Attention as kn_cuda_run runs it (kernels/cuda/kn_cuda_cudnn.cu, NEVER
- * RUN on a GPU yet): through cuDNN's fused SDPA (cuDNN 9 backend API, one
- * plan per shape, built on first use: so call it once outside a graph
- * capture first) where cuDNN is built in and covers the blocks — all f16 or
- * all bf16, head dim 64 or 128, one sequence, q and k/v blocks over the same
- * tokens [0, T), 16-byte aligned — and our kn_cuda_attention otherwise or
- * when cuDNN fails (the shape is then remembered as unsupported).
+/* Attention as kn_cuda_run runs it (kernels/cuda/kn_cuda_cudnn.cu; the
+ * graph of kn_sdpa_graph.h has not run on a GPU yet): through cuDNN's fused
+ * SDPA (cuDNN 9 backend API, one plan per shape, built on first use: so
+ * call it once outside a graph capture first; packed sequences in one plan)
+ * where cuDNN is built in and covers the blocks — all f16 or all bf16, head
+ * dim 64 or 128, q and k/v blocks over the same tokens [0, T), at most 64
+ * sequences, 16-byte aligned — and our kn_cuda_attention otherwise or when
+ * cuDNN fails (the shape is then remembered as unsupported; the reason is
+ * reported once, kn_cuda_ctx_attention_report).
  * EIN_ATTENTION=ours never uses cuDNN; EIN_ATTENTION=cudnn makes "cuDNN
  * did not run" an EIN_EUNSUPPORTED error (tests). ctx may be NULL (ours). */
 int kn_cuda_attention_auto(kn_cuda_ctx *ctx, int64_t group, const int64_t *seq_ends, int nseq,
                            const kn_block *q, const kn_block *k, const kn_block *v,
                            kn_block *out, void *stream, ein_error *err);
+/* attention_partial as kn_cuda_run runs it: through cuDNN with its
+ * statistics as a real output where the key block is the query block
+ * (causal) or lies wholly before it (same length, no sequence boundary in
+ * the rows), else kn_cuda_attention_partial; EIN_ATTENTION as above. */
+int kn_cuda_attention_partial_auto(kn_cuda_ctx *ctx, int64_t group, const int64_t *seq_ends,
+                                   int nseq, const kn_block *q, const kn_block *k,
+                                   const kn_block *v, kn_block *out, void *stream,
+                                   ein_error *err);
 /* "attention: N calls through cuDNN SDPA, M through our kernel (cuDNN:
- * available | why not; last: why the last call ran where it did)" into
- * buf[cap]. Returns 0 or EIN_EINVAL. */
+ * available | why not; last: why the last call ran where it did)", then
+ * each cuDNN decline not reported before ("cuDNN declined SHAPE: WHY"),
+ * once per shape and reason, into buf[cap]. Returns 0 or EIN_EINVAL. */
 int kn_cuda_ctx_attention_report(const kn_cuda_ctx *ctx, char *buf, size_t cap);
+/* The cuDNN probe of one graph variant (tools/gpu-check): "N ops: graph
+ * finalized; engines K of E finalize [..]; heuristics ..; plan cfg ..
+ * workspace .. built in .. ms" or the error, into line[cap]. 0 when a
+ * plan was built, else EIN_EUNSUPPORTED. */
+int kn_cuda_ctx_cudnn_probe(kn_cuda_ctx *ctx, const kn_sg_params *p, char *line, size_t cap);
+/* cudnnGetVersion() of the context's cuDNN into *version and "cuDNN N"
+ * into line[cap]: 0; without cuDNN EIN_EUNSUPPORTED, line saying why. */
+int kn_cuda_cudnn_version(kn_cuda_ctx *ctx, size_t *version, char *line, size_t cap);
 
 /* One Program KERNEL instruction on device blocks (dispatch on kind, the
  * same fields as kn_cpu_run). ctx is needed for EINSUM only, and for

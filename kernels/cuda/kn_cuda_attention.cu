@@ -37,8 +37,9 @@ __global__ void kn_cu_att_warp(kn_cu_seqs seqs, kn_cu_ageom g, const T *q, const
          row < g.hq * g.tq; row += (int64_t)gridDim.x * (blockDim.x / 32)) {
         int64_t h = row / g.tq, t = g.t0 + row % g.tq;
         float acc[KN_CU_ATT_NPL], m, l;
-        kn_cu_att_row(g, q + row * g.d, k, v, h / g.group, kn_cu_seq_start(seqs, t), t + 1, lane,
-                      acc, &m, &l);
+        kn_cu_att_row(g, q + row * g.d, k, v, h / g.group,
+                      kn_cu_first_key(kn_cu_seq_start(seqs, t), t, g.window), t + 1, lane, acc,
+                      &m, &l);
         T *orow = out + row * g.d;
         for (int j = 0; j < KN_CU_ATT_NPL; j++) {
             int64_t e = lane + 32 * j;
@@ -102,7 +103,8 @@ kn_cu_att_fa(kn_cu_seqs seqs, kn_cu_ageom g, const T *q, const T *k, const T *v,
     }
     __syncthreads();
 
-    const int64_t kbeg = Rs[0], kend = qs + nq;   /* keys [kbeg, kend) */
+    /* keys [kbeg, kend): from the first query's sequence start or window */
+    const int64_t kbeg = kn_cu_first_key(Rs[0], qs, g.window), kend = qs + nq;
     const int r0 = warp * 16;
     for (int64_t kt = kbeg; kt < kend; kt += KN_FA_BK) {
         const int64_t nk = kend - kt < KN_FA_BK ? kend - kt : KN_FA_BK;
@@ -155,7 +157,8 @@ kn_cu_att_fa(kn_cu_seqs seqs, kn_cu_ageom g, const T *q, const T *k, const T *v,
                 for (int j = 0; j < KN_FA_BK / 2; j++) {
                     int c = 2 * j + half;
                     int64_t u = kt + c;
-                    int vis = r < nq && c < nk && u >= rs && u <= t;
+                    int vis = r < nq && c < nk && u >= rs && u <= t &&
+                              (g.window <= 0 || u > t - g.window);
                     sv[j] = vis ? Ss[r * L::lds + c] * g.scale : -INFINITY;
                     mx = fmaxf(mx, sv[j]);
                 }
@@ -259,8 +262,19 @@ extern "C" int kn_cuda_attention(int64_t group, const int64_t *seq_ends, int nse
                                  const kn_block *q, const kn_block *k, const kn_block *v,
                                  kn_block *out, void *stream, ein_error *err)
 {
+    return kn_cuda_attention_window(group, 0, seq_ends, nseq, q, k, v, out, stream, err);
+}
+
+extern "C" int kn_cuda_attention_window(int64_t group, int64_t window, const int64_t *seq_ends,
+                                        int nseq, const kn_block *q, const kn_block *k,
+                                        const kn_block *v, kn_block *out, void *stream,
+                                        ein_error *err)
+{
     const char *what = "cuda attention";
     int rc;
+    if (window < 0)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: window %lld is negative (0 = no window)", what,
+                          (long long)window);
     if ((rc = kn_cu_blk(what, "q", q, 3, err)) < 0 || (rc = kn_cu_blk(what, "k", k, 3, err)) < 0 ||
         (rc = kn_cu_blk(what, "v", v, 3, err)) < 0 || (rc = kn_cu_blk(what, "out", out, 3, err)) < 0)
         return rc;
@@ -278,12 +292,15 @@ extern "C" int kn_cuda_attention(int64_t group, const int64_t *seq_ends, int nse
         return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: q, k, v and out must share one dtype",
                           what);
     kn_cu_ageom g = kn_cu_ageom_of(group, q, k);
+    g.window = window;
     if (g.tq == 0 || g.hq == 0)
         return 0;
-    /* Every query's keys [start(t), t] must be in the k/v block. */
+    /* Every query's keys [start(t), t] (inside its window) must be in the
+     * k/v block. */
     int64_t s0 = 0, t1 = g.t0 + g.tq;
     for (int i = 0; i < nseq; i++)
         s0 = seq_ends[i] <= g.t0 ? seq_ends[i] : s0;
+    s0 = kn_cu_first_key(s0, g.t0, window);
     if (g.t0 < 0 || (nseq > 0 && t1 > seq_ends[nseq - 1]) || g.u0 > s0 || g.u0 + g.tk < t1)
         return kn_cu_fail(err, EIN_ESHAPE, "%s: the k/v block does not hold every key the "
                           "queries attend to", what);

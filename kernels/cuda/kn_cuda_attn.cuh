@@ -12,11 +12,18 @@
 #include <math.h>
 
 /* Where the blocks are: q/out [hq, tq, d] from token t0, k/v [hk, tk, d]
- * from token u0 (local head indices); q head h reads kv head h / group. */
+ * from token u0 (local head indices); q head h reads kv head h / group.
+ * window W > 0: query t sees keys u > t - W only (0: none). */
 struct kn_cu_ageom {
-    int64_t group, d, t0, tq, u0, tk, hq;
+    int64_t group, d, t0, tq, u0, tk, hq, window;
     float scale;
 };
+
+/* The first key query t sees, its sequence starting at s. */
+__host__ __device__ __forceinline__ int64_t kn_cu_first_key(int64_t s, int64_t t, int64_t window)
+{
+    return window > 0 && t - window + 1 > s ? t - window + 1 : s;
+}
 
 #define KN_CU_ATT_NPL 8 /* head-dim elements per lane of the warp paths: d <= 256 */
 
@@ -71,6 +78,7 @@ static inline kn_cu_ageom kn_cu_ageom_of(int64_t group, const kn_block *q, const
     g.u0 = k->box.lo[1];
     g.tk = k->box.hi[1] - g.u0;
     g.hq = q->box.hi[0] - q->box.lo[0];
+    g.window = 0;
     g.scale = (float)(1.0 / sqrt((double)g.d));
     return g;
 }

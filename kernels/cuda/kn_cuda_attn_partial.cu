@@ -24,7 +24,7 @@ __global__ void kn_cu_att_part(kn_cu_seqs seqs, kn_cu_ageom g, const T *q, const
     for (int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
          row < g.hq * g.tq; row += (int64_t)gridDim.x * (blockDim.x / 32)) {
         int64_t h = row / g.tq, t = g.t0 + row % g.tq;
-        int64_t a = kn_cu_seq_start(seqs, t), b = t + 1;
+        int64_t a = kn_cu_first_key(kn_cu_seq_start(seqs, t), t, g.window), b = t + 1;
         a = a > g.u0 ? a : g.u0;
         b = b < g.u0 + g.tk ? b : g.u0 + g.tk;
         float acc[KN_CU_ATT_NPL], m, l;
@@ -91,8 +91,20 @@ extern "C" int kn_cuda_attention_partial(int64_t group, const int64_t *seq_ends,
                                          const kn_block *v, kn_block *out, void *stream,
                                          ein_error *err)
 {
+    return kn_cuda_attention_partial_window(group, 0, seq_ends, nseq, q, k, v, out, stream, err);
+}
+
+extern "C" int kn_cuda_attention_partial_window(int64_t group, int64_t window,
+                                                const int64_t *seq_ends, int nseq,
+                                                const kn_block *q, const kn_block *k,
+                                                const kn_block *v, kn_block *out, void *stream,
+                                                ein_error *err)
+{
     const char *what = "cuda attention_partial";
     int rc;
+    if (window < 0)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: window %lld is negative (0 = no window)", what,
+                          (long long)window);
     if ((rc = kn_cu_blk(what, "q", q, 3, err)) < 0 || (rc = kn_cu_blk(what, "out", out, 3, err)) < 0)
         return rc;
     if (!k != !v)
@@ -128,6 +140,7 @@ extern "C" int kn_cuda_attention_partial(int64_t group, const int64_t *seq_ends,
         return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: head dim %lld above %d", what,
                           (long long)d, 32 * KN_CU_ATT_NPL);
     kn_cu_ageom g = kn_cu_ageom_of(group, q, k);
+    g.window = window;
     KN_CU_DISPATCH(q->dtype, T,
         kn_cu_att_part<T><<<kn_cu_grid(rows, 8), 256, 0, s>>>(
             seqs, g, (const T *)q->data, (const T *)k->data, (const T *)v->data,

@@ -39,7 +39,14 @@ extern "C" int kn_cudnn_attention(struct kn_cudnn *c, int64_t group, const int64
                                   int nseq, const kn_block *q, const kn_block *k,
                                   const kn_block *v, kn_block *out, void *stream, char *why,
                                   size_t cap);
+extern "C" int kn_cudnn_attention_partial(struct kn_cudnn *c, int64_t group,
+                                          const int64_t *seq_ends, int nseq, const kn_block *q,
+                                          const kn_block *k, const kn_block *v, kn_block *out,
+                                          void *stream, char *why, size_t cap);
 extern "C" struct kn_cudnn *kn_cuda_ctx_cudnn(kn_cuda_ctx *ctx);
+/* A cuDNN decline of `shape` for `why`: kept for the next attention report
+ * the first time this pair is seen (at most 64 pairs remembered). */
+extern "C" void kn_cuda_ctx_note_decline(kn_cuda_ctx *ctx, const char *shape, const char *why);
 extern "C" const char *kn_cuda_ctx_cudnn_status(kn_cuda_ctx *ctx);
 extern "C" void kn_cuda_ctx_note_attention(kn_cuda_ctx *ctx, int cudnn, const char *why);
 

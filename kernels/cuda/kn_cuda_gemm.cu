@@ -27,7 +27,31 @@ struct kn_cuda_ctx {
     char dnn_status[160];
     long attn_cudnn, attn_ours; /* attention calls through each */
     char attn_note[256];   /* why the last call ran where it did */
+    uint64_t declined[64]; /* hashes of the (shape, why) declines reported */
+    int ndeclined;
+    char declines[1024];   /* new declines, until the next report */
 };
+
+static uint64_t kn_cu_hash(uint64_t h, const char *s)
+{
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+extern "C" void kn_cuda_ctx_note_decline(kn_cuda_ctx *c, const char *shape, const char *why)
+{
+    uint64_t h = kn_cu_hash(kn_cu_hash(0xcbf29ce484222325ull, shape), why);
+    for (int i = 0; i < c->ndeclined; i++)
+        if (c->declined[i] == h)
+            return;
+    if (c->ndeclined < 64)
+        c->declined[c->ndeclined++] = h;
+    size_t n = strlen(c->declines);
+    if (n + 1 < sizeof c->declines)
+        snprintf(c->declines + n, sizeof c->declines - n, "%scuDNN declined %s: %s; our kernel "
+                 "runs it", n ? "; " : "", shape, why);
+}
 
 extern "C" struct kn_cudnn *kn_cuda_ctx_cudnn(kn_cuda_ctx *c)
 {
@@ -49,10 +73,39 @@ extern "C" int kn_cuda_ctx_attention_report(const kn_cuda_ctx *c, char *buf, siz
 {
     if (!c || !buf || !cap)
         return EIN_EINVAL;
-    snprintf(buf, cap, "attention: %ld calls through cuDNN SDPA, %ld through our kernel (cuDNN: "
-             "%s; last: %s)", c->attn_cudnn, c->attn_ours, c->dnn ? "available" : c->dnn_status,
-             c->attn_note[0] ? c->attn_note : "none yet");
+    int n = snprintf(buf, cap, "attention: %ld calls through cuDNN SDPA, %ld through our kernel "
+                     "(cuDNN: %s; last: %s)", c->attn_cudnn, c->attn_ours,
+                     c->dnn ? "available" : c->dnn_status,
+                     c->attn_note[0] ? c->attn_note : "none yet");
+    if (c->declines[0] && n >= 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, "; %s", c->declines);
+    ((kn_cuda_ctx *)c)->declines[0] = '\0'; /* each decline reported once */
     return 0;
+}
+
+extern "C" int kn_cudnn_probe_variant(struct kn_cudnn *c, const kn_sg_params *p, char *line,
+                                      size_t cap);
+
+extern "C" size_t kn_cudnn_get_version(struct kn_cudnn *c);
+
+extern "C" int kn_cuda_cudnn_version(kn_cuda_ctx *c, size_t *version, char *line, size_t cap)
+{
+    *version = 0;
+    if (!c || !c->dnn)
+        return snprintf(line, cap, "no cuDNN: %s", c ? c->dnn_status : "no context"),
+               EIN_EUNSUPPORTED;
+    *version = kn_cudnn_get_version(c->dnn);
+    snprintf(line, cap, "cuDNN %zu", *version);
+    return 0;
+}
+
+extern "C" int kn_cuda_ctx_cudnn_probe(kn_cuda_ctx *c, const kn_sg_params *p, char *line,
+                                       size_t cap)
+{
+    if (!c || !c->dnn)
+        return snprintf(line, cap, "no cuDNN: %s", c ? c->dnn_status : "no context"),
+               EIN_EUNSUPPORTED;
+    return kn_cudnn_probe_variant(c->dnn, p, line, cap);
 }
 
 /* cuBLAS's type of a float dtype: 0, or -1 for a dtype cuBLAS is not

@@ -88,7 +88,8 @@ extern "C" int kn_cuda_cache_write(int64_t rows, const kn_block *state, const kn
 template <typename TI, typename T, typename TY>
 __global__ void kn_cu_decode_k(const T *q, const T *k, const T *v, const TI *pos, TY *out,
                                int64_t nqh, int64_t nb, int64_t ns, int64_t d, int64_t s0,
-                               int64_t group, int partial, float scale, int64_t b0, int64_t c)
+                               int64_t group, int partial, float scale, int64_t b0, int64_t c,
+                               int64_t window)
 {
     int lane = threadIdx.x & 31;
     int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5, nt = nb * c;
@@ -103,7 +104,15 @@ __global__ void kn_cu_decode_k(const T *q, const T *k, const T *v, const TI *pos
                    (long long)(b0 + b), (long long)p);
         __trap();
     }
-    int64_t n = p + 1 - s0 < ns ? p + 1 - s0 : ns;
+    /* keys [k0, k0 + n) of the block, inside the window (window > 0) */
+    int64_t k0 = window > 0 && p - window + 1 > s0 ? p - window + 1 : s0;
+    int64_t n = (p + 1 < s0 + ns ? p + 1 : s0 + ns) - k0;
+    if (n <= 0 && !partial) {
+        if (lane == 0)
+            printf("decode_attention: sequence %lld is at position %lld, which sees no key\n",
+                   (long long)(b0 + b), (long long)p);
+        __trap();
+    }
     int64_t w = partial ? d + 1 : d;
     float qv[KN_CU_DEC_MAXD / 32], o[KN_CU_DEC_MAXD / 32];
     int per = (int)((d + 31) / 32);
@@ -113,7 +122,7 @@ __global__ void kn_cu_decode_k(const T *q, const T *k, const T *v, const TI *pos
         o[e] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    const int64_t kb = (h * nb + b) * ns * d;
+    const int64_t kb = ((h * nb + b) * ns + (k0 - s0)) * d;
     for (int64_t s = 0; s < n; s++) {
         float dot = 0.0f;
         for (int e = 0; e < per; e++) {
@@ -144,8 +153,19 @@ extern "C" int kn_cuda_decode_attention(int64_t group, int partial, const kn_blo
                                         const kn_block *k, const kn_block *v, const kn_block *pos,
                                         kn_block *out, void *stream, ein_error *err)
 {
+    return kn_cuda_decode_attention_window(group, 0, partial, q, k, v, pos, out, stream, err);
+}
+
+extern "C" int kn_cuda_decode_attention_window(int64_t group, int64_t window, int partial,
+                                               const kn_block *q, const kn_block *k,
+                                               const kn_block *v, const kn_block *pos,
+                                               kn_block *out, void *stream, ein_error *err)
+{
     const char *what = partial ? "cuda decode_attention_partial" : "cuda decode_attention";
     int rc;
+    if (window < 0)
+        return kn_cu_fail(err, EIN_EINVAL, "%s: window %lld is negative (0 = no window)", what,
+                          (long long)window);
     if ((rc = kn_cu_blk(what, "q", q, 3, err)) < 0 || (rc = kn_cu_blk(what, "k", k, 4, err)) < 0 ||
         (rc = kn_cu_blk(what, "v", v, 4, err)) < 0 ||
         (rc = kn_cu_blk_any(what, "pos", pos, 1, err)) < 0 ||
@@ -185,12 +205,12 @@ extern "C" int kn_cuda_decode_attention(int64_t group, int partial, const kn_blo
             kn_cu_decode_k<int32_t, T, TY><<<grid, KN_CU_BLOCK, 0, s>>>(
                 (const T *)q->data, (const T *)k->data, (const T *)v->data,
                 (const int32_t *)pos->data, (TY *)out->data, nqh, nb, ns, d, s0, group, partial,
-                scale, b0, c);
+                scale, b0, c, window);
         else
             kn_cu_decode_k<int64_t, T, TY><<<grid, KN_CU_BLOCK, 0, s>>>(
                 (const T *)q->data, (const T *)k->data, (const T *)v->data,
                 (const int64_t *)pos->data, (TY *)out->data, nqh, nb, ns, d, s0, group, partial,
-                scale, b0, c)));
+                scale, b0, c, window)));
     return kn_cu_launched(what, err);
 }
 

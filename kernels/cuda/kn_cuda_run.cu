@@ -220,6 +220,11 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
                                    &ins[0], out,
                                   stream, err);
     case EIN_KERNEL_ATTENTION:
+        /* cuDNN's SDPA path knows no sliding window: a windowed attention
+         * runs our kernel (issue 34). */
+        if (k->window != 0)
+            return kn_cuda_attention_window(k->group, k->window, k->list, k->nlist, &ins[0],
+                                            &ins[1], &ins[2], out, stream, err);
         return kn_cuda_attention_auto(ctx, k->group, k->list, k->nlist, &ins[0], &ins[1],
                                       &ins[2], out, stream, err);
     case EIN_KERNEL_REDUCE:
@@ -239,17 +244,23 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
         if (nin != 1 && nin != 3)
             return kn_cu_fail(err, EIN_EINVAL, "cuda attention_partial: takes q or q, k, v, got "
                               "%d inputs", nin);
-        return kn_cuda_attention_partial(k->group, k->list, k->nlist, &ins[0],
-                                         nin == 3 ? &ins[1] : NULL, nin == 3 ? &ins[2] : NULL,
-                                         out, stream, err);
+        if (k->window != 0)
+            return kn_cuda_attention_partial_window(k->group, k->window, k->list, k->nlist,
+                                                    &ins[0], nin == 3 ? &ins[1] : NULL,
+                                                    nin == 3 ? &ins[2] : NULL, out, stream, err);
+        return kn_cuda_attention_partial_auto(ctx, k->group, k->list, k->nlist, &ins[0],
+                                              nin == 3 ? &ins[1] : NULL,
+                                              nin == 3 ? &ins[2] : NULL, out, stream, err);
     case EIN_KERNEL_EMBEDDING:
         return kn_cuda_embedding(k->rows, &ins[0], &ins[1], out, stream, err);
     case EIN_KERNEL_CACHE_WRITE:
         return kn_cuda_cache_write(k->rows, &ins[0], &ins[1], &ins[2], out, stream, err);
     case EIN_KERNEL_DECODE_ATTENTION:
     case EIN_KERNEL_DECODE_ATTENTION_PARTIAL:
-        return kn_cuda_decode_attention(k->group, k->kind == EIN_KERNEL_DECODE_ATTENTION_PARTIAL,
-                                        &ins[0], &ins[1], &ins[2], &ins[3], out, stream, err);
+        return kn_cuda_decode_attention_window(k->group, k->window,
+                                               k->kind == EIN_KERNEL_DECODE_ATTENTION_PARTIAL,
+                                               &ins[0], &ins[1], &ins[2], &ins[3], out, stream,
+                                               err);
     case EIN_KERNEL_ROPE_AT:
         return kn_cuda_rope_at_scaled(k->style, k->head_dim, k->theta, &k->scaling, &ins[0], &ins[1],
                                       out, stream, err);

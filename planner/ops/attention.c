@@ -9,7 +9,14 @@
  * heads_kv: kv heads [a, b) go with query heads [group*a, group*b). The
  * head dim is never split. Beyond the paper (issue 13): query blocks and
  * key blocks inside a block of sequences, balanced by causal work, with
- * the log-sum-exp merge when keys are split (see attention_indices). */
+ * the log-sum-exp merge when keys are split (see attention_indices).
+ *
+ * Sliding window W > 0 (issue 34): query t attends only keys u with
+ * t - W < u <= t. Work is counted in the window's pairs, so query blocks
+ * balance the windowed work, and a query block's keys start at its first
+ * query's window (keys before it are never given to the block, the key
+ * blocks tile only the windowed keys: a key block wholly outside every
+ * window is never formed). */
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,11 +27,14 @@
 #include "planner/pl_graph_int.h"
 
 int pl_graph_add_attention(pl_graph *g, const char *name, int q, int k, int v,
-                           const int64_t *seq_ends, int nseq, ein_error *err)
+                           const int64_t *seq_ends, int nseq, int64_t window, ein_error *err)
 {
     int rc;
     if (!g)
         return ein_fail(err, EIN_EINVAL, "attention: NULL graph");
+    if (window < 0)
+        return ein_fail(err, EIN_EINVAL, "attention: window %lld is negative; expected a "
+                        "sliding window W >= 1 (or 0: none)", (long long)window);
     if ((rc = pl_check_id(g, "attention", q, err)) < 0 ||
         (rc = pl_check_id(g, "attention", k, err)) < 0 ||
         (rc = pl_check_id(g, "attention", v, err)) < 0)
@@ -60,6 +70,7 @@ int pl_graph_add_attention(pl_graph *g, const char *name, int q, int k, int v,
     n.inputs[2] = v;
     n.kernel.kind = EIN_KERNEL_ATTENTION;
     n.kernel.group = tq->shape[0] / tk->shape[0];
+    n.kernel.window = window;
     n.kernel.nlist = nseq;
     int id = pl_graph_append(g, name, &n, err);
     if (id < 0)
@@ -139,11 +150,22 @@ static double att_pairs_seq(int64_t s, int64_t e, int64_t qa, int64_t qb, int64_
     return n;
 }
 
-/* Pairs with query in [qa, qb) and key before y, over the sequences
- * meeting [qa, qb). */
-static double att_pairs(const int64_t *ends, int n, int64_t qa, int64_t qb, int64_t y)
+/* The same inside a sliding window w (0: none): key u also needs
+ * u > t - w. The keys before t's window are the causal keys of query
+ * t - w (in t's sequence), so those pairs are subtracted. */
+static double att_pairs_seq_w(int64_t s, int64_t e, int64_t w, int64_t qa, int64_t qb, int64_t y)
 {
-    double w = 0;
+    double n = att_pairs_seq(s, e, qa, qb, y);
+    if (w > 0 && e - w > s)
+        n -= att_pairs_seq(s, e - w, qa - w, qb - w, y);
+    return n;
+}
+
+/* Pairs with query in [qa, qb) and key before y, over the sequences
+ * meeting [qa, qb), inside window w. */
+static double att_pairs(const int64_t *ends, int n, int64_t w, int64_t qa, int64_t qb, int64_t y)
+{
+    double sum = 0;
     /* The first sequence ending after qa, by bisection (ends increase):
      * with many short sequences a linear scan dominated planning. */
     int lo = 0, hi = n;
@@ -158,9 +180,9 @@ static double att_pairs(const int64_t *ends, int n, int64_t qa, int64_t qb, int6
         int64_t s = i ? ends[i - 1] : 0, e = ends[i];
         if (s >= qb)
             break;
-        w += att_pairs_seq(s, e, qa, qb, y);
+        sum += att_pairs_seq_w(s, e, w, qa, qb, y);
     }
-    return w;
+    return sum;
 }
 
 double pl_attention_pairs(const pl_node *nd, const ein_box *q, const ein_box *kv)
@@ -172,27 +194,31 @@ double pl_attention_pairs(const pl_node *nd, const ein_box *q, const ein_box *kv
     if (ein_box_empty(q) || ein_box_empty(kv))
         return 0;
     double heads = (double)(q->hi[0] - q->lo[0]);
-    return heads * (att_pairs(ends, n, q->lo[1], q->hi[1], kv->hi[1]) -
-                    att_pairs(ends, n, q->lo[1], q->hi[1], kv->lo[1]));
+    int64_t w = nd->kernel.window;
+    return heads * (att_pairs(ends, n, w, q->lo[1], q->hi[1], kv->hi[1]) -
+                    att_pairs(ends, n, w, q->lo[1], q->hi[1], kv->lo[1]));
 }
 
 /* Smallest x in [lo, hi] with f(x) >= target, f non-decreasing. */
-typedef double (*att_fn)(const int64_t *ends, int n, int64_t a, int64_t b, int64_t x);
-static double att_queries_before(const int64_t *ends, int n, int64_t a, int64_t b, int64_t x)
+typedef double (*att_fn)(const int64_t *ends, int n, int64_t w, int64_t a, int64_t b,
+                         int64_t x);
+static double att_queries_before(const int64_t *ends, int n, int64_t w, int64_t a, int64_t b,
+                                 int64_t x)
 {
     (void)b;
-    return att_pairs(ends, n, a, x, x);   /* keys of a query never pass it */
+    return att_pairs(ends, n, w, a, x, x);   /* keys of a query never pass it */
 }
-static double att_keys_before(const int64_t *ends, int n, int64_t a, int64_t b, int64_t x)
+static double att_keys_before(const int64_t *ends, int n, int64_t w, int64_t a, int64_t b,
+                              int64_t x)
 {
-    return att_pairs(ends, n, a, b, x);
+    return att_pairs(ends, n, w, a, b, x);
 }
-static int64_t att_search(att_fn f, const int64_t *ends, int n, int64_t a, int64_t b,
+static int64_t att_search(att_fn f, const int64_t *ends, int n, int64_t w, int64_t a, int64_t b,
                           int64_t lo, int64_t hi, double target)
 {
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (f(ends, n, a, b, mid) >= target)
+        if (f(ends, n, w, a, b, mid) >= target)
             hi = mid;
         else
             lo = mid + 1;
@@ -202,19 +228,19 @@ static int64_t att_search(att_fn f, const int64_t *ends, int n, int64_t a, int64
 
 /* cut[0..parts]: [lo, hi) cut where f reaches i/parts of its total, kept
  * strictly increasing when hi - lo allows (else non-decreasing). */
-static void att_cuts(att_fn f, const int64_t *ends, int n, int64_t a, int64_t b, int64_t lo,
-                     int64_t hi, int parts, int64_t *cut)
+static void att_cuts(att_fn f, const int64_t *ends, int n, int64_t w, int64_t a, int64_t b,
+                     int64_t lo, int64_t hi, int parts, int64_t *cut)
 {
     /* cut[] has room for PL_ATT_MAX_BLOCKS + 1 bounds (attention_fspec). */
     assert(parts >= 1 && parts <= PL_ATT_MAX_BLOCKS);
     assert(lo <= hi && n >= 1);
-    double total = f(ends, n, a, b, hi) - f(ends, n, a, b, lo);
-    double base = f(ends, n, a, b, lo);
+    double total = f(ends, n, w, a, b, hi) - f(ends, n, w, a, b, lo);
+    double base = f(ends, n, w, a, b, lo);
     int strict = hi - lo >= parts;
     cut[0] = lo;
     cut[parts] = hi;
     for (int i = 1; i < parts; i++) {
-        int64_t c = att_search(f, ends, n, a, b, lo, hi, base + total * i / parts);
+        int64_t c = att_search(f, ends, n, w, a, b, lo, hi, base + total * i / parts);
         int64_t min = cut[i - 1] + (strict ? 1 : 0), max = hi - (strict ? parts - i : 0);
         cut[i] = c < min ? min : c > max ? max : c;
     }
@@ -231,6 +257,7 @@ static void att_cuts(att_fn f, const int64_t *ends, int n, int64_t a, int64_t b,
 typedef struct att_memo {
     int used, parts, keys;
     int n;
+    int64_t w;
     uint64_t ends_h;
     int64_t a, b, lo, hi;
     int64_t cut[PL_ATT_MAX_BLOCKS + 1];
@@ -246,22 +273,23 @@ static uint64_t att_ends_hash(const int64_t *ends, int n)
     return h;
 }
 
-static void att_cuts_memo(int keys, uint64_t eh, const int64_t *ends, int n, int64_t a,
-                          int64_t b, int64_t lo, int64_t hi, int parts, int64_t *cut)
+static void att_cuts_memo(int keys, uint64_t eh, const int64_t *ends, int n, int64_t w,
+                          int64_t a, int64_t b, int64_t lo, int64_t hi, int parts, int64_t *cut)
 {
     uint64_t k = eh ^ ((uint64_t)a * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)b * 0xbf58476d1ce4e5b9ULL) ^
                  ((uint64_t)lo * 0x94d049bb133111ebULL) ^ ((uint64_t)hi << 7) ^
-                 ((uint64_t)parts << 1) ^ (uint64_t)keys;
+                 ((uint64_t)parts << 1) ^ (uint64_t)keys ^ ((uint64_t)w * 0xd6e8feb86659fd93ULL);
     k ^= k >> 29;
     att_memo *m = &att_memo_tab[k % ATT_MEMO];
-    if (m->used && m->keys == keys && m->n == n && m->ends_h == eh && m->a == a && m->b == b &&
+    if (m->used && m->keys == keys && m->n == n && m->w == w && m->ends_h == eh && m->a == a &&
+        m->b == b &&
         m->lo == lo && m->hi == hi && m->parts == parts) {
         memcpy(cut, m->cut, sizeof(int64_t) * (size_t)(parts + 1));
         return;
     }
-    att_cuts(keys ? att_keys_before : att_queries_before, ends, n, a, b, lo, hi, parts, cut);
-    *m = (att_memo){.used = 1, .parts = parts, .keys = keys, .n = n, .ends_h = eh, .a = a,
-                    .b = b, .lo = lo, .hi = hi};
+    att_cuts(keys ? att_keys_before : att_queries_before, ends, n, w, a, b, lo, hi, parts, cut);
+    *m = (att_memo){.used = 1, .parts = parts, .keys = keys, .n = n, .w = w, .ends_h = eh,
+                    .a = a, .b = b, .lo = lo, .hi = hi};
     memcpy(m->cut, cut, sizeof(int64_t) * (size_t)(parts + 1));
 }
 
@@ -269,7 +297,7 @@ static void attention_fspec(const pl_graph *g, const pl_node *nd, const pl_index
                             const int64_t *lo, const int64_t *hi, ein_box *in, ein_box *out)
 {
     (void)g, (void)idx, (void)nidx;
-    int64_t grp = nd->kernel.group;
+    int64_t grp = nd->kernel.group, w = nd->kernel.window;
     const int64_t *ends;
     int n;
     int64_t one, qc[PL_ATT_MAX_BLOCKS + 1], kc[PL_ATT_MAX_BLOCKS + 1];
@@ -290,18 +318,21 @@ static void attention_fspec(const pl_graph *g, const pl_node *nd, const pl_index
     int64_t qa = A, qb = B, ka, kb;
     uint64_t eh = nq > 1 || nk > 1 ? att_ends_hash(ends, n) : 0;
     if (nq > 1) {
-        att_cuts_memo(0, eh, ends, n, A, B, A, B, nq, qc);
+        att_cuts_memo(0, eh, ends, n, w, A, B, A, B, nq, qc);
         qa = qc[iq];
         qb = qc[iq + 1];
     }
-    /* Keys of the query block: from its first query's sequence start. */
+    /* Keys of the query block: from its first query's sequence start, or
+     * its window's start if later. */
     int64_t s0 = 0;
     for (int i = 0; i < n && ends[i] <= qa; i++)
         s0 = ends[i];
+    if (w > 0 && qa - w + 1 > s0)
+        s0 = qa - w + 1;
     ka = s0;
     kb = qb;
     if (nk > 1) {
-        att_cuts_memo(1, eh, ends, n, qa, qb, s0, qb, nk, kc);
+        att_cuts_memo(1, eh, ends, n, w, qa, qb, s0, qb, nk, kc);
         ka = kc[ik];
         kb = kc[ik + 1];
     }

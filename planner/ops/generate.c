@@ -19,7 +19,10 @@
  * decode_attention: shardable heads_kv (query heads follow in groups),
  * batch, and the cached keys (FlashDecoding's split-K): key blocks give
  * log-sum-exp partials merged by EIN_AGG_LSE; a block whose keys all lie
- * past a sequence's pos is skipped at run time (the merge's identity).
+ * past a sequence's pos, or before its sliding window (kernel.window W > 0:
+ * token at position p sees keys (p - W, p]), is skipped at run time (the
+ * merge's identity): positions are run-time values, so the key blocks
+ * cannot be cut to the window at plan time.
  * rope_at: shardable tokens (with their pos) and heads. */
 #include <math.h>
 #include <stdio.h>
@@ -113,13 +116,16 @@ const pl_op_def pl_op_cache_write = {"cache_write", cache_write_indices, cache_w
                                      pl_agg_none, pl_flops_zero};
 
 int pl_graph_add_decode_attention(pl_graph *g, const char *name, int q, int k, int v, int pos,
-                                  ein_error *err)
+                                  int64_t window, ein_error *err)
 {
     int rc;
     char s1[160], s2[160], s3[160];
     const char *what = "decode_attention";
     if (!g)
         return ein_fail(err, EIN_EINVAL, "%s: NULL graph", what);
+    if (window < 0)
+        return ein_fail(err, EIN_EINVAL, "%s: window %lld is negative; expected a sliding "
+                        "window W >= 1 (or 0: none)", what, (long long)window);
     if ((rc = pl_check_id(g, what, q, err)) < 0 || (rc = pl_check_id(g, what, k, err)) < 0 ||
         (rc = pl_check_id(g, what, v, err)) < 0 || (rc = pl_check_id(g, what, pos, err)) < 0)
         return rc;
@@ -149,6 +155,7 @@ int pl_graph_add_decode_attention(pl_graph *g, const char *name, int q, int k, i
     nd.inputs[3] = pos;
     nd.kernel.kind = EIN_KERNEL_DECODE_ATTENTION;
     nd.kernel.group = tq->shape[0] / tk->shape[0];
+    nd.kernel.window = window;
     return pl_graph_append(g, name, &nd, err);
 }
 

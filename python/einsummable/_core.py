@@ -116,6 +116,15 @@ def _int(v, what):
     return int(v)
 
 
+def _window(v, what):
+    """An attention's sliding window: an integer W >= 0 (0: none); a
+    negative one is refused by the library, naming it."""
+    w = _int(v, "%s: window" % what)
+    if w >= 1 << 62:
+        _fail(L.EIN_EINVAL, "%s: window %d is too large" % (what, w))
+    return w
+
+
 def _exchange_chunks(text):
     """$EIN_EXCHANGE_CHUNKS as ein_compile_options.exchange_chunks: auto,
     off or a chunk count K from 1 to 1024 (the library's XP_CHUNKS_MAX)."""
@@ -497,16 +506,19 @@ class Graph:
                err, what)
         return t
 
-    def attention(self, q, k, v, seqs=None, name=None):
+    def attention(self, q, k, v, seqs=None, window=0, name=None):
         """Causal grouped-query attention: q [heads_q, tokens, d], k and v
         [heads_kv, tokens, d]; each packed sequence (seqs: lengths) attends
-        within itself."""
+        within itself. window=W >= 1: a sliding window (Mistral's
+        sliding_window), query t attends only keys u with t - W < u <= t;
+        0: full causal attention."""
         q, k, v = (self._t(t, "attention") for t in (q, k, v))
+        w = _window(window, "attention")
         ends, n = self._seq_ends(seqs, q.shape[1] if q.rank == 3 else 0, "attention")
         err = L.ein_error()
-        return self._add(_lib.ein_graph_attention(self._p, _name_arg(name), q.id, k.id, v.id,
-                                                  ends, n, ctypes.byref(err)), err,
-                         "attention")
+        return self._add(_lib.ein_graph_attention_window(self._p, _name_arg(name), q.id, k.id,
+                                                         v.id, ends, n, w, ctypes.byref(err)),
+                         err, "attention")
 
     def reduce(self, x, op, axes, name=None):
         """op: "sum" or "max" over `axes` (an int or a list of ints)."""
@@ -591,15 +603,18 @@ class Graph:
                                                     pos.id, ctypes.byref(err)), err,
                          "cache_write")
 
-    def decode_attention(self, q, k, v, pos, name=None):
+    def decode_attention(self, q, k, v, pos, window=0, name=None):
         """C >= 1 new tokens per sequence: row b*C + t of q [heads_q,
         batch*C, d] attends to keys and values [0, pos[b] + t] of the caches
         k, v [heads_kv, batch, len, d] (results of cache_write) ->
-        [heads_q, batch*C, d]."""
+        [heads_q, batch*C, d]. window=W >= 1: only the keys
+        [pos[b] + t - W + 1, pos[b] + t] (as attention's window)."""
         q, k, v, pos = (self._t(t, "decode_attention") for t in (q, k, v, pos))
+        w = _window(window, "decode_attention")
         err = L.ein_error()
-        return self._add(_lib.ein_graph_decode_attention(self._p, _name_arg(name), q.id, k.id,
-                                                         v.id, pos.id, ctypes.byref(err)), err,
+        return self._add(_lib.ein_graph_decode_attention_window(self._p, _name_arg(name), q.id,
+                                                                k.id, v.id, pos.id, w,
+                                                                ctypes.byref(err)), err,
                          "decode_attention")
 
     def rope_at(self, x, pos, head_dim, theta=10000.0, style="interleaved", name=None,
@@ -690,8 +705,19 @@ def createGraph():
 
 
 # ---- compiling and running ----------------------------------------------
+def _backend_auto():
+    """(1, why) when a session with no backend runs the CUDA backend (a
+    CUDA build that sees GPUs), else (0, why): ein_backend_auto, so the
+    same detection as einrun's ($EIN_GPU_VISIBLE, CUDA_VISIBLE_DEVICES,
+    /dev/nvidia*)."""
+    err = L.ein_error()
+    why = ctypes.create_string_buffer(64)
+    rc = _check(_lib.ein_backend_auto(why, 64, ctypes.byref(err)), err, "backend")
+    return rc, why.value.decode()
+
+
 def _gpu_visible():
-    return os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
+    return _backend_auto()[1] != "no GPU visible"
 
 
 def _gpu_count():
@@ -703,6 +729,21 @@ def _gpu_count():
     while os.path.exists("/dev/nvidia%d" % n):
         n += 1
     return n
+
+
+def _default_backend(devices):
+    """backend=None: "cuda" where a CUDA build sees GPUs, else "cpu" (and
+    says why once, as einrun does)."""
+    cuda, why = _backend_auto()
+    if cuda:
+        return "cuda"
+    n = len(devices)
+    if n:
+        _say_once("einsummable: %s; running %d CPU device%s for device=%s"
+                  % (why, n, "" if n == 1 else "s", list(devices)))
+    else:
+        _say_once("einsummable: %s; running CPU devices" % why)
+    return "cpu"
 
 
 _said = set()
@@ -816,7 +857,7 @@ class Program:
                  topology, rewrite, worker_timeout, run_timeout, verbose,
                  generate_missing=False, trace=None, progress=None, _load=None,
                  partials="f32", memory_limit=None, no_reuse=False, connect_timeout=None,
-                 strategy=None):
+                 strategy=None, named_backend=True):
         self._c = None
         self._s = None
         # One call at a time (Threads, above); re-entrant so that a close()
@@ -846,7 +887,7 @@ class Program:
         self.last_stats = None
         self._progress = progress
         if _load is not None:
-            self._load_saved(_load, topology)
+            self._load_saved(_load, topology, named_backend)
             return
 
         o = L.ein_compile_options()
@@ -899,13 +940,13 @@ class Program:
         self._c = out
         self._read_tensors()
 
-    def _load_saved(self, path, topology):
+    def _load_saved(self, path, topology, named_backend):
         """ein_compiled_load_ex: the saved program at `path` for
         len(self.devices) devices (0: as saved), checked against this
-        machine's topology as `topology` / the backend say, else as the
-        program's compile found it."""
+        machine's topology as `topology` / a backend="cuda" the caller
+        named say, else as the program's compile found it."""
         o, keep = None, []
-        if topology is not None or self.backend == "cuda":
+        if topology is not None or (self.backend == "cuda" and named_backend):
             o = L.ein_compile_options()
             _lib.ein_compile_options_init(ctypes.byref(o))
             if topology is not None:
@@ -1369,9 +1410,11 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     bodies; "search", or the paper's "ai": synthesised on the topology's
     simulator, einrun --schedule search) and lower each device's part.
     Returns a Program (load / execute / offload / explain / predict /
-    close). Without backend="cuda" the devices are CPU devices (one worker
-    process each), and when device= names GPUs this says so once on stderr,
-    as einrun does. The CUDA backend has not run on a GPU yet.
+    close). backend=None (default) runs the CUDA backend where this library
+    was built with CUDA and GPUs are visible (es.ein_backend_auto's rule,
+    einrun's), else CPU devices (one worker process each), and then says
+    why once on stderr, as einrun does. backend="cpu" forces CPU devices,
+    backend="cuda" the GPUs (EinRuntimeError EIN_EDEVICE without one).
 
     trace: a path; the session writes a Chrome trace (Perfetto) of every
     device's runs there when the program is closed (einrun --trace).
@@ -1416,12 +1459,7 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     if backend == "cuda" and not _gpu_visible():
         _fail(L.EIN_EDEVICE, "compileGraph: backend='cuda': no GPU visible")
     if backend is None:
-        backend = "cpu"
-        n = len(device)
-        _say_once("einsummable: %s; running %d CPU device%s for device=%s"
-                  % ("the CUDA backend is not verified yet (backend='cuda' to try it)"
-                     if _gpu_visible() else "no GPU visible",
-                     n, "" if n == 1 else "s", list(device)))
+        backend = _default_backend(device)
     if trace is not None and not isinstance(trace, (str, os.PathLike)):
         _fail_type("compileGraph: trace=%r; expected the path of a .json file" % (trace,))
     return Program(graph, device, _SCHEDULES[schedule_mode], backend, selector, seed,
@@ -1457,7 +1495,11 @@ def load_program(path, device=None, backend=None, topology=None, worker_timeout=
         _fail(L.EIN_EDEVICE, "load_program: backend='cuda': no GPU visible")
     if trace is not None and not isinstance(trace, (str, os.PathLike)):
         _fail_type("load_program: trace=%r; expected the path of a .json file" % (trace,))
-    return Program(None, devices, None, backend or "cpu", None, None, None, topology, False,
+    named = backend is not None
+    if backend is None:
+        backend = _default_backend(devices)
+    return Program(None, devices, None, backend, None, None, None, topology, False,
                    worker_timeout, run_timeout, verbose, generate_missing,
                    trace=None if trace is None else os.fspath(trace), progress=progress,
-                   _load=os.fspath(path), connect_timeout=connect_timeout)
+                   _load=os.fspath(path), connect_timeout=connect_timeout,
+                   named_backend=named)

@@ -5,7 +5,10 @@
  * devices, against a reference that keeps its own cache in double; rope_at
  * at the same positions; a state cannot be set. The same with prefill
  * chunks: C = 3 new tokens per sequence and run, each attending causally to
- * the cache and to the chunk's earlier tokens. */
+ * the cache and to the chunk's earlier tokens. With a sliding window
+ * (issue 34): the token at position p attends only the cached positions
+ * (p - W, p], over a cache longer than the window, on 1, 2 and 3 devices
+ * and with the keys split (blocks wholly before the window skipped). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +27,7 @@ enum { BMAX = 3, KVHMAX = 2, D = 8, S = 16, STEPS = 6, CMAX = 3 };
  * heads. B = KVH = 1 on 2 devices leaves the cached keys as the only
  * index to split: key blocks merged by log-sum-exp. */
 static int B = BMAX, KVH = KVHMAX, H = 2 * KVHMAX, C = 1; /* C: new tokens per sequence */
+static int W = 0;   /* decode_attention's sliding window (0: none) */
 
 static ein_graph *decoder(void)
 {
@@ -52,7 +56,10 @@ static ein_graph *decoder(void)
     /* the raw state is not readable: only through its cache_write */
     assert_true(ein_graph_decode_attention(g, "o0", q, kc, vw, pos, &err) < 0);
     assert_non_null(strstr(err.msg, "kc is a state"));
-    ein_tensor o = ein_graph_decode_attention(g, "o", q, kw, vw, pos, &err);
+    assert_true(ein_graph_decode_attention_window(g, "o1", q, kw, vw, pos, -2, &err) < 0);
+    assert_non_null(strstr(err.msg, "window -2 is negative"));
+    ein_tensor o = W ? ein_graph_decode_attention_window(g, "o", q, kw, vw, pos, W, &err)
+                     : ein_graph_decode_attention(g, "o", q, kw, vw, pos, &err);
     ein_tensor r = ein_graph_rope_at(g, "r", x, pos, D, 10000.0, EIN_ROPE_HALF, &err);
     if (o < 0 || r < 0)
         fail_msg("decode ops: %s", err.msg);
@@ -82,7 +89,10 @@ static void runs_on(int ndev, int b, int kvh, int chunk)
     KVH = kvh;
     H = 2 * kvh;
     C = chunk;
-    int steps = C == 1 ? STEPS : 3;
+    /* windowed: positions run past the window (and past the first key
+     * block's end) within the cache */
+    int steps = W ? (C == 1 ? S - 2 * (B - 1) : (S - C - 2 * (B - 1)) / C + 1)
+                  : C == 1 ? STEPS : 3;
     ein_error err = {0};
     ein_graph *g = decoder();
     ein_compiled *c = NULL;
@@ -146,23 +156,25 @@ static void runs_on(int ndev, int b, int kvh, int chunk)
             for (int bt = 0; bt < T; bt++) {
                 int h = qh / (H / KVH), b = bt / C, p = pos[b] + bt % C;
                 double sc[S], m = -INFINITY, l = 0;
-                for (int t = 0; t <= p; t++) {
+                int t0 = W && p - W + 1 > 0 ? p - W + 1 : 0;   /* transformers: t > p - W */
+                for (int t = t0; t <= p; t++) {
                     double dot = 0;
                     for (int j = 0; j < D; j++)
                         dot += q[(qh * T + bt) * D + j] * rk[h][b][t][j];
                     sc[t] = dot / sqrt((double)D);
                     m = sc[t] > m ? sc[t] : m;
                 }
-                for (int t = 0; t <= p; t++)
+                for (int t = t0; t <= p; t++)
                     l += exp(sc[t] - m);
                 for (int j = 0; j < D; j++) {
                     double want = 0;
-                    for (int t = 0; t <= p; t++)
+                    for (int t = t0; t <= p; t++)
                         want += exp(sc[t] - m) / l * rv[h][b][t][j];
                     double e = fabs(want - o[(qh * T + bt) * D + j]);
                     if (!(e <= 1e-5))
-                        fail_msg("step %d, %d devices, chunk %d: o[%d, %d, %d] = %g, expected %g",
-                                 step, ndev, C, qh, bt, j, (double)o[(qh * T + bt) * D + j], want);
+                        fail_msg("step %d, %d devices, chunk %d, window %d: o[%d, %d, %d] = %g, "
+                                 "expected %g", step, ndev, C, W, qh, bt, j,
+                                 (double)o[(qh * T + bt) * D + j], want);
                 }
             }
         /* rope_at, rotate_half pairs (i, i + D/2) at position pos[b] */
@@ -346,6 +358,21 @@ static void test_key_blocks(void **state) { (void)state; runs_on(2, 1, 1, 1); }
 static void test_chunks_1(void **state) { (void)state; runs_on(1, 3, 2, 3); }
 static void test_chunks_2(void **state) { (void)state; runs_on(2, 3, 2, 3); }
 static void test_chunk_key_blocks(void **state) { (void)state; runs_on(2, 1, 1, 3); }
+/* Sliding window 4 over a cache of 16 (issue 34). */
+static void test_window(void **state)
+{
+    (void)state;
+    W = 4;
+    for (int nd = 1; nd <= 3; nd++) {
+        runs_on(nd, 3, 2, 1);
+        runs_on(nd, 3, 2, 3);
+    }
+    runs_on(2, 1, 1, 1);   /* keys split: a block wholly before the window is skipped */
+    runs_on(2, 1, 1, 3);
+    W = 1;                 /* each token sees itself only */
+    runs_on(3, 3, 2, 1);
+    W = 0;
+}
 
 int main(void)
 {
@@ -358,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_chunks_1),
         cmocka_unit_test(test_chunks_2),
         cmocka_unit_test(test_chunk_key_blocks),
+        cmocka_unit_test(test_window),
         cmocka_unit_test(test_entries_1),
         cmocka_unit_test(test_entries_2),
         cmocka_unit_test(test_entries_3),

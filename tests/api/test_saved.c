@@ -5,7 +5,11 @@
  * and gives the original's outputs; files that are not saved programs
  * (truncated at every length, garbage, bit flips, wrong magic, a FIFO, a
  * directory, /dev/null) and programs of another library version, format,
- * device count or topology are refused with a message saying which. */
+ * device count or topology are refused with a message saying which; one
+ * bit flipped anywhere is refused by the digest (EIN_EPARSE); and a file
+ * whose per-device programs were changed (a kernel's constant, a LOAD's
+ * path or seed, a destination buffer) and digested again is refused too:
+ * the programs are derived again from the graph and plan, never trusted. */
 #include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
@@ -18,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <sodium.h>
 
 #include "config.h"
 #include "include/einsummable/einsummable.h"
@@ -274,6 +279,26 @@ static void patch(char *b, size_t n, const char *from, const char *to)
     fail_msg("'%s' not in the file", from);
 }
 
+/* The file's digest (its last 32 bytes) made right again for the rest:
+ * what a deliberate edit would do. */
+static void resign(char *b, size_t n)
+{
+    assert_true(n > 40);
+    assert_int_equal(crypto_generichash((unsigned char *)b + n - 32, 32, (unsigned char *)b,
+                                        n - 32, NULL, 0), 0);
+}
+
+/* The last occurrence of `key` (msgpack bytes) followed by a one-byte
+ * value: its offset (of the value). */
+static size_t last_key(const char *b, size_t n, const char *key, size_t klen)
+{
+    for (size_t i = n - klen - 1; i > 0; i--)
+        if (memcmp(b + i, key, klen) == 0)
+            return i + klen;
+    fail_msg("key not in the file");
+    return 0;
+}
+
 static void bad_files(void **state)
 {
     (void)state;
@@ -293,18 +318,54 @@ static void bad_files(void **state)
         spill(q, b, k);
         refused(q, 0, NULL, EIN_EPARSE, q);
     }
-    /* Bit flips: refused or (a flip in a value the checks allow) loaded. */
+    /* One bit flipped in any byte (a different bit in each): refused, by
+     * the digest before anything else is read (or by the magic). */
     char *m = malloc(n + 8); /* n + 8: the compiler cannot see that n > 8 */
     assert_non_null(m);
-    for (size_t k = 8; k < n; k += 13) {
+    for (size_t k = 0; k < n; k++) {
         memcpy(m, b, n);
-        m[k] ^= (char)(1u << (k % 8));
+        m[k] ^= (char)(1u << (k * 5 % 8));
         spill(q, m, n);
-        ein_compiled *l = NULL;
-        if (ein_compiled_load(q, &l, &err) == 0)
-            ein_compiled_free(l);
-        else
-            assert_true(err.msg[0] != '\0');
+        refused(q, 0, NULL, EIN_EPARSE, k < 8 ? "magic" : "checksum does not match");
+    }
+    /* Programs changed and digested again: refused, since they are not
+     * what the saved graph and plan give. The FFN's last LOAD's seed, path
+     * (a file to read into an input) and the last kernel's unary function
+     * and destination buffer. */
+    static const struct {
+        const char *key;
+        size_t klen;
+    } edits[] = {{"\xa4seed", 5}, {"\xa5unary", 6}, {"\xa3" "dst", 4}};
+    for (size_t e = 0; e < sizeof edits / sizeof *edits; e++) {
+        memcpy(m, b, n);
+        size_t at = last_key(m, n, edits[e].key, edits[e].klen);
+        /* The value's last byte: a fixint, or uint/int 8 to 64 */
+        unsigned char t = (unsigned char)m[at];
+        size_t last = t < 0x80 || t >= 0xe0 ? at : t == 0xcc || t == 0xd0 ? at + 1
+                      : t == 0xcd || t == 0xd1 ? at + 2 : t == 0xce || t == 0xd2 ? at + 4
+                      : at + 8;
+        if (!(t < 0x80 || t >= 0xe0 || (t >= 0xcc && t <= 0xd3)))
+            fail_msg("edit %zu: value type 0x%02x", e, t);
+        m[last] = (char)(m[last] ^ 1);
+        resign(m, n);
+        spill(q, m, n);
+        refused(q, 0, NULL, EIN_EPARSE, "not what its graph, plan and exchanges give");
+    }
+    {
+        static const char secret[] = "/etc/hostname";
+        char *w = malloc(n + sizeof secret + 8);
+        assert_non_null(w);
+        /* The last LOAD's path: nil, an input generated from the seed */
+        size_t at = last_key(b, n, "\xa4path\xc0", 6) - 1;
+        memcpy(w, b, at);
+        w[at] = (char)(0xa0 | (sizeof secret - 1));
+        memcpy(w + at + 1, secret, sizeof secret - 1);
+        memcpy(w + at + sizeof secret, b + at + 1, n - at - 1);
+        size_t wn = n + sizeof secret - 1;
+        resign(w, wn);
+        spill(q, w, wn);
+        refused(q, 0, NULL, EIN_EPARSE, "not what its graph, plan and exchanges give");
+        free(w);
     }
     /* Garbage, wrong magic, empty. */
     for (size_t k = 0; k < n; k++)
@@ -340,11 +401,13 @@ static void bad_files(void **state)
     assert_string_not_equal(other, ein_version());
     memcpy(m, b, n);
     patch(m, n, ein_version(), other);
+    resign(m, n);
     spill(q, m, n);
     snprintf(want, sizeof want, "library version differs: saved by einsummable %s", other);
     refused(q, 0, NULL, EIN_EINVAL, want);
     memcpy(m, b, n);
-    patch(m, n, "\xa6" "format\x01", "\xa6" "format\x07");
+    patch(m, n, "\xa6" "format\x02", "\xa6" "format\x07");
+    resign(m, n);
     spill(q, m, n);
     refused(q, 0, NULL, EIN_EINVAL, "format 7");
     free(m);

@@ -30,6 +30,68 @@ static double brute_pairs(const int64_t *ends, int n, int64_t qlo, int64_t qhi, 
     return pairs;
 }
 
+/* The same inside a sliding window w (0: none): also u > t - w. */
+static double brute_window(const int64_t *ends, int n, int64_t w, int64_t qlo, int64_t qhi,
+                           int64_t klo, int64_t khi)
+{
+    double pairs = 0;
+    for (int64_t t = qlo; t < qhi; t++) {
+        int64_t start = 0;
+        for (int j = 0; j < n && ends[j] <= t; j++)
+            start = ends[j];
+        for (int64_t u = start; u <= t; u++)
+            pairs += u >= klo && u < khi && (w == 0 || u > t - w);
+    }
+    return pairs;
+}
+
+/* Issue 34: ein_window_pairs against the count pair by pair, windows from
+ * 1 to past the sequences; a window's FLOPs in ein_kernel_flops. */
+static void test_window_pairs(void **state)
+{
+    (void)state;
+    uint64_t rng = 777;
+    for (int trial = 0; trial < 3000; trial++) {
+        int64_t ends[6];
+        int n = (int)(ein_rand_next(&rng) % 5);
+        int64_t at = 0;
+        for (int j = 0; j < n; j++)
+            ends[j] = at += 1 + (int64_t)(ein_rand_next(&rng) % 12);
+        int64_t total = at + (int64_t)(ein_rand_next(&rng) % 6) + 1;
+        int64_t w = (int64_t)(ein_rand_next(&rng) % 16);
+        int64_t q0 = (int64_t)(ein_rand_next(&rng) % (uint64_t)total);
+        int64_t q1 = q0 + (int64_t)(ein_rand_next(&rng) % (uint64_t)(total - q0 + 1));
+        int64_t k0 = (int64_t)(ein_rand_next(&rng) % (uint64_t)total);
+        int64_t k1 = k0 + (int64_t)(ein_rand_next(&rng) % (uint64_t)(total - k0 + 1));
+        double want = brute_window(ends, n, w, q0, q1, k0, k1);
+        double got = ein_window_pairs(ends, n, w, q0, q1, k0, k1);
+        if (!(fabs(got - want) <= 0))
+            fail_msg("trial %d: %d ends, window %lld, q [%lld, %lld), k [%lld, %lld): %g pairs, "
+                     "want %g", trial, n, (long long)w, (long long)q0, (long long)q1,
+                     (long long)k0, (long long)k1, got, want);
+    }
+    /* one sequence of 10, window 3: 1 + 2 + 3 * 8 pairs */
+    int64_t sq[3] = {4, 10, 8};
+    ein_box q = ein_box_of_shape(3, sq);
+    const ein_box *qkv[3] = {&q, &q, &q};
+    ein_kernel k;
+    memset(&k, 0, sizeof k);
+    k.kind = EIN_KERNEL_ATTENTION;
+    k.window = 3;
+    assert_true(ein_kernel_flops(&k, &q, qkv, 3) == 4.0 * 4 * 8 * 27);
+    k.kind = EIN_KERNEL_ATTENTION_PARTIAL;
+    assert_true(ein_kernel_flops(&k, &q, qkv, 3) == 4.0 * 4 * 8 * 27);
+    /* decode: at most the window's keys of a 40-row cache block */
+    int64_t dq[3] = {4, 2, 8}, dk[4] = {2, 2, 40, 8};
+    ein_box qb = ein_box_of_shape(3, dq), kb = ein_box_of_shape(4, dk);
+    const ein_box *dsrc[3] = {&qb, &kb, &kb};
+    k.kind = EIN_KERNEL_DECODE_ATTENTION;
+    k.window = 0;
+    assert_true(ein_kernel_flops(&k, &qb, dsrc, 3) == 4.0 * 64 * 40);
+    k.window = 5;
+    assert_true(ein_kernel_flops(&k, &qb, dsrc, 3) == 4.0 * 64 * 5);
+}
+
 static void test_pairs_match_brute_force(void **state)
 {
     (void)state;
@@ -92,6 +154,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pairs_match_brute_force),
         cmocka_unit_test(test_flops),
+        cmocka_unit_test(test_window_pairs),
     };
     return cmocka_run_group_tests_name("kernel_cost", tests, NULL, NULL);
 }

@@ -1484,10 +1484,27 @@ static void k_theta_inf(msgpack_packer *pk)
 }
 static void k_group_type(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 3);
+    msgpack_pack_map(pk, 4);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ATTENTION);
     pk_cstr(pk, "group"); msgpack_pack_nil(pk);
     pk_cstr(pk, "list"); msgpack_pack_array(pk, 0);
+    pk_cstr(pk, "window"); msgpack_pack_int(pk, 0);
+}
+/* Issue 34: attention kernels carry "window" (protocol 4); a kernel
+ * without it, or with a non-integer one, is refused naming the field. */
+static void k_window_missing(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 3);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ATTENTION);
+    pk_cstr(pk, "group"); msgpack_pack_int(pk, 1);
+    pk_cstr(pk, "list"); msgpack_pack_array(pk, 0);
+}
+static void k_window_type(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 3);
+    pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_DECODE_ATTENTION);
+    pk_cstr(pk, "group"); msgpack_pack_int(pk, 1);
+    pk_cstr(pk, "window"); msgpack_pack_double(pk, 2.5);
 }
 /* A list header that claims more entries than the bytes that remain. */
 static void k_list_huge(msgpack_packer *pk)
@@ -1565,6 +1582,8 @@ static void test_kernel_fields(void **state)
     expect_kernel_proto(k_reduce_range, "kernel.reduce: integer out of range");
     expect_kernel_proto(k_theta_inf, "kernel.theta: number is not finite");
     expect_kernel_proto(k_group_type, "kernel.group: expected an integer");
+    expect_kernel_proto(k_window_missing, "window");
+    expect_kernel_proto(k_window_type, "kernel.window: expected an integer");
     expect_kernel_proto(k_list_huge, "array of 4294967295 entries");
 }
 

@@ -11,7 +11,8 @@
 # on a mock GPU machine (fake nvidia-smi, a configured tree of stand-in
 # programs that print what the real ones print), once all right (PASS with
 # every number parsed) and once with two workers disagreeing (FAIL with
-# the max error); GPU_CHECK_BUNDLE packing the logs into one .tar.gz.
+# the max error), with the cuDNN probe's checks and the issue-33 targets read
+# from the stand-ins' output; GPU_CHECK_BUNDLE packing the logs into one .tar.gz.
 # Skipped on a machine with a GPU (tools/gpu-check runs for real there).
 set -u
 B=${EIN_BUILDDIR:-.}
@@ -29,7 +30,7 @@ if [ -e /dev/nvidia0 ] || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi 
     echo "1..0 # SKIP a GPU is here (this test checks the verdicts without one)"
     exit 0
 fi
-echo "1..14"
+echo "1..15"
 unset OUT GPU_CHECK_OUT GPU_CHECK_BUDGET
 
 # 1: no GPU, quick: the verdict, exit 3, the files in the output folder.
@@ -197,10 +198,32 @@ mock() { # DIR SEED_FOR_0,0
     printf '#!/bin/sh\necho "# LLaMA"\n' > "$mb/eingen"
     cat > "$mb/tools/bench-kernels-cuda" <<'EOF2'
 #!/bin/sh
+if [ "$1" = -P ] && [ -n "${MOCK_CUDNN_REJECT:-}" ]; then
+echo "cudnn-probe: NVIDIA H200, sm_90, cuDNN 91900"
+echo "variant V2 (canonical): 14 ops: graph finalized (12.0 ms); engines 0 of 40 finalize []; error: cuDNN heuristics found no engine for this graph"
+echo "correct O bf16 T 128: not run: cuda attention: EIN_ATTENTION=cudnn: cuDNN heuristics found no engine for this graph"
+echo "attention causal bf16 (cuDNN SDPA): not run: cuda attention: EIN_ATTENTION=cudnn: cuDNN heuristics found no engine for this graph"
+echo "attention causal bf16 (our kernel): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 3.000 ms, 183.3 TFLOP/s"
+exit 0
+fi
+if [ "$1" = -P ]; then
+echo "cudnn-probe: NVIDIA H200, sm_90, cuDNN 91900"
+echo "variant V0 (before issue 33, no LOG/ADD, P f32): 12 ops: graph finalized (12.0 ms); engines 0 of 40 finalize []; error: cuDNN heuristics found no engine for this graph"
+echo "variant V2 (canonical): 14 ops: graph finalized (12.0 ms); engines 2 of 40 finalize [7 9]; heuristics 2 configs; plan cfg 0 workspace 0 bytes, built in 210.5 ms"
+echo "correct O bf16 T 128: max abs err 0.00391, scaled err 0.0042 (tol 0.03): ok"
+echo "correct Stats (lse) bf16 T 128: max abs err 0.0001, scaled err 2e-05 (tol 0.001): ok"
+echo "attention causal bf16 (cuDNN SDPA): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 1.000 ms, 550.0 TFLOP/s"
+echo "attention causal bf16 (our kernel): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 3.000 ms, 183.3 TFLOP/s"
+exit 0
+fi
 echo "gemm f16 8192x8192x8192: cublasGemmEx 660.0 TFLOP/s, kn_cuda_gemm 650.0 TFLOP/s (98.5%)"
 echo "gemm bf16 8192x8192x8192: cublasGemmEx 661.0 TFLOP/s, kn_cuda_gemm 651.0 TFLOP/s (98.5%)"
 echo "attention causal bf16 (our kernel): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 3.000 ms, 183.3 TFLOP/s"
+if [ -n "${MOCK_CUDNN_REJECT:-}" ]; then
+echo "attention causal bf16 (cuDNN SDPA): not run: cuda attention: EIN_ATTENTION=cudnn: cuDNN heuristics found no engine for this graph"
+else
 echo "attention causal bf16 (cuDNN SDPA): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 1.000 ms, 550.0 TFLOP/s"
+fi
 EOF2
     cat > "$mb/tools/bench-copy-cuda" <<'EOF2'
 #!/bin/sh
@@ -211,14 +234,16 @@ EOF2
 #!/bin/sh
 # stand-in: writes out.npy (seed 1; seed $2 for --gpus 0,0) and prints what einrun -v prints
 case "\$*" in *--show-topology*) echo "name mock"; exit 0 ;; esac
-seed=1; case "\$*" in *"--gpus 0,0"*) seed=$2 ;; esac
+seed=1; case "\$*" in *"--gpus 0,0 "*) seed=$2 ;; esac
+case "\$*" in *--cpu*) ;; *) echo "einrun: topology: 1 NVIDIA H200 (mock probe)" >&2 ;; esac
+it=5; prev=; for a in "\$@"; do [ "\$prev" = --iterations ] && it=\$a; prev=\$a; done
 "$NPY" write out.npy bf16 \$seed 4 8 || exit 1
 case "\$*" in *"--graphs on"*) echo "  device 0 graphs: 3 captured, 6 launches, 0 not captured, 2 too short" >&2 ;; esac
 while [ \$# -gt 0 ]; do
     if [ "\$1" = --log-dir ]; then echo "1.0 device 0: attention: 2 calls through cuDNN SDPA, 0 through our kernel" > "\$2/worker-0.log"; fi
     shift
 done
-echo "5 iterations (after 1 warm-up): min 10.000 ms, median 11.000 ms"
+echo "\$it iterations (after 1 warm-up): min 10.000 ms, median 11.000 ms"
 echo "  device 0: 9.000 ms kernels, 1.000 ms copies, 0.000 ms waiting (last iteration; kernels, copies: GPU time (CUDA events); waiting: host time waiting for peers)"
 EOF2
     chmod +x "$mb/einrun" "$mb/eingen" "$mb/einworker-cuda" "$mb/tools/bench-kernels-cuda" \
@@ -228,7 +253,16 @@ EOF2
 mock "$S/m1" 1
 rc=$?
 l="$S/m1/log"
-if [ $rc = 0 ] && grep -q '^VERDICT: PASS (9 checks)$' "$l" &&
+if [ $rc = 0 ] && grep -q '^VERDICT: PASS (13 checks)$' "$l" &&
+    grep -q '^  PASS  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized (12.0 ms); engines 2 of 40 finalize \[7 9\]' "$l" &&
+    grep -q '^  PASS  cudnn-correct  *2 comparisons with our kernel agree' "$l" &&
+    grep -q '^  PASS  gpus-default  *einrun --gpus 0 examples/llama_block.ein ran on the GPU' "$l" &&
+    grep -q '^  PASS  gpus-0000-vs-0  *LLaMA 1x8K, --gpus 0,0,0,0 vs --gpus 0: 32 elements, bytes identical.*median 11.000 ms' "$l" &&
+    grep -q '^  MET  *attention-cudnn  *550.0 TFLOP/s (>= 450)' "$l" &&
+    grep -q '^  NOT MET  *attention-ours  *183.3 TFLOP/s (>= 250)' "$l" &&
+    grep -q '^  NOT MEASURED  *llama-vs-torch' "$l" &&
+    grep -q '^TARGETS: 1 of 3 met (1 not measured)$' "$l" &&
+    grep -q '^  cuDNN V0 (before issue 33, no LOG/ADD, P f32)  *12 ops' "$l" &&
     grep -q '^  PASS  fake-hosts-gpu    2 pseudo-hosts on GPU 0 vs --gpus 0,0 (? copies): 32 elements, bytes identical' "$l" &&
     grep -q '^  PASS  graphs-identical  --graphs on vs off: 32 elements, bytes identical' "$l" &&
     grep -q '^  PASS  graphs-captured   small block, --gpus 0: 3 captured, 6 launches, 0 not captured, 2 too short$' "$l" &&
@@ -246,9 +280,20 @@ fi
 mock "$S/m2" 2
 rc=$?
 l="$S/m2/log"
-if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 9 checks did not pass)$' "$l" &&
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 13 checks did not pass)$' "$l" &&
     grep -q '^  FAIL  gpus-0-vs-00  *exit 0 / 0: 32 elements, bytes differ, max abs err [0-9.]*, scaled [0-9.]* (tol 0.05): MISMATCH$' "$l"; then
     ok "mock GPU run: --gpus 0,0 disagreeing is a FAIL with the max error"
 else
     not_ok "mock GPU run, disagreement: exit $rc" "$(cat "$l")"
+fi
+MOCK_CUDNN_REJECT=1 mock "$S/m3" 1
+rc=$?
+l="$S/m3/log"
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (2 of 13 checks did not pass)$' "$l" &&
+    grep -q '^  FAIL  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized (12.0 ms); engines 0 of 40 finalize \[\]; error: cuDNN heuristics found no engine' "$l" &&
+    grep -q '^  FAIL  cudnn-correct  *0 agree, 0 mismatch, 1 not run: O bf16 T 128: not run: ' "$l" &&
+    grep -q '^  NOT MEASURED  *attention-cudnn  *attention causal bf16 (cuDNN SDPA): not run: ' "$l"; then
+    ok "mock GPU run: cuDNN rejecting the canonical graph fails cudnn-graph and cudnn-correct, the target is not measured"
+else
+    not_ok "mock GPU run, cuDNN rejects: exit $rc" "$(cat "$l")"
 fi

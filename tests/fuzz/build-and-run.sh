@@ -12,7 +12,8 @@
 # (msgpack messages), npy (.npy headers and box reads), rules (rewrite
 # rules), probe (GPU probe text, topology detection), topo (topology files),
 # safetensors (.safetensors headers, raw box reads by mmap), saved (the
-# graph, plan and programs of a saved program file).
+# graph, plan and programs of a saved program file), load (the whole
+# saved-program loader: a file without its digest, which the target adds).
 # FUZZ_TARGETS="exprog topo" picks some.
 #
 # The library sources are compiled directly with clang
@@ -30,7 +31,7 @@ secs=${2:-30}
 cc=${CC_FUZZ:-clang}
 out=${FUZZ_OUT:-$PWD/fuzz-build}
 jobs=${FUZZ_JOBS:-2}
-targets=${FUZZ_TARGETS:-ein exprog wire npy rules probe topo safetensors saved}
+targets=${FUZZ_TARGETS:-ein exprog wire npy rules probe topo safetensors saved load}
 limits="-timeout=2 -rss_limit_mb=2048 -malloc_limit_mb=2048 -max_len=4096"
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 
@@ -44,14 +45,15 @@ if ! "$cc" -fsanitize=fuzzer,address,undefined "$out/probe.c" -o "$out/probe" >/
 fi
 
 pc() { pkg-config "$@" 2>/dev/null; }
-deps_cflags="$(pc --cflags libzmq) $(pc --cflags msgpack-c || pc --cflags msgpack) $(pc --cflags openblas) $(pc --cflags jansson)"
-deps_libs="$(pc --libs libzmq) $(pc --libs msgpack-c || pc --libs msgpack) $(pc --libs openblas) $(pc --libs jansson) -lpthread -lm"
+deps_cflags="$(pc --cflags libsodium) $(pc --cflags libzmq) $(pc --cflags msgpack-c || pc --cflags msgpack) $(pc --cflags openblas) $(pc --cflags jansson)"
+deps_libs="$(pc --libs libsodium) $(pc --libs libzmq) $(pc --libs msgpack-c || pc --libs msgpack) $(pc --libs openblas) $(pc --libs jansson) -lpthread -lm"
 cflags="-std=gnu11 -g -O1 -I$src $deps_cflags -DPL_REWRITE_RULES_DIR=\"$src/planner/rewrite/rules\" \
  -DPL_REWRITE_RULES_SRCDIR=\"$src/planner/rewrite/rules\""
 lib_srcs=$(cd "$src" && ls common/*.c planner/*.c planner/ops/*.c exchange/*.c \
     planner/rewrite/pl_rewrite.c planner/rewrite/rw_egraph.c planner/rewrite/rw_rules.c \
     planner/rewrite/rw_saturate.c \
-    planner/rewrite/rw_ilp.c coordinator/compile/co_topo.c)
+    planner/rewrite/rw_ilp.c planner/rewrite/pl_rewrite_weights.c coordinator/compile/*.c \
+    $(ls coordinator/predict/*.c | grep -v co_calib_run.c))
 
 # Rebuild everything when any source or header is newer than the last build.
 stamp="$out/obj/.stamp"
@@ -64,7 +66,7 @@ if [ ! -f "$stamp" ] || [ -n "$( (find "$src/common" "$src/planner" "$src/exchan
     for f in $lib_srcs; do echo "$f"; done | xargs -P "$jobs" -I{} sh -c \
         'o="$1/obj/$(echo "$2" | tr / _ | sed "s/\.c$/.o/")"; $3 $4 -fsanitize=fuzzer-no-link -c "$5/$2" -o "$o" || exit 255' \
         sh "$out" {} "$cc" "$cflags $san" "$src" || { echo "fuzz: compile failed"; exit 1; }
-    for t in ein exprog wire npy rules probe topo safetensors saved; do
+    for t in ein exprog wire npy rules probe topo safetensors saved load; do
         $cc $cflags $san -fsanitize=fuzzer "$here/fuzz_$t.c" "$out"/obj/*.o $deps_libs \
             -o "$out/fuzz_$t" || { echo "fuzz: link of fuzz_$t failed"; exit 1; }
     done
@@ -99,7 +101,8 @@ fi
 seeds="$out/seeds"
 rm -rf "$seeds" && mkdir -p "$seeds" || exit 1
 "$out/fuzz_seeds" "$seeds" || exit 1
-mkdir -p "$seeds/ein" "$seeds/exprog" "$seeds/rules" "$seeds/probe" "$seeds/topo" "$seeds/saved"
+mkdir -p "$seeds/ein" "$seeds/exprog" "$seeds/rules" "$seeds/probe" "$seeds/topo" "$seeds/saved" \
+    "$seeds/load"
 cp "$src"/examples/*.ein "$seeds/ein/"
 cp "$src"/tests/exchange/programs/*.xp "$seeds/exprog/"
 # One rule a seed: every rule is shape-checked over many shapes, so whole

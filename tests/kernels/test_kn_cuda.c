@@ -445,24 +445,24 @@ static void test_attention_cudnn(void **state)
     kn_cuda_ctx *ctx = NULL;
     cuda_ok(cudaMalloc(&ws, 64 << 20), "cudaMalloc");
     assert_int_equal(kn_cuda_ctx_create(ws, 64 << 20, &ctx, &err), 0);
-    /* Nine different sequence lengths: more plans than cuDNN is given here. */
-    int64_t many[9] = {1, 3, 6, 10, 15, 21, 28, 36, 45};
     /* Shapes cuDNN does not take first (a failure there is not hidden
      * behind a cuDNN one), then cuDNN's. */
-    attention_auto_case(ctx, 0, EIN_BF16, 2, 64, 0, 2, 45, many, 9);    /* 9 lengths: ours */
+    attention_auto_case(ctx, 0, EIN_BF16, 2, 32, 0, 2, 64, NULL, 0);    /* head dim 32: ours */
     attention_auto_case(ctx, 0, EIN_F32, 2, 64, 0, 2, 128, NULL, 0);    /* f32: ours */
     attention_auto_case(ctx, 0, EIN_BF16, 1, 96, 0, 2, 128, NULL, 0);   /* head dim 96: ours */
 #ifdef HAVE_CUDNN
     int64_t ends[2] = {100, 200}, ends3[3] = {64, 192, 300};
+    int64_t many[9] = {1, 3, 6, 10, 15, 21, 28, 36, 45};
     for (int i = 1; i < 3; i++) {
         attention_auto_case(ctx, 1, dts[i], 4, 128, 0, 2, 256, NULL, 0);   /* GQA 8/2 */
         attention_auto_case(ctx, 1, dts[i], 2, 64, 1, 3, 333, NULL, 0);    /* T % 64 != 0 */
         attention_auto_case(ctx, 1, dts[i], 1, 128, 0, 1, 64, ends + 1, 1); /* one end, at 200 */
         attention_auto_case(ctx, 1, dts[i], 4, 128, 0, 2, 256, NULL, 0);   /* the cached plan */
-        /* Packed: one SDPA per sequence, rows T apart. */
+        /* Packed: one plan per block (padding mask, ragged offsets). */
         attention_auto_case(ctx, 1, dts[i], 2, 64, 0, 2, 200, ends, 2);    /* 100 + 100 */
         attention_auto_case(ctx, 1, dts[i], 4, 128, 1, 2, 256, ends, 2);   /* + a 56-token tail */
         attention_auto_case(ctx, 1, dts[i], 2, 64, 0, 2, 300, ends3, 3);   /* 64 + 128 + 108 */
+        attention_auto_case(ctx, 1, dts[i], 2, 64, 0, 2, 45, many, 9);     /* 9 lengths */
     }
 #endif
     char rep[512];
@@ -503,7 +503,15 @@ static void test_attention(void **state)
 
 /* Issue 13: the partial kernel and the LSE merge against the CPU ones
  * (rows of d + 1 f32; -inf log-sum-exps must match as -inf). */
+/* Partial rows [O | lse] against the CPU's: |got - want| <= tol (1 + |want|). */
+static void lse_compare_tol(const char *what, const hd *x, double tol);
+
 static void lse_compare(const char *what, const hd *x)
+{
+    lse_compare_tol(what, x, 1e-3);
+}
+
+static void lse_compare_tol(const char *what, const hd *x, double tol)
 {
     int64_t n = ein_box_volume(&x->h.box);
     float *got = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
@@ -514,7 +522,7 @@ static void lse_compare(const char *what, const hd *x)
     const float *want = x->h.data;
     for (int64_t i = 0; i < n; i++) {
         int same_inf = isinf(got[i]) && isinf(want[i]) && (got[i] < 0) == (want[i] < 0);
-        if (!same_inf && !(fabs((double)got[i] - want[i]) <= 1e-3 * (1.0 + fabs((double)want[i])))) {
+        if (!same_inf && !(fabs((double)got[i] - want[i]) <= tol * (1.0 + fabs((double)want[i])))) {
             print_error("%s: element %lld is %.8g on the GPU, %.8g on the CPU\n", what,
                         (long long)i, got[i], want[i]);
             fail();
@@ -547,6 +555,40 @@ static void test_attention_partial(void **state)
             hd_free(&k);
             hd_free(&v);
         }
+#ifdef HAVE_CUDNN
+        /* Through cuDNN with its statistics as an output (f16/bf16): the
+         * diagonal block and a key block wholly before the queries, each
+         * without a sequence boundary in the rows. */
+        if (dt != EIN_F32) {
+            void *ws = NULL;
+            kn_cuda_ctx *ctx = NULL;
+            cuda_ok(cudaMalloc(&ws, 64 << 20), "cudaMalloc");
+            assert_int_equal(kn_cuda_ctx_create(ws, 64 << 20, &ctx, &err), 0);
+            const int64_t q0[2] = {256, 384}, k0[2] = {256, 0};
+            for (int j = 0; j < 2; j++) {
+                ein_box cqb = {3, {0, q0[j], 0}, {8, q0[j] + 128, 128}};
+                ein_box ckb = {3, {0, k0[j], 0}, {2, k0[j] + 128, 128}};
+                ein_box cob = ein_agg_box(EIN_AGG_LSE, &cqb);
+                hd cq = hd_rand(dt, &cqb, 2.0f, 0.0f), ck = hd_rand(dt, &ckb, 2.0f, 0.0f);
+                hd cv = hd_rand(dt, &ckb, 1.0f, 0.0f), co = hd_out(EIN_F32, &cob);
+                assert_int_equal(kn_cpu_attention_partial(4, NULL, 0, &cq.h, &ck.h, &cv.h, &co.h,
+                                                          &err), 0);
+                setenv("EIN_ATTENTION", "cudnn", 1);
+                int rc = kn_cuda_attention_partial_auto(ctx, 4, NULL, 0, &cq.d, &ck.d, &cv.d,
+                                                        &co.d, stream, &err);
+                unsetenv("EIN_ATTENTION");
+                if (rc)
+                    print_error("cuDNN attention_partial, %s, key block at %lld: %s\n",
+                                ein_dtype_name(dt), (long long)k0[j], err.msg);
+                assert_int_equal(rc, 0);
+                /* O comes back in the I/O dtype before it is widened */
+                lse_compare_tol("cuDNN attention_partial", &co, dt_tol(dt) * 4);
+                hd_free(&cq), hd_free(&ck), hd_free(&cv), hd_free(&co);
+            }
+            kn_cuda_ctx_destroy(ctx);
+            cudaFree(ws);
+        }
+#endif
         hd m = hd_out(EIN_F32, &ob);
         kn_block hs[3] = {part[0].h, part[1].h, part[2].h}, ds[3] = {part[0].d, part[1].d, part[2].d};
         assert_int_equal(kn_cpu_agg_lse(hs, 3, &m.h, &err), 0);
@@ -766,6 +808,90 @@ static void test_embedding(void **state)
 /* Issue 25: cache_write (in place and copying), decode_attention (whole
  * keys and a key block: LSE partials, rows past pos the identity) and
  * rope_at on the device equal the CPU kernels; i32 and i64 positions. */
+/* Sliding window (issue 34) against the CPU kernels: attention through
+ * kn_cuda_run (both the tensor-core path, f16/bf16 d 64/128, and the warp
+ * path), with k/v blocks of the windowed keys only; partials of key blocks;
+ * decode over a cache longer than the window. */
+static void window_case(ein_dtype dt, int64_t group, int64_t D, int64_t W, int64_t t0, int64_t t1,
+                        const int64_t *ends, int nseq)
+{
+    ein_error err;
+    int64_t s0 = 0;
+    for (int i = 0; i < nseq; i++)
+        s0 = ends[i] <= t0 ? ends[i] : s0;
+    int64_t u0 = W > 0 && t0 - W + 1 > s0 ? t0 - W + 1 : s0;
+    ein_box qb = {3, {0, t0, 0}, {2 * group, t1, D}}, kb = {3, {0, u0, 0}, {2, t1, D}};
+    hd q = hd_rand(dt, &qb, 2.0f, 0.0f), k = hd_rand(dt, &kb, 2.0f, 0.0f);
+    hd v = hd_rand(dt, &kb, 1.0f, 0.0f), o = hd_out(dt, &qb);
+    ein_kernel ak = {.kind = EIN_KERNEL_ATTENTION, .group = group, .window = W,
+                     .list = (int64_t *)ends, .nlist = nseq};
+    kn_block hin[3] = {q.h, k.h, v.h}, din[3] = {q.d, k.d, v.d};
+    int rc = kn_cpu_run(&ak, hin, 3, &o.h, &err);
+    if (rc)
+        print_error("%s\n", err.msg);
+    assert_int_equal(rc, 0);
+    rc = kn_cuda_run(NULL, &ak, din, 3, &o.d, stream, &err);
+    if (rc)
+        print_error("%s\n", err.msg);
+    assert_int_equal(rc, 0);
+    hd_compare("cuda windowed attention", &o, dt_tol(dt) * 2);
+    /* the partial over the same keys, split in two */
+    ein_box ob = ein_agg_box(EIN_AGG_LSE, &qb);
+    int64_t cut = (u0 + t1) / 2;
+    ein_box k1 = {3, {0, u0, 0}, {2, cut, D}};
+    hd kk = hd_rand(dt, &k1, 2.0f, 0.0f), vv = hd_rand(dt, &k1, 1.0f, 0.0f);
+    hd l = hd_out(EIN_F32, &ob);
+    assert_int_equal(kn_cpu_attention_partial_window(group, W, ends, nseq, &q.h, &kk.h, &vv.h,
+                                                     &l.h, &err), 0);
+    assert_int_equal(kn_cuda_attention_partial_window(group, W, ends, nseq, &q.d, &kk.d, &vv.d,
+                                                      &l.d, stream, &err), 0);
+    lse_compare("cuda windowed attention_partial", &l);
+    hd_free(&q), hd_free(&k), hd_free(&v), hd_free(&o), hd_free(&kk), hd_free(&vv), hd_free(&l);
+}
+
+static void test_attention_window(void **state)
+{
+    (void)state;
+    int64_t ends[3] = {100, 250, 333};
+    for (int di = 0; di < 3; di++) {
+        ein_dtype dt = dts[di];
+        int64_t ws[] = {1, 17, 64, 100, 500};
+        for (size_t wi = 0; wi < sizeof ws / sizeof *ws; wi++) {
+            window_case(dt, 4, 128, ws[wi], 0, 333, ends, 3);
+            window_case(dt, 2, 64, ws[wi], 130, 300, ends, 3);
+            window_case(dt, 3, 9, ws[wi], 77, 211, ends, 3);     /* warp path */
+        }
+    }
+    ein_error err;
+    int32_t ph32[3] = {3, 30, 39};
+    ein_box pb = {1, {0}, {3}};
+    kn_block ph = {ph32, EIN_I32, pb}, pd = {NULL, EIN_I32, pb};
+    cuda_ok(cudaMalloc(&pd.data, sizeof ph32), "cudaMalloc");
+    cuda_ok(cudaMemcpy(pd.data, ph32, sizeof ph32, cudaMemcpyHostToDevice), "upload");
+    ein_box cb = {4, {0, 0, 0, 0}, {2, 3, 40, 64}}, qb = {3, {0, 0, 0}, {4, 3, 64}};
+    hd c = hd_rand(EIN_BF16, &cb, 1.0f, 0.0f), q = hd_rand(EIN_BF16, &qb, 1.0f, 0.0f);
+    hd o = hd_out(EIN_BF16, &qb);
+    ein_kernel da = {.kind = EIN_KERNEL_DECODE_ATTENTION, .group = 2, .window = 8};
+    kn_block qh[4] = {q.h, c.h, c.h, ph}, qd[4] = {q.d, c.d, c.d, pd};
+    assert_int_equal(kn_cpu_run(&da, qh, 4, &o.h, &err), 0);
+    assert_int_equal(kn_cuda_run(NULL, &da, qd, 4, &o.d, stream, &err), 0);
+    hd_compare("cuda windowed decode_attention", &o, dt_tol(EIN_BF16));
+    /* a block [8, 24): sequence 2 at 39 (window 32..39) sees none of it */
+    ein_box kb = {4, {0, 0, 8, 0}, {2, 3, 24, 64}};
+    hd k = hd_rand(EIN_BF16, &kb, 1.0f, 0.0f);
+    ein_box lb = ein_agg_box(EIN_AGG_LSE, &qb);
+    hd l = hd_out(EIN_F32, &lb);
+    ein_kernel dp = {.kind = EIN_KERNEL_DECODE_ATTENTION_PARTIAL, .group = 2, .window = 8};
+    kn_block kh[4] = {q.h, k.h, k.h, ph}, kd[4] = {q.d, k.d, k.d, pd};
+    assert_int_equal(kn_cpu_run(&dp, kh, 4, &l.h, &err), 0);
+    assert_int_equal(kn_cuda_run(NULL, &dp, kd, 4, &l.d, stream, &err), 0);
+    lse_compare("cuda windowed decode_attention_partial", &l);
+    da.window = -1;
+    assert_int_equal(kn_cuda_run(NULL, &da, qd, 4, &o.d, stream, &err), EIN_EINVAL);
+    hd_free(&c), hd_free(&q), hd_free(&o), hd_free(&k), hd_free(&l);
+    cudaFree(pd.data);
+}
+
 static void test_generate(void **state)
 {
     (void)state;
@@ -916,6 +1042,7 @@ int main(void)
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_cudnn),
         cmocka_unit_test(test_attention_partial),
+        cmocka_unit_test(test_attention_window),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_reduce_einsum_run),
         cmocka_unit_test(test_graph_capture),

@@ -252,8 +252,24 @@ static void test_dtype_rules(void **state)
     assert_false(node(g, "x")->state);
     assert_int_equal(node(g, "kw")->kernel.rows, 16);
     assert_int_equal(node(g, "o")->kernel.group, 2);
+    assert_int_equal(node(g, "o")->kernel.window, 0);
     assert_int_equal(node(g, "r")->kernel.style, EIN_ROPE_HALF);
     assert_true(node(g, "r")->kernel.theta == 500000.0);
+    pl_graph_free(g);
+    /* sliding windows (issue 34): window=W on attention and decode_attention,
+     * an integer or a dim name; 0 is none */
+    g = parse_ok("dims kv=2 b=3 s=16 hd=4 w=5\nseqs [6, 10]\ninput pos[b] i32\n"
+                 "state kc[kv, b, s, hd]\nstate vc[kv, b, s, hd]\ninput q[4, b, hd]\n"
+                 "input k[kv, b, hd]\ninput aq[4, s, hd]\ninput ak[kv, s, hd]\n"
+                 "kw = cache_write(kc, k, pos)\nvw = cache_write(vc, k, pos)\n"
+                 "o = decode_attention(q, kw, vw, pos, window=7)\n"
+                 "a1 = attention(aq, ak, ak, window=w)\na2 = attention(aq, ak, ak, window=0)\n"
+                 "a3 = attention(aq, ak, ak)\nsave o, a1, a2, a3\n");
+    assert_int_equal(node(g, "o")->kernel.window, 7);
+    assert_int_equal(node(g, "a1")->kernel.window, 5);
+    assert_int_equal(node(g, "a1")->kernel.nlist, 2);
+    assert_int_equal(node(g, "a2")->kernel.window, 0);
+    assert_int_equal(node(g, "a3")->kernel.window, 0);
     pl_graph_free(g);
 }
 
@@ -367,6 +383,19 @@ static const bad_case bad[] = {
     {"seqs_zero", "seqs [5, 0]\n", 0, EIN_EPARSE, "1:10", "a sequence length is 0"},
     {"seqs_unclosed", "seqs [5, 6\n", 0, EIN_EPARSE, "1:11", "expected ',' or ']'"},
     {"seqs_reserved", "dims seqs=4\n", 0, EIN_EPARSE, "1:6", "'seqs' is a reserved word"},
+    /* sliding windows (issue 34) */
+    {"window_negative", HB "y = attention(q, k, k, window=-2)\nsave y\n", 0, EIN_EPARSE, "8:31",
+     "attention window '-2' is negative; expected an integer from 0"},
+    {"window_float", HB "y = attention(q, k, k, window=1.5)\nsave y\n", 0, EIN_EPARSE, "8:31",
+     "bad attention window '1.5'"},
+    {"window_twice", HB "y = attention(q, k, k, window=2, window=2)\nsave y\n", 0, EIN_EPARSE,
+     "8:34", "window given twice"},
+    {"window_unknown_dim", HB "y = attention(q, k, k, window=wide)\nsave y\n", 0, EIN_EPARSE,
+     "8:31", "unknown dim 'wide'"},
+    {"window_on_rope", HB "y = rope(x, 4, window=2)\nsave y\n", 0, EIN_EPARSE, "8:16",
+     "rope takes no keyword argument 'window'"},
+    {"window_then_positional", HB "y = attention(q, k, window=2, k)\nsave y\n", 0, EIN_EPARSE,
+     "8:31", "a positional argument after window="},
     {"rope_head_dim", HB "y = rope(x, 3)\nsave y\n", 0, EIN_ESHAPE, "8:5",
      "rope: head_dim 3 must be even and divide x's hidden size 8"},
     {"rope_rank", HB "y = rope(q, 4)\nsave y\n", 0, EIN_ESHAPE, "8:5",

@@ -215,6 +215,10 @@ static long check_all(const pl_graph *g, int node)
             rows -= pl_graph_node(g, nd->inputs[1])->shape[1] / nd->shape[1] - 1;
         if (nd->kind == PL_ROPE_AT)
             rows = 100;
+        if (nd->kind == PL_DECODE_ATTENTION && nd->kernel.window > 0)
+            /* a windowed chunk of C tokens at pos sits inside the cache
+             * (cache_write's rule), else its last rows see no key */
+            rows -= nd->shape[1] / pl_graph_node(g, nd->inputs[1])->shape[1] - 1;
         if (u->dtype == EIN_I32)
             for (int64_t i = 0; i < nvol(u); i++) {
                 int32_t id = (int32_t)rint_in(0, rows - 1);
@@ -396,7 +400,22 @@ static int b_attention(pl_graph *g)
     int k = input(g, "k", 3, (int64_t[]){hkv, s, d});
     int v = input(g, "v", 3, (int64_t[]){hkv, s, d});
     int n = rand_seqs(s, ends);
-    return pl_graph_add_attention(g, "y", q, k, v, ends, n, NULL);
+    return pl_graph_add_attention(g, "y", q, k, v, ends, n, 0, NULL);
+}
+
+/* Sliding-window attention (issue 34): a window from 1 to past the
+ * sequence length, so some shapes have windows shorter than their
+ * sequences and some longer. */
+static int b_attention_window(pl_graph *g)
+{
+    int64_t hkv = rint_in(1, 4), grp = rint_in(1, 3), d = rint_in(1, 5);
+    int64_t s = rnd() % 2 ? rint_in(1, 11) : rint_in(12, 60);
+    int64_t ends[4];
+    int q = input(g, "q", 3, (int64_t[]){hkv * grp, s, d});
+    int k = input(g, "k", 3, (int64_t[]){hkv, s, d});
+    int v = input(g, "v", 3, (int64_t[]){hkv, s, d});
+    int n = rand_seqs(s, ends);
+    return pl_graph_add_attention(g, "y", q, k, v, ends, n, rint_in(1, s + 2), NULL);
 }
 
 static int b_reduce(pl_graph *g)
@@ -468,7 +487,7 @@ static int b_decode_attention(pl_graph *g)
     int k = input(g, "k", 4, (int64_t[]){kvh, b, len, d});
     int v = input(g, "v", 4, (int64_t[]){kvh, b, len, d});
     int pos = input_dt(g, "pos", EIN_I32, 1, (int64_t[]){b});
-    return pl_graph_add_decode_attention(g, "y", q, k, v, pos, NULL);
+    return pl_graph_add_decode_attention(g, "y", q, k, v, pos, 0, NULL);
 }
 
 /* Prefill chunks: C new tokens per sequence (x and q [.., B*C, D]). */
@@ -491,7 +510,19 @@ static int b_decode_attention_chunk(pl_graph *g)
     int k = input(g, "k", 4, (int64_t[]){kvh, b, len, d});
     int v = input(g, "v", 4, (int64_t[]){kvh, b, len, d});
     int pos = input_dt(g, "pos", EIN_I32, 1, (int64_t[]){b});
-    return pl_graph_add_decode_attention(g, "y", q, k, v, pos, NULL);
+    return pl_graph_add_decode_attention(g, "y", q, k, v, pos, 0, NULL);
+}
+
+/* decode_attention with a window over a cache longer than the window. */
+static int b_decode_attention_window(pl_graph *g)
+{
+    int64_t kvh = rint_in(1, 3), grp = rint_in(1, 2), b = rint_in(1, 3), len = rdim() + 4;
+    int64_t d = rint_in(1, 6), c = rint_in(1, 3);
+    int q = input(g, "q", 3, (int64_t[]){kvh * grp, b * c, d});
+    int k = input(g, "k", 4, (int64_t[]){kvh, b, len, d});
+    int v = input(g, "v", 4, (int64_t[]){kvh, b, len, d});
+    int pos = input_dt(g, "pos", EIN_I32, 1, (int64_t[]){b});
+    return pl_graph_add_decode_attention(g, "y", q, k, v, pos, rint_in(1, len - 1), NULL);
 }
 
 static int b_rope_at(pl_graph *g)
@@ -534,6 +565,8 @@ OP_TEST(rmsnorm)
 OP_TEST(layernorm)
 OP_TEST(rope)
 OP_TEST(attention)
+OP_TEST(attention_window)
+OP_TEST(decode_attention_window)
 OP_TEST(reduce)
 OP_TEST(concat)
 OP_TEST(slice)
@@ -556,7 +589,7 @@ static void test_positions(void **state)
     int q = input(g, "q", 3, (int64_t[]){4, 40, 2});
     int k = input(g, "k", 3, (int64_t[]){2, 40, 2});
     int v = input(g, "v", 3, (int64_t[]){2, 40, 2});
-    int y = pl_graph_add_attention(g, "y", q, k, v, ends, 3, NULL);
+    int y = pl_graph_add_attention(g, "y", q, k, v, ends, 3, 0, NULL);
     assert_true(y >= 0);
     pl_index idx[PL_MAX_INDICES];
     assert_int_equal(pl_op_indices(g, y, idx, NULL), 4);   /* + q_blocks, k_blocks */
@@ -614,7 +647,7 @@ static void test_attention_large_p(void **state)
         int q = input(g, "q", 3, (int64_t[]){hkv * grp, t, d});
         int k = input(g, "k", 3, (int64_t[]){hkv, t, d});
         int v = input(g, "v", 3, (int64_t[]){hkv, t, d});
-        int y = pl_graph_add_attention(g, "y", q, k, v, ends, nseq, NULL);
+        int y = pl_graph_add_attention(g, "y", q, k, v, ends, nseq, 0, NULL);
         assert_true(y >= 0);
         const pl_node *nd = pl_graph_node(g, y);
         float *in[3];
@@ -656,7 +689,7 @@ static void test_attention_balance(void **state)
     int q = input(g, "q", 3, (int64_t[]){32, t, 128});
     int k = input(g, "k", 3, (int64_t[]){8, t, 128});
     int v = input(g, "v", 3, (int64_t[]){8, t, 128});
-    int y = pl_graph_add_attention(g, "y", q, k, v, ends, 1, NULL);
+    int y = pl_graph_add_attention(g, "y", q, k, v, ends, 1, 0, NULL);
     assert_true(y >= 0);
     const pl_node *nd = pl_graph_node(g, y);
     double all = 32.0 * (double)t * (double)(t + 1) / 2;
@@ -689,6 +722,78 @@ static void test_attention_balance(void **state)
     pl_graph_free(g);
 }
 
+/* Sliding window (issue 34): one sequence of 4096 tokens, window 256, on
+ * 1..8 and 16 devices. The operator's FLOPs are the window's pairs (4 per
+ * pair, head and dim); every function specification's k/v block starts
+ * no earlier than its first query's window and holds only keys some query
+ * of the block sees (the out-of-window key blocks are never formed); the
+ * pairs of the specs add up to the window's; and work stays balanced. */
+static void test_attention_window_blocks(void **state)
+{
+    (void)state;
+    pl_graph *g = pl_graph_new();
+    const int64_t t = 4096, w = 256, hq = 8, hkv = 2, d = 16, ends[1] = {4096};
+    int q = input(g, "q", 3, (int64_t[]){hq, t, d});
+    int k = input(g, "k", 3, (int64_t[]){hkv, t, d});
+    int v = input(g, "v", 3, (int64_t[]){hkv, t, d});
+    ein_error err = {0};
+    assert_true(pl_graph_add_attention(g, "bad", q, k, v, ends, 1, -1, &err) < 0);
+    assert_non_null(strstr(err.msg, "window -1 is negative"));
+    int y = pl_graph_add_attention(g, "y", q, k, v, ends, 1, w, NULL);
+    int yfull = pl_graph_add_attention(g, "yfull", q, k, v, ends, 1, 0, NULL);
+    assert_true(y >= 0 && yfull >= 0);
+    const pl_node *nd = pl_graph_node(g, y);
+    /* query i sees min(i + 1, w) keys */
+    double pairs = (double)w * (double)(w + 1) / 2 + (double)(t - w) * (double)w;
+    double full = (double)t * (double)(t + 1) / 2;
+    if (!(fabs(pl_op_flops(g, y) - 4.0 * hq * d * pairs) <= 1e-9 * pairs))
+        fail_msg("windowed FLOPs %.0f, expected %.0f", pl_op_flops(g, y), 4.0 * hq * d * pairs);
+    if (!(fabs(pl_op_flops(g, yfull) - 4.0 * hq * d * full) <= 1e-9 * full))
+        fail_msg("full FLOPs %.0f, expected %.0f", pl_op_flops(g, yfull), 4.0 * hq * d * full);
+    pl_index idx[PL_MAX_INDICES];
+    pl_op_indices(g, y, idx, NULL);
+    static const int ps[] = {1, 2, 3, 4, 5, 6, 7, 8, 16};
+    long keysplits = 0;
+    for (size_t pi = 0; pi < sizeof ps / sizeof *ps; pi++) {
+        int p = ps[pi];
+        pl_spec *specs;
+        int n;
+        assert_int_equal(pl_spec_enumerate(g, y, p, &specs, &n, NULL), 0);
+        assert_true(n >= 1);
+        for (int i = 0; i < n; i++) {
+            char buf[256];
+            pl_spec_format_labels(&specs[i], idx, buf, sizeof buf);
+            double sum = 0, mx = 0;
+            keysplits += specs[i].agg == EIN_AGG_LSE;
+            for (int f = 0; f < specs[i].nparts; f++) {
+                const ein_box *qb = &specs[i].f[f].in[0], *kb = &specs[i].f[f].in[1];
+                int64_t first = qb->lo[1] - w + 1 > 0 ? qb->lo[1] - w + 1 : 0;
+                if (kb->lo[1] < first || kb->hi[1] > qb->hi[1])
+                    fail_msg("P=%d %s: queries [%lld, %lld) get keys [%lld, %lld), outside "
+                             "[%lld, %lld)", p, buf, (long long)qb->lo[1], (long long)qb->hi[1],
+                             (long long)kb->lo[1], (long long)kb->hi[1], (long long)first,
+                             (long long)qb->hi[1]);
+                double pw = pl_attention_pairs(nd, qb, kb);
+                /* a key block of the window's keys: never one no query sees */
+                if (!ein_box_empty(kb) && !(pw > 0))
+                    fail_msg("P=%d %s: a key block [%lld, %lld) outside every window", p, buf,
+                             (long long)kb->lo[1], (long long)kb->hi[1]);
+                sum += pw;
+                mx = pw > mx ? pw : mx;
+            }
+            if (!(fabs(sum - hq * pairs) <= 1e-9 * hq * pairs))
+                fail_msg("P=%d %s: the specs hold %.0f pairs, the window %.0f", p, buf, sum,
+                         hq * pairs);
+            if (hkv % specs[i].counts[0] == 0 && !(mx / (sum / specs[i].nparts) <= 1.02))
+                fail_msg("P=%d %s: max/mean windowed work %.5f", p, buf,
+                         mx / (sum / specs[i].nparts));
+        }
+        pl_spec_array_free(specs, n);
+    }
+    assert_true(keysplits > 0);   /* the key-block split was among them */
+    pl_graph_free(g);
+}
+
 static int report(void **state)
 {
     (void)state;
@@ -716,6 +821,8 @@ int main(void)
         cmocka_unit_test(test_positions),
         cmocka_unit_test(test_attention_large_p),
         cmocka_unit_test(test_attention_balance),
+        cmocka_unit_test(test_attention_window_blocks),
+        cmocka_unit_test(test_attention_window), cmocka_unit_test(test_decode_attention_window),
     };
     return cmocka_run_group_tests_name("planner_soundness", tests, NULL, report);
 }

@@ -225,6 +225,53 @@ def test_cpu_notice_once():
     assert "running 4 CPU devices for device=[0, 1, 2, 3]" in lines[0]
 
 
+def _backend_run(code, visible):
+    env = dict(os.environ, EIN_GPU_VISIBLE=visible)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+_BACKEND_CODE = ("import einsummable as es\n"
+                 "g = es.createGraph()\n"
+                 "a = g.insertTensor(es.tensorDesc([8, 8]), name='a')\n"
+                 "g.save(g.unary(a, 'relu'))\n"
+                 "kw = dict(%s)\n"
+                 "p = es.compileGraph(g, device=[0, 1], topology='host', **kw)\n"
+                 "print('backend', p.backend)\n"
+                 "p.close()\n")
+
+
+def test_backend_default_follows_the_gpus():
+    """device=[0, 1] without backend=: the CUDA backend where a CUDA build
+    sees GPUs ($EIN_GPU_VISIBLE=1 stands in for them), else CPU devices
+    and one line saying why; backend='cpu' forces CPU devices silently;
+    backend='cuda' without a GPU raises EIN_EDEVICE; a bad
+    $EIN_GPU_VISIBLE is refused by name."""
+    r = _backend_run(_BACKEND_CODE % "", "0")
+    assert r.returncode == 0, r.stderr
+    assert "backend cpu" in r.stdout
+    assert "einsummable: no GPU visible; running 2 CPU devices for device=[0, 1]" in r.stderr
+    r = _backend_run(_BACKEND_CODE % "", "1")
+    cuda_build = any(os.access(os.path.join(d, "einworker-cuda"), os.X_OK)
+                     for d in es._lib.bin_dirs())
+    assert r.returncode == 0, r.stderr
+    if cuda_build:
+        assert "backend cuda" in r.stdout, r.stdout + r.stderr
+        assert "CPU device" not in r.stderr
+    else:
+        assert "backend cpu" in r.stdout
+        assert "built without CUDA; running 2 CPU devices" in r.stderr
+    r = _backend_run(_BACKEND_CODE % "backend='cpu'", "1")
+    assert r.returncode == 0 and "backend cpu" in r.stdout, r.stderr
+    assert "CPU device" not in r.stderr
+    r = _backend_run(_BACKEND_CODE % "backend='cuda'", "0")
+    assert r.returncode != 0 and "backend='cuda': no GPU visible" in r.stderr, r.stderr
+    r = _backend_run(_BACKEND_CODE % "", "maybe")
+    assert r.returncode != 0
+    assert "$EIN_GPU_VISIBLE 'maybe': expected 0 or 1" in r.stderr, r.stderr
+
+
 # ---- loading and offloading errors --------------------------------------------
 @pytest.fixture
 def ffn_prog():
