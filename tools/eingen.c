@@ -273,7 +273,10 @@ static int llama(const llama_cfg *c)
         printf("qr%s = rope(q%s, %s)\nkr%s = rope(k%s, %s)\n", s, s, rope, s, s, rope);
         printf("qh%s = split_heads(qr%s, head_dim)\nkh%s = split_heads(kr%s, head_dim)\n"
                "vh%s = split_heads(v%s, head_dim)\n", s, s, s, s, s, s);
-        printf("att%s = attention(qh%s, kh%s, vh%s)\n", s, s, s, s);
+        if (c->window)
+            printf("att%s = attention(qh%s, kh%s, vh%s, window=%ld)\n", s, s, s, s, c->window);
+        else
+            printf("att%s = attention(qh%s, kh%s, vh%s)\n", s, s, s, s);
         if (c->o_bias)
             printf("am%s = merge_heads(att%s)\no0%s = %sam%s, wo%s)\no%s = add(o0%s, bo%s)\n"
                    "h%s = add(%s, o%s)\n", s, s, s, mm, s, s, s, s, s, s, prev, s);
@@ -555,13 +558,8 @@ int main(int argc, char **argv)
         long longest = 0;
         for (long i = 0; i < c.seqs; i++)
             longest = c.lens[i] > longest ? c.lens[i] : longest;
-        if (c.window > 0 && c.window < longest) {
-            fprintf(stderr, "eingen: --config %s: sliding_window %ld is shorter than the longest "
-                            "sequence (%ld tokens) and window attention is not supported (a "
-                            "sliding_window of null or at least the sequence length is)\n",
-                    c.config, c.window, longest);
-            return 2;
-        }
+        if (c.window >= longest)
+            c.window = 0;   /* a window no sequence fills: full causal attention */
         if ((c.tied || c.all_logits) && !c.model) {
             fprintf(stderr, "eingen: --tied and --logits need --model\n");
             return 2;

@@ -699,7 +699,8 @@ typedef struct ein_model_config {
                                    approximation), "gelu_exact" or "relu" */
     int tied;                   /* lm_head is the embedding */
     int qkv_bias, o_bias, mlp_bias; /* which projections carry a .bias */
-    int64_t sliding_window;     /* 0: none (ein_model_config_check_context) */
+    int64_t sliding_window;     /* 0: none; else every layer's attention sees
+                                   at most this many keys (window=, issue 34) */
     int has_dtype;              /* torch_dtype given: */
     ein_dtype dtype;            /*   its dtype (F32, F16 or BF16) */
     int neos;                   /* eos_token_id: none, one or a list */
@@ -711,8 +712,8 @@ typedef struct ein_model_config {
  * key or value not implemented), EIN_EINVAL (inconsistent sizes). */
 int ein_model_config_read(const char *path, const char *text, ein_model_config *out,
                           ein_error *err);
-/* EIN_EUNSUPPORTED when a sequence of `context` tokens would feel the
- * config's sliding window (window attention is not implemented), else 0. */
+/* 0: every context runs as the config says (kept for callers of the first
+ * version, which refused a binding sliding window; windows now run). */
 int ein_model_config_check_context(const ein_model_config *c, int64_t context, ein_error *err);
 /* The same as ein_model_config_read, returning the resolved config as a
  * malloc'd JSON object the caller free()s (the struct's fields by name;

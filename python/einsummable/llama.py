@@ -128,7 +128,7 @@ class Llama:
     """A decoder of transformers' LlamaForCausalLM family (rotate-half RoPE
     with rope_scaling linear or llama3, RMSNorm, a gated MLP of silu or
     gelu, grouped-query attention, optional biases: LLaMA 1-3, Mistral
-    without a binding window, Qwen2) over safetensors files, on `device` (a
+    with its sliding window, Qwen2) over safetensors files, on `device` (a
     list, as compileGraph's)."""
 
     def __init__(self, files, config, device=None, max_len=None, backend=None,
@@ -152,10 +152,9 @@ class Llama:
         else:
             self.max_len = _whole(max_len, "llama.load: max_len", 1)
         w = c["sliding_window"]
-        if w and w < self.max_len:
-            _fail("llama.load: config: sliding_window %d is shorter than max_len %d and window "
-                  "attention is not supported (a sliding_window of null or at least max_len "
-                  "is; pass max_len=%d to stay inside the window)" % (w, self.max_len, w))
+        # the config's sliding window (decode_attention's window=); 0 when
+        # no sequence can fill it
+        self.window = w if w and w < self.max_len else 0
         self.device = list(device) if device is not None else [0]
         self.chunk = _whole(prefill_chunk, "llama.load: prefill_chunk", 1)
         if self.chunk > self.max_len:
@@ -249,7 +248,7 @@ class Llama:
                 v = lin(h, "wv%d" % l, [KV * D, dm], p + "self_attn.v_proj", DKV, qb)
                 kw = g.cache_write(kc, g.split_heads(k, D), pos)
                 vw = g.cache_write(vc, g.split_heads(v, D), pos)
-                a = g.decode_attention(g.split_heads(q, D), kw, vw, pos)
+                a = g.decode_attention(g.split_heads(q, D), kw, vw, pos, window=self.window)
                 x = g.add(x, lin(g.merge_heads(a), "wo%d" % l, [dm, H * D],
                                  p + "self_attn.o_proj", ["d_model", "d_q"], ob))
                 f = g.rmsnorm(x, fn, self.eps)

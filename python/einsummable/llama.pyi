@@ -36,6 +36,7 @@ class Llama:
     dtype: str
     file_dtype: str
     allow_unused: bool
+    window: int
     last_stats: Optional[Dict[str, Union[int, float]]]
     def __init__(self, files: Union[_Path, Sequence[_Path]], config: Union[_Path, Mapping[str, Any]],
                  device: Optional[Sequence[int]] = ..., max_len: Optional[int] = ...,

@@ -1,7 +1,7 @@
 /* tests/api/test_model_config.c — the one transformers config reader
  * through the public API (issue 34): transformers' defaults per model
  * type, every supported key read, the refused keys and values named in the
- * message, a binding sliding window refused by check_context, the JSON
+ * message, sliding windows (Qwen2's per-layer ones refused), the JSON
  * form, and rope scaling frequencies against transformers' formula
  * written out here (not the library's). */
 #include <math.h>
@@ -61,8 +61,13 @@ static void test_defaults(void **state)
     assert_int_equal(c.o_bias, 0);
     assert_int_equal(c.sliding_window, 0);   /* use_sliding_window false */
     assert_int_equal(c.neos, 0);
-    c = cfg("{\"model_type\": \"qwen2\", \"use_sliding_window\": true}");
+    c = cfg("{\"model_type\": \"qwen2\", \"use_sliding_window\": true, "
+            "\"max_window_layers\": 0}");
     assert_int_equal(c.sliding_window, 4096);
+    /* windows in the layers from max_window_layers on: none here (32 >= 32) */
+    c = cfg("{\"model_type\": \"qwen2\", \"use_sliding_window\": true, "
+            "\"max_window_layers\": 32}");
+    assert_int_equal(c.sliding_window, 0);
 }
 
 static void test_keys(void **state)
@@ -140,11 +145,13 @@ static void test_context(void **state)
     (void)state;
     ein_model_config c = cfg("{\"model_type\": \"mistral\", \"sliding_window\": 64}");
     ein_error err = {0};
-    assert_int_equal(ein_model_config_check_context(&c, 64, &err), 0);
-    assert_int_equal(ein_model_config_check_context(&c, 65, &err), EIN_EUNSUPPORTED);
-    assert_non_null(strstr(err.msg, "sliding_window 64"));
+    assert_int_equal(c.sliding_window, 64);
+    assert_int_equal(ein_model_config_check_context(&c, 65, &err), 0);   /* windows run */
     c = cfg("{\"model_type\": \"mistral\", \"sliding_window\": null}");
-    assert_int_equal(ein_model_config_check_context(&c, 1 << 20, &err), 0);
+    assert_int_equal(c.sliding_window, 0);
+    /* Qwen2's window in some layers only: refused by name */
+    refused("{\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"num_hidden_layers\": 4, "
+            "\"max_window_layers\": 2}", EIN_EUNSUPPORTED, "max_window_layers 2 of 4", NULL);
 }
 
 static void test_json(void **state)

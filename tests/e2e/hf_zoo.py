@@ -21,8 +21,9 @@
 # Qwen2's on q, k, v only) -> RoPE with rotate_half at positions 0.. of each
 # sequence, inv_freq = 1 / theta^(2i/head_dim) rescaled by rope_scaling
 # (linear: / factor; llama3: _compute_llama3_parameters) -> causal GQA
-# attention (repeat_kv, scores * head_dim^-0.5) -> o_proj -> residual ->
-# RMSNorm -> down(act(gate(x)) * up(x)) (+ mlp_bias) with ACT2FN's
+# attention (repeat_kv, scores * head_dim^-0.5; a sliding window W masks
+# key j for query i when i - j >= W) -> o_proj -> residual -> RMSNorm ->
+# down(act(gate(x)) * up(x)) (+ mlp_bias) with ACT2FN's
 # activation -> residual; final RMSNorm; lm_head or the tied embedding.
 import json, math, struct, sys
 import numpy as np
@@ -69,6 +70,12 @@ ZOO = {
     # Mistral with sliding_window null
     "mistral": dict(BASE, model_type="mistral", architectures=["MistralForCausalLM"],
                     sliding_window=None),
+    # Mistral with a window of 4 keys, shorter than the prompts
+    "mistral_window": dict(BASE, model_type="mistral", architectures=["MistralForCausalLM"],
+                           sliding_window=4),
+    # Qwen2 with a window of 3 keys in every layer (max_window_layers 0)
+    "qwen2_window": dict(BASE, model_type="qwen2", architectures=["Qwen2ForCausalLM"],
+                         use_sliding_window=True, sliding_window=3, max_window_layers=0),
 }
 
 # (name, config, words the refusal names)
@@ -83,8 +90,8 @@ REFUSED = [
      ["quantization_config", "gptq"]),
     ("unknown_key", dict(ZOO["llama2"], logit_softcapping=30.0),
      ["logit_softcapping", "30"]),
-    ("window", dict(ZOO["mistral"], sliding_window=4), ["sliding_window 4"]),
-    ("qwen2_window", dict(ZOO["qwen2"], use_sliding_window=True), ["sliding_window 4"]),
+    ("qwen2_layer_window", dict(ZOO["qwen2"], use_sliding_window=True, max_window_layers=1),
+     ["use_sliding_window", "max_window_layers 1"]),
     ("act", dict(ZOO["llama2"], hidden_act="quick_gelu"), ["hidden_act", "quick_gelu"]),
     ("pretraining_tp", dict(ZOO["llama2"], pretraining_tp=2), ["pretraining_tp", "2"]),
     ("architecture", dict(ZOO["llama2"], architectures=["LlamaForSequenceClassification"]),
@@ -123,6 +130,13 @@ def resolved(cfg):
     r["qkv_bias"] = ab or mt == "qwen2"
     r["o_bias"] = ab
     r["mlp_bias"] = cfg.get("mlp_bias", False) if mt == "llama" else False
+    # MistralConfig's sliding_window (default 4096); Qwen2's with
+    # use_sliding_window, in layers from max_window_layers on (the zoo: 0)
+    r["window"] = None
+    if mt == "mistral":
+        r["window"] = cfg.get("sliding_window", 4096)
+    elif mt == "qwen2" and cfg.get("use_sliding_window"):
+        r["window"] = cfg.get("sliding_window", 4096)
     return r
 
 
@@ -222,6 +236,9 @@ def forward(cfg, t, seq_ids):
         k, v = np.repeat(k, H // KV, axis=0), np.repeat(v, H // KV, axis=0)
         s = q @ k.transpose(0, 2, 1) * D ** -0.5
         s = s + np.triu(np.full((S, S), -np.inf), 1)
+        if r["window"]:
+            # transformers' sliding window: key j masked for query i when i - j >= window
+            s = s + np.tril(np.full((S, S), -np.inf), -r["window"])
         a = np.exp(s - s.max(-1, keepdims=True))
         a /= a.sum(-1, keepdims=True)
         o = (a @ v).transpose(1, 0, 2).reshape(S, H * D)

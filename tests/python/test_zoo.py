@@ -2,7 +2,7 @@
 the tiny checkpoints of tests/e2e/hf_zoo.py (LLaMA 2, Llama 3.1 and 3.2
 with llama3 rope scaling, linear scaling with biases and exact gelu, a
 head_dim other than hidden/heads, Qwen2, Mistral with sliding_window
-null), the logits of every prompt position on 1, 2 and 3 devices against
+null, Mistral and Qwen2 with windows shorter than the prompts), the logits of every prompt position on 1, 2 and 3 devices against
 hf_zoo.py's independent NumPy forward pass (to 1e-4), greedy generation
 against transformers' full-recompute loop, and every config of the refused
 list refused by name, as eingen --config refuses it (test_hf_zoo.sh).
