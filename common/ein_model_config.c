@@ -410,14 +410,6 @@ int ein_model_config_read(const char *path, const char *text, ein_model_config *
     return rc;
 }
 
-int ein_model_config_check_context(const ein_model_config *c, int64_t context, ein_error *err)
-{
-    (void)c;
-    (void)context;
-    (void)err;
-    return 0;
-}
-
 char *ein_model_config_json(const char *path, const char *text, ein_error *err)
 {
     ein_model_config c;

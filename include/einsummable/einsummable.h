@@ -712,9 +712,6 @@ typedef struct ein_model_config {
  * key or value not implemented), EIN_EINVAL (inconsistent sizes). */
 int ein_model_config_read(const char *path, const char *text, ein_model_config *out,
                           ein_error *err);
-/* 0: every context runs as the config says (kept for callers of the first
- * version, which refused a binding sliding window; windows now run). */
-int ein_model_config_check_context(const ein_model_config *c, int64_t context, ein_error *err);
 /* The same as ein_model_config_read, returning the resolved config as a
  * malloc'd JSON object the caller free()s (the struct's fields by name;
  * rope_scaling as {"type": "none"|"linear"|"llama3", ...}, dtype as
