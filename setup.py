@@ -13,7 +13,7 @@ worker binaries, in one of two ways:
     are copied into the package under einsummable/_native/ with the layout
     of a prefix (lib/, bin/, share/), so the installed package needs
     nothing outside itself but the system libraries (ZeroMQ, msgpack,
-    OpenBLAS, jansson).
+    OpenBLAS, jansson, PCRE2, utf8proc).
   * EIN_PIP_LIBRARY=system: an installed libeinsummable found through
     pkg-config (PKG_CONFIG_PATH=PREFIX/lib/pkgconfig for another prefix);
     the package records its lib/ and bin/ folders and copies nothing.

@@ -531,16 +531,30 @@ int xp_topo_load_file(const char *path, xp_topology **out, ein_error *err)
     return topo_load_file(path, out, err, 0);
 }
 
-/* The generated multi-host built-ins: N x one of these machines. */
-static const struct {
-    const char *node, *nic, *latency_inter, *why;
-} multi_nodes[] = {
-    {"dgx-h100", "50 GB/s", "10 us", "8 x ConnectX-7 400 Gb/s"},
-    {"hgx-h200", "50 GB/s", "10 us", "8 x ConnectX-7 400 Gb/s"},
-    {"dgx-a100", "25 GB/s", "10 us", "8 x ConnectX-6 200 Gb/s"},
-    {"host", "1.25 GB/s", "50 us", "10 Gb/s Ethernet per CPU device, TCP"},
-};
+const xp_machine *xp_machine_find(const char *name)
+{
+    for (int i = 0; i < xp_nmachines; i++)
+        if (strcmp(xp_machines[i].name, name) == 0)
+            return &xp_machines[i];
+    return NULL;
+}
 
+const char *xp_topo_builtin_text(const char *name)
+{
+    const xp_machine *m = xp_machine_find(name);
+    return m ? m->text : NULL;
+}
+
+const char *xp_machine_calibration_text(const char *name)
+{
+    for (int i = 0; i < xp_nmachines; i++)
+        if (xp_machines[i].calibration && xp_machines[i].calibration_text &&
+            strcmp(xp_machines[i].calibration, name) == 0)
+            return xp_machines[i].calibration_text;
+    return NULL;
+}
+
+/* The generated multi-host built-ins: N x a machine whose row has NICs. */
 int xp_topo_multi_text(const char *name, char *buf, int len)
 {
     char *end;
@@ -548,18 +562,16 @@ int xp_topo_multi_text(const char *name, char *buf, int len)
     if (name[0] < '0' || name[0] > '9' || end[0] != 'x' || end[1] != '-' || nodes < 1 ||
         nodes > 512)
         return -1;
-    for (size_t k = 0; k < sizeof multi_nodes / sizeof *multi_nodes; k++)
-        if (strcmp(end + 2, multi_nodes[k].node) == 0) {
-            /* Latency between hosts: an estimate (the inter-node small-message
-             * floor of nccl-tests over InfiniBand is about 5-15 us). */
-            snprintf(buf, (size_t)len,
-                     "# %ld x %s, GPU i of every host on NIC i (rail-optimised): %s.\n"
-                     "name %s\nnodes %ld\nnode %s\nnic %s\nlatency-inter %s\n",
-                     nodes, multi_nodes[k].node, multi_nodes[k].why, name, nodes,
-                     multi_nodes[k].node, multi_nodes[k].nic, multi_nodes[k].latency_inter);
-            return 0;
-        }
-    return -1;
+    const xp_machine *m = xp_machine_find(end + 2);
+    if (!m || !m->hosts_nic)
+        return -1;
+    /* Latency between hosts: an estimate (the inter-node small-message
+     * floor of nccl-tests over InfiniBand is about 5-15 us). */
+    snprintf(buf, (size_t)len,
+             "# %ld x %s, GPU i of every host on NIC i (rail-optimised): %s.\n"
+             "name %s\nnodes %ld\nnode %s\nnic %s\nlatency-inter %s\n",
+             nodes, m->name, m->hosts_why, name, nodes, m->name, m->hosts_nic, m->hosts_latency);
+    return 0;
 }
 
 static int topo_load(const char *name_or_path, xp_topology **out, ein_error *err, int depth)
@@ -571,14 +583,17 @@ static int topo_load(const char *name_or_path, xp_topology **out, ein_error *err
     if (xp_topo_multi_text(name_or_path, multi, sizeof multi) == 0)
         return topo_parse(multi, name_or_path, out, err, depth);
     if (!strchr(name_or_path, '/') && !strchr(name_or_path, '.')) {
-        char names[512] = "";
-        for (int i = 0; xp_topo_builtin_names[i]; i++) {
-            strcat(names, i ? ", " : "");
-            strcat(names, xp_topo_builtin_names[i]);
+        char names[1024] = "", multis[1024] = "";
+        for (int i = 0; i < xp_nmachines; i++) {
+            const char *n = xp_machines[i].name;
+            size_t l = strlen(names), lm = strlen(multis);
+            snprintf(names + l, sizeof names - l, "%s%s", l ? ", " : "", n);
+            if (xp_machines[i].hosts_nic)
+                snprintf(multis + lm, sizeof multis - lm, "%sNx-%s", lm ? ", " : "", n);
         }
-        strcat(names, "; Nx-dgx-h100, Nx-hgx-h200, Nx-dgx-a100, Nx-host for N hosts");
-        return ein_fail(err, EIN_EINVAL, "unknown topology '%s' (built in: %s; or a file path)",
-                        name_or_path, names);
+        return ein_fail(err, EIN_EINVAL,
+                        "unknown topology '%s' (built in: %s; %s for N hosts; or a file path)",
+                        name_or_path, names, multis);
     }
     return topo_load_file(name_or_path, out, err, depth);
 }

@@ -45,9 +45,16 @@
  * 8 x 400 Gb/s, dgx-a100 with 8 x 200 Gb/s, host with 10 Gb/s per device)
  * are generated for any N >= 1.
  *
- * Units: TB/s, GB/s, MB/s (powers of 10). Built-in machines are also
- * shipped as files in topologies/ (xp_topo_builtin_text gives the text).
- * Ownership: xp_topo_free releases a topology. */
+ * Units: TB/s, GB/s, MB/s (powers of 10).
+ *
+ * Built-in machines: one file each, topologies/NAME.topo, is the whole
+ * machine. Its text is the built-in topology, and its `#@` lines (comments
+ * to the parser) are the rest of its row: the GPU names that detect it,
+ * its PCIe link, its NICs for `Nx-NAME`, its calibration table.
+ * exchange/xp_machines.awk turns the files into `xp_machines` at build
+ * time (xp_topo_builtin.c; the statements are listed there), so adding a
+ * machine is adding its file.
+ * Ownership: xp_topo_free releases a topology; the machine rows are static. */
 #ifndef XP_TOPO_H
 #define XP_TOPO_H
 
@@ -113,13 +120,40 @@ int xp_topo_load(const char *name_or_path, xp_topology **out, ein_error *err);
  * EIN_EUNSUPPORTED for a link matrix that is not symmetric (the format has
  * one bandwidth per pair). */
 int xp_topo_format(const xp_topology *t, char **text, ein_error *err);
-/* The text of a built-in machine (NULL if unknown), and their names
- * (NULL-terminated). The generated `Nx-NAME` machines are not listed;
- * xp_topo_multi_text writes one's text into buf (len bytes) and returns
- * 0, or -1 when `name` is not of that form. */
+/* A built-in machine's row, from topologies/NAME.topo. */
+typedef struct xp_machine {
+    const char *name;          /* its topology's name (and file name) */
+    const char *text;          /* the whole file: its topology text */
+    const char *const *detect; /* CUDA device-name substrings that pick its
+                                  figures, NULL-terminated (none: never) */
+    const char *pcie_gen;      /* "PCIe Gen5 x16": its GPUs' host link (NULL
+                                  when not detected) */
+    double pcie;               /* that link's bytes/s; 0: the text's `shared pcie` */
+    int mesh;                  /* also detected by a peer matrix equal to its
+                                  link adjacency (8 GPUs, co_topo.h rule 2) */
+    int fallback;              /* its figures serve unknown GPUs (one machine) */
+    const char *hosts_nic;     /* `Nx-NAME`: NIC per device ("50 GB/s"), NULL: none */
+    const char *hosts_latency; /* alpha between hosts ("10 us") */
+    const char *hosts_why;     /* what the NICs are, for the text's comment */
+    const char *calibration;   /* the table its `calibration` names (NULL: none) */
+    const char *calibration_text; /* that table's text (NULL: not built in) */
+} xp_machine;
+
+/* The rows (xp_nmachines of them, sorted by name) and their names
+ * (NULL-terminated). */
+extern const xp_machine xp_machines[];
+extern const int xp_nmachines;
+extern const char *const xp_topo_builtin_names[];
+/* A machine by name; NULL if there is none. */
+const xp_machine *xp_machine_find(const char *name);
+/* The built-in calibration table called `name` (a machine's
+ * `calibration`); NULL if none is built in. */
+const char *xp_machine_calibration_text(const char *name);
+/* The text of a built-in machine (NULL if unknown). The generated `Nx-NAME`
+ * machines are not listed; xp_topo_multi_text writes one's text into buf
+ * (len bytes) and returns 0, or -1 when `name` is not of that form. */
 int xp_topo_multi_text(const char *name, char *buf, int len);
 const char *xp_topo_builtin_text(const char *name);
-extern const char *const xp_topo_builtin_names[];
 void xp_topo_free(xp_topology *t);
 
 #endif

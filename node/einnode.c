@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "common/ein_knob.h"
 #include "node/nd_agent.h"
 
 static void usage(FILE *f)
@@ -109,7 +110,8 @@ int main(int argc, char **argv)
              * relative input and output paths then mean the same here. */
             if (chdir(optarg) < 0)
                 fprintf(stderr, "einnode: cannot enter %s (%s): relative paths are taken "
-                                "from %s\n", optarg, strerror(errno), getenv("PWD") ? getenv("PWD") : "here");
+                                "from %s\n", optarg, strerror(errno),
+                        ein_knob_get(EIN_KNOB_PWD) ? ein_knob_get(EIN_KNOB_PWD) : "here");
             break;
         case 'b': c.link_bw = atof(optarg); break;
         case 'L': c.link_lat = atof(optarg); break;

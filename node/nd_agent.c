@@ -19,6 +19,7 @@
 
 #include "common/ein_clock.h"
 #include "common/ein_error.h"
+#include "common/ein_knob.h"
 #include "common/ein_status.h"
 #include "common/ein_wire.h"
 #include "coordinator/run/co_guard.h"
@@ -357,7 +358,7 @@ static int setup(nd *a, ein_error *err)
     sigprocmask(SIG_BLOCK, &mask, &a->oldmask);
     if ((a->sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
         return ein_fail(err, EIN_EIO, "signalfd: %s", strerror(errno));
-    const char *tmp = getenv("TMPDIR");
+    const char *tmp = ein_knob_get(EIN_KNOB_TMPDIR);
     tmp = tmp && *tmp ? tmp : "/tmp";
     co_guard_sweep_stale(tmp);
     snprintf(a->dir, sizeof a->dir, "%s/einrun.%ld.XXXXXX", tmp, (long)getpid());
@@ -384,8 +385,9 @@ static int setup(nd *a, ein_error *err)
     zmq_setsockopt(a->dealer, ZMQ_ROUTING_ID, a->ident, strlen(a->ident));
     zmq_setsockopt(a->dealer, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(a->dealer, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
-    const char *srv = getenv("EIN_CURVE_SERVER"), *pub = getenv("EIN_CURVE_PUBLIC"),
-               *sec = getenv("EIN_CURVE_SECRET");
+    const char *srv = ein_knob_get(EIN_KNOB_CURVE_SERVER);
+    const char *pub = ein_knob_get(EIN_KNOB_CURVE_PUBLIC);
+    const char *sec = ein_knob_get(EIN_KNOB_CURVE_SECRET);
     if (srv && pub && sec) {
         if (strlen(srv) != 40 || strlen(pub) != 40 || strlen(sec) != 40 ||
             zmq_setsockopt(a->dealer, ZMQ_CURVE_SERVERKEY, srv, 40) < 0 ||
@@ -420,12 +422,12 @@ static int setup(nd *a, ein_error *err)
     /* A worker's crash is the coordinator's to report (its signal, its
      * instruction): UCX's own handler (read when libucs loads) would catch
      * it and print a trace instead. */
-    if (!getenv("UCX_HANDLE_ERRORS"))
+    if (!ein_knob_get(EIN_KNOB_UCX_HANDLE_ERRORS))
         setenv("UCX_HANDLE_ERRORS", "none", 1);
     /* A pseudo-host: over TCP, as between hosts, on the loopback only. */
-    if (c->fake && !getenv("UCX_TLS"))
+    if (c->fake && !ein_knob_get(EIN_KNOB_UCX_TLS))
         setenv("UCX_TLS", "tcp", 1);
-    if (c->fake && !getenv("UCX_NET_DEVICES"))
+    if (c->fake && !ein_knob_get(EIN_KNOB_UCX_NET_DEVICES))
         setenv("UCX_NET_DEVICES", "lo", 1);
     for (int k = 0; k < c->ndev_here; k++)
         if ((rc = spawn(a, &a->w[k], err)) < 0)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_hash.h"
 #include "common/ein_rand.h"
 #include "planner/pl_graph_int.h"
 
@@ -142,20 +143,14 @@ void pl_cost_partials(const pl_graph *g, int node, const pl_spec *s,
 
 /* ---- compact per-node state ---------------------------------------------- */
 
-static uint64_t mix(uint64_t h, uint64_t x)
-{
-    h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    h *= 0xbf58476d1ce4e5b9ULL;
-    return h ^ (h >> 31);
-}
-
 static uint64_t tiling_hash(const pl_tiling *t)
 {
-    uint64_t h = mix(0x1234567u, (uint64_t)t->n);
+    uint64_t h = ein_hash_mix(0x1234567u, (uint64_t)t->n);
     for (int i = 0; i < t->n; i++) {
-        h = mix(h, (uint64_t)t->boxes[i].rank);
+        h = ein_hash_mix(h, (uint64_t)t->boxes[i].rank);
         for (int a = 0; a < t->boxes[i].rank; a++)
-            h = mix(mix(h, (uint64_t)t->boxes[i].lo[a]), (uint64_t)t->boxes[i].hi[a]);
+            h = ein_hash_mix(ein_hash_mix(h, (uint64_t)t->boxes[i].lo[a]),
+                             (uint64_t)t->boxes[i].hi[a]);
     }
     return h;
 }
@@ -612,22 +607,24 @@ static uint64_t node_sig(const pl_graph *g, int v)
 {
     const pl_node *nd = pl_graph_node(g, v);
     const ein_kernel *k = &nd->kernel;
-    uint64_t h = mix(mix(mix(0x51u, (uint64_t)nd->kind), (uint64_t)nd->dtype), (uint64_t)nd->rank);
+    uint64_t h = ein_hash_mix(ein_hash_mix(0x51u, (uint64_t)nd->kind), (uint64_t)nd->dtype);
+    h = ein_hash_mix(h, (uint64_t)nd->rank);
     for (int a = 0; a < nd->rank; a++)
-        h = mix(h, (uint64_t)nd->shape[a]);
+        h = ein_hash_mix(h, (uint64_t)nd->shape[a]);
     for (const char *c = k->subscripts; *c; c++)
-        h = mix(h, (uint64_t)(unsigned char)*c);
-    h = mix(mix(mix(h, (uint64_t)k->axis), (uint64_t)k->axes), (uint64_t)k->start);
-    h = mix(mix(mix(h, (uint64_t)k->head_dim), (uint64_t)k->group), (uint64_t)k->nlist);
-    h = mix(h, (uint64_t)k->window);
+        h = ein_hash_mix(h, (uint64_t)(unsigned char)*c);
+    h = ein_hash_mix(ein_hash_mix(h, (uint64_t)k->axis), (uint64_t)k->axes);
+    h = ein_hash_mix(ein_hash_mix(h, (uint64_t)k->start), (uint64_t)k->head_dim);
+    h = ein_hash_mix(ein_hash_mix(h, (uint64_t)k->group), (uint64_t)k->nlist);
+    h = ein_hash_mix(h, (uint64_t)k->window);
     for (int i = 0; i < k->nlist; i++)
-        h = mix(h, (uint64_t)k->list[i]);
-    h = mix(h, (uint64_t)nd->ninputs);
+        h = ein_hash_mix(h, (uint64_t)k->list[i]);
+    h = ein_hash_mix(h, (uint64_t)nd->ninputs);
     for (int i = 0; i < nd->ninputs; i++) {
         const pl_node *u = pl_graph_node(g, nd->inputs[i]);
-        h = mix(mix(h, (uint64_t)u->rank), (uint64_t)u->dtype);
+        h = ein_hash_mix(ein_hash_mix(h, (uint64_t)u->rank), (uint64_t)u->dtype);
         for (int a = 0; a < u->rank; a++)
-            h = mix(h, (uint64_t)u->shape[a]);
+            h = ein_hash_mix(h, (uint64_t)u->shape[a]);
     }
     return h;
 }

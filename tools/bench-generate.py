@@ -6,7 +6,7 @@ make check (it writes a ~440 MB checkpoint and takes minutes).
     PYTHONPATH=python EIN_BUILDDIR=$PWD /usr/bin/python3 tools/bench-generate.py \\
         [--d 768] [--layers 12] [--vocab 32000] [--ff 2048] [--heads 12] \\
         [--devices 2] [--batch 1] [--prompt 8] [--new 32] [--torch] [--rounds 3]
-        [--strategy megatron] [--profile N]
+        [--strategy megatron] [--profile N] [--dtype f32|bf16|f16]
 
 Prints the copy bandwidth (one thread per device copying its share of 256
 MiB at once, best of 5: bytes copied per second), the bytes one decode
@@ -30,8 +30,14 @@ each with the run's statistics; prints the medians of each part seen from
 Python (set, run, get), of the run's own wall time (START to the last
 DONE) and, per device, the worker's total, kernel, copy and wait (for
 peers) times, and the run's overhead (run minus the slowest device's
-total: the START and DONE messages and Python's calls). EIN_SPIN_US (see
+total: the START and DONE messages and Python's calls); then the
+workers' CPU time per step (from /proc), which other processes on a
+shared machine do not inflate as they do the wall times. EIN_SPIN_US (see
 einworker --help) sets the workers' spin before they block.
+
+--dtype bf16|f16: the checkpoint's tensors in that dtype (default f32);
+es.llama then computes in it (weights, activations and caches: it takes
+the checkpoint's dtype), and the bound counts its bytes.
 
 --strategy S: es.llama.load's strategy (compileGraph's: megatron), instead
 of the plan the planner chooses. EIN_READY=zmq (einworker --help) sends a
@@ -67,9 +73,14 @@ def main():
                     help="es.llama.load's strategy (megatron; default: the planner's plan)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="then N decode steps with each run's statistics")
+    ap.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"],
+                    help="the checkpoint's dtype (every tensor), which es.llama's program "
+                         "then computes in")
     ap.add_argument("--write-ein", default=None, metavar="PATH",
                     help="write the decode step as a .ein program (for einplan -v) and stop")
     a = ap.parse_args()
+    if a.torch and a.dtype != "f32":
+        ap.error("--torch compares f32 only")
     if a.write_ein:
         with open(a.write_ein, "w") as f:
             f.write(_decode_ein(a))
@@ -79,6 +90,9 @@ def main():
     D = dm // H
     rng = np.random.default_rng(1)
     d = tempfile.mkdtemp(prefix="bench-gen-")
+    import atexit
+    import shutil
+    atexit.register(shutil.rmtree, d, True)    # the checkpoint goes even when a run fails
     cfg = {"hidden_size": dm, "intermediate_size": FF, "num_attention_heads": H,
            "num_key_value_heads": H, "head_dim": D, "num_hidden_layers": L, "vocab_size": V,
            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
@@ -97,7 +111,10 @@ def main():
               (p + "mlp.gate_proj.weight", w(FF, dm)), (p + "mlp.up_proj.weight", w(FF, dm)),
               (p + "mlp.down_proj.weight", w(dm, FF))]
     params = sum(x.size for _, x in t)
-    hf_model.write(d + "/model.safetensors", t)
+    if a.dtype == "f32":
+        hf_model.write(d + "/model.safetensors", t)
+    else:
+        _write_16(d + "/model.safetensors", t, a.dtype)
     weights = dict(t) if a.torch else None
     del t
     # copy bandwidth of `devices` threads at once (NumPy releases the GIL),
@@ -117,9 +134,10 @@ def main():
     copy_bw = sum(x.nbytes for x in srcs) / best  # bytes copied per second
     # a decode step reads every weight but the embedding table (one row) once,
     # and the cache up to the position (at the middle of the decode, on average)
-    wbytes = 4 * (params - V * dm)
+    esz = 4 if a.dtype == "f32" else 2
+    wbytes = esz * (params - V * dm)
     avg_pos = a.prompt + a.new / 2
-    cbytes = 4 * 2 * L * a.batch * avg_pos * H * D
+    cbytes = esz * 2 * L * a.batch * avg_pos * H * D
     # a copy moves each byte twice (read, write); a decode step only reads
     read_bw = 2 * copy_bw
     bound = read_bw / (wbytes + cbytes)           # steps per second
@@ -138,10 +156,10 @@ def main():
                 print("round %d: einsummable %.2f steps/s, PyTorch %.2f steps/s: ratio %.2f%s"
                       % (r + 1, ours, theirs, ours / theirs,
                          "" if tids == got[0] else " (the ids differ)"))
-        prof = _profile(m, a.profile, a.prompt, V, a.devices) if a.profile > 0 else None
+        prof = _profile(m, a.profile, a.prompt, V, a.devices, a.dtype) if a.profile > 0 else None
     steps_s = st["decode_steps"] / st["decode_seconds"]
-    print("model: %.1fM parameters (d %d, %d layers, vocab %d, ff %d, %d heads), f32, %d devices, "
-          "batch %d, plan %s" % (params / 1e6, dm, L, V, FF, H, a.devices, a.batch,
+    print("model: %.1fM parameters (d %d, %d layers, vocab %d, ff %d, %d heads), %s, %d devices, "
+          "batch %d, plan %s" % (params / 1e6, dm, L, V, FF, H, a.dtype, a.devices, a.batch,
                                  a.strategy or "the planner's"))
     print("copy bandwidth: %.2f GB/s copied (%d threads copying 256 MiB, best of 5): %.2f GB/s "
           "of memory traffic" % (copy_bw / 1e9, P, read_bw / 1e9))
@@ -210,7 +228,30 @@ def _decode_ein(a):
     return "\n".join(t) + "\n"
 
 
-def _profile(m, n, prompt, V, P):
+def _write_16(path, tensors, dtype):
+    """tensors [(name, float32 array)] as a .safetensors file of BF16
+    (rounded to nearest even) or F16 tensors."""
+    header, blobs, off = {}, [], 0
+    for name, x in tensors:
+        if dtype == "bf16":
+            u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+            b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
+        else:
+            b = np.ascontiguousarray(x, np.float32).astype(np.float16).tobytes()
+        header[name] = {"dtype": dtype.upper(), "shape": list(x.shape),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    header["__metadata__"] = {"format": "pt"}
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h)
+        for b in blobs:
+            f.write(b)
+
+
+def _profile(m, n, prompt, V, P, dtype="f32"):
     """n decode steps as es.llama's step() makes them, timed part by part,
     with each run's statistics: a report of the medians."""
     import ctypes
@@ -219,8 +260,10 @@ def _profile(m, n, prompt, V, P):
     prog = m._program(1)
     st = L.ein_run_stats()
     ids = np.array([1], np.int32)
-    out = np.empty((1, V), np.float32)
+    out = np.empty((1, V), np.float32 if dtype == "f32" else np.uint16)   # the logits' dtype
     rows = []
+    cpu0 = _workers_cpu()
+    w0 = time.perf_counter()
     for i in range(n):
         pos = np.array([prompt + i % 16], np.int32)
         t0 = time.perf_counter()
@@ -236,14 +279,52 @@ def _profile(m, n, prompt, V, P):
                for d in range(P)]
         rows.append([t1 - t0, t2 - t1, t3 - t2, st.wall_s, t2 - t1 - max(x[0] for x in dev)]
                     + [x for dv in dev for x in dv])
+    wall = time.perf_counter() - w0
+    cpu1 = _workers_cpu()
     med = np.median(np.array(rows) * 1e3, 0)
     lines = ["profile of %d decode steps (medians, ms): set inputs %.3f, run %.3f, get logits "
              "%.3f; the run's wall %.3f; overhead (run - slowest device) %.3f"
              % (n, med[0], med[1], med[2], med[3], med[4])]
+    if cpu0 is not None and cpu1 is not None:
+        lines.append("  the workers' CPU time per step (all of them, from /proc): %.3f ms; "
+                     "wall time per step %.3f ms" % (1e3 * (cpu1 - cpu0) / n, 1e3 * wall / n))
     for d in range(P):
         lines.append("  device %d: total %.3f, kernel %.3f, copy %.3f, wait %.3f"
                      % ((d,) + tuple(med[5 + 4 * d:9 + 4 * d])))
     return "\n".join(lines)
+
+
+def _workers_cpu():
+    """User + system CPU seconds of this process's einworker descendants
+    (Linux /proc; None elsewhere): a step's CPU time, which other
+    processes on a shared machine do not inflate as they do its wall time."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        par, cpu, comm = {}, {}, {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    st = f.read()
+            except OSError:
+                continue
+            r = st.rfind(")")
+            f = st[r + 2:].split()
+            pid = int(d)
+            comm[pid] = st[st.find("(") + 1:r]
+            par[pid] = int(f[1])
+            cpu[pid] = (int(f[11]) + int(f[12])) / tick
+    except (OSError, ValueError, AttributeError):
+        return None
+    me, tot = os.getpid(), 0.0
+    for pid in cpu:
+        p, seen = par.get(pid), 0
+        while p and p != me and seen < 64:
+            p, seen = par.get(p), seen + 1
+        if p == me and comm[pid].startswith("einworker"):
+            tot += cpu[pid]
+    return tot
 
 
 def _torch_decode(w, cfg, prompt, n_new, threads):

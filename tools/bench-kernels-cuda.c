@@ -7,7 +7,9 @@
  * Usage: bench-kernels-cuda [-n GEMM_SIZE] [-t TOKENS] [-r REPS]
  * Times are CUDA events around REPS back-to-back launches after a warm-up.
  * Attention FLOPs count the causal half: 4 * heads_q * d * T(T+1)/2.
- * Attention runs twice: our fused kernel, then cuDNN's SDPA (or why not).
+ * Attention runs three times: our fused (wmma) kernel, cuDNN's SDPA (or
+ * why not), then our FlashAttention-2 kernel (kn_cuda_attention_fa2, with
+ * its largest difference from the wmma kernel's output).
  *
  * bench-kernels-cuda -P [-t TOKENS] [-r REPS]: the cuDNN probe of
  * tools/gpu-check (well under a minute): the cuDNN version and device;
@@ -336,6 +338,68 @@ static int probe(kn_cuda_ctx *ctx, cudaStream_t s, int64_t T, int reps)
     return 0;
 }
 
+/* Our FlashAttention-2 kernel (issue 33) on the same shape, and the largest
+ * absolute difference of its output from the wmma kernel's (which the
+ * kernel tests check against the CPU): "attention causal bf16 (fa2
+ * kernel): ... ms, ... TFLOP/s, max |fa2 - wmma| x". */
+static void bench_attention_fa2(cudaStream_t s, ein_dtype dt, int64_t hq, int64_t hkv, int64_t T,
+                                int64_t d, int reps)
+{
+    size_t nq = (size_t)(hq * T * d), nk = (size_t)(hkv * T * d);
+    void *q = dev_rand16(dt, nq, 3), *k = dev_rand16(dt, nk, 4), *v = dev_rand16(dt, nk, 5);
+    void *o, *ow;
+    ck(cudaMalloc(&o, nq * 2), "cudaMalloc");
+    ck(cudaMalloc(&ow, nq * 2), "cudaMalloc");
+    kn_block bq = {q, dt, {3, {0, 0, 0}, {hq, T, d}}}, bk = {k, dt, {3, {0, 0, 0}, {hkv, T, d}}};
+    kn_block bv = {v, dt, bk.box}, bo = {o, dt, bq.box}, bw = {ow, dt, bq.box};
+    ein_error err = {0};
+    cudaEvent_t e0, e1;
+    ck(cudaEventCreate(&e0), "event");
+    ck(cudaEventCreate(&e1), "event");
+    uint16_t *h = NULL, *hw = NULL;
+    float *f = NULL, *fw = NULL;
+    if (kn_cuda_attention_fa2(hq / hkv, 0, NULL, 0, &bq, &bk, &bv, &bo, s, &err) < 0) {
+        printf("attention causal %s (fa2 kernel): not run: %s\n", ein_dtype_name(dt), err.msg);
+        goto out;
+    }
+    ck(cudaEventRecord(e0, s), "record");
+    for (int r = 0; r < reps; r++)
+        ckk(kn_cuda_attention_fa2(hq / hkv, 0, NULL, 0, &bq, &bk, &bv, &bo, s, &err), &err);
+    ck(cudaEventRecord(e1, s), "record");
+    ck(cudaEventSynchronize(e1), "sync");
+    float ms;
+    ck(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+    ms /= (float)reps;
+    unsetenv("EIN_CUDA_ATTENTION"); /* the reference is the wmma kernel */
+    ckk(kn_cuda_attention(hq / hkv, NULL, 0, &bq, &bk, &bv, &bw, s, &err), &err);
+    ck(cudaStreamSynchronize(s), "sync");
+    h = malloc(nq * 2), hw = malloc(nq * 2), f = malloc(nq * sizeof *f), fw = malloc(nq * sizeof *fw);
+    if (!h || !hw || !f || !fw) {
+        fprintf(stderr, "bench-kernels-cuda: out of host memory\n");
+        exit(1);
+    }
+    ck(cudaMemcpy(h, o, nq * 2, cudaMemcpyDeviceToHost), "download");
+    ck(cudaMemcpy(hw, ow, nq * 2, cudaMemcpyDeviceToHost), "download");
+    ein_dtype_to_f32(dt, h, f, nq);
+    ein_dtype_to_f32(dt, hw, fw, nq);
+    double md = 0.0;
+    for (size_t i = 0; i < nq; i++) {
+        double x = fabs((double)f[i] - fw[i]);
+        if (!(x <= md))
+            md = x; /* NaN sticks */
+    }
+    double fl = 4.0 * (double)hq * (double)d * (double)T * (double)(T + 1) / 2.0;
+    printf("attention causal %s (fa2 kernel): %lld q heads, %lld kv heads, %lld tokens, head dim "
+           "%lld: %.3f ms, %.1f TFLOP/s, max |fa2 - wmma| %.3g\n", ein_dtype_name(dt),
+           (long long)hq, (long long)hkv, (long long)T, (long long)d, ms,
+           fl / (ms * 1e-3) * 1e-12, md);
+out:
+    free(h), free(hw), free(f), free(fw);
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(ow);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
 int main(int argc, char **argv)
 {
     int64_t n = 8192, T = 8192;
@@ -390,6 +454,9 @@ int main(int argc, char **argv)
     char note[512];
     kn_cuda_ctx_attention_report(ctx, note, sizeof note);
     printf("%s\n", note);
+    /* last: a device fault in this unverified kernel (issue 33) would
+     * spoil every measurement after it */
+    bench_attention_fa2(s, EIN_BF16, 32, 8, T, 128, reps);
     cublasDestroy(hb);
     kn_cuda_ctx_destroy(ctx);
     cudaFree(ws);

@@ -1,7 +1,13 @@
 /* tools/bench-kernels.c — CPU kernel benchmark: our einsum GEMM against a
  * raw cblas_sgemm in the same run, and causal GQA attention.
  *
- * Usage: bench-kernels [-r REPS] [-t THREADS]
+ * Usage: bench-kernels [-r REPS] [-t THREADS] [-w] [-s] [-R ROWS]
+ * -s: a decode step's products instead: 1 to 16 rows by 40 weight matrices
+ * [2048, 768] (250 MB of f32, more than the caches), through sgemv, sgemm
+ * and kn_cpu_einsum (f32, bf16, f16 weights; [out, in] and [in, out]),
+ * each against a memcpy of the f32 weights in the same repetitions: GB/s
+ * of weights read and the share of memcpy's memory traffic (the copy
+ * bound of docs/generation.md). -R ROWS: only that many rows.
  * Every timing is the best of REPS runs (default 3) after one warm-up; the
  * raw and wrapped GEMMs alternate so both see the same machine load. One
  * OpenBLAS thread by default (what a worker uses), and then times are the
@@ -132,16 +138,118 @@ static void bench_attention(int64_t hq, int64_t hkv, int64_t T, int64_t d, ein_d
     free(o);
 }
 
+/* ---- -s: a decode step's products (a few rows by many weight matrices) -- */
+
+#define ST_NVAR 10
+typedef struct st_case {
+    const char *name;
+    int kind;          /* 0 memcpy, 1 sgemv, 2 sgemm, 3 einsum */
+    ein_dtype dt;
+    int nk;            /* weights [n, k] (a checkpoint's [out, in]); else [k, n] */
+} st_case;
+
+/* nmat weight matrices of [n, k] (or [k, n]) in each dtype, read one after
+ * another as a decode step reads its layers' weights: best of reps of
+ * each variant, the variants interleaved in each repetition, against a
+ * memcpy of the f32 weights' bytes in the same repetitions. */
+static void bench_stream(int64_t m, int reps)
+{
+    const int64_t n = 2048, k = 768, nmat = 40;
+    const int64_t per = n * k, tot = per * nmat;
+    float *w32 = xmalloc((size_t)tot * 4), *dst = xmalloc((size_t)tot * 4);
+    uint16_t *w16 = xmalloc((size_t)tot * 2), *wbf = xmalloc((size_t)tot * 2);
+    float *a = xmalloc((size_t)(m * n) * 4), *c = xmalloc((size_t)(m * n) * 4);
+    fill(w32, tot, 7);
+    fill(a, m * n, 8);
+    ein_dtype_from_f32(EIN_F16, w32, w16, (size_t)tot);
+    ein_dtype_from_f32(EIN_BF16, w32, wbf, (size_t)tot);
+    memset(dst, 0, (size_t)tot * 4);
+    const st_case cs[ST_NVAR] = {
+        {"memcpy of the f32 weights", 0, EIN_F32, 1},
+        {"sgemv [out, in]", 1, EIN_F32, 1},
+        {"sgemv [in, out]", 1, EIN_F32, 0},
+        {"sgemm [out, in]", 2, EIN_F32, 1},
+        {"einsum f32 [out, in]", 3, EIN_F32, 1},
+        {"einsum f32 [in, out]", 3, EIN_F32, 0},
+        {"einsum bf16 [out, in]", 3, EIN_BF16, 1},
+        {"einsum f16 [out, in]", 3, EIN_F16, 1},
+        {"einsum bf16 [in, out]", 3, EIN_BF16, 0},
+        {"einsum f16 [in, out]", 3, EIN_F16, 0},
+    };
+    double best[ST_NVAR];
+    for (int v = 0; v < ST_NVAR; v++)
+        best[v] = INFINITY;
+    ein_error err = {0};
+    for (int r = 0; r <= reps; r++) {
+        for (int vi = 0; vi < ST_NVAR; vi++) {
+            int v = (vi + r) % ST_NVAR;   /* rotate the order each repetition */
+            const st_case *x = &cs[v];
+            if (x->kind == 1 && m != 1)
+                continue;
+            double t = now();
+            if (x->kind == 0) {
+                memcpy(dst, w32, (size_t)tot * 4);
+            } else {
+                for (int64_t i = 0; i < nmat; i++) {
+                    const float *w = w32 + i * per;
+                    void *wd = x->dt == EIN_F32 ? (void *)(w32 + i * per)
+                               : x->dt == EIN_F16 ? (void *)(w16 + i * per)
+                                                  : (void *)(wbf + i * per);
+                    if (x->kind == 1)
+                        cblas_sgemv(CblasRowMajor, x->nk ? CblasNoTrans : CblasTrans,
+                                    x->nk ? (int)n : (int)k, x->nk ? (int)k : (int)n, 1.0f, w,
+                                    x->nk ? (int)k : (int)n, a, 1, 0.0f, c, 1);
+                    else if (x->kind == 2)
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n,
+                                    (int)k, 1.0f, a, (int)k, w, (int)k, 0.0f, c, (int)n);
+                    else {
+                        kn_block ba = {a, EIN_F32, {2, {0, 0}, {m, k}}};
+                        kn_block bb = {wd, x->dt, {2, {0, 0}, {x->nk ? n : k, x->nk ? k : n}}};
+                        kn_block bc = {c, EIN_F32, {2, {0, 0}, {m, n}}};
+                        if (kn_cpu_einsum(x->nk ? "ij,kj->ik" : "ij,jk->ik", &ba, &bb, &bc,
+                                          &err) < 0)
+                            die("einsum", &err);
+                    }
+                }
+            }
+            t = now() - t;
+            if (r > 0 && t < best[v])
+                best[v] = t;
+        }
+    }
+    /* the bound: memcpy's traffic (it reads and writes each byte) */
+    double bw = 2.0 * (double)tot * 4 / best[0];
+    printf("%" PRId64 " row%s by %" PRId64 " weight matrices of %" PRId64 "x%" PRId64
+           " (%.0f MB f32): memcpy %.2f GB/s of traffic\n", m, m == 1 ? "" : "s", nmat, n, k,
+           (double)tot * 4e-6, bw * 1e-9);
+    for (int v = 1; v < ST_NVAR; v++) {
+        if (cs[v].kind == 1 && m != 1)
+            continue;
+        double bytes = (double)tot * (double)ein_dtype_size(cs[v].dt);
+        printf("  %-24s %8.2f ms  %6.2f GB/s read  %5.1f%% of memcpy's traffic  "
+               "%.2fx memcpy's time\n", cs[v].name, best[v] * 1e3, bytes / best[v] * 1e-9,
+               100.0 * bytes / best[v] / bw, best[0] / best[v]);
+    }
+    free(w32);
+    free(dst);
+    free(w16);
+    free(wbf);
+    free(a);
+    free(c);
+}
+
 int main(int argc, char **argv)
 {
-    int reps = 3, threads = 1, opt;
-    while ((opt = getopt(argc, argv, "r:t:wh")) != -1) {
+    int reps = 3, threads = 1, opt, stream = 0, srows = 0;
+    while ((opt = getopt(argc, argv, "r:t:wsR:h")) != -1) {
         switch (opt) {
         case 'r': reps = atoi(optarg); break;
         case 't': threads = atoi(optarg); break;
         case 'w': use_wall = 1; break;
+        case 's': stream = 1; break;
+        case 'R': stream = 1; srows = atoi(optarg); break;
         default:
-            fprintf(stderr, "usage: %s [-r REPS] [-t THREADS] [-w]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-r REPS] [-t THREADS] [-w] [-s] [-R ROWS]\n", argv[0]);
             return opt == 'h' ? 0 : 2;
         }
     }
@@ -152,6 +260,15 @@ int main(int argc, char **argv)
     kn_cpu_set_threads(threads);
     printf("bench-kernels: %d OpenBLAS thread%s, best of %d, %s time\n", threads,
            threads == 1 ? "" : "s", reps, use_wall ? "wall-clock" : "thread CPU");
+    if (stream) {
+        static const int64_t rows[] = {1, 2, 4, 8, 16};
+        if (srows > 0)
+            bench_stream(srows, reps);
+        else
+            for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+                bench_stream(rows[i], reps);
+        return 0;
+    }
     double r1 = bench_gemm(1024, 1024, 1024, reps);
     double r2 = bench_gemm(4096, 4096, 1024, reps);
     double rate = r1 > r2 ? r1 : r2;

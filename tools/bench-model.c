@@ -67,6 +67,7 @@
 
 #include "common/ein_clock.h"
 #include "common/ein_kernel_cost.h"
+#include "common/ein_knob.h"
 #include "common/ein_self.h"
 #include "coordinator/compile/ein_compile_int.h"
 #include "include/einsummable/einsummable.h"
@@ -463,7 +464,7 @@ int main(int argc, char **argv)
         snprintf(dir, sizeof dir, "%s", keep);
     else {
         snprintf(dir, sizeof dir, "%s/bench-model.XXXXXX",
-                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+                 ein_knob_get(EIN_KNOB_TMPDIR) ? ein_knob_get(EIN_KNOB_TMPDIR) : "/tmp");
         if (!mkdtemp(dir)) {
             perror("bench-model: mkdtemp");
             return 1;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/ein_clock.h"
+#include "common/ein_knob.h"
 #include "include/einsummable/einsummable.h"
 
 static int cmp(const void *a, const void *b)
@@ -53,11 +54,11 @@ int main(int argc, char **argv)
     fclose(f);
     /* The build directory, absolute: the einrun runs below start in dir. */
     static char cwd[4096];
-    const char *bd = getenv("EIN_BUILDDIR");
+    const char *bd = ein_knob_get(EIN_KNOB_BUILDDIR);
     if (!bd)
         bd = getcwd(cwd, sizeof cwd);
     snprintf(einrun, sizeof einrun, "%s/einrun", bd ? bd : ".");
-    if (!getenv("EINWORKER")) {
+    if (!ein_knob_get(EIN_KNOB_EINWORKER)) {
         static char w[4096];
         snprintf(w, sizeof w, "%s/einworker", bd ? bd : ".");
         setenv("EINWORKER", w, 1);

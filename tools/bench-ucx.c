@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "common/ein_clock.h"
+#include "common/ein_knob.h"
 #include "worker/wk_ucx.h"
 
 static int cmp_d(const void *a, const void *b)
@@ -198,8 +199,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-ucx: --mib 1..4096, --reps 1..1000\n");
         return 2;
     }
-    setenv("UCX_TLS", getenv("UCX_TLS") ? getenv("UCX_TLS") : "tcp", 1);
-    setenv("UCX_NET_DEVICES", getenv("UCX_NET_DEVICES") ? getenv("UCX_NET_DEVICES") : "lo", 1);
+    const char *tls = ein_knob_get(EIN_KNOB_UCX_TLS), *dev = ein_knob_get(EIN_KNOB_UCX_NET_DEVICES);
+    setenv("UCX_TLS", tls ? tls : "tcp", 1);
+    setenv("UCX_NET_DEVICES", dev ? dev : "lo", 1);
     size_t bytes = (size_t)mib << 20;
     char *buf = malloc(bytes);
     if (!buf)
@@ -212,7 +214,7 @@ int main(int argc, char **argv)
     }
     printf("%ld MiB %s%s, median of %d (UCX_TLS=%s, UCX_NET_DEVICES=%s):\n", mib,
            netns ? "into the network namespace " : "over the loopback", netns ? netns : "",
-           reps, getenv("UCX_TLS"), getenv("UCX_NET_DEVICES"));
+           reps, ein_knob_get(EIN_KNOB_UCX_TLS), ein_knob_get(EIN_KNOB_UCX_NET_DEVICES));
     printf("  raw TCP        %8.3f GB/s  (%.2f ms)\n", bytes / tcp / 1e9, tcp * 1e3);
     printf("  UCX tagged     %8.3f GB/s  (%.2f ms)\n", bytes / ucx / 1e9, ucx * 1e3);
     printf("  UCX / TCP      %8.2f\n", tcp / ucx);

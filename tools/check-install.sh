@@ -54,5 +54,11 @@ build_and_run "$work/moved"
     || fail "relocated einplan --rewrite: $(cat "$work/rw.txt")"
 (cd "$work/outside" && "$work/moved/bin/einrun" --cpu 2 ffn.ein >/dev/null 2>"$work/run.txt") \
     || fail "relocated einrun: $(cat "$work/run.txt")"
+# einserve (docs/serving.md) finds the package beside it in the moved prefix.
+if [ -f "$work/moved/bin/einserve" ]; then
+    (cd "$work/outside" && env -u EIN_BUILDDIR PYTHONPATH= "$work/moved/bin/einserve" --help) \
+        >"$work/serve.txt" 2>&1 && grep -q '^usage: einserve' "$work/serve.txt" \
+        || fail "relocated einserve --help: $(cat "$work/serve.txt")"
+fi
 mv "$work/moved" "$prefix"
 echo "check-install: PASS (installed, built outside the tree with pkg-config, ran; relocated and ran again)"

@@ -28,6 +28,8 @@ case $("$vpy" -c 'import einsummable as es; print(es.library_path)') in
 *) fail "the installed package loads a library outside the venv" ;;
 esac
 "$vpy" "$src/tests/python/typed_user.py" || fail "tests/python/typed_user.py"
+# the einserve command pip installed (pyproject.toml's [project.scripts])
+"$work/venv/bin/einserve" --help 2>&1 | grep -q '^usage: einserve' || fail "venv/bin/einserve --help"
 # The Python tests against the installed package (test_python.sh with
 # EIN_PY_INSTALLED: no source tree on the path). The whole suite ran in
 # make check against the build tree; here the files that concern an

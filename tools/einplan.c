@@ -21,6 +21,7 @@
 
 #include "include/einsummable/einsummable.h"
 #include "coordinator/ein_frontend.h"
+#include "common/ein_knob.h"
 
 /* Exit status for an error code: bad input is 2, the rest 1. */
 static int exit_status(int code)
@@ -308,7 +309,7 @@ int main(int argc, char **argv)
     }
     /* Chunked exchanges: --exchange-chunks, else $EIN_EXCHANGE_CHUNKS
      * (with --exchanges, the only compile that synthesises bodies). */
-    const char *chunks_env = getenv("EIN_EXCHANGE_CHUNKS");
+    const char *chunks_env = ein_knob_get(EIN_KNOB_EXCHANGE_CHUNKS);
     if (!chunks && exchanges && chunks_env && *chunks_env) {
         ein_error e = {0};
         if (ein_fe_parse_exchange_chunks(chunks_env, &chunks, &e) < 0) {

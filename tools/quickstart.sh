@@ -4,7 +4,7 @@
 #   sh tools/quickstart.sh [einrun arguments...]   (default: --gpus 0-3 examples/ffn.ein)
 set -eu
 cd "$(dirname "$0")/.."
-PKGS="build-essential autoconf automake libtool pkg-config libzmq3-dev libmsgpack-dev libopenblas-dev libcmocka-dev coinor-libcbc-dev libjansson-dev libsodium-dev libucx-dev iproute2 openssh-server openssh-client python3 python3-numpy python3-pytest python3-venv python3-setuptools python3-wheel mypy"
+PKGS="build-essential autoconf automake libtool pkg-config libzmq3-dev libmsgpack-dev libopenblas-dev libcmocka-dev coinor-libcbc-dev libjansson-dev libsodium-dev libpcre2-dev libutf8proc-dev libucx-dev iproute2 openssh-server openssh-client python3 python3-numpy python3-pytest python3-jinja2 python3-venv python3-setuptools python3-wheel mypy python3-fastapi python3-uvicorn"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 missing=""

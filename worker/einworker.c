@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "common/ein_status.h"
+#include "common/ein_knob.h"
 #include "worker/wk_exec.h"
 #include "worker/wk_ucx.h"
 #include "worker/wk_probe.h"
@@ -356,7 +357,7 @@ static double default_spin(const wk_config *cfg)
 static int pin_cpu(const worker_args *a)
 {
     const wk_config *cfg = &a->cfg;
-    const char *pin = getenv("EIN_PIN");
+    const char *pin = ein_knob_get(EIN_KNOB_PIN);
     cpu_set_t set, one;
     if (a->use_cuda || sched_getaffinity(0, sizeof set, &set) != 0)
         return -1;
@@ -378,14 +379,14 @@ static int pin_cpu(const worker_args *a)
 static void read_test_hooks(wk_config *cfg)
 {
     /* EIN_POISON=1 — see usage(). */
-    const char *poison = getenv("EIN_POISON");
+    const char *poison = ein_knob_get(EIN_KNOB_POISON);
     cfg->poison = poison && *poison && strcmp(poison, "0") != 0;
     /* EIN_SLAB_BYTES=N — see usage(). */
-    const char *slab = getenv("EIN_SLAB_BYTES");
+    const char *slab = ein_knob_get(EIN_KNOB_SLAB_BYTES);
     if (slab && *slab)
         cfg->slab_bytes = (size_t)strtoull(slab, NULL, 10);
     /* EIN_SPIN_US=N — see usage(); unset: default_spin(). */
-    const char *spin = getenv("EIN_SPIN_US");
+    const char *spin = ein_knob_get(EIN_KNOB_SPIN_US);
     if (spin && *spin) {
         double us = strtod(spin, NULL);
         cfg->spin_s = us > 0 && us <= 1e6 ? us * 1e-6 : 0;
@@ -393,11 +394,11 @@ static void read_test_hooks(wk_config *cfg)
         cfg->spin_s = default_spin(cfg);
     }
     /* EIN_READY=zmq — see usage(). */
-    const char *ready = getenv("EIN_READY");
+    const char *ready = ein_knob_get(EIN_KNOB_READY);
     cfg->ready_zmq = ready && !strcmp(ready, "zmq");
     /* EIN_FAULT=DEV:KIND[:INSTR] — see usage(). */
     static char fault[32];
-    const char *fe = getenv("EIN_FAULT");
+    const char *fe = ein_knob_get(EIN_KNOB_FAULT);
     if (fe && *fe) {
         int dev = -1, instr = -1;
         if (sscanf(fe, "%d:%31[a-z-]:%d", &dev, fault, &instr) >= 2 && dev == cfg->device) {
@@ -470,7 +471,7 @@ int main(int argc, char **argv)
         fprintf(cfg->log, "device %d failed: %s\n", cfg->device, err.msg);
     if (cfg->log)
         fclose(cfg->log);
-    if (rc < 0 && getenv("EIN_WORKER_VERBOSE"))
+    if (rc < 0 && ein_knob_get(EIN_KNOB_WORKER_VERBOSE))
         fprintf(stderr, "einworker %d: %s\n", cfg->device, err.msg);
     return rc < 0 ? 1 : 0;
 }

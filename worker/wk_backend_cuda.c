@@ -41,6 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/ein_knob.h"
 #include "common/ein_vec.h"
 #include "kernels/cuda/kn_cuda.h"
 #include "worker/wk_peer.h"
@@ -610,7 +611,7 @@ wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err)
         goto fail;
     /* Cross-process ordering: an interprocess event unless told otherwise
      * or unavailable (exported in segment_create, which may still fall back). */
-    const char *mode = getenv("EIN_CUDA_IPC_SYNC");
+    const char *mode = ein_knob_get(EIN_KNOB_CUDA_IPC_SYNC);
     if (mode && strcmp(mode, "stream") == 0) {
         c->ipc_sync = "stream (EIN_CUDA_IPC_SYNC=stream)";
     } else if (mode && *mode && strcmp(mode, "event") != 0) {

@@ -17,6 +17,7 @@
 
 #include "common/ein_clock.h"
 #include "common/ein_json.h"
+#include "common/ein_knob.h"
 #include "common/ein_npy.h"
 #include "common/ein_raw.h"
 #include "common/ein_rand.h"
@@ -233,7 +234,7 @@ static void slow_down(wk *w, const ein_instr *ins)
  * EIN_UCX_STAGED=1 asks for staging), or a negative code. */
 static int staged(wk *w, ein_error *err)
 {
-    const char *f = getenv("EIN_UCX_STAGED");
+    const char *f = ein_knob_get(EIN_KNOB_UCX_STAGED);
     int force = f && !strcmp(f, "1"); /* a test of the staged path on CPU devices too */
     if ((w->be->host_visible || wk_ucx_cuda(w->ucx)) && !force)
         return 0;

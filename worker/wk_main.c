@@ -16,6 +16,7 @@
 
 #include "common/ein_clock.h"
 #include "common/ein_json.h"
+#include "common/ein_knob.h"
 #include "common/ein_npy.h"
 #include "common/ein_raw.h"
 #include "common/ein_rand.h"
@@ -184,7 +185,7 @@ static int setup_graphs(wk *w, ein_error *err)
 {
     int n = w->prog->ninstrs;
     w->graph_min = WK_GRAPH_MIN;
-    const char *env = getenv("EIN_GRAPH_MIN");
+    const char *env = ein_knob_get(EIN_KNOB_GRAPH_MIN);
     if (env && *env) {
         char *end;
         long v = strtol(env, &end, 10);

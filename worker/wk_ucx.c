@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "common/ein_clock.h"
+#include "common/ein_knob.h"
 #include "worker/wk_staged.h"
 
 static double link_bw, link_lat; /* wk_ucx_set_link */
@@ -19,7 +20,7 @@ size_t wk_ucx_chunk(void)
     static int read;
     if (!read) {
         read = 1;
-        const char *e = getenv("EIN_UCX_CHUNK");
+        const char *e = ein_knob_get(EIN_KNOB_UCX_CHUNK);
         char *end;
         unsigned long long v = e && *e ? strtoull(e, &end, 10) : 0;
         if (e && *e && !*end && v >= 64 && v <= ((size_t)1 << 30))

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_hash.h"
 #include "common/ein_progress.h"
 #include "common/ein_vec.h"
 #include "exchange/xp_atoms.h"
@@ -61,29 +62,25 @@ typedef struct xcache {
     double naive_s, best_s;
 } xcache;
 
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    return h * 0x100000001b3ULL;
-}
-
 /* Hash of what xp_program_equal compares in a preamble (no actions). */
 static uint64_t preamble_hash(const xp_program *p)
 {
-    uint64_t h = mix(mix(mix(0, (uint64_t)p->ngpus), (uint64_t)p->nin), (uint64_t)p->nout);
-    h = mix(h, (uint64_t)p->npart);
+    uint64_t h = ein_hash_mix(ein_hash_mix(0, (uint64_t)p->ngpus), (uint64_t)p->nin);
+    h = ein_hash_mix(h, (uint64_t)p->nout);
+    h = ein_hash_mix(h, (uint64_t)p->npart);
     for (int i = 0; i < p->nin; i++) {
         uint64_t b;
         memcpy(&b, &p->in[i].bytes, sizeof b);
-        h = mix(mix(h, (uint64_t)p->in[i].site), b);
+        h = ein_hash_mix(ein_hash_mix(h, (uint64_t)p->in[i].site), b);
     }
     for (int o = 0; o < p->nout; o++) {
-        h = mix(mix(h, (uint64_t)(int64_t)p->out[o].site), (uint64_t)(int64_t)p->out[o].part);
+        h = ein_hash_mix(ein_hash_mix(h, (uint64_t)(int64_t)p->out[o].site),
+                         (uint64_t)(int64_t)p->out[o].part);
         for (int w = 0; w < p->nwords; w++)
-            h = mix(h, p->out[o].set[w]);
+            h = ein_hash_mix(h, p->out[o].set[w]);
     }
     for (int g = 0; g < p->npart; g++)
-        h = mix(mix(h, (uint64_t)p->part[g].size), (uint64_t)p->part[g].by_size);
+        h = ein_hash_mix(ein_hash_mix(h, (uint64_t)p->part[g].size), (uint64_t)p->part[g].by_size);
     return h;
 }
 

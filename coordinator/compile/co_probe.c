@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/ein_clock.h"
+#include "common/ein_knob.h"
 #include "common/ein_vec.h"
 
 #define OUT_MAX (16u << 20)
@@ -54,7 +55,7 @@ static int sink_read(sink *s)
 
 static double probe_timeout(void)
 {
-    const char *e = getenv("EIN_PROBE_TIMEOUT_S");
+    const char *e = ein_knob_get(EIN_KNOB_PROBE_TIMEOUT_S);
     char *end;
     double v = e && *e ? strtod(e, &end) : 0;
     return e && *e && !*end && v > 0 && v < 1e6 ? v : CO_PROBE_TIMEOUT_S;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_hash.h"
 #include "common/ein_rand.h"
 #include "common/ein_vec.h"
 #include "coordinator/compile/co_lower.h"
@@ -54,19 +55,13 @@ typedef struct srch {
     int nmemo, capmemo;     /* capmemo: a power of two, or 0 */
 } srch;
 
-static uint64_t mix(uint64_t h, uint64_t x)
-{
-    h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    h *= 0xbf58476d1ce4e5b9ULL;
-    return h ^ (h >> 31);
-}
-
 static uint64_t tiling_hash(const pl_tiling *t)
 {
-    uint64_t h = mix(0x77u, (uint64_t)t->n);
+    uint64_t h = ein_hash_mix(0x77u, (uint64_t)t->n);
     for (int i = 0; i < t->n; i++)
         for (int a = 0; a < t->boxes[i].rank; a++)
-            h = mix(mix(h, (uint64_t)t->boxes[i].lo[a]), (uint64_t)t->boxes[i].hi[a]);
+            h = ein_hash_mix(ein_hash_mix(h, (uint64_t)t->boxes[i].lo[a]),
+                             (uint64_t)t->boxes[i].hi[a]);
     return h;
 }
 
@@ -139,7 +134,7 @@ static uint64_t choice_hash(const srch *S, const int *ch)
     uint64_t h = 0x21u;
     for (int v = 0; v < S->n; v++)
         if (S->live[v])
-            h = mix(h, (uint64_t)ch[v]);
+            h = ein_hash_mix(h, (uint64_t)ch[v]);
     return h ? h : 1;
 }
 
@@ -302,7 +297,7 @@ static uint64_t split_sig(srch *S, int v, int i)
     for (int k = 0; k < n && k < r->nidx; k++)
         if (r->counts[(size_t)i * (size_t)r->nidx + k] > 1)
             for (const char *c = idx[k].label; *c; c++)
-                h = mix(h, (uint64_t)(unsigned char)*c);
+                h = ein_hash_mix(h, (uint64_t)(unsigned char)*c);
     return h;
 }
 

@@ -252,36 +252,36 @@ int co_topo_probe_load(const char *path, co_topo_probe **out, ein_error *err)
 
 /* ---- detection ---- */
 
-typedef struct family {
-    const char *substr;   /* in the CUDA device name */
-    const char *builtin;  /* the topology text its figures come from */
-    const char *pcie_gen; /* its host link */
-    double pcie;          /* bytes/s; 0: the built-in's `shared pcie` */
-} family;
-
-/* First match wins. "GB200" also contains "B200" (same figures); "GH200"
- * (Grace Hopper) takes the H200's. */
-static const family families[] = {
-    {"GB200", "gb200-nvl72", "PCIe Gen5 x16", CO_TOPO_PCIE_GEN5},
-    {"B200", "gb200-nvl72", "PCIe Gen5 x16", CO_TOPO_PCIE_GEN5},
-    {"H200", "hgx-h200", "PCIe Gen5 x16", CO_TOPO_PCIE_GEN5},
-    {"H100", "dgx-h100", "PCIe Gen5 x16", CO_TOPO_PCIE_GEN5},
-    {"A100", "dgx-a100", "PCIe Gen4 x16", CO_TOPO_PCIE_GEN4},
-    {"V100", "dgx-v100", "PCIe Gen3 x16", 0},
-};
-#define NFAMILIES ((int)(sizeof families / sizeof *families))
-
+/* A GPU family is a built-in machine with `#@ detect` substrings
+ * (xp_machines, from topologies/NAME.topo): the machine whose substring
+ * in the CUDA device name is the longest (the first of equals) wins, so
+ * "GB200" beats "B200" and "GH200" (Grace Hopper) takes the H200's. */
 static int family_of(const char *name)
 {
-    for (int f = 0; f < NFAMILIES; f++)
-        if (strstr(name, families[f].substr))
-            return f;
-    return -1;
+    int best = -1;
+    size_t best_len = 0;
+    for (int f = 0; f < xp_nmachines; f++)
+        for (const char *const *s = xp_machines[f].detect; *s; s++)
+            if (strlen(*s) > best_len && strstr(name, *s)) {
+                best = f;
+                best_len = strlen(*s);
+            }
+    return best;
 }
 
-static int is_v100(int f)
+/* A family detected by its peer matrix too (the DGX-1 cube mesh). */
+static int is_mesh(int f)
 {
-    return f >= 0 && strcmp(families[f].builtin, "dgx-v100") == 0;
+    return f >= 0 && xp_machines[f].mesh;
+}
+
+/* The machine whose figures serve unknown GPUs (the smallest we have). */
+static const xp_machine *fallback(void)
+{
+    for (int f = 0; f < xp_nmachines; f++)
+        if (xp_machines[f].fallback)
+            return &xp_machines[f];
+    return NULL; /* not reached: the generator checks there is one */
 }
 
 /* "NVIDIA H100 PCIe", "Tesla V100-PCIE-32GB": a card without NVSwitch. */
@@ -328,16 +328,17 @@ static int peer(const co_topo_probe *p, int a, int b)
     return p->access[a * p->ngpus + b] && p->access[b * p->ngpus + a];
 }
 
-/* 8 V100 whose peer matrix is the NVLink adjacency of the dgx-v100 text. */
-static int is_dgx1(const co_topo_probe *p, const xp_topology *v100)
+/* A probe of GPUs of mesh family `fam` only, whose peer matrix is the
+ * link adjacency of the family's text `t` (8 V100: the DGX-1 cube mesh). */
+static int is_dgx1(const co_topo_probe *p, int fam, const xp_topology *t)
 {
-    if (p->ngpus != v100->ngpus)
+    if (p->ngpus != t->ngpus)
         return 0;
     for (int a = 0; a < p->ngpus; a++) {
-        if (!is_v100(family_of(p->name[a])))
+        if (family_of(p->name[a]) != fam)
             return 0;
         for (int b = 0; b < p->ngpus; b++)
-            if (a != b && peer(p, a, b) != (v100->link[a * p->ngpus + b] > 0))
+            if (a != b && peer(p, a, b) != (t->link[a * p->ngpus + b] > 0))
                 return 0;
     }
     return 1;
@@ -384,10 +385,10 @@ typedef struct detection {
     int mixed, pcie_card, identity;
     int npairs, nonpeer;      /* pairs of used GPUs; of them not peer-accessible */
     char sum[256];            /* summary() of the workers' GPUs */
-    figures F, V;             /* the family's figures; the V100's */
+    figures F, V;             /* the family's figures; the fallback's */
     double pcie;              /* the host bridge, bytes/s */
     const char *pcie_gen, *src, *figs;
-    int dgx1;                 /* 8 V100 with the DGX-1 peer matrix */
+    int dgx1;                 /* 8 GPUs of a mesh family with its peer matrix */
     int mode;                 /* M_*, for a generated topology */
     double peer_bw;           /* a peer pair's link */
     int one_gpu;              /* several workers, all on one GPU */
@@ -432,8 +433,8 @@ static const char *detect_builtin(const detection *d, char *why, size_t whylen)
     }
     if (d->dgx1 && d->nworkers == 8 && d->identity) {
         if (why)
-            snprintf(why, whylen, "%s, peer matrix of the DGX-1 cube mesh: dgx-v100", d->sum);
-        return "dgx-v100";
+            snprintf(why, whylen, "%s, peer matrix of the DGX-1 cube mesh: %s", d->sum, d->src);
+        return d->src;
     }
     return NULL;
 }
@@ -447,7 +448,7 @@ static void detect_mode(detection *d)
                                          : M_PARTIAL;
     d->peer_bw = d->F.port > 0 ? d->F.port : d->F.nvlink;
     d->one_gpu = d->ndistinct == 1 && d->nworkers > 1;
-    d->figs = d->src ? d->src : "dgx-v100";
+    d->figs = d->src ? d->src : fallback()->name;
 }
 
 /* The one-line account of a generated topology, into d->line. */
@@ -474,7 +475,7 @@ static void detect_describe(detection *d)
     else if (d->mode == M_DGX1)
         m = (size_t)snprintf(line, sizeof d->line,
                              "%s of a DGX-1 (peer matrix of its cube mesh): detected, "
-                             "the dgx-v100 links between them", sum);
+                             "the %s links between them", sum, d->src);
     else if (d->mode == M_SWITCH)
         m = (size_t)snprintf(line, sizeof d->line,
                              "%s, all pairs peer-accessible: detected, switch-like, "
@@ -533,7 +534,7 @@ static void detect_write_links(const detection *d, FILE *f)
             if (a == b)
                 bw = d->one_gpu ? 0 : d->F.hbm / 2;
             else if (mode == M_DGX1)
-                bw = d->V.t->link[a * n + b];
+                bw = d->F.t->link[a * n + b];
             else if (mode == M_MESH || (mode == M_PARTIAL && peer(d->probe, a, b)))
                 bw = d->peer_bw;
             if (bw > 0) {
@@ -596,15 +597,16 @@ int co_topo_detect(const co_topo_probe *probe, const int *gpu_ids, int nworkers,
     d->nworkers = nworkers;
     d->n = n;
     detect_survey(d);
-    /* Unknown GPUs get the smallest figures we have: the V100's. */
+    /* Unknown GPUs get the fallback machine's figures (the smallest). */
     int fam = d->fam;
-    if ((rc = figures_load(fam >= 0 ? families[fam].builtin : "dgx-v100", &d->F, err)) < 0 ||
-        (rc = figures_load("dgx-v100", &d->V, err)) < 0)
+    const xp_machine *fb = fallback(), *m = fam >= 0 ? &xp_machines[fam] : fb;
+    if ((rc = figures_load(m->name, &d->F, err)) < 0 ||
+        (rc = figures_load(fb->name, &d->V, err)) < 0)
         goto done;
-    d->pcie = fam >= 0 && families[fam].pcie > 0 ? families[fam].pcie : d->V.pcie;
-    d->pcie_gen = fam >= 0 ? families[fam].pcie_gen : "PCIe Gen3 x16";
-    d->src = fam >= 0 ? families[fam].builtin : NULL;
-    d->dgx1 = is_v100(fam) && is_dgx1(probe, d->V.t);
+    d->pcie = m->pcie > 0 ? m->pcie : fam >= 0 ? d->F.pcie : d->V.pcie;
+    d->pcie_gen = m->pcie_gen;
+    d->src = fam >= 0 ? m->name : NULL;
+    d->dgx1 = is_mesh(fam) && is_dgx1(probe, fam, d->F.t);
     detect_mode(d);
     const char *builtin = detect_builtin(d, why, whylen);
     if (builtin) {

@@ -16,9 +16,10 @@
  * co_topo_detect builds the xp_topology of a run whose worker k runs on
  * GPU gpu_ids[k] of the probe (ids may repeat: several workers on one
  * GPU). The topology has one GPU index per worker. Its figures are read
- * from the built-in topology texts (exchange/xp_topo_builtin.c), chosen by
- * a substring of the GPU name: H100 -> dgx-h100, H200 -> hgx-h200, A100 ->
- * dgx-a100, V100 -> dgx-v100, B200 or GB200 -> gb200-nvl72. A pair of GPUs
+ * from the built-in machines (xp_machines, made from the .topo files in topologies/),
+ * chosen by a substring of the GPU name, their `#@ detect` lines (today
+ * H100 -> dgx-h100, H200 -> hgx-h200, A100 -> dgx-a100, V100 -> dgx-v100,
+ * B200 or GB200 -> gb200-nvl72; the longest match wins). A pair of GPUs
  * is peer-accessible when the probe says so in both directions. Rules, in
  * order:
  *

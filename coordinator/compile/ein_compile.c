@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "common/ein_knob.h"
 #include "common/ein_progress.h"
 #include "common/ein_self.h"
 #include "common/ein_vec.h"
@@ -36,7 +37,7 @@ void ein_compile_options_init(ein_compile_options *o)
 
 int co_find_worker(const char *name, const char *given, char *out, size_t len, ein_error *err)
 {
-    const char *env = getenv("EINWORKER");
+    const char *env = ein_knob_get(EIN_KNOB_EINWORKER);
     if (given || (env && *env)) {
         snprintf(out, len, "%s", given ? given : env);
         if (access(out, X_OK) < 0)
@@ -60,14 +61,14 @@ int co_find_worker(const char *name, const char *given, char *out, size_t len, e
 
 int co_gpu_visible(ein_error *err)
 {
-    const char *knob = getenv("EIN_GPU_VISIBLE");
+    const char *knob = ein_knob_get(EIN_KNOB_GPU_VISIBLE);
     if (knob && *knob) {
         if (!strcmp(knob, "0") || !strcmp(knob, "1"))
             return knob[0] == '1';
         return ein_fail(err, EIN_EINVAL, "$EIN_GPU_VISIBLE '%s': expected 0 or 1", knob);
     }
     /* CUDA_VISIBLE_DEVICES hides every GPU when it names none ("", "-1") */
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    const char *cvd = ein_knob_get(EIN_KNOB_CUDA_VISIBLE_DEVICES);
     if (cvd) {
         int named = 0;
         for (const char *p = cvd; *p; p += strcspn(p, ","), p += *p == ',') {
@@ -416,10 +417,10 @@ void co_compile_physical_opts(const ein_compile_options *o, int ndev, const xp_t
  * included; malformed: the defaults). lo->memplan points at *mo or is NULL. */
 static void lower_opts_for(const ein_compile_options *o, co_lower_opts *lo, co_memplan_opts *mo)
 {
-    const char *nr = getenv("EIN_NO_REUSE");
+    const char *nr = ein_knob_get(EIN_KNOB_NO_REUSE);
     *lo = (co_lower_opts){.seed = o->seed,
                           .no_reuse = o->no_reuse || (nr && *nr && strcmp(nr, "0") != 0)};
-    const char *rd = getenv("EIN_REUSE_DELAY");
+    const char *rd = ein_knob_get(EIN_KNOB_REUSE_DELAY);
     if (rd && sscanf(rd, "%d,%d", &mo->delay_local, &mo->delay_remote) == 2)
         lo->memplan = mo;
 }

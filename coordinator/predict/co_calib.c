@@ -10,50 +10,6 @@
 static const char *const work_names[CO_WORK_COUNT] = {"gemm",  "attention", "elementwise",
                                                       "copy",  "unary",     "layout"};
 
-/* GPU tables from public figures, until measured ones replace them.
- * - gemm: cuBLAS dense 16-bit GEMM reaches about 70-80% of the tensor-core
- *   peak on large square problems (NVIDIA's A100 / H100 cuBLAS performance
- *   pages); a 1 GFLOP GEMM about a third of it; tiny ones are launch-bound
- *   (that is the overhead, not the efficiency).
- * - attention: FlashAttention-2 forward reaches up to 73% of the A100's
- *   peak (Dao 2023, "FlashAttention-2", fig. 5) and about 35% of the
- *   H100's (the same paper; FlashAttention-3 reaches 75% but is not ours).
- * - elementwise, unary and layout (a GPU evaluates a function per element
- *   at memory speed, unlike our CPU kernels): a bandwidth-bound kernel
- *   reaches about 90% of HBM
- *   bandwidth on large arrays (STREAM-like copy on A100/H100, NVIDIA's
- *   CUDA samples bandwidthTest), less below a few MB.
- * - copy: peer-to-peer cudaMemcpy over NVLink reaches about 80-85% of the
- *   link's bandwidth for large messages (nvbandwidth / p2pBandwidthLatencyTest
- *   on DGX A100 and H100).
- * - overhead: a CUDA kernel launch costs 2-5 us (CUDA graphs replay
- *   stretches with less); latency: a ZeroMQ ipc:// message about 30 us. */
-#define GPU_COMMON(attn_big)                                                                 \
-    "overhead 4 us\nlatency 30 us\niteration 50 us\n"                                        \
-    "eff gemm 1e6 0.02\neff gemm 1e8 0.15\neff gemm 1e9 0.35\neff gemm 1e10 0.6\n"          \
-    "eff gemm 1e11 0.75\neff gemm 1e12 0.8\n"                                                \
-    "eff attention 1e8 0.1\neff attention 1e10 0.4\neff attention 1e12 " attn_big "\n"       \
-    "eff elementwise 1e4 0.05\neff elementwise 1e6 0.4\neff elementwise 1e8 0.9\n"           \
-    "eff unary 1e4 0.05\neff unary 1e6 0.4\neff unary 1e8 0.9\n"                             \
-    "eff layout 1e4 0.05\neff layout 1e6 0.4\neff layout 1e8 0.9\n"                          \
-    "eff copy 1e4 0.1\neff copy 1e6 0.5\neff copy 1e8 0.85\n"
-
-static const struct {
-    const char *name, *text;
-} builtins[] = {
-    {"a100", "name a100\n" GPU_COMMON("0.7")},
-    {"h100", "name h100\n" GPU_COMMON("0.35")},
-    {"h200", "name h200\n" GPU_COMMON("0.35")},
-    {"v100", "name v100\n" GPU_COMMON("0.5")},
-    {"b200", "name b200\n" GPU_COMMON("0.35")},
-    /* host: measured with `einrun --cpu 8 --calibrate` on the project's
-     * 2-core build machine (see docs/simulator.md), against the host
-     * topology's hbm 20 GB/s and peak 80 GFLOP/s. */
-    {"host",
-#include "coordinator/predict/co_calib_host.inc"
-    },
-};
-
 const char *co_work_name(co_work w)
 {
     return w >= 0 && w < CO_WORK_COUNT ? work_names[w] : "?";
@@ -224,12 +180,11 @@ int co_calib_parse(const char *text, const char *file, co_calib *out, ein_error 
     return 0;
 }
 
+/* The built-in tables are the machines' own (topologies/NAME.topo and
+ * topologies/NAME.cal, xp_topo.h). */
 const char *co_calib_builtin_text(const char *name)
 {
-    for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
-        if (strcmp(builtins[i].name, name) == 0)
-            return builtins[i].text;
-    return NULL;
+    return xp_machine_calibration_text(name);
 }
 
 int co_calib_load(const char *name_or_path, co_calib *out, ein_error *err)

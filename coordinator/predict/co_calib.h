@@ -52,10 +52,12 @@
  * are sized in bytes read + written (copy: bytes moved). Calibrated on
  * CPU with relu (unary), add (elementwise) and a SLICE (layout).
  *
- * Built-in tables are named like topologies' `calibration` statements:
- * `host` (measured on this project's machine with einrun --calibrate) and
- * GPU tables from public figures (a100, h100, h200, v100, b200; the
- * sources are stated in co_calib.c), to be replaced by measured ones.
+ * Built-in tables are named like topologies' `calibration` statements and
+ * belong to the built-in machine that names them (xp_topo.h): `host`
+ * (topologies/host.cal, measured on this project's machine with einrun
+ * --calibrate) and GPU tables from public figures (a100, h100, h200, v100,
+ * b200: `#@ cal` lines of their .topo files; the sources are stated in
+ * docs/simulator.md), to be replaced by measured ones.
  *
  * Ownership: a co_calib is plain data (no pointers), the caller's. On error
  * every function returns a negative EIN_E* code, fills `err` and leaves

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "coordinator/run/co_launch.h"
+#include "common/ein_knob.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,9 +21,9 @@ enum { MAX_WORDS = 64 };
 
 /* The blank-separated words of $var, else def alone, into w (strdup'd,
  * NULL-terminated by the caller): the count, or -1. */
-static int command_words(const char *var, const char *def, char **w, int cap)
+static int command_words(ein_knob_id var, const char *def, char **w, int cap)
 {
-    const char *v = getenv(var);
+    const char *v = ein_knob_get(var);
     char *s = strdup(v && *v ? v : def), *save = NULL;
     int n = 0;
     if (!s)
@@ -103,9 +104,10 @@ static int scontrol_hostnames(const char *list, char ***names, int *n, ein_error
 /* The nodes of the Slurm allocation this process runs in. */
 static int slurm_nodes(const char *who, char ***names, int *n, ein_error *err)
 {
-    const char *job = getenv("SLURM_JOB_ID"), *list = getenv("SLURM_JOB_NODELIST");
+    const char *job = ein_knob_get(EIN_KNOB_SLURM_JOB_ID);
+    const char *list = ein_knob_get(EIN_KNOB_SLURM_JOB_NODELIST);
     if (!list || !*list)
-        list = getenv("SLURM_NODELIST");
+        list = ein_knob_get(EIN_KNOB_SLURM_NODELIST);
     if (!job || !*job || !list || !*list)
         return ein_fail(err, EIN_EINVAL, "%s: not inside a Slurm allocation ($SLURM_JOB_ID and "
                         "$SLURM_JOB_NODELIST are not set): run from `salloc -N HOSTS` or "
@@ -138,9 +140,9 @@ static int slurm_nodes(const char *who, char ***names, int *n, ein_error *err)
             return ein_fail(err, EIN_ENOMEM, "out of memory");
         free(s);
     }
-    const char *nn = getenv("SLURM_JOB_NUM_NODES");
+    const char *nn = ein_knob_get(EIN_KNOB_SLURM_JOB_NUM_NODES);
     if (!nn || !*nn)
-        nn = getenv("SLURM_NNODES");
+        nn = ein_knob_get(EIN_KNOB_SLURM_NNODES);
     if (nn && *nn && atoi(nn) != *n) {
         rc = ein_fail(err, EIN_EINVAL, "%s: $SLURM_JOB_NODELIST '%s' names %d node%s but "
                       "$SLURM_NNODES says %s", who, list, *n, *n == 1 ? "" : "s", nn);
@@ -157,7 +159,7 @@ static int launch_words(const char *launcher, const char *node, char ***out, ein
 {
     char *w[MAX_WORDS + 16];
     int srun = !strcmp(launcher, "srun");
-    int n = command_words(srun ? "EIN_SRUN" : "EIN_MPIRUN", srun ? "srun" : "mpirun", w,
+    int n = command_words(srun ? EIN_KNOB_SRUN : EIN_KNOB_MPIRUN, srun ? "srun" : "mpirun", w,
                           MAX_WORDS);
     if (n < 1)
         return ein_fail(err, n < 0 ? EIN_ENOMEM : EIN_EINVAL, "%s: $%s is empty", launcher,

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/ein_knob.h"
 #include "common/ein_progress.h"
 #include "common/ein_clock.h"
 #include "common/ein_status.h"
@@ -429,7 +430,7 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto out;
     }
-    const char *tmp = getenv("TMPDIR");
+    const char *tmp = ein_knob_get(EIN_KNOB_TMPDIR);
     tmp = tmp && *tmp ? tmp : "/tmp";
     /* Runs killed with their guard (a cgroup kill) left their files: the
      * pid in every name says whose they were. */

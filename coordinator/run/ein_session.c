@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/ein_box.h"
+#include "common/ein_knob.h"
 #include "common/ein_npy.h"
 #include "common/ein_safetensors.h"
 #include "common/ein_self.h"
@@ -257,7 +258,7 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
         ro.worker_timeout = 60;
     ro.step_progress = o.progress;
     ro.step_progress_after = 1.0;
-    const char *after = getenv("EIN_PROGRESS_AFTER");
+    const char *after = ein_knob_get(EIN_KNOB_PROGRESS_AFTER);
     if (after && *after) {
         char *end;
         double a = strtod(after, &end);
@@ -394,7 +395,7 @@ static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts 
                                 "(no_reuse) for runs on several hosts", what, d, i,
                                 p->instrs[i].op, p->instrs[i].peer);
     }
-    const char *env = getenv("EINNODE");
+    const char *env = ein_knob_get(EIN_KNOB_EINNODE);
     if (env && *env) {
         snprintf(s->node_path, sizeof s->node_path, "%s", env);
         if (access(s->node_path, X_OK) < 0)

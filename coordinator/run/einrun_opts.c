@@ -2,6 +2,7 @@
  * per option, the parsing and the checks no single option can make
  * (einrun_int.h). */
 #include "coordinator/run/einrun_int.h"
+#include "common/ein_knob.h"
 
 static void usage(FILE *f)
 {
@@ -186,6 +187,7 @@ static void usage(FILE *f)
 "  -q, --quiet          no progress lines (they show only when stderr is a\n"
 "                       terminal: planning, synthesis, --dump-inputs, runs).\n"
 "  -h, --help           this text.   --version   the version.\n"
+"  --help-env           every environment variable einsummable reads, a table.\n"
 "\n"
 "Exit status: 0 success, 1 the run failed (the message names the device,\n"
 "worker pid, instruction and operator), 2 bad usage or bad input.\n");
@@ -232,7 +234,7 @@ int graphs_mode(const run_opts *o)
 
 /* One row per option, in the style of Redis's command table. set() reads
  * `arg` into the field of `o` at `off` and returns OPT_NEXT, or prints why
- * not and returns the exit status (0 after --help and --version). */
+ * not and returns the exit status (0 after --help, --help-env and --version). */
 typedef struct run_opt run_opt;
 typedef int opt_set(run_opts *o, const run_opt *d, const char *arg);
 struct run_opt {
@@ -486,6 +488,13 @@ static int opt_help(run_opts *o, const run_opt *d, const char *arg)
     return 0;
 }
 
+static int opt_help_env(run_opts *o, const run_opt *d, const char *arg)
+{
+    (void)o, (void)d, (void)arg;
+    ein_knob_print(stdout);
+    return 0;
+}
+
 static int opt_version(run_opts *o, const run_opt *d, const char *arg)
 {
     (void)o, (void)d, (void)arg;
@@ -555,6 +564,7 @@ static const run_opt run_opt_table[] = {
     {"listen",           0, 1, opt_string,   F(listen),          0, 0, NULL},
     {"devices-per-host", 0, 1, opt_int,      F(devices_per_host), 1, MAX_DEVICES, NULL},
     {"help",           'h', 0, opt_help,     0,                  0, 0, NULL},
+    {"help-env",         0, 0, opt_help_env, 0,                  0, 0, NULL},
     {"version",          0, 0, opt_version,  0,                  0, 0, NULL},
 };
 #undef F
@@ -591,7 +601,8 @@ static int check_saved_flags(const run_opts *o)
                         compile_only[k]);
                 return 2;
             }
-    if (getenv("EIN_EXCHANGE_CHUNKS") && *getenv("EIN_EXCHANGE_CHUNKS"))
+    const char *chunks = ein_knob_get(EIN_KNOB_EXCHANGE_CHUNKS);
+    if (chunks && *chunks)
         fprintf(stderr, "einrun: $EIN_EXCHANGE_CHUNKS is not used: %s is a saved program, "
                 "compiled already\n", o->path);
     return 0;
@@ -659,7 +670,7 @@ int run_opts_check(run_opts *o, int argc, char **argv)
         }
     }
     /* Chunked exchanges: --exchange-chunks, else $EIN_EXCHANGE_CHUNKS. */
-    const char *env = getenv("EIN_EXCHANGE_CHUNKS");
+    const char *env = ein_knob_get(EIN_KNOB_EXCHANGE_CHUNKS);
     ein_error e = {0};
     if (!saved && !o->exchange_chunks && env && *env &&
         ein_fe_parse_exchange_chunks(env, &o->exchange_chunks, &e) < 0) {

@@ -16,6 +16,7 @@
  * One operand: a strided copy from a into out, summing the letters that are
  * not in out. */
 #include "kernels/kn_cpu.h"
+#include "kernels/cpu/kn_internal.h"
 
 #include <cblas.h>
 #include <inttypes.h>
@@ -27,6 +28,10 @@
 
 #define KN_NLET 26
 #define KN_SMALL_GEMM 256
+/* Products of at most this many rows go through kn_stream_mm (one read of
+ * the weights in their own dtype) rather than sgemm, which packs a copy of
+ * them first (tools/bench-kernels -s measures where the two cross). */
+#define KN_STREAM_ROWS 16
 /* Distinct letters of a two-operand einsum: at most the letters of a and b. */
 #define KN_MAXDIM (2 * EIN_MAX_RANK)
 
@@ -49,7 +54,9 @@ typedef struct kn_es {
 /* An operand as BLAS sees it: f32 data, strides per letter (for batch
  * offsets), transpose flag and leading dimension of the logical matrix. */
 typedef struct kn_mat {
-    const float *p;
+    const float *p;            /* f32 data, or NULL when kept in its own dtype */
+    const void *raw;           /* the data in dtype dt (p itself when f32) */
+    ein_dtype dt;
     const int64_t *st;
     int trans;
     int64_t ld;
@@ -302,7 +309,8 @@ static int kn_fit(const kn_es *e, const int64_t *st, const int *rows, int nr,
  * index: in place if it fits, else a dense [batch, rows, cols] copy with its
  * own-only letters summed. Scratch goes to *tmp; canonical strides into cst. */
 static int kn_prep(const kn_es *e, int x, const int *batch, int nbt, const int *rows, int nr,
-                   const int *cols, int nc, int64_t *cst, kn_mat *m, float **tmp, ein_error *err)
+                   const int *cols, int nc, int keep, int64_t *cst, kn_mat *m, float **tmp,
+                   ein_error *err)
 {
     unsigned own = e->act[x] & ~e->act[1 - x] & ~e->act[2];
     const float *src;
@@ -310,10 +318,17 @@ static int kn_prep(const kn_es *e, int x, const int *batch, int nbt, const int *
     int rc;
     *tmp = NULL;
     if (!own && kn_fit(e, e->st[x], rows, nr, cols, nc, &m->trans, &m->ld)) {
+        m->st = e->st[x];
+        if (keep) {   /* read in place in its own dtype (kn_stream_mm) */
+            m->p = e->blk[x]->dtype == EIN_F32 ? e->blk[x]->data : NULL;
+            m->raw = e->blk[x]->data;
+            m->dt = e->blk[x]->dtype;
+            return 0;
+        }
         if ((rc = kn_as_f32(e, x, &src, &conv, err)) < 0)
             return rc;
-        m->p = src;
-        m->st = e->st[x];
+        m->p = m->raw = src;
+        m->dt = EIN_F32;
         *tmp = conv;
         return 0;
     }
@@ -343,7 +358,8 @@ static int kn_prep(const kn_es *e, int x, const int *batch, int nbt, const int *
     kn_strided(nd, ext, src, sx, dst, sy, own != 0);
     free(conv);
     int64_t ncols = kn_prod(cols, nc, e->ext);
-    m->p = dst;
+    m->p = m->raw = dst;
+    m->dt = EIN_F32;
     m->st = cst;
     m->trans = 0;
     m->ld = ncols > 1 ? ncols : 1;
@@ -433,6 +449,7 @@ typedef struct kn_gemm {
     const int64_t *stc;
     int ctrans;
     int64_t ldc;
+    int stream;        /* 1: kn_stream_mm (B in its own dtype), else BLAS */
 } kn_gemm;
 
 /* Sort the active letters of e into gm's batch, M, N and K and set m, n
@@ -489,6 +506,35 @@ static int kn_out_matrix(const kn_es *e, kn_gemm *gm, float *t, float **cs, ein_
     return 0;
 }
 
+/* A few rows of A (a batch of decode steps, up to KN_FEW_ROWS): B in
+ * blocks of about KN_FEW_BYTES, each block read from memory once by the
+ * first row's sgemv and from cache by the others', where sgemm (OpenBLAS
+ * before 0.3.27) first packs a copy of all of B. */
+#define KN_FEW_ROWS 16
+#define KN_FEW_BYTES (256 << 10)
+
+static void kn_gemm_few_rows(const kn_mat *ma, const kn_mat *mb, int64_t oa, int64_t ob,
+                             float *c, int64_t ldc, int m, int n, int k)
+{
+    int nb = (int)(KN_FEW_BYTES / ((int64_t)sizeof(float) * (k > 0 ? k : 1)));
+    if (nb < 16)
+        nb = 16;
+    for (int j0 = 0; j0 < n; j0 += nb) {
+        const int w = n - j0 < nb ? n - j0 : nb;
+        for (int i = 0; i < m; i++) {
+            const float *x = ma->trans ? ma->p + oa + i : ma->p + oa + (int64_t)i * ma->ld;
+            const int incx = ma->trans ? (int)ma->ld : 1;
+            float *y = c + (int64_t)i * ldc + j0;
+            if (mb->trans) /* B stored [n, k]: rows j0.. of it */
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, w, k, 1.0f,
+                            mb->p + ob + (int64_t)j0 * mb->ld, (int)mb->ld, x, incx, 0.0f, y, 1);
+            else /* B stored [k, n]: columns j0.. of it */
+                cblas_sgemv(CblasRowMajor, CblasTrans, k, w, 1.0f, mb->p + ob + j0,
+                            (int)mb->ld, x, incx, 0.0f, y, 1);
+        }
+    }
+}
+
 /* One sgemm per batch index (batch letters odometer-style, last fastest). */
 static void kn_gemm_batches(const kn_es *e, const kn_gemm *gm)
 {
@@ -499,14 +545,23 @@ static void kn_gemm_batches(const kn_es *e, const kn_gemm *gm)
     enum CBLAS_TRANSPOSE opa = ma->trans ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE opb = mb->trans ? CblasTrans : CblasNoTrans;
     int64_t idx[EIN_MAX_RANK] = {0}, oa = 0, ob = 0, oc = 0;
+    const size_t bsz = ein_dtype_size(mb->dt);
     for (;;) {
-        if (!gm->ctrans && m == 1)
-            /* One row (a decode step's activations): sgemv reads B once in
-             * place, where sgemm (OpenBLAS before 0.3.27) first packs a
-             * copy of B, doubling the memory traffic that bounds it. */
+        if (gm->stream)
+            /* A few rows (a decode step's activations): B read once, in
+             * its own dtype, where sgemm (OpenBLAS before 0.3.27) first
+             * packs a copy of B, doubling the memory traffic that bounds
+             * it, and sgemv reads [in, out] at a fraction of the bandwidth. */
+            kn_stream_mm(m, n, k, ma->p + oa, ma->ld, (const char *)mb->raw + ob * bsz,
+                         mb->dt, mb->trans, mb->ld, pc + oc, gm->ldc);
+        else if (!gm->ctrans && m == 1)
+            /* One row by f32 weights [k, n], or one whose elements are
+             * strided (a transposed): sgemv, which reads B once in place. */
             cblas_sgemv(CblasRowMajor, mb->trans ? CblasNoTrans : CblasTrans,
                         mb->trans ? n : k, mb->trans ? k : n, 1.0f, mb->p + ob, (int)mb->ld,
                         ma->p + oa, ma->trans ? (int)ma->ld : 1, 0.0f, pc + oc, 1);
+        else if (!gm->ctrans && m <= KN_FEW_ROWS && k > 0)
+            kn_gemm_few_rows(ma, mb, oa, ob, pc + oc, gm->ldc, m, n, k);
         else if (!gm->ctrans)
             cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, 1.0f, ma->p + oa,
                         (int)ma->ld, mb->p + ob, (int)mb->ld, 0.0f, pc + oc, (int)gm->ldc);
@@ -565,12 +620,22 @@ static int kn_einsum2(const kn_es *e, ein_error *err)
                         e->subs, m, n, k);
     float *ta = NULL, *tb = NULL, *t = NULL, *cs = NULL;
     int rc;
-    if ((rc = kn_prep(e, 0, gm.batch, gm.nbt, gm.M, gm.nm, gm.K, gm.nk, gm.csta, &gm.a, &ta,
-                      err)) < 0 ||
-        (rc = kn_prep(e, 1, gm.batch, gm.nbt, gm.K, gm.nk, gm.N, gm.nn, gm.cstb, &gm.b, &tb,
+    if ((rc = kn_prep(e, 0, gm.batch, gm.nbt, gm.M, gm.nm, gm.K, gm.nk, 0, gm.csta, &gm.a, &ta,
                       err)) < 0 ||
         (rc = kn_out_target(e, &t, err)) < 0 || (rc = kn_out_matrix(e, &gm, t, &cs, err)) < 0)
         goto done;
+    /* A few rows of a (rows contiguous) into rows of C: kn_stream_mm reads
+     * b once, in place in its own dtype when it fits. One row by f32
+     * weights stored [k, n] stays with sgemv, which reads them faster
+     * (86-88% of memcpy's traffic against 76-81%); on [n, k] (a
+     * checkpoint's [out, in]) kn_stream_mm reads 86-90% against sgemv's
+     * 67-72% (tools/bench-kernels -s). */
+    gm.stream = m <= KN_STREAM_ROWS && !gm.ctrans && !gm.a.trans;
+    if ((rc = kn_prep(e, 1, gm.batch, gm.nbt, gm.K, gm.nk, gm.N, gm.nn, gm.stream, gm.cstb,
+                      &gm.b, &tb, err)) < 0)
+        goto done;
+    if (gm.stream && m == 1 && gm.b.dt == EIN_F32 && !gm.b.trans)
+        gm.stream = 0;   /* gm.b.p is the f32 data in place or a dense copy */
     if (gm.a.ld > INT_MAX || gm.b.ld > INT_MAX || gm.ldc > INT_MAX) {
         rc = ein_fail(err, EIN_EUNSUPPORTED, "einsum %s: leading dimension exceeds BLAS int",
                       e->subs);

@@ -63,6 +63,22 @@ static inline int64_t kn_int_at(const kn_block *b, int64_t i)
 /* A rank-1 i32/i64 block over [lo, hi) (positions of a batch or tokens). */
 int kn_pos_check(const char *what, const kn_block *pos, int64_t lo, int64_t hi, ein_error *err);
 
+/* C[r, j] = sum over i of A[r, i] * B(i, j), r < m, j < n, i < k, computed
+ * in f32 and written over C (kernels/cpu/kn_stream.c): A f32 with row r at
+ * a + r*lda (contiguous in i); B of dtype bdt (f32, f16 or bf16, widened in
+ * registers) stored [n, k] when b_nk (B(i, j) at element j*ldb + i: a
+ * checkpoint's [out, in]) or [k, n] (element i*ldb + j); C f32 at c + r*ldc
+ * + j. Reads every element of B once from memory (the rows of A and C stay
+ * in cache): for a few rows, a decode step's products. Allocates nothing,
+ * cannot fail; m <= 0 or n <= 0 does nothing, k == 0 writes zeros. */
+void kn_stream_mm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
+                  ein_dtype bdt, int b_nk, int64_t ldb, float *c, int64_t ldc);
+/* 1 when kn_stream_mm runs its AVX2/FMA/F16C loops on this CPU, 0 for the
+ * portable C ones. kn_stream_force_portable(1) makes it use the portable
+ * loops (tests compare both paths; not thread-safe, set before use). */
+int kn_stream_vector(void);
+void kn_stream_force_portable(int on);
+
 /* "[0:128, 64:96]" of a block's box, in a caller buffer. */
 const char *kn_fmt(const ein_box *b, char *buf, size_t len);
 

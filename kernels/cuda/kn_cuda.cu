@@ -7,6 +7,7 @@
  * each later one reading the running result from dst. */
 extern "C" {
 #include "kernels/kn_cpu.h"
+#include "common/ein_knob.h"
 }
 #include "kernels/cuda/kn_cuda.h"
 
@@ -104,7 +105,7 @@ extern "C" int kn_cuda_device_status(char *why, size_t cap)
 
 extern "C" int kn_cuda_gpu_hardware_present(void)
 {
-    const char *req = getenv("EIN_REQUIRE_GPU");
+    const char *req = ein_knob_get(EIN_KNOB_REQUIRE_GPU);
     if (req && req[0] == '1')
         return 1;
     if (access("/dev/nvidia0", F_OK) == 0)

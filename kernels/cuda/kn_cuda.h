@@ -142,6 +142,33 @@ int kn_cuda_attention_window(int64_t group, int64_t window, const int64_t *seq_e
                              const kn_block *q, const kn_block *k, const kn_block *v,
                              kn_block *out, void *stream, ein_error *err);
 
+/* Our FlashAttention-2-style kernel (kernels/cuda/kn_cuda_attn_fa2.cu,
+ * issue 33; NEVER RUN ON A GPU YET, so not the default): bf16/f16 with
+ * head dim 64 or 128, mma.sync tensor cores with S, P and O in registers,
+ * K/V tiles double-buffered with cp.async, causal/packed/window tile
+ * skipping, GQA. kn_cuda_attention_window and
+ * kn_cuda_attention_partial_window use it when EIN_CUDA_ATTENTION=fa2 and
+ * the blocks fit it, today's kernels otherwise (each fallback counted, with
+ * its reason, in kn_cuda_attention_fa2_report). The _fa2 entry points run
+ * it or nothing: blocks it does not take are EIN_EUNSUPPORTED (err says
+ * why; also without an sm_80+ device or build). Same checks and semantics
+ * as kn_cuda_attention_window / kn_cuda_attention_partial_window. */
+int kn_cuda_attention_fa2(int64_t group, int64_t window, const int64_t *seq_ends, int nseq,
+                          const kn_block *q, const kn_block *k, const kn_block *v, kn_block *out,
+                          void *stream, ein_error *err);
+int kn_cuda_attention_partial_fa2(int64_t group, int64_t window, const int64_t *seq_ends,
+                                  int nseq, const kn_block *q, const kn_block *k,
+                                  const kn_block *v, kn_block *out, void *stream, ein_error *err);
+/* EIN_CUDA_ATTENTION: unset, "" or "wmma" -> 0 (today's kernels), "fa2" ->
+ * 1; anything else is EIN_EINVAL naming the value (every call of our
+ * attention kernels then fails with it; cuDNN's path does not read it).
+ * Reads the environment on each call. */
+int kn_cuda_attention_impl(ein_error *err);
+/* "fa2 attention: N calls ran, M fell back to the wmma kernel (last: why)"
+ * into buf[cap] (process-wide counts of EIN_CUDA_ATTENTION=fa2 calls).
+ * Returns 0 or EIN_EINVAL. */
+int kn_cuda_attention_fa2_report(char *buf, size_t cap);
+
 /* Per-process setup of the fused attention kernels (their shared-memory
  * opt-in); kn_cuda_ctx_create() calls it. Call it (or create a context)
  * before capturing a graph that contains attention. */

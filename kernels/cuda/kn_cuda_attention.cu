@@ -240,7 +240,8 @@ static int kn_cu_att_prepare(ein_error *err)
 
 extern "C" int kn_cuda_attention_prepare(ein_error *err)
 {
-    return kn_cu_att_prepare(err);
+    int rc = kn_cu_att_prepare(err);
+    return rc < 0 ? rc : kn_cu_fa2_prepare(err);
 }
 
 template <typename T, int D>
@@ -265,12 +266,13 @@ extern "C" int kn_cuda_attention(int64_t group, const int64_t *seq_ends, int nse
     return kn_cuda_attention_window(group, 0, seq_ends, nseq, q, k, v, out, stream, err);
 }
 
-extern "C" int kn_cuda_attention_window(int64_t group, int64_t window, const int64_t *seq_ends,
-                                        int nseq, const kn_block *q, const kn_block *k,
-                                        const kn_block *v, kn_block *out, void *stream,
-                                        ein_error *err)
+/* impl: 0 today's kernels, 1 fa2 where it applies (else today's, noted),
+ * 2 fa2 only (EIN_EUNSUPPORTED where it does not apply). */
+static int kn_cu_attention_impl(int impl, int64_t group, int64_t window, const int64_t *seq_ends,
+                                int nseq, const kn_block *q, const kn_block *k, const kn_block *v,
+                                kn_block *out, void *stream, ein_error *err)
 {
-    const char *what = "cuda attention";
+    const char *what = impl == 2 ? "cuda fa2 attention" : "cuda attention";
     int rc;
     if (window < 0)
         return kn_cu_fail(err, EIN_EINVAL, "%s: window %lld is negative (0 = no window)", what,
@@ -307,6 +309,19 @@ extern "C" int kn_cuda_attention_window(int64_t group, int64_t window, const int
     if (g.hq > 65535)
         return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: more than 65535 query heads", what);
     cudaStream_t s = (cudaStream_t)stream;
+    if (impl > 0) {
+        char why[160];
+        rc = kn_cu_fa2_run(&seqs, &g, 0, q->dtype, q->data, k->data, v->data, out->data, s, why,
+                           sizeof why, err);
+        if (rc != EIN_EUNSUPPORTED) {
+            if (rc == 0 && impl == 1)
+                kn_cu_fa2_note(1, "");
+            return rc;
+        }
+        if (impl == 2)
+            return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: %s", what, why);
+        kn_cu_fa2_note(0, why);
+    }
     if (q->dtype == EIN_BF16 && g.d == 128)
         return kn_cu_att_fa_launch<__nv_bfloat16, 128>(seqs, g, q, k, v, out, s, err);
     if (q->dtype == EIN_BF16 && g.d == 64)
@@ -324,4 +339,23 @@ extern "C" int kn_cuda_attention_window(int64_t group, int64_t window, const int
             seqs, g, (const T *)q->data, (const T *)k->data, (const T *)v->data,
             (T *)out->data));
     return kn_cu_launched(what, err);
+}
+
+extern "C" int kn_cuda_attention_window(int64_t group, int64_t window, const int64_t *seq_ends,
+                                        int nseq, const kn_block *q, const kn_block *k,
+                                        const kn_block *v, kn_block *out, void *stream,
+                                        ein_error *err)
+{
+    int impl = kn_cuda_attention_impl(err);
+    if (impl < 0)
+        return impl;
+    return kn_cu_attention_impl(impl, group, window, seq_ends, nseq, q, k, v, out, stream, err);
+}
+
+extern "C" int kn_cuda_attention_fa2(int64_t group, int64_t window, const int64_t *seq_ends,
+                                     int nseq, const kn_block *q, const kn_block *k,
+                                     const kn_block *v, kn_block *out, void *stream,
+                                     ein_error *err)
+{
+    return kn_cu_attention_impl(2, group, window, seq_ends, nseq, q, k, v, out, stream, err);
 }

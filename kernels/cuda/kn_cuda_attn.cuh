@@ -83,4 +83,17 @@ static inline kn_cu_ageom kn_cu_ageom_of(int64_t group, const kn_block *q, const
     return g;
 }
 
+/* Our FlashAttention-2 kernel (kn_cuda_attn_fa2.cu) on blocks the caller
+ * has checked (kn_cuda_attention's or kn_cuda_attention_partial's rules;
+ * partial: out f32 rows of d + 1, keys limited to [u0, u0 + tk)). Returns
+ * 0, EIN_EUNSUPPORTED with why[cap] filled and nothing launched (dtype,
+ * head dim, alignment, a device or build without sm_80), or EIN_EDEVICE.
+ * kn_cu_fa2_note counts a call that ran (ran = 1) or fell back with why,
+ * for kn_cuda_attention_fa2_report. */
+extern "C" int kn_cu_fa2_run(const kn_cu_seqs *seqs, const kn_cu_ageom *g, int partial,
+                             ein_dtype dt, const void *q, const void *k, const void *v, void *out,
+                             cudaStream_t s, char *why, size_t cap, ein_error *err);
+extern "C" void kn_cu_fa2_note(int ran, const char *why);
+extern "C" int kn_cu_fa2_prepare(ein_error *err);
+
 #endif

@@ -94,13 +94,12 @@ extern "C" int kn_cuda_attention_partial(int64_t group, const int64_t *seq_ends,
     return kn_cuda_attention_partial_window(group, 0, seq_ends, nseq, q, k, v, out, stream, err);
 }
 
-extern "C" int kn_cuda_attention_partial_window(int64_t group, int64_t window,
-                                                const int64_t *seq_ends, int nseq,
-                                                const kn_block *q, const kn_block *k,
-                                                const kn_block *v, kn_block *out, void *stream,
-                                                ein_error *err)
+/* impl as kn_cu_attention_impl's (kn_cuda_attention.cu). */
+static int kn_cu_partial_impl(int impl, int64_t group, int64_t window, const int64_t *seq_ends,
+                              int nseq, const kn_block *q, const kn_block *k, const kn_block *v,
+                              kn_block *out, void *stream, ein_error *err)
 {
-    const char *what = "cuda attention_partial";
+    const char *what = impl == 2 ? "cuda fa2 attention_partial" : "cuda attention_partial";
     int rc;
     if (window < 0)
         return kn_cu_fail(err, EIN_EINVAL, "%s: window %lld is negative (0 = no window)", what,
@@ -141,11 +140,45 @@ extern "C" int kn_cuda_attention_partial_window(int64_t group, int64_t window,
                           (long long)d, 32 * KN_CU_ATT_NPL);
     kn_cu_ageom g = kn_cu_ageom_of(group, q, k);
     g.window = window;
+    if (impl > 0) {
+        char why[160];
+        rc = kn_cu_fa2_run(&seqs, &g, 1, q->dtype, q->data, k->data, v->data, out->data, s, why,
+                           sizeof why, err);
+        if (rc != EIN_EUNSUPPORTED) {
+            if (rc == 0 && impl == 1)
+                kn_cu_fa2_note(1, "");
+            return rc;
+        }
+        if (impl == 2)
+            return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: %s", what, why);
+        kn_cu_fa2_note(0, why);
+    }
     KN_CU_DISPATCH(q->dtype, T,
         kn_cu_att_part<T><<<kn_cu_grid(rows, 8), 256, 0, s>>>(
             seqs, g, (const T *)q->data, (const T *)k->data, (const T *)v->data,
             (float *)out->data));
     return kn_cu_launched(what, err);
+}
+
+extern "C" int kn_cuda_attention_partial_window(int64_t group, int64_t window,
+                                                const int64_t *seq_ends, int nseq,
+                                                const kn_block *q, const kn_block *k,
+                                                const kn_block *v, kn_block *out, void *stream,
+                                                ein_error *err)
+{
+    int impl = kn_cuda_attention_impl(err);
+    if (impl < 0)
+        return impl;
+    return kn_cu_partial_impl(impl, group, window, seq_ends, nseq, q, k, v, out, stream, err);
+}
+
+extern "C" int kn_cuda_attention_partial_fa2(int64_t group, int64_t window,
+                                             const int64_t *seq_ends, int nseq,
+                                             const kn_block *q, const kn_block *k,
+                                             const kn_block *v, kn_block *out, void *stream,
+                                             ein_error *err)
+{
+    return kn_cu_partial_impl(2, group, window, seq_ends, nseq, q, k, v, out, stream, err);
 }
 
 extern "C" int kn_cuda_agg_lse_blk(const kn_block *srcs, int n, kn_block *out, void *stream,

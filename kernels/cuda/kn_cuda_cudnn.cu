@@ -30,6 +30,7 @@
  * EIN_ATTENTION=ours turns cuDNN off, EIN_ATTENTION=cudnn makes a cuDNN
  * decline an error (tests). */
 #include "kernels/cuda/kn_cuda_common.cuh"
+#include "common/ein_knob.h"
 
 #include "config.h"
 
@@ -581,7 +582,7 @@ extern "C" int kn_cudnn_probe_variant(struct kn_cudnn *c, const kn_sg_params *p,
  * error), anything else or unset: cuDNN where it applies, else ours. */
 static int kn_attention_mode(void)
 {
-    const char *m = getenv("EIN_ATTENTION");
+    const char *m = ein_knob_get(EIN_KNOB_ATTENTION);
     if (m && !strcmp(m, "ours"))
         return 0;
     if (m && !strcmp(m, "cudnn"))

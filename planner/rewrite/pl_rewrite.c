@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/ein_clock.h"
+#include "common/ein_knob.h"
 #include "common/ein_self.h"
 #include "planner/ops/pl_ops.h"
 #include "planner/pl_graph_int.h"
@@ -783,7 +784,7 @@ out:
 static const char *rules_dir(void)
 {
     static _Thread_local char near[4096];
-    const char *env = getenv("EIN_REWRITE_RULES");
+    const char *env = ein_knob_get(EIN_KNOB_REWRITE_RULES);
     struct stat st;
     if (env && *env)
         return env;

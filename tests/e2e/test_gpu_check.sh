@@ -219,6 +219,7 @@ fi
 echo "gemm f16 8192x8192x8192: cublasGemmEx 660.0 TFLOP/s, kn_cuda_gemm 650.0 TFLOP/s (98.5%)"
 echo "gemm bf16 8192x8192x8192: cublasGemmEx 661.0 TFLOP/s, kn_cuda_gemm 651.0 TFLOP/s (98.5%)"
 echo "attention causal bf16 (our kernel): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 3.000 ms, 183.3 TFLOP/s"
+echo "attention causal bf16 (fa2 kernel): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 2.000 ms, 275.0 TFLOP/s, max |fa2 - wmma| 0.0039"
 if [ -n "${MOCK_CUDNN_REJECT:-}" ]; then
 echo "attention causal bf16 (cuDNN SDPA): not run: cuda attention: EIN_ATTENTION=cudnn: cuDNN heuristics found no engine for this graph"
 else
@@ -253,7 +254,7 @@ EOF2
 mock "$S/m1" 1
 rc=$?
 l="$S/m1/log"
-if [ $rc = 0 ] && grep -q '^VERDICT: PASS (13 checks)$' "$l" &&
+if [ $rc = 0 ] && grep -q '^VERDICT: PASS (14 checks)$' "$l" &&
     grep -q '^  PASS  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized (12.0 ms); engines 2 of 40 finalize \[7 9\]' "$l" &&
     grep -q '^  PASS  cudnn-correct  *2 comparisons with our kernel agree' "$l" &&
     grep -q '^  PASS  gpus-default  *einrun --gpus 0 examples/llama_block.ein ran on the GPU' "$l" &&
@@ -261,8 +262,11 @@ if [ $rc = 0 ] && grep -q '^VERDICT: PASS (13 checks)$' "$l" &&
     grep -q '^  MET  *attention-cudnn  *550.0 TFLOP/s (>= 450)' "$l" &&
     grep -q '^  NOT MET  *attention-ours  *183.3 TFLOP/s (>= 250)' "$l" &&
     grep -q '^  NOT MEASURED  *llama-vs-torch' "$l" &&
-    grep -q '^TARGETS: 1 of 3 met (1 not measured)$' "$l" &&
+    grep -q '^TARGETS: 2 of 4 met (1 not measured)$' "$l" &&
     grep -q '^  cuDNN V0 (before issue 33, no LOG/ADD, P f32)  *12 ops' "$l" &&
+    grep -q '^  PASS  attention-fa2  *agrees with the wmma kernel (max |diff| 0.0039 <= 0.02), 275.0 TFLOP/s$' "$l" &&
+    grep -q '^  MET  *attention-fa2  *275.0 TFLOP/s (>= 250)' "$l" &&
+    grep -q '^  attention bf16 (fa2 kernel) *275.0 TFLOP/s (2.000 ms), 8K causal GQA 32/8 d 128; max |fa2 - wmma| 0.0039$' "$l" &&
     grep -q '^  PASS  fake-hosts-gpu    2 pseudo-hosts on GPU 0 vs --gpus 0,0 (? copies): 32 elements, bytes identical' "$l" &&
     grep -q '^  PASS  graphs-identical  --graphs on vs off: 32 elements, bytes identical' "$l" &&
     grep -q '^  PASS  graphs-captured   small block, --gpus 0: 3 captured, 6 launches, 0 not captured, 2 too short$' "$l" &&
@@ -280,7 +284,7 @@ fi
 mock "$S/m2" 2
 rc=$?
 l="$S/m2/log"
-if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 13 checks did not pass)$' "$l" &&
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 14 checks did not pass)$' "$l" &&
     grep -q '^  FAIL  gpus-0-vs-00  *exit 0 / 0: 32 elements, bytes differ, max abs err [0-9.]*, scaled [0-9.]* (tol 0.05): MISMATCH$' "$l"; then
     ok "mock GPU run: --gpus 0,0 disagreeing is a FAIL with the max error"
 else
@@ -289,7 +293,7 @@ fi
 MOCK_CUDNN_REJECT=1 mock "$S/m3" 1
 rc=$?
 l="$S/m3/log"
-if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (2 of 13 checks did not pass)$' "$l" &&
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (2 of 14 checks did not pass)$' "$l" &&
     grep -q '^  FAIL  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized (12.0 ms); engines 0 of 40 finalize \[\]; error: cuDNN heuristics found no engine' "$l" &&
     grep -q '^  FAIL  cudnn-correct  *0 agree, 0 mismatch, 1 not run: O bf16 T 128: not run: ' "$l" &&
     grep -q '^  NOT MEASURED  *attention-cudnn  *attention causal bf16 (cuDNN SDPA): not run: ' "$l"; then

@@ -11,7 +11,8 @@
 # exprog (ExProg parse, print + parse back, validate, simulate), wire
 # (msgpack messages), npy (.npy headers and box reads), rules (rewrite
 # rules), probe (GPU probe text, topology detection), topo (topology files),
-# safetensors (.safetensors headers, raw box reads by mmap), saved (the
+# safetensors (.safetensors headers, raw box reads by mmap), tokenizer (a
+# tokenizer.json, encode, decode and streaming; fuzz_tokenizer.c), saved (the
 # graph, plan and programs of a saved program file), load (the whole
 # saved-program loader: a file without its digest, which the target adds).
 # FUZZ_TARGETS="exprog topo" picks some.
@@ -31,7 +32,7 @@ secs=${2:-30}
 cc=${CC_FUZZ:-clang}
 out=${FUZZ_OUT:-$PWD/fuzz-build}
 jobs=${FUZZ_JOBS:-2}
-targets=${FUZZ_TARGETS:-ein exprog wire npy rules probe topo safetensors saved load}
+targets=${FUZZ_TARGETS:-ein exprog wire npy rules probe topo safetensors saved load tokenizer}
 limits="-timeout=2 -rss_limit_mb=2048 -malloc_limit_mb=2048 -max_len=4096"
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 
@@ -45,20 +46,21 @@ if ! "$cc" -fsanitize=fuzzer,address,undefined "$out/probe.c" -o "$out/probe" >/
 fi
 
 pc() { pkg-config "$@" 2>/dev/null; }
-deps_cflags="$(pc --cflags libsodium) $(pc --cflags libzmq) $(pc --cflags msgpack-c || pc --cflags msgpack) $(pc --cflags openblas) $(pc --cflags jansson)"
-deps_libs="$(pc --libs libsodium) $(pc --libs libzmq) $(pc --libs msgpack-c || pc --libs msgpack) $(pc --libs openblas) $(pc --libs jansson) -lpthread -lm"
+deps_cflags="$(pc --cflags libsodium) $(pc --cflags libzmq) $(pc --cflags msgpack-c || pc --cflags msgpack) $(pc --cflags openblas) $(pc --cflags jansson) $(pc --cflags libpcre2-8) $(pc --cflags libutf8proc)"
+deps_libs="$(pc --libs libsodium) $(pc --libs libzmq) $(pc --libs msgpack-c || pc --libs msgpack) $(pc --libs openblas) $(pc --libs jansson) $(pc --libs libpcre2-8) $(pc --libs libutf8proc) -lpthread -lm"
 cflags="-std=gnu11 -g -O1 -I$src $deps_cflags -DPL_REWRITE_RULES_DIR=\"$src/planner/rewrite/rules\" \
  -DPL_REWRITE_RULES_SRCDIR=\"$src/planner/rewrite/rules\""
 lib_srcs=$(cd "$src" && ls common/*.c planner/*.c planner/ops/*.c exchange/*.c \
     planner/rewrite/pl_rewrite.c planner/rewrite/rw_egraph.c planner/rewrite/rw_rules.c \
     planner/rewrite/rw_saturate.c \
     planner/rewrite/rw_ilp.c planner/rewrite/pl_rewrite_weights.c coordinator/compile/*.c \
-    $(ls coordinator/predict/*.c | grep -v co_calib_run.c))
+    $(ls coordinator/predict/*.c | grep -v co_calib_run.c) | grep -v '^exchange/xp_topo_builtin\.c$')
 
 # Rebuild everything when any source or header is newer than the last build.
 stamp="$out/obj/.stamp"
 if [ ! -f "$stamp" ] || [ -n "$( (find "$src/common" "$src/planner" "$src/exchange" \
-        "$src/coordinator" -newer "$stamp" \( -name '*.c' -o -name '*.h' -o -name '*.def' \);
+        "$src/coordinator" "$src/topologies" -newer "$stamp" \( -name '*.c' -o -name '*.h' \
+        -o -name '*.def' -o -name '*.awk' -o -name '*.topo' -o -name '*.cal' \);
         find "$here" -maxdepth 1 -newer "$stamp" \( -name '*.c' -o -name '*.h' \)) | head -n 1)" ]; then
     echo "fuzz: compiling $(echo $lib_srcs | wc -w) library sources with $cc"
     rm -f "$out"/obj/*.o
@@ -66,7 +68,12 @@ if [ ! -f "$stamp" ] || [ -n "$( (find "$src/common" "$src/planner" "$src/exchan
     for f in $lib_srcs; do echo "$f"; done | xargs -P "$jobs" -I{} sh -c \
         'o="$1/obj/$(echo "$2" | tr / _ | sed "s/\.c$/.o/")"; $3 $4 -fsanitize=fuzzer-no-link -c "$5/$2" -o "$o" || exit 255' \
         sh "$out" {} "$cc" "$cflags $san" "$src" || { echo "fuzz: compile failed"; exit 1; }
-    for t in ein exprog wire npy rules probe topo safetensors saved load; do
+    # The built-in machines are generated from topologies/ (exchange/local.am).
+    LC_ALL=C awk -f "$src/exchange/xp_machines.awk" $(LC_ALL=C ls "$src"/topologies/*.topo) \
+        > "$out/xp_topo_builtin.c" &&
+        $cc $cflags $san -fsanitize=fuzzer-no-link -c "$out/xp_topo_builtin.c" \
+            -o "$out/obj/exchange_xp_topo_builtin.o" || { echo "fuzz: compile failed"; exit 1; }
+    for t in ein exprog wire npy rules probe topo safetensors saved load tokenizer; do
         $cc $cflags $san -fsanitize=fuzzer "$here/fuzz_$t.c" "$out"/obj/*.o $deps_libs \
             -o "$out/fuzz_$t" || { echo "fuzz: link of fuzz_$t failed"; exit 1; }
     done

@@ -303,6 +303,26 @@ static void test_einsum_offsets(void **state)
     }
 }
 
+/* A few rows (2 to 16, a batch of decode steps) against a B wide enough
+ * for several of kn_einsum's cache blocks of B (256 KiB: 59 rows of 1100
+ * floats), in each layout of A and B, and rows at an offset. */
+static void test_einsum_few_rows(void **state)
+{
+    (void)state;
+    static const char *const subs[] = {"ij,kj->ik", "ij,jk->ik", "ji,kj->ik", "ji,jk->ik",
+                                       "bij,bkj->bik"};
+    static const int rows[] = {2, 3, 8, 16, 17};
+    for (size_t si = 0; si < sizeof subs / sizeof *subs; si++)
+        for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
+            int64_t lo[26] = {0}, hi[26] = {0};
+            lo['i' - 'a'] = 5, hi['i' - 'a'] = 5 + rows[ri];
+            lo['j' - 'a'] = 0, hi['j' - 'a'] = 1100;
+            lo['k' - 'a'] = 3, hi['k' - 'a'] = 203;
+            lo['b' - 'a'] = 0, hi['b' - 'a'] = 2;
+            check_einsum(subs[si], EIN_F32, EIN_F32, EIN_F32, lo, hi);
+        }
+}
+
 /* Large enough that every operand of a batched product is used in place
  * by BLAS, plus letters of extent 1 in the middle of a block. */
 static void test_einsum_shapes(void **state)
@@ -769,6 +789,7 @@ int main(void)
     const struct CMUnitTest rest[] = {
         cmocka_unit_test(test_einsum_offsets),
         cmocka_unit_test(test_einsum_shapes),
+        cmocka_unit_test(test_einsum_few_rows),
         cmocka_unit_test(test_einsum_empty),
         cmocka_unit_test(test_unary),
         cmocka_unit_test(test_unary_sigmoid_range),

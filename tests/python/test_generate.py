@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import einsummable as es
+from conftest import close_enough
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
 import hf_model  # noqa: E402
@@ -158,3 +159,68 @@ def test_greedy_megatron(tiny, ndev):
         es.llama.load([os.path.join(d, "model.safetensors")], os.path.join(d, "config.json"),
                       device=[0, 1], max_len=48, strategy="nonesuch").generate(
                           prompts, max_new_tokens=1)
+
+
+def _bf16_bits(a):
+    """float32 -> bf16 bit patterns, rounded to nearest even (NumPy has no
+    bf16), and their exact values as float64."""
+    u = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return bits, (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _stored(a, dtype):
+    """(what prog.load takes, the exact stored values as float64) of a
+    float32 array in dtype."""
+    if dtype == "bf16":
+        return _bf16_bits(a)
+    h = np.asarray(a, np.float32).astype(np.float16)
+    return h, h.astype(np.float64)
+
+
+@pytest.mark.parametrize("ndev", [1, 2])
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_decode_products_low_precision(ndev, dtype, rows):
+    """A decode step's products in bf16 or f16 (issue 36): 1 and 3 tokens
+    by weights in both layouts (a checkpoint's [out, in] through einsum
+    ij,kj->ik, and matmul's [in, out]), on 1 and 2 devices. Each product
+    reads its operands as stored, sums in f32 and rounds once: within half
+    an ulp of the dtype (and f32's summation error) of a float64 product of
+    the same stored values. Then a SwiGLU MLP of such products, rounded
+    after every operation, within the dtype's tolerance of float64."""
+    rng = np.random.default_rng(36 + rows)
+    dm, ff = 96, 136
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc([rows, dm], dtype), name="x")
+    wg = g.insertTensor(es.tensorDesc([ff, dm], dtype), name="wg")     # [out, in]
+    wu = g.insertTensor(es.tensorDesc([ff, dm], dtype), name="wu")
+    wd = g.insertTensor(es.tensorDesc([ff, dm], dtype), name="wd")     # [in, out]
+    pg = g.einsum("ij,kj->ik", x, wg, name="pg")
+    pd = g.matmul(x, g.einsum("ij->ji", wd), name="pd")    # [in, out] operand: wd^T
+    h = g.mul(g.silu(pg), g.einsum("ij,kj->ik", x, wu))
+    y = g.matmul(h, wd, name="y")
+    for t in (pg, pd, y):
+        g.save(t)
+    raw = {"x": rng.standard_normal((rows, dm)).astype(np.float32)}
+    for n in ("wg", "wu", "wd"):
+        raw[n] = (rng.standard_normal((ff, dm)) / np.sqrt(dm)).astype(np.float32)
+    ex = {}
+    with es.compileGraph(g, device=list(range(ndev))) as prog:
+        for n, a in raw.items():
+            v, ex[n] = _stored(a, dtype)
+            prog.load(n, v)
+        prog.execute()
+        got = {n: prog.offload(n).astype(np.float64) for n in ("pg", "pd", "y")}
+    half_ulp = 2.0 ** -8 if dtype == "bf16" else 2.0 ** -11   # relative, 8 and 11 bits
+    X = ex["x"]
+    for n, want in (("pg", X @ ex["wg"].T), ("pd", X @ ex["wd"].T)):
+        mag = np.abs(X) @ np.abs(ex["wg" if n == "pg" else "wd"]).T
+        err = np.abs(got[n] - want)
+        ok = err <= half_ulp * np.abs(want) + dm * 2.0 ** -24 * mag + 2.0 ** -25
+        assert ok.all(), "%s %s, %d rows, %d devices: %r, expected %r" % (
+            dtype, n, rows, ndev, got[n][~ok][:3], want[~ok][:3])
+    gt, up = X @ ex["wg"].T, X @ ex["wu"].T
+    want = (gt / (1.0 + np.exp(-gt)) * up) @ ex["wd"]
+    bad = close_enough(got["y"], want, rel=3e-2, abs_=1e-3)
+    assert bad is None, "%s, %d rows, %d devices: %s" % (dtype, rows, ndev, bad)
