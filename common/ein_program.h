@@ -26,7 +26,8 @@
 #include "common/ein_error.h"
 #include "common/ein_rope.h"
 
-#define EIN_PROTOCOL_VERSION 4   /* 4: attention kernels carry "window" (issue 34) */
+#define EIN_PROTOCOL_VERSION 5   /* 4: attention kernels carry "window" (issue 34);
+                                    5: rope kernels carry "scaling" (issue 34) */
 #define EIN_NAME_MAX 64         /* operator names, einsum subscripts */
 #define EIN_PATH_MAX 4096
 
@@ -106,6 +107,8 @@ typedef struct ein_kernel {
                                       with i - W < j <= i (transformers' rule:
                                       masked when i - j >= W) */
     int32_t style;                 /* ROPE: an ein_rope_style */
+    ein_rope_scaling scaling;      /* ROPE, ROPE_AT: frequency rescaling
+                                      (common/ein_rope.h; zero: none) */
     int64_t rows;                  /* EMBEDDING: rows of the whole table (ids
                                       outside [0, rows) are an error) */
     int64_t *list;                 /* ROPE/ATTENTION: sorted sequence ends, the

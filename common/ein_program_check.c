@@ -309,6 +309,8 @@ static int check_rope_kernel(const ein_program *p, int i, const ein_instr *ins, 
         return ifail(err, i, ins, "rope: theta %g is not a finite number > 0", k->theta);
     if (k->style < 0 || k->style >= EIN_ROPE_STYLE_COUNT)
         return ifail(err, i, ins, "rope: style %d is not interleaved (0) or half (1)", (int)k->style);
+    if (ein_rope_scaling_invalid(&k->scaling))
+        return ifail(err, i, ins, "rope: scaling: %s", ein_rope_scaling_invalid(&k->scaling));
     return check_seq_ends(i, ins, x->hi[0], err);
 }
 
@@ -519,7 +521,8 @@ static int check_generate_kernel(const ein_program *p, int i, const ein_instr *i
         ok = ok && o->rank == 2 && ein_box_equal(o, &x->box) && pos_ok(ps, o, 0) &&
              k->head_dim > 0 && k->head_dim % 2 == 0 && o->lo[1] % k->head_dim == 0 &&
              o->hi[1] % k->head_dim == 0 && k->theta > 0 && isfinite(k->theta) &&
-             (k->style == EIN_ROPE_INTERLEAVED || k->style == EIN_ROPE_HALF);
+             (k->style == EIN_ROPE_INTERLEAVED || k->style == EIN_ROPE_HALF) &&
+             !ein_rope_scaling_invalid(&k->scaling);
         return ok ? 0 : ifail(err, i, ins, "rope_at: x, pos and dst blocks or parameters do not match");
     }
     /* DECODE_ATTENTION(_PARTIAL): q, k, v, pos. */

@@ -101,6 +101,14 @@ static int pack_kernel(msgpack_packer *pk, const ein_kernel *k)
         case K_STYLE: e |= msgpack_pack_int32(pk, k->style); break;
         case K_ROWS: e |= msgpack_pack_int64(pk, k->rows); break;
         case K_WINDOW: e |= msgpack_pack_int64(pk, k->window); break;
+        case K_SCALING:
+            e |= msgpack_pack_array(pk, 5);
+            e |= msgpack_pack_double(pk, (double)k->scaling.type);
+            e |= msgpack_pack_double(pk, k->scaling.factor);
+            e |= msgpack_pack_double(pk, k->scaling.low_freq_factor);
+            e |= msgpack_pack_double(pk, k->scaling.high_freq_factor);
+            e |= msgpack_pack_double(pk, k->scaling.original_max_position);
+            break;
         case K_LIST:
             e |= msgpack_pack_array(pk, (size_t)k->nlist);
             for (int32_t j = 0; j < k->nlist; j++)
@@ -407,6 +415,19 @@ static int unpack_kernel(const msgpack_object *o, ein_kernel *k, const char *wha
             if ((rc = ein_mp_get_int(v[key], INT32_MIN, INT32_MAX, &iv, w, err)) == 0)
                 k->style = (int32_t)iv;
             break;
+        case K_SCALING: {
+            const msgpack_object *a = v[key];
+            double d[5];
+            if (a->type != MSGPACK_OBJECT_ARRAY || a->via.array.size != 5)
+                return ein_fail(err, EIN_EPROTO, "%s: expected an array of 5 numbers", w);
+            for (int j = 0; j < 5 && rc == 0; j++)
+                rc = ein_mp_get_double(&a->via.array.ptr[j], &d[j], w, err);
+            if (rc == 0 && !(d[0] >= 0 && d[0] < EIN_ROPE_SCALING_COUNT && d[0] == (int)d[0]))
+                return ein_fail(err, EIN_EPROTO, "%s: type %g is not a rope scaling type", w, d[0]);
+            if (rc == 0)
+                k->scaling = (ein_rope_scaling){(int)d[0], d[1], d[2], d[3], d[4]};
+            break;
+        }
         case K_LIST: {
             /* The pre-scan bounded the count by the bytes that remain. */
             const msgpack_object *a = v[key];

@@ -181,9 +181,11 @@ void ein_fe_inputs_free(ein_fe_inputs *in);
 void ein_fe_inputs_set_npy(ein_fe_inputs *in, ein_tensor t, const char *path);
 /* Bind the inputs named like the tensors of `paths` (and the nmaps
  * "INPUT=TENSOR" strings); on error (naming the file and the tensor)
- * nothing is bound. */
+ * nothing is bound. A tensor of the files that nothing binds is an error
+ * unless allow_unused. */
 int ein_fe_inputs_load_weights(ein_fe_inputs *in, const char *const *paths, int npaths,
-                               const char *const *maps, int nmaps, ein_error *err);
+                               const char *const *maps, int nmaps, int allow_unused,
+                               ein_error *err);
 /* 1 if input t has a file, else 0. */
 int ein_fe_inputs_has_value(const ein_fe_inputs *in, ein_tensor t);
 /* Give every input with a file to the session (by name). On failure *bad

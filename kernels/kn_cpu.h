@@ -89,6 +89,11 @@ int kn_cpu_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nse
  * with the same angle for pair i. Any other style is EIN_EINVAL. */
 int kn_cpu_rope_style(int style, int64_t head_dim, double theta, const int64_t *seq_ends,
                       int nseq, const kn_block *x, kn_block *out, ein_error *err);
+/* The same with frequencies rescaled as `sc` says (ein_rope_freq,
+ * common/ein_rope.h; NULL or type NONE: unscaled; invalid: EIN_EINVAL). */
+int kn_cpu_rope_scaled(int style, int64_t head_dim, double theta, const ein_rope_scaling *sc,
+                       const int64_t *seq_ends, int nseq, const kn_block *x, kn_block *out,
+                       ein_error *err);
 
 /* Causal attention with grouped-query heads over packed sequences.
  * q and out are [heads_q, seq, d], k and v [heads_kv, seq, d] (global
@@ -197,6 +202,9 @@ int kn_cpu_decode_attention_window(int64_t group, int64_t window, int partial, c
                                    kn_block *out, ein_error *err);
 int kn_cpu_rope_at(int style, int64_t head_dim, double theta, const kn_block *x,
                    const kn_block *pos, kn_block *out, ein_error *err);
+/* kn_cpu_rope_at with frequencies rescaled as `sc` says (kn_cpu_rope_scaled). */
+int kn_cpu_rope_at_scaled(int style, int64_t head_dim, double theta, const ein_rope_scaling *sc,
+                          const kn_block *x, const kn_block *pos, kn_block *out, ein_error *err);
 
 /* [T, H*D] <-> [H, T, D] with D = head_dim. A block maps box to box:
  * out [h0,h1) x [t0,t1) x [0,D) <- x [t0,t1) x [h0*D, h1*D). */

@@ -254,6 +254,12 @@ ein_tensor ein_graph_decode_attention_window(ein_graph *g, const char *name, ein
     return pl_graph_add_decode_attention(g, NAME(g, name), q, k, v, pos, window, err);
 }
 
+int ein_graph_rope_scaling(ein_graph *g, ein_tensor t, const ein_rope_scaling *s,
+                           ein_error *err)
+{
+    return pl_graph_set_rope_scaling(g, t, s, err);
+}
+
 ein_tensor ein_graph_rope_at(ein_graph *g, const char *name, ein_tensor x, ein_tensor pos,
                              int64_t head_dim, double theta, ein_rope_style style,
                              ein_error *err)

@@ -152,6 +152,9 @@ int pl_graph_add_decode_attention(pl_graph *g, const char *name, int q, int k, i
                                   int64_t window, ein_error *err);
 int pl_graph_add_rope_at(pl_graph *g, const char *name, int x, int pos, int64_t head_dim,
                          double theta, int style, ein_error *err);
+/* Set the frequency scaling (common/ein_rope.h) of rope or rope_at node id:
+ * 0, or EIN_EINVAL (another kind, an invalid scaling; the node unchanged). */
+int pl_graph_set_rope_scaling(pl_graph *g, int id, const ein_rope_scaling *s, ein_error *err);
 
 /* Name the axes of node `id` (labels for reports; NULL entries skipped). */
 void pl_graph_set_axis_name(pl_graph *g, int id, int axis, const char *name);

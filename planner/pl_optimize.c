@@ -637,7 +637,7 @@ static int kernel_same(const ein_kernel *a, const ein_kernel *b)
         a->start != b->start || memcmp(&a->eps, &b->eps, sizeof a->eps) ||
         memcmp(&a->theta, &b->theta, sizeof a->theta) || a->head_dim != b->head_dim ||
         a->group != b->group || a->window != b->window || a->style != b->style ||
-        a->nlist != b->nlist)
+        a->nlist != b->nlist || memcmp(&a->scaling, &b->scaling, sizeof a->scaling))
         return 0;
     /* CONCAT's list holds nlist offsets and the total after them. */
     int nl = a->nlist + (a->kind == EIN_KERNEL_CONCAT && a->nlist > 0);

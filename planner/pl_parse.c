@@ -52,7 +52,9 @@ static const op_def ops[] = {
     {"rmsnorm", OP_RMSNORM, 0, 2, 3, "rmsnorm(x, w) or rmsnorm(x, w, 1e-5)"},
     {"layernorm", OP_LAYERNORM, 0, 3, 4, "layernorm(x, w, b) or layernorm(x, w, b, 1e-5)"},
     {"rope", OP_ROPE, 0, 2, 3, "rope(x, HEAD_DIM) or rope(x, HEAD_DIM, 10000), then optionally "
-                               "style=half (Hugging Face's rotate_half) or style=interleaved"},
+                               "style=half (Hugging Face's rotate_half) or style=interleaved, "
+                               "and scaling=linear, factor=F or scaling=llama3, factor=F, "
+                               "low_freq_factor=F, high_freq_factor=F, original_max_position=N"},
     {"attention", OP_ATTENTION, 0, 3, 3, "attention(q, k, v), then optionally window=W (a "
                                          "sliding window of W keys)"},
     {"reduce_sum", OP_REDUCE, EIN_AGG_SUM, 2, 9, "reduce_sum(x, AXIS, ...)"},
@@ -66,7 +68,8 @@ static const op_def ops[] = {
     {"decode_attention", OP_DECODE_ATTENTION, 0, 4, 4, "decode_attention(q, k, v, pos), then "
                                                        "optionally window=W"},
     {"rope_at", OP_ROPE_AT, 0, 3, 4, "rope_at(x, pos, HEAD_DIM) or rope_at(x, pos, HEAD_DIM, "
-                                     "10000), then optionally style=half"},
+                                     "10000), then optionally style=half and rope's scaling= "
+                                     "keywords"},
 };
 #define NOPS ((int)(sizeof ops / sizeof ops[0]))
 
@@ -548,9 +551,15 @@ typedef struct op_call {
     int nargs;
     const tok *rp;      /* the closing ')' */
     const tok *style;   /* the value of style=, or NULL */
+    const tok *kw[5];   /* rope's scaling=, factor=, low_freq_factor=,
+                           high_freq_factor=, original_max_position= */
     const tok *wtok;    /* window=, or NULL */
     int64_t window;     /* its value (0: none) */
 } op_call;
+
+/* rope's frequency-scaling keywords (ein_rope_scaling), in op_call.kw order. */
+static const char *const rope_kw[5] = {"scaling", "factor", "low_freq_factor",
+                                       "high_freq_factor", "original_max_position"};
 
 /* The operator named by `ot` (an identifier after '='), into *op. */
 static int find_op(parser *p, const tok *ot, const op_def **op)
@@ -583,9 +592,22 @@ static int call_arg(parser *p, op_call *c, const tok *a)
     if (c->nargs == PL_ARGS_MAX)
         return pl_perr(p, EIN_EPARSE, a->col, "too many arguments; usage: %s", op->usage);
     if (a->kind == T_IDENT && tok_punct(pl_peek(p), '=')) {
-        /* NAME=VALUE: rope's style, attention's window. */
+        /* NAME=VALUE: rope's style and frequency scaling, attention's window. */
         next(p);
         const tok *v = next(p);
+        for (int k = 0; k < 5 && (op->kind == OP_ROPE || op->kind == OP_ROPE_AT); k++)
+            if (tok_is(a, rope_kw[k])) {
+                if (c->kw[k])
+                    return pl_perr(p, EIN_EPARSE, a->col, "%s given twice; usage: %s", rope_kw[k],
+                                   op->usage);
+                if (k == 0 ? v->kind != T_IDENT || !(tok_is(v, "none") || tok_is(v, "linear") ||
+                                                     tok_is(v, "llama3"))
+                           : v->kind != T_NUM)
+                    return pl_perr(p, EIN_EPARSE, v->col, "rope %s %s; expected %s", rope_kw[k],
+                                   DESC(v), k == 0 ? "none, linear or llama3" : "a number");
+                c->kw[k] = v;
+                return 0;
+            }
         if ((op->kind == OP_ATTENTION || op->kind == OP_DECODE_ATTENTION) &&
             tok_is(a, "window")) {
             if (c->wtok)
@@ -606,9 +628,10 @@ static int call_arg(parser *p, op_call *c, const tok *a)
             return pl_perr(p, EIN_EPARSE, v->col, "rope style %s; expected half or "
                         "interleaved", DESC(v));
         c->style = v;
-    } else if (c->style || c->wtok) {
+    } else if (c->style || c->wtok || c->kw[0] || c->kw[1] || c->kw[2] || c->kw[3] ||
+               c->kw[4]) {
         return pl_perr(p, EIN_EPARSE, a->col, "a positional argument after %s=; usage: %s",
-                    c->style ? "style" : "window", op->usage);
+                       c->style ? "style" : c->wtok ? "window" : "a scaling keyword", op->usage);
     } else {
         c->args[c->nargs++] = a;
     }
@@ -646,6 +669,34 @@ static int call_args(parser *p, op_call *c)
         return pl_perr(p, EIN_EPARSE, c->args[op->max_args]->col, "%s takes %s%d argument%s, got %d; "
                     "usage: %s", op->name, op->min_args < op->max_args ? "at most " : "",
                     op->max_args, op->max_args == 1 ? "" : "s", c->nargs, op->usage);
+    return 0;
+}
+
+/* rope's scaling keywords onto node id: scaling=linear|llama3|none and the
+ * numbers its type uses (ein_graph_rope_scaling checks them). */
+static int rope_scaling(parser *p, const op_call *c, int id, ein_error *e)
+{
+    ein_rope_scaling s = {0};
+    const tok *ty = c->kw[0];
+    int rc;
+    s.type = !ty || tok_is(ty, "none") ? EIN_ROPE_SCALING_NONE
+           : tok_is(ty, "linear") ? EIN_ROPE_SCALING_LINEAR : EIN_ROPE_SCALING_LLAMA3;
+    int used = s.type == EIN_ROPE_SCALING_NONE ? 0 : s.type == EIN_ROPE_SCALING_LINEAR ? 1 : 4;
+    double *f[4] = {&s.factor, &s.low_freq_factor, &s.high_freq_factor, &s.original_max_position};
+    for (int k = 1; k < 5; k++) {
+        if (!c->kw[k] && k <= used)
+            return pl_perr(p, EIN_EPARSE, (ty ? ty : c->rp)->col, "rope scaling=%s needs %s=",
+                           ty ? (s.type == EIN_ROPE_SCALING_LINEAR ? "linear" : "llama3") : "none",
+                           rope_kw[k]);
+        if (c->kw[k] && k > used)
+            return pl_perr(p, EIN_EPARSE, c->kw[k]->col, "rope %s= is not a parameter of "
+                           "scaling=%s", rope_kw[k], s.type == EIN_ROPE_SCALING_LINEAR ? "linear"
+                           : s.type == EIN_ROPE_SCALING_NONE ? "none" : "llama3");
+        if (c->kw[k] && (rc = pl_tok_number(p, c->kw[k], rope_kw[k], f[k - 1])) < 0)
+            return rc;
+    }
+    if ((rc = ein_graph_rope_scaling(p->g, id, &s, e)) < 0)
+        return pl_build_error(p, rc, e, (ty ? ty : c->rp)->col);
     return 0;
 }
 
@@ -746,6 +797,9 @@ static int parse_assign(parser *p)
         return rc;
     ein_error e;
     if ((rc = build_call(p, &c, name, &id, &e)) < 0)
+        return rc;
+    if (id >= 0 && (c.kw[0] || c.kw[1] || c.kw[2] || c.kw[3] || c.kw[4]) &&
+        (rc = rope_scaling(p, &c, id, &e)) < 0)
         return rc;
     if (id < 0)
         return pl_build_error(p, id, &e, ot->col);

@@ -91,9 +91,12 @@ static int rebuild(pl_graph *g, const char *name, pl_node_kind kind, const int *
     case PL_SOFTMAX: return pl_graph_add_softmax(g, name, in[0], k->axis, err);
     case PL_RMSNORM: return pl_graph_add_norm(g, name, in[0], in[1], -1, k->eps, err);
     case PL_LAYERNORM: return pl_graph_add_norm(g, name, in[0], in[1], in[2], k->eps, err);
-    case PL_ROPE:
-        return pl_graph_add_rope_style(g, name, in[0], k->head_dim, k->theta, k->list, k->nlist,
-                                       k->style, err);
+    case PL_ROPE: {
+        int v = pl_graph_add_rope_style(g, name, in[0], k->head_dim, k->theta, k->list, k->nlist,
+                                        k->style, err);
+        int rc = v < 0 ? v : pl_graph_set_rope_scaling(g, v, &k->scaling, err);
+        return rc < 0 ? rc : v;
+    }
     case PL_ATTENTION:
         return pl_graph_add_attention(g, name, in[0], in[1], in[2], k->list, k->nlist, k->window,
                                       err);
@@ -112,8 +115,11 @@ static int rebuild(pl_graph *g, const char *name, pl_node_kind kind, const int *
     case PL_DECODE_ATTENTION:
         return pl_graph_add_decode_attention(g, name, in[0], in[1], in[2], in[3], k->window,
                                              err);
-    case PL_ROPE_AT:
-        return pl_graph_add_rope_at(g, name, in[0], in[1], k->head_dim, k->theta, k->style, err);
+    case PL_ROPE_AT: {
+        int v = pl_graph_add_rope_at(g, name, in[0], in[1], k->head_dim, k->theta, k->style, err);
+        int rc = v < 0 ? v : pl_graph_set_rope_scaling(g, v, &k->scaling, err);
+        return rc < 0 ? rc : v;
+    }
     default: return ein_fail(err, EIN_EPROTO, "graph: node '%s': unknown kind", name);
     }
 }

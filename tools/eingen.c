@@ -21,7 +21,7 @@
 #include <string.h>
 #include <math.h>
 
-#include <jansson.h>
+#include "include/einsummable/einsummable.h"
 
 static void usage(FILE *f)
 {
@@ -42,8 +42,10 @@ static void usage(FILE *f)
                "            transformers checkpoints (x times w transposed, an einsum), and\n"
                "            rope(..., style=half); the header lists the --map arguments that\n"
                "            bind a checkpoint's tensors (docs/hf-llama.md).\n"
-               "--theta X   rope base (default 500000, LLaMA 3; LLaMA 2 uses 10000).\n"
-               "--eps E     rmsnorm epsilon (default 1e-5).\n"
+               "--theta X   rope base (default 500000, LLaMA 3; LLaMA 2 uses 10000; with\n"
+               "            --config, the config's, by default transformers' 10000).\n"
+               "--eps E     rmsnorm epsilon (default 1e-5; with --config, the config's,\n"
+               "            by default transformers' 1e-6).\n"
                "--seq-lens  packed sequences of these lengths (tokens = their sum), instead\n"
                "            of --seqs S equal ones.\n"
                "--model     the whole decoder: i32 token ids `ids[tokens]`, embedding\n"
@@ -54,11 +56,12 @@ static void usage(FILE *f)
                "--vocab V   vocabulary rows (default 128256, LLaMA 3).\n"
                "--tied      lm_head is the embedding (tie_word_embeddings); otherwise an\n"
                "            input `lm_head` ([vocab, d_model] with --hf, else [d_model, vocab]).\n"
-               "--config F  sizes from a transformers config.json: hidden_size,\n"
-               "            intermediate_size, num_attention_heads, num_key_value_heads,\n"
-               "            head_dim, num_hidden_layers (blocks), vocab_size, rms_norm_eps,\n"
-               "            rope_theta, tie_word_embeddings, torch_dtype; options given on\n"
-               "            the command line win.\n");
+               "--config F  the model of a transformers config.json, read by the library's\n"
+               "            one reader (es.llama's too): LLaMA, Mistral, Qwen2 with their\n"
+               "            sizes, rope_theta and rope_scaling (linear, llama3), biases,\n"
+               "            hidden_act, tied heads, rms_norm_eps, torch_dtype; transformers'\n"
+               "            defaults for keys left out; any key not implemented is refused\n"
+               "            by name (docs/hf-llama.md). Options on the command line win.\n");
 }
 
 #define MAX_SEQS 512
@@ -74,6 +77,12 @@ typedef struct llama_cfg {
     int hf;
     int model, tied, all_logits;
     long vocab;
+    long d_model;           /* 0: heads x head_dim; else --config's hidden_size */
+    int qkv_bias, o_bias, mlp_bias; /* --config: projections with a .bias */
+    const char *act;        /* the MLP's unary (silu unless --config says) */
+    ein_rope_scaling scaling;
+    const char *config;     /* --config's path, or NULL */
+    long window;            /* --config's sliding_window (0: none) */
 } llama_cfg;
 
 /* The rows of each sequence's last token, gathered into `lastx` [S, d_model]
@@ -111,11 +120,18 @@ static void gather_last(const llama_cfg *c, const char *x)
     free(names);
 }
 
+/* Whether bias i of llama()'s table (bq bk bv bo b1 b3 b2) is an input. */
+static int bias_on(const llama_cfg *c, size_t i)
+{
+    return i < 3 ? c->qkv_bias : i == 3 ? c->o_bias : c->mlp_bias;
+}
+
 static int llama(const llama_cfg *c)
 {
     long seqs = c->seqs, tokens = c->tokens;
     int blocks = c->blocks;
-    long d_model = c->heads * c->head_dim, d_kv = c->kv_heads * c->head_dim;
+    long d_q = c->heads * c->head_dim, d_kv = c->kv_heads * c->head_dim;
+    long d_model = c->d_model ? c->d_model : d_q;
     if (c->have_lens)
         printf("# %d LLaMA block%s%s: %ld tokens in %ld packed sequences.\n", blocks,
                blocks == 1 ? "" : "s", c->model ? " (a whole model)" : "", tokens, seqs);
@@ -141,6 +157,8 @@ static int llama(const llama_cfg *c)
     if (c->model)
         printf(" --model --vocab %ld%s%s", c->vocab, c->tied ? " --tied" : "",
                c->all_logits ? " --logits all" : "");
+    if (c->config)
+        printf(" --config %s", c->config);
     printf("%s\n", c->hf ? " --hf" : "");
     static const char *const map[][2] = {
         {"attn_norm", "input_layernorm.weight"}, {"wq", "self_attn.q_proj.weight"},
@@ -149,17 +167,27 @@ static int llama(const llama_cfg *c)
         {"w1", "mlp.gate_proj.weight"},          {"w3", "mlp.up_proj.weight"},
         {"w2", "mlp.down_proj.weight"},
     };
+    static const char *const bias[][2] = {
+        {"bq", "self_attn.q_proj.bias"}, {"bk", "self_attn.k_proj.bias"},
+        {"bv", "self_attn.v_proj.bias"}, {"bo", "self_attn.o_proj.bias"},
+        {"b1", "mlp.gate_proj.bias"},    {"b3", "mlp.up_proj.bias"},
+        {"b2", "mlp.down_proj.bias"},
+    };
     if (c->hf && c->model) {
         printf("# Hugging Face layout: run a transformers checkpoint with\n"
                "#   einrun --weights model.safetensors --input ids=IDS.npy (i32 token ids)\n");
         printf("#   --map 'embed=model.embed_tokens.weight'\n");
-        for (int b = 0; b < blocks; b++)
-            for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
-                char s[16] = "";
-                if (blocks > 1)
-                    snprintf(s, sizeof s, "_%d", b);
+        for (int b = 0; b < blocks; b++) {
+            char s[16] = "";
+            if (blocks > 1)
+                snprintf(s, sizeof s, "_%d", b);
+            for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
                 printf("#   --map '%s%s=model.layers.%d.%s'\n", map[i][0], s, b, map[i][1]);
-            }
+            for (size_t i = 0; i < sizeof bias / sizeof bias[0]; i++)
+                if (bias_on(c, i))
+                    printf("#   --map '%s%s=model.layers.%d.%s'\n", bias[i][0], s, b,
+                           bias[i][1]);
+        }
         printf("#   --map 'final_norm=model.norm.weight'\n");
         if (!c->tied)
             printf("#   --map 'lm_head=lm_head.weight'\n");
@@ -172,13 +200,18 @@ static int llama(const llama_cfg *c)
         for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
             printf("#   --map '%s%s=model.layers.b.%s'\n", map[i][0], blocks > 1 ? "_b" : "",
                    map[i][1]);
+        for (size_t i = 0; i < sizeof bias / sizeof bias[0]; i++)
+            if (bias_on(c, i))
+                printf("#   --map '%s%s=model.layers.b.%s'\n", bias[i][0], blocks > 1 ? "_b" : "",
+                       bias[i][1]);
         printf("# and x: the token embeddings (model.embed_tokens.weight rows), as --input.\n");
     }
-    if (c->d_ff == 14336 && c->heads == 32 && c->kv_heads == 8 && c->head_dim == 128)
+    if (c->d_ff == 14336 && c->heads == 32 && c->kv_heads == 8 && c->head_dim == 128 &&
+        d_model == 4096)
         printf("dims tokens=%ld d_model=4096 d_q=4096 d_kv=1024 d_ff=14336 head_dim=128\n", tokens);
     else
         printf("dims tokens=%ld d_model=%ld d_q=%ld d_kv=%ld d_ff=%ld head_dim=%ld\n", tokens,
-               d_model, d_model, d_kv, c->d_ff, c->head_dim);
+               d_model, d_q, d_kv, c->d_ff, c->head_dim);
     printf("dtype %s\n", c->dtype);
     printf("seqs [");
     for (long i = 0; i < seqs; i++)
@@ -190,12 +223,22 @@ static int llama(const llama_cfg *c)
         printf("input ids[tokens] i32\ninput embed[vocab, d_model]\nx = embedding(embed, ids)\n");
     } else
         printf("input x[tokens, d_model]\n");
-    char cur[32], eps[32], rope[64];
+    char cur[32], eps[32], rope[320];
     if (c->eps == 1e-5)
         snprintf(eps, sizeof eps, "1e-5");
     else
         snprintf(eps, sizeof eps, "%g", c->eps);
-    snprintf(rope, sizeof rope, "head_dim, %g%s", c->theta, c->hf ? ", style=half" : "");
+    const ein_rope_scaling *rs = &c->scaling;
+    if (rs->type == EIN_ROPE_SCALING_LINEAR)
+        snprintf(rope, sizeof rope, "head_dim, %g%s, scaling=linear, factor=%.17g", c->theta,
+                 c->hf ? ", style=half" : "", rs->factor);
+    else if (rs->type == EIN_ROPE_SCALING_LLAMA3)
+        snprintf(rope, sizeof rope, "head_dim, %g%s, scaling=llama3, factor=%.17g, "
+                 "low_freq_factor=%.17g, high_freq_factor=%.17g, original_max_position=%.17g",
+                 c->theta, c->hf ? ", style=half" : "", rs->factor, rs->low_freq_factor,
+                 rs->high_freq_factor, rs->original_max_position);
+    else
+        snprintf(rope, sizeof rope, "head_dim, %g%s", c->theta, c->hf ? ", style=half" : "");
     /* x times a weight: [in, out] (matmul) or Hugging Face's [out, in]. */
     const char *mm = c->hf ? "einsum(\"ij,kj->ik\", " : "matmul(";
     for (int b = 0; b < blocks; b++) {
@@ -213,19 +256,46 @@ static int llama(const llama_cfg *c)
                    "input wv%s[d_model, d_kv]\ninput wo%s[d_q, d_model]\ninput ffn_norm%s[d_model]\n"
                    "input w1%s[d_model, d_ff]\ninput w3%s[d_model, d_ff]\ninput w2%s[d_ff, d_model]\n",
                    s, s, s, s, s, s, s, s, s);
+        if (c->qkv_bias)
+            printf("input bq%s[d_q]\ninput bk%s[d_kv]\ninput bv%s[d_kv]\n", s, s, s);
+        if (c->o_bias)
+            printf("input bo%s[d_model]\n", s);
+        if (c->mlp_bias)
+            printf("input b1%s[d_ff]\ninput b3%s[d_ff]\ninput b2%s[d_model]\n", s, s, s);
         printf("xn%s = rmsnorm(%s, attn_norm%s, %s)\n", s, prev, s, eps);
-        printf("q%s = %sxn%s, wq%s)\nk%s = %sxn%s, wk%s)\nv%s = %sxn%s, wv%s)\n",
-               s, mm, s, s, s, mm, s, s, s, mm, s, s);
+        if (c->qkv_bias)
+            printf("q0%s = %sxn%s, wq%s)\nk0%s = %sxn%s, wk%s)\nv0%s = %sxn%s, wv%s)\n"
+                   "q%s = add(q0%s, bq%s)\nk%s = add(k0%s, bk%s)\nv%s = add(v0%s, bv%s)\n",
+                   s, mm, s, s, s, mm, s, s, s, mm, s, s, s, s, s, s, s, s, s, s, s);
+        else
+            printf("q%s = %sxn%s, wq%s)\nk%s = %sxn%s, wk%s)\nv%s = %sxn%s, wv%s)\n",
+                   s, mm, s, s, s, mm, s, s, s, mm, s, s);
         printf("qr%s = rope(q%s, %s)\nkr%s = rope(k%s, %s)\n", s, s, rope, s, s, rope);
         printf("qh%s = split_heads(qr%s, head_dim)\nkh%s = split_heads(kr%s, head_dim)\n"
                "vh%s = split_heads(v%s, head_dim)\n", s, s, s, s, s, s);
-        printf("att%s = attention(qh%s, kh%s, vh%s)\n", s, s, s, s);
-        printf("am%s = merge_heads(att%s)\no%s = %sam%s, wo%s)\nh%s = add(%s, o%s)\n", s, s,
-               s, mm, s, s, s, prev, s);
+        if (c->window)
+            printf("att%s = attention(qh%s, kh%s, vh%s, window=%ld)\n", s, s, s, s, c->window);
+        else
+            printf("att%s = attention(qh%s, kh%s, vh%s)\n", s, s, s, s);
+        if (c->o_bias)
+            printf("am%s = merge_heads(att%s)\no0%s = %sam%s, wo%s)\no%s = add(o0%s, bo%s)\n"
+                   "h%s = add(%s, o%s)\n", s, s, s, mm, s, s, s, s, s, s, prev, s);
+        else
+            printf("am%s = merge_heads(att%s)\no%s = %sam%s, wo%s)\nh%s = add(%s, o%s)\n", s,
+                   s, s, mm, s, s, s, prev, s);
         printf("hn%s = rmsnorm(h%s, ffn_norm%s, %s)\n", s, s, s, eps);
-        printf("g1%s = %shn%s, w1%s)\ng3%s = %shn%s, w3%s)\n", s, mm, s, s, s, mm, s, s);
-        printf("sg%s = silu(g1%s)\nff%s = mul(sg%s, g3%s)\nf2%s = %sff%s, w2%s)\n", s, s, s,
-               s, s, s, mm, s, s);
+        if (c->mlp_bias)
+            printf("g10%s = %shn%s, w1%s)\ng30%s = %shn%s, w3%s)\ng1%s = add(g10%s, b1%s)\n"
+                   "g3%s = add(g30%s, b3%s)\n", s, mm, s, s, s, mm, s, s, s, s, s, s, s, s);
+        else
+            printf("g1%s = %shn%s, w1%s)\ng3%s = %shn%s, w3%s)\n", s, mm, s, s, s, mm, s, s);
+        const char *act = c->act ? c->act : "silu";
+        if (c->mlp_bias)
+            printf("sg%s = %s(g1%s)\nff%s = mul(sg%s, g3%s)\nf20%s = %sff%s, w2%s)\n"
+                   "f2%s = add(f20%s, b2%s)\n", s, act, s, s, s, s, s, mm, s, s, s, s, s);
+        else
+            printf("sg%s = %s(g1%s)\nff%s = mul(sg%s, g3%s)\nf2%s = %sff%s, w2%s)\n", s, act,
+                   s, s, s, s, s, mm, s, s);
         snprintf(cur, sizeof cur, "y%s", s);
         printf("%s = add(h%s, f2%s)\n", cur, s, s);
         static char keep[32];
@@ -254,77 +324,39 @@ static int llama(const llama_cfg *c)
     return 0;
 }
 
-/* Sizes from a transformers config.json into c (only the keys present);
- * 0, or -1 with a message. */
+/* The model from a transformers config.json (the library's one reader,
+ * ein_model_config_read: every key implemented or refused by name); 0, or
+ * -1 with a message. */
 static int read_config(const char *path, llama_cfg *c)
 {
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    if (!root) {
-        fprintf(stderr, "eingen: --config %s: %s (line %d)\n", path, je.text, je.line);
+    ein_model_config m;
+    ein_error err = {0};
+    if (ein_model_config_read(path, NULL, &m, &err) < 0) {
+        fprintf(stderr, "eingen: --config %s: %s\n", path, err.msg);
         return -1;
     }
-    if (!json_is_object(root)) {
-        fprintf(stderr, "eingen: --config %s: expected a JSON object\n", path);
-        json_decref(root);
-        return -1;
-    }
-    static const struct { const char *key; size_t off; long lo, hi; } ints[] = {
-        {"hidden_size", 0, 1, 1 << 20}, {"intermediate_size", 0, 1, 1 << 22},
-        {"num_attention_heads", 0, 1, 1 << 12}, {"num_key_value_heads", 0, 1, 1 << 12},
-        {"head_dim", 0, 2, 1 << 12}, {"num_hidden_layers", 0, 1, 4096},
-        {"vocab_size", 0, 1, 1L << 24},
-    };
-    long v[7] = {0};
-    int rc = 0;
-    for (int i = 0; i < 7 && rc == 0; i++) {
-        json_t *x = json_object_get(root, ints[i].key);
-        if (!x || json_is_null(x))
-            continue;
-        if (!json_is_integer(x) || json_integer_value(x) < ints[i].lo ||
-            json_integer_value(x) > ints[i].hi) {
-            fprintf(stderr, "eingen: --config %s: %s must be a whole number from %ld to %ld\n",
-                    path, ints[i].key, ints[i].lo, ints[i].hi);
-            rc = -1;
-        } else
-            v[i] = (long)json_integer_value(x);
-    }
-    json_t *x;
-    if (rc == 0 && (x = json_object_get(root, "rms_norm_eps")) && json_is_number(x))
-        c->eps = json_number_value(x);
-    if (rc == 0 && (x = json_object_get(root, "rope_theta")) && json_is_number(x))
-        c->theta = json_number_value(x);
-    if (rc == 0 && (x = json_object_get(root, "tie_word_embeddings")) && json_is_boolean(x))
-        c->tied = json_is_true(x);
-    if (rc == 0 && (x = json_object_get(root, "torch_dtype")) && json_is_string(x)) {
-        const char *d = json_string_value(x);
-        c->dtype = !strcmp(d, "bfloat16") ? "bf16" : !strcmp(d, "float16") ? "f16"
-                 : !strcmp(d, "float32") ? "f32" : c->dtype;
-    }
-    if (rc == 0 && (x = json_object_get(root, "rope_scaling")) && !json_is_null(x))
-        fprintf(stderr, "eingen: --config %s: rope_scaling is not supported and is ignored\n", path);
-    if (rc == 0) {
-        if (v[2])
-            c->heads = v[2];
-        c->kv_heads = v[3] ? v[3] : v[2] ? v[2] : c->kv_heads;
-        if (v[4])
-            c->head_dim = v[4];
-        else if (v[0] && c->heads && v[0] % c->heads == 0)
-            c->head_dim = v[0] / c->heads;
-        if (v[0] && v[0] != c->heads * c->head_dim) {
-            fprintf(stderr, "eingen: --config %s: hidden_size %ld is not num_attention_heads %ld "
-                            "x head_dim %ld (not supported)\n", path, v[0], c->heads, c->head_dim);
-            rc = -1;
-        }
-        if (v[1])
-            c->d_ff = v[1];
-        if (v[5])
-            c->blocks = (int)v[5];
-        if (v[6])
-            c->vocab = v[6];
-    }
-    json_decref(root);
-    return rc;
+    c->config = path;
+    c->heads = m.heads;
+    c->kv_heads = m.kv_heads;
+    c->head_dim = m.head_dim;
+    c->d_model = m.hidden_size;
+    c->d_ff = m.intermediate_size;
+    c->blocks = (int)m.layers;
+    c->vocab = m.vocab;
+    c->eps = m.rms_norm_eps;
+    c->theta = m.rope_theta;
+    c->scaling = m.rope_scaling;
+    c->tied = m.tied;
+    c->qkv_bias = m.qkv_bias;
+    c->o_bias = m.o_bias;
+    c->mlp_bias = m.mlp_bias;
+    c->window = m.sliding_window;
+    static char act[16];
+    memcpy(act, m.act, sizeof act);
+    c->act = act;
+    if (m.has_dtype)
+        c->dtype = m.dtype == EIN_BF16 ? "bf16" : m.dtype == EIN_F16 ? "f16" : "f32";
+    return 0;
 }
 
 typedef struct chain_def {
@@ -523,6 +555,11 @@ int main(int argc, char **argv)
         if (!c.have_lens)
             for (long i = 0; i < c.seqs; i++)
                 c.lens[i] = c.tokens / c.seqs;
+        long longest = 0;
+        for (long i = 0; i < c.seqs; i++)
+            longest = c.lens[i] > longest ? c.lens[i] : longest;
+        if (c.window >= longest)
+            c.window = 0;   /* a window no sequence fills: full causal attention */
         if ((c.tied || c.all_logits) && !c.model) {
             fprintf(stderr, "eingen: --tied and --logits need --model\n");
             return 2;

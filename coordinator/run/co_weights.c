@@ -141,6 +141,36 @@ int co_weights_none_bound(const pl_graph *g, const ein_safetensors *const *files
                     tensors[0] ? tensors : "none");
 }
 
+int co_weights_unused(const pl_graph *g, const ein_safetensors *const *files, int nfiles,
+                      const co_weight_map *map, int nmap, ein_error *err)
+{
+    char names[300] = "";
+    const char *first = NULL, *file = NULL;
+    int n = 0;
+    for (int f = 0; f < nfiles; f++)
+        for (int t = 0; t < files[f]->ntensors; t++) {
+            const char *name = files[f]->tensors[t].name;
+            int used = pl_graph_find(g, name) >= 0 &&
+                       pl_graph_node(g, pl_graph_find(g, name))->kind == PL_INPUT;
+            for (int i = 0; i < nmap && !used; i++)
+                used = !strcmp(map[i].tensor, name);
+            if (used)
+                continue;
+            if (!first) {
+                first = name;
+                file = files[f]->path;
+            }
+            ein_msg_list_add(names, sizeof names, name);
+            n++;
+        }
+    if (!n)
+        return 0;
+    return ein_fail(err, EIN_EINVAL, "%s: tensor '%s' is bound to no input of the program "
+                    "(%d unused: %s); a program that does not match its checkpoint (another "
+                    "num_hidden_layers, a bias or lm_head the config lacks) leaves tensors "
+                    "unused: --allow-unused-weights runs anyway", file, first, n, names);
+}
+
 int co_weight_map_parse(const char *arg, co_weight_map *out, char **owned, ein_error *err)
 {
     const char *eq = strchr(arg, '=');
@@ -167,6 +197,13 @@ int co_weights_load(const pl_graph *g, const char *const *paths, int npaths,
                     const char *const *maps, int nmaps, co_input_src *src, int *nbound,
                     ein_safetensors ***files, ein_error *err)
 {
+    return co_weights_load_ex(g, paths, npaths, maps, nmaps, 1, src, nbound, files, err);
+}
+
+int co_weights_load_ex(const pl_graph *g, const char *const *paths, int npaths,
+                       const char *const *maps, int nmaps, int allow_unused, co_input_src *src,
+                       int *nbound, ein_safetensors ***files, ein_error *err)
+{
     int rc = 0;
     ein_safetensors **f = calloc((size_t)npaths + 1, sizeof *f);
     co_weight_map *m = calloc((size_t)nmaps + 1, sizeof *m);
@@ -190,6 +227,8 @@ int co_weights_load(const pl_graph *g, const char *const *paths, int npaths,
     rc = co_weights_bind(g, (const ein_safetensors *const *)f, npaths, m, nmaps, src, &n, err);
     if (rc == 0 && n == 0 && npaths)
         rc = co_weights_none_bound(g, (const ein_safetensors *const *)f, npaths, err);
+    if (rc == 0 && !allow_unused)
+        rc = co_weights_unused(g, (const ein_safetensors *const *)f, npaths, m, nmaps, err);
     if (rc == 0 && nbound)
         *nbound = n;
 done:

@@ -67,5 +67,15 @@ int co_weights_load(const pl_graph *g, const char *const *paths, int npaths,
                     const char *const *maps, int nmaps, co_input_src *src, int *nbound,
                     ein_safetensors ***files, ein_error *err);
 void co_weights_files_free(ein_safetensors **files, int nfiles);
+/* co_weights_load that, unless allow_unused, also refuses (EIN_EINVAL,
+ * naming the first and listing them) every tensor of the files that no
+ * input of g is named like and no map names (issue 34: a checkpoint and a
+ * program that disagree). */
+int co_weights_load_ex(const pl_graph *g, const char *const *paths, int npaths,
+                       const char *const *maps, int nmaps, int allow_unused, co_input_src *src,
+                       int *nbound, ein_safetensors ***files, ein_error *err);
+/* That check alone. */
+int co_weights_unused(const pl_graph *g, const ein_safetensors *const *files, int nfiles,
+                      const co_weight_map *map, int nmap, ein_error *err);
 
 #endif

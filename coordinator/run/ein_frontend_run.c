@@ -124,10 +124,12 @@ void ein_fe_inputs_set_npy(ein_fe_inputs *in, ein_tensor t, const char *path)
 }
 
 int ein_fe_inputs_load_weights(ein_fe_inputs *in, const char *const *paths, int npaths,
-                               const char *const *maps, int nmaps, ein_error *err)
+                               const char *const *maps, int nmaps, int allow_unused,
+                               ein_error *err)
 {
     ein_safetensors **files = NULL;
-    int rc = co_weights_load(in->g, paths, npaths, maps, nmaps, in->src, NULL, &files, err);
+    int rc = co_weights_load_ex(in->g, paths, npaths, maps, nmaps, allow_unused, in->src, NULL,
+                                &files, err);
     if (rc < 0)
         return rc;
     co_weights_files_free(in->files, in->nfiles);

@@ -324,7 +324,7 @@ static int load_program(run_state *s, const ein_compile_options *co)
         ein_fe_inputs_set_npy(s->inputs, v, s->in_path[v]);
     if ((o->wfiles.n || o->wmaps.n) &&
         ein_fe_inputs_load_weights(s->inputs, o->wfiles.v, o->wfiles.n, o->wmaps.v, o->wmaps.n,
-                                   &s->err) < 0)
+                                   o->allow_unused, &s->err) < 0)
         return fail(2, "--weights: %s", s->err.msg);
     if ((rc = check_missing_inputs(s)))
         return rc;

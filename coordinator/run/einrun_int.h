@@ -82,6 +82,7 @@ typedef struct run_opts {
     const char *topo_arg, *probe_file, *dump_dir;
     const char *save_program; /* --save-program */
     names wfiles, wmaps;
+    int allow_unused;   /* --allow-unused-weights */
     bindings inputs, outputs;
     const char *path;   /* PLAN.ein */
     int ndev_given;     /* --gpus or --cpu given (else a saved program's count) */

@@ -65,6 +65,10 @@ static void usage(FILE *f)
 "  --map INPUT=TENSOR   read INPUT from the --weights tensor TENSOR, e.g.\n"
 "                       --map 'wq=model.layers.0.self_attn.q_proj.weight'\n"
 "                       (docs/hf-llama.md: a LLaMA checkpoint's names).\n"
+"  --allow-unused-weights  run although a --weights file holds tensors that\n"
+"                       no input is named like and no --map names (an error\n"
+"                       otherwise: a program that does not match its\n"
+"                       checkpoint, e.g. fewer layers, a missing bias).\n"
 "Planning:\n"
 "  --selector dp|greedy|random   how specs are chosen (default: dp).\n"
 "  --schedule naive|search  exchange bodies: the naive program, or one\n"
@@ -529,6 +533,7 @@ static const run_opt run_opt_table[] = {
     {"rewrite-weights",  0, 1, opt_string,   F(rewrite_weights), 0, 0, NULL},
     {"weights",          0, 1, opt_name,     F(wfiles),          0, 0, NULL},
     {"map",              0, 1, opt_name,     F(wmaps),           0, 0, NULL},
+    {"allow-unused-weights", 0, 0, opt_flag, F(allow_unused),     0, 0, NULL},
     {"quiet",          'q', 0, opt_flag,     F(quiet),           0, 0, NULL},
     {"dump-inputs",      0, 1, opt_string,   F(dump_dir),        0, 0, NULL},
     {"save-program",     0, 1, opt_string,   F(save_program),    0, 0, NULL},

@@ -35,6 +35,28 @@ typedef enum ein_rope_style {
     EIN_ROPE_STYLE_COUNT
 } ein_rope_style;
 
+/* How rotary position embedding rescales its frequencies theta^(-2i/D),
+ * as transformers' rope_scaling does (issue 34). NONE leaves them; LINEAR
+ * divides every one by `factor`; LLAMA3 (Llama 3.1) divides those of
+ * wavelength above original_max_position / low_freq_factor by `factor`,
+ * keeps those below original_max_position / high_freq_factor, and
+ * interpolates smoothly between (transformers'
+ * _compute_llama3_parameters). Fields a type does not use are zero. */
+typedef enum ein_rope_scaling_type {
+    EIN_ROPE_SCALING_NONE = 0,
+    EIN_ROPE_SCALING_LINEAR = 1,
+    EIN_ROPE_SCALING_LLAMA3 = 2,
+    EIN_ROPE_SCALING_COUNT
+} ein_rope_scaling_type;
+
+typedef struct ein_rope_scaling {
+    int type;                     /* an ein_rope_scaling_type */
+    double factor;                /* LINEAR, LLAMA3: > 0 */
+    double low_freq_factor;       /* LLAMA3: > 0 */
+    double high_freq_factor;      /* LLAMA3: > low_freq_factor */
+    double original_max_position; /* LLAMA3: > 0 */
+} ein_rope_scaling;
+
 /* Every fallible call returns 0 on success or one of these negative codes,
  * and fills the caller's ein_error (when not NULL) with a one-line message. */
 enum {

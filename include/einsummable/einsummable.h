@@ -177,6 +177,11 @@ ein_tensor ein_graph_decode_attention_window(ein_graph *g, const char *name, ein
 ein_tensor ein_graph_rope_at(ein_graph *g, const char *name, ein_tensor x, ein_tensor pos,
                              int64_t head_dim, double theta, ein_rope_style style,
                              ein_error *err);
+/* Rescale the frequencies of rope or rope_at tensor t as transformers'
+ * rope_scaling does (ein_rope_scaling, ein_types.h; issue 34): 0, or
+ * EIN_EINVAL for another operator or invalid factors (t unchanged). */
+int ein_graph_rope_scaling(ein_graph *g, ein_tensor t, const ein_rope_scaling *s,
+                           ein_error *err);
 
 /* ---- planning (the logical half of the paper's compileGraph) ---------- */
 typedef struct ein_plan_options {
@@ -674,6 +679,44 @@ const char *ein_session_output_path(const ein_session *s, const char *name);
 /* Stop the workers and remove the session's files; frees s. Returns 0, or
  * the error of a worker that failed while stopping (s is freed anyway). */
 int ein_session_close(ein_session *s, ein_error *err);
+
+/* ---- model configs (issue 34) ------------------------------------------
+ * A transformers config.json, read by the one reader that eingen --config,
+ * es.llama and C callers share (docs/hf-llama.md lists the keys): every key
+ * is implemented, known not to change the logits (transformers_version,
+ * use_cache, bos_token_id, ...), or refused (EIN_EUNSUPPORTED) by a message
+ * naming the key, its value and what is supported. Keys a config leaves out
+ * take transformers' defaults for its model_type ("llama", "mistral",
+ * "qwen2"). Nothing to free. */
+#define EIN_MODEL_MAX_EOS 8
+typedef struct ein_model_config {
+    char model_type[16];        /* "llama", "mistral" or "qwen2" */
+    int64_t hidden_size, intermediate_size, heads, kv_heads, head_dim, layers, vocab;
+    int64_t max_position_embeddings;
+    double rms_norm_eps, rope_theta;
+    ein_rope_scaling rope_scaling;
+    char act[16];               /* the MLP's unary: "silu", "gelu" (tanh
+                                   approximation), "gelu_exact" or "relu" */
+    int tied;                   /* lm_head is the embedding */
+    int qkv_bias, o_bias, mlp_bias; /* which projections carry a .bias */
+    int64_t sliding_window;     /* 0: none; else every layer's attention sees
+                                   at most this many keys (window=, issue 34) */
+    int has_dtype;              /* torch_dtype given: */
+    ein_dtype dtype;            /*   its dtype (F32, F16 or BF16) */
+    int neos;                   /* eos_token_id: none, one or a list */
+    int64_t eos[EIN_MODEL_MAX_EOS];
+} ein_model_config;
+
+/* Read config.json at `path`, or the JSON `text` when path is NULL, into
+ * *out. EIN_EIO (unreadable), EIN_EPARSE (not JSON), EIN_EUNSUPPORTED (a
+ * key or value not implemented), EIN_EINVAL (inconsistent sizes). */
+int ein_model_config_read(const char *path, const char *text, ein_model_config *out,
+                          ein_error *err);
+/* The same as ein_model_config_read, returning the resolved config as a
+ * malloc'd JSON object the caller free()s (the struct's fields by name;
+ * rope_scaling as {"type": "none"|"linear"|"llama3", ...}, dtype as
+ * "f32"/"f16"/"bf16" or null), or NULL with err set. */
+char *ein_model_config_json(const char *path, const char *text, ein_error *err);
 
 #ifdef __cplusplus
 }

@@ -71,8 +71,8 @@ static void rope_row(int style, int64_t head_dim, const float *cs, const float *
 /* Positions from the sequence ends, or (pos non-NULL, checked by the
  * caller) pos[t]. */
 static int rope_run(const char *what, int style, int64_t head_dim, double theta,
-                    const int64_t *seq_ends, int nseq, const kn_block *pos, const kn_block *x,
-                    kn_block *out, ein_error *err)
+                    const ein_rope_scaling *sc, const int64_t *seq_ends, int nseq,
+                    const kn_block *pos, const kn_block *x, kn_block *out, ein_error *err)
 {
     char b1[256], b2[256];
     int rc;
@@ -87,6 +87,8 @@ static int rope_run(const char *what, int style, int64_t head_dim, double theta,
         return ein_fail(err, EIN_EINVAL, "%s: style %d is not interleaved or half", what, style);
     if (!(theta > 0.0))
         return ein_fail(err, EIN_EINVAL, "%s: theta %g is not positive", what, theta);
+    if (sc && ein_rope_scaling_invalid(sc))
+        return ein_fail(err, EIN_EINVAL, "%s: scaling: %s", what, ein_rope_scaling_invalid(sc));
     if (!ein_box_equal(&x->box, &out->box))
         return ein_fail(err, EIN_ESHAPE, "%s: out box %s differs from x box %s", what,
                         kn_fmt(&out->box, b1, sizeof b1), kn_fmt(&x->box, b2, sizeof b2));
@@ -111,7 +113,7 @@ static int rope_run(const char *what, int style, int64_t head_dim, double theta,
     float *cs = s + w, *sn = cs + half;
     double *cf = freq + half, *sf = cf + half, *cd = sf + half, *sd = cd + half;
     for (int64_t i = 0; i < half; i++) {
-        freq[i] = pow(theta, -2.0 * (double)i / (double)head_dim);
+        freq[i] = ein_rope_freq(theta, i, head_dim, sc);
         cf[i] = cos(freq[i]);
         sf[i] = sin(freq[i]);
     }
@@ -138,11 +140,24 @@ static int rope_run(const char *what, int style, int64_t head_dim, double theta,
 int kn_cpu_rope_style(int style, int64_t head_dim, double theta, const int64_t *seq_ends,
                       int nseq, const kn_block *x, kn_block *out, ein_error *err)
 {
-    return rope_run("rope", style, head_dim, theta, seq_ends, nseq, NULL, x, out, err);
+    return kn_cpu_rope_scaled(style, head_dim, theta, NULL, seq_ends, nseq, x, out, err);
+}
+
+int kn_cpu_rope_scaled(int style, int64_t head_dim, double theta, const ein_rope_scaling *sc,
+                       const int64_t *seq_ends, int nseq, const kn_block *x, kn_block *out,
+                       ein_error *err)
+{
+    return rope_run("rope", style, head_dim, theta, sc, seq_ends, nseq, NULL, x, out, err);
 }
 
 int kn_cpu_rope_at(int style, int64_t head_dim, double theta, const kn_block *x,
                    const kn_block *pos, kn_block *out, ein_error *err)
+{
+    return kn_cpu_rope_at_scaled(style, head_dim, theta, NULL, x, pos, out, err);
+}
+
+int kn_cpu_rope_at_scaled(int style, int64_t head_dim, double theta, const ein_rope_scaling *sc,
+                          const kn_block *x, const kn_block *pos, kn_block *out, ein_error *err)
 {
     int rc = kn_blk_check("rope_at", "x", x, 2, err);
     if (rc < 0 || (rc = kn_pos_check("rope_at", pos, x->box.lo[0], x->box.hi[0], err)) < 0)
@@ -151,5 +166,5 @@ int kn_cpu_rope_at(int style, int64_t head_dim, double theta, const kn_block *x,
         if (kn_int_at(pos, t) < 0)
             return ein_fail(err, EIN_EINVAL, "rope_at: token %" PRId64 " has the negative "
                             "position %" PRId64, x->box.lo[0] + t, kn_int_at(pos, t));
-    return rope_run("rope_at", style, head_dim, theta, NULL, 0, pos, x, out, err);
+    return rope_run("rope_at", style, head_dim, theta, sc, NULL, 0, pos, x, out, err);
 }

@@ -49,8 +49,8 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
     case EIN_KERNEL_ROPE:
         if (k->nlist < 0 || (k->nlist > 0 && !k->list))
             return ein_fail(err, EIN_EINVAL, "kernel rope: bad sequence list (%d)", (int)k->nlist);
-        return kn_cpu_rope_style(k->style, k->head_dim, k->theta, k->list, k->nlist, &ins[0], out,
-                                 err);
+        return kn_cpu_rope_scaled(k->style, k->head_dim, k->theta, &k->scaling, k->list, k->nlist,
+                                  &ins[0], out, err);
     case EIN_KERNEL_ATTENTION:
         if (k->nlist < 0 || (k->nlist > 0 && !k->list))
             return ein_fail(err, EIN_EINVAL, "kernel attention: bad sequence list (%d)",
@@ -100,7 +100,8 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
         if (nin != 2)
             return ein_fail(err, EIN_EINVAL, "kernel rope_at: takes 2 inputs (x, pos), got %d",
                             nin);
-        return kn_cpu_rope_at(k->style, k->head_dim, k->theta, &ins[0], &ins[1], out, err);
+        return kn_cpu_rope_at_scaled(k->style, k->head_dim, k->theta, &k->scaling, &ins[0],
+                                     &ins[1], out, err);
     case EIN_KERNEL_COUNT:
         break;
     }

@@ -88,6 +88,10 @@ int kn_cuda_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int ns
 /* With a pairing style (ein_rope_style), as kn_cpu_rope_style. */
 int kn_cuda_rope_style(int style, int64_t head_dim, double theta, const int64_t *seq_ends,
                        int nseq, const kn_block *x, kn_block *out, void *stream, ein_error *err);
+/* With rescaled frequencies, as kn_cpu_rope_scaled (sc NULL: none). */
+int kn_cuda_rope_scaled(int style, int64_t head_dim, double theta, const ein_rope_scaling *sc,
+                        const int64_t *seq_ends, int nseq, const kn_block *x, kn_block *out,
+                        void *stream, ein_error *err);
 int kn_cuda_concat(int axis, const int64_t *offsets, const kn_block *ins, int n,
                    kn_block *out, void *stream, ein_error *err);
 int kn_cuda_slice(int axis, int64_t start, const kn_block *x, kn_block *out, void *stream,
@@ -117,6 +121,9 @@ int kn_cuda_decode_attention_window(int64_t group, int64_t window, int partial,
                                     ein_error *err);
 int kn_cuda_rope_at(int style, int64_t head_dim, double theta, const kn_block *x,
                     const kn_block *pos, kn_block *out, void *stream, ein_error *err);
+int kn_cuda_rope_at_scaled(int style, int64_t head_dim, double theta, const ein_rope_scaling *sc,
+                           const kn_block *x, const kn_block *pos, kn_block *out, void *stream,
+                           ein_error *err);
 
 /* Causal GQA attention over packed sequences (kn_cpu_attention). f16 and
  * bf16 with head dim 64 or 128 and all of q, k, v, out in that dtype run a

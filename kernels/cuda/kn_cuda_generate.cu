@@ -222,7 +222,8 @@ struct kn_cu_rope_at_freqs {
 
 template <typename TI, typename TX, typename TY>
 __global__ void kn_cu_rope_at_k(const TI *pos, kn_cu_rope_at_freqs fr, int64_t ntok, int64_t w,
-                                int64_t head_dim, double theta, int half_style, const TX *x, TY *y)
+                                int64_t head_dim, double theta, ein_rope_scaling sc,
+                                int half_style, const TX *x, TY *y)
 {
     int64_t npair = ntok * (w / 2), hh = head_dim / 2;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < npair;
@@ -232,7 +233,7 @@ __global__ void kn_cu_rope_at_k(const TI *pos, kn_cu_rope_at_freqs fr, int64_t n
         int64_t c1 = half_style ? c + hh : c + 1;
         double p = (double)pos[row];
         double f = pair < KN_CU_ROPE_AT_PAIRS ? fr.f[pair]
-                                              : pow(theta, -2.0 * (double)pair / (double)head_dim);
+                                              : ein_rope_freq(theta, pair, head_dim, &sc);
         double a = p * f, sd, cd;
         sincos(a, &sd, &cd);
         float cs = (float)cd, sn = (float)sd;
@@ -246,8 +247,22 @@ __global__ void kn_cu_rope_at_k(const TI *pos, kn_cu_rope_at_freqs fr, int64_t n
 extern "C" int kn_cuda_rope_at(int style, int64_t head_dim, double theta, const kn_block *x,
                                const kn_block *pos, kn_block *out, void *stream, ein_error *err)
 {
+    return kn_cuda_rope_at_scaled(style, head_dim, theta, NULL, x, pos, out, stream, err);
+}
+
+extern "C" int kn_cuda_rope_at_scaled(int style, int64_t head_dim, double theta,
+                                      const ein_rope_scaling *scp, const kn_block *x,
+                                      const kn_block *pos, kn_block *out, void *stream,
+                                      ein_error *err)
+{
     const char *what = "cuda rope_at";
     int rc;
+    ein_rope_scaling sc;
+    memset(&sc, 0, sizeof sc);
+    if (scp)
+        sc = *scp;
+    if (ein_rope_scaling_invalid(&sc))
+        return kn_cu_fail(err, EIN_EINVAL, "%s: scaling: %s", what, ein_rope_scaling_invalid(&sc));
     if ((rc = kn_cu_blk(what, "x", x, 2, err)) < 0 ||
         (rc = kn_cu_blk_any(what, "pos", pos, 1, err)) < 0 ||
         (rc = kn_cu_blk(what, "out", out, 2, err)) < 0)
@@ -269,7 +284,7 @@ extern "C" int kn_cuda_rope_at(int style, int64_t head_dim, double theta, const 
     kn_cu_rope_at_freqs fr;
     memset(&fr, 0, sizeof fr);
     for (int64_t j = 0; j < head_dim / 2 && j < KN_CU_ROPE_AT_PAIRS; j++)
-        fr.f[j] = pow(theta, -2.0 * (double)j / (double)head_dim);
+        fr.f[j] = ein_rope_freq(theta, j, head_dim, &sc);
     int64_t n = ntok * (c1 - c0) / 2;
     if (n == 0)
         return 0;
@@ -278,11 +293,11 @@ extern "C" int kn_cuda_rope_at(int style, int64_t head_dim, double theta, const 
     KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(out->dtype, TY,
         if (pos->dtype == EIN_I32)
             kn_cu_rope_at_k<int32_t, TX, TY><<<grid, KN_CU_BLOCK, 0, s>>>(
-                (const int32_t *)pos->data, fr, ntok, c1 - c0, head_dim, theta,
+                (const int32_t *)pos->data, fr, ntok, c1 - c0, head_dim, theta, sc,
                 style == EIN_ROPE_HALF, (const TX *)x->data, (TY *)out->data);
         else
             kn_cu_rope_at_k<int64_t, TX, TY><<<grid, KN_CU_BLOCK, 0, s>>>(
-                (const int64_t *)pos->data, fr, ntok, c1 - c0, head_dim, theta,
+                (const int64_t *)pos->data, fr, ntok, c1 - c0, head_dim, theta, sc,
                 style == EIN_ROPE_HALF, (const TX *)x->data, (TY *)out->data)));
     return kn_cu_launched(what, err);
 }

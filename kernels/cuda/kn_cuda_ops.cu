@@ -474,7 +474,8 @@ struct kn_cu_freqs {
  * head is elements (2j, 2j+1) (interleaved) or (j, j + head_dim/2) (half). */
 template <typename TX, typename TY>
 __global__ void kn_cu_rope_k(kn_cu_seqs seqs, kn_cu_freqs fr, int64_t t0, int64_t ntok, int64_t w,
-                             int64_t head_dim, double theta, int half_style, const TX *x, TY *y)
+                             int64_t head_dim, double theta, ein_rope_scaling sc, int half_style,
+                             const TX *x, TY *y)
 {
     int64_t npair = ntok * (w / 2), hh = head_dim / 2;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < npair;
@@ -483,8 +484,7 @@ __global__ void kn_cu_rope_k(kn_cu_seqs seqs, kn_cu_freqs fr, int64_t t0, int64_
         int64_t pair = q % hh, c = (q / hh) * head_dim + (half_style ? pair : 2 * pair);
         int64_t c1 = half_style ? c + hh : c + 1;
         double p = (double)(t - kn_cu_seq_start(seqs, t));
-        double f = pair < KN_CU_ROPE_PAIRS ? fr.f[pair]
-                                           : pow(theta, -2.0 * (double)pair / (double)head_dim);
+        double f = pair < KN_CU_ROPE_PAIRS ? fr.f[pair] : ein_rope_freq(theta, pair, head_dim, &sc);
         double a = p * f, sd, cd;
         sincos(a, &sd, &cd);
         float cs = (float)cd, sn = (float)sd;
@@ -506,7 +506,20 @@ extern "C" int kn_cuda_rope_style(int style, int64_t head_dim, double theta,
                                   const int64_t *seq_ends, int nseq, const kn_block *x,
                                   kn_block *out, void *stream, ein_error *err)
 {
+    return kn_cuda_rope_scaled(style, head_dim, theta, NULL, seq_ends, nseq, x, out, stream, err);
+}
+
+extern "C" int kn_cuda_rope_scaled(int style, int64_t head_dim, double theta,
+                                   const ein_rope_scaling *scp, const int64_t *seq_ends, int nseq,
+                                   const kn_block *x, kn_block *out, void *stream, ein_error *err)
+{
     const char *what = "cuda rope";
+    ein_rope_scaling sc;
+    memset(&sc, 0, sizeof sc);
+    if (scp)
+        sc = *scp;
+    if (ein_rope_scaling_invalid(&sc))
+        return kn_cu_fail(err, EIN_EINVAL, "%s: scaling: %s", what, ein_rope_scaling_invalid(&sc));
     if (style != EIN_ROPE_INTERLEAVED && style != EIN_ROPE_HALF)
         return kn_cu_fail(err, EIN_EINVAL, "%s: style %d is not interleaved or half", what, style);
     kn_cu_seqs seqs;
@@ -520,7 +533,7 @@ extern "C" int kn_cuda_rope_style(int style, int64_t head_dim, double theta,
     kn_cu_freqs fr;
     memset(&fr, 0, sizeof fr);
     for (int64_t j = 0; j < head_dim / 2 && j < KN_CU_ROPE_PAIRS; j++)
-        fr.f[j] = pow(theta, -2.0 * (double)j / (double)head_dim);
+        fr.f[j] = ein_rope_freq(theta, j, head_dim, &sc);
     if (!kn_cu_box_eq(&x->box, &out->box))
         return kn_cu_fail(err, EIN_ESHAPE, "%s: out box differs from x box", what);
     int64_t t0 = x->box.lo[0], t1 = x->box.hi[0], c0 = x->box.lo[1], c1 = x->box.hi[1];
@@ -534,7 +547,7 @@ extern "C" int kn_cuda_rope_style(int style, int64_t head_dim, double theta,
     cudaStream_t s = (cudaStream_t)stream;
     KN_CU_DISPATCH(x->dtype, TX, KN_CU_DISPATCH(out->dtype, TY,
         kn_cu_rope_k<TX, TY><<<kn_cu_grid(n, KN_CU_BLOCK), KN_CU_BLOCK, 0, s>>>(
-            seqs, fr, t0, t1 - t0, c1 - c0, head_dim, theta, style == EIN_ROPE_HALF,
+            seqs, fr, t0, t1 - t0, c1 - c0, head_dim, theta, sc, style == EIN_ROPE_HALF,
             (const TX *)x->data, (TY *)out->data)));
     return kn_cu_launched(what, err);
 }

@@ -216,7 +216,8 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
     case EIN_KERNEL_LAYERNORM:
         return kn_cuda_layernorm(k->eps, &ins[0], &ins[1], &ins[2], out, stream, err);
     case EIN_KERNEL_ROPE:
-        return kn_cuda_rope_style(k->style, k->head_dim, k->theta, k->list, k->nlist, &ins[0], out,
+        return kn_cuda_rope_scaled(k->style, k->head_dim, k->theta, &k->scaling, k->list, k->nlist,
+                                   &ins[0], out,
                                   stream, err);
     case EIN_KERNEL_ATTENTION:
         /* cuDNN's SDPA path knows no sliding window: a windowed attention
@@ -261,7 +262,8 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
                                                &ins[0], &ins[1], &ins[2], &ins[3], out, stream,
                                                err);
     case EIN_KERNEL_ROPE_AT:
-        return kn_cuda_rope_at(k->style, k->head_dim, k->theta, &ins[0], &ins[1], out, stream, err);
+        return kn_cuda_rope_at_scaled(k->style, k->head_dim, k->theta, &k->scaling, &ins[0], &ins[1],
+                                      out, stream, err);
     case EIN_KERNEL_COUNT:
         break;
     }

@@ -56,6 +56,18 @@ int pl_graph_add_rope_style(pl_graph *g, const char *name, int x, int64_t head_d
     return id;
 }
 
+int pl_graph_set_rope_scaling(pl_graph *g, int id, const ein_rope_scaling *s, ein_error *err)
+{
+    if (!g || !s || id < 0 || id >= g->nnodes ||
+        (g->nodes[id].kind != PL_ROPE && g->nodes[id].kind != PL_ROPE_AT))
+        return ein_fail(err, EIN_EINVAL, "rope scaling: tensor %d is not a rope or rope_at", id);
+    const char *why = ein_rope_scaling_invalid(s);
+    if (why)
+        return ein_fail(err, EIN_EINVAL, "rope scaling of %s: %s", g->nodes[id].name, why);
+    g->nodes[id].kernel.scaling = *s;
+    return 0;
+}
+
 static int rope_indices(const pl_graph *g, const pl_node *nd, pl_index *idx)
 {
     (void)g;

@@ -454,22 +454,57 @@ class Graph:
                                                   float(eps), ctypes.byref(err)), err,
                          "layernorm")
 
-    def rope(self, x, head_dim, theta=10000.0, seqs=None, name=None, style="interleaved"):
+    def rope(self, x, head_dim, theta=10000.0, seqs=None, name=None, style="interleaved",
+             scaling=None):
         """Rotary embedding of x [tokens, heads*head_dim]; positions restart
         at each packed sequence (seqs: their lengths, default one sequence).
         style "interleaved" rotates the pairs (2i, 2i+1) of each head (Meta's
         LLaMA code); "half" the pairs (i, i + head_dim/2), Hugging Face's
         rotate_half, which every transformers checkpoint expects
-        (docs/hf-llama.md)."""
+        (docs/hf-llama.md). scaling: None, or transformers' rope_scaling as
+        {"type": "linear", "factor": F} or {"type": "llama3", "factor",
+        "low_freq_factor", "high_freq_factor", "original_max_position"}
+        (es.llama.read_config's form)."""
         x = self._t(x, "rope")
         if style not in _ROPE_STYLES:
             _fail(L.EIN_EINVAL, "rope: style %r; expected 'interleaved' or 'half'" % (style,))
         ends, n = self._seq_ends(seqs, x.shape[0], "rope")
         err = L.ein_error()
-        return self._add(_lib.ein_graph_rope_ex(self._p, _name_arg(name), x.id,
-                                                _int(head_dim, "rope: head_dim"), float(theta),
-                                                ends, n, _ROPE_STYLES[style],
-                                                ctypes.byref(err)), err, "rope")
+        t = self._add(_lib.ein_graph_rope_ex(self._p, _name_arg(name), x.id,
+                                             _int(head_dim, "rope: head_dim"), float(theta),
+                                             ends, n, _ROPE_STYLES[style],
+                                             ctypes.byref(err)), err, "rope")
+        return self._scale(t, scaling, "rope")
+
+    def _scale(self, t, scaling, what):
+        """Set rope scaling `scaling` (a dict, or None) on rope tensor t."""
+        if scaling is None:
+            return t
+        types = {"none": 0, "default": 0, "linear": 1, "llama3": 2}
+        keys = {"type", "rope_type", "factor", "low_freq_factor", "high_freq_factor",
+                "original_max_position", "original_max_position_embeddings"}
+        if not isinstance(scaling, dict) or set(scaling) - keys:
+            _fail(L.EIN_EINVAL, "%s: scaling %r; expected a dict of %s" % (
+                what, scaling, ", ".join(sorted(keys))))
+        ty = scaling.get("type", scaling.get("rope_type"))
+        if ty not in types:
+            _fail(L.EIN_EINVAL, "%s: scaling type %r; expected none, linear or llama3"
+                  % (what, ty))
+        s = L.ein_rope_scaling()
+        s.type = types[ty]
+
+        def num(k, alt=None):
+            v = scaling.get(k, scaling.get(alt) if alt else None)
+            return 0.0 if v is None else float(v)
+        s.factor = num("factor")
+        s.low_freq_factor = num("low_freq_factor")
+        s.high_freq_factor = num("high_freq_factor")
+        s.original_max_position = num("original_max_position",
+                                      "original_max_position_embeddings")
+        err = L.ein_error()
+        _check(_lib.ein_graph_rope_scaling(self._p, t.id, ctypes.byref(s), ctypes.byref(err)),
+               err, what)
+        return t
 
     def attention(self, q, k, v, seqs=None, window=0, name=None):
         """Causal grouped-query attention: q [heads_q, tokens, d], k and v
@@ -582,17 +617,20 @@ class Graph:
                                                                 ctypes.byref(err)), err,
                          "decode_attention")
 
-    def rope_at(self, x, pos, head_dim, theta=10000.0, style="interleaved", name=None):
+    def rope_at(self, x, pos, head_dim, theta=10000.0, style="interleaved", name=None,
+                scaling=None):
         """Rotary embedding of x [tokens, heads*head_dim] with token t at
-        position pos[t] (pos [tokens], i32 or i64, an input of each run)."""
+        position pos[t] (pos [tokens], i32 or i64, an input of each run);
+        scaling as rope's."""
         x, pos = self._t(x, "rope_at"), self._t(pos, "rope_at")
         if style not in _ROPE_STYLES:
             _fail(L.EIN_EINVAL, "rope_at: style %r; expected 'interleaved' or 'half'" % (style,))
         err = L.ein_error()
-        return self._add(_lib.ein_graph_rope_at(self._p, _name_arg(name), x.id, pos.id,
-                                                _int(head_dim, "rope_at: head_dim"),
-                                                float(theta), _ROPE_STYLES[style],
-                                                ctypes.byref(err)), err, "rope_at")
+        t = self._add(_lib.ein_graph_rope_at(self._p, _name_arg(name), x.id, pos.id,
+                                             _int(head_dim, "rope_at: head_dim"),
+                                             float(theta), _ROPE_STYLES[style],
+                                             ctypes.byref(err)), err, "rope_at")
+        return self._scale(t, scaling, "rope_at")
 
     # -- shorthands for unary and binary operators
     def relu(self, x, name=None):

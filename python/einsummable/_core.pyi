@@ -3,7 +3,8 @@
 # function and method here has the parameters of the code, and that a
 # typed user script passes `mypy --strict`.
 import os
-from typing import Any, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union, overload
+from typing import (Any, Dict, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union,
+                    overload)
 
 import numpy
 import numpy.typing
@@ -67,7 +68,8 @@ class Graph:
                   name: Optional[str] = ...) -> Tensor: ...
     def rope(self, x: TensorRef, head_dim: int, theta: float = ...,
              seqs: Optional[Sequence[int]] = ..., name: Optional[str] = ...,
-             style: Literal["interleaved", "half"] = ...) -> Tensor: ...
+             style: Literal["interleaved", "half"] = ...,
+             scaling: Optional[Mapping[str, Any]] = ...) -> Tensor: ...
     def embedding(self, table: TensorRef, ids: TensorRef,
                   name: Optional[str] = ...) -> Tensor: ...
     def state(self, desc: TensorDesc, name: Optional[str] = ...) -> Tensor: ...
@@ -77,7 +79,8 @@ class Graph:
                          window: int = ..., name: Optional[str] = ...) -> Tensor: ...
     def rope_at(self, x: TensorRef, pos: TensorRef, head_dim: int, theta: float = ...,
                 style: Literal["interleaved", "half"] = ...,
-                name: Optional[str] = ...) -> Tensor: ...
+                name: Optional[str] = ...,
+                scaling: Optional[Mapping[str, Any]] = ...) -> Tensor: ...
     def attention(self, q: TensorRef, k: TensorRef, v: TensorRef,
                   seqs: Optional[Sequence[int]] = ..., window: int = ...,
                   name: Optional[str] = ...) -> Tensor: ...

@@ -47,6 +47,12 @@ class ein_tensor_desc(ctypes.Structure):
     ]
 
 
+class ein_rope_scaling(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("factor", ctypes.c_double),
+                ("low_freq_factor", ctypes.c_double), ("high_freq_factor", ctypes.c_double),
+                ("original_max_position", ctypes.c_double)]
+
+
 class ein_plan_options(ctypes.Structure):
     _fields_ = [("selector", ctypes.c_char_p), ("seed", ctypes.c_uint64),
                 ("linear_paths", ctypes.c_int)]
@@ -189,6 +195,7 @@ _PROTOS = {
     "ein_graph_decode_attention": (_T, [_P, _S, _T, _T, _T, _T, _E]),
     "ein_graph_decode_attention_window": (_T, [_P, _S, _T, _T, _T, _T, ctypes.c_int64, _E]),
     "ein_graph_rope_at": (_T, [_P, _S, _T, _T, ctypes.c_int64, ctypes.c_double, _I, _E]),
+    "ein_graph_rope_scaling": (_I, [_P, _T, ctypes.POINTER(ein_rope_scaling), _E]),
     "ein_graph_ntensors": (_I, [_P]),
     "ein_graph_find": (_T, [_P, _S, _E]),
     "ein_graph_tensor": (_I, [_P, _T, ctypes.POINTER(_S), ctypes.POINTER(ein_tensor_desc),
@@ -238,6 +245,8 @@ _PROTOS = {
     "ein_session_output_path": (_S, [_P, _S]),
     "ein_session_close": (_I, [_P, _E]),
     "ein_session_cancel": (None, [_P]),
+    # Returns malloc'd JSON text: kept as a raw pointer so that it can be freed.
+    "ein_model_config_json": (_P, [_S, _S, _E]),
 }
 
 _SONAME = "libeinsummable.so"

@@ -1373,9 +1373,20 @@ static void k_softmax(msgpack_packer *pk)
     pk_cstr(pk, "axis"); msgpack_pack_int(pk, 1);
 }
 static int style_value; /* the ROPE kernels' style (0: interleaved) */
+/* the ROPE kernels' scaling: [type, factor, low, high, original] (none) */
+static double scaling_value[5];
+static int scaling_len = 5;
+static void pk_scaling(msgpack_packer *pk)
+{
+    pk_cstr(pk, "scaling");
+    msgpack_pack_array(pk, (size_t)scaling_len);
+    for (int j = 0; j < scaling_len; j++)
+        msgpack_pack_double(pk, scaling_value[j]);
+}
 static void k_rope(msgpack_packer *pk, int nlist)
 {
-    msgpack_pack_map(pk, 1 + 3 + (nlist >= 0));
+    msgpack_pack_map(pk, 1 + 4 + (nlist >= 0));
+    pk_scaling(pk);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
     pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
@@ -1426,7 +1437,8 @@ static void k_axis_range(msgpack_packer *pk)
 }
 static void k_list_type(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 1 + 4);
+    msgpack_pack_map(pk, 1 + 5);
+    pk_scaling(pk);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
     pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
@@ -1435,7 +1447,8 @@ static void k_list_type(msgpack_packer *pk)
 }
 static void k_list_elem(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 1 + 4);
+    msgpack_pack_map(pk, 1 + 5);
+    pk_scaling(pk);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
     pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
@@ -1461,7 +1474,8 @@ static void k_reduce_range(msgpack_packer *pk)
 }
 static void k_theta_inf(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 1 + 4);
+    msgpack_pack_map(pk, 1 + 5);
+    pk_scaling(pk);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
     pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
@@ -1495,7 +1509,8 @@ static void k_window_type(msgpack_packer *pk)
 /* A list header that claims more entries than the bytes that remain. */
 static void k_list_huge(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 1 + 4);
+    msgpack_pack_map(pk, 1 + 5);
+    pk_scaling(pk);
     pk_cstr(pk, "kind"); msgpack_pack_int(pk, EIN_KERNEL_ROPE);
     pk_cstr(pk, "style"); msgpack_pack_int(pk, style_value);
     pk_cstr(pk, "head_dim"); msgpack_pack_int(pk, 4);
@@ -1536,6 +1551,24 @@ static void test_kernel_fields(void **state)
     style_value = 2;
     expect_kernel_proto(k_rope_ok, "rope: style 2 is not interleaved (0) or half (1)");
     style_value = 0;
+    /* rope scaling (issue 34): llama3 and linear pass; a bad type, a
+     * factor for a type without one, a wrong length are refused */
+    double l3[5] = {EIN_ROPE_SCALING_LLAMA3, 8, 1, 4, 8192};
+    memcpy(scaling_value, l3, sizeof l3);
+    expect_kernel_ok(k_rope_ok, EIN_KERNEL_ROPE, 2);
+    double lin[5] = {EIN_ROPE_SCALING_LINEAR, 4, 0, 0, 0};
+    memcpy(scaling_value, lin, sizeof lin);
+    expect_kernel_ok(k_rope_ok, EIN_KERNEL_ROPE, 2);
+    scaling_value[0] = 7;
+    expect_kernel_proto(k_rope_ok, "kernel.scaling: type 7 is not a rope scaling type");
+    double bad[5] = {EIN_ROPE_SCALING_LINEAR, 4, 1, 0, 0};
+    memcpy(scaling_value, bad, sizeof bad);
+    expect_kernel_proto(k_rope_ok, "rope: scaling: a factor is not a finite number > 0, or is "
+                                   "set for a type that has none");
+    memset(scaling_value, 0, sizeof scaling_value);
+    scaling_len = 4;
+    expect_kernel_proto(k_rope_ok, "kernel.scaling: expected an array of 5 numbers");
+    scaling_len = 5;
     expect_kernel_proto(k_rope_nolist, "instrs[0].kernel: missing field 'list'");
     expect_kernel_proto(k_rope_long, "kernel.list: 65537 entries exceed 65536");
     expect_kernel_proto(k_extra, "field 'subscripts' not expected in a softmax kernel");

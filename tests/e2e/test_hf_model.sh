@@ -105,11 +105,11 @@ else
 fi
 
 # eingen --config: sizes that do not fit are refused by name.
-sed 's/"hidden_size": 32/"hidden_size": 30/' untied/config.json > bad.json
+sed 's/"num_key_value_heads": 2/"num_key_value_heads": 3/' untied/config.json > bad.json
 "$EINGEN" llama --config bad.json --seq-lens 5 --model > /dev/null 2> gen.txt
 rc=$?
-if [ $rc -eq 2 ] && grep -q "hidden_size 30 is not num_attention_heads 4 x head_dim 8" gen.txt; then
-    ok "eingen --config refuses a hidden_size that is not heads x head_dim"
+if [ $rc -eq 2 ] && grep -q "num_key_value_heads 3 must divide num_attention_heads 4" gen.txt; then
+    ok "eingen --config refuses num_key_value_heads that do not divide the heads"
 else
-    not_ok "eingen --config refuses a hidden_size that is not heads x head_dim" "exit $rc" "$(cat gen.txt)"
+    not_ok "eingen --config refuses num_key_value_heads that do not divide the heads" "exit $rc" "$(cat gen.txt)"
 fi

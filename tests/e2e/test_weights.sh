@@ -21,7 +21,7 @@ if ! "$PY" -c 'import numpy' 2>/dev/null; then
     echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
     exit 0
 fi
-echo "1..17"
+echo "1..18"
 write_ffn ffn.ein
 sed 's/^input/dtype f16\ninput/' ffn.ein | awk '!(/^dtype f16$/ && seen++)' > ffn16.ein
 mkdir f32 f16
@@ -33,7 +33,8 @@ chmod +x mark.sh
 for spec in "f32 ffn.ein 1 1e-5" "f32 ffn.ein 3 1e-5" "f16 ffn16.ein 2 2e-2"; do
     set -- $spec
     rm -f y.npy
-    if "$EINRUN" --cpu "$3" --weights "$1/model.safetensors" --map w2=layers.0.w2 "$2" \
+    if "$EINRUN" --cpu "$3" --weights "$1/model.safetensors" --map w2=layers.0.w2 \
+            --allow-unused-weights "$2" \
             > out.txt 2>&1 && msg=$("$PY" "$GEN" check y.npy "$1/ref.npy" "$4"); then
         ok "$1 FFN from a safetensors file on $3 devices matches NumPy"
     else
@@ -82,6 +83,11 @@ bad "--map to a missing tensor" 2 "no tensor named 'nope' in good.safetensors" \
 bad "--map to a missing input" 2 "the program has no input named 'wz'" \
     --weights good.safetensors --map wz=w1
 bad "--map without --weights" 2 "no weights file" --map w1=w1
+# A tensor of the file that nothing binds (the I64 'pos' buffer): refused by
+# name unless --allow-unused-weights (the runs above).
+bad "an unused tensor of the file is refused by name" 2 \
+    "f32/model.safetensors: tensor 'pos' is bound to no input of the program (1 unused: pos).*--allow-unused-weights" \
+    --weights f32/model.safetensors --map w2=layers.0.w2
 bad "--weights of a directory" 2 "$S: " --weights "$S"
 # --input wins over a same-named tensor; --map of it is refused.
 bad "--map of an input given by --input" 2 "input w1 already has a source" \

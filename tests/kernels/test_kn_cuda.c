@@ -330,6 +330,25 @@ static void test_rows(void **state)
         hd_compare("cuda rope", &ry, dt_tol(dt) * 2);
         assert_int_equal(kn_cuda_rope(96, 10000.0, ends, 3, &rx.d, &ry.d, stream, &err),
                          EIN_ESHAPE);
+        /* rope_scaling (issue 34): llama3 and linear, the frequencies of
+         * head_dim 128 from the host, of head_dim 512 past pair 128 on the
+         * device, both the CPU kernel's */
+        ein_rope_scaling l3 = {EIN_ROPE_SCALING_LLAMA3, 8, 1, 4, 64};
+        ein_rope_scaling lin = {EIN_ROPE_SCALING_LINEAR, 4, 0, 0, 0};
+        ein_box rb2 = {2, {13, 0}, {77, 1024}};
+        hd bx = hd_rand(dt, &rb2, 1.0f, 0.0f), by = hd_out(dt, &rb2);
+        for (int sc = 0; sc < 2; sc++)
+            for (int64_t hdim = 128; hdim <= 512; hdim *= 4) {
+                const ein_rope_scaling *s = sc ? &lin : &l3;
+                hd *in = hdim == 128 ? &rx : &bx, *out = hdim == 128 ? &ry : &by;
+                assert_int_equal(kn_cpu_rope_scaled(EIN_ROPE_HALF, hdim, 500000.0, s, ends, 3,
+                                                    &in->h, &out->h, &err), 0);
+                assert_int_equal(kn_cuda_rope_scaled(EIN_ROPE_HALF, hdim, 500000.0, s, ends, 3,
+                                                     &in->d, &out->d, stream, &err), 0);
+                hd_compare("cuda rope scaled", out, dt_tol(dt) * 2);
+            }
+        hd_free(&bx);
+        hd_free(&by);
         hd_free(&x);
         hd_free(&y);
         hd_free(&w);
@@ -1082,6 +1101,10 @@ static void test_generate(void **state)
             assert_int_equal(kn_cpu_run(&ra, rh, 2, &ro.h, &err), 0);
             assert_int_equal(kn_cuda_run(NULL, &ra, rd, 2, &ro.d, stream, &err), 0);
             hd_compare("cuda rope_at", &ro, dt_tol(dt));
+            ra.scaling = (ein_rope_scaling){EIN_ROPE_SCALING_LLAMA3, 8, 1, 4, 16};
+            assert_int_equal(kn_cpu_run(&ra, rh, 2, &ro.h, &err), 0);
+            assert_int_equal(kn_cuda_run(NULL, &ra, rd, 2, &ro.d, stream, &err), 0);
+            hd_compare("cuda rope_at llama3", &ro, dt_tol(dt));
             hd_free(&c);
             hd_free(&x);
             hd_free(&q);

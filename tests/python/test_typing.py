@@ -50,3 +50,28 @@ def test_typed_user_script_runs(tmp_path):
                        capture_output=True, text=True, cwd=str(tmp_path), timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "max |y - numpy|" in r.stdout
+
+
+def test_typed_llama_script_passes_mypy_strict(tmp_path):
+    """A script that loads a checkpoint with es.llama type-checks under
+    mypy --strict (issue 34), and runs."""
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("sanitizer build: mypy runs in the plain make check")
+    mypy = _mypy()
+    if mypy is None:
+        pytest.skip("no mypy (Debian: mypy)")
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(es.__file__)))
+    env = dict(os.environ)
+    cmd = mypy + ["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"),
+                  "--python-executable", sys.executable]
+    if os.path.basename(pkg_parent) not in ("site-packages", "dist-packages"):
+        env["MYPYPATH"] = pkg_parent
+    r = subprocess.run(cmd + [os.path.join(HERE, "typed_llama.py")], capture_output=True,
+                       text=True, env=env, cwd=str(tmp_path), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+    import hf_zoo
+    hf_zoo.gen("llama31", str(tmp_path), [4])
+    r = subprocess.run([sys.executable, os.path.join(HERE, "typed_llama.py"), str(tmp_path)],
+                       capture_output=True, text=True, cwd=str(tmp_path), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
