@@ -25,7 +25,7 @@ def write(path, tensors):
     own description: 8-byte header length, JSON header, data)."""
     header, blobs, off = {}, [], 0
     for name, a in tensors:
-        b = np.ascontiguousarray(a).tobytes()
+        b = np.ascontiguousarray(a, dtype=np.float32).tobytes()
         header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)
         off += len(b)

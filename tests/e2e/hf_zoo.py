@@ -25,8 +25,10 @@
 # key j for query i when i - j >= W) -> o_proj -> residual -> RMSNorm ->
 # down(act(gate(x)) * up(x)) (+ mlp_bias) with ACT2FN's
 # activation -> residual; final RMSNorm; lm_head or the tied embedding.
-import json, math, struct, sys
+import json, math, sys
 import numpy as np
+
+from hf_model import check, write  # the safetensors writer and the error check, shared
 
 BASE = {"hidden_size": 32, "intermediate_size": 40, "num_attention_heads": 4,
         "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 61,
@@ -98,22 +100,6 @@ REFUSED = [
      ["architectures", "LlamaForSequenceClassification"]),
     ("mistral_bias", dict(ZOO["mistral"], attention_bias=True), ["attention_bias", "mistral"]),
 ]
-
-
-def write(path, tensors):
-    """tensors: [(name, float32 array)] as a .safetensors file (the format's
-    own description: 8-byte header length, JSON header, data)."""
-    header, blobs, off = {}, [], 0
-    for name, a in tensors:
-        b = np.ascontiguousarray(a, dtype=np.float32).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    header["__metadata__"] = {"format": "pt"}
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def resolved(cfg):
@@ -282,20 +268,6 @@ def gen(name, d, lens):
     np.save(d + "/ref_all.npy", np.concatenate(out))
     np.save(d + "/ref_last.npy", np.stack([o[-1] for o in out]))
     return cfg, t
-
-
-def check(got, ref, tol):
-    g = np.load(got).astype(np.float64)
-    r = np.load(ref)
-    if g.shape != r.shape:
-        print("shape %s, expected %s" % (g.shape, r.shape))
-        return 1
-    err = float(np.max(np.abs(g - r) / np.maximum(1.0, np.abs(r))))
-    if not err <= float(tol):   # NaN fails
-        print("max relative error %g over %s" % (err, tol))
-        return 1
-    print("max relative error %.3g" % err)
-    return 0
 
 
 if __name__ == "__main__":
