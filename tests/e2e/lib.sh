@@ -5,6 +5,29 @@ n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
 
+# sanitized_python_env: in a sanitizer build ($EIN_SAN_CFLAGS names
+# -fsanitize=address; tests/python/local.am exports it), a Python process
+# can load the ASan-built libeinsummable only when the ASan runtime is its
+# first library: export LD_PRELOAD (ASan, and UBSan where there is one) and
+# ASAN_OPTIONS with detect_leaks=0 (Python's own allocations are not ours
+# to report). Call it in the subshell that runs Python. Returns 1, having
+# changed nothing, when no libasan.so can be found; 0 otherwise.
+sanitized_python_env() {
+    case "${EIN_SAN_CFLAGS:-}" in
+    *sanitize=address*)
+        _asan=$(${EIN_CC:-cc} -print-file-name=libasan.so 2>/dev/null)
+        [ -n "$_asan" ] && [ -f "$_asan" ] || return 1
+        _ubsan=$(${EIN_CC:-cc} -print-file-name=libubsan.so 2>/dev/null)
+        [ -f "$_ubsan" ] || _ubsan=""
+        LD_PRELOAD="$_asan${_ubsan:+ $_ubsan}"
+        export LD_PRELOAD
+        ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+        export ASAN_OPTIONS
+        ;;
+    esac
+    return 0
+}
+
 # leftovers PID: what a run of einrun PID left behind: worker processes of
 # this scratch directory, its shared memory, run directories, temporary
 # output files and kept old outputs. Prints nothing when clean.

@@ -62,9 +62,10 @@ ids = np.load('llama31/ids.npy')
 for s in np.split(ids, [5, 14]):
     print(' '.join(str(i) for i in s))" > prompts.txt
 "$PY" "$ZOO" greedy llama31 llama31 6 > want.txt
-if PYTHONPATH="$SRC/python${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$SRC/tools/generate" \
+if (sanitized_python_env || exit 1
+        PYTHONPATH="$SRC/python${PYTHONPATH:+:$PYTHONPATH}" exec "$PY" "$SRC/tools/generate" \
         --config llama31/config.json --weights llama31/model.safetensors --prompts prompts.txt \
-        --devices 2 --max-new-tokens 6 --max-len 32 > got.txt 2> out.txt &&
+        --devices 2 --max-new-tokens 6 --max-len 32) > got.txt 2> out.txt &&
         [ "$(tr ',' ' ' < got.txt)" = "$(cat want.txt)" ]; then
     ok "tools/generate: Llama 3.1 (llama3 rope scaling) greedy ids equal transformers' loop"
 else

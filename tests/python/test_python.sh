@@ -28,23 +28,12 @@ if [ -z "${EIN_PY_INSTALLED:-}" ] && [ ! -f "$LIB" ]; then
     exit 0
 fi
 # A library built with ASan can only be loaded into a process whose first
-# library is the ASan runtime: preload it (Python's own allocations are not
-# ours to report, hence detect_leaks=0).
-case "${EIN_SAN_CFLAGS:-}" in
-*sanitize=address*)
-    asan=$(${EIN_CC:-cc} -print-file-name=libasan.so 2>/dev/null)
-    if [ -z "$asan" ] || [ ! -f "$asan" ]; then
-        echo "1..0 # SKIP sanitizer build and no libasan.so to preload into Python"
-        exit 0
-    fi
-    ubsan=$(${EIN_CC:-cc} -print-file-name=libubsan.so 2>/dev/null)
-    [ -f "$ubsan" ] || ubsan=""
-    LD_PRELOAD="$asan${ubsan:+ $ubsan}"
-    export LD_PRELOAD
-    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-    export ASAN_OPTIONS
-    ;;
-esac
+# library is the ASan runtime: preload it (tests/e2e/lib.sh).
+. "$SRC/tests/e2e/lib.sh"
+if ! sanitized_python_env; then
+    echo "1..0 # SKIP sanitizer build and no libasan.so to preload into Python"
+    exit 0
+fi
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/ein-py.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
