@@ -57,7 +57,7 @@ fi
 files=""
 for f in ${EIN_PY_TESTS:-}; do files="$files $SRC/tests/python/$f"; done
 [ -n "$files" ] || files="$SRC/tests/python"
-(cd "$T" && timeout 600 "$PY" -m pytest -p no:cacheprovider -v -rfE --tb=short \
+(cd "$T" && timeout 1500 "$PY" -m pytest -p no:cacheprovider -v -rfE --tb=short \
     --basetemp="$T/tmp" --rootdir="$SRC/tests/python" $files) > "$T/out" 2>&1
 rc=$?
 
