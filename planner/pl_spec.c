@@ -4,7 +4,8 @@
  * interval per index onto its input and output boxes; this file turns a
  * request (interval counts) into split points, enumerates the prod(counts)
  * combinations row-major (the last index fastest) and asks the operator for
- * each function specification. */
+ * each function specification (through the operator table's calls,
+ * planner/ops/pl_ops.c: this file includes nothing of planner/ops/). */
 #include "planner/pl_spec.h"
 
 #include <assert.h>
@@ -12,9 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_kernel_cost.h"
 #include "common/ein_vec.h"
-#include "planner/ops/pl_ops.h"
 
 void pl_interval(int64_t size, int count, int part, int64_t *lo, int64_t *hi)
 {
@@ -22,102 +21,6 @@ void pl_interval(int64_t size, int count, int part, int64_t *lo, int64_t *hi)
     int64_t base = size / count, extra = size % count;
     *lo = part * base + (part < extra ? part : extra);
     *hi = *lo + base + (part < extra ? 1 : 0);
-}
-
-/* Generated from common/ein_ops.def's EIN_GRAPH_OP list; inputs have none. */
-static const pl_op_def *const op_defs[PL_NODE_KIND_COUNT] = {
-#define EIN_GRAPH_OP(kind, def) [PL_##kind] = &pl_op_##def,
-#include "common/ein_ops.def"
-};
-
-const pl_op_def *pl_op_def_of(pl_node_kind kind)
-{
-    return (int)kind >= 0 && kind < PL_NODE_KIND_COUNT ? op_defs[kind] : NULL;
-}
-
-int pl_indices_every_axis(const pl_graph *g, const pl_node *nd, pl_index *idx)
-{
-    (void)g;
-    for (int i = 0; i < nd->rank; i++)
-        idx[i] = pl_index_any((char)('a' + i), nd->axis_name[i], nd->shape[i]);
-    return nd->rank;
-}
-
-ein_box pl_box_of_intervals(int rank, const int64_t *lo, const int64_t *hi)
-{
-    ein_box b;
-    memset(&b, 0, sizeof b);
-    b.rank = rank;
-    for (int i = 0; i < rank; i++) {
-        b.lo[i] = lo[i];
-        b.hi[i] = hi[i];
-    }
-    return b;
-}
-
-ein_agg pl_agg_none(const pl_graph *g, const pl_node *nd, const pl_index *idx, int nidx,
-                    const int *counts)
-{
-    (void)g, (void)nd, (void)idx, (void)nidx, (void)counts;
-    return EIN_AGG_NONE;
-}
-
-double pl_flops_zero(const pl_graph *g, const pl_node *nd)
-{
-    (void)g, (void)nd;
-    return 0;
-}
-
-double pl_flops_kernel(const pl_graph *g, const pl_node *nd)
-{
-    ein_box out = pl_node_box(nd), in[EIN_KERNEL_COST_SRCS];
-    const ein_box *src[EIN_KERNEL_COST_SRCS];
-    int n = nd->ninputs;
-    for (int j = 0; j < n && j < EIN_KERNEL_COST_SRCS; j++) {
-        in[j] = pl_node_box(pl_graph_node(g, nd->inputs[j]));
-        src[j] = &in[j];
-    }
-    return ein_kernel_flops(&nd->kernel, &out, src, n);
-}
-
-int pl_op_indices(const pl_graph *g, int node, pl_index *idx, ein_error *err)
-{
-    const pl_node *nd = pl_graph_node(g, node);
-    const pl_op_def *def = nd ? pl_op_def_of(nd->kind) : NULL;
-    if (!def)
-        return ein_fail(err, EIN_EINVAL, "node %d is not an operator", node);
-    int n = def->indices(g, nd, idx);
-    if (n < 0)
-        return ein_fail(err, EIN_EINVAL, "%s: malformed operator %s", nd->name, def->name);
-    /* Labels name indices in reports and JSON keys: keep them distinct. */
-    for (int i = 1; i < n; i++)
-        for (int j = 0, tries = 0; j < i; j++)
-            if (!strcmp(idx[i].label, idx[j].label) && tries++ < 4) {
-                size_t l = strnlen(idx[i].label, sizeof idx[i].label - 3);
-                idx[i].label[l] = '_';
-                idx[i].label[l + 1] = idx[i].name;
-                idx[i].label[l + 2] = '\0';
-                j = -1;     /* check the new label again */
-            }
-    return n;
-}
-
-double pl_op_flops(const pl_graph *g, int node)
-{
-    const pl_node *nd = pl_graph_node(g, node);
-    const pl_op_def *def = nd ? pl_op_def_of(nd->kind) : NULL;
-    return def ? def->flops(g, nd) : 0;
-}
-
-ein_agg pl_op_agg(const pl_graph *g, int node, const int *counts)
-{
-    pl_index idx[PL_MAX_INDICES];
-    const pl_node *nd = pl_graph_node(g, node);
-    const pl_op_def *def = nd ? pl_op_def_of(nd->kind) : NULL;
-    if (!def)
-        return EIN_AGG_NONE;
-    int n = def->indices(g, nd, idx);
-    return n < 0 ? EIN_AGG_NONE : def->agg(g, nd, idx, n, counts);
 }
 
 int pl_index_max_count(const pl_index *ix)
@@ -187,7 +90,6 @@ int pl_spec_remake(const pl_graph *g, int node, const int *counts, pl_spec *out,
     if (nidx < 0)
         return nidx;
     const pl_node *nd = pl_graph_node(g, node);
-    const pl_op_def *def = pl_op_def_of(nd->kind);
 
     int64_t p = 1;
     int64_t *splits[PL_MAX_INDICES];
@@ -233,7 +135,7 @@ int pl_spec_remake(const pl_graph *g, int node, const int *counts, pl_spec *out,
     memcpy(out->counts, counts, sizeof(int) * (size_t)nidx);
     out->nparts = (int)p;
     out->ninputs = nd->ninputs;
-    out->agg = def->agg(g, nd, idx, nidx, counts);
+    out->agg = pl_op_agg_idx(g, node, idx, nidx, counts);
     int part[PL_MAX_INDICES] = {0};
     for (int64_t f = 0; f < p; f++) {
         int64_t lo[PL_MAX_INDICES], hi[PL_MAX_INDICES];
@@ -242,7 +144,7 @@ int pl_spec_remake(const pl_graph *g, int node, const int *counts, pl_spec *out,
             hi[i] = splits[i][part[i] + 1];
         }
         out->f[f].in = out->in_boxes + f * nd->ninputs;
-        def->fspec(g, nd, idx, nidx, lo, hi, out->f[f].in, &out->f[f].out);
+        pl_op_fspec(g, node, idx, nidx, lo, hi, out->f[f].in, &out->f[f].out);
         for (int i = nidx - 1; i >= 0; i--) {
             if (++part[i] < counts[i])
                 break;

@@ -74,6 +74,14 @@ void pl_interval(int64_t size, int count, int part, int64_t *lo, int64_t *hi);
 
 /* The operator's aggregation if its indices were split by `counts`. */
 ein_agg pl_op_agg(const pl_graph *g, int node, const int *counts);
+/* The same for indices `idx` (nidx of them) pl_op_indices gave for the
+ * operator `node`, and its function specification for the intervals
+ * [lo[i], hi[i]) of those indices: its input boxes in[ninputs] and output
+ * box (the operator's fspec, planner/ops/pl_ops.h). */
+ein_agg pl_op_agg_idx(const pl_graph *g, int node, const pl_index *idx, int nidx,
+                      const int *counts);
+void pl_op_fspec(const pl_graph *g, int node, const pl_index *idx, int nidx, const int64_t *lo,
+                 const int64_t *hi, ein_box *in, ein_box *out);
 
 int pl_spec_make(const pl_graph *g, int node, const int *counts, pl_spec *out,
                  ein_error *err);

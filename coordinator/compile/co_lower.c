@@ -12,7 +12,6 @@
 #include "common/ein_vec.h"
 #include "common/ein_wire.h"
 #include "coordinator/compile/co_lower_int.h"
-#include "coordinator/compile/co_memplan.h"
 
 /* Room for entry n of the array *a (of *cap entries of `size` bytes). */
 int co_lw_grow(lw *L, void *a, int *cap, int n, size_t size)
@@ -416,28 +415,6 @@ done:
     return rc < 0 ? rc : 0;
 }
 
-/* A device's Program travels in one message (EIN_MSG_MAX_BYTES): one too
- * large to send is the input's fault (too many operators for the devices),
- * so it fails here with EIN_ELIMIT, before any worker starts. */
-static int check_size(lw *L, int d)
-{
-    long long max = L->o->max_program_bytes > 0 ? L->o->max_program_bytes : EIN_MSG_MAX_BYTES;
-    ein_msg m = {.type = EIN_MSG_PROGRAM, .program = L->progs[d]};
-    ein_error e = {0};
-    void *buf = NULL;
-    size_t len = 0;
-    int rc = ein_msg_encode(&m, &buf, &len, &e);
-    free(buf);
-    if (rc == EIN_ELIMIT || (rc == 0 && (long long)len > max))
-        return ein_fail(L->err, EIN_ELIMIT,
-                        "the program of device %d (%d instructions, %d buffers) does not fit in "
-                        "one message of at most %lld bytes; expected fewer operators",
-                        d, L->progs[d]->ninstrs, L->progs[d]->nbuffers, max);
-    if (rc < 0)
-        return ein_fail(L->err, rc, "internal error: program of device %d: %s", d, e.msg);
-    return 0;
-}
-
 int co_lower(const pl_graph *g, const pl_plan *plan, const co_physical *ph,
              const co_lower_opts *opts, ein_program ***progs_out, co_lower_stats *stats,
              ein_error *err)
@@ -489,13 +466,6 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_physical *ph,
     L.st->search_steps = ph->st.search_steps;
     L.st->search_ms = ph->st.search_ms;
     L.st->ncapped = ph->st.ncapped;
-    if (rc == 0 && !opts->no_reuse && (rc = co_memplan(L.progs, L.ndev, opts->memplan, NULL, err)) < 0)
-        ein_error_prefix(err, "internal error");
-    for (int d = 0; d < L.ndev && rc == 0; d++)
-        if ((rc = ein_program_validate(L.progs[d], err)) < 0)
-            ein_error_prefix(err, "internal error: program of device %d", d);
-    for (int d = 0; d < L.ndev && rc == 0; d++)
-        rc = check_size(&L, d);
 done:
     if (L.producer)
         for (int d = 0; d < L.ndev; d++)

@@ -20,16 +20,15 @@
  * loaded directly in the blocks their consumers want. A saved tensor gets
  * the same exchange towards one site per distinct output block, then STORE.
  * An action whose aggregate no OUT contains feeds no OUT and is not lowered.
- * Buffers are then placed by liveness (co_memplan.h: a buffer's bytes are
- * reused after its last reader, with the dependencies and peer
- * acknowledgements that makes safe) unless opts->no_reuse.
+ * Every buffer is appended at the end of its device's segment: placing
+ * buffers by liveness (co_memplan.h), validating the Programs and checking
+ * their size are the next steps of the pipeline (co_pipeline.h:
+ * co_step_memplan, co_step_validate), not co_lower's.
  * The Programs depend only on the graph, the plans and the options.
  *
  * Ownership: on success *progs is a malloc'd array of `ndev` Programs, all
- * owned by the caller (co_programs_free). On failure nothing is returned
- * and the code says whose fault it is: EIN_ELIMIT when a device's Program
- * would not fit in one PROGRAM message (the input is too large; einrun
- * exits 2), anything else an internal error or lack of memory.
+ * owned by the caller (co_programs_free). On failure nothing is returned:
+ * an internal error or lack of memory.
  *
  * Cost: linear in the operators and the exchange bodies' actions. `ph` must
  * have been made from the same graph and plan (asserted). */
@@ -61,12 +60,12 @@ typedef struct co_lower_opts {
     const co_input_src *input_src;  /* by node id, or NULL; an entry with a path
                                        overrides input_path */
     long long max_program_bytes;    /* a device's PROGRAM message; <= 0: EIN_MSG_MAX_BYTES.
-                                       Past it co_lower fails with EIN_ELIMIT */
+                                       Past it co_step_validate fails with EIN_ELIMIT */
     struct ein_progress *progress;  /* NULL, or stepped with the nodes lowered (of nnodes) */
-    int no_reuse;                   /* 1: every buffer in a place of its own for the whole
-                                       run (debugging); 0: buffers placed by liveness
-                                       (co_memplan.h), the default */
-    const struct co_memplan_opts *memplan; /* NULL: co_memplan's defaults */
+    int no_reuse;                   /* co_step_memplan: 1: every buffer in a place of its
+                                       own for the whole run (debugging); 0: buffers placed
+                                       by liveness (co_memplan.h), the default */
+    const struct co_memplan_opts *memplan; /* co_step_memplan; NULL: co_memplan's defaults */
 } co_lower_opts;
 
 /* What co_lower emitted, and (copied from the physical plan's

@@ -11,6 +11,7 @@
 #include "common/ein_vec.h"
 #include "coordinator/compile/co_lower.h"
 #include "coordinator/compile/co_physical.h"
+#include "coordinator/compile/co_pipeline.h"
 #include "coordinator/predict/co_sim.h"
 #include "planner/pl_spec.h"
 #include "planner/pl_strategy.h"
@@ -53,6 +54,11 @@ typedef struct srch {
     double *memo_t;
     uint64_t *memo_h;
     int nmemo, capmemo;     /* capmemo: a power of two, or 0 */
+    /* The walk (seeds, then moves): choice vectors of n + 1 entries. */
+    int nfixed;             /* seeds before the random ones (paid from the budget) */
+    long start;             /* rep->work when the budget started counting */
+    int *cur, *nx, *best;   /* the current plan, a proposal, the fastest seen */
+    double cur_t, best_t;
 } srch;
 
 static uint64_t tiling_hash(const pl_tiling *t)
@@ -219,7 +225,7 @@ static int evaluate(srch *S, const int *ch, const char *what, double *time)
     ein_program **progs = NULL;
     co_sim_result *r = NULL;
     ein_error e2 = {0};
-    rc = co_sim_plan_cached(S->g, plan, S->topo, S->cal, S->seed, 1, S->xc, &progs, &r, &e2);
+    rc = co_plan_predict(S->g, plan, S->topo, S->cal, S->seed, 1, S->xc, &progs, &r, &e2);
     pl_plan_free(plan);
     if (rc == EIN_ELIMIT) {
         *time = INFINITY;
@@ -558,6 +564,241 @@ static int prefix_search(srch *S, const pl_plan_opts *base, int *ch)
     return rc;
 }
 
+/* The search's state for g on p devices (freed by search_free, also after
+ * a failure here). */
+static int search_alloc(srch *S, int nslots)
+{
+    size_t n1 = (size_t)S->n + 1;
+    S->live = calloc(n1, 1);
+    S->req = calloc(n1, sizeof *S->req);
+    S->cls = malloc(sizeof(int) * n1);
+    S->seeds = calloc((size_t)nslots, sizeof *S->seeds);
+    S->seed_t = calloc((size_t)nslots, sizeof *S->seed_t);
+    S->seed_name = calloc((size_t)nslots, sizeof *S->seed_name);
+    S->xc = calloc(1, sizeof *S->xc);
+    S->cur = malloc(sizeof(int) * n1);
+    S->nx = malloc(sizeof(int) * n1);
+    S->best = malloc(sizeof(int) * n1);
+    if (!S->live || !S->req || !S->cls || !S->seeds || !S->seed_t || !S->seed_name || !S->xc ||
+        !S->cur || !S->nx || !S->best)
+        return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+    return 0;
+}
+
+static void search_free(srch *S)
+{
+    for (int v = 0; S->req && v < S->n; v++) {
+        free(S->req[v].counts);
+        free(S->req[v].out_h);
+        free(S->req[v].in_h);
+    }
+    for (int i = 0; S->seeds && i < S->nseeds; i++)
+        free(S->seeds[i]);
+    free(S->seeds);
+    free(S->seed_t);
+    free(S->seed_name);
+    free(S->req);
+    free(S->live);
+    free(S->cls);
+    co_xcache_free(S->xc);
+    for (int i = 0; i < S->capmemo; i++)
+        free(S->memo_ch[i]);
+    free(S->memo_ch);
+    free(S->memo_t);
+    free(S->memo_h);
+    free(S->cur);
+    free(S->nx);
+    free(S->best);
+}
+
+/* Phase 1, the seeds: the time DP first (its live operators are every
+ * plan's, their requests enumerated here), the comm DP, every strategy
+ * that applies, then the random plans (S->nfixed: the seeds before
+ * them). */
+static int seeds_make(srch *S, const pl_plan_opts *base)
+{
+    const pl_graph *g = S->g;
+    int p = S->p, rc;
+    uint64_t seed = S->so->seed;
+    pl_plan *dp = NULL;
+    pl_plan_opts o = base ? *base : (pl_plan_opts){0};
+    o.force = NULL;
+    o.objective = PL_OBJECTIVE_TIME;
+    co_calib_objective_rates(S->topo, S->cal, &o);
+    if ((rc = pl_plan_make_opts(g, p, PL_SELECT_DP, seed, &o, &dp, S->err)) < 0)
+        return rc;
+    for (int v = 0; v < S->n && rc == 0; v++)
+        if (dp->nodes[v].planned) {
+            S->live[v] = 1;
+            S->nops++;
+            opreq *r = &S->req[v];
+            r->nin = pl_graph_node(g, v)->ninputs;
+            rc = pl_spec_requests(g, v, p, &r->counts, &r->nreq, &r->nidx, S->err);
+        }
+    if (rc < 0 || (rc = add_seed(S, dp, "dp-time")) < 0)
+        goto done;
+    pl_plan_free(dp);
+    dp = NULL;
+    o.objective = PL_OBJECTIVE_COMM;
+    if ((rc = pl_plan_make_opts(g, p, PL_SELECT_DP, seed, &o, &dp, S->err)) < 0 ||
+        (rc = add_seed(S, dp, "dp-comm")) < 0)
+        goto done;
+    for (int i = 0; pl_strategy_names[i]; i++) {
+        pl_plan_free(dp);
+        dp = NULL;
+        pl_plan_opts fo = o;
+        ein_error e2 = {0};
+        if (pl_strategy_check(pl_strategy_names[i], g, p, &e2) < 0)
+            continue;
+        pl_strategy_set(pl_strategy_names[i], &fo);
+        if ((rc = pl_plan_make_opts(g, p, PL_SELECT_DP, seed, &fo, &dp, S->err)) < 0 ||
+            (rc = add_seed(S, dp, pl_strategy_names[i])) < 0)
+            goto done;
+    }
+    S->nfixed = S->nseeds;
+    for (int i = 0; i < S->so->nrandom; i++) {
+        pl_plan_free(dp);
+        dp = NULL;
+        char name[32];
+        snprintf(name, sizeof name, "random-%d", i + 1);
+        if ((rc = pl_plan_make_opts(g, p, PL_SELECT_RANDOM, seed + 1000003u * (uint64_t)(i + 1),
+                                    &o, &dp, S->err)) < 0 ||
+            (rc = add_seed(S, dp, name)) < 0)
+            goto done;
+    }
+done:
+    pl_plan_free(dp);
+    return rc;
+}
+
+/* Whether the search runs on a prefix (co_search.h): blocks repeat, at
+ * least CO_SEARCH_PREFIX_BLOCKS of them, and opts.whole is not set. */
+static int wants_prefix(const srch *S)
+{
+    int T = S->rep->period, v0 = -1;
+    if (S->so->whole || T <= 0)
+        return 0;
+    for (int v = 0; v < S->n && v0 < 0; v++)
+        if (S->live[v] && S->cls[v] != v)
+            v0 = v;
+    return v0 >= 0 && (S->n - v0 + T - 1) / T + 1 >= CO_SEARCH_PREFIX_BLOCKS;
+}
+
+/* Phase 1, simulated: every seed (a random one only while the budget
+ * allows), so the result is never slower than any; the best becomes the
+ * walk's start (S->best, S->cur). */
+static int seeds_simulate(srch *S)
+{
+    co_search_report *rep = S->rep;
+    long cost = (long)S->nops * S->p;
+    double best_t = INFINITY;
+    int best_i = 0, nevaluated = 0, n = S->n, rc;
+    S->start = 0;
+    for (int i = 0; i < S->nseeds; i++) {
+        char what[64];
+        if (i == S->nfixed)
+            S->start = rep->work;
+        if (i >= S->nfixed && (rep->work - S->start + cost > rep->budget ||
+                               8 * cost > rep->budget)) {
+            /* Random seeds only where one costs at most 1/8 of the
+             * budget: on a large model the moves use it better. */
+            S->seed_t[i] = INFINITY;
+            continue;
+        }
+        nevaluated++;
+        snprintf(what, sizeof what, "seed %s", S->seed_name[i]);
+        int dup = -1;
+        for (int j = 0; j < i && dup < 0; j++)
+            if (!memcmp(S->seeds[i], S->seeds[j], sizeof(int) * (size_t)n))
+                dup = j;
+        if (dup >= 0)
+            S->seed_t[i] = S->seed_t[dup];
+        else if ((rc = evaluate(S, S->seeds[i], what, &S->seed_t[i])) < 0)
+            return rc;
+        if (S->seed_t[i] < best_t) {
+            best_t = S->seed_t[i];
+            best_i = i;
+        }
+    }
+    rep->nseeds = nevaluated;
+    if (S->nfixed == S->nseeds)
+        S->start = rep->work;
+    rep->best_seed_time = best_t;
+    snprintf(rep->best_seed, sizeof rep->best_seed, "%s", S->seed_name[best_i]);
+    snprintf(rep->best_from, sizeof rep->best_from, "seed %s", S->seed_name[best_i]);
+    memcpy(S->best, S->seeds[best_i], sizeof(int) * (size_t)n);
+    memcpy(S->cur, S->best, sizeof(int) * (size_t)n);
+    S->best_t = S->cur_t = best_t;
+    return 0;
+}
+
+/* Phase 2, first move: the best seed with one block's choices everywhere
+ * (when blocks repeat and the budget allows). */
+static int moves_project(srch *S)
+{
+    size_t bytes = sizeof(int) * (size_t)S->n;
+    if (S->rep->period <= 0 || S->rep->work - S->start + (long)S->nops * S->p > S->rep->budget)
+        return 0;
+    memcpy(S->nx, S->cur, bytes);
+    project(S, S->nx);
+    if (!memcmp(S->nx, S->cur, bytes))
+        return 0;
+    double t;
+    int rc = evaluate(S, S->nx, "projected best seed", &t);
+    if (rc < 0)
+        return rc;
+    if (t < S->best_t) {
+        S->best_t = t;
+        memcpy(S->best, S->nx, bytes);
+        snprintf(S->rep->best_from, sizeof S->rep->best_from, "projected best seed");
+    }
+    if (t < INFINITY) {
+        memcpy(S->cur, S->nx, bytes);
+        S->cur_t = t;
+    }
+    return 0;
+}
+
+/* Phase 2, the moves (Metropolis) until the budget is spent, or until
+ * CO_SEARCH_STALE moves in a row found nothing new (a small program's
+ * space is exhausted). */
+static int moves_run(srch *S)
+{
+    co_search_report *rep = S->rep;
+    size_t bytes = sizeof(int) * (size_t)S->n;
+    int tries = 0, stale = 0, rc;
+    while (rep->work - S->start + (long)S->nops * S->p <= rep->budget && tries < 100000 &&
+           stale < CO_SEARCH_STALE) {
+        char what[96];
+        int changed = 0, before = rep->nevals;
+        tries++;
+        stale++;
+        if ((rc = propose(S, S->cur, S->nx, what, sizeof what, &changed)) < 0)
+            return rc;
+        if (!changed)
+            continue;
+        double t;
+        if ((rc = evaluate(S, S->nx, what, &t)) < 0)
+            return rc;
+        if (rep->nevals > before)
+            stale = 0;
+        double u = (double)(ein_rand_next(&S->rng) >> 11) / 9007199254740992.0;
+        int accept = t < S->cur_t ||
+                     (t < INFINITY && u < exp(-S->so->alpha * (t / S->cur_t - 1)));
+        if (accept) {
+            memcpy(S->cur, S->nx, bytes);
+            S->cur_t = t;
+            rep->naccepted++;
+        }
+        if (t < S->best_t) {
+            S->best_t = t;
+            memcpy(S->best, S->nx, bytes);
+            snprintf(rep->best_from, sizeof rep->best_from, "%s", what);
+        }
+    }
+    return 0;
+}
+
 int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_topology *topo,
                    const co_calib *cal, const co_search_opts *so_in, pl_plan **out,
                    co_search_report *rep_out, ein_error *err)
@@ -570,207 +811,26 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
     co_search_report rep_local = {0}, *rep = rep_out ? rep_out : &rep_local;
     memset(rep, 0, sizeof *rep);
     rep->budget = so.work == 0 ? CO_SEARCH_WORK_DEFAULT : so.work < 0 ? 0 : so.work;
-    int n = g->nnodes, rc = 0;
-    srch S = {.g = g, .p = p, .n = n, .topo = topo, .cal = cal, .seed = so.seed,
+    srch S = {.g = g, .p = p, .n = g->nnodes, .topo = topo, .cal = cal, .seed = so.seed,
               .rng = so.seed * 0x9e3779b97f4a7c15ULL + 21, .rep = rep, .so = &so, .err = err,
               .partials = base ? base->partials : PL_PARTIALS_F32};
-    int nslots = 4 + 4 + (so.nrandom > 0 ? so.nrandom : 0) + 1;
-    S.live = calloc((size_t)n + 1, 1);
-    S.req = calloc((size_t)n + 1, sizeof *S.req);
-    S.cls = malloc(sizeof(int) * ((size_t)n + 1));
-    S.seeds = calloc((size_t)nslots, sizeof *S.seeds);
-    S.seed_t = calloc((size_t)nslots, sizeof *S.seed_t);
-    S.seed_name = calloc((size_t)nslots, sizeof *S.seed_name);
-    S.xc = calloc(1, sizeof *S.xc);
-    int *cur = malloc(sizeof(int) * ((size_t)n + 1)), *nx = malloc(sizeof(int) * ((size_t)n + 1));
-    int *best = malloc(sizeof(int) * ((size_t)n + 1));
-    pl_plan *dp = NULL;
-    if (!S.live || !S.req || !S.cls || !S.seeds || !S.seed_t || !S.seed_name || !S.xc || !cur ||
-        !nx || !best) {
-        rc = ein_fail(err, EIN_ENOMEM, "out of memory in the plan search");
-        goto done;
-    }
-    /* The time DP first: its live operators are every plan's. */
-    pl_plan_opts o = base ? *base : (pl_plan_opts){0};
-    o.force = NULL;
-    o.objective = PL_OBJECTIVE_TIME;
-    co_sim_objective_rates(topo, cal, &o);
-    if ((rc = pl_plan_make_opts(g, p, PL_SELECT_DP, so.seed, &o, &dp, err)) < 0)
-        goto done;
-    for (int v = 0; v < n; v++)
-        if (dp->nodes[v].planned) {
-            S.live[v] = 1;
-            S.nops++;
-            opreq *r = &S.req[v];
-            r->nin = pl_graph_node(g, v)->ninputs;
-            if ((rc = pl_spec_requests(g, v, p, &r->counts, &r->nreq, &r->nidx, err)) < 0)
-                goto done;
-        }
-    if ((rc = add_seed(&S, dp, "dp-time")) < 0)
-        goto done;
-    pl_plan_free(dp);
-    dp = NULL;
-    o.objective = PL_OBJECTIVE_COMM;
-    if ((rc = pl_plan_make_opts(g, p, PL_SELECT_DP, so.seed, &o, &dp, err)) < 0 ||
-        (rc = add_seed(&S, dp, "dp-comm")) < 0)
-        goto done;
-    for (int i = 0; pl_strategy_names[i]; i++) {
-        pl_plan_free(dp);
-        dp = NULL;
-        pl_plan_opts fo = o;
-        ein_error e2 = {0};
-        if (pl_strategy_check(pl_strategy_names[i], g, p, &e2) < 0)
-            continue;
-        pl_strategy_set(pl_strategy_names[i], &fo);
-        if ((rc = pl_plan_make_opts(g, p, PL_SELECT_DP, so.seed, &fo, &dp, err)) < 0 ||
-            (rc = add_seed(&S, dp, pl_strategy_names[i])) < 0)
-            goto done;
-    }
-    int nfixed = S.nseeds; /* random seeds after these are paid from the budget */
-    for (int i = 0; i < so.nrandom; i++) {
-        pl_plan_free(dp);
-        dp = NULL;
-        char name[32];
-        snprintf(name, sizeof name, "random-%d", i + 1);
-        if ((rc = pl_plan_make_opts(g, p, PL_SELECT_RANDOM, so.seed + 1000003u * (uint64_t)(i + 1),
-                                    &o, &dp, err)) < 0 ||
-            (rc = add_seed(&S, dp, name)) < 0)
-            goto done;
-    }
-    pl_plan_free(dp);
-    dp = NULL;
-    if ((rc = blocks_find(&S)) < 0)
-        goto done;
-    for (int v = 0; v < n; v++)
-        rep->nclasses += S.live[v] && S.cls[v] == v;
-    if (!so.whole && rep->period > 0) {
-        int v0 = -1;
-        for (int v = 0; v < n && v0 < 0; v++)
-            if (S.live[v] && S.cls[v] != v)
-                v0 = v;
-        if (v0 >= 0 && (n - v0 + rep->period - 1) / rep->period + 1 >= CO_SEARCH_PREFIX_BLOCKS) {
-            if ((rc = prefix_search(&S, base, best)) < 0)
-                goto done;
-            rc = plan_build(&S, best, out);
-            goto done;
+    int rc = search_alloc(&S, 4 + 4 + (so.nrandom > 0 ? so.nrandom : 0) + 1);
+    if (rc == 0 && (rc = seeds_make(&S, base)) == 0 && (rc = blocks_find(&S)) == 0) {
+        for (int v = 0; v < S.n; v++)
+            rep->nclasses += S.live[v] && S.cls[v] == v;
+        if (wants_prefix(&S)) {
+            /* The whole search on a prefix, its choices repeated. */
+            if ((rc = prefix_search(&S, base, S.best)) == 0)
+                rc = plan_build(&S, S.best, out);
+        } else if ((rc = seeds_simulate(&S)) == 0 && (rc = moves_project(&S)) == 0 &&
+                   (rc = moves_run(&S)) == 0) {
+            /* The report's result. */
+            rep->best_time = S.best_t;
+            rep->fits = S.best_t < INFINITY;
+            rc = plan_build(&S, S.best, out);
         }
     }
-    /* Every seed simulated: the result is never slower than any. */
-    double best_t = INFINITY;
-    int best_i = 0, nevaluated = 0;
-    long start = 0;
-    for (int i = 0; i < S.nseeds; i++) {
-        char what[64];
-        if (i == nfixed)
-            start = rep->work;
-        if (i >= nfixed && (rep->work - start + (long)S.nops * p > rep->budget ||
-                            8 * (long)S.nops * p > rep->budget)) {
-            /* Random seeds only where one costs at most 1/8 of the
-             * budget: on a large model the moves use it better. */
-            S.seed_t[i] = INFINITY;
-            continue;
-        }
-        nevaluated++;
-        snprintf(what, sizeof what, "seed %s", S.seed_name[i]);
-        int dup = -1;
-        for (int j = 0; j < i && dup < 0; j++)
-            if (!memcmp(S.seeds[i], S.seeds[j], sizeof(int) * (size_t)n))
-                dup = j;
-        if (dup >= 0)
-            S.seed_t[i] = S.seed_t[dup];
-        else if ((rc = evaluate(&S, S.seeds[i], what, &S.seed_t[i])) < 0)
-            goto done;
-        if (S.seed_t[i] < best_t) {
-            best_t = S.seed_t[i];
-            best_i = i;
-        }
-    }
-    rep->nseeds = nevaluated;
-    if (nfixed == S.nseeds)
-        start = rep->work;
-    rep->best_seed_time = best_t;
-    snprintf(rep->best_seed, sizeof rep->best_seed, "%s", S.seed_name[best_i]);
-    snprintf(rep->best_from, sizeof rep->best_from, "seed %s", S.seed_name[best_i]);
-    memcpy(best, S.seeds[best_i], sizeof(int) * (size_t)n);
-    memcpy(cur, best, sizeof(int) * (size_t)n);
-    double cur_t = best_t;
-    if (rep->period > 0 && rep->work - start + (long)S.nops * p <= rep->budget) {
-        /* The best seed with one block's choices everywhere. */
-        memcpy(nx, cur, sizeof(int) * (size_t)n);
-        project(&S, nx);
-        if (memcmp(nx, cur, sizeof(int) * (size_t)n)) {
-            double t;
-            if ((rc = evaluate(&S, nx, "projected best seed", &t)) < 0)
-                goto done;
-            if (t < best_t) {
-                best_t = t;
-                memcpy(best, nx, sizeof(int) * (size_t)n);
-                snprintf(rep->best_from, sizeof rep->best_from, "projected best seed");
-            }
-            if (t < INFINITY) {
-                memcpy(cur, nx, sizeof(int) * (size_t)n);
-                cur_t = t;
-            }
-        }
-    }
-    /* Moves until the budget is spent, or until CO_SEARCH_STALE moves in a
-     * row found nothing new (a small program's space is exhausted). */
-    int tries = 0, stale = 0;
-    while (rep->work - start + (long)S.nops * p <= rep->budget && tries < 100000 &&
-           stale < CO_SEARCH_STALE) {
-        char what[96];
-        int changed = 0, before = rep->nevals;
-        tries++;
-        stale++;
-        if ((rc = propose(&S, cur, nx, what, sizeof what, &changed)) < 0)
-            goto done;
-        if (!changed)
-            continue;
-        double t;
-        if ((rc = evaluate(&S, nx, what, &t)) < 0)
-            goto done;
-        if (rep->nevals > before)
-            stale = 0;
-        double u = (double)(ein_rand_next(&S.rng) >> 11) / 9007199254740992.0;
-        int accept = t < cur_t || (t < INFINITY && u < exp(-so.alpha * (t / cur_t - 1)));
-        if (accept) {
-            memcpy(cur, nx, sizeof(int) * (size_t)n);
-            cur_t = t;
-            rep->naccepted++;
-        }
-        if (t < best_t) {
-            best_t = t;
-            memcpy(best, nx, sizeof(int) * (size_t)n);
-            snprintf(rep->best_from, sizeof rep->best_from, "%s", what);
-        }
-    }
-    rep->best_time = best_t;
-    rep->fits = best_t < INFINITY;
-    rc = plan_build(&S, best, out);
-done:
-    pl_plan_free(dp);
-    for (int v = 0; S.req && v < n; v++) {
-        free(S.req[v].counts);
-        free(S.req[v].out_h);
-        free(S.req[v].in_h);
-    }
-    for (int i = 0; S.seeds && i < S.nseeds; i++)
-        free(S.seeds[i]);
-    free(S.seeds);
-    free(S.seed_t);
-    free(S.seed_name);
-    free(S.req);
-    free(S.live);
-    free(S.cls);
-    co_xcache_free(S.xc);
-    for (int i = 0; i < S.capmemo; i++)
-        free(S.memo_ch[i]);
-    free(S.memo_ch);
-    free(S.memo_t);
-    free(S.memo_h);
-    free(cur);
-    free(nx);
-    free(best);
+    search_free(&S);
     if (rep == &rep_local)
         co_search_report_free(rep);
     return rc;

@@ -1,7 +1,7 @@
 /* coordinator/compile/co_search.h — plan search by predicted time (issue 21).
  *
  * co_plan_search returns the fastest plan it finds for g on p devices, by
- * the plan simulator (co_sim_plan: the lowering einrun does, exchange
+ * the plan simulator (co_plan_predict, co_pipeline.h: the lowering einrun does, exchange
  * bodies synthesised on `topo`, then co_sim_run with `cal`), among the
  * plans that fit in the topology's memory:
  *  - seeds: the DP plan under the time cost and under the comm cost, every
@@ -30,6 +30,10 @@
  * candidates (co_xcache, keyed by preamble for this topology and search
  * options), so a move pays only for the exchanges it creates; the
  * simulation itself is cheap beside the synthesis.
+ * Phases (co_search.c): seeds (seeds_make, seeds_simulate), memo
+ * (memo_find, memo_add: a candidate simulated before costs nothing),
+ * moves (moves_project, moves_run), report (the result's times and plan);
+ * each candidate goes through the compile pipeline (co_plan_predict).
  * Deterministic: the budget counts work (operators lowered and
  * simulated, summed over candidates), never time, and every random
  * choice comes from `seed`.

@@ -1,11 +1,13 @@
 /* coordinator/compile/co_search_fit.c — the plan search checked against the memory
- * on the whole graph, and the user's memory limit (co_search_fit.h). */
+ * on the whole graph, the choice of a plan by predicted time, and the user's
+ * memory limit (co_search_fit.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_pipeline.h"
 #include "coordinator/compile/co_search_fit.h"
 #include "coordinator/predict/co_sim.h"
 
@@ -48,7 +50,7 @@ int co_plan_search_fit(const pl_graph *g, int p, const pl_plan_opts *base,
     ein_program **progs = NULL;
     co_sim_result *sr = NULL;
     ein_error e2 = {0};
-    rc = co_sim_plan(g, plan, topo, cal, o.seed, 1, &progs, &sr, &e2);
+    rc = co_plan_predict(g, plan, topo, cal, o.seed, 1, NULL, &progs, &sr, &e2);
     if (rc == 0) {
         co_sim_result_free(sr);
         co_programs_free(progs, p);
@@ -113,4 +115,22 @@ void co_topo_limit_memory(xp_topology *topo, double limit)
 {
     if (limit > 0 && (!(topo->memory > 0) || limit < topo->memory))
         topo->memory = limit;
+}
+
+int co_plan_by_time(const pl_graph *g, int p, int sel, uint64_t seed, const pl_plan_opts *base,
+                    const xp_topology *topo, const co_calib *cal, pl_plan **out, ein_error *err)
+{
+    pl_plan_opts o = base ? *base : (pl_plan_opts){0};
+    if (sel == PL_SELECT_DP && !o.force) {
+        /* The plan search (issue 21): seeds, moves, the simulator. */
+        co_search_opts so = {.seed = seed};
+        return co_plan_search_fit(g, p, &o, topo, cal, &so, out, NULL, NULL, err);
+    }
+    /* Another selector, or forced specs: that plan under the time cost. */
+    o.objective = PL_OBJECTIVE_TIME;
+    co_calib_objective_rates(topo, cal, &o);
+    pl_plan *t = NULL;
+    int rc = pl_plan_make_opts(g, p, (pl_selector)sel, seed, &o, &t, err);
+    *out = t;
+    return rc;
 }

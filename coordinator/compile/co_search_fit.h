@@ -29,6 +29,14 @@ int co_plan_search_fit(const pl_graph *g, int p, const pl_plan_opts *base,
                        const xp_topology *topo, const co_calib *cal, const co_search_opts *so,
                        pl_plan **out, co_search_report *rep, int *whole_search, ein_error *err);
 
+/* --objective time: for the DP without forced specs, the plan search
+ * (co_plan_search_fit, its default options and `seed`); for another
+ * selector or forced specs (`base`, NULL: none, gives the options), that
+ * selector's plan under the DP's time cost (co_calib_objective_rates).
+ * Deterministic. Returns 0 or a negative code with `err` filled. */
+int co_plan_by_time(const pl_graph *g, int p, int sel, uint64_t seed, const pl_plan_opts *base,
+                    const xp_topology *topo, const co_calib *cal, pl_plan **out, ein_error *err);
+
 int co_memory_limit_parse(const char *text, double *bytes, ein_error *err);
 void co_topo_limit_memory(xp_topology *topo, double limit);
 

@@ -16,8 +16,8 @@
 #include "common/ein_vec.h"
 #include "coordinator/compile/co_lower.h"
 #include "coordinator/compile/co_memplan.h"
+#include "coordinator/compile/co_pipeline.h"
 #include "coordinator/compile/co_probe.h"
-#include "coordinator/run/co_run.h"
 #include "coordinator/compile/co_search_fit.h"
 #include "coordinator/predict/co_sim.h"
 #include "coordinator/compile/co_topo.h"
@@ -27,13 +27,6 @@
 #include "planner/ein_api_int.h"
 #include "planner/pl_strategy.h"
 #include "planner/rewrite/pl_rewrite.h"
-
-void ein_compile_options_init(ein_compile_options *o)
-{
-    memset(o, 0, sizeof *o);
-    o->plan_seed = 1;
-    o->seed = 1;
-}
 
 int co_find_worker(const char *name, const char *given, char *out, size_t len, ein_error *err)
 {
@@ -322,7 +315,7 @@ static int compile_calibration(ein_compiled *c, const ein_compile_options *o, ei
 
 /* *pp for the time objective (issues 12, 21): the plan search for the DP
  * with no strategy forced (its report in c->search_rep), else the
- * selector's plan by predicted time (co_sim_plan_time); on c->topo capped
+ * selector's plan by predicted time (co_plan_by_time); on c->topo capped
  * by the memory limit (c->topo_limited). */
 static int compile_plan_time(ein_compiled *c, const ein_compile_options *o,
                              const co_compile_extra *x, pl_selector sel, pl_plan_opts *base,
@@ -339,8 +332,8 @@ static int compile_plan_time(ein_compiled *c, const ein_compile_options *o,
         return co_plan_search_fit(c->g, c->ndev, base, &c->topo_limited, &c->cal, &so, pp,
                                   &c->search_rep, &c->whole_search, err);
     }
-    return co_sim_plan_time(c->g, c->ndev, sel, o->plan_seed, base, &c->topo_limited, &c->cal,
-                            pp, err);
+    return co_plan_by_time(c->g, c->ndev, sel, o->plan_seed, base, &c->topo_limited, &c->cal,
+                           pp, err);
 }
 
 /* c->plan: c->g planned on c->ndev devices, for communication or
@@ -394,97 +387,25 @@ static int compile_plan(ein_compiled *c, const ein_compile_options *o, const co_
     return rc;
 }
 
-void co_compile_physical_opts(const ein_compile_options *o, int ndev, const xp_topology *topo,
-                              co_physical_opts *po)
-{
-    *po = (co_physical_opts){.ndev = ndev, .topo = topo, .search = !o->naive_exchanges};
-    xp_search_opts_default(&po->search_opts);
-    if (o->search_work > 0)
-        po->search_opts.max_work = o->search_work;
-    if (o->search_cap_ms > 0)
-        po->search_opts.cap_ms = o->search_cap_ms;
-    else if (o->search_cap_ms < 0)
-        po->search_opts.cap_ms = 0;
-    po->search_opts.seed = o->plan_seed;
-    po->search_opts.chunks = o->exchange_chunks == EIN_EXCHANGE_CHUNKS_AUTO;
-    po->exchange_chunks = o->exchange_chunks > 1 ? o->exchange_chunks : 0;
-}
-
-/* The lowering options `o` asks for: its seed and no_reuse, with the
- * debugging switches $EIN_NO_REUSE=1 (for every front end, the simulator's
- * own lowering, co_sim_plan, included) and $EIN_REUSE_DELAY=L,R (co_memplan's
- * delays: tests use 0,0 to reuse as soon as possible, acknowledgements
- * included; malformed: the defaults). lo->memplan points at *mo or is NULL. */
-static void lower_opts_for(const ein_compile_options *o, co_lower_opts *lo, co_memplan_opts *mo)
-{
-    const char *nr = ein_knob_get(EIN_KNOB_NO_REUSE);
-    *lo = (co_lower_opts){.seed = o->seed,
-                          .no_reuse = o->no_reuse || (nr && *nr && strcmp(nr, "0") != 0)};
-    const char *rd = ein_knob_get(EIN_KNOB_REUSE_DELAY);
-    if (rd && sscanf(rd, "%d,%d", &mo->delay_local, &mo->delay_remote) == 2)
-        lo->memplan = mo;
-}
-
-/* co_physical_make under `po`, then co_lower under `lo` (progress shown
- * when `progress`). */
-static int lower_with(const pl_graph *g, const pl_plan *plan, co_physical_opts *po,
-                      co_lower_opts *lo, int progress, co_physical **ph, ein_program ***progs,
-                      co_lower_stats *ls, ein_error *err)
-{
-    ein_progress pg;
-    ein_progress_begin(&pg, progress && ein_progress_wanted(0),
-                       "lowering, synthesising exchanges", g->nnodes);
-    po->progress = &pg;
-    int rc = co_physical_make(g, plan, po, ph, err);
-    ein_progress_end(&pg);
-    po->progress = NULL;
-    if (rc < 0)
-        return rc;
-    ein_progress_begin(&pg, progress && ein_progress_wanted(0), "lowering", g->nnodes);
-    lo->progress = &pg;
-    rc = co_lower(g, plan, *ph, lo, progs, ls, err);
-    ein_progress_end(&pg);
-    lo->progress = NULL;
-    if (rc < 0) {
-        co_physical_free(*ph);
-        *ph = NULL;
-    }
-    return rc;
-}
-
-int co_compile_lower(const pl_graph *g, const pl_plan *plan, const xp_topology *topo,
-                     const ein_compile_options *o, co_xcache *xc, co_physical **ph,
-                     ein_program ***progs, co_lower_stats *ls, ein_error *err)
-{
-    co_physical_opts po;
-    co_compile_physical_opts(o, plan->p, topo, &po);
-    po.xcache = xc;
-    co_lower_opts lo;
-    co_memplan_opts mo;
-    lower_opts_for(o, &lo, &mo);
-    return lower_with(g, plan, &po, &lo, o->progress, ph, progs, ls, err);
-}
-
 /* c->phys and c->progs: the plan's exchanges synthesised (or naive) as o
- * asks, and lowered to one program per device. 0 or a negative code. */
+ * asks, and lowered to one program per device (co_pipeline.h, steps 1-4).
+ * 0 or a negative code. */
 static int compile_lower(ein_compiled *c, const ein_compile_options *o, ein_error *err)
 {
-    co_physical_opts po;
-    co_compile_physical_opts(o, c->ndev, c->topo, &po);
-    c->search_work = po.search_opts.max_work;
-    c->search_cap_ms = po.search_opts.cap_ms;
+    co_pipeline p;
+    co_pipeline_init(&p, c->g, ein_plan_internal(c->plan), c->topo, o);
+    c->search_work = p.po.search_opts.max_work;
+    c->search_cap_ms = p.po.search_opts.cap_ms;
     c->searched = !o->naive_exchanges;
-    co_lower_opts lo;
-    co_memplan_opts mo;
-    lower_opts_for(o, &lo, &mo);
-    c->no_reuse = lo.no_reuse;
-    c->reuse_delay_set = lo.memplan != NULL;
-    if (lo.memplan)
-        c->reuse_delay = mo;
-    int rc = lower_with(c->g, ein_plan_internal(c->plan), &po, &lo, o->progress, &c->phys,
-                        &c->progs, &c->ls, err);
-    if (rc < 0)
+    c->no_reuse = p.lo.no_reuse;
+    c->reuse_delay_set = p.lo.memplan != NULL;
+    if (p.lo.memplan)
+        c->reuse_delay = p.mo;
+    if (co_pipeline_run(&p, err) < 0)
         return ein_error_prefix(err, "cannot lower the plan");
+    c->phys = p.ph;
+    c->progs = p.progs;
+    c->ls = p.ls;
     return compiled_exchange_texts(c, err);
 }
 
@@ -544,19 +465,20 @@ static int saved_body_hook(void *ctx, const char *tensor, const char *consumer,
 
 int co_compiled_rederive(ein_compiled *c, ein_error *err)
 {
-    co_physical_opts po = {.ndev = c->ndev, .topo = NULL, .search = 0,
-                           .body_hook = saved_body_hook};
+    co_pipeline p = {.g = c->g, .plan = ein_plan_internal(c->plan)};
+    p.po = (co_physical_opts){.ndev = c->ndev, .topo = NULL, .search = 0,
+                              .body_hook = saved_body_hook};
     saved_bodies sb = {.c = c};
-    po.body_ctx = &sb;
-    xp_search_opts_default(&po.search_opts);
-    co_lower_opts lo = {.seed = c->seed, .no_reuse = c->no_reuse,
-                        .memplan = c->reuse_delay_set ? &c->reuse_delay : NULL};
-    co_lower_stats ls;
-    co_physical *ph = NULL;
-    ein_program **progs = NULL;
-    int rc = lower_with(c->g, ein_plan_internal(c->plan), &po, &lo, 0, &ph, &progs, &ls, err);
+    p.po.body_ctx = &sb;
+    xp_search_opts_default(&p.po.search_opts);
+    p.lo = (co_lower_opts){.seed = c->seed, .no_reuse = c->no_reuse,
+                           .memplan = c->reuse_delay_set ? &c->reuse_delay : NULL};
+    int rc = co_pipeline_run(&p, err);
     if (rc < 0)
         return rc;
+    co_physical *ph = p.ph;
+    ein_program **progs = p.progs;
+    co_lower_stats ls = p.ls;
     if (sb.next != c->nex) {
         co_physical_free(ph);
         co_programs_free(progs, c->ndev);

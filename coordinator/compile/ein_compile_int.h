@@ -111,21 +111,6 @@ int ein_compiled_entry(const ein_compiled *c, const char *name);
  * arrays of `n` entries for a loaded program to fill. */
 int co_compiled_exchanges_alloc(ein_compiled *c, int n, ein_error *err);
 
-/* ein_compile's exchange options (o's search budget, cap, seed and chunks)
- * for a compile onto `ndev` devices of `topo`. */
-void co_compile_physical_opts(const ein_compile_options *o, int ndev, const xp_topology *topo,
-                              co_physical_opts *po);
-/* ein_compile's last two steps for a graph and a plan already made: the
- * physical plan on `topo` (co_compile_physical_opts) and its lowering
- * (LOAD paths NULL, generated from o->seed; STORE paths "<name>.npy");
- * xc (NULL: none) shares synthesised bodies across calls (co_physical.h).
- * Every compile and every prediction (co_sim_plan) lowers through here.
- * On success *ph and *progs are the caller's (co_physical_free,
- * co_programs_free); on failure nothing is returned. */
-int co_compile_lower(const pl_graph *g, const pl_plan *plan, const xp_topology *topo,
-                     const ein_compile_options *o, co_xcache *xc, co_physical **ph,
-                     ein_program ***progs, co_lower_stats *ls, ein_error *err);
-
 /* A loaded program's exchanges, physical plan and per-device programs
  * derived again from its graph, plan, seed and lowering options, with the
  * saved exchange bodies (each parsed, over exactly the preamble of its

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/ein_file.h"
+#include "planner/pl_optimize.h"
 
 static const char *const work_names[CO_WORK_COUNT] = {"gemm",  "attention", "elementwise",
                                                       "copy",  "unary",     "layout"};
@@ -222,4 +223,26 @@ void co_calib_write(const co_calib *c, FILE *f)
     for (int k = 0; k < CO_WORK_COUNT; k++)
         for (int i = 0; i < c->npts[k]; i++)
             fprintf(f, "eff %s %.6g %.6g\n", work_names[k], c->size[k][i], c->eff[k][i]);
+}
+
+void co_calib_objective_rates(const xp_topology *topo, const co_calib *cal, pl_plan_opts *o)
+{
+    double peak = topo->peak > 0 ? topo->peak : 1e15;
+    o->peak_flops = peak * co_calib_eff(cal, CO_WORK_GEMM, 1e9);
+    o->hbm_bw = topo->hbm * co_calib_eff(cal, CO_WORK_ELEMENTWISE, 1e7);
+    o->gemm_operand_bw = cal->gemm_operand_bw;
+    double net = INFINITY;
+    int res[4], n = topo->ngpus > 1 ? xp_topo_route(topo, 0, 1, res, NULL) : 0;
+    for (int k = 0; k < n; k++)
+        if (xp_topo_res_bw(topo, res[k]) < net)
+            net = xp_topo_res_bw(topo, res[k]);
+    if (!(net < INFINITY))
+        net = topo->hbm;
+    if (cal->copy_bw > 0 && cal->copy_bw < net)
+        net = cal->copy_bw;
+    o->net_bw = net * co_calib_eff(cal, CO_WORK_COPY, 1e7);
+    if (topo->nodes > 1) { /* bytes between hosts at the NIC rate */
+        o->host_gpus = topo->local;
+        o->nic_bw = topo->nic * co_calib_eff(cal, CO_WORK_COPY, 1e7);
+    }
 }

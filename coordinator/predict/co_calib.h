@@ -109,22 +109,13 @@ int co_calib_load(const char *name_or_path, co_calib *out, ein_error *err);
 void co_calib_write(const co_calib *c, FILE *f);
 const char *co_calib_builtin_text(const char *name);
 
-/* What a measurement was, for the table's comment lines. */
-typedef struct co_calib_notes {
-    int ndev;                   /* devices used (at most 2) */
-    int iterations;             /* best of this many (a warm-up before them) */
-    int par;                    /* devices busy at once when measuring the cores */
-    double eff_cores;           /* cores they got (other users' load); 0: not measured */
-    int ring_per_core;          /* devices per core in the busy ring */
-} co_calib_notes;
-
-/* einrun --calibrate (co_calib_run.c): run benchmark Programs on `ndev`
- * CPU devices (at most 2 used: 0 computes, 1 copies) with the einworker
- * at `worker` (NULL: next to this executable) and fill *out with the
- * measured table, relative to `topo`, and *notes. On failure returns a
- * negative EIN_E* code with `err` filled ("run failed: ..." for a run that
- * failed) and leaves *out untouched. */
-int co_calib_measure(int ndev, const char *worker, const xp_topology *topo, co_calib *out,
-                     co_calib_notes *notes, ein_error *err);
+/* The rates --objective time plans with (pl_plan_opts): the topology's
+ * peak x the calibration's gemm efficiency at 1 GFLOP, its hbm x the
+ * elementwise efficiency at 10 MB, and the bottleneck of the route
+ * 0 -> 1 (the calibration's copy cap if lower) x the copy efficiency at
+ * 10 MB. A one-GPU topology uses its hbm as the network. */
+struct pl_plan_opts;
+void co_calib_objective_rates(const xp_topology *topo, const co_calib *cal,
+                              struct pl_plan_opts *o);
 
 #endif

@@ -127,46 +127,4 @@ int co_sim_json(ein_program *const *progs, const co_sim_result *r, const xp_topo
                 const co_calib *cal, FILE *f);
 int co_sim_trace(ein_program *const *progs, const co_sim_result *r, FILE *f);
 
-/* The pipeline from a plan (the plan search's per-candidate step): lower
- * it through ein_compile's own lowering step (co_compile_lower in
- * ein_compile_int.h: exchange bodies synthesised on `topo` with the
- * default work budget and no wall-clock cap, search seed `seed`,
- * generated inputs), simulate it with `cal`, and with `check_memory` fail
- * as co_sim_check_memory does. *progs (ndev Programs, co_programs_free)
- * and *out (co_sim_result_free) are the caller's on success; on failure
- * nothing is returned. */
-struct pl_graph;
-struct pl_plan;
-int co_sim_plan(const struct pl_graph *g, const struct pl_plan *plan, const xp_topology *topo,
-                const co_calib *cal, uint64_t seed, int check_memory, ein_program ***progs,
-                co_sim_result **out, ein_error *err);
-
-/* The same, the exchange bodies kept in (and taken from) `xc` across calls
- * (coordinator/compile/co_lower.h; NULL: none): one cache per topology and seed. */
-struct co_xcache;
-int co_sim_plan_cached(const struct pl_graph *g, const struct pl_plan *plan,
-                       const xp_topology *topo, const co_calib *cal, uint64_t seed,
-                       int check_memory, struct co_xcache *xc, ein_program ***progs,
-                       co_sim_result **out, ein_error *err);
-
-/* The rates --objective time plans with (pl_plan_opts): the topology's
- * peak x the calibration's gemm efficiency at 1 GFLOP, its hbm x the
- * elementwise efficiency at 10 MB, and the bottleneck of the route
- * 0 -> 1 (the calibration's copy cap if lower) x the copy efficiency at
- * 10 MB. A one-GPU topology uses its hbm as the network. */
-struct pl_plan_opts;
-void co_sim_objective_rates(const xp_topology *topo, const co_calib *cal,
-                            struct pl_plan_opts *o);
-
-/* --objective time: the plan of selector `sel` under the DP's time cost
- * (co_sim_objective_rates) and, for the DP without forced specs, also
- * under its comm cost; of the two, the one co_sim_plan predicts faster
- * (a plan that does not fit in memory is out; if neither fits, the time
- * cost's, for the caller's memory check to report). `base` (NULL: none)
- * gives the other options. Deterministic. Returns 0 or a negative code
- * with `err` filled. */
-int co_sim_plan_time(const struct pl_graph *g, int p, int sel, uint64_t seed,
-                     const struct pl_plan_opts *base, const xp_topology *topo,
-                     const co_calib *cal, struct pl_plan **out, ein_error *err);
-
 #endif

@@ -217,6 +217,83 @@ void co_hosts_devices(const co_run_opts *o, int h, int ndev, char *buf, size_t l
     }
 }
 
+/* The agent's environment: ours without EIN_CURVE_*, then `env` (the
+ * strings are borrowed); NULL when out of memory. */
+static char **agent_environ(const char *const *env)
+{
+    int nenv = 0, nextra = 0;
+    while (environ[nenv])
+        nenv++;
+    while (env && env[nextra])
+        nextra++;
+    char **envp = calloc((size_t)(nenv + nextra + 1), sizeof *envp);
+    if (!envp)
+        return NULL;
+    int k = 0;
+    for (int i = 0; i < nenv; i++)
+        if (strncmp(environ[i], "EIN_CURVE_", 10) != 0)
+            envp[k++] = environ[i];
+    for (int i = 0; i < nextra; i++)
+        envp[k++] = (char *)env[i];
+    envp[k] = NULL;
+    return envp;
+}
+
+/* argv[from..na) replaced by shell-quoted copies (sh_quote); -1 when out
+ * of memory, with the copies made so far freed. */
+static int agent_quote(char **argv, int from, int na)
+{
+    for (int i = from; i < na; i++)
+        if (!(argv[i] = sh_quote(argv[i]))) {
+            for (int j = from; j < i; j++)
+                free(argv[j]);
+            return -1;
+        }
+    return 0;
+}
+
+/* The keys `env` sent to a launched agent, one a line, over `fd`: 0, or
+ * the errno of a send that failed (EIO for a short one). */
+static int agent_keys(int fd, const char *const *env)
+{
+    char buf[256];
+    int k = 0;
+    for (int i = 0; env && env[i]; i++)
+        k += snprintf(buf + k, sizeof buf - (size_t)k, "%s\n", env[i]);
+    if (send(fd, buf, (size_t)k, MSG_NOSIGNAL) != k)
+        return errno ? errno : EIO;
+    return 0;
+}
+
+/* The words of the agent's command line that are numbers or lists. */
+typedef struct agent_words {
+    char host[16], devs[4096], nd[16], iters[16], itmo[32], ppid[32], bw[32], lat[32];
+} agent_words;
+
+static void agent_words_fill(agent_words *w, const co_run_opts *o, int h, int ndev)
+{
+    snprintf(w->host, sizeof w->host, "%d", h);
+    co_hosts_devices(o, h, ndev, w->devs, sizeof w->devs);
+    snprintf(w->nd, sizeof w->nd, "%d", ndev);
+    snprintf(w->iters, sizeof w->iters, "%d", o->iterations);
+    snprintf(w->itmo, sizeof w->itmo, "%g", o->instr_timeout);
+    snprintf(w->ppid, sizeof w->ppid, "%ld", (long)getpid());
+    snprintf(w->bw, sizeof w->bw, "%.6g", o->link_bw > 0 ? o->link_bw : 0.0);
+    snprintf(w->lat, sizeof w->lat, "%.6g",
+             o->link_bw > 0 && o->link_lat > 0 ? o->link_lat : 0.0);
+}
+
+/* In the forked child: the agent itself (stdin from `keys`, when >= 0). */
+static void agent_exec(const sigset_t *mask, int keys, char **argv, char **envp)
+{
+    ein_child_signals(mask);
+    setsid();
+    if (keys >= 0 && dup2(keys, 0) < 0)
+        _exit(127);
+    execvpe(argv[0], argv, envp);
+    _exit(127);
+}
+
 int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endpoint,
                          const char *const *env, const sigset_t *mask, pid_t *pid,
                          int *keys_fd, ein_error *err)
@@ -227,31 +304,14 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
         nlaunch++;
     *keys_fd = -1;
     /* The environment, built before fork (nothing after it allocates). */
-    int nenv = 0, nextra = 0;
-    while (environ[nenv])
-        nenv++;
-    while (env && env[nextra])
-        nextra++;
-    char **envp = calloc((size_t)(nenv + nextra + 1), sizeof *envp);
+    char **envp = agent_environ(env);
     if (!envp)
         return ein_fail(err, EIN_ENOMEM, "out of memory");
-    int k = 0;
-    for (int i = 0; i < nenv; i++)
-        if (strncmp(environ[i], "EIN_CURVE_", 10) != 0)
-            envp[k++] = environ[i];
-    for (int i = 0; i < nextra; i++)
-        envp[k++] = (char *)env[i];
-    envp[k] = NULL;
-    char host[16], devs[4096], nd[16], iters[16], itmo[32], ppid[32], bw[32], lat[32];
+    agent_words w;
+    agent_words_fill(&w, o, h, ndev);
+    char *host = w.host, *devs = w.devs, *nd = w.nd, *iters = w.iters, *itmo = w.itmo;
+    char *ppid = w.ppid, *bw = w.bw, *lat = w.lat;
     char gpus[4096] = "";
-    snprintf(host, sizeof host, "%d", h);
-    co_hosts_devices(o, h, ndev, devs, sizeof devs);
-    snprintf(nd, sizeof nd, "%d", ndev);
-    snprintf(iters, sizeof iters, "%d", o->iterations);
-    snprintf(itmo, sizeof itmo, "%g", o->instr_timeout);
-    snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
-    snprintf(bw, sizeof bw, "%.6g", o->link_bw > 0 ? o->link_bw : 0.0);
-    snprintf(lat, sizeof lat, "%.6g", o->link_bw > 0 && o->link_lat > 0 ? o->link_lat : 0.0);
     /* GPU devices: the GPU of each of the host's devices, in order (einrun
      * --gpus; else, on this machine, GPU d, and on a launched host its
      * k-th device on GPU k). */
@@ -311,16 +371,13 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
      * ours quoted (paths with blanks or quotes stay one word). */
     const char *l0 = launch ? strrchr(launch[0], '/') : NULL;
     int quote = launch && !strcmp(l0 ? l0 + 1 : launch[0], "ssh");
-    for (int i = nlaunch; quote && i < na; i++)
-        if (!(argv[i] = sh_quote(argv[i]))) {
-            for (int j = nlaunch; j < i; j++)
-                free(argv[j]);
-            free(envp);
-            free(argv);
-            close(kp[0]);
-            close(kp[1]);
-            return ein_fail(err, EIN_ENOMEM, "out of memory");
-        }
+    if (quote && agent_quote(argv, nlaunch, na) < 0) {
+        free(envp);
+        free(argv);
+        close(kp[0]);
+        close(kp[1]);
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    }
     pid_t p = fork();
     for (int i = nlaunch; quote && p != 0 && i < na; i++)
         free(argv[i]);
@@ -334,25 +391,15 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
         }
         return ein_fail(err, EIN_EIO, "cannot start the agent of host %d: %s", h, strerror(e));
     }
-    if (p == 0) {
-        ein_child_signals(mask);
-        setsid();
-        if (launch && dup2(kp[0], 0) < 0)
-            _exit(127);
-        execvpe(argv[0], argv, launch ? environ : envp);
-        _exit(127);
-    }
+    if (p == 0)
+        agent_exec(mask, launch ? kp[0] : -1, argv, launch ? environ : envp);
     free(argv);
     if (launch) {
         /* The keys, then the socket stays open: its end tells the agent.
          * (A socket, not a pipe: an agent already gone is no SIGPIPE.) */
         close(kp[0]);
-        char buf[256];
-        int k = 0;
-        for (int i = 0; env && env[i]; i++)
-            k += snprintf(buf + k, sizeof buf - (size_t)k, "%s\n", env[i]);
-        if (send(kp[1], buf, (size_t)k, MSG_NOSIGNAL) != k) {
-            int e = errno;
+        int e = agent_keys(kp[1], env);
+        if (e) {
             close(kp[1]);
             free(envp);
             *pid = p;

@@ -9,6 +9,7 @@
 #include "coordinator/compile/co_lower.h"
 #include "coordinator/compile/ein_compile_int.h"
 #include "coordinator/predict/co_calib.h"
+#include "coordinator/run/co_calib_run.h"
 #include "coordinator/run/co_dump.h"
 #include "coordinator/run/co_output.h"
 #include "coordinator/run/co_weights.h"

@@ -20,6 +20,7 @@
 #include <math.h>
 
 #include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_pipeline.h"
 #include "exchange/xp_topo.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
@@ -125,7 +126,7 @@ static int lower_with(const char *text, int ndev, fixed_body *fb, ein_program **
     co_lower_stats st;
     co_physical *ph = NULL;
     if ((rc = co_physical_make(g, plan, &po, &ph, err)) == 0)
-        rc = co_lower(g, plan, ph, &lo, progs, &st, err);
+        rc = co_pipeline_programs(g, plan, ph, &lo, progs, &st, err);
     co_physical_free(ph);
 done:
     free(outp);
@@ -345,7 +346,7 @@ static void test_forced_chunks(void **state)
         ein_program **progs = NULL;
         co_physical *ph = NULL;
         if (co_physical_make(g, plan, &po, &ph, &err) < 0 ||
-            co_lower(g, plan, ph, &lo, &progs, &st[k], &err) < 0)
+            co_pipeline_programs(g, plan, ph, &lo, &progs, &st[k], &err) < 0)
             fail_msg("chunks %d: %s", k ? 4 : 0, err.msg);
         co_physical_free(ph);
         co_programs_free(progs, 8);
@@ -415,8 +416,8 @@ static void test_physical_plan(void **state)
     ein_program **p1 = NULL, **p2 = NULL;
     co_lower_opts lo = {.seed = 1};
     co_lower_stats s1, s2;
-    assert_int_equal(co_lower(g, plan, ph, &lo, &p1, &s1, &err), 0);
-    assert_int_equal(co_lower(g, plan, ph, &lo, &p2, &s2, &err), 0);
+    assert_int_equal(co_pipeline_programs(g, plan, ph, &lo, &p1, &s1, &err), 0);
+    assert_int_equal(co_pipeline_programs(g, plan, ph, &lo, &p2, &s2, &err), 0);
     assert_int_equal(s1.nexchanges, ph->st.nexchanges);
     assert_int_equal(s1.ninstrs, s2.ninstrs);
     for (int d = 0; d < 8; d++) {

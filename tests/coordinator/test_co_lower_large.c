@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_pipeline.h"
 #include "exchange/xp_topo.h"
 #include "planner/pl_parse.h"
 
@@ -85,7 +86,7 @@ static void lower(lowered *L, const char *text, int ndev, long long max_bytes)
     co_physical *ph = NULL;
     L->rc = co_physical_make(L->g, L->plan, &po, &ph, &L->err);
     if (L->rc == 0)
-        L->rc = co_lower(L->g, L->plan, ph, &o, &L->progs, &L->st, &L->err);
+        L->rc = co_pipeline_programs(L->g, L->plan, ph, &o, &L->progs, &L->st, &L->err);
     co_physical_free(ph);
 }
 

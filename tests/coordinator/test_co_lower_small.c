@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_pipeline.h"
 
 static uint64_t rng = 0x51a11;
 
@@ -143,7 +144,7 @@ static void test_random_small_programs_lower(void **state)
             ein_program **progs = NULL;
             co_physical *ph = NULL;
             if (co_physical_make(g, plan, &po, &ph, &err) < 0 ||
-                co_lower(g, plan, ph, &o, &progs, NULL, &err) < 0)
+                co_pipeline_programs(g, plan, ph, &o, &progs, NULL, &err) < 0)
                 fail_msg("trial %d p=%d: lowering failed: %s", trial, p, err.msg);
             co_physical_free(ph);
             check_lowering(g, plan, progs, p);

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "coordinator/compile/co_memplan.h"
+#include "coordinator/compile/co_pipeline.h"
 #include "coordinator/compile/ein_compile_int.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
@@ -280,11 +281,14 @@ static void lower(const pl_graph *g, const pl_plan *plan, const xp_topology *t, 
     o.exchange_chunks = chunks;
     o.no_reuse = no_reuse;
     o.naive_exchanges = 1;
-    co_physical *ph = NULL;
+    co_pipeline p;
+    co_pipeline_init(&p, g, plan, t, &o);
     ein_error err = {0};
-    if (co_compile_lower(g, plan, t, &o, NULL, &ph, progs, NULL, &err) < 0)
+    if (co_pipeline_run(&p, &err) < 0)
         fail_msg("%s", err.msg);
-    co_physical_free(ph);
+    *progs = p.progs;
+    p.progs = NULL;
+    co_pipeline_clear(&p);
 }
 
 /* Lower the chain on ndev devices twice without reuse, plan one copy with

@@ -16,6 +16,8 @@
 
 #include "coordinator/predict/co_calib.h"
 #include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_pipeline.h"
+#include "coordinator/compile/co_search_fit.h"
 #include "coordinator/predict/co_sim.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
@@ -331,13 +333,13 @@ static void test_memory_plan(void **state)
     co_calib c = calib("");
     ein_program **progs = NULL;
     co_sim_result *r = NULL;
-    int rc = co_sim_plan(g, plan, t, &c, 1, 1, &progs, &r, &err);
+    int rc = co_plan_predict(g, plan, t, &c, 1, 1, NULL, &progs, &r, &err);
     assert_int_equal(rc, EIN_ELIMIT);
     assert_non_null(strstr(err.msg, "predicted peak memory"));
     assert_non_null(strstr(err.msg, "capacity 1.00 MB"));
     assert_non_null(strstr(err.msg, "largest tensors alive: "));
     t->memory = 1e9;
-    assert_int_equal(co_sim_plan(g, plan, t, &c, 1, 1, &progs, &r, &err), 0);
+    assert_int_equal(co_plan_predict(g, plan, t, &c, 1, 1, NULL, &progs, &r, &err), 0);
     assert_true(r->time > 0);
     /* 2*256*256*1024*2 FLOPs at 1 TFLOP/s on 2 devices: at least 134 us / 2. */
     assert_true(r->makespan >= 2.0 * 256 * 256 * 1024 * 2 / 1e12 / 2);
@@ -372,15 +374,15 @@ static void test_objective_time(void **state)
     xp_topology *t = topo(4);
     t->memory = 1e9;
     co_calib c = calib("overhead 5 us\nlatency 20 us\n");
-    co_sim_objective_rates(t, &c, &o);
+    co_calib_objective_rates(t, &c, &o);
     near(o.peak_flops, 1e12);
     near(o.net_bw, 10e9);
     assert_int_equal(pl_plan_make_opts(g, 4, PL_SELECT_DP, 1, &o, &time, &err), 0);
     assert_int_equal(pl_plan_make(g, 4, PL_SELECT_DP, 1, &comm, &err), 0);
     ein_program **pc = NULL, **pt = NULL;
     co_sim_result *rc = NULL, *rt = NULL;
-    assert_int_equal(co_sim_plan(g, comm, t, &c, 1, 1, &pc, &rc, &err), 0);
-    assert_int_equal(co_sim_plan(g, time, t, &c, 1, 1, &pt, &rt, &err), 0);
+    assert_int_equal(co_plan_predict(g, comm, t, &c, 1, 1, NULL, &pc, &rc, &err), 0);
+    assert_int_equal(co_plan_predict(g, time, t, &c, 1, 1, NULL, &pt, &rt, &err), 0);
     if (!(rt->time <= rc->time * 1.0001))
         fail_msg("objective time predicts %.6g s, comm %.6g s", rt->time, rc->time);
     co_sim_result_free(rc);
@@ -429,8 +431,8 @@ static void test_objective_time_operands(void **state)
     co_calib c = calib("overhead 5 us\nlatency 20 us\n");
     co_calib cp = calib("overhead 5 us\nlatency 20 us\ngemm-operands 1 GB/s\n");
     pl_plan_opts o = {.objective = PL_OBJECTIVE_TIME}, op = o;
-    co_sim_objective_rates(t, &c, &o);
-    co_sim_objective_rates(t, &cp, &op);
+    co_calib_objective_rates(t, &c, &o);
+    co_calib_objective_rates(t, &cp, &op);
     near(o.gemm_operand_bw, 0);
     near(op.gemm_operand_bw, 1e9);
     assert_int_equal(pl_plan_make_opts(g, 8, PL_SELECT_DP, 1, &o, &plain, &err), 0);
@@ -514,7 +516,7 @@ static void test_oversubscribed(void **state)
     xp_topo_free(t);
 }
 
-/* co_sim_plan_time returns the faster, predicted, of the DP's plans under
+/* co_plan_by_time returns the faster, predicted, of the DP's plans under
  * the time and the comm cost: its prediction is not above either's,
  * computed here from the two plans made directly; deterministic. */
 static void test_objective_choice(void **state)
@@ -535,18 +537,18 @@ static void test_objective_choice(void **state)
     for (int p = 2; p <= 4; p += 2) {
         pl_plan_opts o = {0};
         pl_plan *time = NULL, *comm = NULL, *best = NULL, *again = NULL;
-        co_sim_objective_rates(t, &c, &o);
+        co_calib_objective_rates(t, &c, &o);
         o.objective = PL_OBJECTIVE_TIME;
         assert_int_equal(pl_plan_make_opts(g, p, PL_SELECT_DP, 1, &o, &time, &err), 0);
         assert_int_equal(pl_plan_make(g, p, PL_SELECT_DP, 1, &comm, &err), 0);
-        assert_int_equal(co_sim_plan_time(g, p, PL_SELECT_DP, 1, NULL, t, &c, &best, &err), 0);
-        assert_int_equal(co_sim_plan_time(g, p, PL_SELECT_DP, 1, NULL, t, &c, &again, &err), 0);
+        assert_int_equal(co_plan_by_time(g, p, PL_SELECT_DP, 1, NULL, t, &c, &best, &err), 0);
+        assert_int_equal(co_plan_by_time(g, p, PL_SELECT_DP, 1, NULL, t, &c, &again, &err), 0);
         const pl_plan *pl[4] = {time, comm, best, again};
         double pred[4];
         for (int k = 0; k < 4; k++) {
             ein_program **pp = NULL;
             co_sim_result *r = NULL;
-            if (co_sim_plan(g, pl[k], t, &c, 1, 1, &pp, &r, &err) < 0)
+            if (co_plan_predict(g, pl[k], t, &c, 1, 1, NULL, &pp, &r, &err) < 0)
                 fail_msg("%s", err.msg);
             pred[k] = r->time;
             co_sim_result_free(r);

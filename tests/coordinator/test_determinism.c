@@ -25,6 +25,7 @@
 
 #include "common/ein_clock.h"
 #include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_pipeline.h"
 #include "exchange/xp_topo.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
@@ -90,7 +91,7 @@ static void compile(int prog, const xp_topology *t, int ndev, const xp_search_op
     }
     co_physical *ph = NULL;
     if (co_physical_make(g, plan, &po, &ph, &err) < 0 ||
-        co_lower(g, plan, ph, &lo, &progs, st, &err) < 0)
+        co_pipeline_programs(g, plan, ph, &lo, &progs, st, &err) < 0)
         fail_msg("%s on %s, %d devices: cannot lower: %s", programs[prog].name, t->name, ndev,
                  err.msg);
     co_physical_free(ph);

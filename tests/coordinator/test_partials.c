@@ -25,6 +25,7 @@
 #include "common/ein_dtype.h"
 #include "coordinator/predict/co_calib.h"
 #include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_pipeline.h"
 #include "coordinator/compile/co_search.h"
 #include "coordinator/predict/co_sim.h"
 #include "planner/pl_optimize.h"
@@ -114,7 +115,7 @@ static void test_halves(void **state)
     for (int r = 0; r < 2; r++) {
         ein_program **progs = NULL;
         co_sim_result *res = NULL;
-        if (co_sim_plan(g, r ? pn : pf, t, &cal, 1, 1, &progs, &res, &err) < 0)
+        if (co_plan_predict(g, r ? pn : pf, t, &cal, 1, 1, NULL, &progs, &res, &err) < 0)
             fail_msg("simulate: %s", err.msg);
         moved(progs, &copy[r], &agg[r]);
         comm[r] = 0;
@@ -165,7 +166,7 @@ static void test_search_counts_native(void **state)
     for (int r = 0; r < 2; r++) {
         ein_program **progs = NULL;
         co_sim_result *res = NULL;
-        if (co_sim_plan(g, r ? pk : plan, t, &cal, 1, 1, &progs, &res, &err) < 0)
+        if (co_plan_predict(g, r ? pk : plan, t, &cal, 1, 1, NULL, &progs, &res, &err) < 0)
             fail_msg("simulate: %s", err.msg);
         tt[r] = res->time;
         co_sim_result_free(res);

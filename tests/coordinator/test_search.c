@@ -17,6 +17,7 @@
 
 #include "coordinator/predict/co_calib.h"
 #include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_pipeline.h"
 #include "coordinator/compile/co_search.h"
 #include "coordinator/predict/co_sim.h"
 #include "planner/pl_optimize.h"
@@ -62,7 +63,7 @@ static double predict(const pl_graph *g, const pl_plan *plan, const xp_topology 
     ein_program **progs = NULL;
     co_sim_result *r = NULL;
     ein_error err = {0};
-    int rc = co_sim_plan(g, plan, t, c, 1, 1, &progs, &r, &err);
+    int rc = co_plan_predict(g, plan, t, c, 1, 1, NULL, &progs, &r, &err);
     if (rc == EIN_ELIMIT)
         return INFINITY;
     if (rc < 0)
@@ -82,7 +83,7 @@ static int seed_times(const pl_graph *g, int p, const xp_topology *t, const co_c
     ein_error err = {0};
     pl_plan *plan = NULL;
     pl_plan_opts o = {.objective = PL_OBJECTIVE_TIME};
-    co_sim_objective_rates(t, c, &o);
+    co_calib_objective_rates(t, c, &o);
     int n = 0;
     assert_int_equal(pl_plan_make_opts(g, p, PL_SELECT_DP, 1, &o, &plan, &err), 0);
     ts[n++] = predict(g, plan, t, c);
@@ -333,7 +334,7 @@ static void test_memory_cap(void **state)
         pl_plan_opts o = {0};
         if (i == -2) {
             o.objective = PL_OBJECTIVE_TIME;
-            co_sim_objective_rates(t, &c, &o);
+            co_calib_objective_rates(t, &c, &o);
         } else if (i >= 0) {
             if (pl_strategy_check(pl_strategy_names[i], g, p, &err) < 0)
                 continue;
@@ -342,7 +343,7 @@ static void test_memory_cap(void **state)
         assert_int_equal(pl_plan_make_opts(g, p, PL_SELECT_DP, 1, &o, &plan, &err), 0);
         ein_program **progs = NULL;
         co_sim_result *r = NULL;
-        assert_int_equal(co_sim_plan(g, plan, t, &c, 1, 0, &progs, &r, &err), 0);
+        assert_int_equal(co_plan_predict(g, plan, t, &c, 1, 0, NULL, &progs, &r, &err), 0);
         ts[n] = r->time;
         peak[n] = 0;
         for (int d = 0; d < p; d++)

@@ -1,11 +1,12 @@
-/* coordinator/predict/ein_predict.c — ein_compiled_predict (einsummable.h): the
- * simulator of einplan --simulate (co_sim.h) run on a compiled program's
- * own per-device programs and topology. */
+/* coordinator/compile/ein_predict.c — ein_compiled_predict (einsummable.h): the
+ * simulator of einplan --simulate (coordinator/predict/co_sim.h) run on a
+ * compiled program's own per-device programs and topology. It reads the
+ * compiled value, so it sits in compile/, above predict/. */
 #include <stdio.h>
 #include <string.h>
 
-#include "coordinator/predict/co_sim.h"
 #include "coordinator/compile/ein_compile_int.h"
+#include "coordinator/predict/co_sim.h"
 
 int ein_compiled_predict(const ein_compiled *c, const char *calibration, ein_prediction *out,
                          ein_error *err)

@@ -1,5 +1,5 @@
-/* coordinator/predict/co_calib_run.c — einrun --calibrate: measure a calibration
- * table (co_calib.h) by running benchmark Programs on the devices.
+/* coordinator/run/co_calib_run.c — einrun --calibrate: measure a calibration
+ * table (co_calib_run.h, coordinator/predict/co_calib.h) by running benchmark Programs on the devices.
  *
  * Device 0 runs, one after another, GEMMs, attention blocks, relu, add
  * and SLICE of several sizes (each instruction depending on the
@@ -18,9 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coordinator/predict/co_calib.h"
-#include "coordinator/run/co_run.h"
 #include "coordinator/predict/co_sim.h"
+#include "coordinator/run/co_calib_run.h"
+#include "coordinator/run/co_run.h"
 
 #define CO_CALIB_ITERS 9
 #define MAXB 64
