@@ -216,6 +216,83 @@ static int mc_act(json_t *x, char act[16], ein_error *err)
                      "gelu_pytorch_tanh, gelu_new, gelu_fast (tanh approximation), relu");
 }
 
+/* c->sliding_window: the model type's, or as the config sets it. */
+static int mc_window(json_t *root, const mc_type *ty, ein_model_config *c, ein_error *err)
+{
+    int64_t window = ty->window;
+    int rc;
+    /* the window: Mistral's sliding_window (null: none); Qwen2's only with
+     * use_sliding_window */
+    json_t *sw = json_object_get(root, "sliding_window");
+    if (sw && json_is_null(sw))
+        window = 0;
+    else if ((rc = mc_int(root, "sliding_window", 1, INT64_C(1) << 40, &window, err)) < 0)
+        return rc;
+    if (!strcmp(ty->name, "qwen2")) {
+        /* Qwen2Attention: the window only with use_sliding_window, and only
+         * in layers from max_window_layers (default 28) on */
+        int use = 0;
+        int64_t from = 28;
+        if ((rc = mc_bool(root, "use_sliding_window", &use, err)) < 0 ||
+            (rc = mc_int(root, "max_window_layers", 0, 4096, &from, err)) < 0)
+            return rc;
+        if (!use || from >= c->layers)
+            window = 0;
+        else if (!sw)
+            window = 4096;
+        if (window && from > 0)
+            return ein_fail(err, EIN_EUNSUPPORTED, "config: use_sliding_window with "
+                            "max_window_layers %" PRId64 " of %" PRId64 " layers is not "
+                            "supported (a window in some layers only; supported: "
+                            "max_window_layers 0 or at least num_hidden_layers)", from,
+                            c->layers);
+    }
+    c->sliding_window = window;
+    return 0;
+}
+
+/* c->dtype (torch_dtype, else dtype) and c->eos (eos_token_id, else the
+ * model type's). */
+static int mc_dtype_eos(json_t *root, const mc_type *ty, ein_model_config *c, ein_error *err)
+{
+    char b[96];
+    json_t *dt = json_object_get(root, "torch_dtype");
+    if (!dt || json_is_null(dt))
+        dt = json_object_get(root, "dtype");
+    if (dt && !json_is_null(dt)) {
+        const char *d = json_is_string(dt) ? json_string_value(dt) : "";
+        c->has_dtype = 1;
+        if (!strcmp(d, "float32"))
+            c->dtype = EIN_F32;
+        else if (!strcmp(d, "float16"))
+            c->dtype = EIN_F16;
+        else if (!strcmp(d, "bfloat16"))
+            c->dtype = EIN_BF16;
+        else
+            return mc_refuse(err, "torch_dtype", dt, "supported: float32, float16, bfloat16");
+    }
+    json_t *eos = json_object_get(root, "eos_token_id");
+    if (!eos && ty->eos >= 0) {
+        c->neos = 1;
+        c->eos[0] = ty->eos;
+    } else if (eos && json_is_integer(eos)) {
+        c->neos = 1;
+        c->eos[0] = json_integer_value(eos);
+    } else if (eos && json_is_array(eos) && json_array_size(eos) <= EIN_MODEL_MAX_EOS) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(eos, i, e) {
+            if (!json_is_integer(e))
+                return ein_fail(err, EIN_EINVAL, "config: eos_token_id %s: expected ids",
+                                mc_val(eos, b, sizeof b));
+            c->eos[c->neos++] = json_integer_value(e);
+        }
+    } else if (eos && !json_is_null(eos))
+        return ein_fail(err, EIN_EINVAL, "config: eos_token_id %s: expected an id, a list of "
+                        "at most %d ids, or null", mc_val(eos, b, sizeof b), EIN_MODEL_MAX_EOS);
+    return 0;
+}
+
 static int mc_read(json_t *root, ein_model_config *c, ein_error *err)
 {
     char b[96];
@@ -284,7 +361,7 @@ static int mc_read(json_t *root, ein_model_config *c, ein_error *err)
     c->rope_theta = 10000.0;
     snprintf(c->act, sizeof c->act, "silu");
     c->qkv_bias = ty->qkv_bias;
-    int64_t kv = ty->kv_heads, hd = 0, tp = 1, window = ty->window;
+    int64_t kv = ty->kv_heads, hd = 0, tp = 1;
     if ((rc = mc_int(root, "vocab_size", 1, INT64_C(1) << 24, &c->vocab, err)) < 0 ||
         (rc = mc_int(root, "hidden_size", 1, INT64_C(1) << 20, &c->hidden_size, err)) < 0 ||
         (rc = mc_int(root, "intermediate_size", 1, INT64_C(1) << 22, &c->intermediate_size,
@@ -326,67 +403,8 @@ static int mc_read(json_t *root, ein_model_config *c, ein_error *err)
     if (ab)
         c->qkv_bias = c->o_bias = 1;
     c->mlp_bias = mb;
-    /* the window: Mistral's sliding_window (null: none); Qwen2's only with
-     * use_sliding_window */
-    json_t *sw = json_object_get(root, "sliding_window");
-    if (sw && json_is_null(sw))
-        window = 0;
-    else if ((rc = mc_int(root, "sliding_window", 1, INT64_C(1) << 40, &window, err)) < 0)
+    if ((rc = mc_window(root, ty, c, err)) < 0 || (rc = mc_dtype_eos(root, ty, c, err)) < 0)
         return rc;
-    if (!strcmp(ty->name, "qwen2")) {
-        /* Qwen2Attention: the window only with use_sliding_window, and only
-         * in layers from max_window_layers (default 28) on */
-        int use = 0;
-        int64_t from = 28;
-        if ((rc = mc_bool(root, "use_sliding_window", &use, err)) < 0 ||
-            (rc = mc_int(root, "max_window_layers", 0, 4096, &from, err)) < 0)
-            return rc;
-        if (!use || from >= c->layers)
-            window = 0;
-        else if (!sw)
-            window = 4096;
-        if (window && from > 0)
-            return ein_fail(err, EIN_EUNSUPPORTED, "config: use_sliding_window with "
-                            "max_window_layers %" PRId64 " of %" PRId64 " layers is not "
-                            "supported (a window in some layers only; supported: "
-                            "max_window_layers 0 or at least num_hidden_layers)", from,
-                            c->layers);
-    }
-    c->sliding_window = window;
-    json_t *dt = json_object_get(root, "torch_dtype");
-    if (!dt || json_is_null(dt))
-        dt = json_object_get(root, "dtype");
-    if (dt && !json_is_null(dt)) {
-        const char *d = json_is_string(dt) ? json_string_value(dt) : "";
-        c->has_dtype = 1;
-        if (!strcmp(d, "float32"))
-            c->dtype = EIN_F32;
-        else if (!strcmp(d, "float16"))
-            c->dtype = EIN_F16;
-        else if (!strcmp(d, "bfloat16"))
-            c->dtype = EIN_BF16;
-        else
-            return mc_refuse(err, "torch_dtype", dt, "supported: float32, float16, bfloat16");
-    }
-    json_t *eos = json_object_get(root, "eos_token_id");
-    if (!eos && ty->eos >= 0) {
-        c->neos = 1;
-        c->eos[0] = ty->eos;
-    } else if (eos && json_is_integer(eos)) {
-        c->neos = 1;
-        c->eos[0] = json_integer_value(eos);
-    } else if (eos && json_is_array(eos) && json_array_size(eos) <= EIN_MODEL_MAX_EOS) {
-        size_t i;
-        json_t *e;
-        json_array_foreach(eos, i, e) {
-            if (!json_is_integer(e))
-                return ein_fail(err, EIN_EINVAL, "config: eos_token_id %s: expected ids",
-                                mc_val(eos, b, sizeof b));
-            c->eos[c->neos++] = json_integer_value(e);
-        }
-    } else if (eos && !json_is_null(eos))
-        return ein_fail(err, EIN_EINVAL, "config: eos_token_id %s: expected an id, a list of "
-                        "at most %d ids, or null", mc_val(eos, b, sizeof b), EIN_MODEL_MAX_EOS);
     return 0;
 }
 

@@ -407,6 +407,69 @@ static int tk_load_post(ein_tokenizer *tk, json_t *j, ein_error *err)
 
 /* ---- model ---- */
 
+/* The BPE merges (a list of "a b" or ["a", "b"]): rank = position. */
+static int tk_load_merges(ein_tokenizer *tk, json_t *merges, ein_error *err)
+{
+    json_t *x;
+    size_t i;
+    int rc;
+    /* merges: rank = position */
+    tk->merges.cap = 64;
+    while (tk->merges.cap < json_array_size(merges) * 2) tk->merges.cap <<= 1;
+    if (!(tk->merges.e = calloc(tk->merges.cap, sizeof *tk->merges.e)))
+        return ein_fail(err, EIN_ENOMEM, "tokenizer: out of memory");
+    char *cat = NULL;
+    size_t catcap = 0;
+    json_array_foreach(merges, i, x) {
+        const char *a, *b;
+        size_t al, bl;
+        if (json_is_string(x)) {
+            a = json_string_value(x);
+            const char *sp = strchr(a, ' ');
+            if (!sp || strchr(sp + 1, ' ')) {
+                free(cat);
+                return ein_fail(err, EIN_EPARSE, "tokenizer.json: merges[%zu] \"%.64s\" is not two "
+                                "tokens separated by one space", i, a);
+            }
+            al = (size_t)(sp - a);
+            b = sp + 1;
+            bl = strlen(b);
+        } else if (json_is_array(x) && json_array_size(x) == 2 &&
+                   json_is_string(json_array_get(x, 0)) && json_is_string(json_array_get(x, 1))) {
+            a = json_string_value(json_array_get(x, 0));
+            al = json_string_length(json_array_get(x, 0));
+            b = json_string_value(json_array_get(x, 1));
+            bl = json_string_length(json_array_get(x, 1));
+        } else {
+            free(cat);
+            return ein_fail(err, EIN_EPARSE, "tokenizer.json: merges[%zu] is neither \"a b\" nor "
+                            "[\"a\", \"b\"]", i);
+        }
+        if (ein_vec_reserve_z(&cat, &catcap, al + bl + 1, 1) < 0) {
+            free(cat);
+            return ein_fail(err, EIN_ENOMEM, "tokenizer: out of memory");
+        }
+        memcpy(cat, a, al);
+        memcpy(cat + al, b, bl);
+        int32_t ia = tk_smap_find(&tk->vocab, tk->vstr, tk->vlen, a, al);
+        int32_t ib = tk_smap_find(&tk->vocab, tk->vstr, tk->vlen, b, bl);
+        int32_t ic = tk_smap_find(&tk->vocab, tk->vstr, tk->vlen, cat, al + bl);
+        if (ia < 0 || ib < 0 || ic < 0) {
+            rc = ein_fail(err, EIN_EPARSE, "tokenizer.json: merges[%zu]: \"%.*s\" is not in the "
+                          "vocabulary", i, (int)(ia < 0 ? al : ib < 0 ? bl : al + bl),
+                          ia < 0 ? a : ib < 0 ? b : cat);
+            free(cat);
+            return rc;
+        }
+        tk_pmap_e *e = tk_pmap_slot(&tk->merges, ia, ib);
+        e->key = ((uint64_t)(uint32_t)ia << 32 | (uint32_t)ib) + 1;
+        e->rank = (int32_t)i; /* a repeated merge: the later one wins, as in the crate's map */
+        e->id = ic;
+    }
+    free(cat);
+    return 0;
+}
+
 static int tk_load_model(ein_tokenizer *tk, json_t *m, json_t *added, ein_error *err)
 {
     static const char *const k[] = {"type", "dropout", "unk_token", "continuing_subword_prefix",
@@ -475,60 +538,7 @@ static int tk_load_model(ein_tokenizer *tk, json_t *m, json_t *added, ein_error 
         tk->toklen[id] = kl;
         tk_smap_put(&tk->vocab, tk->vstr, tk->vlen, id);
     }
-    /* merges: rank = position */
-    tk->merges.cap = 64;
-    while (tk->merges.cap < json_array_size(merges) * 2) tk->merges.cap <<= 1;
-    if (!(tk->merges.e = calloc(tk->merges.cap, sizeof *tk->merges.e)))
-        return ein_fail(err, EIN_ENOMEM, "tokenizer: out of memory");
-    char *cat = NULL;
-    size_t catcap = 0;
-    json_array_foreach(merges, i, x) {
-        const char *a, *b;
-        size_t al, bl;
-        if (json_is_string(x)) {
-            a = json_string_value(x);
-            const char *sp = strchr(a, ' ');
-            if (!sp || strchr(sp + 1, ' ')) {
-                free(cat);
-                return ein_fail(err, EIN_EPARSE, "tokenizer.json: merges[%zu] \"%.64s\" is not two "
-                                "tokens separated by one space", i, a);
-            }
-            al = (size_t)(sp - a);
-            b = sp + 1;
-            bl = strlen(b);
-        } else if (json_is_array(x) && json_array_size(x) == 2 &&
-                   json_is_string(json_array_get(x, 0)) && json_is_string(json_array_get(x, 1))) {
-            a = json_string_value(json_array_get(x, 0));
-            al = json_string_length(json_array_get(x, 0));
-            b = json_string_value(json_array_get(x, 1));
-            bl = json_string_length(json_array_get(x, 1));
-        } else {
-            free(cat);
-            return ein_fail(err, EIN_EPARSE, "tokenizer.json: merges[%zu] is neither \"a b\" nor "
-                            "[\"a\", \"b\"]", i);
-        }
-        if (ein_vec_reserve_z(&cat, &catcap, al + bl + 1, 1) < 0) {
-            free(cat);
-            return ein_fail(err, EIN_ENOMEM, "tokenizer: out of memory");
-        }
-        memcpy(cat, a, al);
-        memcpy(cat + al, b, bl);
-        int32_t ia = tk_smap_find(&tk->vocab, tk->vstr, tk->vlen, a, al);
-        int32_t ib = tk_smap_find(&tk->vocab, tk->vstr, tk->vlen, b, bl);
-        int32_t ic = tk_smap_find(&tk->vocab, tk->vstr, tk->vlen, cat, al + bl);
-        if (ia < 0 || ib < 0 || ic < 0) {
-            rc = ein_fail(err, EIN_EPARSE, "tokenizer.json: merges[%zu]: \"%.*s\" is not in the "
-                          "vocabulary", i, (int)(ia < 0 ? al : ib < 0 ? bl : al + bl),
-                          ia < 0 ? a : ib < 0 ? b : cat);
-            free(cat);
-            return rc;
-        }
-        tk_pmap_e *e = tk_pmap_slot(&tk->merges, ia, ib);
-        e->key = ((uint64_t)(uint32_t)ia << 32 | (uint32_t)ib) + 1;
-        e->rank = (int32_t)i; /* a repeated merge: the later one wins, as in the crate's map */
-        e->id = ic;
-    }
-    free(cat);
+    if ((rc = tk_load_merges(tk, merges, err)) < 0) return rc;
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof name, "<0x%02X>", b);

@@ -4,6 +4,10 @@
 #include "coordinator/run/einrun_int.h"
 #include "common/ein_knob.h"
 
+static void usage_planning(FILE *f);
+static void usage_debugging(FILE *f);
+
+/* --help: what einrun does, devices and data; then the sections below. */
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -69,6 +73,15 @@ static void usage(FILE *f)
 "                       no input is named like and no --map names (an error\n"
 "                       otherwise: a program that does not match its\n"
 "                       checkpoint, e.g. fewer layers, a missing bias).\n"
+);
+    usage_planning(f);
+    usage_debugging(f);
+}
+
+/* --help, continued: planning and measuring. */
+static void usage_planning(FILE *f)
+{
+    fprintf(f,
 "Planning:\n"
 "  --selector dp|greedy|random   how specs are chosen (default: dp).\n"
 "  --schedule naive|search  exchange bodies: the naive program, or one\n"
@@ -145,6 +158,13 @@ static void usage(FILE *f)
 "                       CUDA graph on GPUs; on CPU devices a recording of the\n"
 "                       calls, which saves only dispatch (auto: on for\n"
 "                       --backend cuda, off for CPU devices).\n"
+);
+}
+
+/* --help, continued: supervision, debugging and the rest. */
+static void usage_debugging(FILE *f)
+{
+    fprintf(f,
 "Supervision and debugging:\n"
 "  --worker-timeout S   a worker silent this long counts as hung (default: 60).\n"
 "  --timeout S          stop the whole run after S seconds (default: none).\n"

@@ -82,12 +82,9 @@ static int sg_pw(sg_builder *b, kn_sg_pwmode mode, kn_sg_dtype prec, int x, int 
     return y;
 }
 
-int kn_sdpa_graph_build(const kn_sg_params *p, kn_sdpa_graph *g, char *why, size_t cap)
+/* The sizes and dtypes the graph supports: 0, or a negative code with `why`. */
+static int sg_check(const kn_sg_params *p, char *why, size_t cap)
 {
-    memset(g, 0, sizeof *g);
-    g->p = *p;
-    g->q = g->k = g->v = g->o = g->stats = g->scale_t = g->fill_t = g->pad_fill_t = KN_SG_NONE;
-    g->seq_q = g->seq_kv = g->off_q = g->off_k = g->off_v = g->off_o = g->off_stats = KN_SG_NONE;
     if (p->hq < 1 || p->hkv < 1 || p->t < 1 || p->s < 1 || p->nseq < 0 || p->d < 1)
         return snprintf(why, cap, "attention graph: sizes must be positive"), EIN_EINVAL;
     if (p->io != KN_SG_BF16 && p->io != KN_SG_F16)
@@ -109,6 +106,56 @@ int kn_sdpa_graph_build(const kn_sg_params *p, kn_sdpa_graph *g, char *why, size
         return snprintf(why, cap, "a block of %lld x %lld x %lld elements (cuDNN here: fewer "
                         "than 2^31)", (long long)p->hq, (long long)p->t, (long long)p->d),
                EIN_EUNSUPPORTED;
+
+    return 0;
+}
+
+/* The masks on the scores `cur`: padding of a packed block
+ * ((row < seq_q && col < seq_kv) ? S : pad fill), then causal
+ * ((row >= col) ? S : fill). The masked scores, or a negative id. */
+static int sg_masks(sg_builder *b, const kn_sg_params *p, int cur)
+{
+    const kn_sg_dtype f = KN_SG_F32, i32 = KN_SG_I32, bo = KN_SG_BOOL;
+    kn_sg_dtype gi = p->gen_index_f32 ? f : i32;
+    int packed = p->nseq > 0;
+    if (packed && cur >= 0) { /* padding: (row < seq_q && col < seq_kv) ? S : pad fill */
+        int r = sg_pw(b, KN_SG_PW_GEN_INDEX, gi, cur, KN_SG_NONE, KN_SG_NONE, "pad row", i32,
+                      cur, 2);
+        int c = sg_pw(b, KN_SG_PW_GEN_INDEX, gi, cur, KN_SG_NONE, KN_SG_NONE, "pad col", i32,
+                      cur, 3);
+        int rl = r < 0 ? r : sg_pw(b, KN_SG_PW_CMP_LT, bo, r, b->g->seq_q, KN_SG_NONE,
+                                   "row < seq_q", bo, cur, -1);
+        int cl = c < 0 ? c : sg_pw(b, KN_SG_PW_CMP_LT, bo, c, b->g->seq_kv, KN_SG_NONE,
+                                   "col < seq_kv", bo, cur, -1);
+        int m = rl < 0 || cl < 0 ? KN_SG_NONE
+                                 : sg_pw(b, KN_SG_PW_LOGICAL_AND, bo, rl, cl, KN_SG_NONE,
+                                         "padding mask", bo, cur, -1);
+        cur = m < 0 ? m : sg_pw(b, KN_SG_PW_BINARY_SELECT, f, cur, b->g->pad_fill_t, m, "padded",
+                                f, cur, -1);
+    }
+    if (p->causal && cur >= 0) { /* (row >= col) ? S : fill */
+        int r = sg_pw(b, KN_SG_PW_GEN_INDEX, gi, cur, KN_SG_NONE, KN_SG_NONE, "row", i32, cur,
+                      2);
+        int c = sg_pw(b, KN_SG_PW_GEN_INDEX, gi, cur, KN_SG_NONE, KN_SG_NONE, "col", i32, cur,
+                      3);
+        int m = r < 0 || c < 0 ? KN_SG_NONE
+                               : sg_pw(b, KN_SG_PW_CMP_GE, bo, r, c, KN_SG_NONE, "row >= col",
+                                       bo, cur, -1);
+        cur = m < 0 ? m : sg_pw(b, KN_SG_PW_BINARY_SELECT, f, cur, b->g->fill_t, m, "masked", f,
+                                cur, -1);
+    }
+    return cur;
+}
+
+int kn_sdpa_graph_build(const kn_sg_params *p, kn_sdpa_graph *g, char *why, size_t cap)
+{
+    memset(g, 0, sizeof *g);
+    g->p = *p;
+    g->q = g->k = g->v = g->o = g->stats = g->scale_t = g->fill_t = g->pad_fill_t = KN_SG_NONE;
+    g->seq_q = g->seq_kv = g->off_q = g->off_k = g->off_v = g->off_o = g->off_stats = KN_SG_NONE;
+    int rc = sg_check(p, why, cap);
+    if (rc < 0)
+        return rc;
 
     sg_builder b = {g, KN_SG_UID_VIRTUAL};
     const kn_sg_dtype f = KN_SG_F32, i32 = KN_SG_I32, bo = KN_SG_BOOL, io = p->io;
@@ -165,33 +212,7 @@ int kn_sdpa_graph_build(const kn_sg_params *p, kn_sdpa_graph *g, char *why, size
     if (mm1 && packed)
         mm1->m_override = g->seq_q, mm1->n_override = g->seq_kv;
     int cur = sg_pw(&b, KN_SG_PW_MUL, f, S0, g->scale_t, KN_SG_NONE, "S*scale", f, S0, -1);
-    kn_sg_dtype gi = p->gen_index_f32 ? f : i32;
-    if (packed && cur >= 0) { /* padding: (row < seq_q && col < seq_kv) ? S : pad fill */
-        int r = sg_pw(&b, KN_SG_PW_GEN_INDEX, gi, cur, KN_SG_NONE, KN_SG_NONE, "pad row", i32,
-                      cur, 2);
-        int c = sg_pw(&b, KN_SG_PW_GEN_INDEX, gi, cur, KN_SG_NONE, KN_SG_NONE, "pad col", i32,
-                      cur, 3);
-        int rl = r < 0 ? r : sg_pw(&b, KN_SG_PW_CMP_LT, bo, r, g->seq_q, KN_SG_NONE,
-                                   "row < seq_q", bo, cur, -1);
-        int cl = c < 0 ? c : sg_pw(&b, KN_SG_PW_CMP_LT, bo, c, g->seq_kv, KN_SG_NONE,
-                                   "col < seq_kv", bo, cur, -1);
-        int m = rl < 0 || cl < 0 ? KN_SG_NONE
-                                 : sg_pw(&b, KN_SG_PW_LOGICAL_AND, bo, rl, cl, KN_SG_NONE,
-                                         "padding mask", bo, cur, -1);
-        cur = m < 0 ? m : sg_pw(&b, KN_SG_PW_BINARY_SELECT, f, cur, g->pad_fill_t, m, "padded",
-                                f, cur, -1);
-    }
-    if (p->causal && cur >= 0) { /* (row >= col) ? S : fill */
-        int r = sg_pw(&b, KN_SG_PW_GEN_INDEX, gi, cur, KN_SG_NONE, KN_SG_NONE, "row", i32, cur,
-                      2);
-        int c = sg_pw(&b, KN_SG_PW_GEN_INDEX, gi, cur, KN_SG_NONE, KN_SG_NONE, "col", i32, cur,
-                      3);
-        int m = r < 0 || c < 0 ? KN_SG_NONE
-                               : sg_pw(&b, KN_SG_PW_CMP_GE, bo, r, c, KN_SG_NONE, "row >= col",
-                                       bo, cur, -1);
-        cur = m < 0 ? m : sg_pw(&b, KN_SG_PW_BINARY_SELECT, f, cur, g->fill_t, m, "masked", f,
-                                cur, -1);
-    }
+    cur = sg_masks(&b, p, cur);
     /* softmax with its statistics */
     int M = sg_tensor(&b, 0, "M", f, rd, rs, 1, 0);
     if (cur >= 0 && M >= 0)
