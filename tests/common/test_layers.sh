@@ -42,10 +42,8 @@ tools
 examples'
 ROOTS='include common kernels worker planner exchange coordinator node tools examples'
 
-rank() {  # rank FOLDER: its place in ORDER (1-based), or 0
-    printf '%s\n' "$ORDER" | awk -v f="$1" '$0 == f { print NR; found = 1; exit } END { if (!found) print 0 }'
-}
-
+# RANKS: "FOLDER RANK" per line, for the awk scripts below.
+RANKS=$(printf '%s\n' "$ORDER" | awk '{ print $0, NR }')
 # The source files, and every folder holding one.
 for r in $ROOTS; do
     [ -d "$src/$r" ] && (cd "$src" && find "$r" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' \
@@ -70,12 +68,9 @@ done < "$tmp/files" > "$tmp/edges"
 # upward EDGES-FILE: print each edge that goes up the order (or names a
 # folder the order does not place).
 upward() {
-    while read -r from to file hdr; do
-        rf=$(rank "$from"); rt=$(rank "$to")
-        if [ "$rf" -eq 0 ] || [ "$rt" -eq 0 ] || [ "$rt" -gt "$rf" ]; then
-            echo "$file includes $hdr: $from -> $to goes up the order"
-        fi
-    done < "$1"
+    printf '%s\n' "$RANKS" | awk 'NR == FNR { r[$1] = $2; next }
+        !($1 in r) || !($2 in r) || r[$2] > r[$1] {
+            print $3 " includes " $4 ": " $1 " -> " $2 " goes up the order" }' - "$1"
 }
 
 echo "1..4"
@@ -94,9 +89,9 @@ else echo "files: $(wc -l < "$tmp/files"), edges: $(wc -l < "$tmp/edges")" > "$t
     not_ok "includes across folders read"; fi
 
 # 3: every folder is placed and every include goes down the order.
-while read -r d; do
-    [ "$(rank "$d")" -eq 0 ] && echo "folder $d has no place in ORDER (tests/common/test_layers.sh)"
-done < "$tmp/folders" > "$tmp/why"
+printf '%s\n' "$RANKS" | awk 'NR == FNR { r[$1] = $2; next }
+    !($1 in r) { print "folder " $1 " has no place in ORDER (tests/common/test_layers.sh)" }' \
+    - "$tmp/folders" > "$tmp/why"
 upward "$tmp/edges" | LC_ALL=C sort -u >> "$tmp/why"
 if [ ! -s "$tmp/why" ]; then ok "every folder includes only its own and lower folders"
 else not_ok "every folder includes only its own and lower folders"; fi
