@@ -158,7 +158,7 @@ int kn_sdpa_graph_build(const kn_sg_params *p, kn_sdpa_graph *g, char *why, size
         return rc;
 
     sg_builder b = {g, KN_SG_UID_VIRTUAL};
-    const kn_sg_dtype f = KN_SG_F32, i32 = KN_SG_I32, bo = KN_SG_BOOL, io = p->io;
+    const kn_sg_dtype f = KN_SG_F32, i32 = KN_SG_I32, io = p->io;
     int packed = p->nseq > 0;
     int64_t n = packed ? p->nseq : 1, hq = p->hq, hkv = p->hkv, S = p->s, T = p->t, d = p->d;
     /* The batch stride of a ragged tensor is never used (its offsets say
