@@ -170,7 +170,8 @@ def bench_model(a):
     dm, L, V, FF, H = a.d, a.layers, a.vocab, a.ff, a.heads
     D = dm // H
     rng = np.random.default_rng(1)
-    cfg = {"hidden_size": dm, "intermediate_size": FF, "num_attention_heads": H,
+    cfg = {"model_type": "llama", "hidden_size": dm, "intermediate_size": FF,
+           "num_attention_heads": H,
            "num_key_value_heads": H, "head_dim": D, "num_hidden_layers": L, "vocab_size": V,
            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
            "max_position_embeddings": a.prompt + a.new}

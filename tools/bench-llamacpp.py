@@ -4,7 +4,7 @@ tools/bench-generate.py (the same random weights, seed 1) in llama.cpp and
 in einsummable, interleaved in one run (issue 36). Never run by make check
 (it writes checkpoints of up to ~540 MB and takes minutes).
 
-    npm ci --prefix tools/llamacpp          # once: node-llama-cpp's prebuilt llama.cpp
+    npm ci --omit=optional --prefix tools/llamacpp   # once: node-llama-cpp's prebuilt llama.cpp
     PYTHONPATH=python EIN_BUILDDIR=$PWD /usr/bin/python3 tools/bench-llamacpp.py \\
         [--formats f32,bf16,f16,q8_0,q4_0] [--rounds 3] [--threads 1,2] \\
         [--prompt 8] [--new 32] [--d 768 --layers 12 --vocab 32000 --ff 2048 --heads 12]
@@ -54,6 +54,9 @@ GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
 FTYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
 GTYPE = {"f32": GGML_F32, "f16": GGML_F16, "q4_0": GGML_Q4_0, "q8_0": GGML_Q8_0,
          "bf16": GGML_BF16}
+# llama.cpp's key/value cache per format: our cache's dtype (f32 for the
+# quantised weights, whose activations are f32)
+KV = {"f32": "F32", "bf16": "BF16", "f16": "F16", "q8_0": "F32", "q4_0": "F32"}
 # what tools/bench-generate.py is asked for each format
 OURS = {"f32": ["--dtype", "f32"], "bf16": ["--dtype", "bf16"], "f16": ["--dtype", "f16"],
         "q8_0": ["--quantization", "int8"], "q4_0": ["--quantization", "q4"]}
@@ -254,7 +257,7 @@ class LlamaCpp:
         for p in ("node-llama-cpp", "@node-llama-cpp/linux-x64"):
             if not os.path.isdir(os.path.join(mods, p)):
                 sys.exit("bench-llamacpp: %s is not installed; install it with\n"
-                         "    npm ci --prefix %s\n(node and npm from Debian or NodeSource)"
+                         "    npm ci --omit=optional --prefix %s\n(node and npm from Debian or NodeSource)"
                          % (p, os.path.relpath(NODE_DIR)))
         if shutil.which("node") is None:
             sys.exit("bench-llamacpp: node is not on PATH")
@@ -345,7 +348,7 @@ def main():
         gg = d + "/model.gguf"
         write_gguf(gg, cfg, tensors, "f32")
         lc.ask(cmd="load", path=gg)
-        theirs = np.asarray(lc.ask(cmd="logits", tokens=prompt)["logits"], np.float64)
+        theirs = np.asarray(lc.ask(cmd="logits", tokens=prompt, kv="F32")["logits"], np.float64)
         if not a.no_ours:
             ours = ours_logits(d, tensors, cfg, prompt)
             rel = (np.abs(theirs - ours).max(1) / np.abs(ours).max(1)).max()
@@ -365,7 +368,7 @@ def main():
             na = None
             for r in range(a.rounds):
                 for t in threads:
-                    q = lc.ask(cmd="decode", tokens=prompt, new=a.new, threads=t)
+                    q = lc.ask(cmd="decode", tokens=prompt, new=a.new, threads=t, kv=KV[fmt])
                     tl = (a.new - 1) / q["seconds"]
                     res.setdefault((fmt, "llama.cpp", t), []).append(tl)
                     line = "  round %d, %d: llama.cpp %.1f tokens/s" % (r + 1, t, tl)

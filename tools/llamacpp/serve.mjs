@@ -3,9 +3,10 @@
 // request a line on stdin, one answer a line on stdout ({"error": "..."}
 // when a request fails). Requests:
 //   {"cmd": "load", "path": GGUF}           the model (the previous one goes)
-//   {"cmd": "logits", "tokens": [...]}      the raw logits after each token
-//                                           (1 thread): {"logits": [[V]...]}
-//   {"cmd": "decode", "tokens": [...], "new": N, "threads": T}
+//   {"cmd": "logits", "tokens": [...], "kv": "F32"}  the raw logits after
+//        each token (1 thread; kv: the key/value cache's ggml type, F16
+//        when absent): {"logits": [[V]...]}
+//   {"cmd": "decode", "tokens": [...], "new": N, "threads": T, "kv": "F32"}
 //        greedy decode of N tokens after the prompt on T threads:
 //        {"ids": [...], "seconds": s}, s the time of the N - 1 decode
 //        steps after the first new token (which includes the prompt)
@@ -16,9 +17,12 @@ const llama = await getLlama({gpu: false, build: "never", maxThreads: 0,
                               logLevel: "error"});
 let model = null;
 
-async function context(n, threads) {
+async function context(n, threads, kv) {
     const ctx = await model.createContext({contextSize: n, batchSize: n, sequences: 1,
-                                           threads: {ideal: threads, min: threads}});
+                                           threads: {ideal: threads, min: threads},
+                                           experimentalKvCacheKeyType: kv || "F16",
+                                           experimentalKvCacheValueType: kv || "F16",
+                                           flashAttention: false});
     return [ctx, ctx.getSequence()];
 }
 
@@ -31,7 +35,7 @@ async function handle(q) {
     }
     if (!model) throw new Error("no model loaded");
     if (q.cmd === "logits") {
-        const [ctx, seq] = await context(q.tokens.length + 8, 1);
+        const [ctx, seq] = await context(q.tokens.length + 8, 1, q.kv);
         try {
             const r = await seq.controlledEvaluate(
                 q.tokens.map((t) => [t, {generateNext: {logits: true}}]));
@@ -45,7 +49,7 @@ async function handle(q) {
         }
     }
     if (q.cmd === "decode") {
-        const [ctx, seq] = await context(q.tokens.length + q.new + 8, q.threads);
+        const [ctx, seq] = await context(q.tokens.length + q.new + 8, q.threads, q.kv);
         try {
             const ids = [];
             let t0 = 0;
