@@ -31,7 +31,11 @@ Ours runs f32, bf16 and f16 with --dtype, q8_0 and q4_0 with
 --quantization int8 and q4; when bench-generate.py refuses a format,
 "ours: not available". The decode rate is (new - 1) steps after the
 first new token for llama.cpp and bench-generate.py's decode steps per
-second for ours, both greedy from the same prompt of --prompt ids."""
+second for ours, both greedy from the same prompt of --prompt ids; on a
+shared machine the CPU time per step (llama.cpp's process, all its
+threads; ours: bench-generate.py --profile 16's workers') is the steadier
+figure, also printed. llama.cpp runs without flash attention and with a
+key/value cache of our cache's dtype (f32 for the quantised formats)."""
 import argparse
 import json
 import os
@@ -301,7 +305,7 @@ def ours_decode(a, fmt, P):
     cmd = [sys.executable, os.path.join(HERE, "bench-generate.py"), "--devices", str(P),
            "--prompt", str(a.prompt), "--new", str(a.new), "--d", str(a.d), "--layers",
            str(a.layers), "--vocab", str(a.vocab), "--ff", str(a.ff), "--heads", str(a.heads)]
-    r = subprocess.run(cmd + OURS[fmt], capture_output=True, text=True)
+    r = subprocess.run(cmd + OURS[fmt] + ["--profile", "16"], capture_output=True, text=True)
     m = re.search(r"decode tokens/s: ([0-9.]+)", r.stdout)
     if r.returncode != 0 or not m:
         err = (r.stderr.strip().splitlines() or ["rc %d" % r.returncode])[-1]
@@ -313,7 +317,8 @@ def ours_decode(a, fmt, P):
         sys.exit("bench-llamacpp: tools/bench-generate.py %s failed:\n%s%s"
                  % (" ".join(OURS[fmt]), r.stdout, r.stderr))
     b = re.search(r"\(([0-9.]+) ms/step, \d+ steps\): ([0-9]+)% of the bound", r.stdout)
-    return float(m.group(1)), (int(b.group(2)) if b else None)
+    c = re.search(r"workers' CPU time per step .*?: ([0-9.]+) ms", r.stdout)
+    return float(m.group(1)), ((int(b.group(2)) if b else None), float(c.group(1)) if c else None)
 
 
 def main():
@@ -370,17 +375,24 @@ def main():
                 for t in threads:
                     q = lc.ask(cmd="decode", tokens=prompt, new=a.new, threads=t, kv=KV[fmt])
                     tl = (a.new - 1) / q["seconds"]
+                    cl = 1e3 * q["cpu_seconds"] / (a.new - 1)
                     res.setdefault((fmt, "llama.cpp", t), []).append(tl)
-                    line = "  round %d, %d: llama.cpp %.1f tokens/s" % (r + 1, t, tl)
+                    res.setdefault((fmt, "llama.cpp cpu", t), []).append(cl)
+                    line = "  round %d, %d: llama.cpp %.1f tokens/s, CPU %.1f ms/step" % (
+                        r + 1, t, tl, cl)
                     if not a.no_ours and na is None:
-                        to, share = ours_decode(a, fmt, t)
+                        to, info = ours_decode(a, fmt, t)
                         if to is None:
-                            na = share
+                            na = info
                             line += "; ours: not available (%s)" % na
                         else:
+                            share, co = info
                             res.setdefault((fmt, "ours", t), []).append(to)
-                            line += "; ours %.1f tokens/s%s" % (
-                                to, "" if share is None else " (%d%% of the copy bound)" % share)
+                            if co is not None:
+                                res.setdefault((fmt, "ours cpu", t), []).append(co)
+                            line += "; ours %.1f tokens/s%s%s" % (
+                                to, "" if share is None else " (%d%% of the copy bound)" % share,
+                                "" if co is None else ", workers' CPU %.1f ms/step" % co)
                     print(line, flush=True)
         print("\nmedians (tokens/s; %d rounds, interleaved)" % a.rounds)
         print("| format | " + " | ".join("llama.cpp %dT | ours P=%d | ours / llama.cpp" % (t, t)
@@ -396,6 +408,14 @@ def main():
                           if om is None else "%.1f" % om,
                           "" if om is None else "%.2f" % (om / lm)]
             print("| %s | %s |" % (fmt, " | ".join(cells)))
+        print("\nCPU time per decode step, medians (ms; llama.cpp: its process, all threads, "
+              "spinning included; ours: the workers')")
+        for fmt in fmts:
+            print("  %s: %s" % (fmt, "; ".join(
+                "%d: llama.cpp %.1f, ours %s" % (
+                    t, float(np.median(res[(fmt, "llama.cpp cpu", t)])),
+                    "%.1f" % float(np.median(res[(fmt, "ours cpu", t)]))
+                    if res.get((fmt, "ours cpu", t)) else "-") for t in threads)))
     finally:
         lc.close()
         shutil.rmtree(d, True)

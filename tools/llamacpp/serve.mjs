@@ -8,8 +8,9 @@
 //        when absent): {"logits": [[V]...]}
 //   {"cmd": "decode", "tokens": [...], "new": N, "threads": T, "kv": "F32"}
 //        greedy decode of N tokens after the prompt on T threads:
-//        {"ids": [...], "seconds": s}, s the time of the N - 1 decode
-//        steps after the first new token (which includes the prompt)
+//        {"ids": [...], "seconds": s, "cpu_seconds": c}, s the wall time of
+//        the N - 1 decode steps after the first new token (which includes
+//        the prompt), c this process's CPU time in them (all its threads)
 import readline from "node:readline";
 import {getLlama} from "node-llama-cpp";
 
@@ -52,13 +53,18 @@ async function handle(q) {
         const [ctx, seq] = await context(q.tokens.length + q.new + 8, q.threads, q.kv);
         try {
             const ids = [];
-            let t0 = 0;
+            let t0 = 0, c0 = null;
             for await (const t of seq.evaluate(q.tokens, {temperature: 0})) {
                 ids.push(t);
-                if (ids.length === 1) t0 = performance.now();
+                if (ids.length === 1) {
+                    t0 = performance.now();
+                    c0 = process.cpuUsage();
+                }
                 if (ids.length === q.new) break;
             }
-            return {ids, seconds: (performance.now() - t0) / 1e3};
+            const c = process.cpuUsage(c0);
+            return {ids, seconds: (performance.now() - t0) / 1e3,
+                    cpu_seconds: (c.user + c.system) / 1e6};
         } finally {
             await ctx.dispose();
         }
