@@ -90,6 +90,11 @@ static int cpu_segment_create(wk_backend *be, const char *name, size_t bytes, vo
     close(fd);
     if (p == MAP_FAILED)
         return ein_fail(err, EIN_ENOMEM, "mmap of %zu bytes (%s): %s", map, name, strerror(errno));
+#ifdef MADV_HUGEPAGE
+    /* Taken where shmem_enabled is advise (a no-op where it is never). */
+    if (map >= CPU_HUGE)
+        madvise(p, map, MADV_HUGEPAGE);
+#endif
     c->own_base = p;
     c->own_bytes = map;
     *base = p;
