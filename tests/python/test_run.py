@@ -434,10 +434,11 @@ def test_load_safetensors(rng, tmp_path):
 # ---- a one-device run's memory: private, advised for huge pages (issue 36) --
 
 def _worker_maps():
-    """(shared-memory segment mappings, AnonHugePages kB) of this process's
-    einworker children, from /proc (Linux)."""
+    """(shared-memory segment mappings, kB of mappings advised
+    MADV_HUGEPAGE, AnonHugePages kB) of this process's einworker children,
+    from /proc (Linux)."""
     import re
-    segs, huge = [], 0
+    segs, advised, huge = [], 0, 0
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -447,14 +448,22 @@ def _worker_maps():
             if st[st.find("(") + 1:st.rfind(")")] != "einworker" or \
                     int(st[st.rfind(")") + 2:].split()[1]) != os.getpid():
                 continue
-            with open("/proc/%s/maps" % d) as f:
-                segs += [ln for ln in f if re.search(r"/dev/shm/ein-.*-\d+( \(deleted\))?$",
-                                                     ln.strip())]
-            with open("/proc/%s/smaps_rollup" % d) as f:
-                huge += sum(int(ln.split()[1]) for ln in f if ln.startswith("AnonHugePages:"))
+            with open("/proc/%s/smaps" % d) as f:
+                size = 0
+                for ln in f:
+                    if re.match(r"[0-9a-f]+-[0-9a-f]+ ", ln):
+                        size = 0
+                        if re.search(r"/dev/shm/ein-.*-\d+( \(deleted\))?$", ln.strip()):
+                            segs.append(ln.strip())
+                    elif ln.startswith("Size:"):
+                        size = int(ln.split()[1])
+                    elif ln.startswith("AnonHugePages:"):
+                        huge += int(ln.split()[1])
+                    elif ln.startswith("VmFlags:") and " hg" in " " + ln[8:]:
+                        advised += size
         except (OSError, ValueError, IndexError):
             continue
-    return segs, huge
+    return segs, advised, huge
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="needs Linux /proc")
@@ -482,15 +491,13 @@ def test_one_device_segment(knob, rng, monkeypatch):
         prog.execute()
         bad = close_enough(prog.offload(y), X.astype(np.float64) @ W.astype(np.float64).T)
         assert bad is None, bad
-        segs, huge = _worker_maps()
+        segs, advised, huge = _worker_maps()
     if knob == "0":
         assert len(segs) == 1, "EIN_HUGEPAGES=0: one shared-memory segment, got %r" % segs
         return
     assert segs == [], "one device: no shared-memory segment, got %r" % segs
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            thp = f.read()
-    except OSError:
-        thp = "[never]"
-    if "[never]" not in thp:              # madvise or always: the advice is taken
-        assert huge >= 2048, "no huge page in the worker (%d kB; THP %s)" % (huge, thp.strip())
+    # the advice is the worker's part (deterministic); whether the kernel
+    # then finds free 2 MiB pages is the machine's (AnonHugePages, not
+    # asserted: THP may be off, or memory fragmented)
+    assert advised >= K * N * 4 // 1024, \
+        "the segment is not advised MADV_HUGEPAGE (%d kB advised, %d kB huge)" % (advised, huge)
