@@ -88,28 +88,13 @@ def main():
     import einsummable as es
     dm, L, V, FF, H = a.d, a.layers, a.vocab, a.ff, a.heads
     D = dm // H
-    rng = np.random.default_rng(1)
     d = tempfile.mkdtemp(prefix="bench-gen-")
     import atexit
     import shutil
     atexit.register(shutil.rmtree, d, True)    # the checkpoint goes even when a run fails
-    cfg = {"hidden_size": dm, "intermediate_size": FF, "num_attention_heads": H,
-           "num_key_value_heads": H, "head_dim": D, "num_hidden_layers": L, "vocab_size": V,
-           "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
-           "max_position_embeddings": a.prompt + a.new}
+    cfg, t, rng = bench_model(a)
     with open(d + "/config.json", "w") as f:
         json.dump(cfg, f)
-    w = lambda *s: (rng.standard_normal(s, dtype=np.float32) / np.sqrt(s[-1])).astype(np.float32)
-    t = [("model.embed_tokens.weight", w(V, dm)), ("lm_head.weight", w(V, dm)),
-         ("model.norm.weight", np.ones(dm, np.float32))]
-    for l in range(L):
-        p = "model.layers.%d." % l
-        t += [(p + "input_layernorm.weight", np.ones(dm, np.float32)),
-              (p + "post_attention_layernorm.weight", np.ones(dm, np.float32)),
-              (p + "self_attn.q_proj.weight", w(dm, dm)), (p + "self_attn.k_proj.weight", w(dm, dm)),
-              (p + "self_attn.v_proj.weight", w(dm, dm)), (p + "self_attn.o_proj.weight", w(dm, dm)),
-              (p + "mlp.gate_proj.weight", w(FF, dm)), (p + "mlp.up_proj.weight", w(FF, dm)),
-              (p + "mlp.down_proj.weight", w(dm, FF))]
     params = sum(x.size for _, x in t)
     if a.dtype == "f32":
         hf_model.write(d + "/model.safetensors", t)
@@ -174,6 +159,34 @@ def main():
     if prof:
         print(prof)
     os.remove(d + "/model.safetensors")
+
+
+def bench_model(a):
+    """The bench model's config (a dict, as config.json) and its tensors
+    [(HF name, float32 array)] for the sizes in a (d, layers, vocab, ff,
+    heads, prompt, new), random with seed 1, and the generator (which
+    then draws the prompts). tools/bench-llamacpp.py writes the same
+    tensors as a GGUF."""
+    dm, L, V, FF, H = a.d, a.layers, a.vocab, a.ff, a.heads
+    D = dm // H
+    rng = np.random.default_rng(1)
+    cfg = {"model_type": "llama", "hidden_size": dm, "intermediate_size": FF,
+           "num_attention_heads": H,
+           "num_key_value_heads": H, "head_dim": D, "num_hidden_layers": L, "vocab_size": V,
+           "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+           "max_position_embeddings": a.prompt + a.new}
+    w = lambda *s: (rng.standard_normal(s, dtype=np.float32) / np.sqrt(s[-1])).astype(np.float32)
+    t = [("model.embed_tokens.weight", w(V, dm)), ("lm_head.weight", w(V, dm)),
+         ("model.norm.weight", np.ones(dm, np.float32))]
+    for l in range(L):
+        p = "model.layers.%d." % l
+        t += [(p + "input_layernorm.weight", np.ones(dm, np.float32)),
+              (p + "post_attention_layernorm.weight", np.ones(dm, np.float32)),
+              (p + "self_attn.q_proj.weight", w(dm, dm)), (p + "self_attn.k_proj.weight", w(dm, dm)),
+              (p + "self_attn.v_proj.weight", w(dm, dm)), (p + "self_attn.o_proj.weight", w(dm, dm)),
+              (p + "mlp.gate_proj.weight", w(FF, dm)), (p + "mlp.up_proj.weight", w(FF, dm)),
+              (p + "mlp.down_proj.weight", w(dm, FF))]
+    return cfg, t, rng
 
 
 def _decode_ein(a):

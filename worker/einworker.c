@@ -157,6 +157,10 @@ static void usage(FILE *f)
             "EIN_PIN=1|0: pin device D to the (D mod N)-th of the N CPUs this worker\n"
             "may run on, or leave placement to the kernel. Unset: a CPU worker pins when\n"
             "the run has 2 to N devices on one host (each worker then has a core).\n"
+            "EIN_HUGEPAGES=0: a run of one CPU device keeps its memory in shared memory\n"
+            "(4 KiB pages), as runs of several do; unset, it is private memory advised\n"
+            "for transparent huge pages, from which a decode step reads its weights\n"
+            "faster.\n"
             "EIN_READY=zmq: a READY to a worker of this host goes through ZeroMQ (two\n"
             "I/O threads) instead of that worker's FIFO in the run directory (one\n"
             "system call and one wake-up), to compare.\n");

@@ -429,3 +429,75 @@ def test_load_safetensors(rng, tmp_path):
         with pytest.raises(es.EinError) as e:
             prog.load_safetensors(st, {"w2": "nope"})
         assert "nope" in str(e.value)
+
+
+# ---- a one-device run's memory: private, advised for huge pages (issue 36) --
+
+def _worker_maps():
+    """(shared-memory segment mappings, kB of mappings advised
+    MADV_HUGEPAGE, AnonHugePages kB) of this process's einworker children,
+    from /proc (Linux)."""
+    import re
+    segs, advised, huge = [], 0, 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+            if st[st.find("(") + 1:st.rfind(")")] != "einworker" or \
+                    int(st[st.rfind(")") + 2:].split()[1]) != os.getpid():
+                continue
+            with open("/proc/%s/smaps" % d) as f:
+                size = 0
+                for ln in f:
+                    if re.match(r"[0-9a-f]+-[0-9a-f]+ ", ln):
+                        size = 0
+                        if re.search(r"/dev/shm/ein-.*-\d+( \(deleted\))?$", ln.strip()):
+                            segs.append(ln.strip())
+                    elif ln.startswith("Size:"):
+                        size = int(ln.split()[1])
+                    elif ln.startswith("AnonHugePages:"):
+                        huge += int(ln.split()[1])
+                    elif ln.startswith("VmFlags:") and " hg" in " " + ln[8:]:
+                        advised += size
+        except (OSError, ValueError, IndexError):
+            continue
+    return segs, advised, huge
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="needs Linux /proc")
+@pytest.mark.parametrize("knob", [None, "0"])
+def test_one_device_segment(knob, rng, monkeypatch):
+    """One CPU device keeps its memory in private memory advised for
+    transparent huge pages (a decode step reads its weights faster from
+    them); EIN_HUGEPAGES=0 keeps it in shared memory, as runs of several
+    devices do. Either way the product is NumPy's."""
+    if knob is None:
+        monkeypatch.delenv("EIN_HUGEPAGES", raising=False)
+    else:
+        monkeypatch.setenv("EIN_HUGEPAGES", knob)
+    K, N = 1024, 2048                     # an 8 MiB weight: several 2 MiB pages
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc([1, K]), name="x")
+    w = g.insertTensor(es.tensorDesc([N, K]), name="w")
+    y = g.einsum("ij,kj->ik", x, w, name="y")
+    g.save(y)
+    with es.compileGraph(g, device=[0]) as prog:
+        W = rng.standard_normal((N, K)).astype(np.float32)
+        X = rng.standard_normal((1, K)).astype(np.float32)
+        prog.load(w, W)
+        prog.load(x, X)
+        prog.execute()
+        bad = close_enough(prog.offload(y), X.astype(np.float64) @ W.astype(np.float64).T)
+        assert bad is None, bad
+        segs, advised, huge = _worker_maps()
+    if knob == "0":
+        assert len(segs) == 1, "EIN_HUGEPAGES=0: one shared-memory segment, got %r" % segs
+        return
+    assert segs == [], "one device: no shared-memory segment, got %r" % segs
+    # the advice is the worker's part (deterministic); whether the kernel
+    # then finds free 2 MiB pages is the machine's (AnonHugePages, not
+    # asserted: THP may be off, or memory fragmented)
+    assert advised >= K * N * 4 // 1024, \
+        "the segment is not advised MADV_HUGEPAGE (%d kB advised, %d kB huge)" % (advised, huge)
