@@ -193,7 +193,11 @@ mock() { # DIR SEED_FOR_0,0
     printf '%s:\n\t@:\n.PHONY: %s\n' "einrun einworker einworker-cuda einnode eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" \
         "einrun einworker einworker-cuda einnode eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" > "$mb/Makefile"
     ln -s "$NPY" "$mb/tests/e2e/npytool"
-    printf '#!/bin/sh\nprintf "1..2\\nok 1 - a\\nok 2 - b\\n"\n' > "$mb/tests/kernels/test_kn_cuda"
+    # the unpacked source's scripts that gpu-check runs itself (decode-bf16's program)
+    mkdir -p "$m/_build-gpucheck/src/tools" "$m/_build-gpucheck/src/tests/e2e"
+    cp "$SRC/tools/bench-generate.py" "$m/_build-gpucheck/src/tools/"
+    cp "$SRC/tests/e2e/hf_model.py" "$m/_build-gpucheck/src/tests/e2e/"
+    printf '#!/bin/sh\nprintf "1..3\\nok 1 - a\\nok 2 - b\\nok 3 - test_decode_splitk\\n"\n' > "$mb/tests/kernels/test_kn_cuda"
     printf '#!/bin/sh\necho "gpu 0 NVIDIA H200"\n' > "$mb/einworker-cuda"
     printf '#!/bin/sh\necho "# LLaMA"\n' > "$mb/eingen"
     cat > "$mb/tools/bench-kernels-cuda" <<'EOF2'
@@ -249,12 +253,21 @@ echo "  device 0: 9.000 ms kernels, 1.000 ms copies, 0.000 ms waiting (last iter
 EOF2
     chmod +x "$mb/einrun" "$mb/eingen" "$mb/einworker-cuda" "$mb/tools/bench-kernels-cuda" \
         "$mb/tools/bench-copy-cuda" "$mb/tests/kernels/test_kn_cuda"
-    (cd "$m" && PATH="$S/f/bin:$PATH" CUDA_HOME="$S/t/cuda" GPU_CHECK_OUT="$m/out" "$GC" run > log 2>&1)
+    # decode-bf16 writes its program with tools/bench-generate.py: a python3
+    # with NumPy first on PATH (a pyenv shim may have none)
+    mkdir -p "$m/pybin"
+    for py in /usr/bin/python3 "$(command -v python3)"; do
+        if [ -x "$py" ] && "$py" -c 'import numpy' 2>/dev/null; then
+            ln -sf "$py" "$m/pybin/python3"
+            break
+        fi
+    done
+    (cd "$m" && PATH="$m/pybin:$S/f/bin:$PATH" CUDA_HOME="$S/t/cuda" GPU_CHECK_OUT="$m/out" "$GC" run > log 2>&1)
 }
 mock "$S/m1" 1
 rc=$?
 l="$S/m1/log"
-if [ $rc = 0 ] && grep -q '^VERDICT: PASS (14 checks)$' "$l" &&
+if [ $rc = 0 ] && grep -q '^VERDICT: PASS (16 checks)$' "$l" &&
     grep -q '^  PASS  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized (12.0 ms); engines 2 of 40 finalize \[7 9\]' "$l" &&
     grep -q '^  PASS  cudnn-correct  *2 comparisons with our kernel agree' "$l" &&
     grep -q '^  PASS  gpus-default  *einrun --gpus 0 examples/llama_block.ein ran on the GPU' "$l" &&
@@ -262,7 +275,13 @@ if [ $rc = 0 ] && grep -q '^VERDICT: PASS (14 checks)$' "$l" &&
     grep -q '^  MET  *attention-cudnn  *550.0 TFLOP/s (>= 450)' "$l" &&
     grep -q '^  NOT MET  *attention-ours  *183.3 TFLOP/s (>= 250)' "$l" &&
     grep -q '^  NOT MEASURED  *llama-vs-torch' "$l" &&
-    grep -q '^TARGETS: 2 of 4 met (1 not measured)$' "$l" &&
+    grep -q '^TARGETS: 2 of 5 met (1 not measured)$' "$l" &&
+    grep -q '^  PASS  decode-splitk  *test_decode_splitk: the split-K decode kernel equals the CPU kernels' "$l" &&
+    grep -q '^  PASS  decode-bf16  *8B-shaped decode step, bf16 weights, GQA 32/8, one GPU: 100.0 tokens/s (10.00 ms); HBM bound 213.2 tokens/s at 3200 GB/s of traffic: 47%$' "$l" &&
+    grep -q '^  NOT MET  *decode-bf16  *46.9% of the HBM bound (>= 85%)' "$l" &&
+    grep -q '^  decode 8B-shaped (bf16, batch 1)  *100.0 tokens/s' "$l" &&
+    grep -q '^dtype bf16$' "$S/m1/_build-gpucheck/runs/decode/decode.ein" &&
+    grep -q ' d_kv=1024 .* kv=8 ' "$S/m1/_build-gpucheck/runs/decode/decode.ein" &&
     grep -q '^  cuDNN V0 (before issue 33, no LOG/ADD, P f32)  *12 ops' "$l" &&
     grep -q '^  PASS  attention-fa2  *agrees with the wmma kernel (max |diff| 0.0039 <= 0.02), 275.0 TFLOP/s$' "$l" &&
     grep -q '^  MET  *attention-fa2  *275.0 TFLOP/s (>= 250)' "$l" &&
@@ -284,7 +303,7 @@ fi
 mock "$S/m2" 2
 rc=$?
 l="$S/m2/log"
-if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 14 checks did not pass)$' "$l" &&
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 16 checks did not pass)$' "$l" &&
     grep -q '^  FAIL  gpus-0-vs-00  *exit 0 / 0: 32 elements, bytes differ, max abs err [0-9.]*, scaled [0-9.]* (tol 0.05): MISMATCH$' "$l"; then
     ok "mock GPU run: --gpus 0,0 disagreeing is a FAIL with the max error"
 else
@@ -293,7 +312,7 @@ fi
 MOCK_CUDNN_REJECT=1 mock "$S/m3" 1
 rc=$?
 l="$S/m3/log"
-if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (2 of 14 checks did not pass)$' "$l" &&
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (2 of 16 checks did not pass)$' "$l" &&
     grep -q '^  FAIL  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized (12.0 ms); engines 0 of 40 finalize \[\]; error: cuDNN heuristics found no engine' "$l" &&
     grep -q '^  FAIL  cudnn-correct  *0 agree, 0 mismatch, 1 not run: O bf16 T 128: not run: ' "$l" &&
     grep -q '^  NOT MEASURED  *attention-cudnn  *attention causal bf16 (cuDNN SDPA): not run: ' "$l"; then
