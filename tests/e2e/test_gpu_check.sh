@@ -30,7 +30,7 @@ if [ -e /dev/nvidia0 ] || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi 
     echo "1..0 # SKIP a GPU is here (this test checks the verdicts without one)"
     exit 0
 fi
-echo "1..15"
+echo "1..16"
 unset OUT GPU_CHECK_OUT GPU_CHECK_BUDGET
 
 # 1: no GPU, quick: the verdict, exit 3, the files in the output folder.
@@ -182,7 +182,7 @@ fi
 # 12-13: a whole run on a mock GPU machine, reusing a "configured" tree of
 # stand-ins (the same inputs checksum as a warm machine would have).
 mock() { # DIR SEED_FOR_0,0
-    m=$1
+    local m=$1
     mb="$m/_build-gpucheck/src/_build"
     mkdir -p "$m/.gpu/debs" "$mb/tests/kernels" "$mb/tests/e2e" "$mb/tools"
     echo tarball > "$m/.gpu/einsummable-c-0.1.0.tar.gz"
@@ -190,13 +190,30 @@ mock() { # DIR SEED_FOR_0,0
     cat "$m/.gpu/einsummable-c-0.1.0.tar.gz" "$m/.gpu/debs/libzmq5_1_amd64.deb" | cksum \
         > "$m/_build-gpucheck/inputs.cksum"
     : > "$mb/config.status"
-    printf '%s:\n\t@:\n.PHONY: %s\n' "einrun einworker einworker-cuda einnode eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" \
-        "einrun einworker einworker-cuda einnode eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" > "$mb/Makefile"
+    printf '%s:\n\t@:\n.PHONY: %s\n' "libeinsummable.la einrun einworker einworker-cuda einnode eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" \
+        "libeinsummable.la einrun einworker einworker-cuda einnode eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" > "$mb/Makefile"
     ln -s "$NPY" "$mb/tests/e2e/npytool"
     # the unpacked source's scripts that gpu-check runs itself (decode-bf16's program)
     mkdir -p "$m/_build-gpucheck/src/tools" "$m/_build-gpucheck/src/tests/e2e"
     cp "$SRC/tools/bench-generate.py" "$m/_build-gpucheck/src/tools/"
     cp "$SRC/tests/e2e/hf_model.py" "$m/_build-gpucheck/src/tests/e2e/"
+    # MOCK_TORCH: a PyTorch that "has CUDA" and a stand-in model check
+    # printing what tools/llama_model_check.py prints
+    local pyp=""
+    if [ -n "${MOCK_TORCH:-}" ]; then
+        mkdir -p "$m/fakepy/torch"
+        printf 'class cuda:\n    @staticmethod\n    def is_available():\n        return True\n' \
+            > "$m/fakepy/torch/__init__.py"
+        pyp="$m/fakepy"
+        cat > "$m/_build-gpucheck/src/tools/llama_model_check.py" <<'EOF2'
+import sys
+if sys.argv[1] == "torch":
+    print("reference (torch): prefill 1x8192 900.0 ms, 128 decode steps 2560.0 ms, 50.0 tokens/s")
+else:
+    print("einsummable: prefill 1x8192 1800.0 ms, 128 decode steps 1280.0 ms, 100.0 tokens/s")
+    print("logits: 129 rows, max scaled error 0.012 (tol 0.05), greedy tokens agree 127 of 128: ok")
+EOF2
+    fi
     printf '#!/bin/sh\nprintf "1..3\\nok 1 - a\\nok 2 - b\\nok 3 - test_decode_splitk\\n"\n' > "$mb/tests/kernels/test_kn_cuda"
     printf '#!/bin/sh\necho "gpu 0 NVIDIA H200"\n' > "$mb/einworker-cuda"
     printf '#!/bin/sh\necho "# LLaMA"\n' > "$mb/eingen"
@@ -263,7 +280,8 @@ EOF2
             break
         fi
     done
-    (cd "$m" && PATH="$m/pybin:$S/f/bin:$PATH" CUDA_HOME="$S/t/cuda" GPU_CHECK_OUT="$m/out" "$GC" run > log 2>&1)
+    (cd "$m" && PATH="$m/pybin:$S/f/bin:$PATH" CUDA_HOME="$S/t/cuda" GPU_CHECK_OUT="$m/out" \
+        PYTHONPATH="$pyp" "$GC" run > log 2>&1)
 }
 mock "$S/m1" 1
 rc=$?
@@ -276,7 +294,8 @@ if [ $rc = 0 ] && grep -q '^VERDICT: PASS (16 checks)$' "$l" &&
     grep -q '^  MET  *attention-cudnn  *550.0 TFLOP/s (>= 450)' "$l" &&
     grep -q '^  NOT MET  *attention-ours  *183.3 TFLOP/s (>= 250)' "$l" &&
     grep -q '^  NOT MEASURED  *llama-vs-torch' "$l" &&
-    grep -q '^TARGETS: 2 of 5 met (1 not measured)$' "$l" &&
+    grep -q '^TARGETS: 2 of 6 met (2 not measured)$' "$l" &&
+    grep -q '^  NOT MEASURED  model-8b  *no PyTorch with CUDA here$' "$l" &&
     grep -q '^  PASS  decode-splitk  *test_decode_splitk: the split-K decode kernel equals the CPU kernels' "$l" &&
     grep -q '^  PASS  decode-bf16  *8B-shaped decode step, bf16 weights, GQA 32/8, one GPU: 100.0 tokens/s (10.00 ms); HBM bound 213.2 tokens/s at 3200 GB/s of traffic: 47%$' "$l" &&
     grep -q '^  NOT MET  *decode-bf16  *46.9% of the HBM bound (>= 85%)' "$l" &&
@@ -321,4 +340,17 @@ if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (2 of 16 checks did not pass)$' "$l" &
     ok "mock GPU run: cuDNN rejecting the canonical graph fails cudnn-graph and cudnn-correct, the target is not measured"
 else
     not_ok "mock GPU run, cuDNN rejects: exit $rc" "$(cat "$l")"
+fi
+MOCK_TORCH=1 mock "$S/m4" 1
+rc=$?
+l="$S/m4/log"
+if [ $rc = 0 ] && grep -q '^VERDICT: PASS (17 checks)$' "$l" &&
+    grep -q '^  PASS  model-8b  *32 blocks bf16, prefill 1x8K + 128 decode steps on one GPU vs PyTorch: logits: 129 rows, max scaled error 0.012 (tol 0.05), greedy tokens agree 127 of 128: ok$' "$l" &&
+    grep -q '^  MET  *model-8b  *logits: 129 rows' "$l" &&
+    grep -q '^  model 8B ours  *prefill 1x8192 1800.0 ms, 128 decode steps 1280.0 ms, 100.0 tokens/s$' "$l" &&
+    grep -q '^  model 8B PyTorch  *prefill 1x8192 900.0 ms, 128 decode steps 2560.0 ms, 50.0 tokens/s$' "$l" &&
+    grep -q '^TARGETS: 3 of 6 met (1 not measured)$' "$l"; then
+    ok "mock GPU run with PyTorch: the whole-model check, its target and both times"
+else
+    not_ok "mock GPU run with PyTorch: exit $rc" "$(cat "$l")"
 fi

@@ -280,3 +280,40 @@ def test_bf16_checkpoint(tiny, tmp_path, ndev):
     print("scaled errors against float64:", errs)
     # bf16 activations round where f32 ones do not: a larger error, never 0
     assert errs["bf16"] > errs["f32"] > 0.0, errs
+
+
+def test_model_check_script(tmp_path):
+    """Issue 33: tools/llama_model_check.py, gpu-check's whole-model check,
+    on CPU devices with its NumPy float64 reference standing in for
+    PyTorch (which has the GPU run's dims): a random bf16 checkpoint in
+    transformers' layout, a 32-token prompt prefilled in chunks of 16 by
+    es.llama in bf16 and 8 teacher-forced decode steps agree with it; a
+    reference of other weights is a MISMATCH (exit 1)."""
+    import subprocess
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                        "llama_model_check.py")
+    dims = ["--layers", "2", "--d", "64", "--ff", "96", "--heads", "4", "--kv-heads", "2",
+            "--vocab", "100", "--prompt", "32", "--new", "8"]
+    d = str(tmp_path / "m")
+    r = subprocess.run([sys.executable, tool, "numpy", d] + dims, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("reference (numpy): prefill 1x32 ")
+    ours = [sys.executable, tool, "ours", d, "--backend", "cpu", "--devices", "2", "--chunk", "16"]
+    r = subprocess.run(ours, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = [x for x in r.stdout.splitlines() if x.startswith("logits: ")]
+    assert line and line[0].startswith("logits: 9 rows, max scaled error ") and \
+        line[0].endswith(": ok"), r.stdout
+    err = float(line[0].split("max scaled error ")[1].split()[0])
+    assert 0.0 < err <= 0.05, line
+    # the reference of another model (seed 2): its logits are not ours
+    ref2 = str(tmp_path / "m2")
+    r = subprocess.run([sys.executable, tool, "numpy", ref2, "--seed", "2"] + dims,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    os.replace(os.path.join(ref2, "ref.npz"), os.path.join(d, "ref.npz"))
+    r = subprocess.run(ours, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stdout.rstrip().endswith(": MISMATCH"), r.stdout + r.stderr
+    # a chunk that does not divide the prompt is refused by name
+    r = subprocess.run(ours[:-1] + ["24"], capture_output=True, text=True)
+    assert r.returncode != 0 and "--chunk 24 must divide" in r.stderr
