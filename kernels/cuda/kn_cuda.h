@@ -128,8 +128,10 @@ int kn_cuda_decode_attention_window(int64_t group, int64_t window, int partial,
  * by kn_cuda_agg_lse_blk. Same checks, semantics and traps as
  * kn_cuda_decode_attention_window. Takes head dims 32, 64, 96 and 128, at
  * most 16 query rows (group x tokens per sequence) per kv head and
- * sequence, a workspace of kn_cuda_decode_splitk_plan's bytes; anything
- * else is EIN_EUNSUPPORTED saying why (callers then run the warp kernel). */
+ * sequence, a workspace of kn_cuda_decode_splitk_plan's bytes (none when
+ * the split is one chunk and out is f32 rows of d + 1 or q's dtype: the
+ * chunk writes out directly); anything else is EIN_EUNSUPPORTED saying
+ * why (callers then run the warp kernel). */
 int kn_cuda_decode_attention_splitk(int64_t group, int64_t window, int partial,
                                     const kn_block *q, const kn_block *k, const kn_block *v,
                                     const kn_block *pos, kn_block *out, void *workspace,

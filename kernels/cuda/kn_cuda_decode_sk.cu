@@ -36,7 +36,7 @@
 
 template <typename TI, typename T, int PER>
 __global__ void __launch_bounds__(32 * KN_SK_WARPS)
-    kn_cu_dec_sk(const T *q, const T *k, const T *v, const TI *pos, float *ws, int64_t nb,
+    kn_cu_dec_sk(const T *q, const T *k, const T *v, const TI *pos, float *ws, T *direct, int64_t nb,
                  int64_t ns, int64_t s0, int group, int c, int64_t chunk, int partial,
                  float scale, int64_t window, int64_t rows, int64_t b0)
 {
@@ -137,6 +137,15 @@ __global__ void __launch_bounds__(32 * KN_SK_WARPS)
         }
         int g = r / c, t = r % c;
         int64_t row = (h * group + g) * nt + b * c + t;
+        if (direct) { /* one chunk, decode_attention: out's rows of d */
+            for (int e = lane; e < d; e += 32) {
+                float acc = 0.0f;
+                for (int x = 0; x < KN_SK_WARPS; x++)
+                    acc += sc[x] * wo[x][r][e];
+                st<T>(direct, row * d + e, sum > 0.0f ? acc / sum : 0.0f);
+            }
+            continue;
+        }
         float *dst = ws + (j * rows + row) * w1;
         for (int e = lane; e < d; e += 32) {
             float acc = 0.0f;
@@ -227,16 +236,23 @@ extern "C" int kn_cuda_decode_attention_splitk(int64_t group, int64_t window, in
     int64_t rows = nqh * nb * c, chunk;
     int nch;
     size_t need = kn_cuda_decode_splitk_plan(nkvh, nb, ns, rows, d, &nch, &chunk);
-    if (!workspace || need > workspace_bytes)
+    /* one chunk: its rows are out's (partial: f32 rows of d + 1; else
+     * rows of d in q's dtype), no workspace and no merge */
+    int direct = nch == 1 && (partial || out->dtype == q->dtype);
+    if (direct)
+        need = 0;
+    else if (!workspace || need > workspace_bytes)
         return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: needs %zu bytes of workspace, has %zu",
                           what, need, workspace ? workspace_bytes : (size_t)0);
     cudaStream_t s = (cudaStream_t)stream;
-    float *ws = (float *)workspace, scale = (float)(1.0 / sqrt((double)d));
+    float *ws = direct && partial ? (float *)out->data : (float *)workspace;
+    float scale = (float)(1.0 / sqrt((double)d));
+    void *dout = direct && !partial ? out->data : NULL;
     dim3 grid((unsigned)nch, (unsigned)nb, (unsigned)nkvh);
 #define KN_SK_LAUNCH(TI, PER)                                                                \
     kn_cu_dec_sk<TI, T, PER><<<grid, 32 * KN_SK_WARPS, 0, s>>>(                              \
         (const T *)q->data, (const T *)k->data, (const T *)v->data, (const TI *)pos->data, ws, \
-        nb, ns, s0, (int)group, (int)c, chunk, partial, scale, window, rows, b0)
+        (T *)dout, nb, ns, s0, (int)group, (int)c, chunk, partial, scale, window, rows, b0)
 #define KN_SK_PER(TI)                                  \
     switch (d / 32) {                                  \
     case 1: KN_SK_LAUNCH(TI, 1); break;                \
@@ -252,7 +268,7 @@ extern "C" int kn_cuda_decode_attention_splitk(int64_t group, int64_t window, in
         });
 #undef KN_SK_PER
 #undef KN_SK_LAUNCH
-    if ((rc = kn_cu_launched(what, err)) < 0)
+    if ((rc = kn_cu_launched(what, err)) < 0 || direct)
         return rc;
     /* the chunks' partials, merged by the LSE aggregation */
     kn_block src[KN_SK_MAXCH];

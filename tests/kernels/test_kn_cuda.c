@@ -1188,6 +1188,7 @@ static void test_decode_splitk(void **state)
     assert_int_equal(kn_cuda_ctx_create(ws, wsb, &ctx, &err), 0);
     const int64_t p1[1] = {999}, p1w[1] = {640}, p5[5] = {0, 7, 298, 150, 64};
     const int64_t p3[3] = {100, 450, 998}, p2[2] = {0, 37}, p31[1] = {31};
+    const int64_t p3b[3] = {10, 20, 47};
     for (int di = 0; di < 3; di++) {
         ein_dtype dt = dts[di];
         splitk_case(ctx, ws, wsb, dt, 8, 4, 1, 1, 1000, 128, 0, 0, p1);  /* 8B-shaped, 16 chunks */
@@ -1197,6 +1198,7 @@ static void test_decode_splitk(void **state)
         splitk_case(ctx, ws, wsb, dt, 1, 1, 1, 1, 32, 32, 0, 0, p31);     /* one chunk, d 32 */
         splitk_case(ctx, ws, wsb, dt, 2, 4, 3, 1, 1000, 128, 200, 0, p3); /* key block [200, 1000) */
         splitk_case(ctx, ws, wsb, dt, 2, 4, 3, 1, 1000, 64, 200, 300, p3);
+        splitk_case(ctx, ws, wsb, dt, 2, 4, 3, 1, 48, 64, 16, 0, p3b);  /* one chunk, partial */
     }
     /* what it does not take is refused (the warp kernel runs it through
      * kn_cuda_run) */
@@ -1336,7 +1338,8 @@ int main(void)
                                                    sizeof buf, NULL, &e);
         int rows_named = strstr(e.msg, "72 query rows") != NULL;
         ein_box qb3 = {3, {0, 0, 0}, {4, 1, 64}}, kb3 = {4, {0, 0, 0, 0}, {1, 1, 8, 64}};
-        kn_block q3 = {buf, EIN_BF16, qb3}, k3 = {buf, EIN_BF16, kb3}, o3 = {buf, EIN_BF16, qb3};
+        /* out f32, q bf16: not written directly, so the chunk goes through the workspace */
+        kn_block q3 = {buf, EIN_BF16, qb3}, k3 = {buf, EIN_BF16, kb3}, o3 = {buf, EIN_F32, qb3};
         int small = kn_cuda_decode_attention_splitk(4, 0, 0, &q3, &k3, &k3, &p, &o3, buf, 64,
                                                     NULL, &e);
         int small_named = strstr(e.msg, "workspace") != NULL;
