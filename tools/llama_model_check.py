@@ -141,8 +141,9 @@ def ref_numpy(d, a):
         for l in range(L):
             p = "model.layers.%d." % l
             h = norm(x, w[p + "input_layernorm.weight"])
-            q = rope((h @ w[p + "self_attn.q_proj.weight"].T).reshape(t, H, D).transpose(1, 0, 2), pos)
-            k = rope((h @ w[p + "self_attn.k_proj.weight"].T).reshape(t, KV, D).transpose(1, 0, 2), pos)
+            q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(t, H, D).transpose(1, 0, 2)
+            k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(t, KV, D).transpose(1, 0, 2)
+            q, k = rope(q, pos), rope(k, pos)
             v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(t, KV, D).transpose(1, 0, 2)
             kc[l] = np.concatenate([kc[l], k], 1)
             vc[l] = np.concatenate([vc[l], v], 1)

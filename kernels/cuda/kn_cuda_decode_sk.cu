@@ -36,8 +36,8 @@
 
 template <typename TI, typename T, int PER>
 __global__ void __launch_bounds__(32 * KN_SK_WARPS)
-    kn_cu_dec_sk(const T *q, const T *k, const T *v, const TI *pos, float *ws, T *direct, int64_t nb,
-                 int64_t ns, int64_t s0, int group, int c, int64_t chunk, int partial,
+    kn_cu_dec_sk(const T *q, const T *k, const T *v, const TI *pos, float *ws, T *direct,
+                 int64_t nb, int64_t ns, int64_t s0, int group, int c, int64_t chunk, int partial,
                  float scale, int64_t window, int64_t rows, int64_t b0)
 {
     const int d = 32 * PER, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -1196,7 +1196,7 @@ static void test_decode_splitk(void **state)
         splitk_case(ctx, ws, wsb, dt, 2, 3, 5, 1, 300, 64, 0, 0, p5);    /* batch 5, GQA 3 */
         splitk_case(ctx, ws, wsb, dt, 2, 4, 2, 2, 40, 96, 0, 0, p2);     /* 2 tokens a sequence */
         splitk_case(ctx, ws, wsb, dt, 1, 1, 1, 1, 32, 32, 0, 0, p31);     /* one chunk, d 32 */
-        splitk_case(ctx, ws, wsb, dt, 2, 4, 3, 1, 1000, 128, 200, 0, p3); /* key block [200, 1000) */
+        splitk_case(ctx, ws, wsb, dt, 2, 4, 3, 1, 1000, 128, 200, 0, p3); /* keys [200, 1000) */
         splitk_case(ctx, ws, wsb, dt, 2, 4, 3, 1, 1000, 64, 200, 300, p3);
         splitk_case(ctx, ws, wsb, dt, 2, 4, 3, 1, 48, 64, 16, 0, p3b);  /* one chunk, partial */
     }
