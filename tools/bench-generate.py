@@ -78,7 +78,16 @@ def main():
                          "then computes in")
     ap.add_argument("--write-ein", default=None, metavar="PATH",
                     help="write the decode step as a .ein program (for einplan -v) and stop")
+    ap.add_argument("--kv-heads", type=int, default=None, metavar="N",
+                    help="key/value heads of the --write-ein program (grouped-query "
+                         "attention; default --heads)")
     a = ap.parse_args()
+    if a.kv_heads is None:
+        a.kv_heads = a.heads
+    elif not a.write_ein:
+        ap.error("--kv-heads is for --write-ein only (the checkpoint has --heads kv heads)")
+    if a.kv_heads < 1 or a.heads % a.kv_heads:
+        ap.error("--kv-heads %d must divide --heads %d" % (a.kv_heads, a.heads))
     if a.torch and a.dtype != "f32":
         ap.error("--torch compares f32 only")
     if a.write_ein:
@@ -194,13 +203,17 @@ def _decode_ein(a):
     .ein program with the dim names llama.py gives its tensors, so that
     einplan can show its plans (`einplan --devices 2 --simulate -v`).
     Weights are [in, out] here (matmul), the transposes of the
-    checkpoint's: the same splits and bytes."""
-    dm, L, V, FF, H = a.d, a.layers, a.vocab, a.ff, a.heads
+    checkpoint's: the same splits and bytes. --dtype: every weight, cache
+    and activation in that dtype (`dtype` line), f32 accumulation in the
+    kernels; --kv-heads: grouped-query attention."""
+    dm, L, V, FF, H, KV = a.d, a.layers, a.vocab, a.ff, a.heads, a.kv_heads
     D, B, S = dm // H, a.batch, a.prompt + a.new
     t = ["# es.llama's decode step (tools/bench-generate.py --write-ein): d %d, %d layers, "
-         "vocab %d, ff %d, %d heads, batch %d, cache %d" % (dm, L, V, FF, H, B, S),
+         "vocab %d, ff %d, %d heads (%d kv), batch %d, cache %d, %s"
+         % (dm, L, V, FF, H, KV, B, S, a.dtype),
          "dims tokens=%d d_model=%d d_q=%d d_kv=%d d_ff=%d vocab=%d kv=%d b=%d len=%d hd=%d"
-         % (B, dm, H * D, H * D, FF, V, H, B, S, D),
+         % (B, dm, H * D, KV * D, FF, V, KV, B, S, D),
+         "dtype %s" % a.dtype,
          "input ids[tokens] i32", "input pos[tokens] i32", "input embed[vocab, d_model]",
          "xe = embedding(embed, ids)"]
     x = "xe"

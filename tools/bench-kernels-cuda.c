@@ -400,6 +400,64 @@ out:
     cudaEventDestroy(e1);
 }
 
+/* The split-K decode kernel (issue 33, never run on a GPU before) against
+ * the warp kernel on one 8B-shaped decode step's attention: 32 q heads, 8
+ * kv heads, batch 1, `keys` cached keys, head dim 128, bf16. Prints each
+ * kernel's time and the rate it reads the cache at (K and V once), and
+ * the largest difference between their outputs (the kernel test compares
+ * both with the CPU): "decode attention bf16 (split-K): ... X ms, Y GB/s;
+ * warp kernel Z ms, W GB/s; max |split-K - warp| E". */
+static void bench_decode(void *ws, size_t wsb, cudaStream_t s, ein_dtype dt, int64_t hq,
+                         int64_t hkv, int64_t keys, int64_t d, int reps)
+{
+    size_t nq = (size_t)(hq * d), nk = (size_t)(hkv * keys * d);
+    void *q = dev_rand16(dt, nq, 6), *k = dev_rand16(dt, nk, 7), *v = dev_rand16(dt, nk, 8);
+    void *o, *ow, *pd;
+    int32_t pos = (int32_t)(keys - 1);
+    ck(cudaMalloc(&o, nq * 2), "cudaMalloc");
+    ck(cudaMalloc(&ow, nq * 2), "cudaMalloc");
+    ck(cudaMalloc(&pd, sizeof pos), "cudaMalloc");
+    ck(cudaMemcpy(pd, &pos, sizeof pos, cudaMemcpyHostToDevice), "upload");
+    kn_block bq = {q, dt, {3, {0, 0, 0}, {hq, 1, d}}};
+    kn_block bk = {k, dt, {4, {0, 0, 0, 0}, {hkv, 1, keys, d}}}, bv = {v, dt, bk.box};
+    kn_block bp = {pd, EIN_I32, {1, {0}, {1}}}, bo = {o, dt, bq.box}, bw = {ow, dt, bq.box};
+    ein_error err = {0};
+    cudaEvent_t e0, e1;
+    ck(cudaEventCreate(&e0), "event");
+    ck(cudaEventCreate(&e1), "event");
+    float ms[2];
+    for (int w = 0; w < 2; w++) {
+        int rc = w ? kn_cuda_decode_attention_window(hq / hkv, 0, 0, &bq, &bk, &bv, &bp, &bw, s,
+                                                     &err)
+                   : kn_cuda_decode_attention_splitk(hq / hkv, 0, 0, &bq, &bk, &bv, &bp, &bo, ws,
+                                                     wsb, s, &err);
+        if (rc < 0) {
+            printf("decode attention %s (split-K): not run: %s\n", ein_dtype_name(dt), err.msg);
+            goto out;
+        }
+        ck(cudaEventRecord(e0, s), "record");
+        for (int r = 0; r < reps; r++)
+            ckk(w ? kn_cuda_decode_attention_window(hq / hkv, 0, 0, &bq, &bk, &bv, &bp, &bw, s,
+                                                    &err)
+                  : kn_cuda_decode_attention_splitk(hq / hkv, 0, 0, &bq, &bk, &bv, &bp, &bo, ws,
+                                                    wsb, s, &err), &err);
+        ck(cudaEventRecord(e1, s), "record");
+        ck(cudaEventSynchronize(e1), "sync");
+        ck(cudaEventElapsedTime(&ms[w], e0, e1), "elapsed");
+        ms[w] /= (float)reps;
+    }
+    double e, sc, bytes = 2.0 * (double)nk * 2.0;
+    dev_diff(dt, o, ow, nq, &e, &sc);
+    printf("decode attention %s (split-K): %lld q heads, %lld kv heads, %lld keys, head dim %lld: "
+           "%.4f ms, %.0f GB/s; warp kernel %.4f ms, %.0f GB/s; max |split-K - warp| %.3g\n",
+           ein_dtype_name(dt), (long long)hq, (long long)hkv, (long long)keys, (long long)d,
+           ms[0], bytes / (ms[0] * 1e-3) * 1e-9, ms[1], bytes / (ms[1] * 1e-3) * 1e-9, e);
+out:
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(ow), cudaFree(pd);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
 int main(int argc, char **argv)
 {
     int64_t n = 8192, T = 8192;
@@ -457,6 +515,8 @@ int main(int argc, char **argv)
     /* last: a device fault in this unverified kernel (issue 33) would
      * spoil every measurement after it */
     bench_attention_fa2(s, EIN_BF16, 32, 8, T, 128, reps);
+    /* then the split-K decode kernel (issue 33), also never run on a GPU */
+    bench_decode(ws, wsb, s, EIN_BF16, 32, 8, T, 128, reps);
     cublasDestroy(hb);
     kn_cuda_ctx_destroy(ctx);
     cudaFree(ws);

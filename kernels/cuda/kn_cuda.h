@@ -119,6 +119,34 @@ int kn_cuda_decode_attention_window(int64_t group, int64_t window, int partial,
                                     const kn_block *q, const kn_block *k, const kn_block *v,
                                     const kn_block *pos, kn_block *out, void *stream,
                                     ein_error *err);
+/* Decode attention split over the keys (FlashDecoding's split-K,
+ * kernels/cuda/kn_cuda_decode_sk.cu, issue 33; NEVER RUN ON A GPU YET):
+ * one thread block per (kv head, sequence, key chunk) reads each K/V row
+ * once for all query rows of its GQA group; the chunks' partials (f32
+ * rows of d + 1 in `workspace`, device memory the caller owns and that
+ * nothing else uses until the call's work on `stream` is done) are merged
+ * by kn_cuda_agg_lse_blk. Same checks, semantics and traps as
+ * kn_cuda_decode_attention_window. Takes head dims 32, 64, 96 and 128, at
+ * most 16 query rows (group x tokens per sequence) per kv head and
+ * sequence, a workspace of kn_cuda_decode_splitk_plan's bytes (none when
+ * the split is one chunk and out is f32 rows of d + 1 or q's dtype: the
+ * chunk writes out directly); anything else is EIN_EUNSUPPORTED saying
+ * why (callers then run the warp kernel). */
+int kn_cuda_decode_attention_splitk(int64_t group, int64_t window, int partial,
+                                    const kn_block *q, const kn_block *k, const kn_block *v,
+                                    const kn_block *pos, kn_block *out, void *workspace,
+                                    size_t workspace_bytes, void *stream, ein_error *err);
+/* The split: *nch chunks of *chunk keys for nkvh kv heads, nb sequences,
+ * ns keys, `rows` output rows of head dim d; returns the workspace bytes
+ * it needs. Deterministic (no device query): the same blocks give the same
+ * split on every GPU. */
+size_t kn_cuda_decode_splitk_plan(int64_t nkvh, int64_t nb, int64_t ns, int64_t rows, int64_t d,
+                                  int *nch, int64_t *chunk);
+/* EIN_CUDA_DECODE: unset, "" or "splitk" -> 1 (kn_cuda_run runs decode
+ * attention through the split-K kernel where it applies and the context
+ * has the workspace, the warp kernel otherwise), "warp" -> 0 (always the
+ * warp kernel); anything else is EIN_EINVAL naming the value. */
+int kn_cuda_decode_impl(ein_error *err);
 int kn_cuda_rope_at(int style, int64_t head_dim, double theta, const kn_block *x,
                     const kn_block *pos, kn_block *out, void *stream, ein_error *err);
 int kn_cuda_rope_at_scaled(int style, int64_t head_dim, double theta, const ein_rope_scaling *sc,

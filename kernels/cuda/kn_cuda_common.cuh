@@ -50,6 +50,13 @@ extern "C" void kn_cuda_ctx_note_decline(kn_cuda_ctx *ctx, const char *shape, co
 extern "C" const char *kn_cuda_ctx_cudnn_status(kn_cuda_ctx *ctx);
 extern "C" void kn_cuda_ctx_note_attention(kn_cuda_ctx *ctx, int cudnn, const char *why);
 
+/* The argument checks of every decode_attention kernel (kn_cuda_generate.cu). */
+extern "C" int kn_cuda_decode_check(const char *what, int64_t group, int64_t window, int partial,
+                                    const kn_block *q, const kn_block *k, const kn_block *v,
+                                    const kn_block *pos, const kn_block *out, ein_error *err);
+/* The context's workspace (kn_cuda_gemm.cu): NULL and 0 without a context. */
+extern "C" void *kn_cuda_ctx_workspace(kn_cuda_ctx *ctx, size_t *bytes);
+
 static inline int kn_cu_fail(ein_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static inline int kn_cu_fail(ein_error *err, int code, const char *fmt, ...)

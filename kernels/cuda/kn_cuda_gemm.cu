@@ -39,6 +39,12 @@ static uint64_t kn_cu_hash(uint64_t h, const char *s)
     return h;
 }
 
+extern "C" void *kn_cuda_ctx_workspace(kn_cuda_ctx *c, size_t *bytes)
+{
+    *bytes = c ? c->workspace_bytes : 0;
+    return c ? c->workspace : NULL;
+}
+
 extern "C" void kn_cuda_ctx_note_decline(kn_cuda_ctx *c, const char *shape, const char *why)
 {
     uint64_t h = kn_cu_hash(kn_cu_hash(0xcbf29ce484222325ull, shape), why);

@@ -156,12 +156,11 @@ extern "C" int kn_cuda_decode_attention(int64_t group, int partial, const kn_blo
     return kn_cuda_decode_attention_window(group, 0, partial, q, k, v, pos, out, stream, err);
 }
 
-extern "C" int kn_cuda_decode_attention_window(int64_t group, int64_t window, int partial,
-                                               const kn_block *q, const kn_block *k,
-                                               const kn_block *v, const kn_block *pos,
-                                               kn_block *out, void *stream, ein_error *err)
+/* The checks of every decode_attention kernel (kn_cuda_common.cuh). */
+extern "C" int kn_cuda_decode_check(const char *what, int64_t group, int64_t window, int partial,
+                                    const kn_block *q, const kn_block *k, const kn_block *v,
+                                    const kn_block *pos, const kn_block *out, ein_error *err)
 {
-    const char *what = partial ? "cuda decode_attention_partial" : "cuda decode_attention";
     int rc;
     if (window < 0)
         return kn_cu_fail(err, EIN_EINVAL, "%s: window %lld is negative (0 = no window)", what,
@@ -192,6 +191,20 @@ extern "C" int kn_cuda_decode_attention_window(int64_t group, int64_t window, in
     if (!kn_cu_box_eq(&out->box, &want) || (partial && out->dtype != EIN_F32))
         return kn_cu_fail(err, EIN_ESHAPE, "%s: out block does not match q%s", what,
                           partial ? " (f32, d + 1 columns)" : "");
+    return 0;
+}
+
+extern "C" int kn_cuda_decode_attention_window(int64_t group, int64_t window, int partial,
+                                               const kn_block *q, const kn_block *k,
+                                               const kn_block *v, const kn_block *pos,
+                                               kn_block *out, void *stream, ein_error *err)
+{
+    const char *what = partial ? "cuda decode_attention_partial" : "cuda decode_attention";
+    int rc;
+    if ((rc = kn_cuda_decode_check(what, group, window, partial, q, k, v, pos, out, err)) < 0)
+        return rc;
+    const ein_box *qb = &q->box, *kx = &k->box;
+    int64_t d = qb->hi[2] - qb->lo[2];
     int64_t nqh = qb->hi[0] - qb->lo[0], nb = kx->hi[1] - kx->lo[1];
     int64_t c = (qb->hi[1] - qb->lo[1]) / nb;   /* query tokens per sequence */
     if (nqh * nb == 0 || d == 0)

@@ -256,7 +256,27 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
     case EIN_KERNEL_CACHE_WRITE:
         return kn_cuda_cache_write(k->rows, &ins[0], &ins[1], &ins[2], out, stream, err);
     case EIN_KERNEL_DECODE_ATTENTION:
-    case EIN_KERNEL_DECODE_ATTENTION_PARTIAL:
+    case EIN_KERNEL_DECODE_ATTENTION_PARTIAL: {
+        /* the split-K kernel where it applies (EIN_CUDA_DECODE), else the
+         * warp kernel */
+        int impl = kn_cuda_decode_impl(err), partial =
+            k->kind == EIN_KERNEL_DECODE_ATTENTION_PARTIAL;
+        size_t wsb = 0;
+        void *ws = kn_cuda_ctx_workspace(ctx, &wsb);
+        if (impl < 0)
+            return impl;
+        if (impl == 1 && ws && nin == 4) {
+            ein_error e2;
+            int rc = kn_cuda_decode_attention_splitk(k->group, k->window, partial, &ins[0],
+                                                     &ins[1], &ins[2], &ins[3], out, ws, wsb,
+                                                     stream, &e2);
+            if (rc != EIN_EUNSUPPORTED) {
+                if (rc < 0 && err)
+                    *err = e2;
+                return rc;
+            }
+        }
+    }
         return kn_cuda_decode_attention_window(k->group, k->window,
                                                k->kind == EIN_KERNEL_DECODE_ATTENTION_PARTIAL,
                                                &ins[0], &ins[1], &ins[2], &ins[3], out, stream,

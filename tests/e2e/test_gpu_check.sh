@@ -30,7 +30,7 @@ if [ -e /dev/nvidia0 ] || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi 
     echo "1..0 # SKIP a GPU is here (this test checks the verdicts without one)"
     exit 0
 fi
-echo "1..15"
+echo "1..16"
 unset OUT GPU_CHECK_OUT GPU_CHECK_BUDGET
 
 # 1: no GPU, quick: the verdict, exit 3, the files in the output folder.
@@ -182,7 +182,7 @@ fi
 # 12-13: a whole run on a mock GPU machine, reusing a "configured" tree of
 # stand-ins (the same inputs checksum as a warm machine would have).
 mock() { # DIR SEED_FOR_0,0
-    m=$1
+    local m=$1
     mb="$m/_build-gpucheck/src/_build"
     mkdir -p "$m/.gpu/debs" "$mb/tests/kernels" "$mb/tests/e2e" "$mb/tools"
     echo tarball > "$m/.gpu/einsummable-c-0.1.0.tar.gz"
@@ -190,10 +190,31 @@ mock() { # DIR SEED_FOR_0,0
     cat "$m/.gpu/einsummable-c-0.1.0.tar.gz" "$m/.gpu/debs/libzmq5_1_amd64.deb" | cksum \
         > "$m/_build-gpucheck/inputs.cksum"
     : > "$mb/config.status"
-    printf '%s:\n\t@:\n.PHONY: %s\n' "einrun einworker einworker-cuda einnode eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" \
-        "einrun einworker einworker-cuda einnode eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" > "$mb/Makefile"
+    printf '%s:\n\t@:\n.PHONY: %s\n' "libeinsummable.la einrun einworker einworker-cuda einnode eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" \
+        "libeinsummable.la einrun einworker einworker-cuda einnode eingen tests/e2e/npytool tests/kernels/test_kn_cuda tools/bench-kernels-cuda tools/bench-copy-cuda" > "$mb/Makefile"
     ln -s "$NPY" "$mb/tests/e2e/npytool"
-    printf '#!/bin/sh\nprintf "1..2\\nok 1 - a\\nok 2 - b\\n"\n' > "$mb/tests/kernels/test_kn_cuda"
+    # the unpacked source's scripts that gpu-check runs itself (decode-bf16's program)
+    mkdir -p "$m/_build-gpucheck/src/tools" "$m/_build-gpucheck/src/tests/e2e"
+    cp "$SRC/tools/bench-generate.py" "$m/_build-gpucheck/src/tools/"
+    cp "$SRC/tests/e2e/hf_model.py" "$m/_build-gpucheck/src/tests/e2e/"
+    # MOCK_TORCH: a PyTorch that "has CUDA" and a stand-in model check
+    # printing what tools/llama_model_check.py prints
+    local pyp=""
+    if [ -n "${MOCK_TORCH:-}" ]; then
+        mkdir -p "$m/fakepy/torch"
+        printf 'class cuda:\n    @staticmethod\n    def is_available():\n        return True\n' \
+            > "$m/fakepy/torch/__init__.py"
+        pyp="$m/fakepy"
+        cat > "$m/_build-gpucheck/src/tools/llama_model_check.py" <<'EOF2'
+import sys
+if sys.argv[1] == "torch":
+    print("reference (torch): prefill 1x8192 900.0 ms, 128 decode steps 2560.0 ms, 50.0 tokens/s")
+else:
+    print("einsummable: prefill 1x8192 1800.0 ms, 128 decode steps 1280.0 ms, 100.0 tokens/s")
+    print("logits: 129 rows, max scaled error 0.012 (tol 0.05), greedy tokens agree 127 of 128: ok")
+EOF2
+    fi
+    printf '#!/bin/sh\nprintf "1..3\\nok 1 - a\\nok 2 - b\\nok 3 - test_decode_splitk\\n"\n' > "$mb/tests/kernels/test_kn_cuda"
     printf '#!/bin/sh\necho "gpu 0 NVIDIA H200"\n' > "$mb/einworker-cuda"
     printf '#!/bin/sh\necho "# LLaMA"\n' > "$mb/eingen"
     cat > "$mb/tools/bench-kernels-cuda" <<'EOF2'
@@ -220,6 +241,7 @@ echo "gemm f16 8192x8192x8192: cublasGemmEx 660.0 TFLOP/s, kn_cuda_gemm 650.0 TF
 echo "gemm bf16 8192x8192x8192: cublasGemmEx 661.0 TFLOP/s, kn_cuda_gemm 651.0 TFLOP/s (98.5%)"
 echo "attention causal bf16 (our kernel): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 3.000 ms, 183.3 TFLOP/s"
 echo "attention causal bf16 (fa2 kernel): 32 q heads, 8 kv heads, 8192 tokens, head dim 128: 2.000 ms, 275.0 TFLOP/s, max |fa2 - wmma| 0.0039"
+echo "decode attention bf16 (split-K): 32 q heads, 8 kv heads, 8192 keys, head dim 128: 0.0200 ms, 1678 GB/s; warp kernel 0.1000 ms, 336 GB/s; max |split-K - warp| 0.0039"
 if [ -n "${MOCK_CUDNN_REJECT:-}" ]; then
 echo "attention causal bf16 (cuDNN SDPA): not run: cuda attention: EIN_ATTENTION=cudnn: cuDNN heuristics found no engine for this graph"
 else
@@ -249,12 +271,22 @@ echo "  device 0: 9.000 ms kernels, 1.000 ms copies, 0.000 ms waiting (last iter
 EOF2
     chmod +x "$mb/einrun" "$mb/eingen" "$mb/einworker-cuda" "$mb/tools/bench-kernels-cuda" \
         "$mb/tools/bench-copy-cuda" "$mb/tests/kernels/test_kn_cuda"
-    (cd "$m" && PATH="$S/f/bin:$PATH" CUDA_HOME="$S/t/cuda" GPU_CHECK_OUT="$m/out" "$GC" run > log 2>&1)
+    # decode-bf16 writes its program with tools/bench-generate.py: a python3
+    # with NumPy first on PATH (a pyenv shim may have none)
+    mkdir -p "$m/pybin"
+    for py in /usr/bin/python3 "$(command -v python3)"; do
+        if [ -x "$py" ] && "$py" -c 'import numpy' 2>/dev/null; then
+            ln -sf "$py" "$m/pybin/python3"
+            break
+        fi
+    done
+    (cd "$m" && PATH="$m/pybin:$S/f/bin:$PATH" CUDA_HOME="$S/t/cuda" GPU_CHECK_OUT="$m/out" \
+        PYTHONPATH="$pyp" "$GC" run > log 2>&1)
 }
 mock "$S/m1" 1
 rc=$?
 l="$S/m1/log"
-if [ $rc = 0 ] && grep -q '^VERDICT: PASS (14 checks)$' "$l" &&
+if [ $rc = 0 ] && grep -q '^VERDICT: PASS (16 checks)$' "$l" &&
     grep -q '^  PASS  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized (12.0 ms); engines 2 of 40 finalize \[7 9\]' "$l" &&
     grep -q '^  PASS  cudnn-correct  *2 comparisons with our kernel agree' "$l" &&
     grep -q '^  PASS  gpus-default  *einrun --gpus 0 examples/llama_block.ein ran on the GPU' "$l" &&
@@ -262,7 +294,15 @@ if [ $rc = 0 ] && grep -q '^VERDICT: PASS (14 checks)$' "$l" &&
     grep -q '^  MET  *attention-cudnn  *550.0 TFLOP/s (>= 450)' "$l" &&
     grep -q '^  NOT MET  *attention-ours  *183.3 TFLOP/s (>= 250)' "$l" &&
     grep -q '^  NOT MEASURED  *llama-vs-torch' "$l" &&
-    grep -q '^TARGETS: 2 of 4 met (1 not measured)$' "$l" &&
+    grep -q '^TARGETS: 2 of 6 met (2 not measured)$' "$l" &&
+    grep -q '^  NOT MEASURED  model-8b  *no PyTorch with CUDA here$' "$l" &&
+    grep -q '^  PASS  decode-splitk  *test_decode_splitk: the split-K decode kernel equals the CPU kernels' "$l" &&
+    grep -q '^  PASS  decode-bf16  *8B-shaped decode step, bf16 weights, GQA 32/8, one GPU: 100.0 tokens/s (10.00 ms); HBM bound 213.2 tokens/s at 3200 GB/s of traffic: 47%$' "$l" &&
+    grep -q '^  NOT MET  *decode-bf16  *46.9% of the HBM bound (>= 85%)' "$l" &&
+    grep -q '^  decode 8B-shaped (bf16, batch 1)  *100.0 tokens/s' "$l" &&
+    grep -q '^  decode attention bf16  *32 q heads, 8 kv heads, 8192 keys, head dim 128: 0.0200 ms, 1678 GB/s; warp kernel 0.1000 ms' "$l" &&
+    grep -q '^dtype bf16$' "$S/m1/_build-gpucheck/runs/decode/decode.ein" &&
+    grep -q ' d_kv=1024 .* kv=8 ' "$S/m1/_build-gpucheck/runs/decode/decode.ein" &&
     grep -q '^  cuDNN V0 (before issue 33, no LOG/ADD, P f32)  *12 ops' "$l" &&
     grep -q '^  PASS  attention-fa2  *agrees with the wmma kernel (max |diff| 0.0039 <= 0.02), 275.0 TFLOP/s$' "$l" &&
     grep -q '^  MET  *attention-fa2  *275.0 TFLOP/s (>= 250)' "$l" &&
@@ -284,7 +324,7 @@ fi
 mock "$S/m2" 2
 rc=$?
 l="$S/m2/log"
-if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 14 checks did not pass)$' "$l" &&
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 16 checks did not pass)$' "$l" &&
     grep -q '^  FAIL  gpus-0-vs-00  *exit 0 / 0: 32 elements, bytes differ, max abs err [0-9.]*, scaled [0-9.]* (tol 0.05): MISMATCH$' "$l"; then
     ok "mock GPU run: --gpus 0,0 disagreeing is a FAIL with the max error"
 else
@@ -293,11 +333,24 @@ fi
 MOCK_CUDNN_REJECT=1 mock "$S/m3" 1
 rc=$?
 l="$S/m3/log"
-if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (2 of 14 checks did not pass)$' "$l" &&
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (2 of 16 checks did not pass)$' "$l" &&
     grep -q '^  FAIL  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized (12.0 ms); engines 0 of 40 finalize \[\]; error: cuDNN heuristics found no engine' "$l" &&
     grep -q '^  FAIL  cudnn-correct  *0 agree, 0 mismatch, 1 not run: O bf16 T 128: not run: ' "$l" &&
     grep -q '^  NOT MEASURED  *attention-cudnn  *attention causal bf16 (cuDNN SDPA): not run: ' "$l"; then
     ok "mock GPU run: cuDNN rejecting the canonical graph fails cudnn-graph and cudnn-correct, the target is not measured"
 else
     not_ok "mock GPU run, cuDNN rejects: exit $rc" "$(cat "$l")"
+fi
+MOCK_TORCH=1 mock "$S/m4" 1
+rc=$?
+l="$S/m4/log"
+if [ $rc = 0 ] && grep -q '^VERDICT: PASS (17 checks)$' "$l" &&
+    grep -q '^  PASS  model-8b  *32 blocks bf16, prefill 1x8K + 128 decode steps on one GPU vs PyTorch: logits: 129 rows, max scaled error 0.012 (tol 0.05), greedy tokens agree 127 of 128: ok$' "$l" &&
+    grep -q '^  MET  *model-8b  *logits: 129 rows' "$l" &&
+    grep -q '^  model 8B ours  *prefill 1x8192 1800.0 ms, 128 decode steps 1280.0 ms, 100.0 tokens/s$' "$l" &&
+    grep -q '^  model 8B PyTorch  *prefill 1x8192 900.0 ms, 128 decode steps 2560.0 ms, 50.0 tokens/s$' "$l" &&
+    grep -q '^TARGETS: 3 of 6 met (1 not measured)$' "$l"; then
+    ok "mock GPU run with PyTorch: the whole-model check, its target and both times"
+else
+    not_ok "mock GPU run with PyTorch: exit $rc" "$(cat "$l")"
 fi

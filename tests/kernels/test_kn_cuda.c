@@ -1117,6 +1117,112 @@ static void test_generate(void **state)
         }
 }
 
+/* Issue 33: the split-K decode kernel (kn_cuda_decode_attention_splitk,
+ * NEVER RUN ON A GPU before this test) against the CPU kernels: one query
+ * token and two per sequence (a prefill chunk), GQA 4 and 3, head dims 32
+ * to 128, caches of one chunk and of many, a window, a key block in the
+ * middle of the cache (partials, sequences that see none of it), every
+ * dtype; then through kn_cuda_run with a context (routed to it) and with
+ * EIN_CUDA_DECODE=warp (the warp kernel), both against the CPU. */
+static void splitk_case(kn_cuda_ctx *ctx, void *ws, size_t wsb, ein_dtype dt, int64_t KV,
+                        int64_t G, int64_t B, int64_t C, int64_t S, int64_t D, int64_t k0,
+                        int64_t W, const int64_t *p)
+{
+    ein_error err = {0};
+    char pos_h[16 * 4];
+    for (int b = 0; b < B; b++)
+        ((int32_t *)pos_h)[b] = (int32_t)p[b];
+    ein_box pb = {1, {0}, {B}};
+    kn_block ph = {pos_h, EIN_I32, pb}, pd = {NULL, EIN_I32, pb};
+    cuda_ok(cudaMalloc(&pd.data, (size_t)B * 4), "cudaMalloc");
+    cuda_ok(cudaMemcpy(pd.data, pos_h, (size_t)B * 4, cudaMemcpyHostToDevice), "upload");
+    ein_box kb = {4, {0, 0, k0, 0}, {KV, B, S, D}}, qb = {3, {0, 0, 0}, {KV * G, B * C, D}};
+    hd k = hd_rand(dt, &kb, 1.0f, 0.0f), v = hd_rand(dt, &kb, 1.0f, 0.0f);
+    hd q = hd_rand(dt, &qb, 2.0f, 0.0f);
+    int partial = k0 > 0;
+    ein_box ob = partial ? ein_agg_box(EIN_AGG_LSE, &qb) : qb;
+    hd o = hd_out(partial ? EIN_F32 : dt, &ob);
+    ein_kernel dk = {.kind = partial ? EIN_KERNEL_DECODE_ATTENTION_PARTIAL
+                                     : EIN_KERNEL_DECODE_ATTENTION,
+                     .group = G, .window = W};
+    kn_block hin[4] = {q.h, k.h, v.h, ph}, din[4] = {q.d, k.d, v.d, pd};
+    assert_int_equal(kn_cpu_run(&dk, hin, 4, &o.h, &err), 0);
+    char what[160];
+    snprintf(what, sizeof what, "cuda split-K decode %s kv %lld group %lld batch %lld tokens %lld "
+             "keys [%lld, %lld) d %lld window %lld", ein_dtype_name(dt), (long long)KV,
+             (long long)G, (long long)B, (long long)C, (long long)k0, (long long)S, (long long)D,
+             (long long)W);
+    for (int via = 0; via < 3; via++) {
+        int rc;
+        if (via == 0)
+            rc = kn_cuda_decode_attention_splitk(G, W, partial, &q.d, &k.d, &v.d, &pd, &o.d, ws,
+                                                 wsb, stream, &err);
+        else {
+            if (via == 2)
+                setenv("EIN_CUDA_DECODE", "warp", 1);
+            rc = kn_cuda_run(ctx, &dk, din, 4, &o.d, stream, &err);
+            unsetenv("EIN_CUDA_DECODE");
+        }
+        if (rc)
+            print_error("%s (via %d): %s\n", what, via, err.msg);
+        assert_int_equal(rc, 0);
+        if (partial)
+            lse_compare_tol(what, &o, 2e-3);
+        else
+            hd_compare(what, &o, dt_tol(dt));
+        cuda_ok(cudaMemset(o.d.data, 0xff, (size_t)ein_box_volume(&ob) * ein_dtype_size(o.d.dtype)),
+                "poison");
+    }
+    hd_free(&k), hd_free(&v), hd_free(&q), hd_free(&o);
+    cudaFree(pd.data);
+}
+
+static void test_decode_splitk(void **state)
+{
+    (void)state;
+    ein_error err;
+    kn_cuda_ctx *ctx = NULL;
+    size_t wsb = 32 << 20;
+    void *ws = NULL;
+    cuda_ok(cudaMalloc(&ws, wsb), "cudaMalloc");
+    assert_int_equal(kn_cuda_ctx_create(ws, wsb, &ctx, &err), 0);
+    const int64_t p1[1] = {999}, p1w[1] = {640}, p5[5] = {0, 7, 298, 150, 64};
+    const int64_t p3[3] = {100, 450, 998}, p2[2] = {0, 37}, p31[1] = {31};
+    const int64_t p3b[3] = {10, 20, 47};
+    for (int di = 0; di < 3; di++) {
+        ein_dtype dt = dts[di];
+        splitk_case(ctx, ws, wsb, dt, 8, 4, 1, 1, 1000, 128, 0, 0, p1);  /* 8B-shaped, 16 chunks */
+        splitk_case(ctx, ws, wsb, dt, 8, 4, 1, 1, 1000, 128, 0, 100, p1w);  /* window */
+        splitk_case(ctx, ws, wsb, dt, 2, 3, 5, 1, 300, 64, 0, 0, p5);    /* batch 5, GQA 3 */
+        splitk_case(ctx, ws, wsb, dt, 2, 4, 2, 2, 40, 96, 0, 0, p2);     /* 2 tokens a sequence */
+        splitk_case(ctx, ws, wsb, dt, 1, 1, 1, 1, 32, 32, 0, 0, p31);     /* one chunk, d 32 */
+        splitk_case(ctx, ws, wsb, dt, 2, 4, 3, 1, 1000, 128, 200, 0, p3); /* keys [200, 1000) */
+        splitk_case(ctx, ws, wsb, dt, 2, 4, 3, 1, 1000, 64, 200, 300, p3);
+        splitk_case(ctx, ws, wsb, dt, 2, 4, 3, 1, 48, 64, 16, 0, p3b);  /* one chunk, partial */
+    }
+    /* what it does not take is refused (the warp kernel runs it through
+     * kn_cuda_run) */
+    ein_box qb = {3, {0, 0, 0}, {2, 1, 256}}, kb = {4, {0, 0, 0, 0}, {1, 1, 8, 256}};
+    hd q = hd_rand(EIN_BF16, &qb, 1.0f, 0.0f), k = hd_rand(EIN_BF16, &kb, 1.0f, 0.0f);
+    hd o = hd_out(EIN_BF16, &qb);
+    int32_t p = 3;
+    ein_box pb = {1, {0}, {1}};
+    kn_block pd = {NULL, EIN_I32, pb};
+    cuda_ok(cudaMalloc(&pd.data, 4), "cudaMalloc");
+    cuda_ok(cudaMemcpy(pd.data, &p, 4, cudaMemcpyHostToDevice), "upload");
+    assert_int_equal(kn_cuda_decode_attention_splitk(2, 0, 0, &q.d, &k.d, &k.d, &pd, &o.d, ws,
+                                                     wsb, stream, &err), EIN_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "head dim 256"));
+    ein_kernel dk = {.kind = EIN_KERNEL_DECODE_ATTENTION, .group = 2};
+    kn_block din[4] = {q.d, k.d, k.d, pd};
+    assert_int_equal(kn_cuda_run(ctx, &dk, din, 4, &o.d, stream, &err), 0);
+    cuda_ok(cudaStreamSynchronize(stream), "sync");
+    hd_free(&q), hd_free(&k), hd_free(&o);
+    cudaFree(pd.data);
+    kn_cuda_ctx_destroy(ctx);
+    cudaFree(ws);
+}
+
 static void test_graph_capture(void **state)
 {
     (void)state;
@@ -1195,6 +1301,60 @@ int main(void)
             return 1;
         }
     }
+    /* Host-only (issue 33): EIN_CUDA_DECODE is refused by name when
+     * unknown; the split-K kernel's split; its refusals before any launch
+     * (host pointers: nothing is read through them). */
+    {
+        ein_error e = {0};
+        setenv("EIN_CUDA_DECODE", "flash", 1);
+        int bad = kn_cuda_decode_impl(&e);
+        int named = strstr(e.msg, "EIN_CUDA_DECODE=flash") != NULL;
+        setenv("EIN_CUDA_DECODE", "warp", 1);
+        int warp = kn_cuda_decode_impl(&e);
+        unsetenv("EIN_CUDA_DECODE");
+        int def = kn_cuda_decode_impl(&e);
+        int nch = 0;
+        int64_t chunk = 0;
+        /* 8 kv heads, batch 1, 8320 keys: 33 chunks of 256 keys (264 blocks) */
+        size_t need = kn_cuda_decode_splitk_plan(8, 1, 8320, 32, 128, &nch, &chunk);
+        int nch2 = 0;
+        int64_t chunk2 = 0;
+        /* 32 keys: one chunk; 64 sequences x 8 heads: one chunk each */
+        kn_cuda_decode_splitk_plan(8, 1, 32, 32, 128, &nch2, &chunk2);
+        int nch3 = 0;
+        int64_t chunk3 = 0;
+        kn_cuda_decode_splitk_plan(8, 64, 4096, 32 * 64, 128, &nch3, &chunk3);
+        static uint16_t buf[4096];
+        ein_box qb = {3, {0, 0, 0}, {2, 1, 256}}, kb = {4, {0, 0, 0, 0}, {1, 1, 8, 256}};
+        ein_box pb = {1, {0}, {1}};
+        kn_block q = {buf, EIN_BF16, qb}, k = {buf, EIN_BF16, kb}, p = {buf, EIN_I32, pb};
+        kn_block o = {buf, EIN_BF16, qb};
+        int d256 = kn_cuda_decode_attention_splitk(2, 0, 0, &q, &k, &k, &p, &o, buf, sizeof buf,
+                                                   NULL, &e);
+        int d256_named = strstr(e.msg, "head dim 256") != NULL;
+        ein_box qb2 = {3, {0, 0, 0}, {24, 3, 64}}, kb2 = {4, {0, 0, 0, 0}, {1, 1, 8, 64}};
+        kn_block q2 = {buf, EIN_BF16, qb2}, k2 = {buf, EIN_BF16, kb2}, o2 = {buf, EIN_BF16, qb2};
+        int rows = kn_cuda_decode_attention_splitk(24, 0, 0, &q2, &k2, &k2, &p, &o2, buf,
+                                                   sizeof buf, NULL, &e);
+        int rows_named = strstr(e.msg, "72 query rows") != NULL;
+        ein_box qb3 = {3, {0, 0, 0}, {4, 1, 64}}, kb3 = {4, {0, 0, 0, 0}, {1, 1, 8, 64}};
+        /* out f32, q bf16: not written directly, so the chunk goes through the workspace */
+        kn_block q3 = {buf, EIN_BF16, qb3}, k3 = {buf, EIN_BF16, kb3}, o3 = {buf, EIN_F32, qb3};
+        int small = kn_cuda_decode_attention_splitk(4, 0, 0, &q3, &k3, &k3, &p, &o3, buf, 64,
+                                                    NULL, &e);
+        int small_named = strstr(e.msg, "workspace") != NULL;
+        if (bad != EIN_EINVAL || !named || warp != 0 || def != 1 || nch != 33 || chunk != 256 ||
+            need != (size_t)33 * 32 * 129 * 4 || nch2 != 1 || chunk2 != 32 || nch3 != 1 ||
+            chunk3 != 4096 || d256 != EIN_EUNSUPPORTED || !d256_named ||
+            rows != EIN_EUNSUPPORTED || !rows_named || small != EIN_EUNSUPPORTED || !small_named) {
+            printf("1..1\nnot ok 1 - EIN_CUDA_DECODE parsing, split-K plan and refusals (%d %d "
+                   "%d %d; %d %lld %zu; %d %lld; %d %lld; %d %d, %d %d, %d %d: %s)\n", bad, named,
+                   warp, def, nch, (long long)chunk, need, nch2, (long long)chunk2, nch3,
+                   (long long)chunk3, d256, d256_named, rows, rows_named, small, small_named,
+                   e.msg);
+            return 1;
+        }
+    }
     char why[256];
     int ndev = kn_cuda_device_status(why, sizeof why);
     if (ndev <= 0) {
@@ -1221,6 +1381,7 @@ int main(void)
         cmocka_unit_test(test_graph_capture),
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_generate),
+        cmocka_unit_test(test_decode_splitk),
         /* last: a device fault in this unverified kernel (issue 33) would
          * poison the context for every test after it */
         cmocka_unit_test(test_attention_fa2),

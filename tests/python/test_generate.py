@@ -224,3 +224,96 @@ def test_decode_products_low_precision(ndev, dtype, rows):
     want = (gt / (1.0 + np.exp(-gt)) * up) @ ex["wd"]
     bad = close_enough(got["y"], want, rel=3e-2, abs_=1e-3)
     assert bad is None, "%s, %d rows, %d devices: %s" % (dtype, rows, ndev, bad)
+
+
+def _write_bf16(path, tensors):
+    """{name: array} as a .safetensors file of BF16 tensors (float32
+    rounded to nearest even), as transformers saves a bf16 checkpoint."""
+    header, blobs, off = {}, [], 0
+    for name, x in tensors.items():
+        u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+        b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(x.shape),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h)
+        for b in blobs:
+            f.write(b)
+
+
+@pytest.mark.parametrize("ndev", [1, 2])
+def test_bf16_checkpoint(tiny, tmp_path, ndev):
+    """Issue 33: a BF16 checkpoint runs in bf16 (weights, caches and
+    activations; es.llama takes the checkpoint's dtype): every prompt
+    position's logits, chunked and token by token through the decode
+    step, within bf16's tolerance of the float64 forward pass of the f32
+    weights (2^-8 relative per rounding, a few hundred roundings deep);
+    and not the f32 computation of the same bf16 weights (dtype="f32"),
+    which lies closer to the reference."""
+    d, cfg, prompts, want = tiny
+    w = read_safetensors(os.path.join(d, "model.safetensors"))
+    st = str(tmp_path / "model.safetensors")
+    _write_bf16(st, w)
+    ref = np.split(np.load(os.path.join(d, "ref_all.npy")), np.cumsum(LENS)[:-1])
+    scale = max(np.max(np.abs(r)) for r in ref)
+    errs = {}
+    for dtype in (None, "f32"):
+        with es.llama.load([st], os.path.join(d, "config.json"), device=list(range(ndev)),
+                           max_len=48, prefill_chunk=4, dtype=dtype) as model:
+            assert model.dtype == (dtype or "bf16")
+            chunked = model.logits(prompts)
+            err = max(np.max(np.abs(lg - r)) for lg, r in zip(chunked, ref)) / scale
+            assert err <= 0.05, "%s: chunked logits, scaled error %g" % (dtype, err)
+            for t in range(max(LENS)):
+                ids = [p[t] if t < len(p) else 0 for p in prompts]
+                lg = model.step(ids, [t] * len(prompts))
+                for b, p in enumerate(prompts):
+                    if t < len(p):
+                        e = np.max(np.abs(lg[b] - ref[b][t])) / scale
+                        assert e <= 0.05, "%s: position %d of prompt %d: %g" % (dtype, t, b, e)
+                        err = max(err, e)
+            errs[dtype or "bf16"] = err
+    print("scaled errors against float64:", errs)
+    # bf16 activations round where f32 ones do not: a larger error, never 0
+    assert errs["bf16"] > errs["f32"] > 0.0, errs
+
+
+def test_model_check_script(tmp_path):
+    """Issue 33: tools/llama_model_check.py, gpu-check's whole-model check,
+    on CPU devices with its NumPy float64 reference standing in for
+    PyTorch (which has the GPU run's dims): a random bf16 checkpoint in
+    transformers' layout, a 32-token prompt prefilled in chunks of 16 by
+    es.llama in bf16 and 8 teacher-forced decode steps agree with it; a
+    reference of other weights is a MISMATCH (exit 1)."""
+    import subprocess
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                        "llama_model_check.py")
+    dims = ["--layers", "2", "--d", "64", "--ff", "96", "--heads", "4", "--kv-heads", "2",
+            "--vocab", "100", "--prompt", "32", "--new", "8"]
+    d = str(tmp_path / "m")
+    r = subprocess.run([sys.executable, tool, "numpy", d] + dims, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("reference (numpy): prefill 1x32 ")
+    ours = [sys.executable, tool, "ours", d, "--backend", "cpu", "--devices", "2", "--chunk", "16"]
+    r = subprocess.run(ours, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = [x for x in r.stdout.splitlines() if x.startswith("logits: ")]
+    assert line and line[0].startswith("logits: 9 rows, max scaled error ") and \
+        line[0].endswith(": ok"), r.stdout
+    err = float(line[0].split("max scaled error ")[1].split()[0])
+    assert 0.0 < err <= 0.05, line
+    # the reference of another model (seed 2): its logits are not ours
+    ref2 = str(tmp_path / "m2")
+    r = subprocess.run([sys.executable, tool, "numpy", ref2, "--seed", "2"] + dims,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    os.replace(os.path.join(ref2, "ref.npz"), os.path.join(d, "ref.npz"))
+    r = subprocess.run(ours, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stdout.rstrip().endswith(": MISMATCH"), r.stdout + r.stderr
+    # a chunk that does not divide the prompt is refused by name
+    r = subprocess.run(ours[:-1] + ["24"], capture_output=True, text=True)
+    assert r.returncode != 0 and "--chunk 24 must divide" in r.stderr
