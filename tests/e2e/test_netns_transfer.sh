@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/e2e/test_netns_transfer.sh — a large block between hosts whose
 # data link goes down mid-transfer is reported by its deadline from the
-# topology model (worker/wk_ucx.h), not by the heartbeats.
+# topology model (worker/wk_xport.h), not by the heartbeats.
 #
 # Two network namespaces joined by TWO veth pairs, as a cluster separates
 # its control network from its data network: control (ZeroMQ) crosses
