@@ -18,7 +18,7 @@ static void usage(FILE *f)
             "               --worker PATH [--iterations N] [--instr-timeout S]\n"
             "               [--parent-pid PID] [--keys-stdin] [--link-bw B] [--cwd DIR]\n"
             "               [--link-latency S] [--gpus LIST] [--transport NAME]\n"
-            "               [--fake] [--verbose]\n"
+            "               [--verbose]\n"
             "\n"
             "The agent of one host in a run on several hosts: einrun (the coordinator)\n"
             "starts one per host. It starts and supervises the einworker of each device\n"
@@ -44,8 +44,9 @@ static void usage(FILE *f)
             "                (comma-separated; the workers are then einworker-cuda\n"
             "                --backend cuda --gpu G; blocks between hosts are staged\n"
             "                through pinned host memory, worker/wk_staged.h)\n"
-            "  --fake        a pseudo-host of einrun --fake-hosts: this host's address\n"
-            "                is 127.0.0.1 (the transport over the loopback)\n");
+            "  --transport NAME  how blocks move between hosts (einrun --transport;\n"
+            "                default ucx): passed to the workers with this host's IPv4\n"
+            "                address on the route to the coordinator (--host-address)\n");
 }
 
 /* "0,2-3" into devs[]: the count, or -1 when malformed or out of range. */
@@ -86,7 +87,7 @@ int main(int argc, char **argv)
         {"devices", required_argument, 0, 'd'},     {"ndevices", required_argument, 0, 'n'},
         {"worker", required_argument, 0, 'w'},      {"iterations", required_argument, 0, 'i'},
         {"instr-timeout", required_argument, 0, 't'}, {"parent-pid", required_argument, 0, 'p'},
-        {"fake", no_argument, 0, 'f'},              {"verbose", no_argument, 0, 'v'},
+        {"verbose", no_argument, 0, 'v'},
         {"keys-stdin", no_argument, 0, 'k'},        {"link-bw", required_argument, 0, 'b'},
         {"cwd", required_argument, 0, 'C'},         {"link-latency", required_argument, 0, 'L'},
         {"gpus", required_argument, 0, 'g'},        {"transport", required_argument, 0, 'T'},
@@ -104,7 +105,6 @@ int main(int argc, char **argv)
         case 'i': c.iterations = atoi(optarg); break;
         case 't': c.instr_timeout = atof(optarg); break;
         case 'p': c.parent = atol(optarg); break;
-        case 'f': c.fake = 1; break;
         case 'k': c.keys_stdin = 1; break;
         case 'C':
             /* The coordinator's directory, when this host shares it:

@@ -451,10 +451,8 @@ static int setup(nd *a, ein_error *err)
     if (zmq_connect(a->dealer, c->coordinator) < 0)
         return ein_fail(err, EIN_EIO, "connect to the coordinator at %s: %s", c->coordinator,
                         zmq_strerror(errno));
-    if (c->fake)
-        snprintf(a->host_addr, sizeof a->host_addr, "127.0.0.1");
-    else
-        route_address(c->coordinator, a->host_addr, sizeof a->host_addr);
+    /* (127.0.0.1 for pseudo-hosts, whose coordinator listens there) */
+    route_address(c->coordinator, a->host_addr, sizeof a->host_addr);
     for (int k = 0; k < c->ndev_here; k++)
         if ((rc = spawn(a, &a->w[k], err)) < 0)
             return rc;

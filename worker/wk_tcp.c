@@ -27,18 +27,26 @@
  * connection: the network between hosts is the run's. */
 #include "worker/wk_xport.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "common/ein_clock.h"
 #include "common/ein_knob.h"
 
 enum { KIND_BLOCK = 0, KIND_CANCEL = 1, HDR = 12 };
+#define REACH_S 5.0             /* a peer's endpoint must accept within this */
 
 typedef struct tsend {          /* a zero-copy send, until ZeroMQ lets go */
     atomic_int freed;           /* set by ZeroMQ's I/O thread (on_free) */
@@ -136,6 +144,41 @@ static void tcp_address(const void *x, const void **addr, size_t *len)
     *len = strlen(t->addr);
 }
 
+/* Can we reach endpoint "tcp://A.B.C.D:PORT"? ZeroMQ would retry an
+ * unreachable one for ever in silence (no block would ever arrive): one
+ * plain connect first, bounded by REACH_S. 0, or an errno value. */
+static int reach(const char *ep)
+{
+    char ip[64];
+    const char *h = ep + 6, *colon = strrchr(h, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    if (!colon || (size_t)(colon - h) >= sizeof ip)
+        return EINVAL;
+    memcpy(ip, h, (size_t)(colon - h));
+    ip[colon - h] = '\0';
+    long port = strtol(colon + 1, NULL, 10);
+    if (inet_pton(AF_INET, ip, &sa.sin_addr) != 1 || port < 1 || port > 65535)
+        return EINVAL;
+    sa.sin_port = htons((uint16_t)port);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), e = 0;
+    if (fd < 0)
+        return errno;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        e = errno;
+        if (e == EINPROGRESS) {
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            socklen_t el = sizeof e;
+            int k = poll(&pf, 1, (int)(REACH_S * 1000));
+            if (k == 0)
+                e = ETIMEDOUT;
+            else if (k < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) < 0)
+                e = errno;
+        }
+    }
+    close(fd);
+    return e;
+}
+
 static int tcp_connect(void *x, const ein_bytes *addrs, int n, ein_error *err)
 {
     tcp *t = x;
@@ -153,6 +196,12 @@ static int tcp_connect(void *x, const ein_bytes *addrs, int n, ein_error *err)
                             "tcp:// endpoint (its worker uses another transport?)", d);
         memcpy(ep, addrs[d].data, addrs[d].len);
         ep[addrs[d].len] = 0;
+        int e = reach(ep);
+        if (e)
+            return ein_fail(err, EIN_EIO, "transport tcp: cannot reach device %d at %s: %s "
+                            "(the address its host found on its route to the coordinator; "
+                            "EIN_TCP_ADDRESS on that host names another)", d, ep,
+                            strerror(e));
         int zero = 0;
         if (!(t->push[d] = zmq_socket(t->ctx, ZMQ_PUSH)) ||
             zmq_setsockopt(t->push[d], ZMQ_SNDHWM, &zero, sizeof zero) < 0 ||

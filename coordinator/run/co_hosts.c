@@ -293,7 +293,6 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
     } else {
         argv[na++] = "--parent-pid";
         argv[na++] = ppid;
-        argv[na++] = "--fake";
     }
     if (o->verbose)
         argv[na++] = "--verbose";

@@ -196,6 +196,26 @@ static void tcp_deadline_cancel_drain(void **state)
     wk_xport_close(t[1]);
 }
 
+/* A peer's endpoint that refuses connections is an error naming it (not
+ * a block that never comes); an address that is not tcp's is refused. */
+static void tcp_unreachable_refused(void **state)
+{
+    (void)state;
+    wk_xport *t = NULL;
+    ein_error err = {0};
+    wk_xport_params p = {2, 0, "127.0.0.1"};
+    assert_int_equal(wk_xport_open("tcp", &p, &t, &err), 0);
+    char closed[] = "tcp://127.0.0.1:1", other[] = "\x01\x02ucx-address";
+    ein_bytes a[2] = {{0}, {.data = closed, .len = sizeof closed - 1}};
+    assert_int_equal(t->ops->connect(t->x, a, 2, &err), EIN_EIO);
+    assert_non_null(strstr(err.msg, "cannot reach device 1 at tcp://127.0.0.1:1"));
+    a[1] = (ein_bytes){.data = other, .len = sizeof other - 1};
+    assert_int_equal(t->ops->connect(t->x, a, 2, &err), EIN_EPROTO);
+    assert_non_null(strstr(err.msg, "not a tcp:// endpoint"));
+    assert_false(wk_xport_remote(t, 1));
+    wk_xport_close(t);
+}
+
 int main(void)
 {
     setenv("EIN_XPORT_CHUNK", "100", 1);
@@ -208,6 +228,7 @@ int main(void)
         cmocka_unit_test(unknown_name_refused),
         cmocka_unit_test(tcp_blocks_arrive_equal),
         cmocka_unit_test(tcp_deadline_cancel_drain),
+        cmocka_unit_test(tcp_unreachable_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
