@@ -11,8 +11,9 @@
  * into the destination (sends are zero-copy: zmq_msg_init_data).
  *
  * Each worker binds one PULL socket at tcp://A:port (port chosen by the
- * system; A: $EIN_TCP_ADDRESS, an IPv4 address of this host, as for a
- * separate data network, else this host's address on the route to the
+ * system; A: $EIN_TCP_ADDRESS, an IPv4 address or interface name of this
+ * host, as for a separate data network (ZeroMQ resolves a name; the
+ * endpoint it reports is numeric), else this host's address on the route to the
  * coordinator, einworker --host-address); that endpoint is its address.
  * PEERS connects one PUSH socket per remote device. A message is two
  * frames: a header (sending device, buffer, kind: a block's chunk or a
