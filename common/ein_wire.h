@@ -44,7 +44,7 @@ typedef enum ein_msg_type {
                            the run CANCEL abandoned; nothing more of that run
                            follows from it on that socket */
     EIN_MSG_PEERS,      /* coordinator -> worker, runs on several hosts: for every
-                           device, the transport address (UCX worker address)
+                           device, the transport address (worker/wk_xport.h)  
                            through which to reach it, empty for a device on the
                            same host (shared memory); before the first START */
     EIN_MSG_COUNT
@@ -65,7 +65,7 @@ typedef struct ein_reload {
 #define EIN_ENTRY_MAX 32            /* entry points of one program (ein_instr.entries' bits) */
 #define EIN_PATH_MAX 4096           /* bytes of a reload path, NUL included */
 
-/* An opaque byte string (a UCX worker address), owned by its message. */
+/* An opaque byte string (a transport address), owned by its message. */
 typedef struct ein_bytes {
     void *data;
     uint32_t len;

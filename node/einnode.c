@@ -17,15 +17,16 @@ static void usage(FILE *f)
             "usage: einnode --coordinator ENDPOINT --host H --devices LIST --ndevices N\n"
             "               --worker PATH [--iterations N] [--instr-timeout S]\n"
             "               [--parent-pid PID] [--keys-stdin] [--link-bw B] [--cwd DIR]\n"
-            "               [--link-latency S] [--gpus LIST]\n"
-            "               [--fake] [--verbose]\n"
+            "               [--link-latency S] [--gpus LIST] [--transport NAME]\n"
+            "               [--verbose]\n"
             "\n"
             "The agent of one host in a run on several hosts: einrun (the coordinator)\n"
             "starts one per host. It starts and supervises the einworker of each device\n"
             "of LIST (comma-separated device numbers, or ranges A-B) on this host, relays\n"
             "their messages to and from the coordinator at ENDPOINT (tcp://ADDR:PORT),\n"
             "reports a worker that dies, and removes everything of its own at the end.\n"
-            "Blocks between hosts move over UCX (einworker --ucx).\n"
+            "Blocks between hosts move over the transport NAME (einworker --transport;\n"
+            "default ucx; the worker refuses a name it does not know).\n"
             "\n"
             "  --parent-pid PID  stop once process PID (the coordinator) is gone\n"
             "  --keys-stdin  read the run's CURVE keys from standard input (three lines\n"
@@ -43,8 +44,9 @@ static void usage(FILE *f)
             "                (comma-separated; the workers are then einworker-cuda\n"
             "                --backend cuda --gpu G; blocks between hosts are staged\n"
             "                through pinned host memory, worker/wk_staged.h)\n"
-            "  --fake        a pseudo-host of einrun --fake-hosts: UCX over TCP\n"
-            "                (UCX_TLS=tcp unless UCX_TLS is set)\n");
+            "  --transport NAME  how blocks move between hosts (einrun --transport;\n"
+            "                default ucx): passed to the workers with this host's IPv4\n"
+            "                address on the route to the coordinator (--host-address)\n");
 }
 
 /* "0,2-3" into devs[]: the count, or -1 when malformed or out of range. */
@@ -85,12 +87,12 @@ int main(int argc, char **argv)
         {"devices", required_argument, 0, 'd'},     {"ndevices", required_argument, 0, 'n'},
         {"worker", required_argument, 0, 'w'},      {"iterations", required_argument, 0, 'i'},
         {"instr-timeout", required_argument, 0, 't'}, {"parent-pid", required_argument, 0, 'p'},
-        {"fake", no_argument, 0, 'f'},              {"verbose", no_argument, 0, 'v'},
+        {"verbose", no_argument, 0, 'v'},
         {"keys-stdin", no_argument, 0, 'k'},        {"link-bw", required_argument, 0, 'b'},
         {"cwd", required_argument, 0, 'C'},         {"link-latency", required_argument, 0, 'L'},
-        {"gpus", required_argument, 0, 'g'},
+        {"gpus", required_argument, 0, 'g'},        {"transport", required_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
-    nd_config c = {.host = -1, .iterations = 0, .instr_timeout = 600};
+    nd_config c = {.host = -1, .iterations = 0, .instr_timeout = 600, .transport = "ucx"};
     const char *devs = NULL, *gpus = NULL;
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -103,7 +105,6 @@ int main(int argc, char **argv)
         case 'i': c.iterations = atoi(optarg); break;
         case 't': c.instr_timeout = atof(optarg); break;
         case 'p': c.parent = atol(optarg); break;
-        case 'f': c.fake = 1; break;
         case 'k': c.keys_stdin = 1; break;
         case 'C':
             /* The coordinator's directory, when this host shares it:
@@ -116,6 +117,7 @@ int main(int argc, char **argv)
         case 'b': c.link_bw = atof(optarg); break;
         case 'L': c.link_lat = atof(optarg); break;
         case 'g': gpus = optarg; break;
+        case 'T': c.transport = optarg; break;
         case 'v': c.verbose = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

@@ -2,9 +2,11 @@
 #include "node/nd_agent.h"
 #include "common/ein_child.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -37,6 +40,7 @@ typedef struct nd_worker {
 typedef struct nd {
     const nd_config *cfg;
     char dir[256], run_id[64], endpoint[320], ident[16];
+    char host_addr[64];         /* this host's address toward the coordinator, or "" */
     co_guard guard;
     ein_status_slot *status;
     void *zctx, *router, *dealer;
@@ -98,12 +102,16 @@ static int spawn(nd *a, nd_worker *w, ein_error *err)
     char *argv[] = {(char *)c->worker_path, "--device", dev, "--ndevices", nd_, "--run-dir",
                     a->dir, "--run-id", a->run_id, "--coordinator", a->endpoint,
                     "--iterations", iters, "--parent-pid", ppid, "--instr-timeout", itmo,
-                    "--ucx", "--link-bw", bw, "--link-latency", lat, NULL, NULL, NULL, NULL,
-                    NULL};
+                    "--transport", (char *)c->transport, "--link-bw", bw, "--link-latency", lat,
+                    NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    int na = 0;
+    while (argv[na])
+        na++;
+    if (a->host_addr[0]) {
+        argv[na++] = "--host-address";
+        argv[na++] = a->host_addr;
+    }
     if (c->gpus) { /* GPU devices: the CUDA backend on this device's GPU */
-        int na = 0;
-        while (argv[na])
-            na++;
         snprintf(gpu, sizeof gpu, "%d", c->gpus[w - a->w]);
         argv[na++] = "--backend";
         argv[na++] = "cuda";
@@ -340,6 +348,30 @@ static int link_lost(nd *a)
     }
 }
 
+/* This host's IPv4 address on the route to the coordinator's endpoint
+ * ("tcp://10.0.0.1:40123"): the source address the kernel picks for a UDP
+ * socket connected there (nothing is sent). "" when the endpoint is not a
+ * numeric IPv4 one or no route is known. */
+static void route_address(const char *endpoint, char *buf, size_t len)
+{
+    char ip[64];
+    const char *h = strncmp(endpoint, "tcp://", 6) ? NULL : endpoint + 6;
+    const char *colon = h ? strrchr(h, ':') : NULL;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(9)}, me;
+    socklen_t ml = sizeof me;
+    buf[0] = '\0';
+    if (!colon || (size_t)(colon - h) >= sizeof ip)
+        return;
+    memcpy(ip, h, (size_t)(colon - h));
+    ip[colon - h] = '\0';
+    int fd = inet_pton(AF_INET, ip, &sa.sin_addr) == 1 ? socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0) : -1;
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+        getsockname(fd, (struct sockaddr *)&me, &ml) == 0)
+        inet_ntop(AF_INET, &me.sin_addr, buf, (socklen_t)len);
+    if (fd >= 0)
+        close(fd);
+}
+
 static int setup(nd *a, ein_error *err)
 {
     const nd_config *c = a->cfg;
@@ -419,16 +451,8 @@ static int setup(nd *a, ein_error *err)
     if (zmq_connect(a->dealer, c->coordinator) < 0)
         return ein_fail(err, EIN_EIO, "connect to the coordinator at %s: %s", c->coordinator,
                         zmq_strerror(errno));
-    /* A worker's crash is the coordinator's to report (its signal, its
-     * instruction): UCX's own handler (read when libucs loads) would catch
-     * it and print a trace instead. */
-    if (!ein_knob_get(EIN_KNOB_UCX_HANDLE_ERRORS))
-        setenv("UCX_HANDLE_ERRORS", "none", 1);
-    /* A pseudo-host: over TCP, as between hosts, on the loopback only. */
-    if (c->fake && !ein_knob_get(EIN_KNOB_UCX_TLS))
-        setenv("UCX_TLS", "tcp", 1);
-    if (c->fake && !ein_knob_get(EIN_KNOB_UCX_NET_DEVICES))
-        setenv("UCX_NET_DEVICES", "lo", 1);
+    /* (127.0.0.1 for pseudo-hosts, whose coordinator listens there) */
+    route_address(c->coordinator, a->host_addr, sizeof a->host_addr);
     for (int k = 0; k < c->ndev_here; k++)
         if ((rc = spawn(a, &a->w[k], err)) < 0)
             return rc;

@@ -8,8 +8,11 @@
  * does on one machine, with the same pieces: a private run directory
  * (mode 0700), the guard process (coordinator/run/co_guard.h) that removes
  * everything if the agent dies, the status page (common/ein_status.h),
- * one einworker per device of the host (--ucx: blocks from and to other
- * hosts move over UCX, worker/wk_ucx.h), watched through SIGCHLD on a
+ * one einworker per device of the host (--transport: blocks from and to
+ * other hosts move over the transport, worker/wk_xport.h; --host-address:
+ * this host's IPv4 address on the route to the coordinator: 127.0.0.1
+ * for pseudo-hosts, whose coordinator listens there), watched through
+ * SIGCHLD on a
  * signalfd. Its workers connect to the agent's ROUTER on ipc:// in the run
  * directory exactly as they connect to einrun on one host; the agent
  * relays every message between them and the coordinator unchanged, over
@@ -45,8 +48,7 @@ typedef struct nd_config {
     int iterations;             /* passed to einworker --iterations */
     double instr_timeout;       /* passed to einworker --instr-timeout */
     long parent;                /* the coordinator's pid (fake hosts), 0: not watched */
-    int fake;                   /* a pseudo-host of einrun --fake-hosts: UCX over TCP on
-                                   the loopback (UCX_TLS=tcp unless set) */
+    const char *transport;      /* blocks between hosts (einworker --transport) */
     int keys_stdin;             /* the CURVE keys come on stdin (a launcher's), whose end
                                    then means the coordinator is gone */
     double link_bw;             /* bytes/s between hosts, 0: none (einworker --link-bw) */

@@ -1,16 +1,18 @@
 /* tools/bench-ucx.c — a block between two processes over the loopback:
- * UCX tagged send/receive (worker/wk_ucx.c, what a run on several hosts
- * uses, UCX_TLS=tcp and UCX_NET_DEVICES=lo unless set) against a raw TCP
- * socket (write/read loop, the floor any TCP transport pays).
- *   bench-ucx [--mib N] [--reps R]      (default 64 MiB, 10 repetitions)
+ * a transport between hosts (worker/wk_xport.h: --transport ucx, the
+ * default, UCX_TLS=tcp and UCX_NET_DEVICES=lo unless set; or tcp, ZeroMQ)
+ * against a raw TCP socket (write/read loop, the floor any TCP transport
+ * pays).
+ *   bench-ucx [--transport T] [--mib N] [--reps R]  (64 MiB, 10 repetitions)
  * Each repetition moves the block from the parent to the child, which
  * answers with a small block (TCP: one byte); the median time gives the
  * rate. Prints both rates in GB/s and their ratio (UCX / TCP).
- *   bench-ucx --netns NS --addr A [--mib N] [--reps R]
+ *   bench-ucx --netns NS --addr A [--child-addr B] [--mib N] [--reps R]
  * moves it between network namespaces instead (root): the child enters
  * the namespace NS (ip netns) before it opens anything, the parent listens
  * on its address A (say both ends of a veth pair: set UCX_NET_DEVICES to
- * the veth's name), so both transfers cross the link. */
+ * the veth's name; --child-addr: the child's end, where transport tcp
+ * listens), so both transfers cross the link. */
 #define _GNU_SOURCE /* setns, CLONE_NEWNET */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -26,7 +28,7 @@
 
 #include "common/ein_clock.h"
 #include "common/ein_knob.h"
-#include "worker/wk_ucx.h"
+#include "worker/wk_xport.h"
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -49,6 +51,7 @@ static int full_io(int fd, void *p, size_t n, int wr)
 
 static const char *netns;      /* --netns: the child's network namespace */
 static struct in_addr listen_at; /* --addr: the parent's address (default loopback) */
+static struct in_addr child_at;  /* --child-addr: the child's (transport tcp listens there) */
 
 /* In the child: enter --netns (before any socket or UCX context). */
 static void child_enter(void)
@@ -107,7 +110,9 @@ static double bench_tcp(char *buf, size_t bytes, int reps)
     return med;
 }
 
-/* UCX through wk_ucx: device 0 (parent) sends buffer 0, device 1 (child)
+static const char *transport = "ucx"; /* --transport */
+
+/* The transport: device 0 (parent) sends buffer 0, device 1 (child)
  * answers with its buffer 1 (8 bytes). Addresses go over a socketpair. */
 static double bench_ucx(char *buf, size_t bytes, int reps)
 {
@@ -120,8 +125,11 @@ static double bench_ucx(char *buf, size_t bytes, int reps)
     if (me)
         child_enter();
     ein_error err = {0};
-    wk_ucx *u = NULL;
-    if (wk_ucx_new(2, me, &u, &err) < 0) {
+    wk_xport *u = NULL;
+    char host[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, me && child_at.s_addr ? &child_at : &listen_at, host, sizeof host);
+    wk_xport_params par = {2, me, host};
+    if (wk_xport_open(transport, &par, &u, &err) < 0) {
         fprintf(stderr, "bench-ucx: %s\n", err.msg);
         if (me)
             _exit(1);
@@ -129,7 +137,7 @@ static double bench_ucx(char *buf, size_t bytes, int reps)
     }
     const void *addr;
     size_t alen, plen;
-    wk_ucx_address(u, &addr, &alen);
+    u->ops->address(u->x, &addr, &alen);
     char peer[65536];
     uint64_t ack = 0;
     if (full_io(fd, &alen, sizeof alen, 1) < 0 || full_io(fd, (void *)addr, alen, 1) < 0 ||
@@ -138,7 +146,7 @@ static double bench_ucx(char *buf, size_t bytes, int reps)
         return -1;
     ein_bytes addrs[2] = {{0}};
     addrs[!me] = (ein_bytes){.data = peer, .len = (uint32_t)plen};
-    if (wk_ucx_set_peers(u, addrs, 2, &err) < 0) {
+    if (u->ops->connect(u->x, addrs, 2, &err) < 0) {
         fprintf(stderr, "bench-ucx: %s\n", err.msg);
         return -1;
     }
@@ -147,11 +155,13 @@ static double bench_ucx(char *buf, size_t bytes, int reps)
         double t0 = ein_now_s();
         int rc;
         if (me)
-            rc = wk_ucx_recv(u, 0, 0, buf, bytes, &err) < 0 ||
-                 wk_ucx_send(u, 0, 1, &ack, sizeof ack, &err) < 0 || wk_ucx_flush(u, &err) < 0;
+            rc = wk_xport_recv(u, 0, 0, buf, bytes, &err) < 0 ||
+                 wk_xport_send(u, 0, 1, &ack, sizeof ack, &err) < 0 ||
+                 u->ops->flush(u->x, &err) < 0;
         else
-            rc = wk_ucx_send(u, 1, 0, buf, bytes, &err) < 0 ||
-                 wk_ucx_recv(u, 1, 1, &ack, sizeof ack, &err) < 0 || wk_ucx_flush(u, &err) < 0;
+            rc = wk_xport_send(u, 1, 0, buf, bytes, &err) < 0 ||
+                 wk_xport_recv(u, 1, 1, &ack, sizeof ack, &err) < 0 ||
+                 u->ops->flush(u->x, &err) < 0;
         if (rc) {
             fprintf(stderr, "bench-ucx: %s\n", err.msg);
             break;
@@ -162,12 +172,12 @@ static double bench_ucx(char *buf, size_t bytes, int reps)
     char bye = 0;
     if (me) {
         full_io(fd, &bye, 1, 0);
-        wk_ucx_free(u);
+        wk_xport_close(u);
         _exit(0);
     }
     full_io(fd, &bye, 1, 1);
     waitpid(pid, NULL, 0);
-    wk_ucx_free(u);
+    wk_xport_close(u);
     qsort(t, (size_t)reps, sizeof *t, cmp_d);
     med = t[reps / 2];
     free(t);
@@ -183,13 +193,19 @@ int main(int argc, char **argv)
             mib = atol(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--transport") && i + 1 < argc)
+            transport = argv[++i];
         else if (!strcmp(argv[i], "--netns") && i + 1 < argc)
             netns = argv[++i];
+        else if (!strcmp(argv[i], "--child-addr") && i + 1 < argc &&
+                 inet_pton(AF_INET, argv[i + 1], &child_at) == 1)
+            i++;
         else if (!strcmp(argv[i], "--addr") && i + 1 < argc &&
                  inet_pton(AF_INET, argv[i + 1], &listen_at) == 1)
             i++;
         else {
-            fprintf(stderr, "usage: bench-ucx [--mib N] [--reps R] [--netns NS --addr A]\n");
+            fprintf(stderr, "usage: bench-ucx [--transport T] [--mib N] [--reps R] "
+                            "[--netns NS --addr A [--child-addr B]]\n");
             return 2;
         }
     }
@@ -212,12 +228,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-ucx: a transfer failed\n");
         return 1;
     }
-    printf("%ld MiB %s%s, median of %d (UCX_TLS=%s, UCX_NET_DEVICES=%s):\n", mib,
-           netns ? "into the network namespace " : "over the loopback", netns ? netns : "",
-           reps, ein_knob_get(EIN_KNOB_UCX_TLS), ein_knob_get(EIN_KNOB_UCX_NET_DEVICES));
+    printf("%ld MiB %s%s, median of %d (transport %s; UCX_TLS=%s, UCX_NET_DEVICES=%s):\n",
+           mib, netns ? "into the network namespace " : "over the loopback", netns ? netns : "",
+           reps, transport, ein_knob_get(EIN_KNOB_UCX_TLS),
+           ein_knob_get(EIN_KNOB_UCX_NET_DEVICES));
     printf("  raw TCP        %8.3f GB/s  (%.2f ms)\n", bytes / tcp / 1e9, tcp * 1e3);
-    printf("  UCX tagged     %8.3f GB/s  (%.2f ms)\n", bytes / ucx / 1e9, ucx * 1e3);
-    printf("  UCX / TCP      %8.2f\n", tcp / ucx);
+    printf("  transport %-4s %8.3f GB/s  (%.2f ms)\n", transport, bytes / ucx / 1e9, ucx * 1e3);
+    printf("  it / raw TCP   %8.2f\n", tcp / ucx);
     free(buf);
     return 0;
 }

@@ -18,7 +18,7 @@
 #include "common/ein_status.h"
 #include "common/ein_knob.h"
 #include "worker/wk_exec.h"
-#include "worker/wk_ucx.h"
+#include "worker/wk_xport.h"
 #include "worker/wk_probe.h"
 
 static char shm_path[256], sock_path[4200];
@@ -107,7 +107,8 @@ static void usage(FILE *f)
             "                 --coordinator ENDPOINT [--parent-pid PID] [--iterations N]\n"
             "                 [--log FILE] [--log-level 1|2] [--trace FILE] [--pause]\n"
             "                 [--backend cpu|cuda] [--gpu N] [--graphs]\n"
-            "                 [--instr-timeout S] [--ucx [--link-bw B] [--link-latency S]]\n"
+            "                 [--instr-timeout S] [--transport NAME [--host-address A]\n"
+            "                 [--link-bw B] [--link-latency S]]\n"
             "       einworker-cuda --probe\n"
             "\n"
             "Executes one device's Program for einrun. einrun starts one per device;\n"
@@ -126,12 +127,15 @@ static void usage(FILE *f)
             "  --instr-timeout S  stop the heartbeat after S seconds inside one kernel\n"
             "                 (or another instruction that reports no progress), so that\n"
             "                 einrun reports it as hung; 0: never (default: 600)\n"
-            "  --ucx          a run on several hosts (started by einnode): blocks to and\n"
-            "                 from devices of other hosts move over UCX\n"
+            "  --transport NAME  a run on several hosts (started by einnode): blocks to\n"
+            "                 and from devices of other hosts move over transport NAME\n"
+            "                 (worker/wk_xport.h: %s)\n"
+            "  --host-address A  this host's IPv4 address on the route to the\n"
+            "                 coordinator (where a transport that needs one listens)\n"
             "  --link-bw B    bytes/s between hosts (the topology model's): a block from\n"
             "                 another host that began to arrive must end within 4 x its\n"
             "                 transfer time (latency + bytes / B) + 2 s, else the link\n"
-            "                 counts as down; 0: none (worker/wk_ucx.h)\n"
+            "                 counts as down; 0: none (worker/wk_xport.h)\n"
             "  --link-latency S  one-way latency between hosts, seconds (the model's)\n"
             "  --graphs       from the second iteration on, run each local stretch of\n"
             "                 the program as a graph captured once (CUDA graphs; on CPU\n"
@@ -163,7 +167,7 @@ static void usage(FILE *f)
             "faster.\n"
             "EIN_READY=zmq: a READY to a worker of this host goes through ZeroMQ (two\n"
             "I/O threads) instead of that worker's FIFO in the run directory (one\n"
-            "system call and one wake-up), to compare.\n");
+            "system call and one wake-up), to compare.\n", wk_xport_names());
 }
 
 /* What the command line asks for, besides the worker's configuration. */
@@ -172,8 +176,8 @@ typedef struct worker_args {
     long parent;              /* --parent-pid, 0: not checked */
     int do_pause, use_cuda, gpu;
     const char *log_path;
-    double link_bw;           /* --link-bw (wk_ucx_set_link) */
-    double link_lat;          /* --link-latency (wk_ucx_set_link) */
+    double link_bw;           /* --link-bw (wk_xport_set_link) */
+    double link_lat;          /* --link-latency (wk_xport_set_link) */
 } worker_args;
 
 /* How an option's argument is stored (Redis-style option table). */
@@ -214,7 +218,8 @@ static const worker_opt worker_opts[] = {
     {"gpu", required_argument, OPT_INT, ARG(gpu)},
     {"graphs", no_argument, OPT_FLAG, ARG(cfg.graphs)},
     {"instr-timeout", required_argument, OPT_DOUBLE, ARG(cfg.instr_timeout_s)},
-    {"ucx", no_argument, OPT_FLAG, ARG(cfg.ucx)},
+    {"transport", required_argument, OPT_STR, ARG(cfg.transport)},
+    {"host-address", required_argument, OPT_STR, ARG(cfg.host_address)},
     {"link-bw", required_argument, OPT_DOUBLE, ARG(link_bw)},
     {"link-latency", required_argument, OPT_DOUBLE, ARG(link_lat)},
     {"probe", no_argument, OPT_PROBE, 0},
@@ -273,6 +278,11 @@ static int parse_args(int argc, char **argv, worker_args *a)
         !cfg->run_id || !cfg->coordinator || strchr(cfg->run_id, '/') || cfg->iterations < 0) {
         fprintf(stderr, "einworker: missing or invalid arguments\n");
         usage(stderr);
+        return 2;
+    }
+    if (cfg->transport && !wk_xport_find(cfg->transport)) {
+        fprintf(stderr, "einworker: unknown transport '%s' (known: %s)\n", cfg->transport,
+                wk_xport_names());
         return 2;
     }
     return OPT_GO;
@@ -334,7 +344,7 @@ static void start_parent_watch(pid_t parent)
  * worker of this run can have a core of its own (the devices of one host,
  * not more than the CPUs this process may run on), so a spinning worker
  * takes no core a peer needs; else block at once. A run on several hosts
- * (--ucx) does not know its host's share: it blocks. Measured (issue 25,
+ * (--transport) does not know its host's share: it blocks. Measured (issue 25,
  * 134M decode step at P = 2 on 2 cores, quiet): 44.5-45.6 steps/s
  * blocking, 52.4 spinning 200 us; on a machine with more devices than
  * cores spinning was slower (docs/generation.md). */
@@ -342,14 +352,14 @@ static void start_parent_watch(pid_t parent)
 static double default_spin(const wk_config *cfg)
 {
     cpu_set_t set;
-    if (cfg->ucx || sched_getaffinity(0, sizeof set, &set) != 0)
+    if (cfg->transport || sched_getaffinity(0, sizeof set, &set) != 0)
         return 0;
     return cfg->ndevices <= CPU_COUNT(&set) ? WK_SPIN_DEFAULT_S : 0;
 }
 
 /* EIN_PIN: 1 pins device d to the (d mod n)-th of the n CPUs this process
  * may run on, 0 leaves placement to the kernel; unset, a CPU worker pins
- * when the run has 2 to n devices (one host, not --ucx), so that every
+ * when the run has 2 to n devices (one host, no --transport), so that every
  * worker has a core of its own. Without it the kernel's wake-up affinity
  * puts workers that message each other on one core for a whole run:
  * measured on 2 cores (chain A/32, P = 2, 5 interleaved runs each), the
@@ -367,7 +377,7 @@ static int pin_cpu(const worker_args *a)
         return -1;
     int n = CPU_COUNT(&set);
     if (pin && *pin ? strcmp(pin, "1") != 0
-                    : cfg->ucx || cfg->ndevices < 2 || cfg->ndevices > n)
+                    : cfg->transport || cfg->ndevices < 2 || cfg->ndevices > n)
         return -1;
     int k = cfg->device % (n > 0 ? n : 1);
     for (int c = 0; c < CPU_SETSIZE; c++)
@@ -468,7 +478,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "einworker %d: %s\n", cfg->device, err.msg);
         return 1;
     }
-    wk_ucx_set_link(a.link_bw, a.link_lat);
+    wk_xport_set_link(a.link_bw, a.link_lat);
     rc = wk_worker_main(cfg, be, &err);
     be->destroy(be);
     if (rc < 0 && cfg->log)

@@ -28,7 +28,7 @@
 #include "worker/wk_stretch.h"
 #include "worker/wk_exec_int.h"
 #include "worker/wk_staged.h"
-#include "worker/wk_ucx.h"
+#include "worker/wk_xport.h"
 
 /* One complete event (Chrome trace "X"): timestamps in microseconds of
  * CLOCK_MONOTONIC, which every process of the machine shares. */
@@ -106,13 +106,14 @@ static int take_start(wk *w, const ein_msg *m, ein_error *err)
     return 0;
 }
 
-/* UCX (a run on several hosts): progress, and a remote peer's CANCELLED. */
-static int pump_ucx(wk *w, ein_error *err)
+/* The transport (a run on several hosts, wk_xport.h): progress, and a
+ * remote peer's CANCELLED. */
+static int pump_xport(wk *w, ein_error *err)
 {
     int d;
     (void)err;
-    wk_ucx_progress(w->ucx);
-    while ((d = wk_ucx_poll_cancelled(w->ucx)) >= 0)
+    w->xp->ops->progress(w->xp->x);
+    while ((d = w->xp->ops->cancelled(w->xp->x)) >= 0)
         if (!w->peer_cancelled[d]) {
             w->peer_cancelled[d] = 1;
             w->npeer_cancelled++;
@@ -131,9 +132,10 @@ int wk_exec_pump(wk *w, int timeout_ms, int *started, ein_error *err)
     int nitems = w->rdy ? 2 : 1;
     if (w->rdy)
         w->rdy->poll_on(w, &items[1].socket, &items[1].fd);
-    /* UCX's wake-ups are unreliable (wk_ucx.h): poll it, briefly. */
-    if (w->ucx && timeout_ms > 1)
-        timeout_ms = wk_ucx_progress(w->ucx) ? 0 : 1;
+    /* A transport is polled, briefly (a row's wake-ups may be unreliable,
+     * and none has a descriptor here). */
+    if (w->xp && timeout_ms > 1)
+        timeout_ms = w->xp->ops->progress(w->xp->x) ? 0 : 1;
     /* A bounded spin first (wk_config.spin_s): a READY or START due within
      * it is taken without waking from a blocked poll. Each turn yields, so
      * on a core another process wants the spin gives way to it. */
@@ -149,7 +151,7 @@ int wk_exec_pump(wk *w, int timeout_ms, int *started, ein_error *err)
         return ein_fail(err, EIN_EIO, "zmq_poll: %s", zmq_strerror(errno));
     w->last_pump = ein_now_s();
     int rc0;
-    if (w->ucx && (rc0 = pump_ucx(w, err)) < 0)
+    if (w->xp && (rc0 = pump_xport(w, err)) < 0)
         return rc0;
     for (;;) {
         ein_msg m;
@@ -162,8 +164,8 @@ int wk_exec_pump(wk *w, int timeout_ms, int *started, ein_error *err)
             w->shutdown = 1;
         else if (m.type == EIN_MSG_CANCEL)
             w->cancel = 1;
-        else if (m.type == EIN_MSG_PEERS && w->ucx) {
-            int rc = wk_ucx_set_peers(w->ucx, m.addrs, m.naddrs, err);
+        else if (m.type == EIN_MSG_PEERS && w->xp) {
+            int rc = w->xp->ops->connect(w->xp->x, m.addrs, m.naddrs, err);
             ein_msg_clear(&m);
             if (rc < 0)
                 return rc;
@@ -229,29 +231,30 @@ static void slow_down(wk *w, const ein_instr *ins)
 }
 
 /* Device memory to and from other hosts: 1 staged through pinned host
- * buffers (w->xstage, made here on first use), 0 handed to UCX directly
- * (host memory, or a UCX that reads CUDA memory itself, unless
- * EIN_UCX_STAGED=1 asks for staging), or a negative code. */
+ * buffers (w->xstage, made here on first use), 0 handed to the transport
+ * directly (host memory, or a transport that reads device memory itself,
+ * unless EIN_XPORT_STAGED=1 asks for staging), or a negative code. */
 static int staged(wk *w, ein_error *err)
 {
-    const char *f = ein_knob_get(EIN_KNOB_UCX_STAGED);
+    const char *f = ein_knob_get(EIN_KNOB_XPORT_STAGED);
     int force = f && !strcmp(f, "1"); /* a test of the staged path on CPU devices too */
-    if ((w->be->host_visible || wk_ucx_cuda(w->ucx)) && !force)
+    if ((w->be->host_visible || w->xp->ops->device_memory(w->xp->x)) && !force)
         return 0;
     if (w->xstage)
         return 1;
     wk_staged_ops ops;
     if (!w->be->staged_ops)
-        return ein_fail(err, EIN_EUNSUPPORTED, "blocks between hosts in %s memory: this UCX "
-                        "cannot reach it and the backend cannot stage it", w->be->name);
+        return ein_fail(err, EIN_EUNSUPPORTED, "blocks between hosts in %s memory: transport "
+                        "%s cannot reach it and the backend cannot stage it", w->be->name,
+                        w->xp->ops->name);
     int rc = w->be->staged_ops(w->be, &ops, err);
     if (rc == 0)
-        rc = wk_staged_new(&ops, wk_ucx_chunk(), &w->xstage, err);
+        rc = wk_staged_new(&ops, wk_xport_chunk(), &w->xstage, err);
     return rc < 0 ? rc : 1;
 }
 
-/* A COPY from a device of another host: the block came by UCX
- * (wk_ucx.h); receive it into the destination buffer. */
+/* A COPY from a device of another host: the block came by the transport
+ * (wk_xport.h); receive it into the destination buffer. */
 static int copy_remote(wk *w, const ein_instr *ins, ein_error *err)
 {
     const ein_pbuffer *b = &w->prog->buffers[ins->dst];
@@ -259,12 +262,12 @@ static int copy_remote(wk *w, const ein_instr *ins, ein_error *err)
     if (st < 0)
         return st;
     if (st) /* in stream order: the copies into device memory follow what came before */
-        return wk_ucx_recv_staged(w->ucx, ins->peer, ins->peer_buf, w->xstage,
-                                  w->base + b->offset, b->bytes, err);
+        return wk_xport_recv_staged(w->xp, ins->peer, ins->peer_buf, w->xstage,
+                                    w->base + b->offset, b->bytes, err);
     int rc = w->be->sync(w->be, err);
     if (rc < 0)
         return rc;
-    return wk_ucx_recv(w->ucx, ins->peer, ins->peer_buf, w->base + b->offset, b->bytes, err);
+    return wk_xport_recv(w->xp, ins->peer, ins->peer_buf, w->base + b->offset, b->bytes, err);
 }
 
 /* A NOTIFY to a device of another host: send it the block itself. */
@@ -276,12 +279,12 @@ static int notify_remote(wk *w, const ein_instr *ins, ein_error *err)
     kn_block blk = wk_block_of(w, ins->srcs[0]);
     size_t bytes = w->prog->buffers[ins->srcs[0]].bytes;
     if (st) /* in stream order: the copies out follow the kernels that wrote it */
-        return wk_ucx_send_staged(w->ucx, ins->peer, ins->srcs[0], w->xstage, blk.data, bytes,
-                                  err);
+        return wk_xport_send_staged(w->xp, ins->peer, ins->srcs[0], w->xstage, blk.data, bytes,
+                                    err);
     int rc = w->be->sync(w->be, err);
     if (rc < 0)
         return rc;
-    return wk_ucx_send(w->ucx, ins->peer, ins->srcs[0], blk.data, bytes, err);
+    return wk_xport_send(w->xp, ins->peer, ins->srcs[0], blk.data, bytes, err);
 }
 
 static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
@@ -290,7 +293,7 @@ static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
     const void *pbase;
     size_t pbytes;
     const ein_pbuffer *b = &w->prog->buffers[ins->dst];
-    if (wk_ucx_remote(w->ucx, ins->peer))
+    if (wk_xport_remote(w->xp, ins->peer))
         return copy_remote(w, ins, err);
     ein_segment_name(name, sizeof name, w->cfg->run_id, ins->peer);
     int rc = w->be->peer_open(w->be, ins->peer, name, &pbase, &pbytes, err);
@@ -326,7 +329,7 @@ static int peer_ack(wk *w, const ein_instr *ins, ein_error *err)
 static int notify(wk *w, const ein_instr *ins, ein_error *err)
 {
     int peer = ins->peer;
-    if (wk_ucx_remote(w->ucx, peer))
+    if (wk_xport_remote(w->xp, peer))
         return notify_remote(w, ins, err);
     /* The peer may copy as soon as it hears: the buffer must be complete,
      * or (signal) the peer's copy ordered after what completes it. */
@@ -587,8 +590,8 @@ static int runnable(const wk *w, int i)
     for (int k = 0; k < ins->ndeps; k++)
         if (!w->done[ins->deps[k]])
             return 0;
-    if (ins->kind == EIN_I_COPY && wk_ucx_remote(w->ucx, ins->peer))
-        return wk_ucx_arrived(w->ucx, ins->peer, ins->peer_buf);
+    if (ins->kind == EIN_I_COPY && wk_xport_remote(w->xp, ins->peer))
+        return w->xp->ops->arrived(w->xp->x, ins->peer, ins->peer_buf);
     if (ins->kind == EIN_I_COPY || ins->kind == EIN_I_WAIT)
         return ready_has(w, ((uint64_t)ins->peer << 32) | (uint32_t)ins->peer_buf);
     return 1;
@@ -693,8 +696,8 @@ int wk_exec_cancel_run(wk *w, ein_error *err)
     for (int p = 0; p < n; p++) {
         if (p == me)
             continue;
-        if (wk_ucx_remote(w->ucx, p)) {
-            if ((rc = wk_ucx_send_cancelled(w->ucx, p, err)) < 0)
+        if (wk_xport_remote(w->xp, p)) {
+            if ((rc = w->xp->ops->cancel(w->xp->x, p, err)) < 0)
                 return rc;
             continue;
         }
@@ -703,7 +706,7 @@ int wk_exec_cancel_run(wk *w, ein_error *err)
     }
     while (w->npeer_cancelled < n - 1) {
         /* Blocks of the abandoned run still coming from other hosts are dropped. */
-        if (w->ucx && (rc = wk_ucx_drain(w->ucx, err)) < 0)
+        if (w->xp && (rc = w->xp->ops->drain(w->xp->x, err)) < 0)
             return rc;
         if ((rc = wk_exec_pump(w, (int)(w->cfg->heartbeat_s * 1000), NULL, err)) < 0)
             return rc;
@@ -712,7 +715,8 @@ int wk_exec_cancel_run(wk *w, ein_error *err)
         if (ein_now_s() - w->last_beat > w->cfg->heartbeat_s && (rc = wk_exec_beat(w, err)) < 0)
             return rc;
     }
-    if (w->ucx && ((rc = wk_ucx_drain(w->ucx, err)) < 0 || (rc = wk_ucx_flush(w->ucx, err)) < 0))
+    if (w->xp && ((rc = w->xp->ops->drain(w->xp->x, err)) < 0 ||
+                  (rc = w->xp->ops->flush(w->xp->x, err)) < 0))
         return rc;
     w->nready = 0;
     memset(w->peer_cancelled, 0, (size_t)n);

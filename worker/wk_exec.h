@@ -54,10 +54,13 @@ typedef struct wk_config {
                                  fill every buffer no LOAD fills with NaN, so an
                                  instruction run too early reads NaN, not the
                                  previous iteration's (equal) values */
-    int ucx;                  /* a run on several hosts (einnode): blocks to and
-                                 from devices of other hosts move over UCX
-                                 (wk_ucx.h); HELLO carries our UCX address and
-                                 PEERS, before the first START, the peers' */
+    const char *transport;    /* a run on several hosts (einnode): blocks to and
+                                 from devices of other hosts move over this
+                                 transport (wk_xport.h: "ucx", "tcp"); HELLO
+                                 carries our address and PEERS, before the
+                                 first START, the peers'. NULL: one host */
+    const char *host_address; /* this host's address toward the coordinator
+                                 (wk_xport_params), or NULL */
     double spin_s;            /* before blocking for a message (a peer's READY,
                                  the next START), poll without blocking for
                                  this long first: a message due within it is

@@ -64,7 +64,7 @@ typedef struct wk {
     char *peer_cancelled;       /* per device: its CANCELLED has arrived */
     int npeer_cancelled;
     double last_pump;           /* when pump() last looked, for execute() */
-    struct wk_ucx *ucx;         /* cfg->ucx: peers on other hosts (wk_ucx.h), else NULL */
+    struct wk_xport *xp;        /* cfg->transport: peers on other hosts (wk_xport.h), else NULL */
     struct wk_staged *xstage;   /* device memory to and from other hosts through pinned
                                    buffers (wk_staged.h), made on first use, else NULL */
 } wk;
@@ -73,7 +73,8 @@ typedef struct wk {
  * (wk_ready.c): one FIFO per receiving worker (wk_fifo.h: a system call
  * and a wake-up per message), or ZeroMQ's PUSH/PULL (wk_config.ready_zmq,
  * EIN_READY=zmq; also where a FIFO cannot be made). Messages to one peer
- * arrive in the order sent. Peers on other hosts use UCX (wk_ucx.h). */
+ * arrive in the order sent. Peers on other hosts use the transport
+ * (wk_xport.h). */
 typedef struct wk_ready_ops {
     const char *name;                  /* "fifo", "zmq" */
     int (*open)(struct wk *w, ein_error *err);   /* before HELLO */

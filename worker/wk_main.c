@@ -27,7 +27,7 @@
 #include "worker/wk_stretch.h"
 #include "worker/wk_exec_int.h"
 #include "worker/wk_staged.h"
-#include "worker/wk_ucx.h"
+#include "worker/wk_xport.h"
 
 /* Before an iteration after the first: run again the LOADs whose input
  * START named, and wait for them, so that no stretch (which never waits
@@ -230,8 +230,8 @@ static void teardown(wk *w)
 
     if (w->trace)
         fclose(w->trace);
-    wk_ucx_free(w->ucx);
-    wk_staged_free(w->xstage); /* after UCX: its sends held the buffers */
+    wk_xport_close(w->xp);
+    wk_staged_free(w->xstage); /* after the transport: its sends held the buffers */
     if (w->rdy)
         w->rdy->close(w);
     if (w->dealer)
@@ -283,12 +283,13 @@ static int worker_start(wk *w, ein_error *err)
         return rc;
     ein_msg hello = {.type = EIN_MSG_HELLO, .device = cfg->device, .pid = (int64_t)getpid()};
     ein_bytes addr;
-    if (cfg->ucx) {
+    if (cfg->transport) {
         const void *a;
         size_t alen;
-        if ((rc = wk_ucx_new(cfg->ndevices, cfg->device, &w->ucx, err)) < 0)
+        wk_xport_params xp = {cfg->ndevices, cfg->device, cfg->host_address};
+        if ((rc = wk_xport_open(cfg->transport, &xp, &w->xp, err)) < 0)
             return rc;
-        wk_ucx_address(w->ucx, &a, &alen);
+        w->xp->ops->address(w->xp->x, &a, &alen);
         addr = (ein_bytes){.data = (void *)a, .len = (uint32_t)alen};
         hello.addrs = &addr;
         hello.naddrs = 1;
@@ -377,9 +378,9 @@ static int run_iteration(wk *w, ein_error *err)
         return wk_exec_cancel_run(w, err);
     wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
     rc = be->sync(be, err);
-    /* Our blocks to other hosts must be there before DONE (wk_ucx.h). */
-    if (rc == 0 && w->ucx)
-        rc = wk_ucx_flush(w->ucx, err);
+    /* Our blocks to other hosts must be there before DONE (wk_xport.h). */
+    if (rc == 0 && w->xp)
+        rc = w->xp->ops->flush(w->xp->x, err);
     wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
     if (rc < 0)
         return rc;

@@ -1,10 +1,10 @@
 /* worker/wk_staged.h — blocks of device memory (GPU) to and from other
- * hosts through pinned host buffers, where UCX cannot read or write
- * device memory itself (Debian's UCX has no CUDA support).
+ * hosts through pinned host buffers, where the transport cannot read or write
+ * device memory itself (wk_xport.h; Debian's UCX has no CUDA support).
  *
  * On the wire every block between hosts is a sequence of tagged messages
  * of WK_STAGED_CHUNK bytes (the last shorter; a block of 0 bytes is one
- * empty message), whatever memory either end keeps it in (wk_ucx.h), so a
+ * empty message), whatever memory either end keeps it in (wk_xport.h), so a
  * CPU device and a GPU device exchange blocks alike. Here:
  *
  * - wk_staged_send: the block's chunks are copied device -> host into one
@@ -26,7 +26,7 @@
  *
  * The device side is an ops table (the CUDA backend's: cudaMemcpyAsync on
  * its stream and an event per slot; a CPU memcpy one in the unit test,
- * tests/worker/test_wk_staged.c) and the network side another (wk_ucx.c's
+ * tests/worker/test_wk_staged.c) and the network side another (wk_xport.c's
  * tagged sends and receives), so all of the above is tested without a GPU
  * or a network.
  *

@@ -1,103 +1,43 @@
-/* worker/wk_ucx.c — blocks between hosts over UCX tagged messages (wk_ucx.h). */
+/* worker/wk_ucx.c — the transport "ucx" (wk_xport.h): blocks between hosts
+ * as UCX tagged messages, tag = (sending device, buffer).
+ *
+ * Progress: UCX's wake-ups on small messages are unreliable over TCP (UCX
+ * 1.13: missed wake-ups), so nothing here waits on one: every call that
+ * waits drives ucp_worker_progress itself in a bounded loop, and the
+ * executor calls ops->progress from its poll loop, which then polls with
+ * a short timeout. UCX matches messages of one tag from one sender in the
+ * order they were sent.
+ *
+ * Environment, set before UCX loads unless already set: UCX_HANDLE_ERRORS
+ * none (a worker's crash is the coordinator's to report: UCX's own handler
+ * would print a trace instead), and on a pseudo-host (this host's address
+ * 127.0.0.1: einrun --fake-hosts) UCX_TLS tcp and UCX_NET_DEVICES lo, over
+ * TCP as between hosts, on the loopback only.
+ *
+ * Without UCX (configure found no libucx-dev) open fails with
+ * EIN_EUNSUPPORTED saying so. */
 #include "config.h"
 
-#include "worker/wk_ucx.h"
-
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/ein_clock.h"
 #include "common/ein_knob.h"
-#include "worker/wk_staged.h"
-
-static double link_bw, link_lat; /* wk_ucx_set_link */
-static size_t wire_chunk = WK_STAGED_CHUNK; /* wk_ucx_chunk */
-
-size_t wk_ucx_chunk(void)
-{
-    static int read;
-    if (!read) {
-        read = 1;
-        const char *e = ein_knob_get(EIN_KNOB_UCX_CHUNK);
-        char *end;
-        unsigned long long v = e && *e ? strtoull(e, &end, 10) : 0;
-        if (e && *e && !*end && v >= 64 && v <= ((size_t)1 << 30))
-            wire_chunk = (size_t)v;
-    }
-    return wire_chunk;
-}
-
-double wk_ucx_deadline_for(size_t bytes, double bytes_per_s, double latency_s)
-{
-    if (!(bytes_per_s > 0) || isinf(bytes_per_s))
-        return 0;
-    double lat = latency_s >= 0 && isfinite(latency_s) ? latency_s : 0;
-    return WK_UCX_MARGIN * (lat + (double)bytes / bytes_per_s) + WK_UCX_SLACK_S;
-}
-
-void wk_ucx_set_link(double bytes_per_s, double latency_s)
-{
-    link_bw = bytes_per_s > 0 && isfinite(bytes_per_s) ? bytes_per_s : 0;
-    link_lat = latency_s >= 0 && isfinite(latency_s) ? latency_s : 0;
-}
-
-double wk_ucx_deadline(size_t bytes)
-{
-    return wk_ucx_deadline_for(bytes, link_bw, link_lat);
-}
+#include "worker/wk_xport.h"
 
 #ifndef HAVE_UCX
 
-int wk_ucx_new(int ndevices, int device, wk_ucx **out, ein_error *err)
+/* Never opened: the other entries are never called. */
+static int ucx_open(const wk_xport_params *p, void **out, ein_error *err)
 {
-    (void)ndevices, (void)device, (void)out;
+    (void)p, (void)out;
     return ein_fail(err, EIN_EUNSUPPORTED, "this einworker was built without UCX "
-                    "(libucx-dev): it cannot take part in a run on several hosts");
+                    "(libucx-dev): transport ucx is unavailable (einrun --transport tcp "
+                    "needs no library)");
 }
-void wk_ucx_free(wk_ucx *u) { (void)u; }
-void wk_ucx_address(const wk_ucx *u, const void **a, size_t *n) { (void)u, *a = NULL, *n = 0; }
-int wk_ucx_set_peers(wk_ucx *u, const ein_bytes *a, int n, ein_error *err)
-{
-    (void)u, (void)a, (void)n;
-    return ein_fail(err, EIN_EUNSUPPORTED, "no UCX");
-}
-int wk_ucx_remote(const wk_ucx *u, int peer) { (void)u, (void)peer; return 0; }
-int wk_ucx_send(wk_ucx *u, int p, int b, const void *buf, size_t len, ein_error *err)
-{
-    (void)u, (void)p, (void)b, (void)buf, (void)len;
-    return ein_fail(err, EIN_EUNSUPPORTED, "no UCX");
-}
-int wk_ucx_send_staged(wk_ucx *u, int p, int b, struct wk_staged *s, const void *dev, size_t len,
-                       ein_error *err)
-{
-    (void)u, (void)p, (void)b, (void)s, (void)dev, (void)len;
-    return ein_fail(err, EIN_EUNSUPPORTED, "no UCX");
-}
-int wk_ucx_recv_staged(wk_ucx *u, int p, int b, struct wk_staged *s, void *dev, size_t len,
-                       ein_error *err)
-{
-    (void)u, (void)p, (void)b, (void)s, (void)dev, (void)len;
-    return ein_fail(err, EIN_EUNSUPPORTED, "no UCX");
-}
-int wk_ucx_cuda(const wk_ucx *u) { (void)u; return 0; }
-int wk_ucx_arrived(wk_ucx *u, int p, int b) { (void)u, (void)p, (void)b; return 0; }
-int wk_ucx_recv(wk_ucx *u, int p, int b, void *buf, size_t len, ein_error *err)
-{
-    (void)u, (void)p, (void)b, (void)buf, (void)len;
-    return ein_fail(err, EIN_EUNSUPPORTED, "no UCX");
-}
-int wk_ucx_progress(wk_ucx *u) { (void)u; return 0; }
-int wk_ucx_flush(wk_ucx *u, ein_error *err) { (void)u, (void)err; return 0; }
-int wk_ucx_busy(const wk_ucx *u) { (void)u; return 0; }
-int wk_ucx_send_cancelled(wk_ucx *u, int p, ein_error *err)
-{
-    (void)u, (void)p;
-    return ein_fail(err, EIN_EUNSUPPORTED, "no UCX");
-}
-int wk_ucx_poll_cancelled(wk_ucx *u) { (void)u; return -1; }
-int wk_ucx_drain(wk_ucx *u, ein_error *err) { (void)u, (void)err; return 0; }
+
+const wk_xport_ops wk_xport_ucx = {.name = "ucx", .open = ucx_open};
 
 #else
 
@@ -166,7 +106,7 @@ static int ucx_load(ein_error *err)
  * (device << 32) for a CANCELLED. */
 #define TAG_CANCEL (1ULL << 63)
 #define TAG_FULL (~0ULL)
-#define PROGRESS_STEPS 64   /* ucp_worker_progress calls per wk_ucx_progress */
+#define PROGRESS_STEPS 64   /* ucp_worker_progress calls per ucx_progress */
 
 typedef struct pending {
     void *req;
@@ -175,7 +115,7 @@ typedef struct pending {
     void *arg;
 } pending;
 
-struct wk_ucx {
+typedef struct wk_ucx {
     int ndev, me;
     ucp_context_h ctx;
     ucp_worker_h worker;
@@ -187,16 +127,31 @@ struct wk_ucx {
     uint64_t cancel_msg;    /* payload of our CANCELLED (the tag carries all) */
     uint64_t cancel_in;     /* receive buffer for a peer's */
     int cuda;               /* this UCX reads and writes CUDA memory itself */
-};
+} wk_ucx;
+
+static void ucx_close(void *x);
 
 static uint64_t tag_of(int dev, int buffer)
 {
     return ((uint64_t)(uint32_t)dev << 32) | (uint32_t)buffer;
 }
 
-int wk_ucx_new(int ndevices, int device, wk_ucx **out, ein_error *err)
+/* UCX's environment (see the top of this file), before libucs loads. */
+static void ucx_env(const wk_xport_params *p)
 {
-    wk_ucx_chunk();
+    if (!ein_knob_get(EIN_KNOB_UCX_HANDLE_ERRORS))
+        setenv("UCX_HANDLE_ERRORS", "none", 1);
+    int loop = p->host_address && !strcmp(p->host_address, "127.0.0.1");
+    if (loop && !ein_knob_get(EIN_KNOB_UCX_TLS))
+        setenv("UCX_TLS", "tcp", 1);
+    if (loop && !ein_knob_get(EIN_KNOB_UCX_NET_DEVICES))
+        setenv("UCX_NET_DEVICES", "lo", 1);
+}
+
+static int ucx_open(const wk_xport_params *par, void **out, ein_error *err)
+{
+    int ndevices = par->ndevices, device = par->device;
+    ucx_env(par);
     int rc = ucx_load(err);
     if (rc < 0)
         return rc;
@@ -211,14 +166,14 @@ int wk_ucx_new(int ndevices, int device, wk_ucx **out, ein_error *err)
     ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_TAG};
     ucp_config_t *cfg = NULL;
     if ((st = ucp_config_read(NULL, NULL, &cfg)) != UCS_OK) {
-        wk_ucx_free(u);
+        ucx_close(u);
         return ein_fail(err, EIN_EIO, "UCX configuration: %s", ucs_status_string(st));
     }
     st = ucx.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &p, cfg, &u->ctx);
     ucp_config_release(cfg);
     if (st != UCS_OK) {
         u->ctx = NULL;
-        wk_ucx_free(u);
+        ucx_close(u);
         return ein_fail(err, EIN_EIO, "ucp_init: %s", ucs_status_string(st));
     }
     ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
@@ -229,12 +184,12 @@ int wk_ucx_new(int ndevices, int device, wk_ucx **out, ein_error *err)
                               .thread_mode = UCS_THREAD_MODE_SINGLE};
     if ((st = ucp_worker_create(u->ctx, &wp, &u->worker)) != UCS_OK) {
         u->worker = NULL;
-        wk_ucx_free(u);
+        ucx_close(u);
         return ein_fail(err, EIN_EIO, "ucp_worker_create: %s", ucs_status_string(st));
     }
     if ((st = ucp_worker_get_address(u->worker, &u->addr, &u->addr_len)) != UCS_OK) {
         u->addr = NULL;
-        wk_ucx_free(u);
+        ucx_close(u);
         return ein_fail(err, EIN_EIO, "ucp_worker_get_address: %s", ucs_status_string(st));
     }
     *out = u;
@@ -269,8 +224,9 @@ static ucs_status_t wait_req(wk_ucx *u, void *req, double limit_s)
     return st;
 }
 
-void wk_ucx_free(wk_ucx *u)
+static void ucx_close(void *x)
 {
+    wk_ucx *u = x;
     if (!u)
         return;
     for (int i = 0; i < u->ninflight; i++) {
@@ -301,14 +257,16 @@ void wk_ucx_free(wk_ucx *u)
     free(u);
 }
 
-void wk_ucx_address(const wk_ucx *u, const void **addr, size_t *len)
+static void ucx_address(const void *x, const void **addr, size_t *len)
 {
+    const wk_ucx *u = x;
     *addr = u->addr;
     *len = u->addr_len;
 }
 
-int wk_ucx_set_peers(wk_ucx *u, const ein_bytes *addrs, int n, ein_error *err)
+static int ucx_connect(void *x, const ein_bytes *addrs, int n, ein_error *err)
 {
+    wk_ucx *u = x;
     if (n != u->ndev)
         return ein_fail(err, EIN_EPROTO, "peers message: %d addresses for %d devices", n, u->ndev);
     for (int d = 0; d < n; d++) {
@@ -328,8 +286,9 @@ int wk_ucx_set_peers(wk_ucx *u, const ein_bytes *addrs, int n, ein_error *err)
     return 0;
 }
 
-int wk_ucx_remote(const wk_ucx *u, int peer)
+static int ucx_remote(const void *x, int peer)
 {
+    const wk_ucx *u = x;
     return u && peer >= 0 && peer < u->ndev && u->ep[peer] != NULL;
 }
 
@@ -351,7 +310,7 @@ static int add_inflight(wk_ucx *u, void *req, void *scratch, void (*done)(void *
 static int send_tagged(wk_ucx *u, int peer, uint64_t tag, const void *buf, size_t len,
                        void (*done)(void *), void *arg, ein_error *err)
 {
-    if (!wk_ucx_remote(u, peer))
+    if (!ucx_remote(u, peer))
         return ein_fail(err, EIN_EPROTO, "device %d is not reached through UCX", peer);
     ucp_request_param_t rp = {.op_attr_mask = 0};
     void *req = ucp_tag_send_nbx(u->ep[peer], buf, len, tag, &rp);
@@ -372,126 +331,55 @@ static int send_tagged(wk_ucx *u, int peer, uint64_t tag, const void *buf, size_
     return rc;
 }
 
-int wk_ucx_send(wk_ucx *u, int peer, int buffer, const void *buf, size_t len, ein_error *err)
+static int ucx_send(void *x, int peer, int buffer, const void *buf, size_t len,
+                    void (*done)(void *), void *arg, ein_error *err)
 {
-    /* On the wire: chunks (wk_staged.h), whatever the memory at either end. */
-    size_t n = wk_staged_nchunks(len, wire_chunk);
-    for (size_t i = 0; i < n; i++) {
-        int rc = send_tagged(u, peer, tag_of(u->me, buffer),
-                             (const char *)buf + i * wire_chunk,
-                             wk_staged_chunk_len(len, wire_chunk, i), NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
+    wk_ucx *u = x;
+    return send_tagged(u, peer, tag_of(u->me, buffer), buf, len, done, arg, err);
 }
 
-int wk_ucx_arrived(wk_ucx *u, int peer, int buffer)
+static int ucx_arrived(void *x, int peer, int buffer)
 {
+    wk_ucx *u = x;
     ucp_tag_recv_info_t info;
     return ucp_tag_probe_nb(u->worker, tag_of(peer, buffer), TAG_FULL, 0, &info) != NULL;
 }
 
-/* One block being received: its chunks in order, against one deadline
- * (the whole block's, from when its first chunk is received). */
-typedef struct rblock {
-    wk_ucx *u;
-    int peer, buffer;
-    size_t total;
-    double limit, end;      /* wk_ucx_deadline(total), its end (0: none) */
-} rblock;
-
-static int recv_chunk(rblock *rb, void *p, size_t n, ein_error *err)
+static int ucx_receive(void *x, int peer, int buffer, void *p, size_t n, double end,
+                       ein_error *err)
 {
-    wk_ucx *u = rb->u;
-    uint64_t tag = tag_of(rb->peer, rb->buffer);
+    wk_ucx *u = x;
+    uint64_t tag = tag_of(peer, buffer);
     ucp_tag_recv_info_t info;
     ucp_tag_message_h msg = ucp_tag_probe_nb(u->worker, tag, TAG_FULL, 0, &info);
     if (msg && info.length != n)
-        return ein_fail(err, EIN_EPROTO, "device %d sent a part of %zu bytes of its buffer %d "
-                        "(%zu bytes), %zu expected", rb->peer, info.length, rb->buffer, rb->total,
-                        n);
+        return ein_fail(err, EIN_EPROTO, "device %d sent a part of %zu bytes of its buffer %d, "
+                        "%zu expected", peer, info.length, buffer, n);
     ucp_request_param_t rp = {.op_attr_mask = 0};
     void *req = ucp_tag_recv_nbx(u->worker, p, n, tag, TAG_FULL, &rp);
-    /* Once the block has begun to arrive (wk_ucx_arrived), it takes its
+    /* Once the block has begun to arrive (ops->arrived), it takes its
      * bytes over the link: a link that went down shows as no end. */
     double left = 0;
-    if (rb->end > 0 && !((left = rb->end - ein_now_s()) > 0))
+    if (end > 0 && !((left = end - ein_now_s()) > 0))
         left = 1e-6;
     ucs_status_t st = wait_req(u, req, left);
     if (st == UCS_ERR_TIMED_OUT)
-        return ein_fail(err, EIN_ETIMEOUT, "the block of %zu bytes from device %d (another host, "
-                        "its buffer %d) began to arrive but did not end within %.1f s (the "
-                        "model's %.3f s at %.3g MB/s and %.3g us between hosts, x %d + %.1f s): "
-                        "the link to that host is down or the host stopped answering", rb->total,
-                        rb->peer, rb->buffer, rb->limit,
-                        link_lat + (double)rb->total / link_bw, link_bw / 1e6, link_lat * 1e6,
-                        WK_UCX_MARGIN, WK_UCX_SLACK_S);
+        return EIN_ETIMEOUT;
     if (st != UCS_OK)
-        return ein_fail(err, EIN_EIO, "UCX receive of device %d's buffer %d: %s", rb->peer,
-                        rb->buffer, ucs_status_string(st));
+        return ein_fail(err, EIN_EIO, "UCX receive of device %d's buffer %d: %s", peer, buffer,
+                        ucs_status_string(st));
     return 0;
 }
 
-static int rb_recv(void *ctx, void *p, size_t n, ein_error *err)
+static int ucx_device_memory(const void *x)
 {
-    return recv_chunk(ctx, p, n, err);
-}
-
-static rblock rblock_of(wk_ucx *u, int peer, int buffer, size_t len)
-{
-    double limit = wk_ucx_deadline(len);
-    return (rblock){u, peer, buffer, len, limit, limit > 0 ? ein_now_s() + limit : 0};
-}
-
-int wk_ucx_recv(wk_ucx *u, int peer, int buffer, void *buf, size_t len, ein_error *err)
-{
-    rblock rb = rblock_of(u, peer, buffer, len);
-    size_t n = wk_staged_nchunks(len, wire_chunk);
-    for (size_t i = 0; i < n; i++) {
-        int rc = recv_chunk(&rb, (char *)buf + i * wire_chunk,
-                            wk_staged_chunk_len(len, wire_chunk, i), err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-typedef struct sblock {
-    wk_ucx *u;
-    int peer, buffer;
-} sblock;
-
-static int sb_send(void *ctx, const void *p, size_t n, void (*done)(void *), void *arg,
-                   ein_error *err)
-{
-    sblock *sb = ctx;
-    return send_tagged(sb->u, sb->peer, tag_of(sb->u->me, sb->buffer), p, n, done, arg, err);
-}
-
-int wk_ucx_send_staged(wk_ucx *u, int peer, int buffer, wk_staged *s, const void *dev,
-                       size_t len, ein_error *err)
-{
-    sblock sb = {u, peer, buffer};
-    wk_staged_net net = {&sb, sb_send, NULL};
-    return wk_staged_send(s, dev, len, &net, err);
-}
-
-int wk_ucx_recv_staged(wk_ucx *u, int peer, int buffer, wk_staged *s, void *dev, size_t len,
-                       ein_error *err)
-{
-    rblock rb = rblock_of(u, peer, buffer, len);
-    wk_staged_net net = {&rb, NULL, rb_recv};
-    return wk_staged_recv(s, dev, len, &net, err);
-}
-
-int wk_ucx_cuda(const wk_ucx *u)
-{
+    const wk_ucx *u = x;
     return u && u->cuda;
 }
 
-int wk_ucx_progress(wk_ucx *u)
+static int ucx_progress(void *x)
 {
+    wk_ucx *u = x;
     int any = 0;
     for (int k = 0; k < PROGRESS_STEPS && ucp_worker_progress(u->worker); k++)
         any = 1;
@@ -513,30 +401,28 @@ int wk_ucx_progress(wk_ucx *u)
     return any;
 }
 
-int wk_ucx_busy(const wk_ucx *u)
+static int ucx_flush(void *x, ein_error *err)
 {
-    return u && u->ninflight > 0;
-}
-
-int wk_ucx_flush(wk_ucx *u, ein_error *err)
-{
+    wk_ucx *u = x;
     (void)err;
     for (int idle = 0; u->ninflight > 0;)
-        if (wk_ucx_progress(u))
+        if (ucx_progress(u))
             idle = 0;
         else if (++idle > 50)
             nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL);
     return 0;
 }
 
-int wk_ucx_send_cancelled(wk_ucx *u, int peer, ein_error *err)
+static int ucx_cancel(void *x, int peer, ein_error *err)
 {
+    wk_ucx *u = x;
     return send_tagged(u, peer, TAG_CANCEL | tag_of(u->me, 0), &u->cancel_msg,
                        sizeof u->cancel_msg, NULL, NULL, err);
 }
 
-int wk_ucx_poll_cancelled(wk_ucx *u)
+static int ucx_cancelled(void *x)
 {
+    wk_ucx *u = x;
     ucp_tag_recv_info_t info;
     ucp_worker_progress(u->worker);
     ucp_tag_message_h msg = ucp_tag_probe_nb(u->worker, TAG_CANCEL, TAG_CANCEL, 1, &info);
@@ -550,11 +436,12 @@ int wk_ucx_poll_cancelled(wk_ucx *u)
     return dev >= 0 && dev < u->ndev ? dev : -1;
 }
 
-int wk_ucx_drain(wk_ucx *u, ein_error *err)
+static int ucx_drain(void *x, ein_error *err)
 {
+    wk_ucx *u = x;
     ucp_tag_recv_info_t info;
     ucp_tag_message_h msg;
-    wk_ucx_progress(u);
+    ucx_progress(u);
     while ((msg = ucp_tag_probe_nb(u->worker, 0, TAG_CANCEL, 1, &info))) {
         void *scratch = malloc(info.length ? info.length : 1);
         if (!scratch)
@@ -572,5 +459,13 @@ int wk_ucx_drain(wk_ucx *u, ein_error *err)
     }
     return 0;
 }
+
+const wk_xport_ops wk_xport_ucx = {
+    .name = "ucx", .open = ucx_open, .close = ucx_close, .address = ucx_address,
+    .connect = ucx_connect, .remote = ucx_remote, .send = ucx_send, .arrived = ucx_arrived,
+    .receive = ucx_receive, .progress = ucx_progress, .flush = ucx_flush,
+    .cancel = ucx_cancel, .cancelled = ucx_cancelled, .drain = ucx_drain,
+    .device_memory = ucx_device_memory,
+};
 
 #endif

@@ -334,7 +334,7 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
                           "--iterations", iters, "--instr-timeout", itmo, "--link-bw", bw,
                           "--link-latency", lat};
     int nargs = (int)(sizeof args / sizeof *args);
-    char **argv = calloc((size_t)(nlaunch + nargs + 9), sizeof *argv);
+    char **argv = calloc((size_t)(nlaunch + nargs + 11), sizeof *argv);
     int kp[2] = {-1, -1};
     if (!argv || (launch && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, kp) < 0)) {
         int e = errno;
@@ -353,10 +353,13 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
     } else {
         argv[na++] = "--parent-pid";
         argv[na++] = ppid;
-        argv[na++] = "--fake";
     }
     if (o->verbose)
         argv[na++] = "--verbose";
+    if (o->transport) {
+        argv[na++] = "--transport";
+        argv[na++] = (char *)o->transport;
+    }
     if (gpus[0]) {
         argv[na++] = "--gpus";
         argv[na++] = gpus;

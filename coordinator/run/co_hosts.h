@@ -35,7 +35,7 @@
  * its end (this process gone, or the launcher's connection lost).
  * o->link_bw (bytes/s, 0: none) and o->link_lat (seconds) go to the
  * agent's --link-bw and --link-latency (worker deadlines of transfers
- * between hosts, worker/wk_ucx.h). GPU devices (o->cuda): --gpus, the
+ * between hosts, worker/wk_xport.h). GPU devices (o->cuda): --gpus, the
  * GPU of each of the host's devices (o->gpu_ids[d]; else d here, or the
  * k-th device of a launched host on its GPU k). The child gets
  * `mask` as its signal mask, SIGTERM/SIGINT/SIGHUP/SIGCHLD unblocked.
@@ -72,9 +72,9 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
  * instruction: worker/wk_beat.h) + CO_HOSTS_PAUSE_S (a loaded machine's
  * pause) + a round trip between hosts (latency-inter); o->link_bw, the
  * topology's nic bytes/s when it has several hosts (else 0: the workers
- * set no transfer deadline, worker/wk_ucx.h), and o->link_lat, its
+ * set no transfer deadline, worker/wk_xport.h), and o->link_lat, its
  * one-way latency between hosts (the deadline of a block of B bytes is
- * then WK_UCX_MARGIN x (link_lat + B / link_bw) + WK_UCX_SLACK_S). */
+ * then WK_XPORT_MARGIN x (link_lat + B / link_bw) + WK_XPORT_SLACK_S). */
 #define CO_HOSTS_BEAT_S 0.5
 #define CO_HOSTS_BEATS 4
 #define CO_HOSTS_PAUSE_S 1.0
@@ -85,7 +85,7 @@ void co_hosts_deadlines(const struct xp_topology *t, co_run_opts *o);
  * agent, reaching the coordinator) after its agent was started:
  * o->connect_timeout when set (einrun --connect-timeout,
  * ein_session_options.connect_timeout), else CO_HOSTS_CONNECT_S (an agent
- * starting its workers and their UCX, on a loaded machine) plus, for an
+ * starting its workers and their transport, on a loaded machine) plus, for an
  * agent started through a launch command, CO_HOSTS_LAUNCH_S (ssh's
  * connection and login, or srun's step on another node). */
 #define CO_HOSTS_CONNECT_S 10.0

@@ -375,7 +375,7 @@ static int start_hosts(run *r, ein_error *err)
     return 0;
 }
 
-/* Several hosts: every worker has loaded; tell each the UCX addresses of
+/* Several hosts: every worker has loaded; tell each the transport addresses of
  * the devices of other hosts (empty: same host, shared memory). */
 static int send_peers(run *r, ein_error *err)
 {

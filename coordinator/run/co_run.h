@@ -76,7 +76,7 @@ typedef struct co_run_opts {
      * messages; the ROUTER is bound on TCP (127.0.0.1 for the pseudo-hosts
      * of einrun --fake-hosts; else the first host's address), messages from an
      * agent carry the worker's identity in a second frame, and before the
-     * first START every worker gets PEERS: the UCX addresses of the
+     * first START every worker gets PEERS: the transport addresses of the
      * devices of other hosts. The agents are this process's children: one
      * that ends before the run does fails it, naming the host. Not with
      * manual, a wrapper, debug_device or a trace. */
@@ -90,13 +90,18 @@ typedef struct co_run_opts {
     /* Where the ROUTER listens for the hosts' agents (an IPv4 address or
      * interface name of this machine; NULL: hosts[0].addr, co_launch.h). */
     const char *listen;
+    /* The transport of blocks between hosts (einnode --transport, which
+     * passes it to its workers; worker/wk_xport.h names the rows, and a
+     * worker refuses a name it does not know); NULL: the agents' default
+     * (ucx). */
+    const char *transport;
     /* Several hosts: a device that has spoken and then stays silent for
      * host_timeout seconds (0: worker_timeout) counts as its host having
      * stopped answering (or the link to it being down). */
     double host_timeout;
     /* Bytes/s between hosts (the topology's nic; 0: none) and the one-way
      * latency between them (latency-inter, seconds): the workers'
-     * deadline of a transfer between hosts (wk_ucx.h). */
+     * deadline of a transfer between hosts (worker/wk_xport.h). */
     double link_bw, link_lat;
     /* Several hosts: a host none of whose messages has come this many
      * seconds after its agent was started did not connect; the run fails

@@ -70,7 +70,7 @@ struct co_session {
     int dead;           /* failed or stopped: nothing runs any more */
     ein_progress *step_pg; /* the step's progress line (NULL: none) */
     ein_error why;      /* why it died */
-    /* Several hosts (o->nhosts > 0): the agents, and each device's UCX
+    /* Several hosts (o->nhosts > 0): the agents, and each device's transport
      * address from its HELLO. */
     pid_t *agent;
     int *agent_fd;      /* co_hosts_spawn_agent's keys_fd (-1: none) */

@@ -133,7 +133,7 @@ static int on_hello(run *r, int d, const ein_msg *m, ein_error *err)
         /* Not our child (its agent's): its pid names it in reports. */
         w->pid = (pid_t)m->pid;
         if (m->naddrs != 1 || !m->addrs[0].len)
-            return ein_fail(err, EIN_EPROTO, "device %d (pid %ld) said HELLO without its UCX "
+            return ein_fail(err, EIN_EPROTO, "device %d (pid %ld) said HELLO without its transport "
                             "address", d, (long)w->pid);
         r->addr[d] = m->addrs[0];
         ((ein_msg *)m)->addrs[0] = (ein_bytes){0}; /* taken */
@@ -186,7 +186,7 @@ static int on_error(run *r, int d, const ein_msg *m, ein_error *err)
     int instr = m->instr >= 0 && m->instr < r->progs[d]->ninstrs ? m->instr : w->instr;
     co_run_describe_instr(r, d, instr, where, sizeof where);
     /* Several hosts: a transfer from another host that failed (its
-     * deadline, wk_ucx.h) names both hosts. */
+     * deadline, worker/wk_xport.h) names both hosts. */
     const char *from = r->o->nhosts > 0 ? strstr(m->text, "from device ") : NULL;
     int p = -1;
     if (from && sscanf(from, "from device %d (another host", &p) == 1 && p >= 0 &&

@@ -270,6 +270,10 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
                       o.hosts_file ? "hosts_file" : "a launcher");
         goto fail;
     }
+    if (o.transport && !o.fake_hosts && !o.hosts_file && !o.launcher) {
+        rc = co_session_hosts_check(&o, c->ndev, err); /* refuses it by name */
+        goto fail;
+    }
     if ((o.fake_hosts || o.hosts_file || o.launcher) && (rc = fake_hosts(s, &o, &ro, err)) < 0)
         goto fail;
     rc = co_session_start(s->progs, c->ndev, &ro, &s->cs, err);
@@ -283,7 +287,6 @@ fail:
     return rc;
 }
 
-#ifdef HAVE_UCX
 /* The hosts of a run on several hosts (o->fake_hosts, hosts_file, launcher)
  * for a program on `ndev` devices, checked: *hosts, *nhosts (the caller's,
  * co_hosts_free; none for fake hosts) and where the coordinator listens.
@@ -319,12 +322,14 @@ static int hosts_plan(const ein_session_options *o, int ndev, co_host **hosts, i
                         "device)", n, ndev, ndev == 1 ? "" : "s");
     return 0;
 }
-#endif
 
 int co_session_hosts_check(const ein_session_options *o, int ndev, ein_error *err)
 {
     if (!o->fake_hosts && !o->hosts_file && !o->launcher)
-        return 0;
+        return o->transport ? ein_fail(err, EIN_EINVAL, "transport %s: blocks move between "
+                                       "hosts only in a run on several hosts (fake hosts, a "
+                                       "hosts file or a launcher); this run has one",
+                                       o->transport) : 0;
     if (o->fake_hosts && (o->hosts_file || o->launcher))
         return ein_fail(err, EIN_EINVAL, "fake hosts and %s together",
                         o->hosts_file ? "a hosts file" : "a launcher");
@@ -332,19 +337,12 @@ int co_session_hosts_check(const ein_session_options *o, int ndev, ein_error *er
     if (o->manual || o->wrapper || o->debug_device >= 0 || o->trace_path)
         return ein_fail(err, EIN_EUNSUPPORTED, "a run on several hosts takes no manual workers, "
                         "worker wrapper, debug device or trace yet");
-#ifndef HAVE_UCX
-    (void)ndev;
-    return ein_fail(err, EIN_EUNSUPPORTED, "%s: this build has no UCX (install libucx-dev "
-                    "and configure again): runs on several hosts are refused",
-                    o->hosts_file ? "hosts file" : "fake hosts");
-#else
     co_host *hosts = NULL;
     int nhosts = 0;
     char listen[256];
     int rc = hosts_plan(o, ndev, &hosts, &nhosts, listen, sizeof listen, err);
     co_hosts_free(hosts, nhosts);
     return rc;
-#endif
 }
 
 /* fake_hosts: the devices split into contiguous pseudo-hosts, each with
@@ -354,11 +352,6 @@ static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts 
 {
     int n = o->fake_hosts, ndev = s->c->ndev;
     const char *what = o->hosts_file ? "hosts file" : "fake hosts";
-#ifndef HAVE_UCX
-    (void)n, (void)ndev, (void)ro;
-    return ein_fail(err, EIN_EUNSUPPORTED, "%s: this build has no UCX (install "
-                    "libucx-dev and configure again): runs on several hosts are refused", what);
-#else
     int rc;
     int many = o->hosts_file || o->launcher; /* real hosts (co_launch.h) */
     if (o->launcher && !strcmp(o->launcher, "srun"))
@@ -382,7 +375,7 @@ static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts 
         k++;
     }
     /* A WAIT (memory reuse's acknowledgement of a peer's copy, co_memplan.h)
-     * between hosts has no UCX form yet: such a program is refused. */
+     * between hosts has no transport form yet: such a program is refused. */
     for (int d = 0; d < ndev; d++) {
         const ein_program *p = s->progs[d];
         for (int i = 0; i < p->ninstrs; i++)
@@ -412,11 +405,11 @@ static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts 
     co_hosts_deadlines(s->c->topo, ro);
     ro->hosts = s->hosts;
     ro->listen = many ? s->listen : NULL;
+    ro->transport = o->transport;
     ro->nhosts = n;
     ro->host_of = s->host_of;
     ro->node_path = s->node_path;
     return 0;
-#endif
 }
 
 static int check_alive(ein_session *s, ein_error *err)

@@ -486,6 +486,7 @@ static void session_options_from(const run_state *s, ein_session_options *so)
     so->connect_timeout = o->connect_timeout;
     so->launcher = o->launcher;
     so->listen = o->listen;
+    so->transport = o->transport;
     so->devices_per_host = o->devices_per_host;
 }
 
@@ -754,6 +755,7 @@ static int run_command(run_opts *o, int argc, char **argv)
     so.hosts_file = o->hosts_file;
     so.launcher = o->launcher;
     so.listen = o->listen;
+    so.transport = o->transport;
     so.devices_per_host = o->devices_per_host;
     so.manual = o->manual;
     so.wrapper = o->wrapper;

@@ -69,6 +69,7 @@ typedef struct run_opts {
     double connect_timeout; /* --connect-timeout S (0: co_hosts_connect_limit's default) */
     const char *launcher; /* --launcher ssh|srun|mpirun (co_launch.h) */
     const char *listen;   /* --listen ADDR */
+    const char *transport; /* --transport NAME (worker/wk_xport.h) */
     int devices_per_host; /* --devices-per-host K */
     int search;         /* --schedule: index in naive|search */
     int cuda;           /* --backend: index in cpu|cuda; -1 not given (run_opts_check

@@ -180,10 +180,14 @@ static void usage_debugging(FILE *f)
 "  --manual-workers     start no worker: print each worker's command line and\n"
 "                       wait for you to start them (to step through one device).\n"
 "  --worker PATH        the einworker binary (default: next to einrun).\n"
-"Several hosts (needs UCX, libucx-dev, at build time):\n"
+"Several hosts:\n"
 "  --fake-hosts N       split the devices into N pseudo-hosts of this machine,\n"
 "                       each with its own agent (einnode): blocks between them\n"
-"                       move over UCX on the loopback, as between hosts.\n"
+"                       move over the transport on the loopback, as between hosts.\n"
+"  --transport NAME     how blocks move between hosts: ucx (default; needs UCX,\n"
+"                       libucx-dev, at build time) or tcp (ZeroMQ over TCP, no\n"
+"                       other library; EIN_TCP_ADDRESS picks a data network).\n"
+"                       The workers refuse another name.\n"
 "  --hosts FILE         run on the hosts FILE lists, one line each:\n"
 "                       ADDRESS DEVICES [LAUNCH...] (docs/runtime.md); LAUNCH\n"
 "                       starts that host's agent (`ssh`, `ip netns exec NS`,\n"
@@ -582,6 +586,7 @@ static const run_opt run_opt_table[] = {
     {"connect-timeout",  0, 1, opt_double,   F(connect_timeout), 0, 1e7, "seconds"},
     {"launcher",         0, 1, opt_launcher, F(launcher),        0, 0, "ssh, srun or mpirun"},
     {"listen",           0, 1, opt_string,   F(listen),          0, 0, NULL},
+    {"transport",        0, 1, opt_string,   F(transport),       0, 0, NULL},
     {"devices-per-host", 0, 1, opt_int,      F(devices_per_host), 1, MAX_DEVICES, NULL},
     {"help",           'h', 0, opt_help,     0,                  0, 0, NULL},
     {"help-env",         0, 0, opt_help_env, 0,                  0, 0, NULL},

@@ -503,17 +503,15 @@ typedef struct ein_session_options {
     int fake_hosts;           /* 0: one host (default). N >= 2: split the devices
                                  into N pseudo-hosts of this machine (contiguous,
                                  as equal as can be), each with its own agent
-                                 (einnode), blocks between them over UCX on the
-                                 loopback: a test of runs on several hosts.
-                                 EIN_EUNSUPPORTED where the library was built
-                                 without UCX (libucx-dev) */
+                                 (einnode), blocks between them over the
+                                 transport on the loopback: a test of runs on
+                                 several hosts */
     const char *hosts_file;   /* NULL: one host (default). A file of one line
                                  per host, "ADDRESS DEVICES [LAUNCH...]"
                                  (docs/runtime.md): each host's agent (einnode)
                                  is started with LAUNCH (such as `ssh` or
                                  `ip netns exec NS`), the coordinator listens
-                                 on the first ADDRESS. Not with fake_hosts;
-                                 EIN_EUNSUPPORTED without UCX */
+                                 on the first ADDRESS. Not with fake_hosts */
     double connect_timeout;   /* several hosts: seconds from starting a host's
                                  agent until its first message must reach the
                                  coordinator, else the run fails naming the
@@ -536,6 +534,12 @@ typedef struct ein_session_options {
                                  host's address; else an IPv4 address or
                                  interface name of this machine that every
                                  host reaches */
+    const char *transport;    /* several hosts: how blocks move between them,
+                                 NULL or "ucx" (default; a worker built without
+                                 UCX, libucx-dev, fails saying so) or "tcp"
+                                 (ZeroMQ over TCP). Another name fails the run
+                                 naming it (the workers refuse it); on one
+                                 host EIN_EINVAL */
 } ein_session_options;
 
 void ein_session_options_init(ein_session_options *o);

@@ -115,6 +115,7 @@ class ein_session_options(ctypes.Structure):
         ("launcher", ctypes.c_char_p),
         ("devices_per_host", ctypes.c_int),
         ("listen", ctypes.c_char_p),
+        ("transport", ctypes.c_char_p),
         ("_spare", ctypes.c_char * 256),
     ]
 

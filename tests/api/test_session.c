@@ -161,6 +161,15 @@ static void test_bad_calls(void **state)
     assert_true(finite);
     assert_true(nonzero > 0); /* the inputs were generated, not left zero */
     assert_int_equal(ein_session_close(s, &err), 0);
+    /* A transport between hosts on a one-host session means nothing:
+     * refused naming it (worker/wk_xport.h). */
+    ein_session_options so;
+    ein_session_options_init(&so);
+    so.transport = "tcp";
+    s = NULL;
+    assert_int_equal(ein_session_open(c, &so, &s, &err), EIN_EINVAL);
+    assert_null(s);
+    assert_non_null(strstr(err.msg, "transport tcp"));
     ein_compiled_free(c);
     /* plan_only values cannot run */
     ein_compile_options o;

@@ -87,14 +87,14 @@ write_ffn ffn.ein
 same "FFN at P = 4 over 2 fake hosts equals one host" 2 ffn.ein y 1e-5 --seed 3 --objective comm
 same "FFN at P = 4 over 4 fake hosts equals one host" 4 ffn.ein y 1e-5 --seed 3 --objective comm
 # Blocks between hosts staged through host buffers as a GPU's are
-# (worker/wk_staged.h; EIN_UCX_STAGED=1 makes CPU devices take that path)
-# in 100-byte messages (EIN_UCX_CHUNK): a plan that moves 27 blocks (the
+# (worker/wk_staged.h; EIN_XPORT_STAGED=1 makes CPU devices take that path)
+# in 100-byte messages (EIN_XPORT_CHUNK): a plan that moves 27 blocks (the
 # random selector's), every one between pseudo-hosts.
-EIN_UCX_STAGED=1 EIN_UCX_CHUNK=100
-export EIN_UCX_STAGED EIN_UCX_CHUNK
+EIN_XPORT_STAGED=1 EIN_XPORT_CHUNK=100
+export EIN_XPORT_STAGED EIN_XPORT_CHUNK
 same "FFN over 4 fake hosts, blocks staged in 100-byte chunks, equals one host" 4 ffn.ein y \
     1e-5 --seed 3 --selector random --plan-seed 3
-unset EIN_UCX_STAGED EIN_UCX_CHUNK
+unset EIN_XPORT_STAGED EIN_XPORT_CHUNK
 "$EINGEN" llama --seqs 2 --tokens 16 --scale 0.0625 --dtype f32 > llama.ein 2> gen.txt ||
     { cat gen.txt; exit 1; }
 same "LLaMA block at P = 4 over 2 fake hosts equals one host" 2 llama.ein \

@@ -11,7 +11,9 @@
 # both cross the link that the last check takes down.
 #
 # Checks: the FFN and a LLaMA block at P = 4 over the two hosts equal the
-# one-host run (buffers poisoned between iterations); kill -9 of a remote
+# one-host run (buffers poisoned between iterations), and so does each
+# with --transport tcp (worker/wk_tcp.c: ZeroMQ over TCP, no UCX), which
+# also equals the UCX run; kill -9 of a remote
 # worker and of the remote agent, and the remote agent stopped (SIGSTOP:
 # a host that stops answering), are reported (with times); the
 # coordinator killed leaves both hosts clean (processes, shared memory,
@@ -172,7 +174,7 @@ have_ssh=1
 }
 start_sshd   # now: it starts while the first checks run
 
-echo "1..8"
+echo "1..10"
 
 # same NAME PLAN OUT TOL [einrun args]: the run over the two namespaces
 # equals the one-host run.
@@ -203,13 +205,40 @@ same() {
     fi
 }
 
+# same_tcp NAME PLAN OUT TOL: the saved program of the last `same` over
+# the two namespaces with --transport tcp equals the one-host run and the
+# UCX run (both of `same`); its blocks cross the veth (the workers listen
+# on the hosts' veth addresses, the route to the coordinator).
+same_tcp() {
+    name=$1; plan=$2; out=$3; tol=$4
+    rm -f tcp.npy
+    t0=$(date +%s%N)
+    EIN_POISON=1 in_a "$EINRUN" -q --cpu 4 --hosts hosts --iterations 3 --transport tcp \
+        --output "$out=tcp.npy" "$plan.einprog" > tcp.txt 2>&1
+    rc=$?
+    ms=$(ms_since "$t0")
+    until_clean
+    if [ "$rc" -ne 0 ]; then not_ok "$name" "exit status $rc" "$(cat tcp.txt)"
+    elif ! [ -f two.npy ]; then not_ok "$name" "no UCX run to compare with"
+    elif ! "$NPYTOOL" compare one.npy tcp.npy "$tol" > cmp.txt 2>&1; then
+        not_ok "$name" "differs from the one-host run:" "$(cat cmp.txt)"
+    elif ! "$NPYTOOL" compare two.npy tcp.npy "$tol" > cmp.txt 2>&1; then
+        not_ok "$name" "differs from the UCX run:" "$(cat cmp.txt)"
+    elif [ -n "$left" ]; then not_ok "$name" "left behind:$left"
+    else ok "$name ($ms ms)"
+    fi
+}
+
 write_ffn ffn.ein
 same "FFN at P = 4 over two namespaces equals one host" ffn.ein y 1e-5 --seed 3 --objective comm
+same_tcp "FFN at P = 4 over two namespaces, transport tcp, equals one host and UCX" ffn.ein y 1e-5
 cp one.npy ffn-one.npy 2>/dev/null
 "$EINGEN" llama --seqs 2 --tokens 16 --scale 0.0625 --dtype f32 > llama.ein 2> gen.txt ||
     { cat gen.txt; exit 1; }
-same "LLaMA block at P = 4 over two namespaces equals one host" llama.ein \
-    "$(sed -n 's/^save \([A-Za-z0-9_]*\).*/\1/p' llama.ein | tail -1)" 1e-4 --seed 5
+lout=$(sed -n 's/^save \([A-Za-z0-9_]*\).*/\1/p' llama.ein | tail -1)
+same "LLaMA block at P = 4 over two namespaces equals one host" llama.ein "$lout" 1e-4 --seed 5
+same_tcp "LLaMA block at P = 4 over two namespaces, transport tcp, equals one host and UCX" \
+    llama.ein "$lout" 1e-4
 
 # check_fault NAME PATTERN RC MS LIMIT: exit status 1 within LIMIT ms,
 # PATTERN in the report, both hosts clean.

@@ -49,6 +49,7 @@ int main(void)
     F(ein_session_options, connect_timeout);
     F(ein_session_options, launcher); F(ein_session_options, devices_per_host);
     F(ein_session_options, listen);
+    F(ein_session_options, transport);
     Z(ein_session_options);
     F(ein_run_stats, wall_s); F(ein_run_stats, ndev); F(ein_run_stats, dev);
     F(ein_run_stats, graphs); F(ein_run_stats, device_timed);
