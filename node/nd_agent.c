@@ -100,15 +100,17 @@ static int spawn(nd *a, nd_worker *w, ein_error *err)
                     "--iterations", iters, "--parent-pid", ppid, "--instr-timeout", itmo,
                     "--ucx", "--link-bw", bw, "--link-latency", lat, NULL, NULL, NULL, NULL,
                     NULL};
-    if (c->gpus) { /* GPU devices: the CUDA backend on this device's GPU */
+    if (c->backend) { /* a backend besides CPU devices, with this device's id */
         int na = 0;
         while (argv[na])
             na++;
-        snprintf(gpu, sizeof gpu, "%d", c->gpus[w - a->w]);
         argv[na++] = "--backend";
-        argv[na++] = "cuda";
-        argv[na++] = "--gpu";
-        argv[na] = gpu;
+        argv[na++] = (char *)c->backend;
+        if (c->gpus) {
+            snprintf(gpu, sizeof gpu, "%d", c->gpus[w - a->w]);
+            argv[na++] = "--gpu";
+            argv[na] = gpu;
+        }
     }
     pid_t pid = fork();
     if (pid < 0)

@@ -255,7 +255,7 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
     /* GPU devices: the GPU of each of the host's devices, in order (einrun
      * --gpus; else, on this machine, GPU d, and on a launched host its
      * k-th device on GPU k). */
-    for (int d = 0, k = 0, n = 0; o->cuda && d < ndev; d++) {
+    for (int d = 0, k = 0, n = 0; o->backend && o->backend->probed && d < ndev; d++) {
         if (o->host_of[d] != h)
             continue;
         int g = o->gpu_ids ? o->gpu_ids[d] : launch ? k : d;
@@ -274,7 +274,7 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
                           "--iterations", iters, "--instr-timeout", itmo, "--link-bw", bw,
                           "--link-latency", lat};
     int nargs = (int)(sizeof args / sizeof *args);
-    char **argv = calloc((size_t)(nlaunch + nargs + 9), sizeof *argv);
+    char **argv = calloc((size_t)(nlaunch + nargs + 11), sizeof *argv);
     int kp[2] = {-1, -1};
     if (!argv || (launch && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, kp) < 0)) {
         int e = errno;
@@ -297,6 +297,10 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
     }
     if (o->verbose)
         argv[na++] = "--verbose";
+    if (o->backend && ein_backend_index(o->backend) > 0) {
+        argv[na++] = "--backend";
+        argv[na++] = (char *)o->backend->name;
+    }
     if (gpus[0]) {
         argv[na++] = "--gpus";
         argv[na++] = gpus;
