@@ -2,14 +2,15 @@
  *
  * Kernels take kn_block (kernels/kn_block.h): a dense row-major block of
  * data over its global `box`, in `dtype`. Kernels compute in f32 (f16/bf16
- * are converted on load and store) and write all of the output block. Block boxes must agree with the
- * operator: for an einsum, every index letter has the same interval in each
- * operand and in the output where it appears (an output letter's interval
- * may be any sub-interval of the full dimension: this is what a function
- * specification is). A kernel checks this and fails with EIN_ESHAPE
- * otherwise. Kernels allocate their own scratch with malloc (CPU only) and
- * free it before returning; they never keep state. GEMM goes through
- * OpenBLAS; the caller decides the thread count (workers use one). */
+ * are converted on load and store) and write all of the output block.
+ * Block boxes must agree with the operator: for an einsum, every index
+ * letter has the same interval in each operand and in the output where it
+ * appears (an output letter's interval may be any sub-interval of the
+ * full dimension: this is what a function specification is). A kernel
+ * checks this and fails with EIN_ESHAPE otherwise. Kernels allocate their
+ * own scratch with malloc (CPU only) and free it before returning; they
+ * never keep state. GEMM goes through OpenBLAS; the caller decides the
+ * thread count (workers use one). */
 #ifndef KN_CPU_H
 #define KN_CPU_H
 

@@ -143,7 +143,8 @@ static int verify(wk_backend *be, const char *own, size_t bytes, ein_error *err)
     size_t n = bytes < CHECK_BYTES ? bytes : CHECK_BYTES;
     for (int end = 0; end < 2; end++) {
         const char *src = end ? own + bytes - n : own;
-        int rc = be->mem.host_visible ? (memcpy(buf, src, n), 0) : be->mem.download(be, buf, src, n, err);
+        int rc = be->mem.host_visible ? (memcpy(buf, src, n), 0)
+                                      : be->mem.download(be, buf, src, n, err);
         if (rc < 0)
             return rc;
         for (size_t i = 0; i < n; i++)

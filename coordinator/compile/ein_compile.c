@@ -60,10 +60,11 @@ int co_find_worker(const char *name, const char *given, char *out, size_t len, e
 }
 
 /* The topology exchanges are synthesised for: o->topology; else, for a
- * probed backend (ein_backend_info.probed: CUDA), a probe of its devices; else `host` with exactly ndev CPU
- * devices. `desc` says where it came from. The messages name the options
- * by their meaning, never a front end's flags: a failed detection is
- * EIN_EDEVICE, after which a front end says how to name a topology. */
+ * probed backend (ein_backend_info.probed: CUDA), a probe of its devices;
+ * else `host` with exactly ndev CPU devices. `desc` says where it came
+ * from. The messages name the options by their meaning, never a front
+ * end's flags: a failed detection is EIN_EDEVICE, after which a front end
+ * says how to name a topology. */
 int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, char *desc,
                     size_t desclen, char *why_out, size_t whylen, ein_error *err)
 {
