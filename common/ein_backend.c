@@ -11,6 +11,7 @@
 #include "config.h"
 #include "include/einsummable/einsummable.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -98,15 +99,20 @@ const ein_backend_info *ein_backend_find(const char *name)
     return NULL;
 }
 
+static char names[128];
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+static void names_make(void)
+{
+    size_t n = 0;
+    for (int i = 0; i < NROWS && n < sizeof names; i++)
+        n += (size_t)snprintf(names + n, sizeof names - n, "%s%s",
+                              !i ? "" : i == NROWS - 1 ? " or " : ", ", rows[i].info.name);
+}
+
 const char *ein_backend_names(void)
 {
-    static char names[128];
-    if (!names[0]) {
-        size_t n = 0;
-        for (int i = 0; i < NROWS && n < sizeof names; i++)
-            n += (size_t)snprintf(names + n, sizeof names - n, "%s%s",
-                                  !i ? "" : i == NROWS - 1 ? " or " : ", ", rows[i].info.name);
-    }
+    pthread_once(&names_once, names_make);
     return names;
 }
 

@@ -575,7 +575,8 @@ const ein_backend_info *ein_backend_get(int i);
 int ein_backend_index(const ein_backend_info *b);
 /* The row named `name`, or NULL (also for NULL). */
 const ein_backend_info *ein_backend_find(const char *name);
-/* Every row's name for messages ("cpu or cuda"; "a, b or c"); static. */
+/* Every row's name for messages ("cpu or cuda"; "a, b or c"): static storage,
+ * built once (safe from any thread). */
 const char *ein_backend_names(void);
 /* 1 when b's devices can be used here (built into this library and its
  * devices visible), else 0; `why` (cap bytes, may be NULL) gets the
