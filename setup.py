@@ -102,10 +102,11 @@ def _project_build(native):
                              "(configured with --disable-shared?)" % stage)
         shutil.copy2(real, os.path.join(lib, "libeinsummable.so"))
         os.makedirs(os.path.join(native, "bin"))
-        for name in ("einworker", "einworker-cuda"):
-            p = os.path.join(stage, "bin", name)
+        # every backend's worker binary (ein_backend_info.worker: einworker,
+        # einworker-cuda where CUDA was built)
+        for p in sorted(glob.glob(os.path.join(stage, "bin", "einworker*"))):
             if os.path.isfile(p):
-                shutil.copy2(p, os.path.join(native, "bin", name))
+                shutil.copy2(p, os.path.join(native, "bin", os.path.basename(p)))
         share = glob.glob(os.path.join(stage, "share", "einsummable*"))
         for d in share:
             shutil.copytree(d, os.path.join(native, "share", os.path.basename(d)))

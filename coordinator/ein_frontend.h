@@ -141,12 +141,6 @@ int ein_fe_hosts_check(const ein_session_options *o, int ndev, ein_error *err);
  * program: written to out (len bytes). EIN_EINVAL saying how to name it. */
 int ein_fe_find_worker(const char *name, const char *given, char *out, size_t len,
                        ein_error *err);
-/* The backend a run takes when none is named: 1 cuda, 0 cpu with `why`
- * (ein_backend_auto, its stand-in $EIN_GPU_VISIBLE included). */
-int ein_fe_backend_auto(char *why, size_t cap, ein_error *err);
-/* 1 when GPUs are visible, 0 when not, EIN_EINVAL for a bad
- * $EIN_GPU_VISIBLE (ein_backend_auto). */
-int ein_fe_gpu_visible(ein_error *err);
 /* The topology a compile with `o` on `ndev` devices would use, as the
  * text of a .topo file: *text is the caller's (free); `desc` says where it
  * came from, `why` (detected ones) what the probe saw, else "". */

@@ -1,15 +1,16 @@
 /* kernels/kn_cpu.h — CPU concrete operators on sub-tensor blocks.
  *
- * A kn_block is a dense row-major block of data over its global `box`, in
- * `dtype`. Kernels compute in f32 (f16/bf16 are converted on load and
- * store) and write all of the output block. Block boxes must agree with the
- * operator: for an einsum, every index letter has the same interval in each
- * operand and in the output where it appears (an output letter's interval
- * may be any sub-interval of the full dimension: this is what a function
- * specification is). A kernel checks this and fails with EIN_ESHAPE
- * otherwise. Kernels allocate their own scratch with malloc (CPU only) and
- * free it before returning; they never keep state. GEMM goes through
- * OpenBLAS; the caller decides the thread count (workers use one). */
+ * Kernels take kn_block (kernels/kn_block.h): a dense row-major block of
+ * data over its global `box`, in `dtype`. Kernels compute in f32 (f16/bf16
+ * are converted on load and store) and write all of the output block.
+ * Block boxes must agree with the operator: for an einsum, every index
+ * letter has the same interval in each operand and in the output where it
+ * appears (an output letter's interval may be any sub-interval of the
+ * full dimension: this is what a function specification is). A kernel
+ * checks this and fails with EIN_ESHAPE otherwise. Kernels allocate their
+ * own scratch with malloc (CPU only) and free it before returning; they
+ * never keep state. GEMM goes through OpenBLAS; the caller decides the
+ * thread count (workers use one). */
 #ifndef KN_CPU_H
 #define KN_CPU_H
 
@@ -17,12 +18,7 @@
 #include "common/ein_dtype.h"
 #include "common/ein_error.h"
 #include "common/ein_program.h"
-
-typedef struct kn_block {
-    void *data;
-    ein_dtype dtype;
-    ein_box box;
-} kn_block;
+#include "kernels/kn_block.h"
 
 /* Validate an einsum subscript string for `nin` operands of the given ranks
  * ("ij,jk->ik", "bij,bjk->bik", "ij->j", ...): letters a-z, no repeated

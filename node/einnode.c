@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "common/ein_knob.h"
+#include "include/einsummable/einsummable.h"
 #include "node/nd_agent.h"
 
 static void usage(FILE *f)
@@ -17,8 +18,8 @@ static void usage(FILE *f)
             "usage: einnode --coordinator ENDPOINT --host H --devices LIST --ndevices N\n"
             "               --worker PATH [--iterations N] [--instr-timeout S]\n"
             "               [--parent-pid PID] [--keys-stdin] [--link-bw B] [--cwd DIR]\n"
-            "               [--link-latency S] [--gpus LIST] [--transport NAME]\n"
-            "               [--verbose]\n"
+            "               [--link-latency S] [--backend NAME [--gpus LIST]]\n"
+            "               [--transport NAME] [--verbose]\n"
             "\n"
             "The agent of one host in a run on several hosts: einrun (the coordinator)\n"
             "starts one per host. It starts and supervises the einworker of each device\n"
@@ -40,9 +41,11 @@ static void usage(FILE *f)
             "                the workers' deadlines of transfers between hosts\n"
             "  --link-latency S  one-way latency between hosts, seconds (latency-inter):\n"
             "                passed to the same deadlines\n"
-            "  --gpus LIST   GPU devices: the GPU of each device of --devices, in order\n"
-            "                (comma-separated; the workers are then einworker-cuda\n"
-            "                --backend cuda --gpu G; blocks between hosts are staged\n"
+            "  --backend NAME  the workers' backend (cpu, the default, or cuda; --worker\n"
+            "                is then its worker binary, einworker-cuda)\n"
+            "  --gpus LIST   with a backend of numbered devices (cuda): the GPU of each\n"
+            "                device of --devices, in order (comma-separated; the workers\n"
+            "                get --backend NAME --gpu G; blocks between hosts are staged\n"
             "                through pinned host memory, worker/wk_staged.h)\n"
             "  --transport NAME  how blocks move between hosts (einrun --transport;\n"
             "                default ucx): passed to the workers with this host's IPv4\n"
@@ -91,9 +94,11 @@ int main(int argc, char **argv)
         {"keys-stdin", no_argument, 0, 'k'},        {"link-bw", required_argument, 0, 'b'},
         {"cwd", required_argument, 0, 'C'},         {"link-latency", required_argument, 0, 'L'},
         {"gpus", required_argument, 0, 'g'},        {"transport", required_argument, 0, 'T'},
+        {"backend", required_argument, 0, 'B'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     nd_config c = {.host = -1, .iterations = 0, .instr_timeout = 600, .transport = "ucx"};
     const char *devs = NULL, *gpus = NULL;
+    const ein_backend_info *be = ein_backend_get(0);
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
@@ -118,6 +123,13 @@ int main(int argc, char **argv)
         case 'L': c.link_lat = atof(optarg); break;
         case 'g': gpus = optarg; break;
         case 'T': c.transport = optarg; break;
+        case 'B':
+            if (!(be = ein_backend_find(optarg))) {
+                fprintf(stderr, "einnode: --backend '%s': expected %s\n", optarg,
+                        ein_backend_names());
+                return 2;
+            }
+            break;
         case 'v': c.verbose = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -130,6 +142,15 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (!!gpus != !!be->probed) {
+        fprintf(stderr, gpus ? "einnode: --gpus: backend %s has no numbered devices (give "
+                               "--backend)\n"
+                             : "einnode: --backend %s: give --gpus, the id of each device\n",
+                be->name);
+        return 2;
+    }
+    if (ein_backend_index(be) > 0)
+        c.backend = be->name;
     int *list = malloc(sizeof *list * (size_t)c.ndevices);
     if (!list)
         return 1;

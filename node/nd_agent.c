@@ -111,12 +111,14 @@ static int spawn(nd *a, nd_worker *w, ein_error *err)
         argv[na++] = "--host-address";
         argv[na++] = a->host_addr;
     }
-    if (c->gpus) { /* GPU devices: the CUDA backend on this device's GPU */
-        snprintf(gpu, sizeof gpu, "%d", c->gpus[w - a->w]);
+    if (c->backend) { /* a backend besides CPU devices, with this device's id */
         argv[na++] = "--backend";
-        argv[na++] = "cuda";
-        argv[na++] = "--gpu";
-        argv[na] = gpu;
+        argv[na++] = (char *)c->backend;
+        if (c->gpus) {
+            snprintf(gpu, sizeof gpu, "%d", c->gpus[w - a->w]);
+            argv[na++] = "--gpu";
+            argv[na] = gpu;
+        }
     }
     pid_t pid = fork();
     if (pid < 0)

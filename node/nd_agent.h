@@ -53,9 +53,11 @@ typedef struct nd_config {
                                    then means the coordinator is gone */
     double link_bw;             /* bytes/s between hosts, 0: none (einworker --link-bw) */
     double link_lat;            /* seconds, one way (einworker --link-latency) */
-    const int *gpus;            /* NULL: CPU devices; else the GPU of each of devices[]:
-                                   einworker --backend cuda --gpu G (worker_path is then
-                                   einworker-cuda) */
+    const char *backend;        /* NULL: CPU devices; else the workers' --backend (a
+                                   row of common/ein_backend.c; worker_path is then its
+                                   worker binary) */
+    const int *gpus;            /* with a probed backend: the device id of each of
+                                   devices[] (einworker --gpu G) */
     int verbose;
 } nd_config;
 

@@ -63,9 +63,9 @@ static int child_main(int cuda, int gpu, const char *name, size_t bytes, int fd_
     char msg[sizeof err.msg + 4] = "ok";
     void *base = NULL;
     wk_backend *be = backend_new(cuda, gpu, &err);
-    int rc = be ? be->segment_create(be, name, bytes, &base, &err) : -1;
+    int rc = be ? be->mem.segment_create(be, name, bytes, &base, &err) : -1;
     if (rc == 0) {
-        if (be->host_visible) {
+        if (be->mem.host_visible) {
             memset(base, 7, bytes);
         } else {
             char *fill = malloc(bytes);
@@ -73,7 +73,7 @@ static int child_main(int cuda, int gpu, const char *name, size_t bytes, int fd_
                 rc = ein_fail(&err, EIN_ENOMEM, "out of host memory");
             } else {
                 memset(fill, 7, bytes);
-                rc = be->upload(be, base, fill, bytes, &err);
+                rc = be->mem.upload(be, base, fill, bytes, &err);
                 free(fill);
             }
         }
@@ -143,7 +143,8 @@ static int verify(wk_backend *be, const char *own, size_t bytes, ein_error *err)
     size_t n = bytes < CHECK_BYTES ? bytes : CHECK_BYTES;
     for (int end = 0; end < 2; end++) {
         const char *src = end ? own + bytes - n : own;
-        int rc = be->host_visible ? (memcpy(buf, src, n), 0) : be->download(be, buf, src, n, err);
+        int rc = be->mem.host_visible ? (memcpy(buf, src, n), 0)
+                                      : be->mem.download(be, buf, src, n, err);
         if (rc < 0)
             return rc;
         for (size_t i = 0; i < n; i++)
@@ -206,8 +207,8 @@ int main(int argc, char **argv)
     tp = malloc(sizeof(double) * (size_t)reps);
     tm = malloc(sizeof(double) * (size_t)reps);
     if (!tp || !tm || !(be = backend_new(cuda, gpu, &err)) ||
-        be->segment_create(be, ownname, bytes, &own, &err) < 0 ||
-        be->peer_open(be, 1, name, &peer, &pbytes, &err) < 0) {
+        be->mem.segment_create(be, ownname, bytes, &own, &err) < 0 ||
+        be->mem.peer_open(be, 1, name, &peer, &pbytes, &err) < 0) {
         fprintf(stderr, "bench-copy: %s\n", err.msg[0] ? err.msg : "out of memory");
         goto out;
     }
@@ -218,7 +219,7 @@ int main(int argc, char **argv)
     /* The first copy touches both mappings (and opens the IPC mapping). */
     for (int i = -1; i < reps; i++) {
         double t0 = ein_now_s();
-        if (be->copy(be, own, peer, bytes, &err) < 0 || be->sync(be, &err) < 0) {
+        if (be->dev.copy(be, own, peer, bytes, &err) < 0 || be->ord.sync(be, &err) < 0) {
             fprintf(stderr, "bench-copy: %s\n", err.msg);
             goto out;
         }

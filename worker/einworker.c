@@ -20,6 +20,7 @@
 #include "worker/wk_exec.h"
 #include "worker/wk_xport.h"
 #include "worker/wk_probe.h"
+#include "include/einsummable/einsummable.h"
 
 static char shm_path[256], sock_path[4200];
 
@@ -174,7 +175,8 @@ static void usage(FILE *f)
 typedef struct worker_args {
     wk_config cfg;
     long parent;              /* --parent-pid, 0: not checked */
-    int do_pause, use_cuda, gpu;
+    int do_pause, gpu;
+    const ein_backend_info *backend; /* --backend's row (default: row 0, cpu) */
     const char *log_path;
     double link_bw;           /* --link-bw (wk_xport_set_link) */
     double link_lat;          /* --link-latency (wk_xport_set_link) */
@@ -187,7 +189,7 @@ typedef enum opt_kind {
     OPT_DOUBLE,    /* atof into a double field */
     OPT_STR,       /* the argument itself into a const char * field */
     OPT_FLAG,      /* 1 into an int field */
-    OPT_BACKEND,   /* cpu or cuda, into use_cuda */
+    OPT_BACKEND,   /* a backend's name (common/ein_backend.c), into backend */
     OPT_PROBE,     /* --probe: run the probe and exit */
     OPT_HELP,      /* --help: usage on stdout, exit 0 */
 } opt_kind;
@@ -240,11 +242,11 @@ static int apply_opt(worker_args *a, const worker_opt *o, const char *arg)
     case OPT_STR: *(const char **)field = arg; break;
     case OPT_FLAG: *(int *)field = 1; break;
     case OPT_BACKEND:
-        if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
-            fprintf(stderr, "einworker: --backend '%s': expected cpu or cuda\n", arg);
+        if (!(a->backend = ein_backend_find(arg))) {
+            fprintf(stderr, "einworker: --backend '%s': expected %s\n", arg,
+                    ein_backend_names());
             return 2;
         }
-        a->use_cuda = !strcmp(arg, "cuda");
         break;
     case OPT_PROBE: return probe_main();
     case OPT_HELP: usage(stdout); return 0;
@@ -373,7 +375,7 @@ static int pin_cpu(const worker_args *a)
     const wk_config *cfg = &a->cfg;
     const char *pin = ein_knob_get(EIN_KNOB_PIN);
     cpu_set_t set, one;
-    if (a->use_cuda || sched_getaffinity(0, sizeof set, &set) != 0)
+    if (!a->backend->host_visible || sched_getaffinity(0, sizeof set, &set) != 0)
         return -1;
     int n = CPU_COUNT(&set);
     if (pin && *pin ? strcmp(pin, "1") != 0
@@ -422,27 +424,37 @@ static void read_test_hooks(wk_config *cfg)
     }
 }
 
+/* The backends this binary runs, by their rows' names (common/ein_backend.c):
+ * einworker the CPU one, einworker-cuda also CUDA. */
+static const struct {
+    const char *name;
+    wk_backend_make_fn make;
+} makers[] = {
+    {"cpu", wk_backend_cpu_make},
+#ifdef EIN_WORKER_CUDA
+    {"cuda", wk_backend_cuda_make},
+#endif
+};
+#define NMAKERS ((int)(sizeof makers / sizeof *makers))
+
 /* The backend the command line chose, or NULL with the reason in *err. */
 static wk_backend *make_backend(const worker_args *a, ein_error *err)
 {
-    wk_backend *be = NULL;
-    if (a->use_cuda) {
-#ifdef EIN_WORKER_CUDA
-        be = wk_backend_cuda_new(a->cfg.ndevices, a->gpu, err);
-#else
-        ein_fail(err, EIN_EUNSUPPORTED, "einworker has no CUDA backend (einworker-cuda has)");
-#endif
-    } else if (!(be = wk_backend_cpu_new(a->cfg.ndevices, a->cfg.graphs))) {
-        ein_fail(err, EIN_ENOMEM, "out of memory");
-    }
-    return be;
+    wk_backend_args ba = {.ndevices = a->cfg.ndevices, .gpu = a->gpu, .graphs = a->cfg.graphs};
+    for (int i = 0; i < NMAKERS; i++)
+        if (!strcmp(makers[i].name, a->backend->name))
+            return makers[i].make(&ba, err);
+    ein_fail(err, EIN_EUNSUPPORTED, "einworker has no %s backend (%s has)", a->backend->label,
+             a->backend->worker);
+    return NULL;
 }
 
 int main(int argc, char **argv)
 {
     worker_args a = {.cfg = {.device = -1, .ndevices = 0, .heartbeat_s = 0.5,
                              .instr_timeout_s = 600, .iterations = 1, .log_level = 1,
-                             .fault_instr = -1}};
+                             .fault_instr = -1},
+                     .backend = ein_backend_get(0)};
     wk_config *cfg = &a.cfg;
     int rc = parse_args(argc, argv, &a);
     if (rc != OPT_GO)

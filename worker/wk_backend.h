@@ -6,6 +6,11 @@
  * kernels with OpenBLAS; the CUDA backend exports one cudaMalloc region
  * over IPC instead.
  *
+ * A backend is three tables of functions, device (kernels, copies and
+ * graphs in stream order), memory (segments and host staging) and ordering
+ * (sync, cross-process marks), beside its name; docs/design.md, "The
+ * backend seam", draws where it sits.
+ *
  * Ownership: wk_backend_*_new return a backend freed with be->destroy(),
  * which also unmaps every segment it created or opened and unlinks the one
  * it created. */
@@ -16,53 +21,28 @@
 
 #include "common/ein_error.h"
 #include "common/ein_program.h"
-#include "kernels/kn_cpu.h"
+#include "kernels/kn_block.h"
 
 typedef struct wk_backend wk_backend;
 struct wk_staged_ops; /* worker/wk_staged.h */
 
-struct wk_backend {
-    const char *name;
-    /* 1 if device memory is host memory (CPU devices): LOAD and STORE then
-     * read and write it in place instead of staging through the host. */
-    int host_visible;
-    /* Create this device's segment of `bytes` under `name` and map it. */
-    int (*segment_create)(wk_backend *be, const char *name, size_t bytes, void **base,
-                          ein_error *err);
-    /* Map a peer's segment (read-only), once; later calls return the cache. */
-    int (*peer_open)(wk_backend *be, int peer, const char *name, const void **base,
-                     size_t *bytes, ein_error *err);
+/* The three parts of a backend, as ggml splits its backend (compute in
+ * stream order), buffer (memory) and event (ordering) interfaces. Every
+ * function takes the whole backend, its state. */
+
+/* Device: the work a backend enqueues in stream order, and what it says
+ * about it. */
+typedef struct wk_backend_device {
+    int (*kernel)(wk_backend *be, const ein_kernel *k, const kn_block *ins, int nin,
+                  kn_block *out, ein_error *err);
+    int (*agg)(wk_backend *be, ein_agg op, const kn_block *srcs, int n, kn_block *out,
+               ein_error *err);
     /* Device-to-device copy (a peer's memory to ours), in stream order. */
     int (*copy)(wk_backend *be, void *dst, const void *src, size_t bytes, ein_error *err);
     /* Copy `region` between dense blocks over dst_box and src_box (SLICE,
      * CONCAT), in stream order. */
     int (*copy_box)(wk_backend *be, void *dst, const ein_box *dst_box, const void *src,
                     const ein_box *src_box, const ein_box *region, size_t elem, ein_error *err);
-    /* Host <-> device, complete when they return. */
-    int (*upload)(wk_backend *be, void *dst, const void *host, size_t bytes, ein_error *err);
-    int (*download)(wk_backend *be, void *host, const void *src, size_t bytes, ein_error *err);
-    int (*kernel)(wk_backend *be, const ein_kernel *k, const kn_block *ins, int nin,
-                  kn_block *out, ein_error *err);
-    int (*agg)(wk_backend *be, ein_agg op, const kn_block *srcs, int n, kn_block *out,
-               ein_error *err);
-    /* Wait until everything enqueued has finished: before a peer is told a
-     * buffer is ready (unless signal is set), and at the end of an
-     * iteration. */
-    int (*sync)(wk_backend *be, ein_error *err);
-    /* Optional cross-process ordering without draining (NULL: NOTIFY calls
-     * sync() and a peer copy waits for nothing on the device). signal()
-     * marks, in stream order, the point a peer's copy must wait for: it is
-     * called before READY is sent, and must return only once a peer_wait()
-     * that starts after it will see the mark. peer_wait(peer) makes this
-     * backend's stream wait, on the device, for the latest mark of `peer`
-     * (called after peer_open, before the copy from it, and by a WAIT,
-     * so that writes after an acknowledged peer copy follow it). A backend may
-     * implement signal() as sync() (CUDA with EIN_CUDA_IPC_SYNC=stream);
-     * peer_wait() then does nothing. docs/runtime.md, "Cross-process
-     * ordering", says why a later mark standing in for an earlier one is
-     * safe. */
-    int (*signal)(wk_backend *be, ein_error *err);
-    int (*peer_wait)(wk_backend *be, int peer, ein_error *err);
     /* Graphs, optional (all four NULL when the backend has none): between
      * graph_begin and graph_end the stream-ordered calls (kernel, agg, copy,
      * copy_box) are captured instead of run. graph_end always ends the
@@ -85,6 +65,23 @@ struct wk_backend {
      * which attention ran, cuDNN's or ours, and why), into buf[cap], for
      * the worker's log. Returns 0, or negative when there is nothing. */
     int (*describe)(wk_backend *be, char *buf, size_t cap);
+} wk_backend_device;
+
+/* Memory: the device segment, peers' segments, and the way between device
+ * and host memory. */
+typedef struct wk_backend_memory {
+    /* 1 if device memory is host memory (CPU devices): LOAD and STORE then
+     * read and write it in place instead of staging through the host. */
+    int host_visible;
+    /* Create this device's segment of `bytes` under `name` and map it. */
+    int (*segment_create)(wk_backend *be, const char *name, size_t bytes, void **base,
+                          ein_error *err);
+    /* Map a peer's segment (read-only), once; later calls return the cache. */
+    int (*peer_open)(wk_backend *be, int peer, const char *name, const void **base,
+                     size_t *bytes, ein_error *err);
+    /* Host <-> device, complete when they return. */
+    int (*upload)(wk_backend *be, void *dst, const void *host, size_t bytes, ein_error *err);
+    int (*download)(wk_backend *be, void *host, const void *src, size_t bytes, ein_error *err);
     /* Optional (NULL: malloc and free): host memory that LOAD and STORE
      * stage through when host_visible is 0 (CUDA: pinned, cudaHostAlloc,
      * so uploads and downloads are DMA at full speed instead of going
@@ -99,13 +96,57 @@ struct wk_backend {
      * an event per slot, cudaHostAlloc), filled into *ops with ctx = be.
      * Used when UCX cannot read device memory itself (wk_ucx_cuda). */
     int (*staged_ops)(wk_backend *be, struct wk_staged_ops *ops, ein_error *err);
+} wk_backend_memory;
+
+/* Ordering: when enqueued work is done, and how another process's stream
+ * waits for ours. */
+typedef struct wk_backend_order {
+    /* Wait until everything enqueued has finished: before a peer is told a
+     * buffer is ready (unless signal is set), and at the end of an
+     * iteration. */
+    int (*sync)(wk_backend *be, ein_error *err);
+    /* Optional cross-process ordering without draining (NULL: NOTIFY calls
+     * sync() and a peer copy waits for nothing on the device). signal()
+     * marks, in stream order, the point a peer's copy must wait for: it is
+     * called before READY is sent, and must return only once a peer_wait()
+     * that starts after it will see the mark. peer_wait(peer) makes this
+     * backend's stream wait, on the device, for the latest mark of `peer`
+     * (called after peer_open, before the copy from it, and by a WAIT,
+     * so that writes after an acknowledged peer copy follow it). A backend may
+     * implement signal() as sync() (CUDA with EIN_CUDA_IPC_SYNC=stream);
+     * peer_wait() then does nothing. docs/runtime.md, "Cross-process
+     * ordering", says why a later mark standing in for an earlier one is
+     * safe. */
+    int (*signal)(wk_backend *be, ein_error *err);
+    int (*peer_wait)(wk_backend *be, int peer, ein_error *err);
+} wk_backend_order;
+
+struct wk_backend {
+    const char *name;         /* its row's name in common/ein_backend.c */
+    wk_backend_device dev;
+    wk_backend_memory mem;
+    wk_backend_order ord;
     void (*destroy)(wk_backend *be);
 };
+
+/* What a worker's command line gives a backend to start from. */
+typedef struct wk_backend_args {
+    int ndevices;             /* devices of the run (peers to map) */
+    int gpu;                  /* --gpu: the hardware device (backends with devices
+                                 named by id: ein_backend_info.probed) */
+    int graphs;               /* --graphs */
+} wk_backend_args;
+
+/* A backend's constructor, one per row of the worker's table (einworker.c):
+ * the backend, or NULL with the reason in *err. */
+typedef wk_backend *(*wk_backend_make_fn)(const wk_backend_args *a, ein_error *err);
 
 /* CPU devices; `graphs`: offer graphs, as recordings of the calls
  * (wk_record.h), so the executor's capture path runs without a GPU.
  * Returns NULL when out of memory. */
 wk_backend *wk_backend_cpu_new(int ndevices, int graphs);
+/* The same as a wk_backend_make_fn (fails with EIN_ENOMEM). */
+wk_backend *wk_backend_cpu_make(const wk_backend_args *a, ein_error *err);
 
 /* The CUDA backend on GPU `gpu` (built only with CUDA): one cudaMalloc
  * segment exported with cudaIpcGetMemHandle, whose handle is published in a
@@ -114,5 +155,7 @@ wk_backend *wk_backend_cpu_new(int ndevices, int graphs);
  * graphs are CUDA graphs captured from that stream.
  * Returns NULL and fills err if the GPU cannot be used. */
 wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err);
+/* The same as a wk_backend_make_fn. */
+wk_backend *wk_backend_cuda_make(const wk_backend_args *a, ein_error *err);
 
 #endif

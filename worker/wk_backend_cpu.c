@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/ein_knob.h"
+#include "kernels/kn_cpu.h"
 #include "worker/wk_peer.h"
 #include "worker/wk_record.h"
 
@@ -274,24 +275,27 @@ wk_backend *wk_backend_cpu_new(int ndevices, int graphs)
     kn_cpu_set_threads(1);
     c->be = (wk_backend){
         .name = "cpu",
-        .host_visible = 1,
-        .segment_create = cpu_segment_create,
-        .peer_open = cpu_peer_open,
-        .copy = cpu_copy,
-        .copy_box = cpu_copy_box,
-        .upload = cpu_upload,
-        .download = cpu_download,
-        .sync = cpu_sync,
-        .kernel = cpu_kernel,
-        .agg = cpu_agg,
-        .staged_ops = cpu_staged_ops,
+        .dev = {.kernel = cpu_kernel, .agg = cpu_agg, .copy = cpu_copy,
+                .copy_box = cpu_copy_box},
+        .mem = {.host_visible = 1, .segment_create = cpu_segment_create,
+                .peer_open = cpu_peer_open, .upload = cpu_upload, .download = cpu_download,
+                .staged_ops = cpu_staged_ops},
+        .ord = {.sync = cpu_sync},
         .destroy = cpu_destroy,
     };
     if (graphs) {
-        c->be.graph_begin = cpu_graph_begin;
-        c->be.graph_end = cpu_graph_end;
-        c->be.graph_launch = cpu_graph_launch;
-        c->be.graph_free = cpu_graph_free;
+        c->be.dev.graph_begin = cpu_graph_begin;
+        c->be.dev.graph_end = cpu_graph_end;
+        c->be.dev.graph_launch = cpu_graph_launch;
+        c->be.dev.graph_free = cpu_graph_free;
     }
     return &c->be;
+}
+
+wk_backend *wk_backend_cpu_make(const wk_backend_args *a, ein_error *err)
+{
+    wk_backend *be = wk_backend_cpu_new(a->ndevices, a->graphs);
+    if (!be)
+        ein_fail(err, EIN_ENOMEM, "out of memory");
+    return be;
 }

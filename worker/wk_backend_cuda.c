@@ -569,27 +569,15 @@ wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err)
     c->gpu = gpu;
     c->be = (wk_backend){
         .name = "cuda",
-        .host_visible = 0,
-        .segment_create = cu_segment_create,
-        .peer_open = cu_peer_open,
-        .copy = cu_copy,
-        .copy_box = cu_copy_box,
-        .upload = cu_upload,
-        .download = cu_download,
-        .kernel = cu_kernel,
-        .agg = cu_agg,
-        .sync = cu_sync,
-        .signal = cu_signal,
-        .peer_wait = cu_peer_wait,
-        .graph_begin = cu_graph_begin,
-        .graph_end = cu_graph_end,
-        .graph_launch = cu_graph_launch,
-        .graph_free = cu_graph_free,
-        .device_times = cu_device_times,
-        .describe = cu_describe,
-        .host_alloc = cu_host_alloc,
-        .host_free = cu_host_free,
-        .staged_ops = cu_staged_ops,
+        .dev = {.kernel = cu_kernel, .agg = cu_agg, .copy = cu_copy, .copy_box = cu_copy_box,
+                .graph_begin = cu_graph_begin, .graph_end = cu_graph_end,
+                .graph_launch = cu_graph_launch, .graph_free = cu_graph_free,
+                .device_times = cu_device_times, .describe = cu_describe},
+        .mem = {.host_visible = 0, .segment_create = cu_segment_create,
+                .peer_open = cu_peer_open, .upload = cu_upload, .download = cu_download,
+                .host_alloc = cu_host_alloc, .host_free = cu_host_free,
+                .staged_ops = cu_staged_ops},
+        .ord = {.sync = cu_sync, .signal = cu_signal, .peer_wait = cu_peer_wait},
         .destroy = cu_destroy,
     };
     cudaError_t e;
@@ -628,4 +616,9 @@ wk_backend *wk_backend_cuda_new(int ndevices, int gpu, ein_error *err)
 fail:
     cu_destroy(&c->be);
     return NULL;
+}
+
+wk_backend *wk_backend_cuda_make(const wk_backend_args *a, ein_error *err)
+{
+    return wk_backend_cuda_new(a->ndevices, a->gpu, err);
 }

@@ -238,16 +238,16 @@ static int staged(wk *w, ein_error *err)
 {
     const char *f = ein_knob_get(EIN_KNOB_XPORT_STAGED);
     int force = f && !strcmp(f, "1"); /* a test of the staged path on CPU devices too */
-    if ((w->be->host_visible || w->xp->ops->device_memory(w->xp->x)) && !force)
+    if ((w->be->mem.host_visible || w->xp->ops->device_memory(w->xp->x)) && !force)
         return 0;
     if (w->xstage)
         return 1;
     wk_staged_ops ops;
-    if (!w->be->staged_ops)
+    if (!w->be->mem.staged_ops)
         return ein_fail(err, EIN_EUNSUPPORTED, "blocks between hosts in %s memory: transport "
                         "%s cannot reach it and the backend cannot stage it", w->be->name,
                         w->xp->ops->name);
-    int rc = w->be->staged_ops(w->be, &ops, err);
+    int rc = w->be->mem.staged_ops(w->be, &ops, err);
     if (rc == 0)
         rc = wk_staged_new(&ops, wk_xport_chunk(), &w->xstage, err);
     return rc < 0 ? rc : 1;
@@ -264,7 +264,7 @@ static int copy_remote(wk *w, const ein_instr *ins, ein_error *err)
     if (st) /* in stream order: the copies into device memory follow what came before */
         return wk_xport_recv_staged(w->xp, ins->peer, ins->peer_buf, w->xstage,
                                     w->base + b->offset, b->bytes, err);
-    int rc = w->be->sync(w->be, err);
+    int rc = w->be->ord.sync(w->be, err);
     if (rc < 0)
         return rc;
     return wk_xport_recv(w->xp, ins->peer, ins->peer_buf, w->base + b->offset, b->bytes, err);
@@ -281,7 +281,7 @@ static int notify_remote(wk *w, const ein_instr *ins, ein_error *err)
     if (st) /* in stream order: the copies out follow the kernels that wrote it */
         return wk_xport_send_staged(w->xp, ins->peer, ins->srcs[0], w->xstage, blk.data, bytes,
                                     err);
-    int rc = w->be->sync(w->be, err);
+    int rc = w->be->ord.sync(w->be, err);
     if (rc < 0)
         return rc;
     return wk_xport_send(w->xp, ins->peer, ins->srcs[0], blk.data, bytes, err);
@@ -296,7 +296,7 @@ static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
     if (wk_xport_remote(w->xp, ins->peer))
         return copy_remote(w, ins, err);
     ein_segment_name(name, sizeof name, w->cfg->run_id, ins->peer);
-    int rc = w->be->peer_open(w->be, ins->peer, name, &pbase, &pbytes, err);
+    int rc = w->be->mem.peer_open(w->be, ins->peer, name, &pbase, &pbytes, err);
     if (rc < 0)
         return rc;
     if (ins->peer_offset > pbytes || b->bytes > pbytes - ins->peer_offset)
@@ -305,9 +305,9 @@ static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
                         (unsigned long long)b->bytes, (unsigned long long)ins->peer_offset,
                         ins->peer, pbytes);
     /* The peer's READY came after its signal(): order our copy after it. */
-    if (w->be->peer_wait && (rc = w->be->peer_wait(w->be, ins->peer, err)) < 0)
+    if (w->be->ord.peer_wait && (rc = w->be->ord.peer_wait(w->be, ins->peer, err)) < 0)
         return rc;
-    return w->be->copy(w->be, w->base + b->offset, (const char *)pbase + ins->peer_offset,
+    return w->be->dev.copy(w->be, w->base + b->offset, (const char *)pbase + ins->peer_offset,
                        b->bytes, err);
 }
 
@@ -316,14 +316,14 @@ static int peer_copy(wk *w, const ein_instr *ins, ein_error *err)
  * peer's recorded event, as a COPY does; on CPU that is already so). */
 static int peer_ack(wk *w, const ein_instr *ins, ein_error *err)
 {
-    if (!w->be->peer_wait)
+    if (!w->be->ord.peer_wait)
         return 0;
     char name[160];
     const void *pbase;
     size_t pbytes;
     ein_segment_name(name, sizeof name, w->cfg->run_id, ins->peer);
-    int rc = w->be->peer_open(w->be, ins->peer, name, &pbase, &pbytes, err);
-    return rc < 0 ? rc : w->be->peer_wait(w->be, ins->peer, err);
+    int rc = w->be->mem.peer_open(w->be, ins->peer, name, &pbase, &pbytes, err);
+    return rc < 0 ? rc : w->be->ord.peer_wait(w->be, ins->peer, err);
 }
 
 static int notify(wk *w, const ein_instr *ins, ein_error *err)
@@ -333,7 +333,7 @@ static int notify(wk *w, const ein_instr *ins, ein_error *err)
         return notify_remote(w, ins, err);
     /* The peer may copy as soon as it hears: the buffer must be complete,
      * or (signal) the peer's copy ordered after what completes it. */
-    int rc = w->be->signal ? w->be->signal(w->be, err) : w->be->sync(w->be, err);
+    int rc = w->be->ord.signal ? w->be->ord.signal(w->be, err) : w->be->ord.sync(w->be, err);
     if (rc < 0)
         return rc;
     ein_msg m = {.type = EIN_MSG_READY, .device = w->cfg->device, .buffer = ins->srcs[0]};
@@ -412,8 +412,8 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
             blk[i] = wk_block_of(w, ins->srcs[i]);
         kn_block out = wk_block_of(w, ins->dst);
         rc = ins->kind == EIN_I_KERNEL
-                 ? w->be->kernel(w->be, &ins->kernel, blk, ins->nsrcs, &out, err)
-                 : w->be->agg(w->be, ins->agg, blk, ins->nsrcs, &out, err);
+                 ? w->be->dev.kernel(w->be, &ins->kernel, blk, ins->nsrcs, &out, err)
+                 : w->be->dev.agg(w->be, ins->agg, blk, ins->nsrcs, &out, err);
         w->t_kernel += ein_now_s() - t0;
         return rc;
     }
@@ -422,7 +422,7 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
         for (int i = 0; i < ins->nsrcs && rc == 0; i++) {
             kn_block s = wk_block_of(w, ins->srcs[i]);
             const ein_box *region = ins->kind == EIN_I_SLICE ? &d->box : &s.box;
-            rc = w->be->copy_box(w->be, w->base + d->offset, &d->box, s.data, &s.box, region,
+            rc = w->be->dev.copy_box(w->be, w->base + d->offset, &d->box, s.data, &s.box, region,
                                  ein_dtype_size(d->dtype), err);
         }
         break;
@@ -509,7 +509,7 @@ static void capture(wk *w, int i)
              w->graph_min);
         return;
     }
-    int rc = w->be->graph_begin(w->be, &cerr), begun = rc == 0;
+    int rc = w->be->dev.graph_begin(w->be, &cerr), begun = rc == 0;
     if (begun && w->cfg->fault && !strcmp(w->cfg->fault, "nocapture"))
         rc = ein_fail(&cerr, EIN_EDEVICE, "injected capture failure (EIN_FAULT nocapture)");
     if (begun) {
@@ -525,14 +525,14 @@ static void capture(wk *w, int i)
         if (w->status && rc == 0)
             w->status->instr = -1;
         atomic_store(&w->pulse.instr, -1);
-        int end = w->be->graph_end(w->be, &g, rc == 0 ? &cerr : &ignored);
+        int end = w->be->dev.graph_end(w->be, &g, rc == 0 ? &cerr : &ignored);
         if (rc == 0)
             rc = end;
     }
     w->current = i;
     if (rc < 0) {
         if (g)
-            w->be->graph_free(w->be, g);
+            w->be->dev.graph_free(w->be, g);
         w->graph_off[i] = 1;
         if (!w->nfailed++)
             snprintf(w->graph_error, sizeof w->graph_error, "instructions %d..%d: %.*s", i, j,
@@ -568,7 +568,7 @@ static int run_stretch(wk *w, int i, ein_error *err)
     wk_log(w, 2, "start graph %d..%d", i, j);
     double t0 = ein_now_s();
     wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
-    int rc = w->be->graph_launch(w->be, w->graph[i], err);
+    int rc = w->be->dev.graph_launch(w->be, w->graph[i], err);
     wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
     double t1 = ein_now_s();
     if (rc == 0)
@@ -683,7 +683,7 @@ int wk_exec_cancel_run(wk *w, ein_error *err)
 {
     int n = w->cfg->ndevices, me = w->cfg->device, rc;
     wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
-    rc = w->be->sync(w->be, err);
+    rc = w->be->ord.sync(w->be, err);
     wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
     if (rc < 0)
         return rc;

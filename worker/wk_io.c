@@ -121,7 +121,7 @@ void wk_stage_drop(wk *w)
     if (!w->stage)
         return;
     if (w->stage_pinned)
-        w->be->host_free(w->be, w->stage);
+        w->be->mem.host_free(w->be, w->stage);
     else
         free(w->stage);
     w->stage = NULL;
@@ -144,11 +144,11 @@ static void *stage_get(wk *w, uint64_t bytes, ein_error *err)
     wk_stage_drop(w);
     ein_error why = {0};
     int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY); /* pinning GiBs takes a while */
-    if (w->be->host_alloc && w->be->host_alloc(w->be, want, &w->stage, &why) == 0) {
+    if (w->be->mem.host_alloc && w->be->mem.host_alloc(w->be, want, &w->stage, &why) == 0) {
         w->stage_pinned = 1;
     } else {
         w->stage = NULL;
-        if (w->be->host_alloc)
+        if (w->be->mem.host_alloc)
             wk_log(w, 1, "staging %zu bytes in pageable memory: %s", want, why.msg);
         w->stage = malloc(want);
     }
@@ -165,7 +165,7 @@ static void *stage_get(wk *w, uint64_t bytes, ein_error *err)
 int wk_io_load(wk *w, const ein_instr *ins, ein_error *err)
 {
     const ein_pbuffer *b = &w->prog->buffers[ins->dst];
-    if (w->be->host_visible)
+    if (w->be->mem.host_visible)
         return load_host(w, ins, b, w->base + b->offset, err);
     void *stage = stage_get(w, b->bytes, err);
     if (!stage)
@@ -173,7 +173,7 @@ int wk_io_load(wk *w, const ein_instr *ins, ein_error *err)
     int rc = load_host(w, ins, b, stage, err);
     if (rc == 0) {
         int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
-        rc = w->be->upload(w->be, w->base + b->offset, stage, b->bytes, err);
+        rc = w->be->mem.upload(w->be, w->base + b->offset, stage, b->bytes, err);
         wk_pulse_set(&w->pulse, prev);
     }
     return rc;
@@ -183,15 +183,15 @@ int wk_io_store(wk *w, const ein_instr *ins, ein_error *err)
 {
     kn_block s = wk_block_of(w, ins->srcs[0]);
     const ein_pbuffer *b = &w->prog->buffers[ins->srcs[0]];
-    if (w->be->host_visible)
+    if (w->be->mem.host_visible)
         return store_host(w, ins->path, &s.box, b->dtype, s.data, err);
     void *stage = stage_get(w, b->bytes, err);
     if (!stage)
         return EIN_ENOMEM;
     int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
-    int rc = w->be->sync(w->be, err);
+    int rc = w->be->ord.sync(w->be, err);
     if (rc == 0)
-        rc = w->be->download(w->be, stage, s.data, b->bytes, err);
+        rc = w->be->mem.download(w->be, stage, s.data, b->bytes, err);
     wk_pulse_set(&w->pulse, prev);
     if (rc == 0)
         rc = store_host(w, ins->path, &s.box, b->dtype, stage, err);

@@ -60,7 +60,7 @@ static int reload(wk *w, ein_error *err)
     if (!any)
         return 0;
     int prev = wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
-    rc = w->be->sync(w->be, err);
+    rc = w->be->ord.sync(w->be, err);
     wk_pulse_set(&w->pulse, prev);
     return rc;
 }
@@ -150,7 +150,7 @@ static int poison(wk *w, ein_error *err)
     for (int b = 0; b < p->nbuffers; b++)
         if (!loaded[b] && p->buffers[b].bytes > most)
             most = p->buffers[b].bytes;
-    if (!w->be->host_visible && most > 0) {
+    if (!w->be->mem.host_visible && most > 0) {
         if (!(stage = malloc(most)))
             rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         else
@@ -160,10 +160,10 @@ static int poison(wk *w, ein_error *err)
         const ein_pbuffer *pb = &p->buffers[b];
         if (loaded[b] || pb->bytes == 0)
             continue;
-        if (w->be->host_visible)
+        if (w->be->mem.host_visible)
             memset(w->base + pb->offset, 0xff, pb->bytes);
         else
-            rc = w->be->upload(w->be, w->base + pb->offset, stage, pb->bytes, err);
+            rc = w->be->mem.upload(w->be, w->base + pb->offset, stage, pb->bytes, err);
     }
     free(stage);
     free(loaded);
@@ -195,7 +195,7 @@ static int setup_graphs(wk *w, ein_error *err)
     }
     if (!w->cfg->graphs || n == 0)
         return 0;
-    if (!w->be->graph_begin) {
+    if (!w->be->dev.graph_begin) {
         wk_log(w, 1, "the %s backend has no graphs: every instruction runs on its own",
              w->be->name);
         return 0;
@@ -222,7 +222,7 @@ static void teardown(wk *w)
     if (w->graph)
         for (int i = 0; i < w->prog->ninstrs; i++)
             if (w->graph[i])
-                w->be->graph_free(w->be, w->graph[i]);
+                w->be->dev.graph_free(w->be, w->graph[i]);
     free(w->graph);
     free(w->graph_off);
     free(w->head);
@@ -272,7 +272,7 @@ static int worker_start(wk *w, ein_error *err)
                             cfg->instr_timeout_s, &w->pulse, &w->beater, err)) < 0)
         return rc;
     wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
-    rc = be->segment_create(be, seg, w->prog->segment_bytes, &base, err);
+    rc = be->mem.segment_create(be, seg, w->prog->segment_bytes, &base, err);
     wk_pulse_set(&w->pulse, WK_PULSE_MAIN);
     if (rc < 0)
         return rc;
@@ -334,8 +334,8 @@ static int send_done(wk *w, ein_error *err)
      * measures them (CUDA events), else the host's. */
     double dk = 0, dc = 0;
     ein_error terr = {0};
-    int dev_timed = be->device_times && be->device_times(be, &dk, &dc, &terr) == 0;
-    if (be->device_times && !dev_timed)
+    int dev_timed = be->dev.device_times && be->dev.device_times(be, &dk, &dc, &terr) == 0;
+    if (be->dev.device_times && !dev_timed)
         wk_log(w, 1, "no device times this iteration (host times sent): %s", terr.msg);
     ein_msg done = {.type = EIN_MSG_DONE, .device = cfg->device,
                     .t_total = ein_now_s() - w->t_start, .t_kernel = w->t_kernel,
@@ -377,7 +377,7 @@ static int run_iteration(wk *w, ein_error *err)
     if (rc == 1)
         return wk_exec_cancel_run(w, err);
     wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
-    rc = be->sync(be, err);
+    rc = be->ord.sync(be, err);
     /* Our blocks to other hosts must be there before DONE (wk_xport.h). */
     if (rc == 0 && w->xp)
         rc = w->xp->ops->flush(w->xp->x, err);
@@ -393,8 +393,8 @@ static int run_iteration(wk *w, ein_error *err)
     if ((rc = send_done(w, err)) < 0)
         return rc;
     char what[640];
-    if (be->describe && (w->iter == 0 || w->iter + 1 == cfg->iterations) &&
-        be->describe(be, what, sizeof what) == 0)
+    if (be->dev.describe && (w->iter == 0 || w->iter + 1 == cfg->iterations) &&
+        be->dev.describe(be, what, sizeof what) == 0)
         wk_log(w, 1, "%s", what);
     return 0;
 }

@@ -126,16 +126,16 @@ int wk_record_replay(const wk_record *r, wk_backend *be, ein_error *err)
         rec_call *c = &r->calls[i];
         switch (c->kind) {
         case REC_KERNEL:
-            rc = be->kernel(be, c->kernel, c->ins, c->nin, &c->out, err);
+            rc = be->dev.kernel(be, c->kernel, c->ins, c->nin, &c->out, err);
             break;
         case REC_AGG:
-            rc = be->agg(be, c->agg, c->ins, c->nin, &c->out, err);
+            rc = be->dev.agg(be, c->agg, c->ins, c->nin, &c->out, err);
             break;
         case REC_COPY:
-            rc = be->copy(be, c->dst, c->src, c->bytes, err);
+            rc = be->dev.copy(be, c->dst, c->src, c->bytes, err);
             break;
         case REC_COPY_BOX:
-            rc = be->copy_box(be, c->dst, &c->dst_box, c->src, &c->src_box, &c->region, c->elem,
+            rc = be->dev.copy_box(be, c->dst, &c->dst_box, c->src, &c->src_box, &c->region, c->elem,
                               err);
             break;
         }

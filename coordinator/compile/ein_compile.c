@@ -52,61 +52,12 @@ int co_find_worker(const char *name, const char *given, char *out, size_t len, e
                     "name it (the worker option, or $EINWORKER)", name);
 }
 
-int co_gpu_visible(ein_error *err)
-{
-    const char *knob = ein_knob_get(EIN_KNOB_GPU_VISIBLE);
-    if (knob && *knob) {
-        if (!strcmp(knob, "0") || !strcmp(knob, "1"))
-            return knob[0] == '1';
-        return ein_fail(err, EIN_EINVAL, "$EIN_GPU_VISIBLE '%s': expected 0 or 1", knob);
-    }
-    /* CUDA_VISIBLE_DEVICES hides every GPU when it names none ("", "-1") */
-    const char *cvd = ein_knob_get(EIN_KNOB_CUDA_VISIBLE_DEVICES);
-    if (cvd) {
-        int named = 0;
-        for (const char *p = cvd; *p; p += strcspn(p, ","), p += *p == ',') {
-            p += strspn(p, " ");
-            named |= *p && *p != ',' && *p != '-';
-            if (*p == '-')
-                break; /* CUDA stops at the first invalid id */
-        }
-        if (!named)
-            return 0;
-    }
-    return access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
-}
-
-int co_backend_auto(char *why, size_t cap, ein_error *err)
-{
-    int vis = co_gpu_visible(err);
-    if (vis < 0)
-        return vis;
-#ifdef HAVE_CUDA
-    if (vis) {
-        snprintf(why, cap, "GPUs visible");
-        return 1;
-    }
-    snprintf(why, cap, "no GPU visible");
-#else
-    snprintf(why, cap, vis ? "built without CUDA" : "no GPU visible");
-#endif
-    return 0;
-}
-
-int ein_backend_auto(char *why, size_t cap, ein_error *err)
-{
-    char buf[64];
-    int rc = co_backend_auto(buf, sizeof buf, err);
-    if (rc >= 0 && why && cap)
-        snprintf(why, cap, "%s", buf);
-    return rc;
-}
-
-/* The topology exchanges are synthesised for: o->topology; else, for the
- * CUDA backend, a probe of the GPUs; else `host` with exactly ndev CPU
- * devices. `desc` says where it came from. The messages name the options
- * by their meaning, never a front end's flags: a failed detection is
- * EIN_EDEVICE, after which a front end says how to name a topology. */
+/* The topology exchanges are synthesised for: o->topology; else, for a
+ * probed backend (ein_backend_info.probed: CUDA), a probe of its devices;
+ * else `host` with exactly ndev CPU devices. `desc` says where it came
+ * from. The messages name the options by their meaning, never a front
+ * end's flags: a failed detection is EIN_EDEVICE, after which a front end
+ * says how to name a topology. */
 int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, char *desc,
                     size_t desclen, char *why_out, size_t whylen, ein_error *err)
 {
@@ -126,12 +77,16 @@ int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, c
         snprintf(desc, desclen, "given as %s", o->topology);
         return 0;
     }
-    if (o->cuda || o->gpu_probe) {
+    const ein_backend_info *be = ein_backend_find(o->backend ? o->backend : "cpu");
+    if (!be)
+        return ein_fail(err, EIN_EINVAL, "backend '%s' (expected %s)", o->backend,
+                        ein_backend_names());
+    if (be->probed || o->gpu_probe) {
         co_topo_probe *pr = NULL;
         char worker[PATH_MAX] = "", why[512] = "";
         if (o->gpu_probe) {
             rc = co_topo_probe_load(o->gpu_probe, &pr, err);
-        } else if ((rc = co_find_worker("einworker-cuda", o->worker, worker, sizeof worker,
+        } else if ((rc = co_find_worker(be->worker, o->worker, worker, sizeof worker,
                                         err)) < 0) {
             ein_error_prefix(err, "to probe the GPUs");
         } else {
@@ -230,7 +185,7 @@ static int compiled_exchange_texts(ein_compiled *c, ein_error *err)
 static int compiled_topology_source(ein_compiled *c, const ein_compile_options *o,
                                     ein_error *err)
 {
-    c->src_cuda = o->cuda ? 1 : 0;
+    c->src_backend = ein_backend_index(ein_backend_find(o->backend ? o->backend : "cpu"));
     for (int d = 0; d < c->ndev && d < EIN_MAX_DEVICES; d++)
         c->src_gpu_ids[d] = o->gpu_ids ? o->gpu_ids[d] : d;
     if ((o->topology && !(c->src_topology = strdup(o->topology))) ||
@@ -258,6 +213,9 @@ static int compile_check(const ein_compile_options *o, int predict_only, int nde
     if (o->partials && pl_partials_parse(o->partials, &pm) < 0)
         return ein_fail(err, EIN_EINVAL, "compile: partials '%s' (expected f32 or native)",
                         o->partials);
+    if (o->backend && !ein_backend_find(o->backend))
+        return ein_fail(err, EIN_EINVAL, "compile: backend '%s' (expected %s)", o->backend,
+                        ein_backend_names());
     return 0;
 }
 

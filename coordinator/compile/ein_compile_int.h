@@ -40,7 +40,7 @@ struct ein_compiled {
      * gpu_ids, gpu_probe), so that loading a saved program can find this
      * machine's the same way and compare (ein_compiled_file.c). */
     char *src_topology, *src_gpu_probe;
-    int src_cuda;
+    int src_backend;            /* ein_backend_index of the compile's backend */
     int src_gpu_ids[EIN_MAX_DEVICES];
     int loaded;                 /* read by ein_compiled_load (co_compiled_rederive) */
     /* How the programs were lowered (co_lower_opts, saved with them): no
@@ -123,14 +123,6 @@ int co_compiled_rederive(ein_compiled *c, ein_error *err);
  * program or library (ein_self.h): NAME, ../NAME, ../bin/NAME. Fails with
  * EIN_EINVAL and a message saying how to name it. */
 int co_find_worker(const char *name, const char *given, char *out, size_t len, ein_error *err);
-/* 1 when GPUs are visible to this process, else 0: $EIN_GPU_VISIBLE=0|1
- * when set (tests stand in for a GPU machine with it), else none when
- * CUDA_VISIBLE_DEVICES names none ("" or "-1"), else a GPU device node
- * exists (/dev/nvidia0 or /dev/nvidiactl). EIN_EINVAL for another
- * $EIN_GPU_VISIBLE. */
-int co_gpu_visible(ein_error *err);
-/* The backend a run takes when none is named (ein_backend_auto). */
-int co_backend_auto(char *why, size_t cap, ein_error *err);
 /* The topology a compile uses (see ein_compile_options.topology); `desc`
  * says where it came from, `why` (detected ones) what the probe saw.
  * *out is the caller's (xp_topo_free). */

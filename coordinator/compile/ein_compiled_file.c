@@ -92,7 +92,9 @@ static int pack_compiled(msgpack_packer *pk, const ein_compiled *c, const char *
     KEY("source");
     e |= msgpack_pack_map(pk, 4);
     KEY("topology"); e |= pack_str_or_nil(pk, c->src_topology);
-    KEY("cuda"); e |= msgpack_pack_int(pk, c->src_cuda);
+    /* "cuda": the backend's row index (ein_backend_index; 0 cpu, 1 cuda),
+     * under the name the format has had since it held a CUDA flag. */
+    KEY("cuda"); e |= msgpack_pack_int(pk, c->src_backend);
     KEY("gpu_ids");
     e |= msgpack_pack_array(pk, (size_t)c->ndev);
     for (int d = 0; d < c->ndev; d++)
@@ -271,9 +273,10 @@ static int unpack_topology(const msgpack_object *o, ein_compiled *c, char **text
         if (!s[i])
             return ein_fail(err, EIN_EPROTO, "topology.source: missing field '%s'", skeys[i]);
     if ((rc = get_str_or_nil(s[0], &c->src_topology, "topology.source.topology", err)) < 0 ||
-        (rc = ein_mp_get_int(s[1], 0, 1, &iv, "topology.source.cuda", err)) < 0)
+        (rc = ein_mp_get_int(s[1], 0, ein_backend_count() - 1, &iv, "topology.source.cuda",
+                             err)) < 0)
         return rc;
-    c->src_cuda = (int)iv;
+    c->src_backend = (int)iv;
     if ((rc = get_array(s[2], (uint32_t)c->ndev, "topology.source.gpu_ids", err)) < 0)
         return rc;
     for (int d = 0; d < c->ndev; d++) {
@@ -449,7 +452,7 @@ static int check_topology(ein_compiled *c, const ein_compile_options *opts, cons
     } else {
         ein_compile_options_init(&o);
         o.topology = c->src_topology;
-        o.cuda = c->src_cuda;
+        o.backend = ein_backend_get(c->src_backend)->name;
         o.gpu_ids = c->src_gpu_ids;
         o.gpu_probe = c->src_gpu_probe;
     }

@@ -315,7 +315,7 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
     /* GPU devices: the GPU of each of the host's devices, in order (einrun
      * --gpus; else, on this machine, GPU d, and on a launched host its
      * k-th device on GPU k). */
-    for (int d = 0, k = 0, n = 0; o->cuda && d < ndev; d++) {
+    for (int d = 0, k = 0, n = 0; o->backend && o->backend->probed && d < ndev; d++) {
         if (o->host_of[d] != h)
             continue;
         int g = o->gpu_ids ? o->gpu_ids[d] : launch ? k : d;
@@ -359,6 +359,10 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
     if (o->transport) {
         argv[na++] = "--transport";
         argv[na++] = (char *)o->transport;
+    }
+    if (o->backend && ein_backend_index(o->backend) > 0) {
+        argv[na++] = "--backend";
+        argv[na++] = (char *)o->backend->name;
     }
     if (gpus[0]) {
         argv[na++] = "--gpus";

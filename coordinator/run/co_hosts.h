@@ -35,7 +35,7 @@
  * its end (this process gone, or the launcher's connection lost).
  * o->link_bw (bytes/s, 0: none) and o->link_lat (seconds) go to the
  * agent's --link-bw and --link-latency (worker deadlines of transfers
- * between hosts, worker/wk_xport.h). GPU devices (o->cuda): --gpus, the
+ * between hosts, worker/wk_xport.h). GPU devices (o->backend probed): --gpus, the
  * GPU of each of the host's devices (o->gpu_ids[d]; else d here, or the
  * k-th device of a launched host on its GPU k). The child gets
  * `mask` as its signal mask, SIGTERM/SIGINT/SIGHUP/SIGCHLD unblocked.

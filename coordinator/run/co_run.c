@@ -124,10 +124,10 @@ static int spawn(run *r, int d, ein_error *err)
     snprintf(itmo, sizeof itmo, "%g", r->o->instr_timeout);
     argv[n++] = "--instr-timeout";
     argv[n++] = itmo;
-    if (r->o->cuda) {
+    if (r->o->backend && r->o->backend->probed) {
         snprintf(gpu, sizeof gpu, "%d", r->o->gpu_ids ? r->o->gpu_ids[d] : d);
         argv[n++] = "--backend";
-        argv[n++] = "cuda";
+        argv[n++] = (char *)r->o->backend->name;
         argv[n++] = "--gpu";
         argv[n++] = gpu;
     }

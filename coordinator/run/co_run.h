@@ -27,6 +27,7 @@
 #include "common/ein_error.h"
 #include "common/ein_program.h"
 #include "common/ein_wire.h"
+#include "include/einsummable/einsummable.h"
 
 struct co_host; /* co_hosts.h */
 
@@ -55,8 +56,9 @@ typedef struct co_run_opts {
     int manual;                 /* workers are started by hand (see einrun --help) */
     const char *const *cleanup_paths; /* files to remove if the coordinator dies */
     int ncleanup;
-    int cuda;                   /* workers use the CUDA backend ... */
-    const int *gpu_ids;         /* ... worker d on GPU gpu_ids[d] */
+    const ein_backend_info *backend; /* workers run this backend (NULL: cpu) ... */
+    const int *gpu_ids;         /* ... worker d, where the backend is probed, on
+                                   device gpu_ids[d] */
     int graphs;                 /* workers capture local stretches as graphs */
     /* A session: called once its private directory exists (the guard
      * removes it with everything in it if the process dies) and before any

@@ -37,16 +37,6 @@ int ein_fe_find_worker(const char *name, const char *given, char *out, size_t le
     return co_find_worker(name, given, out, len, err);
 }
 
-int ein_fe_gpu_visible(ein_error *err)
-{
-    return co_gpu_visible(err);
-}
-
-int ein_fe_backend_auto(char *why, size_t cap, ein_error *err)
-{
-    return co_backend_auto(why, cap, err);
-}
-
 int ein_fe_topology_text(const ein_compile_options *o, int ndev, char **text, char *desc,
                          size_t desclen, char *why, size_t whylen, ein_error *err)
 {

@@ -163,6 +163,35 @@ static int prepare(void *ctx, const char *dir, ein_error *err)
     return 0;
 }
 
+/* The backend named (NULL: ein_backend_auto's) into *out, checked to be
+ * usable here: EIN_EINVAL for a name that is no row, EIN_EDEVICE for one
+ * not built or without devices. */
+static int session_backend(const char *name, const ein_backend_info **out, ein_error *err)
+{
+    char why[64];
+    if (!name) {
+        int i = ein_backend_auto(why, sizeof why, err);
+        if (i < 0)
+            return i;
+        *out = ein_backend_get(i);
+        return 0;
+    }
+    const ein_backend_info *b = ein_backend_find(name);
+    if (!b)
+        return ein_fail(err, EIN_EINVAL, "session: backend '%s': expected %s", name,
+                        ein_backend_names());
+    *out = b;
+    if (!b->built)
+        return ein_fail(err, EIN_EDEVICE, "backend %s: this library was built without %s",
+                        b->name, b->label);
+    int rc = ein_backend_present(b, why, sizeof why, err);
+    if (rc < 0)
+        return rc;
+    if (!rc)
+        return ein_fail(err, EIN_EDEVICE, "backend %s: %s", b->name, why);
+    return 0;
+}
+
 int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein_session **out,
                      ein_error *err)
 {
@@ -189,32 +218,16 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
     if (!c->progs)
         return ein_fail(err, EIN_EINVAL, "session: this program was compiled with plan_only "
                                          "and cannot run");
-    int cuda = 0;
-    if (!o.backend) { /* GPUs where there are GPUs */
-        char why[64];
-        if ((cuda = co_backend_auto(why, sizeof why, err)) < 0)
-            return cuda;
-    } else if (strcmp(o.backend, "cpu")) {
-        if (strcmp(o.backend, "cuda"))
-            return ein_fail(err, EIN_EINVAL, "session: backend '%s': expected cpu or cuda",
-                            o.backend);
-        cuda = 1;
-#ifndef HAVE_CUDA
-        return ein_fail(err, EIN_EDEVICE, "backend cuda: this library was built without CUDA");
-#endif
-        int vis = co_gpu_visible(err);
-        if (vis < 0)
-            return vis;
-        if (!vis)
-            return ein_fail(err, EIN_EDEVICE, "backend cuda: no GPU visible");
-    }
+    const ein_backend_info *be = NULL;
+    int rc = session_backend(o.backend, &be, err);
+    if (rc < 0)
+        return rc;
     if (o.debug_device >= c->ndev || o.wrapper_device >= c->ndev)
         return ein_fail(err, EIN_EINVAL, "%s %d: there are only %d devices",
                         o.debug_device >= c->ndev ? "debug device" : "wrapper device",
                         o.debug_device >= c->ndev ? o.debug_device : o.wrapper_device, c->ndev);
     char worker[PATH_MAX];
-    int rc = co_find_worker(cuda ? "einworker-cuda" : "einworker", o.worker, worker, sizeof worker,
-                            err);
+    rc = co_find_worker(be->worker, o.worker, worker, sizeof worker, err);
     if (rc < 0)
         return rc;
     ein_session *s = calloc(1, sizeof *s);
@@ -244,8 +257,9 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
                       .verbose = o.verbose, .trace_path = o.trace_path, .log_dir = o.log_dir,
                       .log_level = o.log_level ? o.log_level : 1, .wrapper = o.wrapper,
                       .wrapper_device = o.wrapper ? o.wrapper_device : -1,
-                      .debug_device = o.debug_device, .manual = o.manual, .cuda = cuda,
-                      .gpu_ids = o.gpu_ids, .graphs = o.graphs < 0 ? cuda : o.graphs,
+                      .debug_device = o.debug_device, .manual = o.manual, .backend = be,
+                      .gpu_ids = o.gpu_ids,
+                      .graphs = o.graphs < 0 ? be->graphs_default : o.graphs,
                       .handle_signals = o.handle_signals, .iterations = 0,
                       .prepare = prepare, .prepare_ctx = s,
                       .connect_timeout = o.connect_timeout};

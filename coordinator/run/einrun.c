@@ -29,6 +29,13 @@
 #include "include/einsummable/einsummable.h"
 #include "coordinator/run/einrun_int.h"
 
+/* The backend the run takes: CPU devices for --cpu, else --backend's row
+ * (run_opts_check resolved it). */
+static const ein_backend_info *run_backend(const run_opts *o)
+{
+    return ein_backend_get(o->use_cpu || o->backend < 0 ? 0 : o->backend);
+}
+
 /* Everything about compiling, in the library's terms (einplan and the API
  * compile the same way). */
 static void compile_options_from(const run_opts *o, ein_compile_options *co)
@@ -46,7 +53,7 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     co->search_cap_ms = o->cap_ms > 0 ? o->cap_ms : -1;
     co->topology = o->topo_arg;
     co->gpu_probe = o->probe_file;
-    co->cuda = o->cuda && !o->use_cpu;
+    co->backend = run_backend(o)->name;
     co->gpu_ids = o->ids;
     co->worker = o->worker;
     co->rewrite = o->rewrite;
@@ -291,7 +298,8 @@ static int load_program(run_state *s, const ein_compile_options *co)
     int rc;
     if (ein_fe_is_saved_program(o->path)) {
         /* the topology as named, else as when it was compiled */
-        int named = o->topo_arg || (o->cuda && !o->backend_auto) || o->probe_file;
+        int named = o->topo_arg || (run_backend(o)->probed && !o->backend_auto) ||
+                    o->probe_file;
         if (ein_compiled_load_ex(o->path, o->ndev, named ? co : NULL, &s->comp, &s->err) < 0)
             return fail(2, "%s", s->err.msg);
         s->g = ein_compiled_graph(s->comp);
@@ -338,23 +346,23 @@ static int load_program(run_state *s, const ein_compile_options *co)
 static int check_backend(run_state *s)
 {
     const run_opts *o = s->o;
-    if (o->cuda && o->use_cpu)
-        return fail(2, "--backend cuda needs --gpus, not --cpu");
-#ifndef HAVE_CUDA
-    if (o->cuda)
-        return fail(2, "--backend cuda: this einrun was built without CUDA");
-#endif
-    int vis = o->cuda ? ein_fe_gpu_visible(&s->err) : 1;
+    const ein_backend_info *be = ein_backend_get(o->backend);
+    char why[64];
+    if (be->probed && o->use_cpu)
+        return fail(2, "--backend %s needs --gpus, not --cpu", be->name);
+    if (!be->built)
+        return fail(2, "--backend %s: this einrun was built without %s", be->name, be->label);
+    int vis = ein_backend_present(be, why, sizeof why, &s->err);
     if (vis < 0)
         return fail(2, "%s", s->err.msg);
     if (!vis)
-        return fail(2, "--backend cuda: no GPU visible");
-    if (!o->use_cpu && !o->cuda && o->cpu_why[0])
+        return fail(2, "--backend %s: %s", be->name, why);
+    /* cpu_why is set only where ein_backend_auto fell back to CPU devices */
+    if (!o->use_cpu && o->cpu_why[0])
         fprintf(stderr, "einrun: %s; running %d CPU device%s for --gpus %s\n", o->cpu_why,
                 o->ndev, o->ndev == 1 ? "" : "s", o->gpus_arg);
     char worker[PATH_MAX];
-    if (ein_fe_find_worker(o->cuda ? "einworker-cuda" : "einworker", o->worker, worker,
-                           sizeof worker, &s->err) < 0)
+    if (ein_fe_find_worker(be->worker, o->worker, worker, sizeof worker, &s->err) < 0)
         return fail(2, "%s", s->err.msg);
     return 0;
 }
@@ -463,7 +471,7 @@ static void session_options_from(const run_state *s, ein_session_options *so)
 {
     const run_opts *o = s->o;
     ein_session_options_init(so);
-    so->backend = o->cuda ? "cuda" : "cpu";
+    so->backend = run_backend(o)->name;
     so->gpu_ids = o->ids;
     so->worker = o->worker;
     so->worker_timeout = o->worker_timeout;
@@ -590,14 +598,16 @@ static void report_outputs(run_state *s)
         fprintf(stdout, "%d iterations (after %d warm-up): min %.3f ms, median %.3f ms\n",
                 o->iterations, o->warmup, 1e3 * t[0], 1e3 * t[o->iterations / 2]);
         /* Say what the times are: on GPUs without device timing they are
-         * only the host's time to enqueue the work. */
+         * only the host's time to enqueue the work (the row's host_times). */
+        const char *host_times = run_backend(o)->host_times;
         for (int d = 0; d < o->ndev; d++)
             fprintf(stdout, "  device %d: %.3f ms kernels, %.3f ms copies, %.3f ms waiting (last "
-                            "iteration%s)\n", d, 1e3 * rs->dev[d].kernel, 1e3 * rs->dev[d].copy,
+                            "iteration%s%s)\n", d, 1e3 * rs->dev[d].kernel, 1e3 * rs->dev[d].copy,
                     1e3 * rs->dev[d].wait,
                     rs->device_timed[d] ? "; kernels, copies: GPU time (CUDA events); waiting: "
                                           "host time waiting for peers"
-                    : o->cuda ? "; host time to enqueue, not GPU time" : "");
+                    : host_times ? "; " : "",
+                    rs->device_timed[d] || !host_times ? "" : host_times);
     }
     if (o->trace_path)
         fprintf(stdout, "trace of every device written to %s\n", o->trace_path);
@@ -629,7 +639,7 @@ static void report_verbose(run_state *s)
                 rs->dev[d].wait, rs->device_timed[d] ? " (kernels, copies: GPU time)" : "");
         /* Graph counts are what makes "graphs on" checkable: a stretch
          * that silently fell back to one instruction at a time shows. */
-        if (graphs_mode(o) > 0 || (graphs_mode(o) < 0 && o->cuda))
+        if (graphs_mode(o) > 0 || (graphs_mode(o) < 0 && run_backend(o)->graphs_default))
             fprintf(stderr, "  device %d graphs: %d captured, %d launches, %d not captured, %d too "
                             "short%s%s\n",
                     d, rs->graphs[d].captured, rs->graphs[d].launched, rs->graphs[d].failed,

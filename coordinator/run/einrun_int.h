@@ -72,10 +72,11 @@ typedef struct run_opts {
     const char *transport; /* --transport NAME (worker/wk_xport.h) */
     int devices_per_host; /* --devices-per-host K */
     int search;         /* --schedule: index in naive|search */
-    int cuda;           /* --backend: index in cpu|cuda; -1 not given (run_opts_check
-                           resolves it: cuda for --gpus where GPUs are visible) */
+    int backend;        /* --backend: a row's index (ein_backend_get); -1 not given
+                           (run_opts_check resolves it: ein_backend_auto's for
+                           --gpus, cuda where GPUs are visible) */
     char cpu_why[64];   /* why --gpus runs CPU devices without --backend, else "" */
-    int backend_auto;   /* 1: no --backend, cuda chosen by run_opts_check */
+    int backend_auto;   /* 1: no --backend, chosen by run_opts_check */
     int graphs;         /* --graphs: index in auto|on|off */
     int time_objective; /* --objective: index in comm|time; -1: not given */
     int native_partials; /* --partials: index in f32|native */

@@ -236,7 +236,7 @@ void run_opts_init(run_opts *o)
     o->debug_device = o->wrapper_device = -1;
     o->search = 1;
     o->time_objective = -1; /* unset: the library's default (time where calibrated) */
-    o->cuda = -1;           /* unset: GPUs where there are GPUs (run_opts_check) */
+    o->backend = -1;        /* unset: GPUs where there are GPUs (run_opts_check) */
 }
 
 void run_opts_free(run_opts *o)
@@ -336,6 +336,16 @@ static int opt_u64(run_opts *o, const run_opt *d, const char *arg)
     if (errno || *end || end == arg || arg[0] == '-')
         return bad_value(d, arg, d->expect);
     *FIELD(o, d, uint64_t) = v;
+    return OPT_NEXT;
+}
+
+/* A backend's name (common/ein_backend.c): the field is its row's index. */
+static int opt_backend(run_opts *o, const run_opt *d, const char *arg)
+{
+    const ein_backend_info *b = ein_backend_find(arg);
+    if (!b)
+        return bad_value(d, arg, ein_backend_names());
+    *FIELD(o, d, int) = ein_backend_index(b);
     return OPT_NEXT;
 }
 
@@ -552,7 +562,7 @@ static const run_opt run_opt_table[] = {
     {"debug-worker",     0, 1, opt_int,      F(debug_device),    0, 100000, NULL},
     {"manual-workers",   0, 0, opt_flag,     F(manual),          0, 0, NULL},
     {"schedule",         0, 1, opt_choice,   F(search),          0, 0, "naive|search"},
-    {"backend",          0, 1, opt_choice,   F(cuda),            0, 0, "cpu|cuda"},
+    {"backend",          0, 1, opt_backend,  F(backend),         0, 0, NULL},
     {"rewrite",          0, 0, opt_flag,     F(rewrite),         0, 0, NULL},
     {"rewrite-weights",  0, 1, opt_string,   F(rewrite_weights), 0, 0, NULL},
     {"weights",          0, 1, opt_name,     F(wfiles),          0, 0, NULL},
@@ -691,7 +701,8 @@ int run_opts_check(run_opts *o, int argc, char **argv)
             static char ids[32];
             snprintf(ids, sizeof ids, o->ndev == 1 ? "0" : "0-%d", o->ndev - 1);
             o->gpus_arg = ids;
-            o->use_cpu = !o->cuda; /* as --cpu N, or --gpus 0-(N-1) with --backend cuda */
+            /* as --cpu N, or --gpus 0-(N-1) with a probed --backend (cuda) or none */
+            o->use_cpu = o->backend >= 0 && !ein_backend_get(o->backend)->probed;
         }
     }
     /* Chunked exchanges: --exchange-chunks, else $EIN_EXCHANGE_CHUNKS. */
@@ -704,16 +715,16 @@ int run_opts_check(run_opts *o, int argc, char **argv)
     }
     /* No --backend: --gpus runs the CUDA backend on a CUDA build that
      * sees GPUs, else CPU devices (check_backend says so); --cpu is CPU. */
-    if (o->cuda < 0) {
-        o->cuda = 0;
+    if (o->backend < 0) {
+        o->backend = 0;
         o->backend_auto = 1;
         if (!o->use_cpu) {
-            int rc = ein_fe_backend_auto(o->cpu_why, sizeof o->cpu_why, &e);
+            int rc = ein_backend_auto(o->cpu_why, sizeof o->cpu_why, &e);
             if (rc < 0) {
                 fprintf(stderr, "einrun: %s\n", e.msg);
                 return 2;
             }
-            o->cuda = rc;
+            o->backend = rc;
             if (rc)
                 o->cpu_why[0] = '\0';
         }

@@ -245,10 +245,13 @@ typedef struct ein_compile_options {
     long search_work;         /* exchange search budget in candidates (0: default) */
     double search_cap_ms;     /* wall-clock safety cap per search (0: default; < 0: none) */
     const char *topology;     /* built-in name or .topo file; NULL: "host" sized to ndev
-                                 (CPU devices) or, with `cuda`, detected by probing */
-    int cuda;                 /* for the CUDA backend: probe the GPUs in gpu_ids */
-    const int *gpu_ids;       /* ndev ids (NULL: 0..ndev-1), with `cuda` */
-    const char *worker;       /* the einworker-cuda binary to probe with (NULL: found) */
+                                 (CPU devices) or, for a probed backend, detected by
+                                 probing */
+    const char *backend;      /* a row's name (ein_backend_find); NULL: "cpu". For a
+                                 row with `probed` ("cuda"): probe the devices in
+                                 gpu_ids. Another name: EIN_EINVAL */
+    const int *gpu_ids;       /* ndev ids (NULL: 0..ndev-1), for a probed backend */
+    const char *worker;       /* the backend's worker binary to probe with (NULL: found) */
     const char *gpu_probe;    /* a probe saved from `einworker-cuda --probe` to detect
                                  the topology from instead of probing */
     int rewrite;              /* improve the graph by equality saturation first */
@@ -456,10 +459,12 @@ const char *ein_version(void);
 typedef struct ein_session ein_session;
 
 typedef struct ein_session_options {
-    const char *backend;      /* "cpu", "cuda", or NULL (default): "cuda" when this
-                                 library was built with CUDA and GPUs are visible
-                                 (ein_backend_auto), else "cpu" */
-    const int *gpu_ids;       /* cuda: the GPU of each device (NULL: 0..ndev-1) */
+    const char *backend;      /* a row's name (ein_backend_find: "cpu", "cuda"), or
+                                 NULL (default): ein_backend_auto's ("cuda" when this
+                                 library was built with CUDA and GPUs are visible,
+                                 else "cpu") */
+    const int *gpu_ids;       /* a probed backend (cuda): the device of each device
+                                 (NULL: 0..ndev-1) */
     const char *worker;       /* worker binary; NULL: $EINWORKER, next to the program,
                                  or the installed one */
     double worker_timeout;    /* seconds of silence before a worker counts as hung
@@ -467,7 +472,7 @@ typedef struct ein_session_options {
     double run_timeout;       /* seconds per run, 0 = none (default) */
     double instr_timeout;     /* one instruction, seconds (600; 0: no limit).
                                  A negative or NaN time is refused (EIN_EINVAL) */
-    int graphs;               /* -1 auto (cuda only), 0 off, 1 on */
+    int graphs;               /* -1 auto (the row's graphs_default: cuda), 0 off, 1 on */
     int verbose;              /* worker events on stderr */
     const char *log_dir;      /* NULL, or a directory for worker-<d>.log */
     int log_level;            /* 1 events (default), 2 every instruction */
@@ -543,14 +548,54 @@ typedef struct ein_session_options {
 } ein_session_options;
 
 void ein_session_options_init(ein_session_options *o);
+/* ---- Kernel backends (docs/design.md, "The backend seam") ------------
+ * One row per backend this library knows, built or not, in a fixed order:
+ * row 0 is "cpu", the default; rows are only appended (a row's index is
+ * saved in compiled programs). Callers branch on a row's fields, never on
+ * its name. The rows are static: never freed, valid for the process. */
+typedef struct ein_backend_info {
+    const char *name;         /* "cpu", "cuda": the value of a backend option */
+    const char *label;        /* for messages: "CPU", "CUDA" */
+    const char *device;       /* what one device is, for messages: "CPU device", "GPU" */
+    const char *worker;       /* the worker binary that runs it: "einworker",
+                                 "einworker-cuda" */
+    int built;                /* 1: this library was built with it */
+    int probed;               /* 1: devices are hardware named by id (gpu_ids, the
+                                 worker's --gpu), and a compile without a topology
+                                 detects it from `worker --probe`; 0: devices are
+                                 processes, as many as asked for */
+    int host_visible;         /* 1: device memory is host memory */
+    int graphs_default;       /* 1: a session captures graphs unless told not to */
+    int auto_pick;            /* 1: ein_backend_auto takes it where present */
+    const char *host_times;   /* what a device's kernel and copy times are when the
+                                 device did not time itself ("host time to enqueue,
+                                 not GPU time"), or NULL: they are exact */
+} ein_backend_info;
+
+/* The number of rows, and row i (NULL out of range). */
+int ein_backend_count(void);
+const ein_backend_info *ein_backend_get(int i);
+/* The index of row b, or -1 if b is not a row. */
+int ein_backend_index(const ein_backend_info *b);
+/* The row named `name`, or NULL (also for NULL). */
+const ein_backend_info *ein_backend_find(const char *name);
+/* Every row's name for messages ("cpu or cuda"; "a, b or c"): static storage,
+ * built once (safe from any thread). */
+const char *ein_backend_names(void);
+/* 1 when b's devices can be used here (built into this library and its
+ * devices visible), else 0; `why` (cap bytes, may be NULL) gets the
+ * reason: "GPUs visible", "no GPU visible" or "built without CUDA" (for
+ * CUDA). The CUDA row's GPUs are visible when $EIN_GPU_VISIBLE is 1 (0:
+ * none; a stand-in for tests), else unless CUDA_VISIBLE_DEVICES names none
+ * ("" or "-1"), when /dev/nvidia0 or /dev/nvidiactl exists. EIN_EINVAL for
+ * a $EIN_GPU_VISIBLE other than 0 or 1, or a b that is not a row. */
+int ein_backend_present(const ein_backend_info *b, char *why, size_t cap, ein_error *err);
 /* The backend a session takes when ein_session_options.backend is NULL
- * (einrun --gpus without --backend, Python's backend=None): 1 "cuda" when
- * this library was built with CUDA and GPUs are visible, else 0 "cpu".
- * GPUs are visible when $EIN_GPU_VISIBLE is 1 (0: none; a stand-in for
- * tests), else unless CUDA_VISIBLE_DEVICES names none ("" or "-1"), when
- * /dev/nvidia0 or /dev/nvidiactl exists. `why` (cap bytes, may be NULL)
- * gets the reason: "GPUs visible", "no GPU visible" or "built without
- * CUDA". EIN_EINVAL for a $EIN_GPU_VISIBLE other than 0 or 1. */
+ * (einrun --gpus without --backend, Python's backend=None): the index of
+ * the first row with auto_pick that is present (1, "cuda", on a CUDA build
+ * that sees GPUs), else 0 ("cpu"); `why` gets ein_backend_present's reason
+ * for the last auto_pick row tried. A negative code as
+ * ein_backend_present's. */
 int ein_backend_auto(char *why, size_t cap, ein_error *err);
 
 /* Start the workers for `c` and send each its program; returns once all

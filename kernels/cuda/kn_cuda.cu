@@ -6,7 +6,9 @@
  * than KN_CUDA_MAXSRC sources fold in several launches on the same stream,
  * each later one reading the running result from dst. */
 extern "C" {
-#include "kernels/kn_cpu.h"
+#include "common/ein_error.h"
+#include "common/ein_program.h"
+#include "kernels/kn_block.h"
 #include "common/ein_knob.h"
 }
 #include "kernels/cuda/kn_cuda.h"

@@ -13,7 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/kn_cpu.h"
+#include "common/ein_error.h"
+#include "common/ein_program.h"
+#include "kernels/kn_block.h"
 #include "kernels/cuda/kn_sdpa_graph.h"
 
 #ifdef __cplusplus

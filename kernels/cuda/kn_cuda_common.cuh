@@ -10,7 +10,9 @@
 
 extern "C" {
 #include <stdint.h>
-#include "kernels/kn_cpu.h"
+#include "common/ein_error.h"
+#include "common/ein_program.h"
+#include "kernels/kn_block.h"
 }
 #include "kernels/cuda/kn_cuda.h"
 

@@ -720,6 +720,38 @@ def _gpu_visible():
     return _backend_auto()[1] != "no GPU visible"
 
 
+_BACKENDS = None
+
+
+def _backends():
+    """{name: row} of the library's kernel backends (ein_backend_get), in
+    their order; a row is a ctypes ein_backend_info."""
+    global _BACKENDS
+    if _BACKENDS is None:
+        rows = [_lib.ein_backend_get(i).contents for i in range(_lib.ein_backend_count())]
+        _BACKENDS = {r.name.decode(): r for r in rows}
+    return _BACKENDS
+
+
+def _backend_check(backend, what):
+    """The row of a backend= argument (None: None); EinValueError for a
+    name that is no row, EinRuntimeError EIN_EDEVICE for one that cannot
+    run here (not built, or no device visible)."""
+    if backend is None:
+        return None
+    rows = _backends()
+    if not isinstance(backend, str) or backend not in rows:
+        names = ["'%s'" % n for n in rows]
+        _fail(L.EIN_EINVAL, "%s: backend %r; expected %s or %s"
+              % (what, backend, ", ".join(names[:-1]), names[-1]))
+    row = rows[backend]
+    err, why = L.ein_error(), ctypes.create_string_buffer(64)
+    if not _check(_lib.ein_backend_present(ctypes.byref(row), why, 64, ctypes.byref(err)),
+                  err, what):
+        _fail(L.EIN_EDEVICE, "%s: backend=%r: %s" % (what, backend, why.value.decode()))
+    return row
+
+
 def _gpu_count():
     """GPUs visible: CUDA_VISIBLE_DEVICES when set, else /dev/nvidiaN."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -734,9 +766,9 @@ def _gpu_count():
 def _default_backend(devices):
     """backend=None: "cuda" where a CUDA build sees GPUs, else "cpu" (and
     says why once, as einrun does)."""
-    cuda, why = _backend_auto()
-    if cuda:
-        return "cuda"
+    i, why = _backend_auto()
+    if i:
+        return list(_backends())[i]
     n = len(devices)
     if n:
         _say_once("einsummable: %s; running %d CPU device%s for device=%s"
@@ -915,8 +947,8 @@ class Program:
             o.memory_limit = float(memory_limit)
         if topology is not None:
             o.topology = cstr(topology)
-        if backend == "cuda":
-            o.cuda = 1
+        o.backend = cstr(backend)
+        if _backends()[backend].probed:
             o.gpu_ids = self._gpu_ids
         o.rewrite = 1 if rewrite else 0
         if partials not in ("f32", "native"):
@@ -943,16 +975,17 @@ class Program:
     def _load_saved(self, path, topology, named_backend):
         """ein_compiled_load_ex: the saved program at `path` for
         len(self.devices) devices (0: as saved), checked against this
-        machine's topology as `topology` / a backend="cuda" the caller
-        named say, else as the program's compile found it."""
+        machine's topology as `topology` / a probed backend (backend="cuda")
+        the caller named say, else as the program's compile found it."""
         o, keep = None, []
-        if topology is not None or (self.backend == "cuda" and named_backend):
+        row = _backends()[self.backend]
+        if topology is not None or (row.probed and named_backend):
             o = L.ein_compile_options()
             _lib.ein_compile_options_init(ctypes.byref(o))
             if topology is not None:
                 o.topology = _keep_bytes(keep, topology)
-            if self.backend == "cuda":
-                o.cuda = 1
+            if row.probed:
+                o.backend = _keep_bytes(keep, self.backend)
                 if self.devices:  # else the GPUs 0..n-1 of the saved count
                     o.gpu_ids = self._gpu_ids
         out, err = ctypes.c_void_p(), L.ein_error()
@@ -1130,12 +1163,11 @@ class Program:
         _lib.ein_session_options_init(ctypes.byref(o))
         keep = []
         worker_timeout, run_timeout, verbose, connect_timeout = self._session_args
-        if self.backend == "cuda":
-            o.backend = b"cuda"
+        row = _backends()[self.backend]
+        o.backend = row.name
+        if row.probed:
             o.gpu_ids = self._gpu_ids
-        else:
-            o.backend = b"cpu"
-        w = _find_worker("einworker-cuda" if self.backend == "cuda" else "einworker")
+        w = _find_worker(row.worker.decode())
         if w:
             b = w.encode()
             keep.append(b)
@@ -1449,15 +1481,14 @@ def compileGraph(graph, device=None, schedule_mode="naive", backend=None, select
     if schedule_mode not in _SCHEDULES:
         _fail(L.EIN_EINVAL, "compileGraph: schedule_mode %r; expected 'naive' or 'search' "
               "('ai' is another name of 'search')" % (schedule_mode,))
-    if backend not in (None, "cpu", "cuda"):
-        _fail(L.EIN_EINVAL, "compileGraph: backend %r; expected 'cpu' or 'cuda'" % (backend,))
+    if backend is not None and backend not in _backends():
+        _backend_check(backend, "compileGraph")
     if device is None:
         device = list(range(max(1, _gpu_count())))
     device = _device_list(device, "compileGraph")
     if not graph._saved:
         _fail(L.EIN_EINVAL, "compileGraph: the graph saves no tensor; call graph.save(y)")
-    if backend == "cuda" and not _gpu_visible():
-        _fail(L.EIN_EDEVICE, "compileGraph: backend='cuda': no GPU visible")
+    _backend_check(backend, "compileGraph")
     if backend is None:
         backend = _default_backend(device)
     if trace is not None and not isinstance(trace, (str, os.PathLike)):
@@ -1488,11 +1519,10 @@ def load_program(path, device=None, backend=None, topology=None, worker_timeout=
     compileGraph's."""
     if not isinstance(path, (str, os.PathLike)):
         _fail_type("load_program: path=%r; expected the path of a saved program" % (path,))
-    if backend not in (None, "cpu", "cuda"):
-        _fail(L.EIN_EINVAL, "load_program: backend %r; expected 'cpu' or 'cuda'" % (backend,))
+    if backend is not None and backend not in _backends():
+        _backend_check(backend, "load_program")
     devices = [] if device is None else _device_list(device, "load_program")
-    if backend == "cuda" and not _gpu_visible():
-        _fail(L.EIN_EDEVICE, "load_program: backend='cuda': no GPU visible")
+    _backend_check(backend, "load_program")
     if trace is not None and not isinstance(trace, (str, os.PathLike)):
         _fail_type("load_program: trace=%r; expected the path of a .json file" % (trace,))
     named = backend is not None

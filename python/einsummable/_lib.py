@@ -58,6 +58,22 @@ class ein_plan_options(ctypes.Structure):
                 ("linear_paths", ctypes.c_int)]
 
 
+class ein_backend_info(ctypes.Structure):
+    """A kernel backend's row (einsummable.h, "Kernel backends")."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("label", ctypes.c_char_p),
+        ("device", ctypes.c_char_p),
+        ("worker", ctypes.c_char_p),
+        ("built", ctypes.c_int),
+        ("probed", ctypes.c_int),
+        ("host_visible", ctypes.c_int),
+        ("graphs_default", ctypes.c_int),
+        ("auto_pick", ctypes.c_int),
+        ("host_times", ctypes.c_char_p),
+    ]
+
+
 class ein_compile_options(ctypes.Structure):
     _fields_ = [
         ("selector", ctypes.c_char_p),
@@ -69,7 +85,7 @@ class ein_compile_options(ctypes.Structure):
         ("search_work", ctypes.c_long),
         ("search_cap_ms", ctypes.c_double),
         ("topology", ctypes.c_char_p),
-        ("cuda", ctypes.c_int),
+        ("backend", ctypes.c_char_p),
         ("gpu_ids", ctypes.POINTER(ctypes.c_int)),
         ("worker", ctypes.c_char_p),
         ("gpu_probe", ctypes.c_char_p),
@@ -231,6 +247,10 @@ _PROTOS = {
     "ein_version": (_S, []),
     "ein_session_options_init": (None, [ctypes.POINTER(ein_session_options)]),
     "ein_backend_auto": (_I, [ctypes.c_char_p, ctypes.c_size_t, _E]),
+    "ein_backend_count": (_I, []),
+    "ein_backend_get": (ctypes.POINTER(ein_backend_info), [_I]),
+    "ein_backend_present": (_I, [ctypes.POINTER(ein_backend_info), ctypes.c_char_p,
+                                 ctypes.c_size_t, _E]),
     "ein_session_open": (_I, [_P, ctypes.POINTER(ein_session_options), ctypes.POINTER(_P), _E]),
     "ein_session_set_input": (_I, [_P, _S, _P, ctypes.c_size_t, _E]),
     "ein_session_set_input_npy": (_I, [_P, _S, _S, _E]),

@@ -24,6 +24,7 @@ import time
 import uuid
 
 from ._errors import EIN_EINVAL, EinError, EinValueError
+from . import _core
 from . import engine as _engine
 
 __all__ = ["main", "build_app", "load_folder"]
@@ -165,10 +166,12 @@ def load_folder(folder, device, backend=None, slots=8, max_len=None, prefill_chu
 
 
 def _devices_words(device, backend):
-    n = len(device)
-    if backend == "cuda":
-        return "GPU%s %s" % ("" if n == 1 else "s", ",".join(map(str, device)))
-    return "%d CPU device%s" % (n, "" if n == 1 else "s")
+    rows = _core._backends()
+    n, row = len(device), rows.get(backend) or next(iter(rows.values()))
+    if row.probed:  # devices named by id (GPUs)
+        return "%s%s %s" % (row.device.decode(), "" if n == 1 else "s",
+                            ",".join(map(str, device)))
+    return "%d %s%s" % (n, row.device.decode(), "" if n == 1 else "s")
 
 
 def parse_devices(text):

@@ -2,9 +2,12 @@
 # tests/e2e/test_backend.sh — the backend einrun takes (TAP). --gpus runs
 # the CUDA backend on a CUDA build that sees GPUs and CPU devices otherwise
 # (saying why, in one line); --backend cpu forces CPU devices, --backend
-# cuda without a GPU is an error. $EIN_GPU_VISIBLE stands in for the GPU
-# machine; a stand-in worker answers the GPU probe and records the
-# arguments it was started with. No GPU is needed.
+# cuda without a GPU is an error; a backend with no row of the registry
+# (common/ein_backend.c) is refused by name by einworker and einnode, and
+# einnode's --gpus goes only with a backend of numbered devices.
+# $EIN_GPU_VISIBLE stands in for the GPU machine; a stand-in worker
+# answers the GPU probe and records the arguments it was started with. No
+# GPU is needed.
 set -u
 B=${EIN_BUILDDIR:-.}
 EINRUN="$B/einrun"
@@ -52,7 +55,7 @@ workers_lacked() {
     else ok "$1"; fi
 }
 
-echo "1..15"
+echo "1..19"
 # No GPU visible: CPU devices, one line saying so, and the run succeeds.
 EIN_GPU_VISIBLE=0 run "no GPU: CPU devices" 0 \
     "^einrun: no GPU visible; running 2 CPU devices for --gpus 0-1$" -- --gpus 0-1 ffn.ein
@@ -84,3 +87,21 @@ else
     EIN_GPU_VISIBLE=1 run "--backend cuda, built without CUDA" 2 "built without CUDA" -- --gpus 0 --backend cuda ffn.ein
     for i in 1 2 3 4 5; do ok "# SKIP CUDA build only"; done
 fi
+# cmd NAME PATTERN -- command: exit status 2 and PATTERN in its stderr.
+cmd() {
+    name=$1; pat=$2; shift 3
+    "$@" > out.txt 2> err.txt
+    rc=$?
+    if [ "$rc" -ne 2 ]; then not_ok "$name" "exit status $rc, expected 2" "$(cat out.txt err.txt)"
+    elif ! grep -q -- "$pat" err.txt; then not_ok "$name" "stderr does not match '$pat':" "$(cat err.txt)"
+    else ok "$name"; fi
+}
+node="--coordinator tcp://127.0.0.1:9 --host 1 --devices 0 --ndevices 1 --worker $B/einworker"
+cmd "einworker --backend tpu" "^einworker: --backend 'tpu': expected cpu or cuda$" -- \
+    "$B/einworker" --backend tpu --device 0 --ndevices 1
+cmd "einnode --backend tpu" "^einnode: --backend 'tpu': expected cpu or cuda$" -- \
+    "$B/einnode" $node --backend tpu
+cmd "einnode --gpus without a backend" "^einnode: --gpus: backend cpu has no numbered devices" -- \
+    "$B/einnode" $node --gpus 0
+cmd "einnode --backend cuda without --gpus" "^einnode: --backend cuda: give --gpus" -- \
+    "$B/einnode" $node --backend cuda

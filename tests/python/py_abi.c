@@ -25,7 +25,7 @@ int main(void)
     F(ein_compile_options, plan_only);
     F(ein_compile_options, naive_exchanges); F(ein_compile_options, search_work);
     F(ein_compile_options, search_cap_ms); F(ein_compile_options, topology);
-    F(ein_compile_options, cuda); F(ein_compile_options, gpu_ids);
+    F(ein_compile_options, backend); F(ein_compile_options, gpu_ids);
     F(ein_compile_options, worker); F(ein_compile_options, gpu_probe);
     F(ein_compile_options, rewrite);
     F(ein_compile_options, rewrite_weights); F(ein_compile_options, ilp);
@@ -35,6 +35,10 @@ int main(void)
     F(ein_compile_options, memory_limit); F(ein_compile_options, strategy);
     F(ein_compile_options, calibration);
     Z(ein_compile_options);
+    F(ein_backend_info, name); F(ein_backend_info, label); F(ein_backend_info, device);
+    F(ein_backend_info, worker); F(ein_backend_info, built); F(ein_backend_info, probed);
+    F(ein_backend_info, host_visible); F(ein_backend_info, graphs_default);
+    F(ein_backend_info, auto_pick); F(ein_backend_info, host_times); Z(ein_backend_info);
     F(ein_session_options, backend); F(ein_session_options, gpu_ids);
     F(ein_session_options, worker); F(ein_session_options, worker_timeout);
     F(ein_session_options, run_timeout); F(ein_session_options, instr_timeout);

@@ -14,6 +14,7 @@ from einsummable import _lib as L
 STRUCTS = {
     "ein_error": L.ein_error, "ein_tensor_desc": L.ein_tensor_desc,
     "ein_plan_options": L.ein_plan_options, "ein_compile_options": L.ein_compile_options,
+    "ein_backend_info": L.ein_backend_info,
     "ein_session_options": L.ein_session_options, "ein_run_stats": L.ein_run_stats,
     "ein_prediction": L.ein_prediction,
 }
