@@ -172,11 +172,16 @@ const char *ein_buffer_box_bytes(const ein_box *b, ein_dtype t, uint64_t *bytes)
 {
     if (b->rank < 0 || b->rank > EIN_MAX_RANK)
         return "rank out of range 0..8";
-    uint64_t n = ein_dtype_size(t);
-    for (int i = 0; i < b->rank; i++) {
+    for (int i = 0; i < b->rank; i++)
         if (b->lo[i] < 0 || b->hi[i] <= b->lo[i])
             return "bounds not 0 <= lo < hi";
-        if (__builtin_mul_overflow(n, (uint64_t)(b->hi[i] - b->lo[i]), &n) || n > EIN_BUFFER_MAX_BYTES)
+    /* A block dtype counts whole blocks (ein_dtype_unit_box). */
+    ein_box u;
+    uint64_t n = ein_dtype_unit_box(t, b, &u);
+    if (n == 0)
+        return "last interval not on the dtype's block boundaries";
+    for (int i = 0; i < b->rank; i++) {
+        if (__builtin_mul_overflow(n, (uint64_t)(u.hi[i] - u.lo[i]), &n) || n > EIN_BUFFER_MAX_BYTES)
             return "too large";
     }
     *bytes = n;

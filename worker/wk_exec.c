@@ -419,8 +419,15 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
         for (int i = 0; i < ins->nsrcs && rc == 0; i++) {
             kn_block s = wk_block_of(w, ins->srcs[i]);
             const ein_box *region = ins->kind == EIN_I_SLICE ? &d->box : &s.box;
-            rc = w->be->copy_box(w->be, w->base + d->offset, &d->box, s.data, &s.box, region,
-                                 ein_dtype_size(d->dtype), err);
+            /* In storage units: a block dtype moves whole blocks (the
+             * program check keeps every box of one on block boundaries). */
+            ein_box ud, us, ur;
+            size_t unit = ein_dtype_unit_box(d->dtype, &d->box, &ud);
+            if (!unit || !ein_dtype_unit_box(d->dtype, &s.box, &us) ||
+                !ein_dtype_unit_box(d->dtype, region, &ur))
+                return ein_fail(err, EIN_EPROTO, "%s: a %s box off its block boundaries",
+                                ein_instr_kind_name(ins->kind), ein_dtype_name(d->dtype));
+            rc = w->be->copy_box(w->be, w->base + d->offset, &ud, s.data, &us, &ur, unit, err);
         }
         break;
     case EIN_I_COPY:

@@ -75,12 +75,20 @@ static int load_host(wk *w, const ein_instr *ins, const ein_pbuffer *b, void *ds
     int ax;
     int64_t rows;
     size_t stride;
-    slabs_of(w, &b->box, ein_dtype_size(b->dtype), &ax, &rows, &stride);
-    for (int64_t lo = b->box.lo[ax]; lo < b->box.hi[ax]; lo += rows) {
+    /* Slabs over the box in storage units (a block dtype's last dim in
+     * whole blocks: ein_dtype_unit_box), each read as its element box. */
+    ein_box ub;
+    size_t unit = ein_dtype_unit_box(b->dtype, &b->box, &ub);
+    if (unit == 0)
+        return ein_fail(err, EIN_ESHAPE, "load of %s: a %s block off its block boundaries",
+                        ins->path ? ins->path : "an input", ein_dtype_name(b->dtype));
+    slabs_of(w, &ub, unit, &ax, &rows, &stride);
+    int64_t f = ax == b->box.rank - 1 ? ein_dtype_block((int)b->dtype) : 1;
+    for (int64_t lo = ub.lo[ax]; lo < ub.hi[ax]; lo += rows) {
         ein_box s = b->box;
-        s.lo[ax] = lo;
-        s.hi[ax] = b->box.hi[ax] - lo > rows ? lo + rows : b->box.hi[ax];
-        char *p = (char *)dst + (size_t)(lo - b->box.lo[ax]) * stride;
+        s.lo[ax] = lo * f;
+        s.hi[ax] = (ub.hi[ax] - lo > rows ? lo + rows : ub.hi[ax]) * f;
+        char *p = (char *)dst + (size_t)(lo - ub.lo[ax]) * stride;
         if (!ins->path)
             ein_rand_fill_box(ins->seed, ins->key, ins->shape, &s, b->dtype, p);
         else if (raw && (rc = ein_raw_read_box(ins->path, ins->offset, b->dtype, ins->rank,

@@ -1,0 +1,130 @@
+/* kernels/cpu/kn_quant.c — products of rows by quantized weights (q8_0,
+ * q4_0: ggml's blocks, common/ein_dtype.h), computing in f32 (issue 36).
+ *
+ * The weight is [n, k] (a checkpoint's [out, in]), k contiguous in blocks
+ * of 32: each row of it is k / 32 blocks of an f16 scale and 32 int8 (q8_0)
+ * or 16 bytes of nibbles (q4_0). A few rows of activations (a decode step,
+ * at most KN_STREAM_ROWS) go through kn_stream_mm_q, which reads every
+ * weight block once and dequantises it in registers; more rows dequantise
+ * a tile of weight rows to f32 and call sgemm on it (prefill), so no f32
+ * copy of the whole weight ever exists. */
+#include "kernels/cpu/kn_internal.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "common/ein_dtype.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define KN_Q_X86 1
+#endif
+
+#define KN_QK 32
+
+/* ---- portable ---------------------------------------------------------- */
+
+static void kn_q_portable(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                          const uint8_t *b, ein_dtype dt, int64_t ldb, float *c, int64_t ldc)
+{
+    const size_t bb = ein_dtype_bytes(dt, KN_QK);
+    float w[KN_QK];
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *row = b + j * ldb;
+        for (int64_t r = 0; r < m; r++)
+            c[r * ldc + j] = 0.0f;
+        for (int64_t i = 0; i < k; i += KN_QK) {
+            ein_dtype_to_f32(dt, row + (size_t)(i / KN_QK) * bb, w, KN_QK);
+            for (int64_t r = 0; r < m; r++) {
+                const float *x = a + r * lda + i;
+                float s = 0.0f;
+                for (int t = 0; t < KN_QK; t++)
+                    s += x[t] * w[t];
+                c[r * ldc + j] += s;
+            }
+        }
+    }
+}
+
+/* ---- AVX2 + FMA + F16C --------------------------------------------------- */
+
+#ifdef KN_Q_X86
+#define KN_QAVX2 __attribute__((target("avx2,fma,f16c")))
+
+KN_QAVX2 static inline float kn_q_hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The 32 weights of one block as four vectors of 8 f32 (before the scale)
+ * and the scale. */
+KN_QAVX2 __attribute__((always_inline)) static inline float
+kn_q_block(const uint8_t *p, ein_dtype dt, __m256 *w)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    if (dt == EIN_Q8_0) {
+        for (int g = 0; g < 4; g++)
+            w[g] = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 2 + 8 * g))));
+    } else {
+        const __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+        const __m128i lo15 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(v, lo15), eight);
+        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), lo15), eight);
+        w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+        w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+        w[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+        w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+    }
+    return _cvtsh_ss(h);
+}
+
+/* One weight row at a time; per block, each activation row's dot with the
+ * four weight vectors, scaled once per block. */
+KN_QAVX2 static void kn_q_avx2(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                               const uint8_t *b, ein_dtype dt, int64_t ldb, float *c,
+                               int64_t ldc)
+{
+    const size_t bb = ein_dtype_bytes(dt, KN_QK);
+    __m256 acc[KN_STREAM_MAX_ROWS];
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *row = b + j * ldb;
+        for (int64_t r = 0; r < m; r++)
+            acc[r] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < k; i += KN_QK) {
+            const uint8_t *p = row + (size_t)(i / KN_QK) * bb;
+            _mm_prefetch((const char *)p + 1024, _MM_HINT_T0);
+            __m256 w[4];
+            const __m256 d = _mm256_set1_ps(kn_q_block(p, dt, w));
+            for (int64_t r = 0; r < m; r++) {
+                const float *x = a + r * lda + i;
+                __m256 t = _mm256_mul_ps(w[0], _mm256_loadu_ps(x));
+                t = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x + 8), t);
+                t = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x + 16), t);
+                t = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x + 24), t);
+                acc[r] = _mm256_fmadd_ps(d, t, acc[r]);
+            }
+        }
+        for (int64_t r = 0; r < m; r++)
+            c[r * ldc + j] = kn_q_hsum(acc[r]);
+    }
+}
+#endif
+
+void kn_stream_mm_q(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                    const void *b, ein_dtype bdt, int64_t ldb, float *c, int64_t ldc)
+{
+    if (m <= 0 || n <= 0)
+        return;
+#ifdef KN_Q_X86
+    if (kn_stream_vector() && m <= KN_STREAM_MAX_ROWS) {
+        kn_q_avx2(m, n, k, a, lda, b, bdt, ldb, c, ldc);
+        return;
+    }
+#endif
+    kn_q_portable(m, n, k, a, lda, b, bdt, ldb, c, ldc);
+}
