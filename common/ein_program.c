@@ -166,6 +166,15 @@ void ein_program_free(ein_program *p)
     free(p);
 }
 
+ein_dtype ein_load_file_dtype(ein_load_format f, ein_dtype t, int *raw)
+{
+    if (raw)
+        *raw = f == EIN_LOAD_RAW || f == EIN_LOAD_RAW_F32_QUANT || f == EIN_LOAD_RAW_F16_QUANT ||
+               f == EIN_LOAD_RAW_BF16_QUANT;
+    return f == EIN_LOAD_RAW_F32_QUANT ? EIN_F32 : f == EIN_LOAD_RAW_F16_QUANT ? EIN_F16
+           : f == EIN_LOAD_RAW_BF16_QUANT ? EIN_BF16 : t;
+}
+
 /* NULL if `b` is a well-formed buffer box (rank 0..8, 0 <= lo < hi, bytes
  * in range) and *bytes is set; otherwise what is wrong with it. */
 const char *ein_buffer_box_bytes(const ein_box *b, ein_dtype t, uint64_t *bytes)

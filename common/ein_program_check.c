@@ -79,15 +79,20 @@ static int check_load_source(const ein_program *p, int i, const ein_instr *ins, 
 {
     if ((unsigned)ins->format >= EIN_LOAD_FORMAT_COUNT)
         return ifail(err, i, ins, "load format %d out of range", (int)ins->format);
-    if (ins->format == EIN_LOAD_RAW && !ins->path)
+    int raw;
+    ein_dtype t = ein_load_file_dtype(ins->format, p->buffers[ins->dst].dtype, &raw);
+    if (raw && !ins->path)
         return ifail(err, i, ins, "a raw load needs a path");
     if (ins->format == EIN_LOAD_ZERO && ins->path)
         return ifail(err, i, ins, "a zero load (a state) takes no path");
-    if (ins->format != EIN_LOAD_RAW && ins->offset)
+    if (!raw && ins->offset)
         return ifail(err, i, ins, "offset %llu given to a load that is not raw",
                      (unsigned long long)ins->offset);
-    if (ins->format == EIN_LOAD_RAW) {
-        ein_dtype t = p->buffers[ins->dst].dtype;
+    if (t != p->buffers[ins->dst].dtype && !ein_dtype_is_block((int)p->buffers[ins->dst].dtype))
+        return ifail(err, i, ins, "a quantizing load (format %d) into a %s buffer; it fills "
+                     "q8_0 or q4_0 buffers only", (int)ins->format,
+                     ein_dtype_name(p->buffers[ins->dst].dtype));
+    if (raw) {
         uint64_t bytes = ein_dtype_bytes(t, 1), end, blk = (uint64_t)ein_dtype_block((int)t);
         if (blk > 1 && (ins->rank < 1 || ins->shape[ins->rank - 1] % (int64_t)blk != 0))
             return ifail(err, i, ins, "a raw %s tensor's last dim must be a multiple of %llu",

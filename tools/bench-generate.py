@@ -96,8 +96,9 @@ def main():
     import atexit
     import shutil
     atexit.register(shutil.rmtree, d, True)    # the checkpoint goes even when a run fails
-    cfg = {"hidden_size": dm, "intermediate_size": FF, "num_attention_heads": H,
-           "num_key_value_heads": H, "head_dim": D, "num_hidden_layers": L, "vocab_size": V,
+    cfg = {"model_type": "llama", "hidden_size": dm, "intermediate_size": FF,
+           "num_attention_heads": H, "num_key_value_heads": H, "head_dim": D,
+           "num_hidden_layers": L, "vocab_size": V,
            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
            "max_position_embeddings": a.prompt + a.new}
     with open(d + "/config.json", "w") as f:

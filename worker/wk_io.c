@@ -44,13 +44,42 @@ static void slabs_of(const wk *w, const ein_box *box, size_t elem, int *axis, in
 }
 
 
+/* Box s of a raw tensor into p (dense, dtype bt): read as is, or, for a
+ * quantizing load (the file's elements ft are a float dtype, bt a block
+ * dtype: issue 36), read as ft and quantized row by row (s's rows are
+ * whole blocks: the program check keeps block boxes on block bounds). */
+static int raw_read(const ein_instr *ins, ein_dtype bt, ein_dtype ft, const ein_box *s, void *p,
+                    ein_error *err)
+{
+    if (ft == bt)
+        return ein_raw_read_box(ins->path, ins->offset, bt, ins->rank, ins->shape, s, p, NULL,
+                                err);
+    size_t n = (size_t)ein_box_volume(s);
+    void *tmp = malloc(n * ein_dtype_size(ft) + 1);
+    float *f = ft == EIN_F32 ? tmp : malloc(n * sizeof(float) + 1);
+    int rc = !tmp || !f ? ein_fail(err, EIN_ENOMEM, "load of %s: out of memory quantizing %zu "
+                                   "elements", ins->path, n)
+                        : ein_raw_read_box(ins->path, ins->offset, ft, ins->rank, ins->shape, s,
+                                           tmp, NULL, err);
+    if (rc == 0) {
+        if (ft != EIN_F32)
+            ein_dtype_to_f32(ft, tmp, f, n);
+        ein_dtype_from_f32(bt, f, p, n);
+    }
+    if (f != tmp)
+        free(f);
+    free(tmp);
+    return rc;
+}
+
 /* Fill `dst` (host memory, dense over the buffer's box) from the input. */
 static int load_host(wk *w, const ein_instr *ins, const ein_pbuffer *b, void *dst,
                      ein_error *err)
 {
     ein_npy_info info;
     int rc;
-    int raw = ins->format == EIN_LOAD_RAW;
+    int raw;
+    const ein_dtype ft = ein_load_file_dtype(ins->format, b->dtype, &raw);
     if (ins->format == EIN_LOAD_ZERO) {   /* a state: zeros, then written in place */
         memset(dst, 0, (size_t)b->bytes);
         return 0;
@@ -68,8 +97,7 @@ static int load_host(wk *w, const ein_instr *ins, const ein_pbuffer *b, void *ds
             return 0;
         }
         if (raw)
-            return ein_raw_read_box(ins->path, ins->offset, b->dtype, ins->rank, ins->shape,
-                                    &b->box, dst, NULL, err);
+            return raw_read(ins, b->dtype, ft, &b->box, dst, err);
         return ein_npy_read_box(ins->path, &info, &b->box, dst, err);
     }
     int ax;
@@ -91,8 +119,7 @@ static int load_host(wk *w, const ein_instr *ins, const ein_pbuffer *b, void *ds
         char *p = (char *)dst + (size_t)(lo - ub.lo[ax]) * stride;
         if (!ins->path)
             ein_rand_fill_box(ins->seed, ins->key, ins->shape, &s, b->dtype, p);
-        else if (raw && (rc = ein_raw_read_box(ins->path, ins->offset, b->dtype, ins->rank,
-                                               ins->shape, &s, p, NULL, err)) < 0)
+        else if (raw && (rc = raw_read(ins, b->dtype, ft, &s, p, err)) < 0)
             return rc;
         else if (!raw && (rc = ein_npy_read_box(ins->path, &info, &s, p, err)) < 0)
             return rc;
