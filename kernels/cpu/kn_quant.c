@@ -10,7 +10,9 @@
  * copy of the whole weight ever exists. */
 #include "kernels/cpu/kn_internal.h"
 
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/ein_dtype.h"
@@ -83,6 +85,75 @@ kn_q_block(const uint8_t *p, ein_dtype dt, __m256 *w)
     return _cvtsh_ss(h);
 }
 
+/* The activations as int16 per block of 32: x ~= s_b * xq with s_b =
+ * max|x| / 32767 over the block, xq = round(x / s_b) (relative error at
+ * most 2^-16 of the block's largest |x|, far below the weights' own
+ * quantization error). */
+static void kn_q_acts(int64_t m, int64_t k, const float *a, int64_t lda, int16_t *xq, float *xs)
+{
+    const int64_t nb = k / KN_QK;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *x = a + r * lda + b * KN_QK;
+            float amax = 0.0f;
+            for (int t = 0; t < KN_QK; t++)
+                amax = fabsf(x[t]) > amax ? fabsf(x[t]) : amax;
+            const float s = amax / 32767.0f, inv = s != 0.0f ? 1.0f / s : 0.0f;
+            xs[r * nb + b] = s;
+            for (int t = 0; t < KN_QK; t++) {
+                long q = lrintf(x[t] * inv);
+                xq[(r * nb + b) * KN_QK + t] = (int16_t)(q > 32767 ? 32767 : q < -32767 ? -32767 : q);
+            }
+        }
+}
+
+/* The integer form: per block, the weights widened to int16 (exact), two
+ * vpmaddwd with the int16 activations give eight exact int32 partial sums,
+ * converted once and scaled by d * s_b. A quarter of the float form's
+ * int-to-float conversions, which bound it (one pipe on Zen 1: 4 G
+ * weights/s against the memory's 10+). */
+KN_QAVX2 static void kn_q_avx2_i16(int64_t m, int64_t n, int64_t k, const uint8_t *b,
+                                   ein_dtype dt, int64_t ldb, const int16_t *xq,
+                                   const float *xs, float *c, int64_t ldc)
+{
+    const size_t bb = ein_dtype_bytes(dt, KN_QK);
+    const int64_t nb = k / KN_QK;
+    const __m128i lo15 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+    __m256 acc[KN_STREAM_MAX_ROWS];
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *row = b + j * ldb;
+        for (int64_t r = 0; r < m; r++)
+            acc[r] = _mm256_setzero_ps();
+        for (int64_t bi = 0; bi < nb; bi++) {
+            const uint8_t *p = row + (size_t)bi * bb;
+            _mm_prefetch((const char *)p + 1024, _MM_HINT_T0);
+            __m256i w0, w1;
+            if (dt == EIN_Q8_0) {
+                w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2)));
+                w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18)));
+            } else {
+                const __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+                w0 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(v, lo15), eight));
+                w1 = _mm256_cvtepi8_epi16(
+                    _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), lo15), eight));
+            }
+            uint16_t h;
+            memcpy(&h, p, 2);
+            const float d = _cvtsh_ss(h);
+            for (int64_t r = 0; r < m; r++) {
+                const int16_t *x = xq + (r * nb + bi) * KN_QK;
+                __m256i s = _mm256_add_epi32(
+                    _mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)x)),
+                    _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(x + 16))));
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * xs[r * nb + bi]),
+                                         acc[r]);
+            }
+        }
+        for (int64_t r = 0; r < m; r++)
+            c[r * ldc + j] = kn_q_hsum(acc[r]);
+    }
+}
+
 /* One weight row at a time; per block, each activation row's dot with the
  * four weight vectors, scaled once per block. */
 KN_QAVX2 static void kn_q_avx2(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
@@ -122,7 +193,16 @@ void kn_stream_mm_q(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda
         return;
 #ifdef KN_Q_X86
     if (kn_stream_vector() && m <= KN_STREAM_MAX_ROWS) {
-        kn_q_avx2(m, n, k, a, lda, b, bdt, ldb, c, ldc);
+        int16_t *xq = malloc(sizeof(int16_t) * (size_t)(m * k) + 32);
+        float *xs = malloc(sizeof(float) * (size_t)(m * (k / KN_QK)) + 4);
+        if (xq && xs) {
+            kn_q_acts(m, k, a, lda, xq, xs);
+            kn_q_avx2_i16(m, n, k, b, bdt, ldb, xq, xs, c, ldc);
+        } else {   /* no memory for the int16 activations: the float form */
+            kn_q_avx2(m, n, k, a, lda, b, bdt, ldb, c, ldc);
+        }
+        free(xq);
+        free(xs);
         return;
     }
 #endif

@@ -133,8 +133,9 @@ def _rel(a, b):
 @pytest.mark.parametrize("q,dt", [("int8", "q8_0"), ("q4", "q4_0")])
 def test_llama_quantized_is_the_dequantized_model(tiny, tmp_path, q, dt):
     """quantization= runs the model whose projections are the dequantised
-    blocks: the same logits as an f32 checkpoint holding those values, on
-    split over two and four devices."""
+    blocks: the same logits as an f32 checkpoint holding those values,
+    split over two and four devices (to 2e-4 relative: the one-row kernel
+    rounds activations to int16 per block of 32, kernels/cpu/kn_quant.c)."""
     d, cfg, t = tiny
     deq = dict(t)
     for l in range(2):
@@ -149,7 +150,7 @@ def test_llama_quantized_is_the_dequantized_model(tiny, tmp_path, q, dt):
     for dev in ([0, 1], [0, 1, 2, 3]):
         got, _ = _logits(d, quantization=q, device=dev)
         r = _rel(got, ref)
-        assert r <= 1e-5, (q, dev, r)
+        assert r <= 2e-4, (q, dev, r)
 
 
 def test_llama_int8_accuracy(tiny):
@@ -206,8 +207,13 @@ def test_graph_quantized_input(tmp_path, dt, st):
         W = W.astype(numpy.float16).astype(numpy.float32)
     if st == "bf16":
         W = _core._f32_from_bf16(_core._bf16_from_f32(W)).reshape(W.shape)
-    ref = X.astype(numpy.float64) @ _core.dequantize(_core.quantize(W, dt), dt).astype(
-        numpy.float64).T
+    Wd = _core.dequantize(_core.quantize(W, dt), dt).astype(numpy.float64)
+    ref = X.astype(numpy.float64) @ Wd.T
+    # the one-row kernel's int16 activations: at most max|x| / 65534 per
+    # element of each block of 32, times the weights' magnitudes
+    xb = numpy.abs(X).reshape(3, 3, 32).max(axis=2) / 65534
+    wb = numpy.abs(Wd).reshape(40, 3, 32).sum(axis=2)
+    tol = 1.01 * xb @ wb.T + 1e-5
     path = str(tmp_path / "w.safetensors")
     if st == "bf16":
         hf_model.write(path, [("w", W)])   # f32 holding bf16 values: bf16 written below
@@ -241,7 +247,7 @@ def test_graph_quantized_input(tmp_path, dt, st):
                     assert prog.load_safetensors(path) == 1
                 prog.execute()
                 got = prog.offload(y)
-                err = numpy.abs(got - ref).max()
-                assert err <= 1e-4, (how, ndev, err)
+                err = numpy.abs(got - ref)
+                assert (err <= tol).all(), (how, ndev, err.max())
             with pytest.raises(es.EinError, match="uint8 blocks from quantize"):
                 prog.load(w, W.astype(numpy.int32))
