@@ -111,7 +111,7 @@ static void kn_q_acts(int64_t m, int64_t k, const float *a, int64_t lda, int16_t
  * vpmaddwd with the int16 activations give eight exact int32 partial sums,
  * converted once and scaled by d * s_b. A quarter of the float form's
  * int-to-float conversions, which bound it (one pipe on Zen 1: 4 G
- * weights/s against the memory's 10+). */
+ * weights/s against the memory's 10+; docs/kernels.md). */
 KN_QAVX2 static void kn_q_avx2_i16(int64_t m, int64_t n, int64_t k, const uint8_t *b,
                                    ein_dtype dt, int64_t ldb, const int16_t *xq,
                                    const float *xs, float *c, int64_t ldc)
@@ -152,6 +152,62 @@ KN_QAVX2 static void kn_q_avx2_i16(int64_t m, int64_t n, int64_t k, const uint8_
         for (int64_t r = 0; r < m; r++)
             c[r * ldc + j] = kn_q_hsum(acc[r]);
     }
+}
+
+/* The int16 form's weights of one block, widened: elements 0-15 and 16-31. */
+KN_QAVX2 __attribute__((always_inline)) static inline void
+kn_q_w16(const uint8_t *p, ein_dtype dt, __m256i *w0, __m256i *w1)
+{
+    if (dt == EIN_Q8_0) {
+        *w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2)));
+        *w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18)));
+    } else {
+        const __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+        const __m128i lo15 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+        *w0 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(v, lo15), eight));
+        *w1 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), lo15), eight));
+    }
+}
+
+/* One activation row (a decode step): two weight rows per pass, sharing
+ * the activations' loads and interleaving two dependency chains (1.26x
+ * one row per pass; four per pass ran slower, bench-kernels -s). */
+KN_QAVX2 static void kn_q_avx2_i16_1(int64_t n, int64_t k, const uint8_t *b, ein_dtype dt,
+                                     int64_t ldb, const int16_t *xq, const float *xs, float *c)
+{
+    const size_t bb = ein_dtype_bytes(dt, KN_QK);
+    const int64_t nb = k / KN_QK;
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        const uint8_t *r0 = b + j * ldb, *r1 = r0 + ldb;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+        for (int64_t bi = 0; bi < nb; bi++) {
+            const uint8_t *p0 = r0 + (size_t)bi * bb, *p1 = r1 + (size_t)bi * bb;
+            _mm_prefetch((const char *)p0 + 1024, _MM_HINT_T0);
+            _mm_prefetch((const char *)p1 + 1024, _MM_HINT_T0);
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + bi * KN_QK));
+            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + bi * KN_QK + 16));
+            const __m256 sx = _mm256_broadcast_ss(xs + bi);
+            __m256i u0, u1, v0, v1;
+            kn_q_w16(p0, dt, &u0, &u1);
+            kn_q_w16(p1, dt, &v0, &v1);
+            uint16_t h0, h1;
+            memcpy(&h0, p0, 2);
+            memcpy(&h1, p1, 2);
+            const __m256i s0 = _mm256_add_epi32(_mm256_madd_epi16(u0, x0),
+                                                _mm256_madd_epi16(u1, x1));
+            const __m256i s1 = _mm256_add_epi32(_mm256_madd_epi16(v0, x0),
+                                                _mm256_madd_epi16(v1, x1));
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0),
+                                 _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h0)), sx), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
+                                 _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h1)), sx), a1);
+        }
+        c[j] = kn_q_hsum(a0);
+        c[j + 1] = kn_q_hsum(a1);
+    }
+    if (j < n)
+        kn_q_avx2_i16(1, n - j, k, b + j * ldb, dt, ldb, xq, xs, c + j, 1);
 }
 
 /* One weight row at a time; per block, each activation row's dot with the
@@ -197,7 +253,10 @@ void kn_stream_mm_q(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda
         float *xs = malloc(sizeof(float) * (size_t)(m * (k / KN_QK)) + 4);
         if (xq && xs) {
             kn_q_acts(m, k, a, lda, xq, xs);
-            kn_q_avx2_i16(m, n, k, b, bdt, ldb, xq, xs, c, ldc);
+            if (m == 1)
+                kn_q_avx2_i16_1(n, k, b, bdt, ldb, xq, xs, c);
+            else
+                kn_q_avx2_i16(m, n, k, b, bdt, ldb, xq, xs, c, ldc);
         } else {   /* no memory for the int16 activations: the float form */
             kn_q_avx2(m, n, k, a, lda, b, bdt, ldb, c, ldc);
         }
