@@ -96,9 +96,15 @@ static void kn_q_acts(int64_t m, int64_t k, const float *a, int64_t lda, int16_t
         for (int64_t b = 0; b < nb; b++) {
             const float *x = a + r * lda + b * KN_QK;
             float amax = 0.0f;
-            for (int t = 0; t < KN_QK; t++)
+            int nan = 0;
+            for (int t = 0; t < KN_QK; t++) {
                 amax = fabsf(x[t]) > amax ? fabsf(x[t]) : amax;
-            const float s = amax / 32767.0f, inv = s != 0.0f ? 1.0f / s : 0.0f;
+                nan |= x[t] != x[t];
+            }
+            /* a NaN (or infinite) activation makes the block's scale NaN
+             * (inf), so the sums it enters are NaN, as in f32 */
+            const float s = nan ? NAN : amax / 32767.0f;
+            const float inv = s != 0.0f && !nan && !isinf(s) ? 1.0f / s : 0.0f;
             xs[r * nb + b] = s;
             for (int t = 0; t < KN_QK; t++) {
                 long q = lrintf(x[t] * inv);

@@ -178,6 +178,15 @@ static void test_refusals(void **state)
     kn_block a3 = {.data = x, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 16}, .hi = {1, 48}}};
     kn_block b3 = {.data = q, .dtype = EIN_Q8_0, .box = {.rank = 2, .lo = {0, 16}, .hi = {2, 48}}};
     assert_int_equal(kn_cpu_einsum("ij,kj->ik", &a3, &b3, &o, &err), EIN_ESHAPE);
+    /* a NaN activation stays NaN on both paths */
+    x[5] = NAN;
+    for (int p = 0; p < 2; p++) {
+        kn_stream_force_portable(p);
+        assert_int_equal(kn_cpu_einsum("ij,kj->ik", &a, &b, &o, &err), 0);
+        assert_true(isnan(y[0]) && isnan(y[1]));
+    }
+    kn_stream_force_portable(0);
+    x[5] = 0;
     /* other kernels refuse it through the dtype table */
     kn_block o4 = {.data = q, .dtype = EIN_Q8_0, .box = b.box};
     assert_true(kn_cpu_unary(EIN_UN_RELU, 0.0, &b, &o4, &err) < 0);
