@@ -18,12 +18,16 @@ _Static_assert(EIN_KERNEL_COUNT <= 32, "ein_dtype_info.kernels holds one bit per
 
 /* The dtype table: one row per ein_dtype, in enum order. */
 static const ein_dtype_info dtypes[EIN_DTYPE_COUNT] = {
-    [EIN_F32] = {"f32", 4, "<f4", NULL, "F32", EIN_F32, 1, ~0u},
-    [EIN_F16] = {"f16", 2, "<f2", NULL, "F16", EIN_F32, 1, ~0u},
+    [EIN_F32] = {"f32", 4, "<f4", NULL, "F32", EIN_F32, 1, ~0u, 1, 4},
+    [EIN_F16] = {"f16", 2, "<f2", NULL, "F16", EIN_F32, 1, ~0u, 1, 2},
     /* bf16 has no NumPy dtype: raw bits, as ml_dtypes saves them */
-    [EIN_BF16] = {"bf16", 2, "|V2", "<V2", "BF16", EIN_F32, 1, ~0u},
-    [EIN_I32] = {"i32", 4, "<i4", NULL, "I32", EIN_I32, 0, KBIT(SLICE) | KBIT(CONCAT) | KBIT(EMBEDDING) | GEN_POS},
-    [EIN_I64] = {"i64", 8, "<i8", NULL, "I64", EIN_I64, 0, KBIT(SLICE) | KBIT(CONCAT) | KBIT(EMBEDDING) | GEN_POS},
+    [EIN_BF16] = {"bf16", 2, "|V2", "<V2", "BF16", EIN_F32, 1, ~0u, 1, 2},
+    [EIN_I32] = {"i32", 4, "<i4", NULL, "I32", EIN_I32, 0, KBIT(SLICE) | KBIT(CONCAT) | KBIT(EMBEDDING) | GEN_POS, 1, 4},
+    [EIN_I64] = {"i64", 8, "<i8", NULL, "I64", EIN_I64, 0, KBIT(SLICE) | KBIT(CONCAT) | KBIT(EMBEDDING) | GEN_POS, 1, 8},
+    /* Quantized weights (issue 36): ggml's block_q8_0 / block_q4_0; no
+     * .npy or safetensors code; only an einsum reads them (as b). */
+    [EIN_Q8_0] = {"q8_0", 0, NULL, NULL, NULL, EIN_F32, 0, KBIT(EINSUM), 32, 34},
+    [EIN_Q4_0] = {"q4_0", 0, NULL, NULL, NULL, EIN_F32, 0, KBIT(EINSUM), 32, 18},
 };
 
 const ein_dtype_info *ein_dtype_info_of(int t)
@@ -42,6 +46,57 @@ size_t ein_dtype_size(ein_dtype t)
 {
     const ein_dtype_info *d = ein_dtype_info_of((int)t);
     return d ? d->size : 0;
+}
+
+uint64_t ein_dtype_bytes(ein_dtype t, uint64_t n)
+{
+    const ein_dtype_info *d = ein_dtype_info_of((int)t);
+    if (!d)
+        return 0;
+    return d->block > 1 ? n / (uint64_t)d->block * d->block_bytes : n * d->size;
+}
+
+double ein_dtype_elem_bytes(ein_dtype t)
+{
+    const ein_dtype_info *d = ein_dtype_info_of((int)t);
+    return !d ? 0.0 : d->block > 1 ? (double)d->block_bytes / d->block : (double)d->size;
+}
+
+int ein_dtype_is_block(int t)
+{
+    const ein_dtype_info *d = ein_dtype_info_of(t);
+    return d && d->block > 1;
+}
+
+int ein_dtype_block(int t)
+{
+    const ein_dtype_info *d = ein_dtype_info_of(t);
+    return d ? d->block : 0;
+}
+
+int ein_dtype_box_ok(ein_dtype t, const ein_box *b)
+{
+    const ein_dtype_info *d = ein_dtype_info_of((int)t);
+    if (!d || d->block <= 1)
+        return d != NULL;
+    if (b->rank < 1)
+        return 0;
+    return b->lo[b->rank - 1] % d->block == 0 && b->hi[b->rank - 1] % d->block == 0;
+}
+
+size_t ein_dtype_unit_box(ein_dtype t, const ein_box *b, ein_box *out)
+{
+    const ein_dtype_info *d = ein_dtype_info_of((int)t);
+    if (!d)
+        return 0;
+    *out = *b;
+    if (d->block <= 1)
+        return d->size;
+    if (!ein_dtype_box_ok(t, b))
+        return 0;
+    out->lo[b->rank - 1] /= d->block;
+    out->hi[b->rank - 1] /= d->block;
+    return d->block_bytes;
 }
 
 const char *ein_dtype_name(ein_dtype t)
@@ -73,7 +128,8 @@ const char *ein_dtype_list(char *buf, size_t cap, int floats, int kind, int by)
     int pick[EIN_DTYPE_COUNT], n = 0;
     for (int i = 0; i < EIN_DTYPE_COUNT; i++)
         if ((floats < 0 || dtypes[i].is_float == floats) &&
-            (kind < 0 || ein_dtype_kernel_ok(i, kind)))
+            (kind < 0 || ein_dtype_kernel_ok(i, kind)) &&
+            (by != EIN_DTYPE_BY_ST || dtypes[i].st) && (by != EIN_DTYPE_BY_NPY || dtypes[i].npy))
             pick[n++] = i;
     size_t at = 0;
     if (cap)
@@ -209,10 +265,80 @@ uint16_t ein_f32_to_bf16(float f)
     return (uint16_t)((u + rounding) >> 16);
 }
 
+/* ---- ggml's Q8_0 and Q4_0 blocks (see ein_dtype.h) ---------------------- */
+
+#define QK 32
+
+static void q8_0_from_f32(const float *x, uint8_t *y, size_t n)
+{
+    for (size_t b = 0; b + QK <= n; b += QK, y += 34) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++) {
+            float a = fabsf(x[b + j]);
+            amax = amax > a ? amax : a;
+        }
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint16_t h = ein_f32_to_f16(d);
+        memcpy(y, &h, 2);
+        for (int j = 0; j < QK; j++)
+            y[2 + j] = (uint8_t)(int8_t)roundf(x[b + j] * id);
+    }
+}
+
+static void q8_0_to_f32(const uint8_t *y, float *x, size_t n)
+{
+    for (size_t b = 0; b + QK <= n; b += QK, y += 34) {
+        uint16_t h;
+        memcpy(&h, y, 2);
+        const float d = ein_f16_to_f32(h);
+        for (int j = 0; j < QK; j++)
+            x[b + j] = (float)(int8_t)y[2 + j] * d;
+    }
+}
+
+static void q4_0_from_f32(const float *x, uint8_t *y, size_t n)
+{
+    for (size_t b = 0; b + QK <= n; b += QK, y += 18) {
+        float amax = 0.0f, m = 0.0f;
+        for (int j = 0; j < QK; j++)
+            if (amax < fabsf(x[b + j])) {
+                amax = fabsf(x[b + j]);
+                m = x[b + j];
+            }
+        const float d = m / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint16_t h = ein_f32_to_f16(d);
+        memcpy(y, &h, 2);
+        for (int j = 0; j < QK / 2; j++) {
+            /* two statements: x * id rounded to f32 before the add, as the
+             * reference computes it (no fused multiply-add) */
+            volatile float t0 = x[b + j] * id, t1 = x[b + QK / 2 + j] * id;
+            int q0 = (int)(t0 + 8.5f), q1 = (int)(t1 + 8.5f);
+            q0 = q0 < 15 ? q0 : 15;
+            q1 = q1 < 15 ? q1 : 15;
+            y[2 + j] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+
+static void q4_0_to_f32(const uint8_t *y, float *x, size_t n)
+{
+    for (size_t b = 0; b + QK <= n; b += QK, y += 18) {
+        uint16_t h;
+        memcpy(&h, y, 2);
+        const float d = ein_f16_to_f32(h);
+        for (int j = 0; j < QK / 2; j++) {
+            x[b + j] = (float)((y[2 + j] & 15) - 8) * d;
+            x[b + QK / 2 + j] = (float)((y[2 + j] >> 4) - 8) * d;
+        }
+    }
+}
+
 void ein_dtype_to_f32(ein_dtype t, const void *src, float *dst, size_t n)
 {
     const uint16_t *h = src;
     switch (t) {
+    case EIN_Q8_0: q8_0_to_f32(src, dst, n); break;
+    case EIN_Q4_0: q4_0_to_f32(src, dst, n); break;
     case EIN_F32: memmove(dst, src, n * 4); break;
     case EIN_F16: for (size_t i = 0; i < n; i++) dst[i] = ein_f16_to_f32(h[i]); break;
     case EIN_BF16: for (size_t i = 0; i < n; i++) dst[i] = ein_bf16_to_f32(h[i]); break;
@@ -232,6 +358,8 @@ void ein_dtype_from_f32(ein_dtype t, const float *src, void *dst, size_t n)
 {
     uint16_t *h = dst;
     switch (t) {
+    case EIN_Q8_0: q8_0_from_f32(src, dst, n); break;
+    case EIN_Q4_0: q4_0_from_f32(src, dst, n); break;
     case EIN_F32: memmove(dst, src, n * 4); break;
     case EIN_F16: for (size_t i = 0; i < n; i++) h[i] = ein_f32_to_f16(src[i]); break;
     case EIN_BF16: for (size_t i = 0; i < n; i++) h[i] = ein_f32_to_bf16(src[i]); break;

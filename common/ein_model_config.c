@@ -329,10 +329,19 @@ static int mc_read(json_t *root, ein_model_config *c, ein_error *err)
             known = 0;
         if (!strcmp(key, "sliding_window") && !strcmp(ty->name, "llama"))
             known = 0;
-        if (!strcmp(key, "quantization_config"))
-            return ein_fail(err, EIN_EUNSUPPORTED, "config: quantization_config %s is not "
-                            "supported (checkpoints of f32, f16 or bf16 tensors only)",
-                            mc_val(v, b, sizeof b));
+        if (!strcmp(key, "quantization_config")) {
+            /* a pre-quantized checkpoint (GPTQ, AWQ, compressed-tensors, ...):
+             * named by its quant_method (issue 36) */
+            const json_t *qm = json_is_object(v) ? json_object_get(v, "quant_method") : NULL;
+            const char *fmt = qm && json_is_string(qm) ? json_string_value(qm) : "?";
+            return ein_fail(err, EIN_EUNSUPPORTED, "config: quantization_config %s: a "
+                            "pre-quantized checkpoint (quant_method %s%s) is not supported; "
+                            "load its f32, f16 or bf16 weights and quantize at load "
+                            "(es.llama.load quantization=\"int8\" or \"q4\", eingen llama "
+                            "--quantization)", mc_val(v, b, sizeof b), fmt,
+                            !strcmp(fmt, "gptq") ? ": GPTQ" : !strcmp(fmt, "awq") ? ": AWQ"
+                            : !strcmp(fmt, "compressed-tensors") ? ": compressed-tensors" : "");
+        }
         char kb[96];
         if (!known)
             return ein_fail(err, EIN_EUNSUPPORTED, "config: key %s %s is not supported for "

@@ -166,17 +166,31 @@ void ein_program_free(ein_program *p)
     free(p);
 }
 
+ein_dtype ein_load_file_dtype(ein_load_format f, ein_dtype t, int *raw)
+{
+    if (raw)
+        *raw = f == EIN_LOAD_RAW || f == EIN_LOAD_RAW_F32_QUANT || f == EIN_LOAD_RAW_F16_QUANT ||
+               f == EIN_LOAD_RAW_BF16_QUANT;
+    return f == EIN_LOAD_RAW_F32_QUANT ? EIN_F32 : f == EIN_LOAD_RAW_F16_QUANT ? EIN_F16
+           : f == EIN_LOAD_RAW_BF16_QUANT ? EIN_BF16 : t;
+}
+
 /* NULL if `b` is a well-formed buffer box (rank 0..8, 0 <= lo < hi, bytes
  * in range) and *bytes is set; otherwise what is wrong with it. */
 const char *ein_buffer_box_bytes(const ein_box *b, ein_dtype t, uint64_t *bytes)
 {
     if (b->rank < 0 || b->rank > EIN_MAX_RANK)
         return "rank out of range 0..8";
-    uint64_t n = ein_dtype_size(t);
-    for (int i = 0; i < b->rank; i++) {
+    for (int i = 0; i < b->rank; i++)
         if (b->lo[i] < 0 || b->hi[i] <= b->lo[i])
             return "bounds not 0 <= lo < hi";
-        if (__builtin_mul_overflow(n, (uint64_t)(b->hi[i] - b->lo[i]), &n) || n > EIN_BUFFER_MAX_BYTES)
+    /* A block dtype counts whole blocks (ein_dtype_unit_box). */
+    ein_box u;
+    uint64_t n = ein_dtype_unit_box(t, b, &u);
+    if (n == 0)
+        return "last interval not on the dtype's block boundaries";
+    for (int i = 0; i < b->rank; i++) {
+        if (__builtin_mul_overflow(n, (uint64_t)(u.hi[i] - u.lo[i]), &n) || n > EIN_BUFFER_MAX_BYTES)
             return "too large";
     }
     *bytes = n;

@@ -135,8 +135,21 @@ typedef enum ein_load_format {
                            KERNEL, whose dst IS that LOAD's dst (== srcs[0]).
                            Like every buffer a LOAD fills, it lives as long as
                            the session: a memory planner never reuses its bytes) */
+    /* Like RAW, but the file holds f32 (F16_QUANT: f16, BF16_QUANT: bf16)
+     * elements that the load quantizes into the buffer's block dtype
+     * (q8_0, q4_0: issue 36), each device its own block: einrun --weights
+     * and load_safetensors binding a float tensor to a quantized input. */
+    EIN_LOAD_RAW_F32_QUANT = 3,
+    EIN_LOAD_RAW_F16_QUANT = 4,
+    EIN_LOAD_RAW_BF16_QUANT = 5,
     EIN_LOAD_FORMAT_COUNT
 } ein_load_format;
+
+/* The dtype of the elements a LOAD of format f reads from its file into a
+ * buffer of dtype t: t itself for RAW (and NPY), the float dtype a
+ * *_QUANT format names; 1 in *raw when the format reads raw bytes at an
+ * offset. */
+ein_dtype ein_load_file_dtype(ein_load_format f, ein_dtype t, int *raw);
 
 typedef enum ein_instr_kind {
     EIN_I_LOAD = 0, /* dst <- box of an input: `path` (.npy or raw at `offset`), or generated from (seed, key) */

@@ -45,7 +45,8 @@ static int check_buffer(const ein_program *p, int id, ein_error *err)
         return ein_fail(err, EIN_EPROTO, "program: buffer %d: %llu bytes but its box and dtype need %llu", id,
                         (unsigned long long)b->bytes, (unsigned long long)bytes);
     /* Kernels access elements directly: a misaligned buffer is UB. */
-    if (b->offset % ein_dtype_size(b->dtype) != 0)
+    size_t align = ein_dtype_size(b->dtype) ? ein_dtype_size(b->dtype) : 2; /* blocks: f16 scale */
+    if (b->offset % align != 0)
         return ein_fail(err, EIN_EPROTO, "program: buffer %d: offset %llu not aligned to its dtype", id,
                         (unsigned long long)b->offset);
     if (__builtin_add_overflow(b->offset, b->bytes, &end) || end > p->segment_bytes)
@@ -78,17 +79,28 @@ static int check_load_source(const ein_program *p, int i, const ein_instr *ins, 
 {
     if ((unsigned)ins->format >= EIN_LOAD_FORMAT_COUNT)
         return ifail(err, i, ins, "load format %d out of range", (int)ins->format);
-    if (ins->format == EIN_LOAD_RAW && !ins->path)
+    int raw;
+    ein_dtype t = ein_load_file_dtype(ins->format, p->buffers[ins->dst].dtype, &raw);
+    if (raw && !ins->path)
         return ifail(err, i, ins, "a raw load needs a path");
     if (ins->format == EIN_LOAD_ZERO && ins->path)
         return ifail(err, i, ins, "a zero load (a state) takes no path");
-    if (ins->format != EIN_LOAD_RAW && ins->offset)
+    if (!raw && ins->offset)
         return ifail(err, i, ins, "offset %llu given to a load that is not raw",
                      (unsigned long long)ins->offset);
-    if (ins->format == EIN_LOAD_RAW) {
-        uint64_t bytes = ein_dtype_size(p->buffers[ins->dst].dtype), end;
+    if (t != p->buffers[ins->dst].dtype && !ein_dtype_is_block((int)p->buffers[ins->dst].dtype))
+        return ifail(err, i, ins, "a quantizing load (format %d) into a %s buffer; it fills "
+                     "q8_0 or q4_0 buffers only", (int)ins->format,
+                     ein_dtype_name(p->buffers[ins->dst].dtype));
+    if (raw) {
+        uint64_t bytes = ein_dtype_bytes(t, 1), end, blk = (uint64_t)ein_dtype_block((int)t);
+        if (blk > 1 && (ins->rank < 1 || ins->shape[ins->rank - 1] % (int64_t)blk != 0))
+            return ifail(err, i, ins, "a raw %s tensor's last dim must be a multiple of %llu",
+                         ein_dtype_name(t), (unsigned long long)blk);
+        if (blk > 1)
+            bytes = ein_dtype_bytes(t, blk);
         for (int d = 0; d < ins->rank; d++)
-            if (__builtin_mul_overflow(bytes, (uint64_t)ins->shape[d], &bytes))
+            if (__builtin_mul_overflow(bytes, (uint64_t)(blk > 1 && d == ins->rank - 1 ? ins->shape[d] / (int64_t)blk : ins->shape[d]), &bytes))
                 return ifail(err, i, ins, "raw tensor's size overflows");
         if (__builtin_add_overflow(ins->offset, bytes, &end) || end > (uint64_t)INT64_MAX)
             return ifail(err, i, ins, "raw tensor at offset %llu ends past 2^63",

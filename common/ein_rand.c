@@ -42,7 +42,7 @@ float ein_rand_value(uint64_t seed, uint64_t key, uint64_t flat_index)
  * at least 2 rows, so a program that embeds random ids runs. */
 static void int_values(ein_dtype t, float *v, int64_t n)
 {
-    if (ein_dtype_is_float((int)t))
+    if (ein_dtype_is_float((int)t) || ein_dtype_is_block((int)t))
         return;
     for (int64_t i = 0; i < n; i++)
         v[i] = v[i] >= 0.0f ? 1.0f : 0.0f;
@@ -52,7 +52,6 @@ static void int_values(ein_dtype t, float *v, int64_t n)
 typedef struct fill_ctx {
     uint64_t seed, key;
     ein_dtype dtype;
-    size_t elem;
     int64_t row;
     char *dst;
 } fill_ctx;
@@ -62,14 +61,15 @@ static int fill_row(int64_t dst_off, int64_t flat, void *vctx)
     enum { CHUNK = 256 };
     fill_ctx *c = vctx;
     float tmp[CHUNK];
-    char *out = c->dst + (size_t)dst_off * c->elem;
+    /* bytes by ein_dtype_bytes: a block dtype's rows are whole blocks */
+    char *out = c->dst + ein_dtype_bytes(c->dtype, (uint64_t)dst_off);
     for (int64_t j = 0; j < c->row; j += CHUNK) {
         int64_t n = c->row - j < CHUNK ? c->row - j : CHUNK;
         for (int64_t t = 0; t < n; t++)
             tmp[t] = ein_rand_value(c->seed, c->key, (uint64_t)flat + (uint64_t)(j + t));
         int_values(c->dtype, tmp, n);
         ein_dtype_from_f32(c->dtype, tmp, out, (size_t)n);
-        out += (size_t)n * c->elem;
+        out += ein_dtype_bytes(c->dtype, (uint64_t)n);
     }
     return 0;
 }
@@ -89,6 +89,6 @@ void ein_rand_fill_box(uint64_t seed, uint64_t key, const int64_t *shape,
     /* The whole tensor's row-major offsets are the global flat indices;
      * the box is walked one innermost row at a time. */
     ein_box whole = ein_box_of_shape(r, shape);
-    fill_ctx c = {seed, key, dtype, ein_dtype_size(dtype), box->hi[r - 1] - box->lo[r - 1], dst};
+    fill_ctx c = {seed, key, dtype, box->hi[r - 1] - box->lo[r - 1], dst};
     ein_box_walk(box, &whole, box, r - 1, fill_row, &c);
 }

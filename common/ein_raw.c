@@ -38,6 +38,21 @@ int ein_raw_read_box(const char *path, uint64_t offset, ein_dtype dtype, int ran
         return ein_fail(err, EIN_EINVAL, "%s: bad raw read (dtype %d, rank %d, box rank %d)", path,
                         (int)dtype, rank, box->rank);
     size_t elem = ein_dtype_size(dtype);
+    /* A block dtype (q8_0, q4_0) is read in whole blocks: the tensor and the
+     * box with their last dim counted in blocks. */
+    ein_box ubox;
+    int64_t ushape[EIN_MAX_RANK];
+    if (ein_dtype_is_block((int)dtype)) {
+        int64_t blk = ein_dtype_block((int)dtype);
+        if (rank < 1 || shape[rank - 1] % blk != 0 || !(elem = ein_dtype_unit_box(dtype, box, &ubox)))
+            return ein_fail(err, EIN_ESHAPE, "%s: a %s tensor and box need a last dim on "
+                            "%lld-element blocks (box %s)", path, ein_dtype_name(dtype),
+                            (long long)blk, ein_box_format(box, b, sizeof b));
+        memcpy(ushape, shape, sizeof(int64_t) * (size_t)rank);
+        ushape[rank - 1] /= blk;
+        shape = ushape;
+        box = &ubox;
+    }
     uint64_t volume = 1;
     for (int d = 0; d < rank; d++) {
         if (shape[d] < 0 || __builtin_mul_overflow(volume, (uint64_t)shape[d], &volume))

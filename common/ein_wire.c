@@ -496,7 +496,9 @@ static int unpack_reload(const msgpack_object *o, ein_msg *m, ein_error *err)
         if ((fmt != EIN_LOAD_NPY || off) && !path[0])
             return ein_fail(err, EIN_EPROTO, "start message: reload entry %u: a generated input "
                             "with a format or offset", r);
-        if (fmt != EIN_LOAD_RAW && off)
+        int raw;
+        ein_load_file_dtype((ein_load_format)fmt, EIN_F32, &raw);
+        if (!raw && off)
             return ein_fail(err, EIN_EPROTO, "start message: reload entry %u: an offset for a "
                             ".npy file", r);
         if (off > (uint64_t)INT64_MAX)

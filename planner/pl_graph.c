@@ -202,6 +202,11 @@ int pl_graph_append(pl_graph *g, const char *name, const pl_node *proto, ein_err
      * the dtype table says which kernel kinds take them. */
     for (int i = 0; i < proto->ninputs; i++) {
         const pl_node *x = pl_graph_node(g, proto->inputs[i]);
+        if (x && ein_dtype_is_block((int)x->dtype) &&
+            !ein_dtype_kernel_ok((int)x->dtype, (int)proto->kernel.kind))
+            return ein_fail(err, EIN_ESHAPE, "%s: %s is %s; quantized weights can only be "
+                            "multiplied (matmul or einsum, as weights [out, in])",
+                            pl_node_op_name(proto), x->name, ein_dtype_name(x->dtype));
         if (x && !ein_dtype_kernel_ok((int)x->dtype, (int)proto->kernel.kind))
             return ein_fail(err, EIN_ESHAPE, "%s: %s is %s; %s computes on %s "
                             "tensors (integer tensors can only be sliced, concatenated or used "
@@ -241,6 +246,11 @@ int pl_graph_add_input(pl_graph *g, const char *name, ein_dtype dtype, int rank,
         return ein_fail(err, EIN_EINVAL, "input %s: invalid dtype %d", name ? name : "?", (int)dtype);
     if ((rc = pl_check_shape("input", name ? name : "?", rank, shape, err)) < 0)
         return rc;
+    if (ein_dtype_is_block((int)dtype) &&
+        (rank < 1 || shape[rank - 1] % ein_dtype_block((int)dtype) != 0))
+        return ein_fail(err, EIN_ESHAPE, "input %s: %s needs a last dim that is a multiple of "
+                        "%d (its blocks)", name ? name : "?", ein_dtype_name(dtype),
+                        ein_dtype_block((int)dtype));
     pl_node n;
     memset(&n, 0, sizeof n);
     n.kind = PL_INPUT;
@@ -271,6 +281,10 @@ int pl_graph_save(pl_graph *g, int id, ein_error *err)
         return rc;
     if (g->nodes[id].saved)
         return ein_fail(err, EIN_EINVAL, "save: '%s' is already saved", g->nodes[id].name);
+    if (ein_dtype_is_block((int)g->nodes[id].dtype))
+        return ein_fail(err, EIN_EINVAL, "save: '%s' is %s; quantized weights are inputs only "
+                        "and cannot be saved (expected a computed tensor)", g->nodes[id].name,
+                        ein_dtype_name(g->nodes[id].dtype));
     if (g->nodes[id].state || (g->nodes[id].kind == PL_CACHE_WRITE))
         return ein_fail(err, EIN_EINVAL, "save: '%s' is a state (it stays on the devices; "
                         "save what reads it)", g->nodes[id].name);

@@ -120,8 +120,8 @@ void pl_cost_partials(const pl_graph *g, int node, const pl_spec *s,
      * accumulation dtype until aggregated, so for an f16/bf16 tensor each
      * partial element weighs as much as ein_dtype_accum's element over the
      * tensor's own (twice); native partials weigh one. */
-    double partial = (double)ein_dtype_size(pl_partial_dtype(nd->dtype, s->agg, m)) /
-                     (double)ein_dtype_size(nd->dtype);
+    double partial = ein_dtype_elem_bytes(pl_partial_dtype(nd->dtype, s->agg, m)) /
+                     ein_dtype_elem_bytes(nd->dtype);
     /* Which outputs repeat an earlier one: a hash set of the outputs seen
      * (function specification indices + 1, 0 empty) where it fits on the
      * stack, else the pairwise comparison. */
@@ -207,7 +207,7 @@ static double net_time(double bytes, int p, const pl_plan_opts *o)
 static double move_time(const pl_graph *g, int v, int p, const pl_plan_opts *o)
 {
     const pl_node *n = pl_graph_node(g, v);
-    double bytes = node_volume(g, v) * (double)ein_dtype_size(n->dtype);
+    double bytes = node_volume(g, v) * ein_dtype_elem_bytes(n->dtype);
     return net_time(bytes, p, o) + 2 * bytes / ((double)p * o->hbm_bw);
 }
 
@@ -217,7 +217,7 @@ static double spec_time(const pl_graph *g, int v, int p, const pl_spec *s, doubl
                         double agg, const pl_plan_opts *o)
 {
     const pl_node *n = pl_graph_node(g, v);
-    double esize = (double)ein_dtype_size(n->dtype), parts = s->nparts > 0 ? s->nparts : 1;
+    double esize = ein_dtype_elem_bytes(n->dtype), parts = s->nparts > 0 ? s->nparts : 1;
     double tc = pl_op_flops(g, v) / parts / o->peak_flops;
     if (n->kind == PL_EINSUM && n->ninputs == 2 && o->gemm_operand_bw > 0)
         tc += join * esize / parts / o->gemm_operand_bw; /* packed operands (co_calib.h) */

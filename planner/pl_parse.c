@@ -187,6 +187,10 @@ static int parse_dtype(parser *p)
     if (t->kind != T_IDENT || ein_dtype_parse(t->s, (size_t)t->len, &p->dtype) < 0)
         return pl_perr(p, EIN_EPARSE, t->col, "unknown dtype %s; expected %s", DESC(t),
                     ein_dtype_names());
+    if (ein_dtype_is_block((int)p->dtype))
+        return pl_perr(p, EIN_EPARSE, t->col, "dtype %s is for weights only; expected it after "
+                       "an input's dims (input w[out, in] %s)", ein_dtype_name(p->dtype),
+                       ein_dtype_name(p->dtype));
     return pl_expect_eol(p, "the dtype");
 }
 

@@ -76,6 +76,9 @@ def main():
     ap.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"],
                     help="the checkpoint's dtype (every tensor), which es.llama's program "
                          "then computes in")
+    ap.add_argument("--quantization", default=None, choices=["int8", "q4"],
+                    help="es.llama.load's quantization= (issue 36): the projections as q8_0 "
+                         "or q4_0 blocks; also prints the logits' error against f32")
     ap.add_argument("--write-ein", default=None, metavar="PATH",
                     help="write the decode step as a .ein program (for einplan -v) and stop")
     ap.add_argument("--kv-heads", type=int, default=None, metavar="N",
@@ -130,6 +133,9 @@ def main():
     # and the cache up to the position (at the middle of the decode, on average)
     esz = 4 if a.dtype == "f32" else 2
     wbytes = esz * (params - V * dm)
+    if a.quantization:   # the projections in blocks of 32 (34 or 18 bytes each)
+        proj = L * (4 * dm * dm + 3 * FF * dm)
+        wbytes += proj * ((34 if a.quantization == "int8" else 18) / 32 - esz)
     avg_pos = a.prompt + a.new / 2
     cbytes = esz * 2 * L * a.batch * avg_pos * H * D
     # a copy moves each byte twice (read, write); a decode step only reads
@@ -137,8 +143,22 @@ def main():
     bound = read_bw / (wbytes + cbytes)           # steps per second
     prompts = [list(rng.integers(0, V, a.prompt)) for _ in range(a.batch)]
     rounds = []
+    acc = None
+    if a.quantization:
+        # the logits against the same checkpoint unquantized: relative error
+        # (Frobenius, over every prompt position) and top-1 agreement
+        with es.llama.load([d + "/model.safetensors"], d + "/config.json", device=[0]) as m:
+            ref = m.logits(prompts)
+        with es.llama.load([d + "/model.safetensors"], d + "/config.json", device=[0],
+                           quantization=a.quantization) as m:
+            got_l = m.logits(prompts)
+        num = sum(float(np.sum((g - r) ** 2)) for g, r in zip(got_l, ref))
+        den = sum(float(np.sum(r ** 2)) for r in ref)
+        top = [np.mean(np.argmax(g, -1) == np.argmax(r, -1)) for g, r in zip(got_l, ref)]
+        acc = (np.sqrt(num / den), float(np.mean(top)))
     with es.llama.load([d + "/model.safetensors"], d + "/config.json",
-                       device=list(range(a.devices)), strategy=a.strategy) as m:
+                       device=list(range(a.devices)), strategy=a.strategy,
+                       quantization=a.quantization) as m:
         m.generate(prompts, max_new_tokens=2)     # compile, bind, warm up
         for r in range(a.rounds if a.torch else 1):
             got = m.generate(prompts, max_new_tokens=a.new)
@@ -153,8 +173,12 @@ def main():
         prof = _profile(m, a.profile, a.prompt, V, a.devices, a.dtype) if a.profile > 0 else None
     steps_s = st["decode_steps"] / st["decode_seconds"]
     print("model: %.1fM parameters (d %d, %d layers, vocab %d, ff %d, %d heads), %s, %d devices, "
-          "batch %d, plan %s" % (params / 1e6, dm, L, V, FF, H, a.dtype, a.devices, a.batch,
-                                 a.strategy or "the planner's"))
+          "batch %d, plan %s%s" % (params / 1e6, dm, L, V, FF, H, a.dtype, a.devices, a.batch,
+                                   a.strategy or "the planner's",
+                                   ", projections %s" % a.quantization if a.quantization else ""))
+    if acc:
+        print("logits vs unquantized (%d prompt positions): relative error %.4f, top-1 "
+              "agreement %.1f%%" % (a.prompt * a.batch, acc[0], 100 * acc[1]))
     print("copy bandwidth: %.2f GB/s copied (%d threads copying 256 MiB, best of 5): %.2f GB/s "
           "of memory traffic" % (copy_bw / 1e9, P, read_bw / 1e9))
     print("bytes per decode step: weights %.1f MB + cache %.1f MB" % (wbytes / 1e6, cbytes / 1e6))

@@ -4,7 +4,8 @@
  * Usage: bench-kernels [-r REPS] [-t THREADS] [-w] [-s] [-R ROWS]
  * -s: a decode step's products instead: 1 to 16 rows by 40 weight matrices
  * [2048, 768] (250 MB of f32, more than the caches), through sgemv, sgemm
- * and kn_cpu_einsum (f32, bf16, f16 weights; [out, in] and [in, out]),
+ * and kn_cpu_einsum (f32, bf16, f16 weights; [out, in] and [in, out];
+ * q8_0 and q4_0 weights [out, in], issue 36),
  * each against a memcpy of the f32 weights in the same repetitions: GB/s
  * of weights read and the share of memcpy's memory traffic (the copy
  * bound of docs/generation.md). -R ROWS: only that many rows.
@@ -140,7 +141,7 @@ static void bench_attention(int64_t hq, int64_t hkv, int64_t T, int64_t d, ein_d
 
 /* ---- -s: a decode step's products (a few rows by many weight matrices) -- */
 
-#define ST_NVAR 10
+#define ST_NVAR 12
 typedef struct st_case {
     const char *name;
     int kind;          /* 0 memcpy, 1 sgemv, 2 sgemm, 3 einsum */
@@ -158,11 +159,15 @@ static void bench_stream(int64_t m, int reps)
     const int64_t per = n * k, tot = per * nmat;
     float *w32 = xmalloc((size_t)tot * 4), *dst = xmalloc((size_t)tot * 4);
     uint16_t *w16 = xmalloc((size_t)tot * 2), *wbf = xmalloc((size_t)tot * 2);
+    void *wq8 = xmalloc((size_t)ein_dtype_bytes(EIN_Q8_0, (uint64_t)tot));
+    void *wq4 = xmalloc((size_t)ein_dtype_bytes(EIN_Q4_0, (uint64_t)tot));
     float *a = xmalloc((size_t)(m * n) * 4), *c = xmalloc((size_t)(m * n) * 4);
     fill(w32, tot, 7);
     fill(a, m * n, 8);
     ein_dtype_from_f32(EIN_F16, w32, w16, (size_t)tot);
     ein_dtype_from_f32(EIN_BF16, w32, wbf, (size_t)tot);
+    ein_dtype_from_f32(EIN_Q8_0, w32, wq8, (size_t)tot);
+    ein_dtype_from_f32(EIN_Q4_0, w32, wq4, (size_t)tot);
     memset(dst, 0, (size_t)tot * 4);
     const st_case cs[ST_NVAR] = {
         {"memcpy of the f32 weights", 0, EIN_F32, 1},
@@ -175,6 +180,8 @@ static void bench_stream(int64_t m, int reps)
         {"einsum f16 [out, in]", 3, EIN_F16, 1},
         {"einsum bf16 [in, out]", 3, EIN_BF16, 0},
         {"einsum f16 [in, out]", 3, EIN_F16, 0},
+        {"einsum q8_0 [out, in]", 3, EIN_Q8_0, 1},
+        {"einsum q4_0 [out, in]", 3, EIN_Q4_0, 1},
     };
     double best[ST_NVAR];
     for (int v = 0; v < ST_NVAR; v++)
@@ -194,7 +201,11 @@ static void bench_stream(int64_t m, int reps)
                     const float *w = w32 + i * per;
                     void *wd = x->dt == EIN_F32 ? (void *)(w32 + i * per)
                                : x->dt == EIN_F16 ? (void *)(w16 + i * per)
-                                                  : (void *)(wbf + i * per);
+                               : x->dt == EIN_Q8_0
+                                   ? (void *)((char *)wq8 + ein_dtype_bytes(EIN_Q8_0, (uint64_t)(i * per)))
+                               : x->dt == EIN_Q4_0
+                                   ? (void *)((char *)wq4 + ein_dtype_bytes(EIN_Q4_0, (uint64_t)(i * per)))
+                                   : (void *)(wbf + i * per);
                     if (x->kind == 1)
                         cblas_sgemv(CblasRowMajor, x->nk ? CblasNoTrans : CblasTrans,
                                     x->nk ? (int)n : (int)k, x->nk ? (int)k : (int)n, 1.0f, w,
@@ -225,7 +236,7 @@ static void bench_stream(int64_t m, int reps)
     for (int v = 1; v < ST_NVAR; v++) {
         if (cs[v].kind == 1 && m != 1)
             continue;
-        double bytes = (double)tot * (double)ein_dtype_size(cs[v].dt);
+        double bytes = (double)ein_dtype_bytes(cs[v].dt, (uint64_t)tot);
         printf("  %-24s %8.2f ms  %6.2f GB/s read  %5.1f%% of memcpy's traffic  "
                "%.2fx memcpy's time\n", cs[v].name, best[v] * 1e3, bytes / best[v] * 1e-9,
                100.0 * bytes / best[v] / bw, best[0] / best[v]);
@@ -234,6 +245,8 @@ static void bench_stream(int64_t m, int reps)
     free(dst);
     free(w16);
     free(wbf);
+    free(wq8);
+    free(wq4);
     free(a);
     free(c);
 }

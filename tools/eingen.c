@@ -1,7 +1,7 @@
 /* tools/eingen.c — write the paper's workloads (§6) as .ein programs.
  *
  *   eingen llama (--seqs S --tokens T | --seq-lens L1,L2,...) [--blocks B]
- *                [--dtype f16|bf16|f32]
+ *                [--dtype f16|bf16|f32] [--quantization int8|q4]
  *                [--scale F | --heads H --kv-heads K --head-dim D --d-ff N]
  *                [--theta X] [--eps E] [--hf] [--config config.json]
  *                [--model [--vocab V] [--tied] [--logits last|all]]
@@ -26,7 +26,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: eingen llama (--seqs S --tokens T | --seq-lens L1,L2,...) [--blocks B]\n"
-               "                   [--dtype f16|bf16|f32]\n"
+               "                   [--dtype f16|bf16|f32] [--quantization int8|q4]\n"
                "                   [--scale F | --heads H --kv-heads K --head-dim D --d-ff N]\n"
                "                   [--theta X] [--eps E] [--hf] [--config config.json]\n"
                "                   [--model [--vocab V] [--tied] [--logits last|all]]\n"
@@ -53,6 +53,11 @@ static void usage(FILE *f)
                "            (`final_norm`) and lm_head; saves `logits`, of each sequence's\n"
                "            last token ([S, vocab], --logits last, the default) or of\n"
                "            every token ([tokens, vocab], --logits all).\n"
+               "--quantization int8|q4  the projection weights (wq wk wv wo w1 w3 w2) as\n"
+               "            q8_0 or q4_0 inputs (ggml's blocks of 32; issue 36), declared\n"
+               "            [out, in] as quantized weights are (matmul(x, w) is then x w^T);\n"
+               "            norms, embedding and lm_head keep --dtype. The dims they\n"
+               "            contract must be multiples of 32.\n"
                "--vocab V   vocabulary rows (default 128256, LLaMA 3).\n"
                "--tied      lm_head is the embedding (tie_word_embeddings); otherwise an\n"
                "            input `lm_head` ([vocab, d_model] with --hf, else [d_model, vocab]).\n"
@@ -72,6 +77,7 @@ typedef struct llama_cfg {
     int have_lens;
     int blocks;
     const char *dtype;
+    const char *quant;      /* --quantization: NULL, "q8_0" or "q4_0" */
     long heads, kv_heads, head_dim, d_ff;
     double theta, eps;
     int hf;
@@ -154,6 +160,8 @@ static int llama(const llama_cfg *c)
         printf(" --eps %g", c->eps);
     if (strcmp(c->dtype, "f16"))
         printf(" --dtype %s", c->dtype);
+    if (c->quant)
+        printf(" --quantization %s", !strcmp(c->quant, "q8_0") ? "int8" : "q4");
     if (c->model)
         printf(" --model --vocab %ld%s%s", c->vocab, c->tied ? " --tied" : "",
                c->all_logits ? " --logits all" : "");
@@ -246,7 +254,15 @@ static int llama(const llama_cfg *c)
         if (blocks > 1)
             snprintf(s, sizeof s, "_%d", b);
         printf("\n# block %d\n", b);
-        if (c->hf)
+        if (c->quant) {   /* [out, in] with the block dtype */
+            const char *q = c->quant;
+            printf("input attn_norm%s[d_model]\ninput wq%s[d_q, d_model] %s\n"
+                   "input wk%s[d_kv, d_model] %s\ninput wv%s[d_kv, d_model] %s\n"
+                   "input wo%s[d_model, d_q] %s\ninput ffn_norm%s[d_model]\n"
+                   "input w1%s[d_ff, d_model] %s\ninput w3%s[d_ff, d_model] %s\n"
+                   "input w2%s[d_model, d_ff] %s\n",
+                   s, s, q, s, q, s, q, s, q, s, s, q, s, q, s, q);
+        } else if (c->hf)
             printf("input attn_norm%s[d_model]\ninput wq%s[d_q, d_model]\ninput wk%s[d_kv, d_model]\n"
                    "input wv%s[d_kv, d_model]\ninput wo%s[d_model, d_q]\ninput ffn_norm%s[d_model]\n"
                    "input w1%s[d_ff, d_model]\ninput w3%s[d_ff, d_model]\ninput w2%s[d_model, d_ff]\n",
@@ -473,6 +489,16 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long *dim = !strcmp(a, "--heads") ? &c.heads : !strcmp(a, "--kv-heads") ? &c.kv_heads
                   : !strcmp(a, "--head-dim") ? &c.head_dim : !strcmp(a, "--d-ff") ? &c.d_ff : NULL;
+        if (!strcmp(a, "--quantization") && v) {
+            const char *q = argv[++i];
+            c.quant = !strcmp(q, "int8") ? "q8_0" : !strcmp(q, "q4") ? "q4_0" : NULL;
+            if (!c.quant) {
+                fprintf(stderr, "eingen: --quantization '%s': expected int8 (q8_0) or q4 (q4_0)\n",
+                        q);
+                return 2;
+            }
+            continue;
+        }
         if (!strcmp(a, "--dtype") && v) {
             c.dtype = argv[++i];
             if (strcmp(c.dtype, "f16") && strcmp(c.dtype, "bf16") && strcmp(c.dtype, "f32")) {
@@ -584,7 +610,7 @@ int main(int argc, char **argv)
         return llama(&c);
     }
     if (!strcmp(argv[1], "chain") && argc >= 3 && strlen(argv[2]) == 1) {
-        if (explicit_dims || c.hf || c.model) {
+        if (explicit_dims || c.hf || c.model || c.quant) {
             fprintf(stderr, "eingen: chain takes --dtype and --scale only\n");
             return 2;
         }

@@ -408,8 +408,14 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
         if (ein_vec_reserve(&w->blk, &w->cap_blk, ins->nsrcs, sizeof *w->blk) < 0)
             return ein_fail(err, EIN_ENOMEM, "out of memory for %d operands", ins->nsrcs);
         kn_block *blk = w->blk;
-        for (int i = 0; i < ins->nsrcs; i++)
+        for (int i = 0; i < ins->nsrcs; i++) {
             blk[i] = wk_block_of(w, ins->srcs[i]);
+            /* quantized weights (issue 36) have CPU kernels only */
+            if (!w->be->mem.host_visible && ein_dtype_is_block((int)blk[i].dtype))
+                return ein_fail(err, EIN_EUNSUPPORTED, "%s: operand %d is %s; the %s backend "
+                                "has no kernel for quantized weights yet (CPU devices only)",
+                                ins->op, i, ein_dtype_name(blk[i].dtype), w->be->name);
+        }
         kn_block out = wk_block_of(w, ins->dst);
         rc = ins->kind == EIN_I_KERNEL
                  ? w->be->dev.kernel(w->be, &ins->kernel, blk, ins->nsrcs, &out, err)
@@ -422,8 +428,15 @@ static int run_instr_kind(wk *w, const ein_instr *ins, ein_error *err)
         for (int i = 0; i < ins->nsrcs && rc == 0; i++) {
             kn_block s = wk_block_of(w, ins->srcs[i]);
             const ein_box *region = ins->kind == EIN_I_SLICE ? &d->box : &s.box;
-            rc = w->be->dev.copy_box(w->be, w->base + d->offset, &d->box, s.data, &s.box, region,
-                                 ein_dtype_size(d->dtype), err);
+            /* In storage units: a block dtype moves whole blocks (the
+             * program check keeps every box of one on block boundaries). */
+            ein_box ud, us, ur;
+            size_t unit = ein_dtype_unit_box(d->dtype, &d->box, &ud);
+            if (!unit || !ein_dtype_unit_box(d->dtype, &s.box, &us) ||
+                !ein_dtype_unit_box(d->dtype, region, &ur))
+                return ein_fail(err, EIN_EPROTO, "%s: a %s box off its block boundaries",
+                                ein_instr_kind_name(ins->kind), ein_dtype_name(d->dtype));
+            rc = w->be->dev.copy_box(w->be, w->base + d->offset, &ud, s.data, &us, &ur, unit, err);
         }
         break;
     case EIN_I_COPY:

@@ -44,13 +44,42 @@ static void slabs_of(const wk *w, const ein_box *box, size_t elem, int *axis, in
 }
 
 
+/* Box s of a raw tensor into p (dense, dtype bt): read as is, or, for a
+ * quantizing load (the file's elements ft are a float dtype, bt a block
+ * dtype: issue 36), read as ft and quantized row by row (s's rows are
+ * whole blocks: the program check keeps block boxes on block bounds). */
+static int raw_read(const ein_instr *ins, ein_dtype bt, ein_dtype ft, const ein_box *s, void *p,
+                    ein_error *err)
+{
+    if (ft == bt)
+        return ein_raw_read_box(ins->path, ins->offset, bt, ins->rank, ins->shape, s, p, NULL,
+                                err);
+    size_t n = (size_t)ein_box_volume(s);
+    void *tmp = malloc(n * ein_dtype_size(ft) + 1);
+    float *f = ft == EIN_F32 ? tmp : malloc(n * sizeof(float) + 1);
+    int rc = !tmp || !f ? ein_fail(err, EIN_ENOMEM, "load of %s: out of memory quantizing %zu "
+                                   "elements", ins->path, n)
+                        : ein_raw_read_box(ins->path, ins->offset, ft, ins->rank, ins->shape, s,
+                                           tmp, NULL, err);
+    if (rc == 0) {
+        if (ft != EIN_F32)
+            ein_dtype_to_f32(ft, tmp, f, n);
+        ein_dtype_from_f32(bt, f, p, n);
+    }
+    if (f != tmp)
+        free(f);
+    free(tmp);
+    return rc;
+}
+
 /* Fill `dst` (host memory, dense over the buffer's box) from the input. */
 static int load_host(wk *w, const ein_instr *ins, const ein_pbuffer *b, void *dst,
                      ein_error *err)
 {
     ein_npy_info info;
     int rc;
-    int raw = ins->format == EIN_LOAD_RAW;
+    int raw;
+    const ein_dtype ft = ein_load_file_dtype(ins->format, b->dtype, &raw);
     if (ins->format == EIN_LOAD_ZERO) {   /* a state: zeros, then written in place */
         memset(dst, 0, (size_t)b->bytes);
         return 0;
@@ -68,23 +97,29 @@ static int load_host(wk *w, const ein_instr *ins, const ein_pbuffer *b, void *ds
             return 0;
         }
         if (raw)
-            return ein_raw_read_box(ins->path, ins->offset, b->dtype, ins->rank, ins->shape,
-                                    &b->box, dst, NULL, err);
+            return raw_read(ins, b->dtype, ft, &b->box, dst, err);
         return ein_npy_read_box(ins->path, &info, &b->box, dst, err);
     }
     int ax;
     int64_t rows;
     size_t stride;
-    slabs_of(w, &b->box, ein_dtype_size(b->dtype), &ax, &rows, &stride);
-    for (int64_t lo = b->box.lo[ax]; lo < b->box.hi[ax]; lo += rows) {
+    /* Slabs over the box in storage units (a block dtype's last dim in
+     * whole blocks: ein_dtype_unit_box), each read as its element box. */
+    ein_box ub;
+    size_t unit = ein_dtype_unit_box(b->dtype, &b->box, &ub);
+    if (unit == 0)
+        return ein_fail(err, EIN_ESHAPE, "load of %s: a %s block off its block boundaries",
+                        ins->path ? ins->path : "an input", ein_dtype_name(b->dtype));
+    slabs_of(w, &ub, unit, &ax, &rows, &stride);
+    int64_t f = ax == b->box.rank - 1 ? ein_dtype_block((int)b->dtype) : 1;
+    for (int64_t lo = ub.lo[ax]; lo < ub.hi[ax]; lo += rows) {
         ein_box s = b->box;
-        s.lo[ax] = lo;
-        s.hi[ax] = b->box.hi[ax] - lo > rows ? lo + rows : b->box.hi[ax];
-        char *p = (char *)dst + (size_t)(lo - b->box.lo[ax]) * stride;
+        s.lo[ax] = lo * f;
+        s.hi[ax] = (ub.hi[ax] - lo > rows ? lo + rows : ub.hi[ax]) * f;
+        char *p = (char *)dst + (size_t)(lo - ub.lo[ax]) * stride;
         if (!ins->path)
             ein_rand_fill_box(ins->seed, ins->key, ins->shape, &s, b->dtype, p);
-        else if (raw && (rc = ein_raw_read_box(ins->path, ins->offset, b->dtype, ins->rank,
-                                               ins->shape, &s, p, NULL, err)) < 0)
+        else if (raw && (rc = raw_read(ins, b->dtype, ft, &s, p, err)) < 0)
             return rc;
         else if (!raw && (rc = ein_npy_read_box(ins->path, &info, &s, p, err)) < 0)
             return rc;

@@ -3,6 +3,7 @@
 #include "coordinator/compile/co_physical.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -279,7 +280,10 @@ static int add_exchange(pb *B, int u, int consumer, int k, const ein_box *want, 
         have_site[j] = co_physical_place(ph, u, j);
     }
     if ((rc = xp_preamble_make(have, have_site, p, e->need, e->need_site, n,
-                               ein_dtype_size(e->dtype), B->o->ndev, &e->atoms, &e->natoms,
+                               /* whole bytes per element: a block dtype's
+                                  (q8_0 1.06, q4_0 0.56) rounded up, for costs */
+                               (size_t)ceil(ein_dtype_elem_bytes(e->dtype)), B->o->ndev,
+                               &e->atoms, &e->natoms,
                                &e->body, B->err)) < 0)
         goto done;
     e->local = exchange_is_local(e->body);

@@ -23,7 +23,7 @@ static double fit_bound(const pl_graph *g, int prefix)
     double in = 0, act = 0;
     for (int i = 0; i < g->nnodes; i++) {
         const pl_node *nd = &g->nodes[i];
-        double b = (double)ein_dtype_size(nd->dtype);
+        double b = ein_dtype_elem_bytes(nd->dtype);
         for (int k = 0; k < nd->rank; k++)
             b *= (double)nd->shape[k];
         if (nd->kind == PL_INPUT)

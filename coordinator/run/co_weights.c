@@ -41,7 +41,10 @@ static int check_pair(const pl_node *nd, const ein_safetensors *file, const ein_
                         file->path, t->name, t->dtype_name,
                         ein_dtype_list((char[96]){0}, 96, -1, -1, EIN_DTYPE_BY_ST), nd->name,
                         ein_dtype_name(nd->dtype), want);
-    int same = t->rank == nd->rank && t->dtype == (int)nd->dtype;
+    /* a float tensor for a quantized input is quantized as it loads
+     * (issue 36: EIN_LOAD_RAW_*_QUANT) */
+    int quant = ein_dtype_is_block((int)nd->dtype) && ein_dtype_is_float(t->dtype);
+    int same = t->rank == nd->rank && (t->dtype == (int)nd->dtype || quant);
     for (int d = 0; same && d < nd->rank; d++)
         same = t->shape[d] == nd->shape[d];
     if (!same)
@@ -111,7 +114,11 @@ int co_weights_bind(const pl_graph *g, const ein_safetensors *const *files, int 
     }
     for (int v = 0; v < g->nnodes; v++)
         if (pick[v]) {
-            src[v] = (co_input_src){.path = from[v]->path, .format = EIN_LOAD_RAW,
+            int q = ein_dtype_is_block((int)pl_graph_node(g, v)->dtype);
+            ein_dtype ft = (ein_dtype)pick[v]->dtype;
+            ein_load_format f = !q ? EIN_LOAD_RAW : ft == EIN_F16 ? EIN_LOAD_RAW_F16_QUANT
+                                : ft == EIN_BF16 ? EIN_LOAD_RAW_BF16_QUANT : EIN_LOAD_RAW_F32_QUANT;
+            src[v] = (co_input_src){.path = from[v]->path, .format = f,
                                     .offset = pick[v]->offset};
             n++;
         }

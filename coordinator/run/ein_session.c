@@ -487,9 +487,10 @@ static int session_set_input(ein_session *s, const char *name, const void *data,
     if (rc < 0)
         return rc;
     const pl_node *nd = pl_graph_node(s->c->g, in->node);
-    size_t want = ein_dtype_size(nd->dtype);
+    uint64_t vol = 1;
     for (int a = 0; a < nd->rank; a++)
-        want *= (size_t)nd->shape[a];
+        vol *= (uint64_t)nd->shape[a];
+    size_t want = (size_t)ein_dtype_bytes(nd->dtype, vol);
     if (bytes != want || (!data && want)) {
         char sh[256];
         ein_shape_format(nd->rank, nd->shape, sh, sizeof sh);
@@ -497,6 +498,18 @@ static int session_set_input(ein_session *s, const char *name, const void *data,
                         name, bytes, ein_dtype_name(nd->dtype), sh, want);
     }
     char p[PATH_MAX + 64];
+    if (ein_dtype_is_block((int)nd->dtype)) {
+        /* quantized blocks (issue 36) have no .npy form: a raw file of the
+         * blocks, read as ggml lays them out */
+        snprintf(p, sizeof p, "%s/in-%d.%s", s->dir, in->node, ein_dtype_name(nd->dtype));
+        FILE *f = fopen(p, "wb");
+        int ok = f && fwrite(data, 1, want, f) == want;
+        if (f && fclose(f) != 0)
+            ok = 0;
+        if (!ok)
+            return ein_fail(err, EIN_EIO, "input %s: cannot write %s", name, p);
+        return input_point(in, p, EIN_LOAD_RAW, 0, err);
+    }
     snprintf(p, sizeof p, "%s/in-%d.npy", s->dir, in->node);
     if (in->mem_fd >= 0 && in->path && !strcmp(in->path, p) && in->format == EIN_LOAD_NPY) {
         /* the same file as last time: its data bytes only */

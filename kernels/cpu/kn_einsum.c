@@ -655,9 +655,108 @@ done:
     return rc;
 }
 
+/* Rows of weight per dequantised tile when many rows of a meet quantized
+ * weights (a tile of [KN_Q_TILE, k] f32, then sgemm). */
+#define KN_Q_TILE 64
+
+/* a [.., k] (any float dtype) by a quantized b [n, k] (issue 36): the one
+ * form quantized weights take, "<A>k,nk-><A>n" with <A> a's other letters
+ * in order. */
+static int kn_einsum_q(const char *subscripts, const kn_block *a, const kn_block *b,
+                       kn_block *out, ein_error *err)
+{
+    kn_subs sp;
+    int rc = kn_subs_parse(subscripts, &sp, err);
+    if (rc < 0)
+        return rc;
+    const char *bn = ein_dtype_name(b->dtype);
+    int ra = sp.rank[0];
+    int ok = sp.nin == 2 && a && out && sp.rank[1] == 2 && ra >= 1 && sp.rank[2] == ra &&
+             sp.let[0][ra - 1] == sp.let[1][1] && sp.let[2][ra - 1] == sp.let[1][0] &&
+             sp.let[1][0] != sp.let[1][1];
+    for (int d = 0; ok && d < ra - 1; d++)
+        ok = sp.let[0][d] == sp.let[2][d] && sp.let[0][d] != sp.let[1][0] &&
+             sp.let[0][d] != sp.let[1][1];
+    if (!ok)
+        return ein_fail(err, EIN_EUNSUPPORTED, "einsum %s: b is %s; quantized weights are read "
+                        "only as b of \"...k,nk->...n\" (weights [out, in], in contracted)",
+                        subscripts, bn);
+    if (!ein_dtype_is_float((int)a->dtype) || !ein_dtype_is_float((int)out->dtype))
+        return ein_fail(err, EIN_EINVAL, "einsum %s: b is %s but a is %s and out %s; they must "
+                        "be %s", subscripts, bn, ein_dtype_name(a->dtype),
+                        ein_dtype_name(out->dtype), ein_dtype_float_names());
+    if (a->box.rank != ra || b->box.rank != 2 || out->box.rank != ra)
+        return ein_fail(err, EIN_ESHAPE, "einsum %s: box ranks do not match the subscripts",
+                        subscripts);
+    int64_t m = 1;
+    for (int d = 0; d < ra - 1; d++) {
+        if (a->box.lo[d] != out->box.lo[d] || a->box.hi[d] != out->box.hi[d])
+            return ein_fail(err, EIN_ESHAPE, "einsum %s: a and out differ in dim %d",
+                            subscripts, d);
+        m *= a->box.hi[d] - a->box.lo[d];
+    }
+    const int blk = ein_dtype_block((int)b->dtype);
+    int64_t k = b->box.hi[1] - b->box.lo[1], n = b->box.hi[0] - b->box.lo[0];
+    if (a->box.lo[ra - 1] != b->box.lo[1] || a->box.hi[ra - 1] != b->box.hi[1] ||
+        out->box.lo[ra - 1] != b->box.lo[0] || out->box.hi[ra - 1] != b->box.hi[0])
+        return ein_fail(err, EIN_ESHAPE, "einsum %s: the boxes of a, b and out disagree on k or n",
+                        subscripts);
+    if (!ein_dtype_box_ok(b->dtype, &b->box))
+        return ein_fail(err, EIN_ESHAPE, "einsum %s: b's k interval [%lld, %lld) is not on "
+                        "%d-element %s blocks", subscripts, (long long)b->box.lo[1],
+                        (long long)b->box.hi[1], blk, bn);
+    if (m <= 0 || n <= 0)
+        return 0;
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+        return ein_fail(err, EIN_EUNSUPPORTED, "einsum %s: too large for BLAS int", subscripts);
+    const int64_t ldb = (int64_t)ein_dtype_bytes(b->dtype, (uint64_t)k);
+    const float *x = a->data;
+    float *ca = NULL, *c = out->dtype == EIN_F32 ? out->data : NULL, *tile = NULL;
+    if (a->dtype != EIN_F32) {
+        if (!(ca = kn_alloc(m * k, subscripts, err)))
+            return EIN_ENOMEM;
+        ein_dtype_to_f32(a->dtype, a->data, ca, (size_t)(m * k));
+        x = ca;
+    }
+    if (!c && !(c = kn_alloc(m * n, subscripts, err))) {
+        rc = EIN_ENOMEM;
+        goto done;
+    }
+    if (m <= KN_STREAM_ROWS || k == 0) {
+        kn_stream_mm_q(m, n, k, x, k, b->data, b->dtype, ldb, c, n);
+    } else {
+        int64_t tn = n < KN_Q_TILE ? n : KN_Q_TILE;
+        if (!(tile = kn_alloc(tn * k, subscripts, err))) {
+            rc = EIN_ENOMEM;
+            goto done;
+        }
+        for (int64_t j0 = 0; j0 < n; j0 += KN_Q_TILE) {
+            int64_t w = n - j0 < KN_Q_TILE ? n - j0 : KN_Q_TILE;
+            for (int64_t j = 0; j < w; j++)
+                ein_dtype_to_f32(b->dtype, (const char *)b->data + (j0 + j) * ldb, tile + j * k,
+                                 (size_t)k);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)w, (int)k, 1.0f, x,
+                        (int)k, tile, (int)k, 0.0f, c + j0, (int)n);
+        }
+    }
+    if (c != out->data)
+        ein_dtype_from_f32(out->dtype, c, out->data, (size_t)(m * n));
+done:
+    if (c != out->data)
+        free(c);
+    free(ca);
+    free(tile);
+    return rc;
+}
+
 int kn_cpu_einsum(const char *subscripts, const kn_block *a, const kn_block *b,
                   kn_block *out, ein_error *err)
 {
+    if (b && ein_dtype_is_block((int)b->dtype))
+        return kn_einsum_q(subscripts, a, b, out, err);
+    if (a && ein_dtype_is_block((int)a->dtype))
+        return ein_fail(err, EIN_EUNSUPPORTED, "einsum %s: a is %s; quantized weights are read "
+                        "only as b (weights [out, in])", subscripts, ein_dtype_name(a->dtype));
     kn_es e;
     memset(&e, 0, sizeof e);
     int rc = kn_subs_parse(subscripts, &e.sp, err);

@@ -79,6 +79,17 @@ void kn_stream_mm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, 
 int kn_stream_vector(void);
 void kn_stream_force_portable(int on);
 
+/* C[m, n] = A[m, k] B^T for a quantized B (q8_0 or q4_0, issue 36) stored
+ * [n, k] with row j at byte j * ldb of b, k a multiple of 32
+ * (kernels/cpu/kn_quant.c): every block read once (AVX2/FMA/F16C when
+ * kn_stream_vector() and m <= KN_STREAM_MAX_ROWS: the activations rounded
+ * to int16 per block of 32 in a malloc'd copy, exact int16 products;
+ * without memory for it, or else, dequantised to f32 in registers).
+ * Cannot fail; a NaN activation gives NaN sums. */
+#define KN_STREAM_MAX_ROWS 16
+void kn_stream_mm_q(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                    const void *b, ein_dtype bdt, int64_t ldb, float *c, int64_t ldc);
+
 /* "[0:128, 64:96]" of a block's box, in a caller buffer. */
 const char *kn_fmt(const ein_box *b, char *buf, size_t len);
 

@@ -56,7 +56,34 @@ int pl_graph_add_einsum(pl_graph *g, const char *name, const char *subscripts,
             }
         }
     }
-    if (ntensors == 2 && g->nodes[a].dtype != g->nodes[b].dtype)
+    /* Quantized weights (q8_0, q4_0: issue 36) are b of "<A>k,nk-><A>n":
+     * [out, in] with in contracted and contiguous; a is a float tensor. */
+    int qa = ein_dtype_is_block((int)g->nodes[a].dtype);
+    int qb = ntensors == 2 && ein_dtype_is_block((int)g->nodes[b].dtype);
+    if (qa)
+        return ein_fail(err, EIN_ESHAPE, "einsum '%s': %s is %s; quantized weights can only be "
+                        "the second operand (weights [out, in], in contracted)", subscripts,
+                        g->nodes[a].name, ein_dtype_name(g->nodes[a].dtype));
+    if (qb) {
+        int ra = sub.rank[0], ok = sub.rank[1] == 2 && ra >= 1 && sub.out_rank == ra &&
+                                   sub.ops[0][ra - 1] == sub.ops[1][1] &&
+                                   sub.out[ra - 1] == sub.ops[1][0] &&
+                                   sub.ops[1][0] != sub.ops[1][1];
+        for (int d = 0; ok && d < ra - 1; d++)
+            ok = sub.ops[0][d] == sub.out[d] && sub.ops[0][d] != sub.ops[1][0] &&
+                 sub.ops[0][d] != sub.ops[1][1];
+        if (!ok)
+            return ein_fail(err, EIN_ESHAPE, "einsum '%s': %s is %s; quantized weights are "
+                            "multiplied only as \"...k,nk->...n\" (weights [out, in], the last "
+                            "letter of both operands contracted)", subscripts, g->nodes[b].name,
+                            ein_dtype_name(g->nodes[b].dtype));
+        if (!ein_dtype_is_float((int)g->nodes[a].dtype))
+            return ein_fail(err, EIN_ESHAPE, "einsum '%s': %s is %s; a product with %s weights "
+                            "takes %s activations", subscripts, g->nodes[a].name,
+                            ein_dtype_name(g->nodes[a].dtype), ein_dtype_name(g->nodes[b].dtype),
+                            ein_dtype_float_names());
+    }
+    if (ntensors == 2 && !qb && g->nodes[a].dtype != g->nodes[b].dtype)
         return ein_fail(err, EIN_ESHAPE, "einsum '%s': %s is %s but %s is %s; operands need one dtype",
                         subscripts, g->nodes[a].name, ein_dtype_name(g->nodes[a].dtype),
                         g->nodes[b].name, ein_dtype_name(g->nodes[b].dtype));
@@ -100,6 +127,16 @@ int pl_graph_add_matmul(pl_graph *g, const char *name, int a, int b, ein_error *
     if (ta->rank != 2 || tb->rank != 2)
         return ein_fail(err, EIN_ESHAPE, "matmul: %s is %s and %s is %s; matmul takes two "
                         "matrices (use einsum for other ranks)", ta->name, sa, tb->name, sb);
+    /* Quantized weights are stored [out, in] (ggml's layout, in contiguous
+     * in blocks of 32): matmul(x, w) is then x w^T. */
+    if (ein_dtype_is_block((int)tb->dtype)) {
+        if (ta->rank != 2 || tb->rank != 2 || ta->shape[1] != tb->shape[1])
+            return ein_fail(err, EIN_ESHAPE, "matmul: %s is %s and %s is %s %s; quantized weights "
+                            "are declared [out, in] (the transpose of matmul's [in, out]), so "
+                            "%s's columns must equal %s's", ta->name, sa, tb->name,
+                            ein_dtype_name(tb->dtype), sb, ta->name, tb->name);
+        return pl_graph_add_einsum(g, name, "ij,kj->ik", a, b, err);
+    }
     if (ta->shape[1] != tb->shape[0])
         return ein_fail(err, EIN_ESHAPE, "matmul: %s is %s but %s is %s; the columns of the "
                         "first must equal the rows of the second", ta->name, sa, tb->name, sb);
@@ -125,6 +162,15 @@ static int einsum_indices(const pl_graph *g, const pl_node *nd, pl_index *idx)
             if (!seen)
                 idx[n++] = pl_index_any(sub.ops[k][a], in->axis_name[a], in->shape[a]);
         }
+    }
+    /* A quantized operand's last letter splits only between its blocks. */
+    for (int k = 0; k < sub.nops; k++) {
+        const pl_node *in = pl_graph_node(g, nd->inputs[k]);
+        if (!ein_dtype_is_block((int)in->dtype) || sub.rank[k] < 1)
+            continue;
+        for (int i = 0; i < n; i++)
+            if (idx[i].name == sub.ops[k][sub.rank[k] - 1])
+                idx[i].step = ein_dtype_block((int)in->dtype);
     }
     return n;
 }

@@ -45,7 +45,7 @@ static rw_roof roof_of(const pl_rewrite_opts *o)
 
 static double vol_bytes(ein_dtype dt, int rank, const int64_t *shape)
 {
-    double v = (double)ein_dtype_size(dt);
+    double v = ein_dtype_elem_bytes(dt);
     for (int i = 0; i < rank; i++)
         v *= (double)shape[i];
     return v;

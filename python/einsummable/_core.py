@@ -26,7 +26,40 @@ _DTYPES = {
     "bf16": (2, numpy.dtype(numpy.uint16)),  # no NumPy dtype: the bit patterns
     "i32": (3, numpy.dtype(numpy.int32)),
     "i64": (4, numpy.dtype(numpy.int64)),
+    # quantized weights (issue 36): ggml's blocks of 32, as raw bytes
+    "q8_0": (5, numpy.dtype(numpy.uint8)),
+    "q4_0": (6, numpy.dtype(numpy.uint8)),
 }
+# Bytes per block of 32 elements of a quantized dtype.
+_BLOCK_BYTES = {"q8_0": 34, "q4_0": 18}
+
+
+def quantize(array, dtype):
+    """The blocks of a float array quantized to 'q8_0' or 'q4_0' (ggml's
+    reference quantizers, round to nearest: the bytes of a GGUF of the same
+    values), as uint8 of shape [..., K / 32 * block bytes]; K, the last dim,
+    must be a multiple of 32."""
+    if dtype not in _BLOCK_BYTES:
+        _fail(L.EIN_EINVAL, "quantize: dtype %r; expected 'q8_0' or 'q4_0'" % (dtype,))
+    a = numpy.ascontiguousarray(array, dtype=numpy.float32)
+    if a.ndim < 1 or a.shape[-1] % 32:
+        _fail(L.EIN_ESHAPE, "quantize: shape %s; the last dim must be a multiple of 32"
+              % list(a.shape))
+    out = numpy.empty(a.shape[:-1] + (a.shape[-1] // 32 * _BLOCK_BYTES[dtype],), numpy.uint8)
+    _lib.ein_dtype_from_f32(_DTYPES[dtype][0], a.ctypes.data, out.ctypes.data, a.size)
+    return out
+
+
+def dequantize(blocks, dtype):
+    """The float32 values of quantize()'s blocks (uint8 [..., bytes])."""
+    if dtype not in _BLOCK_BYTES:
+        _fail(L.EIN_EINVAL, "dequantize: dtype %r; expected 'q8_0' or 'q4_0'" % (dtype,))
+    b = numpy.ascontiguousarray(blocks, dtype=numpy.uint8)
+    if b.ndim < 1 or b.shape[-1] % _BLOCK_BYTES[dtype]:
+        _fail(L.EIN_ESHAPE, "dequantize: shape %s is not whole %s blocks" % (list(b.shape), dtype))
+    out = numpy.empty(b.shape[:-1] + (b.shape[-1] // _BLOCK_BYTES[dtype] * 32,), numpy.float32)
+    _lib.ein_dtype_to_f32(_DTYPES[dtype][0], b.ctypes.data, out.ctypes.data, out.size)
+    return out
 _DTYPE_BY_CODE = {v[0]: k for k, v in _DTYPES.items()}
 _DTYPE_ALIASES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "i32",
                   "int64": "i64"}
@@ -1261,10 +1294,18 @@ class Program:
         if not isinstance(array, numpy.ndarray):
             _fail_type("load: %s needs a numpy.ndarray, not %s"
                   % (name, type(array).__name__))
+        if (dtype in _BLOCK_BYTES and array.dtype == numpy.uint8 and
+                tuple(array.shape) == shape[:-1] + (shape[-1] // 32 * _BLOCK_BYTES[dtype],)):
+            return numpy.ascontiguousarray(array)   # quantize()'s blocks as they are
         if tuple(array.shape) != shape:
             _fail(L.EIN_ESHAPE, "load: %s is %s %s but the array's shape is %s"
                   % (name, dtype, list(shape), list(array.shape)))
         a = array
+        if dtype in _BLOCK_BYTES:   # quantized at load, round to nearest (issue 36)
+            if a.dtype.kind != "f":
+                _fail(L.EIN_ESHAPE, "load: %s is %s; give float values (quantized here) or "
+                      "uint8 blocks from quantize()" % (name, dtype))
+            return quantize(a, dtype)
         if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and sys.byteorder == "big"):
             a = a.astype(a.dtype.newbyteorder("<"))
         if dtype == "bf16":

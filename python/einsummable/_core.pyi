@@ -11,7 +11,8 @@ import numpy.typing
 
 from ._stats import Prediction, RunStats
 
-DType = Literal["f32", "f16", "bf16", "i32", "i64", "float32", "float16", "bfloat16", "int32", "int64"]
+DType = Literal["f32", "f16", "bf16", "i32", "i64", "q8_0", "q4_0", "float32", "float16",
+                "bfloat16", "int32", "int64"]
 DTypeLike = Union[DType, str, "numpy.dtype[Any]", type]
 TensorRef = Union["Tensor", str]
 PathLike = Union[str, "os.PathLike[str]"]
@@ -160,3 +161,6 @@ def load_program(path: PathLike, device: Optional[Sequence[int]] = ...,
                  trace: Optional[PathLike] = ...,
                  progress: Optional[bool] = ...,
                  connect_timeout: Optional[float] = ...) -> Program: ...
+
+def quantize(array: numpy.typing.ArrayLike, dtype: str) -> numpy.typing.NDArray[numpy.uint8]: ...
+def dequantize(blocks: numpy.typing.ArrayLike, dtype: str) -> numpy.typing.NDArray[numpy.float32]: ...

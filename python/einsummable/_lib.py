@@ -182,6 +182,8 @@ _T = ctypes.c_int  # ein_tensor
 
 # name: (restype, argtypes)
 _PROTOS = {
+    "ein_dtype_from_f32": (None, [_I, _P, _P, ctypes.c_size_t]),
+    "ein_dtype_to_f32": (None, [_I, _P, _P, ctypes.c_size_t]),
     "ein_strerror": (_S, [_I]),
     "ein_graph_create": (_P, []),
     "ein_graph_destroy": (None, [_P]),

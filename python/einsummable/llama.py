@@ -37,6 +37,8 @@ from . import _lib as _L
 __all__ = ["load", "Llama", "read_config"]
 
 _ST_DTYPES = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
+# es.llama.load(quantization=): the projections' dtype (issue 36)
+_QUANT = {None: None, "int8": "q8_0", "q4": "q4_0"}
 _NP = {"f32": numpy.float32, "f16": numpy.float16}
 
 
@@ -132,7 +134,8 @@ class Llama:
     list, as compileGraph's)."""
 
     def __init__(self, files, config, device=None, max_len=None, backend=None,
-                 prefill_chunk=16, strategy=None, dtype=None, allow_unused=False):
+                 prefill_chunk=16, strategy=None, dtype=None, allow_unused=False,
+                 quantization=None):
         self.files = _weight_files(files)
         c = read_config(config)
         if isinstance(config, dict):
@@ -177,6 +180,22 @@ class Llama:
             _fail("llama.load: dtype %r; expected None (the checkpoint's), 'f32', 'f16' or "
                   "'bf16'" % (dtype,))
         self.dtype = dtype
+        # issue 36: the projections' weights quantized at load (round to
+        # nearest, ggml's Q8_0 / Q4_0 blocks); norms, embeddings and lm_head
+        # stay in `dtype`
+        if quantization not in _QUANT:
+            _fail("llama.load: quantization %r; expected None, 'int8' (q8_0) or 'q4' (q4_0)"
+                  % (quantization,))
+        self.quantization = quantization
+        self.qdtype = _QUANT[quantization] or dtype
+        if quantization:
+            bad = [(n, k) for n, k in (("hidden_size", self.dm), ("heads * head_dim",
+                                        self.H * self.D), ("intermediate_size", self.FF))
+                   if k % 32]
+            if bad:
+                _fail("llama.load: quantization=%r needs the projections' input dims to be "
+                      "multiples of 32 (ggml's blocks); %s" % (quantization, ", ".join(
+                          "%s is %d" % b for b in bad)))
         self._check_layers()
         self._progs = {}
         self.last_stats = None      # generate()'s step counts and times
@@ -201,16 +220,17 @@ class Llama:
         g = createGraph()
         m, w = {}, {}
 
-        def inp(name, shape, tensor, dims):
+        def inp(name, shape, tensor, dims, t=None):
             # dims: the labels a strategy ranks (planner/pl_strategy.h)
             if name not in w:
                 m[name] = tensor
-                w[name] = g.insertTensor(tensorDesc(shape, dt, dims), name=name)
+                w[name] = g.insertTensor(tensorDesc(shape, t or dt, dims), name=name)
             return w[name]
 
         def lin(a, name, shape, tensor, dims, bias):
-            # x times a weight [out, in], plus its bias [out] when the config has one
-            y = g.einsum("ij,kj->ik", a, inp(name, shape, tensor + ".weight", dims))
+            # x times a weight [out, in] (quantized: self.qdtype), plus its
+            # bias [out] when the config has one
+            y = g.einsum("ij,kj->ik", a, inp(name, shape, tensor + ".weight", dims, self.qdtype))
             if bias:
                 y = g.add(y, inp("b" + name, [shape[0]], tensor + ".bias", dims[:1]))
             return y
@@ -311,13 +331,22 @@ class Llama:
             self._progs[B] = prog
         return prog
 
+    @property
+    def _quantized(self):
+        """The inputs quantized at load (prog.load quantizes float arrays)."""
+        if not self.quantization:
+            return set()
+        return {"%s%d" % (p, l) for l in range(self.L)
+                for p in ("wq", "wk", "wv", "wo", "w1", "w3", "w2")}
+
     def _bind(self, prog, m):
         """Bind the weights: straight from the files where their dtype is
         the program's (each device reads its own blocks), else converted
         through NumPy (dtype= other than the checkpoint's)."""
         for path, h in self._heads.items():
             same = {k: v for k, v in m.items()
-                    if v in h and _ST_DTYPES.get(h[v]["dtype"]) == self.dtype}
+                    if v in h and _ST_DTYPES.get(h[v]["dtype"]) == self.dtype and
+                    k not in self._quantized}
             if same:
                 prog.load_safetensors(path, same)
             other = {k: v for k, v in m.items() if v in h and k not in same}
@@ -588,7 +617,7 @@ def _run(prog, entry, feed, output, shape, dtype="f32"):
 
 
 def load(files, config, device=None, max_len=None, backend=None, prefill_chunk=16,
-         strategy=None, dtype=None, allow_unused=False):
+         strategy=None, dtype=None, allow_unused=False, quantization=None):
     """A Llama over `files` (safetensors paths) and `config` (config.json's
     path or its dict), run on `device` (a list of devices, as compileGraph;
     default one). max_len: the cache length (default the config's
@@ -605,7 +634,13 @@ def load(files, config, device=None, max_len=None, backend=None, prefill_chunk=1
     naming it. dtype: the weights, caches and arithmetic (None: the
     checkpoint's own, f32, f16 or bf16; another converts the weights as
     they are bound). allow_unused: run although the checkpoint holds
-    tensors the config does not read (otherwise an error naming them)."""
+    tensors the config does not read (otherwise an error naming them).
+    quantization: None, "int8" or "q4": the attention and MLP projections'
+    weights quantized as they are bound (round to nearest, in ggml's Q8_0 /
+    Q4_0 blocks of 32 with an f16 scale each: docs/kernels.md), read by
+    kernels that dequantise in registers; embeddings, norms and lm_head stay
+    in dtype. Pre-quantized checkpoints (a config's quantization_config:
+    GPTQ, AWQ, compressed-tensors) are refused by name."""
     return Llama(files, config, device=device, max_len=max_len, backend=backend,
                  prefill_chunk=prefill_chunk, strategy=strategy, dtype=dtype,
-                 allow_unused=allow_unused)
+                 allow_unused=allow_unused, quantization=quantization)

@@ -35,6 +35,8 @@ class Llama:
     chunk: int
     dtype: str
     file_dtype: str
+    quantization: Optional[str]
+    qdtype: str
     allow_unused: bool
     window: int
     last_stats: Optional[Dict[str, Union[int, float]]]
@@ -42,7 +44,7 @@ class Llama:
                  device: Optional[Sequence[int]] = ..., max_len: Optional[int] = ...,
                  backend: Optional[str] = ..., prefill_chunk: int = ...,
                  strategy: Optional[str] = ..., dtype: Optional[str] = ...,
-                 allow_unused: bool = ...) -> None: ...
+                 allow_unused: bool = ..., quantization: Optional[str] = ...) -> None: ...
     def step(self, ids: _Ids, pos: _Ids) -> numpy.typing.NDArray[numpy.float32]: ...
     def prefill(self, ids: Union[Sequence[Sequence[int]], numpy.typing.NDArray[numpy.integer[Any]]],
                 pos: _Ids) -> numpy.typing.NDArray[numpy.float32]: ...
@@ -57,4 +59,5 @@ class Llama:
 def load(files: Union[_Path, Sequence[_Path]], config: Union[_Path, Mapping[str, Any]],
          device: Optional[Sequence[int]] = ..., max_len: Optional[int] = ...,
          backend: Optional[str] = ..., prefill_chunk: int = ..., strategy: Optional[str] = ...,
-         dtype: Optional[str] = ..., allow_unused: bool = ...) -> Llama: ...
+         dtype: Optional[str] = ..., allow_unused: bool = ...,
+         quantization: Optional[str] = ...) -> Llama: ...

@@ -116,6 +116,10 @@ static void test_refused(void **state)
             "\"factor\": 8}}", EIN_EINVAL, "needs low_freq_factor", NULL);
     refused("{\"model_type\": \"llama\", \"quantization_config\": {\"bits\": 4}}",
             EIN_EUNSUPPORTED, "quantization_config", "bits");
+    refused("{\"model_type\": \"llama\", \"quantization_config\": {\"quant_method\": \"awq\"}}",
+            EIN_EUNSUPPORTED, "AWQ", "quantize at load");
+    refused("{\"model_type\": \"llama\", \"quantization_config\": {\"quant_method\": "
+            "\"compressed-tensors\"}}", EIN_EUNSUPPORTED, "compressed-tensors", "int8");
     refused("{\"model_type\": \"llama\", \"logit_softcapping\": 30}", EIN_EUNSUPPORTED,
             "logit_softcapping", "30");
     refused("{\"model_type\": \"llama\", \"hidden_act\": \"quick_gelu\"}", EIN_EUNSUPPORTED,

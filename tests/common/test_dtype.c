@@ -219,7 +219,7 @@ static void test_bulk_conversions(void **state)
     int64_t h[257]; /* room for any dtype */
     for (int i = 0; i < 257; i++)
         src[i] = (float)(i - 128) * 0.37f;
-    for (int t = 0; t < EIN_DTYPE_COUNT; t++) {
+    for (int t = 0; t < EIN_DTYPE_ELEM_COUNT; t++) {   /* blocks: test_kn_quant, test_quant.py */
         ein_dtype dt = (ein_dtype)t;
         void *buf = dt == EIN_F32 ? (void *)back : (void *)h;
         ein_dtype_from_f32(dt, src, buf, 257);
@@ -257,7 +257,16 @@ static void test_bulk_conversions(void **state)
 static void test_table(void **state)
 {
     (void)state;
-    for (int t = 0; t < EIN_DTYPE_COUNT; t++) {
+    for (int t = EIN_DTYPE_ELEM_COUNT; t < EIN_DTYPE_COUNT; t++) {
+        /* block dtypes (issue 36): no element size or file codes, einsum only */
+        const ein_dtype_info *r = ein_dtype_info_of(t);
+        assert_non_null(r);
+        assert_true(r->size == 0 && r->block == 32 && !r->npy && !r->st && !r->is_float);
+        assert_int_equal(r->block_bytes, t == EIN_Q8_0 ? 34 : 18);
+        for (int k = 0; k < EIN_KERNEL_COUNT; k++)
+            assert_int_equal(ein_dtype_kernel_ok(t, k), k == EIN_KERNEL_EINSUM);
+    }
+    for (int t = 0; t < EIN_DTYPE_ELEM_COUNT; t++) {
         const ein_dtype_info *r = ein_dtype_info_of(t);
         assert_non_null(r);
         assert_non_null(r->name);
@@ -290,7 +299,8 @@ static void test_table(void **state)
     assert_string_equal(ein_dtype_float_names(), "f32, f16 or bf16");
     assert_string_equal(ein_dtype_list(buf, sizeof buf, 0, EIN_KERNEL_EMBEDDING, EIN_DTYPE_BY_NAME),
                         "i32 or i64");
-    assert_string_equal(ein_dtype_list(buf, sizeof buf, 0, EIN_KERNEL_EINSUM, EIN_DTYPE_BY_NAME), "");
+    assert_string_equal(ein_dtype_list(buf, sizeof buf, 0, EIN_KERNEL_EINSUM, EIN_DTYPE_BY_NAME),
+                        "q8_0 or q4_0");
     assert_string_equal(ein_dtype_list(buf, sizeof buf, -1, -1, EIN_DTYPE_BY_ST),
                         "F32, F16, BF16, I32 or I64");
     assert_string_equal(ein_dtype_list(buf, sizeof buf, -1, -1, EIN_DTYPE_BY_NPY),

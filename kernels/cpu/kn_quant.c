@@ -1,0 +1,275 @@
+/* kernels/cpu/kn_quant.c — products of rows by quantized weights (q8_0,
+ * q4_0: ggml's blocks, common/ein_dtype.h), computing in f32 (issue 36).
+ *
+ * The weight is [n, k] (a checkpoint's [out, in]), k contiguous in blocks
+ * of 32: each row of it is k / 32 blocks of an f16 scale and 32 int8 (q8_0)
+ * or 16 bytes of nibbles (q4_0). A few rows of activations (a decode step,
+ * at most KN_STREAM_ROWS) go through kn_stream_mm_q, which reads every
+ * weight block once and dequantises it in registers; more rows dequantise
+ * a tile of weight rows to f32 and call sgemm on it (prefill), so no f32
+ * copy of the whole weight ever exists. */
+#include "kernels/cpu/kn_internal.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ein_dtype.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define KN_Q_X86 1
+#endif
+
+#define KN_QK 32
+
+/* ---- portable ---------------------------------------------------------- */
+
+static void kn_q_portable(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                          const uint8_t *b, ein_dtype dt, int64_t ldb, float *c, int64_t ldc)
+{
+    const size_t bb = ein_dtype_bytes(dt, KN_QK);
+    float w[KN_QK];
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *row = b + j * ldb;
+        for (int64_t r = 0; r < m; r++)
+            c[r * ldc + j] = 0.0f;
+        for (int64_t i = 0; i < k; i += KN_QK) {
+            ein_dtype_to_f32(dt, row + (size_t)(i / KN_QK) * bb, w, KN_QK);
+            for (int64_t r = 0; r < m; r++) {
+                const float *x = a + r * lda + i;
+                float s = 0.0f;
+                for (int t = 0; t < KN_QK; t++)
+                    s += x[t] * w[t];
+                c[r * ldc + j] += s;
+            }
+        }
+    }
+}
+
+/* ---- AVX2 + FMA + F16C --------------------------------------------------- */
+
+#ifdef KN_Q_X86
+#define KN_QAVX2 __attribute__((target("avx2,fma,f16c")))
+
+KN_QAVX2 static inline float kn_q_hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The 32 weights of one block as four vectors of 8 f32 (before the scale)
+ * and the scale. */
+KN_QAVX2 __attribute__((always_inline)) static inline float
+kn_q_block(const uint8_t *p, ein_dtype dt, __m256 *w)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    if (dt == EIN_Q8_0) {
+        for (int g = 0; g < 4; g++)
+            w[g] = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 2 + 8 * g))));
+    } else {
+        const __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+        const __m128i lo15 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(v, lo15), eight);
+        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), lo15), eight);
+        w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+        w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+        w[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+        w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+    }
+    return _cvtsh_ss(h);
+}
+
+/* The activations as int16 per block of 32: x ~= s_b * xq with s_b =
+ * max|x| / 32767 over the block, xq = round(x / s_b) (relative error at
+ * most 2^-16 of the block's largest |x|, far below the weights' own
+ * quantization error). */
+static void kn_q_acts(int64_t m, int64_t k, const float *a, int64_t lda, int16_t *xq, float *xs)
+{
+    const int64_t nb = k / KN_QK;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *x = a + r * lda + b * KN_QK;
+            float amax = 0.0f;
+            int nan = 0;
+            for (int t = 0; t < KN_QK; t++) {
+                amax = fabsf(x[t]) > amax ? fabsf(x[t]) : amax;
+                nan |= x[t] != x[t];
+            }
+            /* a NaN (or infinite) activation makes the block's scale NaN
+             * (inf), so the sums it enters are NaN, as in f32 */
+            const float s = nan ? NAN : amax / 32767.0f;
+            const float inv = s != 0.0f && !nan && !isinf(s) ? 1.0f / s : 0.0f;
+            xs[r * nb + b] = s;
+            for (int t = 0; t < KN_QK; t++) {
+                long q = lrintf(x[t] * inv);
+                xq[(r * nb + b) * KN_QK + t] = (int16_t)(q > 32767 ? 32767 : q < -32767 ? -32767 : q);
+            }
+        }
+}
+
+/* The integer form: per block, the weights widened to int16 (exact), two
+ * vpmaddwd with the int16 activations give eight exact int32 partial sums,
+ * converted once and scaled by d * s_b. A quarter of the float form's
+ * int-to-float conversions, which bound it (one pipe on Zen 1: 4 G
+ * weights/s against the memory's 10+; docs/kernels.md). */
+KN_QAVX2 static void kn_q_avx2_i16(int64_t m, int64_t n, int64_t k, const uint8_t *b,
+                                   ein_dtype dt, int64_t ldb, const int16_t *xq,
+                                   const float *xs, float *c, int64_t ldc)
+{
+    const size_t bb = ein_dtype_bytes(dt, KN_QK);
+    const int64_t nb = k / KN_QK;
+    const __m128i lo15 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+    __m256 acc[KN_STREAM_MAX_ROWS];
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *row = b + j * ldb;
+        for (int64_t r = 0; r < m; r++)
+            acc[r] = _mm256_setzero_ps();
+        for (int64_t bi = 0; bi < nb; bi++) {
+            const uint8_t *p = row + (size_t)bi * bb;
+            _mm_prefetch((const char *)p + 1024, _MM_HINT_T0);
+            __m256i w0, w1;
+            if (dt == EIN_Q8_0) {
+                w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2)));
+                w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18)));
+            } else {
+                const __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+                w0 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(v, lo15), eight));
+                w1 = _mm256_cvtepi8_epi16(
+                    _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), lo15), eight));
+            }
+            uint16_t h;
+            memcpy(&h, p, 2);
+            const float d = _cvtsh_ss(h);
+            for (int64_t r = 0; r < m; r++) {
+                const int16_t *x = xq + (r * nb + bi) * KN_QK;
+                __m256i s = _mm256_add_epi32(
+                    _mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)x)),
+                    _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(x + 16))));
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * xs[r * nb + bi]),
+                                         acc[r]);
+            }
+        }
+        for (int64_t r = 0; r < m; r++)
+            c[r * ldc + j] = kn_q_hsum(acc[r]);
+    }
+}
+
+/* The int16 form's weights of one block, widened: elements 0-15 and 16-31. */
+KN_QAVX2 __attribute__((always_inline)) static inline void
+kn_q_w16(const uint8_t *p, ein_dtype dt, __m256i *w0, __m256i *w1)
+{
+    if (dt == EIN_Q8_0) {
+        *w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2)));
+        *w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18)));
+    } else {
+        const __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+        const __m128i lo15 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+        *w0 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(v, lo15), eight));
+        *w1 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), lo15), eight));
+    }
+}
+
+/* One activation row (a decode step): two weight rows per pass, sharing
+ * the activations' loads and interleaving two dependency chains (1.26x
+ * one row per pass; four per pass ran slower, bench-kernels -s). */
+KN_QAVX2 static void kn_q_avx2_i16_1(int64_t n, int64_t k, const uint8_t *b, ein_dtype dt,
+                                     int64_t ldb, const int16_t *xq, const float *xs, float *c)
+{
+    const size_t bb = ein_dtype_bytes(dt, KN_QK);
+    const int64_t nb = k / KN_QK;
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        const uint8_t *r0 = b + j * ldb, *r1 = r0 + ldb;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+        for (int64_t bi = 0; bi < nb; bi++) {
+            const uint8_t *p0 = r0 + (size_t)bi * bb, *p1 = r1 + (size_t)bi * bb;
+            _mm_prefetch((const char *)p0 + 1024, _MM_HINT_T0);
+            _mm_prefetch((const char *)p1 + 1024, _MM_HINT_T0);
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + bi * KN_QK));
+            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + bi * KN_QK + 16));
+            const __m256 sx = _mm256_broadcast_ss(xs + bi);
+            __m256i u0, u1, v0, v1;
+            kn_q_w16(p0, dt, &u0, &u1);
+            kn_q_w16(p1, dt, &v0, &v1);
+            uint16_t h0, h1;
+            memcpy(&h0, p0, 2);
+            memcpy(&h1, p1, 2);
+            const __m256i s0 = _mm256_add_epi32(_mm256_madd_epi16(u0, x0),
+                                                _mm256_madd_epi16(u1, x1));
+            const __m256i s1 = _mm256_add_epi32(_mm256_madd_epi16(v0, x0),
+                                                _mm256_madd_epi16(v1, x1));
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0),
+                                 _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h0)), sx), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
+                                 _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h1)), sx), a1);
+        }
+        c[j] = kn_q_hsum(a0);
+        c[j + 1] = kn_q_hsum(a1);
+    }
+    if (j < n)
+        kn_q_avx2_i16(1, n - j, k, b + j * ldb, dt, ldb, xq, xs, c + j, 1);
+}
+
+/* One weight row at a time; per block, each activation row's dot with the
+ * four weight vectors, scaled once per block. */
+KN_QAVX2 static void kn_q_avx2(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                               const uint8_t *b, ein_dtype dt, int64_t ldb, float *c,
+                               int64_t ldc)
+{
+    const size_t bb = ein_dtype_bytes(dt, KN_QK);
+    __m256 acc[KN_STREAM_MAX_ROWS];
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *row = b + j * ldb;
+        for (int64_t r = 0; r < m; r++)
+            acc[r] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < k; i += KN_QK) {
+            const uint8_t *p = row + (size_t)(i / KN_QK) * bb;
+            _mm_prefetch((const char *)p + 1024, _MM_HINT_T0);
+            __m256 w[4];
+            const __m256 d = _mm256_set1_ps(kn_q_block(p, dt, w));
+            for (int64_t r = 0; r < m; r++) {
+                const float *x = a + r * lda + i;
+                __m256 t = _mm256_mul_ps(w[0], _mm256_loadu_ps(x));
+                t = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x + 8), t);
+                t = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x + 16), t);
+                t = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x + 24), t);
+                acc[r] = _mm256_fmadd_ps(d, t, acc[r]);
+            }
+        }
+        for (int64_t r = 0; r < m; r++)
+            c[r * ldc + j] = kn_q_hsum(acc[r]);
+    }
+}
+#endif
+
+void kn_stream_mm_q(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                    const void *b, ein_dtype bdt, int64_t ldb, float *c, int64_t ldc)
+{
+    if (m <= 0 || n <= 0)
+        return;
+#ifdef KN_Q_X86
+    if (kn_stream_vector() && m <= KN_STREAM_MAX_ROWS) {
+        int16_t *xq = malloc(sizeof(int16_t) * (size_t)(m * k) + 32);
+        float *xs = malloc(sizeof(float) * (size_t)(m * (k / KN_QK)) + 4);
+        if (xq && xs) {
+            kn_q_acts(m, k, a, lda, xq, xs);
+            if (m == 1)
+                kn_q_avx2_i16_1(n, k, b, bdt, ldb, xq, xs, c);
+            else
+                kn_q_avx2_i16(m, n, k, b, bdt, ldb, xq, xs, c, ldc);
+        } else {   /* no memory for the int16 activations: the float form */
+            kn_q_avx2(m, n, k, a, lda, b, bdt, ldb, c, ldc);
+        }
+        free(xq);
+        free(xs);
+        return;
+    }
+#endif
+    kn_q_portable(m, n, k, a, lda, b, bdt, ldb, c, ldc);
+}

@@ -1,0 +1,203 @@
+/* tests/kernels/test_kn_quant.c — quantized weights (q8_0, q4_0; issue 36):
+ * the einsum kernel reading them against a double reference on weights
+ * dequantised by an independent decoder of ggml's block layouts, on the
+ * AVX2 path (where the CPU has it) and the portable one, for 1 to 40 rows
+ * (stream and dequantise-a-tile + sgemm); byte counts and unit boxes; the
+ * refusals (a quantized a, another einsum form, a misaligned k interval).
+ * tests/python/test_quant.py checks the quantizers' bytes against NumPy.
+ * The AVX2 path rounds the activations to int16 per block of 32
+ * (kernels/cpu/kn_quant.c); the tolerance adds that rounding's bound. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ein_dtype.h"
+#include "kernels/cpu/kn_internal.h"
+#include "common/ein_program_int.h"
+#include "kernels/kn_cpu.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float rnd_unit(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
+}
+
+/* f16 bits to double by the bit fields (not the library's decoder). */
+static double f16(const uint8_t *p)
+{
+    unsigned h = (unsigned)p[0] | (unsigned)p[1] << 8;
+    int e = (int)(h >> 10 & 31), m = (int)(h & 1023);
+    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+/* Element i of a row of blocks, decoded from ggml's layout. */
+static double deq(ein_dtype t, const uint8_t *row, int64_t i)
+{
+    if (t == EIN_Q8_0) {
+        const uint8_t *b = row + (i / 32) * 34;
+        return f16(b) * (double)(int8_t)b[2 + i % 32];
+    }
+    const uint8_t *b = row + (i / 32) * 18;
+    int j = (int)(i % 32);
+    int q = j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4);
+    return f16(b) * (q - 8);
+}
+
+static void check_product(ein_dtype t, int64_t m, int64_t n, int64_t k, int portable)
+{
+    float *x = malloc(sizeof(float) * (size_t)(m * k)), *w = malloc(sizeof(float) * (size_t)(n * k));
+    float *y = malloc(sizeof(float) * (size_t)(m * n));
+    size_t rb = (size_t)ein_dtype_bytes(t, (uint64_t)k);
+    uint8_t *q = malloc(rb * (size_t)n);
+    for (int64_t i = 0; i < m * k; i++)
+        x[i] = rnd_unit();
+    for (int64_t i = 0; i < n * k; i++)
+        w[i] = rnd_unit() * (i % 7 == 0 ? 3.0f : 1.0f);
+    for (int64_t j = 0; j < n; j++)
+        ein_dtype_from_f32(t, w + j * k, q + (size_t)j * rb, (size_t)k);
+    kn_block a = {.data = x, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {m, k}}};
+    kn_block b = {.data = q, .dtype = t, .box = {.rank = 2, .lo = {0, 0}, .hi = {n, k}}};
+    kn_block o = {.data = y, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {m, n}}};
+    ein_error err = {0};
+    kn_stream_force_portable(portable);
+    assert_int_equal(kn_cpu_einsum("ij,kj->ik", &a, &b, &o, &err), 0);
+    kn_stream_force_portable(0);
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < n; j++) {
+            /* f32 sums, plus (AVX2 path) the activations rounded to int16
+             * per block of 32: at most half of max|x| / 32767 each */
+            double s = 0, mag = 0, act = 0;
+            for (int64_t i0 = 0; i0 < k; i0 += 32) {
+                double xmax = 0, wsum = 0;
+                for (int64_t i = i0; i < i0 + 32; i++) {
+                    double v = deq(t, q + (size_t)j * rb, i);
+                    s += (double)x[r * k + i] * v;
+                    mag += fabs((double)x[r * k + i] * v);
+                    xmax = fabs((double)x[r * k + i]) > xmax ? fabs((double)x[r * k + i]) : xmax;
+                    wsum += fabs(v);
+                }
+                act += wsum * xmax / 32767.0 * 0.5;
+            }
+            double d = fabs(s - (double)y[r * n + j]);
+            if (!(d <= 1e-5 * mag + 1.01 * act + 1e-6))
+                fail_msg("%s m=%lld row %lld col %lld: got %g want %g (portable %d)",
+                         ein_dtype_name(t), (long long)m, (long long)r, (long long)j,
+                         (double)y[r * n + j], s, portable);
+        }
+    /* The quantized values are close to the weights: |w - deq| <= d / 2
+     * (q8_0; plus |q| <= 127 times the f16 rounding of d, 2^-11 relative)
+     * or d (q4_0, whose clamp at 15 costs the largest opposite element up
+     * to d) with d the block's scale. */
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t i = 0; i < k; i++) {
+            const uint8_t *blk = q + (size_t)j * rb + (size_t)(i / 32) * (t == EIN_Q8_0 ? 34 : 18);
+            double d = fabs(f16(blk)) * (t == EIN_Q8_0 ? 0.5 + 128.0 / 2048 : 1.0 + 9.0 / 2048) + 1e-7;
+            double e = fabs(deq(t, q + (size_t)j * rb, i) - (double)w[j * k + i]);
+            if (!(e <= d))
+                fail_msg("%s: element %lld of row %lld off by %g (scale bound %g)",
+                         ein_dtype_name(t), (long long)i, (long long)j, e, d);
+        }
+    free(x);
+    free(w);
+    free(y);
+    free(q);
+}
+
+static void test_products(void **state)
+{
+    (void)state;
+    const ein_dtype ts[2] = {EIN_Q8_0, EIN_Q4_0};
+    const int64_t ms[5] = {1, 2, 5, 16, 40};
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 5; b++)
+            for (int p = 0; p < 2; p++)
+                check_product(ts[a], ms[b], 70, 96, p);
+    check_product(EIN_Q8_0, 1, 3, 32, 0);
+    check_product(EIN_Q4_0, 3, 130, 320, 0);
+}
+
+static void test_bytes(void **state)
+{
+    (void)state;
+    assert_int_equal(ein_dtype_bytes(EIN_Q8_0, 64), 68);
+    assert_int_equal(ein_dtype_bytes(EIN_Q4_0, 96), 54);
+    assert_int_equal(ein_dtype_bytes(EIN_F32, 3), 12);
+    assert_int_equal(ein_dtype_size(EIN_Q8_0), 0);
+    assert_int_equal(ein_dtype_block(EIN_Q4_0), 32);
+    assert_true(ein_dtype_is_block(EIN_Q8_0) && !ein_dtype_is_block(EIN_BF16));
+    assert_false(ein_dtype_is_float(EIN_Q8_0));
+    assert_true(ein_dtype_kernel_ok(EIN_Q8_0, EIN_KERNEL_EINSUM));
+    assert_false(ein_dtype_kernel_ok(EIN_Q8_0, EIN_KERNEL_SLICE));
+    assert_false(ein_dtype_kernel_ok(EIN_Q4_0, EIN_KERNEL_UNARY));
+    ein_dtype t;
+    assert_int_equal(ein_dtype_parse("q4_0", 4, &t), 0);
+    assert_int_equal(t, EIN_Q4_0);
+    ein_box b = {.rank = 2, .lo = {3, 32}, .hi = {5, 96}}, u;
+    assert_int_equal(ein_dtype_unit_box(EIN_Q8_0, &b, &u), 34);
+    assert_int_equal(u.lo[1], 1);
+    assert_int_equal(u.hi[1], 3);
+    assert_int_equal(u.lo[0], 3);
+    b.lo[1] = 16;
+    assert_int_equal(ein_dtype_unit_box(EIN_Q8_0, &b, &u), 0);
+    uint64_t bytes;
+    assert_non_null(ein_buffer_box_bytes(&b, EIN_Q8_0, &bytes));
+    b.lo[1] = 0;
+    assert_null(ein_buffer_box_bytes(&b, EIN_Q4_0, &bytes));
+    assert_int_equal(bytes, 2 * 3 * 18);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    uint8_t q[2 * 68] = {0};
+    float x[64] = {0}, y[4] = {0};
+    ein_error err = {0};
+    kn_block a = {.data = x, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {1, 64}}};
+    kn_block b = {.data = q, .dtype = EIN_Q8_0, .box = {.rank = 2, .lo = {0, 0}, .hi = {2, 64}}};
+    kn_block o = {.data = y, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {1, 2}}};
+    assert_int_equal(kn_cpu_einsum("ij,kj->ik", &a, &b, &o, &err), 0);
+    /* [in, out] weights: not the quantized form */
+    kn_block b2 = {.data = q, .dtype = EIN_Q8_0, .box = {.rank = 2, .lo = {0, 0}, .hi = {64, 32}}};
+    kn_block o2 = {.data = y, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {1, 32}}};
+    assert_int_equal(kn_cpu_einsum("ij,jk->ik", &a, &b2, &o2, &err), EIN_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "q8_0"));
+    /* a quantized a */
+    assert_int_equal(kn_cpu_einsum("kj,ij->ik", &b, &a, &o2, &err), EIN_EUNSUPPORTED);
+    /* a k interval off the blocks */
+    kn_block a3 = {.data = x, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 16}, .hi = {1, 48}}};
+    kn_block b3 = {.data = q, .dtype = EIN_Q8_0, .box = {.rank = 2, .lo = {0, 16}, .hi = {2, 48}}};
+    assert_int_equal(kn_cpu_einsum("ij,kj->ik", &a3, &b3, &o, &err), EIN_ESHAPE);
+    /* a NaN activation stays NaN on both paths */
+    x[5] = NAN;
+    for (int p = 0; p < 2; p++) {
+        kn_stream_force_portable(p);
+        assert_int_equal(kn_cpu_einsum("ij,kj->ik", &a, &b, &o, &err), 0);
+        assert_true(isnan(y[0]) && isnan(y[1]));
+    }
+    kn_stream_force_portable(0);
+    x[5] = 0;
+    /* other kernels refuse it through the dtype table */
+    kn_block o4 = {.data = q, .dtype = EIN_Q8_0, .box = b.box};
+    assert_true(kn_cpu_unary(EIN_UN_RELU, 0.0, &b, &o4, &err) < 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bytes),
+        cmocka_unit_test(test_products),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

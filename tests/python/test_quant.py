@@ -1,0 +1,253 @@
+"""Quantized weights (issue 36): the library's q8_0 and q4_0 bytes against an
+independent NumPy implementation of ggml's reference quantizers
+(quantize_row_q8_0_ref, quantize_row_q4_0_ref), on random rows, rows with
+exact halves, all-zero blocks and blocks whose largest element is negative."""
+import ctypes
+
+import numpy
+import pytest
+
+from einsummable import _lib as L
+
+Q8_0, Q4_0 = 5, 6
+
+
+def np_q8_0(x):
+    x = x.reshape(-1, 32).astype(numpy.float32)
+    amax = numpy.abs(x).max(axis=1)
+    d = (amax / numpy.float32(127)).astype(numpy.float32)
+    with numpy.errstate(divide="ignore"):
+        inv = numpy.where(d != 0, numpy.float32(1) / d, numpy.float32(0)).astype(numpy.float32)
+    v = (x * inv[:, None]).astype(numpy.float32)
+    a = numpy.abs(v).astype(numpy.float64)  # roundf: halves away from 0, exact in f64
+    q = (numpy.sign(v) * numpy.floor(a + 0.5)).astype(numpy.int8)
+    out = numpy.zeros((x.shape[0], 34), numpy.uint8)
+    out[:, :2] = d.astype(numpy.float16).view(numpy.uint8).reshape(-1, 2)
+    out[:, 2:] = q.view(numpy.uint8)
+    return out.reshape(-1)
+
+
+def np_q4_0(x):
+    x = x.reshape(-1, 32).astype(numpy.float32)
+    i = numpy.argmax(numpy.abs(x), axis=1)  # the first of the largest magnitude
+    m = x[numpy.arange(x.shape[0]), i]
+    d = (m / numpy.float32(-8)).astype(numpy.float32)
+    with numpy.errstate(divide="ignore"):
+        inv = numpy.where(d != 0, numpy.float32(1) / d, numpy.float32(0)).astype(numpy.float32)
+    v = ((x * inv[:, None]).astype(numpy.float32) + numpy.float32(8.5)).astype(numpy.float32)
+    q = numpy.minimum(15, numpy.trunc(v).astype(numpy.int32)).astype(numpy.uint8)
+    out = numpy.zeros((x.shape[0], 18), numpy.uint8)
+    out[:, :2] = d.astype(numpy.float16).view(numpy.uint8).reshape(-1, 2)
+    out[:, 2:] = q[:, :16] | (q[:, 16:] << 4)
+    return out.reshape(-1)
+
+
+def ours(code, x, nbytes):
+    f = L.lib.cdll.ein_dtype_from_f32
+    f.restype = None
+    f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    x = numpy.ascontiguousarray(x, numpy.float32)
+    out = numpy.zeros(nbytes, numpy.uint8)
+    f(code, x.ctypes.data, out.ctypes.data, x.size)
+    return out
+
+
+def cases():
+    rng = numpy.random.default_rng(36)
+    yield rng.standard_normal(32 * 64).astype(numpy.float32)
+    yield (rng.integers(-254, 255, 32 * 16) / 2).astype(numpy.float32)  # exact halves
+    z = rng.standard_normal(32 * 4).astype(numpy.float32)
+    z[:32] = 0
+    z[32] = -7.0  # a negative extreme
+    z[64:96] *= 1e-30
+    yield z
+
+
+@pytest.mark.parametrize("code,ref,bb", [(Q8_0, np_q8_0, 34), (Q4_0, np_q4_0, 18)])
+def test_bytes_match_numpy(code, ref, bb):
+    for x in cases():
+        want = ref(x)
+        got = ours(code, x, x.size // 32 * bb)
+        bad = numpy.nonzero(got != want)[0]
+        assert bad.size == 0, "byte %d of %d differs: %d vs %d" % (
+            bad[0], got.size, got[bad[0]], want[bad[0]])
+
+
+# ---- es.llama.load(quantization=) on a tiny checkpoint ---------------------
+
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+import einsummable as es  # noqa: E402
+from einsummable import _core  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+import hf_model  # noqa: E402
+
+PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """hf_model's tiny LLaMA with d_ff 64 (quantized dims must be multiples
+    of 32): d_model 32, 4 heads of 8 (2 kv heads), 2 layers, vocab 61."""
+    d = str(tmp_path_factory.mktemp("qllama"))
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
+           "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 8, "num_hidden_layers": 2, "vocab_size": 61, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "float32",
+           "max_position_embeddings": 64, "hidden_act": "silu"}
+    with open(d + "/config.json", "w") as f:
+        json.dump(cfg, f)
+    rng = numpy.random.default_rng(36)
+    w = lambda *s: (rng.standard_normal(s) / numpy.sqrt(s[-1])).astype(numpy.float32)
+    t = {"model.embed_tokens.weight": rng.standard_normal((61, 32)).astype(numpy.float32),
+         "model.norm.weight": numpy.ones(32, numpy.float32), "lm_head.weight": w(61, 32)}
+    for l in range(2):
+        p = "model.layers.%d." % l
+        t.update({p + "input_layernorm.weight": numpy.ones(32, numpy.float32),
+                  p + "post_attention_layernorm.weight": numpy.ones(32, numpy.float32),
+                  p + "self_attn.q_proj.weight": w(32, 32), p + "self_attn.k_proj.weight": w(16, 32),
+                  p + "self_attn.v_proj.weight": w(16, 32), p + "self_attn.o_proj.weight": w(32, 32),
+                  p + "mlp.gate_proj.weight": w(64, 32), p + "mlp.up_proj.weight": w(64, 32),
+                  p + "mlp.down_proj.weight": w(32, 64)})
+    hf_model.write(d + "/model.safetensors", sorted(t.items()))
+    return d, cfg, t
+
+
+PROMPTS = [[3, 17, 42, 5, 9, 60, 1, 0], [7, 7, 30]]
+
+
+def _logits(d, **kw):
+    with es.llama.load([d + "/model.safetensors"], d + "/config.json", max_len=32, **kw) as m:
+        return m.logits(PROMPTS), m.generate(PROMPTS, max_new_tokens=16)
+
+
+def _rel(a, b):
+    return numpy.sqrt(sum(float(numpy.sum((x - y) ** 2)) for x, y in zip(a, b)) /
+                      sum(float(numpy.sum(y ** 2)) for y in b))
+
+
+@pytest.mark.parametrize("q,dt", [("int8", "q8_0"), ("q4", "q4_0")])
+def test_llama_quantized_is_the_dequantized_model(tiny, tmp_path, q, dt):
+    """quantization= runs the model whose projections are the dequantised
+    blocks: the same logits as an f32 checkpoint holding those values,
+    split over two and four devices (to 2e-4 relative: the one-row kernel
+    rounds activations to int16 per block of 32, kernels/cpu/kn_quant.c)."""
+    d, cfg, t = tiny
+    deq = dict(t)
+    for l in range(2):
+        for p in PROJ:
+            k = "model.layers.%d.%s.weight" % (l, p)
+            deq[k] = _core.dequantize(_core.quantize(t[k], dt), dt).reshape(t[k].shape)
+    e = str(tmp_path)
+    hf_model.write(e + "/model.safetensors", sorted(deq.items()))
+    with open(e + "/config.json", "w") as f:
+        json.dump(cfg, f)
+    ref, _ = _logits(e)
+    for dev in ([0, 1], [0, 1, 2, 3]):
+        got, _ = _logits(d, quantization=q, device=dev)
+        r = _rel(got, ref)
+        assert r <= 2e-4, (q, dev, r)
+
+
+def test_llama_int8_accuracy(tiny):
+    """int8 against f32: logits within 2% relative, top-1 the same at every
+    prompt position, and the first 16 greedy tokens equal; q4 reported."""
+    d, _, _ = tiny
+    ref, ref_ids = _logits(d)
+    got, ids = _logits(d, quantization="int8")
+    r = _rel(got, ref)
+    top = numpy.mean(numpy.concatenate([numpy.argmax(g, -1) == numpy.argmax(x, -1)
+                                        for g, x in zip(got, ref)]))
+    print("int8: logits relative error %.5f, top-1 agreement %.3f" % (r, top))
+    assert r <= 0.02 and top == 1.0
+    assert ids == ref_ids
+    g4, ids4 = _logits(d, quantization="q4")
+    top4 = numpy.mean(numpy.concatenate([numpy.argmax(g, -1) == numpy.argmax(x, -1)
+                                         for g, x in zip(g4, ref)]))
+    print("q4: logits relative error %.5f, top-1 agreement %.3f, greedy ids equal %s"
+          % (_rel(g4, ref), top4, ids4 == ref_ids))
+
+
+def test_llama_quantization_refusals(tiny, tmp_path):
+    d, cfg, t = tiny
+    with pytest.raises(es.EinError, match="quantization 'int4'"):
+        es.llama.load([d + "/model.safetensors"], d + "/config.json", quantization="int4")
+    # a projection dim that is not a multiple of 32
+    e = str(tmp_path)
+    c = dict(cfg, intermediate_size=40)
+    with open(e + "/config.json", "w") as f:
+        json.dump(c, f)
+    with pytest.raises(es.EinError, match="intermediate_size is 40"):
+        es.llama.load([d + "/model.safetensors"], e + "/config.json", quantization="int8")
+    # a pre-quantized checkpoint is refused by its format
+    c = dict(cfg, quantization_config={"quant_method": "gptq", "bits": 4})
+    with open(e + "/config.json", "w") as f:
+        json.dump(c, f)
+    with pytest.raises(es.EinError, match="GPTQ"):
+        es.llama.load([d + "/model.safetensors"], e + "/config.json")
+
+
+# ---- a quantized input through the package: load, load_safetensors ---------
+
+@pytest.mark.parametrize("dt,st", [("q8_0", "f32"), ("q4_0", "f16"), ("q8_0", "bf16")])
+def test_graph_quantized_input(tmp_path, dt, st):
+    """y = x w^T with w [40, 96] quantized: given as float values (quantized
+    by load), as quantize()'s blocks, or bound from a safetensors file of
+    f32, f16 or bf16 values (quantized as each device loads its block, as
+    einrun --weights does); against NumPy on the dequantised weights, on
+    two and three devices (a random plan that may split the contraction)."""
+    rng = numpy.random.default_rng(7)
+    X = rng.standard_normal((3, 96)).astype(numpy.float32)
+    W = rng.standard_normal((40, 96)).astype(numpy.float32)
+    if st == "f16":
+        W = W.astype(numpy.float16).astype(numpy.float32)
+    if st == "bf16":
+        W = _core._f32_from_bf16(_core._bf16_from_f32(W)).reshape(W.shape)
+    Wd = _core.dequantize(_core.quantize(W, dt), dt).astype(numpy.float64)
+    ref = X.astype(numpy.float64) @ Wd.T
+    # the one-row kernel's int16 activations: at most max|x| / 65534 per
+    # element of each block of 32, times the weights' magnitudes
+    xb = numpy.abs(X).reshape(3, 3, 32).max(axis=2) / 65534
+    wb = numpy.abs(Wd).reshape(40, 3, 32).sum(axis=2)
+    tol = 1.01 * xb @ wb.T + 1e-5
+    path = str(tmp_path / "w.safetensors")
+    if st == "bf16":
+        hf_model.write(path, [("w", W)])   # f32 holding bf16 values: bf16 written below
+        with open(path, "rb") as f:
+            raw = f.read()
+        n = int.from_bytes(raw[:8], "little")
+        hdr = json.loads(raw[8:8 + n])
+        hdr["w"]["dtype"] = "BF16"
+        hdr["w"]["data_offsets"] = [0, W.size * 2]
+        h = json.dumps(hdr).encode()
+        h += b" " * (-len(h) % 8)
+        with open(path, "wb") as f:
+            f.write(len(h).to_bytes(8, "little") + h + _core._bf16_from_f32(W).tobytes())
+    else:
+        hf_model.write(path, [("w", W.astype(numpy.float16 if st == "f16" else numpy.float32))])
+    for ndev, sel in ((2, None), (3, "random")):
+        g = es.createGraph()
+        x = g.insertTensor(es.tensorDesc([3, 96], "f32"), name="x")
+        w = g.insertTensor(es.tensorDesc([40, 96], dt), name="w")
+        y = g.einsum("ij,kj->ik", x, w, name="y")
+        g.save(y)
+        kw = {"selector": sel} if sel else {}
+        with es.compileGraph(g, device=list(range(ndev)), **kw) as prog:
+            prog.load(x, X)
+            for how in ("values", "blocks", "file"):
+                if how == "values":
+                    prog.load(w, W)
+                elif how == "blocks":
+                    prog.load(w, _core.quantize(W, dt))
+                else:
+                    assert prog.load_safetensors(path) == 1
+                prog.execute()
+                got = prog.offload(y)
+                err = numpy.abs(got - ref)
+                assert (err <= tol).all(), (how, ndev, err.max())
+            with pytest.raises(es.EinError, match="uint8 blocks from quantize"):
+                prog.load(w, W.astype(numpy.int32))
