@@ -12,6 +12,7 @@
 #include "common/ein_vec.h"
 #include "common/ein_wire.h"
 #include "coordinator/compile/co_lower_int.h"
+#include "coordinator/compile/co_fuse.h"
 #include "coordinator/compile/co_memplan.h"
 
 /* Room for entry n of the array *a (of *cap entries of `size` bytes). */
@@ -489,6 +490,15 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_physical *ph,
     L.st->search_steps = ph->st.search_steps;
     L.st->search_ms = ph->st.search_ms;
     L.st->ncapped = ph->st.ncapped;
+    if (rc == 0 && opts->no_fuse < 0)
+        rc = co_fuse_knob(&(int){0}, err);
+    if (rc == 0 && opts->no_fuse == 0) {
+        co_fuse_stats fs;
+        if ((rc = co_fuse(L.progs, L.ndev, &fs, err)) < 0)
+            ein_error_prefix(err, "internal error");
+        else
+            L.st->ninstrs -= fs.nswiglu + fs.nadd_rmsnorm;
+    }
     if (rc == 0 && !opts->no_reuse && (rc = co_memplan(L.progs, L.ndev, opts->memplan, NULL, err)) < 0)
         ein_error_prefix(err, "internal error");
     for (int d = 0; d < L.ndev && rc == 0; d++)

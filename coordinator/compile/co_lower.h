@@ -20,7 +20,8 @@
  * loaded directly in the blocks their consumers want. A saved tensor gets
  * the same exchange towards one site per distinct output block, then STORE.
  * An action whose aggregate no OUT contains feeds no OUT and is not lowered.
- * Buffers are then placed by liveness (co_memplan.h: a buffer's bytes are
+ * Consecutive kernels of a device are then fused (co_fuse.h) unless
+ * opts->no_fuse, and buffers are placed by liveness (co_memplan.h: a buffer's bytes are
  * reused after its last reader, with the dependencies and peer
  * acknowledgements that makes safe) unless opts->no_reuse.
  * The Programs depend only on the graph, the plans and the options.
@@ -67,6 +68,9 @@ typedef struct co_lower_opts {
                                        run (debugging); 0: buffers placed by liveness
                                        (co_memplan.h), the default */
     const struct co_memplan_opts *memplan; /* NULL: co_memplan's defaults */
+    int no_fuse;                    /* 0: consecutive kernels fused (co_fuse.h) before the
+                                       memory plan, the default; 1: not; -1: the EIN_FUSE
+                                       knob was malformed (co_lower fails, naming it) */
 } co_lower_opts;
 
 /* What co_lower emitted, and (copied from the physical plan's

@@ -15,6 +15,7 @@
 #include "common/ein_self.h"
 #include "common/ein_vec.h"
 #include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_fuse.h"
 #include "coordinator/compile/co_memplan.h"
 #include "coordinator/compile/co_probe.h"
 #include "coordinator/run/co_run.h"
@@ -414,12 +415,17 @@ void co_compile_physical_opts(const ein_compile_options *o, int ndev, const xp_t
  * debugging switches $EIN_NO_REUSE=1 (for every front end, the simulator's
  * own lowering, co_sim_plan, included) and $EIN_REUSE_DELAY=L,R (co_memplan's
  * delays: tests use 0,0 to reuse as soon as possible, acknowledgements
- * included; malformed: the defaults). lo->memplan points at *mo or is NULL. */
+ * included; malformed: the defaults). lo->memplan points at *mo or is NULL.
+ * $EIN_FUSE=0 turns kernel fusion off (co_fuse.h); a malformed value makes
+ * the lowering fail, naming it. */
 static void lower_opts_for(const ein_compile_options *o, co_lower_opts *lo, co_memplan_opts *mo)
 {
     const char *nr = ein_knob_get(EIN_KNOB_NO_REUSE);
     *lo = (co_lower_opts){.seed = o->seed,
                           .no_reuse = o->no_reuse || (nr && *nr && strcmp(nr, "0") != 0)};
+    int fuse = 1;
+    ein_error fe = {0};
+    lo->no_fuse = co_fuse_knob(&fuse, &fe) < 0 ? -1 : !fuse;
     const char *rd = ein_knob_get(EIN_KNOB_REUSE_DELAY);
     if (rd && sscanf(rd, "%d,%d", &mo->delay_local, &mo->delay_remote) == 2)
         lo->memplan = mo;
@@ -551,6 +557,9 @@ int co_compiled_rederive(ein_compiled *c, ein_error *err)
     xp_search_opts_default(&po.search_opts);
     co_lower_opts lo = {.seed = c->seed, .no_reuse = c->no_reuse,
                         .memplan = c->reuse_delay_set ? &c->reuse_delay : NULL};
+    int fuse = 1;
+    ein_error fe = {0};
+    lo.no_fuse = co_fuse_knob(&fuse, &fe) < 0 ? -1 : !fuse;
     co_lower_stats ls;
     co_physical *ph = NULL;
     ein_program **progs = NULL;
