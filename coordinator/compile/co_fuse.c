@@ -271,8 +271,17 @@ static int compact(fz *f)
             free(ins->kernel.list);
             continue;
         }
-        for (int j = 0; j < ins->ndeps; j++)
-            ins->deps[j] = id[ins->deps[j]];   /* never a dropped one: redirected */
+        /* never a dropped one (redirected); a dependency on both halves of
+         * a pair became two on the fused one: keep the first */
+        int nd = 0;
+        for (int j = 0; j < ins->ndeps; j++) {
+            int d = id[ins->deps[j]], dup = 0;
+            for (int q = 0; q < nd && !dup; q++)
+                dup = ins->deps[q] == d;
+            if (!dup)
+                ins->deps[nd++] = d;
+        }
+        ins->ndeps = nd;
         p->instrs[id[i]] = *ins;
     }
     p->ninstrs = m;
