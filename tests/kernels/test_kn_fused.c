@@ -5,7 +5,7 @@
  * written here in double (NaN fails); blocks that do not start at 0;
  * lengths that are not multiples of the kernels' chunks and lanes; and the
  * refusals of boxes that do not fit, through kn_cpu_run as a worker calls
- * it. */
+ * it; the validator's rules for the fused kinds and their wire round trip. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -250,12 +250,77 @@ static void test_refusals(void **state)
     free(op.data);
 }
 
+/* The validator's rules for the fused kinds: a well-formed program with
+ * both passes and survives encode/decode; a dst box that is not [0, 2) x
+ * the sources' and sources of different boxes are refused, naming them. */
+static int vprog(ein_kernel_kind kind, ein_box b0, ein_box b1, ein_box out, ein_error *err)
+{
+    ein_program *p = ein_program_new(0, 1), *q = NULL;
+    assert_non_null(p);
+    ein_box w = {.rank = 1};
+    w.hi[0] = b0.rank ? b0.hi[b0.rank - 1] : 1;
+    int a = ein_program_add_buffer(p, EIN_F32, &b0, err), b = ein_program_add_buffer(p, EIN_F32, &b1, err);
+    int wb = ein_program_add_buffer(p, EIN_BF16, &w, err), o = ein_program_add_buffer(p, EIN_F32, &out, err);
+    assert_true(a >= 0 && b >= 0 && wb >= 0 && o >= 0);
+    int32_t srcs[3] = {a, b, wb};
+    ein_instr ins = {.kind = EIN_I_KERNEL, .srcs = srcs, .nsrcs = kind == EIN_KERNEL_SWIGLU ? 2 : 3,
+                     .dst = o, .op = "f", .kernel = {.kind = kind, .eps = 1e-5}};
+    assert_true(ein_program_add_instr(p, &ins, err) >= 0);
+    int rc = ein_program_validate(p, err);
+    if (rc == 0) {
+        void *buf = NULL;
+        size_t len = 0;
+        assert_int_equal(ein_program_encode(p, &buf, &len, err), 0);
+        assert_int_equal(ein_program_decode(buf, len, &q, err), 0);
+        assert_int_equal(q->instrs[0].kernel.kind, kind);
+        assert_true(q->instrs[0].kernel.eps == (kind == EIN_KERNEL_SWIGLU ? 0.0 : 1e-5));
+        free(buf);
+        ein_program_free(q);
+    }
+    ein_program_free(p);
+    return rc;
+}
+
+static void test_validate(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    ein_box b = box2(4, 9, 0, 16), other = box2(4, 9, 0, 8);
+    ein_box pk = {.rank = 3};
+    pk.hi[0] = 2;
+    pk.lo[1] = 4;
+    pk.hi[1] = 9;
+    pk.hi[2] = 16;
+    assert_int_equal(vprog(EIN_KERNEL_SWIGLU, b, b, b, &err), 0);
+    assert_int_equal(vprog(EIN_KERNEL_ADD_RMSNORM, b, b, pk, &err), 0);
+    assert_int_equal(vprog(EIN_KERNEL_SWIGLU, b, other, b, &err), EIN_EPROTO);
+    assert_non_null(strstr(err.msg, "swiglu: source buffers 0 and 1 have different boxes"));
+    assert_int_equal(vprog(EIN_KERNEL_SWIGLU, b, b, other, &err), EIN_EPROTO);
+    assert_non_null(strstr(err.msg, "swiglu: source buffer 0's box differs from dst's"));
+    assert_int_equal(vprog(EIN_KERNEL_ADD_RMSNORM, b, b, b, &err), EIN_EPROTO);
+    assert_non_null(strstr(err.msg, "add_rmsnorm: dst box is not [0, 2) x the sources' box"));
+    pk.hi[0] = 3;
+    assert_int_equal(vprog(EIN_KERNEL_ADD_RMSNORM, b, b, pk, &err), EIN_EPROTO);
+    assert_non_null(strstr(err.msg, "add_rmsnorm: dst box"));
+    /* the sources must hold the whole last axis from 0 */
+    ein_box part = box2(4, 9, 8, 24), pkp = {.rank = 3};
+    pkp.hi[0] = 2;
+    pkp.lo[1] = 4;
+    pkp.hi[1] = 9;
+    pkp.lo[2] = 8;
+    pkp.hi[2] = 24;
+    assert_int_equal(vprog(EIN_KERNEL_ADD_RMSNORM, part, part, pkp, &err), EIN_EPROTO);
+    assert_non_null(strstr(err.msg, "add_rmsnorm: weight buffer 2 is not rank 1 over the sources' "
+                           "whole last interval"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_add_rmsnorm),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_validate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
