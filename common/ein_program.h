@@ -26,8 +26,9 @@
 #include "common/ein_error.h"
 #include "common/ein_rope.h"
 
-#define EIN_PROTOCOL_VERSION 5   /* 4: attention kernels carry "window" (issue 34);
-                                    5: rope kernels carry "scaling" (issue 34) */
+#define EIN_PROTOCOL_VERSION 6   /* 4: attention kernels carry "window" (issue 34);
+                                    5: rope kernels carry "scaling" (issue 34);
+                                    6: fused kinds swiglu, add_rmsnorm (issue 33) */
 #define EIN_NAME_MAX 64         /* operator names, einsum subscripts */
 #define EIN_PATH_MAX 4096
 
@@ -97,7 +98,7 @@ typedef struct ein_kernel {
     uint32_t axes;                 /* REDUCE: bit i set = axis i reduced */
     ein_agg reduce;                /* REDUCE: EIN_AGG_SUM or EIN_AGG_MAX */
     int64_t start;                 /* SLICE: first index taken along axis */
-    double eps;                    /* RMSNORM, LAYERNORM */
+    double eps;                    /* RMSNORM, LAYERNORM, ADD_RMSNORM */
     double theta;                  /* ROPE base (10000 for LLaMA) */
     int64_t head_dim;              /* ROPE, SPLIT_HEADS, MERGE_HEADS */
     int64_t group;                 /* ATTENTION: query heads per kv head */
@@ -281,7 +282,9 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  * == nsrcs, offsets >= 0 strictly ascending, each src's box along axis
  * inside [0, next offset - its offset); SLICE 1 src of dst's rank, axis <
  * rank, start >= 0, src box contains dst box shifted by start; SPLIT_HEADS
- * / MERGE_HEADS rank 2 <-> 3, head_dim > 0, boxes as in kn_cpu_split_heads.
+ * / MERGE_HEADS rank 2 <-> 3, head_dim > 0, boxes as in kn_cpu_split_heads;
+ * SWIGLU 2 srcs with dst's box; ADD_RMSNORM 2 srcs of one box holding the
+ * whole last axis, a weight as RMSNORM's, dst [0, 2) x that box.
  * Every instruction: kernel nlist in 0..EIN_KERNEL_LIST_MAX, list NULL iff
  * nlist == 0, non-zero only for ROPE/ATTENTION/CONCAT kernels.
  * Instruction SLICE: one src whose box contains dst's, same

@@ -300,6 +300,45 @@ static int check_norm_kernel(const ein_program *p, int i, const ein_instr *ins, 
     return 0;
 }
 
+/* The block rules of the fused kernels (issue 33; arity and kind already
+ * checked). SWIGLU: gate, up and dst of one box (no broadcasting).
+ * ADD_RMSNORM: a and b of one box of rank 1..EIN_MAX_RANK - 1 holding the
+ * whole last axis [0, d), the weight rank 1 over it, eps as RMSNORM's, and
+ * dst [0, 2) x that box (the sum, then the normalised rows). */
+static int check_fused_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
+{
+    const ein_kernel *k = &ins->kernel;
+    const ein_box *out = &p->buffers[ins->dst].box;
+    const ein_box *a = &p->buffers[ins->srcs[0]].box;
+    const ein_box *b = &p->buffers[ins->srcs[1]].box;
+    const char *name = ein_kernel_kind_name(k->kind);
+    if (!ein_box_equal(a, b))
+        return ifail(err, i, ins, "%s: source buffers %d and %d have different boxes", name,
+                     ins->srcs[0], ins->srcs[1]);
+    if (k->kind == EIN_KERNEL_SWIGLU) {
+        if (!ein_box_equal(a, out))
+            return ifail(err, i, ins, "%s: source buffer %d's box differs from dst's", name,
+                         ins->srcs[0]);
+        return 0;
+    }
+    if (!isfinite(k->eps) || k->eps < 0)
+        return ifail(err, i, ins, "%s: eps %g is not a finite number >= 0", name, k->eps);
+    if (a->rank < 1 || a->rank >= EIN_MAX_RANK)
+        return ifail(err, i, ins, "%s: input has rank %d, not 1..%d", name, a->rank,
+                     EIN_MAX_RANK - 1);
+    const ein_box *w = &p->buffers[ins->srcs[2]].box;
+    if (w->rank != 1 || w->lo[0] != 0 || a->lo[a->rank - 1] != 0 ||
+        !same_interval(w, 0, a, a->rank - 1))
+        return ifail(err, i, ins, "%s: weight buffer %d is not rank 1 over the sources' whole "
+                     "last interval [0, d)", name, ins->srcs[2]);
+    int ok = out->rank == a->rank + 1 && out->lo[0] == 0 && out->hi[0] == 2;
+    for (int d = 0; ok && d < a->rank; d++)
+        ok = out->lo[d + 1] == a->lo[d] && out->hi[d + 1] == a->hi[d];
+    if (!ok)
+        return ifail(err, i, ins, "%s: dst box is not [0, 2) x the sources' box", name);
+    return 0;
+}
+
 /* The block rules of a ROPE kernel (arity and kind already checked). */
 static int check_rope_kernel(const ein_program *p, int i, const ein_instr *ins, ein_error *err)
 {
@@ -614,6 +653,9 @@ static int check_kernel(const ein_program *p, int i, const ein_instr *ins, ein_e
     case EIN_KERNEL_DECODE_ATTENTION_PARTIAL:
     case EIN_KERNEL_ROPE_AT:
         return check_generate_kernel(p, i, ins, err);
+    case EIN_KERNEL_SWIGLU:
+    case EIN_KERNEL_ADD_RMSNORM:
+        return check_fused_kernel(p, i, ins, err);
     case EIN_KERNEL_COUNT:
         break;
     }
