@@ -1,7 +1,7 @@
-/* coordinator/run/einrun_opts.c — einrun's command line: --help, one table row
- * per option, the parsing and the checks no single option can make
+/* tools/einrun_opts.c — einrun's command line: --help, one table row per
+ * option, the parsing and the checks no single option can make
  * (einrun_int.h). */
-#include "coordinator/run/einrun_int.h"
+#include "tools/einrun_int.h"
 #include "common/ein_knob.h"
 
 static void usage_planning(FILE *f);

@@ -1,4 +1,4 @@
-/* coordinator/run/einrun_int.h — einrun's command line, shared by einrun.c (the
+/* tools/einrun_int.h — einrun's command line, shared by einrun.c (the
  * run: bind, compile, run, report) and einrun_opts.c (--help, the option
  * table, its parsing and checks); private to the einrun program. Strings in
  * run_opts point into argv; run_opts_free frees the bindings. A step

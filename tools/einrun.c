@@ -1,4 +1,4 @@
-/* coordinator/run/einrun.c — the main command: plan a .ein program over N
+/* tools/einrun.c — the main command: plan a .ein program over N
  * devices, run it with one worker per device, save the results.
  *
  * main() is a driver over named steps: read the options (one table row per
@@ -27,7 +27,7 @@
 #include "common/ein_progress.h"
 #include "coordinator/ein_frontend.h"
 #include "include/einsummable/einsummable.h"
-#include "coordinator/run/einrun_int.h"
+#include "tools/einrun_int.h"
 
 /* The backend the run takes: CPU devices for --cpu, else --backend's row
  * (run_opts_check resolved it). */
