@@ -628,18 +628,30 @@ int ein_session_set_input_npy(ein_session *s, const char *name, const char *path
 int ein_session_load_safetensors(ein_session *s, const char *path, const char *const *map,
                                  int nmap, int *nbound, ein_error *err);
 
+/* One device's times of a run, in seconds, as its worker measured them. */
+typedef struct ein_dev_times {
+    long pid;
+    double total, kernel, copy, wait;
+} ein_dev_times;
+
+/* One worker's graphs since the session started (--graphs): local
+ * stretches captured (CUDA graphs; recordings on CPU devices), graph
+ * launches, stretches that could not be captured and so run one
+ * instruction at a time, and why the first of those failed (for CUDA, the
+ * instructions and the CUDA error; "" if none); too_short: stretches not
+ * captured on purpose, being shorter than capture pays for (they also run
+ * one instruction at a time, and are not failures). */
+typedef struct ein_dev_graphs {
+    int captured, launched, failed;
+    char error[512];
+    int too_short;
+} ein_dev_graphs;
+
 typedef struct ein_run_stats {
     double wall_s;                 /* START to the last DONE, as the caller saw it */
     int ndev;
-    struct { long pid; double total, kernel, copy, wait; } dev[64]; /* as each worker measured */
-    /* Each worker's graphs since the session started (--graphs): local
-     * stretches captured (CUDA graphs; recordings on CPU devices), graph
-     * launches, stretches that could not be captured and so run one
-     * instruction at a time, and why the first of those failed (for CUDA,
-     * the instructions and the CUDA error; "" if none); too_short: stretches
-     * not captured on purpose, being shorter than capture pays for (they
-     * also run one instruction at a time, and are not failures). */
-    struct { int captured, launched, failed; char error[512]; int too_short; } graphs[64];
+    ein_dev_times dev[64];
+    ein_dev_graphs graphs[64];
     /* 1: dev[d].kernel and .copy are the GPU's own time (CUDA events around
      * each operation); 0: the host's time running (CPU devices) or
      * enqueueing them. dev[d].wait is always the host's time waiting for
