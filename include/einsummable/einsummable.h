@@ -78,6 +78,29 @@ ein_tensor ein_graph_matmul(ein_graph *g, const char *name, ein_tensor a, ein_te
 /* Explicit subscripts ("bij,bjk->bik", "ij->j"); b = -1 for one operand. */
 ein_tensor ein_graph_einsum(ein_graph *g, const char *name, const char *subscripts,
                             ein_tensor a, ein_tensor b, ein_error *err);
+/* The operator table, for bindings that build their lists from it
+ * (Python's einsummable does at import): every name ein_graph_unary,
+ * ein_graph_binary and ein_graph_reduce take, rows 0 .. ein_op_count() - 1
+ * (unary functions, then binary, then reductions; common/ein_ops.def's
+ * order). ein_op_row fills *out with row i and returns 0, or returns
+ * EIN_EINVAL (and leaves *out alone) when i is out of range or out is NULL.
+ * The strings are static: valid for the life of the process, never freed.
+ * tests/python/py_abi.c checks the layout. */
+typedef enum ein_op_class {
+    EIN_OP_UNARY = 0,   /* ein_graph_unary's op */
+    EIN_OP_BINARY = 1,  /* ein_graph_binary's op */
+    EIN_OP_REDUCE = 2,  /* ein_graph_reduce's op */
+} ein_op_class;
+
+typedef struct ein_op_entry {
+    const char *name;   /* "relu", "maximum", "sum": the op argument */
+    int32_t op_class;   /* ein_op_class */
+    int32_t takes_c;    /* 1: a unary function that uses the constant c (scale, addc) */
+} ein_op_entry;
+
+int ein_op_count(void);
+int ein_op_row(int i, ein_op_entry *out);
+
 /* op: relu, silu, gelu (tanh approximation), gelu_exact (erf), exp, neg,
  * sigmoid, tanh, square, scale (x*c), addc (x+c); c is ignored by the
  * others (the list is common/ein_ops.def's). */
