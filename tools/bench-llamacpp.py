@@ -4,7 +4,7 @@ tools/bench-generate.py (the same random weights, seed 1) in llama.cpp and
 in einsummable, interleaved in one run (issue 36). Never run by make check
 (it writes checkpoints of up to ~540 MB and takes minutes).
 
-    npm ci --omit=optional --prefix tools/llamacpp   # once: node-llama-cpp's prebuilt llama.cpp
+    npm install --omit=optional --no-save --prefix tools/llamacpp   # once: node-llama-cpp's prebuilt llama.cpp
     PYTHONPATH=python EIN_BUILDDIR=$PWD /usr/bin/python3 tools/bench-llamacpp.py \\
         [--formats f32,bf16,f16,q8_0,q4_0] [--rounds 3] [--threads 1,2] \\
         [--prompt 8] [--new 32] [--d 768 --layers 12 --vocab 32000 --ff 2048 --heads 12]
@@ -261,7 +261,7 @@ class LlamaCpp:
         for p in ("node-llama-cpp", "@node-llama-cpp/linux-x64"):
             if not os.path.isdir(os.path.join(mods, p)):
                 sys.exit("bench-llamacpp: %s is not installed; install it with\n"
-                         "    npm ci --omit=optional --prefix %s\n(node and npm from Debian or NodeSource)"
+                         "    npm install --omit=optional --no-save --prefix %s\n(node and npm from Debian or NodeSource)"
                          % (p, os.path.relpath(NODE_DIR)))
         if shutil.which("node") is None:
             sys.exit("bench-llamacpp: node is not on PATH")
