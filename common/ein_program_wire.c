@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "common/ein_program_int.h"
-#include "common/ein_wire.h"
+#include "common/ein_mp.h"
 
 /* ---- encoding --------------------------------------------------------- */
 
