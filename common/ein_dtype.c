@@ -37,6 +37,22 @@ const ein_dtype_info *ein_dtype_info_of(int t)
     return &dtypes[t];
 }
 
+int ein_dtype_count(void)
+{
+    return EIN_DTYPE_COUNT;
+}
+
+int ein_dtype_row(int i, ein_dtype_entry *out)
+{
+    const ein_dtype_info *d = ein_dtype_info_of(i);
+    if (!d || !out)
+        return EIN_EINVAL;
+    *out = (ein_dtype_entry){.name = d->name, .npy = d->npy, .st = d->st,
+                             .size = d->size, .block_bytes = d->block_bytes,
+                             .block = d->block, .is_float = d->is_float};
+    return 0;
+}
+
 int ein_dtype_valid(int t)
 {
     return ein_dtype_info_of(t) != NULL;

@@ -104,6 +104,10 @@ double ein_kernel_flops(const ein_kernel *k, const ein_box *out, const ein_box *
         return 5.0 * vol;
     case EIN_KERNEL_RMSNORM:
         return 4.0 * vol;
+    case EIN_KERNEL_SWIGLU:       /* silu's (counted as one, as UNARY's) and the multiply */
+        return 2.0 * vol;
+    case EIN_KERNEL_ADD_RMSNORM:  /* out holds both halves: the add and rmsnorm's 4 */
+        return 2.5 * vol;
     case EIN_KERNEL_LAYERNORM:
         return 7.0 * vol;
     case EIN_KERNEL_ROPE:         /* per pair: two multiplies and an add, plus the angle */

@@ -27,8 +27,9 @@
 #include "common/ein_ops.h"
 #include "common/ein_rope.h"
 
-#define EIN_PROTOCOL_VERSION 5   /* 4: attention kernels carry "window" (issue 34);
-                                    5: rope kernels carry "scaling" (issue 34) */
+#define EIN_PROTOCOL_VERSION 6   /* 4: attention kernels carry "window" (issue 34);
+                                    5: rope kernels carry "scaling" (issue 34);
+                                    6: fused kinds swiglu, add_rmsnorm (issue 33) */
 #define EIN_NAME_MAX 64         /* operator names, einsum subscripts */
 #define EIN_PATH_MAX 4096
 
@@ -74,7 +75,7 @@ typedef struct ein_kernel {
     uint32_t axes;                 /* REDUCE: bit i set = axis i reduced */
     ein_agg reduce;                /* REDUCE: EIN_AGG_SUM or EIN_AGG_MAX */
     int64_t start;                 /* SLICE: first index taken along axis */
-    double eps;                    /* RMSNORM, LAYERNORM */
+    double eps;                    /* RMSNORM, LAYERNORM, ADD_RMSNORM */
     double theta;                  /* ROPE base (10000 for LLaMA) */
     int64_t head_dim;              /* ROPE, SPLIT_HEADS, MERGE_HEADS */
     int64_t group;                 /* ATTENTION: query heads per kv head */
@@ -234,31 +235,11 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err);
  * LOAD: no srcs, a dst inside [0, shape), format NPY or RAW, RAW only with
  * a path, offset 0 unless RAW and offset + the tensor's bytes below 2^63;
  * STORE: one src inside [0, shape),
- * dst -1, a non-empty path; KERNEL: a dst; EINSUM 1-2 srcs and subscripts
- * "ab,bc->ac" that ein_einsum_parse_flags(EIN_EINSUM_SCALARS) accepts
- * (common/ein_einsum.h: letters a-z, none repeated within an operand or
- * the output) whose letters match the operands' ranks and agree on
- * extents; UNARY 1 src with dst's box;
- * BINARY 2 srcs of rank <= dst's, each right-aligned dim either dst's
- * interval or of extent 1; SOFTMAX 1 src, axis < rank, dst box == src
- * box; RMSNORM 2 / LAYERNORM 3 srcs, eps finite >= 0, x rank >= 1, dst
- * box == x box, weight (and bias) rank 1 over x's last interval, which
- * is whole ([0, d)); ROPE 1
- * src of rank 2, dst box == x box, head_dim > 0 and even dividing both
- * hidden bounds, theta finite > 0, style an ein_rope_style; ATTENTION q, k, v of rank 3, dst box
- * == q box, k box == v box, group >= 1, window >= 0, q heads == group * k
- * heads, d interval equal and starting at 0, k/v tokens covering every key
- * of the q tokens (inside their window when window > 0); ATTENTION_PARTIAL
- * 1 or 3 srcs, the same rules for q, k, v
- * except that the k/v tokens may be any interval (1 src: no keys), and
- * dst box == ein_agg_box(EIN_AGG_LSE, q box) in f32; ROPE/ATTENTION sequence ends positive, strictly ascending, the
- * last >= the block's token end; REDUCE 1 src, reduce SUM or MAX, axes a
- * non-empty mask below rank, dst box == src box without those axes;
- * CONCAT 1..EIN_KERNEL_MAX_INPUTS srcs of dst's rank, axis < rank, nlist
- * == nsrcs, offsets >= 0 strictly ascending, each src's box along axis
- * inside [0, next offset - its offset); SLICE 1 src of dst's rank, axis <
- * rank, start >= 0, src box contains dst box shifted by start; SPLIT_HEADS
- * / MERGE_HEADS rank 2 <-> 3, head_dim > 0, boxes as in kn_cpu_split_heads.
+ * dst -1, a non-empty path; KERNEL: a dst, the source count and dtypes
+ * the registry gives its kind (ein_kernel_check_arity,
+ * ein_dtype_kernel_ok), and its kind's block rules: one row per kind in
+ * common/ein_kernel_rules.c (ein_kernel_rules_of(kind)->rules says them
+ * in words; the message names the kind and the rule broken).
  * Every instruction: kernel nlist in 0..EIN_KERNEL_LIST_MAX, list NULL iff
  * nlist == 0, non-zero only for ROPE/ATTENTION/CONCAT kernels.
  * Instruction SLICE: one src whose box contains dst's, same

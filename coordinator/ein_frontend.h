@@ -1,5 +1,5 @@
 /* coordinator/ein_frontend.h — what the project's own front ends (einrun,
- * coordinator/run/einrun*.c; einplan, tools/einplan.c) need beyond the
+ * tools/einrun*.c; einplan, tools/einplan.c) need beyond the
  * public API (include/einsummable/einsummable.h), and nothing else.
  *
  * Who: einrun and einplan only (tests/coordinator/test_frontend_includes.sh

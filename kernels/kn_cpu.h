@@ -66,6 +66,21 @@ int kn_cpu_softmax(int axis, const kn_block *x, kn_block *out, ein_error *err);
  * whole last axis [0, d). out box == x box. */
 int kn_cpu_rmsnorm(double eps, const kn_block *x, const kn_block *w, kn_block *out,
                    ein_error *err);
+/* Fused kernels (issue 33): each computes exactly what the pair of kernels
+ * it replaces computes, bit for bit on these kernels, because the value
+ * between the two is rounded to out's dtype as the unfused pair stores it.
+ *
+ * out = silu(gate) * up: gate, up and out of one box (no broadcasting);
+ * silu's value is rounded to out's dtype before the multiply (the unfused
+ * pair's intermediate has out's dtype). out may be gate or up. */
+int kn_cpu_swiglu(const kn_block *gate, const kn_block *up, kn_block *out, ein_error *err);
+/* Residual add and RMSNorm in one pass over each row: with h = a + b
+ * (rounded to out's dtype), out's first half is h and its second half
+ * rmsnorm(h, w, eps), as kn_cpu_rmsnorm computes it. a and b have one box
+ * holding the whole last axis [0, d), w is rank 1 over [0, d), out's box
+ * is [0, 2) x a's box. out must not overlap a or b. */
+int kn_cpu_add_rmsnorm(double eps, const kn_block *a, const kn_block *b, const kn_block *w,
+                       kn_block *out, ein_error *err);
 /* LayerNorm over the last axis with weight w and bias b (both [0, d)). */
 int kn_cpu_layernorm(double eps, const kn_block *x, const kn_block *w, const kn_block *b,
                      kn_block *out, ein_error *err);

@@ -102,6 +102,28 @@ ein_tensor ein_graph_einsum(ein_graph *g, const char *name, const char *subscrip
 
 static const char *unary_at(int i) { return ein_unary_name((ein_unary)i); }
 static const char *binary_at(int i) { return ein_binary_op_name((ein_binary)i); }
+/* What ein_graph_reduce takes, by ein_agg_name. */
+static const ein_agg reduce_ops[] = {EIN_AGG_SUM, EIN_AGG_MAX};
+#define NREDUCE ((int)(sizeof reduce_ops / sizeof *reduce_ops))
+static const char *reduce_at(int i) { return ein_agg_name(reduce_ops[i]); }
+
+int ein_op_count(void)
+{
+    return EIN_UN_COUNT + EIN_BIN_COUNT + NREDUCE;
+}
+
+int ein_op_row(int i, ein_op_entry *out)
+{
+    if (!out || i < 0 || i >= ein_op_count())
+        return EIN_EINVAL;
+    if (i < EIN_UN_COUNT)
+        *out = (ein_op_entry){unary_at(i), EIN_OP_UNARY, ein_unary_takes_scalar((ein_unary)i)};
+    else if (i < EIN_UN_COUNT + EIN_BIN_COUNT)
+        *out = (ein_op_entry){binary_at(i - EIN_UN_COUNT), EIN_OP_BINARY, 0};
+    else
+        *out = (ein_op_entry){reduce_at(i - EIN_UN_COUNT - EIN_BIN_COUNT), EIN_OP_REDUCE, 0};
+    return 0;
+}
 
 /* "a, b, c or d" from the registry's names (common/ein_ops.def); returns buf. */
 static const char *name_list(char *buf, size_t cap, const char *(*name)(int), int n)
@@ -187,12 +209,12 @@ ein_tensor ein_graph_attention_window(ein_graph *g, const char *name, ein_tensor
 ein_tensor ein_graph_reduce(ein_graph *g, const char *name, const char *op, uint32_t axes,
                             ein_tensor x, ein_error *err)
 {
-    ein_agg a = op && !strcmp(op, "sum") ? EIN_AGG_SUM : op && !strcmp(op, "max") ? EIN_AGG_MAX
-                                                                                 : EIN_AGG_NONE;
-    if (a == EIN_AGG_NONE)
-        return ein_fail(err, EIN_EINVAL, "reduce: unknown operator '%s'; expected sum or max",
-                        op ? op : "(null)");
-    return pl_graph_add_reduce(g, NAME(g, name), a, axes, x, err);
+    char list[64];
+    for (int i = 0; op && i < NREDUCE; i++)
+        if (!strcmp(op, ein_agg_name(reduce_ops[i])))
+            return pl_graph_add_reduce(g, NAME(g, name), reduce_ops[i], axes, x, err);
+    return ein_fail(err, EIN_EINVAL, "reduce: unknown operator '%s'; expected %s",
+                    op ? op : "(null)", name_list(list, sizeof list, reduce_at, NREDUCE));
 }
 
 ein_tensor ein_graph_concat(ein_graph *g, const char *name, int axis, const ein_tensor *xs,

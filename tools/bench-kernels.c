@@ -1,7 +1,9 @@
 /* tools/bench-kernels.c — CPU kernel benchmark: our einsum GEMM against a
  * raw cblas_sgemm in the same run, and causal GQA attention.
  *
- * Usage: bench-kernels [-r REPS] [-t THREADS] [-w] [-s] [-R ROWS]
+ * Usage: bench-kernels [-r REPS] [-t THREADS] [-w] [-s] [-R ROWS] [-f]
+ * -f: the fused kernels of issue 33 (swiglu, add_rmsnorm) against the pairs
+ * of kernels they replace, on 512 tokens of an 8B-shaped block, f32 and bf16.
  * -s: a decode step's products instead: 1 to 16 rows by 40 weight matrices
  * [2048, 768] (250 MB of f32, more than the caches), through sgemv, sgemm
  * and kn_cpu_einsum (f32, bf16, f16 weights; [out, in] and [in, out];
@@ -251,18 +253,73 @@ static void bench_stream(int64_t m, int reps)
     free(c);
 }
 
+/* The fused kernels of issue 33 against the pairs they replace, on one
+ * LLaMA 3 8B-shaped block of `rows` tokens (d 4096, d_ff 14336): swiglu
+ * against silu then mul, add_rmsnorm against add then rmsnorm; pair and
+ * fused alternate, best of reps each. */
+static void bench_fused(int64_t rows, ein_dtype dt, int reps)
+{
+    const int64_t d = 4096, ff = 14336;
+    size_t es = ein_dtype_size(dt);
+    ein_box bf = {2, {0, 0}, {rows, ff}}, bd = {2, {0, 0}, {rows, d}}, bw = {1, {0}, {d}};
+    ein_box bp = {3, {0, 0, 0}, {2, rows, d}};
+    kn_block g = {xmalloc((size_t)(rows * ff) * es), dt, bf}, u = {xmalloc((size_t)(rows * ff) * es), dt, bf};
+    kn_block t = {xmalloc((size_t)(rows * ff) * es), dt, bf}, y = {xmalloc((size_t)(rows * ff) * es), dt, bf};
+    kn_block a = {xmalloc((size_t)(rows * d) * es), dt, bd}, b = {xmalloc((size_t)(rows * d) * es), dt, bd};
+    kn_block h = {xmalloc((size_t)(rows * d) * es), dt, bd}, n = {xmalloc((size_t)(rows * d) * es), dt, bd};
+    kn_block w = {xmalloc((size_t)d * es), dt, bw}, pk = {xmalloc((size_t)(2 * rows * d) * es), dt, bp};
+    float *tmp = xmalloc(sizeof(float) * (size_t)(rows * ff));
+    kn_block *fill_these[] = {&g, &u, &a, &b, &w};
+    for (int i = 0; i < 5; i++) {
+        int64_t cnt = ein_box_volume(&fill_these[i]->box);
+        fill(tmp, cnt, 7 + (uint64_t)i);
+        ein_dtype_from_f32(dt, tmp, fill_these[i]->data, (size_t)cnt);
+    }
+    free(tmp);
+    ein_error err = {0};
+    double best[4] = {1e30, 1e30, 1e30, 1e30};
+    for (int r = 0; r <= reps; r++) {   /* r == 0: warm-up */
+        double t0 = now();
+        if (kn_cpu_unary(EIN_UN_SILU, 0, &g, &t, &err) < 0 ||
+            kn_cpu_binary(EIN_BIN_MUL, &t, &u, &y, &err) < 0)
+            die("silu, mul", &err);
+        double t1 = now();
+        if (kn_cpu_swiglu(&g, &u, &y, &err) < 0)
+            die("swiglu", &err);
+        double t2 = now();
+        if (kn_cpu_binary(EIN_BIN_ADD, &a, &b, &h, &err) < 0 ||
+            kn_cpu_rmsnorm(1e-5, &h, &w, &n, &err) < 0)
+            die("add, rmsnorm", &err);
+        double t3 = now();
+        if (kn_cpu_add_rmsnorm(1e-5, &a, &b, &w, &pk, &err) < 0)
+            die("add_rmsnorm", &err);
+        double t4 = now(), dt4[4] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3};
+        for (int k = 0; r > 0 && k < 4; k++)
+            if (dt4[k] < best[k])
+                best[k] = dt4[k];
+    }
+    printf("fused %s, %" PRId64 " tokens: silu+mul %.2f ms, swiglu %.2f ms (%.2fx); "
+           "add+rmsnorm %.2f ms, add_rmsnorm %.2f ms (%.2fx)\n", ein_dtype_name(dt), rows,
+           1e3 * best[0], 1e3 * best[1], best[0] / best[1], 1e3 * best[2], 1e3 * best[3],
+           best[2] / best[3]);
+    kn_block *all[] = {&g, &u, &t, &y, &a, &b, &h, &n, &w, &pk};
+    for (int i = 0; i < 10; i++)
+        free(all[i]->data);
+}
+
 int main(int argc, char **argv)
 {
-    int reps = 3, threads = 1, opt, stream = 0, srows = 0;
-    while ((opt = getopt(argc, argv, "r:t:wsR:h")) != -1) {
+    int reps = 3, threads = 1, opt, stream = 0, srows = 0, fused = 0;
+    while ((opt = getopt(argc, argv, "r:t:wsR:fh")) != -1) {
         switch (opt) {
         case 'r': reps = atoi(optarg); break;
         case 't': threads = atoi(optarg); break;
         case 'w': use_wall = 1; break;
         case 's': stream = 1; break;
         case 'R': stream = 1; srows = atoi(optarg); break;
+        case 'f': fused = 1; break;
         default:
-            fprintf(stderr, "usage: %s [-r REPS] [-t THREADS] [-w] [-s] [-R ROWS]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-r REPS] [-t THREADS] [-w] [-s] [-R ROWS] [-f]\n", argv[0]);
             return opt == 'h' ? 0 : 2;
         }
     }
@@ -273,6 +330,11 @@ int main(int argc, char **argv)
     kn_cpu_set_threads(threads);
     printf("bench-kernels: %d OpenBLAS thread%s, best of %d, %s time\n", threads,
            threads == 1 ? "" : "s", reps, use_wall ? "wall-clock" : "thread CPU");
+    if (fused) {
+        bench_fused(512, EIN_F32, reps);
+        bench_fused(512, EIN_BF16, reps);
+        return 0;
+    }
     if (stream) {
         static const int64_t rows[] = {1, 2, 4, 8, 16};
         if (srows > 0)

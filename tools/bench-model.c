@@ -354,7 +354,9 @@ static int profile_device(const ein_compiled *c, int d, int passes, double sgemm
         char what[48];
         if (ins->kind == EIN_I_KERNEL) {
             int id = pl_graph_find(c->g, ins->op);
-            const char *op = id >= 0 ? pl_node_op_name(pl_graph_node(c->g, id)) : "?";
+            /* a fused kernel (issue 33) is named "a+b" after its two operators */
+            const char *op = id >= 0 ? pl_node_op_name(pl_graph_node(c->g, id))
+                             : strchr(ins->op, '+') ? "fused" : "?";
             snprintf(what, sizeof what, "%s (%s)", op, ein_kernel_kind_name(ins->kernel.kind));
         } else
             snprintf(what, sizeof what, "%s", ein_instr_kind_name(ins->kind));

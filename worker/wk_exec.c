@@ -17,6 +17,7 @@
 #include <zmq.h>
 
 #include "common/ein_clock.h"
+#include "common/ein_invariant.h"
 #include "common/ein_json.h"
 #include "common/ein_knob.h"
 #include "common/ein_npy.h"

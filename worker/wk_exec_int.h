@@ -88,6 +88,13 @@ typedef struct wk_ready_ops {
     void (*close)(struct wk *w);       /* idempotent */
 } wk_ready_ops;
 
+/* Checker (common/ein_invariant.h; asserted after each READY is added to
+ * wk.ready): 1 if ready[0..nready) is the READY set of worker `self` of
+ * ndevices: 0 <= nready <= cap, strictly ascending keys (peer << 32 |
+ * buffer), each peer another device in range and each buffer a
+ * non-negative int32. Else 0. Allocates nothing; O(nready). */
+int wk_ready_set_ok(const uint64_t *ready, int nready, int cap, int ndevices, int self);
+
 /* Choose and open w->rdy (the FIFOs unless cfg->ready_zmq). */
 int wk_ready_open(struct wk *w, ein_error *err);
 /* Encode `m` and send it to `peer` through w->rdy. */

@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "common/ein_clock.h"
+#include "common/ein_invariant.h"
 #include "common/ein_vec.h"
 #include "common/ein_wire.h"
 #include "worker/wk_xport.h"
@@ -22,6 +23,20 @@ int wk_exec_beat(wk *w, ein_error *err)
     ein_msg m = {.type = EIN_MSG_HEARTBEAT, .device = w->cfg->device, .instr = w->current};
     w->last_beat = ein_now_s();
     return wk_msg_send(w->dealer, &m, err);
+}
+
+int wk_ready_set_ok(const uint64_t *ready, int nready, int cap, int ndevices, int self)
+{
+    if (nready < 0 || nready > cap || (nready && !ready))
+        return 0;
+    for (int i = 0; i < nready; i++) {
+        uint64_t peer = ready[i] >> 32, buf = ready[i] & 0xffffffffu;
+        if (peer >= (uint64_t)ndevices || peer == (uint64_t)self || buf > (uint64_t)INT32_MAX)
+            return 0; /* the pump refuses such a READY */
+        if (i && ready[i - 1] >= ready[i])
+            return 0; /* not a sorted set */
+    }
+    return 1;
 }
 
 int wk_exec_ready_has(const wk *w, uint64_t key)
@@ -49,6 +64,8 @@ static int ready_add(wk *w, uint64_t key, ein_error *err)
         i--;
     }
     w->ready[i] = key;
+    EIN_INVARIANT(wk_ready_set_ok(w->ready, w->nready, w->cap_ready, w->cfg->ndevices,
+                                  w->cfg->device));
     return 0;
 }
 

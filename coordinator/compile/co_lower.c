@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_invariant.h"
 #include "common/ein_progress.h"
 #include "common/ein_rand.h"
 #include "common/ein_vec.h"
@@ -319,6 +320,7 @@ int co_lower(const pl_graph *g, const pl_plan *plan, const co_physical *ph,
     int rc = 0;
     if (plan->p != ph->ndev || ph->nnodes != g->nnodes)
         return ein_fail(err, EIN_EINVAL, "plan for %d devices lowered onto %d", plan->p, ph->ndev);
+    EIN_INVARIANT(co_physical_ok(ph, g, plan));
     L.progs = calloc((size_t)L.ndev, sizeof *L.progs);
     L.producer = calloc((size_t)L.ndev, sizeof *L.producer);
     L.cap_producer = calloc((size_t)L.ndev, sizeof(int));

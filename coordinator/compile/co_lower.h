@@ -21,9 +21,10 @@
  * the same exchange towards one site per distinct output block, then STORE.
  * An action whose aggregate no OUT contains feeds no OUT and is not lowered.
  * Every buffer is appended at the end of its device's segment: placing
- * buffers by liveness (co_memplan.h), validating the Programs and checking
- * their size are the next steps of the pipeline (co_pipeline.h:
- * co_step_memplan, co_step_validate), not co_lower's.
+ * buffers by liveness (co_memplan.h), fusing kernels (co_fuse.h),
+ * validating the Programs and checking their size are the next steps of
+ * the pipeline (co_pipeline.h: co_step_fuse, co_step_memplan,
+ * co_step_validate), not co_lower's.
  * The Programs depend only on the graph, the plans and the options.
  *
  * Ownership: on success *progs is a malloc'd array of `ndev` Programs, all
@@ -66,6 +67,10 @@ typedef struct co_lower_opts {
                                        own for the whole run (debugging); 0: buffers placed
                                        by liveness (co_memplan.h), the default */
     const struct co_memplan_opts *memplan; /* co_step_memplan; NULL: co_memplan's defaults */
+    int no_fuse;                    /* co_step_fuse: 0: consecutive kernels fused
+                                       (co_fuse.h) before the memory plan, the default;
+                                       1: not; -1: the EIN_FUSE knob was malformed (the
+                                       step fails, naming it) */
 } co_lower_opts;
 
 /* What co_lower emitted, and (copied from the physical plan's

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ein_invariant.h"
 #include "common/ein_vec.h"
 
 /* Every place is a multiple of this (ein_program_add_buffer's alignment,
@@ -789,6 +790,49 @@ static void live_peak(const mdev *v, co_memplan_dev *st)
     free(delta);
 }
 
+/* ---- the checker (common/ein_invariant.h) ------------------------------ */
+
+int co_memplan_ok(const ein_program *p, const int *root, const int *first, const int *last)
+{
+    int nb = p->nbuffers, nr = 0;
+    for (int b = 0; b < nb; b++) {
+        const ein_pbuffer *x = &p->buffers[b];
+        int r = root[b];
+        uint64_t end;
+        if (__builtin_add_overflow(x->offset, x->bytes, &end) || end > p->segment_bytes)
+            return 0; /* outside the segment */
+        if (r < 0 || r >= nb || root[r] != r)
+            return 0;
+        if (r == b && x->offset % MP_ALIGN != 0)
+            return 0; /* a root off the alignment */
+        if (r != b && (x->offset < p->buffers[r].offset ||
+                       end > p->buffers[r].offset + p->buffers[r].bytes))
+            return 0; /* an alias outside its root */
+        nr += r == b && first[b] >= 0;
+    }
+    int *ord = malloc(sizeof(int) * ((size_t)nr + 1)), k = 0;
+    if (!ord)
+        return 1; /* a checker does not fail for want of memory */
+    for (int b = 0; b < nb; b++)
+        if (root[b] == b && first[b] >= 0)
+            ord[k++] = b;
+    sort_prog = p;
+    qsort(ord, (size_t)nr, sizeof *ord, by_offset);
+    /* Two live roots sharing a byte: in offset order, each root against
+     * those that start inside it. */
+    int ok = 1;
+    for (int i = 0; i < nr && ok; i++) {
+        const ein_pbuffer *a = &p->buffers[ord[i]];
+        for (int j = i + 1; j < nr && p->buffers[ord[j]].offset < a->offset + a->bytes; j++)
+            if (first[ord[j]] <= last[ord[i]] && first[ord[i]] <= last[ord[j]]) {
+                ok = 0;
+                break;
+            }
+    }
+    free(ord);
+    return ok;
+}
+
 int co_memplan(ein_program **progs, int ndev, const co_memplan_opts *o, co_memplan_dev *st_out,
                ein_error *err)
 {
@@ -852,6 +896,7 @@ int co_memplan(ein_program **progs, int ndev, const co_memplan_opts *o, co_mempl
         }
         v->p->unplanned_bytes = st[d].before;
         v->p->segment_bytes = st[d].after;
+        EIN_INVARIANT(co_memplan_ok(v->p, v->root, v->first, v->last));
     }
     /* Copies read their peers' buffers at the new places. */
     for (int e = 0; e < ndev && rc == 0; e++)

@@ -101,4 +101,14 @@ typedef struct co_memplan_opts {
 int co_memplan(ein_program **progs, int ndev, const co_memplan_opts *o, co_memplan_dev *st,
                ein_error *err);
 
+/* Checker (common/ein_invariant.h; asserted by co_memplan once a device's
+ * buffers are placed, before the added instructions are spliced in): 1 if
+ * p's buffers keep memory planning's postconditions, else 0. root[b] is
+ * buffer b's root (itself for a root), first[r] and last[r] root r's life
+ * in p's instruction numbering (-1: unused). It holds when every buffer
+ * lies inside [0, segment_bytes), every root starts at a multiple of
+ * EIN_BUFFER_ALIGN, every alias inside its root, and no two roots whose
+ * lives overlap share a byte. Sorts a copy of the roots (no memory: 1). */
+int co_memplan_ok(const ein_program *p, const int *root, const int *first, const int *last);
+
 #endif

@@ -435,3 +435,52 @@ void co_physical_free(co_physical *ph)
     free(ph->place);
     free(ph);
 }
+
+/* ---- the checker (common/ein_invariant.h) ------------------------------ */
+
+static int exchange_ok(const co_physical *ph, const pl_graph *g, const co_exchange *e)
+{
+    if (e->tensor < 0 || e->tensor >= ph->nnodes || ph->place_at[e->tensor + 1] <= ph->place_at[e->tensor])
+        return 0; /* moves a node that has no tuples */
+    if (e->consumer < -1 || e->consumer >= ph->nnodes || e->consumer == e->tensor)
+        return 0;
+    if (e->consumer < 0 ? e->input != 0
+                        : e->input < 0 || e->input >= g->nodes[e->consumer].ninputs ||
+                              g->nodes[e->consumer].inputs[e->input] != e->tensor)
+        return 0;
+    if (!ein_dtype_valid((int)e->dtype) || e->nneed < 0 || e->natoms < 0 || !e->body)
+        return 0;
+    if (e->nneed && (!e->need || !e->want || !e->need_site))
+        return 0;
+    for (int b = 0; b < e->nneed; b++)
+        if (e->need_site[b] < 0 || e->need_site[b] >= ph->ndev ||
+            !ein_box_contains(&e->need[b], &e->want[b]))
+            return 0;
+    return 1;
+}
+
+int co_physical_ok(const co_physical *ph, const pl_graph *g, const pl_plan *plan)
+{
+    if (!ph || ph->ndev < 1 || ph->ndev != plan->p || ph->nnodes != g->nnodes || !ph->place_at ||
+        ph->place_at[0] != 0 || ph->nex < 0 || (ph->nex && !ph->ex))
+        return 0;
+    for (int v = 0; v < ph->nnodes; v++) {
+        int n = ph->place_at[v + 1] - ph->place_at[v];
+        if (n != (plan->nodes[v].planned ? plan->nodes[v].spec.nparts : 0) || n > ph->ndev)
+            return 0;
+        /* at most one tuple of a node per device (kernel outputs are kept
+         * per (node, device)) */
+        for (int f = 0; f < n; f++) {
+            int d = ph->place[ph->place_at[v] + f];
+            if (d < 0 || d >= ph->ndev)
+                return 0;
+            for (int f2 = 0; f2 < f; f2++)
+                if (ph->place[ph->place_at[v] + f2] == d)
+                    return 0;
+        }
+    }
+    for (int x = 0; x < ph->nex; x++)
+        if (!exchange_ok(ph, g, &ph->ex[x]))
+            return 0;
+    return 1;
+}

@@ -140,4 +140,15 @@ const char *co_exchange_consumer_name(const pl_graph *g, const co_exchange *e);
  * node's own. */
 ein_dtype co_partial_dtype(const pl_graph *g, const pl_plan *plan, int v);
 
+/* Checker (common/ein_invariant.h; asserted at co_lower's entry): 1 if ph
+ * is a consistent physical plan of g under plan, else 0. It holds when
+ * ph has plan's devices and g's nodes; a planned node has its spec's
+ * tuples, an unplanned one none, each on a device in range, no two of a
+ * node on one device; every exchange moves a node that has tuples, for
+ * "save" (input 0) or for a consumer whose input it is, in a valid dtype,
+ * with a body, its needed blocks on devices in range, each containing the
+ * block the consumer reads. Allocates nothing; O(tuples x devices +
+ * needed blocks). */
+int co_physical_ok(const co_physical *ph, const pl_graph *g, const pl_plan *plan);
+
 #endif

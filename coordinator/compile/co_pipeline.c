@@ -10,6 +10,7 @@
 #include "common/ein_knob.h"
 #include "common/ein_progress.h"
 #include "common/ein_wire.h"
+#include "coordinator/compile/co_fuse.h"
 
 /* The compile's defaults (einsummable.h); here, with the pipeline they
  * configure, so that the pipeline depends on nothing of ein_compile.c. */
@@ -50,6 +51,9 @@ void co_pipeline_init(co_pipeline *p, const pl_graph *g, const pl_plan *plan,
     const char *rd = ein_knob_get(EIN_KNOB_REUSE_DELAY);
     if (rd && sscanf(rd, "%d,%d", &p->mo.delay_local, &p->mo.delay_remote) == 2)
         p->lo.memplan = &p->mo;
+    int fuse = 1;
+    ein_error fe = {0};
+    p->lo.no_fuse = co_fuse_knob(&fuse, &fe) < 0 ? -1 : !fuse;
 }
 
 void co_pipeline_clear(co_pipeline *p)
@@ -60,6 +64,22 @@ void co_pipeline_clear(co_pipeline *p)
     p->progs = NULL;
     co_sim_result_free(p->sim);
     p->sim = NULL;
+}
+
+int co_step_fuse(ein_program **progs, int ndev, const co_lower_opts *lo, co_lower_stats *ls,
+                 ein_error *err)
+{
+    int rc = 0;
+    if (lo->no_fuse < 0)
+        return co_fuse_knob(&(int){0}, err);
+    if (lo->no_fuse)
+        return 0;
+    co_fuse_stats fs;
+    if ((rc = co_fuse(progs, ndev, &fs, err)) < 0)
+        return ein_error_prefix(err, "internal error");
+    if (ls)
+        ls->ninstrs -= fs.nswiglu + fs.nadd_rmsnorm;
+    return 0;
 }
 
 int co_step_memplan(ein_program **progs, int ndev, const co_lower_opts *lo, ein_error *err)
@@ -106,8 +126,12 @@ static int programs(const pl_graph *g, const pl_plan *plan, const co_physical *p
     int rc = co_lower(g, plan, ph, lo, &progs, ls, err);
     if (rc < 0)
         return rc;
-    *step = CO_STEP_MEMPLAN;
-    rc = co_step_memplan(progs, plan->p, lo, err);
+    *step = CO_STEP_FUSE;
+    rc = co_step_fuse(progs, plan->p, lo, ls, err);
+    if (rc == 0) {
+        *step = CO_STEP_MEMPLAN;
+        rc = co_step_memplan(progs, plan->p, lo, err);
+    }
     if (rc == 0) {
         *step = CO_STEP_VALIDATE;
         rc = co_step_validate(progs, plan->p, lo, err);

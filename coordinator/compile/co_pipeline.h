@@ -6,6 +6,8 @@
  *                synthesised on the topology (co_physical.h);
  *   2. lower     co_lower: one Program per device, only emitted
  *                (co_lower.h);
+ *   2b. fuse     co_step_fuse: consecutive kernels of a device fused
+ *                (co_fuse.h: swiglu, add_rmsnorm) unless lo.no_fuse;
  *   3. memplan   co_step_memplan: buffers placed by liveness (co_memplan.h),
  *                unless the lowering options say no_reuse;
  *   4. validate  co_step_validate: every Program well formed
@@ -51,6 +53,7 @@ typedef enum co_step {
     CO_STEP_NONE = 0,
     CO_STEP_PHYSICAL,
     CO_STEP_LOWER,
+    CO_STEP_FUSE,
     CO_STEP_MEMPLAN,
     CO_STEP_VALIDATE,
     CO_STEP_SIMULATE
@@ -82,8 +85,9 @@ void co_compile_physical_opts(const ein_compile_options *o, int ndev, const xp_t
 /* *p for `plan` of `g` on `topo` as ein_compile lowers with `o`: step 1's
  * options from co_compile_physical_opts, steps 2-4's from o's seed and
  * no_reuse with the debugging switches $EIN_NO_REUSE=1 and
- * $EIN_REUSE_DELAY=L,R (co_memplan's delays; malformed: the defaults), no
- * calibration. The caller may change any input before co_pipeline_run. */
+ * $EIN_REUSE_DELAY=L,R (co_memplan's delays; malformed: the defaults),
+ * fusion unless $EIN_FUSE=0 (co_fuse_knob), no calibration. The caller
+ * may change any input before co_pipeline_run. */
 void co_pipeline_init(co_pipeline *p, const pl_graph *g, const pl_plan *plan,
                       const xp_topology *topo, const ein_compile_options *o);
 
@@ -93,6 +97,11 @@ int co_pipeline_run(co_pipeline *p, ein_error *err);
 /* Free the results still in *p (NULL fields are skipped). */
 void co_pipeline_clear(co_pipeline *p);
 
+/* Step 2b on progs[0..ndev): co_fuse unless lo->no_fuse (1); lo->no_fuse
+ * -1 (a malformed EIN_FUSE) fails naming the knob. ls->ninstrs (ls may be
+ * NULL) loses the instructions fusion removed. */
+int co_step_fuse(ein_program **progs, int ndev, const co_lower_opts *lo, co_lower_stats *ls,
+                 ein_error *err);
 /* Step 3 on progs[0..ndev): co_memplan with lo->memplan unless lo->no_reuse. */
 int co_step_memplan(ein_program **progs, int ndev, const co_lower_opts *lo, ein_error *err);
 
@@ -104,7 +113,8 @@ int co_step_validate(ein_program *const *progs, int ndev, const co_lower_opts *l
                      ein_error *err);
 
 /* Steps 2-4 on a physical plan `ph` the caller made from g and plan
- * (co_lower's arguments): co_lower, co_step_memplan, co_step_validate.
+ * (co_lower's arguments): co_lower, co_step_fuse, co_step_memplan,
+ * co_step_validate.
  * On success *progs is the caller's (co_programs_free). */
 int co_pipeline_programs(const pl_graph *g, const pl_plan *plan, const co_physical *ph,
                          const co_lower_opts *lo, ein_program ***progs, co_lower_stats *ls,

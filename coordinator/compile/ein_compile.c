@@ -15,6 +15,7 @@
 #include "common/ein_self.h"
 #include "common/ein_vec.h"
 #include "coordinator/compile/co_lower.h"
+#include "coordinator/compile/co_fuse.h"
 #include "coordinator/compile/co_memplan.h"
 #include "coordinator/compile/co_pipeline.h"
 #include "coordinator/compile/co_probe.h"
@@ -431,6 +432,9 @@ int co_compiled_rederive(ein_compiled *c, ein_error *err)
     xp_search_opts_default(&p.po.search_opts);
     p.lo = (co_lower_opts){.seed = c->seed, .no_reuse = c->no_reuse,
                            .memplan = c->reuse_delay_set ? &c->reuse_delay : NULL};
+    int fuse = 1;
+    ein_error fe = {0};
+    p.lo.no_fuse = co_fuse_knob(&fuse, &fe) < 0 ? -1 : !fuse;
     int rc = co_pipeline_run(&p, err);
     if (rc < 0)
         return rc;

@@ -323,9 +323,10 @@ static int run_traced(ein_program **progs, int ndev, const char *worker, double 
     if (!mkdtemp(dir))
         return ein_fail(err, EIN_EIO, "cannot create a temporary directory");
     snprintf(trace, sizeof trace, "%s/trace.json", dir);
-    co_run_opts ro = {.worker_path = worker, .worker_timeout = 60, .instr_timeout = 600,
-                      .iterations = CO_CALIB_ITERS, .trace_path = trace, .log_level = 1,
-                      .wrapper_device = -1, .debug_device = -1};
+    co_run_opts ro = {.worker_path = worker, .iterations = CO_CALIB_ITERS};
+    ein_session_options_init(&ro.sess); /* worker_timeout 60, instr_timeout 600, ... */
+    ro.sess.graphs = 0;
+    ro.sess.trace_path = trace;
     int rc = co_run(progs, ndev, &ro, NULL, iter_s, err);
     if (rc == 0)
         reader(trace, arg);

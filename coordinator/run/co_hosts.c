@@ -162,8 +162,8 @@ void co_hosts_deadlines(const struct xp_topology *t, co_run_opts *o)
 
 double co_hosts_connect_limit(const co_run_opts *o, int h)
 {
-    if (o->connect_timeout > 0)
-        return o->connect_timeout;
+    if (o->sess.connect_timeout > 0)
+        return o->sess.connect_timeout;
     return CO_HOSTS_CONNECT_S + (o->hosts && o->hosts[h].launch ? CO_HOSTS_LAUNCH_S : 0);
 }
 
@@ -276,7 +276,7 @@ static void agent_words_fill(agent_words *w, const co_run_opts *o, int h, int nd
     co_hosts_devices(o, h, ndev, w->devs, sizeof w->devs);
     snprintf(w->nd, sizeof w->nd, "%d", ndev);
     snprintf(w->iters, sizeof w->iters, "%d", o->iterations);
-    snprintf(w->itmo, sizeof w->itmo, "%g", o->instr_timeout);
+    snprintf(w->itmo, sizeof w->itmo, "%g", o->sess.instr_timeout);
     snprintf(w->ppid, sizeof w->ppid, "%ld", (long)getpid());
     snprintf(w->bw, sizeof w->bw, "%.6g", o->link_bw > 0 ? o->link_bw : 0.0);
     snprintf(w->lat, sizeof w->lat, "%.6g",
@@ -302,7 +302,7 @@ static void agent_gpus(const co_run_opts *o, int h, int ndev, int launched, char
     for (int d = 0, k = 0, n = 0; o->backend && o->backend->probed && d < ndev; d++) {
         if (o->host_of[d] != h)
             continue;
-        int g = o->gpu_ids ? o->gpu_ids[d] : launched ? k : d;
+        int g = o->sess.gpu_ids ? o->sess.gpu_ids[d] : launched ? k : d;
         int m = snprintf(gpus + n, cap - (size_t)n, "%s%d", n ? "," : "", g);
         if (m < 0 || (size_t)m >= cap - (size_t)n)
             break;
@@ -359,11 +359,11 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
         argv[na++] = "--parent-pid";
         argv[na++] = ppid;
     }
-    if (o->verbose)
+    if (o->sess.verbose)
         argv[na++] = "--verbose";
-    if (o->transport) {
+    if (o->sess.transport) {
         argv[na++] = "--transport";
-        argv[na++] = (char *)o->transport;
+        argv[na++] = (char *)o->sess.transport;
     }
     if (o->backend && ein_backend_index(o->backend) > 0) {
         argv[na++] = "--backend";

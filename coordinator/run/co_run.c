@@ -51,9 +51,9 @@ static int spawn(run *r, int d, ein_error *err)
     snprintf(nd, sizeof nd, "%d", r->ndev);
     snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
     snprintf(iters, sizeof iters, "%d", r->o->iterations);
-    snprintf(level, sizeof level, "%d", r->o->log_level);
-    if (r->o->wrapper && (r->o->wrapper_device < 0 || r->o->wrapper_device == d)) {
-        snprintf(wrap, sizeof wrap, "%s", r->o->wrapper);
+    snprintf(level, sizeof level, "%d", r->o->sess.log_level);
+    if (r->o->sess.wrapper && (r->o->sess.wrapper_device < 0 || r->o->sess.wrapper_device == d)) {
+        snprintf(wrap, sizeof wrap, "%s", r->o->sess.wrapper);
         if (split_words(wrap, argv, &n, 40) < 0)
             return ein_fail(err, EIN_EINVAL, "the worker wrapper has too many words");
     }
@@ -62,31 +62,31 @@ static int spawn(run *r, int d, ein_error *err)
                      r->run_id, "--coordinator", r->endpoint, "--iterations", iters};
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
         argv[n++] = fixed[i];
-    if (!r->o->manual) {
+    if (!r->o->sess.manual) {
         argv[n++] = "--parent-pid";
         argv[n++] = ppid;
     }
-    if (r->o->log_dir) {
-        snprintf(logp, sizeof logp, "%s/worker-%d.log", r->o->log_dir, d);
+    if (r->o->sess.log_dir) {
+        snprintf(logp, sizeof logp, "%s/worker-%d.log", r->o->sess.log_dir, d);
         argv[n++] = "--log";
         argv[n++] = logp;
         argv[n++] = "--log-level";
         argv[n++] = level;
     }
-    if (r->o->trace_path) {
+    if (r->o->sess.trace_path) {
         snprintf(trace, sizeof trace, "%s/trace-%d.json", r->dir, d);
         argv[n++] = "--trace";
         argv[n++] = trace;
     }
-    if (r->o->debug_device == d)
+    if (r->o->sess.debug_device == d)
         argv[n++] = "--pause";
-    if (r->o->graphs)
+    if (r->o->sess.graphs)
         argv[n++] = "--graphs";
-    snprintf(itmo, sizeof itmo, "%g", r->o->instr_timeout);
+    snprintf(itmo, sizeof itmo, "%g", r->o->sess.instr_timeout);
     argv[n++] = "--instr-timeout";
     argv[n++] = itmo;
     if (r->o->backend && r->o->backend->probed) {
-        snprintf(gpu, sizeof gpu, "%d", r->o->gpu_ids ? r->o->gpu_ids[d] : d);
+        snprintf(gpu, sizeof gpu, "%d", r->o->sess.gpu_ids ? r->o->sess.gpu_ids[d] : d);
         argv[n++] = "--backend";
         argv[n++] = (char *)r->o->backend->name;
         argv[n++] = "--gpu";
@@ -96,7 +96,7 @@ static int spawn(run *r, int d, ein_error *err)
     r->w[d].phase = W_SPAWNED;
     r->w[d].instr = -1;
     r->w[d].last_seen = ein_now_s();
-    if (r->o->manual) {
+    if (r->o->sess.manual) {
         /* The user starts it (under a debugger, say); we only wait for it. */
         fprintf(stderr, "einsummable: start device %d with:\n ", d);
         for (int i = 0; i < n; i++)
@@ -119,14 +119,14 @@ static int spawn(run *r, int d, ein_error *err)
          * die with the coordinator's process: einworker --parent-pid
          * watches it. A worker under a wrapper (gdb, valgrind) stays in
          * the terminal's session, which an interactive wrapper needs. */
-        if (!(r->o->wrapper && (r->o->wrapper_device < 0 || r->o->wrapper_device == d)))
+        if (!(r->o->sess.wrapper && (r->o->sess.wrapper_device < 0 || r->o->sess.wrapper_device == d)))
             setsid();
         execvp(argv[0], argv);
         _exit(127); /* reported by the coordinator as "could not execute" */
     }
     r->w[d].pid = pid;
     co_guard_add_pid(&r->guard, pid);
-    if (r->o->debug_device == d)
+    if (r->o->sess.debug_device == d)
         fprintf(stderr, "einsummable: device %d is paused as pid %ld; attach with:  gdb -p %ld  "
                         "(or cuda-gdb -p %ld); it continues once a debugger is attached "
                         "or after: kill -USR1 %ld\n",
@@ -170,7 +170,7 @@ static int check_connected(run *r, double t, ein_error *err)
                      "worker of it has reached the coordinator", (long)r->agent[h]);
         return ein_fail(err, EIN_ETIMEOUT, "%s did not connect within %.1f s "
                         "(%s): %s at %s%s%s%s; can that host reach it?", hn, limit,
-                        o->connect_timeout > 0 ? "the connect timeout" : "the default connect "
+                        o->sess.connect_timeout > 0 ? "the connect timeout" : "the default connect "
                         "timeout; --connect-timeout sets it", how, r->endpoint,
                         ifc[0] ? " (interface " : "", ifc, ifc[0] ? ")" : "");
     }
@@ -221,10 +221,10 @@ static int wait_all(run *r, int phase, int cancellable, co_worker_stats *stats, 
                 continue;
             /* Several hosts: a host (or its link) that stops answering. */
             double limit = r->o->nhosts > 0 && r->o->host_timeout > 0 && r->w[d].spoke
-                               ? r->o->host_timeout : r->o->worker_timeout;
+                               ? r->o->host_timeout : r->o->sess.worker_timeout;
             if (r->w[d].exited || t - r->w[d].last_seen <= limit)
                 continue;
-            if (limit < r->o->worker_timeout) {
+            if (limit < r->o->sess.worker_timeout) {
                 /* Where each device of that host was last seen. */
                 char where[200], hn[300], all[600] = "";
                 int h = r->o->host_of[d];
@@ -242,7 +242,7 @@ static int wait_all(run *r, int phase, int cancellable, co_worker_stats *stats, 
             }
             /* A worker paused for a debugger, or one the user has not started
              * yet, is not silent until it has spoken once. */
-            if (!r->w[d].spoke && (r->o->debug_device == d || r->o->manual))
+            if (!r->w[d].spoke && (r->o->sess.debug_device == d || r->o->sess.manual))
                 continue;
             char where[200];
             co_run_describe_instr(r, d, r->w[d].instr, where, sizeof where);
@@ -252,7 +252,7 @@ static int wait_all(run *r, int phase, int cancellable, co_worker_stats *stats, 
         if (r->deadline > 0 && t > r->deadline)
             return ein_fail(err, EIN_ETIMEOUT, "the run took longer than %s %.0f s",
                             r->o->timeout_name ? r->o->timeout_name : "its timeout",
-                            r->o->timeout);
+                            r->o->sess.run_timeout);
     }
 }
 
@@ -266,7 +266,7 @@ static int finish(run *r, int rc, ein_error *err)
         r->why = *err;
     if (r->w)
         co_run_stop_all(r);
-    if (r->o->trace_path && r->dir[0]) {
+    if (r->o->sess.trace_path && r->dir[0]) {
         ein_error terr = {0};
         if (co_run_merge_trace(r, &terr) < 0 && rc == 0)
             rc = ein_fail(err, terr.code, "%s", terr.msg);
@@ -284,7 +284,7 @@ static int finish(run *r, int rc, ein_error *err)
 static int start_hosts(run *r, ein_error *err)
 {
     const co_run_opts *o = r->o;
-    if (o->manual || o->wrapper || o->debug_device >= 0 || o->trace_path)
+    if (o->sess.manual || o->sess.wrapper || o->sess.debug_device >= 0 || o->sess.trace_path)
         return ein_fail(err, EIN_EUNSUPPORTED, "a run on several hosts takes no manual workers, "
                         "worker wrapper, debug device or trace yet");
     if (!o->node_path || !o->host_of)
@@ -371,7 +371,7 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
     r->guard = (co_guard){.fd = -1, .pid = -1};
     int rc = 0, zero = 0, one = 1;
     int64_t maxsize = EIN_MSG_MAX_BYTES;
-    if (o->handle_signals) {
+    if (o->sess.handle_signals) {
         sigset_t mask;
         ein_run_signals(&mask);
         sigprocmask(SIG_BLOCK, &mask, &r->oldmask);
@@ -396,7 +396,7 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
     /* Runs killed with their guard (a cgroup kill) left their files: the
      * pid in every name says whose they were. */
     int swept = co_guard_sweep_stale(tmp);
-    if (swept > 0 && o->verbose)
+    if (swept > 0 && o->sess.verbose)
         fprintf(stderr, "einsummable: removed %d run director%s and shared-memory object%s of runs "
                         "that are gone\n", swept, swept == 1 ? "y" : "ies", swept == 1 ? "" : "s");
     snprintf(r->dir, sizeof r->dir, "%s/einrun.%ld.XXXXXX", tmp, (long)getpid());
@@ -433,7 +433,7 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         zmq_getsockopt(r->router, ZMQ_LAST_ENDPOINT, r->endpoint, &elen);
         char ifc[64];
         co_hosts_interface(r->endpoint, ifc, sizeof ifc);
-        if (o->verbose || o->hosts)
+        if (o->sess.verbose || o->hosts)
             fprintf(stderr, "einsummable: coordinator at %s, interface %s, %d hosts\n",
                     r->endpoint, ifc[0] ? ifc : "?", o->nhosts);
     }
@@ -449,7 +449,7 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
             if ((rc = spawn(r, d, err)) < 0)
                 goto out;
     }
-    r->deadline = o->timeout > 0 ? ein_now_s() + o->timeout : 0;
+    r->deadline = o->sess.run_timeout > 0 ? ein_now_s() + o->sess.run_timeout : 0;
     rc = wait_all(r, W_LOADED, 0, NULL, err);
     if (rc == 0 && o->nhosts > 0)
         rc = send_peers(r, err);
@@ -505,10 +505,10 @@ int co_session_step(co_session *r, int store, const ein_reload *reload, int nrel
     ein_msg st = {.type = EIN_MSG_START, .store = store, .reload = (ein_reload *)reload,
                   .nreload = nreload, .entry = r->entry};
     double t0 = ein_now_s();
-    if (!r->o->per_run_timeout && r->o->timeout > 0 && !r->deadline)
-        r->deadline = t0 + r->o->timeout;
+    if (!r->o->per_run_timeout && r->o->sess.run_timeout > 0 && !r->deadline)
+        r->deadline = t0 + r->o->sess.run_timeout;
     if (r->o->per_run_timeout)
-        r->deadline = r->o->timeout > 0 ? t0 + r->o->timeout : 0;
+        r->deadline = r->o->sess.run_timeout > 0 ? t0 + r->o->sess.run_timeout : 0;
     int rc = 0;
     for (int d = 0; d < r->ndev && rc == 0; d++) {
         r->w[d].phase = W_STARTED;
@@ -518,7 +518,7 @@ int co_session_step(co_session *r, int store, const ein_reload *reload, int nrel
         co_run_explain_failure(r, stats, 0, err);
     } else {
         ein_progress pg;
-        ein_progress_begin_after(&pg, r->o->step_progress && ein_progress_wanted(0), "running",
+        ein_progress_begin_after(&pg, r->o->sess.progress && ein_progress_wanted(0), "running",
                                  0, r->o->step_progress_after);
         r->step_pg = &pg;
         rc = wait_all(r, W_DONE, 1, stats, err);
@@ -571,7 +571,7 @@ int co_session_stop(co_session *r, ein_error *err)
             }
             int all_exited = 1;
             for (int d = 0; d < r->ndev; d++)
-                all_exited &= r->w[d].exited || (r->o->manual && kill(r->w[d].pid, 0) < 0);
+                all_exited &= r->w[d].exited || (r->o->sess.manual && kill(r->w[d].pid, 0) < 0);
             if (all_exited)
                 break;
             if (ein_now_s() > t_end) {
@@ -609,7 +609,7 @@ int co_run(ein_program *const *progs, int ndev, const co_run_opts *o,
     co_session *s = NULL;
     co_run_opts ro = *o;
     ro.iterations = 0;
-    ro.handle_signals = 1;
+    ro.sess.handle_signals = 1;
     ro.per_run_timeout = 0;
     if (!ro.timeout_name)
         ro.timeout_name = "the run timeout";

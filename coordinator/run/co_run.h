@@ -32,14 +32,12 @@
 #include "coordinator/run/co_run_opts.h"
 
 typedef struct co_worker_stats {
-    long pid;
-    double total, kernel, copy, wait;   /* seconds, last iteration, as the worker measured them */
-    /* Graphs since the worker started (its DONE; 0 from a worker without):
-     * stretches captured, launches, stretches that could not be captured,
-     * why the first of those failed ("" if none), stretches too short to
-     * be worth a graph. */
-    int graphs_captured, graphs_launched, graphs_failed, graphs_short;
-    char graph_error[EIN_MSG_TEXT_MAX];
+    /* As in ein_run_stats (include/einsummable/einsummable.h), which a
+     * session fills with these values as they are: times of the last
+     * iteration; graphs since the worker started (its DONE; 0 from a
+     * worker without). */
+    ein_dev_times t;
+    ein_dev_graphs g;
     int device_timed;   /* kernel and copy are device time (CUDA events), not host time */
 } co_worker_stats;
 

@@ -6,8 +6,8 @@
 /* The program a worker's process starts with (its wrapper's, if any). */
 static const char *o_wrapper_or_worker(const run *r, int d)
 {
-    if (r->o->wrapper && (r->o->wrapper_device < 0 || r->o->wrapper_device == d))
-        return r->o->wrapper;
+    if (r->o->sess.wrapper && (r->o->sess.wrapper_device < 0 || r->o->sess.wrapper_device == d))
+        return r->o->sess.wrapper;
     return r->o->worker_path;
 }
 
@@ -68,7 +68,7 @@ int co_run_reap(run *r, int shutting_down, ein_error *err)
     if (r->o->nhosts > 0)
         return reap_agents(r, shutting_down, err);
     /* Each worker by its pid: a library must not reap its host's children. */
-    for (int d0 = 0; d0 < r->ndev && !r->o->manual; d0++) {
+    for (int d0 = 0; d0 < r->ndev && !r->o->sess.manual; d0++) {
         pid_t pid = r->w[d0].pid;
         if (pid <= 0 || r->w[d0].exited)
             continue;
@@ -158,7 +158,7 @@ void co_run_stop_all(run *r)
         stop_agents(r);
         return;
     }
-    if (r->o->manual) {
+    if (r->o->sess.manual) {
         /* Not our children: ask, then make sure. */
         usleep(200000);
         for (int d = 0; d < r->ndev; d++)
@@ -316,9 +316,9 @@ void co_run_explain_failure(run *r, co_worker_stats *stats, int shutting_down, e
  * run gets a trace too: it shows where each device was). */
 int co_run_merge_trace(run *r, ein_error *err)
 {
-    FILE *out = fopen(r->o->trace_path, "we");
+    FILE *out = fopen(r->o->sess.trace_path, "we");
     if (!out)
-        return ein_fail(err, EIN_EIO, "cannot write the trace %s: %s", r->o->trace_path,
+        return ein_fail(err, EIN_EIO, "cannot write the trace %s: %s", r->o->sess.trace_path,
                         strerror(errno));
     fprintf(out, "[\n");
     int first = 1;
@@ -344,6 +344,6 @@ int co_run_merge_trace(run *r, ein_error *err)
     }
     fprintf(out, "\n]\n");
     if (fclose(out) != 0)
-        return ein_fail(err, EIN_EIO, "cannot write the trace %s", r->o->trace_path);
+        return ein_fail(err, EIN_EIO, "cannot write the trace %s", r->o->sess.trace_path);
     return 0;
 }

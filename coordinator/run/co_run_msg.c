@@ -139,7 +139,7 @@ static int on_hello(run *r, int d, const ein_msg *m, ein_error *err)
         ((ein_msg *)m)->addrs[0] = (ein_bytes){0}; /* taken */
         return 0;
     }
-    if (r->o->manual && m->pid > 0) {
+    if (r->o->sess.manual && m->pid > 0) {
         w->pid = (pid_t)m->pid;
         co_guard_add_pid(&r->guard, w->pid);
     }
@@ -154,14 +154,13 @@ static int on_done(run *r, int d, const ein_msg *m, co_worker_stats *stats, ein_
         return ein_fail(err, EIN_EPROTO, "device %d (pid %ld) said DONE out of turn", d, (long)w->pid);
     w->phase = W_DONE;
     if (stats) {
-        stats[d] = (co_worker_stats){.pid = (long)w->pid, .total = m->t_total,
-                                     .kernel = m->t_kernel, .copy = m->t_copy, .wait = m->t_wait,
-                                     .graphs_captured = m->graphs_captured,
-                                     .graphs_launched = m->graphs_launched,
-                                     .graphs_failed = m->graphs_failed,
-                                     .graphs_short = m->graphs_short,
-                                     .device_timed = m->t_device};
-        snprintf(stats[d].graph_error, sizeof stats[d].graph_error, "%s", m->graph_error);
+        stats[d] = (co_worker_stats){
+            .t = {.pid = (long)w->pid, .total = m->t_total, .kernel = m->t_kernel,
+                  .copy = m->t_copy, .wait = m->t_wait},
+            .g = {.captured = m->graphs_captured, .launched = m->graphs_launched,
+                  .failed = m->graphs_failed, .too_short = m->graphs_short},
+            .device_timed = m->t_device};
+        snprintf(stats[d].g.error, sizeof stats[d].g.error, "%s", m->graph_error);
     }
     return 0;
 }

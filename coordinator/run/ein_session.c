@@ -251,27 +251,24 @@ int ein_session_open(const ein_compiled *c, const ein_session_options *opts, ein
     s->generate_missing = o.generate_missing;
     if ((rc = copy_programs(s, err)) < 0)
         goto fail;
-    co_run_opts ro = {.worker_path = worker, .worker_timeout = o.worker_timeout,
-                      .timeout = o.run_timeout, .per_run_timeout = 1,
-                      .timeout_name = "the run timeout", .instr_timeout = o.instr_timeout,
-                      .verbose = o.verbose, .trace_path = o.trace_path, .log_dir = o.log_dir,
-                      .log_level = o.log_level ? o.log_level : 1, .wrapper = o.wrapper,
-                      .wrapper_device = o.wrapper ? o.wrapper_device : -1,
-                      .debug_device = o.debug_device, .manual = o.manual, .backend = be,
-                      .gpu_ids = o.gpu_ids,
-                      .graphs = o.graphs < 0 ? be->graphs_default : o.graphs,
-                      .handle_signals = o.handle_signals, .iterations = 0,
-                      .prepare = prepare, .prepare_ctx = s,
-                      .connect_timeout = o.connect_timeout};
+    /* The caller's options as they are, resolved where 0 or -1 means a
+     * default (co_run.h). */
+    co_run_opts ro = {.sess = o, .worker_path = worker, .per_run_timeout = 1,
+                      .timeout_name = "the run timeout", .backend = be, .iterations = 0,
+                      .prepare = prepare, .prepare_ctx = s, .step_progress_after = 1.0};
+    if (o.worker_timeout <= 0)
+        ro.sess.worker_timeout = 60;
+    if (!o.log_level)
+        ro.sess.log_level = 1;
+    if (!o.wrapper)
+        ro.sess.wrapper_device = -1;
+    if (o.graphs < 0)
+        ro.sess.graphs = be->graphs_default;
     /* The guard also removes the caller's output files if we die. */
     if (o.store_paths) {
         ro.cleanup_paths = o.store_paths;
         ro.ncleanup = g->nnodes;
     }
-    if (o.worker_timeout <= 0)
-        ro.worker_timeout = 60;
-    ro.step_progress = o.progress;
-    ro.step_progress_after = 1.0;
     const char *after = ein_knob_get(EIN_KNOB_PROGRESS_AFTER);
     if (after && *after) {
         char *end;
@@ -419,7 +416,6 @@ static int fake_hosts(ein_session *s, const ein_session_options *o, co_run_opts 
     co_hosts_deadlines(s->c->topo, ro);
     ro->hosts = s->hosts;
     ro->listen = many ? s->listen : NULL;
-    ro->transport = o->transport;
     ro->nhosts = n;
     ro->host_of = s->host_of;
     ro->node_path = s->node_path;
@@ -709,18 +705,9 @@ static int session_run_ex(ein_session *s, int entry, int store, ein_run_stats *s
         stats->wall_s = wall;
         stats->ndev = ndev;
         for (int d = 0; d < ndev && d < 64; d++) {
-            stats->dev[d].pid = ws[d].pid;
-            stats->dev[d].total = ws[d].total;
-            stats->dev[d].kernel = ws[d].kernel;
-            stats->dev[d].copy = ws[d].copy;
-            stats->dev[d].wait = ws[d].wait;
-            stats->graphs[d].captured = ws[d].graphs_captured;
-            stats->graphs[d].launched = ws[d].graphs_launched;
-            stats->graphs[d].failed = ws[d].graphs_failed;
-            stats->graphs[d].too_short = ws[d].graphs_short;
+            stats->dev[d] = ws[d].t;
+            stats->graphs[d] = ws[d].g;
             stats->device_timed[d] = ws[d].device_timed;
-            snprintf(stats->graphs[d].error, sizeof stats->graphs[d].error, "%s",
-                     ws[d].graph_error);
         }
     }
     free(ws);

@@ -111,6 +111,25 @@ uint64_t ein_dtype_bytes(ein_dtype t, uint64_t n);
 void ein_dtype_from_f32(ein_dtype t, const float *src, void *dst, size_t n);
 void ein_dtype_to_f32(ein_dtype t, const void *src, float *dst, size_t n);
 
+/* The dtype table, for bindings that build their lists from it (Python's
+ * einsummable does at import): rows 0 .. ein_dtype_count() - 1 are the
+ * ein_dtype values in order. ein_dtype_row fills *out with row i and
+ * returns 0, or returns EIN_EINVAL (and leaves *out alone) when i is out of
+ * range or out is NULL. The strings are static: valid for the life of the
+ * process, never freed by anyone. tests/python/py_abi.c checks the layout. */
+typedef struct ein_dtype_entry {
+    const char *name;      /* "f32": the name every API and file takes */
+    const char *npy;       /* .npy descr written ("<f4"); NULL: none (block dtypes) */
+    const char *st;        /* safetensors dtype ("F32"); NULL: none */
+    uint64_t size;         /* bytes per element; 0 for a block dtype */
+    uint64_t block_bytes;  /* bytes per block (== size when block is 1) */
+    int32_t block;         /* elements per block along the last dim; 1: not blocked */
+    int32_t is_float;      /* 1: arithmetic operators take it; 0: integer or block */
+} ein_dtype_entry;
+
+int ein_dtype_count(void);
+int ein_dtype_row(int i, ein_dtype_entry *out);
+
 #ifdef __cplusplus
 }
 #endif

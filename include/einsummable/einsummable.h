@@ -78,6 +78,29 @@ ein_tensor ein_graph_matmul(ein_graph *g, const char *name, ein_tensor a, ein_te
 /* Explicit subscripts ("bij,bjk->bik", "ij->j"); b = -1 for one operand. */
 ein_tensor ein_graph_einsum(ein_graph *g, const char *name, const char *subscripts,
                             ein_tensor a, ein_tensor b, ein_error *err);
+/* The operator table, for bindings that build their lists from it
+ * (Python's einsummable does at import): every name ein_graph_unary,
+ * ein_graph_binary and ein_graph_reduce take, rows 0 .. ein_op_count() - 1
+ * (unary functions, then binary, then reductions; common/ein_ops.def's
+ * order). ein_op_row fills *out with row i and returns 0, or returns
+ * EIN_EINVAL (and leaves *out alone) when i is out of range or out is NULL.
+ * The strings are static: valid for the life of the process, never freed.
+ * tests/python/py_abi.c checks the layout. */
+typedef enum ein_op_class {
+    EIN_OP_UNARY = 0,   /* ein_graph_unary's op */
+    EIN_OP_BINARY = 1,  /* ein_graph_binary's op */
+    EIN_OP_REDUCE = 2,  /* ein_graph_reduce's op */
+} ein_op_class;
+
+typedef struct ein_op_entry {
+    const char *name;   /* "relu", "maximum", "sum": the op argument */
+    int32_t op_class;   /* ein_op_class */
+    int32_t takes_c;    /* 1: a unary function that uses the constant c (scale, addc) */
+} ein_op_entry;
+
+int ein_op_count(void);
+int ein_op_row(int i, ein_op_entry *out);
+
 /* op: relu, silu, gelu (tanh approximation), gelu_exact (erf), exp, neg,
  * sigmoid, tanh, square, scale (x*c), addc (x+c); c is ignored by the
  * others (the list is common/ein_ops.def's). */
@@ -628,18 +651,30 @@ int ein_session_set_input_npy(ein_session *s, const char *name, const char *path
 int ein_session_load_safetensors(ein_session *s, const char *path, const char *const *map,
                                  int nmap, int *nbound, ein_error *err);
 
+/* One device's times of a run, in seconds, as its worker measured them. */
+typedef struct ein_dev_times {
+    long pid;
+    double total, kernel, copy, wait;
+} ein_dev_times;
+
+/* One worker's graphs since the session started (--graphs): local
+ * stretches captured (CUDA graphs; recordings on CPU devices), graph
+ * launches, stretches that could not be captured and so run one
+ * instruction at a time, and why the first of those failed (for CUDA, the
+ * instructions and the CUDA error; "" if none); too_short: stretches not
+ * captured on purpose, being shorter than capture pays for (they also run
+ * one instruction at a time, and are not failures). */
+typedef struct ein_dev_graphs {
+    int captured, launched, failed;
+    char error[512];
+    int too_short;
+} ein_dev_graphs;
+
 typedef struct ein_run_stats {
     double wall_s;                 /* START to the last DONE, as the caller saw it */
     int ndev;
-    struct { long pid; double total, kernel, copy, wait; } dev[64]; /* as each worker measured */
-    /* Each worker's graphs since the session started (--graphs): local
-     * stretches captured (CUDA graphs; recordings on CPU devices), graph
-     * launches, stretches that could not be captured and so run one
-     * instruction at a time, and why the first of those failed (for CUDA,
-     * the instructions and the CUDA error; "" if none); too_short: stretches
-     * not captured on purpose, being shorter than capture pays for (they
-     * also run one instruction at a time, and are not failures). */
-    struct { int captured, launched, failed; char error[512]; int too_short; } graphs[64];
+    ein_dev_times dev[64];
+    ein_dev_graphs graphs[64];
     /* 1: dev[d].kernel and .copy are the GPU's own time (CUDA events around
      * each operation); 0: the host's time running (CPU devices) or
      * enqueueing them. dev[d].wait is always the host's time waiting for

@@ -166,6 +166,50 @@ int kn_cpu_unary(ein_unary op, double scalar, const kn_block *x, kn_block *out,
     return 0;
 }
 
+/* silu(gate) * up in KN_CHUNK pieces: silu as kn_cpu_unary computes it (the
+ * same 4-lane split: chunks are multiples of 4), rounded through out's
+ * dtype, then the registry's MUL formula as kn_cpu_binary computes it. */
+int kn_cpu_swiglu(const kn_block *gate, const kn_block *up, kn_block *out, ein_error *err)
+{
+    const char *what = "swiglu";
+    int rc;
+    if (!out)
+        return ein_fail(err, EIN_EINVAL, "%s: missing out", what);
+    if ((rc = kn_check(what, "out", out, out, err)) < 0 ||
+        (rc = kn_check(what, "gate", gate, out, err)) < 0 ||
+        (rc = kn_check(what, "up", up, out, err)) < 0)
+        return rc;
+    int64_t n = ein_box_volume(&out->box);
+    float bg[KN_CHUNK], bu[KN_CHUNK];
+    uint16_t half[KN_CHUNK];
+    if (gate->dtype == EIN_F32 && up->dtype == EIN_F32 && out->dtype == EIN_F32) {
+        /* no conversions: silu of a chunk on the stack, then the product
+         * straight from up into out (either may be out: each chunk of
+         * both is read before that chunk of out is written) */
+        const float *gf = gate->data, *uf = up->data;
+        float *yf = out->data;
+        for (int64_t i = 0; i < n; i += KN_CHUNK) {
+            int64_t c = n - i < KN_CHUNK ? n - i : KN_CHUNK;
+            kn_unary_f32(EIN_UN_SILU, 0.0f, gf + i, bg, c);
+            kn_binary_f32(EIN_BIN_MUL, bg, uf + i, yf + i, c);
+        }
+        return 0;
+    }
+    for (int64_t i = 0; i < n; i += KN_CHUNK) {
+        int64_t c = n - i < KN_CHUNK ? n - i : KN_CHUNK;
+        ein_dtype_to_f32(gate->dtype, kn_at(gate, i), bg, (size_t)c);
+        kn_unary_f32(EIN_UN_SILU, 0.0f, bg, bg, c);
+        if (out->dtype != EIN_F32) {   /* 2-byte floats: the unfused intermediate's rounding */
+            ein_dtype_from_f32(out->dtype, bg, half, (size_t)c);
+            ein_dtype_to_f32(out->dtype, half, bg, (size_t)c);
+        }
+        ein_dtype_to_f32(up->dtype, kn_at(up, i), bu, (size_t)c);
+        kn_binary_f32(EIN_BIN_MUL, bg, bu, bg, c);
+        ein_dtype_from_f32(out->dtype, bg, (void *)kn_at(out, i), (size_t)c);
+    }
+    return 0;
+}
+
 /* Strides of input k over out's index space: its own row-major strides,
  * 0 along broadcast dimensions and the dimensions it lacks (right-aligned
  * ranks). Fails unless every other interval equals out's. */

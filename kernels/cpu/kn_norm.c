@@ -130,3 +130,78 @@ int kn_cpu_layernorm(double eps, const kn_block *x, const kn_block *w, const kn_
         return ein_fail(err, EIN_EINVAL, "layernorm: missing bias");
     return kn_norm("layernorm", 1, eps, x, w, b, out, err);
 }
+
+/* One row at a time: h = a + b (the registry's ADD formula, as
+ * kn_cpu_binary computes it) stored into out's first half, read back (so
+ * the norm sees h rounded to out's dtype, as the unfused rmsnorm reads it)
+ * and normalised as kn_norm does into the second half. */
+int kn_cpu_add_rmsnorm(double eps, const kn_block *a, const kn_block *b, const kn_block *w,
+                       kn_block *out, ein_error *err)
+{
+    const char *what = "add_rmsnorm";
+    char b1[256], b2[256];
+    int rc;
+    if ((rc = kn_blk_check(what, "a", a, -1, err)) < 0 ||
+        (rc = kn_blk_check(what, "b", b, -1, err)) < 0 ||
+        (rc = kn_blk_check(what, "out", out, -1, err)) < 0)
+        return rc;
+    if (!ein_box_equal(&a->box, &b->box))
+        return ein_fail(err, EIN_ESHAPE, "%s: b box %s differs from a box %s", what,
+                        kn_fmt(&b->box, b1, sizeof b1), kn_fmt(&a->box, b2, sizeof b2));
+    int r = a->box.rank;
+    int ok = r >= 1 && out->box.rank == r + 1 && out->box.lo[0] == 0 && out->box.hi[0] == 2;
+    for (int i = 0; ok && i < r; i++)
+        ok = out->box.lo[i + 1] == a->box.lo[i] && out->box.hi[i + 1] == a->box.hi[i];
+    if (!ok)
+        return ein_fail(err, EIN_ESHAPE, "%s: out box %s is not [0, 2) x the a box %s", what,
+                        kn_fmt(&out->box, b1, sizeof b1), kn_fmt(&a->box, b2, sizeof b2));
+    /* the norm's own rules on a's box (kn_norm_check wants out's box == x's) */
+    kn_block half = {.data = out->data, .dtype = out->dtype, .box = a->box};
+    if ((rc = kn_norm_check(what, a, w, NULL, &half, err)) < 0)
+        return rc;
+    int64_t d = w->box.hi[0];
+    int64_t n = ein_box_volume(&a->box), rows = d > 0 ? n / d : 0;
+    if (rows == 0)
+        return 0;
+    float *s = kn_falloc(what, 3 * d, err);
+    if (!s)
+        return EIN_ENOMEM;
+    float *wf = s + d, *t = s + 2 * d;
+    kn_load(w, 0, wf, d);
+    if (a->dtype == EIN_F32 && b->dtype == EIN_F32 && out->dtype == EIN_F32) {
+        /* no copies: the sum straight into out's first half, the norm
+         * from there into its second */
+        const float *af = a->data, *bf = b->data;
+        float *hf = out->data, *nf = hf + n;
+        for (int64_t row = 0; row < rows; row++) {
+            const float *ar = af + row * d, *br = bf + row * d;
+            float *hr = hf + row * d, *nr = nf + row * d;
+            for (int64_t i = 0; i < d; i++)
+                hr[i] = ar[i] + br[i];
+            double sum, sq;
+            kn_norm_sums(hr, d, 0.0, &sum, &sq);
+            float rstd = (float)(1.0 / sqrt(sq / (double)d + eps));
+            for (int64_t i = 0; i < d; i++)
+                nr[i] = hr[i] * rstd * wf[i];
+        }
+        free(s);
+        return 0;
+    }
+    for (int64_t row = 0; row < rows; row++) {
+        kn_load(a, row * d, s, d);
+        kn_load(b, row * d, t, d);
+        for (int64_t i = 0; i < d; i++)
+            s[i] = s[i] + t[i];
+        kn_store(out, row * d, s, d);
+        if (out->dtype != EIN_F32)
+            kn_load(out, row * d, s, d);
+        double sum, sq;
+        kn_norm_sums(s, d, 0.0, &sum, &sq);
+        float rstd = (float)(1.0 / sqrt(sq / (double)d + eps));
+        for (int64_t i = 0; i < d; i++)
+            s[i] = s[i] * rstd * wf[i];
+        kn_store(out, n + row * d, s, d);
+    }
+    free(s);
+    return 0;
+}

@@ -85,6 +85,11 @@ kn_q_block(const uint8_t *p, ein_dtype dt, __m256 *w)
     return _cvtsh_ss(h);
 }
 
+/* Prefetch distance of the loops below: the same block KN_Q_PF weight rows
+ * on (the hardware prefetcher alone left them waiting on memory: 1.2-1.4x
+ * with it, bench-kernels -s). */
+#define KN_Q_PF 8
+
 /* The activations as int16 per block of 32: x ~= s_b * xq with s_b =
  * max|x| / 32767 over the block, xq = round(x / s_b) (relative error at
  * most 2^-16 of the block's largest |x|, far below the weights' own
@@ -132,7 +137,7 @@ KN_QAVX2 static void kn_q_avx2_i16(int64_t m, int64_t n, int64_t k, const uint8_
             acc[r] = _mm256_setzero_ps();
         for (int64_t bi = 0; bi < nb; bi++) {
             const uint8_t *p = row + (size_t)bi * bb;
-            _mm_prefetch((const char *)p + 1024, _MM_HINT_T0);
+            _mm_prefetch((const char *)p + KN_Q_PF * ldb, _MM_HINT_T0);
             __m256i w0, w1;
             if (dt == EIN_Q8_0) {
                 w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2)));
@@ -189,8 +194,8 @@ KN_QAVX2 static void kn_q_avx2_i16_1(int64_t n, int64_t k, const uint8_t *b, ein
         __m256 a0 = _mm256_setzero_ps(), a1 = a0;
         for (int64_t bi = 0; bi < nb; bi++) {
             const uint8_t *p0 = r0 + (size_t)bi * bb, *p1 = r1 + (size_t)bi * bb;
-            _mm_prefetch((const char *)p0 + 1024, _MM_HINT_T0);
-            _mm_prefetch((const char *)p1 + 1024, _MM_HINT_T0);
+            _mm_prefetch((const char *)p0 + KN_Q_PF * ldb, _MM_HINT_T0);
+            _mm_prefetch((const char *)p1 + KN_Q_PF * ldb, _MM_HINT_T0);
             const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + bi * KN_QK));
             const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + bi * KN_QK + 16));
             const __m256 sx = _mm256_broadcast_ss(xs + bi);
@@ -246,6 +251,149 @@ KN_QAVX2 static void kn_q_avx2(int64_t m, int64_t n, int64_t k, const float *a, 
             c[r * ldc + j] = kn_q_hsum(acc[r]);
     }
 }
+
+/* For q4_0 (whose 4-bit weights add far more error than int8 activations:
+ * bench model 38.4% -> 38.6%, docs/kernels.md), the activations as int8
+ * per block of 32, as llama.cpp's Q8_0 activations: x ~= s_b * xq with
+ * s_b = max|x| / 127 over the block, xq = round(x / s_b) (each off by at
+ * most s_b / 2), and x8 = the 16 pair sums 8 * (xq[2t] + xq[2t+1]) that
+ * remove the nibbles' offset of 8. */
+static void kn_q_acts8(int64_t m, int64_t k, const float *a, int64_t lda, int8_t *xq, float *xs,
+                       int16_t *x8)
+{
+    const int64_t nb = k / KN_QK;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *x = a + r * lda + b * KN_QK;
+            int8_t *q = xq + (r * nb + b) * KN_QK;
+            float amax = 0.0f;
+            int nan = 0;
+            for (int t = 0; t < KN_QK; t++) {
+                amax = fabsf(x[t]) > amax ? fabsf(x[t]) : amax;
+                nan |= x[t] != x[t];
+            }
+            /* a NaN (or infinite) activation makes the block's scale NaN
+             * (inf, with all xq 0), so the sums it enters are NaN */
+            const float s = nan ? NAN : amax / 127.0f;
+            const float inv = s != 0.0f && !nan && !isinf(s) ? 127.0f / amax : 0.0f;
+            xs[r * nb + b] = s;
+            for (int t = 0; t < KN_QK; t++) {
+                long v = lrintf(x[t] * inv);
+                q[t] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+            }
+            for (int t = 0; t < KN_QK / 2; t++)
+                x8[(r * nb + b) * (KN_QK / 2) + t] = (int16_t)(8 * (q[2 * t] + q[2 * t + 1]));
+        }
+}
+
+/* A q4_0 block's 32 nibbles as bytes 0..15 in element order (the low
+ * nibbles are elements 0-15, the high ones 16-31). */
+KN_QAVX2 __attribute__((always_inline)) static inline __m256i kn_q_n4(const uint8_t *p)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(15));
+}
+
+/* sum over the block of (w - 8) * x as eight exact int32 sums, in f32:
+ * vpmaddubsw of the nibbles (unsigned) by x (signed), pair sums at most
+ * 2 * 15 * 127 in magnitude, minus the precomputed 8 * x pair sums; one
+ * vpmaddwd by ones widens to int32. */
+KN_QAVX2 __attribute__((always_inline)) static inline __m256 kn_q_dot4(__m256i w, __m256i x,
+                                                                       const int16_t *x8)
+{
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(w, x),
+                                       _mm256_loadu_si256((const __m256i *)x8));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+KN_QAVX2 __attribute__((always_inline)) static inline float kn_q_d(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* One activation row (a decode step): four weight rows per pass sharing
+ * each activation block's loads. */
+KN_QAVX2 static void kn_q4_i8_1(int64_t n, int64_t k, const uint8_t *b, int64_t ldb,
+                                const int8_t *xq, const float *xs, const int16_t *x8, float *c)
+{
+    const size_t bb = ein_dtype_bytes(EIN_Q4_0, KN_QK);
+    const int64_t nb = k / KN_QK;
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const uint8_t *r0 = b + j * ldb;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t bi = 0; bi < nb; bi++) {
+            const uint8_t *p0 = r0 + (size_t)bi * bb, *p1 = p0 + ldb, *p2 = p1 + ldb,
+                          *p3 = p2 + ldb;
+            _mm_prefetch((const char *)p0 + KN_Q_PF * ldb, _MM_HINT_T0);
+            _mm_prefetch((const char *)p1 + KN_Q_PF * ldb, _MM_HINT_T0);
+            _mm_prefetch((const char *)p2 + KN_Q_PF * ldb, _MM_HINT_T0);
+            _mm_prefetch((const char *)p3 + KN_Q_PF * ldb, _MM_HINT_T0);
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + bi * KN_QK));
+            const int16_t *x8b = x8 + bi * (KN_QK / 2);
+            const float sx = xs[bi];
+            a0 = _mm256_fmadd_ps(kn_q_dot4(kn_q_n4(p0), x, x8b), _mm256_set1_ps(kn_q_d(p0) * sx), a0);
+            a1 = _mm256_fmadd_ps(kn_q_dot4(kn_q_n4(p1), x, x8b), _mm256_set1_ps(kn_q_d(p1) * sx), a1);
+            a2 = _mm256_fmadd_ps(kn_q_dot4(kn_q_n4(p2), x, x8b), _mm256_set1_ps(kn_q_d(p2) * sx), a2);
+            a3 = _mm256_fmadd_ps(kn_q_dot4(kn_q_n4(p3), x, x8b), _mm256_set1_ps(kn_q_d(p3) * sx), a3);
+        }
+        c[j] = kn_q_hsum(a0);
+        c[j + 1] = kn_q_hsum(a1);
+        c[j + 2] = kn_q_hsum(a2);
+        c[j + 3] = kn_q_hsum(a3);
+    }
+    for (; j < n; j++) {
+        const uint8_t *r0 = b + j * ldb;
+        __m256 a0 = _mm256_setzero_ps();
+        for (int64_t bi = 0; bi < nb; bi++) {
+            const uint8_t *p0 = r0 + (size_t)bi * bb;
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + bi * KN_QK));
+            a0 = _mm256_fmadd_ps(kn_q_dot4(kn_q_n4(p0), x, x8 + bi * (KN_QK / 2)),
+                                 _mm256_set1_ps(kn_q_d(p0) * xs[bi]), a0);
+        }
+        c[j] = kn_q_hsum(a0);
+    }
+}
+
+/* Several activation rows: two weight rows per pass, each weight block
+ * unpacked once and used by every row. */
+KN_QAVX2 static void kn_q4_i8(int64_t m, int64_t n, int64_t k, const uint8_t *b, int64_t ldb,
+                              const int8_t *xq, const float *xs, const int16_t *x8, float *c,
+                              int64_t ldc)
+{
+    const size_t bb = ein_dtype_bytes(EIN_Q4_0, KN_QK);
+    const int64_t nb = k / KN_QK;
+    __m256 acc[2 * KN_STREAM_MAX_ROWS];
+    for (int64_t j = 0; j < n; j += 2) {
+        const int two = j + 1 < n;
+        const uint8_t *r0 = b + j * ldb, *r1 = two ? r0 + ldb : r0;
+        for (int64_t r = 0; r < 2 * m; r++)
+            acc[r] = _mm256_setzero_ps();
+        for (int64_t bi = 0; bi < nb; bi++) {
+            const uint8_t *p0 = r0 + (size_t)bi * bb, *p1 = r1 + (size_t)bi * bb;
+            _mm_prefetch((const char *)p0 + KN_Q_PF * ldb, _MM_HINT_T0);
+            _mm_prefetch((const char *)p1 + KN_Q_PF * ldb, _MM_HINT_T0);
+            const __m256i w0 = kn_q_n4(p0), w1 = kn_q_n4(p1);
+            const float d0 = kn_q_d(p0), d1 = kn_q_d(p1);
+            for (int64_t r = 0; r < m; r++) {
+                const int64_t xb = r * nb + bi;
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + xb * KN_QK));
+                const int16_t *x8b = x8 + xb * (KN_QK / 2);
+                acc[2 * r] = _mm256_fmadd_ps(kn_q_dot4(w0, x, x8b), _mm256_set1_ps(d0 * xs[xb]),
+                                             acc[2 * r]);
+                acc[2 * r + 1] = _mm256_fmadd_ps(kn_q_dot4(w1, x, x8b),
+                                                 _mm256_set1_ps(d1 * xs[xb]), acc[2 * r + 1]);
+            }
+        }
+        for (int64_t r = 0; r < m; r++) {
+            c[r * ldc + j] = kn_q_hsum(acc[2 * r]);
+            if (two)
+                c[r * ldc + j + 1] = kn_q_hsum(acc[2 * r + 1]);
+        }
+    }
+}
 #endif
 
 void kn_stream_mm_q(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
@@ -255,19 +403,42 @@ void kn_stream_mm_q(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda
         return;
 #ifdef KN_Q_X86
     if (kn_stream_vector() && m <= KN_STREAM_MAX_ROWS) {
-        int16_t *xq = malloc(sizeof(int16_t) * (size_t)(m * k) + 32);
-        float *xs = malloc(sizeof(float) * (size_t)(m * (k / KN_QK)) + 4);
-        if (xq && xs) {
-            kn_q_acts(m, k, a, lda, xq, xs);
-            if (m == 1)
-                kn_q_avx2_i16_1(n, k, b, bdt, ldb, xq, xs, c);
-            else
-                kn_q_avx2_i16(m, n, k, b, bdt, ldb, xq, xs, c, ldc);
-        } else {   /* no memory for the int16 activations: the float form */
-            kn_q_avx2(m, n, k, a, lda, b, bdt, ldb, c, ldc);
+        if (bdt == EIN_Q4_0) {
+            const int64_t nb = k / KN_QK;
+            int8_t *xq = malloc((size_t)(m * k) + 32);
+            float *xs = malloc(sizeof(float) * (size_t)(m * nb) + 4);
+            int16_t *x8 = malloc(sizeof(int16_t) * (size_t)(m * nb * (KN_QK / 2)) + 32);
+            const int ok = xq && xs && x8;
+            if (ok) {
+                kn_q_acts8(m, k, a, lda, xq, xs, x8);
+                if (m == 1)
+                    kn_q4_i8_1(n, k, b, ldb, xq, xs, x8, c);
+                else
+                    kn_q4_i8(m, n, k, b, ldb, xq, xs, x8, c, ldc);
+            }
+            free(xq);
+            free(xs);
+            free(x8);
+            if (ok)
+                return;
+        } else {
+            int16_t *xq = malloc(sizeof(int16_t) * (size_t)(m * k) + 32);
+            float *xs = malloc(sizeof(float) * (size_t)(m * (k / KN_QK)) + 4);
+            const int ok = xq && xs;
+            if (ok) {
+                kn_q_acts(m, k, a, lda, xq, xs);
+                if (m == 1)
+                    kn_q_avx2_i16_1(n, k, b, bdt, ldb, xq, xs, c);
+                else
+                    kn_q_avx2_i16(m, n, k, b, bdt, ldb, xq, xs, c, ldc);
+            }
+            free(xq);
+            free(xs);
+            if (ok)
+                return;
         }
-        free(xq);
-        free(xs);
+        /* no memory for the rounded activations: the float form */
+        kn_q_avx2(m, n, k, a, lda, b, bdt, ldb, c, ldc);
         return;
     }
 #endif

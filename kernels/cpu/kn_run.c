@@ -102,6 +102,10 @@ int kn_cpu_run(const ein_kernel *k, const kn_block *ins, int nin, kn_block *out,
                             nin);
         return kn_cpu_rope_at_scaled(k->style, k->head_dim, k->theta, &k->scaling, &ins[0],
                                      &ins[1], out, err);
+    case EIN_KERNEL_SWIGLU:
+        return kn_cpu_swiglu(&ins[0], &ins[1], out, err);
+    case EIN_KERNEL_ADD_RMSNORM:
+        return kn_cpu_add_rmsnorm(k->eps, &ins[0], &ins[1], &ins[2], out, err);
     case EIN_KERNEL_COUNT:
         break;
     }

@@ -83,6 +83,12 @@ int kn_cuda_agg_lse_blk(const kn_block *srcs, int n, kn_block *out, void *stream
 int kn_cuda_softmax(int axis, const kn_block *x, kn_block *out, void *stream, ein_error *err);
 int kn_cuda_rmsnorm(double eps, const kn_block *x, const kn_block *w, kn_block *out,
                     void *stream, ein_error *err);
+/* The fused kernels (issue 33), as kn_cpu_swiglu and kn_cpu_add_rmsnorm
+ * (kernels/cuda/kn_cuda_fused.cu; f32 statistics, as kn_cuda_rmsnorm). */
+int kn_cuda_swiglu(const kn_block *gate, const kn_block *up, kn_block *out, void *stream,
+                   ein_error *err);
+int kn_cuda_add_rmsnorm(double eps, const kn_block *a, const kn_block *b, const kn_block *w,
+                        kn_block *out, void *stream, ein_error *err);
 int kn_cuda_layernorm(double eps, const kn_block *x, const kn_block *w, const kn_block *b,
                       kn_block *out, void *stream, ein_error *err);
 int kn_cuda_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nseq,

@@ -123,7 +123,9 @@ static int kn_cu_dt(ein_dtype t, cudaDataType *out)
     case EIN_F16: *out = CUDA_R_16F; return 0;
     case EIN_BF16: *out = CUDA_R_16BF; return 0;
     case EIN_I32:
-    case EIN_I64: break;
+    case EIN_I64:
+    case EIN_Q8_0: /* quantized weights: CPU kernels only (issue 36) */
+    case EIN_Q4_0: break;
     }
     return -1;
 }

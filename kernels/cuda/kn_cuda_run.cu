@@ -284,6 +284,10 @@ extern "C" int kn_cuda_run(kn_cuda_ctx *ctx, const ein_kernel *k, const kn_block
     case EIN_KERNEL_ROPE_AT:
         return kn_cuda_rope_at_scaled(k->style, k->head_dim, k->theta, &k->scaling, &ins[0], &ins[1],
                                       out, stream, err);
+    case EIN_KERNEL_SWIGLU:
+        return kn_cuda_swiglu(&ins[0], &ins[1], out, stream, err);
+    case EIN_KERNEL_ADD_RMSNORM:
+        return kn_cuda_add_rmsnorm(k->eps, &ins[0], &ins[1], &ins[2], out, stream, err);
     case EIN_KERNEL_COUNT:
         break;
     }

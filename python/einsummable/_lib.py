@@ -74,6 +74,30 @@ class ein_backend_info(ctypes.Structure):
     ]
 
 
+class ein_dtype_entry(ctypes.Structure):
+    """A row of the dtype table (ein_types.h, ein_dtype_row); _dtypes.py
+    builds its lists from these."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("npy", ctypes.c_char_p),
+        ("st", ctypes.c_char_p),
+        ("size", ctypes.c_uint64),
+        ("block_bytes", ctypes.c_uint64),
+        ("block", ctypes.c_int32),
+        ("is_float", ctypes.c_int32),
+    ]
+
+
+# ein_op_class (einsummable.h)
+EIN_OP_UNARY, EIN_OP_BINARY, EIN_OP_REDUCE = 0, 1, 2
+
+
+class ein_op_entry(ctypes.Structure):
+    """A row of the operator table (einsummable.h, ein_op_row)."""
+    _fields_ = [("name", ctypes.c_char_p), ("op_class", ctypes.c_int32),
+                ("takes_c", ctypes.c_int32)]
+
+
 class ein_compile_options(ctypes.Structure):
     _fields_ = [
         ("selector", ctypes.c_char_p),
@@ -182,6 +206,10 @@ _T = ctypes.c_int  # ein_tensor
 
 # name: (restype, argtypes)
 _PROTOS = {
+    "ein_dtype_count": (_I, []),
+    "ein_dtype_row": (_I, [_I, ctypes.POINTER(ein_dtype_entry)]),
+    "ein_op_count": (_I, []),
+    "ein_op_row": (_I, [_I, ctypes.POINTER(ein_op_entry)]),
     "ein_dtype_from_f32": (None, [_I, _P, _P, ctypes.c_size_t]),
     "ein_dtype_to_f32": (None, [_I, _P, _P, ctypes.c_size_t]),
     "ein_strerror": (_S, [_I]),

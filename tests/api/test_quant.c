@@ -67,8 +67,9 @@ static void run_case(ein_dtype wt, int ndev, uint64_t plan_seed)
     assert_int_equal(ein_session_get_output(s, "y", got, sizeof got, NULL, &err), 0);
     for (int r = 0; r < T; r++)
         for (int j = 0; j < N; j++) {
-            /* plus the one-row kernel's int16 activations (kn_quant.c):
-             * at most max|x| / 65534 per element of a block of 32 */
+            /* plus the few-row kernel's rounded activations (kn_quant.c:
+             * int16 for q8_0, int8 for q4_0): at most max|x| / 65534
+             * (254) per element of a block of 32 */
             double ref = 0, act = 0;
             for (int i0 = 0; i0 < K; i0 += 32) {
                 double xm = 0, ws = 0;
@@ -77,7 +78,7 @@ static void run_case(ein_dtype wt, int ndev, uint64_t plan_seed)
                     xm = fabs(xv[r * K + i]) > xm ? fabs(xv[r * K + i]) : xm;
                     ws += fabs(deq[j * K + i]);
                 }
-                act += ws * xm / 65534;
+                act += ws * xm / (wt == EIN_Q8_0 ? 65534 : 254);
             }
             double d = fabs(ref - got[r * N + j]);
             if (!(d <= 1.01 * act + 1e-5))

@@ -83,9 +83,20 @@ edges() {
             } else { out = out line; line = "" }
         }
         if (pass == 1) {
-            if (out ~ /^[A-Za-z_][A-Za-z0-9_ \t\*]*[A-Za-z_][A-Za-z0-9_]*[ \t]*\(/ && out !~ /^static[ \t]/ \
+            # a leading __attribute__((...)) is no name (what follows is)
+            while (out ~ /^__attribute__[ \t]*\(\(/) {
+                d = 0
+                for (i = 1; i <= length(out); i++) {
+                    ch = substr(out, i, 1)
+                    if (ch == "(") d++
+                    else if (ch == ")" && --d == 0) break
+                }
+                out = substr(out, i + 1); sub(/^[ \t]+/, "", out)
+            }
+            if (out ~ /^[A-Za-z_][A-Za-z0-9_ \t\*]*[A-Za-z_][A-Za-z0-9_]*[ \t]*\(/ && out !~ /(^|[^A-Za-z0-9_])static[ \t]/ \
                 && out !~ /^(extern|typedef)[ \t]/) {
                 s = out; sub(/[ \t]*\(.*/, "", s); k = split(s, w, /[ \t\*]+/); sig = w[k]
+                if (sig == "__attribute__") sig = ""
             }
             if (out ~ /^[;}]/ || out ~ /;[ \t]*$/) sig = ""
             if (out ~ /^\{/ && sig != "") { if (!(sig in def)) def[sig] = st; sig = "" }

@@ -41,7 +41,7 @@ run() {
     p=$1 out=$2
     shift 2
     rm -f logits.npy
-    EIN_POISON=1 EIN_REUSE_DELAY=${DELAY:-0,0} eval "\"\$EINRUN\" --cpu $p --iterations 3 $* --weights m/model.safetensors $maps --input ids=m/ids.npy m.ein" \
+    EIN_FUSE=${FUSE:-1} EIN_POISON=1 EIN_REUSE_DELAY=${DELAY:-0,0} eval "\"\$EINRUN\" --cpu $p --iterations 3 $* --weights m/model.safetensors $maps --input ids=m/ids.npy m.ein" \
         > out.txt 2>&1 && mv logits.npy "$out"
 }
 for p in 1 2 3 4 5 6 7 8; do
@@ -52,7 +52,10 @@ for p in 1 2 3 4 5 6 7 8; do
         not_ok "$what: logits match NumPy" "$(cat out.txt)" "${msg:-}"
     fi
 done
-if DELAY=default run 4 dd.npy && cmp -s dd.npy l4.npy; then
+# Unfused: with kernel fusion (issue 33) the plan search, which simulates
+# the lowered programs, may pick another plan under other delays (it does
+# for this model), and another plan rounds differently.
+if FUSE=0 DELAY=default run 4 dd.npy && FUSE=0 run 4 l4u.npy && cmp -s dd.npy l4u.npy; then
     ok "4 devices: the default delays give the same logits, byte for byte"
 else
     not_ok "4 devices: the default delays give the same logits, byte for byte" "$(cat out.txt)"

@@ -1280,6 +1280,42 @@ static int teardown(void **state)
     return 0;
 }
 
+/* The fused kernels (issue 33) against their CPU twins: swiglu over a
+ * block that needs the grid-stride loop, add_rmsnorm over rows of
+ * 1001 with offsets (both halves of its output compared). */
+static void test_fused(void **state)
+{
+    (void)state;
+    ein_error err;
+    for (int di = 0; di < 3; di++) {
+        ein_dtype dt = dts[di];
+        ein_box sb = {2, {3, 0}, {1027, 1031}};
+        hd g = hd_rand(dt, &sb, 8.0f, 0.0f), u = hd_rand(dt, &sb, 2.0f, 0.0f);
+        hd y = hd_out(dt, &sb);
+        assert_int_equal(kn_cpu_swiglu(&g.h, &u.h, &y.h, &err), 0);
+        assert_int_equal(kn_cuda_swiglu(&g.d, &u.d, &y.d, stream, &err), 0);
+        hd_compare("cuda swiglu", &y, dt_tol(dt) * 2);
+        ein_box xb = {3, {1, 4, 0}, {4, 71, 1001}}, ob = {4, {0, 1, 4, 0}, {2, 4, 71, 1001}};
+        ein_box wb = {1, {0}, {1001}};
+        hd a = hd_rand(dt, &xb, 3.0f, 0.0f), b = hd_rand(dt, &xb, 1.0f, 0.0f);
+        hd w = hd_rand(dt, &wb, 0.5f, 1.0f), o = hd_out(dt, &ob);
+        assert_int_equal(kn_cpu_add_rmsnorm(1e-5, &a.h, &b.h, &w.h, &o.h, &err), 0);
+        assert_int_equal(kn_cuda_add_rmsnorm(1e-5, &a.d, &b.d, &w.d, &o.d, stream, &err), 0);
+        hd_compare("cuda add_rmsnorm", &o, dt_tol(dt) * 2);
+        /* boxes that do not fit are refused */
+        assert_int_equal(kn_cuda_add_rmsnorm(1e-5, &a.d, &b.d, &w.d, &y.d, stream, &err),
+                         EIN_ESHAPE);
+        assert_int_equal(kn_cuda_swiglu(&g.d, &a.d, &y.d, stream, &err), EIN_ESHAPE);
+        hd_free(&g);
+        hd_free(&u);
+        hd_free(&y);
+        hd_free(&a);
+        hd_free(&b);
+        hd_free(&w);
+        hd_free(&o);
+    }
+}
+
 int main(void)
 {
     /* No device is a skip only where there is no GPU hardware either: a
@@ -1382,6 +1418,7 @@ int main(void)
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_generate),
         cmocka_unit_test(test_decode_splitk),
+        cmocka_unit_test(test_fused),
         /* last: a device fault in this unverified kernel (issue 33) would
          * poison the context for every test after it */
         cmocka_unit_test(test_attention_fa2),

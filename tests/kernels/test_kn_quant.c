@@ -5,8 +5,10 @@
  * (stream and dequantise-a-tile + sgemm); byte counts and unit boxes; the
  * refusals (a quantized a, another einsum form, a misaligned k interval).
  * tests/python/test_quant.py checks the quantizers' bytes against NumPy.
- * The AVX2 path rounds the activations to int16 per block of 32
- * (kernels/cpu/kn_quant.c); the tolerance adds that rounding's bound. */
+ * The AVX2 path rounds the activations per block of 32 to int16 for q8_0
+ * (scale max|x| / 32767) and to int8 for q4_0 (max|x| / 127,
+ * kernels/cpu/kn_quant.c); the tolerance adds that rounding's bound
+ * (act_levels below). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,6 +56,12 @@ static double deq(ein_dtype t, const uint8_t *row, int64_t i)
     return f16(b) * (q - 8);
 }
 
+/* The AVX2 path's activation levels per block of 32 for t. */
+static double act_levels(ein_dtype t)
+{
+    return t == EIN_Q8_0 ? 32767.0 : 127.0;
+}
+
 static void check_product(ein_dtype t, int64_t m, int64_t n, int64_t k, int portable)
 {
     float *x = malloc(sizeof(float) * (size_t)(m * k)), *w = malloc(sizeof(float) * (size_t)(n * k));
@@ -75,8 +83,9 @@ static void check_product(ein_dtype t, int64_t m, int64_t n, int64_t k, int port
     kn_stream_force_portable(0);
     for (int64_t r = 0; r < m; r++)
         for (int64_t j = 0; j < n; j++) {
-            /* f32 sums, plus (AVX2 path) the activations rounded to int16
-             * per block of 32: at most half of max|x| / 32767 each */
+            /* f32 sums, plus (AVX2 path) the activations rounded per
+             * block of 32: at most half of max|x| / act_levels each (the
+             * scale itself f32: 2^-20 relative more, generously) */
             double s = 0, mag = 0, act = 0;
             for (int64_t i0 = 0; i0 < k; i0 += 32) {
                 double xmax = 0, wsum = 0;
@@ -87,10 +96,10 @@ static void check_product(ein_dtype t, int64_t m, int64_t n, int64_t k, int port
                     xmax = fabs((double)x[r * k + i]) > xmax ? fabs((double)x[r * k + i]) : xmax;
                     wsum += fabs(v);
                 }
-                act += wsum * xmax / 32767.0 * 0.5;
+                act += wsum * xmax / act_levels(t) * (0.5 + 0x1p-20);
             }
             double d = fabs(s - (double)y[r * n + j]);
-            if (!(d <= 1e-5 * mag + 1.01 * act + 1e-6))
+            if (!(d <= 1e-5 * mag + (portable ? 0.0 : act) + 1e-6))
                 fail_msg("%s m=%lld row %lld col %lld: got %g want %g (portable %d)",
                          ein_dtype_name(t), (long long)m, (long long)r, (long long)j,
                          (double)y[r * n + j], s, portable);
@@ -192,12 +201,72 @@ static void test_refusals(void **state)
     assert_true(kn_cpu_unary(EIN_UN_RELU, 0.0, &b, &o4, &err) < 0);
 }
 
+/* Edges of the AVX2 path's integer products on 1 and 3 rows: a q8_0
+ * weight of -128 (valid bytes, though the quantizer never writes it),
+ * q4_0's extreme nibbles 0 and 15, and a NaN or infinite activation
+ * giving NaN in its row only (the block's scale is NaN or inf). */
+static void test_edges(void **state)
+{
+    (void)state;
+    const ein_dtype ts[2] = {EIN_Q8_0, EIN_Q4_0};
+    for (int a = 0; a < 2; a++)
+        for (int64_t m = 1; m <= 3; m += 2)
+            for (int p = 0; p < 2; p++) {
+                const ein_dtype t = ts[a];
+                const int64_t n = 5, k = 64;
+                const size_t rb = (size_t)ein_dtype_bytes(t, (uint64_t)k), bb = rb / 2;
+                uint8_t q[5 * 68];
+                float x[3 * 64], y[3 * 5];
+                for (int64_t j = 0; j < n; j++)
+                    for (int64_t blk = 0; blk < 2; blk++) {
+                        uint8_t *b = q + (size_t)j * rb + (size_t)blk * bb;
+                        b[0] = 0x00;   /* f16 0.5 (0x3800) */
+                        b[1] = 0x38;
+                        for (size_t i = 2; i < bb; i++)   /* -128 / 0 and 15 nibbles */
+                            b[i] = (uint8_t)((i + (size_t)j) % 3 == 0 ? 0x80 : (i + j) % 3 == 1 ? 0xF0 : 0x7F);
+                    }
+                for (int64_t i = 0; i < m * k; i++)
+                    x[i] = rnd_unit();
+                x[k + 40] = m > 1 ? NAN : x[k + 40];
+                x[2 * k + 3] = m > 1 ? INFINITY : x[2 * k + 3];
+                kn_block ab = {.data = x, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {m, k}}};
+                kn_block bb2 = {.data = q, .dtype = t, .box = {.rank = 2, .lo = {0, 0}, .hi = {n, k}}};
+                kn_block ob = {.data = y, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {m, n}}};
+                ein_error err = {0};
+                kn_stream_force_portable(p);
+                assert_int_equal(kn_cpu_einsum("ij,kj->ik", &ab, &bb2, &ob, &err), 0);
+                kn_stream_force_portable(0);
+                for (int64_t j = 0; j < n; j++) {
+                    double s = 0, act = 0;
+                    for (int64_t i0 = 0; i0 < k; i0 += 32) {
+                        double xmax = 0, wsum = 0;
+                        for (int64_t i = i0; i < i0 + 32; i++) {
+                            double v = deq(t, q + (size_t)j * rb, i);
+                            s += (double)x[i] * v;
+                            xmax = fabs((double)x[i]) > xmax ? fabs((double)x[i]) : xmax;
+                            wsum += fabs(v);
+                        }
+                        act += wsum * xmax / act_levels(t) * (0.5 + 0x1p-20);
+                    }
+                    double d = fabs(s - (double)y[j]);
+                    if (!(d <= 1e-5 * fabs(s) + 1e-3 + (p ? 0.0 : act)))
+                        fail_msg("%s m=%lld col %lld: got %g want %g (portable %d)", ein_dtype_name(t),
+                                 (long long)m, (long long)j, (double)y[j], s, p);
+                    if (m > 1)
+                        assert_true(isnan(y[n + j]));
+                    if (m > 1 && !p)   /* inf: 0 * inf in the integer form, NaN */
+                        assert_true(isnan(y[2 * n + j]));
+                }
+            }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bytes),
         cmocka_unit_test(test_products),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -60,6 +60,51 @@ static void test_ffn_matches_parser(void **state)
     ein_graph_destroy(b);
 }
 
+/* The exported tables (ein_dtype_row, ein_op_row): every dtype row agrees
+ * with the per-dtype calls, every op row is a name the graph API takes,
+ * and rows out of range are refused. */
+static void test_tables(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    ein_dtype_entry d;
+    assert_int_equal(ein_dtype_count(), EIN_DTYPE_COUNT);
+    for (int i = 0; i < ein_dtype_count(); i++) {
+        assert_int_equal(ein_dtype_row(i, &d), 0);
+        assert_string_equal(d.name, ein_dtype_name((ein_dtype)i));
+        assert_int_equal(d.size, ein_dtype_size((ein_dtype)i));
+        assert_int_equal(ein_dtype_bytes((ein_dtype)i, 64), 64 / d.block * d.block_bytes);
+    }
+    assert_int_equal(ein_dtype_row(EIN_Q4_0, &d), 0);
+    assert_int_equal(d.block, 32); /* ggml's block_q4_0: f16 scale, 16 bytes of nibbles */
+    assert_int_equal(d.block_bytes, 2 + 16);
+    assert_int_equal(ein_dtype_row(-1, &d), EIN_EINVAL);
+    assert_int_equal(ein_dtype_row(ein_dtype_count(), &d), EIN_EINVAL);
+    assert_int_equal(ein_dtype_row(0, NULL), EIN_EINVAL);
+
+    ein_graph *g = ein_graph_create();
+    ein_tensor x = ein_graph_insert_tensor(g, NULL, ein_tensor_desc_2d(4, 6, EIN_F32), &err);
+    int seen[3] = {0};
+    ein_op_entry o;
+    for (int i = 0; i < ein_op_count(); i++) {
+        assert_int_equal(ein_op_row(i, &o), 0);
+        ein_tensor y = o.op_class == EIN_OP_UNARY ? ein_graph_unary(g, NULL, o.name, 2, x, &err)
+                       : o.op_class == EIN_OP_BINARY ? ein_graph_binary(g, NULL, o.name, x, x, &err)
+                                                     : ein_graph_reduce(g, NULL, o.name, 1, x, &err);
+        assert_true(y > 0);
+        assert_true(o.op_class >= 0 && o.op_class < 3);
+        seen[o.op_class]++;
+        assert_int_equal(o.takes_c, !strcmp(o.name, "scale") || !strcmp(o.name, "addc"));
+    }
+    assert_true(seen[EIN_OP_UNARY] >= 11);
+    assert_int_equal(seen[EIN_OP_BINARY], 5);
+    assert_int_equal(seen[EIN_OP_REDUCE], 2);
+    assert_int_equal(ein_op_row(-1, &o), EIN_EINVAL);
+    assert_int_equal(ein_op_row(ein_op_count(), &o), EIN_EINVAL);
+    assert_int_equal(ein_op_row(0, NULL), EIN_EINVAL);
+    ein_graph_destroy(g);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -131,6 +176,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ffn_matches_parser),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_tables),
         cmocka_unit_test(test_block),
     };
     return cmocka_run_group_tests_name("planner_api", tests, NULL, NULL);

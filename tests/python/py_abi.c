@@ -61,6 +61,10 @@ int main(void)
     F(ein_prediction, time); F(ein_prediction, makespan); F(ein_prediction, path_compute);
     F(ein_prediction, path_comm); F(ein_prediction, path_wait); F(ein_prediction, ndev);
     F(ein_prediction, dev); F(ein_prediction, calibration); Z(ein_prediction);
+    F(ein_dtype_entry, name); F(ein_dtype_entry, npy); F(ein_dtype_entry, st);
+    F(ein_dtype_entry, size); F(ein_dtype_entry, block_bytes); F(ein_dtype_entry, block);
+    F(ein_dtype_entry, is_float); Z(ein_dtype_entry);
+    F(ein_op_entry, name); F(ein_op_entry, op_class); F(ein_op_entry, takes_c); Z(ein_op_entry);
     printf("ein_dtype sizeof %zu\n", sizeof(ein_dtype));
     /* Constants: "const NAME VALUE". */
 #define K(n) printf("const %s %d\n", #n, (int)(n))
@@ -69,5 +73,6 @@ int main(void)
     K(EIN_ENOPLAN); K(EIN_ETIMEOUT); K(EIN_EWORKER); K(EIN_EUNSUPPORTED); K(EIN_EDEVICE);
     K(EIN_ELIMIT); K(EIN_ROPE_INTERLEAVED); K(EIN_ROPE_HALF);
     K(EIN_ECANCELED);
+    K(EIN_OP_UNARY); K(EIN_OP_BINARY); K(EIN_OP_REDUCE);
     return 0;
 }

@@ -135,6 +135,14 @@ def test_cancel_frees_slot(eng):
     deadline = time.time() + 30
     while not long[0].token_ids and time.time() < deadline:
         time.sleep(0.002)
+    if any(r.finish_reason is not None for r in long):
+        # this thread was not scheduled while the engine ran every long
+        # request to its end (seen at load 20 on 2 cores): what the test
+        # checks (late waits for a slot) can no longer be observed
+        for r in [late] + long:
+            r.cancel()
+            r.wait(30)
+        pytest.skip("the machine starved the test thread: the long requests ended first")
     assert not late.token_ids
     long[1].cancel()
     assert long[1].wait(30).finish_reason == "cancelled"

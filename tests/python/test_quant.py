@@ -134,8 +134,10 @@ def _rel(a, b):
 def test_llama_quantized_is_the_dequantized_model(tiny, tmp_path, q, dt):
     """quantization= runs the model whose projections are the dequantised
     blocks: the same logits as an f32 checkpoint holding those values,
-    split over two and four devices (to 2e-4 relative: the one-row kernel
-    rounds activations to int16 per block of 32, kernels/cpu/kn_quant.c)."""
+    split over two and four devices (to 2e-4 relative for int8: the
+    few-row kernel rounds activations to int16 per block of 32; 3e-2 for
+    q4, whose kernel rounds them to int8, kernels/cpu/kn_quant.c: 1.1%
+    measured)."""
     d, cfg, t = tiny
     deq = dict(t)
     for l in range(2):
@@ -150,7 +152,7 @@ def test_llama_quantized_is_the_dequantized_model(tiny, tmp_path, q, dt):
     for dev in ([0, 1], [0, 1, 2, 3]):
         got, _ = _logits(d, quantization=q, device=dev)
         r = _rel(got, ref)
-        assert r <= 2e-4, (q, dev, r)
+        assert r <= (2e-4 if q == "int8" else 3e-2), (q, dev, r)
 
 
 def test_llama_int8_accuracy(tiny):
@@ -209,9 +211,10 @@ def test_graph_quantized_input(tmp_path, dt, st):
         W = _core._f32_from_bf16(_core._bf16_from_f32(W)).reshape(W.shape)
     Wd = _core.dequantize(_core.quantize(W, dt), dt).astype(numpy.float64)
     ref = X.astype(numpy.float64) @ Wd.T
-    # the one-row kernel's int16 activations: at most max|x| / 65534 per
-    # element of each block of 32, times the weights' magnitudes
-    xb = numpy.abs(X).reshape(3, 3, 32).max(axis=2) / 65534
+    # the few-row kernel's rounded activations (int16 for q8_0, int8 for
+    # q4_0): at most max|x| / 65534 (254) per element of each block of 32,
+    # times the weights' magnitudes
+    xb = numpy.abs(X).reshape(3, 3, 32).max(axis=2) / (65534 if dt == "q8_0" else 254)
     wb = numpy.abs(Wd).reshape(40, 3, 32).sum(axis=2)
     tol = 1.01 * xb @ wb.T + 1e-5
     path = str(tmp_path / "w.safetensors")

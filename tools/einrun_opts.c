@@ -1,7 +1,7 @@
-/* coordinator/run/einrun_opts.c — einrun's command line: --help, one table row
- * per option, the parsing and the checks no single option can make
+/* tools/einrun_opts.c — einrun's command line: --help, one table row per
+ * option, the parsing and the checks no single option can make
  * (einrun_int.h). */
-#include "coordinator/run/einrun_int.h"
+#include "tools/einrun_int.h"
 #include "common/ein_knob.h"
 
 static void usage_planning(FILE *f);
@@ -227,13 +227,10 @@ void run_opts_init(run_opts *o)
         o->ids[d] = d; /* a saved program's devices without --gpus */
     o->seed = o->plan_seed = 1;
     o->selector = "dp";
-    o->worker_timeout = 60;
-    o->instr_timeout = 600;
+    ein_session_options_init(&o->session); /* worker_timeout 60, instr_timeout 600, ... */
     o->cap_ms = EIN_FE_SEARCH_CAP_MS_DEFAULT;
     o->search_work = EIN_FE_SEARCH_WORK_DEFAULT;
     o->iterations = 1;
-    o->log_level = 1;
-    o->debug_device = o->wrapper_device = -1;
     o->search = 1;
     o->time_objective = -1; /* unset: the library's default (time where calibrated) */
     o->backend = -1;        /* unset: GPUs where there are GPUs (run_opts_check) */
@@ -475,12 +472,12 @@ static int opt_cpu(run_opts *o, const run_opt *d, const char *arg)
 static int opt_wrapper(run_opts *o, const run_opt *d, const char *arg)
 {
     const char *colon = strchr(arg, ':');
-    o->wrapper = arg;
+    o->session.wrapper = arg;
     if (colon && colon > arg && strspn(arg, "0123456789") == (size_t)(colon - arg)) {
-        o->wrapper_device = atoi(arg);
-        o->wrapper = colon + 1;
+        o->session.wrapper_device = atoi(arg);
+        o->session.wrapper = colon + 1;
     }
-    return *o->wrapper ? OPT_NEXT : bad_value(d, arg, d->expect);
+    return *o->session.wrapper ? OPT_NEXT : bad_value(d, arg, d->expect);
 }
 
 static int opt_chunks(run_opts *o, const run_opt *d, const char *arg)
@@ -537,6 +534,7 @@ static int opt_version(run_opts *o, const run_opt *d, const char *arg)
 }
 
 #define F(field) offsetof(run_opts, field)
+#define S(field) offsetof(run_opts, session.field) /* ein_session_options */
 static const run_opt run_opt_table[] = {
     /* name           short arg  set        field               lo  hi   expect */
     {"gpus",             0, 1, opt_gpus,     0,                  0, 0,
@@ -549,18 +547,18 @@ static const run_opt run_opt_table[] = {
     {"selector",         0, 1, opt_selector, F(selector),        0, 0, "dp, greedy or random"},
     {"plan-seed",        0, 1, opt_u64,      F(plan_seed),       0, 0, "a non-negative integer"},
     {"explain",          0, 0, opt_flag,     F(explain),         0, 0, NULL},
-    {"worker-timeout",   0, 1, opt_double,   F(worker_timeout),  0, 1e7, "seconds"},
-    {"timeout",          0, 1, opt_double,   F(timeout),         0, 1e7, "seconds"},
-    {"instr-timeout",    0, 1, opt_double,   F(instr_timeout),   0, 1e7, "seconds"},
-    {"worker",           0, 1, opt_string,   F(worker),          0, 0, NULL},
+    {"worker-timeout",   0, 1, opt_double,   S(worker_timeout),  0, 1e7, "seconds"},
+    {"timeout",          0, 1, opt_double,   S(run_timeout),     0, 1e7, "seconds"},
+    {"instr-timeout",    0, 1, opt_double,   S(instr_timeout),   0, 1e7, "seconds"},
+    {"worker",           0, 1, opt_string,   S(worker),          0, 0, NULL},
     {"iterations",       0, 1, opt_int,      F(iterations),      1, 100000, NULL},
     {"warmup",           0, 1, opt_int,      F(warmup),          0, 100000, NULL},
-    {"trace",            0, 1, opt_string,   F(trace_path),      0, 0, NULL},
-    {"log-dir",          0, 1, opt_string,   F(log_dir),         0, 0, NULL},
-    {"log-level",        0, 1, opt_int,      F(log_level),       1, 2, NULL},
+    {"trace",            0, 1, opt_string,   S(trace_path),      0, 0, NULL},
+    {"log-dir",          0, 1, opt_string,   S(log_dir),         0, 0, NULL},
+    {"log-level",        0, 1, opt_int,      S(log_level),       1, 2, NULL},
     {"worker-wrapper",   0, 1, opt_wrapper,  0,                  0, 0, "[K:]COMMAND"},
-    {"debug-worker",     0, 1, opt_int,      F(debug_device),    0, 100000, NULL},
-    {"manual-workers",   0, 0, opt_flag,     F(manual),          0, 0, NULL},
+    {"debug-worker",     0, 1, opt_int,      S(debug_device),    0, 100000, NULL},
+    {"manual-workers",   0, 0, opt_flag,     S(manual),          0, 0, NULL},
     {"schedule",         0, 1, opt_choice,   F(search),          0, 0, "naive|search"},
     {"backend",          0, 1, opt_backend,  F(backend),         0, 0, NULL},
     {"rewrite",          0, 0, opt_flag,     F(rewrite),         0, 0, NULL},
@@ -571,7 +569,7 @@ static const run_opt run_opt_table[] = {
     {"quiet",          'q', 0, opt_flag,     F(quiet),           0, 0, NULL},
     {"dump-inputs",      0, 1, opt_string,   F(dump_dir),        0, 0, NULL},
     {"save-program",     0, 1, opt_string,   F(save_program),    0, 0, NULL},
-    {"generate-missing", 0, 0, opt_flag,     F(generate_missing),0, 0, NULL},
+    {"generate-missing", 0, 0, opt_flag,     S(generate_missing),0, 0, NULL},
     {"ilp",              0, 0, opt_flag,     F(ilp),             0, 0, NULL},
     {"topology",         0, 1, opt_string,   F(topo_arg),        0, 0, NULL},
     {"gpu-probe",        0, 1, opt_string,   F(probe_file),      0, 0, NULL},
@@ -585,24 +583,25 @@ static const run_opt run_opt_table[] = {
      "milliseconds, 0 or more (0: no cap)"},
     {"search-budget-ms", 0, 1, opt_gone,     0,                  0, 0, NULL},
     {"graphs",           0, 1, opt_choice,   F(graphs),          0, 0, "auto|on|off"},
-    {"verbose",        'v', 0, opt_flag,     F(verbose),         0, 0, NULL},
+    {"verbose",        'v', 0, opt_flag,     S(verbose),         0, 0, NULL},
     {"calibrate",        0, 0, opt_flag,     F(calibrate),       0, 0, NULL},
     {"out",              0, 1, opt_string,   F(calib_out),       0, 0, NULL},
     {"objective",        0, 1, opt_choice,   F(time_objective),  0, 0, "comm|time"},
     {"partials",         0, 1, opt_choice,   F(native_partials), 0, 0, "f32|native"},
     {"strategy",         0, 1, opt_string,   F(strategy),        0, 0, NULL},
-    {"fake-hosts",       0, 1, opt_int,      F(fake_hosts),      2, MAX_DEVICES, NULL},
-    {"hosts",            0, 1, opt_string,   F(hosts_file),      0, 0, NULL},
-    {"connect-timeout",  0, 1, opt_double,   F(connect_timeout), 0, 1e7, "seconds"},
-    {"launcher",         0, 1, opt_launcher, F(launcher),        0, 0, "ssh, srun or mpirun"},
-    {"listen",           0, 1, opt_string,   F(listen),          0, 0, NULL},
-    {"transport",        0, 1, opt_string,   F(transport),       0, 0, NULL},
-    {"devices-per-host", 0, 1, opt_int,      F(devices_per_host), 1, MAX_DEVICES, NULL},
+    {"fake-hosts",       0, 1, opt_int,      S(fake_hosts),      2, MAX_DEVICES, NULL},
+    {"hosts",            0, 1, opt_string,   S(hosts_file),      0, 0, NULL},
+    {"connect-timeout",  0, 1, opt_double,   S(connect_timeout), 0, 1e7, "seconds"},
+    {"launcher",         0, 1, opt_launcher, S(launcher),        0, 0, "ssh, srun or mpirun"},
+    {"listen",           0, 1, opt_string,   S(listen),          0, 0, NULL},
+    {"transport",        0, 1, opt_string,   S(transport),       0, 0, NULL},
+    {"devices-per-host", 0, 1, opt_int,      S(devices_per_host),1, MAX_DEVICES, NULL},
     {"help",           'h', 0, opt_help,     0,                  0, 0, NULL},
     {"help-env",         0, 0, opt_help_env, 0,                  0, 0, NULL},
     {"version",          0, 0, opt_version,  0,                  0, 0, NULL},
 };
 #undef F
+#undef S
 #define NOPTS ((int)(sizeof run_opt_table / sizeof *run_opt_table))
 #define OPT_VAL 0x100 /* getopt's value for row i: OPT_VAL + i */
 _Static_assert(NOPTS <= (int)sizeof ((run_opts *)0)->given, "run_opts.given is too small");
@@ -741,16 +740,16 @@ int run_opts_check(run_opts *o, int argc, char **argv)
 /* The checks of a run, not needed by --show-topology. */
 int run_opts_check_run(const run_opts *o)
 {
-    if ((o->debug_device >= 0 && o->debug_device >= o->ndev) || o->wrapper_device >= o->ndev) {
+    if ((o->session.debug_device >= 0 && o->session.debug_device >= o->ndev) || o->session.wrapper_device >= o->ndev) {
         fprintf(stderr, "einrun: --%s %d: there are only %d devices\n",
-                o->debug_device >= o->ndev ? "debug-worker" : "worker-wrapper",
-                o->debug_device >= o->ndev ? o->debug_device : o->wrapper_device, o->ndev);
+                o->session.debug_device >= o->ndev ? "debug-worker" : "worker-wrapper",
+                o->session.debug_device >= o->ndev ? o->session.debug_device : o->session.wrapper_device, o->ndev);
         return 2;
     }
-    if (o->log_dir) {
+    if (o->session.log_dir) {
         struct stat ls;
-        if (stat(o->log_dir, &ls) < 0 || !S_ISDIR(ls.st_mode)) {
-            fprintf(stderr, "einrun: --log-dir %s: not a directory\n", o->log_dir);
+        if (stat(o->session.log_dir, &ls) < 0 || !S_ISDIR(ls.st_mode)) {
+            fprintf(stderr, "einrun: --log-dir %s: not a directory\n", o->session.log_dir);
             return 2;
         }
     }

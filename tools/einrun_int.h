@@ -1,4 +1,4 @@
-/* coordinator/run/einrun_int.h — einrun's command line, shared by einrun.c (the
+/* tools/einrun_int.h — einrun's command line, shared by einrun.c (the
  * run: bind, compile, run, report) and einrun_opts.c (--help, the option
  * table, its parsing and checks); private to the einrun program. Strings in
  * run_opts point into argv; run_opts_free frees the bindings. A step
@@ -56,21 +56,18 @@ typedef struct run_opts {
     const char *gpus_arg;
     uint64_t seed, plan_seed;
     const char *selector; /* --selector: dp, greedy or random */
-    double worker_timeout, timeout, instr_timeout, cap_ms;
-    int search_work, iterations, warmup, log_level, debug_device, wrapper_device;
+    /* The session's options (worker, timeouts, logs, wrapper, hosts, ...),
+     * filled by the option table directly and handed to ein_session_open
+     * as they are; start_session adds only what einrun resolves (backend,
+     * devices, graphs, signals, the temporaries). */
+    ein_session_options session;
+    double cap_ms;
+    int search_work, iterations, warmup;
     int exchange_chunks; /* ein_compile_options.exchange_chunks; 0: default */
     int no_reuse;        /* --no-reuse */
     double memory_limit; /* --memory-limit, bytes (0: none) */
-    int explain, verbose, quiet, manual, rewrite, ilp, calibrate, show_topo;
-    int generate_missing; /* --generate-missing */
-    int fake_hosts;     /* --fake-hosts N (issue 26) */
-    const char *hosts_file; /* --hosts FILE (co_hosts.h) */
+    int explain, quiet, rewrite, ilp, calibrate, show_topo;
     const char *strategy; /* --strategy S (planner/pl_strategy.h) */
-    double connect_timeout; /* --connect-timeout S (0: co_hosts_connect_limit's default) */
-    const char *launcher; /* --launcher ssh|srun|mpirun (co_launch.h) */
-    const char *listen;   /* --listen ADDR */
-    const char *transport; /* --transport NAME (worker/wk_xport.h) */
-    int devices_per_host; /* --devices-per-host K */
     int search;         /* --schedule: index in naive|search */
     int backend;        /* --backend: a row's index (ein_backend_get); -1 not given
                            (run_opts_check resolves it: ein_backend_auto's for
@@ -80,7 +77,7 @@ typedef struct run_opts {
     int graphs;         /* --graphs: index in auto|on|off */
     int time_objective; /* --objective: index in comm|time; -1: not given */
     int native_partials; /* --partials: index in f32|native */
-    const char *worker, *trace_path, *log_dir, *wrapper, *calib_out, *rewrite_weights;
+    const char *calib_out, *rewrite_weights;
     const char *topo_arg, *probe_file, *dump_dir;
     const char *save_program; /* --save-program */
     names wfiles, wmaps;

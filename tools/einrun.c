@@ -1,4 +1,4 @@
-/* coordinator/run/einrun.c — the main command: plan a .ein program over N
+/* tools/einrun.c — the main command: plan a .ein program over N
  * devices, run it with one worker per device, save the results.
  *
  * main() is a driver over named steps: read the options (one table row per
@@ -27,7 +27,7 @@
 #include "common/ein_progress.h"
 #include "coordinator/ein_frontend.h"
 #include "include/einsummable/einsummable.h"
-#include "coordinator/run/einrun_int.h"
+#include "tools/einrun_int.h"
 
 /* The backend the run takes: CPU devices for --cpu, else --backend's row
  * (run_opts_check resolved it). */
@@ -48,14 +48,14 @@ static void compile_options_from(const run_opts *o, ein_compile_options *co)
     co->search_work = o->search_work;
     co->exchange_chunks = o->exchange_chunks;
     /* Memory reuse's acknowledgements stay on one host so far (ein_session.c) */
-    co->no_reuse = o->no_reuse || o->fake_hosts > 0 || o->hosts_file || o->launcher;
+    co->no_reuse = o->no_reuse || o->session.fake_hosts > 0 || o->session.hosts_file || o->session.launcher;
     co->memory_limit = o->memory_limit;
     co->search_cap_ms = o->cap_ms > 0 ? o->cap_ms : -1;
     co->topology = o->topo_arg;
     co->gpu_probe = o->probe_file;
     co->backend = run_backend(o)->name;
     co->gpu_ids = o->ids;
-    co->worker = o->worker;
+    co->worker = o->session.worker;
     co->rewrite = o->rewrite;
     co->rewrite_weights = o->rewrite_weights;
     co->ilp = o->ilp;
@@ -235,7 +235,7 @@ static int prepare_outputs(run_state *s)
         }
         index[v] = ein_fe_outputs_add(s->outs, name, s->out_path[v], &nd);
     }
-    if (ein_fe_outputs_prepare(s->outs, s->o->verbose, &s->err) < 0) {
+    if (ein_fe_outputs_prepare(s->outs, s->o->session.verbose, &s->err) < 0) {
         free(index);
         return fail(2, "%s", s->err.msg);
     }
@@ -277,7 +277,7 @@ static int check_missing_inputs(run_state *s)
     }
     if (nmiss == 0)
         return 0;
-    if ((nmiss == nin && !o->inputs.n && !o->wfiles.n) || o->generate_missing) {
+    if ((nmiss == nin && !o->inputs.n && !o->wfiles.n) || o->session.generate_missing) {
         /* Said once the run starts: an error before it stays one line. */
         snprintf(s->generated, sizeof s->generated, "generating %s from --seed %llu (%s)",
                  missing, (unsigned long long)compile_seed(s),
@@ -362,7 +362,7 @@ static int check_backend(run_state *s)
         fprintf(stderr, "einrun: %s; running %d CPU device%s for --gpus %s\n", o->cpu_why,
                 o->ndev, o->ndev == 1 ? "" : "s", o->gpus_arg);
     char worker[PATH_MAX];
-    if (ein_fe_find_worker(be->worker, o->worker, worker, sizeof worker, &s->err) < 0)
+    if (ein_fe_find_worker(be->worker, o->session.worker, worker, sizeof worker, &s->err) < 0)
         return fail(2, "%s", s->err.msg);
     return 0;
 }
@@ -470,32 +470,12 @@ static int dump_inputs(run_state *s)
 static void session_options_from(const run_state *s, ein_session_options *so)
 {
     const run_opts *o = s->o;
-    ein_session_options_init(so);
+    *so = o->session;
     so->backend = run_backend(o)->name;
     so->gpu_ids = o->ids;
-    so->worker = o->worker;
-    so->worker_timeout = o->worker_timeout;
-    so->run_timeout = o->timeout;
-    so->instr_timeout = o->instr_timeout;
     so->graphs = graphs_mode(o);
-    so->verbose = o->verbose;
-    so->log_dir = o->log_dir;
-    so->log_level = o->log_level;
-    so->trace_path = o->trace_path;
-    so->wrapper = o->wrapper;
-    so->wrapper_device = o->wrapper_device;
-    so->debug_device = o->debug_device;
-    so->manual = o->manual;
     so->handle_signals = 1;
     so->store_paths = s->store_path;
-    so->generate_missing = o->generate_missing;
-    so->fake_hosts = o->fake_hosts;
-    so->hosts_file = o->hosts_file;
-    so->connect_timeout = o->connect_timeout;
-    so->launcher = o->launcher;
-    so->listen = o->listen;
-    so->transport = o->transport;
-    so->devices_per_host = o->devices_per_host;
 }
 
 /* Create the temporaries, start the workers and give them the input files
@@ -609,8 +589,8 @@ static void report_outputs(run_state *s)
                     : host_times ? "; " : "",
                     rs->device_timed[d] || !host_times ? "" : host_times);
     }
-    if (o->trace_path)
-        fprintf(stdout, "trace of every device written to %s\n", o->trace_path);
+    if (o->session.trace_path)
+        fprintf(stdout, "trace of every device written to %s\n", o->session.trace_path);
 }
 
 /* -v: planning and lowering figures, per-device times, on stderr. */
@@ -702,7 +682,7 @@ static int run_plan(const run_opts *o, ein_compile_options *co)
         status = run_program(&s);
     if (!status) {
         report_outputs(&s);
-        if (o->verbose)
+        if (o->session.verbose)
             report_verbose(&s);
     }
     run_state_free(&s);
@@ -723,9 +703,9 @@ static int calibrate(const run_opts *o)
         fprintf(stderr, "einrun: --calibrate: %s\n", err.msg);
         return 2;
     }
-    if (ein_fe_calibration_measure(c, o->ndev, o->worker, &err) < 0) {
+    if (ein_fe_calibration_measure(c, o->ndev, o->session.worker, &err) < 0) {
         fprintf(stderr, "einrun: --calibrate: %s%s\n", err.msg,
-                o->worker ? "" : err.code == EIN_EINVAL ? "; use --worker PATH" : "");
+                o->session.worker ? "" : err.code == EIN_EINVAL ? "; use --worker PATH" : "");
         goto done;
     }
     status = 2;
@@ -759,20 +739,8 @@ static int run_command(run_opts *o, int argc, char **argv)
         return rc;
     /* Several hosts: the hosts file and the device counts before planning
      * (usage errors, exit 2). */
-    ein_session_options so;
-    ein_session_options_init(&so);
-    so.fake_hosts = o->fake_hosts;
-    so.hosts_file = o->hosts_file;
-    so.launcher = o->launcher;
-    so.listen = o->listen;
-    so.transport = o->transport;
-    so.devices_per_host = o->devices_per_host;
-    so.manual = o->manual;
-    so.wrapper = o->wrapper;
-    so.debug_device = o->debug_device;
-    so.trace_path = o->trace_path;
     ein_error e = {0};
-    if (ein_fe_hosts_check(&so, o->ndev, &e) < 0) {
+    if (ein_fe_hosts_check(&o->session, o->ndev, &e) < 0) {
         fprintf(stderr, "einrun: %s\n", e.msg);
         return 2;
     }
