@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/ein_program.h"
+#include "common/ein_ops.h"
 
 #define KBIT(kind) (1u << EIN_KERNEL_##kind)
 _Static_assert(EIN_KERNEL_COUNT <= 32, "ein_dtype_info.kernels holds one bit per kernel kind");

@@ -293,6 +293,27 @@ static int mc_dtype_eos(json_t *root, const mc_type *ty, ein_model_config *c, ei
     return 0;
 }
 
+/* Whether `key` is implemented or harmless for model type ty. */
+static int mc_key_known(const char *key, const mc_type *ty)
+{
+    int known = 0;
+    for (size_t i = 0; i < sizeof mc_known / sizeof mc_known[0] && !known; i++)
+        known = !strcmp(key, mc_known[i]);
+    for (size_t i = 0; i < sizeof mc_harmless / sizeof mc_harmless[0] && !known; i++)
+        known = !strcmp(key, mc_harmless[i]);
+    /* biases are LlamaConfig's keys; a window Mistral's and Qwen2's */
+    if ((!strcmp(key, "attention_bias") || !strcmp(key, "mlp_bias")) &&
+        strcmp(ty->name, "llama"))
+        known = 0;
+    if (!strcmp(key, "use_sliding_window") && strcmp(ty->name, "qwen2"))
+        known = 0;
+    if (!strcmp(key, "max_window_layers") && strcmp(ty->name, "qwen2"))
+        known = 0;
+    if (!strcmp(key, "sliding_window") && !strcmp(ty->name, "llama"))
+        known = 0;
+    return known;
+}
+
 static int mc_read(json_t *root, ein_model_config *c, ein_error *err)
 {
     char b[96];
@@ -314,21 +335,7 @@ static int mc_read(json_t *root, ein_model_config *c, ein_error *err)
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
-        int known = 0;
-        for (size_t i = 0; i < sizeof mc_known / sizeof mc_known[0] && !known; i++)
-            known = !strcmp(key, mc_known[i]);
-        for (size_t i = 0; i < sizeof mc_harmless / sizeof mc_harmless[0] && !known; i++)
-            known = !strcmp(key, mc_harmless[i]);
-        /* biases are LlamaConfig's keys; a window Mistral's and Qwen2's */
-        if ((!strcmp(key, "attention_bias") || !strcmp(key, "mlp_bias")) &&
-            strcmp(ty->name, "llama"))
-            known = 0;
-        if (!strcmp(key, "use_sliding_window") && strcmp(ty->name, "qwen2"))
-            known = 0;
-        if (!strcmp(key, "max_window_layers") && strcmp(ty->name, "qwen2"))
-            known = 0;
-        if (!strcmp(key, "sliding_window") && !strcmp(ty->name, "llama"))
-            known = 0;
+        int known = mc_key_known(key, ty);
         if (!strcmp(key, "quantization_config")) {
             /* a pre-quantized checkpoint (GPTQ, AWQ, compressed-tensors, ...):
              * named by its quant_method (issue 36) */

@@ -274,3 +274,19 @@ int ein_program_add_instr(ein_program *p, const ein_instr *ins, ein_error *err)
     return p->ninstrs++;
 }
 
+/* The wire fields of each kernel kind (common/ein_ops.def): the encoder in
+ * ein_program_wire.c and the validator both read them. */
+#define EIN_KF(f) (1u << K_##f)
+static const unsigned kernel_fields[] = {
+#define EIN_KERNEL(kind, name, min_srcs, max_srcs, fields) [EIN_KERNEL_##kind] = (fields),
+#include "common/ein_ops.def"
+};
+#undef EIN_KF
+_Static_assert(sizeof kernel_fields / sizeof *kernel_fields == EIN_KERNEL_COUNT, "a kernel kind lacks its fields");
+
+/* The wire fields of kernel kind k (none for an invalid kind: only "kind"
+ * is sent, and the decoder rejects it). */
+unsigned ein_kernel_fields_of(ein_kernel_kind k)
+{
+    return (int)k >= 0 && k < EIN_KERNEL_COUNT ? kernel_fields[k] : 0;
+}

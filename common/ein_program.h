@@ -24,6 +24,7 @@
 #include "common/ein_box.h"
 #include "common/ein_dtype.h"
 #include "common/ein_error.h"
+#include "common/ein_ops.h"
 #include "common/ein_rope.h"
 
 #define EIN_PROTOCOL_VERSION 6   /* 4: attention kernels carry "window" (issue 34);
@@ -56,31 +57,7 @@ ein_box ein_agg_box(ein_agg a, const ein_box *b);
  * interval [0, d + 1) -> [0, d)). */
 ein_box ein_agg_data_box(ein_agg a, const ein_box *b);
 
-/* Elementwise unary and binary functions: one line each in
- * common/ein_ops.def, with their names and formulas. */
-typedef enum ein_unary {
-#define EIN_UNARY(kind, name, nargs, usage, formula) EIN_UN_##kind,
-#include "common/ein_ops.def"
-    EIN_UN_COUNT
-} ein_unary;
-
-typedef enum ein_binary {
-#define EIN_BINARY(kind, name, op, formula) EIN_BIN_##kind,
-#include "common/ein_ops.def"
-    EIN_BIN_COUNT
-} ein_binary;
-
-/* The concrete operators a KERNEL instruction can run, one line each in
- * common/ein_ops.def with their arity and wire fields (the parameters of
- * ein_kernel each uses). The exact block semantics of each (which boxes it
- * accepts, how global positions enter) are stated at the kn_cpu_* function
- * of the same name in kernels/kn_cpu.h; every backend implements the same
- * semantics. */
-typedef enum ein_kernel_kind {
-#define EIN_KERNEL(kind, name, min_srcs, max_srcs, fields) EIN_KERNEL_##kind,
-#include "common/ein_ops.def"
-    EIN_KERNEL_COUNT
-} ein_kernel_kind;
+/* ein_unary, ein_binary, ein_kernel_kind: common/ein_ops.h. */
 
 #define EIN_KERNEL_MAX_INPUTS 16   /* CONCAT may have up to this many inputs */
 #define EIN_KERNEL_LIST_MAX 65536  /* entries of ein_kernel.list */

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "common/ein_program_int.h"
-#include "common/ein_wire.h"
+#include "common/ein_mp.h"
 
 /* ---- encoding --------------------------------------------------------- */
 
@@ -35,20 +35,6 @@ static const char *const kernel_keys[K_COUNT] = {
 #define EIN_KFIELD(field, key) [K_##field] = key,
 #include "common/ein_ops.def"
 };
-#define EIN_KF(f) (1u << K_##f)
-static const unsigned kernel_fields[] = {
-#define EIN_KERNEL(kind, name, min_srcs, max_srcs, fields) [EIN_KERNEL_##kind] = (fields),
-#include "common/ein_ops.def"
-};
-#undef EIN_KF
-_Static_assert(sizeof kernel_fields / sizeof *kernel_fields == EIN_KERNEL_COUNT, "a kernel kind lacks its fields");
-
-/* The wire fields of kernel kind k (none for an invalid kind: only "kind"
- * is sent, and the decoder rejects it). */
-unsigned ein_kernel_fields_of(ein_kernel_kind k)
-{
-    return (int)k >= 0 && k < EIN_KERNEL_COUNT ? kernel_fields[k] : 0;
-}
 
 static int pack_ids(msgpack_packer *pk, const int32_t *ids, int32_t n)
 {

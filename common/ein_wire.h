@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "common/ein_error.h"
+#include "common/ein_mp.h"
 #include "common/ein_program.h"
 
 /* Largest message any socket accepts (ZMQ_MAXMSGSIZE). */
@@ -112,42 +113,11 @@ typedef struct ein_msg {
 
 const char *ein_msg_type_name(ein_msg_type t);
 
-/* Reject any msgpack whose declared counts exceed the bytes that remain,
- * that nests deeper than 32, or that has trailing bytes. */
-int ein_msgpack_prescan(const void *buf, size_t len, ein_error *err);
-
 int ein_msg_encode(const ein_msg *m, void **buf, size_t *len, ein_error *err);
 /* Returns 0, EIN_EPROTO for anything malformed (including a PROGRAM whose
  * program fails ein_program_validate), or EIN_ENOMEM. On failure *out is
  * zeroed and owns nothing. */
 int ein_msg_decode(const void *buf, size_t len, ein_msg *out, ein_error *err);
 void ein_msg_clear(ein_msg *m);
-
-/* Helpers for decoders of unpacked msgpack objects, shared with
- * ein_program.c. Each checks the object's type and range and fails with
- * EIN_EPROTO naming `what`. Integers are accepted whether they arrive as
- * POSITIVE_INTEGER or NEGATIVE_INTEGER (msgpack-c decodes any non-negative
- * value as POSITIVE_INTEGER even when it was packed signed). */
-struct msgpack_object;
-struct msgpack_packer;
-int ein_mp_get_int(const struct msgpack_object *o, int64_t min, int64_t max,
-                   int64_t *out, const char *what, ein_error *err);
-int ein_mp_get_uint(const struct msgpack_object *o, uint64_t *out,
-                    const char *what, ein_error *err);
-/* A finite number (float or integer). */
-int ein_mp_get_double(const struct msgpack_object *o, double *out,
-                      const char *what, ein_error *err);
-/* A str of fewer than `cap` bytes without NUL bytes, copied into dst[cap]
- * and NUL-terminated. */
-int ein_mp_get_str(const struct msgpack_object *o, char *dst, size_t cap,
-                   const char *what, ein_error *err);
-/* Look up the keys `names[0..n)` of a map whose keys must all be distinct
- * strings among them: vals[i] is the value or NULL if absent. Unknown or
- * duplicate keys are errors. */
-int ein_mp_fields(const struct msgpack_object *map, const char *const *names,
-                  const struct msgpack_object **vals, int n,
-                  const char *what, ein_error *err);
-/* Pack a str. Returns msgpack's 0 / -1. */
-int ein_mp_pack_cstr(struct msgpack_packer *pk, const char *s);
 
 #endif

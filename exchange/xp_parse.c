@@ -228,11 +228,6 @@ static void *push(void *arr_p, int *n, size_t sz)
     return na + sz * (size_t)(*n)++;
 }
 
-int xp_parse_oom(parser *P)
-{
-    return ein_fail(P->err, EIN_ENOMEM, "out of memory");
-}
-
 static int parse_agg(parser *P, agg *x)
 {
     x->line = P->t.line;

@@ -297,3 +297,8 @@ fail:
     xp_program_free(p);
     return rc;
 }
+
+int xp_parse_oom(parser *P)
+{
+    return ein_fail(P->err, EIN_ENOMEM, "out of memory");
+}

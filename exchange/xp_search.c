@@ -70,15 +70,6 @@ static long prog_work(const xp_program *p, const xp_topology *t)
     return w;
 }
 
-/* A hash of an aggregate at a site (for tables of sets). */
-unsigned xp_search_set_hash(const xp_program *p, const xp_word *x, int site)
-{
-    uint64_t h = 0x9e3779b97f4a7c15ULL * (uint64_t)(site + 1);
-    for (int w = 0; w < p->nwords; w++)
-        h = (h ^ x[w]) * 0x100000001b3ULL;
-    return (unsigned)(h ^ (h >> 29));
-}
-
 /* Whether every action moves part of an aggregate some OUT wants. An
  * action on a set no OUT contains (A+B where A and B are copies of
  * different atoms) is never needed: nothing built from it can reach an
@@ -124,14 +115,6 @@ double xp_search_cost(const xp_program *p, const xp_topology *t)
     if (xp_program_check(p, NULL) < 0)
         return INFINITY;
     return xp_search_sim_cost(p, t);
-}
-
-xp_program *xp_search_strip(const xp_program *pre)
-{
-    xp_program *q = xp_program_copy(pre);
-    while (q && q->nact)
-        xp_program_remove_action(q, q->nact - 1);
-    return q;
 }
 
 static double naive_cost(const xp_program *q, const xp_topology *t)

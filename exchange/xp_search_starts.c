@@ -359,3 +359,20 @@ xp_program *xp_search_structured(const xp_program *q, const xp_topology *t, uint
     }
     return c;
 }
+
+/* A hash of an aggregate at a site (for tables of sets). */
+unsigned xp_search_set_hash(const xp_program *p, const xp_word *x, int site)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ULL * (uint64_t)(site + 1);
+    for (int w = 0; w < p->nwords; w++)
+        h = (h ^ x[w]) * 0x100000001b3ULL;
+    return (unsigned)(h ^ (h >> 29));
+}
+
+xp_program *xp_search_strip(const xp_program *pre)
+{
+    xp_program *q = xp_program_copy(pre);
+    while (q && q->nact)
+        xp_program_remove_action(q, q->nact - 1);
+    return q;
+}

@@ -9,7 +9,6 @@
 
 #include "planner/pl_graph.h"
 #include "planner/pl_optimize.h"
-#include "planner/pl_parse.h"
 #include "planner/pl_spec.h"
 
 typedef struct ein_plan_op_info {
@@ -369,11 +368,6 @@ void ein_plan_free(ein_plan *plan)
     pl_plan_free(plan->plan);
     free(plan->ops);
     free(plan);
-}
-
-int ein_graph_parse_file(const char *path, ein_graph **out, ein_error *err)
-{
-    return pl_ein_parse_file(path, out, err);
 }
 
 const pl_plan *ein_plan_internal(const ein_plan *p)

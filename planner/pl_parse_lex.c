@@ -123,22 +123,6 @@ int pl_lex_line(parser *p, const char *b, int n)
 
 /* ---- names, dims, numbers ------------------------------------------------ */
 
-/* An identifier usable as a tensor or dim name, copied into buf. */
-int pl_tok_name(parser *p, const tok *t, const char *what, char *buf)
-{
-    if (t->kind != T_IDENT)
-        return pl_perr(p, EIN_EPARSE, t->col, "expected %s, got %s", what, DESC(t));
-    if (pl_is_reserved(t))
-        return pl_perr(p, EIN_EPARSE, t->col, "'%.*s' is a reserved word; expected %s (dims, "
-                    "dtype, input, save and operator names cannot be names)", t->len, t->s, what);
-    if (t->len >= EIN_NAME_MAX)
-        return pl_perr(p, EIN_EPARSE, t->col, "name '%.32s...' is %d characters long; expected "
-                    "at most %d", t->s, t->len, EIN_NAME_MAX - 1);
-    memcpy(buf, t->s, (size_t)t->len);
-    buf[t->len] = '\0';
-    return 0;
-}
-
 static const char *dim_name(const void *p, int k)
 {
     return ((const parser *)p)->dims[k].name;
@@ -267,57 +251,6 @@ int pl_tok_index(parser *p, const tok *t, const char *what, int64_t *out)
     return tok_int_from(p, t, what, 0, out);
 }
 
-/* A size argument: an integer or a dim name. */
-int pl_tok_size(parser *p, const tok *t, const char *what, int64_t *out)
-{
-    if (t->kind == T_IDENT) {
-        char dn[EIN_NAME_MAX];
-        int rc = pl_tok_name(p, t, what, dn);
-        if (rc < 0)
-            return rc;
-        int k = pl_dim_find(p, dn);
-        if (k < 0)
-            return pl_perr(p, EIN_EPARSE, t->col, "unknown dim '%s'; expected %s (a dim or an "
-                        "integer)", dn, what);
-        *out = p->dims[k].size;
-        return 0;
-    }
-    return pl_tok_int(p, t, what, out);
-}
-
-/* A reference to an existing tensor. */
-int pl_tok_tensor(parser *p, const tok *t, int *id)
-{
-    char name[EIN_NAME_MAX];
-    int rc = pl_tok_name(p, t, "a tensor name", name);
-    if (rc < 0)
-        return rc;
-    *id = pl_graph_find(p->g, name);
-    if (*id >= 0)
-        return 0;
-    if (pl_dim_find(p, name) >= 0)
-        return pl_perr(p, EIN_EPARSE, t->col, "'%s' is a dim, not a tensor; expected a tensor name",
-                    name);
-    return pl_perr(p, EIN_EPARSE, t->col, "'%s' is not defined; expected a tensor defined on an earlier line",
-                name);
-}
-
-/* A name for a new tensor: not taken, and room for one more node. */
-int pl_tok_new_tensor(parser *p, const tok *t, char *name)
-{
-    int rc = pl_tok_name(p, t, "a tensor name", name);
-    if (rc < 0)
-        return rc;
-    int id = pl_graph_find(p->g, name);
-    if (id >= 0)
-        return pl_perr(p, EIN_EPARSE, t->col, "duplicate name '%s' (defined at line %d); expected "
-                    "a new name", name, pl_graph_node(p->g, id)->line);
-    if (p->g->nnodes >= PL_PROGRAM_NODES_MAX)
-        return pl_perr(p, EIN_EPARSE, t->col, "too many tensors; expected at most %d",
-                    PL_PROGRAM_NODES_MAX);
-    return 0;
-}
-
 int pl_expect_eol(parser *p, const char *after)
 {
     const tok *t = pl_peek(p);
@@ -333,4 +266,34 @@ int pl_build_error(parser *p, int rc, const ein_error *e, int col)
     if (rc == EIN_ENOMEM)
         return ein_fail(p->err, rc, "%s: %s", p->file, e->msg);
     return pl_perr(p, rc == EIN_ESHAPE ? EIN_ESHAPE : EIN_EPARSE, col, "%s", e->msg);
+}
+
+int pl_perr(parser *p, int code, int col, const char *fmt, ...)
+{
+    char msg[EIN_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return ein_fail_at(p->err, code, p->file, p->line, col, "%s", msg);
+}
+
+/* How a token reads in a message; long tokens are cut. */
+const char *pl_tok_desc(const tok *t, char *buf, size_t n)
+{
+    int len = t->len > 40 ? 40 : t->len;
+    const char *more = t->len > 40 ? "..." : "";
+    switch (t->kind) {
+    case T_EOL: snprintf(buf, n, "end of line"); break;
+    case T_IDENT: snprintf(buf, n, "'%.*s%s'", len, t->s, more); break;
+    case T_NUM: snprintf(buf, n, "number '%.*s%s'", len, t->s, more); break;
+    case T_STR: snprintf(buf, n, "string \"%.*s%s\"", len, t->s, more); break;
+    case T_PUNCT: snprintf(buf, n, "'%c'", t->s[0]); break;
+    }
+    return buf;
+}
+
+const tok *pl_peek(const parser *p)
+{
+    return &p->toks[p->pos];
 }

@@ -121,8 +121,13 @@ void wk_stage_drop(wk *w);
 /* The instruction loop (wk_exec.c), used by the worker's life (wk_main.c). */
 void wk_exec_trace_event(wk *w, const char *cat, const char *name, const char *op, double t0,
                          double t1);
+/* What a worker hears while it waits (wk_pump.c): send a heartbeat; take
+ * the coordinator's and the peers' messages for up to timeout_ms (*started
+ * set on a START when started is not NULL); whether READY for `key`
+ * ((device << 32) | buffer) has come. */
 int wk_exec_beat(wk *w, ein_error *err);
 int wk_exec_pump(wk *w, int timeout_ms, int *started, ein_error *err);
+int wk_exec_ready_has(const wk *w, uint64_t key);
 int wk_exec_run_instr_body(wk *w, const ein_instr *ins, ein_error *err);
 int wk_exec_execute(wk *w, ein_error *err);
 int wk_exec_cancel_run(wk *w, ein_error *err);

@@ -1,6 +1,7 @@
 /* coordinator/compile/co_lower_int.h — the lowering's state, shared by co_lower.c
- * (loads, kernels, stores) and co_lower_exchange.c (exchanges); private to
- * those two files. Every function returns a non-negative id or 0 on
+ * (loads, kernels, stores), co_lower_exchange.c (exchanges) and
+ * co_lower_emit.c (the emission helpers co_lw_*, below both); private to
+ * those three files. Every function returns a non-negative id or 0 on
  * success, or a negative EIN_E* code with L->err filled. */
 #ifndef CO_LOWER_INT_H
 #define CO_LOWER_INT_H

@@ -294,6 +294,23 @@ static void agent_exec(const sigset_t *mask, int keys, char **argv, char **envp)
     _exit(127);
 }
 
+/* GPU devices into gpus[cap] ("" if none): the GPU of each of host h's
+ * devices, in order (einrun --gpus; else, on this machine, GPU d, and on a
+ * launched host its k-th device on GPU k). */
+static void agent_gpus(const co_run_opts *o, int h, int ndev, int launched, char *gpus, size_t cap)
+{
+    for (int d = 0, k = 0, n = 0; o->backend && o->backend->probed && d < ndev; d++) {
+        if (o->host_of[d] != h)
+            continue;
+        int g = o->sess.gpu_ids ? o->sess.gpu_ids[d] : launched ? k : d;
+        int m = snprintf(gpus + n, cap - (size_t)n, "%s%d", n ? "," : "", g);
+        if (m < 0 || (size_t)m >= cap - (size_t)n)
+            break;
+        n += m;
+        k++;
+    }
+}
+
 int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endpoint,
                          const char *const *env, const sigset_t *mask, pid_t *pid,
                          int *keys_fd, ein_error *err)
@@ -312,19 +329,7 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
     char *host = w.host, *devs = w.devs, *nd = w.nd, *iters = w.iters, *itmo = w.itmo;
     char *ppid = w.ppid, *bw = w.bw, *lat = w.lat;
     char gpus[4096] = "";
-    /* GPU devices: the GPU of each of the host's devices, in order (einrun
-     * --gpus; else, on this machine, GPU d, and on a launched host its
-     * k-th device on GPU k). */
-    for (int d = 0, k = 0, n = 0; o->backend && o->backend->probed && d < ndev; d++) {
-        if (o->host_of[d] != h)
-            continue;
-        int g = o->sess.gpu_ids ? o->sess.gpu_ids[d] : launch ? k : d;
-        int m = snprintf(gpus + n, sizeof gpus - (size_t)n, "%s%d", n ? "," : "", g);
-        if (m < 0 || (size_t)m >= sizeof gpus - (size_t)n)
-            break;
-        n += m;
-        k++;
-    }
+    agent_gpus(o, h, ndev, launch != NULL, gpus, sizeof gpus);
     if (!devs[0]) {
         free(envp);
         return ein_fail(err, EIN_EINVAL, "host %d has no device", h);

@@ -47,7 +47,7 @@
 #include <sys/types.h>
 
 #include "common/ein_error.h"
-#include "coordinator/run/co_run.h"
+#include "coordinator/run/co_run_opts.h"
 
 enum { CO_HOSTS_MAX = 4096 };
 

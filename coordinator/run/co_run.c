@@ -28,45 +28,6 @@
 #include "coordinator/run/co_hosts.h"
 #include "coordinator/run/co_run_int.h"
 
-/* "instruction 17 (KERNEL, operator 'y')", or "startup" before any. */
-/* "in instruction 17 (KERNEL, operator 'y')", "at startup", ...: where
- * device d was, from the status page if it says, else the last heartbeat. */
-void co_run_describe_instr(const run *r, int d, int instr, char *buf, size_t len)
-{
-    if (r->status && r->status[d].instr >= 0)
-        instr = r->status[d].instr;
-    if (instr < 0 || instr >= r->progs[d]->ninstrs) {
-        snprintf(buf, len, "%s", r->w[d].phase >= W_STARTED ? "between instructions" : "at startup");
-        return;
-    }
-    const ein_instr *ins = &r->progs[d]->instrs[instr];
-    snprintf(buf, len, "in instruction %d (%s, operator '%s')", instr,
-             ein_instr_kind_name(ins->kind), ins->op);
-}
-
-int co_run_send_to(run *r, int d, const ein_msg *m, ein_error *err)
-{
-    char id[32];
-    void *buf = NULL;
-    size_t len = 0;
-    int rc = ein_msg_encode(m, &buf, &len, err);
-    if (rc < 0)
-        return rc;
-    snprintf(id, sizeof id, "w%d", d);
-    /* Several hosts: through the agent of d's host ("n<h>", then d's identity). */
-    char aid[16];
-    snprintf(aid, sizeof aid, "n%d", r->o->nhosts > 0 ? r->o->host_of[d] : 0);
-    if (r->o->nhosts > 0 && zmq_send(r->router, aid, strlen(aid), ZMQ_SNDMORE) < 0)
-        rc = ein_fail(err, EIN_EWORKER, "device %d: cannot reach the agent of host %d: %s", d,
-                      r->o->host_of[d], zmq_strerror(errno));
-    else if (zmq_send(r->router, id, strlen(id), ZMQ_SNDMORE) < 0 ||
-             zmq_send(r->router, buf, len, 0) < 0)
-        rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld): cannot send %s: %s", d,
-                      (long)r->w[d].pid, ein_msg_type_name(m->type), zmq_strerror(errno));
-    free(buf);
-    return rc;
-}
-
 /* Split `cmd` at spaces into argv[*n...] (no quoting: a wrapper command is
  * a tool and its options). Returns -1 if there are too many words. */
 static int split_words(char *cmd, char **argv, int *n, int max)

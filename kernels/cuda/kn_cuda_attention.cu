@@ -70,6 +70,37 @@ template <int D> struct kn_fa_layout {
     static const size_t bytes = ml_off + (size_t)KN_FA_BQ * 4 * 2 + (size_t)KN_FA_BQ * 8;
 };
 
+/* The K and V tile of keys [kt, kt + nk) (rows >= nk zero) into shared
+ * memory, by 16-byte chunks when the global rows allow (vec). */
+template <typename T, int D>
+__device__ __forceinline__ void kn_fa_load_kv(T *Ks, T *Vs, const T *kb, const T *vb, int64_t kt,
+                                              int64_t u0, int64_t nk, bool vec, int tid)
+{
+    typedef kn_fa_layout<D> L;
+    if (vec) {
+        /* 16-byte chunks: 8 elements; D and the padded smem rows are
+         * multiples of 8 elements, the global rows 16-byte aligned. */
+        for (int i = tid; i < KN_FA_BK * D / 8; i += blockDim.x) {
+            int r = i / (D / 8), c = (i % (D / 8)) * 8;
+            uint4 kz = make_uint4(0, 0, 0, 0), vz = kz;
+            if (r < nk) {
+                int64_t o = (kt - u0 + r) * D + c;
+                kz = *(const uint4 *)(kb + o);
+                vz = *(const uint4 *)(vb + o);
+            }
+            *(uint4 *)(Ks + r * L::ldq + c) = kz;
+            *(uint4 *)(Vs + r * L::ldq + c) = vz;
+        }
+    } else {
+        for (int i = tid; i < KN_FA_BK * D; i += blockDim.x) {
+            int r = i / D, c = i % D;
+            int64_t o = (kt - u0 + r) * D + c;
+            Ks[r * L::ldq + c] = r < nk ? kb[o] : T(0.0f);
+            Vs[r * L::ldq + c] = r < nk ? vb[o] : T(0.0f);
+        }
+    }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(KN_FA_WARPS * 32)
 kn_cu_att_fa(kn_cu_seqs seqs, kn_cu_ageom g, const T *q, const T *k, const T *v, T *out)
@@ -108,28 +139,7 @@ kn_cu_att_fa(kn_cu_seqs seqs, kn_cu_ageom g, const T *q, const T *k, const T *v,
     const int r0 = warp * 16;
     for (int64_t kt = kbeg; kt < kend; kt += KN_FA_BK) {
         const int64_t nk = kend - kt < KN_FA_BK ? kend - kt : KN_FA_BK;
-        if (vec) {
-            /* 16-byte chunks: 8 elements; D and the padded smem rows are
-             * multiples of 8 elements, the global rows 16-byte aligned. */
-            for (int i = tid; i < KN_FA_BK * D / 8; i += blockDim.x) {
-                int r = i / (D / 8), c = (i % (D / 8)) * 8;
-                uint4 kz = make_uint4(0, 0, 0, 0), vz = kz;
-                if (r < nk) {
-                    int64_t o = (kt - g.u0 + r) * D + c;
-                    kz = *(const uint4 *)(kb + o);
-                    vz = *(const uint4 *)(vb + o);
-                }
-                *(uint4 *)(Ks + r * L::ldq + c) = kz;
-                *(uint4 *)(Vs + r * L::ldq + c) = vz;
-            }
-        } else {
-            for (int i = tid; i < KN_FA_BK * D; i += blockDim.x) {
-                int r = i / D, c = i % D;
-                int64_t o = (kt - g.u0 + r) * D + c;
-                Ks[r * L::ldq + c] = r < nk ? kb[o] : T(0.0f);
-                Vs[r * L::ldq + c] = r < nk ? vb[o] : T(0.0f);
-            }
-        }
+        kn_fa_load_kv<T, D>(Ks, Vs, kb, vb, kt, g.u0, nk, vec, tid);
         __syncthreads();
         if (r0 < nq) {
             /* S[16 rows, 64 keys] = Q K^T */

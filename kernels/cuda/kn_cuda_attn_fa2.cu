@@ -151,6 +151,235 @@ __device__ __forceinline__ void fa_load(T *dst, const T *src, int64_t nvalid, in
     }
 }
 
+/* ---- the phases of kn_cu_fa2, one warp's view (inlined) ---- */
+
+/* Each of this thread's rows: its first key and itself, relative to kbeg
+ * (dead rows, r >= nq, see nothing). */
+__device__ __forceinline__ void fa2_rows(const kn_cu_seqs &seqs, const kn_cu_ageom &g, int64_t qs,
+                                         int64_t nq, int64_t kbeg, int wr0, int gq,
+                                         int (&rf)[FA_MT][2], int (&rt)[FA_MT][2])
+{
+#pragma unroll
+    for (int mt = 0; mt < FA_MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            int r = wr0 + mt * 16 + gq + 8 * hf;
+            int64_t t = qs + r;
+            rt[mt][hf] = (int)(t - kbeg);
+            rf[mt][hf] = r < nq ? (int)(kn_cu_first_key(kn_cu_seq_start(seqs, t), t, g.window) -
+                                        kbeg)
+                                : 0x7fffffff;
+        }
+}
+
+/* O = 0, row maxima -inf, row sums 0. */
+template <int D>
+__device__ __forceinline__ void fa2_zero(float (&o)[FA_MT][D / 8][4], float (&m)[FA_MT][2],
+                                         float (&l)[FA_MT][2])
+{
+#pragma unroll
+    for (int mt = 0; mt < FA_MT; mt++) {
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                o[mt][j][e] = 0.0f;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
+}
+
+/* S = Q K^T for the warp's rows (from wr0) and the key tile Kt. */
+template <typename T, int D>
+__device__ __forceinline__ void fa2_qk(float (&s)[FA_MT][FA_BK / 8][4], const T *Qs, const T *Kt,
+                                       int wr0, int lane)
+{
+    typedef fa2_cfg<D> C;
+    typedef fa_mma<T> M;
+#pragma unroll
+    for (int mt = 0; mt < FA_MT; mt++)
+#pragma unroll
+        for (int j = 0; j < FA_BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[mt][j][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t a[FA_MT][4];
+#pragma unroll
+        for (int mt = 0; mt < FA_MT; mt++)
+            fa_ldsm4(a[mt], fa_saddr(Qs + (wr0 + mt * 16 + (lane & 15)) * C::ld + kk * 16 +
+                                     (lane >> 4) * 8));
+#pragma unroll
+        for (int np = 0; np < FA_BK / 16; np++) {
+            uint32_t b[4];
+            fa_ldsm4(b, fa_saddr(Kt + (np * 16 + (lane & 7) + (lane >> 4) * 8) * C::ld + kk * 16 +
+                                 ((lane >> 3) & 1) * 8));
+#pragma unroll
+            for (int mt = 0; mt < FA_MT; mt++) {
+                M::run(s[mt][2 * np], a[mt], b[0], b[1]);
+                M::run(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+/* The online softmax on S, in registers: mask (unless the tile is full),
+ * new row maxima, S becomes P, row sums and O rescaled. kt: the tile's
+ * first key from kbeg; sl2: scale * log2(e). */
+template <int D>
+__device__ __forceinline__ void fa2_softmax(float (&s)[FA_MT][FA_BK / 8][4],
+                                            float (&o)[FA_MT][D / 8][4], float (&m)[FA_MT][2],
+                                            float (&l)[FA_MT][2], const int (&rf)[FA_MT][2],
+                                            const int (&rt)[FA_MT][2], bool full, int kt,
+                                            int kend_r, int tq4, float sl2)
+{
+#pragma unroll
+    for (int mt = 0; mt < FA_MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            if (!full) {
+                const int f = rf[mt][hf], t = rt[mt][hf];
+#pragma unroll
+                for (int j = 0; j < FA_BK / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        int u = kt + j * 8 + tq4 * 2 + e;
+                        if (!(u >= f && u <= t && u < kend_r))
+                            s[mt][j][2 * hf + e] = -INFINITY;
+                    }
+            }
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < FA_BK / 8; j++)
+                mx = fmaxf(mx, fmaxf(s[mt][j][2 * hf], s[mt][j][2 * hf + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mnew = fmaxf(m[mt][hf], mx);
+            const float mu = mnew == -INFINITY ? 0.0f : mnew * sl2;
+            const float alpha = exp2f(m[mt][hf] * sl2 - mu);
+            m[mt][hf] = mnew;
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < FA_BK / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float p = exp2f(fmaf(s[mt][j][2 * hf + e], sl2, -mu));
+                    s[mt][j][2 * hf + e] = p;
+                    sum += p;
+                }
+            l[mt][hf] = l[mt][hf] * alpha + sum;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                o[mt][j][2 * hf] *= alpha;
+                o[mt][j][2 * hf + 1] *= alpha;
+            }
+        }
+}
+
+/* O += P V: P's accumulator layout is the A operand's. */
+template <typename T, int D>
+__device__ __forceinline__ void fa2_pv(float (&o)[FA_MT][D / 8][4],
+                                       const float (&s)[FA_MT][FA_BK / 8][4], const T *Vt, int lane)
+{
+    typedef fa2_cfg<D> C;
+    typedef fa_mma<T> M;
+#pragma unroll
+    for (int kk = 0; kk < FA_BK / 16; kk++) {
+        uint32_t a[FA_MT][4];
+#pragma unroll
+        for (int mt = 0; mt < FA_MT; mt++) {
+            a[mt][0] = M::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+            a[mt][1] = M::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+            a[mt][2] = M::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+            a[mt][3] = M::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t b[4];
+            fa_ldsm4_t(b, fa_saddr(Vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * C::ld +
+                                   dp * 16 + (lane >> 4) * 8));
+#pragma unroll
+            for (int mt = 0; mt < FA_MT; mt++) {
+                M::run(o[mt][2 * dp], a[mt], b[0], b[1]);
+                M::run(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+/* Row sums across the quad into l; inv = 1 / l (0 for a row without keys). */
+__device__ __forceinline__ void fa2_row_sums(float (&l)[FA_MT][2], float (&inv)[FA_MT][2])
+{
+#pragma unroll
+    for (int mt = 0; mt < FA_MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float x = l[mt][hf];
+            x += __shfl_xor_sync(0xffffffffu, x, 1);
+            x += __shfl_xor_sync(0xffffffffu, x, 2);
+            l[mt][hf] = x;
+            inv[mt][hf] = x > 0.0f ? 1.0f / x : 0.0f;
+        }
+}
+
+/* The partial output: f32 rows of D + 1 at ob (normalised O, then
+ * m * scale + log l, or -inf for a row that sees no key). */
+template <int D>
+__device__ __forceinline__ void fa2_store_partial(float *ob, const float (&o)[FA_MT][D / 8][4],
+                                                  const float (&m)[FA_MT][2],
+                                                  const float (&l)[FA_MT][2],
+                                                  const float (&inv)[FA_MT][2], int64_t nq,
+                                                  int wr0, int gq, int tq4, float scale)
+{
+#pragma unroll
+    for (int mt = 0; mt < FA_MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            int r = wr0 + mt * 16 + gq + 8 * hf;
+            if (r >= nq)
+                continue;
+            float *orow = ob + (int64_t)r * (D + 1);
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                orow[j * 8 + tq4 * 2] = o[mt][j][2 * hf] * inv[mt][hf];
+                orow[j * 8 + tq4 * 2 + 1] = o[mt][j][2 * hf + 1] * inv[mt][hf];
+            }
+            if (tq4 == 0)
+                orow[D] = l[mt][hf] > 0.0f ? m[mt][hf] * scale + logf(l[mt][hf]) : -INFINITY;
+        }
+}
+
+/* The output: normalised O through the warp's own query rows of Qs (only
+ * it read them) for 16-byte stores to oh. */
+template <typename T, int D>
+__device__ __forceinline__ void fa2_store(T *oh, T *Qs, const float (&o)[FA_MT][D / 8][4],
+                                          const float (&inv)[FA_MT][2], int64_t nq, int wr0,
+                                          int gq, int tq4, int lane)
+{
+    typedef fa2_cfg<D> C;
+    typedef fa_mma<T> M;
+    __syncwarp();
+#pragma unroll
+    for (int mt = 0; mt < FA_MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            int r = wr0 + mt * 16 + gq + 8 * hf;
+            uint32_t *row = (uint32_t *)(Qs + r * C::ld);
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                row[(j * 8 + tq4 * 2) / 2] =
+                    M::pack(o[mt][j][2 * hf] * inv[mt][hf], o[mt][j][2 * hf + 1] * inv[mt][hf]);
+        }
+    __syncwarp();
+    const int ch = D / 8;
+    int nr = (int)(nq - wr0 < FA_MT * 16 ? nq - wr0 : FA_MT * 16);
+    for (int i = lane; i < nr * ch; i += 32) {
+        int r = wr0 + i / ch, c = (i % ch) * 8;
+        *(uint4 *)(oh + (int64_t)r * D + c) = *(const uint4 *)(Qs + r * C::ld + c);
+    }
+}
+
 /* PARTIAL: out is f32 [hq, tq, D + 1] and keys are limited to the k/v
  * block [u0, u0 + tk); otherwise out is T [hq, tq, D]. */
 template <typename T, int D, bool PARTIAL>
@@ -160,7 +389,6 @@ kn_cu_fa2(kn_cu_seqs seqs, kn_cu_ageom g, const T *__restrict__ q, const T *__re
 {
 #if __CUDA_ARCH__ >= 800
     typedef fa2_cfg<D> C;
-    typedef fa_mma<T> M;
     extern __shared__ __align__(16) unsigned char fa_smem[];
     T *Qs = (T *)fa_smem, *Ks = Qs + C::q_elems, *Vs = Ks + 2 * C::kv_elems;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -193,20 +421,8 @@ kn_cu_fa2(kn_cu_seqs seqs, kn_cu_ageom g, const T *__restrict__ q, const T *__re
         wlive ? (int)(kn_cu_first_key(kn_cu_seq_start(seqs, wt0), wt0, g.window) - kbeg) : 0;
     const int wlast =
         wlive ? (int)(kn_cu_first_key(kn_cu_seq_start(seqs, wt1), wt1, g.window) - kbeg) : 0;
-    /* each of this thread's rows: its first key and itself, relative to
-     * kbeg (dead rows see nothing) */
     int rf[FA_MT][2], rt[FA_MT][2];
-#pragma unroll
-    for (int mt = 0; mt < FA_MT; mt++)
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            int r = wr0 + mt * 16 + gq + 8 * hf;
-            int64_t t = qs + r;
-            rt[mt][hf] = (int)(t - kbeg);
-            rf[mt][hf] = r < nq ? (int)(kn_cu_first_key(kn_cu_seq_start(seqs, t), t, g.window) -
-                                        kbeg)
-                                : 0x7fffffff;
-        }
+    fa2_rows(seqs, g, qs, nq, kbeg, wr0, gq, rf, rt);
 
     fa_load<T, D, FA_BQ>(Qs, qh, nq, tid);
     if (ntiles > 0) {
@@ -217,16 +433,7 @@ kn_cu_fa2(kn_cu_seqs seqs, kn_cu_ageom g, const T *__restrict__ q, const T *__re
 
     float o[FA_MT][D / 8][4];
     float m[FA_MT][2], l[FA_MT][2];
-#pragma unroll
-    for (int mt = 0; mt < FA_MT; mt++) {
-#pragma unroll
-        for (int j = 0; j < D / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                o[mt][j][e] = 0.0f;
-        m[mt][0] = m[mt][1] = -INFINITY;
-        l[mt][0] = l[mt][1] = 0.0f;
-    }
+    fa2_zero<D>(o, m, l);
     const float sl2 = g.scale * 1.4426950408889634f; /* scale * log2(e) */
 
     for (int it = 0; it < ntiles; it++) {
@@ -247,158 +454,22 @@ kn_cu_fa2(kn_cu_seqs seqs, kn_cu_ageom g, const T *__restrict__ q, const T *__re
             const T *Kt = Ks + st * C::kv_elems, *Vt = Vs + st * C::kv_elems;
             const bool full = kt + FA_BK - 1 <= wt0r && kt >= wlast && kt + FA_BK <= kend_r;
             float s[FA_MT][FA_BK / 8][4];
-#pragma unroll
-            for (int mt = 0; mt < FA_MT; mt++)
-#pragma unroll
-                for (int j = 0; j < FA_BK / 8; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        s[mt][j][e] = 0.0f;
-            /* S = Q K^T */
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                uint32_t a[FA_MT][4];
-#pragma unroll
-                for (int mt = 0; mt < FA_MT; mt++)
-                    fa_ldsm4(a[mt], fa_saddr(Qs + (wr0 + mt * 16 + (lane & 15)) * C::ld +
-                                             kk * 16 + (lane >> 4) * 8));
-#pragma unroll
-                for (int np = 0; np < FA_BK / 16; np++) {
-                    uint32_t b[4];
-                    fa_ldsm4(b, fa_saddr(Kt + (np * 16 + (lane & 7) + (lane >> 4) * 8) * C::ld +
-                                         kk * 16 + ((lane >> 3) & 1) * 8));
-#pragma unroll
-                    for (int mt = 0; mt < FA_MT; mt++) {
-                        M::run(s[mt][2 * np], a[mt], b[0], b[1]);
-                        M::run(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-                    }
-                }
-            }
-            /* online softmax, in registers */
-#pragma unroll
-            for (int mt = 0; mt < FA_MT; mt++)
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++) {
-                    if (!full) {
-                        const int f = rf[mt][hf], t = rt[mt][hf];
-#pragma unroll
-                        for (int j = 0; j < FA_BK / 8; j++)
-#pragma unroll
-                            for (int e = 0; e < 2; e++) {
-                                int u = kt + j * 8 + tq4 * 2 + e;
-                                if (!(u >= f && u <= t && u < kend_r))
-                                    s[mt][j][2 * hf + e] = -INFINITY;
-                            }
-                    }
-                    float mx = -INFINITY;
-#pragma unroll
-                    for (int j = 0; j < FA_BK / 8; j++)
-                        mx = fmaxf(mx, fmaxf(s[mt][j][2 * hf], s[mt][j][2 * hf + 1]));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    const float mnew = fmaxf(m[mt][hf], mx);
-                    const float mu = mnew == -INFINITY ? 0.0f : mnew * sl2;
-                    const float alpha = exp2f(m[mt][hf] * sl2 - mu);
-                    m[mt][hf] = mnew;
-                    float sum = 0.0f;
-#pragma unroll
-                    for (int j = 0; j < FA_BK / 8; j++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            float p = exp2f(fmaf(s[mt][j][2 * hf + e], sl2, -mu));
-                            s[mt][j][2 * hf + e] = p;
-                            sum += p;
-                        }
-                    l[mt][hf] = l[mt][hf] * alpha + sum;
-#pragma unroll
-                    for (int j = 0; j < D / 8; j++) {
-                        o[mt][j][2 * hf] *= alpha;
-                        o[mt][j][2 * hf + 1] *= alpha;
-                    }
-                }
-            /* O += P V: P's accumulator layout is the A operand's */
-#pragma unroll
-            for (int kk = 0; kk < FA_BK / 16; kk++) {
-                uint32_t a[FA_MT][4];
-#pragma unroll
-                for (int mt = 0; mt < FA_MT; mt++) {
-                    a[mt][0] = M::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                    a[mt][1] = M::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                    a[mt][2] = M::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                    a[mt][3] = M::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-                }
-#pragma unroll
-                for (int dp = 0; dp < D / 16; dp++) {
-                    uint32_t b[4];
-                    fa_ldsm4_t(b, fa_saddr(Vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) *
-                                                   C::ld +
-                                           dp * 16 + (lane >> 4) * 8));
-#pragma unroll
-                    for (int mt = 0; mt < FA_MT; mt++) {
-                        M::run(o[mt][2 * dp], a[mt], b[0], b[1]);
-                        M::run(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
-                    }
-                }
-            }
+            fa2_qk<T, D>(s, Qs, Kt, wr0, lane);
+            fa2_softmax<D>(s, o, m, l, rf, rt, full, kt, kend_r, tq4, sl2);
+            fa2_pv<T, D>(o, s, Vt, lane);
         }
         __syncthreads(); /* the stage computed on is loaded again next */
     }
     fa_wait<0>();
 
-    /* row sums across the quad, then the output */
     float inv[FA_MT][2];
-#pragma unroll
-    for (int mt = 0; mt < FA_MT; mt++)
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float x = l[mt][hf];
-            x += __shfl_xor_sync(0xffffffffu, x, 1);
-            x += __shfl_xor_sync(0xffffffffu, x, 2);
-            l[mt][hf] = x;
-            inv[mt][hf] = x > 0.0f ? 1.0f / x : 0.0f;
-        }
-    if (PARTIAL) {
-        float *ob = (float *)out + (h * g.tq + (qs - g.t0)) * (D + 1);
-#pragma unroll
-        for (int mt = 0; mt < FA_MT; mt++)
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                int r = wr0 + mt * 16 + gq + 8 * hf;
-                if (r >= nq)
-                    continue;
-                float *orow = ob + (int64_t)r * (D + 1);
-#pragma unroll
-                for (int j = 0; j < D / 8; j++) {
-                    orow[j * 8 + tq4 * 2] = o[mt][j][2 * hf] * inv[mt][hf];
-                    orow[j * 8 + tq4 * 2 + 1] = o[mt][j][2 * hf + 1] * inv[mt][hf];
-                }
-                if (tq4 == 0)
-                    orow[D] = l[mt][hf] > 0.0f ? m[mt][hf] * g.scale + logf(l[mt][hf])
-                                               : -INFINITY;
-            }
-    } else {
-        /* each warp reuses its own query rows of Qs (only it read them) */
-        __syncwarp();
-#pragma unroll
-        for (int mt = 0; mt < FA_MT; mt++)
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                int r = wr0 + mt * 16 + gq + 8 * hf;
-                uint32_t *row = (uint32_t *)(Qs + r * C::ld);
-#pragma unroll
-                for (int j = 0; j < D / 8; j++)
-                    row[(j * 8 + tq4 * 2) / 2] =
-                        M::pack(o[mt][j][2 * hf] * inv[mt][hf], o[mt][j][2 * hf + 1] * inv[mt][hf]);
-            }
-        __syncwarp();
-        T *oh = (T *)out + (h * g.tq + (qs - g.t0)) * D;
-        const int ch = D / 8;
-        int nr = (int)(nq - wr0 < FA_MT * 16 ? nq - wr0 : FA_MT * 16);
-        for (int i = lane; i < nr * ch; i += 32) {
-            int r = wr0 + i / ch, c = (i % ch) * 8;
-            *(uint4 *)(oh + (int64_t)r * D + c) = *(const uint4 *)(Qs + r * C::ld + c);
-        }
-    }
+    fa2_row_sums(l, inv);
+    if (PARTIAL)
+        fa2_store_partial<D>((float *)out + (h * g.tq + (qs - g.t0)) * (D + 1), o, m, l, inv, nq,
+                             wr0, gq, tq4, g.scale);
+    else
+        fa2_store<T, D>((T *)out + (h * g.tq + (qs - g.t0)) * D, Qs, o, inv, nq, wr0, gq, tq4,
+                        lane);
 #else
     (void)seqs;
     (void)g;

@@ -34,6 +34,26 @@
 #define KN_SK_BLOCKS 264   /* blocks to aim for (two per SM of an H100 SXM) */
 #define KN_SK_MINCHUNK 64  /* keys per chunk at least */
 
+/* The warp kernel's checks, for every query token (positions p0 ..
+ * p0 + c - 1) of sequence b0 + b: a token that sees no key traps, block
+ * (0, b, 0) saying why. */
+__device__ __forceinline__ void kn_sk_check(int64_t p0, int c, int64_t s0, int64_t ns,
+                                            int64_t window, int partial, int64_t j, int64_t h,
+                                            int64_t b0, int64_t b)
+{
+    for (int t = 0; t < c; t++) {
+        int64_t p = p0 + t;
+        int64_t k0 = window > 0 && p - window + 1 > s0 ? p - window + 1 : s0;
+        int64_t n = (p + 1 < s0 + ns ? p + 1 : s0 + ns) - k0;
+        if (p < 0 || (!partial && (p < s0 || n <= 0))) {
+            if (threadIdx.x == 0 && j == 0 && h == 0)
+                printf("decode_attention: sequence %lld is at position %lld, which sees no key\n",
+                       (long long)(b0 + b), (long long)p);
+            __trap();
+        }
+    }
+}
+
 template <typename TI, typename T, int PER>
 __global__ void __launch_bounds__(32 * KN_SK_WARPS)
     kn_cu_dec_sk(const T *q, const T *k, const T *v, const TI *pos, float *ws, T *direct,
@@ -47,18 +67,7 @@ __global__ void __launch_bounds__(32 * KN_SK_WARPS)
     __shared__ float wm[KN_SK_WARPS][KN_SK_MAXR], wl[KN_SK_WARPS][KN_SK_MAXR];
     __shared__ float wo[KN_SK_WARPS][KN_SK_MAXR][32 * KN_SK_MAXPER];
     const int64_t p0 = (int64_t)pos[b];
-    /* the warp kernel's checks, for every query token of the sequence */
-    for (int t = 0; t < c; t++) {
-        int64_t p = p0 + t;
-        int64_t k0 = window > 0 && p - window + 1 > s0 ? p - window + 1 : s0;
-        int64_t n = (p + 1 < s0 + ns ? p + 1 : s0 + ns) - k0;
-        if (p < 0 || (!partial && (p < s0 || n <= 0))) {
-            if (threadIdx.x == 0 && j == 0 && h == 0)
-                printf("decode_attention: sequence %lld is at position %lld, which sees no key\n",
-                       (long long)(b0 + b), (long long)p);
-            __trap();
-        }
-    }
+    kn_sk_check(p0, c, s0, ns, window, partial, j, h, b0, b);
     /* the query rows r = g * c + t: q head h * group + g, token b * c + t */
     for (int i = threadIdx.x; i < R * d; i += blockDim.x) {
         int r = i / d, e = i % d, g = r / c, t = r % c;

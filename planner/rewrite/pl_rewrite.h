@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "planner/pl_graph.h"
+#include "planner/rewrite/rw_rules.h"
 
 typedef struct pl_rewrite_opts {
     const char *rules_path;     /* a .rules file or a folder of them; NULL: the
@@ -93,19 +94,6 @@ int pl_rewrite_expr(const pl_graph *g, int id, char *buf, size_t len);
 int pl_rewrite_weights_parse(const char *list, char ***out, ein_error *err);
 void pl_rewrite_weights_free(char **w);
 
-/* ---- rules ---------------------------------------------------------------
- * A rule set, parsed and compiled. Parsing checks the syntax, the operator
- * arities, that every right-side variable is bound on the left, and the
- * shapes: over every assignment of small matrix shapes to the variables
- * under which the left side type-checks (at least one must), the right side
- * must type-check to the same shape. Errors are EIN_EPARSE (syntax) or
- * EIN_ESHAPE, with "file:line:col:" of the offending rule or token. */
-typedef struct pl_rw_rules pl_rw_rules;
-
-int pl_rw_rules_parse(const char *text, const char *fname, pl_rw_rules **out, ein_error *err);
-/* A file, or every *.rules file of a folder (in name order). */
-int pl_rw_rules_load(const char *path, pl_rw_rules **out, ein_error *err);
-int pl_rw_rules_count(const pl_rw_rules *r);
-void pl_rw_rules_free(pl_rw_rules *r);
+/* The rule sets (pl_rw_rules_*): planner/rewrite/rw_rules.h. */
 
 #endif

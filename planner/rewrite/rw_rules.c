@@ -23,7 +23,7 @@
 
 #include "common/ein_file.h"
 #include "common/ein_vec.h"
-#include "planner/rewrite/pl_rewrite.h"
+#include "planner/rewrite/rw_rules.h"
 #include "planner/rewrite/rw_egraph.h"
 
 #include "planner/rewrite/rw_rules_int.h"
