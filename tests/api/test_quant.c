@@ -40,7 +40,7 @@ static void run_case(ein_dtype wt, int ndev, uint64_t plan_seed)
     if (ein_compile(g, ndev, &o, &c, &err) < 0)
         fail_msg("compile: %s", err.msg);
     static float xv[T * K], wv[N * K], got[T * N], deq[N * K];
-    static uint8_t wq[N * K];
+    static uint8_t wq[N * K / 32 * 34]; /* q8_0: 34 bytes a block of 32 (q4_0 needs 18) */
     unsigned seed = 7u + (unsigned)ndev;
     for (int i = 0; i < T * K; i++) {
         seed = seed * 1103515245u + 12345u;
