@@ -12,11 +12,8 @@ set -u
 B=${EIN_BUILDDIR:-.}
 EINRUN="$B/einrun"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-backend.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch backend
 unset CUDA_VISIBLE_DEVICES EIN_GPU_VISIBLE
 
 write_ffn ffn.ein
