@@ -735,8 +735,9 @@ int run_opts_check(run_opts *o, int argc, char **argv)
         fprintf(stderr, "einrun: $EIN_EXCHANGE_CHUNKS: %s\n", e.msg);
         return 2;
     }
-    /* No --backend: --gpus runs the CUDA backend on a CUDA build that
-     * sees GPUs, else CPU devices (check_backend says so); --cpu is CPU. */
+    /* No --backend: --gpus runs the first present row with auto_pick
+     * (ein_backend_auto: cuda, on a CUDA build that sees GPUs), else CPU
+     * devices (check_backend says so); --cpu is CPU. */
     if (o->backend < 0) {
         o->backend = 0;
         o->backend_auto = 1;
