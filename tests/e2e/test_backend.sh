@@ -59,8 +59,8 @@ echo "1..23"
 # No GPU visible: CPU devices, one line saying so, and the run succeeds.
 EIN_GPU_VISIBLE=0 run "no GPU: CPU devices" 0 \
     "^einrun: no GPU visible; running 2 CPU devices for --gpus 0-1$" -- --gpus 0-1 ffn.ein
-n=$(grep -c "CPU device" err.txt)
-if [ "$n" -eq 1 ]; then ok "no GPU: said once"; else not_ok "no GPU: said once" "$n lines" "$(cat err.txt)"; fi
+lines=$(grep -c "CPU device" err.txt) # not $n: that counts the tests (tests/tap.sh)
+if [ "$lines" -eq 1 ]; then ok "no GPU: said once"; else not_ok "no GPU: said once" "$lines lines" "$(cat err.txt)"; fi
 CUDA_VISIBLE_DEVICES= EIN_GPU_VISIBLE= run "CUDA_VISIBLE_DEVICES empty: CPU devices" 0 \
     "^einrun: no GPU visible; running 1 CPU device for --gpus 0$" -- --gpus 0 ffn.ein
 CUDA_VISIBLE_DEVICES=-1 run "CUDA_VISIBLE_DEVICES=-1: CPU devices" 0 \
