@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "common/base/ein_knob.h"
+#include "common/process/ein_worker_args.h"
 #include "include/einsummable/einsummable.h"
 #include "node/nd_agent.h"
 
@@ -16,10 +17,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: einnode --coordinator ENDPOINT --host H --devices LIST --ndevices N\n"
-            "               --worker PATH [--iterations N] [--instr-timeout S]\n"
-            "               [--parent-pid PID] [--keys-stdin] [--link-bw B] [--cwd DIR]\n"
-            "               [--link-latency S] [--backend NAME [--gpus LIST]]\n"
-            "               [--transport NAME] [--verbose]\n"
+            "               --worker PATH [--parent-pid PID] [--keys-stdin] [--cwd DIR]\n"
+            "               [--gpus LIST] [--verbose] [WORKER OPTION...]\n"
             "\n"
             "The agent of one host in a run on several hosts: einrun (the coordinator)\n"
             "starts one per host. It starts and supervises the einworker of each device\n"
@@ -37,19 +36,17 @@ static void usage(FILE *f)
             "                without it the keys are read from those environment variables\n"
             "  --cwd DIR     work in DIR (the coordinator's directory, where this host\n"
             "                shares it), so that relative paths mean the same\n"
-            "  --link-bw B   bytes/s between hosts (the topology's nic; 0: none): passed to\n"
-            "                the workers' deadlines of transfers between hosts\n"
-            "  --link-latency S  one-way latency between hosts, seconds (latency-inter):\n"
-            "                passed to the same deadlines\n"
-            "  --backend NAME  the workers' backend (cpu, the default, or cuda; --worker\n"
-            "                is then its worker binary, einworker-cuda)\n"
-            "  --gpus LIST   with a backend of numbered devices (cuda): the GPU of each\n"
-            "                device of --devices, in order (comma-separated; the workers\n"
-            "                get --backend NAME --gpu G; blocks between hosts are staged\n"
-            "                through pinned host memory, worker/wk_staged.h)\n"
-            "  --transport NAME  how blocks move between hosts (einrun --transport;\n"
-            "                default ucx): passed to the workers with this host's IPv4\n"
-            "                address on the route to the coordinator (--host-address)\n");
+            "  --gpus LIST   with a backend of numbered devices (--backend NAME, whose\n"
+            "                --worker is then its worker binary): the device id of each\n"
+            "                device of --devices, in order (comma-separated; each worker\n"
+            "                gets --gpu ID; blocks between hosts are staged through\n"
+            "                pinned host memory, worker/wk_staged.h)\n"
+            "  --verbose     say on stderr what is reported to the coordinator\n"
+            "\n"
+            "Worker options: given to every worker of this host as they are (einworker\n"
+            "--help; common/process/ein_worker_args.def); --transport NAME gets this host's\n"
+            "IPv4 address on the route to the coordinator (--host-address):\n");
+    ein_worker_args_usage(f, EIN_WARG_RUN);
 }
 
 /* "0,2-3" into devs[]: the count, or -1 when malformed or out of range. */
@@ -83,34 +80,34 @@ static int parse_devices(const char *s, int ndev, int *devs, int cap)
     return n;
 }
 
-int main(int argc, char **argv)
+#define OPT_RUN0 0x100 /* getopt's value of a worker option: OPT_RUN0 + its row */
+
+/* Read the command line into *c, devs and gpus: -1 to carry on, or the
+ * exit status to leave with (the reason printed). The workers' RUN options
+ * (common/process/ein_worker_args.def) are einnode's own, into c->run. */
+static int parse_args(int argc, char **argv, nd_config *c, const char **devs, const char **gpus)
 {
-    static const struct option opts[] = {
+    static const struct option own[] = {
         {"coordinator", required_argument, 0, 'c'}, {"host", required_argument, 0, 'H'},
-        {"devices", required_argument, 0, 'd'},     {"ndevices", required_argument, 0, 'n'},
-        {"worker", required_argument, 0, 'w'},      {"iterations", required_argument, 0, 'i'},
-        {"instr-timeout", required_argument, 0, 't'}, {"parent-pid", required_argument, 0, 'p'},
-        {"verbose", no_argument, 0, 'v'},
-        {"keys-stdin", no_argument, 0, 'k'},        {"link-bw", required_argument, 0, 'b'},
-        {"cwd", required_argument, 0, 'C'},         {"link-latency", required_argument, 0, 'L'},
-        {"gpus", required_argument, 0, 'g'},        {"transport", required_argument, 0, 'T'},
-        {"backend", required_argument, 0, 'B'},
-        {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
-    nd_config c = {.host = -1, .iterations = 0, .instr_timeout = 600, .transport = "ucx"};
-    const char *devs = NULL, *gpus = NULL;
-    const ein_backend_info *be = ein_backend_get(0);
+        {"devices", required_argument, 0, 'd'},     {"worker", required_argument, 0, 'w'},
+        {"parent-pid", required_argument, 0, 'p'},  {"verbose", no_argument, 0, 'v'},
+        {"keys-stdin", no_argument, 0, 'k'},        {"cwd", required_argument, 0, 'C'},
+        {"gpus", required_argument, 0, 'g'},        {"help", no_argument, 0, 'h'}};
+    enum { NOWN = sizeof own / sizeof *own };
+    struct option opts[NOWN + EIN_WARG_COUNT + 1];
+    memcpy(opts, own, sizeof own);
+    int n = NOWN + ein_worker_args_options(EIN_WARG_RUN, opts + NOWN, OPT_RUN0);
+    opts[n] = (struct option){0, 0, 0, 0};
+    ein_error err = {0};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
-        case 'c': c.coordinator = optarg; break;
-        case 'H': c.host = atoi(optarg); break;
-        case 'd': devs = optarg; break;
-        case 'n': c.ndevices = atoi(optarg); break;
-        case 'w': c.worker_path = optarg; break;
-        case 'i': c.iterations = atoi(optarg); break;
-        case 't': c.instr_timeout = atof(optarg); break;
-        case 'p': c.parent = atol(optarg); break;
-        case 'k': c.keys_stdin = 1; break;
+        case 'c': c->coordinator = optarg; break;
+        case 'H': c->host = atoi(optarg); break;
+        case 'd': *devs = optarg; break;
+        case 'w': c->worker_path = optarg; break;
+        case 'p': c->parent = atol(optarg); break;
+        case 'k': c->keys_stdin = 1; break;
         case 'C':
             /* The coordinator's directory, when this host shares it:
              * relative input and output paths then mean the same here. */
@@ -119,25 +116,37 @@ int main(int argc, char **argv)
                                 "from %s\n", optarg, strerror(errno),
                         ein_knob_get(EIN_KNOB_PWD) ? ein_knob_get(EIN_KNOB_PWD) : "here");
             break;
-        case 'b': c.link_bw = atof(optarg); break;
-        case 'L': c.link_lat = atof(optarg); break;
-        case 'g': gpus = optarg; break;
-        case 'T': c.transport = optarg; break;
-        case 'B':
-            if (!(be = ein_backend_find(optarg))) {
-                fprintf(stderr, "einnode: --backend '%s': expected %s\n", optarg,
-                        ein_backend_names());
+        case 'g': *gpus = optarg; break;
+        case 'v': c->verbose = 1; break;
+        case 'h': usage(stdout); return 0;
+        default:
+            if (ch < OPT_RUN0 || ch >= OPT_RUN0 + EIN_WARG_COUNT) {
+                usage(stderr);
                 return 2;
             }
-            break;
-        case 'v': c.verbose = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+            if (ein_worker_args_set(&c->run, ch - OPT_RUN0, optarg, &err) < 0) {
+                fprintf(stderr, "einnode: %s\n", err.msg);
+                return 2;
+            }
         }
     }
-    if (!c.coordinator || c.host < 0 || !devs || c.ndevices < 1 || c.ndevices > 4096 ||
-        !c.worker_path || c.iterations < 0 || !(c.link_bw >= 0 && c.link_bw < 1e15) ||
-        !(c.link_lat >= 0 && c.link_lat < 1e3)) {
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    nd_config c = {.host = -1};
+    ein_worker_args_init(&c.run);
+    const char *devs = NULL, *gpus = NULL;
+    int rc = parse_args(argc, argv, &c, &devs, &gpus);
+    if (rc >= 0)
+        return rc;
+    if (!c.run.transport)
+        c.run.transport = "ucx"; /* several hosts: blocks between them move somehow */
+    const ein_backend_info *be = c.run.backend;
+    if (!c.coordinator || c.host < 0 || !devs || c.run.ndevices < 1 || c.run.ndevices > 4096 ||
+        !c.worker_path || c.run.iterations < 0 || !(c.run.link_bw >= 0 && c.run.link_bw < 1e15) ||
+        !(c.run.link_lat >= 0 && c.run.link_lat < 1e3)) {
         fprintf(stderr, "einnode: missing or invalid arguments\n");
         usage(stderr);
         return 2;
@@ -149,15 +158,13 @@ int main(int argc, char **argv)
                 be->name);
         return 2;
     }
-    if (ein_backend_index(be) > 0)
-        c.backend = be->name;
-    int *list = malloc(sizeof *list * (size_t)c.ndevices);
+    int *list = malloc(sizeof *list * (size_t)c.run.ndevices);
     if (!list)
         return 1;
-    int n = parse_devices(devs, c.ndevices, list, c.ndevices);
+    int n = parse_devices(devs, c.run.ndevices, list, c.run.ndevices);
     if (n < 1) {
         fprintf(stderr, "einnode: --devices '%s': expected device numbers below %d "
-                        "(such as 0,2-3)\n", devs, c.ndevices);
+                        "(such as 0,2-3)\n", devs, c.run.ndevices);
         free(list);
         return 2;
     }
@@ -178,7 +185,7 @@ int main(int argc, char **argv)
         }
         c.gpus = glist;
     }
-    int rc = nd_agent_run(&c);
+    rc = nd_agent_run(&c);
     free(glist);
     free(list);
     return rc;

@@ -91,35 +91,24 @@ static void report(nd *a, int d, const char *fmt, ...)
 static int spawn(nd *a, nd_worker *w, ein_error *err)
 {
     const nd_config *c = a->cfg;
-    char dev[16], nd_[16], ppid[32], iters[16], itmo[32], bw[32], lat[32], gpu[16];
-    snprintf(dev, sizeof dev, "%d", w->device);
-    snprintf(nd_, sizeof nd_, "%d", c->ndevices);
-    snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
-    snprintf(iters, sizeof iters, "%d", c->iterations);
-    snprintf(itmo, sizeof itmo, "%g", c->instr_timeout);
-    snprintf(bw, sizeof bw, "%.6g", c->link_bw);
-    snprintf(lat, sizeof lat, "%.6g", c->link_lat);
-    char *argv[] = {(char *)c->worker_path, "--device", dev, "--ndevices", nd_, "--run-dir",
-                    a->dir, "--run-id", a->run_id, "--coordinator", a->endpoint,
-                    "--iterations", iters, "--parent-pid", ppid, "--instr-timeout", itmo,
-                    "--transport", (char *)c->transport, "--link-bw", bw, "--link-latency", lat,
-                    NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    ein_worker_args wa = c->run; /* the run's options, then this device's */
+    wa.device = w->device;
+    wa.run_dir = a->dir;
+    wa.run_id = a->run_id;
+    wa.coordinator = a->endpoint;
+    wa.parent_pid = (long)getpid();
+    if (a->host_addr[0])
+        wa.host_address = a->host_addr;
+    if (c->gpus)
+        wa.gpu = c->gpus[w - a->w];
+    ein_worker_argv enc;
+    ein_worker_args_encode(&wa, EIN_WARG_ALL, &enc);
+    char *argv[2 + 2 * EIN_WARG_COUNT];
     int na = 0;
-    while (argv[na])
-        na++;
-    if (a->host_addr[0]) {
-        argv[na++] = "--host-address";
-        argv[na++] = a->host_addr;
-    }
-    if (c->backend) { /* a backend besides CPU devices, with this device's id */
-        argv[na++] = "--backend";
-        argv[na++] = (char *)c->backend;
-        if (c->gpus) {
-            snprintf(gpu, sizeof gpu, "%d", c->gpus[w - a->w]);
-            argv[na++] = "--gpu";
-            argv[na] = gpu;
-        }
-    }
+    argv[na++] = (char *)c->worker_path;
+    for (int i = 0; i < enc.argc; i++)
+        argv[na++] = enc.argv[i];
+    argv[na] = NULL;
     pid_t pid = fork();
     if (pid < 0)
         return ein_fail(err, EIN_EIO, "cannot start the worker of device %d: %s", w->device,
@@ -261,7 +250,7 @@ static void cleanup(nd *a)
     if (a->sfd >= 0)
         close(a->sfd);
     char name[160];
-    for (int d = 0; d < a->cfg->ndevices && a->run_id[0]; d++) {
+    for (int d = 0; d < a->cfg->run.ndevices && a->run_id[0]; d++) {
         ein_segment_name(name, sizeof name, a->run_id, d);
         shm_unlink(name);
     }
@@ -270,7 +259,7 @@ static void cleanup(nd *a)
         shm_unlink(name);
     }
     if (a->status)
-        munmap(a->status, sizeof(ein_status_slot) * (size_t)a->cfg->ndevices);
+        munmap(a->status, sizeof(ein_status_slot) * (size_t)a->cfg->run.ndevices);
     if (a->dir[0]) {
         DIR *dp = opendir(a->dir);
         struct dirent *de;
@@ -403,9 +392,9 @@ static int setup(nd *a, ein_error *err)
     }
     snprintf(a->run_id, sizeof a->run_id, "%ld-%s", (long)getpid(), strrchr(a->dir, '.') + 1);
     snprintf(a->endpoint, sizeof a->endpoint, "ipc://%s/coord.sock", a->dir);
-    if ((rc = co_guard_start(&a->guard, a->dir, a->run_id, c->ndevices, NULL, 0, err)) < 0)
+    if ((rc = co_guard_start(&a->guard, a->dir, a->run_id, c->run.ndevices, NULL, 0, err)) < 0)
         return rc;
-    if ((rc = ein_status_create(a->run_id, a->cfg->ndevices, &a->status, err)) < 0)
+    if ((rc = ein_status_create(a->run_id, a->cfg->run.ndevices, &a->status, err)) < 0)
         return rc;
     if (!(a->zctx = zmq_ctx_new()) || !(a->router = zmq_socket(a->zctx, ZMQ_ROUTER)) ||
         !(a->dealer = zmq_socket(a->zctx, ZMQ_DEALER)))

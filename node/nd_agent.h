@@ -38,24 +38,24 @@
 #ifndef ND_AGENT_H
 #define ND_AGENT_H
 
+#include "common/process/ein_worker_args.h"
+
 typedef struct nd_config {
     const char *coordinator;    /* the coordinator's endpoint (tcp://host:port) */
     int host;                   /* this host's index */
-    int ndevices;               /* devices of the whole run */
     const int *devices;         /* this host's devices */
     int ndev_here;
     const char *worker_path;    /* einworker */
-    int iterations;             /* passed to einworker --iterations */
-    double instr_timeout;       /* passed to einworker --instr-timeout */
     long parent;                /* the coordinator's pid (fake hosts), 0: not watched */
-    const char *transport;      /* blocks between hosts (einworker --transport) */
     int keys_stdin;             /* the CURVE keys come on stdin (a launcher's), whose end
                                    then means the coordinator is gone */
-    double link_bw;             /* bytes/s between hosts, 0: none (einworker --link-bw) */
-    double link_lat;            /* seconds, one way (einworker --link-latency) */
-    const char *backend;        /* NULL: CPU devices; else the workers' --backend (a
-                                   row of common/ir/ein_backend.c; worker_path is then its
-                                   worker binary) */
+    /* The RUN options of every worker (common/process/ein_worker_args.def: einnode
+     * takes them as its own and passes them on): run.ndevices (the devices
+     * of the whole run), run.iterations, run.instr_timeout_s,
+     * run.transport (blocks between hosts; never NULL here), run.link_bw,
+     * run.link_lat, run.graphs, run.log_level, run.backend (a row of
+     * common/ir/ein_backend.c; worker_path is its worker binary), ... */
+    ein_worker_args run;
     const int *gpus;            /* with a probed backend: the device id of each of
                                    devices[] (einworker --gpu G) */
     int verbose;

@@ -5,6 +5,7 @@
 #include "common/base/ein_knob.h"
 
 static void usage_planning(FILE *f);
+static void usage_backends(FILE *f);
 static void usage_debugging(FILE *f);
 
 /* --help: what einrun does, devices and data; then the sections below. */
@@ -20,25 +21,28 @@ static void usage(FILE *f)
 "process per device, and write every saved tensor to a .npy file.\n"
 "A program saved with --save-program runs without compiling again: the\n"
 "library version, the device count and the topology must be its own (found\n"
-"as --topology / --backend cuda say, else as when it was compiled); without\n"
+"as --topology / --backend NAME say, else as when it was compiled); without\n"
 "--cpu/--gpus it runs on the devices it was compiled for, and options that\n"
 "only steer compiling (--rewrite, --objective, ...; --seed other than its\n"
 "own) are refused.\n"
 "\n"
 "Devices:\n"
-"  --gpus LIST          devices to use, e.g. 0-3, 0,2,5 or 0-1,4 (default: 0).\n"
-"                       They run the CUDA backend (CUDA IPC peer copies,\n"
-"                       cuBLAS, cuDNN and our kernels) when einrun was built\n"
-"                       with CUDA and GPUs are visible; else the same number\n"
-"                       of CPU devices runs instead, and einrun says why on\n"
-"                       stderr. An id may repeat (--gpus 0,0) to run several\n"
-"                       workers on one GPU.\n"
+"  --gpus LIST          devices to use, e.g. 0-3, 0,2,5 or 0-1,4 (default: 0),\n"
+"                       named by id. They run the first backend below whose\n"
+"                       devices are named by id and are present here (built\n"
+"                       into einrun and visible); else the same number of CPU\n"
+"                       devices runs instead, and einrun says why on stderr.\n"
+"                       An id may repeat (--gpus 0,0) to run several workers\n"
+"                       on one device.\n"
 "  --cpu N              run on N CPU devices (worker processes, shared memory).\n"
-"  --backend cpu|cuda   force a backend for --gpus: cpu runs CPU devices even\n"
-"                       where there are GPUs; cuda is an error (exit 2) without\n"
-"                       a visible GPU or CUDA. GPUs are visible unless\n"
-"                       CUDA_VISIBLE_DEVICES names none or no /dev/nvidia*\n"
-"                       exists ($EIN_GPU_VISIBLE=0|1 overrides, for tests).\n"
+"  --backend NAME       force a backend for --gpus (a row below): cpu runs CPU\n"
+"                       devices even where there are others; a backend that is\n"
+"                       not present here is an error (exit 2), with the reason.\n"
+"                       $EIN_GPU_VISIBLE=0|1 says whether GPUs count as\n"
+"                       visible (for tests).\n"
+);
+    usage_backends(f);
+    fprintf(f,
 "Data:\n"
 "  --input NAME=FILE    read input NAME from FILE.npy (shape and dtype must\n"
 "                       match the program). Every input needs a value (from\n"
@@ -78,6 +82,24 @@ static void usage(FILE *f)
     usage_debugging(f);
 }
 
+/* --help, continued: the backend registry's rows (common/ir/ein_backend.c),
+ * as this einrun sees them. */
+static void usage_backends(FILE *f)
+{
+    fprintf(f, "Backends (--backend NAME; common/ir/ein_backend.c):\n");
+    for (int i = 0; i < ein_backend_count(); i++) {
+        const ein_backend_info *b = ein_backend_get(i);
+        char why[64] = "";
+        ein_error e = {0};
+        int here = ein_backend_present(b, why, sizeof why, &e);
+        fprintf(f, "  %-19s  %s: %ss %s; worker %s;\n", b->name, b->label, b->device,
+                b->probed ? "named by id (--gpus)" : "as many as asked for", b->worker);
+        fprintf(f, "                       graphs %s by default. Here: %s (%s).\n",
+                b->graphs_default ? "on" : "off", here > 0 ? "present" : "absent",
+                here < 0 ? e.msg : why);
+    }
+}
+
 /* --help, continued: planning and measuring. */
 static void usage_planning(FILE *f)
 {
@@ -90,11 +112,12 @@ static void usage_planning(FILE *f)
 "                       built-in (dgx-a100, dgx-h100, hgx-h200, dgx-v100,\n"
 "                       gb200-nvl72, host) or a topology file. Default: for\n"
 "                       CPU devices host, sized to the device count; with\n"
-"                       the CUDA backend, detected from the GPUs' names and\n"
-"                       peer access, as 'einworker-cuda --probe' prints them;\n"
+"                       a backend of devices named by id, detected from the\n"
+"                       devices' names and peer access, as its worker's\n"
+"                       --probe prints them (einworker-cuda --probe);\n"
 "                       einrun says what it found.\n"
 "  --gpu-probe FILE     detect it for the --gpus list from a probe saved with\n"
-"                       'einworker-cuda --probe > FILE' (on the target machine)\n"
+"                       'WORKER --probe > FILE' (on the target machine)\n"
 "                       instead of running one; the run itself takes the\n"
 "                       backend --gpus takes (CPU devices where no GPU is\n"
 "                       visible).\n"
@@ -156,8 +179,8 @@ static void usage_planning(FILE *f)
 "                       of a device's program (kernels, aggregations, slices\n"
 "                       between waits on peers) as a graph captured once: a\n"
 "                       CUDA graph on GPUs; on CPU devices a recording of the\n"
-"                       calls, which saves only dispatch (auto: on for\n"
-"                       --backend cuda, off for CPU devices).\n"
+"                       calls, which saves only dispatch (auto: the backend's\n"
+"                       default, below: on for cuda, off for CPU devices).\n"
 );
 }
 
@@ -712,8 +735,9 @@ int run_opts_check(run_opts *o, int argc, char **argv)
         fprintf(stderr, "einrun: $EIN_EXCHANGE_CHUNKS: %s\n", e.msg);
         return 2;
     }
-    /* No --backend: --gpus runs the CUDA backend on a CUDA build that
-     * sees GPUs, else CPU devices (check_backend says so); --cpu is CPU. */
+    /* No --backend: --gpus runs the first present row with auto_pick
+     * (ein_backend_auto: cuda, on a CUDA build that sees GPUs), else CPU
+     * devices (check_backend says so); --cpu is CPU. */
     if (o->backend < 0) {
         o->backend = 0;
         o->backend_auto = 1;

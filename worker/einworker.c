@@ -82,65 +82,23 @@ static ein_status_slot *map_status(const wk_config *cfg)
     return p == MAP_FAILED ? NULL : (ein_status_slot *)p + cfg->device;
 }
 
-/* --probe: print the GPUs and their peer access for einrun's topology
- * detection (wk_probe.h). Exit 0, 1 on a CUDA error or no GPU, 2 when this
- * einworker has no CUDA backend. */
-static int probe_main(void)
-{
-#ifdef EIN_WORKER_CUDA
-    ein_error err = {0};
-    if (wk_probe_cuda(stdout, &err) < 0) {
-        fprintf(stderr, "einworker-cuda --probe: %s\n", err.msg);
-        return 1;
-    }
-    return 0;
-#else
-    fprintf(stderr, "einworker --probe: this einworker has no CUDA backend "
-                    "(einworker-cuda has)\n");
-    return 2;
-#endif
-}
-
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: einworker --device D --ndevices N --run-dir DIR --run-id ID\n"
-            "                 --coordinator ENDPOINT [--parent-pid PID] [--iterations N]\n"
-            "                 [--log FILE] [--log-level 1|2] [--trace FILE] [--pause]\n"
-            "                 [--backend cpu|cuda] [--gpu N] [--graphs]\n"
-            "                 [--instr-timeout S] [--transport NAME [--host-address A]\n"
-            "                 [--link-bw B] [--link-latency S]]\n"
-            "       einworker-cuda --probe\n"
+            "                 --coordinator ENDPOINT [OPTION...]\n"
+            "       einworker-cuda --probe [--backend NAME]\n"
             "\n"
             "Executes one device's Program for einrun. einrun starts one per device;\n"
             "with einrun --manual-workers, einrun prints these command lines instead and\n"
             "you start each worker yourself (under gdb, say).\n"
-            "\n"
-            "  --iterations N run the program N times, each on a START (default 1);\n"
-            "                 0: until SHUTDOWN (a library session keeps it)\n"
-            "  --parent-pid PID  the coordinator's process: exit (status 3) when it is\n"
-            "                 gone (checked at start, then every 0.1 s)\n"
-            "  --probe        print every visible GPU and which pairs have peer access\n"
-            "                 (einrun's topology detection; einworker-cuda only), exit\n"
-            "  --pause        wait for a debugger to attach (or SIGUSR1) before starting\n"
-            "  --log FILE     log events (level 1) or every instruction (level 2)\n"
-            "  --trace FILE   write Chrome-trace events of every instruction\n"
-            "  --instr-timeout S  stop the heartbeat after S seconds inside one kernel\n"
-            "                 (or another instruction that reports no progress), so that\n"
-            "                 einrun reports it as hung; 0: never (default: 600)\n"
-            "  --transport NAME  a run on several hosts (started by einnode): blocks to\n"
-            "                 and from devices of other hosts move over transport NAME\n"
-            "                 (worker/wk_xport.h: %s)\n"
-            "  --host-address A  this host's IPv4 address on the route to the\n"
-            "                 coordinator (where a transport that needs one listens)\n"
-            "  --link-bw B    bytes/s between hosts (the topology model's): a block from\n"
-            "                 another host that began to arrive must end within 4 x its\n"
-            "                 transfer time (latency + bytes / B) + 2 s, else the link\n"
-            "                 counts as down; 0: none (worker/wk_xport.h)\n"
-            "  --link-latency S  one-way latency between hosts, seconds (the model's)\n"
-            "  --graphs       from the second iteration on, run each local stretch of\n"
-            "                 the program as a graph captured once (CUDA graphs; on CPU\n"
-            "                 devices a recording of the calls)\n"
+            "\n");
+    ein_worker_args_usage(f, EIN_WARG_ALL);
+    fprintf(f,
+            "  --probe        print every device of the backend (--backend NAME, else\n"
+            "                 the first of this binary whose devices are named by id:\n"
+            "                 einworker-cuda's GPUs) and which pairs have peer access\n"
+            "                 (einrun's topology detection, worker/wk_probe.h), exit\n"
             "\n"
             "Test hook: EIN_FAULT=DEV:KIND[:INSTR] makes device DEV fail when instruction\n"
             "INSTR (default: the first) starts; KIND is crash, hang, exit, alloc (device\n"
@@ -168,114 +126,97 @@ static void usage(FILE *f)
             "faster.\n"
             "EIN_READY=zmq: a READY to a worker of this host goes through ZeroMQ (two\n"
             "I/O threads) instead of that worker's FIFO in the run directory (one\n"
-            "system call and one wake-up), to compare.\n", wk_xport_names());
+            "system call and one wake-up), to compare.\n"
+            "Transports (--transport): %s.\n", wk_xport_names());
 }
 
-/* What the command line asks for, besides the worker's configuration. */
-typedef struct worker_args {
-    wk_config cfg;
-    long parent;              /* --parent-pid, 0: not checked */
-    int do_pause, gpu;
-    const ein_backend_info *backend; /* --backend's row (default: row 0, cpu) */
-    const char *log_path;
-    double link_bw;           /* --link-bw (wk_xport_set_link) */
-    double link_lat;          /* --link-latency (wk_xport_set_link) */
-} worker_args;
-
-/* How an option's argument is stored (Redis-style option table). */
-typedef enum opt_kind {
-    OPT_INT,       /* atoi into an int field */
-    OPT_LONG,      /* atol into a long field */
-    OPT_DOUBLE,    /* atof into a double field */
-    OPT_STR,       /* the argument itself into a const char * field */
-    OPT_FLAG,      /* 1 into an int field */
-    OPT_BACKEND,   /* a backend's name (common/ir/ein_backend.c), into backend */
-    OPT_PROBE,     /* --probe: run the probe and exit */
-    OPT_HELP,      /* --help: usage on stdout, exit 0 */
-} opt_kind;
-
-typedef struct worker_opt {
+/* The backends this binary runs, by their rows' names (common/ir/ein_backend.c):
+ * einworker the CPU one, einworker-cuda also CUDA. A row with probed has
+ * its probe here too (--probe; worker/wk_probe.h). */
+static const struct {
     const char *name;
-    int has_arg;              /* getopt's required_argument or no_argument */
-    opt_kind kind;
-    size_t offset;            /* of the field in worker_args */
-} worker_opt;
-
-#define ARG(field) offsetof(worker_args, field)
-
-/* In the order getopt lists them when a prefix is ambiguous. */
-static const worker_opt worker_opts[] = {
-    {"device", required_argument, OPT_INT, ARG(cfg.device)},
-    {"ndevices", required_argument, OPT_INT, ARG(cfg.ndevices)},
-    {"run-dir", required_argument, OPT_STR, ARG(cfg.run_dir)},
-    {"run-id", required_argument, OPT_STR, ARG(cfg.run_id)},
-    {"coordinator", required_argument, OPT_STR, ARG(cfg.coordinator)},
-    {"parent-pid", required_argument, OPT_LONG, ARG(parent)},
-    {"iterations", required_argument, OPT_INT, ARG(cfg.iterations)},
-    {"log", required_argument, OPT_STR, ARG(log_path)},
-    {"log-level", required_argument, OPT_INT, ARG(cfg.log_level)},
-    {"trace", required_argument, OPT_STR, ARG(cfg.trace_path)},
-    {"pause", no_argument, OPT_FLAG, ARG(do_pause)},
-    {"backend", required_argument, OPT_BACKEND, 0},
-    {"gpu", required_argument, OPT_INT, ARG(gpu)},
-    {"graphs", no_argument, OPT_FLAG, ARG(cfg.graphs)},
-    {"instr-timeout", required_argument, OPT_DOUBLE, ARG(cfg.instr_timeout_s)},
-    {"transport", required_argument, OPT_STR, ARG(cfg.transport)},
-    {"host-address", required_argument, OPT_STR, ARG(cfg.host_address)},
-    {"link-bw", required_argument, OPT_DOUBLE, ARG(link_bw)},
-    {"link-latency", required_argument, OPT_DOUBLE, ARG(link_lat)},
-    {"probe", no_argument, OPT_PROBE, 0},
-    {"help", no_argument, OPT_HELP, 0},
+    wk_backend_make_fn make;
+    int (*probe)(FILE *out, ein_error *err);
+} makers[] = {
+    {"cpu", wk_backend_cpu_make, NULL},
+#ifdef EIN_WORKER_CUDA
+    {"cuda", wk_backend_cuda_make, wk_probe_cuda},
+#endif
 };
-#define NOPTS ((int)(sizeof worker_opts / sizeof *worker_opts))
-#define OPT_VAL0 0x100     /* getopt returns OPT_VAL0 + the option's index */
-#define OPT_GO (-1)        /* an option handler's "carry on" */
+#define NMAKERS ((int)(sizeof makers / sizeof *makers))
 
-/* Apply one option to *a: OPT_GO, or the exit status to leave with. */
-static int apply_opt(worker_args *a, const worker_opt *o, const char *arg)
+/* --probe: print the devices of `want` (a probed row; NULL: the first this
+ * binary probes) and their peer access for einrun's topology detection
+ * (wk_probe.h). Exit 0; 1 when the probe fails (no device, a driver
+ * error); 2 when this binary has no such probe (the message names the
+ * rows' worker binaries that have). */
+static int probe_main(const ein_backend_info *want)
 {
-    char *field = (char *)a + o->offset;
-    switch (o->kind) {
-    case OPT_INT: *(int *)field = atoi(arg); break;
-    case OPT_LONG: *(long *)field = atol(arg); break;
-    case OPT_DOUBLE: *(double *)field = atof(arg); break;
-    case OPT_STR: *(const char **)field = arg; break;
-    case OPT_FLAG: *(int *)field = 1; break;
-    case OPT_BACKEND:
-        if (!(a->backend = ein_backend_find(arg))) {
-            fprintf(stderr, "einworker: --backend '%s': expected %s\n", arg,
-                    ein_backend_names());
-            return 2;
+    for (int i = 0; i < NMAKERS; i++) {
+        const ein_backend_info *b = ein_backend_find(makers[i].name);
+        if (!makers[i].probe || (want && b != want))
+            continue;
+        ein_error err = {0};
+        if (makers[i].probe(stdout, &err) < 0) {
+            fprintf(stderr, "%s --probe: %s\n", b->worker, err.msg);
+            return 1;
         }
-        break;
-    case OPT_PROBE: return probe_main();
-    case OPT_HELP: usage(stdout); return 0;
+        return 0;
     }
-    return OPT_GO;
+    char labels[256] = "", workers[256] = "";
+    for (int i = 0, n = 0; i < ein_backend_count(); i++) {
+        const ein_backend_info *b = ein_backend_get(i);
+        if (!b->probed || (want && b != want))
+            continue;
+        size_t l = strlen(labels), w = strlen(workers);
+        snprintf(labels + l, sizeof labels - l, "%s%s", n ? " or " : "", b->label);
+        snprintf(workers + w, sizeof workers - w, "%s%s", n++ ? " or " : "", b->worker);
+    }
+    if (!labels[0])
+        fprintf(stderr, "einworker --probe: backend %s has no probe (its devices are not "
+                        "named by id)\n", want ? want->name : "?");
+    else
+        fprintf(stderr, "einworker --probe: this einworker has no %s backend (%s has)\n",
+                labels, workers);
+    return 2;
 }
 
-/* Read the command line into *a and check it: OPT_GO, or the exit status
- * to leave with (usage or an error already printed). */
-static int parse_args(int argc, char **argv, worker_args *a)
+#define OPT_VAL0 0x100     /* getopt returns OPT_VAL0 + the row's index */
+#define OPT_PROBE 0x80
+#define OPT_GO (-1)        /* parse_args' "carry on" */
+
+/* Read the command line into cfg->args (common/process/ein_worker_args.def's rows,
+ * and --probe, --help) and check it: OPT_GO, or the exit status to leave
+ * with (usage or an error already printed). */
+static int parse_args(int argc, char **argv, wk_config *cfg)
 {
-    struct option longopts[NOPTS + 1];
-    for (int k = 0; k < NOPTS; k++)
-        longopts[k] = (struct option){worker_opts[k].name, worker_opts[k].has_arg, 0, OPT_VAL0 + k};
-    longopts[NOPTS] = (struct option){0, 0, 0, 0};
-    int c, rc;
+    struct option longopts[EIN_WARG_COUNT + 3];
+    int n = ein_worker_args_options(EIN_WARG_ALL, longopts, OPT_VAL0);
+    longopts[n++] = (struct option){"probe", no_argument, NULL, OPT_PROBE};
+    longopts[n++] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[n] = (struct option){0, 0, 0, 0};
+    int c, probe = 0;
+    ein_error err = {0};
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if (c == 'h') {
             usage(stdout);
             return 0;
         }
-        if (c < OPT_VAL0 || c >= OPT_VAL0 + NOPTS) {
+        if (c == OPT_PROBE) {
+            probe = 1;
+            continue;
+        }
+        if (c < OPT_VAL0 || c >= OPT_VAL0 + EIN_WARG_COUNT) {
             usage(stderr);
             return 2;
         }
-        if ((rc = apply_opt(a, &worker_opts[c - OPT_VAL0], optarg)) != OPT_GO)
-            return rc;
+        if (ein_worker_args_set(&cfg->args, c - OPT_VAL0, optarg, &err) < 0) {
+            fprintf(stderr, "einworker: %s\n", err.msg);
+            return 2;
+        }
     }
-    const wk_config *cfg = &a->cfg;
+    if (probe) /* --probe [--backend NAME] */
+        return probe_main(cfg->backend->probed ? cfg->backend : NULL);
     if (cfg->device < 0 || cfg->ndevices < 1 || cfg->device >= cfg->ndevices || !cfg->run_dir ||
         !cfg->run_id || !cfg->coordinator || strchr(cfg->run_id, '/') || cfg->iterations < 0) {
         fprintf(stderr, "einworker: missing or invalid arguments\n");
@@ -370,12 +311,11 @@ static double default_spin(const wk_config *cfg)
  * With more devices than CPUs pinning fixes an uneven share (3 devices on
  * 2 cores: FFN 16.0 ms pinned against 12.6 ms), so the default does not
  * pin there. Returns the CPU pinned to, or -1. */
-static int pin_cpu(const worker_args *a)
+static int pin_cpu(const wk_config *cfg)
 {
-    const wk_config *cfg = &a->cfg;
     const char *pin = ein_knob_get(EIN_KNOB_PIN);
     cpu_set_t set, one;
-    if (!a->backend->host_visible || sched_getaffinity(0, sizeof set, &set) != 0)
+    if (!cfg->backend->host_visible || sched_getaffinity(0, sizeof set, &set) != 0)
         return -1;
     int n = CPU_COUNT(&set);
     if (pin && *pin ? strcmp(pin, "1") != 0
@@ -424,55 +364,39 @@ static void read_test_hooks(wk_config *cfg)
     }
 }
 
-/* The backends this binary runs, by their rows' names (common/ir/ein_backend.c):
- * einworker the CPU one, einworker-cuda also CUDA. */
-static const struct {
-    const char *name;
-    wk_backend_make_fn make;
-} makers[] = {
-    {"cpu", wk_backend_cpu_make},
-#ifdef EIN_WORKER_CUDA
-    {"cuda", wk_backend_cuda_make},
-#endif
-};
-#define NMAKERS ((int)(sizeof makers / sizeof *makers))
-
 /* The backend the command line chose, or NULL with the reason in *err. */
-static wk_backend *make_backend(const worker_args *a, ein_error *err)
+static wk_backend *make_backend(const wk_config *cfg, ein_error *err)
 {
-    wk_backend_args ba = {.ndevices = a->cfg.ndevices, .gpu = a->gpu, .graphs = a->cfg.graphs};
+    wk_backend_args ba = {.ndevices = cfg->ndevices, .gpu = cfg->gpu, .graphs = cfg->graphs};
     for (int i = 0; i < NMAKERS; i++)
-        if (!strcmp(makers[i].name, a->backend->name))
+        if (!strcmp(makers[i].name, cfg->backend->name))
             return makers[i].make(&ba, err);
-    ein_fail(err, EIN_EUNSUPPORTED, "einworker has no %s backend (%s has)", a->backend->label,
-             a->backend->worker);
+    ein_fail(err, EIN_EUNSUPPORTED, "einworker has no %s backend (%s has)", cfg->backend->label,
+             cfg->backend->worker);
     return NULL;
 }
 
 int main(int argc, char **argv)
 {
-    worker_args a = {.cfg = {.device = -1, .ndevices = 0, .heartbeat_s = 0.5,
-                             .instr_timeout_s = 600, .iterations = 1, .log_level = 1,
-                             .fault_instr = -1},
-                     .backend = ein_backend_get(0)};
-    wk_config *cfg = &a.cfg;
-    int rc = parse_args(argc, argv, &a);
+    wk_config c = {.heartbeat_s = 0.5, .fault_instr = -1}, *cfg = &c;
+    ein_worker_args_init(&c.args);
+    int rc = parse_args(argc, argv, cfg);
     if (rc != OPT_GO)
         return rc;
     install_signals(cfg);
-    if (a.parent > 0 && getppid() != (pid_t)a.parent) {
-        fprintf(stderr, "einworker %d: coordinator %ld is gone\n", cfg->device, a.parent);
+    if (cfg->parent_pid > 0 && getppid() != (pid_t)cfg->parent_pid) {
+        fprintf(stderr, "einworker %d: coordinator %ld is gone\n", cfg->device, cfg->parent_pid);
         return 3;
     }
-    if (a.parent > 0)
-        start_parent_watch((pid_t)a.parent);
+    if (cfg->parent_pid > 0)
+        start_parent_watch((pid_t)cfg->parent_pid);
     read_test_hooks(cfg);
-    int cpu = pin_cpu(&a);
-    if (a.log_path && !(cfg->log = fopen(a.log_path, "w"))) {
-        fprintf(stderr, "einworker %d: cannot write %s\n", cfg->device, a.log_path);
+    int cpu = pin_cpu(cfg);
+    if (cfg->log_path && !(cfg->log = fopen(cfg->log_path, "w"))) {
+        fprintf(stderr, "einworker %d: cannot write %s\n", cfg->device, cfg->log_path);
         return 1;
     }
-    if (a.do_pause) {
+    if (cfg->pause) {
         struct sigaction su;
         memset(&su, 0, sizeof su);
         su.sa_handler = on_usr1;
@@ -484,13 +408,13 @@ int main(int argc, char **argv)
                 cpu);
     cfg->status = map_status(cfg);
     ein_error err = {0};
-    wk_backend *be = make_backend(&a, &err);
+    wk_backend *be = make_backend(cfg, &err);
     if (!be) {
         /* Say why where the coordinator looks: it reports our exit. */
         fprintf(stderr, "einworker %d: %s\n", cfg->device, err.msg);
         return 1;
     }
-    wk_xport_set_link(a.link_bw, a.link_lat);
+    wk_xport_set_link(cfg->link_bw, cfg->link_lat);
     rc = wk_worker_main(cfg, be, &err);
     be->destroy(be);
     if (rc < 0 && cfg->log)

@@ -15,28 +15,39 @@
 
 #include "common/base/ein_error.h"
 #include "common/process/ein_status.h"
+#include "common/process/ein_worker_args.h"
 #include "worker/wk_backend.h"
 
 typedef struct wk_config {
-    int device;
-    int ndevices;
-    const char *run_dir;      /* private directory holding the ipc sockets */
-    const char *run_id;       /* names the shared-memory segments */
-    const char *coordinator;  /* zmq endpoint of the coordinator's ROUTER */
+    /* The command line (common/process/ein_worker_args.def, one row an option):
+     * device, ndevices, run_dir, run_id, coordinator, parent_pid,
+     * iterations (>= 1, or 0: until SHUTDOWN, a session; LOADs run in the
+     * first, and again when START names their input; STOREs when START
+     * asks; the coordinator starts each one with START once every worker
+     * is DONE), log_path, log_level, trace_path, pause, backend, gpu,
+     * graphs (capture each local stretch, wk_stretch.h, as a graph in the
+     * second iteration and replay it in later ones, if the backend has
+     * graphs), instr_timeout_s (the heartbeat thread stops beating for a
+     * main thread inside one kernel, or other body that reports no
+     * progress, this long; <= 0: never, wk_beat.h), transport (a run on
+     * several hosts, einnode: blocks to and from devices of other hosts
+     * move over this transport, wk_xport.h; HELLO carries our address and
+     * PEERS, before the first START, the peers'; NULL: one host),
+     * host_address (this host's address toward the coordinator,
+     * wk_xport_params, or NULL), link_bw and link_lat. One value, as
+     * einworker decoded it (args), whose fields are also named directly
+     * (cfg->device). */
+    union {
+        ein_worker_args args;
+        struct {
+#define EIN_WARG(field, kind, flag, scope, metavar, def, help) EIN_WARG_T_##kind field;
+#include "common/process/ein_worker_args.def"
+#undef EIN_WARG
+        };
+    };
     double heartbeat_s;       /* interval between heartbeats */
-    double instr_timeout_s;   /* the heartbeat thread stops beating for a main
-                                 thread inside one kernel (or other body that
-                                 reports no progress) this long; <= 0: never
-                                 (see wk_beat.h) */
-    int iterations;           /* times the Program runs (>= 1), or 0: until
-                                 SHUTDOWN (a session). LOADs run in the first,
-                                 and again when START names their input;
-                                 STOREs when START asks; the coordinator starts
-                                 each one with START once every worker is DONE */
     FILE *log;                /* NULL: no log; else events (level 1) and every
                                  instruction started/finished (level 2) */
-    int log_level;
-    const char *trace_path;   /* NULL, or a file receiving Chrome-trace events */
     /* Fault injection for the supervision tests (see einworker --help):
      * NULL, "crash", "hang", "exit", "alloc", "garbage", "peer-garbage" or
      * "slow" (the body takes 4 s: a LOAD or STORE making progress, any
@@ -45,22 +56,12 @@ typedef struct wk_config {
     const char *fault;
     int fault_instr;
     ein_status_slot *status;  /* this device's slot of the status page, or NULL */
-    int graphs;               /* capture each local stretch (wk_stretch.h) as a
-                                 graph in the second iteration and replay it in
-                                 later ones, if the backend has graphs */
     size_t slab_bytes;        /* LOAD and STORE move this many bytes (about) at a
                                  time, each a unit of progress; 0: 32 MiB */
     int poison;               /* test hook: before each iteration after the first,
                                  fill every buffer no LOAD fills with NaN, so an
                                  instruction run too early reads NaN, not the
                                  previous iteration's (equal) values */
-    const char *transport;    /* a run on several hosts (einnode): blocks to and
-                                 from devices of other hosts move over this
-                                 transport (wk_xport.h: "ucx", "tcp"); HELLO
-                                 carries our address and PEERS, before the
-                                 first START, the peers'. NULL: one host */
-    const char *host_address; /* this host's address toward the coordinator
-                                 (wk_xport_params), or NULL */
     double spin_s;            /* before blocking for a message (a peer's READY,
                                  the next START), poll without blocking for
                                  this long first: a message due within it is

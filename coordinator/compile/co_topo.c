@@ -9,6 +9,7 @@
 
 #include "common/io/ein_file.h"
 #include "common/base/ein_vec.h"
+#include "include/einsummable/einsummable.h"
 
 #define PROBE_MAX_BYTES (64u << 20)
 
@@ -159,11 +160,27 @@ static int probe_peer(probe_reader *r, char **w, int nw)
     return 0;
 }
 
+/* Who prints a probe, for messages: "WORKER --probe" of every backend row
+ * whose devices are named by id ("einworker-cuda --probe"), joined by
+ * " or "; written into buf[cap]. */
+static const char *probe_source(char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < ein_backend_count() && n < cap; i++)
+        if (ein_backend_get(i)->probed)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%s --probe", n ? " or " : "",
+                                  ein_backend_get(i)->worker);
+    return buf[0] ? buf : "a worker's --probe";
+}
+
 /* One statement (w[0] is its keyword, at r->col): einprobe, gpu or peer. */
 static int probe_statement(probe_reader *r, char **w, int nw, char *rest, char *buf, size_t len)
 {
+    char src[256];
     if (!r->version && strcmp(w[0], "einprobe") != 0)
-        return PROBE_BAD(r, "expected 'einprobe 1' first (the output of einworker-cuda --probe)");
+        return PROBE_BAD(r, "expected 'einprobe 1' first (the output of %s)",
+                         probe_source(src, sizeof src));
     if (strcmp(w[0], "einprobe") == 0) {
         if (r->version)
             return PROBE_BAD(r, "'einprobe' given twice");
@@ -185,9 +202,11 @@ static int probe_statement(probe_reader *r, char **w, int nw, char *rest, char *
 static int probe_finish(probe_reader *r)
 {
     co_topo_probe *p = r->p;
+    char src[256];
     if (!r->version)
         return ein_fail_at(r->err, EIN_EPARSE, r->file, r->line ? r->line : 1, 1,
-                           "empty probe: expected 'einprobe 1' (the output of einworker-cuda --probe)");
+                           "empty probe: expected 'einprobe 1' (the output of %s)",
+                           probe_source(src, sizeof src));
     if (!p->ngpus)
         return ein_fail_at(r->err, EIN_EPARSE, r->file, r->line, 1,
                            "no 'gpu' line: the probe saw no GPU");

@@ -89,7 +89,7 @@ int co_topology_for(const ein_compile_options *o, int ndev, xp_topology **out, c
             rc = co_topo_probe_load(o->gpu_probe, &pr, err);
         } else if ((rc = co_find_worker(be->worker, o->worker, worker, sizeof worker,
                                         err)) < 0) {
-            ein_error_prefix(err, "to probe the GPUs");
+            ein_error_prefix(err, "to probe the %ss", be->device);
         } else {
             char *text = NULL, name[PATH_MAX + 16];
             snprintf(name, sizeof name, "%s --probe", worker);

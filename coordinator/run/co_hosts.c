@@ -267,20 +267,14 @@ static int agent_keys(int fd, const char *const *env)
 
 /* The words of the agent's command line that are numbers or lists. */
 typedef struct agent_words {
-    char host[16], devs[4096], nd[16], iters[16], itmo[32], ppid[32], bw[32], lat[32];
+    char host[16], devs[4096], ppid[32];
 } agent_words;
 
 static void agent_words_fill(agent_words *w, const co_run_opts *o, int h, int ndev)
 {
     snprintf(w->host, sizeof w->host, "%d", h);
     co_hosts_devices(o, h, ndev, w->devs, sizeof w->devs);
-    snprintf(w->nd, sizeof w->nd, "%d", ndev);
-    snprintf(w->iters, sizeof w->iters, "%d", o->iterations);
-    snprintf(w->itmo, sizeof w->itmo, "%g", o->sess.instr_timeout);
     snprintf(w->ppid, sizeof w->ppid, "%ld", (long)getpid());
-    snprintf(w->bw, sizeof w->bw, "%.6g", o->link_bw > 0 ? o->link_bw : 0.0);
-    snprintf(w->lat, sizeof w->lat, "%.6g",
-             o->link_bw > 0 && o->link_lat > 0 ? o->link_lat : 0.0);
 }
 
 /* In the forked child: the agent itself (stdin from `keys`, when >= 0). */
@@ -326,8 +320,12 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     agent_words w;
     agent_words_fill(&w, o, h, ndev);
-    char *host = w.host, *devs = w.devs, *nd = w.nd, *iters = w.iters, *itmo = w.itmo;
-    char *ppid = w.ppid, *bw = w.bw, *lat = w.lat;
+    char *host = w.host, *devs = w.devs, *ppid = w.ppid;
+    /* The workers' RUN options, which einnode hands to each of them. */
+    ein_worker_args wargs;
+    ein_worker_argv run;
+    co_run_worker_args(o, ndev, &wargs);
+    ein_worker_args_encode(&wargs, EIN_WARG_RUN, &run);
     char gpus[4096] = "";
     agent_gpus(o, h, ndev, launch != NULL, gpus, sizeof gpus);
     if (!devs[0]) {
@@ -335,11 +333,9 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
         return ein_fail(err, EIN_EINVAL, "host %d has no device", h);
     }
     const char *args[] = {o->node_path, "--coordinator", endpoint, "--host", host,
-                          "--devices", devs, "--ndevices", nd, "--worker", o->worker_path,
-                          "--iterations", iters, "--instr-timeout", itmo, "--link-bw", bw,
-                          "--link-latency", lat};
+                          "--devices", devs, "--worker", o->worker_path};
     int nargs = (int)(sizeof args / sizeof *args);
-    char **argv = calloc((size_t)(nlaunch + nargs + 11), sizeof *argv);
+    char **argv = calloc((size_t)(nlaunch + nargs + run.argc + 11), sizeof *argv);
     int kp[2] = {-1, -1};
     if (!argv || (launch && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, kp) < 0)) {
         int e = errno;
@@ -353,6 +349,8 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
         argv[na++] = launch[i];
     for (int i = 0; i < nargs; i++)
         argv[na++] = (char *)args[i];
+    for (int i = 0; i < run.argc; i++)
+        argv[na++] = run.argv[i];
     if (launch) {
         argv[na++] = "--keys-stdin";
     } else {
@@ -361,14 +359,6 @@ int co_hosts_spawn_agent(const co_run_opts *o, int h, int ndev, const char *endp
     }
     if (o->sess.verbose)
         argv[na++] = "--verbose";
-    if (o->sess.transport) {
-        argv[na++] = "--transport";
-        argv[na++] = (char *)o->sess.transport;
-    }
-    if (o->backend && ein_backend_index(o->backend) > 0) {
-        argv[na++] = "--backend";
-        argv[na++] = (char *)o->backend->name;
-    }
     if (gpus[0]) {
         argv[na++] = "--gpus";
         argv[na++] = gpus;

@@ -41,57 +41,49 @@ static int split_words(char *cmd, char **argv, int *n, int max)
     return 0;
 }
 
+/* Device d's command line (common/process/ein_worker_args.def): the run's part
+ * (co_run_worker_args) and d's own; its numbers' text in *store. */
+static void worker_argv(run *r, int d, ein_worker_argv *store, char *logp, size_t nlogp,
+                        char *trace, size_t ntrace)
+{
+    const co_run_opts *o = r->o;
+    ein_worker_args a;
+    co_run_worker_args(o, r->ndev, &a);
+    a.device = d;
+    a.run_dir = r->dir;
+    a.run_id = r->run_id;
+    a.coordinator = r->endpoint;
+    if (!o->sess.manual)
+        a.parent_pid = (long)getpid();
+    if (o->sess.log_dir) {
+        snprintf(logp, nlogp, "%s/worker-%d.log", o->sess.log_dir, d);
+        a.log_path = logp;
+    }
+    if (o->sess.trace_path) {
+        snprintf(trace, ntrace, "%s/trace-%d.json", r->dir, d);
+        a.trace_path = trace;
+    }
+    a.pause = o->sess.debug_device == d;
+    if (a.backend->probed)
+        a.gpu = o->sess.gpu_ids ? o->sess.gpu_ids[d] : d;
+    ein_worker_args_encode(&a, EIN_WARG_ALL, store);
+}
+
 static int spawn(run *r, int d, ein_error *err)
 {
-    char dev[16], nd[16], ppid[32], iters[16], level[16], logp[600], trace[600], wrap[1024];
-    char gpu[16], itmo[32];
-    char *argv[64];
+    char logp[600], trace[600], wrap[1024];
+    char *argv[40 + 1 + 2 * EIN_WARG_COUNT + 1]; /* wrapper, worker, options */
     int n = 0;
-    snprintf(dev, sizeof dev, "%d", d);
-    snprintf(nd, sizeof nd, "%d", r->ndev);
-    snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
-    snprintf(iters, sizeof iters, "%d", r->o->iterations);
-    snprintf(level, sizeof level, "%d", r->o->sess.log_level);
+    ein_worker_argv wa;
     if (r->o->sess.wrapper && (r->o->sess.wrapper_device < 0 || r->o->sess.wrapper_device == d)) {
         snprintf(wrap, sizeof wrap, "%s", r->o->sess.wrapper);
         if (split_words(wrap, argv, &n, 40) < 0)
             return ein_fail(err, EIN_EINVAL, "the worker wrapper has too many words");
     }
     argv[n++] = (char *)r->o->worker_path;
-    char *fixed[] = {"--device", dev, "--ndevices", nd, "--run-dir", r->dir, "--run-id",
-                     r->run_id, "--coordinator", r->endpoint, "--iterations", iters};
-    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
-        argv[n++] = fixed[i];
-    if (!r->o->sess.manual) {
-        argv[n++] = "--parent-pid";
-        argv[n++] = ppid;
-    }
-    if (r->o->sess.log_dir) {
-        snprintf(logp, sizeof logp, "%s/worker-%d.log", r->o->sess.log_dir, d);
-        argv[n++] = "--log";
-        argv[n++] = logp;
-        argv[n++] = "--log-level";
-        argv[n++] = level;
-    }
-    if (r->o->sess.trace_path) {
-        snprintf(trace, sizeof trace, "%s/trace-%d.json", r->dir, d);
-        argv[n++] = "--trace";
-        argv[n++] = trace;
-    }
-    if (r->o->sess.debug_device == d)
-        argv[n++] = "--pause";
-    if (r->o->sess.graphs)
-        argv[n++] = "--graphs";
-    snprintf(itmo, sizeof itmo, "%g", r->o->sess.instr_timeout);
-    argv[n++] = "--instr-timeout";
-    argv[n++] = itmo;
-    if (r->o->backend && r->o->backend->probed) {
-        snprintf(gpu, sizeof gpu, "%d", r->o->sess.gpu_ids ? r->o->sess.gpu_ids[d] : d);
-        argv[n++] = "--backend";
-        argv[n++] = (char *)r->o->backend->name;
-        argv[n++] = "--gpu";
-        argv[n++] = gpu;
-    }
+    worker_argv(r, d, &wa, logp, sizeof logp, trace, sizeof trace);
+    for (int i = 0; i < wa.argc; i++)
+        argv[n++] = wa.argv[i];
     argv[n] = NULL;
     r->w[d].phase = W_SPAWNED;
     r->w[d].instr = -1;

@@ -8,6 +8,7 @@
 #include "common/base/ein_error.h"
 #include "common/ir/ein_program.h"
 #include "common/io/ein_wire.h"
+#include "common/process/ein_worker_args.h"
 #include "include/einsummable/einsummable.h"
 
 struct co_host; /* co_hosts.h */
@@ -86,5 +87,14 @@ typedef struct co_run_opts {
      * connect; the run fails naming it (0: the default of
      * co_hosts_connect_limit). */
 } co_run_opts;
+
+/* The RUN-scope part of every worker's command line (common/
+ * ein_worker_args.def) for a run of ndev devices under o: ndevices,
+ * iterations, instr_timeout_s, log_level, graphs, backend and, on several
+ * hosts (nhosts > 0), transport, link_bw and link_lat; every other field
+ * at its default. co_run.c adds each worker's DEVICE fields on one host;
+ * on several, co_hosts.c hands these to each host's agent (einnode), which
+ * adds them there. A worker option the coordinator sets is set here. */
+void co_run_worker_args(const co_run_opts *o, int ndev, ein_worker_args *a);
 
 #endif

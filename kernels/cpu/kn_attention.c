@@ -92,6 +92,23 @@ static inline int64_t kn_att_first_key(int64_t s, int64_t t, int64_t window)
     return window > 0 && t - window + 1 > s ? t - window + 1 : s;
 }
 
+/* q's and k's head dims whole and equal, and q's heads `group` times k's
+ * (both attention kernels and the partial one). */
+static int kn_att_heads_check(const char *what, const kn_block *q, const kn_block *k,
+                              int64_t group, ein_error *err)
+{
+    char b1[256], b2[256];
+    if (q->box.lo[2] != 0 || k->box.lo[2] != 0 || q->box.hi[2] != k->box.hi[2] ||
+        q->box.hi[2] < 1)
+        return ein_fail(err, EIN_ESHAPE, "%s: head dim must be whole and equal: q %s, k %s",
+                        what, kn_fmt(&q->box, b1, sizeof b1), kn_fmt(&k->box, b2, sizeof b2));
+    if (q->box.lo[0] != group * k->box.lo[0] || q->box.hi[0] != group * k->box.hi[0])
+        return ein_fail(err, EIN_ESHAPE, "%s: q heads %s are not kv heads %s times group %"
+                        PRId64, what, kn_fmt(&q->box, b1, sizeof b1),
+                        kn_fmt(&k->box, b2, sizeof b2), group);
+    return 0;
+}
+
 static int kn_att_check(int64_t group, int64_t window, const int64_t *ends, int nseq,
                         const kn_block *q, const kn_block *k, const kn_block *v,
                         const kn_block *out, ein_error *err)
@@ -116,14 +133,8 @@ static int kn_att_check(int64_t group, int64_t window, const int64_t *ends, int 
     if (!ein_box_equal(&k->box, &v->box))
         return ein_fail(err, EIN_ESHAPE, "%s: v box %s differs from k box %s", what,
                         kn_fmt(&v->box, b1, sizeof b1), kn_fmt(&k->box, b2, sizeof b2));
-    if (q->box.lo[2] != 0 || k->box.lo[2] != 0 || q->box.hi[2] != k->box.hi[2] ||
-        q->box.hi[2] < 1)
-        return ein_fail(err, EIN_ESHAPE, "%s: head dim must be whole and equal: q %s, k %s",
-                        what, kn_fmt(&q->box, b1, sizeof b1), kn_fmt(&k->box, b2, sizeof b2));
-    if (q->box.lo[0] != group * k->box.lo[0] || q->box.hi[0] != group * k->box.hi[0])
-        return ein_fail(err, EIN_ESHAPE, "%s: q heads %s are not kv heads %s times group %"
-                        PRId64, what, kn_fmt(&q->box, b1, sizeof b1),
-                        kn_fmt(&k->box, b2, sizeof b2), group);
+    if ((rc = kn_att_heads_check(what, q, k, group, err)) < 0)
+        return rc;
     int64_t t0 = q->box.lo[1], t1 = q->box.hi[1];
     if (t1 == t0 || q->box.hi[0] == q->box.lo[0])
         return 0;
@@ -414,13 +425,8 @@ int kn_cpu_attention_partial_window(int64_t group, int64_t window, const int64_t
                             kn_fmt(&v->box, b1, sizeof b1), kn_fmt(&k->box, b2, sizeof b2));
         if (group < 1)
             return ein_fail(err, EIN_EINVAL, "%s: group %" PRId64 " is not positive", what, group);
-        if (k->box.lo[2] != 0 || k->box.hi[2] != d)
-            return ein_fail(err, EIN_ESHAPE, "%s: head dim must be whole and equal: q %s, k %s",
-                            what, kn_fmt(&q->box, b1, sizeof b1), kn_fmt(&k->box, b2, sizeof b2));
-        if (q->box.lo[0] != group * k->box.lo[0] || q->box.hi[0] != group * k->box.hi[0])
-            return ein_fail(err, EIN_ESHAPE, "%s: q heads %s are not kv heads %s times group %"
-                            PRId64, what, kn_fmt(&q->box, b1, sizeof b1),
-                            kn_fmt(&k->box, b2, sizeof b2), group);
+        if ((rc = kn_att_heads_check(what, q, k, group, err)) < 0) /* d: q's, checked */
+            return rc;
         if (k->box.hi[1] > t1 && k->box.hi[1] > 0 && nseq > 0 && k->box.hi[1] > seq_ends[nseq - 1])
             return ein_fail(err, EIN_ESHAPE, "%s: keys %s are outside the sequences", what,
                             kn_fmt(&k->box, b1, sizeof b1));

@@ -22,13 +22,9 @@
 src=${EIN_SRCDIR:-..}
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-n=0
-fails=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-    n=$((n + 1)); echo "not ok $n - $1"; fails=$((fails + 1))
-    [ -s "$tmp/why" ] && sed 's/^/# /' "$tmp/why" | head -200
-}
+. "$src/tests/tap.sh" # ok, not_ok
+TAP_WHY="$tmp/why"
+TAP_WHY_LINES=200
 ROOTS='include common kernels worker planner exchange coordinator node tools examples'
 
 # edges DIR: print "A B WHY" for every edge between two files of DIR.

@@ -6,13 +6,8 @@
 src=${EIN_SRCDIR:-..}
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-n=0
-fails=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-    n=$((n + 1)); echo "not ok $n - $1"; fails=$((fails + 1))
-    [ -s "$tmp/why" ] && sed 's/^/# /' "$tmp/why" | head -30
-}
+. "$src/tests/tap.sh" # ok, not_ok
+TAP_WHY="$tmp/why"
 echo "1..2"
 
 # a function of body + 4 lines: its name, `{`, the body, `return`, `}`

@@ -8,9 +8,7 @@ B=${EIN_BUILDDIR:-.}
 SRC=${EIN_SRCDIR:-..}
 S=$(mktemp -d "${TMPDIR:-/tmp}/knobs-test.XXXXXX") || exit 1
 trap 'rm -rf "$S"' EXIT
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+. "$SRC/tests/tap.sh" # ok, not_ok (check is this test's own: NAME EXPR)
 check() { if eval "$2"; then ok "$1"; else not_ok "$1" "$(head -c 600 "$S/why" 2>/dev/null)"; fi; }
 
 echo "1..7"

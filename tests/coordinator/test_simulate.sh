@@ -8,20 +8,7 @@ EINPLAN=./einplan
 EINGEN=./eingen
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-n=0
-fails=0
-check() {   # check NAME COMMAND...: ok when the command succeeds
-    n=$((n + 1))
-    name=$1
-    shift
-    if "$@" >"$tmp/out" 2>"$tmp/err"; then
-        echo "ok $n - $name"
-    else
-        echo "not ok $n - $name"
-        sed 's/^/# /' "$tmp/out" "$tmp/err" | head -20
-        fails=$((fails + 1))
-    fi
-}
+. "$src/tests/tap.sh" # ok, not_ok, check
 PY=/usr/bin/python3
 echo "1..14"
 $EINGEN llama --seqs 8 --tokens 8192 > "$tmp/l8.ein"

@@ -1,9 +1,25 @@
-# tests/e2e/lib.sh — shared by the shell end-to-end tests (sourced, not run).
-# Expects $S (the test's scratch directory, also its TMPDIR) to be set.
+# tests/e2e/lib.sh — shared by the shell end-to-end tests (sourced, not run,
+# after setting $SRC, the source tree). Its functions use $S, the test's
+# scratch directory (scratch NAME makes it).
 
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+. "$SRC/tests/tap.sh" # ok, not_ok, check
+
+# scratch NAME: $S, a new directory (${TMPDIR:-/tmp}/ein-NAME.XXXXXX) that
+# is also TMPDIR, removed when the script exits, and the current directory.
+scratch() {
+    S=$(mktemp -d "${TMPDIR:-/tmp}/ein-$1.XXXXXX") || exit 1
+    export TMPDIR="$S"
+    trap 'rm -rf "$S"' EXIT
+    cd "$S" || exit 1
+}
+
+# require_numpy: the TAP skip of the whole script when $PY has no NumPy.
+require_numpy() {
+    if ! "$PY" -c 'import numpy' 2>/dev/null; then
+        echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
+        exit 0
+    fi
+}
 
 # sanitized_python_env: in a sanitizer build ($EIN_SAN_CFLAGS names
 # -fsanitize=address; tests/python/local.am exports it), a Python process

@@ -4,7 +4,10 @@
 # (saying why, in one line); --backend cpu forces CPU devices, --backend
 # cuda without a GPU is an error; a backend with no row of the registry
 # (common/ir/ein_backend.c) is refused by name by einworker and einnode, and
-# einnode's --gpus goes only with a backend of numbered devices.
+# einnode's --gpus goes only with a backend of numbered devices; the
+# worker options (common/process/ein_worker_args.def) are refused by flag when
+# malformed and documented by einworker/einnode --help; einrun --help
+# lists the backend rows.
 # $EIN_GPU_VISIBLE stands in for the GPU machine; a stand-in worker
 # answers the GPU probe and records the arguments it was started with. No
 # GPU is needed.
@@ -12,11 +15,8 @@ set -u
 B=${EIN_BUILDDIR:-.}
 EINRUN="$B/einrun"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-backend.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch backend
 unset CUDA_VISIBLE_DEVICES EIN_GPU_VISIBLE
 
 write_ffn ffn.ein
@@ -55,12 +55,12 @@ workers_lacked() {
     else ok "$1"; fi
 }
 
-echo "1..19"
+echo "1..23"
 # No GPU visible: CPU devices, one line saying so, and the run succeeds.
 EIN_GPU_VISIBLE=0 run "no GPU: CPU devices" 0 \
     "^einrun: no GPU visible; running 2 CPU devices for --gpus 0-1$" -- --gpus 0-1 ffn.ein
-n=$(grep -c "CPU device" err.txt)
-if [ "$n" -eq 1 ]; then ok "no GPU: said once"; else not_ok "no GPU: said once" "$n lines" "$(cat err.txt)"; fi
+lines=$(grep -c "CPU device" err.txt) # not $n: that counts the tests (tests/tap.sh)
+if [ "$lines" -eq 1 ]; then ok "no GPU: said once"; else not_ok "no GPU: said once" "$lines lines" "$(cat err.txt)"; fi
 CUDA_VISIBLE_DEVICES= EIN_GPU_VISIBLE= run "CUDA_VISIBLE_DEVICES empty: CPU devices" 0 \
     "^einrun: no GPU visible; running 1 CPU device for --gpus 0$" -- --gpus 0 ffn.ein
 CUDA_VISIBLE_DEVICES=-1 run "CUDA_VISIBLE_DEVICES=-1: CPU devices" 0 \
@@ -105,3 +105,27 @@ cmd "einnode --gpus without a backend" "^einnode: --gpus: backend cpu has no num
     "$B/einnode" $node --gpus 0
 cmd "einnode --backend cuda without --gpus" "^einnode: --backend cuda: give --gpus" -- \
     "$B/einnode" $node --backend cuda
+# einworker's and einnode's options are the rows of common/process/ein_worker_args.def:
+# malformed numbers are refused by flag, and --help documents every row
+# (einnode: those of RUN scope, which it passes on to its workers).
+cmd "einworker --device x" "^einworker: --device 'x': expected an integer$" -- \
+    "$B/einworker" --device x --ndevices 1
+cmd "einnode --iterations 2x" "^einnode: --iterations '2x': expected an integer$" -- \
+    "$B/einnode" $node --iterations 2x
+"$B/einworker" --help > wh.txt 2>&1
+"$B/einnode" --help > nh.txt 2>&1
+miss=""
+rows=$(sed -n 's/^EIN_WARG([a-z_]*, [A-Z]*, "\([a-z-]*\)", \([A-Z]*\),.*/\1:\2/p' \
+    "$SRC/common/process/ein_worker_args.def")
+for r in $rows; do
+    grep -q -- "^  --${r%:*}\\b" wh.txt || miss="$miss einworker:${r%:*}"
+    [ "${r#*:}" = RUN ] && ! grep -q -- "^  --${r%:*}\\b" nh.txt && miss="$miss einnode:${r%:*}"
+done
+if [ -n "$rows" ] && [ -z "$miss" ]; then ok "einworker and einnode --help document every row ($(echo $rows | wc -w))"
+else not_ok "einworker and einnode --help document every row" "missing:$miss" "rows: $rows"; fi
+# einrun --help prints the backend registry's rows, each present or not here.
+"$EINRUN" --help > rh.txt 2>&1
+if grep -q "^  cpu  .* worker einworker;" rh.txt && grep -q "^  cuda  .* worker einworker-cuda;" rh.txt &&
+   [ "$(grep -c 'by default. Here: \(present\|absent\) (' rh.txt)" -eq 2 ]; then
+    ok "einrun --help lists the backends, each present or absent here"
+else not_ok "einrun --help lists the backends" "$(sed -n '/^Backends/,/^Data/p' rh.txt)"; fi

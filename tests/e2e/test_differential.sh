@@ -11,12 +11,8 @@ B=${EIN_BUILDDIR:-.}
 EINRUN="$(cd "$B" && pwd)/einrun"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 PY=/usr/bin/python3
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
-    exit 0
-fi
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-diff.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
+. "$SRC/tests/e2e/lib.sh"
+require_numpy
+scratch diff
 exec "$PY" "$SRC/tests/e2e/diffcheck.py" "$EINRUN" "$S/runs" --runs "${EIN_DIFF_RUNS:-32}" \
     --seed "${EIN_DIFF_SEED:-22}"

@@ -7,11 +7,8 @@ B=${EIN_BUILDDIR:-.}
 EINRUN="$B/einrun"
 NPY="$B/tests/e2e/npytool"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-err.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch err
 
 write_ffn ffn.ein
 "$B/eingen" llama --seqs 2 --tokens 16 --scale 0.0625 --dtype f32 > llama.ein 2> gen.txt ||

@@ -13,11 +13,8 @@ EINGEN="$B/eingen"
 NPYTOOL="$B/tests/e2e/npytool"
 ROGUE="$B/tests/e2e/zmq_rogue"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-fh.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch fh
 
 if ! grep -q '^#define HAVE_UCX 1' "$B/config.h" 2>/dev/null; then
     echo "1..0 # SKIP built without UCX (libucx-dev)"

@@ -7,11 +7,8 @@ set -u
 B=${EIN_BUILDDIR:-.}
 EINRUN="$B/einrun"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-flt.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch flt
 
 write_ffn ffn.ein
 

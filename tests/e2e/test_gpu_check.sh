@@ -20,11 +20,8 @@ SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 GC="$SRC/tools/gpu-check"
 NPY="$(cd "$B" && pwd)/tests/e2e/npytool"
 EINRUN="$(cd "$B" && pwd)/einrun"
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-gpucheck.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch gpucheck
 
 if [ -e /dev/nvidia0 ] || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then
     echo "1..0 # SKIP a GPU is here (this test checks the verdicts without one)"

@@ -10,11 +10,8 @@ B=${EIN_BUILDDIR:-.}
 EINRUN="$B/einrun"
 NPYTOOL="$B/tests/e2e/npytool"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-hb.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch hb
 
 write_ffn ffn.ein
 mkdir -p logs

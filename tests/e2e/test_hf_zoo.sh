@@ -19,11 +19,8 @@ EINGEN="$(cd "$B" && pwd)/eingen"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 PY=/usr/bin/python3
 ZOO="$SRC/tests/e2e/hf_zoo.py"
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-hfzoo.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch hfzoo
 
 if ! "$PY" -c 'import numpy' 2>/dev/null; then
     echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"

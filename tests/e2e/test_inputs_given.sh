@@ -11,11 +11,8 @@ B=${EIN_BUILDDIR:-.}
 EINRUN="$(cd "$B" && pwd)/einrun"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 PY=/usr/bin/python3
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-given.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch given
 
 if ! "$PY" -c 'import numpy' 2>/dev/null; then
     echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"

@@ -10,11 +10,8 @@ EINRUN="$(cd "$B" && pwd)/einrun"
 NPY="$(cd "$B" && pwd)/tests/e2e/npytool"
 EINGEN="$(cd "$B" && pwd)/eingen"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-out.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch out
 
 write_ffn ffn.ein
 # The same FFN saving all three results, in this order.

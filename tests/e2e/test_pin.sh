@@ -9,11 +9,8 @@ set -u
 B=${EIN_BUILDDIR:-.}
 EINRUN="$(cd "$B" && pwd)/einrun"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-pin.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch pin
 unset EIN_PIN
 write_ffn ffn.ein
 N=$(nproc)

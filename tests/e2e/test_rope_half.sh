@@ -13,11 +13,8 @@ EINRUN="$(cd "$B" && pwd)/einrun"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 PY=/usr/bin/python3
 GEN="$SRC/tests/e2e/st_gen.py"
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-rope.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch rope
 
 if ! "$PY" -c 'import numpy' 2>/dev/null; then
     echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"

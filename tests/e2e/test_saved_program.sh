@@ -12,11 +12,8 @@ B=${EIN_BUILDDIR:-.}
 EINRUN="$(cd "$B" && pwd)/einrun"
 NPY="$(cd "$B" && pwd)/tests/e2e/npytool"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-saved.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch saved
 echo "1..19"
 n=0
 

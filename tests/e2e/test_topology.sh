@@ -8,11 +8,8 @@ set -u
 B=${EIN_BUILDDIR:-.}
 EINRUN="$B/einrun"
 SRC=${EIN_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-S=$(mktemp -d "${TMPDIR:-/tmp}/ein-topo.XXXXXX") || exit 1
-export TMPDIR="$S"
-trap 'rm -rf "$S"' EXIT
-cd "$S" || exit 1
 . "$SRC/tests/e2e/lib.sh"
+scratch topo
 
 write_ffn ffn.ein
 # probe N NAME: what einworker-cuda --probe prints for N GPUs named NAME,

@@ -8,9 +8,7 @@ X="$B/tools/exprog"
 P="$SRC/tests/exchange/programs"
 S=$(mktemp -d "${TMPDIR:-/tmp}/exprog-test.XXXXXX") || exit 1
 trap 'rm -rf "$S"' EXIT
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+. "$SRC/tests/tap.sh" # ok, not_ok (check is this test's own: NAME EXPR)
 check() { if eval "$2"; then ok "$1"; else not_ok "$1" "$(head -c 600 "$S/out" 2>/dev/null)"; fi; }
 # ms_near FILE WANT: the last line is "makespan: X ms" with X within 2% of WANT.
 # synth_at_most FILE MS: synth's last line is "# makespan: X ms" with X <= MS.

@@ -10,9 +10,7 @@ AWK=${AWK:-awk}
 G="$SRC/exchange/xp_machines.awk"
 S=$(mktemp -d "${TMPDIR:-/tmp}/machines-test.XXXXXX") || exit 1
 trap 'rm -rf "$S"' EXIT
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+. "$SRC/tests/tap.sh" # ok, not_ok (check is this test's own: NAME EXPR)
 check() { if eval "$2"; then ok "$1"; else not_ok "$1" "$(head -c 600 "$S/err" 2>/dev/null)"; fi; }
 gen() { LC_ALL=C $AWK -f "$G" "$@" > "$S/out" 2> "$S/err"; }
 

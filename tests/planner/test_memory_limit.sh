@@ -10,20 +10,7 @@ EINGEN=./eingen
 EINRUN=./einrun
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-n=0
-fails=0
-check() {   # check NAME COMMAND...: ok when the command succeeds
-    n=$((n + 1))
-    name=$1
-    shift
-    if "$@" >"$tmp/out" 2>"$tmp/err"; then
-        echo "ok $n - $name"
-    else
-        echo "not ok $n - $name"
-        sed 's/^/# /' "$tmp/out" "$tmp/err" | head -20
-        fails=$((fails + 1))
-    fi
-}
+. "${EIN_SRCDIR:-..}/tests/tap.sh" # ok, not_ok, check
 # peak MB of `einplan --simulate` output in file $1 ("largest peak X MB")
 peak() { sed -n 's/^memory reuse: largest peak \([0-9.]*\) MB.*/\1/p' "$1"; }
 echo "1..7"
