@@ -44,8 +44,8 @@ ROOTS='include common kernels worker planner exchange coordinator node tools exa
 RANKS=$(printf '%s\n' "$ORDER" | awk '{ print $0, NR }')
 # The source files, and every folder holding one.
 for r in $ROOTS; do
-    [ -d "$src/$r" ] && (cd "$src" && find "$r" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' \
-        -o -name '*.cuh' -o -name '*.def' \))
+    [ -d "$src/$r" ] && (cd "$src" && find "$r" -name node_modules -prune -o -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' \
+        -o -name '*.cuh' -o -name '*.def' \) -print)
 done | LC_ALL=C sort > "$tmp/files"
 sed 's|/[^/]*$||' "$tmp/files" | LC_ALL=C sort -u > "$tmp/folders"
 

@@ -55,7 +55,7 @@ workers_lacked() {
     else ok "$1"; fi
 }
 
-echo "1..23"
+echo "1..24"
 # No GPU visible: CPU devices, one line saying so, and the run succeeds.
 EIN_GPU_VISIBLE=0 run "no GPU: CPU devices" 0 \
     "^einrun: no GPU visible; running 2 CPU devices for --gpus 0-1$" -- --gpus 0-1 ffn.ein
@@ -74,7 +74,13 @@ if [ "$cuda" -eq 1 ]; then
     # GPUs visible on a CUDA build: --gpus runs the CUDA backend with no
     # other flag (the topology from the probe, workers told --backend cuda).
     EIN_GPU_VISIBLE=1 run "GPUs: the CUDA backend" 1 "topology: " -- --gpus 0-1 --worker "$S/rec.sh" ffn.ein
-    workers_had "GPUs: workers run --backend cuda" "--backend cuda --gpu [01]"
+    # each on its own GPU: --gpu 1 for device 1; device 0's --gpu 0 is the
+    # default, which the worker options' encoder leaves out
+    workers_had "GPUs: workers run --backend cuda" "--backend cuda"
+    if grep -q -- "--device 1 .*--gpu 1\( \|\$\)" args.txt &&
+            ! grep -q -- "--device 0 .*--gpu [1-9]" args.txt; then
+        ok "GPUs: device 1 on GPU 1, device 0 on GPU 0"
+    else not_ok "GPUs: device 1 on GPU 1, device 0 on GPU 0" "$(cat args.txt)"; fi
     if grep -q "CPU device" err.txt; then not_ok "GPUs: no CPU notice" "$(cat err.txt)"; else ok "GPUs: no CPU notice"; fi
     EIN_GPU_VISIBLE=1 run "GPUs, --backend cpu" 1 "" -- --gpus 0-1 --backend cpu --topology host --worker "$S/rec.sh" ffn.ein
     workers_lacked "GPUs, --backend cpu: CPU workers" "--backend cuda"
@@ -85,7 +91,7 @@ else
     EIN_GPU_VISIBLE=1 run "GPUs, built without CUDA" 0 \
         "^einrun: built without CUDA; running 2 CPU devices for --gpus 0-1$" -- --gpus 0-1 ffn.ein
     EIN_GPU_VISIBLE=1 run "--backend cuda, built without CUDA" 2 "built without CUDA" -- --gpus 0 --backend cuda ffn.ein
-    for i in 1 2 3 4 5; do ok "# SKIP CUDA build only"; done
+    for i in 1 2 3 4 5 6; do ok "# SKIP CUDA build only"; done
 fi
 # cmd NAME PATTERN -- command: exit status 2 and PATTERN in its stderr.
 cmd() {
