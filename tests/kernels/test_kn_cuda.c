@@ -1322,7 +1322,7 @@ static void quant_case(kn_cuda_ctx *ctx, ein_dtype qt, ein_dtype adt, ein_dtype 
              ein_dtype_name(adt), (long long)m, (long long)n, (long long)k);
     if (nan_row < 0) {
         /* the GPU's 16-bit dequantised tiles (m > 8) round the weights */
-        double tol = dt_tol(odt) + (m > 8 ? dt_tol(adt) : 0.0);
+        double tol = 2 * dt_tol(odt) + (m > 8 && adt != EIN_F32 ? dt_tol(adt) : 0.0);
         hd_compare(what, &o, tol);
     } else {
         float *got = malloc(sizeof(float) * (size_t)(m * n)), *want = malloc(sizeof(float) * (size_t)(m * n));
