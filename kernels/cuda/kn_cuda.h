@@ -258,8 +258,8 @@ int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
 /* A product by quantized weights (issue 36; kernels/cuda/kn_cuda_quant.cu,
  * NEVER RUN ON A GPU YET): kn_cpu_einsum's rules for a q8_0 or q4_0 b,
  * "...k,nk->...n" (weights [out, in]), a and out f32, f16 or bf16,
- * computed in f32. At most 8 rows of a run a GEMV that reads each weight
- * block once; more rows dequantise tiles of weights into the context's
+ * computed in f32. At most 16 rows of a run a GEMV that reads each weight
+ * block once per 8 rows; more rows dequantise tiles of weights into the context's
  * scratch and multiply them through cuBLAS (out then f32 or a's dtype).
  * kn_cuda_einsum hands a quantized b here; anything else with quantized
  * operands is refused by name (kernels/cuda/kn_qmm_plan.h). */

@@ -4,7 +4,8 @@
  * NEVER RUN ON A GPU YET (docs/kernels.md).
  *
  * kn_qmm_plan.h has the checks and picks the path:
- *  - GEMV (at most 8 rows of a: decode). One warp per weight row, four
+ *  - GEMV (at most 16 rows of a, 8 per launch: decode). One warp per
+ *    weight row, four
  *    warps per thread block. A pass stages 32 consecutive blocks of the
  *    row (1088 bytes for q8_0, 576 for q4_0) into the warp's shared memory
  *    with 16-byte streaming loads (__ldcs: each weight byte is read once,
@@ -266,16 +267,23 @@ static void kn_cu_qgemv_go(const kn_qmm_plan *p, const void *x, const void *w, v
                            cudaStream_t s)
 {
     const int wvec = (uintptr_t)w % 16 == 0 && p->ldb % 16 == 0;
-    const int xvec = (uintptr_t)x % 16 == 0;
     const unsigned grid = (unsigned)((p->n + KN_QW - 1) / KN_QW);
-    if (p->rows == 1)
+    if (p->rows == 1) {
         kn_cu_qgemv<QT, AT, OT, 1><<<grid, KN_QW * 32, 0, s>>>(
-            (const AT *)x, (const uint8_t *)w, p->ldb, (OT *)y, (int)p->m, (int)p->n,
-            (int)p->k, wvec, xvec);
-    else
-        kn_cu_qgemv<QT, AT, OT, KN_QMM_GEMV_MAX_ROWS><<<grid, KN_QW * 32, 0, s>>>(
-            (const AT *)x, (const uint8_t *)w, p->ldb, (OT *)y, (int)p->m, (int)p->n,
-            (int)p->k, wvec, xvec);
+            (const AT *)x, (const uint8_t *)w, p->ldb, (OT *)y, 1, (int)p->n, (int)p->k, wvec,
+            (uintptr_t)x % 16 == 0);
+        return;
+    }
+    for (int l = 0; l < p->launches; l++) {
+        /* rows [r0, r0 + mr) of a and out: the weights are read once per launch */
+        const int64_t r0 = (int64_t)l * KN_QMM_GEMV_LAUNCH_ROWS;
+        const int mr = (int)(p->m - r0 < KN_QMM_GEMV_LAUNCH_ROWS ? p->m - r0
+                                                                 : KN_QMM_GEMV_LAUNCH_ROWS);
+        const AT *xr = (const AT *)x + r0 * p->k;
+        kn_cu_qgemv<QT, AT, OT, KN_QMM_GEMV_LAUNCH_ROWS><<<grid, KN_QW * 32, 0, s>>>(
+            xr, (const uint8_t *)w, p->ldb, (OT *)y + r0 * p->n, mr, (int)p->n, (int)p->k,
+            wvec, (uintptr_t)xr % 16 == 0);
+    }
 }
 
 template <int QT>

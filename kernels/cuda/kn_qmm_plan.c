@@ -81,7 +81,8 @@ int kn_qmm_plan_make(const char *subs, const kn_block *a, const kn_block *b,
         return 0;
     if (p->m <= KN_QMM_GEMV_MAX_ROWS) {
         p->path = KN_QMM_GEMV;
-        p->rows = p->m <= 1 ? 1 : KN_QMM_GEMV_MAX_ROWS;
+        p->rows = p->m <= 1 ? 1 : KN_QMM_GEMV_LAUNCH_ROWS;
+        p->launches = (int)((p->m + KN_QMM_GEMV_LAUNCH_ROWS - 1) / KN_QMM_GEMV_LAUNCH_ROWS);
         return 0;
     }
     if (out->dtype != EIN_F32 && out->dtype != a->dtype)

@@ -11,7 +11,11 @@
  * computed in f32. Two paths:
  *   KN_QMM_GEMV     m <= KN_QMM_GEMV_MAX_ROWS rows of a (decode): one warp
  *                   per weight row streams its blocks once, dequantising in
- *                   registers; any float dtypes of a and out.
+ *                   registers, for up to KN_QMM_GEMV_LAUNCH_ROWS rows of a
+ *                   per launch (`launches` launches: 16 rows read the
+ *                   weights twice, still fewer bytes than a dequantised
+ *                   bf16 tile's write and read); any float dtypes of a and
+ *                   out.
  *   KN_QMM_DEQUANT  more rows (prefill): tiles of tile_rows weight rows
  *                   are dequantised to a's dtype in scratch (device memory
  *                   of scratch_cap bytes), then cuBLAS multiplies a by each
@@ -26,7 +30,8 @@
 #include "common/ein_error.h"
 #include "kernels/kn_block.h"
 
-#define KN_QMM_GEMV_MAX_ROWS 8
+#define KN_QMM_GEMV_MAX_ROWS 16
+#define KN_QMM_GEMV_LAUNCH_ROWS 8
 
 enum { KN_QMM_GEMV = 1, KN_QMM_DEQUANT = 2 };
 
@@ -34,7 +39,8 @@ typedef struct kn_qmm_plan {
     int path;             /* KN_QMM_GEMV or KN_QMM_DEQUANT; 0: nothing to do */
     int64_t m, n, k;      /* out[m, n] = a[m, k] b[n, k]^T */
     int64_t ldb;          /* bytes per weight row (k / 32 blocks) */
-    int rows;             /* gemv: the kernel's rows, 1 or 8 (>= m) */
+    int rows;             /* gemv: the kernel's rows, 1 or 8 */
+    int launches;         /* gemv: launches of up to 8 rows of a each */
     int64_t tile_rows;    /* dequant: weight rows per tile (<= n) */
     size_t tile_bytes;    /* dequant: scratch bytes a tile takes */
 } kn_qmm_plan;

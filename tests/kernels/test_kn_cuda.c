@@ -1272,7 +1272,8 @@ static void test_graph_capture(void **state)
  * kn_cuda_run against kn_cpu_einsum on the same bytes, the CPU on its
  * portable path (weights dequantised to f32, f32 activations: the GPU's
  * arithmetic, up to the order of the sums). q8_0 and q4_0; a f32, f16,
- * bf16 with out in a's dtype or f32; rows 1, 2, 7 (GEMV) and 64
+ * bf16 with out in a's dtype or f32; rows 1, 2, 7, 12 (GEMV, 12 in two
+ * launches) and 64
  * (dequantised tiles + cuBLAS, several tiles from a small workspace);
  * k 1280 (16-byte aligned rows, a last partial pass) and 1088 (rows at
  * 2-byte alignment); n 101 (a partial thread block). */
@@ -1321,8 +1322,8 @@ static void quant_case(kn_cuda_ctx *ctx, ein_dtype qt, ein_dtype adt, ein_dtype 
     snprintf(what, sizeof what, "cuda %s einsum, a %s, %lld x %lld x %lld", ein_dtype_name(qt),
              ein_dtype_name(adt), (long long)m, (long long)n, (long long)k);
     if (nan_row < 0) {
-        /* the GPU's 16-bit dequantised tiles (m > 8) round the weights */
-        double tol = 2 * dt_tol(odt) + (m > 8 && adt != EIN_F32 ? dt_tol(adt) : 0.0);
+        /* the GPU's 16-bit dequantised tiles (m > 16) round the weights */
+        double tol = 2 * dt_tol(odt) + (m > 16 && adt != EIN_F32 ? dt_tol(adt) : 0.0);
         hd_compare(what, &o, tol);
     } else {
         float *got = malloc(sizeof(float) * (size_t)(m * n)), *want = malloc(sizeof(float) * (size_t)(m * n));
@@ -1357,15 +1358,15 @@ static void test_quant(void **state)
     assert_int_equal(kn_cuda_ctx_create(ws, wsb, &ctx, &err), 0);
     assert_int_equal(kn_cuda_ctx_create(wsm, wss, &small, &err), 0);
     const ein_dtype qs[2] = {EIN_Q8_0, EIN_Q4_0};
-    const int64_t rows[4] = {1, 2, 7, 64}, ks[2] = {1280, 1088};
+    const int64_t rows[5] = {1, 2, 7, 12, 64}, ks[2] = {1280, 1088};
     for (int qi = 0; qi < 2; qi++)
         for (int di = 0; di < 3; di++)
-            for (int ri = 0; ri < 4; ri++)
+            for (int ri = 0; ri < 5; ri++)
                 for (int ki = 0; ki < 2; ki++) {
                     ein_dtype adt = dts[di];
                     quant_case(ctx, qs[qi], adt, adt, rows[ri], 101, ks[ki], -1);
                     if (ki == 0)
-                        quant_case(rows[ri] > 8 ? small : ctx, qs[qi], adt, EIN_F32, rows[ri],
+                        quant_case(rows[ri] > 16 ? small : ctx, qs[qi], adt, EIN_F32, rows[ri],
                                    101, ks[ki], -1);
                 }
     /* GEMV: out in a third dtype; NaN propagation on both paths */
@@ -1375,7 +1376,7 @@ static void test_quant(void **state)
         quant_case(ctx, qs[qi], EIN_BF16, EIN_BF16, 64, 101, 1088, 5);
     }
     /* refused by name, nothing launched: a quantized a; out in a third
-     * dtype over 8 rows (cuBLAS's rule) */
+     * dtype over 16 rows (cuBLAS's rule) */
     ein_box ab = {2, {0, 0}, {64, 64}};
     kn_block qa = {ws, EIN_Q8_0, ab}, fb = {ws, EIN_BF16, ab}, fo = {ws, EIN_F16, ab};
     assert_int_equal(kn_cuda_einsum(ctx, "ti,oi->to", &qa, &fb, &fo, stream, &err),
@@ -1522,7 +1523,7 @@ int main(void)
     }
     /* Host-only (issue 36): the dispatch of quantized operands refuses
      * before anything is launched (host pointers: nothing is read
-     * through them): a quantized a; more than 8 rows without a context's
+     * through them): a quantized a; more than 16 rows without a context's
      * scratch; another kernel kind on q4_0 (the dtype table). */
     {
         ein_error e = {0};

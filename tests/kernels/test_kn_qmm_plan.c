@@ -1,6 +1,6 @@
 /* tests/kernels/test_kn_qmm_plan.c — the host side of the CUDA products by
  * quantized weights (kernels/cuda/kn_qmm_plan.c, issue 36), without CUDA:
- * which path a shape takes (GEMV up to 8 rows, dequantised tiles +
+ * which path a shape takes (GEMV up to 16 rows, 8 a launch, dequantised tiles +
  * cuBLAS above), the tile size from the scratch, and every refusal by
  * name (another einsum form, non-float a or out, boxes that disagree or
  * leave the 32-element blocks, out in a third dtype on the cuBLAS path,
@@ -43,20 +43,21 @@ static void test_paths(void **state)
     kn_qmm_plan p;
     ein_error err;
     const ein_dtype q[2] = {EIN_Q8_0, EIN_Q4_0};
-    const int64_t rows[] = {1, 2, 7, 8};
-    const int want_rows[] = {1, 8, 8, 8};
+    const int64_t rows[] = {1, 2, 7, 8, 9, 16};
+    const int want_rows[] = {1, 8, 8, 8, 8, 8}, want_launches[] = {1, 1, 1, 1, 2, 2};
     for (int t = 0; t < 2; t++) {
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < 6; r++) {
             assert_int_equal(plan2(rows[r], 4096, 4096, EIN_BF16, q[t], EIN_F16, 0, &p, &err), 0);
             assert_int_equal(p.path, KN_QMM_GEMV);
             assert_int_equal(p.rows, want_rows[r]);
+            assert_int_equal(p.launches, want_launches[r]);
             assert_int_equal(p.m, rows[r]);
             assert_int_equal(p.n, 4096);
             assert_int_equal(p.k, 4096);
             assert_int_equal(p.ldb, 128 * (t == 0 ? 34 : 18));
         }
-        /* 9 rows: dequantised tiles of a's dtype in the scratch */
-        assert_int_equal(plan2(9, 14336, 4096, EIN_BF16, q[t], EIN_F32, 32u << 20, &p, &err), 0);
+        /* 17 rows: dequantised tiles of a's dtype in the scratch */
+        assert_int_equal(plan2(17, 14336, 4096, EIN_BF16, q[t], EIN_F32, 32u << 20, &p, &err), 0);
         assert_int_equal(p.path, KN_QMM_DEQUANT);
         assert_int_equal(p.tile_rows, 4096);          /* 32 MiB / (4096 * 2 bytes) */
         assert_int_equal(p.tile_bytes, (size_t)4096 * 4096 * 2);
@@ -94,17 +95,17 @@ static void test_refusals(void **state)
     (void)state;
     kn_qmm_plan p;
     ein_error err;
-    /* more than 8 rows with no scratch */
-    refused(plan2(9, 64, 64, EIN_F32, EIN_Q8_0, EIN_F32, 0, &p, &err), EIN_EUNSUPPORTED, &err,
+    /* more than 16 rows with no scratch */
+    refused(plan2(17, 64, 64, EIN_F32, EIN_Q8_0, EIN_F32, 0, &p, &err), EIN_EUNSUPPORTED, &err,
             "bytes of scratch");
     /* scratch smaller than one dequantised row */
-    refused(plan2(9, 64, 64, EIN_F32, EIN_Q8_0, EIN_F32, 255, &p, &err), EIN_EUNSUPPORTED, &err,
+    refused(plan2(17, 64, 64, EIN_F32, EIN_Q8_0, EIN_F32, 255, &p, &err), EIN_EUNSUPPORTED, &err,
             "the context has 255");
     /* cuBLAS's rule on the dequant path: out f32 or a's dtype */
-    refused(plan2(16, 64, 64, EIN_BF16, EIN_Q4_0, EIN_F16, 1u << 20, &p, &err),
+    refused(plan2(17, 64, 64, EIN_BF16, EIN_Q4_0, EIN_F16, 1u << 20, &p, &err),
             EIN_EUNSUPPORTED, &err, "out must be f32 or a's dtype");
     /* ... which the GEMV path does not have */
-    assert_int_equal(plan2(8, 64, 64, EIN_BF16, EIN_Q4_0, EIN_F16, 0, &p, &err), 0);
+    assert_int_equal(plan2(16, 64, 64, EIN_BF16, EIN_Q4_0, EIN_F16, 0, &p, &err), 0);
     /* a or out not a float dtype */
     refused(plan2(1, 64, 64, EIN_I32, EIN_Q8_0, EIN_F32, 0, &p, &err), EIN_EINVAL, &err,
             "a is i32");
