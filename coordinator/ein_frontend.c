@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/ein_json.h"
+#include "common/io/ein_json.h"
 #include "coordinator/compile/co_lower.h"
 #include "coordinator/compile/co_search.h"
 #include "coordinator/compile/co_search_fit.h"

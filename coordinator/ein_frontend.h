@@ -14,10 +14,10 @@
  * public API (ein_graph, ein_compiled) or plain C.
  *
  * Also part of the front-end toolkit, and included by the front ends
- * directly: common/ein_clock.h (ein_now_s), common/ein_npy.h (reading a
- * .npy header), common/ein_box.h (shapes as text), common/ein_progress.h
- * (the progress line) and common/ein_knob.h (environment variables, read
- * only through the knob table common/ein_knobs.def): small generic utilities of common/ with no
+ * directly: common/base/ein_clock.h (ein_now_s), common/io/ein_npy.h (reading a
+ * .npy header), common/ir/ein_box.h (shapes as text), common/process/ein_progress.h
+ * (the progress line) and common/base/ein_knob.h (environment variables, read
+ * only through the knob table common/base/ein_knobs.def): small generic utilities of common/ with no
  * planner, exchange or coordinator types.
  *
  * Conventions, as the public API's: a call that can fail returns 0 or a
@@ -32,7 +32,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common/ein_progress.h"
+#include "common/process/ein_progress.h"
 #include "include/einsummable/einsummable.h"
 
 /* The plan search's default budget beyond its seeds, in operators x

@@ -18,8 +18,8 @@
 
 #include <stddef.h>
 
-#include "common/ein_box.h"
-#include "common/ein_error.h"
+#include "common/ir/ein_box.h"
+#include "common/base/ein_error.h"
 #include "exchange/xp_program.h"
 
 int xp_atoms_overlay(const ein_box *have, int nhave, const ein_box *need, int nneed,

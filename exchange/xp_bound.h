@@ -36,7 +36,7 @@
 
 #include <stdio.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "exchange/xp_program.h"
 #include "exchange/xp_topo.h"
 

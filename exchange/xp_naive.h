@@ -6,7 +6,7 @@
 #ifndef XP_NAIVE_H
 #define XP_NAIVE_H
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "exchange/xp_program.h"
 
 /* Append the naive actions to a program that has its IN and OUT. */

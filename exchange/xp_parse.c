@@ -19,8 +19,8 @@
  * small syntax tree, then the program is built, so the IN count (the width
  * of every set) is known before any set is made. Every step is linear in
  * the text, except name lookups (linear in the names declared). */
-#include "common/ein_file.h"
-#include "common/ein_vec.h"
+#include "common/io/ein_file.h"
+#include "common/base/ein_vec.h"
 #include "exchange/xp_parse_int.h"
 #include "exchange/xp_program.h"
 

@@ -8,7 +8,7 @@
 #ifndef XP_PARSE_INT_H
 #define XP_PARSE_INT_H
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "exchange/xp_program.h"
 
 enum { T_EOF, T_NL, T_ID, T_INT, T_NUM, T_AT, T_ARROW, T_COMMA, T_SEMI, T_PLUS, T_LBRACE,

@@ -27,8 +27,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common/ein_box.h"
-#include "common/ein_error.h"
+#include "common/ir/ein_box.h"
+#include "common/base/ein_error.h"
 
 /* A set of IN entries: nwords 64-bit words (nwords is per program). */
 typedef uint64_t xp_word;

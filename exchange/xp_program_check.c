@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_vec.h"
+#include "common/base/ein_vec.h"
 
 /* Exact cover of `rest` by disjoint candidates; depth-first on the lowest
  * uncovered element (each element lies in few candidates in practice). */

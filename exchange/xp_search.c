@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_rand.h"
-#include "common/ein_vec.h"
+#include "common/base/ein_clock.h"
+#include "common/io/ein_rand.h"
+#include "common/base/ein_vec.h"
 #include "exchange/xp_baseline.h"
 #include "exchange/xp_naive.h"
 #include "exchange/xp_sim.h"

@@ -52,7 +52,7 @@
 
 #include <stdint.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "exchange/xp_program.h"
 #include "exchange/xp_topo.h"
 

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "common/ein_rand.h"
+#include "common/io/ein_rand.h"
 #include "exchange/xp_program.h"
 #include "exchange/xp_topo.h"
 

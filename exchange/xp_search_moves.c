@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_vec.h"
+#include "common/base/ein_vec.h"
 #include "exchange/xp_sim.h"
 
 static void forget_parts(xp_action *a)

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_json.h"
-#include "common/ein_vec.h"
+#include "common/io/ein_json.h"
+#include "common/base/ein_vec.h"
 
 /* A flow crosses at most 6 resources: hbm(from), the route (at most 4),
  * hbm(to). A latency wait (kind FLOW_WAIT) crosses none: its `rem` is

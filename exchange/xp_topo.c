@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_file.h"
+#include "common/io/ein_file.h"
 
 /* Far more than a 72-GPU machine needs; a bound on what --topology reads. */
 #define XP_TOPO_FILE_MAX ((size_t)4 << 20)

@@ -58,7 +58,7 @@
 #ifndef XP_TOPO_H
 #define XP_TOPO_H
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 
 #define XP_TOPO_MAX_SHARED 8
 

@@ -9,8 +9,8 @@
 #ifndef KN_BLOCK_H
 #define KN_BLOCK_H
 
-#include "common/ein_box.h"
-#include "common/ein_dtype.h"
+#include "common/ir/ein_box.h"
+#include "common/ir/ein_dtype.h"
 
 typedef struct kn_block {
     void *data;

@@ -14,10 +14,10 @@
 #ifndef KN_CPU_H
 #define KN_CPU_H
 
-#include "common/ein_box.h"
-#include "common/ein_dtype.h"
-#include "common/ein_error.h"
-#include "common/ein_program.h"
+#include "common/ir/ein_box.h"
+#include "common/ir/ein_dtype.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
 #include "kernels/kn_block.h"
 
 /* Validate an einsum subscript string for `nin` operands of the given ranks
@@ -101,7 +101,7 @@ int kn_cpu_rope(int64_t head_dim, double theta, const int64_t *seq_ends, int nse
 int kn_cpu_rope_style(int style, int64_t head_dim, double theta, const int64_t *seq_ends,
                       int nseq, const kn_block *x, kn_block *out, ein_error *err);
 /* The same with frequencies rescaled as `sc` says (ein_rope_freq,
- * common/ein_rope.h; NULL or type NONE: unscaled; invalid: EIN_EINVAL). */
+ * common/ir/ein_rope.h; NULL or type NONE: unscaled; invalid: EIN_EINVAL). */
 int kn_cpu_rope_scaled(int style, int64_t head_dim, double theta, const ein_rope_scaling *sc,
                        const int64_t *seq_ends, int nseq, const kn_block *x, kn_block *out,
                        ein_error *err);

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "common/ein_knob.h"
+#include "common/base/ein_knob.h"
 #include "include/einsummable/einsummable.h"
 #include "node/nd_agent.h"
 

@@ -1,6 +1,6 @@
 /* node/nd_agent.c — einnode's work: start, relay, supervise, clean (nd_agent.h). */
 #include "node/nd_agent.h"
-#include "common/ein_child.h"
+#include "common/process/ein_child.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -20,11 +20,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_error.h"
-#include "common/ein_knob.h"
-#include "common/ein_status.h"
-#include "common/ein_wire.h"
+#include "common/base/ein_clock.h"
+#include "common/base/ein_error.h"
+#include "common/base/ein_knob.h"
+#include "common/process/ein_status.h"
+#include "common/io/ein_wire.h"
 #include "coordinator/run/co_guard.h"
 
 /* A launched agent's link to the coordinator: silent this long, it is

@@ -7,7 +7,7 @@
  * srun or mpirun). nd_agent_run() then does on its host what co_run.c
  * does on one machine, with the same pieces: a private run directory
  * (mode 0700), the guard process (coordinator/run/co_guard.h) that removes
- * everything if the agent dies, the status page (common/ein_status.h),
+ * everything if the agent dies, the status page (common/process/ein_status.h),
  * one einworker per device of the host (--transport: blocks from and to
  * other hosts move over the transport, worker/wk_xport.h; --host-address:
  * this host's IPv4 address on the route to the coordinator: 127.0.0.1
@@ -54,7 +54,7 @@ typedef struct nd_config {
     double link_bw;             /* bytes/s between hosts, 0: none (einworker --link-bw) */
     double link_lat;            /* seconds, one way (einworker --link-latency) */
     const char *backend;        /* NULL: CPU devices; else the workers' --backend (a
-                                   row of common/ein_backend.c; worker_path is then its
+                                   row of common/ir/ein_backend.c; worker_path is then its
                                    worker binary) */
     const int *gpus;            /* with a probed backend: the device id of each of
                                    devices[] (einworker --gpu G) */

@@ -125,7 +125,7 @@ int ein_op_row(int i, ein_op_entry *out)
     return 0;
 }
 
-/* "a, b, c or d" from the registry's names (common/ein_ops.def); returns buf. */
+/* "a, b, c or d" from the registry's names (common/ir/ein_ops.def); returns buf. */
 static const char *name_list(char *buf, size_t cap, const char *(*name)(int), int n)
 {
     size_t at = 0;

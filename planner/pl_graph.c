@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_vec.h"
+#include "common/base/ein_vec.h"
 
 /* Keep ids (int) and the index arithmetic far from overflow. */
 #define PL_GRAPH_NODES_MAX (INT_MAX / 4)
@@ -335,7 +335,7 @@ const char *pl_node_op_name(const pl_node *n)
     case PL_BINARY: return ein_binary_op_name(n->kernel.binary);
     case PL_REDUCE: return n->kernel.reduce == EIN_AGG_MAX ? "reduce_max" : "reduce_sum";
     default:
-        /* the rest are named as their kernel kind (common/ein_ops.def) */
+        /* the rest are named as their kernel kind (common/ir/ein_ops.def) */
         return (int)n->kind >= 0 && n->kind < PL_NODE_KIND_COUNT ? ein_kernel_kind_name(n->kernel.kind) : "?";
     }
 }

@@ -15,12 +15,12 @@
 
 #include <stdint.h>
 
-#include "common/ein_box.h"
-#include "common/ein_dtype.h"
-#include "common/ein_einsum.h"
-#include "common/ein_error.h"
-#include "common/ein_nameidx.h"
-#include "common/ein_program.h"
+#include "common/ir/ein_box.h"
+#include "common/ir/ein_dtype.h"
+#include "common/ir/ein_einsum.h"
+#include "common/base/ein_error.h"
+#include "common/base/ein_nameidx.h"
+#include "common/ir/ein_program.h"
 
 /* The largest size of one dimension (2^40): far above any real tensor, and
  * low enough that sums and products of a few sizes stay well inside int64. */
@@ -31,13 +31,13 @@
 /* Longest axis label kept on a node (dim names of the program). */
 #define PL_AXIS_NAME_MAX 24
 
-/* An input, then the operators of common/ein_ops.def's EIN_GRAPH_OP list
+/* An input, then the operators of common/ir/ein_ops.def's EIN_GRAPH_OP list
  * (PL_EINSUM, PL_UNARY, ..., PL_MERGE_HEADS; what each keeps in
  * pl_node.kernel is said there). */
 typedef enum pl_node_kind {
     PL_INPUT = 0,
 #define EIN_GRAPH_OP(kind, def) PL_##kind,
-#include "common/ein_ops.def"
+#include "common/ir/ein_ops.def"
     PL_NODE_KIND_COUNT
 } pl_node_kind;
 
@@ -62,13 +62,13 @@ typedef struct pl_node {
 typedef struct pl_graph {
     pl_node *nodes;
     int nnodes, cap;
-    /* Name index (private to pl_graph.c; common/ein_nameidx.h), covering
+    /* Name index (private to pl_graph.c; common/base/ein_nameidx.h), covering
      * nodes[0..index.n). Rebuilt when stale, so a graph zero-initialised or
      * extended by hand still works; node names must not change once added. */
     ein_nameidx index;
 } pl_graph;
 
-/* Einsum subscripts are parsed by ein_einsum_parse (common/ein_einsum.h). */
+/* Einsum subscripts are parsed by ein_einsum_parse (common/ir/ein_einsum.h). */
 
 pl_graph *pl_graph_new(void);               /* NULL on allocation failure */
 void pl_graph_free(pl_graph *g);
@@ -152,7 +152,7 @@ int pl_graph_add_decode_attention(pl_graph *g, const char *name, int q, int k, i
                                   int64_t window, ein_error *err);
 int pl_graph_add_rope_at(pl_graph *g, const char *name, int x, int pos, int64_t head_dim,
                          double theta, int style, ein_error *err);
-/* Set the frequency scaling (common/ein_rope.h) of rope or rope_at node id:
+/* Set the frequency scaling (common/ir/ein_rope.h) of rope or rope_at node id:
  * 0, or EIN_EINVAL (another kind, an invalid scaling; the node unchanged). */
 int pl_graph_set_rope_scaling(pl_graph *g, int id, const ein_rope_scaling *s, ein_error *err);
 

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_hash.h"
-#include "common/ein_rand.h"
+#include "common/base/ein_hash.h"
+#include "common/io/ein_rand.h"
 #include "planner/pl_graph_int.h"
 
 int pl_selector_parse(const char *s, pl_selector *out)

@@ -46,7 +46,7 @@
 
 #include <stdint.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "planner/pl_graph.h"
 #include "planner/pl_spec.h"
 

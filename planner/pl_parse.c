@@ -11,8 +11,8 @@
 #include "planner/pl_parse.h"
 
 #include "include/einsummable/einsummable.h"
-#include "common/ein_file.h"
-#include "common/ein_vec.h"
+#include "common/io/ein_file.h"
+#include "common/base/ein_vec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,11 +43,11 @@ typedef struct op_def {
 static const op_def ops[] = {
     {"matmul", OP_MATMUL, 0, 2, 2, "matmul(a, b)"},
     {"einsum", OP_EINSUM, 0, 2, 3, "einsum(\"ij,jk->ik\", a, b) or einsum(\"ij->j\", a)"},
-    /* the elementwise functions, from the registry (common/ein_ops.def) */
+    /* the elementwise functions, from the registry (common/ir/ein_ops.def) */
 #define EIN_UNARY(kind, name, nargs, usage, formula) \
     {name, (nargs) == 1 ? OP_UNARY : OP_SCALE, EIN_UN_##kind, nargs, nargs, usage},
 #define EIN_BINARY(kind, name, op, formula) {op, OP_BINARY, EIN_BIN_##kind, 2, 2, op "(a, b)"},
-#include "common/ein_ops.def"
+#include "common/ir/ein_ops.def"
     {"softmax", OP_SOFTMAX, 0, 1, 2, "softmax(x) or softmax(x, AXIS)"},
     {"rmsnorm", OP_RMSNORM, 0, 2, 3, "rmsnorm(x, w) or rmsnorm(x, w, 1e-5)"},
     {"layernorm", OP_LAYERNORM, 0, 3, 4, "layernorm(x, w, b) or layernorm(x, w, b, 1e-5)"},

@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "planner/pl_graph.h"
 
 int pl_ein_parse(const char *filename, const char *text, size_t len,

@@ -9,8 +9,8 @@
 #include "planner/pl_parse.h"
 
 #include "include/einsummable/einsummable.h"
-#include "common/ein_file.h"
-#include "common/ein_vec.h"
+#include "common/io/ein_file.h"
+#include "common/base/ein_vec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -52,7 +52,7 @@ typedef struct parser {
     int ntok, pos;
     dim_def *dims;      /* dims table, indexed by name in dim_index */
     int ndims, capdims;
-    ein_nameidx dim_index; /* names -> dims[] (common/ein_nameidx.h) */
+    ein_nameidx dim_index; /* names -> dims[] (common/base/ein_nameidx.h) */
     ein_dtype dtype;    /* for later inputs, set by `dtype` */
     int64_t *seq_ends;  /* set by `seqs`, for later rope/attention */
     int nseq;

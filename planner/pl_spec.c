@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_vec.h"
+#include "common/base/ein_vec.h"
 
 void pl_interval(int64_t size, int count, int part, int64_t *lo, int64_t *hi)
 {

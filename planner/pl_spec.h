@@ -16,9 +16,9 @@
 
 #include <stdint.h>
 
-#include "common/ein_box.h"
-#include "common/ein_error.h"
-#include "common/ein_program.h"
+#include "common/ir/ein_box.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
 #include "planner/pl_graph.h"
 
 #define PL_MAX_INDICES 26

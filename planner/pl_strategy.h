@@ -26,7 +26,7 @@
 #ifndef PL_STRATEGY_H
 #define PL_STRATEGY_H
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "planner/pl_optimize.h"
 
 /* Set opts->force and force_ctx for strategy `name`; -1 if unknown. */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_wire.h"
+#include "common/io/ein_wire.h"
 
 #define KEY(name) (e |= ein_mp_pack_cstr(pk, name))
 

@@ -25,7 +25,7 @@
 #ifndef PL_WIRE_H
 #define PL_WIRE_H
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "planner/pl_graph.h"
 #include "planner/pl_optimize.h"
 

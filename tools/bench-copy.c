@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/ein_clock.h"
+#include "common/base/ein_clock.h"
 #include "worker/wk_backend.h"
 
 #ifdef EIN_BENCH_CUDA

@@ -29,7 +29,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/ein_clock.h"
+#include "common/base/ein_clock.h"
 #include "exchange/xp_atoms.h"
 #include "exchange/xp_baseline.h"
 #include "exchange/xp_bound.h"

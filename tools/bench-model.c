@@ -30,7 +30,7 @@
  * ratio (below) then.
  *
  * The model's FLOPs per iteration are the graph's (each operator priced by
- * common/ein_kernel_cost.c through the planner, pl_op_flops), not the
+ * common/ir/ein_kernel_cost.c through the planner, pl_op_flops), not the
  * devices' programs': work a plan repeats on two devices is not counted
  * twice (the programs' sum is printed beside it).
  *
@@ -65,10 +65,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_kernel_cost.h"
-#include "common/ein_knob.h"
-#include "common/ein_self.h"
+#include "common/base/ein_clock.h"
+#include "common/ir/ein_kernel_cost.h"
+#include "common/base/ein_knob.h"
+#include "common/process/ein_self.h"
 #include "coordinator/compile/ein_compile_int.h"
 #include "include/einsummable/einsummable.h"
 #include "kernels/kn_cpu.h"

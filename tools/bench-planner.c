@@ -15,8 +15,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_file.h"
+#include "common/base/ein_clock.h"
+#include "common/io/ein_file.h"
 #include "planner/pl_optimize.h"
 #include "planner/pl_parse.h"
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_file.h"
+#include "common/io/ein_file.h"
 #include "planner/pl_parse.h"
 #include "planner/rewrite/pl_rewrite.h"
 

@@ -14,8 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_knob.h"
+#include "common/base/ein_clock.h"
+#include "common/base/ein_knob.h"
 #include "include/einsummable/einsummable.h"
 
 static int cmp(const void *a, const void *b)

@@ -26,8 +26,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_knob.h"
+#include "common/base/ein_clock.h"
+#include "common/base/ein_knob.h"
 #include "worker/wk_xport.h"
 
 static int cmp_d(const void *a, const void *b)

@@ -21,7 +21,7 @@
 
 #include "include/einsummable/einsummable.h"
 #include "coordinator/ein_frontend.h"
-#include "common/ein_knob.h"
+#include "common/base/ein_knob.h"
 
 /* Exit status for an error code: bad input is 2, the rest 1. */
 static int exit_status(int code)

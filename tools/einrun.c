@@ -20,11 +20,11 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "common/ein_box.h"
-#include "common/ein_clock.h"
-#include "common/ein_error.h"
-#include "common/ein_npy.h"
-#include "common/ein_progress.h"
+#include "common/ir/ein_box.h"
+#include "common/base/ein_clock.h"
+#include "common/base/ein_error.h"
+#include "common/io/ein_npy.h"
+#include "common/process/ein_progress.h"
 #include "coordinator/ein_frontend.h"
 #include "include/einsummable/einsummable.h"
 #include "tools/einrun_int.h"

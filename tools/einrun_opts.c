@@ -2,7 +2,7 @@
  * option, the parsing and the checks no single option can make
  * (einrun_int.h). */
 #include "tools/einrun_int.h"
-#include "common/ein_knob.h"
+#include "common/base/ein_knob.h"
 
 static void usage_planning(FILE *f);
 static void usage_debugging(FILE *f);
@@ -336,7 +336,7 @@ static int opt_u64(run_opts *o, const run_opt *d, const char *arg)
     return OPT_NEXT;
 }
 
-/* A backend's name (common/ein_backend.c): the field is its row's index. */
+/* A backend's name (common/ir/ein_backend.c): the field is its row's index. */
 static int opt_backend(run_opts *o, const run_opt *d, const char *arg)
 {
     const ein_backend_info *b = ein_backend_find(arg);

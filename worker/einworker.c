@@ -15,8 +15,8 @@
 #include <stdlib.h>
 
 #include "config.h"
-#include "common/ein_status.h"
-#include "common/ein_knob.h"
+#include "common/process/ein_status.h"
+#include "common/base/ein_knob.h"
 #include "worker/wk_exec.h"
 #include "worker/wk_xport.h"
 #include "worker/wk_probe.h"
@@ -189,7 +189,7 @@ typedef enum opt_kind {
     OPT_DOUBLE,    /* atof into a double field */
     OPT_STR,       /* the argument itself into a const char * field */
     OPT_FLAG,      /* 1 into an int field */
-    OPT_BACKEND,   /* a backend's name (common/ein_backend.c), into backend */
+    OPT_BACKEND,   /* a backend's name (common/ir/ein_backend.c), into backend */
     OPT_PROBE,     /* --probe: run the probe and exit */
     OPT_HELP,      /* --help: usage on stdout, exit 0 */
 } opt_kind;
@@ -424,7 +424,7 @@ static void read_test_hooks(wk_config *cfg)
     }
 }
 
-/* The backends this binary runs, by their rows' names (common/ein_backend.c):
+/* The backends this binary runs, by their rows' names (common/ir/ein_backend.c):
  * einworker the CPU one, einworker-cuda also CUDA. */
 static const struct {
     const char *name;

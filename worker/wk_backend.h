@@ -19,8 +19,8 @@
 
 #include <stddef.h>
 
-#include "common/ein_error.h"
-#include "common/ein_program.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
 #include "kernels/kn_block.h"
 
 typedef struct wk_backend wk_backend;
@@ -122,7 +122,7 @@ typedef struct wk_backend_order {
 } wk_backend_order;
 
 struct wk_backend {
-    const char *name;         /* its row's name in common/ein_backend.c */
+    const char *name;         /* its row's name in common/ir/ein_backend.c */
     wk_backend_device dev;
     wk_backend_memory mem;
     wk_backend_order ord;

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/ein_knob.h"
+#include "common/base/ein_knob.h"
 #include "kernels/kn_cpu.h"
 #include "worker/wk_peer.h"
 #include "worker/wk_record.h"

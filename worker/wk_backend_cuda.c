@@ -41,8 +41,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/ein_knob.h"
-#include "common/ein_vec.h"
+#include "common/base/ein_knob.h"
+#include "common/base/ein_vec.h"
 #include "kernels/cuda/kn_cuda.h"
 #include "worker/wk_peer.h"
 #include "worker/wk_staged.h"
@@ -74,7 +74,7 @@ typedef struct cuda_backend {
      * while capturing; reused every iteration). */
     ev_pair *ev;
     int nev, ncreated;
-    int evcap;                 /* ev's capacity (common/ein_vec.h) */
+    int evcap;                 /* ev's capacity (common/base/ein_vec.h) */
     int capturing;             /* between graph_begin and graph_end */
     int timing_lost;           /* an event call failed: report no device times */
     void *base;

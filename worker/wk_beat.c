@@ -10,8 +10,8 @@
 #include <time.h>
 #include <zmq.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_wire.h"
+#include "common/base/ein_clock.h"
+#include "common/io/ein_wire.h"
 
 struct wk_beat {
     pthread_t th;

@@ -31,7 +31,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 
 enum { WK_PULSE_MAIN, WK_PULSE_SLABS, WK_PULSE_BUSY };
 

@@ -13,8 +13,8 @@
 
 #include <stdio.h>
 
-#include "common/ein_error.h"
-#include "common/ein_status.h"
+#include "common/base/ein_error.h"
+#include "common/process/ein_status.h"
 #include "worker/wk_backend.h"
 
 typedef struct wk_config {

@@ -8,9 +8,9 @@
 
 #include <stdio.h>
 
-#include "common/ein_program.h"
-#include "common/ein_status.h"
-#include "common/ein_wire.h"
+#include "common/ir/ein_program.h"
+#include "common/process/ein_status.h"
+#include "common/io/ein_wire.h"
 #include "worker/wk_beat.h"
 #include "worker/wk_exec.h"
 
@@ -88,7 +88,7 @@ typedef struct wk_ready_ops {
     void (*close)(struct wk *w);       /* idempotent */
 } wk_ready_ops;
 
-/* Checker (common/ein_invariant.h; asserted after each READY is added to
+/* Checker (common/base/ein_invariant.h; asserted after each READY is added to
  * wk.ready): 1 if ready[0..nready) is the READY set of worker `self` of
  * ndevices: 0 <= nready <= cap, strictly ascending keys (peer << 32 |
  * buffer), each peer another device in range and each buffer a

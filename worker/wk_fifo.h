@@ -37,7 +37,7 @@
 
 #include <stddef.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 
 typedef struct wk_fifo wk_fifo;
 

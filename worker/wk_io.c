@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_npy.h"
-#include "common/ein_raw.h"
-#include "common/ein_rand.h"
+#include "common/io/ein_npy.h"
+#include "common/io/ein_raw.h"
+#include "common/io/ein_rand.h"
 #include "worker/wk_exec_int.h"
 
 kn_block wk_block_of(wk *w, int buf)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <zmq.h>
 
-#include "common/ein_clock.h"
+#include "common/base/ein_clock.h"
 #include "worker/wk_exec_int.h"
 
 void wk_log(wk *w, int level, const char *fmt, ...)

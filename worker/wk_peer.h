@@ -14,7 +14,7 @@
 
 #include <stddef.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 
 typedef struct wk_peer {
     const void *base;   /* what the backend mapped of the peer, NULL until then */

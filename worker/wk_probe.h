@@ -17,7 +17,7 @@
 
 #include <stdio.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 
 int wk_probe_cuda(FILE *out, ein_error *err);
 

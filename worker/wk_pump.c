@@ -12,10 +12,10 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_invariant.h"
-#include "common/ein_vec.h"
-#include "common/ein_wire.h"
+#include "common/base/ein_clock.h"
+#include "common/base/ein_invariant.h"
+#include "common/base/ein_vec.h"
+#include "common/io/ein_wire.h"
 #include "worker/wk_xport.h"
 
 int wk_exec_beat(wk *w, ein_error *err)

@@ -8,7 +8,7 @@
 #include <time.h>
 #include <zmq.h>
 
-#include "common/ein_clock.h"
+#include "common/base/ein_clock.h"
 #include "worker/wk_exec_int.h"
 #include "worker/wk_fifo.h"
 

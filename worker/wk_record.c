@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_vec.h"
+#include "common/base/ein_vec.h"
 
 typedef enum { REC_KERNEL, REC_AGG, REC_COPY, REC_COPY_BOX } rec_kind;
 

@@ -39,7 +39,7 @@
 
 #include <stddef.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 
 #define WK_STAGED_CHUNK ((size_t)4 << 20)
 enum { WK_STAGED_SLOTS = 2 };

@@ -28,8 +28,8 @@
 #ifndef WK_STRETCH_H
 #define WK_STRETCH_H
 
-#include "common/ein_error.h"
-#include "common/ein_program.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
 
 #define WK_STRETCH_WALK 4096
 #define WK_STRETCH_SPAN 1024

@@ -43,8 +43,8 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_knob.h"
+#include "common/base/ein_clock.h"
+#include "common/base/ein_knob.h"
 
 enum { KIND_BLOCK = 0, KIND_CANCEL = 1, HDR = 12 };
 #define REACH_S 5.0             /* a peer's endpoint must accept within this */

@@ -22,8 +22,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_knob.h"
+#include "common/base/ein_clock.h"
+#include "common/base/ein_knob.h"
 #include "worker/wk_xport.h"
 
 #ifndef HAVE_UCX

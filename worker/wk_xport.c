@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_knob.h"
+#include "common/base/ein_clock.h"
+#include "common/base/ein_knob.h"
 #include "worker/wk_staged.h"
 
 /* The rows (each in its own file). */

@@ -41,8 +41,8 @@
 
 #include <stddef.h>
 
-#include "common/ein_error.h"
-#include "common/ein_wire.h"
+#include "common/base/ein_error.h"
+#include "common/io/ein_wire.h"
 
 /* What a row is opened with. */
 typedef struct wk_xport_params {

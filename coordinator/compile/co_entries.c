@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_wire.h"
+#include "common/io/ein_wire.h"
 #include "coordinator/compile/co_entries.h"
 #include "coordinator/compile/ein_compile_int.h"
 

@@ -16,7 +16,7 @@
  * get 0 (every run: the first run loads every input, later runs only what
  * changed), and an instruction no entry needs gets the entries of its
  * dependencies (0 if none). The worker skips the instructions of other
- * entries (common/ein_wire.h's START entry).
+ * entries (common/io/ein_wire.h's START entry).
  *
  * Programs with entry points must be compiled without memory reuse
  * (no_reuse): reuse orders the users of shared bytes by dependencies that
@@ -28,8 +28,8 @@
 #ifndef CO_ENTRIES_H
 #define CO_ENTRIES_H
 
-#include "common/ein_error.h"
-#include "common/ein_program.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
 #include "planner/pl_graph.h"
 
 /* Mark entry `e` (1..EIN_ENTRY_MAX) of progs[0..ndev) as the instructions

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_knob.h"
+#include "common/base/ein_knob.h"
 
 /* One device's Program while it is fused. */
 typedef struct fz {

@@ -38,8 +38,8 @@
 #ifndef CO_FUSE_H
 #define CO_FUSE_H
 
-#include "common/ein_error.h"
-#include "common/ein_program.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
 
 typedef struct co_fuse_stats {
     int nswiglu;        /* silu + mul pairs fused */

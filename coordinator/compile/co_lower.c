@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_invariant.h"
-#include "common/ein_progress.h"
-#include "common/ein_rand.h"
-#include "common/ein_vec.h"
-#include "common/ein_wire.h"
+#include "common/base/ein_invariant.h"
+#include "common/process/ein_progress.h"
+#include "common/io/ein_rand.h"
+#include "common/base/ein_vec.h"
+#include "common/io/ein_wire.h"
 #include "coordinator/compile/co_lower_int.h"
 
 static int load_block(lw *L, int node, const ein_box *box, int dev)

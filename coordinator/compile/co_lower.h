@@ -38,8 +38,8 @@
 
 #include <stdint.h>
 
-#include "common/ein_error.h"
-#include "common/ein_program.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
 #include "planner/pl_graph.h"
 #include "planner/pl_optimize.h"
 #include "coordinator/compile/co_physical.h"

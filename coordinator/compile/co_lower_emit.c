@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_vec.h"
+#include "common/base/ein_vec.h"
 
 /* Room for entry n of the array *a (of *cap entries of `size` bytes). */
 int co_lw_grow(lw *L, void *a, int *cap, int n, size_t size)

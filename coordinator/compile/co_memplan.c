@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_invariant.h"
-#include "common/ein_vec.h"
+#include "common/base/ein_invariant.h"
+#include "common/base/ein_vec.h"
 
 /* Every place is a multiple of this (ein_program_add_buffer's alignment,
- * EIN_BUFFER_ALIGN in common/ein_program_int.h). */
+ * EIN_BUFFER_ALIGN in common/ir/ein_program_int.h). */
 #define MP_ALIGN 256u
 
 static uint64_t align_up(uint64_t x)
@@ -790,7 +790,7 @@ static void live_peak(const mdev *v, co_memplan_dev *st)
     free(delta);
 }
 
-/* ---- the checker (common/ein_invariant.h) ------------------------------ */
+/* ---- the checker (common/base/ein_invariant.h) ------------------------------ */
 
 int co_memplan_ok(const ein_program *p, const int *root, const int *first, const int *last)
 {

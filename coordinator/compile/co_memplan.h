@@ -70,8 +70,8 @@
 
 #include <stdint.h>
 
-#include "common/ein_error.h"
-#include "common/ein_program.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
 
 typedef struct co_memplan_dev {
     uint64_t before;    /* segment with every root in a place of its own */
@@ -101,7 +101,7 @@ typedef struct co_memplan_opts {
 int co_memplan(ein_program **progs, int ndev, const co_memplan_opts *o, co_memplan_dev *st,
                ein_error *err);
 
-/* Checker (common/ein_invariant.h; asserted by co_memplan once a device's
+/* Checker (common/base/ein_invariant.h; asserted by co_memplan once a device's
  * buffers are placed, before the added instructions are spliced in): 1 if
  * p's buffers keep memory planning's postconditions, else 0. root[b] is
  * buffer b's root (itself for a root), first[r] and last[r] root r's life

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_hash.h"
-#include "common/ein_progress.h"
-#include "common/ein_vec.h"
+#include "common/base/ein_hash.h"
+#include "common/process/ein_progress.h"
+#include "common/base/ein_vec.h"
 #include "exchange/xp_atoms.h"
 #include "exchange/xp_naive.h"
 #include "exchange/xp_sim.h"
@@ -436,7 +436,7 @@ void co_physical_free(co_physical *ph)
     free(ph);
 }
 
-/* ---- the checker (common/ein_invariant.h) ------------------------------ */
+/* ---- the checker (common/base/ein_invariant.h) ------------------------------ */
 
 static int exchange_ok(const co_physical *ph, const pl_graph *g, const co_exchange *e)
 {

@@ -27,9 +27,9 @@
 #ifndef CO_PHYSICAL_H
 #define CO_PHYSICAL_H
 
-#include "common/ein_box.h"
-#include "common/ein_error.h"
-#include "common/ein_program.h"
+#include "common/ir/ein_box.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
 #include "exchange/xp_program.h"
 #include "exchange/xp_search.h"
 #include "exchange/xp_topo.h"
@@ -140,7 +140,7 @@ const char *co_exchange_consumer_name(const pl_graph *g, const co_exchange *e);
  * node's own. */
 ein_dtype co_partial_dtype(const pl_graph *g, const pl_plan *plan, int v);
 
-/* Checker (common/ein_invariant.h; asserted at co_lower's entry): 1 if ph
+/* Checker (common/base/ein_invariant.h; asserted at co_lower's entry): 1 if ph
  * is a consistent physical plan of g under plan, else 0. It holds when
  * ph has plan's devices and g's nodes; a planned node has its spec's
  * tuples, an unplanned one none, each on a device in range, no two of a

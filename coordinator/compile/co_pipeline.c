@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_knob.h"
-#include "common/ein_progress.h"
-#include "common/ein_wire.h"
+#include "common/base/ein_knob.h"
+#include "common/process/ein_progress.h"
+#include "common/io/ein_wire.h"
 #include "coordinator/compile/co_fuse.h"
 
 /* The compile's defaults (einsummable.h); here, with the pipeline they

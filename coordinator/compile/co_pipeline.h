@@ -37,8 +37,8 @@
 
 #include <stdint.h>
 
-#include "common/ein_error.h"
-#include "common/ein_program.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
 #include "coordinator/compile/co_lower.h"
 #include "coordinator/compile/co_memplan.h"
 #include "coordinator/compile/co_physical.h"

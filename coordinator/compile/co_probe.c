@@ -13,9 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_knob.h"
-#include "common/ein_vec.h"
+#include "common/base/ein_clock.h"
+#include "common/base/ein_knob.h"
+#include "common/base/ein_vec.h"
 
 #define OUT_MAX (16u << 20)
 #define ERR_MAX 4096

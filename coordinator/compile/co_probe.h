@@ -13,7 +13,7 @@
 #ifndef CO_PROBE_H
 #define CO_PROBE_H
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 
 #define CO_PROBE_TIMEOUT_S 60.0
 

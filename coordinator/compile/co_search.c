@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_hash.h"
-#include "common/ein_rand.h"
-#include "common/ein_vec.h"
+#include "common/base/ein_hash.h"
+#include "common/io/ein_rand.h"
+#include "common/base/ein_vec.h"
 #include "coordinator/compile/co_lower.h"
 #include "coordinator/compile/co_physical.h"
 #include "coordinator/compile/co_pipeline.h"

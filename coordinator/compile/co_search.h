@@ -47,7 +47,7 @@
 
 #include <stdint.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "coordinator/predict/co_calib.h"
 #include "exchange/xp_topo.h"
 #include "planner/pl_graph.h"

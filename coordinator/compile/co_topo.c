@@ -7,8 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/ein_file.h"
-#include "common/ein_vec.h"
+#include "common/io/ein_file.h"
+#include "common/base/ein_vec.h"
 
 #define PROBE_MAX_BYTES (64u << 20)
 

@@ -64,7 +64,7 @@
 
 #include <stddef.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "exchange/xp_topo.h"
 
 #define CO_TOPO_MAX_GPUS 1024

@@ -10,10 +10,10 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "common/ein_knob.h"
-#include "common/ein_progress.h"
-#include "common/ein_self.h"
-#include "common/ein_vec.h"
+#include "common/base/ein_knob.h"
+#include "common/process/ein_progress.h"
+#include "common/process/ein_self.h"
+#include "common/base/ein_vec.h"
 #include "coordinator/compile/co_lower.h"
 #include "coordinator/compile/co_fuse.h"
 #include "coordinator/compile/co_memplan.h"

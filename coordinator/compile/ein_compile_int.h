@@ -4,7 +4,7 @@
 #ifndef EIN_COMPILE_INT_H
 #define EIN_COMPILE_INT_H
 
-#include "common/ein_program.h"
+#include "common/ir/ein_program.h"
 #include "coordinator/predict/co_calib.h"
 #include "coordinator/compile/co_lower.h"
 #include "coordinator/compile/co_memplan.h"

@@ -44,8 +44,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/ein_file.h"
-#include "common/ein_wire.h"
+#include "common/io/ein_file.h"
+#include "common/io/ein_wire.h"
 #include "coordinator/compile/ein_compile_int.h"
 #include "planner/ein_api_int.h"
 #include "planner/pl_wire.h"

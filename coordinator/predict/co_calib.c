@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_file.h"
+#include "common/io/ein_file.h"
 #include "planner/pl_optimize.h"
 
 static const char *const work_names[CO_WORK_COUNT] = {"gemm",  "attention", "elementwise",

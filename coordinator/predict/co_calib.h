@@ -67,7 +67,7 @@
 
 #include <stdio.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "exchange/xp_topo.h"
 
 #define CO_CALIB_MAX_POINTS 16

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_einsum.h"
-#include "common/ein_json.h"
-#include "common/ein_kernel_cost.h"
-#include "common/ein_vec.h"
+#include "common/ir/ein_einsum.h"
+#include "common/io/ein_json.h"
+#include "common/ir/ein_kernel_cost.h"
+#include "common/base/ein_vec.h"
 
 enum { ST_FREE = 0, ST_RUN, ST_WAIT, ST_DONE };
 
@@ -98,7 +98,7 @@ static co_work instr_work(const ein_program *p, const ein_instr *ins, double *fl
         *bytes = 2.0 * (double)dst->bytes + (double)p->buffers[ins->srcs[1]].bytes;
         return CO_WORK_LAYOUT;
     }
-    /* The FLOPs are the registry's (common/ein_kernel_cost.h); only GEMMs
+    /* The FLOPs are the registry's (common/ir/ein_kernel_cost.h); only GEMMs
      * and attention are priced by them, the rest by bytes. */
     assert(dst); /* a validated KERNEL has one */
     const ein_box *src[EIN_KERNEL_COST_SRCS];

@@ -62,8 +62,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common/ein_error.h"
-#include "common/ein_program.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
 #include "coordinator/predict/co_calib.h"
 #include "exchange/xp_topo.h"
 

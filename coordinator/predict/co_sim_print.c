@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_einsum.h"
-#include "common/ein_json.h"
-#include "common/ein_kernel_cost.h"
-#include "common/ein_vec.h"
+#include "common/ir/ein_einsum.h"
+#include "common/io/ein_json.h"
+#include "common/ir/ein_kernel_cost.h"
+#include "common/base/ein_vec.h"
 
 #define CO_SIM_SHOW 12 /* critical-path groups printed at each end */
 

@@ -5,7 +5,7 @@
 #ifndef CO_CALIB_RUN_H
 #define CO_CALIB_RUN_H
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "coordinator/predict/co_calib.h"
 #include "exchange/xp_topo.h"
 

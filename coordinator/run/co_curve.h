@@ -24,7 +24,7 @@
 #ifndef CO_CURVE_H
 #define CO_CURVE_H
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 
 typedef struct co_curve co_curve;
 

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/ein_npy.h"
-#include "common/ein_rand.h"
-#include "common/ein_raw.h"
+#include "common/io/ein_npy.h"
+#include "common/io/ein_rand.h"
+#include "common/io/ein_raw.h"
 
 #define CO_DUMP_SLAB ((size_t)32 << 20)
 

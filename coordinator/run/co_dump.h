@@ -22,8 +22,8 @@
 
 #include <stdint.h>
 
-#include "common/ein_error.h"
-#include "common/ein_progress.h"
+#include "common/base/ein_error.h"
+#include "common/process/ein_progress.h"
 #include "coordinator/compile/co_lower.h"
 #include "planner/pl_graph.h"
 

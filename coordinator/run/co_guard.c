@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/ein_status.h"
+#include "common/process/ein_status.h"
 
 #define GUARD_DONE ((int64_t)-1)
 

@@ -28,7 +28,7 @@
 
 #include <sys/types.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 
 typedef struct co_guard {
     pid_t pid;

@@ -1,6 +1,6 @@
 /* coordinator/run/co_hosts.c — start the agents of a run on several hosts. */
 #include "config.h"
-#include "common/ein_child.h"
+#include "common/process/ein_child.h"
 
 #include "coordinator/run/co_hosts.h"
 

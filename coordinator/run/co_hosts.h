@@ -46,7 +46,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "coordinator/run/co_run_opts.h"
 
 enum { CO_HOSTS_MAX = 4096 };

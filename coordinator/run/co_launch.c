@@ -3,7 +3,7 @@
 #include "config.h"
 
 #include "coordinator/run/co_launch.h"
-#include "common/ein_knob.h"
+#include "common/base/ein_knob.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

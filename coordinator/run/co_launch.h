@@ -48,7 +48,7 @@
 
 #include <stddef.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "coordinator/run/co_hosts.h"
 
 int co_launch_hosts(const char *launcher, const char *hosts_file, int ndev, int per_host,

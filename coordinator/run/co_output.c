@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/ein_file.h"
-#include "common/ein_npy.h"
+#include "common/io/ein_file.h"
+#include "common/io/ein_npy.h"
 #include "coordinator/run/co_guard.h"
 
 #define TMP_MARK ".einrun-tmp-"

@@ -36,9 +36,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "common/ein_dtype.h"
-#include "common/ein_box.h"
-#include "common/ein_error.h"
+#include "common/ir/ein_dtype.h"
+#include "common/ir/ein_box.h"
+#include "common/base/ein_error.h"
 
 typedef struct co_output {
     /* Set by the caller; borrowed, must outlive the co_output. */

@@ -1,6 +1,6 @@
 /* coordinator/run/co_run.c — worker processes: spawn, dispatch, supervise, clean. */
 #include "coordinator/run/co_run.h"
-#include "common/ein_child.h"
+#include "common/process/ein_child.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -18,11 +18,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/ein_knob.h"
-#include "common/ein_progress.h"
-#include "common/ein_clock.h"
-#include "common/ein_status.h"
-#include "common/ein_wire.h"
+#include "common/base/ein_knob.h"
+#include "common/process/ein_progress.h"
+#include "common/base/ein_clock.h"
+#include "common/process/ein_status.h"
+#include "common/io/ein_wire.h"
 #include "coordinator/run/co_guard.h"
 #include "coordinator/run/co_curve.h"
 #include "coordinator/run/co_hosts.h"

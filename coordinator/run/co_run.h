@@ -24,9 +24,9 @@
 #ifndef CO_RUN_H
 #define CO_RUN_H
 
-#include "common/ein_error.h"
-#include "common/ein_program.h"
-#include "common/ein_wire.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
+#include "common/io/ein_wire.h"
 #include "include/einsummable/einsummable.h"
 
 #include "coordinator/run/co_run_opts.h"
@@ -67,7 +67,7 @@ int co_session_step(co_session *s, int store, const ein_reload *reload, int nrel
                     co_worker_stats *stats, double *wall_s, ein_error *err);
 int co_session_stop(co_session *s, ein_error *err);
 /* The entry point the next co_session_step runs (the START's `entry`,
- * common/ein_wire.h): 0 every instruction (the default), e >= 1 those of
+ * common/io/ein_wire.h): 0 every instruction (the default), e >= 1 those of
  * entry e (coordinator/compile/co_entries.h). */
 void co_session_set_entry(co_session *s, int entry);
 /* Cancel the step running now, if any (else nothing happens): its

@@ -24,10 +24,10 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/ein_progress.h"
-#include "common/ein_clock.h"
-#include "common/ein_status.h"
-#include "common/ein_wire.h"
+#include "common/process/ein_progress.h"
+#include "common/base/ein_clock.h"
+#include "common/process/ein_status.h"
+#include "common/io/ein_wire.h"
 #include "coordinator/run/co_guard.h"
 #include "coordinator/run/co_curve.h"
 #include "coordinator/run/co_hosts.h"

@@ -5,9 +5,9 @@
 #ifndef CO_RUN_OPTS_H
 #define CO_RUN_OPTS_H
 
-#include "common/ein_error.h"
-#include "common/ein_program.h"
-#include "common/ein_wire.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
+#include "common/io/ein_wire.h"
 #include "include/einsummable/einsummable.h"
 
 struct co_host; /* co_hosts.h */

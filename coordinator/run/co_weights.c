@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_box.h"
+#include "common/ir/ein_box.h"
 
 /* The tensor `name` and its file; NULL if no file has it. A name in two
  * files is EIN_EINVAL (*rc). */

@@ -31,8 +31,8 @@
 #ifndef CO_WEIGHTS_H
 #define CO_WEIGHTS_H
 
-#include "common/ein_error.h"
-#include "common/ein_safetensors.h"
+#include "common/base/ein_error.h"
+#include "common/io/ein_safetensors.h"
 #include "coordinator/compile/co_lower.h"
 #include "planner/pl_graph.h"
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_rand.h"
+#include "common/io/ein_rand.h"
 #include "coordinator/compile/ein_compile_int.h"
 #include "include/einsummable/einsummable.h"
 

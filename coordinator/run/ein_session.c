@@ -15,11 +15,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/ein_box.h"
-#include "common/ein_knob.h"
-#include "common/ein_npy.h"
-#include "common/ein_safetensors.h"
-#include "common/ein_self.h"
+#include "common/ir/ein_box.h"
+#include "common/base/ein_knob.h"
+#include "common/io/ein_npy.h"
+#include "common/io/ein_safetensors.h"
+#include "common/process/ein_self.h"
 #include "coordinator/compile/co_entries.h"
 #include "coordinator/run/co_hosts.h"
 #include "coordinator/run/co_launch.h"

@@ -1,7 +1,7 @@
 /* include/einsummable/ein_types.h — the plain types every Einsummable call
  * uses: element types and the error object. Installed with the public
  * header (einsummable.h includes it); the library's own code includes it
- * through common/ein_dtype.h and common/ein_error.h, so each type has this
+ * through common/ir/ein_dtype.h and common/base/ein_error.h, so each type has this
  * one definition. */
 #ifndef EINSUMMABLE_EIN_TYPES_H
 #define EINSUMMABLE_EIN_TYPES_H
@@ -105,7 +105,7 @@ const char *ein_dtype_name(ein_dtype t);
  * n / 32 * block bytes (n must be a multiple of 32: a caller checks). 0
  * for an invalid dtype. */
 uint64_t ein_dtype_bytes(ein_dtype t, uint64_t n);
-/* Convert n elements between f32 and dtype t (common/ein_dtype.h states
+/* Convert n elements between f32 and dtype t (common/ir/ein_dtype.h states
  * the rounding; q8_0/q4_0: ggml's reference quantizer, n a multiple of
  * 32). An invalid dtype converts nothing. */
 void ein_dtype_from_f32(ein_dtype t, const float *src, void *dst, size_t n);

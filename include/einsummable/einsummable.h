@@ -21,7 +21,7 @@
  *     ein_graph_plan(g, 4, NULL, &plan, &err);
  *
  * Conventions: every function that can fail takes an ein_error (may be
- * NULL) and returns a negative EIN_E* code on failure (common/ein_error.h),
+ * NULL) and returns a negative EIN_E* code on failure (common/base/ein_error.h),
  * leaving the graph unchanged. Tensors are small integer handles (>= 0)
  * valid for the graph that made them. Names are unique, 1..63 characters;
  * NULL asks for a generated name ("t17"). The .ein parser
@@ -81,7 +81,7 @@ ein_tensor ein_graph_einsum(ein_graph *g, const char *name, const char *subscrip
 /* The operator table, for bindings that build their lists from it
  * (Python's einsummable does at import): every name ein_graph_unary,
  * ein_graph_binary and ein_graph_reduce take, rows 0 .. ein_op_count() - 1
- * (unary functions, then binary, then reductions; common/ein_ops.def's
+ * (unary functions, then binary, then reductions; common/ir/ein_ops.def's
  * order). ein_op_row fills *out with row i and returns 0, or returns
  * EIN_EINVAL (and leaves *out alone) when i is out of range or out is NULL.
  * The strings are static: valid for the life of the process, never freed.
@@ -103,7 +103,7 @@ int ein_op_row(int i, ein_op_entry *out);
 
 /* op: relu, silu, gelu (tanh approximation), gelu_exact (erf), exp, neg,
  * sigmoid, tanh, square, scale (x*c), addc (x+c); c is ignored by the
- * others (the list is common/ein_ops.def's). */
+ * others (the list is common/ir/ein_ops.def's). */
 ein_tensor ein_graph_unary(ein_graph *g, const char *name, const char *op, double c,
                            ein_tensor x, ein_error *err);
 /* op: add, sub, mul, div, maximum; numpy broadcasting. */

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_einsum.h"
+#include "common/ir/ein_einsum.h"
 
 #define KN_NLET 26
 #define KN_SMALL_GEMM 256

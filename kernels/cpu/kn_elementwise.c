@@ -16,14 +16,14 @@
 #define KN_CHUNK 1024
 
 /* Our own names, so messages do not depend on the IR's printers; names
- * and formulas come from the registry, common/ein_ops.def. */
+ * and formulas come from the registry, common/ir/ein_ops.def. */
 static const char *const kn_unary_names[EIN_UN_COUNT] = {
 #define EIN_UNARY(kind, name, nargs, usage, formula) [EIN_UN_##kind] = name,
-#include "common/ein_ops.def"
+#include "common/ir/ein_ops.def"
 };
 static const char *const kn_binary_names[EIN_BIN_COUNT] = {
 #define EIN_BINARY(kind, name, op, formula) [EIN_BIN_##kind] = name,
-#include "common/ein_ops.def"
+#include "common/ir/ein_ops.def"
 };
 
 /* One loop per function, so that each is a plain vectorisable loop: the
@@ -38,7 +38,7 @@ static void kn_unary_ref_f32(ein_unary op, float s, const float *x, float *y, in
             y[i] = (formula);                         \
         }                                             \
         break;
-#include "common/ein_ops.def"
+#include "common/ir/ein_ops.def"
     case EIN_UN_COUNT:
         break;
     }
@@ -93,7 +93,7 @@ static void kn_binary_f32(ein_binary op, const float *x, const float *w, float *
             y[i] = (formula);                    \
         }                                        \
         break;
-#include "common/ein_ops.def"
+#include "common/ir/ein_ops.def"
     case EIN_BIN_COUNT:
         break;
     }

@@ -1,5 +1,5 @@
 /* kernels/cpu/kn_quant.c — products of rows by quantized weights (q8_0,
- * q4_0: ggml's blocks, common/ein_dtype.h), computing in f32 (issue 36).
+ * q4_0: ggml's blocks, common/ir/ein_dtype.h), computing in f32 (issue 36).
  *
  * The weight is [n, k] (a checkpoint's [out, in]), k contiguous in blocks
  * of 32: each row of it is k / 32 blocks of an f16 scale and 32 int8 (q8_0)
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_dtype.h"
+#include "common/ir/ein_dtype.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -5,7 +5,7 @@
  * (max-subtracted, in f32) and stored, so out may be x (in place). */
 #include "kernels/cpu/kn_internal.h"
 
-#include "common/ein_kernel_rules.h"
+#include "common/ir/ein_kernel_rules.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/ein_dtype.h"
+#include "common/ir/ein_dtype.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

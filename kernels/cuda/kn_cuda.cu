@@ -6,10 +6,10 @@
  * than KN_CUDA_MAXSRC sources fold in several launches on the same stream,
  * each later one reading the running result from dst. */
 extern "C" {
-#include "common/ein_error.h"
-#include "common/ein_program.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
 #include "kernels/kn_block.h"
-#include "common/ein_knob.h"
+#include "common/base/ein_knob.h"
 }
 #include "kernels/cuda/kn_cuda.h"
 
@@ -59,7 +59,7 @@ __global__ void kn_unary_kernel(int op, float s, const float *x, float *y, int64
         switch (op) {
 #define EIN_UNARY(kind, name, nargs, usage, formula) \
         case EIN_UN_##kind: r = (formula); break;
-#include "common/ein_ops.def"
+#include "common/ir/ein_ops.def"
         default: r = v; break; /* op was checked on the host */
         }
         y[i] = r;

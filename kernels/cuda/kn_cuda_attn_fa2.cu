@@ -26,7 +26,7 @@
  *   variant writes f32 rows of d + 1 (normalised O, then m + log l; zeros
  *   and -inf for a row that sees no key of the block), the layout
  *   kn_cuda_agg_lse_blk merges. */
-#include "common/ein_knob.h"
+#include "common/base/ein_knob.h"
 #include "kernels/cuda/kn_cuda_attn.cuh"
 
 #include <math.h>

@@ -10,8 +10,8 @@
 
 extern "C" {
 #include <stdint.h>
-#include "common/ein_error.h"
-#include "common/ein_program.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
 #include "kernels/kn_block.h"
 }
 #include "kernels/cuda/kn_cuda.h"

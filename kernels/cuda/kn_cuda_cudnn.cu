@@ -30,7 +30,7 @@
  * EIN_ATTENTION=ours turns cuDNN off, EIN_ATTENTION=cudnn makes a cuDNN
  * decline an error (tests). */
 #include "kernels/cuda/kn_cuda_common.cuh"
-#include "common/ein_knob.h"
+#include "common/base/ein_knob.h"
 
 #include "config.h"
 

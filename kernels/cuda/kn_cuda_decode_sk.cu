@@ -21,7 +21,7 @@
  * scale folded into q, expf of the running max differences, f32 throughout;
  * the order of the additions differs (per warp, then across warps, then
  * across chunks), so results differ from it by float rounding. */
-#include "common/ein_knob.h"
+#include "common/base/ein_knob.h"
 #include "kernels/cuda/kn_cuda_common.cuh"
 
 #include <math.h>

@@ -8,7 +8,7 @@
 
 #include <math.h>
 
-/* silu as the registry states it (common/ein_ops.def). */
+/* silu as the registry states it (common/ir/ein_ops.def). */
 __device__ __forceinline__ float kn_cu_fused_silu(float v)
 {
     const float s = 0.0f;
@@ -16,7 +16,7 @@ __device__ __forceinline__ float kn_cu_fused_silu(float v)
 #define EIN_UNARY(kind, name, nargs, usage, formula) \
     if (EIN_UN_##kind == EIN_UN_SILU)                 \
         return (formula);
-#include "common/ein_ops.def"
+#include "common/ir/ein_ops.def"
     return v;
 }
 

@@ -8,7 +8,7 @@
 #include "kernels/cuda/kn_cuda_common.cuh"
 
 extern "C" {
-#include "common/ein_kernel_rules.h"
+#include "common/ir/ein_kernel_rules.h"
 }
 
 #include <math.h>
@@ -16,14 +16,14 @@ extern "C" {
 
 /* ---- unary and binary ---------------------------------------------------- */
 
-/* The formulas are the registry's (common/ein_ops.def); op was checked on
+/* The formulas are the registry's (common/ir/ein_ops.def); op was checked on
  * the host. */
 __device__ __forceinline__ float kn_cu_unary_f(int op, float s, float v)
 {
     switch (op) {
 #define EIN_UNARY(kind, name, nargs, usage, formula) \
     case EIN_UN_##kind: return (formula);
-#include "common/ein_ops.def"
+#include "common/ir/ein_ops.def"
     default: return v;
     }
 }
@@ -103,7 +103,7 @@ __device__ __forceinline__ float kn_cu_binary_f(int op, float a, float b)
     switch (op) {
 #define EIN_BINARY(kind, name, opname, formula) \
     case EIN_BIN_##kind: return (formula);
-#include "common/ein_ops.def"
+#include "common/ir/ein_ops.def"
     default: return a;
     }
 }

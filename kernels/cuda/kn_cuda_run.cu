@@ -13,7 +13,7 @@
 #include "kernels/cuda/kn_cuda_common.cuh"
 
 extern "C" {
-#include "common/ein_einsum.h"
+#include "common/ir/ein_einsum.h"
 }
 
 #include <string.h>

@@ -4,7 +4,7 @@
 #include <limits.h>
 #include <string.h>
 
-#include "common/ein_einsum.h"
+#include "common/ir/ein_einsum.h"
 
 /* "<A>k,nk-><A>n": the letters of a, b and out, as the CPU kernel takes
  * them (kn_einsum_q). */

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "kernels/kn_block.h"
 
 #define KN_QMM_GEMV_MAX_ROWS 16

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 
 static void em_fail(const kn_dnn_api *api, kn_sdpa_built *b, const char *what,
                     cudnnStatus_t st)

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 
 const char *kn_sg_dtype_name(kn_sg_dtype t)
 {

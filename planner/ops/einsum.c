@@ -7,7 +7,7 @@
  * function specifications with the same output type, summed (Ex. 3.8).
  * Also the builders pl_graph_add_einsum / pl_graph_add_matmul (shape
  * inference). The subscripts are parsed by ein_einsum_parse
- * (common/ein_einsum.h). */
+ * (common/ir/ein_einsum.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,12 +6,12 @@
 
 #include <string.h>
 
-#include "common/ein_kernel_cost.h"
+#include "common/ir/ein_kernel_cost.h"
 
-/* Generated from common/ein_ops.def's EIN_GRAPH_OP list; inputs have none. */
+/* Generated from common/ir/ein_ops.def's EIN_GRAPH_OP list; inputs have none. */
 static const pl_op_def *const op_defs[PL_NODE_KIND_COUNT] = {
 #define EIN_GRAPH_OP(kind, def) [PL_##kind] = &pl_op_##def,
-#include "common/ein_ops.def"
+#include "common/ir/ein_ops.def"
 };
 
 const pl_op_def *pl_op_def_of(pl_node_kind kind)

@@ -29,9 +29,9 @@ typedef struct pl_op_def {
     double (*flops)(const pl_graph *g, const pl_node *nd);
 } pl_op_def;
 
-/* One per operator of common/ein_ops.def's EIN_GRAPH_OP list. */
+/* One per operator of common/ir/ein_ops.def's EIN_GRAPH_OP list. */
 #define EIN_GRAPH_OP(kind, def) extern const pl_op_def pl_op_##def;
-#include "common/ein_ops.def"
+#include "common/ir/ein_ops.def"
 
 /* The definition of an operator kind; NULL for inputs. */
 const pl_op_def *pl_op_def_of(pl_node_kind kind);
@@ -66,7 +66,7 @@ ein_agg pl_agg_none(const pl_graph *g, const pl_node *nd, const pl_index *idx, i
 /* 0 flops: data movement only (concat, slice, reshapes). */
 double pl_flops_zero(const pl_graph *g, const pl_node *nd);
 /* The FLOPs of the node's kernel over its whole shapes: the one cost model
- * the simulator prices blocks with (common/ein_kernel_cost.h). */
+ * the simulator prices blocks with (common/ir/ein_kernel_cost.h). */
 double pl_flops_kernel(const pl_graph *g, const pl_node *nd);
 /* Every output axis shardable anywhere (elementwise, concat, slice). */
 int pl_indices_every_axis(const pl_graph *g, const pl_node *nd, pl_index *idx);

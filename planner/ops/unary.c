@@ -1,6 +1,6 @@
 /* planner/ops/unary.c — elementwise unary operators (relu, silu, gelu, exp,
  * neg, sigmoid, tanh, square, gelu_exact, scale and add by a constant: the
- * list in common/ein_ops.def): the builder
+ * list in common/ir/ein_ops.def): the builder
  * pl_graph_add_unary (shape inference) and the specs.
  *
  * Every axis is shardable (any); the input block is the output block. */

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_knob.h"
-#include "common/ein_self.h"
+#include "common/base/ein_clock.h"
+#include "common/base/ein_knob.h"
+#include "common/process/ein_self.h"
 #include "planner/ops/pl_ops.h"
 #include "planner/pl_graph_int.h"
 #include "planner/rewrite/pl_rewrite.h"

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_vec.h"
+#include "common/base/ein_vec.h"
 #include "planner/rewrite/rw_egraph.h"
 
 static const char *const op_names[RW_OP_COUNT] = {

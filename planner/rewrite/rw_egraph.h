@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#include "common/ein_vec.h"
+#include "common/base/ein_vec.h"
 #include "planner/pl_graph.h"
 
 #define RW_MAX_PARAMS 3
@@ -51,7 +51,7 @@ typedef struct rw_node {
     int dead;                     /* congruent duplicate of a live node */
 } rw_node;
 
-typedef EIN_VEC(int) rw_ivec; /* common/ein_vec.h: ein_vec_push, ein_vec_free */
+typedef EIN_VEC(int) rw_ivec; /* common/base/ein_vec.h: ein_vec_push, ein_vec_free */
 
 typedef struct rw_class {
     rw_ivec nodes;                /* node ids (live and dead) */

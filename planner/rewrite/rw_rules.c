@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_file.h"
-#include "common/ein_vec.h"
+#include "common/io/ein_file.h"
+#include "common/base/ein_vec.h"
 #include "planner/rewrite/rw_rules.h"
 #include "planner/rewrite/rw_egraph.h"
 

@@ -6,7 +6,7 @@
 #ifndef RW_RULES_H
 #define RW_RULES_H
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 
 /* A rule set, parsed and compiled. Parsing checks the syntax, the operator
  * arities, that every right-side variable is bound on the left, and the

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "common/ein_file.h"
+#include "common/io/ein_file.h"
 #include "planner/rewrite/pl_rewrite.h"
 #include "planner/rewrite/rw_egraph.h"
 

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_clock.h"
-#include "common/ein_vec.h"
+#include "common/base/ein_clock.h"
+#include "common/base/ein_vec.h"
 #include "planner/rewrite/rw_rules_int.h"
 
 /* ---- e-matching ------------------------------------------------------- */

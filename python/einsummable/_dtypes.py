@@ -1,7 +1,7 @@
 """einsummable._dtypes — element types, from the library's dtype table
 (ein_dtype_count / ein_dtype_row, include/einsummable/ein_types.h), read
 once at import: Python keeps no list of its own, so a dtype added to
-common/ein_dtype.c is known here with its name, code, NumPy storage and
+common/ir/ein_dtype.c is known here with its name, code, NumPy storage and
 block layout."""
 
 import ctypes

@@ -119,7 +119,7 @@ class Tensor:
 
 def _read_ops():
     """The library's operator table (ein_op_row): {class: names}, in its
-    order (common/ein_ops.def's)."""
+    order (common/ir/ein_ops.def's)."""
     ops = {L.EIN_OP_UNARY: [], L.EIN_OP_BINARY: [], L.EIN_OP_REDUCE: []}
     for i in range(_lib.ein_op_count()):
         e = L.ein_op_entry()

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "include/einsummable/einsummable.h"
-#include "common/ein_rope.h"
+#include "common/ir/ein_rope.h"
 
 static ein_model_config cfg(const char *text)
 {

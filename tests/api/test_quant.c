@@ -13,7 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "common/ein_dtype.h"
+#include "common/ir/ein_dtype.h"
 #include "include/einsummable/einsummable.h"
 
 enum { T = 5, K = 96, N = 40 };

@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/ein_dtype.h"
-#include "common/ein_program.h"
+#include "common/ir/ein_dtype.h"
+#include "common/ir/ein_program.h"
 
 static uint64_t rng_state = 0x1234567887654321ull;
 static uint64_t rng(void)

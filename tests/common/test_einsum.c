@@ -10,7 +10,7 @@
 
 #include <string.h>
 
-#include "common/ein_einsum.h"
+#include "common/ir/ein_einsum.h"
 
 static void test_parse(void **state)
 {

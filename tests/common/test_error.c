@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 
 static void escapes(const char *in, size_t len, const char *want)
 {

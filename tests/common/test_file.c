@@ -14,9 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/ein_error.h"
-#include "common/ein_file.h"
-#include "common/ein_npy.h"
+#include "common/base/ein_error.h"
+#include "common/io/ein_file.h"
+#include "common/io/ein_npy.h"
 
 static char dir[64];
 

@@ -1,4 +1,4 @@
-/* tests/common/test_hash.c — the one hash combiner (common/ein_hash.h):
+/* tests/common/test_hash.c — the one hash combiner (common/base/ein_hash.h):
  * its values against an independent evaluation of its formula (Python's
  * arbitrary-precision integers masked to 64 bits), and no collision over
  * the small keys the optimizers fold into it. */
@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "common/ein_hash.h"
+#include "common/base/ein_hash.h"
 
 static void test_values(void **state)
 {

@@ -1,4 +1,4 @@
-/* tests/common/test_json.c — the one JSON string writer (common/ein_json). */
+/* tests/common/test_json.c — the one JSON string writer (common/io/ein_json). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "common/ein_json.h"
+#include "common/io/ein_json.h"
 
 static void expect(const char *in, size_t n, const char *want)
 {

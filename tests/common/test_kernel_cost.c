@@ -12,8 +12,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "common/ein_kernel_cost.h"
-#include "common/ein_rand.h"
+#include "common/ir/ein_kernel_cost.h"
+#include "common/io/ein_rand.h"
 
 /* Pair by pair: query t sees keys [start(t), t] within [klo, khi). */
 static double brute_pairs(const int64_t *ends, int n, int64_t qlo, int64_t qhi, int64_t klo,

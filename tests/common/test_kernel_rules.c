@@ -1,5 +1,5 @@
 /* tests/common/test_kernel_rules.c — the block rules table
- * (common/ein_kernel_rules.h):
+ * (common/ir/ein_kernel_rules.h):
  *  - every kernel kind has a row, with its rules in words and a check;
  *  - for every kind, a Program whose KERNEL breaks a block rule (the
  *    destination one column wider than the sources) is refused by
@@ -15,9 +15,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "common/ein_dtype.h"
-#include "common/ein_kernel_rules.h"
-#include "common/ein_program.h"
+#include "common/ir/ein_dtype.h"
+#include "common/ir/ein_kernel_rules.h"
+#include "common/ir/ein_program.h"
 
 static void test_every_kind_has_a_row(void **state)
 {
@@ -31,7 +31,7 @@ static void test_every_kind_has_a_row(void **state)
     assert_null(ein_kernel_rules_of((ein_kernel_kind)-1));
 }
 
-/* The fewest sources kind k takes (its arity, common/ein_ops.def). */
+/* The fewest sources kind k takes (its arity, common/ir/ein_ops.def). */
 static int arity(ein_kernel_kind k)
 {
     for (int n = 1; n <= EIN_KERNEL_MAX_INPUTS; n++)

@@ -24,7 +24,10 @@ not_ok() {
 
 # Lowest first. A new folder gets its place here (and in docs/design.md).
 ORDER='include/einsummable
-common
+common/base
+common/ir
+common/io
+common/process
 kernels
 kernels/cpu
 kernels/cuda

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/ein_nameidx.h"
+#include "common/base/ein_nameidx.h"
 
 #define N 3000
 static char names[N][16];

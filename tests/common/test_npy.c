@@ -19,10 +19,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/ein_box.h"
-#include "common/ein_dtype.h"
-#include "common/ein_error.h"
-#include "common/ein_npy.h"
+#include "common/ir/ein_box.h"
+#include "common/ir/ein_dtype.h"
+#include "common/base/ein_error.h"
+#include "common/io/ein_npy.h"
 
 static char tmpdir[256];
 

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_box.h"
-#include "common/ein_dtype.h"
-#include "common/ein_rand.h"
+#include "common/ir/ein_box.h"
+#include "common/ir/ein_dtype.h"
+#include "common/io/ein_rand.h"
 
 static uint64_t rng_state = 0x13198a2e03707344ull;
 static uint64_t rng(void)

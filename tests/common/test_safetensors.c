@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/ein_program.h"
-#include "common/ein_raw.h"
-#include "common/ein_safetensors.h"
+#include "common/ir/ein_program.h"
+#include "common/io/ein_raw.h"
+#include "common/io/ein_safetensors.h"
 
 static char dir[64];
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_vec.h"
+#include "common/base/ein_vec.h"
 
 typedef struct rec { int64_t a; double b; char tag[5]; } rec;
 

@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_error.h"
-#include "common/ein_program.h"
-#include "common/ein_rand.h"
-#include "common/ein_wire.h"
+#include "common/base/ein_error.h"
+#include "common/ir/ein_program.h"
+#include "common/io/ein_rand.h"
+#include "common/io/ein_wire.h"
 
 static uint64_t rng_state = 0xa4093822299f31d0ull;
 static uint64_t rng(void)

@@ -1,5 +1,5 @@
 /* tests/coordinator/test_co_invariants.c — the checkers asserted at the
- * seams (common/ein_invariant.h) catch a planted violation, and accept the
+ * seams (common/base/ein_invariant.h) catch a planted violation, and accept the
  * structures the code makes:
  *  - co_physical_ok (lowering's entry): a physical plan made for a chain on
  *    3 devices passes; a tuple on a device out of range, two tuples of a

@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <sys/types.h>
 
-#include "common/ein_progress.h"
+#include "common/process/ein_progress.h"
 #include "coordinator/run/co_weights.h"
 
 static char dir[64];

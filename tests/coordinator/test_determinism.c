@@ -23,7 +23,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "common/ein_clock.h"
+#include "common/base/ein_clock.h"
 #include "coordinator/compile/co_lower.h"
 #include "coordinator/compile/co_pipeline.h"
 #include "exchange/xp_topo.h"

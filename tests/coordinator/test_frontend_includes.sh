@@ -25,12 +25,12 @@ not_ok() {
 ALLOWED='config.h
 coordinator/ein_frontend.h
 tools/einrun_int.h
-common/ein_box.h
-common/ein_clock.h
-common/ein_error.h
-common/ein_knob.h
-common/ein_npy.h
-common/ein_progress.h'
+common/ir/ein_box.h
+common/base/ein_clock.h
+common/base/ein_error.h
+common/base/ein_knob.h
+common/io/ein_npy.h
+common/process/ein_progress.h'
 
 # bad_includes FILE...: print "FILE: HEADER" for each project header a file
 # includes that is not allowed (a <...> include counts when it names a file
@@ -85,7 +85,7 @@ if [ ! -s "$tmp/why" ]; then ok "einrun and einplan include only public headers 
 else not_ok "einrun and einplan include only public headers and ein_frontend.h"; fi
 
 # 4: ein_frontend.h exposes no internal header.
-ALLOWED='common/ein_progress.h'
+ALLOWED='common/process/ein_progress.h'
 bad_includes "$src/coordinator/ein_frontend.h" > "$tmp/why"
 if [ -f "$src/coordinator/ein_frontend.h" ] && [ ! -s "$tmp/why" ]; then ok "ein_frontend.h includes only the public API"
 else not_ok "ein_frontend.h includes only the public API"; fi

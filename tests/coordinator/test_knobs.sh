@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/coordinator/test_knobs.sh — the knob table (common/ein_knobs.def,
+# tests/coordinator/test_knobs.sh — the knob table (common/base/ein_knobs.def,
 # TAP): `einrun --help-env` lists every environment variable, the docs hold
 # the same table, and no C code reads the environment but through
 # ein_knob_get (the table's getter).
@@ -19,10 +19,10 @@ check "einrun --help-env exits 0 and prints a table" \
     '[ $? -eq 0 ] && head -n 1 "$S/env" | grep -q "^| variable | when unset | read by | meaning |$"'
 
 # Every row of the .def file is a line of the table, and no more.
-sed -n 's/^EIN_KNOB([A-Z_0-9]*, "\([A-Za-z_0-9]*\)".*/\1/p' "$SRC/common/ein_knobs.def" | sort > "$S/def"
+sed -n 's/^EIN_KNOB([A-Z_0-9]*, "\([A-Za-z_0-9]*\)".*/\1/p' "$SRC/common/base/ein_knobs.def" | sort > "$S/def"
 sed -n 's/^| `\([A-Za-z_0-9]*\)` |.*/\1/p' "$S/env" | sort > "$S/listed"
 diff "$S/def" "$S/listed" > "$S/why"
-check "--help-env lists every knob of common/ein_knobs.def ($(wc -l < "$S/def"))" \
+check "--help-env lists every knob of common/base/ein_knobs.def ($(wc -l < "$S/def"))" \
     '[ $? -eq 0 ] && [ -s "$S/def" ]'
 
 # No getenv outside the getter: C, C headers and CUDA, tests aside (their
@@ -30,13 +30,13 @@ check "--help-env lists every knob of common/ein_knobs.def ($(wc -l < "$S/def"))
 (cd "$SRC" && grep -rn --include='*.c' --include='*.h' --include='*.cu' --include='*.cuh' \
     -E '(^|[^_[:alnum:]])(secure_)?getenv[[:space:]]*\(' \
     common planner exchange kernels coordinator worker node tools include examples) \
-    | grep -v '^common/ein_knob\.c:' > "$S/why"
-check "no getenv call outside common/ein_knob.c" '[ ! -s "$S/why" ]'
+    | grep -v '^common/base/ein_knob\.c:' > "$S/why"
+check "no getenv call outside common/base/ein_knob.c" '[ ! -s "$S/why" ]'
 
 # Every knob the C code names is a row (the compiler checks the ids; this
 # checks that each row is read somewhere, in C or in the Python package).
 : > "$S/why"
-for k in $(sed -n 's/^EIN_KNOB(\([A-Z_0-9]*\), "\([A-Za-z_0-9]*\)".*/\1:\2/p' "$SRC/common/ein_knobs.def"); do
+for k in $(sed -n 's/^EIN_KNOB(\([A-Z_0-9]*\), "\([A-Za-z_0-9]*\)".*/\1:\2/p' "$SRC/common/base/ein_knobs.def"); do
     id=${k%%:*} name=${k#*:}
     if ! (cd "$SRC" && grep -rqs --include='*.c' --include='*.cu' "EIN_KNOB_$id\\b" \
             common planner exchange kernels coordinator worker node tools) &&

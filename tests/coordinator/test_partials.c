@@ -22,7 +22,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "common/ein_dtype.h"
+#include "common/ir/ein_dtype.h"
 #include "coordinator/predict/co_calib.h"
 #include "coordinator/compile/co_lower.h"
 #include "coordinator/compile/co_pipeline.h"

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_npy.h"
-#include "common/ein_rand.h"
+#include "common/io/ein_npy.h"
+#include "common/io/ein_rand.h"
 
 static double value_at(ein_dtype dt, const void *data, size_t i)
 {

@@ -3,7 +3,7 @@
 # the CUDA backend on a CUDA build that sees GPUs and CPU devices otherwise
 # (saying why, in one line); --backend cpu forces CPU devices, --backend
 # cuda without a GPU is an error; a backend with no row of the registry
-# (common/ein_backend.c) is refused by name by einworker and einnode, and
+# (common/ir/ein_backend.c) is refused by name by einworker and einnode, and
 # einnode's --gpus goes only with a backend of numbered devices.
 # $EIN_GPU_VISIBLE stands in for the GPU machine; a stand-in worker
 # answers the GPU probe and records the arguments it was started with. No

@@ -27,7 +27,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "common/ein_npy.h"
+#include "common/io/ein_npy.h"
 #include "tests/e2e/e2e_util.h"
 
 enum { T = 4096, DM = 256, HQ = 8, HKV = 2, HD = 32, DKV = HKV * HD, DF = 384 };

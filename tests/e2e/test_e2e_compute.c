@@ -16,8 +16,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "common/ein_npy.h"
-#include "common/ein_rand.h"
+#include "common/io/ein_npy.h"
+#include "common/io/ein_rand.h"
 #include "tests/e2e/e2e_util.h"
 
 /* Odd sizes, so that no split is even. */

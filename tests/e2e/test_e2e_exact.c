@@ -19,8 +19,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "common/ein_dtype.h"
-#include "common/ein_npy.h"
+#include "common/ir/ein_dtype.h"
+#include "common/io/ein_npy.h"
 #include "tests/e2e/e2e_util.h"
 
 static int run_einrun(int ndev, const char *prog, const char *const *bind, int nbind,

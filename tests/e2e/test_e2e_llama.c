@@ -19,7 +19,7 @@
 
 #include <sys/stat.h>
 
-#include "common/ein_npy.h"
+#include "common/io/ein_npy.h"
 #include "tests/e2e/e2e_util.h"
 
 enum { T = 64, DM = 256, HQ = 8, HKV = 2, HD = 32, DKV = HKV * HD, DF = 384, NSEQ = 8 };

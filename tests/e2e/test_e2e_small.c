@@ -22,8 +22,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "common/ein_npy.h"
-#include "common/ein_rand.h"
+#include "common/io/ein_npy.h"
+#include "common/io/ein_rand.h"
 #include "tests/e2e/e2e_util.h"
 
 enum { N = 24, M = 37, R = 3 };

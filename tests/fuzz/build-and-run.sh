@@ -50,7 +50,7 @@ deps_cflags="$(pc --cflags libsodium) $(pc --cflags libzmq) $(pc --cflags msgpac
 deps_libs="$(pc --libs libsodium) $(pc --libs libzmq) $(pc --libs msgpack-c || pc --libs msgpack) $(pc --libs openblas) $(pc --libs jansson) $(pc --libs libpcre2-8) $(pc --libs libutf8proc) -lpthread -lm"
 cflags="-std=gnu11 -g -O1 -I$src $deps_cflags -DPL_REWRITE_RULES_DIR=\"$src/planner/rewrite/rules\" \
  -DPL_REWRITE_RULES_SRCDIR=\"$src/planner/rewrite/rules\""
-lib_srcs=$(cd "$src" && ls common/*.c planner/*.c planner/ops/*.c exchange/*.c \
+lib_srcs=$(cd "$src" && ls common/*/*.c planner/*.c planner/ops/*.c exchange/*.c \
     planner/rewrite/pl_rewrite.c planner/rewrite/rw_egraph.c planner/rewrite/rw_rules.c \
     planner/rewrite/rw_saturate.c \
     planner/rewrite/rw_ilp.c planner/rewrite/pl_rewrite_weights.c coordinator/compile/*.c \

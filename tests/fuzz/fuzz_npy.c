@@ -6,7 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "common/ein_npy.h"
+#include "common/io/ein_npy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -9,8 +9,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "common/ein_raw.h"
-#include "common/ein_safetensors.h"
+#include "common/io/ein_raw.h"
+#include "common/io/ein_safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

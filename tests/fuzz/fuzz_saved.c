@@ -12,8 +12,8 @@
 
 #include <msgpack.h>
 
-#include "common/ein_program.h"
-#include "common/ein_wire.h"
+#include "common/ir/ein_program.h"
+#include "common/io/ein_wire.h"
 #include "planner/pl_wire.h"
 
 static const msgpack_object *lookup(const msgpack_object *map, const char *key)

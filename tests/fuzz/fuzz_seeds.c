@@ -9,9 +9,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/ein_npy.h"
-#include "common/ein_safetensors.h"
-#include "common/ein_wire.h"
+#include "common/io/ein_npy.h"
+#include "common/io/ein_safetensors.h"
+#include "common/io/ein_wire.h"
 
 static void put(const char *dir, const char *name, const void *buf, size_t len)
 {

@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_tokenizer.c — the tokenizer (common/ein_tokenizer*.c). An
+/* tests/fuzz/fuzz_tokenizer.c — the tokenizer (common/io/ein_tokenizer*.c). An
  * input starting with '{' is also loaded as a tokenizer.json (refused with a
  * one-line message, or used). Every input is encoded as text by a Llama 3
  * style byte-level tokenizer and a Llama 2 style byte-fallback one built

@@ -2,7 +2,7 @@
  * PROGRAM included); a decoded message must encode and decode again. */
 #include "tests/fuzz/fuzz_util.h"
 
-#include "common/ein_wire.h"
+#include "common/io/ein_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

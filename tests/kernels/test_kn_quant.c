@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_dtype.h"
+#include "common/ir/ein_dtype.h"
 #include "kernels/cpu/kn_internal.h"
-#include "common/ein_program_int.h"
+#include "common/ir/ein_program_int.h"
 #include "kernels/kn_cpu.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

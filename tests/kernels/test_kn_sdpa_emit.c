@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "kernels/cuda/kn_sdpa_emit.h"
 
 /* ---- the recording stand-in ------------------------------------------ */

@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/ein_error.h"
+#include "common/base/ein_error.h"
 #include "kernels/cuda/kn_sdpa_graph.h"
 
 static kn_sg_params base(void)

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_dtype.h"
+#include "common/ir/ein_dtype.h"
 #include "kernels/cpu/kn_internal.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_vec.h"
+#include "common/base/ein_vec.h"
 #include "planner/pl_graph.h"
 
 static int setup(void **state)

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ein_clock.h"
+#include "common/base/ein_clock.h"
 #include "worker/wk_xport.h"
 
 static void near(double got, double want)
