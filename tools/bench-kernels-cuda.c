@@ -21,7 +21,15 @@
  * key-block partial) from cuDNN against our kernel at several lengths,
  * packed sequences in one plan, and the 8K speed of both.
  * Lines: "variant NAME: ...", "correct WHAT: max abs err A, scaled err E:
- * ok|MISMATCH" or "correct WHAT: not run: WHY", "attention causal ...". */
+ * ok|MISMATCH" or "correct WHAT: not run: WHY", "attention causal ...".
+ *
+ * bench-kernels-cuda -Q [-r REPS]: the quantized weights of issue 36
+ * (tools/gpu-check's quant check): the D2D copy rate ("quant copy rate:
+ * R GB/s"), then for the 8B-LLaMA shapes 4096x4096, 14336x4096 and
+ * 4096x14336 one bf16 row times bf16, q8_0 and q4_0 weights through
+ * kn_cuda_einsum ("quant correct DT ...: ok|MISMATCH" against a double
+ * reference, "quant gemv DT 1xNxK: T us, B GB/s of weights, P% of the
+ * copy rate", "quant speedup ..."). */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -458,18 +466,147 @@ out:
     cudaEventDestroy(e1);
 }
 
+/* Issue 36: the D2D copy rate (bytes read + written per second by
+ * cudaMemcpyAsync of 1 GiB), the bound a weight-streaming GEMV is
+ * measured against. */
+static double copy_rate(cudaStream_t s, int reps)
+{
+    size_t bytes = (size_t)1 << 30;
+    void *a, *b;
+    ck(cudaMalloc(&a, bytes), "cudaMalloc");
+    ck(cudaMalloc(&b, bytes), "cudaMalloc");
+    ck(cudaMemsetAsync(a, 1, bytes, s), "memset");
+    cudaEvent_t e0, e1;
+    ck(cudaEventCreate(&e0), "event");
+    ck(cudaEventCreate(&e1), "event");
+    ck(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "copy");
+    ck(cudaEventRecord(e0, s), "record");
+    for (int r = 0; r < reps; r++)
+        ck(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "copy");
+    ck(cudaEventRecord(e1, s), "record");
+    ck(cudaEventSynchronize(e1), "sync");
+    float ms;
+    ck(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+    cudaFree(a);
+    cudaFree(b);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return 2.0 * (double)bytes * reps / (ms * 1e-3);
+}
+
+/* One decode-shaped product out[1, n] = x[1, k] w[n, k]^T (bf16 x, bf16
+ * out) through kn_cuda_einsum with w bf16 (cuBLAS: the baseline), q8_0 or
+ * q4_0 (kn_cuda_einsum_q's GEMV): microseconds per call over REPS calls;
+ * the weights' bytes per second as a share of `rate`. For the quantized
+ * weights first the result against a double reference on the dequantised
+ * weights (ein_dtype_to_f32 of the same bytes). */
+static double bench_qgemv(kn_cuda_ctx *ctx, cudaStream_t s, ein_dtype wt, int64_t n, int64_t k,
+                          int reps, double rate)
+{
+    ein_error err = {0};
+    size_t wb = (size_t)ein_dtype_bytes(wt, (uint64_t)(n * k)), rb = wb / (size_t)n;
+    float *xf = malloc(sizeof(float) * (size_t)k), *wf = malloc(sizeof(float) * (size_t)k);
+    uint16_t *xh = malloc(2 * (size_t)k), *yh = malloc(2 * (size_t)n);
+    uint8_t *wh = malloc(wb);
+    double *ref = calloc((size_t)n, sizeof *ref), *refa = calloc((size_t)n, sizeof *refa);
+    if (!xf || !wf || !xh || !yh || !wh || !ref || !refa) {
+        fprintf(stderr, "bench-kernels-cuda: out of host memory\n");
+        exit(1);
+    }
+    unsigned seed = 7;
+    for (int64_t i = 0; i < k; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        xf[i] = (float)(seed >> 8) / (float)(1 << 24) - 0.5f;
+    }
+    ein_dtype_from_f32(EIN_BF16, xf, xh, (size_t)k);
+    ein_dtype_to_f32(EIN_BF16, xh, xf, (size_t)k);
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t i = 0; i < k; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            wf[i] = (float)(seed >> 8) / (float)(1 << 24) - 0.5f;
+        }
+        ein_dtype_from_f32(wt, wf, wh + (size_t)j * rb, (size_t)k);
+        ein_dtype_to_f32(wt, wh + (size_t)j * rb, wf, (size_t)k);
+        for (int64_t i = 0; i < k; i++) {
+            ref[j] += (double)xf[i] * wf[i];
+            refa[j] += fabs((double)xf[i] * wf[i]);
+        }
+    }
+    void *xd, *wd, *yd;
+    ck(cudaMalloc(&xd, 2 * (size_t)k), "cudaMalloc");
+    ck(cudaMalloc(&wd, wb), "cudaMalloc");
+    ck(cudaMalloc(&yd, 2 * (size_t)n), "cudaMalloc");
+    ck(cudaMemcpy(xd, xh, 2 * (size_t)k, cudaMemcpyHostToDevice), "upload");
+    ck(cudaMemcpy(wd, wh, wb, cudaMemcpyHostToDevice), "upload");
+    kn_block a = {xd, EIN_BF16, {2, {0, 0}, {1, k}}};
+    kn_block b = {wd, wt, {2, {0, 0}, {n, k}}};
+    kn_block o = {yd, EIN_BF16, {2, {0, 0}, {1, n}}};
+    ckk(kn_cuda_einsum(ctx, "ti,oi->to", &a, &b, &o, s, &err), &err);
+    ck(cudaStreamSynchronize(s), "sync");
+    if (wt != EIN_BF16) {
+        ck(cudaMemcpy(yh, yd, 2 * (size_t)n, cudaMemcpyDeviceToHost), "download");
+        double worst = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            double e = fabs((double)ein_bf16_to_f32(yh[j]) - ref[j]) /
+                       (1e-6 + refa[j] * 1e-3 + fabs(ref[j]) * 8e-3);
+            worst = !(e <= worst) ? e : worst; /* NaN sticks */
+        }
+        printf("quant correct %s 1x%lldx%lld: worst error %.3g of the tolerance "
+               "(1e-3 sum|x w| + 8e-3 |y|, bf16 out): %s\n", ein_dtype_name(wt), (long long)n,
+               (long long)k, worst, worst <= 1.0 ? "ok" : "MISMATCH");
+    }
+    cudaEvent_t e0, e1;
+    ck(cudaEventCreate(&e0), "event");
+    ck(cudaEventCreate(&e1), "event");
+    ck(cudaEventRecord(e0, s), "record");
+    for (int r = 0; r < reps; r++)
+        ckk(kn_cuda_einsum(ctx, "ti,oi->to", &a, &b, &o, s, &err), &err);
+    ck(cudaEventRecord(e1, s), "record");
+    ck(cudaEventSynchronize(e1), "sync");
+    float ms;
+    ck(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+    double us = 1e3 * ms / reps, bps = (double)wb / (us * 1e-6);
+    printf("quant gemv %s 1x%lldx%lld: %.2f us, %.1f GB/s of weights, %.1f%% of the copy rate\n",
+           ein_dtype_name(wt), (long long)n, (long long)k, us, bps * 1e-9, 100.0 * bps / rate);
+    cudaFree(xd);
+    cudaFree(wd);
+    cudaFree(yd);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    free(xf), free(wf), free(xh), free(yh), free(wh), free(ref), free(refa);
+    return us;
+}
+
+/* bench-kernels-cuda -Q: decode-shaped products by bf16, q8_0 and q4_0
+ * weights (8B-LLaMA shapes) and the copy rate. */
+static void bench_quant(kn_cuda_ctx *ctx, cudaStream_t s, int reps)
+{
+    double rate = copy_rate(s, reps);
+    printf("quant copy rate: %.1f GB/s (cudaMemcpyAsync D2D, read + write)\n", rate * 1e-9);
+    const int64_t shapes[3][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
+    const ein_dtype wts[3] = {EIN_BF16, EIN_Q8_0, EIN_Q4_0};
+    for (int i = 0; i < 3; i++) {
+        double t[3];
+        for (int w = 0; w < 3; w++)
+            t[w] = bench_qgemv(ctx, s, wts[w], shapes[i][0], shapes[i][1], reps * 10, rate);
+        printf("quant speedup 1x%lldx%lld over bf16: q8_0 %.2fx, q4_0 %.2fx\n",
+               (long long)shapes[i][0], (long long)shapes[i][1], t[0] / t[1], t[0] / t[2]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     int64_t n = 8192, T = 8192;
-    int reps = 10, opt, do_probe = 0;
-    while ((opt = getopt(argc, argv, "n:t:r:Ph")) != -1) {
+    int reps = 10, opt, do_probe = 0, do_quant = 0;
+    while ((opt = getopt(argc, argv, "n:t:r:PQh")) != -1) {
         switch (opt) {
         case 'n': n = atoll(optarg); break;
         case 't': T = atoll(optarg); break;
         case 'r': reps = atoi(optarg); break;
         case 'P': do_probe = 1; break;
+        case 'Q': do_quant = 1; break;
         default:
-            fprintf(stderr, "usage: %s [-n GEMM_SIZE] [-t TOKENS] [-r REPS] [-P]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-n GEMM_SIZE] [-t TOKENS] [-r REPS] [-P | -Q]\n", argv[0]);
             return opt == 'h' ? 0 : 2;
         }
     }
@@ -495,8 +632,11 @@ int main(int argc, char **argv)
     kn_cuda_ctx *ctx;
     ein_error err = {0};
     ckk(kn_cuda_ctx_create(ws, wsb, &ctx, &err), &err);
-    if (do_probe) {
-        probe(ctx, s, T, reps);
+    if (do_probe || do_quant) {
+        if (do_probe)
+            probe(ctx, s, T, reps);
+        else
+            bench_quant(ctx, s, reps);
         kn_cuda_ctx_destroy(ctx);
         cudaFree(ws);
         cudaStreamDestroy(s);

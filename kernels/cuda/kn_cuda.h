@@ -255,6 +255,17 @@ int kn_cuda_reduce(ein_agg op, uint32_t axes, const kn_block *x, kn_block *out, 
 int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
                    const kn_block *b, kn_block *out, void *stream, ein_error *err);
 
+/* A product by quantized weights (issue 36; kernels/cuda/kn_cuda_quant.cu,
+ * NEVER RUN ON A GPU YET): kn_cpu_einsum's rules for a q8_0 or q4_0 b,
+ * "...k,nk->...n" (weights [out, in]), a and out f32, f16 or bf16,
+ * computed in f32. At most 16 rows of a run a GEMV that reads each weight
+ * block once per 8 rows; more rows dequantise tiles of weights into the context's
+ * scratch and multiply them through cuBLAS (out then f32 or a's dtype).
+ * kn_cuda_einsum hands a quantized b here; anything else with quantized
+ * operands is refused by name (kernels/cuda/kn_qmm_plan.h). */
+int kn_cuda_einsum_q(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
+                     const kn_block *b, kn_block *out, void *stream, ein_error *err);
+
 /* Attention as kn_cuda_run runs it (kernels/cuda/kn_cuda_cudnn.cu; the
  * graph of kn_sdpa_graph.h has not run on a GPU yet): through cuDNN's fused
  * SDPA (cuDNN 9 backend API, one plan per shape, built on first use: so

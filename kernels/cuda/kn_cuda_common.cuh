@@ -58,6 +58,19 @@ extern "C" int kn_cuda_decode_check(const char *what, int64_t group, int64_t win
                                     const kn_block *pos, const kn_block *out, ein_error *err);
 /* The context's workspace (kn_cuda_gemm.cu): NULL and 0 without a context. */
 extern "C" void *kn_cuda_ctx_workspace(kn_cuda_ctx *ctx, size_t *bytes);
+/* Scratch for a kernel's own use (kn_cuda_gemm.cu; the dequantised weight
+ * tiles of kn_cuda_quant.cu): at most kn_cuda_ctx_scratch_cap bytes (half
+ * the workspace; 0 without a context or workspace). kn_cuda_ctx_scratch
+ * binds the handle to `stream`, hands cuBLAS the other half and sets *out
+ * to the scratch, which the caller may use on `stream` until
+ * kn_cuda_ctx_scratch_end gives cuBLAS the whole workspace again (call it
+ * after the last cuBLAS call that uses the scratch; stream order keeps the
+ * halves apart). Returns 0, EIN_EUNSUPPORTED (too many bytes) or
+ * EIN_EDEVICE. */
+extern "C" size_t kn_cuda_ctx_scratch_cap(kn_cuda_ctx *ctx);
+extern "C" int kn_cuda_ctx_scratch(kn_cuda_ctx *ctx, size_t bytes, void *stream, void **out,
+                                   ein_error *err);
+extern "C" int kn_cuda_ctx_scratch_end(kn_cuda_ctx *ctx, ein_error *err);
 
 static inline int kn_cu_fail(ein_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

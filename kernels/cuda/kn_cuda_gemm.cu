@@ -124,7 +124,7 @@ static int kn_cu_dt(ein_dtype t, cudaDataType *out)
     case EIN_BF16: *out = CUDA_R_16BF; return 0;
     case EIN_I32:
     case EIN_I64:
-    case EIN_Q8_0: /* quantized weights: CPU kernels only (issue 36) */
+    case EIN_Q8_0: /* quantized weights: kn_cuda_einsum_q (kn_cuda_quant.cu) */
     case EIN_Q4_0: break;
     }
     return -1;
@@ -177,6 +177,61 @@ extern "C" void kn_cuda_ctx_destroy(kn_cuda_ctx *c)
     free(c);
 }
 
+/* Put the handle on `stream` if it is not there yet, and give cuBLAS the
+ * caller's workspace again (cublasSetStream dropped it). */
+static int kn_cu_bind(kn_cuda_ctx *c, void *stream, const char *what, ein_error *err)
+{
+    if (c->stream_set && c->stream == (cudaStream_t)stream)
+        return 0;
+    cublasStatus_t st = cublasSetStream(c->h, (cudaStream_t)stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return kn_cu_fail(err, EIN_EDEVICE, "%s: cublasSetStream: %s", what,
+                          cublasGetStatusString(st));
+    if (c->workspace_bytes > 0 &&
+        (st = cublasSetWorkspace(c->h, c->workspace, c->workspace_bytes)) != CUBLAS_STATUS_SUCCESS)
+        return kn_cu_fail(err, EIN_EDEVICE, "%s: cublasSetWorkspace: %s", what,
+                          cublasGetStatusString(st));
+    c->stream = (cudaStream_t)stream;
+    c->stream_set = 1;
+    return 0;
+}
+
+/* The scratch half of the workspace: the first half, 256-byte aligned. */
+extern "C" size_t kn_cuda_ctx_scratch_cap(kn_cuda_ctx *c)
+{
+    return c && c->workspace ? (c->workspace_bytes / 2) & ~(size_t)255 : 0;
+}
+
+extern "C" int kn_cuda_ctx_scratch(kn_cuda_ctx *c, size_t bytes, void *stream, void **out,
+                                   ein_error *err)
+{
+    const char *what = "cuda scratch";
+    size_t half = kn_cuda_ctx_scratch_cap(c);
+    *out = NULL;
+    if (bytes > half)
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: %zu bytes asked, the context has %zu", what,
+                          bytes, half);
+    int rc = kn_cu_bind(c, stream, what, err);
+    if (rc < 0)
+        return rc;
+    cublasStatus_t st = cublasSetWorkspace(c->h, (char *)c->workspace + half,
+                                           c->workspace_bytes - half);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return kn_cu_fail(err, EIN_EDEVICE, "%s: cublasSetWorkspace: %s", what,
+                          cublasGetStatusString(st));
+    *out = c->workspace;
+    return 0;
+}
+
+extern "C" int kn_cuda_ctx_scratch_end(kn_cuda_ctx *c, ein_error *err)
+{
+    cublasStatus_t st = cublasSetWorkspace(c->h, c->workspace, c->workspace_bytes);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return kn_cu_fail(err, EIN_EDEVICE, "cuda scratch: cublasSetWorkspace: %s",
+                          cublasGetStatusString(st));
+    return 0;
+}
+
 extern "C" int kn_cuda_gemm(kn_cuda_ctx *c, const kn_cuda_gemm_args *g, void *stream,
                             ein_error *err)
 {
@@ -203,20 +258,10 @@ extern "C" int kn_cuda_gemm(kn_cuda_ctx *c, const kn_cuda_gemm_args *g, void *st
     if (kn_cu_dt(g->ab_dtype, &abt) < 0 || kn_cu_dt(g->c_dtype, &ctt) < 0)
         return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s: %s x %s: not a dtype cuBLAS multiplies here",
                           what, ein_dtype_name(g->ab_dtype), ein_dtype_name(g->c_dtype));
-    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-    if (!c->stream_set || c->stream != (cudaStream_t)stream) {
-        st = cublasSetStream(c->h, (cudaStream_t)stream);
-        if (st != CUBLAS_STATUS_SUCCESS)
-            return kn_cu_fail(err, EIN_EDEVICE, "%s: cublasSetStream: %s", what,
-                              cublasGetStatusString(st));
-        if (c->workspace_bytes > 0 &&
-            (st = cublasSetWorkspace(c->h, c->workspace, c->workspace_bytes)) !=
-                CUBLAS_STATUS_SUCCESS)
-            return kn_cu_fail(err, EIN_EDEVICE, "%s: cublasSetWorkspace: %s", what,
-                              cublasGetStatusString(st));
-        c->stream = (cudaStream_t)stream;
-        c->stream_set = 1;
-    }
+    int rc = kn_cu_bind(c, stream, what, err);
+    if (rc < 0)
+        return rc;
+    cublasStatus_t st;
     cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
     if (g->ab_dtype == EIN_F32 && g->allow_tf32)
         ct = CUBLAS_COMPUTE_32F_FAST_TF32;

@@ -103,6 +103,13 @@ extern "C" int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn
 {
     const char *what = "cuda einsum";
     int rc;
+    /* quantized weights (issue 36): b only, kn_cuda_quant.cu */
+    if (b && ein_dtype_is_block((int)b->dtype))
+        return kn_cuda_einsum_q(ctx, subscripts, a, b, out, stream, err);
+    if (a && ein_dtype_is_block((int)a->dtype))
+        return kn_cu_fail(err, EIN_EUNSUPPORTED, "%s %s: a is %s; quantized weights are read "
+                          "only as b (weights [out, in])", what, subscripts,
+                          ein_dtype_name(a->dtype));
     if ((rc = kn_cu_blk(what, "a", a, -1, err)) < 0 || (rc = kn_cu_blk(what, "b", b, -1, err)) < 0 ||
         (rc = kn_cu_blk(what, "out", out, -1, err)) < 0)
         return rc;

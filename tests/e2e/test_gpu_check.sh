@@ -12,7 +12,8 @@
 # programs that print what the real ones print), once all right (PASS with
 # every number parsed) and once with two workers disagreeing (FAIL with
 # the max error), with the cuDNN probe's checks and the issue-33 targets read
-# from the stand-ins' output; GPU_CHECK_BUNDLE packing the logs into one .tar.gz.
+# from the stand-ins' output, issue 36's quant checks (a product off its
+# reference fails them); GPU_CHECK_BUNDLE packing the logs into one .tar.gz.
 # Skipped on a machine with a GPU (tools/gpu-check runs for real there).
 set -u
 B=${EIN_BUILDDIR:-.}
@@ -27,7 +28,7 @@ if [ -e /dev/nvidia0 ] || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi 
     echo "1..0 # SKIP a GPU is here (this test checks the verdicts without one)"
     exit 0
 fi
-echo "1..16"
+echo "1..17"
 unset OUT GPU_CHECK_OUT GPU_CHECK_BUDGET
 
 # 1: no GPU, quick: the verdict, exit 3, the files in the output folder.
@@ -211,11 +212,21 @@ else:
     print("logits: 129 rows, max scaled error 0.012 (tol 0.05), greedy tokens agree 127 of 128: ok")
 EOF2
     fi
-    printf '#!/bin/sh\nprintf "1..3\\nok 1 - a\\nok 2 - b\\nok 3 - test_decode_splitk\\n"\n' > "$mb/tests/kernels/test_kn_cuda"
+    printf '#!/bin/sh\nprintf "1..4\\nok 1 - a\\nok 2 - b\\nok 3 - test_decode_splitk\\nok 4 - test_quant\\n"\n' > "$mb/tests/kernels/test_kn_cuda"
     printf '#!/bin/sh\necho "gpu 0 NVIDIA H200"\n' > "$mb/einworker-cuda"
     printf '#!/bin/sh\necho "# LLaMA"\n' > "$mb/eingen"
     cat > "$mb/tools/bench-kernels-cuda" <<'EOF2'
 #!/bin/sh
+if [ "$1" = -Q ]; then
+echo "quant copy rate: 3200.0 GB/s (cudaMemcpyAsync D2D, read + write)"
+echo "quant gemv bf16 1x4096x4096: 20.00 us, 1677.7 GB/s of weights, 52.4% of the copy rate"
+echo "quant correct q8_0 1x4096x4096: worst error 0.0123 of the tolerance (1e-3 sum|x w| + 8e-3 |y|, bf16 out): ok"
+echo "quant gemv q8_0 1x4096x4096: 10.00 us, 1782.6 GB/s of weights, 55.7% of the copy rate"
+echo "quant correct q4_0 1x4096x4096: worst error 0.0345 of the tolerance (1e-3 sum|x w| + 8e-3 |y|, bf16 out): ${MOCK_QUANT_BAD:-ok}"
+echo "quant gemv q4_0 1x4096x4096: 6.00 us, 1677.7 GB/s of weights, 52.4% of the copy rate"
+echo "quant speedup 1x4096x4096 over bf16: q8_0 2.00x, q4_0 3.33x"
+exit 0
+fi
 if [ "$1" = -P ] && [ -n "${MOCK_CUDNN_REJECT:-}" ]; then
 echo "cudnn-probe: NVIDIA H200, sm_90, cuDNN 91900"
 echo "variant V2 (canonical): 14 ops: graph finalized (12.0 ms); engines 0 of 40 finalize []; error: cuDNN heuristics found no engine for this graph"
@@ -283,7 +294,7 @@ EOF2
 mock "$S/m1" 1
 rc=$?
 l="$S/m1/log"
-if [ $rc = 0 ] && grep -q '^VERDICT: PASS (16 checks)$' "$l" &&
+if [ $rc = 0 ] && grep -q '^VERDICT: PASS (18 checks)$' "$l" &&
     grep -q '^  PASS  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized (12.0 ms); engines 2 of 40 finalize \[7 9\]' "$l" &&
     grep -q '^  PASS  cudnn-correct  *2 comparisons with our kernel agree' "$l" &&
     grep -q '^  PASS  gpus-default  *einrun --gpus 0 examples/llama_block.ein ran on the GPU' "$l" &&
@@ -294,6 +305,11 @@ if [ $rc = 0 ] && grep -q '^VERDICT: PASS (16 checks)$' "$l" &&
     grep -q '^TARGETS: 2 of 6 met (2 not measured)$' "$l" &&
     grep -q '^  NOT MEASURED  model-8b  *no PyTorch with CUDA here$' "$l" &&
     grep -q '^  PASS  decode-splitk  *test_decode_splitk: the split-K decode kernel equals the CPU kernels' "$l" &&
+    grep -q '^  PASS  quant  *test_quant equals the CPU kernels' "$l" &&
+    grep -q '^  PASS  quant-gpu-vs-cpu  *LLaMA block, quantized weights, --gpus 0 vs --cpu 1: int8 x 8 tokens ok: 32 elements, bytes identical.*; q4 x 64 tokens ok' "$l" &&
+    grep -q '^  GEMV 1x4096x4096 q4_0  *6.00 us, 1677.7 GB/s of weights, 52.4% of the copy rate$' "$l" &&
+    grep -q '^  GEMV 1x4096x4096 vs bf16  *q8_0 2.00x, q4_0 3.33x$' "$l" &&
+    grep -q '^  copy rate (quant)  *3200.0 GB/s' "$l" &&
     grep -q '^  PASS  decode-bf16  *8B-shaped decode step, bf16 weights, GQA 32/8, one GPU: 100.0 tokens/s (10.00 ms); HBM bound 213.2 tokens/s at 3200 GB/s of traffic: 47%$' "$l" &&
     grep -q '^  NOT MET  *decode-bf16  *46.9% of the HBM bound (>= 85%)' "$l" &&
     grep -q '^  decode 8B-shaped (bf16, batch 1)  *100.0 tokens/s' "$l" &&
@@ -321,7 +337,7 @@ fi
 mock "$S/m2" 2
 rc=$?
 l="$S/m2/log"
-if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 16 checks did not pass)$' "$l" &&
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 18 checks did not pass)$' "$l" &&
     grep -q '^  FAIL  gpus-0-vs-00  *exit 0 / 0: 32 elements, bytes differ, max abs err [0-9.]*, scaled [0-9.]* (tol 0.05): MISMATCH$' "$l"; then
     ok "mock GPU run: --gpus 0,0 disagreeing is a FAIL with the max error"
 else
@@ -330,7 +346,7 @@ fi
 MOCK_CUDNN_REJECT=1 mock "$S/m3" 1
 rc=$?
 l="$S/m3/log"
-if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (2 of 16 checks did not pass)$' "$l" &&
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (2 of 18 checks did not pass)$' "$l" &&
     grep -q '^  FAIL  cudnn-graph  *canonical SDPA graph: 14 ops: graph finalized (12.0 ms); engines 0 of 40 finalize \[\]; error: cuDNN heuristics found no engine' "$l" &&
     grep -q '^  FAIL  cudnn-correct  *0 agree, 0 mismatch, 1 not run: O bf16 T 128: not run: ' "$l" &&
     grep -q '^  NOT MEASURED  *attention-cudnn  *attention causal bf16 (cuDNN SDPA): not run: ' "$l"; then
@@ -341,7 +357,7 @@ fi
 MOCK_TORCH=1 mock "$S/m4" 1
 rc=$?
 l="$S/m4/log"
-if [ $rc = 0 ] && grep -q '^VERDICT: PASS (17 checks)$' "$l" &&
+if [ $rc = 0 ] && grep -q '^VERDICT: PASS (19 checks)$' "$l" &&
     grep -q '^  PASS  model-8b  *32 blocks bf16, prefill 1x8K + 128 decode steps on one GPU vs PyTorch: logits: 129 rows, max scaled error 0.012 (tol 0.05), greedy tokens agree 127 of 128: ok$' "$l" &&
     grep -q '^  MET  *model-8b  *logits: 129 rows' "$l" &&
     grep -q '^  model 8B ours  *prefill 1x8192 1800.0 ms, 128 decode steps 1280.0 ms, 100.0 tokens/s$' "$l" &&
@@ -350,4 +366,15 @@ if [ $rc = 0 ] && grep -q '^VERDICT: PASS (17 checks)$' "$l" &&
     ok "mock GPU run with PyTorch: the whole-model check, its target and both times"
 else
     not_ok "mock GPU run with PyTorch: exit $rc" "$(cat "$l")"
+fi
+# 17: issue 36's quant check fails on a quantized product that disagrees
+# with its reference, naming it.
+MOCK_QUANT_BAD=MISMATCH mock "$S/m5" 1
+rc=$?
+l="$S/m5/log"
+if [ $rc = 1 ] && grep -q '^VERDICT: FAIL (1 of 18 checks did not pass)$' "$l" &&
+    grep -q '^  FAIL  quant  *quant correct q4_0 1x4096x4096: worst error 0.0345 of the tolerance .*: MISMATCH$' "$l"; then
+    ok "mock GPU run: a quantized product off its reference fails the quant check, naming it"
+else
+    not_ok "mock GPU run, quant mismatch: exit $rc" "$(cat "$l")"
 fi

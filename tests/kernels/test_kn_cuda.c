@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/kn_cuda.h"
 #include "kernels/kn_cpu.h"
+#include "kernels/cpu/kn_internal.h" /* kn_stream_force_portable */
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 
@@ -1267,6 +1268,135 @@ static void test_graph_capture(void **state)
     cudaFree(ws);
 }
 
+/* Products by quantized weights (issue 36): kn_cuda_einsum_q through
+ * kn_cuda_run against kn_cpu_einsum on the same bytes, the CPU on its
+ * portable path (weights dequantised to f32, f32 activations: the GPU's
+ * arithmetic, up to the order of the sums). q8_0 and q4_0; a f32, f16,
+ * bf16 with out in a's dtype or f32; rows 1, 2, 7, 12 (GEMV, 12 in two
+ * launches) and 64
+ * (dequantised tiles + cuBLAS, several tiles from a small workspace);
+ * k 1280 (16-byte aligned rows, a last partial pass) and 1088 (rows at
+ * 2-byte alignment); n 101 (a partial thread block). */
+static void quant_case(kn_cuda_ctx *ctx, ein_dtype qt, ein_dtype adt, ein_dtype odt, int64_t m,
+                       int64_t n, int64_t k, int nan_row)
+{
+    ein_error err;
+    const size_t rb = (size_t)ein_dtype_bytes(qt, (uint64_t)k);
+    float *wf = malloc(sizeof(float) * (size_t)k);
+    uint8_t *wq = malloc(rb * (size_t)n);
+    assert_non_null(wf);
+    assert_non_null(wq);
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t i = 0; i < k; i++)
+            wf[i] = rnd_float(i % 7 == 0 ? 3.0f : 1.0f);
+        ein_dtype_from_f32(qt, wf, wq + (size_t)j * rb, (size_t)k);
+    }
+    ein_box ab = {2, {0, 0}, {m, k}}, bb = {2, {0, 0}, {n, k}}, ob = {2, {0, 0}, {m, n}};
+    hd a = hd_rand(adt, &ab, 1.0f, 0.0f);
+    if (nan_row >= 0) {
+        /* one NaN activation: its row of out is NaN, the others are not */
+        float f = NAN;
+        size_t es = ein_dtype_size(adt);
+        uint8_t nb[4];
+        ein_dtype_from_f32(adt, &f, nb, 1);
+        memcpy((char *)a.h.data + ((size_t)nan_row * (size_t)k + 37) * es, nb, es);
+        cuda_ok(cudaMemcpy((char *)a.d.data + ((size_t)nan_row * (size_t)k + 37) * es, nb, es,
+                           cudaMemcpyHostToDevice), "upload");
+    }
+    kn_block bh = {wq, qt, bb}, bd = {NULL, qt, bb};
+    cuda_ok(cudaMalloc(&bd.data, rb * (size_t)n), "cudaMalloc");
+    cuda_ok(cudaMemcpy(bd.data, wq, rb * (size_t)n, cudaMemcpyHostToDevice), "upload");
+    hd o = hd_out(odt, &ob);
+    kn_stream_force_portable(1);
+    int rc = kn_cpu_einsum("ti,oi->to", &a.h, &bh, &o.h, &err);
+    kn_stream_force_portable(0);
+    assert_int_equal(rc, 0);
+    ein_kernel ek = {.kind = EIN_KERNEL_EINSUM};
+    snprintf(ek.subscripts, sizeof ek.subscripts, "ti,oi->to");
+    kn_block in[2] = {a.d, bd};
+    rc = kn_cuda_run(ctx, &ek, in, 2, &o.d, stream, &err);
+    if (rc != 0)
+        fail_msg("%s %s x %lld rows -> %s: %s", ein_dtype_name(qt), ein_dtype_name(adt),
+                 (long long)m, ein_dtype_name(odt), err.msg);
+    char what[96];
+    snprintf(what, sizeof what, "cuda %s einsum, a %s, %lld x %lld x %lld", ein_dtype_name(qt),
+             ein_dtype_name(adt), (long long)m, (long long)n, (long long)k);
+    if (nan_row < 0) {
+        /* the GPU's 16-bit dequantised tiles (m > 16) round the weights */
+        double tol = 2 * dt_tol(odt) + (m > 16 && adt != EIN_F32 ? dt_tol(adt) : 0.0);
+        hd_compare(what, &o, tol);
+    } else {
+        float *got = malloc(sizeof(float) * (size_t)(m * n)), *want = malloc(sizeof(float) * (size_t)(m * n));
+        void *raw = malloc((size_t)(m * n) * ein_dtype_size(odt));
+        cuda_ok(cudaStreamSynchronize(stream), "sync");
+        cuda_ok(cudaMemcpy(raw, o.d.data, (size_t)(m * n) * ein_dtype_size(odt),
+                           cudaMemcpyDeviceToHost), "download");
+        ein_dtype_to_f32(odt, raw, got, (size_t)(m * n));
+        ein_dtype_to_f32(odt, o.h.data, want, (size_t)(m * n));
+        for (int64_t i = 0; i < m * n; i++) {
+            int nanr = i / n == nan_row;
+            if (nanr != isnan(got[i]) || nanr != isnan(want[i]))
+                fail_msg("%s: element %lld is %g on the GPU, %g on the CPU (NaN row %d)", what,
+                         (long long)i, got[i], want[i], nan_row);
+        }
+        free(got), free(want), free(raw);
+    }
+    hd_free(&a), hd_free(&o);
+    cudaFree(bd.data);
+    free(wf), free(wq);
+}
+
+static void test_quant(void **state)
+{
+    (void)state;
+    ein_error err;
+    kn_cuda_ctx *ctx = NULL, *small = NULL;
+    size_t wsb = 64u << 20, wss = 256u << 10;
+    void *ws = NULL, *wsm = NULL;
+    cuda_ok(cudaMalloc(&ws, wsb), "cudaMalloc");
+    cuda_ok(cudaMalloc(&wsm, wss), "cudaMalloc");
+    assert_int_equal(kn_cuda_ctx_create(ws, wsb, &ctx, &err), 0);
+    assert_int_equal(kn_cuda_ctx_create(wsm, wss, &small, &err), 0);
+    const ein_dtype qs[2] = {EIN_Q8_0, EIN_Q4_0};
+    const int64_t rows[5] = {1, 2, 7, 12, 64}, ks[2] = {1280, 1088};
+    for (int qi = 0; qi < 2; qi++)
+        for (int di = 0; di < 3; di++)
+            for (int ri = 0; ri < 5; ri++)
+                for (int ki = 0; ki < 2; ki++) {
+                    ein_dtype adt = dts[di];
+                    quant_case(ctx, qs[qi], adt, adt, rows[ri], 101, ks[ki], -1);
+                    if (ki == 0)
+                        quant_case(rows[ri] > 16 ? small : ctx, qs[qi], adt, EIN_F32, rows[ri],
+                                   101, ks[ki], -1);
+                }
+    /* GEMV: out in a third dtype; NaN propagation on both paths */
+    quant_case(ctx, EIN_Q4_0, EIN_BF16, EIN_F16, 7, 101, 1280, -1);
+    for (int qi = 0; qi < 2; qi++) {
+        quant_case(ctx, qs[qi], EIN_F32, EIN_F32, 2, 101, 1280, 1);
+        quant_case(ctx, qs[qi], EIN_BF16, EIN_BF16, 64, 101, 1088, 5);
+    }
+    /* refused by name, nothing launched: a quantized a; out in a third
+     * dtype over 16 rows (cuBLAS's rule) */
+    ein_box ab = {2, {0, 0}, {64, 64}};
+    kn_block qa = {ws, EIN_Q8_0, ab}, fb = {ws, EIN_BF16, ab}, fo = {ws, EIN_F16, ab};
+    assert_int_equal(kn_cuda_einsum(ctx, "ti,oi->to", &qa, &fb, &fo, stream, &err),
+                     EIN_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "a is q8_0"));
+    kn_block qb = {ws, EIN_Q4_0, ab};
+    assert_int_equal(kn_cuda_einsum(ctx, "ti,oi->to", &fb, &qb, &fo, stream, &err),
+                     EIN_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "f32 or a's dtype"));
+    /* another kernel kind with a quantized operand: the dtype table */
+    ein_kernel uk = {.kind = EIN_KERNEL_UNARY, .unary = EIN_UN_RELU};
+    assert_int_equal(kn_cuda_run(ctx, &uk, &qb, 1, &fb, stream, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "q4_0"));
+    cuda_ok(cudaStreamSynchronize(stream), "sync");
+    kn_cuda_ctx_destroy(ctx);
+    kn_cuda_ctx_destroy(small);
+    cudaFree(ws);
+    cudaFree(wsm);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -1391,6 +1521,32 @@ int main(void)
             return 1;
         }
     }
+    /* Host-only (issue 36): the dispatch of quantized operands refuses
+     * before anything is launched (host pointers: nothing is read
+     * through them): a quantized a; more than 16 rows without a context's
+     * scratch; another kernel kind on q4_0 (the dtype table). */
+    {
+        ein_error e = {0};
+        static uint8_t buf[64 * 64 * 4];
+        ein_box b64 = {2, {0, 0}, {64, 64}};
+        kn_block qa = {buf, EIN_Q8_0, b64}, fb = {buf, EIN_BF16, b64}, qb = {buf, EIN_Q4_0, b64};
+        int qa_rc = kn_cuda_einsum(NULL, "ti,oi->to", &qa, &fb, &fb, NULL, &e);
+        int qa_named = strstr(e.msg, "a is q8_0") != NULL;
+        int nos_rc = kn_cuda_einsum(NULL, "ti,oi->to", &fb, &qb, &fb, NULL, &e);
+        int nos_named = strstr(e.msg, "bytes of scratch") != NULL;
+        int form_rc = kn_cuda_einsum(NULL, "ti,io->to", &fb, &qb, &fb, NULL, &e);
+        int form_named = strstr(e.msg, "read only as b of") != NULL;
+        ein_kernel uk = {.kind = EIN_KERNEL_UNARY, .unary = EIN_UN_RELU};
+        int un_rc = kn_cuda_run(NULL, &uk, &qb, 1, &fb, NULL, &e);
+        int un_named = strstr(e.msg, "q4_0") != NULL;
+        if (qa_rc != EIN_EUNSUPPORTED || !qa_named || nos_rc != EIN_EUNSUPPORTED || !nos_named ||
+            form_rc != EIN_EUNSUPPORTED || !form_named || un_rc != EIN_EINVAL || !un_named) {
+            printf("1..1\nnot ok 1 - quantized operands' refusals (%d %d, %d %d, %d %d, %d %d: "
+                   "%s)\n", qa_rc, qa_named, nos_rc, nos_named, form_rc, form_named, un_rc,
+                   un_named, e.msg);
+            return 1;
+        }
+    }
     char why[256];
     int ndev = kn_cuda_device_status(why, sizeof why);
     if (ndev <= 0) {
@@ -1419,6 +1575,7 @@ int main(void)
         cmocka_unit_test(test_generate),
         cmocka_unit_test(test_decode_splitk),
         cmocka_unit_test(test_fused),
+        cmocka_unit_test(test_quant),
         /* last: a device fault in this unverified kernel (issue 33) would
          * poison the context for every test after it */
         cmocka_unit_test(test_attention_fa2),

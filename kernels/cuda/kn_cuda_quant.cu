@@ -1,0 +1,367 @@
+/* kernels/cuda/kn_cuda_quant.cu — products of rows by quantized weights
+ * (q8_0, q4_0: ggml's blocks; issue 36) on the GPU, weight-only: the
+ * weights stay quantized in device memory and the products run in f32.
+ * NEVER RUN ON A GPU YET (docs/kernels.md).
+ *
+ * kn_qmm_plan.h has the checks and picks the path:
+ *  - GEMV (at most 16 rows of a, 8 per launch: decode). One warp per
+ *    weight row, four
+ *    warps per thread block. A pass stages 32 consecutive blocks of the
+ *    row (1088 bytes for q8_0, 576 for q4_0) into the warp's shared memory
+ *    with 16-byte streaming loads (__ldcs: each weight byte is read once,
+ *    evict-first), then each lane dequantises one block in registers and
+ *    takes its dot product with every row of a (f32 sums, one scale
+ *    multiply per block, as ggml's dequantize then dot); a warp shuffle
+ *    sums the lanes. A weight row that is not 16-byte aligned (k / 32 not
+ *    a multiple of 8, or a misaligned buffer) stages with 2-byte loads.
+ *  - DEQUANT (more rows: prefill), a first version: tiles of weight rows
+ *    are dequantised to a's dtype in the context's scratch (half its
+ *    workspace) and cuBLAS multiplies a by each tile (tensor cores for
+ *    f16/bf16); no quantized tensor-core kernel yet. */
+#include "kernels/cuda/kn_cuda_common.cuh"
+
+extern "C" {
+#include "kernels/cuda/kn_qmm_plan.h"
+}
+
+#include <string.h>
+
+#define KN_QW 4   /* warps per thread block of the GEMV */
+#define KN_QCH 32 /* blocks a warp stages per pass: one per lane */
+
+template <int QT> struct kn_qb;
+template <> struct kn_qb<8> { static constexpr int bytes = 34; }; /* f16 scale, 32 int8 */
+template <> struct kn_qb<4> { static constexpr int bytes = 18; }; /* f16 scale, 16 bytes of nibbles */
+
+/* The 32 weights of the block at p (2-byte aligned), before its scale:
+ * q8_0 int8 in order; q4_0 low nibbles are elements 0-15, high 16-31,
+ * each minus 8 (ggml's dequantize_row_q8_0 / q4_0). */
+template <int QT> __device__ __forceinline__ void kn_q_unpack(const uint8_t *p, float *w);
+template <> __device__ __forceinline__ void kn_q_unpack<8>(const uint8_t *p, float *w)
+{
+    const uint16_t *q = reinterpret_cast<const uint16_t *>(p + 2);
+#pragma unroll
+    for (int t = 0; t < 16; t++) {
+        const uint16_t v = q[t];
+        w[2 * t] = (float)(int8_t)(v & 0xff);
+        w[2 * t + 1] = (float)(int8_t)(v >> 8);
+    }
+}
+template <> __device__ __forceinline__ void kn_q_unpack<4>(const uint8_t *p, float *w)
+{
+    const uint16_t *q = reinterpret_cast<const uint16_t *>(p + 2);
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        const uint16_t v = q[t];
+        const int b0 = v & 0xff, b1 = v >> 8;
+        w[2 * t] = (float)((b0 & 15) - 8);
+        w[2 * t + 16] = (float)((b0 >> 4) - 8);
+        w[2 * t + 1] = (float)((b1 & 15) - 8);
+        w[2 * t + 17] = (float)((b1 >> 4) - 8);
+    }
+}
+
+__device__ __forceinline__ float kn_q_scale(const uint8_t *p)
+{
+    return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t *>(p)));
+}
+
+/* Eight activations from p as f32; vec: p is 16-byte aligned (one or two
+ * 16-byte loads), else element loads. */
+template <typename T> __device__ __forceinline__ void kn_q_ld8(const T *p, float *x, bool vec)
+{
+#pragma unroll
+    for (int t = 0; t < 8; t++)
+        x[t] = ld<T>(p, t);
+    (void)vec;
+}
+template <> __device__ __forceinline__ void kn_q_ld8<float>(const float *p, float *x, bool vec)
+{
+    if (vec) {
+        const float4 a = reinterpret_cast<const float4 *>(p)[0];
+        const float4 b = reinterpret_cast<const float4 *>(p)[1];
+        x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+        x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+        return;
+    }
+#pragma unroll
+    for (int t = 0; t < 8; t++)
+        x[t] = p[t];
+}
+/* The low and high 16-bit halves of u as f32 (f16 or bf16 bits). */
+template <typename T> __device__ __forceinline__ float kn_q_lo(uint32_t u);
+template <typename T> __device__ __forceinline__ float kn_q_hi(uint32_t u);
+template <> __device__ __forceinline__ float kn_q_lo<__half>(uint32_t u)
+{
+    return __half2float(__ushort_as_half((unsigned short)(u & 0xffff)));
+}
+template <> __device__ __forceinline__ float kn_q_hi<__half>(uint32_t u)
+{
+    return __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+}
+template <> __device__ __forceinline__ float kn_q_lo<__nv_bfloat16>(uint32_t u)
+{
+    return __uint_as_float(u << 16);
+}
+template <> __device__ __forceinline__ float kn_q_hi<__nv_bfloat16>(uint32_t u)
+{
+    return __uint_as_float(u & 0xffff0000u);
+}
+template <typename T> __device__ __forceinline__ void kn_q_ld8_16(const T *p, float *x, bool vec)
+{
+    if (vec) {
+        const uint4 u = *reinterpret_cast<const uint4 *>(p);
+        x[0] = kn_q_lo<T>(u.x), x[1] = kn_q_hi<T>(u.x);
+        x[2] = kn_q_lo<T>(u.y), x[3] = kn_q_hi<T>(u.y);
+        x[4] = kn_q_lo<T>(u.z), x[5] = kn_q_hi<T>(u.z);
+        x[6] = kn_q_lo<T>(u.w), x[7] = kn_q_hi<T>(u.w);
+        return;
+    }
+#pragma unroll
+    for (int t = 0; t < 8; t++)
+        x[t] = ld<T>(p, t);
+}
+template <> __device__ __forceinline__ void kn_q_ld8<__half>(const __half *p, float *x, bool vec)
+{
+    kn_q_ld8_16<__half>(p, x, vec);
+}
+template <> __device__ __forceinline__ void kn_q_ld8<__nv_bfloat16>(const __nv_bfloat16 *p,
+                                                                   float *x, bool vec)
+{
+    kn_q_ld8_16<__nv_bfloat16>(p, x, vec);
+}
+
+/* Stage `bytes` (even) of the weight row at src into the warp's sm:
+ * 16-byte streaming loads when wvec (src 16-byte aligned), else 2-byte. */
+__device__ __forceinline__ void kn_q_stage(uint8_t *sm, const uint8_t *src, int bytes, int lane,
+                                           bool wvec)
+{
+    if (wvec) {
+        const int n16 = bytes >> 4;
+        for (int u = lane; u < n16; u += 32)
+            reinterpret_cast<uint4 *>(sm)[u] = __ldcs(reinterpret_cast<const uint4 *>(src) + u);
+        for (int t = (n16 << 4) + 2 * lane; t < bytes; t += 64)
+            *reinterpret_cast<uint16_t *>(sm + t) =
+                __ldcs(reinterpret_cast<const unsigned short *>(src + t));
+    } else {
+        for (int t = 2 * lane; t < bytes; t += 64)
+            *reinterpret_cast<uint16_t *>(sm + t) =
+                __ldcs(reinterpret_cast<const unsigned short *>(src + t));
+    }
+}
+
+/* y[r, j] = sum_i x[r, i] w[j, i] for r < m (m <= MR), one warp per j. */
+template <int QT, typename AT, typename OT, int MR>
+__global__ void __launch_bounds__(KN_QW * 32)
+    kn_cu_qgemv(const AT *__restrict__ x, const uint8_t *__restrict__ w, int64_t ldb,
+                OT *__restrict__ y, int m, int n, int k, int wvec, int xvec)
+{
+    constexpr int BB = kn_qb<QT>::bytes;
+    __shared__ __align__(16) uint8_t stage[KN_QW][KN_QCH * BB];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j = blockIdx.x * KN_QW + warp;
+    if (j >= n)
+        return; /* warp-uniform; no block-wide barrier below */
+    const int nb = k / 32;
+    const uint8_t *row = w + (int64_t)j * ldb;
+    uint8_t *sm = stage[warp];
+    float acc[MR];
+#pragma unroll
+    for (int r = 0; r < MR; r++)
+        acc[r] = 0.0f;
+    for (int c = 0; c < nb; c += KN_QCH) {
+        const int nblk = min(KN_QCH, nb - c);
+        kn_q_stage(sm, row + (int64_t)c * BB, nblk * BB, lane, wvec);
+        __syncwarp();
+        if (lane < nblk) {
+            const uint8_t *p = sm + lane * BB;
+            float wv[32];
+            kn_q_unpack<QT>(p, wv);
+            const float d = kn_q_scale(p);
+            const int64_t i0 = (int64_t)(c + lane) * 32;
+#pragma unroll
+            for (int r = 0; r < MR; r++) {
+                if (r < m) {
+                    const AT *xr = x + (int64_t)r * k + i0;
+                    float s = 0.0f;
+#pragma unroll
+                    for (int g = 0; g < 4; g++) {
+                        float xv[8];
+                        kn_q_ld8<AT>(xr + 8 * g, xv, xvec);
+#pragma unroll
+                        for (int t = 0; t < 8; t++)
+                            s = fmaf(wv[8 * g + t], xv[t], s);
+                    }
+                    acc[r] = fmaf(d, s, acc[r]);
+                }
+            }
+        }
+        __syncwarp();
+    }
+#pragma unroll
+    for (int r = 0; r < MR; r++)
+        for (int off = 16; off > 0; off >>= 1)
+            acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < MR; r++)
+            if (r < m)
+                st<OT>(y, (int64_t)r * n + j, acc[r]);
+    }
+}
+
+/* Two f32 as the 32 bits of two T (f16/bf16, round to nearest even). */
+template <typename T> __device__ __forceinline__ uint32_t kn_q_pack2(float a, float b);
+template <> __device__ __forceinline__ uint32_t kn_q_pack2<__half>(float a, float b)
+{
+    return (uint32_t)__half_as_ushort(__float2half_rn(a)) |
+           (uint32_t)__half_as_ushort(__float2half_rn(b)) << 16;
+}
+template <> __device__ __forceinline__ uint32_t kn_q_pack2<__nv_bfloat16>(float a, float b)
+{
+    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(a)) |
+           (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(b)) << 16;
+}
+
+/* The 32 dequantised weights v into o (16-byte aligned) as T. */
+template <typename T> __device__ __forceinline__ void kn_q_put32(T *o, const float *v)
+{
+    uint4 *o4 = reinterpret_cast<uint4 *>(o);
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+        o4[q] = make_uint4(kn_q_pack2<T>(v[8 * q], v[8 * q + 1]),
+                           kn_q_pack2<T>(v[8 * q + 2], v[8 * q + 3]),
+                           kn_q_pack2<T>(v[8 * q + 4], v[8 * q + 5]),
+                           kn_q_pack2<T>(v[8 * q + 6], v[8 * q + 7]));
+}
+template <> __device__ __forceinline__ void kn_q_put32<float>(float *o, const float *v)
+{
+    float4 *o4 = reinterpret_cast<float4 *>(o);
+#pragma unroll
+    for (int q = 0; q < 8; q++)
+        o4[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+}
+
+/* dst[r, :] = the weight row r dequantised to T (q * d rounded to f32,
+ * then to T), one block per thread; dst dense [rows, nb * 32]. */
+template <int QT, typename T>
+__global__ void kn_cu_qdeq(const uint8_t *__restrict__ w, int64_t ldb, int nb, int64_t nblocks,
+                           T *__restrict__ dst)
+{
+    constexpr int BB = kn_qb<QT>::bytes;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nblocks;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const uint8_t *p = w + (i / nb) * ldb + (i % nb) * BB;
+        float v[32];
+        kn_q_unpack<QT>(p, v);
+        const float d = kn_q_scale(p);
+#pragma unroll
+        for (int t = 0; t < 32; t++)
+            v[t] *= d;
+        kn_q_put32<T>(dst + i * 32, v);
+    }
+}
+
+template <int QT, typename AT, typename OT>
+static void kn_cu_qgemv_go(const kn_qmm_plan *p, const void *x, const void *w, void *y,
+                           cudaStream_t s)
+{
+    const int wvec = (uintptr_t)w % 16 == 0 && p->ldb % 16 == 0;
+    const unsigned grid = (unsigned)((p->n + KN_QW - 1) / KN_QW);
+    if (p->rows == 1) {
+        kn_cu_qgemv<QT, AT, OT, 1><<<grid, KN_QW * 32, 0, s>>>(
+            (const AT *)x, (const uint8_t *)w, p->ldb, (OT *)y, 1, (int)p->n, (int)p->k, wvec,
+            (uintptr_t)x % 16 == 0);
+        return;
+    }
+    for (int l = 0; l < p->launches; l++) {
+        /* rows [r0, r0 + mr) of a and out: the weights are read once per launch */
+        const int64_t r0 = (int64_t)l * KN_QMM_GEMV_LAUNCH_ROWS;
+        const int mr = (int)(p->m - r0 < KN_QMM_GEMV_LAUNCH_ROWS ? p->m - r0
+                                                                 : KN_QMM_GEMV_LAUNCH_ROWS);
+        const AT *xr = (const AT *)x + r0 * p->k;
+        kn_cu_qgemv<QT, AT, OT, KN_QMM_GEMV_LAUNCH_ROWS><<<grid, KN_QW * 32, 0, s>>>(
+            xr, (const uint8_t *)w, p->ldb, (OT *)y + r0 * p->n, mr, (int)p->n, (int)p->k,
+            wvec, (uintptr_t)xr % 16 == 0);
+    }
+}
+
+template <int QT>
+static void kn_cu_qgemv_dt(const kn_qmm_plan *p, const kn_block *a, const kn_block *b,
+                           kn_block *out, cudaStream_t s)
+{
+    KN_CU_DISPATCH(a->dtype, AT,
+                   KN_CU_DISPATCH(out->dtype, OT,
+                                  kn_cu_qgemv_go<QT, AT, OT>(p, a->data, b->data, out->data, s)));
+}
+
+/* The dequant path: tile by tile, dequantise then cuBLAS. */
+template <int QT>
+static int kn_cu_qmm_tiles(kn_cuda_ctx *ctx, const kn_qmm_plan *p, const kn_block *a,
+                           const kn_block *b, kn_block *out, void *stream, ein_error *err)
+{
+    void *tile;
+    int rc = kn_cuda_ctx_scratch(ctx, p->tile_bytes, stream, &tile, err);
+    if (rc < 0)
+        return rc;
+    const int nb = (int)(p->k / 32);
+    for (int64_t j0 = 0; j0 < p->n && rc == 0; j0 += p->tile_rows) {
+        const int64_t w = p->n - j0 < p->tile_rows ? p->n - j0 : p->tile_rows;
+        const int64_t nblocks = w * nb;
+        const uint8_t *src = (const uint8_t *)b->data + j0 * p->ldb;
+        KN_CU_DISPATCH(a->dtype, T,
+                       kn_cu_qdeq<QT, T><<<kn_cu_grid(nblocks, KN_CU_BLOCK), KN_CU_BLOCK, 0,
+                                           (cudaStream_t)stream>>>(src, p->ldb, nb, nblocks,
+                                                                   (T *)tile));
+        if ((rc = kn_cu_launched("cuda einsum: dequantise", err)) < 0)
+            break;
+        kn_cuda_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.m = p->m, g.n = w, g.k = p->k, g.batch = 1;
+        g.a = a->data, g.b = tile;
+        g.c = (char *)out->data + (size_t)j0 * ein_dtype_size(out->dtype);
+        g.ab_dtype = a->dtype, g.c_dtype = out->dtype;
+        g.trans_b = 1, g.lda = p->k, g.ldb = p->k, g.ldc = p->n;
+        g.alpha = 1.0f, g.beta = 0.0f;
+        rc = kn_cuda_gemm(ctx, &g, stream, err);
+    }
+    int rc2 = kn_cuda_ctx_scratch_end(ctx, rc < 0 ? NULL : err);
+    return rc < 0 ? rc : rc2;
+}
+
+extern "C" int kn_cuda_einsum_q(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
+                                const kn_block *b, kn_block *out, void *stream, ein_error *err)
+{
+    const char *what = "cuda einsum";
+    int rc;
+    if ((rc = kn_cu_blk_any(what, "a", a, -1, err)) < 0 ||
+        (rc = kn_cu_blk_any(what, "b", b, 2, err)) < 0 ||
+        (rc = kn_cu_blk_any(what, "out", out, -1, err)) < 0)
+        return rc;
+    kn_qmm_plan p;
+    ein_error e2 = {0, {0}};
+    if ((rc = kn_qmm_plan_make(subscripts, a, b, out, kn_cuda_ctx_scratch_cap(ctx), &p, &e2)) < 0)
+        return kn_cu_fail(err, rc, "%s", e2.msg);
+    /* a and out are float dtypes (the plan checked): KN_CU_DISPATCH has
+     * their cases */
+    if (kn_cu_vol(&out->box) == 0)
+        return 0;
+    const cudaStream_t s = (cudaStream_t)stream;
+    if (p.path == 0) {
+        /* k == 0: every sum is empty */
+        cudaError_t ce = cudaMemsetAsync(out->data, 0, (size_t)kn_cu_vol(&out->box) *
+                                         ein_dtype_size(out->dtype), s);
+        return ce == cudaSuccess ? 0 : kn_cu_fail(err, EIN_EDEVICE, "%s: %s", what,
+                                                  cudaGetErrorString(ce));
+    }
+    const int q8 = b->dtype == EIN_Q8_0;
+    if (p.path == KN_QMM_GEMV) {
+        if (q8)
+            kn_cu_qgemv_dt<8>(&p, a, b, out, s);
+        else
+            kn_cu_qgemv_dt<4>(&p, a, b, out, s);
+        return kn_cu_launched("cuda einsum: quantized gemv", err);
+    }
+    return q8 ? kn_cu_qmm_tiles<8>(ctx, &p, a, b, out, stream, err)
+              : kn_cu_qmm_tiles<4>(ctx, &p, a, b, out, stream, err);
+}

@@ -1,0 +1,151 @@
+/* tests/kernels/test_kn_qmm_plan.c — the host side of the CUDA products by
+ * quantized weights (kernels/cuda/kn_qmm_plan.c, issue 36), without CUDA:
+ * which path a shape takes (GEMV up to 16 rows, 8 a launch, dequantised tiles +
+ * cuBLAS above), the tile size from the scratch, and every refusal by
+ * name (another einsum form, non-float a or out, boxes that disagree or
+ * leave the 32-element blocks, out in a third dtype on the cuBLAS path,
+ * no scratch). The kernels themselves are compared with the CPU kernels
+ * in tests/kernels/test_kn_cuda (GPU only). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "kernels/cuda/kn_qmm_plan.h"
+
+static char dummy[16];
+
+static kn_block blk(ein_dtype t, int rank, const int64_t *lo, const int64_t *hi)
+{
+    kn_block b = {.data = dummy, .dtype = t, .box = {.rank = rank}};
+    for (int d = 0; d < rank; d++)
+        b.box.lo[d] = lo[d], b.box.hi[d] = hi[d];
+    return b;
+}
+
+/* a [m, k] adt, b [n, k] bdt, out [m, n] odt planned with scratch cap. */
+static int plan2(int64_t m, int64_t n, int64_t k, ein_dtype adt, ein_dtype bdt, ein_dtype odt,
+                 size_t cap, kn_qmm_plan *p, ein_error *err)
+{
+    kn_block a = blk(adt, 2, (int64_t[]){0, 0}, (int64_t[]){m, k});
+    kn_block b = blk(bdt, 2, (int64_t[]){0, 0}, (int64_t[]){n, k});
+    kn_block o = blk(odt, 2, (int64_t[]){0, 0}, (int64_t[]){m, n});
+    memset(err, 0, sizeof *err);
+    return kn_qmm_plan_make("ti,oi->to", &a, &b, &o, cap, p, err);
+}
+
+static void test_paths(void **state)
+{
+    (void)state;
+    kn_qmm_plan p;
+    ein_error err;
+    const ein_dtype q[2] = {EIN_Q8_0, EIN_Q4_0};
+    const int64_t rows[] = {1, 2, 7, 8, 9, 16};
+    const int want_rows[] = {1, 8, 8, 8, 8, 8}, want_launches[] = {1, 1, 1, 1, 2, 2};
+    for (int t = 0; t < 2; t++) {
+        for (int r = 0; r < 6; r++) {
+            assert_int_equal(plan2(rows[r], 4096, 4096, EIN_BF16, q[t], EIN_F16, 0, &p, &err), 0);
+            assert_int_equal(p.path, KN_QMM_GEMV);
+            assert_int_equal(p.rows, want_rows[r]);
+            assert_int_equal(p.launches, want_launches[r]);
+            assert_int_equal(p.m, rows[r]);
+            assert_int_equal(p.n, 4096);
+            assert_int_equal(p.k, 4096);
+            assert_int_equal(p.ldb, 128 * (t == 0 ? 34 : 18));
+        }
+        /* 17 rows: dequantised tiles of a's dtype in the scratch */
+        assert_int_equal(plan2(17, 14336, 4096, EIN_BF16, q[t], EIN_F32, 32u << 20, &p, &err), 0);
+        assert_int_equal(p.path, KN_QMM_DEQUANT);
+        assert_int_equal(p.tile_rows, 4096);          /* 32 MiB / (4096 * 2 bytes) */
+        assert_int_equal(p.tile_bytes, (size_t)4096 * 4096 * 2);
+        assert_int_equal(plan2(64, 4096, 14336, EIN_F32, q[t], EIN_F32, 32u << 20, &p, &err), 0);
+        assert_int_equal(p.tile_rows, 576);           /* 585 rows fit, in whole 64-row tiles */
+        assert_true(p.tile_bytes <= 32u << 20);
+        /* a small n: one tile of all of it */
+        assert_int_equal(plan2(64, 40, 64, EIN_F16, q[t], EIN_F16, 32u << 20, &p, &err), 0);
+        assert_int_equal(p.tile_rows, 40);
+    }
+    /* nothing to do: path 0 (k == 0: the caller writes zeros) */
+    assert_int_equal(plan2(3, 8, 0, EIN_F32, EIN_Q8_0, EIN_F32, 0, &p, &err), 0);
+    assert_int_equal(p.path, 0);
+    assert_int_equal(plan2(0, 8, 32, EIN_F32, EIN_Q8_0, EIN_F32, 0, &p, &err), 0);
+    assert_int_equal(p.path, 0);
+    /* a of rank 3 ("bti,oi->bto"): m is the product of its other dims */
+    kn_block a = blk(EIN_F16, 3, (int64_t[]){0, 4, 0}, (int64_t[]){2, 7, 64});
+    kn_block b = blk(EIN_Q4_0, 2, (int64_t[]){16, 0}, (int64_t[]){48, 64});
+    kn_block o = blk(EIN_F32, 3, (int64_t[]){0, 4, 16}, (int64_t[]){2, 7, 48});
+    assert_int_equal(kn_qmm_plan_make("bti,oi->bto", &a, &b, &o, 0, &p, &err), 0);
+    assert_int_equal(p.m, 6);
+    assert_int_equal(p.n, 32);
+    assert_int_equal(p.path, KN_QMM_GEMV);
+}
+
+static void refused(int rc, int code, const ein_error *err, const char *words)
+{
+    assert_int_equal(rc, code);
+    if (!strstr(err->msg, words))
+        fail_msg("message \"%s\" lacks \"%s\"", err->msg, words);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    kn_qmm_plan p;
+    ein_error err;
+    /* more than 16 rows with no scratch */
+    refused(plan2(17, 64, 64, EIN_F32, EIN_Q8_0, EIN_F32, 0, &p, &err), EIN_EUNSUPPORTED, &err,
+            "bytes of scratch");
+    /* scratch smaller than one dequantised row */
+    refused(plan2(17, 64, 64, EIN_F32, EIN_Q8_0, EIN_F32, 255, &p, &err), EIN_EUNSUPPORTED, &err,
+            "the context has 255");
+    /* cuBLAS's rule on the dequant path: out f32 or a's dtype */
+    refused(plan2(17, 64, 64, EIN_BF16, EIN_Q4_0, EIN_F16, 1u << 20, &p, &err),
+            EIN_EUNSUPPORTED, &err, "out must be f32 or a's dtype");
+    /* ... which the GEMV path does not have */
+    assert_int_equal(plan2(16, 64, 64, EIN_BF16, EIN_Q4_0, EIN_F16, 0, &p, &err), 0);
+    /* a or out not a float dtype */
+    refused(plan2(1, 64, 64, EIN_I32, EIN_Q8_0, EIN_F32, 0, &p, &err), EIN_EINVAL, &err,
+            "a is i32");
+    refused(plan2(1, 64, 64, EIN_F32, EIN_Q8_0, EIN_Q8_0, 0, &p, &err), EIN_EINVAL, &err,
+            "out q8_0");
+    /* b not quantized */
+    refused(plan2(1, 64, 64, EIN_F32, EIN_F32, EIN_F32, 0, &p, &err), EIN_EINVAL, &err,
+            "not a quantized dtype");
+    /* another form: weights [in, out], or a transposed out */
+    kn_block a = blk(EIN_F32, 2, (int64_t[]){0, 0}, (int64_t[]){4, 64});
+    kn_block b = blk(EIN_Q8_0, 2, (int64_t[]){0, 0}, (int64_t[]){64, 64});
+    kn_block o = blk(EIN_F32, 2, (int64_t[]){0, 0}, (int64_t[]){4, 64});
+    refused(kn_qmm_plan_make("ti,io->to", &a, &b, &o, 0, &p, &err), EIN_EUNSUPPORTED, &err,
+            "quantized weights are read only as b");
+    refused(kn_qmm_plan_make("ti,oi->ot", &a, &b, &o, 0, &p, &err), EIN_EUNSUPPORTED, &err,
+            "q8_0");
+    refused(kn_qmm_plan_make("ti,oi", &a, &b, &o, 0, &p, &err), EIN_EINVAL, &err, "");
+    /* k off the blocks, boxes that disagree */
+    kn_block a2 = blk(EIN_F32, 2, (int64_t[]){0, 16}, (int64_t[]){4, 48});
+    kn_block b2 = blk(EIN_Q4_0, 2, (int64_t[]){0, 16}, (int64_t[]){64, 48});
+    refused(kn_qmm_plan_make("ti,oi->to", &a2, &b2, &o, 0, &p, &err), EIN_ESHAPE, &err,
+            "32-element q4_0 blocks");
+    kn_block o3 = blk(EIN_F32, 2, (int64_t[]){0, 0}, (int64_t[]){4, 32});
+    refused(kn_qmm_plan_make("ti,oi->to", &a, &b, &o3, 0, &p, &err), EIN_ESHAPE, &err,
+            "disagree on k or n");
+    kn_block a4 = blk(EIN_F32, 2, (int64_t[]){0, 0}, (int64_t[]){5, 64});
+    refused(kn_qmm_plan_make("ti,oi->to", &a4, &b, &o, 0, &p, &err), EIN_ESHAPE, &err,
+            "a and out differ in dim 0");
+    kn_block b3 = blk(EIN_Q8_0, 3, (int64_t[]){0, 0, 0}, (int64_t[]){1, 64, 64});
+    refused(kn_qmm_plan_make("ti,oi->to", &a, &b3, &o, 0, &p, &err), EIN_ESHAPE, &err,
+            "box ranks");
+    refused(kn_qmm_plan_make("ti,oi->to", NULL, &b, &o, 0, &p, &err), EIN_EINVAL, &err,
+            "missing");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_paths),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
