@@ -1,5 +1,5 @@
 /* kernels/cuda/kn_qmm_plan.h — how the CUDA backend multiplies rows by
- * quantized weights (q8_0, q4_0: ggml's blocks, common/ein_dtype.h; issue
+ * quantized weights (q8_0, q4_0: ggml's blocks, common/ir/ein_dtype.h; issue
  * 36): the host-side checks and the choice of kernel, in plain C, so that
  * make check tests them without CUDA or a GPU (tests/kernels/
  * test_kn_qmm_plan). kernels/cuda/kn_cuda_quant.cu runs the plan.
