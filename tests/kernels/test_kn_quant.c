@@ -260,11 +260,80 @@ static void test_edges(void **state)
             }
 }
 
+/* One activation row (a decode step's kernels, four weight rows per pass
+ * and the rows left over): the extremes of the integer sums (q8_0 weights
+ * -128 and 127, q4_0 nibbles 0 and 15, against activations all at their
+ * block's largest magnitude) give exact results; a NaN activation makes
+ * every output NaN; an infinite one NaN on the AVX2 path (its block's
+ * scale is inf, every rounded activation 0, and 0 * inf is NaN) and, as in
+ * f32, inf of the weights' sign on the portable one. */
+static void test_one_row(void **state)
+{
+    (void)state;
+    const ein_dtype ts[2] = {EIN_Q8_0, EIN_Q4_0};
+    enum { N = 9, K = 256 };
+    for (int a = 0; a < 2; a++)
+        for (int p = 0; p < 2; p++)
+            for (int bad = 0; bad < 3; bad++) {
+                const ein_dtype t = ts[a];
+                const size_t rb = (size_t)ein_dtype_bytes(t, K), bb = t == EIN_Q8_0 ? 34 : 18;
+                uint8_t q[N * 34 * (K / 32)];
+                float x[K], y[N];
+                for (int64_t j = 0; j < N; j++)
+                    for (int64_t blk = 0; blk < K / 32; blk++) {
+                        uint8_t *b = q + (size_t)j * rb + (size_t)blk * bb;
+                        b[0] = 0x00;   /* f16 2.0 (0x4000) */
+                        b[1] = 0x40;
+                        /* row j: every weight the smallest (j even) or the
+                         * largest (j odd) of its dtype */
+                        memset(b + 2, t == EIN_Q8_0 ? (j % 2 ? 0x7F : 0x80) : (j % 2 ? 0xFF : 0x00),
+                               bb - 2);
+                    }
+                for (int i = 0; i < K; i++)   /* +-3, so every activation is its block's max */
+                    x[i] = i % 3 ? 3.0f : -3.0f;
+                if (bad == 1)
+                    x[200] = NAN;
+                if (bad == 2)
+                    x[7] = INFINITY;
+                kn_block ab = {.data = x, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {1, K}}};
+                kn_block b2 = {.data = q, .dtype = t, .box = {.rank = 2, .lo = {0, 0}, .hi = {N, K}}};
+                kn_block ob = {.data = y, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {1, N}}};
+                ein_error err = {0};
+                kn_stream_force_portable(p);
+                assert_int_equal(kn_cpu_einsum("ij,kj->ik", &ab, &b2, &ob, &err), 0);
+                kn_stream_force_portable(0);
+                for (int64_t j = 0; j < N; j++) {
+                    if (bad == 2 && p) {
+                        if (!(isinf(y[j]) && (y[j] > 0) == (j % 2 == 1)))
+                            fail_msg("%s portable: column %lld is %g, not %sinf", ein_dtype_name(t),
+                                     (long long)j, (double)y[j], j % 2 ? "" : "-");
+                        continue;
+                    }
+                    if (bad) {
+                        if (!isnan(y[j]))
+                            fail_msg("%s portable %d: column %lld is %g, not NaN (%s activation)",
+                                     ein_dtype_name(t), p, (long long)j, (double)y[j],
+                                     bad == 1 ? "a NaN" : "an infinite");
+                        continue;
+                    }
+                    /* weight w = 2 * q: q8_0 -128 or 127; q4_0 nibble 0 or 15, -8 or 7 */
+                    const double w = 2.0 * (t == EIN_Q8_0 ? (j % 2 ? 127 : -128) : (j % 2 ? 7 : -8));
+                    double s = 0;
+                    for (int i = 0; i < K; i++)
+                        s += w * (double)x[i];
+                    if (!(fabs(s - (double)y[j]) <= 1e-6 * fabs(s)))
+                        fail_msg("%s portable %d: column %lld is %g, want %g", ein_dtype_name(t), p,
+                                 (long long)j, (double)y[j], s);
+                }
+            }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bytes),
         cmocka_unit_test(test_products),
+        cmocka_unit_test(test_one_row),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_edges),
     };
