@@ -328,12 +328,57 @@ static void test_one_row(void **state)
             }
 }
 
+/* kn_stream_mm_q on rows longer than the k it reads (ldb of 2k: the first
+ * half of each row, as a contraction split would give), 1 and 3
+ * activation rows, 10 weight rows (two passes of four and two left over):
+ * the loops that prefetch row by row when rows are not contiguous. */
+static void test_strided(void **state)
+{
+    (void)state;
+    const ein_dtype ts[2] = {EIN_Q8_0, EIN_Q4_0};
+    enum { N = 10, K = 128 };
+    for (int a = 0; a < 2; a++)
+        for (int64_t m = 1; m <= 3; m += 2) {
+            const ein_dtype t = ts[a];
+            const size_t ldb = (size_t)ein_dtype_bytes(t, 2 * K);
+            uint8_t q[N * 34 * (2 * K / 32)];
+            float w[2 * K], x[3 * K], y[3 * N];
+            for (int64_t j = 0; j < N; j++) {
+                for (int i = 0; i < 2 * K; i++)
+                    w[i] = rnd_unit();
+                ein_dtype_from_f32(t, w, q + (size_t)j * ldb, 2 * K);
+            }
+            for (int64_t i = 0; i < m * K; i++)
+                x[i] = rnd_unit();
+            kn_stream_mm_q(m, N, K, x, K, q, t, (int64_t)ldb, y, N);
+            for (int64_t r = 0; r < m; r++)
+                for (int64_t j = 0; j < N; j++) {
+                    double s = 0, act = 0;
+                    for (int64_t i0 = 0; i0 < K; i0 += 32) {
+                        double xmax = 0, wsum = 0;
+                        for (int64_t i = i0; i < i0 + 32; i++) {
+                            const double v = deq(t, q + (size_t)j * ldb, i), xv = x[r * K + i];
+                            s += xv * v;
+                            xmax = fabs(xv) > xmax ? fabs(xv) : xmax;
+                            wsum += fabs(v);
+                        }
+                        act += wsum * xmax / act_levels(t) * (0.5 + 0x1p-20);
+                    }
+                    const double d = fabs(s - (double)y[r * N + j]);
+                    if (!(d <= 1e-5 * fabs(s) + 1e-5 + act))
+                        fail_msg("%s m=%lld row %lld col %lld: got %g want %g", ein_dtype_name(t),
+                                 (long long)m, (long long)r, (long long)j, (double)y[r * N + j], s);
+                }
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bytes),
         cmocka_unit_test(test_products),
         cmocka_unit_test(test_one_row),
+        cmocka_unit_test(test_strided),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_edges),
     };
