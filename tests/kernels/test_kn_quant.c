@@ -62,6 +62,31 @@ static double act_levels(ein_dtype t)
     return t == EIN_Q8_0 ? 32767.0 : 127.0;
 }
 
+/* The double reference of one output: sum over i < k of x[i] times
+ * element i of a quantized row; *mag gets the sum of the products'
+ * magnitudes and *act the AVX2 path's bound for its rounded activations
+ * (per block of 32, at most half of max|x| / act_levels each, the scale
+ * itself f32: 2^-20 relative more, generously). */
+static double ref_dot(ein_dtype t, const uint8_t *row, const float *x, int64_t k, double *mag,
+                      double *act)
+{
+    double s = 0;
+    *mag = 0;
+    *act = 0;
+    for (int64_t i0 = 0; i0 < k; i0 += 32) {
+        double xmax = 0, wsum = 0;
+        for (int64_t i = i0; i < i0 + 32; i++) {
+            const double v = deq(t, row, i), xv = x[i];
+            s += xv * v;
+            *mag += fabs(xv * v);
+            xmax = fabs(xv) > xmax ? fabs(xv) : xmax;
+            wsum += fabs(v);
+        }
+        *act += wsum * xmax / act_levels(t) * (0.5 + 0x1p-20);
+    }
+    return s;
+}
+
 static void check_product(ein_dtype t, int64_t m, int64_t n, int64_t k, int portable)
 {
     float *x = malloc(sizeof(float) * (size_t)(m * k)), *w = malloc(sizeof(float) * (size_t)(n * k));
@@ -83,21 +108,9 @@ static void check_product(ein_dtype t, int64_t m, int64_t n, int64_t k, int port
     kn_stream_force_portable(0);
     for (int64_t r = 0; r < m; r++)
         for (int64_t j = 0; j < n; j++) {
-            /* f32 sums, plus (AVX2 path) the activations rounded per
-             * block of 32: at most half of max|x| / act_levels each (the
-             * scale itself f32: 2^-20 relative more, generously) */
-            double s = 0, mag = 0, act = 0;
-            for (int64_t i0 = 0; i0 < k; i0 += 32) {
-                double xmax = 0, wsum = 0;
-                for (int64_t i = i0; i < i0 + 32; i++) {
-                    double v = deq(t, q + (size_t)j * rb, i);
-                    s += (double)x[r * k + i] * v;
-                    mag += fabs((double)x[r * k + i] * v);
-                    xmax = fabs((double)x[r * k + i]) > xmax ? fabs((double)x[r * k + i]) : xmax;
-                    wsum += fabs(v);
-                }
-                act += wsum * xmax / act_levels(t) * (0.5 + 0x1p-20);
-            }
+            /* f32 sums, plus (AVX2 path) the activations' rounding */
+            double mag, act;
+            const double s = ref_dot(t, q + (size_t)j * rb, x + r * k, k, &mag, &act);
             double d = fabs(s - (double)y[r * n + j]);
             if (!(d <= 1e-5 * mag + (portable ? 0.0 : act) + 1e-6))
                 fail_msg("%s m=%lld row %lld col %lld: got %g want %g (portable %d)",
@@ -237,17 +250,8 @@ static void test_edges(void **state)
                 assert_int_equal(kn_cpu_einsum("ij,kj->ik", &ab, &bb2, &ob, &err), 0);
                 kn_stream_force_portable(0);
                 for (int64_t j = 0; j < n; j++) {
-                    double s = 0, act = 0;
-                    for (int64_t i0 = 0; i0 < k; i0 += 32) {
-                        double xmax = 0, wsum = 0;
-                        for (int64_t i = i0; i < i0 + 32; i++) {
-                            double v = deq(t, q + (size_t)j * rb, i);
-                            s += (double)x[i] * v;
-                            xmax = fabs((double)x[i]) > xmax ? fabs((double)x[i]) : xmax;
-                            wsum += fabs(v);
-                        }
-                        act += wsum * xmax / act_levels(t) * (0.5 + 0x1p-20);
-                    }
+                    double mag, act;
+                    const double s = ref_dot(t, q + (size_t)j * rb, x, k, &mag, &act);
                     double d = fabs(s - (double)y[j]);
                     if (!(d <= 1e-5 * fabs(s) + 1e-3 + (p ? 0.0 : act)))
                         fail_msg("%s m=%lld col %lld: got %g want %g (portable %d)", ein_dtype_name(t),
@@ -353,17 +357,8 @@ static void test_strided(void **state)
             kn_stream_mm_q(m, N, K, x, K, q, t, (int64_t)ldb, y, N);
             for (int64_t r = 0; r < m; r++)
                 for (int64_t j = 0; j < N; j++) {
-                    double s = 0, act = 0;
-                    for (int64_t i0 = 0; i0 < K; i0 += 32) {
-                        double xmax = 0, wsum = 0;
-                        for (int64_t i = i0; i < i0 + 32; i++) {
-                            const double v = deq(t, q + (size_t)j * ldb, i), xv = x[r * K + i];
-                            s += xv * v;
-                            xmax = fabs(xv) > xmax ? fabs(xv) : xmax;
-                            wsum += fabs(v);
-                        }
-                        act += wsum * xmax / act_levels(t) * (0.5 + 0x1p-20);
-                    }
+                    double mag, act;
+                    const double s = ref_dot(t, q + (size_t)j * ldb, x + r * K, K, &mag, &act);
                     const double d = fabs(s - (double)y[r * N + j]);
                     if (!(d <= 1e-5 * fabs(s) + 1e-5 + act))
                         fail_msg("%s m=%lld row %lld col %lld: got %g want %g", ein_dtype_name(t),
