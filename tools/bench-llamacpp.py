@@ -322,20 +322,36 @@ def ours_decode(a, fmt, P):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--formats", default="f32,bf16,f16,q8_0,q4_0")
-    ap.add_argument("--threads", default="1,2", help="llama.cpp threads = our devices")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--prompt", type=int, default=8)
-    ap.add_argument("--new", type=int, default=32)
-    ap.add_argument("--d", type=int, default=768)
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--ff", type=int, default=2048)
-    ap.add_argument("--heads", type=int, default=12)
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    ap.add_argument("--formats", default="f32,bf16,f16,q8_0,q4_0",
+                    help="comma-separated weight formats to compare, of f32, bf16, f16, q8_0 "
+                         "and q4_0 (default: all five)")
+    ap.add_argument("--threads", default="1,2",
+                    help="comma-separated thread counts: llama.cpp's threads = our devices, "
+                         "each measured (default 1,2)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds per format and thread count; the medians are "
+                         "reported (default 3)")
+    ap.add_argument("--prompt", type=int, default=8,
+                    help="prompt length in tokens, random ids (default 8)")
+    ap.add_argument("--new", type=int, default=32,
+                    help="tokens generated per measurement, greedy (default 32)")
+    ap.add_argument("--d", type=int, default=768,
+                    help="the bench model's hidden size (default 768)")
+    ap.add_argument("--layers", type=int, default=12,
+                    help="the bench model's decoder layers (default 12)")
+    ap.add_argument("--vocab", type=int, default=32000,
+                    help="the bench model's vocabulary size in tokens (default 32000)")
+    ap.add_argument("--ff", type=int, default=2048,
+                    help="the bench model's MLP intermediate size (default 2048)")
+    ap.add_argument("--heads", type=int, default=12,
+                    help="the bench model's attention heads (default 12; head dim = d / heads)")
     ap.add_argument("--tolerance", type=float, default=1e-4,
-                    help="the largest relative logit difference accepted (f32)")
-    ap.add_argument("--no-ours", action="store_true", help="llama.cpp only")
+                    help="the largest relative logit difference accepted between the two "
+                         "engines on the f32 model: max |difference| / max |logit| per "
+                         "position (default 1e-4)")
+    ap.add_argument("--no-ours", action="store_true",
+                    help="measure llama.cpp only (skip einsummable's runs)")
     a = ap.parse_args()
     fmts = a.formats.split(",")
     for f in fmts:

@@ -83,11 +83,13 @@ void kn_stream_force_portable(int on);
  * [n, k] with row j at byte j * ldb of b, k a multiple of 32
  * (kernels/cpu/kn_quant.c): every block read once (AVX2/FMA/F16C when
  * kn_stream_vector() and m <= KN_STREAM_MAX_ROWS: the activations rounded
- * to int8 per block of 32 (scale max|x| / 127, as llama.cpp's Q8_0
- * activations) in a malloc'd copy, exact int8 products by vpmaddubsw;
- * without memory for it, or else, dequantised to f32 in registers).
+ * per block of 32, to int16 for q8_0 (scale max|x| / 32767) and to int8
+ * for q4_0 (max|x| / 127, as llama.cpp's Q8_0 activations), in a malloc'd
+ * copy, exact integer products (vpmaddwd, vpmaddubsw); one row: four
+ * weight rows per pass; without memory for the copy, or else, dequantised
+ * to f32 in registers).
  * Cannot fail; a NaN activation gives NaN sums (its block's scale is NaN),
- * an infinite one NaN on the int8 path. */
+ * an infinite one NaN on the integer paths. */
 #define KN_STREAM_MAX_ROWS 16
 void kn_stream_mm_q(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                     const void *b, ein_dtype bdt, int64_t ldb, float *c, int64_t ldc);

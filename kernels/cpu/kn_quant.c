@@ -90,31 +90,63 @@ kn_q_block(const uint8_t *p, ein_dtype dt, __m256 *w)
  * with it, bench-kernels -s). */
 #define KN_Q_PF 8
 
-/* The activations as int16 per block of 32: x ~= s_b * xq with s_b =
- * max|x| / 32767 over the block, xq = round(x / s_b) (relative error at
- * most 2^-16 of the block's largest |x|, far below the weights' own
- * quantization error). */
+/* The one-row loops' prefetch, per block of a pass over four weight rows
+ * r0..r0 + 4 ldb of blocks of bb bytes. Rows of exactly nb blocks (ldb =
+ * nb * bb: lin, the usual case) lie one after another, so the pass
+ * KN_Q_PF rows on is the contiguous 4 ldb bytes at r0 + KN_Q_PF ldb: each
+ * block prefetches the next 4 bb of them from a cursor *pf, `lines` lines
+ * (3 for q8_0's 136 bytes, 2 for q4_0's 72: every line once; 1.1-1.16x
+ * the per-row prefetch, bench-kernels -s). Longer rows (the contraction
+ * split, ldb > nb * bb) would prefetch bytes the pass never reads: the
+ * same block KN_Q_PF rows on in each row, every `every`-th block, instead. */
+KN_QAVX2 __attribute__((always_inline)) static inline void
+kn_q_pf4(const char **pf, int lin, int lines, size_t bb, const uint8_t *p, int64_t bi, int every,
+         int64_t ldb)
+{
+    if (lin) {
+        for (int l = 0; l < lines; l++)
+            _mm_prefetch(*pf + 64 * l, _MM_HINT_T0);
+        *pf += 4 * bb;
+    } else if (bi % every == 0) {
+        for (int r = 0; r < 4; r++)
+            _mm_prefetch((const char *)p + (KN_Q_PF + r) * ldb, _MM_HINT_T0);
+    }
+}
+
+/* One block of 32 activations x as integers of magnitude at most levels:
+ * x ~= s * q with s = max|x| / levels, q = round(x / s) (each off by at
+ * most s / 2); returns s. A NaN (or infinite) activation makes s NaN (inf,
+ * with every q 0), so the sums the block enters are NaN, as in f32. The one
+ * rule of both activation forms below (int16 for q8_0, int8 for q4_0). */
+static float kn_q_round(const float *x, float levels, int32_t *q)
+{
+    float amax = 0.0f;
+    int nan = 0;
+    for (int t = 0; t < KN_QK; t++) {
+        amax = fabsf(x[t]) > amax ? fabsf(x[t]) : amax;
+        nan |= x[t] != x[t];
+    }
+    const float s = nan ? NAN : amax / levels;
+    const float inv = s != 0.0f && !nan && !isinf(s) ? levels / amax : 0.0f;
+    for (int t = 0; t < KN_QK; t++) {
+        const long v = lrintf(x[t] * inv);
+        q[t] = (int32_t)(v > (long)levels ? (long)levels : v < -(long)levels ? -(long)levels : v);
+    }
+    return s;
+}
+
+/* The activations as int16 per block of 32 (kn_q_round with 32767 levels:
+ * relative error at most 2^-16 of the block's largest |x|, far below the
+ * weights' own quantization error). */
 static void kn_q_acts(int64_t m, int64_t k, const float *a, int64_t lda, int16_t *xq, float *xs)
 {
     const int64_t nb = k / KN_QK;
+    int32_t q[KN_QK];
     for (int64_t r = 0; r < m; r++)
         for (int64_t b = 0; b < nb; b++) {
-            const float *x = a + r * lda + b * KN_QK;
-            float amax = 0.0f;
-            int nan = 0;
-            for (int t = 0; t < KN_QK; t++) {
-                amax = fabsf(x[t]) > amax ? fabsf(x[t]) : amax;
-                nan |= x[t] != x[t];
-            }
-            /* a NaN (or infinite) activation makes the block's scale NaN
-             * (inf), so the sums it enters are NaN, as in f32 */
-            const float s = nan ? NAN : amax / 32767.0f;
-            const float inv = s != 0.0f && !nan && !isinf(s) ? 1.0f / s : 0.0f;
-            xs[r * nb + b] = s;
-            for (int t = 0; t < KN_QK; t++) {
-                long q = lrintf(x[t] * inv);
-                xq[(r * nb + b) * KN_QK + t] = (int16_t)(q > 32767 ? 32767 : q < -32767 ? -32767 : q);
-            }
+            xs[r * nb + b] = kn_q_round(a + r * lda + b * KN_QK, 32767.0f, q);
+            for (int t = 0; t < KN_QK; t++)
+                xq[(r * nb + b) * KN_QK + t] = (int16_t)q[t];
         }
 }
 
@@ -165,60 +197,78 @@ KN_QAVX2 static void kn_q_avx2_i16(int64_t m, int64_t n, int64_t k, const uint8_
     }
 }
 
-/* The int16 form's weights of one block, widened: elements 0-15 and 16-31. */
-KN_QAVX2 __attribute__((always_inline)) static inline void
-kn_q_w16(const uint8_t *p, ein_dtype dt, __m256i *w0, __m256i *w1)
+/* Four weight rows' f16 scales at p, p + ldb, p + 2 ldb, p + 3 ldb,
+ * times sx, in both halves of a vector (lanes 0-3 and 4-7). */
+KN_QAVX2 __attribute__((always_inline)) static inline __m256 kn_q_d4(const uint8_t *p, int64_t ldb,
+                                                                     float sx)
 {
-    if (dt == EIN_Q8_0) {
-        *w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2)));
-        *w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18)));
-    } else {
-        const __m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
-        const __m128i lo15 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
-        *w0 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(v, lo15), eight));
-        *w1 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), lo15), eight));
-    }
+    uint16_t h0, h1, h2, h3;
+    memcpy(&h0, p, 2);
+    memcpy(&h1, p + ldb, 2);
+    memcpy(&h2, p + 2 * ldb, 2);
+    memcpy(&h3, p + 3 * ldb, 2);
+    const __m128i v = _mm_insert_epi16(
+        _mm_insert_epi16(_mm_insert_epi16(_mm_cvtsi32_si128(h0), h1, 1), h2, 2), h3, 3);
+    const __m128 d = _mm_mul_ps(_mm_cvtph_ps(v), _mm_set1_ps(sx));
+    return _mm256_set_m128(d, d);
 }
 
-/* One activation row (a decode step): two weight rows per pass, sharing
- * the activations' loads and interleaving two dependency chains (1.26x
- * one row per pass; four per pass ran slower, bench-kernels -s). */
-KN_QAVX2 static void kn_q_avx2_i16_1(int64_t n, int64_t k, const uint8_t *b, ein_dtype dt,
-                                     int64_t ldb, const int16_t *xq, const float *xs, float *c)
+/* A q8_0 block's 32 int8 weights at p (after its scale) times the int16
+ * activations x0 (elements 0-15) and x1 (16-31): eight exact int32 sums. */
+KN_QAVX2 __attribute__((always_inline)) static inline __m256i kn_q8_dot16(const uint8_t *p,
+                                                                          __m256i x0, __m256i x1)
 {
-    const size_t bb = ein_dtype_bytes(dt, KN_QK);
+    const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2)));
+    const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18)));
+    return _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
+}
+
+/* Four rows' int32 partial sums (eight each) folded into one vector whose
+ * lanes r and 4 + r hold row r's (three vphaddd): then one conversion and
+ * one multiply-add per block serve the four rows, and one horizontal sum
+ * per four rows at the end. */
+KN_QAVX2 __attribute__((always_inline)) static inline __m256i kn_q_fold4(__m256i s0, __m256i s1,
+                                                                         __m256i s2, __m256i s3)
+{
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3));
+}
+
+/* Rows j..j+3 of c from the per-row lanes of acc (kn_q_fold4's order). */
+KN_QAVX2 __attribute__((always_inline)) static inline void kn_q_store4(__m256 acc, float *c)
+{
+    _mm_storeu_ps(c, _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)));
+}
+
+/* One activation row (a decode step): four weight rows per pass, sharing
+ * the activations' loads, their partial sums folded (kn_q_fold4) so one
+ * conversion and multiply-add per block serve all four (1.1-1.2x two rows
+ * per pass, each with its own, bench-kernels -s); prefetch every other
+ * block (34 bytes: about one line per row). */
+KN_QAVX2 static void kn_q8_i16_1(int64_t n, int64_t k, const uint8_t *b, int64_t ldb,
+                                 const int16_t *xq, const float *xs, float *c)
+{
+    const size_t bb = ein_dtype_bytes(EIN_Q8_0, KN_QK);
     const int64_t nb = k / KN_QK;
+    const int lin = ldb == nb * (int64_t)bb;
     int64_t j = 0;
-    for (; j + 2 <= n; j += 2) {
-        const uint8_t *r0 = b + j * ldb, *r1 = r0 + ldb;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    for (; j + 4 <= n; j += 4) {
+        const uint8_t *r0 = b + j * ldb;
+        const char *pf = (const char *)r0 + KN_Q_PF * ldb;
+        __m256 acc = _mm256_setzero_ps();
         for (int64_t bi = 0; bi < nb; bi++) {
-            const uint8_t *p0 = r0 + (size_t)bi * bb, *p1 = r1 + (size_t)bi * bb;
-            _mm_prefetch((const char *)p0 + KN_Q_PF * ldb, _MM_HINT_T0);
-            _mm_prefetch((const char *)p1 + KN_Q_PF * ldb, _MM_HINT_T0);
+            const uint8_t *p0 = r0 + (size_t)bi * bb, *p1 = p0 + ldb, *p2 = p1 + ldb,
+                          *p3 = p2 + ldb;
+            kn_q_pf4(&pf, lin, 3, 34, p0, bi, 2, ldb);
             const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + bi * KN_QK));
             const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + bi * KN_QK + 16));
-            const __m256 sx = _mm256_broadcast_ss(xs + bi);
-            __m256i u0, u1, v0, v1;
-            kn_q_w16(p0, dt, &u0, &u1);
-            kn_q_w16(p1, dt, &v0, &v1);
-            uint16_t h0, h1;
-            memcpy(&h0, p0, 2);
-            memcpy(&h1, p1, 2);
-            const __m256i s0 = _mm256_add_epi32(_mm256_madd_epi16(u0, x0),
-                                                _mm256_madd_epi16(u1, x1));
-            const __m256i s1 = _mm256_add_epi32(_mm256_madd_epi16(v0, x0),
-                                                _mm256_madd_epi16(v1, x1));
-            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0),
-                                 _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h0)), sx), a0);
-            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
-                                 _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h1)), sx), a1);
+            const __m256i t = kn_q_fold4(kn_q8_dot16(p0, x0, x1), kn_q8_dot16(p1, x0, x1),
+                                         kn_q8_dot16(p2, x0, x1), kn_q8_dot16(p3, x0, x1));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), kn_q_d4(p0, ldb, xs[bi]), acc);
         }
-        c[j] = kn_q_hsum(a0);
-        c[j + 1] = kn_q_hsum(a1);
+        kn_q_store4(acc, c + j);
     }
     if (j < n)
-        kn_q_avx2_i16(1, n - j, k, b + j * ldb, dt, ldb, xq, xs, c + j, 1);
+        kn_q_avx2_i16(1, n - j, k, b + j * ldb, EIN_Q8_0, ldb, xq, xs, c + j, 1);
 }
 
 /* One weight row at a time; per block, each activation row's dot with the
@@ -254,33 +304,19 @@ KN_QAVX2 static void kn_q_avx2(int64_t m, int64_t n, int64_t k, const float *a, 
 
 /* For q4_0 (whose 4-bit weights add far more error than int8 activations:
  * bench model 38.4% -> 38.6%, docs/kernels.md), the activations as int8
- * per block of 32, as llama.cpp's Q8_0 activations: x ~= s_b * xq with
- * s_b = max|x| / 127 over the block, xq = round(x / s_b) (each off by at
- * most s_b / 2), and x8 = the 16 pair sums 8 * (xq[2t] + xq[2t+1]) that
- * remove the nibbles' offset of 8. */
+ * per block of 32, as llama.cpp's Q8_0 activations (kn_q_round with 127
+ * levels), and x8 = the 16 pair sums 8 * (xq[2t] + xq[2t+1]) that remove
+ * the nibbles' offset of 8. */
 static void kn_q_acts8(int64_t m, int64_t k, const float *a, int64_t lda, int8_t *xq, float *xs,
                        int16_t *x8)
 {
     const int64_t nb = k / KN_QK;
+    int32_t q[KN_QK];
     for (int64_t r = 0; r < m; r++)
         for (int64_t b = 0; b < nb; b++) {
-            const float *x = a + r * lda + b * KN_QK;
-            int8_t *q = xq + (r * nb + b) * KN_QK;
-            float amax = 0.0f;
-            int nan = 0;
-            for (int t = 0; t < KN_QK; t++) {
-                amax = fabsf(x[t]) > amax ? fabsf(x[t]) : amax;
-                nan |= x[t] != x[t];
-            }
-            /* a NaN (or infinite) activation makes the block's scale NaN
-             * (inf, with all xq 0), so the sums it enters are NaN */
-            const float s = nan ? NAN : amax / 127.0f;
-            const float inv = s != 0.0f && !nan && !isinf(s) ? 127.0f / amax : 0.0f;
-            xs[r * nb + b] = s;
-            for (int t = 0; t < KN_QK; t++) {
-                long v = lrintf(x[t] * inv);
-                q[t] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-            }
+            xs[r * nb + b] = kn_q_round(a + r * lda + b * KN_QK, 127.0f, q);
+            for (int t = 0; t < KN_QK; t++)
+                xq[(r * nb + b) * KN_QK + t] = (int8_t)q[t];
             for (int t = 0; t < KN_QK / 2; t++)
                 x8[(r * nb + b) * (KN_QK / 2) + t] = (int16_t)(8 * (q[2 * t] + q[2 * t + 1]));
         }
@@ -314,35 +350,38 @@ KN_QAVX2 __attribute__((always_inline)) static inline float kn_q_d(const uint8_t
 }
 
 /* One activation row (a decode step): four weight rows per pass sharing
- * each activation block's loads. */
+ * each activation block's loads. Each row's 16 int16 sums (each at most
+ * 2 * 8 * 127 in magnitude) fold with the others' by three vphaddw (sums
+ * of four: at most 8128, no overflow) and one vpmaddwd by ones into
+ * kn_q_fold4's order: one conversion and multiply-add per block for the
+ * four rows (1.15-1.2x one each, bench-kernels -s); prefetch every fourth
+ * block (18 bytes: about one line per row). */
 KN_QAVX2 static void kn_q4_i8_1(int64_t n, int64_t k, const uint8_t *b, int64_t ldb,
                                 const int8_t *xq, const float *xs, const int16_t *x8, float *c)
 {
     const size_t bb = ein_dtype_bytes(EIN_Q4_0, KN_QK);
     const int64_t nb = k / KN_QK;
+    const int lin = ldb == nb * (int64_t)bb;
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
         const uint8_t *r0 = b + j * ldb;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        const char *pf = (const char *)r0 + KN_Q_PF * ldb;
+        __m256 acc = _mm256_setzero_ps();
         for (int64_t bi = 0; bi < nb; bi++) {
-            const uint8_t *p0 = r0 + (size_t)bi * bb, *p1 = p0 + ldb, *p2 = p1 + ldb,
-                          *p3 = p2 + ldb;
-            _mm_prefetch((const char *)p0 + KN_Q_PF * ldb, _MM_HINT_T0);
-            _mm_prefetch((const char *)p1 + KN_Q_PF * ldb, _MM_HINT_T0);
-            _mm_prefetch((const char *)p2 + KN_Q_PF * ldb, _MM_HINT_T0);
-            _mm_prefetch((const char *)p3 + KN_Q_PF * ldb, _MM_HINT_T0);
+            const uint8_t *p = r0 + (size_t)bi * bb;
+            kn_q_pf4(&pf, lin, 2, 18, p, bi, 4, ldb);
             const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + bi * KN_QK));
-            const int16_t *x8b = x8 + bi * (KN_QK / 2);
-            const float sx = xs[bi];
-            a0 = _mm256_fmadd_ps(kn_q_dot4(kn_q_n4(p0), x, x8b), _mm256_set1_ps(kn_q_d(p0) * sx), a0);
-            a1 = _mm256_fmadd_ps(kn_q_dot4(kn_q_n4(p1), x, x8b), _mm256_set1_ps(kn_q_d(p1) * sx), a1);
-            a2 = _mm256_fmadd_ps(kn_q_dot4(kn_q_n4(p2), x, x8b), _mm256_set1_ps(kn_q_d(p2) * sx), a2);
-            a3 = _mm256_fmadd_ps(kn_q_dot4(kn_q_n4(p3), x, x8b), _mm256_set1_ps(kn_q_d(p3) * sx), a3);
+            const __m256i e = _mm256_loadu_si256((const __m256i *)(x8 + bi * (KN_QK / 2)));
+            const __m256i s0 = _mm256_sub_epi16(_mm256_maddubs_epi16(kn_q_n4(p), x), e);
+            const __m256i s1 = _mm256_sub_epi16(_mm256_maddubs_epi16(kn_q_n4(p + ldb), x), e);
+            const __m256i s2 = _mm256_sub_epi16(_mm256_maddubs_epi16(kn_q_n4(p + 2 * ldb), x), e);
+            const __m256i s3 = _mm256_sub_epi16(_mm256_maddubs_epi16(kn_q_n4(p + 3 * ldb), x), e);
+            const __m256i t = _mm256_madd_epi16(
+                _mm256_hadd_epi16(_mm256_hadd_epi16(s0, s1), _mm256_hadd_epi16(s2, s3)),
+                _mm256_set1_epi16(1));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), kn_q_d4(p, ldb, xs[bi]), acc);
         }
-        c[j] = kn_q_hsum(a0);
-        c[j + 1] = kn_q_hsum(a1);
-        c[j + 2] = kn_q_hsum(a2);
-        c[j + 3] = kn_q_hsum(a3);
+        kn_q_store4(acc, c + j);
     }
     for (; j < n; j++) {
         const uint8_t *r0 = b + j * ldb;
@@ -428,7 +467,7 @@ void kn_stream_mm_q(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda
             if (ok) {
                 kn_q_acts(m, k, a, lda, xq, xs);
                 if (m == 1)
-                    kn_q_avx2_i16_1(n, k, b, bdt, ldb, xq, xs, c);
+                    kn_q8_i16_1(n, k, b, ldb, xq, xs, c);
                 else
                     kn_q_avx2_i16(m, n, k, b, bdt, ldb, xq, xs, c, ldc);
             }

@@ -62,6 +62,31 @@ static double act_levels(ein_dtype t)
     return t == EIN_Q8_0 ? 32767.0 : 127.0;
 }
 
+/* The double reference of one output: sum over i < k of x[i] times
+ * element i of a quantized row; *mag gets the sum of the products'
+ * magnitudes and *act the AVX2 path's bound for its rounded activations
+ * (per block of 32, at most half of max|x| / act_levels each, the scale
+ * itself f32: 2^-20 relative more, generously). */
+static double ref_dot(ein_dtype t, const uint8_t *row, const float *x, int64_t k, double *mag,
+                      double *act)
+{
+    double s = 0;
+    *mag = 0;
+    *act = 0;
+    for (int64_t i0 = 0; i0 < k; i0 += 32) {
+        double xmax = 0, wsum = 0;
+        for (int64_t i = i0; i < i0 + 32; i++) {
+            const double v = deq(t, row, i), xv = x[i];
+            s += xv * v;
+            *mag += fabs(xv * v);
+            xmax = fabs(xv) > xmax ? fabs(xv) : xmax;
+            wsum += fabs(v);
+        }
+        *act += wsum * xmax / act_levels(t) * (0.5 + 0x1p-20);
+    }
+    return s;
+}
+
 static void check_product(ein_dtype t, int64_t m, int64_t n, int64_t k, int portable)
 {
     float *x = malloc(sizeof(float) * (size_t)(m * k)), *w = malloc(sizeof(float) * (size_t)(n * k));
@@ -83,21 +108,9 @@ static void check_product(ein_dtype t, int64_t m, int64_t n, int64_t k, int port
     kn_stream_force_portable(0);
     for (int64_t r = 0; r < m; r++)
         for (int64_t j = 0; j < n; j++) {
-            /* f32 sums, plus (AVX2 path) the activations rounded per
-             * block of 32: at most half of max|x| / act_levels each (the
-             * scale itself f32: 2^-20 relative more, generously) */
-            double s = 0, mag = 0, act = 0;
-            for (int64_t i0 = 0; i0 < k; i0 += 32) {
-                double xmax = 0, wsum = 0;
-                for (int64_t i = i0; i < i0 + 32; i++) {
-                    double v = deq(t, q + (size_t)j * rb, i);
-                    s += (double)x[r * k + i] * v;
-                    mag += fabs((double)x[r * k + i] * v);
-                    xmax = fabs((double)x[r * k + i]) > xmax ? fabs((double)x[r * k + i]) : xmax;
-                    wsum += fabs(v);
-                }
-                act += wsum * xmax / act_levels(t) * (0.5 + 0x1p-20);
-            }
+            /* f32 sums, plus (AVX2 path) the activations' rounding */
+            double mag, act;
+            const double s = ref_dot(t, q + (size_t)j * rb, x + r * k, k, &mag, &act);
             double d = fabs(s - (double)y[r * n + j]);
             if (!(d <= 1e-5 * mag + (portable ? 0.0 : act) + 1e-6))
                 fail_msg("%s m=%lld row %lld col %lld: got %g want %g (portable %d)",
@@ -237,17 +250,8 @@ static void test_edges(void **state)
                 assert_int_equal(kn_cpu_einsum("ij,kj->ik", &ab, &bb2, &ob, &err), 0);
                 kn_stream_force_portable(0);
                 for (int64_t j = 0; j < n; j++) {
-                    double s = 0, act = 0;
-                    for (int64_t i0 = 0; i0 < k; i0 += 32) {
-                        double xmax = 0, wsum = 0;
-                        for (int64_t i = i0; i < i0 + 32; i++) {
-                            double v = deq(t, q + (size_t)j * rb, i);
-                            s += (double)x[i] * v;
-                            xmax = fabs((double)x[i]) > xmax ? fabs((double)x[i]) : xmax;
-                            wsum += fabs(v);
-                        }
-                        act += wsum * xmax / act_levels(t) * (0.5 + 0x1p-20);
-                    }
+                    double mag, act;
+                    const double s = ref_dot(t, q + (size_t)j * rb, x, k, &mag, &act);
                     double d = fabs(s - (double)y[j]);
                     if (!(d <= 1e-5 * fabs(s) + 1e-3 + (p ? 0.0 : act)))
                         fail_msg("%s m=%lld col %lld: got %g want %g (portable %d)", ein_dtype_name(t),
@@ -260,11 +264,116 @@ static void test_edges(void **state)
             }
 }
 
+/* One activation row (a decode step's kernels, four weight rows per pass
+ * and the rows left over): the extremes of the integer sums (q8_0 weights
+ * -128 and 127, q4_0 nibbles 0 and 15, against activations all at their
+ * block's largest magnitude) give exact results; a NaN activation makes
+ * every output NaN; an infinite one NaN on the AVX2 path (its block's
+ * scale is inf, every rounded activation 0, and 0 * inf is NaN) and, as in
+ * f32, inf of the weights' sign on the portable one. */
+static void test_one_row(void **state)
+{
+    (void)state;
+    const ein_dtype ts[2] = {EIN_Q8_0, EIN_Q4_0};
+    enum { N = 9, K = 256 };
+    for (int a = 0; a < 2; a++)
+        for (int p = 0; p < 2; p++)
+            for (int bad = 0; bad < 3; bad++) {
+                const ein_dtype t = ts[a];
+                const size_t rb = (size_t)ein_dtype_bytes(t, K), bb = t == EIN_Q8_0 ? 34 : 18;
+                uint8_t q[N * 34 * (K / 32)];
+                float x[K], y[N];
+                for (int64_t j = 0; j < N; j++)
+                    for (int64_t blk = 0; blk < K / 32; blk++) {
+                        uint8_t *b = q + (size_t)j * rb + (size_t)blk * bb;
+                        b[0] = 0x00;   /* f16 2.0 (0x4000) */
+                        b[1] = 0x40;
+                        /* row j: every weight the smallest (j even) or the
+                         * largest (j odd) of its dtype */
+                        memset(b + 2, t == EIN_Q8_0 ? (j % 2 ? 0x7F : 0x80) : (j % 2 ? 0xFF : 0x00),
+                               bb - 2);
+                    }
+                for (int i = 0; i < K; i++)   /* +-3, so every activation is its block's max */
+                    x[i] = i % 3 ? 3.0f : -3.0f;
+                if (bad == 1)
+                    x[200] = NAN;
+                if (bad == 2)
+                    x[7] = INFINITY;
+                kn_block ab = {.data = x, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {1, K}}};
+                kn_block b2 = {.data = q, .dtype = t, .box = {.rank = 2, .lo = {0, 0}, .hi = {N, K}}};
+                kn_block ob = {.data = y, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {1, N}}};
+                ein_error err = {0};
+                kn_stream_force_portable(p);
+                assert_int_equal(kn_cpu_einsum("ij,kj->ik", &ab, &b2, &ob, &err), 0);
+                kn_stream_force_portable(0);
+                for (int64_t j = 0; j < N; j++) {
+                    if (bad == 2 && p) {
+                        if (!(isinf(y[j]) && (y[j] > 0) == (j % 2 == 1)))
+                            fail_msg("%s portable: column %lld is %g, not %sinf", ein_dtype_name(t),
+                                     (long long)j, (double)y[j], j % 2 ? "" : "-");
+                        continue;
+                    }
+                    if (bad) {
+                        if (!isnan(y[j]))
+                            fail_msg("%s portable %d: column %lld is %g, not NaN (%s activation)",
+                                     ein_dtype_name(t), p, (long long)j, (double)y[j],
+                                     bad == 1 ? "a NaN" : "an infinite");
+                        continue;
+                    }
+                    /* weight w = 2 * q: q8_0 -128 or 127; q4_0 nibble 0 or 15, -8 or 7 */
+                    const double w = 2.0 * (t == EIN_Q8_0 ? (j % 2 ? 127 : -128) : (j % 2 ? 7 : -8));
+                    double s = 0;
+                    for (int i = 0; i < K; i++)
+                        s += w * (double)x[i];
+                    if (!(fabs(s - (double)y[j]) <= 1e-6 * fabs(s)))
+                        fail_msg("%s portable %d: column %lld is %g, want %g", ein_dtype_name(t), p,
+                                 (long long)j, (double)y[j], s);
+                }
+            }
+}
+
+/* kn_stream_mm_q on rows longer than the k it reads (ldb of 2k: the first
+ * half of each row, as a contraction split would give), 1 and 3
+ * activation rows, 10 weight rows (two passes of four and two left over):
+ * the loops that prefetch row by row when rows are not contiguous. */
+static void test_strided(void **state)
+{
+    (void)state;
+    const ein_dtype ts[2] = {EIN_Q8_0, EIN_Q4_0};
+    enum { N = 10, K = 128 };
+    for (int a = 0; a < 2; a++)
+        for (int64_t m = 1; m <= 3; m += 2) {
+            const ein_dtype t = ts[a];
+            const size_t ldb = (size_t)ein_dtype_bytes(t, 2 * K);
+            uint8_t q[N * 34 * (2 * K / 32)];
+            float w[2 * K], x[3 * K], y[3 * N];
+            for (int64_t j = 0; j < N; j++) {
+                for (int i = 0; i < 2 * K; i++)
+                    w[i] = rnd_unit();
+                ein_dtype_from_f32(t, w, q + (size_t)j * ldb, 2 * K);
+            }
+            for (int64_t i = 0; i < m * K; i++)
+                x[i] = rnd_unit();
+            kn_stream_mm_q(m, N, K, x, K, q, t, (int64_t)ldb, y, N);
+            for (int64_t r = 0; r < m; r++)
+                for (int64_t j = 0; j < N; j++) {
+                    double mag, act;
+                    const double s = ref_dot(t, q + (size_t)j * ldb, x + r * K, K, &mag, &act);
+                    const double d = fabs(s - (double)y[r * N + j]);
+                    if (!(d <= 1e-5 * fabs(s) + 1e-5 + act))
+                        fail_msg("%s m=%lld row %lld col %lld: got %g want %g", ein_dtype_name(t),
+                                 (long long)m, (long long)r, (long long)j, (double)y[r * N + j], s);
+                }
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bytes),
         cmocka_unit_test(test_products),
+        cmocka_unit_test(test_one_row),
+        cmocka_unit_test(test_strided),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_edges),
     };
