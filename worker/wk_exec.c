@@ -170,6 +170,11 @@ static int notify(wk *w, const ein_instr *ins, ein_error *err)
     int rc = w->be->ord.signal ? w->be->ord.signal(w->be, err) : w->be->ord.sync(w->be, err);
     if (rc < 0)
         return rc;
+    /* Where the backend keeps its segment private (CPU), the bytes the peer
+     * will copy go where it can read them. */
+    const ein_pbuffer *b = &w->prog->buffers[ins->srcs[0]];
+    if (w->be->mem.publish && (rc = w->be->mem.publish(w->be, b->offset, b->bytes, err)) < 0)
+        return rc;
     ein_msg m = {.type = EIN_MSG_READY, .device = w->cfg->device, .buffer = ins->srcs[0]};
     return wk_ready_send(w, peer, &m, err);
 }
