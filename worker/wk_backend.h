@@ -2,7 +2,8 @@
  *
  * The executor (wk_exec.c) runs a Program against this interface and cannot
  * tell which backend it drives. The CPU backend keeps the device segment in
- * POSIX shared memory (peers map it read-only to copy from it) and runs
+ * private memory and what peers copy in POSIX shared memory (peers map it
+ * read-only to copy from it; EIN_HUGEPAGES=0: the whole segment) and runs
  * kernels with OpenBLAS; the CUDA backend exports one cudaMalloc region
  * over IPC instead.
  *

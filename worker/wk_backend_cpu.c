@@ -1,5 +1,7 @@
-/* worker/wk_backend_cpu.c — CPU devices: shared-memory segments, OpenBLAS.
- * With graphs on, a "graph" is a recording of the calls (wk_record.h). */
+/* worker/wk_backend_cpu.c — CPU devices: private segments with huge pages,
+ * what peers copy in shared memory (EIN_HUGEPAGES=0: shared-memory segments),
+ * OpenBLAS. With graphs on, a "graph" is a recording of the calls
+ * (wk_record.h). */
 #include "worker/wk_staged.h"
 #include "worker/wk_backend.h"
 
@@ -48,7 +50,7 @@ typedef struct cpu_backend {
  * microsecond, where mapping them would cost a 2 MiB extent each). */
 #define CPU_DIRECT_MIN ((uint64_t)256 << 10)
 
-/* A one-device run's segment: private anonymous memory, 2 MiB aligned and
+/* A segment in private anonymous memory, 2 MiB aligned and
  * advised for transparent huge pages (where the kernel's
  * transparent_hugepage/enabled is madvise or always). Shared memory
  * (shm_open, tmpfs) gets huge pages only where shmem_enabled allows them,
@@ -56,7 +58,8 @@ typedef struct cpu_backend {
  * 20-30% faster from 2 MiB pages than from 4 KiB ones (a 4 KiB page is a
  * TLB entry and a stop for the prefetchers every 4 KiB; llama.cpp's
  * weights, a file mapped from the page cache, get 2 MiB folios on ext4 and
- * xfs). No peer maps it: a run of one device has none. */
+ * xfs). No peer maps it: a run of several devices gives peers what they
+ * copy through shared memory beside it (cpu_segment_split). */
 static int cpu_segment_private(cpu_backend *c, size_t map, void **base, ein_error *err)
 {
     size_t len = map < CPU_HUGE ? map : map + CPU_HUGE;
