@@ -241,6 +241,8 @@ static void teardown(wk *w)
     free(w->peer_cancelled);
     free(w->blk);
     free(w->ready);
+    free(w->notify_first);
+    free(w->notify_sent);
     free(w->done);
     free(w->reload);
     ein_program_free(w->prog);
@@ -296,7 +298,7 @@ static int worker_start(wk *w, ein_error *err)
     if ((rc = wk_beat_start(w->zctx, cfg->coordinator, cfg->device, cfg->heartbeat_s,
                             cfg->instr_timeout_s, &w->pulse, &w->beater, err)) < 0)
         return rc;
-    if ((rc = peer_spans(w, err)) < 0)
+    if ((rc = peer_spans(w, err)) < 0 || (rc = wk_exec_notify_groups(w, err)) < 0)
         return rc;
     wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
     rc = be->mem.segment_create(be, seg, w->prog->segment_bytes, &base, err);
