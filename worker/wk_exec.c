@@ -463,6 +463,7 @@ static int notify_cmp(const void *a, const void *b)
     return 0;
 }
 
+/* wk.notify_first: per NOTIFY, the first NOTIFY of its (peer, buffer). */
 int wk_exec_notify_groups(wk *w, ein_error *err)
 {
     const ein_program *p = w->prog;
@@ -486,10 +487,10 @@ int wk_exec_notify_groups(wk *w, ein_error *err)
         }
     }
     qsort(key, (size_t)m, 3 * sizeof *key, notify_cmp);
-    for (int k = 0; k < m; k++) {
-        int same = k > 0 && key[3 * k] == key[3 * (k - 1)] && key[3 * k + 1] == key[3 * (k - 1) + 1];
-        w->notify_first[key[3 * k + 2]] = same ? w->notify_first[key[3 * (k - 1) + 2]]
-                                               : (int)key[3 * k + 2];
+    for (int k = 0; k < m; k++) { /* sorted by (peer, buffer, instruction) */
+        const int64_t *a = &key[3 * k], *prev = k > 0 ? &key[3 * (k - 1)] : NULL;
+        int same = prev && a[0] == prev[0] && a[1] == prev[1];
+        w->notify_first[a[2]] = same ? w->notify_first[prev[2]] : (int)a[2];
     }
     free(key);
     return 0;
