@@ -2,7 +2,8 @@
  *
  * The executor (wk_exec.c) runs a Program against this interface and cannot
  * tell which backend it drives. The CPU backend keeps the device segment in
- * POSIX shared memory (peers map it read-only to copy from it) and runs
+ * private memory and what peers copy in POSIX shared memory (peers map it
+ * read-only to copy from it; EIN_HUGEPAGES=0: the whole segment) and runs
  * kernels with OpenBLAS; the CUDA backend exports one cudaMalloc region
  * over IPC instead.
  *
@@ -18,6 +19,7 @@
 #define WK_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/base/ein_error.h"
 #include "common/ir/ein_program.h"
@@ -25,6 +27,11 @@
 
 typedef struct wk_backend wk_backend;
 struct wk_staged_ops; /* worker/wk_staged.h */
+
+/* Bytes [off, off + bytes) of a device's segment. */
+typedef struct wk_span {
+    uint64_t off, bytes;
+} wk_span;
 
 /* The three parts of a backend, as ggml splits its backend (compute in
  * stream order), buffer (memory) and event (ordering) interfaces. Every
@@ -73,9 +80,27 @@ typedef struct wk_backend_memory {
     /* 1 if device memory is host memory (CPU devices): LOAD and STORE then
      * read and write it in place instead of staging through the host. */
     int host_visible;
+    /* Optional (NULL: peers read the segment as it is): called once,
+     * before segment_create, with the spans of the segment that peers of
+     * this host may copy from (the buffers this device NOTIFYs; any order,
+     * overlaps allowed; the backend copies what it keeps). A backend that
+     * keeps the rest of its segment where peers cannot map it (CPU:
+     * private memory, which takes huge pages where shared memory does
+     * not) gives peers those spans through publish(). */
+    int (*peer_spans)(wk_backend *be, const wk_span *spans, int n, ein_error *err);
     /* Create this device's segment of `bytes` under `name` and map it. */
     int (*segment_create)(wk_backend *be, const char *name, size_t bytes, void **base,
                           ein_error *err);
+    /* Optional (NULL: nothing to do): make bytes [off, off + bytes) of the
+     * segment, as they are now, what a peer of this host reads there.
+     * Called before every READY of a local peer, after the work that
+     * completes them (sync or signal); the bytes need not lie in a span
+     * given to peer_spans. A peer that copies bytes never published reads
+     * zeros where the backend keeps its segment private, so every byte a
+     * COPY reads must be a NOTIFY's (the programs' rule: a COPY reads
+     * exactly the buffer its peer's READY names, at that buffer's
+     * offset). */
+    int (*publish)(wk_backend *be, uint64_t off, uint64_t bytes, ein_error *err);
     /* Map a peer's segment (read-only), once; later calls return the cache. */
     int (*peer_open)(wk_backend *be, int peer, const char *name, const void **base,
                      size_t *bytes, ein_error *err);

@@ -164,11 +164,21 @@ static int notify(wk *w, const ein_instr *ins, ein_error *err)
 {
     int peer = ins->peer;
     if (wk_xport_remote(w->xp, peer))
-        return notify_remote(w, ins, err);
+        return notify_remote(w, ins, err); /* each carries the block: every one goes */
+    int first = w->notify_first ? w->notify_first[ins - w->prog->instrs] : -1;
+    if (first >= 0 && w->notify_sent[first])
+        return 0; /* the peer has this READY already (wk.notify_first) */
+    if (first >= 0)
+        w->notify_sent[first] = 1;
     /* The peer may copy as soon as it hears: the buffer must be complete,
      * or (signal) the peer's copy ordered after what completes it. */
     int rc = w->be->ord.signal ? w->be->ord.signal(w->be, err) : w->be->ord.sync(w->be, err);
     if (rc < 0)
+        return rc;
+    /* Where the backend keeps its segment private (CPU), the bytes the peer
+     * will copy go where it can read them. */
+    const ein_pbuffer *b = &w->prog->buffers[ins->srcs[0]];
+    if (w->be->mem.publish && (rc = w->be->mem.publish(w->be, b->offset, b->bytes, err)) < 0)
         return rc;
     ein_msg m = {.type = EIN_MSG_READY, .device = w->cfg->device, .buffer = ins->srcs[0]};
     return wk_ready_send(w, peer, &m, err);
@@ -440,6 +450,48 @@ static int runnable(const wk *w, int i)
     return 1;
 }
 
+static int notify_cmp(const void *a, const void *b)
+{
+    const int64_t *x = a, *y = b;
+    for (int k = 0; k < 3; k++)
+        if (x[k] != y[k])
+            return x[k] < y[k] ? -1 : 1;
+    return 0;
+}
+
+/* wk.notify_first: per NOTIFY, the first NOTIFY of its (peer, buffer). */
+int wk_exec_notify_groups(wk *w, ein_error *err)
+{
+    const ein_program *p = w->prog;
+    int n = p->ninstrs, m = 0;
+    free(w->notify_first);
+    free(w->notify_sent);
+    w->notify_first = malloc(sizeof *w->notify_first * (size_t)(n ? n : 1));
+    w->notify_sent = calloc((size_t)(n ? n : 1), 1);
+    int64_t *key = malloc(sizeof *key * 3 * (size_t)(n ? n : 1));
+    if (!w->notify_first || !w->notify_sent || !key) {
+        free(key);
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        w->notify_first[i] = -1;
+        if (p->instrs[i].kind == EIN_I_NOTIFY) {
+            key[3 * m] = p->instrs[i].peer;
+            key[3 * m + 1] = p->instrs[i].srcs[0];
+            key[3 * m + 2] = i;
+            m++;
+        }
+    }
+    qsort(key, (size_t)m, 3 * sizeof *key, notify_cmp);
+    for (int k = 0; k < m; k++) { /* sorted by (peer, buffer, instruction) */
+        const int64_t *a = &key[3 * k], *prev = k > 0 ? &key[3 * (k - 1)] : NULL;
+        int same = prev && a[0] == prev[0] && a[1] == prev[1];
+        w->notify_first[a[2]] = same ? w->notify_first[prev[2]] : (int)a[2];
+    }
+    free(key);
+    return 0;
+}
+
 /* Run the DAG: any runnable instruction in array order; wait for peers when
  * nothing can run. Returns 0, 1 when a CANCEL came (the run is abandoned
  * between two instructions: cancel_run), or a negative code. */
@@ -449,6 +501,8 @@ int wk_exec_execute(wk *w, ein_error *err)
     if (!w->done && !(w->done = calloc((size_t)n + 1, 1)))
         return ein_fail(err, EIN_ENOMEM, "out of memory");
     memset(w->done, 0, (size_t)n + 1);
+    if (w->notify_sent)
+        memset(w->notify_sent, 0, (size_t)n);
     /* An entry point's run: the instructions of other entries count as done. */
     for (int i = 0; w->entry_now > 0 && i < n; i++) {
         uint32_t en = w->prog->instrs[i].entries;

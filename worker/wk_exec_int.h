@@ -28,6 +28,15 @@ typedef struct wk {
     struct wk_fifo *fifo;       /* fifo channel (wk_fifo.h) */
     uint64_t *ready;            /* received READY (peer << 32 | buffer), sorted set */
     int nready, cap_ready;
+    /* Per instruction, for a NOTIFY to a peer: the first NOTIFY of the
+     * program with its peer and buffer (wk_exec_notify_groups), else -1;
+     * and per such first one, 1 once this run has sent that READY. A
+     * peer's READY set holds (device, buffer) for the whole run, so a
+     * second READY of the same buffer tells the peer nothing: it is not
+     * sent (a decode step NOTIFYs one row to each of the projections that
+     * read it). NULL: every NOTIFY sends. */
+    int *notify_first;
+    char *notify_sent;
     char *done;
     int current;                /* instruction being executed, -1 */
     double last_beat;
@@ -75,6 +84,9 @@ typedef struct wk {
  * EIN_READY=zmq; also where a FIFO cannot be made). Messages to one peer
  * arrive in the order sent. Peers on other hosts use the transport
  * (wk_xport.h). */
+/* Fill wk.notify_first and wk.notify_sent for w->prog. */
+int wk_exec_notify_groups(wk *w, ein_error *err);
+
 typedef struct wk_ready_ops {
     const char *name;                  /* "fifo", "zmq" */
     int (*open)(struct wk *w, ein_error *err);   /* before HELLO */

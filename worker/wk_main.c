@@ -241,9 +241,36 @@ static void teardown(wk *w)
     free(w->peer_cancelled);
     free(w->blk);
     free(w->ready);
+    free(w->notify_first);
+    free(w->notify_sent);
     free(w->done);
     free(w->reload);
     ein_program_free(w->prog);
+}
+
+/* Tell the backend which bytes of its segment peers may copy: the buffers
+ * this device NOTIFYs (wk_backend.h, peer_spans). */
+static int peer_spans(wk *w, ein_error *err)
+{
+    const ein_program *p = w->prog;
+    wk_backend *be = w->be;
+    int n = 0;
+    if (!be->mem.peer_spans || w->cfg->ndevices < 2)
+        return 0;
+    for (int i = 0; i < p->ninstrs; i++)
+        n += p->instrs[i].kind == EIN_I_NOTIFY;
+    wk_span *s = malloc(sizeof *s * (size_t)(n ? n : 1));
+    if (!s)
+        return ein_fail(err, EIN_ENOMEM, "out of memory");
+    n = 0;
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].kind == EIN_I_NOTIFY) {
+            const ein_pbuffer *b = &p->buffers[p->instrs[i].srcs[0]];
+            s[n++] = (wk_span){b->offset, b->bytes};
+        }
+    int rc = be->mem.peer_spans(be, s, n, err);
+    free(s);
+    return rc;
 }
 
 /* Everything before the first START: the trace, the sockets, the program,
@@ -270,6 +297,8 @@ static int worker_start(wk *w, ein_error *err)
     /* From here on one step can outlast --worker-timeout: beat from a thread. */
     if ((rc = wk_beat_start(w->zctx, cfg->coordinator, cfg->device, cfg->heartbeat_s,
                             cfg->instr_timeout_s, &w->pulse, &w->beater, err)) < 0)
+        return rc;
+    if ((rc = peer_spans(w, err)) < 0 || (rc = wk_exec_notify_groups(w, err)) < 0)
         return rc;
     wk_pulse_set(&w->pulse, WK_PULSE_BUSY);
     rc = be->mem.segment_create(be, seg, w->prog->segment_bytes, &base, err);

@@ -433,36 +433,60 @@ def test_load_safetensors(rng, tmp_path):
 
 # ---- a one-device run's memory: private, advised for huge pages (issue 36) --
 
-def _worker_maps():
-    """(shared-memory segment mappings, kB of mappings advised
-    MADV_HUGEPAGE, AnonHugePages kB) of this process's einworker children,
-    from /proc (Linux)."""
+def _worker_maps(per_worker=False):
+    """(shared-memory segment mappings, kB of anonymous (private) mappings
+    advised MADV_HUGEPAGE, AnonHugePages kB) of this process's einworker
+    children, from /proc (Linux); per_worker: a list of such triples, one
+    per worker."""
     import re
+    if per_worker:
+        return [_worker_maps_of(d) for d in _workers()]
     segs, advised, huge = [], 0, 0
+    for d in _workers():
+        s, a, h = _worker_maps_of(d)
+        segs += s
+        advised += a
+        huge += h
+    return segs, advised, huge
+
+
+def _workers():
+    """The /proc entries of this process's einworker children."""
+    out = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open("/proc/%s/stat" % d) as f:
                 st = f.read()
-            if st[st.find("(") + 1:st.rfind(")")] != "einworker" or \
-                    int(st[st.rfind(")") + 2:].split()[1]) != os.getpid():
-                continue
-            with open("/proc/%s/smaps" % d) as f:
-                size = 0
-                for ln in f:
-                    if re.match(r"[0-9a-f]+-[0-9a-f]+ ", ln):
-                        size = 0
-                        if re.search(r"/dev/shm/ein-.*-\d+( \(deleted\))?$", ln.strip()):
-                            segs.append(ln.strip())
-                    elif ln.startswith("Size:"):
-                        size = int(ln.split()[1])
-                    elif ln.startswith("AnonHugePages:"):
-                        huge += int(ln.split()[1])
-                    elif ln.startswith("VmFlags:") and " hg" in " " + ln[8:]:
-                        advised += size
+            if st[st.find("(") + 1:st.rfind(")")] == "einworker" and \
+                    int(st[st.rfind(")") + 2:].split()[1]) == os.getpid():
+                out.append(d)
         except (OSError, ValueError, IndexError):
             continue
+    return out
+
+
+def _worker_maps_of(d):
+    import re
+    segs, advised, huge = [], 0, 0
+    try:
+        with open("/proc/%s/smaps" % d) as f:
+            size, anon = 0, False
+            for ln in f:
+                if re.match(r"[0-9a-f]+-[0-9a-f]+ ", ln):
+                    size = 0
+                    anon = len(ln.split()) < 6      # no path: anonymous memory
+                    if re.search(r"/dev/shm/ein-.*-\d+( \(deleted\))?$", ln.strip()):
+                        segs.append(ln.strip())
+                elif ln.startswith("Size:"):
+                    size = int(ln.split()[1])
+                elif ln.startswith("AnonHugePages:"):
+                    huge += int(ln.split()[1])
+                elif ln.startswith("VmFlags:") and " hg" in " " + ln[8:] and anon:
+                    advised += size
+    except (OSError, ValueError, IndexError):
+        pass
     return segs, advised, huge
 
 
@@ -501,3 +525,51 @@ def test_one_device_segment(knob, rng, monkeypatch):
     # asserted: THP may be off, or memory fragmented)
     assert advised >= K * N * 4 // 1024, \
         "the segment is not advised MADV_HUGEPAGE (%d kB advised, %d kB huge)" % (advised, huge)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="needs Linux /proc")
+def test_two_device_segments(rng, monkeypatch):
+    """Two CPU devices: each worker keeps its segment (the weight's share
+    included) in private memory advised for huge pages, and gives its peer
+    only what the peer copies, through shared memory; the product is
+    NumPy's and the same bytes as with EIN_HUGEPAGES=0 (every segment in
+    shared memory, no private memory advised)."""
+    K, N, T = 1024, 2048, 64              # an 8 MiB weight; 512 KiB of output
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc([T, K]), name="x")
+    w = g.insertTensor(es.tensorDesc([N, K]), name="w")
+    y = g.einsum("ij,kj->ik", x, w, name="y")
+    z = g.einsum("ik,kj->ij", y, w, name="z")   # reads y across devices
+    g.save(y)
+    g.save(z)
+    W = (rng.standard_normal((N, K)) / 32).astype(np.float32)
+    X = rng.standard_normal((T, K)).astype(np.float32)
+    got = {}
+    for knob in (None, "0"):
+        if knob is None:
+            monkeypatch.delenv("EIN_HUGEPAGES", raising=False)
+        else:
+            monkeypatch.setenv("EIN_HUGEPAGES", knob)
+        with es.compileGraph(g, device=[0, 1]) as prog:
+            prog.load(w, W)
+            prog.load(x, X)
+            prog.execute()
+            got[knob] = (prog.offload(y), prog.offload(z))
+            maps = _worker_maps(per_worker=True)
+        assert len(maps) == 2, maps
+        # each maps its own shared memory; a worker that copied from its
+        # peer maps the peer's too (the program exchanges y)
+        assert sum(len(m[0]) for m in maps) >= 3, maps
+        for segs, advised, huge in maps:
+            # its own shared memory and its peer's
+            assert len(segs) >= 1, "a worker of two maps no shared memory: %r" % segs
+            if knob is None:
+                assert advised >= K * N * 4 // 4 // 1024, \
+                    "a worker's private memory advised MADV_HUGEPAGE: %d kB" % advised
+            else:
+                assert advised == 0, "EIN_HUGEPAGES=0: %d kB of private memory advised" % advised
+    Y = X.astype(np.float64) @ W.astype(np.float64).T
+    assert close_enough(got[None][0], Y) is None
+    assert close_enough(got[None][1], Y @ W.astype(np.float64)) is None
+    for a, b in zip(got[None], got["0"]):
+        assert a.tobytes() == b.tobytes(), "EIN_HUGEPAGES=0 gives other bytes"
