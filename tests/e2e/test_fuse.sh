@@ -17,10 +17,7 @@ PY=/usr/bin/python3
 . "$SRC/tests/e2e/lib.sh"
 scratch fuse
 
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
-    exit 0
-fi
+require_numpy
 echo "1..11"
 
 # block N IN OUT: one LLaMA block reading IN, saving nothing

@@ -19,10 +19,7 @@ GEN="$SRC/tests/e2e/hf_model.py"
 . "$SRC/tests/e2e/lib.sh"
 scratch hfmodel
 
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
-    exit 0
-fi
+require_numpy
 echo "1..12"
 mkdir untied tied
 "$PY" "$GEN" gen untied 0 5,9,3 && "$PY" "$GEN" gen tied 1 7,2,11,4 || exit 1

@@ -22,10 +22,7 @@ ZOO="$SRC/tests/e2e/hf_zoo.py"
 . "$SRC/tests/e2e/lib.sh"
 scratch hfzoo
 
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
-    exit 0
-fi
+require_numpy
 models=$("$PY" "$ZOO" list) || exit 1
 nm=$(echo "$models" | wc -l)
 nr=$("$PY" "$ZOO" refused | wc -l)

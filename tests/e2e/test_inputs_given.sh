@@ -14,10 +14,7 @@ PY=/usr/bin/python3
 . "$SRC/tests/e2e/lib.sh"
 scratch given
 
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
-    exit 0
-fi
+require_numpy
 echo "1..12"
 cat > add.ein <<'EIN'
 input x[6]

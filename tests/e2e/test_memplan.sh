@@ -23,10 +23,7 @@ GEN="$SRC/tests/e2e/hf_model.py"
 . "$SRC/tests/e2e/lib.sh"
 scratch memplan
 
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
-    exit 0
-fi
+require_numpy
 echo "1..11"
 mkdir m
 "$PY" "$GEN" gen m 0 5,9,3 || exit 1

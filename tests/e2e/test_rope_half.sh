@@ -16,10 +16,7 @@ GEN="$SRC/tests/e2e/st_gen.py"
 . "$SRC/tests/e2e/lib.sh"
 scratch rope
 
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
-    exit 0
-fi
+require_numpy
 echo "1..9"
 "$PY" "$GEN" rope . || exit 1
 cat > half.ein <<'EIN'

@@ -14,10 +14,7 @@ GEN="$SRC/tests/e2e/st_gen.py"
 . "$SRC/tests/e2e/lib.sh"
 scratch weights
 
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    echo "1..0 # SKIP $PY has no numpy (Debian: python3-numpy)"
-    exit 0
-fi
+require_numpy
 echo "1..18"
 write_ffn ffn.ein
 sed 's/^input/dtype f16\ninput/' ffn.ein | awk '!(/^dtype f16$/ && seen++)' > ffn16.ein
