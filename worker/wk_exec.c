@@ -620,5 +620,5 @@ int wk_exec_cancel_run(wk *w, ein_error *err)
     w->npeer_cancelled = 0;
     w->cancel = 0;
     wk_log(w, 1, "iteration %d cancelled", w->iter);
-    return (rc = wk_msg_send(w->dealer, &cm, err)) < 0 ? rc : 1;
+    return (rc = wk_coord_send(w, &cm, err)) < 0 ? rc : 1;
 }

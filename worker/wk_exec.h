@@ -34,7 +34,8 @@ typedef struct wk_config {
      * move over this transport, wk_xport.h; HELLO carries our address and
      * PEERS, before the first START, the peers'; NULL: one host),
      * host_address (this host's address toward the coordinator,
-     * wk_xport_params, or NULL), link_bw and link_lat. One value, as
+     * wk_xport_params, or NULL), link_bw and link_lat, control_fifo (the
+     * coordinator's FIFO, or NULL: wk_coord_send). One value, as
      * einworker decoded it (args), whose fields are also named directly
      * (cfg->device). */
     union {

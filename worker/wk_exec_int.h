@@ -74,6 +74,15 @@ typedef struct wk {
     int npeer_cancelled;
     double last_pump;           /* when pump() last looked, for execute() */
     struct wk_xport *xp;        /* cfg->transport: peers on other hosts (wk_xport.h), else NULL */
+    /* START and DONE over FIFOs (a run on one host, cfg->control_fifo):
+     * START may come through our FIFO (wk_fifo.h) as well as the dealer,
+     * DONE goes through the coordinator's FIFO unless the dealer carried
+     * something since START (then ZeroMQ, behind it, keeps their order). */
+    int coord_fd;               /* the coordinator's FIFO open for writing;
+                                   -1 not yet, -2 none (ZeroMQ only) */
+    int coord_zmq;              /* the dealer carried a message since START */
+    int start_fifo, done_fifo;  /* this iteration's START came, its DONE went,
+                                   through a FIFO (the log says) */
     struct wk_staged *xstage;   /* device memory to and from other hosts through pinned
                                    buffers (wk_staged.h), made on first use, else NULL */
 } wk;
@@ -99,6 +108,14 @@ typedef struct wk_ready_ops {
     void (*poll_on)(struct wk *w, void **socket, int *fd);
     void (*close)(struct wk *w);       /* idempotent */
 } wk_ready_ops;
+
+/* A message to the coordinator through the dealer (ZeroMQ): HEARTBEAT,
+ * HELLO, ERROR, CANCELLED, DONE (wk_coord_done takes the FIFO where it
+ * may). 0 or a negative code. */
+int wk_coord_send(wk *w, const ein_msg *m, ein_error *err);
+/* DONE: through the coordinator's FIFO when cfg->control_fifo names one
+ * and the dealer carried nothing since START, else wk_coord_send. */
+int wk_coord_done(wk *w, const ein_msg *m, ein_error *err);
 
 /* Checker (common/base/ein_invariant.h; asserted after each READY is added to
  * wk.ready): 1 if ready[0..nready) is the READY set of worker `self` of

@@ -1,31 +1,23 @@
 /* worker/wk_fifo.h — messages between the workers of one host through a
  * named pipe (FIFO) per receiving device, the channel of READY and
- * CANCELLED between peers (issue 25: a decode step's exchanges).
+ * CANCELLED between peers (issue 25: a decode step's exchanges), and of
+ * START from the coordinator (issue 36).
  *
- * Each worker makes its FIFO "<dir>/r<device>.fifo" (0600, in the run's
- * private directory) and holds it open for reading and writing, so that it
- * never sees an end of file and a peer can open it for writing at any time
- * while the worker lives. A peer opens it for writing on first use and
- * writes each message as one record (a 2-byte little-endian length, then
- * the bytes), at most PIPE_BUF bytes in all: one write(2), atomic, so the
- * records of several writers never interleave, and the messages of one
- * writer arrive in the order sent. The reader's descriptor is pollable
- * (zmq_poll takes it beside the coordinator's socket), so the waits, the
- * heartbeats and the timeouts stay as they are; a READY costs one system
- * call and one wake-up, where ZeroMQ's PUSH/PULL hands it to the sender's
- * I/O thread, then to the receiver's, then wakes the receiver.
+ * Each worker makes its FIFO "<dir>/r<device>.fifo" (ein_fifo_path) and
+ * holds it open for reading; peers open it for writing on first use. The
+ * records, their atomicity and order, the wake-up they cost and what a
+ * dead reader or a full pipe does are common/process/ein_fifo.h's. The
+ * reader's descriptor is polled beside the coordinator's socket, so the
+ * waits, the heartbeats and the timeouts stay as they are.
  *
  * Why not a futex in shared memory: a futex cannot be waited on together
  * with the coordinator's socket (a CANCEL or SHUTDOWN must still be heard
  * while a worker waits for a peer), and an eventfd cannot be opened by
  * name by another process; a FIFO is both.
  *
- * A dead peer: writing to the FIFO of a worker that is gone fails (EPIPE,
- * no SIGPIPE: the signal is blocked and consumed around the write) or
- * finds no FIFO (ENOENT, ENXIO); wk_fifo_send then says so (1) and the
- * message is dropped, as ZeroMQ dropped it: the coordinator's heartbeat
- * and timeout paths report the dead worker. A full pipe (a reader that
- * has not read for a long time): wk_fifo_send returns 2 without writing;
+ * A dead peer: wk_fifo_send says so (1) and the message is dropped, as
+ * ZeroMQ dropped it: the coordinator's heartbeat and timeout paths report
+ * the dead worker. A full pipe: wk_fifo_send returns 2 without writing;
  * the caller reads its own messages, then tries again.
  *
  * Ownership: wk_fifo_open allocates; wk_fifo_free closes every descriptor,
@@ -38,11 +30,12 @@
 #include <stddef.h>
 
 #include "common/base/ein_error.h"
+#include "common/process/ein_fifo.h"
 
 typedef struct wk_fifo wk_fifo;
 
 /* The largest message of one record (PIPE_BUF less the length). */
-#define WK_FIFO_MSG_MAX 4094
+#define WK_FIFO_MSG_MAX EIN_FIFO_MSG_MAX
 
 /* Make and open device `device`'s FIFO in `dir` (of ndevices). EIN_EINVAL
  * when the path is too long, EIN_EIO when the FIFO cannot be made. */

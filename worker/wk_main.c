@@ -234,6 +234,8 @@ static void teardown(wk *w)
     wk_staged_free(w->xstage); /* after the transport: its sends held the buffers */
     if (w->rdy)
         w->rdy->close(w);
+    if (w->coord_fd >= 0)
+        close(w->coord_fd);
     if (w->dealer)
         zmq_close(w->dealer);
     if (w->zctx)
@@ -323,7 +325,7 @@ static int worker_start(wk *w, ein_error *err)
         hello.addrs = &addr;
         hello.naddrs = 1;
     }
-    if ((rc = wk_msg_send(w->dealer, &hello, err)) < 0)
+    if ((rc = wk_coord_send(w, &hello, err)) < 0)
         return rc;
     wk_log(w, 1, "program of %d instructions, %d buffers, %llu bytes; waiting for START",
          w->prog->ninstrs, w->prog->nbuffers, (unsigned long long)w->prog->segment_bytes);
@@ -377,9 +379,11 @@ static int send_done(wk *w, ein_error *err)
         done.t_copy = dc;
         done.t_device = 1;
     }
+    int rc = wk_coord_done(w, &done, err);
     wk_log(w, 1, "iteration %d done in %.6f s (graphs: %d captured, %d launches so far, "
-         "%d too short)", w->iter, done.t_total, w->ncaptured, w->nlaunched, w->nskipped);
-    return wk_msg_send(w->dealer, &done, err);
+         "%d too short; DONE through %s)", w->iter, done.t_total, w->ncaptured, w->nlaunched,
+         w->nskipped, w->done_fifo ? "the FIFO" : "ZeroMQ");
+    return rc;
 }
 
 /* One iteration after its START: poison, reload, execute, sync, DONE.
@@ -396,7 +400,8 @@ static int run_iteration(wk *w, ein_error *err)
         if (rc < 0)
             return rc;
     }
-    wk_log(w, 1, "iteration %d started", w->iter);
+    wk_log(w, 1, "iteration %d started (START through %s)", w->iter,
+           w->start_fifo ? "the FIFO" : "ZeroMQ");
     w->t_start = ein_now_s();
     w->t_kernel = w->t_copy = w->t_wait = 0;
     if ((rc = reload(w, err)) < 0)
@@ -459,13 +464,13 @@ static void report_failure(wk *w, int rc, const ein_error *err)
             snprintf(m.op, sizeof m.op, "%s", ins->op);
         snprintf(m.text, sizeof m.text, "%.*s", (int)sizeof m.text - 1,
                  err ? err->msg : ein_strerror(rc));
-        wk_msg_send(w->dealer, &m, NULL);
+        wk_coord_send(w, &m, NULL);
     }
 }
 
 int wk_worker_main(const wk_config *cfg, wk_backend *be, ein_error *err)
 {
-    wk w = {.cfg = cfg, .be = be, .current = -1, .status = cfg->status};
+    wk w = {.cfg = cfg, .be = be, .current = -1, .status = cfg->status, .coord_fd = -1};
     int rc;
     wk_pulse_init(&w.pulse);
     if ((rc = worker_start(&w, err)) < 0)

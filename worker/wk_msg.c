@@ -1,12 +1,15 @@
-/* worker/wk_msg.c — one message over a ZeroMQ socket, and the worker's
- * log (wk_exec_int.h). */
+/* worker/wk_msg.c — one message over a ZeroMQ socket, the messages to the
+ * coordinator (DONE through its FIFO where it may), and the worker's log
+ * (wk_exec_int.h). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "common/base/ein_clock.h"
+#include "common/process/ein_fifo.h"
 #include "worker/wk_exec_int.h"
 
 void wk_log(wk *w, int level, const char *fmt, ...)
@@ -56,4 +59,43 @@ int wk_msg_recv(void *sock, ein_msg *m, const char *from, ein_error *err)
     if (more)
         return ein_fail(err, EIN_EPROTO, "malformed message from %s: unexpected extra frame", from);
     return 1;
+}
+
+int wk_coord_send(wk *w, const ein_msg *m, ein_error *err)
+{
+    w->coord_zmq = 1;
+    return wk_msg_send(w->dealer, m, err);
+}
+
+int wk_coord_done(wk *w, const ein_msg *m, ein_error *err)
+{
+    if (w->coord_fd == -1 && w->cfg->control_fifo) {
+        int rc = ein_fifo_open_writer(w->cfg->control_fifo, &w->coord_fd, err);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            w->coord_fd = -2; /* no coordinator FIFO: ZeroMQ from now on */
+            wk_log(w, 1, "no coordinator FIFO %s: DONE through ZeroMQ", w->cfg->control_fifo);
+        }
+    }
+    w->done_fifo = 0;
+    if (w->coord_fd < 0 || w->coord_zmq)
+        return wk_coord_send(w, m, err);
+    void *buf = NULL;
+    size_t len = 0;
+    int rc = ein_msg_encode(m, &buf, &len, err);
+    if (rc < 0)
+        return rc;
+    /* Too long for one record, a full pipe or a coordinator gone: ZeroMQ
+     * (which reports the last). */
+    rc = len <= EIN_FIFO_MSG_MAX ? ein_fifo_write(w->coord_fd, buf, len, err) : 2;
+    free(buf);
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        close(w->coord_fd);
+        w->coord_fd = -2;
+    }
+    w->done_fifo = rc == 0;
+    return rc == 0 ? 0 : wk_coord_send(w, m, err);
 }

@@ -22,7 +22,7 @@ int wk_exec_beat(wk *w, ein_error *err)
 {
     ein_msg m = {.type = EIN_MSG_HEARTBEAT, .device = w->cfg->device, .instr = w->current};
     w->last_beat = ein_now_s();
-    return wk_msg_send(w->dealer, &m, err);
+    return wk_coord_send(w, &m, err);
 }
 
 int wk_ready_set_ok(const uint64_t *ready, int nready, int cap, int ndevices, int self)
@@ -76,6 +76,7 @@ static int take_start(wk *w, const ein_msg *m, ein_error *err)
 {
     w->store_now = m->store;
     w->entry_now = m->entry;
+    w->coord_zmq = 0; /* DONE may take the FIFO unless the dealer carries more */
     for (int r = 0; r < m->nreload; r++)
         for (int i = 0; i < w->prog->ninstrs; i++) {
             ein_instr *ins = &w->prog->instrs[i];
@@ -158,6 +159,7 @@ int wk_exec_pump(wk *w, int timeout_ms, int *started, ein_error *err)
                 return rc;
         } else if (m.type == EIN_MSG_START && started) {
             int rc = take_start(w, &m, err);
+            w->start_fifo = 0;
             if (rc < 0) {
                 ein_msg_clear(&m);
                 return rc;
@@ -179,9 +181,15 @@ int wk_exec_pump(wk *w, int timeout_ms, int *started, ein_error *err)
         if (!got)
             break;
         int rc = 0;
-        if (m.type != EIN_MSG_READY && m.type != EIN_MSG_CANCELLED)
-            rc = ein_fail(err, EIN_EPROTO, "unexpected %s message from a peer",
-                          ein_msg_type_name(m.type));
+        if (m.type == EIN_MSG_START && started && !*started) {
+            /* the coordinator's, through our FIFO (wk_exec_int.h) */
+            if ((rc = take_start(w, &m, err)) == 0)
+                *started = w->start_fifo = 1;
+        } else if (m.type != EIN_MSG_READY && m.type != EIN_MSG_CANCELLED)
+            rc = ein_fail(err, EIN_EPROTO, "unexpected %s message%s",
+                          ein_msg_type_name(m.type),
+                          m.type == EIN_MSG_START ? " through the FIFO (not waiting for one)"
+                                                  : " from a peer");
         else if (m.device < 0 || m.device >= w->cfg->ndevices || m.device == w->cfg->device)
             rc = ein_fail(err, EIN_EPROTO, "%s names device %d", ein_msg_type_name(m.type),
                           m.device);

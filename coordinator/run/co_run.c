@@ -63,6 +63,8 @@ static void worker_argv(run *r, int d, ein_worker_argv *store, char *logp, size_
         snprintf(trace, ntrace, "%s/trace-%d.json", r->dir, d);
         a.trace_path = trace;
     }
+    if (r->ctl)
+        a.control_fifo = r->ctl_path;
     a.pause = o->sess.debug_device == d;
     if (a.backend->probed)
         a.gpu = o->sess.gpu_ids ? o->sess.gpu_ids[d] : d;
@@ -177,8 +179,10 @@ static int wait_all(run *r, int phase, int cancellable, co_worker_stats *stats, 
 {
     int rc;
     for (;;) {
-        zmq_pollitem_t items[3] = {{.socket = r->router, .events = ZMQ_POLLIN}};
+        zmq_pollitem_t items[4] = {{.socket = r->router, .events = ZMQ_POLLIN}};
         int nitems = 1;
+        if (r->ctl)
+            items[nitems++] = (zmq_pollitem_t){.fd = ein_fifo_fd(r->ctl), .events = ZMQ_POLLIN};
         if (r->sfd >= 0)
             items[nitems++] = (zmq_pollitem_t){.fd = r->sfd, .events = ZMQ_POLLIN};
         if (cancellable && r->cfd >= 0)
@@ -188,6 +192,11 @@ static int wait_all(run *r, int phase, int cancellable, co_worker_stats *stats, 
         ein_progress_tick(r->step_pg);
         int got;
         while ((got = co_run_handle_message(r, stats, err)) != 0)
+            if (got < 0) {
+                co_run_explain_failure(r, stats, 0, err);
+                return got;
+            }
+        while ((got = co_run_handle_fifo(r, stats, err)) != 0)
             if (got < 0) {
                 co_run_explain_failure(r, stats, 0, err);
                 return got;
@@ -383,6 +392,8 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
         rc = ein_fail(err, EIN_ENOMEM, "out of memory");
         goto out;
     }
+    for (int d = 0; d < ndev; d++)
+        r->w[d].fifo_fd = -1;
     const char *tmp = ein_knob_get(EIN_KNOB_TMPDIR);
     tmp = tmp && *tmp ? tmp : "/tmp";
     /* Runs killed with their guard (a cgroup kill) left their files: the
@@ -431,6 +442,13 @@ int co_session_start(ein_program *const *progs, int ndev, const co_run_opts *o,
     }
     if ((rc = ein_status_create(r->run_id, r->ndev, &r->status, err)) < 0)
         goto out;
+    /* One host: START and DONE through FIFOs where they may (co_run_int.h);
+     * EIN_READY=zmq keeps every message in ZeroMQ. */
+    const char *ready = ein_knob_get(EIN_KNOB_READY);
+    if (!o->nhosts && !(ready && !strcmp(ready, "zmq")) &&
+        ein_fifo_path(r->ctl_path, sizeof r->ctl_path, r->dir, -1) == 0 &&
+        ein_fifo_make(r->ctl_path, &r->ctl, NULL) < 0)
+        r->ctl = NULL; /* a file system without FIFOs: ZeroMQ */
     if (o->prepare && (rc = o->prepare(o->prepare_ctx, r->dir, err)) < 0)
         goto out;
     if (o->nhosts > 0) {
@@ -504,7 +522,7 @@ int co_session_step(co_session *r, int store, const ein_reload *reload, int nrel
     int rc = 0;
     for (int d = 0; d < r->ndev && rc == 0; d++) {
         r->w[d].phase = W_STARTED;
-        rc = co_run_send_to(r, d, &st, err);
+        rc = co_run_send_start(r, d, &st, err);
     }
     if (rc < 0) {
         co_run_explain_failure(r, stats, 0, err);

@@ -205,6 +205,11 @@ void co_run_cleanup(run *r)
         zmq_ctx_term(r->zctx);
     if (r->sfd >= 0)
         close(r->sfd);
+    for (int d = 0; r->w && d < r->ndev; d++)
+        if (r->w[d].fifo_fd >= 0)
+            close(r->w[d].fifo_fd);
+    ein_fifo_free(r->ctl); /* unlinks c.fifo before the directory goes */
+    r->ctl = NULL;
     /* cfd stays open until the session is freed: co_session_cancel may
      * write to it from another thread at any time before that. */
     for (int d = 0; d < r->ndev && r->run_id[0]; d++) {

@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/process/ein_fifo.h"
 #include "common/process/ein_progress.h"
 #include "common/base/ein_clock.h"
 #include "common/process/ein_status.h"
@@ -41,6 +42,13 @@ typedef struct worker {
     int instr;          /* last instruction reported */
     double last_seen;
     int exited;
+    /* START and DONE through FIFOs (a run on one host, run.ctl): */
+    int fifo_fd;        /* its FIFO open for writing; -1 not yet, -2 none */
+    unsigned zmq_sent;  /* messages sent to it through ZeroMQ */
+    unsigned start_seq; /* zmq_sent just after this step's START went through
+                           ZeroMQ; 0: it went through the FIFO */
+    int zmq_acked;      /* it has read every ZeroMQ message sent to it: a DONE
+                           came for a START that was the last of them */
 } worker;
 
 struct co_session {
@@ -79,6 +87,13 @@ struct co_session {
     double t_agents;    /* when the agents were started (connect deadlines) */
     ein_bytes *addr;
     co_curve *curve;    /* the agents' keys (co_curve.h) */
+    /* One host: our FIFO (common/process/ein_fifo.h), through which the
+     * workers send DONE, or NULL (EIN_READY=zmq, or none could be made).
+     * A START goes through the worker's FIFO when the worker has read
+     * every ZeroMQ message sent to it (worker.zmq_acked), so it never
+     * overtakes one; else, and when it does not fit, through ZeroMQ. */
+    ein_fifo *ctl;
+    char ctl_path[300];
 };
 typedef struct co_session run;
 
@@ -86,6 +101,12 @@ typedef struct co_session run;
 void co_run_describe_instr(const run *r, int d, int instr, char *buf, size_t len);
 int co_run_send_to(run *r, int d, const ein_msg *m, ein_error *err);
 int co_run_handle_message(run *r, co_worker_stats *stats, ein_error *err);
+/* START to device d: through its FIFO where it may (run.ctl), else
+ * co_run_send_to. 0 or a negative code. */
+int co_run_send_start(run *r, int d, const ein_msg *m, ein_error *err);
+/* Handle one message waiting in run.ctl (a DONE): 1 handled, 0 none
+ * waiting (or no FIFO), < 0 failure. */
+int co_run_handle_fifo(run *r, co_worker_stats *stats, ein_error *err);
 int co_run_reap(run *r, int shutting_down, ein_error *err);
 void co_run_stop_all(run *r);
 void co_run_cleanup(run *r);

@@ -153,6 +153,8 @@ static int on_done(run *r, int d, const ein_msg *m, co_worker_stats *stats, ein_
     if (w->phase != W_STARTED)
         return ein_fail(err, EIN_EPROTO, "device %d (pid %ld) said DONE out of turn", d, (long)w->pid);
     w->phase = W_DONE;
+    if (w->start_seq && w->start_seq == w->zmq_sent)
+        w->zmq_acked = 1; /* its START was the last ZeroMQ message to it */
     if (stats) {
         stats[d] = (co_worker_stats){
             .t = {.pid = (long)w->pid, .total = m->t_total, .kernel = m->t_kernel,
@@ -279,5 +281,69 @@ int co_run_send_to(run *r, int d, const ein_msg *m, ein_error *err)
         rc = ein_fail(err, EIN_EWORKER, "device %d (pid %ld): cannot send %s: %s", d,
                       (long)r->w[d].pid, ein_msg_type_name(m->type), zmq_strerror(errno));
     free(buf);
+    r->w[d].zmq_sent++;
+    r->w[d].zmq_acked = 0;
     return rc;
+}
+
+int co_run_send_start(run *r, int d, const ein_msg *m, ein_error *err)
+{
+    worker *w = &r->w[d];
+    if (r->ctl && w->zmq_acked && w->fifo_fd != -2) {
+        int rc = 0;
+        if (w->fifo_fd == -1) {
+            char path[sizeof r->dir + 32];
+            if (ein_fifo_path(path, sizeof path, r->dir, d) < 0 ||
+                (rc = ein_fifo_open_writer(path, &w->fifo_fd, err)) != 0) {
+                w->fifo_fd = -2; /* none (EIN_READY=zmq there): ZeroMQ from now on */
+                if (rc < 0)
+                    return rc;
+            }
+        }
+        void *buf = NULL;
+        size_t len = 0;
+        if (w->fifo_fd >= 0 && (rc = ein_msg_encode(m, &buf, &len, err)) < 0)
+            return rc;
+        /* too long for one record, a full pipe, or a worker gone (ZeroMQ
+         * then fails or the reaper tells): ZeroMQ */
+        rc = w->fifo_fd < 0 ? 2 : len <= EIN_FIFO_MSG_MAX ? ein_fifo_write(w->fifo_fd, buf, len, err) : 2;
+        free(buf);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            close(w->fifo_fd);
+            w->fifo_fd = -2;
+        }
+        if (rc == 0) {
+            w->start_seq = 0;
+            return 0;
+        }
+    }
+    int rc = co_run_send_to(r, d, m, err);
+    w->start_seq = w->zmq_sent;
+    return rc;
+}
+
+int co_run_handle_fifo(run *r, co_worker_stats *stats, ein_error *err)
+{
+    const void *p;
+    size_t n;
+    ein_msg m;
+    int got = r->ctl ? ein_fifo_next(r->ctl, &p, &n, err) : 0;
+    if (got <= 0)
+        return got < 0 ? ein_error_prefix(err, "the coordinator's FIFO") : 0;
+    if (ein_msg_decode(p, n, &m, err) < 0)
+        return ein_error_prefix(err, "a malformed message through the coordinator's FIFO");
+    int d = m.device, rc;
+    if (m.type != EIN_MSG_DONE || d < 0 || d >= r->ndev)
+        rc = ein_fail(err, EIN_EPROTO, "a %s message of device %d through the coordinator's FIFO "
+                      "(only DONE of devices 0..%d come through it)", ein_msg_type_name(m.type), d,
+                      r->ndev - 1);
+    else {
+        r->w[d].last_seen = ein_now_s();
+        r->w[d].spoke = 1;
+        rc = on_done(r, d, &m, stats, err);
+    }
+    ein_msg_clear(&m);
+    return rc < 0 ? rc : 1;
 }
