@@ -81,21 +81,11 @@ int wk_coord_done(wk *w, const ein_msg *m, ein_error *err)
     w->done_fifo = 0;
     if (w->coord_fd < 0 || w->coord_zmq)
         return wk_coord_send(w, m, err);
-    void *buf = NULL;
-    size_t len = 0;
-    int rc = ein_msg_encode(m, &buf, &len, err);
-    if (rc < 0)
-        return rc;
     /* Too long for one record, a full pipe or a coordinator gone: ZeroMQ
      * (which reports the last). */
-    rc = len <= EIN_FIFO_MSG_MAX ? ein_fifo_write(w->coord_fd, buf, len, err) : 2;
-    free(buf);
+    int rc = ein_fifo_write_msg(&w->coord_fd, m, err);
     if (rc < 0)
         return rc;
-    if (rc == 1) {
-        close(w->coord_fd);
-        w->coord_fd = -2;
-    }
     w->done_fifo = rc == 0;
     return rc == 0 ? 0 : wk_coord_send(w, m, err);
 }

@@ -167,3 +167,19 @@ int ein_fifo_write(int fd, const void *buf, size_t len, ein_error *err)
         return 1;
     return ein_fail(err, EIN_EIO, "write to a FIFO: %s", strerror(e));
 }
+
+int ein_fifo_write_msg(int *fd, const ein_msg *m, ein_error *err)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    int rc = ein_msg_encode(m, &buf, &len, err);
+    if (rc < 0)
+        return rc;
+    rc = len <= EIN_FIFO_MSG_MAX ? ein_fifo_write(*fd, buf, len, err) : 2;
+    free(buf);
+    if (rc == 1) {
+        close(*fd);
+        *fd = -2;
+    }
+    return rc;
+}

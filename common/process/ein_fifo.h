@@ -30,6 +30,7 @@
 #include <stddef.h>
 
 #include "common/base/ein_error.h"
+#include "common/io/ein_wire.h"
 
 typedef struct ein_fifo ein_fifo;
 
@@ -63,5 +64,10 @@ int ein_fifo_open_writer(const char *path, int *fd, ein_error *err);
  * 0 written, 1 the reader is gone (EPIPE: the caller closes fd), 2 the pipe
  * is full (nothing written), or a negative code. */
 int ein_fifo_write(int fd, const void *buf, size_t len, ein_error *err);
+/* Message m (ein_msg_encode) as one record on the writer's descriptor *fd:
+ * 0 written; 1 the reader is gone (*fd closed and set to -2); 2 nothing
+ * written: m is longer than one record, or the pipe is full; or a negative
+ * code. The caller sends what was not written another way. */
+int ein_fifo_write_msg(int *fd, const ein_msg *m, ein_error *err);
 
 #endif

@@ -300,23 +300,15 @@ int co_run_send_start(run *r, int d, const ein_msg *m, ein_error *err)
                     return rc;
             }
         }
-        void *buf = NULL;
-        size_t len = 0;
-        if (w->fifo_fd >= 0 && (rc = ein_msg_encode(m, &buf, &len, err)) < 0)
-            return rc;
         /* too long for one record, a full pipe, or a worker gone (ZeroMQ
          * then fails or the reaper tells): ZeroMQ */
-        rc = w->fifo_fd < 0 ? 2 : len <= EIN_FIFO_MSG_MAX ? ein_fifo_write(w->fifo_fd, buf, len, err) : 2;
-        free(buf);
-        if (rc < 0)
-            return rc;
-        if (rc == 1) {
-            close(w->fifo_fd);
-            w->fifo_fd = -2;
-        }
-        if (rc == 0) {
-            w->start_seq = 0;
-            return 0;
+        if (w->fifo_fd >= 0) {
+            if ((rc = ein_fifo_write_msg(&w->fifo_fd, m, err)) < 0)
+                return rc;
+            if (rc == 0) {
+                w->start_seq = 0;
+                return 0;
+            }
         }
     }
     int rc = co_run_send_to(r, d, m, err);
