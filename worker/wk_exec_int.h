@@ -73,6 +73,7 @@ typedef struct wk {
     char *peer_cancelled;       /* per device: its CANCELLED has arrived */
     int npeer_cancelled;
     double last_pump;           /* when pump() last looked, for execute() */
+    double last_dealer;         /* when pump() last read the coordinator's socket */
     struct wk_xport *xp;        /* cfg->transport: peers on other hosts (wk_xport.h), else NULL */
     /* START and DONE over FIFOs (a run on one host, cfg->control_fifo):
      * START may come through our FIFO (wk_fifo.h) as well as the dealer,
