@@ -416,9 +416,11 @@ def test_llama_fp8_refusals(tiny):
         es.llama.load([d + "/model.safetensors"], d + "/config.json", quantization="fp8")
 
 
-def test_graph_f8e4m3_input():
+def test_graph_f8e4m3_input(tmp_path):
     """y = x w^T with w [40, 256] f8e4m3, given as float values (quantized
-    by load) and as quantize()'s blocks, on one and three devices (a random
+    by load), as quantize()'s blocks, or bound from a safetensors file of
+    f32 values (quantized as each device loads its block, as einrun
+    --weights does), on one and three devices (a random
     plan that may split the contraction, at 128-element blocks only):
     against NumPy on the dequantised weights (f32 activations)."""
     rng = numpy.random.default_rng(9)
@@ -427,6 +429,8 @@ def test_graph_f8e4m3_input():
     Wd = _core.dequantize(_core.quantize(W, "f8e4m3"), "f8e4m3").astype(numpy.float64)
     ref = X.astype(numpy.float64) @ Wd.T
     tol = 1e-5 * (numpy.abs(X).astype(numpy.float64) @ numpy.abs(Wd).T) + 1e-6
+    path = str(tmp_path / "w8.safetensors")
+    hf_model.write(path, [("w", W)])
     for ndev, sel in ((1, None), (3, "random")):
         g = es.createGraph()
         x = g.insertTensor(es.tensorDesc([3, 256], "f32"), name="x")
@@ -436,8 +440,11 @@ def test_graph_f8e4m3_input():
         kw = {"selector": sel} if sel else {}
         with es.compileGraph(g, device=list(range(ndev)), **kw) as prog:
             prog.load(x, X)
-            for how in ("values", "blocks"):
-                prog.load(w, W if how == "values" else _core.quantize(W, "f8e4m3"))
+            for how in ("values", "blocks", "file"):
+                if how == "file":
+                    assert prog.load_safetensors(path) == 1
+                else:
+                    prog.load(w, W if how == "values" else _core.quantize(W, "f8e4m3"))
                 prog.execute()
                 err = numpy.abs(prog.offload(y) - ref)
                 assert (err <= tol).all(), (how, ndev, err.max())
