@@ -125,7 +125,8 @@ static int kn_cu_dt(ein_dtype t, cudaDataType *out)
     case EIN_I32:
     case EIN_I64:
     case EIN_Q8_0: /* quantized weights: kn_cuda_einsum_q (kn_cuda_quant.cu) */
-    case EIN_Q4_0: break;
+    case EIN_Q4_0:
+    case EIN_F8E4M3: break;
     }
     return -1;
 }

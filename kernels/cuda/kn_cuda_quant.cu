@@ -1,24 +1,31 @@
 /* kernels/cuda/kn_cuda_quant.cu — products of rows by quantized weights
- * (q8_0, q4_0: ggml's blocks; issue 36) on the GPU, weight-only: the
- * weights stay quantized in device memory and the products run in f32.
- * NEVER RUN ON A GPU YET (docs/kernels.md).
+ * (q8_0, q4_0: ggml's blocks; f8e4m3: an f32 scale and 128 e4m3 bytes;
+ * issue 36) on the GPU, weight-only: the weights stay quantized in device
+ * memory and the products run in f32. NEVER RUN ON A GPU YET
+ * (docs/kernels.md).
  *
  * kn_qmm_plan.h has the checks and picks the path:
  *  - GEMV (at most 16 rows of a, 8 per launch: decode). One warp per
  *    weight row, four
  *    warps per thread block. A pass stages 32 consecutive blocks of the
- *    row (1088 bytes for q8_0, 576 for q4_0) into the warp's shared memory
+ *    row (1088 bytes for q8_0, 576 for q4_0, 4224 for f8e4m3) into the
+ *    warp's shared memory
  *    with 16-byte streaming loads (__ldcs: each weight byte is read once,
  *    evict-first), then each lane dequantises one block in registers and
  *    takes its dot product with every row of a (f32 sums, one scale
- *    multiply per block, as ggml's dequantize then dot); a warp shuffle
- *    sums the lanes. A weight row that is not 16-byte aligned (k / 32 not
- *    a multiple of 8, or a misaligned buffer) stages with 2-byte loads.
+ *    multiply per block, as ggml's dequantize then dot; an f8e4m3 lane
+ *    takes its 128 weights 32 at a time, each e4m3 byte converted exactly
+ *    by cuda_fp8.h's __nv_cvt_fp8_to_halfraw); a warp shuffle sums the
+ *    lanes. A weight row that is not 16-byte aligned (its bytes not a
+ *    multiple of 16, or a misaligned buffer) stages with 2-byte loads.
  *  - DEQUANT (more rows: prefill), a first version: tiles of weight rows
  *    are dequantised to a's dtype in the context's scratch (half its
  *    workspace) and cuBLAS multiplies a by each tile (tensor cores for
- *    f16/bf16); no quantized tensor-core kernel yet. */
+ *    f16/bf16); no quantized tensor-core kernel yet (for f8e4m3 the plan
+ *    says so: kn_qmm_plan.why; cuBLASLt's fp8 products are not wired). */
 #include "kernels/cuda/kn_cuda_common.cuh"
+
+#include <cuda_fp8.h>
 
 extern "C" {
 #include "kernels/cuda/kn_qmm_plan.h"
@@ -29,16 +36,28 @@ extern "C" {
 #define KN_QW 4   /* warps per thread block of the GEMV */
 #define KN_QCH 32 /* blocks a warp stages per pass: one per lane */
 
-template <int QT> struct kn_qb;
-template <> struct kn_qb<8> { static constexpr int bytes = 34; }; /* f16 scale, 32 int8 */
-template <> struct kn_qb<4> { static constexpr int bytes = 18; }; /* f16 scale, 16 bytes of nibbles */
+#define KN_QF8 88 /* the template tag of f8e4m3 (8 and 4: q8_0 and q4_0) */
 
-/* The 32 weights of the block at p (2-byte aligned), before its scale:
- * q8_0 int8 in order; q4_0 low nibbles are elements 0-15, high 16-31,
- * each minus 8 (ggml's dequantize_row_q8_0 / q4_0). */
-template <int QT> __device__ __forceinline__ void kn_q_unpack(const uint8_t *p, float *w);
-template <> __device__ __forceinline__ void kn_q_unpack<8>(const uint8_t *p, float *w)
+template <int QT> struct kn_qb;
+template <> struct kn_qb<8> { /* f16 scale, 32 int8 */
+    static constexpr int bytes = 34, blk = 32;
+};
+template <> struct kn_qb<4> { /* f16 scale, 16 bytes of nibbles */
+    static constexpr int bytes = 18, blk = 32;
+};
+template <> struct kn_qb<KN_QF8> { /* f32 scale, 128 e4m3 bytes */
+    static constexpr int bytes = 132, blk = 128;
+};
+
+/* Weights 32 * sub .. 32 * sub + 31 of the block at p (2-byte aligned;
+ * f8e4m3 4-byte), before its scale: q8_0 int8 in order; q4_0 low nibbles
+ * are elements 0-15, high 16-31, each minus 8 (ggml's dequantize_row_q8_0
+ * / q4_0; sub is 0 for both); f8e4m3 its e4m3 bytes' values (exact: every
+ * e4m3 value is an f16, NaN codes NaN). */
+template <int QT> __device__ __forceinline__ void kn_q_unpack(const uint8_t *p, int sub, float *w);
+template <> __device__ __forceinline__ void kn_q_unpack<8>(const uint8_t *p, int sub, float *w)
 {
+    (void)sub;
     const uint16_t *q = reinterpret_cast<const uint16_t *>(p + 2);
 #pragma unroll
     for (int t = 0; t < 16; t++) {
@@ -47,8 +66,9 @@ template <> __device__ __forceinline__ void kn_q_unpack<8>(const uint8_t *p, flo
         w[2 * t + 1] = (float)(int8_t)(v >> 8);
     }
 }
-template <> __device__ __forceinline__ void kn_q_unpack<4>(const uint8_t *p, float *w)
+template <> __device__ __forceinline__ void kn_q_unpack<4>(const uint8_t *p, int sub, float *w)
 {
+    (void)sub;
     const uint16_t *q = reinterpret_cast<const uint16_t *>(p + 2);
 #pragma unroll
     for (int t = 0; t < 8; t++) {
@@ -61,9 +81,30 @@ template <> __device__ __forceinline__ void kn_q_unpack<4>(const uint8_t *p, flo
     }
 }
 
-__device__ __forceinline__ float kn_q_scale(const uint8_t *p)
+__device__ __forceinline__ float kn_f8_val(unsigned b)
+{
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3)));
+}
+template <> __device__ __forceinline__ void kn_q_unpack<KN_QF8>(const uint8_t *p, int sub, float *w)
+{
+    const uint32_t *q = reinterpret_cast<const uint32_t *>(p + 4 + 32 * sub);
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        const uint32_t v = q[t];
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+            w[4 * t + b] = kn_f8_val((v >> (8 * b)) & 0xffu);
+    }
+}
+
+/* The block's scale: q8_0's and q4_0's f16, f8e4m3's f32 (4-byte aligned). */
+template <int QT> __device__ __forceinline__ float kn_q_scale(const uint8_t *p)
 {
     return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t *>(p)));
+}
+template <> __device__ __forceinline__ float kn_q_scale<KN_QF8>(const uint8_t *p)
+{
+    return *reinterpret_cast<const float *>(p);
 }
 
 /* Eight activations from p as f32; vec: p is 16-byte aligned (one or two
@@ -156,13 +197,13 @@ __global__ void __launch_bounds__(KN_QW * 32)
     kn_cu_qgemv(const AT *__restrict__ x, const uint8_t *__restrict__ w, int64_t ldb,
                 OT *__restrict__ y, int m, int n, int k, int wvec, int xvec)
 {
-    constexpr int BB = kn_qb<QT>::bytes;
+    constexpr int BB = kn_qb<QT>::bytes, BK = kn_qb<QT>::blk;
     __shared__ __align__(16) uint8_t stage[KN_QW][KN_QCH * BB];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j = blockIdx.x * KN_QW + warp;
     if (j >= n)
         return; /* warp-uniform; no block-wide barrier below */
-    const int nb = k / 32;
+    const int nb = k / BK;
     const uint8_t *row = w + (int64_t)j * ldb;
     uint8_t *sm = stage[warp];
     float acc[MR];
@@ -175,26 +216,34 @@ __global__ void __launch_bounds__(KN_QW * 32)
         __syncwarp();
         if (lane < nblk) {
             const uint8_t *p = sm + lane * BB;
-            float wv[32];
-            kn_q_unpack<QT>(p, wv);
-            const float d = kn_q_scale(p);
-            const int64_t i0 = (int64_t)(c + lane) * 32;
+            const float d = kn_q_scale<QT>(p);
+            const int64_t i0 = (int64_t)(c + lane) * BK;
+            float s[MR];
 #pragma unroll
-            for (int r = 0; r < MR; r++) {
-                if (r < m) {
-                    const AT *xr = x + (int64_t)r * k + i0;
-                    float s = 0.0f;
+            for (int r = 0; r < MR; r++)
+                s[r] = 0.0f;
+            for (int sub = 0; sub < BK / 32; sub++) {
+                float wv[32];
+                kn_q_unpack<QT>(p, sub, wv);
 #pragma unroll
-                    for (int g = 0; g < 4; g++) {
-                        float xv[8];
-                        kn_q_ld8<AT>(xr + 8 * g, xv, xvec);
+                for (int r = 0; r < MR; r++) {
+                    if (r < m) {
+                        const AT *xr = x + (int64_t)r * k + i0 + 32 * sub;
 #pragma unroll
-                        for (int t = 0; t < 8; t++)
-                            s = fmaf(wv[8 * g + t], xv[t], s);
+                        for (int g = 0; g < 4; g++) {
+                            float xv[8];
+                            kn_q_ld8<AT>(xr + 8 * g, xv, xvec);
+#pragma unroll
+                            for (int t = 0; t < 8; t++)
+                                s[r] = fmaf(wv[8 * g + t], xv[t], s[r]);
+                        }
                     }
-                    acc[r] = fmaf(d, s, acc[r]);
                 }
             }
+#pragma unroll
+            for (int r = 0; r < MR; r++)
+                if (r < m)
+                    acc[r] = fmaf(d, s[r], acc[r]);
         }
         __syncwarp();
     }
@@ -243,18 +292,20 @@ template <> __device__ __forceinline__ void kn_q_put32<float>(float *o, const fl
 }
 
 /* dst[r, :] = the weight row r dequantised to T (q * d rounded to f32,
- * then to T), one block per thread; dst dense [rows, nb * 32]. */
+ * then to T), 32 weights per thread (nu of them a row: k / 32); dst dense
+ * [rows, nu * 32]. */
 template <int QT, typename T>
-__global__ void kn_cu_qdeq(const uint8_t *__restrict__ w, int64_t ldb, int nb, int64_t nblocks,
+__global__ void kn_cu_qdeq(const uint8_t *__restrict__ w, int64_t ldb, int nu, int64_t nunits,
                            T *__restrict__ dst)
 {
-    constexpr int BB = kn_qb<QT>::bytes;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nblocks;
+    constexpr int BB = kn_qb<QT>::bytes, S = kn_qb<QT>::blk / 32;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nunits;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const uint8_t *p = w + (i / nb) * ldb + (i % nb) * BB;
+        const int u = (int)(i % nu);
+        const uint8_t *p = w + (i / nu) * ldb + (int64_t)(u / S) * BB;
         float v[32];
-        kn_q_unpack<QT>(p, v);
-        const float d = kn_q_scale(p);
+        kn_q_unpack<QT>(p, u % S, v);
+        const float d = kn_q_scale<QT>(p);
 #pragma unroll
         for (int t = 0; t < 32; t++)
             v[t] *= d;
@@ -304,7 +355,7 @@ static int kn_cu_qmm_tiles(kn_cuda_ctx *ctx, const kn_qmm_plan *p, const kn_bloc
     int rc = kn_cuda_ctx_scratch(ctx, p->tile_bytes, stream, &tile, err);
     if (rc < 0)
         return rc;
-    const int nb = (int)(p->k / 32);
+    const int nb = (int)(p->k / 32); /* 32-weight units of a row */
     for (int64_t j0 = 0; j0 < p->n && rc == 0; j0 += p->tile_rows) {
         const int64_t w = p->n - j0 < p->tile_rows ? p->n - j0 : p->tile_rows;
         const int64_t nblocks = w * nb;
@@ -354,14 +405,17 @@ extern "C" int kn_cuda_einsum_q(kn_cuda_ctx *ctx, const char *subscripts, const 
         return ce == cudaSuccess ? 0 : kn_cu_fail(err, EIN_EDEVICE, "%s: %s", what,
                                                   cudaGetErrorString(ce));
     }
-    const int q8 = b->dtype == EIN_Q8_0;
+    const int q8 = b->dtype == EIN_Q8_0, f8 = b->dtype == EIN_F8E4M3;
     if (p.path == KN_QMM_GEMV) {
         if (q8)
             kn_cu_qgemv_dt<8>(&p, a, b, out, s);
+        else if (f8)
+            kn_cu_qgemv_dt<KN_QF8>(&p, a, b, out, s);
         else
             kn_cu_qgemv_dt<4>(&p, a, b, out, s);
         return kn_cu_launched("cuda einsum: quantized gemv", err);
     }
-    return q8 ? kn_cu_qmm_tiles<8>(ctx, &p, a, b, out, stream, err)
-              : kn_cu_qmm_tiles<4>(ctx, &p, a, b, out, stream, err);
+    return q8   ? kn_cu_qmm_tiles<8>(ctx, &p, a, b, out, stream, err)
+           : f8 ? kn_cu_qmm_tiles<KN_QF8>(ctx, &p, a, b, out, stream, err)
+                : kn_cu_qmm_tiles<4>(ctx, &p, a, b, out, stream, err);
 }

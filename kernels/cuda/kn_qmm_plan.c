@@ -103,5 +103,8 @@ int kn_qmm_plan_make(const char *subs, const kn_block *a, const kn_block *b,
     p->path = KN_QMM_DEQUANT;
     p->tile_rows = t;
     p->tile_bytes = (size_t)t * row;
+    if (b->dtype == EIN_F8E4M3)
+        p->why = "f8e4m3 over 16 rows: dequantised tiles and cuBLAS in a's dtype; the cuBLASLt "
+                 "fp8 path (CUDA_R_8F_E4M3, VEC128_32F scales, sm_90+) is not implemented";
     return 0;
 }

@@ -1276,7 +1276,14 @@ static void test_graph_capture(void **state)
  * launches) and 64
  * (dequantised tiles + cuBLAS, several tiles from a small workspace);
  * k 1280 (16-byte aligned rows, a last partial pass) and 1088 (rows at
- * 2-byte alignment); n 101 (a partial thread block). */
+ * 2-byte alignment); n 101 (a partial thread block). f8e4m3 (issue 36) the
+ * same, k 1536 (12 blocks of 132 bytes: 16-byte aligned rows) and 1280
+ * (10: rows at 8-byte alignment, staged 2 bytes at a time): its weights
+ * convert exactly (every e4m3 value is an f16) and the activations stay
+ * in f32 on both the GEMV and the dequantised tiles, so the tolerance is
+ * the q8_0 one (output rounding, plus a's rounding of the tiles); fp8
+ * activations, which would add e4m3's 2^-4 relative step per element,
+ * are not used (the cuBLASLt fp8 path is not built). */
 static void quant_case(kn_cuda_ctx *ctx, ein_dtype qt, ein_dtype adt, ein_dtype odt, int64_t m,
                        int64_t n, int64_t k, int nan_row)
 {
@@ -1369,6 +1376,18 @@ static void test_quant(void **state)
                         quant_case(rows[ri] > 16 ? small : ctx, qs[qi], adt, EIN_F32, rows[ri],
                                    101, ks[ki], -1);
                 }
+    const int64_t k8[2] = {1536, 1280};
+    for (int di = 0; di < 3; di++)
+        for (int ri = 0; ri < 5; ri++)
+            for (int ki = 0; ki < 2; ki++) {
+                ein_dtype adt = dts[di];
+                quant_case(ctx, EIN_F8E4M3, adt, adt, rows[ri], 101, k8[ki], -1);
+                if (ki == 0)
+                    quant_case(rows[ri] > 16 ? small : ctx, EIN_F8E4M3, adt, EIN_F32, rows[ri],
+                               101, k8[ki], -1);
+            }
+    quant_case(ctx, EIN_F8E4M3, EIN_F32, EIN_F32, 2, 101, 1536, 1);
+    quant_case(ctx, EIN_F8E4M3, EIN_BF16, EIN_BF16, 64, 101, 1280, 5);
     /* GEMV: out in a third dtype; NaN propagation on both paths */
     quant_case(ctx, EIN_Q4_0, EIN_BF16, EIN_F16, 7, 101, 1280, -1);
     for (int qi = 0; qi < 2; qi++) {
