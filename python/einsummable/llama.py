@@ -638,9 +638,10 @@ def load(files, config, device=None, max_len=None, backend=None, prefill_chunk=1
     checkpoint's own, f32, f16 or bf16; another converts the weights as
     they are bound). allow_unused: run although the checkpoint holds
     tensors the config does not read (otherwise an error naming them).
-    quantization: None, "int8" or "q4": the attention and MLP projections'
-    weights quantized as they are bound (round to nearest, in ggml's Q8_0 /
-    Q4_0 blocks of 32 with an f16 scale each: docs/kernels.md), read by
+    quantization: None, "int8", "q4" or "fp8": the attention and MLP
+    projections' weights quantized as they are bound (round to nearest, in
+    ggml's Q8_0 / Q4_0 blocks of 32 with an f16 scale each, or f8e4m3: e4m3
+    with an f32 scale per 128; docs/kernels.md), read by
     kernels that dequantise in registers; embeddings, norms and lm_head stay
     in dtype. Pre-quantized checkpoints (a config's quantization_config:
     GPTQ, AWQ, compressed-tensors) are refused by name."""
