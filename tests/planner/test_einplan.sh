@@ -7,7 +7,7 @@ EINGEN=./eingen
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 . "$src/tests/tap.sh" # ok, not_ok, check
-echo "1..20"
+echo "1..22"
 
 check "text plan of the FFN" sh -c "$EINPLAN --devices 4 $src/examples/ffn.ein | grep -q 'total cost'"
 check "json has total_cost, ops, split, cost" sh -c "$EINPLAN --devices 8 --json $src/examples/llama_1x128k.ein > $tmp/p.json && grep -q '\"total_cost\"' $tmp/p.json && grep -q '\"name\": \"att\", \"op\": \"attention\", \"line\": [0-9]*, \"split\": {\"heads_kv\": 8, \"tokens\": 1, \"q_blocks\": 1, \"k_blocks\": 1}' $tmp/p.json && grep -q '\"repartition\"' $tmp/p.json"
