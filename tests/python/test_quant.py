@@ -451,3 +451,32 @@ def test_graph_f8e4m3_input(tmp_path):
     g = es.createGraph()
     with pytest.raises(es.EinError, match="multiple of 128"):
         g.insertTensor(es.tensorDesc([40, 96], "f8e4m3"), name="w")
+
+
+def test_saved_program_keeps_f8e4m3(tmp_path):
+    """A program with an f8e4m3 weight, split over three devices (a random
+    plan), saved and loaded again: the loaded program takes the same blocks
+    and gives the same bytes out."""
+    rng = numpy.random.default_rng(10)
+    X = rng.standard_normal((5, 384)).astype(numpy.float32)
+    Wq = _core.quantize(rng.standard_normal((24, 384)).astype(numpy.float32), "f8e4m3")
+    g = es.createGraph()
+    x = g.insertTensor(es.tensorDesc([5, 384], "f32"), name="x")
+    w = g.insertTensor(es.tensorDesc([24, 384], "f8e4m3"), name="w")
+    g.save(g.einsum("ij,kj->ik", x, w, name="y"))
+    path = str(tmp_path / "f8.einprog")
+    with es.compileGraph(g, device=[0, 1, 2], selector="random") as prog:
+        prog.load("x", X)
+        prog.load("w", Wq)
+        prog.execute()
+        here = prog.offload("y")
+        prog.save(path)
+    with es.load_program(path) as p:
+        p.load("x", X)
+        p.load("w", Wq)
+        p.execute()
+        assert numpy.array_equal(p.offload("y"), here)
+        with pytest.raises(es.EinError):
+            p.load("w", Wq[:, :-1])   # not whole blocks
+    ref = X.astype(numpy.float64) @ _core.dequantize(Wq, "f8e4m3").astype(numpy.float64).T
+    assert numpy.max(numpy.abs(here - ref)) <= 1e-4
