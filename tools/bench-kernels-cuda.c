@@ -662,9 +662,10 @@ static void bench_quant(kn_cuda_ctx *ctx, cudaStream_t s, int reps)
         const double fl = 2.0 * (double)m * (double)n * (double)k;
         const double tb = bench_qmm(ctx, s, EIN_BF16, m, n, k, reps);
         const double tf = bench_qmm(ctx, s, EIN_F8E4M3, m, n, k, reps);
-        printf("quant prefill %lldx%lldx%lld: f8e4m3 %.1f TFLOP/s, bf16 %.1f TFLOP/s: %.2f of bf16 "
-               "(f8e4m3 as dequantised bf16 tiles + cuBLAS; no fp8 tensor cores)\n",
-               (long long)m, (long long)n, (long long)k, fl / tf * 1e-12, fl / tb * 1e-12, tb / tf);
+        printf("quant prefill %lldx%lldx%lld: f8e4m3 %.1f TFLOP/s, bf16 %.1f TFLOP/s: %.2f of "
+               "bf16 (f8e4m3 as dequantised bf16 tiles + cuBLAS; no fp8 tensor cores)\n",
+               (long long)m, (long long)n, (long long)k, fl / tf * 1e-12, fl / tb * 1e-12,
+               tb / tf);
     }
 }
 

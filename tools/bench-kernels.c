@@ -211,7 +211,8 @@ static void bench_stream(int64_t m, int reps)
                                : x->dt == EIN_Q4_0
                                    ? (void *)((char *)wq4 + ein_dtype_bytes(EIN_Q4_0, (uint64_t)(i * per)))
                                : x->dt == EIN_F8E4M3
-                                   ? (void *)((char *)wf8 + ein_dtype_bytes(EIN_F8E4M3, (uint64_t)(i * per)))
+                                   ? (void *)((char *)wf8 +
+                                              ein_dtype_bytes(EIN_F8E4M3, (uint64_t)(i * per)))
                                    : (void *)(wbf + i * per);
                     if (x->kind == 1)
                         cblas_sgemv(CblasRowMajor, x->nk ? CblasNoTrans : CblasTrans,

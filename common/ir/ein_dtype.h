@@ -108,10 +108,11 @@ ein_dtype ein_dtype_accum(ein_dtype t);
  * exact below 2^24; from f32 rounded to nearest and saturated). An invalid
  * dtype converts nothing (a caller validates dtypes first). For a block
  * dtype n must be a multiple of its block (32, or 128 for f8e4m3; the
- * elements past the last whole block are left alone): to f32 is ggml's dequantize_row_q8_0/q4_0, from f32 its
- * reference quantizer, round to nearest (quantize_row_q8_0_ref: d =
- * max|x| / 127, q = round(x / d), halves away from 0; quantize_row_q4_0_ref:
- * m = the element of largest magnitude (the first such), d = m / -8,
+ * elements past the last whole block are left alone). q8_0/q4_0: to f32
+ * is ggml's dequantize_row_q8_0/q4_0, from f32 its reference quantizer,
+ * round to nearest (quantize_row_q8_0_ref: d = max|x| / 127,
+ * q = round(x / d), halves away from 0; quantize_row_q4_0_ref: m = the
+ * element of largest magnitude (the first such), d = m / -8,
  * q = min(15, trunc(x / d + 8.5))), so the bytes equal a GGUF's.
  * f8e4m3: per block of 128, s = amax / 448 over the finite elements (f32
  * division), each finite x stored as ein_f32_to_e4m3(x / s) (all zeros

@@ -1,14 +1,16 @@
 /* kernels/cpu/kn_quant.c — products of rows by quantized weights (q8_0,
- * q4_0: ggml's blocks, common/ir/ein_dtype.h), computing in f32 (issue 36).
+ * q4_0: ggml's blocks; f8e4m3; common/ir/ein_dtype.h), computing in f32
+ * (issue 36).
  *
  * The weight is [n, k] (a checkpoint's [out, in]), k contiguous in blocks
  * of 32: each row of it is k / 32 blocks of an f16 scale and 32 int8 (q8_0)
  * or 16 bytes of nibbles (q4_0); or (f8e4m3) k / 128 blocks of an f32
- * scale and 128 e4m3 bytes, whose products keep the activations in f32. A few rows of activations (a decode step,
- * at most KN_STREAM_ROWS) go through kn_stream_mm_q, which reads every
- * weight block once and dequantises it in registers; more rows dequantise
- * a tile of weight rows to f32 and call sgemm on it (prefill), so no f32
- * copy of the whole weight ever exists. */
+ * scale and 128 e4m3 bytes, whose products keep the activations in f32.
+ * A few rows of activations (a decode step, at most KN_STREAM_ROWS) go
+ * through kn_stream_mm_q, which reads every weight block once and
+ * dequantises it in registers; more rows dequantise a tile of weight rows
+ * to f32 and call sgemm on it (prefill), so no f32 copy of the whole
+ * weight ever exists. */
 #include "kernels/cpu/kn_internal.h"
 
 #include <math.h>

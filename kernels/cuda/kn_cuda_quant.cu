@@ -85,7 +85,8 @@ __device__ __forceinline__ float kn_f8_val(unsigned b)
 {
     return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3)));
 }
-template <> __device__ __forceinline__ void kn_q_unpack<KN_QF8>(const uint8_t *p, int sub, float *w)
+template <>
+__device__ __forceinline__ void kn_q_unpack<KN_QF8>(const uint8_t *p, int sub, float *w)
 {
     const uint32_t *q = reinterpret_cast<const uint32_t *>(p + 4 + 32 * sub);
 #pragma unroll

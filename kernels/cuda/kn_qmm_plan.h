@@ -1,8 +1,9 @@
 /* kernels/cuda/kn_qmm_plan.h — how the CUDA backend multiplies rows by
  * quantized weights (q8_0, q4_0: ggml's blocks; f8e4m3: fp8 with an f32
- * scale per 128; common/ir/ein_dtype.h; issue 36): the host-side checks and the choice of kernel, in plain C, so that
- * make check tests them without CUDA or a GPU (tests/kernels/
- * test_kn_qmm_plan). kernels/cuda/kn_cuda_quant.cu runs the plan.
+ * scale per 128; common/ir/ein_dtype.h; issue 36): the host-side checks
+ * and the choice of kernel, in plain C, so that make check tests them
+ * without CUDA or a GPU (tests/kernels/test_kn_qmm_plan).
+ * kernels/cuda/kn_cuda_quant.cu runs the plan.
  *
  * The one form quantized weights take is the CPU kernel's
  * (kernels/cpu/kn_einsum.c): b is the weight [n, k] ([out, in], k

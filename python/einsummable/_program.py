@@ -579,7 +579,8 @@ class Program:
             _fail_type("load: %s needs a numpy.ndarray, not %s"
                   % (name, type(array).__name__))
         if (dtype in _BLOCK_BYTES and array.dtype == numpy.uint8 and
-                tuple(array.shape) == shape[:-1] + (shape[-1] // _BLOCK[dtype] * _BLOCK_BYTES[dtype],)):
+                tuple(array.shape) == shape[:-1] + (shape[-1] // _BLOCK[dtype] *
+                                                    _BLOCK_BYTES[dtype],)):
             return numpy.ascontiguousarray(array)   # quantize()'s blocks as they are
         if tuple(array.shape) != shape:
             _fail(L.EIN_ESHAPE, "load: %s is %s %s but the array's shape is %s"
