@@ -32,8 +32,9 @@
  * the copy rate", "quant speedup ..."); then prefill-shaped products
  * (4096x4096x4096, 8192x14336x4096) by f8e4m3 weights against bf16 ones,
  * both through kn_cuda_einsum in the same run ("quant prefill MxNxK:
- * f8e4m3 F TFLOP/s, bf16 B TFLOP/s: R of bf16"; f8e4m3 there is the
- * dequantised-tile path: the cuBLASLt fp8 one is not built). */
+ * f8e4m3 F TFLOP/s, bf16 B TFLOP/s: R of bf16 (f8e4m3: PATH)": fp8
+ * tensor cores through cuBLASLt on sm_90+ with cuBLASLt 12.9+, else the
+ * dequantised tiles and why). */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -43,6 +44,7 @@
 #include <unistd.h>
 
 #include "kernels/cuda/kn_cuda.h"
+#include "kernels/cuda/kn_qmm_plan.h"
 
 static void ck(cudaError_t e, const char *what)
 {
@@ -642,7 +644,7 @@ static double bench_qmm(kn_cuda_ctx *ctx, cudaStream_t s, ein_dtype wt, int64_t 
 /* bench-kernels-cuda -Q: decode-shaped products by bf16, q8_0, q4_0 and
  * f8e4m3 weights (8B-LLaMA shapes) and the copy rate; prefill-shaped ones
  * by f8e4m3 against bf16. */
-static void bench_quant(kn_cuda_ctx *ctx, cudaStream_t s, int reps)
+static void bench_quant(kn_cuda_ctx *ctx, cudaStream_t s, int reps, size_t scratch_bytes)
 {
     double rate = copy_rate(s, reps);
     printf("quant copy rate: %.1f GB/s (cudaMemcpyAsync D2D, read + write)\n", rate * 1e-9);
@@ -662,10 +664,21 @@ static void bench_quant(kn_cuda_ctx *ctx, cudaStream_t s, int reps)
         const double fl = 2.0 * (double)m * (double)n * (double)k;
         const double tb = bench_qmm(ctx, s, EIN_BF16, m, n, k, reps);
         const double tf = bench_qmm(ctx, s, EIN_F8E4M3, m, n, k, reps);
+        /* the path the f8e4m3 product took (kn_cuda_einsum_q's plan) */
+        kn_block pa = {NULL, EIN_BF16, {2, {0, 0}, {m, k}}};
+        kn_block pb = {NULL, EIN_F8E4M3, {2, {0, 0}, {n, k}}};
+        kn_block po = {NULL, EIN_BF16, {2, {0, 0}, {m, n}}};
+        kn_qmm_plan p;
+        ein_error err = {0};
+        int sm;
+        size_t ltv, cap = (scratch_bytes / 2) & ~(size_t)255;
+        kn_cuda_ctx_fp8(ctx, &sm, &ltv);
+        ckk(kn_qmm_plan_make("ti,oi->to", &pa, &pb, &po, cap, &p, &err), &err);
+        kn_qmm_plan_fp8(&p, sm, ltv, cap);
         printf("quant prefill %lldx%lldx%lld: f8e4m3 %.1f TFLOP/s, bf16 %.1f TFLOP/s: %.2f of "
-               "bf16 (f8e4m3 as dequantised bf16 tiles + cuBLAS; no fp8 tensor cores)\n",
-               (long long)m, (long long)n, (long long)k, fl / tf * 1e-12, fl / tb * 1e-12,
-               tb / tf);
+               "bf16 (f8e4m3: %s)\n", (long long)m, (long long)n, (long long)k, fl / tf * 1e-12,
+               fl / tb * 1e-12, tb / tf,
+               p.path == KN_QMM_FP8 ? "fp8 tensor cores through cuBLASLt" : p.why);
     }
 }
 
@@ -711,7 +724,7 @@ int main(int argc, char **argv)
         if (do_probe)
             probe(ctx, s, T, reps);
         else
-            bench_quant(ctx, s, reps);
+            bench_quant(ctx, s, reps, wsb);
         kn_cuda_ctx_destroy(ctx);
         cudaFree(ws);
         cudaStreamDestroy(s);

@@ -78,16 +78,50 @@ static void test_paths(void **state)
         assert_int_equal(p.rows, want_rows[r]);
         assert_int_equal(p.launches, want_launches[r]);
         assert_int_equal(p.ldb, 32 * 132);
-        assert_null(p.why);
+        assert_string_equal(p.why, "");
+        kn_qmm_plan_fp8(&p, 90, 130100, 32u << 20);   /* the GEMV stays */
+        assert_int_equal(p.path, KN_QMM_GEMV);
     }
     assert_int_equal(plan2(4096, 4096, 4096, EIN_BF16, EIN_F8E4M3, EIN_BF16, 32u << 20, &p, &err),
                      0);
     assert_int_equal(p.path, KN_QMM_DEQUANT);
     assert_int_equal(p.tile_rows, 4096);
-    assert_non_null(p.why);
-    assert_non_null(strstr(p.why, "cuBLASLt fp8 path"));
+    assert_non_null(strstr(p.why, "not asked for"));
+    /* the fp8 path: sm_90+, cuBLASLt 12.9+, a tile in the scratch */
+    kn_qmm_plan f = p;
+    kn_qmm_plan_fp8(&f, 80, 130100, 32u << 20);
+    assert_int_equal(f.path, KN_QMM_DEQUANT);
+    assert_non_null(strstr(f.why, "need sm_90 or newer; this is sm_80"));
+    f = p;
+    kn_qmm_plan_fp8(&f, 90, 120805, 32u << 20);
+    assert_int_equal(f.path, KN_QMM_DEQUANT);
+    assert_non_null(strstr(f.why, "cuBLASLt 12.9 or newer; this is 120805"));
+    f = p;
+    kn_qmm_plan_fp8(&f, 90, 0, 32u << 20);
+    assert_non_null(strstr(f.why, "built without cuBLASLt"));
+    f = p;
+    kn_qmm_plan_fp8(&f, 90, 120900, 32u << 20);   /* 4096 + 4096 rows of 4224 bytes: tiles */
+    assert_int_equal(f.path, KN_QMM_FP8);
+    assert_string_equal(f.why, "");
+    assert_int_equal(f.fp8_n_rows, 3968);          /* (16 MiB - 1 KiB) / 4224 = 3971, whole 128s */
+    assert_int_equal(f.fp8_m_rows, 3968);
+    assert_true(kn_qmm_fp8_bytes(f.fp8_m_rows, f.fp8_n_rows, 4096) <= 32u << 20);
+    f = p;
+    kn_qmm_plan_fp8(&f, 100, 130100, 100u << 10); /* 16 + 16 rows need 132 KiB */
+    assert_int_equal(f.path, KN_QMM_DEQUANT);
+    assert_non_null(strstr(f.why, "holds no tile of 16 rows"));
+    /* small: all of m and n in one tile */
+    assert_int_equal(plan2(64, 40, 256, EIN_F16, EIN_F8E4M3, EIN_F32, 32u << 20, &p, &err), 0);
+    kn_qmm_plan_fp8(&p, 90, 120900, 32u << 20);
+    assert_int_equal(p.path, KN_QMM_FP8);
+    assert_int_equal(p.fp8_m_rows, 64);
+    assert_int_equal(p.fp8_n_rows, 40);
+    assert_int_equal(kn_qmm_fp8_bytes(64, 40, 256), 16384 + 512 + 10240 + 512);
+    /* other dtypes are left alone */
     assert_int_equal(plan2(17, 64, 64, EIN_F32, EIN_Q8_0, EIN_F32, 1u << 20, &p, &err), 0);
-    assert_null(p.why);
+    kn_qmm_plan_fp8(&p, 90, 130100, 1u << 20);
+    assert_int_equal(p.path, KN_QMM_DEQUANT);
+    assert_string_equal(p.why, "");
     /* nothing to do: path 0 (k == 0: the caller writes zeros) */
     assert_int_equal(plan2(3, 8, 0, EIN_F32, EIN_Q8_0, EIN_F32, 0, &p, &err), 0);
     assert_int_equal(p.path, 0);
