@@ -76,9 +76,10 @@ def main():
     ap.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"],
                     help="the checkpoint's dtype (every tensor), which es.llama's program "
                          "then computes in")
-    ap.add_argument("--quantization", default=None, choices=["int8", "q4"],
+    ap.add_argument("--quantization", default=None, choices=["int8", "q4", "fp8"],
                     help="es.llama.load's quantization= (issue 36): the projections as q8_0 "
-                         "or q4_0 blocks; also prints the logits' error against f32")
+                         "or q4_0 blocks, or f8e4m3 (fp8 e4m3, an f32 scale per 128); also "
+                         "prints the logits' error against f32")
     ap.add_argument("--write-ein", default=None, metavar="PATH",
                     help="write the decode step as a .ein program (for einplan -v) and stop")
     ap.add_argument("--kv-heads", type=int, default=None, metavar="N",
@@ -133,9 +134,10 @@ def main():
     # and the cache up to the position (at the middle of the decode, on average)
     esz = 4 if a.dtype == "f32" else 2
     wbytes = esz * (params - V * dm)
-    if a.quantization:   # the projections in blocks of 32 (34 or 18 bytes each)
+    if a.quantization:   # the projections in blocks (bytes per block / elements)
         proj = L * (4 * dm * dm + 3 * FF * dm)
-        wbytes += proj * ((34 if a.quantization == "int8" else 18) / 32 - esz)
+        per = {"int8": 34 / 32, "q4": 18 / 32, "fp8": 132 / 128}[a.quantization]
+        wbytes += proj * (per - esz)
     avg_pos = a.prompt + a.new / 2
     cbytes = esz * 2 * L * a.batch * avg_pos * H * D
     # a copy moves each byte twice (read, write); a decode step only reads

@@ -26,10 +26,15 @@
  * bench-kernels-cuda -Q [-r REPS]: the quantized weights of issue 36
  * (tools/gpu-check's quant check): the D2D copy rate ("quant copy rate:
  * R GB/s"), then for the 8B-LLaMA shapes 4096x4096, 14336x4096 and
- * 4096x14336 one bf16 row times bf16, q8_0 and q4_0 weights through
- * kn_cuda_einsum ("quant correct DT ...: ok|MISMATCH" against a double
- * reference, "quant gemv DT 1xNxK: T us, B GB/s of weights, P% of the
- * copy rate", "quant speedup ..."). */
+ * 4096x14336 one bf16 row times bf16, q8_0, q4_0 and f8e4m3 weights
+ * through kn_cuda_einsum ("quant correct DT ...: ok|MISMATCH" against a
+ * double reference, "quant gemv DT 1xNxK: T us, B GB/s of weights, P% of
+ * the copy rate", "quant speedup ..."); then prefill-shaped products
+ * (4096x4096x4096, 8192x14336x4096) by f8e4m3 weights against bf16 ones,
+ * both through kn_cuda_einsum in the same run ("quant prefill MxNxK:
+ * f8e4m3 F TFLOP/s, bf16 B TFLOP/s: R of bf16 (f8e4m3: PATH)": fp8
+ * tensor cores through cuBLASLt on sm_90+ with cuBLASLt 12.9+, else the
+ * dequantised tiles and why). */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -39,6 +44,7 @@
 #include <unistd.h>
 
 #include "kernels/cuda/kn_cuda.h"
+#include "kernels/cuda/kn_qmm_plan.h"
 
 static void ck(cudaError_t e, const char *what)
 {
@@ -577,20 +583,102 @@ static double bench_qgemv(kn_cuda_ctx *ctx, cudaStream_t s, ein_dtype wt, int64_
     return us;
 }
 
-/* bench-kernels-cuda -Q: decode-shaped products by bf16, q8_0 and q4_0
- * weights (8B-LLaMA shapes) and the copy rate. */
-static void bench_quant(kn_cuda_ctx *ctx, cudaStream_t s, int reps)
+/* out[m, n] = x[m, k] w[n, k]^T, bf16 x and out, w bf16 or f8e4m3 (random
+ * values), through kn_cuda_einsum: seconds per call, best of reps. */
+static double bench_qmm(kn_cuda_ctx *ctx, cudaStream_t s, ein_dtype wt, int64_t m, int64_t n,
+                        int64_t k, int reps)
+{
+    ein_error err = {0};
+    const size_t wb = (size_t)ein_dtype_bytes(wt, (uint64_t)(n * k)), rb = wb / (size_t)n;
+    float *wf = malloc(sizeof(float) * (size_t)k);
+    uint8_t *wh = malloc(wb);
+    uint16_t *xh = malloc(2 * (size_t)(m * k));
+    if (!wf || !wh || !xh) {
+        fprintf(stderr, "bench-kernels-cuda: out of host memory\n");
+        exit(1);
+    }
+    unsigned seed = 11;
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t i = 0; i < k; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            wf[i] = (float)(seed >> 8) / (float)(1 << 24) - 0.5f;
+        }
+        ein_dtype_from_f32(wt, wf, wh + (size_t)j * rb, (size_t)k);
+    }
+    for (int64_t i = 0; i < m * k; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        xh[i] = ein_f32_to_bf16((float)(seed >> 8) / (float)(1 << 24) - 0.5f);
+    }
+    void *xd, *wd, *yd;
+    ck(cudaMalloc(&xd, 2 * (size_t)(m * k)), "cudaMalloc");
+    ck(cudaMalloc(&wd, wb), "cudaMalloc");
+    ck(cudaMalloc(&yd, 2 * (size_t)(m * n)), "cudaMalloc");
+    ck(cudaMemcpy(xd, xh, 2 * (size_t)(m * k), cudaMemcpyHostToDevice), "upload");
+    ck(cudaMemcpy(wd, wh, wb, cudaMemcpyHostToDevice), "upload");
+    kn_block a = {xd, EIN_BF16, {2, {0, 0}, {m, k}}};
+    kn_block b = {wd, wt, {2, {0, 0}, {n, k}}};
+    kn_block o = {yd, EIN_BF16, {2, {0, 0}, {m, n}}};
+    ckk(kn_cuda_einsum(ctx, "ti,oi->to", &a, &b, &o, s, &err), &err); /* warm-up */
+    cudaEvent_t e0, e1;
+    ck(cudaEventCreate(&e0), "event");
+    ck(cudaEventCreate(&e1), "event");
+    double best = INFINITY;
+    for (int r = 0; r < reps; r++) {
+        ck(cudaEventRecord(e0, s), "record");
+        ckk(kn_cuda_einsum(ctx, "ti,oi->to", &a, &b, &o, s, &err), &err);
+        ck(cudaEventRecord(e1, s), "record");
+        ck(cudaEventSynchronize(e1), "sync");
+        float ms;
+        ck(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+        best = ms * 1e-3 < best ? ms * 1e-3 : best;
+    }
+    cudaFree(xd);
+    cudaFree(wd);
+    cudaFree(yd);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    free(wf), free(wh), free(xh);
+    return best;
+}
+
+/* bench-kernels-cuda -Q: decode-shaped products by bf16, q8_0, q4_0 and
+ * f8e4m3 weights (8B-LLaMA shapes) and the copy rate; prefill-shaped ones
+ * by f8e4m3 against bf16. */
+static void bench_quant(kn_cuda_ctx *ctx, cudaStream_t s, int reps, size_t scratch_bytes)
 {
     double rate = copy_rate(s, reps);
     printf("quant copy rate: %.1f GB/s (cudaMemcpyAsync D2D, read + write)\n", rate * 1e-9);
     const int64_t shapes[3][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
-    const ein_dtype wts[3] = {EIN_BF16, EIN_Q8_0, EIN_Q4_0};
+    const ein_dtype wts[4] = {EIN_BF16, EIN_Q8_0, EIN_Q4_0, EIN_F8E4M3};
     for (int i = 0; i < 3; i++) {
-        double t[3];
-        for (int w = 0; w < 3; w++)
+        double t[4];
+        for (int w = 0; w < 4; w++)
             t[w] = bench_qgemv(ctx, s, wts[w], shapes[i][0], shapes[i][1], reps * 10, rate);
-        printf("quant speedup 1x%lldx%lld over bf16: q8_0 %.2fx, q4_0 %.2fx\n",
-               (long long)shapes[i][0], (long long)shapes[i][1], t[0] / t[1], t[0] / t[2]);
+        printf("quant speedup 1x%lldx%lld over bf16: q8_0 %.2fx, q4_0 %.2fx, f8e4m3 %.2fx\n",
+               (long long)shapes[i][0], (long long)shapes[i][1], t[0] / t[1], t[0] / t[2],
+               t[0] / t[3]);
+    }
+    const int64_t pre[2][3] = {{4096, 4096, 4096}, {8192, 14336, 4096}};
+    for (int i = 0; i < 2; i++) {
+        const int64_t m = pre[i][0], n = pre[i][1], k = pre[i][2];
+        const double fl = 2.0 * (double)m * (double)n * (double)k;
+        const double tb = bench_qmm(ctx, s, EIN_BF16, m, n, k, reps);
+        const double tf = bench_qmm(ctx, s, EIN_F8E4M3, m, n, k, reps);
+        /* the path the f8e4m3 product took (kn_cuda_einsum_q's plan) */
+        kn_block pa = {NULL, EIN_BF16, {2, {0, 0}, {m, k}}};
+        kn_block pb = {NULL, EIN_F8E4M3, {2, {0, 0}, {n, k}}};
+        kn_block po = {NULL, EIN_BF16, {2, {0, 0}, {m, n}}};
+        kn_qmm_plan p;
+        ein_error err = {0};
+        int sm;
+        size_t ltv, cap = (scratch_bytes / 2) & ~(size_t)255;
+        kn_cuda_ctx_fp8(ctx, &sm, &ltv);
+        ckk(kn_qmm_plan_make("ti,oi->to", &pa, &pb, &po, cap, &p, &err), &err);
+        kn_qmm_plan_fp8(&p, sm, ltv, cap);
+        printf("quant prefill %lldx%lldx%lld: f8e4m3 %.1f TFLOP/s, bf16 %.1f TFLOP/s: %.2f of "
+               "bf16 (f8e4m3: %s)\n", (long long)m, (long long)n, (long long)k, fl / tf * 1e-12,
+               fl / tb * 1e-12, tb / tf,
+               p.path == KN_QMM_FP8 ? "fp8 tensor cores through cuBLASLt" : p.why);
     }
 }
 
@@ -636,7 +724,7 @@ int main(int argc, char **argv)
         if (do_probe)
             probe(ctx, s, T, reps);
         else
-            bench_quant(ctx, s, reps);
+            bench_quant(ctx, s, reps, wsb);
         kn_cuda_ctx_destroy(ctx);
         cudaFree(ws);
         cudaStreamDestroy(s);

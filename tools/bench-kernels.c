@@ -7,7 +7,7 @@
  * -s: a decode step's products instead: 1 to 16 rows by 40 weight matrices
  * [2048, 768] (250 MB of f32, more than the caches), through sgemv, sgemm
  * and kn_cpu_einsum (f32, bf16, f16 weights; [out, in] and [in, out];
- * q8_0 and q4_0 weights [out, in], issue 36),
+ * q8_0, q4_0 and f8e4m3 weights [out, in], issue 36),
  * each against a memcpy of the f32 weights in the same repetitions: GB/s
  * of weights read and the share of memcpy's memory traffic (the copy
  * bound of docs/generation.md). -R ROWS: only that many rows.
@@ -143,7 +143,7 @@ static void bench_attention(int64_t hq, int64_t hkv, int64_t T, int64_t d, ein_d
 
 /* ---- -s: a decode step's products (a few rows by many weight matrices) -- */
 
-#define ST_NVAR 12
+#define ST_NVAR 13
 typedef struct st_case {
     const char *name;
     int kind;          /* 0 memcpy, 1 sgemv, 2 sgemm, 3 einsum */
@@ -163,6 +163,7 @@ static void bench_stream(int64_t m, int reps)
     uint16_t *w16 = xmalloc((size_t)tot * 2), *wbf = xmalloc((size_t)tot * 2);
     void *wq8 = xmalloc((size_t)ein_dtype_bytes(EIN_Q8_0, (uint64_t)tot));
     void *wq4 = xmalloc((size_t)ein_dtype_bytes(EIN_Q4_0, (uint64_t)tot));
+    void *wf8 = xmalloc((size_t)ein_dtype_bytes(EIN_F8E4M3, (uint64_t)tot));
     float *a = xmalloc((size_t)(m * n) * 4), *c = xmalloc((size_t)(m * n) * 4);
     fill(w32, tot, 7);
     fill(a, m * n, 8);
@@ -170,6 +171,7 @@ static void bench_stream(int64_t m, int reps)
     ein_dtype_from_f32(EIN_BF16, w32, wbf, (size_t)tot);
     ein_dtype_from_f32(EIN_Q8_0, w32, wq8, (size_t)tot);
     ein_dtype_from_f32(EIN_Q4_0, w32, wq4, (size_t)tot);
+    ein_dtype_from_f32(EIN_F8E4M3, w32, wf8, (size_t)tot);
     memset(dst, 0, (size_t)tot * 4);
     const st_case cs[ST_NVAR] = {
         {"memcpy of the f32 weights", 0, EIN_F32, 1},
@@ -184,6 +186,7 @@ static void bench_stream(int64_t m, int reps)
         {"einsum f16 [in, out]", 3, EIN_F16, 0},
         {"einsum q8_0 [out, in]", 3, EIN_Q8_0, 1},
         {"einsum q4_0 [out, in]", 3, EIN_Q4_0, 1},
+        {"einsum f8e4m3 [out, in]", 3, EIN_F8E4M3, 1},
     };
     double best[ST_NVAR];
     for (int v = 0; v < ST_NVAR; v++)
@@ -207,6 +210,9 @@ static void bench_stream(int64_t m, int reps)
                                    ? (void *)((char *)wq8 + ein_dtype_bytes(EIN_Q8_0, (uint64_t)(i * per)))
                                : x->dt == EIN_Q4_0
                                    ? (void *)((char *)wq4 + ein_dtype_bytes(EIN_Q4_0, (uint64_t)(i * per)))
+                               : x->dt == EIN_F8E4M3
+                                   ? (void *)((char *)wf8 +
+                                              ein_dtype_bytes(EIN_F8E4M3, (uint64_t)(i * per)))
                                    : (void *)(wbf + i * per);
                     if (x->kind == 1)
                         cblas_sgemv(CblasRowMajor, x->nk ? CblasNoTrans : CblasTrans,
@@ -249,6 +255,7 @@ static void bench_stream(int64_t m, int reps)
     free(wbf);
     free(wq8);
     free(wq4);
+    free(wf8);
     free(a);
     free(c);
 }

@@ -1,7 +1,7 @@
 /* tools/eingen.c — write the paper's workloads (§6) as .ein programs.
  *
  *   eingen llama (--seqs S --tokens T | --seq-lens L1,L2,...) [--blocks B]
- *                [--dtype f16|bf16|f32] [--quantization int8|q4]
+ *                [--dtype f16|bf16|f32] [--quantization int8|q4|fp8]
  *                [--scale F | --heads H --kv-heads K --head-dim D --d-ff N]
  *                [--theta X] [--eps E] [--hf] [--config config.json]
  *                [--model [--vocab V] [--tied] [--logits last|all]]
@@ -26,7 +26,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: eingen llama (--seqs S --tokens T | --seq-lens L1,L2,...) [--blocks B]\n"
-               "                   [--dtype f16|bf16|f32] [--quantization int8|q4]\n"
+               "                   [--dtype f16|bf16|f32] [--quantization int8|q4|fp8]\n"
                "                   [--scale F | --heads H --kv-heads K --head-dim D --d-ff N]\n"
                "                   [--theta X] [--eps E] [--hf] [--config config.json]\n"
                "                   [--model [--vocab V] [--tied] [--logits last|all]]\n"
@@ -53,11 +53,12 @@ static void usage(FILE *f)
                "            (`final_norm`) and lm_head; saves `logits`, of each sequence's\n"
                "            last token ([S, vocab], --logits last, the default) or of\n"
                "            every token ([tokens, vocab], --logits all).\n"
-               "--quantization int8|q4  the projection weights (wq wk wv wo w1 w3 w2) as\n"
-               "            q8_0 or q4_0 inputs (ggml's blocks of 32; issue 36), declared\n"
-               "            [out, in] as quantized weights are (matmul(x, w) is then x w^T);\n"
-               "            norms, embedding and lm_head keep --dtype. The dims they\n"
-               "            contract must be multiples of 32.\n"
+               "--quantization int8|q4|fp8  the projection weights (wq wk wv wo w1 w3 w2)\n"
+               "            as q8_0 or q4_0 inputs (ggml's blocks of 32; issue 36) or f8e4m3\n"
+               "            (fp8 e4m3 with an f32 scale per 128), declared [out, in] as\n"
+               "            quantized weights are (matmul(x, w) is then x w^T); norms,\n"
+               "            embedding and lm_head keep --dtype. The dims they contract must\n"
+               "            be multiples of the block (32; 128 for fp8).\n"
                "--vocab V   vocabulary rows (default 128256, LLaMA 3).\n"
                "--tied      lm_head is the embedding (tie_word_embeddings); otherwise an\n"
                "            input `lm_head` ([vocab, d_model] with --hf, else [d_model, vocab]).\n"
@@ -77,7 +78,7 @@ typedef struct llama_cfg {
     int have_lens;
     int blocks;
     const char *dtype;
-    const char *quant;      /* --quantization: NULL, "q8_0" or "q4_0" */
+    const char *quant;      /* --quantization: NULL, "q8_0", "q4_0" or "f8e4m3" */
     long heads, kv_heads, head_dim, d_ff;
     double theta, eps;
     int hf;
@@ -161,7 +162,8 @@ static int llama(const llama_cfg *c)
     if (strcmp(c->dtype, "f16"))
         printf(" --dtype %s", c->dtype);
     if (c->quant)
-        printf(" --quantization %s", !strcmp(c->quant, "q8_0") ? "int8" : "q4");
+        printf(" --quantization %s", !strcmp(c->quant, "q8_0") ? "int8"
+                                     : !strcmp(c->quant, "q4_0") ? "q4" : "fp8");
     if (c->model)
         printf(" --model --vocab %ld%s%s", c->vocab, c->tied ? " --tied" : "",
                c->all_logits ? " --logits all" : "");
@@ -491,10 +493,11 @@ int main(int argc, char **argv)
                   : !strcmp(a, "--head-dim") ? &c.head_dim : !strcmp(a, "--d-ff") ? &c.d_ff : NULL;
         if (!strcmp(a, "--quantization") && v) {
             const char *q = argv[++i];
-            c.quant = !strcmp(q, "int8") ? "q8_0" : !strcmp(q, "q4") ? "q4_0" : NULL;
+            c.quant = !strcmp(q, "int8") ? "q8_0" : !strcmp(q, "q4") ? "q4_0"
+                      : !strcmp(q, "fp8") ? "f8e4m3" : NULL;
             if (!c.quant) {
-                fprintf(stderr, "eingen: --quantization '%s': expected int8 (q8_0) or q4 (q4_0)\n",
-                        q);
+                fprintf(stderr, "eingen: --quantization '%s': expected int8 (q8_0), q4 (q4_0) or "
+                                "fp8 (f8e4m3)\n", q);
                 return 2;
             }
             continue;

@@ -28,6 +28,8 @@ static const ein_dtype_info dtypes[EIN_DTYPE_COUNT] = {
      * .npy or safetensors code; only an einsum reads them (as b). */
     [EIN_Q8_0] = {"q8_0", 0, NULL, NULL, NULL, EIN_F32, 0, KBIT(EINSUM), 32, 34},
     [EIN_Q4_0] = {"q4_0", 0, NULL, NULL, NULL, EIN_F32, 0, KBIT(EINSUM), 32, 18},
+    /* fp8 weights, an f32 scale per 128 (DeepSeek-V3 / cuBLASLt 1x128) */
+    [EIN_F8E4M3] = {"f8e4m3", 0, NULL, NULL, NULL, EIN_F32, 0, KBIT(EINSUM), 128, 132},
 };
 
 const ein_dtype_info *ein_dtype_info_of(int t)
@@ -349,10 +351,82 @@ static void q4_0_to_f32(const uint8_t *y, float *x, size_t n)
     }
 }
 
+/* ---- f8e4m3: an f32 scale and 128 OCP e4m3fn bytes (see ein_dtype.h) ---- */
+
+#define F8K 128
+
+float ein_e4m3_to_f32(uint8_t b)
+{
+    const int e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7)
+        v = NAN;
+    else if (e == 0)
+        v = ldexpf((float)m, -9);            /* subnormal: m / 8 * 2^-6 */
+    else
+        v = ldexpf((float)(8 + m), e - 10);  /* (1 + m / 8) * 2^(e - 7) */
+    return b & 0x80 ? -v : v;
+}
+
+uint8_t ein_f32_to_e4m3(float f)
+{
+    const uint8_t sign = signbit(f) ? 0x80 : 0;
+    float a = fabsf(f);
+    if (a != a || isinf(a))
+        return sign | 0x7f;
+    if (a >= 448.0f)
+        return sign | 0x7e;                  /* saturate: no infinity */
+    if (a < 0x1p-6f) {                       /* subnormal, quantum 2^-9 */
+        const int q = (int)nearbyintf(a * 0x1p9f); /* 0..8; 8 is 2^-6 (0x08) */
+        return sign | (uint8_t)q;
+    }
+    int e;
+    frexpf(a, &e);                           /* a = f * 2^e, f in [0.5, 1) */
+    e -= 1;                                  /* a in [2^e, 2^(e+1)), e in -6..8 */
+    int q = (int)nearbyintf(ldexpf(a, 3 - e)); /* 8..16 */
+    if (q == 16) {
+        q = 8;
+        e++;
+    }
+    if (e > 8)
+        return sign | 0x7e;
+    return sign | (uint8_t)((e + 7) << 3 | (q - 8));
+}
+
+static void f8e4m3_from_f32(const float *x, uint8_t *y, size_t n)
+{
+    for (size_t b = 0; b + F8K <= n; b += F8K, y += 4 + F8K) {
+        float amax = 0.0f;
+        for (int j = 0; j < F8K; j++) {
+            const float a = fabsf(x[b + j]);
+            amax = a > amax && !isinf(a) ? a : amax;  /* NaN and inf: NaN codes */
+        }
+        const float s = amax / 448.0f;
+        memcpy(y, &s, 4);
+        for (int j = 0; j < F8K; j++) {
+            const float v = x[b + j];
+            y[4 + j] = v != v || isinf(v) ? (uint8_t)(signbit(v) ? 0xff : 0x7f)
+                       : s == 0.0f        ? 0
+                                          : ein_f32_to_e4m3(v / s);
+        }
+    }
+}
+
+static void f8e4m3_to_f32(const uint8_t *y, float *x, size_t n)
+{
+    for (size_t b = 0; b + F8K <= n; b += F8K, y += 4 + F8K) {
+        float s;
+        memcpy(&s, y, 4);
+        for (int j = 0; j < F8K; j++)
+            x[b + j] = s * ein_e4m3_to_f32(y[4 + j]);
+    }
+}
+
 void ein_dtype_to_f32(ein_dtype t, const void *src, float *dst, size_t n)
 {
     const uint16_t *h = src;
     switch (t) {
+    case EIN_F8E4M3: f8e4m3_to_f32(src, dst, n); break;
     case EIN_Q8_0: q8_0_to_f32(src, dst, n); break;
     case EIN_Q4_0: q4_0_to_f32(src, dst, n); break;
     case EIN_F32: memmove(dst, src, n * 4); break;
@@ -374,6 +448,7 @@ void ein_dtype_from_f32(ein_dtype t, const float *src, void *dst, size_t n)
 {
     uint16_t *h = dst;
     switch (t) {
+    case EIN_F8E4M3: f8e4m3_from_f32(src, dst, n); break;
     case EIN_Q8_0: q8_0_from_f32(src, dst, n); break;
     case EIN_Q4_0: q4_0_from_f32(src, dst, n); break;
     case EIN_F32: memmove(dst, src, n * 4); break;

@@ -21,7 +21,8 @@
 #include "include/einsummable/ein_types.h" /* ein_dtype, ein_dtype_size, ein_dtype_name */
 
 /* The element dtypes (whole bytes per element, .npy and safetensors codes)
- * are 0 .. EIN_DTYPE_ELEM_COUNT - 1; the block dtypes (q8_0, q4_0) follow. */
+ * are 0 .. EIN_DTYPE_ELEM_COUNT - 1; the block dtypes (q8_0, q4_0, f8e4m3)
+ * follow. */
 #define EIN_DTYPE_ELEM_COUNT 5
 
 /* One row of the dtype table. Static storage; never freed. */
@@ -70,17 +71,18 @@ int ein_dtype_from_npy(const char *descr, size_t n, ein_dtype *out);
 int ein_dtype_from_safetensors(const char *name, size_t n, ein_dtype *out);
 
 /* Average bytes per element, for estimates (cost models, memory bounds):
- * the size, or a block dtype's block bytes / 32 (q8_0 1.0625, q4_0
- * 0.5625); 0 for an invalid dtype. */
+ * the size, or a block dtype's block bytes / block (q8_0 1.0625, q4_0
+ * 0.5625, f8e4m3 1.03125); 0 for an invalid dtype. */
 double ein_dtype_elem_bytes(ein_dtype t);
-/* 1 for a block dtype (q8_0, q4_0: issue 36); 0 otherwise. */
+/* 1 for a block dtype (q8_0, q4_0, f8e4m3: issue 36); 0 otherwise. */
 int ein_dtype_is_block(int t);
-/* Elements per block of t (32 for q8_0/q4_0, 1 for the others; 0 invalid). */
+/* Elements per block of t (32 for q8_0/q4_0, 128 for f8e4m3, 1 for the
+ * others; 0 invalid). */
 int ein_dtype_block(int t);
 /* Bytes a unit of storage takes, and the box of a dense buffer over `b` in
  * such units: an element dtype's units are its elements (the box as it
  * is); a block dtype's are its blocks, so the last interval [lo, hi)
- * becomes [lo / 32, hi / 32). Code that moves bytes (box copies, slabs,
+ * becomes [lo / B, hi / B) for the block of B elements. Code that moves bytes (box copies, slabs,
  * file reads) works in units and so moves whole blocks. Returns the unit's
  * bytes, or 0 when t is invalid or a block dtype's box has rank 0 or a
  * last interval off block boundaries. */
@@ -105,13 +107,27 @@ ein_dtype ein_dtype_accum(ein_dtype t);
 /* Convert n elements between a buffer of dtype `t` and f32 (integers:
  * exact below 2^24; from f32 rounded to nearest and saturated). An invalid
  * dtype converts nothing (a caller validates dtypes first). For a block
- * dtype n must be a multiple of 32 (n % 32 elements at the end are left
- * alone): to f32 is ggml's dequantize_row_q8_0/q4_0, from f32 its
- * reference quantizer, round to nearest (quantize_row_q8_0_ref: d =
- * max|x| / 127, q = round(x / d), halves away from 0; quantize_row_q4_0_ref:
- * m = the element of largest magnitude (the first such), d = m / -8,
- * q = min(15, trunc(x / d + 8.5))), so the bytes equal a GGUF's. */
+ * dtype n must be a multiple of its block (32, or 128 for f8e4m3; the
+ * elements past the last whole block are left alone). q8_0/q4_0: to f32
+ * is ggml's dequantize_row_q8_0/q4_0, from f32 its reference quantizer,
+ * round to nearest (quantize_row_q8_0_ref: d = max|x| / 127,
+ * q = round(x / d), halves away from 0; quantize_row_q4_0_ref: m = the
+ * element of largest magnitude (the first such), d = m / -8,
+ * q = min(15, trunc(x / d + 8.5))), so the bytes equal a GGUF's.
+ * f8e4m3: per block of 128, s = amax / 448 over the finite elements (f32
+ * division), each finite x stored as ein_f32_to_e4m3(x / s) (all zeros
+ * when s is 0, also when amax / 448 underflows), a NaN or infinite x as
+ * the NaN code of its sign (e4m3fn has no infinity); to f32 is s times
+ * ein_e4m3_to_f32 (NaN codes give NaN). */
 void ein_dtype_to_f32(ein_dtype t, const void *src, float *dst, size_t n);
 void ein_dtype_from_f32(ein_dtype t, const float *src, void *dst, size_t n);
+
+/* One OCP e4m3fn byte (bias 7, max 448, NaN S.1111.111, no infinity) to
+ * f32, exactly; and an f32 to the nearest e4m3fn (ties to even mantissa),
+ * finite values of magnitude past 448 saturated to +-448 (cuBLASLt's and
+ * the __nv_fp8_e4m3 "satfinite" rule), NaN and +-inf to the NaN code of
+ * their sign. Pure functions. */
+float ein_e4m3_to_f32(uint8_t b);
+uint8_t ein_f32_to_e4m3(float f);
 
 #endif

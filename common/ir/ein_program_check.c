@@ -90,7 +90,7 @@ static int check_load_source(const ein_program *p, int i, const ein_instr *ins, 
                      (unsigned long long)ins->offset);
     if (t != p->buffers[ins->dst].dtype && !ein_dtype_is_block((int)p->buffers[ins->dst].dtype))
         return ifail(err, i, ins, "a quantizing load (format %d) into a %s buffer; it fills "
-                     "q8_0 or q4_0 buffers only", (int)ins->format,
+                     "block (q8_0, q4_0, f8e4m3) buffers only", (int)ins->format,
                      ein_dtype_name(p->buffers[ins->dst].dtype));
     if (raw) {
         uint64_t bytes = ein_dtype_bytes(t, 1), end, blk = (uint64_t)ein_dtype_block((int)t);

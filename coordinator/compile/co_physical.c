@@ -281,7 +281,8 @@ static int add_exchange(pb *B, int u, int consumer, int k, const ein_box *want, 
     }
     if ((rc = xp_preamble_make(have, have_site, p, e->need, e->need_site, n,
                                /* whole bytes per element: a block dtype's
-                                  (q8_0 1.06, q4_0 0.56) rounded up, for costs */
+                                  (q8_0 1.06, q4_0 0.56, f8e4m3 1.03) rounded
+                                  up, for costs */
                                (size_t)ceil(ein_dtype_elem_bytes(e->dtype)), B->o->ndev,
                                &e->atoms, &e->natoms,
                                &e->body, B->err)) < 0)

@@ -21,8 +21,13 @@ extern "C" {
  * elements along the last dimension, each an f16 scale d and then 32 int8
  * (q8_0, 34 bytes: value d*q) or 16 bytes of 4-bit q (q4_0, 18 bytes: element
  * i < 16 in the low nibble of byte i, i + 16 in its high nibble, value
- * (q - 8)*d). They are weight-only: an input that is the second operand of
- * an einsum with its last (contiguous) letter contracted. */
+ * (q - 8)*d). f8e4m3 is fp8 weights with a scale per 128 elements (the
+ * DeepSeek-V3 / cuBLASLt "1x128" layout): blocks of 128 along the last
+ * dimension, each an f32 scale s (little endian) and 128 OCP e4m3fn bytes
+ * (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; max 448, no
+ * infinity, NaN S.1111.111), 132 bytes, value s * e4m3. They are
+ * weight-only: an input that is the second operand of an einsum with its
+ * last (contiguous) letter contracted. */
 typedef enum ein_dtype {
     EIN_F32 = 0,
     EIN_F16 = 1,
@@ -31,9 +36,10 @@ typedef enum ein_dtype {
     EIN_I64 = 4,
     EIN_Q8_0 = 5,
     EIN_Q4_0 = 6,
+    EIN_F8E4M3 = 7,
 } ein_dtype;
 
-#define EIN_DTYPE_COUNT 7
+#define EIN_DTYPE_COUNT 8
 
 /* Which elements of a head rotary position embedding rotates together, by
  * the same angle p * theta^(-2i/head_dim) for pair i (ein_graph_rope_ex). */
@@ -96,18 +102,19 @@ typedef struct ein_error {
 /* A short name for a code ("parse error", "shape error", ...). */
 const char *ein_strerror(int code);
 /* Bytes per element (4, 2 or 8), and the name ("f32", "f16", "bf16",
- * "i32", "i64", "q8_0", "q4_0"); 0 and "?" for a value that is not an
- * ein_dtype. A block dtype (q8_0, q4_0) has no whole bytes per element:
+ * "i32", "i64", "q8_0", "q4_0", "f8e4m3"); 0 and "?" for a value that is
+ * not an ein_dtype. A block dtype (q8_0, q4_0, f8e4m3) has no whole bytes per element:
  * its size is 0 and its bytes come from ein_dtype_bytes. */
 size_t ein_dtype_size(ein_dtype t);
 const char *ein_dtype_name(ein_dtype t);
 /* Bytes of n elements of dtype t: n * size, or for a block dtype
- * n / 32 * block bytes (n must be a multiple of 32: a caller checks). 0
+ * n / block * block bytes (n must be a multiple of the block, 32 or 128
+ * (f8e4m3): a caller checks). 0
  * for an invalid dtype. */
 uint64_t ein_dtype_bytes(ein_dtype t, uint64_t n);
 /* Convert n elements between f32 and dtype t (common/ir/ein_dtype.h states
  * the rounding; q8_0/q4_0: ggml's reference quantizer, n a multiple of
- * 32). An invalid dtype converts nothing. */
+ * 32; f8e4m3: scale max|x| / 448, n a multiple of 128). An invalid dtype converts nothing. */
 void ein_dtype_from_f32(ein_dtype t, const float *src, void *dst, size_t n);
 void ein_dtype_to_f32(ein_dtype t, const void *src, float *dst, size_t n);
 

@@ -79,8 +79,9 @@ void kn_stream_mm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, 
 int kn_stream_vector(void);
 void kn_stream_force_portable(int on);
 
-/* C[m, n] = A[m, k] B^T for a quantized B (q8_0 or q4_0, issue 36) stored
- * [n, k] with row j at byte j * ldb of b, k a multiple of 32
+/* C[m, n] = A[m, k] B^T for a quantized B (q8_0, q4_0 or f8e4m3, issue 36)
+ * stored [n, k] with row j at byte j * ldb of b, k a multiple of the block
+ * (32; 128 for f8e4m3)
  * (kernels/cpu/kn_quant.c): every block read once (AVX2/FMA/F16C when
  * kn_stream_vector() and m <= KN_STREAM_MAX_ROWS: the activations rounded
  * per block of 32, to int16 for q8_0 (scale max|x| / 32767) and to int8
@@ -88,6 +89,10 @@ void kn_stream_force_portable(int on);
  * copy, exact integer products (vpmaddwd, vpmaddubsw); one row: four
  * weight rows per pass; without memory for the copy, or else, dequantised
  * to f32 in registers).
+ * f8e4m3 keeps the activations in f32: each weight converted exactly in
+ * registers (its byte as an f16 of the value times 2^-8, vcvtph2ps, the
+ * 2^8 in the block's scale), f32 products; a weight row holding a NaN
+ * code is redone by the portable loop, so it gives NaN as in f32.
  * Cannot fail; a NaN activation gives NaN sums (its block's scale is NaN),
  * an infinite one NaN on the integer paths. */
 #define KN_STREAM_MAX_ROWS 16

@@ -1,13 +1,16 @@
 /* kernels/cpu/kn_quant.c — products of rows by quantized weights (q8_0,
- * q4_0: ggml's blocks, common/ir/ein_dtype.h), computing in f32 (issue 36).
+ * q4_0: ggml's blocks; f8e4m3; common/ir/ein_dtype.h), computing in f32
+ * (issue 36).
  *
  * The weight is [n, k] (a checkpoint's [out, in]), k contiguous in blocks
  * of 32: each row of it is k / 32 blocks of an f16 scale and 32 int8 (q8_0)
- * or 16 bytes of nibbles (q4_0). A few rows of activations (a decode step,
- * at most KN_STREAM_ROWS) go through kn_stream_mm_q, which reads every
- * weight block once and dequantises it in registers; more rows dequantise
- * a tile of weight rows to f32 and call sgemm on it (prefill), so no f32
- * copy of the whole weight ever exists. */
+ * or 16 bytes of nibbles (q4_0); or (f8e4m3) k / 128 blocks of an f32
+ * scale and 128 e4m3 bytes, whose products keep the activations in f32.
+ * A few rows of activations (a decode step, at most KN_STREAM_ROWS) go
+ * through kn_stream_mm_q, which reads every weight block once and
+ * dequantises it in registers; more rows dequantise a tile of weight rows
+ * to f32 and call sgemm on it (prefill), so no f32 copy of the whole
+ * weight ever exists. */
 #include "kernels/cpu/kn_internal.h"
 
 #include <math.h>
@@ -23,24 +26,26 @@
 #endif
 
 #define KN_QK 32
+#define KN_F8K 128   /* f8e4m3's block */
 
 /* ---- portable ---------------------------------------------------------- */
 
 static void kn_q_portable(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                           const uint8_t *b, ein_dtype dt, int64_t ldb, float *c, int64_t ldc)
 {
-    const size_t bb = ein_dtype_bytes(dt, KN_QK);
-    float w[KN_QK];
+    const int qk = ein_dtype_block((int)dt);   /* 32, or 128 for f8e4m3 */
+    const size_t bb = ein_dtype_bytes(dt, (uint64_t)qk);
+    float w[KN_F8K];
     for (int64_t j = 0; j < n; j++) {
         const uint8_t *row = b + j * ldb;
         for (int64_t r = 0; r < m; r++)
             c[r * ldc + j] = 0.0f;
-        for (int64_t i = 0; i < k; i += KN_QK) {
-            ein_dtype_to_f32(dt, row + (size_t)(i / KN_QK) * bb, w, KN_QK);
+        for (int64_t i = 0; i < k; i += qk) {
+            ein_dtype_to_f32(dt, row + (size_t)(i / qk) * bb, w, (size_t)qk);
             for (int64_t r = 0; r < m; r++) {
                 const float *x = a + r * lda + i;
                 float s = 0.0f;
-                for (int t = 0; t < KN_QK; t++)
+                for (int t = 0; t < qk; t++)
                     s += x[t] * w[t];
                 c[r * ldc + j] += s;
             }
@@ -433,6 +438,150 @@ KN_QAVX2 static void kn_q4_i8(int64_t m, int64_t n, int64_t k, const uint8_t *b,
         }
     }
 }
+/* ---- f8e4m3: fp8 weights with an f32 scale per 128 ----------------------- */
+
+/* 16 e4m3 bytes as 16 f16 bit patterns equal to each value times 2^-8:
+ * ((b & 0x7f) << 7) | ((b & 0x80) << 8) puts e4m3's 4 exponent and 3
+ * mantissa bits in f16's exponent and mantissa fields, and f16's bias (15)
+ * is e4m3's (7) plus 8, normals and subnormals alike. Computed as the byte
+ * sign-extended to 16 bits, shifted left 7 and masked with 0xbf80 (the
+ * extension's copies of the sign land in bits 14 and 15; bit 14 cleared).
+ * The NaN codes (S.1111.111) would read as +-480 * 2^-8: the callers check
+ * for them (kn_f8_nan). */
+KN_QAVX2 __attribute__((always_inline)) static inline __m256i kn_f8_h16(__m128i v)
+{
+    return _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(v), 7),
+                            _mm256_set1_epi16((short)0xbf80));
+}
+
+/* Running check for NaN codes: byte b doubled (b << 1, the sign dropped) is
+ * 0xfe exactly when b & 0x7f == 0x7f, and 0xfe is the largest doubled
+ * byte, so an unsigned byte max of them reaches 0xfe iff a NaN code was
+ * seen. */
+KN_QAVX2 __attribute__((always_inline)) static inline __m128i kn_f8_nan(__m128i seen, __m128i v)
+{
+    return _mm_max_epu8(seen, _mm_add_epi8(v, v));
+}
+
+KN_QAVX2 __attribute__((always_inline)) static inline int kn_f8_any_nan(__m128i seen)
+{
+    return _mm_movemask_epi8(_mm_cmpeq_epi8(seen, _mm_set1_epi8((char)0xfe))) != 0;
+}
+
+KN_QAVX2 __attribute__((always_inline)) static inline float kn_f8_scale(const uint8_t *p)
+{
+    float s;
+    memcpy(&s, p, 4);
+    return s * 256.0f; /* the 2^8 the f16 form leaves out */
+}
+
+/* 16 weights at p times 16 activations at x, added to t (8 lanes). */
+KN_QAVX2 __attribute__((always_inline)) static inline __m256 kn_f8_fma16(__m128i v, const float *x,
+                                                                         __m256 t)
+{
+    const __m256i h = kn_f8_h16(v);
+    t = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_loadu_ps(x), t);
+    return _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)),
+                           _mm256_loadu_ps(x + 8), t);
+}
+
+/* One activation row (a decode step): four weight rows per pass sharing
+ * the activations' loads; per block each row's 128 products summed in 8
+ * lanes, then scaled once. Rows with a NaN code are redone exactly by the
+ * portable loop (which gives NaN, as f32 would). */
+KN_QAVX2 static void kn_f8_1(int64_t n, int64_t k, const float *x, const uint8_t *b, int64_t ldb,
+                             float *c)
+{
+    const size_t bb = ein_dtype_bytes(EIN_F8E4M3, KN_F8K);
+    const int64_t nb = k / KN_F8K;
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const uint8_t *r0 = b + j * ldb;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+        __m128i seen = _mm_setzero_si128();
+        for (int64_t bi = 0; bi < nb; bi++) {
+            const uint8_t *p0 = r0 + (size_t)bi * bb, *p1 = p0 + ldb, *p2 = p1 + ldb,
+                          *p3 = p2 + ldb;
+            for (int l = 0; l < 3; l++)   /* 132 bytes: three lines a row */
+                for (int r = 0; r < 4; r++)
+                    _mm_prefetch((const char *)p0 + (KN_Q_PF + r) * ldb + 64 * l, _MM_HINT_T0);
+            const float *xb = x + bi * KN_F8K;
+            __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
+            for (int g = 0; g < KN_F8K; g += 16) {
+                const __m128i v0 = _mm_loadu_si128((const __m128i *)(p0 + 4 + g));
+                const __m128i v1 = _mm_loadu_si128((const __m128i *)(p1 + 4 + g));
+                const __m128i v2 = _mm_loadu_si128((const __m128i *)(p2 + 4 + g));
+                const __m128i v3 = _mm_loadu_si128((const __m128i *)(p3 + 4 + g));
+                seen = kn_f8_nan(kn_f8_nan(seen, v0), v1);
+                seen = kn_f8_nan(kn_f8_nan(seen, v2), v3);
+                t0 = kn_f8_fma16(v0, xb + g, t0);
+                t1 = kn_f8_fma16(v1, xb + g, t1);
+                t2 = kn_f8_fma16(v2, xb + g, t2);
+                t3 = kn_f8_fma16(v3, xb + g, t3);
+            }
+            acc0 = _mm256_fmadd_ps(t0, _mm256_set1_ps(kn_f8_scale(p0)), acc0);
+            acc1 = _mm256_fmadd_ps(t1, _mm256_set1_ps(kn_f8_scale(p1)), acc1);
+            acc2 = _mm256_fmadd_ps(t2, _mm256_set1_ps(kn_f8_scale(p2)), acc2);
+            acc3 = _mm256_fmadd_ps(t3, _mm256_set1_ps(kn_f8_scale(p3)), acc3);
+        }
+        if (kn_f8_any_nan(seen)) {
+            kn_q_portable(1, 4, k, x, k, r0, EIN_F8E4M3, ldb, c + j, 1);
+            continue;
+        }
+        c[j] = kn_q_hsum(acc0);
+        c[j + 1] = kn_q_hsum(acc1);
+        c[j + 2] = kn_q_hsum(acc2);
+        c[j + 3] = kn_q_hsum(acc3);
+    }
+    if (j < n)
+        kn_q_portable(1, n - j, k, x, k, b + j * ldb, EIN_F8E4M3, ldb, c + j, 1);
+}
+
+/* Several activation rows: one weight row at a time, each block's 128
+ * weights converted once (times 2^-8, in a cache-resident buffer) and used
+ * by every row. */
+KN_QAVX2 static void kn_f8_m(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                             const uint8_t *b, int64_t ldb, float *c, int64_t ldc)
+{
+    const size_t bb = ein_dtype_bytes(EIN_F8E4M3, KN_F8K);
+    const int64_t nb = k / KN_F8K;
+    __m256 acc[KN_STREAM_MAX_ROWS];
+    float w[KN_F8K] __attribute__((aligned(32)));
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *row = b + j * ldb;
+        __m128i seen = _mm_setzero_si128();
+        for (int64_t r = 0; r < m; r++)
+            acc[r] = _mm256_setzero_ps();
+        for (int64_t bi = 0; bi < nb; bi++) {
+            const uint8_t *p = row + (size_t)bi * bb;
+            for (int l = 0; l < 3; l++)
+                _mm_prefetch((const char *)p + KN_Q_PF * ldb + 64 * l, _MM_HINT_T0);
+            for (int g = 0; g < KN_F8K; g += 16) {
+                const __m128i v = _mm_loadu_si128((const __m128i *)(p + 4 + g));
+                seen = kn_f8_nan(seen, v);
+                const __m256i h = kn_f8_h16(v);
+                _mm256_store_ps(w + g, _mm256_cvtph_ps(_mm256_castsi256_si128(h)));
+                _mm256_store_ps(w + g + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)));
+            }
+            const __m256 d = _mm256_set1_ps(kn_f8_scale(p));
+            for (int64_t r = 0; r < m; r++) {
+                const float *x = a + r * lda + bi * KN_F8K;
+                __m256 t0 = _mm256_setzero_ps(), t1 = t0;
+                for (int g = 0; g < KN_F8K; g += 16) {
+                    t0 = _mm256_fmadd_ps(_mm256_load_ps(w + g), _mm256_loadu_ps(x + g), t0);
+                    t1 = _mm256_fmadd_ps(_mm256_load_ps(w + g + 8), _mm256_loadu_ps(x + g + 8),
+                                         t1);
+                }
+                acc[r] = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), d, acc[r]);
+            }
+        }
+        if (kn_f8_any_nan(seen))
+            kn_q_portable(m, 1, k, a, lda, row, EIN_F8E4M3, ldb, c + j, ldc);
+        else
+            for (int64_t r = 0; r < m; r++)
+                c[r * ldc + j] = kn_q_hsum(acc[r]);
+    }
+}
 #endif
 
 void kn_stream_mm_q(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
@@ -442,6 +591,13 @@ void kn_stream_mm_q(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda
         return;
 #ifdef KN_Q_X86
     if (kn_stream_vector() && m <= KN_STREAM_MAX_ROWS) {
+        if (bdt == EIN_F8E4M3) {
+            if (m == 1)
+                kn_f8_1(n, k, a, b, ldb, c);
+            else
+                kn_f8_m(m, n, k, a, lda, b, ldb, c, ldc);
+            return;
+        }
         if (bdt == EIN_Q4_0) {
             const int64_t nb = k / KN_QK;
             int8_t *xq = malloc((size_t)(m * k) + 32);

@@ -256,7 +256,9 @@ int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
                    const kn_block *b, kn_block *out, void *stream, ein_error *err);
 
 /* A product by quantized weights (issue 36; kernels/cuda/kn_cuda_quant.cu,
- * NEVER RUN ON A GPU YET): kn_cpu_einsum's rules for a q8_0 or q4_0 b,
+ * NEVER RUN ON A GPU YET): kn_cpu_einsum's rules for a q8_0, q4_0 or
+ * f8e4m3 b (f8e4m3 over 16 rows: fp8 cuBLASLt products where
+ * kn_qmm_plan_fp8 allows, the activations rounded to e4m3),
  * "...k,nk->...n" (weights [out, in]), a and out f32, f16 or bf16,
  * computed in f32. At most 16 rows of a run a GEMV that reads each weight
  * block once per 8 rows; more rows dequantise tiles of weights into the context's
@@ -265,6 +267,11 @@ int kn_cuda_einsum(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
  * operands is refused by name (kernels/cuda/kn_qmm_plan.h). */
 int kn_cuda_einsum_q(kn_cuda_ctx *ctx, const char *subscripts, const kn_block *a,
                      const kn_block *b, kn_block *out, void *stream, ein_error *err);
+/* What ctx's device offers f8e4m3 prefill (kn_qmm_plan_fp8's inputs): its
+ * compute capability as 10 * major + minor (0 unknown) and cuBLASLt's
+ * version (cublasLtGetVersion(); 0 when built without cuBLASLt or its
+ * handle could not be made). ctx may be NULL (both 0). */
+void kn_cuda_ctx_fp8(kn_cuda_ctx *ctx, int *sm, size_t *lt_version);
 
 /* Attention as kn_cuda_run runs it (kernels/cuda/kn_cuda_cudnn.cu; the
  * graph of kn_sdpa_graph.h has not run on a GPU yet): through cuDNN's fused

@@ -71,6 +71,11 @@ extern "C" size_t kn_cuda_ctx_scratch_cap(kn_cuda_ctx *ctx);
 extern "C" int kn_cuda_ctx_scratch(kn_cuda_ctx *ctx, size_t bytes, void *stream, void **out,
                                    ein_error *err);
 extern "C" int kn_cuda_ctx_scratch_end(kn_cuda_ctx *ctx, ein_error *err);
+/* The context's cuBLASLt handle (a cublasLtHandle_t; NULL when built
+ * without cuBLASLt or its creation failed) for kn_cuda_quant.cu's fp8
+ * products, which use the workspace's second half (the scratch is the
+ * first) as cuBLASLt's workspace, in stream order like cuBLAS. */
+extern "C" void *kn_cuda_ctx_lt(kn_cuda_ctx *ctx);
 
 static inline int kn_cu_fail(ein_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -11,7 +11,11 @@
  * cublasSetStream resets the handle to cuBLAS's own (lazily allocated)
  * workspace pool, the stream is set only when it changes, and the
  * caller's workspace is set again right after. */
+#include "config.h"
 #include "kernels/cuda/kn_cuda_common.cuh"
+#ifdef HAVE_CUBLASLT
+#include <cublasLt.h>
+#endif
 
 #include <cublas_v2.h>
 #include <limits.h>
@@ -19,6 +23,8 @@
 
 struct kn_cuda_ctx {
     cublasHandle_t h;
+    void *lt;              /* cublasLtHandle_t, or NULL (kn_cuda_ctx_fp8) */
+    int sm;                /* 10 * major + minor of the current device */
     void *workspace;
     size_t workspace_bytes;
     cudaStream_t stream;   /* the stream the handle is on */
@@ -125,7 +131,8 @@ static int kn_cu_dt(ein_dtype t, cudaDataType *out)
     case EIN_I32:
     case EIN_I64:
     case EIN_Q8_0: /* quantized weights: kn_cuda_einsum_q (kn_cuda_quant.cu) */
-    case EIN_Q4_0: break;
+    case EIN_Q4_0:
+    case EIN_F8E4M3: break;
     }
     return -1;
 }
@@ -152,6 +159,17 @@ extern "C" int kn_cuda_ctx_create(void *workspace, size_t workspace_bytes, kn_cu
     }
     c->workspace = workspace;
     c->workspace_bytes = workspace_bytes;
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess)
+        c->sm = 10 * major + minor;
+#ifdef HAVE_CUBLASLT
+    /* optional: without it f8e4m3 prefill dequantises (kn_qmm_plan_fp8) */
+    cublasLtHandle_t lt;
+    if (cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS)
+        c->lt = lt;
+#endif
     /* cuDNN is optional: without it (or if its handle cannot be made)
      * attention runs our kernel, and dnn_status says why. */
     if (kn_cudnn_create(&c->dnn, workspace, workspace_bytes, c->dnn_status,
@@ -160,6 +178,10 @@ extern "C" int kn_cuda_ctx_create(void *workspace, size_t workspace_bytes, kn_cu
     int rc = kn_cuda_attention_prepare(err);
     if (rc < 0) {
         kn_cudnn_destroy(c->dnn);
+#ifdef HAVE_CUBLASLT
+        if (c->lt)
+            cublasLtDestroy((cublasLtHandle_t)c->lt);
+#endif
         cublasDestroy(c->h);
         free(c);
         return rc;
@@ -173,8 +195,27 @@ extern "C" void kn_cuda_ctx_destroy(kn_cuda_ctx *c)
     if (!c)
         return;
     kn_cudnn_destroy(c->dnn);
+#ifdef HAVE_CUBLASLT
+    if (c->lt)
+        cublasLtDestroy((cublasLtHandle_t)c->lt);
+#endif
     cublasDestroy(c->h);
     free(c);
+}
+
+extern "C" void *kn_cuda_ctx_lt(kn_cuda_ctx *c)
+{
+    return c ? c->lt : NULL;
+}
+
+extern "C" void kn_cuda_ctx_fp8(kn_cuda_ctx *c, int *sm, size_t *lt_version)
+{
+    *sm = c ? c->sm : 0;
+    *lt_version = 0;
+#ifdef HAVE_CUBLASLT
+    if (c && c->lt)
+        *lt_version = cublasLtGetVersion();
+#endif
 }
 
 /* Put the handle on `stream` if it is not there yet, and give cuBLAS the

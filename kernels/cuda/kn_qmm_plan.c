@@ -2,6 +2,7 @@
 #include "kernels/cuda/kn_qmm_plan.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/ir/ein_einsum.h"
@@ -103,5 +104,64 @@ int kn_qmm_plan_make(const char *subs, const kn_block *a, const kn_block *b,
     p->path = KN_QMM_DEQUANT;
     p->tile_rows = t;
     p->tile_bytes = (size_t)t * row;
+    if (b->dtype == EIN_F8E4M3) {
+        p->f8 = 1;
+        snprintf(p->why, sizeof p->why, "f8e4m3 over 16 rows: dequantised tiles and "
+                 "cuBLAS (the fp8 path was not asked for)");
+    }
     return 0;
+}
+
+static size_t fp8_up(size_t x)
+{
+    return (x + 255) & ~(size_t)255;
+}
+
+size_t kn_qmm_fp8_bytes(int64_t mr, int64_t nr, int64_t k)
+{
+    const size_t kb = (size_t)(k / 128);
+    return fp8_up((size_t)mr * (size_t)k) + fp8_up((size_t)mr * kb * 4) +
+           fp8_up((size_t)nr * (size_t)k) + fp8_up((size_t)nr * kb * 4);
+}
+
+void kn_qmm_plan_fp8(kn_qmm_plan *p, int sm, size_t lt_version, size_t scratch_cap)
+{
+    if (!p || !p->f8 || p->path != KN_QMM_DEQUANT)
+        return;
+    const char *pre = "f8e4m3 over 16 rows: dequantised tiles and cuBLAS, not cuBLASLt's fp8 "
+                      "products with VEC128_32F scales";
+    if (lt_version == 0) {
+        snprintf(p->why, sizeof p->why, "%s (built without cuBLASLt)", pre);
+        return;
+    }
+    if (sm < 90) {
+        snprintf(p->why, sizeof p->why, "%s (they need sm_90 or newer; this is sm_%d)",
+                 pre, sm);
+        return;
+    }
+    if (lt_version < 120900) {
+        snprintf(p->why, sizeof p->why, "%s (they need cuBLASLt 12.9 or newer; this is "
+                 "%zu)", pre, lt_version);
+        return;
+    }
+    int64_t mr = p->m, nr = p->n;
+    if (kn_qmm_fp8_bytes(mr, nr, p->k) > scratch_cap) {
+        /* about half the scratch each, whole 128-row tiles */
+        const size_t row = (size_t)p->k + (size_t)(p->k / 128) * 4;
+        const int64_t half = (int64_t)((scratch_cap / 2 > 1024 ? scratch_cap / 2 - 1024 : 0) / row);
+        int64_t t = half >= 128 ? half - half % 128 : half;
+        nr = nr < t ? nr : t;
+        mr = mr < t ? mr : t;
+        while (mr > 16 && kn_qmm_fp8_bytes(mr, nr, p->k) > scratch_cap)
+            mr -= 16;
+    }
+    if (mr < 16 || nr < 16 || kn_qmm_fp8_bytes(mr, nr, p->k) > scratch_cap) {
+        snprintf(p->why, sizeof p->why, "%s (the scratch, %zu bytes, holds no tile of 16 "
+                 "rows of k %lld)", pre, scratch_cap, (long long)p->k);
+        return;
+    }
+    p->path = KN_QMM_FP8;
+    p->fp8_m_rows = mr;
+    p->fp8_n_rows = nr;
+    p->why[0] = '\0';
 }

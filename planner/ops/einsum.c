@@ -56,7 +56,7 @@ int pl_graph_add_einsum(pl_graph *g, const char *name, const char *subscripts,
             }
         }
     }
-    /* Quantized weights (q8_0, q4_0: issue 36) are b of "<A>k,nk-><A>n":
+    /* Quantized weights (q8_0, q4_0, f8e4m3: issue 36) are b of "<A>k,nk-><A>n":
      * [out, in] with in contracted and contiguous; a is a float tensor. */
     int qa = ein_dtype_is_block((int)g->nodes[a].dtype);
     int qb = ntensors == 2 && ein_dtype_is_block((int)g->nodes[b].dtype);

@@ -11,8 +11,8 @@ import numpy.typing
 
 from ._stats import Prediction, RunStats
 
-DType = Literal["f32", "f16", "bf16", "i32", "i64", "q8_0", "q4_0", "float32", "float16",
-                "bfloat16", "int32", "int64"]
+DType = Literal["f32", "f16", "bf16", "i32", "i64", "q8_0", "q4_0", "f8e4m3", "float32",
+                "float16", "bfloat16", "int32", "int64"]
 DTypeLike = Union[DType, str, "numpy.dtype[Any]", type]
 TensorRef = Union["Tensor", str]
 PathLike = Union[str, "os.PathLike[str]"]

@@ -62,8 +62,10 @@ _BLOCK_EXPECTED = _or_list("'%s'" % n for n in _BLOCK_BYTES)
 def quantize(array, dtype):
     """The blocks of a float array quantized to 'q8_0' or 'q4_0' (ggml's
     reference quantizers, round to nearest: the bytes of a GGUF of the same
-    values), as uint8 of shape [..., K / 32 * block bytes]; K, the last dim,
-    must be a multiple of 32."""
+    values) or 'f8e4m3' (an f32 scale max|x| / 448 and 128 e4m3fn bytes per
+    block, round to nearest even), as uint8 of shape [..., K / block *
+    block bytes]; K, the last dim, must be a multiple of the block (32, or
+    128 for f8e4m3)."""
     if dtype not in _BLOCK_BYTES:
         _fail(L.EIN_EINVAL, "quantize: dtype %r; expected %s" % (dtype, _BLOCK_EXPECTED))
     a = numpy.ascontiguousarray(array, dtype=numpy.float32)

@@ -14,7 +14,7 @@ import numpy
 
 from . import _lib as L
 from . import _stats
-from ._dtypes import _BLOCK_BYTES, _DTYPES, _bf16_from_f32, _f32_from_bf16, quantize
+from ._dtypes import _BLOCK, _BLOCK_BYTES, _DTYPES, _bf16_from_f32, _f32_from_bf16, quantize
 from ._graph import Graph, Tensor, _read_plan, _read_tensor
 from ._util import _check, _exchange_chunks, _fail, _fail_type, _int
 
@@ -579,7 +579,8 @@ class Program:
             _fail_type("load: %s needs a numpy.ndarray, not %s"
                   % (name, type(array).__name__))
         if (dtype in _BLOCK_BYTES and array.dtype == numpy.uint8 and
-                tuple(array.shape) == shape[:-1] + (shape[-1] // 32 * _BLOCK_BYTES[dtype],)):
+                tuple(array.shape) == shape[:-1] + (shape[-1] // _BLOCK[dtype] *
+                                                    _BLOCK_BYTES[dtype],)):
             return numpy.ascontiguousarray(array)   # quantize()'s blocks as they are
         if tuple(array.shape) != shape:
             _fail(L.EIN_ESHAPE, "load: %s is %s %s but the array's shape is %s"

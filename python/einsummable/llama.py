@@ -30,6 +30,7 @@ import time
 import numpy
 
 from ._core import _bf16_from_f32, _f32_from_bf16, compileGraph, createGraph, tensorDesc
+from ._dtypes import _BLOCK
 from ._errors import EIN_EINVAL, EIN_EIO, EinError, EinIOError, EinValueError
 from ._lib import lib as _lib
 from . import _lib as _L
@@ -38,7 +39,7 @@ __all__ = ["load", "Llama", "read_config"]
 
 _ST_DTYPES = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
 # es.llama.load(quantization=): the projections' dtype (issue 36)
-_QUANT = {None: None, "int8": "q8_0", "q4": "q4_0"}
+_QUANT = {None: None, "int8": "q8_0", "q4": "q4_0", "fp8": "f8e4m3"}
 _NP = {"f32": numpy.float32, "f16": numpy.float16}
 
 
@@ -181,21 +182,23 @@ class Llama:
                   "'bf16'" % (dtype,))
         self.dtype = dtype
         # issue 36: the projections' weights quantized at load (round to
-        # nearest, ggml's Q8_0 / Q4_0 blocks); norms, embeddings and lm_head
-        # stay in `dtype`
+        # nearest, ggml's Q8_0 / Q4_0 blocks, or fp8 e4m3 with an f32 scale
+        # per 128); norms, embeddings and lm_head stay in `dtype`
         if quantization not in _QUANT:
-            _fail("llama.load: quantization %r; expected None, 'int8' (q8_0) or 'q4' (q4_0)"
-                  % (quantization,))
+            _fail("llama.load: quantization %r; expected None, 'int8' (q8_0), 'q4' (q4_0) or "
+                  "'fp8' (f8e4m3)" % (quantization,))
         self.quantization = quantization
         self.qdtype = _QUANT[quantization] or dtype
         if quantization:
-            bad = [(n, k) for n, k in (("hidden_size", self.dm), ("heads * head_dim",
-                                        self.H * self.D), ("intermediate_size", self.FF))
-                   if k % 32]
+            blk = _BLOCK[self.qdtype]
+            bad = [(t, n, k) for t, n, k in (
+                ("q/k/v_proj and gate/up_proj", "hidden_size", self.dm),
+                ("o_proj", "heads * head_dim", self.H * self.D),
+                ("down_proj", "intermediate_size", self.FF)) if k % blk]
             if bad:
-                _fail("llama.load: quantization=%r needs the projections' input dims to be "
-                      "multiples of 32 (ggml's blocks); %s" % (quantization, ", ".join(
-                          "%s is %d" % b for b in bad)))
+                _fail("llama.load: quantization=%r (%s) needs the projections' input dims to be "
+                      "multiples of %d (its blocks); %s" % (quantization, self.qdtype, blk,
+                      ", ".join("%s: %s is %d" % b for b in bad)))
         self._check_layers()
         self._progs = {}
         self.last_stats = None      # generate()'s step counts and times
@@ -635,9 +638,10 @@ def load(files, config, device=None, max_len=None, backend=None, prefill_chunk=1
     checkpoint's own, f32, f16 or bf16; another converts the weights as
     they are bound). allow_unused: run although the checkpoint holds
     tensors the config does not read (otherwise an error naming them).
-    quantization: None, "int8" or "q4": the attention and MLP projections'
-    weights quantized as they are bound (round to nearest, in ggml's Q8_0 /
-    Q4_0 blocks of 32 with an f16 scale each: docs/kernels.md), read by
+    quantization: None, "int8", "q4" or "fp8": the attention and MLP
+    projections' weights quantized as they are bound (round to nearest, in
+    ggml's Q8_0 / Q4_0 blocks of 32 with an f16 scale each, or f8e4m3: e4m3
+    with an f32 scale per 128; docs/kernels.md), read by
     kernels that dequantise in registers; embeddings, norms and lm_head stay
     in dtype. Pre-quantized checkpoints (a config's quantization_config:
     GPTQ, AWQ, compressed-tensors) are refused by name."""

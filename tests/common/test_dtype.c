@@ -261,8 +261,11 @@ static void test_table(void **state)
         /* block dtypes (issue 36): no element size or file codes, einsum only */
         const ein_dtype_info *r = ein_dtype_info_of(t);
         assert_non_null(r);
-        assert_true(r->size == 0 && r->block == 32 && !r->npy && !r->st && !r->is_float);
-        assert_int_equal(r->block_bytes, t == EIN_Q8_0 ? 34 : 18);
+        assert_true(r->size == 0 && !r->npy && !r->st && !r->is_float);
+        /* ggml's q8_0 (f16 scale, 32 int8) and q4_0 (f16, 16 bytes of
+         * nibbles); f8e4m3 an f32 scale and 128 e4m3 bytes */
+        assert_int_equal(r->block, t == EIN_F8E4M3 ? 128 : 32);
+        assert_int_equal(r->block_bytes, t == EIN_Q8_0 ? 34 : t == EIN_Q4_0 ? 18 : 132);
         for (int k = 0; k < EIN_KERNEL_COUNT; k++)
             assert_int_equal(ein_dtype_kernel_ok(t, k), k == EIN_KERNEL_EINSUM);
     }
@@ -300,7 +303,7 @@ static void test_table(void **state)
     assert_string_equal(ein_dtype_list(buf, sizeof buf, 0, EIN_KERNEL_EMBEDDING, EIN_DTYPE_BY_NAME),
                         "i32 or i64");
     assert_string_equal(ein_dtype_list(buf, sizeof buf, 0, EIN_KERNEL_EINSUM, EIN_DTYPE_BY_NAME),
-                        "q8_0 or q4_0");
+                        "q8_0, q4_0 or f8e4m3");
     assert_string_equal(ein_dtype_list(buf, sizeof buf, -1, -1, EIN_DTYPE_BY_ST),
                         "F32, F16, BF16, I32 or I64");
     assert_string_equal(ein_dtype_list(buf, sizeof buf, -1, -1, EIN_DTYPE_BY_NPY),

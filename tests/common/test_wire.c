@@ -413,7 +413,7 @@ static void test_builders(void **state)
     ein_box bad = box2(0, 4, 3, 3);
     assert_int_equal(ein_program_add_buffer(p, EIN_F32, &bad, &err), EIN_EINVAL);
     bad = box2(0, 4, 0, 4);
-    assert_int_equal(ein_program_add_buffer(p, (ein_dtype)7, &bad, &err), EIN_EINVAL);
+    assert_int_equal(ein_program_add_buffer(p, (ein_dtype)EIN_DTYPE_COUNT, &bad, &err), EIN_EINVAL);
     bad.rank = 9;
     assert_int_equal(ein_program_add_buffer(p, EIN_F32, &bad, &err), EIN_EINVAL);
     ein_instr ins = blank(EIN_I_COPY, "", 0);

@@ -224,7 +224,10 @@ echo "quant correct q8_0 1x4096x4096: worst error 0.0123 of the tolerance (1e-3 
 echo "quant gemv q8_0 1x4096x4096: 10.00 us, 1782.6 GB/s of weights, 55.7% of the copy rate"
 echo "quant correct q4_0 1x4096x4096: worst error 0.0345 of the tolerance (1e-3 sum|x w| + 8e-3 |y|, bf16 out): ${MOCK_QUANT_BAD:-ok}"
 echo "quant gemv q4_0 1x4096x4096: 6.00 us, 1677.7 GB/s of weights, 52.4% of the copy rate"
-echo "quant speedup 1x4096x4096 over bf16: q8_0 2.00x, q4_0 3.33x"
+echo "quant correct f8e4m3 1x4096x4096: worst error 0.0100 of the tolerance (1e-3 sum|x w| + 8e-3 |y|, bf16 out): ok"
+echo "quant gemv f8e4m3 1x4096x4096: 10.00 us, 1730.0 GB/s of weights, 54.1% of the copy rate"
+echo "quant speedup 1x4096x4096 over bf16: q8_0 2.00x, q4_0 3.33x, f8e4m3 2.00x"
+echo "quant prefill 4096x4096x4096: f8e4m3 400.0 TFLOP/s, bf16 500.0 TFLOP/s: 0.80 of bf16 (f8e4m3: fp8 tensor cores through cuBLASLt)"
 exit 0
 fi
 if [ "$1" = -P ] && [ -n "${MOCK_CUDNN_REJECT:-}" ]; then
@@ -308,7 +311,9 @@ if [ $rc = 0 ] && grep -q '^VERDICT: PASS (18 checks)$' "$l" &&
     grep -q '^  PASS  quant  *test_quant equals the CPU kernels' "$l" &&
     grep -q '^  PASS  quant-gpu-vs-cpu  *LLaMA block, quantized weights, --gpus 0 vs --cpu 1: int8 x 8 tokens ok: 32 elements, bytes identical.*; q4 x 64 tokens ok' "$l" &&
     grep -q '^  GEMV 1x4096x4096 q4_0  *6.00 us, 1677.7 GB/s of weights, 52.4% of the copy rate$' "$l" &&
-    grep -q '^  GEMV 1x4096x4096 vs bf16  *q8_0 2.00x, q4_0 3.33x$' "$l" &&
+    grep -q '^  GEMV 1x4096x4096 vs bf16  *q8_0 2.00x, q4_0 3.33x, f8e4m3 2.00x$' "$l" &&
+    grep -q '^  GEMV 1x4096x4096 f8e4m3  *10.00 us, 1730.0 GB/s of weights' "$l" &&
+    grep -q '^  prefill GEMM 4096x4096x4096  *f8e4m3 400.0 TFLOP/s, bf16 500.0 TFLOP/s: 0.80 of bf16' "$l" &&
     grep -q '^  copy rate (quant)  *3200.0 GB/s' "$l" &&
     grep -q '^  PASS  decode-bf16  *8B-shaped decode step, bf16 weights, GQA 32/8, one GPU: 100.0 tokens/s (10.00 ms); HBM bound 213.2 tokens/s at 3200 GB/s of traffic: 47%$' "$l" &&
     grep -q '^  NOT MET  *decode-bf16  *46.9% of the HBM bound (>= 85%)' "$l" &&

@@ -1012,7 +1012,7 @@ static void test_errors(void **state)
     assert_int_equal(kn_cpu_run(&kk, &x, 1, &y, &err), EIN_EINVAL);
     /* a NULL block or invalid dtype */
     kn_block bad = x;
-    bad.dtype = (ein_dtype)7;
+    bad.dtype = (ein_dtype)EIN_DTYPE_COUNT;
     assert_int_equal(kn_cpu_softmax(0, &bad, &y, &err), EIN_EINVAL);
     assert_int_equal(kn_cpu_softmax(0, NULL, &y, &err), EIN_EINVAL);
 

@@ -1276,7 +1276,54 @@ static void test_graph_capture(void **state)
  * launches) and 64
  * (dequantised tiles + cuBLAS, several tiles from a small workspace);
  * k 1280 (16-byte aligned rows, a last partial pass) and 1088 (rows at
- * 2-byte alignment); n 101 (a partial thread block). */
+ * 2-byte alignment); n 101 (a partial thread block). f8e4m3 (issue 36) the
+ * same, k 1536 (12 blocks of 132 bytes: 16-byte aligned rows) and 1280
+ * (10: rows at 8-byte alignment, staged 2 bytes at a time): its weights
+ * convert exactly (every e4m3 value is an f16) and the activations stay
+ * in f32 on the GEMV, so its tolerance is the q8_0 one. Over 16 rows on
+ * sm_90+ the fp8 path (cuBLASLt) quantises the activations to e4m3 with a
+ * scale s = max|x| / 448 per 1x128 block: each x is then off by at most
+ * |x| / 16 (half a step of 3 mantissa bits) or, below e4m3's normal range,
+ * s * 2^-10 (half its subnormal step), so |y_gpu - y_cpu| <= sum_i |w_i|
+ * (|x_i| / 16 + s_i / 1024), plus out's rounding; f8_compare checks that
+ * bound (which the dequantised tiles, taken elsewhere, meet too). */
+static void f8_compare(const char *what, const hd *a, const uint8_t *wq, int64_t m, int64_t n,
+                       int64_t k, const hd *o)
+{
+    const size_t rb = (size_t)ein_dtype_bytes(EIN_F8E4M3, (uint64_t)k);
+    float *x = malloc(sizeof(float) * (size_t)(m * k)), *w = malloc(sizeof(float) * (size_t)k);
+    float *got = malloc(sizeof(float) * (size_t)(m * n)), *want = malloc(sizeof(float) * (size_t)(m * n));
+    double *bound = calloc((size_t)(m * n), sizeof(double));
+    void *raw = malloc((size_t)(m * n) * ein_dtype_size(o->h.dtype));
+    assert_true(x && w && got && want && bound && raw);
+    ein_dtype_to_f32(a->h.dtype, a->h.data, x, (size_t)(m * k));
+    for (int64_t j = 0; j < n; j++) {
+        ein_dtype_to_f32(EIN_F8E4M3, wq + (size_t)j * rb, w, (size_t)k);
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t b0 = 0; b0 < k; b0 += 128) {
+                double amax = 0, sw = 0, swx = 0;
+                for (int64_t i = b0; i < b0 + 128; i++) {
+                    amax = fmax(amax, fabs((double)x[r * k + i]));
+                    sw += fabs((double)w[i]);
+                    swx += fabs((double)w[i] * x[r * k + i]);
+                }
+                bound[r * n + j] += swx / 16 + sw * amax / 448 / 1024;
+            }
+    }
+    cuda_ok(cudaStreamSynchronize(stream), "sync");
+    cuda_ok(cudaMemcpy(raw, o->d.data, (size_t)(m * n) * ein_dtype_size(o->h.dtype),
+                       cudaMemcpyDeviceToHost), "download");
+    ein_dtype_to_f32(o->h.dtype, raw, got, (size_t)(m * n));
+    ein_dtype_to_f32(o->h.dtype, o->h.data, want, (size_t)(m * n));
+    for (int64_t i = 0; i < m * n; i++) {
+        const double tol = 1.01 * bound[i] + 2 * dt_tol(o->h.dtype) * (1.0 + fabs((double)want[i]));
+        if (!(fabs((double)got[i] - want[i]) <= tol))
+            fail_msg("%s: element %lld is %.8g on the GPU, %.8g on the CPU (fp8 bound %.3g)",
+                     what, (long long)i, got[i], want[i], tol);
+    }
+    free(x), free(w), free(got), free(want), free(bound), free(raw);
+}
+/* One product of test_quant (below) against the CPU kernel. */
 static void quant_case(kn_cuda_ctx *ctx, ein_dtype qt, ein_dtype adt, ein_dtype odt, int64_t m,
                        int64_t n, int64_t k, int nan_row)
 {
@@ -1321,7 +1368,9 @@ static void quant_case(kn_cuda_ctx *ctx, ein_dtype qt, ein_dtype adt, ein_dtype 
     char what[96];
     snprintf(what, sizeof what, "cuda %s einsum, a %s, %lld x %lld x %lld", ein_dtype_name(qt),
              ein_dtype_name(adt), (long long)m, (long long)n, (long long)k);
-    if (nan_row < 0) {
+    if (nan_row < 0 && qt == EIN_F8E4M3 && m > 16) {
+        f8_compare(what, &a, wq, m, n, k, &o);
+    } else if (nan_row < 0) {
         /* the GPU's 16-bit dequantised tiles (m > 16) round the weights */
         double tol = 2 * dt_tol(odt) + (m > 16 && adt != EIN_F32 ? dt_tol(adt) : 0.0);
         hd_compare(what, &o, tol);
@@ -1369,6 +1418,18 @@ static void test_quant(void **state)
                         quant_case(rows[ri] > 16 ? small : ctx, qs[qi], adt, EIN_F32, rows[ri],
                                    101, ks[ki], -1);
                 }
+    const int64_t k8[2] = {1536, 1280};
+    for (int di = 0; di < 3; di++)
+        for (int ri = 0; ri < 5; ri++)
+            for (int ki = 0; ki < 2; ki++) {
+                ein_dtype adt = dts[di];
+                quant_case(ctx, EIN_F8E4M3, adt, adt, rows[ri], 101, k8[ki], -1);
+                if (ki == 0)
+                    quant_case(rows[ri] > 16 ? small : ctx, EIN_F8E4M3, adt, EIN_F32, rows[ri],
+                               101, k8[ki], -1);
+            }
+    quant_case(ctx, EIN_F8E4M3, EIN_F32, EIN_F32, 2, 101, 1536, 1);
+    quant_case(ctx, EIN_F8E4M3, EIN_BF16, EIN_BF16, 64, 101, 1280, 5);
     /* GEMV: out in a third dtype; NaN propagation on both paths */
     quant_case(ctx, EIN_Q4_0, EIN_BF16, EIN_F16, 7, 101, 1280, -1);
     for (int qi = 0; qi < 2; qi++) {

@@ -3,8 +3,9 @@
  * which path a shape takes (GEMV up to 16 rows, 8 a launch, dequantised tiles +
  * cuBLAS above), the tile size from the scratch, and every refusal by
  * name (another einsum form, non-float a or out, boxes that disagree or
- * leave the 32-element blocks, out in a third dtype on the cuBLAS path,
- * no scratch). The kernels themselves are compared with the CPU kernels
+ * leave the 32-element blocks (128 for f8e4m3), out in a third dtype on
+ * the cuBLAS path, no scratch); f8e4m3's plans and the reason its dequant
+ * path records. The kernels themselves are compared with the CPU kernels
  * in tests/kernels/test_kn_cuda (GPU only). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -68,6 +69,59 @@ static void test_paths(void **state)
         assert_int_equal(plan2(64, 40, 64, EIN_F16, q[t], EIN_F16, 32u << 20, &p, &err), 0);
         assert_int_equal(p.tile_rows, 40);
     }
+    /* f8e4m3: blocks of 128 (132 bytes), the same paths; the dequant one
+     * says why it is not fp8 tensor cores */
+    for (int r = 0; r < 6; r++) {
+        assert_int_equal(plan2(rows[r], 4096, 4096, EIN_BF16, EIN_F8E4M3, EIN_F32, 0, &p, &err),
+                         0);
+        assert_int_equal(p.path, KN_QMM_GEMV);
+        assert_int_equal(p.rows, want_rows[r]);
+        assert_int_equal(p.launches, want_launches[r]);
+        assert_int_equal(p.ldb, 32 * 132);
+        assert_string_equal(p.why, "");
+        kn_qmm_plan_fp8(&p, 90, 130100, 32u << 20);   /* the GEMV stays */
+        assert_int_equal(p.path, KN_QMM_GEMV);
+    }
+    assert_int_equal(plan2(4096, 4096, 4096, EIN_BF16, EIN_F8E4M3, EIN_BF16, 32u << 20, &p, &err),
+                     0);
+    assert_int_equal(p.path, KN_QMM_DEQUANT);
+    assert_int_equal(p.tile_rows, 4096);
+    assert_non_null(strstr(p.why, "not asked for"));
+    /* the fp8 path: sm_90+, cuBLASLt 12.9+, a tile in the scratch */
+    kn_qmm_plan f = p;
+    kn_qmm_plan_fp8(&f, 80, 130100, 32u << 20);
+    assert_int_equal(f.path, KN_QMM_DEQUANT);
+    assert_non_null(strstr(f.why, "need sm_90 or newer; this is sm_80"));
+    f = p;
+    kn_qmm_plan_fp8(&f, 90, 120805, 32u << 20);
+    assert_int_equal(f.path, KN_QMM_DEQUANT);
+    assert_non_null(strstr(f.why, "cuBLASLt 12.9 or newer; this is 120805"));
+    f = p;
+    kn_qmm_plan_fp8(&f, 90, 0, 32u << 20);
+    assert_non_null(strstr(f.why, "built without cuBLASLt"));
+    f = p;
+    kn_qmm_plan_fp8(&f, 90, 120900, 32u << 20);   /* 4096 + 4096 rows of 4224 bytes: tiles */
+    assert_int_equal(f.path, KN_QMM_FP8);
+    assert_string_equal(f.why, "");
+    assert_int_equal(f.fp8_n_rows, 3968);          /* (16 MiB - 1 KiB) / 4224 = 3971, whole 128s */
+    assert_int_equal(f.fp8_m_rows, 3968);
+    assert_true(kn_qmm_fp8_bytes(f.fp8_m_rows, f.fp8_n_rows, 4096) <= 32u << 20);
+    f = p;
+    kn_qmm_plan_fp8(&f, 100, 130100, 100u << 10); /* 16 + 16 rows need 132 KiB */
+    assert_int_equal(f.path, KN_QMM_DEQUANT);
+    assert_non_null(strstr(f.why, "holds no tile of 16 rows"));
+    /* small: all of m and n in one tile */
+    assert_int_equal(plan2(64, 40, 256, EIN_F16, EIN_F8E4M3, EIN_F32, 32u << 20, &p, &err), 0);
+    kn_qmm_plan_fp8(&p, 90, 120900, 32u << 20);
+    assert_int_equal(p.path, KN_QMM_FP8);
+    assert_int_equal(p.fp8_m_rows, 64);
+    assert_int_equal(p.fp8_n_rows, 40);
+    assert_int_equal(kn_qmm_fp8_bytes(64, 40, 256), 16384 + 512 + 10240 + 512);
+    /* other dtypes are left alone */
+    assert_int_equal(plan2(17, 64, 64, EIN_F32, EIN_Q8_0, EIN_F32, 1u << 20, &p, &err), 0);
+    kn_qmm_plan_fp8(&p, 90, 130100, 1u << 20);
+    assert_int_equal(p.path, KN_QMM_DEQUANT);
+    assert_string_equal(p.why, "");
     /* nothing to do: path 0 (k == 0: the caller writes zeros) */
     assert_int_equal(plan2(3, 8, 0, EIN_F32, EIN_Q8_0, EIN_F32, 0, &p, &err), 0);
     assert_int_equal(p.path, 0);
@@ -128,6 +182,11 @@ static void test_refusals(void **state)
     kn_block b2 = blk(EIN_Q4_0, 2, (int64_t[]){0, 16}, (int64_t[]){64, 48});
     refused(kn_qmm_plan_make("ti,oi->to", &a2, &b2, &o, 0, &p, &err), EIN_ESHAPE, &err,
             "32-element q4_0 blocks");
+    /* on 32-element blocks but not f8e4m3's 128 */
+    kn_block a5 = blk(EIN_F32, 2, (int64_t[]){0, 32}, (int64_t[]){4, 160});
+    kn_block b5 = blk(EIN_F8E4M3, 2, (int64_t[]){0, 32}, (int64_t[]){64, 160});
+    refused(kn_qmm_plan_make("ti,oi->to", &a5, &b5, &o, 0, &p, &err), EIN_ESHAPE, &err,
+            "128-element f8e4m3 blocks");
     kn_block o3 = blk(EIN_F32, 2, (int64_t[]){0, 0}, (int64_t[]){4, 32});
     refused(kn_qmm_plan_make("ti,oi->to", &a, &b, &o3, 0, &p, &err), EIN_ESHAPE, &err,
             "disagree on k or n");

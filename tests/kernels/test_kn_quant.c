@@ -1,4 +1,5 @@
-/* tests/kernels/test_kn_quant.c — quantized weights (q8_0, q4_0; issue 36):
+/* tests/kernels/test_kn_quant.c — quantized weights (q8_0, q4_0, f8e4m3;
+ * issue 36):
  * the einsum kernel reading them against a double reference on weights
  * dequantised by an independent decoder of ggml's block layouts, on the
  * AVX2 path (where the CPU has it) and the portable one, for 1 to 40 rows
@@ -8,7 +9,10 @@
  * The AVX2 path rounds the activations per block of 32 to int16 for q8_0
  * (scale max|x| / 32767) and to int8 for q4_0 (max|x| / 127,
  * kernels/cpu/kn_quant.c); the tolerance adds that rounding's bound
- * (act_levels below). */
+ * (act_levels below). f8e4m3 (an f32 scale and 128 OCP e4m3fn bytes per
+ * block): its codes against the format's formula, exhaustively; rounding
+ * from f32 against a brute-force nearest-code search; its products (f32
+ * activations on both paths) against the same double reference. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -367,6 +371,302 @@ static void test_strided(void **state)
         }
 }
 
+/* ---- f8e4m3 ------------------------------------------------------------ */
+
+/* An OCP e4m3fn code's value from the format's definition (bias 7, 3
+ * mantissa bits, exponent field 0 subnormal, S.1111.111 NaN, no infinity). */
+static double e4m3_ref(unsigned b)
+{
+    const int e = (int)(b >> 3 & 15), m = (int)(b & 7);
+    if (e == 15 && m == 7)
+        return NAN;
+    const double v = e == 0 ? m / 8.0 * ldexp(1.0, -6) : (1.0 + m / 8.0) * ldexp(1.0, e - 7);
+    return b & 0x80 ? -v : v;
+}
+
+/* The e4m3fn code nearest v (ties to the even code, whose mantissa's last
+ * bit is 0), by search over every finite code; finite values past 448
+ * saturate, NaN and inf give the NaN code of their sign. */
+static unsigned e4m3_nearest(double v)
+{
+    if (isnan(v) || isinf(v))
+        return signbit(v) ? 0xff : 0x7f;
+    unsigned best = 0;
+    double bd = INFINITY;
+    for (unsigned c = 0; c < 256; c++) {
+        const double r = e4m3_ref(c);
+        if (isnan(r) || !signbit(r) != !signbit(v))
+            continue;
+        const double d = fabs(r - v);
+        if (d < bd || (d == bd && !(c & 1))) {
+            bd = d;
+            best = c;
+        }
+    }
+    return best;
+}
+
+static void test_f8_codes(void **state)
+{
+    (void)state;
+    /* every code to f32 */
+    for (unsigned c = 0; c < 256; c++) {
+        const double want = e4m3_ref(c);
+        const float got = ein_e4m3_to_f32((uint8_t)c);
+        if (isnan(want) ? !isnan(got) : !((double)got == want && !signbit(got) == !signbit(want)))
+            fail_msg("e4m3 code 0x%02x: got %g want %g", c, (double)got, want);
+    }
+    assert_true(e4m3_ref(0x7e) == 448.0 && e4m3_ref(0x01) == ldexp(1.0, -9));
+    /* every finite code's value, the midpoints between neighbours and a
+     * hair either side of them, values past 448, and random ones */
+    for (unsigned c = 0; c < 0x7e; c++)
+        for (int sgn = 0; sgn < 2; sgn++) {
+            const double lo = e4m3_ref(c), hi = e4m3_ref(c + 1), mid = (lo + hi) / 2;
+            const double vs[5] = {lo, mid, nextafter(mid, 0), nextafter(mid, 1000), hi};
+            for (int i = 0; i < 5; i++) {
+                const float f = (float)(sgn ? -vs[i] : vs[i]);   /* all exact in f32 */
+                const unsigned want = e4m3_nearest((double)f), got = ein_f32_to_e4m3(f);
+                if (got != want)
+                    fail_msg("e4m3 of %.9g: got 0x%02x want 0x%02x", (double)f, got, want);
+            }
+        }
+    const float big[6] = {448.0f, 449.0f, 464.0f, 1e6f, 3.4e38f, 1e-30f};
+    for (int i = 0; i < 6; i++)
+        for (int sgn = 0; sgn < 2; sgn++) {
+            const float f = sgn ? -big[i] : big[i];
+            assert_int_equal(ein_f32_to_e4m3(f), e4m3_nearest((double)f));
+        }
+    assert_int_equal(ein_f32_to_e4m3(NAN), 0x7f);
+    assert_int_equal(ein_f32_to_e4m3(-INFINITY), 0xff);
+    assert_int_equal(ein_f32_to_e4m3(-0.0f), 0x80);
+    for (int i = 0; i < 20000; i++) {
+        const float f = rnd_unit() * (i % 3 == 0 ? 500.0f : i % 3 == 1 ? 1.0f : 0.02f);
+        const unsigned want = e4m3_nearest((double)f), got = ein_f32_to_e4m3(f);
+        if (got != want)
+            fail_msg("e4m3 of %.9g: got 0x%02x want 0x%02x", (double)f, got, want);
+    }
+}
+
+/* Blocks: the f32 scale first (little endian) and max|x| / 448, the bytes
+ * each x / scale rounded as above; zeros; NaN and inf; the byte counts;
+ * the unit box on 128-element blocks. */
+static void test_f8_blocks(void **state)
+{
+    (void)state;
+    enum { K = 384 };
+    float x[K], y[K];
+    uint8_t q[3 * 132];
+    for (int i = 0; i < K; i++)
+        x[i] = rnd_unit() * (float)(1 + i / 128 * 100);
+    x[5] = 0.0f;
+    x[130] = -250.0f;   /* block 1's largest magnitude, negative */
+    x[131] = 1e-6f;     /* a subnormal code */
+    assert_int_equal(ein_dtype_bytes(EIN_F8E4M3, K), 3 * 132);
+    assert_int_equal(ein_dtype_block(EIN_F8E4M3), 128);
+    assert_true(ein_dtype_is_block(EIN_F8E4M3) && !ein_dtype_is_float(EIN_F8E4M3));
+    assert_true(ein_dtype_kernel_ok(EIN_F8E4M3, EIN_KERNEL_EINSUM));
+    assert_false(ein_dtype_kernel_ok(EIN_F8E4M3, EIN_KERNEL_SLICE));
+    ein_dtype t;
+    assert_int_equal(ein_dtype_parse("f8e4m3", 6, &t), 0);
+    assert_int_equal(t, EIN_F8E4M3);
+    ein_dtype_from_f32(EIN_F8E4M3, x, q, K);
+    ein_dtype_to_f32(EIN_F8E4M3, q, y, K);
+    for (int b = 0; b < 3; b++) {
+        float amax = 0.0f, s;
+        for (int j = 0; j < 128; j++)
+            amax = fmaxf(amax, fabsf(x[b * 128 + j]));
+        const uint8_t *p = q + b * 132;
+        const uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                           (uint32_t)p[3] << 24;
+        memcpy(&s, &u, 4);
+        assert_true(s == amax / 448.0f);
+        for (int j = 0; j < 128; j++) {
+            const unsigned want = e4m3_nearest((double)(x[b * 128 + j] / s));
+            if (p[4 + j] != want)
+                fail_msg("block %d element %d: code 0x%02x want 0x%02x", b, j, p[4 + j], want);
+            const double v = (double)s * e4m3_ref(p[4 + j]);
+            if (!((double)y[b * 128 + j] == (double)(float)v))
+                fail_msg("block %d element %d: to f32 %g want %g", b, j, (double)y[b * 128 + j], v);
+            /* half a step of the code's binade at most (3 mantissa bits) */
+            const double e = fabs(v - (double)x[b * 128 + j]);
+            if (!(e <= fabs((double)x[b * 128 + j]) / 16 + (double)s * ldexp(1.0, -10)))
+                fail_msg("block %d element %d: error %g", b, j, e);
+        }
+        assert_int_equal(p[4 + (b == 1 ? 2 : 0)] & 0x7f, b == 1 ? 0x7e : p[4] & 0x7f);
+    }
+    /* an all-zero block: scale 0, zero codes; NaN and inf elements: the
+     * NaN code of their sign, the scale from the finite rest */
+    float z[128] = {0}, zy[128];
+    uint8_t zq[132];
+    memset(zq, 0xAA, sizeof zq);
+    ein_dtype_from_f32(EIN_F8E4M3, z, zq, 128);
+    for (int i = 0; i < 132; i++)
+        assert_int_equal(zq[i], 0);
+    z[3] = NAN;
+    z[4] = -INFINITY;
+    z[5] = 2.0f;
+    ein_dtype_from_f32(EIN_F8E4M3, z, zq, 128);
+    assert_int_equal(zq[4 + 3], 0x7f);
+    assert_int_equal(zq[4 + 4], 0xff);
+    assert_int_equal(zq[4 + 5], 0x7e);
+    ein_dtype_to_f32(EIN_F8E4M3, zq, zy, 128);
+    assert_true(isnan(zy[3]) && isnan(zy[4]) && zy[5] == 2.0f && zy[6] == 0.0f);
+    /* unit boxes on blocks of 128 */
+    ein_box b = {.rank = 2, .lo = {0, 128}, .hi = {4, 384}}, u;
+    assert_int_equal(ein_dtype_unit_box(EIN_F8E4M3, &b, &u), 132);
+    assert_int_equal(u.lo[1], 1);
+    assert_int_equal(u.hi[1], 3);
+    b.lo[1] = 32;
+    assert_int_equal(ein_dtype_unit_box(EIN_F8E4M3, &b, &u), 0);
+    assert_false(ein_dtype_box_ok(EIN_F8E4M3, &b));
+}
+
+/* The double reference of one f8e4m3 output from the bytes by the formula. */
+static double f8_dot(const uint8_t *row, const float *x, int64_t k, double *mag)
+{
+    double s = 0;
+    *mag = 0;
+    for (int64_t i = 0; i < k; i++) {
+        const uint8_t *p = row + (i / 128) * 132;
+        float sc;
+        memcpy(&sc, p, 4);
+        const double v = (double)sc * e4m3_ref(p[4 + i % 128]) * (double)x[i];
+        s += v;
+        *mag += fabs(v);
+    }
+    return s;
+}
+
+/* Products on both paths: 1 (four weight rows per pass and the rows left
+ * over) to 16 rows streamed, 40 through a dequantised tile and sgemm;
+ * activations stay f32, so only the f32 sums' rounding is allowed. */
+static void check_f8(int64_t m, int64_t n, int64_t k, int portable)
+{
+    float *x = malloc(sizeof(float) * (size_t)(m * k)), *w = malloc(sizeof(float) * (size_t)k);
+    float *y = malloc(sizeof(float) * (size_t)(m * n));
+    const size_t rb = (size_t)ein_dtype_bytes(EIN_F8E4M3, (uint64_t)k);
+    uint8_t *q = malloc(rb * (size_t)n);
+    for (int64_t i = 0; i < m * k; i++)
+        x[i] = rnd_unit();
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t i = 0; i < k; i++)   /* subnormal codes too: small weights */
+            w[i] = rnd_unit() * (i % 7 == 0 ? 3.0f : i % 5 == 0 ? 0.001f : 1.0f);
+        ein_dtype_from_f32(EIN_F8E4M3, w, q + (size_t)j * rb, (size_t)k);
+    }
+    kn_block a = {.data = x, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {m, k}}};
+    kn_block b = {.data = q, .dtype = EIN_F8E4M3, .box = {.rank = 2, .lo = {0, 0}, .hi = {n, k}}};
+    kn_block o = {.data = y, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {m, n}}};
+    ein_error err = {0};
+    kn_stream_force_portable(portable);
+    assert_int_equal(kn_cpu_einsum("ij,kj->ik", &a, &b, &o, &err), 0);
+    kn_stream_force_portable(0);
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < n; j++) {
+            double mag;
+            const double s = f8_dot(q + (size_t)j * rb, x + r * k, k, &mag);
+            if (!(fabs(s - (double)y[r * n + j]) <= 1e-5 * mag + 1e-6))
+                fail_msg("f8e4m3 m=%lld row %lld col %lld: got %g want %g (portable %d)",
+                         (long long)m, (long long)r, (long long)j, (double)y[r * n + j], s,
+                         portable);
+        }
+    free(x);
+    free(w);
+    free(y);
+    free(q);
+}
+
+static void test_f8_products(void **state)
+{
+    (void)state;
+    const int64_t ms[5] = {1, 2, 5, 16, 40};
+    for (int b = 0; b < 5; b++)
+        for (int p = 0; p < 2; p++)
+            check_f8(ms[b], 70, 384, p);
+    check_f8(1, 3, 128, 0);
+}
+
+/* Extremes (every code +-448 and the smallest subnormal, scale 2^-3,
+ * exact in f32), a NaN code in one weight row (that column NaN, the
+ * others exact, on both paths: the AVX2 loops find it and redo the
+ * rows), a NaN activation, and rows longer than the k read (ldb 2k). */
+static void test_f8_edges(void **state)
+{
+    (void)state;
+    enum { N = 9, K = 256 };
+    const size_t rb = 2 * 132;
+    uint8_t q[N * 2 * 132];
+    float x[3 * K], y[3 * N];
+    for (int64_t m = 1; m <= 3; m += 2)
+        for (int p = 0; p < 2; p++)
+            for (int bad = 0; bad < 3; bad++) {
+                for (int64_t j = 0; j < N; j++)
+                    for (int blk = 0; blk < 2; blk++) {
+                        uint8_t *b = q + (size_t)j * rb + (size_t)blk * 132;
+                        const float s = 0.125f;
+                        memcpy(b, &s, 4);
+                        memset(b + 4, j % 3 == 0 ? 0x7e : j % 3 == 1 ? 0xfe : 0x01, 128);
+                    }
+                if (bad == 1)
+                    q[4 * rb + 132 + 4 + 77] = 0xff;   /* a NaN code in weight row 4 */
+                for (int64_t i = 0; i < m * K; i++)
+                    x[i] = (float)((i * 37) % 11) - 5.0f;
+                if (bad == 2)
+                    x[(m - 1) * K + 9] = NAN;
+                kn_block ab = {.data = x, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {m, K}}};
+                kn_block b2 = {.data = q, .dtype = EIN_F8E4M3, .box = {.rank = 2, .lo = {0, 0}, .hi = {N, K}}};
+                kn_block ob = {.data = y, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {m, N}}};
+                ein_error err = {0};
+                kn_stream_force_portable(p);
+                assert_int_equal(kn_cpu_einsum("ij,kj->ik", &ab, &b2, &ob, &err), 0);
+                kn_stream_force_portable(0);
+                for (int64_t r = 0; r < m; r++)
+                    for (int64_t j = 0; j < N; j++) {
+                        const double got = (double)y[r * N + j];
+                        if ((bad == 1 && j == 4) || (bad == 2 && r == m - 1)) {
+                            if (!isnan(got))
+                                fail_msg("m=%lld portable %d: [%lld, %lld] is %g, not NaN",
+                                         (long long)m, p, (long long)r, (long long)j, got);
+                            continue;
+                        }
+                        const double w = 0.125 * (j % 3 == 0 ? 448.0 : j % 3 == 1 ? -448.0 : ldexp(1.0, -9));
+                        double s = 0;
+                        for (int i = 0; i < K; i++)
+                            s += w * (double)x[r * K + i];
+                        if (!(got == s))
+                            fail_msg("m=%lld portable %d: [%lld, %lld] is %g, want %g exactly",
+                                     (long long)m, p, (long long)r, (long long)j, got, s);
+                    }
+            }
+    /* strided rows: the first half of rows of 2k */
+    for (int64_t m = 1; m <= 3; m += 2) {
+        enum { K2 = 128 };
+        float w[2 * K2];
+        for (int64_t j = 0; j < N; j++) {
+            for (int i = 0; i < 2 * K2; i++)
+                w[i] = rnd_unit();
+            ein_dtype_from_f32(EIN_F8E4M3, w, q + (size_t)j * rb, 2 * K2);
+        }
+        for (int64_t i = 0; i < m * K2; i++)
+            x[i] = rnd_unit();
+        kn_stream_mm_q(m, N, K2, x, K2, q, EIN_F8E4M3, (int64_t)rb, y, N);
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t j = 0; j < N; j++) {
+                double mag;
+                const double s = f8_dot(q + (size_t)j * rb, x + r * K2, K2, &mag);
+                if (!(fabs(s - (double)y[r * N + j]) <= 1e-5 * mag + 1e-6))
+                    fail_msg("strided m=%lld [%lld, %lld]: got %g want %g", (long long)m,
+                             (long long)r, (long long)j, (double)y[r * N + j], s);
+            }
+    }
+    /* a k interval off the 128-element blocks (on 32-element ones) */
+    kn_block a3 = {.data = x, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 32}, .hi = {1, 160}}};
+    kn_block b3 = {.data = q, .dtype = EIN_F8E4M3, .box = {.rank = 2, .lo = {0, 32}, .hi = {2, 160}}};
+    kn_block o3 = {.data = y, .dtype = EIN_F32, .box = {.rank = 2, .lo = {0, 0}, .hi = {1, 2}}};
+    ein_error err = {0};
+    assert_int_equal(kn_cpu_einsum("ij,kj->ik", &a3, &b3, &o3, &err), EIN_ESHAPE);
+    assert_non_null(strstr(err.msg, "128-element f8e4m3 blocks"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -376,6 +676,10 @@ int main(void)
         cmocka_unit_test(test_strided),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_f8_codes),
+        cmocka_unit_test(test_f8_blocks),
+        cmocka_unit_test(test_f8_products),
+        cmocka_unit_test(test_f8_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

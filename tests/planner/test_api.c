@@ -73,11 +73,14 @@ static void test_tables(void **state)
         assert_int_equal(ein_dtype_row(i, &d), 0);
         assert_string_equal(d.name, ein_dtype_name((ein_dtype)i));
         assert_int_equal(d.size, ein_dtype_size((ein_dtype)i));
-        assert_int_equal(ein_dtype_bytes((ein_dtype)i, 64), 64 / d.block * d.block_bytes);
+        assert_int_equal(ein_dtype_bytes((ein_dtype)i, 256), 256 / d.block * d.block_bytes);
     }
     assert_int_equal(ein_dtype_row(EIN_Q4_0, &d), 0);
     assert_int_equal(d.block, 32); /* ggml's block_q4_0: f16 scale, 16 bytes of nibbles */
     assert_int_equal(d.block_bytes, 2 + 16);
+    assert_int_equal(ein_dtype_row(EIN_F8E4M3, &d), 0);
+    assert_int_equal(d.block, 128); /* f32 scale, 128 e4m3 bytes */
+    assert_int_equal(d.block_bytes, 4 + 128);
     assert_int_equal(ein_dtype_row(-1, &d), EIN_EINVAL);
     assert_int_equal(ein_dtype_row(ein_dtype_count(), &d), EIN_EINVAL);
     assert_int_equal(ein_dtype_row(0, NULL), EIN_EINVAL);

@@ -7,7 +7,7 @@ EINGEN=./eingen
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 . "$src/tests/tap.sh" # ok, not_ok, check
-echo "1..20"
+echo "1..22"
 
 check "text plan of the FFN" sh -c "$EINPLAN --devices 4 $src/examples/ffn.ein | grep -q 'total cost'"
 check "json has total_cost, ops, split, cost" sh -c "$EINPLAN --devices 8 --json $src/examples/llama_1x128k.ein > $tmp/p.json && grep -q '\"total_cost\"' $tmp/p.json && grep -q '\"name\": \"att\", \"op\": \"attention\", \"line\": [0-9]*, \"split\": {\"heads_kv\": 8, \"tokens\": 1, \"q_blocks\": 1, \"k_blocks\": 1}' $tmp/p.json && grep -q '\"repartition\"' $tmp/p.json"
@@ -31,5 +31,7 @@ check "eingen llama --scale is a small LLaMA that plans" sh -c "$EINGEN llama --
 check "eingen llama --hf: [out, in] weights, rope style=half, plans" sh -c "$EINGEN llama --seqs 1 --tokens 1024 --hf > $tmp/hf.ein && grep -q '^input wk\\[d_kv, d_model\\]' $tmp/hf.ein && grep -q 'style=half' $tmp/hf.ein && grep -q \"q = einsum(.ij,kj->ik., xn, wq)\" $tmp/hf.ein && $EINPLAN --devices 8 $tmp/hf.ein > /dev/null"
 check "eingen bad --scale and mixed sizes exit 2" sh -c "$EINGEN chain A --scale 2 2> $tmp/e; test \$? -eq 2 && grep -q 'expected a factor' $tmp/e && $EINGEN llama --seqs 1 --tokens 8 --scale 0.5 --heads 4 2> $tmp/e; test \$? -eq 2"
 check "eingen llama --quantization int8: q8_0 weights [out, in], plans on 4" sh -c "$EINGEN llama --seqs 1 --tokens 8 --scale 0.0625 --quantization int8 > $tmp/q.ein && grep -q '^input w1\\[d_ff, d_model\\] q8_0' $tmp/q.ein && grep -q '^input attn_norm\\[d_model\\]$' $tmp/q.ein && $EINPLAN --devices 4 $tmp/q.ein > /dev/null"
+check "eingen llama --quantization fp8: f8e4m3 weights [out, in], plans on 2" sh -c "$EINGEN llama --seqs 1 --tokens 8 --scale 0.0625 --quantization fp8 > $tmp/f8.ein && grep -q '^input w2\\[d_model, d_ff\\] f8e4m3' $tmp/f8.ein && grep -q 'quantization fp8' $tmp/f8.ein && $EINPLAN --devices 2 $tmp/f8.ein > /dev/null"
+check "eingen --quantization fp8 with d_ff 448: einplan names w2 and its 128-element blocks" sh -c "$EINGEN llama --seqs 1 --tokens 8 --scale 0.03125 --quantization fp8 > $tmp/f8b.ein && ! $EINPLAN --devices 2 $tmp/f8b.ein > /dev/null 2> $tmp/f8e && grep -q 'w2.*f8e4m3 needs a last dim that is a multiple of 128' $tmp/f8e"
 check "eingen --quantization int4 and chain --quantization exit 2" sh -c "$EINGEN llama --seqs 1 --tokens 8 --quantization int4 2> $tmp/e; test \$? -eq 2 && grep -q 'expected int8' $tmp/e && $EINGEN chain A --quantization q4 2> /dev/null; test \$? -eq 2"
 test $fails -eq 0

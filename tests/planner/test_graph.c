@@ -120,7 +120,8 @@ static void test_input_errors(void **state)
                 EIN_ESHAPE, "expected 1 to 2^40");
     EXPECT_FAIL(g, pl_graph_add_input(g, "v", EIN_F32, 2, ((int64_t[]){PL_DIM_MAX, PL_DIM_MAX}), err),
                 EIN_ESHAPE, "more than 2^63-1 elements");
-    EXPECT_FAIL(g, pl_graph_add_input(g, "d", (ein_dtype)7, 1, s, err), EIN_EINVAL, "invalid dtype");
+    EXPECT_FAIL(g, pl_graph_add_input(g, "d", (ein_dtype)EIN_DTYPE_COUNT, 1, s, err), EIN_EINVAL,
+                "invalid dtype");
     /* A failed add does not reserve the name. */
     ein_error e = {0};
     assert_int_equal(pl_graph_add_input(g, "z", EIN_F32, 1, s, &e), 1);

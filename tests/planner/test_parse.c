@@ -471,7 +471,7 @@ static const bad_case bad[] = {
     {"dim_as_tensor", "dims n=4\ninput x[n]\ny = relu(n)\nsave y\n", 0, EIN_EPARSE, "3:10",
      "'n' is a dim, not a tensor"},
     {"bad_dtype", "dtype f64\ninput x[4]\nsave x\n", 0, EIN_EPARSE, "1:7",
-     "unknown dtype 'f64'; expected f32, f16, bf16, i32, i64, q8_0 or q4_0"},
+     "unknown dtype 'f64'; expected f32, f16, bf16, i32, i64, q8_0, q4_0 or f8e4m3"},
     /* quantized weights (issue 36): per input only, [out, in], products only */
     {"dtype_q8_0", "dtype q8_0\ninput x[4]\nsave x\n", 0, EIN_EPARSE, "1:7",
      "dtype q8_0 is for weights only"},
@@ -481,6 +481,8 @@ static const bad_case bad[] = {
      "w is q4_0; quantized weights can only be multiplied"},
     {"q8_0_odd", "input w[2, 48] q8_0\nsave w\n", 0, EIN_ESHAPE, "1:7",
      "needs a last dim that is a multiple of 32"},
+    {"f8e4m3_odd", "input w[2, 96] f8e4m3\nsave w\n", 0, EIN_ESHAPE, "1:7",
+     "needs a last dim that is a multiple of 128"},
     {"q8_0_save", "input w[2, 32] q8_0\nsave w\n", 0, EIN_EPARSE, "2:6",
      "quantized weights are inputs only"},
     {"dtype_no_value", "dtype\ninput x[4]\nsave x\n", 0, EIN_EPARSE, "1:6",

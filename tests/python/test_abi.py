@@ -90,7 +90,7 @@ def test_dtype_table_is_the_libraries_and_python_uses_it():
     from einsummable import _dtypes
     rows = _dtype_rows()
     names = [r.name.decode() for r in rows]
-    assert names == ["f32", "f16", "bf16", "i32", "i64", "q8_0", "q4_0"]
+    assert names == ["f32", "f16", "bf16", "i32", "i64", "q8_0", "q4_0", "f8e4m3"]
     size = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i64": 8}
     for r in rows:
         n = r.name.decode()
@@ -99,11 +99,13 @@ def test_dtype_table_is_the_libraries_and_python_uses_it():
             assert numpy.dtype(r.npy.decode()).itemsize == size[n], n
             assert r.is_float == (n in ("f32", "f16", "bf16")), n
         else:
-            assert (r.size, r.block, r.npy, r.st, r.is_float) == (0, 32, None, None, 0), n
+            assert (r.size, r.npy, r.st, r.is_float) == (0, None, None, 0), n
+            assert r.block == (128 if n == "f8e4m3" else 32), n
     assert rows[5].block_bytes == 2 + 32 and rows[6].block_bytes == 2 + 16
+    assert rows[7].block_bytes == 4 + 128   # f8e4m3: f32 scale, 128 e4m3 bytes
     assert list(_dtypes._DTYPES) == names
     assert [c for c, _ in _dtypes._DTYPES.values()] == list(range(len(rows)))
-    assert _dtypes._BLOCK_BYTES == {"q8_0": 34, "q4_0": 18}
+    assert _dtypes._BLOCK_BYTES == {"q8_0": 34, "q4_0": 18, "f8e4m3": 132}
     assert _dtypes._DTYPES["bf16"][1] == numpy.uint16  # raw bits: NumPy has no bf16
     assert _dtypes._DTYPES["q4_0"][1] == numpy.uint8
     assert _dtypes._DTYPES["i64"][1] == numpy.int64
