@@ -113,8 +113,14 @@ void ein_fifo_free(ein_fifo *f)
 int ein_fifo_open_writer(const char *path, int *fd, ein_error *err)
 {
     *fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    if (*fd >= 0)
-        return 0;
+    if (*fd >= 0) {
+        struct stat st;
+        if (fstat(*fd, &st) == 0 && S_ISFIFO(st.st_mode))
+            return 0;
+        close(*fd);
+        *fd = -1;
+        return ein_fail(err, EIN_EINVAL, "%s is not a FIFO", path);
+    }
     if (errno == ENOENT || errno == ENXIO)
         return 1; /* the reader is gone (or never came) */
     return ein_fail(err, EIN_EIO, "open %s for writing: %s", path, strerror(errno));

@@ -58,7 +58,7 @@ void ein_fifo_free(ein_fifo *f);
 
 /* Open the FIFO `path` for writing (non-blocking): 0 with *fd, 1 when no
  * reader holds it (ENOENT, ENXIO: the reader is gone or never came), or a
- * negative code. */
+ * negative code (EIN_EINVAL when path is something else than a FIFO). */
 int ein_fifo_open_writer(const char *path, int *fd, ein_error *err);
 /* Write `len` bytes (1..EIN_FIFO_MSG_MAX) as one record on a writer's fd:
  * 0 written, 1 the reader is gone (EPIPE: the caller closes fd), 2 the pipe

@@ -7,7 +7,8 @@
  *   and decodes to the same fields;
  * - a START longer than one record is not written (2), and a reader that
  *   is gone is told (1) with the descriptor closed and set to -2;
- * - a writer finds no reader (1) where no FIFO was made. */
+ * - a writer finds no reader (1) where no FIFO was made, and a path that
+ *   is a plain file is refused by name. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -88,6 +89,18 @@ static void test_message(void **state)
     assert_int_equal(ein_fifo_write_msg(&fd, &big, &err), 2);
     assert_int_equal(ein_fifo_next(f, &p, &n, &err), 0);
     assert_true(fd >= 0);
+
+    /* a file that is not a FIFO: refused by name, nothing written */
+    char plain[160];
+    snprintf(plain, sizeof plain, "%s/plain", dir);
+    FILE *pf = fopen(plain, "w");
+    assert_non_null(pf);
+    fclose(pf);
+    int pfd = 7;
+    assert_int_equal(ein_fifo_open_writer(plain, &pfd, &err), EIN_EINVAL);
+    assert_non_null(strstr(err.msg, "is not a FIFO"));
+    assert_int_equal(pfd, -1);
+    unlink(plain);
 
     /* the reader gone: told, the descriptor closed */
     ein_fifo_free(f);
