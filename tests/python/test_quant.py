@@ -89,32 +89,39 @@ PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o
         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """hf_model's tiny LLaMA with d_ff 64 (quantized dims must be multiples
-    of 32): d_model 32, 4 heads of 8 (2 kv heads), 2 layers, vocab 61."""
-    d = str(tmp_path_factory.mktemp("qllama"))
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
-           "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "head_dim": 8, "num_hidden_layers": 2, "vocab_size": 61, "rms_norm_eps": 1e-5,
+def _tiny_llama(d, dm, ff, hd, seed):
+    """hf_model's tiny LLaMA in directory d: d_model dm, 4 heads of hd (2 kv
+    heads), d_ff ff, 2 layers, vocab 61, Gaussian weights from `seed`;
+    returns (d, config, {name: array})."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dm,
+           "intermediate_size": ff, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": hd, "num_hidden_layers": 2, "vocab_size": 61, "rms_norm_eps": 1e-5,
            "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "float32",
            "max_position_embeddings": 64, "hidden_act": "silu"}
     with open(d + "/config.json", "w") as f:
         json.dump(cfg, f)
-    rng = numpy.random.default_rng(36)
+    rng = numpy.random.default_rng(seed)
     w = lambda *s: (rng.standard_normal(s) / numpy.sqrt(s[-1])).astype(numpy.float32)
-    t = {"model.embed_tokens.weight": rng.standard_normal((61, 32)).astype(numpy.float32),
-         "model.norm.weight": numpy.ones(32, numpy.float32), "lm_head.weight": w(61, 32)}
+    kv = 2 * hd
+    t = {"model.embed_tokens.weight": rng.standard_normal((61, dm)).astype(numpy.float32),
+         "model.norm.weight": numpy.ones(dm, numpy.float32), "lm_head.weight": w(61, dm)}
     for l in range(2):
         p = "model.layers.%d." % l
-        t.update({p + "input_layernorm.weight": numpy.ones(32, numpy.float32),
-                  p + "post_attention_layernorm.weight": numpy.ones(32, numpy.float32),
-                  p + "self_attn.q_proj.weight": w(32, 32), p + "self_attn.k_proj.weight": w(16, 32),
-                  p + "self_attn.v_proj.weight": w(16, 32), p + "self_attn.o_proj.weight": w(32, 32),
-                  p + "mlp.gate_proj.weight": w(64, 32), p + "mlp.up_proj.weight": w(64, 32),
-                  p + "mlp.down_proj.weight": w(32, 64)})
+        t.update({p + "input_layernorm.weight": numpy.ones(dm, numpy.float32),
+                  p + "post_attention_layernorm.weight": numpy.ones(dm, numpy.float32),
+                  p + "self_attn.q_proj.weight": w(dm, dm), p + "self_attn.k_proj.weight": w(kv, dm),
+                  p + "self_attn.v_proj.weight": w(kv, dm), p + "self_attn.o_proj.weight": w(dm, dm),
+                  p + "mlp.gate_proj.weight": w(ff, dm), p + "mlp.up_proj.weight": w(ff, dm),
+                  p + "mlp.down_proj.weight": w(dm, ff)})
     hf_model.write(d + "/model.safetensors", sorted(t.items()))
     return d, cfg, t
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny LLaMA with d_ff 64 (quantized dims must be multiples of 32):
+    d_model 32, 4 heads of 8 (2 kv heads), 2 layers, vocab 61."""
+    return _tiny_llama(str(tmp_path_factory.mktemp("qllama")), 32, 64, 8, 36)
 
 
 PROMPTS = [[3, 17, 42, 5, 9, 60, 1, 0], [7, 7, 30]]
@@ -350,30 +357,7 @@ def tiny128(tmp_path_factory):
     """A tiny LLaMA whose projections' input dims are multiples of 128
     (f8e4m3's blocks): d_model 128, 4 heads of 32 (2 kv heads), d_ff 256,
     2 layers, vocab 61."""
-    d = str(tmp_path_factory.mktemp("f8llama"))
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
-           "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "head_dim": 32, "num_hidden_layers": 2, "vocab_size": 61, "rms_norm_eps": 1e-5,
-           "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "float32",
-           "max_position_embeddings": 64, "hidden_act": "silu"}
-    with open(d + "/config.json", "w") as f:
-        json.dump(cfg, f)
-    rng = numpy.random.default_rng(37)
-    w = lambda *s: (rng.standard_normal(s) / numpy.sqrt(s[-1])).astype(numpy.float32)
-    t = {"model.embed_tokens.weight": rng.standard_normal((61, 128)).astype(numpy.float32),
-         "model.norm.weight": numpy.ones(128, numpy.float32), "lm_head.weight": w(61, 128)}
-    for l in range(2):
-        p = "model.layers.%d." % l
-        t.update({p + "input_layernorm.weight": numpy.ones(128, numpy.float32),
-                  p + "post_attention_layernorm.weight": numpy.ones(128, numpy.float32),
-                  p + "self_attn.q_proj.weight": w(128, 128),
-                  p + "self_attn.k_proj.weight": w(64, 128),
-                  p + "self_attn.v_proj.weight": w(64, 128),
-                  p + "self_attn.o_proj.weight": w(128, 128),
-                  p + "mlp.gate_proj.weight": w(256, 128), p + "mlp.up_proj.weight": w(256, 128),
-                  p + "mlp.down_proj.weight": w(128, 256)})
-    hf_model.write(d + "/model.safetensors", sorted(t.items()))
-    return d, cfg, t
+    return _tiny_llama(str(tmp_path_factory.mktemp("f8llama")), 128, 256, 32, 37)
 
 
 def test_llama_fp8_is_the_dequantized_model(tiny128, tmp_path):
