@@ -526,7 +526,10 @@ static int add_seed(srch *S, const pl_plan *plan, const char *name)
  * the second block). Every operator of the prefix read by a later one is
  * saved there, so that it stays planned. The whole graph's choice vector
  * in `ch`: the prefix's, then each later node that of its twin k x T
- * earlier in the prefix's last block, else the time DP's (seed 0). */
+ * earlier in the prefix's last block, else the time DP's (seed 0); a node
+ * of the last block saved only for a later block (the block's output)
+ * takes, like its twins, its twin's in the block before, which was
+ * planned with the consumers that the whole graph gives it. */
 static int prefix_search(srch *S, const pl_plan_opts *base, int *ch)
 {
     int v0 = -1, T = S->rep->period;
@@ -558,6 +561,12 @@ static int prefix_search(srch *S, const pl_plan_opts *base, int *ch)
                 u -= T;
             if (u != v && (u < 0 || !S->live[u] || S->cls[u] != S->cls[v]))
                 continue; /* after the last block: the time DP's */
+            /* A node of the prefix's last block that is saved only because
+             * a later block reads it (its real consumers are cut off) takes
+             * its twin's in the block before, planned with its consumers. */
+            if (u >= N - T && u - T >= 0 && gp->nodes[u].saved && !S->g->nodes[u].saved &&
+                S->live[u - T] && S->cls[u - T] == S->cls[u] && pp->nodes[u - T].planned)
+                u -= T;
             if (!pp->nodes[u].planned)
                 continue;
             int found = req_find(S, v, &pp->nodes[u].spec);
@@ -627,18 +636,25 @@ static void search_free(srch *S)
     free(S->best);
 }
 
-/* Seed i with replicated specs (planner/pl_spec.h), added as "<name>+rep"
- * when it differs from every seed so far: every replicable operator that
- * seed i runs on fewer than p devices (an rmsnorm of one token: the
- * others would wait for it), then, producers first, each replicable
- * producer of a replicated operator (the residual adds feeding it), so
- * that a layer boundary is one exchange (Megatron's all-reduce). */
-static int add_rep_seed(srch *S, int i)
+/* Node v and every live twin of it (its class, once blocks_find ran) to
+ * the replicated spec in ch. */
+static void set_rep(srch *S, int *ch, int v)
+{
+    for (int u = 0; u < S->n; u++)
+        if (S->live[u] && (u == v || S->cls[u] == S->cls[v]) && S->req[u].rep_row >= 0)
+            ch[u] = S->req[u].rep_row;
+}
+
+/* Seed i with replicated specs (planner/pl_spec.h) into ch; 1 when that
+ * differs from every seed so far: every replicable operator that seed i
+ * runs on fewer than p devices (an rmsnorm of one token: the others would
+ * wait for it), then, consumers first, each replicable producer of a
+ * replicated operator (the residual adds feeding it), each with its twins
+ * in the other blocks, so that a layer boundary is one exchange
+ * (Megatron's all-reduce). */
+static int rep_variant(srch *S, int i, int *ch)
 {
     int n = S->n, changed = 0;
-    int *ch = malloc(sizeof(int) * ((size_t)n + 1));
-    if (!ch)
-        return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
     memcpy(ch, S->seeds[i], sizeof(int) * (size_t)n);
     for (int v = 0; v < n; v++) {
         const opreq *r = &S->req[v];
@@ -648,31 +664,54 @@ static int add_rep_seed(srch *S, int i)
         for (int k = 0; k < r->nidx; k++)
             parts *= r->counts[(size_t)ch[v] * (size_t)r->nidx + k];
         if (parts < S->p) {
-            ch[v] = r->rep_row;
+            set_rep(S, ch, v);
             changed = 1;
         }
     }
-    for (int v = n - 1; v >= 0 && changed; v--) {
-        if (!S->live[v] || ch[v] != S->req[v].rep_row)
-            continue;
-        const pl_node *nd = pl_graph_node(S->g, v);
-        for (int k = 0; k < nd->ninputs; k++) {
-            int u = nd->inputs[k];
-            if (S->live[u] && S->req[u].rep_row >= 0)
-                ch[u] = S->req[u].rep_row;
+    for (int again = changed; again;) {
+        again = 0;
+        for (int v = n - 1; v >= 0; v--) {
+            if (!S->live[v] || ch[v] != S->req[v].rep_row)
+                continue;
+            const pl_node *nd = pl_graph_node(S->g, v);
+            for (int k = 0; k < nd->ninputs; k++) {
+                int u = nd->inputs[k];
+                if (S->live[u] && S->req[u].rep_row >= 0 && ch[u] != S->req[u].rep_row) {
+                    set_rep(S, ch, u);
+                    again = 1;
+                }
+            }
         }
     }
     for (int j = 0; j < S->nseeds && changed; j++)
         changed = memcmp(ch, S->seeds[j], sizeof(int) * (size_t)n) != 0;
-    if (!changed) {
-        free(ch);
-        return 0;
+    return changed;
+}
+
+/* After blocks_find: "<name>+rep" (rep_variant) of every seed but the
+ * random ones, inserted before those (they stay last: S->nfixed). */
+static int rep_seeds_add(srch *S)
+{
+    int nfixed = S->nfixed;
+    for (int i = 0; i < nfixed; i++) {
+        int *ch = malloc(sizeof(int) * ((size_t)S->n + 1));
+        if (!ch)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+        if (!rep_variant(S, i, ch)) {
+            free(ch);
+            continue;
+        }
+        char name[sizeof S->seed_name[0]];
+        snprintf(name, sizeof name, "%.40s+rep", S->seed_name[i]);
+        memmove(&S->seeds[S->nfixed + 1], &S->seeds[S->nfixed],
+                sizeof *S->seeds * (size_t)(S->nseeds - S->nfixed));
+        memmove(&S->seed_name[S->nfixed + 1], &S->seed_name[S->nfixed],
+                sizeof *S->seed_name * (size_t)(S->nseeds - S->nfixed));
+        S->seeds[S->nfixed] = ch;
+        memcpy(S->seed_name[S->nfixed], name, sizeof name);
+        S->nfixed++;
+        S->nseeds++;
     }
-    char name[sizeof S->seed_name[0]];
-    snprintf(name, sizeof name, "%.40s+rep", S->seed_name[i]);
-    S->seeds[S->nseeds] = ch;
-    memcpy(S->seed_name[S->nseeds], name, sizeof name);
-    S->nseeds++;
     return 0;
 }
 
@@ -734,10 +773,6 @@ static int seeds_make(srch *S, const pl_plan_opts *base)
             (rc = add_seed(S, dp, pl_strategy_names[i])) < 0)
             goto done;
     }
-    for (int i = 0, n = S->nseeds; i < n && rc == 0; i++)
-        rc = add_rep_seed(S, i);
-    if (rc < 0)
-        goto done;
     S->nfixed = S->nseeds;
     for (int i = 0; i < S->so->nrandom; i++) {
         pl_plan_free(dp);
@@ -899,7 +934,8 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
               .partials = base ? base->partials : PL_PARTIALS_F32};
     /* seeds: 2 DPs, the strategies, a "+rep" of each, the random ones */
     int rc = search_alloc(&S, 2 * (4 + 4) + (so.nrandom > 0 ? so.nrandom : 0) + 1);
-    if (rc == 0 && (rc = seeds_make(&S, base)) == 0 && (rc = blocks_find(&S)) == 0) {
+    if (rc == 0 && (rc = seeds_make(&S, base)) == 0 && (rc = blocks_find(&S)) == 0 &&
+        (rc = rep_seeds_add(&S)) == 0) {
         for (int v = 0; v < S.n; v++)
             rep->nclasses += S.live[v] && S.cls[v] == v;
         if (wants_prefix(&S)) {
