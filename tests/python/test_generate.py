@@ -161,6 +161,36 @@ def test_greedy_megatron(tiny, ndev):
                           prompts, max_new_tokens=1)
 
 
+def test_decode_replicated(tiny):
+    """Batch 1 on 2 devices (issue 36): the plan search computes every
+    rmsnorm and residual add on both devices (split "rep:2", a replicated
+    spec: one all-reduce per layer boundary, as Megatron); greedy decoding
+    still equals the NumPy reference, and a step's logits equal the
+    one-device program's."""
+    d, cfg, prompts, want = tiny
+    lg = {}
+    for ndev in (1, 2):
+        with es.llama.load([os.path.join(d, "model.safetensors")],
+                           os.path.join(d, "config.json"), device=list(range(ndev)),
+                           max_len=48, prefill_chunk=4) as model:
+            got = model.generate([prompts[0]], max_new_tokens=16, temperature=0.0)
+            assert got == [want[0][:16]]
+            lg[ndev] = model.step([prompts[0][0]], [0])
+            _, ops = model._progs[1].plan()
+            rep = [o for o in ops if o["split"].startswith("rep:")]
+            norms = [o for o in ops if o["op"] == "rmsnorm"]
+            if ndev == 1:
+                assert rep == []
+            else:
+                assert all(o["split"] == "rep:2" for o in rep)
+                # both norms of every layer of the decode step, at least
+                assert sum(o["op"] == "rmsnorm" for o in rep) >= 2 * cfg["num_hidden_layers"]
+                assert sum(o["op"] == "add" for o in rep) >= 2 * cfg["num_hidden_layers"]
+                assert len(norms) > 0
+    err = np.max(np.abs(lg[2] - lg[1]) / np.maximum(1.0, np.abs(lg[1])))
+    assert err <= 1e-5, "P = 2 against P = 1: %g" % err
+
+
 def _bf16_bits(a):
     """float32 -> bf16 bit patterns, rounded to nearest even (NumPy has no
     bf16), and their exact values as float64."""
