@@ -573,6 +573,26 @@ static int prefix_search(srch *S, const pl_plan_opts *base, int *ch)
             if (found >= 0)
                 ch[v] = found;
         }
+        /* After the last block (the time DP's choices): an operator run on
+         * fewer than p devices that reads a replicated one is replicated
+         * too (the final norm after the last residual add: computed where
+         * it is read, no copy of the add left unread). */
+        for (int v = N; v < S->n; v++) {
+            const opreq *r = &S->req[v];
+            if (!S->live[v] || r->rep_row < 0 || ch[v] == r->rep_row || S->cls[v] != v)
+                continue;
+            int64_t parts = 1;
+            for (int k = 0; k < r->nidx; k++)
+                parts *= r->counts[(size_t)ch[v] * (size_t)r->nidx + k];
+            const pl_node *nd = pl_graph_node(S->g, v);
+            int reads_rep = 0;
+            for (int k = 0; k < nd->ninputs; k++) {
+                int w = nd->inputs[k];
+                reads_rep |= S->live[w] && S->req[w].rep_row >= 0 && ch[w] == S->req[w].rep_row;
+            }
+            if (parts < S->p && reads_rep)
+                ch[v] = r->rep_row;
+        }
         co_search_report *rep = S->rep;
         int period = rep->period, nclasses = rep->nclasses;
         co_search_report_free(rep);
