@@ -17,7 +17,7 @@ PY=/usr/bin/python3
 scratch replicated
 
 require_numpy
-echo "1..10"
+echo "1..11"
 
 cat > mlp.ein <<'EIN'
 dims t=1 d=256 f=512
@@ -136,6 +136,18 @@ if cmp -s ex.txt ex2.txt; then
     ok "the same graph gives the same replicated plan and exchanges"
 else
     not_ok "the same graph gives the same replicated plan and exchanges" "$(diff ex.txt ex2.txt | head)"
+fi
+
+# einplan --json: "replicas": 2 on a replicated operator, no key elsewhere.
+"$EINPLAN" --devices 2 --json mlp.ein > pj.json 2>/dev/null
+if "$PY" -c '
+import json, sys
+ops = {o["name"]: o for o in json.load(open("pj.json"))["ops"]}
+sys.exit(0 if ops["h1"].get("replicas") == 2 and ops["r1"].get("replicas") == 2
+         and "replicas" not in ops["a1"] and ops["h1"]["agg"] == "none" else 1)'; then
+    ok "einplan --json: replicas 2 on h1 and r1, none on a1"
+else
+    not_ok "einplan --json: replicas 2 on h1 and r1, none on a1" "$(head -c 600 pj.json)"
 fi
 
 # On one device there is nothing to replicate.
