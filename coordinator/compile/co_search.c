@@ -82,6 +82,19 @@ static int req_make(srch *S, int v, int i, pl_spec *out)
     return pl_spec_make(S->g, v, r->counts + (size_t)i * (size_t)r->nidx, out, S->err);
 }
 
+/* Function specifications of request i of node v (p for the replicated
+ * one: it runs on every device). */
+static int64_t req_parts(const srch *S, int v, int i)
+{
+    const opreq *r = &S->req[v];
+    int64_t parts = 1;
+    if (i == r->rep_row)
+        return S->p;
+    for (int k = 0; k < r->nidx; k++)
+        parts *= r->counts[(size_t)i * (size_t)r->nidx + k];
+    return parts;
+}
+
 /* The request of node v that gives `spec`, or -1. */
 static int req_find(const srch *S, int v, const pl_spec *spec)
 {
@@ -113,8 +126,6 @@ static int plan_build(srch *S, const int *ch, pl_plan **out)
         if (!S->live[v])
             continue;
         pl_choice *c = &plan->nodes[v];
-        const opreq *r = &S->req[v];
-        (void)r;
         if ((rc = req_make(S, v, ch[v], &c->spec)) < 0)
             break;
         if (pl_tiling_of_outputs(&c->spec, &c->out_tiling) < 0) {
@@ -581,16 +592,13 @@ static int prefix_search(srch *S, const pl_plan_opts *base, int *ch)
             const opreq *r = &S->req[v];
             if (!S->live[v] || r->rep_row < 0 || ch[v] == r->rep_row || S->cls[v] != v)
                 continue;
-            int64_t parts = 1;
-            for (int k = 0; k < r->nidx; k++)
-                parts *= r->counts[(size_t)ch[v] * (size_t)r->nidx + k];
             const pl_node *nd = pl_graph_node(S->g, v);
             int reads_rep = 0;
             for (int k = 0; k < nd->ninputs; k++) {
                 int w = nd->inputs[k];
                 reads_rep |= S->live[w] && S->req[w].rep_row >= 0 && ch[w] == S->req[w].rep_row;
             }
-            if (parts < S->p && reads_rep)
+            if (req_parts(S, v, ch[v]) < S->p && reads_rep)
                 ch[v] = r->rep_row;
         }
         co_search_report *rep = S->rep;
@@ -680,10 +688,7 @@ static int rep_variant(srch *S, int i, int *ch)
         const opreq *r = &S->req[v];
         if (!S->live[v] || r->rep_row < 0 || ch[v] == r->rep_row)
             continue;
-        int64_t parts = 1;
-        for (int k = 0; k < r->nidx; k++)
-            parts *= r->counts[(size_t)ch[v] * (size_t)r->nidx + k];
-        if (parts < S->p) {
+        if (req_parts(S, v, ch[v]) < S->p) {
             set_rep(S, ch, v);
             changed = 1;
         }
