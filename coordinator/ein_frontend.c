@@ -162,7 +162,10 @@ static void print_json(FILE *f, const char *path, const pl_graph *g, const pl_pl
             ein_json_str(f, idx[i].label);
             fprintf(f, ": %d", c->spec.counts[i]);
         }
-        fprintf(f, "}, \"agg\": \"%s\", \"tiling\": {\"blocks\": %d, \"grid\": \"%s\"}, "
+        fprintf(f, "}");
+        if (c->spec.replicated) /* only then: other plans' JSON is as it was */
+            fprintf(f, ", \"replicas\": %d", c->spec.nparts);
+        fprintf(f, ", \"agg\": \"%s\", \"tiling\": {\"blocks\": %d, \"grid\": \"%s\"}, "
                    "\"flops\": %.0f, \"cost\": {\"repartition\": %.0f, \"join\": %.0f, "
                    "\"aggregation\": %.0f}}",
                 c->spec.agg == EIN_AGG_NONE ? "none" : ein_agg_name(c->spec.agg),

@@ -236,6 +236,43 @@ int xp_preamble_make(const ein_box *have, const int *have_site, int nhave,
     return 0;
 }
 
+int xp_preamble_make_replicas(const ein_box *have, const int *have_site, int nhave,
+                              const ein_box *need, const int *need_site, int nneed,
+                              size_t elem_bytes, int ngpus, ein_box **atoms_out,
+                              int *natoms_out, xp_program **prog_out, ein_error *err)
+{
+    preamble pr;
+    int rc = preamble_begin(have, have_site, nhave, need, nneed, elem_bytes, ngpus, 1, &pr, err);
+    if (rc < 0)
+        return rc;
+    xp_program *p = pr.p;
+    for (int b = 0; b < nneed; b++)
+        for (int a = 0; a < pr.natoms; a++) {
+            if (!ein_box_contains(&need[b], &pr.atoms[a]))
+                continue;
+            /* One copy: the one on the block's site, else the first. */
+            int pick = -1;
+            for (int h = 0; h < nhave; h++) {
+                int i = pr.in_of[h * pr.natoms + a];
+                if (i >= 0 && (pick < 0 || have_site[h] == need_site[b]))
+                    pick = i;
+                if (i >= 0 && have_site[h] == need_site[b])
+                    break;
+            }
+            memset(pr.x, 0, sizeof(xp_word) * (size_t)p->nwords);
+            xp_set_add(pr.x, pick);
+            int dup = 0;
+            for (int o = 0; o < p->nout && !dup; o++)
+                dup = p->out[o].site == need_site[b] && xp_set_equal(p, p->out[o].set, pr.x);
+            if (!dup && (rc = xp_program_add_out(p, pr.x, need_site[b], err)) < 0) {
+                preamble_free(&pr);
+                return rc;
+            }
+        }
+    preamble_end(&pr, atoms_out, natoms_out, prog_out);
+    return 0;
+}
+
 int xp_preamble_make_placed(const ein_box *have, const int *have_site, int nhave,
                             const ein_box *need, int nneed, size_t elem_bytes, int ngpus,
                             ein_box **atoms_out, int *natoms_out, xp_program **prog_out,

@@ -30,6 +30,17 @@ int xp_preamble_make(const ein_box *have, const int *have_site, int nhave,
                      size_t elem_bytes, int ngpus, ein_box **atoms, int *natoms,
                      xp_program **prog, ein_error *err);
 
+/* The same for a replicated producer (planner/pl_spec.h): every `have`
+ * block is a copy of the same values (not a partial), so each OUT takes ONE
+ * copy of each atom: the one at the required block's own site when there
+ * is one (nothing moves), else the first copy that holds the atom. Never
+ * aggregates copies. IN holds every copy given: pass only the copies the
+ * consumer can use (the caller's choice). */
+int xp_preamble_make_replicas(const ein_box *have, const int *have_site, int nhave,
+                              const ein_box *need, const int *need_site, int nneed,
+                              size_t elem_bytes, int ngpus, ein_box **atoms, int *natoms,
+                              xp_program **prog, ein_error *err);
+
 /* The preamble as §5.3 writes it, placement left to synthesis: IN in
  * producer-block order (one entry per atom copy), PARTITIONS S1..Sn
  * {size 1}, one per consumer block (function specification), and OUT: for

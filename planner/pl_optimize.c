@@ -131,7 +131,8 @@ void pl_cost_partials(const pl_graph *g, int node, const pl_spec *s,
             ;
         memset(seen, 0, sizeof(int) * (size_t)nseen);
     }
-    for (int f = 0; f < s->nparts; f++) {
+    /* A replicated spec's copies are equal values, not partials. */
+    for (int f = 0; f < s->nparts && !s->replicated; f++) {
         if (!repeats_earlier(s, f, seen, nseen))
             continue;
         /* A partial is stored over ein_agg_box: LSE partials carry one
@@ -218,6 +219,12 @@ static double spec_time(const pl_graph *g, int v, int p, const pl_spec *s, doubl
 {
     const pl_node *n = pl_graph_node(g, v);
     double esize = ein_dtype_elem_bytes(n->dtype), parts = s->nparts > 0 ? s->nparts : 1;
+    if (s->replicated) {
+        /* Every device does the whole operator: its busiest device's time
+         * is one copy's (join counts every copy's reads). */
+        join /= parts;
+        parts = 1;
+    }
     double tc = pl_op_flops(g, v) / parts / o->peak_flops;
     if (n->kind == PL_EINSUM && n->ninputs == 2 && o->gemm_operand_bw > 0)
         tc += join * esize / parts / o->gemm_operand_bw; /* packed operands (co_calib.h) */

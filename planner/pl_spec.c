@@ -131,6 +131,7 @@ int pl_spec_remake(const pl_graph *g, int node, const int *counts, pl_spec *out,
         out->cap = (int)p;
     }
     memset(out->counts, 0, sizeof out->counts);
+    out->replicated = 0;
     out->nidx = nidx;
     memcpy(out->counts, counts, sizeof(int) * (size_t)nidx);
     out->nparts = (int)p;
@@ -155,6 +156,73 @@ int pl_spec_remake(const pl_graph *g, int node, const int *counts, pl_spec *out,
     return 0;
 }
 
+int pl_spec_replicable(const pl_graph *g, int node, int p)
+{
+    if (p < 2 || node < 0 || node >= g->nnodes)
+        return 0;
+    const pl_node *nd = pl_graph_node(g, node);
+    if (nd->kind == PL_INPUT || nd->kind == PL_CACHE_WRITE)
+        return 0;
+    pl_index idx[PL_MAX_INDICES];
+    if (pl_op_indices(g, node, idx, NULL) < 1)
+        return 0;
+    int64_t out = 1;
+    for (int a = 0; a < nd->rank; a++)
+        out *= nd->shape[a];
+    if (out < 1 || out > PL_REP_MAX_ELEMS)
+        return 0;
+    double in = 0;
+    for (int k = 0; k < nd->ninputs; k++) {
+        const pl_node *u = pl_graph_node(g, nd->inputs[k]);
+        double vol = 1;
+        for (int a = 0; a < u->rank; a++)
+            vol *= (double)u->shape[a];
+        in += vol;
+    }
+    /* Cheap: a few operations and input elements per output element (no
+     * contraction of any size, no lookup into a large table). */
+    return in <= (double)PL_REP_MAX_FANIN * (double)out &&
+           pl_op_flops(g, node) <= 2.0 * PL_REP_MAX_FANIN * (double)out;
+}
+
+int pl_spec_make_replicated(const pl_graph *g, int node, int p, pl_spec *out, ein_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!pl_spec_replicable(g, node, p))
+        return ein_fail(err, EIN_EINVAL, "%s: no replicated spec on %d devices (an operator too "
+                        "large or not elementwise-cheap, or p < 2)",
+                        node >= 0 && node < g->nnodes ? pl_graph_node(g, node)->name : "?", p);
+    int counts[PL_MAX_INDICES];
+    for (int i = 0; i < PL_MAX_INDICES; i++)
+        counts[i] = 1;
+    pl_spec one = {0};
+    int rc = pl_spec_make(g, node, counts, &one, err);
+    if (rc < 0)
+        return rc;
+    assert(one.nparts == 1 && one.agg == EIN_AGG_NONE);
+    int nin = one.ninputs ? one.ninputs : 1;
+    out->f = malloc(sizeof *out->f * (size_t)p);
+    out->in_boxes = malloc(sizeof(ein_box) * (size_t)p * (size_t)nin);
+    if (!out->f || !out->in_boxes) {
+        pl_spec_clear(&one);
+        pl_spec_clear(out);
+        return ein_fail(err, EIN_ENOMEM, "out of memory for a replicated spec");
+    }
+    out->nidx = one.nidx;
+    memcpy(out->counts, one.counts, sizeof out->counts);
+    out->nparts = out->cap = p;
+    out->ninputs = one.ninputs;
+    out->agg = EIN_AGG_NONE;
+    out->replicated = 1;
+    for (int f = 0; f < p; f++) {
+        out->f[f].in = out->in_boxes + (size_t)f * (size_t)one.ninputs;
+        memcpy(out->f[f].in, one.f[0].in, sizeof(ein_box) * (size_t)one.ninputs);
+        out->f[f].out = one.f[0].out;
+    }
+    pl_spec_clear(&one);
+    return 0;
+}
+
 void pl_spec_clear(pl_spec *s)
 {
     if (s) {
@@ -164,6 +232,7 @@ void pl_spec_clear(pl_spec *s)
         s->in_boxes = NULL;
         s->nparts = 0;
         s->cap = 0;
+        s->replicated = 0;
     }
 }
 
@@ -348,6 +417,10 @@ static char *spec_format(const pl_spec *s, const pl_index *idx, int labels, char
 {
     size_t n = 0;
     buf[0] = '\0';
+    if (s->replicated) {
+        snprintf(buf, len, "rep:%d", s->nparts);
+        return buf;
+    }
     for (int i = 0; i < s->nidx && n < len; i++) {
         char letter[2] = {idx[i].name, '\0'};
         n += (size_t)snprintf(buf + n, len - n, "%s%s:%d", i ? " " : "",

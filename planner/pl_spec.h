@@ -10,7 +10,12 @@
  *
  * Ownership: pl_spec_make / pl_spec_enumerate fill caller-provided structs
  * whose arrays are malloc'd; release with pl_spec_clear (or
- * pl_spec_array_free for an enumerated array). */
+ * pl_spec_array_free for an enumerated array).
+ *
+ * Replicated specs (pl_spec_make_replicated) are the one exception to
+ * "nothing is computed twice": the whole operator on each of the p
+ * devices, its output on all of them (a residual add or an rmsnorm of one
+ * token, computed where the next projections read it, as Megatron does). */
 #ifndef PL_SPEC_H
 #define PL_SPEC_H
 
@@ -57,6 +62,13 @@ typedef struct pl_spec {
     ein_box *in_boxes;          /* storage of f[i].in: nparts * ninputs boxes */
     ein_agg agg;                /* how outputs with the same type combine */
     int cap;                    /* parts the arrays can hold (pl_spec_remake) */
+    /* 1: a replicated spec (pl_spec_make_replicated): every index count 1,
+     * the whole operator computed by each of the nparts devices, all
+     * f[i] identical, its output held on every one of them. Its copies
+     * are equal values, never partials: agg is EIN_AGG_NONE and nothing
+     * aggregates them. 0: every other spec (each box computed once, or a
+     * partial of an aggregation). */
+    int replicated;
 } pl_spec;
 
 /* A tiling: the distinct non-empty boxes of a spec, sorted (canonical form). */
@@ -85,6 +97,23 @@ void pl_op_fspec(const pl_graph *g, int node, const pl_index *idx, int nidx, con
 
 int pl_spec_make(const pl_graph *g, int node, const int *counts, pl_spec *out,
                  ein_error *err);
+/* The replicated spec of `node` on p >= 2 devices (see pl_spec.replicated):
+ * nparts = p function specifications, each the whole operator (the
+ * request of every count 1), function specification i on device i. Fails
+ * (EIN_EINVAL) for p < 2 or an operator pl_spec_replicable refuses. The
+ * enumerations (pl_spec_enumerate, pl_spec_requests) never include it:
+ * the plan search (coordinator/compile/co_search.h) asks for it. */
+int pl_spec_make_replicated(const pl_graph *g, int node, int p, pl_spec *out, ein_error *err);
+/* 1 when `node` may be replicated on p devices: p >= 2 and a cheap
+ * operator whose whole inputs are small beside its output (elementwise
+ * operators, rmsnorm, softmax, reshapes, reductions: at most
+ * PL_REP_MAX_FANIN input elements and 2 x PL_REP_MAX_FANIN FLOPs per
+ * output element, at most PL_REP_MAX_ELEMS output elements),
+ * not a cache_write (its output is a state's buffers) nor an operator
+ * without shardable indices; else 0. */
+#define PL_REP_MAX_FANIN 8
+#define PL_REP_MAX_ELEMS ((int64_t)1 << 22)
+int pl_spec_replicable(const pl_graph *g, int node, int p);
 /* Every spec of `node` for p devices: one per ordered factorisation of p
  * over its shardable indices with no count above the index size (the
  * paper's exactly-p specs). When the operator cannot be split p ways, the
@@ -108,7 +137,8 @@ void pl_spec_clear(pl_spec *s);
 void pl_spec_array_free(pl_spec *specs, int n);
 int pl_spec_copy(const pl_spec *src, pl_spec *dst);
 
-/* "i:2 j:1 k:2" into buf. */
+/* "i:2 j:1 k:2" into buf; a replicated spec is "rep:P" (its P = nparts
+ * copies), under either format. */
 char *pl_spec_format(const pl_spec *s, const pl_index *idx, char *buf, size_t len);
 /* "tokens:8 d_model:1" (index labels) into buf. */
 char *pl_spec_format_labels(const pl_spec *s, const pl_index *idx, char *buf, size_t len);

@@ -285,12 +285,16 @@ int pl_plan_pack(msgpack_packer *pk, const pl_graph *g, const pl_plan *plan, ein
             e |= msgpack_pack_nil(pk);
             continue;
         }
-        e |= msgpack_pack_array(pk, 4);
+        /* A fifth element, the copies, only for a replicated spec: files
+         * of other plans stay as they were. */
+        e |= msgpack_pack_array(pk, c->spec.replicated ? 5 : 4);
         e |= msgpack_pack_array(pk, (size_t)c->spec.nidx);
         for (int i = 0; i < c->spec.nidx; i++)
             e |= msgpack_pack_int(pk, c->spec.counts[i]);
         e |= msgpack_pack_double(pk, c->repart) | msgpack_pack_double(pk, c->join) |
              msgpack_pack_double(pk, c->agg);
+        if (c->spec.replicated)
+            e |= msgpack_pack_int(pk, c->spec.nparts);
     }
     return e ? ein_fail(err, EIN_ENOMEM, "plan: out of memory while encoding") : 0;
 }
@@ -303,8 +307,10 @@ static int get_cost(const msgpack_object *o, double *out, const char *what, ein_
     return rc;
 }
 
-/* Node v's choice from [counts, repart, join, agg]: counts must be a row
- * pl_spec_requests offers. */
+/* Node v's choice from [counts, repart, join, agg] (counts must be a row
+ * pl_spec_requests offers) or [counts, repart, join, agg, replicas] (a
+ * replicated spec: every count 1, replicas = p, an operator
+ * pl_spec_replicable accepts). */
 static int unpack_choice(const msgpack_object *o, const pl_graph *g, int v, int p,
                          pl_choice *c, ein_error *err)
 {
@@ -313,10 +319,11 @@ static int unpack_choice(const msgpack_object *o, const pl_graph *g, int v, int 
     snprintf(what, sizeof what, "plan: node %d ('%s')", v, nd->name);
     if (nd->kind == PL_INPUT)
         return ein_fail(err, EIN_EPROTO, "%s: an input is not planned", what);
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 4 ||
+    if (o->type != MSGPACK_OBJECT_ARRAY ||
+        (o->via.array.size != 4 && o->via.array.size != 5) ||
         o->via.array.ptr[0].type != MSGPACK_OBJECT_ARRAY)
-        return ein_fail(err, EIN_EPROTO, "%s: expected [counts, repartition, join, aggregation]",
-                        what);
+        return ein_fail(err, EIN_EPROTO, "%s: expected [counts, repartition, join, aggregation] "
+                        "or [counts, repartition, join, aggregation, replicas]", what);
     const msgpack_object *a = &o->via.array.ptr[0];
     int counts[PL_MAX_INDICES] = {0}, *rows = NULL, nrows = 0, nidx = 0, rc;
     if (a->via.array.size > PL_MAX_INDICES)
@@ -326,6 +333,37 @@ static int unpack_choice(const msgpack_object *o, const pl_graph *g, int v, int 
         if ((rc = ein_mp_get_int(&a->via.array.ptr[i], 1, p, &iv, what, err)) < 0)
             return rc;
         counts[i] = (int)iv;
+    }
+    if (o->via.array.size == 5) {
+        int64_t reps;
+        char w[128];
+        snprintf(w, sizeof w, "%s: replicas", what);
+        if ((rc = ein_mp_get_int(&o->via.array.ptr[4], 1, 4096, &reps, w, err)) < 0)
+            return rc;
+        if (reps != p)
+            return ein_fail(err, EIN_EPROTO, "%s: %lld replicas on %d devices (a replicated "
+                            "spec has one per device)", w, (long long)reps, p);
+        int ones = 1;
+        for (uint32_t i = 0; i < a->via.array.size; i++)
+            ones &= counts[i] == 1;
+        if (!ones || !pl_spec_replicable(g, v, p))
+            return ein_fail(err, EIN_EPROTO, "%s: the operator has no replicated spec with "
+                            "these counts on %d devices", w, p);
+        if ((rc = get_cost(&o->via.array.ptr[1], &c->repart, what, err)) < 0 ||
+            (rc = get_cost(&o->via.array.ptr[2], &c->join, what, err)) < 0 ||
+            (rc = get_cost(&o->via.array.ptr[3], &c->agg, what, err)) < 0)
+            return rc;
+        if ((rc = pl_spec_make_replicated(g, v, p, &c->spec, err)) < 0)
+            return ein_error_prefix(err, "%s", what);
+        if ((int)a->via.array.size != c->spec.nidx) {
+            pl_spec_clear(&c->spec);
+            return ein_fail(err, EIN_EPROTO, "%s: %u counts for %d indices", w,
+                            a->via.array.size, c->spec.nidx);
+        }
+        c->planned = 1;
+        if (pl_tiling_of_outputs(&c->spec, &c->out_tiling) < 0)
+            return ein_fail(err, EIN_ENOMEM, "%s: out of memory", what);
+        return 0;
     }
     if ((rc = pl_spec_requests(g, v, p, &rows, &nrows, &nidx, err)) < 0)
         return ein_error_prefix(err, "%s", what);

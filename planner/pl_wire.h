@@ -12,8 +12,11 @@
  *
  * A plan is a map {"p", "selector", "total", "nodes"}, each node nil (not
  * planned) or [counts, repartition, join, aggregation]: the interval count
- * per shardable index. Decoding accepts only a counts row that
- * pl_spec_requests offers for that node on p devices, and rebuilds the
+ * per shardable index, and a fifth element p for a replicated spec
+ * (pl_spec_make_replicated; the counts all 1). Decoding accepts only a
+ * counts row that pl_spec_requests offers for that node on p devices (or,
+ * with replicas, every count 1, replicas = p and an operator
+ * pl_spec_replicable accepts), and rebuilds the
  * spec and its output tiling with pl_spec_make (the sub-costs are taken as
  * saved: finite and >= 0).
  *

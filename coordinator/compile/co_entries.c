@@ -165,16 +165,63 @@ out:
     return rc;
 }
 
+/* The peer's NOTIFY that COPY or WAIT `ins` on device d waits for, or
+ * NULL (the rule close_over follows). */
+static ein_instr *notify_of(ein_program *const *progs, int ndev, int d, const ein_instr *ins)
+{
+    int p = ins->peer;
+    if ((ins->kind != EIN_I_COPY && ins->kind != EIN_I_WAIT) || p < 0 || p >= ndev)
+        return NULL;
+    for (int j = 0; j < progs[p]->ninstrs; j++) {
+        ein_instr *nt = &progs[p]->instrs[j];
+        if (nt->kind == EIN_I_NOTIFY && nt->peer == d && nt->nsrcs == 1 &&
+            nt->srcs[0] == ins->peer_buf)
+            return nt;
+    }
+    return NULL;
+}
+
 void co_entries_finish(ein_program *const *progs, int ndev)
 {
-    for (int d = 0; d < ndev; d++)
-        for (int i = 0; i < progs[d]->ninstrs; i++) {
-            ein_instr *ins = &progs[d]->instrs[i];
-            if (ins->entries || ins->kind == EIN_I_LOAD)
-                continue;
-            for (int k = 0; k < ins->ndeps; k++)
-                ins->entries |= progs[d]->instrs[ins->deps[k]].entries;
+    /* An instruction no entry needs takes its dependencies' entries; a
+     * COPY or WAIT no entry needs (a replicated operator's copy that
+     * nothing on its device reads, planner/pl_spec.h) takes its peer
+     * NOTIFY's, which runs only in those entries: it must not wait in
+     * the others for a NOTIFY that never comes. Until nothing changes. */
+    uint8_t **fixed = calloc((size_t)ndev, sizeof *fixed);
+    for (int d = 0; fixed && d < ndev; d++)
+        if (!(fixed[d] = calloc((size_t)progs[d]->ninstrs + 1, 1))) {
+            for (int k = 0; k < d; k++)
+                free(fixed[k]);
+            free(fixed);
+            fixed = NULL;
         }
+    for (int d = 0; fixed && d < ndev; d++)
+        for (int i = 0; i < progs[d]->ninstrs; i++)
+            fixed[d][i] = progs[d]->instrs[i].entries != 0 ||
+                          progs[d]->instrs[i].kind == EIN_I_LOAD;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int d = 0; d < ndev; d++)
+            for (int i = 0; i < progs[d]->ninstrs; i++) {
+                ein_instr *ins = &progs[d]->instrs[i];
+                if (fixed ? fixed[d][i] : ins->entries || ins->kind == EIN_I_LOAD)
+                    continue;
+                uint32_t en = 0;
+                for (int k = 0; k < ins->ndeps; k++)
+                    en |= progs[d]->instrs[ins->deps[k]].entries;
+                const ein_instr *nt = notify_of(progs, ndev, d, ins);
+                if (nt)
+                    en |= nt->entries;
+                changed |= (en | ins->entries) != ins->entries;
+                ins->entries |= en;
+            }
+        if (!fixed)
+            break; /* out of memory: the one pass of before */
+    }
+    for (int d = 0; fixed && d < ndev; d++)
+        free(fixed[d]);
+    free(fixed);
 }
 
 /* ---- the public call -------------------------------------------------- */

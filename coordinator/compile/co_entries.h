@@ -36,7 +36,9 @@
  * that the saved outputs outputs[0..n) of graph g need: sets bit e - 1 of
  * each needed instruction's `entries` (LOADs excepted); then, once every
  * entry is marked, co_entries_finish gives the instructions no entry needs
- * their dependencies' entries. Refuses an entry that needs two
+ * their dependencies' entries, and a COPY or WAIT no entry needs also its
+ * peer NOTIFY's (it runs only where that NOTIFY does: a replicated
+ * operator's copy that nothing on its device reads is fed by one). Refuses an entry that needs two
  * cache_writes of one state (they would write it unordered). */
 int co_entries_mark(ein_program *const *progs, int ndev, const pl_graph *g, int e,
                     const char *const *outputs, int n, ein_error *err);

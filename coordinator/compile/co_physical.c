@@ -261,8 +261,8 @@ static int add_exchange(pb *B, int u, int consumer, int k, const ein_box *want, 
     e->need = malloc(sizeof *e->need * (size_t)n);
     e->want = malloc(sizeof *e->want * (size_t)n);
     e->need_site = malloc(sizeof *e->need_site * (size_t)n);
-    ein_box *have = malloc(sizeof *have * (size_t)p);
-    int *have_site = malloc(sizeof(int) * (size_t)p);
+    ein_box *have = malloc(sizeof *have * ((size_t)p + 1));
+    int *have_site = malloc(sizeof(int) * ((size_t)p + 1));
     if (!e->need || !e->want || !e->need_site || !have || !have_site) {
         rc = ein_fail(B->err, EIN_ENOMEM, "out of memory while planning exchanges");
         goto done;
@@ -275,17 +275,43 @@ static int add_exchange(pb *B, int u, int consumer, int k, const ein_box *want, 
         e->need[b] = ein_agg_box(e->agg, &want[b]);
         e->need_site[b] = site[b];
     }
+    int nh = 0, uncovered = 0;
     for (int j = 0; j < p; j++) {
-        have[j] = ein_agg_box(e->agg, &cu->spec.f[j].out);
-        have_site[j] = co_physical_place(ph, u, j);
+        int sj = co_physical_place(ph, u, j), used = !cu->spec.replicated;
+        /* A replicated producer's copies are equal values: only those on
+         * a site that needs something are offered, and each need takes the
+         * one on its own site (xp_preamble_make_replicas); never a sum. */
+        for (int b = 0; b < n && !used; b++)
+            used = site[b] == sj;
+        if (!used)
+            continue;
+        have[nh] = ein_agg_box(e->agg, &cu->spec.f[j].out);
+        have_site[nh++] = sj;
     }
-    if ((rc = xp_preamble_make(have, have_site, p, e->need, e->need_site, n,
-                               /* whole bytes per element: a block dtype's
-                                  (q8_0 1.06, q4_0 0.56, f8e4m3 1.03) rounded
-                                  up, for costs */
-                               (size_t)ceil(ein_dtype_elem_bytes(e->dtype)), B->o->ndev,
-                               &e->atoms, &e->natoms,
-                               &e->body, B->err)) < 0)
+    for (int b = 0; b < n && cu->spec.replicated; b++) {
+        int covered = 0;
+        for (int j = 0; j < nh && !covered; j++)
+            covered = have_site[j] == site[b];
+        uncovered |= !covered;
+    }
+    if (cu->spec.replicated && (uncovered || nh == 0)) {
+        /* A need on a site without a copy reads copy 0 (moved there). */
+        int first = 1;
+        for (int j = 0; j < nh && first; j++)
+            first = have_site[j] != co_physical_place(ph, u, 0);
+        if (first) {
+            have[nh] = cu->spec.f[0].out;
+            have_site[nh++] = co_physical_place(ph, u, 0);
+        }
+    }
+    /* whole bytes per element: a block dtype's (q8_0 1.06, q4_0 0.56,
+     * f8e4m3 1.03) rounded up, for costs */
+    size_t eb = (size_t)ceil(ein_dtype_elem_bytes(e->dtype));
+    if ((rc = cu->spec.replicated
+                  ? xp_preamble_make_replicas(have, have_site, nh, e->need, e->need_site, n, eb,
+                                              B->o->ndev, &e->atoms, &e->natoms, &e->body, B->err)
+                  : xp_preamble_make(have, have_site, nh, e->need, e->need_site, n, eb,
+                                     B->o->ndev, &e->atoms, &e->natoms, &e->body, B->err)) < 0)
         goto done;
     e->local = exchange_is_local(e->body);
     ph->st.nlocal += e->local;

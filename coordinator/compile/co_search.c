@@ -24,6 +24,8 @@
 typedef struct opreq {
     int nreq, nidx, nin;
     int *counts;            /* nreq x nidx */
+    int rep_row;            /* the request that is the replicated spec (pl_spec.h; its
+                               counts all 1), the last one; -1: none */
     uint64_t *out_h;        /* nreq, NULL until needed */
     uint64_t *in_h;         /* nreq x nin */
 } opreq;
@@ -71,6 +73,41 @@ static uint64_t tiling_hash(const pl_tiling *t)
     return h;
 }
 
+/* Request i of node v's spec (the replicated one for its rep_row). */
+static int req_make(srch *S, int v, int i, pl_spec *out)
+{
+    const opreq *r = &S->req[v];
+    if (i == r->rep_row)
+        return pl_spec_make_replicated(S->g, v, S->p, out, S->err);
+    return pl_spec_make(S->g, v, r->counts + (size_t)i * (size_t)r->nidx, out, S->err);
+}
+
+/* Function specifications of request i of node v (p for the replicated
+ * one: it runs on every device). */
+static int64_t req_parts(const srch *S, int v, int i)
+{
+    const opreq *r = &S->req[v];
+    int64_t parts = 1;
+    if (i == r->rep_row)
+        return S->p;
+    for (int k = 0; k < r->nidx; k++)
+        parts *= r->counts[(size_t)i * (size_t)r->nidx + k];
+    return parts;
+}
+
+/* The request of node v that gives `spec`, or -1. */
+static int req_find(const srch *S, int v, const pl_spec *spec)
+{
+    const opreq *r = &S->req[v];
+    if (spec->replicated)
+        return r->rep_row;
+    for (int i = 0; i < r->nreq; i++)
+        if (i != r->rep_row && memcmp(r->counts + (size_t)i * (size_t)r->nidx, spec->counts,
+                                      sizeof(int) * (size_t)r->nidx) == 0)
+            return i;
+    return -1;
+}
+
 /* A plan from a choice vector: spec, tiling and sub-costs of every live
  * operator. */
 static int plan_build(srch *S, const int *ch, pl_plan **out)
@@ -89,9 +126,7 @@ static int plan_build(srch *S, const int *ch, pl_plan **out)
         if (!S->live[v])
             continue;
         pl_choice *c = &plan->nodes[v];
-        const opreq *r = &S->req[v];
-        if ((rc = pl_spec_make(S->g, v, r->counts + (size_t)ch[v] * (size_t)r->nidx, &c->spec,
-                               S->err)) < 0)
+        if ((rc = req_make(S, v, ch[v], &c->spec)) < 0)
             break;
         if (pl_tiling_of_outputs(&c->spec, &c->out_tiling) < 0) {
             rc = ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
@@ -121,12 +156,7 @@ static int plan_choices(srch *S, const pl_plan *plan, int *ch)
         ch[v] = 0;
         if (!S->live[v])
             continue;
-        const opreq *r = &S->req[v];
-        int found = -1;
-        for (int i = 0; i < r->nreq && found < 0; i++)
-            if (memcmp(r->counts + (size_t)i * (size_t)r->nidx, plan->nodes[v].spec.counts,
-                       sizeof(int) * (size_t)r->nidx) == 0)
-                found = i;
+        int found = req_find(S, v, &plan->nodes[v].spec);
         if (found < 0)
             return ein_fail(S->err, EIN_EINVAL, "internal error: the spec of '%s' is not one "
                             "of its requests", pl_graph_node(S->g, v)->name);
@@ -269,7 +299,7 @@ static int req_hashes(srch *S, int v)
     pl_tiling t = {0};
     int rc = 0;
     for (int i = 0; i < r->nreq && rc == 0; i++) {
-        if ((rc = pl_spec_make(S->g, v, r->counts + (size_t)i * (size_t)r->nidx, &sp, S->err)) < 0)
+        if ((rc = req_make(S, v, i, &sp)) < 0)
             break;
         if (pl_tiling_of_outputs(&sp, &t) < 0) {
             rc = ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
@@ -300,6 +330,8 @@ static uint64_t split_sig(srch *S, int v, int i)
     int n = pl_op_indices(S->g, v, idx, NULL);
     const opreq *r = &S->req[v];
     uint64_t h = 0;
+    if (i == r->rep_row) /* its own kind of layout: whole on every device */
+        return ein_hash_mix(0x7265707Fu, 1);
     for (int k = 0; k < n && k < r->nidx; k++)
         if (r->counts[(size_t)i * (size_t)r->nidx + k] > 1)
             for (const char *c = idx[k].label; *c; c++)
@@ -505,7 +537,10 @@ static int add_seed(srch *S, const pl_plan *plan, const char *name)
  * the second block). Every operator of the prefix read by a later one is
  * saved there, so that it stays planned. The whole graph's choice vector
  * in `ch`: the prefix's, then each later node that of its twin k x T
- * earlier in the prefix's last block, else the time DP's (seed 0). */
+ * earlier in the prefix's last block, else the time DP's (seed 0); a node
+ * of the last block saved only for a later block (the block's output)
+ * takes, like its twins, its twin's in the block before, which was
+ * planned with the consumers that the whole graph gives it. */
 static int prefix_search(srch *S, const pl_plan_opts *base, int *ch)
 {
     int v0 = -1, T = S->rep->period;
@@ -537,16 +572,34 @@ static int prefix_search(srch *S, const pl_plan_opts *base, int *ch)
                 u -= T;
             if (u != v && (u < 0 || !S->live[u] || S->cls[u] != S->cls[v]))
                 continue; /* after the last block: the time DP's */
+            /* A node of the prefix's last block that is saved only because
+             * a later block reads it (its real consumers are cut off) takes
+             * its twin's in the block before, planned with its consumers. */
+            if (u >= N - T && u - T >= 0 && gp->nodes[u].saved && !S->g->nodes[u].saved &&
+                S->live[u - T] && S->cls[u - T] == S->cls[u] && pp->nodes[u - T].planned)
+                u -= T;
             if (!pp->nodes[u].planned)
                 continue;
-            const opreq *r = &S->req[v];
-            int found = -1;
-            for (int i = 0; i < r->nreq && found < 0; i++)
-                if (memcmp(r->counts + (size_t)i * (size_t)r->nidx, pp->nodes[u].spec.counts,
-                           sizeof(int) * (size_t)r->nidx) == 0)
-                    found = i;
+            int found = req_find(S, v, &pp->nodes[u].spec);
             if (found >= 0)
                 ch[v] = found;
+        }
+        /* After the last block (the time DP's choices): an operator run on
+         * fewer than p devices that reads a replicated one is replicated
+         * too (the final norm after the last residual add: computed where
+         * it is read, no copy of the add left unread). */
+        for (int v = N; v < S->n; v++) {
+            const opreq *r = &S->req[v];
+            if (!S->live[v] || r->rep_row < 0 || ch[v] == r->rep_row || S->cls[v] != v)
+                continue;
+            const pl_node *nd = pl_graph_node(S->g, v);
+            int reads_rep = 0;
+            for (int k = 0; k < nd->ninputs; k++) {
+                int w = nd->inputs[k];
+                reads_rep |= S->live[w] && S->req[w].rep_row >= 0 && ch[w] == S->req[w].rep_row;
+            }
+            if (req_parts(S, v, ch[v]) < S->p && reads_rep)
+                ch[v] = r->rep_row;
         }
         co_search_report *rep = S->rep;
         int period = rep->period, nclasses = rep->nclasses;
@@ -611,6 +664,82 @@ static void search_free(srch *S)
     free(S->best);
 }
 
+/* Node v and every live twin of it (its class, once blocks_find ran) to
+ * the replicated spec in ch. */
+static void set_rep(srch *S, int *ch, int v)
+{
+    for (int u = 0; u < S->n; u++)
+        if (S->live[u] && (u == v || S->cls[u] == S->cls[v]) && S->req[u].rep_row >= 0)
+            ch[u] = S->req[u].rep_row;
+}
+
+/* Seed i with replicated specs (planner/pl_spec.h) into ch; 1 when that
+ * differs from every seed so far: every replicable operator that seed i
+ * runs on fewer than p devices (an rmsnorm of one token: the others would
+ * wait for it), then, consumers first, each replicable producer of a
+ * replicated operator (the residual adds feeding it), each with its twins
+ * in the other blocks, so that a layer boundary is one exchange
+ * (Megatron's all-reduce). */
+static int rep_variant(srch *S, int i, int *ch)
+{
+    int n = S->n, changed = 0;
+    memcpy(ch, S->seeds[i], sizeof(int) * (size_t)n);
+    for (int v = 0; v < n; v++) {
+        const opreq *r = &S->req[v];
+        if (!S->live[v] || r->rep_row < 0 || ch[v] == r->rep_row)
+            continue;
+        if (req_parts(S, v, ch[v]) < S->p) {
+            set_rep(S, ch, v);
+            changed = 1;
+        }
+    }
+    for (int again = changed; again;) {
+        again = 0;
+        for (int v = n - 1; v >= 0; v--) {
+            if (!S->live[v] || ch[v] != S->req[v].rep_row)
+                continue;
+            const pl_node *nd = pl_graph_node(S->g, v);
+            for (int k = 0; k < nd->ninputs; k++) {
+                int u = nd->inputs[k];
+                if (S->live[u] && S->req[u].rep_row >= 0 && ch[u] != S->req[u].rep_row) {
+                    set_rep(S, ch, u);
+                    again = 1;
+                }
+            }
+        }
+    }
+    for (int j = 0; j < S->nseeds && changed; j++)
+        changed = memcmp(ch, S->seeds[j], sizeof(int) * (size_t)n) != 0;
+    return changed;
+}
+
+/* After blocks_find: "<name>+rep" (rep_variant) of every seed but the
+ * random ones, inserted before those (they stay last: S->nfixed). */
+static int rep_seeds_add(srch *S)
+{
+    int nfixed = S->nfixed;
+    for (int i = 0; i < nfixed; i++) {
+        int *ch = malloc(sizeof(int) * ((size_t)S->n + 1));
+        if (!ch)
+            return ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+        if (!rep_variant(S, i, ch)) {
+            free(ch);
+            continue;
+        }
+        char name[sizeof S->seed_name[0]];
+        snprintf(name, sizeof name, "%.40s+rep", S->seed_name[i]);
+        memmove(&S->seeds[S->nfixed + 1], &S->seeds[S->nfixed],
+                sizeof *S->seeds * (size_t)(S->nseeds - S->nfixed));
+        memmove(&S->seed_name[S->nfixed + 1], &S->seed_name[S->nfixed],
+                sizeof *S->seed_name * (size_t)(S->nseeds - S->nfixed));
+        S->seeds[S->nfixed] = ch;
+        memcpy(S->seed_name[S->nfixed], name, sizeof name);
+        S->nfixed++;
+        S->nseeds++;
+    }
+    return 0;
+}
+
 /* Phase 1, the seeds: the time DP first (its live operators are every
  * plan's, their requests enumerated here), the comm DP, every strategy
  * that applies, then the random plans (S->nfixed: the seeds before
@@ -633,7 +762,21 @@ static int seeds_make(srch *S, const pl_plan_opts *base)
             S->nops++;
             opreq *r = &S->req[v];
             r->nin = pl_graph_node(g, v)->ninputs;
+            r->rep_row = -1;
             rc = pl_spec_requests(g, v, p, &r->counts, &r->nreq, &r->nidx, S->err);
+            if (rc == 0 && pl_spec_replicable(g, v, p)) {
+                /* One more request: the replicated spec (counts all 1). */
+                int *c = realloc(r->counts, sizeof(int) * (size_t)(r->nreq + 1) *
+                                                (size_t)(r->nidx ? r->nidx : 1));
+                if (!c) {
+                    rc = ein_fail(S->err, EIN_ENOMEM, "out of memory in the plan search");
+                    break;
+                }
+                r->counts = c;
+                for (int k = 0; k < r->nidx; k++)
+                    c[(size_t)r->nreq * (size_t)r->nidx + k] = 1;
+                r->rep_row = r->nreq++;
+            }
         }
     if (rc < 0 || (rc = add_seed(S, dp, "dp-time")) < 0)
         goto done;
@@ -814,8 +957,10 @@ int co_plan_search(const pl_graph *g, int p, const pl_plan_opts *base, const xp_
     srch S = {.g = g, .p = p, .n = g->nnodes, .topo = topo, .cal = cal, .seed = so.seed,
               .rng = so.seed * 0x9e3779b97f4a7c15ULL + 21, .rep = rep, .so = &so, .err = err,
               .partials = base ? base->partials : PL_PARTIALS_F32};
-    int rc = search_alloc(&S, 4 + 4 + (so.nrandom > 0 ? so.nrandom : 0) + 1);
-    if (rc == 0 && (rc = seeds_make(&S, base)) == 0 && (rc = blocks_find(&S)) == 0) {
+    /* seeds: 2 DPs, the strategies, a "+rep" of each, the random ones */
+    int rc = search_alloc(&S, 2 * (4 + 4) + (so.nrandom > 0 ? so.nrandom : 0) + 1);
+    if (rc == 0 && (rc = seeds_make(&S, base)) == 0 && (rc = blocks_find(&S)) == 0 &&
+        (rc = rep_seeds_add(&S)) == 0) {
         for (int v = 0; v < S.n; v++)
             rep->nclasses += S.live[v] && S.cls[v] == v;
         if (wants_prefix(&S)) {

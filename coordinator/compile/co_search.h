@@ -6,9 +6,14 @@
  * plans that fit in the topology's memory:
  *  - seeds: the DP plan under the time cost and under the comm cost, every
  *    named strategy that applies (planner/pl_strategy.h: megatron,
- *    ulysses, sequence, data) and `nrandom` random plans (those paid from
- *    the budget, while it lasts); every seed but a random one is
- *    simulated, so the result is never predicted slower than any of them;
+ *    ulysses, sequence, data), a "<seed>+rep" variant of each of these
+ *    with replicated specs (planner/pl_spec.h: the operators it runs on
+ *    fewer than p devices and their replicable producers, with their
+ *    twins) and `nrandom` random plans (those paid from the budget, while
+ *    it lasts); every seed but a random one is simulated, so the result is
+ *    never predicted slower than any of them; a replicable operator's
+ *    replicated spec is one more of its requests, which the moves pick
+ *    like any other;
  *  - moves from the current plan, each simulated: change one operator's
  *    spec; copy a seed's specs onto a connected region of operators that
  *    share one split (every token-split operator between two attentions
@@ -23,8 +28,10 @@
  * (seeds, moves) runs on a prefix of the graph: what comes before the
  * second block and one more block (the boundary between two blocks is in
  * it); the plan takes the prefix's choices and every later block those of
- * the prefix's last block; operators after the last block take the time
- * DP's. The prefix is simulated, never the whole graph: the predicted
+ * the prefix's last block (a node of that block saved only for the next
+ * block, its output, those of its twin in the block before); operators
+ * after the last block take the time DP's, replicated where they run on
+ * fewer than p devices and read a replicated operator. The prefix is simulated, never the whole graph: the predicted
  * times and the memory check are the prefix's.
  * Evaluation cost: the synthesised exchange bodies are kept across
  * candidates (co_xcache, keyed by preamble for this topology and search

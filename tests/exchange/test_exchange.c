@@ -210,10 +210,61 @@ static void test_naive_random_layouts(void **state)
     }
 }
 
+/* A replicated producer (planner/pl_spec.h): the whole tensor on sites 0
+ * and 1, equal copies. Each need takes ONE copy, its own site's (nothing
+ * moves, nothing is summed); a need on site 2, which has no copy, takes
+ * the first copy (moved). xp_preamble_make on the same blocks sums both
+ * copies (partials): the difference the replicas variant exists for. */
+static void test_preamble_replicas(void **state)
+{
+    (void)state;
+    ein_box have[2] = {box2(0, 4, 0, 8), box2(0, 4, 0, 8)};
+    int have_site[2] = {0, 1};
+    ein_box need[3] = {box2(0, 4, 0, 8), box2(0, 4, 0, 4), box2(0, 2, 0, 8)};
+    int need_site[3] = {0, 1, 2};
+    ein_box *atoms;
+    int natoms;
+    xp_program *p;
+    ein_error err = {0};
+    assert_int_equal(xp_preamble_make_replicas(have, have_site, 2, need, need_site, 3, 4, 3,
+                                               &atoms, &natoms, &p, &err), 0);
+    assert_int_equal(p->nin, 2 * natoms);
+    for (int o = 0; o < p->nout; o++) {
+        assert_int_equal(xp_set_count(p, p->out[o].set), 1);
+        for (int i = 0; i < p->nin; i++)
+            if (xp_set_has(p->out[o].set, i))
+                assert_int_equal(p->in[i].site, p->out[o].site == 2 ? 0 : p->out[o].site);
+    }
+    assert_int_equal(xp_naive_synthesize(p, &err), 0);
+    assert_int_equal(xp_program_check(p, &err), 0);
+    /* Only site 2's atoms cross devices: one transfer each, from site 0. */
+    int moves = 0;
+    for (int a = 0; a < p->nact; a++)
+        for (int d = 0; d < p->act[a].ndst; d++) {
+            assert_int_equal(p->act[a].dst[d], 2);
+            assert_int_equal(p->act[a].src, 0);
+            moves++;
+        }
+    int atoms2 = 0;
+    for (int a = 0; a < natoms; a++)
+        atoms2 += ein_box_contains(&need[2], &atoms[a]);
+    assert_int_equal(moves, atoms2);
+    free(atoms);
+    xp_program_free(p);
+    /* The sum of copies, for contrast: every OUT aggregates both. */
+    assert_int_equal(xp_preamble_make(have, have_site, 2, need, need_site, 3, 4, 3, &atoms,
+                                      &natoms, &p, &err), 0);
+    for (int o = 0; o < p->nout; o++)
+        assert_int_equal(xp_set_count(p, p->out[o].set), 2);
+    free(atoms);
+    xp_program_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_example_5_4),
+        cmocka_unit_test(test_preamble_replicas),
         cmocka_unit_test(test_overlay_grid),
         cmocka_unit_test(test_overlay_only_needed),
         cmocka_unit_test(test_validity_def_5_5),

@@ -15,7 +15,11 @@
 #include <cmocka.h>
 
 #include "kernels/kn_cpu.h"
+#include <msgpack.h>
+
+#include "planner/pl_optimize.h"
 #include "planner/pl_spec.h"
+#include "planner/pl_wire.h"
 
 static long cases_run;
 
@@ -267,6 +271,167 @@ static int report(void **state)
     return 0;
 }
 
+/* Replicated specs (pl_spec.replicated): the whole operator on each of p
+ * devices, equal copies that nothing aggregates; offered for cheap
+ * operators only; "rep:P" in reports. */
+static void test_replicated(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    pl_graph *g = pl_graph_new();
+    int64_t sx[2] = {1, 768}, sw[1] = {768}, sm[2] = {768, 512};
+    int x = pl_graph_add_input(g, "x", EIN_F32, 2, sx, &err);
+    int w = pl_graph_add_input(g, "w", EIN_F32, 1, sw, &err);
+    int m = pl_graph_add_input(g, "m", EIN_F32, 2, sm, &err);
+    int n = pl_graph_add_norm(g, "n", x, w, -1, 1e-5, &err);
+    int a = pl_graph_add_binary(g, "a", EIN_BIN_ADD, x, n, &err);
+    int y = pl_graph_add_matmul(g, "y", a, m, &err);
+    assert_true(n >= 0 && a >= 0 && y >= 0);
+    assert_true(pl_spec_replicable(g, n, 2) && pl_spec_replicable(g, a, 3));
+    assert_false(pl_spec_replicable(g, n, 1));  /* one device: nothing to replicate */
+    assert_false(pl_spec_replicable(g, y, 2));  /* a contraction of 768 per output */
+    assert_false(pl_spec_replicable(g, x, 2));  /* an input */
+    pl_spec s;
+    ein_error e2 = {0};
+    assert_int_equal(pl_spec_make_replicated(g, y, 2, &s, &e2), EIN_EINVAL);
+    assert_non_null(strstr(e2.msg, "y: no replicated spec"));
+    for (int p = 2; p <= 4; p++) {
+        assert_int_equal(pl_spec_make_replicated(g, n, p, &s, &err), 0);
+        assert_int_equal(s.nparts, p);
+        assert_true(s.replicated);
+        assert_int_equal(s.agg, EIN_AGG_NONE);
+        for (int i = 0; i < s.nidx; i++)
+            assert_int_equal(s.counts[i], 1);
+        ein_box whole = {.rank = 2, .lo = {0, 0}, .hi = {1, 768}};
+        for (int f = 0; f < p; f++) {
+            assert_true(ein_box_equal(&s.f[f].out, &whole));
+            assert_true(ein_box_equal(&s.f[f].in[0], &whole));
+            assert_int_equal(s.f[f].in[1].hi[0], 768);
+        }
+        /* the output tiling is the one whole box */
+        pl_tiling t;
+        assert_int_equal(pl_tiling_of_outputs(&s, &t), 0);
+        assert_int_equal(t.n, 1);
+        assert_true(ein_box_equal(&t.boxes[0], &whole));
+        pl_tiling_clear(&t);
+        /* copies are not partials: no aggregation; every copy reads */
+        double r, j, ag;
+        pl_cost(g, n, &s, NULL, &r, &j, &ag);
+        assert_true(ag == 0 && r == 0);
+        assert_true(j == (double)p * (768 + 768));
+        pl_index idx[PL_MAX_INDICES];
+        char buf[64];
+        pl_op_indices(g, n, idx, &err);
+        assert_string_equal(pl_spec_format(&s, idx, buf, sizeof buf), p == 2 ? "rep:2" : p == 3 ? "rep:3" : "rep:4");
+        assert_string_equal(pl_spec_format_labels(&s, idx, buf, sizeof buf), pl_spec_format(&s, idx, buf + 32, 32));
+        /* a copy keeps the flag */
+        pl_spec c;
+        assert_int_equal(pl_spec_copy(&s, &c), 0);
+        assert_true(c.replicated && c.nparts == p);
+        pl_spec_clear(&c);
+        pl_spec_clear(&s);
+        assert_false(s.replicated);
+    }
+    /* the enumeration never offers it (the plan search asks for it) */
+    pl_spec *all;
+    int nall;
+    assert_int_equal(pl_spec_enumerate(g, a, 2, &all, &nall, &err), 0);
+    for (int i = 0; i < nall; i++)
+        assert_false(all[i].replicated);
+    pl_spec_array_free(all, nall);
+    /* a spec made after a replicated one into the same struct is plain */
+    assert_int_equal(pl_spec_make_replicated(g, a, 2, &s, &err), 0);
+    int counts[2] = {1, 2};
+    assert_int_equal(pl_spec_remake(g, a, counts, &s, &err), 0);
+    assert_false(s.replicated);
+    pl_spec_clear(&s);
+    pl_graph_free(g);
+}
+
+/* node v's entry of a packed plan's "nodes" */
+static msgpack_object *plan_entry(msgpack_object *plan, int v)
+{
+    for (uint32_t i = 0; i < plan->via.map.size; i++) {
+        const msgpack_object *k = &plan->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == 5 &&
+            !memcmp(k->via.str.ptr, "nodes", 5))
+            return &plan->via.map.ptr[i].val.via.array.ptr[v];
+    }
+    return NULL;
+}
+
+/* A plan with a replicated spec in a saved program (planner/pl_wire.h):
+ * [counts, r, j, a, replicas] round-trips; replicas other than p, and an
+ * entry of another length, are refused by name; without the fifth element
+ * (an older file) the node loads as the plain one-device spec. */
+static void test_replicated_wire(void **state)
+{
+    (void)state;
+    ein_error err = {0};
+    pl_graph *g = pl_graph_new();
+    int64_t sx[2] = {1, 768}, sw[1] = {768};
+    int x = pl_graph_add_input(g, "x", EIN_F32, 2, sx, &err);
+    int w = pl_graph_add_input(g, "w", EIN_F32, 1, sw, &err);
+    int n = pl_graph_add_norm(g, "n", x, w, -1, 1e-5, &err);
+    int a = pl_graph_add_binary(g, "a", EIN_BIN_ADD, x, n, &err);
+    assert_int_equal(pl_graph_save(g, a, &err), 0);
+    pl_plan *plan;
+    assert_int_equal(pl_plan_make(g, 2, PL_SELECT_DP, 1, &plan, &err), 0);
+    pl_choice *c = &plan->nodes[n];
+    assert_false(c->spec.replicated);
+    pl_spec_clear(&c->spec);
+    pl_tiling_clear(&c->out_tiling);
+    assert_int_equal(pl_spec_make_replicated(g, n, 2, &c->spec, &err), 0);
+    assert_int_equal(pl_tiling_of_outputs(&c->spec, &c->out_tiling), 0);
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    assert_int_equal(pl_plan_pack(&pk, g, plan, &err), 0);
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    size_t off = 0;
+    assert_int_equal(msgpack_unpack_next(&up, sb.data, sb.size, &off), MSGPACK_UNPACK_SUCCESS);
+    pl_plan *back = NULL;
+    assert_int_equal(pl_plan_unpack(&up.data, g, &back, &err), 0);
+    assert_true(back->nodes[n].spec.replicated && back->nodes[n].spec.nparts == 2);
+    assert_int_equal(back->nodes[n].out_tiling.n, 1);
+    assert_false(back->nodes[a].spec.replicated);
+    pl_plan_free(back);
+    back = NULL;
+    msgpack_object *e = plan_entry(&up.data, n);
+    assert_non_null(e);
+    assert_int_equal(e->via.array.size, 5);
+    assert_int_equal(plan_entry(&up.data, a)->via.array.size, 4);
+    /* replicas 3 on 2 devices */
+    e->via.array.ptr[4].via.u64 = 3;
+    assert_int_equal(pl_plan_unpack(&up.data, g, &back, &err), EIN_EPROTO);
+    assert_null(back);
+    assert_non_null(strstr(err.msg, "plan: node 2 ('n'): replicas: 3 replicas on 2 devices"));
+    e->via.array.ptr[4].via.u64 = 2;
+    /* six elements: refused, naming the two forms */
+    msgpack_object six[6];
+    memcpy(six, e->via.array.ptr, sizeof(msgpack_object) * 5);
+    six[5].type = MSGPACK_OBJECT_NIL;
+    msgpack_object *five = e->via.array.ptr;
+    e->via.array.ptr = six;
+    e->via.array.size = 6;
+    assert_int_equal(pl_plan_unpack(&up.data, g, &back, &err), EIN_EPROTO);
+    assert_non_null(strstr(err.msg, "expected [counts, repartition, join, aggregation] or "
+                                    "[counts, repartition, join, aggregation, replicas]"));
+    /* four (an older file): the one-device spec */
+    e->via.array.ptr = five;
+    e->via.array.size = 4;
+    assert_int_equal(pl_plan_unpack(&up.data, g, &back, &err), 0);
+    assert_false(back->nodes[n].spec.replicated);
+    assert_int_equal(back->nodes[n].spec.nparts, 1);
+    pl_plan_free(back);
+    msgpack_unpacked_destroy(&up);
+    msgpack_sbuffer_destroy(&sb);
+    pl_plan_free(plan);
+    pl_graph_free(g);
+}
+
 int main(void)
 {
     srand(4242);
@@ -276,6 +441,8 @@ int main(void)
         cmocka_unit_test(test_sound_einsum),
         cmocka_unit_test(test_sound_elementwise),
         cmocka_unit_test(test_enumerate_too_many_parts),
+        cmocka_unit_test(test_replicated),
+        cmocka_unit_test(test_replicated_wire),
     };
     return cmocka_run_group_tests_name("planner_spec", tests, NULL, report);
 }

@@ -161,6 +161,89 @@ def test_greedy_megatron(tiny, ndev):
                           prompts, max_new_tokens=1)
 
 
+def test_decode_replicated(tiny):
+    """Batch 1 on 2 devices (issue 36): the plan search computes every
+    rmsnorm and residual add on both devices (split "rep:2", a replicated
+    spec: one all-reduce per layer boundary, as Megatron); greedy decoding
+    still equals the NumPy reference, and a step's logits equal the
+    one-device program's."""
+    d, cfg, prompts, want = tiny
+    lg = {}
+    for ndev in (1, 2):
+        with es.llama.load([os.path.join(d, "model.safetensors")],
+                           os.path.join(d, "config.json"), device=list(range(ndev)),
+                           max_len=48, prefill_chunk=4) as model:
+            got = model.generate([prompts[0]], max_new_tokens=16, temperature=0.0)
+            assert got == [want[0][:16]]
+            lg[ndev] = model.step([prompts[0][0]], [0])
+            _, ops = model._progs[1].plan()
+            rep = [o for o in ops if o["split"].startswith("rep:")]
+            norms = [o for o in ops if o["op"] == "rmsnorm"]
+            if ndev == 1:
+                assert rep == []
+            else:
+                assert all(o["split"] == "rep:2" for o in rep)
+                # both norms of every layer of the decode step, at least
+                assert sum(o["op"] == "rmsnorm" for o in rep) >= 2 * cfg["num_hidden_layers"]
+                assert sum(o["op"] == "add" for o in rep) >= 2 * cfg["num_hidden_layers"]
+                assert len(norms) > 0
+    err = np.max(np.abs(lg[2] - lg[1]) / np.maximum(1.0, np.abs(lg[1])))
+    assert err <= 1e-5, "P = 2 against P = 1: %g" % err
+
+
+def test_entries_with_replicated_specs(tmp_path):
+    """A 6-layer tiny LLaMA on 2 devices (issue 36): the plan search runs on
+    a prefix of its repeated blocks, replicates the residual adds and
+    rmsnorms of the decode step, and may leave the final norm on one device,
+    so the last add's copy on the other device feeds nothing: the
+    all-reduce's transfer into it belongs to no entry. The prefill entry
+    must then skip it as its sender does (it used to wait for it forever);
+    prefill and decode logits equal the one-device program's."""
+    import faulthandler
+    L, dm, FF, H, V = 6, 32, 48, 4, 50
+    rng = np.random.default_rng(3)
+    cfg = {"model_type": "llama", "hidden_size": dm, "intermediate_size": FF,
+           "num_attention_heads": H, "num_key_value_heads": H, "head_dim": dm // H,
+           "num_hidden_layers": L, "vocab_size": V, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "tie_word_embeddings": False, "max_position_embeddings": 32}
+    w = lambda *s: (rng.standard_normal(s) / np.sqrt(s[-1])).astype(np.float32)
+    t = [("model.embed_tokens.weight", w(V, dm)), ("lm_head.weight", w(V, dm)),
+         ("model.norm.weight", np.ones(dm, np.float32))]
+    for l in range(L):
+        p = "model.layers.%d." % l
+        t += [(p + "input_layernorm.weight", np.ones(dm, np.float32)),
+              (p + "post_attention_layernorm.weight", np.ones(dm, np.float32)),
+              (p + "self_attn.q_proj.weight", w(dm, dm)), (p + "self_attn.k_proj.weight", w(dm, dm)),
+              (p + "self_attn.v_proj.weight", w(dm, dm)), (p + "self_attn.o_proj.weight", w(dm, dm)),
+              (p + "mlp.gate_proj.weight", w(FF, dm)), (p + "mlp.up_proj.weight", w(FF, dm)),
+              (p + "mlp.down_proj.weight", w(dm, FF))]
+    d = str(tmp_path)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    hf_model.write(os.path.join(d, "model.safetensors"), t)
+    prompt = [int(x) for x in rng.integers(0, V, 7)]
+    out = {}
+    faulthandler.dump_traceback_later(600, exit=True)    # a hang fails, not stalls, CI
+    try:
+        for ndev in (1, 2):
+            with es.llama.load([os.path.join(d, "model.safetensors")],
+                               os.path.join(d, "config.json"), device=list(range(ndev)),
+                               max_len=32, prefill_chunk=4) as model:
+                pre = model.logits([prompt])[0]
+                dec = model.step([3], [len(prompt)])
+                out[ndev] = (pre, dec, model.generate([prompt], max_new_tokens=6,
+                                                      temperature=0.0))
+                if ndev == 2:
+                    _, ops = model._progs[1].plan()
+                    assert any(o["split"] == "rep:2" for o in ops)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    for k in (0, 1):
+        err = np.max(np.abs(out[2][k] - out[1][k]) / np.maximum(1.0, np.abs(out[1][k])))
+        assert err <= 1e-5, "P = 2 against P = 1 (%s): %g" % (("prefill", "decode")[k], err)
+    assert out[2][2] == out[1][2]
+
+
 def _bf16_bits(a):
     """float32 -> bf16 bit patterns, rounded to nearest even (NumPy has no
     bf16), and their exact values as float64."""
