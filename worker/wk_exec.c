@@ -314,6 +314,9 @@ static void fault_fire(wk *w, ein_error *err)
             pause(); /* no heartbeat from here on */
     } else if (!strcmp(f, "garbage")) {
         static const unsigned char junk[] = {0xdf, 0xff, 0xff, 0xff, 0xff, 0x01};
+        /* On the coordinator's socket, so this step's DONE must follow it
+         * there (wk_coord_done), never overtake it through the FIFO. */
+        w->coord_zmq = 1;
         zmq_send(w->dealer, junk, sizeof junk, 0);
     } else if (!strcmp(f, "peer-garbage")) {
         static const unsigned char junk[] = {0x82, 0xa4, 't', 'y', 'p', 'e', 0xa5, 'r', 'e', 'a',

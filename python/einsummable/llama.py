@@ -628,9 +628,11 @@ def load(files, config, device=None, max_len=None, backend=None, prefill_chunk=1
     fit. prefill_chunk: prompt tokens per sequence and prefill run (at
     most max_len; 1 prefills token by token). strategy: None (the planner
     chooses the plan), or "megatron" (compileGraph's strategy): tensor
-    parallelism over heads, d_ff and the vocabulary, two exchanges per layer
-    in a decode step (o_proj and down_proj split on their contraction, each
-    followed by one aggregation; rmsnorm and the residual replicated).
+    parallelism over heads, d_ff and the vocabulary (o_proj and down_proj
+    split on their contraction, each followed by one aggregation; the DP's
+    specs, so rmsnorm and the residual run on one device). The planner's
+    own plan replicates them instead (docs/planner.md, "Replicated specs"):
+    one all-reduce per half-layer of a decode step.
     files: safetensors paths, or a model.safetensors.index.json (its
     shards). config: read by read_config (the library's one reader, the
     same as eingen --config): a key it does not implement is an error
