@@ -211,6 +211,10 @@ static int check_double_field(const msgpack_object *o, double *out, const char *
 static int check_int_field(const msgpack_object *o, int64_t min, int64_t max, int64_t *out,
                            const char *name, ein_error *err)
 {
+    /* The field's name is formatted only for the error: every READY and
+     * START is decoded on a decode step's path. */
+    if (ein_mp_get_int(o, min, max, out, "", NULL) == 0)
+        return 0;
     char what[48];
     snprintf(what, sizeof what, "message: field '%s'", name);
     return ein_mp_get_int(o, min, max, out, what, err);

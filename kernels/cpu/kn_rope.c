@@ -112,10 +112,12 @@ static int rope_run(const char *what, int style, int64_t head_dim, double theta,
     }
     float *cs = s + w, *sn = cs + half;
     double *cf = freq + half, *sf = cf + half, *cd = sf + half, *sd = cd + half;
+    /* cf, sf: the rotation by one position, for the rows after the first
+     * (a decode step's block has one row: no trigonometry for them). */
     for (int64_t i = 0; i < half; i++) {
         freq[i] = ein_rope_freq(theta, i, head_dim, sc);
-        cf[i] = cos(freq[i]);
-        sf[i] = sin(freq[i]);
+        cf[i] = t1 - t0 > 1 ? cos(freq[i]) : 1.0;
+        sf[i] = t1 - t0 > 1 ? sin(freq[i]) : 0.0;
     }
     double prev = -2.0;
     int64_t since = 0;
