@@ -207,6 +207,16 @@ static void preamble_end(preamble *pr, ein_box **atoms_out, int *natoms_out,
     preamble_free(pr);
 }
 
+/* OUT x @ site, unless the program has it already (a block on a site that
+ * already has that OUT adds nothing). */
+static int add_out_once(xp_program *p, const xp_word *x, int site, ein_error *err)
+{
+    for (int o = 0; o < p->nout; o++)
+        if (p->out[o].site == site && xp_set_equal(p, p->out[o].set, x))
+            return 0;
+    return xp_program_add_out(p, x, site, err);
+}
+
 int xp_preamble_make(const ein_box *have, const int *have_site, int nhave,
                      const ein_box *need, const int *need_site, int nneed,
                      size_t elem_bytes, int ngpus, ein_box **atoms_out, int *natoms_out,
@@ -217,17 +227,13 @@ int xp_preamble_make(const ein_box *have, const int *have_site, int nhave,
     if (rc < 0)
         return rc;
     xp_program *p = pr.p;
-    /* OUT: each required block wants every one of its atoms, aggregated;
-     * a block on a site that already has that OUT adds nothing. */
+    /* OUT: each required block wants every one of its atoms, aggregated. */
     for (int b = 0; b < nneed; b++)
         for (int a = 0; a < pr.natoms; a++) {
             if (!ein_box_contains(&need[b], &pr.atoms[a]))
                 continue;
             const xp_word *x = preamble_copies(&pr, nhave, a);
-            int dup = 0;
-            for (int o = 0; o < p->nout && !dup; o++)
-                dup = p->out[o].site == need_site[b] && xp_set_equal(p, p->out[o].set, x);
-            if (!dup && (rc = xp_program_add_out(p, x, need_site[b], err)) < 0) {
+            if ((rc = add_out_once(p, x, need_site[b], err)) < 0) {
                 preamble_free(&pr);
                 return rc;
             }
@@ -261,10 +267,7 @@ int xp_preamble_make_replicas(const ein_box *have, const int *have_site, int nha
             }
             memset(pr.x, 0, sizeof(xp_word) * (size_t)p->nwords);
             xp_set_add(pr.x, pick);
-            int dup = 0;
-            for (int o = 0; o < p->nout && !dup; o++)
-                dup = p->out[o].site == need_site[b] && xp_set_equal(p, p->out[o].set, pr.x);
-            if (!dup && (rc = xp_program_add_out(p, pr.x, need_site[b], err)) < 0) {
+            if ((rc = add_out_once(p, pr.x, need_site[b], err)) < 0) {
                 preamble_free(&pr);
                 return rc;
             }

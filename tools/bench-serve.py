@@ -38,19 +38,7 @@ def checkpoint(d, dm=768, L=12, V=32000, FF=2048, H=12, ctx=512):
            "tie_word_embeddings": False, "max_position_embeddings": ctx}
     with open(d + "/config.json", "w") as f:
         json.dump(cfg, f)
-    w = lambda *s: (rng.standard_normal(s, dtype=np.float32) / np.sqrt(s[-1])).astype(np.float32)
-    t = [("model.embed_tokens.weight", w(V, dm)), ("lm_head.weight", w(V, dm)),
-         ("model.norm.weight", np.ones(dm, np.float32))]
-    for l in range(L):
-        p = "model.layers.%d." % l
-        t += [(p + "input_layernorm.weight", np.ones(dm, np.float32)),
-              (p + "post_attention_layernorm.weight", np.ones(dm, np.float32)),
-              (p + "self_attn.q_proj.weight", w(dm, dm)),
-              (p + "self_attn.k_proj.weight", w(dm, dm)),
-              (p + "self_attn.v_proj.weight", w(dm, dm)),
-              (p + "self_attn.o_proj.weight", w(dm, dm)),
-              (p + "mlp.gate_proj.weight", w(FF, dm)), (p + "mlp.up_proj.weight", w(FF, dm)),
-              (p + "mlp.down_proj.weight", w(dm, FF))]
+    t = hf_model.random_llama(rng, dm, L, V, FF, H)
     hf_model.write(d + "/model.safetensors", t)
     return V
 

@@ -36,6 +36,26 @@ def write(path, tensors):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
+def random_llama(rng, dm, L, V, FF, H):
+    """The tensors [(HF name, float32 array)] of an untied LLaMA with
+    d_model dm, L layers, vocab V, d_ff FF and H heads (as many kv heads),
+    norms of ones and every matrix Gaussian / sqrt(its input dim), drawn
+    from rng in one fixed order (tools/bench-generate.py's bench model,
+    bench-serve's checkpoint, test_generate.py's six-layer model)."""
+    w = lambda *s: (rng.standard_normal(s, dtype=np.float32) / np.sqrt(s[-1])).astype(np.float32)
+    t = [("model.embed_tokens.weight", w(V, dm)), ("lm_head.weight", w(V, dm)),
+         ("model.norm.weight", np.ones(dm, np.float32))]
+    for l in range(L):
+        p = "model.layers.%d." % l
+        t += [(p + "input_layernorm.weight", np.ones(dm, np.float32)),
+              (p + "post_attention_layernorm.weight", np.ones(dm, np.float32)),
+              (p + "self_attn.q_proj.weight", w(dm, dm)), (p + "self_attn.k_proj.weight", w(dm, dm)),
+              (p + "self_attn.v_proj.weight", w(dm, dm)), (p + "self_attn.o_proj.weight", w(dm, dm)),
+              (p + "mlp.gate_proj.weight", w(FF, dm)), (p + "mlp.up_proj.weight", w(FF, dm)),
+              (p + "mlp.down_proj.weight", w(dm, FF))]
+    return t
+
+
 def gen(d, tied, lens):
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
            "intermediate_size": 40, "num_attention_heads": 4, "num_key_value_heads": 2,

@@ -206,17 +206,7 @@ def test_entries_with_replicated_specs(tmp_path):
            "num_attention_heads": H, "num_key_value_heads": H, "head_dim": dm // H,
            "num_hidden_layers": L, "vocab_size": V, "rms_norm_eps": 1e-5,
            "rope_theta": 10000.0, "tie_word_embeddings": False, "max_position_embeddings": 32}
-    w = lambda *s: (rng.standard_normal(s) / np.sqrt(s[-1])).astype(np.float32)
-    t = [("model.embed_tokens.weight", w(V, dm)), ("lm_head.weight", w(V, dm)),
-         ("model.norm.weight", np.ones(dm, np.float32))]
-    for l in range(L):
-        p = "model.layers.%d." % l
-        t += [(p + "input_layernorm.weight", np.ones(dm, np.float32)),
-              (p + "post_attention_layernorm.weight", np.ones(dm, np.float32)),
-              (p + "self_attn.q_proj.weight", w(dm, dm)), (p + "self_attn.k_proj.weight", w(dm, dm)),
-              (p + "self_attn.v_proj.weight", w(dm, dm)), (p + "self_attn.o_proj.weight", w(dm, dm)),
-              (p + "mlp.gate_proj.weight", w(FF, dm)), (p + "mlp.up_proj.weight", w(FF, dm)),
-              (p + "mlp.down_proj.weight", w(dm, FF))]
+    t = hf_model.random_llama(rng, dm, L, V, FF, H)
     d = str(tmp_path)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f)
